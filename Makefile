@@ -1,0 +1,58 @@
+# MoE Orchestrator: the two commands are `make demo` and `make test` (README.md).
+# Every target installs the Debian packages it needs first (scripts/install-deps.sh, quick when all
+# are there), configures once with CMake + Ninja (+ ccache), and builds incrementally.
+SHELL := /bin/bash
+BUILD ?= build
+BUILD_TYPE ?= Release
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?=
+
+.PHONY: all build configure data demo test test-unit bench gpu-check clean format help
+
+all: build
+
+help:
+	@echo "make build   build every binary into $(BUILD)/bin"
+	@echo "make data    prepare the fortunes corpus (data/fortunes.bin/.idx)"
+	@echo "make demo    controller, CPU workers, a real training job, live progress"
+	@echo "make test    the whole test suite (unit, integration, e2e; gpu tests skip loudly without a GPU)"
+	@echo "make bench   the benchmarks in bench/ (ratios against the machine's own ceilings)"
+
+configure:
+	@scripts/install-deps.sh build
+	@if [ ! -f $(BUILD)/build.ninja ]; then \
+	  cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >/dev/null || exit 1; \
+	fi
+
+build: configure
+	@cmake --build $(BUILD)
+
+data: build
+	@scripts/prepare-data.sh $(BUILD)
+
+demo:
+	@scripts/install-deps.sh demo
+	@$(MAKE) --no-print-directory data
+	@scripts/demo.sh $(BUILD)
+
+test:
+	@scripts/install-deps.sh test
+	@$(MAKE) --no-print-directory data
+	@cd $(BUILD) && ctest --output-on-failure --timeout 900 $(CTEST_FLAGS)
+
+test-unit: build
+	@cd $(BUILD) && ctest --output-on-failure -L unit $(CTEST_FLAGS)
+
+bench:
+	@scripts/install-deps.sh bench
+	@$(MAKE) --no-print-directory data
+	@scripts/bench.sh $(BUILD)
+
+gpu-check:
+	@tests/gpu/check.sh
+
+format:
+	@git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD)

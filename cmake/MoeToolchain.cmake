@@ -1,0 +1,46 @@
+# Compiler launcher, flags, CPU target and the CUDA language.
+
+find_program(CCACHE_PROGRAM ccache)
+if(CCACHE_PROGRAM)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  set(CMAKE_C_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+endif()
+
+# Warnings for our own targets (third-party headers come in as system includes).
+# GCC 12 reports false maybe-uninitialized warnings through std::variant (StatusOr); they are off.
+set(MOE_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-maybe-uninitialized)
+set(CMAKE_CXX_FLAGS_RELEASE "-O2 -g1 -DNDEBUG")
+set(CMAKE_CXX_FLAGS_RELWITHDEBINFO "-O2 -g -DNDEBUG")
+
+# AVX2 + FMA (x86-64-v3) when the machine that builds can run it: the CPU kernels' loops vectorise.
+include(CheckCXXSourceRuns)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND NOT DEFINED MOE_X86_64_V3)
+  check_cxx_source_runs("int main(){return __builtin_cpu_supports(\"avx2\") && __builtin_cpu_supports(\"fma\") ? 0 : 1;}" MOE_HOST_AVX2)
+  set(MOE_X86_64_V3 ${MOE_HOST_AVX2} CACHE BOOL "Compile for x86-64-v3 (AVX2, FMA)")
+endif()
+if(MOE_X86_64_V3)
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-march=x86-64-v3>)
+endif()
+
+# CUDA: sm_90 (H100/H200), sm_100 (B200/GB200), sm_103 (B300/GB300).
+set(MOE_CUDA_ENABLED OFF)
+if(NOT MOE_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90 100 103)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(MOE_CUDA_ENABLED ON)
+  elseif(MOE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "MOE_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER or PATH)")
+  endif()
+endif()

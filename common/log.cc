@@ -1,0 +1,53 @@
+#include "common/log.h"
+
+#include <sys/time.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+
+namespace moe {
+namespace {
+std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+std::mutex g_mu;
+std::string g_prefix;  // guarded by g_mu
+}  // namespace
+
+void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
+LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load()); }
+void SetLogPrefix(std::string prefix) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_prefix = std::move(prefix);
+}
+
+bool ParseLogLevel(std::string_view s, LogLevel* out) {
+  if (s == "debug") *out = LogLevel::kDebug;
+  else if (s == "info") *out = LogLevel::kInfo;
+  else if (s == "warning") *out = LogLevel::kWarning;
+  else if (s == "error") *out = LogLevel::kError;
+  else return false;
+  return true;
+}
+
+namespace internal {
+
+LogMessage::LogMessage(LogLevel level, const char*, int) : level_(level) {}
+
+LogMessage::~LogMessage() {
+  static const char kLetters[] = {'D', 'I', 'W', 'E'};
+  timeval tv;
+  gettimeofday(&tv, nullptr);
+  tm t;
+  localtime_r(&tv.tv_sec, &t);
+  char stamp[64];
+  std::snprintf(stamp, sizeof(stamp), "%c%02d%02d %02d:%02d:%02d.%03d", kLetters[static_cast<int>(level_)],
+                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(tv.tv_usec / 1000));
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::fprintf(stderr, "%s %s] %s\n", stamp, g_prefix.empty() ? "moe" : g_prefix.c_str(),
+               stream_.str().c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace internal
+}  // namespace moe

@@ -1,0 +1,81 @@
+// A YAML subset parser and a JSON/YAML writer over one document tree.
+//
+// Job files are YAML (DESIGN.md). The engine must build without Debian -dev packages, so yaml-cpp is
+// not an option there; this parser covers what job files use: block mappings and sequences by
+// indentation, flow collections ({a: 1, b: [x, y]}), plain, 'single' and "double" quoted scalars,
+// comments, literal (|) and folded (>) block scalars, and a leading "---". JSON is valid input too.
+// Not supported (rejected with an error naming the line): anchors, aliases, tags, multi-documents,
+// complex keys, tabs in indentation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace moe {
+
+class Node {
+ public:
+  enum class Kind { kNull, kScalar, kMap, kList };
+
+  Node() = default;
+  static Node Scalar(std::string value, bool quoted = false);
+  static Node Map() { Node n; n.kind_ = Kind::kMap; return n; }
+  static Node List() { Node n; n.kind_ = Kind::kList; return n; }
+
+  Kind kind() const { return kind_; }
+  bool IsNull() const { return kind_ == Kind::kNull; }
+  bool IsScalar() const { return kind_ == Kind::kScalar; }
+  bool IsMap() const { return kind_ == Kind::kMap; }
+  bool IsList() const { return kind_ == Kind::kList; }
+  std::string_view KindName() const;
+
+  // Scalars.
+  const std::string& scalar() const { return scalar_; }
+  bool quoted() const { return quoted_; }
+  // Typed reads; the error names `path`, e.g. "spec.model.top_k: expected an integer, got 'x'".
+  StatusOr<int64_t> AsInt(std::string_view path) const;
+  StatusOr<double> AsDouble(std::string_view path) const;
+  StatusOr<bool> AsBool(std::string_view path) const;
+  StatusOr<std::string> AsString(std::string_view path) const;
+
+  // Maps keep their insertion order.
+  const std::vector<std::pair<std::string, Node>>& items() const { return items_; }
+  const Node* Find(std::string_view key) const;
+  Node* FindMutable(std::string_view key);
+  // Adds or replaces `key`.
+  Node& Set(std::string key, Node value);
+
+  // Lists.
+  const std::vector<Node>& elements() const { return elements_; }
+  void Append(Node value) { elements_.push_back(std::move(value)); }
+
+  // Where the node started in its source text (1-based; 0 when built in code).
+  int line() const { return line_; }
+  void set_line(int line) { line_ = line; }
+
+ private:
+  Kind kind_ = Kind::kNull;
+  std::string scalar_;
+  bool quoted_ = false;
+  std::vector<std::pair<std::string, Node>> items_;
+  std::vector<Node> elements_;
+  int line_ = 0;
+};
+
+// Parses one YAML (or JSON) document. Errors are INVALID_ARGUMENT with "line N: ...".
+StatusOr<Node> ParseYaml(std::string_view text);
+
+// Writes JSON. Plain scalars that read as numbers, booleans or null are written bare; everything else
+// as strings. indent < 0 gives one line.
+std::string ToJson(const Node& node, int indent = -1);
+// Writes block-style YAML.
+std::string ToYaml(const Node& node);
+// JSON string literal with escapes, quotes included.
+std::string JsonQuote(std::string_view s);
+
+}  // namespace moe

@@ -1,0 +1,102 @@
+#include "kernels/elementwise.h"
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/parallel.h"
+#ifdef MOE_WITH_CUDA
+#include "kernels/cuda/ops.h"
+#endif
+
+namespace moe::kernels {
+
+void Fill(const Tensor& t, double value) {
+  MOE_DISPATCH_CUDA(t, Fill(t, value));
+  if (t.dtype() == DType::kI32) {
+    int32_t* p = t.data<int32_t>();
+    std::fill(p, p + t.numel(), static_cast<int32_t>(value));
+    return;
+  }
+  MOE_CPU_FLOAT_DISPATCH(t.dtype(), T, {
+    T* p = t.data<T>();
+    ParallelFor(t.numel(), 1, [&](int64_t b, int64_t e) { std::fill(p + b, p + e, static_cast<T>(value)); });
+  });
+}
+
+void Axpy(const Tensor& y, double alpha, const Tensor& x) {
+  MOE_CHECK(x.numel() == y.numel() && x.dtype() == y.dtype()) << "Axpy: " << x.ShapeString() << " into " << y.ShapeString();
+  MOE_DISPATCH_CUDA(y, Axpy(y, alpha, x));
+  MOE_CPU_FLOAT_DISPATCH(y.dtype(), T, {
+    T* yp = y.data<T>();
+    const T* xp = x.data<T>();
+    const T a = static_cast<T>(alpha);
+    ParallelFor(y.numel(), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) yp[i] += a * xp[i];
+    });
+  });
+}
+
+void Add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  MOE_CHECK(a.numel() == out.numel() && b.numel() == out.numel()) << "Add: " << a.ShapeString() << " + " << b.ShapeString();
+  MOE_DISPATCH_CUDA(out, Add(out, a, b));
+  MOE_CPU_FLOAT_DISPATCH(out.dtype(), T, {
+    T* op = out.data<T>();
+    const T* ap = a.data<T>();
+    const T* bp = b.data<T>();
+    ParallelFor(out.numel(), 1, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) op[i] = ap[i] + bp[i];
+    });
+  });
+}
+
+void Scale(const Tensor& t, double s) {
+  MOE_DISPATCH_CUDA(t, Scale(t, s));
+  MOE_CPU_FLOAT_DISPATCH(t.dtype(), T, {
+    T* p = t.data<T>();
+    const T f = static_cast<T>(s);
+    ParallelFor(t.numel(), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] *= f;
+    });
+  });
+}
+
+double SumSquares(const Tensor& t) {
+  MOE_DISPATCH_CUDA_RET(t, SumSquares(t));
+  constexpr int64_t kChunk = 4096;
+  const int64_t n = t.numel();
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+  MOE_CPU_FLOAT_DISPATCH(t.dtype(), T, {
+    const T* p = t.data<T>();
+    ParallelFor(chunks, kChunk, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        double s = 0;
+        const int64_t end = std::min(n, (c + 1) * kChunk);
+        for (int64_t i = c * kChunk; i < end; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+        partial[static_cast<size_t>(c)] = s;
+      }
+    });
+  });
+  double total = 0;
+  for (double s : partial) total += s;
+  return total;
+}
+
+void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
+  MOE_CHECK(index.dtype() == DType::kI32 && index.numel() == dst.dim(0) && src.dim(1) == dst.dim(1))
+      << "GatherRows: src " << src.ShapeString() << ", index " << index.ShapeString() << ", dst " << dst.ShapeString();
+  MOE_DISPATCH_CUDA(dst, GatherRows(src, index, dst));
+  const int64_t rows = dst.dim(0), d = dst.dim(1), src_rows = src.dim(0);
+  const int32_t* idx = index.data<int32_t>();
+  const size_t row_bytes = static_cast<size_t>(d) * DTypeSize(dst.dtype());
+  const char* s = static_cast<const char*>(src.raw());
+  char* o = static_cast<char*>(dst.raw());
+  ParallelFor(rows, d, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      MOE_CHECK(idx[r] >= 0 && idx[r] < src_rows) << "GatherRows index " << idx[r] << " out of [0, " << src_rows << ")";
+      std::memcpy(o + static_cast<size_t>(r) * row_bytes, s + static_cast<size_t>(idx[r]) * row_bytes, row_bytes);
+    }
+  });
+}
+
+}  // namespace moe::kernels

@@ -1,0 +1,178 @@
+#include "kernels/gemm.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/parallel.h"
+#ifdef MOE_WITH_CUDA
+#include "kernels/cuda/ops.h"
+#endif
+#ifdef MOE_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+namespace moe::kernels {
+namespace cpu {
+
+template <typename T>
+void BlockedGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                 const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  // Bring op(B) to a contiguous [K, N] so the inner loop runs along contiguous rows of B and C, and
+  // op(A) to [M, K]. The copies cost O(MK + KN) against the O(MNK) product.
+  std::vector<T> bt;
+  const T* bp = b;
+  int64_t ldbp = ldb;
+  if (trans_b) {
+    bt.resize(static_cast<size_t>(k * n));
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) bt[static_cast<size_t>(p * n + j)] = b[j * ldb + p];
+    bp = bt.data();
+    ldbp = n;
+  }
+  std::vector<T> at;
+  const T* ap = a;
+  int64_t ldap = lda;
+  if (trans_a) {
+    at.resize(static_cast<size_t>(m * k));
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t i = 0; i < m; ++i) at[static_cast<size_t>(i * k + p)] = a[p * lda + i];
+    ap = at.data();
+    ldap = k;
+  }
+  constexpr int64_t kBlockN = 256, kBlockK = 128;
+  ParallelFor(m, n * k, [&](int64_t i0, int64_t i1) {
+    std::vector<T> acc(static_cast<size_t>(kBlockN));
+    for (int64_t j0 = 0; j0 < n; j0 += kBlockN) {
+      const int64_t jn = std::min(kBlockN, n - j0);
+      for (int64_t i = i0; i < i1; ++i) {
+        std::fill(acc.begin(), acc.begin() + jn, T(0));
+        for (int64_t p0 = 0; p0 < k; p0 += kBlockK) {
+          const int64_t pn = std::min(kBlockK, k - p0);
+          for (int64_t p = p0; p < p0 + pn; ++p) {
+            const T av = ap[i * ldap + p];
+            const T* brow = bp + p * ldbp + j0;
+            T* accp = acc.data();
+            for (int64_t j = 0; j < jn; ++j) accp[j] += av * brow[j];
+          }
+        }
+        T* crow = c + i * ldc + j0;
+        if (beta == T(0)) {
+          for (int64_t j = 0; j < jn; ++j) crow[j] = alpha * acc[static_cast<size_t>(j)];
+        } else {
+          for (int64_t j = 0; j < jn; ++j) crow[j] = alpha * acc[static_cast<size_t>(j)] + beta * crow[j];
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+#ifdef MOE_HAVE_CBLAS
+  const auto ta = trans_a ? CblasTrans : CblasNoTrans;
+  const auto tb = trans_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+                static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+                static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  }
+#else
+  BlockedGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+}
+
+template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                          float, float*, int64_t);
+template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t, const double*,
+                           int64_t, double, double*, int64_t);
+template void BlockedGemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                                 int64_t, float, float*, int64_t);
+template void BlockedGemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                                  const double*, int64_t, double, double*, int64_t);
+
+}  // namespace cpu
+
+void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta) {
+  MOE_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2) << "Gemm takes 2-D tensors";
+  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
+  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t kb = trans_b ? b.dim(1) : b.dim(0);
+  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
+  MOE_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n)
+      << "Gemm shapes: a " << a.ShapeString() << (trans_a ? "^T" : "") << ", b " << b.ShapeString()
+      << (trans_b ? "^T" : "") << ", c " << c.ShapeString();
+  MOE_DISPATCH_CUDA(c, Gemm(a, trans_a, b, trans_b, c, alpha, beta));
+  MOE_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype()) << "Gemm dtypes differ";
+  MOE_CPU_FLOAT_DISPATCH(c.dtype(), T,
+                         cpu::Gemm<T>(trans_a, trans_b, m, n, k, static_cast<T>(alpha), a.data<T>(), a.dim(1),
+                                      b.data<T>(), b.dim(1), static_cast<T>(beta), c.data<T>(), c.dim(1)));
+}
+
+namespace {
+void CheckOffsets(const std::vector<int64_t>& offsets, int64_t groups, int64_t rows) {
+  MOE_CHECK(static_cast<int64_t>(offsets.size()) == groups + 1) << offsets.size() << " offsets for " << groups << " groups";
+  MOE_CHECK(offsets.front() == 0 && offsets.back() == rows) << "offsets must span [0, " << rows << "], got ["
+                                                            << offsets.front() << ", " << offsets.back() << "]";
+  for (size_t g = 0; g + 1 < offsets.size(); ++g) MOE_CHECK(offsets[g] <= offsets[g + 1]) << "offsets decrease at " << g;
+}
+}  // namespace
+
+void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, const Tensor& y) {
+  const int64_t groups = w.dim(0), n = w.dim(1), k = w.dim(2);
+  CheckOffsets(offsets, groups, x.dim(0));
+  MOE_CHECK(x.dim(1) == k && y.dim(0) == x.dim(0) && y.dim(1) == n)
+      << "GroupedGemm shapes: x " << x.ShapeString() << ", w " << w.ShapeString() << ", y " << y.ShapeString();
+  MOE_DISPATCH_CUDA(y, GroupedGemm(x, w, offsets, y));
+  MOE_CPU_FLOAT_DISPATCH(y.dtype(), T, {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t r0 = offsets[static_cast<size_t>(g)], rows = offsets[static_cast<size_t>(g) + 1] - r0;
+      if (rows == 0) continue;
+      cpu::Gemm<T>(false, true, rows, n, k, T(1), x.data<T>() + r0 * k, k, w.data<T>() + g * n * k, k, T(0),
+                   y.data<T>() + r0 * n, n);
+    }
+  });
+}
+
+void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& offsets, const Tensor& dx) {
+  const int64_t groups = w.dim(0), n = w.dim(1), k = w.dim(2);
+  CheckOffsets(offsets, groups, dy.dim(0));
+  MOE_CHECK(dy.dim(1) == n && dx.dim(0) == dy.dim(0) && dx.dim(1) == k)
+      << "GroupedGemmBackwardData shapes: dy " << dy.ShapeString() << ", w " << w.ShapeString() << ", dx " << dx.ShapeString();
+  MOE_DISPATCH_CUDA(dx, GroupedGemmBackwardData(dy, w, offsets, dx));
+  MOE_CPU_FLOAT_DISPATCH(dx.dtype(), T, {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t r0 = offsets[static_cast<size_t>(g)], rows = offsets[static_cast<size_t>(g) + 1] - r0;
+      if (rows == 0) continue;
+      cpu::Gemm<T>(false, false, rows, k, n, T(1), dy.data<T>() + r0 * n, n, w.data<T>() + g * n * k, k, T(0),
+                   dx.data<T>() + r0 * k, k);
+    }
+  });
+}
+
+void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& dw) {
+  const int64_t groups = dw.dim(0), n = dw.dim(1), k = dw.dim(2);
+  CheckOffsets(offsets, groups, dy.dim(0));
+  MOE_CHECK(dy.dim(1) == n && x.dim(0) == dy.dim(0) && x.dim(1) == k)
+      << "GroupedGemmBackwardWeight shapes: dy " << dy.ShapeString() << ", x " << x.ShapeString() << ", dw " << dw.ShapeString();
+  MOE_DISPATCH_CUDA(dw, GroupedGemmBackwardWeight(dy, x, offsets, dw));
+  MOE_CPU_FLOAT_DISPATCH(dw.dtype(), T, {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t r0 = offsets[static_cast<size_t>(g)], rows = offsets[static_cast<size_t>(g) + 1] - r0;
+      if (rows == 0) continue;
+      cpu::Gemm<T>(true, false, n, k, rows, T(1), dy.data<T>() + r0 * n, n, x.data<T>() + r0 * k, k, T(1),
+                   dw.data<T>() + g * n * k, k);
+    }
+  });
+}
+
+}  // namespace moe::kernels

@@ -1,0 +1,70 @@
+// Helpers shared by the CPU kernels: typed dispatch, device dispatch, and a parallel loop.
+#pragma once
+
+#include <cstdint>
+
+#include "common/check.h"
+#include "kernels/tensor.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace moe::kernels::cpu {
+
+// Runs fn(begin, end) over [0, n) in contiguous chunks, one per thread; serially when the work is
+// small (`cost` is the rough work per item, in multiply-adds). The split depends only on n and the
+// thread count, so results are reproducible for a given thread count.
+template <typename Fn>
+void ParallelFor(int64_t n, int64_t cost, Fn&& fn) {
+#ifdef _OPENMP
+  if (n > 1 && n * cost >= 32768 && !omp_in_parallel()) {
+#pragma omp parallel
+    {
+      const int64_t threads = omp_get_num_threads();
+      const int64_t t = omp_get_thread_num();
+      const int64_t chunk = (n + threads - 1) / threads;
+      const int64_t b = t * chunk, e = b + chunk < n ? b + chunk : n;
+      if (b < e) fn(b, e);
+    }
+    return;
+  }
+#endif
+  (void)cost;
+  if (n > 0) fn(int64_t{0}, n);
+}
+
+}  // namespace moe::kernels::cpu
+
+namespace moe::kernels {
+using cpu::ParallelFor;
+}  // namespace moe::kernels
+
+// Calls BODY with T bound to the C++ type of a floating CPU tensor (f32 or f64).
+#define MOE_CPU_FLOAT_DISPATCH(dtype, T, ...)                                              \
+  do {                                                                                     \
+    switch (dtype) {                                                                       \
+      case ::moe::DType::kF32: { using T = float; __VA_ARGS__; break; }                    \
+      case ::moe::DType::kF64: { using T = double; __VA_ARGS__; break; }                   \
+      default: MOE_CHECK(false) << "CPU kernels take f32 or f64, got " << ::moe::DTypeName(dtype); \
+    }                                                                                      \
+  } while (0)
+
+// Forwards a CUDA tensor's call to the CUDA implementation of the family.
+#ifdef MOE_WITH_CUDA
+#define MOE_DISPATCH_CUDA(tensor, ...)                                   \
+  if ((tensor).device().is_cuda()) {                                     \
+    ::moe::kernels::cuda::__VA_ARGS__;                                   \
+    return;                                                              \
+  }
+#define MOE_DISPATCH_CUDA_RET(tensor, ...)                               \
+  if ((tensor).device().is_cuda()) return ::moe::kernels::cuda::__VA_ARGS__;
+#else
+#define MOE_DISPATCH_CUDA(tensor, ...) \
+  MOE_CHECK(!(tensor).device().is_cuda()) << "this build has no CUDA kernels";
+#define MOE_DISPATCH_CUDA_RET(tensor, ...) MOE_DISPATCH_CUDA(tensor, __VA_ARGS__)
+#endif
+
+#define MOE_CHECK_SHAPE(t, ...)                                                         \
+  MOE_CHECK((t).shape() == ::moe::Tensor::Shape({__VA_ARGS__}))                         \
+      << #t " has shape " << (t).ShapeString() << ", expected [" #__VA_ARGS__ "] "

@@ -1,0 +1,13 @@
+// Cross-entropy over a vocabulary, fused with the softmax of the logits.
+#pragma once
+
+#include "kernels/tensor.h"
+
+namespace moe::kernels {
+
+// Returns the sum over rows of -log softmax(logits)[target]. When dlogits is defined it receives
+// (softmax - onehot(target)) * grad_scale; it may alias logits (the logits are then overwritten).
+//   logits [T, V], targets i32 [T], dlogits [T, V] or undefined
+double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_scale, const Tensor& dlogits);
+
+}  // namespace moe::kernels

@@ -1,0 +1,21 @@
+// Elementwise ops and reductions over whole tensors.
+#pragma once
+
+#include "kernels/tensor.h"
+
+namespace moe::kernels {
+
+void Fill(const Tensor& t, double value);
+// y += alpha * x
+void Axpy(const Tensor& y, double alpha, const Tensor& x);
+// out = a + b (out may alias a or b)
+void Add(const Tensor& out, const Tensor& a, const Tensor& b);
+// t *= s
+void Scale(const Tensor& t, double s);
+// Sum of squares, accumulated in double in fixed-size chunks so the result does not depend on the
+// thread count.
+double SumSquares(const Tensor& t);
+// Row gather: dst[r] = src[index[r]].   src [S, D], index i32 [R], dst [R, D]
+void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
+
+}  // namespace moe::kernels

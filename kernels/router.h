@@ -1,0 +1,43 @@
+// DeepSeek-V3 MoE routing (../shared/reference/flops-and-models.md, "routing, exactly"):
+// scores from the router logits, biased selection, group-limited top-k, normalised weights; and the
+// sequence-wise balance loss.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/tensor.h"
+
+namespace moe::kernels {
+
+struct RouterConfig {
+  int64_t top_k = 1;
+  int64_t num_groups = 1;   // expert groups; 1 turns group-limited routing off
+  int64_t topk_groups = 1;  // groups kept per token
+  bool sigmoid = true;      // sigmoid scores (normalised over the chosen k) or softmax scores
+  double route_scale = 1.0;
+  bool use_bias = true;     // selection uses score + bias; group scores then sum each group's top two
+};
+
+// scores = sigmoid(logits) (or softmax over experts); selection on scores + bias (group-limited);
+// topk_w = the unbiased scores of the chosen experts (normalised over them with sigmoid) * route_scale.
+// Ties go to the lower expert index.
+//   logits [T, E], bias [E], scores [T, E], topk_idx i32 [T, k], topk_w [T, k]
+void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig& cfg, const Tensor& scores,
+                   const Tensor& topk_idx, const Tensor& topk_w);
+// dlogits from the gradient of the weights (dtopk_w) plus, when defined, a gradient on the scores
+// from elsewhere (the balance loss). The selection itself takes no gradient.
+//   scores [T, E], topk_idx [T, k], dtopk_w [T, k], dscores_extra [T, E] or undefined, dlogits [T, E]
+void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& dtopk_w, const Tensor& dscores_extra,
+                    const RouterConfig& cfg, const Tensor& dlogits);
+
+// Sequence-wise balance loss over `num_seqs` sequences of `seq_len` tokens (T = num_seqs * seq_len):
+//   f_i = E / (k * S) * #{t : i in topk(t)},  s'_{i,t} = s_{i,t} / sum_j s_{j,t},  P_i = mean_t s'_{i,t}
+//   loss = coeff * sum over sequences of sum_i f_i * P_i
+// Returns the loss; when dscores is defined, adds d loss / d scores to it (f is a constant).
+double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs, int64_t seq_len, double coeff,
+                  const Tensor& dscores);
+
+// Tokens per expert: counts[e] = #{(t, j) : topk_idx[t, j] = e}. counts: host vector of E.
+void CountTokensPerExpert(const Tensor& topk_idx, int64_t num_experts, int64_t* counts);
+
+}  // namespace moe::kernels

@@ -1,0 +1,199 @@
+#include "kernels/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace moe {
+
+size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kF64: return 8;
+    case DType::kBF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
+
+const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kF64: return "f64";
+    case DType::kBF16: return "bf16";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+  }
+  return "?";
+}
+
+std::string Device::ToString() const {
+  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
+}
+
+namespace {
+
+// Host memory with a cache of freed blocks. Large mallocs go to mmap and come back zero-filled by page
+// faults on every use; a training step allocates the same sizes every time, so reusing blocks removes
+// that cost entirely after the first step.
+class CpuCachingAllocator final : public Allocator {
+ public:
+  void* Allocate(size_t bytes) override {
+    const size_t size = Round(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.lower_bound(size);
+      // Reuse a block at most twice the size asked for, so small tensors don't pin big blocks.
+      if (it != free_.end() && it->first <= 2 * size) {
+        void* p = it->second;
+        cached_ -= it->first;
+        sizes_[p] = it->first;
+        free_.erase(it);
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(64, size);
+    MOE_CHECK(p != nullptr) << "out of host memory allocating " << size << " bytes";
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[p] = size;
+    return p;
+  }
+  void Free(void* ptr, size_t) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sizes_.find(ptr);
+    MOE_CHECK(it != sizes_.end()) << "free of an unknown block";
+    free_.emplace(it->second, ptr);
+    cached_ += it->second;
+    sizes_.erase(it);
+  }
+  void Memset(void* ptr, int value, size_t bytes) override { std::memset(ptr, value, bytes); }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void CopyWithin(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  size_t CachedBytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+
+ private:
+  static size_t Round(size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+  std::map<void*, size_t> sizes_;
+  size_t cached_ = 0;
+};
+
+Allocator* g_allocators[2] = {nullptr, nullptr};
+
+}  // namespace
+
+Allocator* GetAllocator(Device device) {
+  if (device.is_cpu()) {
+    static CpuCachingAllocator* cpu = new CpuCachingAllocator();  // lives for the process
+    return cpu;
+  }
+  Allocator* a = g_allocators[static_cast<int>(device.type)];
+  MOE_CHECK(a != nullptr) << "no allocator for " << device.ToString() << " (built without CUDA?)";
+  return a;
+}
+
+void RegisterAllocator(DeviceType type, Allocator* allocator) { g_allocators[static_cast<int>(type)] = allocator; }
+
+struct Tensor::Storage {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  Device device;
+  ~Storage() {
+    if (ptr != nullptr) GetAllocator(device)->Free(ptr, bytes);
+  }
+};
+
+Tensor Tensor::Empty(const Shape& shape, DType dtype, Device device) {
+  MOE_CHECK(!shape.empty() && shape.size() <= kMaxDims) << "tensors have 1 to " << kMaxDims << " dims";
+  Tensor t;
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.ndim_ = static_cast<int>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    MOE_CHECK(shape[i] >= 0) << "negative dimension";
+    t.dims_[i] = shape[i];
+  }
+  t.storage_ = std::make_shared<Storage>();
+  t.storage_->device = device;
+  t.storage_->bytes = t.nbytes();
+  t.storage_->ptr = GetAllocator(device)->Allocate(t.storage_->bytes);
+  return t;
+}
+
+Tensor Tensor::Zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = Empty(shape, dtype, device);
+  t.SetZero();
+  return t;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim_; ++i) n *= dims_[static_cast<size_t>(i)];
+  return ndim_ == 0 ? 0 : n;
+}
+
+std::string Tensor::ShapeString() const {
+  std::string s = "[";
+  for (int i = 0; i < ndim_; ++i) s += (i ? ", " : "") + std::to_string(dims_[static_cast<size_t>(i)]);
+  return s + "]";
+}
+
+void* Tensor::raw() const {
+  MOE_CHECK(storage_ != nullptr) << "use of an undefined tensor";
+  return static_cast<char*>(storage_->ptr) + offset_;
+}
+
+Tensor Tensor::Rows(int64_t begin, int64_t end) const {
+  MOE_CHECK(ndim_ >= 1 && begin >= 0 && begin <= end && end <= dims_[0])
+      << "Rows(" << begin << ", " << end << ") of " << ShapeString();
+  Tensor t = *this;
+  const int64_t row_elems = dims_[0] == 0 ? 0 : numel() / dims_[0];
+  t.offset_ += static_cast<size_t>(begin * row_elems) * DTypeSize(dtype_);
+  t.dims_[0] = end - begin;
+  return t;
+}
+
+Tensor Tensor::Reshape(const Shape& shape) const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  MOE_CHECK(n == numel() && !shape.empty() && shape.size() <= kMaxDims)
+      << "cannot reshape " << ShapeString() << " to " << shape.size() << " dims of " << n << " elements";
+  Tensor t = *this;
+  t.ndim_ = static_cast<int>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) t.dims_[i] = shape[i];
+  return t;
+}
+
+Tensor Tensor::Clone(Device device) const {
+  Tensor t = Empty(shape(), dtype_, device);
+  t.CopyFrom(*this);
+  return t;
+}
+
+void Tensor::CopyFrom(const Tensor& src) const {
+  MOE_CHECK(src.dtype_ == dtype_ && src.numel() == numel())
+      << "copy of " << DTypeName(src.dtype_) << src.ShapeString() << " into " << DTypeName(dtype_) << ShapeString();
+  if (numel() == 0) return;
+  if (device_.is_cpu() && src.device_.is_cpu()) {
+    std::memmove(raw(), src.raw(), nbytes());
+  } else if (device_.is_cpu()) {
+    GetAllocator(src.device_)->CopyToHost(raw(), src.raw(), nbytes());
+  } else if (src.device_.is_cpu()) {
+    GetAllocator(device_)->CopyFromHost(raw(), src.raw(), nbytes());
+  } else {
+    GetAllocator(device_)->CopyWithin(raw(), src.raw(), nbytes());
+  }
+}
+
+void Tensor::SetZero() const {
+  if (numel() > 0) GetAllocator(device_)->Memset(raw(), 0, nbytes());
+}
+
+}  // namespace moe

@@ -1,0 +1,145 @@
+// Tensor: a typed, shaped view of device memory, shared by reference.
+//
+// Every kernel family takes Tensors, so one signature serves the CPU path (fp32, and fp64 for gradient
+// checks) and the CUDA path (bf16 activations, fp32 master weights). Views (Rows, Reshape) share the
+// storage. Memory comes from a per-device caching allocator, so a training step does not go back to
+// the system allocator (or cudaMalloc) for every activation.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+
+namespace moe {
+
+enum class DType : uint8_t { kF32, kF64, kBF16, kI32, kI64 };
+size_t DTypeSize(DType t);
+const char* DTypeName(DType t);
+
+// Storage type for bf16 on the host (the bits of the upper half of an fp32).
+struct BFloat16 {
+  uint16_t bits;
+};
+
+template <typename T> constexpr DType DTypeOf();
+template <> constexpr DType DTypeOf<float>() { return DType::kF32; }
+template <> constexpr DType DTypeOf<double>() { return DType::kF64; }
+template <> constexpr DType DTypeOf<BFloat16>() { return DType::kBF16; }
+template <> constexpr DType DTypeOf<int32_t>() { return DType::kI32; }
+template <> constexpr DType DTypeOf<int64_t>() { return DType::kI64; }
+
+enum class DeviceType : uint8_t { kCpu, kCuda };
+
+struct Device {
+  DeviceType type = DeviceType::kCpu;
+  int index = 0;
+  static Device Cpu() { return {}; }
+  static Device Cuda(int index) { return {DeviceType::kCuda, index}; }
+  bool is_cpu() const { return type == DeviceType::kCpu; }
+  bool is_cuda() const { return type == DeviceType::kCuda; }
+  std::string ToString() const;
+  friend bool operator==(Device a, Device b) { return a.type == b.type && a.index == b.index; }
+};
+
+// Device memory. A backend registers one per device type (the CUDA one lives in kernels/cuda).
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* ptr, size_t bytes) = 0;
+  virtual void Memset(void* ptr, int value, size_t bytes) = 0;
+  // Copies between this device and the host (or within the device).
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyWithin(void* dst, const void* src, size_t bytes) = 0;
+  // Bytes held by the cache (allocated from the system, not in use by a tensor).
+  virtual size_t CachedBytes() const { return 0; }
+};
+
+Allocator* GetAllocator(Device device);
+void RegisterAllocator(DeviceType type, Allocator* allocator);
+
+class Tensor {
+ public:
+  static constexpr int kMaxDims = 4;
+  using Shape = std::vector<int64_t>;
+
+  Tensor() = default;
+  // Uninitialised memory.
+  static Tensor Empty(const Shape& shape, DType dtype, Device device = Device::Cpu());
+  static Tensor Zeros(const Shape& shape, DType dtype, Device device = Device::Cpu());
+  // A host tensor holding a copy of `values`.
+  template <typename T>
+  static Tensor FromVector(const std::vector<T>& values, const Shape& shape);
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  int ndim() const { return ndim_; }
+  int64_t dim(int i) const {
+    MOE_CHECK(i >= 0 && i < ndim_) << "dim " << i << " of a " << ndim_ << "-d tensor";
+    return dims_[static_cast<size_t>(i)];
+  }
+  Shape shape() const { return Shape(dims_.begin(), dims_.begin() + ndim_); }
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  std::string ShapeString() const;
+
+  void* raw() const;
+  template <typename T>
+  T* data() const {
+    MOE_CHECK(dtype_ == DTypeOf<T>()) << "tensor is " << DTypeName(dtype_) << ", asked for " << DTypeName(DTypeOf<T>());
+    return static_cast<T*>(raw());
+  }
+
+  // A view of rows [begin, end) along dimension 0.
+  Tensor Rows(int64_t begin, int64_t end) const;
+  // A view with another shape and the same number of elements.
+  Tensor Reshape(const Shape& shape) const;
+  // A new tensor with a copy of this one's data, on `device`.
+  Tensor Clone(Device device) const;
+  Tensor Clone() const { return Clone(device_); }
+  // Copies src's data into this tensor (same dtype and numel; any devices).
+  void CopyFrom(const Tensor& src) const;
+  void SetZero() const;
+  // Host copy of the data as a vector (any device).
+  template <typename T>
+  std::vector<T> ToVector() const;
+
+ private:
+  struct Storage;
+  std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;  // bytes
+  DType dtype_ = DType::kF32;
+  Device device_;
+  int ndim_ = 0;
+  std::array<int64_t, kMaxDims> dims_{};
+};
+
+template <typename T>
+Tensor Tensor::FromVector(const std::vector<T>& values, const Shape& shape) {
+  Tensor t = Empty(shape, DTypeOf<T>(), Device::Cpu());
+  MOE_CHECK_EQ(static_cast<size_t>(t.numel()), values.size());
+  std::copy(values.begin(), values.end(), t.data<T>());
+  return t;
+}
+
+template <typename T>
+std::vector<T> Tensor::ToVector() const {
+  MOE_CHECK(dtype_ == DTypeOf<T>()) << "ToVector of a " << DTypeName(dtype_) << " tensor";
+  std::vector<T> out(static_cast<size_t>(numel()));
+  if (device_.is_cpu()) {
+    std::copy(data<T>(), data<T>() + numel(), out.begin());
+  } else {
+    GetAllocator(device_)->CopyToHost(out.data(), raw(), nbytes());
+  }
+  return out;
+}
+
+}  // namespace moe

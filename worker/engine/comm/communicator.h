@@ -1,0 +1,91 @@
+// Collective communication among the ranks of a job (or a sub-group of them).
+//
+// Implementations: LocalCommunicator (one rank; the embedded default), Gloo over TCP (CPU) and NCCL
+// (GPU). Every call returns a Status: a peer that died or hangs turns into DEADLINE_EXCEEDED or
+// UNAVAILABLE naming the collective and what the caller was doing (SetPhase), never a wait forever.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/tensor.h"
+
+namespace moe {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;
+
+  // In-place elementwise sum over the group (floating tensors on this communicator's device).
+  virtual Status AllReduceSum(const Tensor& t) = 0;
+  // Sums host doubles over the group, in place (loss sums, token counts, timings).
+  virtual Status AllReduceSumHost(double* data, int64_t n) = 0;
+  // Row blocks of variable size: rows [offset_r, offset_r + send_rows[r]) of `send` go to rank r;
+  // rank r's block lands at the matching place in `recv`, in rank order. Rows are dim(1) elements wide.
+  virtual Status AllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
+                           const std::vector<int64_t>& recv_rows) = 0;
+  // Fixed-size exchange of host int64: block r of `send` (n_per_rank values) goes to rank r.
+  virtual Status AllToAllHost(const int64_t* send, int64_t* recv, int64_t n_per_rank) = 0;
+  // Gathers `bytes` from every rank into recv (size * bytes, rank order).
+  virtual Status AllGatherHost(const void* send, void* recv, size_t bytes) = 0;
+  virtual Status BroadcastHost(void* data, size_t bytes, int root) = 0;
+  virtual Status Barrier() = 0;
+
+  // What the caller is doing, for error messages: "step 12: moe layer 2 dispatch".
+  void SetPhase(std::string phase) { phase_ = std::move(phase); }
+  const std::string& phase() const { return phase_; }
+
+ protected:
+  std::string phase_;
+};
+
+// A group of one: collectives are copies or no-ops.
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "local"; }
+  Status AllReduceSum(const Tensor&) override { return OkStatus(); }
+  Status AllReduceSumHost(double*, int64_t) override { return OkStatus(); }
+  Status AllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
+                   const std::vector<int64_t>& recv_rows) override;
+  Status AllToAllHost(const int64_t* send, int64_t* recv, int64_t n_per_rank) override;
+  Status AllGatherHost(const void* send, void* recv, size_t bytes) override;
+  Status BroadcastHost(void*, size_t, int) override { return OkStatus(); }
+  Status Barrier() override { return OkStatus(); }
+};
+
+// Where this rank sits in the job's W = DP x EP layout, and its communicators.
+// EP groups are consecutive ranks: rank r is member r % EP of EP group r / EP. The ranks that hold
+// the same experts (same r % EP) form the expert-data-parallel group.
+struct ParallelContext {
+  int world_size = 1;
+  int rank = 0;
+  int expert_parallel = 1;
+  Communicator* world = nullptr;      // all ranks: dense gradients, losses, token counts
+  Communicator* ep_group = nullptr;   // this rank's EP group: token all-to-all
+  Communicator* expert_dp = nullptr;  // same experts: expert gradients
+
+  int ep_rank() const { return rank % expert_parallel; }
+  int ep_group_index() const { return rank / expert_parallel; }
+  int data_parallel() const { return world_size / expert_parallel; }
+};
+
+// A single-rank context over LocalCommunicators (owned by the returned object).
+struct LocalParallel {
+  LocalCommunicator world, ep, edp;
+  ParallelContext ctx;
+  LocalParallel() {
+    ctx.world = &world;
+    ctx.ep_group = &ep;
+    ctx.expert_dp = &edp;
+  }
+};
+
+}  // namespace moe

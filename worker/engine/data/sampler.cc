@@ -1,0 +1,70 @@
+#include "worker/engine/data/sampler.h"
+
+#include "worker/engine/rng.h"
+
+namespace moe {
+
+BatchSampler::BatchSampler(const DataConfig& data, int64_t vocab_size, uint64_t seed, int world_size,
+                           std::unique_ptr<IndexedDataset> dataset)
+    : data_(data), vocab_size_(vocab_size), seed_(seed), world_size_(world_size), dataset_(std::move(dataset)) {
+  if (dataset_) {
+    num_samples_ = (dataset_->num_tokens() - 1) / data_.seq_length;
+  } else {
+    num_samples_ = int64_t{1} << 40;  // synthetic: never repeats in practice
+  }
+}
+
+StatusOr<std::unique_ptr<BatchSampler>> BatchSampler::Create(const JobSpec& spec, int world_size) {
+  std::unique_ptr<IndexedDataset> ds;
+  if (spec.data.source == "indexed") {
+    auto opened = IndexedDataset::Open(spec.data.path, spec.model.vocab_size);
+    if (!opened.ok()) return opened.status();
+    ds = std::move(*opened);
+    if ((ds->num_tokens() - 1) / spec.data.seq_length < 1) {
+      return FailedPreconditionError("dataset " + spec.data.path + " has " + std::to_string(ds->num_tokens()) +
+                                     " tokens, fewer than one sample of spec.data.seq_length + 1 = " +
+                                     std::to_string(spec.data.seq_length + 1));
+    }
+  }
+  return std::make_unique<BatchSampler>(spec.data, spec.model.vocab_size, spec.training.seed, world_size, std::move(ds));
+}
+
+void BatchSampler::EnsureEpoch(int64_t epoch) {
+  if (epoch == epoch_) return;
+  epoch_ = epoch;
+  order_.resize(static_cast<size_t>(num_samples_));
+  for (int64_t i = 0; i < num_samples_; ++i) order_[static_cast<size_t>(i)] = i;
+  Rng rng(HashCombine(HashCombine(seed_, 0xDA7A), static_cast<uint64_t>(epoch)));
+  for (int64_t i = num_samples_ - 1; i > 0; --i) {
+    const int64_t j = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(i + 1)));
+    std::swap(order_[static_cast<size_t>(i)], order_[static_cast<size_t>(j)]);
+  }
+}
+
+int64_t BatchSampler::SampleAt(int64_t global_index) {
+  if (!dataset_) return global_index;
+  EnsureEpoch(global_index / num_samples_);
+  return order_[static_cast<size_t>(global_index % num_samples_)];
+}
+
+void BatchSampler::MicroBatch(int64_t step, int rank, int64_t micro, int32_t* tokens, int32_t* targets) {
+  const int64_t s = data_.seq_length, mbs = data_.micro_batch_size, gbs = data_.global_batch_size;
+  const int64_t per_rank = gbs / world_size_;
+  std::vector<int32_t> buf(static_cast<size_t>(s + 1));
+  for (int64_t i = 0; i < mbs; ++i) {
+    // Position in the global batch: ranks own contiguous slices, micro-batches run through them.
+    const int64_t j = static_cast<int64_t>(rank) * per_rank + micro * mbs + i;
+    const int64_t global = (step - 1) * gbs + j;
+    const int64_t sample = SampleAt(global);
+    if (dataset_) {
+      dataset_->Read(sample * s, s + 1, buf.data());
+    } else {
+      Rng rng(HashCombine(HashCombine(seed_, 0x5EED), static_cast<uint64_t>(sample)));
+      for (auto& t : buf) t = static_cast<int32_t>(rng.Below(static_cast<uint64_t>(vocab_size_)));
+    }
+    std::copy(buf.begin(), buf.begin() + s, tokens + i * s);
+    std::copy(buf.begin() + 1, buf.end(), targets + i * s);
+  }
+}
+
+}  // namespace moe

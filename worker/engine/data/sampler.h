@@ -1,0 +1,46 @@
+// Deterministic batches: which sequences a rank trains on at a step depends only on (seed, step, rank)
+// and the layout, so a resumed run and an uninterrupted one see the same data, and W ranks together
+// see exactly the global batch one rank would.
+//
+// The token stream (all sequences concatenated, documents separated by moe-prep's end-of-document
+// token) is cut into samples of seq_length + 1 tokens that overlap by one (inputs and shifted
+// targets). Each epoch visits every sample once in an order shuffled by (seed, epoch).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "worker/engine/data/indexed_dataset.h"
+
+namespace moe {
+
+class BatchSampler {
+ public:
+  // `dataset` may be null for the synthetic source (uniform random tokens from the seed).
+  BatchSampler(const DataConfig& data, int64_t vocab_size, uint64_t seed, int world_size,
+               std::unique_ptr<IndexedDataset> dataset);
+  static StatusOr<std::unique_ptr<BatchSampler>> Create(const JobSpec& spec, int world_size);
+
+  int64_t num_samples() const { return num_samples_; }
+  // Fills tokens and targets ([micro_batch_size, seq_length] each) for micro-batch `micro` of `rank`
+  // at `step` (1-based).
+  void MicroBatch(int64_t step, int rank, int64_t micro, int32_t* tokens, int32_t* targets);
+  // Global sample index -> sample id (the shuffled order of its epoch).
+  int64_t SampleAt(int64_t global_index);
+
+ private:
+  void EnsureEpoch(int64_t epoch);
+  DataConfig data_;
+  int64_t vocab_size_;
+  uint64_t seed_;
+  int world_size_;
+  std::unique_ptr<IndexedDataset> dataset_;
+  int64_t num_samples_;
+  int64_t epoch_ = -1;
+  std::vector<int64_t> order_;  // this epoch's permutation
+};
+
+}  // namespace moe

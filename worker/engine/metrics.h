@@ -1,0 +1,38 @@
+// Per-step training metrics: the JSON line written to --metrics-out and streamed to the controller,
+// and the Megatron-style log line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moe {
+
+struct StepMetrics {
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  double loss = 0;          // mean cross-entropy (nats/token) over the global batch
+  double aux_loss = 0;      // sequence-wise balance loss, summed over MoE layers
+  double lr = 0;
+  double grad_norm = 0;     // before clipping
+  double step_seconds = 0;
+  double tokens_per_second = 0;
+  double tflops_per_device = 0;  // Megatron's formula
+  double mfu = 0;                // achieved / peak per device (0..1)
+  double peak_tflops = 0;        // the peak MFU is against
+  std::string peak_source;       // what that peak is ("SGEMM probe ...", "datasheet bf16 ...")
+  double expert_load_imbalance = 0;  // max over MoE layers of max/mean tokens per expert
+  std::vector<double> expert_load_imbalance_per_layer;
+  double alltoall_seconds = 0;   // token dispatch/combine all-to-all, this step (rank 0's)
+  double compute_seconds = 0;    // forward + backward excluding the all-to-all
+  double grad_sync_seconds = 0;  // gradient all-reduce
+  int64_t tokens = 0;            // tokens in the global batch
+  int64_t consumed_samples = 0;
+  int world_size = 1;
+  int rank = 0;
+};
+
+std::string MetricsJson(const StepMetrics& m);
+std::string MegatronLogLine(const StepMetrics& m);
+
+}  // namespace moe

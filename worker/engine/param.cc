@@ -1,0 +1,58 @@
+#include "worker/engine/param.h"
+
+#include "worker/engine/rng.h"
+
+namespace moe {
+
+Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64_t seed, double std, double fill,
+                     bool weight_decay, bool expert, int64_t expert_begin) {
+  MOE_CHECK(Find(name) == nullptr) << "duplicate parameter " << name;
+  auto p = std::make_unique<Param>();
+  p->name = name;
+  p->weight_decay = weight_decay;
+  p->expert = expert;
+  p->expert_begin = expert_begin;
+  // Initialise on the host in f64, then convert: the values do not depend on the dtype's rounding path.
+  Tensor host = Tensor::Empty(shape, DType::kF64);
+  double* h = host.data<double>();
+  const int64_t n = host.numel();
+  const int64_t slices = expert ? shape[0] : 1;
+  const int64_t per_slice = n / slices;
+  for (int64_t s = 0; s < slices; ++s) {
+    uint64_t stream = HashCombine(seed, HashString(name));
+    if (expert) stream = HashCombine(stream, static_cast<uint64_t>(expert_begin + s));
+    Rng rng(stream);
+    for (int64_t i = 0; i < per_slice; ++i) h[s * per_slice + i] = std == 0.0 ? fill : std * rng.Normal();
+  }
+  Tensor cast = Tensor::Empty(shape, dtype_);
+  if (dtype_ == DType::kF64) {
+    cast.CopyFrom(host);
+  } else {
+    MOE_CHECK(dtype_ == DType::kF32) << "parameters are f32 or f64";
+    float* c = cast.data<float>();
+    for (int64_t i = 0; i < n; ++i) c[i] = static_cast<float>(h[i]);
+  }
+  p->value = device_.is_cpu() ? cast : cast.Clone(device_);
+  p->grad = Tensor::Zeros(shape, dtype_, device_);
+  p->m = Tensor::Zeros(shape, dtype_, device_);
+  p->v = Tensor::Zeros(shape, dtype_, device_);
+  params_.push_back(std::move(p));
+  return params_.back().get();
+}
+
+Param* ParamSet::Find(const std::string& name) const {
+  for (const auto& p : params_) if (p->name == name) return p.get();
+  return nullptr;
+}
+
+void ParamSet::ZeroGrads() const {
+  for (const auto& p : params_) p->grad.SetZero();
+}
+
+int64_t ParamSet::NumElements(bool experts_only) const {
+  int64_t n = 0;
+  for (const auto& p : params_) if (!experts_only || p->expert) n += p->value.numel();
+  return n;
+}
+
+}  // namespace moe

@@ -1,0 +1,215 @@
+#include "worker/engine/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include "common/flops.h"
+#include "common/log.h"
+#include "kernels/elementwise.h"
+#include "worker/engine/checkpoint.h"
+#include "worker/engine/data/sampler.h"
+#include "worker/engine/model.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/peak.h"
+
+namespace moe {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options) {
+  if (spec.resources.device != "cpu") {
+    return UnimplementedError("spec.resources.device: this engine build trains on cpu only");
+  }
+  if (spec.parallelism.world_size != par.world_size || spec.parallelism.expert_parallel != par.expert_parallel) {
+    return InvalidArgumentError("the job asks for world_size " + std::to_string(spec.parallelism.world_size) + " x EP " +
+                                std::to_string(spec.parallelism.expert_parallel) + ", this process group is " +
+                                std::to_string(par.world_size) + " x EP " + std::to_string(par.expert_parallel));
+  }
+  const bool lead = par.rank == 0;
+  const ModelConfig& mc = spec.model;
+  const int64_t total_steps = spec.training.steps;
+  const int64_t stop = options.stop_at_step > 0 ? options.stop_at_step : total_steps;
+  const int64_t gbs = spec.data.global_batch_size, seq = spec.data.seq_length, mbs = spec.data.micro_batch_size;
+  const int64_t micro_batches = spec.micro_batches_per_rank();
+  const double ce_scale = 1.0 / static_cast<double>(gbs * seq);
+  const double aux_coeff = mc.moe.seq_aux_loss_coeff / static_cast<double>(gbs);
+  const double flops_per_step = MegatronFlopsPerStep(mc, gbs, seq);
+
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<BatchSampler> sampler, BatchSampler::Create(spec, par.world_size));
+  double alltoall_seconds = 0;
+  Model model(mc, par, spec.training.seed, DType::kF32, Device::Cpu(), &alltoall_seconds);
+  AdamWOptimizer optimizer(spec.optimizer);
+
+  const std::string ckpt_dir = options.checkpoint_dir.empty() ? spec.checkpoint.dir : options.checkpoint_dir;
+  const int64_t ckpt_interval = options.checkpoint_interval >= 0 ? options.checkpoint_interval : spec.checkpoint.interval_steps;
+  std::unique_ptr<CheckpointManager> ckpt;
+  if (!ckpt_dir.empty()) {
+    ckpt = std::make_unique<CheckpointManager>(ckpt_dir, par, ModelFingerprint(spec), spec.checkpoint.keep_last);
+  }
+  int64_t start_step = 0;
+  if (options.resume) {
+    if (!ckpt) return InvalidArgumentError("--resume needs a checkpoint directory (--checkpoint-dir or spec.checkpoint.dir)");
+    MOE_ASSIGN_OR_RETURN(CheckpointInfo info, ckpt->Restore(model));
+    start_step = info.step;
+    if (lead) {
+      if (start_step > 0) MOE_LOG(INFO) << "resumed from " << info.path << " (step " << start_step << ")";
+      else MOE_LOG(INFO) << "no checkpoint in " << ckpt_dir << "; starting from step 0";
+    }
+  }
+
+  PeakFlops peak{options.peak_flops, options.peak_source};
+  if (peak.flops_per_second <= 0) peak = MeasureCpuSgemmPeak();
+  if (lead) {
+    const int64_t params = model.params().NumElements();
+    MOE_LOG(INFO) << "model: " << (mc.preset.empty() ? "custom" : mc.preset) << ", " << params << " parameters on rank 0 ("
+                  << model.params().NumElements(true) << " in its experts), " << mc.num_layers << " layers ("
+                  << mc.first_k_dense << " dense), " << mc.moe.num_experts << " experts top-" << mc.moe.top_k
+                  << "; layout W=" << par.world_size << " (DP " << par.data_parallel() << " x EP " << par.expert_parallel
+                  << "); " << micro_batches << " micro-batch(es) of " << mbs << " x " << seq << " per rank per step";
+    MOE_LOG(INFO) << "model FLOPs per step " << flops_per_step << " (Megatron formula); MFU against " << peak.source
+                  << " = " << peak.flops_per_second / 1e9 << " GFLOP/s per device";
+  }
+  if (start_step >= stop) {
+    TrainResult r;
+    r.first_step = r.last_step = start_step;
+    if (lead) MOE_LOG(INFO) << "nothing to do: the checkpoint is at step " << start_step << ", the run stops at " << stop;
+    return r;
+  }
+
+  std::ofstream metrics_file;
+  if (lead && !options.metrics_out.empty()) {
+    metrics_file.open(options.metrics_out, options.resume ? std::ios::app : std::ios::trunc);
+    if (!metrics_file) return UnavailableError("cannot open --metrics-out file '" + options.metrics_out + "'");
+  }
+
+  const size_t n_moe = model.moe_layers().size();
+  const int64_t experts = mc.moe.num_experts;
+  Tensor tokens = Tensor::Empty({mbs, seq}, DType::kI32), targets = Tensor::Empty({mbs, seq}, DType::kI32);
+  TrainResult result;
+  result.first_step = start_step + 1;
+  result.peak_source = peak.source;
+  double sum_tps = 0, sum_tflops = 0, sum_mfu = 0;
+  int64_t measured = 0;
+
+  for (int64_t step = start_step + 1; step <= stop; ++step) {
+    if (options.should_stop && options.should_stop()) {
+      result.stopped_early = true;
+      break;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string phase = "step " + std::to_string(step);
+    par.world->SetPhase(phase);
+    if (par.ep_group) par.ep_group->SetPhase(phase + ": MoE token all-to-all");
+    alltoall_seconds = 0;
+    model.params().ZeroGrads();
+    // Stats to sum over ranks: ce_sum, aux, then tokens per expert for every MoE layer.
+    std::vector<double> stats(2 + n_moe * static_cast<size_t>(experts), 0.0);
+    for (int64_t m = 0; m < micro_batches; ++m) {
+      sampler->MicroBatch(step, par.rank, m, tokens.data<int32_t>(), targets.data<int32_t>());
+      MOE_ASSIGN_OR_RETURN(MicroBatchResult mb, model.ForwardBackward(tokens, targets, ce_scale, aux_coeff));
+      stats[0] += mb.ce_sum;
+      stats[1] += mb.aux_loss;
+      for (size_t l = 0; l < n_moe; ++l)
+        for (int64_t e = 0; e < experts; ++e) stats[2 + l * static_cast<size_t>(experts) + static_cast<size_t>(e)] += static_cast<double>(mb.tokens_per_expert[l][static_cast<size_t>(e)]);
+    }
+    if (options.inject_step_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options.inject_step_delay));
+    const auto t_fb = std::chrono::steady_clock::now();
+    const double step_a2a = alltoall_seconds;
+    // Gradients: dense ones summed over all ranks, experts over the ranks holding the same experts.
+    // (Each micro-batch's loss was scaled by 1/global tokens, so the sum is the global mean's gradient.)
+    double dense_sq = 0, expert_sq = 0;
+    par.world->SetPhase(phase + ": gradient all-reduce");
+    for (const auto& p : model.params().all()) {
+      Communicator* group = p->expert ? par.expert_dp : par.world;
+      if (group->size() > 1) MOE_RETURN_IF_ERROR(group->AllReduceSum(p->grad));
+      (p->expert ? expert_sq : dense_sq) += kernels::SumSquares(p->grad);
+    }
+    MOE_RETURN_IF_ERROR(par.world->AllReduceSumHost(stats.data(), static_cast<int64_t>(stats.size())));
+    if (par.ep_group->size() > 1) MOE_RETURN_IF_ERROR(par.ep_group->AllReduceSumHost(&expert_sq, 1));
+    const double grad_norm = std::sqrt(dense_sq + expert_sq);
+    const auto t_sync = std::chrono::steady_clock::now();
+    const double lr = LearningRate(spec.optimizer, spec.decay_steps(), step);
+    if (std::isfinite(grad_norm)) optimizer.Step(model.params(), step, lr, grad_norm);
+    else if (lead) MOE_LOG(WARNING) << "step " << step << ": gradient norm is " << grad_norm << "; update skipped";
+    // Aux-loss-free balancing from the step's global token counts.
+    StepMetrics m;
+    for (size_t l = 0; l < n_moe; ++l) {
+      std::vector<double> counts(stats.begin() + 2 + static_cast<long>(l * static_cast<size_t>(experts)),
+                                 stats.begin() + 2 + static_cast<long>((l + 1) * static_cast<size_t>(experts)));
+      if (mc.moe.bias_update_rate > 0) model.moe_layers()[l]->UpdateBias(counts, mc.moe.bias_update_rate);
+      double mx = 0, sum = 0;
+      for (double c : counts) { mx = std::max(mx, c); sum += c; }
+      const double imb = sum > 0 ? mx / (sum / static_cast<double>(experts)) : 0;
+      m.expert_load_imbalance_per_layer.push_back(imb);
+      m.expert_load_imbalance = std::max(m.expert_load_imbalance, imb);
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    m.step = step;
+    m.total_steps = stop;
+    m.tokens = gbs * seq;
+    m.loss = stats[0] / static_cast<double>(m.tokens);
+    m.aux_loss = stats[1];
+    m.lr = lr;
+    m.grad_norm = grad_norm;
+    m.step_seconds = Seconds(t0, t1);
+    m.tokens_per_second = static_cast<double>(m.tokens) / m.step_seconds;
+    m.tflops_per_device = TflopsPerDevice(flops_per_step, m.step_seconds, par.world_size);
+    m.peak_tflops = peak.flops_per_second / 1e12;
+    m.peak_source = peak.source;
+    m.mfu = m.peak_tflops > 0 ? m.tflops_per_device / m.peak_tflops : 0;
+    m.alltoall_seconds = step_a2a;
+    m.compute_seconds = Seconds(t0, t_fb) - step_a2a;
+    m.grad_sync_seconds = Seconds(t_fb, t_sync);
+    m.consumed_samples = step * gbs;
+    m.world_size = par.world_size;
+    m.rank = par.rank;
+    if (!std::isfinite(m.loss)) {
+      return InternalError("step " + std::to_string(step) + ": the loss is " + std::to_string(m.loss) + " (diverged)");
+    }
+    if (result.last_step == 0 || step == result.first_step) result.first_loss = m.loss;
+    result.last_step = step;
+    result.last_loss = m.loss;
+    // The first step carries one-time costs (page faults, allocator warm-up); leave it out of means.
+    if (step > result.first_step || stop == result.first_step) {
+      sum_tps += m.tokens_per_second;
+      sum_tflops += m.tflops_per_device;
+      sum_mfu += m.mfu;
+      ++measured;
+    }
+    if (lead) {
+      if (metrics_file.is_open()) metrics_file << MetricsJson(m) << "\n" << std::flush;
+      if (options.log_steps && (step % spec.training.log_interval == 0 || step == stop || step == result.first_step)) {
+        MOE_LOG(INFO) << MegatronLogLine(m);
+      }
+    }
+    if (options.on_step) options.on_step(m);
+    if (ckpt && ((ckpt_interval > 0 && step % ckpt_interval == 0) || step == stop)) {
+      const auto c0 = std::chrono::steady_clock::now();
+      Node state = Node::Map();
+      state.Set("step", Node::Scalar(std::to_string(step)));
+      state.Set("consumed_samples", Node::Scalar(std::to_string(m.consumed_samples)));
+      state.Set("seed", Node::Scalar(std::to_string(spec.training.seed)));
+      state.Set("loss", Node::Scalar(std::to_string(m.loss)));
+      MOE_RETURN_IF_ERROR(ckpt->Save(step, model, state));
+      if (lead) {
+        MOE_LOG(INFO) << "saved checkpoint " << CheckpointManager::StepDirName(step) << " in " << ckpt_dir << " ("
+                      << Seconds(c0, std::chrono::steady_clock::now()) << " s)";
+      }
+    }
+  }
+  if (measured > 0) {
+    result.mean_tokens_per_second = sum_tps / static_cast<double>(measured);
+    result.mean_tflops_per_device = sum_tflops / static_cast<double>(measured);
+    result.mean_mfu = sum_mfu / static_cast<double>(measured);
+  }
+  return result;
+}
+
+}  // namespace moe
