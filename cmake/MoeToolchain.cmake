@@ -9,7 +9,7 @@ endif()
 
 # Warnings for our own targets (third-party headers come in as system includes).
 # GCC 12 reports false maybe-uninitialized warnings through std::variant (StatusOr); they are off.
-set(MOE_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-maybe-uninitialized)
+set(MOE_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-maybe-uninitialized -Wno-missing-field-initializers)
 set(CMAKE_CXX_FLAGS_RELEASE "-O2 -g1 -DNDEBUG")
 set(CMAKE_CXX_FLAGS_RELWITHDEBINFO "-O2 -g -DNDEBUG")
 

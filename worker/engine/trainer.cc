@@ -64,7 +64,7 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
     }
   }
 
-  PeakFlops peak{options.peak_flops, options.peak_source};
+  PeakFlops peak{options.peak_flops, options.peak_source.empty() ? "a peak given by the caller" : options.peak_source};
   if (peak.flops_per_second <= 0) peak = MeasureCpuSgemmPeak();
   if (lead) {
     const int64_t params = model.params().NumElements();

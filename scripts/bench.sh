@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every benchmark in bench/ and prints their RESULT lines at the end. Benchmarks time things;
+# tests never do. Each benchmark measures its ceiling in the same run, so read the ratios.
+set -uo pipefail
+build=${1:-build}
+cd "$(dirname "$0")/.."
+log=$(mktemp /tmp/moe-bench.XXXXXX)
+run() { echo "== $*"; "$@" 2>&1 | tee -a "$log"; }
+run "$build/bin/moe-bench-train-step"
+echo
+echo "== results"
+grep '^RESULT' "$log"
+rm -f "$log"

@@ -1,0 +1,112 @@
+#include "common/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "common/flops.h"
+
+namespace moe {
+namespace {
+
+const char* kJob = R"(
+apiVersion: moe/v1
+kind: TrainingJob
+metadata: {name: tiny-dsv3, priority: 0}
+spec:
+  model: {preset: tiny}
+  parallelism: {world_size: 2, expert_parallel: 2}
+  placement: {expert_group_within: rack}
+  data: {path: data/fortunes, seq_length: 256, micro_batch_size: 8, global_batch_size: 16}
+  optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 50, weight_decay: 0.1, grad_clip: 1.0}
+  training: {steps: 300, seed: 1234}
+  checkpoint: {dir: /tmp/moe-ckpt, interval_steps: 50}
+  resources: {device: cpu}
+  max_restarts: 3
+)";
+
+TEST(JobSpec, ParsesTheDesignExample) {
+  auto spec = ParseJobSpecText(kJob);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "tiny-dsv3");
+  EXPECT_EQ(spec->model.hidden_size, 128);
+  EXPECT_EQ(spec->parallelism.expert_parallel, 2);
+  EXPECT_EQ(spec->micro_batches_per_rank(), 1);
+  EXPECT_EQ(spec->training.seed, 1234u);
+  // Written out and read back, it is the same job.
+  auto again = ParseJobSpec(JobSpecToNode(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ToJson(JobSpecToNode(*again)), ToJson(JobSpecToNode(*spec)));
+  EXPECT_EQ(ModelFingerprint(*again), ModelFingerprint(*spec));
+}
+
+TEST(JobSpec, PresetFieldsCanBeOverridden) {
+  auto spec = ParseJobSpecText(std::string(kJob).replace(std::string(kJob).find("{preset: tiny}"), 14,
+                                                         "{preset: tiny, hidden_size: 64, moe: {top_k: 1}}"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.hidden_size, 64);
+  EXPECT_EQ(spec->model.moe.top_k, 1);
+  EXPECT_EQ(spec->model.moe.num_experts, 8);  // from the preset
+}
+
+struct Bad {
+  std::string from, to, message;
+};
+
+class BadJobSpec : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(BadJobSpec, NamesTheField) {
+  const Bad& b = GetParam();
+  std::string text = kJob;
+  const size_t at = text.find(b.from);
+  ASSERT_NE(at, std::string::npos) << b.from;
+  text.replace(at, b.from.size(), b.to);
+  auto spec = ParseJobSpecText(text);
+  ASSERT_FALSE(spec.ok()) << "accepted: " << b.to;
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find(b.message), std::string::npos) << "got: " << spec.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadJobSpec,
+    ::testing::Values(
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {topk: 2}}", "spec.model.moe.topk: unknown field (did you mean 'top_k'?)"},
+        Bad{"{preset: tiny}", "{preset: huge}", "spec.model.preset: unknown preset 'huge'"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {top_k: 9}}", "spec.model.moe.top_k: 9 exceeds num_experts = 8"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {topk_groups: 5}}", "spec.model.moe.topk_groups: 5 exceeds num_groups = 4"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {num_groups: 3}}", "spec.model.moe.num_groups: num_experts = 8 is not divisible by num_groups = 3"},
+        Bad{"{preset: tiny}", "{preset: tiny, num_heads: 3}", "spec.model.hidden_size: 128 is not divisible by num_heads = 3"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {top_k: 6}}", "spec.model.moe.top_k: 6 exceeds the 4 experts in the topk_groups = 2 groups"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {score_function: relu}}", "spec.model.moe.score_function: must be sigmoid or softmax"},
+        Bad{"{preset: tiny}", "{preset: tiny, first_k_dense: 9}", "spec.model.first_k_dense: 9 exceeds num_layers = 4"},
+        Bad{"{preset: tiny}", "{preset: tiny, hidden_size: -4}", "spec.model.hidden_size: must be > 0"},
+        Bad{"{preset: tiny}", "{preset: tiny, hidden_size: lots}", "spec.model.hidden_size: expected an integer, got 'lots'"},
+        Bad{"expert_parallel: 2}", "expert_parallel: 3}", "spec.parallelism.expert_parallel: world_size = 2 is not divisible"},
+        Bad{"global_batch_size: 16", "global_batch_size: 12", "spec.data.global_batch_size: 12 must be a multiple of micro_batch_size x world_size = 16"},
+        Bad{"expert_group_within: rack", "expert_group_within: planet", "spec.placement.expert_group_within: must be rack, node or any"},
+        Bad{"lr: 3.0e-3, min_lr: 3.0e-4", "lr: 3.0e-3, min_lr: 3.0e-2", "spec.optimizer.min_lr: must be in [0, lr]"},
+        Bad{"device: cpu", "device: tpu", "spec.resources.device: must be cpu or cuda"},
+        Bad{"steps: 300", "steps: 0", "spec.training.steps: must be > 0"},
+        Bad{"name: tiny-dsv3", "name: Tiny DSV3!", "metadata.name:"},
+        Bad{"apiVersion: moe/v1", "apiVersion: moe/v2", "apiVersion: must be moe/v1"},
+        Bad{"max_restarts: 3", "max_restarts: 3\n  surprise: 1", "spec.surprise: unknown field"},
+        Bad{"data: {path: data/fortunes,", "data: {", "spec.data.path: missing"}));
+
+TEST(Flops, MatchesMegatronForDeepSeekV3AndByHandForTiny) {
+  // DeepSeek-V3 without MTP at sequence length 4096: about 2.5e11 FLOPs per token (Megatron-Bridge).
+  ModelConfig v3 = *ModelPreset("deepseek-v3-671b");
+  v3.mtp_depth = 0;
+  const double per_token = MegatronFlopsPerStep(v3, 1, 4096) / 4096;
+  EXPECT_NEAR(per_token, 2.5e11, 0.1e11) << per_token;
+  // tiny by hand: h=128, L=4 (1 dense), V=2048, s=256, one sequence.
+  ModelConfig t = *ModelPreset("tiny");
+  const double h = 128, s = 256;
+  const double expected =
+      s * (6 * h * (384 * 3 * 1 + 128 * 2 * 3 * 3 + 128 * 1 * 3 * 3) + 4 * 6 * 4 * h * h + 6 * h * 2048) +
+      s * s * 4 * 6 * h;
+  EXPECT_DOUBLE_EQ(MegatronFlopsPerStep(t, 1, 256), expected);
+  EXPECT_DOUBLE_EQ(TflopsPerDevice(2e12, 2.0, 4), 0.25);
+  EXPECT_EQ(PaddedVocab(129280), 129280);
+  EXPECT_EQ(PaddedVocab(2049), 2176);
+}
+
+}  // namespace
+}  // namespace moe

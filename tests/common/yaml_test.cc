@@ -1,0 +1,88 @@
+#include "common/yaml.h"
+
+#include <gtest/gtest.h>
+
+namespace moe {
+namespace {
+
+TEST(Yaml, BlockAndFlowCollectionsCommentsAndQuotes) {
+  auto doc = ParseYaml(R"(---
+# a job
+apiVersion: moe/v1
+metadata: {name: "tiny dsv3", priority: 2}   # trailing comment
+spec:
+  model:
+    preset: tiny
+    moe: {num_experts: 8, score_function: 'sig''moid'}
+  list:
+    - a
+    - {b: 1}
+    - key: v
+      other: [1, 2, 3]
+  same_indent_list:
+  - x
+  - y
+  text: |
+    line one
+    line two
+  empty:
+)");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  EXPECT_EQ(doc->Find("apiVersion")->scalar(), "moe/v1");
+  EXPECT_EQ(doc->Find("metadata")->Find("name")->scalar(), "tiny dsv3");
+  EXPECT_EQ(*doc->Find("metadata")->Find("priority")->AsInt("p"), 2);
+  const Node* spec = doc->Find("spec");
+  EXPECT_EQ(spec->Find("model")->Find("moe")->Find("score_function")->scalar(), "sig'moid");
+  const Node* list = spec->Find("list");
+  ASSERT_TRUE(list->IsList());
+  ASSERT_EQ(list->elements().size(), 3u);
+  EXPECT_EQ(list->elements()[0].scalar(), "a");
+  EXPECT_EQ(list->elements()[2].Find("other")->elements().size(), 3u);
+  EXPECT_EQ(list->elements()[2].Find("other")->elements()[2].scalar(), "3");
+  EXPECT_EQ(spec->Find("same_indent_list")->elements().size(), 2u);
+  EXPECT_EQ(spec->Find("text")->scalar(), "line one\nline two\n");
+  EXPECT_TRUE(spec->Find("empty")->IsNull());
+}
+
+TEST(Yaml, JsonIsAcceptedAndWrittenBack) {
+  auto doc = ParseYaml(R"({"a": [1, 2.5, true, null, "x\"y\u00e9"], "b": {"c": -3e-2}})");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  EXPECT_EQ(ToJson(*doc), R"({"a":[1,2.5,true,null,"x\"yé"],"b":{"c":-3e-2}})");
+  // YAML plain scalars become JSON numbers, booleans or strings as they read.
+  auto y = ParseYaml("lr: 3.0e-3\nname: tiny\nflag: true\nver: '1'\n");
+  ASSERT_TRUE(y.ok());
+  EXPECT_EQ(ToJson(*y), R"({"lr":3.0e-3,"name":"tiny","flag":true,"ver":"1"})");
+  // And back to YAML, which parses to the same document.
+  auto again = ParseYaml(ToYaml(*doc));
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << ToYaml(*doc);
+  EXPECT_EQ(ToJson(*again), ToJson(*doc));
+}
+
+TEST(Yaml, ErrorsNameTheLine) {
+  struct Bad {
+    const char* text;
+    const char* message;
+  };
+  for (const Bad& b : {Bad{"a: 1\n  b: 2\n", "line 2"}, Bad{"a: {b: 1\n", "missing '}'"},
+                       Bad{"a: 1\na: 2\n", "duplicate key 'a'"}, Bad{"a:\n\t- x\n", "tab in indentation"},
+                       Bad{"a: &anchor 1\n", "anchors"}, Bad{"a: \"unterminated\n", "unterminated"},
+                       Bad{"a: 1\n---\nb: 2\n", "multiple documents"}}) {
+    auto doc = ParseYaml(b.text);
+    ASSERT_FALSE(doc.ok()) << b.text;
+    EXPECT_NE(doc.status().message().find(b.message), std::string::npos) << doc.status() << " for:\n" << b.text;
+  }
+}
+
+TEST(Yaml, TypedReadsNameThePath) {
+  auto doc = ParseYaml("n: 12x\nd: abc\nb: maybe\n");
+  ASSERT_TRUE(doc.ok());
+  auto n = doc->Find("n")->AsInt("spec.training.steps");
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().message(), "spec.training.steps: expected an integer, got '12x'");
+  EXPECT_FALSE(doc->Find("d")->AsDouble("x").ok());
+  EXPECT_FALSE(doc->Find("b")->AsBool("x").ok());
+  EXPECT_EQ(*ParseYaml("n: 1e3")->Find("n")->AsInt("n"), 1000);
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,146 @@
+#include "worker/engine/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/file_util.h"
+#include "kernels/elementwise.h"
+#include "tests/testing/testing.h"
+
+namespace moe {
+namespace {
+
+using moe::testing::Values;
+
+ModelConfig SmallModel() {
+  auto m = ModelPreset("tiny");
+  m->vocab_size = 64;
+  m->hidden_size = 16;
+  m->num_layers = 2;
+  m->num_heads = 2;
+  m->dense_ffn_hidden = 24;
+  m->moe.ffn_hidden = 8;
+  return *m;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = "/tmp/moe-ckpt-test-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ASSERT_TRUE(RemoveAll(dir_).ok());
+    model_ = std::make_unique<Model>(SmallModel(), local_.ctx, 1, DType::kF32, Device::Cpu());
+  }
+  void TearDown() override { (void)RemoveAll(dir_); }
+  // Makes the model's state depend on `v`.
+  void Mutate(double v) {
+    for (const auto& p : model_->params().all()) {
+      kernels::Fill(p->value, v);
+      kernels::Fill(p->m, v / 2);
+      kernels::Fill(p->v, v / 4);
+    }
+    model_->moe_layers()[0]->SetBias(std::vector<float>(8, static_cast<float>(v)));
+  }
+  double First() { return Values(model_->params().all().front()->value)[0]; }
+  Node State(int64_t step) {
+    Node s = Node::Map();
+    s.Set("step", Node::Scalar(std::to_string(step)));
+    return s;
+  }
+
+  std::string dir_;
+  LocalParallel local_;
+  std::unique_ptr<Model> model_;
+};
+
+TEST_F(CheckpointTest, RoundTripsEveryTensorAndTheBias) {
+  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  Mutate(1.5);
+  ASSERT_TRUE(ckpt.Save(10, *model_, State(10)).ok());
+  Mutate(-3.0);
+  auto info = ckpt.Restore(*model_);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->step, 10);
+  EXPECT_EQ(info->state.Find("step")->scalar(), "10");
+  for (const auto& p : model_->params().all()) {
+    EXPECT_EQ(Values(p->value)[0], 1.5f) << p->name;
+    EXPECT_EQ(Values(p->m)[0], 0.75f) << p->name;
+    EXPECT_EQ(Values(p->v)[0], 0.375f) << p->name;
+  }
+  EXPECT_EQ(Values(model_->moe_layers()[0]->bias())[7], 1.5f);
+  EXPECT_FALSE(PathExists(dir_ + "/step_00000010.tmp"));
+  EXPECT_TRUE(PathExists(dir_ + "/step_00000010/MANIFEST.json"));
+}
+
+void FlipByte(const std::string& path, size_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+TEST_F(CheckpointTest, DamagedOrTruncatedNewestFallsBackToThePreviousComplete) {
+  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  Mutate(1.0);
+  ASSERT_TRUE(ckpt.Save(10, *model_, State(10)).ok());
+  Mutate(2.0);
+  ASSERT_TRUE(ckpt.Save(20, *model_, State(20)).ok());
+  const std::string shard = dir_ + "/step_00000020/shard_00000.bin";
+  FlipByte(shard, 5000);
+  Status st = ckpt.Validate(dir_ + "/step_00000020");
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("CRC mismatch"), std::string::npos) << st;
+  Mutate(9.0);
+  auto info = ckpt.Restore(*model_);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->step, 10);
+  EXPECT_EQ(First(), 1.0);
+  // Truncation is caught the same way.
+  Mutate(3.0);
+  ASSERT_TRUE(ckpt.Save(30, *model_, State(30)).ok());
+  ASSERT_EQ(::truncate((dir_ + "/step_00000030/shard_00000.bin").c_str(), 100), 0);
+  info = ckpt.Restore(*model_);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->step, 10);
+}
+
+TEST_F(CheckpointTest, PartialCheckpointsAreIgnoredAndOldOnesPruned) {
+  CheckpointManager ckpt(dir_, local_.ctx, "fp", /*keep_last=*/2);
+  for (int64_t s : {10, 20, 30}) {
+    Mutate(static_cast<double>(s));
+    ASSERT_TRUE(ckpt.Save(s, *model_, State(s)).ok());
+  }
+  EXPECT_FALSE(PathExists(dir_ + "/step_00000010"));
+  ASSERT_EQ(ckpt.List().size(), 2u);
+  // A crash mid-write leaves a .tmp directory; a directory without its manifest is not complete either.
+  ASSERT_TRUE(MakeDirs(dir_ + "/step_00000040.tmp").ok());
+  ASSERT_TRUE(MakeDirs(dir_ + "/step_00000050").ok());
+  Mutate(0.0);
+  auto info = ckpt.Restore(*model_);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->step, 30);
+  EXPECT_EQ(First(), 30.0);
+}
+
+TEST_F(CheckpointTest, AnotherModelOrLayoutIsRefusedClearly) {
+  CheckpointManager writer(dir_, local_.ctx, "fingerprint-a", 0);
+  ASSERT_TRUE(writer.Save(10, *model_, State(10)).ok());
+  CheckpointManager reader(dir_, local_.ctx, "fingerprint-b", 0);
+  auto info = reader.Restore(*model_);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(info.status().message().find("another model or layout"), std::string::npos) << info.status();
+}
+
+TEST_F(CheckpointTest, EmptyDirectoryMeansStepZero) {
+  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  auto info = ckpt.Restore(*model_);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->step, 0);
+}
+
+}  // namespace
+}  // namespace moe
