@@ -2,6 +2,12 @@
 //
 //   moe-train --config job.yaml [--steps N] [--checkpoint-dir D] [--checkpoint-interval K] [--resume]
 //             [--metrics-out FILE] [--threads T]
+//             [--nproc N]                                       N local ranks (W = N)
+//             [--rank R --world-size W --rendezvous file://DIR] one rank of a W-rank job
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -9,7 +15,9 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "kernels/runtime.h"
-#include "worker/engine/comm/communicator.h"
+#include "worker/engine/comm/process_group.h"
+#include "worker/engine/comm/store.h"
+#include "worker/engine/launcher.h"
 #include "worker/engine/trainer.h"
 
 namespace {
@@ -19,11 +27,21 @@ int Fail(const moe::Status& st) {
   return st.code() == moe::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+std::string SelfPath() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "moe-train";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config, checkpoint_dir, metrics_out, log_level = "info";
-  int64_t steps = 0, checkpoint_interval = -1, threads = 0;
+  // A peer that dies closes its sockets; writing to them must be an error Gloo reports (EPIPE), not a
+  // signal that kills this rank before it can say what happened.
+  ::signal(SIGPIPE, SIG_IGN);
+  std::string config, checkpoint_dir, metrics_out, log_level = "info", rendezvous, hostname = "127.0.0.1";
+  int64_t steps = 0, checkpoint_interval = -1, threads = 0, nproc = 0, rank = -1, world_size = 0;
+  double inject_delay = 0;
   bool resume = false;
   moe::ArgParser args("moe-train", "Trains a DeepSeek-V3-style MoE model from a job file on this machine's CPU.");
   args.AddString("config", &config, "job file (YAML, the TrainingJob of docs/job-spec.md)");
@@ -31,8 +49,14 @@ int main(int argc, char** argv) {
   args.AddString("checkpoint-dir", &checkpoint_dir, "checkpoint directory (default: spec.checkpoint.dir)");
   args.AddInt("checkpoint-interval", &checkpoint_interval, "save every K steps, and at the end (default: spec.checkpoint.interval_steps)");
   args.AddFlag("resume", &resume, "continue from the newest complete checkpoint in the checkpoint directory");
-  args.AddString("metrics-out", &metrics_out, "write one JSON line of metrics per step to FILE");
-  args.AddInt("threads", &threads, "CPU threads for kernels and BLAS (default: all cores; $MOE_THREADS)");
+  args.AddString("metrics-out", &metrics_out, "write one JSON line of metrics per step to FILE (rank 0)");
+  args.AddInt("threads", &threads, "CPU threads for kernels and BLAS per rank (default: cores / ranks; $MOE_THREADS)");
+  args.AddInt("nproc", &nproc, "run N local ranks as child processes (sets spec.parallelism.world_size = N)");
+  args.AddInt("rank", &rank, "this process's rank in a multi-process job (with --world-size, --rendezvous)");
+  args.AddInt("world-size", &world_size, "ranks in the job (must match spec.parallelism.world_size)");
+  args.AddString("rendezvous", &rendezvous, "where the ranks meet: file:///fresh/shared/dir");
+  args.AddString("hostname", &hostname, "the address other ranks reach this one at (default 127.0.0.1)");
+  args.AddDouble("inject-step-delay", &inject_delay, "testing: this rank sleeps this many seconds every step");
   args.AddString("log-level", &log_level, "debug | info | warning | error");
   args.Require("config");
   if (moe::Status st = args.Parse(argc, argv); !st.ok()) {
@@ -48,22 +72,76 @@ int main(int argc, char** argv) {
   moe::SetLogLevel(level);
   if (steps < 0) return Fail(moe::InvalidArgumentError("--steps: must be >= 1"));
   if (checkpoint_interval < -1) return Fail(moe::InvalidArgumentError("--checkpoint-interval: must be >= 0"));
+  if (nproc < 0 || nproc > 1024) return Fail(moe::InvalidArgumentError("--nproc: must be in [1, 1024]"));
   if (threads == 0 && std::getenv("MOE_THREADS") != nullptr) threads = std::atoi(std::getenv("MOE_THREADS"));
-  moe::kernels::SetNumThreads(static_cast<int>(threads));
 
   auto spec = moe::LoadJobSpecFile(config);
   if (!spec.ok()) return Fail(spec.status());
 
-  moe::LocalParallel local;
+  // Launcher: re-run this binary once per rank.
+  if (nproc > 0) {
+    if (rank >= 0 || !rendezvous.empty()) return Fail(moe::InvalidArgumentError("--nproc: not with --rank or --rendezvous"));
+    moe::JobSpec s = *spec;
+    s.parallelism.world_size = nproc;
+    if (moe::Status st = moe::ValidateJobSpec(s); !st.ok()) return Fail(st.WithPrefix("with --nproc " + std::to_string(nproc)));
+    moe::LaunchOptions lo;
+    lo.nproc = static_cast<int>(nproc);
+    lo.program = SelfPath();
+    lo.threads_per_rank = static_cast<int>(threads);
+    lo.grace_seconds = s.parallelism.timeout_seconds + 5;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "--nproc") { ++i; continue; }
+      if (a.rfind("--nproc=", 0) == 0 || a.rfind("--threads", 0) == 0) {
+        if (a == "--threads") ++i;
+        continue;
+      }
+      lo.args.push_back(a);
+    }
+    return moe::LaunchLocalRanks(lo);
+  }
+
+  moe::kernels::SetNumThreads(static_cast<int>(threads));
+  std::unique_ptr<moe::KvStore> store;
+  int r = 0, w = 1;
+  if (rank >= 0 || world_size > 0 || !rendezvous.empty()) {
+    if (rank < 0 || world_size < 1 || rendezvous.empty()) {
+      return Fail(moe::InvalidArgumentError("--rank, --world-size and --rendezvous go together"));
+    }
+    if (rank >= world_size) return Fail(moe::InvalidArgumentError("--rank: " + std::to_string(rank) + " is not below --world-size " + std::to_string(world_size)));
+    r = static_cast<int>(rank);
+    w = static_cast<int>(world_size);
+    spec->parallelism.world_size = w;
+    if (moe::Status st = moe::ValidateJobSpec(*spec); !st.ok()) return Fail(st.WithPrefix("with --world-size " + std::to_string(w)));
+    auto opened = moe::OpenStore(rendezvous);
+    if (!opened.ok()) return Fail(opened.status());
+    store = std::move(*opened);
+    moe::SetLogPrefix("rank" + std::to_string(r));
+  } else if (spec->parallelism.world_size > 1) {
+    return Fail(moe::InvalidArgumentError("spec.parallelism.world_size is " + std::to_string(spec->parallelism.world_size) +
+                                          ": run it with --nproc " + std::to_string(spec->parallelism.world_size) +
+                                          " (or one rank with --rank/--world-size/--rendezvous)"));
+  }
+  moe::GroupOptions go;
+  go.backend = spec->resources.device == "cuda" ? "nccl" : "gloo";
+  go.timeout_seconds = spec->parallelism.timeout_seconds;
+  go.hostname = hostname;
+  auto groups = moe::ProcessGroups::Create(w, r, static_cast<int>(spec->parallelism.expert_parallel), store.get(), go);
+  if (!groups.ok()) return Fail(groups.status());
+
   moe::TrainerOptions options;
   options.stop_at_step = steps;
   options.checkpoint_dir = checkpoint_dir;
   options.checkpoint_interval = checkpoint_interval;
   options.resume = resume;
   options.metrics_out = metrics_out;
-  auto result = moe::Train(*spec, local.ctx, options);
-  if (!result.ok()) return Fail(result.status());
-  if (result->last_step >= result->first_step) {
+  options.inject_step_delay = inject_delay;
+  auto result = moe::Train(*spec, (*groups)->ctx(), options);
+  if (!result.ok()) {
+    MOE_LOG(ERROR) << "training failed: " << result.status();
+    return Fail(result.status());
+  }
+  if (r == 0 && result->last_step >= result->first_step) {
     std::fprintf(stderr,
                  "summary: steps %lld-%lld | loss %.4f -> %.4f (x%.3f) | %.0f tokens/s | %.4f TFLOP/s per device | "
                  "MFU %.1f%% (against %s)\n",

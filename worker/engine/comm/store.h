@@ -1,0 +1,54 @@
+// Rendezvous key-value store: how the ranks of a job find each other (Gloo's addresses, NCCL's unique
+// id). FileStore serves standalone runs (moe-train --nproc) through a shared directory; the worker
+// agent implements the same interface over the controller's key-value store.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace moe {
+
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+  virtual Status Set(const std::string& key, const std::string& value) = 0;
+  // NOT_FOUND when the key is not there (yet).
+  virtual StatusOr<std::string> Get(const std::string& key) = 0;
+  // Waits until every key exists; DEADLINE_EXCEEDED after `timeout`.
+  virtual Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+};
+
+// One file per key in a directory (written to a temporary name, then renamed). The directory must be
+// fresh for each run: keys from an earlier run would be read as this run's.
+class FileStore final : public KvStore {
+ public:
+  explicit FileStore(std::string dir);
+  Status Set(const std::string& key, const std::string& value) override;
+  StatusOr<std::string> Get(const std::string& key) override;
+
+ private:
+  std::string Path(const std::string& key) const;
+  std::string dir_;
+};
+
+// Namespaces another store's keys: "<prefix>/<key>".
+class PrefixStore final : public KvStore {
+ public:
+  PrefixStore(std::string prefix, KvStore* base) : prefix_(std::move(prefix)), base_(base) {}
+  Status Set(const std::string& key, const std::string& value) override { return base_->Set(prefix_ + "/" + key, value); }
+  StatusOr<std::string> Get(const std::string& key) override { return base_->Get(prefix_ + "/" + key); }
+  Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+
+ private:
+  std::string prefix_;
+  KvStore* base_;
+};
+
+// Parses "file:///path" into a FileStore. Other schemes are the worker agent's business.
+StatusOr<std::unique_ptr<KvStore>> OpenStore(const std::string& url);
+
+}  // namespace moe
