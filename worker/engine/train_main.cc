@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <numeric>
 #include <cstdio>
 #include <cstdlib>
 
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
   // signal that kills this rank before it can say what happened.
   ::signal(SIGPIPE, SIG_IGN);
   std::string config, checkpoint_dir, metrics_out, log_level = "info", rendezvous, hostname = "127.0.0.1";
-  int64_t steps = 0, checkpoint_interval = -1, threads = 0, nproc = 0, rank = -1, world_size = 0;
+  int64_t steps = 0, checkpoint_interval = -1, threads = 0, nproc = 0, rank = -1, world_size = 0, expert_parallel = 0;
   double inject_delay = 0;
   bool resume = false;
   moe::ArgParser args("moe-train", "Trains a DeepSeek-V3-style MoE model from a job file on this machine's CPU.");
@@ -51,7 +52,8 @@ int main(int argc, char** argv) {
   args.AddFlag("resume", &resume, "continue from the newest complete checkpoint in the checkpoint directory");
   args.AddString("metrics-out", &metrics_out, "write one JSON line of metrics per step to FILE (rank 0)");
   args.AddInt("threads", &threads, "CPU threads for kernels and BLAS per rank (default: cores / ranks; $MOE_THREADS)");
-  args.AddInt("nproc", &nproc, "run N local ranks as child processes (sets spec.parallelism.world_size = N)");
+  args.AddInt("nproc", &nproc, "run N local ranks as child processes (W = N; default: the job's world_size)");
+  args.AddInt("expert-parallel", &expert_parallel, "override spec.parallelism.expert_parallel");
   args.AddInt("rank", &rank, "this process's rank in a multi-process job (with --world-size, --rendezvous)");
   args.AddInt("world-size", &world_size, "ranks in the job (must match spec.parallelism.world_size)");
   args.AddString("rendezvous", &rendezvous, "where the ranks meet: file:///fresh/shared/dir");
@@ -78,11 +80,22 @@ int main(int argc, char** argv) {
   auto spec = moe::LoadJobSpecFile(config);
   if (!spec.ok()) return Fail(spec.status());
 
-  // Launcher: re-run this binary once per rank.
+  if (expert_parallel > 0) spec->parallelism.expert_parallel = expert_parallel;
+  // Launcher: re-run this binary once per rank. A job whose world size is above 1 runs that many local
+  // ranks unless this process is one rank of it (--rank).
+  const bool rank_mode = rank >= 0 || world_size > 0 || !rendezvous.empty();
+  if (nproc == 0 && !rank_mode && spec->parallelism.world_size > 1) nproc = spec->parallelism.world_size;
   if (nproc > 0) {
-    if (rank >= 0 || !rendezvous.empty()) return Fail(moe::InvalidArgumentError("--nproc: not with --rank or --rendezvous"));
+    if (rank_mode) return Fail(moe::InvalidArgumentError("--nproc: not with --rank, --world-size or --rendezvous"));
     moe::JobSpec s = *spec;
     s.parallelism.world_size = nproc;
+    // --nproc sets W; EP stays the job's when it divides W, else the largest common divisor.
+    const int64_t ep = std::gcd(s.parallelism.expert_parallel, nproc);
+    if (ep != s.parallelism.expert_parallel) {
+      std::fprintf(stderr, "moe-train: expert_parallel %lld does not divide --nproc %lld; using %lld\n",
+                   static_cast<long long>(s.parallelism.expert_parallel), static_cast<long long>(nproc), static_cast<long long>(ep));
+    }
+    s.parallelism.expert_parallel = ep;
     if (moe::Status st = moe::ValidateJobSpec(s); !st.ok()) return Fail(st.WithPrefix("with --nproc " + std::to_string(nproc)));
     moe::LaunchOptions lo;
     lo.nproc = static_cast<int>(nproc);
@@ -91,20 +104,19 @@ int main(int argc, char** argv) {
     lo.grace_seconds = s.parallelism.timeout_seconds + 5;
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
-      if (a == "--nproc") { ++i; continue; }
-      if (a.rfind("--nproc=", 0) == 0 || a.rfind("--threads", 0) == 0) {
-        if (a == "--threads") ++i;
-        continue;
-      }
+      if (a == "--nproc" || a == "--threads") { ++i; continue; }
+      if (a.rfind("--nproc=", 0) == 0 || a.rfind("--threads=", 0) == 0) continue;
       lo.args.push_back(a);
     }
+    lo.args.push_back("--expert-parallel");
+    lo.args.push_back(std::to_string(ep));
     return moe::LaunchLocalRanks(lo);
   }
 
   moe::kernels::SetNumThreads(static_cast<int>(threads));
   std::unique_ptr<moe::KvStore> store;
   int r = 0, w = 1;
-  if (rank >= 0 || world_size > 0 || !rendezvous.empty()) {
+  if (rank_mode) {
     if (rank < 0 || world_size < 1 || rendezvous.empty()) {
       return Fail(moe::InvalidArgumentError("--rank, --world-size and --rendezvous go together"));
     }
@@ -117,10 +129,6 @@ int main(int argc, char** argv) {
     if (!opened.ok()) return Fail(opened.status());
     store = std::move(*opened);
     moe::SetLogPrefix("rank" + std::to_string(r));
-  } else if (spec->parallelism.world_size > 1) {
-    return Fail(moe::InvalidArgumentError("spec.parallelism.world_size is " + std::to_string(spec->parallelism.world_size) +
-                                          ": run it with --nproc " + std::to_string(spec->parallelism.world_size) +
-                                          " (or one rank with --rank/--world-size/--rendezvous)"));
   }
   moe::GroupOptions go;
   go.backend = spec->resources.device == "cuda" ? "nccl" : "gloo";
