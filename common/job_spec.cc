@@ -197,7 +197,6 @@ StatusOr<ModelConfig> ModelPreset(const std::string& name) {
   m.preset = name;
   if (name == "tiny") {
     // Trains in minutes on two cores; every MoE feature on (groups, shared expert, bias, aux loss).
-    // gamma is 10x DeepSeek-V3's so that balancing shows within a few hundred steps.
     m.vocab_size = 2048;
     m.hidden_size = 128;
     m.num_layers = 4;
@@ -206,7 +205,7 @@ StatusOr<ModelConfig> ModelPreset(const std::string& name) {
     m.dense_ffn_hidden = 384;
     m.moe = MoeConfig{.num_experts = 8, .top_k = 2, .num_shared_experts = 1, .ffn_hidden = 128,
                       .num_groups = 4, .topk_groups = 2, .score_function = "sigmoid", .route_scale = 1.0,
-                      .bias_update_rate = 1e-2, .seq_aux_loss_coeff = 1e-4};
+                      .bias_update_rate = 1e-3, .seq_aux_loss_coeff = 1e-4};
     return m;
   }
   if (name == "small") {

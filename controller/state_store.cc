@@ -1,0 +1,145 @@
+#include "controller/state_store.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <sqlite3.h>
+
+#include "common/file_util.h"
+
+namespace moe::controller {
+namespace {
+
+sqlite3* Db(void* p) { return static_cast<sqlite3*>(p); }
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+Status FromJson(const std::string& json, google::protobuf::Message* m) {
+  auto st = google::protobuf::util::JsonStringToMessage(json, m);
+  if (!st.ok()) return DataLossError("stored record does not parse: " + std::string(st.message()));
+  return OkStatus();
+}
+
+// A prepared statement that finalizes itself.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return s_; }
+  Status Error(const std::string& what) const { return InternalError(what + ": " + sqlite3_errmsg(db_)); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int rc_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& dir) {
+  MOE_RETURN_IF_ERROR(MakeDirs(dir));
+  const std::string path = JoinPath(dir, "controller.db");
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return UnavailableError("cannot open state database " + path + ": " + msg);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  auto store = std::unique_ptr<SqliteStateStore>(new SqliteStateStore(db));
+  MOE_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  MOE_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
+  MOE_RETURN_IF_ERROR(store->Exec(
+      "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, record TEXT NOT NULL)"));
+  MOE_RETURN_IF_ERROR(store->Exec(
+      "CREATE TABLE IF NOT EXISTS events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL, "
+      "PRIMARY KEY (job_id, seq))"));
+  return store;
+}
+
+SqliteStateStore::~SqliteStateStore() { sqlite3_close(Db(db_)); }
+
+Status SqliteStateStore::Exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(Db(db_), sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "?";
+    sqlite3_free(err);
+    return InternalError("sqlite: " + sql + ": " + msg);
+  }
+  return OkStatus();
+}
+
+Status SqliteStateStore::PutJob(const moe::v1::Job& job) {
+  moe::v1::Job copy = job;
+  copy.clear_events();
+  const std::string json = ToJson(copy);
+  Stmt s(Db(db_), "INSERT OR REPLACE INTO jobs (id, created_at, record) VALUES (?, ?, ?)");
+  if (!s.ok()) return s.Error("prepare");
+  sqlite3_bind_text(s.get(), 1, job.id().c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_double(s.get(), 2, job.created_at());
+  sqlite3_bind_text(s.get(), 3, json.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return s.Error("store job " + job.id());
+  return OkStatus();
+}
+
+Status SqliteStateStore::AppendEvent(const moe::v1::JobEvent& event) {
+  const std::string json = ToJson(event);
+  Stmt s(Db(db_), "INSERT OR REPLACE INTO events (job_id, seq, record) VALUES (?, ?, ?)");
+  if (!s.ok()) return s.Error("prepare");
+  sqlite3_bind_text(s.get(), 1, event.job_id().c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(s.get(), 2, event.seq());
+  sqlite3_bind_text(s.get(), 3, json.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return s.Error("store event of " + event.job_id());
+  return OkStatus();
+}
+
+StatusOr<std::vector<moe::v1::Job>> SqliteStateStore::LoadJobs() {
+  Stmt s(Db(db_), "SELECT record FROM jobs ORDER BY created_at, id");
+  if (!s.ok()) return s.Error("prepare");
+  std::vector<moe::v1::Job> jobs;
+  while (sqlite3_step(s.get()) == SQLITE_ROW) {
+    moe::v1::Job j;
+    MOE_RETURN_IF_ERROR(FromJson(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)), &j));
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+StatusOr<std::vector<moe::v1::JobEvent>> SqliteStateStore::LoadEvents(const std::string& job_id) {
+  Stmt s(Db(db_), "SELECT record FROM events WHERE job_id = ? ORDER BY seq");
+  if (!s.ok()) return s.Error("prepare");
+  sqlite3_bind_text(s.get(), 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
+  std::vector<moe::v1::JobEvent> events;
+  while (sqlite3_step(s.get()) == SQLITE_ROW) {
+    moe::v1::JobEvent e;
+    MOE_RETURN_IF_ERROR(FromJson(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)), &e));
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+Status MemoryStateStore::PutJob(const moe::v1::Job& job) {
+  for (auto& j : jobs_) {
+    if (j.id() == job.id()) { j = job; j.clear_events(); return OkStatus(); }
+  }
+  jobs_.push_back(job);
+  jobs_.back().clear_events();
+  return OkStatus();
+}
+Status MemoryStateStore::AppendEvent(const moe::v1::JobEvent& event) {
+  events_.push_back(event);
+  return OkStatus();
+}
+StatusOr<std::vector<moe::v1::Job>> MemoryStateStore::LoadJobs() { return jobs_; }
+StatusOr<std::vector<moe::v1::JobEvent>> MemoryStateStore::LoadEvents(const std::string& job_id) {
+  std::vector<moe::v1::JobEvent> out;
+  for (const auto& e : events_) if (e.job_id() == job_id) out.push_back(e);
+  return out;
+}
+
+}  // namespace moe::controller

@@ -1,0 +1,54 @@
+// Durable controller state: jobs and their events. The interface knows nothing of SQLite so tests and
+// managers can use any implementation; SqliteStateStore is the real one (WAL, synchronous=FULL: a job
+// the controller acknowledged survives a crash of the controller or the machine).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "moe/v1/job.pb.h"
+
+namespace moe::controller {
+
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+  // Inserts or replaces the job (without its events).
+  virtual Status PutJob(const moe::v1::Job& job) = 0;
+  virtual Status AppendEvent(const moe::v1::JobEvent& event) = 0;
+  virtual StatusOr<std::vector<moe::v1::Job>> LoadJobs() = 0;
+  virtual StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) = 0;
+};
+
+class SqliteStateStore final : public StateStore {
+ public:
+  // Opens (creating) <dir>/controller.db.
+  static StatusOr<std::unique_ptr<SqliteStateStore>> Open(const std::string& dir);
+  ~SqliteStateStore() override;
+  Status PutJob(const moe::v1::Job& job) override;
+  Status AppendEvent(const moe::v1::JobEvent& event) override;
+  StatusOr<std::vector<moe::v1::Job>> LoadJobs() override;
+  StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) override;
+
+ private:
+  explicit SqliteStateStore(void* db) : db_(db) {}
+  Status Exec(const std::string& sql);
+  void* db_;  // sqlite3*
+};
+
+// For tests: keeps everything in memory.
+class MemoryStateStore final : public StateStore {
+ public:
+  Status PutJob(const moe::v1::Job& job) override;
+  Status AppendEvent(const moe::v1::JobEvent& event) override;
+  StatusOr<std::vector<moe::v1::Job>> LoadJobs() override;
+  StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) override;
+
+ private:
+  std::vector<moe::v1::Job> jobs_;
+  std::vector<moe::v1::JobEvent> events_;
+};
+
+}  // namespace moe::controller

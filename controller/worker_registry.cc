@@ -1,0 +1,117 @@
+#include "controller/worker_registry.h"
+
+namespace moe::controller {
+
+StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChannel* channel) {
+  if (reg.name().empty()) return InvalidArgumentError("register: name is empty");
+  if (reg.device().empty()) return InvalidArgumentError("register: device is empty");
+  auto it = workers_.find(reg.name());
+  if (it != workers_.end() && it->second.channel != nullptr && !it->second.lost && it->second.channel != channel) {
+    return AlreadyExistsError("a live worker named '" + reg.name() + "' is already connected");
+  }
+  WorkerEntry& w = workers_[reg.name()];
+  const bool fresh = w.info.name().empty();
+  w.info.set_name(reg.name());
+  w.info.set_rack(reg.rack());
+  w.info.set_node(reg.node());
+  w.info.set_device(reg.device());
+  w.info.set_address(reg.address());
+  if (fresh) w.info.set_registered_at(clock_.Now());
+  w.channel = channel;
+  w.lost = false;
+  w.lease_deadline = clock_.Monotonic() + lease_;
+  w.info.set_last_heartbeat(clock_.Now());
+  return &w;
+}
+
+void WorkerRegistry::Heartbeat(const std::string& name) {
+  auto it = workers_.find(name);
+  if (it == workers_.end() || it->second.lost) return;
+  it->second.lease_deadline = clock_.Monotonic() + lease_;
+  it->second.info.set_last_heartbeat(clock_.Now());
+}
+
+bool WorkerRegistry::Disconnected(const std::string& name, WorkerChannel* channel) {
+  auto it = workers_.find(name);
+  if (it == workers_.end() || it->second.channel != channel) return false;
+  it->second.channel = nullptr;
+  if (it->second.lost) return false;
+  it->second.lost = true;
+  return true;
+}
+
+std::vector<std::string> WorkerRegistry::ExpireLeases() {
+  std::vector<std::string> lost;
+  const double now = clock_.Monotonic();
+  for (auto& [name, w] : workers_) {
+    if (!w.lost && w.lease_deadline < now) {
+      w.lost = true;
+      lost.push_back(name);
+    }
+  }
+  return lost;
+}
+
+WorkerEntry* WorkerRegistry::Find(const std::string& name) {
+  auto it = workers_.find(name);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+void WorkerRegistry::Assign(const std::string& name, const std::string& job_id, int attempt, int rank) {
+  if (WorkerEntry* w = Find(name)) {
+    w->job_id = job_id;
+    w->attempt = attempt;
+    w->rank = rank;
+  }
+}
+
+void WorkerRegistry::Release(const std::string& name) {
+  if (WorkerEntry* w = Find(name)) {
+    w->job_id.clear();
+    w->attempt = 0;
+    w->rank = -1;
+  }
+}
+
+Status WorkerRegistry::SetDrained(const std::string& name, bool drained) {
+  WorkerEntry* w = Find(name);
+  if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
+  w->drained = drained;
+  return OkStatus();
+}
+
+std::vector<Slot> WorkerRegistry::FreeSlots() const {
+  std::vector<Slot> out;
+  for (const auto& [name, w] : workers_) {
+    if (w.channel != nullptr && !w.lost && !w.drained && !w.busy()) out.push_back({name, w.info.rack(), w.info.node(), w.info.device()});
+  }
+  return out;
+}
+
+std::vector<Slot> WorkerRegistry::LiveSlots() const {
+  std::vector<Slot> out;
+  for (const auto& [name, w] : workers_) {
+    if (!w.lost) out.push_back({name, w.info.rack(), w.info.node(), w.info.device()});
+  }
+  return out;
+}
+
+moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
+  moe::v1::Worker out = w.info;
+  out.set_drained(w.drained);
+  out.set_job_id(w.job_id);
+  out.set_rank(w.rank);
+  if (w.lost) out.set_state(moe::v1::LOST);
+  else if (w.busy()) out.set_state(moe::v1::BUSY);
+  else if (w.drained) out.set_state(moe::v1::DRAINED);
+  else out.set_state(moe::v1::IDLE);
+  return out;
+}
+
+std::vector<moe::v1::Worker> WorkerRegistry::List() const {
+  std::vector<moe::v1::Worker> out;
+  for (const auto& [name, w] : workers_) out.push_back(Describe(w));
+  return out;
+}
+
+}  // namespace moe::controller
