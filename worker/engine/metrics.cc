@@ -31,7 +31,7 @@ std::string MetricsJson(const StepMetrics& m) {
   }
   os << "],\"alltoall_seconds\":" << n(m.alltoall_seconds) << ",\"compute_seconds\":" << n(m.compute_seconds)
      << ",\"grad_sync_seconds\":" << n(m.grad_sync_seconds) << ",\"tokens\":" << m.tokens
-     << ",\"consumed_samples\":" << m.consumed_samples << ",\"world_size\":" << m.world_size << ",\"time\":" << Num(now) << "}";
+     << ",\"consumed_samples\":" << m.consumed_samples << ",\"world_size\":" << m.world_size << ",\"rank\":" << m.rank << ",\"time\":" << Num(now) << "}";
   return os.str();
 }
 

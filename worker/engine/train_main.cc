@@ -19,9 +19,13 @@
 #include "worker/engine/comm/process_group.h"
 #include "worker/engine/comm/store.h"
 #include "worker/engine/launcher.h"
+#include "worker/engine/metrics.h"
 #include "worker/engine/trainer.h"
 
 namespace {
+
+volatile sig_atomic_t g_stop_requested = 0;
+void OnStopSignal(int) { g_stop_requested = 1; }
 
 int Fail(const moe::Status& st) {
   std::fprintf(stderr, "moe-train: %s\n", st.ToString().c_str());
@@ -42,6 +46,7 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   std::string config, checkpoint_dir, metrics_out, log_level = "info", rendezvous, hostname = "127.0.0.1";
   int64_t steps = 0, checkpoint_interval = -1, threads = 0, nproc = 0, rank = -1, world_size = 0, expert_parallel = 0;
+  int64_t report_fd = -1;
   double inject_delay = 0;
   bool resume = false;
   moe::ArgParser args("moe-train", "Trains a DeepSeek-V3-style MoE model from a job file on this machine's CPU.");
@@ -58,6 +63,7 @@ int main(int argc, char** argv) {
   args.AddInt("world-size", &world_size, "ranks in the job (must match spec.parallelism.world_size)");
   args.AddString("rendezvous", &rendezvous, "where the ranks meet: file:///fresh/shared/dir");
   args.AddString("hostname", &hostname, "the address other ranks reach this one at (default 127.0.0.1)");
+  args.AddInt("report-fd", &report_fd, "write every rank's step metrics as JSON lines to this file descriptor");
   args.AddDouble("inject-step-delay", &inject_delay, "testing: this rank sleeps this many seconds every step");
   args.AddString("log-level", &log_level, "debug | info | warning | error");
   args.Require("config");
@@ -144,10 +150,29 @@ int main(int argc, char** argv) {
   options.resume = resume;
   options.metrics_out = metrics_out;
   options.inject_step_delay = inject_delay;
+  // SIGTERM or SIGINT: stop at the next step boundary (all ranks agree on which), exit code 3.
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  options.should_stop = [] { return g_stop_requested != 0; };
+  FILE* report = nullptr;
+  if (report_fd >= 0) {
+    report = ::fdopen(static_cast<int>(report_fd), "w");
+    if (report == nullptr) return Fail(moe::InvalidArgumentError("--report-fd: " + std::to_string(report_fd) + " is not open"));
+    options.on_step = [report](const moe::StepMetrics& m) {
+      std::fprintf(report, "%s\n", moe::MetricsJson(m).c_str());
+      std::fflush(report);
+    };
+  }
   auto result = moe::Train(*spec, (*groups)->ctx(), options);
   if (!result.ok()) {
     MOE_LOG(ERROR) << "training failed: " << result.status();
     return Fail(result.status());
+  }
+  if (result->stopped_early) {
+    if (r == 0) std::fprintf(stderr, "moe-train: stopped after step %lld (asked to stop)\n", static_cast<long long>(result->last_step));
+    return 3;
   }
   if (r == 0 && result->last_step >= result->first_step) {
     std::fprintf(stderr,

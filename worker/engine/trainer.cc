@@ -99,9 +99,17 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
   int64_t measured = 0;
 
   for (int64_t step = start_step + 1; step <= stop; ++step) {
-    if (options.should_stop && options.should_stop()) {
-      result.stopped_early = true;
-      break;
+    if (options.should_stop) {
+      // Every rank must stop at the same step boundary, or the others would wait in the next step's
+      // collectives: the ranks agree by summing their flags.
+      double stop_votes = options.should_stop() ? 1.0 : 0.0;
+      par.world->SetPhase("step " + std::to_string(step) + ": stop agreement");
+      MOE_RETURN_IF_ERROR(par.world->AllReduceSumHost(&stop_votes, 1));
+      if (stop_votes > 0) {
+        result.stopped_early = true;
+        if (lead) MOE_LOG(INFO) << "stopping before step " << step << " (asked to stop)";
+        break;
+      }
     }
     const auto t0 = std::chrono::steady_clock::now();
     const std::string phase = "step " + std::to_string(step);

@@ -1,5 +1,11 @@
 #include "worker/engine/comm/store.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "common/file_util.h"
@@ -61,12 +67,118 @@ Status PrefixStore::Wait(const std::vector<std::string>& keys, std::chrono::mill
   return base_->Wait(full, timeout);
 }
 
-StatusOr<std::unique_ptr<KvStore>> OpenStore(const std::string& url) {
-  const std::string scheme = "file://";
-  if (url.rfind(scheme, 0) != 0 || url.size() == scheme.size()) {
-    return InvalidArgumentError("--rendezvous: expected file:///path/to/dir, got '" + url + "'");
+std::string HexEncode(const std::string& s) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * s.size());
+  for (unsigned char c : s) {
+    out += d[c >> 4];
+    out += d[c & 15];
   }
-  return std::unique_ptr<KvStore>(new FileStore(url.substr(scheme.size())));
+  return out;
+}
+
+bool HexDecode(const std::string& hex, std::string* out) {
+  if (hex.size() % 2) return false;
+  auto v = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  out->clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int a = v(hex[i]), b = v(hex[i + 1]);
+    if (a < 0 || b < 0) return false;
+    *out += static_cast<char>(a * 16 + b);
+  }
+  return true;
+}
+
+StatusOr<std::unique_ptr<UnixSocketStore>> UnixSocketStore::Connect(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError("socket", errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    ::close(fd);
+    return InvalidArgumentError("--rendezvous: socket path too long: " + path);
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError("connect to the worker agent's rendezvous socket " + path, err);
+  }
+  return std::unique_ptr<UnixSocketStore>(new UnixSocketStore(fd));
+}
+
+UnixSocketStore::~UnixSocketStore() { ::close(fd_); }
+
+StatusOr<std::string> UnixSocketStore::Request(const std::string& line) {
+  const std::string msg = line + "\n";
+  size_t off = 0;
+  while (off < msg.size()) {
+    const ssize_t n = ::send(fd_, msg.data() + off, msg.size() - off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return UnavailableError(std::string("rendezvous: the worker agent's socket failed: ") + std::strerror(errno));
+    }
+    off += static_cast<size_t>(n);
+  }
+  while (true) {
+    const auto nl = buffer_.find('\n');
+    if (nl != std::string::npos) {
+      std::string reply = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return reply;
+    }
+    char buf[4096];
+    const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return UnavailableError("rendezvous: the worker agent closed its socket");
+    buffer_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+namespace {
+Status ReplyError(const std::string& reply) {
+  if (reply.rfind("TIMEOUT ", 0) == 0) return DeadlineExceededError(reply.substr(8));
+  if (reply.rfind("ERR ", 0) == 0) return UnavailableError("rendezvous: " + reply.substr(4));
+  return InternalError("rendezvous: unexpected reply '" + reply + "'");
+}
+}  // namespace
+
+Status UnixSocketStore::Set(const std::string& key, const std::string& value) {
+  MOE_ASSIGN_OR_RETURN(std::string reply, Request("SET " + HexEncode(key) + " " + HexEncode(value)));
+  return reply == "OK" ? OkStatus() : ReplyError(reply);
+}
+
+StatusOr<std::string> UnixSocketStore::Get(const std::string& key) {
+  MOE_ASSIGN_OR_RETURN(std::string reply, Request("GET " + HexEncode(key)));
+  if (reply == "NOTFOUND") return NotFoundError("key " + key);
+  if (reply.rfind("VAL ", 0) == 0) {
+    std::string value;
+    if (!HexDecode(reply.substr(4), &value)) return InternalError("rendezvous: malformed value");
+    return value;
+  }
+  return ReplyError(reply);
+}
+
+Status UnixSocketStore::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  std::string line = "WAIT " + std::to_string(timeout.count());
+  for (const auto& k : keys) line += " " + HexEncode(k);
+  MOE_ASSIGN_OR_RETURN(std::string reply, Request(line));
+  return reply == "OK" ? OkStatus() : ReplyError(reply);
+}
+
+StatusOr<std::unique_ptr<KvStore>> OpenStore(const std::string& url) {
+  const std::string file = "file://", unix_scheme = "unix://";
+  if (url.rfind(file, 0) == 0 && url.size() > file.size()) return std::unique_ptr<KvStore>(new FileStore(url.substr(file.size())));
+  if (url.rfind(unix_scheme, 0) == 0 && url.size() > unix_scheme.size()) {
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<UnixSocketStore> s, UnixSocketStore::Connect(url.substr(unix_scheme.size())));
+    return std::unique_ptr<KvStore>(std::move(s));
+  }
+  return InvalidArgumentError("--rendezvous: expected file:///path/to/dir or unix:///path/to/socket, got '" + url + "'");
 }
 
 }  // namespace moe

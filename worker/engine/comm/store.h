@@ -48,7 +48,30 @@ class PrefixStore final : public KvStore {
   KvStore* base_;
 };
 
-// Parses "file:///path" into a FileStore. Other schemes are the worker agent's business.
+// The worker agent's store, over a Unix socket: the agent forwards each request to the controller's
+// key-value store (so the engine needs no gRPC). Line protocol, keys and values hex-encoded:
+//   SET <key> <value>            -> OK | ERR <message>
+//   GET <key>                    -> VAL <value> | NOTFOUND | ERR <message>
+//   WAIT <timeout_ms> <key>...   -> OK | TIMEOUT <message> | ERR <message>
+class UnixSocketStore final : public KvStore {
+ public:
+  static StatusOr<std::unique_ptr<UnixSocketStore>> Connect(const std::string& path);
+  ~UnixSocketStore() override;
+  Status Set(const std::string& key, const std::string& value) override;
+  StatusOr<std::string> Get(const std::string& key) override;
+  Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+
+ private:
+  explicit UnixSocketStore(int fd) : fd_(fd) {}
+  StatusOr<std::string> Request(const std::string& line);
+  int fd_;
+  std::string buffer_;
+};
+
+std::string HexEncode(const std::string& s);
+bool HexDecode(const std::string& hex, std::string* out);
+
+// Parses "file:///path" (FileStore) or "unix:///path" (UnixSocketStore).
 StatusOr<std::unique_ptr<KvStore>> OpenStore(const std::string& url);
 
 }  // namespace moe

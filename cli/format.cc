@@ -1,0 +1,157 @@
+#include "cli/format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace moe::cli {
+
+std::string FormatNumber(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
+  return buf;
+}
+
+std::string Table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size() && i < width.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  std::ostringstream os;
+  auto line = [&](const std::vector<std::string>& cells) {
+    for (size_t i = 0; i < cells.size(); ++i) {
+      os << cells[i];
+      if (i + 1 < cells.size()) os << std::string(width[i] - cells[i].size() + 3, ' ');
+    }
+    os << "\n";
+  };
+  line(header);
+  for (const auto& r : rows) line(r);
+  return os.str();
+}
+
+std::string Duration(double s) {
+  if (!(s >= 0) || !std::isfinite(s)) return "-";
+  const long t = static_cast<long>(std::lround(s));
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof(buf), "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+  else if (t >= 60) std::snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof(buf), "%lds", t);
+  return buf;
+}
+
+std::string StateName(moe::v1::JobState s) { return moe::v1::JobState_Name(s); }
+std::string WorkerStateName(moe::v1::WorkerState s) { return moe::v1::WorkerState_Name(s); }
+
+std::string ProgressLine(const moe::v1::StepMetrics& m, int width) {
+  const double frac = m.total_steps() > 0 ? std::min(1.0, static_cast<double>(m.step()) / static_cast<double>(m.total_steps())) : 0;
+  const int filled = static_cast<int>(frac * width);
+  std::string bar = "[" + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(width - filled), '.') + "]";
+  char buf[512];
+  const double tps = m.tokens_per_second();
+  char tok[32];
+  if (tps >= 1e6) std::snprintf(tok, sizeof(tok), "%.2fM", tps / 1e6);
+  else if (tps >= 1e3) std::snprintf(tok, sizeof(tok), "%.1fk", tps / 1e3);
+  else std::snprintf(tok, sizeof(tok), "%.0f", tps);
+  std::snprintf(buf, sizeof(buf), "step %lld/%lld %s %3.0f%% | loss %.4f | %.4f TFLOP/s/device | MFU %.1f%% | %s tok/s | ETA %s",
+                static_cast<long long>(m.step()), static_cast<long long>(m.total_steps()), bar.c_str(), frac * 100, m.loss(),
+                m.tflops_per_device(), m.mfu() * 100, tok, Duration(m.eta_seconds()).c_str());
+  std::string out = buf;
+  if (m.stragglers_size() > 0) {
+    out += " | straggler rank";
+    for (int r : m.stragglers()) out += " " + std::to_string(r);
+  }
+  return out;
+}
+
+std::string JobsTable(const std::vector<moe::v1::Job>& jobs, double now) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& j : jobs) {
+    const auto& par = j.spec().spec().parallelism();
+    const auto& m = j.last_metrics();
+    rows.push_back({j.id(), StateName(j.state()), std::to_string(j.spec().metadata().priority()),
+                    std::to_string(par.world_size()) + " (EP " + std::to_string(par.expert_parallel()) + ")",
+                    m.step() > 0 ? std::to_string(m.step()) + "/" + std::to_string(m.total_steps()) : "-",
+                    m.step() > 0 ? FormatNumber(m.loss()) : "-", m.step() > 0 ? FormatNumber(m.tflops_per_device()) : "-",
+                    std::to_string(j.restarts()), Duration(now - j.created_at())});
+  }
+  return Table({"ID", "STATE", "PRIORITY", "RANKS", "STEP", "LOSS", "TFLOP/S/DEV", "RESTARTS", "AGE"}, rows);
+}
+
+std::string WorkersTable(const std::vector<moe::v1::Worker>& workers, double now) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& w : workers) {
+    rows.push_back({w.name(), WorkerStateName(w.state()), w.rack(), w.node(), w.device(),
+                    w.job_id().empty() ? "-" : w.job_id() + " r" + std::to_string(w.rank()),
+                    w.last_heartbeat() > 0 ? Duration(now - w.last_heartbeat()) + " ago" : "-"});
+  }
+  return Table({"NAME", "STATE", "RACK", "NODE", "DEVICE", "RUNS", "HEARTBEAT"}, rows);
+}
+
+std::string Describe(const moe::v1::Job& j, double now) {
+  std::ostringstream os;
+  const auto& spec = j.spec().spec();
+  const auto& model = spec.model();
+  os << "Job:          " << j.id() << "\n"
+     << "Name:         " << j.spec().metadata().name() << "\n"
+     << "State:        " << StateName(j.state()) << (j.message().empty() ? "" : " (" + j.message() + ")") << "\n"
+     << "Priority:     " << j.spec().metadata().priority() << "\n"
+     << "Created:      " << Duration(now - j.created_at()) << " ago\n"
+     << "Attempt:      " << j.attempt() << " (restarts " << j.restarts() << " of " << spec.max_restarts() << ")\n"
+     << "Model:        " << (model.preset().empty() ? "custom" : model.preset()) << ": hidden " << model.hidden_size() << ", "
+     << model.num_layers() << " layers (" << model.first_k_dense() << " dense), " << model.moe().num_experts() << " experts top-"
+     << model.moe().top_k() << ", " << model.moe().num_shared_experts() << " shared, vocab " << model.vocab_size() << "\n"
+     << "Parallelism:  W=" << spec.parallelism().world_size() << " (DP " << spec.parallelism().world_size() / std::max<int64_t>(1, spec.parallelism().expert_parallel())
+     << " x EP " << spec.parallelism().expert_parallel() << "), EP groups within one " << spec.placement().expert_group_within() << "\n"
+     << "Data:         " << (spec.data().source() == "synthetic" ? "synthetic" : spec.data().path()) << ", " << spec.data().global_batch_size()
+     << " x " << spec.data().seq_length() << " tokens per step\n"
+     << "Training:     " << spec.training().steps() << " steps, lr " << spec.optimizer().lr() << ", checkpoints in "
+     << (spec.checkpoint().dir().empty() ? "-" : spec.checkpoint().dir()) << " every " << spec.checkpoint().interval_steps() << " steps\n";
+  if (j.placement_size() > 0) {
+    os << "Placement:\n";
+    std::map<std::string, std::map<std::string, std::vector<std::string>>> tree;
+    for (const auto& p : j.placement()) tree[p.rack()][p.node()].push_back("rank " + std::to_string(p.rank()) + " (" + p.worker() + ", " + p.device() + ")");
+    for (const auto& [rack, nodes] : tree) {
+      os << "  rack " << rack << "\n";
+      for (const auto& [node, ranks] : nodes) {
+        os << "    node " << node << "\n";
+        for (const auto& r : ranks) os << "      " << r << "\n";
+      }
+    }
+  }
+  const auto& m = j.last_metrics();
+  if (m.step() > 0) {
+    os << "Last metrics:\n"
+       << "  step " << m.step() << "/" << m.total_steps() << ", loss " << FormatNumber(m.loss()) << ", grad norm "
+       << FormatNumber(m.grad_norm(), 3) << ", lr " << m.lr() << "\n"
+       << "  " << FormatNumber(m.tflops_per_device()) << " TFLOP/s per device, MFU " << FormatNumber(m.mfu() * 100, 1) << "% (against "
+       << m.mfu_peak_source() << "), " << FormatNumber(m.tokens_per_second(), 0) << " tokens/s\n"
+       << "  step " << FormatNumber(m.step_seconds(), 3) << " s: compute " << FormatNumber(m.compute_seconds(), 3) << " s, all-to-all "
+       << FormatNumber(m.alltoall_seconds(), 3) << " s, gradient all-reduce " << FormatNumber(m.grad_sync_seconds(), 3) << " s\n"
+       << "  expert load max/mean " << FormatNumber(m.expert_load_imbalance(), 2);
+    if (m.stragglers_size() > 0) {
+      os << "\n  stragglers:";
+      for (int r : m.stragglers()) {
+        os << " rank " << r;
+        if (r < m.rank_compute_seconds_size()) os << " (compute " << FormatNumber(m.rank_compute_seconds(r), 3) << " s)";
+      }
+    }
+    os << "\n";
+    if (m.rank_compute_seconds_size() > 0) {
+      os << "  per-rank compute s:";
+      for (int r = 0; r < m.rank_compute_seconds_size(); ++r) os << " " << FormatNumber(m.rank_compute_seconds(r), 3);
+      os << "\n";
+    }
+  }
+  if (j.events_size() > 0) {
+    os << "Events:\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& e : j.events()) rows.push_back({"  " + Duration(now - e.time()) + " ago", e.type(), StateName(e.state()), e.message()});
+    os << Table({"  AGE", "TYPE", "STATE", "MESSAGE"}, rows);
+  }
+  return os.str();
+}
+
+}  // namespace moe::cli

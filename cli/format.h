@@ -1,0 +1,23 @@
+// Presentation for moectl: tables, durations, the live progress line, describe output.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moe/v1/job_service.pb.h"
+
+namespace moe::cli {
+
+// Columns padded to their widest cell.
+std::string Table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
+std::string Duration(double seconds);  // "1h02m", "3m05s", "42s"
+std::string StateName(moe::v1::JobState s);
+std::string WorkerStateName(moe::v1::WorkerState s);
+// "step 120/400 [#########.....]  30% | loss 5.4321 | 0.1180 TFLOP/s/device | MFU 47.0% | 15.7k tok/s | ETA 1m10s"
+std::string ProgressLine(const moe::v1::StepMetrics& m, int width = 30);
+std::string JobsTable(const std::vector<moe::v1::Job>& jobs, double now);
+std::string WorkersTable(const std::vector<moe::v1::Worker>& workers, double now);
+std::string Describe(const moe::v1::Job& job, double now);
+std::string FormatNumber(double v, int precision = 4);
+
+}  // namespace moe::cli

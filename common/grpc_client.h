@@ -1,0 +1,28 @@
+// Client side of the controller's gRPC API, shared by moectl and the worker agent: TLS/mTLS channels,
+// bearer tokens, message-size limits and deadlines on every call.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace moe {
+
+struct ClientOptions {
+  std::string address;               // host:port
+  std::string token;                 // bearer token ("" for none)
+  std::string tls_ca;                // PEM of the CA that signed the controller's certificate: TLS on
+  std::string tls_cert, tls_key;     // client certificate for mTLS
+  int max_message_bytes = 16 << 20;
+};
+
+StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);
+// Sets the deadline and the authorization metadata of one call.
+void PrepareContext(grpc::ClientContext* ctx, const ClientOptions& options, double deadline_seconds);
+// grpc::Status -> Status (same codes).
+Status FromGrpc(const grpc::Status& st);
+
+}  // namespace moe

@@ -1,0 +1,371 @@
+#include "controller/grpc_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <deque>
+#include <mutex>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "moe/v1/job_service.grpc.pb.h"
+#include "moe/v1/worker_service.grpc.pb.h"
+
+namespace moe::controller {
+
+grpc::Status ToGrpc(const Status& st) {
+  if (st.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), st.message());
+}
+
+namespace {
+
+std::string Authorization(grpc::CallbackServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+// A unary call that finishes right away.
+template <typename Fn>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const TokenAuth& auth, Role role, Fn&& fn) {
+  auto* reactor = ctx->DefaultReactor();
+  Status st = auth.Check(Authorization(ctx), role);
+  if (st.ok()) st = fn();
+  reactor->Finish(ToGrpc(st));
+  return reactor;
+}
+
+bool IsTerminalJob(const moe::v1::WatchJobResponse& r) {
+  if (!r.has_job()) return false;
+  const auto s = r.job().state();
+  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED;
+}
+
+// WatchJob: events and metrics pushed by the controller, written one at a time.
+class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResponse> {
+ public:
+  WatchReactor(Controller& controller, const std::string& id) : controller_(controller) {
+    auto sub = controller_.Watch(id, [this](const moe::v1::WatchJobResponse& r) { Push(r); });
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!sub.ok()) {
+      finished_ = true;
+      Finish(ToGrpc(sub.status()));
+      return;
+    }
+    sub_ = *sub;
+    MaybeWriteLocked();
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!queue_.empty()) queue_.pop_front();
+    if (!ok) {
+      if (!finished_) {
+        finished_ = true;
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
+      }
+      return;
+    }
+    MaybeWriteLocked();
+  }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!finished_ && !writing_) {
+      finished_ = true;
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    }
+  }
+  void OnDone() override {
+    controller_.Unwatch(sub_);
+    delete this;
+  }
+
+ private:
+  void Push(const moe::v1::WatchJobResponse& r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    // A slow watcher loses old metrics, never events or the final snapshot.
+    if (r.has_metrics() && queue_.size() > 256) return;
+    queue_.push_back(r);
+    if (IsTerminalJob(r)) done_ = true;  // the stream ends after this last snapshot
+    MaybeWriteLocked();
+  }
+  void MaybeWriteLocked() {
+    if (finished_ || writing_) return;
+    if (!queue_.empty()) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+    } else if (done_) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  Controller& controller_;
+  std::mutex mu_;
+  std::deque<moe::v1::WatchJobResponse> queue_;
+  bool writing_ = false, done_ = false, finished_ = false;
+  int64_t sub_ = 0;
+};
+
+// Connect: one stream per worker.
+class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>,
+                           public WorkerChannel {
+ public:
+  WorkerStream(Controller& controller, Status auth) : controller_(controller) {
+    if (!auth.ok()) {
+      finished_ = true;
+      Finish(ToGrpc(auth));
+      return;
+    }
+    StartRead(&in_);
+  }
+  void Send(const moe::v1::ControllerMessage& msg) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    queue_.push_back(msg);
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+    }
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (!name_.empty()) controller_.Disconnected(name_, this);
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_done_ = true;
+      MaybeFinishLocked(grpc::Status::OK);
+      return;
+    }
+    if (name_.empty()) {
+      if (!in_.has_register_()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        reads_done_ = true;
+        MaybeFinishLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be register"));
+        return;
+      }
+      auto reg = controller_.Register(in_.register_(), this);
+      if (!reg.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        reads_done_ = true;
+        MaybeFinishLocked(ToGrpc(reg.status()));
+        return;
+      }
+      name_ = in_.register_().name();
+      moe::v1::ControllerMessage m;
+      *m.mutable_registered() = *reg;
+      Send(m);
+    } else {
+      controller_.OnWorkerMessage(name_, in_);
+    }
+    StartRead(&in_);
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!queue_.empty()) queue_.pop_front();
+    if (ok && !queue_.empty() && !finished_) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+      return;
+    }
+    MaybeFinishLocked(grpc::Status::OK);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void MaybeFinishLocked(const grpc::Status& st) {
+    if (!reads_done_ || writing_ || finished_) {
+      if (!st.ok()) pending_status_ = st;
+      return;
+    }
+    finished_ = true;
+    Finish(st.ok() ? pending_status_ : st);
+  }
+
+  Controller& controller_;
+  moe::v1::WorkerMessage in_;
+  std::string name_;  // set once registered (only the read path touches it)
+  std::mutex mu_;
+  std::deque<moe::v1::ControllerMessage> queue_;
+  bool writing_ = false, reads_done_ = false, finished_ = false;
+  grpc::Status pending_status_ = grpc::Status::OK;
+};
+
+}  // namespace
+
+class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackService {
+ public:
+  JobServiceImpl(Controller& c, const TokenAuth& a) : c_(c), auth_(a) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const moe::v1::SubmitJobRequest* req,
+                                      moe::v1::Job* resp) override {
+    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
+      MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job()));
+      return OkStatus();
+    });
+  }
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const moe::v1::GetJobRequest* req, moe::v1::Job* resp) override {
+    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+      MOE_ASSIGN_OR_RETURN(*resp, c_.Get(req->id(), /*with_events=*/true));
+      return OkStatus();
+    });
+  }
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const moe::v1::ListJobsRequest* req,
+                                     moe::v1::ListJobsResponse* resp) override {
+    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+      std::vector<moe::v1::JobState> states;
+      for (int st : req->states()) states.push_back(static_cast<moe::v1::JobState>(st));
+      for (auto& j : c_.List(states)) *resp->add_jobs() = std::move(j);
+      return OkStatus();
+    });
+  }
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const moe::v1::CancelJobRequest* req,
+                                      moe::v1::Job* resp) override {
+    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
+      MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id()));
+      return OkStatus();
+    });
+  }
+  grpc::ServerWriteReactor<moe::v1::WatchJobResponse>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                                const moe::v1::WatchJobRequest* req) override {
+    Status st = auth_.Check(Authorization(ctx), Role::kViewer);
+    if (!st.ok()) {
+      class Refused final : public grpc::ServerWriteReactor<moe::v1::WatchJobResponse> {
+       public:
+        explicit Refused(const Status& s) { Finish(ToGrpc(s)); }
+        void OnDone() override { delete this; }
+      };
+      return new Refused(st);
+    }
+    return new WatchReactor(c_, req->id());
+  }
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx, const moe::v1::ListWorkersRequest*,
+                                        moe::v1::ListWorkersResponse* resp) override {
+    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+      for (auto& w : c_.Workers()) *resp->add_workers() = std::move(w);
+      return OkStatus();
+    });
+  }
+  grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
+                                        moe::v1::Worker* resp) override {
+    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
+      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true));
+      return OkStatus();
+    });
+  }
+  grpc::ServerUnaryReactor* UndrainWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
+                                          moe::v1::Worker* resp) override {
+    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
+      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false));
+      return OkStatus();
+    });
+  }
+
+ private:
+  Controller& c_;
+  const TokenAuth& auth_;
+};
+
+class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::CallbackService {
+ public:
+  WorkerServiceImpl(Controller& c, const TokenAuth& a) : c_(c), auth_(a) {}
+
+  grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>* Connect(
+      grpc::CallbackServerContext* ctx) override {
+    return new WorkerStream(c_, auth_.Check(Authorization(ctx), Role::kWorker));
+  }
+  grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx, const moe::v1::RendezvousSetRequest* req,
+                                          moe::v1::RendezvousSetResponse*) override {
+    return Unary(ctx, auth_, Role::kWorker, [&]() -> Status {
+      MOE_RETURN_IF_ERROR(CheckKey(req->key()));
+      if (req->value().size() > (1 << 20)) return InvalidArgumentError("rendezvous value over 1 MiB");
+      c_.rendezvous().Set(req->key(), req->value());
+      return OkStatus();
+    });
+  }
+  grpc::ServerUnaryReactor* RendezvousGet(grpc::CallbackServerContext* ctx, const moe::v1::RendezvousGetRequest* req,
+                                          moe::v1::RendezvousGetResponse* resp) override {
+    return Unary(ctx, auth_, Role::kWorker, [&]() -> Status {
+      MOE_RETURN_IF_ERROR(CheckKey(req->key()));
+      auto v = c_.rendezvous().Get(req->key());
+      if (!v) return NotFoundError("key " + req->key());
+      resp->set_value(*v);
+      return OkStatus();
+    });
+  }
+  grpc::ServerUnaryReactor* RendezvousWait(grpc::CallbackServerContext* ctx, const moe::v1::RendezvousWaitRequest* req,
+                                           moe::v1::RendezvousWaitResponse*) override {
+    auto* reactor = ctx->DefaultReactor();
+    Status st = auth_.Check(Authorization(ctx), Role::kWorker);
+    for (const auto& k : req->keys()) if (st.ok()) st = CheckKey(k);
+    if (st.ok() && !(req->timeout_seconds() > 0 && req->timeout_seconds() <= 3600)) {
+      st = InvalidArgumentError("timeout_seconds must be in (0, 3600]");
+    }
+    if (!st.ok()) {
+      reactor->Finish(ToGrpc(st));
+      return reactor;
+    }
+    const double deadline = RealClock().Monotonic() + req->timeout_seconds();
+    c_.rendezvous().Wait(std::vector<std::string>(req->keys().begin(), req->keys().end()), deadline,
+                         [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
+    return reactor;
+  }
+
+ private:
+  static Status CheckKey(const std::string& key) {
+    if (key.rfind("job/", 0) != 0 || key.size() > 512) return InvalidArgumentError("rendezvous keys live under job/<id>/attempt/<n>/");
+    return OkStatus();
+  }
+  Controller& c_;
+  const TokenAuth& auth_;
+};
+
+GrpcServer::GrpcServer(Controller& controller, const TokenAuth& auth) : controller_(controller), auth_(auth) {}
+GrpcServer::~GrpcServer() { Shutdown(); }
+
+Status GrpcServer::Start(const ServerOptions& o) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!o.tls_cert.empty() || !o.tls_key.empty()) {
+    if (o.tls_cert.empty() || o.tls_key.empty()) return InvalidArgumentError("--tls-cert and --tls-key go together");
+    MOE_ASSIGN_OR_RETURN(std::string cert, ReadFileToString(o.tls_cert));
+    MOE_ASSIGN_OR_RETURN(std::string key, ReadFileToString(o.tls_key));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    if (!o.tls_client_ca.empty()) {
+      MOE_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFileToString(o.tls_client_ca));
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    creds = grpc::SslServerCredentials(ssl);
+  } else if (!o.tls_client_ca.empty()) {
+    return InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_);
+  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(o.listen, creds, &port_);
+  builder.RegisterService(jobs_.get());
+  builder.RegisterService(workers_.get());
+  builder.SetMaxReceiveMessageSize(o.max_message_bytes);
+  builder.SetMaxSendMessageSize(o.max_message_bytes);
+  // Workers' streams are long-lived; keepalive pings find dead peers that never closed their sockets.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) return UnavailableError("cannot listen on " + o.listen + " (address in use or not local?)");
+  return OkStatus();
+}
+
+void GrpcServer::Shutdown() {
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_.reset();
+  }
+}
+
+}  // namespace moe::controller

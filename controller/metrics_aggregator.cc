@@ -1,0 +1,269 @@
+#include "controller/metrics_aggregator.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace moe::controller {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+struct MetricsAggregator::JobSeries {
+  std::string id;
+  int attempt = 0;
+  int64_t world = 0;
+  std::vector<RankInfo> ranks;
+  // Per step number: the reports received so far (by rank).
+  std::map<int64_t, std::map<int, moe::v1::StepMetrics>> pending;
+  std::vector<std::deque<double>> compute_window;  // per rank, latest compute times
+  std::vector<int> over, under;                    // consecutive steps above / within the margin
+  std::set<int> stragglers;
+  std::deque<double> recent_step_seconds;          // for the ETA
+  moe::v1::JobState state = moe::v1::PENDING;
+  double ended_at = 0;
+  std::set<std::string> layers;                    // imbalance series created
+};
+
+MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> registry, Clock& clock, StragglerOptions straggler,
+                                     double retention_seconds, const std::string& version)
+    : registry_(std::move(registry)), clock_(clock), straggler_(straggler), retention_(retention_seconds) {
+  auto& r = *registry_;
+  flops_ = &BuildCounter().Name("moe_job_model_flops_total").Help("Model FLOPs done by the job (Megatron's formula), all devices").Register(r);
+  tflops_ = &BuildGauge().Name("moe_job_tflops_per_device").Help("Model TFLOP/s per device over the last step (Megatron's formula)").Register(r);
+  mfu_ = &BuildGauge().Name("moe_job_mfu_ratio").Help("Model FLOPs utilisation: achieved / peak per device (0..1)").Register(r);
+  tokens_ = &BuildCounter().Name("moe_job_tokens_total").Help("Tokens trained on").Register(r);
+  step_duration_ = &BuildHistogram().Name("moe_job_step_duration_seconds").Help("Wall time of a training step").Register(r);
+  loss_ = &BuildGauge().Name("moe_job_loss").Help("Mean cross-entropy of the last step (nats per token)").Register(r);
+  grad_norm_ = &BuildGauge().Name("moe_job_grad_norm").Help("Global gradient L2 norm before clipping").Register(r);
+  lr_ = &BuildGauge().Name("moe_job_learning_rate").Help("Learning rate of the last step").Register(r);
+  a2a_ = &BuildCounter().Name("moe_job_alltoall_seconds_total").Help("Seconds rank 0 spent in the MoE token all-to-all").Register(r);
+  compute_ = &BuildCounter().Name("moe_job_compute_seconds_total").Help("Seconds rank 0 spent in forward and backward, all-to-all excluded").Register(r);
+  imbalance_ = &BuildGauge().Name("moe_job_expert_load_imbalance_ratio").Help("Tokens on the busiest expert / mean tokens per expert, by MoE layer").Register(r);
+  state_ = &BuildGauge().Name("moe_job_state").Help("1 for the job's current state, 0 for the others").Register(r);
+  restarts_ = &BuildCounter().Name("moe_job_restarts_total").Help("Restarts after failures").Register(r);
+  rank_step_ = &BuildGauge().Name("moe_rank_step_duration_seconds").Help("Wall time of the rank's last step").Register(r);
+  rank_compute_ = &BuildGauge().Name("moe_rank_compute_seconds").Help("The rank's own work in its last step (forward + backward)").Register(r);
+  straggler_gauge_ = &BuildGauge().Name("moe_job_straggler").Help("1 while the rank is flagged as a straggler").Register(r);
+  step_ = &BuildGauge().Name("moe_job_step").Help("Last completed step").Register(r);
+  workers_ = &BuildGauge().Name("moe_workers").Help("Workers by state and rack").Register(r);
+  queue_ = &BuildGauge().Name("moe_scheduler_queue_length").Help("Jobs waiting for placement (pending or restarting)").Register(r);
+  decision_ = &BuildHistogram().Name("moe_scheduler_decision_duration_seconds").Help("Time of one scheduling pass").Register(r);
+  BuildGauge().Name("moe_build_info").Help("Build of the controller").Register(r).Add({{"version", version}}).Set(1);
+  queue_->Add({}).Set(0);
+}
+
+MetricsAggregator::~MetricsAggregator() = default;
+
+MetricsAggregator::JobSeries& MetricsAggregator::Series(const std::string& job_id) {
+  auto& p = jobs_[job_id];
+  if (!p) {
+    p = std::make_unique<JobSeries>();
+    p->id = job_id;
+    restarts_->Add({{"job", job_id}});
+    flops_->Add({{"job", job_id}});
+    tokens_->Add({{"job", job_id}});
+  }
+  return *p;
+}
+
+void MetricsAggregator::StartAttempt(const std::string& job_id, int attempt, const std::vector<RankInfo>& ranks,
+                                     int64_t world_size) {
+  JobSeries& s = Series(job_id);
+  // Drop the previous attempt's per-rank series (a rank may now sit in another rack).
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    const std::map<std::string, std::string> labels = {{"job", job_id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}};
+    rank_step_->Remove(&rank_step_->Add(labels));
+    rank_compute_->Remove(&rank_compute_->Add(labels));
+    straggler_gauge_->Remove(&straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}));
+  }
+  s.attempt = attempt;
+  s.world = world_size;
+  s.ranks = ranks;
+  s.pending.clear();
+  s.compute_window.assign(ranks.size(), {});
+  s.over.assign(ranks.size(), 0);
+  s.under.assign(ranks.size(), 0);
+  s.stragglers.clear();
+  for (size_t r = 0; r < ranks.size(); ++r) straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}).Set(0);
+}
+
+std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(const std::string& job_id, int attempt, int rank,
+                                                              const moe::v1::StepMetrics& m,
+                                                              std::vector<StragglerChange>* changes) {
+  JobSeries& s = Series(job_id);
+  if (attempt != s.attempt || rank < 0 || rank >= static_cast<int>(s.ranks.size())) return std::nullopt;
+  const std::string rank_s = std::to_string(rank);
+  const std::map<std::string, std::string> rank_labels = {{"job", job_id}, {"rank", rank_s}, {"rack", s.ranks[static_cast<size_t>(rank)].rack}};
+  rank_step_->Add(rank_labels).Set(m.step_seconds());
+  rank_compute_->Add(rank_labels).Set(m.compute_seconds());
+  auto& bucket = s.pending[m.step()];
+  bucket[rank] = m;
+  if (static_cast<int>(bucket.size()) < static_cast<int>(s.ranks.size())) {
+    // Keep a few steps of slack; a rank that died will never complete older ones.
+    while (s.pending.size() > 8) s.pending.erase(s.pending.begin());
+    return std::nullopt;
+  }
+  // Every rank has reported this step.
+  std::map<int, moe::v1::StepMetrics> all = std::move(bucket);
+  s.pending.erase(s.pending.begin(), s.pending.upper_bound(m.step()));
+  moe::v1::StepMetrics out = all.at(0);
+  out.set_job_id(job_id);
+  out.set_attempt(attempt);
+  std::vector<double> compute;
+  for (const auto& [r, rm] : all) {
+    out.add_rank_step_seconds(rm.step_seconds());
+    out.add_rank_compute_seconds(rm.compute_seconds());
+    out.add_rank_racks(s.ranks[static_cast<size_t>(r)].rack);
+    compute.push_back(rm.compute_seconds());
+  }
+  // Stragglers against the median of this step.
+  std::vector<double> sorted = compute;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.size() % 2 ? sorted[sorted.size() / 2] : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+  if (s.ranks.size() >= 2 && median > 0) {
+    for (size_t r = 0; r < compute.size(); ++r) {
+      const double ratio = compute[r] / median;
+      if (ratio > 1 + straggler_.margin) {
+        s.over[r]++;
+        s.under[r] = 0;
+      } else {
+        s.under[r]++;
+        s.over[r] = 0;
+      }
+      const int rr = static_cast<int>(r);
+      if (!s.stragglers.count(rr) && s.over[r] >= straggler_.window) {
+        s.stragglers.insert(rr);
+        straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}).Set(1);
+        if (changes) changes->push_back({rr, true, ratio});
+      } else if (s.stragglers.count(rr) && s.under[r] >= straggler_.window) {
+        s.stragglers.erase(rr);
+        straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}).Set(0);
+        if (changes) changes->push_back({rr, false, ratio});
+      }
+    }
+  }
+  for (int r : s.stragglers) out.add_stragglers(r);
+  // Job series from rank 0's figures.
+  const std::map<std::string, std::string> job_labels = {{"job", job_id}};
+  const double flops = out.tflops_per_device() * 1e12 * out.step_seconds() * static_cast<double>(s.world);
+  flops_->Add(job_labels).Increment(flops);
+  tflops_->Add(job_labels).Set(out.tflops_per_device());
+  mfu_->Add(job_labels).Set(out.mfu());
+  tokens_->Add(job_labels).Increment(static_cast<double>(out.tokens()));
+  step_duration_->Add(job_labels, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})
+      .Observe(out.step_seconds());
+  loss_->Add(job_labels).Set(out.loss());
+  grad_norm_->Add(job_labels).Set(out.grad_norm());
+  lr_->Add(job_labels).Set(out.lr());
+  a2a_->Add(job_labels).Increment(out.alltoall_seconds());
+  compute_->Add(job_labels).Increment(out.compute_seconds());
+  step_->Add(job_labels).Set(static_cast<double>(out.step()));
+  for (int l = 0; l < out.expert_load_imbalance_per_layer_size(); ++l) {
+    imbalance_->Add({{"job", job_id}, {"layer", std::to_string(l)}}).Set(out.expert_load_imbalance_per_layer(l));
+    s.layers.insert(std::to_string(l));
+  }
+  s.recent_step_seconds.push_back(out.step_seconds());
+  if (s.recent_step_seconds.size() > 20) s.recent_step_seconds.pop_front();
+  double mean = 0;
+  for (double v : s.recent_step_seconds) mean += v;
+  mean /= static_cast<double>(s.recent_step_seconds.size());
+  out.set_eta_seconds(mean * static_cast<double>(std::max<int64_t>(0, out.total_steps() - out.step())));
+  out.set_time(clock_.Now());
+  return out;
+}
+
+void MetricsAggregator::OnJobState(const std::string& job_id, moe::v1::JobState state) {
+  JobSeries& s = Series(job_id);
+  s.state = state;
+  for (int v = moe::v1::PENDING; v <= moe::v1::CANCELLED; ++v) {
+    state_->Add({{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}).Set(v == state ? 1 : 0);
+  }
+  const bool terminal = state == moe::v1::SUCCEEDED || state == moe::v1::FAILED || state == moe::v1::CANCELLED;
+  s.ended_at = terminal ? clock_.Monotonic() : 0;
+}
+
+void MetricsAggregator::OnRestart(const std::string& job_id) { restarts_->Add({{"job", job_id}}).Increment(); }
+
+void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) {
+  std::map<std::pair<std::string, std::string>, int> counts;
+  for (const auto& w : workers) {
+    std::string state = moe::v1::WorkerState_Name(w.state());
+    for (auto& c : state) c = static_cast<char>(std::tolower(c));
+    counts[{state, w.rack()}]++;
+  }
+  // Zero the combinations that emptied, so a rack's lost count goes back to 0 instead of vanishing.
+  for (const auto& key : worker_series_) if (!counts.count(key)) counts[key] = 0;
+  for (const auto& [key, n] : counts) {
+    workers_->Add({{"state", key.first}, {"rack", key.second}}).Set(n);
+    worker_series_.insert(key);
+  }
+  // Every state appears for every rack, so queries over a state never come back empty.
+  std::set<std::string> racks;
+  for (const auto& key : worker_series_) racks.insert(key.second);
+  for (const auto& rack : racks) {
+    for (const char* st : {"idle", "busy", "lost", "drained"}) {
+      if (!worker_series_.count({st, rack})) {
+        workers_->Add({{"state", st}, {"rack", rack}}).Set(0);
+        worker_series_.insert({st, rack});
+      }
+    }
+  }
+}
+
+void MetricsAggregator::SetQueueLength(size_t n) { queue_->Add({}).Set(static_cast<double>(n)); }
+
+void MetricsAggregator::ObserveSchedulerDecision(double seconds) {
+  decision_->Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1}).Observe(seconds);
+}
+
+std::set<int> MetricsAggregator::Stragglers(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? std::set<int>{} : it->second->stragglers;
+}
+
+void MetricsAggregator::DropSeries(const std::string& job_id) {
+  JobSeries& s = *jobs_.at(job_id);
+  const std::map<std::string, std::string> job = {{"job", job_id}};
+  flops_->Remove(&flops_->Add(job));
+  tflops_->Remove(&tflops_->Add(job));
+  mfu_->Remove(&mfu_->Add(job));
+  tokens_->Remove(&tokens_->Add(job));
+  step_duration_->Remove(&step_duration_->Add(job, prometheus::Histogram::BucketBoundaries{}));
+  loss_->Remove(&loss_->Add(job));
+  grad_norm_->Remove(&grad_norm_->Add(job));
+  lr_->Remove(&lr_->Add(job));
+  a2a_->Remove(&a2a_->Add(job));
+  compute_->Remove(&compute_->Add(job));
+  restarts_->Remove(&restarts_->Add(job));
+  step_->Remove(&step_->Add(job));
+  for (const auto& l : s.layers) imbalance_->Remove(&imbalance_->Add({{"job", job_id}, {"layer", l}}));
+  for (int v = moe::v1::PENDING; v <= moe::v1::CANCELLED; ++v) {
+    state_->Remove(&state_->Add({{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
+  }
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    const std::map<std::string, std::string> labels = {{"job", job_id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}};
+    rank_step_->Remove(&rank_step_->Add(labels));
+    rank_compute_->Remove(&rank_compute_->Add(labels));
+    straggler_gauge_->Remove(&straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}));
+  }
+}
+
+void MetricsAggregator::Expire() {
+  const double now = clock_.Monotonic();
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (it->second->ended_at > 0 && now - it->second->ended_at > retention_) {
+      DropSeries(it->first);
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace moe::controller

@@ -1,0 +1,103 @@
+// Turns the ranks' step reports into job metrics (TFLOP/s per device by Megatron's formula, MFU,
+// tokens/s, ETA), flags stragglers, and exposes everything to Prometheus.
+//
+// Straggler: in synchronous training every rank's wall step time is the same (the fast ones wait in
+// collectives), so a slow rank shows in its own work: forward + backward time (compute_seconds). A
+// rank whose compute time stays above the job's median by more than `margin` for `window` consecutive
+// steps is flagged; it is unflagged after `window` steps back within the margin.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "controller/clock.h"
+#include "moe/v1/job.pb.h"
+#include "moe/v1/worker_service.pb.h"
+
+namespace prometheus {
+class Registry;
+template <typename T> class Family;
+class Gauge;
+class Counter;
+class Histogram;
+}  // namespace prometheus
+
+namespace moe::controller {
+
+struct StragglerOptions {
+  double margin = 0.3;  // above median * (1 + margin)
+  int window = 5;       // consecutive steps
+};
+
+struct RankInfo {
+  std::string rack;
+  std::string worker;
+};
+
+struct StragglerChange {
+  int rank = 0;
+  bool flagged = false;
+  double ratio = 0;  // the rank's compute time / median
+};
+
+class MetricsAggregator {
+ public:
+  MetricsAggregator(std::shared_ptr<prometheus::Registry> registry, Clock& clock, StragglerOptions straggler,
+                    double retention_seconds, const std::string& version);
+  ~MetricsAggregator();
+
+  // A new attempt: which rank runs where.
+  void StartAttempt(const std::string& job_id, int attempt, const std::vector<RankInfo>& ranks, int64_t world_size);
+  // A rank's step. When every rank has reported this step, returns the job-level metrics (rank 0's
+  // figures, every rank's times, stragglers), and any straggler flag changes in `changes`.
+  std::optional<moe::v1::StepMetrics> OnStep(const std::string& job_id, int attempt, int rank, const moe::v1::StepMetrics& m,
+                                             std::vector<StragglerChange>* changes);
+  void OnJobState(const std::string& job_id, moe::v1::JobState state);
+  void OnRestart(const std::string& job_id);
+  // Cluster view.
+  void SetWorkers(const std::vector<moe::v1::Worker>& workers);
+  void SetQueueLength(size_t n);
+  void ObserveSchedulerDecision(double seconds);
+  // Drops the series of jobs that ended more than the retention time ago.
+  void Expire();
+  std::set<int> Stragglers(const std::string& job_id) const;
+
+ private:
+  struct JobSeries;
+  JobSeries& Series(const std::string& job_id);
+  void DropSeries(const std::string& job_id);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  Clock& clock_;
+  StragglerOptions straggler_;
+  double retention_;
+  prometheus::Family<prometheus::Counter>* flops_;
+  prometheus::Family<prometheus::Gauge>* tflops_;
+  prometheus::Family<prometheus::Gauge>* mfu_;
+  prometheus::Family<prometheus::Counter>* tokens_;
+  prometheus::Family<prometheus::Histogram>* step_duration_;
+  prometheus::Family<prometheus::Gauge>* loss_;
+  prometheus::Family<prometheus::Gauge>* grad_norm_;
+  prometheus::Family<prometheus::Gauge>* lr_;
+  prometheus::Family<prometheus::Counter>* a2a_;
+  prometheus::Family<prometheus::Counter>* compute_;
+  prometheus::Family<prometheus::Gauge>* imbalance_;
+  prometheus::Family<prometheus::Gauge>* state_;
+  prometheus::Family<prometheus::Counter>* restarts_;
+  prometheus::Family<prometheus::Gauge>* rank_step_;
+  prometheus::Family<prometheus::Gauge>* rank_compute_;
+  prometheus::Family<prometheus::Gauge>* straggler_gauge_;
+  prometheus::Family<prometheus::Gauge>* step_;
+  prometheus::Family<prometheus::Gauge>* workers_;
+  prometheus::Family<prometheus::Gauge>* queue_;
+  prometheus::Family<prometheus::Histogram>* decision_;
+  std::map<std::string, std::unique_ptr<JobSeries>> jobs_;
+  std::set<std::pair<std::string, std::string>> worker_series_;  // (state, rack) seen
+};
+
+}  // namespace moe::controller

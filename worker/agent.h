@@ -1,0 +1,65 @@
+// The worker agent: one per device. Keeps a stream to the controller (register, heartbeat every
+// second, step reports, rank outcomes one way; assignments and cancels the other), and runs each
+// assigned rank as a child process (moe-train in rank mode), so that a crashed rank, a sticky CUDA
+// error or an aborted communicator dies with the attempt and never poisons the agent.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/grpc_client.h"
+#include "common/status.h"
+#include "moe/v1/worker_service.grpc.pb.h"
+#include "worker/rendezvous_proxy.h"
+
+namespace moe::worker {
+
+struct AgentOptions {
+  ClientOptions client;
+  std::string name;
+  std::string rack, node, device = "cpu";
+  std::string address = "127.0.0.1";  // where this worker's rank can be reached by its peers (Gloo)
+  std::string trainer;                 // path of moe-train
+  std::string runtime_dir;             // spec files and rendezvous sockets
+  int threads = 0;                     // CPU threads for the rank (0: the trainer's default)
+  double stop_grace_seconds = 30;      // a cancelled rank gets this long to stop, then SIGKILL
+  std::vector<std::string> extra_trainer_args;  // testing hooks (e.g. --inject-step-delay)
+};
+
+class WorkerAgent {
+ public:
+  explicit WorkerAgent(AgentOptions options);
+  ~WorkerAgent();
+  // Runs until Stop(): connects, reconnects with backoff, serves assignments.
+  Status Run();
+  void Stop();
+
+ private:
+  struct Rank;
+  void Session(moe::v1::WorkerService::Stub* stub);
+  bool Write(const moe::v1::WorkerMessage& msg);
+  void StartRank(moe::v1::WorkerService::Stub* stub, const moe::v1::Assignment& a);
+  void CancelRank(const std::string& job_id, int attempt, const std::string& reason);
+  void Monitor(std::shared_ptr<Rank> rank);
+  void StopCurrentRank();
+
+  AgentOptions o_;
+  std::atomic<bool> stop_{false};
+  std::mutex stream_mu_;  // guards stream_ and writes
+  std::unique_ptr<grpc::ClientReaderWriter<moe::v1::WorkerMessage, moe::v1::ControllerMessage>> stream_;
+  grpc::ClientContext* stream_ctx_ = nullptr;
+  double heartbeat_seconds_ = 1.0;
+
+  std::mutex ranks_mu_;
+  std::shared_ptr<Rank> current_;                   // the rank running now, if any
+  std::vector<moe::v1::RankFinished> unreported_;   // outcomes the controller has not heard yet
+  std::vector<std::thread> monitors_;
+};
+
+}  // namespace moe::worker

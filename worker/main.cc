@@ -1,0 +1,96 @@
+// moe-worker: the agent of one device.
+//
+//   moe-worker --controller ADDR --device cpu|cuda:N [--rack R] [--node N] [--name NAME]
+//              [--address ADDR] [--token TOKEN] [--tls-ca F [--tls-cert F --tls-key F]] [--threads T]
+#include <limits.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <thread>
+
+#include "common/log.h"
+#include "worker/agent.h"
+#include "worker/topology.h"
+
+namespace {
+volatile sig_atomic_t g_signal = 0;
+void OnSignal(int) { g_signal = 1; }
+std::string SelfDir() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string p = n > 0 ? std::string(buf, static_cast<size_t>(n)) : ".";
+  return p.substr(0, p.find_last_of('/'));
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"moe-worker: runs ranks of MoE training jobs on one device for the controller"};
+  moe::worker::AgentOptions o;
+  std::string rack, node, log_level = "info", inject_delay;
+  const char* env_controller = std::getenv("MOE_CONTROLLER");
+  const char* env_token = std::getenv("MOE_TOKEN");
+  o.client.address = env_controller ? env_controller : "";
+  o.client.token = env_token ? env_token : "";
+  app.add_option("--controller", o.client.address, "controller gRPC address host:port ($MOE_CONTROLLER)");
+  app.add_option("--device", o.device, "cpu or cuda:N")->capture_default_str();
+  app.add_option("--rack", rack, "rack (NVLink domain) when NVML has no fabric info ($MOE_RACK)");
+  app.add_option("--node", node, "node name ($MOE_NODE; default: the host name)");
+  app.add_option("--name", o.name, "worker name (default: <node>-<device>)");
+  app.add_option("--address", o.address, "address this worker's rank is reachable at by its peers")->capture_default_str();
+  app.add_option("--token", o.client.token, "bearer token with the worker (or admin) role ($MOE_TOKEN)");
+  app.add_option("--tls-ca", o.client.tls_ca, "CA of the controller's certificate (PEM): TLS");
+  app.add_option("--tls-cert", o.client.tls_cert, "client certificate (PEM) for mTLS");
+  app.add_option("--tls-key", o.client.tls_key, "client key (PEM) for mTLS");
+  app.add_option("--threads", o.threads, "CPU threads for a rank (default: all cores)");
+  app.add_option("--trainer", o.trainer, "path of moe-train (default: next to moe-worker)");
+  app.add_option("--runtime-dir", o.runtime_dir, "for job files and rendezvous sockets (default /tmp/moe-worker-<name>)");
+  app.add_option("--inject-step-delay", inject_delay, "testing: seconds each of this worker's ranks sleeps per step");
+  app.add_option("--log-level", log_level, "debug | info | warning | error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  moe::LogLevel level;
+  if (!moe::ParseLogLevel(log_level, &level)) {
+    std::fprintf(stderr, "moe-worker: --log-level: unknown level '%s'\n", log_level.c_str());
+    return 2;
+  }
+  moe::SetLogLevel(level);
+  if (o.client.address.empty()) {
+    std::fprintf(stderr, "moe-worker: --controller: required (or set MOE_CONTROLLER)\n");
+    return 2;
+  }
+  if (o.device != "cpu" && o.device.rfind("cuda:", 0) != 0) {
+    std::fprintf(stderr, "moe-worker: --device: expected cpu or cuda:N, got '%s'\n", o.device.c_str());
+    return 2;
+  }
+  const moe::worker::Topology topo = moe::worker::DetectTopology(o.device, rack, node);
+  o.rack = topo.rack;
+  o.node = topo.node;
+  if (o.name.empty()) o.name = o.node + "-" + (o.device == "cpu" ? "cpu" : "gpu" + o.device.substr(5));
+  if (o.trainer.empty()) o.trainer = SelfDir() + "/moe-train";
+  if (::access(o.trainer.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "moe-worker: --trainer: %s is not an executable (build moe-train or pass --trainer)\n", o.trainer.c_str());
+    return 2;
+  }
+  if (o.runtime_dir.empty()) o.runtime_dir = "/tmp/moe-worker-" + o.name;
+  if (!inject_delay.empty()) o.extra_trainer_args = {"--inject-step-delay", inject_delay};
+  moe::SetLogPrefix("worker " + o.name);
+  MOE_LOG(INFO) << "rack " << o.rack << " from " << topo.source << "; node " << o.node;
+  ::signal(SIGPIPE, SIG_IGN);
+  moe::worker::WorkerAgent agent(o);
+  ::signal(SIGINT, OnSignal);
+  ::signal(SIGTERM, OnSignal);
+  // Signal handlers only set a flag; this thread turns it into a clean stop (the rank is stopped at a
+  // step boundary, then the agent leaves).
+  std::thread watcher([&] {
+    while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    agent.Stop();
+  });
+  watcher.detach();
+  moe::Status st = agent.Run();
+  if (!st.ok()) {
+    std::fprintf(stderr, "moe-worker: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

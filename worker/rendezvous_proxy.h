@@ -1,0 +1,41 @@
+// Serves the engine's UnixSocketStore protocol (worker/engine/comm/store.h) on a Unix socket and
+// forwards every request to the controller's key-value store, under the attempt's key prefix. The
+// rank's process thereby rendezvous through the controller without linking gRPC.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/grpc_client.h"
+#include "common/status.h"
+#include "moe/v1/worker_service.grpc.pb.h"
+
+namespace moe::worker {
+
+class RendezvousProxy {
+ public:
+  RendezvousProxy(moe::v1::WorkerService::Stub* stub, ClientOptions client, std::string socket_path, std::string prefix);
+  ~RendezvousProxy();
+  Status Start();
+  void Stop();
+  const std::string& socket_path() const { return path_; }
+
+ private:
+  void Accept();
+  void Serve(int fd);
+  std::string Handle(const std::string& line);
+
+  moe::v1::WorkerService::Stub* stub_;
+  ClientOptions client_;
+  std::string path_, prefix_;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> connections_;
+  std::vector<int> fds_;
+};
+
+}  // namespace moe::worker
