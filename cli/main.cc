@@ -27,8 +27,6 @@
 
 namespace {
 
-using moe::cli::Duration;
-
 double Now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 int ExitCodeFor(const moe::Status& st) {
@@ -87,7 +85,16 @@ struct Client {
   }
 };
 
-int Watch(Client& c, const std::string& id) {
+std::string Clock(double t) {
+  const time_t s = static_cast<time_t>(t);
+  tm local;
+  localtime_r(&s, &local);
+  char buf[16];
+  std::strftime(buf, sizeof(buf), "%H:%M:%S", &local);
+  return buf;
+}
+
+int Watch(Client& c, const std::string& id, bool json) {
   moe::v1::WatchJobRequest req;
   req.set_id(id);
   grpc::ClientContext ctx;
@@ -104,6 +111,18 @@ int Watch(Client& c, const std::string& id) {
     line_open = false;
   };
   while (reader->Read(&r)) {
+    if (json) {
+      // One JSON object per line: for scripts (every step's metrics, every event).
+      std::string line;
+      (void)google::protobuf::util::MessageToJsonString(r, &line, google::protobuf::util::JsonPrintOptions());
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+      if (r.has_job()) {
+        last = r.job();
+        have_job = true;
+      }
+      continue;
+    }
     if (r.has_job()) {
       last = r.job();
       have_job = true;
@@ -114,7 +133,7 @@ int Watch(Client& c, const std::string& id) {
     } else if (r.has_event()) {
       end_line();
       const auto& e = r.event();
-      std::printf("%s  %-12s %-10s %s\n", Duration(Now() - e.time()).c_str(), e.type().c_str(),
+      std::printf("%s  %-12s %-10s %s\n", Clock(e.time()).c_str(), e.type().c_str(),
                   moe::cli::StateName(e.state()).c_str(), e.message().c_str());
     } else if (r.has_metrics()) {
       const auto& m = r.metrics();
@@ -136,6 +155,7 @@ int Watch(Client& c, const std::string& id) {
   (void)last_printed_step;
   if (!have_job) return 1;
   const auto& m = last.last_metrics();
+  if (json) return last.state() == moe::v1::SUCCEEDED ? 0 : (last.state() == moe::v1::CANCELLED ? 11 : 10);
   std::printf("%s %s", last.id().c_str(), moe::cli::StateName(last.state()).c_str());
   if (!last.message().empty()) std::printf(": %s", last.message().c_str());
   std::printf("\n");
@@ -186,6 +206,9 @@ int main(int argc, char** argv) {
   describe_job->add_option("id", id, "job id")->required();
   auto* watch = app.add_subcommand("watch", "follow a job live until it ends");
   watch->add_option("id", id, "job id")->required();
+  std::string watch_output = "text";
+  watch->add_option("-o,--output", watch_output, "text (a live line) | json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("id", id, "job id")->required();
   auto* drain = app.add_subcommand("drain", "stop placing new work on a worker");
@@ -246,7 +269,7 @@ int main(int argc, char** argv) {
     else std::printf("%s", moe::cli::WorkersTable({resp.workers().begin(), resp.workers().end()}, Now()).c_str());
     return 0;
   }
-  if (watch->parsed()) return Watch(c, id);
+  if (watch->parsed()) return Watch(c, id, watch_output == "json");
   if (cancel->parsed()) {
     moe::v1::CancelJobRequest req;
     req.set_id(id);

@@ -448,9 +448,6 @@ Status ValidateJobSpec(const JobSpec& s) {
   MOE_RETURN_IF_ERROR(Positive(s.training.log_interval, "spec.training.log_interval"));
   MOE_RETURN_IF_ERROR(NonNegative(s.checkpoint.interval_steps, "spec.checkpoint.interval_steps"));
   MOE_RETURN_IF_ERROR(NonNegative(s.checkpoint.keep_last, "spec.checkpoint.keep_last"));
-  if (s.checkpoint.interval_steps > 0 && s.checkpoint.dir.empty()) {
-    return InvalidArgumentError("spec.checkpoint.dir: missing (interval_steps is set)");
-  }
   const auto& dev = s.resources.device;
   if (dev != "cpu" && dev != "cuda") return InvalidArgumentError("spec.resources.device: must be cpu or cuda, got '" + dev + "'");
   MOE_RETURN_IF_ERROR(NonNegative(s.max_restarts, "spec.max_restarts"));

@@ -176,6 +176,7 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
     }
   }
   schedule_needed_ = true;
+  Schedule();
   moe::v1::Registered out;
   out.set_name(reg.name());
   out.set_lease_seconds(options_.lease_seconds);
@@ -241,40 +242,44 @@ void Controller::HandleFinished(const std::string& worker, const moe::v1::RankFi
   if (w != nullptr && w->job_id == f.job_id() && w->attempt == f.attempt()) workers_.Release(worker);
   schedule_needed_ = true;
   JobEntry* e = AttemptOf(f.job_id(), f.attempt(), f.rank());
-  if (e == nullptr) return;
-  RankFinished(*e, f.rank(), f);
+  if (e != nullptr) RankFinished(*e, f.rank(), f);
+  Schedule();  // the freed worker (or a restart) may let a queued job go now
 }
 
 void Controller::RankFinished(JobEntry& e, int rank, const moe::v1::RankFinished& f) {
-  Attempt& a = *e.attempt;
-  RankStatus& rs = a.ranks[static_cast<size_t>(rank)];
+  RankStatus& rs = e.attempt->ranks[static_cast<size_t>(rank)];
   if (rs.finished) return;
   rs.finished = true;
   rs.ok = f.ok();
   const std::string where = "rank " + std::to_string(rank) + " on worker " + rs.worker;
-  if (!f.ok() && !a.ending && !IsTerminal(e.job.state())) {
+  if (!f.ok() && !e.attempt->ending && !IsTerminal(e.job.state())) {
     std::string why = f.message().empty() ? "exited with code " + std::to_string(f.exit_code()) : f.message();
-    FailAttempt(e, where + " failed: " + why);
+    // moe-train's exit codes 2 (bad spec) and 4 (cannot run as specified, e.g. a checkpoint of another
+    // layout): a restart would fail the same way.
+    const bool permanent = f.exit_code() == 2 || f.exit_code() == 4;
+    FailAttempt(e, where + " failed: " + why, permanent);  // may end the attempt
   }
-  if (a.live_ranks() > 0) return;
+  schedule_needed_ = true;
+  if (!e.attempt || e.attempt->live_ranks() > 0) return;
   // Every rank is done.
   bool all_ok = true;
-  for (const auto& r : a.ranks) all_ok = all_ok && r.ok;
-  const int number = a.number;
-  rendezvous_.ErasePrefix(RendezvousPrefix(e.job.id(), number));
+  for (const auto& r : e.attempt->ranks) all_ok = all_ok && r.ok;
+  rendezvous_.ErasePrefix(RendezvousPrefix(e.job.id(), e.attempt->number));
   e.attempt.reset();
   if (all_ok && !IsTerminal(e.job.state()) && e.job.state() != moe::v1::RESTARTING) {
     (void)jobs_.Transition(e, moe::v1::SUCCEEDED, "Succeeded", "all " + std::to_string(e.spec.parallelism.world_size) + " ranks finished");
     metrics_.OnJobState(e.job.id(), moe::v1::SUCCEEDED);
   }
-  schedule_needed_ = true;
 }
 
-void Controller::FailAttempt(JobEntry& e, const std::string& reason) {
+void Controller::FailAttempt(JobEntry& e, const std::string& reason, bool permanent) {
   if (!e.attempt || e.attempt->ending) return;
-  StopRanks(e, reason);
   jobs_.Event(e, "AttemptFailed", "attempt " + std::to_string(e.attempt->number) + ": " + reason);
-  if (e.job.restarts() < e.spec.max_restarts) {
+  StopRanks(e, reason);  // may end the attempt when no rank is left to stop
+  if (permanent) {
+    (void)jobs_.Transition(e, moe::v1::FAILED, "Failed", reason + " (not retried: the job cannot run as specified)");
+    metrics_.OnJobState(e.job.id(), moe::v1::FAILED);
+  } else if (e.job.restarts() < e.spec.max_restarts) {
     e.job.set_restarts(e.job.restarts() + 1);
     (void)jobs_.Transition(e, moe::v1::RESTARTING, "Restarting",
                            "restart " + std::to_string(e.job.restarts()) + " of " + std::to_string(e.spec.max_restarts) +

@@ -60,7 +60,7 @@ class Controller {
   void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartAttempt(JobEntry& e, const std::vector<Slot>& slots) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the running attempt because of `reason`; restarts the job or fails it.
-  void FailAttempt(JobEntry& e, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailAttempt(JobEntry& e, const std::string& reason, bool permanent = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopRanks(JobEntry& e, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RankFinished(JobEntry& e, int rank, const moe::v1::RankFinished& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleFinished(const std::string& worker, const moe::v1::RankFinished& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

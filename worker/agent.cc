@@ -46,23 +46,28 @@ bool WorkerAgent::Write(const moe::v1::WorkerMessage& msg) {
 
 Status WorkerAgent::Run() {
   MOE_RETURN_IF_ERROR(MakeDirs(o_.runtime_dir));
-  MOE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(o_.client));
-  auto stub = moe::v1::WorkerService::NewStub(channel);
   double backoff = 0.2;
+  std::shared_ptr<moe::v1::WorkerService::Stub> stub;
   while (!stop_) {
+    // A fresh channel after a failed connect: a channel remembers its failures and backs off on its
+    // own, which would keep a restarted controller waiting for us.
+    if (!stub) {
+      MOE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(o_.client));
+      stub = std::shared_ptr<moe::v1::WorkerService::Stub>(moe::v1::WorkerService::NewStub(channel));
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    Session(stub.get());
+    if (!Session(stub)) stub.reset();
     if (stop_) break;
     // A session that lasted is a reconnect after a controller restart: try again soon.
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff = 0.2;
     std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
-    backoff = std::min(backoff * 2, 5.0);
+    backoff = std::min(backoff * 2, 1.0);  // reconnecting is cheap; a restarted controller waits for us
   }
   StopCurrentRank();
   return OkStatus();
 }
 
-void WorkerAgent::Session(moe::v1::WorkerService::Stub* stub) {
+bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub) {
   grpc::ClientContext ctx;
   PrepareContext(&ctx, o_.client, 0);  // the stream lives as long as the worker; keepalive finds dead peers
   {
@@ -94,7 +99,7 @@ void WorkerAgent::Session(moe::v1::WorkerService::Stub* stub) {
     MOE_LOG(WARNING) << "cannot reach the controller at " << o_.client.address << ": " << st.error_message();
     stream_.reset();
     stream_ctx_ = nullptr;
-    return;
+    return false;
   }
   std::atomic<bool> session_over{false};
   std::mutex hb_mu;
@@ -138,6 +143,7 @@ void WorkerAgent::Session(moe::v1::WorkerService::Stub* stub) {
   if (!stop_) MOE_LOG(WARNING) << "lost the controller stream (" << st.error_message() << "); reconnecting";
   stream_.reset();
   stream_ctx_ = nullptr;
+  return false;  // reconnect on a fresh channel
 }
 
 void WorkerAgent::StopCurrentRank() {
@@ -156,7 +162,7 @@ void WorkerAgent::StopCurrentRank() {
   for (int i = 0; i < 50 && !cur->done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
-void WorkerAgent::StartRank(moe::v1::WorkerService::Stub* stub, const moe::v1::Assignment& a) {
+void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub, const moe::v1::Assignment& a) {
   // One rank at a time: whatever still runs (a stale attempt) stops first.
   StopCurrentRank();
   auto rank = std::make_shared<Rank>();

@@ -42,9 +42,10 @@ class WorkerAgent {
 
  private:
   struct Rank;
-  void Session(moe::v1::WorkerService::Stub* stub);
+  // One connection to the controller; false when it could not even register.
+  bool Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   bool Write(const moe::v1::WorkerMessage& msg);
-  void StartRank(moe::v1::WorkerService::Stub* stub, const moe::v1::Assignment& a);
+  void StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub, const moe::v1::Assignment& a);
   void CancelRank(const std::string& job_id, int attempt, const std::string& reason);
   void Monitor(std::shared_ptr<Rank> rank);
   void StopCurrentRank();

@@ -14,9 +14,9 @@
 
 namespace moe::worker {
 
-RendezvousProxy::RendezvousProxy(moe::v1::WorkerService::Stub* stub, ClientOptions client, std::string socket_path,
-                                 std::string prefix)
-    : stub_(stub), client_(std::move(client)), path_(std::move(socket_path)), prefix_(std::move(prefix)) {}
+RendezvousProxy::RendezvousProxy(std::shared_ptr<moe::v1::WorkerService::Stub> stub, ClientOptions client,
+                                 std::string socket_path, std::string prefix)
+    : stub_(std::move(stub)), client_(std::move(client)), path_(std::move(socket_path)), prefix_(std::move(prefix)) {}
 
 RendezvousProxy::~RendezvousProxy() { Stop(); }
 

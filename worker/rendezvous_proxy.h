@@ -17,7 +17,8 @@ namespace moe::worker {
 
 class RendezvousProxy {
  public:
-  RendezvousProxy(moe::v1::WorkerService::Stub* stub, ClientOptions client, std::string socket_path, std::string prefix);
+  RendezvousProxy(std::shared_ptr<moe::v1::WorkerService::Stub> stub, ClientOptions client, std::string socket_path,
+                  std::string prefix);
   ~RendezvousProxy();
   Status Start();
   void Stop();
@@ -28,7 +29,7 @@ class RendezvousProxy {
   void Serve(int fd);
   std::string Handle(const std::string& line);
 
-  moe::v1::WorkerService::Stub* stub_;
+  std::shared_ptr<moe::v1::WorkerService::Stub> stub_;
   ClientOptions client_;
   std::string path_, prefix_;
   int listen_fd_ = -1;

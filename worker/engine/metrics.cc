@@ -10,7 +10,7 @@ namespace {
 std::string Num(double v) {
   if (!std::isfinite(v)) return std::isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity");
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  std::snprintf(buf, sizeof(buf), "%.17g", v);  // exact: resumed runs are compared bitwise
   return buf;
 }
 }  // namespace

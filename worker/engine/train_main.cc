@@ -27,9 +27,14 @@ namespace {
 volatile sig_atomic_t g_stop_requested = 0;
 void OnStopSignal(int) { g_stop_requested = 1; }
 
+// Exit codes: 0 done; 1 a failure a retry may fix; 2 bad flags or job file; 3 stopped on request
+// (SIGTERM/SIGINT); 4 the job cannot run as specified here (a checkpoint of another layout, a dataset
+// of another vocabulary): retrying cannot help.
 int Fail(const moe::Status& st) {
   std::fprintf(stderr, "moe-train: %s\n", st.ToString().c_str());
-  return st.code() == moe::StatusCode::kInvalidArgument ? 2 : 1;
+  if (st.code() == moe::StatusCode::kInvalidArgument) return 2;
+  if (st.code() == moe::StatusCode::kFailedPrecondition) return 4;
+  return 1;
 }
 
 std::string SelfPath() {

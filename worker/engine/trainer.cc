@@ -53,6 +53,9 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
   if (!ckpt_dir.empty()) {
     ckpt = std::make_unique<CheckpointManager>(ckpt_dir, par, ModelFingerprint(spec), spec.checkpoint.keep_last);
   }
+  if (!ckpt && ckpt_interval > 0 && lead) {
+    MOE_LOG(INFO) << "no checkpoint directory (spec.checkpoint.dir or --checkpoint-dir): checkpoints are off";
+  }
   int64_t start_step = 0;
   if (options.resume) {
     if (!ckpt) return InvalidArgumentError("--resume needs a checkpoint directory (--checkpoint-dir or spec.checkpoint.dir)");

@@ -1,0 +1,338 @@
+// The controller's logic with a fake clock and fake worker streams: the job state machine, placement,
+// failures and restarts, cancellation, priorities, and recovery after a controller restart.
+#include "controller/controller.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include "common/job_spec_proto.h"
+
+namespace moe::controller {
+namespace {
+
+class FakeChannel : public WorkerChannel {
+ public:
+  void Send(const moe::v1::ControllerMessage& m) override { sent.push_back(m); }
+  std::vector<moe::v1::Assignment> Assignments() const {
+    std::vector<moe::v1::Assignment> out;
+    for (const auto& m : sent) if (m.has_assign()) out.push_back(m.assign());
+    return out;
+  }
+  int Cancels() const {
+    int n = 0;
+    for (const auto& m : sent) n += m.has_cancel() ? 1 : 0;
+    return n;
+  }
+  std::vector<moe::v1::ControllerMessage> sent;
+};
+
+JobSpec Spec(const std::string& name, int world, int ep, int priority = 0, int max_restarts = 3) {
+  JobSpec s;
+  s.name = name;
+  s.priority = priority;
+  s.model = *ModelPreset("tiny");
+  s.parallelism.world_size = world;
+  s.parallelism.expert_parallel = ep;
+  s.data.path = "data/fortunes";
+  s.data.micro_batch_size = 1;
+  s.data.global_batch_size = world;
+  s.checkpoint.dir = "/tmp/ckpt-" + name;
+  s.max_restarts = max_restarts;
+  return s;
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  ControllerTest() { Make(); }
+  void Make() {
+    metrics_ = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(), clock_, StragglerOptions{0.3, 3}, 60, "test");
+    controller_ = std::make_unique<Controller>(store_, clock_, *metrics_, options_);
+    ASSERT_TRUE(controller_->Recover().ok());
+  }
+  FakeChannel* AddWorker(const std::string& name, const std::string& rack, const std::string& node,
+                         std::vector<moe::v1::RunningRank> running = {}) {
+    auto& ch = channels_[name];
+    ch = std::make_unique<FakeChannel>();
+    moe::v1::Register r;
+    r.set_name(name);
+    r.set_rack(rack);
+    r.set_node(node);
+    r.set_device("cpu");
+    for (auto& x : running) *r.add_running() = x;
+    EXPECT_TRUE(controller_->Register(r, ch.get()).ok());
+    return ch.get();
+  }
+  moe::v1::Job Submit(const JobSpec& s) {
+    auto j = controller_->Submit(SpecToProto(s));
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? *j : moe::v1::Job();
+  }
+  moe::v1::JobState State(const std::string& id) { return controller_->Get(id, false)->state(); }
+  void Msg(const std::string& worker, const moe::v1::WorkerMessage& m) { controller_->OnWorkerMessage(worker, m); }
+  void Step(const std::string& worker, const moe::v1::Assignment& a, int64_t step, double compute = 0.1) {
+    moe::v1::WorkerMessage m;
+    auto* s = m.mutable_step();
+    s->set_job_id(a.job_id());
+    s->set_attempt(a.attempt());
+    s->set_rank(a.rank());
+    s->mutable_metrics()->set_step(step);
+    s->mutable_metrics()->set_total_steps(100);
+    s->mutable_metrics()->set_loss(5.0);
+    s->mutable_metrics()->set_step_seconds(0.2);
+    s->mutable_metrics()->set_compute_seconds(compute);
+    Msg(worker, m);
+  }
+  void Finish(const std::string& worker, const moe::v1::Assignment& a, bool ok, const std::string& why = "") {
+    moe::v1::WorkerMessage m;
+    auto* f = m.mutable_finished();
+    f->set_job_id(a.job_id());
+    f->set_attempt(a.attempt());
+    f->set_rank(a.rank());
+    f->set_ok(ok);
+    f->set_message(why);
+    Msg(worker, m);
+  }
+  void Heartbeats() {
+    for (auto& [name, ch] : channels_) {
+      moe::v1::WorkerMessage hb;
+      hb.mutable_heartbeat()->set_time(clock_.Now());
+      Msg(name, hb);
+    }
+  }
+  std::vector<std::string> EventTypes(const std::string& id) {
+    std::vector<std::string> out;
+    const moe::v1::Job job = *controller_->Get(id, true);
+    for (const auto& e : job.events()) out.push_back(e.type());
+    return out;
+  }
+
+  FakeClock clock_;
+  MemoryStateStore store_;
+  ControllerOptions options_;
+  std::unique_ptr<MetricsAggregator> metrics_;
+  std::unique_ptr<Controller> controller_;
+  std::map<std::string, std::unique_ptr<FakeChannel>> channels_;
+};
+
+TEST_F(ControllerTest, SubmitScheduleRunSucceed) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto* b = AddWorker("b", "r0", "n1");
+  auto job = Submit(Spec("j", 2, 2));
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED);
+  ASSERT_EQ(a->Assignments().size(), 1u);
+  ASSERT_EQ(b->Assignments().size(), 1u);
+  const auto ra = a->Assignments()[0], rb = b->Assignments()[0];
+  EXPECT_EQ(ra.rank() + rb.rank(), 1);
+  EXPECT_EQ(ra.world_size(), 2);
+  EXPECT_EQ(ra.rendezvous_prefix(), rb.rendezvous_prefix());
+  EXPECT_TRUE(ra.resume());
+  EXPECT_NE(ra.spec_json().find("\"world_size\":2"), std::string::npos);
+  Step("a", ra, 1);
+  EXPECT_EQ(State(job.id()), moe::v1::RUNNING);
+  Step("b", rb, 1);
+  EXPECT_EQ(controller_->Get(job.id(), false)->last_metrics().rank_compute_seconds_size(), 2) << "all ranks' step 1 merged";
+  Finish("a", ra, true);
+  EXPECT_EQ(State(job.id()), moe::v1::RUNNING) << "one rank done is not the job done";
+  Finish("b", rb, true);
+  EXPECT_EQ(State(job.id()), moe::v1::SUCCEEDED);
+  EXPECT_EQ(EventTypes(job.id()), (std::vector<std::string>{"Submitted", "Scheduled", "Running", "Succeeded"}));
+  for (const auto& w : controller_->Workers()) EXPECT_EQ(w.state(), moe::v1::IDLE) << w.name();
+}
+
+TEST_F(ControllerTest, InfeasibleJobsAreRefusedAtSubmitWithTheReason) {
+  AddWorker("a", "r0", "n0");
+  AddWorker("b", "r1", "n1");
+  auto j = controller_->Submit(SpecToProto(Spec("too-big", 4, 1)));
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(j.status().message().find("can never fit"), std::string::npos) << j.status();
+  // EP 2 within a rack, but each rack has one worker.
+  j = controller_->Submit(SpecToProto(Spec("split", 2, 2)));
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("inside one rack"), std::string::npos) << j.status();
+  EXPECT_TRUE(controller_->List({}).empty()) << "refused jobs are not stored";
+  // Semantic errors carry field paths.
+  auto bad = SpecToProto(Spec("bad", 2, 2));
+  bad.mutable_spec()->mutable_model()->mutable_moe()->set_top_k(0);
+  j = controller_->Submit(bad);
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(j.status().message().find("spec.model.moe.top_k"), std::string::npos) << j.status();
+}
+
+TEST_F(ControllerTest, LostWorkerRestartsTheJobReplacingOnlyTheLostSlot) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto* b = AddWorker("b", "r0", "n1");
+  auto* c = AddWorker("c", "r0", "n2");
+  auto job = Submit(Spec("j", 2, 2));
+  // Which two got it?
+  std::vector<std::pair<std::string, FakeChannel*>> used;
+  for (auto [n, ch] : {std::pair{"a", a}, {"b", b}, {"c", c}}) if (!ch->Assignments().empty()) used.emplace_back(n, ch);
+  ASSERT_EQ(used.size(), 2u);
+  const std::string survivor = used[0].first, victim = used[1].first;
+  Step(survivor, used[0].second->Assignments()[0], 1);
+  // The victim goes silent; the others keep heart-beating.
+  for (int i = 0; i < 7; ++i) {
+    clock_.Advance(1);
+    moe::v1::WorkerMessage hb;
+    hb.mutable_heartbeat();
+    for (const auto& [n, ch] : channels_) if (n != victim) Msg(n, hb);
+    controller_->Tick();
+  }
+  auto j = *controller_->Get(job.id(), true);
+  EXPECT_EQ(j.restarts(), 1);
+  EXPECT_EQ(used[0].second->Cancels(), 1) << "the surviving rank is told to stop";
+  EXPECT_EQ(j.state(), moe::v1::RESTARTING) << "waits for the survivor to stop before placing again";
+  Finish(survivor, used[0].second->Assignments()[0], false, "stopped");
+  controller_->Tick();
+  j = *controller_->Get(job.id(), true);
+  EXPECT_EQ(j.state(), moe::v1::SCHEDULED);
+  EXPECT_EQ(j.attempt(), 2);
+  // The survivor keeps its rank; the spare replaces the lost one.
+  ASSERT_EQ(used[0].second->Assignments().size(), 2u);
+  EXPECT_EQ(used[0].second->Assignments()[1].rank(), used[0].second->Assignments()[0].rank());
+  EXPECT_EQ(used[0].second->Assignments()[1].attempt(), 2);
+  const std::string spare = survivor != "a" && victim != "a" ? "a" : (survivor != "b" && victim != "b" ? "b" : "c");
+  ASSERT_EQ(channels_[spare]->Assignments().size(), 1u);
+  const auto types = EventTypes(job.id());
+  EXPECT_NE(std::find(types.begin(), types.end(), "AttemptFailed"), types.end());
+  EXPECT_NE(std::find(types.begin(), types.end(), "Restarting"), types.end());
+  bool lost_reason = false;
+  for (const auto& e : j.events()) lost_reason |= e.message().find("lost: no heartbeat") != std::string::npos;
+  EXPECT_TRUE(lost_reason);
+}
+
+TEST_F(ControllerTest, AFailedRankRestartsUntilMaxRestartsThenFails) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("j", 1, 1, 0, /*max_restarts=*/1));
+  Finish("a", a->Assignments()[0], false, "training failed: INTERNAL: step 3: the loss is nan (diverged)");
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED) << "restarted at once: the rank has already stopped";
+  ASSERT_EQ(a->Assignments().size(), 2u);
+  Finish("a", a->Assignments()[1], false, "training failed again");
+  auto j = *controller_->Get(job.id(), false);
+  EXPECT_EQ(j.state(), moe::v1::FAILED);
+  EXPECT_NE(j.message().find("training failed again"), std::string::npos) << j.message();
+  EXPECT_NE(j.message().find("max_restarts is 1"), std::string::npos) << j.message();
+}
+
+TEST_F(ControllerTest, CancelStopsTheRanks) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("j", 1, 1));
+  auto c = controller_->Cancel(job.id());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->state(), moe::v1::CANCELLED);
+  EXPECT_EQ(a->Cancels(), 1);
+  EXPECT_FALSE(controller_->Cancel(job.id()).ok()) << "already ended";
+  EXPECT_EQ(controller_->Cancel("nope").status().code(), StatusCode::kNotFound);
+  Finish("a", a->Assignments()[0], false, "stopped");
+  EXPECT_EQ(controller_->Workers()[0].state(), moe::v1::IDLE);
+}
+
+TEST_F(ControllerTest, PriorityFirstAndASmallerJobMayGoFirstWhenItFits) {
+  AddWorker("a", "r0", "n0");
+  AddWorker("b", "r0", "n1");
+  auto running = Submit(Spec("running", 1, 1));            // takes one worker
+  auto big = Submit(Spec("big", 2, 1, /*priority=*/5));      // cannot fit now (one free)
+  auto small = Submit(Spec("small", 1, 1, /*priority=*/0));  // fits: goes first
+  EXPECT_EQ(State(big.id()), moe::v1::PENDING);
+  EXPECT_EQ(State(small.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(controller_->QueueLength(), 1u);
+  (void)running;
+}
+
+TEST_F(ControllerTest, DrainedWorkersTakeNoNewWork) {
+  AddWorker("a", "r0", "n0");
+  AddWorker("b", "r0", "n1");
+  ASSERT_TRUE(controller_->SetDrained("a", true).ok());
+  auto j1 = Submit(Spec("one", 1, 1));
+  auto j2 = Submit(Spec("two", 1, 1));
+  EXPECT_EQ(State(j1.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(State(j2.id()), moe::v1::PENDING);
+  EXPECT_EQ(controller_->Get(j1.id(), false)->placement(0).worker(), "b");
+  ASSERT_TRUE(controller_->SetDrained("a", false).ok());
+  controller_->Tick();
+  EXPECT_EQ(State(j2.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(controller_->SetDrained("nope", true).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ControllerTest, StragglerIsFlaggedAfterTheWindow) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto* b = AddWorker("b", "r0", "n1");
+  auto* c = AddWorker("c", "r0", "n2");
+  auto job = Submit(Spec("j", 3, 1));
+  std::map<std::string, moe::v1::Assignment> asg = {{"a", a->Assignments()[0]}, {"b", b->Assignments()[0]}, {"c", c->Assignments()[0]}};
+  for (int s = 1; s <= 4; ++s) {
+    for (auto& [w, x] : asg) Step(w, x, s, w == "c" ? 0.5 : 0.1);  // c is five times slower
+  }
+  auto j = *controller_->Get(job.id(), true);
+  ASSERT_EQ(j.last_metrics().stragglers_size(), 1);
+  EXPECT_EQ(j.last_metrics().stragglers(0), asg["c"].rank());
+  bool event = false;
+  for (const auto& e : j.events()) event |= e.type() == "Straggler" && e.message().find("on c") != std::string::npos;
+  EXPECT_TRUE(event);
+}
+
+TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhenTheyDoNot) {
+  FakeClock clock;
+  MemoryStateStore store;
+  auto metrics = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(), clock, StragglerOptions{}, 60, "t");
+  ControllerOptions opt;
+  std::string id1, id2;
+  moe::v1::Assignment a1, a2;
+  {
+    Controller c(store, clock, *metrics, opt);
+    ASSERT_TRUE(c.Recover().ok());
+    FakeChannel ch1, ch2;
+    moe::v1::Register r;
+    r.set_device("cpu");
+    r.set_rack("r0");
+    r.set_name("w1");
+    ASSERT_TRUE(c.Register(r, &ch1).ok());
+    r.set_name("w2");
+    ASSERT_TRUE(c.Register(r, &ch2).ok());
+    id1 = c.Submit(SpecToProto(Spec("one", 1, 1)))->id();
+    id2 = c.Submit(SpecToProto(Spec("two", 1, 1)))->id();
+    a1 = ch1.Assignments()[0];
+    a2 = ch2.Assignments()[0];
+    moe::v1::WorkerMessage m;
+    m.mutable_step()->set_job_id(a1.job_id());
+    m.mutable_step()->set_attempt(1);
+    m.mutable_step()->mutable_metrics()->set_step(1);
+    c.OnWorkerMessage("w1", m);
+  }  // the controller dies
+  Controller c(store, clock, *metrics, opt);
+  ASSERT_TRUE(c.Recover().ok());
+  ASSERT_TRUE(c.Get(id1, false).ok()) << "jobs survive the restart";
+  FakeChannel ch1, ch2;
+  moe::v1::Register r;
+  r.set_device("cpu");
+  r.set_rack("r0");
+  r.set_name(a1.job_id() == id1 ? "w1" : "w2");
+  auto* run = r.add_running();
+  run->set_job_id(id1);
+  run->set_attempt(1);
+  run->set_rank(0);
+  ASSERT_TRUE(c.Register(r, &ch1).ok());
+  // The other worker comes back without its rank (it was restarted too).
+  moe::v1::Register r2;
+  r2.set_device("cpu");
+  r2.set_rack("r0");
+  r2.set_name(a1.job_id() == id1 ? "w2" : "w1");
+  ASSERT_TRUE(c.Register(r2, &ch2).ok());
+  for (int i = 0; i < 11; ++i) {  // past the reconnect grace, heart-beating
+    clock.Advance(1);
+    moe::v1::WorkerMessage hb;
+    hb.mutable_heartbeat();
+    c.OnWorkerMessage("w1", hb);
+    c.OnWorkerMessage("w2", hb);
+    c.Tick();
+  }
+  EXPECT_EQ(c.Get(id1, false)->state(), moe::v1::RUNNING) << "its rank reported back";
+  EXPECT_EQ(ch1.Cancels(), 0);
+  auto j2 = *c.Get(id2, true);
+  EXPECT_EQ(j2.restarts(), 1) << "a rank that did not come back restarts the job";
+  EXPECT_TRUE(j2.state() == moe::v1::SCHEDULED || j2.state() == moe::v1::RESTARTING) << moe::v1::JobState_Name(j2.state());
+}
+
+}  // namespace
+}  // namespace moe::controller

@@ -1,0 +1,75 @@
+#include "controller/state_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "common/file_util.h"
+#include "controller/job_manager.h"
+
+namespace moe::controller {
+namespace {
+
+TEST(SqliteStateStore, JobsAndEventsSurviveReopening) {
+  const std::string dir = "/tmp/moe-store-test-" + std::to_string(::getpid());
+  ASSERT_TRUE(RemoveAll(dir).ok());
+  {
+    auto store = SqliteStateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    moe::v1::Job j;
+    j.set_id("job-1");
+    j.set_state(moe::v1::RUNNING);
+    j.set_created_at(5);
+    j.mutable_spec()->mutable_metadata()->set_name("job");
+    j.add_placement()->set_worker("w0");
+    ASSERT_TRUE((*store)->PutJob(j).ok());
+    j.set_state(moe::v1::SUCCEEDED);  // replaced, not duplicated
+    ASSERT_TRUE((*store)->PutJob(j).ok());
+    for (int s = 1; s <= 3; ++s) {
+      moe::v1::JobEvent e;
+      e.set_job_id("job-1");
+      e.set_seq(s);
+      e.set_type("T" + std::to_string(s));
+      ASSERT_TRUE((*store)->AppendEvent(e).ok());
+    }
+  }
+  auto store = SqliteStateStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].state(), moe::v1::SUCCEEDED);
+  EXPECT_EQ((*jobs)[0].placement(0).worker(), "w0");
+  auto events = (*store)->LoadEvents("job-1");
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ((*events)[2].type(), "T3");
+  EXPECT_TRUE(PathExists(dir + "/controller.db-wal") || PathExists(dir + "/controller.db")) << "WAL mode";
+  (void)RemoveAll(dir);
+}
+
+TEST(SqliteStateStore, UnwritableDirectoryIsAClearError) {
+  auto store = SqliteStateStore::Open("/proc/nope/state");
+  ASSERT_FALSE(store.ok());
+}
+
+TEST(JobStateMachine, OnlyTheDesignedTransitions) {
+  using namespace moe::v1;
+  EXPECT_TRUE(ValidTransition(PENDING, SCHEDULED));
+  EXPECT_TRUE(ValidTransition(SCHEDULED, RUNNING));
+  EXPECT_TRUE(ValidTransition(RUNNING, RESTARTING));
+  EXPECT_TRUE(ValidTransition(RESTARTING, SCHEDULED));
+  EXPECT_TRUE(ValidTransition(RUNNING, SUCCEEDED));
+  EXPECT_TRUE(ValidTransition(RUNNING, CANCELLED));
+  EXPECT_TRUE(ValidTransition(RESTARTING, FAILED));
+  EXPECT_FALSE(ValidTransition(PENDING, RUNNING));
+  EXPECT_FALSE(ValidTransition(PENDING, SUCCEEDED));
+  EXPECT_FALSE(ValidTransition(RESTARTING, RUNNING));
+  for (JobState t : {SUCCEEDED, FAILED, CANCELLED}) {
+    for (JobState to : {PENDING, SCHEDULED, RUNNING, RESTARTING, SUCCEEDED, FAILED, CANCELLED}) {
+      EXPECT_FALSE(ValidTransition(t, to)) << JobState_Name(t) << " is terminal";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moe::controller
