@@ -104,6 +104,7 @@ int Watch(Client& c, const std::string& id, bool json) {
   moe::v1::WatchJobResponse r;
   moe::v1::Job last;
   bool have_job = false, line_open = false, first_snapshot = true;
+  double first_loss = 0;
   int64_t last_printed_step = -1;
   auto last_print = std::chrono::steady_clock::now() - std::chrono::hours(1);
   auto end_line = [&] {
@@ -137,6 +138,7 @@ int Watch(Client& c, const std::string& id, bool json) {
                   moe::cli::StateName(e.state()).c_str(), e.message().c_str());
     } else if (r.has_metrics()) {
       const auto& m = r.metrics();
+      if (first_loss == 0) first_loss = m.loss();
       const auto now = std::chrono::steady_clock::now();
       if (tty) {
         std::printf("\r%s\033[K", moe::cli::ProgressLine(m).c_str());
@@ -160,9 +162,10 @@ int Watch(Client& c, const std::string& id, bool json) {
   if (!last.message().empty()) std::printf(": %s", last.message().c_str());
   std::printf("\n");
   if (m.step() > 0) {
-    std::printf("summary: %lld steps, loss %.4f, %.4f TFLOP/s per device, MFU %.1f%%, %.0f tokens/s, %d restart(s)\n",
-                static_cast<long long>(m.step()), m.loss(), m.tflops_per_device(), m.mfu() * 100, m.tokens_per_second(),
-                last.restarts());
+    std::printf("summary: %lld steps, loss %.4f -> %.4f, %.4f TFLOP/s per device, MFU %.1f%% (against %s), %.0f tokens/s, "
+                "%d restart(s)\n",
+                static_cast<long long>(m.step()), first_loss > 0 ? first_loss : m.loss(), m.loss(), m.tflops_per_device(),
+                m.mfu() * 100, m.mfu_peak_source().c_str(), m.tokens_per_second(), last.restarts());
   }
   switch (last.state()) {
     case moe::v1::SUCCEEDED: return 0;

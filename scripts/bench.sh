@@ -9,6 +9,8 @@ run() { echo "== $*"; "$@" 2>&1 | tee -a "$log"; }
 run "$build/bin/moe-bench-train-step"
 run "$build/bin/moe-bench-alltoall"
 run bench/ep_scaling_bench.sh "$build"
+run "$build/bin/moe-bench-scheduler"
+run bench/control_plane_bench.sh "$build"
 echo
 echo "== results"
 grep '^RESULT' "$log"

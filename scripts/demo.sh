@@ -1,10 +1,46 @@
 #!/usr/bin/env bash
-# The demo: trains the embedded default job (examples/tiny.yaml) on this machine's CPU with live
-# progress, and ends with a summary.
+# The demo: a controller and two CPU workers in one rack on loopback, the embedded default job
+# (examples/tiny.yaml: a DeepSeek-V3-style MoE, W = 2 with expert parallelism 2) submitted with moectl
+# and watched live to the end, a summary, then everything shut down cleanly.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
-ckpt=$(mktemp -d /tmp/moe-demo-ckpt.XXXXXX)
-trap 'rm -rf "$ckpt"' EXIT
-echo "== moe demo: training the tiny DeepSeek-V3-style MoE on the fortunes corpus (CPU) =="
-"$build/bin/moe-train" --config examples/tiny.yaml --checkpoint-dir "$ckpt" --metrics-out "$ckpt/metrics.jsonl"
+bin=$build/bin
+work=$(mktemp -d /tmp/moe-demo.XXXXXX)
+pids=()
+ok=0
+finish() {
+  for p in "${pids[@]:-}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]:-}"; do wait "$p" 2>/dev/null || true; done
+  if [ $ok = 1 ]; then rm -rf "$work"; else echo "logs kept in $work" >&2; fi
+}
+trap finish EXIT
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+grpc=$(port); metrics=$(port)
+export MOE_CONTROLLER=127.0.0.1:$grpc
+
+echo "== starting the controller on $MOE_CONTROLLER (Prometheus metrics at http://127.0.0.1:$metrics/metrics)"
+"$bin/moe-controller" --listen "$MOE_CONTROLLER" --metrics-listen 127.0.0.1:$metrics --state-dir "$work/state" \
+    --checkpoint-root "$work/checkpoints" >"$work/controller.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do grep -q "serving gRPC" "$work/controller.log" && break; sleep 0.1; done
+grep -q "serving gRPC" "$work/controller.log" || { cat "$work/controller.log"; exit 1; }
+echo "== starting two CPU workers in rack r0 (one core each)"
+for n in 0 1; do
+  "$bin/moe-worker" --controller "$MOE_CONTROLLER" --device cpu --rack r0 --node node$n --threads 1 \
+      --runtime-dir "$work/worker$n" >"$work/worker$n.log" 2>&1 &
+  pids+=($!)
+done
+for _ in $(seq 1 100); do
+  [ "$("$bin/moectl" get workers 2>/dev/null | grep -c IDLE)" = 2 ] && break
+  sleep 0.1
+done
+"$bin/moectl" get workers
+echo "== submitting examples/tiny.yaml"
+id=$("$bin/moectl" submit -f examples/tiny.yaml)
+echo "job $id"
+"$bin/moectl" watch "$id"
+echo
+"$bin/moectl" describe job "$id" | sed -n '/^Placement/,$p'
+ok=1
+echo "== done: shutting down the workers and the controller"
