@@ -392,6 +392,7 @@ void Controller::StartAttempt(JobEntry& e, const std::vector<Slot>& slots) {
     a->set_rendezvous_prefix(RendezvousPrefix(e.job.id(), number));
     a->set_checkpoint_dir(e.spec.checkpoint.dir);
     a->set_resume(true);
+    a->set_cpu_threads(workers_.CpuThreadsFor(slots[r].worker));
     SendTo(slots[r].worker, m);
   }
   std::string where;

@@ -49,6 +49,7 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
   restarts_ = &BuildCounter().Name("moe_job_restarts_total").Help("Restarts after failures").Register(r);
   rank_step_ = &BuildGauge().Name("moe_rank_step_duration_seconds").Help("Wall time of the rank's last step").Register(r);
   rank_compute_ = &BuildGauge().Name("moe_rank_compute_seconds").Help("The rank's own work in its last step (forward + backward)").Register(r);
+  rank_tflops_ = &BuildGauge().Name("moe_rank_tflops").Help("TFLOP/s of the rank's device (Megatron's formula); sum by rack for a rack's TFLOP/s").Register(r);
   straggler_gauge_ = &BuildGauge().Name("moe_job_straggler").Help("1 while the rank is flagged as a straggler").Register(r);
   step_ = &BuildGauge().Name("moe_job_step").Help("Last completed step").Register(r);
   workers_ = &BuildGauge().Name("moe_workers").Help("Workers by state and rack").Register(r);
@@ -80,6 +81,7 @@ void MetricsAggregator::StartAttempt(const std::string& job_id, int attempt, con
     const std::map<std::string, std::string> labels = {{"job", job_id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}};
     rank_step_->Remove(&rank_step_->Add(labels));
     rank_compute_->Remove(&rank_compute_->Add(labels));
+    rank_tflops_->Remove(&rank_tflops_->Add(labels));
     straggler_gauge_->Remove(&straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}));
   }
   s.attempt = attempt;
@@ -149,6 +151,9 @@ std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(const std::string&
     }
   }
   for (int r : s.stragglers) out.add_stragglers(r);
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    rank_tflops_->Add({{"job", job_id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}}).Set(out.tflops_per_device());
+  }
   // Job series from rank 0's figures.
   const std::map<std::string, std::string> job_labels = {{"job", job_id}};
   const double flops = out.tflops_per_device() * 1e12 * out.step_seconds() * static_cast<double>(s.world);
@@ -250,6 +255,7 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
     const std::map<std::string, std::string> labels = {{"job", job_id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}};
     rank_step_->Remove(&rank_step_->Add(labels));
     rank_compute_->Remove(&rank_compute_->Add(labels));
+    rank_tflops_->Remove(&rank_tflops_->Add(labels));
     straggler_gauge_->Remove(&straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}));
   }
 }

@@ -91,6 +91,7 @@ class MetricsAggregator {
   prometheus::Family<prometheus::Counter>* restarts_;
   prometheus::Family<prometheus::Gauge>* rank_step_;
   prometheus::Family<prometheus::Gauge>* rank_compute_;
+  prometheus::Family<prometheus::Gauge>* rank_tflops_;
   prometheus::Family<prometheus::Gauge>* straggler_gauge_;
   prometheus::Family<prometheus::Gauge>* step_;
   prometheus::Family<prometheus::Gauge>* workers_;

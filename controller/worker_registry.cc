@@ -1,5 +1,7 @@
 #include "controller/worker_registry.h"
 
+#include <algorithm>
+
 namespace moe::controller {
 
 StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChannel* channel) {
@@ -17,6 +19,7 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, Wo
   w.info.set_device(reg.device());
   w.info.set_address(reg.address());
   if (fresh) w.info.set_registered_at(clock_.Now());
+  w.cpu_cores = reg.cpu_cores();
   w.channel = channel;
   w.lost = false;
   w.lease_deadline = clock_.Monotonic() + lease_;
@@ -106,6 +109,16 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
   else if (w.drained) out.set_state(moe::v1::DRAINED);
   else out.set_state(moe::v1::IDLE);
   return out;
+}
+
+int WorkerRegistry::CpuThreadsFor(const std::string& name) const {
+  auto it = workers_.find(name);
+  if (it == workers_.end() || it->second.cpu_cores <= 0 || it->second.info.device() != "cpu") return 0;
+  int sharing = 0;
+  for (const auto& [n, w] : workers_) {
+    if (!w.lost && w.info.device() == "cpu" && w.info.node() == it->second.info.node()) ++sharing;
+  }
+  return std::max(1, it->second.cpu_cores / std::max(1, sharing));
 }
 
 std::vector<moe::v1::Worker> WorkerRegistry::List() const {

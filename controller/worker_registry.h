@@ -29,6 +29,7 @@ struct WorkerEntry {
   std::string job_id;          // the rank it runs, if any
   int attempt = 0;
   int rank = -1;
+  int cpu_cores = 0;
   bool busy() const { return !job_id.empty(); }
 };
 
@@ -54,6 +55,8 @@ class WorkerRegistry {
   std::vector<Slot> FreeSlots() const;
   std::vector<Slot> LiveSlots() const;
   std::vector<moe::v1::Worker> List() const;
+  // Threads for a CPU rank on `name`'s node: its cores over the live CPU workers there (0: unknown).
+  int CpuThreadsFor(const std::string& name) const;
   moe::v1::Worker Describe(const WorkerEntry& w) const;
   const std::map<std::string, WorkerEntry>& all() const { return workers_; }
 

@@ -10,6 +10,7 @@ run "$build/bin/moe-bench-train-step"
 run "$build/bin/moe-bench-alltoall"
 run bench/ep_scaling_bench.sh "$build"
 run "$build/bin/moe-bench-scheduler"
+run "$build/bin/moe-bench-metrics-overhead"
 run bench/control_plane_bench.sh "$build"
 echo
 echo "== results"

@@ -1,5 +1,7 @@
 #include "worker/agent.h"
 
+#include "worker/step_report.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -83,6 +85,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   r->set_device(o_.device);
   r->set_address(o_.address);
   r->set_version("0.1.0");
+  r->set_cpu_cores(static_cast<int>(std::thread::hardware_concurrency()));
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);
     if (current_ && !current_->done) {
@@ -196,7 +199,9 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
     args.insert(args.end(), {"--checkpoint-dir", a.checkpoint_dir()});
     if (a.resume()) args.push_back("--resume");
   }
-  if (o_.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o_.threads)});
+  // Threads: --threads when given, else the controller's share of this node's cores.
+  const int threads = o_.threads > 0 ? o_.threads : a.cpu_threads();
+  if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
   args.insert(args.end(), o_.extra_trainer_args.begin(), o_.extra_trainer_args.end());
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
@@ -260,44 +265,12 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
             if (line.find("training failed") != std::string::npos || line.rfind("moe-train: ", 0) == 0) last_error = line;
             continue;
           }
-          auto doc = ParseYaml(line);
-          if (!doc.ok()) continue;
           moe::v1::WorkerMessage m;
           auto* s = m.mutable_step();
+          if (!StepMetricsFromJson(line, s->mutable_metrics()).ok()) continue;
           s->set_job_id(rank->assignment.job_id());
           s->set_attempt(rank->assignment.attempt());
           s->set_rank(rank->assignment.rank());
-          auto* mm = s->mutable_metrics();
-          auto num = [&](const char* k) {
-            const Node* v = doc->Find(k);
-            if (v == nullptr) return 0.0;
-            auto d = v->AsDouble(k);
-            return d.ok() ? *d : 0.0;
-          };
-          mm->set_step(static_cast<int64_t>(num("step")));
-          mm->set_total_steps(static_cast<int64_t>(num("total_steps")));
-          mm->set_loss(num("loss"));
-          mm->set_aux_loss(num("aux_loss"));
-          mm->set_lr(num("lr"));
-          mm->set_grad_norm(num("grad_norm"));
-          mm->set_step_seconds(num("step_seconds"));
-          mm->set_tokens_per_second(num("tokens_per_second"));
-          mm->set_tflops_per_device(num("tflops_per_device"));
-          mm->set_mfu(num("mfu"));
-          mm->set_mfu_peak_tflops(num("mfu_peak_tflops"));
-          if (const Node* v = doc->Find("mfu_peak_source")) mm->set_mfu_peak_source(v->scalar());
-          mm->set_expert_load_imbalance(num("expert_load_imbalance"));
-          if (const Node* v = doc->Find("expert_load_imbalance_per_layer")) {
-            for (const auto& x : v->elements()) {
-              auto d = x.AsDouble("imbalance");
-              mm->add_expert_load_imbalance_per_layer(d.ok() ? *d : 0.0);
-            }
-          }
-          mm->set_alltoall_seconds(num("alltoall_seconds"));
-          mm->set_compute_seconds(num("compute_seconds"));
-          mm->set_grad_sync_seconds(num("grad_sync_seconds"));
-          mm->set_tokens(static_cast<int64_t>(num("tokens")));
-          mm->set_time(num("time"));
           Write(m);
         }
       }

@@ -6,8 +6,15 @@ PIDS=()
 cleanup() {
   local rc=$?
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  sleep 0.5
+  # Give them a moment to shut down cleanly, then make sure.
+  for _ in $(seq 1 30); do
+    alive=0
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
   pkill -9 -f -- "--config $WORK/" 2>/dev/null || true
   if [ $rc -ne 0 ]; then
     echo "---- logs ($WORK) ----" >&2

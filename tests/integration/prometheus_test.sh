@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The real Prometheus (Debian's package) on loopback scrapes a controller while a real CPU job
+# trains; then every PromQL expression of the shipped Grafana dashboards runs through Prometheus'
+# HTTP API and must return data. Also: every metric the docs promise is on /metrics, and a /metrics
+# port already taken is a clear start-up error.
+source "$(dirname "$0")/lib.sh"
+command -v prometheus >/dev/null || fail "prometheus is missing (apt install prometheus)"
+SRC=${MOE_SOURCE_DIR:-.}
+
+# A taken metrics port: the controller says so and exits.
+blocker=$(free_port)
+python3 -c "import socket,time,sys; s=socket.socket(); s.bind(('127.0.0.1',$blocker)); s.listen(); time.sleep(30)" &
+PIDS+=($!)
+sleep 0.3
+set +e
+out=$("$BIN/moe-controller" --listen 127.0.0.1:$(free_port) --metrics-listen 127.0.0.1:$blocker --state-dir "$WORK/s0" 2>&1)
+rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q -- "--metrics-listen 127.0.0.1:$blocker: cannot serve /metrics there" <<<"$out" || fail "taken port: rc $rc, $out"
+
+start_controller
+for n in 0 1; do start_worker w$n rack-a n$n; done
+wait_workers 2
+make_job "$WORK/job.yaml" prom 100000 0
+id=$("$BIN/moectl" submit -f "$WORK/job.yaml")
+wait_state "$id" RUNNING 60
+
+# Prometheus with the shipped rules, scraping every second.
+PROM_PORT=$(free_port)
+mkdir -p "$WORK/prom"
+cp "$SRC"/deploy/prometheus/*_rules.yml "$WORK/prom/"
+cat >"$WORK/prom/prometheus.yml" <<CONF
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: [recording_rules.yml, alert_rules.yml]
+scrape_configs:
+  - job_name: moe-controller
+    honor_labels: true
+    static_configs: [{targets: ['127.0.0.1:$METRICS_PORT']}]
+CONF
+promtool check config "$WORK/prom/prometheus.yml" >/dev/null
+prometheus --config.file="$WORK/prom/prometheus.yml" --storage.tsdb.path="$WORK/prom/data" \
+  --web.listen-address=127.0.0.1:$PROM_PORT >"$WORK/prometheus.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null && break; sleep 0.2; done
+curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null || fail "prometheus did not start"
+
+# Every promised metric is exposed.
+curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" >"$WORK/metrics.txt"
+for m in moe_job_model_flops_total moe_job_tflops_per_device moe_job_mfu_ratio moe_job_tokens_total \
+         moe_job_step_duration_seconds_bucket moe_job_loss moe_job_grad_norm moe_job_learning_rate \
+         moe_job_alltoall_seconds_total moe_job_compute_seconds_total moe_job_expert_load_imbalance_ratio \
+         moe_job_state moe_job_restarts_total moe_rank_step_duration_seconds moe_job_straggler moe_workers \
+         moe_scheduler_queue_length moe_scheduler_decision_duration_seconds_bucket moe_build_info moe_rank_tflops; do
+  grep -q "^$m" "$WORK/metrics.txt" || fail "/metrics lacks $m"
+done
+grep -q "moe_rank_step_duration_seconds{.*rack=\"rack-a\"" "$WORK/metrics.txt" || fail "rank series without the rack label"
+
+# Enough history for the rate()s and quantiles.
+sleep 45
+python3 "$SRC/deploy/grafana/extract_queries.py" "$SRC"/deploy/grafana/dashboards/*.json >"$WORK/queries.jsonl"
+python3 - "$WORK/queries.jsonl" "$PROM_PORT" "$id" <<'PY'
+import json, sys, urllib.parse, urllib.request
+queries, port, job = sys.argv[1], sys.argv[2], sys.argv[3]
+bad, n = [], 0
+for line in open(queries):
+    expr = json.loads(line)
+    q = (expr.replace("$job", job).replace("$rack", ".*").replace("$__rate_interval", "1m")
+             .replace("$__interval", "1m").replace("$__range", "5m"))
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+    try:
+        r = json.load(urllib.request.urlopen(url, timeout=10))
+    except Exception as e:  # HTTP 400 for a query that does not parse
+        bad.append((q, f"error: {e}"))
+        continue
+    n += 1
+    if r.get("status") != "success":
+        bad.append((q, r.get("error")))
+    elif not r["data"]["result"]:
+        bad.append((q, "no data"))
+for q, why in bad:
+    print(f"  {why}: {q}")
+if bad:
+    sys.exit(f"{len(bad)} of {n} dashboard queries failed")
+print(f"prometheus: all {n} dashboard queries returned data")
+PY
+# The recording rules evaluate too.
+for rule in 'job:moe_step_duration_seconds:p95_1m' 'rack:moe_tflops:sum' 'job:moe_alltoall_share:ratio_1m'; do
+  curl -sf "http://127.0.0.1:$PROM_PORT/api/v1/query?query=$rule" | python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(0 if r["data"]["result"] else 1)' \
+    || fail "recording rule $rule has no data"
+done
+"$BIN/moectl" cancel "$id" >/dev/null
+echo "prometheus: metrics exposed, dashboards' queries answered, recording rules evaluated"
