@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One Slurm task = one moe-worker (run by srun from moe-job.sbatch or moe-add-workers.sbatch).
+# Device: the task's GPU when it has one (--gpus-per-task=1 makes it cuda:0 inside the task), else cpu.
+# Rack: from NVML's fabric info on GPU nodes (the worker reads it itself), else from Slurm's topology:
+# the block (topology/block, Slurm 23.11+) or the leaf switch (topology/tree) holding this node.
+set -euo pipefail
+bin=${MOE_BIN:?MOE_BIN: the directory of the moe binaries}
+node=${SLURMD_NODENAME:-$(hostname -s)}
+device=${MOE_DEVICE:-auto}
+if [ "$device" = auto ]; then
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && [ "${CUDA_VISIBLE_DEVICES}" != "NoDevFiles" ]; then device=gpu; else device=cpu; fi
+fi
+[ "$device" = gpu ] && device=cuda:0
+rack=${MOE_RACK:-}
+if [ -z "$rack" ]; then
+  topo=$(scontrol show topology "$node" 2>/dev/null || true)
+  rack=$(grep -oP 'BlockName=\K\S+' <<<"$topo" | head -1 || true)
+  [ -n "$rack" ] || rack=$(grep -P 'Level=0' <<<"$topo" | grep -oP 'SwitchName=\K\S+' | head -1 || true)
+fi
+# The address peers reach this rank at: the node's address as Slurm knows it.
+addr=${MOE_ADDRESS:-$(scontrol show node "$node" 2>/dev/null | grep -oP 'NodeAddr=\K\S+' | head -1 || true)}
+[ -n "$addr" ] || addr=$(hostname -i | awk '{print $1}')
+args=(--controller "${MOE_CONTROLLER:?}" --device "$device" --node "$node" --name "$node-${SLURM_LOCALID:-0}"
+      --address "$addr" --runtime-dir "${TMPDIR:-/tmp}/moe-worker-$node-${SLURM_LOCALID:-0}-${SLURM_JOB_ID:-0}")
+# On GPU nodes NVML's NVLink domain wins; Slurm's topology is the fallback (MOE_RACK is read after NVML).
+if [ -n "$rack" ]; then
+  if [ "$device" = cpu ]; then args+=(--rack "$rack"); else export MOE_RACK=$rack; fi
+fi
+[ -n "${MOE_WORKER_THREADS:-}" ] && args+=(--threads "$MOE_WORKER_THREADS")
+exec "$bin/moe-worker" "${args[@]}"
