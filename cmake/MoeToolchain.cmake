@@ -36,7 +36,7 @@ if(NOT MOE_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 90 100 103)
     endif()
     enable_language(CUDA)
-    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 does not know C++20 for nvcc; the .cu files need only 17
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(MOE_CUDA_ENABLED ON)
