@@ -1,6 +1,6 @@
 // CUDA paths of the kernel families (fp32 for now), on raw device pointers and a stream. Each has the
 // CPU reference of its family (kernels/<family>.h) and is checked against it by tests/gpu/check.sh.
-// Not yet here: attention, embedding, router and the balance loss on the GPU, the bf16 variants, and
+// Not yet here: attention on the GPU, the bf16 variants, and
 // the engine's use of these paths (the trainer runs on the CPU path); see docs/architecture.md.
 #pragma once
 
@@ -52,6 +52,21 @@ void CombineForward(const float* yp, const int32_t* row_of_slot, const float* w,
                     int64_t d, cudaStream_t s);
 void CombineBackward(const float* dy, const float* yp, const int32_t* row_of_slot, const float* w, float* dyp, float* dw,
                      int64_t tokens, int64_t k, int64_t d, cudaStream_t s);
+
+// Embedding: out[t] = table[ids[t]]; the backward scatter-adds (atomics: not bitwise reproducible).
+void EmbeddingForward(const float* table, const int32_t* ids, float* out, int64_t tokens, int64_t d, cudaStream_t s);
+void EmbeddingBackward(const float* dout, const int32_t* ids, float* dtable, int64_t tokens, int64_t d, cudaStream_t s);
+
+// DeepSeek-V3 routing as kernels/router.h describes it; false when experts > 512 or groups > 64.
+bool RouterForward(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k, int64_t groups,
+                   int64_t topk_groups, bool sigmoid, float route_scale, bool use_bias, float* scores, int32_t* topk_idx,
+                   float* topk_w, cudaStream_t s);
+bool RouterBackward(const float* scores, const int32_t* topk_idx, const float* dtopk_w, const float* dscores_extra,
+                    int64_t tokens, int64_t experts, int64_t top_k, bool sigmoid, float route_scale, float* dlogits,
+                    cudaStream_t s);
+// The sequence-wise balance loss; adds its gradient to dscores when that is not null.
+double SeqAuxLoss(const float* scores, const int32_t* topk_idx, int64_t num_seqs, int64_t seq_len, int64_t experts,
+                  int64_t top_k, float coeff, float* dscores, cudaStream_t s);
 
 // Row-major GEMM through cuBLAS: C = alpha op(A) op(B) + beta C. And grouped over experts: group g
 // owns rows [offsets[g], offsets[g+1]) of x [R, K]; y[rows] = x[rows] w[g]^T with w [G, N, K].

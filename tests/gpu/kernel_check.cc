@@ -11,6 +11,8 @@
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/router.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
@@ -201,6 +203,48 @@ int main() {
     Compare("combine fwd", dY0.Host(), y);
     Compare("combine bwd dyp", dDYP.Host(), dyp);
     Compare("combine bwd dw", dDW.Host(), dw, 1e-4, 1e-5);
+  }
+  {  // Embedding forward and backward (the GPU's scatter-add order differs: a tolerance, not equality).
+    const int64_t vocab_e = 53;
+    Tensor table = Random({vocab_e, d}, 22), g = Random({tokens, d}, 23);
+    Tensor ids = Tensor::Empty({tokens}, moe::DType::kI32);
+    for (int64_t i = 0; i < tokens; ++i) ids.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % vocab_e);
+    Tensor out = Tensor::Empty({tokens, d}, moe::DType::kF32), dtab = Tensor::Zeros({vocab_e, d}, moe::DType::kF32);
+    moe::kernels::EmbeddingForward(table, ids, out);
+    moe::kernels::EmbeddingBackward(g, ids, dtab);
+    Dev dT(table), dI(ids), dG(g), dO(static_cast<size_t>(tokens * d), true), dD(static_cast<size_t>(vocab_e * d), false);
+    cu::EmbeddingForward(dT.f(), dI.i(), dO.f(), tokens, d, s);
+    cu::EmbeddingBackward(dG.f(), dI.i(), dD.f(), tokens, d, s);
+    Compare("embedding fwd", dO.Host(), out, 0, 0);
+    Compare("embedding bwd", dD.Host(), dtab, 1e-5, 1e-6);
+  }
+  {  // Routing: scores, the chosen experts (exactly), weights; the backward; the balance loss.
+    const int64_t e = 16, kk = 4, seqs = 3, len = 33, t = seqs * len;
+    moe::kernels::RouterConfig cfg{.top_k = kk, .num_groups = 4, .topk_groups = 2, .sigmoid = true, .route_scale = 2.5, .use_bias = true};
+    Tensor logits = Random({t, e}, 24, -3, 3), bias = Random({e}, 25, -0.2, 0.2), gw = Random({t, kk}, 26);
+    Tensor scores = Tensor::Empty({t, e}, moe::DType::kF32), idx = Tensor::Empty({t, kk}, moe::DType::kI32),
+           w = Tensor::Empty({t, kk}, moe::DType::kF32);
+    moe::kernels::RouterForward(logits, bias, cfg, scores, idx, w);
+    Tensor dscores = Tensor::Zeros({t, e}, moe::DType::kF32);
+    const double aux = moe::kernels::SeqAuxLoss(scores, idx, seqs, len, 0.01, dscores);
+    Tensor dlogits = Tensor::Empty({t, e}, moe::DType::kF32);
+    moe::kernels::RouterBackward(scores, idx, gw, dscores, cfg, dlogits);
+    Dev dL(logits), dB(bias), dGW(gw), dS(static_cast<size_t>(t * e), true), dIdx(static_cast<size_t>(t * kk), true),
+        dW(static_cast<size_t>(t * kk), true), dDS(static_cast<size_t>(t * e), false), dDL(static_cast<size_t>(t * e), true);
+    cu::RouterForward(dL.f(), dB.f(), t, e, kk, 4, 2, true, 2.5f, true, dS.f(), dIdx.i(), dW.f(), s);
+    const double gaux = cu::SeqAuxLoss(dS.f(), dIdx.i(), seqs, len, e, kk, 0.01f, dDS.f(), s);
+    cu::RouterBackward(dS.f(), dIdx.i(), dGW.f(), dDS.f(), t, e, kk, true, 2.5f, dDL.f(), s);
+    std::vector<int32_t> gidx(static_cast<size_t>(t * kk));
+    cudaMemcpy(gidx.data(), dIdx.p, gidx.size() * 4, cudaMemcpyDeviceToHost);
+    std::vector<float> gidx_f(gidx.begin(), gidx.end());
+    Tensor idx_f = Tensor::Empty({t, kk}, moe::DType::kF32);
+    for (int64_t i = 0; i < t * kk; ++i) idx_f.data<float>()[i] = static_cast<float>(idx.data<int32_t>()[i]);
+    Compare("router scores", dS.Host(), scores);
+    Compare("router top-k", gidx_f, idx_f, 0, 0);
+    Compare("router weights", dW.Host(), w);
+    Compare("balance loss", {static_cast<float>(gaux)}, Tensor::FromVector<float>({static_cast<float>(aux)}, {1}), 1e-4, 1e-9);
+    Compare("balance loss grad", dDS.Host(), dscores, 1e-4, 1e-9);
+    Compare("router bwd", dDL.Host(), dlogits, 1e-4, 1e-6);
   }
   {  // Sum of squares.
     Tensor t = Random({100003}, 21);
