@@ -1,6 +1,6 @@
 // CUDA paths of the kernel families (fp32 for now), on raw device pointers and a stream. Each has the
 // CPU reference of its family (kernels/<family>.h) and is checked against it by tests/gpu/check.sh.
-// Not yet here: attention on the GPU, the bf16 variants, and
+// Not yet here: the bf16 variants, a fused flash-style attention, and
 // the engine's use of these paths (the trainer runs on the CPU path); see docs/architecture.md.
 #pragma once
 
@@ -67,6 +67,13 @@ bool RouterBackward(const float* scores, const int32_t* topk_idx, const float* d
 // The sequence-wise balance loss; adds its gradient to dscores when that is not null.
 double SeqAuxLoss(const float* scores, const int32_t* topk_idx, int64_t num_seqs, int64_t seq_len, int64_t experts,
                   int64_t top_k, float coeff, float* dscores, cudaStream_t s);
+
+// Causal attention: qkv [B*S, 3*H*d] -> out [B*S, H*d], probs [B, H, S, S]; the backward writes all of
+// dqkv and needs a scratch of H*S*S floats.
+void AttentionForward(const float* qkv, int64_t batch, int64_t seq, int64_t heads, int64_t d, float* out, float* probs,
+                      cudaStream_t s);
+void AttentionBackward(const float* qkv, const float* probs, const float* dout, int64_t batch, int64_t seq, int64_t heads,
+                       int64_t d, float* dqkv, float* scratch, cudaStream_t s);
 
 // Row-major GEMM through cuBLAS: C = alpha op(A) op(B) + beta C. And grouped over experts: group g
 // owns rows [offsets[g], offsets[g+1]) of x [R, K]; y[rows] = x[rows] w[g]^T with w [G, N, K].

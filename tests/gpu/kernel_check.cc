@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/router.h"
@@ -245,6 +246,21 @@ int main() {
     Compare("balance loss", {static_cast<float>(gaux)}, Tensor::FromVector<float>({static_cast<float>(aux)}, {1}), 1e-4, 1e-9);
     Compare("balance loss grad", dDS.Host(), dscores, 1e-4, 1e-9);
     Compare("router bwd", dDL.Host(), dlogits, 1e-4, 1e-6);
+  }
+  {  // Causal attention forward and backward, awkward sizes.
+    const int64_t b = 2, seq = 37, heads = 3, hdim = 10, t = b * seq;
+    Tensor qkv = Random({t, 3 * heads * hdim}, 27, -2, 2), g = Random({t, heads * hdim}, 28);
+    Tensor out = Tensor::Empty({t, heads * hdim}, moe::DType::kF32), probs = Tensor::Empty({b, heads, seq, seq}, moe::DType::kF32);
+    moe::kernels::AttentionForward(qkv, b, seq, heads, hdim, out, probs);
+    Tensor dqkv = Tensor::Empty(qkv.shape(), moe::DType::kF32);
+    moe::kernels::AttentionBackward(qkv, probs, g, b, seq, heads, hdim, dqkv);
+    Dev dQ(qkv), dG(g), dO(static_cast<size_t>(t * heads * hdim), true), dP(static_cast<size_t>(b * heads * seq * seq), true),
+        dD(static_cast<size_t>(qkv.numel()), true), dScratch(static_cast<size_t>(heads * seq * seq), true);
+    cu::AttentionForward(dQ.f(), b, seq, heads, hdim, dO.f(), dP.f(), s);
+    cu::AttentionBackward(dQ.f(), dP.f(), dG.f(), b, seq, heads, hdim, dD.f(), dScratch.f(), s);
+    Compare("attention fwd", dO.Host(), out, 1e-4, 1e-5);
+    Compare("attention probs", dP.Host(), probs, 1e-4, 1e-6);
+    Compare("attention bwd", dD.Host(), dqkv, 1e-3, 1e-5);
   }
   {  // Sum of squares.
     Tensor t = Random({100003}, 21);
