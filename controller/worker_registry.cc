@@ -20,6 +20,7 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, Wo
   w.info.set_address(reg.address());
   if (fresh) w.info.set_registered_at(clock_.Now());
   w.cpu_cores = reg.cpu_cores();
+  w.host_id = reg.host_id();
   w.channel = channel;
   w.lost = false;
   w.lease_deadline = clock_.Monotonic() + lease_;
@@ -116,7 +117,9 @@ int WorkerRegistry::CpuThreadsFor(const std::string& name) const {
   if (it == workers_.end() || it->second.cpu_cores <= 0 || it->second.info.device() != "cpu") return 0;
   int sharing = 0;
   for (const auto& [n, w] : workers_) {
-    if (!w.lost && w.info.device() == "cpu" && w.info.node() == it->second.info.node()) ++sharing;
+    // Same machine: by host id when workers send one (several "nodes" may share a host), else by node.
+    const bool same = it->second.host_id.empty() ? w.info.node() == it->second.info.node() : w.host_id == it->second.host_id;
+    if (!w.lost && w.info.device() == "cpu" && same) ++sharing;
   }
   return std::max(1, it->second.cpu_cores / std::max(1, sharing));
 }

@@ -30,6 +30,7 @@ struct WorkerEntry {
   int attempt = 0;
   int rank = -1;
   int cpu_cores = 0;
+  std::string host_id;
   bool busy() const { return !job_id.empty(); }
 };
 

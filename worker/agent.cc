@@ -87,6 +87,16 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   r->set_version("0.1.0");
   r->set_cpu_cores(static_cast<int>(std::thread::hardware_concurrency()));
   {
+    // The machine: its machine-id and host name (containers from one image may share a machine-id,
+    // not a host name); workers started with different --node on one host still share its cores.
+    std::string h;
+    if (auto id = ReadFileToString("/etc/machine-id"); id.ok()) h = *id;
+    while (!h.empty() && (h.back() == '\n' || h.back() == ' ')) h.pop_back();
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    r->set_host_id(h + "/" + host);
+  }
+  {
     std::lock_guard<std::mutex> lock(ranks_mu_);
     if (current_ && !current_->done) {
       auto* run = r->add_running();

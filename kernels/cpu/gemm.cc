@@ -40,27 +40,27 @@ void BlockedGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T 
     ap = at.data();
     ldap = k;
   }
+  // Blocks of op(B) (kBlockK x kBlockN, about 128 KiB of floats) stay in cache while every row of this
+  // thread's share of C accumulates against them; the innermost loop runs along contiguous rows of B
+  // and C and vectorises.
   constexpr int64_t kBlockN = 256, kBlockK = 128;
   ParallelFor(m, n * k, [&](int64_t i0, int64_t i1) {
-    std::vector<T> acc(static_cast<size_t>(kBlockN));
+    for (int64_t i = i0; i < i1; ++i) {
+      T* crow = c + i * ldc;
+      for (int64_t j = 0; j < n; ++j) crow[j] = beta == T(0) ? T(0) : beta * crow[j];
+    }
     for (int64_t j0 = 0; j0 < n; j0 += kBlockN) {
       const int64_t jn = std::min(kBlockN, n - j0);
-      for (int64_t i = i0; i < i1; ++i) {
-        std::fill(acc.begin(), acc.begin() + jn, T(0));
-        for (int64_t p0 = 0; p0 < k; p0 += kBlockK) {
-          const int64_t pn = std::min(kBlockK, k - p0);
+      for (int64_t p0 = 0; p0 < k; p0 += kBlockK) {
+        const int64_t pn = std::min(kBlockK, k - p0);
+        for (int64_t i = i0; i < i1; ++i) {
+          T* crow = c + i * ldc + j0;
+          const T* arow = ap + i * ldap;
           for (int64_t p = p0; p < p0 + pn; ++p) {
-            const T av = ap[i * ldap + p];
+            const T av = alpha * arow[p];
             const T* brow = bp + p * ldbp + j0;
-            T* accp = acc.data();
-            for (int64_t j = 0; j < jn; ++j) accp[j] += av * brow[j];
+            for (int64_t j = 0; j < jn; ++j) crow[j] += av * brow[j];
           }
-        }
-        T* crow = c + i * ldc + j0;
-        if (beta == T(0)) {
-          for (int64_t j = 0; j < jn; ++j) crow[j] = alpha * acc[static_cast<size_t>(j)];
-        } else {
-          for (int64_t j = 0; j < jn; ++j) crow[j] = alpha * acc[static_cast<size_t>(j)] + beta * crow[j];
         }
       }
     }

@@ -139,6 +139,24 @@ TEST_F(ControllerTest, SubmitScheduleRunSucceed) {
   for (const auto& w : controller_->Workers()) EXPECT_EQ(w.state(), moe::v1::IDLE) << w.name();
 }
 
+TEST_F(ControllerTest, CpuWorkersOnOneHostShareItsCores) {
+  for (const char* n : {"a", "b"}) {
+    auto& ch = channels_[n];
+    ch = std::make_unique<FakeChannel>();
+    moe::v1::Register r;
+    r.set_name(n);
+    r.set_rack("r0");
+    r.set_node(std::string("node-") + n);  // distinct node names, one machine
+    r.set_device("cpu");
+    r.set_cpu_cores(8);
+    r.set_host_id("machine-1/host");
+    ASSERT_TRUE(controller_->Register(r, ch.get()).ok());
+  }
+  Submit(Spec("j", 2, 2));
+  ASSERT_EQ(channels_["a"]->Assignments().size(), 1u);
+  EXPECT_EQ(channels_["a"]->Assignments()[0].cpu_threads(), 4) << "8 cores over the 2 CPU workers of the host";
+}
+
 TEST_F(ControllerTest, InfeasibleJobsAreRefusedAtSubmitWithTheReason) {
   AddWorker("a", "r0", "n0");
   AddWorker("b", "r1", "n1");
