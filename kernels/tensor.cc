@@ -35,59 +35,67 @@ std::string Device::ToString() const {
 
 namespace {
 
-// Host memory with a cache of freed blocks. Large mallocs go to mmap and come back zero-filled by page
-// faults on every use; a training step allocates the same sizes every time, so reusing blocks removes
-// that cost entirely after the first step.
-class CpuCachingAllocator final : public Allocator {
+// Host memory. Large mallocs go to mmap and come back zero-filled by page faults on every use; the
+// cache removes that cost after the first step.
+class CpuCachingAllocator final : public CachingAllocator {
  public:
-  void* Allocate(size_t bytes) override {
-    const size_t size = Round(bytes);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.lower_bound(size);
-      // Reuse a block at most twice the size asked for, so small tensors don't pin big blocks.
-      if (it != free_.end() && it->first <= 2 * size) {
-        void* p = it->second;
-        cached_ -= it->first;
-        sizes_[p] = it->first;
-        free_.erase(it);
-        return p;
-      }
-    }
-    void* p = std::aligned_alloc(64, size);
-    MOE_CHECK(p != nullptr) << "out of host memory allocating " << size << " bytes";
-    std::lock_guard<std::mutex> lock(mu_);
-    sizes_[p] = size;
-    return p;
-  }
-  void Free(void* ptr, size_t) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = sizes_.find(ptr);
-    MOE_CHECK(it != sizes_.end()) << "free of an unknown block";
-    free_.emplace(it->second, ptr);
-    cached_ += it->second;
-    sizes_.erase(it);
-  }
   void Memset(void* ptr, int value, size_t bytes) override { std::memset(ptr, value, bytes); }
   void CopyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void CopyFromHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void CopyWithin(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  size_t CachedBytes() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cached_;
-  }
 
- private:
-  static size_t Round(size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
-  mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_;
-  std::map<void*, size_t> sizes_;
-  size_t cached_ = 0;
+ protected:
+  void* RawAllocate(size_t bytes) override { return std::aligned_alloc(64, bytes); }
+  void RawFree(void* ptr) override { std::free(ptr); }
+  size_t Granularity() const override { return 64; }
 };
 
 Allocator* g_allocators[2] = {nullptr, nullptr};
 
 }  // namespace
+
+void* CachingAllocator::Allocate(size_t bytes) {
+  const size_t g = Granularity();
+  const size_t size = bytes == 0 ? g : (bytes + g - 1) / g * g;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = free_.lower_bound(size);
+  // Reuse a block at most twice the size asked for, so small tensors don't pin big blocks.
+  if (it != free_.end() && it->first <= 2 * size) {
+    void* p = it->second;
+    cached_ -= it->first;
+    sizes_[p] = it->first;
+    free_.erase(it);
+    return p;
+  }
+  void* p = RawAllocate(size);
+  if (p == nullptr) {  // give the cache back and try once more
+    ReleaseCacheLocked();
+    p = RawAllocate(size);
+  }
+  MOE_CHECK(p != nullptr) << "out of memory allocating " << size << " bytes";
+  sizes_[p] = size;
+  return p;
+}
+
+void CachingAllocator::Free(void* ptr, size_t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sizes_.find(ptr);
+  MOE_CHECK(it != sizes_.end()) << "free of an unknown block";
+  free_.emplace(it->second, ptr);
+  cached_ += it->second;
+  sizes_.erase(it);
+}
+
+size_t CachingAllocator::CachedBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_;
+}
+
+void CachingAllocator::ReleaseCacheLocked() {
+  for (auto& [size, p] : free_) RawFree(p);
+  free_.clear();
+  cached_ = 0;
+}
 
 Allocator* GetAllocator(Device device) {
   if (device.is_cpu()) {

@@ -10,7 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,27 @@ class Allocator {
   virtual void CopyWithin(void* dst, const void* src, size_t bytes) = 0;
   // Bytes held by the cache (allocated from the system, not in use by a tensor).
   virtual size_t CachedBytes() const { return 0; }
+};
+
+// An Allocator that keeps freed blocks for reuse (a training step allocates the same sizes every time:
+// once warm, it never goes back to the system). Subclasses supply the raw memory of their device.
+class CachingAllocator : public Allocator {
+ public:
+  void* Allocate(size_t bytes) override;
+  void Free(void* ptr, size_t bytes) override;
+  size_t CachedBytes() const override;
+
+ protected:
+  virtual void* RawAllocate(size_t bytes) = 0;  // nullptr when the device is out of memory
+  virtual void RawFree(void* ptr) = 0;
+  virtual size_t Granularity() const = 0;       // sizes are rounded up to a multiple of this
+
+ private:
+  void ReleaseCacheLocked();
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+  std::map<void*, size_t> sizes_;
+  size_t cached_ = 0;
 };
 
 Allocator* GetAllocator(Device device);

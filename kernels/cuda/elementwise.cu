@@ -1,5 +1,3 @@
-#include <map>
-#include <mutex>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -40,40 +38,9 @@ __global__ void GatherRowsKernel(const float* src, const int32_t* index, float* 
   }
 }
 
-// Device memory through a cache of freed blocks, so a training step never calls cudaMalloc once warm.
-class CudaAllocator final : public Allocator {
+// Device memory through the caching allocator, so a training step never calls cudaMalloc once warm.
+class CudaAllocator final : public CachingAllocator {
  public:
-  void* Allocate(size_t bytes) override {
-    const size_t size = (bytes + 511) / 512 * 512;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.lower_bound(size);
-      if (it != free_.end() && it->first <= 2 * size) {
-        void* p = it->second;
-        sizes_[p] = it->first;
-        free_.erase(it);
-        return p;
-      }
-    }
-    void* p = nullptr;
-    if (cudaMalloc(&p, size) != cudaSuccess) {
-      // Give the cache back and try once more before failing.
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& [s, q] : free_) cudaFree(q);
-      free_.clear();
-      MOE_CHECK(cudaMalloc(&p, size) == cudaSuccess) << "out of device memory allocating " << size << " bytes";
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    sizes_[p] = size;
-    return p;
-  }
-  void Free(void* ptr, size_t) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = sizes_.find(ptr);
-    MOE_CHECK(it != sizes_.end()) << "free of an unknown device block";
-    free_.emplace(it->second, ptr);
-    sizes_.erase(it);
-  }
   void Memset(void* ptr, int value, size_t bytes) override { MOE_CHECK(cudaMemset(ptr, value, bytes) == cudaSuccess); }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess) << LastError();
@@ -85,10 +52,13 @@ class CudaAllocator final : public Allocator {
     MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess) << LastError();
   }
 
- private:
-  std::mutex mu_;
-  std::multimap<size_t, void*> free_;
-  std::map<void*, size_t> sizes_;
+ protected:
+  void* RawAllocate(size_t bytes) override {
+    void* p = nullptr;
+    return cudaMalloc(&p, bytes) == cudaSuccess ? p : nullptr;
+  }
+  void RawFree(void* ptr) override { cudaFree(ptr); }
+  size_t Granularity() const override { return 512; }
 };
 
 }  // namespace
