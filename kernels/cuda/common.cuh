@@ -4,8 +4,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace moe::kernels::cuda {
+
+// Runs `launch` with a device buffer of n floats (one partial per row, sequence, ...), then adds the
+// partials on the host in a fixed order. The buffer comes from the caching allocator: no cudaMalloc
+// on the training path once warm.
+double SumPartials(int64_t n, cudaStream_t s, const std::function<void(float*)>& launch);
 
 constexpr int kThreads = 256;
 inline unsigned Blocks(int64_t n, int threads = kThreads) {

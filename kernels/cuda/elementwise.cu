@@ -73,6 +73,19 @@ void RegisterCudaAllocator() {
   RegisterAllocator(DeviceType::kCuda, a);
 }
 
+double SumPartials(int64_t n, cudaStream_t s, const std::function<void(float*)>& launch) {
+  if (n <= 0) return 0;
+  RegisterCudaAllocator();
+  Tensor partial = Tensor::Empty({n}, DType::kF32, Device::Cuda(0));
+  launch(partial.data<float>());
+  std::vector<float> host(static_cast<size_t>(n));
+  cudaMemcpyAsync(host.data(), partial.raw(), sizeof(float) * host.size(), cudaMemcpyDeviceToHost, s);
+  cudaStreamSynchronize(s);
+  double total = 0;
+  for (float v : host) total += v;
+  return total;
+}
+
 void Fill(float* x, int64_t n, float value, cudaStream_t s) { FillKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, value); }
 void Axpy(float* y, float alpha, const float* x, int64_t n, cudaStream_t s) { AxpyKernel<<<Blocks(n), kThreads, 0, s>>>(y, alpha, x, n); }
 void Scale(float* x, float alpha, int64_t n, cudaStream_t s) { ScaleKernel<<<Blocks(n), kThreads, 0, s>>>(x, alpha, n); }

@@ -45,17 +45,9 @@ __global__ void AdamWKernel(float* p, const float* g, float* m, float* v, int64_
 
 double CrossEntropy(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
                     float* dlogits, cudaStream_t s) {
-  if (rows == 0) return 0;
-  float* losses = nullptr;
-  cudaMalloc(&losses, sizeof(float) * static_cast<size_t>(rows));
-  CrossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(logits, targets, vocab, grad_scale, dlogits, losses);
-  std::vector<float> host(static_cast<size_t>(rows));
-  cudaMemcpyAsync(host.data(), losses, sizeof(float) * host.size(), cudaMemcpyDeviceToHost, s);
-  cudaStreamSynchronize(s);
-  cudaFree(losses);
-  double total = 0;
-  for (float l : host) total += l;
-  return total;
+  return SumPartials(rows, s, [&](float* losses) {
+    CrossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(logits, targets, vocab, grad_scale, dlogits, losses);
+  });
 }
 
 void AdamW(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,

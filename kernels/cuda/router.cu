@@ -155,17 +155,10 @@ bool RouterBackward(const float* scores, const int32_t* topk_idx, const float* d
 }
 double SeqAuxLoss(const float* scores, const int32_t* topk_idx, int64_t num_seqs, int64_t seq_len, int64_t experts,
                   int64_t top_k, float coeff, float* dscores, cudaStream_t s) {
-  if (num_seqs == 0 || experts > kMaxExperts) return 0;
-  float* losses = nullptr;
-  cudaMalloc(&losses, sizeof(float) * static_cast<size_t>(num_seqs));
-  SeqAuxKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, s>>>(scores, topk_idx, seq_len, experts, top_k, coeff, dscores, losses);
-  std::vector<float> host(static_cast<size_t>(num_seqs));
-  cudaMemcpyAsync(host.data(), losses, sizeof(float) * host.size(), cudaMemcpyDeviceToHost, s);
-  cudaStreamSynchronize(s);
-  cudaFree(losses);
-  double total = 0;
-  for (float l : host) total += l;
-  return total;
+  if (experts > kMaxExperts) return 0;
+  return SumPartials(num_seqs, s, [&](float* losses) {
+    SeqAuxKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, s>>>(scores, topk_idx, seq_len, experts, top_k, coeff, dscores, losses);
+  });
 }
 
 }  // namespace moe::kernels::cuda
