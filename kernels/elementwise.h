@@ -17,5 +17,8 @@ void Scale(const Tensor& t, double s);
 double SumSquares(const Tensor& t);
 // Row gather: dst[r] = src[index[r]].   src [S, D], index i32 [R], dst [R, D]
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
+// dst = src converted to dst's dtype (f32, f64, bf16; bf16 rounds to nearest even). Same numel, same
+// device. The mixed-precision path uses it for the bf16 compute copies of fp32 master weights.
+void Convert(const Tensor& src, const Tensor& dst);
 
 }  // namespace moe::kernels

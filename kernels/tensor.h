@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -22,12 +23,29 @@ namespace moe {
 
 enum class DType : uint8_t { kF32, kF64, kBF16, kI32, kI64 };
 size_t DTypeSize(DType t);
+// The type sums and parameter gradients of a `t` computation are kept in: f32 for bf16, else t.
+inline DType AccumType(DType t) { return t == DType::kBF16 ? DType::kF32 : t; }
 const char* DTypeName(DType t);
 
 // Storage type for bf16 on the host (the bits of the upper half of an fp32).
 struct BFloat16 {
   uint16_t bits;
 };
+
+// fp32 -> bf16 with round-to-nearest-even (as __float2bfloat16_rn does); NaN stays a quiet NaN.
+inline BFloat16 ToBFloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return BFloat16{static_cast<uint16_t>((u >> 16) | 0x40u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return BFloat16{static_cast<uint16_t>(u >> 16)};
+}
+inline float FromBFloat16(BFloat16 b) {
+  const uint32_t u = static_cast<uint32_t>(b.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 
 template <typename T> constexpr DType DTypeOf();
 template <> constexpr DType DTypeOf<float>() { return DType::kF32; }

@@ -27,6 +27,11 @@ void AttentionForward(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t
   MOE_CHECK(out.dim(0) == batch * seq_len && out.dim(1) == heads * head_dim && probs.numel() == batch * heads * seq_len * seq_len)
       << "AttentionForward: out " << out.ShapeString() << ", probs " << probs.ShapeString();
   MOE_DISPATCH_CUDA(out, AttentionForward(qkv, batch, seq_len, heads, head_dim, out, probs));
+  if (cpu::HasBf16({&qkv, &out, &probs})) {
+    cpu::Bf16Scope s;
+    AttentionForward(s.In(qkv), batch, seq_len, heads, head_dim, s.Out(out), s.Out(probs));
+    return;
+  }
   const int64_t s = seq_len, d = head_dim, hd = heads * head_dim, width = 3 * hd;
   MOE_CPU_FLOAT_DISPATCH(qkv.dtype(), T, {
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
@@ -68,6 +73,11 @@ void AttentionBackward(const Tensor& qkv, const Tensor& probs, const Tensor& dou
   MOE_CHECK(dqkv.shape() == qkv.shape() && dout.dim(0) == batch * seq_len && dout.dim(1) == heads * head_dim)
       << "AttentionBackward: dqkv " << dqkv.ShapeString() << ", dout " << dout.ShapeString();
   MOE_DISPATCH_CUDA(dqkv, AttentionBackward(qkv, probs, dout, batch, seq_len, heads, head_dim, dqkv));
+  if (cpu::HasBf16({&qkv, &probs, &dout, &dqkv})) {
+    cpu::Bf16Scope s;
+    AttentionBackward(s.In(qkv), s.In(probs), s.In(dout), batch, seq_len, heads, head_dim, s.Out(dqkv));
+    return;
+  }
   const int64_t s = seq_len, d = head_dim, hd = heads * head_dim, width = 3 * hd;
   MOE_CPU_FLOAT_DISPATCH(qkv.dtype(), T, {
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));

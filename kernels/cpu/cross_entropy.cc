@@ -15,6 +15,10 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_sca
   MOE_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows) << "CrossEntropy: targets " << targets.ShapeString();
   MOE_CHECK(!dlogits.defined() || dlogits.shape() == logits.shape()) << "CrossEntropy: dlogits " << dlogits.ShapeString();
   MOE_DISPATCH_CUDA_RET(logits, CrossEntropy(logits, targets, grad_scale, dlogits));
+  if (cpu::HasBf16({&logits, &dlogits})) {
+    cpu::Bf16Scope s;
+    return CrossEntropy(s.In(logits), targets, grad_scale, s.Out(dlogits));
+  }
   const int32_t* tgt = targets.data<int32_t>();
   for (int64_t r = 0; r < rows; ++r) {
     MOE_CHECK(tgt[r] >= 0 && tgt[r] < vocab) << "target " << tgt[r] << " outside the vocabulary of " << vocab;

@@ -9,12 +9,93 @@
 #endif
 
 namespace moe::kernels {
+namespace cpu {
+
+bool HasBf16(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->defined() && t->dtype() == DType::kBF16) return true;
+  }
+  return false;
+}
+
+Tensor Bf16Scope::In(const Tensor& t) {
+  if (!t.defined() || t.dtype() != DType::kBF16) return t;
+  Tensor f = Tensor::Empty(t.shape(), DType::kF32);
+  Convert(t, f);
+  return f;
+}
+
+Tensor Bf16Scope::Out(const Tensor& t, bool read) {
+  if (!t.defined() || t.dtype() != DType::kBF16) return t;
+  Tensor f = read ? In(t) : Tensor::Empty(t.shape(), DType::kF32);
+  outputs_.emplace_back(t, f);
+  return f;
+}
+
+Bf16Scope::~Bf16Scope() {
+  for (const auto& [dst, scratch] : outputs_) Convert(scratch, dst);
+}
+
+}  // namespace cpu
+
+namespace {
+
+// Element i of a floating CPU tensor, as float or double.
+template <typename T>
+T LoadAs(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32: return static_cast<T>(t.data<float>()[i]);
+    case DType::kF64: return static_cast<T>(t.data<double>()[i]);
+    case DType::kBF16: return static_cast<T>(FromBFloat16(t.data<BFloat16>()[i]));
+    default: MOE_CHECK(false) << "Convert takes floating tensors, got " << DTypeName(t.dtype());
+  }
+  return T(0);
+}
+
+}  // namespace
+
+void Convert(const Tensor& src, const Tensor& dst) {
+  MOE_CHECK(src.numel() == dst.numel() && src.device() == dst.device())
+      << "Convert: " << DTypeName(src.dtype()) << src.ShapeString() << " on " << src.device().ToString() << " into "
+      << DTypeName(dst.dtype()) << dst.ShapeString() << " on " << dst.device().ToString();
+  MOE_DISPATCH_CUDA(dst, Convert(src, dst));
+  if (src.dtype() == dst.dtype()) {
+    dst.CopyFrom(src);
+    return;
+  }
+  const int64_t n = dst.numel();
+  ParallelFor(n, 1, [&](int64_t b, int64_t e) {
+    switch (dst.dtype()) {
+      case DType::kBF16: {
+        BFloat16* d = dst.data<BFloat16>();
+        for (int64_t i = b; i < e; ++i) d[i] = ToBFloat16(LoadAs<float>(src, i));
+        break;
+      }
+      case DType::kF32: {
+        float* d = dst.data<float>();
+        for (int64_t i = b; i < e; ++i) d[i] = LoadAs<float>(src, i);
+        break;
+      }
+      case DType::kF64: {
+        double* d = dst.data<double>();
+        for (int64_t i = b; i < e; ++i) d[i] = LoadAs<double>(src, i);
+        break;
+      }
+      default: MOE_CHECK(false) << "Convert takes floating tensors, got " << DTypeName(dst.dtype());
+    }
+  });
+}
 
 void Fill(const Tensor& t, double value) {
   MOE_DISPATCH_CUDA(t, Fill(t, value));
   if (t.dtype() == DType::kI32) {
     int32_t* p = t.data<int32_t>();
     std::fill(p, p + t.numel(), static_cast<int32_t>(value));
+    return;
+  }
+  if (t.dtype() == DType::kBF16) {
+    BFloat16* p = t.data<BFloat16>();
+    std::fill(p, p + t.numel(), ToBFloat16(static_cast<float>(value)));
     return;
   }
   MOE_CPU_FLOAT_DISPATCH(t.dtype(), T, {
@@ -26,6 +107,11 @@ void Fill(const Tensor& t, double value) {
 void Axpy(const Tensor& y, double alpha, const Tensor& x) {
   MOE_CHECK(x.numel() == y.numel() && x.dtype() == y.dtype()) << "Axpy: " << x.ShapeString() << " into " << y.ShapeString();
   MOE_DISPATCH_CUDA(y, Axpy(y, alpha, x));
+  if (cpu::HasBf16({&y, &x})) {
+    cpu::Bf16Scope s;
+    Axpy(s.Out(y, true), alpha, s.In(x));
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(y.dtype(), T, {
     T* yp = y.data<T>();
     const T* xp = x.data<T>();
@@ -39,6 +125,11 @@ void Axpy(const Tensor& y, double alpha, const Tensor& x) {
 void Add(const Tensor& out, const Tensor& a, const Tensor& b) {
   MOE_CHECK(a.numel() == out.numel() && b.numel() == out.numel()) << "Add: " << a.ShapeString() << " + " << b.ShapeString();
   MOE_DISPATCH_CUDA(out, Add(out, a, b));
+  if (cpu::HasBf16({&out, &a, &b})) {
+    cpu::Bf16Scope s;
+    Add(s.Out(out), s.In(a), s.In(b));
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(out.dtype(), T, {
     T* op = out.data<T>();
     const T* ap = a.data<T>();
@@ -51,6 +142,11 @@ void Add(const Tensor& out, const Tensor& a, const Tensor& b) {
 
 void Scale(const Tensor& t, double s) {
   MOE_DISPATCH_CUDA(t, Scale(t, s));
+  if (cpu::HasBf16({&t})) {
+    cpu::Bf16Scope scope;
+    Scale(scope.Out(t, true), s);
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(t.dtype(), T, {
     T* p = t.data<T>();
     const T f = static_cast<T>(s);
@@ -62,6 +158,10 @@ void Scale(const Tensor& t, double s) {
 
 double SumSquares(const Tensor& t) {
   MOE_DISPATCH_CUDA_RET(t, SumSquares(t));
+  if (cpu::HasBf16({&t})) {
+    cpu::Bf16Scope s;
+    return SumSquares(s.In(t));
+  }
   constexpr int64_t kChunk = 4096;
   const int64_t n = t.numel();
   const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -83,7 +183,8 @@ double SumSquares(const Tensor& t) {
 }
 
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
-  MOE_CHECK(index.dtype() == DType::kI32 && index.numel() == dst.dim(0) && src.dim(1) == dst.dim(1))
+  MOE_CHECK(index.dtype() == DType::kI32 && index.numel() == dst.dim(0) && src.dim(1) == dst.dim(1) &&
+            src.dtype() == dst.dtype())
       << "GatherRows: src " << src.ShapeString() << ", index " << index.ShapeString() << ", dst " << dst.ShapeString();
   MOE_DISPATCH_CUDA(dst, GatherRows(src, index, dst));
   const int64_t rows = dst.dim(0), d = dst.dim(1), src_rows = src.dim(0);

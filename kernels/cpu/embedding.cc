@@ -14,6 +14,11 @@ void EmbeddingForward(const Tensor& table, const Tensor& ids, const Tensor& out)
   MOE_CHECK(ids.dtype() == DType::kI32 && out.dim(0) == ids.numel() && out.dim(1) == table.dim(1))
       << "EmbeddingForward: table " << table.ShapeString() << ", ids " << ids.ShapeString() << ", out " << out.ShapeString();
   MOE_DISPATCH_CUDA(out, EmbeddingForward(table, ids, out));
+  if (cpu::HasBf16({&table, &out})) {
+    cpu::Bf16Scope s;
+    EmbeddingForward(s.In(table), ids, s.Out(out));
+    return;
+  }
   const int64_t tokens = ids.numel(), d = table.dim(1), vocab = table.dim(0);
   const int32_t* id = ids.data<int32_t>();
   for (int64_t t = 0; t < tokens; ++t) {
@@ -32,6 +37,11 @@ void EmbeddingBackward(const Tensor& dout, const Tensor& ids, const Tensor& dtab
   MOE_CHECK(ids.dtype() == DType::kI32 && dout.dim(0) == ids.numel() && dout.dim(1) == dtable.dim(1))
       << "EmbeddingBackward: dout " << dout.ShapeString() << ", ids " << ids.ShapeString() << ", dtable " << dtable.ShapeString();
   MOE_DISPATCH_CUDA(dtable, EmbeddingBackward(dout, ids, dtable));
+  if (cpu::HasBf16({&dout, &dtable})) {
+    cpu::Bf16Scope s;
+    EmbeddingBackward(s.In(dout), ids, s.Out(dtable, true));
+    return;
+  }
   const int64_t tokens = ids.numel(), d = dtable.dim(1), vocab = dtable.dim(0);
   const int32_t* id = ids.data<int32_t>();
   // Counting sort of token positions by id: each vocabulary row is then summed by one thread, in

@@ -112,6 +112,11 @@ void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
       << "Gemm shapes: a " << a.ShapeString() << (trans_a ? "^T" : "") << ", b " << b.ShapeString()
       << (trans_b ? "^T" : "") << ", c " << c.ShapeString();
   MOE_DISPATCH_CUDA(c, Gemm(a, trans_a, b, trans_b, c, alpha, beta));
+  if (cpu::HasBf16({&a, &b, &c})) {
+    cpu::Bf16Scope s;
+    Gemm(s.In(a), trans_a, s.In(b), trans_b, s.Out(c, beta != 0.0), alpha, beta);
+    return;
+  }
   MOE_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype()) << "Gemm dtypes differ";
   MOE_CPU_FLOAT_DISPATCH(c.dtype(), T,
                          cpu::Gemm<T>(trans_a, trans_b, m, n, k, static_cast<T>(alpha), a.data<T>(), a.dim(1),
@@ -133,6 +138,11 @@ void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& o
   MOE_CHECK(x.dim(1) == k && y.dim(0) == x.dim(0) && y.dim(1) == n)
       << "GroupedGemm shapes: x " << x.ShapeString() << ", w " << w.ShapeString() << ", y " << y.ShapeString();
   MOE_DISPATCH_CUDA(y, GroupedGemm(x, w, offsets, y));
+  if (cpu::HasBf16({&x, &w, &y})) {
+    cpu::Bf16Scope s;
+    GroupedGemm(s.In(x), s.In(w), offsets, s.Out(y));
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(y.dtype(), T, {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t r0 = offsets[static_cast<size_t>(g)], rows = offsets[static_cast<size_t>(g) + 1] - r0;
@@ -149,6 +159,11 @@ void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vecto
   MOE_CHECK(dy.dim(1) == n && dx.dim(0) == dy.dim(0) && dx.dim(1) == k)
       << "GroupedGemmBackwardData shapes: dy " << dy.ShapeString() << ", w " << w.ShapeString() << ", dx " << dx.ShapeString();
   MOE_DISPATCH_CUDA(dx, GroupedGemmBackwardData(dy, w, offsets, dx));
+  if (cpu::HasBf16({&dy, &w, &dx})) {
+    cpu::Bf16Scope s;
+    GroupedGemmBackwardData(s.In(dy), s.In(w), offsets, s.Out(dx));
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(dx.dtype(), T, {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t r0 = offsets[static_cast<size_t>(g)], rows = offsets[static_cast<size_t>(g) + 1] - r0;
@@ -165,6 +180,11 @@ void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vec
   MOE_CHECK(dy.dim(1) == n && x.dim(0) == dy.dim(0) && x.dim(1) == k)
       << "GroupedGemmBackwardWeight shapes: dy " << dy.ShapeString() << ", x " << x.ShapeString() << ", dw " << dw.ShapeString();
   MOE_DISPATCH_CUDA(dw, GroupedGemmBackwardWeight(dy, x, offsets, dw));
+  if (cpu::HasBf16({&dy, &x, &dw})) {
+    cpu::Bf16Scope s;
+    GroupedGemmBackwardWeight(s.In(dy), s.In(x), offsets, s.Out(dw, true));
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(dw.dtype(), T, {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t r0 = offsets[static_cast<size_t>(g)], rows = offsets[static_cast<size_t>(g) + 1] - r0;

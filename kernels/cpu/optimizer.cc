@@ -12,6 +12,7 @@ namespace moe::kernels {
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg) {
   MOE_CHECK(grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel()) << "AdamW shapes";
   MOE_DISPATCH_CUDA(param, AdamW(param, grad, m, v, cfg));
+  MOE_CHECK(!cpu::HasBf16({&param, &grad, &m, &v})) << "AdamW updates fp32 master weights with fp32 gradients and moments";
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(cfg.step));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(cfg.step));
   MOE_CPU_FLOAT_DISPATCH(param.dtype(), T, {

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
+#include <vector>
 
 #include "common/check.h"
 #include "kernels/tensor.h"
@@ -33,6 +36,28 @@ void ParallelFor(int64_t n, int64_t cost, Fn&& fn) {
   (void)cost;
   if (n > 0) fn(int64_t{0}, n);
 }
+
+// bf16 on the CPU: the kernels compute in fp32, so a call with bf16 tensors runs on fp32 copies and
+// rounds its outputs back to bf16 when the scope ends. That is the arithmetic of the CUDA bf16 kernels
+// (load bf16, compute and accumulate in fp32, store bf16): the CPU reference for them, and the CPU path
+// of bf16 training.
+bool HasBf16(std::initializer_list<const Tensor*> tensors);
+
+class Bf16Scope {
+ public:
+  Bf16Scope() = default;
+  Bf16Scope(const Bf16Scope&) = delete;
+  Bf16Scope& operator=(const Bf16Scope&) = delete;
+  ~Bf16Scope();
+  // An fp32 copy of a bf16 tensor; any other tensor (or an undefined one) as it is.
+  Tensor In(const Tensor& t);
+  // An fp32 tensor the kernel writes, rounded into `t` at the end of the scope. `read`: it starts
+  // with t's values (outputs the kernel accumulates into).
+  Tensor Out(const Tensor& t, bool read = false);
+
+ private:
+  std::vector<std::pair<Tensor, Tensor>> outputs_;  // (bf16 destination, fp32 scratch)
+};
 
 }  // namespace moe::kernels::cpu
 

@@ -38,6 +38,11 @@ void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor&
   MOE_CHECK(row_of_slot.dtype() == DType::kI32 && row_of_slot.dim(0) == tokens && dxp.dim(1) == d)
       << "PermuteBackward: dxp " << dxp.ShapeString() << ", row_of_slot " << row_of_slot.ShapeString() << ", dx " << dx.ShapeString();
   MOE_DISPATCH_CUDA(dx, PermuteBackward(dxp, row_of_slot, dx));
+  if (cpu::HasBf16({&dxp, &dx})) {
+    cpu::Bf16Scope s;
+    PermuteBackward(s.In(dxp), row_of_slot, s.Out(dx));
+    return;
+  }
   const int32_t* rows = row_of_slot.data<int32_t>();
   MOE_CPU_FLOAT_DISPATCH(dx.dtype(), T, {
     const T* src = dxp.data<T>();
@@ -60,6 +65,11 @@ void CombineForward(const Tensor& yp, const Tensor& row_of_slot, const Tensor& w
   MOE_CHECK(row_of_slot.dim(0) == tokens && w.shape() == row_of_slot.shape() && yp.dim(1) == d)
       << "CombineForward: yp " << yp.ShapeString() << ", w " << w.ShapeString() << ", y " << y.ShapeString();
   MOE_DISPATCH_CUDA(y, CombineForward(yp, row_of_slot, w, y));
+  if (cpu::HasBf16({&yp, &w, &y})) {
+    cpu::Bf16Scope s;
+    CombineForward(s.In(yp), row_of_slot, s.In(w), s.Out(y, true));
+    return;
+  }
   const int32_t* rows = row_of_slot.data<int32_t>();
   MOE_CPU_FLOAT_DISPATCH(y.dtype(), T, {
     const T* src = yp.data<T>();
@@ -85,6 +95,11 @@ void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_sl
             yp.shape() == dyp.shape() && yp.dim(1) == d)
       << "CombineBackward shapes";
   MOE_DISPATCH_CUDA(dyp, CombineBackward(dy, yp, row_of_slot, w, dyp, dw));
+  if (cpu::HasBf16({&dy, &yp, &w, &dyp, &dw})) {
+    cpu::Bf16Scope s;
+    CombineBackward(s.In(dy), s.In(yp), row_of_slot, s.In(w), s.Out(dyp), s.Out(dw));
+    return;
+  }
   const int32_t* rows = row_of_slot.data<int32_t>();
   MOE_CPU_FLOAT_DISPATCH(dy.dtype(), T, {
     const T* g = dy.data<T>();

@@ -15,6 +15,11 @@ void RmsNormForward(const Tensor& x, const Tensor& w, double eps, const Tensor& 
   MOE_CHECK(w.numel() == d && y.shape() == x.shape() && rstd.numel() == rows)
       << "RmsNormForward: x " << x.ShapeString() << ", w " << w.ShapeString() << ", y " << y.ShapeString();
   MOE_DISPATCH_CUDA(y, RmsNormForward(x, w, eps, y, rstd));
+  if (cpu::HasBf16({&x, &w, &y, &rstd})) {
+    cpu::Bf16Scope s;
+    RmsNormForward(s.In(x), s.In(w), eps, s.Out(y), s.Out(rstd));
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(x.dtype(), T, {
     const T* xp = x.data<T>();
     const T* wp = w.data<T>();
@@ -40,6 +45,11 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
   MOE_CHECK(dy.shape() == x.shape() && dx.shape() == x.shape() && dw.numel() == d && rstd.numel() == rows)
       << "RmsNormBackward shapes";
   MOE_DISPATCH_CUDA(dx, RmsNormBackward(dy, x, w, rstd, dx, dw));
+  if (cpu::HasBf16({&dy, &x, &w, &rstd, &dx, &dw})) {
+    cpu::Bf16Scope s;
+    RmsNormBackward(s.In(dy), s.In(x), s.In(w), s.In(rstd), s.Out(dx), s.Out(dw, true));
+    return;
+  }
   constexpr int64_t kBlock = 64;  // rows per partial sum of dw: fixed, so the sum order is too
   const int64_t blocks = (rows + kBlock - 1) / kBlock;
   MOE_CPU_FLOAT_DISPATCH(x.dtype(), T, {

@@ -53,12 +53,22 @@ void Check(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim) 
 void RopeForward(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta) {
   Check(qkv, seq_len, heads, head_dim);
   MOE_DISPATCH_CUDA(qkv, RopeForward(qkv, seq_len, heads, head_dim, theta));
+  if (cpu::HasBf16({&qkv})) {
+    cpu::Bf16Scope s;
+    RopeForward(s.Out(qkv, true), seq_len, heads, head_dim, theta);
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(qkv.dtype(), T, Rotate<T>(qkv.data<T>(), qkv.dim(0), seq_len, heads, head_dim, theta, false));
 }
 
 void RopeBackward(const Tensor& dqkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta) {
   Check(dqkv, seq_len, heads, head_dim);
   MOE_DISPATCH_CUDA(dqkv, RopeBackward(dqkv, seq_len, heads, head_dim, theta));
+  if (cpu::HasBf16({&dqkv})) {
+    cpu::Bf16Scope s;
+    RopeBackward(s.Out(dqkv, true), seq_len, heads, head_dim, theta);
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(dqkv.dtype(), T, Rotate<T>(dqkv.data<T>(), dqkv.dim(0), seq_len, heads, head_dim, theta, true));
 }
 

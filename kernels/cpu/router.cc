@@ -125,6 +125,11 @@ void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig&
       << "RouterForward config: experts " << experts << ", top_k " << cfg.top_k << ", groups " << cfg.num_groups << "/" << cfg.topk_groups;
   MOE_CHECK(bias.numel() == experts && scores.shape() == logits.shape() && topk_w.shape() == topk_idx.shape()) << "RouterForward shapes";
   MOE_DISPATCH_CUDA(scores, RouterForward(logits, bias, cfg, scores, topk_idx, topk_w));
+  if (cpu::HasBf16({&logits, &bias, &scores, &topk_w})) {
+    cpu::Bf16Scope s;
+    RouterForward(s.In(logits), s.In(bias), cfg, s.Out(scores), topk_idx, s.Out(topk_w));
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(logits.dtype(), T,
                          Route<T>(logits.data<T>(), bias.data<T>(), cfg, tokens, experts, scores.data<T>(),
                                   topk_idx.data<int32_t>(), topk_w.data<T>()));
@@ -137,6 +142,11 @@ void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& 
             (!dscores_extra.defined() || dscores_extra.shape() == scores.shape()))
       << "RouterBackward shapes";
   MOE_DISPATCH_CUDA(dlogits, RouterBackward(scores, topk_idx, dtopk_w, dscores_extra, cfg, dlogits));
+  if (cpu::HasBf16({&scores, &dtopk_w, &dscores_extra, &dlogits})) {
+    cpu::Bf16Scope s;
+    RouterBackward(s.In(scores), topk_idx, s.In(dtopk_w), s.In(dscores_extra), cfg, s.Out(dlogits));
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(scores.dtype(), T,
                          RouteBackward<T>(scores.data<T>(), topk_idx.data<int32_t>(), dtopk_w.data<T>(),
                                           dscores_extra.defined() ? dscores_extra.data<T>() : nullptr, cfg,
@@ -149,6 +159,10 @@ double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs
   MOE_CHECK(tokens == num_seqs * seq_len && topk_idx.dim(0) == tokens && (!dscores.defined() || dscores.shape() == scores.shape()))
       << "SeqAuxLoss: scores " << scores.ShapeString() << " for " << num_seqs << " x " << seq_len;
   MOE_DISPATCH_CUDA_RET(scores, SeqAuxLoss(scores, topk_idx, num_seqs, seq_len, coeff, dscores));
+  if (cpu::HasBf16({&scores, &dscores})) {
+    cpu::Bf16Scope s;
+    return SeqAuxLoss(s.In(scores), topk_idx, num_seqs, seq_len, coeff, s.Out(dscores, true));
+  }
   std::vector<double> losses(static_cast<size_t>(num_seqs), 0.0);
   MOE_CPU_FLOAT_DISPATCH(scores.dtype(), T, {
     const T* s = scores.data<T>();

@@ -13,6 +13,11 @@ void SwigluForward(const Tensor& gate_up, const Tensor& out) {
   const int64_t rows = gate_up.dim(0), f = out.dim(1);
   MOE_CHECK(gate_up.dim(1) == 2 * f && out.dim(0) == rows) << "SwigluForward: gate_up " << gate_up.ShapeString() << ", out " << out.ShapeString();
   MOE_DISPATCH_CUDA(out, SwigluForward(gate_up, out));
+  if (cpu::HasBf16({&gate_up, &out})) {
+    cpu::Bf16Scope s;
+    SwigluForward(s.In(gate_up), s.Out(out));
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(out.dtype(), T, {
     const T* gu = gate_up.data<T>();
     T* o = out.data<T>();
@@ -31,6 +36,11 @@ void SwigluBackward(const Tensor& gate_up, const Tensor& dout, const Tensor& dga
   const int64_t rows = gate_up.dim(0), f = dout.dim(1);
   MOE_CHECK(gate_up.dim(1) == 2 * f && dout.dim(0) == rows && dgate_up.shape() == gate_up.shape()) << "SwigluBackward shapes";
   MOE_DISPATCH_CUDA(dgate_up, SwigluBackward(gate_up, dout, dgate_up));
+  if (cpu::HasBf16({&gate_up, &dout, &dgate_up})) {
+    cpu::Bf16Scope s;
+    SwigluBackward(s.In(gate_up), s.In(dout), s.Out(dgate_up));
+    return;
+  }
   MOE_CPU_FLOAT_DISPATCH(dgate_up.dtype(), T, {
     const T* gu = gate_up.data<T>();
     const T* go = dout.data<T>();

@@ -1,6 +1,7 @@
 // Shared by the CUDA kernel files: launch sizes and block reductions.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -12,6 +13,23 @@ namespace moe::kernels::cuda {
 // partials on the host in a fixed order. The buffer comes from the caching allocator: no cudaMalloc
 // on the training path once warm.
 double SumPartials(int64_t n, cudaStream_t s, const std::function<void(float*)>& launch);
+
+// Loads and stores of the storage types: every kernel computes in fp32 (bf16 rounds to nearest even
+// on the store, as the CPU reference does).
+__device__ __forceinline__ float Ld(float v) { return v; }
+__device__ __forceinline__ float Ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T Cvt(float v);
+template <> __device__ __forceinline__ float Cvt<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 Cvt<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Grid-stride loop over [0, n).
+#define MOE_CUDA_LOOP(i, n) \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
+
+// Instantiates a templated launcher for fp32 and bf16 storage.
+#define MOE_CUDA_INSTANTIATE(F) \
+  template decltype(F<float>) F<float>; \
+  template decltype(F<__nv_bfloat16>) F<__nv_bfloat16>;
 
 constexpr int kThreads = 256;
 inline unsigned Blocks(int64_t n, int threads = kThreads) {

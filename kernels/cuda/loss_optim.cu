@@ -9,24 +9,27 @@ namespace moe::kernels::cuda {
 namespace {
 
 // One block per row: max, sum of exponentials, the loss, and (optionally, in place) the gradient.
-__global__ void CrossEntropyKernel(const float* logits, const int32_t* targets, int64_t vocab, float scale, float* dlogits,
+template <typename T>
+__global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int64_t vocab, float scale, T* dlogits,
                                    float* losses) {
   const int64_t r = blockIdx.x;
-  const float* x = logits + r * vocab;
+  const T* x = logits + r * vocab;
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, Ld(x[j]));
   mx = BlockMax(mx);
   float sum = 0;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(x[j] - mx);
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(Ld(x[j]) - mx);
   sum = BlockSum(sum);
   const int32_t t = targets[r];
-  const float target_logit = x[t];  // read before the gradient may overwrite it
+  const float target_logit = Ld(x[t]);  // read before the gradient may overwrite it
   __syncthreads();
   if (threadIdx.x == 0) losses[r] = mx + logf(sum) - target_logit;
   if (dlogits != nullptr) {
     const float inv = 1.f / sum;
-    float* d = dlogits + r * vocab;
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) d[j] = (expf(x[j] - mx) * inv - (j == t ? 1.f : 0.f)) * scale;
+    T* d = dlogits + r * vocab;
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+      d[j] = Cvt<T>((expf(Ld(x[j]) - mx) * inv - (j == t ? 1.f : 0.f)) * scale);
+    }
   }
 }
 
@@ -43,17 +46,20 @@ __global__ void AdamWKernel(float* p, const float* g, float* m, float* v, int64_
 
 }  // namespace
 
-double CrossEntropy(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
-                    float* dlogits, cudaStream_t s) {
+template <typename T>
+double CrossEntropy(const T* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale, T* dlogits,
+                    cudaStream_t s) {
   return SumPartials(rows, s, [&](float* losses) {
-    CrossEntropyKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(logits, targets, vocab, grad_scale, dlogits, losses);
+    CrossEntropyKernel<T><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(logits, targets, vocab, grad_scale, dlogits, losses);
   });
 }
+MOE_CUDA_INSTANTIATE(CrossEntropy)
 
 void AdamW(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
            float weight_decay, int64_t step, float grad_scale, cudaStream_t s) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  if (n == 0) return;
   AdamWKernel<<<Blocks(n), kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, static_cast<float>(1.0 / bc1),
                                              static_cast<float>(1.0 / std::sqrt(bc2)), grad_scale);
 }

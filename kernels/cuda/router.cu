@@ -11,15 +11,13 @@ namespace {
 
 constexpr int kMaxExperts = 512;
 
-__global__ void EmbeddingForwardKernel(const float* table, const int32_t* ids, float* out, int64_t tokens, int64_t d) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < tokens * d; i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = table[static_cast<int64_t>(ids[i / d]) * d + i % d];
-  }
+template <typename T>
+__global__ void EmbeddingForwardKernel(const T* table, const int32_t* ids, T* out, int64_t tokens, int64_t d) {
+  MOE_CUDA_LOOP(i, tokens * d) out[i] = table[static_cast<int64_t>(ids[i / d]) * d + i % d];
 }
-__global__ void EmbeddingBackwardKernel(const float* dout, const int32_t* ids, float* dtable, int64_t tokens, int64_t d) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < tokens * d; i += int64_t{gridDim.x} * blockDim.x) {
-    atomicAdd(&dtable[static_cast<int64_t>(ids[i / d]) * d + i % d], dout[i]);
-  }
+template <typename T>
+__global__ void EmbeddingBackwardKernel(const T* dout, const int32_t* ids, float* dtable, int64_t tokens, int64_t d) {
+  MOE_CUDA_LOOP(i, tokens * d) atomicAdd(&dtable[static_cast<int64_t>(ids[i / d]) * d + i % d], Ld(dout[i]));
 }
 
 // One thread per token (E <= kMaxExperts). Ties go to the lower index, as on the CPU.
@@ -131,16 +129,21 @@ __global__ void SeqAuxKernel(const float* scores, const int32_t* idx, int64_t se
 
 }  // namespace
 
-void EmbeddingForward(const float* table, const int32_t* ids, float* out, int64_t tokens, int64_t d, cudaStream_t s) {
-  EmbeddingForwardKernel<<<Blocks(tokens * d), kThreads, 0, s>>>(table, ids, out, tokens, d);
+template <typename T>
+void EmbeddingForward(const T* table, const int32_t* ids, T* out, int64_t tokens, int64_t d, cudaStream_t s) {
+  if (tokens * d > 0) EmbeddingForwardKernel<T><<<Blocks(tokens * d), kThreads, 0, s>>>(table, ids, out, tokens, d);
 }
-void EmbeddingBackward(const float* dout, const int32_t* ids, float* dtable, int64_t tokens, int64_t d, cudaStream_t s) {
-  EmbeddingBackwardKernel<<<Blocks(tokens * d), kThreads, 0, s>>>(dout, ids, dtable, tokens, d);
+template <typename T>
+void EmbeddingBackward(const T* dout, const int32_t* ids, float* dtable, int64_t tokens, int64_t d, cudaStream_t s) {
+  if (tokens * d > 0) EmbeddingBackwardKernel<T><<<Blocks(tokens * d), kThreads, 0, s>>>(dout, ids, dtable, tokens, d);
 }
+MOE_CUDA_INSTANTIATE(EmbeddingForward)
+MOE_CUDA_INSTANTIATE(EmbeddingBackward)
 bool RouterForward(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k, int64_t groups,
                    int64_t topk_groups, bool sigmoid, float route_scale, bool use_bias, float* scores, int32_t* topk_idx,
                    float* topk_w, cudaStream_t s) {
   if (experts > kMaxExperts || groups > 64) return false;
+  if (tokens == 0) return true;
   RouteKernel<<<Blocks(tokens, 128), 128, 0, s>>>(logits, bias, tokens, experts, top_k, groups, topk_groups, sigmoid, route_scale,
                                                  use_bias, scores, topk_idx, topk_w);
   return true;
@@ -149,6 +152,7 @@ bool RouterBackward(const float* scores, const int32_t* topk_idx, const float* d
                     int64_t tokens, int64_t experts, int64_t top_k, bool sigmoid, float route_scale, float* dlogits,
                     cudaStream_t s) {
   if (experts > kMaxExperts) return false;
+  if (tokens == 0) return true;
   RouteBackwardKernel<<<Blocks(tokens, 128), 128, 0, s>>>(scores, topk_idx, dtopk_w, dscores_extra, tokens, experts, top_k,
                                                          sigmoid, route_scale, dlogits);
   return true;

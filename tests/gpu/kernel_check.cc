@@ -1,274 +1,307 @@
-// Every CUDA kernel against its CPU reference on fresh random inputs: poisoned outputs, awkward
-// shapes, fp32 relative error <= 1e-4 (reductions over long rows get a looser absolute floor).
+// Every CUDA kernel against its CPU reference, through the same Tensor-level calls the engine makes:
+// each case runs once on the CPU and once on the GPU from the same fresh random inputs, in fp32 and in
+// bf16 (the CPU's bf16 path computes in fp32 between bf16 inputs and outputs, as the CUDA kernels do).
+// Outputs start poisoned (NaN) so an element a kernel forgets to write fails; shapes are awkward (odd
+// sizes, empty expert groups). Tolerances: fp32 elementwise |gpu - cpu| <= atol + 1e-4 |cpu| (looser
+// where a long reduction runs in another order); bf16 max |gpu - cpu| / max |cpu| <= 1e-2.
 // Exit 77 (ctest: skipped) with a loud message where there is no GPU.
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/embedding.h"
-#include "kernels/router.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/elementwise.h"
+#include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/optimizer.h"
 #include "kernels/permute.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#include "kernels/router.h"
 #include "kernels/swiglu.h"
 #include "worker/engine/rng.h"
 
 namespace {
 
+using moe::Device;
+using moe::DType;
 using moe::Tensor;
-namespace cu = moe::kernels::cuda;
+namespace k = moe::kernels;
+
+struct Out {
+  std::string name;
+  Tensor t;
+  double rtol = 1e-4, atol = 1e-5;  // fp32 tolerances
+};
+using Case = std::function<std::vector<Out>(Device, DType)>;
 
 int g_failures = 0;
 std::vector<std::string> g_rows;
 
 Tensor Random(const Tensor::Shape& shape, uint64_t seed, double lo = -1, double hi = 1) {
-  Tensor t = Tensor::Empty(shape, moe::DType::kF32);
+  Tensor t = Tensor::Empty(shape, DType::kF32);
   moe::Rng rng(seed);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(lo + (hi - lo) * rng.Uniform());
   return t;
 }
 
-struct Dev {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Dev(const Tensor& t) : bytes(t.nbytes()) {
-    cudaMalloc(&p, bytes);
-    cudaMemcpy(p, t.raw(), bytes, cudaMemcpyHostToDevice);
+// A host fp32 tensor as `dt` on `dev` (bf16 rounds on the host, the same bits on both sides).
+Tensor On(const Tensor& host, DType dt, Device dev) {
+  Tensor t = host;
+  if (dt != host.dtype()) {
+    t = Tensor::Empty(host.shape(), dt);
+    k::Convert(host, t);
   }
-  Dev(size_t n, bool poison) : bytes(n * sizeof(float)) {
-    cudaMalloc(&p, bytes);
-    cudaMemset(p, poison ? 0xFF : 0, bytes);  // 0xFFFFFFFF is a NaN: an unwritten element shows
-  }
-  ~Dev() { cudaFree(p); }
-  float* f() const { return static_cast<float*>(p); }
-  int32_t* i() const { return static_cast<int32_t*>(p); }
-  std::vector<float> Host() const {
-    std::vector<float> out(bytes / sizeof(float));
-    cudaMemcpy(out.data(), p, bytes, cudaMemcpyDeviceToHost);
+  return dev.is_cpu() ? t.Clone() : t.Clone(dev);
+}
+
+// Uninitialised output filled with NaN (all-ones bits are a NaN in f32 and bf16).
+Tensor Poisoned(const Tensor::Shape& shape, DType dt, Device dev) {
+  Tensor t = Tensor::Empty(shape, dt, dev);
+  moe::GetAllocator(dev)->Memset(t.raw(), 0xFF, t.nbytes());
+  return t;
+}
+
+Tensor Scalar(double v) { return Tensor::FromVector<float>({static_cast<float>(v)}, {1}); }
+
+std::vector<double> Host(const Tensor& t) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::kI32) {
+    const auto v = t.ToVector<int32_t>();
+    for (size_t i = 0; i < v.size(); ++i) out[i] = v[i];
     return out;
   }
-};
+  Tensor f = Tensor::Empty(t.shape(), DType::kF32, t.device());
+  k::Convert(t, f);
+  const auto v = f.ToVector<float>();
+  for (size_t i = 0; i < v.size(); ++i) out[i] = v[i];
+  return out;
+}
 
-void Compare(const std::string& name, const std::vector<float>& gpu, const Tensor& cpu, double rtol = 1e-4, double atol = 1e-5) {
-  const float* ref = cpu.data<float>();
+void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& cpu_out) {
+  const std::vector<double> gpu = Host(gpu_out.t), ref = Host(cpu_out.t);
+  const std::string cuda_error = moe::kernels::cuda::Synchronize();
+  bool ok = cuda_error.empty() && gpu.size() == ref.size();
   double worst = 0;
   int64_t at = -1, bad = 0;
-  for (size_t i = 0; i < gpu.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(gpu[i]) - ref[i]), tol = atol + rtol * std::fabs(ref[i]);
-    const double excess = std::isfinite(gpu[i]) ? err / tol : 1e30;
+  double ref_max = 0;
+  for (double r : ref) ref_max = std::max(ref_max, std::fabs(r));
+  const bool exact = gpu_out.t.dtype() == DType::kI32 || (gpu_out.rtol == 0 && gpu_out.atol == 0);
+  for (size_t i = 0; ok && i < gpu.size(); ++i) {
+    const double err = std::fabs(gpu[i] - ref[i]);
+    double excess;
+    if (!std::isfinite(gpu[i])) {
+      excess = 1e30;
+    } else if (exact) {
+      excess = err > 0 ? 1e30 : 0;
+    } else if (dt == DType::kBF16 && gpu_out.t.dtype() == DType::kBF16) {
+      excess = err / (1e-2 * std::max(ref_max, 1e-30));
+    } else if (dt == DType::kBF16) {  // an fp32 output of bf16 inputs (gradients, logits): normwise too
+      excess = err / (1e-2 * std::max(ref_max, 1e-30));
+    } else {
+      excess = err / (gpu_out.atol + gpu_out.rtol * std::fabs(ref[i]));
+    }
     if (excess > 1) ++bad;
-    if (excess > worst) { worst = excess; at = static_cast<int64_t>(i); }
+    if (excess > worst) {
+      worst = excess;
+      at = static_cast<int64_t>(i);
+    }
   }
-  const std::string err = cu::LastError();
-  const bool ok = bad == 0 && err.empty();
+  ok = ok && bad == 0;
   char row[512];
-  std::snprintf(row, sizeof(row), "%-22s %-6s %9zu elements  worst err/tol %.3g%s", name.c_str(), ok ? "ok" : "FAIL", gpu.size(), worst,
-                err.empty() ? "" : ("  CUDA error " + err).c_str());
+  std::snprintf(row, sizeof(row), "%-24s %-5s %-6s %9zu elements  worst err/tol %.3g%s", name.c_str(), moe::DTypeName(dt),
+                ok ? "ok" : "FAIL", gpu.size(), worst, cuda_error.empty() ? "" : ("  CUDA error " + cuda_error).c_str());
   if (!ok && at >= 0) {
-    std::printf("  %s: %lld bad; worst at [%lld]: gpu %.8g, cpu %.8g\n", name.c_str(), static_cast<long long>(bad),
-                static_cast<long long>(at), gpu[static_cast<size_t>(at)], ref[at]);
+    std::printf("  %s %s: %lld bad; worst at [%lld]: gpu %.8g, cpu %.8g\n", name.c_str(), moe::DTypeName(dt),
+                static_cast<long long>(bad), static_cast<long long>(at), gpu[static_cast<size_t>(at)], ref[static_cast<size_t>(at)]);
   }
   g_rows.push_back(row);
   g_failures += ok ? 0 : 1;
 }
 
+void Run(const std::string& family, const Case& c, std::vector<DType> dtypes = {DType::kF32, DType::kBF16}) {
+  for (DType dt : dtypes) {
+    const std::vector<Out> ref = c(Device::Cpu(), dt);
+    const std::vector<Out> got = c(Device::Cuda(0), dt);
+    for (size_t i = 0; i < ref.size(); ++i) Compare(family + " " + ref[i].name, dt, got[i], ref[i]);
+  }
+}
+
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("SKIPPED: no CUDA device here (%s); the GPU kernel checks run on a GPU machine: tests/gpu/check.sh\n",
-                cudaGetErrorString(cudaGetLastError()));
+  const int devices = k::cuda::DeviceCount();
+  if (devices == 0) {
+    std::printf("SKIPPED: no CUDA device here; the GPU kernel checks run on a GPU machine: tests/gpu/check.sh\n");
     return 77;
   }
-  cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
-  std::printf("GPU: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
-  cudaStream_t s = nullptr;
-  const int64_t rows = 257, d = 259, f = 131, vocab = 1031, tokens = 97, k = 3;
-  {  // GEMM, all transposes, awkward shapes.
-    for (int ta = 0; ta < 2; ++ta)
+  if (moe::Status st = k::cuda::UseDevice(0); !st.ok()) {
+    std::printf("FAIL: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::printf("GPU: %s\n", k::cuda::DeviceName(0).c_str());
+  const DType f32 = DType::kF32;
+  const int64_t rows = 257, d = 259, f = 131, vocab = 1031, tokens = 97, topk = 3;
+
+  Run("gemm", [](Device dev, DType dt) {
+    std::vector<Out> outs;
+    const int64_t m = 257, n = 259, kk = 131;
+    for (int ta = 0; ta < 2; ++ta) {
       for (int tb = 0; tb < 2; ++tb) {
-        const int64_t m = 257, n = 259, kk = 131;
-        Tensor a = Random(ta ? Tensor::Shape{kk, m} : Tensor::Shape{m, kk}, 1), b = Random(tb ? Tensor::Shape{n, kk} : Tensor::Shape{kk, n}, 2);
-        Tensor c = Tensor::Empty({m, n}, moe::DType::kF32);
-        moe::kernels::Gemm(a, ta, b, tb, c);
-        Dev da(a), db(b), dc(static_cast<size_t>(m * n), true);
-        cu::Gemm(ta, tb, m, n, kk, 1.f, da.f(), a.dim(1), db.f(), b.dim(1), 0.f, dc.f(), n, s);
-        Compare("gemm t" + std::to_string(ta) + std::to_string(tb), dc.Host(), c, 1e-4, 1e-4);
+        Tensor a = On(Random(ta ? Tensor::Shape{kk, m} : Tensor::Shape{m, kk}, 1), dt, dev);
+        Tensor b = On(Random(tb ? Tensor::Shape{n, kk} : Tensor::Shape{kk, n}, 2), dt, dev);
+        Tensor c = Poisoned({m, n}, dt, dev);
+        k::Gemm(a, ta, b, tb, c);
+        outs.push_back({"t" + std::to_string(ta) + std::to_string(tb), c, 1e-4, 1e-4});
       }
-  }
-  {  // Grouped GEMM with empty groups.
-    const std::vector<int64_t> offsets = {0, 0, 37, 37, 101};
+    }
+    // Accumulating into an fp32 C (weight gradients, fp32 logits of bf16 inputs).
+    Tensor a = On(Random({kk, m}, 3), dt, dev), b = On(Random({kk, n}, 4), dt, dev);
+    Tensor c = On(Random({m, n}, 5), f32, dev);
+    k::Gemm(a, true, b, false, c, 0.5, 1.0);
+    outs.push_back({"accumulate into f32", c, 1e-4, 1e-4});
+    return outs;
+  });
+
+  Run("grouped_gemm", [](Device dev, DType dt) {
+    const std::vector<int64_t> offsets = {0, 0, 37, 37, 101};  // empty groups first, between and not last
     const int64_t n = 67, kk = 45;
-    Tensor x = Random({101, kk}, 3), w = Random({4, n, kk}, 4), y = Tensor::Empty({101, n}, moe::DType::kF32);
-    moe::kernels::GroupedGemm(x, w, offsets, y);
-    Dev dx(x), dw(w), dy(static_cast<size_t>(101 * n), true);
-    cu::GroupedGemm(dx.f(), dw.f(), offsets, dy.f(), n, kk, s);
-    Compare("grouped_gemm", dy.Host(), y, 1e-4, 1e-4);
-  }
-  {  // RMSNorm forward and backward.
-    Tensor x = Random({rows, d}, 5), w = Random({d}, 6), g = Random({rows, d}, 7);
-    Tensor y = Tensor::Empty({rows, d}, moe::DType::kF32), rstd = Tensor::Empty({rows}, moe::DType::kF32);
-    moe::kernels::RmsNormForward(x, w, 1e-6, y, rstd);
-    Tensor dx = Tensor::Empty({rows, d}, moe::DType::kF32), dwt = Tensor::Zeros({d}, moe::DType::kF32);
-    moe::kernels::RmsNormBackward(g, x, w, rstd, dx, dwt);
-    Dev dX(x), dW(w), dG(g), dY(static_cast<size_t>(rows * d), true), dR(static_cast<size_t>(rows), true),
-        dDX(static_cast<size_t>(rows * d), true), dDW(static_cast<size_t>(d), false);
-    cu::RmsNormForward(dX.f(), dW.f(), 1e-6f, dY.f(), dR.f(), rows, d, s);
-    cu::RmsNormBackward(dG.f(), dX.f(), dW.f(), dR.f(), dDX.f(), dDW.f(), rows, d, s);
-    Compare("rmsnorm fwd", dY.Host(), y);
-    Compare("rmsnorm bwd dx", dDX.Host(), dx);
-    Compare("rmsnorm bwd dw", dDW.Host(), dwt, 1e-4, 1e-4);
-  }
-  {  // RoPE forward and inverse.
+    Tensor x = On(Random({101, kk}, 6), dt, dev), w = On(Random({4, n, kk}, 7), dt, dev), g = On(Random({101, n}, 8), dt, dev);
+    Tensor y = Poisoned({101, n}, dt, dev), dx = Poisoned({101, kk}, dt, dev);
+    Tensor dw = On(Random({4, n, kk}, 9), f32, dev);  // fp32 gradient, accumulated
+    k::GroupedGemm(x, w, offsets, y);
+    k::GroupedGemmBackwardData(g, w, offsets, dx);
+    k::GroupedGemmBackwardWeight(g, x, offsets, dw);
+    return std::vector<Out>{{"fwd", y, 1e-4, 1e-4}, {"bwd data", dx, 1e-4, 1e-4}, {"bwd weight", dw, 1e-4, 1e-4}};
+  });
+
+  Run("rmsnorm", [&](Device dev, DType dt) {
+    Tensor x = On(Random({rows, d}, 10), dt, dev), w = On(Random({d}, 11), dt, dev), g = On(Random({rows, d}, 12), dt, dev);
+    Tensor y = Poisoned({rows, d}, dt, dev), rstd = Poisoned({rows}, f32, dev);
+    k::RmsNormForward(x, w, 1e-6, y, rstd);
+    Tensor dx = Poisoned({rows, d}, dt, dev), dw = Tensor::Zeros({d}, f32, dev);
+    k::RmsNormBackward(g, x, w, rstd, dx, dw);
+    return std::vector<Out>{{"fwd", y}, {"rstd", rstd}, {"bwd dx", dx}, {"bwd dw", dw, 1e-4, 1e-4}};
+  });
+
+  Run("rope", [](Device dev, DType dt) {
     const int64_t heads = 3, hd = 18, seq = 7, t = 21;
-    Tensor q = Random({t, 3 * heads * hd}, 8);
-    Tensor ref = q.Clone();
-    moe::kernels::RopeForward(ref, seq, heads, hd, 10000.0);
-    Dev dq(q);
-    cu::Rope(dq.f(), t, seq, heads, hd, 10000.0, false, s);
-    Compare("rope fwd", dq.Host(), ref);
-    moe::kernels::RopeBackward(ref, seq, heads, hd, 10000.0);
-    cu::Rope(dq.f(), t, seq, heads, hd, 10000.0, true, s);
-    Compare("rope bwd", dq.Host(), ref);
-  }
-  {  // SwiGLU.
-    Tensor gu = Random({rows, 2 * f}, 9, -4, 4), g = Random({rows, f}, 10);
-    Tensor out = Tensor::Empty({rows, f}, moe::DType::kF32), dgu = Tensor::Empty({rows, 2 * f}, moe::DType::kF32);
-    moe::kernels::SwigluForward(gu, out);
-    moe::kernels::SwigluBackward(gu, g, dgu);
-    Dev dGU(gu), dG(g), dO(static_cast<size_t>(rows * f), true), dD(static_cast<size_t>(rows * 2 * f), true);
-    cu::SwigluForward(dGU.f(), dO.f(), rows, f, s);
-    cu::SwigluBackward(dGU.f(), dG.f(), dD.f(), rows, f, s);
-    Compare("swiglu fwd", dO.Host(), out);
-    Compare("swiglu bwd", dD.Host(), dgu);
-  }
-  {  // Cross-entropy and its gradient.
-    Tensor logits = Random({tokens, vocab}, 11, -5, 5);
-    Tensor targets = Tensor::Empty({tokens}, moe::DType::kI32);
+    Tensor q = On(Random({t, 3 * heads * hd}, 13), dt, dev);
+    k::RopeForward(q, seq, heads, hd, 10000.0);
+    Tensor fwd = q.Clone();
+    k::RopeBackward(q, seq, heads, hd, 10000.0);
+    return std::vector<Out>{{"fwd", fwd}, {"bwd", q}};
+  });
+
+  Run("swiglu", [&](Device dev, DType dt) {
+    Tensor gu = On(Random({rows, 2 * f}, 14, -4, 4), dt, dev), g = On(Random({rows, f}, 15), dt, dev);
+    Tensor out = Poisoned({rows, f}, dt, dev), dgu = Poisoned({rows, 2 * f}, dt, dev);
+    k::SwigluForward(gu, out);
+    k::SwigluBackward(gu, g, dgu);
+    return std::vector<Out>{{"fwd", out}, {"bwd", dgu}};
+  });
+
+  Run("cross_entropy", [&](Device dev, DType dt) {
+    Tensor logits = On(Random({tokens, vocab}, 16, -5, 5), dt, dev);
+    Tensor targets = Tensor::Empty({tokens}, DType::kI32);
     for (int64_t i = 0; i < tokens; ++i) targets.data<int32_t>()[i] = static_cast<int32_t>((i * 37) % vocab);
-    Tensor grad = Tensor::Empty({tokens, vocab}, moe::DType::kF32);
-    const double loss = moe::kernels::CrossEntropy(logits, targets, 0.5, grad);
-    Dev dL(logits), dT(targets), dGr(static_cast<size_t>(tokens * vocab), true);
-    const double gl = cu::CrossEntropy(dL.f(), dT.i(), tokens, vocab, 0.5f, dGr.f(), s);
-    Tensor lt = Tensor::FromVector<float>({static_cast<float>(loss)}, {1});
-    Compare("cross_entropy loss", {static_cast<float>(gl)}, lt);
-    Compare("cross_entropy grad", dGr.Host(), grad, 1e-4, 1e-7);
-  }
-  {  // AdamW.
-    Tensor p = Random({10007}, 12), g = Random({10007}, 13), m = Random({10007}, 14, 0, 0.1), v = Random({10007}, 15, 0, 0.01);
-    Dev dP(p), dG(g), dM(m), dV(v);
-    moe::kernels::AdamWConfig c{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 7, .grad_scale = 0.5};
-    moe::kernels::AdamW(p, g, m, v, c);
-    cu::AdamW(dP.f(), dG.f(), dM.f(), dV.f(), 10007, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0.5f, s);
-    Compare("adamw param", dP.Host(), p, 1e-5, 1e-7);
-    Compare("adamw m", dM.Host(), m);
-    Compare("adamw v", dV.Host(), v);
-  }
-  {  // Dispatch helpers: gather, gather-sum, combine and its backward.
+    targets = dev.is_cpu() ? targets : targets.Clone(dev);
+    Tensor grad = Poisoned({tokens, vocab}, dt, dev);
+    const double loss = k::CrossEntropy(logits, targets, 0.5, grad);
+    return std::vector<Out>{{"loss", Scalar(loss)}, {"grad", grad, 1e-4, 1e-7}};
+  });
+
+  Run("adamw", [](Device dev, DType) {
+    const int64_t n = 10007;
+    Tensor p = On(Random({n}, 17), f32, dev), g = On(Random({n}, 18), f32, dev);
+    Tensor m = On(Random({n}, 19, 0, 0.1), f32, dev), v = On(Random({n}, 20, 0, 0.01), f32, dev);
+    k::AdamWConfig c{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 7, .grad_scale = 0.5};
+    k::AdamW(p, g, m, v, c);
+    return std::vector<Out>{{"param", p, 1e-5, 1e-7}, {"m", m}, {"v", v}};
+  }, {f32});
+
+  Run("dispatch", [&](Device dev, DType dt) {
     const int64_t experts = 5;
-    std::vector<int32_t> idx(static_cast<size_t>(tokens * k));
+    std::vector<int32_t> idx(static_cast<size_t>(tokens * topk));
     for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t j = 0; j < k; ++j) idx[static_cast<size_t>(t * k + j)] = static_cast<int32_t>((t + 2 * j) % experts);
-    auto plan = moe::kernels::BuildDispatchPlan(idx.data(), tokens, k, experts);
-    Tensor tor = Tensor::FromVector(plan.token_of_row, {tokens * k}), ros = Tensor::FromVector(plan.row_of_slot, {tokens, k});
-    Tensor x = Random({tokens, d}, 16), yp = Random({tokens * k, d}, 17), w = Random({tokens, k}, 18), dy = Random({tokens, d}, 19);
-    Tensor xp = Tensor::Empty({tokens * k, d}, moe::DType::kF32), dx = Tensor::Empty({tokens, d}, moe::DType::kF32);
-    moe::kernels::GatherRows(x, tor, xp);
-    moe::kernels::PermuteBackward(yp, ros, dx);
-    Tensor y = Random({tokens, d}, 20);
-    Dev dY0(y);
-    moe::kernels::CombineForward(yp, ros, w, y);
-    Tensor dyp = Tensor::Empty({tokens * k, d}, moe::DType::kF32), dw = Tensor::Empty({tokens, k}, moe::DType::kF32);
-    moe::kernels::CombineBackward(dy, yp, ros, w, dyp, dw);
-    Dev dX(x), dTor(tor), dRos(ros), dYP(yp), dW(w), dDY(dy), dXP(static_cast<size_t>(tokens * k * d), true),
-        dDX(static_cast<size_t>(tokens * d), true), dDYP(static_cast<size_t>(tokens * k * d), true), dDW(static_cast<size_t>(tokens * k), true);
-    cu::GatherRows(dX.f(), dTor.i(), dXP.f(), tokens * k, d, s);
-    cu::PermuteBackward(dYP.f(), dRos.i(), dDX.f(), tokens, k, d, s);
-    cu::CombineForward(dYP.f(), dRos.i(), dW.f(), dY0.f(), tokens, k, d, s);
-    cu::CombineBackward(dDY.f(), dYP.f(), dRos.i(), dW.f(), dDYP.f(), dDW.f(), tokens, k, d, s);
-    Compare("gather_rows", dXP.Host(), xp, 0, 0);
-    Compare("permute bwd", dDX.Host(), dx);
-    Compare("combine fwd", dY0.Host(), y);
-    Compare("combine bwd dyp", dDYP.Host(), dyp);
-    Compare("combine bwd dw", dDW.Host(), dw, 1e-4, 1e-5);
-  }
-  {  // Embedding forward and backward (the GPU's scatter-add order differs: a tolerance, not equality).
+      for (int64_t j = 0; j < topk; ++j) idx[static_cast<size_t>(t * topk + j)] = static_cast<int32_t>((t + 2 * j) % experts);
+    const auto plan = k::BuildDispatchPlan(idx.data(), tokens, topk, experts);
+    Tensor tor = Tensor::FromVector(plan.token_of_row, {tokens * topk}), ros = Tensor::FromVector(plan.row_of_slot, {tokens, topk});
+    if (dev.is_cuda()) {
+      tor = tor.Clone(dev);
+      ros = ros.Clone(dev);
+    }
+    Tensor x = On(Random({tokens, d}, 21), dt, dev), yp = On(Random({tokens * topk, d}, 22), dt, dev);
+    Tensor w = On(Random({tokens, topk}, 23), dt, dev), dy = On(Random({tokens, d}, 24), dt, dev);
+    Tensor y = On(Random({tokens, d}, 25), dt, dev);
+    Tensor xp = Poisoned({tokens * topk, d}, dt, dev), dx = Poisoned({tokens, d}, dt, dev);
+    Tensor dyp = Poisoned({tokens * topk, d}, dt, dev), dw = Poisoned({tokens, topk}, dt, dev);
+    k::GatherRows(x, tor, xp);
+    k::PermuteBackward(yp, ros, dx);
+    k::CombineForward(yp, ros, w, y);
+    k::CombineBackward(dy, yp, ros, w, dyp, dw);
+    return std::vector<Out>{{"gather_rows", xp, 0, 0}, {"permute bwd", dx}, {"combine fwd", y}, {"combine bwd dyp", dyp},
+                            {"combine bwd dw", dw, 1e-4, 1e-5}};
+  });
+
+  Run("embedding", [&](Device dev, DType dt) {
     const int64_t vocab_e = 53;
-    Tensor table = Random({vocab_e, d}, 22), g = Random({tokens, d}, 23);
-    Tensor ids = Tensor::Empty({tokens}, moe::DType::kI32);
+    Tensor table = On(Random({vocab_e, d}, 26), dt, dev), g = On(Random({tokens, d}, 27), dt, dev);
+    Tensor ids = Tensor::Empty({tokens}, DType::kI32);
     for (int64_t i = 0; i < tokens; ++i) ids.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % vocab_e);
-    Tensor out = Tensor::Empty({tokens, d}, moe::DType::kF32), dtab = Tensor::Zeros({vocab_e, d}, moe::DType::kF32);
-    moe::kernels::EmbeddingForward(table, ids, out);
-    moe::kernels::EmbeddingBackward(g, ids, dtab);
-    Dev dT(table), dI(ids), dG(g), dO(static_cast<size_t>(tokens * d), true), dD(static_cast<size_t>(vocab_e * d), false);
-    cu::EmbeddingForward(dT.f(), dI.i(), dO.f(), tokens, d, s);
-    cu::EmbeddingBackward(dG.f(), dI.i(), dD.f(), tokens, d, s);
-    Compare("embedding fwd", dO.Host(), out, 0, 0);
-    Compare("embedding bwd", dD.Host(), dtab, 1e-5, 1e-6);
-  }
-  {  // Routing: scores, the chosen experts (exactly), weights; the backward; the balance loss.
+    ids = dev.is_cpu() ? ids : ids.Clone(dev);
+    Tensor out = Poisoned({tokens, d}, dt, dev), dtab = Tensor::Zeros({vocab_e, d}, f32, dev);
+    k::EmbeddingForward(table, ids, out);
+    k::EmbeddingBackward(g, ids, dtab);  // the GPU's scatter-add order differs: a tolerance, not equality
+    return std::vector<Out>{{"fwd", out, 0, 0}, {"bwd", dtab, 1e-5, 1e-6}};
+  });
+
+  Run("router", [](Device dev, DType) {  // fp32 by design: the router GEMM writes fp32 logits
     const int64_t e = 16, kk = 4, seqs = 3, len = 33, t = seqs * len;
-    moe::kernels::RouterConfig cfg{.top_k = kk, .num_groups = 4, .topk_groups = 2, .sigmoid = true, .route_scale = 2.5, .use_bias = true};
-    Tensor logits = Random({t, e}, 24, -3, 3), bias = Random({e}, 25, -0.2, 0.2), gw = Random({t, kk}, 26);
-    Tensor scores = Tensor::Empty({t, e}, moe::DType::kF32), idx = Tensor::Empty({t, kk}, moe::DType::kI32),
-           w = Tensor::Empty({t, kk}, moe::DType::kF32);
-    moe::kernels::RouterForward(logits, bias, cfg, scores, idx, w);
-    Tensor dscores = Tensor::Zeros({t, e}, moe::DType::kF32);
-    const double aux = moe::kernels::SeqAuxLoss(scores, idx, seqs, len, 0.01, dscores);
-    Tensor dlogits = Tensor::Empty({t, e}, moe::DType::kF32);
-    moe::kernels::RouterBackward(scores, idx, gw, dscores, cfg, dlogits);
-    Dev dL(logits), dB(bias), dGW(gw), dS(static_cast<size_t>(t * e), true), dIdx(static_cast<size_t>(t * kk), true),
-        dW(static_cast<size_t>(t * kk), true), dDS(static_cast<size_t>(t * e), false), dDL(static_cast<size_t>(t * e), true);
-    cu::RouterForward(dL.f(), dB.f(), t, e, kk, 4, 2, true, 2.5f, true, dS.f(), dIdx.i(), dW.f(), s);
-    const double gaux = cu::SeqAuxLoss(dS.f(), dIdx.i(), seqs, len, e, kk, 0.01f, dDS.f(), s);
-    cu::RouterBackward(dS.f(), dIdx.i(), dGW.f(), dDS.f(), t, e, kk, true, 2.5f, dDL.f(), s);
-    std::vector<int32_t> gidx(static_cast<size_t>(t * kk));
-    cudaMemcpy(gidx.data(), dIdx.p, gidx.size() * 4, cudaMemcpyDeviceToHost);
-    std::vector<float> gidx_f(gidx.begin(), gidx.end());
-    Tensor idx_f = Tensor::Empty({t, kk}, moe::DType::kF32);
-    for (int64_t i = 0; i < t * kk; ++i) idx_f.data<float>()[i] = static_cast<float>(idx.data<int32_t>()[i]);
-    Compare("router scores", dS.Host(), scores);
-    Compare("router top-k", gidx_f, idx_f, 0, 0);
-    Compare("router weights", dW.Host(), w);
-    Compare("balance loss", {static_cast<float>(gaux)}, Tensor::FromVector<float>({static_cast<float>(aux)}, {1}), 1e-4, 1e-9);
-    Compare("balance loss grad", dDS.Host(), dscores, 1e-4, 1e-9);
-    Compare("router bwd", dDL.Host(), dlogits, 1e-4, 1e-6);
-  }
-  {  // Causal attention forward and backward, awkward sizes.
+    k::RouterConfig cfg{.top_k = kk, .num_groups = 4, .topk_groups = 2, .sigmoid = true, .route_scale = 2.5, .use_bias = true};
+    Tensor logits = On(Random({t, e}, 28, -3, 3), f32, dev), bias = On(Random({e}, 29, -0.2, 0.2), f32, dev);
+    Tensor gw = On(Random({t, kk}, 30), f32, dev);
+    Tensor scores = Poisoned({t, e}, f32, dev), idx = Poisoned({t, kk}, DType::kI32, dev), w = Poisoned({t, kk}, f32, dev);
+    k::RouterForward(logits, bias, cfg, scores, idx, w);
+    Tensor dscores = Tensor::Zeros({t, e}, f32, dev);
+    const double aux = k::SeqAuxLoss(scores, idx, seqs, len, 0.01, dscores);
+    Tensor dlogits = Poisoned({t, e}, f32, dev);
+    k::RouterBackward(scores, idx, gw, dscores, cfg, dlogits);
+    return std::vector<Out>{{"scores", scores}, {"top-k", idx}, {"weights", w}, {"balance loss", Scalar(aux), 1e-4, 1e-9},
+                            {"balance loss grad", dscores, 1e-4, 1e-9}, {"bwd", dlogits, 1e-4, 1e-6}};
+  }, {f32});
+
+  Run("attention", [](Device dev, DType dt) {
     const int64_t b = 2, seq = 37, heads = 3, hdim = 10, t = b * seq;
-    Tensor qkv = Random({t, 3 * heads * hdim}, 27, -2, 2), g = Random({t, heads * hdim}, 28);
-    Tensor out = Tensor::Empty({t, heads * hdim}, moe::DType::kF32), probs = Tensor::Empty({b, heads, seq, seq}, moe::DType::kF32);
-    moe::kernels::AttentionForward(qkv, b, seq, heads, hdim, out, probs);
-    Tensor dqkv = Tensor::Empty(qkv.shape(), moe::DType::kF32);
-    moe::kernels::AttentionBackward(qkv, probs, g, b, seq, heads, hdim, dqkv);
-    Dev dQ(qkv), dG(g), dO(static_cast<size_t>(t * heads * hdim), true), dP(static_cast<size_t>(b * heads * seq * seq), true),
-        dD(static_cast<size_t>(qkv.numel()), true), dScratch(static_cast<size_t>(heads * seq * seq), true);
-    cu::AttentionForward(dQ.f(), b, seq, heads, hdim, dO.f(), dP.f(), s);
-    cu::AttentionBackward(dQ.f(), dP.f(), dG.f(), b, seq, heads, hdim, dD.f(), dScratch.f(), s);
-    Compare("attention fwd", dO.Host(), out, 1e-4, 1e-5);
-    Compare("attention probs", dP.Host(), probs, 1e-4, 1e-6);
-    Compare("attention bwd", dD.Host(), dqkv, 1e-3, 1e-5);
-  }
-  {  // Sum of squares.
-    Tensor t = Random({100003}, 21);
-    Dev dt(t);
-    const double ref = moe::kernels::SumSquares(t), got = cu::SumSquares(dt.f(), 100003, s);
-    Compare("sum_squares", {static_cast<float>(got)}, Tensor::FromVector<float>({static_cast<float>(ref)}, {1}), 1e-6, 0);
-  }
-  std::printf("%-22s %-6s %s\n", "KERNEL", "RESULT", "DETAIL");
+    Tensor qkv = On(Random({t, 3 * heads * hdim}, 31, -2, 2), dt, dev), g = On(Random({t, heads * hdim}, 32), dt, dev);
+    Tensor out = Poisoned({t, heads * hdim}, dt, dev), probs = Poisoned({b, heads, seq, seq}, dt, dev);
+    k::AttentionForward(qkv, b, seq, heads, hdim, out, probs);
+    Tensor dqkv = Poisoned(qkv.shape(), dt, dev);
+    k::AttentionBackward(qkv, probs, g, b, seq, heads, hdim, dqkv);
+    return std::vector<Out>{{"fwd", out, 1e-4, 1e-5}, {"probs", probs, 1e-4, 1e-6}, {"bwd", dqkv, 1e-3, 1e-5}};
+  });
+
+  Run("elementwise", [](Device dev, DType dt) {
+    const int64_t n = 100003;
+    Tensor a = On(Random({n}, 33), dt, dev), b = On(Random({n}, 34), dt, dev);
+    Tensor sum = Poisoned({n}, dt, dev);
+    k::Add(sum, a, b);
+    k::Axpy(sum, 0.25, a);
+    k::Scale(sum, 1.5);
+    Tensor filled = Poisoned({n}, dt, dev);
+    k::Fill(filled, 0.375);
+    const double ss = k::SumSquares(a);
+    Tensor converted = Poisoned({n}, dt == DType::kBF16 ? f32 : DType::kBF16, dev);
+    k::Convert(a, converted);
+    return std::vector<Out>{{"add/axpy/scale", sum}, {"fill", filled, 0, 0}, {"sum_squares", Scalar(ss), 1e-6, 0},
+                            {"convert", converted, 0, 0}};
+  });
+
+  std::printf("%-24s %-5s %-6s %s\n", "KERNEL", "DTYPE", "RESULT", "DETAIL");
   for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
   std::printf("%s: %d of %zu kernel checks failed\n", g_failures ? "FAIL" : "PASS", g_failures, g_rows.size());
   return g_failures ? 1 : 0;

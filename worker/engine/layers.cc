@@ -12,17 +12,24 @@
 
 namespace moe {
 
-Tensor Linear(const Tensor& x, const Tensor& w) {
-  Tensor y = Tensor::Empty({x.dim(0), w.dim(0)}, x.dtype(), x.device());
+Tensor Linear(const Tensor& x, const Tensor& w, std::optional<DType> out_dtype) {
+  Tensor y = Tensor::Empty({x.dim(0), w.dim(0)}, out_dtype.value_or(x.dtype()), x.device());
   kernels::Gemm(x, false, w, true, y);
   return y;
 }
 
 Tensor LinearBackward(const Tensor& dy, const Tensor& x, const Param& w) {
   kernels::Gemm(dy, true, x, false, w.grad, 1.0, 1.0);
-  Tensor dx = Tensor::Empty({dy.dim(0), w.value.dim(1)}, dy.dtype(), dy.device());
-  kernels::Gemm(dy, false, w.value, false, dx);
+  Tensor dx = Tensor::Empty({dy.dim(0), w.compute.dim(1)}, dy.dtype(), dy.device());
+  kernels::Gemm(dy, false, w.compute, false, dx);
   return dx;
+}
+
+Tensor CastTo(const Tensor& t, DType dtype) {
+  if (!t.defined() || t.dtype() == dtype) return t;
+  Tensor out = Tensor::Empty(t.shape(), dtype, t.device());
+  kernels::Convert(t, out);
+  return out;
 }
 
 // --- RmsNorm ---------------------------------------------------------------------------------------
@@ -33,15 +40,15 @@ RmsNorm::RmsNorm(ParamSet& params, const std::string& name, int64_t dim, double 
 
 Tensor RmsNorm::Forward(const Tensor& x) {
   x_ = x;
-  rstd_ = Tensor::Empty({x.dim(0)}, x.dtype(), x.device());
+  rstd_ = Tensor::Empty({x.dim(0)}, AccumType(x.dtype()), x.device());
   Tensor y = Tensor::Empty(x.shape(), x.dtype(), x.device());
-  kernels::RmsNormForward(x, w_->value, eps_, y, rstd_);
+  kernels::RmsNormForward(x, w_->compute, eps_, y, rstd_);
   return y;
 }
 
 Tensor RmsNorm::Backward(const Tensor& dy) {
   Tensor dx = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
-  kernels::RmsNormBackward(dy, x_, w_->value, rstd_, dx, w_->grad);
+  kernels::RmsNormBackward(dy, x_, w_->compute, rstd_, dx, w_->grad);
   x_ = rstd_ = Tensor();
   return dx;
 }
@@ -59,12 +66,12 @@ Tensor Attention::Forward(const Tensor& x, int64_t batch, int64_t seq_len) {
   batch_ = batch;
   seq_ = seq_len;
   x_ = x;
-  qkv_ = Linear(x, wqkv_->value);
+  qkv_ = Linear(x, wqkv_->compute);
   kernels::RopeForward(qkv_, seq_len, heads_, head_dim_, theta_);
   ctx_ = Tensor::Empty({x.dim(0), heads_ * head_dim_}, x.dtype(), x.device());
   probs_ = Tensor::Empty({batch, heads_, seq_len, seq_len}, x.dtype(), x.device());
   kernels::AttentionForward(qkv_, batch, seq_len, heads_, head_dim_, ctx_, probs_);
-  return Linear(ctx_, wo_->value);
+  return Linear(ctx_, wo_->compute);
 }
 
 Tensor Attention::Backward(const Tensor& dy) {
@@ -87,10 +94,10 @@ SwigluFfn::SwigluFfn(ParamSet& params, const std::string& prefix, int64_t hidden
 
 Tensor SwigluFfn::Forward(const Tensor& x) {
   x_ = x;
-  gate_up_ = Linear(x, w13_->value);
-  act_ = Tensor::Empty({x.dim(0), w2_->value.dim(1)}, x.dtype(), x.device());
+  gate_up_ = Linear(x, w13_->compute);
+  act_ = Tensor::Empty({x.dim(0), w2_->compute.dim(1)}, x.dtype(), x.device());
   kernels::SwigluForward(gate_up_, act_);
-  return Linear(act_, w2_->value);
+  return Linear(act_, w2_->compute);
 }
 
 Tensor SwigluFfn::Backward(const Tensor& dy) {
@@ -132,11 +139,12 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   seq_ = seq_len;
   aux_coeff_ = aux_coeff;
   x_ = x;
-  // Route.
-  Tensor logits = Linear(x, router_->value);
-  scores_ = Tensor::Empty({tokens, e}, x.dtype(), dev);
+  // Route, in the routing dtype (fp32 when the activations are bf16: selection is sensitive to rounding).
+  const DType rt = bias_.dtype();
+  Tensor logits = Linear(x, router_->compute, rt);
+  scores_ = Tensor::Empty({tokens, e}, rt, dev);
   topk_idx_ = Tensor::Empty({tokens, k}, DType::kI32, dev);
-  topk_w_ = Tensor::Empty({tokens, k}, x.dtype(), dev);
+  topk_w_ = Tensor::Empty({tokens, k}, rt, dev);
   kernels::RouterForward(logits, bias_, router_cfg_, scores_, topk_idx_, topk_w_);
   stats->aux_loss = cfg_.seq_aux_loss_coeff > 0
                         ? kernels::SeqAuxLoss(scores_, topk_idx_, batch, seq_len, aux_coeff, Tensor())
@@ -153,15 +161,16 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   MOE_ASSIGN_OR_RETURN(x_local_, dispatcher_->Dispatch(xp, plan.counts, &route_));
   const int64_t rows = x_local_.dim(0), f = cfg_.ffn_hidden;
   gate_up_ = Tensor::Empty({rows, 2 * f}, x.dtype(), dev);
-  kernels::GroupedGemm(x_local_, w13_->value, route_.local_offsets, gate_up_);
+  kernels::GroupedGemm(x_local_, w13_->compute, route_.local_offsets, gate_up_);
   act_ = Tensor::Empty({rows, f}, x.dtype(), dev);
   kernels::SwigluForward(gate_up_, act_);
   Tensor y_local = Tensor::Empty({rows, hidden_}, x.dtype(), dev);
-  kernels::GroupedGemm(act_, w2_->value, route_.local_offsets, y_local);
+  kernels::GroupedGemm(act_, w2_->compute, route_.local_offsets, y_local);
   MOE_ASSIGN_OR_RETURN(yp_, dispatcher_->Combine(y_local, route_));
   // Shared experts on every token, then the weighted sum of the routed outputs.
   Tensor out = shared_ ? shared_->Forward(x) : Tensor::Zeros({tokens, hidden_}, x.dtype(), dev);
-  kernels::CombineForward(yp_, row_of_slot_, topk_w_, out);
+  topk_w_c_ = CastTo(topk_w_, x.dtype());
+  kernels::CombineForward(yp_, row_of_slot_, topk_w_c_, out);
   return out;
 }
 
@@ -172,33 +181,34 @@ StatusOr<Tensor> MoeLayer::Backward(const Tensor& dy) {
   // Combine.
   Tensor dyp = Tensor::Empty(yp_.shape(), dy.dtype(), dev);
   Tensor dw = Tensor::Empty(topk_w_.shape(), dy.dtype(), dev);
-  kernels::CombineBackward(dy, yp_, row_of_slot_, topk_w_, dyp, dw);
+  kernels::CombineBackward(dy, yp_, row_of_slot_, topk_w_c_, dyp, dw);
   // Experts.
   MOE_ASSIGN_OR_RETURN(Tensor dy_local, dispatcher_->CombineBackward(dyp, route_));
   const int64_t rows = dy_local.dim(0);
   Tensor dact = Tensor::Empty(act_.shape(), dy.dtype(), dev);
-  kernels::GroupedGemmBackwardData(dy_local, w2_->value, route_.local_offsets, dact);
+  kernels::GroupedGemmBackwardData(dy_local, w2_->compute, route_.local_offsets, dact);
   kernels::GroupedGemmBackwardWeight(dy_local, act_, route_.local_offsets, w2_->grad);
   Tensor dgu = Tensor::Empty(gate_up_.shape(), dy.dtype(), dev);
   kernels::SwigluBackward(gate_up_, dact, dgu);
   kernels::GroupedGemmBackwardWeight(dgu, x_local_, route_.local_offsets, w13_->grad);
   Tensor dx_local = Tensor::Empty({rows, hidden_}, dy.dtype(), dev);
-  kernels::GroupedGemmBackwardData(dgu, w13_->value, route_.local_offsets, dx_local);
+  kernels::GroupedGemmBackwardData(dgu, w13_->compute, route_.local_offsets, dx_local);
   MOE_ASSIGN_OR_RETURN(Tensor dxp, dispatcher_->DispatchBackward(dx_local, route_));
   Tensor dx_routed = Tensor::Empty({tokens, hidden_}, dy.dtype(), dev);
   kernels::PermuteBackward(dxp, row_of_slot_, dx_routed);
   kernels::Add(dx, dx, dx_routed);
   // Router: weights' gradient plus the balance loss's, through the scores to the logits.
+  const DType rt = scores_.dtype();
   Tensor dscores;
   if (cfg_.seq_aux_loss_coeff > 0) {
-    dscores = Tensor::Zeros({tokens, e}, dy.dtype(), dev);
+    dscores = Tensor::Zeros({tokens, e}, rt, dev);
     kernels::SeqAuxLoss(scores_, topk_idx_, batch_, seq_, aux_coeff_, dscores);
   }
-  Tensor dlogits = Tensor::Empty({tokens, e}, dy.dtype(), dev);
-  kernels::RouterBackward(scores_, topk_idx_, dw, dscores, router_cfg_, dlogits);
-  Tensor dx_router = LinearBackward(dlogits, x_, *router_);
+  Tensor dlogits = Tensor::Empty({tokens, e}, rt, dev);
+  kernels::RouterBackward(scores_, topk_idx_, CastTo(dw, rt), dscores, router_cfg_, dlogits);
+  Tensor dx_router = LinearBackward(CastTo(dlogits, dy.dtype()), x_, *router_);
   kernels::Add(dx, dx, dx_router);
-  x_ = scores_ = topk_idx_ = topk_w_ = row_of_slot_ = x_local_ = gate_up_ = act_ = yp_ = Tensor();
+  x_ = scores_ = topk_idx_ = topk_w_ = topk_w_c_ = row_of_slot_ = x_local_ = gate_up_ = act_ = yp_ = Tensor();
   return dx;
 }
 

@@ -12,16 +12,21 @@
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "kernels/router.h"
+#include <optional>
+
 #include "kernels/tensor.h"
 #include "worker/engine/dispatcher.h"
 #include "worker/engine/param.h"
 
 namespace moe {
 
-// y = x @ w^T.   x [T, in], w [out, in] -> y [T, out]
-Tensor Linear(const Tensor& x, const Tensor& w);
-// dw += dy^T @ x; returns dx = dy @ w.
+// y = x @ w^T.   x [T, in], w [out, in] -> y [T, out], in x's dtype or in `out_dtype` (fp32 logits of
+// bf16 activations).
+Tensor Linear(const Tensor& x, const Tensor& w, std::optional<DType> out_dtype = std::nullopt);
+// w.grad += dy^T @ x (in the gradient's dtype); returns dx = dy @ w.compute, in dy's dtype.
 Tensor LinearBackward(const Tensor& dy, const Tensor& x, const Param& w);
+// `t` in `dtype` (itself when it already is).
+Tensor CastTo(const Tensor& t, DType dtype);
 
 class RmsNorm {
  public:
@@ -78,7 +83,7 @@ struct MoeStats {
 class MoeLayer {
  public:
   MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed, double out_std,
-           TokenDispatcher* dispatcher, DType dtype, Device device);
+           TokenDispatcher* dispatcher, DType dtype, Device device);  // dtype: the routing's (fp32 or f64)
   // aux_coeff: alpha / (sequences in the global batch), so the summed loss is the global mean.
   StatusOr<Tensor> Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff, MoeStats* stats);
   StatusOr<Tensor> Backward(const Tensor& dy);
@@ -101,7 +106,8 @@ class MoeLayer {
   // Saved for the backward.
   int64_t batch_ = 0, seq_ = 0;
   double aux_coeff_ = 0;
-  Tensor x_, scores_, topk_idx_, topk_w_, row_of_slot_, x_local_, gate_up_, act_, yp_;
+  // Routing runs in fp32 (scores_, topk_w_); topk_w_c_ is the weights in the activations' dtype.
+  Tensor x_, scores_, topk_idx_, topk_w_, topk_w_c_, row_of_slot_, x_local_, gate_up_, act_, yp_;
   TokenDispatcher::Route route_;
 };
 

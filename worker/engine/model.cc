@@ -10,8 +10,12 @@
 namespace moe {
 
 Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype, Device device,
-             double* alltoall_seconds)
-    : cfg_(cfg), dtype_(dtype), device_(device), params_(dtype, device) {
+             double* alltoall_seconds, std::optional<DType> compute_dtype)
+    : cfg_(cfg),
+      dtype_(dtype),
+      compute_(compute_dtype.value_or(dtype)),
+      device_(device),
+      params_(dtype, device, compute_) {
   MOE_CHECK(cfg.attention.type == "mha") << "the engine trains multi-head attention; '" << cfg.attention.type
                                          << "' is for FLOPs accounting only";
   const int64_t h = cfg.hidden_size, v = cfg.vocab_size;
@@ -48,11 +52,11 @@ StatusOr<double> Model::Forward(const Tensor& tokens, const Tensor& targets, dou
   result->tokens_per_expert.clear();
   result->aux_loss = 0;
 
-  Tensor x = Tensor::Empty({n, cfg_.hidden_size}, dtype_, device_);
-  kernels::EmbeddingForward(embedding_->value, ids, x);
+  Tensor x = Tensor::Empty({n, cfg_.hidden_size}, compute_, device_);
+  kernels::EmbeddingForward(embedding_->compute, ids, x);
   for (auto& b : blocks_) {
     Tensor a = b.attn->Forward(b.attn_norm->Forward(x), batch, seq);
-    Tensor x1 = Tensor::Empty(x.shape(), dtype_, device_);
+    Tensor x1 = Tensor::Empty(x.shape(), compute_, device_);
     kernels::Add(x1, x, a);
     Tensor u = b.ffn_norm->Forward(x1);
     Tensor f;
@@ -68,13 +72,14 @@ StatusOr<double> Model::Forward(const Tensor& tokens, const Tensor& targets, dou
     x = f;
   }
   Tensor hn = final_norm_->Forward(x);
-  Tensor logits = Linear(hn, head_->value);
-  // The logits' buffer receives their gradient in place.
+  // Logits and the loss in the master dtype (fp32 when the activations are bf16); the logits' buffer
+  // receives their gradient in place.
+  Tensor logits = Linear(hn, head_->compute, dtype_);
   result->ce_sum = kernels::CrossEntropy(logits, tgt, ce_scale, backward ? logits : Tensor());
   const double loss = ce_scale * result->ce_sum + result->aux_loss;
   if (!backward) return loss;
 
-  Tensor dx = final_norm_->Backward(LinearBackward(logits, hn, *head_));
+  Tensor dx = final_norm_->Backward(LinearBackward(CastTo(logits, compute_), hn, *head_));
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
     Block& b = *it;
     Tensor df;

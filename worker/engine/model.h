@@ -26,10 +26,13 @@ struct MicroBatchResult {
 
 class Model {
  public:
-  // Builds and initialises every parameter from `seed`. `dtype` is f32 for training (f64 for gradient
-  // checks); each rank holds the dense weights and its E/EP experts.
+  // Builds and initialises every parameter from `seed`. `dtype` is the master weights' (f32 for
+  // training, f64 for gradient checks); each rank holds the dense weights and its E/EP experts.
+  // `compute_dtype` is the activations' and the weights' copies the layers read: bf16 for
+  // mixed-precision training (fp32 master weights, gradients, optimizer state, routing and loss);
+  // by default `dtype`.
   Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype, Device device,
-        double* alltoall_seconds = nullptr);
+        double* alltoall_seconds = nullptr, std::optional<DType> compute_dtype = std::nullopt);
 
   // Forward and backward of one micro-batch; accumulates gradients into the parameters.
   //   tokens, targets: i32 [batch, seq_len] on the model's device
@@ -44,6 +47,7 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const std::vector<MoeLayer*>& moe_layers() const { return moe_layers_; }
   DType dtype() const { return dtype_; }
+  DType compute_dtype() const { return compute_; }
   Device device() const { return device_; }
 
  private:
@@ -58,6 +62,7 @@ class Model {
 
   ModelConfig cfg_;
   DType dtype_;
+  DType compute_;
   Device device_;
   ParamSet params_;
   std::unique_ptr<TokenDispatcher> dispatcher_;

@@ -1,5 +1,6 @@
 #include "worker/engine/param.h"
 
+#include "kernels/elementwise.h"
 #include "worker/engine/rng.h"
 
 namespace moe {
@@ -33,6 +34,11 @@ Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64
     for (int64_t i = 0; i < n; ++i) c[i] = static_cast<float>(h[i]);
   }
   p->value = device_.is_cpu() ? cast : cast.Clone(device_);
+  p->compute = p->value;
+  if (compute_dtype_ != dtype_) {
+    p->compute = Tensor::Empty(shape, compute_dtype_, device_);
+    kernels::Convert(p->value, p->compute);
+  }
   p->grad = Tensor::Zeros(shape, dtype_, device_);
   p->m = Tensor::Zeros(shape, dtype_, device_);
   p->v = Tensor::Zeros(shape, dtype_, device_);
@@ -47,6 +53,11 @@ Param* ParamSet::Find(const std::string& name) const {
 
 void ParamSet::ZeroGrads() const {
   for (const auto& p : params_) p->grad.SetZero();
+}
+
+void ParamSet::SyncCompute() const {
+  if (compute_dtype_ == dtype_) return;
+  for (const auto& p : params_) kernels::Convert(p->value, p->compute);
 }
 
 int64_t ParamSet::NumElements(bool experts_only) const {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,7 +14,9 @@ namespace moe {
 struct Param {
   std::string name;   // unique, stable across runs and layouts (checkpoints key on it)
   Tensor value;       // master weights (fp32; f64 in gradient checks)
-  Tensor grad;        // same shape, accumulated over micro-batches
+  Tensor compute;     // what the forward and backward read: `value` itself, or its bf16 copy in bf16
+                      // training (refreshed by ParamSet::SyncCompute after every update)
+  Tensor grad;        // same shape and dtype as value, accumulated over micro-batches
   Tensor m, v;        // AdamW moments
   bool weight_decay = true;  // false for norms
   // Routed-expert weights: dim 0 is this rank's experts, global ids [expert_begin, expert_begin+dim0).
@@ -24,7 +27,10 @@ struct Param {
 
 class ParamSet {
  public:
-  ParamSet(DType dtype, Device device) : dtype_(dtype), device_(device) {}
+  // Master weights, gradients and moments in `dtype`; the layers compute in `compute_dtype` (bf16
+  // with fp32 master weights is mixed-precision training; by default the same as `dtype`).
+  ParamSet(DType dtype, Device device, std::optional<DType> compute_dtype = std::nullopt)
+      : dtype_(dtype), compute_dtype_(compute_dtype.value_or(dtype)), device_(device) {}
 
   // Creates a parameter initialised from N(0, std^2) (std == 0: constant `fill`), with a stream that
   // depends only on (seed, name) and, for expert tensors, on the global expert id: the same expert
@@ -35,10 +41,16 @@ class ParamSet {
   const std::vector<std::unique_ptr<Param>>& all() const { return params_; }
   Param* Find(const std::string& name) const;
   void ZeroGrads() const;
+  // Refreshes every compute copy from its master weights (after an update or a restore); a no-op
+  // when they are the same tensor.
+  void SyncCompute() const;
+  DType dtype() const { return dtype_; }
+  DType compute_dtype() const { return compute_dtype_; }
   int64_t NumElements(bool experts_only = false) const;
 
  private:
   DType dtype_;
+  DType compute_dtype_;
   Device device_;
   std::vector<std::unique_ptr<Param>> params_;
 };

@@ -1,7 +1,7 @@
 // moe-train: the training engine without the controller, for development, benchmarks and debugging.
 //
 //   moe-train --config job.yaml [--steps N] [--checkpoint-dir D] [--checkpoint-interval K] [--resume]
-//             [--metrics-out FILE] [--threads T]
+//             [--metrics-out FILE] [--threads T] [--device cpu|cuda|cuda:N] [--precision fp32|bf16]
 //             [--nproc N]                                       N local ranks (W = N)
 //             [--rank R --world-size W --rendezvous file://DIR] one rank of a W-rank job
 #include <signal.h>
@@ -16,6 +16,9 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "kernels/runtime.h"
+#ifdef MOE_WITH_CUDA
+#include "kernels/cuda/ops.h"
+#endif
 #include "worker/engine/comm/process_group.h"
 #include "worker/engine/comm/store.h"
 #include "worker/engine/launcher.h"
@@ -49,12 +52,12 @@ int main(int argc, char** argv) {
   // A peer that dies closes its sockets; writing to them must be an error Gloo reports (EPIPE), not a
   // signal that kills this rank before it can say what happened.
   ::signal(SIGPIPE, SIG_IGN);
-  std::string config, checkpoint_dir, metrics_out, log_level = "info", rendezvous, hostname = "127.0.0.1";
+  std::string config, checkpoint_dir, metrics_out, log_level = "info", rendezvous, hostname = "127.0.0.1", device, precision;
   int64_t steps = 0, checkpoint_interval = -1, threads = 0, nproc = 0, rank = -1, world_size = 0, expert_parallel = 0;
   int64_t report_fd = -1;
   double inject_delay = 0;
   bool resume = false;
-  moe::ArgParser args("moe-train", "Trains a DeepSeek-V3-style MoE model from a job file on this machine's CPU.");
+  moe::ArgParser args("moe-train", "Trains a DeepSeek-V3-style MoE model from a job file on this machine's CPUs or GPUs.");
   args.AddString("config", &config, "job file (YAML, the TrainingJob of docs/job-spec.md)");
   args.AddInt("steps", &steps, "stop after this step (default: spec.training.steps; the LR schedule keeps the job's)");
   args.AddString("checkpoint-dir", &checkpoint_dir, "checkpoint directory (default: spec.checkpoint.dir)");
@@ -70,6 +73,8 @@ int main(int argc, char** argv) {
   args.AddString("hostname", &hostname, "the address other ranks reach this one at (default 127.0.0.1)");
   args.AddInt("report-fd", &report_fd, "write every rank's step metrics as JSON lines to this file descriptor");
   args.AddDouble("inject-step-delay", &inject_delay, "testing: this rank sleeps this many seconds every step");
+  args.AddString("device", &device, "cpu, cuda (GPU rank % GPUs) or cuda:N (default: spec.resources.device)");
+  args.AddString("precision", &precision, "fp32 or bf16 (bf16 activations, fp32 master weights; default: bf16 on cuda, fp32 on cpu)");
   args.AddString("log-level", &log_level, "debug | info | warning | error");
   args.Require("config");
   if (moe::Status st = args.Parse(argc, argv); !st.ok()) {
@@ -86,6 +91,12 @@ int main(int argc, char** argv) {
   if (steps < 0) return Fail(moe::InvalidArgumentError("--steps: must be >= 1"));
   if (checkpoint_interval < -1) return Fail(moe::InvalidArgumentError("--checkpoint-interval: must be >= 0"));
   if (nproc < 0 || nproc > 1024) return Fail(moe::InvalidArgumentError("--nproc: must be in [1, 1024]"));
+  if (!device.empty() && device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
+    return Fail(moe::InvalidArgumentError("--device: '" + device + "' is not cpu, cuda or cuda:N"));
+  }
+  if (!precision.empty() && precision != "fp32" && precision != "bf16") {
+    return Fail(moe::InvalidArgumentError("--precision: '" + precision + "' is not fp32 or bf16"));
+  }
   if (threads == 0 && std::getenv("MOE_THREADS") != nullptr) threads = std::atoi(std::getenv("MOE_THREADS"));
 
   auto spec = moe::LoadJobSpecFile(config);
@@ -142,7 +153,18 @@ int main(int argc, char** argv) {
     moe::SetLogPrefix("rank" + std::to_string(r));
   }
   moe::GroupOptions go;
-  go.backend = spec->resources.device == "cuda" ? "nccl" : "gloo";
+  const std::string where = device.empty() ? spec->resources.device : device;
+  go.backend = where.rfind("cuda", 0) == 0 ? "nccl" : "gloo";
+#ifdef MOE_WITH_CUDA
+  // NCCL binds its communicators to the current device: choose it before they are made (the trainer
+  // makes the same choice: cuda:N, or rank % GPUs for plain cuda).
+  if (go.backend == "nccl") {
+    const int count = moe::kernels::cuda::DeviceCount();
+    int index = count > 0 ? r % count : 0;
+    if (where.size() > 5 && where.find_first_not_of("0123456789", 5) == std::string::npos) index = std::atoi(where.c_str() + 5);
+    if (moe::Status st = moe::kernels::cuda::UseDevice(index); !st.ok()) return Fail(st);
+  }
+#endif
   go.timeout_seconds = spec->parallelism.timeout_seconds;
   go.hostname = hostname;
   auto groups = moe::ProcessGroups::Create(w, r, static_cast<int>(spec->parallelism.expert_parallel), store.get(), go);
@@ -155,6 +177,8 @@ int main(int argc, char** argv) {
   options.resume = resume;
   options.metrics_out = metrics_out;
   options.inject_step_delay = inject_delay;
+  options.device = device;
+  options.precision = precision;
   // SIGTERM or SIGINT: stop at the next step boundary (all ranks agree on which), exit code 3.
   struct sigaction sa {};
   sa.sa_handler = OnStopSignal;
@@ -182,11 +206,11 @@ int main(int argc, char** argv) {
   if (r == 0 && result->last_step >= result->first_step) {
     std::fprintf(stderr,
                  "summary: steps %lld-%lld | loss %.4f -> %.4f (x%.3f) | %.0f tokens/s | %.4f TFLOP/s per device | "
-                 "MFU %.1f%% (against %s)\n",
+                 "MFU %.1f%% (against %s) | %s, %s\n",
                  static_cast<long long>(result->first_step), static_cast<long long>(result->last_step),
                  result->first_loss, result->last_loss, result->last_loss / result->first_loss,
                  result->mean_tokens_per_second, result->mean_tflops_per_device, result->mean_mfu * 100,
-                 result->peak_source.c_str());
+                 result->peak_source.c_str(), result->device.c_str(), result->precision.c_str());
   }
   return 0;
 }

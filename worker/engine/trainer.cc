@@ -8,6 +8,9 @@
 #include "common/flops.h"
 #include "common/log.h"
 #include "kernels/elementwise.h"
+#ifdef MOE_WITH_CUDA
+#include "kernels/cuda/ops.h"
+#endif
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/data/sampler.h"
 #include "worker/engine/model.h"
@@ -21,12 +24,61 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
   return std::chrono::duration<double>(b - a).count();
 }
 
+struct Placement {
+  Device device;
+  std::string name;  // for logs and results
+  DType compute = DType::kF32;
+  std::string precision;
+};
+
+// The device and precision of this rank, from the spec and the options; binds the CUDA device.
+StatusOr<Placement> Place(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options) {
+  const std::string want = options.device.empty() ? spec.resources.device : options.device;
+  Placement p;
+  if (want == "cpu") {
+    p.device = Device::Cpu();
+    p.name = "cpu";
+  } else if (want == "cuda" || want.rfind("cuda:", 0) == 0) {
+#ifdef MOE_WITH_CUDA
+    const int count = kernels::cuda::DeviceCount();
+    if (count == 0) return FailedPreconditionError("device " + want + ": this machine has no usable CUDA device");
+    int index = par.rank % count;
+    if (want != "cuda") {
+      const std::string digits = want.substr(5);
+      if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos) {
+        return InvalidArgumentError("--device: '" + want + "' is not cuda:N");
+      }
+      index = std::stoi(digits);
+    }
+    MOE_RETURN_IF_ERROR(kernels::cuda::UseDevice(index));
+    p.device = Device::Cuda(index);
+    p.name = p.device.ToString() + " (" + kernels::cuda::DeviceName(index) + ")";
+#else
+    return FailedPreconditionError("device " + want + ": this build of the engine has no CUDA kernels");
+#endif
+  } else {
+    return InvalidArgumentError("--device: '" + want + "' is not cpu, cuda or cuda:N");
+  }
+  p.precision = options.precision.empty() ? (p.device.is_cuda() ? "bf16" : "fp32") : options.precision;
+  if (p.precision == "bf16") p.compute = DType::kBF16;
+  else if (p.precision != "fp32") return InvalidArgumentError("--precision: '" + p.precision + "' is not fp32 or bf16");
+  return p;
+}
+
+void SyncDevice(Device d) {
+#ifdef MOE_WITH_CUDA
+  if (d.is_cuda()) {
+    const std::string e = kernels::cuda::Synchronize();
+    MOE_CHECK(e.empty()) << "CUDA: " << e;
+  }
+#else
+  (void)d;
+#endif
+}
+
 }  // namespace
 
 StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options) {
-  if (spec.resources.device != "cpu") {
-    return UnimplementedError("spec.resources.device: this engine build trains on cpu only");
-  }
   if (spec.parallelism.world_size != par.world_size || spec.parallelism.expert_parallel != par.expert_parallel) {
     return InvalidArgumentError("the job asks for world_size " + std::to_string(spec.parallelism.world_size) + " x EP " +
                                 std::to_string(spec.parallelism.expert_parallel) + ", this process group is " +
@@ -43,8 +95,10 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
   const double flops_per_step = MegatronFlopsPerStep(mc, gbs, seq);
 
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<BatchSampler> sampler, BatchSampler::Create(spec, par.world_size));
+  MOE_ASSIGN_OR_RETURN(const Placement place, Place(spec, par, options));
+  const Device dev = place.device;
   double alltoall_seconds = 0;
-  Model model(mc, par, spec.training.seed, DType::kF32, Device::Cpu(), &alltoall_seconds);
+  Model model(mc, par, spec.training.seed, DType::kF32, dev, &alltoall_seconds, place.compute);
   AdamWOptimizer optimizer(spec.optimizer);
 
   const std::string ckpt_dir = options.checkpoint_dir.empty() ? spec.checkpoint.dir : options.checkpoint_dir;
@@ -60,6 +114,7 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
   if (options.resume) {
     if (!ckpt) return InvalidArgumentError("--resume needs a checkpoint directory (--checkpoint-dir or spec.checkpoint.dir)");
     MOE_ASSIGN_OR_RETURN(CheckpointInfo info, ckpt->Restore(model));
+    model.params().SyncCompute();
     start_step = info.step;
     if (lead) {
       if (start_step > 0) MOE_LOG(INFO) << "resumed from " << info.path << " (step " << start_step << ")";
@@ -68,9 +123,18 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
   }
 
   PeakFlops peak{options.peak_flops, options.peak_source.empty() ? "a peak given by the caller" : options.peak_source};
-  if (peak.flops_per_second <= 0) peak = MeasureCpuSgemmPeak();
+  if (peak.flops_per_second <= 0) {
+#ifdef MOE_WITH_CUDA
+    if (dev.is_cuda()) {
+      peak = {kernels::cuda::MeasureBf16GemmFlops(), "cuBLAS bf16 GEMM 8192^3 measured on " + place.name};
+    }
+#endif
+    if (peak.flops_per_second <= 0) peak = MeasureCpuSgemmPeak();
+  }
   if (lead) {
     const int64_t params = model.params().NumElements();
+    MOE_LOG(INFO) << "device " << place.name << ", " << place.precision
+                  << (place.precision == "bf16" ? " activations with fp32 master weights" : "");
     MOE_LOG(INFO) << "model: " << (mc.preset.empty() ? "custom" : mc.preset) << ", " << params << " parameters on rank 0 ("
                   << model.params().NumElements(true) << " in its experts), " << mc.num_layers << " layers ("
                   << mc.first_k_dense << " dense), " << mc.moe.num_experts << " experts top-" << mc.moe.top_k
@@ -95,7 +159,11 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
   const size_t n_moe = model.moe_layers().size();
   const int64_t experts = mc.moe.num_experts;
   Tensor tokens = Tensor::Empty({mbs, seq}, DType::kI32), targets = Tensor::Empty({mbs, seq}, DType::kI32);
+  Tensor tokens_dev = dev.is_cpu() ? tokens : Tensor::Empty({mbs, seq}, DType::kI32, dev);
+  Tensor targets_dev = dev.is_cpu() ? targets : Tensor::Empty({mbs, seq}, DType::kI32, dev);
   TrainResult result;
+  result.device = place.name;
+  result.precision = place.precision;
   result.first_step = start_step + 1;
   result.peak_source = peak.source;
   double sum_tps = 0, sum_tflops = 0, sum_mfu = 0;
@@ -124,13 +192,18 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
     std::vector<double> stats(2 + n_moe * static_cast<size_t>(experts), 0.0);
     for (int64_t m = 0; m < micro_batches; ++m) {
       sampler->MicroBatch(step, par.rank, m, tokens.data<int32_t>(), targets.data<int32_t>());
-      MOE_ASSIGN_OR_RETURN(MicroBatchResult mb, model.ForwardBackward(tokens, targets, ce_scale, aux_coeff));
+      if (dev.is_cuda()) {
+        tokens_dev.CopyFrom(tokens);
+        targets_dev.CopyFrom(targets);
+      }
+      MOE_ASSIGN_OR_RETURN(MicroBatchResult mb, model.ForwardBackward(tokens_dev, targets_dev, ce_scale, aux_coeff));
       stats[0] += mb.ce_sum;
       stats[1] += mb.aux_loss;
       for (size_t l = 0; l < n_moe; ++l)
         for (int64_t e = 0; e < experts; ++e) stats[2 + l * static_cast<size_t>(experts) + static_cast<size_t>(e)] += static_cast<double>(mb.tokens_per_expert[l][static_cast<size_t>(e)]);
     }
     if (options.inject_step_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options.inject_step_delay));
+    SyncDevice(dev);
     const auto t_fb = std::chrono::steady_clock::now();
     const double step_a2a = alltoall_seconds;
     // Gradients: dense ones summed over all ranks, experts over the ranks holding the same experts.
@@ -147,8 +220,10 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
     const double grad_norm = std::sqrt(dense_sq + expert_sq);
     const auto t_sync = std::chrono::steady_clock::now();
     const double lr = LearningRate(spec.optimizer, spec.decay_steps(), step);
-    if (std::isfinite(grad_norm)) optimizer.Step(model.params(), step, lr, grad_norm);
-    else if (lead) MOE_LOG(WARNING) << "step " << step << ": gradient norm is " << grad_norm << "; update skipped";
+    if (std::isfinite(grad_norm)) {
+      optimizer.Step(model.params(), step, lr, grad_norm);
+      model.params().SyncCompute();
+    } else if (lead) MOE_LOG(WARNING) << "step " << step << ": gradient norm is " << grad_norm << "; update skipped";
     // Aux-loss-free balancing from the step's global token counts.
     StepMetrics m;
     for (size_t l = 0; l < n_moe; ++l) {
@@ -161,6 +236,7 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
       m.expert_load_imbalance_per_layer.push_back(imb);
       m.expert_load_imbalance = std::max(m.expert_load_imbalance, imb);
     }
+    SyncDevice(dev);  // the step's kernels are queued asynchronously on a GPU: time them whole
     const auto t1 = std::chrono::steady_clock::now();
     m.step = step;
     m.total_steps = stop;

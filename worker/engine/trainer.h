@@ -29,6 +29,12 @@ struct TrainerOptions {
   std::function<void(const StepMetrics&)> on_step;
   // Polled at step boundaries; true stops the run there (cancel, drain). Must agree across ranks.
   std::function<bool()> should_stop;
+  // Where this rank trains: "" follows spec.resources.device (cpu; cuda: device rank % GPUs here),
+  // or "cpu", "cuda", "cuda:N".
+  std::string device;
+  // "" (bf16 on cuda, fp32 on cpu), "fp32", or "bf16": bf16 activations and weight copies with fp32
+  // master weights, gradients, optimizer state, routing and loss.
+  std::string precision;
   // Test hook: extra seconds this rank sleeps each step (a slow rank, for straggler detection).
   double inject_step_delay = 0;
 };
@@ -41,6 +47,8 @@ struct TrainResult {
   double mean_tflops_per_device = 0;
   double mean_mfu = 0;
   std::string peak_source;
+  std::string device;     // "cpu", "cuda:0 (NVIDIA H200)"
+  std::string precision;  // "fp32" or "bf16"
   bool stopped_early = false;
 };
 

@@ -68,6 +68,10 @@ class GlooCommunicator final : public Communicator {
 
   Status AllReduceSum(const Tensor& t) override {
     if (!t.device().is_cpu()) return InvalidArgumentError("gloo reduces host tensors only");
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kF64) {
+      return InvalidArgumentError(std::string("gloo all-reduce sums f32 or f64 (gradients are kept in fp32), got ") +
+                                  DTypeName(t.dtype()));
+    }
     return Run("all_reduce", [&] {
       ::gloo::AllreduceOptions opts(ctx_);
       opts.setTimeout(timeout_);
@@ -104,9 +108,13 @@ class GlooCommunicator final : public Communicator {
     return Run("all_to_all_v", [&] {
       ::gloo::AlltoallvOptions opts(ctx_);
       opts.setTimeout(timeout_);
+      // Rows move as raw elements: bf16 travels as its 16-bit patterns.
       if (send.dtype() == DType::kF32) {
         opts.setInput(send.data<float>(), send_elems);
         opts.setOutput(recv.data<float>(), recv_elems);
+      } else if (send.dtype() == DType::kBF16) {
+        opts.setInput(static_cast<uint16_t*>(send.raw()), send_elems);
+        opts.setOutput(static_cast<uint16_t*>(recv.raw()), recv_elems);
       } else {
         opts.setInput(send.data<double>(), send_elems);
         opts.setOutput(recv.data<double>(), recv_elems);
