@@ -204,7 +204,8 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
   if (::pipe2(report, O_CLOEXEC) != 0 || ::pipe2(output, O_CLOEXEC) != 0) return fail(std::string("pipe: ") + std::strerror(errno));
   std::vector<std::string> args = {o_.trainer, "--config", rank->spec_path, "--rank", std::to_string(a.rank()),
                                    "--world-size", std::to_string(a.world_size()), "--rendezvous",
-                                   "unix://" + rank->proxy->socket_path(), "--report-fd", "3", "--hostname", o_.address};
+                                   "unix://" + rank->proxy->socket_path(), "--report-fd", "3", "--hostname", o_.address,
+                                   "--device", o_.device};  // the rank trains on this worker's device
   if (!a.checkpoint_dir().empty()) {
     args.insert(args.end(), {"--checkpoint-dir", a.checkpoint_dir()});
     if (a.resume()) args.push_back("--resume");

@@ -1,6 +1,7 @@
 // Causal multi-head attention through cuBLAS strided-batched GEMMs (one call per sequence, batched
-// over heads; fp32 compute) and a fused causal softmax in fp32; its backward the same way.
-// probs [B, H, S, S] is saved in the activation type.
+// over heads; fp32 compute) and a fused causal softmax; its backward the same way. The scores and dP
+// are fp32 ([H, S, S] scratch per sequence) whatever the activation type; probs [B, H, S, S] is saved
+// in the activation type.
 #include <cublas_v2.h>
 
 #include <cmath>
@@ -19,69 +20,70 @@ constexpr cudaDataType_t DataType() {
 }
 
 // Row-major C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch, with element strides between items.
-template <typename T>
+// A and B are T; C is T or fp32 (the scores and dP stay fp32 in bf16 attention).
+template <typename T, typename TC>
 void BatchedGemm(cudaStream_t s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
-                 int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, float beta, T* c, int64_t ldc, int64_t stride_c,
+                 int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, float beta, TC* c, int64_t ldc, int64_t stride_c,
                  int64_t batch) {
-  const cudaDataType_t type = DataType<T>();
   const cublasStatus_t st = cublasGemmStridedBatchedEx(
       static_cast<cublasHandle_t>(CublasHandle(s)), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-      static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, type, static_cast<int>(ldb), stride_b, a, type,
-      static_cast<int>(lda), stride_a, &beta, c, type, static_cast<int>(ldc), stride_c, static_cast<int>(batch),
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, DataType<T>(), static_cast<int>(ldb), stride_b, a,
+      DataType<T>(), static_cast<int>(lda), stride_a, &beta, c, DataType<TC>(), static_cast<int>(ldc), stride_c,
+      static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   MOE_CHECK(st == CUBLAS_STATUS_SUCCESS) << "cublasGemmStridedBatchedEx failed: " << cublasGetStatusString(st);
 }
 
-// One block per row of one (sequence, head): softmax over j <= i, zero above the diagonal.
+// One block per row of one (sequence, head): softmax of the fp32 scores over j <= i, zero above the
+// diagonal, stored as T.
 template <typename T>
-__global__ void CausalSoftmaxKernel(T* p, int64_t s) {
+__global__ void CausalSoftmaxKernel(const float* scores, T* p, int64_t s) {
   const int64_t row = blockIdx.x, i = row % s;
-  T* r = p + row * s;
+  const float* r = scores + row * s;
+  T* out = p + row * s;
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, Ld(r[j]));
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, r[j]);
   mx = BlockMax(mx);
   float sum = 0;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(Ld(r[j]) - mx);
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(r[j] - mx);
   sum = BlockSum(sum);
   const float inv = 1.f / sum;
-  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) r[j] = Cvt<T>(j <= i ? expf(Ld(r[j]) - mx) * inv : 0.f);
+  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) out[j] = Cvt<T>(j <= i ? expf(r[j] - mx) * inv : 0.f);
 }
 
-// dS = P * (dP - rowsum(P * dP)) * scale, in place on dP.
+// dS = P * (dP - rowsum(P * dP)) * scale, from fp32 dP into T.
 template <typename T>
-__global__ void SoftmaxBackwardKernel(const T* p, T* dp, int64_t s, float scale) {
+__global__ void SoftmaxBackwardKernel(const T* p, const float* dp, T* ds, int64_t s, float scale) {
   const int64_t row = blockIdx.x, i = row % s;
   const T* pr = p + row * s;
-  T* dr = dp + row * s;
+  const float* dr = dp + row * s;
+  T* out = ds + row * s;
   float dot = 0;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) dot += Ld(pr[j]) * Ld(dr[j]);
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) dot += Ld(pr[j]) * dr[j];
   dot = BlockSum(dot);
-  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) dr[j] = Cvt<T>(j <= i ? Ld(pr[j]) * (Ld(dr[j]) - dot) * scale : 0.f);
+  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) out[j] = Cvt<T>(j <= i ? Ld(pr[j]) * (dr[j] - dot) * scale : 0.f);
 }
 
 }  // namespace
 
 template <typename T>
-void AttentionForward(const T* qkv, int64_t batch, int64_t seq, int64_t heads, int64_t d, T* out, T* probs, cudaStream_t s) {
+void AttentionForward(const T* qkv, int64_t batch, int64_t seq, int64_t heads, int64_t d, T* out, T* probs, float* scores,
+                      cudaStream_t s) {
   if (batch * seq == 0) return;
   const int64_t hd = heads * d, width = 3 * hd;
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
   for (int64_t b = 0; b < batch; ++b) {
     const T* q = qkv + b * seq * width;
     T* p = probs + b * heads * seq * seq;
-    BatchedGemm<T>(s, false, true, seq, seq, d, scale, q, width, d, q + hd, width, d, 0.f, p, seq, seq * seq, heads);
-  }
-  CausalSoftmaxKernel<T><<<static_cast<unsigned>(batch * heads * seq), kThreads, 0, s>>>(probs, seq);
-  for (int64_t b = 0; b < batch; ++b) {
-    const T* v = qkv + b * seq * width + 2 * hd;
-    BatchedGemm<T>(s, false, false, seq, d, seq, 1.f, probs + b * heads * seq * seq, seq, seq * seq, v, width, d, 0.f,
-                   out + b * seq * hd, hd, d, heads);
+    BatchedGemm<T, float>(s, false, true, seq, seq, d, scale, q, width, d, q + hd, width, d, 0.f, scores, seq, seq * seq, heads);
+    CausalSoftmaxKernel<T><<<static_cast<unsigned>(heads * seq), kThreads, 0, s>>>(scores, p, seq);
+    BatchedGemm<T, T>(s, false, false, seq, d, seq, 1.f, p, seq, seq * seq, q + 2 * hd, width, d, 0.f, out + b * seq * hd, hd, d,
+                      heads);
   }
 }
 
 template <typename T>
 void AttentionBackward(const T* qkv, const T* probs, const T* dout, int64_t batch, int64_t seq, int64_t heads, int64_t d,
-                       T* dqkv, T* scratch, cudaStream_t s) {
+                       T* dqkv, float* dp, T* ds, cudaStream_t s) {
   if (batch * seq == 0) return;
   const int64_t hd = heads * d, width = 3 * hd;
   const float scale = 1.f / std::sqrt(static_cast<float>(d));
@@ -90,13 +92,13 @@ void AttentionBackward(const T* qkv, const T* probs, const T* dout, int64_t batc
     const T* p = probs + b * heads * seq * seq;
     const T* g = dout + b * seq * hd;
     T* dq = dqkv + b * seq * width;
-    // dV = P^T dO; dP = dO V^T (into scratch [H, S, S]).
-    BatchedGemm<T>(s, true, false, seq, d, seq, 1.f, p, seq, seq * seq, g, hd, d, 0.f, dq + 2 * hd, width, d, heads);
-    BatchedGemm<T>(s, false, true, seq, seq, d, 1.f, g, hd, d, q + 2 * hd, width, d, 0.f, scratch, seq, seq * seq, heads);
-    SoftmaxBackwardKernel<T><<<static_cast<unsigned>(heads * seq), kThreads, 0, s>>>(p, scratch, seq, scale);
+    // dV = P^T dO; dP = dO V^T (fp32, [H, S, S]); dS from P and dP.
+    BatchedGemm<T, T>(s, true, false, seq, d, seq, 1.f, p, seq, seq * seq, g, hd, d, 0.f, dq + 2 * hd, width, d, heads);
+    BatchedGemm<T, float>(s, false, true, seq, seq, d, 1.f, g, hd, d, q + 2 * hd, width, d, 0.f, dp, seq, seq * seq, heads);
+    SoftmaxBackwardKernel<T><<<static_cast<unsigned>(heads * seq), kThreads, 0, s>>>(p, dp, ds, seq, scale);
     // dQ = dS K; dK = dS^T Q.
-    BatchedGemm<T>(s, false, false, seq, d, seq, 1.f, scratch, seq, seq * seq, q + hd, width, d, 0.f, dq, width, d, heads);
-    BatchedGemm<T>(s, true, false, seq, d, seq, 1.f, scratch, seq, seq * seq, q, width, d, 0.f, dq + hd, width, d, heads);
+    BatchedGemm<T, T>(s, false, false, seq, d, seq, 1.f, ds, seq, seq * seq, q + hd, width, d, 0.f, dq, width, d, heads);
+    BatchedGemm<T, T>(s, true, false, seq, d, seq, 1.f, ds, seq, seq * seq, q, width, d, 0.f, dq + hd, width, d, heads);
   }
 }
 MOE_CUDA_INSTANTIATE(AttentionForward)

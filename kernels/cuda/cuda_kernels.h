@@ -35,7 +35,8 @@ void GatherRows(const void* src, const int32_t* index, void* dst, int64_t rows, 
 void ConvertF32ToBf16(const float* src, bf16* dst, int64_t n, cudaStream_t s);
 void ConvertBf16ToF32(const bf16* src, float* dst, int64_t n, cudaStream_t s);
 
-// RMSNorm: x [R, D], w [D] -> y [R, D], rstd [R] (fp32); backward writes dx, accumulates dw (fp32).
+// RMSNorm: x [R, D], w [D] -> y [R, D], rstd [R] (fp32); backward writes dx, accumulates dw (fp32; atomics
+// across strips of rows: not bitwise reproducible, unlike the CPU path).
 template <typename T>
 void RmsNormForward(const T* x, const T* w, float eps, T* y, float* rstd, int64_t rows, int64_t d, cudaStream_t s);
 template <typename T>
@@ -89,12 +90,14 @@ double SeqAuxLoss(const float* scores, const int32_t* topk_idx, int64_t num_seqs
                   int64_t top_k, float coeff, float* dscores, cudaStream_t s);
 
 // Causal attention: qkv [B*S, 3*H*d] -> out [B*S, H*d], probs [B, H, S, S]; the backward writes all of
-// dqkv and needs a scratch of H*S*S elements of T. Scores and the softmax are fp32 inside the kernels.
+// dqkv. The scores (forward) and dP (backward) are fp32 in `scores` / `dp` scratch of H*S*S floats; the
+// backward's dS goes through `ds`, H*S*S elements of T.
 template <typename T>
-void AttentionForward(const T* qkv, int64_t batch, int64_t seq, int64_t heads, int64_t d, T* out, T* probs, cudaStream_t s);
+void AttentionForward(const T* qkv, int64_t batch, int64_t seq, int64_t heads, int64_t d, T* out, T* probs, float* scores,
+                      cudaStream_t s);
 template <typename T>
 void AttentionBackward(const T* qkv, const T* probs, const T* dout, int64_t batch, int64_t seq, int64_t heads, int64_t d,
-                       T* dqkv, T* scratch, cudaStream_t s);
+                       T* dqkv, float* dp, T* ds, cudaStream_t s);
 
 // Row-major GEMM through cuBLAS (cublasGemmEx, fp32 compute): C = alpha op(A) op(B) + beta C. A and B
 // share one type (CUDA_R_32F or CUDA_R_16BF); C may be either (bf16 inputs into an fp32 C: weight

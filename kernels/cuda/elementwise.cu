@@ -155,7 +155,8 @@ MOE_CUDA_INSTANTIATE(SumSquares)
 
 void GatherRows(const void* src, const int32_t* index, void* dst, int64_t rows, int64_t row_bytes, cudaStream_t s) {
   if (rows == 0 || row_bytes == 0) return;
-  if (row_bytes % 4 == 0) {
+  const bool words = row_bytes % 4 == 0 && (reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) % 4 == 0;
+  if (words) {
     const int64_t units = row_bytes / 4;
     GatherRowsKernel<uint32_t><<<Blocks(rows * units), kThreads, 0, s>>>(static_cast<const uint32_t*>(src), index,
                                                                           static_cast<uint32_t*>(dst), rows, units);

@@ -1,5 +1,6 @@
 // Tensor-level CUDA entry points (kernels/cuda/ops.h): device and dtype checks, then the launchers.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -7,6 +8,7 @@
 #include "common/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/elementwise.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -231,8 +233,9 @@ void SwigluBackward(const Tensor& gate_up, const Tensor& dout, const Tensor& dga
 void AttentionForward(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, const Tensor& out,
                       const Tensor& probs) {
   CheckCuda({&qkv, &out, &probs}, "AttentionForward");
+  Tensor scores = Tensor::Empty({heads, seq_len, seq_len}, DType::kF32, qkv.device());
   MOE_CUDA_TYPED(Common({&qkv, &out, &probs}, "AttentionForward"), T,
-                 AttentionForward<T>(P<T>(qkv), batch, seq_len, heads, head_dim, P<T>(out), P<T>(probs), kStream));
+                 AttentionForward<T>(P<T>(qkv), batch, seq_len, heads, head_dim, P<T>(out), P<T>(probs), P<float>(scores), kStream));
   Launched("AttentionForward");
 }
 
@@ -240,10 +243,11 @@ void AttentionBackward(const Tensor& qkv, const Tensor& probs, const Tensor& dou
                        int64_t heads, int64_t head_dim, const Tensor& dqkv) {
   CheckCuda({&qkv, &probs, &dout, &dqkv}, "AttentionBackward");
   const DType d = Common({&qkv, &probs, &dout, &dqkv}, "AttentionBackward");
-  Tensor scratch = Tensor::Empty({heads, seq_len, seq_len}, d, qkv.device());
+  Tensor dp = Tensor::Empty({heads, seq_len, seq_len}, DType::kF32, qkv.device());
+  Tensor ds = Tensor::Empty({heads, seq_len, seq_len}, d, qkv.device());
   MOE_CUDA_TYPED(d, T,
                  AttentionBackward<T>(P<T>(qkv), P<T>(probs), P<T>(dout), batch, seq_len, heads, head_dim, P<T>(dqkv),
-                                      P<T>(scratch), kStream));
+                                      P<float>(dp), P<T>(ds), kStream));
   Launched("AttentionBackward");
 }
 
@@ -339,13 +343,21 @@ void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tenso
   Launched("AdamW");
 }
 
-int DeviceCount() {
+int DeviceCount(std::string* problem) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) return n;
+  cudaGetLastError();
+  // No driver at all (a CPU machine) reads as "insufficient driver" too: tell it apart by loading it.
+  bool driver = false;
+  if (void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    driver = true;
+    ::dlclose(lib);
   }
-  return n;
+  if (problem != nullptr && e != cudaErrorNoDevice && driver) {
+    *problem = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  }
+  return 0;
 }
 
 std::string DeviceName(int index) {
@@ -355,10 +367,11 @@ std::string DeviceName(int index) {
 }
 
 Status UseDevice(int index) {
-  const int n = DeviceCount();
+  std::string problem;
+  const int n = DeviceCount(&problem);
   if (index < 0 || index >= n) {
     return FailedPreconditionError("cuda:" + std::to_string(index) + ": this machine has " + std::to_string(n) +
-                                   " usable CUDA device(s)");
+                                   " usable CUDA device(s)" + (problem.empty() ? "" : " (" + problem + ")"));
   }
   if (cudaSetDevice(index) != cudaSuccess) return UnavailableError("cudaSetDevice(" + std::to_string(index) + "): " + LastError());
   RegisterCudaAllocator();
@@ -370,6 +383,24 @@ std::string Synchronize() {
   return "";
 }
 
+void FillUniform(const Tensor& t, uint64_t seed) {
+  // A block of host values (a 64-bit LCG's top bits, uniform in [-1, 1)) tiled over the tensor.
+  Tensor block = Tensor::Empty({std::min<int64_t>(t.numel(), int64_t{1} << 20)}, DType::kF32);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < block.numel(); ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    block.data<float>()[i] = static_cast<float>(static_cast<double>(x >> 11) * 0x1p-52 - 1.0);
+  }
+  Tensor staged = Tensor::Empty(block.shape(), t.dtype());
+  kernels::Convert(block, staged);
+  const size_t esize = DTypeSize(t.dtype());
+  for (int64_t at = 0; at < t.numel(); at += block.numel()) {
+    const int64_t n = std::min(block.numel(), t.numel() - at);
+    GetAllocator(t.device())->CopyFromHost(static_cast<char*>(t.raw()) + static_cast<size_t>(at) * esize, staged.raw(),
+                                           static_cast<size_t>(n) * esize);
+  }
+}
+
 double MeasureBf16GemmFlops(int64_t size, int reps) {
   RegisterCudaAllocator();
   int index = 0;
@@ -377,8 +408,8 @@ double MeasureBf16GemmFlops(int64_t size, int reps) {
   const Device dev = Device::Cuda(index);
   Tensor a = Tensor::Empty({size, size}, DType::kBF16, dev), b = Tensor::Empty({size, size}, DType::kBF16, dev);
   Tensor c = Tensor::Empty({size, size}, DType::kBF16, dev);
-  Fill(a, 0.01);
-  Fill(b, 0.01);
+  FillUniform(a, 1);
+  FillUniform(b, 2);
   Gemm(a, false, b, true, c, 1.0, 0.0);  // warm-up: cuBLAS picks its kernel
   Synchronize();
   double best = 0;

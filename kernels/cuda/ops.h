@@ -55,12 +55,18 @@ void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_sl
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg);
 
 // Device facts for the trainer and the benchmarks.
-int DeviceCount();              // 0 when there is no usable GPU (or no driver)
+// GPUs this process can use. 0 when there is none: no device, or no NVIDIA driver at all. When a
+// driver is there but CUDA fails (a driver older than the toolkit, a broken device), also 0, and
+// `problem` (when given) says why: callers report that instead of skipping quietly.
+int DeviceCount(std::string* problem = nullptr);
 std::string DeviceName(int index);
 // Makes `index` this process's device and registers the CUDA allocator; an error names the device.
 Status UseDevice(int index);
 // Waits for the device's queued work (timings); returns the CUDA error text or "".
 std::string Synchronize();
+// Fills a CUDA tensor (f32 or bf16) with pseudo-random values uniform in [-1, 1) from `seed`: the
+// benchmarks' inputs (matrix units run faster on constant data than on random data).
+void FillUniform(const Tensor& t, uint64_t seed);
 // The dense bf16 GEMM rate of cuBLAS on this device, measured now (m = n = k = size, best of `reps`),
 // in FLOP/s: the peak MFU is taken against on CUDA.
 double MeasureBf16GemmFlops(int64_t size = 8192, int reps = 10);

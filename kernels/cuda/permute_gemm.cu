@@ -1,7 +1,7 @@
 // The MoE dispatch helpers (gather-sum, weighted combine and its backward) and GEMMs through cuBLAS.
 #include <cublas_v2.h>
 
-#include <mutex>
+#include <algorithm>
 
 #include "common/check.h"
 #include "kernels/cuda/common.cuh"
@@ -82,8 +82,11 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           const void* b, int64_t ldb, cudaDataType_t ab_type, float beta, void* c, int64_t ldc, cudaDataType_t c_type,
           cudaStream_t s) {
   if (m == 0 || n == 0) return;
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. k == 0 is a
-  // scale of C by beta, which cuBLAS does.
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. k == 0 makes
+  // a leading dimension 0, which cuBLAS rejects: it is a scale of C by beta (cuBLAS does that with
+  // valid leading dimensions).
+  lda = std::max<int64_t>(lda, 1);
+  ldb = std::max<int64_t>(ldb, 1);
   const cublasStatus_t st = cublasGemmEx(
       static_cast<cublasHandle_t>(CublasHandle(s)), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
       static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, ab_type, static_cast<int>(ldb), a, ab_type,

@@ -26,9 +26,18 @@ expect_error 2 "spec.model.hiden_size: unknown field (did you mean 'hidden_size'
 sed "s#path: data/fortunes#path: $work/missing#" examples/tiny.yaml >"$work/nodata.yaml"
 expect_error 1 "make data" --config "$work/nodata.yaml" --steps 1
 "$bin" --help | grep -q -- "--checkpoint-interval" || fail "--help lists no flags"
+expect_error 2 "--precision: 'fp16' is not fp32 or bf16" --config examples/tiny.yaml --precision fp16
+expect_error 2 "--device: 'tpu:0' is not cpu, cuda or cuda:N" --config examples/tiny.yaml --device tpu:0
+if ! command -v nvidia-smi >/dev/null; then
+  # No GPU here: a CUDA device is a job that cannot run on this machine (exit 4), said plainly.
+  expect_error 4 "cuda:0: this machine has 0 usable CUDA device(s)" --config examples/tiny.yaml --nproc 1 --device cuda:0 --steps 1
+fi
 
 # A short real run: seq 64 keeps it quick.
 sed 's/seq_length: 256/seq_length: 64/' examples/tiny.yaml >"$work/job.yaml"
+# Mixed precision on the CPU (bf16 activations, fp32 master weights) trains and says so.
+"$bin" --config "$work/job.yaml" --steps 3 --precision bf16 2>"$work/bf16.log" || { cat "$work/bf16.log"; fail "bf16 run failed"; }
+grep -q "| cpu, bf16" "$work/bf16.log" || fail "the bf16 run's summary does not name its precision: $(tail -1 "$work/bf16.log")"
 "$bin" --config "$work/job.yaml" --steps 12 --checkpoint-dir "$work/a" --checkpoint-interval 6 --metrics-out "$work/a.jsonl" 2>"$work/a.log" \
   || { cat "$work/a.log"; fail "straight run failed"; }
 grep -q "iteration       12/      12" "$work/a.log" || fail "no Megatron-style iteration line"

@@ -7,6 +7,7 @@
 // Exit 77 (ctest: skipped) with a loud message where there is no GPU.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -83,9 +84,16 @@ std::vector<double> Host(const Tensor& t) {
 }
 
 void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& cpu_out) {
-  const std::vector<double> gpu = Host(gpu_out.t), ref = Host(cpu_out.t);
+  // A kernel fault is sticky: record it before touching the data, and stop with the table so far.
   const std::string cuda_error = moe::kernels::cuda::Synchronize();
-  bool ok = cuda_error.empty() && gpu.size() == ref.size();
+  if (!cuda_error.empty()) {
+    std::printf("%-24s %-5s FAIL   CUDA error %s\n", name.c_str(), moe::DTypeName(dt), cuda_error.c_str());
+    for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
+    std::printf("FAIL: a CUDA error stopped the kernel checks after %zu of them\n", g_rows.size());
+    std::exit(1);
+  }
+  const std::vector<double> gpu = Host(gpu_out.t), ref = Host(cpu_out.t);
+  bool ok = gpu.size() == ref.size();
   double worst = 0;
   int64_t at = -1, bad = 0;
   double ref_max = 0;
@@ -134,7 +142,12 @@ void Run(const std::string& family, const Case& c, std::vector<DType> dtypes = {
 }  // namespace
 
 int main() {
-  const int devices = k::cuda::DeviceCount();
+  std::string problem;
+  const int devices = k::cuda::DeviceCount(&problem);
+  if (!problem.empty()) {
+    std::printf("FAIL: a CUDA driver is here but CUDA does not work: %s\n", problem.c_str());
+    return 1;
+  }
   if (devices == 0) {
     std::printf("SKIPPED: no CUDA device here; the GPU kernel checks run on a GPU machine: tests/gpu/check.sh\n");
     return 77;

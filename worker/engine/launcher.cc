@@ -103,7 +103,16 @@ int LaunchLocalRanks(const LaunchOptions& o) {
   std::fprintf(stderr, "moe-train: the job failed:");
   for (size_t i = 0; i < pids.size(); ++i) std::fprintf(stderr, " rank %zu %s;", i, Describe(status[i]).c_str());
   std::fprintf(stderr, "\n");
-  return 1;
+  // When every rank that failed said the same thing (2 bad flags or job, 3 stopped on request, 4 the job
+  // cannot run here), the launcher says it too; anything else is a failure a retry may fix (1).
+  int common = -1;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    const int st = status[i];
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    common = common == -1 || common == code ? code : 1;
+  }
+  return common >= 2 && common <= 4 ? common : 1;
 }
 
 }  // namespace moe

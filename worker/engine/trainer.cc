@@ -40,8 +40,12 @@ StatusOr<Placement> Place(const JobSpec& spec, const ParallelContext& par, const
     p.name = "cpu";
   } else if (want == "cuda" || want.rfind("cuda:", 0) == 0) {
 #ifdef MOE_WITH_CUDA
-    const int count = kernels::cuda::DeviceCount();
-    if (count == 0) return FailedPreconditionError("device " + want + ": this machine has no usable CUDA device");
+    std::string problem;
+    const int count = kernels::cuda::DeviceCount(&problem);
+    if (count == 0) {
+      return FailedPreconditionError("device " + want + ": this machine has no usable CUDA device" +
+                                     (problem.empty() ? "" : " (" + problem + ")"));
+    }
     int index = par.rank % count;
     if (want != "cuda") {
       const std::string digits = want.substr(5);

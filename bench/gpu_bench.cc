@@ -1,0 +1,176 @@
+// GPU benchmarks, each a ratio measured in one run:
+//   1. the dense bf16 GEMM rate of cuBLAS on this card (8192^3, and the routed experts' w13 GEMM as
+//      one dense call of the same size): the ceilings;
+//   2. the engine's MoE layer, forward + backward, at DeepSeek-V3 expert sizes (hidden 7168, expert
+//      FFN 2048, top-8 of 32 local experts in 8 groups, 16k tokens, bf16, no shared expert):
+//      TFLOP/s of its GEMM work (Megatron's count) over the dense rate;
+//   3. a full training step of the `small` preset on this GPU (bf16): TFLOP/s per device and MFU
+//      against the measured 8192^3 rate.
+// Prints RESULT lines (key value) that tests/gpu/check.sh turns into its table.
+//
+//   moe-bench-gpu [--tokens 16384] [--iters 5] [--small-steps 6] [--small-seq 2048] [--small-micro-batch 8]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "common/args.h"
+#include "common/log.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "worker/engine/dispatcher.h"
+#include "worker/engine/layers.h"
+#include "worker/engine/trainer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+void Sync() {
+  const std::string e = moe::kernels::cuda::Synchronize();
+  MOE_CHECK(e.empty()) << "CUDA: " << e;
+}
+
+// Best of `reps` timed calls after one warm-up.
+template <typename Fn>
+double BestSeconds(int reps, Fn&& fn) {
+  fn();
+  Sync();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    Sync();
+    best = std::min(best, Seconds(t0, Clock::now()));
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t tokens = 16384, iters = 5, small_steps = 6, small_seq = 2048, small_micro = 8;
+  moe::ArgParser args("moe-bench-gpu", "GPU: dense bf16 GEMM rate, the MoE layer at DeepSeek-V3 sizes, a `small` step.");
+  args.AddInt("tokens", &tokens, "tokens through the MoE layer (default 16384)");
+  args.AddInt("iters", &iters, "timed MoE layer iterations after warm-up (default 5)");
+  args.AddInt("small-steps", &small_steps, "training steps at `small` (the first is not timed; 0 skips; default 6)");
+  args.AddInt("small-seq", &small_seq, "sequence length of the `small` step (default 2048)");
+  args.AddInt("small-micro-batch", &small_micro, "sequences per `small` step (default 8)");
+  if (auto st = args.Parse(argc, argv); !st.ok() || args.help_requested()) {
+    std::fprintf(stderr, "%s\n%s", st.ok() ? "" : st.message().c_str(), args.Usage().c_str());
+    return st.ok() ? 0 : 2;
+  }
+  if (tokens < 64 || tokens % 4 != 0) {
+    std::fprintf(stderr, "moe-bench-gpu: --tokens: a multiple of 4, at least 64\n");
+    return 2;
+  }
+  namespace cu = moe::kernels::cuda;
+  std::string problem;
+  if (cu::DeviceCount(&problem) == 0) {
+    std::printf("%s\n", problem.empty() ? "SKIPPED: no CUDA device here" : ("FAIL: CUDA does not work here: " + problem).c_str());
+    return problem.empty() ? 77 : 1;
+  }
+  if (moe::Status st = cu::UseDevice(0); !st.ok()) {
+    std::fprintf(stderr, "moe-bench-gpu: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  moe::SetLogLevel(moe::LogLevel::kWarning);
+  const moe::Device dev = moe::Device::Cuda(0);
+  std::printf("RESULT device %s\n", cu::DeviceName(0).c_str());
+
+  // 1. Dense bf16 GEMM rates.
+  const double peak = cu::MeasureBf16GemmFlops(8192, 10);
+  std::printf("RESULT gemm_bf16_8192_tflops %.1f\n", peak / 1e12);
+  const int64_t h = 7168, f = 2048, experts = 32, k = 8, rows = tokens * k;
+  double dense = 0;
+  {
+    moe::Tensor x = moe::Tensor::Empty({rows, h}, moe::DType::kBF16, dev), w = moe::Tensor::Empty({2 * f, h}, moe::DType::kBF16, dev);
+    moe::Tensor y = moe::Tensor::Empty({rows, 2 * f}, moe::DType::kBF16, dev);
+    cu::FillUniform(x, 3);
+    cu::FillUniform(w, 4);
+    const double s = BestSeconds(5, [&] { moe::kernels::Gemm(x, false, w, true, y); });
+    dense = 2.0 * static_cast<double>(rows) * static_cast<double>(2 * f) * static_cast<double>(h) / s;
+    std::printf("RESULT gemm_bf16_expert_shape_tflops %.1f  (one [%lld x %lld] x [%lld x %lld]^T call)\n", dense / 1e12,
+                static_cast<long long>(rows), static_cast<long long>(h), static_cast<long long>(2 * f), static_cast<long long>(h));
+  }
+
+  // 2. The MoE layer at DeepSeek-V3 expert sizes.
+  {
+    moe::ModelConfig cfg;
+    cfg.hidden_size = h;
+    cfg.init_std = 0.006;
+    cfg.moe = moe::MoeConfig{.num_experts = experts, .top_k = k, .num_shared_experts = 0, .ffn_hidden = f,
+                             .num_groups = 8, .topk_groups = 4, .score_function = "sigmoid", .route_scale = 2.5,
+                             .bias_update_rate = 1e-3, .seq_aux_loss_coeff = 1e-4};
+    moe::ParamSet params(moe::DType::kF32, dev, moe::DType::kBF16);
+    double a2a = 0;
+    moe::TokenDispatcher dispatcher(nullptr, experts, &a2a);
+    moe::MoeLayer layer(params, "moe", cfg, 1, 0.006, &dispatcher, moe::DType::kF32, dev);
+    moe::Tensor x = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev), dy = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev);
+    cu::FillUniform(x, 5);
+    cu::FillUniform(dy, 6);
+    moe::kernels::Scale(dy, 1e-3);
+    const int64_t seqs = 4, seq_len = tokens / seqs;
+    double imbalance = 0;
+    auto step = [&] {
+      moe::MoeStats stats;
+      auto out = layer.Forward(x, seqs, seq_len, 1e-4 / seqs, &stats);
+      MOE_CHECK(out.ok()) << out.status();
+      auto dx = layer.Backward(dy);
+      MOE_CHECK(dx.ok()) << dx.status();
+      int64_t mx = 0;
+      for (int64_t c : stats.tokens_per_expert) mx = std::max(mx, c);
+      imbalance = static_cast<double>(mx) * static_cast<double>(experts) / static_cast<double>(rows);
+    };
+    step();  // warm-up: cuBLAS picks its kernels, the caching allocator fills
+    const double s = BestSeconds(static_cast<int>(iters), step);
+    // Megatron's count: routed experts 3 GEMMs x (fwd + 2 bwd) = 18 * rows * h * f; router 6 * T * h * E.
+    const double flops = 18.0 * static_cast<double>(rows) * static_cast<double>(h) * static_cast<double>(f) +
+                         6.0 * static_cast<double>(tokens) * static_cast<double>(h) * static_cast<double>(experts);
+    const double tflops = flops / s / 1e12;
+    std::printf("RESULT moe_layer_ms %.2f\n", s * 1e3);
+    std::printf("RESULT moe_layer_tflops %.1f\n", tflops);
+    std::printf("RESULT moe_layer_of_dense %.3f\n", tflops * 1e12 / dense);
+    std::printf("RESULT moe_layer_load_max_over_mean %.2f\n", imbalance);
+  }
+
+  // 3. A training step at `small`.
+  if (small_steps > 1) {
+    moe::JobSpec spec;
+    spec.name = "bench-small";
+    spec.model = *moe::ModelPreset("small");
+    spec.data.source = "synthetic";
+    spec.data.seq_length = small_seq;
+    spec.data.micro_batch_size = small_micro;
+    spec.data.global_batch_size = small_micro;
+    spec.training.steps = small_steps;
+    spec.resources.device = "cuda";
+    moe::LocalParallel local;
+    moe::TrainerOptions o;
+    o.device = "cuda:0";
+    o.precision = "bf16";
+    o.peak_flops = peak;
+    o.peak_source = "cuBLAS bf16 GEMM 8192^3 measured in this run";
+    o.log_steps = false;
+    double sum_tflops = 0, sum_ms = 0;
+    int n = 0;
+    o.on_step = [&](const moe::StepMetrics& m) {
+      if (m.step == 1) return;
+      sum_tflops += m.tflops_per_device;
+      sum_ms += m.step_seconds * 1e3;
+      ++n;
+    };
+    auto r = moe::Train(spec, local.ctx, o);
+    if (!r.ok() || n == 0) {
+      std::printf("RESULT small_step FAILED %s\n", r.ok() ? "no steps" : r.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("RESULT small_step_ms %.1f\n", sum_ms / n);
+    std::printf("RESULT small_step_tflops %.1f\n", sum_tflops / n);
+    std::printf("RESULT small_step_mfu %.3f\n", sum_tflops / n * 1e12 / peak);
+  }
+  return 0;
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The peer of moe-bench-gpu's MoE layer: the same DeepSeek-V3 MoE layer written in plain PyTorch.
+
+Same sizes and the same work as the engine's layer (bench/gpu_bench.cc): sigmoid router scores in
+fp32, selection on score + bias, group-limited top-k (group score = sum of its top two), weights
+normalised over the chosen experts and scaled; tokens sorted by expert; per expert a bf16 SwiGLU
+(w13 then w2); the weighted combine back; forward and backward through autograd. (It leaves out the
+sequence-wise balance loss, which the engine's layer computes as well: a few microseconds.)
+
+Prints RESULT lines in moe-bench-gpu's format. Needs PyTorch with CUDA.
+    bench/moe_layer_torch.py [--tokens 16384] [--iters 5]
+"""
+import argparse
+import sys
+import time
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=7168)
+    ap.add_argument("--ffn", type=int, default=2048)
+    ap.add_argument("--experts", type=int, default=32)
+    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--groups", type=int, default=8)
+    ap.add_argument("--topk-groups", type=int, default=4)
+    ap.add_argument("--iters", type=int, default=5)
+    args = ap.parse_args()
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        print("SKIPPED: PyTorch is not installed here")
+        return 77
+    if not torch.cuda.is_available():
+        print("SKIPPED: PyTorch sees no CUDA device")
+        return 77
+
+    dev, bf16 = "cuda", torch.bfloat16
+    T, h, f, E, k = args.tokens, args.hidden, args.ffn, args.experts, args.top_k
+    G, KG = args.groups, args.topk_groups
+    if E % G != 0 or KG > G or k > E:
+        print(f"bad sizes: experts {E}, groups {G}, topk_groups {KG}, top_k {k}", file=sys.stderr)
+        return 2
+    gen = torch.Generator(device=dev).manual_seed(0)
+    router = (torch.randn(E, h, device=dev, generator=gen) * 0.006).to(bf16).requires_grad_()
+    w13 = (torch.randn(E, 2 * f, h, device=dev, generator=gen) * 0.006).to(bf16).requires_grad_()
+    w2 = (torch.randn(E, h, f, device=dev, generator=gen) * 0.006).to(bf16).requires_grad_()
+    bias = torch.zeros(E, device=dev)
+    x = (torch.rand(T, h, device=dev, generator=gen) * 2 - 1).to(bf16).requires_grad_()
+    dy = ((torch.rand(T, h, device=dev, generator=gen) * 2 - 1) * 1e-3).to(bf16)
+
+    def layer(x):
+        logits = (x @ router.t()).float()
+        scores = logits.sigmoid()
+        with torch.no_grad():
+            sel = scores + bias
+            top2 = sel.view(T, G, E // G).topk(2, dim=-1).values.sum(-1)
+            keep = torch.zeros(T, G, dtype=torch.bool, device=dev)
+            keep.scatter_(1, top2.topk(KG, dim=-1).indices, True)
+            sel = sel.masked_fill(~keep.repeat_interleave(E // G, dim=1), float("-inf"))
+            idx = sel.topk(k, dim=-1).indices
+        w = scores.gather(1, idx)
+        w = w / w.sum(-1, keepdim=True) * 2.5
+        flat = idx.reshape(-1)
+        order = flat.argsort(stable=True)
+        token = order // k
+        counts = torch.bincount(flat, minlength=E).tolist()
+        xp = x[token]
+        outs, start = [], 0
+        for e, c in enumerate(counts):
+            gate, up = (xp[start:start + c] @ w13[e].t()).chunk(2, dim=-1)
+            outs.append((F.silu(gate) * up) @ w2[e].t())
+            start += c
+        yp = torch.cat(outs) * w.reshape(-1)[order].unsqueeze(1).to(bf16)
+        return torch.zeros_like(x).index_add(0, token, yp)
+
+    def step():
+        for p in (router, w13, w2, x):
+            p.grad = None
+        layer(x).backward(dy)
+
+    step()
+    torch.cuda.synchronize()
+    best = 1e30
+    for _ in range(args.iters):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    rows = T * k
+    flops = 18.0 * rows * h * f + 6.0 * T * h * E
+    print(f"RESULT torch_version {torch.__version__}")
+    print(f"RESULT torch_moe_layer_ms {best * 1e3:.2f}")
+    print(f"RESULT torch_moe_layer_tflops {flops / best / 1e12:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
