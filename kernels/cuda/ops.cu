@@ -140,6 +140,14 @@ const void* RowPtr(const Tensor& t, int64_t row) {
   return static_cast<const char*>(t.raw()) + static_cast<size_t>(row * t.dim(1)) * DTypeSize(t.dtype());
 }
 void* RowPtrMut(const Tensor& t, int64_t row) { return const_cast<void*>(RowPtr(t, row)); }
+// fn(group, first row, rows) for every non-empty group.
+template <typename Fn>
+void ForEachGroup(const std::vector<int64_t>& offsets, Fn&& fn) {
+  for (size_t g = 0; g + 1 < offsets.size(); ++g) {
+    const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
+    if (rows > 0) fn(static_cast<int64_t>(g), r0, rows);
+  }
+}
 const void* Slice(const Tensor& w, int64_t g) {
   return static_cast<const char*>(w.raw()) + static_cast<size_t>(g * w.dim(1) * w.dim(2)) * DTypeSize(w.dtype());
 }
@@ -151,12 +159,10 @@ void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& o
   CheckCuda({&x, &w, &y}, "GroupedGemm");
   const DType d = Common({&x, &w, &y}, "GroupedGemm");
   const int64_t n = w.dim(1), k = w.dim(2);
-  for (size_t g = 0; g + 1 < offsets.size(); ++g) {
-    const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
-    if (rows == 0) continue;
-    Gemm(false, true, rows, n, k, 1.f, RowPtr(x, r0), k, Slice(w, static_cast<int64_t>(g)), k, CudaType(d), 0.f,
-         RowPtrMut(y, r0), n, CudaType(d), kStream);
-  }
+  ForEachGroup(offsets, [&](int64_t g, int64_t r0, int64_t rows) {
+    Gemm(false, true, rows, n, k, 1.f, RowPtr(x, r0), k, Slice(w, g), k, CudaType(d), 0.f, RowPtrMut(y, r0), n, CudaType(d),
+         kStream);
+  });
   Launched("GroupedGemm");
 }
 
@@ -164,12 +170,10 @@ void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vecto
   CheckCuda({&dy, &w, &dx}, "GroupedGemmBackwardData");
   const DType d = Common({&dy, &w, &dx}, "GroupedGemmBackwardData");
   const int64_t n = w.dim(1), k = w.dim(2);
-  for (size_t g = 0; g + 1 < offsets.size(); ++g) {
-    const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
-    if (rows == 0) continue;
-    Gemm(false, false, rows, k, n, 1.f, RowPtr(dy, r0), n, Slice(w, static_cast<int64_t>(g)), k, CudaType(d), 0.f,
-         RowPtrMut(dx, r0), k, CudaType(d), kStream);
-  }
+  ForEachGroup(offsets, [&](int64_t g, int64_t r0, int64_t rows) {
+    Gemm(false, false, rows, k, n, 1.f, RowPtr(dy, r0), n, Slice(w, g), k, CudaType(d), 0.f, RowPtrMut(dx, r0), k, CudaType(d),
+         kStream);
+  });
   Launched("GroupedGemmBackwardData");
 }
 
@@ -178,12 +182,10 @@ void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vec
   const DType d = Common({&dy, &x}, "GroupedGemmBackwardWeight");
   Common({&dw}, "GroupedGemmBackwardWeight");
   const int64_t n = dw.dim(1), k = dw.dim(2);
-  for (size_t g = 0; g + 1 < offsets.size(); ++g) {
-    const int64_t r0 = offsets[g], rows = offsets[g + 1] - r0;
-    if (rows == 0) continue;
-    Gemm(true, false, n, k, rows, 1.f, RowPtr(dy, r0), n, RowPtr(x, r0), k, CudaType(d), 1.f,
-         const_cast<void*>(Slice(dw, static_cast<int64_t>(g))), k, CudaType(dw.dtype()), kStream);
-  }
+  ForEachGroup(offsets, [&](int64_t g, int64_t r0, int64_t rows) {
+    Gemm(true, false, n, k, rows, 1.f, RowPtr(dy, r0), n, RowPtr(x, r0), k, CudaType(d), 1.f, const_cast<void*>(Slice(dw, g)), k,
+         CudaType(dw.dtype()), kStream);
+  });
   Launched("GroupedGemmBackwardWeight");
 }
 
