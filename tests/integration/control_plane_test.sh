@@ -7,6 +7,8 @@
 #   4. kill -9 a worker mid-run -> RESTARTING -> SUCCEEDED, and the losses after the resume equal an
 #      uninterrupted run's, bitwise
 #   5. kill -9 the controller and restart it -> the job is still there and finishes
+#   6. a cuda job placed on a worker that claims cuda:0 where there is no GPU fails at once (no
+#      restarts), saying why
 source "$(dirname "$0")/lib.sh"
 ADMIN=admin-token-0123456789abcdef
 VIEWER=viewer-token-0123456789abcdef
@@ -143,4 +145,19 @@ wait_state "$id" SUCCEEDED 180
 [ "$(job_field "$id" 'd.get("restarts",0)')" = 0 ] || fail "the job restarted although its ranks kept running"
 "$MOECTL" describe job "$id" | grep -q "Reconnected" || fail "no Reconnected event"
 echo "controller restart: $id still there, carried on and SUCCEEDED without a restart"
+# 6. A GPU job on a machine without a usable GPU: the rank exits 4 (cannot run here), the job fails
+#    without burning its restarts, and the message says what is missing.
+if ! nvidia-smi >/dev/null 2>&1; then
+  alive=$("$MOECTL" get workers -o json | python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin).get("workers",[]) if w.get("state") in ("IDLE","BUSY")))')
+  start_worker g0 r9 g0 --token $WORKER --device cuda:0
+  wait_workers $((alive + 1))
+  make_job "$WORK/gpu.yaml" gpu 5 0 1 1
+  sed -i 's/device: cpu/device: cuda/' "$WORK/gpu.yaml"
+  id=$("$MOECTL" submit -f "$WORK/gpu.yaml")
+  wait_state "$id" FAILED 60
+  msg=$(job_field "$id" "d.get('message','')")
+  grep -q "usable CUDA device" <<<"$msg" || fail "gpu job failed without saying why: $msg"
+  [ "$(job_field "$id" "d.get('restarts',0)")" = 0 ] || fail "a job that cannot run here was restarted"
+  echo "gpu job without a GPU: $id FAILED at once: $msg"
+fi
 echo "control plane holds"
