@@ -101,14 +101,22 @@ int main(int argc, char** argv) {
   {
     moe::ModelConfig cfg;
     cfg.hidden_size = h;
-    cfg.init_std = 0.006;
+    cfg.init_std = 0;  // constant on the host (fast); random values are filled in on the device below
     cfg.moe = moe::MoeConfig{.num_experts = experts, .top_k = k, .num_shared_experts = 0, .ffn_hidden = f,
                              .num_groups = 8, .topk_groups = 4, .score_function = "sigmoid", .route_scale = 2.5,
                              .bias_update_rate = 1e-3, .seq_aux_loss_coeff = 1e-4};
     moe::ParamSet params(moe::DType::kF32, dev, moe::DType::kBF16);
     double a2a = 0;
     moe::TokenDispatcher dispatcher(nullptr, experts, &a2a);
-    moe::MoeLayer layer(params, "moe", cfg, 1, 0.006, &dispatcher, moe::DType::kF32, dev);
+    moe::MoeLayer layer(params, "moe", cfg, 1, 0, &dispatcher, moe::DType::kF32, dev);
+    // Uniform in [-a, a) with a = 0.006 * sqrt(3): std 0.006, as DeepSeek-V3 initialises. Random values,
+    // not constants: matrix units run faster on constant data, and routing needs distinct scores.
+    uint64_t seed = 100;
+    for (const auto& p : params.all()) {
+      cu::FillUniform(p->value, ++seed);
+      moe::kernels::Scale(p->value, 0.006 * std::sqrt(3.0));
+    }
+    params.SyncCompute();
     moe::Tensor x = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev), dy = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev);
     cu::FillUniform(x, 5);
     cu::FillUniform(dy, 6);
