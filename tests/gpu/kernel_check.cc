@@ -42,6 +42,10 @@ using Case = std::function<std::vector<Out>(Device, DType)>;
 
 int g_failures = 0;
 std::vector<std::string> g_rows;
+// The device checked against the CPU: cuda:0, or the CPU itself when rehearsing the harness
+// (MOE_GPU_CHECK_DEVICE=cpu: every case must then agree exactly, which tests the cases and the
+// comparisons, not the kernels).
+Device g_device = Device::Cuda(0);
 
 Tensor Random(const Tensor::Shape& shape, uint64_t seed, double lo = -1, double hi = 1) {
   Tensor t = Tensor::Empty(shape, DType::kF32);
@@ -85,9 +89,9 @@ std::vector<double> Host(const Tensor& t) {
 
 void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& cpu_out) {
   // A kernel fault is sticky: record it before touching the data, and stop with the table so far.
-  const std::string cuda_error = moe::kernels::cuda::Synchronize();
+  const std::string cuda_error = g_device.is_cuda() ? moe::kernels::cuda::Synchronize() : "";
   if (!cuda_error.empty()) {
-    std::printf("%-24s %-5s FAIL   CUDA error %s\n", name.c_str(), moe::DTypeName(dt), cuda_error.c_str());
+    std::printf("%-28s %-5s FAIL   CUDA error %s\n", name.c_str(), moe::DTypeName(dt), cuda_error.c_str());
     for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
     std::printf("FAIL: a CUDA error stopped the kernel checks after %zu of them\n", g_rows.size());
     std::exit(1);
@@ -121,7 +125,7 @@ void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& c
   }
   ok = ok && bad == 0;
   char row[512];
-  std::snprintf(row, sizeof(row), "%-24s %-5s %-6s %9zu elements  worst err/tol %.3g%s", name.c_str(), moe::DTypeName(dt),
+  std::snprintf(row, sizeof(row), "%-28s %-5s %-6s %9zu elements  worst err/tol %.3g%s", name.c_str(), moe::DTypeName(dt),
                 ok ? "ok" : "FAIL", gpu.size(), worst, cuda_error.empty() ? "" : ("  CUDA error " + cuda_error).c_str());
   if (!ok && at >= 0) {
     std::printf("  %s %s: %lld bad; worst at [%lld]: gpu %.8g, cpu %.8g\n", name.c_str(), moe::DTypeName(dt),
@@ -134,7 +138,7 @@ void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& c
 void Run(const std::string& family, const Case& c, std::vector<DType> dtypes = {DType::kF32, DType::kBF16}) {
   for (DType dt : dtypes) {
     const std::vector<Out> ref = c(Device::Cpu(), dt);
-    const std::vector<Out> got = c(Device::Cuda(0), dt);
+    const std::vector<Out> got = c(g_device, dt);
     for (size_t i = 0; i < ref.size(); ++i) Compare(family + " " + ref[i].name, dt, got[i], ref[i]);
   }
 }
@@ -142,21 +146,28 @@ void Run(const std::string& family, const Case& c, std::vector<DType> dtypes = {
 }  // namespace
 
 int main() {
+  const char* rehearse = std::getenv("MOE_GPU_CHECK_DEVICE");
+  if (rehearse != nullptr && std::string(rehearse) == "cpu") {
+    g_device = Device::Cpu();
+    std::printf("REHEARSAL: the CPU stands in for the GPU (MOE_GPU_CHECK_DEVICE=cpu)\n");
+  }
   std::string problem;
   const int devices = k::cuda::DeviceCount(&problem);
   if (!problem.empty()) {
     std::printf("FAIL: a CUDA driver is here but CUDA does not work: %s\n", problem.c_str());
     return 1;
   }
-  if (devices == 0) {
+  if (devices == 0 && g_device.is_cuda()) {
     std::printf("SKIPPED: no CUDA device here; the GPU kernel checks run on a GPU machine: tests/gpu/check.sh\n");
     return 77;
   }
-  if (moe::Status st = k::cuda::UseDevice(0); !st.ok()) {
-    std::printf("FAIL: %s\n", st.ToString().c_str());
-    return 1;
+  if (g_device.is_cuda()) {
+    if (moe::Status st = k::cuda::UseDevice(0); !st.ok()) {
+      std::printf("FAIL: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    std::printf("GPU: %s\n", k::cuda::DeviceName(0).c_str());
   }
-  std::printf("GPU: %s\n", k::cuda::DeviceName(0).c_str());
   const DType f32 = DType::kF32;
   const int64_t rows = 257, d = 259, f = 131, vocab = 1031, tokens = 97, topk = 3;
 
@@ -288,6 +299,31 @@ int main() {
                             {"balance loss grad", dscores, 1e-4, 1e-9}, {"bwd", dlogits, 1e-4, 1e-6}};
   }, {f32});
 
+  Run("router dsv3", [](Device dev, DType) {  // DeepSeek-V3's routing shape: 256 experts, 8 groups, top-8
+    const int64_t e = 256, kk = 8, seqs = 2, len = 40, t = seqs * len;
+    k::RouterConfig cfg{.top_k = kk, .num_groups = 8, .topk_groups = 4, .sigmoid = true, .route_scale = 2.5, .use_bias = true};
+    Tensor logits = On(Random({t, e}, 40, -3, 3), f32, dev), bias = On(Random({e}, 41, -0.05, 0.05), f32, dev);
+    Tensor gw = On(Random({t, kk}, 42), f32, dev);
+    Tensor scores = Poisoned({t, e}, f32, dev), idx = Poisoned({t, kk}, DType::kI32, dev), w = Poisoned({t, kk}, f32, dev);
+    k::RouterForward(logits, bias, cfg, scores, idx, w);
+    Tensor dscores = Tensor::Zeros({t, e}, f32, dev);
+    const double aux = k::SeqAuxLoss(scores, idx, seqs, len, 1e-4, dscores);
+    Tensor dlogits = Poisoned({t, e}, f32, dev);
+    k::RouterBackward(scores, idx, gw, dscores, cfg, dlogits);
+    return std::vector<Out>{{"top-k", idx}, {"weights", w}, {"balance loss", Scalar(aux), 1e-4, 1e-12},
+                            {"bwd", dlogits, 1e-4, 1e-7}};
+  }, {f32});
+
+  Run("attention long", [](Device dev, DType dt) {  // rows longer than a block: the softmax loops
+    const int64_t b = 1, seq = 300, heads = 2, hdim = 16, t = b * seq;
+    Tensor qkv = On(Random({t, 3 * heads * hdim}, 43, -1, 1), dt, dev), g = On(Random({t, heads * hdim}, 44), dt, dev);
+    Tensor out = Poisoned({t, heads * hdim}, dt, dev), probs = Poisoned({b, heads, seq, seq}, dt, dev);
+    k::AttentionForward(qkv, b, seq, heads, hdim, out, probs);
+    Tensor dqkv = Poisoned(qkv.shape(), dt, dev);
+    k::AttentionBackward(qkv, probs, g, b, seq, heads, hdim, dqkv);
+    return std::vector<Out>{{"fwd", out, 1e-4, 1e-5}, {"bwd", dqkv, 1e-3, 1e-5}};
+  });
+
   Run("attention", [](Device dev, DType dt) {
     const int64_t b = 2, seq = 37, heads = 3, hdim = 10, t = b * seq;
     Tensor qkv = On(Random({t, 3 * heads * hdim}, 31, -2, 2), dt, dev), g = On(Random({t, heads * hdim}, 32), dt, dev);
@@ -314,7 +350,7 @@ int main() {
                             {"convert", converted, 0, 0}};
   });
 
-  std::printf("%-24s %-5s %-6s %s\n", "KERNEL", "DTYPE", "RESULT", "DETAIL");
+  std::printf("%-28s %-5s %-6s %s\n", "KERNEL", "DTYPE", "RESULT", "DETAIL");
   for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
   std::printf("%s: %d of %zu kernel checks failed\n", g_failures ? "FAIL" : "PASS", g_failures, g_rows.size());
   return g_failures ? 1 : 0;
