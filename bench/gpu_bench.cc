@@ -9,6 +9,8 @@
 // Prints RESULT lines (key value) that tests/gpu/check.sh turns into its table.
 //
 //   moe-bench-gpu [--tokens 16384] [--iters 5] [--small-steps 6] [--small-seq 2048] [--small-micro-batch 8]
+//   moe-bench-gpu --rehearse-cpu    the same program at toy sizes with the CPU standing in for the GPU
+//                                   (tests the program, not the GPU; its figures mean nothing)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,7 +31,10 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+bool g_cuda = true;
+
 void Sync() {
+  if (!g_cuda) return;
   const std::string e = moe::kernels::cuda::Synchronize();
   MOE_CHECK(e.empty()) << "CUDA: " << e;
 }
@@ -53,12 +58,14 @@ double BestSeconds(int reps, Fn&& fn) {
 
 int main(int argc, char** argv) {
   int64_t tokens = 16384, iters = 5, small_steps = 6, small_seq = 2048, small_micro = 8;
+  bool rehearse = false;
   moe::ArgParser args("moe-bench-gpu", "GPU: dense bf16 GEMM rate, the MoE layer at DeepSeek-V3 sizes, a `small` step.");
   args.AddInt("tokens", &tokens, "tokens through the MoE layer (default 16384)");
   args.AddInt("iters", &iters, "timed MoE layer iterations after warm-up (default 5)");
   args.AddInt("small-steps", &small_steps, "training steps at `small` (the first is not timed; 0 skips; default 6)");
   args.AddInt("small-seq", &small_seq, "sequence length of the `small` step (default 2048)");
   args.AddInt("small-micro-batch", &small_micro, "sequences per `small` step (default 8)");
+  args.AddFlag("rehearse-cpu", &rehearse, "run at toy sizes on the CPU (tests this program; the figures mean nothing)");
   if (auto st = args.Parse(argc, argv); !st.ok() || args.help_requested()) {
     std::fprintf(stderr, "%s\n%s", st.ok() ? "" : st.message().c_str(), args.Usage().c_str());
     return st.ok() ? 0 : 2;
@@ -68,23 +75,33 @@ int main(int argc, char** argv) {
     return 2;
   }
   namespace cu = moe::kernels::cuda;
-  std::string problem;
-  if (cu::DeviceCount(&problem) == 0) {
-    std::printf("%s\n", problem.empty() ? "SKIPPED: no CUDA device here" : ("FAIL: CUDA does not work here: " + problem).c_str());
-    return problem.empty() ? 77 : 1;
-  }
-  if (moe::Status st = cu::UseDevice(0); !st.ok()) {
-    std::fprintf(stderr, "moe-bench-gpu: %s\n", st.ToString().c_str());
-    return 1;
-  }
   moe::SetLogLevel(moe::LogLevel::kWarning);
-  const moe::Device dev = moe::Device::Cuda(0);
-  std::printf("RESULT device %s\n", cu::DeviceName(0).c_str());
+  g_cuda = !rehearse;
+  if (rehearse) {
+    tokens = 256;
+    iters = 1;
+    small_steps = std::min<int64_t>(small_steps, 3);
+    small_seq = 64;
+    small_micro = 2;
+  } else {
+    std::string problem;
+    if (cu::DeviceCount(&problem) == 0) {
+      std::printf("%s\n", problem.empty() ? "SKIPPED: no CUDA device here" : ("FAIL: CUDA does not work here: " + problem).c_str());
+      return problem.empty() ? 77 : 1;
+    }
+    if (moe::Status st = cu::UseDevice(0); !st.ok()) {
+      std::fprintf(stderr, "moe-bench-gpu: %s\n", st.ToString().c_str());
+      return 1;
+    }
+  }
+  const moe::Device dev = rehearse ? moe::Device::Cpu() : moe::Device::Cuda(0);
+  std::printf("RESULT device %s\n", rehearse ? "cpu (rehearsal: the figures mean nothing)" : cu::DeviceName(0).c_str());
 
   // 1. Dense bf16 GEMM rates.
-  const double peak = cu::MeasureBf16GemmFlops(8192, 10);
+  const double peak = rehearse ? 1e11 : cu::MeasureBf16GemmFlops(8192, 10);
   std::printf("RESULT gemm_bf16_8192_tflops %.1f\n", peak / 1e12);
-  const int64_t h = 7168, f = 2048, experts = 32, k = 8, rows = tokens * k;
+  // DeepSeek-V3's expert sizes; a toy of the same shape when rehearsing.
+  const int64_t h = rehearse ? 64 : 7168, f = rehearse ? 32 : 2048, experts = 32, k = 8, rows = tokens * k;
   double dense = 0;
   {
     moe::Tensor x = moe::Tensor::Empty({rows, h}, moe::DType::kBF16, dev), w = moe::Tensor::Empty({2 * f, h}, moe::DType::kBF16, dev);
@@ -158,7 +175,8 @@ int main(int argc, char** argv) {
     spec.resources.device = "cuda";
     moe::LocalParallel local;
     moe::TrainerOptions o;
-    o.device = "cuda:0";
+    o.device = rehearse ? "cpu" : "cuda:0";
+    if (rehearse) spec.model.num_layers = 2;
     o.precision = "bf16";
     o.peak_flops = peak;
     o.peak_source = "cuBLAS bf16 GEMM 8192^3 measured in this run";
