@@ -45,34 +45,29 @@ __device__ inline float WarpMax(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-__device__ inline float BlockSum(float v) {
+// A reduction over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result. `warp_op` reduces within a warp; `identity` fills the unused slots. Safe to call repeatedly
+// in one kernel (the first barrier guards the shared slots).
+template <typename WarpOp>
+__device__ inline float BlockReduce(float v, float identity, WarpOp warp_op) {
   __shared__ float partial[32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = WarpSum(v);
+  v = warp_op(v);
   __syncthreads();
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   const int warps = (blockDim.x + 31) / 32;
-  v = threadIdx.x < warps ? partial[threadIdx.x] : 0.f;
-  if (warp == 0) v = WarpSum(v);
+  v = threadIdx.x < warps ? partial[threadIdx.x] : identity;
+  if (warp == 0) v = warp_op(v);
   if (threadIdx.x == 0) partial[0] = v;
   __syncthreads();
   return partial[0];
 }
+__device__ inline float BlockSum(float v) {
+  return BlockReduce(v, 0.f, [](float x) { return WarpSum(x); });
+}
 __device__ inline float BlockMax(float v) {
-  __shared__ float partial[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = WarpMax(v);
-  __syncthreads();
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) / 32;
-  v = threadIdx.x < warps ? partial[threadIdx.x] : -INFINITY;
-  if (warp == 0) v = WarpMax(v);
-  if (threadIdx.x == 0) partial[0] = v;
-  __syncthreads();
-  return partial[0];
+  return BlockReduce(v, -INFINITY, [](float x) { return WarpMax(x); });
 }
 
 }  // namespace moe::kernels::cuda

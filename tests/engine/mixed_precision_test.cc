@@ -99,10 +99,17 @@ TEST(MixedPrecision, OneStepsGradientsTrackFp32) {
   EXPECT_LT(std::sqrt(diff / norm), 0.015) << "the dense gradient, normwise";
 }
 
-std::vector<double> Losses(const JobSpec& spec, const std::string& precision) {
+// Trains `spec` up to `stop` in `precision` (checkpoints every 10 steps into `ckpt` when given) and
+// returns the step losses.
+std::vector<double> Losses(const JobSpec& spec, const std::string& precision, int64_t stop = 0, const std::string& ckpt = "",
+                           bool resume = false) {
   LocalParallel local;
   TrainerOptions o;
   o.precision = precision;
+  o.stop_at_step = stop;
+  o.checkpoint_dir = ckpt;
+  o.checkpoint_interval = ckpt.empty() ? -1 : 10;
+  o.resume = resume;
   o.peak_flops = 1e11;
   o.log_steps = false;
   std::vector<double> losses;
@@ -128,23 +135,6 @@ TEST(MixedPrecision, TrainingTracksFp32) {
   (void)RemoveAll(base);
 }
 
-std::vector<double> Bf16Run(const JobSpec& spec, int64_t stop, const std::string& ckpt, bool resume) {
-  LocalParallel local;
-  TrainerOptions o;
-  o.precision = "bf16";
-  o.stop_at_step = stop;
-  o.checkpoint_dir = ckpt;
-  o.checkpoint_interval = 10;
-  o.resume = resume;
-  o.peak_flops = 1e11;
-  o.log_steps = false;
-  std::vector<double> losses;
-  o.on_step = [&](const StepMetrics& m) { losses.push_back(m.loss); };
-  auto r = Train(spec, local.ctx, o);
-  EXPECT_TRUE(r.ok()) << r.status();
-  return losses;
-}
-
 // The checkpoint holds the fp32 master weights and moments; the bf16 copies are rebuilt from them on
 // restore, so a resumed bf16 run continues exactly where it stopped.
 TEST(MixedPrecision, ResumeIsBitwise) {
@@ -152,9 +142,9 @@ TEST(MixedPrecision, ResumeIsBitwise) {
   ASSERT_TRUE(MakeDirs(base).ok());
   JobSpec spec = testing::SmallJob(testing::MakeMarkovDataset(base + "/data", 97, 60000, 5), 97);
   spec.training.steps = 20;
-  const std::vector<double> straight = Bf16Run(spec, 20, base + "/a", false);
-  const std::vector<double> first = Bf16Run(spec, 10, base + "/b", false);
-  const std::vector<double> second = Bf16Run(spec, 20, base + "/b", true);
+  const std::vector<double> straight = Losses(spec, "bf16", 20, base + "/a");
+  const std::vector<double> first = Losses(spec, "bf16", 10, base + "/b");
+  const std::vector<double> second = Losses(spec, "bf16", 20, base + "/b", true);
   ASSERT_EQ(straight.size(), 20u);
   ASSERT_EQ(first.size(), 10u);
   ASSERT_EQ(second.size(), 10u);

@@ -110,9 +110,7 @@ void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& c
       excess = 1e30;
     } else if (exact) {
       excess = err > 0 ? 1e30 : 0;
-    } else if (dt == DType::kBF16 && gpu_out.t.dtype() == DType::kBF16) {
-      excess = err / (1e-2 * std::max(ref_max, 1e-30));
-    } else if (dt == DType::kBF16) {  // an fp32 output of bf16 inputs (gradients, logits): normwise too
+    } else if (dt == DType::kBF16) {  // bf16 outputs, and fp32 outputs of bf16 inputs: normwise
       excess = err / (1e-2 * std::max(ref_max, 1e-30));
     } else {
       excess = err / (gpu_out.atol + gpu_out.rtol * std::fabs(ref[i]));

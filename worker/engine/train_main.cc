@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
   if (steps < 0) return Fail(moe::InvalidArgumentError("--steps: must be >= 1"));
   if (checkpoint_interval < -1) return Fail(moe::InvalidArgumentError("--checkpoint-interval: must be >= 0"));
   if (nproc < 0 || nproc > 1024) return Fail(moe::InvalidArgumentError("--nproc: must be in [1, 1024]"));
-  if (!device.empty() && device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
-    return Fail(moe::InvalidArgumentError("--device: '" + device + "' is not cpu, cuda or cuda:N"));
+  if (!device.empty()) {
+    if (auto form = moe::CudaIndexFor(device, 0, 1); !form.ok()) return Fail(form.status());
   }
   if (!precision.empty() && precision != "fp32" && precision != "bf16") {
     return Fail(moe::InvalidArgumentError("--precision: '" + precision + "' is not fp32 or bf16"));
@@ -154,15 +154,16 @@ int main(int argc, char** argv) {
   }
   moe::GroupOptions go;
   const std::string where = device.empty() ? spec->resources.device : device;
-  go.backend = where.rfind("cuda", 0) == 0 ? "nccl" : "gloo";
+  auto form = moe::CudaIndexFor(where, r, 1);
+  if (!form.ok()) return Fail(form.status());
+  go.backend = *form >= 0 ? "nccl" : "gloo";
 #ifdef MOE_WITH_CUDA
-  // NCCL binds its communicators to the current device: choose it before they are made (the trainer
-  // makes the same choice: cuda:N, or rank % GPUs for plain cuda).
-  if (go.backend == "nccl") {
-    const int count = moe::kernels::cuda::DeviceCount();
-    int index = count > 0 ? r % count : 0;
-    if (where.size() > 5 && where.find_first_not_of("0123456789", 5) == std::string::npos) index = std::atoi(where.c_str() + 5);
-    if (moe::Status st = moe::kernels::cuda::UseDevice(index); !st.ok()) return Fail(st);
+  // NCCL binds its communicators to the current device: choose it, as the trainer will, before they
+  // are made.
+  if (*form >= 0) {
+    auto index = moe::CudaIndexFor(where, r, moe::kernels::cuda::DeviceCount());
+    if (!index.ok()) return Fail(index.status());
+    if (moe::Status st = moe::kernels::cuda::UseDevice(*index); !st.ok()) return Fail(st);
   }
 #endif
   go.timeout_seconds = spec->parallelism.timeout_seconds;

@@ -34,11 +34,12 @@ struct Placement {
 // The device and precision of this rank, from the spec and the options; binds the CUDA device.
 StatusOr<Placement> Place(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options) {
   const std::string want = options.device.empty() ? spec.resources.device : options.device;
+  MOE_ASSIGN_OR_RETURN(const int form, CudaIndexFor(want, 0, 1));  // the form first: a clear error on any machine
   Placement p;
-  if (want == "cpu") {
+  if (form < 0) {
     p.device = Device::Cpu();
     p.name = "cpu";
-  } else if (want == "cuda" || want.rfind("cuda:", 0) == 0) {
+  } else {
 #ifdef MOE_WITH_CUDA
     std::string problem;
     const int count = kernels::cuda::DeviceCount(&problem);
@@ -46,22 +47,13 @@ StatusOr<Placement> Place(const JobSpec& spec, const ParallelContext& par, const
       return FailedPreconditionError("device " + want + ": this machine has no usable CUDA device" +
                                      (problem.empty() ? "" : " (" + problem + ")"));
     }
-    int index = par.rank % count;
-    if (want != "cuda") {
-      const std::string digits = want.substr(5);
-      if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos) {
-        return InvalidArgumentError("--device: '" + want + "' is not cuda:N");
-      }
-      index = std::stoi(digits);
-    }
+    MOE_ASSIGN_OR_RETURN(const int index, CudaIndexFor(want, par.rank, count));
     MOE_RETURN_IF_ERROR(kernels::cuda::UseDevice(index));
     p.device = Device::Cuda(index);
     p.name = p.device.ToString() + " (" + kernels::cuda::DeviceName(index) + ")";
 #else
     return FailedPreconditionError("device " + want + ": this build of the engine has no CUDA kernels");
 #endif
-  } else {
-    return InvalidArgumentError("--device: '" + want + "' is not cpu, cuda or cuda:N");
   }
   p.precision = options.precision.empty() ? (p.device.is_cuda() ? "bf16" : "fp32") : options.precision;
   if (p.precision == "bf16") p.compute = DType::kBF16;
@@ -81,6 +73,16 @@ void SyncDevice(Device d) {
 }
 
 }  // namespace
+
+StatusOr<int> CudaIndexFor(const std::string& device, int rank, int gpus) {
+  if (device == "cpu") return -1;
+  if (device == "cuda") return rank % std::max(gpus, 1);
+  const std::string digits = device.rfind("cuda:", 0) == 0 ? device.substr(5) : "";
+  if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos) {
+    return InvalidArgumentError("--device: '" + device + "' is not cpu, cuda or cuda:N");
+  }
+  return std::stoi(digits);
+}
 
 StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options) {
   if (spec.parallelism.world_size != par.world_size || spec.parallelism.expert_parallel != par.expert_parallel) {

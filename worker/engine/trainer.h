@@ -52,6 +52,10 @@ struct TrainResult {
   bool stopped_early = false;
 };
 
+// The GPU a rank trains on: -1 for "cpu", rank % gpus for "cuda", N for "cuda:N"; InvalidArgument
+// naming --device for anything else. (gpus <= 0 counts as one, for checking the form alone.)
+StatusOr<int> CudaIndexFor(const std::string& device, int rank, int gpus);
+
 // Runs the job's training on this rank. `par` describes the layout and owns nothing.
 StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options);
 
