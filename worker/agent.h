@@ -1,7 +1,12 @@
 // The worker agent: one per device. Keeps a stream to the controller (register, heartbeat every
 // second, step reports, rank outcomes one way; assignments and cancels the other), and runs each
-// assigned rank as a child process (moe-train in rank mode), so that a crashed rank, a sticky CUDA
-// error or an aborted communicator dies with the attempt and never poisons the agent.
+// assigned rank as a child process (moe-train in rank mode, through worker/rank_process.h), so that a
+// crashed rank, a sticky CUDA error or an aborted communicator dies with the attempt and never poisons
+// the agent.
+//
+// Threads: Run's thread reads the controller's stream and starts/cancels ranks; one heartbeat thread
+// per session; one monitor thread per rank (reads its reports and output, reaps it), joined before the
+// next rank starts and when the agent stops. Nothing is detached.
 #pragma once
 
 #include <atomic>
@@ -16,6 +21,7 @@
 #include "common/grpc_client.h"
 #include "common/status.h"
 #include "moe/v1/worker_service.grpc.pb.h"
+#include "worker/rank_process.h"
 #include "worker/rendezvous_proxy.h"
 
 namespace moe::worker {
@@ -45,9 +51,13 @@ class WorkerAgent {
   // One connection to the controller; false when it could not even register.
   bool Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   bool Write(const moe::v1::WorkerMessage& msg);
+  void Registration(moe::v1::Register* r);
+  void ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   void StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub, const moe::v1::Assignment& a);
+  StatusOr<std::vector<std::string>> RankArgs(const Rank& rank) const;
   void CancelRank(const std::string& job_id, int attempt, const std::string& reason);
-  void Monitor(std::shared_ptr<Rank> rank);
+  void Monitor(Rank* rank);
+  void Report(const moe::v1::RankFinished& f);
   void StopCurrentRank();
 
   AgentOptions o_;
@@ -60,7 +70,6 @@ class WorkerAgent {
   std::mutex ranks_mu_;
   std::shared_ptr<Rank> current_;                   // the rank running now, if any
   std::vector<moe::v1::RankFinished> unreported_;   // outcomes the controller has not heard yet
-  std::vector<std::thread> monitors_;
 };
 
 }  // namespace moe::worker

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cstdlib>
 #include <thread>
 
@@ -81,13 +82,15 @@ int main(int argc, char** argv) {
   ::signal(SIGINT, OnSignal);
   ::signal(SIGTERM, OnSignal);
   // Signal handlers only set a flag; this thread turns it into a clean stop (the rank is stopped at a
-  // step boundary, then the agent leaves).
+  // step boundary, then the agent leaves). It ends with Run, and is joined.
+  std::atomic<bool> running{true};
   std::thread watcher([&] {
-    while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    while (g_signal == 0 && running) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     agent.Stop();
   });
-  watcher.detach();
   moe::Status st = agent.Run();
+  running = false;
+  watcher.join();
   if (!st.ok()) {
     std::fprintf(stderr, "moe-worker: %s\n", st.ToString().c_str());
     return 1;

@@ -7,10 +7,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <sstream>
+#include <algorithm>
 
 #include "common/log.h"
-#include "worker/engine/comm/store.h"
+#include "common/kv_protocol.h"
 
 namespace moe::worker {
 
@@ -74,57 +74,52 @@ void RendezvousProxy::Serve(int fd) {
   }
 }
 
+namespace {
+
+// A gRPC status in the store's terms (NOT_FOUND, DEADLINE_EXCEEDED, anything else UNAVAILABLE).
+Status FromGrpc(const grpc::Status& st) {
+  switch (st.error_code()) {
+    case grpc::StatusCode::OK: return OkStatus();
+    case grpc::StatusCode::NOT_FOUND: return NotFoundError(st.error_message());
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return DeadlineExceededError(st.error_message());
+    default: return UnavailableError(st.error_message());
+  }
+}
+
+}  // namespace
+
 std::string RendezvousProxy::Handle(const std::string& line) {
-  std::istringstream in(line);
-  std::string op;
-  in >> op;
-  auto err = [](const grpc::Status& st) {
-    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return "TIMEOUT " + st.error_message();
-    return "ERR " + st.error_message();
-  };
-  if (op == "SET") {
-    std::string hk, hv, key, value;
-    in >> hk >> hv;
-    if (!HexDecode(hk, &key) || !HexDecode(hv, &value)) return "ERR malformed request";
-    moe::v1::RendezvousSetRequest req;
-    req.set_key(prefix_ + key);
-    req.set_value(value);
-    moe::v1::RendezvousSetResponse resp;
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, client_, 30);
-    const grpc::Status st = stub_->RendezvousSet(&ctx, req, &resp);
-    return st.ok() ? "OK" : err(st);
-  }
-  if (op == "GET") {
-    std::string hk, key;
-    in >> hk;
-    if (!HexDecode(hk, &key)) return "ERR malformed request";
-    moe::v1::RendezvousGetRequest req;
-    req.set_key(prefix_ + key);
-    moe::v1::RendezvousGetResponse resp;
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, client_, 30);
-    const grpc::Status st = stub_->RendezvousGet(&ctx, req, &resp);
-    if (st.error_code() == grpc::StatusCode::NOT_FOUND) return "NOTFOUND";
-    return st.ok() ? "VAL " + HexEncode(resp.value()) : err(st);
-  }
-  if (op == "WAIT") {
-    int64_t timeout_ms = 0;
-    in >> timeout_ms;
-    moe::v1::RendezvousWaitRequest req;
-    std::string hk, key;
-    while (in >> hk) {
-      if (!HexDecode(hk, &key)) return "ERR malformed request";
-      req.add_keys(prefix_ + key);
+  auto parsed = ParseKvRequest(line);
+  if (!parsed.ok()) return FormatKvReply(parsed.status());
+  const KvRequest& r = *parsed;
+  grpc::ClientContext ctx;
+  switch (r.op) {
+    case KvRequest::Op::kSet: {
+      moe::v1::RendezvousSetRequest req;
+      req.set_key(prefix_ + r.keys[0]);
+      req.set_value(r.value);
+      moe::v1::RendezvousSetResponse resp;
+      PrepareContext(&ctx, client_, 30);
+      return FormatKvReply(FromGrpc(stub_->RendezvousSet(&ctx, req, &resp)));
     }
-    req.set_timeout_seconds(std::max<double>(0.001, timeout_ms / 1000.0));
-    moe::v1::RendezvousWaitResponse resp;
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, client_, timeout_ms / 1000.0 + 10);
-    const grpc::Status st = stub_->RendezvousWait(&ctx, req, &resp);
-    return st.ok() ? "OK" : err(st);
+    case KvRequest::Op::kGet: {
+      moe::v1::RendezvousGetRequest req;
+      req.set_key(prefix_ + r.keys[0]);
+      moe::v1::RendezvousGetResponse resp;
+      PrepareContext(&ctx, client_, 30);
+      const Status st = FromGrpc(stub_->RendezvousGet(&ctx, req, &resp));
+      return st.ok() ? FormatKvValue(resp.value()) : FormatKvReply(st);
+    }
+    case KvRequest::Op::kWait: {
+      moe::v1::RendezvousWaitRequest req;
+      for (const auto& k : r.keys) req.add_keys(prefix_ + k);
+      req.set_timeout_seconds(std::max<double>(0.001, static_cast<double>(r.timeout_ms) / 1000.0));
+      moe::v1::RendezvousWaitResponse resp;
+      PrepareContext(&ctx, client_, static_cast<double>(r.timeout_ms) / 1000.0 + 10);
+      return FormatKvReply(FromGrpc(stub_->RendezvousWait(&ctx, req, &resp)));
+    }
   }
-  return "ERR unknown request '" + op + "'";
+  return FormatKvReply(InternalError("unhandled request"));
 }
 
 }  // namespace moe::worker

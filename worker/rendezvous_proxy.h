@@ -1,4 +1,4 @@
-// Serves the engine's UnixSocketStore protocol (worker/engine/comm/store.h) on a Unix socket and
+// Serves the engine's UnixSocketStore protocol (common/kv_protocol.h) on a Unix socket and
 // forwards every request to the controller's key-value store, under the attempt's key prefix. The
 // rank's process thereby rendezvous through the controller without linking gRPC.
 #pragma once

@@ -1,16 +1,15 @@
 #include "worker/engine/launcher.h"
 
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <stdlib.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <memory>
 #include <thread>
 
 #include "common/file_util.h"
+#include "worker/rank_process.h"
 
 namespace moe {
 namespace {
@@ -18,10 +17,74 @@ namespace {
 volatile sig_atomic_t g_signal = 0;
 void OnSignal(int sig) { g_signal = sig; }
 
-std::string Describe(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
-  return "ended with status " + std::to_string(status);
+struct LocalRank {
+  std::unique_ptr<RankProcess> process;
+  bool done = false;
+};
+
+StatusOr<std::vector<LocalRank>> StartRanks(const LaunchOptions& o, const std::string& rdzv, int threads) {
+  std::vector<LocalRank> ranks;
+  for (int r = 0; r < o.nproc; ++r) {
+    RankCommand cmd;
+    cmd.program = o.program;
+    cmd.args = o.args;
+    cmd.args.insert(cmd.args.end(), {"--rank", std::to_string(r), "--world-size", std::to_string(o.nproc), "--rendezvous",
+                                     "file://" + rdzv, "--threads", std::to_string(threads), "--report-fd", "3"});
+    cmd.capture_output = false;  // the ranks' logs go straight to this terminal
+    cmd.report_stream = true;    // their final records say how they ended
+    MOE_ASSIGN_OR_RETURN(auto p, RankProcess::Start(cmd));
+    ranks.push_back({std::move(p), false});
+  }
+  return ranks;
+}
+
+// Watches the ranks until every one has ended. After the first failure the others get
+// `grace_seconds` to fail on their own (they do, within the job's collective timeout), then are killed.
+void WatchRanks(std::vector<LocalRank>& ranks, double grace_seconds) {
+  size_t remaining = ranks.size();
+  bool failed = false;
+  while (remaining > 0) {
+    const int sig = g_signal;
+    if (sig != 0) {
+      g_signal = 0;
+      for (auto& r : ranks) if (!r.done) r.process->Signal(sig);
+    }
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      LocalRank& r = ranks[i];
+      if (r.done) continue;
+      r.process->Pump(0, nullptr, nullptr);  // drains the report stream, enforces kill deadlines
+      if (!r.process->Reap()) continue;
+      r.done = true;
+      --remaining;
+      const RankEnd end = r.process->exit().Outcome();
+      if (end.ok()) continue;
+      std::fprintf(stderr, "moe-train: rank %zu %s\n", i, r.process->exit().Describe().c_str());
+      if (!failed) {
+        failed = true;
+        for (auto& other : ranks) if (!other.done) other.process->KillAt(MonotonicSeconds() + grace_seconds);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// When every rank that failed ended the same way (bad input, stopped, cannot run here), the launcher
+// says it too; anything else is a failure a retry may fix.
+int ExitCode(const std::vector<LocalRank>& ranks) {
+  int common = kExitOk;
+  bool first = true;
+  std::string report;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankExit& e = ranks[i].process->exit();
+    const RankEnd end = e.Outcome();
+    if (end.ok()) continue;
+    report += " rank " + std::to_string(i) + " " + e.Describe() + ";";
+    common = first || common == end.exit_code() ? end.exit_code() : kExitTransient;
+    first = false;
+  }
+  if (common == kExitOk) return kExitOk;
+  std::fprintf(stderr, "moe-train: the job failed:%s\n", report.c_str());
+  return common == kExitBadInput || common == kExitStopped || common == kExitCannotRun ? common : kExitTransient;
 }
 
 }  // namespace
@@ -30,7 +93,7 @@ int LaunchLocalRanks(const LaunchOptions& o) {
   char tmpl[] = "/tmp/moe-rendezvous.XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) {
     std::perror("moe-train: mkdtemp");
-    return 1;
+    return kExitTransient;
   }
   const std::string rdzv = tmpl;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -40,79 +103,14 @@ int LaunchLocalRanks(const LaunchOptions& o) {
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < o.nproc; ++r) {
-    std::vector<std::string> args = {o.program};
-    args.insert(args.end(), o.args.begin(), o.args.end());
-    for (const std::string& a : {std::string("--rank"), std::to_string(r), std::string("--world-size"), std::to_string(o.nproc),
-                                 std::string("--rendezvous"), "file://" + rdzv, std::string("--threads"), std::to_string(threads)}) {
-      args.push_back(a);
-    }
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("moe-train: fork");
-      return 1;
-    }
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(o.program.c_str(), argv.data());
-      std::perror("moe-train: exec");
-      ::_exit(127);
-    }
-    pids.push_back(pid);
+  auto ranks = StartRanks(o, rdzv, threads);
+  if (!ranks.ok()) {
+    std::fprintf(stderr, "moe-train: %s\n", ranks.status().ToString().c_str());
+    return kExitTransient;  // the ranks started so far are killed with their RankProcess
   }
-  std::vector<int> status(pids.size(), 0);
-  std::vector<bool> done(pids.size(), false);
-  size_t remaining = pids.size();
-  bool failed = false;
-  auto failed_at = std::chrono::steady_clock::time_point::max();
-  bool killed = false;
-  while (remaining > 0) {
-    if (g_signal != 0) {
-      for (size_t i = 0; i < pids.size(); ++i) if (!done[i]) ::kill(pids[i], g_signal);
-      g_signal = 0;
-    }
-    int st = 0;
-    const pid_t pid = ::waitpid(-1, &st, WNOHANG);
-    if (pid > 0) {
-      for (size_t i = 0; i < pids.size(); ++i) {
-        if (pids[i] != pid) continue;
-        done[i] = true;
-        status[i] = st;
-        --remaining;
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-          if (!failed) failed_at = std::chrono::steady_clock::now();
-          failed = true;
-          std::fprintf(stderr, "moe-train: rank %zu %s\n", i, Describe(st).c_str());
-        }
-      }
-      continue;
-    }
-    // Ranks fail on their own within the job's collective timeout; this is only a safety net.
-    if (failed && !killed && std::chrono::steady_clock::now() - failed_at > std::chrono::duration<double>(o.grace_seconds)) {
-      std::fprintf(stderr, "moe-train: ranks still running %.0f s after a failure; killing them\n", o.grace_seconds);
-      for (size_t i = 0; i < pids.size(); ++i) if (!done[i]) ::kill(pids[i], SIGKILL);
-      killed = true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  (void)RemoveAll(rdzv);
-  if (!failed) return 0;
-  std::fprintf(stderr, "moe-train: the job failed:");
-  for (size_t i = 0; i < pids.size(); ++i) std::fprintf(stderr, " rank %zu %s;", i, Describe(status[i]).c_str());
-  std::fprintf(stderr, "\n");
-  // When every rank that failed said the same thing (2 bad flags or job, 3 stopped on request, 4 the job
-  // cannot run here), the launcher says it too; anything else is a failure a retry may fix (1).
-  int common = -1;
-  for (size_t i = 0; i < pids.size(); ++i) {
-    const int st = status[i];
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
-    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
-    common = common == -1 || common == code ? code : 1;
-  }
-  return common >= 2 && common <= 4 ? common : 1;
+  WatchRanks(*ranks, o.grace_seconds);
+  if (Status st = RemoveAll(rdzv); !st.ok()) std::fprintf(stderr, "moe-train: %s\n", st.ToString().c_str());
+  return ExitCode(*ranks);
 }
 
 }  // namespace moe

@@ -1,5 +1,6 @@
 // Local multi-process launch for moe-train --nproc N: one child process per rank (the same binary in
-// rank mode), a fresh file rendezvous, signals forwarded, and a failure report when a rank dies.
+// rank mode, started and watched through worker/rank_process.h), a fresh file rendezvous, signals
+// forwarded, and a failure report when a rank dies.
 #pragma once
 
 #include <string>
@@ -15,7 +16,8 @@ struct LaunchOptions {
   double grace_seconds = 65;         // after the first failure, how long the others get to fail on their own
 };
 
-// Returns the exit code for the launcher: 0 when every rank succeeded.
+// Returns the exit code for the launcher (common/rank_end.h): 0 when every rank succeeded; the code
+// the failed ranks agree on (bad input, stopped, cannot run here); else 1.
 int LaunchLocalRanks(const LaunchOptions& options);
 
 }  // namespace moe

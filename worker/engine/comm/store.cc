@@ -1,5 +1,7 @@
 #include "worker/engine/comm/store.h"
 
+#include "common/kv_protocol.h"
+
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -67,33 +69,6 @@ Status PrefixStore::Wait(const std::vector<std::string>& keys, std::chrono::mill
   return base_->Wait(full, timeout);
 }
 
-std::string HexEncode(const std::string& s) {
-  static const char* d = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * s.size());
-  for (unsigned char c : s) {
-    out += d[c >> 4];
-    out += d[c & 15];
-  }
-  return out;
-}
-
-bool HexDecode(const std::string& hex, std::string* out) {
-  if (hex.size() % 2) return false;
-  auto v = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  out->clear();
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    const int a = v(hex[i]), b = v(hex[i + 1]);
-    if (a < 0 || b < 0) return false;
-    *out += static_cast<char>(a * 16 + b);
-  }
-  return true;
-}
-
 StatusOr<std::unique_ptr<UnixSocketStore>> UnixSocketStore::Connect(const std::string& path) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return ErrnoError("socket", errno);
@@ -140,35 +115,34 @@ StatusOr<std::string> UnixSocketStore::Request(const std::string& line) {
   }
 }
 
-namespace {
-Status ReplyError(const std::string& reply) {
-  if (reply.rfind("TIMEOUT ", 0) == 0) return DeadlineExceededError(reply.substr(8));
-  if (reply.rfind("ERR ", 0) == 0) return UnavailableError("rendezvous: " + reply.substr(4));
-  return InternalError("rendezvous: unexpected reply '" + reply + "'");
-}
-}  // namespace
-
 Status UnixSocketStore::Set(const std::string& key, const std::string& value) {
-  MOE_ASSIGN_OR_RETURN(std::string reply, Request("SET " + HexEncode(key) + " " + HexEncode(value)));
-  return reply == "OK" ? OkStatus() : ReplyError(reply);
+  KvRequest r;
+  r.op = KvRequest::Op::kSet;
+  r.keys = {key};
+  r.value = value;
+  MOE_ASSIGN_OR_RETURN(std::string reply, Request(FormatKvRequest(r)));
+  return ParseKvReply(reply, nullptr);
 }
 
 StatusOr<std::string> UnixSocketStore::Get(const std::string& key) {
-  MOE_ASSIGN_OR_RETURN(std::string reply, Request("GET " + HexEncode(key)));
-  if (reply == "NOTFOUND") return NotFoundError("key " + key);
-  if (reply.rfind("VAL ", 0) == 0) {
-    std::string value;
-    if (!HexDecode(reply.substr(4), &value)) return InternalError("rendezvous: malformed value");
-    return value;
+  KvRequest r;
+  r.op = KvRequest::Op::kGet;
+  r.keys = {key};
+  MOE_ASSIGN_OR_RETURN(std::string reply, Request(FormatKvRequest(r)));
+  std::string value;
+  if (Status st = ParseKvReply(reply, &value); !st.ok()) {
+    return st.code() == StatusCode::kNotFound ? NotFoundError("key " + key) : st;
   }
-  return ReplyError(reply);
+  return value;
 }
 
 Status UnixSocketStore::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  std::string line = "WAIT " + std::to_string(timeout.count());
-  for (const auto& k : keys) line += " " + HexEncode(k);
-  MOE_ASSIGN_OR_RETURN(std::string reply, Request(line));
-  return reply == "OK" ? OkStatus() : ReplyError(reply);
+  KvRequest r;
+  r.op = KvRequest::Op::kWait;
+  r.keys = keys;
+  r.timeout_ms = timeout.count();
+  MOE_ASSIGN_OR_RETURN(std::string reply, Request(FormatKvRequest(r)));
+  return ParseKvReply(reply, nullptr);
 }
 
 StatusOr<std::unique_ptr<KvStore>> OpenStore(const std::string& url) {

@@ -49,10 +49,7 @@ class PrefixStore final : public KvStore {
 };
 
 // The worker agent's store, over a Unix socket: the agent forwards each request to the controller's
-// key-value store (so the engine needs no gRPC). Line protocol, keys and values hex-encoded:
-//   SET <key> <value>            -> OK | ERR <message>
-//   GET <key>                    -> VAL <value> | NOTFOUND | ERR <message>
-//   WAIT <timeout_ms> <key>...   -> OK | TIMEOUT <message> | ERR <message>
+// key-value store (so the engine needs no gRPC). The line protocol: common/kv_protocol.h.
 class UnixSocketStore final : public KvStore {
  public:
   static StatusOr<std::unique_ptr<UnixSocketStore>> Connect(const std::string& path);
@@ -67,9 +64,6 @@ class UnixSocketStore final : public KvStore {
   int fd_;
   std::string buffer_;
 };
-
-std::string HexEncode(const std::string& s);
-bool HexDecode(const std::string& hex, std::string* out);
 
 // Parses "file:///path" (FileStore) or "unix:///path" (UnixSocketStore).
 StatusOr<std::unique_ptr<KvStore>> OpenStore(const std::string& url);
