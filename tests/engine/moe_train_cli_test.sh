@@ -30,7 +30,7 @@ expect_error 2 "--precision: 'fp16' is not fp32 or bf16" --config examples/tiny.
 expect_error 2 "--device: 'tpu:0' is not cpu, cuda or cuda:N" --config examples/tiny.yaml --device tpu:0
 if ! command -v nvidia-smi >/dev/null; then
   # No GPU here: a CUDA device is a job that cannot run on this machine (exit 4), said plainly.
-  expect_error 4 "cuda:0: this machine has 0 usable CUDA device(s)" --config examples/tiny.yaml --nproc 1 --device cuda:0 --steps 1
+  expect_error 4 "device cuda:0: this machine has no usable CUDA device" --config examples/tiny.yaml --nproc 1 --device cuda:0 --steps 1
 fi
 
 # A short real run: seq 64 keeps it quick.

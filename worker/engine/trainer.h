@@ -1,18 +1,37 @@
-// The training loop of one rank: data, forward/backward over micro-batches, gradient synchronisation,
-// clipping, AdamW, aux-loss-free bias updates, metrics, checkpoints.
+// The training loop of one rank, as a Trainer whose step reads as its phases:
+//
+//   data + forward/backward over the micro-batches   ForwardBackward  (a pipeline schedule replaces
+//                                                                      only this phase)
+//   gradient reduction and step statistics           ReduceGradients
+//   global gradient norm, clipping and AdamW         Update
+//   aux-loss-free bias update                        UpdateBias
+//   metrics (JSON line, log line, callback)          Report
+//   checkpoint at the interval and at the end        MaybeCheckpoint
+//
+// Statistics travel in a StepStats, not in packed arrays; the device is chosen once (DevicePlacement).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "worker/engine/comm/communicator.h"
+#include "worker/engine/device.h"
 #include "worker/engine/metrics.h"
 
 namespace moe {
+
+class BatchSampler;
+class CheckpointManager;
+class Model;
+class AdamWOptimizer;
 
 struct TrainerOptions {
   // Stop after this step (0: spec.training.steps). The learning-rate schedule always follows the job's
@@ -29,8 +48,10 @@ struct TrainerOptions {
   std::function<void(const StepMetrics&)> on_step;
   // Polled at step boundaries; true stops the run there (cancel, drain). Must agree across ranks.
   std::function<bool()> should_stop;
-  // Where this rank trains: "" follows spec.resources.device (cpu; cuda: device rank % GPUs here),
-  // or "cpu", "cuda", "cuda:N".
+  // Where this rank trains, when the caller has already placed it (moe-train does, before making its
+  // communicators). Otherwise `device` and `precision` are resolved here.
+  std::optional<DevicePlacement> placement;
+  // "" follows spec.resources.device (cpu; cuda: device rank % GPUs here), or "cpu", "cuda", "cuda:N".
   std::string device;
   // "" (bf16 on cuda, fp32 on cpu), "fp32", or "bf16": bf16 activations and weight copies with fp32
   // master weights, gradients, optimizer state, routing and loss.
@@ -52,11 +73,86 @@ struct TrainResult {
   bool stopped_early = false;
 };
 
-// The GPU a rank trains on: -1 for "cpu", rank % gpus for "cuda", N for "cuda:N"; InvalidArgument
-// naming --device for anything else. (gpus <= 0 counts as one, for checking the form alone.)
-StatusOr<int> CudaIndexFor(const std::string& device, int rank, int gpus);
+// What one step's phases produce.
+struct StepStats {
+  // Summed over this rank's micro-batches, then (after ReduceGradients) over the global batch.
+  double ce_sum = 0;    // token cross-entropies (nats)
+  double aux_loss = 0;  // the sequence-wise balance loss, already scaled to the global mean
+  std::vector<std::vector<double>> tokens_per_expert;  // [MoE layer][expert]
+  // Squared gradient norms (dense: replicated; experts: this rank's shard) and the global norm.
+  double dense_sq = 0, expert_sq = 0;
+  double grad_norm = 0;
+  double lr = 0;
+  bool update_skipped = false;  // a non-finite gradient norm: no update this step
+  // Timings (seconds).
+  double alltoall_seconds = 0;   // the MoE token all-to-all inside forward/backward
+  double forward_backward_seconds = 0;
+  double grad_sync_seconds = 0;
+  double step_seconds = 0;
 
-// Runs the job's training on this rank. `par` describes the layout and owns nothing.
+  // The statistics summed over ranks travel as one host buffer (one all-reduce per step).
+  std::vector<double> Pack() const;
+  void Unpack(const std::vector<double>& packed);
+};
+
+class Trainer {
+ public:
+  // Builds the model on this rank's device, the optimizer, the data sampler and the checkpoints;
+  // restores the newest checkpoint when options.resume.
+  static StatusOr<std::unique_ptr<Trainer>> Create(const JobSpec& spec, const ParallelContext& par,
+                                                   const TrainerOptions& options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains from the step after the restored one to the stop step.
+  StatusOr<TrainResult> Run();
+
+ private:
+  Trainer(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options);
+  Status Init();
+  Status Restore();
+  void MeasurePeak();
+  void LogSetup() const;
+  StatusOr<bool> AgreeToStop(int64_t step);
+  Status Step(int64_t step);
+
+  // The phases of a step.
+  Status ForwardBackward(int64_t step, StepStats* stats);
+  Status ReduceGradients(StepStats* stats);
+  void Update(int64_t step, StepStats* stats);
+  void UpdateBias(const StepStats& stats);
+  StepMetrics Metrics(int64_t step, const StepStats& stats) const;
+  Status Report(const StepMetrics& m);
+  Status MaybeCheckpoint(int64_t step, const StepMetrics& m);
+
+  const JobSpec spec_;
+  const ParallelContext par_;
+  const TrainerOptions options_;
+  const bool lead_;               // rank 0: logs, metrics file
+  const int64_t stop_step_;
+  DevicePlacement place_;
+  std::unique_ptr<BatchSampler> sampler_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<AdamWOptimizer> optimizer_;
+  std::unique_ptr<CheckpointManager> checkpoints_;
+  std::string checkpoint_dir_;
+  int64_t checkpoint_interval_ = 0;
+  int64_t start_step_ = 0;        // the restored checkpoint's step (0: none)
+  double flops_per_step_ = 0;
+  double peak_flops_ = 0;
+  std::string peak_source_;
+  double alltoall_seconds_ = 0;   // the dispatcher adds its all-to-all time here
+  std::ofstream metrics_file_;
+  Tensor tokens_, targets_, tokens_dev_, targets_dev_;  // [micro batch, seq]: host and device copies
+  TrainResult result_;
+  // Means over the steps after the first (which carries one-time costs).
+  double sum_tps_ = 0, sum_tflops_ = 0, sum_mfu_ = 0;
+  int64_t measured_ = 0;
+};
+
+// Runs the job's training on this rank: Trainer::Create, then Run. `par` describes the layout and
+// owns nothing.
 StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options);
 
 }  // namespace moe

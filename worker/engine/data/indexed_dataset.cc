@@ -43,12 +43,23 @@ IndexedDataset::~IndexedDataset() {
 
 StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(const std::string& prefix, int64_t vocab_size) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  auto idx_or = ReadFileToString(idx_path);
-  if (!idx_or.ok()) {
-    return NotFoundError("dataset index " + idx_path + " cannot be read (" + idx_or.status().message() +
+  auto idx = ReadFileToString(idx_path);
+  if (!idx.ok()) {
+    return NotFoundError("dataset index " + idx_path + " cannot be read (" + idx.status().message() +
                          "); prepare it with moe-prep (make data)");
   }
-  const std::string& idx = *idx_or;
+  auto ds = std::unique_ptr<IndexedDataset>(new IndexedDataset());
+  ds->prefix_ = prefix;
+  MOE_RETURN_IF_ERROR(ds->ParseIndex(*idx, idx_path));
+  MOE_RETURN_IF_ERROR(ds->MapData(bin_path));
+  MOE_RETURN_IF_ERROR(ds->CheckLayout(idx_path, bin_path));
+  if (vocab_size > 0) MOE_RETURN_IF_ERROR(ds->CheckVocab(vocab_size));
+  return ds;
+}
+
+// The .idx: header (magic, version, token dtype, counts), then sequence lengths, pointers and
+// document indices.
+Status IndexedDataset::ParseIndex(const std::string& idx, const std::string& idx_path) {
   auto bad = [&](const std::string& why) { return DataLossError("dataset index " + idx_path + ": " + why); };
   constexpr size_t kHeader = 9 + 8 + 1 + 8 + 8;
   if (idx.size() < 9 || std::memcmp(idx.data(), kMagic, 9) != 0) {
@@ -57,14 +68,12 @@ StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(const std::string
   if (idx.size() < kHeader) return bad("truncated header (" + std::to_string(idx.size()) + " bytes)");
   const uint64_t version = ReadLe<uint64_t>(idx, 9);
   if (version != 1) return bad("unsupported version " + std::to_string(version) + " (expected 1)");
-  auto ds = std::unique_ptr<IndexedDataset>(new IndexedDataset());
-  ds->prefix_ = prefix;
   const uint8_t code = static_cast<uint8_t>(idx[17]);
-  ds->dtype_ = static_cast<TokenDType>(code);
   if (code != 1 && code != 2 && code != 3 && code != 4 && code != 5 && code != 8) {
     return bad("token dtype code " + std::to_string(code) + " is not an integer type");
   }
-  ds->item_size_ = ItemSize(ds->dtype_);
+  dtype_ = static_cast<TokenDType>(code);
+  item_size_ = ItemSize(dtype_);
   const uint64_t n = ReadLe<uint64_t>(idx, 18), d = ReadLe<uint64_t>(idx, 26);
   const uint64_t need = kHeader + n * 4 + n * 8 + d * 8;
   if (n > (1ULL << 40) || d > (1ULL << 40) || idx.size() < need) {
@@ -72,74 +81,87 @@ StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(const std::string
                std::to_string(need) + " bytes, the file has " + std::to_string(idx.size()));
   }
   if (idx.size() > need) return bad("trailing bytes after the document indices (multimodal indices are not supported)");
-  ds->lengths_.resize(n);
-  ds->pointers_.resize(n);
-  ds->doc_idx_.resize(d);
-  std::memcpy(ds->lengths_.data(), idx.data() + kHeader, n * 4);
-  std::memcpy(ds->pointers_.data(), idx.data() + kHeader + n * 4, n * 8);
-  std::memcpy(ds->doc_idx_.data(), idx.data() + kHeader + n * 12, d * 8);
-  if (d < 1 || ds->doc_idx_.front() != 0 || ds->doc_idx_.back() != static_cast<int64_t>(n)) {
+  lengths_.resize(n);
+  pointers_.resize(n);
+  doc_idx_.resize(d);
+  std::memcpy(lengths_.data(), idx.data() + kHeader, n * 4);
+  std::memcpy(pointers_.data(), idx.data() + kHeader + n * 4, n * 8);
+  std::memcpy(doc_idx_.data(), idx.data() + kHeader + n * 12, d * 8);
+  if (d < 1 || doc_idx_.front() != 0 || doc_idx_.back() != static_cast<int64_t>(n)) {
     return bad("document indices must run from 0 to the sequence count");
   }
-  // The .bin.
+  return OkStatus();
+}
+
+Status IndexedDataset::MapData(const std::string& bin_path) {
   int fd = ::open(bin_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NotFoundError("dataset data " + bin_path + " cannot be opened: " + std::strerror(errno));
   struct stat st;
-  ::fstat(fd, &st);
-  ds->bin_size_ = static_cast<size_t>(st.st_size);
-  if (ds->bin_size_ > 0) {
-    void* p = ::mmap(nullptr, ds->bin_size_, PROT_READ, MAP_SHARED, fd, 0);
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError("stat " + bin_path, err);
+  }
+  bin_size_ = static_cast<size_t>(st.st_size);
+  if (bin_size_ > 0) {
+    void* p = ::mmap(nullptr, bin_size_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
-      int err = errno;
+      const int err = errno;
       ::close(fd);
+      bin_size_ = 0;
       return ErrnoError("mmap " + bin_path, err);
     }
-    ds->bin_ = static_cast<const uint8_t*>(p);
+    bin_ = static_cast<const uint8_t*>(p);
   }
   ::close(fd);
-  // Sequences must be back to back (Megatron's builder writes them so); then the token stream is the
-  // .bin itself.
+  return OkStatus();
+}
+
+// Sequences must be back to back (Megatron's builder writes them so); then the token stream is the
+// .bin itself.
+Status IndexedDataset::CheckLayout(const std::string& idx_path, const std::string& bin_path) {
+  auto bad = [&](const std::string& why) { return DataLossError("dataset index " + idx_path + ": " + why); };
   int64_t expect = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    if (ds->lengths_[i] < 0) return bad("sequence " + std::to_string(i) + " has a negative length");
-    if (ds->pointers_[i] != expect) {
-      return bad("sequence " + std::to_string(i) + " starts at byte " + std::to_string(ds->pointers_[i]) + ", expected " +
+  for (size_t i = 0; i < lengths_.size(); ++i) {
+    if (lengths_[i] < 0) return bad("sequence " + std::to_string(i) + " has a negative length");
+    if (pointers_[i] != expect) {
+      return bad("sequence " + std::to_string(i) + " starts at byte " + std::to_string(pointers_[i]) + ", expected " +
                  std::to_string(expect) + " (sequences must be contiguous)");
     }
-    expect += static_cast<int64_t>(ds->lengths_[i]) * static_cast<int64_t>(ds->item_size_);
+    expect += static_cast<int64_t>(lengths_[i]) * static_cast<int64_t>(item_size_);
   }
-  if (static_cast<int64_t>(ds->bin_size_) != expect) {
-    return DataLossError("dataset data " + bin_path + " has " + std::to_string(ds->bin_size_) + " bytes, the index describes " +
+  if (static_cast<int64_t>(bin_size_) != expect) {
+    return DataLossError("dataset data " + bin_path + " has " + std::to_string(bin_size_) + " bytes, the index describes " +
                          std::to_string(expect) + " (truncated or mismatched .bin/.idx)");
   }
-  ds->total_tokens_ = expect / static_cast<int64_t>(ds->item_size_);
-  if (ds->total_tokens_ < 2) return bad("the dataset holds fewer than 2 tokens");
-  if (vocab_size > 0) {
-    auto meta = ReadFileToString(prefix + ".json");
-    if (meta.ok()) {
-      auto doc = ParseYaml(*meta);
-      if (doc.ok() && doc->Find("vocab_size") != nullptr) {
-        auto v = doc->Find("vocab_size")->AsInt("vocab_size");
-        if (v.ok() && *v != vocab_size) {
-          return FailedPreconditionError("dataset " + prefix + " was tokenized with vocab_size " + std::to_string(*v) +
-                                         " (see " + prefix + ".json), the model has vocab_size " +
-                                         std::to_string(vocab_size) + ": a vocab mismatch");
-        }
-      }
-    }
-    // Every id must index the embedding table.
-    int64_t max_id = -1, min_id = 0;
-    for (int64_t i = 0; i < ds->total_tokens_; ++i) {
-      const int32_t t = ds->Token(i);
-      max_id = std::max<int64_t>(max_id, t);
-      min_id = std::min<int64_t>(min_id, t);
-    }
-    if (max_id >= vocab_size || min_id < 0) {
-      return FailedPreconditionError("dataset " + prefix + " holds token id " + std::to_string(max_id >= vocab_size ? max_id : min_id) +
-                                     ", outside the model's vocab_size " + std::to_string(vocab_size) + ": a vocab mismatch");
+  total_tokens_ = expect / static_cast<int64_t>(item_size_);
+  if (total_tokens_ < 2) return bad("the dataset holds fewer than 2 tokens");
+  return OkStatus();
+}
+
+// The tokenizer's vocabulary (the sidecar <prefix>.json) and every id must fit the model's.
+Status IndexedDataset::CheckVocab(int64_t vocab_size) const {
+  if (auto meta = ReadFileToString(prefix_ + ".json"); meta.ok()) {
+    auto doc = ParseYaml(*meta);
+    const Node* v = doc.ok() ? doc->Find("vocab_size") : nullptr;
+    auto n = v != nullptr ? v->AsInt("vocab_size") : StatusOr<int64_t>(NotFoundError("no vocab_size"));
+    if (n.ok() && *n != vocab_size) {
+      return FailedPreconditionError("dataset " + prefix_ + " was tokenized with vocab_size " + std::to_string(*n) + " (see " +
+                                     prefix_ + ".json), the model has vocab_size " + std::to_string(vocab_size) +
+                                     ": a vocab mismatch");
     }
   }
-  return ds;
+  int64_t max_id = -1, min_id = 0;
+  for (int64_t i = 0; i < total_tokens_; ++i) {
+    const int32_t t = Token(i);
+    max_id = std::max<int64_t>(max_id, t);
+    min_id = std::min<int64_t>(min_id, t);
+  }
+  if (max_id >= vocab_size || min_id < 0) {
+    return FailedPreconditionError("dataset " + prefix_ + " holds token id " + std::to_string(max_id >= vocab_size ? max_id : min_id) +
+                                   ", outside the model's vocab_size " + std::to_string(vocab_size) + ": a vocab mismatch");
+  }
+  return OkStatus();
 }
 
 int32_t IndexedDataset::Token(int64_t i) const {

@@ -36,6 +36,12 @@ class IndexedDataset {
 
  private:
   IndexedDataset() = default;
+  // The phases of Open.
+  Status ParseIndex(const std::string& idx, const std::string& idx_path);
+  Status MapData(const std::string& bin_path);
+  Status CheckLayout(const std::string& idx_path, const std::string& bin_path);
+  Status CheckVocab(int64_t vocab_size) const;
+
   std::string prefix_;
   TokenDType dtype_ = TokenDType::kU16;
   size_t item_size_ = 2;
