@@ -7,7 +7,7 @@ BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all build configure data demo test test-unit bench gpu-check clean format help
+.PHONY: all build configure data demo test test-unit bench gpu-check clean format lint help
 
 all: build
 
@@ -17,6 +17,7 @@ help:
 	@echo "make demo    controller, CPU workers, a real training job, live progress"
 	@echo "make test    the whole test suite (unit, integration, e2e; gpu tests skip loudly without a GPU)"
 	@echo "make bench   the benchmarks in bench/ (ratios against the machine's own ceilings)"
+	@echo "make lint    no function outside tests/ and bench/ over 100 lines or complexity 30 (pmccabe)"
 
 configure:
 	@scripts/install-deps.sh build
@@ -54,6 +55,10 @@ bench:
 
 gpu-check:
 	@tests/gpu/check.sh
+
+lint:
+	@scripts/install-deps.sh build
+	@scripts/lint.sh
 
 format:
 	@git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i

@@ -12,7 +12,7 @@ target=${1:-build}
 build_pkgs=(cmake ninja-build ccache pkg-config g++ make python3
   libopenblas-openmp-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev libgloo-dev libsentencepiece-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev fortunes)
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev fortunes pmccabe)
 test_pkgs=(sqlite3 prometheus slurm-wlm munge curl)
 
 case "$target" in
