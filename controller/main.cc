@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   exposer->RegisterCollectable(registry);
 
   moe::controller::RealClock clock;
-  moe::controller::MetricsAggregator metrics(registry, clock, {straggler_margin, straggler_window}, retention, "0.1.0");
+  moe::controller::MetricsAggregator metrics(registry, clock, {straggler_margin, straggler_window}, retention, MOE_VERSION);
   moe::controller::ControllerOptions options;
   options.lease_seconds = lease;
   options.reconnect_grace_seconds = grace;

@@ -84,7 +84,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   r->set_node(o_.node);
   r->set_device(o_.device);
   r->set_address(o_.address);
-  r->set_version("0.1.0");
+  r->set_version(MOE_VERSION);
   r->set_cpu_cores(static_cast<int>(std::thread::hardware_concurrency()));
   {
     // The machine: its machine-id and host name (containers from one image may share a machine-id,
