@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include "common/file_util.h"
-#include "controller/job_manager.h"
 
 namespace moe::controller {
 namespace {
@@ -85,25 +84,6 @@ TEST(SqliteStateStore, AJobAndItsEventAreStoredTogetherOrNotAtAll) {
   EXPECT_EQ((*store)->LoadEvents("job-1")->size(), 2u);
   store->reset();
   EXPECT_TRUE(RemoveAll(dir).ok());
-}
-
-TEST(JobStateMachine, OnlyTheDesignedTransitions) {
-  using namespace moe::v1;
-  EXPECT_TRUE(ValidTransition(PENDING, SCHEDULED));
-  EXPECT_TRUE(ValidTransition(SCHEDULED, RUNNING));
-  EXPECT_TRUE(ValidTransition(RUNNING, RESTARTING));
-  EXPECT_TRUE(ValidTransition(RESTARTING, SCHEDULED));
-  EXPECT_TRUE(ValidTransition(RUNNING, SUCCEEDED));
-  EXPECT_TRUE(ValidTransition(RUNNING, CANCELLED));
-  EXPECT_TRUE(ValidTransition(RESTARTING, FAILED));
-  EXPECT_FALSE(ValidTransition(PENDING, RUNNING));
-  EXPECT_FALSE(ValidTransition(PENDING, SUCCEEDED));
-  EXPECT_FALSE(ValidTransition(RESTARTING, RUNNING));
-  for (JobState t : {SUCCEEDED, FAILED, CANCELLED}) {
-    for (JobState to : {PENDING, SCHEDULED, RUNNING, RESTARTING, SUCCEEDED, FAILED, CANCELLED}) {
-      EXPECT_FALSE(ValidTransition(t, to)) << JobState_Name(t) << " is terminal";
-    }
-  }
 }
 
 }  // namespace
