@@ -4,7 +4,9 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <deque>
-#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -43,47 +45,49 @@ bool IsTerminalJob(const moe::v1::WatchJobResponse& r) {
 }
 
 // WatchJob: events and metrics pushed by the controller, written one at a time.
+//
+// Threads: Push runs on whichever thread changed the job (under the Controller's mutex: it only
+// queues); gRPC's callback threads run OnWriteDone, OnCancel and OnDone. mu_ guards the queue and the
+// stream's state between them.
 class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResponse> {
  public:
   WatchReactor(Controller& controller, const std::string& id) : controller_(controller) {
     auto sub = controller_.Watch(id, [this](const moe::v1::WatchJobResponse& r) { Push(r); });
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!sub.ok()) {
-      finished_ = true;
-      Finish(ToGrpc(sub.status()));
+      FinishLocked(ToGrpc(sub.status()));
       return;
     }
     sub_ = *sub;
     MaybeWriteLocked();
   }
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!queue_.empty()) queue_.pop_front();
     if (!ok) {
-      if (!finished_) {
-        finished_ = true;
-        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
-      }
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
       return;
     }
     MaybeWriteLocked();
   }
   void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!finished_ && !writing_) {
-      finished_ = true;
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-    }
+    absl::MutexLock lock(&mu_);
+    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
   void OnDone() override {
-    controller_.Unwatch(sub_);
+    int64_t sub;
+    {
+      absl::MutexLock lock(&mu_);
+      sub = sub_;
+    }
+    controller_.Unwatch(sub);  // after it returns no Push can come: they run under the Controller's mutex
     delete this;
   }
 
  private:
-  void Push(const moe::v1::WatchJobResponse& r) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Push(const moe::v1::WatchJobResponse& r) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     if (finished_) return;
     // A slow watcher loses old metrics, never events or the final snapshot.
     if (r.has_metrics() && queue_.size() > 256) return;
@@ -91,38 +95,50 @@ class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResp
     if (IsTerminalJob(r)) done_ = true;  // the stream ends after this last snapshot
     MaybeWriteLocked();
   }
-  void MaybeWriteLocked() {
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || writing_) return;
     if (!queue_.empty()) {
       writing_ = true;
       StartWrite(&queue_.front());
     } else if (done_) {
-      finished_ = true;
-      Finish(grpc::Status::OK);
+      FinishLocked(grpc::Status::OK);
     }
+  }
+  void FinishLocked(const grpc::Status& st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(st);
   }
 
   Controller& controller_;
-  std::mutex mu_;
-  std::deque<moe::v1::WatchJobResponse> queue_;
-  bool writing_ = false, done_ = false, finished_ = false;
-  int64_t sub_ = 0;
+  absl::Mutex mu_;
+  std::deque<moe::v1::WatchJobResponse> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t sub_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Connect: one stream per worker.
+//
+// Threads: gRPC's callback threads run OnReadDone (one at a time: reads follow each other), OnWriteDone
+// and OnDone; Send comes from whichever thread the Controller runs on (under its mutex: it only
+// queues). mu_ guards the write queue and the stream's state; in_ and name_ belong to the read path.
+// No call into the Controller holds mu_, since the Controller may Send from inside it.
 class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>,
                            public WorkerChannel {
  public:
-  WorkerStream(Controller& controller, Status auth) : controller_(controller) {
+  WorkerStream(Controller& controller, const Status& auth) : controller_(controller) {
     if (!auth.ok()) {
-      finished_ = true;
-      Finish(ToGrpc(auth));
+      absl::MutexLock lock(&mu_);
+      reads_done_ = true;
+      MaybeFinishLocked(ToGrpc(auth));
       return;
     }
     StartRead(&in_);
   }
-  void Send(const moe::v1::ControllerMessage& msg) override {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Send(const moe::v1::ControllerMessage& msg) ABSL_LOCKS_EXCLUDED(mu_) override {
+    absl::MutexLock lock(&mu_);
     if (finished_) return;
     queue_.push_back(msg);
     if (!writing_) {
@@ -133,36 +149,19 @@ class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage
   void OnReadDone(bool ok) override {
     if (!ok) {
       if (!name_.empty()) controller_.Disconnected(name_, this);
-      std::lock_guard<std::mutex> lock(mu_);
-      reads_done_ = true;
-      MaybeFinishLocked(grpc::Status::OK);
+      EndReads(grpc::Status::OK);
       return;
     }
-    if (name_.empty()) {
-      if (!in_.has_register_()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        reads_done_ = true;
-        MaybeFinishLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be register"));
-        return;
-      }
-      auto reg = controller_.Register(in_.register_(), this);
-      if (!reg.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        reads_done_ = true;
-        MaybeFinishLocked(ToGrpc(reg.status()));
-        return;
-      }
-      name_ = in_.register_().name();
-      moe::v1::ControllerMessage m;
-      *m.mutable_registered() = *reg;
-      Send(m);
-    } else {
+    if (!name_.empty()) {
       controller_.OnWorkerMessage(name_, in_);
+    } else if (Status st = RegisterWorker(); !st.ok()) {
+      EndReads(ToGrpc(st));
+      return;
     }
     StartRead(&in_);
   }
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!queue_.empty()) queue_.pop_front();
     if (ok && !queue_.empty() && !finished_) {
@@ -175,7 +174,23 @@ class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage
   void OnDone() override { delete this; }
 
  private:
-  void MaybeFinishLocked(const grpc::Status& st) {
+  // The stream's first message.
+  Status RegisterWorker() ABSL_LOCKS_EXCLUDED(mu_) {
+    if (!in_.has_register_()) return InvalidArgumentError("the first message must be register");
+    MOE_ASSIGN_OR_RETURN(moe::v1::Registered registered, controller_.Register(in_.register_(), this));
+    name_ = in_.register_().name();
+    moe::v1::ControllerMessage m;
+    *m.mutable_registered() = std::move(registered);
+    Send(m);
+    return OkStatus();
+  }
+  void EndReads(const grpc::Status& st) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    reads_done_ = true;
+    MaybeFinishLocked(st);
+  }
+  // Finishes once reads are over and the last write went out, with the first error seen.
+  void MaybeFinishLocked(const grpc::Status& st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!reads_done_ || writing_ || finished_) {
       if (!st.ok()) pending_status_ = st;
       return;
@@ -186,11 +201,13 @@ class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage
 
   Controller& controller_;
   moe::v1::WorkerMessage in_;
-  std::string name_;  // set once registered (only the read path touches it)
-  std::mutex mu_;
-  std::deque<moe::v1::ControllerMessage> queue_;
-  bool writing_ = false, reads_done_ = false, finished_ = false;
-  grpc::Status pending_status_ = grpc::Status::OK;
+  std::string name_;  // set once registered
+  absl::Mutex mu_;
+  std::deque<moe::v1::ControllerMessage> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status pending_status_ ABSL_GUARDED_BY(mu_) = grpc::Status::OK;
 };
 
 }  // namespace
@@ -270,7 +287,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
 
 class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(Controller& c, const TokenAuth& a) : c_(c), auth_(a) {}
+  WorkerServiceImpl(Controller& c, const TokenAuth& a, Clock& clock) : c_(c), auth_(a), clock_(clock) {}
 
   grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override {
@@ -307,7 +324,7 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
       reactor->Finish(ToGrpc(st));
       return reactor;
     }
-    const double deadline = RealClock().Monotonic() + req->timeout_seconds();
+    const double deadline = clock_.Monotonic() + req->timeout_seconds();
     c_.rendezvous().Wait(std::vector<std::string>(req->keys().begin(), req->keys().end()), deadline,
                          [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
     return reactor;
@@ -320,9 +337,11 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   }
   Controller& c_;
   const TokenAuth& auth_;
+  Clock& clock_;
 };
 
-GrpcServer::GrpcServer(Controller& controller, const TokenAuth& auth) : controller_(controller), auth_(auth) {}
+GrpcServer::GrpcServer(Controller& controller, const TokenAuth& auth, Clock& clock)
+    : controller_(controller), auth_(auth), clock_(clock) {}
 GrpcServer::~GrpcServer() { Shutdown(); }
 
 Status GrpcServer::Start(const ServerOptions& o) {
@@ -344,7 +363,7 @@ Status GrpcServer::Start(const ServerOptions& o) {
     return InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
   jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_);
-  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_);
+  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, creds, &port_);
   builder.RegisterService(jobs_.get());
@@ -363,6 +382,7 @@ Status GrpcServer::Start(const ServerOptions& o) {
 
 void GrpcServer::Shutdown() {
   if (server_) {
+    // gRPC's own deadline type (a wall-clock time point): in-flight calls get 2 s to finish.
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_.reset();
   }

@@ -1,6 +1,8 @@
 // The gRPC face of the controller: JobService and WorkerService on the callback API (a waiting RPC
 // holds no thread), bearer-token roles, explicit message-size limits, the standard health service and
 // reflection.
+//
+// Threads: gRPC's callback threads run the handlers and reactors; Start and Shutdown belong to main.
 #pragma once
 
 #include <memory>
@@ -10,22 +12,18 @@
 
 #include "common/status.h"
 #include "controller/auth.h"
+#include "controller/clock.h"
+#include "controller/config.h"
 #include "controller/controller.h"
 
 namespace moe::controller {
-
-struct ServerOptions {
-  std::string listen = "127.0.0.1:50051";
-  std::string tls_cert, tls_key;   // PEM files: TLS on when both are set
-  std::string tls_client_ca;       // PEM: also require and verify client certificates (mTLS)
-  int max_message_bytes = 16 << 20;
-};
 
 grpc::Status ToGrpc(const Status& st);
 
 class GrpcServer {
  public:
-  GrpcServer(Controller& controller, const TokenAuth& auth);
+  // `clock` times rendezvous waits: the same Clock the Controller's Tick expires them with.
+  GrpcServer(Controller& controller, const TokenAuth& auth, Clock& clock);
   ~GrpcServer();
   Status Start(const ServerOptions& options);
   int port() const { return port_; }
@@ -36,6 +34,7 @@ class GrpcServer {
   class WorkerServiceImpl;
   Controller& controller_;
   const TokenAuth& auth_;
+  Clock& clock_;
   std::unique_ptr<JobServiceImpl> jobs_;
   std::unique_ptr<WorkerServiceImpl> workers_;
   std::unique_ptr<grpc::Server> server_;

@@ -1,43 +1,60 @@
-// Jobs: records, the state machine, events (stored, streamed) and watchers.
-// Not thread-safe: the Controller serialises calls under its mutex.
+// Jobs: their records, the state machine and their events.
+//
+// Every change takes one path: store it (the job's new record and the event that explains it, in
+// one atomic write), then apply it in memory, then tell the listeners (job_listener.h). When the
+// store fails the change is refused with the store's Status and memory stays as it was, so what the
+// controller acknowledges is what a restarted controller loads.
+//
+// Not thread-safe: the Controller serialises every call under its mutex; listeners run inside
+// calls.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "controller/clock.h"
+#include "controller/job_listener.h"
 #include "controller/scheduler.h"
 #include "controller/state_store.h"
-#include "moe/v1/job_service.pb.h"
+#include "moe/v1/job.pb.h"
 
 namespace moe::controller {
 
-// PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, with RESTARTING between attempts.
+// PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, with RESTARTING between
+// attempts.
 bool ValidTransition(moe::v1::JobState from, moe::v1::JobState to);
 bool IsTerminal(moe::v1::JobState s);
+// Waiting for placement: PENDING, or RESTARTING between attempts.
+bool IsQueued(moe::v1::JobState s);
 
 struct RankStatus {
-  std::string worker;
-  bool started = false;
   bool finished = false;
   bool ok = false;
-  int64_t last_step = 0;
-  double last_step_seconds = 0;
-  moe::v1::StepMetrics last_metrics;
+};
+
+// Why an attempt failed; the Controller records it in the job (RESTARTING or FAILED), retrying from
+// Tick while the store refuses it.
+struct AttemptFailure {
+  std::string reason;
+  bool permanent = false;     // the job cannot run as specified: no restart
+  bool event_stored = false;  // its "AttemptFailed" event is in the history
 };
 
 // The attempt now running or ending.
 struct Attempt {
   int number = 0;
-  std::vector<Slot> slots;         // rank order
+  std::vector<Slot> slots;  // rank order
   std::vector<RankStatus> ranks;
-  bool ending = false;             // cancel sent; waiting for ranks to stop
-  double reconnect_deadline = 0;   // after a controller restart: monotonic time by which ranks must report
+  bool ending = false;  // cancel sent; waiting for ranks to stop
+  double reconnect_deadline =
+      0;  // after a controller restart: monotonic time by which ranks must report
+  std::optional<AttemptFailure> failure;
   int live_ranks() const {
     int n = 0;
     for (const auto& r : ranks) n += (!r.finished) ? 1 : 0;
@@ -49,50 +66,55 @@ struct JobEntry {
   moe::v1::Job job;
   JobSpec spec;
   std::unique_ptr<Attempt> attempt;  // null when no ranks run
-  double last_persist = 0;
+  int64_t next_event_seq = 1;
+  double last_persist = 0;  // monotonic time the record was last stored
 };
-
-using WatchFn = std::function<void(const moe::v1::WatchJobResponse&)>;
 
 class JobManager {
  public:
+  // A change to the rest of a job's record made along with a transition (attempt, placement, ...).
+  using Edit = std::function<void(moe::v1::Job&)>;
+
   JobManager(StateStore& store, Clock& clock) : store_(store), clock_(clock) {}
 
-  // Loads the jobs stored by an earlier run of the controller.
+  // Told of every change from now on, in the order added. Not owned; must outlive the manager.
+  void AddListener(JobListener* listener) { listeners_.push_back(listener); }
+
+  // Loads the jobs stored by an earlier run of the controller; listeners see each as new.
   Status Load();
+  // A fresh id for a job named `name` (name-xxxxx), unique among the jobs known.
+  std::string NewId(const std::string& name) const;
   // Stores a new PENDING job and its "Submitted" event.
-  StatusOr<JobEntry*> Create(const moe::v1::TrainingJob& expanded, const JobSpec& spec);
+  StatusOr<JobEntry*> Create(const std::string& id, const moe::v1::TrainingJob& expanded,
+                             const JobSpec& spec);
   JobEntry* Find(const std::string& id);
   std::vector<JobEntry*> All();
+  size_t CountQueued() const;
 
-  // Moves a job to `to`, records and streams the event, stores the job.
-  Status Transition(JobEntry& e, moe::v1::JobState to, const std::string& type, const std::string& message);
+  // Moves a job to `to` with an event of `type`; `edit` changes the rest of the new record.
+  Status Transition(JobEntry& e, moe::v1::JobState to, const std::string& type,
+                    const std::string& message, const Edit& edit = nullptr);
   // An event that does not change the state.
-  void Event(JobEntry& e, const std::string& type, const std::string& message);
-  // Stores the job record (placement, metrics); `force` skips the rate limit for metrics-only changes.
-  void Persist(JobEntry& e, bool force = true);
-  void PublishMetrics(JobEntry& e, const moe::v1::StepMetrics& m);
+  Status Event(JobEntry& e, const std::string& type, const std::string& message);
+  // A step's job-level metrics: kept in the record (stored at most every kMetricsPersistSeconds)
+  // and published.
+  Status PublishMetrics(JobEntry& e, const moe::v1::StepMetrics& m);
+  static constexpr double kMetricsPersistSeconds = 5.0;
 
-  StatusOr<std::vector<moe::v1::JobEvent>> Events(const std::string& id) { return store_.LoadEvents(id); }
-  // Sends the job's snapshot and its past events, then every new event and metric until it ends.
-  // Returns a subscription id (0 when the job had already ended: everything was sent).
-  int64_t Watch(JobEntry& e, WatchFn fn);
-  void Unwatch(int64_t subscription);
+  StatusOr<std::vector<moe::v1::JobEvent>> Events(const std::string& id) {
+    return store_.LoadEvents(id);
+  }
 
  private:
-  void Notify(const JobEntry& e, const moe::v1::WatchJobResponse& r);
-  void EndWatches(const JobEntry& e);
+  moe::v1::JobEvent NewEvent(const JobEntry& e, const moe::v1::Job& record, const std::string& type,
+                             const std::string& message) const;
+  // Stores `record` and, once stored, makes it e.job.
+  Status Persist(JobEntry& e, moe::v1::Job record);
 
   StateStore& store_;
   Clock& clock_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
-  std::map<std::string, int64_t> next_seq_;
-  struct Watcher {
-    std::string job_id;
-    WatchFn fn;
-  };
-  std::map<int64_t, Watcher> watchers_;
-  int64_t next_watch_ = 1;
+  std::vector<JobListener*> listeners_;
 };
 
 }  // namespace moe::controller

@@ -2,6 +2,8 @@
 //
 //   moe-controller --listen ADDR --metrics-listen ADDR --state-dir DIR [--tls-cert F --tls-key F
 //                  [--tls-client-ca F]] [--tokens FILE] [--lease-seconds S] [--checkpoint-root DIR]
+//
+// Every setting and its default is in ControllerConfig (config.h); the flags write into it.
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 #include <signal.h>
@@ -13,6 +15,7 @@
 
 #include "common/log.h"
 #include "controller/auth.h"
+#include "controller/config.h"
 #include "controller/controller.h"
 #include "controller/grpc_server.h"
 #include "controller/metrics_aggregator.h"
@@ -20,12 +23,99 @@
 
 namespace {
 
+using moe::controller::ControllerConfig;
+
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
+void BindFlags(CLI::App& app, ControllerConfig& c) {
+  app.add_option("--listen", c.server.listen, "gRPC address (host:port)")->capture_default_str();
+  app.add_option("--metrics-listen", c.metrics_listen, "Prometheus /metrics address (host:port)")
+      ->capture_default_str();
+  app.add_option("--state-dir", c.state_dir, "directory of the durable state (SQLite)")->required();
+  app.add_option("--tls-cert", c.server.tls_cert, "server certificate (PEM); TLS with --tls-key");
+  app.add_option("--tls-key", c.server.tls_key, "server private key (PEM)");
+  app.add_option("--tls-client-ca", c.server.tls_client_ca,
+                 "CA for client certificates (PEM): mutual TLS");
+  app.add_option("--tokens", c.tokens_file,
+                 "bearer tokens file: '<token> <admin|viewer|worker> [name]' per line");
+  app.add_flag("--allow-insecure-remote", c.allow_insecure_remote,
+               "listen beyond loopback without --tokens (not recommended)");
+  app.add_option("--lease-seconds", c.lease_seconds, "a worker silent this long is lost")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--reconnect-grace-seconds", c.reconnect_grace_seconds,
+                 "after a restart, how long running ranks get to report back")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint-root", c.checkpoint_root,
+                 "checkpoints of jobs without spec.checkpoint.dir go to <root>/<job id> "
+                 "(default <state-dir>/checkpoints; must be shared with the workers)");
+  app.add_option("--metrics-retention-seconds", c.metrics_retention_seconds,
+                 "how long series of finished jobs stay on /metrics")
+      ->capture_default_str();
+  app.add_option("--straggler-margin", c.straggler.margin,
+                 "flag a rank whose compute time exceeds the median by this fraction")
+      ->capture_default_str();
+  app.add_option("--straggler-window", c.straggler.window, "... for this many consecutive steps")
+      ->capture_default_str();
+  app.add_option("--log-level", c.log_level, "debug | info | warning | error")
+      ->capture_default_str();
+}
+
+moe::Status SetUpProcess(const ControllerConfig& c) {
+  moe::LogLevel level;
+  if (!moe::ParseLogLevel(c.log_level, &level)) {
+    return moe::InvalidArgumentError("--log-level: unknown level '" + c.log_level + "'");
+  }
+  moe::SetLogLevel(level);
+  moe::SetLogPrefix("controller");
+  ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGINT, OnSignal);
+  ::signal(SIGTERM, OnSignal);
+  return moe::OkStatus();
+}
+
 bool IsLoopback(const std::string& addr) {
-  return addr.rfind("127.", 0) == 0 || addr.rfind("localhost:", 0) == 0 || addr.rfind("[::1]:", 0) == 0 ||
-         addr.rfind("unix:", 0) == 0;
+  return addr.rfind("127.", 0) == 0 || addr.rfind("localhost:", 0) == 0 ||
+         addr.rfind("[::1]:", 0) == 0 || addr.rfind("unix:", 0) == 0;
+}
+
+// Who may call: the tokens file, or nobody checked, which is only allowed on loopback unless the
+// operator insists.
+moe::StatusOr<moe::controller::TokenAuth> CheckExposure(const ControllerConfig& c) {
+  if (!c.tokens_file.empty()) {
+    auto loaded = moe::controller::TokenAuth::Load(c.tokens_file);
+    if (!loaded.ok()) return moe::InvalidArgumentError("--tokens: " + loaded.status().message());
+    return loaded;
+  }
+  if (!IsLoopback(c.server.listen) && !c.allow_insecure_remote) {
+    return moe::InvalidArgumentError(
+        "--listen " + c.server.listen +
+        " is not a loopback address: without --tokens anyone could submit jobs; "
+        "pass --tokens FILE (or --allow-insecure-remote)");
+  }
+  return moe::controller::TokenAuth();
+}
+
+moe::StatusOr<std::unique_ptr<prometheus::Exposer>> ServeMetrics(
+    const ControllerConfig& c, std::shared_ptr<prometheus::Registry> registry) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(c.metrics_listen);
+  } catch (const std::exception& e) {
+    return moe::UnavailableError("--metrics-listen " + c.metrics_listen +
+                                 ": cannot serve /metrics there (" + e.what() + ")");
+  }
+  exposer->RegisterCollectable(registry);
+  return exposer;
+}
+
+void RunUntilSignalled(moe::controller::Controller& controller) {
+  while (!g_stop) {
+    controller.Tick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 int Fail(const std::string& msg) {
@@ -36,81 +126,47 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Parse flags.
+  ControllerConfig config;
   CLI::App app{"moe-controller: schedules MoE training jobs onto rack-aware workers"};
-  moe::controller::ServerOptions server;
-  std::string metrics_listen = "127.0.0.1:9400", state_dir, tokens, log_level = "info", checkpoint_root;
-  double lease = 5.0, grace = 10.0, retention = 600, straggler_margin = 0.3;
-  int straggler_window = 5;
-  bool insecure_remote = false;
-  app.add_option("--listen", server.listen, "gRPC address (host:port)")->capture_default_str();
-  app.add_option("--metrics-listen", metrics_listen, "Prometheus /metrics address (host:port)")->capture_default_str();
-  app.add_option("--state-dir", state_dir, "directory of the durable state (SQLite)")->required();
-  app.add_option("--tls-cert", server.tls_cert, "server certificate (PEM); TLS with --tls-key");
-  app.add_option("--tls-key", server.tls_key, "server private key (PEM)");
-  app.add_option("--tls-client-ca", server.tls_client_ca, "CA for client certificates (PEM): mutual TLS");
-  app.add_option("--tokens", tokens, "bearer tokens file: '<token> <admin|viewer|worker> [name]' per line");
-  app.add_flag("--allow-insecure-remote", insecure_remote, "listen beyond loopback without --tokens (not recommended)");
-  app.add_option("--lease-seconds", lease, "a worker silent this long is lost")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--reconnect-grace-seconds", grace, "after a restart, how long running ranks get to report back")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--checkpoint-root", checkpoint_root, "checkpoints of jobs without spec.checkpoint.dir go to <root>/<job id> "
-                                                       "(default <state-dir>/checkpoints; must be shared with the workers)");
-  app.add_option("--metrics-retention-seconds", retention, "how long series of finished jobs stay on /metrics")->capture_default_str();
-  app.add_option("--straggler-margin", straggler_margin, "flag a rank whose compute time exceeds the median by this fraction")
-      ->capture_default_str();
-  app.add_option("--straggler-window", straggler_window, "... for this many consecutive steps")->capture_default_str();
-  app.add_option("--log-level", log_level, "debug | info | warning | error")->capture_default_str();
+  BindFlags(app, config);
   CLI11_PARSE(app, argc, argv);
+  config.Resolve();
+  if (moe::Status st = SetUpProcess(config); !st.ok()) return Fail(st.message());
 
-  moe::LogLevel level;
-  if (!moe::ParseLogLevel(log_level, &level)) return Fail("--log-level: unknown level '" + log_level + "'");
-  moe::SetLogLevel(level);
-  moe::SetLogPrefix("controller");
-  ::signal(SIGPIPE, SIG_IGN);
-  ::signal(SIGINT, OnSignal);
-  ::signal(SIGTERM, OnSignal);
+  // Check exposure.
+  auto auth = CheckExposure(config);
+  if (!auth.ok()) return Fail(auth.status().message());
 
-  moe::controller::TokenAuth auth;
-  if (!tokens.empty()) {
-    auto loaded = moe::controller::TokenAuth::Load(tokens);
-    if (!loaded.ok()) return Fail("--tokens: " + loaded.status().message());
-    auth = *loaded;
-  } else if (!IsLoopback(server.listen) && !insecure_remote) {
-    return Fail("--listen " + server.listen + " is not a loopback address: without --tokens anyone could submit jobs; "
-                "pass --tokens FILE (or --allow-insecure-remote)");
-  }
-  if (checkpoint_root.empty()) checkpoint_root = state_dir + "/checkpoints";
-
-  auto store = moe::controller::SqliteStateStore::Open(state_dir);
+  // Open the store and the metrics endpoint.
+  auto store = moe::controller::SqliteStateStore::Open(config.state_dir);
   if (!store.ok()) return Fail("--state-dir: " + store.status().message());
-
   auto registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(metrics_listen);
-  } catch (const std::exception& e) {
-    return Fail("--metrics-listen " + metrics_listen + ": cannot serve /metrics there (" + e.what() + ")");
-  }
-  exposer->RegisterCollectable(registry);
+  auto exposer = ServeMetrics(config, registry);
+  if (!exposer.ok()) return Fail(exposer.status().message());
 
+  // Build the managers and recover.
   moe::controller::RealClock clock;
-  moe::controller::MetricsAggregator metrics(registry, clock, {straggler_margin, straggler_window}, retention, "0.1.0");
-  moe::controller::ControllerOptions options;
-  options.lease_seconds = lease;
-  options.reconnect_grace_seconds = grace;
-  options.checkpoint_root = checkpoint_root;
-  moe::controller::Controller controller(**store, clock, metrics, options);
-  if (moe::Status st = controller.Recover(); !st.ok()) return Fail("recovering state from " + state_dir + ": " + st.ToString());
-
-  moe::controller::GrpcServer grpc_server(controller, auth);
-  if (moe::Status st = grpc_server.Start(server); !st.ok()) return Fail("--listen: " + st.message());
-  MOE_LOG(INFO) << "serving gRPC on " << server.listen << (server.tls_cert.empty() ? "" : " (TLS)")
-                << (server.tls_client_ca.empty() ? "" : " (mTLS)") << (auth.enabled() ? ", tokens required" : "")
-                << "; /metrics on " << metrics_listen << "; state in " << state_dir;
-  while (!g_stop) {
-    controller.Tick();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  moe::controller::MetricsAggregator metrics(registry, clock, config.straggler,
+                                             config.metrics_retention_seconds, MOE_VERSION);
+  moe::controller::Controller controller(**store, clock, metrics, config);
+  if (moe::Status st = controller.Recover(); !st.ok()) {
+    return Fail("recovering state from " + config.state_dir + ": " + st.ToString());
   }
+
+  // Serve.
+  moe::controller::GrpcServer grpc_server(controller, *auth, clock);
+  if (moe::Status st = grpc_server.Start(config.server); !st.ok()) {
+    return Fail("--listen: " + st.message());
+  }
+  MOE_LOG(INFO) << "moe-controller " << MOE_VERSION << " serving gRPC on " << config.server.listen
+                << (config.server.tls_cert.empty() ? "" : " (TLS)")
+                << (config.server.tls_client_ca.empty() ? "" : " (mTLS)")
+                << (auth->enabled() ? ", tokens required" : "") << "; /metrics on "
+                << config.metrics_listen << "; state in " << config.state_dir;
+  RunUntilSignalled(controller);
+
+  // Shut down.
   MOE_LOG(INFO) << "shutting down";
   grpc_server.Shutdown();
   return 0;

@@ -21,11 +21,9 @@ struct MetricsAggregator::JobSeries {
   std::vector<RankInfo> ranks;
   // Per step number: the reports received so far (by rank).
   std::map<int64_t, std::map<int, moe::v1::StepMetrics>> pending;
-  std::vector<std::deque<double>> compute_window;  // per rank, latest compute times
   std::vector<int> over, under;                    // consecutive steps above / within the margin
   std::set<int> stragglers;
   std::deque<double> recent_step_seconds;          // for the ETA
-  moe::v1::JobState state = moe::v1::PENDING;
   double ended_at = 0;
   std::set<std::string> layers;                    // imbalance series created
 };
@@ -76,19 +74,11 @@ MetricsAggregator::JobSeries& MetricsAggregator::Series(const std::string& job_i
 void MetricsAggregator::StartAttempt(const std::string& job_id, int attempt, const std::vector<RankInfo>& ranks,
                                      int64_t world_size) {
   JobSeries& s = Series(job_id);
-  // Drop the previous attempt's per-rank series (a rank may now sit in another rack).
-  for (size_t r = 0; r < s.ranks.size(); ++r) {
-    const std::map<std::string, std::string> labels = {{"job", job_id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}};
-    rank_step_->Remove(&rank_step_->Add(labels));
-    rank_compute_->Remove(&rank_compute_->Add(labels));
-    rank_tflops_->Remove(&rank_tflops_->Add(labels));
-    straggler_gauge_->Remove(&straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}));
-  }
+  RemoveRankSeries(s);  // the previous attempt's: a rank may now sit in another rack
   s.attempt = attempt;
   s.world = world_size;
   s.ranks = ranks;
   s.pending.clear();
-  s.compute_window.assign(ranks.size(), {});
   s.over.assign(ranks.size(), 0);
   s.under.assign(ranks.size(), 0);
   s.stragglers.clear();
@@ -100,18 +90,18 @@ std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(const std::string&
                                                               std::vector<StragglerChange>* changes) {
   JobSeries& s = Series(job_id);
   if (attempt != s.attempt || rank < 0 || rank >= static_cast<int>(s.ranks.size())) return std::nullopt;
-  const std::string rank_s = std::to_string(rank);
-  const std::map<std::string, std::string> rank_labels = {{"job", job_id}, {"rank", rank_s}, {"rack", s.ranks[static_cast<size_t>(rank)].rack}};
+  const std::map<std::string, std::string> rank_labels = {
+      {"job", job_id}, {"rank", std::to_string(rank)}, {"rack", s.ranks[static_cast<size_t>(rank)].rack}};
   rank_step_->Add(rank_labels).Set(m.step_seconds());
   rank_compute_->Add(rank_labels).Set(m.compute_seconds());
   auto& bucket = s.pending[m.step()];
   bucket[rank] = m;
-  if (static_cast<int>(bucket.size()) < static_cast<int>(s.ranks.size())) {
+  if (bucket.size() < s.ranks.size()) {
     // Keep a few steps of slack; a rank that died will never complete older ones.
     while (s.pending.size() > 8) s.pending.erase(s.pending.begin());
     return std::nullopt;
   }
-  // Every rank has reported this step.
+  // Every rank has reported this step: rank 0's figures, every rank's times.
   std::map<int, moe::v1::StepMetrics> all = std::move(bucket);
   s.pending.erase(s.pending.begin(), s.pending.upper_bound(m.step()));
   moe::v1::StepMetrics out = all.at(0);
@@ -124,38 +114,55 @@ std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(const std::string&
     out.add_rank_racks(s.ranks[static_cast<size_t>(r)].rack);
     compute.push_back(rm.compute_seconds());
   }
-  // Stragglers against the median of this step.
+  UpdateStragglers(s, compute, changes);
+  for (int r : s.stragglers) out.add_stragglers(r);
+  ExportJobStep(s, out);
+  s.recent_step_seconds.push_back(out.step_seconds());
+  if (s.recent_step_seconds.size() > 20) s.recent_step_seconds.pop_front();
+  double mean = 0;
+  for (double v : s.recent_step_seconds) mean += v;
+  mean /= static_cast<double>(s.recent_step_seconds.size());
+  out.set_eta_seconds(mean * static_cast<double>(std::max<int64_t>(0, out.total_steps() - out.step())));
+  out.set_time(clock_.Now());
+  return out;
+}
+
+// Stragglers against the median compute time of this step.
+void MetricsAggregator::UpdateStragglers(JobSeries& s, const std::vector<double>& compute,
+                                         std::vector<StragglerChange>* changes) {
   std::vector<double> sorted = compute;
   std::sort(sorted.begin(), sorted.end());
-  const double median = sorted.size() % 2 ? sorted[sorted.size() / 2] : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
-  if (s.ranks.size() >= 2 && median > 0) {
-    for (size_t r = 0; r < compute.size(); ++r) {
-      const double ratio = compute[r] / median;
-      if (ratio > 1 + straggler_.margin) {
-        s.over[r]++;
-        s.under[r] = 0;
-      } else {
-        s.under[r]++;
-        s.over[r] = 0;
-      }
-      const int rr = static_cast<int>(r);
-      if (!s.stragglers.count(rr) && s.over[r] >= straggler_.window) {
-        s.stragglers.insert(rr);
-        straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}).Set(1);
-        if (changes) changes->push_back({rr, true, ratio});
-      } else if (s.stragglers.count(rr) && s.under[r] >= straggler_.window) {
-        s.stragglers.erase(rr);
-        straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}).Set(0);
-        if (changes) changes->push_back({rr, false, ratio});
-      }
+  const size_t n = sorted.size();
+  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  if (s.ranks.size() < 2 || median <= 0) return;
+  for (size_t r = 0; r < compute.size(); ++r) {
+    const double ratio = compute[r] / median;
+    if (ratio > 1 + straggler_.margin) {
+      s.over[r]++;
+      s.under[r] = 0;
+    } else {
+      s.under[r]++;
+      s.over[r] = 0;
     }
+    const int rank = static_cast<int>(r);
+    const bool flagged = s.stragglers.count(rank) > 0;
+    if (flagged ? s.under[r] < straggler_.window : s.over[r] < straggler_.window) continue;
+    if (flagged) {
+      s.stragglers.erase(rank);
+    } else {
+      s.stragglers.insert(rank);
+    }
+    straggler_gauge_->Add({{"job", s.id}, {"rank", std::to_string(r)}}).Set(flagged ? 0 : 1);
+    if (changes) changes->push_back({rank, !flagged, ratio});
   }
-  for (int r : s.stragglers) out.add_stragglers(r);
+}
+
+// The job's series from a completed step (rank 0's figures).
+void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& out) {
   for (size_t r = 0; r < s.ranks.size(); ++r) {
-    rank_tflops_->Add({{"job", job_id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}}).Set(out.tflops_per_device());
+    rank_tflops_->Add({{"job", s.id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}}).Set(out.tflops_per_device());
   }
-  // Job series from rank 0's figures.
-  const std::map<std::string, std::string> job_labels = {{"job", job_id}};
+  const std::map<std::string, std::string> job_labels = {{"job", s.id}};
   const double flops = out.tflops_per_device() * 1e12 * out.step_seconds() * static_cast<double>(s.world);
   flops_->Add(job_labels).Increment(flops);
   tflops_->Add(job_labels).Set(out.tflops_per_device());
@@ -170,30 +177,32 @@ std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(const std::string&
   compute_->Add(job_labels).Increment(out.compute_seconds());
   step_->Add(job_labels).Set(static_cast<double>(out.step()));
   for (int l = 0; l < out.expert_load_imbalance_per_layer_size(); ++l) {
-    imbalance_->Add({{"job", job_id}, {"layer", std::to_string(l)}}).Set(out.expert_load_imbalance_per_layer(l));
+    imbalance_->Add({{"job", s.id}, {"layer", std::to_string(l)}}).Set(out.expert_load_imbalance_per_layer(l));
     s.layers.insert(std::to_string(l));
   }
-  s.recent_step_seconds.push_back(out.step_seconds());
-  if (s.recent_step_seconds.size() > 20) s.recent_step_seconds.pop_front();
-  double mean = 0;
-  for (double v : s.recent_step_seconds) mean += v;
-  mean /= static_cast<double>(s.recent_step_seconds.size());
-  out.set_eta_seconds(mean * static_cast<double>(std::max<int64_t>(0, out.total_steps() - out.step())));
-  out.set_time(clock_.Now());
-  return out;
 }
 
-void MetricsAggregator::OnJobState(const std::string& job_id, moe::v1::JobState state) {
+void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobState from) {
+  const moe::v1::JobState state = job.state();
+  const bool loaded = from == moe::v1::JOB_STATE_UNSPECIFIED;
+  const bool attempt_starts = state == moe::v1::SCHEDULED || (loaded && state == moe::v1::RUNNING);
+  if (attempt_starts && job.placement_size() > 0) {
+    std::vector<RankInfo> ranks;
+    for (const auto& p : job.placement()) ranks.push_back({p.rack(), p.worker()});
+    StartAttempt(job.id(), job.attempt(), ranks, job.placement_size());
+  }
+  if (state == moe::v1::RESTARTING && !loaded) restarts_->Add({{"job", job.id()}}).Increment();
+  SetState(job.id(), state);
+}
+
+void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState state) {
   JobSeries& s = Series(job_id);
-  s.state = state;
   for (int v = moe::v1::PENDING; v <= moe::v1::CANCELLED; ++v) {
     state_->Add({{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}).Set(v == state ? 1 : 0);
   }
   const bool terminal = state == moe::v1::SUCCEEDED || state == moe::v1::FAILED || state == moe::v1::CANCELLED;
   s.ended_at = terminal ? clock_.Monotonic() : 0;
 }
-
-void MetricsAggregator::OnRestart(const std::string& job_id) { restarts_->Add({{"job", job_id}}).Increment(); }
 
 void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) {
   std::map<std::pair<std::string, std::string>, int> counts;
@@ -232,6 +241,16 @@ std::set<int> MetricsAggregator::Stragglers(const std::string& job_id) const {
   return it == jobs_.end() ? std::set<int>{} : it->second->stragglers;
 }
 
+void MetricsAggregator::RemoveRankSeries(const JobSeries& s) {
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    const std::map<std::string, std::string> labels = {{"job", s.id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}};
+    rank_step_->Remove(&rank_step_->Add(labels));
+    rank_compute_->Remove(&rank_compute_->Add(labels));
+    rank_tflops_->Remove(&rank_tflops_->Add(labels));
+    straggler_gauge_->Remove(&straggler_gauge_->Add({{"job", s.id}, {"rank", std::to_string(r)}}));
+  }
+}
+
 void MetricsAggregator::DropSeries(const std::string& job_id) {
   JobSeries& s = *jobs_.at(job_id);
   const std::map<std::string, std::string> job = {{"job", job_id}};
@@ -251,13 +270,7 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   for (int v = moe::v1::PENDING; v <= moe::v1::CANCELLED; ++v) {
     state_->Remove(&state_->Add({{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
   }
-  for (size_t r = 0; r < s.ranks.size(); ++r) {
-    const std::map<std::string, std::string> labels = {{"job", job_id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}};
-    rank_step_->Remove(&rank_step_->Add(labels));
-    rank_compute_->Remove(&rank_compute_->Add(labels));
-    rank_tflops_->Remove(&rank_tflops_->Add(labels));
-    straggler_gauge_->Remove(&straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}));
-  }
+  RemoveRankSeries(s);
 }
 
 void MetricsAggregator::Expire() {

@@ -5,6 +5,10 @@
 // collectives), so a slow rank shows in its own work: forward + backward time (compute_seconds). A
 // rank whose compute time stays above the job's median by more than `margin` for `window` consecutive
 // steps is flagged; it is unflagged after `window` steps back within the margin.
+//
+// Job states, restarts and attempts arrive as JobManager events (a JobListener); step reports and the
+// cluster view from the Controller. Not thread-safe: every call comes under the Controller's mutex
+// (prometheus-cpp's collection on the exposer's thread has its own locks).
 #pragma once
 
 #include <deque>
@@ -16,6 +20,8 @@
 #include <vector>
 
 #include "controller/clock.h"
+#include "controller/config.h"
+#include "controller/job_listener.h"
 #include "moe/v1/job.pb.h"
 #include "moe/v1/worker_service.pb.h"
 
@@ -29,11 +35,6 @@ class Histogram;
 
 namespace moe::controller {
 
-struct StragglerOptions {
-  double margin = 0.3;  // above median * (1 + margin)
-  int window = 5;       // consecutive steps
-};
-
 struct RankInfo {
   std::string rack;
   std::string worker;
@@ -45,11 +46,15 @@ struct StragglerChange {
   double ratio = 0;  // the rank's compute time / median
 };
 
-class MetricsAggregator {
+class MetricsAggregator final : public JobListener {
  public:
   MetricsAggregator(std::shared_ptr<prometheus::Registry> registry, Clock& clock, StragglerOptions straggler,
                     double retention_seconds, const std::string& version);
-  ~MetricsAggregator();
+  ~MetricsAggregator() override;
+
+  // JobListener: the job's state series; a restart; a new attempt (SCHEDULED, or a job loaded while
+  // its attempt runs) starts the per-rank series from the job's placement.
+  void OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobState from) override;
 
   // A new attempt: which rank runs where.
   void StartAttempt(const std::string& job_id, int attempt, const std::vector<RankInfo>& ranks, int64_t world_size);
@@ -57,8 +62,6 @@ class MetricsAggregator {
   // figures, every rank's times, stragglers), and any straggler flag changes in `changes`.
   std::optional<moe::v1::StepMetrics> OnStep(const std::string& job_id, int attempt, int rank, const moe::v1::StepMetrics& m,
                                              std::vector<StragglerChange>* changes);
-  void OnJobState(const std::string& job_id, moe::v1::JobState state);
-  void OnRestart(const std::string& job_id);
   // Cluster view.
   void SetWorkers(const std::vector<moe::v1::Worker>& workers);
   void SetQueueLength(size_t n);
@@ -70,6 +73,10 @@ class MetricsAggregator {
  private:
   struct JobSeries;
   JobSeries& Series(const std::string& job_id);
+  void SetState(const std::string& job_id, moe::v1::JobState state);
+  void UpdateStragglers(JobSeries& s, const std::vector<double>& compute, std::vector<StragglerChange>* changes);
+  void ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& out);
+  void RemoveRankSeries(const JobSeries& s);
   void DropSeries(const std::string& job_id);
 
   std::shared_ptr<prometheus::Registry> registry_;

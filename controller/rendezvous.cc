@@ -2,18 +2,20 @@
 
 namespace moe::controller {
 
-bool RendezvousStore::Ready(const Waiter& w) const {
-  for (const auto& k : w.keys) if (!kv_.count(k)) return false;
-  return true;
+std::string RendezvousStore::FirstMissing(const std::vector<std::string>& keys) const {
+  for (const auto& k : keys) {
+    if (!kv_.count(k)) return k;
+  }
+  return "";
 }
 
 void RendezvousStore::Set(const std::string& key, const std::string& value) {
   std::vector<std::function<void(Status)>> ready;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     kv_[key] = value;
     for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (Ready(*it)) {
+      if (FirstMissing(it->keys).empty()) {
         ready.push_back(std::move(it->done));
         it = waiters_.erase(it);
       } else {
@@ -25,21 +27,20 @@ void RendezvousStore::Set(const std::string& key, const std::string& value) {
 }
 
 std::optional<std::string> RendezvousStore::Get(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = kv_.find(key);
   if (it == kv_.end()) return std::nullopt;
   return it->second;
 }
 
-void RendezvousStore::Wait(const std::vector<std::string>& keys, double deadline, std::function<void(Status)> done) {
+void RendezvousStore::Wait(const std::vector<std::string>& keys, double deadline,
+                           std::function<void(Status)> done) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    Waiter w{keys, deadline, std::move(done)};
-    if (!Ready(w)) {
-      waiters_.push_back(std::move(w));
+    absl::MutexLock lock(&mu_);
+    if (!FirstMissing(keys).empty()) {
+      waiters_.push_back({keys, deadline, std::move(done)});
       return;
     }
-    done = std::move(w.done);
   }
   done(OkStatus());
 }
@@ -47,29 +48,38 @@ void RendezvousStore::Wait(const std::vector<std::string>& keys, double deadline
 void RendezvousStore::Expire(double now) {
   std::vector<std::pair<std::function<void(Status)>, std::string>> expired;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       if (it->deadline <= now) {
-        std::string missing;
-        for (const auto& k : it->keys) if (!kv_.count(k)) { missing = k; break; }
-        expired.emplace_back(std::move(it->done), missing);
+        expired.emplace_back(std::move(it->done), FirstMissing(it->keys));
         it = waiters_.erase(it);
       } else {
         ++it;
       }
     }
   }
-  for (auto& [d, key] : expired) d(DeadlineExceededError("rendezvous: key " + key + " was not set in time (is every rank up?)"));
+  for (auto& [done, key] : expired) {
+    done(DeadlineExceededError("rendezvous: key " + key +
+                               " was not set in time (is every rank up?)"));
+  }
 }
 
 void RendezvousStore::ErasePrefix(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) it = kv_.erase(it);
+  absl::MutexLock lock(&mu_);
+  for (auto it = kv_.lower_bound(prefix);
+       it != kv_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+    it = kv_.erase(it);
+  }
 }
 
 size_t RendezvousStore::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return kv_.size();
+}
+
+size_t RendezvousStore::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return waiters_.size();
 }
 
 }  // namespace moe::controller

@@ -1,29 +1,37 @@
 // The key-value store the ranks of an attempt rendezvous through (Gloo addresses, NCCL unique ids).
 // In memory: an attempt that outlives a controller restart has already rendezvoused. Waits are
 // callbacks, so a waiting RPC holds no thread.
+//
+// Threads: gRPC's callback threads call Set, Get and Wait (RendezvousSet/Get/Wait); the Controller
+// calls Expire (from Tick) and ErasePrefix (when an attempt ends), under its own mutex. A Wait's
+// callback runs on the thread that fulfils or expires it, after the store's lock is released, so it
+// may call back into the store.
 #pragma once
 
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status.h"
 
 namespace moe::controller {
 
 class RendezvousStore {
  public:
-  void Set(const std::string& key, const std::string& value);
-  std::optional<std::string> Get(const std::string& key) const;
+  void Set(const std::string& key, const std::string& value) ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<std::string> Get(const std::string& key) const ABSL_LOCKS_EXCLUDED(mu_);
   // Calls done exactly once: OK when every key exists, DEADLINE_EXCEEDED at `deadline` (monotonic
-  // seconds, checked by Expire).
-  void Wait(const std::vector<std::string>& keys, double deadline, std::function<void(Status)> done);
-  void Expire(double now);
-  void ErasePrefix(const std::string& prefix);
-  size_t size() const;
+  // seconds of the controller's Clock, checked by Expire).
+  void Wait(const std::vector<std::string>& keys, double deadline, std::function<void(Status)> done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Expire(double now) ABSL_LOCKS_EXCLUDED(mu_);
+  void ErasePrefix(const std::string& prefix) ABSL_LOCKS_EXCLUDED(mu_);
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t waiting() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Waiter {
@@ -31,10 +39,13 @@ class RendezvousStore {
     double deadline;
     std::function<void(Status)> done;
   };
-  bool Ready(const Waiter& w) const;
-  mutable std::mutex mu_;
-  std::map<std::string, std::string> kv_;
-  std::vector<Waiter> waiters_;
+  // The first of `keys` not set yet; empty when all are.
+  std::string FirstMissing(const std::vector<std::string>& keys) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace moe::controller

@@ -4,17 +4,19 @@
 #include <sqlite3.h>
 
 #include "common/file_util.h"
+#include "common/log.h"
 
 namespace moe::controller {
 namespace {
 
 sqlite3* Db(void* p) { return static_cast<sqlite3*>(p); }
 
-std::string ToJson(const google::protobuf::Message& m) {
+StatusOr<std::string> ToJson(const google::protobuf::Message& m) {
   std::string out;
   google::protobuf::util::JsonPrintOptions o;
   o.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  auto st = google::protobuf::util::MessageToJsonString(m, &out, o);
+  if (!st.ok()) return InternalError("cannot write a " + m.GetTypeName() + " as JSON: " + std::string(st.message()));
   return out;
 }
 
@@ -77,7 +79,7 @@ Status SqliteStateStore::Exec(const std::string& sql) {
 Status SqliteStateStore::PutJob(const moe::v1::Job& job) {
   moe::v1::Job copy = job;
   copy.clear_events();
-  const std::string json = ToJson(copy);
+  MOE_ASSIGN_OR_RETURN(const std::string json, ToJson(copy));
   Stmt s(Db(db_), "INSERT OR REPLACE INTO jobs (id, created_at, record) VALUES (?, ?, ?)");
   if (!s.ok()) return s.Error("prepare");
   sqlite3_bind_text(s.get(), 1, job.id().c_str(), -1, SQLITE_TRANSIENT);
@@ -88,7 +90,7 @@ Status SqliteStateStore::PutJob(const moe::v1::Job& job) {
 }
 
 Status SqliteStateStore::AppendEvent(const moe::v1::JobEvent& event) {
-  const std::string json = ToJson(event);
+  MOE_ASSIGN_OR_RETURN(const std::string json, ToJson(event));
   Stmt s(Db(db_), "INSERT OR REPLACE INTO events (job_id, seq, record) VALUES (?, ?, ?)");
   if (!s.ok()) return s.Error("prepare");
   sqlite3_bind_text(s.get(), 1, event.job_id().c_str(), -1, SQLITE_TRANSIENT);
@@ -96,6 +98,18 @@ Status SqliteStateStore::AppendEvent(const moe::v1::JobEvent& event) {
   sqlite3_bind_text(s.get(), 3, json.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(s.get()) != SQLITE_DONE) return s.Error("store event of " + event.job_id());
   return OkStatus();
+}
+
+Status SqliteStateStore::PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) {
+  MOE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status st = PutJob(job);
+  if (st.ok()) st = AppendEvent(event);
+  if (st.ok()) st = Exec("COMMIT");
+  // Neither write may stay. SQLite has already rolled back after some errors (autocommit is on again).
+  if (!st.ok() && sqlite3_get_autocommit(Db(db_)) == 0) {
+    if (Status rb = Exec("ROLLBACK"); !rb.ok()) MOE_LOG(ERROR) << "rolling back a failed write: " << rb;
+  }
+  return st;
 }
 
 StatusOr<std::vector<moe::v1::Job>> SqliteStateStore::LoadJobs() {
@@ -134,6 +148,10 @@ Status MemoryStateStore::PutJob(const moe::v1::Job& job) {
 Status MemoryStateStore::AppendEvent(const moe::v1::JobEvent& event) {
   events_.push_back(event);
   return OkStatus();
+}
+Status MemoryStateStore::PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) {
+  MOE_RETURN_IF_ERROR(PutJob(job));
+  return AppendEvent(event);
 }
 StatusOr<std::vector<moe::v1::Job>> MemoryStateStore::LoadJobs() { return jobs_; }
 StatusOr<std::vector<moe::v1::JobEvent>> MemoryStateStore::LoadEvents(const std::string& job_id) {

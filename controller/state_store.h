@@ -18,6 +18,8 @@ class StateStore {
   // Inserts or replaces the job (without its events).
   virtual Status PutJob(const moe::v1::Job& job) = 0;
   virtual Status AppendEvent(const moe::v1::JobEvent& event) = 0;
+  // A transition: the job's new record and the event that explains it, both stored or neither.
+  virtual Status PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) = 0;
   virtual StatusOr<std::vector<moe::v1::Job>> LoadJobs() = 0;
   virtual StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) = 0;
 };
@@ -29,6 +31,7 @@ class SqliteStateStore final : public StateStore {
   ~SqliteStateStore() override;
   Status PutJob(const moe::v1::Job& job) override;
   Status AppendEvent(const moe::v1::JobEvent& event) override;
+  Status PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) override;
   StatusOr<std::vector<moe::v1::Job>> LoadJobs() override;
   StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) override;
 
@@ -43,6 +46,7 @@ class MemoryStateStore final : public StateStore {
  public:
   Status PutJob(const moe::v1::Job& job) override;
   Status AppendEvent(const moe::v1::JobEvent& event) override;
+  Status PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) override;
   StatusOr<std::vector<moe::v1::Job>> LoadJobs() override;
   StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) override;
 

@@ -69,7 +69,7 @@ void WorkerAgent::Registration(moe::v1::Register* r) {
   r->set_node(o_.node);
   r->set_device(o_.device);
   r->set_address(o_.address);
-  r->set_version("0.1.0");
+  r->set_version(MOE_VERSION);
   r->set_cpu_cores(static_cast<int>(std::thread::hardware_concurrency()));
   // The machine: its machine-id and host name (containers from one image may share a machine-id,
   // not a host name); workers started with different --node on one host still share its cores.

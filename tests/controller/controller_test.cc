@@ -1,11 +1,13 @@
 // The controller's logic with a fake clock and fake worker streams: the job state machine, placement,
-// failures and restarts, cancellation, priorities, and recovery after a controller restart.
+// failures and restarts, cancellation, priorities, recovery after a controller restart, and what
+// happens while the store refuses writes.
 #include "controller/controller.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
 #include "common/job_spec_proto.h"
+#include "tests/controller/flaky_store.h"
 
 namespace moe::controller {
 namespace {
@@ -46,7 +48,7 @@ class ControllerTest : public ::testing::Test {
   ControllerTest() { Make(); }
   void Make() {
     metrics_ = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(), clock_, StragglerOptions{0.3, 3}, 60, "test");
-    controller_ = std::make_unique<Controller>(store_, clock_, *metrics_, options_);
+    controller_ = std::make_unique<Controller>(store_, clock_, *metrics_, config_);
     ASSERT_TRUE(controller_->Recover().ok());
   }
   FakeChannel* AddWorker(const std::string& name, const std::string& rack, const std::string& node,
@@ -106,9 +108,15 @@ class ControllerTest : public ::testing::Test {
     return out;
   }
 
+  int EventCount(const std::string& id, const std::string& type) {
+    int n = 0;
+    for (const auto& t : EventTypes(id)) n += t == type ? 1 : 0;
+    return n;
+  }
+
   FakeClock clock_;
-  MemoryStateStore store_;
-  ControllerOptions options_;
+  FlakyStateStore store_;
+  ControllerConfig config_;
   std::unique_ptr<MetricsAggregator> metrics_;
   std::unique_ptr<Controller> controller_;
   std::map<std::string, std::unique_ptr<FakeChannel>> channels_;
@@ -290,11 +298,81 @@ TEST_F(ControllerTest, StragglerIsFlaggedAfterTheWindow) {
   EXPECT_TRUE(event);
 }
 
+TEST_F(ControllerTest, ARequestTheStoreRefusesFailsAndChangesNothing) {
+  auto* a = AddWorker("a", "r0", "n0");
+  store_.fail_writes = true;
+  auto refused = controller_->Submit(SpecToProto(Spec("j", 1, 1)));
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status();
+  EXPECT_TRUE(controller_->List({}).empty()) << "an unstored job was never acknowledged";
+  EXPECT_TRUE(a->Assignments().empty());
+  store_.fail_writes = false;
+  auto job = Submit(Spec("j", 1, 1));
+  store_.fail_writes = true;
+  EXPECT_EQ(controller_->Cancel(job.id()).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(a->Cancels(), 0) << "no rank hears of a cancel that was not stored";
+  store_.fail_writes = false;
+  ASSERT_TRUE(controller_->Cancel(job.id()).ok());
+  EXPECT_EQ(a->Cancels(), 1);
+}
+
+TEST_F(ControllerTest, APlacementTheStoreRefusesWaitsInTheQueueForTheNextTick) {
+  auto* a = AddWorker("a", "r0", "n0");
+  ASSERT_TRUE(controller_->SetDrained("a", true).ok());
+  auto job = Submit(Spec("j", 1, 1));
+  store_.fail_writes = true;
+  ASSERT_TRUE(controller_->SetDrained("a", false).ok());
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::PENDING);
+  EXPECT_TRUE(a->Assignments().empty()) << "no worker hears of an unstored placement";
+  EXPECT_EQ(controller_->Workers()[0].state(), moe::v1::IDLE);
+  store_.fail_writes = false;
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED);
+  ASSERT_EQ(a->Assignments().size(), 1u);
+  EXPECT_EQ(a->Assignments()[0].attempt(), 1);
+}
+
+TEST_F(ControllerTest, AFailureTheStoreRefusesStopsTheRanksAtOnceAndIsRecordedLater) {
+  auto* a = AddWorker("a", "r0", "n0");
+  AddWorker("b", "r0", "n1");
+  auto job = Submit(Spec("j", 2, 2));
+  store_.fail_writes = true;
+  controller_->Disconnected("b", channels_["b"].get());
+  EXPECT_EQ(a->Cancels(), 1) << "the surviving rank stops whether or not the failure is stored";
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED) << "memory follows the store";
+  store_.fail_writes = false;
+  controller_->Tick();
+  auto j = *controller_->Get(job.id(), false);
+  EXPECT_EQ(j.state(), moe::v1::RESTARTING);
+  EXPECT_EQ(j.restarts(), 1);
+  EXPECT_EQ(EventCount(job.id(), "AttemptFailed"), 1);
+  controller_->Tick();
+  EXPECT_EQ(EventCount(job.id(), "AttemptFailed"), 1) << "recorded once";
+  EXPECT_EQ(controller_->Get(job.id(), false)->restarts(), 1);
+}
+
+TEST_F(ControllerTest, ASuccessTheStoreRefusesIsRecordedByALaterTick) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("j", 1, 1));
+  store_.fail_writes = true;
+  Finish("a", a->Assignments()[0], true);
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(controller_->Workers()[0].state(), moe::v1::IDLE) << "the worker is free either way";
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED);
+  store_.fail_writes = false;
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::SUCCEEDED);
+  EXPECT_EQ(EventCount(job.id(), "Succeeded"), 1);
+}
+
 TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhenTheyDoNot) {
   FakeClock clock;
   MemoryStateStore store;
   auto metrics = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(), clock, StragglerOptions{}, 60, "t");
-  ControllerOptions opt;
+  ControllerConfig opt;
   std::string id1, id2;
   moe::v1::Assignment a1, a2;
   {

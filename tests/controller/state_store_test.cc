@@ -1,10 +1,10 @@
 #include "controller/state_store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include "common/file_util.h"
-#include "controller/job_manager.h"
 
 namespace moe::controller {
 namespace {
@@ -52,23 +52,38 @@ TEST(SqliteStateStore, UnwritableDirectoryIsAClearError) {
   ASSERT_FALSE(store.ok());
 }
 
-TEST(JobStateMachine, OnlyTheDesignedTransitions) {
-  using namespace moe::v1;
-  EXPECT_TRUE(ValidTransition(PENDING, SCHEDULED));
-  EXPECT_TRUE(ValidTransition(SCHEDULED, RUNNING));
-  EXPECT_TRUE(ValidTransition(RUNNING, RESTARTING));
-  EXPECT_TRUE(ValidTransition(RESTARTING, SCHEDULED));
-  EXPECT_TRUE(ValidTransition(RUNNING, SUCCEEDED));
-  EXPECT_TRUE(ValidTransition(RUNNING, CANCELLED));
-  EXPECT_TRUE(ValidTransition(RESTARTING, FAILED));
-  EXPECT_FALSE(ValidTransition(PENDING, RUNNING));
-  EXPECT_FALSE(ValidTransition(PENDING, SUCCEEDED));
-  EXPECT_FALSE(ValidTransition(RESTARTING, RUNNING));
-  for (JobState t : {SUCCEEDED, FAILED, CANCELLED}) {
-    for (JobState to : {PENDING, SCHEDULED, RUNNING, RESTARTING, SUCCEEDED, FAILED, CANCELLED}) {
-      EXPECT_FALSE(ValidTransition(t, to)) << JobState_Name(t) << " is terminal";
-    }
-  }
+TEST(SqliteStateStore, AJobAndItsEventAreStoredTogetherOrNotAtAll) {
+  const std::string dir = "/tmp/moe-store-atomic-test-" + std::to_string(::getpid());
+  ASSERT_TRUE(RemoveAll(dir).ok());
+  auto store = SqliteStateStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  moe::v1::Job j;
+  j.set_id("job-1");
+  j.set_state(moe::v1::PENDING);
+  moe::v1::JobEvent e;
+  e.set_job_id("job-1");
+  e.set_seq(1);
+  e.set_type("Submitted");
+  ASSERT_TRUE((*store)->PutJobWithEvent(j, e).ok());
+  ASSERT_EQ((*store)->LoadEvents("job-1")->size(), 1u);
+  // Break the events table behind the store's back: the event's insert fails after the job's.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/controller.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE events RENAME TO events_gone", nullptr, nullptr, nullptr), SQLITE_OK);
+  j.set_state(moe::v1::SCHEDULED);
+  e.set_seq(2);
+  const Status st = (*store)->PutJobWithEvent(j, e);
+  EXPECT_FALSE(st.ok());
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE events_gone RENAME TO events", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_EQ((*store)->LoadJobs()->at(0).state(), moe::v1::PENDING) << "the job's write was rolled back with the event's";
+  EXPECT_EQ((*store)->LoadEvents("job-1")->size(), 1u);
+  // And the connection is usable again (no transaction left open).
+  ASSERT_TRUE((*store)->PutJobWithEvent(j, e).ok());
+  EXPECT_EQ((*store)->LoadJobs()->at(0).state(), moe::v1::SCHEDULED);
+  EXPECT_EQ((*store)->LoadEvents("job-1")->size(), 2u);
+  store->reset();
+  EXPECT_TRUE(RemoveAll(dir).ok());
 }
 
 }  // namespace

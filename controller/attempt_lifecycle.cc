@@ -1,0 +1,227 @@
+// The attempt lifecycle: a queued job is placed (Schedule, StartAttempt), its ranks run, and the
+// attempt ends when every rank has finished (SettleAttempt): SUCCEEDED when all did well, else the
+// recorded failure decides (RESTARTING, then placed again, or FAILED). A failure (a rank's, a lost
+// worker's) stops the other ranks at once, whether or not the store takes its record yet.
+#include <set>
+
+#include "common/job_spec_proto.h"
+#include "common/log.h"
+#include "controller/controller.h"
+#include "controller/controller_internal.h"
+
+namespace moe::controller {
+
+using moe::v1::JobState;
+
+void Controller::Schedule() {
+  if (!schedule_needed_) return;
+  schedule_needed_ = false;
+  const double t0 = clock_.Monotonic();
+  std::vector<QueuedJob> queue;
+  for (JobEntry* e : jobs_.All()) {
+    // A restarting job waits until its previous attempt's ranks have stopped.
+    if (IsQueued(e->job.state()) && !e->attempt) {
+      queue.push_back({e->job.id(), e->spec.priority, e->job.created_at()});
+    }
+  }
+  std::vector<Slot> free = workers_.FreeSlots();
+  for (const QueuedJob& q : QueueOrder(queue)) {
+    JobEntry* e = jobs_.Find(q.id);
+    PlacementRequest req = internal::RequestFor(e->spec);
+    req.previous = internal::SlotsOf(e->job);
+    auto placed = Place(req, free);
+    if (!placed.ok()) continue;  // a smaller job further down may fit now
+    if (Status st = StartAttempt(*e, *placed); !st.ok()) {
+      MOE_LOG(WARNING) << "job " << q.id << " not started: " << st
+                       << " (it stays queued; the next tick tries again)";
+      schedule_needed_ = true;
+      continue;
+    }
+    std::set<std::string> used;
+    for (const auto& s : *placed) used.insert(s.worker);
+    std::erase_if(free, [&](const Slot& s) { return used.count(s.worker) > 0; });
+  }
+  metrics_.ObserveSchedulerDecision(clock_.Monotonic() - t0);
+}
+
+Status Controller::StartAttempt(JobEntry& e, const std::vector<Slot>& slots) {
+  const int number = e.job.attempt() + 1;
+  const std::string what =
+      "attempt " + std::to_string(number) + ": " + internal::RackSummary(slots);
+  // Stored before any worker hears of it: a refused record leaves the job queued.
+  MOE_RETURN_IF_ERROR(
+      jobs_.Transition(e, moe::v1::SCHEDULED, "Scheduled", what, [&](moe::v1::Job& job) {
+        job.set_attempt(number);
+        internal::SetPlacement(job, slots);
+      }));
+  e.attempt = std::make_unique<Attempt>();
+  e.attempt->number = number;
+  e.attempt->slots = slots;
+  e.attempt->ranks.assign(slots.size(), RankStatus{});
+  for (size_t r = 0; r < slots.size(); ++r) {
+    workers_.Assign(slots[r].worker, e.job.id(), number, static_cast<int>(r));
+  }
+  SendAssignments(e);
+  return OkStatus();
+}
+
+void Controller::SendAssignments(const JobEntry& e) {
+  const Attempt& a = *e.attempt;
+  const std::string spec_json = SpecToJson(e.spec);
+  for (size_t r = 0; r < a.slots.size(); ++r) {
+    WorkerEntry* w = workers_.Find(a.slots[r].worker);
+    if (w == nullptr || w->channel == nullptr) continue;  // placed on free slots: connected ones
+    moe::v1::ControllerMessage m;
+    auto* asg = m.mutable_assign();
+    asg->set_job_id(e.job.id());
+    asg->set_attempt(a.number);
+    asg->set_rank(static_cast<int>(r));
+    asg->set_world_size(static_cast<int>(a.slots.size()));
+    asg->set_spec_json(spec_json);
+    asg->set_rendezvous_prefix(internal::RendezvousPrefix(e.job.id(), a.number));
+    asg->set_checkpoint_dir(e.spec.checkpoint.dir);
+    asg->set_resume(true);
+    asg->set_cpu_threads(workers_.CpuThreadsFor(a.slots[r].worker));
+    w->channel->Send(m);
+  }
+}
+
+void Controller::FailAttempt(JobEntry& e, const std::string& reason, bool permanent) {
+  if (!e.attempt || e.attempt->ending) return;  // already failing, or cancelled
+  e.attempt->failure = AttemptFailure{reason, permanent, /*event_stored=*/false};
+  StopRanks(e, reason);  // no rank waits forever in a collective
+  SettleOrRetry(e);
+  schedule_needed_ = true;
+}
+
+void Controller::StopRanks(JobEntry& e, const std::string& reason) {
+  Attempt& a = *e.attempt;
+  a.ending = true;
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    if (a.ranks[r].finished) continue;
+    const std::string& name = a.slots[r].worker;
+    WorkerEntry* w = workers_.Find(name);
+    if (w == nullptr || w->lost || w->channel == nullptr) {
+      // Nobody to tell: the rank is gone with its worker.
+      a.ranks[r].finished = true;
+      if (w != nullptr && w->job_id == e.job.id()) workers_.Release(name);
+      continue;
+    }
+    w->channel->Send(internal::CancelMessage(e.job.id(), a.number, reason));
+  }
+}
+
+void Controller::HandleFinished(const std::string& worker, const moe::v1::RankFinished& f) {
+  WorkerEntry* w = workers_.Find(worker);
+  if (w != nullptr && w->job_id == f.job_id() && w->attempt == f.attempt()) {
+    workers_.Release(worker);
+  }
+  schedule_needed_ = true;
+  JobEntry* e = AttemptOf(f.job_id(), f.attempt(), f.rank());
+  if (e != nullptr) RankFinished(*e, f.rank(), f);
+  Schedule();  // the freed worker (or a restart) may let a queued job go now
+}
+
+void Controller::RankFinished(JobEntry& e, int rank, const moe::v1::RankFinished& f) {
+  RankStatus& rs = e.attempt->ranks[static_cast<size_t>(rank)];
+  if (rs.finished) return;
+  rs.finished = true;
+  rs.ok = f.ok();
+  if (!f.ok()) {
+    const std::string why =
+        f.message().empty() ? "exited with code " + std::to_string(f.exit_code()) : f.message();
+    // The class comes from the rank's final record (common/rank_end.h): a permanent failure (a bad
+    // spec, a checkpoint of another layout, no such device) would fail the same way after a restart.
+    const bool permanent = f.failure_class() == moe::v1::FAILURE_PERMANENT;
+    const std::string where = "rank " + std::to_string(rank) + " on worker " +
+                              e.attempt->slots[static_cast<size_t>(rank)].worker;
+    if (!IsTerminal(e.job.state())) FailAttempt(e, where + " failed: " + why, permanent);
+  }
+  SettleOrRetry(e);  // ends the attempt when this was its last rank
+}
+
+void Controller::WorkerLost(const std::string& name, const std::string& why) {
+  const WorkerEntry* w = workers_.Find(name);
+  if (w == nullptr) return;
+  MOE_LOG(WARNING) << "worker " << name << " lost: " << why;
+  if (!w->busy()) return;
+  RankLost(name, "worker " + name + " (rank " + std::to_string(w->rank) + ", rack " +
+                     w->info.rack() + ") lost: " + why);
+}
+
+void Controller::RankLost(const std::string& worker, const std::string& why) {
+  WorkerEntry* w = workers_.Find(worker);
+  if (w == nullptr || !w->busy()) return;
+  const std::string job = w->job_id;
+  const int attempt = w->attempt, rank = w->rank;
+  workers_.Release(worker);
+  schedule_needed_ = true;
+  JobEntry* e = AttemptOf(job, attempt, rank);
+  if (e == nullptr) return;
+  RankStatus& rs = e->attempt->ranks[static_cast<size_t>(rank)];
+  rs.finished = true;
+  rs.ok = false;
+  FailAttempt(*e, why);  // nothing more when the attempt was already ending
+  SettleOrRetry(*e);     // ends it when this was its last rank
+}
+
+Status Controller::SettleAttempt(JobEntry& e) {
+  Attempt& a = *e.attempt;
+  const JobState state = e.job.state();
+  const bool running = state == moe::v1::SCHEDULED || state == moe::v1::RUNNING;
+  if (a.failure && running) MOE_RETURN_IF_ERROR(RecordFailure(e));  // not recorded yet
+  if (a.live_ranks() > 0) return OkStatus();
+  bool all_ok = !a.failure;
+  for (const auto& r : a.ranks) all_ok = all_ok && r.ok;
+  if (all_ok && running) {
+    MOE_RETURN_IF_ERROR(jobs_.Transition(
+        e, moe::v1::SUCCEEDED, "Succeeded",
+        "all " + std::to_string(e.spec.parallelism.world_size) + " ranks finished"));
+  }
+  rendezvous_.ErasePrefix(internal::RendezvousPrefix(e.job.id(), a.number));
+  e.attempt.reset();
+  schedule_needed_ = true;
+  return OkStatus();
+}
+
+Status Controller::RecordFailure(JobEntry& e) {
+  AttemptFailure& f = *e.attempt->failure;
+  if (!f.event_stored) {
+    MOE_RETURN_IF_ERROR(jobs_.Event(
+        e, "AttemptFailed", "attempt " + std::to_string(e.attempt->number) + ": " + f.reason));
+    f.event_stored = true;
+  }
+  if (f.permanent) {
+    return jobs_.Transition(e, moe::v1::FAILED, "Failed",
+                            f.reason + " (not retried: the job cannot run as specified)");
+  }
+  const int restarts = e.job.restarts();
+  if (restarts < e.spec.max_restarts) {
+    return jobs_.Transition(e, moe::v1::RESTARTING, "Restarting",
+                            "restart " + std::to_string(restarts + 1) + " of " +
+                                std::to_string(e.spec.max_restarts) +
+                                " from the latest complete checkpoint (" + f.reason + ")",
+                            [&](moe::v1::Job& job) { job.set_restarts(restarts + 1); });
+  }
+  return jobs_.Transition(e, moe::v1::FAILED, "Failed",
+                          f.reason + " (after " + std::to_string(restarts) +
+                              " restart(s); max_restarts is " +
+                              std::to_string(e.spec.max_restarts) + ")");
+}
+
+void Controller::SettleOrRetry(JobEntry& e) {
+  if (!e.attempt) return;
+  if (Status st = SettleAttempt(e); !st.ok()) {
+    MOE_LOG(WARNING) << "job " << e.job.id() << ": the end of attempt " << e.attempt->number
+                     << " is not stored yet: " << st << " (retried at the next tick)";
+  }
+}
+
+JobEntry* Controller::AttemptOf(const std::string& job_id, int attempt, int rank) {
+  JobEntry* e = jobs_.Find(job_id);
+  if (e == nullptr || !e->attempt || e->attempt->number != attempt) return nullptr;
+  if (rank < 0 || rank >= static_cast<int>(e->attempt->ranks.size())) return nullptr;
+  return e;
+}
+
+}  // namespace moe::controller

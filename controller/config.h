@@ -1,0 +1,55 @@
+// Every setting of moe-controller with its default, written once. main.cc binds its flags to these
+// members; the managers take the parts they use. Plain data: no gRPC here, so the managers and
+// their tests include it freely.
+#pragma once
+
+#include <string>
+
+namespace moe::controller {
+
+// The gRPC listener.
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";
+  std::string tls_cert, tls_key;  // PEM files: TLS on when both are set
+  std::string tls_client_ca;      // PEM: also require and verify client certificates (mTLS)
+  int max_message_bytes = 16 << 20;
+};
+
+// A rank whose compute time stays above the job's median by more than `margin` for `window`
+// consecutive steps is a straggler (see metrics_aggregator.h).
+struct StragglerOptions {
+  double margin = 0.3;
+  int window = 5;
+};
+
+struct ControllerConfig {
+  // Serving.
+  ServerOptions server;
+  std::string metrics_listen = "127.0.0.1:9400";  // Prometheus /metrics
+  std::string tokens_file;                        // bearer tokens; empty: no authentication
+  bool allow_insecure_remote = false;             // listen beyond loopback without tokens
+  std::string log_level = "info";
+
+  // State.
+  std::string state_dir;  // SQLite database (required by moe-controller)
+  std::string
+      checkpoint_root;  // checkpoints of jobs that name no directory: <root>/<job id>; see Resolve
+
+  // Workers and attempts.
+  double lease_seconds = 5.0;      // a worker silent for this long is lost
+  double heartbeat_seconds = 1.0;  // what workers are told to send
+  double reconnect_grace_seconds =
+      10.0;  // after a restart, how long running ranks get to report back
+
+  // Metrics.
+  double metrics_retention_seconds = 600;  // series of finished jobs stay this long on /metrics
+  StragglerOptions straggler;
+
+  // Defaults derived from other settings: the checkpoint root is <state_dir>/checkpoints unless
+  // set.
+  void Resolve() {
+    if (checkpoint_root.empty() && !state_dir.empty()) checkpoint_root = state_dir + "/checkpoints";
+  }
+};
+
+}  // namespace moe::controller

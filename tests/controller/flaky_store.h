@@ -1,0 +1,39 @@
+// A StateStore in memory whose writes fail on demand (UNAVAILABLE, as a full disk or a lost volume
+// would), to show that a refused write leaves the controller's memory as it was.
+#pragma once
+
+#include "controller/state_store.h"
+
+namespace moe::controller {
+
+class FlakyStateStore final : public StateStore {
+ public:
+  bool fail_writes = false;
+  int refused = 0;  // writes refused so far
+
+  Status PutJob(const moe::v1::Job& job) override {
+    if (fail_writes) return Refuse();
+    return memory_.PutJob(job);
+  }
+  Status AppendEvent(const moe::v1::JobEvent& event) override {
+    if (fail_writes) return Refuse();
+    return memory_.AppendEvent(event);
+  }
+  Status PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) override {
+    if (fail_writes) return Refuse();
+    return memory_.PutJobWithEvent(job, event);
+  }
+  StatusOr<std::vector<moe::v1::Job>> LoadJobs() override { return memory_.LoadJobs(); }
+  StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) override {
+    return memory_.LoadEvents(job_id);
+  }
+
+ private:
+  Status Refuse() {
+    ++refused;
+    return UnavailableError("state store: disk full (test)");
+  }
+  MemoryStateStore memory_;
+};
+
+}  // namespace moe::controller

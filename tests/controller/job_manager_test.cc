@@ -1,0 +1,284 @@
+// JobManager on its own: the state machine, numbered events, the store-then-apply-then-notify path
+// (a refused write changes nothing and tells no one), metrics' rate-limited storing, loading, and
+// the JobWatchers that subscribe to it.
+#include "controller/job_manager.h"
+
+#include <gtest/gtest.h>
+
+#include "common/job_spec_proto.h"
+#include "controller/job_watchers.h"
+#include "tests/controller/flaky_store.h"
+
+namespace moe::controller {
+namespace {
+
+using moe::v1::JobState;
+
+JobSpec Spec(const std::string& name) {
+  JobSpec s;
+  s.name = name;
+  s.model = *ModelPreset("tiny");
+  s.parallelism.world_size = 2;
+  s.parallelism.expert_parallel = 2;
+  s.data.path = "data/fortunes";
+  s.data.micro_batch_size = 1;
+  s.data.global_batch_size = 2;
+  s.checkpoint.dir = "/tmp/ckpt-" + name;
+  return s;
+}
+
+// Writes down every call, in order.
+class Recorder final : public JobListener {
+ public:
+  void OnJobStateChanged(const moe::v1::Job& job, JobState from) override {
+    calls.push_back("state " + job.id() + " " + moe::v1::JobState_Name(from) + "->" +
+                    moe::v1::JobState_Name(job.state()));
+  }
+  void OnJobEventRecorded(const moe::v1::Job& job, const moe::v1::JobEvent& ev) override {
+    calls.push_back("event " + job.id() + " #" + std::to_string(ev.seq()) + " " + ev.type());
+  }
+  void OnJobMetrics(const moe::v1::Job& job, const moe::v1::StepMetrics& m) override {
+    calls.push_back("metrics " + job.id() + " step " + std::to_string(m.step()));
+  }
+  std::vector<std::string> calls;
+};
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  JobManagerTest() {
+    jobs_.AddListener(&recorder_);
+    jobs_.AddListener(&watchers_);
+  }
+  JobEntry* NewJob(const std::string& name = "j") {
+    const JobSpec spec = Spec(name);
+    auto e = jobs_.Create(jobs_.NewId(name), SpecToProto(spec), spec);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? *e : nullptr;
+  }
+  std::vector<moe::v1::JobEvent> Stored(const std::string& id) { return *store_.LoadEvents(id); }
+  static Status ToScheduled(JobManager& jobs, JobEntry& e) {
+    return jobs.Transition(e, moe::v1::SCHEDULED, "Scheduled", "attempt 1", [](moe::v1::Job& j) {
+      j.set_attempt(1);
+      j.add_placement()->set_worker("w0");
+    });
+  }
+
+  FakeClock clock_;
+  FlakyStateStore store_;
+  JobManager jobs_{store_, clock_};
+  Recorder recorder_;
+  JobWatchers watchers_;
+};
+
+TEST(JobStateMachine, TransitionsFollowTheLifecycle) {
+  using namespace moe::v1;
+  EXPECT_TRUE(ValidTransition(PENDING, SCHEDULED));
+  EXPECT_TRUE(ValidTransition(PENDING, CANCELLED));
+  EXPECT_TRUE(ValidTransition(SCHEDULED, RUNNING));
+  EXPECT_TRUE(ValidTransition(SCHEDULED, SUCCEEDED))
+      << "a short job may end before its first step report";
+  EXPECT_TRUE(ValidTransition(RUNNING, RESTARTING));
+  EXPECT_TRUE(ValidTransition(RUNNING, SUCCEEDED));
+  EXPECT_TRUE(ValidTransition(RUNNING, CANCELLED));
+  EXPECT_TRUE(ValidTransition(RESTARTING, SCHEDULED));
+  EXPECT_TRUE(ValidTransition(RESTARTING, FAILED));
+  EXPECT_FALSE(ValidTransition(PENDING, RUNNING)) << "placed before running";
+  EXPECT_FALSE(ValidTransition(PENDING, RESTARTING));
+  EXPECT_FALSE(ValidTransition(PENDING, SUCCEEDED));
+  EXPECT_FALSE(ValidTransition(RESTARTING, RUNNING)) << "a restart is placed again first";
+  EXPECT_FALSE(ValidTransition(RUNNING, RUNNING));
+  for (JobState end : {SUCCEEDED, FAILED, CANCELLED}) {
+    EXPECT_TRUE(IsTerminal(end));
+    EXPECT_FALSE(IsQueued(end));
+    for (JobState to : {PENDING, SCHEDULED, RUNNING, RESTARTING, SUCCEEDED, FAILED, CANCELLED}) {
+      EXPECT_FALSE(ValidTransition(end, to)) << JobState_Name(end) << " -> " << JobState_Name(to);
+    }
+  }
+  EXPECT_TRUE(IsQueued(PENDING));
+  EXPECT_TRUE(IsQueued(RESTARTING));
+  EXPECT_FALSE(IsQueued(RUNNING));
+}
+
+TEST_F(JobManagerTest, CreateStoresAPendingJobWithItsSubmittedEvent) {
+  JobEntry* e = NewJob("tiny");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->job.id().rfind("tiny-", 0), 0u) << e->job.id();
+  EXPECT_EQ(e->job.state(), moe::v1::PENDING);
+  EXPECT_EQ(e->job.created_at(), clock_.Now());
+  EXPECT_EQ(jobs_.Find(e->job.id()), e);
+  ASSERT_EQ(store_.LoadJobs()->size(), 1u);
+  const auto events = Stored(e->job.id());
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].seq(), 1);
+  EXPECT_EQ(events[0].type(), "Submitted");
+  EXPECT_NE(events[0].message().find("2 ranks (EP 2"), std::string::npos) << events[0].message();
+  const std::string id = e->job.id();
+  EXPECT_EQ(recorder_.calls,
+            (std::vector<std::string>{"event " + id + " #1 Submitted",
+                                      "state " + id + " JOB_STATE_UNSPECIFIED->PENDING"}));
+  EXPECT_EQ(jobs_.CountQueued(), 1u);
+  EXPECT_EQ(jobs_.Create(id, SpecToProto(Spec("tiny")), Spec("tiny")).status().code(),
+            StatusCode::kAlreadyExists);
+}
+
+TEST_F(JobManagerTest, TransitionsStoreNumberedEventsThenTellListenersEventFirst) {
+  JobEntry* e = NewJob();
+  const std::string id = e->job.id();
+  recorder_.calls.clear();
+  clock_.Advance(2);
+  ASSERT_TRUE(ToScheduled(jobs_, *e).ok());
+  EXPECT_EQ(e->job.attempt(), 1) << "the edit is part of the new record";
+  EXPECT_EQ(e->job.updated_at(), clock_.Now());
+  ASSERT_TRUE(jobs_.Event(*e, "Note", "no state change").ok());
+  ASSERT_TRUE(jobs_.Transition(*e, moe::v1::RUNNING, "Running", "training").ok());
+  ASSERT_TRUE(jobs_.Transition(*e, moe::v1::SUCCEEDED, "Succeeded", "done").ok());
+  EXPECT_EQ(e->job.message(), "done");
+  const auto events = Stored(id);
+  ASSERT_EQ(events.size(), 5u);
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].seq(), static_cast<int64_t>(i + 1));
+  }
+  EXPECT_EQ(events[1].state(), moe::v1::SCHEDULED) << "an event carries the state it led to";
+  EXPECT_EQ(events[1].attempt(), 1);
+  EXPECT_EQ(events[2].state(), moe::v1::SCHEDULED);
+  EXPECT_EQ(store_.LoadJobs()->at(0).state(), moe::v1::SUCCEEDED)
+      << "the record is stored with the event";
+  EXPECT_EQ(recorder_.calls,
+            (std::vector<std::string>{
+                "event " + id + " #2 Scheduled", "state " + id + " PENDING->SCHEDULED",
+                "event " + id + " #3 Note", "event " + id + " #4 Running",
+                "state " + id + " SCHEDULED->RUNNING", "event " + id + " #5 Succeeded",
+                "state " + id + " RUNNING->SUCCEEDED"}));
+}
+
+TEST_F(JobManagerTest, AnInvalidTransitionIsRefusedAndChangesNothing) {
+  JobEntry* e = NewJob();
+  recorder_.calls.clear();
+  Status st = jobs_.Transition(*e, moe::v1::RUNNING, "Running", "");
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("cannot go from PENDING to RUNNING"), std::string::npos) << st;
+  EXPECT_EQ(e->job.state(), moe::v1::PENDING);
+  EXPECT_EQ(Stored(e->job.id()).size(), 1u);
+  EXPECT_TRUE(recorder_.calls.empty());
+  ASSERT_TRUE(jobs_.Transition(*e, moe::v1::CANCELLED, "Cancelled", "by a user").ok());
+  EXPECT_EQ(jobs_.Transition(*e, moe::v1::FAILED, "Failed", "").code(),
+            StatusCode::kFailedPrecondition)
+      << "an ended job stays ended";
+}
+
+TEST_F(JobManagerTest, ARefusedWriteLeavesMemoryAsItWasAndTellsNoOne) {
+  JobEntry* e = NewJob();
+  const moe::v1::Job before = e->job;
+  recorder_.calls.clear();
+  store_.fail_writes = true;
+  Status st = ToScheduled(jobs_, *e);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
+  EXPECT_EQ(e->job.SerializeAsString(), before.SerializeAsString())
+      << "state, attempt and placement unchanged";
+  EXPECT_EQ(jobs_.Event(*e, "Note", "").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(e->next_event_seq, 2) << "no sequence number is spent on a refused event";
+  EXPECT_TRUE(recorder_.calls.empty());
+  EXPECT_EQ(store_.refused, 2);
+  // A refused submission leaves no job behind.
+  const size_t known = jobs_.All().size();
+  EXPECT_FALSE(jobs_.Create(jobs_.NewId("other"), SpecToProto(Spec("other")), Spec("other")).ok());
+  EXPECT_EQ(jobs_.All().size(), known);
+  // Once the store takes writes again, the same change goes through with the next number.
+  store_.fail_writes = false;
+  ASSERT_TRUE(ToScheduled(jobs_, *e).ok());
+  const auto events = Stored(e->job.id());
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].seq(), 2);
+  EXPECT_EQ(e->job.state(), moe::v1::SCHEDULED);
+}
+
+TEST_F(JobManagerTest, MetricsArePublishedEveryStepAndStoredAtMostEveryFewSeconds) {
+  JobEntry* e = NewJob();
+  const std::string id = e->job.id();
+  recorder_.calls.clear();
+  moe::v1::StepMetrics m;
+  m.set_step(1);
+  ASSERT_TRUE(jobs_.PublishMetrics(*e, m).ok());
+  EXPECT_EQ(e->job.last_metrics().step(), 1);
+  EXPECT_EQ(store_.LoadJobs()->at(0).last_metrics().step(), 0)
+      << "stored at submit, less than 5 s ago";
+  clock_.Advance(JobManager::kMetricsPersistSeconds);
+  m.set_step(2);
+  ASSERT_TRUE(jobs_.PublishMetrics(*e, m).ok());
+  EXPECT_EQ(store_.LoadJobs()->at(0).last_metrics().step(), 2);
+  clock_.Advance(JobManager::kMetricsPersistSeconds);
+  store_.fail_writes = true;
+  m.set_step(3);
+  EXPECT_FALSE(jobs_.PublishMetrics(*e, m).ok());
+  EXPECT_EQ(e->job.last_metrics().step(), 2) << "a refused write changes nothing";
+  EXPECT_EQ(recorder_.calls,
+            (std::vector<std::string>{"metrics " + id + " step 1", "metrics " + id + " step 2"}));
+}
+
+TEST_F(JobManagerTest, LoadAnnouncesEachJobAndContinuesItsEventNumbers) {
+  JobEntry* e = NewJob();
+  const std::string id = e->job.id();
+  ASSERT_TRUE(ToScheduled(jobs_, *e).ok());
+  JobManager restarted(store_, clock_);
+  Recorder recorder;
+  restarted.AddListener(&recorder);
+  ASSERT_TRUE(restarted.Load().ok());
+  JobEntry* loaded = restarted.Find(id);
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(loaded->job.state(), moe::v1::SCHEDULED);
+  EXPECT_EQ(loaded->spec.parallelism.world_size, 2);
+  EXPECT_EQ(recorder.calls,
+            (std::vector<std::string>{"state " + id + " JOB_STATE_UNSPECIFIED->SCHEDULED"}));
+  ASSERT_TRUE(restarted.Event(*loaded, "ControllerRestarted", "").ok());
+  EXPECT_EQ(Stored(id).back().seq(), 3);
+}
+
+TEST_F(JobManagerTest, AWatcherGetsTheSnapshotThePastThenNewEventsAndMetricsThenTheEnd) {
+  JobEntry* e = NewJob();
+  JobEntry* other = NewJob("other");
+  ASSERT_TRUE(ToScheduled(jobs_, *e).ok());
+  std::vector<moe::v1::WatchJobResponse> got;
+  const int64_t sub =
+      watchers_.Watch(e->job, *jobs_.Events(e->job.id()), [&](const auto& r) { got.push_back(r); });
+  EXPECT_NE(sub, 0);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].job().state(), moe::v1::SCHEDULED);
+  EXPECT_EQ(got[1].event().type(), "Submitted");
+  EXPECT_EQ(got[2].event().type(), "Scheduled");
+  ASSERT_TRUE(jobs_.Event(*other, "Elsewhere", "").ok());
+  EXPECT_EQ(got.size(), 3u) << "another job's events are not this stream's";
+  moe::v1::StepMetrics m;
+  m.set_step(7);
+  ASSERT_TRUE(jobs_.PublishMetrics(*e, m).ok());
+  ASSERT_TRUE(jobs_.Transition(*e, moe::v1::RUNNING, "Running", "").ok());
+  ASSERT_TRUE(jobs_.Transition(*e, moe::v1::SUCCEEDED, "Succeeded", "").ok());
+  ASSERT_EQ(got.size(), 7u);
+  EXPECT_EQ(got[3].metrics().step(), 7);
+  EXPECT_EQ(got[4].event().type(), "Running");
+  EXPECT_EQ(got[5].event().type(), "Succeeded");
+  EXPECT_EQ(got[6].job().state(), moe::v1::SUCCEEDED) << "the final snapshot ends the stream";
+  EXPECT_EQ(watchers_.size(), 0u);
+}
+
+TEST_F(JobManagerTest, WatchingAnEndedJobSendsEverythingAtOnceAndUnwatchStopsAStream) {
+  JobEntry* done = NewJob();
+  ASSERT_TRUE(jobs_.Transition(*done, moe::v1::CANCELLED, "Cancelled", "").ok());
+  std::vector<moe::v1::WatchJobResponse> got;
+  EXPECT_EQ(watchers_.Watch(done->job, *jobs_.Events(done->job.id()),
+                            [&](const auto& r) { got.push_back(r); }),
+            0);
+  ASSERT_EQ(got.size(), 4u);  // snapshot, Submitted, Cancelled, final snapshot
+  EXPECT_EQ(got.back().job().state(), moe::v1::CANCELLED);
+  EXPECT_EQ(watchers_.size(), 0u);
+
+  JobEntry* live = NewJob("live");
+  int calls = 0;
+  const int64_t sub = watchers_.Watch(live->job, {}, [&](const auto&) { ++calls; });
+  EXPECT_EQ(calls, 1);
+  watchers_.Unwatch(sub);
+  ASSERT_TRUE(jobs_.Event(*live, "Note", "").ok());
+  EXPECT_EQ(calls, 1);
+}
+
+}  // namespace
+}  // namespace moe::controller

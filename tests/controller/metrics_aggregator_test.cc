@@ -1,0 +1,205 @@
+// MetricsAggregator on its own, read back from its Prometheus registry: job metrics merged from
+// every rank's report (TFLOP/s, FLOPs, tokens, ETA), stragglers flagged and cleared, the job's
+// state and restarts from JobManager events, the cluster view, and series dropped after the
+// retention time.
+#include "controller/metrics_aggregator.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <optional>
+
+namespace moe::controller {
+namespace {
+
+using Labels = std::map<std::string, std::string>;
+
+// The value of series `name`{labels} (a histogram's sample count), or nothing when there is none.
+std::optional<double> Value(prometheus::Registry& registry, const std::string& name,
+                            const Labels& labels) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const auto& metric : family.metric) {
+      Labels got;
+      for (const auto& l : metric.label) got[l.name] = l.value;
+      if (got != labels) continue;
+      switch (family.type) {
+        case prometheus::MetricType::Counter:
+          return metric.counter.value;
+        case prometheus::MetricType::Gauge:
+          return metric.gauge.value;
+        case prometheus::MetricType::Histogram:
+          return static_cast<double>(metric.histogram.sample_count);
+        default:
+          return std::nullopt;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+moe::v1::Job JobIn(moe::v1::JobState state, int attempt, const std::vector<std::string>& racks) {
+  moe::v1::Job job;
+  job.set_id("j");
+  job.set_state(state);
+  job.set_attempt(attempt);
+  for (size_t r = 0; r < racks.size(); ++r) {
+    auto* p = job.add_placement();
+    p->set_rank(static_cast<int>(r));
+    p->set_worker("w" + std::to_string(r));
+    p->set_rack(racks[r]);
+  }
+  return job;
+}
+
+moe::v1::StepMetrics Report(int64_t step, double compute, double tflops = 100) {
+  moe::v1::StepMetrics m;
+  m.set_step(step);
+  m.set_total_steps(10);
+  m.set_step_seconds(0.5);
+  m.set_compute_seconds(compute);
+  m.set_tflops_per_device(tflops);
+  m.set_tokens(4096);
+  m.set_loss(4.5);
+  return m;
+}
+
+class MetricsAggregatorTest : public ::testing::Test {
+ protected:
+  std::optional<double> Get(const std::string& name, const Labels& labels) {
+    return Value(*registry_, name, labels);
+  }
+  // Every rank reports `step`; returns the job metrics the last report completed.
+  std::optional<moe::v1::StepMetrics> Step(int attempt, int64_t step,
+                                           const std::vector<double>& compute,
+                                           std::vector<StragglerChange>* changes = nullptr) {
+    std::optional<moe::v1::StepMetrics> out;
+    for (size_t r = 0; r < compute.size(); ++r) {
+      out = metrics_.OnStep("j", attempt, static_cast<int>(r),
+                            Report(step, compute[r], r == 0 ? 120 : 90), changes);
+      if (r + 1 < compute.size()) {
+        EXPECT_FALSE(out.has_value()) << "step " << step << " is not complete yet";
+      }
+    }
+    return out;
+  }
+
+  FakeClock clock_;
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  MetricsAggregator metrics_{registry_, clock_, StragglerOptions{/*margin=*/0.3, /*window=*/3},
+                             /*retention_seconds=*/60, "9.9.9"};
+};
+
+TEST_F(MetricsAggregatorTest, AStepCompletedByEveryRankGivesTheJobsFigures) {
+  metrics_.OnJobStateChanged(JobIn(moe::v1::SCHEDULED, 1, {"r0", "r1"}), moe::v1::PENDING);
+  auto out = Step(1, 1, {0.2, 0.3});
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->job_id(), "j");
+  EXPECT_EQ(out->tflops_per_device(), 120) << "rank 0's figures";
+  EXPECT_EQ(out->rank_compute_seconds_size(), 2);
+  EXPECT_EQ(out->rank_racks(1), "r1");
+  EXPECT_DOUBLE_EQ(out->eta_seconds(), 0.5 * 9);
+  EXPECT_EQ(Get("moe_job_tflops_per_device", {{"job", "j"}}), 120.0);
+  EXPECT_DOUBLE_EQ(*Get("moe_job_model_flops_total", {{"job", "j"}}), 120e12 * 0.5 * 2)
+      << "per device x devices";
+  EXPECT_EQ(Get("moe_job_tokens_total", {{"job", "j"}}), 4096.0);
+  EXPECT_EQ(Get("moe_job_step", {{"job", "j"}}), 1.0);
+  EXPECT_EQ(Get("moe_job_loss", {{"job", "j"}}), 4.5);
+  EXPECT_EQ(Get("moe_job_step_duration_seconds", {{"job", "j"}}), 1.0) << "one observation";
+  EXPECT_EQ(Get("moe_rank_tflops", {{"job", "j"}, {"rank", "1"}, {"rack", "r1"}}), 120.0);
+  EXPECT_EQ(Get("moe_rank_compute_seconds", {{"job", "j"}, {"rank", "1"}, {"rack", "r1"}}), 0.3);
+  ASSERT_TRUE(Step(1, 2, {0.2, 0.3}).has_value());
+  EXPECT_EQ(Get("moe_job_tokens_total", {{"job", "j"}}), 8192.0) << "counters add up";
+}
+
+TEST_F(MetricsAggregatorTest, ReportsOfAnotherAttemptOrAnUnknownRankAreIgnored) {
+  metrics_.OnJobStateChanged(JobIn(moe::v1::SCHEDULED, 2, {"r0"}), moe::v1::RESTARTING);
+  EXPECT_FALSE(metrics_.OnStep("j", 1, 0, Report(1, 0.1), nullptr).has_value())
+      << "attempt 1 is over";
+  EXPECT_FALSE(metrics_.OnStep("j", 2, 1, Report(1, 0.1), nullptr).has_value()) << "no rank 1";
+  EXPECT_TRUE(metrics_.OnStep("j", 2, 0, Report(1, 0.1), nullptr).has_value());
+}
+
+TEST_F(MetricsAggregatorTest, AStragglerIsFlaggedAfterTheWindowAndClearedAfterItRecovers) {
+  metrics_.OnJobStateChanged(JobIn(moe::v1::SCHEDULED, 1, {"r0", "r0", "r0"}), moe::v1::PENDING);
+  std::vector<StragglerChange> changes;
+  for (int step = 1; step <= 2; ++step) Step(1, step, {0.1, 0.1, 0.5}, &changes);
+  EXPECT_TRUE(changes.empty()) << "two slow steps are not yet a straggler";
+  EXPECT_EQ(Get("moe_job_straggler", {{"job", "j"}, {"rank", "2"}}), 0.0);
+  auto out = Step(1, 3, {0.1, 0.1, 0.5}, &changes);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].rank, 2);
+  EXPECT_TRUE(changes[0].flagged);
+  EXPECT_NEAR(changes[0].ratio, 5.0, 1e-9);
+  ASSERT_EQ(out->stragglers_size(), 1);
+  EXPECT_EQ(out->stragglers(0), 2);
+  EXPECT_EQ(Get("moe_job_straggler", {{"job", "j"}, {"rank", "2"}}), 1.0);
+  EXPECT_EQ(metrics_.Stragglers("j"), (std::set<int>{2}));
+  changes.clear();
+  for (int step = 4; step <= 6; ++step) Step(1, step, {0.1, 0.1, 0.11}, &changes);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].flagged);
+  EXPECT_EQ(Get("moe_job_straggler", {{"job", "j"}, {"rank", "2"}}), 0.0);
+  EXPECT_TRUE(metrics_.Stragglers("j").empty());
+}
+
+TEST_F(MetricsAggregatorTest, TheJobsStateAndRestartsFollowItsEvents) {
+  moe::v1::Job job = JobIn(moe::v1::PENDING, 0, {});
+  metrics_.OnJobStateChanged(job, moe::v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "PENDING"}}), 1.0);
+  EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "RUNNING"}}), 0.0);
+  job = JobIn(moe::v1::RESTARTING, 1, {"r0"});
+  metrics_.OnJobStateChanged(job, moe::v1::RUNNING);
+  EXPECT_EQ(Get("moe_job_restarts_total", {{"job", "j"}}), 1.0);
+  EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "PENDING"}}), 0.0);
+  EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "RESTARTING"}}), 1.0);
+  metrics_.OnJobStateChanged(job, moe::v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_EQ(Get("moe_job_restarts_total", {{"job", "j"}}), 1.0)
+      << "loading a restarting job is no new restart";
+}
+
+TEST_F(MetricsAggregatorTest, AJobLoadedWhileRunningTakesReportsOfItsAttempt) {
+  metrics_.OnJobStateChanged(JobIn(moe::v1::RUNNING, 3, {"r0", "r1"}),
+                             moe::v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_TRUE(Step(3, 10, {0.1, 0.1}).has_value());
+}
+
+TEST_F(MetricsAggregatorTest, AnEndedJobsSeriesGoAfterTheRetentionTime) {
+  metrics_.OnJobStateChanged(JobIn(moe::v1::SCHEDULED, 1, {"r0"}), moe::v1::PENDING);
+  ASSERT_TRUE(Step(1, 1, {0.1}).has_value());
+  metrics_.OnJobStateChanged(JobIn(moe::v1::SUCCEEDED, 1, {"r0"}), moe::v1::RUNNING);
+  clock_.Advance(59);
+  metrics_.Expire();
+  EXPECT_TRUE(Get("moe_job_tflops_per_device", {{"job", "j"}}).has_value()) << "kept for 60 s";
+  clock_.Advance(2);
+  metrics_.Expire();
+  EXPECT_FALSE(Get("moe_job_tflops_per_device", {{"job", "j"}}).has_value());
+  EXPECT_FALSE(Get("moe_job_state", {{"job", "j"}, {"state", "SUCCEEDED"}}).has_value());
+  EXPECT_FALSE(Get("moe_rank_tflops", {{"job", "j"}, {"rank", "0"}, {"rack", "r0"}}).has_value());
+}
+
+TEST_F(MetricsAggregatorTest, BuildInfoWorkersAndTheQueue) {
+  EXPECT_EQ(Get("moe_build_info", {{"version", "9.9.9"}}), 1.0);
+  std::vector<moe::v1::Worker> workers(3);
+  workers[0].set_rack("r0");
+  workers[0].set_state(moe::v1::IDLE);
+  workers[1].set_rack("r0");
+  workers[1].set_state(moe::v1::IDLE);
+  workers[2].set_rack("r1");
+  workers[2].set_state(moe::v1::LOST);
+  metrics_.SetWorkers(workers);
+  EXPECT_EQ(Get("moe_workers", {{"state", "idle"}, {"rack", "r0"}}), 2.0);
+  EXPECT_EQ(Get("moe_workers", {{"state", "busy"}, {"rack", "r0"}}), 0.0)
+      << "every state shows for every rack";
+  EXPECT_EQ(Get("moe_workers", {{"state", "lost"}, {"rack", "r1"}}), 1.0);
+  metrics_.SetWorkers({});
+  EXPECT_EQ(Get("moe_workers", {{"state", "lost"}, {"rack", "r1"}}), 0.0) << "back to 0, not gone";
+  metrics_.SetQueueLength(4);
+  EXPECT_EQ(Get("moe_scheduler_queue_length", {}), 4.0);
+  metrics_.ObserveSchedulerDecision(0.001);
+  EXPECT_EQ(Get("moe_scheduler_decision_duration_seconds", {}), 1.0);
+}
+
+}  // namespace
+}  // namespace moe::controller
