@@ -87,23 +87,10 @@ std::string FormatValue(const std::string& v) { return "'" + v + "'"; }
 using schema_internal::Refuse;
 
 std::string_view TypeKindName(TypeInfo::Kind kind) {
-  switch (kind) {
-    case TypeInfo::Kind::kInt64:
-      return "int64";
-    case TypeInfo::Kind::kUint64:
-      return "uint64";
-    case TypeInfo::Kind::kDouble:
-      return "double";
-    case TypeInfo::Kind::kBool:
-      return "bool";
-    case TypeInfo::Kind::kString:
-      return "string";
-    case TypeInfo::Kind::kList:
-      return "list";
-    case TypeInfo::Kind::kStruct:
-      return "struct";
-  }
-  return "?";
+  // In the order of TypeInfo::Kind.
+  static constexpr std::string_view kNames[] = {"int64",  "uint64", "double", "bool",
+                                                "string", "list",   "struct"};
+  return kNames[static_cast<int>(kind)];
 }
 
 const FieldInfo* SchemaInfo::Find(std::string_view name) const {
@@ -116,20 +103,12 @@ const FieldInfo* SchemaInfo::Find(std::string_view name) const {
 // ---------------------------------------------------------------------------------------------------
 // Scalars. Strings are written quoted, so that "1" stays a string in JSON.
 
-const TypeInfo& Codec<int64_t>::Type() {
-  static const TypeInfo type{TypeInfo::Kind::kInt64};
-  return type;
-}
 Status Codec<int64_t>::Read(const Node& n, const std::string& path, int64_t* out) {
   MOE_ASSIGN_OR_RETURN(*out, n.AsInt(path));
   return OkStatus();
 }
 Node Codec<int64_t>::Write(const int64_t& v) { return Node::Scalar(std::to_string(v)); }
 
-const TypeInfo& Codec<uint64_t>::Type() {
-  static const TypeInfo type{TypeInfo::Kind::kUint64};
-  return type;
-}
 Status Codec<uint64_t>::Read(const Node& n, const std::string& path, uint64_t* out) {
   auto v = n.AsInt(path);
   if (v.ok()) {
@@ -150,10 +129,6 @@ Status Codec<uint64_t>::Read(const Node& n, const std::string& path, uint64_t* o
 }
 Node Codec<uint64_t>::Write(const uint64_t& v) { return Node::Scalar(std::to_string(v)); }
 
-const TypeInfo& Codec<double>::Type() {
-  static const TypeInfo type{TypeInfo::Kind::kDouble};
-  return type;
-}
 Status Codec<double>::Read(const Node& n, const std::string& path, double* out) {
   MOE_ASSIGN_OR_RETURN(*out, n.AsDouble(path));
   return OkStatus();
@@ -166,20 +141,12 @@ Node Codec<double>::Write(const double& v) {
   return Node::Scalar(os.str());
 }
 
-const TypeInfo& Codec<bool>::Type() {
-  static const TypeInfo type{TypeInfo::Kind::kBool};
-  return type;
-}
 Status Codec<bool>::Read(const Node& n, const std::string& path, bool* out) {
   MOE_ASSIGN_OR_RETURN(*out, n.AsBool(path));
   return OkStatus();
 }
 Node Codec<bool>::Write(const bool& v) { return Node::Scalar(v ? "true" : "false"); }
 
-const TypeInfo& Codec<std::string>::Type() {
-  static const TypeInfo type{TypeInfo::Kind::kString};
-  return type;
-}
 Status Codec<std::string>::Read(const Node& n, const std::string& path, std::string* out) {
   MOE_ASSIGN_OR_RETURN(*out, n.AsString(path));
   return OkStatus();

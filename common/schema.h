@@ -102,19 +102,22 @@ struct Codec {  // described structs
   static Status Check(const T& v, const std::string& path) { return SchemaOf<T>().Check(v, path); }
 };
 
-#define MOE_SCALAR_CODEC(T)                                                  \
+#define MOE_SCALAR_CODEC(T, KIND)                                            \
   template <>                                                                \
   struct Codec<T> {                                                          \
-    static const TypeInfo& Type();                                           \
+    static const TypeInfo& Type() {                                          \
+      static const TypeInfo type{TypeInfo::Kind::KIND};                      \
+      return type;                                                           \
+    }                                                                        \
     static Status Read(const Node& n, const std::string& path, T* out);      \
     static Node Write(const T& v);                                           \
     static Status Check(const T&, const std::string&) { return OkStatus(); } \
   }
-MOE_SCALAR_CODEC(int64_t);
-MOE_SCALAR_CODEC(uint64_t);
-MOE_SCALAR_CODEC(double);
-MOE_SCALAR_CODEC(bool);
-MOE_SCALAR_CODEC(std::string);
+MOE_SCALAR_CODEC(int64_t, kInt64);
+MOE_SCALAR_CODEC(uint64_t, kUint64);
+MOE_SCALAR_CODEC(double, kDouble);
+MOE_SCALAR_CODEC(bool, kBool);
+MOE_SCALAR_CODEC(std::string, kString);
 #undef MOE_SCALAR_CODEC
 
 template <typename T>
