@@ -3,6 +3,10 @@
 // One parser and one validator for every consumer: moe-train reads job files with it, the controller
 // validates submitted specs with it (after protobuf's JSON mapping), and the FLOPs accounting reads
 // the model section. Errors name the field by its path ("spec.model.moe.top_k: ...").
+//
+// Each struct below is described once, as a table of fields with their checks (common/schema.h,
+// common/job_spec_schema.cc): reading, writing and per-field validation walk that table; the rules
+// that span fields are in ValidateModel and ValidateJobSpec.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +27,8 @@ struct AttentionConfig {
   int64_t qk_head_dim = 0;        // mla: qk_nope_head_dim
   int64_t qk_rope_head_dim = 0;   // mla
   int64_t v_head_dim = 0;         // mla
+
+  bool operator==(const AttentionConfig&) const = default;
 };
 
 struct MoeConfig {
@@ -36,6 +42,8 @@ struct MoeConfig {
   double route_scale = 1.0;
   double bias_update_rate = 1e-3;    // gamma of aux-loss-free balancing; 0 turns it off
   double seq_aux_loss_coeff = 1e-4;  // alpha of the sequence-wise balance loss; 0 turns it off
+
+  bool operator==(const MoeConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -56,6 +64,8 @@ struct ModelConfig {
   int64_t head_dim() const { return hidden_size / num_heads; }
   int64_t num_moe_layers() const { return num_layers - first_k_dense; }
   bool IsMoeLayer(int64_t layer) const { return layer >= first_k_dense; }
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct ParallelismConfig {
@@ -63,10 +73,14 @@ struct ParallelismConfig {
   int64_t expert_parallel = 1;
   double timeout_seconds = 60.0;  // a collective that waits longer fails the job with a clear error
   int64_t data_parallel() const { return world_size / expert_parallel; }
+
+  bool operator==(const ParallelismConfig&) const = default;
 };
 
 struct PlacementConfig {
   std::string expert_group_within = "rack";  // rack | node | any
+
+  bool operator==(const PlacementConfig&) const = default;
 };
 
 struct DataConfig {
@@ -75,6 +89,8 @@ struct DataConfig {
   int64_t seq_length = 256;
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 16;
+
+  bool operator==(const DataConfig&) const = default;
 };
 
 struct OptimizerConfig {
@@ -87,22 +103,30 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
+
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 struct TrainingConfig {
   int64_t steps = 300;
   uint64_t seed = 1234;
   int64_t log_interval = 1;
+
+  bool operator==(const TrainingConfig&) const = default;
 };
 
 struct CheckpointConfig {
   std::string dir;
   int64_t interval_steps = 0;  // 0: only at the end
   int64_t keep_last = 0;       // 0: keep every checkpoint
+
+  bool operator==(const CheckpointConfig&) const = default;
 };
 
 struct ResourcesConfig {
   std::string device = "cpu";  // cpu | cuda
+
+  bool operator==(const ResourcesConfig&) const = default;
 };
 
 struct JobSpec {
@@ -125,6 +149,8 @@ struct JobSpec {
   int64_t micro_batches_per_rank() const {
     return data.global_batch_size / (data.micro_batch_size * parallelism.world_size);
   }
+
+  bool operator==(const JobSpec&) const = default;
 };
 
 // Names of the built-in presets: tiny, small, deepseek-v3-671b.

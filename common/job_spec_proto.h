@@ -1,25 +1,40 @@
-// The job spec between its protobuf form (the API) and the engine's (common/job_spec.h), through
-// protobuf's JSON mapping: one validator for both.
+// The job spec between its protobuf form (the API) and the engine's (common/job_spec.h): one reader
+// and one validator for both (common/job_spec_schema.cc).
+//
+// A document key is the proto field's name, or its json_name where job.proto sets one (apiVersion):
+// protobuf's JSON parser reads both, and DocumentKey() below is what the proto -> document
+// direction and the schema test use.
 #pragma once
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
 
 #include <string>
 
 #include "common/job_spec.h"
 #include "common/status.h"
+#include "common/yaml.h"
 #include "moe/v1/job.pb.h"
 
 namespace moe {
 
 // Semantic validation with field paths; the result is the spec with every default filled in.
 StatusOr<JobSpec> SpecFromProto(const moe::v1::TrainingJob& job);
-// Every field written out (what the controller stores and hands to workers).
+// Every field written out (what the controller stores and hands to workers). It cannot fail on a
+// valid spec: its document has the schema's fields, and job_spec_schema_test keeps those and the
+// proto's equal (a mismatch is a bug and stops the process).
 moe::v1::TrainingJob SpecToProto(const JobSpec& spec);
 // A YAML or JSON document to the proto, unknown fields rejected (protobuf's JSON parser).
 StatusOr<moe::v1::TrainingJob> TrainingJobFromText(const std::string& text);
-// The spec as JSON (preserving YAML's field names), e.g. for moe-train --config.
+// The spec as JSON (the document's field names), e.g. for moe-train --config.
 std::string SpecToJson(const JobSpec& spec);
-// Protobuf messages as JSON (proto field names) and back.
-std::string MessageToJson(const google::protobuf::Message& m, bool pretty = false);
+// JSON (field names or json_names) to a protobuf message, unknown fields rejected.
 Status MessageFromJson(const std::string& json, google::protobuf::Message* m);
+
+// The key of a proto field in the job document: its json_name where the .proto sets one, else its
+// name.
+std::string DocumentKey(const google::protobuf::FieldDescriptor& field);
+// The fields a message has set, as a document (keys by DocumentKey).
+Node MessageToNode(const google::protobuf::Message& m);
 
 }  // namespace moe

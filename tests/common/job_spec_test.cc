@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "common/flops.h"
+#include "common/job_spec_schema.h"
 
 namespace moe {
 namespace {
@@ -89,6 +92,69 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"apiVersion: moe/v1", "apiVersion: moe/v2", "apiVersion: must be moe/v1"},
         Bad{"max_restarts: 3", "max_restarts: 3\n  surprise: 1", "spec.surprise: unknown field"},
         Bad{"data: {path: data/fortunes,", "data: {", "spec.data.path: missing"}));
+
+TEST(JobSpec, EveryPresetRoundTripsThroughTheWriter) {
+  for (const std::string& preset : ModelPresetNames()) {
+    std::string text = kJob;
+    text.replace(text.find("{preset: tiny}"), 14, "{preset: " + preset + "}");
+    auto spec = ParseJobSpecText(text);
+    ASSERT_TRUE(spec.ok()) << preset << ": " << spec.status();
+    EXPECT_EQ(spec->model, *ModelPreset(preset));
+    const Node doc = JobSpecToNode(*spec);
+    for (const std::string& written : {ToJson(doc), ToYaml(doc)}) {
+      auto again = ParseJobSpecText(written);
+      ASSERT_TRUE(again.ok()) << preset << ": " << again.status() << "\n" << written;
+      EXPECT_EQ(*again, *spec) << preset << "\n" << written;
+    }
+    // Written out, every field is there: without the preset's name it is the same model and fingerprint.
+    Node without_preset = doc;
+    without_preset.FindMutable("spec")->FindMutable("model")->Set("preset", Node::Scalar("", true));
+    auto again = ParseJobSpec(without_preset);
+    ASSERT_TRUE(again.ok()) << again.status();
+    ModelConfig expected = spec->model;
+    expected.preset = "";
+    EXPECT_EQ(again->model, expected);
+    EXPECT_EQ(ModelFingerprint(*again), ModelFingerprint(*spec));
+  }
+}
+
+// Every leaf of the document (by walking the schema), one at a time set to -1: refused with an error
+// that starts with that field's path, or accepted where any value is valid.
+void Leaves(const SchemaInfo& s, const std::vector<std::string>& prefix, std::vector<std::vector<std::string>>* out) {
+  for (const FieldInfo& f : s.fields) {
+    std::vector<std::string> path = prefix;
+    path.push_back(f.name);
+    if (f.type->kind == TypeInfo::Kind::kStruct) Leaves(*f.type->fields, path, out);
+    else out->push_back(path);
+  }
+}
+
+TEST(JobSpec, EveryFieldCheckNamesItsPath) {
+  auto spec = ParseJobSpecText(kJob);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::vector<std::vector<std::string>> leaves;
+  Leaves(SchemaOf<JobSpec>().info(), {}, &leaves);
+  ASSERT_GT(leaves.size(), 50u);
+  std::set<std::string> accepted;
+  for (const auto& leaf : leaves) {
+    Node doc = JobSpecToNode(*spec);
+    Node* at = &doc;
+    std::string path;
+    for (const auto& key : leaf) {
+      at = at->FindMutable(key);
+      ASSERT_NE(at, nullptr) << "the writer left out " << path << "." << key;
+      path += (path.empty() ? "" : ".") + key;
+    }
+    *at = Node::Scalar("-1");
+    auto bad = ParseJobSpec(doc);
+    if (bad.ok()) {
+      accepted.insert(path);
+      continue;
+    }
+    EXPECT_EQ(bad.status().message().rfind(path + ": ", 0), 0u) << path << " -> " << bad.status();
+  }
+  EXPECT_EQ(accepted, (std::set<std::string>{"metadata.priority", "spec.data.path", "spec.checkpoint.dir"}));
+}
 
 TEST(Flops, MatchesMegatronForDeepSeekV3AndByHandForTiny) {
   // DeepSeek-V3 without MTP at sequence length 4096: about 2.5e11 FLOPs per token (Megatron-Bridge).

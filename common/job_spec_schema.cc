@@ -1,0 +1,195 @@
+#include "common/job_spec_schema.h"
+
+#include <cctype>
+
+namespace moe {
+namespace {
+
+bool IsLowerAlnum(char c) {
+  return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c));
+}
+
+// metadata.name: it becomes part of paths, log files and Kubernetes labels.
+Status ValidName(const std::string& s, const std::string& path) {
+  bool ok = !s.empty() && s.size() <= 63 && IsLowerAlnum(s.front()) && IsLowerAlnum(s.back());
+  for (char c : s) ok = ok && (IsLowerAlnum(c) || c == '-' || c == '.' || c == '_');
+  if (ok) return OkStatus();
+  return InvalidArgumentError(
+      path + ": '" + s +
+      "' must be 1-63 characters of a-z, 0-9, '-', '.', '_', starting and ending alphanumeric");
+}
+
+// `preset: tiny` fills in every model field; the fields after it in the table override.
+Status ApplyPreset(ModelConfig* m) {
+  if (m->preset.empty()) return OkStatus();
+  MOE_ASSIGN_OR_RETURN(*m, ModelPreset(m->preset));
+  return OkStatus();
+}
+
+}  // namespace
+
+// The tables read best one field a line.
+// clang-format off
+template <>
+const Schema<AttentionConfig>& SchemaOf<AttentionConfig>() {
+  using A = AttentionConfig;
+  // The ranks matter for mla only (ValidateModel requires them there).
+  static const auto* schema = new Schema<A>("AttentionConfig", {
+      Field("type", &A::type, OneOf({"mha", "mla"})),
+      Field("q_lora_rank", &A::q_lora_rank, NonNegative()),
+      Field("kv_lora_rank", &A::kv_lora_rank, NonNegative()),
+      Field("qk_head_dim", &A::qk_head_dim, NonNegative()),
+      Field("qk_rope_head_dim", &A::qk_rope_head_dim, NonNegative()),
+      Field("v_head_dim", &A::v_head_dim, NonNegative()),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<MoeConfig>& SchemaOf<MoeConfig>() {
+  using E = MoeConfig;
+  static const auto* schema = new Schema<E>("MoeConfig", {
+      Field("num_experts", &E::num_experts, Positive()),
+      Field("top_k", &E::top_k, Positive()),
+      Field("num_shared_experts", &E::num_shared_experts, NonNegative()),
+      Field("ffn_hidden", &E::ffn_hidden, Positive()),
+      Field("num_groups", &E::num_groups, Positive()),
+      Field("topk_groups", &E::topk_groups, Positive()),
+      Field("score_function", &E::score_function, OneOf({"sigmoid", "softmax"})),
+      Field("route_scale", &E::route_scale, Positive()),
+      Field("bias_update_rate", &E::bias_update_rate, NonNegative()),
+      Field("seq_aux_loss_coeff", &E::seq_aux_loss_coeff, NonNegative()),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<ModelConfig>& SchemaOf<ModelConfig>() {
+  using M = ModelConfig;
+  static const auto* schema = new Schema<M>("ModelConfig", {
+      // First, so that the fields after it override the preset's.
+      Field("preset", &M::preset).AfterRead(ApplyPreset),
+      Field("vocab_size", &M::vocab_size, AtLeast(2)),
+      Field("hidden_size", &M::hidden_size, Positive()),
+      Field("num_layers", &M::num_layers, Positive()),
+      Field("num_heads", &M::num_heads, Positive()),
+      Field("first_k_dense", &M::first_k_dense, NonNegative()),
+      Field("dense_ffn_hidden", &M::dense_ffn_hidden, NonNegative()),
+      Field("mtp_depth", &M::mtp_depth, NonNegative()),
+      Field("rope_theta", &M::rope_theta, Positive()),
+      Field("norm_eps", &M::norm_eps, Positive()),
+      Field("init_std", &M::init_std, Positive()),
+      Field("attention", &M::attention),
+      Field("moe", &M::moe),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<ParallelismConfig>& SchemaOf<ParallelismConfig>() {
+  using P = ParallelismConfig;
+  static const auto* schema = new Schema<P>("ParallelismConfig", {
+      Field("world_size", &P::world_size, Positive()),
+      Field("expert_parallel", &P::expert_parallel, Positive()),
+      Field("timeout_seconds", &P::timeout_seconds, Positive()),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<PlacementConfig>& SchemaOf<PlacementConfig>() {
+  using P = PlacementConfig;
+  static const auto* schema = new Schema<P>("PlacementConfig", {
+      Field("expert_group_within", &P::expert_group_within, OneOf({"rack", "node", "any"})),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<DataConfig>& SchemaOf<DataConfig>() {
+  using D = DataConfig;
+  static const auto* schema = new Schema<D>("DataConfig", {
+      Field("path", &D::path),  // required for indexed data (ValidateJobSpec)
+      Field("source", &D::source, OneOf({"indexed", "synthetic"})),
+      Field("seq_length", &D::seq_length, AtLeast(2)),
+      Field("micro_batch_size", &D::micro_batch_size, Positive()),
+      Field("global_batch_size", &D::global_batch_size, Positive()),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<OptimizerConfig>& SchemaOf<OptimizerConfig>() {
+  using O = OptimizerConfig;
+  static const auto* schema = new Schema<O>("OptimizerConfig", {
+      Field("lr", &O::lr, Positive()),
+      Field("min_lr", &O::min_lr, NonNegative()),  // and <= lr (ValidateJobSpec)
+      Field("warmup_steps", &O::warmup_steps, NonNegative()),
+      Field("decay_steps", &O::decay_steps, NonNegative()),
+      Field("weight_decay", &O::weight_decay, NonNegative()),
+      Field("grad_clip", &O::grad_clip, NonNegative()),
+      Field("beta1", &O::beta1, InRange(0, 1)),
+      Field("beta2", &O::beta2, InRange(0, 1)),
+      Field("eps", &O::eps, Positive()),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<TrainingConfig>& SchemaOf<TrainingConfig>() {
+  using T = TrainingConfig;
+  static const auto* schema = new Schema<T>("TrainingConfig", {
+      Field("steps", &T::steps, Positive()),
+      Field("seed", &T::seed),
+      Field("log_interval", &T::log_interval, Positive()),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<CheckpointConfig>& SchemaOf<CheckpointConfig>() {
+  using C = CheckpointConfig;
+  static const auto* schema = new Schema<C>("CheckpointConfig", {
+      Field("dir", &C::dir),
+      Field("interval_steps", &C::interval_steps, NonNegative()),
+      Field("keep_last", &C::keep_last, NonNegative()),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<ResourcesConfig>& SchemaOf<ResourcesConfig>() {
+  using R = ResourcesConfig;
+  static const auto* schema = new Schema<R>("ResourcesConfig", {
+      Field("device", &R::device, OneOf({"cpu", "cuda"})),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<JobSpec>& SchemaOf<JobSpec>() {
+  using J = JobSpec;
+  static const auto* schema = new Schema<J>("JobSpec", {
+      Field("apiVersion", &J::api_version, OneOf({"moe/v1"})),
+      Field("kind", &J::kind, OneOf({"TrainingJob"})),
+      Section<J>("metadata", {
+          Field("name", &J::name, NotEmpty(), ValidName),
+          Field("priority", &J::priority),
+      }),
+      Section<J>("spec", {
+          Field("model", &J::model),
+          Field("parallelism", &J::parallelism),
+          Field("placement", &J::placement),
+          Field("data", &J::data),
+          Field("optimizer", &J::optimizer),
+          Field("training", &J::training),
+          Field("checkpoint", &J::checkpoint),
+          Field("resources", &J::resources),
+          Field("max_restarts", &J::max_restarts, NonNegative()),
+      }).Required("the job needs a spec section"),
+  });
+  return *schema;
+}
+// clang-format on
+
+}  // namespace moe
