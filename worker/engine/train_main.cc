@@ -16,9 +16,6 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "kernels/runtime.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
 #include "worker/engine/comm/process_group.h"
 #include "worker/engine/comm/store.h"
 #include "worker/engine/launcher.h"
@@ -161,9 +158,9 @@ int main(int argc, char** argv) {
   // NCCL binds its communicators to the current device: choose it, as the trainer will, before they
   // are made.
   if (*form >= 0) {
-    auto index = moe::CudaIndexFor(where, r, moe::kernels::cuda::DeviceCount());
+    auto index = moe::CudaIndexFor(where, r, moe::kernels::CudaDeviceCount());
     if (!index.ok()) return Fail(index.status());
-    if (moe::Status st = moe::kernels::cuda::UseDevice(*index); !st.ok()) return Fail(st);
+    if (moe::Status st = moe::kernels::UseCudaDevice(*index); !st.ok()) return Fail(st);
   }
 #endif
   go.timeout_seconds = spec->parallelism.timeout_seconds;

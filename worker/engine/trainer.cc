@@ -8,9 +8,7 @@
 #include "common/flops.h"
 #include "common/log.h"
 #include "kernels/elementwise.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/runtime.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/data/sampler.h"
 #include "worker/engine/model.h"
@@ -42,15 +40,15 @@ StatusOr<Placement> Place(const JobSpec& spec, const ParallelContext& par, const
   } else {
 #ifdef MOE_WITH_CUDA
     std::string problem;
-    const int count = kernels::cuda::DeviceCount(&problem);
+    const int count = kernels::CudaDeviceCount(&problem);
     if (count == 0) {
       return FailedPreconditionError("device " + want + ": this machine has no usable CUDA device" +
                                      (problem.empty() ? "" : " (" + problem + ")"));
     }
     MOE_ASSIGN_OR_RETURN(const int index, CudaIndexFor(want, par.rank, count));
-    MOE_RETURN_IF_ERROR(kernels::cuda::UseDevice(index));
+    MOE_RETURN_IF_ERROR(kernels::UseCudaDevice(index));
     p.device = Device::Cuda(index);
-    p.name = p.device.ToString() + " (" + kernels::cuda::DeviceName(index) + ")";
+    p.name = p.device.ToString() + " (" + kernels::CudaDeviceName(index) + ")";
 #else
     return FailedPreconditionError("device " + want + ": this build of the engine has no CUDA kernels");
 #endif
@@ -64,7 +62,7 @@ StatusOr<Placement> Place(const JobSpec& spec, const ParallelContext& par, const
 void SyncDevice(Device d) {
 #ifdef MOE_WITH_CUDA
   if (d.is_cuda()) {
-    const std::string e = kernels::cuda::Synchronize();
+    const std::string e = kernels::CudaSynchronize();
     MOE_CHECK(e.empty()) << "CUDA: " << e;
   }
 #else
@@ -132,7 +130,7 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
   if (peak.flops_per_second <= 0) {
 #ifdef MOE_WITH_CUDA
     if (dev.is_cuda()) {
-      peak = {kernels::cuda::MeasureBf16GemmFlops(), "cuBLAS bf16 GEMM 8192^3 measured on " + place.name};
+      peak = {kernels::MeasureCudaBf16GemmFlops(), "cuBLAS bf16 GEMM 8192^3 measured on " + place.name};
     }
 #endif
     if (peak.flops_per_second <= 0) peak = MeasureCpuSgemmPeak();
