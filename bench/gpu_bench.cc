@@ -18,9 +18,9 @@
 
 #include "common/args.h"
 #include "common/log.h"
-#include "kernels/cuda/ops.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "kernels/runtime.h"
 #include "worker/engine/dispatcher.h"
 #include "worker/engine/layers.h"
 #include "worker/engine/trainer.h"
@@ -35,7 +35,7 @@ bool g_cuda = true;
 
 void Sync() {
   if (!g_cuda) return;
-  const std::string e = moe::kernels::cuda::Synchronize();
+  const std::string e = moe::kernels::CudaSynchronize();
   MOE_CHECK(e.empty()) << "CUDA: " << e;
 }
 
@@ -74,7 +74,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe-bench-gpu: --tokens: a multiple of 4, at least 64\n");
     return 2;
   }
-  namespace cu = moe::kernels::cuda;
   moe::SetLogLevel(moe::LogLevel::kWarning);
   g_cuda = !rehearse;
   if (rehearse) {
@@ -85,20 +84,20 @@ int main(int argc, char** argv) {
     small_micro = 2;
   } else {
     std::string problem;
-    if (cu::DeviceCount(&problem) == 0) {
+    if (moe::kernels::CudaDeviceCount(&problem) == 0) {
       std::printf("%s\n", problem.empty() ? "SKIPPED: no CUDA device here" : ("FAIL: CUDA does not work here: " + problem).c_str());
       return problem.empty() ? 77 : 1;
     }
-    if (moe::Status st = cu::UseDevice(0); !st.ok()) {
+    if (moe::Status st = moe::kernels::UseCudaDevice(0); !st.ok()) {
       std::fprintf(stderr, "moe-bench-gpu: %s\n", st.ToString().c_str());
       return 1;
     }
   }
   const moe::Device dev = rehearse ? moe::Device::Cpu() : moe::Device::Cuda(0);
-  std::printf("RESULT device %s\n", rehearse ? "cpu (rehearsal: the figures mean nothing)" : cu::DeviceName(0).c_str());
+  std::printf("RESULT device %s\n", rehearse ? "cpu (rehearsal: the figures mean nothing)" : moe::kernels::CudaDeviceName(0).c_str());
 
   // 1. Dense bf16 GEMM rates.
-  const double peak = rehearse ? 1e11 : cu::MeasureBf16GemmFlops(8192, 10);
+  const double peak = rehearse ? 1e11 : moe::kernels::MeasureCudaBf16GemmFlops(8192, 10);
   std::printf("RESULT gemm_bf16_8192_tflops %.1f\n", peak / 1e12);
   // DeepSeek-V3's expert sizes; a toy of the same shape when rehearsing.
   const int64_t h = rehearse ? 64 : 7168, f = rehearse ? 32 : 2048, experts = 32, k = 8, rows = tokens * k;
@@ -106,8 +105,8 @@ int main(int argc, char** argv) {
   {
     moe::Tensor x = moe::Tensor::Empty({rows, h}, moe::DType::kBF16, dev), w = moe::Tensor::Empty({2 * f, h}, moe::DType::kBF16, dev);
     moe::Tensor y = moe::Tensor::Empty({rows, 2 * f}, moe::DType::kBF16, dev);
-    cu::FillUniform(x, 3);
-    cu::FillUniform(w, 4);
+    moe::kernels::FillUniform(x, 3);
+    moe::kernels::FillUniform(w, 4);
     const double s = BestSeconds(5, [&] { moe::kernels::Gemm(x, false, w, true, y); });
     dense = 2.0 * static_cast<double>(rows) * static_cast<double>(2 * f) * static_cast<double>(h) / s;
     std::printf("RESULT gemm_bf16_expert_shape_tflops %.1f  (one [%lld x %lld] x [%lld x %lld]^T call)\n", dense / 1e12,
@@ -130,13 +129,13 @@ int main(int argc, char** argv) {
     // not constants: matrix units run faster on constant data, and routing needs distinct scores.
     uint64_t seed = 100;
     for (const auto& p : params.all()) {
-      cu::FillUniform(p->value, ++seed);
+      moe::kernels::FillUniform(p->value, ++seed);
       moe::kernels::Scale(p->value, 0.006 * std::sqrt(3.0));
     }
     params.SyncCompute();
     moe::Tensor x = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev), dy = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev);
-    cu::FillUniform(x, 5);
-    cu::FillUniform(dy, 6);
+    moe::kernels::FillUniform(x, 5);
+    moe::kernels::FillUniform(dy, 6);
     moe::kernels::Scale(dy, 1e-3);
     const int64_t seqs = 4, seq_len = tokens / seqs;
     double imbalance = 0;

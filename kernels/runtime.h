@@ -1,8 +1,12 @@
-// Process-wide kernel runtime settings: the CPU thread count (OpenMP and OpenBLAS share it) and the
-// facts a run reports about its kernels.
+// Process-wide kernel runtime: the CPU thread count (OpenMP and OpenBLAS share it), the facts a run
+// reports about its kernels, and the CUDA device facts the engine and the benchmarks need, so that
+// nothing outside kernels/ includes kernels/cuda/.
 #pragma once
 
+#include <cstdint>
 #include <string>
+
+#include "common/status.h"
 
 namespace moe::kernels {
 
@@ -12,5 +16,23 @@ int NumThreads();
 // "openblas 0.3.21 (Haswell, openmp)" or "built-in blocked GEMM".
 std::string CpuGemmBackendName();
 bool HaveCuda();  // CUDA kernels compiled in
+
+// CUDA devices. In a build without CUDA kernels there are none: the count is 0 (with no problem),
+// UseCudaDevice fails with FAILED_PRECONDITION, the name and CudaSynchronize say "no CUDA in this
+// build", the GEMM rate is 0.
+//
+// GPUs this process can use. 0 when there is none: no device, or no NVIDIA driver at all. When a
+// driver is there but CUDA fails (a driver older than the toolkit, a broken device), also 0, and
+// `problem` (when given) says why: callers report that instead of skipping quietly.
+int CudaDeviceCount(std::string* problem = nullptr);
+std::string CudaDeviceName(int index);
+// Makes cuda:`index` this process's device and registers its allocator; an error names the device.
+Status UseCudaDevice(int index);
+// Waits for the current device's queued work (timings, fault checks); returns the CUDA error's text,
+// or "" when all went well.
+std::string CudaSynchronize();
+// The dense bf16 GEMM rate of cuBLAS on the current device, measured now (m = n = k = size, best of
+// `reps`), in FLOP/s: the peak MFU is taken against on CUDA.
+double MeasureCudaBf16GemmFlops(int64_t size = 8192, int reps = 10);
 
 }  // namespace moe::kernels

@@ -67,7 +67,7 @@ struct Device {
   friend bool operator==(Device a, Device b) { return a.type == b.type && a.index == b.index; }
 };
 
-// Device memory. A backend registers one per device type (the CUDA one lives in kernels/cuda).
+// Device memory. A backend registers one per device type (the CUDA one lives in kernels/cuda/runtime.cu).
 class Allocator {
  public:
   virtual ~Allocator() = default;

@@ -1,34 +1,19 @@
-#include "kernels/attention.h"
-
+// The CPU causal attention: one (sequence, head) pair per task, the probabilities materialised.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/gemm.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
 
-namespace moe::kernels {
-namespace {
-
-void Check(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim) {
-  MOE_CHECK(qkv.ndim() == 2 && qkv.dim(0) == batch * seq_len && qkv.dim(1) == 3 * heads * head_dim)
-      << "Attention: qkv " << qkv.ShapeString() << " for batch " << batch << ", seq " << seq_len << ", heads " << heads
-      << ", head_dim " << head_dim;
-}
-
-}  // namespace
+namespace moe::kernels::cpu {
 
 void AttentionForward(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
                       const Tensor& out, const Tensor& probs) {
-  Check(qkv, batch, seq_len, heads, head_dim);
-  MOE_CHECK(out.dim(0) == batch * seq_len && out.dim(1) == heads * head_dim && probs.numel() == batch * heads * seq_len * seq_len)
-      << "AttentionForward: out " << out.ShapeString() << ", probs " << probs.ShapeString();
-  MOE_DISPATCH_CUDA(out, AttentionForward(qkv, batch, seq_len, heads, head_dim, out, probs));
-  if (cpu::HasBf16({&qkv, &out, &probs})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&qkv, &out, &probs})) {
+    Bf16Scope s;
     AttentionForward(s.In(qkv), batch, seq_len, heads, head_dim, s.Out(out), s.Out(probs));
     return;
   }
@@ -47,7 +32,7 @@ void AttentionForward(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t
         const T* k = q + hd;
         const T* v = q + 2 * hd;
         T* p = pr + bh * s * s;
-        cpu::Gemm<T>(false, true, s, s, d, scale, q, width, k, width, T(0), p, s);
+        Gemm<T>(false, true, s, s, d, scale, q, width, k, width, T(0), p, s);
         for (int64_t i = 0; i < s; ++i) {
           T* row = p + i * s;
           T mx = -std::numeric_limits<T>::infinity();
@@ -61,7 +46,7 @@ void AttentionForward(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t
           for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
           for (int64_t j = i + 1; j < s; ++j) row[j] = 0;
         }
-        cpu::Gemm<T>(false, false, s, d, s, T(1), p, s, v, width, T(0), o + b * s * hd + h * d, hd);
+        Gemm<T>(false, false, s, d, s, T(1), p, s, v, width, T(0), o + b * s * hd + h * d, hd);
       }
     });
   });
@@ -69,12 +54,8 @@ void AttentionForward(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t
 
 void AttentionBackward(const Tensor& qkv, const Tensor& probs, const Tensor& dout, int64_t batch, int64_t seq_len,
                        int64_t heads, int64_t head_dim, const Tensor& dqkv) {
-  Check(qkv, batch, seq_len, heads, head_dim);
-  MOE_CHECK(dqkv.shape() == qkv.shape() && dout.dim(0) == batch * seq_len && dout.dim(1) == heads * head_dim)
-      << "AttentionBackward: dqkv " << dqkv.ShapeString() << ", dout " << dout.ShapeString();
-  MOE_DISPATCH_CUDA(dqkv, AttentionBackward(qkv, probs, dout, batch, seq_len, heads, head_dim, dqkv));
-  if (cpu::HasBf16({&qkv, &probs, &dout, &dqkv})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&qkv, &probs, &dout, &dqkv})) {
+    Bf16Scope s;
     AttentionBackward(s.In(qkv), s.In(probs), s.In(dout), batch, seq_len, heads, head_dim, s.Out(dqkv));
     return;
   }
@@ -98,9 +79,9 @@ void AttentionBackward(const Tensor& qkv, const Tensor& probs, const Tensor& dou
         T* dk = dq + hd;
         T* dv = dq + 2 * hd;
         // dV = P^T dO
-        cpu::Gemm<T>(true, false, s, d, s, T(1), p, s, g, hd, T(0), dv, width);
+        Gemm<T>(true, false, s, d, s, T(1), p, s, g, hd, T(0), dv, width);
         // dP = dO V^T
-        cpu::Gemm<T>(false, true, s, s, d, T(1), g, hd, v, width, T(0), dp.data(), s);
+        Gemm<T>(false, true, s, s, d, T(1), g, hd, v, width, T(0), dp.data(), s);
         // dS = P * (dP - rowsum(P * dP)), scaled for the q k^T product
         for (int64_t i = 0; i < s; ++i) {
           const T* prow = p + i * s;
@@ -111,11 +92,11 @@ void AttentionBackward(const Tensor& qkv, const Tensor& probs, const Tensor& dou
           for (int64_t j = i + 1; j < s; ++j) drow[j] = 0;
         }
         // dQ = dS K ; dK = dS^T Q
-        cpu::Gemm<T>(false, false, s, d, s, T(1), dp.data(), s, k, width, T(0), dq, width);
-        cpu::Gemm<T>(true, false, s, d, s, T(1), dp.data(), s, q, width, T(0), dk, width);
+        Gemm<T>(false, false, s, d, s, T(1), dp.data(), s, k, width, T(0), dq, width);
+        Gemm<T>(true, false, s, d, s, T(1), dp.data(), s, q, width, T(0), dk, width);
       }
     });
   });
 }
 
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

@@ -1,22 +1,17 @@
-#include "kernels/cross_entropy.h"
-
+// The CPU cross-entropy fused with softmax; row losses added in row order.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
 
-namespace moe::kernels {
+namespace moe::kernels::cpu {
 
 double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_scale, const Tensor& dlogits) {
   const int64_t rows = logits.dim(0), vocab = logits.dim(1);
-  MOE_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows) << "CrossEntropy: targets " << targets.ShapeString();
-  MOE_CHECK(!dlogits.defined() || dlogits.shape() == logits.shape()) << "CrossEntropy: dlogits " << dlogits.ShapeString();
-  MOE_DISPATCH_CUDA_RET(logits, CrossEntropy(logits, targets, grad_scale, dlogits));
-  if (cpu::HasBf16({&logits, &dlogits})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&logits, &dlogits})) {
+    Bf16Scope s;
     return CrossEntropy(s.In(logits), targets, grad_scale, s.Out(dlogits));
   }
   const int32_t* tgt = targets.data<int32_t>();
@@ -51,4 +46,4 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_sca
   return total;
 }
 
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

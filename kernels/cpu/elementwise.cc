@@ -1,15 +1,13 @@
-#include "kernels/elementwise.h"
-
+// The CPU elementwise ops, reductions, row gathers and dtype conversions; and the bf16 scope every CPU
+// kernel family runs bf16 calls through.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
 
-namespace moe::kernels {
-namespace cpu {
+namespace moe::kernels::cpu {
 
 bool HasBf16(std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {
@@ -36,8 +34,6 @@ Bf16Scope::~Bf16Scope() {
   for (const auto& [dst, scratch] : outputs_) Convert(scratch, dst);
 }
 
-}  // namespace cpu
-
 namespace {
 
 // Element i of a floating CPU tensor, as float or double.
@@ -55,10 +51,6 @@ T LoadAs(const Tensor& t, int64_t i) {
 }  // namespace
 
 void Convert(const Tensor& src, const Tensor& dst) {
-  MOE_CHECK(src.numel() == dst.numel() && src.device() == dst.device())
-      << "Convert: " << DTypeName(src.dtype()) << src.ShapeString() << " on " << src.device().ToString() << " into "
-      << DTypeName(dst.dtype()) << dst.ShapeString() << " on " << dst.device().ToString();
-  MOE_DISPATCH_CUDA(dst, Convert(src, dst));
   if (src.dtype() == dst.dtype()) {
     dst.CopyFrom(src);
     return;
@@ -87,7 +79,6 @@ void Convert(const Tensor& src, const Tensor& dst) {
 }
 
 void Fill(const Tensor& t, double value) {
-  MOE_DISPATCH_CUDA(t, Fill(t, value));
   if (t.dtype() == DType::kI32) {
     int32_t* p = t.data<int32_t>();
     std::fill(p, p + t.numel(), static_cast<int32_t>(value));
@@ -105,10 +96,8 @@ void Fill(const Tensor& t, double value) {
 }
 
 void Axpy(const Tensor& y, double alpha, const Tensor& x) {
-  MOE_CHECK(x.numel() == y.numel() && x.dtype() == y.dtype()) << "Axpy: " << x.ShapeString() << " into " << y.ShapeString();
-  MOE_DISPATCH_CUDA(y, Axpy(y, alpha, x));
-  if (cpu::HasBf16({&y, &x})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&y, &x})) {
+    Bf16Scope s;
     Axpy(s.Out(y, true), alpha, s.In(x));
     return;
   }
@@ -123,10 +112,8 @@ void Axpy(const Tensor& y, double alpha, const Tensor& x) {
 }
 
 void Add(const Tensor& out, const Tensor& a, const Tensor& b) {
-  MOE_CHECK(a.numel() == out.numel() && b.numel() == out.numel()) << "Add: " << a.ShapeString() << " + " << b.ShapeString();
-  MOE_DISPATCH_CUDA(out, Add(out, a, b));
-  if (cpu::HasBf16({&out, &a, &b})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&out, &a, &b})) {
+    Bf16Scope s;
     Add(s.Out(out), s.In(a), s.In(b));
     return;
   }
@@ -141,9 +128,8 @@ void Add(const Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void Scale(const Tensor& t, double s) {
-  MOE_DISPATCH_CUDA(t, Scale(t, s));
-  if (cpu::HasBf16({&t})) {
-    cpu::Bf16Scope scope;
+  if (HasBf16({&t})) {
+    Bf16Scope scope;
     Scale(scope.Out(t, true), s);
     return;
   }
@@ -157,9 +143,8 @@ void Scale(const Tensor& t, double s) {
 }
 
 double SumSquares(const Tensor& t) {
-  MOE_DISPATCH_CUDA_RET(t, SumSquares(t));
-  if (cpu::HasBf16({&t})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&t})) {
+    Bf16Scope s;
     return SumSquares(s.In(t));
   }
   constexpr int64_t kChunk = 4096;
@@ -183,10 +168,6 @@ double SumSquares(const Tensor& t) {
 }
 
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
-  MOE_CHECK(index.dtype() == DType::kI32 && index.numel() == dst.dim(0) && src.dim(1) == dst.dim(1) &&
-            src.dtype() == dst.dtype())
-      << "GatherRows: src " << src.ShapeString() << ", index " << index.ShapeString() << ", dst " << dst.ShapeString();
-  MOE_DISPATCH_CUDA(dst, GatherRows(src, index, dst));
   const int64_t rows = dst.dim(0), d = dst.dim(1), src_rows = src.dim(0);
   const int32_t* idx = index.data<int32_t>();
   const size_t row_bytes = static_cast<size_t>(d) * DTypeSize(dst.dtype());
@@ -200,4 +181,4 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   });
 }
 
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

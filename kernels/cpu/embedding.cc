@@ -1,21 +1,15 @@
-#include "kernels/embedding.h"
-
+// The CPU embedding lookup and its deterministic gradient.
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
 
-namespace moe::kernels {
+namespace moe::kernels::cpu {
 
 void EmbeddingForward(const Tensor& table, const Tensor& ids, const Tensor& out) {
-  MOE_CHECK(ids.dtype() == DType::kI32 && out.dim(0) == ids.numel() && out.dim(1) == table.dim(1))
-      << "EmbeddingForward: table " << table.ShapeString() << ", ids " << ids.ShapeString() << ", out " << out.ShapeString();
-  MOE_DISPATCH_CUDA(out, EmbeddingForward(table, ids, out));
-  if (cpu::HasBf16({&table, &out})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&table, &out})) {
+    Bf16Scope s;
     EmbeddingForward(s.In(table), ids, s.Out(out));
     return;
   }
@@ -34,11 +28,8 @@ void EmbeddingForward(const Tensor& table, const Tensor& ids, const Tensor& out)
 }
 
 void EmbeddingBackward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) {
-  MOE_CHECK(ids.dtype() == DType::kI32 && dout.dim(0) == ids.numel() && dout.dim(1) == dtable.dim(1))
-      << "EmbeddingBackward: dout " << dout.ShapeString() << ", ids " << ids.ShapeString() << ", dtable " << dtable.ShapeString();
-  MOE_DISPATCH_CUDA(dtable, EmbeddingBackward(dout, ids, dtable));
-  if (cpu::HasBf16({&dout, &dtable})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&dout, &dtable})) {
+    Bf16Scope s;
     EmbeddingBackward(s.In(dout), ids, s.Out(dtable, true));
     return;
   }
@@ -70,4 +61,4 @@ void EmbeddingBackward(const Tensor& dout, const Tensor& ids, const Tensor& dtab
   });
 }
 
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

@@ -1,18 +1,17 @@
-#include "kernels/gemm.h"
-
+// The CPU GEMMs: the raw-pointer row-major GEMM (OpenBLAS where linked, else a blocked GEMM of our own)
+// and the Tensor-level Gemm and grouped GEMMs over experts built on it.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/gemm.h"
 #ifdef MOE_HAVE_CBLAS
 #include <cblas.h>
 #endif
 
-namespace moe::kernels {
-namespace cpu {
+namespace moe::kernels::cpu {
 
 template <typename T>
 void BlockedGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
@@ -100,99 +99,69 @@ template void BlockedGemm<float>(bool, bool, int64_t, int64_t, int64_t, float, c
 template void BlockedGemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
                                   const double*, int64_t, double, double*, int64_t);
 
-}  // namespace cpu
-
 void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta) {
-  MOE_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2) << "Gemm takes 2-D tensors";
-  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
-  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  const int64_t kb = trans_b ? b.dim(1) : b.dim(0);
-  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
-  MOE_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n)
-      << "Gemm shapes: a " << a.ShapeString() << (trans_a ? "^T" : "") << ", b " << b.ShapeString()
-      << (trans_b ? "^T" : "") << ", c " << c.ShapeString();
-  MOE_DISPATCH_CUDA(c, Gemm(a, trans_a, b, trans_b, c, alpha, beta));
-  if (cpu::HasBf16({&a, &b, &c})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&a, &b, &c})) {
+    Bf16Scope s;
     Gemm(s.In(a), trans_a, s.In(b), trans_b, s.Out(c, beta != 0.0), alpha, beta);
     return;
   }
   MOE_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype()) << "Gemm dtypes differ";
+  const int64_t m = trans_a ? a.dim(1) : a.dim(0);
+  const int64_t k = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
   MOE_CPU_FLOAT_DISPATCH(c.dtype(), T,
-                         cpu::Gemm<T>(trans_a, trans_b, m, n, k, static_cast<T>(alpha), a.data<T>(), a.dim(1),
-                                      b.data<T>(), b.dim(1), static_cast<T>(beta), c.data<T>(), c.dim(1)));
+                         Gemm<T>(trans_a, trans_b, m, n, k, static_cast<T>(alpha), a.data<T>(), a.dim(1), b.data<T>(),
+                                 b.dim(1), static_cast<T>(beta), c.data<T>(), c.dim(1)));
 }
-
-namespace {
-void CheckOffsets(const std::vector<int64_t>& offsets, int64_t groups, int64_t rows) {
-  MOE_CHECK(static_cast<int64_t>(offsets.size()) == groups + 1) << offsets.size() << " offsets for " << groups << " groups";
-  MOE_CHECK(offsets.front() == 0 && offsets.back() == rows) << "offsets must span [0, " << rows << "], got ["
-                                                            << offsets.front() << ", " << offsets.back() << "]";
-  for (size_t g = 0; g + 1 < offsets.size(); ++g) MOE_CHECK(offsets[g] <= offsets[g + 1]) << "offsets decrease at " << g;
-}
-}  // namespace
 
 void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, const Tensor& y) {
-  const int64_t groups = w.dim(0), n = w.dim(1), k = w.dim(2);
-  CheckOffsets(offsets, groups, x.dim(0));
-  MOE_CHECK(x.dim(1) == k && y.dim(0) == x.dim(0) && y.dim(1) == n)
-      << "GroupedGemm shapes: x " << x.ShapeString() << ", w " << w.ShapeString() << ", y " << y.ShapeString();
-  MOE_DISPATCH_CUDA(y, GroupedGemm(x, w, offsets, y));
-  if (cpu::HasBf16({&x, &w, &y})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&x, &w, &y})) {
+    Bf16Scope s;
     GroupedGemm(s.In(x), s.In(w), offsets, s.Out(y));
     return;
   }
+  const int64_t groups = w.dim(0), n = w.dim(1), k = w.dim(2);
   MOE_CPU_FLOAT_DISPATCH(y.dtype(), T, {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t r0 = offsets[static_cast<size_t>(g)], rows = offsets[static_cast<size_t>(g) + 1] - r0;
       if (rows == 0) continue;
-      cpu::Gemm<T>(false, true, rows, n, k, T(1), x.data<T>() + r0 * k, k, w.data<T>() + g * n * k, k, T(0),
-                   y.data<T>() + r0 * n, n);
+      Gemm<T>(false, true, rows, n, k, T(1), x.data<T>() + r0 * k, k, w.data<T>() + g * n * k, k, T(0), y.data<T>() + r0 * n, n);
     }
   });
 }
 
 void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& offsets, const Tensor& dx) {
-  const int64_t groups = w.dim(0), n = w.dim(1), k = w.dim(2);
-  CheckOffsets(offsets, groups, dy.dim(0));
-  MOE_CHECK(dy.dim(1) == n && dx.dim(0) == dy.dim(0) && dx.dim(1) == k)
-      << "GroupedGemmBackwardData shapes: dy " << dy.ShapeString() << ", w " << w.ShapeString() << ", dx " << dx.ShapeString();
-  MOE_DISPATCH_CUDA(dx, GroupedGemmBackwardData(dy, w, offsets, dx));
-  if (cpu::HasBf16({&dy, &w, &dx})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&dy, &w, &dx})) {
+    Bf16Scope s;
     GroupedGemmBackwardData(s.In(dy), s.In(w), offsets, s.Out(dx));
     return;
   }
+  const int64_t groups = w.dim(0), n = w.dim(1), k = w.dim(2);
   MOE_CPU_FLOAT_DISPATCH(dx.dtype(), T, {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t r0 = offsets[static_cast<size_t>(g)], rows = offsets[static_cast<size_t>(g) + 1] - r0;
       if (rows == 0) continue;
-      cpu::Gemm<T>(false, false, rows, k, n, T(1), dy.data<T>() + r0 * n, n, w.data<T>() + g * n * k, k, T(0),
-                   dx.data<T>() + r0 * k, k);
+      Gemm<T>(false, false, rows, k, n, T(1), dy.data<T>() + r0 * n, n, w.data<T>() + g * n * k, k, T(0),
+              dx.data<T>() + r0 * k, k);
     }
   });
 }
 
 void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& dw) {
-  const int64_t groups = dw.dim(0), n = dw.dim(1), k = dw.dim(2);
-  CheckOffsets(offsets, groups, dy.dim(0));
-  MOE_CHECK(dy.dim(1) == n && x.dim(0) == dy.dim(0) && x.dim(1) == k)
-      << "GroupedGemmBackwardWeight shapes: dy " << dy.ShapeString() << ", x " << x.ShapeString() << ", dw " << dw.ShapeString();
-  MOE_DISPATCH_CUDA(dw, GroupedGemmBackwardWeight(dy, x, offsets, dw));
-  if (cpu::HasBf16({&dy, &x, &dw})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&dy, &x, &dw})) {
+    Bf16Scope s;
     GroupedGemmBackwardWeight(s.In(dy), s.In(x), offsets, s.Out(dw, true));
     return;
   }
+  const int64_t groups = dw.dim(0), n = dw.dim(1), k = dw.dim(2);
   MOE_CPU_FLOAT_DISPATCH(dw.dtype(), T, {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t r0 = offsets[static_cast<size_t>(g)], rows = offsets[static_cast<size_t>(g) + 1] - r0;
       if (rows == 0) continue;
-      cpu::Gemm<T>(true, false, n, k, rows, T(1), dy.data<T>() + r0 * n, n, x.data<T>() + r0 * k, k, T(1),
-                   dw.data<T>() + g * n * k, k);
+      Gemm<T>(true, false, n, k, rows, T(1), dy.data<T>() + r0 * n, n, x.data<T>() + r0 * k, k, T(1), dw.data<T>() + g * n * k,
+              k);
     }
   });
 }
 
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

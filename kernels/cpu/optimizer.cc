@@ -1,18 +1,13 @@
-#include "kernels/optimizer.h"
-
+// The CPU AdamW, fused over one parameter tensor.
 #include <cmath>
 
-#include "kernels/cpu/parallel.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
 
-namespace moe::kernels {
+namespace moe::kernels::cpu {
 
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg) {
-  MOE_CHECK(grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel()) << "AdamW shapes";
-  MOE_DISPATCH_CUDA(param, AdamW(param, grad, m, v, cfg));
-  MOE_CHECK(!cpu::HasBf16({&param, &grad, &m, &v})) << "AdamW updates fp32 master weights with fp32 gradients and moments";
+  MOE_CHECK(!HasBf16({&param, &grad, &m, &v})) << "AdamW updates fp32 master weights with fp32 gradients and moments";
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(cfg.step));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(cfg.step));
   MOE_CPU_FLOAT_DISPATCH(param.dtype(), T, {
@@ -35,4 +30,4 @@ void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tenso
   });
 }
 
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

@@ -1,45 +1,16 @@
-#include "kernels/permute.h"
-
+// The CPU row movements of the MoE dispatch: gather-sum (the permutation's backward), the weighted
+// combine and its backward.
 #include <cstring>
 
-#include "kernels/cpu/parallel.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
 
-namespace moe::kernels {
-
-DispatchPlan BuildDispatchPlan(const int32_t* topk_idx, int64_t num_tokens, int64_t top_k, int64_t num_experts) {
-  DispatchPlan plan;
-  plan.num_tokens = num_tokens;
-  plan.top_k = top_k;
-  plan.num_experts = num_experts;
-  const int64_t slots = num_tokens * top_k;
-  plan.counts.assign(static_cast<size_t>(num_experts), 0);
-  for (int64_t s = 0; s < slots; ++s) {
-    MOE_CHECK(topk_idx[s] >= 0 && topk_idx[s] < num_experts) << "expert " << topk_idx[s] << " out of range";
-    ++plan.counts[static_cast<size_t>(topk_idx[s])];
-  }
-  plan.offsets.assign(static_cast<size_t>(num_experts) + 1, 0);
-  for (int64_t e = 0; e < num_experts; ++e) plan.offsets[static_cast<size_t>(e) + 1] = plan.offsets[static_cast<size_t>(e)] + plan.counts[static_cast<size_t>(e)];
-  std::vector<int64_t> next(plan.offsets.begin(), plan.offsets.end() - 1);
-  plan.token_of_row.resize(static_cast<size_t>(slots));
-  plan.row_of_slot.resize(static_cast<size_t>(slots));
-  for (int64_t s = 0; s < slots; ++s) {
-    const int64_t row = next[static_cast<size_t>(topk_idx[s])]++;
-    plan.row_of_slot[static_cast<size_t>(s)] = static_cast<int32_t>(row);
-    plan.token_of_row[static_cast<size_t>(row)] = static_cast<int32_t>(s / top_k);
-  }
-  return plan;
-}
+namespace moe::kernels::cpu {
 
 void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor& dx) {
   const int64_t tokens = dx.dim(0), d = dx.dim(1), k = row_of_slot.dim(1);
-  MOE_CHECK(row_of_slot.dtype() == DType::kI32 && row_of_slot.dim(0) == tokens && dxp.dim(1) == d)
-      << "PermuteBackward: dxp " << dxp.ShapeString() << ", row_of_slot " << row_of_slot.ShapeString() << ", dx " << dx.ShapeString();
-  MOE_DISPATCH_CUDA(dx, PermuteBackward(dxp, row_of_slot, dx));
-  if (cpu::HasBf16({&dxp, &dx})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&dxp, &dx})) {
+    Bf16Scope s;
     PermuteBackward(s.In(dxp), row_of_slot, s.Out(dx));
     return;
   }
@@ -62,11 +33,8 @@ void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor&
 
 void CombineForward(const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& y) {
   const int64_t tokens = y.dim(0), d = y.dim(1), k = row_of_slot.dim(1);
-  MOE_CHECK(row_of_slot.dim(0) == tokens && w.shape() == row_of_slot.shape() && yp.dim(1) == d)
-      << "CombineForward: yp " << yp.ShapeString() << ", w " << w.ShapeString() << ", y " << y.ShapeString();
-  MOE_DISPATCH_CUDA(y, CombineForward(yp, row_of_slot, w, y));
-  if (cpu::HasBf16({&yp, &w, &y})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&yp, &w, &y})) {
+    Bf16Scope s;
     CombineForward(s.In(yp), row_of_slot, s.In(w), s.Out(y, true));
     return;
   }
@@ -91,12 +59,8 @@ void CombineForward(const Tensor& yp, const Tensor& row_of_slot, const Tensor& w
 void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& dyp,
                      const Tensor& dw) {
   const int64_t tokens = dy.dim(0), d = dy.dim(1), k = row_of_slot.dim(1);
-  MOE_CHECK(row_of_slot.dim(0) == tokens && w.shape() == row_of_slot.shape() && dw.shape() == w.shape() &&
-            yp.shape() == dyp.shape() && yp.dim(1) == d)
-      << "CombineBackward shapes";
-  MOE_DISPATCH_CUDA(dyp, CombineBackward(dy, yp, row_of_slot, w, dyp, dw));
-  if (cpu::HasBf16({&dy, &yp, &w, &dyp, &dw})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&dy, &yp, &w, &dyp, &dw})) {
+    Bf16Scope s;
     CombineBackward(s.In(dy), s.In(yp), row_of_slot, s.In(w), s.Out(dyp), s.Out(dw));
     return;
   }
@@ -127,4 +91,4 @@ void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_sl
   });
 }
 
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

@@ -1,22 +1,17 @@
-#include "kernels/rmsnorm.h"
-
+// The CPU RMSNorm and its backward (dw summed over fixed blocks of rows, so in a fixed order).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
 
-namespace moe::kernels {
+namespace moe::kernels::cpu {
 
 void RmsNormForward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
   const int64_t rows = x.dim(0), d = x.dim(1);
-  MOE_CHECK(w.numel() == d && y.shape() == x.shape() && rstd.numel() == rows)
-      << "RmsNormForward: x " << x.ShapeString() << ", w " << w.ShapeString() << ", y " << y.ShapeString();
-  MOE_DISPATCH_CUDA(y, RmsNormForward(x, w, eps, y, rstd));
-  if (cpu::HasBf16({&x, &w, &y, &rstd})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&x, &w, &y, &rstd})) {
+    Bf16Scope s;
     RmsNormForward(s.In(x), s.In(w), eps, s.Out(y), s.Out(rstd));
     return;
   }
@@ -42,11 +37,8 @@ void RmsNormForward(const Tensor& x, const Tensor& w, double eps, const Tensor& 
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                      const Tensor& dw) {
   const int64_t rows = x.dim(0), d = x.dim(1);
-  MOE_CHECK(dy.shape() == x.shape() && dx.shape() == x.shape() && dw.numel() == d && rstd.numel() == rows)
-      << "RmsNormBackward shapes";
-  MOE_DISPATCH_CUDA(dx, RmsNormBackward(dy, x, w, rstd, dx, dw));
-  if (cpu::HasBf16({&dy, &x, &w, &rstd, &dx, &dw})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&dy, &x, &w, &rstd, &dx, &dw})) {
+    Bf16Scope s;
     RmsNormBackward(s.In(dy), s.In(x), s.In(w), s.In(rstd), s.Out(dx), s.Out(dw, true));
     return;
   }
@@ -83,4 +75,4 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
   });
 }
 
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

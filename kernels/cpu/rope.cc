@@ -1,14 +1,11 @@
-#include "kernels/rope.h"
-
+// The CPU RoPE: a cos/sin table per call (computed in double, then rounded), rotations in place.
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
 
-namespace moe::kernels {
+namespace moe::kernels::cpu {
 namespace {
 
 template <typename T>
@@ -43,18 +40,11 @@ void Rotate(T* qkv, int64_t tokens, int64_t seq_len, int64_t heads, int64_t head
   });
 }
 
-void Check(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim) {
-  MOE_CHECK(qkv.ndim() == 2 && qkv.dim(1) == 3 * heads * head_dim && head_dim % 2 == 0 && seq_len > 0)
-      << "Rope: qkv " << qkv.ShapeString() << ", heads " << heads << ", head_dim " << head_dim;
-}
-
 }  // namespace
 
 void RopeForward(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta) {
-  Check(qkv, seq_len, heads, head_dim);
-  MOE_DISPATCH_CUDA(qkv, RopeForward(qkv, seq_len, heads, head_dim, theta));
-  if (cpu::HasBf16({&qkv})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&qkv})) {
+    Bf16Scope s;
     RopeForward(s.Out(qkv, true), seq_len, heads, head_dim, theta);
     return;
   }
@@ -62,14 +52,12 @@ void RopeForward(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head
 }
 
 void RopeBackward(const Tensor& dqkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta) {
-  Check(dqkv, seq_len, heads, head_dim);
-  MOE_DISPATCH_CUDA(dqkv, RopeBackward(dqkv, seq_len, heads, head_dim, theta));
-  if (cpu::HasBf16({&dqkv})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&dqkv})) {
+    Bf16Scope s;
     RopeBackward(s.Out(dqkv, true), seq_len, heads, head_dim, theta);
     return;
   }
   MOE_CPU_FLOAT_DISPATCH(dqkv.dtype(), T, Rotate<T>(dqkv.data<T>(), dqkv.dim(0), seq_len, heads, head_dim, theta, true));
 }
 
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

@@ -1,16 +1,14 @@
-#include "kernels/router.h"
-
+// The CPU DeepSeek-V3 routing: scores, biased group-limited top-k, weights; its backward; the
+// sequence-wise balance loss.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/parallel.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
 
-namespace moe::kernels {
+namespace moe::kernels::cpu {
 namespace {
 
 // Indices of the k largest values, largest first, ties to the lower index.
@@ -109,25 +107,15 @@ void RouteBackward(const T* scores, const int32_t* topk_idx, const T* dtopk_w, c
   });
 }
 
-void CheckRouter(const Tensor& scores, const Tensor& topk_idx, int64_t k) {
-  MOE_CHECK(scores.ndim() == 2 && topk_idx.dtype() == DType::kI32 && topk_idx.dim(0) == scores.dim(0) && topk_idx.dim(1) == k)
-      << "router: scores " << scores.ShapeString() << ", topk_idx " << topk_idx.ShapeString() << ", k " << k;
-}
-
 }  // namespace
 
 void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig& cfg, const Tensor& scores,
                    const Tensor& topk_idx, const Tensor& topk_w) {
   const int64_t tokens = logits.dim(0), experts = logits.dim(1);
-  CheckRouter(scores, topk_idx, cfg.top_k);
-  MOE_CHECK(cfg.top_k >= 1 && cfg.top_k <= experts && experts % cfg.num_groups == 0 && cfg.topk_groups >= 1 &&
-            cfg.topk_groups <= cfg.num_groups && cfg.top_k <= cfg.topk_groups * (experts / cfg.num_groups))
-      << "RouterForward config: experts " << experts << ", top_k " << cfg.top_k << ", groups " << cfg.num_groups << "/" << cfg.topk_groups;
-  MOE_CHECK(bias.numel() == experts && scores.shape() == logits.shape() && topk_w.shape() == topk_idx.shape()) << "RouterForward shapes";
-  MOE_DISPATCH_CUDA(scores, RouterForward(logits, bias, cfg, scores, topk_idx, topk_w));
-  if (cpu::HasBf16({&logits, &bias, &scores, &topk_w})) {
-    cpu::Bf16Scope s;
-    RouterForward(s.In(logits), s.In(bias), cfg, s.Out(scores), topk_idx, s.Out(topk_w));
+  if (HasBf16({&logits, &bias, &scores, &topk_w})) {
+    Bf16Scope s;
+    // Qualified: RouterConfig would also find the public kernels::RouterForward by argument lookup.
+    cpu::RouterForward(s.In(logits), s.In(bias), cfg, s.Out(scores), topk_idx, s.Out(topk_w));
     return;
   }
   MOE_CPU_FLOAT_DISPATCH(logits.dtype(), T,
@@ -137,14 +125,9 @@ void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig&
 
 void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& dtopk_w, const Tensor& dscores_extra,
                     const RouterConfig& cfg, const Tensor& dlogits) {
-  CheckRouter(scores, topk_idx, cfg.top_k);
-  MOE_CHECK(dtopk_w.shape() == topk_idx.shape() && dlogits.shape() == scores.shape() &&
-            (!dscores_extra.defined() || dscores_extra.shape() == scores.shape()))
-      << "RouterBackward shapes";
-  MOE_DISPATCH_CUDA(dlogits, RouterBackward(scores, topk_idx, dtopk_w, dscores_extra, cfg, dlogits));
-  if (cpu::HasBf16({&scores, &dtopk_w, &dscores_extra, &dlogits})) {
-    cpu::Bf16Scope s;
-    RouterBackward(s.In(scores), topk_idx, s.In(dtopk_w), s.In(dscores_extra), cfg, s.Out(dlogits));
+  if (HasBf16({&scores, &dtopk_w, &dscores_extra, &dlogits})) {
+    Bf16Scope s;
+    cpu::RouterBackward(s.In(scores), topk_idx, s.In(dtopk_w), s.In(dscores_extra), cfg, s.Out(dlogits));
     return;
   }
   MOE_CPU_FLOAT_DISPATCH(scores.dtype(), T,
@@ -155,12 +138,9 @@ void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& 
 
 double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs, int64_t seq_len, double coeff,
                   const Tensor& dscores) {
-  const int64_t tokens = scores.dim(0), experts = scores.dim(1), k = topk_idx.dim(1);
-  MOE_CHECK(tokens == num_seqs * seq_len && topk_idx.dim(0) == tokens && (!dscores.defined() || dscores.shape() == scores.shape()))
-      << "SeqAuxLoss: scores " << scores.ShapeString() << " for " << num_seqs << " x " << seq_len;
-  MOE_DISPATCH_CUDA_RET(scores, SeqAuxLoss(scores, topk_idx, num_seqs, seq_len, coeff, dscores));
-  if (cpu::HasBf16({&scores, &dscores})) {
-    cpu::Bf16Scope s;
+  const int64_t experts = scores.dim(1), k = topk_idx.dim(1);
+  if (HasBf16({&scores, &dscores})) {
+    Bf16Scope s;
     return SeqAuxLoss(s.In(scores), topk_idx, num_seqs, seq_len, coeff, s.Out(dscores, true));
   }
   std::vector<double> losses(static_cast<size_t>(num_seqs), 0.0);
@@ -207,13 +187,4 @@ double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs
   return total;
 }
 
-void CountTokensPerExpert(const Tensor& topk_idx, int64_t num_experts, int64_t* counts) {
-  std::vector<int32_t> idx = topk_idx.ToVector<int32_t>();
-  std::fill(counts, counts + num_experts, 0);
-  for (int32_t e : idx) {
-    MOE_CHECK(e >= 0 && e < num_experts) << "expert index " << e << " out of range";
-    ++counts[e];
-  }
-}
-
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

@@ -1,6 +1,8 @@
-#include "kernels/runtime.h"
-
+// The CPU kernels' runtime: the thread count OpenMP and OpenBLAS share, and which GEMM runs.
+#include <algorithm>
 #include <thread>
+
+#include "kernels/cpu/cpu_ops.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -9,7 +11,7 @@
 #include <cblas.h>
 #endif
 
-namespace moe::kernels {
+namespace moe::kernels::cpu {
 
 namespace {
 int g_threads = 0;
@@ -32,7 +34,7 @@ int NumThreads() {
   return g_threads;
 }
 
-std::string CpuGemmBackendName() {
+std::string GemmBackendName() {
 #ifdef MOE_HAVE_CBLAS
   std::string config = openblas_get_config();
   return "OpenBLAS (" + config + ", kernel " + openblas_get_corename() + ")";
@@ -41,12 +43,4 @@ std::string CpuGemmBackendName() {
 #endif
 }
 
-bool HaveCuda() {
-#ifdef MOE_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

@@ -1,20 +1,15 @@
-#include "kernels/swiglu.h"
-
+// The CPU SwiGLU on a fused gate|up projection, and its backward.
 #include <cmath>
 
-#include "kernels/cpu/parallel.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_ops.h"
 
-namespace moe::kernels {
+namespace moe::kernels::cpu {
 
 void SwigluForward(const Tensor& gate_up, const Tensor& out) {
   const int64_t rows = gate_up.dim(0), f = out.dim(1);
-  MOE_CHECK(gate_up.dim(1) == 2 * f && out.dim(0) == rows) << "SwigluForward: gate_up " << gate_up.ShapeString() << ", out " << out.ShapeString();
-  MOE_DISPATCH_CUDA(out, SwigluForward(gate_up, out));
-  if (cpu::HasBf16({&gate_up, &out})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&gate_up, &out})) {
+    Bf16Scope s;
     SwigluForward(s.In(gate_up), s.Out(out));
     return;
   }
@@ -34,10 +29,8 @@ void SwigluForward(const Tensor& gate_up, const Tensor& out) {
 
 void SwigluBackward(const Tensor& gate_up, const Tensor& dout, const Tensor& dgate_up) {
   const int64_t rows = gate_up.dim(0), f = dout.dim(1);
-  MOE_CHECK(gate_up.dim(1) == 2 * f && dout.dim(0) == rows && dgate_up.shape() == gate_up.shape()) << "SwigluBackward shapes";
-  MOE_DISPATCH_CUDA(dgate_up, SwigluBackward(gate_up, dout, dgate_up));
-  if (cpu::HasBf16({&gate_up, &dout, &dgate_up})) {
-    cpu::Bf16Scope s;
+  if (HasBf16({&gate_up, &dout, &dgate_up})) {
+    Bf16Scope s;
     SwigluBackward(s.In(gate_up), s.In(dout), s.Out(dgate_up));
     return;
   }
@@ -63,4 +56,4 @@ void SwigluBackward(const Tensor& gate_up, const Tensor& dout, const Tensor& dga
   });
 }
 
-}  // namespace moe::kernels
+}  // namespace moe::kernels::cpu

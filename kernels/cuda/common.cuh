@@ -1,18 +1,70 @@
-// Shared by the CUDA kernel files: launch sizes and block reductions.
+// Shared by the CUDA family files (kernels/cuda/<family>.cu): on the host, the stream kernels run on,
+// the device and dtype checks of the Tensor-level entry points and the scratch-partials helper
+// (defined in runtime.cu); on the device, launch sizes, bf16 loads and stores, block reductions.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <library_types.h>
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <string>
+
+#include "common/check.h"
+#include "kernels/tensor.h"
 
 namespace moe::kernels::cuda {
 
+using bf16 = __nv_bfloat16;
+
+// ---- Host side (runtime.cu) ----
+
+// The stream every kernel runs on: the legacy default stream, which NCCL's communicator waits for
+// before each collective.
+cudaStream_t Stream();
+// The last CUDA error's text, or "" on success (and clears it).
+std::string LastError();
+// Tensor memory on DeviceType::kCuda through the caching allocator (idempotent).
+void RegisterCudaAllocator();
+Device CurrentDevice();
+// The cuBLAS handle of this thread (created once, on the device current then), bound to Stream().
+void* CublasHandle();
 // Runs `launch` with a device buffer of n floats (one partial per row, sequence, ...), then adds the
 // partials on the host in a fixed order. The buffer comes from the caching allocator: no cudaMalloc
 // on the training path once warm.
-double SumPartials(int64_t n, cudaStream_t s, const std::function<void(float*)>& launch);
+double SumPartials(int64_t n, const std::function<void(float*)>& launch);
+
+// Checks of a Tensor-level entry point named `op`: every defined tensor is on CUDA; the storage type
+// all of `tensors` share (f32 or bf16); a tensor that must be f32 whatever the activations are.
+void CheckOnCuda(std::initializer_list<const Tensor*> tensors, const char* op);
+DType StorageType(std::initializer_list<const Tensor*> tensors, const char* op);
+void CheckF32(const Tensor& t, const char* op, const char* what);
+// Fails with `op` and the CUDA error's text when a launch went wrong.
+void CheckLaunch(const char* op);
+
+inline cudaDataType_t CudaType(DType d) { return d == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// A tensor's data as T* (nullptr for an undefined tensor); T is a device type (bf16 for kBF16).
+template <typename T>
+T* Ptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.raw()) : nullptr;
+}
+
+// Calls BODY with T bound to the storage type of `dtype`: float or bf16.
+#define MOE_CUDA_TYPED(dtype, T, ...)                  \
+  do {                                                 \
+    if ((dtype) == ::moe::DType::kBF16) {              \
+      using T = ::moe::kernels::cuda::bf16;            \
+      __VA_ARGS__;                                     \
+    } else {                                           \
+      using T = float;                                 \
+      __VA_ARGS__;                                     \
+    }                                                  \
+  } while (0)
+
+// ---- Device side ----
 
 // Loads and stores of the storage types: every kernel computes in fp32 (bf16 rounds to nearest even
 // on the store, as the CPU reference does).
@@ -25,11 +77,6 @@ template <> __device__ __forceinline__ __nv_bfloat16 Cvt<__nv_bfloat16>(float v)
 // Grid-stride loop over [0, n).
 #define MOE_CUDA_LOOP(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
-
-// Instantiates a templated launcher for fp32 and bf16 storage.
-#define MOE_CUDA_INSTANTIATE(F) \
-  template decltype(F<float>) F<float>; \
-  template decltype(F<__nv_bfloat16>) F<__nv_bfloat16>;
 
 constexpr int kThreads = 256;
 inline unsigned Blocks(int64_t n, int threads = kThreads) {

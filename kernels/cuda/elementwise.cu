@@ -1,10 +1,9 @@
-// Elementwise ops, reductions, row gathers, dtype conversions, and the CUDA caching allocator.
+// Elementwise ops, the sum of squares, row gathers and f32 <-> bf16 conversions.
 #include <algorithm>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/tensor.h"
+#include "kernels/cuda/cuda_ops.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -58,120 +57,102 @@ __global__ void Bf16ToF32Kernel(const __nv_bfloat16* src, float* dst, int64_t n)
   MOE_CUDA_LOOP(i, n) dst[i] = __bfloat162float(src[i]);
 }
 
-// Device memory through the caching allocator, so a training step never calls cudaMalloc once warm.
-// One process drives one device (the trainer calls cudaSetDevice once), so one cache serves it.
-class CudaAllocator final : public CachingAllocator {
- public:
-  void Memset(void* ptr, int value, size_t bytes) override {
-    MOE_CHECK(cudaMemset(ptr, value, bytes) == cudaSuccess) << LastError();
-  }
-  void CopyToHost(void* dst, const void* src, size_t bytes) override {
-    MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess) << LastError();
-  }
-  void CopyFromHost(void* dst, const void* src, size_t bytes) override {
-    MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess) << LastError();
-  }
-  void CopyWithin(void* dst, const void* src, size_t bytes) override {
-    MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess) << LastError();
-  }
-
- protected:
-  void* RawAllocate(size_t bytes) override {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes) == cudaSuccess) return p;
-    cudaGetLastError();  // clear the out-of-memory error: the caller releases the cache and retries
-    return nullptr;
-  }
-  void RawFree(void* ptr) override { cudaFree(ptr); }
-  size_t Granularity() const override { return 512; }
-};
-
-Device CurrentDevice() {
-  int index = 0;
-  cudaGetDevice(&index);
-  return Device::Cuda(index);
-}
-
-}  // namespace
-
-std::string LastError() {
-  const cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? "" : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-}
-
-void RegisterCudaAllocator() {
-  static CudaAllocator* a = new CudaAllocator();
-  RegisterAllocator(DeviceType::kCuda, a);
-}
-
-double SumPartials(int64_t n, cudaStream_t s, const std::function<void(float*)>& launch) {
-  if (n <= 0) return 0;
-  RegisterCudaAllocator();
-  Tensor partial = Tensor::Empty({n}, DType::kF32, CurrentDevice());
-  launch(partial.data<float>());
-  std::vector<float> host(static_cast<size_t>(n));
-  cudaMemcpyAsync(host.data(), partial.raw(), sizeof(float) * host.size(), cudaMemcpyDeviceToHost, s);
-  cudaStreamSynchronize(s);
-  double total = 0;
-  for (float v : host) total += v;
-  return total;
-}
-
 template <typename T>
-void Fill(T* x, int64_t n, float value, cudaStream_t s) {
-  if (n > 0) FillKernel<T><<<Blocks(n), kThreads, 0, s>>>(x, n, value);
-}
-template <typename T>
-void Axpy(T* y, float alpha, const T* x, int64_t n, cudaStream_t s) {
-  if (n > 0) AxpyKernel<T><<<Blocks(n), kThreads, 0, s>>>(y, alpha, x, n);
-}
-template <typename T>
-void Add(T* out, const T* a, const T* b, int64_t n, cudaStream_t s) {
-  if (n > 0) AddKernel<T><<<Blocks(n), kThreads, 0, s>>>(out, a, b, n);
-}
-template <typename T>
-void Scale(T* x, float alpha, int64_t n, cudaStream_t s) {
-  if (n > 0) ScaleKernel<T><<<Blocks(n), kThreads, 0, s>>>(x, alpha, n);
-}
-template <typename T>
-double SumSquares(const T* x, int64_t n, cudaStream_t s) {
+double SumSquaresOf(const T* x, int64_t n) {
   if (n <= 0) return 0;
   RegisterCudaAllocator();
   const unsigned blocks = std::min<unsigned>(Blocks(n), 1024);
   Tensor partial = Tensor::Empty({static_cast<int64_t>(blocks)}, DType::kF64, CurrentDevice());
-  SumSquaresKernel<T><<<blocks, kThreads, 0, s>>>(x, n, partial.data<double>());
+  SumSquaresKernel<T><<<blocks, kThreads, 0, Stream()>>>(x, n, partial.data<double>());
   std::vector<double> host(blocks);
-  cudaMemcpyAsync(host.data(), partial.raw(), sizeof(double) * blocks, cudaMemcpyDeviceToHost, s);
-  cudaStreamSynchronize(s);
+  cudaMemcpyAsync(host.data(), partial.raw(), sizeof(double) * blocks, cudaMemcpyDeviceToHost, Stream());
+  cudaStreamSynchronize(Stream());
   double total = 0;
   for (double v : host) total += v;
   return total;
 }
-MOE_CUDA_INSTANTIATE(Fill)
-MOE_CUDA_INSTANTIATE(Axpy)
-MOE_CUDA_INSTANTIATE(Add)
-MOE_CUDA_INSTANTIATE(Scale)
-MOE_CUDA_INSTANTIATE(SumSquares)
 
-void GatherRows(const void* src, const int32_t* index, void* dst, int64_t rows, int64_t row_bytes, cudaStream_t s) {
-  if (rows == 0 || row_bytes == 0) return;
-  const bool words = row_bytes % 4 == 0 && (reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) % 4 == 0;
-  if (words) {
-    const int64_t units = row_bytes / 4;
-    GatherRowsKernel<uint32_t><<<Blocks(rows * units), kThreads, 0, s>>>(static_cast<const uint32_t*>(src), index,
-                                                                          static_cast<uint32_t*>(dst), rows, units);
-  } else {
-    const int64_t units = row_bytes / 2;
-    GatherRowsKernel<uint16_t><<<Blocks(rows * units), kThreads, 0, s>>>(static_cast<const uint16_t*>(src), index,
-                                                                          static_cast<uint16_t*>(dst), rows, units);
+}  // namespace
+
+void Fill(const Tensor& t, double value) {
+  CheckOnCuda({&t}, "Fill");
+  if (t.dtype() == DType::kI32 && value == 0.0) {
+    t.SetZero();
+    return;
   }
+  const int64_t n = t.numel();
+  MOE_CUDA_TYPED(StorageType({&t}, "Fill"), T, {
+    if (n > 0) FillKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(t), n, static_cast<float>(value));
+  });
+  CheckLaunch("Fill");
 }
 
-void ConvertF32ToBf16(const float* src, bf16* dst, int64_t n, cudaStream_t s) {
-  if (n > 0) F32ToBf16Kernel<<<Blocks(n), kThreads, 0, s>>>(src, dst, n);
+void Axpy(const Tensor& y, double alpha, const Tensor& x) {
+  CheckOnCuda({&y, &x}, "Axpy");
+  const int64_t n = y.numel();
+  MOE_CUDA_TYPED(StorageType({&y, &x}, "Axpy"), T, {
+    if (n > 0) AxpyKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(y), static_cast<float>(alpha), Ptr<T>(x), n);
+  });
+  CheckLaunch("Axpy");
 }
-void ConvertBf16ToF32(const bf16* src, float* dst, int64_t n, cudaStream_t s) {
-  if (n > 0) Bf16ToF32Kernel<<<Blocks(n), kThreads, 0, s>>>(src, dst, n);
+
+void Add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  CheckOnCuda({&out, &a, &b}, "Add");
+  const int64_t n = out.numel();
+  MOE_CUDA_TYPED(StorageType({&out, &a, &b}, "Add"), T, {
+    if (n > 0) AddKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(out), Ptr<T>(a), Ptr<T>(b), n);
+  });
+  CheckLaunch("Add");
+}
+
+void Scale(const Tensor& t, double s) {
+  CheckOnCuda({&t}, "Scale");
+  const int64_t n = t.numel();
+  MOE_CUDA_TYPED(StorageType({&t}, "Scale"), T, {
+    if (n > 0) ScaleKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(t), static_cast<float>(s), n);
+  });
+  CheckLaunch("Scale");
+}
+
+double SumSquares(const Tensor& t) {
+  CheckOnCuda({&t}, "SumSquares");
+  double r = 0;
+  MOE_CUDA_TYPED(StorageType({&t}, "SumSquares"), T, r = SumSquaresOf<T>(Ptr<T>(t), t.numel()));
+  CheckLaunch("SumSquares");
+  return r;
+}
+
+void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
+  CheckOnCuda({&src, &index, &dst}, "GatherRows");
+  const int64_t rows = dst.dim(0), row_bytes = dst.dim(1) * static_cast<int64_t>(DTypeSize(dst.dtype()));
+  if (rows > 0 && row_bytes > 0) {
+    const bool words = row_bytes % 4 == 0 && (reinterpret_cast<uintptr_t>(src.raw()) | reinterpret_cast<uintptr_t>(dst.raw())) % 4 == 0;
+    if (words) {
+      const int64_t units = row_bytes / 4;
+      GatherRowsKernel<uint32_t><<<Blocks(rows * units), kThreads, 0, Stream()>>>(Ptr<const uint32_t>(src), Ptr<int32_t>(index),
+                                                                                  Ptr<uint32_t>(dst), rows, units);
+    } else {
+      const int64_t units = row_bytes / 2;
+      GatherRowsKernel<uint16_t><<<Blocks(rows * units), kThreads, 0, Stream()>>>(Ptr<const uint16_t>(src), Ptr<int32_t>(index),
+                                                                                  Ptr<uint16_t>(dst), rows, units);
+    }
+  }
+  CheckLaunch("GatherRows");
+}
+
+void Convert(const Tensor& src, const Tensor& dst) {
+  CheckOnCuda({&src, &dst}, "Convert");
+  const int64_t n = src.numel();
+  if (src.dtype() == dst.dtype()) {
+    dst.CopyFrom(src);
+  } else if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {
+    if (n > 0) F32ToBf16Kernel<<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<float>(src), Ptr<bf16>(dst), n);
+  } else if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32) {
+    if (n > 0) Bf16ToF32Kernel<<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<bf16>(src), Ptr<float>(dst), n);
+  } else {
+    MOE_CHECK(false) << "Convert on CUDA: " << DTypeName(src.dtype()) << " to " << DTypeName(dst.dtype()) << " is not supported";
+  }
+  CheckLaunch("Convert");
 }
 
 }  // namespace moe::kernels::cuda

@@ -1,33 +1,19 @@
-// Embedding lookup and its gradient; DeepSeek-V3 routing (scores, biased group-limited top-k,
-// weights) and its backward; the sequence-wise balance loss.
+// DeepSeek-V3 routing in fp32 (kernels/router.h): scores, biased group-limited top-k and weights, one
+// thread per token (at most 512 experts and 64 groups); its backward; the sequence-wise balance loss,
+// one block per sequence. f32 only: the router GEMM writes fp32 logits, as DeepSeek-V3 routes in fp32.
 #include <cmath>
-#include <vector>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_ops.h"
 
 namespace moe::kernels::cuda {
 namespace {
 
 constexpr int kMaxExperts = 512;
+constexpr int kMaxGroups = 64;
 
-template <typename T>
-__global__ void EmbeddingForwardKernel(const T* table, const int32_t* ids, T* out, int64_t tokens, int64_t d) {
-  MOE_CUDA_LOOP(i, tokens * d) out[i] = table[static_cast<int64_t>(ids[i / d]) * d + i % d];
-}
-template <typename T>
-__global__ void EmbeddingBackwardKernel(const T* dout, const int32_t* ids, float* dtable, int64_t tokens, int64_t d) {
-  MOE_CUDA_LOOP(i, tokens * d) atomicAdd(&dtable[static_cast<int64_t>(ids[i / d]) * d + i % d], Ld(dout[i]));
-}
-
-// One thread per token (E <= kMaxExperts). Ties go to the lower index, as on the CPU.
-__global__ void RouteKernel(const float* logits, const float* bias, int64_t tokens, int64_t e, int64_t k, int64_t groups,
-                            int64_t topk_groups, bool sigmoid, float route_scale, bool use_bias, float* scores, int32_t* idx,
-                            float* w) {
-  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (t >= tokens) return;
-  const float* x = logits + t * e;
-  float* s = scores + t * e;
+// s = sigmoid(x), or softmax over the e experts.
+__device__ void RouterScores(const float* x, int64_t e, bool sigmoid, float* s) {
   if (sigmoid) {
     for (int64_t i = 0; i < e; ++i) s[i] = 1.f / (1.f + expf(-x[i]));
   } else {
@@ -36,28 +22,42 @@ __global__ void RouteKernel(const float* logits, const float* bias, int64_t toke
     for (int64_t i = 0; i < e; ++i) sum += (s[i] = expf(x[i] - mx));
     for (int64_t i = 0; i < e; ++i) s[i] /= sum;
   }
+}
+
+// Group-limited routing: keeps the `topk_groups` best of `groups` groups (a group scores by the sum of
+// its two best selection scores when the bias is in use, else its best) and masks the rest to -inf.
+__device__ void KeepBestGroups(float* sel, int64_t e, int64_t groups, int64_t topk_groups, bool use_bias) {
+  const int64_t per = e / groups;
+  float gscore[kMaxGroups];
+  bool kept[kMaxGroups];
+  for (int64_t g = 0; g < groups; ++g) {
+    float a = -INFINITY, c = -INFINITY;
+    for (int64_t i = 0; i < per; ++i) {
+      const float v = sel[g * per + i];
+      if (v > a) { c = a; a = v; } else if (v > c) { c = v; }
+    }
+    gscore[g] = (use_bias && per >= 2) ? a + c : a;
+    kept[g] = false;
+  }
+  for (int64_t r = 0; r < topk_groups; ++r) {
+    int64_t best = -1;
+    for (int64_t g = 0; g < groups; ++g) if (!kept[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+    kept[best] = true;
+  }
+  for (int64_t i = 0; i < e; ++i) if (!kept[i / per]) sel[i] = -INFINITY;
+}
+
+// One thread per token (E <= kMaxExperts). Ties go to the lower index, as on the CPU.
+__global__ void RouteKernel(const float* logits, const float* bias, int64_t tokens, int64_t e, int64_t k, int64_t groups,
+                            int64_t topk_groups, bool sigmoid, float route_scale, bool use_bias, float* scores, int32_t* idx,
+                            float* w) {
+  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (t >= tokens) return;
+  float* s = scores + t * e;
+  RouterScores(logits + t * e, e, sigmoid, s);
   float sel[kMaxExperts];
   for (int64_t i = 0; i < e; ++i) sel[i] = s[i] + (use_bias ? bias[i] : 0.f);
-  if (groups > 1) {
-    const int64_t per = e / groups;
-    float gscore[64];
-    bool kept[64];
-    for (int64_t g = 0; g < groups; ++g) {
-      float a = -INFINITY, c = -INFINITY;
-      for (int64_t i = 0; i < per; ++i) {
-        const float v = sel[g * per + i];
-        if (v > a) { c = a; a = v; } else if (v > c) { c = v; }
-      }
-      gscore[g] = (use_bias && per >= 2) ? a + c : a;
-      kept[g] = false;
-    }
-    for (int64_t r = 0; r < topk_groups; ++r) {
-      int64_t best = -1;
-      for (int64_t g = 0; g < groups; ++g) if (!kept[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
-      kept[best] = true;
-    }
-    for (int64_t i = 0; i < e; ++i) if (!kept[i / per]) sel[i] = -INFINITY;
-  }
+  if (groups > 1) KeepBestGroups(sel, e, groups, topk_groups, use_bias);
   float sum = 0;
   for (int64_t j = 0; j < k; ++j) {
     int64_t best = -1;
@@ -129,40 +129,50 @@ __global__ void SeqAuxKernel(const float* scores, const int32_t* idx, int64_t se
 
 }  // namespace
 
-template <typename T>
-void EmbeddingForward(const T* table, const int32_t* ids, T* out, int64_t tokens, int64_t d, cudaStream_t s) {
-  if (tokens * d > 0) EmbeddingForwardKernel<T><<<Blocks(tokens * d), kThreads, 0, s>>>(table, ids, out, tokens, d);
+void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig& cfg, const Tensor& scores,
+                   const Tensor& topk_idx, const Tensor& topk_w) {
+  CheckOnCuda({&logits, &bias, &scores, &topk_idx, &topk_w}, "RouterForward");
+  for (const Tensor* t : {&logits, &bias, &scores, &topk_w}) CheckF32(*t, "RouterForward", "every routing tensor");
+  const int64_t tokens = logits.dim(0), experts = logits.dim(1);
+  MOE_CHECK(experts <= kMaxExperts && cfg.num_groups <= kMaxGroups)
+      << "RouterForward on CUDA: at most " << kMaxExperts << " experts and " << kMaxGroups << " groups, got " << experts
+      << " and " << cfg.num_groups;
+  if (tokens > 0) {
+    RouteKernel<<<Blocks(tokens, 128), 128, 0, Stream()>>>(
+        Ptr<float>(logits), Ptr<float>(bias), tokens, experts, cfg.top_k, cfg.num_groups, cfg.topk_groups, cfg.sigmoid,
+        static_cast<float>(cfg.route_scale), cfg.use_bias, Ptr<float>(scores), Ptr<int32_t>(topk_idx), Ptr<float>(topk_w));
+  }
+  CheckLaunch("RouterForward");
 }
-template <typename T>
-void EmbeddingBackward(const T* dout, const int32_t* ids, float* dtable, int64_t tokens, int64_t d, cudaStream_t s) {
-  if (tokens * d > 0) EmbeddingBackwardKernel<T><<<Blocks(tokens * d), kThreads, 0, s>>>(dout, ids, dtable, tokens, d);
+
+void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& dtopk_w, const Tensor& dscores_extra,
+                    const RouterConfig& cfg, const Tensor& dlogits) {
+  CheckOnCuda({&scores, &topk_idx, &dtopk_w, &dscores_extra, &dlogits}, "RouterBackward");
+  for (const Tensor* t : {&scores, &dtopk_w, &dscores_extra, &dlogits}) CheckF32(*t, "RouterBackward", "every routing tensor");
+  const int64_t tokens = scores.dim(0), experts = scores.dim(1);
+  MOE_CHECK(experts <= kMaxExperts) << "RouterBackward on CUDA: at most " << kMaxExperts << " experts, got " << experts;
+  if (tokens > 0) {
+    RouteBackwardKernel<<<Blocks(tokens, 128), 128, 0, Stream()>>>(
+        Ptr<float>(scores), Ptr<int32_t>(topk_idx), Ptr<float>(dtopk_w), Ptr<float>(dscores_extra), tokens, experts, cfg.top_k,
+        cfg.sigmoid, static_cast<float>(cfg.route_scale), Ptr<float>(dlogits));
+  }
+  CheckLaunch("RouterBackward");
 }
-MOE_CUDA_INSTANTIATE(EmbeddingForward)
-MOE_CUDA_INSTANTIATE(EmbeddingBackward)
-bool RouterForward(const float* logits, const float* bias, int64_t tokens, int64_t experts, int64_t top_k, int64_t groups,
-                   int64_t topk_groups, bool sigmoid, float route_scale, bool use_bias, float* scores, int32_t* topk_idx,
-                   float* topk_w, cudaStream_t s) {
-  if (experts > kMaxExperts || groups > 64) return false;
-  if (tokens == 0) return true;
-  RouteKernel<<<Blocks(tokens, 128), 128, 0, s>>>(logits, bias, tokens, experts, top_k, groups, topk_groups, sigmoid, route_scale,
-                                                 use_bias, scores, topk_idx, topk_w);
-  return true;
-}
-bool RouterBackward(const float* scores, const int32_t* topk_idx, const float* dtopk_w, const float* dscores_extra,
-                    int64_t tokens, int64_t experts, int64_t top_k, bool sigmoid, float route_scale, float* dlogits,
-                    cudaStream_t s) {
-  if (experts > kMaxExperts) return false;
-  if (tokens == 0) return true;
-  RouteBackwardKernel<<<Blocks(tokens, 128), 128, 0, s>>>(scores, topk_idx, dtopk_w, dscores_extra, tokens, experts, top_k,
-                                                         sigmoid, route_scale, dlogits);
-  return true;
-}
-double SeqAuxLoss(const float* scores, const int32_t* topk_idx, int64_t num_seqs, int64_t seq_len, int64_t experts,
-                  int64_t top_k, float coeff, float* dscores, cudaStream_t s) {
-  if (experts > kMaxExperts) return 0;
-  return SumPartials(num_seqs, s, [&](float* losses) {
-    SeqAuxKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, s>>>(scores, topk_idx, seq_len, experts, top_k, coeff, dscores, losses);
+
+double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs, int64_t seq_len, double coeff,
+                  const Tensor& dscores) {
+  CheckOnCuda({&scores, &topk_idx, &dscores}, "SeqAuxLoss");
+  CheckF32(scores, "SeqAuxLoss", "scores");
+  CheckF32(dscores, "SeqAuxLoss", "dscores");
+  const int64_t experts = scores.dim(1), top_k = topk_idx.dim(1);
+  MOE_CHECK(experts <= kMaxExperts) << "SeqAuxLoss on CUDA: at most " << kMaxExperts << " experts, got " << experts;
+  const double loss = SumPartials(num_seqs, [&](float* losses) {
+    SeqAuxKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, Stream()>>>(Ptr<float>(scores), Ptr<int32_t>(topk_idx), seq_len,
+                                                                             experts, top_k, static_cast<float>(coeff),
+                                                                             Ptr<float>(dscores), losses);
   });
+  CheckLaunch("SeqAuxLoss");
+  return loss;
 }
 
 }  // namespace moe::kernels::cuda

@@ -8,13 +8,11 @@
 
 #include "common/file_util.h"
 #include "kernels/elementwise.h"
+#include "kernels/runtime.h"
 #include "tests/engine/train_helpers.h"
 #include "tests/testing/testing.h"
 #include "worker/engine/model.h"
 #include "worker/engine/trainer.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
 
 namespace moe {
 namespace {
@@ -174,7 +172,7 @@ TEST(MixedPrecision, BadDeviceOrPrecisionIsAClearError) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("--device: 'tpu:0'"), std::string::npos) << r.status();
 #ifdef MOE_WITH_CUDA
-  if (kernels::cuda::DeviceCount() == 0) {
+  if (kernels::CudaDeviceCount() == 0) {
     o.device = "cuda:0";
     r = Train(spec, local.ctx, o);
     ASSERT_FALSE(r.ok());

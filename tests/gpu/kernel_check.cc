@@ -14,7 +14,6 @@
 
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/cuda/ops.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
@@ -23,6 +22,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/router.h"
+#include "kernels/runtime.h"
 #include "kernels/swiglu.h"
 #include "worker/engine/rng.h"
 
@@ -89,7 +89,7 @@ std::vector<double> Host(const Tensor& t) {
 
 void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& cpu_out) {
   // A kernel fault is sticky: record it before touching the data, and stop with the table so far.
-  const std::string cuda_error = g_device.is_cuda() ? moe::kernels::cuda::Synchronize() : "";
+  const std::string cuda_error = g_device.is_cuda() ? moe::kernels::CudaSynchronize() : "";
   if (!cuda_error.empty()) {
     std::printf("%-28s %-5s FAIL   CUDA error %s\n", name.c_str(), moe::DTypeName(dt), cuda_error.c_str());
     for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
@@ -150,7 +150,7 @@ int main() {
     std::printf("REHEARSAL: the CPU stands in for the GPU (MOE_GPU_CHECK_DEVICE=cpu)\n");
   }
   std::string problem;
-  const int devices = k::cuda::DeviceCount(&problem);
+  const int devices = k::CudaDeviceCount(&problem);
   if (!problem.empty()) {
     std::printf("FAIL: a CUDA driver is here but CUDA does not work: %s\n", problem.c_str());
     return 1;
@@ -160,11 +160,11 @@ int main() {
     return 77;
   }
   if (g_device.is_cuda()) {
-    if (moe::Status st = k::cuda::UseDevice(0); !st.ok()) {
+    if (moe::Status st = k::UseCudaDevice(0); !st.ok()) {
       std::printf("FAIL: %s\n", st.ToString().c_str());
       return 1;
     }
-    std::printf("GPU: %s\n", k::cuda::DeviceName(0).c_str());
+    std::printf("GPU: %s\n", k::CudaDeviceName(0).c_str());
   }
   const DType f32 = DType::kF32;
   const int64_t rows = 257, d = 259, f = 131, vocab = 1031, tokens = 97, topk = 3;

@@ -13,7 +13,7 @@
 
 #include "common/file_util.h"
 #include "common/log.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/runtime.h"
 #include "tests/engine/train_helpers.h"
 #include "worker/engine/trainer.h"
 
@@ -58,7 +58,7 @@ int main() {
   const char* rehearse = std::getenv("MOE_GPU_CHECK_DEVICE");
   const std::string dev = rehearse != nullptr ? rehearse : "cuda:0";
   std::string problem;
-  if (dev == "cuda:0" && moe::kernels::cuda::DeviceCount(&problem) == 0) {
+  if (dev == "cuda:0" && moe::kernels::CudaDeviceCount(&problem) == 0) {
     if (!problem.empty()) {
       std::printf("FAIL: a CUDA driver is here but CUDA does not work: %s\n", problem.c_str());
       return 1;

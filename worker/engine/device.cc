@@ -3,9 +3,7 @@
 #include <algorithm>
 
 #include "common/check.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
+#include "kernels/runtime.h"
 
 namespace moe {
 
@@ -27,23 +25,19 @@ Status CheckPrecision(const std::string& precision) {
 namespace {
 
 StatusOr<DevicePlacement> PlaceOnGpu(const std::string& want, int rank) {
-#ifdef MOE_WITH_CUDA
+  if (!kernels::HaveCuda()) return FailedPreconditionError("device " + want + ": this build of the engine has no CUDA kernels");
   std::string problem;
-  const int count = kernels::cuda::DeviceCount(&problem);
+  const int count = kernels::CudaDeviceCount(&problem);
   if (count == 0) {
     return FailedPreconditionError("device " + want + ": this machine has no usable CUDA device" +
                                    (problem.empty() ? "" : " (" + problem + ")"));
   }
   MOE_ASSIGN_OR_RETURN(const int index, CudaIndexFor(want, rank, count));
-  MOE_RETURN_IF_ERROR(kernels::cuda::UseDevice(index));
+  MOE_RETURN_IF_ERROR(kernels::UseCudaDevice(index));
   DevicePlacement p;
   p.device = Device::Cuda(index);
-  p.name = p.device.ToString() + " (" + kernels::cuda::DeviceName(index) + ")";
+  p.name = p.device.ToString() + " (" + kernels::CudaDeviceName(index) + ")";
   return p;
-#else
-  (void)rank;
-  return FailedPreconditionError("device " + want + ": this build of the engine has no CUDA kernels");
-#endif
 }
 
 }  // namespace
@@ -64,14 +58,9 @@ StatusOr<DevicePlacement> PlaceRank(const std::string& device, const std::string
 }
 
 void SyncDevice(Device device) {
-#ifdef MOE_WITH_CUDA
-  if (device.is_cuda()) {
-    const std::string e = kernels::cuda::Synchronize();
-    MOE_CHECK(e.empty()) << "CUDA: " << e;
-  }
-#else
-  (void)device;
-#endif
+  if (!device.is_cuda()) return;
+  const std::string e = kernels::CudaSynchronize();
+  MOE_CHECK(e.empty()) << "CUDA: " << e;
 }
 
 }  // namespace moe

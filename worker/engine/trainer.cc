@@ -11,10 +11,8 @@
 #include "worker/engine/data/sampler.h"
 #include "worker/engine/model.h"
 #include "worker/engine/optimizer.h"
+#include "kernels/runtime.h"
 #include "worker/engine/peak.h"
-#ifdef MOE_WITH_CUDA
-#include "kernels/cuda/ops.h"
-#endif
 
 namespace moe {
 namespace {
@@ -116,12 +114,10 @@ void Trainer::MeasurePeak() {
   peak_flops_ = options_.peak_flops;
   peak_source_ = options_.peak_source.empty() ? "a peak given by the caller" : options_.peak_source;
   if (peak_flops_ > 0) return;
-#ifdef MOE_WITH_CUDA
   if (place_.device.is_cuda()) {
-    peak_flops_ = kernels::cuda::MeasureBf16GemmFlops();
+    peak_flops_ = kernels::MeasureCudaBf16GemmFlops();
     peak_source_ = "cuBLAS bf16 GEMM 8192^3 measured on " + place_.name;
   }
-#endif
   if (peak_flops_ <= 0) {
     const PeakFlops cpu = MeasureCpuSgemmPeak();
     peak_flops_ = cpu.flops_per_second;

@@ -1,4 +1,5 @@
-// Helpers shared by the CPU kernels: typed dispatch, device dispatch, and a parallel loop.
+// Helpers shared by the CPU kernel files (kernels/cpu/<family>.cc): a parallel loop, the bf16 scope,
+// and the typed dispatch over f32 and f64.
 #pragma once
 
 #include <cstdint>
@@ -61,10 +62,6 @@ class Bf16Scope {
 
 }  // namespace moe::kernels::cpu
 
-namespace moe::kernels {
-using cpu::ParallelFor;
-}  // namespace moe::kernels
-
 // Calls BODY with T bound to the C++ type of a floating CPU tensor (f32 or f64).
 #define MOE_CPU_FLOAT_DISPATCH(dtype, T, ...)                                              \
   do {                                                                                     \
@@ -74,22 +71,3 @@ using cpu::ParallelFor;
       default: MOE_CHECK(false) << "CPU kernels take f32 or f64, got " << ::moe::DTypeName(dtype); \
     }                                                                                      \
   } while (0)
-
-// Forwards a CUDA tensor's call to the CUDA implementation of the family.
-#ifdef MOE_WITH_CUDA
-#define MOE_DISPATCH_CUDA(tensor, ...)                                   \
-  if ((tensor).device().is_cuda()) {                                     \
-    ::moe::kernels::cuda::__VA_ARGS__;                                   \
-    return;                                                              \
-  }
-#define MOE_DISPATCH_CUDA_RET(tensor, ...)                               \
-  if ((tensor).device().is_cuda()) return ::moe::kernels::cuda::__VA_ARGS__;
-#else
-#define MOE_DISPATCH_CUDA(tensor, ...) \
-  MOE_CHECK(!(tensor).device().is_cuda()) << "this build has no CUDA kernels";
-#define MOE_DISPATCH_CUDA_RET(tensor, ...) MOE_DISPATCH_CUDA(tensor, __VA_ARGS__)
-#endif
-
-#define MOE_CHECK_SHAPE(t, ...)                                                         \
-  MOE_CHECK((t).shape() == ::moe::Tensor::Shape({__VA_ARGS__}))                         \
-      << #t " has shape " << (t).ShapeString() << ", expected [" #__VA_ARGS__ "] "

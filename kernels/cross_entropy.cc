@@ -1,0 +1,16 @@
+// Device dispatch of the cross-entropy family (kernels/cross_entropy.h): shapes, then the CPU or CUDA
+// path.
+#include "kernels/cross_entropy.h"
+
+#include "kernels/dispatch.h"
+
+namespace moe::kernels {
+
+double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_scale, const Tensor& dlogits) {
+  const int64_t rows = logits.dim(0);
+  MOE_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows) << "CrossEntropy: targets " << targets.ShapeString();
+  MOE_CHECK(!dlogits.defined() || dlogits.shape() == logits.shape()) << "CrossEntropy: dlogits " << dlogits.ShapeString();
+  return MOE_DISPATCH(logits, CrossEntropy(logits, targets, grad_scale, dlogits));
+}
+
+}  // namespace moe::kernels

@@ -1,0 +1,86 @@
+// The MoE dispatch's row movements (the plan itself is built on the host, kernels/permute.cc):
+// PermuteBackward (dx[t] = sum_j dxp[row_of_slot[t,j]]), CombineForward (y[t] += sum_j w[t,j] yp[row])
+// and CombineBackward (dyp[row] = w dy[t]; dw = <dy[t], yp[row]>).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace moe::kernels::cuda {
+namespace {
+
+template <typename T>
+__global__ void PermuteBackwardKernel(const T* dxp, const int32_t* rows, T* dx, int64_t tokens, int64_t k, int64_t d) {
+  MOE_CUDA_LOOP(i, tokens * d) {
+    const int64_t t = i / d, c = i % d;
+    float s = 0;
+    for (int64_t j = 0; j < k; ++j) s += Ld(dxp[static_cast<int64_t>(rows[t * k + j]) * d + c]);
+    dx[i] = Cvt<T>(s);
+  }
+}
+
+template <typename T>
+__global__ void CombineForwardKernel(const T* yp, const int32_t* rows, const T* w, T* y, int64_t tokens, int64_t k, int64_t d) {
+  MOE_CUDA_LOOP(i, tokens * d) {
+    const int64_t t = i / d, c = i % d;
+    float s = Ld(y[i]);
+    for (int64_t j = 0; j < k; ++j) s += Ld(w[t * k + j]) * Ld(yp[static_cast<int64_t>(rows[t * k + j]) * d + c]);
+    y[i] = Cvt<T>(s);
+  }
+}
+
+// One block per (token, choice): the weight's gradient is a dot product over the row.
+template <typename T>
+__global__ void CombineBackwardKernel(const T* dy, const T* yp, const int32_t* rows, const T* w, T* dyp, T* dw, int64_t k,
+                                      int64_t d) {
+  const int64_t slot = blockIdx.x, t = slot / k;
+  const int64_t row = rows[slot];
+  const float wt = Ld(w[slot]);
+  float dot = 0;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    const float g = Ld(dy[t * d + c]);
+    dot += g * Ld(yp[row * d + c]);
+    dyp[row * d + c] = Cvt<T>(wt * g);
+  }
+  dot = BlockSum(dot);
+  if (threadIdx.x == 0) dw[slot] = Cvt<T>(dot);
+}
+
+}  // namespace
+
+void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor& dx) {
+  CheckOnCuda({&dxp, &row_of_slot, &dx}, "PermuteBackward");
+  const int64_t tokens = dx.dim(0), k = row_of_slot.dim(1), d = dx.dim(1);
+  MOE_CUDA_TYPED(StorageType({&dxp, &dx}, "PermuteBackward"), T, {
+    if (tokens * d > 0) {
+      PermuteBackwardKernel<T><<<Blocks(tokens * d), kThreads, 0, Stream()>>>(Ptr<T>(dxp), Ptr<int32_t>(row_of_slot), Ptr<T>(dx),
+                                                                              tokens, k, d);
+    }
+  });
+  CheckLaunch("PermuteBackward");
+}
+
+void CombineForward(const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& y) {
+  CheckOnCuda({&yp, &row_of_slot, &w, &y}, "CombineForward");
+  const int64_t tokens = y.dim(0), k = row_of_slot.dim(1), d = y.dim(1);
+  MOE_CUDA_TYPED(StorageType({&yp, &w, &y}, "CombineForward"), T, {
+    if (tokens * d > 0) {
+      CombineForwardKernel<T><<<Blocks(tokens * d), kThreads, 0, Stream()>>>(Ptr<T>(yp), Ptr<int32_t>(row_of_slot), Ptr<T>(w),
+                                                                             Ptr<T>(y), tokens, k, d);
+    }
+  });
+  CheckLaunch("CombineForward");
+}
+
+void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& dyp,
+                     const Tensor& dw) {
+  CheckOnCuda({&dy, &yp, &row_of_slot, &w, &dyp, &dw}, "CombineBackward");
+  const int64_t tokens = dy.dim(0), k = row_of_slot.dim(1), d = dy.dim(1);
+  MOE_CUDA_TYPED(StorageType({&dy, &yp, &w, &dyp, &dw}, "CombineBackward"), T, {
+    if (tokens * k > 0) {
+      CombineBackwardKernel<T><<<static_cast<unsigned>(tokens * k), kThreads, 0, Stream()>>>(
+          Ptr<T>(dy), Ptr<T>(yp), Ptr<int32_t>(row_of_slot), Ptr<T>(w), Ptr<T>(dyp), Ptr<T>(dw), k, d);
+    }
+  });
+  CheckLaunch("CombineBackward");
+}
+
+}  // namespace moe::kernels::cuda

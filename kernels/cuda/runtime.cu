@@ -1,0 +1,184 @@
+// The CUDA runtime of the kernels: device selection and facts, the stream kernels run on, the caching
+// allocator behind CUDA tensors, the shared cuBLAS handle, the checks and helpers every family's entry
+// points use (kernels/cuda/common.cuh), and the bf16 GEMM peak measurement.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "common/check.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/elementwise.h"
+
+namespace moe::kernels::cuda {
+namespace {
+
+// Device memory through the caching allocator, so a training step never calls cudaMalloc once warm.
+// One process drives one device (the trainer calls cudaSetDevice once), so one cache serves it.
+class CudaAllocator final : public CachingAllocator {
+ public:
+  void Memset(void* ptr, int value, size_t bytes) override {
+    MOE_CHECK(cudaMemset(ptr, value, bytes) == cudaSuccess) << LastError();
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess) << LastError();
+  }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override {
+    MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess) << LastError();
+  }
+  void CopyWithin(void* dst, const void* src, size_t bytes) override {
+    MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess) << LastError();
+  }
+
+ protected:
+  void* RawAllocate(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) == cudaSuccess) return p;
+    cudaGetLastError();  // clear the out-of-memory error: the caller releases the cache and retries
+    return nullptr;
+  }
+  void RawFree(void* ptr) override { cudaFree(ptr); }
+  size_t Granularity() const override { return 512; }
+};
+
+}  // namespace
+
+// ---- Helpers of the family files (common.cuh) ----
+
+cudaStream_t Stream() { return nullptr; }
+
+std::string LastError() {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? "" : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+void RegisterCudaAllocator() {
+  static CudaAllocator* a = new CudaAllocator();
+  RegisterAllocator(DeviceType::kCuda, a);
+}
+
+Device CurrentDevice() {
+  int index = 0;
+  cudaGetDevice(&index);
+  return Device::Cuda(index);
+}
+
+void* CublasHandle() {
+  // One handle per thread (cuBLAS handles are not thread-safe), bound to the device current when the
+  // thread first asks; a training process drives one device.
+  thread_local cublasHandle_t handle = nullptr;
+  if (handle == nullptr) MOE_CHECK(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS) << "cublasCreate failed";
+  cublasSetStream(handle, Stream());
+  return handle;
+}
+
+double SumPartials(int64_t n, const std::function<void(float*)>& launch) {
+  if (n <= 0) return 0;
+  RegisterCudaAllocator();
+  Tensor partial = Tensor::Empty({n}, DType::kF32, CurrentDevice());
+  launch(partial.data<float>());
+  std::vector<float> host(static_cast<size_t>(n));
+  cudaMemcpyAsync(host.data(), partial.raw(), sizeof(float) * host.size(), cudaMemcpyDeviceToHost, Stream());
+  cudaStreamSynchronize(Stream());
+  double total = 0;
+  for (float v : host) total += v;
+  return total;
+}
+
+void CheckOnCuda(std::initializer_list<const Tensor*> tensors, const char* op) {
+  for (const Tensor* t : tensors) {
+    if (t->defined()) MOE_CHECK(t->device().is_cuda()) << op << ": a " << t->device().ToString() << " tensor among CUDA ones";
+  }
+}
+
+DType StorageType(std::initializer_list<const Tensor*> tensors, const char* op) {
+  DType d = DType::kF32;
+  bool first = true;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    MOE_CHECK(t->dtype() == DType::kF32 || t->dtype() == DType::kBF16)
+        << op << ": CUDA kernels take f32 or bf16, got " << DTypeName(t->dtype());
+    MOE_CHECK(first || t->dtype() == d) << op << ": mixed dtypes " << DTypeName(d) << " and " << DTypeName(t->dtype());
+    d = t->dtype();
+    first = false;
+  }
+  return d;
+}
+
+void CheckF32(const Tensor& t, const char* op, const char* what) {
+  MOE_CHECK(!t.defined() || t.dtype() == DType::kF32) << op << ": " << what << " must be f32 on CUDA, got " << DTypeName(t.dtype());
+}
+
+void CheckLaunch(const char* op) {
+  const std::string e = LastError();
+  MOE_CHECK(e.empty()) << op << ": " << e;
+}
+
+// ---- Device facts (cuda_ops.h, behind kernels/runtime.h) ----
+
+int DeviceCount(std::string* problem) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) return n;
+  cudaGetLastError();
+  // No driver at all (a CPU machine) reads as "insufficient driver" too: tell it apart by loading it.
+  bool driver = false;
+  if (void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    driver = true;
+    ::dlclose(lib);
+  }
+  if (problem != nullptr && e != cudaErrorNoDevice && driver) {
+    *problem = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  }
+  return 0;
+}
+
+std::string DeviceName(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "cuda:" + std::to_string(index) + " (" + LastError() + ")";
+  return prop.name;
+}
+
+Status UseDevice(int index) {
+  std::string problem;
+  const int n = DeviceCount(&problem);
+  if (index < 0 || index >= n) {
+    return FailedPreconditionError("cuda:" + std::to_string(index) + ": this machine has " + std::to_string(n) +
+                                   " usable CUDA device(s)" + (problem.empty() ? "" : " (" + problem + ")"));
+  }
+  if (cudaSetDevice(index) != cudaSuccess) return UnavailableError("cudaSetDevice(" + std::to_string(index) + "): " + LastError());
+  RegisterCudaAllocator();
+  return OkStatus();
+}
+
+std::string Synchronize() {
+  if (cudaDeviceSynchronize() != cudaSuccess) return LastError();
+  return "";
+}
+
+double MeasureBf16GemmFlops(int64_t size, int reps) {
+  RegisterCudaAllocator();
+  const Device dev = CurrentDevice();
+  Tensor a = Tensor::Empty({size, size}, DType::kBF16, dev), b = Tensor::Empty({size, size}, DType::kBF16, dev);
+  Tensor c = Tensor::Empty({size, size}, DType::kBF16, dev);
+  // Random operands: matrix units run faster on constant data than on random data.
+  kernels::FillUniform(a, 1);
+  kernels::FillUniform(b, 2);
+  Gemm(a, false, b, true, c, 1.0, 0.0);  // warm-up: cuBLAS picks its kernel
+  Synchronize();
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Gemm(a, false, b, true, c, 1.0, 0.0);
+    Synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) / s);
+  }
+  return best;
+}
+
+}  // namespace moe::kernels::cuda

@@ -1,0 +1,60 @@
+// Device dispatch of the elementwise family (kernels/elementwise.h): shapes, then the CPU or CUDA path.
+#include "kernels/elementwise.h"
+
+#include <algorithm>
+
+#include "kernels/dispatch.h"
+
+namespace moe::kernels {
+
+void Fill(const Tensor& t, double value) { return MOE_DISPATCH(t, Fill(t, value)); }
+
+void Axpy(const Tensor& y, double alpha, const Tensor& x) {
+  MOE_CHECK(x.numel() == y.numel() && x.dtype() == y.dtype()) << "Axpy: " << x.ShapeString() << " into " << y.ShapeString();
+  return MOE_DISPATCH(y, Axpy(y, alpha, x));
+}
+
+void Add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  MOE_CHECK(a.numel() == out.numel() && b.numel() == out.numel()) << "Add: " << a.ShapeString() << " + " << b.ShapeString();
+  return MOE_DISPATCH(out, Add(out, a, b));
+}
+
+void Scale(const Tensor& t, double s) { return MOE_DISPATCH(t, Scale(t, s)); }
+
+double SumSquares(const Tensor& t) { return MOE_DISPATCH(t, SumSquares(t)); }
+
+void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
+  MOE_CHECK(index.dtype() == DType::kI32 && index.numel() == dst.dim(0) && src.dim(1) == dst.dim(1) &&
+            src.dtype() == dst.dtype())
+      << "GatherRows: src " << src.ShapeString() << ", index " << index.ShapeString() << ", dst " << dst.ShapeString();
+  return MOE_DISPATCH(dst, GatherRows(src, index, dst));
+}
+
+void Convert(const Tensor& src, const Tensor& dst) {
+  MOE_CHECK(src.numel() == dst.numel() && src.device() == dst.device())
+      << "Convert: " << DTypeName(src.dtype()) << src.ShapeString() << " on " << src.device().ToString() << " into "
+      << DTypeName(dst.dtype()) << dst.ShapeString() << " on " << dst.device().ToString();
+  return MOE_DISPATCH(dst, Convert(src, dst));
+}
+
+// Not per device: the values are made on the host and copied through the tensor's allocator, the same
+// way for every device.
+void FillUniform(const Tensor& t, uint64_t seed) {
+  // A block of host values (a 64-bit LCG's top bits, uniform in [-1, 1)) tiled over the tensor.
+  Tensor block = Tensor::Empty({std::min<int64_t>(t.numel(), int64_t{1} << 20)}, DType::kF32);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < block.numel(); ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    block.data<float>()[i] = static_cast<float>(static_cast<double>(x >> 11) * 0x1p-52 - 1.0);
+  }
+  Tensor staged = Tensor::Empty(block.shape(), t.dtype());
+  Convert(block, staged);
+  const size_t esize = DTypeSize(t.dtype());
+  for (int64_t at = 0; at < t.numel(); at += block.numel()) {
+    const int64_t n = std::min(block.numel(), t.numel() - at);
+    GetAllocator(t.device())->CopyFromHost(static_cast<char*>(t.raw()) + static_cast<size_t>(at) * esize, staged.raw(),
+                                           static_cast<size_t>(n) * esize);
+  }
+}
+
+}  // namespace moe::kernels

@@ -1,0 +1,56 @@
+// Device dispatch of the permute family (kernels/permute.h): the dispatch plan, built on the host for
+// either device; the row movements' shapes, then the CPU or CUDA path.
+#include "kernels/permute.h"
+
+#include "kernels/dispatch.h"
+
+namespace moe::kernels {
+
+DispatchPlan BuildDispatchPlan(const int32_t* topk_idx, int64_t num_tokens, int64_t top_k, int64_t num_experts) {
+  DispatchPlan plan;
+  plan.num_tokens = num_tokens;
+  plan.top_k = top_k;
+  plan.num_experts = num_experts;
+  const int64_t slots = num_tokens * top_k;
+  plan.counts.assign(static_cast<size_t>(num_experts), 0);
+  for (int64_t s = 0; s < slots; ++s) {
+    MOE_CHECK(topk_idx[s] >= 0 && topk_idx[s] < num_experts) << "expert " << topk_idx[s] << " out of range";
+    ++plan.counts[static_cast<size_t>(topk_idx[s])];
+  }
+  plan.offsets.assign(static_cast<size_t>(num_experts) + 1, 0);
+  for (int64_t e = 0; e < num_experts; ++e) plan.offsets[static_cast<size_t>(e) + 1] = plan.offsets[static_cast<size_t>(e)] + plan.counts[static_cast<size_t>(e)];
+  std::vector<int64_t> next(plan.offsets.begin(), plan.offsets.end() - 1);
+  plan.token_of_row.resize(static_cast<size_t>(slots));
+  plan.row_of_slot.resize(static_cast<size_t>(slots));
+  for (int64_t s = 0; s < slots; ++s) {
+    const int64_t row = next[static_cast<size_t>(topk_idx[s])]++;
+    plan.row_of_slot[static_cast<size_t>(s)] = static_cast<int32_t>(row);
+    plan.token_of_row[static_cast<size_t>(row)] = static_cast<int32_t>(s / top_k);
+  }
+  return plan;
+}
+
+void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor& dx) {
+  const int64_t tokens = dx.dim(0), d = dx.dim(1);
+  MOE_CHECK(row_of_slot.dtype() == DType::kI32 && row_of_slot.dim(0) == tokens && dxp.dim(1) == d)
+      << "PermuteBackward: dxp " << dxp.ShapeString() << ", row_of_slot " << row_of_slot.ShapeString() << ", dx " << dx.ShapeString();
+  return MOE_DISPATCH(dx, PermuteBackward(dxp, row_of_slot, dx));
+}
+
+void CombineForward(const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& y) {
+  const int64_t tokens = y.dim(0), d = y.dim(1);
+  MOE_CHECK(row_of_slot.dim(0) == tokens && w.shape() == row_of_slot.shape() && yp.dim(1) == d)
+      << "CombineForward: yp " << yp.ShapeString() << ", w " << w.ShapeString() << ", y " << y.ShapeString();
+  return MOE_DISPATCH(y, CombineForward(yp, row_of_slot, w, y));
+}
+
+void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& dyp,
+                     const Tensor& dw) {
+  const int64_t tokens = dy.dim(0), d = dy.dim(1);
+  MOE_CHECK(row_of_slot.dim(0) == tokens && w.shape() == row_of_slot.shape() && dw.shape() == w.shape() &&
+            yp.shape() == dyp.shape() && yp.dim(1) == d)
+      << "CombineBackward shapes";
+  return MOE_DISPATCH(dyp, CombineBackward(dy, yp, row_of_slot, w, dyp, dw));
+}
+
+}  // namespace moe::kernels

@@ -1,0 +1,39 @@
+// Device dispatch of the kernel runtime (kernels/runtime.h): the CPU settings from kernels/cpu, the
+// CUDA device facts from kernels/cuda, or their answers for a build without CUDA.
+#include "kernels/runtime.h"
+
+#include "kernels/dispatch.h"
+
+namespace moe::kernels {
+
+void SetNumThreads(int threads) { cpu::SetNumThreads(threads); }
+int NumThreads() { return cpu::NumThreads(); }
+std::string CpuGemmBackendName() { return cpu::GemmBackendName(); }
+
+#ifdef MOE_WITH_CUDA
+
+bool HaveCuda() { return true; }
+int CudaDeviceCount(std::string* problem) { return cuda::DeviceCount(problem); }
+std::string CudaDeviceName(int index) { return cuda::DeviceName(index); }
+Status UseCudaDevice(int index) { return cuda::UseDevice(index); }
+std::string CudaSynchronize() { return cuda::Synchronize(); }
+double MeasureCudaBf16GemmFlops(int64_t size, int reps) { return cuda::MeasureBf16GemmFlops(size, reps); }
+
+#else
+
+namespace {
+constexpr const char* kNoCuda = "no CUDA in this build";
+}  // namespace
+
+bool HaveCuda() { return false; }
+int CudaDeviceCount(std::string*) { return 0; }
+std::string CudaDeviceName(int index) { return "cuda:" + std::to_string(index) + " (" + kNoCuda + ")"; }
+Status UseCudaDevice(int index) {
+  return FailedPreconditionError("cuda:" + std::to_string(index) + ": " + kNoCuda + " (configured without nvcc)");
+}
+std::string CudaSynchronize() { return kNoCuda; }
+double MeasureCudaBf16GemmFlops(int64_t, int) { return 0; }
+
+#endif
+
+}  // namespace moe::kernels
