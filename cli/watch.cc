@@ -1,0 +1,113 @@
+#include "cli/watch.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+#include "cli/format.h"
+
+namespace moe::cli {
+namespace {
+
+std::string ClockTime(double t) {
+  const time_t s = static_cast<time_t>(t);
+  tm local;
+  localtime_r(&s, &local);
+  char buf[16];
+  std::strftime(buf, sizeof(buf), "%H:%M:%S", &local);
+  return buf;
+}
+
+int ExitCodeOf(moe::v1::JobState s) {
+  if (s == moe::v1::SUCCEEDED) return 0;
+  return s == moe::v1::CANCELLED ? 11 : 10;
+}
+
+// What a text watch prints as the messages arrive.
+class TextPrinter {
+ public:
+  void Job(const moe::v1::Job& j) {
+    if (!first_snapshot_) return;
+    std::printf("watching %s (%s)\n", j.id().c_str(), StateName(j.state()).c_str());
+    first_snapshot_ = false;
+  }
+  void Event(const moe::v1::JobEvent& e) {
+    EndLine();
+    std::printf("%s  %-12s %-10s %s\n", ClockTime(e.time()).c_str(), e.type().c_str(), StateName(e.state()).c_str(),
+                e.message().c_str());
+  }
+  void Metrics(const moe::v1::StepMetrics& m) {
+    if (first_loss_ == 0) first_loss_ = m.loss();
+    const auto now = std::chrono::steady_clock::now();
+    if (tty_) {
+      std::printf("\r%s\033[K", ProgressLine(m).c_str());
+      line_open_ = true;
+    } else if (now - last_print_ > std::chrono::seconds(5) || m.step() == m.total_steps()) {
+      std::printf("%s\n", ProgressLine(m).c_str());
+      last_print_ = now;
+    }
+  }
+  void EndLine() {
+    if (line_open_) std::printf("\n");
+    line_open_ = false;
+  }
+  void Summary(const moe::v1::Job& last) const {
+    std::printf("%s %s", last.id().c_str(), StateName(last.state()).c_str());
+    if (!last.message().empty()) std::printf(": %s", last.message().c_str());
+    std::printf("\n");
+    const auto& m = last.last_metrics();
+    if (m.step() <= 0) return;
+    std::printf("summary: %lld steps, loss %.4f -> %.4f, %.4f TFLOP/s per device, MFU %.1f%% (against %s), %.0f tokens/s, "
+                "%d restart(s)\n",
+                static_cast<long long>(m.step()), first_loss_ > 0 ? first_loss_ : m.loss(), m.loss(), m.tflops_per_device(),
+                m.mfu() * 100, m.mfu_peak_source().c_str(), m.tokens_per_second(), last.restarts());
+  }
+
+ private:
+  const bool tty_ = ::isatty(STDOUT_FILENO);
+  bool line_open_ = false, first_snapshot_ = true;
+  double first_loss_ = 0;
+  std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now() - std::chrono::hours(1);
+};
+
+}  // namespace
+
+int Watch(Client& c, const std::string& id, bool json) {
+  moe::v1::WatchJobRequest req;
+  req.set_id(id);
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, c.options, 0);  // as long as the job runs
+  auto reader = c.stub->WatchJob(&ctx, req);
+  moe::v1::WatchJobResponse r;
+  moe::v1::Job last;
+  bool have_job = false;
+  TextPrinter text;
+  while (reader->Read(&r)) {
+    if (r.has_job()) {
+      last = r.job();
+      have_job = true;
+    }
+    if (json) {  // one JSON object per line: for scripts (every step's metrics, every event)
+      auto line = ToJsonText(r, false);
+      if (!line.ok()) return c.Fail(line.status());
+      std::printf("%s\n", line->c_str());
+    } else if (r.has_job()) {
+      text.Job(r.job());
+    } else if (r.has_event()) {
+      text.Event(r.event());
+    } else if (r.has_metrics()) {
+      text.Metrics(r.metrics());
+    }
+    std::fflush(stdout);
+  }
+  text.EndLine();
+  const grpc::Status st = reader->Finish();
+  if (!st.ok()) return c.Fail(FromGrpc(st));
+  if (!have_job) return 1;
+  if (!json) text.Summary(last);
+  return ExitCodeOf(last.state());
+}
+
+}  // namespace moe::cli
