@@ -1,0 +1,165 @@
+// moectl's commands: one function per command, and the table that binds them to their flags.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/top.h"
+#include "cli/watch.h"
+#include "common/job_spec_proto.h"
+
+namespace moe::cli {
+namespace {
+
+using Stub = moe::v1::JobService::Stub;
+
+// Prints `m` as JSON or YAML when asked, else the table `table` makes.
+int Print(const Client& c, const google::protobuf::Message& m, const std::string& output, const std::function<std::string()>& table) {
+  StatusOr<std::string> text = output == "json" ? ToJsonText(m, true) : output == "yaml" ? ToYamlText(m) : table();
+  if (!text.ok()) return c.Fail(text.status());
+  std::printf("%s%s", text->c_str(), output == "json" ? "\n" : "");
+  return 0;
+}
+
+int Submit(Client& c, const Args& a) {
+  std::ifstream in(a.file);
+  if (!in) return c.Fail(NotFoundError("-f " + a.file + ": cannot read the file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto job = TrainingJobFromText(ss.str());
+  if (!job.ok()) return c.Fail(job.status().WithPrefix(a.file));
+  moe::v1::SubmitJobRequest req;
+  *req.mutable_job() = *job;
+  moe::v1::Job resp;
+  if (Status st = c.Call(&Stub::SubmitJob, req, &resp); !st.ok()) return c.Fail(st);
+  std::printf("%s\n", resp.id().c_str());
+  return 0;
+}
+
+int GetJobs(Client& c, const Args& a) {
+  moe::v1::ListJobsResponse resp;
+  if (Status st = c.Call(&Stub::ListJobs, moe::v1::ListJobsRequest(), &resp); !st.ok()) return c.Fail(st);
+  return Print(c, resp, a.output, [&] { return JobsTable({resp.jobs().begin(), resp.jobs().end()}, NowSeconds()); });
+}
+
+int GetJob(Client& c, const Args& a, bool describe) {
+  moe::v1::GetJobRequest req;
+  req.set_id(a.id);
+  moe::v1::Job resp;
+  if (Status st = c.Call(&Stub::GetJob, req, &resp); !st.ok()) return c.Fail(st);
+  if (describe) {
+    std::printf("%s", Describe(resp, NowSeconds()).c_str());
+    return 0;
+  }
+  return Print(c, resp, a.output, [&] { return JobsTable({resp}, NowSeconds()); });
+}
+
+int GetWorkers(Client& c, const Args& a) {
+  moe::v1::ListWorkersResponse resp;
+  if (Status st = c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp); !st.ok()) return c.Fail(st);
+  return Print(c, resp, a.output, [&] { return WorkersTable({resp.workers().begin(), resp.workers().end()}, NowSeconds()); });
+}
+
+int Cancel(Client& c, const Args& a) {
+  moe::v1::CancelJobRequest req;
+  req.set_id(a.id);
+  moe::v1::Job resp;
+  if (Status st = c.Call(&Stub::CancelJob, req, &resp); !st.ok()) return c.Fail(st);
+  std::printf("%s %s\n", resp.id().c_str(), StateName(resp.state()).c_str());
+  return 0;
+}
+
+int Drain(Client& c, const Args& a, bool drain) {
+  moe::v1::DrainWorkerRequest req;
+  req.set_name(a.name);
+  moe::v1::Worker resp;
+  if (Status st = c.Call(drain ? &Stub::DrainWorker : &Stub::UndrainWorker, req, &resp); !st.ok()) return c.Fail(st);
+  std::printf("%s %s\n", resp.name().c_str(), WorkerStateName(resp.state()).c_str());
+  return 0;
+}
+
+int RunTop(Client& c, const Args& a) {
+  auto fetch = [&](moe::v1::ListJobsResponse* jobs, moe::v1::ListWorkersResponse* workers) -> Status {
+    moe::v1::ListJobsRequest req;
+    req.add_states(moe::v1::RUNNING);
+    req.add_states(moe::v1::SCHEDULED);
+    req.add_states(moe::v1::RESTARTING);
+    MOE_RETURN_IF_ERROR(c.Call(&Stub::ListJobs, req, jobs));
+    return c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), workers);
+  };
+  return Top(fetch, a.refresh, a.once, [&](const Status& st) { return c.Fail(st); });
+}
+
+}  // namespace
+
+void AddConnectionFlags(CLI::App& app, Client* c) {
+  const char* env_controller = std::getenv("MOE_CONTROLLER");
+  const char* env_token = std::getenv("MOE_TOKEN");
+  c->options.address = env_controller ? env_controller : "127.0.0.1:50051";
+  c->options.token = env_token ? env_token : "";
+  app.add_option("--controller", c->options.address, "controller address host:port ($MOE_CONTROLLER)")->capture_default_str();
+  app.add_option("--token", c->options.token, "bearer token ($MOE_TOKEN)");
+  app.add_option("--tls-ca", c->options.tls_ca, "CA of the controller's certificate (PEM): TLS");
+  app.add_option("--tls-cert", c->options.tls_cert, "client certificate (PEM) for mTLS");
+  app.add_option("--tls-key", c->options.tls_key, "client key (PEM) for mTLS");
+  app.add_option("--timeout", c->timeout, "deadline of each call, seconds")->capture_default_str()->check(CLI::PositiveNumber);
+}
+
+namespace {
+
+void AddOutput(CLI::App* sub, Args* a) {
+  sub->add_option("-o,--output", a->output, "table | json | yaml")->check(CLI::IsMember({"table", "json", "yaml"}))->capture_default_str();
+}
+
+std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
+  auto* get = app.add_subcommand("get", "list jobs or workers, or show one job");
+  get->require_subcommand(1);
+  auto* jobs = get->add_subcommand("jobs", "all jobs");
+  auto* job = get->add_subcommand("job", "one job");
+  job->add_option("id", a->id, "job id")->required();
+  auto* workers = get->add_subcommand("workers", "all workers");
+  for (auto* sub : {jobs, job, workers}) AddOutput(sub, a);
+  auto* describe = app.add_subcommand("describe", "spec, placement, events and last metrics of a job");
+  describe->require_subcommand(1);
+  auto* describe_job = describe->add_subcommand("job", "one job");
+  describe_job->add_option("id", a->id, "job id")->required();
+  return {{jobs, [&c, a] { return GetJobs(c, *a); }},
+          {job, [&c, a] { return GetJob(c, *a, false); }},
+          {workers, [&c, a] { return GetWorkers(c, *a); }},
+          {describe_job, [&c, a] { return GetJob(c, *a, true); }}};
+}
+
+}  // namespace
+
+std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
+  std::vector<Command> out = AddGetAndDescribe(app, c, a);
+  auto* submit = app.add_subcommand("submit", "submit a job file; prints the job's id");
+  submit->add_option("-f,--file", a->file, "job file (YAML or JSON)")->required();
+  auto* watch = app.add_subcommand("watch", "follow a job live until it ends");
+  watch->add_option("id", a->id, "job id")->required();
+  watch->add_option("-o,--output", a->watch_output, "text (a live line) | json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+  auto* cancel = app.add_subcommand("cancel", "cancel a job");
+  cancel->add_option("id", a->id, "job id")->required();
+  auto* drain = app.add_subcommand("drain", "stop placing new work on a worker");
+  drain->add_option("name", a->name, "worker name")->required();
+  auto* undrain = app.add_subcommand("undrain", "let a drained worker take work again");
+  undrain->add_option("name", a->name, "worker name")->required();
+  auto* top = app.add_subcommand("top", "live table of running jobs and racks");
+  top->add_option("--interval", a->refresh, "refresh seconds")->capture_default_str()->check(CLI::PositiveNumber);
+  top->add_flag("--once", a->once, "print once and exit");
+  out.insert(out.end(), {{submit, [&c, a] { return Submit(c, *a); }},
+                         {watch, [&c, a] { return Watch(c, a->id, a->watch_output == "json"); }},
+                         {cancel, [&c, a] { return Cancel(c, *a); }},
+                         {drain, [&c, a] { return Drain(c, *a, true); }},
+                         {undrain, [&c, a] { return Drain(c, *a, false); }},
+                         {top, [&c, a] { return RunTop(c, *a); }}});
+  return out;
+}
+
+}  // namespace moe::cli
+

@@ -1,0 +1,31 @@
+// moectl's commands and their flags (CLI11), one function per command.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cli/client.h"
+
+namespace moe::cli {
+
+// Every command's arguments.
+struct Args {
+  std::string file, output = "table", id, name, watch_output = "text";
+  double refresh = 2;
+  bool once = false;
+};
+
+// A subcommand and what it runs once parsed.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+// --controller, --token, TLS and --timeout, with $MOE_CONTROLLER and $MOE_TOKEN as defaults.
+void AddConnectionFlags(CLI::App& app, Client* c);
+// Every subcommand, bound to `c` and `a` (which must outlive the returned commands).
+std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a);
+
+}  // namespace moe::cli
