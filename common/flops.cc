@@ -11,7 +11,8 @@ FlopsBreakdown MegatronFlops(const ModelConfig& m, int64_t batch, int64_t seq_le
   const double sqsum = static_cast<double>(batch) * static_cast<double>(seq_length) * static_cast<double>(seq_length);
   const double h = static_cast<double>(m.hidden_size);
   const double expansion = 3.0;  // SwiGLU: three matrices per FFN
-  const int64_t mtp = m.mtp_depth;
+  // MTP counts only when it trains (MtpTrains: depths, and a loss weight that is not always 0).
+  const int64_t mtp = m.MtpTrains() ? m.mtp_depth : 0;
   int64_t n_moe = m.num_layers - m.first_k_dense;
   int64_t n_dense = m.first_k_dense;
   // MTP layers take the type of the last layer.
@@ -32,7 +33,7 @@ FlopsBreakdown MegatronFlops(const ModelConfig& m, int64_t batch, int64_t seq_le
   double core_per_sq = 0;
   if (m.attention.type == "mla") {
     const auto& a = m.attention;
-    const double qk = static_cast<double>(a.qk_head_dim), rope = static_cast<double>(a.qk_rope_head_dim);
+    const double qk = static_cast<double>(a.qk_nope_head_dim), rope = static_cast<double>(a.qk_rope_head_dim);
     const double v = static_cast<double>(a.v_head_dim);
     const double q_term = a.q_lora_rank > 0
                               ? static_cast<double>(a.q_lora_rank) * (h + heads * (qk + rope) + 1)

@@ -1,5 +1,7 @@
 #include "common/job_spec.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -33,14 +35,19 @@ Status CheckModelShape(const ModelConfig& m, const std::string& path) {
   if (m.first_k_dense > 0) {
     MOE_RETURN_IF_ERROR(Positive()(m.dense_ffn_hidden, p("dense_ffn_hidden")));
   }
-  if (m.attention.type == "mla") {
+  if (m.is_mla()) {
     const auto& a = m.attention;
     MOE_RETURN_IF_ERROR(Positive()(a.kv_lora_rank, p("attention.kv_lora_rank")));
-    MOE_RETURN_IF_ERROR(Positive()(a.qk_head_dim, p("attention.qk_head_dim")));
+    MOE_RETURN_IF_ERROR(Positive()(a.qk_nope_head_dim, p("attention.qk_nope_head_dim")));
     MOE_RETURN_IF_ERROR(Positive()(a.qk_rope_head_dim, p("attention.qk_rope_head_dim")));
     MOE_RETURN_IF_ERROR(Positive()(a.v_head_dim, p("attention.v_head_dim")));
+    if (a.qk_rope_head_dim % 2 != 0) {
+      return InvalidArgumentError(p("attention.qk_rope_head_dim") + ": " + Int(a.qk_rope_head_dim) +
+                                  " must be even (RoPE rotates pairs)");
+    }
   }
-  return OkStatus();
+  MOE_RETURN_IF_ERROR(ValidateSchedule(m.mtp_loss_weight_schedule, p("mtp_loss_weight_schedule")));
+  return ValidateSchedule(m.moe.bias_update_schedule, p("moe.bias_update_schedule"));
 }
 
 // Routing: top_k experts out of the topk_groups best of num_groups groups.
@@ -72,6 +79,8 @@ Status CheckModelRules(const ModelConfig& m, const std::string& path) {
   return CheckRouting(m.moe, path + ".moe");
 }
 
+Status CheckBatchRamp(const DataConfig& d, int64_t unit);
+
 Status CheckLayout(const JobSpec& s) {
   const auto& par = s.parallelism;
   if (par.world_size % par.expert_parallel != 0) {
@@ -93,62 +102,30 @@ Status CheckLayout(const JobSpec& s) {
                                 " must be a multiple of micro_batch_size x world_size = " +
                                 Int(d.micro_batch_size * par.world_size));
   }
+  return CheckBatchRamp(d, d.micro_batch_size * par.world_size);
+}
+
+// Every batch of the ramp must split into whole micro-batches on every rank.
+Status CheckBatchRamp(const DataConfig& d, int64_t unit) {
+  const BatchRampConfig& r = d.batch_ramp;
+  const std::string p = "spec.data.batch_ramp";
+  if (r.start == 0) return OkStatus();
+  if (r.start >= d.global_batch_size) {
+    return InvalidArgumentError(p + ".start: " + Int(r.start) + " must be below global_batch_size = " +
+                                Int(d.global_batch_size));
+  }
+  if (r.increment <= 0 || (d.global_batch_size - r.start) % r.increment != 0) {
+    return InvalidArgumentError(p + ".increment: " + Int(r.increment) + " must be > 0 and divide global_batch_size - start = " +
+                                Int(d.global_batch_size - r.start));
+  }
+  if (r.start % unit != 0 || r.increment % unit != 0) {
+    return InvalidArgumentError(p + ": start and increment must be multiples of micro_batch_size x world_size = " + Int(unit));
+  }
+  if (!(r.tokens > 0)) return InvalidArgumentError(p + ".tokens: must be > 0 (the tokens over which the batch grows)");
   return OkStatus();
 }
 
 }  // namespace
-
-std::vector<std::string> ModelPresetNames() { return {"tiny", "small", "deepseek-v3-671b"}; }
-
-StatusOr<ModelConfig> ModelPreset(const std::string& name) {
-  ModelConfig m;
-  m.preset = name;
-  if (name == "tiny") {
-    // Trains in minutes on two cores; every MoE feature on (groups, shared expert, bias, aux loss).
-    m.vocab_size = 2048;
-    m.hidden_size = 128;
-    m.num_layers = 4;
-    m.num_heads = 4;
-    m.first_k_dense = 1;
-    m.dense_ffn_hidden = 384;
-    m.moe = MoeConfig{.num_experts = 8, .top_k = 2, .num_shared_experts = 1, .ffn_hidden = 128,
-                      .num_groups = 4, .topk_groups = 2, .score_function = "sigmoid", .route_scale = 1.0,
-                      .bias_update_rate = 1e-3, .seq_aux_loss_coeff = 1e-4};
-    return m;
-  }
-  if (name == "small") {
-    // For benchmarks: large enough that the GEMMs dominate, small enough for a CPU step in seconds.
-    m.vocab_size = 8192;
-    m.hidden_size = 1024;
-    m.num_layers = 4;
-    m.num_heads = 16;
-    m.first_k_dense = 1;
-    m.dense_ffn_hidden = 2816;
-    m.moe = MoeConfig{.num_experts = 16, .top_k = 4, .num_shared_experts = 1, .ffn_hidden = 512,
-                      .num_groups = 4, .topk_groups = 2, .score_function = "sigmoid", .route_scale = 2.5,
-                      .bias_update_rate = 1e-3, .seq_aux_loss_coeff = 1e-4};
-    return m;
-  }
-  if (name == "deepseek-v3-671b") {
-    // deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json (../shared/reference/).
-    m.vocab_size = 129280;
-    m.hidden_size = 7168;
-    m.num_layers = 61;
-    m.num_heads = 128;
-    m.first_k_dense = 3;
-    m.dense_ffn_hidden = 18432;
-    m.mtp_depth = 1;
-    m.attention = AttentionConfig{.type = "mla", .q_lora_rank = 1536, .kv_lora_rank = 512,
-                                  .qk_head_dim = 128, .qk_rope_head_dim = 64, .v_head_dim = 128};
-    m.moe = MoeConfig{.num_experts = 256, .top_k = 8, .num_shared_experts = 1, .ffn_hidden = 2048,
-                      .num_groups = 8, .topk_groups = 4, .score_function = "sigmoid", .route_scale = 2.5,
-                      .bias_update_rate = 1e-3, .seq_aux_loss_coeff = 1e-4};
-    return m;
-  }
-  std::string known;
-  for (const auto& n : ModelPresetNames()) known += (known.empty() ? "" : ", ") + n;
-  return InvalidArgumentError("unknown preset '" + name + "' (known: " + known + ")");
-}
 
 StatusOr<JobSpec> ParseJobSpec(const Node& doc) {
   if (doc.IsNull()) return InvalidArgumentError("the job document is empty");
@@ -187,7 +164,61 @@ Status ValidateJobSpec(const JobSpec& s) {
     return InvalidArgumentError("spec.optimizer.min_lr: must be in [0, lr], got " +
                                 Num(s.optimizer.min_lr));
   }
+  return ValidateSchedule(s.optimizer.lr_schedule, "spec.optimizer.lr_schedule");
+}
+
+double ScheduleValue(const Schedule& s, double tokens, double fallback) {
+  if (s.empty()) return fallback;
+  double start = 0;
+  for (const ScheduleSegment& g : s) {
+    const bool last = &g == &s.back();
+    if (g.until_tokens && tokens >= *g.until_tokens && !last) {
+      start = *g.until_tokens;
+      continue;
+    }
+    if (g.shape == "constant") return g.value;
+    const double span = g.until_tokens ? *g.until_tokens - start : 0;
+    const double frac = span > 0 ? std::clamp((tokens - start) / span, 0.0, 1.0) : 1.0;
+    if (g.shape == "linear") return g.from + (g.to - g.from) * frac;
+    return g.to + (g.from - g.to) * 0.5 * (1.0 + std::cos(M_PI * frac));  // cosine
+  }
+  return fallback;
+}
+
+Status ValidateSchedule(const Schedule& s, const std::string& path) {
+  double prev = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const ScheduleSegment& g = s[i];
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    const bool last = i + 1 == s.size();
+    if (!g.until_tokens && !last) return InvalidArgumentError(at + ".until_tokens: missing (only the last segment may run forever)");
+    if (g.until_tokens && *g.until_tokens <= prev) {
+      return InvalidArgumentError(at + ".until_tokens: " + Num(*g.until_tokens) + " must be above the previous segment's end " + Num(prev));
+    }
+    if (g.shape != "constant" && !g.until_tokens) {
+      return InvalidArgumentError(at + ".until_tokens: a " + g.shape + " segment needs an end");
+    }
+    if (g.until_tokens) prev = *g.until_tokens;
+  }
   return OkStatus();
+}
+
+bool ModelConfig::MtpTrains() const {
+  if (mtp_depth <= 0) return false;
+  if (mtp_loss_weight_schedule.empty()) return mtp_loss_weight > 0;
+  for (const auto& g : mtp_loss_weight_schedule) {
+    if (g.value > 0 || g.from > 0 || g.to > 0) return true;
+  }
+  return false;
+}
+
+int64_t JobSpec::GlobalBatchAt(double tokens) const {
+  const BatchRampConfig& r = data.batch_ramp;
+  if (r.start == 0 || tokens >= r.tokens) return data.global_batch_size;
+  const int64_t increments = (data.global_batch_size - r.start) / r.increment;
+  const double per_increment = r.tokens / static_cast<double>(increments);
+  const int64_t done = static_cast<int64_t>(tokens / per_increment);
+  return std::min(data.global_batch_size, r.start + done * r.increment);
 }
 
 Node ModelConfigToNode(const ModelConfig& m) { return SchemaOf<ModelConfig>().Write(m); }
@@ -195,15 +226,17 @@ Node ModelConfigToNode(const ModelConfig& m) { return SchemaOf<ModelConfig>().Wr
 Node JobSpecToNode(const JobSpec& s) { return SchemaOf<JobSpec>().Write(s); }
 
 std::string ModelFingerprint(const JobSpec& s) {
-  Node n = Node::Map();
-  Node m = ModelConfigToNode(s.model);
-  m.Set("preset", Node::Scalar("", true));  // the shape matters, not the name it came from
-  n.Set("model", std::move(m));
-  n.Set("world_size", Codec<int64_t>::Write(s.parallelism.world_size));
-  n.Set("expert_parallel", Codec<int64_t>::Write(s.parallelism.expert_parallel));
-  n.Set("seq_length", Codec<int64_t>::Write(s.data.seq_length));
-  n.Set("global_batch_size", Codec<int64_t>::Write(s.data.global_batch_size));
-  return ToJson(n);
+  // The shape matters, not the name it came from, nor the recipe (init, loss weights, schedules), nor
+  // the layout: checkpoints store global tensors, so any layout can read them.
+  ModelConfig shape = s.model;
+  shape.preset.clear();
+  shape.init_std = ModelConfig().init_std;
+  shape.mtp_loss_weight = ModelConfig().mtp_loss_weight;
+  shape.mtp_loss_weight_schedule.clear();
+  shape.moe.bias_update_rate = MoeConfig().bias_update_rate;
+  shape.moe.bias_update_schedule.clear();
+  shape.moe.seq_aux_loss_coeff = MoeConfig().seq_aux_loss_coeff;
+  return ToJson(ModelConfigToNode(shape));
 }
 
 }  // namespace moe

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,17 +19,51 @@
 
 namespace moe {
 
+// A value that changes with the tokens trained so far: piecewise segments, each ending at
+// `until_tokens` (the last may run forever). Used for the learning rate, the bias update rate gamma and
+// the MTP loss weight lambda, as DeepSeek-V3's recipe gives them (in tokens, so a batch-size ramp
+// does not move them).
+struct ScheduleSegment {
+  std::optional<double> until_tokens;  // the segment ends when this many tokens have been trained
+  std::string shape = "constant";      // constant (value) | linear (from -> to) | cosine (from -> to)
+  double value = 0;
+  double from = 0, to = 0;
+
+  bool operator==(const ScheduleSegment&) const = default;
+};
+using Schedule = std::vector<ScheduleSegment>;
+// The schedule's value after `tokens` trained tokens (within a segment, linear/cosine by the share of
+// the segment done). An empty schedule is `fallback`.
+double ScheduleValue(const Schedule& s, double tokens, double fallback);
+// INVALID_ARGUMENT naming `path` when segments do not end in increasing order, a segment other than
+// the last has no end, or a shape is unknown.
+Status ValidateSchedule(const Schedule& s, const std::string& path);
+
 struct AttentionConfig {
-  // "mha": multi-head attention with RoPE (what the engine trains). "mla": DeepSeek's multi-head latent
-  // attention, used for FLOPs accounting and planning of the real DeepSeek-V3 shape only.
+  // "mha": multi-head attention with (half-split) RoPE on q and k. "mla": DeepSeek's multi-head latent
+  // attention (../shared/reference/deepseek-v3-architecture.md): low-rank q and kv, one shared
+  // rotary key, pairwise RoPE on the rope dims, query/key heads of qk_nope + qk_rope, values of v.
   std::string type = "mha";
-  int64_t q_lora_rank = 0;        // mla: 0 means no query compression
+  int64_t q_lora_rank = 0;        // mla: 0 means no query compression (one projection, as DeepSeek-V2-Lite)
   int64_t kv_lora_rank = 0;       // mla
-  int64_t qk_head_dim = 0;        // mla: qk_nope_head_dim
+  int64_t qk_nope_head_dim = 0;   // mla
   int64_t qk_rope_head_dim = 0;   // mla
   int64_t v_head_dim = 0;         // mla
 
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   bool operator==(const AttentionConfig&) const = default;
+};
+
+// YaRN context extension of RoPE (deepseek-v3-architecture.md): applied only when the run's sequence
+// length exceeds original_max_position_embeddings.
+struct RopeScalingConfig {
+  std::string type = "none";  // none | yarn
+  double factor = 1;
+  int64_t original_max_position_embeddings = 4096;
+  double beta_fast = 32, beta_slow = 1;
+  double mscale = 1, mscale_all_dim = 1;
+
+  bool operator==(const RopeScalingConfig&) const = default;
 };
 
 struct MoeConfig {
@@ -40,9 +75,15 @@ struct MoeConfig {
   int64_t topk_groups = 1;           // groups kept per token
   std::string score_function = "sigmoid";  // sigmoid | softmax
   double route_scale = 1.0;
-  double bias_update_rate = 1e-3;    // gamma of aux-loss-free balancing; 0 turns it off
+  // The per-expert selection bias of aux-loss-free balancing. Default: on for sigmoid routing. Once the
+  // model has one it always steers selection, whatever gamma is (gamma = 0 keeps the learned bias).
+  std::optional<bool> expert_bias;
+  double bias_update_rate = 1e-3;    // gamma: how fast the bias moves; 0 freezes it
+  Schedule bias_update_schedule;     // gamma by tokens trained (overrides bias_update_rate when given)
   double seq_aux_loss_coeff = 1e-4;  // alpha of the sequence-wise balance loss; 0 turns it off
 
+  bool has_bias() const { return expert_bias.value_or(score_function == "sigmoid"); }
+  double BiasUpdateRate(double tokens) const { return ScheduleValue(bias_update_schedule, tokens, bias_update_rate); }
   bool operator==(const MoeConfig&) const = default;
 };
 
@@ -54,16 +95,26 @@ struct ModelConfig {
   int64_t num_heads = 0;
   int64_t first_k_dense = 0;      // the first k layers use a dense SwiGLU FFN instead of MoE
   int64_t dense_ffn_hidden = 0;
-  int64_t mtp_depth = 0;          // multi-token prediction depth (accounting only; the engine uses 0)
+  int64_t mtp_depth = 0;             // multi-token prediction depths D (0: none)
+  double mtp_loss_weight = 0.3;      // lambda: the loss adds lambda / D * sum of the depths' losses
+  Schedule mtp_loss_weight_schedule; // lambda by tokens trained (overrides mtp_loss_weight when given)
   double rope_theta = 10000.0;
+  RopeScalingConfig rope_scaling;
   double norm_eps = 1e-6;
-  double init_std = 0.02;
+  double init_std = 0.02;            // every weight N(0, init_std) (DeepSeek-V3: 0.006)
   AttentionConfig attention;
   MoeConfig moe;
 
   int64_t head_dim() const { return hidden_size / num_heads; }
   int64_t num_moe_layers() const { return num_layers - first_k_dense; }
   bool IsMoeLayer(int64_t layer) const { return layer >= first_k_dense; }
+  bool is_mla() const { return attention.type == "mla"; }
+  // An MTP block is a MoE block when the main model's last block is.
+  bool MtpIsMoe() const { return num_moe_layers() > 0; }
+  double MtpLossWeight(double tokens) const { return ScheduleValue(mtp_loss_weight_schedule, tokens, mtp_loss_weight); }
+  // MTP trains when the model has depths and lambda is not zero throughout (a model whose lambda is
+  // always 0 skips them: no compute, no FLOPs).
+  bool MtpTrains() const;
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -83,12 +134,24 @@ struct PlacementConfig {
   bool operator==(const PlacementConfig&) const = default;
 };
 
+// The global batch grows from `start` sequences by `increment` in equal steps over the first
+// `tokens` trained tokens, then stays at data.global_batch_size (DeepSeek-V3: 3072 -> 15360 over 469B
+// tokens). start = 0: no ramp.
+struct BatchRampConfig {
+  int64_t start = 0;
+  int64_t increment = 0;
+  double tokens = 0;
+
+  bool operator==(const BatchRampConfig&) const = default;
+};
+
 struct DataConfig {
   std::string path;           // prefix of a Megatron indexed dataset (<path>.bin, <path>.idx)
   std::string source = "indexed";  // indexed | synthetic (uniform random tokens, for benchmarks)
   int64_t seq_length = 256;
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 16;
+  BatchRampConfig batch_ramp;  // a growing global batch at the start (Megatron's --rampup-batch-size)
 
   bool operator==(const DataConfig&) const = default;
 };
@@ -103,6 +166,10 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
+  // The learning rate by tokens trained (DeepSeek-V3's warm-up, constant, cosine, constant steps); when
+  // given it replaces lr/min_lr/warmup_steps/decay_steps.
+  Schedule lr_schedule;
+  std::string moments_dtype = "fp32";  // fp32 | bf16: AdamW's moments (DeepSeek-V3 keeps them in bf16)
 
   bool operator==(const OptimizerConfig&) const = default;
 };
@@ -145,15 +212,17 @@ struct JobSpec {
   int64_t max_restarts = 3;
 
   int64_t decay_steps() const { return optimizer.decay_steps > 0 ? optimizer.decay_steps : training.steps; }
-  // Micro batches each rank runs per step (gradient accumulation).
+  // Micro batches each rank runs per step (gradient accumulation) at the full global batch.
   int64_t micro_batches_per_rank() const {
     return data.global_batch_size / (data.micro_batch_size * parallelism.world_size);
   }
+  // The global batch (sequences) of a step that starts after `tokens` trained tokens (the ramp).
+  int64_t GlobalBatchAt(double tokens) const;
 
   bool operator==(const JobSpec&) const = default;
 };
 
-// Names of the built-in presets: tiny, small, deepseek-v3-671b.
+// Names of the built-in presets: tiny, small, deepseek-v3-671b, deepseek-v2-lite (common/presets.cc).
 std::vector<std::string> ModelPresetNames();
 StatusOr<ModelConfig> ModelPreset(const std::string& name);
 
@@ -172,8 +241,8 @@ Status ValidateJobSpec(const JobSpec& spec);
 Node JobSpecToNode(const JobSpec& spec);
 Node ModelConfigToNode(const ModelConfig& m);
 
-// A stable fingerprint of what a checkpoint must agree with to be resumed (model shape, parallel
-// layout, data shape): a resume with a different one is refused.
+// A stable fingerprint of what a checkpoint must agree with to be resumed: the model's shape (not its
+// layout: checkpoints move between layouts). A resume with a different one is refused.
 std::string ModelFingerprint(const JobSpec& spec);
 
 }  // namespace moe

@@ -31,6 +31,20 @@ Status ApplyPreset(ModelConfig* m) {
 // The tables read best one field a line.
 // clang-format off
 template <>
+const Schema<ScheduleSegment>& SchemaOf<ScheduleSegment>() {
+  using G = ScheduleSegment;
+  // The order of segments and what each shape needs: ValidateSchedule.
+  static const auto* schema = new Schema<G>("ScheduleSegment", {
+      Field("until_tokens", &G::until_tokens, Positive()),
+      Field("shape", &G::shape, OneOf({"constant", "linear", "cosine"})),
+      Field("value", &G::value, NonNegative()),
+      Field("from", &G::from, NonNegative()),
+      Field("to", &G::to, NonNegative()),
+  });
+  return *schema;
+}
+
+template <>
 const Schema<AttentionConfig>& SchemaOf<AttentionConfig>() {
   using A = AttentionConfig;
   // The ranks matter for mla only (ValidateModel requires them there).
@@ -38,9 +52,36 @@ const Schema<AttentionConfig>& SchemaOf<AttentionConfig>() {
       Field("type", &A::type, OneOf({"mha", "mla"})),
       Field("q_lora_rank", &A::q_lora_rank, NonNegative()),
       Field("kv_lora_rank", &A::kv_lora_rank, NonNegative()),
-      Field("qk_head_dim", &A::qk_head_dim, NonNegative()),
+      Field("qk_nope_head_dim", &A::qk_nope_head_dim, NonNegative()),
       Field("qk_rope_head_dim", &A::qk_rope_head_dim, NonNegative()),
       Field("v_head_dim", &A::v_head_dim, NonNegative()),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<RopeScalingConfig>& SchemaOf<RopeScalingConfig>() {
+  using R = RopeScalingConfig;
+  static const auto* schema = new Schema<R>("RopeScalingConfig", {
+      Field("type", &R::type, OneOf({"none", "yarn"})),
+      Field("factor", &R::factor, AtLeast(1.0)),
+      Field("original_max_position_embeddings", &R::original_max_position_embeddings, Positive()),
+      Field("beta_fast", &R::beta_fast, Positive()),
+      Field("beta_slow", &R::beta_slow, Positive()),
+      Field("mscale", &R::mscale, Positive()),
+      Field("mscale_all_dim", &R::mscale_all_dim, Positive()),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<BatchRampConfig>& SchemaOf<BatchRampConfig>() {
+  using B = BatchRampConfig;
+  // How the ramp must fit the global and micro batches: ValidateJobSpec.
+  static const auto* schema = new Schema<B>("BatchRampConfig", {
+      Field("start", &B::start, NonNegative()),
+      Field("increment", &B::increment, NonNegative()),
+      Field("tokens", &B::tokens, NonNegative()),
   });
   return *schema;
 }
@@ -57,7 +98,9 @@ const Schema<MoeConfig>& SchemaOf<MoeConfig>() {
       Field("topk_groups", &E::topk_groups, Positive()),
       Field("score_function", &E::score_function, OneOf({"sigmoid", "softmax"})),
       Field("route_scale", &E::route_scale, Positive()),
+      Field("expert_bias", &E::expert_bias),
       Field("bias_update_rate", &E::bias_update_rate, NonNegative()),
+      Field("bias_update_schedule", &E::bias_update_schedule),
       Field("seq_aux_loss_coeff", &E::seq_aux_loss_coeff, NonNegative()),
   });
   return *schema;
@@ -76,7 +119,10 @@ const Schema<ModelConfig>& SchemaOf<ModelConfig>() {
       Field("first_k_dense", &M::first_k_dense, NonNegative()),
       Field("dense_ffn_hidden", &M::dense_ffn_hidden, NonNegative()),
       Field("mtp_depth", &M::mtp_depth, NonNegative()),
+      Field("mtp_loss_weight", &M::mtp_loss_weight, NonNegative()),
+      Field("mtp_loss_weight_schedule", &M::mtp_loss_weight_schedule),
       Field("rope_theta", &M::rope_theta, Positive()),
+      Field("rope_scaling", &M::rope_scaling),
       Field("norm_eps", &M::norm_eps, Positive()),
       Field("init_std", &M::init_std, Positive()),
       Field("attention", &M::attention),
@@ -114,6 +160,7 @@ const Schema<DataConfig>& SchemaOf<DataConfig>() {
       Field("seq_length", &D::seq_length, AtLeast(2)),
       Field("micro_batch_size", &D::micro_batch_size, Positive()),
       Field("global_batch_size", &D::global_batch_size, Positive()),
+      Field("batch_ramp", &D::batch_ramp),
   });
   return *schema;
 }
@@ -131,6 +178,8 @@ const Schema<OptimizerConfig>& SchemaOf<OptimizerConfig>() {
       Field("beta1", &O::beta1, InRange(0, 1)),
       Field("beta2", &O::beta2, InRange(0, 1)),
       Field("eps", &O::eps, Positive()),
+      Field("lr_schedule", &O::lr_schedule),
+      Field("moments_dtype", &O::moments_dtype, OneOf({"fp32", "bf16"})),
   });
   return *schema;
 }

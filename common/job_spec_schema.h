@@ -14,7 +14,13 @@
 namespace moe {
 
 template <>
+const Schema<ScheduleSegment>& SchemaOf<ScheduleSegment>();
+template <>
 const Schema<AttentionConfig>& SchemaOf<AttentionConfig>();
+template <>
+const Schema<RopeScalingConfig>& SchemaOf<RopeScalingConfig>();
+template <>
+const Schema<BatchRampConfig>& SchemaOf<BatchRampConfig>();
 template <>
 const Schema<MoeConfig>& SchemaOf<MoeConfig>();
 template <>

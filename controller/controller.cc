@@ -56,11 +56,6 @@ Status Controller::AwaitReconnect(JobEntry& e) {
 
 StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted) {
   MOE_ASSIGN_OR_RETURN(JobSpec spec, SpecFromProto(submitted));
-  if (spec.model.attention.type != "mha") {
-    return InvalidArgumentError("spec.model.attention.type: the engine trains mha; '" +
-                                spec.model.attention.type +
-                                "' is for FLOPs accounting and planning only");
-  }
   absl::MutexLock lock(&mu_);
   if (Status st = CheckFeasible(internal::RequestFor(spec), workers_.LiveSlots()); !st.ok()) {
     return FailedPreconditionError("the job can never fit: " + st.message());

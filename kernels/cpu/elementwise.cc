@@ -181,4 +181,62 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   });
 }
 
+void ScatterAddRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
+  if (HasBf16({&src, &dst})) {
+    Bf16Scope s;
+    ScatterAddRows(s.In(src), index, s.Out(dst, true));
+    return;
+  }
+  const int64_t rows = src.dim(0), d = src.dim(1), dst_rows = dst.dim(0);
+  const int32_t* idx = index.data<int32_t>();
+  MOE_CPU_FLOAT_DISPATCH(src.dtype(), T, {
+    const T* sp = src.data<T>();
+    T* dp = dst.data<T>();
+    // The indices are distinct: every destination row is written by one source row.
+    ParallelFor(rows, d, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        MOE_CHECK(idx[r] >= 0 && idx[r] < dst_rows) << "ScatterAddRows index " << idx[r] << " out of [0, " << dst_rows << ")";
+        T* out = dp + static_cast<int64_t>(idx[r]) * d;
+        const T* in = sp + r * d;
+        for (int64_t c = 0; c < d; ++c) out[c] += in[c];
+      }
+    });
+  });
+}
+
+void CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t broadcast) {
+  const size_t esize = DTypeSize(dst.dtype());
+  const size_t src_ld = static_cast<size_t>(src.dim(1)) * esize, dst_ld = static_cast<size_t>(dst.dim(1)) * esize;
+  const char* sp = static_cast<const char*>(src.raw()) + static_cast<size_t>(src_col) * esize;
+  char* dp = static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_col) * esize;
+  const size_t bytes = static_cast<size_t>(width) * esize;
+  ParallelFor(dst.dim(0), width, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      std::memcpy(dp + static_cast<size_t>(r) * dst_ld, sp + static_cast<size_t>(r / broadcast) * src_ld, bytes);
+    }
+  });
+}
+
+void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t group) {
+  if (HasBf16({&src, &dst})) {
+    Bf16Scope s;
+    SumColumns(s.In(src), src_col, s.Out(dst, true), dst_col, width, group);
+    return;
+  }
+  MOE_CPU_FLOAT_DISPATCH(dst.dtype(), T, {
+    const T* sp = src.data<T>() + src_col;
+    T* dp = dst.data<T>() + dst_col;
+    const int64_t src_ld = src.dim(1), dst_ld = dst.dim(1);
+    ParallelFor(dst.dim(0), width * group, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        T* out = dp + r * dst_ld;
+        for (int64_t i = 0; i < group; ++i) {  // in order: the sum does not depend on threads
+          const T* in = sp + (r * group + i) * src_ld;
+          for (int64_t c = 0; c < width; ++c) out[c] += in[c];
+        }
+      }
+    });
+  });
+}
+
 }  // namespace moe::kernels::cpu

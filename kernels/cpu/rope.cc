@@ -1,4 +1,5 @@
-// The CPU RoPE: a cos/sin table per call (computed in double, then rounded), rotations in place.
+// The CPU RoPE: a cos/sin table per call (angles in double, then rounded), rotations in place on a
+// block of columns of every head.
 #include <cmath>
 #include <vector>
 
@@ -9,55 +10,67 @@ namespace moe::kernels::cpu {
 namespace {
 
 template <typename T>
-void Rotate(T* qkv, int64_t tokens, int64_t seq_len, int64_t heads, int64_t head_dim, double theta, bool inverse) {
-  const int64_t half = head_dim / 2, width = 3 * heads * head_dim;
+void Rotate(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout,
+            bool inverse) {
+  const int64_t half = inv_freq.numel(), stride = x.dim(1) / heads, tokens = x.dim(0);
+  std::vector<double> freq;
+  if (inv_freq.dtype() == DType::kF64) {
+    freq = inv_freq.ToVector<double>();
+  } else {
+    for (float f : inv_freq.ToVector<float>()) freq.push_back(f);
+  }
   // cos/sin table [seq_len, half], computed in double then rounded.
   std::vector<T> cos_t(static_cast<size_t>(seq_len * half)), sin_t(static_cast<size_t>(seq_len * half));
   for (int64_t p = 0; p < seq_len; ++p) {
     for (int64_t i = 0; i < half; ++i) {
-      const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-      const double angle = static_cast<double>(p) * freq;
+      const double angle = static_cast<double>(p) * freq[static_cast<size_t>(i)];
       cos_t[static_cast<size_t>(p * half + i)] = static_cast<T>(std::cos(angle));
       sin_t[static_cast<size_t>(p * half + i)] = static_cast<T>(inverse ? -std::sin(angle) : std::sin(angle));
     }
   }
-  ParallelFor(tokens, 2 * heads * head_dim * 3, [&](int64_t b, int64_t e) {
+  // Pair i is (a_i, b_i): (i, i + half) half-split, (2i, 2i + 1) in pairs.
+  const int64_t a_step = layout == RopeLayout::kPairs ? 2 : 1;
+  const int64_t b_off = layout == RopeLayout::kPairs ? 1 : half;
+  T* data = x.data<T>();
+  ParallelFor(tokens, heads * half * 6, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t pos = t % seq_len;
       const T* c = cos_t.data() + pos * half;
       const T* s = sin_t.data() + pos * half;
-      for (int64_t part = 0; part < 2; ++part) {  // q, then k
-        for (int64_t h = 0; h < heads; ++h) {
-          T* x = qkv + t * width + part * heads * head_dim + h * head_dim;
-          for (int64_t i = 0; i < half; ++i) {
-            const T x1 = x[i], x2 = x[i + half];
-            x[i] = x1 * c[i] - x2 * s[i];
-            x[i + half] = x1 * s[i] + x2 * c[i];
-          }
+      for (int64_t h = 0; h < heads; ++h) {
+        T* row = data + t * x.dim(1) + h * stride + offset;
+        for (int64_t i = 0; i < half; ++i) {
+          T& x1 = row[i * a_step];
+          T& x2 = row[i * a_step + b_off];
+          const T v1 = x1, v2 = x2;
+          x1 = v1 * c[i] - v2 * s[i];
+          x2 = v1 * s[i] + v2 * c[i];
         }
       }
     }
   });
 }
 
-}  // namespace
-
-void RopeForward(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta) {
-  if (HasBf16({&qkv})) {
+void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout,
+          bool inverse) {
+  if (HasBf16({&x})) {
     Bf16Scope s;
-    RopeForward(s.Out(qkv, true), seq_len, heads, head_dim, theta);
+    Rope(s.Out(x, true), seq_len, heads, offset, s.In(inv_freq), layout, inverse);
     return;
   }
-  MOE_CPU_FLOAT_DISPATCH(qkv.dtype(), T, Rotate<T>(qkv.data<T>(), qkv.dim(0), seq_len, heads, head_dim, theta, false));
+  MOE_CPU_FLOAT_DISPATCH(x.dtype(), T, Rotate<T>(x, seq_len, heads, offset, inv_freq, layout, inverse));
 }
 
-void RopeBackward(const Tensor& dqkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta) {
-  if (HasBf16({&dqkv})) {
-    Bf16Scope s;
-    RopeBackward(s.Out(dqkv, true), seq_len, heads, head_dim, theta);
-    return;
-  }
-  MOE_CPU_FLOAT_DISPATCH(dqkv.dtype(), T, Rotate<T>(dqkv.data<T>(), dqkv.dim(0), seq_len, heads, head_dim, theta, true));
+}  // namespace
+
+void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
+                 RopeLayout layout) {
+  Rope(x, seq_len, heads, offset, inv_freq, layout, false);
+}
+
+void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
+                  RopeLayout layout) {
+  Rope(dx, seq_len, heads, offset, inv_freq, layout, true);
 }
 
 }  // namespace moe::kernels::cpu

@@ -136,49 +136,69 @@ void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& 
                                           scores.dim(0), scores.dim(1), dlogits.data<T>()));
 }
 
-double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs, int64_t seq_len, double coeff,
+namespace {
+
+// Adds 1 to f for each of the token's top_k experts by unbiased score (ties to the lower index).
+template <typename T>
+void CountUnbiasedTopK(const T* st, int64_t experts, int64_t top_k, std::vector<T>& f, std::vector<int32_t>& order) {
+  for (int64_t i = 0; i < experts; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t b) {
+    return st[a] > st[b] || (st[a] == st[b] && a < b);
+  });
+  for (int64_t j = 0; j < top_k; ++j) f[static_cast<size_t>(order[static_cast<size_t>(j)])] += T(1);
+}
+
+// One sequence: its loss, and (when ds) its gradient on the scores.
+template <typename T>
+double SeqAuxLossOfSequence(const T* s, T* ds, int64_t t0, int64_t seq_len, int64_t experts, int64_t top_k, double coeff,
+                            std::vector<T>& f, std::vector<T>& p, std::vector<int32_t>& order) {
+  std::fill(f.begin(), f.end(), T(0));
+  std::fill(p.begin(), p.end(), T(0));
+  for (int64_t t = t0; t < t0 + seq_len; ++t) {
+    const T* st = s + t * experts;
+    CountUnbiasedTopK(st, experts, top_k, f, order);
+    T sum = 0;
+    for (int64_t i = 0; i < experts; ++i) sum += st[i];
+    for (int64_t i = 0; i < experts; ++i) p[static_cast<size_t>(i)] += st[i] / sum;
+  }
+  const T fscale = static_cast<T>(experts) / static_cast<T>(top_k * seq_len);
+  double loss = 0;
+  for (int64_t i = 0; i < experts; ++i) {
+    f[static_cast<size_t>(i)] *= fscale;
+    loss += static_cast<double>(f[static_cast<size_t>(i)]) * static_cast<double>(p[static_cast<size_t>(i)]) / static_cast<double>(seq_len);
+  }
+  if (ds == nullptr) return coeff * loss;
+  // d loss / d s'_{i,t} = coeff * f_i / S; through s' = s / sum(s).
+  const T c = static_cast<T>(coeff) / static_cast<T>(seq_len);
+  for (int64_t t = t0; t < t0 + seq_len; ++t) {
+    const T* st = s + t * experts;
+    T sum = 0, dot = 0;
+    for (int64_t i = 0; i < experts; ++i) sum += st[i];
+    for (int64_t i = 0; i < experts; ++i) dot += c * f[static_cast<size_t>(i)] * st[i] / sum;
+    T* dst = ds + t * experts;
+    for (int64_t i = 0; i < experts; ++i) dst[i] += (c * f[static_cast<size_t>(i)] - dot) / sum;
+  }
+  return coeff * loss;
+}
+
+}  // namespace
+
+double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
                   const Tensor& dscores) {
-  const int64_t experts = scores.dim(1), k = topk_idx.dim(1);
+  const int64_t experts = scores.dim(1);
   if (HasBf16({&scores, &dscores})) {
     Bf16Scope s;
-    return SeqAuxLoss(s.In(scores), topk_idx, num_seqs, seq_len, coeff, s.Out(dscores, true));
+    return SeqAuxLoss(s.In(scores), top_k, num_seqs, seq_len, coeff, s.Out(dscores, true));
   }
   std::vector<double> losses(static_cast<size_t>(num_seqs), 0.0);
   MOE_CPU_FLOAT_DISPATCH(scores.dtype(), T, {
     const T* s = scores.data<T>();
-    const int32_t* idx = topk_idx.data<int32_t>();
     T* ds = dscores.defined() ? dscores.data<T>() : nullptr;
     ParallelFor(num_seqs, seq_len * experts * 4, [&](int64_t b, int64_t e) {
       std::vector<T> f(static_cast<size_t>(experts)), p(static_cast<size_t>(experts));
+      std::vector<int32_t> order(static_cast<size_t>(experts));
       for (int64_t q = b; q < e; ++q) {
-        std::fill(f.begin(), f.end(), T(0));
-        std::fill(p.begin(), p.end(), T(0));
-        const int64_t t0 = q * seq_len;
-        for (int64_t t = t0; t < t0 + seq_len; ++t) {
-          for (int64_t j = 0; j < k; ++j) f[static_cast<size_t>(idx[t * k + j])] += T(1);
-          const T* st = s + t * experts;
-          T sum = 0;
-          for (int64_t i = 0; i < experts; ++i) sum += st[i];
-          for (int64_t i = 0; i < experts; ++i) p[static_cast<size_t>(i)] += st[i] / sum;
-        }
-        const T fscale = static_cast<T>(experts) / static_cast<T>(k * seq_len);
-        double loss = 0;
-        for (int64_t i = 0; i < experts; ++i) {
-          f[static_cast<size_t>(i)] *= fscale;
-          loss += static_cast<double>(f[static_cast<size_t>(i)]) * static_cast<double>(p[static_cast<size_t>(i)]) / static_cast<double>(seq_len);
-        }
-        losses[static_cast<size_t>(q)] = coeff * loss;
-        if (ds == nullptr) continue;
-        // d loss / d s'_{i,t} = coeff * f_i / S; through s' = s / sum(s).
-        const T c = static_cast<T>(coeff) / static_cast<T>(seq_len);
-        for (int64_t t = t0; t < t0 + seq_len; ++t) {
-          const T* st = s + t * experts;
-          T sum = 0, dot = 0;
-          for (int64_t i = 0; i < experts; ++i) sum += st[i];
-          for (int64_t i = 0; i < experts; ++i) dot += c * f[static_cast<size_t>(i)] * st[i] / sum;
-          T* dst = ds + t * experts;
-          for (int64_t i = 0; i < experts; ++i) dst[i] += (c * f[static_cast<size_t>(i)] - dot) / sum;
-        }
+        losses[static_cast<size_t>(q)] = SeqAuxLossOfSequence(s, ds, q * seq_len, seq_len, experts, top_k, coeff, f, p, order);
       }
     });
   });

@@ -156,18 +156,57 @@ TEST(JobSpec, EveryFieldCheckNamesItsPath) {
   EXPECT_EQ(accepted, (std::set<std::string>{"metadata.priority", "spec.data.path", "spec.checkpoint.dir"}));
 }
 
-TEST(Flops, MatchesMegatronForDeepSeekV3AndByHandForTiny) {
-  // DeepSeek-V3 without MTP at sequence length 4096: about 2.5e11 FLOPs per token (Megatron-Bridge).
+// Megatron's formula (../shared/reference/flops-and-models.md) written out by hand with the 671B
+// model's numbers, with and without its one MTP depth, at sequence length 4096.
+double V3FlopsPerTokenByHand(bool mtp) {
+  const double h = 7168, n = 128, s = 4096, m = mtp ? 1 : 0;
+  const double n_moe = 58 + m, n_dense = 3, n_attn = 61 + m;
+  const double ffn = 6 * h * (18432 * 3 * n_dense + 2048 * 8 * 3 * n_moe + 2048 * 1 * 3 * n_moe);
+  const double q_term = 1536 * (h + n * (128 + 64) + 1);
+  const double proj = n_attn * 6 * (q_term + 512 * (h + n * (128 + 128) + 1) + h * 64 + n * 128 * h);
+  const double mtp_terms = 6 * m * (3 * h + 2 * h * h);
+  const double logits = 6 * h * 129280 * (m + 1);
+  const double core = s * n_attn * 6 * (n * (128 + 64) / 2 + n * 128 / 2);  // sqsum / tokens = s
+  return ffn + proj + mtp_terms + logits + core;
+}
+
+TEST(Flops, PinsDeepSeekV3WithAndWithoutMtp) {
+  const ModelConfig v3 = *ModelPreset("deepseek-v3-671b");
+  const double with_mtp = MegatronFlopsPerStep(v3, 1, 4096) / 4096;
+  EXPECT_DOUBLE_EQ(with_mtp, V3FlopsPerTokenByHand(true));
+  ModelConfig no_mtp = v3;
+  no_mtp.mtp_depth = 0;
+  const double without = MegatronFlopsPerStep(no_mtp, 1, 4096) / 4096;
+  EXPECT_DOUBLE_EQ(without, V3FlopsPerTokenByHand(false));
+  // About 2.5e11 without MTP (Megatron-Bridge's tables); the pinned figures themselves:
+  EXPECT_NEAR(without, 2.5e11, 0.1e11);
+  EXPECT_NEAR(without, 2.4981e11, 0.0001e11) << without;
+  EXPECT_NEAR(with_mtp, 2.5999e11, 0.0001e11) << with_mtp;
+}
+
+// A model with MTP depths whose loss weight is 0 throughout does not train them: no FLOPs for them.
+TEST(Flops, MtpCountsOnlyWhenItTrains) {
   ModelConfig v3 = *ModelPreset("deepseek-v3-671b");
-  v3.mtp_depth = 0;
-  const double per_token = MegatronFlopsPerStep(v3, 1, 4096) / 4096;
-  EXPECT_NEAR(per_token, 2.5e11, 0.1e11) << per_token;
-  // tiny by hand: h=128, L=4 (1 dense), V=2048, s=256, one sequence.
-  ModelConfig t = *ModelPreset("tiny");
-  const double h = 128, s = 256;
-  const double expected =
-      s * (6 * h * (384 * 3 * 1 + 128 * 2 * 3 * 3 + 128 * 1 * 3 * 3) + 4 * 6 * 4 * h * h + 6 * h * 2048) +
-      s * s * 4 * 6 * h;
+  ModelConfig off = v3;
+  off.mtp_depth = 0;
+  ModelConfig idle = v3;
+  idle.mtp_loss_weight = 0;
+  idle.mtp_loss_weight_schedule.clear();
+  EXPECT_FALSE(idle.MtpTrains());
+  EXPECT_TRUE(v3.MtpTrains());
+  EXPECT_EQ(MegatronFlopsPerStep(idle, 2, 4096), MegatronFlopsPerStep(off, 2, 4096));
+  EXPECT_GT(MegatronFlopsPerStep(v3, 2, 4096), MegatronFlopsPerStep(off, 2, 4096));
+}
+
+TEST(Flops, ByHandForTiny) {
+  // tiny: h 128, 4 layers (1 dense), V 2048, MLA (q LoRA 64, kv 32, nope 32, rope 16, v 32, 4 heads),
+  // one MTP depth (a MoE block), s 256, one sequence.
+  const ModelConfig t = *ModelPreset("tiny");
+  const double h = 128, s = 256, n = 4, n_moe = 3 + 1, n_attn = 4 + 1;
+  const double ffn = 6 * h * (384 * 3 * 1 + 128 * 2 * 3 * n_moe + 128 * 1 * 3 * n_moe);
+  const double proj = n_attn * 6 * (64 * (h + n * (32 + 16) + 1) + 32 * (h + n * (32 + 32) + 1) + h * 16 + n * 32 * h);
+  const double expected = s * (ffn + proj + 6 * 1 * (3 * h + 2 * h * h) + 6 * h * 2048 * 2) +
+                          s * s * n_attn * 6 * (n * (32 + 16) / 2 + n * 32 / 2);
   EXPECT_DOUBLE_EQ(MegatronFlopsPerStep(t, 1, 256), expected);
   EXPECT_DOUBLE_EQ(TflopsPerDevice(2e12, 2.0, 4), 0.25);
   EXPECT_EQ(PaddedVocab(129280), 129280);

@@ -113,10 +113,11 @@ TEST_F(DatasetTest, SamplerIsDeterministicAndSplitsTheGlobalBatchAcrossRanks) {
   std::vector<std::vector<int32_t>> seen;
   for (int64_t step = 1; step <= 2; ++step) {
     for (int64_t j = 0; j < 4; ++j) {
-      one.MicroBatch(step, 0, j, a, ta);
+      const int64_t first = (step - 1) * 4;  // samples consumed before the step
+      one.MicroBatch(first, 4, 0, j, a, ta);
       // W=2: rank j/2 micro-batch j%2 holds global position j.
-      two.MicroBatch(step, static_cast<int>(j / 2), j % 2, b, tb);
-      again.MicroBatch(step, 0, j, c, ta);
+      two.MicroBatch(first, 2, static_cast<int>(j / 2), j % 2, b, tb);
+      again.MicroBatch(first, 4, 0, j, c, ta);
       EXPECT_EQ(std::vector<int32_t>(a, a + 3), std::vector<int32_t>(b, b + 3));
       EXPECT_EQ(std::vector<int32_t>(a, a + 3), std::vector<int32_t>(c, c + 3));
       EXPECT_EQ(ta[0], a[1]) << "targets are the inputs shifted by one";

@@ -63,9 +63,12 @@ TEST(MixedPrecision, OneStepsGradientsTrackFp32) {
   Model ref(cfg, local.ctx, 11, DType::kF32, Device::Cpu());
   Model mixed(cfg, local.ctx, 11, DType::kF32, Device::Cpu(), nullptr, DType::kBF16);
   const Tensor tokens = Tokens(4, 32, cfg.vocab_size, 1), targets = Tokens(4, 32, cfg.vocab_size, 2);
-  const double scale = 1.0 / 128, aux = cfg.moe.seq_aux_loss_coeff / 4;
-  auto a = ref.ForwardBackward(tokens, targets, scale, aux);
-  auto b = mixed.ForwardBackward(tokens, targets, scale, aux);
+  LossScales scales;
+  scales.ce = 1.0 / 128;
+  scales.aux_coeff = cfg.moe.seq_aux_loss_coeff / 4;
+  scales.mtp = {cfg.mtp_loss_weight / (4 * 31)};  // one MTP depth over 31 positions per sequence
+  auto a = ref.ForwardBackward(tokens, targets, scales);
+  auto b = mixed.ForwardBackward(tokens, targets, scales);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NEAR(b->ce_sum, a->ce_sum, 1e-2 * a->ce_sum);
   double diff = 0, norm = 0;

@@ -123,21 +123,25 @@ TEST(BFloat16, EveryFamilyTracksFp32) {
   }
   {
     const int64_t b = 2, s = 9, h = 2, hd = 8;
-    Tensor qkv = Random({b * s, 3 * h * hd}, 10, -2, 2), g = Random({b * s, h * hd}, 11);
-    Tensor rq = qkv.Clone(), rqb = Bf16(qkv);
-    k::RopeForward(rq, s, h, hd, 10000.0);
-    k::RopeForward(rqb, s, h, hd, 10000.0);
+    Tensor q = Random({b * s, h * hd}, 10, -2, 2), kk = Random({b * s, h * hd}, 13, -2, 2), v = Random({b * s, h * hd}, 14);
+    Tensor g = Random({b * s, h * hd}, 11);
+    Tensor freqs = Tensor::Empty({hd / 2}, DType::kF32);
+    for (int64_t i = 0; i < hd / 2; ++i) freqs.data<float>()[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / hd));
+    Tensor rq = q.Clone(), rqb = Bf16(q);
+    k::RopeForward(rq, s, h, 0, freqs, k::RopeLayout::kPairs);
+    k::RopeForward(rqb, s, h, 0, freqs, k::RopeLayout::kPairs);
     EXPECT_LT(RelErr(rqb, rq), 1e-2) << "rope";
-    Tensor out = Tensor::Empty({b * s, h * hd}, DType::kF32), probs = Tensor::Empty({b, h, s, s}, DType::kF32);
-    Tensor outb = Tensor::Empty({b * s, h * hd}, DType::kBF16), probsb = Tensor::Empty({b, h, s, s}, DType::kBF16);
-    k::AttentionForward(qkv, b, s, h, hd, out, probs);
-    k::AttentionForward(Bf16(qkv), b, s, h, hd, outb, probsb);
+    Tensor out = Tensor::Empty({b * s, h * hd}, DType::kF32), outb = Tensor::Empty({b * s, h * hd}, DType::kBF16);
+    Tensor lse = Tensor::Empty({b * h * s}, DType::kF32), lseb = Tensor::Empty({b * h * s}, DType::kF32);
+    k::AttentionForward(q, kk, v, b, s, h, 0.35, out, lse);
+    k::AttentionForward(Bf16(q), Bf16(kk), Bf16(v), b, s, h, 0.35, outb, lseb);
     EXPECT_LT(RelErr(outb, out), 1e-2) << "attention";
-    EXPECT_LT(RelErr(probsb, probs), 1e-2) << "attention probs";
-    Tensor dq = Tensor::Empty(qkv.shape(), DType::kF32), dqb = Tensor::Empty(qkv.shape(), DType::kBF16);
-    k::AttentionBackward(qkv, probs, g, b, s, h, hd, dq);
-    k::AttentionBackward(Bf16(qkv), probsb, Bf16(g), b, s, h, hd, dqb);
-    EXPECT_LT(RelErr(dqb, dq), 2e-2) << "attention bwd (from bf16 probs)";
+    Tensor dq = Tensor::Empty(q.shape(), DType::kF32), dk = Tensor::Empty(q.shape(), DType::kF32), dv = Tensor::Empty(q.shape(), DType::kF32);
+    Tensor dqb = Tensor::Empty(q.shape(), DType::kBF16), dkb = Tensor::Empty(q.shape(), DType::kBF16), dvb = Tensor::Empty(q.shape(), DType::kBF16);
+    k::AttentionBackward(q, kk, v, out, g, lse, b, s, h, 0.35, dq, dk, dv);
+    k::AttentionBackward(Bf16(q), Bf16(kk), Bf16(v), outb, Bf16(g), lseb, b, s, h, 0.35, dqb, dkb, dvb);
+    EXPECT_LT(RelErr(dqb, dq), 2e-2) << "attention bwd dq";
+    EXPECT_LT(RelErr(dvb, dv), 2e-2) << "attention bwd dv";
   }
   {
     const int64_t v = 50;

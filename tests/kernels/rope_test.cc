@@ -1,3 +1,5 @@
+// RoPE on a block of columns of every head: both layouts against the rotation written out, the
+// backward against finite differences.
 #include "kernels/rope.h"
 
 #include <gtest/gtest.h>
@@ -11,40 +13,56 @@ namespace {
 
 using namespace moe::testing;
 
-TEST(Rope, RotatesQAndKByPositionAndLeavesV) {
-  const int64_t seq = 5, batch = 2, heads = 3, d = 8, width = 3 * heads * d;
-  Tensor qkv = RandomTensor({batch * seq, width}, 1);
-  const auto before = Values(qkv);
-  RopeForward(qkv, seq, heads, d, 10000.0);
-  const auto after = Values(qkv);
-  for (int64_t t = 0; t < batch * seq; ++t) {
-    const double pos = static_cast<double>(t % seq);
-    for (int64_t part = 0; part < 3; ++part)
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t i = 0; i < d / 2; ++i) {
-          const size_t a = static_cast<size_t>(t * width + part * heads * d + h * d + i), b = a + d / 2;
-          if (part == 2) {
-            EXPECT_EQ(after[a], before[a]);
-            continue;
+Tensor Freqs(int64_t d, double theta) {
+  Tensor f = Tensor::Empty({d / 2}, DType::kF64);
+  for (int64_t i = 0; i < d / 2; ++i) f.data<double>()[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  return f;
+}
+
+TEST(Rope, RotatesTheBlockOfEveryHeadAndLeavesTheRest) {
+  // 3 heads of 10 columns; rotated: columns [2, 8) of each head (offset 2, 6 rotary dims).
+  const int64_t seq = 5, batch = 2, heads = 3, stride = 10, offset = 2, d = 6;
+  const Tensor freqs = Freqs(d, 10000.0);
+  for (RopeLayout layout : {RopeLayout::kHalfSplit, RopeLayout::kPairs}) {
+    Tensor x = RandomTensor({batch * seq, heads * stride}, 1);
+    const auto before = Values(x);
+    RopeForward(x, seq, heads, offset, freqs, layout);
+    const auto after = Values(x);
+    for (int64_t t = 0; t < batch * seq; ++t) {
+      const double pos = static_cast<double>(t % seq);
+      for (int64_t h = 0; h < heads; ++h) {
+        const size_t base = static_cast<size_t>(t * heads * stride + h * stride);
+        for (int64_t c = 0; c < stride; ++c) {
+          if (c < offset || c >= offset + d) {
+            EXPECT_EQ(after[base + static_cast<size_t>(c)], before[base + static_cast<size_t>(c)]);
           }
-          const double ang = pos * std::pow(10000.0, -2.0 * static_cast<double>(i) / d);
+        }
+        for (int64_t i = 0; i < d / 2; ++i) {
+          const size_t a = base + static_cast<size_t>(offset + (layout == RopeLayout::kPairs ? 2 * i : i));
+          const size_t b = a + (layout == RopeLayout::kPairs ? 1 : static_cast<size_t>(d / 2));
+          const double ang = pos * freqs.data<double>()[i];
           EXPECT_NEAR(after[a], before[a] * std::cos(ang) - before[b] * std::sin(ang), 1e-12);
           EXPECT_NEAR(after[b], before[a] * std::sin(ang) + before[b] * std::cos(ang), 1e-12);
         }
+      }
+    }
   }
 }
 
 TEST(Rope, BackwardMatchesFiniteDifferences) {
-  const int64_t seq = 4, heads = 2, d = 6;
-  Tensor x = RandomTensor({2 * seq, 3 * heads * d}, 2), g = RandomTensor({2 * seq, 3 * heads * d}, 3);
-  auto loss = [&] {
-    Tensor y = x.Clone();
-    RopeForward(y, seq, heads, d, 500.0);
-    return Dot(y, g);
-  };
-  Tensor dx = g.Clone();
-  RopeBackward(dx, seq, heads, d, 500.0);
-  EXPECT_TRUE(GradientMatches(loss, x, dx));
+  const int64_t seq = 4, heads = 2, stride = 9, offset = 3, d = 6;
+  const Tensor freqs = Freqs(d, 500.0);
+  for (RopeLayout layout : {RopeLayout::kHalfSplit, RopeLayout::kPairs}) {
+    Tensor x = RandomTensor({2 * seq, heads * stride}, 2), g = RandomTensor({2 * seq, heads * stride}, 3);
+    auto loss = [&] {
+      Tensor y = x.Clone();
+      RopeForward(y, seq, heads, offset, freqs, layout);
+      return Dot(y, g);
+    };
+    Tensor dx = g.Clone();
+    RopeBackward(dx, seq, heads, offset, freqs, layout);
+    EXPECT_TRUE(GradientMatches(loss, x, dx));
+  }
 }
 
 }  // namespace

@@ -120,33 +120,72 @@ TEST(Router, BackwardMatchesFiniteDifferences) {
   CheckBackward({.top_k = 8, .num_groups = 1, .topk_groups = 1, .sigmoid = true, .route_scale = 1.0, .use_bias = false}, 40);
 }
 
+// The reference: f from each token's top_k of the unbiased scores over all experts (ties to the lower
+// index), written out directly.
+double RefSeqAux(const std::vector<double>& s, int64_t seqs, int64_t len, int64_t e, int64_t k, double coeff,
+                 std::vector<std::vector<double>>* counts) {
+  double ref = 0;
+  counts->clear();
+  for (int64_t q = 0; q < seqs; ++q) {
+    std::vector<double> f(static_cast<size_t>(e), 0), p(static_cast<size_t>(e), 0);
+    for (int64_t t = q * len; t < (q + 1) * len; ++t) {
+      std::vector<bool> taken(static_cast<size_t>(e), false);
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < e; ++i) {
+          if (!taken[static_cast<size_t>(i)] && (best < 0 || s[static_cast<size_t>(t * e + i)] > s[static_cast<size_t>(t * e + best)])) best = i;
+        }
+        taken[static_cast<size_t>(best)] = true;
+        f[static_cast<size_t>(best)] += 1;
+      }
+      double sum = 0;
+      for (int64_t i = 0; i < e; ++i) sum += s[static_cast<size_t>(t * e + i)];
+      for (int64_t i = 0; i < e; ++i) p[static_cast<size_t>(i)] += s[static_cast<size_t>(t * e + i)] / sum / static_cast<double>(len);
+    }
+    counts->push_back(f);
+    for (int64_t i = 0; i < e; ++i) ref += coeff * (static_cast<double>(e) / static_cast<double>(k * len)) * f[static_cast<size_t>(i)] * p[static_cast<size_t>(i)];
+  }
+  return ref;
+}
+
 TEST(SeqAuxLoss, MatchesTheDefinitionAndItsGradient) {
   const int64_t seqs = 3, len = 5, e = 6, k = 2;
   Tensor scores = RandomTensor({seqs * len, e}, 1, DType::kF64, 0.05, 0.95);
-  Tensor idx = Tensor::Empty({seqs * len, k}, DType::kI32);
-  Rng rng(2);
-  for (int64_t t = 0; t < seqs * len; ++t) {
-    const int32_t a = static_cast<int32_t>(rng.Below(e));
-    idx.data<int32_t>()[t * k] = a;
-    idx.data<int32_t>()[t * k + 1] = (a + 1 + static_cast<int32_t>(rng.Below(e - 1))) % e;
-  }
   const double coeff = 0.3;
-  const auto s = Values(scores);
-  double ref = 0;
-  for (int64_t q = 0; q < seqs; ++q) {
-    std::vector<double> f(e, 0), p(e, 0);
-    for (int64_t t = q * len; t < (q + 1) * len; ++t) {
-      for (int64_t j = 0; j < k; ++j) f[static_cast<size_t>(idx.data<int32_t>()[t * k + j])] += 1;
-      double sum = 0;
-      for (int64_t i = 0; i < e; ++i) sum += s[static_cast<size_t>(t * e + i)];
-      for (int64_t i = 0; i < e; ++i) p[static_cast<size_t>(i)] += s[static_cast<size_t>(t * e + i)] / sum / len;
-    }
-    for (int64_t i = 0; i < e; ++i) ref += coeff * (static_cast<double>(e) / (k * len)) * f[static_cast<size_t>(i)] * p[static_cast<size_t>(i)];
-  }
-  EXPECT_NEAR(SeqAuxLoss(scores, idx, seqs, len, coeff, Tensor()), ref, 1e-12);
+  std::vector<std::vector<double>> counts;
+  const double ref = RefSeqAux(Values(scores), seqs, len, e, k, coeff, &counts);
+  EXPECT_NEAR(SeqAuxLoss(scores, k, seqs, len, coeff, Tensor()), ref, 1e-12);
   Tensor ds = Tensor::Zeros(scores.shape(), DType::kF64);
-  SeqAuxLoss(scores, idx, seqs, len, coeff, ds);
-  EXPECT_TRUE(GradientMatches([&] { return SeqAuxLoss(scores, idx, seqs, len, coeff, Tensor()); }, scores, ds));
+  SeqAuxLoss(scores, k, seqs, len, coeff, ds);
+  EXPECT_TRUE(GradientMatches([&] { return SeqAuxLoss(scores, k, seqs, len, coeff, Tensor()); }, scores, ds));
+}
+
+// The paper's eq. 18: the balance loss counts the top-k of the UNBIASED scores over all experts, not the
+// biased, group-limited selection the router made. Here a strong bias and a group limit send every token
+// elsewhere; the loss must still be the unbiased top-k's.
+TEST(SeqAuxLoss, CountsTheUnbiasedTopKNotTheRoutersSelection) {
+  const int64_t seqs = 2, len = 4, e = 8, k = 2;
+  Tensor scores = RandomTensor({seqs * len, e}, 3, DType::kF64, 0.05, 0.95);
+  // The router's choice with a bias that favours experts 6 and 7 in group 3 of 4.
+  Tensor logits = Tensor::Empty({seqs * len, e}, DType::kF64);
+  for (int64_t i = 0; i < logits.numel(); ++i) {
+    const double p = scores.data<double>()[i];
+    logits.data<double>()[i] = std::log(p / (1 - p));  // sigmoid(logit) = p
+  }
+  Tensor bias = Tensor::Zeros({e}, DType::kF64);
+  bias.data<double>()[6] = bias.data<double>()[7] = 5.0;
+  Tensor sc = Tensor::Empty({seqs * len, e}, DType::kF64), idx = Tensor::Empty({seqs * len, k}, DType::kI32);
+  Tensor w = Tensor::Empty({seqs * len, k}, DType::kF64);
+  RouterForward(logits, bias, {.top_k = k, .num_groups = 4, .topk_groups = 1, .sigmoid = true, .route_scale = 1.0, .use_bias = true},
+                sc, idx, w);
+  for (int32_t chosen : idx.ToVector<int32_t>()) ASSERT_GE(chosen, 6) << "the bias steers selection to experts 6 and 7";
+  std::vector<std::vector<double>> counts;
+  const double ref = RefSeqAux(Values(sc), seqs, len, e, k, 1.0, &counts);
+  // The unbiased top-k does not all fall on 6 and 7 (else this test proves nothing).
+  double elsewhere = 0;
+  for (const auto& f : counts) for (int64_t i = 0; i < 6; ++i) elsewhere += f[static_cast<size_t>(i)];
+  ASSERT_GT(elsewhere, 0);
+  EXPECT_NEAR(SeqAuxLoss(sc, k, seqs, len, 1.0, Tensor()), ref, 1e-12);
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -10,89 +9,52 @@
 namespace moe {
 namespace {
 
-constexpr char kShardMagic[8] = {'M', 'O', 'E', 'S', 'H', 'R', 'D', '1'};
-constexpr const char* kFormat = "moe-checkpoint/1";
-
 std::string ShardName(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "shard_%05d.bin", rank);
   return buf;
 }
 
-struct Entry {
-  std::string name;
-  Tensor tensor;
-};
+// A parameter's global shape: an expert tensor's first dimension counts every expert.
+std::vector<int64_t> GlobalShape(const Param& p, int64_t num_experts) {
+  std::vector<int64_t> shape = p.value.shape();
+  if (p.expert) shape[0] = num_experts;
+  return shape;
+}
 
-// The tensors a rank's shard holds.
-std::vector<Entry> ShardEntries(Model& model, bool dense, bool experts) {
-  std::vector<Entry> out;
-  for (const auto& p : model.params().all()) {
-    if ((p->expert && !experts) || (!p->expert && !dense)) continue;
-    out.push_back({"param/" + p->name + "/value", p->value});
-    out.push_back({"param/" + p->name + "/m", p->m});
-    out.push_back({"param/" + p->name + "/v", p->v});
-  }
-  if (dense) {
-    for (size_t i = 0; i < model.moe_layers().size(); ++i) {
-      out.push_back({"router_bias/" + std::to_string(i), model.moe_layers()[i]->bias()});
-    }
-  }
-  return out;
+void AddParam(const Param& p, int64_t num_experts, std::vector<TensorPiece>* out) {
+  const std::vector<int64_t> global = GlobalShape(p, num_experts);
+  const int64_t begin = p.expert ? p.expert_begin * (p.value.numel() / p.value.dim(0)) : 0;
+  out->push_back({"param/" + p.name + "/value", global, begin, p.value});
+  out->push_back({"param/" + p.name + "/m", global, begin, p.m});
+  out->push_back({"param/" + p.name + "/v", global, begin, p.v});
 }
 
 }  // namespace
 
+std::vector<TensorPiece> CheckpointPieces(Model& model, const ParallelContext& par, bool writer) {
+  // Writers: rank 0 the dense state, the first EP group its experts. Readers: every rank what it holds.
+  const bool dense = !writer || par.rank == 0;
+  const bool experts = !writer || par.ep_group_index() == 0;
+  const int64_t e = model.config().moe.num_experts;
+  std::vector<TensorPiece> out;
+  for (const auto& p : model.params().all()) {
+    if (p->expert ? experts : dense) AddParam(*p, e, &out);
+  }
+  if (dense) {
+    for (MoeLayer* l : model.moe_layers()) out.push_back({"bias/" + l->name(), {e}, 0, l->bias()});
+  }
+  return out;
+}
+
 CheckpointManager::CheckpointManager(std::string dir, const ParallelContext& par, std::string fingerprint,
-                                     int64_t keep_last)
-    : dir_(std::move(dir)), par_(par), fingerprint_(std::move(fingerprint)), keep_last_(keep_last) {}
+                                     int64_t keep_last, Node spec)
+    : dir_(std::move(dir)), par_(par), fingerprint_(std::move(fingerprint)), keep_last_(keep_last), spec_(std::move(spec)) {}
 
 std::string CheckpointManager::StepDirName(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
   return buf;
-}
-
-Status CheckpointManager::WriteShard(const std::string& path, int64_t step, Model& model) const {
-  const bool dense = par_.rank == 0;
-  std::vector<Entry> entries = ShardEntries(model, dense, /*experts=*/true);
-  Node header = Node::Map();
-  header.Set("rank", Node::Scalar(std::to_string(par_.rank)));
-  header.Set("step", Node::Scalar(std::to_string(step)));
-  Node list = Node::List();
-  size_t offset = 0;
-  for (const auto& e : entries) {
-    Node t = Node::Map();
-    t.Set("name", Node::Scalar(e.name, true));
-    t.Set("dtype", Node::Scalar(DTypeName(e.tensor.dtype()), true));
-    Node shape = Node::List();
-    for (int64_t d : e.tensor.shape()) shape.Append(Node::Scalar(std::to_string(d)));
-    t.Set("shape", std::move(shape));
-    t.Set("offset", Node::Scalar(std::to_string(offset)));
-    t.Set("bytes", Node::Scalar(std::to_string(e.tensor.nbytes())));
-    offset += e.tensor.nbytes();
-    list.Append(std::move(t));
-  }
-  header.Set("tensors", std::move(list));
-  const std::string header_json = ToJson(header);
-  std::string out;
-  out.reserve(12 + header_json.size() + offset + 4);
-  out.append(kShardMagic, 8);
-  const uint32_t hlen = static_cast<uint32_t>(header_json.size());
-  out.append(reinterpret_cast<const char*>(&hlen), 4);
-  out += header_json;
-  for (const auto& e : entries) {
-    const size_t at = out.size();
-    out.resize(at + e.tensor.nbytes());
-    if (e.tensor.device().is_cpu()) {
-      std::memcpy(out.data() + at, e.tensor.raw(), e.tensor.nbytes());
-    } else {
-      GetAllocator(e.tensor.device())->CopyToHost(out.data() + at, e.tensor.raw(), e.tensor.nbytes());
-    }
-  }
-  const uint32_t crc = Crc32(out.data(), out.size());
-  out.append(reinterpret_cast<const char*>(&crc), 4);
-  return WriteFileAtomic(path, out);
 }
 
 Status CheckpointManager::Save(int64_t step, Model& model, const Node& state) {
@@ -107,19 +69,18 @@ Status CheckpointManager::Save(int64_t step, Model& model, const Node& state) {
     MOE_RETURN_IF_ERROR(MakeDirs(tmp_dir));
   }
   MOE_RETURN_IF_ERROR(world->Barrier());
-  if (WritesShard()) MOE_RETURN_IF_ERROR(WriteShard(JoinPath(tmp_dir, ShardName(par_.rank)), step, model));
+  const std::vector<TensorPiece> mine = CheckpointPieces(model, par_, /*writer=*/true);
+  if (!mine.empty()) MOE_RETURN_IF_ERROR(WriteShardFile(JoinPath(tmp_dir, ShardName(par_.rank)), par_.rank, step, mine));
   MOE_RETURN_IF_ERROR(world->Barrier());
   if (par_.rank == 0) {
     Node manifest = Node::Map();
-    manifest.Set("format", Node::Scalar(kFormat, true));
+    manifest.Set("format", Node::Scalar(kCheckpointFormat, true));
     manifest.Set("step", Node::Scalar(std::to_string(step)));
     manifest.Set("world_size", Node::Scalar(std::to_string(par_.world_size)));
     manifest.Set("expert_parallel", Node::Scalar(std::to_string(par_.expert_parallel)));
     manifest.Set("fingerprint", Node::Scalar(fingerprint_, true));
-    Node shards = Node::List();
-    for (int r = 0; r < par_.expert_parallel; ++r) shards.Append(Node::Scalar(ShardName(r), true));
-    manifest.Set("shards", std::move(shards));
     manifest.Set("state", state);
+    if (!spec_.IsNull()) manifest.Set("spec", spec_);
     MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp_dir, "MANIFEST.json"), ToJson(manifest, 2) + "\n"));
     if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) return ErrnoError("rename " + tmp_dir, errno);
     MOE_RETURN_IF_ERROR(FsyncPath(dir_));
@@ -149,122 +110,76 @@ std::vector<std::pair<int64_t, std::string>> CheckpointManager::List() const {
   return out;
 }
 
-namespace {
-
-StatusOr<std::string> ReadShardChecked(const std::string& path) {
-  MOE_ASSIGN_OR_RETURN(std::string data, ReadFileToString(path));
-  if (data.size() < 16 || std::memcmp(data.data(), kShardMagic, 8) != 0) {
-    return DataLossError(path + ": not a checkpoint shard (bad magic or truncated to " + std::to_string(data.size()) + " bytes)");
-  }
-  uint32_t stored;
-  std::memcpy(&stored, data.data() + data.size() - 4, 4);
-  const uint32_t crc = Crc32(data.data(), data.size() - 4);
-  if (crc != stored) return DataLossError(path + ": CRC mismatch (damaged or truncated shard)");
-  return data;
-}
-
-StatusOr<Node> ReadManifest(const std::string& dir) {
-  const std::string path = JoinPath(dir, "MANIFEST.json");
-  MOE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  auto doc = ParseYaml(text);
-  if (!doc.ok()) return DataLossError(path + ": unreadable manifest: " + doc.status().message());
-  const Node* fmt = doc->Find("format");
-  if (fmt == nullptr || fmt->scalar() != kFormat) return DataLossError(path + ": not a " + std::string(kFormat) + " manifest");
-  return *doc;
-}
-
-}  // namespace
-
 Status CheckpointManager::Validate(const std::string& path) const {
-  MOE_ASSIGN_OR_RETURN(Node manifest, ReadManifest(path));
+  MOE_ASSIGN_OR_RETURN(Node manifest, ReadCheckpointManifest(path));
   const Node* fp = manifest.Find("fingerprint");
   if (fp == nullptr || fp->scalar() != fingerprint_) {
-    std::string ws = manifest.Find("world_size") ? manifest.Find("world_size")->scalar() : "?";
-    std::string ep = manifest.Find("expert_parallel") ? manifest.Find("expert_parallel")->scalar() : "?";
-    return FailedPreconditionError("checkpoint " + path + " was written for another model or layout (world_size " + ws +
-                                   ", expert_parallel " + ep + "; this run: world_size " + std::to_string(par_.world_size) +
-                                   ", expert_parallel " + std::to_string(par_.expert_parallel) +
-                                   "); resuming at a different shape or layout is not supported");
+    return FailedPreconditionError("checkpoint " + path + " was written for another model shape; resuming a different model is not supported");
   }
-  const Node* shards = manifest.Find("shards");
-  if (shards == nullptr || !shards->IsList()) return DataLossError(path + ": manifest lists no shards");
-  for (const auto& s : shards->elements()) {
-    MOE_RETURN_IF_ERROR(ReadShardChecked(JoinPath(path, s.scalar())).status());
-  }
-  return OkStatus();
+  MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(path, /*verify=*/true));
+  return reader.CheckComplete();
 }
 
-Status CheckpointManager::LoadShard(const std::string& path, Model& model, bool dense, bool experts) const {
-  MOE_ASSIGN_OR_RETURN(std::string data, ReadShardChecked(path));
-  uint32_t hlen;
-  std::memcpy(&hlen, data.data() + 8, 4);
-  if (12 + static_cast<size_t>(hlen) + 4 > data.size()) return DataLossError(path + ": header length out of range");
-  auto header = ParseYaml(std::string_view(data).substr(12, hlen));
-  if (!header.ok()) return DataLossError(path + ": unreadable header: " + header.status().message());
-  const size_t payload = 12 + hlen;
-  const Node* tensors = header->Find("tensors");
-  if (tensors == nullptr || !tensors->IsList()) return DataLossError(path + ": header lists no tensors");
-  std::vector<Entry> want = ShardEntries(model, dense, experts);
-  for (const auto& e : want) {
-    const Node* found = nullptr;
-    for (const auto& t : tensors->elements()) {
-      if (t.Find("name") && t.Find("name")->scalar() == e.name) { found = &t; break; }
+// The newest complete checkpoint that fits (0: none; -1: the newest one is of another model).
+int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
+  std::vector<std::string> damaged;
+  int64_t chosen = 0;
+  for (const auto& [step, path] : List()) {
+    Status st = Validate(path);
+    if (st.ok()) {
+      chosen = step;
+      break;
     }
-    if (found == nullptr) return DataLossError(path + ": tensor " + e.name + " missing");
-    MOE_ASSIGN_OR_RETURN(int64_t offset, found->Find("offset")->AsInt("offset"));
-    MOE_ASSIGN_OR_RETURN(int64_t bytes, found->Find("bytes")->AsInt("bytes"));
-    const std::string dtype = found->Find("dtype") ? found->Find("dtype")->scalar() : "";
-    if (dtype != DTypeName(e.tensor.dtype()) || static_cast<size_t>(bytes) != e.tensor.nbytes()) {
-      return FailedPreconditionError(path + ": tensor " + e.name + " is " + dtype + " of " + std::to_string(bytes) +
-                                     " bytes, the model wants " + DTypeName(e.tensor.dtype()) + " of " +
-                                     std::to_string(e.tensor.nbytes()));
+    if (st.code() == StatusCode::kFailedPrecondition) {
+      *refusal = st;
+      return -1;
     }
-    if (payload + static_cast<size_t>(offset + bytes) + 4 > data.size()) return DataLossError(path + ": tensor " + e.name + " out of range");
-    const char* src = data.data() + payload + offset;
-    if (e.tensor.device().is_cpu()) std::memcpy(e.tensor.raw(), src, static_cast<size_t>(bytes));
-    else GetAllocator(e.tensor.device())->CopyFromHost(e.tensor.raw(), src, static_cast<size_t>(bytes));
+    MOE_LOG(ERROR) << "checkpoint " << path << " is damaged and is skipped: " << st.message();
+    damaged.push_back(path);
   }
-  return OkStatus();
+  if (chosen == 0 && !damaged.empty()) {
+    MOE_LOG(WARNING) << "no complete checkpoint in " << dir_ << " (" << damaged.size() << " damaged); starting from step 0";
+  } else if (chosen > 0 && !damaged.empty()) {
+    MOE_LOG(WARNING) << "falling back to the previous complete checkpoint " << StepDirName(chosen);
+  }
+  return chosen;
 }
 
 StatusOr<CheckpointInfo> CheckpointManager::Restore(Model& model) {
   Communicator* world = par_.world;
   world->SetPhase("checkpoint restore");
-  // Rank 0 picks; a refusal (wrong layout) is broadcast as step -1 so every rank fails the same way.
-  int64_t chosen = 0;
+  // Rank 0 picks; a refusal (another model) is broadcast as step -1 so every rank fails the same way.
   Status refusal;
-  if (par_.rank == 0) {
-    std::vector<std::string> damaged;
-    for (const auto& [step, path] : List()) {
-      Status st = Validate(path);
-      if (st.ok()) { chosen = step; break; }
-      if (st.code() == StatusCode::kFailedPrecondition) { refusal = st; chosen = -1; break; }
-      MOE_LOG(ERROR) << "checkpoint " << path << " is damaged and is skipped: " << st.message();
-      damaged.push_back(path);
-    }
-    if (chosen == 0 && !damaged.empty()) {
-      MOE_LOG(WARNING) << "no complete checkpoint in " << dir_ << " (" << damaged.size()
-                       << " damaged); starting from step 0";
-    } else if (chosen > 0 && !damaged.empty()) {
-      MOE_LOG(WARNING) << "falling back to the previous complete checkpoint " << StepDirName(chosen);
-    }
-  }
+  int64_t chosen = par_.rank == 0 ? ChooseOnRankZero(&refusal) : 0;
   MOE_RETURN_IF_ERROR(world->BroadcastHost(&chosen, sizeof(chosen), 0));
   if (chosen < 0) {
     if (!refusal.ok()) return refusal;
-    return FailedPreconditionError("the checkpoint in " + dir_ + " does not fit this run's model or layout (see rank 0's log)");
+    return FailedPreconditionError("the checkpoint in " + dir_ + " does not fit this run's model (see rank 0's log)");
   }
   CheckpointInfo info;
   if (chosen == 0) return info;
   info.step = chosen;
   info.path = JoinPath(dir_, StepDirName(chosen));
-  MOE_ASSIGN_OR_RETURN(Node manifest, ReadManifest(info.path));
-  if (const Node* s = manifest.Find("state")) info.state = *s;
-  // Dense state from shard 0, experts from the shard of this rank's position in its EP group.
-  const int ep_rank = par_.ep_rank();
-  MOE_RETURN_IF_ERROR(LoadShard(JoinPath(info.path, ShardName(0)), model, /*dense=*/true, /*experts=*/ep_rank == 0));
-  if (ep_rank != 0) MOE_RETURN_IF_ERROR(LoadShard(JoinPath(info.path, ShardName(ep_rank)), model, false, true));
+  MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(info.path, /*verify=*/false));
+  if (const Node* s = reader.manifest().Find("state")) info.state = *s;
+  for (const TensorPiece& p : CheckpointPieces(model, par_, /*writer=*/false)) {
+    const std::vector<int64_t> stored = reader.GlobalShape(p.name);
+    if (stored != p.global_shape) {
+      return FailedPreconditionError("checkpoint " + info.path + ": tensor " + p.name + " has another shape than this model's");
+    }
+    MOE_RETURN_IF_ERROR(reader.Read(p.name, p.begin, p.data));
+  }
   return info;
+}
+
+StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+  if (!PathExists(dir)) return NotFoundError("no checkpoint directory " + dir);
+  ParallelContext none;
+  CheckpointManager m(dir, none, "", 0);
+  for (const auto& [step, path] : m.List()) {
+    if (ReadCheckpointManifest(path).ok()) return path;
+  }
+  return NotFoundError("no complete checkpoint in " + dir);
 }
 
 }  // namespace moe

@@ -1,11 +1,12 @@
-// Durable, sharded training checkpoints.
+// Durable training checkpoints that move between layouts (the on-disk form: checkpoint_io.h).
 //
-// <dir>/step_00000030/ holds one shard per writing rank (rank 0: dense weights, their AdamW moments
-// and the router biases; ranks 0..EP-1: their experts) and MANIFEST.json. A checkpoint is built in
-// step_XXXXXXXX.tmp/, every file fsynced, the manifest written last, then the directory is renamed into
-// place: a directory named step_* is complete. Each shard ends with a CRC-32 of its bytes, so a damaged
-// or truncated shard is detected on load; the loader then says so and falls back to the previous
-// complete checkpoint.
+// <dir>/step_00000030/ holds MANIFEST.json and one shard per writing rank: rank 0 writes the dense
+// weights, their AdamW moments and the router biases; the ranks of the first expert-parallel group
+// their experts. Every tensor is stored by its global shape, so any layout can read it back. A
+// checkpoint is built in step_XXXXXXXX.tmp/, every file fsynced, the manifest written last, then the
+// directory is renamed into place: a directory named step_* is complete. Each shard ends with a CRC-32
+// of its bytes, so a damaged or truncated shard is detected on load; the loader then says so and falls
+// back to the previous complete checkpoint. A checkpoint of another model shape is refused.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "common/status.h"
 #include "common/yaml.h"
+#include "worker/engine/checkpoint_io.h"
 #include "worker/engine/comm/communicator.h"
 #include "worker/engine/model.h"
 
@@ -25,15 +27,23 @@ struct CheckpointInfo {
   Node state;  // the manifest's "state" (data position, rng, ...)
 };
 
+// What this rank writes (owner) or needs (reader) of a model's state in a checkpoint: every parameter's
+// value and AdamW moments ("param/<name>/value|m|v") and every MoE layer's bias ("bias/<layer>"), as
+// pieces of the global tensors.
+std::vector<TensorPiece> CheckpointPieces(Model& model, const ParallelContext& par, bool writer);
+
 class CheckpointManager {
  public:
-  CheckpointManager(std::string dir, const ParallelContext& par, std::string fingerprint, int64_t keep_last);
+  // `fingerprint`: what a checkpoint must agree with (the model's shape, ModelFingerprint); `spec`: the
+  // job document stored in the manifest (moe-export reads the model from it).
+  CheckpointManager(std::string dir, const ParallelContext& par, std::string fingerprint, int64_t keep_last,
+                    Node spec = Node());
 
   // Collective: every rank of the job calls it at the same step.
   Status Save(int64_t step, Model& model, const Node& state);
   // Collective: finds the newest complete, undamaged checkpoint (rank 0 decides, everyone follows) and
-  // loads this rank's part. Returns step 0 when there is none. A checkpoint written for another model
-  // shape or layout is an error (FAILED_PRECONDITION), not something to skip.
+  // loads this rank's part, whatever layout wrote it. Returns step 0 when there is none. A checkpoint
+  // written for another model shape is an error (FAILED_PRECONDITION), not something to skip.
   StatusOr<CheckpointInfo> Restore(Model& model);
 
   // Checks one checkpoint directory's manifest and every shard; OK means it can be loaded.
@@ -43,14 +53,16 @@ class CheckpointManager {
   static std::string StepDirName(int64_t step);
 
  private:
-  Status WriteShard(const std::string& path, int64_t step, Model& model) const;
-  Status LoadShard(const std::string& path, Model& model, bool dense, bool experts) const;
-  bool WritesShard() const { return par_.rank < par_.expert_parallel; }  // first EP group
+  int64_t ChooseOnRankZero(Status* refusal) const;
 
   std::string dir_;
   ParallelContext par_;
   std::string fingerprint_;
   int64_t keep_last_;
+  Node spec_;
 };
+
+// The newest complete checkpoint directory in `dir` (NOT_FOUND when there is none).
+StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
 }  // namespace moe

@@ -21,7 +21,7 @@ std::string MetricsJson(const StepMetrics& m) {
   // NaN/Infinity are not JSON; write them as strings so a reader sees them rather than choking.
   auto n = [](double v) { std::string s = Num(v); return std::isfinite(v) ? s : "\"" + s + "\""; };
   os << "{\"step\":" << m.step << ",\"total_steps\":" << m.total_steps << ",\"loss\":" << n(m.loss)
-     << ",\"aux_loss\":" << n(m.aux_loss) << ",\"lr\":" << n(m.lr) << ",\"grad_norm\":" << n(m.grad_norm)
+ << ",\"aux_loss\":" << n(m.aux_loss) << ",\"mtp_loss\":" << n(m.mtp_loss) << ",\"mtp_loss_weight\":" << n(m.mtp_loss_weight) << ",\"lr\":" << n(m.lr) << ",\"grad_norm\":" << n(m.grad_norm)
      << ",\"step_seconds\":" << n(m.step_seconds) << ",\"tokens_per_second\":" << n(m.tokens_per_second)
      << ",\"tflops_per_device\":" << n(m.tflops_per_device) << ",\"mfu\":" << n(m.mfu)
      << ",\"mfu_peak_tflops\":" << n(m.peak_tflops) << ",\"mfu_peak_source\":\"" << m.peak_source << "\""
@@ -40,10 +40,10 @@ std::string MegatronLogLine(const StepMetrics& m) {
   const double a2a_share = m.step_seconds > 0 ? m.alltoall_seconds / m.step_seconds : 0;
   std::snprintf(buf, sizeof(buf),
                 " iteration %8lld/%8lld | consumed samples: %10lld | elapsed time per iteration (ms): %.1f | "
-                "learning rate: %.6E | lm loss: %.6E | aux loss: %.3E | grad norm: %.3f | tokens/s: %.0f | "
+                "learning rate: %.6E | lm loss: %.6E | mtp loss: %.6E | aux loss: %.3E | grad norm: %.3f | tokens/s: %.0f | "
                 "TFLOP/s/device: %.4f | MFU: %.1f%% | expert load max/mean: %.2f | all-to-all: %.1f%%",
                 static_cast<long long>(m.step), static_cast<long long>(m.total_steps),
-                static_cast<long long>(m.consumed_samples), m.step_seconds * 1e3, m.lr, m.loss, m.aux_loss, m.grad_norm,
+                static_cast<long long>(m.consumed_samples), m.step_seconds * 1e3, m.lr, m.loss, m.mtp_loss, m.aux_loss, m.grad_norm,
                 m.tokens_per_second, m.tflops_per_device, m.mfu * 100, m.expert_load_imbalance, a2a_share * 100);
   return buf;
 }

@@ -13,6 +13,8 @@ struct StepMetrics {
   int64_t total_steps = 0;
   double loss = 0;          // mean cross-entropy (nats/token) over the global batch
   double aux_loss = 0;      // sequence-wise balance loss, summed over MoE layers
+  double mtp_loss = 0;      // multi-token prediction: mean over depths of each depth's mean cross-entropy
+  double mtp_loss_weight = 0;  // lambda this step (0 when the model trains no MTP)
   double lr = 0;
   double grad_norm = 0;     // before clipping
   double step_seconds = 0;

@@ -6,108 +6,127 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "worker/engine/mtp.h"
 
 namespace moe {
 
 Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype, Device device,
              double* alltoall_seconds, std::optional<DType> compute_dtype)
+    : Model(cfg, par, seed,
+            ModelOptions{.dtype = dtype, .device = device, .compute = compute_dtype, .moments = std::nullopt,
+                         .max_seq_len = 0, .alltoall_seconds = alltoall_seconds}) {}
+
+Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, const ModelOptions& o)
     : cfg_(cfg),
-      dtype_(dtype),
-      compute_(compute_dtype.value_or(dtype)),
-      device_(device),
-      params_(dtype, device, compute_) {
-  MOE_CHECK(cfg.attention.type == "mha") << "the engine trains multi-head attention; '" << cfg.attention.type
-                                         << "' is for FLOPs accounting only";
+      dtype_(o.dtype),
+      compute_(o.compute.value_or(o.dtype)),
+      device_(o.device),
+      params_(o.dtype, o.device, compute_, o.moments) {
   const int64_t h = cfg.hidden_size, v = cfg.vocab_size;
-  // GPT-2/Megatron initialisation: N(0, init_std), output projections scaled by 1/sqrt(2 * layers).
+  // Megatron's initialisation: N(0, init_std), output projections scaled by 1/sqrt(2 * layers).
   const double out_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
-  dispatcher_ = std::make_unique<TokenDispatcher>(par.expert_parallel > 1 ? par.ep_group : nullptr,
-                                                  cfg.moe.num_experts, alltoall_seconds);
+  dispatcher_ = std::make_unique<TokenDispatcher>(par.expert_parallel > 1 ? par.ep_group : nullptr, cfg.moe.num_experts,
+                                                  o.alltoall_seconds);
+  const AttentionContext ctx{.max_seq_len = o.max_seq_len, .dtype = dtype_, .device = device_};
   embedding_ = params_.Add("embedding", {v, h}, seed, cfg.init_std);
-  blocks_.resize(static_cast<size_t>(cfg.num_layers));
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    Block& b = blocks_[static_cast<size_t>(l)];
-    const std::string p = "layers." + std::to_string(l);
-    b.attn_norm = std::make_unique<RmsNorm>(params_, p + ".attn_norm", h, cfg.norm_eps, seed);
-    b.attn = std::make_unique<Attention>(params_, p + ".attn", cfg, seed, out_std);
-    b.ffn_norm = std::make_unique<RmsNorm>(params_, p + ".ffn_norm", h, cfg.norm_eps, seed);
-    if (cfg.IsMoeLayer(l)) {
-      b.moe = std::make_unique<MoeLayer>(params_, p + ".moe", cfg, seed, out_std, dispatcher_.get(), dtype, device);
-      moe_layers_.push_back(b.moe.get());
-    } else {
-      b.dense = std::make_unique<SwigluFfn>(params_, p + ".ffn", h, cfg.dense_ffn_hidden, seed, cfg.init_std, out_std);
-    }
+    blocks_.push_back(std::make_unique<TransformerBlock>(params_, "layers." + std::to_string(l), cfg, cfg.IsMoeLayer(l),
+                                                         seed, out_std, dispatcher_.get(), dtype_, ctx));
+    if (blocks_.back()->moe() != nullptr) moe_layers_.push_back(blocks_.back()->moe());
   }
   final_norm_ = std::make_unique<RmsNorm>(params_, "final_norm", h, cfg.norm_eps, seed);
   head_ = params_.Add("head", {v, h}, seed, cfg.init_std);
+  if (!cfg.MtpTrains()) return;
+  for (int k = 1; k <= cfg.mtp_depth; ++k) {
+    mtp_.push_back(std::make_unique<MtpDepth>(params_, "mtp." + std::to_string(k - 1), cfg, k, seed, out_std,
+                                              dispatcher_.get(), dtype_, ctx));
+    if (mtp_.back()->moe() != nullptr) moe_layers_.push_back(mtp_.back()->moe());
+  }
 }
 
-StatusOr<double> Model::Forward(const Tensor& tokens, const Tensor& targets, double ce_scale, double aux_coeff,
-                                bool backward, MicroBatchResult* result) {
-  const int64_t batch = tokens.dim(0), seq = tokens.dim(1), n = batch * seq;
-  MOE_CHECK(targets.shape() == tokens.shape()) << "targets " << targets.ShapeString() << " vs tokens " << tokens.ShapeString();
-  const Tensor ids = tokens.Reshape({n});
-  const Tensor tgt = targets.Reshape({n});
-  result->tokens = n;
-  result->tokens_per_expert.clear();
-  result->aux_loss = 0;
+Model::~Model() = default;
 
-  Tensor x = Tensor::Empty({n, cfg_.hidden_size}, compute_, device_);
+StatusOr<Tensor> Model::ForwardBlocks(const Tensor& ids, int64_t batch, int64_t seq, double aux_coeff,
+                                      MicroBatchResult* r) {
+  Tensor x = Tensor::Empty({ids.numel(), cfg_.hidden_size}, compute_, device_);
   kernels::EmbeddingForward(embedding_->compute, ids, x);
   for (auto& b : blocks_) {
-    Tensor a = b.attn->Forward(b.attn_norm->Forward(x), batch, seq);
-    Tensor x1 = Tensor::Empty(x.shape(), compute_, device_);
-    kernels::Add(x1, x, a);
-    Tensor u = b.ffn_norm->Forward(x1);
-    Tensor f;
-    if (b.moe) {
-      MoeStats stats;
-      MOE_ASSIGN_OR_RETURN(f, b.moe->Forward(u, batch, seq, aux_coeff, &stats));
-      result->aux_loss += stats.aux_loss;
-      result->tokens_per_expert.push_back(std::move(stats.tokens_per_expert));
-    } else {
-      f = b.dense->Forward(u);
-    }
-    kernels::Add(f, f, x1);
-    x = f;
+    MoeStats stats;
+    MOE_ASSIGN_OR_RETURN(x, b->Forward(x, batch, seq, aux_coeff, &stats));
+    if (b->moe() == nullptr) continue;
+    r->aux_loss += stats.aux_loss;
+    r->tokens_per_expert.push_back(std::move(stats.tokens_per_expert));
+    r->routing.push_back(stats.routing);
   }
-  Tensor hn = final_norm_->Forward(x);
+  return x;
+}
+
+StatusOr<Tensor> Model::BackwardBlocks(Tensor dx) {
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+    MOE_ASSIGN_OR_RETURN(dx, (*it)->Backward(dx));
+  }
+  kernels::EmbeddingBackward(dx, ids_, embedding_->grad);
+  return dx;
+}
+
+StatusOr<double> Model::Forward(const Tensor& tokens, const Tensor& targets, const LossScales& scales, bool backward,
+                                MicroBatchResult* result) {
+  const int64_t batch = tokens.dim(0), seq = tokens.dim(1), n = batch * seq;
+  MOE_CHECK(targets.shape() == tokens.shape()) << "targets " << targets.ShapeString() << " vs tokens " << tokens.ShapeString();
+  MOE_CHECK(scales.mtp.size() >= mtp_.size()) << "loss scales for " << scales.mtp.size() << " MTP depths, the model trains "
+                                              << mtp_.size();
+  *result = MicroBatchResult();
+  result->tokens = n;
+  ids_ = tokens.Reshape({n});
+  const Tensor tgt = targets.Reshape({n});
+  MOE_ASSIGN_OR_RETURN(h0_, ForwardBlocks(ids_, batch, seq, scales.aux_coeff, result));
+  hn_ = final_norm_->Forward(h0_);
   // Logits and the loss in the master dtype (fp32 when the activations are bf16); the logits' buffer
   // receives their gradient in place.
-  Tensor logits = Linear(hn, head_->compute, dtype_);
-  result->ce_sum = kernels::CrossEntropy(logits, tgt, ce_scale, backward ? logits : Tensor());
-  const double loss = ce_scale * result->ce_sum + result->aux_loss;
+  logits_ = Linear(hn_, head_->compute, dtype_);
+  result->ce_sum = kernels::CrossEntropy(logits_, tgt, scales.ce, backward ? logits_ : Tensor());
+  double loss = scales.ce * result->ce_sum;
+  MtpDepth::Inputs in{h0_, seq, ids_, tgt, batch, seq};
+  for (size_t k = 0; k < mtp_.size(); ++k) {
+    double ce = 0;
+    MoeStats stats;
+    MOE_ASSIGN_OR_RETURN(Tensor hk, mtp_[k]->Forward(in, *embedding_, *head_, dtype_, scales.mtp[k], scales.aux_coeff,
+                                                     backward, &ce, &stats));
+    result->mtp_ce_sums.push_back(ce);
+    loss += scales.mtp[k] * ce;
+    if (mtp_[k]->moe() != nullptr) {
+      result->aux_loss += stats.aux_loss;
+      result->tokens_per_expert.push_back(std::move(stats.tokens_per_expert));
+      result->routing.push_back(stats.routing);
+    }
+    in.h_prev = hk;
+    in.prev_len = seq - static_cast<int64_t>(k) - 1;
+  }
+  loss += result->aux_loss;
   if (!backward) return loss;
 
-  Tensor dx = final_norm_->Backward(LinearBackward(CastTo(logits, compute_), hn, *head_));
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
-    Block& b = *it;
-    Tensor df;
-    if (b.moe) {
-      MOE_ASSIGN_OR_RETURN(df, b.moe->Backward(dx));
-    } else {
-      df = b.dense->Backward(dx);
-    }
-    Tensor dx1 = b.ffn_norm->Backward(df);
-    kernels::Add(dx1, dx1, dx);  // residual
-    Tensor da = b.attn_norm->Backward(b.attn->Backward(dx1));
-    kernels::Add(da, da, dx1);  // residual
-    dx = da;
+  // MTP depths last to first: each hands the gradient on its input hidden to the one before.
+  Tensor dh_next;
+  for (auto it = mtp_.rbegin(); it != mtp_.rend(); ++it) {
+    MOE_ASSIGN_OR_RETURN(dh_next, (*it)->Backward(dh_next, *embedding_, *head_));
   }
-  kernels::EmbeddingBackward(dx, ids, embedding_->grad);
+  Tensor dx = final_norm_->Backward(LinearBackward(CastTo(logits_, compute_), hn_, *head_));
+  if (dh_next.defined()) kernels::Add(dx, dx, dh_next);
+  MOE_RETURN_IF_ERROR(BackwardBlocks(dx).status());
+  ids_ = logits_ = hn_ = h0_ = Tensor();
   return loss;
 }
 
-StatusOr<MicroBatchResult> Model::ForwardBackward(const Tensor& tokens, const Tensor& targets, double ce_scale,
-                                                  double aux_coeff) {
+StatusOr<MicroBatchResult> Model::ForwardBackward(const Tensor& tokens, const Tensor& targets, const LossScales& scales) {
   MicroBatchResult result;
-  MOE_RETURN_IF_ERROR(Forward(tokens, targets, ce_scale, aux_coeff, true, &result).status());
+  MOE_RETURN_IF_ERROR(Forward(tokens, targets, scales, true, &result).status());
   return result;
 }
 
-StatusOr<double> Model::Loss(const Tensor& tokens, const Tensor& targets, double ce_scale, double aux_coeff) {
-  MicroBatchResult result;
-  return Forward(tokens, targets, ce_scale, aux_coeff, false, &result);
+StatusOr<double> Model::Loss(const Tensor& tokens, const Tensor& targets, const LossScales& scales,
+                             MicroBatchResult* result) {
+  MicroBatchResult local;
+  return Forward(tokens, targets, scales, false, result != nullptr ? result : &local);
 }
 
 }  // namespace moe

@@ -40,8 +40,8 @@ Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64
     kernels::Convert(p->value, p->compute);
   }
   p->grad = Tensor::Zeros(shape, dtype_, device_);
-  p->m = Tensor::Zeros(shape, dtype_, device_);
-  p->v = Tensor::Zeros(shape, dtype_, device_);
+  p->m = Tensor::Zeros(shape, moments_dtype_, device_);
+  p->v = Tensor::Zeros(shape, moments_dtype_, device_);
   params_.push_back(std::move(p));
   return params_.back().get();
 }

@@ -29,8 +29,11 @@ class ParamSet {
  public:
   // Master weights, gradients and moments in `dtype`; the layers compute in `compute_dtype` (bf16
   // with fp32 master weights is mixed-precision training; by default the same as `dtype`).
-  ParamSet(DType dtype, Device device, std::optional<DType> compute_dtype = std::nullopt)
-      : dtype_(dtype), compute_dtype_(compute_dtype.value_or(dtype)), device_(device) {}
+  // AdamW's moments are `moments_dtype` (default: dtype; bf16 keeps them as DeepSeek-V3 does).
+  ParamSet(DType dtype, Device device, std::optional<DType> compute_dtype = std::nullopt,
+           std::optional<DType> moments_dtype = std::nullopt)
+      : dtype_(dtype), compute_dtype_(compute_dtype.value_or(dtype)), moments_dtype_(moments_dtype.value_or(dtype)),
+        device_(device) {}
 
   // Creates a parameter initialised from N(0, std^2) (std == 0: constant `fill`), with a stream that
   // depends only on (seed, name) and, for expert tensors, on the global expert id: the same expert
@@ -51,6 +54,7 @@ class ParamSet {
  private:
   DType dtype_;
   DType compute_dtype_;
+  DType moments_dtype_;
   Device device_;
   std::vector<std::unique_ptr<Param>> params_;
 };

@@ -21,6 +21,7 @@
 #include "kernels/runtime.h"
 #include "worker/engine/comm/process_group.h"
 #include "worker/engine/comm/store.h"
+#include "worker/engine/describe.h"
 #include "worker/engine/device.h"
 #include "worker/engine/launcher.h"
 #include "worker/engine/metrics.h"
@@ -38,6 +39,8 @@ struct Flags {
   int64_t report_fd = -1;
   double inject_delay = 0;
   bool resume = false;
+  bool describe = false;
+  std::string preset;
   bool rank_mode() const { return rank >= 0 || world_size > 0 || !rendezvous.empty(); }
 };
 
@@ -77,7 +80,8 @@ moe::ArgParser MakeParser(Flags* f) {
   args.AddString("device", &f->device, "cpu, cuda (GPU rank % GPUs) or cuda:N (default: spec.resources.device)");
   args.AddString("precision", &f->precision, "fp32 or bf16 (bf16 activations, fp32 master weights; default: bf16 on cuda, fp32 on cpu)");
   args.AddString("log-level", &f->log_level, "debug | info | warning | error");
-  args.Require("config");
+  args.AddFlag("describe", &f->describe, "print the model (parameters total and activated, FLOPs per token) and exit; no data needed");
+  args.AddString("preset", &f->preset, "with --describe and no --config: describe this model preset at seq 4096");
   return args;
 }
 
@@ -96,6 +100,24 @@ moe::Status CheckFlags(Flags* f) {
   MOE_RETURN_IF_ERROR(moe::CheckPrecision(f->precision));
   if (f->threads == 0 && std::getenv("MOE_THREADS") != nullptr) f->threads = std::atoi(std::getenv("MOE_THREADS"));
   return moe::OkStatus();
+}
+
+// The job file, or for --describe --preset a job of that model at DeepSeek-V3's sequence length.
+moe::StatusOr<moe::JobSpec> LoadSpec(const Flags& f) {
+  if (!f.preset.empty()) {
+    if (!f.config.empty()) return moe::InvalidArgumentError("--preset: not with --config (the job file names its model)");
+    if (!f.describe) return moe::InvalidArgumentError("--preset: only with --describe (training needs a job file: --config)");
+    moe::JobSpec spec;
+    spec.name = f.preset;
+    auto model = moe::ModelPreset(f.preset);
+    if (!model.ok()) return model.status().WithPrefix("--preset");
+    spec.model = *model;
+    spec.data.source = "synthetic";
+    spec.data.seq_length = 4096;
+    return spec;
+  }
+  if (f.config.empty()) return moe::InvalidArgumentError("--config: missing (a job file; or --describe --preset NAME)");
+  return moe::LoadJobSpecFile(f.config);
 }
 
 std::string SelfPath() {
@@ -237,8 +259,12 @@ int main(int argc, char** argv) {
     return moe::kExitOk;
   }
   if (moe::Status st = CheckFlags(&f); !st.ok()) return Fail(st);
-  auto spec = moe::LoadJobSpecFile(f.config);
+  auto spec = LoadSpec(f);
   if (!spec.ok()) return Fail(spec.status());
+  if (f.describe) {
+    std::printf("%s", moe::DescribeJob(*spec).c_str());
+    return moe::kExitOk;
+  }
   if (f.expert_parallel > 0) spec->parallelism.expert_parallel = f.expert_parallel;
   // A job whose world size is above 1 runs that many local ranks unless this process is one rank of it.
   if (f.nproc == 0 && !f.rank_mode() && spec->parallelism.world_size > 1) f.nproc = spec->parallelism.world_size;

@@ -35,6 +35,7 @@ double Imbalance(const std::vector<double>& counts) {
 
 std::vector<double> StepStats::Pack() const {
   std::vector<double> out = {ce_sum, aux_loss};
+  out.insert(out.end(), mtp_ce_sums.begin(), mtp_ce_sums.end());
   for (const auto& layer : tokens_per_expert) out.insert(out.end(), layer.begin(), layer.end());
   return out;
 }
@@ -43,6 +44,7 @@ void StepStats::Unpack(const std::vector<double>& packed) {
   ce_sum = packed[0];
   aux_loss = packed[1];
   size_t i = 2;
+  for (double& c : mtp_ce_sums) c = packed[i++];
   for (auto& layer : tokens_per_expert) {
     for (double& c : layer) c = packed[i++];
   }
@@ -77,14 +79,21 @@ Status Trainer::Init() {
     MOE_ASSIGN_OR_RETURN(place_, PlaceRank(want, options_.precision, par_.rank));
   }
   MOE_ASSIGN_OR_RETURN(sampler_, BatchSampler::Create(spec_, par_.world_size));
-  model_ = std::make_unique<Model>(spec_.model, par_, spec_.training.seed, DType::kF32, place_.device, &alltoall_seconds_,
-                                   place_.compute);
+  ModelOptions mo;
+  mo.dtype = DType::kF32;
+  mo.device = place_.device;
+  mo.compute = place_.compute;
+  if (spec_.optimizer.moments_dtype == "bf16") mo.moments = DType::kBF16;
+  mo.max_seq_len = spec_.data.seq_length;
+  mo.alltoall_seconds = &alltoall_seconds_;
+  model_ = std::make_unique<Model>(spec_.model, par_, spec_.training.seed, mo);
   optimizer_ = std::make_unique<AdamWOptimizer>(spec_.optimizer);
   flops_per_step_ = MegatronFlopsPerStep(spec_.model, spec_.data.global_batch_size, spec_.data.seq_length);
   checkpoint_dir_ = options_.checkpoint_dir.empty() ? spec_.checkpoint.dir : options_.checkpoint_dir;
   checkpoint_interval_ = options_.checkpoint_interval >= 0 ? options_.checkpoint_interval : spec_.checkpoint.interval_steps;
   if (!checkpoint_dir_.empty()) {
-    checkpoints_ = std::make_unique<CheckpointManager>(checkpoint_dir_, par_, ModelFingerprint(spec_), spec_.checkpoint.keep_last);
+    checkpoints_ = std::make_unique<CheckpointManager>(checkpoint_dir_, par_, ModelFingerprint(spec_), spec_.checkpoint.keep_last,
+                                                       JobSpecToNode(spec_));
   } else if (checkpoint_interval_ > 0 && lead_) {
     MOE_LOG(INFO) << "no checkpoint directory (spec.checkpoint.dir or --checkpoint-dir): checkpoints are off";
   }
@@ -174,6 +183,18 @@ StatusOr<TrainResult> Trainer::Run() {
   return result_;
 }
 
+LossScales Trainer::ScalesFor(const StepStats& stats) const {
+  const double gbs = static_cast<double>(stats.global_batch), seq = static_cast<double>(spec_.data.seq_length);
+  LossScales s;
+  s.ce = 1.0 / (gbs * seq);
+  s.aux_coeff = spec_.model.moe.seq_aux_loss_coeff / gbs;
+  const double depth = static_cast<double>(spec_.model.mtp_depth);
+  for (int64_t k = 1; k <= spec_.model.mtp_depth; ++k) {
+    s.mtp.push_back(stats.mtp_loss_weight / (depth * gbs * (seq - static_cast<double>(k))));
+  }
+  return s;
+}
+
 // Every rank must stop at the same step boundary, or the others would wait in the next step's
 // collectives: the ranks agree by summing their flags.
 StatusOr<bool> Trainer::AgreeToStop(int64_t step) {
@@ -184,12 +205,26 @@ StatusOr<bool> Trainer::AgreeToStop(int64_t step) {
   return votes > 0;
 }
 
+void Trainer::PlanStep(int64_t step, StepStats* stats) const {
+  int64_t samples = 0;
+  if (spec_.data.batch_ramp.start == 0) {
+    samples = (step - 1) * spec_.data.global_batch_size;
+  } else {
+    for (int64_t s = 1; s < step; ++s) samples += spec_.GlobalBatchAt(static_cast<double>(samples * spec_.data.seq_length));
+  }
+  stats->tokens_before = static_cast<double>(samples * spec_.data.seq_length);
+  stats->global_batch = spec_.GlobalBatchAt(stats->tokens_before);
+  stats->mtp_loss_weight = spec_.model.MtpLossWeight(stats->tokens_before);
+  stats->bias_update_rate = spec_.model.moe.BiasUpdateRate(stats->tokens_before);
+}
+
 Status Trainer::Step(int64_t step) {
   const auto t0 = Clock::now();
   const std::string phase = "step " + std::to_string(step);
   par_.world->SetPhase(phase);
   if (par_.ep_group) par_.ep_group->SetPhase(phase + ": MoE token all-to-all");
   StepStats stats;
+  PlanStep(step, &stats);
   MOE_RETURN_IF_ERROR(ForwardBackward(step, &stats));
   stats.forward_backward_seconds = Since(t0);
   const auto t_sync = Clock::now();
@@ -208,22 +243,25 @@ Status Trainer::Step(int64_t step) {
 // Data and forward/backward over this rank's micro-batches. Each micro-batch's loss is scaled by
 // 1 / (tokens in the global batch), so the summed gradients are the global mean loss's.
 Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
-  const int64_t gbs = spec_.data.global_batch_size, seq = spec_.data.seq_length;
-  const double ce_scale = 1.0 / static_cast<double>(gbs * seq);
-  const double aux_coeff = spec_.model.moe.seq_aux_loss_coeff / static_cast<double>(gbs);
+  (void)step;  // the data position is the samples consumed before the step (PlanStep)
+  const int64_t gbs = stats->global_batch, seq = spec_.data.seq_length, mbs = spec_.data.micro_batch_size;
+  const LossScales scales = ScalesFor(*stats);
   const size_t n_moe = model_->moe_layers().size();
   stats->tokens_per_expert.assign(n_moe, std::vector<double>(static_cast<size_t>(spec_.model.moe.num_experts), 0.0));
+  stats->mtp_ce_sums.assign(model_->mtp_trains() ? static_cast<size_t>(spec_.model.mtp_depth) : 0, 0.0);
   alltoall_seconds_ = 0;
   model_->params().ZeroGrads();
-  for (int64_t m = 0; m < spec_.micro_batches_per_rank(); ++m) {
-    sampler_->MicroBatch(step, par_.rank, m, tokens_.data<int32_t>(), targets_.data<int32_t>());
+  const int64_t per_rank = gbs / par_.world_size, first = static_cast<int64_t>(stats->tokens_before) / seq;
+  for (int64_t m = 0; m < per_rank / mbs; ++m) {
+    sampler_->MicroBatch(first, per_rank, par_.rank, m, tokens_.data<int32_t>(), targets_.data<int32_t>());
     if (place_.device.is_cuda()) {
       tokens_dev_.CopyFrom(tokens_);
       targets_dev_.CopyFrom(targets_);
     }
-    MOE_ASSIGN_OR_RETURN(MicroBatchResult mb, model_->ForwardBackward(tokens_dev_, targets_dev_, ce_scale, aux_coeff));
+    MOE_ASSIGN_OR_RETURN(MicroBatchResult mb, model_->ForwardBackward(tokens_dev_, targets_dev_, scales));
     stats->ce_sum += mb.ce_sum;
     stats->aux_loss += mb.aux_loss;
+    for (size_t k = 0; k < mb.mtp_ce_sums.size(); ++k) stats->mtp_ce_sums[k] += mb.mtp_ce_sums[k];
     for (size_t l = 0; l < n_moe; ++l) {
       for (size_t e = 0; e < stats->tokens_per_expert[l].size(); ++e) {
         stats->tokens_per_expert[l][e] += static_cast<double>(mb.tokens_per_expert[l][e]);
@@ -254,7 +292,8 @@ Status Trainer::ReduceGradients(StepStats* stats) {
 
 // Clipping on the global norm and AdamW; a non-finite norm skips the update.
 void Trainer::Update(int64_t step, StepStats* stats) {
-  stats->lr = LearningRate(spec_.optimizer, spec_.decay_steps(), step);
+  stats->lr = spec_.optimizer.lr_schedule.empty() ? LearningRate(spec_.optimizer, spec_.decay_steps(), step)
+                                                  : ScheduleValue(spec_.optimizer.lr_schedule, stats->tokens_before, 0);
   if (!std::isfinite(stats->grad_norm)) {
     stats->update_skipped = true;
     if (lead_) MOE_LOG(WARNING) << "step " << step << ": gradient norm is " << stats->grad_norm << "; update skipped";
@@ -264,10 +303,11 @@ void Trainer::Update(int64_t step, StepStats* stats) {
   model_->params().SyncCompute();
 }
 
-// Aux-loss-free balancing from the step's global token counts.
+// Aux-loss-free balancing from the step's global token counts; not on a step whose update was skipped
+// (its routing came from weights that did not move).
 void Trainer::UpdateBias(const StepStats& stats) {
-  const double rate = spec_.model.moe.bias_update_rate;
-  if (rate <= 0) return;
+  const double rate = stats.bias_update_rate;
+  if (rate <= 0 || stats.update_skipped || !spec_.model.moe.has_bias()) return;
   for (size_t l = 0; l < stats.tokens_per_expert.size(); ++l) {
     model_->moe_layers()[l]->UpdateBias(stats.tokens_per_expert[l], rate);
   }
@@ -282,21 +322,30 @@ StepMetrics Trainer::Metrics(int64_t step, const StepStats& stats) const {
   }
   m.step = step;
   m.total_steps = stop_step_;
-  m.tokens = spec_.data.global_batch_size * spec_.data.seq_length;
+  const int64_t seq = spec_.data.seq_length;
+  m.tokens = stats.global_batch * seq;
   m.loss = stats.ce_sum / static_cast<double>(m.tokens);
+  // The MTP loss as reported: the mean over depths of each depth's mean cross-entropy (unweighted, so it
+  // compares with the main loss); the objective adds lambda times it.
+  for (size_t k = 0; k < stats.mtp_ce_sums.size(); ++k) {
+    const double positions = static_cast<double>(stats.global_batch * (seq - static_cast<int64_t>(k) - 1));
+    m.mtp_loss += stats.mtp_ce_sums[k] / positions / static_cast<double>(stats.mtp_ce_sums.size());
+  }
+  m.mtp_loss_weight = stats.mtp_ce_sums.empty() ? 0 : stats.mtp_loss_weight;
   m.aux_loss = stats.aux_loss;
   m.lr = stats.lr;
   m.grad_norm = stats.grad_norm;
   m.step_seconds = stats.step_seconds;
   m.tokens_per_second = static_cast<double>(m.tokens) / m.step_seconds;
-  m.tflops_per_device = TflopsPerDevice(flops_per_step_, m.step_seconds, par_.world_size);
+  m.tflops_per_device = TflopsPerDevice(MegatronFlopsPerStep(spec_.model, stats.global_batch, seq), m.step_seconds,
+                                        par_.world_size);
   m.peak_tflops = peak_flops_ / 1e12;
   m.peak_source = peak_source_;
   m.mfu = m.peak_tflops > 0 ? m.tflops_per_device / m.peak_tflops : 0;
   m.alltoall_seconds = stats.alltoall_seconds;
   m.compute_seconds = stats.forward_backward_seconds - stats.alltoall_seconds;
   m.grad_sync_seconds = stats.grad_sync_seconds;
-  m.consumed_samples = step * spec_.data.global_batch_size;
+  m.consumed_samples = static_cast<int64_t>(stats.tokens_before) / seq + stats.global_batch;
   m.world_size = par_.world_size;
   m.rank = par_.rank;
   return m;

@@ -25,12 +25,12 @@
 #include "worker/engine/comm/communicator.h"
 #include "worker/engine/device.h"
 #include "worker/engine/metrics.h"
+#include "worker/engine/model.h"
 
 namespace moe {
 
 class BatchSampler;
 class CheckpointManager;
-class Model;
 class AdamWOptimizer;
 
 struct TrainerOptions {
@@ -75,8 +75,12 @@ struct TrainResult {
 
 // What one step's phases produce.
 struct StepStats {
+  // The step's shape: its global batch (the ramp may grow it) and the tokens trained before it.
+  int64_t global_batch = 0;
+  double tokens_before = 0;
   // Summed over this rank's micro-batches, then (after ReduceGradients) over the global batch.
   double ce_sum = 0;    // token cross-entropies (nats)
+  std::vector<double> mtp_ce_sums;  // [D] the same for each MTP depth
   double aux_loss = 0;  // the sequence-wise balance loss, already scaled to the global mean
   std::vector<std::vector<double>> tokens_per_expert;  // [MoE layer][expert]
   // Squared gradient norms (dense: replicated; experts: this rank's shard) and the global norm.
@@ -84,6 +88,8 @@ struct StepStats {
   double grad_norm = 0;
   double lr = 0;
   bool update_skipped = false;  // a non-finite gradient norm: no update this step
+  double mtp_loss_weight = 0;   // lambda at this step
+  double bias_update_rate = 0;  // gamma at this step
   // Timings (seconds).
   double alltoall_seconds = 0;   // the MoE token all-to-all inside forward/backward
   double forward_backward_seconds = 0;
@@ -116,7 +122,11 @@ class Trainer {
   void LogSetup() const;
   StatusOr<bool> AgreeToStop(int64_t step);
   Status Step(int64_t step);
+  // The global batch of `step` and the samples consumed before it (the ramp makes these a walk from
+  // step 1; without one, (step - 1) * global batch).
+  void PlanStep(int64_t step, StepStats* stats) const;
 
+  LossScales ScalesFor(const StepStats& stats) const;
   // The phases of a step.
   Status ForwardBackward(int64_t step, StepStats* stats);
   Status ReduceGradients(StepStats* stats);

@@ -47,14 +47,14 @@ int64_t BatchSampler::SampleAt(int64_t global_index) {
   return order_[static_cast<size_t>(global_index % num_samples_)];
 }
 
-void BatchSampler::MicroBatch(int64_t step, int rank, int64_t micro, int32_t* tokens, int32_t* targets) {
-  const int64_t s = data_.seq_length, mbs = data_.micro_batch_size, gbs = data_.global_batch_size;
-  const int64_t per_rank = gbs / world_size_;
+void BatchSampler::MicroBatch(int64_t first_sample, int64_t per_rank, int rank, int64_t micro, int32_t* tokens,
+                              int32_t* targets) {
+  const int64_t s = data_.seq_length, mbs = data_.micro_batch_size;
   std::vector<int32_t> buf(static_cast<size_t>(s + 1));
   for (int64_t i = 0; i < mbs; ++i) {
     // Position in the global batch: ranks own contiguous slices, micro-batches run through them.
     const int64_t j = static_cast<int64_t>(rank) * per_rank + micro * mbs + i;
-    const int64_t global = (step - 1) * gbs + j;
+    const int64_t global = first_sample + j;
     const int64_t sample = SampleAt(global);
     if (dataset_) {
       dataset_->Read(sample * s, s + 1, buf.data());

@@ -25,9 +25,10 @@ class BatchSampler {
   static StatusOr<std::unique_ptr<BatchSampler>> Create(const JobSpec& spec, int world_size);
 
   int64_t num_samples() const { return num_samples_; }
-  // Fills tokens and targets ([micro_batch_size, seq_length] each) for micro-batch `micro` of `rank`
-  // at `step` (1-based).
-  void MicroBatch(int64_t step, int rank, int64_t micro, int32_t* tokens, int32_t* targets);
+  // Fills tokens and targets ([micro_batch_size, seq_length] each) for micro-batch `micro` of `rank` in
+  // the global batch that starts at sample `first_sample` (the samples consumed before this step),
+  // each rank taking `per_rank` consecutive samples of it.
+  void MicroBatch(int64_t first_sample, int64_t per_rank, int rank, int64_t micro, int32_t* tokens, int32_t* targets);
   // Global sample index -> sample id (the shuffled order of its epoch).
   int64_t SampleAt(int64_t global_index);
 

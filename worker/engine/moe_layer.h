@@ -1,0 +1,67 @@
+// The DeepSeek-V3 MoE layer: router with biased, group-limited top-k selection; dropless dispatch to
+// routed experts (grouped SwiGLU GEMMs) through the TokenDispatcher; weighted combine; shared experts;
+// the sequence-wise balance loss.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "kernels/router.h"
+#include "kernels/tensor.h"
+#include "worker/engine/dispatcher.h"
+#include "worker/engine/param.h"
+
+namespace moe {
+
+class SwigluFfn;
+
+// What a MoE layer reports per micro-batch.
+struct MoeStats {
+  std::vector<int64_t> tokens_per_expert;  // [E] on this rank, this micro-batch
+  double aux_loss = 0;                     // this rank's share of the sequence-wise balance loss
+  Tensor routing;                          // i32 [T, k]: each token's experts, best first (for checks)
+};
+
+// DeepSeek-V3 MoE: router with biased, group-limited top-k selection; dropless dispatch to routed
+// experts (grouped SwiGLU GEMMs) through the TokenDispatcher; weighted combine; shared experts; the
+// sequence-wise balance loss. The per-expert bias steers selection only and is updated outside
+// (aux-loss-free balancing), never by gradients.
+class MoeLayer {
+ public:
+  MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed, double out_std,
+           TokenDispatcher* dispatcher, DType dtype, Device device);  // dtype: the routing's (fp32 or f64)
+  ~MoeLayer();
+  // aux_coeff: alpha / (sequences in the global batch), so the summed loss is the global mean.
+  StatusOr<Tensor> Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff, MoeStats* stats);
+  StatusOr<Tensor> Backward(const Tensor& dy);
+
+  const std::string& name() const { return name_; }  // its parameters' prefix, e.g. "layers.3.moe"
+  const Tensor& bias() const { return bias_; }  // [E], selection bias (host-updated)
+  // b_i += rate * sign(mean(c) - c_i) from the step's global token counts.
+  void UpdateBias(const std::vector<double>& global_counts, double rate);
+  void SetBias(const std::vector<float>& values);
+
+ private:
+  const std::string name_;
+  const MoeConfig cfg_;
+  kernels::RouterConfig router_cfg_;
+  int64_t hidden_;
+  TokenDispatcher* dispatcher_;
+  Param* router_;     // [E, h]
+  Param* w13_;        // [E_local, 2F, h]
+  Param* w2_;         // [E_local, h, F]
+  std::unique_ptr<SwigluFfn> shared_;
+  Tensor bias_;
+  // Saved for the backward.
+  int64_t batch_ = 0, seq_ = 0;
+  double aux_coeff_ = 0;
+  // Routing runs in fp32 (scores_, topk_w_); topk_w_c_ is the weights in the activations' dtype.
+  Tensor x_, scores_, topk_idx_, topk_w_, topk_w_c_, row_of_slot_, x_local_, gate_up_, act_, yp_;
+  TokenDispatcher::Route route_;
+};
+
+}  // namespace moe
