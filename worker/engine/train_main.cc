@@ -40,7 +40,7 @@ struct Flags {
   double inject_delay = 0;
   bool resume = false;
   bool describe = false;
-  std::string preset;
+  std::string preset, init_from;
   bool rank_mode() const { return rank >= 0 || world_size > 0 || !rendezvous.empty(); }
 };
 
@@ -81,6 +81,7 @@ moe::ArgParser MakeParser(Flags* f) {
   args.AddString("precision", &f->precision, "fp32 or bf16 (bf16 activations, fp32 master weights; default: bf16 on cuda, fp32 on cpu)");
   args.AddString("log-level", &f->log_level, "debug | info | warning | error");
   args.AddFlag("describe", &f->describe, "print the model (parameters total and activated, FLOPs per token) and exit; no data needed");
+  args.AddString("init-from", &f->init_from, "start from a Hugging Face DeepseekV3 directory (config.json + safetensors) unless a checkpoint is resumed");
   args.AddString("preset", &f->preset, "with --describe and no --config: describe this model preset at seq 4096");
   return args;
 }
@@ -214,6 +215,7 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
   options.checkpoint_dir = f.checkpoint_dir;
   options.checkpoint_interval = f.checkpoint_interval;
   options.resume = f.resume;
+  options.init_from = f.init_from;
   options.metrics_out = f.metrics_out;
   options.inject_step_delay = f.inject_delay;
   options.placement = *place;

@@ -9,6 +9,7 @@
 #include "kernels/elementwise.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/data/sampler.h"
+#include "worker/engine/hf_io.h"
 #include "worker/engine/model.h"
 #include "worker/engine/optimizer.h"
 #include "kernels/runtime.h"
@@ -98,6 +99,10 @@ Status Trainer::Init() {
     MOE_LOG(INFO) << "no checkpoint directory (spec.checkpoint.dir or --checkpoint-dir): checkpoints are off";
   }
   if (options_.resume) MOE_RETURN_IF_ERROR(Restore());
+  if (!options_.init_from.empty() && start_step_ == 0) {
+    MOE_RETURN_IF_ERROR(LoadHfWeights(options_.init_from, *model_, par_));
+    if (lead_) MOE_LOG(INFO) << "initialised from the Hugging Face weights in " << options_.init_from;
+  }
   MeasurePeak();
   const int64_t mbs = spec_.data.micro_batch_size, seq = spec_.data.seq_length;
   tokens_ = Tensor::Empty({mbs, seq}, DType::kI32);

@@ -40,6 +40,7 @@ struct TrainerOptions {
   std::string checkpoint_dir;         // overrides spec.checkpoint.dir
   int64_t checkpoint_interval = -1;   // overrides spec.checkpoint.interval_steps when >= 0
   bool resume = false;                // continue from the newest complete checkpoint, if any
+  std::string init_from;              // a Hugging Face DeepseekV3 directory to start from (when no checkpoint is resumed)
   std::string metrics_out;            // JSON lines, one per step (rank 0)
   double peak_flops = 0;              // MFU denominator per device; 0: measure (CPU SGEMM probe)
   std::string peak_source;
