@@ -236,6 +236,7 @@ Status Trainer::Step(int64_t step) {
   par_.world->SetPhase(phase + ": gradient all-reduce");
   MOE_RETURN_IF_ERROR(ReduceGradients(&stats));
   stats.grad_sync_seconds = Since(t_sync);
+  if (step == options_.inject_nonfinite_grad_step) stats.grad_norm = std::nan("");
   Update(step, &stats);
   UpdateBias(stats);
   SyncDevice(place_.device);  // the step's kernels are queued asynchronously on a GPU: time them whole

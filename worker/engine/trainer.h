@@ -59,6 +59,8 @@ struct TrainerOptions {
   std::string precision;
   // Test hook: extra seconds this rank sleeps each step (a slow rank, for straggler detection).
   double inject_step_delay = 0;
+  // Test hook: the gradient norm of this step reads as NaN (a step whose update is skipped).
+  int64_t inject_nonfinite_grad_step = 0;
 };
 
 struct TrainResult {
@@ -114,6 +116,8 @@ class Trainer {
 
   // Trains from the step after the restored one to the stop step.
   StatusOr<TrainResult> Run();
+  // The model (tests read its state between runs).
+  Model& model() { return *model_; }
 
  private:
   Trainer(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options);
