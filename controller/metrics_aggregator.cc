@@ -38,6 +38,10 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
   tokens_ = &BuildCounter().Name("moe_job_tokens_total").Help("Tokens trained on").Register(r);
   step_duration_ = &BuildHistogram().Name("moe_job_step_duration_seconds").Help("Wall time of a training step").Register(r);
   loss_ = &BuildGauge().Name("moe_job_loss").Help("Mean cross-entropy of the last step (nats per token)").Register(r);
+  mtp_loss_ = &BuildGauge()
+                   .Name("moe_job_mtp_loss")
+                   .Help("Multi-token prediction loss of the last step: mean over depths of each depth's cross-entropy (nats per token); only for jobs that train MTP")
+                   .Register(r);
   grad_norm_ = &BuildGauge().Name("moe_job_grad_norm").Help("Global gradient L2 norm before clipping").Register(r);
   lr_ = &BuildGauge().Name("moe_job_learning_rate").Help("Learning rate of the last step").Register(r);
   a2a_ = &BuildCounter().Name("moe_job_alltoall_seconds_total").Help("Seconds rank 0 spent in the MoE token all-to-all").Register(r);
@@ -171,6 +175,7 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   step_duration_->Add(job_labels, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})
       .Observe(out.step_seconds());
   loss_->Add(job_labels).Set(out.loss());
+  if (out.mtp_loss_weight() > 0) mtp_loss_->Add(job_labels).Set(out.mtp_loss());
   grad_norm_->Add(job_labels).Set(out.grad_norm());
   lr_->Add(job_labels).Set(out.lr());
   a2a_->Add(job_labels).Increment(out.alltoall_seconds());
@@ -260,6 +265,7 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   tokens_->Remove(&tokens_->Add(job));
   step_duration_->Remove(&step_duration_->Add(job, prometheus::Histogram::BucketBoundaries{}));
   loss_->Remove(&loss_->Add(job));
+  mtp_loss_->Remove(&mtp_loss_->Add(job));
   grad_norm_->Remove(&grad_norm_->Add(job));
   lr_->Remove(&lr_->Add(job));
   a2a_->Remove(&a2a_->Add(job));

@@ -89,6 +89,7 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Counter>* tokens_;
   prometheus::Family<prometheus::Histogram>* step_duration_;
   prometheus::Family<prometheus::Gauge>* loss_;
+  prometheus::Family<prometheus::Gauge>* mtp_loss_;
   prometheus::Family<prometheus::Gauge>* grad_norm_;
   prometheus::Family<prometheus::Gauge>* lr_;
   prometheus::Family<prometheus::Counter>* a2a_;

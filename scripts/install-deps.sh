@@ -3,7 +3,8 @@
 # everything is already there (one dpkg-query). Usage: scripts/install-deps.sh [build|test|demo|bench]
 #
 #   build  compilers' companions and the libraries the whole tree links against
-#   test   build + the real programs the tests start (Prometheus/promtool, Slurm, munge, sqlite3)
+#   test   build + the real programs the tests start (Prometheus/promtool, Slurm, munge, sqlite3) and
+#          Debian's CPU PyTorch (the independent DeepSeek-V3 reference, tests/reference/)
 #   demo   build + the corpus (Debian's fortunes)
 #   bench  test + demo
 set -euo pipefail
@@ -13,7 +14,7 @@ build_pkgs=(cmake ninja-build ccache pkg-config g++ make python3
   libopenblas-openmp-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev libgloo-dev libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev fortunes pmccabe)
-test_pkgs=(sqlite3 prometheus slurm-wlm munge curl)
+test_pkgs=(sqlite3 prometheus slurm-wlm munge curl python3-torch python3-numpy)
 
 case "$target" in
   build|demo) pkgs=("${build_pkgs[@]}") ;;

@@ -17,6 +17,8 @@ Status StepMetricsFromJson(const std::string& line, moe::v1::StepMetrics* mm) {
   mm->set_total_steps(static_cast<int64_t>(num("total_steps")));
   mm->set_loss(num("loss"));
   mm->set_aux_loss(num("aux_loss"));
+  mm->set_mtp_loss(num("mtp_loss"));
+  mm->set_mtp_loss_weight(num("mtp_loss_weight"));
   mm->set_lr(num("lr"));
   mm->set_grad_norm(num("grad_norm"));
   mm->set_step_seconds(num("step_seconds"));
