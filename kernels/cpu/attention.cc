@@ -1,7 +1,8 @@
 // The CPU causal attention, tiled with an online softmax (FlashAttention's algorithm, forward and
 // backward): one (sequence, head) pair per task, tiles of kBlock queries by kBlock keys, no [S, S]
-// matrix. Each task owns its outputs' rows, so the backward needs no atomics and the result depends
-// only on the tile sizes (fixed), not on the thread count.
+// matrix. The tile products are GEMMs (BLAS runs single-threaded inside the parallel region, so the
+// pairs are the parallelism); the softmax work is elementwise. Each task owns its outputs' rows, so the
+// backward needs no atomics and the result depends only on the tile size (fixed), not on threads.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,13 +10,14 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/gemm.h"
 
 namespace moe::kernels::cpu {
 namespace {
 
 constexpr int64_t kBlock = 64;
 
-// Strided views of one (sequence, head) pair: row s of q is q + s * q_ld, and so on.
+// Strided views of one (sequence, head) pair: row s of q is q + s * qk_ld, and so on.
 template <typename T>
 struct HeadView {
   const T* q;
@@ -32,43 +34,34 @@ HeadView<T> ViewOf(const T* q, const T* k, const T* v, int64_t b, int64_t h, int
           seq};
 }
 
-template <typename T>
-T Dot(const T* a, const T* b, int64_t n) {
-  T s = 0;
-  for (int64_t c = 0; c < n; ++c) s += a[c] * b[c];
-  return s;
-}
-
-// Scaled scores of queries [i0, i1) against keys [j0, j1) into s (row-major, width kBlock); -inf above
-// the diagonal.
+// s [rows, kBlock] = q[i0:i1] k[j0:j1]^T * scale, -inf above the diagonal.
 template <typename T>
 void Scores(const HeadView<T>& hv, int64_t i0, int64_t i1, int64_t j0, int64_t j1, T scale, T* s) {
+  Gemm<T>(false, true, i1 - i0, j1 - j0, hv.dqk, scale, hv.q + i0 * hv.qk_ld, hv.qk_ld, hv.k + j0 * hv.qk_ld, hv.qk_ld, T(0),
+          s, kBlock);
+  if (j1 - 1 <= i0) return;  // wholly at or below the diagonal
   for (int64_t i = i0; i < i1; ++i) {
-    T* row = s + (i - i0) * kBlock;
-    const T* qi = hv.q + i * hv.qk_ld;
-    for (int64_t j = j0; j < j1; ++j) {
-      row[j - j0] = j <= i ? Dot(qi, hv.k + j * hv.qk_ld, hv.dqk) * scale : -std::numeric_limits<T>::infinity();
-    }
+    for (int64_t j = std::max(j0, i + 1); j < j1; ++j) s[(i - i0) * kBlock + (j - j0)] = -std::numeric_limits<T>::infinity();
   }
 }
 
 // One query block: the online softmax over the key blocks up to the diagonal.
 template <typename T>
-void ForwardBlock(const HeadView<T>& hv, int64_t i0, int64_t i1, T scale, T* out, int64_t out_ld, T* lse,
-                  std::vector<T>& s, std::vector<T>& acc) {
+void ForwardBlock(const HeadView<T>& hv, int64_t i0, int64_t i1, T scale, T* out, int64_t out_ld, T* lse, std::vector<T>& s,
+                  std::vector<T>& acc) {
   const int64_t rows = i1 - i0;
   std::vector<T> m(static_cast<size_t>(rows), -std::numeric_limits<T>::infinity()), l(static_cast<size_t>(rows), T(0));
   std::fill(acc.begin(), acc.begin() + rows * hv.dv, T(0));
   for (int64_t j0 = 0; j0 < i1; j0 += kBlock) {  // tiles wholly above the diagonal are skipped
-    const int64_t j1 = std::min(j0 + kBlock, hv.seq);
+    const int64_t j1 = std::min(j0 + kBlock, hv.seq), cols = j1 - j0;
     Scores(hv, i0, i1, j0, j1, scale, s.data());
     for (int64_t r = 0; r < rows; ++r) {
       T* row = s.data() + r * kBlock;
       T mx = m[static_cast<size_t>(r)];
-      for (int64_t j = 0; j < j1 - j0; ++j) mx = std::max(mx, row[j]);
+      for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, row[j]);
       const T correction = std::exp(m[static_cast<size_t>(r)] - mx);  // exp(-inf) = 0 on the first tile
       T sum = 0;
-      for (int64_t j = 0; j < j1 - j0; ++j) {
+      for (int64_t j = 0; j < cols; ++j) {
         row[j] = std::exp(row[j] - mx);
         sum += row[j];
       }
@@ -76,13 +69,9 @@ void ForwardBlock(const HeadView<T>& hv, int64_t i0, int64_t i1, T scale, T* out
       m[static_cast<size_t>(r)] = mx;
       T* a = acc.data() + r * hv.dv;
       for (int64_t c = 0; c < hv.dv; ++c) a[c] *= correction;
-      for (int64_t j = 0; j < j1 - j0; ++j) {
-        const T p = row[j];
-        if (p == T(0)) continue;
-        const T* vj = hv.v + (j0 + j) * hv.v_ld;
-        for (int64_t c = 0; c < hv.dv; ++c) a[c] += p * vj[c];
-      }
     }
+    // acc += P V[j0:j1]
+    Gemm<T>(false, false, rows, hv.dv, cols, T(1), s.data(), kBlock, hv.v + j0 * hv.v_ld, hv.v_ld, T(1), acc.data(), hv.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const T inv = T(1) / l[static_cast<size_t>(r)];
@@ -109,7 +98,7 @@ void Forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, i
   });
 }
 
-// Gradient outputs of one (sequence, head) pair, with their row stride.
+// Gradient outputs of one (sequence, head) pair (rows strided as the inputs).
 template <typename T>
 struct HeadGrads {
   T* dq;
@@ -120,34 +109,31 @@ struct HeadGrads {
   const T* lse;
 };
 
-// Key block [j0, j1): the probabilities recomputed from lse, tile by tile over the query blocks at and
-// below the diagonal; dk and dv of the block, dq of every query block accumulated.
+// Key block [j0, j1) against query block [i0, i1): P recomputed from lse; dV_j += P^T dO_i,
+// dP = dO_i V_j^T, dS = P (dP - delta_i) scale, dQ_i += dS K_j, dK_j += dS^T Q_i.
 template <typename T>
-void BackwardKeyBlock(const HeadView<T>& hv, const HeadGrads<T>& g, const std::vector<T>& delta, int64_t j0, int64_t j1,
-                      T scale, std::vector<T>& p) {
-  for (int64_t i0 = j0 / kBlock * kBlock; i0 < hv.seq; i0 += kBlock) {
-    const int64_t i1 = std::min(i0 + kBlock, hv.seq);
-    Scores(hv, i0, i1, j0, j1, scale, p.data());
-    for (int64_t i = i0; i < i1; ++i) {
-      T* row = p.data() + (i - i0) * kBlock;
-      const T* doi = g.dout + i * hv.v_ld;
-      const T* qi = hv.q + i * hv.qk_ld;
-      T* dqi = g.dq + i * hv.qk_ld;
-      for (int64_t j = j0; j < std::min(j1, i + 1); ++j) {
-        const T pij = std::exp(row[j - j0] - g.lse[i]);
-        const T* vj = hv.v + j * hv.v_ld;
-        T* dvj = g.dv + j * hv.v_ld;
-        for (int64_t c = 0; c < hv.dv; ++c) dvj[c] += pij * doi[c];
-        const T ds = pij * (Dot(doi, vj, hv.dv) - delta[static_cast<size_t>(i)]) * scale;
-        const T* kj = hv.k + j * hv.qk_ld;
-        T* dkj = g.dk + j * hv.qk_ld;
-        for (int64_t c = 0; c < hv.dqk; ++c) {
-          dqi[c] += ds * kj[c];
-          dkj[c] += ds * qi[c];
-        }
-      }
-    }
+void BackwardTile(const HeadView<T>& hv, const HeadGrads<T>& g, const std::vector<T>& delta, int64_t i0, int64_t i1,
+                  int64_t j0, int64_t j1, T scale, std::vector<T>& p, std::vector<T>& dp) {
+  const int64_t rows = i1 - i0, cols = j1 - j0;
+  Scores(hv, i0, i1, j0, j1, scale, p.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = p.data() + r * kBlock;
+    for (int64_t j = 0; j < cols; ++j) row[j] = std::exp(row[j] - g.lse[i0 + r]);  // exp(-inf) = 0 above the diagonal
   }
+  Gemm<T>(true, false, cols, hv.dv, rows, T(1), p.data(), kBlock, g.dout + i0 * hv.v_ld, hv.v_ld, T(1), g.dv + j0 * hv.v_ld,
+          hv.v_ld);
+  Gemm<T>(false, true, rows, cols, hv.dv, T(1), g.dout + i0 * hv.v_ld, hv.v_ld, hv.v + j0 * hv.v_ld, hv.v_ld, T(0), dp.data(),
+          kBlock);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T d = delta[static_cast<size_t>(i0 + r)];
+    T* ds = dp.data() + r * kBlock;
+    const T* pr = p.data() + r * kBlock;
+    for (int64_t j = 0; j < cols; ++j) ds[j] = pr[j] * (ds[j] - d) * scale;
+  }
+  Gemm<T>(false, false, rows, hv.dqk, cols, T(1), dp.data(), kBlock, hv.k + j0 * hv.qk_ld, hv.qk_ld, T(1), g.dq + i0 * hv.qk_ld,
+          hv.qk_ld);
+  Gemm<T>(true, false, cols, hv.dqk, rows, T(1), dp.data(), kBlock, hv.q + i0 * hv.qk_ld, hv.qk_ld, T(1), g.dk + j0 * hv.qk_ld,
+          hv.qk_ld);
 }
 
 template <typename T>
@@ -158,7 +144,8 @@ void Backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   const T sc = static_cast<T>(scale);
   for (const Tensor* t : {&dq, &dk, &dv}) std::fill(t->data<T>(), t->data<T>() + t->numel(), T(0));
   ParallelFor(batch * heads, seq * seq * (dqk + dvd) * 2, [&](int64_t b0, int64_t b1) {
-    std::vector<T> p(static_cast<size_t>(kBlock * kBlock)), delta(static_cast<size_t>(seq));
+    std::vector<T> p(static_cast<size_t>(kBlock * kBlock)), dp(static_cast<size_t>(kBlock * kBlock));
+    std::vector<T> delta(static_cast<size_t>(seq));
     for (int64_t bh = b0; bh < b1; ++bh) {
       const int64_t b = bh / heads, h = bh % heads;
       const HeadView<T> hv = ViewOf(q.data<T>(), k.data<T>(), v.data<T>(), b, h, seq, heads, dqk, dvd);
@@ -166,8 +153,16 @@ void Backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
       const HeadGrads<T> g{dq.data<T>() + qk_off, dk.data<T>() + qk_off, dv.data<T>() + v_off,
                            out.data<T>() + v_off,  dout.data<T>() + v_off, lse.data<T>() + bh * seq};
       // delta_i = <dout_i, out_i>: the softmax backward's row term.
-      for (int64_t i = 0; i < seq; ++i) delta[static_cast<size_t>(i)] = Dot(g.dout + i * hv.v_ld, g.out + i * hv.v_ld, dvd);
-      for (int64_t j0 = 0; j0 < seq; j0 += kBlock) BackwardKeyBlock(hv, g, delta, j0, std::min(j0 + kBlock, seq), sc, p);
+      for (int64_t i = 0; i < seq; ++i) {
+        T d = 0;
+        for (int64_t c = 0; c < dvd; ++c) d += g.dout[i * hv.v_ld + c] * g.out[i * hv.v_ld + c];
+        delta[static_cast<size_t>(i)] = d;
+      }
+      for (int64_t j0 = 0; j0 < seq; j0 += kBlock) {
+        for (int64_t i0 = j0; i0 < seq; i0 += kBlock) {
+          BackwardTile(hv, g, delta, i0, std::min(i0 + kBlock, seq), j0, std::min(j0 + kBlock, seq), sc, p, dp);
+        }
+      }
     }
   });
 }
