@@ -178,6 +178,9 @@ struct TrainingConfig {
   int64_t steps = 300;
   uint64_t seed = 1234;
   int64_t log_interval = 1;
+  // Selective recompute: modules whose activations are computed again in the backward instead of kept
+  // (core_attn, mla_up_proj, mlp, moe_act, full). Results are bitwise those without.
+  std::vector<std::string> recompute;
 
   bool operator==(const TrainingConfig&) const = default;
 };

@@ -191,6 +191,7 @@ const Schema<TrainingConfig>& SchemaOf<TrainingConfig>() {
       Field("steps", &T::steps, Positive()),
       Field("seed", &T::seed),
       Field("log_interval", &T::log_interval, Positive()),
+      Field("recompute", &T::recompute, Each(OneOf({"core_attn", "mla_up_proj", "mlp", "moe_act", "full"}))),
   });
   return *schema;
 }

@@ -248,11 +248,11 @@ TEST(JobSpecSchema, ListsNeedAnEmptyDefaultToBeRepeated) {
   moe::v1::TrainingJob::descriptor()->file()->CopyTo(&file);
   for (auto& msg : *file.mutable_message_type()) {
     if (msg.name() != "TrainingSpec") continue;
-    auto* recompute = msg.add_field();
-    recompute->set_name("recompute");
-    recompute->set_number(100);
-    recompute->set_type(google::protobuf::FieldDescriptorProto::TYPE_STRING);
-    recompute->set_label(google::protobuf::FieldDescriptorProto::LABEL_REPEATED);
+    auto* frozen = msg.add_field();
+    frozen->set_name("frozen_layers");
+    frozen->set_number(100);
+    frozen->set_type(google::protobuf::FieldDescriptorProto::TYPE_STRING);
+    frozen->set_label(google::protobuf::FieldDescriptorProto::LABEL_REPEATED);
   }
   google::protobuf::DescriptorPool pool;
   ASSERT_NE(pool.BuildFile(file), nullptr);
@@ -261,7 +261,7 @@ TEST(JobSpecSchema, ListsNeedAnEmptyDefaultToBeRepeated) {
     EditedSchema e;
     const SchemaInfo& edited =
         e.Edit(SchemaOf<JobSpec>().info(), {"spec", "training"}, [&](SchemaInfo& s) {
-          s.fields.push_back(FieldInfo{"recompute", &Codec<std::vector<std::string>>::Type(), false,
+          s.fields.push_back(FieldInfo{"frozen_layers", &Codec<std::vector<std::string>>::Type(), false,
                                        empty_default});
         });
     const Mismatches m = Compare(edited, *proto);
@@ -270,7 +270,7 @@ TEST(JobSpecSchema, ListsNeedAnEmptyDefaultToBeRepeated) {
     } else {
       ASSERT_EQ(m.size(), 1u) << Lines(m);
       EXPECT_EQ(m[0],
-                "spec.training.recompute: a list that is optional or has a non-empty default "
+                "spec.training.frozen_layers: a list that is optional or has a non-empty default "
                 "cannot be a repeated field");
     }
   }

@@ -16,6 +16,7 @@
 #include "kernels/tensor.h"
 #include "worker/engine/moe_layer.h"
 #include "worker/engine/param.h"
+#include "worker/engine/saved.h"
 
 namespace moe {
 
@@ -27,6 +28,18 @@ Tensor LinearBackward(const Tensor& dy, const Tensor& x, const Param& w);
 // `t` in `dtype` (itself when it already is).
 Tensor CastTo(const Tensor& t, DType dtype);
 
+// Selective recompute (training.recompute): what a layer does not keep for its backward and computes
+// again there. Results are bitwise those without recompute: the same kernels on the same inputs.
+struct Recompute {
+  bool core_attn = false;    // the attention core: only q, k, v kept
+  bool mla_up_proj = false;  // MLA's up-projections (q from its latent, k_nope and v from the kv latent)
+  bool mlp = false;          // the dense blocks' FFN: only its input kept
+  bool moe_act = false;      // the routed experts' SwiGLU activation
+  bool full = false;         // whole blocks: only each block's input kept
+  // From the spec's names; INVALID_ARGUMENT for an unknown one.
+  static Recompute From(const std::vector<std::string>& names);
+};
+
 class RmsNorm {
  public:
   RmsNorm(ParamSet& params, const std::string& name, int64_t dim, double eps, uint64_t seed);
@@ -34,16 +47,20 @@ class RmsNorm {
   Tensor Backward(const Tensor& dy);
 
  private:
+  struct Saved {
+    Tensor x, rstd;
+  };
   Param* w_;
   double eps_;
-  Tensor x_, rstd_;
+  SavedQueue<Saved> saved_;
 };
 
-// What the attention layers share: the run's shape and where their constants live.
+// What the attention layers share: the run's shape, where their constants live, what they recompute.
 struct AttentionContext {
   int64_t max_seq_len = 0;  // the run's sequence length: YaRN applies when it exceeds the original
   DType dtype = DType::kF32;  // of the rope frequencies: the master dtype (f64 in gradient checks)
   Device device;
+  Recompute recompute;
 };
 
 // Causal self-attention of a block: multi-head (MHA) or DeepSeek's multi-head latent (MLA).
@@ -62,15 +79,20 @@ std::unique_ptr<AttentionLayer> MakeAttention(ParamSet& params, const std::strin
 // SwiGLU feed-forward: down(silu(gate(x)) * up(x)); gate and up fused in one [2F, h] weight.
 class SwigluFfn {
  public:
+  // recompute: keep only the input, compute gate|up and the activation again in Backward.
   SwigluFfn(ParamSet& params, const std::string& prefix, int64_t hidden, int64_t ffn, uint64_t seed, double std,
-            double out_std);
+            double out_std, bool recompute = false);
   Tensor Forward(const Tensor& x);
   Tensor Backward(const Tensor& dy);
 
  private:
+  struct Saved {
+    Tensor x, gate_up, act;
+  };
   Param* w13_;  // [2F, h]
   Param* w2_;   // [h, F]
-  Tensor x_, gate_up_, act_;
+  bool recompute_;
+  SavedQueue<Saved> saved_;
 };
 
 // One pre-norm transformer block: x + attn(norm(x)), then + ffn(norm(.)) where the FFN is a dense
@@ -85,10 +107,19 @@ class TransformerBlock {
   MoeLayer* moe() const { return moe_.get(); }
 
  private:
+  StatusOr<Tensor> Compute(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff, MoeStats* stats);
+  // With full recompute: the block's input and shape, to run its forward again before the backward.
+  struct Saved {
+    Tensor x;
+    int64_t batch = 0, seq_len = 0;
+    double aux_coeff = 0;
+  };
   std::unique_ptr<RmsNorm> attn_norm_, ffn_norm_;
   std::unique_ptr<AttentionLayer> attn_;
   std::unique_ptr<SwigluFfn> dense_;
   std::unique_ptr<MoeLayer> moe_;
+  bool full_recompute_;
+  SavedQueue<Saved> saved_;
 };
 
 }  // namespace moe

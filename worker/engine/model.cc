@@ -14,7 +14,7 @@ Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, 
              double* alltoall_seconds, std::optional<DType> compute_dtype)
     : Model(cfg, par, seed,
             ModelOptions{.dtype = dtype, .device = device, .compute = compute_dtype, .moments = std::nullopt,
-                         .max_seq_len = 0, .alltoall_seconds = alltoall_seconds}) {}
+                         .max_seq_len = 0, .recompute = {}, .alltoall_seconds = alltoall_seconds}) {}
 
 Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, const ModelOptions& o)
     : cfg_(cfg),
@@ -27,7 +27,7 @@ Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, 
   const double out_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
   dispatcher_ = std::make_unique<TokenDispatcher>(par.expert_parallel > 1 ? par.ep_group : nullptr, cfg.moe.num_experts,
                                                   o.alltoall_seconds);
-  const AttentionContext ctx{.max_seq_len = o.max_seq_len, .dtype = dtype_, .device = device_};
+  const AttentionContext ctx{.max_seq_len = o.max_seq_len, .dtype = dtype_, .device = device_, .recompute = o.recompute};
   embedding_ = params_.Add("embedding", {v, h}, seed, cfg.init_std);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     blocks_.push_back(std::make_unique<TransformerBlock>(params_, "layers." + std::to_string(l), cfg, cfg.IsMoeLayer(l),
@@ -61,11 +61,11 @@ StatusOr<Tensor> Model::ForwardBlocks(const Tensor& ids, int64_t batch, int64_t 
   return x;
 }
 
-StatusOr<Tensor> Model::BackwardBlocks(Tensor dx) {
+StatusOr<Tensor> Model::BackwardBlocks(Tensor dx, const Tensor& ids) {
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
     MOE_ASSIGN_OR_RETURN(dx, (*it)->Backward(dx));
   }
-  kernels::EmbeddingBackward(dx, ids_, embedding_->grad);
+  kernels::EmbeddingBackward(dx, ids, embedding_->grad);
   return dx;
 }
 
@@ -77,16 +77,18 @@ StatusOr<double> Model::Forward(const Tensor& tokens, const Tensor& targets, con
                                               << mtp_.size();
   *result = MicroBatchResult();
   result->tokens = n;
-  ids_ = tokens.Reshape({n});
+  Saved s;
+  s.ids = tokens.Reshape({n});
   const Tensor tgt = targets.Reshape({n});
-  MOE_ASSIGN_OR_RETURN(h0_, ForwardBlocks(ids_, batch, seq, scales.aux_coeff, result));
-  hn_ = final_norm_->Forward(h0_);
+  MOE_ASSIGN_OR_RETURN(Tensor h0, ForwardBlocks(s.ids, batch, seq, scales.aux_coeff, result));
+  s.hn = final_norm_->Forward(h0);
   // Logits and the loss in the master dtype (fp32 when the activations are bf16); the logits' buffer
   // receives their gradient in place.
-  logits_ = Linear(hn_, head_->compute, dtype_);
-  result->ce_sum = kernels::CrossEntropy(logits_, tgt, scales.ce, backward ? logits_ : Tensor());
+  s.logits = Linear(s.hn, head_->compute, dtype_);
+  if (!backward) last_logits_ = s.logits;
+  result->ce_sum = kernels::CrossEntropy(s.logits, tgt, scales.ce, backward ? s.logits : Tensor());
   double loss = scales.ce * result->ce_sum;
-  MtpDepth::Inputs in{h0_, seq, ids_, tgt, batch, seq};
+  MtpDepth::Inputs in{h0, seq, s.ids, tgt, batch, seq};
   for (size_t k = 0; k < mtp_.size(); ++k) {
     double ce = 0;
     MoeStats stats;
@@ -104,17 +106,22 @@ StatusOr<double> Model::Forward(const Tensor& tokens, const Tensor& targets, con
   }
   loss += result->aux_loss;
   if (!backward) return loss;
+  saved_.Push(std::move(s));
+  MOE_RETURN_IF_ERROR(Backward());
+  return loss;
+}
 
-  // MTP depths last to first: each hands the gradient on its input hidden to the one before.
+// MTP depths last to first (each hands the gradient on its input hidden state to the one before), then
+// the main head and the blocks.
+Status Model::Backward() {
+  const Saved s = saved_.Pop();
   Tensor dh_next;
   for (auto it = mtp_.rbegin(); it != mtp_.rend(); ++it) {
     MOE_ASSIGN_OR_RETURN(dh_next, (*it)->Backward(dh_next, *embedding_, *head_));
   }
-  Tensor dx = final_norm_->Backward(LinearBackward(CastTo(logits_, compute_), hn_, *head_));
+  Tensor dx = final_norm_->Backward(LinearBackward(CastTo(s.logits, compute_), s.hn, *head_));
   if (dh_next.defined()) kernels::Add(dx, dx, dh_next);
-  MOE_RETURN_IF_ERROR(BackwardBlocks(dx).status());
-  ids_ = logits_ = hn_ = h0_ = Tensor();
-  return loss;
+  return BackwardBlocks(dx, s.ids).status();
 }
 
 StatusOr<MicroBatchResult> Model::ForwardBackward(const Tensor& tokens, const Tensor& targets, const LossScales& scales) {
@@ -126,6 +133,7 @@ StatusOr<MicroBatchResult> Model::ForwardBackward(const Tensor& tokens, const Te
 StatusOr<double> Model::Loss(const Tensor& tokens, const Tensor& targets, const LossScales& scales,
                              MicroBatchResult* result) {
   MicroBatchResult local;
+  NoGradScope forward_only;  // the layers keep nothing for a backward
   return Forward(tokens, targets, scales, false, result != nullptr ? result : &local);
 }
 

@@ -16,6 +16,7 @@
 #include "worker/engine/dispatcher.h"
 #include "worker/engine/layers.h"
 #include "worker/engine/param.h"
+#include "worker/engine/saved.h"
 
 namespace moe {
 
@@ -42,6 +43,7 @@ struct ModelOptions {
   std::optional<DType> compute;       // activations and the weights' copies (bf16: mixed precision)
   std::optional<DType> moments;       // AdamW moments (default: dtype; bf16 as DeepSeek-V3)
   int64_t max_seq_len = 0;            // the run's sequence length (YaRN applies above the original)
+  Recompute recompute;                // what the layers compute again in the backward (training.recompute)
   double* alltoall_seconds = nullptr; // the MoE token all-to-all adds its time here
 };
 
@@ -64,9 +66,9 @@ class Model {
   // receives the parts.
   StatusOr<double> Loss(const Tensor& tokens, const Tensor& targets, const LossScales& scales,
                         MicroBatchResult* result = nullptr);
-  // The main head's logits of the last forward ([batch * seq_len, V], fp32 or f64), before Backward
-  // turns them into their gradient: only meaningful after Loss().
-  const Tensor& last_logits() const { return logits_; }
+  // The main head's logits of the last forward-only pass ([batch * seq_len, V], fp32 or f64): what
+  // Loss() computed (ForwardBackward turns its logits into their gradient).
+  const Tensor& last_logits() const { return last_logits_; }
 
   ParamSet& params() { return params_; }
   const ModelConfig& config() const { return cfg_; }
@@ -82,7 +84,8 @@ class Model {
                            MicroBatchResult* result);
   // The main model's hidden states before the final norm: [batch * seq_len, h].
   StatusOr<Tensor> ForwardBlocks(const Tensor& ids, int64_t batch, int64_t seq, double aux_coeff, MicroBatchResult* r);
-  StatusOr<Tensor> BackwardBlocks(Tensor dx);
+  StatusOr<Tensor> BackwardBlocks(Tensor dx, const Tensor& ids);
+  Status Backward();
 
   ModelConfig cfg_;
   DType dtype_;
@@ -96,8 +99,12 @@ class Model {
   Param* head_;  // [V, h]
   std::vector<std::unique_ptr<MtpDepth>> mtp_;
   std::vector<MoeLayer*> moe_layers_;
-  // Saved for the backward.
-  Tensor ids_, logits_, hn_, h0_;
+  // What the backward of one micro-batch needs.
+  struct Saved {
+    Tensor ids, logits, hn;
+  };
+  SavedQueue<Saved> saved_;
+  Tensor last_logits_;
 };
 
 }  // namespace moe

@@ -9,8 +9,8 @@
 namespace moe {
 
 MoeLayer::MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed, double out_std,
-                   TokenDispatcher* dispatcher, DType dtype, Device device)
-    : name_(prefix), cfg_(cfg.moe), hidden_(cfg.hidden_size), dispatcher_(dispatcher) {
+                   TokenDispatcher* dispatcher, DType dtype, Device device, bool recompute_act)
+    : name_(prefix), cfg_(cfg.moe), hidden_(cfg.hidden_size), dispatcher_(dispatcher), recompute_act_(recompute_act) {
   const int64_t h = cfg.hidden_size, e = cfg_.num_experts, f = cfg_.ffn_hidden;
   router_cfg_.top_k = cfg_.top_k;
   router_cfg_.num_groups = cfg_.num_groups;
@@ -34,80 +34,99 @@ MoeLayer::~MoeLayer() = default;
 StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff, MoeStats* stats) {
   const int64_t tokens = x.dim(0), e = cfg_.num_experts, k = cfg_.top_k;
   const Device dev = x.device();
-  batch_ = batch;
-  seq_ = seq_len;
-  aux_coeff_ = aux_coeff;
-  x_ = x;
+  Saved s;
+  s.batch = batch;
+  s.seq = seq_len;
+  s.aux_coeff = aux_coeff;
+  s.x = x;
   // Route, in the routing dtype (fp32 when the activations are bf16: selection is sensitive to rounding).
   const DType rt = bias_.dtype();
   Tensor logits = Linear(x, router_->compute, rt);
-  scores_ = Tensor::Empty({tokens, e}, rt, dev);
-  topk_idx_ = Tensor::Empty({tokens, k}, DType::kI32, dev);
-  topk_w_ = Tensor::Empty({tokens, k}, rt, dev);
-  kernels::RouterForward(logits, bias_, router_cfg_, scores_, topk_idx_, topk_w_);
-  stats->aux_loss = cfg_.seq_aux_loss_coeff > 0 ? kernels::SeqAuxLoss(scores_, k, batch, seq_len, aux_coeff, Tensor()) : 0.0;
-  stats->routing = topk_idx_;
+  s.scores = Tensor::Empty({tokens, e}, rt, dev);
+  s.topk_idx = Tensor::Empty({tokens, k}, DType::kI32, dev);
+  s.topk_w = Tensor::Empty({tokens, k}, rt, dev);
+  kernels::RouterForward(logits, bias_, router_cfg_, s.scores, s.topk_idx, s.topk_w);
+  stats->aux_loss = cfg_.seq_aux_loss_coeff > 0 ? kernels::SeqAuxLoss(s.scores, k, batch, seq_len, aux_coeff, Tensor()) : 0.0;
+  stats->routing = s.topk_idx;
   // Permute by expert (host plan from the routing decisions).
-  const std::vector<int32_t> idx = topk_idx_.ToVector<int32_t>();
+  const std::vector<int32_t> idx = s.topk_idx.ToVector<int32_t>();
   kernels::DispatchPlan plan = kernels::BuildDispatchPlan(idx.data(), tokens, k, e);
   stats->tokens_per_expert = plan.counts;
-  row_of_slot_ = Tensor::FromVector(plan.row_of_slot, {tokens, k}).Clone(dev);
+  s.row_of_slot = Tensor::FromVector(plan.row_of_slot, {tokens, k}).Clone(dev);
   Tensor token_of_row = Tensor::FromVector(plan.token_of_row, {tokens * k}).Clone(dev);
   Tensor xp = Tensor::Empty({tokens * k, hidden_}, x.dtype(), dev);
   kernels::GatherRows(x, token_of_row, xp);
   // Experts, wherever they live.
-  MOE_ASSIGN_OR_RETURN(x_local_, dispatcher_->Dispatch(xp, plan.counts, &route_));
-  const int64_t rows = x_local_.dim(0), f = cfg_.ffn_hidden;
-  gate_up_ = Tensor::Empty({rows, 2 * f}, x.dtype(), dev);
-  kernels::GroupedGemm(x_local_, w13_->compute, route_.local_offsets, gate_up_);
-  act_ = Tensor::Empty({rows, f}, x.dtype(), dev);
-  kernels::SwigluForward(gate_up_, act_);
+  MOE_ASSIGN_OR_RETURN(s.x_local, dispatcher_->Dispatch(xp, plan.counts, &s.route));
+  const int64_t rows = s.x_local.dim(0), f = cfg_.ffn_hidden;
+  s.gate_up = Tensor::Empty({rows, 2 * f}, x.dtype(), dev);
+  kernels::GroupedGemm(s.x_local, w13_->compute, s.route.local_offsets, s.gate_up);
+  Tensor act = Tensor::Empty({rows, f}, x.dtype(), dev);
+  kernels::SwigluForward(s.gate_up, act);
   Tensor y_local = Tensor::Empty({rows, hidden_}, x.dtype(), dev);
-  kernels::GroupedGemm(act_, w2_->compute, route_.local_offsets, y_local);
-  MOE_ASSIGN_OR_RETURN(yp_, dispatcher_->Combine(y_local, route_));
+  kernels::GroupedGemm(act, w2_->compute, s.route.local_offsets, y_local);
+  if (!recompute_act_) s.act = act;
+  MOE_ASSIGN_OR_RETURN(s.yp, dispatcher_->Combine(y_local, s.route));
   // Shared experts on every token, then the weighted sum of the routed outputs.
   Tensor out = shared_ ? shared_->Forward(x) : Tensor::Zeros({tokens, hidden_}, x.dtype(), dev);
-  topk_w_c_ = CastTo(topk_w_, x.dtype());
-  kernels::CombineForward(yp_, row_of_slot_, topk_w_c_, out);
+  s.topk_w_c = CastTo(s.topk_w, x.dtype());
+  kernels::CombineForward(s.yp, s.row_of_slot, s.topk_w_c, out);
+  saved_.Push(std::move(s));
   return out;
 }
 
 StatusOr<Tensor> MoeLayer::Backward(const Tensor& dy) {
-  const int64_t tokens = dy.dim(0), e = cfg_.num_experts;
+  Saved s = saved_.Pop();
+  const int64_t tokens = dy.dim(0);
   const Device dev = dy.device();
   Tensor dx = shared_ ? shared_->Backward(dy) : Tensor::Zeros({tokens, hidden_}, dy.dtype(), dev);
   // Combine.
-  Tensor dyp = Tensor::Empty(yp_.shape(), dy.dtype(), dev);
-  Tensor dw = Tensor::Empty(topk_w_.shape(), dy.dtype(), dev);
-  kernels::CombineBackward(dy, yp_, row_of_slot_, topk_w_c_, dyp, dw);
+  Tensor dyp = Tensor::Empty(s.yp.shape(), dy.dtype(), dev);
+  Tensor dw = Tensor::Empty(s.topk_w.shape(), dy.dtype(), dev);
+  kernels::CombineBackward(dy, s.yp, s.row_of_slot, s.topk_w_c, dyp, dw);
   // Experts.
-  MOE_ASSIGN_OR_RETURN(Tensor dy_local, dispatcher_->CombineBackward(dyp, route_));
-  const int64_t rows = dy_local.dim(0);
-  Tensor dact = Tensor::Empty(act_.shape(), dy.dtype(), dev);
-  kernels::GroupedGemmBackwardData(dy_local, w2_->compute, route_.local_offsets, dact);
-  kernels::GroupedGemmBackwardWeight(dy_local, act_, route_.local_offsets, w2_->grad);
-  Tensor dgu = Tensor::Empty(gate_up_.shape(), dy.dtype(), dev);
-  kernels::SwigluBackward(gate_up_, dact, dgu);
-  kernels::GroupedGemmBackwardWeight(dgu, x_local_, route_.local_offsets, w13_->grad);
-  Tensor dx_local = Tensor::Empty({rows, hidden_}, dy.dtype(), dev);
-  kernels::GroupedGemmBackwardData(dgu, w13_->compute, route_.local_offsets, dx_local);
-  MOE_ASSIGN_OR_RETURN(Tensor dxp, dispatcher_->DispatchBackward(dx_local, route_));
+  MOE_ASSIGN_OR_RETURN(Tensor dy_local, dispatcher_->CombineBackward(dyp, s.route));
+  MOE_ASSIGN_OR_RETURN(Tensor dx_local, ExpertsBackward(s, dy_local));
+  MOE_ASSIGN_OR_RETURN(Tensor dxp, dispatcher_->DispatchBackward(dx_local, s.route));
   Tensor dx_routed = Tensor::Empty({tokens, hidden_}, dy.dtype(), dev);
-  kernels::PermuteBackward(dxp, row_of_slot_, dx_routed);
+  kernels::PermuteBackward(dxp, s.row_of_slot, dx_routed);
   kernels::Add(dx, dx, dx_routed);
-  // Router: weights' gradient plus the balance loss's, through the scores to the logits.
-  const DType rt = scores_.dtype();
+  kernels::Add(dx, dx, RouterBackward(s, dw));
+  return dx;
+}
+
+// The grouped SwiGLU experts' backward on this rank's rows: their weight gradients, the rows' gradient.
+StatusOr<Tensor> MoeLayer::ExpertsBackward(Saved& s, const Tensor& dy_local) {
+  const int64_t rows = dy_local.dim(0);
+  const Device dev = dy_local.device();
+  if (recompute_act_) {
+    s.act = Tensor::Empty({rows, cfg_.ffn_hidden}, dy_local.dtype(), dev);
+    kernels::SwigluForward(s.gate_up, s.act);
+  }
+  Tensor dact = Tensor::Empty(s.act.shape(), dy_local.dtype(), dev);
+  kernels::GroupedGemmBackwardData(dy_local, w2_->compute, s.route.local_offsets, dact);
+  kernels::GroupedGemmBackwardWeight(dy_local, s.act, s.route.local_offsets, w2_->grad);
+  Tensor dgu = Tensor::Empty(s.gate_up.shape(), dy_local.dtype(), dev);
+  kernels::SwigluBackward(s.gate_up, dact, dgu);
+  kernels::GroupedGemmBackwardWeight(dgu, s.x_local, s.route.local_offsets, w13_->grad);
+  Tensor dx_local = Tensor::Empty({rows, hidden_}, dy_local.dtype(), dev);
+  kernels::GroupedGemmBackwardData(dgu, w13_->compute, s.route.local_offsets, dx_local);
+  return dx_local;
+}
+
+// The router: the weights' gradient plus the balance loss's, through the scores to the logits and x.
+Tensor MoeLayer::RouterBackward(const Saved& s, const Tensor& dw) {
+  const int64_t tokens = s.x.dim(0), e = cfg_.num_experts;
+  const Device dev = s.x.device();
+  const DType rt = s.scores.dtype();
   Tensor dscores;
   if (cfg_.seq_aux_loss_coeff > 0) {
     dscores = Tensor::Zeros({tokens, e}, rt, dev);
-    kernels::SeqAuxLoss(scores_, cfg_.top_k, batch_, seq_, aux_coeff_, dscores);
+    kernels::SeqAuxLoss(s.scores, cfg_.top_k, s.batch, s.seq, s.aux_coeff, dscores);
   }
   Tensor dlogits = Tensor::Empty({tokens, e}, rt, dev);
-  kernels::RouterBackward(scores_, topk_idx_, CastTo(dw, rt), dscores, router_cfg_, dlogits);
-  Tensor dx_router = LinearBackward(CastTo(dlogits, dy.dtype()), x_, *router_);
-  kernels::Add(dx, dx, dx_router);
-  x_ = scores_ = topk_idx_ = topk_w_ = topk_w_c_ = row_of_slot_ = x_local_ = gate_up_ = act_ = yp_ = Tensor();
-  return dx;
+  kernels::RouterBackward(s.scores, s.topk_idx, CastTo(dw, rt), dscores, router_cfg_, dlogits);
+  return LinearBackward(CastTo(dlogits, dw.dtype()), s.x, *router_);
 }
 
 void MoeLayer::UpdateBias(const std::vector<double>& global_counts, double rate) {

@@ -14,6 +14,7 @@
 #include "kernels/tensor.h"
 #include "worker/engine/dispatcher.h"
 #include "worker/engine/param.h"
+#include "worker/engine/saved.h"
 
 namespace moe {
 
@@ -33,7 +34,8 @@ struct MoeStats {
 class MoeLayer {
  public:
   MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed, double out_std,
-           TokenDispatcher* dispatcher, DType dtype, Device device);  // dtype: the routing's (fp32 or f64)
+           TokenDispatcher* dispatcher, DType dtype, Device device,  // dtype: the routing's (fp32 or f64)
+           bool recompute_act = false);  // recompute the experts' SwiGLU activation in the backward
   ~MoeLayer();
   // aux_coeff: alpha / (sequences in the global batch), so the summed loss is the global mean.
   StatusOr<Tensor> Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff, MoeStats* stats);
@@ -54,14 +56,21 @@ class MoeLayer {
   Param* router_;     // [E, h]
   Param* w13_;        // [E_local, 2F, h]
   Param* w2_;         // [E_local, h, F]
+  // What the backward of one micro-batch needs. Routing runs in fp32 (scores, topk_w); topk_w_c is the
+  // weights in the activations' dtype.
+  struct Saved {
+    int64_t batch = 0, seq = 0;
+    double aux_coeff = 0;
+    Tensor x, scores, topk_idx, topk_w, topk_w_c, row_of_slot, x_local, gate_up, act, yp;
+    TokenDispatcher::Route route;
+  };
+  StatusOr<Tensor> ExpertsBackward(Saved& s, const Tensor& dy_local);
+  Tensor RouterBackward(const Saved& s, const Tensor& dw);
+
   std::unique_ptr<SwigluFfn> shared_;
   Tensor bias_;
-  // Saved for the backward.
-  int64_t batch_ = 0, seq_ = 0;
-  double aux_coeff_ = 0;
-  // Routing runs in fp32 (scores_, topk_w_); topk_w_c_ is the weights in the activations' dtype.
-  Tensor x_, scores_, topk_idx_, topk_w_, topk_w_c_, row_of_slot_, x_local_, gate_up_, act_, yp_;
-  TokenDispatcher::Route route_;
+  bool recompute_act_;
+  SavedQueue<Saved> saved_;
 };
 
 }  // namespace moe

@@ -47,39 +47,41 @@ StatusOr<Tensor> MtpDepth::Forward(const Inputs& in, const Param& embedding, con
                                    double ce_scale, double aux_coeff, bool backward, double* ce_sum, MoeStats* stats) {
   const int64_t len = in.seq_len - depth_, rows = in.batch * len, h = in.h_prev.dim(1);
   const Device dev = in.h_prev.device();
-  prev_rows_ = in.h_prev.dim(0);
-  rows_prev_ = RowIndex(in.batch, len, in.prev_len, 0, dev);
+  Saved s;
+  s.prev_rows = in.h_prev.dim(0);
+  s.rows_prev = RowIndex(in.batch, len, in.prev_len, 0, dev);
   const Tensor tok_rows = RowIndex(in.batch, len, in.seq_len, depth_, dev);
-  ids_k_ = GatherIds(in.ids, tok_rows);                 // t_{i+k}
-  const Tensor targets_k = GatherIds(in.targets, tok_rows);  // t_{i+k+1}
+  s.ids_k = GatherIds(in.ids, tok_rows);                       // t_{i+k}
+  const Tensor targets_k = GatherIds(in.targets, tok_rows);    // t_{i+k+1}
   Tensor g = Tensor::Empty({rows, h}, in.h_prev.dtype(), dev);
-  kernels::GatherRows(in.h_prev, rows_prev_, g);
+  kernels::GatherRows(in.h_prev, s.rows_prev, g);
   Tensor e = Tensor::Empty({rows, h}, in.h_prev.dtype(), dev);
-  kernels::EmbeddingForward(embedding.compute, ids_k_, e);
-  cat_ = Tensor::Empty({rows, 2 * h}, in.h_prev.dtype(), dev);
-  kernels::CopyColumns(enorm_->Forward(e), 0, cat_, 0, h);
-  kernels::CopyColumns(hnorm_->Forward(g), 0, cat_, h, h);
-  MOE_ASSIGN_OR_RETURN(Tensor hk, block_->Forward(Linear(cat_, eh_proj_->compute), in.batch, len, aux_coeff, stats));
-  hn_ = final_norm_->Forward(hk);
-  logits_ = Linear(hn_, head.compute, logits_dtype);
-  *ce_sum = kernels::CrossEntropy(logits_, targets_k, ce_scale, backward ? logits_ : Tensor());
+  kernels::EmbeddingForward(embedding.compute, s.ids_k, e);
+  s.cat = Tensor::Empty({rows, 2 * h}, in.h_prev.dtype(), dev);
+  kernels::CopyColumns(enorm_->Forward(e), 0, s.cat, 0, h);
+  kernels::CopyColumns(hnorm_->Forward(g), 0, s.cat, h, h);
+  MOE_ASSIGN_OR_RETURN(Tensor hk, block_->Forward(Linear(s.cat, eh_proj_->compute), in.batch, len, aux_coeff, stats));
+  s.hn = final_norm_->Forward(hk);
+  s.logits = Linear(s.hn, head.compute, logits_dtype);
+  *ce_sum = kernels::CrossEntropy(s.logits, targets_k, ce_scale, backward ? s.logits : Tensor());
+  saved_.Push(std::move(s));
   return hk;
 }
 
 StatusOr<Tensor> MtpDepth::Backward(const Tensor& dh_next, const Param& embedding, const Param& head) {
-  const DType dt = cat_.dtype();
-  Tensor dh = final_norm_->Backward(LinearBackward(CastTo(logits_, dt), hn_, head));
+  const Saved s = saved_.Pop();
+  const DType dt = s.cat.dtype();
+  Tensor dh = final_norm_->Backward(LinearBackward(CastTo(s.logits, dt), s.hn, head));
   if (dh_next.defined()) kernels::Add(dh, dh, dh_next);
   MOE_ASSIGN_OR_RETURN(Tensor dhp, block_->Backward(dh));
-  Tensor dcat = LinearBackward(dhp, cat_, *eh_proj_);
+  Tensor dcat = LinearBackward(dhp, s.cat, *eh_proj_);
   const int64_t rows = dcat.dim(0), h = dcat.dim(1) / 2;
   Tensor de = Tensor::Empty({rows, h}, dt, dcat.device()), dg = Tensor::Empty({rows, h}, dt, dcat.device());
   kernels::CopyColumns(dcat, 0, de, 0, h);
   kernels::CopyColumns(dcat, h, dg, 0, h);
-  kernels::EmbeddingBackward(enorm_->Backward(de), ids_k_, embedding.grad);
-  Tensor dh_prev = Tensor::Zeros({prev_rows_, h}, dt, dcat.device());
-  kernels::ScatterAddRows(hnorm_->Backward(dg), rows_prev_, dh_prev);
-  rows_prev_ = ids_k_ = cat_ = hn_ = logits_ = Tensor();
+  kernels::EmbeddingBackward(enorm_->Backward(de), s.ids_k, embedding.grad);
+  Tensor dh_prev = Tensor::Zeros({s.prev_rows, h}, dt, dcat.device());
+  kernels::ScatterAddRows(hnorm_->Backward(dg), s.rows_prev, dh_prev);
   return dh_prev;
 }
 

@@ -16,6 +16,7 @@
 #include "kernels/tensor.h"
 #include "worker/engine/layers.h"
 #include "worker/engine/param.h"
+#include "worker/engine/saved.h"
 
 namespace moe {
 
@@ -46,9 +47,12 @@ class MtpDepth {
   std::unique_ptr<RmsNorm> enorm_, hnorm_, final_norm_;
   Param* eh_proj_;  // [h, 2h]
   std::unique_ptr<TransformerBlock> block_;
-  // Saved for the backward.
-  Tensor rows_prev_, ids_k_, cat_, hn_, logits_;
-  int64_t prev_rows_ = 0;
+  // What the backward of one micro-batch needs.
+  struct Saved {
+    Tensor rows_prev, ids_k, cat, hn, logits;
+    int64_t prev_rows = 0;
+  };
+  SavedQueue<Saved> saved_;
 };
 
 }  // namespace moe

@@ -86,6 +86,7 @@ Status Trainer::Init() {
   mo.compute = place_.compute;
   if (spec_.optimizer.moments_dtype == "bf16") mo.moments = DType::kBF16;
   mo.max_seq_len = spec_.data.seq_length;
+  mo.recompute = Recompute::From(spec_.training.recompute);
   mo.alltoall_seconds = &alltoall_seconds_;
   model_ = std::make_unique<Model>(spec_.model, par_, spec_.training.seed, mo);
   optimizer_ = std::make_unique<AdamWOptimizer>(spec_.optimizer);
