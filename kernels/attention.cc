@@ -6,28 +6,33 @@
 namespace moe::kernels {
 namespace {
 
-void CheckQkv(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim) {
-  MOE_CHECK(qkv.ndim() == 2 && qkv.dim(0) == batch * seq_len && qkv.dim(1) == 3 * heads * head_dim)
-      << "Attention: qkv " << qkv.ShapeString() << " for batch " << batch << ", seq " << seq_len << ", heads " << heads
-      << ", head_dim " << head_dim;
+void CheckShapes(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq_len, int64_t heads,
+                 const Tensor& out, const Tensor& lse) {
+  const int64_t t = batch * seq_len;
+  MOE_CHECK(heads > 0 && q.ndim() == 2 && q.dim(0) == t && q.dim(1) % heads == 0 && k.shape() == q.shape() &&
+            v.ndim() == 2 && v.dim(0) == t && v.dim(1) % heads == 0 && out.shape() == v.shape() &&
+            lse.numel() == batch * heads * seq_len && q.dtype() == k.dtype() && q.dtype() == v.dtype())
+      << "Attention: q " << q.ShapeString() << ", k " << k.ShapeString() << ", v " << v.ShapeString() << ", out "
+      << out.ShapeString() << ", lse " << lse.ShapeString() << " for batch " << batch << ", seq " << seq_len << ", heads "
+      << heads;
 }
 
 }  // namespace
 
-void AttentionForward(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
-                      const Tensor& out, const Tensor& probs) {
-  CheckQkv(qkv, batch, seq_len, heads, head_dim);
-  MOE_CHECK(out.dim(0) == batch * seq_len && out.dim(1) == heads * head_dim && probs.numel() == batch * heads * seq_len * seq_len)
-      << "AttentionForward: out " << out.ShapeString() << ", probs " << probs.ShapeString();
-  return MOE_DISPATCH(out, AttentionForward(qkv, batch, seq_len, heads, head_dim, out, probs));
+void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq_len, int64_t heads,
+                      double scale, const Tensor& out, const Tensor& lse) {
+  CheckShapes(q, k, v, batch, seq_len, heads, out, lse);
+  return MOE_DISPATCH(out, AttentionForward(q, k, v, batch, seq_len, heads, scale, out, lse));
 }
 
-void AttentionBackward(const Tensor& qkv, const Tensor& probs, const Tensor& dout, int64_t batch, int64_t seq_len,
-                       int64_t heads, int64_t head_dim, const Tensor& dqkv) {
-  CheckQkv(qkv, batch, seq_len, heads, head_dim);
-  MOE_CHECK(dqkv.shape() == qkv.shape() && dout.dim(0) == batch * seq_len && dout.dim(1) == heads * head_dim)
-      << "AttentionBackward: dqkv " << dqkv.ShapeString() << ", dout " << dout.ShapeString();
-  return MOE_DISPATCH(dqkv, AttentionBackward(qkv, probs, dout, batch, seq_len, heads, head_dim, dqkv));
+void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                       const Tensor& lse, int64_t batch, int64_t seq_len, int64_t heads, double scale,
+                       const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  CheckShapes(q, k, v, batch, seq_len, heads, out, lse);
+  MOE_CHECK(dout.shape() == out.shape() && dq.shape() == q.shape() && dk.shape() == k.shape() && dv.shape() == v.shape())
+      << "AttentionBackward: dout " << dout.ShapeString() << ", dq " << dq.ShapeString() << ", dk " << dk.ShapeString()
+      << ", dv " << dv.ShapeString();
+  return MOE_DISPATCH(dq, AttentionBackward(q, k, v, out, dout, lse, batch, seq_len, heads, scale, dq, dk, dv));
 }
 
 }  // namespace moe::kernels

@@ -30,6 +30,31 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   return MOE_DISPATCH(dst, GatherRows(src, index, dst));
 }
 
+void ScatterAddRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
+  MOE_CHECK(index.dtype() == DType::kI32 && index.numel() == src.dim(0) && src.dim(1) == dst.dim(1) &&
+            src.dtype() == dst.dtype())
+      << "ScatterAddRows: src " << src.ShapeString() << ", index " << index.ShapeString() << ", dst " << dst.ShapeString();
+  return MOE_DISPATCH(dst, ScatterAddRows(src, index, dst));
+}
+
+void CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t broadcast) {
+  MOE_CHECK(src.ndim() == 2 && dst.ndim() == 2 && broadcast >= 1 && dst.dim(0) == src.dim(0) * broadcast && width >= 0 &&
+            src_col >= 0 && dst_col >= 0 && src_col + width <= src.dim(1) && dst_col + width <= dst.dim(1) &&
+            src.dtype() == dst.dtype())
+      << "CopyColumns: src " << src.ShapeString() << " cols [" << src_col << ", +" << width << ") into dst "
+      << dst.ShapeString() << " at " << dst_col << ", broadcast " << broadcast;
+  return MOE_DISPATCH(dst, CopyColumns(src, src_col, dst, dst_col, width, broadcast));
+}
+
+void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t group) {
+  MOE_CHECK(src.ndim() == 2 && dst.ndim() == 2 && group >= 1 && src.dim(0) == dst.dim(0) * group && width >= 0 &&
+            src_col >= 0 && dst_col >= 0 && src_col + width <= src.dim(1) && dst_col + width <= dst.dim(1) &&
+            src.dtype() == dst.dtype())
+      << "SumColumns: src " << src.ShapeString() << " cols [" << src_col << ", +" << width << ") into dst "
+      << dst.ShapeString() << " at " << dst_col << ", group " << group;
+  return MOE_DISPATCH(dst, SumColumns(src, src_col, dst, dst_col, width, group));
+}
+
 void Convert(const Tensor& src, const Tensor& dst) {
   MOE_CHECK(src.numel() == dst.numel() && src.device() == dst.device())
       << "Convert: " << DTypeName(src.dtype()) << src.ShapeString() << " on " << src.device().ToString() << " into "

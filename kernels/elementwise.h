@@ -19,6 +19,17 @@ void Scale(const Tensor& t, double s);
 double SumSquares(const Tensor& t);
 // Row gather: dst[r] = src[index[r]].   src [S, D], index i32 [R], dst [R, D]
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
+// Its backward: dst[index[r]] += src[r], with the indices distinct.   src [R, D], index i32 [R], dst [S, D]
+void ScatterAddRows(const Tensor& src, const Tensor& index, const Tensor& dst);
+// A block of columns between 2-D tensors, each dst row taking src row r / broadcast:
+//   dst[r, dst_col + c] = src[r / broadcast, src_col + c]   for c < width;  dst rows = src rows * broadcast
+// (splitting and joining MLA's projections; broadcast = heads gives the shared rotary key to every head).
+void CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width,
+                 int64_t broadcast = 1);
+// The backward of CopyColumns: sums each group of `group` consecutive src rows into one dst row.
+//   dst[r, dst_col + c] += sum_{i < group} src[r * group + i, src_col + c];  src rows = dst rows * group
+void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width,
+                int64_t group = 1);
 // dst = src converted to dst's dtype (f32, f64, bf16; bf16 rounds to nearest even). Same numel, same
 // device. The mixed-precision path uses it for the bf16 compute copies of fp32 master weights.
 void Convert(const Tensor& src, const Tensor& dst);

@@ -17,7 +17,8 @@ struct AdamWConfig {
   double grad_scale = 1.0;    // multiplies the gradient first (global-norm clipping)
 };
 
-//   param, grad, m, v: same shape, fp32 (f64 on the CPU for gradient checks). m and v are updated.
+//   param, grad: same shape, fp32 (f64 on the CPU for gradient checks). m and v (updated) are fp32, or
+//   bf16 (DeepSeek-V3's BF16 moments: the update reads and computes in fp32 and rounds what it stores).
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg);
 
 }  // namespace moe::kernels

@@ -6,21 +6,25 @@
 namespace moe::kernels {
 namespace {
 
-void CheckQkv(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim) {
-  MOE_CHECK(qkv.ndim() == 2 && qkv.dim(1) == 3 * heads * head_dim && head_dim % 2 == 0 && seq_len > 0)
-      << "Rope: qkv " << qkv.ShapeString() << ", heads " << heads << ", head_dim " << head_dim;
+void CheckRope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq) {
+  const int64_t d = 2 * inv_freq.numel();
+  MOE_CHECK(x.ndim() == 2 && heads > 0 && x.dim(1) % heads == 0 && seq_len > 0 && offset >= 0 && d > 0 &&
+            offset + d <= x.dim(1) / heads && inv_freq.device() == x.device())
+      << "Rope: x " << x.ShapeString() << ", heads " << heads << ", offset " << offset << ", rotated dims " << d;
 }
 
 }  // namespace
 
-void RopeForward(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta) {
-  CheckQkv(qkv, seq_len, heads, head_dim);
-  return MOE_DISPATCH(qkv, RopeForward(qkv, seq_len, heads, head_dim, theta));
+void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
+                 RopeLayout layout) {
+  CheckRope(x, seq_len, heads, offset, inv_freq);
+  return MOE_DISPATCH(x, RopeForward(x, seq_len, heads, offset, inv_freq, layout));
 }
 
-void RopeBackward(const Tensor& dqkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta) {
-  CheckQkv(dqkv, seq_len, heads, head_dim);
-  return MOE_DISPATCH(dqkv, RopeBackward(dqkv, seq_len, heads, head_dim, theta));
+void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
+                  RopeLayout layout) {
+  CheckRope(dx, seq_len, heads, offset, inv_freq);
+  return MOE_DISPATCH(dx, RopeBackward(dx, seq_len, heads, offset, inv_freq, layout));
 }
 
 }  // namespace moe::kernels

@@ -1,14 +1,24 @@
-// Rotary position embedding (RoPE, half-split layout as in GPT-NeoX/Llama) on the q and k parts of a
-// packed qkv tensor, in place. Token t of a batch of sequences sits at position t % seq_len.
+// Rotary position embedding, in place, on a block of columns of every head. Token t of a batch of
+// sequences sits at position t % seq_len; pair j rotates by angle position * inv_freq[j].
+//   half-split (GPT-NeoX/Llama, our MHA): pairs (j, j + d/2)
+//   pairs (DeepSeek's released weights, MLA): adjacent pairs (2j, 2j + 1)
+// inv_freq carries the frequencies, so YaRN's corrected ones (worker/engine/rope_freqs.h) need nothing
+// here.
 #pragma once
 
 #include "kernels/tensor.h"
 
 namespace moe::kernels {
 
-//   qkv [T, 3 * heads * head_dim]: q = columns [0, H*d), k = [H*d, 2*H*d), v untouched.
-void RopeForward(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta);
-// The inverse rotation applied to the gradient (a rotation's transpose), in place on dqkv.
-void RopeBackward(const Tensor& dqkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta);
+enum class RopeLayout { kHalfSplit, kPairs };
+
+//   x [T, heads * stride]: head h's rotated columns are [h*stride + offset, h*stride + offset + d),
+//     d = 2 * inv_freq.numel(), stride = x.dim(1) / heads
+//   inv_freq [d/2] on x's device (f32; f64 for f64 x)
+void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
+                 RopeLayout layout);
+// The inverse rotation (a rotation's transpose), applied to a gradient in place.
+void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
+                  RopeLayout layout);
 
 }  // namespace moe::kernels

@@ -37,12 +37,13 @@ void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& 
   return MOE_DISPATCH(dlogits, RouterBackward(scores, topk_idx, dtopk_w, dscores_extra, cfg, dlogits));
 }
 
-double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs, int64_t seq_len, double coeff,
+double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
                   const Tensor& dscores) {
   const int64_t tokens = scores.dim(0);
-  MOE_CHECK(tokens == num_seqs * seq_len && topk_idx.dim(0) == tokens && (!dscores.defined() || dscores.shape() == scores.shape()))
+  MOE_CHECK(tokens == num_seqs * seq_len && top_k >= 1 && top_k <= scores.dim(1) &&
+            (!dscores.defined() || dscores.shape() == scores.shape()))
       << "SeqAuxLoss: scores " << scores.ShapeString() << " for " << num_seqs << " x " << seq_len;
-  return MOE_DISPATCH(scores, SeqAuxLoss(scores, topk_idx, num_seqs, seq_len, coeff, dscores));
+  return MOE_DISPATCH(scores, SeqAuxLoss(scores, top_k, num_seqs, seq_len, coeff, dscores));
 }
 
 // On the host for either device: the indices come back through ToVector.

@@ -30,11 +30,15 @@ void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig&
 void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& dtopk_w, const Tensor& dscores_extra,
                     const RouterConfig& cfg, const Tensor& dlogits);
 
-// Sequence-wise balance loss over `num_seqs` sequences of `seq_len` tokens (T = num_seqs * seq_len):
-//   f_i = E / (k * S) * #{t : i in topk(t)},  s'_{i,t} = s_{i,t} / sum_j s_{j,t},  P_i = mean_t s'_{i,t}
+// Sequence-wise balance loss over `num_seqs` sequences of `seq_len` tokens (T = num_seqs * seq_len),
+// the paper's eq. 18 (and Megatron's): the counts come from each token's top_k of the UNBIASED scores
+// over all experts (no bias, no group mask), whatever the biased, group-limited selection chose:
+//   f_i = E / (k * S) * #{t : i in top_k(s_{., t})},  s'_{i,t} = s_{i,t} / sum_j s_{j,t},  P_i = mean_t s'_{i,t}
 //   loss = coeff * sum over sequences of sum_i f_i * P_i
-// Returns the loss; when dscores is defined, adds d loss / d scores to it (f is a constant).
-double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs, int64_t seq_len, double coeff,
+// Returns the loss; when dscores is defined, adds d loss / d scores to it (f is a constant). Ties in
+// the top_k go to the lower expert index.
+//   scores [T, E] f32/f64, dscores [T, E] or undefined
+double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
                   const Tensor& dscores);
 
 // Tokens per expert: counts[e] = #{(t, j) : topk_idx[t, j] = e}. counts: host vector of E.

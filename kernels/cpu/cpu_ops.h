@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/optimizer.h"
+#include "kernels/rope.h"
 #include "kernels/router.h"
 #include "kernels/tensor.h"
 
@@ -38,14 +39,15 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
                      const Tensor& dw);
 
 // rope.cc
-void RopeForward(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta);
-void RopeBackward(const Tensor& dqkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta);
+void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout);
+void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout);
 
 // attention.cc: one (sequence, head) per thread, probabilities materialised.
-void AttentionForward(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, const Tensor& out,
-                      const Tensor& probs);
-void AttentionBackward(const Tensor& qkv, const Tensor& probs, const Tensor& dout, int64_t batch, int64_t seq_len,
-                       int64_t heads, int64_t head_dim, const Tensor& dqkv);
+void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq_len, int64_t heads,
+                      double scale, const Tensor& out, const Tensor& lse);
+void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                       const Tensor& lse, int64_t batch, int64_t seq_len, int64_t heads, double scale,
+                       const Tensor& dq, const Tensor& dk, const Tensor& dv);
 
 // swiglu.cc
 void SwigluForward(const Tensor& gate_up, const Tensor& out);
@@ -59,7 +61,7 @@ void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig&
                    const Tensor& topk_idx, const Tensor& topk_w);
 void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& dtopk_w, const Tensor& dscores_extra,
                     const RouterConfig& cfg, const Tensor& dlogits);
-double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs, int64_t seq_len, double coeff,
+double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
                   const Tensor& dscores);
 
 // permute.cc
@@ -78,6 +80,9 @@ void Add(const Tensor& out, const Tensor& a, const Tensor& b);
 void Scale(const Tensor& t, double s);
 double SumSquares(const Tensor& t);
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
+void ScatterAddRows(const Tensor& src, const Tensor& index, const Tensor& dst);
+void CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t broadcast);
+void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t group);
 void Convert(const Tensor& src, const Tensor& dst);
 
 // runtime.cc: the thread count OpenMP and OpenBLAS share, and which GEMM runs.

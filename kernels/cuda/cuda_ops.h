@@ -19,6 +19,7 @@
 
 #include "common/status.h"
 #include "kernels/optimizer.h"
+#include "kernels/rope.h"
 #include "kernels/router.h"
 #include "kernels/tensor.h"
 
@@ -42,14 +43,15 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
                      const Tensor& dw);
 
 // rope.cu: in place on the q and k parts; the backward is the inverse rotation.
-void RopeForward(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta);
-void RopeBackward(const Tensor& dqkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta);
+void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout);
+void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout);
 
 // attention.cu: cuBLAS strided-batched GEMMs per sequence and a fused causal softmax (fp32 scores).
-void AttentionForward(const Tensor& qkv, int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim, const Tensor& out,
-                      const Tensor& probs);
-void AttentionBackward(const Tensor& qkv, const Tensor& probs, const Tensor& dout, int64_t batch, int64_t seq_len,
-                       int64_t heads, int64_t head_dim, const Tensor& dqkv);
+void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq_len, int64_t heads,
+                      double scale, const Tensor& out, const Tensor& lse);
+void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                       const Tensor& lse, int64_t batch, int64_t seq_len, int64_t heads, double scale,
+                       const Tensor& dq, const Tensor& dk, const Tensor& dv);
 
 // swiglu.cu
 void SwigluForward(const Tensor& gate_up, const Tensor& out);
@@ -64,7 +66,7 @@ void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig&
                    const Tensor& topk_idx, const Tensor& topk_w);
 void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& dtopk_w, const Tensor& dscores_extra,
                     const RouterConfig& cfg, const Tensor& dlogits);
-double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs, int64_t seq_len, double coeff,
+double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
                   const Tensor& dscores);
 
 // permute.cu: the dispatch plan is built on the host (kernels/permute.cc); these move the rows.
@@ -73,7 +75,7 @@ void CombineForward(const Tensor& yp, const Tensor& row_of_slot, const Tensor& w
 void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& dyp,
                      const Tensor& dw);
 
-// optimizer.cu: fused AdamW on f32 master weights, gradients and moments.
+// optimizer.cu: fused AdamW on f32 master weights and gradients; f32 or bf16 moments.
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg);
 
 // elementwise.cu. SumSquares adds fp64 block partials on the host in a fixed order. Convert: f32 <-> bf16.
@@ -83,6 +85,9 @@ void Add(const Tensor& out, const Tensor& a, const Tensor& b);
 void Scale(const Tensor& t, double s);
 double SumSquares(const Tensor& t);
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
+void ScatterAddRows(const Tensor& src, const Tensor& index, const Tensor& dst);
+void CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t broadcast);
+void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t group);
 void Convert(const Tensor& src, const Tensor& dst);
 
 // runtime.cu: device facts, behind the device-agnostic kernels/runtime.h.
