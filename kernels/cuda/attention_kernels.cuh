@@ -2,8 +2,9 @@
 // on the tensor cores through mma.cuh (bf16, or fp32 as 3xTF32). Per (sequence, head):
 //   forward   one block per 64-query tile, 4 warps of 16 query rows; key tiles of 64 stream through
 //             shared memory (cp.async: the next K tile loads during the softmax and P V, V during
-//             Q K^T); online softmax in registers; P goes through a per-warp shared tile to become
-//             the A operand of P V; out and the row log-sum-exp (lse) written at the end.
+//             Q K^T); online softmax in registers; P becomes the A operand of P V in registers
+//             (bf16) or through a per-warp shared tile (fp32); out and the row log-sum-exp (lse)
+//             written at the end.
 //   backward  deterministic, no atomics: D = rowsum(dout * out) first (one warp per row); then one
 //             block per key tile owns dK and dV (it walks the query tiles at or below the diagonal,
 //             recomputing P from lse), and one block per query tile owns dQ (it walks the key tiles
@@ -63,7 +64,10 @@ struct FwdCfg {
   static constexpr int kWarps = 4, kThreads = 32 * kWarps, kM = 16 * kWarps, kN = 64;
   static constexpr int kPad = 16 / static_cast<int>(sizeof(T));  // one 16-byte unit per row: no bank conflicts
   static constexpr int kLdQ = KD + kPad, kLdV = VD + kPad, kLdP = kN + kPad;
-  static constexpr int kSizeQ = kM * kLdQ, kSizeK = kN * kLdQ, kSizeV = kN * kLdV, kSizeP = kM * kLdP;
+  // P: in registers for bf16 (the accumulator layout of two 8-key tiles is the A layout of a 16-key
+  // step); through shared memory for fp32, whose tf32 A layout differs.
+  static constexpr int kSizeQ = kM * kLdQ, kSizeK = kN * kLdQ, kSizeV = kN * kLdV;
+  static constexpr int kSizeP = std::is_same_v<T, bf16> ? 0 : kM * kLdP;
   static constexpr size_t kSmemBytes = sizeof(T) * static_cast<size_t>(kSizeQ + kSizeK + kSizeV + kSizeP);
 };
 
@@ -75,6 +79,9 @@ struct BwdCfg {
   static constexpr bool kBf16 = std::is_same_v<T, bf16>;
   static constexpr int kTile = kBf16 ? 64 : 32, kWarps = kBf16 ? 8 : 4, kThreads = 32 * kWarps;
   static constexpr int kRowGroups = kTile / 16, kSplit = kWarps / kRowGroups;
+  // Two dK/dV blocks per SM where their registers allow (128 each: (192, 128) spills 8 bytes,
+  // (256, 256) would spill kilobytes); the dQ blocks fit two per SM as they are.
+  static constexpr int kKvMinBlocks = kBf16 && KD + VD <= 320 ? 2 : 1;
   static constexpr int kPad = 16 / static_cast<int>(sizeof(T));
   static constexpr int kLdQ = KD + kPad, kLdV = VD + kPad, kLdS = kTile + kPad;
   static constexpr int kSizeQ = kTile * kLdQ, kSizeV = kTile * kLdV, kSizeS = kTile * kLdS;
@@ -219,6 +226,35 @@ MOE_DEVICE void OnlineSoftmax(float (&s)[N8][4], float (&o)[V8][4], float (&m)[2
   }
 }
 
+// o += P V for a warp's 16 rows: P (softmax numerators of one key tile, accumulator layout), V a
+// shared tile [key][d_v]; spw is the warp's shared P tile (fp32 only).
+template <typename T, int VD, int N8>
+MOE_DEVICE void AccumulatePv(float (&o)[VD / 8][4], const float (&p)[N8][4], T* spw, int ldp, const T* sv, int ldv,
+                             int d_v) {
+  using F = Frag<T>;
+  if constexpr (std::is_same_v<T, bf16>) {
+#pragma unroll
+    for (int kk = 0; kk < N8 / 2; ++kk) {
+      typename F::A a;
+      a.r[0] = mma::PackBf16(p[2 * kk][0], p[2 * kk][1]);
+      a.r[1] = mma::PackBf16(p[2 * kk][2], p[2 * kk][3]);
+      a.r[2] = mma::PackBf16(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+      a.r[3] = mma::PackBf16(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+#pragma unroll
+      for (int j = 0; j < VD / 16; ++j) {
+        if (16 * j < d_v) {
+          typename F::B b0, b1;
+          F::LoadB2KN(b0, b1, sv, ldv, 16 * j, 16 * kk);
+          F::Mma(o[2 * j], a, b0);
+          F::Mma(o[2 * j + 1], a, b1);
+        }
+      }
+    }
+  } else {
+    WarpGemm<T, 8 * N8, VD / 8, true>(o, spw, ldp, 0, sv, ldv, 0, 8 * N8, d_v);
+  }
+}
+
 template <typename T, int KD, int VD>
 __global__ void __launch_bounds__(FwdCfg<T, KD, VD>::kThreads) AttentionFwdKernel(const FwdArgs<T> a) {
   using C = FwdCfg<T, KD, VD>;
@@ -268,15 +304,17 @@ __global__ void __launch_bounds__(FwdCfg<T, KD, VD>::kThreads) AttentionFwdKerne
       mma::CpAsyncCommit();
     }
     OnlineSoftmax(s, o, m, l, a.scale_log2, n0 + kN - 1 > wrow, n0, wrow);
+    if constexpr (C::kSizeP > 0) {
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j) mma::StoreC(s[j], spw, C::kLdP, 0, 8 * j);
+      for (int j = 0; j < kN / 8; ++j) mma::StoreC(s[j], spw, C::kLdP, 0, 8 * j);
+    }
     if (more) {
       mma::CpAsyncWait<1>();  // this V tile
     } else {
       mma::CpAsyncWait<0>();
     }
     __syncthreads();
-    WarpGemm<T, kN, VD / 8, true>(o, spw, C::kLdP, 0, sv, C::kLdV, 0, kN, a.d_v);
+    AccumulatePv<T, VD>(o, s, spw, C::kLdP, sv, C::kLdV, a.d_v);
     __syncthreads();  // every warp is done with this V tile
   }
 
@@ -326,7 +364,8 @@ __global__ void __launch_bounds__(256) AttentionBwdDeltaKernel(const T* out, con
 
 // dK, dV of one key tile: walks the query tiles from the diagonal down.
 template <typename T, int KD, int VD>
-__global__ void __launch_bounds__(BwdCfg<T, KD, VD>::kThreads) AttentionBwdKvKernel(const BwdArgs<T> a) {
+__global__ void __launch_bounds__(BwdCfg<T, KD, VD>::kThreads, BwdCfg<T, KD, VD>::kKvMinBlocks)
+    AttentionBwdKvKernel(const BwdArgs<T> a) {
   using C = BwdCfg<T, KD, VD>;
   constexpr int kT = C::kTile, kQw = kT / C::kSplit, kKc = KD / C::kSplit, kVc = VD / C::kSplit;
   MOE_DYNAMIC_SMEM(smem);
