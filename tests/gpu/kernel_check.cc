@@ -249,7 +249,7 @@ void AttentionCases() {
       {"attention 16 heads S=257", 2, 257, 16, 64, 64, {DType::kF32, DType::kBF16}},
       {"attention S=1", 3, 1, 1, 64, 64, {DType::kF32, DType::kBF16}},
       {"attention d=24/16 S=70", 1, 70, 3, 24, 16, {DType::kF32, DType::kBF16}},
-      {"attention S=4096", 1, 4096, 1, 64, 64, {DType::kBF16}},
+      {"attention S=4096", 1, 4096, 2, 64, 64, {DType::kBF16}},
   };
   for (const Shape& sh : shapes) {
     Run(sh.name, [&](Device dev, DType dt) {
