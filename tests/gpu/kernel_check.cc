@@ -91,7 +91,7 @@ void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& c
   // A kernel fault is sticky: record it before touching the data, and stop with the table so far.
   const std::string cuda_error = g_device.is_cuda() ? moe::kernels::CudaSynchronize() : "";
   if (!cuda_error.empty()) {
-    std::printf("%-28s %-5s FAIL   CUDA error %s\n", name.c_str(), moe::DTypeName(dt), cuda_error.c_str());
+    std::printf("%-36s %-5s FAIL   CUDA error %s\n", name.c_str(), moe::DTypeName(dt), cuda_error.c_str());
     for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
     std::printf("FAIL: a CUDA error stopped the kernel checks after %zu of them\n", g_rows.size());
     std::exit(1);
@@ -123,7 +123,7 @@ void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& c
   }
   ok = ok && bad == 0;
   char row[512];
-  std::snprintf(row, sizeof(row), "%-28s %-5s %-6s %9zu elements  worst err/tol %.3g%s", name.c_str(), moe::DTypeName(dt),
+  std::snprintf(row, sizeof(row), "%-36s %-5s %-6s %9zu elements  worst err/tol %.3g%s", name.c_str(), moe::DTypeName(dt),
                 ok ? "ok" : "FAIL", gpu.size(), worst, cuda_error.empty() ? "" : ("  CUDA error " + cuda_error).c_str());
   if (!ok && at >= 0) {
     std::printf("  %s %s: %lld bad; worst at [%lld]: gpu %.8g, cpu %.8g\n", name.c_str(), moe::DTypeName(dt),
@@ -442,7 +442,7 @@ int main() {
   BalanceLossCases();
   AttentionCases();
 
-  std::printf("%-28s %-5s %-6s %s\n", "KERNEL", "DTYPE", "RESULT", "DETAIL");
+  std::printf("%-36s %-5s %-6s %s\n", "KERNEL", "DTYPE", "RESULT", "DETAIL");
   for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
   std::printf("%s: %d of %zu kernel checks failed\n", g_failures ? "FAIL" : "PASS", g_failures, g_rows.size());
   return g_failures ? 1 : 0;
