@@ -136,7 +136,9 @@ template <typename T, int KMAX, int N8, bool kBKMajor>
 MOE_DEVICE void WarpGemm(float (&acc)[N8][4], const T* sa, int lda, int a_row0, const T* sb, int ldb, int n0,
                          int kdim, int n_limit) {
   using F = Frag<T>;
-#pragma unroll
+  // fp32 (3xTF32, six MMAs per step) is a correctness path: its k loop stays rolled, which keeps its
+  // code, registers and compile time small.
+#pragma unroll(std::is_same_v<T, bf16> ? KMAX / 16 : 1)
   for (int k0 = 0; k0 < KMAX; k0 += 16) {
     if (k0 < kdim) {
       typename F::A a;
