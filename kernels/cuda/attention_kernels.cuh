@@ -1,10 +1,10 @@
 // The tiled causal attention kernels (FlashAttention-2's algorithm) behind kernels/cuda/attention.cu,
 // on the tensor cores through mma.cuh (bf16, or fp32 as 3xTF32). Per (sequence, head):
-//   forward   one block per 64-query tile, 4 warps of 16 query rows; key tiles of 64 stream through
-//             shared memory (cp.async: the next K tile loads during the softmax and P V, V during
-//             Q K^T); online softmax in registers; P becomes the A operand of P V in registers
-//             (bf16) or through a per-warp shared tile (fp32); out and the row log-sum-exp (lse)
-//             written at the end.
+//   forward   one block per query tile, warps of 16 query rows (bf16: 8 warps, 128 rows; fp32: 4
+//             warps, 64 rows); key tiles of 64 stream through shared memory (cp.async: the next K
+//             tile loads during the softmax and P V, V during Q K^T); online softmax in registers;
+//             P becomes the A operand of P V in registers (bf16) or through a per-warp shared tile
+//             (fp32); out and the row log-sum-exp (lse) written at the end.
 //   backward  deterministic, no atomics: D = rowsum(dout * out) first (one warp per row); then one
 //             block per key tile owns dK and dV (it walks the query tiles at or below the diagonal,
 //             recomputing P from lse), and one block per query tile owns dQ (it walks the key tiles
@@ -58,10 +58,13 @@ struct BwdArgs {
   float scale, scale_log2;
 };
 
-// Shapes of the forward: 4 warps of 16 query rows, 64-key tiles.
+// Shapes of the forward: warps of 16 query rows (bf16: 8, a 128-row tile, so each K/V tile read from
+// L2 serves 128 queries; fp32: 4, which its shared memory allows at head size 256), 64-key tiles.
 template <typename T, int KD, int VD>
 struct FwdCfg {
-  static constexpr int kWarps = 4, kThreads = 32 * kWarps, kM = 16 * kWarps, kN = 64;
+  static constexpr int kWarps = std::is_same_v<T, bf16> ? 8 : 4, kThreads = 32 * kWarps, kM = 16 * kWarps, kN = 64;
+  // Two bf16 blocks per SM where 128 registers suffice (no spills up to (192, 128)).
+  static constexpr int kMinBlocks = std::is_same_v<T, bf16> && KD + VD <= 320 ? 2 : 1;
   static constexpr int kPad = 16 / static_cast<int>(sizeof(T));  // one 16-byte unit per row: no bank conflicts
   static constexpr int kLdQ = KD + kPad, kLdV = VD + kPad, kLdP = kN + kPad;
   // P: in registers for bf16 (the accumulator layout of two 8-key tiles is the A layout of a 16-key
@@ -258,7 +261,8 @@ MOE_DEVICE void AccumulatePv(float (&o)[VD / 8][4], const float (&p)[N8][4], T* 
 }
 
 template <typename T, int KD, int VD>
-__global__ void __launch_bounds__(FwdCfg<T, KD, VD>::kThreads) AttentionFwdKernel(const FwdArgs<T> a) {
+__global__ void __launch_bounds__(FwdCfg<T, KD, VD>::kThreads, FwdCfg<T, KD, VD>::kMinBlocks)
+    AttentionFwdKernel(const FwdArgs<T> a) {
   using C = FwdCfg<T, KD, VD>;
   constexpr int kM = C::kM, kN = C::kN;
   MOE_DYNAMIC_SMEM(smem);
@@ -296,16 +300,19 @@ __global__ void __launch_bounds__(FwdCfg<T, KD, VD>::kThreads) AttentionFwdKerne
     mma::CpAsyncCommit();
     mma::CpAsyncWait<1>();  // Q and this K tile
     __syncthreads();
+    // A warp whose 16 rows all precede this key tile (the upper half of a 128-row tile's last key
+    // tile) skips it; it still meets every barrier and issues its share of the loads.
+    const bool live = n0 <= wrow + 15;
     float s[kN / 8][4];
     ZeroAcc(s);
-    WarpGemm<T, KD, kN / 8, false>(s, sq, C::kLdQ, 16 * warp, sk, C::kLdQ, 0, kq, kN);
+    if (live) WarpGemm<T, KD, kN / 8, false>(s, sq, C::kLdQ, 16 * warp, sk, C::kLdQ, 0, kq, kN);
     __syncthreads();  // every warp is done with this K tile
     const bool more = nt + 1 < num_n;
     if (more) {
       LoadTileAsync(sk, C::kLdQ, k + (n0 + kN) * ldq, ldq, a.seq - n0 - kN, kN, a.d_qk);
       mma::CpAsyncCommit();
     }
-    OnlineSoftmax(s, o, m, l, a.scale_log2, n0 + kN - 1 > wrow, n0, wrow);
+    if (live) OnlineSoftmax(s, o, m, l, a.scale_log2, n0 + kN - 1 > wrow, n0, wrow);
     if constexpr (C::kSizeP > 0) {
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) mma::StoreC(s[j], spw, C::kLdP, 0, 8 * j);
@@ -316,7 +323,7 @@ __global__ void __launch_bounds__(FwdCfg<T, KD, VD>::kThreads) AttentionFwdKerne
       mma::CpAsyncWait<0>();
     }
     __syncthreads();
-    AccumulatePv<T, VD>(o, s, spw, C::kLdP, sv, C::kLdV, a.d_v);
+    if (live) AccumulatePv<T, VD>(o, s, spw, C::kLdP, sv, C::kLdV, a.d_v);
     __syncthreads();  // every warp is done with this V tile
   }
 
