@@ -4,7 +4,11 @@
 //   2. the engine's MoE layer, forward + backward, at DeepSeek-V3 expert sizes (hidden 7168, expert
 //      FFN 2048, top-8 of 32 local experts in 8 groups, 16k tokens, bf16, no shared expert):
 //      TFLOP/s of its GEMM work (Megatron's count) over the dense rate;
-//   3. a full training step of the `small` preset on this GPU (bf16): TFLOP/s per device and MFU
+//   3. flash attention forward + backward at S = 4096 (bf16, B = 1, 128 heads): DeepSeek-V3's MLA
+//      head sizes (d_qk 192, d_v 128) and plain MHA (128/128), TFLOP/s by the causal count
+//      (forward 2 * B*H*S^2/2 * (d_qk + d_v), backward 2.5 times that); bench/moe_layer_torch.py
+//      times PyTorch's scaled_dot_product_attention at the same shapes;
+//   4. a full training step of the `small` preset on this GPU (bf16): TFLOP/s per device and MFU
 //      against the measured 8192^3 rate.
 // Prints RESULT lines (key value) that tests/gpu/check.sh turns into its table.
 //
@@ -18,6 +22,7 @@
 
 #include "common/args.h"
 #include "common/log.h"
+#include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/runtime.h"
@@ -52,6 +57,34 @@ double BestSeconds(int reps, Fn&& fn) {
     best = std::min(best, Seconds(t0, Clock::now()));
   }
   return best;
+}
+
+// Attention forward, then forward + backward, at one shape (bf16, batch 1); prints RESULT
+// attention_<name>_{fwd_ms,fwd_tflops,ms,tflops}.
+void BenchAttention(const char* name, int64_t seq, int64_t heads, int64_t d_qk, int64_t d_v, moe::Device dev, int reps) {
+  const moe::DType bf = moe::DType::kBF16;
+  using moe::Tensor;
+  Tensor q = Tensor::Empty({seq, heads * d_qk}, bf, dev), k = Tensor::Empty({seq, heads * d_qk}, bf, dev);
+  Tensor v = Tensor::Empty({seq, heads * d_v}, bf, dev), dout = Tensor::Empty({seq, heads * d_v}, bf, dev);
+  Tensor out = Tensor::Empty({seq, heads * d_v}, bf, dev), lse = Tensor::Empty({heads * seq}, moe::DType::kF32, dev);
+  Tensor dq = Tensor::Empty(q.shape(), bf, dev), dk = Tensor::Empty(k.shape(), bf, dev), dv = Tensor::Empty(v.shape(), bf, dev);
+  uint64_t seed = 20;
+  for (const Tensor* t : {&q, &k, &v, &dout}) moe::kernels::FillUniform(*t, ++seed);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d_qk));
+  auto forward = [&] { moe::kernels::AttentionForward(q, k, v, 1, seq, heads, scale, out, lse); };
+  const double fwd = BestSeconds(reps, forward);
+  const double both = BestSeconds(reps, [&] {
+    forward();
+    moe::kernels::AttentionBackward(q, k, v, out, dout, lse, 1, seq, heads, scale, dq, dk, dv);
+  });
+  const double fwd_flops = static_cast<double>(heads) * static_cast<double>(seq) * static_cast<double>(seq) *
+                           static_cast<double>(d_qk + d_v);
+  std::printf("RESULT attention_%s_fwd_ms %.3f\n", name, fwd * 1e3);
+  std::printf("RESULT attention_%s_fwd_tflops %.1f\n", name, fwd_flops / fwd / 1e12);
+  std::printf("RESULT attention_%s_ms %.3f  (forward + backward, S %lld, %lld heads, d_qk %lld, d_v %lld, bf16)\n", name,
+              both * 1e3, static_cast<long long>(seq), static_cast<long long>(heads), static_cast<long long>(d_qk),
+              static_cast<long long>(d_v));
+  std::printf("RESULT attention_%s_tflops %.1f\n", name, 3.5 * fwd_flops / both / 1e12);
 }
 
 }  // namespace
@@ -161,7 +194,14 @@ int main(int argc, char** argv) {
     std::printf("RESULT moe_layer_load_max_over_mean %.2f\n", imbalance);
   }
 
-  // 3. A training step at `small`.
+  // 3. Flash attention at S = 4096 (toy sizes when rehearsing).
+  {
+    const int64_t seq = rehearse ? 128 : 4096, heads = rehearse ? 2 : 128;
+    BenchAttention("mla", seq, heads, 192, 128, dev, rehearse ? 1 : 10);
+    BenchAttention("mha", seq, heads, 128, 128, dev, rehearse ? 1 : 10);
+  }
+
+  // 4. A training step at `small`.
   if (small_steps > 1) {
     moe::JobSpec spec;
     spec.name = "bench-small";

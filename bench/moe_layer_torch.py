@@ -7,8 +7,14 @@ normalised over the chosen experts and scaled; tokens sorted by expert; per expe
 (w13 then w2); the weighted combine back; forward and backward through autograd. (It leaves out the
 sequence-wise balance loss, which the engine's layer computes as well: a few microseconds.)
 
+Also times PyTorch's scaled_dot_product_attention, causal, forward + backward, at moe-bench-gpu's
+attention shapes (S = 4096, batch 1, 128 heads, bf16; MLA's d_qk 192 / d_v 128 and MHA's 128 / 128),
+on PyTorch's own flash backend where it takes the shape, else its memory-efficient one (flash needs
+d_qk = d_v), with the same FLOP count as the engine's: forward 2 * B*H*S^2/2 * (d_qk + d_v), backward
+2.5 times that.
+
 Prints RESULT lines in moe-bench-gpu's format. Needs PyTorch with CUDA.
-    bench/moe_layer_torch.py [--tokens 16384] [--iters 5]
+    bench/moe_layer_torch.py [--tokens 16384] [--iters 5] [--attn-seq 4096] [--attn-heads 128]
 """
 import argparse
 import sys
@@ -25,6 +31,8 @@ def main() -> int:
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--topk-groups", type=int, default=4)
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--attn-seq", type=int, default=4096)
+    ap.add_argument("--attn-heads", type=int, default=128)
     args = ap.parse_args()
     try:
         import torch
@@ -93,7 +101,74 @@ def main() -> int:
     print(f"RESULT torch_version {torch.__version__}")
     print(f"RESULT torch_moe_layer_ms {best * 1e3:.2f}")
     print(f"RESULT torch_moe_layer_tflops {flops / best / 1e12:.1f}")
+    for name, dqk, dv in (("mla", 192, 128), ("mha", 128, 128)):
+        bench_sdpa(torch, F, name, args.attn_seq, args.attn_heads, dqk, dv, max(args.iters, 10))
     return 0
+
+
+def sdpa_backend(torch, flash):
+    """A context that allows only PyTorch's flash (or only its memory-efficient) SDPA backend."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        return sdpa_kernel([SDPBackend.FLASH_ATTENTION if flash else SDPBackend.EFFICIENT_ATTENTION])
+    except ImportError:  # PyTorch before 2.3
+        return torch.backends.cuda.sdp_kernel(enable_flash=flash, enable_math=False, enable_mem_efficient=not flash)
+
+
+def bench_sdpa(torch, F, name, S, H, dqk, dv, iters):
+    """Causal SDPA forward + backward on token-major [S, H*d] tensors, as the engine lays them out."""
+    dev, bf16 = "cuda", torch.bfloat16
+
+    def rand(d):
+        return (torch.rand(1, S, H, d, device=dev) * 2 - 1).to(bf16).transpose(1, 2).requires_grad_()
+
+    q, k, v = rand(dqk), rand(dqk), rand(dv)
+    dout = (torch.rand(1, H, S, dv, device=dev) * 2 - 1).to(bf16)
+
+    def attend():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=dqk ** -0.5)
+
+    flash = None
+    for candidate in (True, False):
+        try:
+            with sdpa_backend(torch, candidate):
+                attend().backward(dout)
+            flash = candidate
+            break
+        except RuntimeError:
+            continue
+    if flash is None:
+        print(f"RESULT torch_sdpa_{name}_ms n/a (neither flash nor efficient SDPA takes d_qk {dqk}, d_v {dv})")
+        return
+
+    def timed(fn):
+        fn()
+        torch.cuda.synchronize()
+        best = 1e30
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    def fwd():
+        with sdpa_backend(torch, flash), torch.no_grad():
+            attend()
+
+    def fwd_bwd():
+        for t in (q, k, v):
+            t.grad = None
+        with sdpa_backend(torch, flash):
+            attend().backward(dout)
+
+    fwd_flops = H * S * S * (dqk + dv)
+    t_fwd, t_all = timed(fwd), timed(fwd_bwd)
+    print(f"RESULT torch_sdpa_{name}_backend {'flash' if flash else 'efficient'}")
+    print(f"RESULT torch_sdpa_{name}_fwd_ms {t_fwd * 1e3:.3f}")
+    print(f"RESULT torch_sdpa_{name}_fwd_tflops {fwd_flops / t_fwd / 1e12:.1f}")
+    print(f"RESULT torch_sdpa_{name}_ms {t_all * 1e3:.3f}  (sdpa fwd+bwd S={S} H={H} d_qk={dqk} d_v={dv} bf16)")
+    print(f"RESULT torch_sdpa_{name}_tflops {3.5 * fwd_flops / t_all / 1e12:.1f}")
 
 
 if __name__ == "__main__":

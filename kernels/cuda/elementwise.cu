@@ -1,4 +1,5 @@
-// Elementwise ops, the sum of squares, row gathers and f32 <-> bf16 conversions.
+// Elementwise ops, the sum of squares, row gathers and their scatter-add, column-block copies and
+// their sums (MLA's splits and joins), f32 <-> bf16 conversions.
 #include <algorithm>
 #include <vector>
 
@@ -48,6 +49,36 @@ __global__ void GatherRowsKernel(const U* src, const int32_t* index, U* dst, int
   MOE_CUDA_LOOP(i, rows * units) {
     const int64_t r = i / units, c = i % units;
     dst[i] = src[static_cast<int64_t>(index[r]) * units + c];
+  }
+}
+// dst[index[r]] += src[r]: the indices are distinct, so each element has one writer (no atomics).
+template <typename T>
+__global__ void ScatterAddRowsKernel(const T* src, const int32_t* index, T* dst, int64_t rows, int64_t cols) {
+  MOE_CUDA_LOOP(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    T* d = dst + static_cast<int64_t>(index[r]) * cols + c;
+    *d = Cvt<T>(Ld(*d) + Ld(src[i]));
+  }
+}
+// dst[r, dst_col + c] = src[r / broadcast, src_col + c], as bits (U: the element's size).
+template <typename U>
+__global__ void CopyColumnsKernel(const U* src, int64_t src_cols, int64_t src_col, U* dst, int64_t dst_cols,
+                                  int64_t dst_col, int64_t rows, int64_t width, int64_t broadcast) {
+  MOE_CUDA_LOOP(i, rows * width) {
+    const int64_t r = i / width, c = i % width;
+    dst[r * dst_cols + dst_col + c] = src[(r / broadcast) * src_cols + src_col + c];
+  }
+}
+// dst[r, dst_col + c] += sum_{j < group} src[r * group + j, src_col + c], added in order of j in fp32.
+template <typename T>
+__global__ void SumColumnsKernel(const T* src, int64_t src_cols, int64_t src_col, T* dst, int64_t dst_cols,
+                                 int64_t dst_col, int64_t rows, int64_t width, int64_t group) {
+  MOE_CUDA_LOOP(i, rows * width) {
+    const int64_t r = i / width, c = i % width;
+    T* d = dst + r * dst_cols + dst_col + c;
+    float acc = Ld(*d);
+    for (int64_t j = 0; j < group; ++j) acc += Ld(src[(r * group + j) * src_cols + src_col + c]);
+    *d = Cvt<T>(acc);
   }
 }
 __global__ void F32ToBf16Kernel(const float* src, __nv_bfloat16* dst, int64_t n) {
@@ -138,6 +169,44 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
     }
   }
   CheckLaunch("GatherRows");
+}
+
+void ScatterAddRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
+  CheckOnCuda({&src, &index, &dst}, "ScatterAddRows");
+  const int64_t rows = src.dim(0), cols = src.dim(1);
+  MOE_CUDA_TYPED(StorageType({&src, &dst}, "ScatterAddRows"), T, {
+    if (rows * cols > 0) {
+      ScatterAddRowsKernel<T><<<Blocks(rows * cols), kThreads, 0, Stream()>>>(Ptr<T>(src), Ptr<int32_t>(index), Ptr<T>(dst),
+                                                                             rows, cols);
+    }
+  });
+  CheckLaunch("ScatterAddRows");
+}
+
+void CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t broadcast) {
+  CheckOnCuda({&src, &dst}, "CopyColumns");
+  const DType dt = StorageType({&src, &dst}, "CopyColumns");
+  const int64_t rows = dst.dim(0), n = rows * width;
+  if (n > 0 && dt == DType::kBF16) {
+    CopyColumnsKernel<uint16_t><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<uint16_t>(src), src.dim(1), src_col, Ptr<uint16_t>(dst),
+                                                                      dst.dim(1), dst_col, rows, width, broadcast);
+  } else if (n > 0) {
+    CopyColumnsKernel<uint32_t><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<uint32_t>(src), src.dim(1), src_col, Ptr<uint32_t>(dst),
+                                                                      dst.dim(1), dst_col, rows, width, broadcast);
+  }
+  CheckLaunch("CopyColumns");
+}
+
+void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t group) {
+  CheckOnCuda({&src, &dst}, "SumColumns");
+  const int64_t rows = dst.dim(0), n = rows * width;
+  MOE_CUDA_TYPED(StorageType({&src, &dst}, "SumColumns"), T, {
+    if (n > 0) {
+      SumColumnsKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(src), src.dim(1), src_col, Ptr<T>(dst), dst.dim(1), dst_col,
+                                                                rows, width, group);
+    }
+  });
+  CheckLaunch("SumColumns");
 }
 
 void Convert(const Tensor& src, const Tensor& dst) {

@@ -1,5 +1,6 @@
 // AdamW on fp32 master weights, fused elementwise: decoupled weight decay, bias-corrected moments
-// (the step is 1-based), the gradient scaled first (global-norm clipping).
+// (the step is 1-based), the gradient scaled first (global-norm clipping). The moments are fp32, or
+// bf16 (DeepSeek-V3's): read into fp32, updated and used in fp32, rounded to nearest even when stored.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -8,13 +9,16 @@
 namespace moe::kernels::cuda {
 namespace {
 
-__global__ void AdamWKernel(float* p, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
+template <typename M>
+__global__ void AdamWKernel(float* p, const float* g, M* m, M* v, int64_t n, float lr, float b1, float b2, float eps,
                             float wd, float inv_bc1, float inv_sqrt_bc2, float gs) {
   MOE_CUDA_LOOP(i, n) {
     const float gi = g[i] * gs;
-    m[i] = b1 * m[i] + (1.f - b1) * gi;
-    v[i] = b2 * v[i] + (1.f - b2) * gi * gi;
-    const float update = (m[i] * inv_bc1) / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
+    const float mi = b1 * Ld(m[i]) + (1.f - b1) * gi;
+    const float vi = b2 * Ld(v[i]) + (1.f - b2) * gi * gi;
+    m[i] = Cvt<M>(mi);
+    v[i] = Cvt<M>(vi);
+    const float update = (mi * inv_bc1) / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     p[i] -= lr * (update + wd * p[i]);
   }
 }
@@ -23,17 +27,20 @@ __global__ void AdamWKernel(float* p, const float* g, float* m, float* v, int64_
 
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg) {
   CheckOnCuda({&param, &grad, &m, &v}, "AdamW");
-  for (const Tensor* t : {&param, &grad, &m, &v}) CheckF32(*t, "AdamW", "master weights, gradients and moments");
+  for (const Tensor* t : {&param, &grad}) CheckF32(*t, "AdamW", "master weights and gradients");
+  const DType moments = StorageType({&m, &v}, "AdamW (moments)");
   const float beta1 = static_cast<float>(cfg.beta1), beta2 = static_cast<float>(cfg.beta2);
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(cfg.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(cfg.step));
   const int64_t n = param.numel();
-  if (n > 0) {
-    AdamWKernel<<<Blocks(n), kThreads, 0, Stream()>>>(
-        Ptr<float>(param), Ptr<float>(grad), Ptr<float>(m), Ptr<float>(v), n, static_cast<float>(cfg.lr), beta1, beta2,
-        static_cast<float>(cfg.eps), static_cast<float>(cfg.weight_decay), static_cast<float>(1.0 / bc1),
-        static_cast<float>(1.0 / std::sqrt(bc2)), static_cast<float>(cfg.grad_scale));
-  }
+  MOE_CUDA_TYPED(moments, M, {
+    if (n > 0) {
+      AdamWKernel<M><<<Blocks(n), kThreads, 0, Stream()>>>(
+          Ptr<float>(param), Ptr<float>(grad), Ptr<M>(m), Ptr<M>(v), n, static_cast<float>(cfg.lr), beta1, beta2,
+          static_cast<float>(cfg.eps), static_cast<float>(cfg.weight_decay), static_cast<float>(1.0 / bc1),
+          static_cast<float>(1.0 / std::sqrt(bc2)), static_cast<float>(cfg.grad_scale));
+    }
+  });
   CheckLaunch("AdamW");
 }
 

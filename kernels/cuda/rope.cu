@@ -1,5 +1,7 @@
-// RoPE (half-split) on the q and k parts of qkv [T, 3*H*d], in place; the backward is the inverse
-// rotation. Angles in double, as the CPU's table is.
+// RoPE on a block of columns of every head, in place (kernels/rope.h): one thread per (token, pair)
+// computes the angle's cos and sin once, in double as the CPU's table is, and rotates that pair in
+// every head (the shared rotary key of MLA, or the rotated part of each of 128 query heads). The
+// backward is the inverse rotation (sin negated).
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -8,28 +10,37 @@
 namespace moe::kernels::cuda {
 namespace {
 
+// x [tokens, heads * stride]; pair j of head h: columns h*stride + offset + (j, j + pairs) when
+// half-split, (2j, 2j + 1) when adjacent.
 template <typename T>
-__global__ void RopeKernel(T* qkv, int64_t tokens, int64_t seq_len, int64_t heads, int64_t head_dim, double theta, float sign) {
-  const int64_t half = head_dim / 2, per_token = 2 * heads * half;
-  MOE_CUDA_LOOP(i, tokens * per_token) {
-    const int64_t t = i / per_token, rest = i % per_token;
-    const int64_t part = rest / (heads * half), h = (rest / half) % heads, p = rest % half;
-    const double angle = static_cast<double>(t % seq_len) * pow(theta, -2.0 * static_cast<double>(p) / static_cast<double>(head_dim));
-    const float c = static_cast<float>(cos(angle)), s = sign * static_cast<float>(sin(angle));
-    T* x = qkv + t * 3 * heads * head_dim + part * heads * head_dim + h * head_dim;
-    const float x1 = Ld(x[p]), x2 = Ld(x[p + half]);
-    x[p] = Cvt<T>(x1 * c - x2 * s);
-    x[p + half] = Cvt<T>(x1 * s + x2 * c);
+__global__ void RopeKernel(T* x, int64_t tokens, int64_t seq_len, int64_t heads, int64_t stride, int64_t offset,
+                           const float* inv_freq, int64_t pairs, bool half_split, double sign) {
+  MOE_CUDA_LOOP(i, tokens * pairs) {
+    const int64_t t = i / pairs, j = i % pairs;
+    double s, c;
+    sincos(static_cast<double>(t % seq_len) * static_cast<double>(inv_freq[j]), &s, &c);
+    const float cf = static_cast<float>(c), sf = static_cast<float>(sign * s);
+    const int64_t a = half_split ? j : 2 * j, b = half_split ? j + pairs : 2 * j + 1;
+    T* row = x + t * heads * stride + offset;
+    for (int64_t h = 0; h < heads; ++h) {
+      T* p = row + h * stride;
+      const float x1 = Ld(p[a]), x2 = Ld(p[b]);
+      p[a] = Cvt<T>(x1 * cf - x2 * sf);
+      p[b] = Cvt<T>(x1 * sf + x2 * cf);
+    }
   }
 }
 
-void Rope(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta, bool inverse, const char* op) {
-  CheckOnCuda({&qkv}, op);
-  const int64_t tokens = qkv.dim(0);
-  MOE_CUDA_TYPED(StorageType({&qkv}, op), T, {
-    if (tokens > 0) {
-      RopeKernel<T><<<Blocks(tokens * heads * head_dim), kThreads, 0, Stream()>>>(Ptr<T>(qkv), tokens, seq_len, heads, head_dim,
-                                                                                  theta, inverse ? -1.f : 1.f);
+void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout,
+          bool inverse, const char* op) {
+  CheckOnCuda({&x, &inv_freq}, op);
+  CheckF32(inv_freq, op, "inv_freq");
+  const int64_t tokens = x.dim(0), pairs = inv_freq.numel(), stride = x.dim(1) / heads;
+  MOE_CUDA_TYPED(StorageType({&x}, op), T, {
+    if (tokens * pairs > 0) {
+      RopeKernel<T><<<Blocks(tokens * pairs), kThreads, 0, Stream()>>>(Ptr<T>(x), tokens, seq_len, heads, stride, offset,
+                                                                       Ptr<float>(inv_freq), pairs,
+                                                                       layout == RopeLayout::kHalfSplit, inverse ? -1.0 : 1.0);
     }
   });
   CheckLaunch(op);
@@ -37,12 +48,12 @@ void Rope(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim, d
 
 }  // namespace
 
-void RopeForward(const Tensor& qkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta) {
-  Rope(qkv, seq_len, heads, head_dim, theta, false, "RopeForward");
+void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout) {
+  Rope(x, seq_len, heads, offset, inv_freq, layout, false, "RopeForward");
 }
 
-void RopeBackward(const Tensor& dqkv, int64_t seq_len, int64_t heads, int64_t head_dim, double theta) {
-  Rope(dqkv, seq_len, heads, head_dim, theta, true, "RopeBackward");
+void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout) {
+  Rope(dx, seq_len, heads, offset, inv_freq, layout, true, "RopeBackward");
 }
 
 }  // namespace moe::kernels::cuda

@@ -1,6 +1,7 @@
 // DeepSeek-V3 routing in fp32 (kernels/router.h): scores, biased group-limited top-k and weights, one
 // thread per token (at most 512 experts and 64 groups); its backward; the sequence-wise balance loss,
-// one block per sequence. f32 only: the router GEMM writes fp32 logits, as DeepSeek-V3 routes in fp32.
+// one block per sequence, deterministic. f32 only: the router GEMM writes fp32 logits, as DeepSeek-V3
+// routes in fp32.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -96,34 +97,61 @@ __global__ void RouteBackwardKernel(const float* scores, const int32_t* idx, con
   }
 }
 
-// One block per sequence: f (selection counts) and P (mean normalised scores) in shared memory.
-__global__ void SeqAuxKernel(const float* scores, const int32_t* idx, int64_t seq_len, int64_t e, int64_t k, float coeff,
+// The balance loss of one sequence per block (kernels/router.h), deterministic: the counts f come
+// from integer atomics (exact in any order), P_i from one thread per expert adding the tokens in
+// order, the loss from a fixed block reduction (the host adds the sequences' partials in order).
+//   1. per token (a thread each): its score sum (to `sums`), and its top-k of the unbiased scores,
+//      picked as successive maxima, each the largest below the last in (score, lower index first)
+//      order, so ties go to the lower index; counted into f.
+//   2. per expert (a thread each): P_i = mean_t s_{i,t} / sum_t; the loss partial sum_i f_i P_i.
+//   3. per token, when dscores is given: d loss / d s_{i,t} = c (f_i - sum_j f_j s_{j,t} / sum_t) / sum_t.
+__global__ void SeqAuxKernel(const float* scores, int64_t seq_len, int64_t e, int64_t k, float coeff, float* sums,
                              float* dscores, float* losses) {
-  __shared__ float f[kMaxExperts], p[kMaxExperts];
-  const int64_t q = blockIdx.x, t0 = q * seq_len;
-  for (int64_t i = threadIdx.x; i < e; i += blockDim.x) { f[i] = 0; p[i] = 0; }
+  __shared__ int count[kMaxExperts];
+  __shared__ float f[kMaxExperts];
+  const int64_t t0 = blockIdx.x * seq_len, t1 = t0 + seq_len;
+  for (int64_t i = threadIdx.x; i < e; i += blockDim.x) count[i] = 0;
   __syncthreads();
-  for (int64_t t = t0 + threadIdx.x; t < t0 + seq_len; t += blockDim.x) {
+  for (int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
     const float* st = scores + t * e;
     float sum = 0;
     for (int64_t i = 0; i < e; ++i) sum += st[i];
-    for (int64_t i = 0; i < e; ++i) atomicAdd(&p[i], st[i] / sum);
-    for (int64_t j = 0; j < k; ++j) atomicAdd(&f[idx[t * k + j]], 1.f);
+    sums[t] = sum;
+    float last = INFINITY;
+    int64_t last_i = -1;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t i = 0; i < e; ++i) {
+        const float v = st[i];
+        const bool below = v < last || (v == last && i > last_i);
+        if (below && (best < 0 || v > st[best])) best = i;
+      }
+      if (best < 0) break;  // only NaN scores are left: nothing ranks below the last pick
+      atomicAdd(&count[best], 1);
+      last = st[best];
+      last_i = best;
+    }
   }
-  __syncthreads();
+  __syncthreads();  // the counts, and `sums` (global writes are visible to the block after a barrier)
   const float fscale = static_cast<float>(e) / static_cast<float>(k * seq_len);
   float loss = 0;
-  for (int64_t i = threadIdx.x; i < e; i += blockDim.x) loss += f[i] * fscale * p[i] / static_cast<float>(seq_len);
-  loss = BlockSum(loss);
-  if (threadIdx.x == 0) losses[q] = coeff * loss;
+  for (int64_t i = threadIdx.x; i < e; i += blockDim.x) {
+    float p = 0;
+    for (int64_t t = t0; t < t1; ++t) p += scores[t * e + i] / sums[t];
+    f[i] = static_cast<float>(count[i]) * fscale;
+    loss += f[i] * p / static_cast<float>(seq_len);
+  }
+  loss = BlockSum(loss);  // its barriers also publish f
+  if (threadIdx.x == 0) losses[blockIdx.x] = coeff * loss;
   if (dscores == nullptr) return;
   const float c = coeff / static_cast<float>(seq_len);
-  for (int64_t t = t0 + threadIdx.x; t < t0 + seq_len; t += blockDim.x) {
+  for (int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
     const float* st = scores + t * e;
-    float sum = 0, dot = 0;
-    for (int64_t i = 0; i < e; ++i) sum += st[i];
-    for (int64_t i = 0; i < e; ++i) dot += c * f[i] * fscale * st[i] / sum;
-    for (int64_t i = 0; i < e; ++i) dscores[t * e + i] += (c * f[i] * fscale - dot) / sum;
+    const float sum = sums[t];
+    float dot = 0;
+    for (int64_t i = 0; i < e; ++i) dot += f[i] * st[i];
+    dot /= sum;
+    for (int64_t i = 0; i < e; ++i) dscores[t * e + i] += c * (f[i] - dot) / sum;
   }
 }
 
@@ -159,16 +187,19 @@ void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& 
   CheckLaunch("RouterBackward");
 }
 
-double SeqAuxLoss(const Tensor& scores, const Tensor& topk_idx, int64_t num_seqs, int64_t seq_len, double coeff,
+double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
                   const Tensor& dscores) {
-  CheckOnCuda({&scores, &topk_idx, &dscores}, "SeqAuxLoss");
+  CheckOnCuda({&scores, &dscores}, "SeqAuxLoss");
   CheckF32(scores, "SeqAuxLoss", "scores");
   CheckF32(dscores, "SeqAuxLoss", "dscores");
-  const int64_t experts = scores.dim(1), top_k = topk_idx.dim(1);
+  const int64_t experts = scores.dim(1);
   MOE_CHECK(experts <= kMaxExperts) << "SeqAuxLoss on CUDA: at most " << kMaxExperts << " experts, got " << experts;
+  if (num_seqs * seq_len == 0) return 0;
+  RegisterCudaAllocator();
+  Tensor sums = Tensor::Empty({num_seqs * seq_len}, DType::kF32, scores.device());
   const double loss = SumPartials(num_seqs, [&](float* losses) {
-    SeqAuxKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, Stream()>>>(Ptr<float>(scores), Ptr<int32_t>(topk_idx), seq_len,
-                                                                             experts, top_k, static_cast<float>(coeff),
+    SeqAuxKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, Stream()>>>(Ptr<float>(scores), seq_len, experts, top_k,
+                                                                             static_cast<float>(coeff), Ptr<float>(sums),
                                                                              Ptr<float>(dscores), losses);
   });
   CheckLaunch("SeqAuxLoss");

@@ -91,7 +91,7 @@ void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& c
   // A kernel fault is sticky: record it before touching the data, and stop with the table so far.
   const std::string cuda_error = g_device.is_cuda() ? moe::kernels::CudaSynchronize() : "";
   if (!cuda_error.empty()) {
-    std::printf("%-28s %-5s FAIL   CUDA error %s\n", name.c_str(), moe::DTypeName(dt), cuda_error.c_str());
+    std::printf("%-36s %-5s FAIL   CUDA error %s\n", name.c_str(), moe::DTypeName(dt), cuda_error.c_str());
     for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
     std::printf("FAIL: a CUDA error stopped the kernel checks after %zu of them\n", g_rows.size());
     std::exit(1);
@@ -123,7 +123,7 @@ void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& c
   }
   ok = ok && bad == 0;
   char row[512];
-  std::snprintf(row, sizeof(row), "%-28s %-5s %-6s %9zu elements  worst err/tol %.3g%s", name.c_str(), moe::DTypeName(dt),
+  std::snprintf(row, sizeof(row), "%-36s %-5s %-6s %9zu elements  worst err/tol %.3g%s", name.c_str(), moe::DTypeName(dt),
                 ok ? "ok" : "FAIL", gpu.size(), worst, cuda_error.empty() ? "" : ("  CUDA error " + cuda_error).c_str());
   if (!ok && at >= 0) {
     std::printf("  %s %s: %lld bad; worst at [%lld]: gpu %.8g, cpu %.8g\n", name.c_str(), moe::DTypeName(dt),
@@ -138,6 +138,132 @@ void Run(const std::string& family, const Case& c, std::vector<DType> dtypes = {
     const std::vector<Out> ref = c(Device::Cpu(), dt);
     const std::vector<Out> got = c(g_device, dt);
     for (size_t i = 0; i < ref.size(); ++i) Compare(family + " " + ref[i].name, dt, got[i], ref[i]);
+  }
+}
+
+// A device copy of host data (index tensors, frequencies).
+Tensor To(Tensor host, Device dev) { return dev.is_cpu() ? host : host.Clone(dev); }
+
+// RoPE in both layouts on a block of columns inside each head (MLA's rotated part), on many heads and
+// on one (the shared key); the backward undoes the forward.
+void RopeCases() {
+  struct Shape {
+    const char* name;
+    k::RopeLayout layout;
+    int64_t heads, stride, offset, pairs;
+  };
+  for (const Shape& sh : {Shape{"rope half-split", k::RopeLayout::kHalfSplit, 3, 24, 8, 8},
+                          Shape{"rope pairs 16 heads", k::RopeLayout::kPairs, 16, 40, 24, 8},
+                          Shape{"rope pairs shared key", k::RopeLayout::kPairs, 1, 72, 64, 4}}) {
+    Run(sh.name, [&](Device dev, DType dt) {
+      const int64_t seq = 7, t = 3 * seq, d = 2 * sh.pairs;
+      std::vector<float> freq(static_cast<size_t>(sh.pairs));
+      for (int64_t j = 0; j < sh.pairs; ++j) freq[static_cast<size_t>(j)] = static_cast<float>(std::pow(10000.0, -2.0 * j / d));
+      Tensor inv_freq = To(Tensor::FromVector(freq, {sh.pairs}), dev);
+      Tensor x = On(Random({t, sh.heads * sh.stride}, 13), dt, dev);
+      k::RopeForward(x, seq, sh.heads, sh.offset, inv_freq, sh.layout);
+      Tensor fwd = x.Clone();
+      k::RopeBackward(x, seq, sh.heads, sh.offset, inv_freq, sh.layout);
+      return std::vector<Out>{{"fwd", fwd}, {"bwd", x}};
+    });
+  }
+}
+
+// MLA's column-block moves: CopyColumns with and without row broadcast, SumColumns with and without
+// groups, ScatterAddRows (the backward of a gather; distinct indices). Destinations start random, not
+// poisoned: the columns outside the block must come through untouched.
+void ColumnCases() {
+  Run("copy_columns", [](Device dev, DType dt) {
+    const int64_t rows = 37, b = 3;
+    Tensor src = On(Random({rows, 29}, 50), dt, dev);
+    Tensor dst1 = On(Random({rows, 41}, 51), dt, dev), dst3 = On(Random({rows * b, 23}, 52), dt, dev);
+    k::CopyColumns(src, 5, dst1, 11, 24);
+    k::CopyColumns(src, 21, dst3, 7, 8, b);
+    return std::vector<Out>{{"block", dst1, 0, 0}, {"broadcast", dst3, 0, 0}};
+  });
+  Run("sum_columns", [](Device dev, DType dt) {
+    const int64_t rows = 37, g = 4;
+    Tensor src1 = On(Random({rows, 29}, 53), dt, dev), src4 = On(Random({rows * g, 23}, 54), dt, dev);
+    Tensor dst1 = On(Random({rows, 41}, 55), dt, dev), dst4 = On(Random({rows, 19}, 56), dt, dev);
+    k::SumColumns(src1, 5, dst1, 11, 24);
+    k::SumColumns(src4, 7, dst4, 3, 16, g);
+    return std::vector<Out>{{"block", dst1}, {"groups", dst4}};
+  });
+  Run("scatter_add_rows", [](Device dev, DType dt) {
+    const int64_t rows = 61, dst_rows = 97, d = 131;
+    std::vector<int32_t> idx(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) idx[static_cast<size_t>(r)] = static_cast<int32_t>((r * 37 + 5) % dst_rows);  // distinct
+    Tensor index = To(Tensor::FromVector(idx, {rows}), dev);
+    Tensor src = On(Random({rows, d}, 57), dt, dev), dst = On(Random({dst_rows, d}, 58), dt, dev);
+    k::ScatterAddRows(src, index, dst);
+    return std::vector<Out>{{"", dst}};
+  });
+}
+
+// AdamW with fp32 moments and with bf16 moments (fp32 master weights and gradients either way).
+void AdamWCases() {
+  for (DType moments : {DType::kF32, DType::kBF16}) {
+    Run(moments == DType::kF32 ? "adamw" : "adamw bf16 moments", [&](Device dev, DType) {
+      const int64_t n = 10007;
+      Tensor p = On(Random({n}, 17), DType::kF32, dev), g = On(Random({n}, 18), DType::kF32, dev);
+      Tensor m = On(Random({n}, 19, 0, 0.1), moments, dev), v = On(Random({n}, 20, 0, 0.01), moments, dev);
+      k::AdamWConfig c{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 7, .grad_scale = 0.5};
+      k::AdamW(p, g, m, v, c);
+      // bf16 moments: both sides round the same fp32 value; a rare tie apart is one bf16 step (2^-8).
+      const double mtol = moments == DType::kF32 ? 1e-4 : 1e-2;
+      return std::vector<Out>{{"param", p, 1e-5, 1e-7}, {"m", m, mtol, 1e-7}, {"v", v, mtol, 1e-9}};
+    }, {DType::kF32});
+  }
+}
+
+// The balance loss from the unbiased top-k: top_k = 1, a middle k on scores with many ties (the
+// lower index must win), top_k = E; with the gradient added to a random dscores, and without it.
+void BalanceLossCases() {
+  for (int64_t kk : {1, 4, 16}) {
+    Run("balance loss top-" + std::to_string(kk), [&](Device dev, DType) {
+      const int64_t e = 16, seqs = 3, len = 33, t = seqs * len;
+      Tensor s = Random({t, e}, 60 + static_cast<uint64_t>(kk), 0.05, 1.0);
+      if (kk == 4) {  // quarters: most tokens have ties around their 4th largest score
+        for (int64_t i = 0; i < s.numel(); ++i) s.data<float>()[i] = std::ceil(s.data<float>()[i] * 4) / 4;
+      }
+      Tensor scores = On(s, DType::kF32, dev);
+      Tensor dscores = On(Random({t, e}, 70), DType::kF32, dev);
+      const double aux = k::SeqAuxLoss(scores, kk, seqs, len, 0.01, dscores);
+      const double aux_only = k::SeqAuxLoss(scores, kk, seqs, len, 0.01, Tensor());
+      return std::vector<Out>{{"loss", Scalar(aux), 1e-4, 1e-9}, {"loss, no grad", Scalar(aux_only), 1e-4, 1e-9},
+                              {"grad", dscores, 1e-4, 1e-7}};
+    }, {DType::kF32});
+  }
+}
+
+// Flash attention, forward and backward, each device on its own out and lse: MLA's head sizes and
+// equal ones, 1 and 16 heads, S not a multiple of the tiles, S = 1, a batch, and one long sequence.
+void AttentionCases() {
+  struct Shape {
+    const char* name;
+    int64_t batch, seq, heads, d_qk, d_v;
+    std::vector<DType> dtypes;
+  };
+  const std::vector<Shape> shapes = {
+      {"attention mla S=300", 1, 300, 2, 192, 128, {DType::kF32, DType::kBF16}},
+      {"attention 16 heads S=257", 2, 257, 16, 64, 64, {DType::kF32, DType::kBF16}},
+      {"attention S=1", 3, 1, 1, 64, 64, {DType::kF32, DType::kBF16}},
+      {"attention d=24/16 S=70", 1, 70, 3, 24, 16, {DType::kF32, DType::kBF16}},
+      {"attention S=4096", 1, 4096, 2, 64, 64, {DType::kBF16}},
+  };
+  for (const Shape& sh : shapes) {
+    Run(sh.name, [&](Device dev, DType dt) {
+      const int64_t t = sh.batch * sh.seq, h = sh.heads;
+      const double scale = 0.8 / std::sqrt(static_cast<double>(sh.d_qk));  // not 1/sqrt(d): the scale is an input
+      Tensor q = On(Random({t, h * sh.d_qk}, 80, -2, 2), dt, dev), kt = On(Random({t, h * sh.d_qk}, 81, -2, 2), dt, dev);
+      Tensor v = On(Random({t, h * sh.d_v}, 82), dt, dev), g = On(Random({t, h * sh.d_v}, 83), dt, dev);
+      Tensor out = Poisoned({t, h * sh.d_v}, dt, dev), lse = Poisoned({sh.batch * h * sh.seq}, DType::kF32, dev);
+      k::AttentionForward(q, kt, v, sh.batch, sh.seq, h, scale, out, lse);
+      Tensor dq = Poisoned(q.shape(), dt, dev), dk = Poisoned(kt.shape(), dt, dev), dv = Poisoned(v.shape(), dt, dev);
+      k::AttentionBackward(q, kt, v, out, g, lse, sh.batch, sh.seq, h, scale, dq, dk, dv);
+      return std::vector<Out>{{"fwd", out, 1e-4, 1e-5}, {"lse", lse, 1e-4, 1e-5}, {"bwd dq", dq, 1e-3, 1e-5},
+                              {"bwd dk", dk, 1e-3, 1e-5}, {"bwd dv", dv, 1e-3, 1e-5}};
+    }, sh.dtypes);
   }
 }
 
@@ -210,15 +336,6 @@ int main() {
     return std::vector<Out>{{"fwd", y}, {"rstd", rstd}, {"bwd dx", dx}, {"bwd dw", dw, 1e-4, 1e-4}};
   });
 
-  Run("rope", [](Device dev, DType dt) {
-    const int64_t heads = 3, hd = 18, seq = 7, t = 21;
-    Tensor q = On(Random({t, 3 * heads * hd}, 13), dt, dev);
-    k::RopeForward(q, seq, heads, hd, 10000.0);
-    Tensor fwd = q.Clone();
-    k::RopeBackward(q, seq, heads, hd, 10000.0);
-    return std::vector<Out>{{"fwd", fwd}, {"bwd", q}};
-  });
-
   Run("swiglu", [&](Device dev, DType dt) {
     Tensor gu = On(Random({rows, 2 * f}, 14, -4, 4), dt, dev), g = On(Random({rows, f}, 15), dt, dev);
     Tensor out = Poisoned({rows, f}, dt, dev), dgu = Poisoned({rows, 2 * f}, dt, dev);
@@ -236,15 +353,6 @@ int main() {
     const double loss = k::CrossEntropy(logits, targets, 0.5, grad);
     return std::vector<Out>{{"loss", Scalar(loss)}, {"grad", grad, 1e-4, 1e-7}};
   });
-
-  Run("adamw", [](Device dev, DType) {
-    const int64_t n = 10007;
-    Tensor p = On(Random({n}, 17), f32, dev), g = On(Random({n}, 18), f32, dev);
-    Tensor m = On(Random({n}, 19, 0, 0.1), f32, dev), v = On(Random({n}, 20, 0, 0.01), f32, dev);
-    k::AdamWConfig c{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 7, .grad_scale = 0.5};
-    k::AdamW(p, g, m, v, c);
-    return std::vector<Out>{{"param", p, 1e-5, 1e-7}, {"m", m}, {"v", v}};
-  }, {f32});
 
   Run("dispatch", [&](Device dev, DType dt) {
     const int64_t experts = 5;
@@ -290,7 +398,7 @@ int main() {
     Tensor scores = Poisoned({t, e}, f32, dev), idx = Poisoned({t, kk}, DType::kI32, dev), w = Poisoned({t, kk}, f32, dev);
     k::RouterForward(logits, bias, cfg, scores, idx, w);
     Tensor dscores = Tensor::Zeros({t, e}, f32, dev);
-    const double aux = k::SeqAuxLoss(scores, idx, seqs, len, 0.01, dscores);
+    const double aux = k::SeqAuxLoss(scores, kk, seqs, len, 0.01, dscores);
     Tensor dlogits = Poisoned({t, e}, f32, dev);
     k::RouterBackward(scores, idx, gw, dscores, cfg, dlogits);
     return std::vector<Out>{{"scores", scores}, {"top-k", idx}, {"weights", w}, {"balance loss", Scalar(aux), 1e-4, 1e-9},
@@ -305,32 +413,12 @@ int main() {
     Tensor scores = Poisoned({t, e}, f32, dev), idx = Poisoned({t, kk}, DType::kI32, dev), w = Poisoned({t, kk}, f32, dev);
     k::RouterForward(logits, bias, cfg, scores, idx, w);
     Tensor dscores = Tensor::Zeros({t, e}, f32, dev);
-    const double aux = k::SeqAuxLoss(scores, idx, seqs, len, 1e-4, dscores);
+    const double aux = k::SeqAuxLoss(scores, kk, seqs, len, 1e-4, dscores);
     Tensor dlogits = Poisoned({t, e}, f32, dev);
     k::RouterBackward(scores, idx, gw, dscores, cfg, dlogits);
     return std::vector<Out>{{"top-k", idx}, {"weights", w}, {"balance loss", Scalar(aux), 1e-4, 1e-12},
                             {"bwd", dlogits, 1e-4, 1e-7}};
   }, {f32});
-
-  Run("attention long", [](Device dev, DType dt) {  // rows longer than a block: the softmax loops
-    const int64_t b = 1, seq = 300, heads = 2, hdim = 16, t = b * seq;
-    Tensor qkv = On(Random({t, 3 * heads * hdim}, 43, -1, 1), dt, dev), g = On(Random({t, heads * hdim}, 44), dt, dev);
-    Tensor out = Poisoned({t, heads * hdim}, dt, dev), probs = Poisoned({b, heads, seq, seq}, dt, dev);
-    k::AttentionForward(qkv, b, seq, heads, hdim, out, probs);
-    Tensor dqkv = Poisoned(qkv.shape(), dt, dev);
-    k::AttentionBackward(qkv, probs, g, b, seq, heads, hdim, dqkv);
-    return std::vector<Out>{{"fwd", out, 1e-4, 1e-5}, {"bwd", dqkv, 1e-3, 1e-5}};
-  });
-
-  Run("attention", [](Device dev, DType dt) {
-    const int64_t b = 2, seq = 37, heads = 3, hdim = 10, t = b * seq;
-    Tensor qkv = On(Random({t, 3 * heads * hdim}, 31, -2, 2), dt, dev), g = On(Random({t, heads * hdim}, 32), dt, dev);
-    Tensor out = Poisoned({t, heads * hdim}, dt, dev), probs = Poisoned({b, heads, seq, seq}, dt, dev);
-    k::AttentionForward(qkv, b, seq, heads, hdim, out, probs);
-    Tensor dqkv = Poisoned(qkv.shape(), dt, dev);
-    k::AttentionBackward(qkv, probs, g, b, seq, heads, hdim, dqkv);
-    return std::vector<Out>{{"fwd", out, 1e-4, 1e-5}, {"probs", probs, 1e-4, 1e-6}, {"bwd", dqkv, 1e-3, 1e-5}};
-  });
 
   Run("elementwise", [](Device dev, DType dt) {
     const int64_t n = 100003;
@@ -348,7 +436,13 @@ int main() {
                             {"convert", converted, 0, 0}};
   });
 
-  std::printf("%-28s %-5s %-6s %s\n", "KERNEL", "DTYPE", "RESULT", "DETAIL");
+  RopeCases();
+  ColumnCases();
+  AdamWCases();
+  BalanceLossCases();
+  AttentionCases();
+
+  std::printf("%-36s %-5s %-6s %s\n", "KERNEL", "DTYPE", "RESULT", "DETAIL");
   for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
   std::printf("%s: %d of %zu kernel checks failed\n", g_failures ? "FAIL" : "PASS", g_failures, g_rows.size());
   return g_failures ? 1 : 0;
