@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/job_spec_schema.h"
+#include "common/pipeline_layout.h"
 
 namespace moe {
 namespace {
@@ -81,28 +82,49 @@ Status CheckModelRules(const ModelConfig& m, const std::string& path) {
 
 Status CheckBatchRamp(const DataConfig& d, int64_t unit);
 
-Status CheckLayout(const JobSpec& s) {
+// W = PP x DP, EP inside DP; interleaving needs a pipeline and whole rounds of micro-batches.
+Status CheckParallelism(const JobSpec& s) {
   const auto& par = s.parallelism;
-  if (par.world_size % par.expert_parallel != 0) {
-    return InvalidArgumentError(
-        "spec.parallelism.expert_parallel: world_size = " + Int(par.world_size) +
-        " is not divisible by expert_parallel = " + Int(par.expert_parallel));
+  const std::string p = "spec.parallelism.";
+  if (par.world_size % par.pipeline_parallel != 0) {
+    return InvalidArgumentError(p + "pipeline_parallel: world_size = " + Int(par.world_size) +
+                                " is not divisible by pipeline_parallel = " + Int(par.pipeline_parallel));
+  }
+  if (par.data_parallel() % par.expert_parallel != 0) {
+    return InvalidArgumentError(p + "expert_parallel: the data-parallel size world_size / pipeline_parallel = " +
+                                Int(par.data_parallel()) + " is not divisible by expert_parallel = " + Int(par.expert_parallel));
   }
   if (s.model.num_moe_layers() > 0 && s.model.moe.num_experts % par.expert_parallel != 0) {
-    return InvalidArgumentError(
-        "spec.parallelism.expert_parallel: num_experts = " + Int(s.model.moe.num_experts) +
-        " is not divisible by expert_parallel = " + Int(par.expert_parallel));
+    return InvalidArgumentError(p + "expert_parallel: num_experts = " + Int(s.model.moe.num_experts) +
+                                " is not divisible by expert_parallel = " + Int(par.expert_parallel));
   }
+  if (par.virtual_pipeline > 1 && par.pipeline_parallel < 2) {
+    return InvalidArgumentError(p + "virtual_pipeline: " + Int(par.virtual_pipeline) + " model chunks per rank need pipeline_parallel > 1");
+  }
+  return ResolvePipelineLayout(s).status();
+}
+
+Status CheckLayout(const JobSpec& s) {
+  MOE_RETURN_IF_ERROR(CheckParallelism(s));
+  const auto& par = s.parallelism;
   const auto& d = s.data;
   if (d.source == "indexed" && d.path.empty()) {
     return InvalidArgumentError("spec.data.path: missing (prefix of <path>.bin and <path>.idx)");
   }
-  if (d.global_batch_size % (d.micro_batch_size * par.world_size) != 0) {
+  const int64_t unit = d.micro_batch_size * par.data_parallel();
+  if (d.global_batch_size % unit != 0) {
     return InvalidArgumentError("spec.data.global_batch_size: " + Int(d.global_batch_size) +
-                                " must be a multiple of micro_batch_size x world_size = " +
-                                Int(d.micro_batch_size * par.world_size));
+                                " must be a multiple of micro_batch_size x data-parallel size (world_size / pipeline_parallel) = " +
+                                Int(unit));
   }
-  return CheckBatchRamp(d, d.micro_batch_size * par.world_size);
+  // Interleaving runs the micro-batches in rounds of pipeline_parallel (Megatron's requirement).
+  const int64_t round = par.virtual_pipeline > 1 ? unit * par.pipeline_parallel : unit;
+  if (d.global_batch_size % round != 0) {
+    return InvalidArgumentError("spec.data.global_batch_size: " + Int(d.global_batch_size) +
+                                " must give each pipeline a multiple of pipeline_parallel = " + Int(par.pipeline_parallel) +
+                                " micro-batches with virtual_pipeline > 1 (a multiple of " + Int(round) + ")");
+  }
+  return CheckBatchRamp(d, round);
 }
 
 // Every batch of the ramp must split into whole micro-batches on every rank.
@@ -119,7 +141,8 @@ Status CheckBatchRamp(const DataConfig& d, int64_t unit) {
                                 Int(d.global_batch_size - r.start));
   }
   if (r.start % unit != 0 || r.increment % unit != 0) {
-    return InvalidArgumentError(p + ": start and increment must be multiples of micro_batch_size x world_size = " + Int(unit));
+    return InvalidArgumentError(p + ": start and increment must be multiples of " + Int(unit) +
+                                " (micro_batch_size x data-parallel size, x pipeline_parallel when interleaved)");
   }
   if (!(r.tokens > 0)) return InvalidArgumentError(p + ".tokens: must be > 0 (the tokens over which the batch grows)");
   return OkStatus();

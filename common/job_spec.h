@@ -119,11 +119,20 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// W = PP x DP ranks in Megatron's order (EP innermost, then DP, then PP): rank r is pipeline stage
+// r / DP, data-parallel rank r % DP; EP groups are consecutive ranks inside a stage's DP ranks, so
+// expert-parallel all-to-all stays in a rack while stages may cross racks. Dense weights are
+// replicated over DP, each expert over DP / EP ranks (the expert-data-parallel group).
 struct ParallelismConfig {
   int64_t world_size = 1;
   int64_t expert_parallel = 1;
+  int64_t pipeline_parallel = 1;
+  int64_t virtual_pipeline = 1;              // model chunks per pipeline rank (interleaved 1F1B)
+  std::vector<std::string> pipeline_layout;  // per virtual stage (common/pipeline_layout.h); empty: even
   double timeout_seconds = 60.0;  // a collective that waits longer fails the job with a clear error
-  int64_t data_parallel() const { return world_size / expert_parallel; }
+  // Dense data parallelism (DP) and the expert-data-parallel degree (DP / EP).
+  int64_t data_parallel() const { return world_size / pipeline_parallel; }
+  int64_t expert_data_parallel() const { return data_parallel() / expert_parallel; }
 
   bool operator==(const ParallelismConfig&) const = default;
 };
@@ -170,6 +179,10 @@ struct OptimizerConfig {
   // given it replaces lr/min_lr/warmup_steps/decay_steps.
   Schedule lr_schedule;
   std::string moments_dtype = "fp32";  // fp32 | bf16: AdamW's moments (DeepSeek-V3 keeps them in bf16)
+  // ZeRO-1: master weights and moments sharded over the data-parallel groups, gradients
+  // reduce-scattered, weights all-gathered. Absent: on when data_parallel() > 1.
+  std::optional<bool> distributed;
+  bool Distributed(int64_t data_parallel) const { return distributed.value_or(data_parallel > 1); }
 
   bool operator==(const OptimizerConfig&) const = default;
 };
@@ -215,9 +228,9 @@ struct JobSpec {
   int64_t max_restarts = 3;
 
   int64_t decay_steps() const { return optimizer.decay_steps > 0 ? optimizer.decay_steps : training.steps; }
-  // Micro batches each rank runs per step (gradient accumulation) at the full global batch.
+  // Micro batches each pipeline runs per step (gradient accumulation) at the full global batch.
   int64_t micro_batches_per_rank() const {
-    return data.global_batch_size / (data.micro_batch_size * parallelism.world_size);
+    return data.global_batch_size / (data.micro_batch_size * parallelism.data_parallel());
   }
   // The global batch (sequences) of a step that starts after `tokens` trained tokens (the ramp).
   int64_t GlobalBatchAt(double tokens) const;

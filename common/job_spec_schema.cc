@@ -137,6 +137,9 @@ const Schema<ParallelismConfig>& SchemaOf<ParallelismConfig>() {
   static const auto* schema = new Schema<P>("ParallelismConfig", {
       Field("world_size", &P::world_size, Positive()),
       Field("expert_parallel", &P::expert_parallel, Positive()),
+      Field("pipeline_parallel", &P::pipeline_parallel, Positive()),
+      Field("virtual_pipeline", &P::virtual_pipeline, Positive()),
+      Field("pipeline_layout", &P::pipeline_layout),  // checked against the model: ResolvePipelineLayout
       Field("timeout_seconds", &P::timeout_seconds, Positive()),
   });
   return *schema;
@@ -180,6 +183,7 @@ const Schema<OptimizerConfig>& SchemaOf<OptimizerConfig>() {
       Field("eps", &O::eps, Positive()),
       Field("lr_schedule", &O::lr_schedule),
       Field("moments_dtype", &O::moments_dtype, OneOf({"fp32", "bf16"})),
+      Field("distributed", &O::distributed),
   });
   return *schema;
 }

@@ -2,8 +2,8 @@
 # Distributed training over Gloo with real processes (moe-train --nproc):
 #  1. equivalence: for the same global batch and seed, W=2 (EP2) and W=4 (DP2 x EP2) give the same
 #     per-step losses as W=1 for 20 steps, within 1e-5 relative;
-#  2. sharded checkpoints: W=2 stopped at step 6 and resumed equals W=2 straight; resuming at another
-#     layout is refused clearly;
+#  2. sharded checkpoints: W=2 stopped at step 6 and resumed equals W=2 straight; the same checkpoint
+#     resumes at W=4 (DP2 x EP2) within 1e-5; a checkpoint of another model shape is refused clearly;
 #  3. failures: a rank killed with SIGKILL, or hung with SIGSTOP, makes the others fail within the job's
 #     timeout with an error naming the step and the collective.
 set -euo pipefail
@@ -57,11 +57,24 @@ bad = [s for s in b if a[s] != b[s]]
 assert not bad, f"resumed W=2 differs at steps {bad}"
 print("sharded checkpoints: W=2 resumed from step 6 equals W=2 straight, bitwise")
 PY
+mkdir -p "$work/r4" && cp -r "$work/r/step_00000006" "$work/r4/"  # the first half's checkpoint only
+"$bin" --config "$work/w4.yaml" --nproc 4 --steps 12 --checkpoint-dir "$work/r4" --resume --metrics-out "$work/r4.jsonl" 2>"$work/r4.log" ||
+  { cat "$work/r4.log"; fail "resuming the W=2 checkpoint at W=4"; }
+python3 - "$work/s.jsonl" "$work/r4.jsonl" <<'PY'
+import json, sys
+a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
+b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
+assert sorted(b) == list(range(7, 13)), sorted(b)
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in b)
+assert worst <= 1e-5, f"W=2 checkpoint resumed at W=4 differs: worst relative {worst:.2e}"
+print(f"layouts: the W=2 checkpoint resumed at W=4 matches W=2 straight within {worst:.1e}")
+PY
+job 4 2 "$work/other.yaml" "s/preset: tiny}/preset: tiny, hidden_size: 64}/"
 set +e
-out=$("$bin" --config "$work/w4.yaml" --nproc 4 --steps 12 --checkpoint-dir "$work/r" --resume 2>&1); rc=$?
+out=$("$bin" --config "$work/other.yaml" --nproc 4 --steps 12 --checkpoint-dir "$work/r" --resume 2>&1); rc=$?
 set -e
-[ $rc -ne 0 ] || fail "resuming a W=2 checkpoint at W=4 should fail"
-grep -q "another model or layout" <<<"$out" || fail "unclear layout refusal: $out"
+[ $rc -ne 0 ] || fail "resuming a checkpoint of another model shape should fail"
+grep -q "another model shape" <<<"$out" || fail "unclear model refusal: $out"
 
 # 3. Failures. A long run; once it is training, rank 1 dies (or hangs); rank 0 must fail in time.
 failure_case() {  # failure_case <signal> <expected text>

@@ -15,7 +15,7 @@ expect_error() {  # expect_error <exit code> <text> <args...>
   grep -qF -- "$text" <<<"$out" || fail "no '$text' in: $out"
 }
 
-expect_error 2 "--config: required" --steps 3
+expect_error 2 "--config: missing" --steps 3
 expect_error 2 "unknown flag --stpes" --config examples/tiny.yaml --stpes 3
 expect_error 2 "--steps: expected an integer, got 'many'" --config examples/tiny.yaml --steps many
 expect_error 1 "cannot read job file" --config "$work/nope.yaml"

@@ -10,11 +10,27 @@
 
 namespace moe {
 
+// One virtual pipeline stage's part of the model.
+struct Model::Chunk {
+  StageLayout layout;
+  // The embedding (E), or on a last stage without E the copy MTP reads (Param::tied_copy).
+  Param* embedding = nullptr;
+  std::vector<std::unique_ptr<TransformerBlock>> blocks;
+  std::unique_ptr<RmsNorm> final_norm;  // L
+  Param* head = nullptr;                // L: [V, h]
+  std::vector<std::unique_ptr<MtpDepth>> mtp;
+  // What the backward of one micro-batch needs.
+  struct Saved {
+    Tensor ids, logits, hn;
+  };
+  SavedQueue<Saved> saved;
+};
+
 Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype, Device device,
              double* alltoall_seconds, std::optional<DType> compute_dtype)
     : Model(cfg, par, seed,
             ModelOptions{.dtype = dtype, .device = device, .compute = compute_dtype, .moments = std::nullopt,
-                         .max_seq_len = 0, .recompute = {}, .alltoall_seconds = alltoall_seconds}) {}
+                         .max_seq_len = 0, .recompute = {}, .alltoall_seconds = alltoall_seconds, .chunks = {}}) {}
 
 Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, const ModelOptions& o)
     : cfg_(cfg),
@@ -22,111 +38,163 @@ Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, 
       compute_(o.compute.value_or(o.dtype)),
       device_(o.device),
       params_(o.dtype, o.device, compute_, o.moments) {
-  const int64_t h = cfg.hidden_size, v = cfg.vocab_size;
-  // Megatron's initialisation: N(0, init_std), output projections scaled by 1/sqrt(2 * layers).
-  const double out_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
   dispatcher_ = std::make_unique<TokenDispatcher>(par.expert_parallel > 1 ? par.ep_group : nullptr, cfg.moe.num_experts,
                                                   o.alltoall_seconds);
-  const AttentionContext ctx{.max_seq_len = o.max_seq_len, .dtype = dtype_, .device = device_, .recompute = o.recompute};
-  embedding_ = params_.Add("embedding", {v, h}, seed, cfg.init_std);
-  for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    blocks_.push_back(std::make_unique<TransformerBlock>(params_, "layers." + std::to_string(l), cfg, cfg.IsMoeLayer(l),
-                                                         seed, out_std, dispatcher_.get(), dtype_, ctx));
-    if (blocks_.back()->moe() != nullptr) moe_layers_.push_back(blocks_.back()->moe());
-  }
-  final_norm_ = std::make_unique<RmsNorm>(params_, "final_norm", h, cfg.norm_eps, seed);
-  head_ = params_.Add("head", {v, h}, seed, cfg.init_std);
-  if (!cfg.MtpTrains()) return;
-  for (int k = 1; k <= cfg.mtp_depth; ++k) {
-    mtp_.push_back(std::make_unique<MtpDepth>(params_, "mtp." + std::to_string(k - 1), cfg, k, seed, out_std,
-                                              dispatcher_.get(), dtype_, ctx));
-    if (mtp_.back()->moe() != nullptr) moe_layers_.push_back(mtp_.back()->moe());
-  }
+  const std::vector<StageLayout> chunks = o.chunks.empty() ? EvenPipelineLayout(cfg, 1) : o.chunks;
+  for (const StageLayout& layout : chunks) BuildChunk(layout, seed, o, par);
 }
 
 Model::~Model() = default;
 
-StatusOr<Tensor> Model::ForwardBlocks(const Tensor& ids, int64_t batch, int64_t seq, double aux_coeff,
-                                      MicroBatchResult* r) {
-  Tensor x = Tensor::Empty({ids.numel(), cfg_.hidden_size}, compute_, device_);
-  kernels::EmbeddingForward(embedding_->compute, ids, x);
-  for (auto& b : blocks_) {
-    MoeStats stats;
-    MOE_ASSIGN_OR_RETURN(x, b->Forward(x, batch, seq, aux_coeff, &stats));
-    if (b->moe() == nullptr) continue;
-    r->aux_loss += stats.aux_loss;
-    r->tokens_per_expert.push_back(std::move(stats.tokens_per_expert));
-    r->routing.push_back(stats.routing);
+void Model::AddMoeLayer(MoeLayer* l, int global_index) {
+  if (l == nullptr) return;
+  moe_layers_.push_back(l);
+  moe_global_index_.push_back(global_index);
+}
+
+void Model::BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOptions& o, const ParallelContext& par) {
+  (void)par;
+  const int64_t h = cfg_.hidden_size, v = cfg_.vocab_size;
+  // Megatron's initialisation: N(0, init_std), output projections scaled by 1/sqrt(2 * layers).
+  const double out_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.num_layers));
+  const AttentionContext ctx{.max_seq_len = o.max_seq_len, .dtype = dtype_, .device = device_, .recompute = o.recompute};
+  auto c = std::make_unique<Chunk>();
+  c->layout = layout;
+  if (layout.embedding) c->embedding = params_.Add("embedding", {v, h}, seed, cfg_.init_std);
+  for (int64_t l = layout.first_layer; l < layout.first_layer + layout.num_layers; ++l) {
+    c->blocks.push_back(std::make_unique<TransformerBlock>(params_, "layers." + std::to_string(l), cfg_, cfg_.IsMoeLayer(l),
+                                                           seed, out_std, dispatcher_.get(), dtype_, ctx));
+    AddMoeLayer(c->blocks.back()->moe(), static_cast<int>(l - cfg_.first_k_dense));
   }
+  if (layout.loss) {
+    c->final_norm = std::make_unique<RmsNorm>(params_, "final_norm", h, cfg_.norm_eps, seed);
+    c->head = params_.Add("head", {v, h}, seed, cfg_.init_std);
+  }
+  if (layout.mtp > 0 && c->embedding == nullptr) {
+    // The last stage's copy of the embedding: the same initial values (the stream depends on the name);
+    // its gradient joins the first stage's over the embedding group, so the copies stay equal.
+    c->embedding = params_.Find("embedding");
+    if (c->embedding == nullptr) {
+      c->embedding = params_.Add("embedding", {v, h}, seed, cfg_.init_std);
+      c->embedding->tied_copy = true;
+    }
+  }
+  for (int k = 1; k <= layout.mtp; ++k) {
+    c->mtp.push_back(std::make_unique<MtpDepth>(params_, "mtp." + std::to_string(k - 1), cfg_, k, seed, out_std,
+                                                dispatcher_.get(), dtype_, ctx));
+    AddMoeLayer(c->mtp.back()->moe(), static_cast<int>(cfg_.num_moe_layers() + k - 1));
+  }
+  chunks_.push_back(std::move(c));
+}
+
+int Model::num_global_moe_layers() const {
+  return static_cast<int>(cfg_.num_moe_layers() + (cfg_.MtpTrains() && cfg_.MtpIsMoe() ? cfg_.mtp_depth : 0));
+}
+
+const StageLayout& Model::chunk_layout(int c) const { return chunks_.at(static_cast<size_t>(c))->layout; }
+
+namespace {
+
+void AddMoeStats(const MoeStats& stats, int global_index, MicroBatchResult* r) {
+  r->aux_loss += stats.aux_loss;
+  r->tokens_per_expert.push_back(stats.tokens_per_expert);
+  r->moe_layer.push_back(global_index);
+  r->routing.push_back(stats.routing);
+}
+
+}  // namespace
+
+StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& tokens, const Tensor& targets,
+                                     const LossScales& scales, MicroBatchResult* r) {
+  Chunk& c = *chunks_.at(static_cast<size_t>(ci));
+  const int64_t batch = tokens.dim(0), seq = tokens.dim(1), n = batch * seq;
+  Chunk::Saved s;
+  s.ids = tokens.Reshape({n});
+  Tensor x;
+  if (c.layout.embedding) {
+    x = Tensor::Empty({n, cfg_.hidden_size}, compute_, device_);
+    kernels::EmbeddingForward(c.embedding->compute, s.ids, x);
+  } else {
+    MOE_CHECK(input.defined() && input.dim(0) == n && input.dim(1) == cfg_.hidden_size)
+        << "chunk " << ci << " needs the previous stage's [" << n << ", " << cfg_.hidden_size << "] output";
+    x = input;
+  }
+  for (size_t i = 0; i < c.blocks.size(); ++i) {
+    MoeStats stats;
+    MOE_ASSIGN_OR_RETURN(x, c.blocks[i]->Forward(x, batch, seq, scales.aux_coeff, &stats));
+    const int64_t layer = c.layout.first_layer + static_cast<int64_t>(i);
+    if (c.blocks[i]->moe() != nullptr) AddMoeStats(stats, static_cast<int>(layer - cfg_.first_k_dense), r);
+  }
+  if (c.layout.loss) {
+    MOE_CHECK(targets.shape() == tokens.shape()) << "targets " << targets.ShapeString() << " vs tokens " << tokens.ShapeString();
+    MOE_CHECK(scales.mtp.size() >= c.mtp.size()) << "loss scales for " << scales.mtp.size() << " MTP depths, the model trains "
+                                                 << c.mtp.size();
+    r->tokens += n;
+    const Tensor tgt = targets.Reshape({n});
+    const bool backward = GradEnabled();
+    s.hn = c.final_norm->Forward(x);
+    // Logits and the loss in the master dtype (fp32 when the activations are bf16); the logits' buffer
+    // receives their gradient in place.
+    s.logits = Linear(s.hn, c.head->compute, dtype_);
+    if (!backward) last_logits_ = s.logits;
+    r->ce_sum = kernels::CrossEntropy(s.logits, tgt, scales.ce, backward ? s.logits : Tensor());
+    MtpDepth::Inputs in{x, seq, s.ids, tgt, batch, seq};
+    for (size_t k = 0; k < c.mtp.size(); ++k) {
+      double ce = 0;
+      MoeStats stats;
+      MOE_ASSIGN_OR_RETURN(Tensor hk, c.mtp[k]->Forward(in, *c.embedding, *c.head, dtype_, scales.mtp[k], scales.aux_coeff,
+                                                        backward, &ce, &stats));
+      r->mtp_ce_sums.push_back(ce);
+      if (c.mtp[k]->moe() != nullptr) AddMoeStats(stats, static_cast<int>(cfg_.num_moe_layers() + static_cast<int64_t>(k)), r);
+      in.h_prev = hk;
+      in.prev_len = seq - static_cast<int64_t>(k) - 1;
+    }
+    x = Tensor();
+  }
+  c.saved.Push(std::move(s));
   return x;
 }
 
-StatusOr<Tensor> Model::BackwardBlocks(Tensor dx, const Tensor& ids) {
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+// MTP depths last to first (each hands the gradient on its input hidden state to the one before), then
+// the main head, the blocks, the embedding.
+StatusOr<Tensor> Model::BackwardChunk(int ci, const Tensor& output_grad) {
+  Chunk& c = *chunks_.at(static_cast<size_t>(ci));
+  const Chunk::Saved s = c.saved.Pop();
+  Tensor dx;
+  if (c.layout.loss) {
+    Tensor dh_next;
+    for (auto it = c.mtp.rbegin(); it != c.mtp.rend(); ++it) {
+      MOE_ASSIGN_OR_RETURN(dh_next, (*it)->Backward(dh_next, *c.embedding, *c.head));
+    }
+    dx = c.final_norm->Backward(LinearBackward(CastTo(s.logits, compute_), s.hn, *c.head));
+    if (dh_next.defined()) kernels::Add(dx, dx, dh_next);
+  } else {
+    MOE_CHECK(output_grad.defined()) << "chunk " << ci << " needs the gradient on its output";
+    dx = output_grad;
+  }
+  for (auto it = c.blocks.rbegin(); it != c.blocks.rend(); ++it) {
     MOE_ASSIGN_OR_RETURN(dx, (*it)->Backward(dx));
   }
-  kernels::EmbeddingBackward(dx, ids, embedding_->grad);
-  return dx;
+  if (!c.layout.embedding) return dx;
+  kernels::EmbeddingBackward(dx, s.ids, c.embedding->grad);
+  return Tensor();
 }
 
-StatusOr<double> Model::Forward(const Tensor& tokens, const Tensor& targets, const LossScales& scales, bool backward,
-                                MicroBatchResult* result) {
-  const int64_t batch = tokens.dim(0), seq = tokens.dim(1), n = batch * seq;
-  MOE_CHECK(targets.shape() == tokens.shape()) << "targets " << targets.ShapeString() << " vs tokens " << tokens.ShapeString();
-  MOE_CHECK(scales.mtp.size() >= mtp_.size()) << "loss scales for " << scales.mtp.size() << " MTP depths, the model trains "
-                                              << mtp_.size();
+StatusOr<double> Model::WholeModel(const Tensor& tokens, const Tensor& targets, const LossScales& scales, bool backward,
+                                   MicroBatchResult* result) {
+  MOE_CHECK(chunks_.size() == 1 && chunks_[0]->layout.embedding && chunks_[0]->layout.loss)
+      << "the whole-model pass needs every stage on this rank (pipeline_parallel 1)";
   *result = MicroBatchResult();
-  result->tokens = n;
-  Saved s;
-  s.ids = tokens.Reshape({n});
-  const Tensor tgt = targets.Reshape({n});
-  MOE_ASSIGN_OR_RETURN(Tensor h0, ForwardBlocks(s.ids, batch, seq, scales.aux_coeff, result));
-  s.hn = final_norm_->Forward(h0);
-  // Logits and the loss in the master dtype (fp32 when the activations are bf16); the logits' buffer
-  // receives their gradient in place.
-  s.logits = Linear(s.hn, head_->compute, dtype_);
-  if (!backward) last_logits_ = s.logits;
-  result->ce_sum = kernels::CrossEntropy(s.logits, tgt, scales.ce, backward ? s.logits : Tensor());
-  double loss = scales.ce * result->ce_sum;
-  MtpDepth::Inputs in{h0, seq, s.ids, tgt, batch, seq};
-  for (size_t k = 0; k < mtp_.size(); ++k) {
-    double ce = 0;
-    MoeStats stats;
-    MOE_ASSIGN_OR_RETURN(Tensor hk, mtp_[k]->Forward(in, *embedding_, *head_, dtype_, scales.mtp[k], scales.aux_coeff,
-                                                     backward, &ce, &stats));
-    result->mtp_ce_sums.push_back(ce);
-    loss += scales.mtp[k] * ce;
-    if (mtp_[k]->moe() != nullptr) {
-      result->aux_loss += stats.aux_loss;
-      result->tokens_per_expert.push_back(std::move(stats.tokens_per_expert));
-      result->routing.push_back(stats.routing);
-    }
-    in.h_prev = hk;
-    in.prev_len = seq - static_cast<int64_t>(k) - 1;
-  }
-  loss += result->aux_loss;
-  if (!backward) return loss;
-  saved_.Push(std::move(s));
-  MOE_RETURN_IF_ERROR(Backward());
+  MOE_RETURN_IF_ERROR(ForwardChunk(0, Tensor(), tokens, targets, scales, result).status());
+  double loss = scales.ce * result->ce_sum + result->aux_loss;
+  for (size_t k = 0; k < result->mtp_ce_sums.size(); ++k) loss += scales.mtp[k] * result->mtp_ce_sums[k];
+  if (backward) MOE_RETURN_IF_ERROR(BackwardChunk(0, Tensor()).status());
   return loss;
-}
-
-// MTP depths last to first (each hands the gradient on its input hidden state to the one before), then
-// the main head and the blocks.
-Status Model::Backward() {
-  const Saved s = saved_.Pop();
-  Tensor dh_next;
-  for (auto it = mtp_.rbegin(); it != mtp_.rend(); ++it) {
-    MOE_ASSIGN_OR_RETURN(dh_next, (*it)->Backward(dh_next, *embedding_, *head_));
-  }
-  Tensor dx = final_norm_->Backward(LinearBackward(CastTo(s.logits, compute_), s.hn, *head_));
-  if (dh_next.defined()) kernels::Add(dx, dx, dh_next);
-  return BackwardBlocks(dx, s.ids).status();
 }
 
 StatusOr<MicroBatchResult> Model::ForwardBackward(const Tensor& tokens, const Tensor& targets, const LossScales& scales) {
   MicroBatchResult result;
-  MOE_RETURN_IF_ERROR(Forward(tokens, targets, scales, true, &result).status());
+  MOE_RETURN_IF_ERROR(WholeModel(tokens, targets, scales, true, &result).status());
   return result;
 }
 
@@ -134,7 +202,7 @@ StatusOr<double> Model::Loss(const Tensor& tokens, const Tensor& targets, const 
                              MicroBatchResult* result) {
   MicroBatchResult local;
   NoGradScope forward_only;  // the layers keep nothing for a backward
-  return Forward(tokens, targets, scales, false, result != nullptr ? result : &local);
+  return WholeModel(tokens, targets, scales, false, result != nullptr ? result : &local);
 }
 
 }  // namespace moe

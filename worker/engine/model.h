@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/pipeline_layout.h"
 #include "common/status.h"
 #include "kernels/tensor.h"
 #include "worker/engine/comm/communicator.h"
@@ -33,8 +34,10 @@ struct MicroBatchResult {
   std::vector<double> mtp_ce_sums;    // [D] the same for each MTP depth (over its seq_len - k positions)
   double aux_loss = 0;                // balance loss contribution (already scaled to the global mean)
   int64_t tokens = 0;
-  std::vector<std::vector<int64_t>> tokens_per_expert;  // [MoE layer][E], this micro-batch
-  std::vector<Tensor> routing;        // [MoE layer] i32 [T_layer, k]: the experts each token went to
+  // [local MoE layer][E], this micro-batch (Model::moe_global_index maps them to the model's).
+  std::vector<std::vector<int64_t>> tokens_per_expert;
+  std::vector<int> moe_layer;         // [entry] the model-wide MoE index of each entry
+  std::vector<Tensor> routing;        // [local MoE layer] i32 [T_layer, k]: the experts each token went to
 };
 
 struct ModelOptions {
@@ -45,21 +48,27 @@ struct ModelOptions {
   int64_t max_seq_len = 0;            // the run's sequence length (YaRN applies above the original)
   Recompute recompute;                // what the layers compute again in the backward (training.recompute)
   double* alltoall_seconds = nullptr; // the MoE token all-to-all adds its time here
+  // The virtual pipeline stages this rank holds, in chunk order (common/pipeline_layout.h); empty: the
+  // whole model as one chunk.
+  std::vector<StageLayout> chunks;
 };
 
 class MtpDepth;
 
 class Model {
  public:
-  // Builds and initialises every parameter from `seed`; each rank holds the dense weights and its E/EP
-  // experts.
+  // Builds and initialises this rank's parameters from `seed`: the blocks of its pipeline chunks (the
+  // embedding on the first stage, the head, final norm and MTP on the last, which also keeps a copy of
+  // the embedding for MTP), dense weights in full and its E/EP experts. A parameter starts from the
+  // same values whatever the layout.
   Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, const ModelOptions& options);
   // The same with positional options (tests and benchmarks).
   Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype, Device device,
         double* alltoall_seconds = nullptr, std::optional<DType> compute_dtype = std::nullopt);
   ~Model();
 
-  // Forward and backward of one micro-batch; accumulates gradients into the parameters.
+  // The whole model on one rank (no pipeline): forward and backward of one micro-batch; accumulates
+  // gradients into the parameters.
   //   tokens, targets: i32 [batch, seq_len] on the model's device (targets = tokens shifted by one)
   StatusOr<MicroBatchResult> ForwardBackward(const Tensor& tokens, const Tensor& targets, const LossScales& scales);
   // Forward only: the scaled total (main + MTP + balance), e.g. for gradient checks; `result` (optional)
@@ -70,22 +79,40 @@ class Model {
   // Loss() computed (ForwardBackward turns its logits into their gradient).
   const Tensor& last_logits() const { return last_logits_; }
 
+  // Pipeline stages. ForwardChunk runs chunk `c` on one micro-batch: `input` is the previous stage's
+  // output [batch * seq_len, h] (unused on the first stage, which embeds `tokens`). It returns the
+  // output for the next stage, or an undefined tensor on the last stage, whose losses (and every
+  // chunk's MoE statistics) go into *result. BackwardChunk takes the gradient on that output
+  // (undefined on the last stage) and returns the one on the input (undefined on the first stage).
+  // A chunk's backwards run in the order of its forwards.
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  const StageLayout& chunk_layout(int c) const;
+  StatusOr<Tensor> ForwardChunk(int c, const Tensor& input, const Tensor& tokens, const Tensor& targets,
+                                const LossScales& scales, MicroBatchResult* result);
+  StatusOr<Tensor> BackwardChunk(int c, const Tensor& output_grad);
+
   ParamSet& params() { return params_; }
   const ModelConfig& config() const { return cfg_; }
-  // Every MoE layer: the main model's, then the MTP depths' (when they train).
+  // This rank's MoE layers (the main model's in layer order, then the MTP depths'), and each one's
+  // index among all the model's MoE layers (main layers first, then MTP depths).
   const std::vector<MoeLayer*>& moe_layers() const { return moe_layers_; }
+  const std::vector<int>& moe_global_index() const { return moe_global_index_; }
+  // The MoE layers of the whole model (every stage).
+  int num_global_moe_layers() const;
   DType dtype() const { return dtype_; }
   DType compute_dtype() const { return compute_; }
   Device device() const { return device_; }
-  bool mtp_trains() const { return !mtp_.empty(); }
+  bool mtp_trains() const { return cfg_.MtpTrains(); }
 
  private:
-  StatusOr<double> Forward(const Tensor& tokens, const Tensor& targets, const LossScales& scales, bool backward,
-                           MicroBatchResult* result);
-  // The main model's hidden states before the final norm: [batch * seq_len, h].
-  StatusOr<Tensor> ForwardBlocks(const Tensor& ids, int64_t batch, int64_t seq, double aux_coeff, MicroBatchResult* r);
-  StatusOr<Tensor> BackwardBlocks(Tensor dx, const Tensor& ids);
-  Status Backward();
+  struct Chunk;
+  void BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOptions& o, const ParallelContext& par);
+  void AddMoeLayer(MoeLayer* l, int global_index);
+  Status LossForward(Chunk& c, const Tensor& h0, int64_t batch, int64_t seq, const LossScales& scales,
+                     bool backward, MicroBatchResult* result);
+  StatusOr<Tensor> LossBackward(Chunk& c);
+  StatusOr<double> WholeModel(const Tensor& tokens, const Tensor& targets, const LossScales& scales, bool backward,
+                              MicroBatchResult* result);
 
   ModelConfig cfg_;
   DType dtype_;
@@ -93,17 +120,9 @@ class Model {
   Device device_;
   ParamSet params_;
   std::unique_ptr<TokenDispatcher> dispatcher_;
-  Param* embedding_;  // [V, h]
-  std::vector<std::unique_ptr<TransformerBlock>> blocks_;
-  std::unique_ptr<RmsNorm> final_norm_;
-  Param* head_;  // [V, h]
-  std::vector<std::unique_ptr<MtpDepth>> mtp_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<MoeLayer*> moe_layers_;
-  // What the backward of one micro-batch needs.
-  struct Saved {
-    Tensor ids, logits, hn;
-  };
-  SavedQueue<Saved> saved_;
+  std::vector<int> moe_global_index_;
   Tensor last_logits_;
 };
 

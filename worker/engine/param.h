@@ -23,6 +23,10 @@ struct Param {
   // Their gradients are averaged over the ranks that hold the same experts, not over all ranks.
   bool expert = false;
   int64_t expert_begin = 0;
+  // A copy of a parameter that another pipeline stage owns (the embedding MTP reads on the last stage):
+  // its gradient is summed with the owner's over the embedding group; checkpoints and the gradient norm
+  // count the owner's only.
+  bool tied_copy = false;
 };
 
 class ParamSet {

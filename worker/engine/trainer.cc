@@ -41,6 +41,16 @@ std::vector<double> StepStats::Pack() const {
   return out;
 }
 
+void StepStats::Add(const MicroBatchResult& mb) {
+  ce_sum += mb.ce_sum;
+  aux_loss += mb.aux_loss;
+  for (size_t k = 0; k < mb.mtp_ce_sums.size(); ++k) mtp_ce_sums[k] += mb.mtp_ce_sums[k];
+  for (size_t i = 0; i < mb.tokens_per_expert.size(); ++i) {
+    std::vector<double>& layer = tokens_per_expert[static_cast<size_t>(mb.moe_layer[i])];
+    for (size_t e = 0; e < layer.size(); ++e) layer[e] += static_cast<double>(mb.tokens_per_expert[i][e]);
+  }
+}
+
 void StepStats::Unpack(const std::vector<double>& packed) {
   ce_sum = packed[0];
   aux_loss = packed[1];
@@ -253,7 +263,7 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
   (void)step;  // the data position is the samples consumed before the step (PlanStep)
   const int64_t gbs = stats->global_batch, seq = spec_.data.seq_length, mbs = spec_.data.micro_batch_size;
   const LossScales scales = ScalesFor(*stats);
-  const size_t n_moe = model_->moe_layers().size();
+  const size_t n_moe = static_cast<size_t>(model_->num_global_moe_layers());
   stats->tokens_per_expert.assign(n_moe, std::vector<double>(static_cast<size_t>(spec_.model.moe.num_experts), 0.0));
   stats->mtp_ce_sums.assign(model_->mtp_trains() ? static_cast<size_t>(spec_.model.mtp_depth) : 0, 0.0);
   alltoall_seconds_ = 0;
@@ -266,14 +276,7 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
       targets_dev_.CopyFrom(targets_);
     }
     MOE_ASSIGN_OR_RETURN(MicroBatchResult mb, model_->ForwardBackward(tokens_dev_, targets_dev_, scales));
-    stats->ce_sum += mb.ce_sum;
-    stats->aux_loss += mb.aux_loss;
-    for (size_t k = 0; k < mb.mtp_ce_sums.size(); ++k) stats->mtp_ce_sums[k] += mb.mtp_ce_sums[k];
-    for (size_t l = 0; l < n_moe; ++l) {
-      for (size_t e = 0; e < stats->tokens_per_expert[l].size(); ++e) {
-        stats->tokens_per_expert[l][e] += static_cast<double>(mb.tokens_per_expert[l][e]);
-      }
-    }
+    stats->Add(mb);
   }
   if (options_.inject_step_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options_.inject_step_delay));
   SyncDevice(place_.device);
@@ -315,8 +318,8 @@ void Trainer::Update(int64_t step, StepStats* stats) {
 void Trainer::UpdateBias(const StepStats& stats) {
   const double rate = stats.bias_update_rate;
   if (rate <= 0 || stats.update_skipped || !spec_.model.moe.has_bias()) return;
-  for (size_t l = 0; l < stats.tokens_per_expert.size(); ++l) {
-    model_->moe_layers()[l]->UpdateBias(stats.tokens_per_expert[l], rate);
+  for (size_t l = 0; l < model_->moe_layers().size(); ++l) {
+    model_->moe_layers()[l]->UpdateBias(stats.tokens_per_expert[static_cast<size_t>(model_->moe_global_index()[l])], rate);
   }
 }
 

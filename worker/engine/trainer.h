@@ -99,6 +99,8 @@ struct StepStats {
   double grad_sync_seconds = 0;
   double step_seconds = 0;
 
+  // Adds one micro-batch's losses and token counts (by model-wide MoE layer).
+  void Add(const MicroBatchResult& mb);
   // The statistics summed over ranks travel as one host buffer (one all-reduce per step).
   std::vector<double> Pack() const;
   void Unpack(const std::vector<double>& packed);
