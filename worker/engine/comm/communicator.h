@@ -91,30 +91,49 @@ class LocalCommunicator final : public Communicator {
   Status Exchange(const std::vector<P2POp>& ops) override;
 };
 
-// Where this rank sits in the job's W = DP x EP layout, and its communicators.
-// EP groups are consecutive ranks: rank r is member r % EP of EP group r / EP. The ranks that hold
-// the same experts (same r % EP) form the expert-data-parallel group.
+// Where this rank sits in the job's W = PP x DP x EP layout (EP divides DP), and its communicators.
+// Megatron's rank order: EP innermost, then DP, then PP. Rank r is on pipeline stage pp = r / DP at
+// data-parallel index dp = r % DP, member ep = dp % EP of its EP group (EP consecutive ranks). DP is
+// the data-parallel size of a stage; the ranks of a stage with the same ep hold the same experts and
+// form the expert-data-parallel group (DP / EP ranks).
 struct ParallelContext {
   int world_size = 1;
   int rank = 0;
+  int pipeline_parallel = 1;
   int expert_parallel = 1;
-  Communicator* world = nullptr;      // all ranks: dense gradients, losses, token counts
-  Communicator* ep_group = nullptr;   // this rank's EP group: token all-to-all
-  Communicator* expert_dp = nullptr;  // same experts: expert gradients
+  Communicator* world = nullptr;      // all ranks: losses, token counts, timings
+  Communicator* dp_group = nullptr;   // this stage's DP ranks (member dp_rank()): dense gradients, ZeRO shards
+  Communicator* ep_group = nullptr;   // this rank's EP group (member ep_rank()): token all-to-all
+  Communicator* expert_dp = nullptr;  // same stage, same experts (member expert_dp_rank()): expert gradients
+                                      // and expert ZeRO shards
+  Communicator* pipeline = nullptr;   // same dp_rank() on every stage, in stage order (member pp_rank()):
+                                      // the schedule's sends and receives, the loss broadcast
+  Communicator* embedding = nullptr;  // the first and last stage of this dp_rank() (member 0 and 1): the
+                                      // embedding gradient shared by the input embedding and the MTP head.
+                                      // A group of one when PP = 1; nullptr on the middle stages.
 
-  int ep_rank() const { return rank % expert_parallel; }
+  int dp_size() const { return world_size / pipeline_parallel; }
+  int pp_rank() const { return rank / dp_size(); }
+  int dp_rank() const { return rank % dp_size(); }
+  int ep_rank() const { return dp_rank() % expert_parallel; }
   int ep_group_index() const { return rank / expert_parallel; }
-  int data_parallel() const { return world_size / expert_parallel; }
+  int expert_dp_size() const { return dp_size() / expert_parallel; }
+  int expert_dp_rank() const { return dp_rank() / expert_parallel; }
+  bool first_stage() const { return pp_rank() == 0; }
+  bool last_stage() const { return pp_rank() == pipeline_parallel - 1; }
 };
 
 // A single-rank context over LocalCommunicators (owned by the returned object).
 struct LocalParallel {
-  LocalCommunicator world, ep, edp;
+  LocalCommunicator world, dp, ep, edp, pipeline, embedding;
   ParallelContext ctx;
   LocalParallel() {
     ctx.world = &world;
+    ctx.dp_group = &dp;
     ctx.ep_group = &ep;
     ctx.expert_dp = &edp;
+    ctx.pipeline = &pipeline;
+    ctx.embedding = &embedding;
   }
 };
 
