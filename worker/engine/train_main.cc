@@ -187,7 +187,9 @@ moe::StatusOr<std::unique_ptr<moe::ProcessGroups>> MakeGroups(const Flags& f, mo
   go.cuda_device = place.device.is_cuda() ? place.device.index : 0;
   go.timeout_seconds = spec->parallelism.timeout_seconds;
   go.hostname = f.hostname;
-  return moe::ProcessGroups::Create(w, *rank, static_cast<int>(spec->parallelism.expert_parallel), store->get(), go);
+  // The job spec has no pipeline stages yet (the schedules bring them): one stage.
+  return moe::ProcessGroups::Create(w, *rank, /*pipeline_parallel=*/1, static_cast<int>(spec->parallelism.expert_parallel),
+                                    store->get(), go);
 }
 
 void PrintSummary(const moe::TrainResult& r) {

@@ -159,8 +159,9 @@ void Trainer::LogSetup() const {
   MOE_LOG(INFO) << "model: " << (mc.preset.empty() ? "custom" : mc.preset) << ", " << params.NumElements()
                 << " parameters on rank 0 (" << params.NumElements(true) << " in its experts), " << mc.num_layers
                 << " layers (" << mc.first_k_dense << " dense), " << mc.moe.num_experts << " experts top-" << mc.moe.top_k
-                << "; layout W=" << par_.world_size << " (DP " << par_.data_parallel() << " x EP " << par_.expert_parallel
-                << "); " << spec_.micro_batches_per_rank() << " micro-batch(es) of " << spec_.data.micro_batch_size << " x "
+                << "; layout W=" << par_.world_size << " (PP " << par_.pipeline_parallel << " x DP " << par_.dp_size()
+                << ", EP " << par_.expert_parallel << " within DP, expert DP " << par_.expert_dp_size() << "); "
+                << spec_.micro_batches_per_rank() << " micro-batch(es) of " << spec_.data.micro_batch_size << " x "
                 << spec_.data.seq_length << " per rank per step";
   MOE_LOG(INFO) << "model FLOPs per step " << flops_per_step_ << " (Megatron formula); MFU against " << peak_source_
                 << " = " << peak_flops_ / 1e9 << " GFLOP/s per device";

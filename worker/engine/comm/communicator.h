@@ -3,6 +3,7 @@
 // Implementations: LocalCommunicator (one rank; the embedded default), Gloo over TCP (CPU) and NCCL
 // (GPU). Every call returns a Status: a peer that died or hangs turns into DEADLINE_EXCEEDED or
 // UNAVAILABLE naming the collective and what the caller was doing (SetPhase), never a wait forever.
+// Every rank of a group calls its collectives in the same order; one thread uses a communicator.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,14 @@
 #include "kernels/tensor.h"
 
 namespace moe {
+
+// One point-to-point message of a batch (Communicator::Exchange): send all of `tensor` to `peer`, or
+// receive into all of it from `peer` (a rank of the communicator's group, the caller included).
+struct P2POp {
+  enum Kind { kSend, kRecv } kind;
+  Tensor tensor;
+  int peer;
+};
 
 class Communicator {
  public:
@@ -37,11 +46,29 @@ class Communicator {
   virtual Status BroadcastHost(void* data, size_t bytes, int root) = 0;
   virtual Status Barrier() = 0;
 
+  // ZeRO's halves of an all-reduce over a flat buffer t (f32 or f64, same numel on every rank) cut in
+  // rank-order ranges: rank r owns [offset_r, offset_r + counts[r]) with offset_r = sum of counts[< r].
+  // counts has one entry per rank, the same on every rank, none negative (0 is allowed), sum = numel.
+  // ReduceScatterSum: on return this rank's range holds the sum over the group of that range; the
+  // rest of t is unspecified (it may be overwritten).
+  virtual Status ReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) = 0;
+  // AllGather: this rank's range is valid on entry; on return all of t is valid on every rank. Any
+  // dtype (the bytes move as they are).
+  virtual Status AllGather(const Tensor& t, const std::vector<int64_t>& counts) = 0;
+  // Point to point for pipeline schedules: posts every op of the batch, then completes them all, so
+  // ranks that send to and receive from each other in one batch never deadlock. Messages between a
+  // pair match in posting order (across batches too); a receive's tensor has the size of the matching
+  // send. A send to oneself pairs with a receive from oneself in the same batch, in order.
+  virtual Status Exchange(const std::vector<P2POp>& ops) = 0;
+
   // What the caller is doing, for error messages: "step 12: moe layer 2 dispatch".
   void SetPhase(std::string phase) { phase_ = std::move(phase); }
   const std::string& phase() const { return phase_; }
 
  protected:
+  // "<phase>: <op> over <backend> (rank r of a group of n)", the prefix of every error.
+  std::string Where(const std::string& op) const;
+
   std::string phase_;
 };
 
@@ -59,32 +86,54 @@ class LocalCommunicator final : public Communicator {
   Status AllGatherHost(const void* send, void* recv, size_t bytes) override;
   Status BroadcastHost(void*, size_t, int) override { return OkStatus(); }
   Status Barrier() override { return OkStatus(); }
+  Status ReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) override;
+  Status AllGather(const Tensor& t, const std::vector<int64_t>& counts) override;
+  Status Exchange(const std::vector<P2POp>& ops) override;
 };
 
-// Where this rank sits in the job's W = DP x EP layout, and its communicators.
-// EP groups are consecutive ranks: rank r is member r % EP of EP group r / EP. The ranks that hold
-// the same experts (same r % EP) form the expert-data-parallel group.
+// Where this rank sits in the job's W = PP x DP x EP layout (EP divides DP), and its communicators.
+// Megatron's rank order: EP innermost, then DP, then PP. Rank r is on pipeline stage pp = r / DP at
+// data-parallel index dp = r % DP, member ep = dp % EP of its EP group (EP consecutive ranks). DP is
+// the data-parallel size of a stage; the ranks of a stage with the same ep hold the same experts and
+// form the expert-data-parallel group (DP / EP ranks).
 struct ParallelContext {
   int world_size = 1;
   int rank = 0;
+  int pipeline_parallel = 1;
   int expert_parallel = 1;
-  Communicator* world = nullptr;      // all ranks: dense gradients, losses, token counts
-  Communicator* ep_group = nullptr;   // this rank's EP group: token all-to-all
-  Communicator* expert_dp = nullptr;  // same experts: expert gradients
+  Communicator* world = nullptr;      // all ranks: losses, token counts, timings
+  Communicator* dp_group = nullptr;   // this stage's DP ranks (member dp_rank()): dense gradients, ZeRO shards
+  Communicator* ep_group = nullptr;   // this rank's EP group (member ep_rank()): token all-to-all
+  Communicator* expert_dp = nullptr;  // same stage, same experts (member expert_dp_rank()): expert gradients
+                                      // and expert ZeRO shards
+  Communicator* pipeline = nullptr;   // same dp_rank() on every stage, in stage order (member pp_rank()):
+                                      // the schedule's sends and receives, the loss broadcast
+  Communicator* embedding = nullptr;  // the first and last stage of this dp_rank() (member 0 and 1): the
+                                      // embedding gradient shared by the input embedding and the MTP head.
+                                      // A group of one when PP = 1; nullptr on the middle stages.
 
-  int ep_rank() const { return rank % expert_parallel; }
+  int dp_size() const { return world_size / pipeline_parallel; }
+  int pp_rank() const { return rank / dp_size(); }
+  int dp_rank() const { return rank % dp_size(); }
+  int ep_rank() const { return dp_rank() % expert_parallel; }
   int ep_group_index() const { return rank / expert_parallel; }
-  int data_parallel() const { return world_size / expert_parallel; }
+  int expert_dp_size() const { return dp_size() / expert_parallel; }
+  int expert_dp_rank() const { return dp_rank() / expert_parallel; }
+  bool first_stage() const { return pp_rank() == 0; }
+  bool last_stage() const { return pp_rank() == pipeline_parallel - 1; }
 };
 
 // A single-rank context over LocalCommunicators (owned by the returned object).
 struct LocalParallel {
-  LocalCommunicator world, ep, edp;
+  LocalCommunicator world, dp, ep, edp, pipeline, embedding;
   ParallelContext ctx;
   LocalParallel() {
     ctx.world = &world;
+    ctx.dp_group = &dp;
     ctx.ep_group = &ep;
     ctx.expert_dp = &edp;
+    ctx.pipeline = &pipeline;
+    ctx.embedding = &embedding;
   }
 };
 

@@ -1,7 +1,10 @@
 // Gloo over TCP: the CPU communicator. Gloo reports a dead peer (its sockets close) or a hung one (the
 // op's timeout) by throwing; every op here turns that into a Status that names the phase, the
 // collective and the group, so no rank waits forever and the error says where it happened.
+// Reduce-scatter and point to point run on Gloo's unbound buffers (the transport under its own
+// collectives), with slots of their own (kReduceScatterSlot, P2PSlot).
 #include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
 #include <gloo/alltoallv.h>
@@ -11,14 +14,24 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
+#include "worker/engine/comm/collective_args.h"
 #include "worker/engine/comm/process_group.h"
 
 namespace moe {
 namespace {
+
+// Slots of our own operations: Gloo's collectives use prefixes 0x01-0x08 in the top byte
+// (gloo/types.h); ours use 0x40 and up, so no message of one can match a receive of another.
+constexpr uint64_t kReduceScatterSlot = uint64_t{0x40} << 56;
+// The n-th message from one rank to another (a sequence per pair and direction) has slot P2PSlot(n),
+// so messages match in posting order whatever else is in flight between the two.
+uint64_t P2PSlot(uint64_t n) { return (uint64_t{0x41} << 56) | (n & ((uint64_t{1} << 56) - 1)); }
 
 // Gloo's Store over ours. Gloo expects exceptions on failure.
 class GlooStore final : public ::gloo::rendezvous::Store {
@@ -61,7 +74,10 @@ std::shared_ptr<::gloo::transport::Device> SharedDevice(const std::string& hostn
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<::gloo::Context> ctx, std::chrono::milliseconds timeout)
-      : ctx_(std::move(ctx)), timeout_(timeout) {}
+      : ctx_(std::move(ctx)),
+        timeout_(timeout),
+        send_seq_(static_cast<size_t>(ctx_->size)),
+        recv_seq_(static_cast<size_t>(ctx_->size)) {}
   int rank() const override { return ctx_->rank; }
   int size() const override { return ctx_->size; }
   std::string backend() const override { return "gloo"; }
@@ -161,9 +177,109 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  Status ReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) override {
+    const std::string where = Where("reduce_scatter");
+    MOE_RETURN_IF_ERROR(CheckDevice(t, /*want_cuda=*/false, where));
+    MOE_RETURN_IF_ERROR(CheckSumDType(t, where));
+    MOE_RETURN_IF_ERROR(CheckRanges(t, counts, size(), where));
+    return Run("reduce_scatter", [&] {
+      if (t.dtype() == DType::kF32) {
+        ReduceScatterDirect(t.data<float>(), counts);
+      } else {
+        ReduceScatterDirect(t.data<double>(), counts);
+      }
+    });
+  }
+
+  Status AllGather(const Tensor& t, const std::vector<int64_t>& counts) override {
+    const std::string where = Where("all_gather");
+    MOE_RETURN_IF_ERROR(CheckDevice(t, /*want_cuda=*/false, where));
+    MOE_RETURN_IF_ERROR(CheckRanges(t, counts, size(), where));
+    if (t.numel() == 0) return OkStatus();  // the same on every rank: counts are
+    std::vector<size_t> bytes;
+    for (int64_t c : counts) bytes.push_back(static_cast<size_t>(c) * DTypeSize(t.dtype()));
+    return Run("all_gather", [&] {
+      // In place (no input): this rank's range is already in t. Gloo's ring takes any counts, 0 too.
+      ::gloo::AllgathervOptions opts(ctx_);
+      opts.setTimeout(timeout_);
+      opts.setOutput(static_cast<uint8_t*>(t.raw()), bytes);
+      ::gloo::allgatherv(opts);
+    });
+  }
+
+  Status Exchange(const std::vector<P2POp>& ops) override {
+    std::string op = "exchange";
+    MOE_RETURN_IF_ERROR(CheckP2P(ops, rank(), size(), Where(op)));
+    for (const P2POp& o : ops) MOE_RETURN_IF_ERROR(CheckDevice(o.tensor, /*want_cuda=*/false, Where(op)));
+    // Run reads `op` after a failure: it names the message being waited for, hence its peer.
+    return Run(op, [&] {
+      std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> posted(ops.size());
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const P2POp& o = ops[i];
+        if (o.peer == rank()) continue;
+        posted[i] = ctx_->createUnboundBuffer(o.tensor.raw(), o.tensor.nbytes());
+        const size_t p = static_cast<size_t>(o.peer);
+        if (o.kind == P2POp::kSend) {
+          posted[i]->send(o.peer, P2PSlot(send_seq_[p]++));
+        } else {
+          posted[i]->recv(o.peer, P2PSlot(recv_seq_[p]++));
+        }
+      }
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (!posted[i]) continue;
+        op = "exchange: " + DescribeP2P(ops[i]) + " (op " + std::to_string(i) + " of " + std::to_string(ops.size()) + ")";
+        if (ops[i].kind == P2POp::kSend) {
+          posted[i]->waitSend(timeout_);
+        } else {
+          posted[i]->waitRecv(timeout_);
+        }
+      }
+      ExchangeWithSelf(ops, rank());
+    });
+  }
+
  private:
+  // Every rank sends each peer that peer's range and sums the copies of its own range it receives, in
+  // rank order (the same order every run). Each rank sends and receives (W - 1) / W of the buffer, as
+  // in a ring, in one round instead of W - 1. Gloo's ReduceScatterHalvingDoubling does not fit: it is
+  // of the older Algorithm API, whose buffers are bound to one pointer when the object is built (so one
+  // object per call, registering 4 W (W - 1) slots each time and destroyed while its last notification
+  // sends may still be queued), counts are int, and it leaves the result at the front of the buffer.
+  template <typename T>
+  void ReduceScatterDirect(T* data, const std::vector<int64_t>& counts) {
+    const int me = rank(), n = size();
+    const std::vector<int64_t> off = RangeOffsets(counts);
+    const size_t mine = static_cast<size_t>(counts[static_cast<size_t>(me)]);
+    if (off.back() == 0) return;
+    std::vector<T> inbox(mine * static_cast<size_t>(n));  // block s: rank s's copy of this rank's range
+    auto out = ctx_->createUnboundBuffer(data, sizeof(T) * static_cast<size_t>(off.back()));
+    auto in = mine > 0 ? ctx_->createUnboundBuffer(inbox.data(), sizeof(T) * inbox.size()) : nullptr;
+    int sends = 0, recvs = 0;
+    for (int p = 0; p < n; ++p) {
+      const size_t pi = static_cast<size_t>(p), theirs = static_cast<size_t>(counts[pi]);
+      if (p == me) continue;
+      if (theirs > 0) {
+        out->send(p, kReduceScatterSlot, sizeof(T) * static_cast<size_t>(off[pi]), sizeof(T) * theirs);
+        ++sends;
+      }
+      if (mine > 0) {
+        in->recv(p, kReduceScatterSlot, sizeof(T) * mine * pi, sizeof(T) * mine);
+        ++recvs;
+      }
+    }
+    for (; sends > 0; --sends) out->waitSend(timeout_);
+    for (; recvs > 0; --recvs) in->waitRecv(timeout_);
+    T* own = data + off[static_cast<size_t>(me)];
+    std::copy(own, own + mine, inbox.data() + mine * static_cast<size_t>(me));
+    std::copy(inbox.data(), inbox.data() + mine, own);
+    for (int s = 1; s < n; ++s) {
+      const T* block = inbox.data() + mine * static_cast<size_t>(s);
+      for (size_t i = 0; i < mine; ++i) own[i] += block[i];
+    }
+  }
+
   template <typename Fn>
-  Status Run(const char* op, Fn&& fn) {
+  Status Run(const std::string& op, Fn&& fn) {
     if (broken_) return UnavailableError(Where(op) + ": the group is unusable after an earlier failure: " + first_error_);
     try {
       fn();
@@ -180,15 +296,12 @@ class GlooCommunicator final : public Communicator {
       return timeout ? DeadlineExceededError(msg) : UnavailableError(msg);
     }
   }
-  std::string Where(const char* op) const {
-    return (phase_.empty() ? std::string() : phase_ + ": ") + op + " over gloo (rank " + std::to_string(rank()) +
-           " of a group of " + std::to_string(size()) + ")";
-  }
 
   std::shared_ptr<::gloo::Context> ctx_;
   std::chrono::milliseconds timeout_;
   bool broken_ = false;
   std::string first_error_;
+  std::vector<uint64_t> send_seq_, recv_seq_;  // per peer: messages posted to it / from it (P2PSlot)
 };
 
 }  // namespace

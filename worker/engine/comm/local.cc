@@ -1,5 +1,6 @@
 #include <cstring>
 
+#include "worker/engine/comm/collective_args.h"
 #include "worker/engine/comm/communicator.h"
 
 namespace moe {
@@ -20,6 +21,24 @@ Status LocalCommunicator::AllToAllHost(const int64_t* send, int64_t* recv, int64
 
 Status LocalCommunicator::AllGatherHost(const void* send, void* recv, size_t bytes) {
   std::memcpy(recv, send, bytes);
+  return OkStatus();
+}
+
+// On one rank the ranges are the whole tensor: nothing moves, but bad arguments are refused as on
+// every backend, so a caller's mistake shows at W = 1 too.
+Status LocalCommunicator::ReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) {
+  const std::string where = Where("reduce_scatter");
+  MOE_RETURN_IF_ERROR(CheckSumDType(t, where));
+  return CheckRanges(t, counts, 1, where);
+}
+
+Status LocalCommunicator::AllGather(const Tensor& t, const std::vector<int64_t>& counts) {
+  return CheckRanges(t, counts, 1, Where("all_gather"));
+}
+
+Status LocalCommunicator::Exchange(const std::vector<P2POp>& ops) {
+  MOE_RETURN_IF_ERROR(CheckP2P(ops, 0, 1, Where("exchange")));
+  ExchangeWithSelf(ops, 0);
   return OkStatus();
 }
 

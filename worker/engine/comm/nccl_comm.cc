@@ -1,20 +1,71 @@
 // NCCL: the GPU communicator. Communicators are non-blocking (config.blocking = 0) and every
-// operation is watched: while it runs, the host polls the stream and ncclCommGetAsyncError; past the
-// job's timeout it calls ncclCommAbort, so a dead or hung peer fails this rank with a clear error
-// instead of a wait forever. All-to-all-v is grouped ncclSend/ncclRecv.
+// operation goes through Run, which waits with WaitForNccl (nccl_wait.h): first until the
+// communicator leaves ncclInProgress (the operation is on the stream only then), then until the
+// stream is idle, watching ncclCommGetAsyncError; past the job's timeout it calls ncclCommAbort, so a
+// dead or hung peer fails this rank with a clear error instead of a wait forever. All-to-all-v and
+// Exchange are grouped ncclSend/ncclRecv; reduce-scatter and all-gather of unequal ranges are grouped
+// ncclReduce/ncclBroadcast (the NCCL collectives take one count for every rank).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "worker/engine/comm/collective_args.h"
+#include "worker/engine/comm/nccl_wait.h"
 #include "worker/engine/comm/process_group.h"
 
 namespace moe {
 namespace {
 
 std::string CudaError(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
+
+bool Issued(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
+
+// ncclCommGetAsyncError as a poll: pending while the communicator is ncclInProgress.
+NcclPoll CommState(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) {
+    return {NcclPoll::kFailed, std::string("ncclCommGetAsyncError: ") + ncclGetErrorString(r)};
+  }
+  if (state == ncclSuccess) return {};
+  if (state == ncclInProgress) return {NcclPoll::kPending, ""};
+  return {NcclPoll::kFailed, std::string(ncclGetErrorString(state)) + " (" + ncclGetLastError(comm) + ")"};
+}
+
+// The real clock and the communicator's state; the caller adds the stream when there is one.
+NcclWaitHooks CommHooks(ncclComm_t comm, std::function<void()> abort) {
+  NcclWaitHooks hooks;
+  hooks.comm_state = [comm] { return CommState(comm); };
+  hooks.abort = std::move(abort);
+  hooks.now = [] { return std::chrono::steady_clock::now(); };
+  hooks.sleep = [](std::chrono::microseconds d) { std::this_thread::sleep_for(d); };
+  return hooks;
+}
+
+// Makes calls between ncclGroupStart and ncclGroupEnd. calls(keep) passes each call's result to keep,
+// which remembers the first failure; the group is closed whatever happened.
+template <typename Fn>
+ncclResult_t Grouped(Fn&& calls) {
+  if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
+  ncclResult_t first = ncclSuccess;
+  calls([&first](ncclResult_t r) {
+    if (Issued(first) && !Issued(r)) first = r;
+  });
+  const ncclResult_t end = ncclGroupEnd();
+  return Issued(first) ? end : first;
+}
+
+bool AllEqual(const std::vector<int64_t>& counts) {
+  for (int64_t c : counts) {
+    if (c != counts[0]) return false;
+  }
+  return true;
+}
 
 ncclDataType_t NcclType(DType t) {
   switch (t) {
@@ -61,18 +112,17 @@ class NcclCommunicator final : public Communicator {
                    const std::vector<int64_t>& recv_rows) override {
     const size_t row = static_cast<size_t>(send.dim(1)) * DTypeSize(send.dtype());
     return Run("all_to_all_v", [&] {
-      ncclResult_t r = ncclGroupStart();
-      if (r != ncclSuccess) return r;
-      size_t so = 0, ro = 0;
-      for (int p = 0; p < size_; ++p) {
-        const size_t sb = static_cast<size_t>(send_rows[static_cast<size_t>(p)]) * row;
-        const size_t rb = static_cast<size_t>(recv_rows[static_cast<size_t>(p)]) * row;
-        if (sb > 0) ncclSend(static_cast<char*>(send.raw()) + so, sb, ncclUint8, p, comm_, stream_);
-        if (rb > 0) ncclRecv(static_cast<char*>(recv.raw()) + ro, rb, ncclUint8, p, comm_, stream_);
-        so += sb;
-        ro += rb;
-      }
-      return ncclGroupEnd();
+      return Grouped([&](auto keep) {
+        size_t so = 0, ro = 0;
+        for (int p = 0; p < size_; ++p) {
+          const size_t sb = static_cast<size_t>(send_rows[static_cast<size_t>(p)]) * row;
+          const size_t rb = static_cast<size_t>(recv_rows[static_cast<size_t>(p)]) * row;
+          if (sb > 0) keep(ncclSend(static_cast<char*>(send.raw()) + so, sb, ncclUint8, p, comm_, stream_));
+          if (rb > 0) keep(ncclRecv(static_cast<char*>(recv.raw()) + ro, rb, ncclUint8, p, comm_, stream_));
+          so += sb;
+          ro += rb;
+        }
+      });
     });
   }
 
@@ -82,13 +132,12 @@ class NcclCommunicator final : public Communicator {
     if (cudaError_t e = cudaMemcpy(scratch_, send, bytes, cudaMemcpyHostToDevice); e != cudaSuccess) return Cuda(e);
     char* out = static_cast<char*>(scratch_) + bytes;
     MOE_RETURN_IF_ERROR(Run("all_to_all", [&] {
-      ncclResult_t r = ncclGroupStart();
-      if (r != ncclSuccess) return r;
-      for (int p = 0; p < size_; ++p) {
-        ncclSend(static_cast<char*>(scratch_) + block * static_cast<size_t>(p), block, ncclUint8, p, comm_, stream_);
-        ncclRecv(out + block * static_cast<size_t>(p), block, ncclUint8, p, comm_, stream_);
-      }
-      return ncclGroupEnd();
+      return Grouped([&](auto keep) {
+        for (int p = 0; p < size_; ++p) {
+          keep(ncclSend(static_cast<char*>(scratch_) + block * static_cast<size_t>(p), block, ncclUint8, p, comm_, stream_));
+          keep(ncclRecv(out + block * static_cast<size_t>(p), block, ncclUint8, p, comm_, stream_));
+        }
+      });
     }));
     if (cudaError_t e = cudaMemcpy(recv, out, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) return Cuda(e);
     return OkStatus();
@@ -114,6 +163,80 @@ class NcclCommunicator final : public Communicator {
     return AllReduceSumHost(&one, 1);
   }
 
+  Status ReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) override {
+    const std::string where = Where("reduce_scatter");
+    MOE_RETURN_IF_ERROR(CheckDevice(t, /*want_cuda=*/true, where));
+    MOE_RETURN_IF_ERROR(CheckSumDType(t, where));
+    MOE_RETURN_IF_ERROR(CheckRanges(t, counts, size_, where));
+    if (t.numel() == 0) return OkStatus();  // the same on every rank: counts are
+    char* base = static_cast<char*>(t.raw());
+    const size_t elem = DTypeSize(t.dtype());
+    const ncclDataType_t type = NcclType(t.dtype());
+    if (AllEqual(counts)) {
+      // In place: NCCL reduces in place when recvbuff = sendbuff + rank * recvcount.
+      const size_t c = static_cast<size_t>(counts[0]);
+      return Run("reduce_scatter", [&] {
+        return ncclReduceScatter(base, base + static_cast<size_t>(rank_) * c * elem, c, type, ncclSum, comm_, stream_);
+      });
+    }
+    const std::vector<int64_t> off = RangeOffsets(counts);
+    return Run("reduce_scatter", [&] {
+      return Grouped([&](auto keep) {
+        for (int r = 0; r < size_; ++r) {
+          const size_t ri = static_cast<size_t>(r);
+          char* range = base + static_cast<size_t>(off[ri]) * elem;
+          if (counts[ri] > 0) keep(ncclReduce(range, range, static_cast<size_t>(counts[ri]), type, ncclSum, r, comm_, stream_));
+        }
+      });
+    });
+  }
+
+  Status AllGather(const Tensor& t, const std::vector<int64_t>& counts) override {
+    const std::string where = Where("all_gather");
+    MOE_RETURN_IF_ERROR(CheckDevice(t, /*want_cuda=*/true, where));
+    MOE_RETURN_IF_ERROR(CheckRanges(t, counts, size_, where));
+    if (t.numel() == 0) return OkStatus();
+    char* base = static_cast<char*>(t.raw());
+    const size_t elem = DTypeSize(t.dtype());
+    if (AllEqual(counts)) {
+      // In place: NCCL gathers in place when sendbuff = recvbuff + rank * sendcount. Bytes: any dtype.
+      const size_t bytes = static_cast<size_t>(counts[0]) * elem;
+      return Run("all_gather", [&] {
+        return ncclAllGather(base + static_cast<size_t>(rank_) * bytes, base, bytes, ncclUint8, comm_, stream_);
+      });
+    }
+    const std::vector<int64_t> off = RangeOffsets(counts);
+    return Run("all_gather", [&] {
+      return Grouped([&](auto keep) {
+        for (int r = 0; r < size_; ++r) {
+          const size_t ri = static_cast<size_t>(r), bytes = static_cast<size_t>(counts[ri]) * elem;
+          char* range = base + static_cast<size_t>(off[ri]) * elem;
+          if (bytes > 0) keep(ncclBroadcast(range, range, bytes, ncclUint8, r, comm_, stream_));
+        }
+      });
+    });
+  }
+
+  Status Exchange(const std::vector<P2POp>& ops) override {
+    const std::string where = Where("exchange");
+    MOE_RETURN_IF_ERROR(CheckP2P(ops, rank_, size_, where));
+    for (const P2POp& o : ops) MOE_RETURN_IF_ERROR(CheckDevice(o.tensor, /*want_cuda=*/true, where));
+    // One group: which peer hangs cannot be told apart, so an error names the whole batch.
+    return Run("exchange (" + DescribeBatch(ops) + ")", [&] {
+      return Grouped([&](auto keep) {
+        for (const P2POp& o : ops) {
+          const size_t bytes = o.tensor.nbytes();
+          if (bytes == 0) continue;  // so does the other end: the sizes of a message match
+          if (o.kind == P2POp::kSend) {
+            keep(ncclSend(o.tensor.raw(), bytes, ncclUint8, o.peer, comm_, stream_));
+          } else {
+            keep(ncclRecv(o.tensor.raw(), bytes, ncclUint8, o.peer, comm_, stream_));
+          }
+        }
+      });
+    });
+  }
+
  private:
   Status Cuda(cudaError_t e) const { return InternalError(Where("cuda") + ": " + CudaError(e)); }
   Status Reserve(size_t bytes) {
@@ -134,41 +257,32 @@ class NcclCommunicator final : public Communicator {
     return OkStatus();
   }
 
-  // Issues the operation, then watches it until the stream is done, NCCL reports an error, or the
-  // timeout passes (then the communicator is aborted).
+  // Every NCCL operation goes through here: issues it, then waits until it is complete (WaitForNccl:
+  // the communicator out of ncclInProgress, then the stream idle), an error, or the timeout (then the
+  // communicator is aborted). Only then may the caller read the result or free the buffers.
   template <typename Fn>
-  Status Run(const char* op, Fn&& issue) {
+  Status Run(const std::string& op, Fn&& issue) {
     if (aborted_) return UnavailableError(Where(op) + ": the communicator was aborted after an earlier failure");
     // Work queued on the default stream (the engine's kernels) must finish before NCCL reads it.
     if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return Cuda(e);
-    ncclResult_t r = issue();
-    if (r != ncclSuccess && r != ncclInProgress) return UnavailableError(Where(op) + ": " + ncclGetErrorString(r));
-    const auto start = std::chrono::steady_clock::now();
-    while (true) {
-      cudaError_t q = cudaStreamQuery(stream_);
-      if (q == cudaSuccess) return OkStatus();
-      if (q != cudaErrorNotReady) return Cuda(q);
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        Abort();
-        return UnavailableError(Where(op) + ": a peer failed: " + ncclGetErrorString(async));
-      }
-      if (std::chrono::steady_clock::now() - start > timeout_) {
-        Abort();
-        return DeadlineExceededError(Where(op) + ": timed out after " + std::to_string(timeout_.count() / 1000) +
-                                     " s waiting for a peer (a rank hangs or died); the communicator was aborted");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (ncclResult_t r = issue(); !Issued(r)) {
+      // The peers may have issued theirs: this communicator cannot be trusted to match them any more.
+      const std::string last = ncclGetLastError(comm_);
+      Abort();
+      return UnavailableError(Where(op) + ": " + ncclGetErrorString(r) + " (" + last + "); the communicator was aborted");
     }
+    NcclWaitHooks hooks = CommHooks(comm_, [this] { Abort(); });
+    hooks.stream_state = [this]() -> NcclPoll {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return {};
+      if (q == cudaErrorNotReady) return {NcclPoll::kPending, ""};
+      return {NcclPoll::kFailed, CudaError(q)};
+    };
+    return WaitForNccl(hooks, timeout_, Where(op));
   }
   void Abort() {
     aborted_ = true;
     ncclCommAbort(comm_);
-  }
-  std::string Where(const char* op) const {
-    return (phase_.empty() ? std::string() : phase_ + ": ") + op + " over nccl (rank " + std::to_string(rank_) +
-           " of a group of " + std::to_string(size_) + ")";
   }
 
   ncclComm_t comm_;
@@ -219,21 +333,13 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int rank, int siz
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm;
-  ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
-  const auto start = std::chrono::steady_clock::now();
-  while (r == ncclInProgress || r == ncclSuccess) {
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(comm, &state);
-    if (state == ncclSuccess) break;
-    if (state != ncclInProgress) { r = state; break; }
-    if (std::chrono::steady_clock::now() - start > timeout) {
-      ncclCommAbort(comm);
-      return DeadlineExceededError("ncclCommInitRankConfig: rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                                   " timed out after " + std::to_string(timeout.count() / 1000) + " s (are all ranks up?)");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::string where = "ncclCommInitRankConfig (rank " + std::to_string(rank) + " of a group of " +
+                            std::to_string(size) + "; are all ranks up?)";
+  if (ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config); !Issued(r)) {
+    return UnavailableError(where + ": " + ncclGetErrorString(r));
   }
-  if (r != ncclSuccess && r != ncclInProgress) return UnavailableError(std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r));
+  // Creation has no stream: done when the communicator leaves ncclInProgress.
+  MOE_RETURN_IF_ERROR(WaitForNccl(CommHooks(comm, [comm] { ncclCommAbort(comm); }), timeout, where));
   cudaStream_t stream;
   if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
     ncclCommAbort(comm);

@@ -1,9 +1,11 @@
-// Builds a rank's communicators for the W = DP x EP layout: the world, its EP group (consecutive
-// ranks) and its expert-data-parallel group (ranks holding the same experts), over one backend.
+// Builds a rank's communicators for the W = PP x DP x EP layout (ParallelContext in communicator.h
+// says who is in which group), over one backend.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "worker/engine/comm/communicator.h"
@@ -18,17 +20,36 @@ struct GroupOptions {
   int cuda_device = 0;           // nccl
 };
 
+// The groups of one rank: each a list of global ranks in group-rank order, and the key that names it
+// in the rendezvous store (unique among all groups of the job). Pure: no communication.
+struct GroupLayout {
+  struct Group {
+    std::string key;
+    std::vector<int> members;
+  };
+  Group world, dp, ep, expert_dp, pipeline;
+  std::optional<Group> embedding;  // first and last stage only (a group of one when PP = 1)
+};
+// INVALID_ARGUMENT naming the argument when the layout does not divide.
+StatusOr<GroupLayout> LayoutGroups(int world, int rank, int pipeline_parallel, int expert_parallel);
+
 class ProcessGroups {
  public:
   // Collective over all `world` ranks: each calls it with its rank, the same store and options.
-  static StatusOr<std::unique_ptr<ProcessGroups>> Create(int world, int rank, int expert_parallel, KvStore* store,
+  // W = pipeline_parallel x DP with expert_parallel dividing DP. One communicator per distinct
+  // membership (at PP = 1 dp_group is the world communicator); groups of one are LocalCommunicators
+  // (a store is needed only when W > 1).
+  static StatusOr<std::unique_ptr<ProcessGroups>> Create(int world, int rank, int pipeline_parallel,
+                                                         int expert_parallel, KvStore* store,
                                                          const GroupOptions& options);
   const ParallelContext& ctx() const { return ctx_; }
 
  private:
+  StatusOr<Communicator*> Join(const GroupLayout::Group& group, KvStore* store, const GroupOptions& options);
+
   ParallelContext ctx_;
-  std::unique_ptr<Communicator> world_, ep_, edp_;
-  LocalParallel local_;
+  std::vector<std::unique_ptr<Communicator>> owned_;
+  std::vector<std::pair<std::vector<int>, Communicator*>> joined_;  // membership -> its communicator
 };
 
 // Backend factories (each compiled only where its library is).

@@ -1,0 +1,131 @@
+// WaitForNccl, the wait every NCCL operation goes through, against a fake non-blocking communicator
+// on a fake clock (no GPU, no NCCL): the fake reports ncclInProgress for a while, during which the
+// operation is not on the stream yet, so the stream reads idle. A wait that trusts the stream then
+// returns before the operation even ran; the right one waits for the communicator first.
+#include "worker/engine/comm/nccl_wait.h"
+
+#include <gtest/gtest.h>
+
+namespace moe {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A communicator whose operation is enqueued after `issuing_polls` polls of its state, then runs on
+// the stream for `running_polls` polls of the stream. Everything it was asked is counted.
+struct FakeNccl {
+  int issuing_polls = 0;
+  int running_polls = 0;
+  int fail_at_comm_poll = -1;  // the communicator reports an error at this poll (-1: never)
+  bool stream_error = false;
+
+  int comm_polls = 0, stream_polls = 0, aborts = 0;
+  int stream_polls_before_enqueue = 0;
+  bool enqueued = false, finished = false;
+  std::chrono::steady_clock::time_point now{};
+
+  NcclWaitHooks Hooks(bool with_stream = true) {
+    NcclWaitHooks h;
+    h.comm_state = [this]() -> NcclPoll {
+      if (comm_polls++ == fail_at_comm_poll) return {NcclPoll::kFailed, "remote process exited or there was a network error"};
+      if (comm_polls <= issuing_polls) return {NcclPoll::kPending, ""};
+      enqueued = true;
+      return {};
+    };
+    if (with_stream) {
+      h.stream_state = [this]() -> NcclPoll {
+        if (!enqueued) {
+          ++stream_polls_before_enqueue;
+          return {};  // nothing on the stream yet: it reads idle
+        }
+        if (stream_error) return {NcclPoll::kFailed, "cudaErrorIllegalAddress"};
+        if (++stream_polls <= running_polls) return {NcclPoll::kPending, ""};
+        finished = true;
+        return {};
+      };
+    }
+    h.abort = [this] { ++aborts; };
+    h.now = [this] { return now; };
+    h.sleep = [this](std::chrono::microseconds d) { now += d; };
+    return h;
+  }
+};
+
+const char* kWhere = "step 4: all_reduce over nccl (rank 1 of a group of 8)";
+
+TEST(WaitForNccl, WaitsForTheCommunicatorToLeaveInProgressBeforeTrustingTheStream) {
+  FakeNccl f;
+  f.issuing_polls = 20;
+  f.running_polls = 5;
+  Status st = WaitForNccl(f.Hooks(), milliseconds(1000), kWhere);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(f.finished) << "the wait returned before the operation ran (it trusted an idle stream while "
+                             "the communicator was still ncclInProgress)";
+  EXPECT_EQ(f.stream_polls_before_enqueue, 0) << "the stream was queried while the operation was not on it";
+  EXPECT_GE(f.comm_polls, 21);
+  EXPECT_EQ(f.aborts, 0);
+}
+
+TEST(WaitForNccl, AnOperationIssuedAtOnceWaitsForTheStreamOnly) {
+  FakeNccl f;
+  f.running_polls = 3;
+  ASSERT_TRUE(WaitForNccl(f.Hooks(), milliseconds(1000), kWhere).ok());
+  EXPECT_TRUE(f.finished);
+  EXPECT_EQ(f.stream_polls, 4);
+}
+
+TEST(WaitForNccl, AnErrorWhileInProgressOrOnTheStreamAbortsAndSaysAPeerFailed) {
+  for (const bool on_stream : {false, true}) {
+    FakeNccl f;
+    f.issuing_polls = on_stream ? 0 : 100;
+    f.running_polls = on_stream ? 1000000 : 0;
+    f.fail_at_comm_poll = on_stream ? 50 : 7;
+    Status st = WaitForNccl(f.Hooks(), milliseconds(1000), kWhere);
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
+    EXPECT_NE(st.message().find(std::string(kWhere) + ": a peer failed: remote process exited"), std::string::npos) << st;
+    EXPECT_EQ(f.aborts, 1) << "on the stream: " << on_stream;
+    EXPECT_EQ(f.stream_polls_before_enqueue, 0);
+  }
+}
+
+TEST(WaitForNccl, StuckInProgressTimesOutAndAborts) {
+  FakeNccl f;
+  f.issuing_polls = 1 << 30;
+  Status st = WaitForNccl(f.Hooks(), milliseconds(2500), kWhere);
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  EXPECT_NE(st.message().find("timed out after 2.5 s"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("ncclInProgress"), std::string::npos) << st;
+  EXPECT_EQ(f.aborts, 1);
+  EXPECT_GE(f.now - std::chrono::steady_clock::time_point{}, milliseconds(2500));
+  EXPECT_LT(f.now - std::chrono::steady_clock::time_point{}, milliseconds(2600));
+  EXPECT_EQ(f.stream_polls_before_enqueue, 0);
+}
+
+TEST(WaitForNccl, AStreamThatNeverFinishesTimesOutAndAborts) {
+  FakeNccl f;
+  f.issuing_polls = 3;
+  f.running_polls = 1 << 30;
+  Status st = WaitForNccl(f.Hooks(), milliseconds(1000), kWhere);
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  EXPECT_NE(st.message().find("with the operation on the stream"), std::string::npos) << st;
+  EXPECT_EQ(f.aborts, 1);
+}
+
+TEST(WaitForNccl, AStreamErrorIsInternalAndDoesNotAbort) {
+  FakeNccl f;
+  f.stream_error = true;
+  Status st = WaitForNccl(f.Hooks(), milliseconds(1000), kWhere);
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st;
+  EXPECT_NE(st.message().find("cuda: cudaErrorIllegalAddress"), std::string::npos) << st;
+  EXPECT_EQ(f.aborts, 0);
+}
+
+TEST(WaitForNccl, WithoutAStreamCreationIsDoneWhenTheCommunicatorIs) {
+  FakeNccl f;
+  f.issuing_polls = 12;
+  ASSERT_TRUE(WaitForNccl(f.Hooks(/*with_stream=*/false), milliseconds(1000), kWhere).ok());
+  EXPECT_EQ(f.comm_polls, 13);
+}
+
+}  // namespace
+}  // namespace moe

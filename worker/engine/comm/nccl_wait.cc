@@ -1,0 +1,40 @@
+#include "worker/engine/comm/nccl_wait.h"
+
+namespace moe {
+namespace {
+
+constexpr std::chrono::microseconds kPollInterval(50);
+
+std::string Seconds(std::chrono::milliseconds t) {
+  return std::to_string(t.count() / 1000) + (t.count() % 1000 ? "." + std::to_string(t.count() % 1000 / 100) : "") + " s";
+}
+
+}  // namespace
+
+Status WaitForNccl(const NcclWaitHooks& hooks, std::chrono::milliseconds timeout, const std::string& where) {
+  const auto start = hooks.now();
+  bool issued = false;  // the communicator has left ncclInProgress: the work is on the stream
+  while (true) {
+    const NcclPoll comm = hooks.comm_state();
+    if (comm.state == NcclPoll::kFailed) {
+      hooks.abort();
+      return UnavailableError(where + ": a peer failed: " + comm.error + "; the communicator was aborted");
+    }
+    issued = issued || comm.state == NcclPoll::kDone;
+    if (issued) {
+      const NcclPoll stream = hooks.stream_state ? hooks.stream_state() : NcclPoll{};
+      if (stream.state == NcclPoll::kDone) return OkStatus();
+      if (stream.state == NcclPoll::kFailed) return InternalError(where + ": cuda: " + stream.error);
+    }
+    if (hooks.now() - start > timeout) {
+      hooks.abort();
+      return DeadlineExceededError(where + ": timed out after " + Seconds(timeout) + " waiting for a peer (a rank hangs " +
+                                   "or died) " + (issued ? "with the operation on the stream" :
+                                                           "while NCCL was still issuing the operation (ncclInProgress)") +
+                                   "; the communicator was aborted");
+    }
+    hooks.sleep(kPollInterval);
+  }
+}
+
+}  // namespace moe
