@@ -30,6 +30,8 @@ class CheckpointTest : public ::testing::Test {
     dir_ = "/tmp/moe-ckpt-test-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     ASSERT_TRUE(RemoveAll(dir_).ok());
     model_ = std::make_unique<Model>(SmallModel(), local_.ctx, 1, DType::kF32, Device::Cpu());
+    optimizer_ = std::make_unique<Optimizer>(OptimizerConfig(), model_->params(), local_.ctx, /*distributed=*/false,
+                                             model_->config().moe.num_experts);
   }
   void TearDown() override { (void)RemoveAll(dir_); }
   // Makes the model's state depend on `v`.
@@ -51,14 +53,15 @@ class CheckpointTest : public ::testing::Test {
   std::string dir_;
   LocalParallel local_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
 };
 
 TEST_F(CheckpointTest, RoundTripsEveryTensorAndTheBias) {
   CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   Mutate(1.5);
-  ASSERT_TRUE(ckpt.Save(10, *model_, State(10)).ok());
+  ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
   Mutate(-3.0);
-  auto info = ckpt.Restore(*model_);
+  auto info = ckpt.Restore(*model_, *optimizer_);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->step, 10);
   EXPECT_EQ(info->state.Find("step")->scalar(), "10");
@@ -85,24 +88,24 @@ void FlipByte(const std::string& path, size_t offset) {
 TEST_F(CheckpointTest, DamagedOrTruncatedNewestFallsBackToThePreviousComplete) {
   CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   Mutate(1.0);
-  ASSERT_TRUE(ckpt.Save(10, *model_, State(10)).ok());
+  ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
   Mutate(2.0);
-  ASSERT_TRUE(ckpt.Save(20, *model_, State(20)).ok());
+  ASSERT_TRUE(ckpt.Save(20, *model_, *optimizer_, State(20)).ok());
   const std::string shard = dir_ + "/step_00000020/shard_00000.bin";
   FlipByte(shard, 5000);
   Status st = ckpt.Validate(dir_ + "/step_00000020");
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("CRC mismatch"), std::string::npos) << st;
   Mutate(9.0);
-  auto info = ckpt.Restore(*model_);
+  auto info = ckpt.Restore(*model_, *optimizer_);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->step, 10);
   EXPECT_EQ(First(), 1.0);
   // Truncation is caught the same way.
   Mutate(3.0);
-  ASSERT_TRUE(ckpt.Save(30, *model_, State(30)).ok());
+  ASSERT_TRUE(ckpt.Save(30, *model_, *optimizer_, State(30)).ok());
   ASSERT_EQ(::truncate((dir_ + "/step_00000030/shard_00000.bin").c_str(), 100), 0);
-  info = ckpt.Restore(*model_);
+  info = ckpt.Restore(*model_, *optimizer_);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->step, 10);
 }
@@ -111,7 +114,7 @@ TEST_F(CheckpointTest, PartialCheckpointsAreIgnoredAndOldOnesPruned) {
   CheckpointManager ckpt(dir_, local_.ctx, "fp", /*keep_last=*/2);
   for (int64_t s : {10, 20, 30}) {
     Mutate(static_cast<double>(s));
-    ASSERT_TRUE(ckpt.Save(s, *model_, State(s)).ok());
+    ASSERT_TRUE(ckpt.Save(s, *model_, *optimizer_, State(s)).ok());
   }
   EXPECT_FALSE(PathExists(dir_ + "/step_00000010"));
   ASSERT_EQ(ckpt.List().size(), 2u);
@@ -119,7 +122,7 @@ TEST_F(CheckpointTest, PartialCheckpointsAreIgnoredAndOldOnesPruned) {
   ASSERT_TRUE(MakeDirs(dir_ + "/step_00000040.tmp").ok());
   ASSERT_TRUE(MakeDirs(dir_ + "/step_00000050").ok());
   Mutate(0.0);
-  auto info = ckpt.Restore(*model_);
+  auto info = ckpt.Restore(*model_, *optimizer_);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->step, 30);
   EXPECT_EQ(First(), 30.0);
@@ -127,9 +130,9 @@ TEST_F(CheckpointTest, PartialCheckpointsAreIgnoredAndOldOnesPruned) {
 
 TEST_F(CheckpointTest, AnotherModelIsRefusedClearly) {
   CheckpointManager writer(dir_, local_.ctx, "fingerprint-a", 0);
-  ASSERT_TRUE(writer.Save(10, *model_, State(10)).ok());
+  ASSERT_TRUE(writer.Save(10, *model_, *optimizer_, State(10)).ok());
   CheckpointManager reader(dir_, local_.ctx, "fingerprint-b", 0);
-  auto info = reader.Restore(*model_);
+  auto info = reader.Restore(*model_, *optimizer_);
   ASSERT_FALSE(info.ok());
   EXPECT_EQ(info.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(info.status().message().find("another model shape"), std::string::npos) << info.status();
@@ -140,18 +143,18 @@ TEST_F(CheckpointTest, AnotherModelIsRefusedClearly) {
 TEST_F(CheckpointTest, AMissingShardIsFoundAndTheLastCompleteOneIsUsed) {
   CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   Mutate(10.0);
-  ASSERT_TRUE(ckpt.Save(10, *model_, State(10)).ok());
+  ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
   Mutate(20.0);
-  ASSERT_TRUE(ckpt.Save(20, *model_, State(20)).ok());
+  ASSERT_TRUE(ckpt.Save(20, *model_, *optimizer_, State(20)).ok());
   // Rewrite step 20 with only half of one tensor, as if a shard of its other half were lost.
   const std::string dir20 = dir_ + "/" + CheckpointManager::StepDirName(20);
-  std::vector<TensorPiece> pieces = CheckpointPieces(*model_, local_.ctx, true);
+  std::vector<TensorPiece> pieces = CheckpointPieces(*model_, *optimizer_, local_.ctx, true);
   TensorPiece& e = pieces.front();
   e.data = e.data.Reshape({e.data.numel()}).Rows(0, e.data.numel() / 2);
   ASSERT_TRUE(WriteShardFile(dir20 + "/shard_00000.bin", 0, 20, pieces).ok());
   EXPECT_EQ(ckpt.Validate(dir20).code(), StatusCode::kDataLoss);
   Mutate(0.0);
-  auto info = ckpt.Restore(*model_);
+  auto info = ckpt.Restore(*model_, *optimizer_);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->step, 10);
   EXPECT_EQ(First(), 10.0);
@@ -159,7 +162,7 @@ TEST_F(CheckpointTest, AMissingShardIsFoundAndTheLastCompleteOneIsUsed) {
 
 TEST_F(CheckpointTest, EmptyDirectoryMeansStepZero) {
   CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
-  auto info = ckpt.Restore(*model_);
+  auto info = ckpt.Restore(*model_, *optimizer_);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->step, 0);
 }

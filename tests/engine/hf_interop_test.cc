@@ -13,6 +13,7 @@
 #include "tests/testing/testing.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/hf_io.h"
+#include "worker/engine/optimizer.h"
 #include "worker/engine/safetensors.h"
 #include "worker/engine/trainer.h"
 
@@ -144,7 +145,8 @@ TEST_F(HfInteropTest, ExportThenInitFromGivesTheTrainedModelsLoss) {
   ASSERT_TRUE(Train(spec, local.ctx, o).ok());
   Model trained(spec.model, local.ctx, 1, DType::kF32, Device::Cpu());
   CheckpointManager ckpt(o.checkpoint_dir, local.ctx, ModelFingerprint(spec), 0);
-  ASSERT_TRUE(ckpt.Restore(trained).ok());
+  Optimizer opt(spec.optimizer, trained.params(), local.ctx, /*distributed=*/false, spec.model.moe.num_experts);
+  ASSERT_TRUE(ckpt.Restore(trained, opt).ok());
   const double want = LossOf(trained);
   for (const std::string dtype : {"fp32", "bf16"}) {
     HfWriteOptions w;

@@ -12,6 +12,7 @@
 #include "tests/engine/train_helpers.h"
 #include "tests/testing/testing.h"
 #include "worker/engine/model.h"
+#include "worker/engine/optimizer.h"
 #include "worker/engine/trainer.h"
 
 namespace moe {
@@ -39,6 +40,7 @@ TEST(MixedPrecision, ComputeCopiesFollowTheMasterWeights) {
   LocalParallel local;
   Model model(SmallModel(), local.ctx, 7, DType::kF32, Device::Cpu(), nullptr, DType::kBF16);
   ASSERT_FALSE(model.params().all().empty());
+  Optimizer opt(OptimizerConfig(), model.params(), local.ctx, /*distributed=*/false, model.config().moe.num_experts);
   for (const auto& p : model.params().all()) {
     EXPECT_EQ(p->value.dtype(), DType::kF32) << p->name;
     EXPECT_EQ(p->grad.dtype(), DType::kF32) << p->name;

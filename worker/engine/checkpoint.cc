@@ -15,35 +15,16 @@ std::string ShardName(int rank) {
   return buf;
 }
 
-// A parameter's global shape: an expert tensor's first dimension counts every expert.
-std::vector<int64_t> GlobalShape(const Param& p, int64_t num_experts) {
-  std::vector<int64_t> shape = p.value.shape();
-  if (p.expert) shape[0] = num_experts;
-  return shape;
-}
-
-void AddParam(const Param& p, int64_t num_experts, std::vector<TensorPiece>* out) {
-  const std::vector<int64_t> global = GlobalShape(p, num_experts);
-  const int64_t begin = p.expert ? p.expert_begin * (p.value.numel() / p.value.dim(0)) : 0;
-  out->push_back({"param/" + p.name + "/value", global, begin, p.value});
-  out->push_back({"param/" + p.name + "/m", global, begin, p.m});
-  out->push_back({"param/" + p.name + "/v", global, begin, p.v});
-}
-
 }  // namespace
 
-std::vector<TensorPiece> CheckpointPieces(Model& model, const ParallelContext& par, bool writer) {
-  // Writers: rank 0 the dense state, the first EP group its experts. Readers: every rank what it holds.
-  const bool dense = !writer || par.rank == 0;
-  const bool experts = !writer || par.ep_group_index() == 0;
-  const int64_t e = model.config().moe.num_experts;
+std::vector<TensorPiece> CheckpointPieces(Model& model, const Optimizer& optimizer, const ParallelContext& par, bool writer) {
+  // Weights and moments: the optimizer knows who holds what (shards, or the group's rank 0). The bias of
+  // a MoE layer is the same on every data-parallel rank of its stage: rank 0 of the stage writes it.
   std::vector<TensorPiece> out;
-  for (const auto& p : model.params().all()) {
-    if (p->expert ? experts : dense) AddParam(*p, e, &out);
-  }
-  if (dense) {
-    for (MoeLayer* l : model.moe_layers()) out.push_back({"bias/" + l->name(), {e}, 0, l->bias()});
-  }
+  optimizer.Pieces(writer, &out);
+  if (writer && par.dp_rank() != 0) return out;
+  const int64_t e = model.config().moe.num_experts;
+  for (MoeLayer* l : model.moe_layers()) out.push_back({"bias/" + l->name(), {e}, 0, l->bias()});
   return out;
 }
 
@@ -57,7 +38,7 @@ std::string CheckpointManager::StepDirName(int64_t step) {
   return buf;
 }
 
-Status CheckpointManager::Save(int64_t step, Model& model, const Node& state) {
+Status CheckpointManager::Save(int64_t step, Model& model, const Optimizer& optimizer, const Node& state) {
   const std::string final_dir = JoinPath(dir_, StepDirName(step));
   const std::string tmp_dir = final_dir + ".tmp";
   Communicator* world = par_.world;
@@ -69,7 +50,7 @@ Status CheckpointManager::Save(int64_t step, Model& model, const Node& state) {
     MOE_RETURN_IF_ERROR(MakeDirs(tmp_dir));
   }
   MOE_RETURN_IF_ERROR(world->Barrier());
-  const std::vector<TensorPiece> mine = CheckpointPieces(model, par_, /*writer=*/true);
+  const std::vector<TensorPiece> mine = CheckpointPieces(model, optimizer, par_, /*writer=*/true);
   if (!mine.empty()) MOE_RETURN_IF_ERROR(WriteShardFile(JoinPath(tmp_dir, ShardName(par_.rank)), par_.rank, step, mine));
   MOE_RETURN_IF_ERROR(world->Barrier());
   if (par_.rank == 0) {
@@ -78,6 +59,8 @@ Status CheckpointManager::Save(int64_t step, Model& model, const Node& state) {
     manifest.Set("step", Node::Scalar(std::to_string(step)));
     manifest.Set("world_size", Node::Scalar(std::to_string(par_.world_size)));
     manifest.Set("expert_parallel", Node::Scalar(std::to_string(par_.expert_parallel)));
+    manifest.Set("pipeline_parallel", Node::Scalar(std::to_string(par_.pipeline_parallel)));
+    manifest.Set("distributed_optimizer", Node::Scalar(optimizer.distributed() ? "true" : "false"));
     manifest.Set("fingerprint", Node::Scalar(fingerprint_, true));
     manifest.Set("state", state);
     if (!spec_.IsNull()) manifest.Set("spec", spec_);
@@ -145,7 +128,7 @@ int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
   return chosen;
 }
 
-StatusOr<CheckpointInfo> CheckpointManager::Restore(Model& model) {
+StatusOr<int64_t> CheckpointManager::Choose() {
   Communicator* world = par_.world;
   world->SetPhase("checkpoint restore");
   // Rank 0 picks; a refusal (another model) is broadcast as step -1 so every rank fails the same way.
@@ -156,20 +139,30 @@ StatusOr<CheckpointInfo> CheckpointManager::Restore(Model& model) {
     if (!refusal.ok()) return refusal;
     return FailedPreconditionError("the checkpoint in " + dir_ + " does not fit this run's model (see rank 0's log)");
   }
+  return chosen;
+}
+
+StatusOr<CheckpointInfo> CheckpointManager::Load(int64_t step, Model& model, Optimizer& optimizer) {
   CheckpointInfo info;
-  if (chosen == 0) return info;
-  info.step = chosen;
-  info.path = JoinPath(dir_, StepDirName(chosen));
+  info.step = step;
+  info.path = JoinPath(dir_, StepDirName(step));
   MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(info.path, /*verify=*/false));
   if (const Node* s = reader.manifest().Find("state")) info.state = *s;
-  for (const TensorPiece& p : CheckpointPieces(model, par_, /*writer=*/false)) {
+  for (const TensorPiece& p : CheckpointPieces(model, optimizer, par_, /*writer=*/false)) {
     const std::vector<int64_t> stored = reader.GlobalShape(p.name);
     if (stored != p.global_shape) {
       return FailedPreconditionError("checkpoint " + info.path + ": tensor " + p.name + " has another shape than this model's");
     }
     MOE_RETURN_IF_ERROR(reader.Read(p.name, p.begin, p.data));
   }
+  optimizer.WeightsChanged();
   return info;
+}
+
+StatusOr<CheckpointInfo> CheckpointManager::Restore(Model& model, Optimizer& optimizer) {
+  MOE_ASSIGN_OR_RETURN(const int64_t chosen, Choose());
+  if (chosen == 0) return CheckpointInfo();
+  return Load(chosen, model, optimizer);
 }
 
 StatusOr<std::string> LatestCheckpoint(const std::string& dir) {

@@ -18,6 +18,7 @@
 #include "worker/engine/checkpoint_io.h"
 #include "worker/engine/comm/communicator.h"
 #include "worker/engine/model.h"
+#include "worker/engine/optimizer.h"
 
 namespace moe {
 
@@ -30,7 +31,7 @@ struct CheckpointInfo {
 // What this rank writes (owner) or needs (reader) of a model's state in a checkpoint: every parameter's
 // value and AdamW moments ("param/<name>/value|m|v") and every MoE layer's bias ("bias/<layer>"), as
 // pieces of the global tensors.
-std::vector<TensorPiece> CheckpointPieces(Model& model, const ParallelContext& par, bool writer);
+std::vector<TensorPiece> CheckpointPieces(Model& model, const Optimizer& optimizer, const ParallelContext& par, bool writer);
 
 class CheckpointManager {
  public:
@@ -40,11 +41,15 @@ class CheckpointManager {
                     Node spec = Node());
 
   // Collective: every rank of the job calls it at the same step.
-  Status Save(int64_t step, Model& model, const Node& state);
-  // Collective: finds the newest complete, undamaged checkpoint (rank 0 decides, everyone follows) and
-  // loads this rank's part, whatever layout wrote it. Returns step 0 when there is none. A checkpoint
-  // written for another model shape is an error (FAILED_PRECONDITION), not something to skip.
-  StatusOr<CheckpointInfo> Restore(Model& model);
+  Status Save(int64_t step, Model& model, const Optimizer& optimizer, const Node& state);
+  // Collective: the step of the newest complete, undamaged checkpoint (rank 0 decides, everyone
+  // follows); 0 when there is none. A checkpoint written for another model shape is an error
+  // (FAILED_PRECONDITION), not something to skip.
+  StatusOr<int64_t> Choose();
+  // Loads this rank's part of checkpoint `step`, whatever layout wrote it.
+  StatusOr<CheckpointInfo> Load(int64_t step, Model& model, Optimizer& optimizer);
+  // Choose, then Load (step 0 when there is nothing to load).
+  StatusOr<CheckpointInfo> Restore(Model& model, Optimizer& optimizer);
 
   // Checks one checkpoint directory's manifest and every shard; OK means it can be loaded.
   Status Validate(const std::string& path) const;

@@ -30,7 +30,8 @@ std::string MetricsJson(const StepMetrics& m) {
     os << (i ? "," : "") << n(m.expert_load_imbalance_per_layer[i]);
   }
   os << "],\"alltoall_seconds\":" << n(m.alltoall_seconds) << ",\"compute_seconds\":" << n(m.compute_seconds)
-     << ",\"grad_sync_seconds\":" << n(m.grad_sync_seconds) << ",\"tokens\":" << m.tokens
+     << ",\"grad_sync_seconds\":" << n(m.grad_sync_seconds) << ",\"pipeline_bubble\":" << n(m.pipeline_bubble)
+     << ",\"tokens\":" << m.tokens
      << ",\"consumed_samples\":" << m.consumed_samples << ",\"world_size\":" << m.world_size << ",\"rank\":" << m.rank << ",\"time\":" << Num(now) << "}";
   return os.str();
 }

@@ -28,6 +28,7 @@ struct StepMetrics {
   double alltoall_seconds = 0;   // token dispatch/combine all-to-all, this step (rank 0's)
   double compute_seconds = 0;    // forward + backward excluding the all-to-all
   double grad_sync_seconds = 0;  // gradient all-reduce
+  double pipeline_bubble = 0;    // pipeline: fraction of forward/backward time in point-to-point exchanges (mean over ranks)
   int64_t tokens = 0;            // tokens in the global batch
   int64_t consumed_samples = 0;
   int world_size = 1;

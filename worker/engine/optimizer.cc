@@ -1,7 +1,9 @@
 #include "worker/engine/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "kernels/elementwise.h"
 #include "kernels/optimizer.h"
 
 namespace moe {
@@ -15,7 +17,161 @@ double LearningRate(const OptimizerConfig& o, int64_t decay_steps, int64_t step)
   return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-double AdamWOptimizer::Step(const ParamSet& params, int64_t step, double lr, double grad_norm) {
+struct Optimizer::Bucket {
+  bool experts = false;
+  Communicator* group = nullptr;  // null: a group of one
+  int size = 1, rank = 0;
+  std::vector<Param*> params;
+  std::vector<int64_t> offsets;   // each parameter's first element in the flat buffers
+  int64_t numel = 0;              // padded to a multiple of size under ZeRO
+  std::vector<int64_t> counts;    // the shards' sizes (size entries)
+  int64_t shard_begin = 0, shard_end = 0;
+  Tensor compute;                 // [numel] what the layers read
+  Tensor master;                  // [numel] (== compute when the dtypes agree) or [shard] (sharded master)
+  int64_t master_offset = 0;      // the flat index of master's first element
+  Tensor grad;                    // [numel]
+  Tensor m, v;                    // [shard]
+
+  // Element range [a, e) of parameter i inside this rank's shard (a == e: none).
+  std::pair<int64_t, int64_t> InShard(size_t i) const {
+    const int64_t off = offsets[i], n = params[i]->grad.numel();
+    return {std::max(off, shard_begin), std::min(off + n, shard_end)};
+  }
+};
+
+namespace {
+
+Tensor Flat(const Tensor& buffer, int64_t begin, int64_t end) { return buffer.Rows(begin, end); }
+
+// A parameter's place in its global tensor: its first element (an expert tensor's share) and the
+// global shape.
+int64_t GlobalBegin(const Param& p) {
+  return p.expert ? p.expert_begin * (p.grad.numel() / p.grad.dim(0)) : 0;
+}
+
+std::vector<int64_t> GlobalShape(const Param& p, int64_t num_experts_total) {
+  std::vector<int64_t> shape = p.grad.shape();
+  if (p.expert) shape[0] = num_experts_total;
+  return shape;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(const OptimizerConfig& cfg, ParamSet& params, const ParallelContext& par, bool distributed,
+                     int64_t num_experts)
+    : cfg_(cfg), params_(params), distributed_(distributed), num_experts_(num_experts) {
+  for (bool experts : {false, true}) {
+    auto b = std::make_unique<Bucket>();
+    b->experts = experts;
+    b->group = experts ? par.expert_dp : par.dp_group;
+    if (b->group != nullptr) {
+      b->size = b->group->size();
+      b->rank = b->group->rank();
+    }
+    for (const auto& p : params.all()) {
+      if (p->expert == experts) b->params.push_back(p.get());
+    }
+    if (b->params.empty()) continue;
+    Build(*b);
+    buckets_.push_back(std::move(b));
+  }
+}
+
+Optimizer::~Optimizer() = default;
+
+bool Optimizer::sharded_master() const { return distributed_ && params_.compute_dtype() != params_.dtype(); }
+
+void Optimizer::Build(Bucket& b) {
+  int64_t n = 0;
+  for (Param* p : b.params) {
+    b.offsets.push_back(n);
+    n += p->grad.numel();
+  }
+  const int64_t g = distributed_ ? b.size : 1;
+  b.numel = (n + g - 1) / g * g;
+  const int64_t shard = b.numel / g;
+  b.counts.assign(static_cast<size_t>(b.size), distributed_ ? shard : 0);
+  b.shard_begin = distributed_ ? shard * b.rank : 0;
+  b.shard_end = b.shard_begin + shard;
+  const Device dev = b.params[0]->grad.device();
+  const DType dt = params_.dtype(), cdt = params_.compute_dtype();
+  b.grad = Tensor::Zeros({b.numel}, dt, dev);
+  b.compute = Tensor::Zeros({b.numel}, cdt, dev);
+  if (cdt == dt) {
+    b.master = b.compute;
+  } else if (!distributed_) {
+    b.master = Tensor::Zeros({b.numel}, dt, dev);
+  } else {
+    b.master = Tensor::Zeros({b.shard_end - b.shard_begin}, dt, dev);
+    b.master_offset = b.shard_begin;
+  }
+  b.m = Tensor::Zeros({b.shard_end - b.shard_begin}, params_.moments_dtype(), dev);
+  b.v = Tensor::Zeros({b.shard_end - b.shard_begin}, params_.moments_dtype(), dev);
+  for (size_t i = 0; i < b.params.size(); ++i) {
+    Param* p = b.params[i];
+    const Tensor::Shape shape = p->grad.shape();
+    const int64_t off = b.offsets[i], len = p->grad.numel();
+    const Tensor value = p->value.Reshape({len});
+    kernels::Convert(value, Flat(b.compute, off, off + len));
+    const auto [a, e] = b.InShard(i);
+    if (a < e) Flat(b.master, a - b.master_offset, e - b.master_offset).CopyFrom(value.Rows(a - off, e - off));
+    if (b.master_offset == 0 && b.master.numel() == b.numel) {
+      Flat(b.master, off, off + len).CopyFrom(value);
+      p->value = Flat(b.master, off, off + len).Reshape(shape);
+    } else {
+      p->value = Tensor();  // only this rank's shard of the master exists (Pieces, WeightsChanged)
+    }
+    p->compute = Flat(b.compute, off, off + len).Reshape(shape);
+    p->grad = Flat(b.grad, off, off + len).Reshape(shape);
+    if (!distributed_) {
+      p->m = Flat(b.m, off, off + len).Reshape(shape);
+      p->v = Flat(b.v, off, off + len).Reshape(shape);
+    } else {
+      p->m = p->v = Tensor();
+    }
+  }
+}
+
+void Optimizer::ZeroGrads() {
+  for (auto& b : buckets_) b->grad.SetZero();
+}
+
+Status Optimizer::ReduceGradients() {
+  for (auto& b : buckets_) {
+    if (b->size <= 1) continue;
+    if (distributed_) {
+      MOE_RETURN_IF_ERROR(b->group->ReduceScatterSum(b->grad, b->counts));
+    } else {
+      MOE_RETURN_IF_ERROR(b->group->AllReduceSum(b->grad));
+    }
+  }
+  return OkStatus();
+}
+
+double Optimizer::OwnedGradSquares(bool experts) const {
+  double sq = 0;
+  for (const auto& b : buckets_) {
+    if (b->experts != experts || (!distributed_ && b->rank != 0)) continue;
+    for (size_t i = 0; i < b->params.size(); ++i) {
+      const auto [a, e] = b->InShard(i);
+      if (a < e && !b->params[i]->tied_copy) sq += kernels::SumSquares(Flat(b->grad, a, e));
+    }
+  }
+  return sq;
+}
+
+void Optimizer::UpdateBucket(Bucket& b, const void* adamw_config) {
+  kernels::AdamWConfig a = *static_cast<const kernels::AdamWConfig*>(adamw_config);
+  for (size_t i = 0; i < b.params.size(); ++i) {
+    const auto [lo, hi] = b.InShard(i);
+    if (lo >= hi) continue;
+    a.weight_decay = b.params[i]->weight_decay ? cfg_.weight_decay : 0.0;
+    kernels::AdamW(Flat(b.master, lo - b.master_offset, hi - b.master_offset), Flat(b.grad, lo, hi),
+                   Flat(b.m, lo - b.shard_begin, hi - b.shard_begin), Flat(b.v, lo - b.shard_begin, hi - b.shard_begin), a);
+  }
+}
+
+StatusOr<double> Optimizer::Step(int64_t step, double lr, double grad_norm) {
   double clip = 1.0;
   if (cfg_.grad_clip > 0 && grad_norm > cfg_.grad_clip) clip = cfg_.grad_clip / (grad_norm + 1e-6);
   kernels::AdamWConfig a;
@@ -25,11 +181,62 @@ double AdamWOptimizer::Step(const ParamSet& params, int64_t step, double lr, dou
   a.eps = cfg_.eps;
   a.step = step;
   a.grad_scale = clip;
-  for (const auto& p : params.all()) {
-    a.weight_decay = p->weight_decay ? cfg_.weight_decay : 0.0;
-    kernels::AdamW(p->value, p->grad, p->m, p->v, a);
+  for (auto& b : buckets_) {
+    UpdateBucket(*b, &a);
+    if (b->master.raw() != b->compute.raw()) {
+      kernels::Convert(b->master, Flat(b->compute, b->master_offset, b->master_offset + b->master.numel()));
+    }
+    if (distributed_ && b->size > 1) MOE_RETURN_IF_ERROR(b->group->AllGather(b->compute, b->counts));
   }
   return clip;
+}
+
+void Optimizer::WeightsChanged() {
+  for (auto& b : buckets_) {
+    // A sharded master and the compute copies were read separately (Pieces), nothing to refresh.
+    if (b->master.raw() != b->compute.raw() && b->master.numel() == b->numel) kernels::Convert(b->master, b->compute);
+  }
+}
+
+void Optimizer::Pieces(bool writer, std::vector<TensorPiece>* out) const {
+  for (const auto& b : buckets_) {
+    if (!distributed_ && writer && b->rank != 0) continue;  // full tensors: the group's rank 0 writes them
+    for (size_t i = 0; i < b->params.size(); ++i) {
+      Param* p = b->params[i];
+      if (writer && p->tied_copy) continue;  // the first stage writes the embedding
+      const std::vector<int64_t> global = GlobalShape(*p, num_experts_);
+      const int64_t g0 = GlobalBegin(*p), off = b->offsets[i], len = p->grad.numel();
+      const std::string prefix = "param/" + p->name + "/";
+      if (!distributed_) {
+        out->push_back({prefix + "value", global, g0, p->value.Reshape({len})});
+        out->push_back({prefix + "m", global, g0, p->m.Reshape({len})});
+        out->push_back({prefix + "v", global, g0, p->v.Reshape({len})});
+        continue;
+      }
+      if (!writer) {  // the whole weights: into the compute copies when the master is a shard
+        out->push_back({prefix + "value", global, g0, (sharded_master() ? p->compute : p->value).Reshape({len})});
+      } else if (!sharded_master() && b->rank == 0) {
+        out->push_back({prefix + "value", global, g0, p->value.Reshape({len})});
+      }
+      const auto [a, e] = b->InShard(i);
+      if (a >= e) continue;
+      const int64_t at = g0 + (a - off);
+      if (sharded_master()) out->push_back({prefix + "value", global, at, Flat(b->master, a - b->master_offset, e - b->master_offset)});
+      out->push_back({prefix + "m", global, at, Flat(b->m, a - b->shard_begin, e - b->shard_begin)});
+      out->push_back({prefix + "v", global, at, Flat(b->v, a - b->shard_begin, e - b->shard_begin)});
+    }
+  }
+}
+
+OptimizerBytes Optimizer::Bytes() const {
+  OptimizerBytes out;
+  for (const auto& b : buckets_) {
+    out.weights += static_cast<int64_t>(b->compute.nbytes());
+    if (b->master.raw() != b->compute.raw()) out.weights += static_cast<int64_t>(b->master.nbytes());
+    out.gradients += static_cast<int64_t>(b->grad.nbytes());
+    out.optimizer += static_cast<int64_t>(b->m.nbytes() + b->v.nbytes());
+  }
+  return out;
 }
 
 }  // namespace moe

@@ -1,9 +1,27 @@
-// AdamW over a ParamSet, the learning-rate schedule, and global gradient-norm clipping.
+// AdamW over a rank's parameters laid out in flat buffers per data-parallel group, with or without a
+// distributed optimizer (ZeRO-1), the learning-rate schedule, and the gradient norm.
+//
+// Two buckets: the dense parameters, replicated over the stage's data-parallel group (DP ranks), and
+// the routed experts, replicated over the expert-data-parallel group (DP / EP ranks). Each bucket holds
+// its parameters' weights, compute copies and gradients contiguously (each Param's tensors become views
+// into them), padded to a multiple of the group size. Then:
+//   plain:       gradients all-reduced; every rank updates everything with full moments.
+//   distributed: gradients reduce-scattered; rank i of the group owns elements [i n/g, (i+1) n/g) of
+//                the bucket: the fp32 master weights (when the compute copies are bf16) and both AdamW
+//                moments exist only for that shard; after the update the compute copies are
+//                all-gathered (bf16 on the wire in mixed precision, as Megatron's distributed optimizer).
+// Clipping uses the global norm over every shard of every rank (OwnedGradSquares, summed over the job).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "common/job_spec.h"
+#include "common/status.h"
+#include "worker/engine/checkpoint_io.h"
+#include "worker/engine/comm/communicator.h"
 #include "worker/engine/param.h"
 
 namespace moe {
@@ -12,15 +30,59 @@ namespace moe {
 // at decay_steps; min_lr after. Steps are 1-based.
 double LearningRate(const OptimizerConfig& o, int64_t decay_steps, int64_t step);
 
-class AdamWOptimizer {
+// Bytes one rank holds for its parameters, by what they are (memory accounting).
+struct OptimizerBytes {
+  int64_t weights = 0;    // master weights (all, or the shard) and compute copies
+  int64_t gradients = 0;
+  int64_t optimizer = 0;  // AdamW moments
+};
+
+class Optimizer {
  public:
-  explicit AdamWOptimizer(const OptimizerConfig& cfg) : cfg_(cfg) {}
-  // Scales gradients by min(1, grad_clip / grad_norm) and applies one AdamW update at `step` (1-based)
-  // with learning rate `lr`. Returns the clip factor applied.
-  double Step(const ParamSet& params, int64_t step, double lr, double grad_norm);
+  // Lays `params` out in flat buffers (rebinding each Param's value, compute, grad, m and v to views,
+  // or leaving value, m and v undefined where the rank holds only a shard). `distributed`: ZeRO-1.
+  // Groups: par.dp_group for dense parameters, par.expert_dp for experts (null: a group of one).
+  // num_experts: the model's routed experts (an expert tensor's global first dimension).
+  Optimizer(const OptimizerConfig& cfg, ParamSet& params, const ParallelContext& par, bool distributed,
+            int64_t num_experts);
+  ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  bool distributed() const { return distributed_; }
+  // Whether the fp32 master weights exist only as this rank's shard (distributed mixed precision);
+  // then Param::value is undefined and the checkpoint pieces of the values come from here.
+  bool sharded_master() const;
+
+  void ZeroGrads();
+  // Sums the gradients over each bucket's group: all-reduce, or reduce-scatter into the shards.
+  Status ReduceGradients();
+  // The squared gradient norm of what this rank owns (its shards; or, without ZeRO, everything on the
+  // group's rank 0), tied copies left out: summed over all ranks it is the global norm squared.
+  double OwnedGradSquares(bool experts) const;
+  // Scales gradients by min(1, grad_clip / grad_norm) and applies one AdamW update at `step` (1-based);
+  // then refreshes the compute copies (all-gathered under ZeRO). Returns the clip factor applied.
+  StatusOr<double> Step(int64_t step, double lr, double grad_norm);
+  // After a checkpoint restore wrote the weights: refresh the compute copies from a full master (a
+  // sharded master and the compute copies are read separately).
+  void WeightsChanged();
+
+  // Checkpoint pieces of the optimizer state ("param/<name>/m|v") and, with a sharded master, of the
+  // weights ("param/<name>/value"). writer: what this rank writes (its shards; without ZeRO the
+  // group's rank 0 everything; tied copies never); reader: what it needs.
+  void Pieces(bool writer, std::vector<TensorPiece>* out) const;
+  OptimizerBytes Bytes() const;
 
  private:
+  struct Bucket;
+  void Build(Bucket& b);
+  void UpdateBucket(Bucket& b, const void* adamw_config);
+
   OptimizerConfig cfg_;
+  ParamSet& params_;
+  bool distributed_;
+  int64_t num_experts_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
 };
 
 }  // namespace moe

@@ -39,9 +39,7 @@ Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64
     p->compute = Tensor::Empty(shape, compute_dtype_, device_);
     kernels::Convert(p->value, p->compute);
   }
-  p->grad = Tensor::Zeros(shape, dtype_, device_);
-  p->m = Tensor::Zeros(shape, moments_dtype_, device_);
-  p->v = Tensor::Zeros(shape, moments_dtype_, device_);
+  p->grad = Tensor::Zeros(shape, dtype_, device_);  // the Optimizer moves it into its flat buffer
   params_.push_back(std::move(p));
   return params_.back().get();
 }
@@ -57,12 +55,14 @@ void ParamSet::ZeroGrads() const {
 
 void ParamSet::SyncCompute() const {
   if (compute_dtype_ == dtype_) return;
-  for (const auto& p : params_) kernels::Convert(p->value, p->compute);
+  for (const auto& p : params_) {
+    if (p->value.defined()) kernels::Convert(p->value, p->compute);
+  }
 }
 
 int64_t ParamSet::NumElements(bool experts_only) const {
   int64_t n = 0;
-  for (const auto& p : params_) if (!experts_only || p->expert) n += p->value.numel();
+  for (const auto& p : params_) if (!experts_only || p->expert) n += p->grad.numel();
   return n;
 }
 

@@ -13,11 +13,12 @@ namespace moe {
 
 struct Param {
   std::string name;   // unique, stable across runs and layouts (checkpoints key on it)
-  Tensor value;       // master weights (fp32; f64 in gradient checks)
+  Tensor value;       // master weights (fp32; f64 in gradient checks); undefined where the Optimizer
+                      // keeps only this rank's shard of them (ZeRO with bf16 compute copies)
   Tensor compute;     // what the forward and backward read: `value` itself, or its bf16 copy in bf16
                       // training (refreshed by ParamSet::SyncCompute after every update)
   Tensor grad;        // same shape and dtype as value, accumulated over micro-batches
-  Tensor m, v;        // AdamW moments
+  Tensor m, v;        // AdamW moments (views the Optimizer sets; undefined under ZeRO, whose shards it holds)
   bool weight_decay = true;  // false for norms
   // Routed-expert weights: dim 0 is this rank's experts, global ids [expert_begin, expert_begin+dim0).
   // Their gradients are averaged over the ranks that hold the same experts, not over all ranks.
@@ -53,6 +54,7 @@ class ParamSet {
   void SyncCompute() const;
   DType dtype() const { return dtype_; }
   DType compute_dtype() const { return compute_dtype_; }
+  DType moments_dtype() const { return moments_dtype_; }
   int64_t NumElements(bool experts_only = false) const;
 
  private:

@@ -35,7 +35,8 @@ void OnStopSignal(int) { g_stop_requested = 1; }
 struct Flags {
   std::string config, checkpoint_dir, metrics_out, log_level = "info", rendezvous, hostname = "127.0.0.1", device,
       precision;
-  int64_t steps = 0, checkpoint_interval = -1, threads = 0, nproc = 0, rank = -1, world_size = 0, expert_parallel = 0;
+  int64_t steps = 0, checkpoint_interval = -1, threads = 0, nproc = 0, rank = -1, world_size = 0, expert_parallel = 0,
+          pipeline_parallel = 0;
   int64_t report_fd = -1;
   double inject_delay = 0;
   bool resume = false;
@@ -71,6 +72,7 @@ moe::ArgParser MakeParser(Flags* f) {
   args.AddInt("threads", &f->threads, "CPU threads for kernels and BLAS per rank (default: cores / ranks; $MOE_THREADS)");
   args.AddInt("nproc", &f->nproc, "run N local ranks as child processes (W = N; default: the job's world_size)");
   args.AddInt("expert-parallel", &f->expert_parallel, "override spec.parallelism.expert_parallel");
+  args.AddInt("pipeline-parallel", &f->pipeline_parallel, "override spec.parallelism.pipeline_parallel");
   args.AddInt("rank", &f->rank, "this process's rank in a multi-process job (with --world-size, --rendezvous)");
   args.AddInt("world-size", &f->world_size, "ranks in the job (must match spec.parallelism.world_size)");
   args.AddString("rendezvous", &f->rendezvous, "where the ranks meet: file:///fresh/shared/dir");
@@ -127,11 +129,16 @@ std::string SelfPath() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "moe-train";
 }
 
-// --nproc N: re-run this binary once per rank. EP stays the job's when it divides N, else the largest
-// common divisor.
+// --nproc N: re-run this binary once per rank. PP stays the job's (it must divide N); EP stays the
+// job's when it divides N / PP, else the largest common divisor.
 int RunLauncher(const Flags& f, moe::JobSpec spec, int argc, char** argv) {
   spec.parallelism.world_size = f.nproc;
-  const int64_t ep = std::gcd(spec.parallelism.expert_parallel, f.nproc);
+  const int64_t pp = spec.parallelism.pipeline_parallel;
+  if (f.nproc % pp != 0) {
+    return Fail(moe::InvalidArgumentError("--nproc: " + std::to_string(f.nproc) + " is not divisible by pipeline_parallel = " +
+                                          std::to_string(pp)));
+  }
+  const int64_t ep = std::gcd(spec.parallelism.expert_parallel, f.nproc / pp);
   if (ep != spec.parallelism.expert_parallel) {
     std::fprintf(stderr, "moe-train: expert_parallel %lld does not divide --nproc %lld; using %lld\n",
                  static_cast<long long>(spec.parallelism.expert_parallel), static_cast<long long>(f.nproc), static_cast<long long>(ep));
@@ -187,9 +194,8 @@ moe::StatusOr<std::unique_ptr<moe::ProcessGroups>> MakeGroups(const Flags& f, mo
   go.cuda_device = place.device.is_cuda() ? place.device.index : 0;
   go.timeout_seconds = spec->parallelism.timeout_seconds;
   go.hostname = f.hostname;
-  // The job spec has no pipeline stages yet (the schedules bring them): one stage.
-  return moe::ProcessGroups::Create(w, *rank, /*pipeline_parallel=*/1, static_cast<int>(spec->parallelism.expert_parallel),
-                                    store->get(), go);
+  return moe::ProcessGroups::Create(w, *rank, static_cast<int>(spec->parallelism.pipeline_parallel),
+                                    static_cast<int>(spec->parallelism.expert_parallel), store->get(), go);
 }
 
 void PrintSummary(const moe::TrainResult& r) {
@@ -270,6 +276,7 @@ int main(int argc, char** argv) {
     return moe::kExitOk;
   }
   if (f.expert_parallel > 0) spec->parallelism.expert_parallel = f.expert_parallel;
+  if (f.pipeline_parallel > 0) spec->parallelism.pipeline_parallel = f.pipeline_parallel;
   // A job whose world size is above 1 runs that many local ranks unless this process is one rank of it.
   if (f.nproc == 0 && !f.rank_mode() && spec->parallelism.world_size > 1) f.nproc = spec->parallelism.world_size;
   if (f.nproc > 0) {

@@ -12,6 +12,7 @@
 #include "worker/engine/hf_io.h"
 #include "worker/engine/model.h"
 #include "worker/engine/optimizer.h"
+#include "worker/engine/pipeline.h"
 #include "kernels/runtime.h"
 #include "worker/engine/peak.h"
 
@@ -35,7 +36,7 @@ double Imbalance(const std::vector<double>& counts) {
 }  // namespace
 
 std::vector<double> StepStats::Pack() const {
-  std::vector<double> out = {ce_sum, aux_loss};
+  std::vector<double> out = {ce_sum, aux_loss, dense_sq, expert_sq, pipeline_bubble};
   out.insert(out.end(), mtp_ce_sums.begin(), mtp_ce_sums.end());
   for (const auto& layer : tokens_per_expert) out.insert(out.end(), layer.begin(), layer.end());
   return out;
@@ -54,7 +55,10 @@ void StepStats::Add(const MicroBatchResult& mb) {
 void StepStats::Unpack(const std::vector<double>& packed) {
   ce_sum = packed[0];
   aux_loss = packed[1];
-  size_t i = 2;
+  dense_sq = packed[2];
+  expert_sq = packed[3];
+  pipeline_bubble = packed[4];
+  size_t i = 5;
   for (double& c : mtp_ce_sums) c = packed[i++];
   for (auto& layer : tokens_per_expert) {
     for (double& c : layer) c = packed[i++];
@@ -72,10 +76,14 @@ Trainer::~Trainer() = default;
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec, const ParallelContext& par,
                                                    const TrainerOptions& options) {
-  if (spec.parallelism.world_size != par.world_size || spec.parallelism.expert_parallel != par.expert_parallel) {
-    return InvalidArgumentError("the job asks for world_size " + std::to_string(spec.parallelism.world_size) + " x EP " +
-                                std::to_string(spec.parallelism.expert_parallel) + ", this process group is " +
-                                std::to_string(par.world_size) + " x EP " + std::to_string(par.expert_parallel));
+  const ParallelismConfig& want = spec.parallelism;
+  if (want.world_size != par.world_size || want.expert_parallel != par.expert_parallel ||
+      want.pipeline_parallel != par.pipeline_parallel) {
+    const auto layout = [](int64_t w, int64_t pp, int64_t ep) {
+      return "world_size " + std::to_string(w) + " (PP " + std::to_string(pp) + ", EP " + std::to_string(ep) + ")";
+    };
+    return InvalidArgumentError("the job asks for " + layout(want.world_size, want.pipeline_parallel, want.expert_parallel) +
+                                ", this process group is " + layout(par.world_size, par.pipeline_parallel, par.expert_parallel));
   }
   std::unique_ptr<Trainer> t(new Trainer(spec, par, options));
   MOE_RETURN_IF_ERROR(t->Init());
@@ -89,17 +97,7 @@ Status Trainer::Init() {
     const std::string want = options_.device.empty() ? spec_.resources.device : options_.device;
     MOE_ASSIGN_OR_RETURN(place_, PlaceRank(want, options_.precision, par_.rank));
   }
-  MOE_ASSIGN_OR_RETURN(sampler_, BatchSampler::Create(spec_, par_.world_size));
-  ModelOptions mo;
-  mo.dtype = DType::kF32;
-  mo.device = place_.device;
-  mo.compute = place_.compute;
-  if (spec_.optimizer.moments_dtype == "bf16") mo.moments = DType::kBF16;
-  mo.max_seq_len = spec_.data.seq_length;
-  mo.recompute = Recompute::From(spec_.training.recompute);
-  mo.alltoall_seconds = &alltoall_seconds_;
-  model_ = std::make_unique<Model>(spec_.model, par_, spec_.training.seed, mo);
-  optimizer_ = std::make_unique<AdamWOptimizer>(spec_.optimizer);
+  MOE_ASSIGN_OR_RETURN(sampler_, BatchSampler::Create(spec_, par_.dp_size()));
   flops_per_step_ = MegatronFlopsPerStep(spec_.model, spec_.data.global_batch_size, spec_.data.seq_length);
   checkpoint_dir_ = options_.checkpoint_dir.empty() ? spec_.checkpoint.dir : options_.checkpoint_dir;
   checkpoint_interval_ = options_.checkpoint_interval >= 0 ? options_.checkpoint_interval : spec_.checkpoint.interval_steps;
@@ -109,11 +107,22 @@ Status Trainer::Init() {
   } else if (checkpoint_interval_ > 0 && lead_) {
     MOE_LOG(INFO) << "no checkpoint directory (spec.checkpoint.dir or --checkpoint-dir): checkpoints are off";
   }
-  if (options_.resume) MOE_RETURN_IF_ERROR(Restore());
-  if (!options_.init_from.empty() && start_step_ == 0) {
+  if (options_.resume && !checkpoints_) {
+    return InvalidArgumentError("--resume needs a checkpoint directory (--checkpoint-dir or spec.checkpoint.dir)");
+  }
+  int64_t chosen = 0;
+  if (options_.resume) {
+    MOE_ASSIGN_OR_RETURN(chosen, checkpoints_->Choose());
+  }
+  MOE_RETURN_IF_ERROR(BuildModel());
+  // Hugging Face weights go into the full master weights, before the optimizer may shard them.
+  if (!options_.init_from.empty() && chosen == 0) {
     MOE_RETURN_IF_ERROR(LoadHfWeights(options_.init_from, *model_, par_));
     if (lead_) MOE_LOG(INFO) << "initialised from the Hugging Face weights in " << options_.init_from;
   }
+  optimizer_ = std::make_unique<Optimizer>(spec_.optimizer, model_->params(), par_,
+                                           spec_.optimizer.Distributed(par_.dp_size()), spec_.model.moe.num_experts);
+  if (options_.resume) MOE_RETURN_IF_ERROR(Restore(chosen));
   MeasurePeak();
   const int64_t mbs = spec_.data.micro_batch_size, seq = spec_.data.seq_length;
   tokens_ = Tensor::Empty({mbs, seq}, DType::kI32);
@@ -123,14 +132,32 @@ Status Trainer::Init() {
   return OkStatus();
 }
 
-Status Trainer::Restore() {
-  if (!checkpoints_) return InvalidArgumentError("--resume needs a checkpoint directory (--checkpoint-dir or spec.checkpoint.dir)");
-  MOE_ASSIGN_OR_RETURN(CheckpointInfo info, checkpoints_->Restore(*model_));
-  model_->params().SyncCompute();
-  start_step_ = info.step;
-  if (lead_) {
-    if (start_step_ > 0) MOE_LOG(INFO) << "resumed from " << info.path << " (step " << start_step_ << ")";
-    else MOE_LOG(INFO) << "no checkpoint in " << checkpoint_dir_ << "; starting from step 0";
+// This rank's model chunks: virtual stages pp_rank, pp_rank + PP, ... (Megatron's interleaving).
+Status Trainer::BuildModel() {
+  MOE_ASSIGN_OR_RETURN(layout_, ResolvePipelineLayout(spec_));
+  ModelOptions mo;
+  mo.dtype = DType::kF32;
+  mo.device = place_.device;
+  mo.compute = place_.compute;
+  if (spec_.optimizer.moments_dtype == "bf16") mo.moments = DType::kBF16;
+  mo.max_seq_len = spec_.data.seq_length;
+  mo.recompute = Recompute::From(spec_.training.recompute);
+  mo.alltoall_seconds = &alltoall_seconds_;
+  for (size_t v = static_cast<size_t>(par_.pp_rank()); v < layout_.size(); v += static_cast<size_t>(par_.pipeline_parallel)) {
+    mo.chunks.push_back(layout_[v]);
+  }
+  model_ = std::make_unique<Model>(spec_.model, par_, spec_.training.seed, mo);
+  tied_embedding_ = par_.pipeline_parallel > 1 && layout_.back().mtp > 0;
+  return OkStatus();
+}
+
+Status Trainer::Restore(int64_t step) {
+  if (step > 0) {
+    MOE_ASSIGN_OR_RETURN(CheckpointInfo info, checkpoints_->Load(step, *model_, *optimizer_));
+    start_step_ = info.step;
+    if (lead_) MOE_LOG(INFO) << "resumed from " << info.path << " (step " << start_step_ << ")";
+  } else if (lead_) {
+    MOE_LOG(INFO) << "no checkpoint in " << checkpoint_dir_ << "; starting from step 0";
   }
   return OkStatus();
 }
@@ -153,7 +180,7 @@ void Trainer::MeasurePeak() {
 void Trainer::LogSetup() const {
   if (!lead_) return;
   const ModelConfig& mc = spec_.model;
-  const ParamSet& params = model_->params();
+  const ParamSet& params = model_->params();  // this rank's
   MOE_LOG(INFO) << "device " << place_.name << ", " << place_.precision
                 << (place_.precision == "bf16" ? " activations with fp32 master weights" : "");
   MOE_LOG(INFO) << "model: " << (mc.preset.empty() ? "custom" : mc.preset) << ", " << params.NumElements()
@@ -249,7 +276,7 @@ Status Trainer::Step(int64_t step) {
   MOE_RETURN_IF_ERROR(ReduceGradients(&stats));
   stats.grad_sync_seconds = Since(t_sync);
   if (step == options_.inject_nonfinite_grad_step) stats.grad_norm = std::nan("");
-  Update(step, &stats);
+  MOE_RETURN_IF_ERROR(Update(step, &stats));
   UpdateBias(stats);
   SyncDevice(place_.device);  // the step's kernels are queued asynchronously on a GPU: time them whole
   stats.step_seconds = Since(t0);
@@ -262,56 +289,84 @@ Status Trainer::Step(int64_t step) {
 // 1 / (tokens in the global batch), so the summed gradients are the global mean loss's.
 Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
   (void)step;  // the data position is the samples consumed before the step (PlanStep)
+  const auto t0 = Clock::now();
   const int64_t gbs = stats->global_batch, seq = spec_.data.seq_length, mbs = spec_.data.micro_batch_size;
   const LossScales scales = ScalesFor(*stats);
   const size_t n_moe = static_cast<size_t>(model_->num_global_moe_layers());
   stats->tokens_per_expert.assign(n_moe, std::vector<double>(static_cast<size_t>(spec_.model.moe.num_experts), 0.0));
   stats->mtp_ce_sums.assign(model_->mtp_trains() ? static_cast<size_t>(spec_.model.mtp_depth) : 0, 0.0);
   alltoall_seconds_ = 0;
-  model_->params().ZeroGrads();
-  const int64_t per_rank = gbs / par_.world_size, first = static_cast<int64_t>(stats->tokens_before) / seq;
-  for (int64_t m = 0; m < per_rank / mbs; ++m) {
-    sampler_->MicroBatch(first, per_rank, par_.rank, m, tokens_.data<int32_t>(), targets_.data<int32_t>());
-    if (place_.device.is_cuda()) {
-      tokens_dev_.CopyFrom(tokens_);
-      targets_dev_.CopyFrom(targets_);
+  optimizer_->ZeroGrads();
+  // Each data-parallel rank takes gbs / DP consecutive samples of the global batch, in micro-batches.
+  const int64_t per_rank = gbs / par_.dp_size(), first = static_cast<int64_t>(stats->tokens_before) / seq;
+  if (par_.pipeline_parallel > 1) {
+    MOE_RETURN_IF_ERROR(PipelineForwardBackward(per_rank / mbs, first, scales, stats));
+  } else {
+    for (int64_t m = 0; m < per_rank / mbs; ++m) {
+      sampler_->MicroBatch(first, per_rank, par_.dp_rank(), m, tokens_.data<int32_t>(), targets_.data<int32_t>());
+      if (place_.device.is_cuda()) {
+        tokens_dev_.CopyFrom(tokens_);
+        targets_dev_.CopyFrom(targets_);
+      }
+      MOE_ASSIGN_OR_RETURN(MicroBatchResult mb, model_->ForwardBackward(tokens_dev_, targets_dev_, scales));
+      stats->Add(mb);
     }
-    MOE_ASSIGN_OR_RETURN(MicroBatchResult mb, model_->ForwardBackward(tokens_dev_, targets_dev_, scales));
-    stats->Add(mb);
   }
   if (options_.inject_step_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options_.inject_step_delay));
   SyncDevice(place_.device);
   stats->alltoall_seconds = alltoall_seconds_;
+  const double seconds = Since(t0);
+  stats->pipeline_bubble = seconds > 0 ? stats->pipeline_bubble / seconds : 0;
   return OkStatus();
 }
 
-// Dense gradients are summed over all ranks, expert gradients over the ranks holding the same experts;
-// the statistics over all ranks; the squared norms for the global gradient norm.
-Status Trainer::ReduceGradients(StepStats* stats) {
-  for (const auto& p : model_->params().all()) {
-    Communicator* group = p->expert ? par_.expert_dp : par_.world;
-    if (group->size() > 1) MOE_RETURN_IF_ERROR(group->AllReduceSum(p->grad));
-    (p->expert ? stats->expert_sq : stats->dense_sq) += kernels::SumSquares(p->grad);
+// Every stage reads every micro-batch of its data-parallel rank (the first stage embeds the tokens,
+// the last needs the targets and, for MTP, the tokens again); then the schedule runs.
+Status Trainer::PipelineForwardBackward(int64_t micro_batches, int64_t first_sample, const LossScales& scales, StepStats* stats) {
+  const int64_t mbs = spec_.data.micro_batch_size;
+  std::vector<Tensor> tokens, targets;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    sampler_->MicroBatch(first_sample, micro_batches * mbs, par_.dp_rank(), m, tokens_.data<int32_t>(), targets_.data<int32_t>());
+    tokens.push_back(tokens_.Clone(place_.device));
+    targets.push_back(targets_.Clone(place_.device));
   }
+  PipelineRunner runner(*model_, par_, static_cast<int>(spec_.parallelism.virtual_pipeline));
+  PipelineRunner::Timing timing;
+  MOE_RETURN_IF_ERROR(runner.Run(tokens, targets, scales, [stats](const MicroBatchResult& r) { stats->Add(r); }, &timing));
+  stats->pipeline_bubble = timing.exchange_seconds;  // a fraction after ForwardBackward divides it
+  return OkStatus();
+}
+
+// Gradients: the embedding's over the first and last stage (MTP's copy), then over the data-parallel
+// groups (all-reduce, or reduce-scatter into the ZeRO shards). Statistics and the squared norms of what
+// each rank owns are summed over all ranks in one host all-reduce.
+Status Trainer::ReduceGradients(StepStats* stats) {
+  if (tied_embedding_ && par_.embedding != nullptr && par_.embedding->size() > 1) {
+    Param* e = model_->params().Find("embedding");
+    MOE_CHECK(e != nullptr) << "the first and last stage hold the embedding";
+    MOE_RETURN_IF_ERROR(par_.embedding->AllReduceSum(e->grad));
+  }
+  MOE_RETURN_IF_ERROR(optimizer_->ReduceGradients());
+  stats->dense_sq = optimizer_->OwnedGradSquares(false);
+  stats->expert_sq = optimizer_->OwnedGradSquares(true);
   std::vector<double> packed = stats->Pack();
   MOE_RETURN_IF_ERROR(par_.world->AllReduceSumHost(packed.data(), static_cast<int64_t>(packed.size())));
   stats->Unpack(packed);
-  if (par_.ep_group->size() > 1) MOE_RETURN_IF_ERROR(par_.ep_group->AllReduceSumHost(&stats->expert_sq, 1));
+  stats->pipeline_bubble /= static_cast<double>(par_.world_size);
   stats->grad_norm = std::sqrt(stats->dense_sq + stats->expert_sq);
   return OkStatus();
 }
 
 // Clipping on the global norm and AdamW; a non-finite norm skips the update.
-void Trainer::Update(int64_t step, StepStats* stats) {
+Status Trainer::Update(int64_t step, StepStats* stats) {
   stats->lr = spec_.optimizer.lr_schedule.empty() ? LearningRate(spec_.optimizer, spec_.decay_steps(), step)
                                                   : ScheduleValue(spec_.optimizer.lr_schedule, stats->tokens_before, 0);
   if (!std::isfinite(stats->grad_norm)) {
     stats->update_skipped = true;
     if (lead_) MOE_LOG(WARNING) << "step " << step << ": gradient norm is " << stats->grad_norm << "; update skipped";
-    return;
+    return OkStatus();
   }
-  optimizer_->Step(model_->params(), step, stats->lr, stats->grad_norm);
-  model_->params().SyncCompute();
+  return optimizer_->Step(step, stats->lr, stats->grad_norm).status();
 }
 
 // Aux-loss-free balancing from the step's global token counts; not on a step whose update was skipped
@@ -356,6 +411,7 @@ StepMetrics Trainer::Metrics(int64_t step, const StepStats& stats) const {
   m.alltoall_seconds = stats.alltoall_seconds;
   m.compute_seconds = stats.forward_backward_seconds - stats.alltoall_seconds;
   m.grad_sync_seconds = stats.grad_sync_seconds;
+  m.pipeline_bubble = stats.pipeline_bubble;
   m.consumed_samples = static_cast<int64_t>(stats.tokens_before) / seq + stats.global_batch;
   m.world_size = par_.world_size;
   m.rank = par_.rank;
@@ -394,7 +450,7 @@ Status Trainer::MaybeCheckpoint(int64_t step, const StepMetrics& m) {
   state.Set("consumed_samples", Node::Scalar(std::to_string(m.consumed_samples)));
   state.Set("seed", Node::Scalar(std::to_string(spec_.training.seed)));
   state.Set("loss", Node::Scalar(std::to_string(m.loss)));
-  MOE_RETURN_IF_ERROR(checkpoints_->Save(step, *model_, state));
+  MOE_RETURN_IF_ERROR(checkpoints_->Save(step, *model_, *optimizer_, state));
   if (lead_) {
     MOE_LOG(INFO) << "saved checkpoint " << CheckpointManager::StepDirName(step) << " in " << checkpoint_dir_ << " ("
                   << Since(c0) << " s)";

@@ -31,7 +31,7 @@ namespace moe {
 
 class BatchSampler;
 class CheckpointManager;
-class AdamWOptimizer;
+class Optimizer;
 
 struct TrainerOptions {
   // Stop after this step (0: spec.training.steps). The learning-rate schedule always follows the job's
@@ -86,7 +86,7 @@ struct StepStats {
   std::vector<double> mtp_ce_sums;  // [D] the same for each MTP depth
   double aux_loss = 0;  // the sequence-wise balance loss, already scaled to the global mean
   std::vector<std::vector<double>> tokens_per_expert;  // [MoE layer][expert]
-  // Squared gradient norms (dense: replicated; experts: this rank's shard) and the global norm.
+  // Squared gradient norms of what this rank owns (summed over ranks: the global ones) and the norm.
   double dense_sq = 0, expert_sq = 0;
   double grad_norm = 0;
   double lr = 0;
@@ -98,6 +98,9 @@ struct StepStats {
   double forward_backward_seconds = 0;
   double grad_sync_seconds = 0;
   double step_seconds = 0;
+  // Pipeline: the fraction of forward/backward time spent in point-to-point exchanges (this rank's,
+  // then after ReduceGradients the mean over ranks).
+  double pipeline_bubble = 0;
 
   // Adds one micro-batch's losses and token counts (by model-wide MoE layer).
   void Add(const MicroBatchResult& mb);
@@ -118,13 +121,15 @@ class Trainer {
 
   // Trains from the step after the restored one to the stop step.
   StatusOr<TrainResult> Run();
-  // The model (tests read its state between runs).
+  // The model and its optimizer (tests read their state between runs).
   Model& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
 
  private:
   Trainer(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options);
   Status Init();
-  Status Restore();
+  Status BuildModel();
+  Status Restore(int64_t step);
   void MeasurePeak();
   void LogSetup() const;
   StatusOr<bool> AgreeToStop(int64_t step);
@@ -136,8 +141,9 @@ class Trainer {
   LossScales ScalesFor(const StepStats& stats) const;
   // The phases of a step.
   Status ForwardBackward(int64_t step, StepStats* stats);
+  Status PipelineForwardBackward(int64_t micro_batches, int64_t first_sample, const LossScales& scales, StepStats* stats);
   Status ReduceGradients(StepStats* stats);
-  void Update(int64_t step, StepStats* stats);
+  Status Update(int64_t step, StepStats* stats);
   void UpdateBias(const StepStats& stats);
   StepMetrics Metrics(int64_t step, const StepStats& stats) const;
   Status Report(const StepMetrics& m);
@@ -151,7 +157,9 @@ class Trainer {
   DevicePlacement place_;
   std::unique_ptr<BatchSampler> sampler_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<AdamWOptimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<StageLayout> layout_;  // every virtual pipeline stage
+  bool tied_embedding_ = false;      // the last stage keeps an embedding copy for MTP (PP > 1)
   std::unique_ptr<CheckpointManager> checkpoints_;
   std::string checkpoint_dir_;
   int64_t checkpoint_interval_ = 0;
