@@ -190,6 +190,24 @@ void Trainer::LogSetup() const {
                 << ", EP " << par_.expert_parallel << " within DP, expert DP " << par_.expert_dp_size() << "); "
                 << spec_.micro_batches_per_rank() << " micro-batch(es) of " << spec_.data.micro_batch_size << " x "
                 << spec_.data.seq_length << " per rank per step";
+  if (par_.pipeline_parallel > 1) {
+    std::string stages;
+    for (size_t v = 0; v < layout_.size(); ++v) stages += (v ? " | " : "") + StageLayoutString(layout_[v]);
+    MOE_LOG(INFO) << "pipeline: " << layout_.size() << " virtual stage(s) over PP " << par_.pipeline_parallel
+                  << " (rank r holds stages r, r + PP, ...): " << stages << "; "
+                  << (spec_.parallelism.virtual_pipeline > 1 ? "interleaved 1F1B" : "1F1B") << ", ideal bubble "
+                  << IdealBubbleFraction({.pipeline_parallel = static_cast<int>(par_.pipeline_parallel),
+                                        .virtual_pipeline = static_cast<int>(spec_.parallelism.virtual_pipeline),
+                                        .micro_batches = spec_.micro_batches_per_rank()});
+  }
+  const OptimizerBytes b = optimizer_->Bytes();
+  MOE_LOG(INFO) << "optimizer: " << (optimizer_->distributed() ? "distributed (ZeRO-1: moments" : "replicated")
+                << (optimizer_->distributed() ? (optimizer_->sharded_master() ? " and fp32 master sharded" : " sharded") : "")
+                << (optimizer_->distributed() ? " over DP " + std::to_string(par_.dp_size()) + ", the experts' over expert DP " +
+                                                    std::to_string(par_.expert_dp_size()) + ")"
+                                              : "")
+                << "; rank 0 holds " << b.weights / 1048576.0 << " MiB weights, " << b.gradients / 1048576.0
+                << " MiB gradients, " << b.optimizer / 1048576.0 << " MiB AdamW state";
   MOE_LOG(INFO) << "model FLOPs per step " << flops_per_step_ << " (Megatron formula); MFU against " << peak_source_
                 << " = " << peak_flops_ / 1e9 << " GFLOP/s per device";
 }
