@@ -5,6 +5,8 @@
 #include <map>
 #include <mutex>
 
+#include "kernels/memory_stats.h"
+
 namespace moe {
 
 size_t DTypeSize(DType t) {
@@ -113,8 +115,11 @@ struct Tensor::Storage {
   void* ptr = nullptr;
   size_t bytes = 0;
   Device device;
+  MemoryCategory category = MemoryCategory::kOther;
   ~Storage() {
-    if (ptr != nullptr) GetAllocator(device)->Free(ptr, bytes);
+    if (ptr == nullptr) return;
+    GetAllocator(device)->Free(ptr, bytes);
+    RecordFree(static_cast<int>(device.type), category, static_cast<int64_t>(bytes));
   }
 };
 
@@ -132,6 +137,8 @@ Tensor Tensor::Empty(const Shape& shape, DType dtype, Device device) {
   t.storage_->device = device;
   t.storage_->bytes = t.nbytes();
   t.storage_->ptr = GetAllocator(device)->Allocate(t.storage_->bytes);
+  t.storage_->category = CurrentMemoryCategory();
+  RecordAllocation(static_cast<int>(device.type), t.storage_->category, static_cast<int64_t>(t.storage_->bytes));
   return t;
 }
 

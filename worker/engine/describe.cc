@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/flops.h"
+#include "common/memory_model.h"
 #include "common/param_count.h"
 
 namespace moe {
@@ -76,8 +77,11 @@ std::string Flops(const ModelConfig& m, int64_t seq) {
 
 }  // namespace
 
-std::string DescribeJob(const JobSpec& spec) {
-  return Architecture(spec.model) + Parameters(spec.model) + Flops(spec.model, spec.data.seq_length);
+std::string DescribeJob(const JobSpec& spec, int64_t compute_bytes, double capacity_bytes) {
+  std::string out = Architecture(spec.model) + Parameters(spec.model) + Flops(spec.model, spec.data.seq_length);
+  auto plan = EstimateMemory(spec, compute_bytes);
+  if (!plan.ok()) return out + "memory: " + plan.status().ToString() + "\n";
+  return out + MemoryReport(spec, *plan, capacity_bytes);
 }
 
 }  // namespace moe

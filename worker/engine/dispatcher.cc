@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "kernels/elementwise.h"
+#include "kernels/memory_stats.h"
 
 namespace moe {
 
@@ -83,7 +84,11 @@ StatusOr<Tensor> TokenDispatcher::Dispatch(const Tensor& xp, const std::vector<i
 StatusOr<Tensor> TokenDispatcher::Forward(const Tensor& rows, const Route& route) {
   if (group_size_ == 1) return rows;
   const int64_t h = rows.dim(1);
-  Tensor recv = Tensor::Empty({route.local_rows, h}, rows.dtype(), rows.device());
+  Tensor recv;
+  {
+    MemoryScope staging(MemoryCategory::kCommunication);
+    recv = Tensor::Empty({route.local_rows, h}, rows.dtype(), rows.device());
+  }
   MOE_RETURN_IF_ERROR(Exchange(rows, route.send_rows, recv, route.recv_rows));
   Tensor local = Tensor::Empty({route.local_rows, h}, rows.dtype(), rows.device());
   if (route.local_rows > 0) kernels::GatherRows(recv, route.regroup, local);
@@ -93,7 +98,11 @@ StatusOr<Tensor> TokenDispatcher::Forward(const Tensor& rows, const Route& route
 StatusOr<Tensor> TokenDispatcher::Combine(const Tensor& y_local, const Route& route) {
   if (group_size_ == 1) return y_local;
   const int64_t h = y_local.dim(1);
-  Tensor back = Tensor::Empty({route.local_rows, h}, y_local.dtype(), y_local.device());
+  Tensor back;
+  {
+    MemoryScope staging(MemoryCategory::kCommunication);
+    back = Tensor::Empty({route.local_rows, h}, y_local.dtype(), y_local.device());
+  }
   if (route.local_rows > 0) kernels::GatherRows(y_local, route.ungroup, back);
   int64_t sent = 0;
   for (int64_t n : route.send_rows) sent += n;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moe {
@@ -29,6 +30,11 @@ struct StepMetrics {
   double compute_seconds = 0;    // forward + backward excluding the all-to-all
   double grad_sync_seconds = 0;  // gradient all-reduce
   double pipeline_bubble = 0;    // pipeline: fraction of forward/backward time in point-to-point exchanges (mean over ranks)
+  // This rank's device memory over the step (kernels/memory_stats.h): the peak of what its tensors
+  // held, and each category's share at that moment (weights, gradients, optimizer, activations,
+  // communication, other).
+  int64_t memory_peak_bytes = 0;
+  std::vector<std::pair<std::string, int64_t>> memory_at_peak;
   int64_t tokens = 0;            // tokens in the global batch
   int64_t consumed_samples = 0;
   int world_size = 1;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/elementwise.h"
+#include "kernels/memory_stats.h"
 #include "kernels/optimizer.h"
 
 namespace moe {
@@ -95,16 +96,23 @@ void Optimizer::Build(Bucket& b) {
   b.shard_end = b.shard_begin + shard;
   const Device dev = b.params[0]->grad.device();
   const DType dt = params_.dtype(), cdt = params_.compute_dtype();
-  b.grad = Tensor::Zeros({b.numel}, dt, dev);
-  b.compute = Tensor::Zeros({b.numel}, cdt, dev);
-  if (cdt == dt) {
-    b.master = b.compute;
-  } else if (!distributed_) {
-    b.master = Tensor::Zeros({b.numel}, dt, dev);
-  } else {
-    b.master = Tensor::Zeros({b.shard_end - b.shard_begin}, dt, dev);
-    b.master_offset = b.shard_begin;
+  {
+    MemoryScope gradients(MemoryCategory::kGradients);
+    b.grad = Tensor::Zeros({b.numel}, dt, dev);
   }
+  {
+    MemoryScope weights(MemoryCategory::kWeights);
+    b.compute = Tensor::Zeros({b.numel}, cdt, dev);
+    if (cdt == dt) {
+      b.master = b.compute;
+    } else if (!distributed_) {
+      b.master = Tensor::Zeros({b.numel}, dt, dev);
+    } else {
+      b.master = Tensor::Zeros({b.shard_end - b.shard_begin}, dt, dev);
+      b.master_offset = b.shard_begin;
+    }
+  }
+  MemoryScope optimizer(MemoryCategory::kOptimizer);
   b.m = Tensor::Zeros({b.shard_end - b.shard_begin}, params_.moments_dtype(), dev);
   b.v = Tensor::Zeros({b.shard_end - b.shard_begin}, params_.moments_dtype(), dev);
   for (size_t i = 0; i < b.params.size(); ++i) {

@@ -1,6 +1,7 @@
 #include "worker/engine/param.h"
 
 #include "kernels/elementwise.h"
+#include "kernels/memory_stats.h"
 #include "worker/engine/rng.h"
 
 namespace moe {
@@ -25,6 +26,7 @@ Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64
     Rng rng(stream);
     for (int64_t i = 0; i < per_slice; ++i) h[s * per_slice + i] = std == 0.0 ? fill : std * rng.Normal();
   }
+  MemoryScope weights(MemoryCategory::kWeights);
   Tensor cast = Tensor::Empty(shape, dtype_);
   if (dtype_ == DType::kF64) {
     cast.CopyFrom(host);
@@ -39,6 +41,7 @@ Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64
     p->compute = Tensor::Empty(shape, compute_dtype_, device_);
     kernels::Convert(p->value, p->compute);
   }
+  MemoryScope gradients(MemoryCategory::kGradients);
   p->grad = Tensor::Zeros(shape, dtype_, device_);  // the Optimizer moves it into its flat buffer
   params_.push_back(std::move(p));
   return params_.back().get();

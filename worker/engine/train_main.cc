@@ -39,6 +39,7 @@ struct Flags {
           pipeline_parallel = 0;
   int64_t report_fd = -1;
   double inject_delay = 0;
+  double device_memory_gb = 0;
   bool resume = false;
   bool describe = false;
   std::string preset, init_from;
@@ -82,7 +83,11 @@ moe::ArgParser MakeParser(Flags* f) {
   args.AddString("device", &f->device, "cpu, cuda (GPU rank % GPUs) or cuda:N (default: spec.resources.device)");
   args.AddString("precision", &f->precision, "fp32 or bf16 (bf16 activations, fp32 master weights; default: bf16 on cuda, fp32 on cpu)");
   args.AddString("log-level", &f->log_level, "debug | info | warning | error");
-  args.AddFlag("describe", &f->describe, "print the model (parameters total and activated, FLOPs per token) and exit; no data needed");
+  args.AddFlag("describe", &f->describe,
+               "print the model (parameters total and activated, FLOPs per token) and each pipeline rank's memory at the "
+               "job's layout (with --nproc, --pipeline-parallel, --expert-parallel, --precision), and exit; no data needed");
+  args.AddDouble("device-memory-gb", &f->device_memory_gb,
+                 "with --describe: the memory of one device in GB (default: 186, a GB200's, for cuda jobs; the host's for cpu)");
   args.AddString("init-from", &f->init_from, "start from a Hugging Face DeepseekV3 directory (config.json + safetensors) unless a checkpoint is resumed");
   args.AddString("preset", &f->preset, "with --describe and no --config: describe this model preset at seq 4096");
   return args;
@@ -201,10 +206,27 @@ moe::StatusOr<std::unique_ptr<moe::ProcessGroups>> MakeGroups(const Flags& f, mo
 void PrintSummary(const moe::TrainResult& r) {
   std::fprintf(stderr,
                "summary: steps %lld-%lld | loss %.4f -> %.4f (x%.3f) | %.0f tokens/s | %.4f TFLOP/s per device | "
-               "MFU %.1f%% (against %s) | %s, %s\n",
+               "MFU %.1f%% (against %s) | %s, %s | peak memory %.1f MiB on rank 0 (activations %.1f MiB)\n",
                static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), r.first_loss, r.last_loss,
                r.last_loss / r.first_loss, r.mean_tokens_per_second, r.mean_tflops_per_device, r.mean_mfu * 100,
-               r.peak_source.c_str(), r.device.c_str(), r.precision.c_str());
+               r.peak_source.c_str(), r.device.c_str(), r.precision.c_str(), static_cast<double>(r.peak_memory_bytes) / 1048576.0,
+               static_cast<double>(r.peak_activation_bytes) / 1048576.0);
+}
+
+// --describe: the model, and the memory of the job's layout (with the flags' overrides).
+int Describe(const Flags& f, moe::JobSpec spec) {
+  if (f.nproc > 0) spec.parallelism.world_size = f.nproc;
+  if (moe::Status st = moe::ValidateJobSpec(spec); !st.ok()) return Fail(st.WithPrefix("--describe"));
+  if (f.device_memory_gb < 0) return Fail(moe::InvalidArgumentError("--device-memory-gb: must be > 0"));
+  const std::string device = f.device.empty() ? spec.resources.device : f.device;
+  const bool gpu = device.rfind("cuda", 0) == 0;
+  const bool bf16 = f.precision.empty() ? gpu : f.precision == "bf16";
+  double capacity = f.device_memory_gb * 1e9;
+  if (capacity == 0) {
+    capacity = gpu ? 186e9 : static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  }
+  std::printf("%s", moe::DescribeJob(spec, bf16 ? 2 : 4, capacity).c_str());
+  return moe::kExitOk;
 }
 
 // One rank (or the whole job when W = 1): place it, build its communicators, train.
@@ -271,12 +293,9 @@ int main(int argc, char** argv) {
   if (moe::Status st = CheckFlags(&f); !st.ok()) return Fail(st);
   auto spec = LoadSpec(f);
   if (!spec.ok()) return Fail(spec.status());
-  if (f.describe) {
-    std::printf("%s", moe::DescribeJob(*spec).c_str());
-    return moe::kExitOk;
-  }
   if (f.expert_parallel > 0) spec->parallelism.expert_parallel = f.expert_parallel;
   if (f.pipeline_parallel > 0) spec->parallelism.pipeline_parallel = f.pipeline_parallel;
+  if (f.describe) return Describe(f, *spec);
   // A job whose world size is above 1 runs that many local ranks unless this process is one rank of it.
   if (f.nproc == 0 && !f.rank_mode() && spec->parallelism.world_size > 1) f.nproc = spec->parallelism.world_size;
   if (f.nproc > 0) {

@@ -7,6 +7,7 @@
 #include "common/flops.h"
 #include "common/log.h"
 #include "kernels/elementwise.h"
+#include "kernels/memory_stats.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/data/sampler.h"
 #include "worker/engine/hf_io.h"
@@ -286,6 +287,11 @@ Status Trainer::Step(int64_t step) {
   par_.world->SetPhase(phase);
   if (par_.ep_group) par_.ep_group->SetPhase(phase + ": MoE token all-to-all");
   StepStats stats;
+  // Everything the step allocates is an activation or a temporary unless a narrower scope says otherwise
+  // (the all-to-all staging); the peak starts from what is live before the step (weights, optimizer).
+  MemoryScope activations(MemoryCategory::kActivations);
+  const int device_type = static_cast<int>(place_.device.type);
+  ResetPeakMemory(device_type);
   PlanStep(step, &stats);
   MOE_RETURN_IF_ERROR(ForwardBackward(step, &stats));
   stats.forward_backward_seconds = Since(t0);
@@ -298,6 +304,7 @@ Status Trainer::Step(int64_t step) {
   UpdateBias(stats);
   SyncDevice(place_.device);  // the step's kernels are queued asynchronously on a GPU: time them whole
   stats.step_seconds = Since(t0);
+  stats.memory = GetMemoryUsage(device_type);
   const StepMetrics m = Metrics(step, stats);
   MOE_RETURN_IF_ERROR(Report(m));
   return MaybeCheckpoint(step, m);
@@ -430,6 +437,10 @@ StepMetrics Trainer::Metrics(int64_t step, const StepStats& stats) const {
   m.compute_seconds = stats.forward_backward_seconds - stats.alltoall_seconds;
   m.grad_sync_seconds = stats.grad_sync_seconds;
   m.pipeline_bubble = stats.pipeline_bubble;
+  m.memory_peak_bytes = stats.memory.peak;
+  for (size_t c = 0; c < kNumMemoryCategories; ++c) {
+    m.memory_at_peak.emplace_back(MemoryCategoryName(static_cast<MemoryCategory>(c)), stats.memory.at_peak[c]);
+  }
   m.consumed_samples = static_cast<int64_t>(stats.tokens_before) / seq + stats.global_batch;
   m.world_size = par_.world_size;
   m.rank = par_.rank;
@@ -443,6 +454,12 @@ Status Trainer::Report(const StepMetrics& m) {
   if (m.step == result_.first_step) result_.first_loss = m.loss;
   result_.last_step = m.step;
   result_.last_loss = m.loss;
+  if (m.memory_peak_bytes > result_.peak_memory_bytes) {
+    result_.peak_memory_bytes = m.memory_peak_bytes;
+    for (const auto& [name, bytes] : m.memory_at_peak) {
+      if (name == MemoryCategoryName(MemoryCategory::kActivations)) result_.peak_activation_bytes = bytes;
+    }
+  }
   // The first step carries one-time costs (page faults, allocator warm-up); leave it out of means.
   if (m.step > result_.first_step || stop_step_ == result_.first_step) {
     sum_tps_ += m.tokens_per_second;

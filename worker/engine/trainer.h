@@ -23,6 +23,7 @@
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "worker/engine/comm/communicator.h"
+#include "kernels/memory_stats.h"
 #include "worker/engine/device.h"
 #include "worker/engine/metrics.h"
 #include "worker/engine/model.h"
@@ -74,6 +75,8 @@ struct TrainResult {
   std::string device;     // "cpu", "cuda:0 (NVIDIA H200)"
   std::string precision;  // "fp32" or "bf16"
   bool stopped_early = false;
+  int64_t peak_memory_bytes = 0;  // this rank's largest step peak (metrics memory_peak_bytes)
+  int64_t peak_activation_bytes = 0;  // the activations' share at that peak
 };
 
 // What one step's phases produce.
@@ -101,6 +104,7 @@ struct StepStats {
   // Pipeline: the fraction of forward/backward time spent in point-to-point exchanges (this rank's,
   // then after ReduceGradients the mean over ranks).
   double pipeline_bubble = 0;
+  MemoryUsage memory;  // this rank's device memory over the step (its peak)
 
   // Adds one micro-batch's losses and token counts (by model-wide MoE layer).
   void Add(const MicroBatchResult& mb);
