@@ -90,6 +90,20 @@ std::string WorkersTable(const std::vector<moe::v1::Worker>& workers, double now
   return Table({"NAME", "STATE", "RACK", "NODE", "DEVICE", "RUNS", "HEARTBEAT"}, rows);
 }
 
+namespace {
+
+// "W=8 (PP 2 x DP 4; EP 2 within DP, expert DP 2; VPP 2)".
+std::string LayoutString(const moe::v1::ParallelismSpec& par) {
+  const int64_t w = par.world_size(), pp = std::max<int64_t>(1, par.has_pipeline_parallel() ? par.pipeline_parallel() : 1);
+  const int64_t ep = std::max<int64_t>(1, par.expert_parallel()), dp = std::max<int64_t>(1, w / pp);
+  std::string out = "W=" + std::to_string(w) + " (PP " + std::to_string(pp) + " x DP " + std::to_string(dp) + "; EP " +
+                    std::to_string(ep) + " within DP, expert DP " + std::to_string(std::max<int64_t>(1, dp / ep));
+  if (par.virtual_pipeline() > 1) out += "; VPP " + std::to_string(par.virtual_pipeline());
+  return out + ")";
+}
+
+}  // namespace
+
 std::string Describe(const moe::v1::Job& j, double now) {
   std::ostringstream os;
   const auto& spec = j.spec().spec();
@@ -103,8 +117,7 @@ std::string Describe(const moe::v1::Job& j, double now) {
      << "Model:        " << (model.preset().empty() ? "custom" : model.preset()) << ": hidden " << model.hidden_size() << ", "
      << model.num_layers() << " layers (" << model.first_k_dense() << " dense), " << model.moe().num_experts() << " experts top-"
      << model.moe().top_k() << ", " << model.moe().num_shared_experts() << " shared, vocab " << model.vocab_size() << "\n"
-     << "Parallelism:  W=" << spec.parallelism().world_size() << " (DP " << spec.parallelism().world_size() / std::max<int64_t>(1, spec.parallelism().expert_parallel())
-     << " x EP " << spec.parallelism().expert_parallel() << "), EP groups within one " << spec.placement().expert_group_within() << "\n"
+     << "Parallelism:  " << LayoutString(spec.parallelism()) << ", EP groups within one " << spec.placement().expert_group_within() << "\n"
      << "Data:         " << (spec.data().source() == "synthetic" ? "synthetic" : spec.data().path()) << ", " << spec.data().global_batch_size()
      << " x " << spec.data().seq_length() << " tokens per step\n"
      << "Training:     " << spec.training().steps() << " steps, lr " << spec.optimizer().lr() << ", checkpoints in "
@@ -112,7 +125,11 @@ std::string Describe(const moe::v1::Job& j, double now) {
   if (j.placement_size() > 0) {
     os << "Placement:\n";
     std::map<std::string, std::map<std::string, std::vector<std::string>>> tree;
-    for (const auto& p : j.placement()) tree[p.rack()][p.node()].push_back("rank " + std::to_string(p.rank()) + " (" + p.worker() + ", " + p.device() + ")");
+    for (const auto& p : j.placement()) {
+      tree[p.rack()][p.node()].push_back("rank " + std::to_string(p.rank()) + " (pp " + std::to_string(p.pp()) + ", dp " +
+                                         std::to_string(p.dp()) + ", ep " + std::to_string(p.ep()) + "; " + p.worker() +
+                                         ", " + p.device() + ")");
+    }
     for (const auto& [rack, nodes] : tree) {
       os << "  rack " << rack << "\n";
       for (const auto& [node, ranks] : nodes) {

@@ -1,6 +1,7 @@
 // Helpers shared by controller.cc and attempt_lifecycle.cc: one way to build each of these.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,12 +32,21 @@ inline std::vector<Slot> SlotsOf(const moe::v1::Job& job) {
   return slots;
 }
 
-// Writes `slots` (rank order) as the job's placement.
+// Writes `slots` (rank order) as the job's placement, with each rank's (pp, dp, ep) coordinates.
 inline void SetPlacement(moe::v1::Job& job, const std::vector<Slot>& slots) {
   job.clear_placement();
+  const auto& par = job.spec().spec().parallelism();
+  const int world = static_cast<int>(slots.size());
+  const int pp = std::max(1, static_cast<int>(par.has_pipeline_parallel() ? par.pipeline_parallel() : 1));
+  const int ep = std::max(1, static_cast<int>(par.has_expert_parallel() ? par.expert_parallel() : 1));
+  const int dp = std::max(1, world / pp);
   for (size_t r = 0; r < slots.size(); ++r) {
     auto* p = job.add_placement();
-    p->set_rank(static_cast<int>(r));
+    const int rank = static_cast<int>(r);
+    p->set_rank(rank);
+    p->set_pp(rank / dp);
+    p->set_dp(rank % dp);
+    p->set_ep(rank % ep);
     p->set_worker(slots[r].worker);
     p->set_rack(slots[r].rack);
     p->set_node(slots[r].node);
