@@ -146,7 +146,9 @@ std::string Describe(const moe::v1::Job& j, double now) {
        << "  " << FormatNumber(m.tflops_per_device()) << " TFLOP/s per device, MFU " << FormatNumber(m.mfu() * 100, 1) << "% (against "
        << m.mfu_peak_source() << "), " << FormatNumber(m.tokens_per_second(), 0) << " tokens/s\n"
        << "  step " << FormatNumber(m.step_seconds(), 3) << " s: compute " << FormatNumber(m.compute_seconds(), 3) << " s, all-to-all "
-       << FormatNumber(m.alltoall_seconds(), 3) << " s, gradient all-reduce " << FormatNumber(m.grad_sync_seconds(), 3) << " s\n"
+       << FormatNumber(m.alltoall_seconds(), 3) << " s, gradient all-reduce " << FormatNumber(m.grad_sync_seconds(), 3) << " s"
+       << (m.pipeline_bubble() > 0 ? ", pipeline bubble " + FormatNumber(m.pipeline_bubble() * 100, 1) + "%" : "") << "\n"
+       << "  memory peak " << FormatNumber(static_cast<double>(m.memory_peak_bytes()) / 1e9, 3) << " GB on rank 0\n"
        << "  expert load max/mean " << FormatNumber(m.expert_load_imbalance(), 2);
     if (m.stragglers_size() > 0) {
       os << "\n  stragglers:";

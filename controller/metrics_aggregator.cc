@@ -43,6 +43,8 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
                    .Help("Multi-token prediction loss of the last step: mean over depths of each depth's cross-entropy (nats per token); only for jobs that train MTP")
                    .Register(r);
   grad_norm_ = &BuildGauge().Name("moe_job_grad_norm").Help("Global gradient L2 norm before clipping").Register(r);
+  bubble_ = &BuildGauge().Name("moe_job_pipeline_bubble_ratio").Help("Pipeline: fraction of the last step spent in point-to-point waits (mean over ranks)").Register(r);
+  memory_peak_ = &BuildGauge().Name("moe_job_memory_peak_bytes").Help("Rank 0's device memory peak over the last step (its tensors)").Register(r);
   lr_ = &BuildGauge().Name("moe_job_learning_rate").Help("Learning rate of the last step").Register(r);
   a2a_ = &BuildCounter().Name("moe_job_alltoall_seconds_total").Help("Seconds rank 0 spent in the MoE token all-to-all").Register(r);
   compute_ = &BuildCounter().Name("moe_job_compute_seconds_total").Help("Seconds rank 0 spent in forward and backward, all-to-all excluded").Register(r);
@@ -178,6 +180,8 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   if (out.mtp_loss_weight() > 0) mtp_loss_->Add(job_labels).Set(out.mtp_loss());
   grad_norm_->Add(job_labels).Set(out.grad_norm());
   lr_->Add(job_labels).Set(out.lr());
+  bubble_->Add(job_labels).Set(out.pipeline_bubble());
+  memory_peak_->Add(job_labels).Set(static_cast<double>(out.memory_peak_bytes()));
   a2a_->Add(job_labels).Increment(out.alltoall_seconds());
   compute_->Add(job_labels).Increment(out.compute_seconds());
   step_->Add(job_labels).Set(static_cast<double>(out.step()));
@@ -268,6 +272,8 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   mtp_loss_->Remove(&mtp_loss_->Add(job));
   grad_norm_->Remove(&grad_norm_->Add(job));
   lr_->Remove(&lr_->Add(job));
+  bubble_->Remove(&bubble_->Add(job));
+  memory_peak_->Remove(&memory_peak_->Add(job));
   a2a_->Remove(&a2a_->Add(job));
   compute_->Remove(&compute_->Add(job));
   restarts_->Remove(&restarts_->Add(job));

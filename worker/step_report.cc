@@ -37,6 +37,8 @@ Status StepMetricsFromJson(const std::string& line, moe::v1::StepMetrics* mm) {
   mm->set_alltoall_seconds(num("alltoall_seconds"));
   mm->set_compute_seconds(num("compute_seconds"));
   mm->set_grad_sync_seconds(num("grad_sync_seconds"));
+  mm->set_pipeline_bubble(num("pipeline_bubble"));
+  mm->set_memory_peak_bytes(static_cast<int64_t>(num("memory_peak_bytes")));
   mm->set_tokens(static_cast<int64_t>(num("tokens")));
   mm->set_time(num("time"));
   return OkStatus();

@@ -76,6 +76,8 @@ id=$("$MOECTL" submit -f "$WORK/pp.yaml")
 "$MOECTL" describe job "$id" >"$WORK/pp-describe.txt"
 grep -q "PP 2 x DP 1" "$WORK/pp-describe.txt" && grep -q "rank 1 (pp 1, dp 0, ep 0; " "$WORK/pp-describe.txt" ||
   { cat "$WORK/pp-describe.txt"; fail "describe of the PP2 job"; }
+grep -q "pipeline bubble [0-9.]*%" "$WORK/pp-describe.txt" && grep -q "memory peak 0.0[0-9]* GB on rank 0" "$WORK/pp-describe.txt" ||
+  { cat "$WORK/pp-describe.txt"; fail "the PP2 job's metrics lack the bubble or the memory peak"; }
 echo "pipeline: $id (PP 2) SUCCEEDED; describe shows (pp, dp, ep) per rank"
 
 # 3. Cancel.
