@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "kernels/attention.h"
+#include "kernels/elementwise.h"
 #include "tests/testing/testing.h"
 
 namespace moe::kernels {
@@ -85,6 +87,44 @@ TEST(MaterializedAttention, KeepsACausalSoftmax) {
   EXPECT_EQ(MaterializedAttentionProbsBytes(s.batch, s.seq, s.heads, DType::kF64),
             static_cast<size_t>(s.batch * s.heads * s.seq * s.seq) * 8);
   EXPECT_EQ(MaterializedAttentionProbsBytes(1, 4096, 16, DType::kBF16), size_t{16} * 4096 * 4096 * 4);  // f32 probs
+}
+
+// bf16 inputs run the f32 path on rounded copies (the CPU's bf16 convention): bitwise the f32 call on
+// the rounded inputs, rounded back; the probabilities stay f32.
+TEST(MaterializedAttention, Bf16IsTheFp32PathOnRoundedInputs) {
+  const Shape s{1, 40, 2, 16, 8};
+  const Inputs in = MakeInputs(s, DType::kF32);
+  auto bf = [](const Tensor& x) {
+    Tensor y = Tensor::Empty(x.shape(), DType::kBF16);
+    Convert(x, y);
+    return y;
+  };
+  auto f32 = [](const Tensor& x) {
+    Tensor y = Tensor::Empty(x.shape(), DType::kF32);
+    Convert(x, y);
+    return y;
+  };
+  const Tensor q16 = bf(in.q), k16 = bf(in.k), v16 = bf(in.v), g16 = bf(in.dout);
+  Tensor out16 = Tensor::Empty(in.v.shape(), DType::kBF16), p16 = Tensor::Empty({s.heads, s.seq, s.seq}, DType::kF32);
+  MaterializedAttentionForward(q16, k16, v16, 1, s.seq, s.heads, 0.25, out16, p16);
+  Tensor dq16 = Tensor::Empty(in.q.shape(), DType::kBF16), dk16 = Tensor::Empty(in.k.shape(), DType::kBF16);
+  Tensor dv16 = Tensor::Empty(in.v.shape(), DType::kBF16);
+  MaterializedAttentionBackward(q16, k16, v16, p16, g16, 1, s.seq, s.heads, 0.25, dq16, dk16, dv16);
+
+  const Tensor q = f32(q16), k = f32(k16), v = f32(v16), g = f32(g16);
+  Tensor out = Tensor::Empty(in.v.shape(), DType::kF32), p = Tensor::Empty({s.heads, s.seq, s.seq}, DType::kF32);
+  MaterializedAttentionForward(q, k, v, 1, s.seq, s.heads, 0.25, out, p);
+  Tensor dq = Tensor::Empty(in.q.shape(), DType::kF32), dk = Tensor::Empty(in.k.shape(), DType::kF32);
+  Tensor dv = Tensor::Empty(in.v.shape(), DType::kF32);
+  MaterializedAttentionBackward(q, k, v, p, g, 1, s.seq, s.heads, 0.25, dq, dk, dv);
+  for (const auto& [got, want, name] : {std::tuple{out16, out, "out"}, std::tuple{dq16, dq, "dq"}, std::tuple{dk16, dk, "dk"},
+                                        std::tuple{dv16, dv, "dv"}}) {
+    const Tensor rounded = bf(want);
+    for (int64_t i = 0; i < rounded.numel(); ++i) {
+      ASSERT_EQ(got.data<BFloat16>()[i].bits, rounded.data<BFloat16>()[i].bits) << name << " at " << i;
+    }
+  }
+  EXPECT_TRUE(AllClose(p16, p, 0, 0)) << "probabilities";
 }
 
 TEST(MaterializedAttention, RefusesMisshapedProbabilities) {
