@@ -183,6 +183,10 @@ Status ValidateJobSpec(const JobSpec& s) {
   MOE_RETURN_IF_ERROR(SchemaOf<JobSpec>().Check(s, ""));
   MOE_RETURN_IF_ERROR(CheckModelRules(s.model, "spec.model"));
   MOE_RETURN_IF_ERROR(CheckLayout(s));
+  if (s.training.attention == "materialized" && s.resources.device == "cuda") {
+    return InvalidArgumentError(
+        "spec.training.attention: materialized is the CPU reference path (no CUDA kernel); use flash on cuda");
+  }
   if (s.optimizer.min_lr > s.optimizer.lr) {
     return InvalidArgumentError("spec.optimizer.min_lr: must be in [0, lr], got " +
                                 Num(s.optimizer.min_lr));

@@ -194,6 +194,9 @@ struct TrainingConfig {
   // Selective recompute: modules whose activations are computed again in the backward instead of kept
   // (core_attn, mla_up_proj, mlp, moe_act, full). Results are bitwise those without.
   std::vector<std::string> recompute;
+  // The attention core: flash (tiled, O(S) memory: only each row's log-sum-exp kept) or materialized
+  // (the textbook [B, H, S, S] probabilities kept; CPU only, a reference for memory and speed).
+  std::string attention = "flash";
 
   bool operator==(const TrainingConfig&) const = default;
 };

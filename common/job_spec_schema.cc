@@ -196,6 +196,7 @@ const Schema<TrainingConfig>& SchemaOf<TrainingConfig>() {
       Field("seed", &T::seed),
       Field("log_interval", &T::log_interval, Positive()),
       Field("recompute", &T::recompute, Each(OneOf({"core_attn", "mla_up_proj", "mlp", "moe_act", "full"}))),
+      Field("attention", &T::attention, OneOf({"flash", "materialized"})),
   });
   return *schema;
 }

@@ -42,12 +42,19 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
 void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout);
 void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout);
 
-// attention.cc: one (sequence, head) per thread, probabilities materialised.
+// attention.cc: tiled (flash-style), one (sequence, head) per thread, only each row's log-sum-exp kept.
 void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq_len, int64_t heads,
                       double scale, const Tensor& out, const Tensor& lse);
 void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                        const Tensor& lse, int64_t batch, int64_t seq_len, int64_t heads, double scale,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
+// attention_materialized.cc: the textbook path, [S, S] probabilities kept (a reference; no CUDA twin).
+void MaterializedAttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq_len,
+                                  int64_t heads, double scale, const Tensor& out, const Tensor& probs);
+void MaterializedAttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                                   const Tensor& dout, int64_t batch, int64_t seq_len, int64_t heads, double scale,
+                                   const Tensor& dq, const Tensor& dk, const Tensor& dv);
 
 // swiglu.cc
 void SwigluForward(const Tensor& gate_up, const Tensor& out);

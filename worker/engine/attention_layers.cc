@@ -1,8 +1,10 @@
 // The attention of a block: MHA (fused qkv, half-split RoPE) and DeepSeek's MLA, both on the tiled
-// attention kernel, with what they keep for the backward per micro-batch and what they recompute.
+// attention kernel (or the materialised reference, training.attention), with what they keep for the
+// backward per micro-batch and what they recompute.
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "kernels/attention_materialized.h"
 #include "kernels/elementwise.h"
 #include "kernels/rope.h"
 #include "worker/engine/layers.h"
@@ -27,15 +29,29 @@ Rotary MakeRotary(const ModelConfig& cfg, int64_t rope_dim, int64_t qk_dim, cons
   return {ctx.device.is_cpu() ? host : host.Clone(ctx.device), f.scale_factor / std::sqrt(static_cast<double>(qk_dim))};
 }
 
-// The attention core on q, k, v, with what its backward needs (out and lse; not kept under
-// core_attn recompute).
+// The attention core on q, k, v, with what its backward needs (not kept under core_attn recompute):
+// out and each row's log-sum-exp [B*H*S] (flash), or out and the probabilities [B*H, S, S]
+// (materialized).
 struct Core {
-  Tensor out, lse;
+  Tensor out, lse, probs;
 };
 
-Core RunCore(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq, int64_t heads, double scale) {
-  Core c{Tensor::Empty(v.shape(), v.dtype(), v.device()), Tensor::Empty({batch * heads * seq}, AccumType(q.dtype()), q.device())};
-  kernels::AttentionForward(q, k, v, batch, seq, heads, scale, c.out, c.lse);
+// The attention core's kernel and its constants (one per layer).
+struct CoreSpec {
+  int64_t heads = 0;
+  double scale = 1;
+  bool materialized = false;
+};
+
+Core RunCore(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq, const CoreSpec& cs) {
+  Core c{Tensor::Empty(v.shape(), v.dtype(), v.device()), Tensor(), Tensor()};
+  if (cs.materialized) {
+    c.probs = Tensor::Empty({batch * cs.heads, seq, seq}, AccumType(q.dtype()), q.device());
+    kernels::MaterializedAttentionForward(q, k, v, batch, seq, cs.heads, cs.scale, c.out, c.probs);
+  } else {
+    c.lse = Tensor::Empty({batch * cs.heads * seq}, AccumType(q.dtype()), q.device());
+    kernels::AttentionForward(q, k, v, batch, seq, cs.heads, cs.scale, c.out, c.lse);
+  }
   return c;
 }
 
@@ -45,10 +61,14 @@ struct CoreGrads {
 };
 
 CoreGrads CoreBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Core& c, const Tensor& dout, int64_t batch,
-                       int64_t seq, int64_t heads, double scale) {
+                       int64_t seq, const CoreSpec& cs) {
   CoreGrads g{Tensor::Empty(q.shape(), dout.dtype(), dout.device()), Tensor::Empty(k.shape(), dout.dtype(), dout.device()),
               Tensor::Empty(v.shape(), dout.dtype(), dout.device())};
-  kernels::AttentionBackward(q, k, v, c.out, dout, c.lse, batch, seq, heads, scale, g.dq, g.dk, g.dv);
+  if (cs.materialized) {
+    kernels::MaterializedAttentionBackward(q, k, v, c.probs, dout, batch, seq, cs.heads, cs.scale, g.dq, g.dk, g.dv);
+  } else {
+    kernels::AttentionBackward(q, k, v, c.out, dout, c.lse, batch, seq, cs.heads, cs.scale, g.dq, g.dk, g.dv);
+  }
   return g;
 }
 
@@ -59,7 +79,8 @@ class MhaAttention final : public AttentionLayer {
   MhaAttention(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed, double out_std,
                const AttentionContext& ctx)
       : heads_(cfg.num_heads), head_dim_(cfg.head_dim()), recompute_core_(ctx.recompute.core_attn),
-        rotary_(MakeRotary(cfg, cfg.head_dim(), cfg.head_dim(), ctx)) {
+        rotary_(MakeRotary(cfg, cfg.head_dim(), cfg.head_dim(), ctx)),
+        core_{heads_, rotary_.scale, ctx.materialized_attention} {
     const int64_t h = cfg.hidden_size;
     wqkv_ = params.Add(prefix + ".wqkv", {3 * h, h}, seed, cfg.init_std);
     wo_ = params.Add(prefix + ".wo", {h, h}, seed, out_std);
@@ -77,7 +98,7 @@ class MhaAttention final : public AttentionLayer {
     kernels::CopyColumns(qkv, 2 * hd, s.v, 0, hd);
     kernels::RopeForward(s.q, seq_len, heads_, 0, rotary_.inv_freq, kernels::RopeLayout::kHalfSplit);
     kernels::RopeForward(s.k, seq_len, heads_, 0, rotary_.inv_freq, kernels::RopeLayout::kHalfSplit);
-    Core core = RunCore(s.q, s.k, s.v, batch, seq_len, heads_, rotary_.scale);
+    Core core = RunCore(s.q, s.k, s.v, batch, seq_len, core_);
     Tensor y = Linear(core.out, wo_->compute);
     if (!recompute_core_) s.core = core;
     saved_.Push(std::move(s));
@@ -86,9 +107,9 @@ class MhaAttention final : public AttentionLayer {
 
   Tensor Backward(const Tensor& dy) override {
     Saved s = saved_.Pop();
-    if (recompute_core_) s.core = RunCore(s.q, s.k, s.v, s.batch, s.seq, heads_, rotary_.scale);
+    if (recompute_core_) s.core = RunCore(s.q, s.k, s.v, s.batch, s.seq, core_);
     Tensor dctx = LinearBackward(dy, s.core.out, *wo_);
-    CoreGrads g = CoreBackward(s.q, s.k, s.v, s.core, dctx, s.batch, s.seq, heads_, rotary_.scale);
+    CoreGrads g = CoreBackward(s.q, s.k, s.v, s.core, dctx, s.batch, s.seq, core_);
     kernels::RopeBackward(g.dq, s.seq, heads_, 0, rotary_.inv_freq, kernels::RopeLayout::kHalfSplit);
     kernels::RopeBackward(g.dk, s.seq, heads_, 0, rotary_.inv_freq, kernels::RopeLayout::kHalfSplit);
     const int64_t hd = heads_ * head_dim_;
@@ -108,6 +129,7 @@ class MhaAttention final : public AttentionLayer {
   int64_t heads_, head_dim_;
   bool recompute_core_;
   Rotary rotary_;
+  CoreSpec core_;
   Param* wqkv_;  // [3h, h]
   Param* wo_;    // [h, h]
   SavedQueue<Saved> saved_;
@@ -125,7 +147,8 @@ class MlaAttention final : public AttentionLayer {
   MlaAttention(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed, double out_std,
                const AttentionContext& ctx)
       : a_(cfg.attention), heads_(cfg.num_heads), recompute_(ctx.recompute),
-        rotary_(MakeRotary(cfg, cfg.attention.qk_rope_head_dim, cfg.attention.qk_head_dim(), ctx)) {
+        rotary_(MakeRotary(cfg, cfg.attention.qk_rope_head_dim, cfg.attention.qk_head_dim(), ctx)),
+        core_{heads_, rotary_.scale, ctx.materialized_attention} {
     const int64_t h = cfg.hidden_size, dqk = a_.qk_head_dim();
     if (a_.q_lora_rank > 0) {
       q_a_ = params.Add(prefix + ".q_a_proj", {a_.q_lora_rank, h}, seed, cfg.init_std);
@@ -149,7 +172,7 @@ class MlaAttention final : public AttentionLayer {
     s.cq = q_a_ != nullptr ? q_norm_->Forward(Linear(x, q_a_->compute)) : x;
     s.k_rope = KeyLatent(x, seq_len, &s.ckv);
     UpProject(&s);
-    Core core = RunCore(s.q, s.k, s.v, batch, seq_len, heads_, rotary_.scale);
+    Core core = RunCore(s.q, s.k, s.v, batch, seq_len, core_);
     Tensor y = Linear(core.out, o_->compute);
     if (!recompute_.core_attn) s.core = core;
     if (recompute_.mla_up_proj) s.q = s.k = s.v = Tensor();
@@ -160,9 +183,9 @@ class MlaAttention final : public AttentionLayer {
   Tensor Backward(const Tensor& dy) override {
     Saved s = saved_.Pop();
     if (recompute_.mla_up_proj) UpProject(&s);
-    if (recompute_.core_attn) s.core = RunCore(s.q, s.k, s.v, s.batch, s.seq, heads_, rotary_.scale);
+    if (recompute_.core_attn) s.core = RunCore(s.q, s.k, s.v, s.batch, s.seq, core_);
     Tensor dout = LinearBackward(dy, s.core.out, *o_);
-    CoreGrads g = CoreBackward(s.q, s.k, s.v, s.core, dout, s.batch, s.seq, heads_, rotary_.scale);
+    CoreGrads g = CoreBackward(s.q, s.k, s.v, s.core, dout, s.batch, s.seq, core_);
     Tensor dx = KeysValuesBackward(s, g.dk, g.dv);
     kernels::Add(dx, dx, QueryBackward(s, g.dq));
     return dx;
@@ -233,6 +256,7 @@ class MlaAttention final : public AttentionLayer {
   int64_t heads_;
   Recompute recompute_;
   Rotary rotary_;
+  CoreSpec core_;
   Param* q_a_ = nullptr;  // [r_q, h] (null without q LoRA)
   std::unique_ptr<RmsNorm> q_norm_;
   Param* q_b_;            // [H * dqk, r_q], or q_proj [H * dqk, h]

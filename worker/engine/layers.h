@@ -61,6 +61,9 @@ struct AttentionContext {
   DType dtype = DType::kF32;  // of the rope frequencies: the master dtype (f64 in gradient checks)
   Device device;
   Recompute recompute;
+  // training.attention: materialized keeps the [B, H, S, S] probabilities instead of each row's
+  // log-sum-exp (CPU only; the reference for memory and speed).
+  bool materialized_attention = false;
 };
 
 // Causal self-attention of a block: multi-head (MHA) or DeepSeek's multi-head latent (MLA).

@@ -30,7 +30,7 @@ Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, 
              double* alltoall_seconds, std::optional<DType> compute_dtype)
     : Model(cfg, par, seed,
             ModelOptions{.dtype = dtype, .device = device, .compute = compute_dtype, .moments = std::nullopt,
-                         .max_seq_len = 0, .recompute = {}, .alltoall_seconds = alltoall_seconds, .chunks = {}}) {}
+                         .max_seq_len = 0, .recompute = {}, .materialized_attention = false, .alltoall_seconds = alltoall_seconds, .chunks = {}}) {}
 
 Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, const ModelOptions& o)
     : cfg_(cfg),
@@ -57,7 +57,8 @@ void Model::BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOpti
   const int64_t h = cfg_.hidden_size, v = cfg_.vocab_size;
   // Megatron's initialisation: N(0, init_std), output projections scaled by 1/sqrt(2 * layers).
   const double out_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.num_layers));
-  const AttentionContext ctx{.max_seq_len = o.max_seq_len, .dtype = dtype_, .device = device_, .recompute = o.recompute};
+  const AttentionContext ctx{.max_seq_len = o.max_seq_len, .dtype = dtype_, .device = device_, .recompute = o.recompute,
+                             .materialized_attention = o.materialized_attention};
   auto c = std::make_unique<Chunk>();
   c->layout = layout;
   if (layout.embedding) c->embedding = params_.Add("embedding", {v, h}, seed, cfg_.init_std);

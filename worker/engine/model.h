@@ -47,6 +47,7 @@ struct ModelOptions {
   std::optional<DType> moments;       // AdamW moments (default: dtype; bf16 as DeepSeek-V3)
   int64_t max_seq_len = 0;            // the run's sequence length (YaRN applies above the original)
   Recompute recompute;                // what the layers compute again in the backward (training.recompute)
+  bool materialized_attention = false; // training.attention: materialized (CPU only)
   double* alltoall_seconds = nullptr; // the MoE token all-to-all adds its time here
   // The virtual pipeline stages this rank holds, in chunk order (common/pipeline_layout.h); empty: the
   // whole model as one chunk.

@@ -143,6 +143,11 @@ Status Trainer::BuildModel() {
   if (spec_.optimizer.moments_dtype == "bf16") mo.moments = DType::kBF16;
   mo.max_seq_len = spec_.data.seq_length;
   mo.recompute = Recompute::From(spec_.training.recompute);
+  mo.materialized_attention = spec_.training.attention == "materialized";
+  if (mo.materialized_attention && !place_.device.is_cpu()) {
+    return InvalidArgumentError("spec.training.attention: materialized is the CPU reference path (no CUDA kernel); this "
+                                "rank runs on " + place_.name + ": use flash");
+  }
   mo.alltoall_seconds = &alltoall_seconds_;
   for (size_t v = static_cast<size_t>(par_.pp_rank()); v < layout_.size(); v += static_cast<size_t>(par_.pipeline_parallel)) {
     mo.chunks.push_back(layout_[v]);
