@@ -59,6 +59,10 @@ std::string ProgressLine(const moe::v1::StepMetrics& m, int width) {
                 static_cast<long long>(m.step()), static_cast<long long>(m.total_steps()), bar.c_str(), frac * 100, m.loss(),
                 m.tflops_per_device(), m.mfu() * 100, tok, Duration(m.eta_seconds()).c_str());
   std::string out = buf;
+  if (m.has_eval_loss()) {
+    std::snprintf(buf, sizeof(buf), " | eval loss %.4f (ppl %.1f)", m.eval_loss(), m.eval_ppl());
+    out += buf;
+  }
   if (m.stragglers_size() > 0) {
     out += " | straggler rank";
     for (int r : m.stragglers()) out += " " + std::to_string(r);
@@ -137,6 +141,11 @@ std::string Describe(const moe::v1::Job& j, double now) {
         for (const auto& r : ranks) os << "      " << r << "\n";
       }
     }
+  }
+  if (j.last_eval().step() > 0) {
+    const auto& e = j.last_eval();
+    os << "Validation:   loss " << FormatNumber(e.loss()) << " (ppl " << FormatNumber(e.ppl(), 1) << ")"
+       << (e.mtp_loss() > 0 ? ", mtp loss " + FormatNumber(e.mtp_loss()) : "") << " after step " << e.step() << "\n";
   }
   const auto& m = j.last_metrics();
   if (m.step() > 0) {

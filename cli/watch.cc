@@ -42,9 +42,10 @@ class TextPrinter {
     if (first_loss_ == 0) first_loss_ = m.loss();
     const auto now = std::chrono::steady_clock::now();
     if (tty_) {
-      std::printf("\r%s\033[K", ProgressLine(m).c_str());
-      line_open_ = true;
-    } else if (now - last_print_ > std::chrono::seconds(5) || m.step() == m.total_steps()) {
+      // A step with a validation result keeps its line; the others overwrite each other.
+      std::printf("\r%s\033[K%s", ProgressLine(m).c_str(), m.has_eval_loss() ? "\n" : "");
+      line_open_ = !m.has_eval_loss();
+    } else if (now - last_print_ > std::chrono::seconds(5) || m.step() == m.total_steps() || m.has_eval_loss()) {
       std::printf("%s\n", ProgressLine(m).c_str());
       last_print_ = now;
     }

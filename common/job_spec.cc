@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -127,6 +128,21 @@ Status CheckLayout(const JobSpec& s) {
   return CheckBatchRamp(d, round);
 }
 
+// data.split parses; evaluation needs a validation split of an indexed dataset.
+Status CheckEvaluation(const JobSpec& s) {
+  MOE_ASSIGN_OR_RETURN(const auto weights, ParseSplit(s.data.split, "spec.data.split"));
+  if (s.training.eval_interval == 0) return OkStatus();
+  if (s.data.source != "indexed") {
+    return InvalidArgumentError("spec.training.eval_interval: evaluation needs an indexed dataset with a validation split "
+                                "(spec.data.source is " + s.data.source + ")");
+  }
+  if (!(weights[1] > 0)) {
+    return InvalidArgumentError("spec.training.eval_interval: evaluation needs a validation split: spec.data.split gives "
+                                "valid a weight of 0 ('" + s.data.split + "'; e.g. \"95,5,0\")");
+  }
+  return OkStatus();
+}
+
 // Every batch of the ramp must split into whole micro-batches on every rank.
 Status CheckBatchRamp(const DataConfig& d, int64_t unit) {
   const BatchRampConfig& r = d.batch_ramp;
@@ -191,7 +207,28 @@ Status ValidateJobSpec(const JobSpec& s) {
     return InvalidArgumentError("spec.optimizer.min_lr: must be in [0, lr], got " +
                                 Num(s.optimizer.min_lr));
   }
+  MOE_RETURN_IF_ERROR(CheckEvaluation(s));
   return ValidateSchedule(s.optimizer.lr_schedule, "spec.optimizer.lr_schedule");
+}
+
+StatusOr<std::array<double, 3>> ParseSplit(const std::string& split, const std::string& path) {
+  std::array<double, 3> w = {1, 0, 0};
+  if (split.empty()) return w;
+  w = {0, 0, 0};
+  size_t i = 0, at = 0;
+  for (; at <= split.size() && i < 3; ++i) {
+    const size_t comma = std::min(split.find_first_of(",/", at), split.size());
+    const std::string part = split.substr(at, comma - at);
+    char* end = nullptr;
+    w[i] = std::strtod(part.c_str(), &end);
+    if (part.empty() || end != part.c_str() + part.size() || !(w[i] >= 0) || !std::isfinite(w[i])) {
+      return InvalidArgumentError(path + ": '" + split + "' is not up to three non-negative weights (train,valid,test), e.g. \"969,30,1\"");
+    }
+    at = comma + 1;
+  }
+  if (at <= split.size()) return InvalidArgumentError(path + ": '" + split + "' has more than three weights (train,valid,test)");
+  if (!(w[0] > 0)) return InvalidArgumentError(path + ": '" + split + "' leaves nothing to train on (the train weight must be > 0)");
+  return w;
 }
 
 double ScheduleValue(const Schedule& s, double tokens, double fallback) {

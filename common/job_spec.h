@@ -9,6 +9,7 @@
 // that span fields are in ValidateModel and ValidateJobSpec.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -161,6 +162,9 @@ struct DataConfig {
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 16;
   BatchRampConfig batch_ramp;  // a growing global batch at the start (Megatron's --rampup-batch-size)
+  // Megatron's --split: weights for train, valid and test over the dataset's documents, in order
+  // ("969,30,1"); empty: every document trains. ParseSplit gives the three weights.
+  std::string split;
 
   bool operator==(const DataConfig&) const = default;
 };
@@ -197,6 +201,10 @@ struct TrainingConfig {
   // The attention core: flash (tiled, O(S) memory: only each row's log-sum-exp kept) or materialized
   // (the textbook [B, H, S, S] probabilities kept; CPU only, a reference for memory and speed).
   std::string attention = "flash";
+  // Evaluation on the validation split every eval_interval steps and at the end (0: never), over
+  // eval_batches global batches of it, the same ones each time.
+  int64_t eval_interval = 0;
+  int64_t eval_batches = 1;
 
   bool operator==(const TrainingConfig&) const = default;
 };
@@ -255,6 +263,10 @@ StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
 // attention type it implements, a data path).
 Status ValidateModel(const ModelConfig& m, std::string_view path);
 Status ValidateJobSpec(const JobSpec& spec);
+
+// data.split as three non-negative weights (train, valid, test; "a,b" means test 0, "a" valid and test
+// 0); errors name `path`. An empty split is {1, 0, 0}.
+StatusOr<std::array<double, 3>> ParseSplit(const std::string& split, const std::string& path);
 
 // The spec as a document (every field written out), for checkpoints, child processes and APIs.
 Node JobSpecToNode(const JobSpec& spec);

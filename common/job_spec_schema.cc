@@ -164,6 +164,7 @@ const Schema<DataConfig>& SchemaOf<DataConfig>() {
       Field("micro_batch_size", &D::micro_batch_size, Positive()),
       Field("global_batch_size", &D::global_batch_size, Positive()),
       Field("batch_ramp", &D::batch_ramp),
+      Field("split", &D::split),  // ParseSplit (ValidateJobSpec)
   });
   return *schema;
 }
@@ -197,6 +198,8 @@ const Schema<TrainingConfig>& SchemaOf<TrainingConfig>() {
       Field("log_interval", &T::log_interval, Positive()),
       Field("recompute", &T::recompute, Each(OneOf({"core_attn", "mla_up_proj", "mlp", "moe_act", "full"}))),
       Field("attention", &T::attention, OneOf({"flash", "materialized"})),
+      Field("eval_interval", &T::eval_interval, NonNegative()),
+      Field("eval_batches", &T::eval_batches, Positive()),
   });
   return *schema;
 }

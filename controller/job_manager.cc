@@ -167,7 +167,17 @@ Status JobManager::Persist(JobEntry& e, moe::v1::Job record) {
 Status JobManager::PublishMetrics(JobEntry& e, const moe::v1::StepMetrics& m) {
   // Metrics change every step: the record is stored at most every few seconds, so a restarted
   // controller may show metrics that old (the next step replaces them).
-  if (clock_.Monotonic() - e.last_persist >= kMetricsPersistSeconds) {
+  // A step with a validation result updates the record's last_eval and is stored at once.
+  if (m.has_eval_loss()) {
+    moe::v1::Job next = e.job;
+    *next.mutable_last_metrics() = m;
+    auto* ev = next.mutable_last_eval();
+    ev->set_step(m.step());
+    ev->set_loss(m.eval_loss());
+    ev->set_ppl(m.eval_ppl());
+    ev->set_mtp_loss(m.eval_mtp_loss());
+    MOE_RETURN_IF_ERROR(Persist(e, std::move(next)));
+  } else if (clock_.Monotonic() - e.last_persist >= kMetricsPersistSeconds) {
     moe::v1::Job next = e.job;
     *next.mutable_last_metrics() = m;
     MOE_RETURN_IF_ERROR(Persist(e, std::move(next)));

@@ -45,6 +45,9 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
   grad_norm_ = &BuildGauge().Name("moe_job_grad_norm").Help("Global gradient L2 norm before clipping").Register(r);
   bubble_ = &BuildGauge().Name("moe_job_pipeline_bubble_ratio").Help("Pipeline: fraction of the last step spent in point-to-point waits (mean over ranks)").Register(r);
   memory_peak_ = &BuildGauge().Name("moe_job_memory_peak_bytes").Help("Rank 0's device memory peak over the last step (its tensors)").Register(r);
+  eval_loss_ = &BuildGauge().Name("moe_job_eval_loss").Help("Validation loss of the last evaluation (nats per token)").Register(r);
+  eval_ppl_ = &BuildGauge().Name("moe_job_eval_ppl").Help("Validation perplexity of the last evaluation").Register(r);
+  eval_mtp_loss_ = &BuildGauge().Name("moe_job_eval_mtp_loss").Help("Validation MTP loss of the last evaluation (nats per token)").Register(r);
   lr_ = &BuildGauge().Name("moe_job_learning_rate").Help("Learning rate of the last step").Register(r);
   a2a_ = &BuildCounter().Name("moe_job_alltoall_seconds_total").Help("Seconds rank 0 spent in the MoE token all-to-all").Register(r);
   compute_ = &BuildCounter().Name("moe_job_compute_seconds_total").Help("Seconds rank 0 spent in forward and backward, all-to-all excluded").Register(r);
@@ -181,6 +184,11 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   grad_norm_->Add(job_labels).Set(out.grad_norm());
   lr_->Add(job_labels).Set(out.lr());
   bubble_->Add(job_labels).Set(out.pipeline_bubble());
+  if (out.has_eval_loss()) {
+    eval_loss_->Add(job_labels).Set(out.eval_loss());
+    eval_ppl_->Add(job_labels).Set(out.eval_ppl());
+    if (out.mtp_loss_weight() > 0) eval_mtp_loss_->Add(job_labels).Set(out.eval_mtp_loss());
+  }
   memory_peak_->Add(job_labels).Set(static_cast<double>(out.memory_peak_bytes()));
   a2a_->Add(job_labels).Increment(out.alltoall_seconds());
   compute_->Add(job_labels).Increment(out.compute_seconds());
@@ -273,6 +281,9 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   grad_norm_->Remove(&grad_norm_->Add(job));
   lr_->Remove(&lr_->Add(job));
   bubble_->Remove(&bubble_->Add(job));
+  eval_loss_->Remove(&eval_loss_->Add(job));
+  eval_ppl_->Remove(&eval_ppl_->Add(job));
+  eval_mtp_loss_->Remove(&eval_mtp_loss_->Add(job));
   memory_peak_->Remove(&memory_peak_->Add(job));
   a2a_->Remove(&a2a_->Add(job));
   compute_->Remove(&compute_->Add(job));

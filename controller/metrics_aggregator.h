@@ -92,6 +92,9 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Gauge>* mtp_loss_;
   prometheus::Family<prometheus::Gauge>* grad_norm_;
   prometheus::Family<prometheus::Gauge>* bubble_;
+  prometheus::Family<prometheus::Gauge>* eval_loss_;
+  prometheus::Family<prometheus::Gauge>* eval_ppl_;
+  prometheus::Family<prometheus::Gauge>* eval_mtp_loss_;
   prometheus::Family<prometheus::Gauge>* memory_peak_;
   prometheus::Family<prometheus::Gauge>* lr_;
   prometheus::Family<prometheus::Counter>* a2a_;

@@ -39,6 +39,11 @@ Status StepMetricsFromJson(const std::string& line, moe::v1::StepMetrics* mm) {
   mm->set_grad_sync_seconds(num("grad_sync_seconds"));
   mm->set_pipeline_bubble(num("pipeline_bubble"));
   mm->set_memory_peak_bytes(static_cast<int64_t>(num("memory_peak_bytes")));
+  if (doc.Find("eval_loss") != nullptr) {
+    mm->set_eval_loss(num("eval_loss"));
+    mm->set_eval_ppl(num("eval_ppl"));
+    mm->set_eval_mtp_loss(num("eval_mtp_loss"));
+  }
   mm->set_tokens(static_cast<int64_t>(num("tokens")));
   mm->set_time(num("time"));
   return OkStatus();

@@ -35,7 +35,11 @@ std::string MetricsJson(const StepMetrics& m) {
   for (size_t i = 0; i < m.memory_at_peak.size(); ++i) {
     os << (i ? "," : "") << "\"" << m.memory_at_peak[i].first << "\":" << m.memory_at_peak[i].second;
   }
-  os << "},\"tokens\":" << m.tokens
+  os << "}";
+  if (m.has_eval) {
+    os << ",\"eval_loss\":" << n(m.eval_loss) << ",\"eval_ppl\":" << n(m.eval_ppl) << ",\"eval_mtp_loss\":" << n(m.eval_mtp_loss);
+  }
+  os << ",\"tokens\":" << m.tokens
      << ",\"consumed_samples\":" << m.consumed_samples << ",\"world_size\":" << m.world_size << ",\"rank\":" << m.rank << ",\"time\":" << Num(now) << "}";
   return os.str();
 }

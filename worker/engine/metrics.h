@@ -35,6 +35,11 @@ struct StepMetrics {
   // communication, other).
   int64_t memory_peak_bytes = 0;
   std::vector<std::pair<std::string, int64_t>> memory_at_peak;
+  // Evaluation on the validation split (training.eval_interval), on the steps it ran after.
+  bool has_eval = false;
+  double eval_loss = 0;          // mean next-token cross-entropy over the eval batches (nats/token)
+  double eval_ppl = 0;           // exp(eval_loss)
+  double eval_mtp_loss = 0;      // the MTP loss there (0 without MTP)
   int64_t tokens = 0;            // tokens in the global batch
   int64_t consumed_samples = 0;
   int world_size = 1;

@@ -10,6 +10,7 @@
 #include "kernels/memory_stats.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/data/sampler.h"
+#include "worker/engine/evaluator.h"
 #include "worker/engine/hf_io.h"
 #include "worker/engine/model.h"
 #include "worker/engine/optimizer.h"
@@ -99,6 +100,9 @@ Status Trainer::Init() {
     MOE_ASSIGN_OR_RETURN(place_, PlaceRank(want, options_.precision, par_.rank));
   }
   MOE_ASSIGN_OR_RETURN(sampler_, BatchSampler::Create(spec_, par_.dp_size()));
+  if (spec_.training.eval_interval > 0) {
+    MOE_ASSIGN_OR_RETURN(eval_sampler_, BatchSampler::Create(spec_, par_.dp_size(), DataSplit::kValid));
+  }
   flops_per_step_ = MegatronFlopsPerStep(spec_.model, spec_.data.global_batch_size, spec_.data.seq_length);
   checkpoint_dir_ = options_.checkpoint_dir.empty() ? spec_.checkpoint.dir : options_.checkpoint_dir;
   checkpoint_interval_ = options_.checkpoint_interval >= 0 ? options_.checkpoint_interval : spec_.checkpoint.interval_steps;
@@ -310,7 +314,8 @@ Status Trainer::Step(int64_t step) {
   SyncDevice(place_.device);  // the step's kernels are queued asynchronously on a GPU: time them whole
   stats.step_seconds = Since(t0);
   stats.memory = GetMemoryUsage(device_type);
-  const StepMetrics m = Metrics(step, stats);
+  StepMetrics m = Metrics(step, stats);
+  MOE_RETURN_IF_ERROR(MaybeEvaluate(step, &m));
   MOE_RETURN_IF_ERROR(Report(m));
   return MaybeCheckpoint(step, m);
 }
@@ -450,6 +455,25 @@ StepMetrics Trainer::Metrics(int64_t step, const StepStats& stats) const {
   m.world_size = par_.world_size;
   m.rank = par_.rank;
   return m;
+}
+
+Status Trainer::MaybeEvaluate(int64_t step, StepMetrics* m) {
+  const int64_t every = spec_.training.eval_interval;
+  if (every <= 0 || (step % every != 0 && step != stop_step_)) return OkStatus();
+  const auto t0 = Clock::now();
+  par_.world->SetPhase("evaluation after step " + std::to_string(step));
+  MOE_ASSIGN_OR_RETURN(const EvalResult r,
+                       EvaluateBatches(*model_, par_, spec_, *eval_sampler_, spec_.training.eval_batches));
+  m->has_eval = true;
+  m->eval_loss = r.loss;
+  m->eval_ppl = r.ppl();
+  m->eval_mtp_loss = r.mtp_loss;
+  if (lead_) {
+    MOE_LOG(INFO) << "validation after step " << step << ": loss " << r.loss << " (ppl " << r.ppl() << ")"
+                  << (model_->mtp_trains() ? ", mtp loss " + std::to_string(r.mtp_loss) : "") << " over " << r.tokens
+                  << " tokens in " << spec_.training.eval_batches << " batch(es) (" << Since(t0) << " s)";
+  }
+  return OkStatus();
 }
 
 Status Trainer::Report(const StepMetrics& m) {

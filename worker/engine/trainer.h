@@ -151,6 +151,8 @@ class Trainer {
   void UpdateBias(const StepStats& stats);
   StepMetrics Metrics(int64_t step, const StepStats& stats) const;
   Status Report(const StepMetrics& m);
+  // After step `step`: the validation loss when it is due (every eval_interval steps and at the end).
+  Status MaybeEvaluate(int64_t step, StepMetrics* m);
   Status MaybeCheckpoint(int64_t step, const StepMetrics& m);
 
   const JobSpec spec_;
@@ -160,6 +162,7 @@ class Trainer {
   const int64_t stop_step_;
   DevicePlacement place_;
   std::unique_ptr<BatchSampler> sampler_;
+  std::unique_ptr<BatchSampler> eval_sampler_;  // the validation split, when training.eval_interval > 0
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<StageLayout> layout_;  // every virtual pipeline stage

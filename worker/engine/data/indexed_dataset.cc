@@ -164,6 +164,13 @@ Status IndexedDataset::CheckVocab(int64_t vocab_size) const {
   return OkStatus();
 }
 
+int64_t IndexedDataset::DocumentTokenBegin(int64_t d) const {
+  MOE_CHECK(d >= 0 && d <= num_documents()) << "document " << d << " of " << num_documents();
+  const int64_t seq = doc_idx_[static_cast<size_t>(d)];
+  if (seq >= num_sequences()) return total_tokens_;
+  return pointers_[static_cast<size_t>(seq)] / static_cast<int64_t>(item_size_);
+}
+
 int32_t IndexedDataset::Token(int64_t i) const {
   const uint8_t* p = bin_ + static_cast<size_t>(i) * item_size_;
   switch (dtype_) {

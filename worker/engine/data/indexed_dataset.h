@@ -31,6 +31,8 @@ class IndexedDataset {
   const std::string& prefix() const { return prefix_; }
   // Token i of the concatenation of all sequences (in file order).
   int32_t Token(int64_t i) const;
+  // The first token of document d (0 <= d <= num_documents(); d = num_documents() gives num_tokens()).
+  int64_t DocumentTokenBegin(int64_t d) const;
   // Copies tokens [begin, begin + n) of the concatenation.
   void Read(int64_t begin, int64_t n, int32_t* out) const;
 
