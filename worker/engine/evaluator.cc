@@ -9,17 +9,12 @@ namespace moe {
 
 double EvalResult::ppl() const { return std::exp(loss); }
 
-namespace {
-
-// Forward only: the scales weight gradients, which nothing computes here; MTP needs one per depth.
-LossScales EvalScales(const Model& model) {
+LossScales ForwardOnlyScales(const Model& model) {
   LossScales s;
   s.ce = 1;
   s.mtp.assign(static_cast<size_t>(std::max<int64_t>(model.config().mtp_depth, 0)), 0.0);
   return s;
 }
-
-}  // namespace
 
 Evaluator::Evaluator(Model& model, const ParallelContext& par, int virtual_pipeline)
     : model_(model), par_(par), virtual_pipeline_(virtual_pipeline) {}
@@ -37,7 +32,7 @@ StatusOr<MicroBatchResult> Evaluator::PipelineForward(const Tensor& tokens, cons
     Tensor out;
     if (owner == me) {
       MicroBatchResult r;
-      MOE_ASSIGN_OR_RETURN(out, model_.ForwardChunk(v / pp, carried, tokens, targets, EvalScales(model_), &r));
+      MOE_ASSIGN_OR_RETURN(out, model_.ForwardChunk(v / pp, carried, tokens, targets, ForwardOnlyScales(model_), &r));
       result.ce_sum += r.ce_sum;
       result.tokens += r.tokens;
       if (result.mtp_ce_sums.size() < r.mtp_ce_sums.size()) result.mtp_ce_sums.resize(r.mtp_ce_sums.size(), 0.0);
@@ -62,7 +57,7 @@ Status Evaluator::Add(const Tensor& tokens, const Tensor& targets) {
   if (par_.pipeline_parallel > 1) {
     MOE_ASSIGN_OR_RETURN(r, PipelineForward(tokens, targets));
   } else {
-    MOE_RETURN_IF_ERROR(model_.Loss(tokens, targets, EvalScales(model_), &r).status());
+    MOE_RETURN_IF_ERROR(model_.Loss(tokens, targets, ForwardOnlyScales(model_), &r).status());
   }
   ce_sum_ += r.ce_sum;
   tokens_ += r.tokens;

@@ -24,6 +24,9 @@ struct EvalResult {
   double ppl() const;
 };
 
+// Forward only: the scales weight gradients, which nothing computes; MTP needs one per depth.
+LossScales ForwardOnlyScales(const Model& model);
+
 class Evaluator {
  public:
   Evaluator(Model& model, const ParallelContext& par, int virtual_pipeline);

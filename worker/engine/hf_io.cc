@@ -95,16 +95,22 @@ Status WriteHfDirectory(const ModelConfig& m, const HfSource& source, const std:
   return OkStatus();
 }
 
-Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir, const HfWriteOptions& options) {
-  std::string step_dir = checkpoint;
+StatusOr<JobSpec> CheckpointJobSpec(const std::string& checkpoint, std::string* step_dir) {
+  *step_dir = checkpoint;
   if (!PathExists(JoinPath(checkpoint, "MANIFEST.json"))) {
-    MOE_ASSIGN_OR_RETURN(step_dir, LatestCheckpoint(checkpoint));
+    MOE_ASSIGN_OR_RETURN(*step_dir, LatestCheckpoint(checkpoint));
   }
+  MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(*step_dir, /*verify=*/false));
+  const Node* spec_node = reader.manifest().Find("spec");
+  if (spec_node == nullptr) return FailedPreconditionError(*step_dir + ": the manifest carries no job spec (written by an older engine)");
+  return ParseJobSpec(*spec_node);
+}
+
+Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir, const HfWriteOptions& options) {
+  std::string step_dir;
+  MOE_ASSIGN_OR_RETURN(JobSpec spec, CheckpointJobSpec(checkpoint, &step_dir));
   MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, /*verify=*/true));
   MOE_RETURN_IF_ERROR(reader.CheckComplete());
-  const Node* spec_node = reader.manifest().Find("spec");
-  if (spec_node == nullptr) return FailedPreconditionError(step_dir + ": the manifest carries no job spec (written by an older engine)");
-  MOE_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(*spec_node));
   if (options.progress) options.progress("exporting " + step_dir);
   HfWriteOptions o = options;
   o.max_position_embeddings = std::max<int64_t>(spec.data.seq_length, spec.model.rope_scaling.original_max_position_embeddings);
@@ -174,6 +180,79 @@ Status LoadHfWeights(const std::string& dir, Model& model, const ParallelContext
   }
   model.params().SyncCompute();
   return OkStatus();
+}
+
+Status LoadCheckpointWeights(const std::string& step_dir, Model& model) {
+  MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, /*verify=*/true));
+  MOE_RETURN_IF_ERROR(reader.CheckComplete());
+  for (const auto& [name, r] : LocalTensors(model)) {
+    const std::vector<int64_t> stored = reader.GlobalShape(name);
+    if (stored.empty()) return DataLossError(step_dir + ": no tensor " + name + " in the checkpoint");
+    MOE_RETURN_IF_ERROR(reader.Read(name, r.begin, r.data));
+  }
+  model.params().SyncCompute();
+  return OkStatus();
+}
+
+namespace {
+
+// Reads integer `key` of config.json into *out (missing: keep; null: 0).
+Status HfInt(const Node& c, const char* key, int64_t* out) {
+  const Node* n = c.Find(key);
+  if (n == nullptr) return OkStatus();
+  if (n->IsNull()) {
+    *out = 0;
+    return OkStatus();
+  }
+  MOE_ASSIGN_OR_RETURN(*out, n->AsInt(std::string("config.json: ") + key));
+  return OkStatus();
+}
+
+Status HfDouble(const Node& c, const char* key, double* out) {
+  const Node* n = c.Find(key);
+  if (n == nullptr || n->IsNull()) return OkStatus();
+  MOE_ASSIGN_OR_RETURN(*out, n->AsDouble(std::string("config.json: ") + key));
+  return OkStatus();
+}
+
+Status HfRopeScaling(const Node& c, RopeScalingConfig* r) {
+  const Node* y = c.Find("rope_scaling");
+  if (y == nullptr || y->IsNull()) return OkStatus();
+  r->type = "yarn";
+  MOE_RETURN_IF_ERROR(HfDouble(*y, "factor", &r->factor));
+  MOE_RETURN_IF_ERROR(HfInt(*y, "original_max_position_embeddings", &r->original_max_position_embeddings));
+  MOE_RETURN_IF_ERROR(HfDouble(*y, "beta_fast", &r->beta_fast));
+  MOE_RETURN_IF_ERROR(HfDouble(*y, "beta_slow", &r->beta_slow));
+  MOE_RETURN_IF_ERROR(HfDouble(*y, "mscale", &r->mscale));
+  return HfDouble(*y, "mscale_all_dim", &r->mscale_all_dim);
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> HfModelConfig(const std::string& dir) {
+  MOE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(JoinPath(dir, "config.json")));
+  MOE_ASSIGN_OR_RETURN(Node c, ParseYaml(text));
+  ModelConfig m;
+  auto& a = m.attention;
+  auto& e = m.moe;
+  const std::pair<const char*, int64_t*> ints[] = {
+      {"vocab_size", &m.vocab_size}, {"hidden_size", &m.hidden_size}, {"intermediate_size", &m.dense_ffn_hidden},
+      {"moe_intermediate_size", &e.ffn_hidden}, {"num_hidden_layers", &m.num_layers}, {"num_attention_heads", &m.num_heads},
+      {"n_routed_experts", &e.num_experts}, {"n_shared_experts", &e.num_shared_experts}, {"num_experts_per_tok", &e.top_k},
+      {"n_group", &e.num_groups}, {"topk_group", &e.topk_groups}, {"first_k_dense_replace", &m.first_k_dense},
+      {"q_lora_rank", &a.q_lora_rank}, {"kv_lora_rank", &a.kv_lora_rank}, {"qk_nope_head_dim", &a.qk_nope_head_dim},
+      {"qk_rope_head_dim", &a.qk_rope_head_dim}, {"v_head_dim", &a.v_head_dim}, {"num_nextn_predict_layers", &m.mtp_depth}};
+  for (const auto& [key, out] : ints) MOE_RETURN_IF_ERROR(HfInt(c, key, out));
+  MOE_RETURN_IF_ERROR(HfDouble(c, "routed_scaling_factor", &e.route_scale));
+  MOE_RETURN_IF_ERROR(HfDouble(c, "rope_theta", &m.rope_theta));
+  MOE_RETURN_IF_ERROR(HfDouble(c, "rms_norm_eps", &m.norm_eps));
+  MOE_RETURN_IF_ERROR(HfRopeScaling(c, &m.rope_scaling));
+  if (const Node* s = c.Find("scoring_func"); s != nullptr && !s->IsNull()) e.score_function = s->scalar();
+  if (const Node* t = c.Find("topk_method"); t != nullptr && !t->IsNull()) e.expert_bias = t->scalar() == "noaux_tc";
+  a.type = a.kv_lora_rank > 0 ? "mla" : "mha";
+  MOE_RETURN_IF_ERROR(ValidateModel(m, dir + "/config.json"));
+  MOE_RETURN_IF_ERROR(CheckHfConfig(c, m).WithPrefix(dir));
+  return m;
 }
 
 }  // namespace moe

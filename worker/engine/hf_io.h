@@ -43,4 +43,14 @@ Status LoadHfWeights(const std::string& dir, Model& model, const ParallelContext
 // The values of a W = 1 model's tensors, for WriteHfDirectory (tests and the reference dump).
 HfSource ModelSource(Model& model);
 
+// For evaluating stored weights (moe-eval):
+// The job spec a checkpoint was written with (its manifest) and the step directory used (`checkpoint`
+// may be a checkpoint directory, whose newest complete step is taken, or one step_* directory).
+StatusOr<JobSpec> CheckpointJobSpec(const std::string& checkpoint, std::string* step_dir);
+// Reads this rank's weights (every parameter's value and the MoE biases) from a checkpoint step
+// directory, whatever layout wrote it; no optimizer state.
+Status LoadCheckpointWeights(const std::string& step_dir, Model& model);
+// The model a Hugging Face DeepseekV3 directory's config.json describes.
+StatusOr<ModelConfig> HfModelConfig(const std::string& dir);
+
 }  // namespace moe

@@ -17,7 +17,9 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/yaml.h"
+#include "common/job_spec.h"
 #include "worker/engine/data/indexed_dataset.h"
+#include "worker/engine/data/sampler.h"
 
 namespace fs = std::filesystem;
 
@@ -77,11 +79,29 @@ std::vector<std::string> SplitDocuments(const std::string& text) {
 
 bool LooksBinary(const std::string& s) { return s.find('\0') != std::string::npos; }
 
+// --split: the train, valid and test ranges of the dataset at `prefix` (Megatron's document split).
+int PrintSplit(const std::string& prefix, const std::string& split) {
+  auto weights = moe::ParseSplit(split, "--split");
+  if (!weights.ok()) return Fail(weights.status().message());
+  auto ds = moe::IndexedDataset::Open(prefix, 0);
+  if (!ds.ok()) return Fail(ds.status().message());
+  std::printf("split %s of %s: %lld documents, %lld tokens\n", split.c_str(), prefix.c_str(),
+              static_cast<long long>((*ds)->num_documents()), static_cast<long long>((*ds)->num_tokens()));
+  for (moe::DataSplit s : {moe::DataSplit::kTrain, moe::DataSplit::kValid, moe::DataSplit::kTest}) {
+    const moe::DataRange r = moe::SplitRange(**ds, *weights, s);
+    std::printf("  %-5s documents %lld-%lld (%lld), tokens %lld-%lld (%lld)\n", moe::DataSplitName(s),
+                static_cast<long long>(r.first_doc), static_cast<long long>(r.end_doc), static_cast<long long>(r.end_doc - r.first_doc),
+                static_cast<long long>(r.begin_token), static_cast<long long>(r.end_token),
+                static_cast<long long>(r.end_token - r.begin_token));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> inputs;
-  std::string output, tokenizer, model_prefix;
+  std::string output, tokenizer, model_prefix, split;
   int64_t vocab_size = 2048;
   moe::ArgParser args("moe-prep", "Tokenizes text files or folders into a Megatron indexed dataset (.bin/.idx).");
   args.AddStrings("input", &inputs, "text file or folder (repeatable)");
@@ -89,13 +109,15 @@ int main(int argc, char** argv) {
   args.AddString("tokenizer", &tokenizer, "an existing SentencePiece model to use instead of training one");
   args.AddString("model-prefix", &model_prefix, "where to write the trained tokenizer (default: <output>.tokenizer)");
   args.AddInt("vocab-size", &vocab_size, "vocabulary of the BPE tokenizer to train (default 2048)");
-  args.Require("input");
+  args.AddString("split", &split, "print the train/valid/test documents and tokens of data.split weights (\"969,30,1\"); "
+                                   "without --input, of the existing dataset at --output");
   args.Require("output");
   if (moe::Status st = args.Parse(argc, argv); !st.ok()) return Fail(st.message());
   if (args.help_requested()) {
     std::printf("%s", args.Usage().c_str());
     return 0;
   }
+  if (inputs.empty()) return split.empty() ? Fail("--input: required (or --split alone, for an existing dataset)") : PrintSplit(output, split);
   if (vocab_size < 16 || vocab_size > 1000000) return Fail("--vocab-size: must be in [16, 1000000], got " + std::to_string(vocab_size));
   std::string error;
   std::vector<std::string> files = CollectFiles(inputs, &error);
@@ -167,5 +189,5 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "moe-prep: wrote %s.bin/.idx: %lld documents, %lld tokens, vocab %lld\n", output.c_str(),
                static_cast<long long>(writer.documents()), static_cast<long long>(writer.tokens()),
                static_cast<long long>(vocab));
-  return 0;
+  return split.empty() ? 0 : PrintSplit(output, split);
 }
