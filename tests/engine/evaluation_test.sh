@@ -10,19 +10,11 @@
 #  5. moe-prep --split prints the split's documents and tokens; bad input is refused naming the field.
 set -euo pipefail
 bin=${MOE_BIN:?}
-work=$(mktemp -d /tmp/moe-eval-test.XXXXXX)
-cleanup() { pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-job() {  # job <file> <parallelism fields>
-  sed "s/seq_length: 256, micro_batch_size: 8/seq_length: 64, micro_batch_size: 4/;
-       s/world_size: 2, expert_parallel: 2/$2, timeout_seconds: 30/;
-       s/eval_interval: 50, eval_batches: 4/eval_interval: 10, eval_batches: 2/" examples/tiny.yaml >"$1"
-}
-job "$work/w1.yaml" "world_size: 1, expert_parallel: 1"
-job "$work/w2.yaml" "world_size: 2, expert_parallel: 2"
-job "$work/pp.yaml" "world_size: 4, expert_parallel: 2, pipeline_parallel: 2"
+source tests/engine/lib.sh eval
+every10="s/eval_interval: 50, eval_batches: 4/eval_interval: 10, eval_batches: 2/"
+job "$work/w1.yaml" "world_size: 1, expert_parallel: 1" "$every10"
+job "$work/w2.yaml" "world_size: 2, expert_parallel: 2" "$every10"
+job "$work/pp.yaml" "world_size: 4, expert_parallel: 2, pipeline_parallel: 2" "$every10"
 grep -q 'split: "95,5,0"' "$work/w1.yaml" || fail "examples/tiny.yaml has no validation split"
 
 # 1. The same evaluation at three layouts.

@@ -10,16 +10,7 @@
 #     per-rank peak under 186 GB; with DP x EP only it says why the layout cannot fit.
 set -euo pipefail
 bin=${MOE_BIN:?}/moe-train
-work=$(mktemp -d /tmp/moe-memory-test.XXXXXX)
-cleanup() { pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-job() {  # job <file> <parallelism fields> [extra sed]
-  sed "s/seq_length: 256, micro_batch_size: 8/seq_length: 64, micro_batch_size: 4/;
-       s/world_size: 2, expert_parallel: 2/$2, timeout_seconds: 30/;
-       ${3:-}" examples/tiny.yaml >"$1"
-}
+source tests/engine/lib.sh memory
 # measured_vs_estimate <name> <nproc> [flags]: trains 3 steps, compares rank 0's peak with the estimate.
 measured_vs_estimate() {
   local name=$1 n=$2

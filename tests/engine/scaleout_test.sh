@@ -12,16 +12,7 @@
 #  4. bad layouts are refused naming the field.
 set -euo pipefail
 bin=${MOE_BIN:?}/moe-train
-work=$(mktemp -d /tmp/moe-scaleout-test.XXXXXX)
-cleanup() { pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-job() {  # job <file> <parallelism fields> [extra sed]
-  sed "s/seq_length: 256, micro_batch_size: 8/seq_length: 64, micro_batch_size: 4/;
-       s/world_size: 2, expert_parallel: 2/$2, timeout_seconds: 30/;
-       ${3:-}" examples/tiny.yaml >"$1"
-}
+source tests/engine/lib.sh scaleout
 run() {  # run <name> <nproc> [flags...]: trains $work/<name>.yaml into $work/<name>.jsonl
   local name=$1 n=$2
   shift 2
