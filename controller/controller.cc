@@ -317,7 +317,7 @@ Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::Wor
   workers_.Heartbeat(worker);  // any message renews the lease
   switch (msg.msg_case()) {
     case moe::v1::WorkerMessage::kStep:
-      HandleStep(msg.step());
+      if (workers_.AllowStepReport(worker)) HandleStep(msg.step());  // a flood is dropped, not kept
       break;
     case moe::v1::WorkerMessage::kFinished:
       HandleFinished(worker, msg.finished());

@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/check.h"
 #include "controller/worker_claims.h"
@@ -111,6 +112,17 @@ void WorkerRegistry::Heartbeat(const std::string& name) {
   if (it == workers_.end() || it->second.lost) return;
   it->second.lease_deadline = clock_.Monotonic() + lease_;
   it->second.info.set_last_heartbeat(clock_.Now());
+}
+
+bool WorkerRegistry::AllowStepReport(const std::string& name) {
+  WorkerEntry* w = Find(name);
+  if (w == nullptr) return false;
+  const double second = std::floor(clock_.Monotonic());
+  if (second != w->report_window) {
+    w->report_window = second;
+    w->reports_in_window = 0;
+  }
+  return ++w->reports_in_window <= kMaxStepReportsPerSecond;
 }
 
 bool WorkerRegistry::Disconnected(const std::string& name, WorkerChannel* channel) {

@@ -35,6 +35,8 @@ struct WorkerEntry {
   // connected, and until held_until (monotonic) after it was last heard from.
   std::string session;
   double held_until = 0;
+  double report_window = 0;  // monotonic second the step reports below were counted in
+  int reports_in_window = 0;
   bool busy() const { return !job_id.empty(); }
 };
 
@@ -59,6 +61,10 @@ class WorkerRegistry {
   // The connected, live worker whose credential is `session`; null when none.
   WorkerEntry* FindBySession(const std::string& session);
   void Heartbeat(const std::string& name);
+  // Step reports a worker may send: at most kMaxStepReportsPerSecond in any second (one rank
+  // reports once a step); the rest are dropped, the next report replacing them.
+  static constexpr int kMaxStepReportsPerSecond = 100;
+  bool AllowStepReport(const std::string& name);
   // The stream ended. Only the channel that is current counts (a reconnect may have replaced it).
   // Returns true when the worker became lost now.
   bool Disconnected(const std::string& name, WorkerChannel* channel);

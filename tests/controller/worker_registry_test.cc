@@ -179,6 +179,16 @@ TEST_F(WorkerRegistryTest, ANameIsHeldByItsSessionUntilALeaseAfterItWasLastHeard
   EXPECT_NE((*fresh)->session, session) << "with a new session";
 }
 
+TEST_F(WorkerRegistryTest, StepReportsAreLimitedPerSecond) {
+  ASSERT_TRUE(registry_.Register(Reg("a"), &ch1_).ok());
+  int allowed = 0;
+  for (int i = 0; i < 1000; ++i) allowed += registry_.AllowStepReport("a") ? 1 : 0;
+  EXPECT_EQ(allowed, WorkerRegistry::kMaxStepReportsPerSecond);
+  clock_.Advance(1);
+  EXPECT_TRUE(registry_.AllowStepReport("a")) << "a new second, a new allowance";
+  EXPECT_FALSE(registry_.AllowStepReport("nobody"));
+}
+
 TEST_F(WorkerRegistryTest, ARestoredNameIsHeldForTheGivenTime) {
   moe::v1::Worker info;
   info.set_name("a");
