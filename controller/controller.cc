@@ -337,6 +337,11 @@ void Controller::HandleStep(const moe::v1::StepReport& s) {
   JobEntry* e = AttemptOf(s.job_id(), s.attempt(), s.rank());
   if (e == nullptr || e->attempt->ending) return;
   e->attempt->ranks[static_cast<size_t>(s.rank())].started = true;
+  if (!StepFiguresPlausible(s.metrics())) {
+    MOE_LOG(WARNING) << "job " << e->job.id() << ": step " << s.metrics().step() << " of rank " << s.rank()
+                     << " dropped: implausible figures (non-finite or negative times, MFU above 1.5)";
+    return;
+  }
   if (e->job.state() == moe::v1::SCHEDULED) {
     const std::string what = "attempt " + std::to_string(e->attempt->number) + " is training";
     if (Status st = jobs_.Transition(*e, moe::v1::RUNNING, "Running", what); !st.ok()) {

@@ -24,8 +24,12 @@ inline constexpr size_t kMaxMessageBytes = 4096;    // a rank's failure text, ke
 bool IsSimpleName(const std::string& s, size_t max);
 // Checks every field of a Register (name, rack, node, device, address, cores, claims).
 Status ValidateRegistration(const moe::v1::Register& reg);
-// A step report's metrics from a rank of a model with `layers` layers and `world` ranks: finite,
-// non-negative figures and arrays no longer than the model's layers or the job's ranks.
+// A step report's shape, from a rank of a model with `layers` layers and `world` ranks: steps and
+// tokens not negative, arrays no longer than the model's layers or the job's ranks. A report outside
+// it ends the worker's stream (INVALID_ARGUMENT).
 Status ValidateStepReport(const moe::v1::StepReport& s, int layers, int world);
+// Its figures: times and rates finite and not negative, MFU at most 1.5. An implausible report is
+// dropped (logged), not kept on /metrics; the worker's stream goes on.
+bool StepFiguresPlausible(const moe::v1::StepMetrics& m);
 
 }  // namespace moe::controller

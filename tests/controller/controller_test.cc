@@ -186,9 +186,13 @@ TEST_F(ControllerTest, AWorkerReportsOnlyForTheRankItRuns) {
   EXPECT_EQ(controller_->OnWorkerMessage("intruder", step).code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(controller_->OnWorkerMessage("w0", step).code(), StatusCode::kInvalidArgument) << "a negative step";
   step.mutable_step()->mutable_metrics()->set_step(2);
-  step.mutable_step()->mutable_metrics()->set_loss(std::numeric_limits<double>::infinity());
-  EXPECT_EQ(controller_->OnWorkerMessage("w0", step).code(), StatusCode::kInvalidArgument) << "an infinite loss";
-  step.mutable_step()->mutable_metrics()->set_loss(1);
+  step.mutable_step()->mutable_metrics()->set_mfu(42);
+  step.mutable_step()->mutable_metrics()->set_step_seconds(std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(controller_->OnWorkerMessage("w0", step).ok()) << "implausible figures are dropped, the stream goes on";
+  Step("w1", channels_["w1"]->Assignments().at(0), 2);
+  EXPECT_EQ(controller_->Get(job.id(), false)->last_metrics().step(), 1) << "the dropped report counted for nothing";
+  step.mutable_step()->mutable_metrics()->set_mfu(0.5);
+  step.mutable_step()->mutable_metrics()->set_step_seconds(0.2);
   for (int i = 0; i < 1000; ++i) step.mutable_step()->mutable_metrics()->add_expert_load_imbalance_per_layer(1);
   EXPECT_EQ(controller_->OnWorkerMessage("w0", step).code(), StatusCode::kInvalidArgument)
       << "more layers than the model";
