@@ -224,6 +224,100 @@ TEST_F(ControllerTest, RendezvousKeysAreTheCallersOwnAttempts) {
   EXPECT_EQ(controller_->RendezvousScope("guess").status().code(), StatusCode::kUnauthenticated);
 }
 
+TEST_F(ControllerTest, SubmitIsIdempotentByRequestIdAndCheckpointDirectoriesAreNotShared) {
+  AddWorker("w0", "r0", "n0");
+  ASSERT_TRUE(controller_->SetDrained("w0", true).ok());
+  auto a = controller_->Submit(SpecToProto(Spec("a", 1, 1)), "req-1");
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto again = controller_->Submit(SpecToProto(Spec("a", 1, 1)), "req-1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->id(), a->id()) << "a retry returns the job the first submit created";
+  EXPECT_EQ(controller_->List({}).size(), 1u);
+  JobSpec same_dir = Spec("b", 1, 1);
+  same_dir.checkpoint.dir = "/tmp//ckpt-a/./";  // the same directory, written otherwise
+  auto shared = controller_->Submit(SpecToProto(same_dir), "req-2");
+  EXPECT_EQ(shared.status().code(), StatusCode::kFailedPrecondition) << shared.status();
+  ASSERT_TRUE(controller_->Cancel(a->id()).ok());
+  EXPECT_TRUE(controller_->Submit(SpecToProto(same_dir), "req-3").ok()) << "free once the other job ended";
+  JobSpec huge = Spec("c", 1, 1);
+  huge.data.path = std::string(1 << 20, 'x');
+  EXPECT_EQ(controller_->Submit(SpecToProto(huge)).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ControllerTest, ListJobsPagesWithFiltersAndDeleteRemovesFinishedJobs) {
+  AddWorker("w0", "r0", "n0");
+  ASSERT_TRUE(controller_->SetDrained("w0", true).ok());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back(Submit(Spec(i == 3 ? "other" : "job" + std::to_string(i), 1, 1)).id());
+    clock_.Advance(0.001);
+  }
+  moe::v1::ListJobsRequest req;
+  req.set_page_size(2);
+  std::vector<std::string> seen;
+  do {
+    auto page = controller_->ListPage(req);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->jobs_size(), 2);
+    for (const auto& j : page->jobs()) seen.push_back(j.id());
+    req.set_page_token(page->next_page_token());
+  } while (!req.page_token().empty());
+  EXPECT_EQ(seen, ids) << "every job once, oldest first";
+  req.Clear();
+  req.set_name_prefix("other");
+  EXPECT_EQ(controller_->ListPage(req)->jobs_size(), 1);
+  req.Clear();
+  req.set_page_size(5000);
+  EXPECT_EQ(controller_->ListPage(req).status().code(), StatusCode::kInvalidArgument);
+  req.Clear();
+  req.set_page_token("garbage");
+  EXPECT_EQ(controller_->ListPage(req).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(controller_->Delete(ids[0]).code(), StatusCode::kFailedPrecondition) << "a live job";
+  ASSERT_TRUE(controller_->Cancel(ids[0]).ok());
+  store_.fail_writes = true;
+  EXPECT_EQ(controller_->Delete(ids[0]).code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(controller_->Get(ids[0], false).ok()) << "a delete the store refused keeps the job";
+  store_.fail_writes = false;
+  ASSERT_TRUE(controller_->Delete(ids[0]).ok());
+  EXPECT_EQ(controller_->Get(ids[0], false).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(store_.LoadEvents(ids[0])->empty()) << "its events went with it";
+}
+
+TEST_F(ControllerTest, FinishedJobsGoAfterTheRetention) {
+  AddWorker("w0", "r0", "n0");
+  ASSERT_TRUE(controller_->SetDrained("w0", true).ok());
+  const auto old_job = Submit(Spec("old", 1, 1));
+  const auto live = Submit(Spec("live", 1, 1));
+  ASSERT_TRUE(controller_->Cancel(old_job.id()).ok());
+  clock_.Advance(config_.finished_job_retention_seconds - 1);
+  controller_->Tick();
+  EXPECT_TRUE(controller_->Get(old_job.id(), false).ok()) << "within the retention";
+  clock_.Advance(2);
+  Heartbeats();
+  controller_->Tick();
+  EXPECT_EQ(controller_->Get(old_job.id(), false).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(controller_->Get(live.id(), false).ok()) << "live jobs stay whatever their age";
+}
+
+TEST_F(ControllerTest, AnAssignedRankThatNeverStartsFailsItsAttemptAtTheDeadline) {
+  auto* ch = AddWorker("w0", "r0", "n0");
+  const auto job = Submit(Spec("j", 1, 1));
+  ASSERT_EQ(ch->Assignments().size(), 1u);
+  clock_.Advance(config_.rank_start_seconds - 1);
+  Heartbeats();
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED);
+  clock_.Advance(2);
+  Heartbeats();
+  controller_->Tick();
+  EXPECT_EQ(EventCount(job.id(), "AttemptFailed"), 1);
+  const auto j = *controller_->Get(job.id(), true);
+  EXPECT_EQ(j.restarts(), 1);
+  std::string why;
+  for (const auto& e : j.events()) if (e.type() == "AttemptFailed") why = e.message();
+  EXPECT_NE(why.find("rank 0 on worker w0 did not start within"), std::string::npos) << why;
+}
+
 TEST_F(ControllerTest, CpuWorkersOnOneHostShareItsCores) {
   for (const char* n : {"a", "b"}) {
     auto& ch = channels_[n];
