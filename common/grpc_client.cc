@@ -45,15 +45,20 @@ void PrepareContext(grpc::ClientContext* ctx, const ClientOptions& o, double dea
   if (!o.token.empty()) ctx->AddMetadata("authorization", "Bearer " + o.token);
 }
 
-StatusOr<std::string> ReadTokenFile(const std::string& path) {
+Status CheckSecretFileMode(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return ErrnoError("--token-file " + path, errno);
+  if (::stat(path.c_str(), &st) != 0) return ErrnoError("stat " + path, errno);
   if ((st.st_mode & 027) != 0) {  // others nothing, the group at most read (0640, 0440)
     char mode[8];
     std::snprintf(mode, sizeof(mode), "%04o", st.st_mode & 07777);
-    return PermissionDeniedError("--token-file " + path + " is readable or writable by others (mode " + mode +
-                                 "); chmod 600 " + path);
+    return PermissionDeniedError(path + " is readable or writable by others (mode " + mode +
+                                 "): it holds secrets; chmod 600 " + path);
   }
+  return OkStatus();
+}
+
+StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  if (Status st = CheckSecretFileMode(path); !st.ok()) return st.WithPrefix("--token-file");
   MOE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
   if (text.empty()) return InvalidArgumentError("--token-file " + path + ": empty");

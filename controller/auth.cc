@@ -1,26 +1,11 @@
 #include "controller/auth.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstdio>
 #include <sstream>
 
 #include "common/file_util.h"
+#include "common/grpc_client.h"
 
 namespace moe::controller {
-
-Status CheckSecretFileMode(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return ErrnoError("stat " + path, errno);
-  if ((st.st_mode & 027) != 0) {  // others nothing, the group at most read (0640, 0440)
-    char mode[8];
-    std::snprintf(mode, sizeof(mode), "%04o", st.st_mode & 07777);
-    return PermissionDeniedError(path + " is readable or writable by others (mode " + mode +
-                                 "): it holds secrets; chmod 600 " + path);
-  }
-  return OkStatus();
-}
 
 StatusOr<TokenAuth> TokenAuth::Load(const std::string& path) {
   MOE_RETURN_IF_ERROR(CheckSecretFileMode(path));

@@ -12,10 +12,6 @@
 
 namespace moe::controller {
 
-// OK when only the owner may read or write `path` (mode 0600 or stricter); PERMISSION_DENIED naming
-// the mode otherwise. For files that hold secrets (tokens).
-Status CheckSecretFileMode(const std::string& path);
-
 enum class Role { kNone = 0, kViewer = 1, kWorker = 2, kAdmin = 3 };
 
 class TokenAuth {

@@ -3,7 +3,9 @@ lies, a takeover, foreign rendezvous keys). The message classes are generated fr
 into a temporary directory (protoc --python_out); nothing generated is committed. The calls use
 grpcio's generic API, so no grpc_tools plugin is needed. Runs under Debian's /usr/bin/python3 with
 python3-grpcio and python3-protobuf."""
+import atexit
 import os
+import shutil
 import queue
 import subprocess
 import sys
@@ -22,6 +24,7 @@ def _load():
         return _GEN
     src = os.environ.get("MOE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
     out = tempfile.mkdtemp(prefix="moe-pb-")
+    atexit.register(shutil.rmtree, out, True)
     protos = ["moe/v1/job.proto", "moe/v1/worker_service.proto", "moe/v1/job_service.proto"]
     subprocess.run(["protoc", "-I", os.path.join(src, "proto"), "--python_out", out] + protos, check=True)
     sys.path.insert(0, out)
