@@ -1,5 +1,7 @@
 #include "cli/client.h"
 
+#include "common/escape.h"
+
 #include <google/protobuf/util/json_util.h>
 
 #include <chrono>
@@ -31,8 +33,8 @@ Status Client::Connect() {
 }
 
 int Client::Fail(const Status& st) const {
-  std::string msg = st.message();
-  if (st.code() == StatusCode::kUnavailable) msg += " (is the controller running at " + options.address + "?)";
+  // The message may quote what others sent (names, paths): escaped, as every table is.
+  const std::string msg = EscapeControl(st.message(), /*keep_newlines=*/true) + ConnectionHint(st, options);
   std::fprintf(stderr, "moectl: %s: %s\n", std::string(StatusCodeName(st.code())).c_str(), msg.c_str());
   return ExitCodeFor(st);
 }

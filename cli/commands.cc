@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -16,6 +17,13 @@ namespace moe::cli {
 namespace {
 
 using Stub = moe::v1::JobService::Stub;
+
+std::string NewRequestId() {
+  std::random_device rd;
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return buf;
+}
 
 // Prints `m` as JSON or YAML when asked, else the table `table` makes.
 int Print(const Client& c, const google::protobuf::Message& m, const std::string& output, const std::function<std::string()>& table) {
@@ -34,16 +42,46 @@ int Submit(Client& c, const Args& a) {
   if (!job.ok()) return c.Fail(job.status().WithPrefix(a.file));
   moe::v1::SubmitJobRequest req;
   *req.mutable_job() = *job;
+  // One request id per invocation, kept across its retries: a submit whose answer was lost (a
+  // timeout, a dropped connection) and is sent again returns the job the first one created.
+  req.set_request_id(NewRequestId());
   moe::v1::Job resp;
-  if (Status st = c.Call(&Stub::SubmitJob, req, &resp); !st.ok()) return c.Fail(st);
+  Status st;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    st = c.Call(&Stub::SubmitJob, req, &resp);
+    if (st.code() != StatusCode::kUnavailable && st.code() != StatusCode::kDeadlineExceeded) break;
+  }
+  if (!st.ok()) return c.Fail(st);
   std::printf("%s\n", resp.id().c_str());
   return 0;
 }
 
+// Every page of the filtered list, oldest job first.
 int GetJobs(Client& c, const Args& a) {
-  moe::v1::ListJobsResponse resp;
-  if (Status st = c.Call(&Stub::ListJobs, moe::v1::ListJobsRequest(), &resp); !st.ok()) return c.Fail(st);
-  return Print(c, resp, a.output, [&] { return JobsTable({resp.jobs().begin(), resp.jobs().end()}, NowSeconds()); });
+  moe::v1::ListJobsRequest req;
+  for (const auto& s : a.states) {
+    moe::v1::JobState state;
+    if (!moe::v1::JobState_Parse(s, &state)) return c.Fail(InvalidArgumentError("--state: unknown state '" + s + "'"));
+    req.add_states(state);
+  }
+  req.set_name_prefix(a.name_prefix);
+  moe::v1::ListJobsResponse all;
+  do {
+    moe::v1::ListJobsResponse page;
+    if (Status st = c.Call(&Stub::ListJobs, req, &page); !st.ok()) return c.Fail(st);
+    for (auto& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty());
+  return Print(c, all, a.output, [&] { return JobsTable({all.jobs().begin(), all.jobs().end()}, NowSeconds()); });
+}
+
+int DeleteJob(Client& c, const Args& a) {
+  moe::v1::DeleteJobRequest req;
+  req.set_id(a.id);
+  moe::v1::DeleteJobResponse resp;
+  if (Status st = c.Call(&Stub::DeleteJob, req, &resp); !st.ok()) return c.Fail(st);
+  std::printf("%s deleted\n", a.id.c_str());
+  return 0;
 }
 
 int GetJob(Client& c, const Args& a, bool describe) {
@@ -96,13 +134,16 @@ int RunTop(Client& c, const Args& a) {
 
 }  // namespace
 
-void AddConnectionFlags(CLI::App& app, Client* c) {
+void AddConnectionFlags(CLI::App& app, Client* c, std::string* token_file) {
   const char* env_controller = std::getenv("MOE_CONTROLLER");
   const char* env_token = std::getenv("MOE_TOKEN");
+  const char* env_token_file = std::getenv("MOE_TOKEN_FILE");
   c->options.address = env_controller ? env_controller : "127.0.0.1:50051";
   c->options.token = env_token ? env_token : "";
+  *token_file = env_token_file ? env_token_file : "";
   app.add_option("--controller", c->options.address, "controller address host:port ($MOE_CONTROLLER)")->capture_default_str();
-  app.add_option("--token", c->options.token, "bearer token ($MOE_TOKEN)");
+  app.add_option("--token", c->options.token, "bearer token ($MOE_TOKEN; visible in ps: prefer --token-file)");
+  app.add_option("--token-file", *token_file, "file holding the bearer token, mode 0600 ($MOE_TOKEN_FILE)");
   app.add_option("--tls-ca", c->options.tls_ca, "CA of the controller's certificate (PEM): TLS");
   app.add_option("--tls-cert", c->options.tls_cert, "client certificate (PEM) for mTLS");
   app.add_option("--tls-key", c->options.tls_key, "client key (PEM) for mTLS");
@@ -118,7 +159,9 @@ void AddOutput(CLI::App* sub, Args* a) {
 std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
   auto* get = app.add_subcommand("get", "list jobs or workers, or show one job");
   get->require_subcommand(1);
-  auto* jobs = get->add_subcommand("jobs", "all jobs");
+  auto* jobs = get->add_subcommand("jobs", "all jobs (every page), oldest first");
+  jobs->add_option("--state", a->states, "only jobs in these states (PENDING, RUNNING, ...)");
+  jobs->add_option("--prefix", a->name_prefix, "only jobs whose id starts with this");
   auto* job = get->add_subcommand("job", "one job");
   job->add_option("id", a->id, "job id")->required();
   auto* workers = get->add_subcommand("workers", "all workers");
@@ -145,6 +188,10 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
       ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("id", a->id, "job id")->required();
+  auto* del = app.add_subcommand("delete", "delete a finished job and its events");
+  del->require_subcommand(1);
+  auto* del_job = del->add_subcommand("job", "one finished job");
+  del_job->add_option("id", a->id, "job id")->required();
   auto* drain = app.add_subcommand("drain", "stop placing new work on a worker");
   drain->add_option("name", a->name, "worker name")->required();
   auto* undrain = app.add_subcommand("undrain", "let a drained worker take work again");
@@ -155,6 +202,7 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
   out.insert(out.end(), {{submit, [&c, a] { return Submit(c, *a); }},
                          {watch, [&c, a] { return Watch(c, a->id, a->watch_output == "json"); }},
                          {cancel, [&c, a] { return Cancel(c, *a); }},
+                         {del_job, [&c, a] { return DeleteJob(c, *a); }},
                          {drain, [&c, a] { return Drain(c, *a, true); }},
                          {undrain, [&c, a] { return Drain(c, *a, false); }},
                          {top, [&c, a] { return RunTop(c, *a); }}});

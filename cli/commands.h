@@ -12,7 +12,8 @@ namespace moe::cli {
 
 // Every command's arguments.
 struct Args {
-  std::string file, output = "table", id, name, watch_output = "text";
+  std::string file, output = "table", id, name, watch_output = "text", name_prefix;
+  std::vector<std::string> states;  // get jobs --state
   double refresh = 2;
   bool once = false;
 };
@@ -23,8 +24,9 @@ struct Command {
   std::function<int()> run;
 };
 
-// --controller, --token, TLS and --timeout, with $MOE_CONTROLLER and $MOE_TOKEN as defaults.
-void AddConnectionFlags(CLI::App& app, Client* c);
+// --controller, --token, --token-file, TLS and --timeout, with $MOE_CONTROLLER, $MOE_TOKEN and
+// $MOE_TOKEN_FILE as defaults. `token_file` receives the file to read once flags are parsed.
+void AddConnectionFlags(CLI::App& app, Client* c, std::string* token_file);
 // Every subcommand, bound to `c` and `a` (which must outlive the returned commands).
 std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a);
 

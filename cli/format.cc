@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 
+#include "common/escape.h"
+
 namespace moe::cli {
 
 std::string FormatNumber(double v, int precision) {
@@ -14,7 +16,13 @@ std::string FormatNumber(double v, int precision) {
   return buf;
 }
 
-std::string Table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+std::string Table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& raw) {
+  // Cells quote what workers and submitters wrote: control characters are shown, never obeyed.
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : raw) {
+    rows.emplace_back();
+    for (const auto& cell : r) rows.back().push_back(EscapeControl(cell));
+  }
   std::vector<size_t> width(header.size());
   for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
   for (const auto& r : rows)
@@ -114,7 +122,7 @@ std::string Describe(const moe::v1::Job& j, double now) {
   const auto& model = spec.model();
   os << "Job:          " << j.id() << "\n"
      << "Name:         " << j.spec().metadata().name() << "\n"
-     << "State:        " << StateName(j.state()) << (j.message().empty() ? "" : " (" + j.message() + ")") << "\n"
+     << "State:        " << StateName(j.state()) << (j.message().empty() ? "" : " (" + EscapeControl(j.message()) + ")") << "\n"
      << "Priority:     " << j.spec().metadata().priority() << "\n"
      << "Created:      " << Duration(now - j.created_at()) << " ago\n"
      << "Attempt:      " << j.attempt() << " (restarts " << j.restarts() << " of " << spec.max_restarts() << ")\n"
@@ -179,7 +187,7 @@ std::string Describe(const moe::v1::Job& j, double now) {
     for (const auto& e : j.events()) rows.push_back({"  " + Duration(now - e.time()) + " ago", e.type(), StateName(e.state()), e.message()});
     os << Table({"  AGE", "TYPE", "STATE", "MESSAGE"}, rows);
   }
-  return os.str();
+  return EscapeControl(os.str(), /*keep_newlines=*/true);  // quotes names, paths, messages
 }
 
 }  // namespace moe::cli

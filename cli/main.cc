@@ -2,7 +2,7 @@
 //
 //   moectl submit -f job.yaml            prints the new job's id alone on stdout
 //   moectl get jobs | get job ID [-o table|json|yaml] | get workers
-//   moectl describe job ID | watch ID | cancel ID | drain NAME | undrain NAME | top
+//   moectl describe job ID | watch ID | cancel ID | delete job ID | drain NAME | undrain NAME | top
 //
 // The commands: cli/commands.cc. Exit codes: cli/client.h.
 #include <CLI/CLI.hpp>
@@ -14,12 +14,18 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   moe::cli::Client client;
   moe::cli::Args args;
-  moe::cli::AddConnectionFlags(app, &client);
+  std::string token_file;
+  moe::cli::AddConnectionFlags(app, &client, &token_file);
   const std::vector<moe::cli::Command> commands = moe::cli::AddCommands(app, client, &args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!token_file.empty()) {
+    auto token = moe::ReadTokenFile(token_file);
+    if (!token.ok()) return client.Fail(token.status());
+    client.options.token = *token;
   }
   if (moe::Status st = client.Connect(); !st.ok()) return client.Fail(st);
   for (const auto& cmd : commands) {

@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "cli/format.h"
+#include "common/escape.h"
 
 namespace moe::cli {
 namespace {
@@ -36,7 +37,7 @@ class TextPrinter {
   void Event(const moe::v1::JobEvent& e) {
     EndLine();
     std::printf("%s  %-12s %-10s %s\n", ClockTime(e.time()).c_str(), e.type().c_str(), StateName(e.state()).c_str(),
-                e.message().c_str());
+                EscapeControl(e.message()).c_str());
   }
   void Metrics(const moe::v1::StepMetrics& m) {
     if (first_loss_ == 0) first_loss_ = m.loss();
@@ -56,7 +57,7 @@ class TextPrinter {
   }
   void Summary(const moe::v1::Job& last) const {
     std::printf("%s %s", last.id().c_str(), StateName(last.state()).c_str());
-    if (!last.message().empty()) std::printf(": %s", last.message().c_str());
+    if (!last.message().empty()) std::printf(": %s", EscapeControl(last.message()).c_str());
     std::printf("\n");
     const auto& m = last.last_metrics();
     if (m.step() <= 0) return;

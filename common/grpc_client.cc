@@ -1,6 +1,10 @@
 #include "common/grpc_client.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 
 #include "common/file_util.h"
 
@@ -39,6 +43,46 @@ void PrepareContext(grpc::ClientContext* ctx, const ClientOptions& o, double dea
                       std::chrono::milliseconds(static_cast<int64_t>(deadline_seconds * 1000)));
   }
   if (!o.token.empty()) ctx->AddMetadata("authorization", "Bearer " + o.token);
+}
+
+Status CheckSecretFileMode(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ErrnoError("stat " + path, errno);
+  if ((st.st_mode & 027) != 0) {  // others nothing, the group at most read (0640, 0440)
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", st.st_mode & 07777);
+    return PermissionDeniedError(path + " is readable or writable by others (mode " + mode +
+                                 "): it holds secrets; chmod 600 " + path);
+  }
+  return OkStatus();
+}
+
+StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  if (Status st = CheckSecretFileMode(path); !st.ok()) return st.WithPrefix("--token-file");
+  MOE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  if (text.empty()) return InvalidArgumentError("--token-file " + path + ": empty");
+  if (text.find_first_of(" \t\r\n") != std::string::npos) {
+    return InvalidArgumentError("--token-file " + path + ": expected the token alone on one line");
+  }
+  return text;
+}
+
+std::string ConnectionHint(const Status& st, const ClientOptions& o) {
+  if (st.code() != StatusCode::kUnavailable) return "";
+  const std::string& m = st.message();
+  const bool tls = !o.tls_ca.empty() || !o.tls_cert.empty();
+  const bool closed = m.find("Socket closed") != std::string::npos || m.find("handshake") != std::string::npos ||
+                      m.find("SSL") != std::string::npos || m.find("ssl") != std::string::npos;
+  if (closed && tls && o.tls_cert.empty()) {
+    return " (the controller closed the TLS connection: it may require a client certificate, --tls-cert and --tls-key)";
+  }
+  if (closed && tls) {
+    return " (the TLS handshake failed: the controller does not trust this client certificate, or --tls-ca is not "
+           "the CA of the controller's certificate)";
+  }
+  if (closed) return " (the controller closed the connection: it may require TLS, --tls-ca; or it is restarting)";
+  return " (is the controller running at " + o.address + "?)";
 }
 
 Status FromGrpc(const grpc::Status& st) {

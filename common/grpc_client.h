@@ -20,6 +20,15 @@ struct ClientOptions {
 };
 
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);
+// OK when others may not touch `path` and its group may at most read it (0600, 0640, 0440);
+// PERMISSION_DENIED naming the mode otherwise. For files that hold secrets (tokens).
+Status CheckSecretFileMode(const std::string& path);
+// The bearer token in `path`: one line, the file readable by its owner alone (mode 0600 or
+// stricter), so that the token never shows on a command line (ps) and no one else reads it.
+StatusOr<std::string> ReadTokenFile(const std::string& path);
+// A hint for a failed call's error, from what the client knows (TLS on or off): an mTLS refusal
+// and a plain-text client talking to a TLS controller both read "Socket closed" otherwise.
+std::string ConnectionHint(const Status& st, const ClientOptions& options);
 // Sets the deadline and the authorization metadata of one call.
 void PrepareContext(grpc::ClientContext* ctx, const ClientOptions& options, double deadline_seconds);
 // grpc::Status -> Status (same codes).

@@ -10,6 +10,12 @@ bool IsLowerAlnum(char c) {
 }
 
 // metadata.name: it becomes part of paths, log files and Kubernetes labels.
+// Priorities are compared as they are; the bound keeps them far from overflow wherever they are used.
+Status ValidPriority(int64_t v, const std::string& path) {
+  if (v >= -1000000000 && v <= 1000000000) return OkStatus();
+  return InvalidArgumentError(path + ": must be in -1000000000 .. 1000000000, got " + std::to_string(v));
+}
+
 Status ValidName(const std::string& s, const std::string& path) {
   bool ok = !s.empty() && s.size() <= 63 && IsLowerAlnum(s.front()) && IsLowerAlnum(s.back());
   for (char c : s) ok = ok && (IsLowerAlnum(c) || c == '-' || c == '.' || c == '_');
@@ -232,7 +238,7 @@ const Schema<JobSpec>& SchemaOf<JobSpec>() {
       Field("kind", &J::kind, OneOf({"TrainingJob"})),
       Section<J>("metadata", {
           Field("name", &J::name, NotEmpty(), ValidName),
-          Field("priority", &J::priority),
+          Field("priority", &J::priority, ValidPriority),
       }),
       Section<J>("spec", {
           Field("model", &J::model),

@@ -7,6 +7,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "common/escape.h"
+
 namespace moe {
 namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
@@ -30,6 +32,28 @@ bool ParseLogLevel(std::string_view s, LogLevel* out) {
   return true;
 }
 
+std::string EscapeControl(std::string_view s, bool keep_newlines) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c == '\n' && keep_newlines) {
+      out += '\n';
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      static const char* kHex = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 namespace internal {
 
 LogMessage::LogMessage(LogLevel level, const char*, int) : level_(level) {}
@@ -44,8 +68,9 @@ LogMessage::~LogMessage() {
   std::snprintf(stamp, sizeof(stamp), "%c%02d%02d %02d:%02d:%02d.%03d", kLetters[static_cast<int>(level_)],
                 t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(tv.tv_usec / 1000));
   std::lock_guard<std::mutex> lock(g_mu);
+  // One message, one line: what a message quotes from outside cannot forge another.
   std::fprintf(stderr, "%s %s] %s\n", stamp, g_prefix.empty() ? "moe" : g_prefix.c_str(),
-               stream_.str().c_str());
+               EscapeControl(stream_.str()).c_str());
   std::fflush(stderr);
 }
 

@@ -58,6 +58,7 @@ Status Controller::StartAttempt(JobEntry& e, const std::vector<Slot>& slots) {
   e.attempt->number = number;
   e.attempt->slots = slots;
   e.attempt->ranks.assign(slots.size(), RankStatus{});
+  e.attempt->start_deadline = clock_.Monotonic() + config_.rank_start_seconds;
   for (size_t r = 0; r < slots.size(); ++r) {
     workers_.Assign(slots[r].worker, e.job.id(), number, static_cast<int>(r));
   }

@@ -1,5 +1,7 @@
-// Bearer tokens with roles. A tokens file holds one "<token> <role> [<name>]" per line ('#' starts a
-// comment); roles: admin (everything), viewer (read and watch), worker (the WorkerService). Without a
+// Bearer tokens with roles. A tokens file (mode 0600) holds one "<token> <role> [<name>]" per line (a
+// line starting with '#' is a comment; a duplicate token or a malformed line is refused with its
+// line number); roles: admin (the JobService: submit, cancel, delete, drain, and all a viewer may), viewer
+// (read and watch), worker (the WorkerService only: an admin token is not a worker credential). Without a
 // tokens file every call is allowed (the controller then listens on loopback only).
 #pragma once
 
@@ -17,8 +19,8 @@ class TokenAuth {
   TokenAuth() = default;
   static StatusOr<TokenAuth> Load(const std::string& path);
   bool enabled() const { return enabled_; }
-  // `authorization` is the request's metadata value ("Bearer <token>"). Admin may do anything; the
-  // worker and viewer roles only their own.
+  // `authorization` is the request's metadata value ("Bearer <token>"). Admin may do what a viewer
+  // may; otherwise each role only its own.
   Status Check(const std::string& authorization, Role needed) const;
 
  private:

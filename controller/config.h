@@ -28,6 +28,8 @@ struct ControllerConfig {
   std::string metrics_listen = "127.0.0.1:9400";  // Prometheus /metrics
   std::string tokens_file;                        // bearer tokens; empty: no authentication
   bool allow_insecure_remote = false;             // listen beyond loopback without tokens
+  bool allow_cleartext_tokens = false;  // tokens beyond loopback without TLS (they travel in clear)
+  bool allow_remote_metrics = false;    // /metrics beyond loopback (it needs no token)
   std::string log_level = "info";
 
   // State.
@@ -40,6 +42,9 @@ struct ControllerConfig {
   double heartbeat_seconds = 1.0;  // what workers are told to send
   double reconnect_grace_seconds =
       10.0;  // after a restart, how long running ranks get to report back
+  double rank_start_seconds = 300;  // an assigned rank that has not started by then fails its attempt
+  // Finished jobs (and their events) older than this are deleted; 0 keeps them.
+  double finished_job_retention_seconds = 30 * 24 * 3600;
 
   // Metrics.
   double metrics_retention_seconds = 600;  // series of finished jobs stay this long on /metrics

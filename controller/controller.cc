@@ -9,6 +9,7 @@
 #include "common/job_spec_proto.h"
 #include "common/log.h"
 #include "controller/controller_internal.h"
+#include "controller/worker_claims.h"
 
 namespace moe::controller {
 
@@ -16,7 +17,8 @@ using moe::v1::JobState;
 
 Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metrics,
                        const ControllerConfig& config)
-    : clock_(clock),
+    : store_(store),
+      clock_(clock),
       metrics_(metrics),
       config_(config),
       jobs_(store, clock),
@@ -28,6 +30,7 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
 Status Controller::Recover() {
   absl::MutexLock lock(&mu_);
   MOE_RETURN_IF_ERROR(jobs_.Load());
+  MOE_RETURN_IF_ERROR(RestoreWorkers());
   int running = 0;
   for (JobEntry* e : jobs_.All()) {
     if (e->job.state() != moe::v1::SCHEDULED && e->job.state() != moe::v1::RUNNING) continue;
@@ -36,6 +39,16 @@ Status Controller::Recover() {
   }
   MOE_LOG(INFO) << "recovered " << jobs_.All().size() << " jobs (" << running << " running, "
                 << jobs_.CountQueued() << " queued)";
+  return OkStatus();
+}
+
+// Every worker name stays held by its session through the restart: its worker gets the reconnect
+// grace and a lease to come back before anyone else may take the name.
+Status Controller::RestoreWorkers() {
+  MOE_ASSIGN_OR_RETURN(std::vector<StoredWorker> stored, store_.LoadWorkers());
+  for (const auto& w : stored) {
+    workers_.Restore(w.info, w.session, config_.reconnect_grace_seconds + config_.lease_seconds);
+  }
   return OkStatus();
 }
 
@@ -49,14 +62,30 @@ Status Controller::AwaitReconnect(JobEntry& e) {
   e.attempt = std::make_unique<Attempt>();
   e.attempt->number = e.job.attempt();
   e.attempt->slots = internal::SlotsOf(e.job);
-  e.attempt->ranks.assign(e.attempt->slots.size(), RankStatus{});
+  RankStatus running;
+  running.started = true;  // it ran before the restart; CheckReconnect watches it now
+  e.attempt->ranks.assign(e.attempt->slots.size(), running);
   e.attempt->reconnect_deadline = clock_.Monotonic() + config_.reconnect_grace_seconds;
   return OkStatus();
 }
 
-StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted) {
+StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
+                                          const std::string& request_id) {
+  if (request_id.size() > kMaxRequestIdBytes) {
+    return InvalidArgumentError("request_id: at most " + std::to_string(kMaxRequestIdBytes) + " bytes");
+  }
+  if (const size_t bytes = submitted.ByteSizeLong(); bytes > kMaxJobDocumentBytes) {
+    return InvalidArgumentError("job: the document is " + std::to_string(bytes) + " bytes; at most " +
+                                std::to_string(kMaxJobDocumentBytes) +
+                                " (a path or name that long is a mistake)");
+  }
   MOE_ASSIGN_OR_RETURN(JobSpec spec, SpecFromProto(submitted));
   absl::MutexLock lock(&mu_);
+  if (!request_id.empty()) {
+    for (JobEntry* e : jobs_.All()) {
+      if (e->job.request_id() == request_id) return e->job;  // a retry: the job it created
+    }
+  }
   if (Status st = CheckFeasible(internal::RequestFor(spec), workers_.LiveSlots()); !st.ok()) {
     return FailedPreconditionError("the job can never fit: " + st.message());
   }
@@ -64,10 +93,22 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted)
   if (spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty()) {
     spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
   }
-  MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec));
+  MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec.checkpoint.dir));
+  MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec, request_id));
   schedule_needed_ = true;
   Schedule();
   return e->job;
+}
+
+Status Controller::CheckCheckpointDirFree(const std::string& dir) {
+  if (dir.empty()) return OkStatus();
+  const std::string want = NormalizePath(dir);
+  for (JobEntry* e : jobs_.All()) {
+    if (IsTerminal(e->job.state()) || NormalizePath(e->spec.checkpoint.dir) != want) continue;
+    return FailedPreconditionError("spec.checkpoint.dir: " + dir + " is the checkpoint directory of live job " +
+                                   e->job.id() + "; two jobs would overwrite each other's checkpoints");
+  }
+  return OkStatus();
 }
 
 StatusOr<moe::v1::Job> Controller::Get(const std::string& id, bool with_events) {
@@ -135,6 +176,11 @@ std::vector<moe::v1::Worker> Controller::Workers() {
 
 StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained) {
   absl::MutexLock lock(&mu_);
+  WorkerEntry* w = workers_.Find(name);
+  if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
+  moe::v1::Worker record = w->info;  // stored first: a refused write leaves the worker as it was
+  record.set_drained(drained);
+  MOE_RETURN_IF_ERROR(store_.PutWorker(record, w->session));
   MOE_RETURN_IF_ERROR(workers_.SetDrained(name, drained));
   MOE_LOG(INFO) << "worker " << name << (drained ? " drained" : " undrained");
   schedule_needed_ = true;
@@ -147,7 +193,23 @@ StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool d
 StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
                                                    WorkerChannel* channel) {
   absl::MutexLock lock(&mu_);
-  MOE_ASSIGN_OR_RETURN(WorkerEntry * w, workers_.Register(reg, channel));
+  MOE_ASSIGN_OR_RETURN(const std::string session, workers_.Admit(reg, channel));
+  for (const auto& f : reg.finished()) {
+    MOE_RETURN_IF_ERROR(CheckRankOwner(reg.name(), f.job_id(), f.attempt(), f.rank()));
+  }
+  const WorkerEntry* known = workers_.Find(reg.name());
+  if (known == nullptr || known->session != session) {
+    // Stored before it is answered: after a restart only this session may come back as this name.
+    moe::v1::Worker info;
+    info.set_name(reg.name());
+    info.set_rack(reg.rack());
+    info.set_node(reg.node());
+    info.set_device(reg.device());
+    info.set_address(reg.address());
+    info.set_drained(known != nullptr && known->drained);
+    MOE_RETURN_IF_ERROR(store_.PutWorker(info, session));
+  }
+  MOE_ASSIGN_OR_RETURN(WorkerEntry * w, workers_.Register(reg, channel, session));
   MOE_LOG(INFO) << "worker " << reg.name() << " registered: rack " << reg.rack() << ", node "
                 << reg.node() << ", " << reg.device()
                 << (reg.running_size()
@@ -163,7 +225,62 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
   out.set_name(reg.name());
   out.set_lease_seconds(config_.lease_seconds);
   out.set_heartbeat_seconds(config_.heartbeat_seconds);
+  out.set_session(session);
   return out;
+}
+
+Status Controller::CheckRankOwner(const std::string& worker, const std::string& job_id, int attempt,
+                                  int rank) {
+  JobEntry* e = jobs_.Find(job_id);
+  if (e == nullptr || !e->attempt || e->attempt->number != attempt) return OkStatus();
+  const auto& slots = e->attempt->slots;
+  if (rank < 0 || rank >= static_cast<int>(slots.size()) ||
+      slots[static_cast<size_t>(rank)].worker != worker) {
+    return PermissionDeniedError("worker " + worker + " does not run rank " + std::to_string(rank) +
+                                 " of " + job_id + " attempt " + std::to_string(attempt));
+  }
+  return OkStatus();
+}
+
+Status Controller::CheckWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) {
+  switch (msg.msg_case()) {
+    case moe::v1::WorkerMessage::kStep: {
+      const auto& s = msg.step();
+      MOE_RETURN_IF_ERROR(CheckRankOwner(worker, s.job_id(), s.attempt(), s.rank()));
+      const JobEntry* e = jobs_.Find(s.job_id());
+      if (e == nullptr) return OkStatus();
+      const auto& m = e->spec.model;
+      return ValidateStepReport(s, static_cast<int>(m.num_layers + m.mtp_depth),
+                                static_cast<int>(e->spec.parallelism.world_size));
+    }
+    case moe::v1::WorkerMessage::kStarted:
+      return CheckRankOwner(worker, msg.started().job_id(), msg.started().attempt(),
+                            msg.started().rank());
+    case moe::v1::WorkerMessage::kFinished: {
+      const auto& f = msg.finished();
+      if (f.message().size() > kMaxMessageBytes) {
+        return InvalidArgumentError("rank finished: message over 4096 bytes");
+      }
+      return CheckRankOwner(worker, f.job_id(), f.attempt(), f.rank());
+    }
+    case moe::v1::WorkerMessage::kRegister:
+      return InvalidArgumentError("register: only the stream's first message registers");
+    default:
+      return OkStatus();
+  }
+}
+
+StatusOr<std::string> Controller::RendezvousScope(const std::string& session) {
+  absl::MutexLock lock(&mu_);
+  const WorkerEntry* w = workers_.FindBySession(session);
+  if (w == nullptr) {
+    return UnauthenticatedError(
+        "rendezvous needs the x-moe-session of a connected worker (from its registration)");
+  }
+  if (!w->busy()) {
+    return PermissionDeniedError("worker " + w->info.name() + " runs no rank: no rendezvous keys");
+  }
+  return internal::RendezvousPrefix(w->job_id, w->attempt);
 }
 
 // What the worker says it runs: bound to the attempt we know, or told to stop.
@@ -191,24 +308,40 @@ void Controller::ForgetUnreportedRank(const moe::v1::Register& reg, const Worker
   RankLost(reg.name(), "worker " + reg.name() + " came back without its rank (it restarted)");
 }
 
-void Controller::OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) {
+Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) {
   absl::MutexLock lock(&mu_);
+  if (Status st = CheckWorkerMessage(worker, msg); !st.ok()) {
+    MOE_LOG(WARNING) << "worker " << worker << ": refused: " << st;
+    return st;
+  }
   workers_.Heartbeat(worker);  // any message renews the lease
   switch (msg.msg_case()) {
     case moe::v1::WorkerMessage::kStep:
-      HandleStep(msg.step());
-      return;
+      if (workers_.AllowStepReport(worker)) HandleStep(msg.step());  // a flood is dropped, not kept
+      break;
     case moe::v1::WorkerMessage::kFinished:
       HandleFinished(worker, msg.finished());
-      return;
+      break;
+    case moe::v1::WorkerMessage::kStarted:
+      if (JobEntry* e = AttemptOf(msg.started().job_id(), msg.started().attempt(), msg.started().rank())) {
+        e->attempt->ranks[static_cast<size_t>(msg.started().rank())].started = true;
+      }
+      break;
     default:  // a heartbeat, a rank's start: renewing the lease is all they do
-      return;
+      break;
   }
+  return OkStatus();
 }
 
 void Controller::HandleStep(const moe::v1::StepReport& s) {
   JobEntry* e = AttemptOf(s.job_id(), s.attempt(), s.rank());
   if (e == nullptr || e->attempt->ending) return;
+  e->attempt->ranks[static_cast<size_t>(s.rank())].started = true;
+  if (!StepFiguresPlausible(s.metrics())) {
+    MOE_LOG(WARNING) << "job " << e->job.id() << ": step " << s.metrics().step() << " of rank " << s.rank()
+                     << " dropped: implausible figures (non-finite or negative times, MFU above 1.5)";
+    return;
+  }
   if (e->job.state() == moe::v1::SCHEDULED) {
     const std::string what = "attempt " + std::to_string(e->attempt->number) + " is training";
     if (Status st = jobs_.Transition(*e, moe::v1::RUNNING, "Running", what); !st.ok()) {
@@ -254,7 +387,11 @@ void Controller::Tick() {
     if (e->attempt && e->attempt->reconnect_deadline != 0) CheckReconnect(*e, now);
   }
   for (JobEntry* e : jobs_.All()) SettleOrRetry(*e);  // records the store refused earlier
+  for (JobEntry* e : jobs_.All()) {
+    if (e->attempt && e->attempt->start_deadline != 0) CheckRankStarts(*e, now);
+  }
   rendezvous_.Expire(now);
+  ExpireFinishedJobs();
   Schedule();
   PublishClusterMetrics();
 }
@@ -297,6 +434,7 @@ void Controller::CheckReconnect(JobEntry& e, double now) {
 
 void Controller::PublishClusterMetrics() {
   metrics_.SetQueueLength(jobs_.CountQueued());
+  metrics_.SetRendezvousKeys(rendezvous_.size());
   metrics_.SetWorkers(workers_.List());
   metrics_.Expire();
 }

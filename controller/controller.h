@@ -44,22 +44,35 @@ class Controller {
   Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
 
   // JobService.
-  StatusOr<moe::v1::Job> Submit(const moe::v1::TrainingJob& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // A non-empty `request_id` makes the submit idempotent: the job an earlier submit with the same
+  // id created is returned instead of a new one.
+  StatusOr<moe::v1::Job> Submit(const moe::v1::TrainingJob& job, const std::string& request_id = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<moe::v1::Job> Get(const std::string& id, bool with_events) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<moe::v1::Job> List(const std::vector<moe::v1::JobState>& states)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // One page of jobs, oldest first, filtered by state and id prefix (job_admin.cc).
+  StatusOr<moe::v1::ListJobsResponse> ListPage(const moe::v1::ListJobsRequest& req)
+      ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<moe::v1::Job> Cancel(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes a finished job and its events; FAILED_PRECONDITION while it is live.
+  Status Delete(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<int64_t> Watch(const std::string& id, WatchFn fn) ABSL_LOCKS_EXCLUDED(mu_);
   void Unwatch(int64_t subscription) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<moe::v1::Worker> Workers() ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<moe::v1::Worker> SetDrained(const std::string& name, bool drained)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // WorkerService: a worker's stream. Register first; then its messages; then Disconnected.
+  // WorkerService: a worker's stream. Register first; then its messages; then Disconnected. The
+  // stream is the worker's identity: a message about a rank of a running attempt that another
+  // worker holds is refused with PERMISSION_DENIED (the stream then ends) and changes nothing.
   StatusOr<moe::v1::Registered> Register(const moe::v1::Register& reg, WorkerChannel* channel)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg)
+  Status OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The rendezvous keys the worker holding `session` may use: its running attempt's prefix.
+  // UNAUTHENTICATED without a live session, PERMISSION_DENIED when it runs no rank.
+  StatusOr<std::string> RendezvousScope(const std::string& session) ABSL_LOCKS_EXCLUDED(mu_);
   void Disconnected(const std::string& worker, WorkerChannel* channel) ABSL_LOCKS_EXCLUDED(mu_);
   RendezvousStore& rendezvous() { return rendezvous_; }
 
@@ -72,6 +85,19 @@ class Controller {
  private:
   // Entry points' phases (controller.cc).
   Status AwaitReconnect(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status RestoreWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION when a live job other than `id` checkpoints to `dir`.
+  Status CheckCheckpointDirFree(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finished jobs older than the retention go, with their events (job_admin.cc).
+  void ExpireFinishedJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ranks assigned longer ago than the start deadline that never started fail their attempt.
+  void CheckRankStarts(JobEntry& e, double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PERMISSION_DENIED when rank `rank` of the running attempt `attempt` of `job_id` is another
+  // worker's; OK otherwise (a stale or unknown attempt is ignored by the handlers).
+  Status CheckRankOwner(const std::string& worker, const std::string& job_id, int attempt, int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status CheckWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BindRunningRanks(const moe::v1::Register& reg, WorkerChannel& channel)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetUnreportedRank(const moe::v1::Register& reg, const WorkerEntry& w)
@@ -111,6 +137,7 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
+  StateStore& store_;  // worker sessions; jobs go through jobs_
   Clock& clock_;
   MetricsAggregator& metrics_;  // used under mu_ (it is not thread-safe)
   const ControllerConfig config_;

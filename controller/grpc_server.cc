@@ -3,6 +3,10 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <deque>
 
 #include "absl/base/thread_annotations.h"
@@ -22,11 +26,12 @@ grpc::Status ToGrpc(const Status& st) {
 
 namespace {
 
-std::string Authorization(grpc::CallbackServerContext* ctx) {
+std::string Metadata(grpc::CallbackServerContext* ctx, const char* key) {
   const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
+  auto it = md.find(key);
   return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
 }
+std::string Authorization(grpc::CallbackServerContext* ctx) { return Metadata(ctx, "authorization"); }
 
 // A unary call that finishes right away.
 template <typename Fn>
@@ -152,9 +157,10 @@ class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage
       EndReads(grpc::Status::OK);
       return;
     }
-    if (!name_.empty()) {
-      controller_.OnWorkerMessage(name_, in_);
-    } else if (Status st = RegisterWorker(); !st.ok()) {
+    Status st = name_.empty() ? RegisterWorker() : controller_.OnWorkerMessage(name_, in_);
+    if (!st.ok()) {
+      // A refused message ends the stream; the worker's name stays held by its session.
+      if (!name_.empty()) controller_.Disconnected(name_, this);
       EndReads(ToGrpc(st));
       return;
     }
@@ -219,7 +225,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const moe::v1::SubmitJobRequest* req,
                                       moe::v1::Job* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job()));
+      MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job(), req->request_id()));
       return OkStatus();
     });
   }
@@ -232,9 +238,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const moe::v1::ListJobsRequest* req,
                                      moe::v1::ListJobsResponse* resp) override {
     return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
-      std::vector<moe::v1::JobState> states;
-      for (int st : req->states()) states.push_back(static_cast<moe::v1::JobState>(st));
-      for (auto& j : c_.List(states)) *resp->add_jobs() = std::move(j);
+      MOE_ASSIGN_OR_RETURN(*resp, c_.ListPage(*req));
       return OkStatus();
     });
   }
@@ -244,6 +248,10 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
       MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id()));
       return OkStatus();
     });
+  }
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx, const moe::v1::DeleteJobRequest* req,
+                                      moe::v1::DeleteJobResponse*) override {
+    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status { return c_.Delete(req->id()); });
   }
   grpc::ServerWriteReactor<moe::v1::WatchJobResponse>* WatchJob(grpc::CallbackServerContext* ctx,
                                                                 const moe::v1::WatchJobRequest* req) override {
@@ -296,16 +304,17 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx, const moe::v1::RendezvousSetRequest* req,
                                           moe::v1::RendezvousSetResponse*) override {
     return Unary(ctx, auth_, Role::kWorker, [&]() -> Status {
-      MOE_RETURN_IF_ERROR(CheckKey(req->key()));
-      if (req->value().size() > (1 << 20)) return InvalidArgumentError("rendezvous value over 1 MiB");
-      c_.rendezvous().Set(req->key(), req->value());
-      return OkStatus();
+      MOE_RETURN_IF_ERROR(CheckKey(ctx, req->key()));
+      if (req->value().size() > kMaxRendezvousValueBytes) {
+        return InvalidArgumentError("rendezvous value over " + std::to_string(kMaxRendezvousValueBytes) + " bytes");
+      }
+      return c_.rendezvous().Set(req->key(), req->value());
     });
   }
   grpc::ServerUnaryReactor* RendezvousGet(grpc::CallbackServerContext* ctx, const moe::v1::RendezvousGetRequest* req,
                                           moe::v1::RendezvousGetResponse* resp) override {
     return Unary(ctx, auth_, Role::kWorker, [&]() -> Status {
-      MOE_RETURN_IF_ERROR(CheckKey(req->key()));
+      MOE_RETURN_IF_ERROR(CheckKey(ctx, req->key()));
       auto v = c_.rendezvous().Get(req->key());
       if (!v) return NotFoundError("key " + req->key());
       resp->set_value(*v);
@@ -316,7 +325,8 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
                                            moe::v1::RendezvousWaitResponse*) override {
     auto* reactor = ctx->DefaultReactor();
     Status st = auth_.Check(Authorization(ctx), Role::kWorker);
-    for (const auto& k : req->keys()) if (st.ok()) st = CheckKey(k);
+    if (st.ok() && (req->keys_size() == 0 || req->keys_size() > 4096)) st = InvalidArgumentError("keys: 1 to 4096 keys");
+    for (const auto& k : req->keys()) if (st.ok()) st = CheckKey(ctx, k);
     if (st.ok() && !(req->timeout_seconds() > 0 && req->timeout_seconds() <= 3600)) {
       st = InvalidArgumentError("timeout_seconds must be in (0, 3600]");
     }
@@ -331,14 +341,61 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   }
 
  private:
-  static Status CheckKey(const std::string& key) {
-    if (key.rfind("job/", 0) != 0 || key.size() > 512) return InvalidArgumentError("rendezvous keys live under job/<id>/attempt/<n>/");
+  // Only keys of the caller's own running attempt: the session names the worker, the worker its rank.
+  Status CheckKey(grpc::CallbackServerContext* ctx, const std::string& key) {
+    if (key.size() > kMaxRendezvousKeyBytes) return InvalidArgumentError("rendezvous key over 512 bytes");
+    MOE_ASSIGN_OR_RETURN(const std::string prefix, c_.RendezvousScope(Metadata(ctx, "x-moe-session")));
+    if (key.rfind(prefix, 0) != 0) {
+      return PermissionDeniedError("rendezvous key '" + key.substr(0, 128) + "' is not under this worker's attempt (" +
+                                   prefix + ")");
+    }
     return OkStatus();
   }
   Controller& c_;
   const TokenAuth& auth_;
   Clock& clock_;
 };
+
+namespace {
+
+// Whether this process could bind `listen` ("host:port") itself: tells a port in use (or an address
+// not of this machine) from a listener gRPC refused for another reason.
+bool CanBind(const std::string& listen) {
+  std::string host = listen, port;
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos) return false;
+  host = listen.substr(0, colon);
+  port = listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res) != 0) return false;
+  bool ok = false;
+  for (addrinfo* a = res; a != nullptr && !ok; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    ok = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return ok;
+}
+
+}  // namespace
+
+Status GrpcServer::ListenError(const ServerOptions& o) {
+  if (!CanBind(o.listen)) {
+    return UnavailableError("cannot listen on " + o.listen +
+                            ": the port is in use (another controller?) or the address is not this machine's");
+  }
+  if (!o.tls_cert.empty()) {
+    return InvalidArgumentError("cannot serve TLS on " + o.listen + ": gRPC refused the certificate and key (is " +
+                                o.tls_key + " the private key of " + o.tls_cert + ", both PEM?)");
+  }
+  return UnavailableError("cannot listen on " + o.listen);
+}
 
 GrpcServer::GrpcServer(Controller& controller, const TokenAuth& auth, Clock& clock)
     : controller_(controller), auth_(auth), clock_(clock) {}
@@ -369,6 +426,9 @@ Status GrpcServer::Start(const ServerOptions& o) {
   builder.RegisterService(jobs_.get());
   builder.RegisterService(workers_.get());
   builder.SetMaxReceiveMessageSize(o.max_message_bytes);
+  // One controller per port: without this gRPC sets SO_REUSEPORT and a second controller would
+  // share the port, answering clients with its own view.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxSendMessageSize(o.max_message_bytes);
   // Workers' streams are long-lived; keepalive pings find dead peers that never closed their sockets.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
@@ -376,7 +436,7 @@ Status GrpcServer::Start(const ServerOptions& o) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   server_ = builder.BuildAndStart();
-  if (!server_ || port_ == 0) return UnavailableError("cannot listen on " + o.listen + " (address in use or not local?)");
+  if (!server_ || port_ == 0) return ListenError(o);
   return OkStatus();
 }
 

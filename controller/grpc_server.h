@@ -30,6 +30,8 @@ class GrpcServer {
   void Shutdown();
 
  private:
+  // Why BuildAndStart gave no listener: the port, or (with TLS) the certificate and key.
+  static Status ListenError(const ServerOptions& options);
   class JobServiceImpl;
   class WorkerServiceImpl;
   Controller& controller_;

@@ -1,5 +1,6 @@
 #include "controller/job_manager.h"
 
+#include <algorithm>
 #include <random>
 
 #include "common/job_spec_proto.h"
@@ -11,6 +12,19 @@ using moe::v1::JobState;
 
 bool IsTerminal(JobState s) {
   return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED;
+}
+
+std::string NormalizePath(const std::string& path) {
+  std::string out;
+  size_t i = 0;
+  while (i <= path.size()) {
+    const size_t j = std::min(path.find('/', i), path.size());
+    const std::string part = path.substr(i, j - i);
+    if (!part.empty() && part != ".") out += "/" + part;
+    i = j + 1;
+  }
+  if (out.empty()) return path.empty() ? "" : (path[0] == '/' ? "/" : ".");
+  return path[0] == '/' ? out : out.substr(1);
 }
 
 bool IsQueued(JobState s) { return s == moe::v1::PENDING || s == moe::v1::RESTARTING; }
@@ -68,10 +82,11 @@ std::string JobManager::NewId(const std::string& name) const {
 }
 
 StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::TrainingJob& expanded,
-                                       const JobSpec& spec) {
+                                       const JobSpec& spec, const std::string& request_id) {
   if (jobs_.count(id)) return AlreadyExistsError("job " + id + " exists");
   auto e = std::make_unique<JobEntry>();
   e->job.set_id(id);
+  e->job.set_request_id(request_id);
   *e->job.mutable_spec() = expanded;
   e->job.set_state(moe::v1::PENDING);
   e->job.set_created_at(clock_.Now());
@@ -91,6 +106,19 @@ StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::Tra
   for (JobListener* l : listeners_) l->OnJobEventRecorded(raw->job, ev);
   for (JobListener* l : listeners_) l->OnJobStateChanged(raw->job, moe::v1::JOB_STATE_UNSPECIFIED);
   return raw;
+}
+
+Status JobManager::Delete(const std::string& id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFoundError("no job '" + id + "'");
+  if (!IsTerminal(it->second->job.state())) {
+    return FailedPreconditionError("job " + id + " is " + moe::v1::JobState_Name(it->second->job.state()) +
+                                   ": only finished jobs are deleted (cancel it first)");
+  }
+  MOE_RETURN_IF_ERROR(store_.DeleteJob(id));  // stored first: a refused delete keeps the job
+  jobs_.erase(it);
+  MOE_LOG(INFO) << "job " << id << " deleted";
+  return OkStatus();
 }
 
 JobEntry* JobManager::Find(const std::string& id) {

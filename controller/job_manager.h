@@ -26,6 +26,13 @@
 
 namespace moe::controller {
 
+// Bounds of what a submit may carry (docs/operations.md, "Limits").
+inline constexpr size_t kMaxJobDocumentBytes = 64 << 10;
+inline constexpr size_t kMaxRequestIdBytes = 128;
+
+// `path` without repeated or trailing slashes and "." components (lexically; no file system).
+std::string NormalizePath(const std::string& path);
+
 // PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, with RESTARTING between
 // attempts.
 bool ValidTransition(moe::v1::JobState from, moe::v1::JobState to);
@@ -36,6 +43,7 @@ bool IsQueued(moe::v1::JobState s);
 struct RankStatus {
   bool finished = false;
   bool ok = false;
+  bool started = false;  // its worker said RankStarted, or it reported a step
 };
 
 // Why an attempt failed; the Controller records it in the job (RESTARTING or FAILED), retrying from
@@ -55,6 +63,7 @@ struct Attempt {
   double reconnect_deadline =
       0;  // after a controller restart: monotonic time by which ranks must report
   std::optional<AttemptFailure> failure;
+  double start_deadline = 0;  // monotonic: every rank must have started by then (0: no deadline)
   int live_ranks() const {
     int n = 0;
     for (const auto& r : ranks) n += (!r.finished) ? 1 : 0;
@@ -86,7 +95,9 @@ class JobManager {
   std::string NewId(const std::string& name) const;
   // Stores a new PENDING job and its "Submitted" event.
   StatusOr<JobEntry*> Create(const std::string& id, const moe::v1::TrainingJob& expanded,
-                             const JobSpec& spec);
+                             const JobSpec& spec, const std::string& request_id = "");
+  // Removes a finished job and its events from the store, then from memory.
+  Status Delete(const std::string& id);
   JobEntry* Find(const std::string& id);
   std::vector<JobEntry*> All();
   size_t CountQueued() const;

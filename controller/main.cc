@@ -19,6 +19,7 @@
 #include "controller/controller.h"
 #include "controller/grpc_server.h"
 #include "controller/metrics_aggregator.h"
+#include "controller/net_policy.h"
 #include "controller/state_store.h"
 
 namespace {
@@ -41,6 +42,10 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "bearer tokens file: '<token> <admin|viewer|worker> [name]' per line");
   app.add_flag("--allow-insecure-remote", c.allow_insecure_remote,
                "listen beyond loopback without --tokens (not recommended)");
+  app.add_flag("--allow-cleartext-tokens", c.allow_cleartext_tokens,
+               "accept --tokens beyond loopback without TLS: tokens then travel in clear (not recommended)");
+  app.add_flag("--allow-remote-metrics", c.allow_remote_metrics,
+               "serve /metrics (no token needed) beyond loopback");
   app.add_option("--lease-seconds", c.lease_seconds, "a worker silent this long is lost")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -48,6 +53,14 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "after a restart, how long running ranks get to report back")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--rank-start-seconds", c.rank_start_seconds,
+                 "an assigned rank that has not started by then fails its attempt")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--finished-job-retention-seconds", c.finished_job_retention_seconds,
+                 "finished jobs and their events older than this are deleted (0: kept)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-root", c.checkpoint_root,
                  "checkpoints of jobs without spec.checkpoint.dir go to <root>/<job id> "
                  "(default <state-dir>/checkpoints; must be shared with the workers)");
@@ -71,25 +84,34 @@ moe::Status SetUpProcess(const ControllerConfig& c) {
   moe::SetLogLevel(level);
   moe::SetLogPrefix("controller");
   ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit is an error the store reports, not a crash
   ::signal(SIGINT, OnSignal);
   ::signal(SIGTERM, OnSignal);
   return moe::OkStatus();
 }
 
-bool IsLoopback(const std::string& addr) {
-  return addr.rfind("127.", 0) == 0 || addr.rfind("localhost:", 0) == 0 ||
-         addr.rfind("[::1]:", 0) == 0 || addr.rfind("unix:", 0) == 0;
-}
+using moe::controller::IsLoopbackAddress;
 
 // Who may call: the tokens file, or nobody checked, which is only allowed on loopback unless the
-// operator insists.
+// operator insists. Tokens beyond loopback need TLS, and /metrics beyond loopback its own flag.
 moe::StatusOr<moe::controller::TokenAuth> CheckExposure(const ControllerConfig& c) {
+  if (!IsLoopbackAddress(c.metrics_listen) && !c.allow_remote_metrics) {
+    return moe::InvalidArgumentError("--metrics-listen " + c.metrics_listen +
+                                     " is not a loopback address: /metrics needs no token; pass "
+                                     "--allow-remote-metrics to serve it there");
+  }
   if (!c.tokens_file.empty()) {
+    if (!IsLoopbackAddress(c.server.listen) && c.server.tls_cert.empty() && !c.allow_cleartext_tokens) {
+      return moe::InvalidArgumentError(
+          "--listen " + c.server.listen +
+          " is not a loopback address and TLS is off: tokens would travel in clear; pass --tls-cert and "
+          "--tls-key (or --allow-cleartext-tokens)");
+    }
     auto loaded = moe::controller::TokenAuth::Load(c.tokens_file);
     if (!loaded.ok()) return moe::InvalidArgumentError("--tokens: " + loaded.status().message());
     return loaded;
   }
-  if (!IsLoopback(c.server.listen) && !c.allow_insecure_remote) {
+  if (!IsLoopbackAddress(c.server.listen) && !c.allow_insecure_remote) {
     return moe::InvalidArgumentError(
         "--listen " + c.server.listen +
         " is not a loopback address: without --tokens anyone could submit jobs; "
@@ -138,7 +160,9 @@ int main(int argc, char** argv) {
   auto auth = CheckExposure(config);
   if (!auth.ok()) return Fail(auth.status().message());
 
-  // Open the store and the metrics endpoint.
+  // Take the state directory (one controller per directory), open the store and the metrics endpoint.
+  auto lock = moe::controller::LockStateDir(config.state_dir);
+  if (!lock.ok()) return Fail("--state-dir: " + lock.status().message());
   auto store = moe::controller::SqliteStateStore::Open(config.state_dir);
   if (!store.ok()) return Fail("--state-dir: " + store.status().message());
   auto registry = std::make_shared<prometheus::Registry>();

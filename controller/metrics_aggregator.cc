@@ -64,6 +64,11 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
   decision_ = &BuildHistogram().Name("moe_scheduler_decision_duration_seconds").Help("Time of one scheduling pass").Register(r);
   BuildGauge().Name("moe_build_info").Help("Build of the controller").Register(r).Add({{"version", version}}).Set(1);
   queue_->Add({}).Set(0);
+  rendezvous_keys_ = &BuildGauge()
+                          .Name("moe_rendezvous_keys")
+                          .Help("Keys held in the rendezvous store (an attempt's go when it ends)")
+                          .Register(r);
+  rendezvous_keys_->Add({}).Set(0);
 }
 
 MetricsAggregator::~MetricsAggregator() = default;
@@ -248,6 +253,8 @@ void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) 
 }
 
 void MetricsAggregator::SetQueueLength(size_t n) { queue_->Add({}).Set(static_cast<double>(n)); }
+
+void MetricsAggregator::SetRendezvousKeys(size_t n) { rendezvous_keys_->Add({}).Set(static_cast<double>(n)); }
 
 void MetricsAggregator::ObserveSchedulerDecision(double seconds) {
   decision_->Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1}).Observe(seconds);

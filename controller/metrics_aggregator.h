@@ -65,6 +65,7 @@ class MetricsAggregator final : public JobListener {
   // Cluster view.
   void SetWorkers(const std::vector<moe::v1::Worker>& workers);
   void SetQueueLength(size_t n);
+  void SetRendezvousKeys(size_t n);
   void ObserveSchedulerDecision(double seconds);
   // Drops the series of jobs that ended more than the retention time ago.
   void Expire();
@@ -109,6 +110,7 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Gauge>* step_;
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Gauge>* queue_;
+  prometheus::Family<prometheus::Gauge>* rendezvous_keys_;
   prometheus::Family<prometheus::Histogram>* decision_;
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_;
   std::set<std::pair<std::string, std::string>> worker_series_;  // (state, rack) seen

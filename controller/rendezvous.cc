@@ -9,10 +9,19 @@ std::string RendezvousStore::FirstMissing(const std::vector<std::string>& keys) 
   return "";
 }
 
-void RendezvousStore::Set(const std::string& key, const std::string& value) {
+Status RendezvousStore::Set(const std::string& key, const std::string& value) {
   std::vector<std::function<void(Status)>> ready;
   {
     absl::MutexLock lock(&mu_);
+    auto old = kv_.find(key);
+    const size_t before = old == kv_.end() ? 0 : key.size() + old->second.size();
+    if (old == kv_.end() && kv_.size() >= kMaxRendezvousKeys) {
+      return ResourceExhaustedError("rendezvous store: " + std::to_string(kMaxRendezvousKeys) + " keys held");
+    }
+    if (bytes_ - before + key.size() + value.size() > kMaxRendezvousBytes) {
+      return ResourceExhaustedError("rendezvous store: " + std::to_string(kMaxRendezvousBytes >> 20) + " MiB held");
+    }
+    bytes_ = bytes_ - before + key.size() + value.size();
     kv_[key] = value;
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       if (FirstMissing(it->keys).empty()) {
@@ -24,6 +33,7 @@ void RendezvousStore::Set(const std::string& key, const std::string& value) {
     }
   }
   for (auto& d : ready) d(OkStatus());
+  return OkStatus();
 }
 
 std::optional<std::string> RendezvousStore::Get(const std::string& key) const {
@@ -68,6 +78,7 @@ void RendezvousStore::ErasePrefix(const std::string& prefix) {
   absl::MutexLock lock(&mu_);
   for (auto it = kv_.lower_bound(prefix);
        it != kv_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+    bytes_ -= it->first.size() + it->second.size();
     it = kv_.erase(it);
   }
 }

@@ -20,9 +20,16 @@
 
 namespace moe::controller {
 
+// Limits: callers (the WorkerService) check key and value sizes; the store refuses growth past its
+// totals with RESOURCE_EXHAUSTED. An attempt's keys are erased when it ends.
+inline constexpr size_t kMaxRendezvousKeyBytes = 512;
+inline constexpr size_t kMaxRendezvousValueBytes = 64 << 10;
+inline constexpr size_t kMaxRendezvousKeys = 1 << 16;
+inline constexpr size_t kMaxRendezvousBytes = 64 << 20;
+
 class RendezvousStore {
  public:
-  void Set(const std::string& key, const std::string& value) ABSL_LOCKS_EXCLUDED(mu_);
+  Status Set(const std::string& key, const std::string& value) ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<std::string> Get(const std::string& key) const ABSL_LOCKS_EXCLUDED(mu_);
   // Calls done exactly once: OK when every key exists, DEADLINE_EXCEEDED at `deadline` (monotonic
   // seconds of the controller's Clock, checked by Expire).
@@ -45,6 +52,7 @@ class RendezvousStore {
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // keys and values in kv_
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 };
 

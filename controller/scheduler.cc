@@ -170,8 +170,10 @@ Status CheckFeasible(const PlacementRequest& req, const std::vector<Slot>& all) 
 }
 
 std::vector<QueuedJob> QueueOrder(std::vector<QueuedJob> jobs) {
+  // Higher priority first, compared as is: negating INT64_MIN overflows.
   std::sort(jobs.begin(), jobs.end(), [](const QueuedJob& a, const QueuedJob& b) {
-    return std::make_tuple(-a.priority, a.submitted_at, a.id) < std::make_tuple(-b.priority, b.submitted_at, b.id);
+    if (a.priority != b.priority) return a.priority > b.priority;
+    return std::make_tuple(a.submitted_at, a.id) < std::make_tuple(b.submitted_at, b.id);
   });
   return jobs;
 }

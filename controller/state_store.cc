@@ -3,6 +3,8 @@
 #include <google/protobuf/util/json_util.h>
 #include <sqlite3.h>
 
+#include <cstdlib>
+
 #include "common/file_util.h"
 #include "common/log.h"
 
@@ -26,6 +28,20 @@ Status FromJson(const std::string& json, google::protobuf::Message* m) {
   return OkStatus();
 }
 
+// A failed SQLite call as a Status whose code tells the caller what to do: a full disk is
+// RESOURCE_EXHAUSTED, a busy or failing disk UNAVAILABLE (a retry may work), the rest INTERNAL.
+Status SqliteError(sqlite3* db, const std::string& what) {
+  const std::string msg = what + ": " + sqlite3_errmsg(db);
+  switch (sqlite3_errcode(db) & 0xff) {
+    case SQLITE_FULL: return ResourceExhaustedError("state store: " + msg);
+    case SQLITE_IOERR:
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_CANTOPEN: return UnavailableError("state store: " + msg);
+    default: return InternalError("state store: " + msg);
+  }
+}
+
 // A prepared statement that finalizes itself.
 class Stmt {
  public:
@@ -33,7 +49,7 @@ class Stmt {
   ~Stmt() { sqlite3_finalize(s_); }
   bool ok() const { return rc_ == SQLITE_OK; }
   sqlite3_stmt* get() { return s_; }
-  Status Error(const std::string& what) const { return InternalError(what + ": " + sqlite3_errmsg(db_)); }
+  Status Error(const std::string& what) const { return SqliteError(db_, what); }
 
  private:
   sqlite3* db_;
@@ -61,6 +77,8 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
   MOE_RETURN_IF_ERROR(store->Exec(
       "CREATE TABLE IF NOT EXISTS events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL, "
       "PRIMARY KEY (job_id, seq))"));
+  MOE_RETURN_IF_ERROR(store->Exec(
+      "CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session TEXT NOT NULL, record TEXT NOT NULL)"));
   return store;
 }
 
@@ -69,14 +87,22 @@ SqliteStateStore::~SqliteStateStore() { sqlite3_close(Db(db_)); }
 Status SqliteStateStore::Exec(const std::string& sql) {
   char* err = nullptr;
   if (sqlite3_exec(Db(db_), sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "?";
     sqlite3_free(err);
-    return InternalError("sqlite: " + sql + ": " + msg);
+    return SqliteError(Db(db_), "sqlite: " + sql);
+  }
+  return OkStatus();
+}
+
+Status SqliteStateStore::CheckWritable() {
+  static const char* flag = std::getenv("MOE_TEST_STORE_FULL_IF");
+  if (flag != nullptr && *flag != '\0' && PathExists(flag)) {
+    return ResourceExhaustedError("state store: database or disk is full (test hook: " + std::string(flag) + " exists)");
   }
   return OkStatus();
 }
 
 Status SqliteStateStore::PutJob(const moe::v1::Job& job) {
+  MOE_RETURN_IF_ERROR(CheckWritable());
   moe::v1::Job copy = job;
   copy.clear_events();
   MOE_ASSIGN_OR_RETURN(const std::string json, ToJson(copy));
@@ -90,6 +116,7 @@ Status SqliteStateStore::PutJob(const moe::v1::Job& job) {
 }
 
 Status SqliteStateStore::AppendEvent(const moe::v1::JobEvent& event) {
+  MOE_RETURN_IF_ERROR(CheckWritable());
   MOE_ASSIGN_OR_RETURN(const std::string json, ToJson(event));
   Stmt s(Db(db_), "INSERT OR REPLACE INTO events (job_id, seq, record) VALUES (?, ?, ?)");
   if (!s.ok()) return s.Error("prepare");
@@ -110,6 +137,48 @@ Status SqliteStateStore::PutJobWithEvent(const moe::v1::Job& job, const moe::v1:
     if (Status rb = Exec("ROLLBACK"); !rb.ok()) MOE_LOG(ERROR) << "rolling back a failed write: " << rb;
   }
   return st;
+}
+
+Status SqliteStateStore::DeleteJob(const std::string& job_id) {
+  MOE_RETURN_IF_ERROR(CheckWritable());
+  MOE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status st;
+  for (const char* sql : {"DELETE FROM events WHERE job_id = ?", "DELETE FROM jobs WHERE id = ?"}) {
+    Stmt s(Db(db_), sql);
+    if (!s.ok()) { st = s.Error("prepare"); break; }
+    sqlite3_bind_text(s.get(), 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) { st = s.Error("delete job " + job_id); break; }
+  }
+  if (st.ok()) st = Exec("COMMIT");
+  if (!st.ok() && sqlite3_get_autocommit(Db(db_)) == 0) {
+    if (Status rb = Exec("ROLLBACK"); !rb.ok()) MOE_LOG(ERROR) << "rolling back a failed delete: " << rb;
+  }
+  return st;
+}
+
+Status SqliteStateStore::PutWorker(const moe::v1::Worker& info, const std::string& session) {
+  MOE_RETURN_IF_ERROR(CheckWritable());
+  MOE_ASSIGN_OR_RETURN(const std::string json, ToJson(info));
+  Stmt s(Db(db_), "INSERT OR REPLACE INTO workers (name, session, record) VALUES (?, ?, ?)");
+  if (!s.ok()) return s.Error("prepare");
+  sqlite3_bind_text(s.get(), 1, info.name().c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s.get(), 2, session.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s.get(), 3, json.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return s.Error("store worker " + info.name());
+  return OkStatus();
+}
+
+StatusOr<std::vector<StoredWorker>> SqliteStateStore::LoadWorkers() {
+  Stmt s(Db(db_), "SELECT session, record FROM workers ORDER BY name");
+  if (!s.ok()) return s.Error("prepare");
+  std::vector<StoredWorker> out;
+  while (sqlite3_step(s.get()) == SQLITE_ROW) {
+    StoredWorker w;
+    w.session = reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0));
+    MOE_RETURN_IF_ERROR(FromJson(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 1)), &w.info));
+    out.push_back(std::move(w));
+  }
+  return out;
 }
 
 StatusOr<std::vector<moe::v1::Job>> SqliteStateStore::LoadJobs() {
@@ -154,6 +223,17 @@ Status MemoryStateStore::PutJobWithEvent(const moe::v1::Job& job, const moe::v1:
   return AppendEvent(event);
 }
 StatusOr<std::vector<moe::v1::Job>> MemoryStateStore::LoadJobs() { return jobs_; }
+Status MemoryStateStore::DeleteJob(const std::string& job_id) {
+  std::erase_if(jobs_, [&](const moe::v1::Job& j) { return j.id() == job_id; });
+  std::erase_if(events_, [&](const moe::v1::JobEvent& e) { return e.job_id() == job_id; });
+  return OkStatus();
+}
+Status MemoryStateStore::PutWorker(const moe::v1::Worker& info, const std::string& session) {
+  std::erase_if(workers_, [&](const StoredWorker& w) { return w.info.name() == info.name(); });
+  workers_.push_back({info, session});
+  return OkStatus();
+}
+StatusOr<std::vector<StoredWorker>> MemoryStateStore::LoadWorkers() { return workers_; }
 StatusOr<std::vector<moe::v1::JobEvent>> MemoryStateStore::LoadEvents(const std::string& job_id) {
   std::vector<moe::v1::JobEvent> out;
   for (const auto& e : events_) if (e.job_id() == job_id) out.push_back(e);

@@ -1,4 +1,4 @@
-// Durable controller state: jobs and their events. The interface knows nothing of SQLite so tests and
+// Durable controller state: jobs, their events, and worker sessions. The interface knows nothing of SQLite so tests and
 // managers can use any implementation; SqliteStateStore is the real one (WAL, synchronous=FULL: a job
 // the controller acknowledged survives a crash of the controller or the machine).
 #pragma once
@@ -9,8 +9,16 @@
 
 #include "common/status.h"
 #include "moe/v1/job.pb.h"
+#include "moe/v1/worker_service.pb.h"
 
 namespace moe::controller {
+
+// A worker's name and the session that holds it (worker_registry.h), kept so that after a
+// controller restart only that worker can come back under its name.
+struct StoredWorker {
+  moe::v1::Worker info;
+  std::string session;
+};
 
 class StateStore {
  public:
@@ -22,6 +30,10 @@ class StateStore {
   virtual Status PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) = 0;
   virtual StatusOr<std::vector<moe::v1::Job>> LoadJobs() = 0;
   virtual StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) = 0;
+  // Removes the job and its events, both or neither.
+  virtual Status DeleteJob(const std::string& job_id) = 0;
+  virtual Status PutWorker(const moe::v1::Worker& info, const std::string& session) = 0;
+  virtual StatusOr<std::vector<StoredWorker>> LoadWorkers() = 0;
 };
 
 class SqliteStateStore final : public StateStore {
@@ -34,10 +46,16 @@ class SqliteStateStore final : public StateStore {
   Status PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) override;
   StatusOr<std::vector<moe::v1::Job>> LoadJobs() override;
   StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) override;
+  Status DeleteJob(const std::string& job_id) override;
+  Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
+  StatusOr<std::vector<StoredWorker>> LoadWorkers() override;
 
  private:
   explicit SqliteStateStore(void* db) : db_(db) {}
   Status Exec(const std::string& sql);
+  // The test hook for a full disk where tests cannot mount a small file system: when the file named
+  // by $MOE_TEST_STORE_FULL_IF exists, every write fails as SQLite's SQLITE_FULL would.
+  static Status CheckWritable();
   void* db_;  // sqlite3*
 };
 
@@ -49,8 +67,12 @@ class MemoryStateStore final : public StateStore {
   Status PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) override;
   StatusOr<std::vector<moe::v1::Job>> LoadJobs() override;
   StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) override;
+  Status DeleteJob(const std::string& job_id) override;
+  Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
+  StatusOr<std::vector<StoredWorker>> LoadWorkers() override;
 
  private:
+  std::vector<StoredWorker> workers_;
   std::vector<moe::v1::Job> jobs_;
   std::vector<moe::v1::JobEvent> events_;
 };

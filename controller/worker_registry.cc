@@ -1,18 +1,73 @@
 #include "controller/worker_registry.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cmath>
+
+#include "common/check.h"
+#include "controller/worker_claims.h"
 
 namespace moe::controller {
+namespace {
 
-StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChannel* channel) {
-  if (reg.name().empty()) return InvalidArgumentError("register: name is empty");
-  if (reg.device().empty()) return InvalidArgumentError("register: device is empty");
+// 32 random bytes from the kernel, as hex: a credential nobody can guess.
+std::string NewSession() {
+  unsigned char buf[32];
+  size_t got = 0;
+  while (got < sizeof(buf)) {
+    const ssize_t n = ::getrandom(buf + got, sizeof(buf) - got, 0);
+    MOE_CHECK(n > 0) << "getrandom failed";
+    got += static_cast<size_t>(n);
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : buf) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+Status WorkerRegistry::CheckNameFree(const moe::v1::Register& reg, WorkerChannel* channel) const {
   auto it = workers_.find(reg.name());
-  if (it != workers_.end() && it->second.channel != nullptr && !it->second.lost && it->second.channel != channel) {
+  if (it == workers_.end()) return OkStatus();
+  const WorkerEntry& old = it->second;
+  if (!old.session.empty() && reg.session() == old.session) return OkStatus();  // its own reconnect
+  if (old.channel != nullptr && !old.lost && old.channel != channel) {
     return AlreadyExistsError("a live worker named '" + reg.name() + "' is already connected");
   }
+  const double left = old.held_until - clock_.Monotonic();
+  if (!old.session.empty() && left > 0) {
+    return PermissionDeniedError("worker name '" + reg.name() +
+                                 "' is held by another session for " + std::to_string(static_cast<int>(left) + 1) +
+                                 " more s (only that worker may reconnect under it until then)");
+  }
+  return OkStatus();
+}
+
+StatusOr<std::string> WorkerRegistry::Admit(const moe::v1::Register& reg, WorkerChannel* channel) const {
+  MOE_RETURN_IF_ERROR(ValidateRegistration(reg));
+  MOE_RETURN_IF_ERROR(CheckNameFree(reg, channel));
+  auto it = workers_.find(reg.name());
+  if (it != workers_.end() && !it->second.session.empty() && reg.session() == it->second.session) {
+    return it->second.session;
+  }
+  return NewSession();  // a new holder of the name (or its first registration)
+}
+
+StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChannel* channel) {
+  MOE_ASSIGN_OR_RETURN(const std::string session, Admit(reg, channel));
+  return Register(reg, channel, session);
+}
+
+StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChannel* channel,
+                                                const std::string& session) {
   WorkerEntry& w = workers_[reg.name()];
   const bool fresh = w.info.name().empty();
+  w.session = session;
   w.info.set_name(reg.name());
   w.info.set_rack(reg.rack());
   w.info.set_node(reg.node());
@@ -28,6 +83,30 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, Wo
   return &w;
 }
 
+void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& session, double hold_seconds) {
+  WorkerEntry& w = workers_[info.name()];
+  w.info = info;
+  w.info.clear_job_id();
+  w.info.clear_state();
+  w.session = session;
+  w.drained = info.drained();
+  w.lost = true;
+  w.held_until = clock_.Monotonic() + hold_seconds;
+}
+
+WorkerEntry* WorkerRegistry::FindBySession(const std::string& session) {
+  if (session.empty()) return nullptr;
+  for (auto& [name, w] : workers_) {
+    if (w.session == session && !w.lost && w.channel != nullptr) return &w;
+  }
+  return nullptr;
+}
+
+void WorkerRegistry::MarkLost(WorkerEntry& w) {
+  w.lost = true;
+  w.held_until = clock_.Monotonic() + lease_;
+}
+
 void WorkerRegistry::Heartbeat(const std::string& name) {
   auto it = workers_.find(name);
   if (it == workers_.end() || it->second.lost) return;
@@ -35,12 +114,23 @@ void WorkerRegistry::Heartbeat(const std::string& name) {
   it->second.info.set_last_heartbeat(clock_.Now());
 }
 
+bool WorkerRegistry::AllowStepReport(const std::string& name) {
+  WorkerEntry* w = Find(name);
+  if (w == nullptr) return false;
+  const double second = std::floor(clock_.Monotonic());
+  if (second != w->report_window) {
+    w->report_window = second;
+    w->reports_in_window = 0;
+  }
+  return ++w->reports_in_window <= kMaxStepReportsPerSecond;
+}
+
 bool WorkerRegistry::Disconnected(const std::string& name, WorkerChannel* channel) {
   auto it = workers_.find(name);
   if (it == workers_.end() || it->second.channel != channel) return false;
   it->second.channel = nullptr;
   if (it->second.lost) return false;
-  it->second.lost = true;
+  MarkLost(it->second);
   return true;
 }
 
@@ -49,7 +139,7 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
   const double now = clock_.Monotonic();
   for (auto& [name, w] : workers_) {
     if (!w.lost && w.lease_deadline < now) {
-      w.lost = true;
+      MarkLost(w);
       lost.push_back(name);
     }
   }

@@ -31,6 +31,12 @@ struct WorkerEntry {
   int rank = -1;
   int cpu_cores = 0;
   std::string host_id;
+  // The worker's credential (Registered.session): its name is held by it while the worker is
+  // connected, and until held_until (monotonic) after it was last heard from.
+  std::string session;
+  double held_until = 0;
+  double report_window = 0;  // monotonic second the step reports below were counted in
+  int reports_in_window = 0;
   bool busy() const { return !job_id.empty(); }
 };
 
@@ -38,9 +44,27 @@ class WorkerRegistry {
  public:
   WorkerRegistry(Clock& clock, double lease_seconds) : clock_(clock), lease_(lease_seconds) {}
 
-  // A worker (re)connects. A name already held by a connected, live worker is refused.
+  // A worker (re)connects. A name held by another session is refused: ALREADY_EXISTS while that
+  // worker is connected, PERMISSION_DENIED until its hold ends (a lease after it was last heard
+  // from). A registration presenting the name's session keeps it; any other gets a fresh session.
+  // Admit checks (claims, the name) and returns the session the worker will hold: its own when it
+  // presented it, else a fresh one; Register then records it (the Controller stores a new session
+  // in between, so a refused write changes nothing here).
+  StatusOr<std::string> Admit(const moe::v1::Register& reg, WorkerChannel* channel) const;
+  StatusOr<WorkerEntry*> Register(const moe::v1::Register& reg, WorkerChannel* channel,
+                                  const std::string& session);
+  // Admit and Register at once (tests, and callers with nothing to store).
   StatusOr<WorkerEntry*> Register(const moe::v1::Register& reg, WorkerChannel* channel);
+  // A worker known from the store (after a controller restart): lost, its name held by `session`
+  // for `hold_seconds` so that only it can come back under that name.
+  void Restore(const moe::v1::Worker& info, const std::string& session, double hold_seconds);
+  // The connected, live worker whose credential is `session`; null when none.
+  WorkerEntry* FindBySession(const std::string& session);
   void Heartbeat(const std::string& name);
+  // Step reports a worker may send: at most kMaxStepReportsPerSecond in any second (one rank
+  // reports once a step); the rest are dropped, the next report replacing them.
+  static constexpr int kMaxStepReportsPerSecond = 100;
+  bool AllowStepReport(const std::string& name);
   // The stream ended. Only the channel that is current counts (a reconnect may have replaced it).
   // Returns true when the worker became lost now.
   bool Disconnected(const std::string& name, WorkerChannel* channel);
@@ -62,6 +86,9 @@ class WorkerRegistry {
   const std::map<std::string, WorkerEntry>& all() const { return workers_; }
 
  private:
+  Status CheckNameFree(const moe::v1::Register& reg, WorkerChannel* channel) const;
+  void MarkLost(WorkerEntry& w);
+
   Clock& clock_;
   double lease_;
   std::map<std::string, WorkerEntry> workers_;

@@ -79,6 +79,7 @@ void WorkerAgent::Registration(moe::v1::Register* r) {
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   r->set_host_id(h + "/" + host);
+  r->set_session(session_->Get());  // keeps this worker's name across reconnects
   std::lock_guard<std::mutex> lock(ranks_mu_);
   if (current_ && !current_->done) {
     auto* run = r->add_running();
@@ -139,6 +140,7 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
     switch (msg.msg_case()) {
       case moe::v1::ControllerMessage::kRegistered: {
         heartbeat_seconds_ = msg.registered().heartbeat_seconds() > 0 ? msg.registered().heartbeat_seconds() : 1.0;
+        session_->Set(msg.registered().session());
         MOE_LOG(INFO) << "registered with the controller at " << o_.client.address << " as " << o_.name << " (rack "
                       << o_.rack << ", node " << o_.node << ", " << o_.device << ")";
         std::lock_guard<std::mutex> lock(ranks_mu_);
@@ -206,7 +208,7 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
   auto start = [&]() -> Status {
     MOE_RETURN_IF_ERROR(WriteFileAtomic(rank->spec_path, a.spec_json()));
     rank->proxy = std::make_unique<RendezvousProxy>(stub, o_.client, JoinPath(o_.runtime_dir, rank->tag + ".sock"),
-                                                    a.rendezvous_prefix());
+                                                    a.rendezvous_prefix(), session_);
     MOE_RETURN_IF_ERROR(rank->proxy->Start());
     RankCommand cmd;
     cmd.program = o_.trainer;

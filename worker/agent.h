@@ -67,6 +67,10 @@ class WorkerAgent {
   grpc::ClientContext* stream_ctx_ = nullptr;
   double heartbeat_seconds_ = 1.0;
 
+  // This worker's credential from its registration (Registered.session): presented again when it
+  // reconnects and, by the rendezvous proxies, on every key-value call.
+  std::shared_ptr<SessionCredential> session_ = std::make_shared<SessionCredential>();
+
   std::mutex ranks_mu_;
   std::shared_ptr<Rank> current_;                   // the rank running now, if any
   std::vector<moe::v1::RankFinished> unreported_;   // outcomes the controller has not heard yet

@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   std::string rack, node, log_level = "info", inject_delay;
   const char* env_controller = std::getenv("MOE_CONTROLLER");
   const char* env_token = std::getenv("MOE_TOKEN");
+  const char* env_token_file = std::getenv("MOE_TOKEN_FILE");
+  std::string token_file = env_token_file ? env_token_file : "";
   o.client.address = env_controller ? env_controller : "";
   o.client.token = env_token ? env_token : "";
   app.add_option("--controller", o.client.address, "controller gRPC address host:port ($MOE_CONTROLLER)");
@@ -40,7 +42,8 @@ int main(int argc, char** argv) {
   app.add_option("--node", node, "node name ($MOE_NODE; default: the host name)");
   app.add_option("--name", o.name, "worker name (default: <node>-<device>)");
   app.add_option("--address", o.address, "address this worker's rank is reachable at by its peers")->capture_default_str();
-  app.add_option("--token", o.client.token, "bearer token with the worker (or admin) role ($MOE_TOKEN)");
+  app.add_option("--token", o.client.token, "bearer token with the worker role ($MOE_TOKEN; visible in ps: prefer --token-file)");
+  app.add_option("--token-file", token_file, "file holding the worker token, mode 0600 ($MOE_TOKEN_FILE)");
   app.add_option("--tls-ca", o.client.tls_ca, "CA of the controller's certificate (PEM): TLS");
   app.add_option("--tls-cert", o.client.tls_cert, "client certificate (PEM) for mTLS");
   app.add_option("--tls-key", o.client.tls_key, "client key (PEM) for mTLS");
@@ -56,6 +59,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   moe::SetLogLevel(level);
+  if (!token_file.empty()) {
+    auto token = moe::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      std::fprintf(stderr, "moe-worker: %s\n", token.status().message().c_str());
+      return 2;
+    }
+    o.client.token = *token;
+  }
   if (o.client.address.empty()) {
     std::fprintf(stderr, "moe-worker: --controller: required (or set MOE_CONTROLLER)\n");
     return 2;

@@ -15,8 +15,18 @@
 namespace moe::worker {
 
 RendezvousProxy::RendezvousProxy(std::shared_ptr<moe::v1::WorkerService::Stub> stub, ClientOptions client,
-                                 std::string socket_path, std::string prefix)
-    : stub_(std::move(stub)), client_(std::move(client)), path_(std::move(socket_path)), prefix_(std::move(prefix)) {}
+                                 std::string socket_path, std::string prefix,
+                                 std::shared_ptr<SessionCredential> session)
+    : stub_(std::move(stub)),
+      client_(std::move(client)),
+      path_(std::move(socket_path)),
+      prefix_(std::move(prefix)),
+      session_(std::move(session)) {}
+
+void RendezvousProxy::Prepare(grpc::ClientContext* ctx, double deadline_seconds) const {
+  PrepareContext(ctx, client_, deadline_seconds);
+  ctx->AddMetadata("x-moe-session", session_->Get());
+}
 
 RendezvousProxy::~RendezvousProxy() { Stop(); }
 
@@ -99,14 +109,14 @@ std::string RendezvousProxy::Handle(const std::string& line) {
       req.set_key(prefix_ + r.keys[0]);
       req.set_value(r.value);
       moe::v1::RendezvousSetResponse resp;
-      PrepareContext(&ctx, client_, 30);
+      Prepare(&ctx, 30);
       return FormatKvReply(FromGrpc(stub_->RendezvousSet(&ctx, req, &resp)));
     }
     case KvRequest::Op::kGet: {
       moe::v1::RendezvousGetRequest req;
       req.set_key(prefix_ + r.keys[0]);
       moe::v1::RendezvousGetResponse resp;
-      PrepareContext(&ctx, client_, 30);
+      Prepare(&ctx, 30);
       const Status st = FromGrpc(stub_->RendezvousGet(&ctx, req, &resp));
       return st.ok() ? FormatKvValue(resp.value()) : FormatKvReply(st);
     }
@@ -115,7 +125,7 @@ std::string RendezvousProxy::Handle(const std::string& line) {
       for (const auto& k : r.keys) req.add_keys(prefix_ + k);
       req.set_timeout_seconds(std::max<double>(0.001, static_cast<double>(r.timeout_ms) / 1000.0));
       moe::v1::RendezvousWaitResponse resp;
-      PrepareContext(&ctx, client_, static_cast<double>(r.timeout_ms) / 1000.0 + 10);
+      Prepare(&ctx, static_cast<double>(r.timeout_ms) / 1000.0 + 10);
       return FormatKvReply(FromGrpc(stub_->RendezvousWait(&ctx, req, &resp)));
     }
   }

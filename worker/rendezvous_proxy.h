@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,10 +16,28 @@
 
 namespace moe::worker {
 
+// The worker's session credential, shared by the agent (which learns it at registration) and its
+// rendezvous proxies (which send it as `x-moe-session`). Any thread.
+class SessionCredential {
+ public:
+  void Set(const std::string& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    value_ = s;
+  }
+  std::string Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return value_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string value_;
+};
+
 class RendezvousProxy {
  public:
   RendezvousProxy(std::shared_ptr<moe::v1::WorkerService::Stub> stub, ClientOptions client, std::string socket_path,
-                  std::string prefix);
+                  std::string prefix, std::shared_ptr<SessionCredential> session);
   ~RendezvousProxy();
   Status Start();
   void Stop();
@@ -28,10 +47,12 @@ class RendezvousProxy {
   void Accept();
   void Serve(int fd);
   std::string Handle(const std::string& line);
+  void Prepare(grpc::ClientContext* ctx, double deadline_seconds) const;
 
   std::shared_ptr<moe::v1::WorkerService::Stub> stub_;
   ClientOptions client_;
   std::string path_, prefix_;
+  std::shared_ptr<SessionCredential> session_;
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;

@@ -27,4 +27,6 @@ if [ -n "$rack" ]; then
   if [ "$device" = cpu ]; then args+=(--rack "$rack"); else export MOE_RACK=$rack; fi
 fi
 [ -n "${MOE_WORKER_THREADS:-}" ] && args+=(--threads "$MOE_WORKER_THREADS")
+# The worker role's token (an admin token is not a worker credential): moe-job.sbatch writes it.
+[ -n "${MOE_WORKER_TOKEN_FILE:-}" ] && args+=(--token-file "$MOE_WORKER_TOKEN_FILE")
 exec "$bin/moe-worker" "${args[@]}"

@@ -4,6 +4,8 @@
 #include "controller/controller.h"
 
 #include <gtest/gtest.h>
+
+#include <limits>
 #include <prometheus/registry.h>
 
 #include "common/job_spec_proto.h"
@@ -61,7 +63,9 @@ class ControllerTest : public ::testing::Test {
     r.set_node(node);
     r.set_device("cpu");
     for (auto& x : running) *r.add_running() = x;
-    EXPECT_TRUE(controller_->Register(r, ch.get()).ok());
+    auto reg = controller_->Register(r, ch.get());
+    EXPECT_TRUE(reg.ok()) << reg.status();
+    if (reg.ok()) sessions_[name] = reg->session();
     return ch.get();
   }
   moe::v1::Job Submit(const JobSpec& s) {
@@ -70,7 +74,10 @@ class ControllerTest : public ::testing::Test {
     return j.ok() ? *j : moe::v1::Job();
   }
   moe::v1::JobState State(const std::string& id) { return controller_->Get(id, false)->state(); }
-  void Msg(const std::string& worker, const moe::v1::WorkerMessage& m) { controller_->OnWorkerMessage(worker, m); }
+  void Msg(const std::string& worker, const moe::v1::WorkerMessage& m) {
+    const Status st = controller_->OnWorkerMessage(worker, m);
+    EXPECT_TRUE(st.ok()) << st;
+  }
   void Step(const std::string& worker, const moe::v1::Assignment& a, int64_t step, double compute = 0.1) {
     moe::v1::WorkerMessage m;
     auto* s = m.mutable_step();
@@ -120,6 +127,7 @@ class ControllerTest : public ::testing::Test {
   std::unique_ptr<MetricsAggregator> metrics_;
   std::unique_ptr<Controller> controller_;
   std::map<std::string, std::unique_ptr<FakeChannel>> channels_;
+  std::map<std::string, std::string> sessions_;
 };
 
 TEST_F(ControllerTest, SubmitScheduleRunSucceed) {
@@ -145,6 +153,169 @@ TEST_F(ControllerTest, SubmitScheduleRunSucceed) {
   EXPECT_EQ(State(job.id()), moe::v1::SUCCEEDED);
   EXPECT_EQ(EventTypes(job.id()), (std::vector<std::string>{"Submitted", "Scheduled", "Running", "Succeeded"}));
   for (const auto& w : controller_->Workers()) EXPECT_EQ(w.state(), moe::v1::IDLE) << w.name();
+}
+
+TEST_F(ControllerTest, AWorkerReportsOnlyForTheRankItRuns) {
+  AddWorker("w0", "r0", "n0");
+  AddWorker("w1", "r0", "n1");
+  AddWorker("intruder", "r0", "n2");
+  const auto job = Submit(Spec("j", 2, 2));
+  const moe::v1::Assignment a0 = channels_["w0"]->Assignments().at(0);
+  Step("w0", a0, 1);
+  Step("w1", channels_["w1"]->Assignments().at(0), 1);
+  ASSERT_EQ(State(job.id()), moe::v1::RUNNING);
+  ASSERT_EQ(controller_->Get(job.id(), false)->last_metrics().step(), 1);
+  moe::v1::WorkerMessage fin;
+  fin.mutable_finished()->set_job_id(a0.job_id());
+  fin.mutable_finished()->set_attempt(a0.attempt());
+  fin.mutable_finished()->set_rank(a0.rank());
+  fin.mutable_finished()->set_ok(true);
+  EXPECT_EQ(controller_->OnWorkerMessage("intruder", fin).code(), StatusCode::kPermissionDenied);
+  fin.mutable_finished()->set_ok(false);
+  fin.mutable_finished()->set_exit_code(2);
+  fin.mutable_finished()->set_failure_class(moe::v1::FAILURE_PERMANENT);
+  EXPECT_EQ(controller_->OnWorkerMessage("w1", fin).code(), StatusCode::kPermissionDenied)
+      << "another rank's worker of the same job is foreign too";
+  fin.mutable_finished()->set_rank(7);
+  EXPECT_EQ(controller_->OnWorkerMessage("w0", fin).code(), StatusCode::kPermissionDenied) << "no rank 7";
+  moe::v1::WorkerMessage step;
+  step.mutable_step()->set_job_id(a0.job_id());
+  step.mutable_step()->set_attempt(a0.attempt());
+  step.mutable_step()->set_rank(a0.rank());
+  step.mutable_step()->mutable_metrics()->set_step(-7);
+  EXPECT_EQ(controller_->OnWorkerMessage("intruder", step).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(controller_->OnWorkerMessage("w0", step).code(), StatusCode::kInvalidArgument) << "a negative step";
+  step.mutable_step()->mutable_metrics()->set_step(2);
+  step.mutable_step()->mutable_metrics()->set_mfu(42);
+  step.mutable_step()->mutable_metrics()->set_step_seconds(std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(controller_->OnWorkerMessage("w0", step).ok()) << "implausible figures are dropped, the stream goes on";
+  Step("w1", channels_["w1"]->Assignments().at(0), 2);
+  EXPECT_EQ(controller_->Get(job.id(), false)->last_metrics().step(), 1) << "the dropped report counted for nothing";
+  step.mutable_step()->mutable_metrics()->set_mfu(0.5);
+  step.mutable_step()->mutable_metrics()->set_step_seconds(0.2);
+  for (int i = 0; i < 1000; ++i) step.mutable_step()->mutable_metrics()->add_expert_load_imbalance_per_layer(1);
+  EXPECT_EQ(controller_->OnWorkerMessage("w0", step).code(), StatusCode::kInvalidArgument)
+      << "more layers than the model";
+  EXPECT_EQ(State(job.id()), moe::v1::RUNNING) << "nothing a foreign or bad report said changed the job";
+  EXPECT_EQ(controller_->Get(job.id(), false)->last_metrics().step(), 1);
+  moe::v1::Register fake;
+  fake.set_name("intruder2");
+  fake.set_rack("r0");
+  fake.set_node("n3");
+  fake.set_device("cpu");
+  *fake.add_finished() = fin.finished();
+  fake.mutable_finished(0)->set_rank(0);
+  FakeChannel ch;
+  EXPECT_EQ(controller_->Register(fake, &ch).status().code(), StatusCode::kPermissionDenied)
+      << "nor in a registration's outcomes";
+  EXPECT_EQ(State(job.id()), moe::v1::RUNNING);
+}
+
+TEST_F(ControllerTest, RendezvousKeysAreTheCallersOwnAttempts) {
+  AddWorker("w0", "r0", "n0");
+  AddWorker("idle", "r0", "n1");
+  const auto job = Submit(Spec("j", 1, 1));
+  const moe::v1::Assignment a0 = channels_["w0"]->Assignments().at(0);
+  auto scope = controller_->RendezvousScope(sessions_["w0"]);
+  ASSERT_TRUE(scope.ok()) << scope.status();
+  EXPECT_EQ(*scope, "job/" + job.id() + "/attempt/" + std::to_string(a0.attempt()) + "/");
+  EXPECT_EQ(controller_->RendezvousScope(sessions_["idle"]).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(controller_->RendezvousScope("").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(controller_->RendezvousScope("guess").status().code(), StatusCode::kUnauthenticated);
+}
+
+TEST_F(ControllerTest, SubmitIsIdempotentByRequestIdAndCheckpointDirectoriesAreNotShared) {
+  AddWorker("w0", "r0", "n0");
+  ASSERT_TRUE(controller_->SetDrained("w0", true).ok());
+  auto a = controller_->Submit(SpecToProto(Spec("a", 1, 1)), "req-1");
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto again = controller_->Submit(SpecToProto(Spec("a", 1, 1)), "req-1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->id(), a->id()) << "a retry returns the job the first submit created";
+  EXPECT_EQ(controller_->List({}).size(), 1u);
+  JobSpec same_dir = Spec("b", 1, 1);
+  same_dir.checkpoint.dir = "/tmp//ckpt-a/./";  // the same directory, written otherwise
+  auto shared = controller_->Submit(SpecToProto(same_dir), "req-2");
+  EXPECT_EQ(shared.status().code(), StatusCode::kFailedPrecondition) << shared.status();
+  ASSERT_TRUE(controller_->Cancel(a->id()).ok());
+  EXPECT_TRUE(controller_->Submit(SpecToProto(same_dir), "req-3").ok()) << "free once the other job ended";
+  JobSpec huge = Spec("c", 1, 1);
+  huge.data.path = std::string(1 << 20, 'x');
+  EXPECT_EQ(controller_->Submit(SpecToProto(huge)).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ControllerTest, ListJobsPagesWithFiltersAndDeleteRemovesFinishedJobs) {
+  AddWorker("w0", "r0", "n0");
+  ASSERT_TRUE(controller_->SetDrained("w0", true).ok());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back(Submit(Spec(i == 3 ? "other" : "job" + std::to_string(i), 1, 1)).id());
+    clock_.Advance(0.001);
+  }
+  moe::v1::ListJobsRequest req;
+  req.set_page_size(2);
+  std::vector<std::string> seen;
+  do {
+    auto page = controller_->ListPage(req);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->jobs_size(), 2);
+    for (const auto& j : page->jobs()) seen.push_back(j.id());
+    req.set_page_token(page->next_page_token());
+  } while (!req.page_token().empty());
+  EXPECT_EQ(seen, ids) << "every job once, oldest first";
+  req.Clear();
+  req.set_name_prefix("other");
+  EXPECT_EQ(controller_->ListPage(req)->jobs_size(), 1);
+  req.Clear();
+  req.set_page_size(5000);
+  EXPECT_EQ(controller_->ListPage(req).status().code(), StatusCode::kInvalidArgument);
+  req.Clear();
+  req.set_page_token("garbage");
+  EXPECT_EQ(controller_->ListPage(req).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(controller_->Delete(ids[0]).code(), StatusCode::kFailedPrecondition) << "a live job";
+  ASSERT_TRUE(controller_->Cancel(ids[0]).ok());
+  store_.fail_writes = true;
+  EXPECT_EQ(controller_->Delete(ids[0]).code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(controller_->Get(ids[0], false).ok()) << "a delete the store refused keeps the job";
+  store_.fail_writes = false;
+  ASSERT_TRUE(controller_->Delete(ids[0]).ok());
+  EXPECT_EQ(controller_->Get(ids[0], false).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(store_.LoadEvents(ids[0])->empty()) << "its events went with it";
+}
+
+TEST_F(ControllerTest, FinishedJobsGoAfterTheRetention) {
+  AddWorker("w0", "r0", "n0");
+  ASSERT_TRUE(controller_->SetDrained("w0", true).ok());
+  const auto old_job = Submit(Spec("old", 1, 1));
+  const auto live = Submit(Spec("live", 1, 1));
+  ASSERT_TRUE(controller_->Cancel(old_job.id()).ok());
+  clock_.Advance(config_.finished_job_retention_seconds - 1);
+  controller_->Tick();
+  EXPECT_TRUE(controller_->Get(old_job.id(), false).ok()) << "within the retention";
+  clock_.Advance(2);
+  Heartbeats();
+  controller_->Tick();
+  EXPECT_EQ(controller_->Get(old_job.id(), false).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(controller_->Get(live.id(), false).ok()) << "live jobs stay whatever their age";
+}
+
+TEST_F(ControllerTest, AnAssignedRankThatNeverStartsFailsItsAttemptAtTheDeadline) {
+  auto* ch = AddWorker("w0", "r0", "n0");
+  const auto job = Submit(Spec("j", 1, 1));
+  ASSERT_EQ(ch->Assignments().size(), 1u);
+  clock_.Advance(config_.rank_start_seconds - 1);
+  Heartbeats();
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED);
+  clock_.Advance(2);
+  Heartbeats();
+  controller_->Tick();
+  EXPECT_EQ(EventCount(job.id(), "AttemptFailed"), 1);
+  const auto j = *controller_->Get(job.id(), true);
+  EXPECT_EQ(j.restarts(), 1);
+  std::string why;
+  for (const auto& e : j.events()) if (e.type() == "AttemptFailed") why = e.message();
+  EXPECT_NE(why.find("rank 0 on worker w0 did not start within"), std::string::npos) << why;
 }
 
 TEST_F(ControllerTest, CpuWorkersOnOneHostShareItsCores) {
@@ -321,7 +492,12 @@ TEST_F(ControllerTest, APlacementTheStoreRefusesWaitsInTheQueueForTheNextTick) {
   ASSERT_TRUE(controller_->SetDrained("a", true).ok());
   auto job = Submit(Spec("j", 1, 1));
   store_.fail_writes = true;
+  EXPECT_EQ(controller_->SetDrained("a", false).status().code(), StatusCode::kUnavailable)
+      << "an undrain the store refuses is refused";
+  EXPECT_EQ(controller_->Workers()[0].state(), moe::v1::DRAINED);
+  store_.fail_writes = false;
   ASSERT_TRUE(controller_->SetDrained("a", false).ok());
+  store_.fail_writes = true;
   controller_->Tick();
   EXPECT_EQ(State(job.id()), moe::v1::PENDING);
   EXPECT_TRUE(a->Assignments().empty()) << "no worker hears of an unstored placement";
@@ -375,6 +551,7 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   ControllerConfig opt;
   std::string id1, id2;
   moe::v1::Assignment a1, a2;
+  std::map<std::string, std::string> sessions;
   {
     Controller c(store, clock, *metrics, opt);
     ASSERT_TRUE(c.Recover().ok());
@@ -382,10 +559,15 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
     moe::v1::Register r;
     r.set_device("cpu");
     r.set_rack("r0");
+    r.set_node("n0");
     r.set_name("w1");
-    ASSERT_TRUE(c.Register(r, &ch1).ok());
+    auto reg1 = c.Register(r, &ch1);
+    ASSERT_TRUE(reg1.ok());
+    sessions["w1"] = reg1->session();
     r.set_name("w2");
-    ASSERT_TRUE(c.Register(r, &ch2).ok());
+    auto reg2 = c.Register(r, &ch2);
+    ASSERT_TRUE(reg2.ok());
+    sessions["w2"] = reg2->session();
     id1 = c.Submit(SpecToProto(Spec("one", 1, 1)))->id();
     id2 = c.Submit(SpecToProto(Spec("two", 1, 1)))->id();
     a1 = ch1.Assignments()[0];
@@ -394,7 +576,7 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
     m.mutable_step()->set_job_id(a1.job_id());
     m.mutable_step()->set_attempt(1);
     m.mutable_step()->mutable_metrics()->set_step(1);
-    c.OnWorkerMessage("w1", m);
+    EXPECT_TRUE(c.OnWorkerMessage("w1", m).ok());
   }  // the controller dies
   Controller c(store, clock, *metrics, opt);
   ASSERT_TRUE(c.Recover().ok());
@@ -403,24 +585,33 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   moe::v1::Register r;
   r.set_device("cpu");
   r.set_rack("r0");
+  r.set_node("n0");
   r.set_name(a1.job_id() == id1 ? "w1" : "w2");
   auto* run = r.add_running();
   run->set_job_id(id1);
   run->set_attempt(1);
   run->set_rank(0);
+  FakeChannel intruder;
+  moe::v1::Register takeover = r;
+  takeover.set_session("");
+  EXPECT_EQ(c.Register(takeover, &intruder).status().code(), StatusCode::kPermissionDenied)
+      << "after a restart a name stays held by its session";
+  r.set_session(sessions[r.name()]);
   ASSERT_TRUE(c.Register(r, &ch1).ok());
   // The other worker comes back without its rank (it was restarted too).
   moe::v1::Register r2;
   r2.set_device("cpu");
   r2.set_rack("r0");
+  r2.set_node("n0");
   r2.set_name(a1.job_id() == id1 ? "w2" : "w1");
+  r2.set_session(sessions[r2.name()]);
   ASSERT_TRUE(c.Register(r2, &ch2).ok());
   for (int i = 0; i < 11; ++i) {  // past the reconnect grace, heart-beating
     clock.Advance(1);
     moe::v1::WorkerMessage hb;
     hb.mutable_heartbeat();
-    c.OnWorkerMessage("w1", hb);
-    c.OnWorkerMessage("w2", hb);
+    EXPECT_TRUE(c.OnWorkerMessage("w1", hb).ok());
+    EXPECT_TRUE(c.OnWorkerMessage("w2", hb).ok());
     c.Tick();
   }
   EXPECT_EQ(c.Get(id1, false)->state(), moe::v1::RUNNING) << "its rank reported back";

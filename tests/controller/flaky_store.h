@@ -27,6 +27,15 @@ class FlakyStateStore final : public StateStore {
   StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& job_id) override {
     return memory_.LoadEvents(job_id);
   }
+  Status DeleteJob(const std::string& job_id) override {
+    if (fail_writes) return Refuse();
+    return memory_.DeleteJob(job_id);
+  }
+  Status PutWorker(const moe::v1::Worker& info, const std::string& session) override {
+    if (fail_writes) return Refuse();
+    return memory_.PutWorker(info, session);
+  }
+  StatusOr<std::vector<StoredWorker>> LoadWorkers() override { return memory_.LoadWorkers(); }
 
  private:
   Status Refuse() {

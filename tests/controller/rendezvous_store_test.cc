@@ -24,15 +24,15 @@ struct Outcome {
 TEST(RendezvousStore, SetThenGet) {
   RendezvousStore kv;
   EXPECT_FALSE(kv.Get("job/j/attempt/1/addr0").has_value());
-  kv.Set("job/j/attempt/1/addr0", "10.0.0.1:4000");
-  kv.Set("job/j/attempt/1/addr0", "10.0.0.1:4001");  // replaced
+  ASSERT_TRUE(kv.Set("job/j/attempt/1/addr0", "10.0.0.1:4000").ok());
+  ASSERT_TRUE(kv.Set("job/j/attempt/1/addr0", "10.0.0.1:4001").ok());  // replaced
   EXPECT_EQ(kv.Get("job/j/attempt/1/addr0").value_or(""), "10.0.0.1:4001");
   EXPECT_EQ(kv.size(), 1u);
 }
 
 TEST(RendezvousStore, AWaitForKeysThatExistIsFulfilledAtOnce) {
   RendezvousStore kv;
-  kv.Set("k0", "a");
+  ASSERT_TRUE(kv.Set("k0", "a").ok());
   Outcome out;
   kv.Wait({"k0"}, /*deadline=*/100, out.Callback());
   EXPECT_EQ(out.calls, 1);
@@ -44,19 +44,19 @@ TEST(RendezvousStore, AWaitIsFulfilledOnceTheLastKeyIsSet) {
   RendezvousStore kv;
   Outcome out;
   kv.Wait({"k0", "k1"}, 100, out.Callback());
-  kv.Set("k0", "a");
+  ASSERT_TRUE(kv.Set("k0", "a").ok());
   EXPECT_EQ(out.calls, 0) << "k1 is still missing";
-  kv.Set("k1", "b");
+  ASSERT_TRUE(kv.Set("k1", "b").ok());
   EXPECT_EQ(out.calls, 1);
   EXPECT_TRUE(out.status.ok());
-  kv.Set("k1", "c");
+  ASSERT_TRUE(kv.Set("k1", "c").ok());
   kv.Expire(1000);
   EXPECT_EQ(out.calls, 1) << "called exactly once";
 }
 
 TEST(RendezvousStore, AWaitTimesOutAtItsDeadlineNamingTheMissingKey) {
   RendezvousStore kv;
-  kv.Set("k0", "a");
+  ASSERT_TRUE(kv.Set("k0", "a").ok());
   Outcome early, late;
   kv.Wait({"k0", "k1"}, 10, early.Callback());
   kv.Wait({"k2"}, 20, late.Callback());
@@ -68,7 +68,7 @@ TEST(RendezvousStore, AWaitTimesOutAtItsDeadlineNamingTheMissingKey) {
   EXPECT_NE(early.status.message().find("key k1 was not set"), std::string::npos) << early.status;
   EXPECT_EQ(late.calls, 0);
   EXPECT_EQ(kv.waiting(), 1u);
-  kv.Set("k2", "x");
+  ASSERT_TRUE(kv.Set("k2", "x").ok());
   EXPECT_EQ(late.calls, 1);
   EXPECT_TRUE(late.status.ok());
   kv.Expire(30);
@@ -78,11 +78,11 @@ TEST(RendezvousStore, AWaitTimesOutAtItsDeadlineNamingTheMissingKey) {
 
 TEST(RendezvousStore, ErasePrefixDropsOneAttemptsKeysOnly) {
   RendezvousStore kv;
-  kv.Set("job/j/attempt/1/a", "1");
-  kv.Set("job/j/attempt/1/b", "1");
-  kv.Set("job/j/attempt/10/a", "10");
-  kv.Set("job/j/attempt/2/a", "2");
-  kv.Set("job/k/attempt/1/a", "k");
+  ASSERT_TRUE(kv.Set("job/j/attempt/1/a", "1").ok());
+  ASSERT_TRUE(kv.Set("job/j/attempt/1/b", "1").ok());
+  ASSERT_TRUE(kv.Set("job/j/attempt/10/a", "10").ok());
+  ASSERT_TRUE(kv.Set("job/j/attempt/2/a", "2").ok());
+  ASSERT_TRUE(kv.Set("job/k/attempt/1/a", "k").ok());
   kv.ErasePrefix("job/j/attempt/1/");
   EXPECT_FALSE(kv.Get("job/j/attempt/1/a").has_value());
   EXPECT_FALSE(kv.Get("job/j/attempt/1/b").has_value());
@@ -97,11 +97,11 @@ TEST(RendezvousStore, CallbacksRunOutsideTheLockAndMayUseTheStore) {
   std::string seen;
   kv.Wait({"k0"}, 100, [&](Status) {
     seen = kv.Get("k0").value_or("");
-    kv.Set("k1", "from the callback");
+    ASSERT_TRUE(kv.Set("k1", "from the callback").ok());
   });
   Outcome second;
   kv.Wait({"k1"}, 100, second.Callback());
-  kv.Set("k0", "v");
+  ASSERT_TRUE(kv.Set("k0", "v").ok());
   EXPECT_EQ(seen, "v");
   EXPECT_EQ(second.calls, 1);
 }
@@ -116,7 +116,7 @@ TEST(RendezvousStore, RanksRendezvousFromManyThreads) {
   for (int r = 0; r < kRanks; ++r) {
     ranks.emplace_back([&, r] {
       kv.Wait(keys, 100, [&](Status s) { fulfilled += s.ok() ? 1 : 0; });
-      kv.Set(keys[static_cast<size_t>(r)], std::to_string(r));
+      ASSERT_TRUE(kv.Set(keys[static_cast<size_t>(r)], std::to_string(r)).ok());
     });
   }
   for (auto& t : ranks) t.join();

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <map>
 #include <set>
 
@@ -150,6 +152,16 @@ TEST(Scheduler, QueueOrderIsPriorityThenSubmitTime) {
   EXPECT_EQ(q[1].id, "late-high");
   EXPECT_EQ(q[2].id, "early-low");
   EXPECT_EQ(q[3].id, "mid-low");
+}
+
+TEST(Scheduler, ExtremePrioritiesSortWithoutOverflow) {
+  const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  auto q = QueueOrder({{"lowest", lo, 1}, {"highest", hi, 2}, {"zero", 0, 3}, {"minus-one", -1, 4}});
+  ASSERT_EQ(q.size(), 4u);
+  EXPECT_EQ(q[0].id, "highest");
+  EXPECT_EQ(q[1].id, "zero");
+  EXPECT_EQ(q[2].id, "minus-one");
+  EXPECT_EQ(q[3].id, "lowest") << "-2^63 sorts last, not first";
 }
 
 }  // namespace

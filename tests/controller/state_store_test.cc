@@ -47,6 +47,43 @@ TEST(SqliteStateStore, JobsAndEventsSurviveReopening) {
   (void)RemoveAll(dir);
 }
 
+TEST(SqliteStateStore, WorkerSessionsAndDeletionsSurviveReopening) {
+  const std::string dir = "/tmp/moe-store-test-w-" + std::to_string(::getpid());
+  ASSERT_TRUE(RemoveAll(dir).ok());
+  {
+    auto store = SqliteStateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    moe::v1::Worker w;
+    w.set_name("w0");
+    w.set_rack("r0");
+    ASSERT_TRUE((*store)->PutWorker(w, "session-1").ok());
+    w.set_drained(true);
+    ASSERT_TRUE((*store)->PutWorker(w, "session-2").ok());  // replaced
+    for (const char* id : {"keep", "gone"}) {
+      moe::v1::Job j;
+      j.set_id(id);
+      moe::v1::JobEvent e;
+      e.set_job_id(id);
+      e.set_seq(1);
+      ASSERT_TRUE((*store)->PutJobWithEvent(j, e).ok());
+    }
+    ASSERT_TRUE((*store)->DeleteJob("gone").ok());
+  }
+  auto store = SqliteStateStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  auto workers = (*store)->LoadWorkers();
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].session, "session-2");
+  EXPECT_TRUE((*workers)[0].info.drained());
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].id(), "keep");
+  EXPECT_TRUE((*store)->LoadEvents("gone")->empty());
+  EXPECT_EQ((*store)->LoadEvents("keep")->size(), 1u);
+  ASSERT_TRUE(RemoveAll(dir).ok());
+}
+
 TEST(SqliteStateStore, UnwritableDirectoryIsAClearError) {
   auto store = SqliteStateStore::Open("/proc/nope/state");
   ASSERT_FALSE(store.ok());

@@ -80,10 +80,14 @@ TEST_F(WorkerRegistryTest, ALeaseRunsOutOnTheClockUnlessRenewed) {
 }
 
 TEST_F(WorkerRegistryTest, AReconnectReplacesTheStreamAndTheOldStreamsEndIsIgnored) {
-  ASSERT_TRUE(registry_.Register(Reg("a"), &ch1_).ok());
+  auto first = registry_.Register(Reg("a"), &ch1_);
+  ASSERT_TRUE(first.ok());
+  const std::string session = (*first)->session;
   clock_.Advance(6);
   ASSERT_EQ(registry_.ExpireLeases().size(), 1u);
-  auto back = registry_.Register(Reg("a"), &ch2_);
+  auto with_session = Reg("a");
+  with_session.set_session(session);
+  auto back = registry_.Register(with_session, &ch2_);
   ASSERT_TRUE(back.ok()) << "a lost worker may take its name back on a new stream";
   EXPECT_EQ((*back)->channel, &ch2_);
   EXPECT_FALSE((*back)->lost);
@@ -140,6 +144,89 @@ TEST_F(WorkerRegistryTest, WithoutAHostIdWorkersShareByNode) {
   ASSERT_TRUE(registry_.Register(Reg("b", "n1", "cpu", 6), &ch2_).ok())
       << "re-registering on its own stream";
   EXPECT_EQ(registry_.CpuThreadsFor("a"), 6);
+}
+
+}  // namespace
+}  // namespace moe::controller
+
+namespace moe::controller {
+namespace {
+
+TEST_F(WorkerRegistryTest, ANameIsHeldByItsSessionUntilALeaseAfterItWasLastHeardFrom) {
+  auto a = registry_.Register(Reg("a"), &ch1_);
+  ASSERT_TRUE(a.ok());
+  const std::string session = (*a)->session;
+  EXPECT_EQ(session.size(), 64u) << "32 random bytes in hex";
+  EXPECT_EQ(registry_.FindBySession(session), registry_.Find("a"));
+  EXPECT_EQ(registry_.FindBySession("guess"), nullptr);
+  EXPECT_EQ(registry_.FindBySession(""), nullptr);
+  ASSERT_TRUE(registry_.Disconnected("a", &ch1_));
+  EXPECT_EQ(registry_.FindBySession(session), nullptr) << "a lost worker's session opens nothing";
+  const auto taken = registry_.Register(Reg("a"), &ch2_);
+  EXPECT_EQ(taken.status().code(), StatusCode::kPermissionDenied) << "a takeover while the name is held";
+  auto wrong = Reg("a");
+  wrong.set_session("0123");
+  EXPECT_EQ(registry_.Register(wrong, &ch2_).status().code(), StatusCode::kPermissionDenied);
+  auto own = Reg("a");
+  own.set_session(session);
+  auto back = registry_.Register(own, &ch2_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ((*back)->session, session) << "its own reconnect keeps the session";
+  ASSERT_TRUE(registry_.Disconnected("a", &ch2_));
+  clock_.Advance(5.5);
+  auto fresh = registry_.Register(Reg("a"), &ch1_);
+  ASSERT_TRUE(fresh.ok()) << "after the hold a restarted worker takes its name back: " << fresh.status();
+  EXPECT_NE((*fresh)->session, session) << "with a new session";
+}
+
+TEST_F(WorkerRegistryTest, StepReportsAreLimitedPerSecond) {
+  ASSERT_TRUE(registry_.Register(Reg("a"), &ch1_).ok());
+  int allowed = 0;
+  for (int i = 0; i < 1000; ++i) allowed += registry_.AllowStepReport("a") ? 1 : 0;
+  EXPECT_EQ(allowed, WorkerRegistry::kMaxStepReportsPerSecond);
+  clock_.Advance(1);
+  EXPECT_TRUE(registry_.AllowStepReport("a")) << "a new second, a new allowance";
+  EXPECT_FALSE(registry_.AllowStepReport("nobody"));
+}
+
+TEST_F(WorkerRegistryTest, ARestoredNameIsHeldForTheGivenTime) {
+  moe::v1::Worker info;
+  info.set_name("a");
+  registry_.Restore(info, "s-1", 15);
+  EXPECT_EQ(StateOf("a"), moe::v1::LOST);
+  EXPECT_EQ(registry_.Register(Reg("a"), &ch1_).status().code(), StatusCode::kPermissionDenied);
+  auto own = Reg("a");
+  own.set_session("s-1");
+  EXPECT_TRUE(registry_.Register(own, &ch1_).ok());
+}
+
+TEST_F(WorkerRegistryTest, ClaimsOutsideTheGrammarAreRefusedNamingTheField) {
+  auto field_of = [&](moe::v1::Register r) {
+    const auto st = registry_.Register(r, &ch1_).status();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+    return st.message();
+  };
+  auto r = Reg("a");
+  r.set_name("evil\nname");
+  EXPECT_NE(field_of(r).find("register: name"), std::string::npos);
+  r = Reg("a\x1b[31m");
+  EXPECT_NE(field_of(r).find("register: name"), std::string::npos);
+  r = Reg("a");
+  r.set_rack("");
+  EXPECT_NE(field_of(r).find("register: rack"), std::string::npos);
+  r.set_rack(std::string(1 << 20, 'r'));
+  EXPECT_NE(field_of(r).find("register: rack"), std::string::npos);
+  for (const char* d : {"cuda:-1", "cuda:", "cuda:01", "cuda:99999", "gpu0", "cpu "}) {
+    EXPECT_NE(field_of(Reg("a", "n0", d)).find("register: device"), std::string::npos) << d;
+  }
+  EXPECT_NE(field_of(Reg("a", "n0", "cpu", -4)).find("cpu_cores"), std::string::npos);
+  r = Reg("a");
+  r.set_address("10.0.0.1; rm -rf /");
+  EXPECT_NE(field_of(r).find("register: address"), std::string::npos);
+  EXPECT_TRUE(registry_.Register(Reg("a", "n0", "cuda:7", 64), &ch1_).ok());
+  r = Reg("b", "n0");
+  r.set_rack("8a3f0c1e-1d2b-4c5d-9e8f-0a1b2c3d4e5f.3");
+  EXPECT_TRUE(registry_.Register(r, &ch2_).ok()) << "NVML's clusterUuid.cliqueId is a rack";
 }
 
 }  // namespace

@@ -14,6 +14,7 @@ ADMIN=admin-token-0123456789abcdef
 VIEWER=viewer-token-0123456789abcdef
 WORKER=worker-token-0123456789abcdef
 printf '%s admin ops\n%s viewer dashboards\n%s worker agents\n' $ADMIN $VIEWER $WORKER >"$WORK/tokens"
+chmod 600 "$WORK/tokens"
 start_controller --tokens "$WORK/tokens" --lease-seconds 3
 for n in 0 1 2; do start_worker w$n r0 n$n --token $WORKER; done
 export MOE_TOKEN=$ADMIN

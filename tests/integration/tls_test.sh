@@ -19,11 +19,23 @@ start_worker w0 r0 n0 "${TLS[@]}"
 for _ in $(seq 1 100); do "$BIN/moectl" "${TLS[@]}" get workers 2>/dev/null | grep -q IDLE && break; sleep 0.1; done
 "$BIN/moectl" "${TLS[@]}" get workers | grep -q IDLE || fail "mTLS client cannot list workers"
 set +e
-"$BIN/moectl" --tls-ca "$WORK/ca.pem" --timeout 3 get workers >/dev/null 2>&1; rc1=$?
-"$BIN/moectl" --timeout 3 get workers >/dev/null 2>&1; rc2=$?
+err1=$("$BIN/moectl" --tls-ca "$WORK/ca.pem" --timeout 3 get workers 2>&1 >/dev/null); rc1=$?
+err2=$("$BIN/moectl" --timeout 3 get workers 2>&1 >/dev/null); rc2=$?
 set -e
 [ $rc1 -eq 5 ] || fail "a client without a certificate got in (rc $rc1)"
 [ $rc2 -eq 5 ] || fail "a plaintext client got in (rc $rc2)"
+# The refusals say why, not "is the controller running?".
+grep -q "client certificate" <<<"$err1" || fail "the mTLS refusal does not mention the client certificate: $err1"
+grep -q "may require TLS" <<<"$err2" || fail "the plaintext refusal does not mention TLS: $err2"
+echo "refusals explained: ${err1#moectl: }"
+# A key that is not the certificate's is named as such, not as an address in use.
+set +e
+"$BIN/moe-controller" --listen 127.0.0.1:$(free_port) --metrics-listen 127.0.0.1:$(free_port) --state-dir "$WORK/s2" \
+  --tls-cert "$WORK/server.pem" --tls-key "$WORK/client.key" >"$WORK/mismatch.out" 2>&1; rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q "certificate and key" "$WORK/mismatch.out" ||
+  fail "a certificate/key mismatch: rc $rc, $(tail -1 "$WORK/mismatch.out")"
+echo "mismatch explained: $(tail -1 "$WORK/mismatch.out")"
 make_job "$WORK/job.yaml" tls 5 0 1 1
 id=$("$BIN/moectl" "${TLS[@]}" submit -f "$WORK/job.yaml")
 "$BIN/moectl" "${TLS[@]}" watch "$id" >/dev/null || fail "the job over mTLS did not succeed"

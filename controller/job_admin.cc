@@ -1,0 +1,104 @@
+// The Controller's job administration: paged listing with filters, deletion of finished jobs and
+// their retention, and the deadline by which an assigned rank must start.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/log.h"
+#include "controller/controller.h"
+
+namespace moe::controller {
+namespace {
+
+constexpr int kDefaultPageSize = 100;
+constexpr int kMaxPageSize = 1000;
+constexpr size_t kMaxPageBytes = 8 << 20;  // half the message limit: a page always fits
+
+// Page tokens are the position of the last job returned: "<created_at>/<id>".
+std::string PageToken(const moe::v1::Job& j) {
+  char t[64];
+  std::snprintf(t, sizeof(t), "%.17g", j.created_at());  // exact: the next page starts right after it
+  return std::string(t) + "/" + j.id();
+}
+
+StatusOr<std::pair<double, std::string>> ParsePageToken(const std::string& token) {
+  const auto slash = token.find('/');
+  char* end = nullptr;
+  const double t = slash == std::string::npos ? 0 : std::strtod(token.c_str(), &end);
+  if (slash == std::string::npos || end != token.c_str() + slash) {
+    return InvalidArgumentError("page_token: not a token from a previous page");
+  }
+  return std::make_pair(t, token.substr(slash + 1));
+}
+
+
+}  // namespace
+
+StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobsRequest& req) {
+  if (req.page_size() < 0 || req.page_size() > kMaxPageSize) {
+    return InvalidArgumentError("page_size: 0 (the default, " + std::to_string(kDefaultPageSize) + ") to " +
+                                std::to_string(kMaxPageSize));
+  }
+  std::pair<double, std::string> after{-1, ""};
+  if (!req.page_token().empty()) {
+    MOE_ASSIGN_OR_RETURN(after, ParsePageToken(req.page_token()));
+  }
+  std::vector<moe::v1::JobState> states;
+  for (int st : req.states()) states.push_back(static_cast<moe::v1::JobState>(st));
+  std::vector<moe::v1::Job> jobs = List(states);  // oldest first
+  const size_t limit = req.page_size() == 0 ? kDefaultPageSize : static_cast<size_t>(req.page_size());
+  moe::v1::ListJobsResponse out;
+  size_t bytes = 0;
+  for (const auto& j : jobs) {
+    if (std::make_pair(j.created_at(), j.id()) <= after) continue;
+    if (j.id().rfind(req.name_prefix(), 0) != 0) continue;
+    const size_t size = j.ByteSizeLong();
+    if (static_cast<size_t>(out.jobs_size()) >= limit || (out.jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
+      out.set_next_page_token(PageToken(out.jobs(out.jobs_size() - 1)));
+      break;
+    }
+    bytes += size;
+    *out.add_jobs() = j;
+  }
+  return out;
+}
+
+Status Controller::Delete(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return jobs_.Delete(id);
+}
+
+void Controller::ExpireFinishedJobs() {
+  if (config_.finished_job_retention_seconds <= 0) return;
+  const double cutoff = clock_.Now() - config_.finished_job_retention_seconds;
+  for (JobEntry* e : jobs_.All()) {
+    if (!IsTerminal(e->job.state()) || e->job.updated_at() > cutoff || e->attempt) continue;
+    const std::string id = e->job.id();
+    if (Status st = jobs_.Delete(id); !st.ok()) {
+      MOE_LOG(WARNING) << "job " << id << " is past its retention but not deleted: " << st;
+      return;  // the next tick tries again
+    }
+  }
+}
+
+void Controller::CheckRankStarts(JobEntry& e, double now) {
+  Attempt& a = *e.attempt;
+  if (a.ending || now < a.start_deadline) return;
+  a.start_deadline = 0;
+  std::string first;
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    if (a.ranks[r].started || a.ranks[r].finished) continue;
+    // Nothing to wait for: the rank never ran, so its end will not be reported.
+    a.ranks[r].finished = true;
+    if (const WorkerEntry* w = workers_.Find(a.slots[r].worker); w != nullptr && w->job_id == e.job.id()) {
+      workers_.Release(a.slots[r].worker);
+    }
+    if (first.empty()) first = "rank " + std::to_string(r) + " on worker " + a.slots[r].worker;
+  }
+  if (first.empty()) return;
+  schedule_needed_ = true;
+  FailAttempt(e, first + " did not start within " + std::to_string(static_cast<int>(config_.rank_start_seconds)) +
+                     " s of its assignment");
+}
+
+}  // namespace moe::controller

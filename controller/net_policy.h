@@ -1,0 +1,22 @@
+// Where the controller may be reached and who holds its state: loopback decided on the parsed
+// address (never by a prefix of the text), and the lock that keeps one controller per state
+// directory.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace moe::controller {
+
+// True when `listen` ("host:port", "[v6]:port" or "unix:path") names only this machine: an IPv4
+// address in 127.0.0.0/8, ::1, the name "localhost", or a Unix socket. Host names other than
+// "localhost" are not loopback (they resolve through DNS).
+bool IsLoopbackAddress(const std::string& listen);
+
+// Takes an exclusive lock (flock) on <dir>/controller.lock, creating the directory (mode 0700), and
+// writes this process's pid into it. The lock lives as long as the process (the returned descriptor
+// is never closed). FAILED_PRECONDITION naming the holder's pid when another process holds it.
+StatusOr<int> LockStateDir(const std::string& dir);
+
+}  // namespace moe::controller

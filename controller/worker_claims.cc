@@ -1,0 +1,109 @@
+#include "controller/worker_claims.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace moe::controller {
+namespace {
+
+Status Field(const std::string& field, const std::string& why) {
+  return InvalidArgumentError("register: " + field + ": " + why);
+}
+
+bool IsAddressChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' || c == '[' || c == ']' ||
+         c == '_';
+}
+
+Status CheckDevice(const std::string& d) {
+  if (d == "cpu") return OkStatus();
+  if (d.rfind("cuda:", 0) != 0 || d.size() < 6 || d.size() > 9) {
+    return Field("device", "expected cpu or cuda:N (N in 0.." + std::to_string(kMaxCudaDevice) + ")");
+  }
+  for (size_t i = 5; i < d.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(d[i]))) return Field("device", "cuda:N needs a number N");
+  }
+  if (std::stoi(d.substr(5)) > kMaxCudaDevice || (d.size() > 6 && d[5] == '0')) {
+    return Field("device", "cuda:N with N in 0.." + std::to_string(kMaxCudaDevice) + ", no leading zeros");
+  }
+  return OkStatus();
+}
+
+bool Printable(const std::string& s) {
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool IsSimpleName(const std::string& s, size_t max) {
+  if (s.empty() || s.size() > max || !std::isalnum(static_cast<unsigned char>(s[0]))) return false;
+  for (unsigned char c : s) {
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+Status ValidateRegistration(const moe::v1::Register& reg) {
+  const std::string grammar = "[A-Za-z0-9][A-Za-z0-9._-]*, at most ";
+  if (!IsSimpleName(reg.name(), kMaxWorkerNameBytes)) {
+    return Field("name", grammar + std::to_string(kMaxWorkerNameBytes) + " bytes");
+  }
+  if (!IsSimpleName(reg.rack(), kMaxRackBytes)) return Field("rack", grammar + std::to_string(kMaxRackBytes) + " bytes");
+  if (!IsSimpleName(reg.node(), kMaxWorkerNameBytes)) {
+    return Field("node", grammar + std::to_string(kMaxWorkerNameBytes) + " bytes");
+  }
+  MOE_RETURN_IF_ERROR(CheckDevice(reg.device()));
+  if (reg.address().size() > kMaxAddressBytes ||
+      !std::all_of(reg.address().begin(), reg.address().end(), IsAddressChar)) {
+    return Field("address", "a host name or IP address, at most " + std::to_string(kMaxAddressBytes) + " bytes");
+  }
+  if (reg.cpu_cores() < 0 || reg.cpu_cores() > kMaxCpuCores) {
+    return Field("cpu_cores", "must be in 0.." + std::to_string(kMaxCpuCores));
+  }
+  if (reg.host_id().size() > 512 || !Printable(reg.host_id())) return Field("host_id", "at most 512 printable bytes");
+  if (reg.version().size() > 64 || !Printable(reg.version())) return Field("version", "at most 64 printable bytes");
+  if (reg.session().size() > 128) return Field("session", "at most 128 bytes");
+  if (reg.running_size() > kMaxRunningClaims) return Field("running", "at most " + std::to_string(kMaxRunningClaims));
+  if (reg.finished_size() > kMaxFinishedClaims) {
+    return Field("finished", "at most " + std::to_string(kMaxFinishedClaims));
+  }
+  for (const auto& f : reg.finished()) {
+    if (f.message().size() > kMaxMessageBytes) return Field("finished.message", "at most 4096 bytes");
+  }
+  return OkStatus();
+}
+
+Status ValidateStepReport(const moe::v1::StepReport& s, int layers, int world) {
+  const moe::v1::StepMetrics& m = s.metrics();
+  auto bad = [](const std::string& f, const std::string& why) {
+    return InvalidArgumentError("step report: metrics." + f + ": " + why);
+  };
+  if (m.step() < 0 || m.total_steps() < 0 || m.tokens() < 0) return bad("step", "steps and tokens are not negative");
+  if (m.expert_load_imbalance_per_layer_size() > layers) {
+    return bad("expert_load_imbalance_per_layer", "more entries than the model's " + std::to_string(layers) + " layers");
+  }
+  if (m.rank_step_seconds_size() > world || m.rank_compute_seconds_size() > world || m.rank_racks_size() > world ||
+      m.stragglers_size() > world) {
+    return bad("rank_*", "more entries than the job's " + std::to_string(world) + " ranks");
+  }
+  if (m.mfu_peak_source().size() > 256) return bad("mfu_peak_source", "at most 256 bytes");
+  for (const auto& rack : m.rank_racks()) {
+    if (rack.size() > kMaxRackBytes) return bad("rank_racks", "at most 128 bytes each");
+  }
+  return OkStatus();
+}
+
+bool StepFiguresPlausible(const moe::v1::StepMetrics& m) {
+  // The loss and gradient norm may be non-finite: a diverging run reports what it sees.
+  for (double v : {m.step_seconds(), m.tokens_per_second(), m.tflops_per_device(), m.mfu(), m.alltoall_seconds(),
+                   m.compute_seconds(), m.grad_sync_seconds(), m.eta_seconds()}) {
+    if (!std::isfinite(v) || v < 0) return false;
+  }
+  return m.mfu() <= 1.5;  // above the peak by half: a wrong peak or a wrong report, not a measurement
+}
+
+}  // namespace moe::controller
