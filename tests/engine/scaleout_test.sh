@@ -13,6 +13,10 @@
 set -euo pipefail
 bin=${MOE_BIN:?}/moe-train
 source tests/engine/lib.sh scaleout
+# The whole corpus, no evaluation: the layouts agree to 1e-6 or better on it. (Routing is chaotic under
+# float reordering: on the demo's 95 % train split a near-tie in some token's expert scores flips at a
+# different step at W = 8 and the loss drifts to ~1e-5 by step 20: the same sums, added in another order.)
+whole() { job "$1" "$2" "s/, split: \"95,5,0\"//; s/, eval_interval: 50, eval_batches: 4//; ${3:-}"; }
 run() {  # run <name> <nproc> [flags...]: trains $work/<name>.yaml into $work/<name>.jsonl
   local name=$1 n=$2
   shift 2
@@ -37,12 +41,12 @@ PY
 }
 
 # 1. Equivalence (tiny: 4 layers, the first dense, MTP depth 1).
-job "$work/w1.yaml" "world_size: 1, expert_parallel: 1"
-job "$work/w1g32.yaml" "world_size: 1, expert_parallel: 1" "s/global_batch_size: 16/global_batch_size: 32/"
-job "$work/pp2.yaml" "world_size: 2, expert_parallel: 1, pipeline_parallel: 2"
-job "$work/pp2ep2.yaml" "world_size: 4, expert_parallel: 2, pipeline_parallel: 2"
-job "$work/vpp.yaml" "world_size: 2, expert_parallel: 1, pipeline_parallel: 2, virtual_pipeline: 2"
-job "$work/zero8.yaml" "world_size: 8, expert_parallel: 2, pipeline_parallel: 2" \
+whole "$work/w1.yaml" "world_size: 1, expert_parallel: 1"
+whole "$work/w1g32.yaml" "world_size: 1, expert_parallel: 1" "s/global_batch_size: 16/global_batch_size: 32/"
+whole "$work/pp2.yaml" "world_size: 2, expert_parallel: 1, pipeline_parallel: 2"
+whole "$work/pp2ep2.yaml" "world_size: 4, expert_parallel: 2, pipeline_parallel: 2"
+whole "$work/vpp.yaml" "world_size: 2, expert_parallel: 1, pipeline_parallel: 2, virtual_pipeline: 2"
+whole "$work/zero8.yaml" "world_size: 8, expert_parallel: 2, pipeline_parallel: 2" \
   "s/global_batch_size: 16/global_batch_size: 32/; s/grad_clip: 1.0}/grad_clip: 1.0, distributed: true}/"
 run w1 1 --steps 20
 run w1g32 1 --steps 20
@@ -75,14 +79,14 @@ PY
 grep -Eq '"pipeline_parallel": *"?2"?' "$work/ck/step_00000006/MANIFEST.json" || fail "the manifest does not record PP"
 for target in "w1r|world_size: 1, expert_parallel: 1|1" "dp2ep2|world_size: 4, expert_parallel: 2|4"; do
   IFS="|" read -r name fields n <<<"$target"
-  job "$work/$name.yaml" "$fields"
+  whole "$work/$name.yaml" "$fields"
   mkdir -p "$work/ck-$name" && cp -r "$work/ck/step_00000006" "$work/ck-$name/"
   run "$name" "$n" --steps 12 --checkpoint-dir "$work/ck-$name" --resume
   compare pp2ep2 "$name" 1e-5 "the PP2 x EP2 checkpoint of step 6 resumed at $fields"
 done
 
 # 2b. ZeRO with bf16 compute copies: only shards of the fp32 master exist.
-job "$work/zb.yaml" "world_size: 2, expert_parallel: 1" "s/grad_clip: 1.0}/grad_clip: 1.0, distributed: true}/"
+whole "$work/zb.yaml" "world_size: 2, expert_parallel: 1" "s/grad_clip: 1.0}/grad_clip: 1.0, distributed: true}/"
 run zb 2 --steps 12 --precision bf16 --checkpoint-dir "$work/zb-s" --checkpoint-interval 6
 grep -q "fp32 master sharded" "$work/zb.log" || { grep optimizer "$work/zb.log"; fail "the bf16 master is not sharded"; }
 mv "$work/zb.jsonl" "$work/zb-straight.jsonl"
@@ -98,7 +102,7 @@ bad = [s for s in resumed if a[s] != resumed[s]]
 assert not bad, f"ZeRO bf16 resumed differs at steps {bad}"
 print("ZeRO with a sharded bf16-training master: resumed from step 6 equals the straight run, bitwise")
 PY
-job "$work/zb1.yaml" "world_size: 1, expert_parallel: 1"
+whole "$work/zb1.yaml" "world_size: 1, expert_parallel: 1"
 mkdir -p "$work/zb-1" && cp -r "$work/zb-s/step_00000006" "$work/zb-1/"
 run zb1 1 --steps 12 --precision bf16 --checkpoint-dir "$work/zb-1" --resume
 compare zb-straight zb1 2e-3 "the ZeRO DP2 bf16 checkpoint resumed at W=1 (bf16 noise)"

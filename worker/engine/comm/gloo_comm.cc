@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "worker/engine/comm/collective_args.h"
 #include "worker/engine/comm/process_group.h"
@@ -58,11 +59,14 @@ class GlooStore final : public ::gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+// One TCP device (one listener) per thread that makes communicators: a process runs one rank from one
+// thread, except tests that run several ranks as threads, where ranks sharing a listener made Gloo's
+// full-mesh connect fail now and then ("connection closed by peer" at rendezvous).
 std::shared_ptr<::gloo::transport::Device> SharedDevice(const std::string& hostname) {
   static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<::gloo::transport::Device>> devices;
+  static std::map<std::pair<std::string, std::thread::id>, std::shared_ptr<::gloo::transport::Device>> devices;
   std::lock_guard<std::mutex> lock(mu);
-  auto& d = devices[hostname];
+  auto& d = devices[{hostname, std::this_thread::get_id()}];
   if (!d) {
     ::gloo::transport::tcp::attr attr;
     attr.hostname = hostname;
