@@ -11,11 +11,12 @@
 set -euo pipefail
 bin=${MOE_BIN:?}
 source tests/engine/lib.sh eval
+JOB_TEMPLATE=examples/fortunes-eval.yaml
 every10="s/eval_interval: 50, eval_batches: 4/eval_interval: 10, eval_batches: 2/"
 job "$work/w1.yaml" "world_size: 1, expert_parallel: 1" "$every10"
 job "$work/w2.yaml" "world_size: 2, expert_parallel: 2" "$every10"
 job "$work/pp.yaml" "world_size: 4, expert_parallel: 2, pipeline_parallel: 2" "$every10"
-grep -q 'split: "95,5,0"' "$work/w1.yaml" || fail "examples/tiny.yaml has no validation split"
+grep -q 'split: "95,5,0"' "$work/w1.yaml" || fail "examples/fortunes-eval.yaml has no validation split"
 
 # 1. The same evaluation at three layouts.
 "$bin/moe-train" --config "$work/w1.yaml" --steps 20 --checkpoint-dir "$work/ck" --metrics-out "$work/w1.jsonl" 2>"$work/w1.log" ||

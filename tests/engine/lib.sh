@@ -6,9 +6,10 @@ cleanup() { pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# job <file> <parallelism fields> [extra sed]: tiny at seq 64, micro batch 4, the given layout.
+# job <file> <parallelism fields> [extra sed]: tiny at seq 64, micro batch 4, the given layout
+# (from $JOB_TEMPLATE, examples/tiny.yaml by default).
 job() {
   sed "s/seq_length: 256, micro_batch_size: 8/seq_length: 64, micro_batch_size: 4/;
        s/world_size: 2, expert_parallel: 2/$2, timeout_seconds: 30/;
-       ${3:-}" examples/tiny.yaml >"$1"
+       ${3:-}" "${JOB_TEMPLATE:-examples/tiny.yaml}" >"$1"
 }
