@@ -22,6 +22,9 @@ start_controller
 for n in 0 1; do start_worker w$n rack-a n$n; done
 wait_workers 2
 make_job "$WORK/job.yaml" prom 100000 0
+# With a validation split and frequent evaluation, so the dashboard's validation panel has data too.
+sed -i 's/global_batch_size: 16}/global_batch_size: 16, split: "95,5,0"}/; s/log_interval: 10}/log_interval: 10, eval_interval: 20, eval_batches: 1}/' "$WORK/job.yaml"
+grep -q "eval_interval: 20" "$WORK/job.yaml" || fail "the job file did not take the evaluation settings"
 id=$("$BIN/moectl" submit -f "$WORK/job.yaml")
 wait_state "$id" RUNNING 60
 
