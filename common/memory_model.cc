@@ -35,7 +35,7 @@ double Norm(const ActShape& s, double width) { return s.tokens * width * s.a + s
 double Attention(const ActShape& s, double* largest) {
   const ModelConfig& m = *s.m;
   const double t = s.tokens, h = D(m.hidden_size), heads = D(m.num_heads), a = s.a;
-  const double lse = s.sequences * heads * (t / std::max(s.sequences, 1.0)) * 4;
+  const double lse = t * heads * 4;  // one fp32 log-sum-exp per (token, head)
   if (!m.is_mla()) {
     const double hd = heads * D(m.head_dim());
     *largest = std::max(*largest, 3 * t * hd * a);  // dqkv

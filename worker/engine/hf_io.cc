@@ -150,7 +150,7 @@ struct LocalRange {
 std::map<std::string, LocalRange> LocalTensors(Model& model) {
   std::map<std::string, LocalRange> out;
   for (const auto& p : model.params().all()) {
-    const int64_t begin = p->expert ? p->expert_begin * (p->value.numel() / p->value.dim(0)) : 0;
+    const int64_t begin = p->global_begin();
     out["param/" + p->name + "/value"] = {p->value.Reshape({p->value.numel()}), begin};
   }
   for (MoeLayer* l : model.moe_layers()) out["bias/" + l->name()] = {l->bias(), 0};

@@ -44,12 +44,7 @@ namespace {
 
 Tensor Flat(const Tensor& buffer, int64_t begin, int64_t end) { return buffer.Rows(begin, end); }
 
-// A parameter's place in its global tensor: its first element (an expert tensor's share) and the
-// global shape.
-int64_t GlobalBegin(const Param& p) {
-  return p.expert ? p.expert_begin * (p.grad.numel() / p.grad.dim(0)) : 0;
-}
-
+// A parameter's global shape (an expert tensor's first dimension counts every expert).
 std::vector<int64_t> GlobalShape(const Param& p, int64_t num_experts_total) {
   std::vector<int64_t> shape = p.grad.shape();
   if (p.expert) shape[0] = num_experts_total;
@@ -213,7 +208,7 @@ void Optimizer::Pieces(bool writer, std::vector<TensorPiece>* out) const {
       Param* p = b->params[i];
       if (writer && p->tied_copy) continue;  // the first stage writes the embedding
       const std::vector<int64_t> global = GlobalShape(*p, num_experts_);
-      const int64_t g0 = GlobalBegin(*p), off = b->offsets[i], len = p->grad.numel();
+      const int64_t g0 = p->global_begin(), off = b->offsets[i], len = p->grad.numel();
       const std::string prefix = "param/" + p->name + "/";
       if (!distributed_) {
         out->push_back({prefix + "value", global, g0, p->value.Reshape({len})});

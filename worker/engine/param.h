@@ -24,6 +24,8 @@ struct Param {
   // Their gradients are averaged over the ranks that hold the same experts, not over all ranks.
   bool expert = false;
   int64_t expert_begin = 0;
+  // The first element of the global tensor that this rank's tensor holds (0 unless an expert share).
+  int64_t global_begin() const { return expert ? expert_begin * (grad.numel() / grad.dim(0)) : 0; }
   // A copy of a parameter that another pipeline stage owns (the embedding MTP reads on the last stage):
   // its gradient is summed with the owner's over the embedding group; checkpoints and the gradient norm
   // count the owner's only.
