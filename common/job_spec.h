@@ -205,6 +205,11 @@ struct TrainingConfig {
   // eval_batches global batches of it, the same ones each time.
   int64_t eval_interval = 0;
   int64_t eval_batches = 1;
+  // Gradients summed in f64, one contribution per micro-batch (per source rank for experts), reduced in
+  // f64 and rounded once: every layout with the same micro batch size trains bitwise like W = 1, at
+  // 8 more bytes per parameter and a pass over each contribution. Absent: on for cpu, off for cuda.
+  std::optional<bool> deterministic;
+  bool Deterministic(bool on_cpu) const { return deterministic.value_or(on_cpu); }
 
   bool operator==(const TrainingConfig&) const = default;
 };

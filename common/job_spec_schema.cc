@@ -206,6 +206,7 @@ const Schema<TrainingConfig>& SchemaOf<TrainingConfig>() {
       Field("attention", &T::attention, OneOf({"flash", "materialized"})),
       Field("eval_interval", &T::eval_interval, NonNegative()),
       Field("eval_batches", &T::eval_batches, Positive()),
+      Field("deterministic", &T::deterministic),
   });
   return *schema;
 }

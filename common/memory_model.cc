@@ -131,6 +131,21 @@ Act StageActivations(const JobSpec& spec, const StageLayout& st, ActShape s) {
   return out;
 }
 
+// Deterministic training's gradient staging at the backward's start (GradSink): an fp32 scratch of the
+// largest dense tensor the stage holds (the head or the embedding, else a block's widest weight) and
+// the f64 chunk its conversion goes through (at most 2^20 values).
+double GradStaging(const JobSpec& spec, const std::vector<StageLayout>& layout, int64_t r) {
+  const ModelConfig& m = spec.model;
+  if (!spec.training.Deterministic(spec.resources.device != "cuda")) return 0;
+  const int64_t pp = spec.parallelism.pipeline_parallel;
+  double largest = D(m.hidden_size) * D(std::max(m.dense_ffn_hidden, m.hidden_size)) * 2;
+  for (int64_t v = r; v < static_cast<int64_t>(layout.size()); v += pp) {
+    const StageLayout& st = layout[static_cast<size_t>(v)];
+    if (st.embedding || st.loss || st.mtp > 0) largest = std::max(largest, D(m.vocab_size) * D(m.hidden_size));
+  }
+  return 4 * largest + 8 * std::min(largest, D(int64_t{1} << 20));
+}
+
 struct Params {
   double dense = 0, experts = 0;
 };
@@ -184,10 +199,11 @@ void StateBytes(const JobSpec& spec, const Params& p, double a, StageMemory* out
   const ParallelismConfig& par = spec.parallelism;
   const bool zero = spec.optimizer.Distributed(par.data_parallel());
   const double moments = spec.optimizer.moments_dtype == "bf16" ? 2 : 4;
+  const bool deterministic = spec.training.Deterministic(spec.resources.device != "cuda");
   auto add = [&](double n, double group) {
     const double shard = zero ? n / group : n;
     out->bytes[0] += a == 4 ? 4 * n : a * n + 4 * (zero ? shard : n);
-    out->bytes[1] += 4 * n;
+    out->bytes[1] += (deterministic ? 12 : 4) * n;  // + the f64 accumulator
     out->bytes[2] += 2 * moments * shard;
   };
   add(p.dense, D(par.data_parallel()));
@@ -244,7 +260,7 @@ StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_b
       staging = std::max(staging, a.staging);
     }
     st.in_flight = static_cast<int64_t>(flight.size());
-    st.bytes[3] = kept + transient;
+    st.bytes[3] = kept + transient + GradStaging(spec, layout, r);
     st.bytes[4] = staging;
     plan.stages.push_back(st);
   }

@@ -3,12 +3,14 @@
 //
 //   weights        the compute copies (bf16 on GPUs) and the fp32 master weights; under the
 //                  distributed optimizer with bf16 compute copies only this rank's shard of the master
-//   gradients      fp32 gradient buffers of every parameter the rank holds (ZeRO-1 keeps them whole)
+//   gradients      fp32 gradient buffers of every parameter the rank holds (ZeRO-1 keeps them whole),
+//                  and their f64 accumulators under training.deterministic (the default on CPU)
 //   optimizer      both AdamW moments (fp32 or bf16), sharded over the data-parallel group under ZeRO
 //   activations    what the forward keeps for the backward, per micro-batch in flight: the schedule's
 //                  warm-up forwards plus one (1F1B: PP - r on pipeline rank r; interleaved:
 //                  (PP - r - 1) x 2 + (V - 1) x PP + 1 chunk-micro-batches), with selective recompute
-//                  dropping what it recomputes; plus the backward's working set of one layer
+//                  dropping what it recomputes; plus the backward's working set of one layer (and,
+//                  deterministic, the staging of the largest dense gradient)
 //   communication  the all-to-all staging of one MoE layer's tokens (EP > 1)
 //
 // The figures follow the layers' saved tensors (worker/engine/*: Saved structs) at the expected token

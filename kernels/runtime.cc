@@ -8,7 +8,9 @@ namespace moe::kernels {
 
 void SetNumThreads(int threads) { cpu::SetNumThreads(threads); }
 int NumThreads() { return cpu::NumThreads(); }
-std::string CpuGemmBackendName() { return cpu::GemmBackendName(); }
+std::string CpuGemmBackendName(bool fastest) { return cpu::GemmBackendName(fastest); }
+void SetReproducibleCpuGemm(bool on) { cpu::SetReproducibleGemm(on); }
+bool ReproducibleCpuGemm() { return cpu::ReproducibleGemm(); }
 
 #ifdef MOE_WITH_CUDA
 

@@ -14,7 +14,14 @@ namespace moe::kernels {
 void SetNumThreads(int threads);
 int NumThreads();
 // "openblas 0.3.21 (Haswell, openmp)" or "built-in blocked GEMM".
-std::string CpuGemmBackendName();
+// fastest: the one FastestGemm uses (the MFU probe's), whatever SetReproducibleCpuGemm says.
+std::string CpuGemmBackendName(bool fastest = false);
+// Reproducible CPU GEMMs: every element of C is the same sum in the same order whatever the matrix's
+// size, the element's position in it and the thread count (the built-in blocked GEMM; OpenBLAS picks
+// kernels and splits by all three, so a token's expert output would depend on how many other tokens
+// share its expert's GEMM). Deterministic training turns it on. Off by default.
+void SetReproducibleCpuGemm(bool on);
+bool ReproducibleCpuGemm();
 bool HaveCuda();  // CUDA kernels compiled in
 
 // CUDA devices. In a build without CUDA kernels there are none: the count is 0 (with no problem),

@@ -95,6 +95,8 @@ void Convert(const Tensor& src, const Tensor& dst);
 // runtime.cc: the thread count OpenMP and OpenBLAS share, and which GEMM runs.
 void SetNumThreads(int threads);
 int NumThreads();
-std::string GemmBackendName();
+std::string GemmBackendName(bool fastest = false);
+void SetReproducibleGemm(bool on);
+bool ReproducibleGemm();
 
 }  // namespace moe::kernels::cpu

@@ -1,5 +1,6 @@
 // The CPU kernels' runtime: the thread count OpenMP and OpenBLAS share, and which GEMM runs.
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -15,6 +16,7 @@ namespace moe::kernels::cpu {
 
 namespace {
 int g_threads = 0;
+std::atomic<bool> g_reproducible{false};
 }
 
 void SetNumThreads(int threads) {
@@ -34,7 +36,11 @@ int NumThreads() {
   return g_threads;
 }
 
-std::string GemmBackendName() {
+void SetReproducibleGemm(bool on) { g_reproducible.store(on); }
+bool ReproducibleGemm() { return g_reproducible.load(); }
+
+std::string GemmBackendName(bool fastest) {
+  if (ReproducibleGemm() && !fastest) return "built-in blocked GEMM (reproducible: training.deterministic)";
 #ifdef MOE_HAVE_CBLAS
   std::string config = openblas_get_config();
   return "OpenBLAS (" + config + ", kernel " + openblas_get_corename() + ")";

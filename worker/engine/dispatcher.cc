@@ -33,6 +33,7 @@ StatusOr<Tensor> TokenDispatcher::Dispatch(const Tensor& xp, const std::vector<i
     route->send_rows = route->recv_rows = {xp.dim(0)};
     route->local_offsets.assign(static_cast<size_t>(el) + 1, 0);
     for (int64_t e = 0; e < el; ++e) route->local_offsets[static_cast<size_t>(e) + 1] = route->local_offsets[static_cast<size_t>(e)] + counts[static_cast<size_t>(e)];
+    route->segments = route->local_offsets;
     route->local_rows = xp.dim(0);
     return xp;
   }
@@ -58,6 +59,7 @@ StatusOr<Tensor> TokenDispatcher::Dispatch(const Tensor& xp, const std::vector<i
   // 2. Regrouping: received rows are [source rank][local expert]; experts want [local expert][source].
   std::vector<int32_t> regroup(static_cast<size_t>(total)), ungroup(static_cast<size_t>(total));
   route->local_offsets.assign(static_cast<size_t>(el) + 1, 0);
+  route->segments.assign(1, 0);
   int64_t out = 0;
   for (int64_t e = 0; e < el; ++e) {
     for (int64_t r = 0; r < p; ++r) {
@@ -69,6 +71,7 @@ StatusOr<Tensor> TokenDispatcher::Dispatch(const Tensor& xp, const std::vector<i
         ungroup[static_cast<size_t>(start + i)] = static_cast<int32_t>(out);
         ++out;
       }
+      route->segments.push_back(out);
     }
     route->local_offsets[static_cast<size_t>(e) + 1] = out;
   }

@@ -23,6 +23,9 @@ class TokenDispatcher {
     std::vector<int64_t> send_rows;      // [P] rows this rank sends to each rank of the EP group
     std::vector<int64_t> recv_rows;      // [P] rows it receives from each
     std::vector<int64_t> local_offsets;  // [E/P + 1] rows per local expert, after regrouping
+    // [E/P x P + 1] the same rows by (local expert, source rank): the bounds of what one rank's
+    // micro-batch sent one expert (deterministic training sums expert gradients by these segments).
+    std::vector<int64_t> segments;
     Tensor regroup;                      // i32 [R_local]: received row for each regrouped row
     Tensor ungroup;                      // i32 [R_local]: the inverse permutation
     int64_t local_rows = 0;

@@ -213,6 +213,8 @@ moe::Status Run(const Flags& f) {
   MOE_ASSIGN_OR_RETURN(const moe::DevicePlacement place, moe::PlaceRank(f.device, f.precision, 0));
   MOE_RETURN_IF_ERROR(CheckFits(spec, place));
   moe::kernels::SetNumThreads(static_cast<int>(f.threads > 0 ? f.threads : ::sysconf(_SC_NPROCESSORS_ONLN)));
+  // The GEMMs the run trained with (training.deterministic: the same sums whatever the thread count).
+  moe::kernels::SetReproducibleCpuGemm(place.device.is_cpu() && spec.training.Deterministic(true));
   moe::LocalParallel local;
   moe::ModelOptions mo;
   mo.device = place.device;

@@ -17,7 +17,9 @@ Tensor Linear(const Tensor& x, const Tensor& w, std::optional<DType> out_dtype) 
 }
 
 Tensor LinearBackward(const Tensor& dy, const Tensor& x, const Param& w) {
-  kernels::Gemm(dy, true, x, false, w.grad, 1.0, 1.0);
+  GradSink dw(w);
+  kernels::Gemm(dy, true, x, false, dw.tensor(), 1.0, 1.0);
+  dw.Commit();
   Tensor dx = Tensor::Empty({dy.dim(0), w.compute.dim(1)}, dy.dtype(), dy.device());
   kernels::Gemm(dy, false, w.compute, false, dx);
   return dx;
@@ -60,7 +62,9 @@ Tensor RmsNorm::Forward(const Tensor& x) {
 Tensor RmsNorm::Backward(const Tensor& dy) {
   const Saved s = saved_.Pop();
   Tensor dx = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
-  kernels::RmsNormBackward(dy, s.x, w_->compute, s.rstd, dx, w_->grad);
+  GradSink dw(*w_);
+  kernels::RmsNormBackward(dy, s.x, w_->compute, s.rstd, dx, dw.tensor());
+  dw.Commit();
   return dx;
 }
 

@@ -177,7 +177,9 @@ StatusOr<Tensor> Model::BackwardChunk(int ci, const Tensor& output_grad) {
     MOE_ASSIGN_OR_RETURN(dx, (*it)->Backward(dx));
   }
   if (!c.layout.embedding) return dx;
-  kernels::EmbeddingBackward(dx, s.ids, c.embedding->grad);
+  GradSink de(*c.embedding);
+  kernels::EmbeddingBackward(dx, s.ids, de.tensor());
+  de.Commit();
   return Tensor();
 }
 

@@ -95,6 +95,28 @@ StatusOr<Tensor> MoeLayer::Backward(const Tensor& dy) {
   return dx;
 }
 
+namespace {
+
+// dw[e] += dy[rows of e]^T x[rows of e] for each local expert e. Deterministic training adds one
+// contribution per (expert, source rank) segment, the rows one rank's micro-batch sent: the same GEMM
+// over the same rows as at any other layout, so the accumulated sum is the same too.
+void ExpertWeightGrad(const Tensor& dy, const Tensor& x, const TokenDispatcher::Route& route, const Param& w) {
+  if (!w.accum.defined()) return kernels::GroupedGemmBackwardWeight(dy, x, route.local_offsets, w.grad);
+  const int64_t experts = static_cast<int64_t>(route.local_offsets.size()) - 1;
+  const int64_t sources = (static_cast<int64_t>(route.segments.size()) - 1) / std::max<int64_t>(experts, 1);
+  for (int64_t e = 0; e < experts; ++e) {
+    for (int64_t r = 0; r < sources; ++r) {
+      const int64_t a = route.segments[static_cast<size_t>(e * sources + r)], b = route.segments[static_cast<size_t>(e * sources + r + 1)];
+      if (a == b) continue;
+      GradSink dw(w, e, 1);
+      kernels::Gemm(dy.Rows(a, b), true, x.Rows(a, b), false, dw.tensor().Reshape({w.grad.dim(1), w.grad.dim(2)}), 1.0, 1.0);
+      dw.Commit();
+    }
+  }
+}
+
+}  // namespace
+
 // The grouped SwiGLU experts' backward on this rank's rows: their weight gradients, the rows' gradient.
 StatusOr<Tensor> MoeLayer::ExpertsBackward(Saved& s, const Tensor& dy_local) {
   const int64_t rows = dy_local.dim(0);
@@ -105,10 +127,10 @@ StatusOr<Tensor> MoeLayer::ExpertsBackward(Saved& s, const Tensor& dy_local) {
   }
   Tensor dact = Tensor::Empty(s.act.shape(), dy_local.dtype(), dev);
   kernels::GroupedGemmBackwardData(dy_local, w2_->compute, s.route.local_offsets, dact);
-  kernels::GroupedGemmBackwardWeight(dy_local, s.act, s.route.local_offsets, w2_->grad);
+  ExpertWeightGrad(dy_local, s.act, s.route, *w2_);
   Tensor dgu = Tensor::Empty(s.gate_up.shape(), dy_local.dtype(), dev);
   kernels::SwigluBackward(s.gate_up, dact, dgu);
-  kernels::GroupedGemmBackwardWeight(dgu, s.x_local, s.route.local_offsets, w13_->grad);
+  ExpertWeightGrad(dgu, s.x_local, s.route, *w13_);
   Tensor dx_local = Tensor::Empty({rows, hidden_}, dy_local.dtype(), dev);
   kernels::GroupedGemmBackwardData(dgu, w13_->compute, s.route.local_offsets, dx_local);
   return dx_local;

@@ -79,7 +79,9 @@ StatusOr<Tensor> MtpDepth::Backward(const Tensor& dh_next, const Param& embeddin
   Tensor de = Tensor::Empty({rows, h}, dt, dcat.device()), dg = Tensor::Empty({rows, h}, dt, dcat.device());
   kernels::CopyColumns(dcat, 0, de, 0, h);
   kernels::CopyColumns(dcat, h, dg, 0, h);
-  kernels::EmbeddingBackward(enorm_->Backward(de), s.ids_k, embedding.grad);
+  GradSink dtable(embedding);
+  kernels::EmbeddingBackward(enorm_->Backward(de), s.ids_k, dtable.tensor());
+  dtable.Commit();
   Tensor dh_prev = Tensor::Zeros({s.prev_rows, h}, dt, dcat.device());
   kernels::ScatterAddRows(hnorm_->Backward(dg), s.rows_prev, dh_prev);
   return dh_prev;

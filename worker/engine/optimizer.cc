@@ -31,6 +31,7 @@ struct Optimizer::Bucket {
   Tensor master;                  // [numel] (== compute when the dtypes agree) or [shard] (sharded master)
   int64_t master_offset = 0;      // the flat index of master's first element
   Tensor grad;                    // [numel]
+  Tensor accum;                   // [numel] f64 (deterministic training), or undefined
   Tensor m, v;                    // [shard]
 
   // Element range [a, e) of parameter i inside this rank's shard (a == e: none).
@@ -54,8 +55,8 @@ std::vector<int64_t> GlobalShape(const Param& p, int64_t num_experts_total) {
 }  // namespace
 
 Optimizer::Optimizer(const OptimizerConfig& cfg, ParamSet& params, const ParallelContext& par, bool distributed,
-                     int64_t num_experts)
-    : cfg_(cfg), params_(params), distributed_(distributed), num_experts_(num_experts) {
+                     int64_t num_experts, bool deterministic)
+    : cfg_(cfg), params_(params), distributed_(distributed), num_experts_(num_experts), deterministic_(deterministic) {
   for (bool experts : {false, true}) {
     auto b = std::make_unique<Bucket>();
     b->experts = experts;
@@ -94,6 +95,7 @@ void Optimizer::Build(Bucket& b) {
   {
     MemoryScope gradients(MemoryCategory::kGradients);
     b.grad = Tensor::Zeros({b.numel}, dt, dev);
+    if (deterministic_) b.accum = Tensor::Zeros({b.numel}, DType::kF64, dev);
   }
   {
     MemoryScope weights(MemoryCategory::kWeights);
@@ -126,6 +128,7 @@ void Optimizer::Build(Bucket& b) {
     }
     p->compute = Flat(b.compute, off, off + len).Reshape(shape);
     p->grad = Flat(b.grad, off, off + len).Reshape(shape);
+    if (b.accum.defined()) p->accum = Flat(b.accum, off, off + len).Reshape(shape);
     if (!distributed_) {
       p->m = Flat(b.m, off, off + len).Reshape(shape);
       p->v = Flat(b.v, off, off + len).Reshape(shape);
@@ -136,17 +139,21 @@ void Optimizer::Build(Bucket& b) {
 }
 
 void Optimizer::ZeroGrads() {
-  for (auto& b : buckets_) b->grad.SetZero();
+  for (auto& b : buckets_) {
+    b->grad.SetZero();
+    if (b->accum.defined()) b->accum.SetZero();
+  }
 }
 
 Status Optimizer::ReduceGradients() {
   for (auto& b : buckets_) {
-    if (b->size <= 1) continue;
-    if (distributed_) {
-      MOE_RETURN_IF_ERROR(b->group->ReduceScatterSum(b->grad, b->counts));
-    } else {
-      MOE_RETURN_IF_ERROR(b->group->AllReduceSum(b->grad));
+    const Tensor& sums = b->accum.defined() ? b->accum : b->grad;
+    if (b->size > 1 && distributed_) {
+      MOE_RETURN_IF_ERROR(b->group->ReduceScatterSum(sums, b->counts));
+    } else if (b->size > 1) {
+      MOE_RETURN_IF_ERROR(b->group->AllReduceSum(sums));
     }
+    if (b->accum.defined()) kernels::Convert(Flat(b->accum, b->shard_begin, b->shard_end), Flat(b->grad, b->shard_begin, b->shard_end));
   }
   return OkStatus();
 }
@@ -236,7 +243,7 @@ OptimizerBytes Optimizer::Bytes() const {
   for (const auto& b : buckets_) {
     out.weights += static_cast<int64_t>(b->compute.nbytes());
     if (b->master.raw() != b->compute.raw()) out.weights += static_cast<int64_t>(b->master.nbytes());
-    out.gradients += static_cast<int64_t>(b->grad.nbytes());
+    out.gradients += static_cast<int64_t>(b->grad.nbytes() + (b->accum.defined() ? b->accum.nbytes() : 0));
     out.optimizer += static_cast<int64_t>(b->m.nbytes() + b->v.nbytes());
   }
   return out;

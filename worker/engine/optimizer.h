@@ -43,8 +43,10 @@ class Optimizer {
   // or leaving value, m and v undefined where the rank holds only a shard). `distributed`: ZeRO-1.
   // Groups: par.dp_group for dense parameters, par.expert_dp for experts (null: a group of one).
   // num_experts: the model's routed experts (an expert tensor's global first dimension).
+  // deterministic: each bucket also gets an f64 gradient accumulator (Param::accum, GradSink) that is
+  // what the groups reduce; its sum is rounded into the gradients once, after the reduction.
   Optimizer(const OptimizerConfig& cfg, ParamSet& params, const ParallelContext& par, bool distributed,
-            int64_t num_experts);
+            int64_t num_experts, bool deterministic = false);
   ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -55,7 +57,8 @@ class Optimizer {
   bool sharded_master() const;
 
   void ZeroGrads();
-  // Sums the gradients over each bucket's group: all-reduce, or reduce-scatter into the shards.
+  // Sums the gradients over each bucket's group: all-reduce, or reduce-scatter into the shards (the
+  // f64 accumulators when deterministic, then rounded into the gradients of what this rank updates).
   Status ReduceGradients();
   // The squared gradient norm of what this rank owns (its shards; or, without ZeRO, everything on the
   // group's rank 0), tied copies left out: summed over all ranks it is the global norm squared.
@@ -82,6 +85,7 @@ class Optimizer {
   ParamSet& params_;
   bool distributed_;
   int64_t num_experts_;
+  bool deterministic_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
 };
 

@@ -53,13 +53,43 @@ Param* ParamSet::Find(const std::string& name) const {
 }
 
 void ParamSet::ZeroGrads() const {
-  for (const auto& p : params_) p->grad.SetZero();
+  for (const auto& p : params_) {
+    p->grad.SetZero();
+    if (p->accum.defined()) p->accum.SetZero();
+  }
 }
 
 void ParamSet::SyncCompute() const {
   if (compute_dtype_ == dtype_) return;
   for (const auto& p : params_) {
     if (p->value.defined()) kernels::Convert(p->value, p->compute);
+  }
+}
+
+GradSink::GradSink(const Param& p, int64_t first, int64_t count) {
+  const bool whole = count < 0;
+  target_ = whole ? p.grad : p.grad.Rows(first, first + count);
+  if (!p.accum.defined()) return;
+  accum_ = whole ? p.accum : p.accum.Rows(first, first + count);
+  target_ = Tensor::Zeros(target_.shape(), target_.dtype(), target_.device());
+}
+
+void GradSink::Commit() {
+  if (accum_.defined()) AddToAccumulator(accum_, target_);
+}
+
+void AddToAccumulator(const Tensor& accum, const Tensor& src) {
+  MOE_CHECK(accum.dtype() == DType::kF64 && accum.numel() == src.numel())
+      << "gradient accumulator " << DTypeName(accum.dtype()) << accum.ShapeString() << " for " << src.ShapeString();
+  const Tensor a = accum.Reshape({accum.numel()}), x = src.Reshape({src.numel()});
+  if (x.dtype() == DType::kF64) return kernels::Axpy(a, 1.0, x);
+  constexpr int64_t kChunk = int64_t{1} << 20;  // the f64 staging stays at 8 MB whatever the tensor
+  Tensor staging = Tensor::Empty({std::min(kChunk, x.numel())}, DType::kF64, x.device());
+  for (int64_t i = 0; i < x.numel(); i += kChunk) {
+    const int64_t e = std::min(i + kChunk, x.numel());
+    const Tensor part = staging.Rows(0, e - i);
+    kernels::Convert(x.Rows(i, e), part);
+    kernels::Axpy(a.Rows(i, e), 1.0, part);
   }
 }
 

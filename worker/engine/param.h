@@ -18,6 +18,9 @@ struct Param {
   Tensor compute;     // what the forward and backward read: `value` itself, or its bf16 copy in bf16
                       // training (refreshed by ParamSet::SyncCompute after every update)
   Tensor grad;        // same shape and dtype as value, accumulated over micro-batches
+  // Deterministic training (training.deterministic): the f64 accumulator every backward contribution
+  // is added to (GradSink); the Optimizer reduces it and rounds it into `grad`. Undefined otherwise.
+  Tensor accum;
   Tensor m, v;        // AdamW moments (views the Optimizer sets; undefined under ZeRO, whose shards it holds)
   bool weight_decay = true;  // false for norms
   // Routed-expert weights: dim 0 is this rank's experts, global ids [expert_begin, expert_begin+dim0).
@@ -31,6 +34,29 @@ struct Param {
   // count the owner's only.
   bool tied_copy = false;
 };
+
+// Where a backward pass puts one contribution to a parameter's gradient (one GEMM over one
+// micro-batch's tokens, one norm's or embedding's rows):
+//   plain (no accumulator): `grad` itself, which the kernel accumulates into (GEMM beta 1);
+//   deterministic: a zeroed scratch of grad's shape and dtype, added to the f64 accumulator by Commit.
+// Kernels accumulate into tensor() in both cases.
+// Each contribution is then computed and rounded the same way whatever the layout, and an f64 sum of
+// fp32 values is exact while their exponents lie within 2^29 of each other: the gradient no longer
+// depends on the order in which micro-batches, data-parallel ranks, expert-parallel sources and
+// pipeline stages add their parts, so every layout of a job trains bitwise like W = 1.
+class GradSink {
+ public:
+  // The whole parameter, or rows [first, first + count) of its dim 0 (one expert of an expert tensor).
+  explicit GradSink(const Param& p, int64_t first = 0, int64_t count = -1);
+  const Tensor& tensor() const { return target_; }
+  void Commit();
+
+ private:
+  Tensor accum_, target_;
+};
+
+// accum (f64) += src (f32, bf16 or f64; same numel and device), converting in bounded chunks.
+void AddToAccumulator(const Tensor& accum, const Tensor& src);
 
 class ParamSet {
  public:

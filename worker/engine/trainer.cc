@@ -99,6 +99,8 @@ Status Trainer::Init() {
     const std::string want = options_.device.empty() ? spec_.resources.device : options_.device;
     MOE_ASSIGN_OR_RETURN(place_, PlaceRank(want, options_.precision, par_.rank));
   }
+  deterministic_ = spec_.training.Deterministic(place_.device.is_cpu());
+  if (deterministic_ && place_.device.is_cpu()) kernels::SetReproducibleCpuGemm(true);
   MOE_ASSIGN_OR_RETURN(sampler_, BatchSampler::Create(spec_, par_.dp_size()));
   if (spec_.training.eval_interval > 0) {
     MOE_ASSIGN_OR_RETURN(eval_sampler_, BatchSampler::Create(spec_, par_.dp_size(), DataSplit::kValid));
@@ -126,7 +128,8 @@ Status Trainer::Init() {
     if (lead_) MOE_LOG(INFO) << "initialised from the Hugging Face weights in " << options_.init_from;
   }
   optimizer_ = std::make_unique<Optimizer>(spec_.optimizer, model_->params(), par_,
-                                           spec_.optimizer.Distributed(par_.dp_size()), spec_.model.moe.num_experts);
+                                           spec_.optimizer.Distributed(par_.dp_size()), spec_.model.moe.num_experts,
+                                           deterministic_);
   if (options_.resume) MOE_RETURN_IF_ERROR(Restore(chosen));
   MeasurePeak();
   const int64_t mbs = spec_.data.micro_batch_size, seq = spec_.data.seq_length;
@@ -218,6 +221,11 @@ void Trainer::LogSetup() const {
                                               : "")
                 << "; rank 0 holds " << b.weights / 1048576.0 << " MiB weights, " << b.gradients / 1048576.0
                 << " MiB gradients, " << b.optimizer / 1048576.0 << " MiB AdamW state";
+  MOE_LOG(INFO) << "gradients: "
+                << (deterministic_ ? "deterministic (training.deterministic: f64 sums per micro-batch and source rank, "
+                                     "reduced in f64; every layout trains like W = 1)"
+                                   : "summed in their dtype in the layout's order (training.deterministic: false)")
+                << "; GEMMs: " << (place_.device.is_cpu() ? kernels::CpuGemmBackendName() : "cuBLAS");
   MOE_LOG(INFO) << "model FLOPs per step " << flops_per_step_ << " (Megatron formula); MFU against " << peak_source_
                 << " = " << peak_flops_ / 1e9 << " GFLOP/s per device";
 }
@@ -379,7 +387,7 @@ Status Trainer::ReduceGradients(StepStats* stats) {
   if (tied_embedding_ && par_.embedding != nullptr && par_.embedding->size() > 1) {
     Param* e = model_->params().Find("embedding");
     MOE_CHECK(e != nullptr) << "the first and last stage hold the embedding";
-    MOE_RETURN_IF_ERROR(par_.embedding->AllReduceSum(e->grad));
+    MOE_RETURN_IF_ERROR(par_.embedding->AllReduceSum(e->accum.defined() ? e->accum : e->grad));
   }
   MOE_RETURN_IF_ERROR(optimizer_->ReduceGradients());
   stats->dense_sq = optimizer_->OwnedGradSquares(false);
@@ -389,6 +397,9 @@ Status Trainer::ReduceGradients(StepStats* stats) {
   stats->Unpack(packed);
   stats->pipeline_bubble /= static_cast<double>(par_.world_size);
   stats->grad_norm = std::sqrt(stats->dense_sq + stats->expert_sq);
+  // The squares are summed shard by shard, in an order that depends on the layout: deterministic
+  // training clips by the norm rounded to fp32, which a last-bit difference almost never moves.
+  if (deterministic_) stats->grad_norm = static_cast<float>(stats->grad_norm);
   return OkStatus();
 }
 

@@ -159,6 +159,7 @@ class Trainer {
   const ParallelContext par_;
   const TrainerOptions options_;
   const bool lead_;               // rank 0: logs, metrics file
+  bool deterministic_ = false;    // training.deterministic on this rank's device
   const int64_t stop_step_;
   DevicePlacement place_;
   std::unique_ptr<BatchSampler> sampler_;
