@@ -131,8 +131,9 @@ Act StageActivations(const JobSpec& spec, const StageLayout& st, ActShape s) {
   return out;
 }
 
-// Deterministic training's gradient staging at the backward's start (GradSink): an fp32 scratch of the
-// largest dense tensor the stage holds (the head or the embedding, else a block's widest weight) and
+// Deterministic training's gradient staging at the backward's start (GradSink), where the peak is: an
+// fp32 scratch of the first weight gradient there (the head's on the loss stage, else about a block's
+// widest weight; the embedding's comes last, when the activations are gone) and
 // the f64 chunk its conversion goes through (at most 2^20 values).
 double GradStaging(const JobSpec& spec, const std::vector<StageLayout>& layout, int64_t r) {
   const ModelConfig& m = spec.model;
@@ -141,7 +142,7 @@ double GradStaging(const JobSpec& spec, const std::vector<StageLayout>& layout, 
   double largest = D(m.hidden_size) * D(std::max(m.dense_ffn_hidden, m.hidden_size)) * 2;
   for (int64_t v = r; v < static_cast<int64_t>(layout.size()); v += pp) {
     const StageLayout& st = layout[static_cast<size_t>(v)];
-    if (st.embedding || st.loss || st.mtp > 0) largest = std::max(largest, D(m.vocab_size) * D(m.hidden_size));
+    if (st.loss || st.mtp > 0) largest = std::max(largest, D(m.vocab_size) * D(m.hidden_size));
   }
   return 4 * largest + 8 * std::min(largest, D(int64_t{1} << 20));
 }
