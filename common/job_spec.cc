@@ -203,6 +203,13 @@ Status ValidateJobSpec(const JobSpec& s) {
     return InvalidArgumentError(
         "spec.training.attention: materialized is the CPU reference path (no CUDA kernel); use flash on cuda");
   }
+  if (s.resources.precision.has_value()) {
+    const bool cpu = s.resources.device == "cpu";
+    if (cpu != (*s.resources.precision == "fp32")) {
+      return InvalidArgumentError("spec.resources.precision: " + *s.resources.precision + " on " + s.resources.device +
+                                  (cpu ? ": CPU ranks train in fp32" : ": CUDA ranks train in bf16 (or fp8, planned)"));
+    }
+  }
   if (s.optimizer.min_lr > s.optimizer.lr) {
     return InvalidArgumentError("spec.optimizer.min_lr: must be in [0, lr], got " +
                                 Num(s.optimizer.min_lr));

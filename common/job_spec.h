@@ -224,6 +224,9 @@ struct CheckpointConfig {
 
 struct ResourcesConfig {
   std::string device = "cpu";  // cpu | cuda
+  // fp32 (cpu) | bf16 (cuda) | fp8 (cuda; planned by moectl plan, not trained by the engine yet).
+  // Absent: fp32 on cpu, bf16 on cuda.
+  std::optional<std::string> precision;
 
   bool operator==(const ResourcesConfig&) const = default;
 };

@@ -227,6 +227,7 @@ const Schema<ResourcesConfig>& SchemaOf<ResourcesConfig>() {
   using R = ResourcesConfig;
   static const auto* schema = new Schema<R>("ResourcesConfig", {
       Field("device", &R::device, OneOf({"cpu", "cuda"})),
+      Field("precision", &R::precision, OneOf({"fp32", "bf16", "fp8"})),
   });
   return *schema;
 }

@@ -80,6 +80,10 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
                                 " (a path or name that long is a mistake)");
   }
   MOE_ASSIGN_OR_RETURN(JobSpec spec, SpecFromProto(submitted));
+  if (spec.resources.precision == "fp8") {  // it would fail on every worker: refuse it now
+    return UnimplementedError("spec.resources.precision: fp8 can be planned (moectl plan) but the engine trains bf16 "
+                              "on cuda for now; submit with bf16 or leave the field out");
+  }
   absl::MutexLock lock(&mu_);
   if (!request_id.empty()) {
     for (JobEntry* e : jobs_.All()) {

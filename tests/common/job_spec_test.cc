@@ -143,7 +143,8 @@ void Leaves(const SchemaInfo& s, const std::vector<std::string>& prefix, std::ve
 }
 
 // Optional fields the writer leaves out when absent (std::optional without a default).
-const std::set<std::string> kOptionalLeaves = {"spec.optimizer.distributed", "spec.training.deterministic"};
+const std::set<std::string> kOptionalLeaves = {"spec.optimizer.distributed", "spec.training.deterministic",
+                                                  "spec.resources.precision"};
 
 TEST(JobSpec, EveryFieldCheckNamesItsPath) {
   auto spec = ParseJobSpecText(kJob);

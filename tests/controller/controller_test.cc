@@ -336,6 +336,18 @@ TEST_F(ControllerTest, CpuWorkersOnOneHostShareItsCores) {
   EXPECT_EQ(channels_["a"]->Assignments()[0].cpu_threads(), 4) << "8 cores over the 2 CPU workers of the host";
 }
 
+TEST_F(ControllerTest, Fp8JobsAreRefusedAtSubmitUntilTheEngineTrainsThem) {
+  AddWorker("a", "r0", "n0");
+  JobSpec spec = Spec("fp8", 1, 1);
+  spec.resources.device = "cuda";
+  spec.resources.precision = "fp8";
+  auto j = controller_->Submit(SpecToProto(spec));
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(j.status().message().find("spec.resources.precision"), std::string::npos) << j.status();
+  EXPECT_TRUE(controller_->List({}).empty()) << "nothing stored";
+}
+
 TEST_F(ControllerTest, InfeasibleJobsAreRefusedAtSubmitWithTheReason) {
   AddWorker("a", "r0", "n0");
   AddWorker("b", "r1", "n1");

@@ -1,0 +1,249 @@
+#include "common/plan_profiles.h"
+
+#include <algorithm>
+
+#include "common/file_util.h"
+#include "common/schema.h"
+
+namespace moe {
+
+struct Fraction {  // 0 < v <= 1: an efficiency is a physical share of a peak
+  Status operator()(double v, const std::string& path) const {
+    if (v > 0 && v <= 1) return OkStatus();
+    return schema_internal::Refuse(path, "must be a fraction in (0, 1], got " + schema_internal::FormatValue(v));
+  }
+};
+struct Share {  // 0 <= v <= 1
+  Status operator()(double v, const std::string& path) const {
+    if (v >= 0 && v <= 1) return OkStatus();
+    return schema_internal::Refuse(path, "must be in [0, 1], got " + schema_internal::FormatValue(v));
+  }
+};
+
+// clang-format off
+template <>
+const Schema<ClusterProfile>& SchemaOf<ClusterProfile>() {
+  using C = ClusterProfile;
+  static const auto* schema = new Schema<C>("ClusterProfile", {
+      Field("name", &C::name, NotEmpty()),
+      Field("description", &C::description),
+      Field("device", &C::device, OneOf({"cuda", "cpu"})),
+      Field("peak_bf16_tflops", &C::peak_bf16_tflops, Positive()),
+      Field("peak_fp8_tflops", &C::peak_fp8_tflops, NonNegative()),
+      Field("memory_gb", &C::memory_gb, Positive()),
+      Field("memory_tbps", &C::memory_tbps, Positive()),
+      Field("scale_up_gbps", &C::scale_up_gbps, Positive()),
+      Field("domain_size", &C::domain_size, Positive()),
+      Field("scale_out_gbps", &C::scale_out_gbps, Positive()),
+      Field("p2p_latency_us", &C::p2p_latency_us, NonNegative()),
+      Field("sources", &C::sources),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<HostProfile>& SchemaOf<HostProfile>() {
+  using H = HostProfile;
+  static const auto* schema = new Schema<H>("HostProfile", {
+      Field("launch_us", &H::launch_us, NonNegative()),
+      Field("graph_launch_us", &H::graph_launch_us, NonNegative()),
+      Field("sync_us", &H::sync_us, NonNegative()),
+      Field("attention_kernels", &H::attention_kernels, NonNegative()),
+      Field("router_kernels", &H::router_kernels, NonNegative()),
+      Field("dispatch_kernels", &H::dispatch_kernels, NonNegative()),
+      Field("experts_kernels", &H::experts_kernels, NonNegative()),
+      Field("shared_expert_kernels", &H::shared_expert_kernels, NonNegative()),
+      Field("dense_ffn_kernels", &H::dense_ffn_kernels, NonNegative()),
+      Field("syncs_per_moe_layer", &H::syncs_per_moe_layer, NonNegative()),
+      Field("cuda_graphs", &H::cuda_graphs,
+            Each(OneOf({"attention", "router", "dispatch", "shared_expert", "dense_ffn", "experts"}))),
+  });
+  return *schema;
+}
+
+template <>
+const Schema<SoftwareProfile>& SchemaOf<SoftwareProfile>() {
+  using S = SoftwareProfile;
+  static const auto* schema = new Schema<S>("SoftwareProfile", {
+      Field("name", &S::name, NotEmpty()),
+      Field("base", &S::base),
+      Field("description", &S::description),
+      Field("gemm_efficiency", &S::gemm_efficiency, Fraction()),
+      Field("grouped_gemm_half_rows", &S::grouped_gemm_half_rows, NonNegative()),
+      Field("attention_efficiency", &S::attention_efficiency, Fraction()),
+      Field("memory_efficiency", &S::memory_efficiency, Fraction()),
+      Field("sm_share", &S::sm_share, Fraction()),
+      Field("dispatcher", &S::dispatcher, OneOf({"nccl", "deepep", "hybridep"})),
+      Field("nccl_a2a_efficiency", &S::nccl_a2a_efficiency, Fraction()),
+      Field("deepep_a2a_efficiency", &S::deepep_a2a_efficiency, Fraction()),
+      Field("hybridep_a2a_efficiency", &S::hybridep_a2a_efficiency, Fraction()),
+      Field("cross_domain_efficiency", &S::cross_domain_efficiency, Fraction()),
+      Field("fp8_dispatch", &S::fp8_dispatch),
+      Field("a2a_overlap", &S::a2a_overlap, Share()),
+      Field("p2p_overlap", &S::p2p_overlap, Share()),
+      Field("dp_overlap", &S::dp_overlap, Share()),
+      Field("pipeline_schedule", &S::pipeline_schedule, OneOf({"1f1b", "dualpipe"})),
+      Field("fusions", &S::fusions,
+            Each(OneOf({"permute", "router", "quantization", "norm_quantization", "cross_entropy", "swiglu"}))),
+      Field("host", &S::host),
+      Field("goodput", &S::goodput, Fraction()),
+      Field("sources", &S::sources),
+  });
+  return *schema;
+}
+// clang-format on
+
+double ClusterProfile::peak_tflops(const std::string& precision) const {
+  return precision == "fp8" && peak_fp8_tflops > 0 ? peak_fp8_tflops : peak_bf16_tflops;
+}
+
+bool SoftwareProfile::Fused(const std::string& what) const {
+  return std::find(fusions.begin(), fusions.end(), what) != fusions.end();
+}
+
+bool SoftwareProfile::Captured(const std::string& part) const {
+  const auto& g = host.cuda_graphs;
+  return std::find(g.begin(), g.end(), part) != g.end();
+}
+
+double SoftwareProfile::DispatcherEfficiency() const {
+  if (dispatcher == "deepep") return deepep_a2a_efficiency;
+  if (dispatcher == "hybridep") return hybridep_a2a_efficiency;
+  return nccl_a2a_efficiency;
+}
+
+namespace {
+
+std::vector<std::string> NamesOf(const char* kind) {
+  std::vector<std::string> out;
+  for (const BuiltinProfile& p : BuiltinProfiles()) {
+    if (std::string(p.kind) == kind) out.emplace_back(p.name);
+  }
+  return out;
+}
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// The document of a built-in profile, or of the file at `name_or_path`.
+StatusOr<Node> ProfileDocument(const char* kind, const std::string& name_or_path, std::string* origin) {
+  for (const BuiltinProfile& p : BuiltinProfiles()) {
+    if (std::string(p.kind) == kind && name_or_path == p.name) {
+      *origin = std::string(kind) + " profile " + p.name;
+      return ParseYaml(p.text);
+    }
+  }
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                               name_or_path.find(".y") != std::string::npos;
+  if (!looks_like_path) {
+    return NotFoundError(std::string("no ") + kind + " profile named '" + name_or_path + "' (built in: " +
+                         JoinNames(NamesOf(kind)) + "; or a path to a YAML file)");
+  }
+  MOE_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(name_or_path));
+  *origin = name_or_path;
+  auto doc = ParseYaml(text);
+  if (!doc.ok()) return doc.status().WithPrefix(name_or_path);
+  return doc;
+}
+
+// `over`'s keys replace `base`'s, maps merged key by key.
+void Overlay(Node* base, const Node& over) {
+  if (!base->IsMap() || !over.IsMap()) {
+    *base = over;
+    return;
+  }
+  for (const auto& [k, v] : over.items()) {
+    Node* mine = base->FindMutable(k);
+    if (mine != nullptr && mine->IsMap() && v.IsMap()) {
+      Overlay(mine, v);
+    } else {
+      base->Set(k, v);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> BuiltinClusterNames() { return NamesOf("cluster"); }
+std::vector<std::string> BuiltinSoftwareNames() { return NamesOf("software"); }
+
+StatusOr<ClusterProfile> ParseClusterProfile(const Node& doc, const std::string& origin) {
+  ClusterProfile c;
+  const Schema<ClusterProfile>& schema = SchemaOf<ClusterProfile>();
+  Status st = schema.Read(doc, "", &c);
+  if (st.ok()) st = schema.Check(c, "");
+  if (!st.ok()) return st.WithPrefix(origin);
+  return c;
+}
+
+StatusOr<SoftwareProfile> ParseSoftwareProfile(const Node& doc, const std::string& origin) {
+  Node full = doc;
+  const Node* base = doc.IsMap() ? doc.Find("base") : nullptr;
+  if (base != nullptr && base->IsScalar() && !base->scalar().empty()) {
+    if (base->scalar() == origin) return InvalidArgumentError(origin + ": base: names itself");
+    MOE_ASSIGN_OR_RETURN(const SoftwareProfile parent, LoadSoftwareProfile(base->scalar()));
+    full = SoftwareProfileToNode(parent);
+    Overlay(&full, doc);
+  }
+  SoftwareProfile s;
+  const Schema<SoftwareProfile>& schema = SchemaOf<SoftwareProfile>();
+  Status st = schema.Read(full, "", &s);
+  if (st.ok()) st = schema.Check(s, "");
+  if (!st.ok()) return st.WithPrefix(origin);
+  return s;
+}
+
+StatusOr<ClusterProfile> LoadClusterProfile(const std::string& name_or_path) {
+  std::string origin;
+  MOE_ASSIGN_OR_RETURN(const Node doc, ProfileDocument("cluster", name_or_path, &origin));
+  return ParseClusterProfile(doc, origin);
+}
+
+StatusOr<SoftwareProfile> LoadSoftwareProfile(const std::string& name_or_path) {
+  std::string origin;
+  MOE_ASSIGN_OR_RETURN(const Node doc, ProfileDocument("software", name_or_path, &origin));
+  return ParseSoftwareProfile(doc, origin);
+}
+
+Status ApplyDocumentOverride(Node* doc, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return InvalidArgumentError("'" + assignment + "': expected field.path=value");
+  }
+  const std::string path = assignment.substr(0, eq);
+  auto value = ParseYaml(assignment.substr(eq + 1));
+  if (!value.ok()) return value.status().WithPrefix(path);
+  Node* at = doc;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) return InvalidArgumentError("'" + path + "': an empty field name in the path");
+    if (!at->IsMap()) *at = Node::Map();
+    if (dot == std::string::npos) {
+      at->Set(key, *value);
+      return OkStatus();
+    }
+    if (at->FindMutable(key) == nullptr) at->Set(key, Node::Map());
+    at = at->FindMutable(key);
+    start = dot + 1;
+  }
+}
+
+Status ApplySoftwareOverride(SoftwareProfile* p, const std::string& assignment) {
+  Node doc = SoftwareProfileToNode(*p);
+  doc.Set("base", Node::Scalar(""));
+  MOE_RETURN_IF_ERROR(ApplyDocumentOverride(&doc, assignment).WithPrefix("--switch"));
+  MOE_ASSIGN_OR_RETURN(SoftwareProfile out, ParseSoftwareProfile(doc, "--switch " + assignment));
+  out.base = p->base;
+  *p = std::move(out);
+  return OkStatus();
+}
+
+Node ClusterProfileToNode(const ClusterProfile& c) { return SchemaOf<ClusterProfile>().Write(c); }
+Node SoftwareProfileToNode(const SoftwareProfile& s) { return SchemaOf<SoftwareProfile>().Write(s); }
+
+}  // namespace moe

@@ -1,0 +1,192 @@
+// moectl plan's output (table and JSON) and the layout sweep.
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <sstream>
+
+#include "common/planner.h"
+
+namespace moe {
+namespace {
+
+std::string Fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
+}
+
+Node Num(double v) { return Node::Scalar(Fmt("%.9g", v)); }
+Node Int(int64_t v) { return Node::Scalar(std::to_string(v)); }
+Node Str(const std::string& s) { return Node::Scalar(s, true); }
+
+std::string Human(double v) {
+  if (v >= 1e12) return Fmt("%.2fT", v / 1e12);
+  if (v >= 1e9) return Fmt("%.2fG", v / 1e9);
+  if (v >= 1e6) return Fmt("%.2fM", v / 1e6);
+  if (v >= 1e3) return Fmt("%.1fk", v / 1e3);
+  return Fmt("%.0f", v);
+}
+
+// The ways a sweep changes a job: recompute sets from none to full.
+const std::vector<std::vector<std::string>>& RecomputeChoices() {
+  static const auto* choices = new std::vector<std::vector<std::string>>{
+      {}, {"mla_up_proj"}, {"mlp", "mla_up_proj"}, {"mlp", "mla_up_proj", "moe_act"}, {"full"}};
+  return *choices;
+}
+
+std::vector<int64_t> Divisors(int64_t n, int64_t cap) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= std::min(n, cap); ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+bool Better(const Plan& a, const Plan& b) {
+  if (a.fits != b.fits) return a.fits;
+  return a.tflops_per_gpu > b.tflops_per_gpu;
+}
+
+// One candidate: plan it if the spec takes it (an invalid layout is skipped, not an error).
+void TryLayout(const JobSpec& base, const ClusterProfile& c, const SoftwareProfile& s, const PlanOptions& o,
+               const std::array<int64_t, 4>& pp_vpp_ep_mbs, const std::vector<std::string>& recompute,
+               std::vector<Plan>* out) {
+  JobSpec spec = base;
+  spec.parallelism.pipeline_parallel = pp_vpp_ep_mbs[0];
+  spec.parallelism.virtual_pipeline = pp_vpp_ep_mbs[1];
+  spec.parallelism.expert_parallel = pp_vpp_ep_mbs[2];
+  spec.parallelism.pipeline_layout.clear();
+  spec.data.micro_batch_size = pp_vpp_ep_mbs[3];
+  spec.training.recompute = recompute;
+  if (spec.model.is_mla() == false) {
+    std::erase(spec.training.recompute, std::string("mla_up_proj"));
+  }
+  PlanOptions single = o;
+  single.ep_domains = 0;
+  auto p = PlanJob(spec, c, s, single);
+  if (p.ok()) out->push_back(std::move(*p));
+}
+
+}  // namespace
+
+StatusOr<std::vector<Plan>> SweepLayouts(const JobSpec& spec, const ClusterProfile& cluster,
+                                         const SoftwareProfile& software, const PlanOptions& options, size_t limit) {
+  MOE_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  const int64_t w = spec.parallelism.world_size;
+  std::vector<Plan> plans;
+  for (int64_t pp : Divisors(w, 64)) {
+    for (int64_t vpp : {1, 2, 4, 8}) {
+      const int64_t dp = w / pp;
+      for (int64_t ep : Divisors(dp, std::max<int64_t>(spec.model.moe.num_experts, 1))) {
+        for (int64_t mbs : {1, 2, 4}) {
+          if (spec.data.global_batch_size % (mbs * dp) != 0) continue;
+          for (const auto& rc : RecomputeChoices()) TryLayout(spec, cluster, software, options, {pp, vpp, ep, mbs}, rc, &plans);
+        }
+      }
+    }
+  }
+  if (plans.empty()) {
+    return InvalidArgumentError("--sweep: no layout of world_size " + std::to_string(w) +
+                                " divides the model and the global batch");
+  }
+  std::stable_sort(plans.begin(), plans.end(), Better);
+  if (plans.size() > limit) plans.resize(limit);
+  return plans;
+}
+
+std::string PlanTable(const Plan& p) {
+  std::ostringstream o;
+  o << "plan: " << p.job << " on " << p.cluster << " (" << p.world_size << " devices in " << p.racks
+    << " scale-up domain(s)), software " << p.software << ", " << p.precision << "\n";
+  o << "layout: " << p.layout << ", " << p.micro_batches << " micro-batches per step, "
+    << static_cast<int64_t>(p.rows_per_expert) << " rows per expert, expert-parallel groups span " << p.ep_domains
+    << " domain(s)\n";
+  o << "memory: " << p.memory_verdict << "\n";
+  o << "  pp   weights  gradients  optimizer  activations     comm     total\n";
+  for (const StageMemory& st : p.memory.stages) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "  %-3d %8.1f %10.1f %10.1f %12.1f %8.1f %9.1f GB\n", st.pp_rank, st.bytes[0] / 1e9,
+                  st.bytes[1] / 1e9, st.bytes[2] / 1e9, st.bytes[3] / 1e9, st.bytes[4] / 1e9, st.peak() / 1e9);
+    o << line;
+  }
+  o << "step time: " << Fmt("%.3f s", p.step_seconds) << "\n";
+  o << "  component                          seconds   share  detail\n";
+  for (const PlanComponent& c : p.components) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "  %-32s %8.3f  %5.1f%%  ", c.name.c_str(), c.seconds, 100 * c.seconds / p.step_seconds);
+    o << line << c.detail << "\n";
+  }
+  o << "throughput: " << Fmt("%.0f", p.tflops_per_gpu) << " TFLOP/s per GPU (Megatron-counted; MFU "
+    << Fmt("%.1f%%", 100 * p.mfu_bf16) << " of the bf16 peak"
+    << (p.mfu_fp8 > 0 ? Fmt(", %.1f%% of the fp8 peak", 100 * p.mfu_fp8) : std::string()) << "), "
+    << Human(p.tokens_per_second) << " tokens/s\n";
+  o << "budget: " << Human(p.tokens) << " tokens in " << Fmt("%.1f days", p.days) << ", " << Human(p.gpu_hours)
+    << " GPU-hours\n";
+  return o.str();
+}
+
+std::string SweepTable(const std::vector<Plan>& plans) {
+  std::ostringstream o;
+  o << "  #  layout                          recompute                   TFLOP/s/GPU   step s  peak GB  memory\n";
+  int i = 0;
+  for (const Plan& p : plans) {
+    char line[256];
+    std::snprintf(line, sizeof(line), "%3d  %-31s %-27s %11.0f %8.2f %8.1f  ", ++i, p.layout.c_str(),
+                  p.recompute.c_str(), p.tflops_per_gpu, p.step_seconds, p.memory.largest().peak() / 1e9);
+    o << line << (p.fits ? "fits" : p.memory_verdict) << "\n";
+  }
+  return o.str();
+}
+
+Node PlanToNode(const Plan& p) {
+  Node n = Node::Map();
+  n.Set("job", Str(p.job));
+  n.Set("cluster", Str(p.cluster));
+  n.Set("software", Str(p.software));
+  n.Set("precision", Str(p.precision));
+  n.Set("layout", Str(p.layout));
+  n.Set("recompute", Str(p.recompute));
+  n.Set("world_size", Int(p.world_size));
+  n.Set("racks", Int(p.racks));
+  n.Set("ep_domains", Int(p.ep_domains));
+  n.Set("micro_batches", Int(p.micro_batches));
+  n.Set("rows_per_expert", Num(p.rows_per_expert));
+  n.Set("tflops_per_gpu", Num(p.tflops_per_gpu));
+  n.Set("step_seconds", Num(p.step_seconds));
+  n.Set("mfu_bf16", Num(p.mfu_bf16));
+  n.Set("mfu_fp8", Num(p.mfu_fp8));
+  n.Set("tokens_per_second", Num(p.tokens_per_second));
+  n.Set("flops_per_step", Num(p.flops_per_step));
+  n.Set("bubble_fraction", Num(p.bubble_fraction));
+  Node comps = Node::List();
+  for (const PlanComponent& c : p.components) {
+    Node e = Node::Map();
+    e.Set("name", Str(c.name));
+    e.Set("seconds", Num(c.seconds));
+    e.Set("detail", Str(c.detail));
+    comps.Append(std::move(e));
+  }
+  n.Set("components", std::move(comps));
+  Node mem = Node::Map();
+  mem.Set("fits", Node::Scalar(p.fits ? "true" : "false"));
+  mem.Set("verdict", Str(p.memory_verdict));
+  mem.Set("capacity_bytes", Num(p.capacity_bytes));
+  Node ranks = Node::List();
+  for (const StageMemory& st : p.memory.stages) {
+    Node r = Node::Map();
+    r.Set("pp_rank", Int(st.pp_rank));
+    for (size_t k = 0; k < kNumMemoryKinds; ++k) r.Set(std::string(MemoryKindName(static_cast<MemoryKind>(k))) + "_bytes", Num(st.bytes[k]));
+    r.Set("peak_bytes", Num(st.peak()));
+    ranks.Append(std::move(r));
+  }
+  mem.Set("ranks", std::move(ranks));
+  n.Set("memory", std::move(mem));
+  Node budget = Node::Map();
+  budget.Set("tokens", Num(p.tokens));
+  budget.Set("days", Num(p.days));
+  budget.Set("gpu_hours", Num(p.gpu_hours));
+  n.Set("budget", std::move(budget));
+  return n;
+}
+
+}  // namespace moe

@@ -1,0 +1,175 @@
+// moectl plan's model against the published DeepSeek-V3 runs (../shared/reference/
+// gpu-clusters-and-published-runs.md): the calibration table of docs/planning.md, the GB200 guide's
+// ladder explained by switches, placement, the sweep, and bad profiles.
+#include "common/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace moe {
+namespace {
+
+JobSpec Job671(int64_t world, int64_t pp, int64_t vpp, int64_t ep, int64_t gbs) {
+  JobSpec s;
+  s.name = "dsv3";
+  s.model = *ModelPreset("deepseek-v3-671b");
+  s.model.preset = "deepseek-v3-671b";
+  s.parallelism.world_size = world;
+  s.parallelism.pipeline_parallel = pp;
+  s.parallelism.virtual_pipeline = vpp;
+  s.parallelism.expert_parallel = ep;
+  s.data.path = "data/fortunes";
+  s.data.seq_length = 4096;
+  s.data.micro_batch_size = 1;
+  s.data.global_batch_size = gbs;
+  s.resources.device = "cuda";
+  s.resources.precision = "fp8";
+  return s;
+}
+
+Plan Predict(const JobSpec& spec, const std::string& cluster, const std::string& software,
+             const std::vector<std::string>& switches = {}, PlanOptions o = {}) {
+  auto c = LoadClusterProfile(cluster);
+  auto s = LoadSoftwareProfile(software);
+  EXPECT_TRUE(c.ok() && s.ok()) << c.status().ToString() << " " << s.status().ToString();
+  for (const auto& w : switches) EXPECT_TRUE(ApplySoftwareOverride(&*s, w).ok()) << w;
+  auto p = PlanJob(spec, *c, *s, o);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p.ok() ? *p : Plan{};
+}
+
+void ExpectWithin(double predicted, double published, double tolerance, const std::string& what) {
+  const double ratio = predicted / published;
+  std::printf("calibration: %-52s predicted %6.0f  published %6.0f  ratio %.2f\n", what.c_str(), predicted, published, ratio);
+  EXPECT_NEAR(ratio, 1.0, tolerance) << what;
+}
+
+// The guide's optimised GB200 run: TP1 PP8 VPP4 EP32, MBS1 GBS2048, seq 4096, MXFP8, recompute mlp.
+TEST(PlannerCalibration, Gb200GuideOptimisedAndBaseline) {
+  JobSpec spec = Job671(256, 8, 4, 32, 2048);
+  spec.training.recompute = {"mlp"};
+  const Plan opt = Predict(spec, "gb200-nvl72", "megatron-2025-11");
+  ExpectWithin(opt.tflops_per_gpu, 970, 0.15, "GB200 NVL72, megatron-2025-11 (optimised)");
+  // The guide's baseline: the same stack with its first switches undone, and nothing else.
+  spec.training.recompute = {"mlp", "mla_up_proj"};
+  const std::vector<std::string> baseline = {"dispatcher=nccl", "host.cuda_graphs=[]", "fusions=[]", "host.launch_us=20"};
+  const Plan base = Predict(spec, "gb200-nvl72", "megatron-2025-11", baseline);
+  ExpectWithin(base.tflops_per_gpu, 494, 0.15, "GB200 NVL72, the guide's baseline switches");
+  // Each switch on its own moves the figure the way the ladder did.
+  for (const std::string& one : baseline) {
+    spec.training.recompute = {"mlp"};
+    const Plan p = Predict(spec, "gb200-nvl72", "megatron-2025-11", {one});
+    EXPECT_LT(p.tflops_per_gpu, opt.tflops_per_gpu) << one;
+  }
+  spec.training.recompute = {"mlp", "mla_up_proj"};
+  EXPECT_LT(Predict(spec, "gb200-nvl72", "megatron-2025-11").tflops_per_gpu, opt.tflops_per_gpu);
+}
+
+TEST(PlannerCalibration, Gb300Record) {
+  const Plan p = Predict(Job671(256, 2, 8, 32, 2048), "gb300-nvl72", "megatron-2026");
+  ExpectWithin(p.tflops_per_gpu, 1648, 0.15, "GB300 NVL72, megatron-2026 (the record)");
+}
+
+// DeepSeek's own run: 2,048 H800, PP16 (DualPipe), EP64 over 8 nodes, FP8, batch 15,360; the last
+// stage holds MTP and the head only, the first one more block (a balanced layout).
+TEST(PlannerCalibration, DeepSeekH800) {
+  JobSpec spec = Job671(2048, 16, 1, 64, 15360);
+  spec.parallelism.pipeline_layout = {"Et*5|(t*4|)*14mL"};
+  spec.training.recompute = {"mla_up_proj"};
+  spec.optimizer.moments_dtype = "bf16";
+  const Plan p = Predict(spec, "h800", "deepseek-h800");
+  EXPECT_EQ(p.ep_domains, 8);
+  ExpectWithin(p.tflops_per_gpu, 400, 0.20, "H800, deepseek-h800 (DeepSeek-V3 report, derived)");
+}
+
+TEST(Planner, AnExpertGroupAcrossTwoRacksIsSlowerAndSaysWhy) {
+  const JobSpec spec = Job671(256, 2, 8, 32, 2048);
+  const Plan packed = Predict(spec, "gb300-nvl72", "megatron-2026");
+  PlanOptions split;
+  split.ep_domains = 2;
+  const Plan spread = Predict(spec, "gb300-nvl72", "megatron-2026", {}, split);
+  EXPECT_EQ(packed.ep_domains, 1);
+  EXPECT_LT(spread.tflops_per_gpu, 0.95 * packed.tflops_per_gpu);
+  ASSERT_NE(packed.Find("all-to-all across domains"), nullptr);
+  EXPECT_EQ(packed.Find("all-to-all across domains")->seconds, 0);
+  EXPECT_GT(spread.Find("all-to-all across domains")->seconds, 0.1);
+  EXPECT_LT(spread.Find("all-to-all in domain")->seconds, packed.Find("all-to-all in domain")->seconds);
+}
+
+TEST(Planner, SweepRanksLayoutsThatFitFirstAndNamesWhatOverflows) {
+  auto c = LoadClusterProfile("gb300-nvl72");
+  auto s = LoadSoftwareProfile("megatron-2026");
+  ASSERT_TRUE(c.ok() && s.ok());
+  auto plans = SweepLayouts(Job671(256, 2, 8, 32, 2048), *c, *s, {}, 100000);
+  ASSERT_TRUE(plans.ok()) << plans.status().ToString();
+  ASSERT_GT(plans->size(), 10u);
+  EXPECT_TRUE(plans->front().fits);
+  bool saw_overflow = false;
+  for (size_t i = 1; i < plans->size(); ++i) {
+    const Plan& a = (*plans)[i - 1];
+    const Plan& b = (*plans)[i];
+    EXPECT_TRUE(a.fits >= b.fits);
+    if (a.fits == b.fits) {
+      EXPECT_GE(a.tflops_per_gpu, b.tflops_per_gpu);
+    }
+    if (!b.fits) {
+      saw_overflow = true;
+      EXPECT_NE(b.memory_verdict.find("overflow"), std::string::npos) << b.memory_verdict;
+    }
+  }
+  EXPECT_TRUE(saw_overflow) << "PP1 with no recompute cannot hold the 671B model on 279 GB";
+}
+
+TEST(Planner, MemoryIsTheEnginesAccounting) {
+  JobSpec spec = Job671(256, 8, 4, 32, 2048);
+  spec.resources.precision.reset();
+  const Plan p = Predict(spec, "gb200-nvl72", "megatron-2025-11");
+  auto m = EstimateMemory(spec, 2);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(p.memory.largest().peak(), m->largest().peak());
+  EXPECT_EQ(p.fits, m->largest().peak() <= 186e9);
+}
+
+TEST(PlannerProfiles, EveryBuiltInParses) {
+  EXPECT_GE(BuiltinClusterNames().size(), 6u);
+  for (const auto& n : BuiltinClusterNames()) EXPECT_TRUE(LoadClusterProfile(n).ok()) << n;
+  for (const auto& n : {"ours", "megatron-2025-11", "megatron-2026", "deepseek-h800"}) {
+    auto s = LoadSoftwareProfile(n);
+    ASSERT_TRUE(s.ok()) << n << ": " << s.status().ToString();
+    EXPECT_EQ(s->name, n);
+  }
+}
+
+TEST(PlannerProfiles, BadInputNamesTheField) {
+  auto doc = ParseYaml("name: x\nbase: megatron-2025-11\ngemm_efficiency: 1.5\n");
+  ASSERT_TRUE(doc.ok());
+  auto s = ParseSoftwareProfile(*doc, "x.yaml");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("gemm_efficiency"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("x.yaml"), std::string::npos);
+  auto sw = *LoadSoftwareProfile("ours");
+  Status st = ApplySoftwareOverride(&sw, "dispatcher=carrier-pigeon");
+  EXPECT_NE(st.message().find("dispatcher"), std::string::npos) << st.message();
+  EXPECT_FALSE(LoadClusterProfile("gb200").ok());
+  EXPECT_NE(LoadClusterProfile("gb200").status().message().find("gb200-nvl72"), std::string::npos);
+  PlanOptions o;
+  o.racks = 2;  // 2 x 72 < 256
+  auto c = *LoadClusterProfile("gb300-nvl72");
+  auto p = PlanJob(Job671(256, 2, 8, 32, 2048), c, sw, o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("--racks"), std::string::npos);
+}
+
+TEST(PlannerProfiles, SetOverridesAJobDocument) {
+  auto doc = ParseYaml("spec: {parallelism: {world_size: 8}}");
+  ASSERT_TRUE(doc.ok());
+  ASSERT_TRUE(ApplyDocumentOverride(&*doc, "spec.parallelism.expert_parallel=4").ok());
+  ASSERT_TRUE(ApplyDocumentOverride(&*doc, "spec.training.recompute=[mlp, full]").ok());
+  EXPECT_EQ(doc->Find("spec")->Find("parallelism")->Find("expert_parallel")->scalar(), "4");
+  EXPECT_EQ(doc->Find("spec")->Find("training")->Find("recompute")->elements().size(), 2u);
+  EXPECT_FALSE(ApplyDocumentOverride(&*doc, "no-equals-sign").ok());
+}
+
+}  // namespace
+}  // namespace moe
