@@ -106,6 +106,12 @@ sed 's/pipeline_parallel: 8, virtual_pipeline: 4, //; s/moments_dtype: bf16}/mom
   "$work/gb200.yaml" >"$work/dpep.yaml"
 "$bin" --describe --config "$work/gb200.yaml" >"$work/gb200.txt" || fail "--describe gb200"
 "$bin" --describe --config "$work/dpep.yaml" >"$work/dpep.txt" || fail "--describe DP x EP"
+# The capacity a cuda job is judged against comes from a planner cluster profile (gb200-nvl72 by default).
+"$bin" --describe --config "$work/gb200.yaml" --cluster h100 >"$work/h100.txt" || fail "--describe --cluster h100"
+grep -q "of 80.0 GB" "$work/h100.txt" || fail "--cluster h100 should judge against 80 GB: $(grep -i fit "$work/h100.txt")"
+grep -q "186.0 GB per device" "$work/gb200.txt" || fail "the default capacity should be a GB200's 186 GB: $(grep -i fit "$work/gb200.txt")"
+if out=$("$bin" --describe --config "$work/gb200.yaml" --cluster gb201 2>&1); then fail "an unknown --cluster was accepted"; fi
+[[ "$out" == *"--cluster"*"gb200-nvl72"* ]] || fail "an unknown --cluster should list the known ones: $out"
 python3 - "$work/gb200.txt" "$work/dpep.txt" <<'PY'
 import re, sys
 gb = open(sys.argv[1]).read()

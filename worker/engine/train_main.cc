@@ -17,6 +17,7 @@
 #include "common/args.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "common/plan_profiles.h"
 #include "common/rank_end.h"
 #include "kernels/runtime.h"
 #include "worker/engine/comm/process_group.h"
@@ -40,6 +41,7 @@ struct Flags {
   int64_t report_fd = -1;
   double inject_delay = 0;
   double device_memory_gb = 0;
+  std::string cluster;  // --describe: a planner cluster profile whose device memory is the capacity
   bool resume = false;
   bool describe = false;
   std::string preset, init_from;
@@ -87,7 +89,10 @@ moe::ArgParser MakeParser(Flags* f) {
                "print the model (parameters total and activated, FLOPs per token) and each pipeline rank's memory at the "
                "job's layout (with --nproc, --pipeline-parallel, --expert-parallel, --precision), and exit; no data needed");
   args.AddDouble("device-memory-gb", &f->device_memory_gb,
-                 "with --describe: the memory of one device in GB (default: 186, a GB200's, for cuda jobs; the host's for cpu)");
+                 "with --describe: the memory of one device in GB (default: --cluster's, for cuda jobs; the host's for cpu)");
+  args.AddString("cluster", &f->cluster,
+                 "with --describe: a cluster profile (moectl plan's: gb200-nvl72 by default, gb300-nvl72, h100, ... or a "
+                 "YAML path) whose device memory a cuda job is judged against");
   args.AddString("init-from", &f->init_from, "start from a Hugging Face DeepseekV3 directory (config.json + safetensors) unless a checkpoint is resumed");
   args.AddString("preset", &f->preset, "with --describe and no --config: describe this model preset at seq 4096");
   return args;
@@ -222,8 +227,12 @@ int Describe(const Flags& f, moe::JobSpec spec) {
   const bool gpu = device.rfind("cuda", 0) == 0;
   const bool bf16 = f.precision.empty() ? gpu : f.precision == "bf16";
   double capacity = f.device_memory_gb * 1e9;
-  if (capacity == 0) {
-    capacity = gpu ? 186e9 : static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (capacity == 0 && gpu) {
+    auto cluster = moe::LoadClusterProfile(f.cluster.empty() ? "gb200-nvl72" : f.cluster);
+    if (!cluster.ok()) return Fail(cluster.status().WithPrefix("--cluster"));
+    capacity = cluster->memory_gb * 1e9;
+  } else if (capacity == 0) {
+    capacity = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   }
   std::printf("%s", moe::DescribeJob(spec, bf16 ? 2 : 4, capacity).c_str());
   return moe::kExitOk;
