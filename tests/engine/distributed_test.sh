@@ -97,7 +97,7 @@ failure_case() {  # failure_case <signal> <expected text>
   [ "$sig" = STOP ] && kill -9 "$victim" 2>/dev/null || true
   [ $rc -ne 0 ] || fail "the launcher succeeded although rank 1 got SIG$sig"
   grep -E "rank0\].*training failed: .*step [0-9]+" "$log" >/dev/null || { cat "$log"; fail "rank 0's error does not name the step"; }
-  grep -E "rank0\].*training failed: .*(all_to_all|all_reduce|barrier|broadcast)" "$log" >/dev/null || { cat "$log"; fail "rank 0's error does not name the collective"; }
+  grep -E "rank0\].*training failed: .*(all_to_all|all_reduce|reduce_scatter|all_gather|barrier|broadcast|send|recv)" "$log" >/dev/null || { cat "$log"; fail "rank 0's error does not name the collective"; }
   grep -q "$text" "$log" || { cat "$log"; fail "expected '$text' after SIG$sig"; }
   # When rank 0 reported: its log line's clock time against the moment of the signal.
   local stamp rank0_after
