@@ -3,6 +3,9 @@
 # against W=1, for the same global batch, measured in one run. Ratio = t(W=2) / t(W=1): on one
 # machine W=2 shares the same cores, so the ratio shows what the all-to-all and gradient all-reduce
 # add on top of the same arithmetic (1.0 would be free communication).
+# Next to each measurement: what `moectl plan --cluster local` (this machine, probed by moe-probe in
+# the same run, just before the training) predicts for the same job; the planner's goal is within 25 %.
+# Run it alone: a build beside it slows the probe and the training differently.
 #   bench/ep_scaling_bench.sh [build-dir] [steps]
 set -euo pipefail
 build=${1:-build}
@@ -22,8 +25,13 @@ spec:
   training: {steps: $((steps + 1)), log_interval: 1000}
 YAML
 done
-"$build/bin/moe-train" --config "$work/w1.yaml" --metrics-out "$work/w1.jsonl" 2>"$work/w1.log" || { cat "$work/w1.log"; exit 1; }
-"$build/bin/moe-train" --config "$work/w2.yaml" --nproc 2 --metrics-out "$work/w2.jsonl" 2>"$work/w2.log" || { cat "$work/w2.log"; exit 1; }
+for w in 1 2; do
+  # The probe (what --cluster local runs) with longer windows: best-of over 2 s resists the neighbours' noise.
+  "$build/bin/moe-probe" --ranks "$w" --seconds 2 >"$work/local$w.yaml" 2>/dev/null || { echo "moe-probe failed"; exit 1; }
+  "$build/bin/moectl" plan -f "$work/w$w.yaml" --cluster "$work/local$w.yaml" -o json >"$work/plan$w.json" 2>"$work/plan$w.log" || { cat "$work/plan$w.log"; exit 1; }
+  nproc=(); [ "$w" = 1 ] || nproc=(--nproc "$w")
+  "$build/bin/moe-train" --config "$work/w$w.yaml" "${nproc[@]}" --metrics-out "$work/w$w.jsonl" 2>"$work/w$w.log" || { cat "$work/w$w.log"; exit 1; }
+done
 python3 - "$work" <<'PY'
 import json, statistics, sys
 w = sys.argv[1]
@@ -37,4 +45,11 @@ print("step time at small (4 x 512 tokens per step, synthetic data), one machine
 print(f"  W=1             {t1:.3f} s")
 print(f"  W=2 (EP 2)      {t2:.3f} s: compute {c2:.3f} s, all-to-all {a2:.3f} s ({a2/t2:.0%}), gradient all-reduce {s2:.3f} s ({s2/t2:.0%})")
 print(f"RESULT ep2_over_w1_step_time_ratio {t2/t1:.3f}")
+print()
+print("moectl plan --cluster local (software ours-cpu) against the measured median step:")
+for n, t in ((1, t1), (2, t2)):
+    p = json.load(open(f"{w}/plan{n}.json"))
+    parts = ", ".join(f"{c['name']} {c['seconds']:.2f}" for c in p["components"] if c["seconds"] >= 0.005)
+    print(f"  W={n}: predicted {p['step_seconds']:.3f} s ({parts}); measured {t:.3f} s")
+    print(f"RESULT plan_over_measured_step_w{n} {p['step_seconds']/t:.3f} (goal 0.75-1.25)")
 PY

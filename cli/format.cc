@@ -114,6 +114,14 @@ std::string LayoutString(const moe::v1::ParallelismSpec& par) {
   return out + ")";
 }
 
+// The measured step against the planner's for this attempt (moe-controller --plan-cluster).
+std::string PlanLine(const moe::v1::Job& j) {
+  const double planned = j.planned_step_seconds(), measured = j.last_metrics().step_seconds();
+  if (planned <= 0 || measured <= 0) return "";
+  return "  planned step " + FormatNumber(planned, 3) + " s (" + j.plan_basis() + "): measured / planned " +
+         FormatNumber(measured / planned, 2) + "\n";
+}
+
 }  // namespace
 
 std::string Describe(const moe::v1::Job& j, double now) {
@@ -165,6 +173,7 @@ std::string Describe(const moe::v1::Job& j, double now) {
        << "  step " << FormatNumber(m.step_seconds(), 3) << " s: compute " << FormatNumber(m.compute_seconds(), 3) << " s, all-to-all "
        << FormatNumber(m.alltoall_seconds(), 3) << " s, gradient all-reduce " << FormatNumber(m.grad_sync_seconds(), 3) << " s"
        << (m.pipeline_bubble() > 0 ? ", pipeline bubble " + FormatNumber(m.pipeline_bubble() * 100, 1) + "%" : "") << "\n"
+       << PlanLine(j)
        << "  memory peak " << FormatNumber(static_cast<double>(m.memory_peak_bytes()) / 1e9, 3) << " GB on rank 0\n"
        << "  expert load max/mean " << FormatNumber(m.expert_load_imbalance(), 2);
     if (m.stragglers_size() > 0) {

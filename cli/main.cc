@@ -4,6 +4,7 @@
 //   moectl get jobs | get job ID [-o table|json|yaml] | get workers
 //   moectl describe job ID | watch ID | cancel ID | delete job ID | drain NAME | undrain NAME | top
 //   moectl plan -f job.yaml --cluster NAME [--software NAME] [--sweep N]   offline: no controller
+//   moectl plan JOB [--cluster NAME]     a submitted job on the racks its ranks hold
 //
 // The commands: cli/commands.cc. Exit codes: cli/client.h.
 #include <CLI/CLI.hpp>
@@ -26,13 +27,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (plan->parsed()) return moe::cli::RunPlan(plan_args);
+  if (plan->parsed() && !plan_args.live()) return moe::cli::RunPlan(plan_args, nullptr);
   if (!token_file.empty()) {
     auto token = moe::ReadTokenFile(token_file);
     if (!token.ok()) return client.Fail(token.status());
     client.options.token = *token;
   }
   if (moe::Status st = client.Connect(); !st.ok()) return client.Fail(st);
+  if (plan->parsed()) return moe::cli::RunPlan(plan_args, &client);
   for (const auto& cmd : commands) {
     if (cmd.app->parsed()) return cmd.run();
   }

@@ -1,42 +1,120 @@
 #include "cli/plan.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <set>
 
-#include "cli/client.h"
 #include "common/file_util.h"
+#include "common/job_spec_proto.h"
 #include "common/planner.h"
 
 namespace moe::cli {
 namespace {
+
+using Stub = moe::v1::JobService::Stub;
 
 int Refuse(const Status& st) {
   std::fprintf(stderr, "moectl plan: %s\n", st.ToString().c_str());
   return ExitCodeFor(st);
 }
 
-StatusOr<JobSpec> ReadJob(const PlanArgs& a) {
-  MOE_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(a.file));
+// The job document (the file, or the live job's expanded spec as JSON) with --set applied.
+StatusOr<JobSpec> ParseJob(const std::string& text, const std::string& origin, const std::vector<std::string>& sets) {
   auto doc = ParseYaml(text);
-  if (!doc.ok()) return doc.status().WithPrefix(a.file);
-  for (const std::string& s : a.sets) {
+  if (!doc.ok()) return doc.status().WithPrefix(origin);
+  for (const std::string& s : sets) {
     // Paths are under spec: unless they name another top-level section (metadata.priority=5).
     const bool top = s.rfind("spec.", 0) == 0 || s.rfind("metadata.", 0) == 0;
     MOE_RETURN_IF_ERROR(ApplyDocumentOverride(&*doc, top ? s : "spec." + s).WithPrefix("--set"));
   }
   auto spec = ParseJobSpec(*doc);
-  if (!spec.ok()) return spec.status().WithPrefix(a.file);
+  if (!spec.ok()) return spec.status().WithPrefix(origin);
   return spec;
+}
+
+// The cluster: a name or path; `local` is this machine, probed, one rank's share of it; a live CPU
+// job without --cluster is planned on `local` (its workers run here or on machines like it).
+StatusOr<ClusterProfile> Cluster(const PlanArgs& a, const JobSpec& spec) {
+  std::string name = a.cluster;
+  if (name.empty()) {
+    if (spec.resources.device != "cpu") {
+      return InvalidArgumentError("--cluster: required for a " + spec.resources.device +
+                                  " job: name the system its workers are (gb300-nvl72, h200, ... or a YAML path)");
+    }
+    name = "local";
+  }
+  if (name != "local") return LoadClusterProfile(name);
+  MOE_ASSIGN_OR_RETURN(const ClusterProfile machine, ProbeLocalCluster());
+  return LocalProfileForRanks(machine, spec.parallelism.world_size);
+}
+
+// Where a live job's ranks are: the racks it holds and the most racks one expert-parallel group spans
+// (EP groups are consecutive blocks of EP ranks: Megatron's order, EP innermost).
+struct Span {
+  int64_t racks = 0, ep_domains = 0;
+};
+Span PlacementSpan(const moe::v1::Job& job, int64_t ep) {
+  Span s;
+  std::set<std::string> all;
+  std::map<int64_t, std::set<std::string>> groups;
+  for (const auto& r : job.placement()) {
+    all.insert(r.rack());
+    groups[r.rank() / std::max<int64_t>(ep, 1)].insert(r.rack());
+  }
+  s.racks = static_cast<int64_t>(all.size());
+  for (const auto& [g, racks] : groups) s.ep_domains = std::max<int64_t>(s.ep_domains, static_cast<int64_t>(racks.size()));
+  return s;
+}
+
+void PrintPlans(const PlanArgs& a, const Plan& p, const Plan* packed) {
+  if (a.output == "json") {
+    Node n = PlanToNode(p);
+    if (packed != nullptr) n.Set("all_in_one_rack", PlanToNode(*packed));
+    std::printf("%s\n", ToJson(n, 2).c_str());
+    return;
+  }
+  std::printf("%s", PlanTable(p).c_str());
+  if (packed != nullptr) std::printf("%s", PlacementDifference(p, *packed).c_str());
+}
+
+int Sweep(const PlanArgs& a, const JobSpec& spec, const ClusterProfile& cluster, const SoftwareProfile& software,
+          const PlanOptions& options) {
+  auto plans = SweepLayouts(spec, cluster, software, options, static_cast<size_t>(a.sweep));
+  if (!plans.ok()) return Refuse(plans.status());
+  if (a.output == "json") {
+    Node list = Node::List();
+    for (const Plan& p : *plans) list.Append(PlanToNode(p));
+    std::printf("%s\n", ToJson(list, 2).c_str());
+  } else {
+    std::printf("sweep: %s on %s, software %s\n%s", spec.name.c_str(), cluster.name.c_str(), software.name.c_str(),
+                SweepTable(*plans).c_str());
+  }
+  return 0;
+}
+
+// A live job: its spec and placement from the controller.
+StatusOr<moe::v1::Job> FetchJob(Client* c, const std::string& id) {
+  moe::v1::GetJobRequest req;
+  req.set_id(id);
+  moe::v1::Job job;
+  MOE_RETURN_IF_ERROR(c->Call(&Stub::GetJob, req, &job));
+  return job;
 }
 
 }  // namespace
 
 CLI::App* AddPlanCommand(CLI::App& app, PlanArgs* a) {
-  auto* plan = app.add_subcommand("plan", "predict a job's memory, step time and TFLOP/s on a cluster (offline)");
-  plan->add_option("-f,--file", a->file, "job file (YAML or JSON)")->required();
-  plan->add_option("--cluster", a->cluster, "cluster profile: h100, h200, h800, b200, gb200-nvl72, gb300-nvl72 or a YAML path")
-      ->required();
-  plan->add_option("--software", a->software, "software profile: ours, megatron-2025-11, megatron-2026, deepseek-h800 or a path")
-      ->capture_default_str();
+  auto* plan = app.add_subcommand("plan", "predict a job's memory, step time and TFLOP/s on a cluster");
+  plan->add_option("job", a->job, "a submitted job's id: plan it on the racks its ranks hold (asks the controller)");
+  auto* file = plan->add_option("-f,--file", a->file, "job file (YAML or JSON): plan offline");
+  file->excludes(plan->get_option("job"));
+  plan->add_option("--cluster", a->cluster,
+                   "cluster profile: local (this machine, probed), h100, h200, h800, b200, gb200-nvl72, gb300-nvl72 or a "
+                   "YAML path (a live CPU job: local by default)");
+  plan->add_option("--software", a->software,
+                   "software profile: ours (default on cuda), ours-cpu (default on cpu), megatron-2025-11, megatron-2026, "
+                   "deepseek-h800 or a path");
   plan->add_option("--set", a->sets, "change the job: field.path=value (parallelism.expert_parallel=64)");
   plan->add_option("--switch", a->switches, "change the software profile: key=value (dispatcher=nccl, host.cuda_graphs=[])");
   plan->add_option("--racks", a->racks, "scale-up domains to spread the job over (default: as few as fit)")->check(CLI::PositiveNumber);
@@ -48,33 +126,48 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanArgs* a) {
   return plan;
 }
 
-int RunPlan(const PlanArgs& a) {
-  auto spec = ReadJob(a);
+int RunPlan(const PlanArgs& a, Client* client) {
+  if (a.file.empty() && !a.live()) return Refuse(InvalidArgumentError("expected -f FILE (offline) or a job id (live)"));
+  moe::v1::Job job;
+  std::string text = "", origin = a.file;
+  if (a.live()) {
+    auto got = FetchJob(client, a.job);
+    if (!got.ok()) return client->Fail(got.status());
+    job = *got;
+    auto live = SpecFromProto(job.spec());
+    if (!live.ok()) return Refuse(live.status().WithPrefix("job " + a.job));
+    text = SpecToJson(*live), origin = "job " + a.job;
+  } else {
+    auto read = ReadFileToString(a.file);
+    if (!read.ok()) return Refuse(read.status());
+    text = *read;
+  }
+  auto spec = ParseJob(text, origin, a.sets);
   if (!spec.ok()) return Refuse(spec.status());
-  auto cluster = LoadClusterProfile(a.cluster);
+  auto cluster = Cluster(a, *spec);
   if (!cluster.ok()) return Refuse(cluster.status().WithPrefix("--cluster"));
-  auto software = LoadSoftwareProfile(a.software);
+  const std::string sw = !a.software.empty() ? a.software : cluster->device == "cpu" ? "ours-cpu" : "ours";
+  auto software = LoadSoftwareProfile(sw);
   if (!software.ok()) return Refuse(software.status().WithPrefix("--software"));
   for (const std::string& s : a.switches) {
     if (Status st = ApplySoftwareOverride(&*software, s); !st.ok()) return Refuse(st);
   }
-  const PlanOptions options{a.racks, a.ep_domains, a.tokens};
-  if (a.sweep > 0) {
-    auto plans = SweepLayouts(*spec, *cluster, *software, options, static_cast<size_t>(a.sweep));
-    if (!plans.ok()) return Refuse(plans.status());
-    if (a.output == "json") {
-      Node list = Node::List();
-      for (const Plan& p : *plans) list.Append(PlanToNode(p));
-      std::printf("%s\n", ToJson(list, 2).c_str());
-    } else {
-      std::printf("sweep: %s on %s, software %s\n%s", spec->name.c_str(), cluster->name.c_str(), software->name.c_str(),
-                  SweepTable(*plans).c_str());
-    }
-    return 0;
+  PlanOptions options{a.racks, a.ep_domains, a.tokens};
+  if (a.sweep > 0) return Sweep(a, *spec, *cluster, *software, options);
+  const bool placed = a.live() && job.placement_size() > 0;
+  if (a.live() && !placed) std::fprintf(stderr, "moectl plan: job %s has no placement yet: planned as packed\n", a.job.c_str());
+  if (placed && a.racks == 0 && a.ep_domains == 0) {
+    const Span span = PlacementSpan(job, spec->parallelism.expert_parallel);
+    options.racks = span.racks, options.ep_domains = span.ep_domains;
   }
   auto plan = PlanJob(*spec, *cluster, *software, options);
   if (!plan.ok()) return Refuse(plan.status());
-  std::printf("%s", a.output == "json" ? (ToJson(PlanToNode(*plan), 2) + "\n").c_str() : PlanTable(*plan).c_str());
+  if (!placed) return PrintPlans(a, *plan, nullptr), 0;
+  PlanOptions packed_options = options;
+  packed_options.ep_domains = 1;
+  auto packed = PlanJob(*spec, *cluster, *software, packed_options);
+  if (!packed.ok()) return Refuse(packed.status());
+  PrintPlans(a, *plan, &*packed);
   return 0;
 }
 

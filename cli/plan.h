@@ -1,22 +1,30 @@
-// moectl plan: a job's memory, step time and TFLOP/s on a named cluster, offline (common/planner.h,
-// docs/planning.md). Needs no controller.
+// moectl plan: a job's memory, step time and TFLOP/s on a named cluster (common/planner.h,
+// docs/planning.md).
+//
+//   moectl plan -f job.yaml --cluster NAME ...   offline: needs no controller
+//   moectl plan JOB [--cluster NAME] ...         a submitted or running job, planned on the racks its
+//                                                ranks actually hold, against all-in-one-rack
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
+#include "cli/client.h"
+
 namespace moe::cli {
 
 struct PlanArgs {
-  std::string file, cluster, software = "ours", output = "table";
+  std::string job, file, cluster, software, output = "table";
   std::vector<std::string> sets, switches;
   int64_t racks = 0, ep_domains = 0, sweep = 0;
   double tokens = 0;
+  bool live() const { return !job.empty(); }
 };
 
 // Adds `plan` to `app`; the returned subcommand is parsed when the user asked for it.
 CLI::App* AddPlanCommand(CLI::App& app, PlanArgs* a);
-int RunPlan(const PlanArgs& a);
+// `client` is connected when a.live(), else unused.
+int RunPlan(const PlanArgs& a, Client* client);
 
 }  // namespace moe::cli

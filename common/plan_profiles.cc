@@ -1,6 +1,9 @@
 #include "common/plan_profiles.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 
 #include "common/file_util.h"
 #include "common/schema.h"
@@ -11,6 +14,12 @@ struct Fraction {  // 0 < v <= 1: an efficiency is a physical share of a peak
   Status operator()(double v, const std::string& path) const {
     if (v > 0 && v <= 1) return OkStatus();
     return schema_internal::Refuse(path, "must be a fraction in (0, 1], got " + schema_internal::FormatValue(v));
+  }
+};
+struct Ratio {  // 1 <= v <= 16: the busiest of several over their mean
+  Status operator()(double v, const std::string& path) const {
+    if (v >= 1 && v <= 16) return OkStatus();
+    return schema_internal::Refuse(path, "must be a max/mean ratio in [1, 16], got " + schema_internal::FormatValue(v));
   }
 };
 struct Share {  // 0 <= v <= 1
@@ -73,12 +82,14 @@ const Schema<SoftwareProfile>& SchemaOf<SoftwareProfile>() {
       Field("attention_efficiency", &S::attention_efficiency, Fraction()),
       Field("memory_efficiency", &S::memory_efficiency, Fraction()),
       Field("sm_share", &S::sm_share, Fraction()),
-      Field("dispatcher", &S::dispatcher, OneOf({"nccl", "deepep", "hybridep"})),
+      Field("dispatcher", &S::dispatcher, OneOf({"nccl", "deepep", "hybridep", "gloo"})),
       Field("nccl_a2a_efficiency", &S::nccl_a2a_efficiency, Fraction()),
       Field("deepep_a2a_efficiency", &S::deepep_a2a_efficiency, Fraction()),
       Field("hybridep_a2a_efficiency", &S::hybridep_a2a_efficiency, Fraction()),
+      Field("gloo_a2a_efficiency", &S::gloo_a2a_efficiency, Fraction()),
       Field("cross_domain_efficiency", &S::cross_domain_efficiency, Fraction()),
       Field("fp8_dispatch", &S::fp8_dispatch),
+      Field("expert_imbalance", &S::expert_imbalance, Ratio()),
       Field("a2a_overlap", &S::a2a_overlap, Share()),
       Field("p2p_overlap", &S::p2p_overlap, Share()),
       Field("dp_overlap", &S::dp_overlap, Share()),
@@ -109,6 +120,7 @@ bool SoftwareProfile::Captured(const std::string& part) const {
 double SoftwareProfile::DispatcherEfficiency() const {
   if (dispatcher == "deepep") return deepep_a2a_efficiency;
   if (dispatcher == "hybridep") return hybridep_a2a_efficiency;
+  if (dispatcher == "gloo") return gloo_a2a_efficiency;
   return nccl_a2a_efficiency;
 }
 
@@ -241,6 +253,46 @@ Status ApplySoftwareOverride(SoftwareProfile* p, const std::string& assignment) 
   out.base = p->base;
   *p = std::move(out);
   return OkStatus();
+}
+
+ClusterProfile LocalProfileForRanks(const ClusterProfile& machine, int64_t ranks) {
+  if (ranks <= 1) return machine;
+  ClusterProfile c = machine;
+  const int64_t threads = std::max<int64_t>(1, machine.domain_size / ranks);
+  const double share = std::min(1.0, static_cast<double>(threads) / static_cast<double>(machine.domain_size));
+  c.peak_bf16_tflops *= share;
+  c.memory_tbps *= share;
+  c.memory_gb /= static_cast<double>(ranks);
+  c.domain_size = std::max(machine.domain_size, ranks);
+  c.description += "; a device is one of " + std::to_string(ranks) + " ranks with " + std::to_string(threads) + " thread(s)";
+  c.sources.push_back("one rank's share: " + std::to_string(threads) + " of " + std::to_string(machine.domain_size) +
+                      " core(s) for the SGEMM rate and memory bandwidth, 1/" + std::to_string(ranks) + " of the memory");
+  return c;
+}
+
+StatusOr<ClusterProfile> ProbeLocalCluster() {
+  std::string probe = "moe-probe";
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    if (::access((dir + "/moe-probe").c_str(), X_OK) == 0) probe = dir + "/moe-probe";
+  }
+  std::fprintf(stderr, "probing this machine (%s, about 2 s)...\n", probe.c_str());
+  FILE* out = ::popen((probe + " 2>/dev/null").c_str(), "r");
+  if (out == nullptr) return UnavailableError("--cluster local: could not run " + probe);
+  std::string text;
+  char buf[4096];
+  for (size_t got; (got = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, got);
+  const int rc = ::pclose(out);
+  if (rc != 0 || text.empty()) {
+    return UnavailableError("--cluster local: " + probe + " failed (exit status " + std::to_string(rc) +
+                            "); build it (make build) or put it on PATH");
+  }
+  auto doc = ParseYaml(text);
+  if (!doc.ok()) return doc.status().WithPrefix(probe);
+  return ParseClusterProfile(*doc, probe);
 }
 
 Node ClusterProfileToNode(const ClusterProfile& c) { return SchemaOf<ClusterProfile>().Write(c); }

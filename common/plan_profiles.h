@@ -60,12 +60,16 @@ struct SoftwareProfile {
   double attention_efficiency = 0.4;   // flash attention (fwd + bwd), of the bf16 peak
   double memory_efficiency = 0.7;      // memory-bound passes, of the HBM bandwidth
   double sm_share = 1.0;               // of the SMs left to compute (DeepSeek: 112 of 132; the rest move data)
-  std::string dispatcher = "nccl";     // nccl | deepep | hybridep
+  std::string dispatcher = "nccl";     // nccl | deepep | hybridep | gloo (CPU: the engine over Gloo)
   double nccl_a2a_efficiency = 0.2;    // of scale-up bandwidth, per dispatcher
   double deepep_a2a_efficiency = 0.25;
   double hybridep_a2a_efficiency = 0.4;
-  double cross_domain_efficiency = 0.8;  // of scale-out bandwidth
+  double gloo_a2a_efficiency = 0.15;   // of the copy bandwidth (CPU ranks on one machine)
+  double cross_domain_efficiency = 0.8;  // of scale-out bandwidth; also the data-parallel collectives' share of their link
   bool fp8_dispatch = false;             // dispatch in fp8 under fp8 (combine stays bf16)
+  // Routed tokens on the busiest expert-parallel rank over the mean (1: balanced): the others wait for
+  // it in the combine, so the step pays the busiest rank's expert GEMMs.
+  double expert_imbalance = 1.0;
   double a2a_overlap = 0;                // of the all-to-all hidden behind compute
   double p2p_overlap = 0.5;              // of pipeline sends hidden
   double dp_overlap = 0.8;               // of gradient reduce-scatter / weight all-gather hidden
@@ -96,6 +100,15 @@ StatusOr<SoftwareProfile> ParseSoftwareProfile(const Node& doc, const std::strin
 Status ApplySoftwareOverride(SoftwareProfile* p, const std::string& assignment);
 // "--set parallelism.expert_parallel=64" on a job document (before it is parsed into a JobSpec).
 Status ApplyDocumentOverride(Node* doc, const std::string& assignment);
+
+// `local`: this machine, measured by moe-probe (worker/engine/probe_main.cc), run from the directory of
+// the running binary (else from PATH). What it prints is the whole machine; a W-rank job's device is
+// LocalProfileForRanks(machine, W).
+StatusOr<ClusterProfile> ProbeLocalCluster();
+// One rank's share of a machine profile when `ranks` ranks share it as moe-train --nproc does:
+// cores / ranks threads each (at least one), so the SGEMM rate and memory bandwidth scale by that
+// share of the cores (domain_size) and the memory divides among the ranks.
+ClusterProfile LocalProfileForRanks(const ClusterProfile& machine, int64_t ranks);
 
 Node ClusterProfileToNode(const ClusterProfile& c);
 Node SoftwareProfileToNode(const SoftwareProfile& s);

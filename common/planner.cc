@@ -164,7 +164,8 @@ RankTime BlockTime(const Ctx& x, bool moe) {
   const double dense = f.proj + (moe ? f.shared : f.dense_ffn);
   r.dense = t * dense / x.gemm_rate;
   r.core = t * f.core / x.attn_rate;
-  if (moe) r.experts = t * f.routed / x.expert_rate;
+  const double busiest = x.spec->parallelism.expert_parallel > 1 ? x.s->expert_imbalance : 1.0;
+  if (moe) r.experts = busiest * t * f.routed / x.expert_rate;
   double rec_gemm = 0, rec_exp = 0, rec_core = 0;
   if (x.rc_full) {
     rec_gemm = dense / 3, rec_exp = moe ? f.routed / 3 : 0, rec_core = f.core / 3;
@@ -173,7 +174,7 @@ RankTime BlockTime(const Ctx& x, bool moe) {
     if (x.rc_mlp && !moe) rec_gemm += f.dense_ffn / 3;
     if (x.rc_core) rec_core += f.core / 3;
   }
-  r.recompute = t * (rec_gemm / x.gemm_rate + rec_exp / x.expert_rate + rec_core / x.attn_rate);
+  r.recompute = t * (rec_gemm / x.gemm_rate + busiest * rec_exp / x.expert_rate + rec_core / x.attn_rate);
   r.memory = t * BlockMemoryBytes(x, moe) / x.mem_rate;
   if (moe && x.spec->parallelism.expert_parallel > 1) {
     const double ep = D(x.spec->parallelism.expert_parallel);
@@ -306,7 +307,11 @@ void AddTail(const Ctx& x, const Packing& pk, const StageMemory& st, Plan* p) {
                              std::to_string(static_cast<int64_t>(2 * v * m)) + " sends of " + Gb(x.tokens * D(x.spec->model.hidden_size) * x.a)});
   }
   const double dp = D(par.data_parallel()), edp = D(par.expert_data_parallel());
-  const double dense = st.params - st.expert_params, wire = 4 + x.a;  // fp32 grads out, weights back
+  // Gradients out (fp32; f64 under training.deterministic), then weights back (all-gathered under
+  // ZeRO, else the all-reduce's second half: the gradients again).
+  const bool exact = x.spec->training.Deterministic(x.c->device == "cpu");
+  const double grad = exact ? 8 : 4;
+  const double dense = st.params - st.expert_params, wire = grad + (p->memory.distributed_optimizer ? x.a : grad);
   double t = 0;
   if (dp > 1) t += dense * wire * (dp - 1) / dp / GroupRate(x, pk, par.data_parallel(), 1);
   if (edp > 1) t += st.expert_params * wire * (edp - 1) / edp / GroupRate(x, pk, par.expert_data_parallel(), par.expert_parallel);

@@ -68,6 +68,9 @@ StatusOr<std::vector<Plan>> SweepLayouts(const JobSpec& spec, const ClusterProfi
 
 std::string PlanTable(const Plan& p);
 std::string SweepTable(const std::vector<Plan>& plans);
+// A placement's plan against the same job with every expert-parallel group in one domain: both step
+// times and TFLOP/s, and the components that grew.
+std::string PlacementDifference(const Plan& placed, const Plan& packed);
 Node PlanToNode(const Plan& p);
 
 }  // namespace moe

@@ -94,6 +94,28 @@ StatusOr<std::vector<Plan>> SweepLayouts(const JobSpec& spec, const ClusterProfi
   return plans;
 }
 
+// TFLOP/s as read: whole numbers on GPUs, three significant digits on CPUs (0.1 TFLOP/s).
+std::string Tflops(double v) { return Fmt(v >= 10 ? "%.0f" : "%.3g", v); }
+
+std::string PlacementDifference(const Plan& placed, const Plan& packed) {
+  std::ostringstream o;
+  const char* per = placed.precision == "fp32" ? " TFLOP/s per device" : " TFLOP/s per GPU";
+  o << "placement: expert-parallel groups span " << placed.ep_domains << " domain(s) of the job's " << placed.racks
+    << "; with each group in one domain: step " << Fmt("%.3f s", packed.step_seconds) << ", " << Tflops(packed.tflops_per_gpu) << per
+    << "\n";
+  o << "  this placement: step " << Fmt("%.3f s", placed.step_seconds) << " ("
+    << Fmt("%+.1f%%", 100 * (placed.step_seconds / packed.step_seconds - 1)) << "), " << Tflops(placed.tflops_per_gpu) << per
+    << " (" << Fmt("%+.1f%%", 100 * (placed.tflops_per_gpu / packed.tflops_per_gpu - 1)) << ")\n";
+  for (const PlanComponent& c : placed.components) {
+    const PlanComponent* base = packed.Find(c.name);
+    const double before = base != nullptr ? base->seconds : 0;
+    if (c.seconds - before > 0.001 * packed.step_seconds) {
+      o << "  grew: " << c.name << " " << Fmt("%.3f s", before) << " -> " << Fmt("%.3f s", c.seconds) << "\n";
+    }
+  }
+  return o.str();
+}
+
 std::string PlanTable(const Plan& p) {
   std::ostringstream o;
   o << "plan: " << p.job << " on " << p.cluster << " (" << p.world_size << " devices in " << p.racks
@@ -116,8 +138,9 @@ std::string PlanTable(const Plan& p) {
     std::snprintf(line, sizeof(line), "  %-32s %8.3f  %5.1f%%  ", c.name.c_str(), c.seconds, 100 * c.seconds / p.step_seconds);
     o << line << c.detail << "\n";
   }
-  o << "throughput: " << Fmt("%.0f", p.tflops_per_gpu) << " TFLOP/s per GPU (Megatron-counted; MFU "
-    << Fmt("%.1f%%", 100 * p.mfu_bf16) << " of the bf16 peak"
+  o << "throughput: " << Tflops(p.tflops_per_gpu) << " TFLOP/s per " << (p.precision == "fp32" ? "device" : "GPU")
+    << " (Megatron-counted; MFU " << Fmt("%.1f%%", 100 * p.mfu_bf16) << " of the "
+    << (p.precision == "fp32" ? "fp32" : "bf16") << " peak"
     << (p.mfu_fp8 > 0 ? Fmt(", %.1f%% of the fp8 peak", 100 * p.mfu_fp8) : std::string()) << "), "
     << Human(p.tokens_per_second) << " tokens/s\n";
   o << "budget: " << Human(p.tokens) << " tokens in " << Fmt("%.1f days", p.days) << ", " << Human(p.gpu_hours)

@@ -7,6 +7,7 @@
 #include "common/job_spec_proto.h"
 #include "common/log.h"
 #include "controller/controller.h"
+#include "controller/job_plan.h"
 #include "controller/controller_internal.h"
 
 namespace moe::controller {
@@ -48,11 +49,14 @@ Status Controller::StartAttempt(JobEntry& e, const std::vector<Slot>& slots) {
   const int number = e.job.attempt() + 1;
   const std::string what =
       "attempt " + std::to_string(number) + ": " + internal::RackSummary(slots);
+  const std::optional<AttemptPlan> plan = PlanAttempt(config_, e.spec, slots);
   // Stored before any worker hears of it: a refused record leaves the job queued.
   MOE_RETURN_IF_ERROR(
       jobs_.Transition(e, moe::v1::SCHEDULED, "Scheduled", what, [&](moe::v1::Job& job) {
         job.set_attempt(number);
         internal::SetPlacement(job, slots);
+        job.set_planned_step_seconds(plan ? plan->step_seconds : 0);
+        job.set_plan_basis(plan ? plan->basis : "");
       }));
   e.attempt = std::make_unique<Attempt>();
   e.attempt->number = number;

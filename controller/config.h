@@ -3,7 +3,10 @@
 // their tests include it freely.
 #pragma once
 
+#include <optional>
 #include <string>
+
+#include "common/plan_profiles.h"
 
 namespace moe::controller {
 
@@ -45,6 +48,11 @@ struct ControllerConfig {
   double rank_start_seconds = 300;  // an assigned rank that has not started by then fails its attempt
   // Finished jobs (and their events) older than this are deleted; 0 keeps them.
   double finished_job_retention_seconds = 30 * 24 * 3600;
+
+  // Planning (common/planner.h): the cluster the workers are and the stack they run, to put each
+  // attempt's planned step time next to the measured one. Unset: no plan.
+  std::optional<ClusterProfile> plan_cluster;
+  std::optional<SoftwareProfile> plan_software;
 
   // Metrics.
   double metrics_retention_seconds = 600;  // series of finished jobs stay this long on /metrics

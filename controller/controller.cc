@@ -8,6 +8,7 @@
 #include "common/file_util.h"
 #include "common/job_spec_proto.h"
 #include "common/log.h"
+#include "common/memory_model.h"
 #include "controller/controller_internal.h"
 #include "controller/worker_claims.h"
 
@@ -93,6 +94,7 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
   if (Status st = CheckFeasible(internal::RequestFor(spec), workers_.LiveSlots()); !st.ok()) {
     return FailedPreconditionError("the job can never fit: " + st.message());
   }
+  MOE_RETURN_IF_ERROR(CheckMemoryFits(spec));
   const std::string id = jobs_.NewId(spec.name);
   if (spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty()) {
     spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
@@ -102,6 +104,32 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
   schedule_needed_ = true;
   Schedule();
   return e->job;
+}
+
+Status Controller::CheckMemoryFits(const JobSpec& spec) const {
+  // The largest memory a live worker of the job's device type reports; none reported: nothing to check.
+  int64_t most = 0;
+  std::string where;
+  for (const moe::v1::Worker& w : workers_.List()) {
+    const bool kind = spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
+    if (!kind || w.state() == moe::v1::LOST || w.memory_bytes() <= most) continue;
+    most = w.memory_bytes(), where = w.name();
+  }
+  if (most == 0) return OkStatus();
+  auto plan = EstimateMemory(spec, spec.resources.device == "cpu" ? 4 : 2);
+  if (!plan.ok()) return plan.status();
+  const StageMemory& big = plan->largest();
+  if (big.peak() <= static_cast<double>(most)) return OkStatus();
+  size_t top = 0;
+  for (size_t k = 1; k < kNumMemoryKinds; ++k) top = big.bytes[k] > big.bytes[top] ? k : top;
+  char msg[512];
+  std::snprintf(msg, sizeof(msg),
+                "the job can never fit: pipeline rank %lld needs %.2f GB per rank (%s %.2f GB, the largest part; "
+                "moe-train --describe shows all), more than the %.2f GB of the roomiest %s worker (%s)",
+                static_cast<long long>(big.pp_rank), big.peak() / 1e9,
+                std::string(MemoryKindName(static_cast<MemoryKind>(top))).c_str(), big.bytes[top] / 1e9,
+                static_cast<double>(most) / 1e9, spec.resources.device.c_str(), where.c_str());
+  return FailedPreconditionError(msg);
 }
 
 Status Controller::CheckCheckpointDirFree(const std::string& dir) {

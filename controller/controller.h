@@ -87,6 +87,9 @@ class Controller {
   Status AwaitReconnect(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status RestoreWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FAILED_PRECONDITION when a live job other than `id` checkpoints to `dir`.
+  // Refuses a job whose per-rank memory (common/memory_model.h, moe-train --describe's accounting)
+  // exceeds the memory every live worker of its device type reports.
+  Status CheckMemoryFits(const JobSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status CheckCheckpointDirFree(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finished jobs older than the retention go, with their events (job_admin.cc).
   void ExpireFinishedJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -76,6 +76,22 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
       ->capture_default_str();
 }
 
+// --plan-cluster / --plan-software: the profiles each attempt's planned step time comes from.
+moe::Status LoadPlanProfiles(const std::string& cluster, std::string software, ControllerConfig* c) {
+  if (cluster.empty()) {
+    if (!software.empty()) return moe::InvalidArgumentError("--plan-software needs --plan-cluster");
+    return moe::OkStatus();
+  }
+  auto profile = cluster == "local" ? moe::ProbeLocalCluster() : moe::LoadClusterProfile(cluster);
+  if (!profile.ok()) return profile.status().WithPrefix("--plan-cluster");
+  if (software.empty()) software = profile->device == "cpu" ? "ours-cpu" : "ours";
+  auto sw = moe::LoadSoftwareProfile(software);
+  if (!sw.ok()) return sw.status().WithPrefix("--plan-software");
+  c->plan_cluster = *profile;
+  c->plan_software = *sw;
+  return moe::OkStatus();
+}
+
 moe::Status SetUpProcess(const ControllerConfig& c) {
   moe::LogLevel level;
   if (!moe::ParseLogLevel(c.log_level, &level)) {
@@ -152,8 +168,14 @@ int main(int argc, char** argv) {
   ControllerConfig config;
   CLI::App app{"moe-controller: schedules MoE training jobs onto rack-aware workers"};
   BindFlags(app, config);
+  std::string plan_cluster, plan_software;
+  app.add_option("--plan-cluster", plan_cluster,
+                 "cluster profile the workers are (local: this machine, probed at start; gb300-nvl72, ... or a YAML "
+                 "path): each attempt gets a planned step time next to the measured one (docs/planning.md)");
+  app.add_option("--plan-software", plan_software, "software profile for --plan-cluster (default ours, ours-cpu on cpu)");
   CLI11_PARSE(app, argc, argv);
   config.Resolve();
+  if (moe::Status st = LoadPlanProfiles(plan_cluster, plan_software, &config); !st.ok()) return Fail(st.message());
   if (moe::Status st = SetUpProcess(config); !st.ok()) return Fail(st.message());
 
   // Check exposure.

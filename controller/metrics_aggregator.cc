@@ -48,6 +48,11 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
   eval_loss_ = &BuildGauge().Name("moe_job_eval_loss").Help("Validation loss of the last evaluation (nats per token)").Register(r);
   eval_ppl_ = &BuildGauge().Name("moe_job_eval_ppl").Help("Validation perplexity of the last evaluation").Register(r);
   eval_mtp_loss_ = &BuildGauge().Name("moe_job_eval_mtp_loss").Help("Validation MTP loss of the last evaluation (nats per token)").Register(r);
+  last_step_ = &BuildGauge().Name("moe_job_step_seconds").Help("Wall time of the job's last step").Register(r);
+  planned_step_ = &BuildGauge()
+                       .Name("moe_job_planned_step_seconds")
+                       .Help("The planner's step time for the attempt's placement (moe-controller --plan-cluster)")
+                       .Register(r);
   lr_ = &BuildGauge().Name("moe_job_learning_rate").Help("Learning rate of the last step").Register(r);
   a2a_ = &BuildCounter().Name("moe_job_alltoall_seconds_total").Help("Seconds rank 0 spent in the MoE token all-to-all").Register(r);
   compute_ = &BuildCounter().Name("moe_job_compute_seconds_total").Help("Seconds rank 0 spent in forward and backward, all-to-all excluded").Register(r);
@@ -185,6 +190,7 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   step_duration_->Add(job_labels, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})
       .Observe(out.step_seconds());
   loss_->Add(job_labels).Set(out.loss());
+  last_step_->Add(job_labels).Set(out.step_seconds());
   if (out.mtp_loss_weight() > 0) mtp_loss_->Add(job_labels).Set(out.mtp_loss());
   grad_norm_->Add(job_labels).Set(out.grad_norm());
   lr_->Add(job_labels).Set(out.lr());
@@ -212,6 +218,11 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
     std::vector<RankInfo> ranks;
     for (const auto& p : job.placement()) ranks.push_back({p.rack(), p.worker()});
     StartAttempt(job.id(), job.attempt(), ranks, job.placement_size());
+    if (job.planned_step_seconds() > 0) {
+      planned_step_->Add({{"job", job.id()}}).Set(job.planned_step_seconds());
+    } else {
+      planned_step_->Remove(&planned_step_->Add({{"job", job.id()}}));
+    }
   }
   if (state == moe::v1::RESTARTING && !loaded) restarts_->Add({{"job", job.id()}}).Increment();
   SetState(job.id(), state);
@@ -287,6 +298,8 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   mtp_loss_->Remove(&mtp_loss_->Add(job));
   grad_norm_->Remove(&grad_norm_->Add(job));
   lr_->Remove(&lr_->Add(job));
+  last_step_->Remove(&last_step_->Add(job));
+  planned_step_->Remove(&planned_step_->Add(job));
   bubble_->Remove(&bubble_->Add(job));
   eval_loss_->Remove(&eval_loss_->Add(job));
   eval_ppl_->Remove(&eval_ppl_->Add(job));

@@ -98,6 +98,8 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Gauge>* eval_mtp_loss_;
   prometheus::Family<prometheus::Gauge>* memory_peak_;
   prometheus::Family<prometheus::Gauge>* lr_;
+  prometheus::Family<prometheus::Gauge>* last_step_;     // measured
+  prometheus::Family<prometheus::Gauge>* planned_step_;  // the planner's, for the attempt's placement
   prometheus::Family<prometheus::Counter>* a2a_;
   prometheus::Family<prometheus::Counter>* compute_;
   prometheus::Family<prometheus::Gauge>* imbalance_;

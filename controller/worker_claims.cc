@@ -64,6 +64,7 @@ Status ValidateRegistration(const moe::v1::Register& reg) {
   if (reg.cpu_cores() < 0 || reg.cpu_cores() > kMaxCpuCores) {
     return Field("cpu_cores", "must be in 0.." + std::to_string(kMaxCpuCores));
   }
+  if (reg.memory_bytes() < 0 || reg.memory_bytes() > (int64_t{1} << 50)) return Field("memory_bytes", "must be in 0..2^50");
   if (reg.host_id().size() > 512 || !Printable(reg.host_id())) return Field("host_id", "at most 512 printable bytes");
   if (reg.version().size() > 64 || !Printable(reg.version())) return Field("version", "at most 64 printable bytes");
   if (reg.session().size() > 128) return Field("session", "at most 128 bytes");

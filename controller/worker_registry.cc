@@ -75,6 +75,7 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, Wo
   w.info.set_address(reg.address());
   if (fresh) w.info.set_registered_at(clock_.Now());
   w.cpu_cores = reg.cpu_cores();
+  w.memory_bytes = reg.memory_bytes();
   w.host_id = reg.host_id();
   w.channel = channel;
   w.lost = false;
@@ -193,6 +194,7 @@ std::vector<Slot> WorkerRegistry::LiveSlots() const {
 moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
   moe::v1::Worker out = w.info;
   out.set_drained(w.drained);
+  out.set_memory_bytes(MemoryFor(w.info.name()));
   out.set_job_id(w.job_id);
   out.set_rank(w.rank);
   if (w.lost) out.set_state(moe::v1::LOST);
@@ -202,16 +204,27 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
   return out;
 }
 
-int WorkerRegistry::CpuThreadsFor(const std::string& name) const {
-  auto it = workers_.find(name);
-  if (it == workers_.end() || it->second.cpu_cores <= 0 || it->second.info.device() != "cpu") return 0;
+int WorkerRegistry::CpuWorkersSharingHost(const WorkerEntry& of) const {
   int sharing = 0;
   for (const auto& [n, w] : workers_) {
     // Same machine: by host id when workers send one (several "nodes" may share a host), else by node.
-    const bool same = it->second.host_id.empty() ? w.info.node() == it->second.info.node() : w.host_id == it->second.host_id;
+    const bool same = of.host_id.empty() ? w.info.node() == of.info.node() : w.host_id == of.host_id;
     if (!w.lost && w.info.device() == "cpu" && same) ++sharing;
   }
-  return std::max(1, it->second.cpu_cores / std::max(1, sharing));
+  return std::max(1, sharing);
+}
+
+int WorkerRegistry::CpuThreadsFor(const std::string& name) const {
+  auto it = workers_.find(name);
+  if (it == workers_.end() || it->second.cpu_cores <= 0 || it->second.info.device() != "cpu") return 0;
+  return std::max(1, it->second.cpu_cores / CpuWorkersSharingHost(it->second));
+}
+
+int64_t WorkerRegistry::MemoryFor(const std::string& name) const {
+  auto it = workers_.find(name);
+  if (it == workers_.end() || it->second.memory_bytes <= 0) return 0;
+  if (it->second.info.device() != "cpu") return it->second.memory_bytes;
+  return it->second.memory_bytes / CpuWorkersSharingHost(it->second);
 }
 
 std::vector<moe::v1::Worker> WorkerRegistry::List() const {

@@ -30,6 +30,7 @@ struct WorkerEntry {
   int attempt = 0;
   int rank = -1;
   int cpu_cores = 0;
+  int64_t memory_bytes = 0;  // as registered: a CPU worker's host, a GPU worker's device
   std::string host_id;
   // The worker's credential (Registered.session): its name is held by it while the worker is
   // connected, and until held_until (monotonic) after it was last heard from.
@@ -82,12 +83,16 @@ class WorkerRegistry {
   std::vector<moe::v1::Worker> List() const;
   // Threads for a CPU rank on `name`'s node: its cores over the live CPU workers there (0: unknown).
   int CpuThreadsFor(const std::string& name) const;
+  // Memory one rank on the worker may use: a CPU worker's share of its host, a GPU worker's device;
+  // 0 when it reported none.
+  int64_t MemoryFor(const std::string& name) const;
   moe::v1::Worker Describe(const WorkerEntry& w) const;
   const std::map<std::string, WorkerEntry>& all() const { return workers_; }
 
  private:
   Status CheckNameFree(const moe::v1::Register& reg, WorkerChannel* channel) const;
   void MarkLost(WorkerEntry& w);
+  int CpuWorkersSharingHost(const WorkerEntry& of) const;  // live CPU workers on its machine, itself included
 
   Clock& clock_;
   double lease_;

@@ -71,6 +71,9 @@ void WorkerAgent::Registration(moe::v1::Register* r) {
   r->set_address(o_.address);
   r->set_version(MOE_VERSION);
   r->set_cpu_cores(static_cast<int>(std::thread::hardware_concurrency()));
+  double memory = o_.memory_gb * 1e9;
+  if (memory <= 0 && o_.device == "cpu") memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  r->set_memory_bytes(static_cast<int64_t>(memory));
   // The machine: its machine-id and host name (containers from one image may share a machine-id,
   // not a host name); workers started with different --node on one host still share its cores.
   std::string h;

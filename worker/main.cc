@@ -48,6 +48,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", o.client.tls_cert, "client certificate (PEM) for mTLS");
   app.add_option("--tls-key", o.client.tls_key, "client key (PEM) for mTLS");
   app.add_option("--threads", o.threads, "CPU threads for a rank (default: the node's cores shared among its CPU workers)");
+  app.add_option("--memory-gb", o.memory_gb,
+                 "memory a rank may use, GB: the controller refuses jobs that need more (default: cpu: the host's "
+                 "memory shared among its CPU workers; cuda: not reported)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--trainer", o.trainer, "path of moe-train (default: next to moe-worker)");
   app.add_option("--runtime-dir", o.runtime_dir, "for job files and rendezvous sockets (default /tmp/moe-worker-<name>)");
   app.add_option("--inject-step-delay", inject_delay, "testing: seconds each of this worker's ranks sleeps per step");

@@ -131,10 +131,71 @@ TEST(Planner, MemoryIsTheEnginesAccounting) {
   EXPECT_EQ(p.fits, m->largest().peak() <= 186e9);
 }
 
+// A CPU machine as moe-probe prints it: 2 cores at 200 GFLOP/s, 40 GB/s, 20 GB.
+ClusterProfile Machine() {
+  ClusterProfile c;
+  c.name = "local", c.device = "cpu", c.peak_bf16_tflops = 0.2, c.memory_gb = 20, c.memory_tbps = 0.04;
+  c.scale_up_gbps = c.scale_out_gbps = 40, c.domain_size = 2;
+  return c;
+}
+
+JobSpec SmallCpu(int64_t world) {
+  JobSpec s;
+  s.name = "small";
+  s.model = *ModelPreset("small");
+  s.parallelism.world_size = world;
+  s.parallelism.expert_parallel = world;
+  s.data.source = "synthetic";
+  s.data.seq_length = 512;
+  s.data.micro_batch_size = 2;
+  s.data.global_batch_size = 4;
+  return s;
+}
+
+TEST(PlannerLocal, ARankGetsItsShareOfTheMachine) {
+  const ClusterProfile one = LocalProfileForRanks(Machine(), 1);
+  EXPECT_EQ(one.peak_bf16_tflops, 0.2);
+  const ClusterProfile two = LocalProfileForRanks(Machine(), 2);
+  EXPECT_DOUBLE_EQ(two.peak_bf16_tflops, 0.1);
+  EXPECT_DOUBLE_EQ(two.memory_tbps, 0.02);
+  EXPECT_DOUBLE_EQ(two.memory_gb, 10);
+  const ClusterProfile four = LocalProfileForRanks(Machine(), 4);  // still a thread each: over-subscribed
+  EXPECT_DOUBLE_EQ(four.peak_bf16_tflops, 0.1);
+  EXPECT_EQ(four.domain_size, 4);
+  EXPECT_NE(two.description.find("2 ranks with 1 thread(s)"), std::string::npos) << two.description;
+}
+
+TEST(PlannerLocal, CpuJobsPayGlooExactSumsAndTheBusiestExpertRank) {
+  auto sw = LoadSoftwareProfile("ours-cpu");
+  ASSERT_TRUE(sw.ok()) << sw.status().ToString();
+  EXPECT_EQ(sw->dispatcher, "gloo");
+  auto w1 = PlanJob(SmallCpu(1), LocalProfileForRanks(Machine(), 1), *sw, {});
+  auto w2 = PlanJob(SmallCpu(2), LocalProfileForRanks(Machine(), 2), *sw, {});
+  ASSERT_TRUE(w1.ok() && w2.ok()) << w1.status().ToString() << w2.status().ToString();
+  EXPECT_EQ(w1->precision, "fp32");
+  EXPECT_EQ(w1->Find("data-parallel grads + weights"), nullptr);
+  ASSERT_NE(w2->Find("data-parallel grads + weights"), nullptr);
+  EXPECT_GT(w2->Find("all-to-all in domain")->seconds, 0);
+  EXPECT_NE(w2->Find("all-to-all in domain")->detail.find("gloo"), std::string::npos);
+  // training.deterministic (the CPU default) reduces f64 gradients: 8 + 4 bytes against 4 + 4.
+  JobSpec fast = SmallCpu(2);
+  fast.training.deterministic = false;
+  auto w2f = PlanJob(fast, LocalProfileForRanks(Machine(), 2), *sw, {});
+  ASSERT_TRUE(w2f.ok());
+  EXPECT_NEAR(w2->Find("data-parallel grads + weights")->seconds / w2f->Find("data-parallel grads + weights")->seconds, 1.5, 1e-9);
+  // The busiest expert-parallel rank sets the pace: experts scale with the imbalance, only under EP.
+  SoftwareProfile balanced = *sw;
+  ASSERT_TRUE(ApplySoftwareOverride(&balanced, "expert_imbalance=1").ok());
+  auto w2b = PlanJob(SmallCpu(2), LocalProfileForRanks(Machine(), 2), balanced, {});
+  ASSERT_TRUE(w2b.ok());
+  EXPECT_NEAR(w2->Find("routed experts")->seconds / w2b->Find("routed experts")->seconds, sw->expert_imbalance, 1e-9);
+  EXPECT_FALSE(ApplySoftwareOverride(&balanced, "expert_imbalance=0.5").ok());
+}
+
 TEST(PlannerProfiles, EveryBuiltInParses) {
   EXPECT_GE(BuiltinClusterNames().size(), 6u);
   for (const auto& n : BuiltinClusterNames()) EXPECT_TRUE(LoadClusterProfile(n).ok()) << n;
-  for (const auto& n : {"ours", "megatron-2025-11", "megatron-2026", "deepseek-h800"}) {
+  for (const auto& n : {"ours", "ours-cpu", "megatron-2025-11", "megatron-2026", "deepseek-h800"}) {
     auto s = LoadSoftwareProfile(n);
     ASSERT_TRUE(s.ok()) << n << ": " << s.status().ToString();
     EXPECT_EQ(s->name, n);

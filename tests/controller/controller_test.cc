@@ -348,6 +348,34 @@ TEST_F(ControllerTest, Fp8JobsAreRefusedAtSubmitUntilTheEngineTrainsThem) {
   EXPECT_TRUE(controller_->List({}).empty()) << "nothing stored";
 }
 
+TEST_F(ControllerTest, AJobNeedingMoreMemoryThanAnyWorkerHasIsRefusedWithBothNumbers) {
+  AddWorker("a", "r0", "n0");  // reports no memory: nothing to check against
+  JobSpec huge = Spec("huge", 1, 1);
+  huge.model.hidden_size = 16384;  // tiny's layers at h = 16384: tens of GB per rank
+  huge.model.num_heads = 128;
+  ASSERT_TRUE(ValidateJobSpec(huge).ok());
+  EXPECT_TRUE(controller_->Submit(SpecToProto(huge)).ok()) << "no worker reports memory: accepted";
+  auto& ch = channels_["m"];
+  ch = std::make_unique<FakeChannel>();
+  moe::v1::Register r;
+  r.set_name("m"), r.set_rack("r0"), r.set_node("n1"), r.set_device("cpu");
+  r.set_memory_bytes(int64_t{8} << 30);  // 8.6 GB, shared by no other CPU worker on its host id
+  r.set_host_id("host-m");
+  ASSERT_TRUE(controller_->Register(r, ch.get()).ok());
+  const size_t stored = controller_->List({}).size();
+  huge.name = "huge2";
+  huge.checkpoint.dir = "/tmp/ckpt-huge2";
+  auto j = controller_->Submit(SpecToProto(huge));
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), StatusCode::kFailedPrecondition);
+  const std::string msg = j.status().message();
+  std::printf("refused: %s\n", msg.c_str());
+  EXPECT_NE(msg.find("GB per rank"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("8.59 GB of the roomiest cpu worker (m)"), std::string::npos) << msg;
+  EXPECT_EQ(controller_->List({}).size(), stored) << "nothing stored";
+  EXPECT_TRUE(controller_->Submit(SpecToProto(Spec("fits", 1, 1))).ok()) << "a tiny job still fits";
+}
+
 TEST_F(ControllerTest, InfeasibleJobsAreRefusedAtSubmitWithTheReason) {
   AddWorker("a", "r0", "n0");
   AddWorker("b", "r1", "n1");

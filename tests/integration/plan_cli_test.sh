@@ -1,8 +1,10 @@
 #!/bin/bash
 # moectl plan from the outside (docs/planning.md): offline (no controller anywhere), the table, -o json,
-# --set, --switch, --sweep, placement (--ep-domains) and clear errors with the usage exit code.
+# --set, --switch, --sweep, placement (--ep-domains) and clear errors with the usage exit code; then the
+# local profile (moe-probe) and a live job planned on the racks it holds (moectl plan JOB), with the
+# controller's planned step time in the job record, moectl describe and /metrics.
 source "$(dirname "$0")/lib.sh"
-export MOE_CONTROLLER=127.0.0.1:1  # nothing listens: plan must not need it
+export MOE_CONTROLLER=127.0.0.1:1  # nothing listens: offline plan must not need it
 cat >"$WORK/job.yaml" <<'YAML'
 apiVersion: moe/v1
 kind: TrainingJob
@@ -52,4 +54,43 @@ out=$(plan --set parallelism.expert_parallel=3 2>&1 >/dev/null); rc=$?
 [ $rc = 6 ] && [[ "$out" == *"expert_parallel"* ]] || fail "a bad layout should name the field (rc $rc): $out"
 out=$(plan --racks 2 2>&1 >/dev/null); rc=$?
 [ $rc = 6 ] && [[ "$out" == *"--racks"* ]] || fail "too few racks should say so (rc $rc): $out"
+
+# The local profile (moe-probe, this machine) and the CPU software profile.
+"$BIN/moe-probe" --ranks 2 --seconds 0.3 >"$WORK/local.yaml" 2>/dev/null || fail "moe-probe failed"
+grep -q "^device: cpu" "$WORK/local.yaml" && grep -q "^peak_bf16_tflops: " "$WORK/local.yaml" || fail "moe-probe: $(cat "$WORK/local.yaml")"
+make_job "$WORK/tiny.yaml" live 100000 0
+sed -i 's/expert_group_within: rack/expert_group_within: any/' "$WORK/tiny.yaml"
+grep -q "expert_group_within: any" "$WORK/tiny.yaml" || fail "the job file lacks placement.expert_group_within"
+"$BIN/moectl" plan -f "$WORK/tiny.yaml" --cluster "$WORK/local.yaml" >"$WORK/local.txt" || fail "plan on local.yaml failed"
+grep -q "software ours-cpu, fp32" "$WORK/local.txt" || fail "a cpu cluster should default to ours-cpu: $(head -3 "$WORK/local.txt")"
+out=$("$BIN/moe-probe" --ranks 0 2>&1 >/dev/null) && fail "moe-probe --ranks 0 should be refused"
+[[ "$out" == *"--ranks"* ]] || fail "moe-probe --ranks 0: $out"
+
+# Live: a controller that plans every attempt (--plan-cluster local), two workers in two racks, a job
+# allowed to span them; moectl plan JOB uses the racks its ranks hold and shows what crossing costs.
+start_controller --plan-cluster local
+start_worker w0 r0 n0
+start_worker w1 r1 n1
+wait_workers 2
+id=$("$BIN/moectl" submit -f "$WORK/tiny.yaml")
+wait_state "$id" RUNNING 60
+"$BIN/moectl" plan "$id" >"$WORK/live.txt" || fail "moectl plan $id failed"
+grep -q "expert-parallel groups span 2 domain(s) of the job's 2" "$WORK/live.txt" || fail "live plan: $(cat "$WORK/live.txt")"
+grep -q "grew: all-to-all across domains" "$WORK/live.txt" || fail "live plan shows no grown component: $(cat "$WORK/live.txt")"
+sed -n '/^placement:/,$p' "$WORK/live.txt"
+"$BIN/moectl" plan "$id" -o json | python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+assert p["ep_domains"] == 2 and p["all_in_one_rack"]["ep_domains"] == 1, p
+assert p["step_seconds"] > p["all_in_one_rack"]["step_seconds"], (p["step_seconds"], p["all_in_one_rack"]["step_seconds"])
+' || fail "live plan JSON"
+planned=$(job_field "$id" "d.get('plannedStepSeconds', 0)")
+python3 -c "import sys; assert float(sys.argv[1]) > 0" "$planned" || fail "the job record has no planned step time ($planned)"
+for _ in $(seq 1 150); do "$BIN/moectl" describe job "$id" | grep -q "planned step" && break; sleep 0.2; done
+"$BIN/moectl" describe job "$id" | grep -E "planned step [0-9.]+ s \(local / ours-cpu, 2 domain\(s\), EP groups over 2\): measured / planned [0-9.]+" \
+  || fail "describe shows no measured / planned ratio: $("$BIN/moectl" describe job "$id")"
+curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | grep -q "^moe_job_planned_step_seconds{job=\"$id\"}" || fail "/metrics lacks the planned step"
+out=$("$BIN/moectl" plan does-not-exist 2>&1 >/dev/null); rc=$?
+[ $rc = 3 ] || fail "plan of an unknown job: rc $rc, $out"
+"$BIN/moectl" cancel "$id" >/dev/null
 echo "plan_cli_test passed"
