@@ -18,7 +18,7 @@ rc=$?
 set -e
 [ $rc -ne 0 ] && grep -q -- "--metrics-listen 127.0.0.1:$blocker: cannot serve /metrics there" <<<"$out" || fail "taken port: rc $rc, $out"
 
-start_controller
+start_controller --plan-cluster local  # planned step times: the job dashboard's plan panel has data
 for n in 0 1; do start_worker w$n rack-a n$n; done
 wait_workers 2
 make_job "$WORK/job.yaml" prom 100000 0
@@ -53,7 +53,8 @@ for m in moe_job_model_flops_total moe_job_tflops_per_device moe_job_mfu_ratio m
          moe_job_step_duration_seconds_bucket moe_job_loss moe_job_grad_norm moe_job_learning_rate \
          moe_job_alltoall_seconds_total moe_job_compute_seconds_total moe_job_expert_load_imbalance_ratio \
          moe_job_state moe_job_restarts_total moe_rank_step_duration_seconds moe_job_straggler moe_workers \
-         moe_scheduler_queue_length moe_scheduler_decision_duration_seconds_bucket moe_build_info moe_rank_tflops; do
+         moe_scheduler_queue_length moe_scheduler_decision_duration_seconds_bucket moe_build_info moe_rank_tflops \
+         moe_job_step_seconds moe_job_planned_step_seconds; do
   grep -q "^$m" "$WORK/metrics.txt" || fail "/metrics lacks $m"
 done
 grep -q "moe_rank_step_duration_seconds{.*rack=\"rack-a\"" "$WORK/metrics.txt" || fail "rank series without the rack label"
