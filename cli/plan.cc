@@ -21,7 +21,7 @@ int Refuse(const Status& st) {
 
 // The job document (the file, or the live job's expanded spec as JSON) with --set applied.
 StatusOr<JobSpec> ParseJob(const std::string& text, const std::string& origin, const std::vector<std::string>& sets) {
-  auto doc = ParseYaml(text);
+  auto doc = ParseYaml(text, kJobDocumentLimits);
   if (!doc.ok()) return doc.status().WithPrefix(origin);
   for (const std::string& s : sets) {
     // Paths are under spec: unless they name another top-level section (metadata.priority=5).

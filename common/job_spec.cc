@@ -175,7 +175,7 @@ StatusOr<JobSpec> ParseJobSpec(const Node& doc) {
 }
 
 StatusOr<JobSpec> ParseJobSpecText(std::string_view text) {
-  MOE_ASSIGN_OR_RETURN(Node doc, ParseYaml(text));
+  MOE_ASSIGN_OR_RETURN(Node doc, ParseYaml(text, kJobDocumentLimits));
   return ParseJobSpec(doc);
 }
 

@@ -81,7 +81,7 @@ moe::v1::TrainingJob SpecToProto(const JobSpec& spec) {
 }
 
 StatusOr<moe::v1::TrainingJob> TrainingJobFromText(const std::string& text) {
-  MOE_ASSIGN_OR_RETURN(Node doc, ParseYaml(text));
+  MOE_ASSIGN_OR_RETURN(Node doc, ParseYaml(text, kJobDocumentLimits));
   if (!doc.IsMap()) {
     return InvalidArgumentError(
         "the job document must be a mapping (apiVersion, kind, metadata, spec)");

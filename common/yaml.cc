@@ -32,9 +32,16 @@ bool IsPlainNumber(std::string_view s) {
 
 // ---------------------------------------------------------------------------------------------------
 // Flow parser: JSON-like collections and scalars inside one string.
+Status TooDeep(int line, int limit) {
+  return LineError(line, "nesting deeper than " + std::to_string(limit) +
+                             " levels (the limit for a document; a job needs fewer than 10)");
+}
+
 class FlowParser {
  public:
-  FlowParser(std::string_view text, int line) : s_(text), line_(line) {}
+  // depth: the collections already open around this text (the block lines above it).
+  FlowParser(std::string_view text, int line, int depth, int max_depth)
+      : s_(text), line_(line), depth_(depth), max_depth_(max_depth) {}
 
   StatusOr<Node> ParseAll() {
     MOE_ASSIGN_OR_RETURN(Node n, ParseValue(/*in_flow=*/false));
@@ -127,7 +134,19 @@ class FlowParser {
     return out;
   }
 
-  StatusOr<Node> ParseMap() {
+  // A flow collection one level deeper; the level is left when `body` returns.
+  template <typename F>
+  StatusOr<Node> Nested(F body) {
+    if (++depth_ > max_depth_) return TooDeep(line_, max_depth_);
+    StatusOr<Node> n = body();
+    --depth_;
+    return n;
+  }
+
+  StatusOr<Node> ParseMap() { return Nested([this] { return ParseMapBody(); }); }
+  StatusOr<Node> ParseList() { return Nested([this] { return ParseListBody(); }); }
+
+  StatusOr<Node> ParseMapBody() {
     Node map = Node::Map();
     map.set_line(line_);
     ++pos_;  // {
@@ -158,7 +177,7 @@ class FlowParser {
     }
   }
 
-  StatusOr<Node> ParseList() {
+  StatusOr<Node> ParseListBody() {
     Node list = Node::List();
     list.set_line(line_);
     ++pos_;  // [
@@ -178,6 +197,7 @@ class FlowParser {
   std::string_view s_;
   size_t pos_ = 0;
   int line_;
+  int depth_, max_depth_;
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -235,7 +255,7 @@ size_t FindMappingColon(std::string_view s) {
 
 class BlockParser {
  public:
-  explicit BlockParser(std::vector<Line> lines) : lines_(std::move(lines)) {}
+  BlockParser(std::vector<Line> lines, int max_depth) : lines_(std::move(lines)), max_depth_(max_depth) {}
 
   StatusOr<Node> ParseDocument() {
     if (lines_.empty()) return Node();
@@ -250,6 +270,13 @@ class BlockParser {
   bool IsSeqItem(const Line& l) const { return l.text == "-" || (l.text.size() >= 2 && l.text[0] == '-' && l.text[1] == ' '); }
 
   StatusOr<Node> ParseBlock(int indent) {
+    if (++depth_ > max_depth_) return TooDeep(lines_[pos_].number, max_depth_);
+    StatusOr<Node> n = ParseBlockAt(indent);
+    --depth_;
+    return n;
+  }
+
+  StatusOr<Node> ParseBlockAt(int indent) {
     const Line& first = lines_[pos_];
     if (IsSeqItem(first)) return ParseSequence(indent);
     if (FindMappingColon(first.text) != std::string_view::npos) return ParseMapping(indent);
@@ -281,7 +308,7 @@ class BlockParser {
   }
 
   StatusOr<Node> ParseInline(const std::string& text, int number) {
-    FlowParser fp(text, number);
+    FlowParser fp(text, number, depth_, max_depth_);
     return fp.ParseAll();
   }
 
@@ -326,7 +353,7 @@ class BlockParser {
       }
       std::string key = RightTrim(l.text.substr(0, colon));
       if (!key.empty() && (key[0] == '"' || key[0] == '\'')) {
-        FlowParser fp(key, l.number);
+        FlowParser fp(key, l.number, depth_, max_depth_);
         MOE_ASSIGN_OR_RETURN(Node k, fp.ParseAll());
         key = k.scalar();
       }
@@ -385,6 +412,8 @@ class BlockParser {
 
   std::vector<Line> lines_;
   size_t pos_ = 0;
+  int depth_ = 0;
+  int max_depth_;
 };
 
 void WriteJson(const Node& n, int indent, int depth, std::string* out) {
@@ -581,7 +610,12 @@ StatusOr<std::string> Node::AsString(std::string_view path) const {
   return scalar_;
 }
 
-StatusOr<Node> ParseYaml(std::string_view text) {
+StatusOr<Node> ParseYaml(std::string_view text, const YamlLimits& limits) {
+  if (limits.max_bytes > 0 && text.size() > limits.max_bytes) {
+    return InvalidArgumentError("the document is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                                std::to_string(limits.max_bytes) + " bytes (" +
+                                std::to_string(limits.max_bytes >> 20) + " MiB) for " + limits.what);
+  }
   std::vector<Line> lines;
   int number = 0;
   size_t pos = 0;
@@ -603,7 +637,7 @@ StatusOr<Node> ParseYaml(std::string_view text) {
     if (content[0] == '&' || content[0] == '*' || content[0] == '!') return LineError(number, "anchors, aliases and tags are not supported");
     lines.push_back(Line{number, static_cast<int>(indent), std::move(content)});
   }
-  BlockParser parser(std::move(lines));
+  BlockParser parser(std::move(lines), limits.max_depth);
   return parser.ParseDocument();
 }
 

@@ -67,8 +67,19 @@ class Node {
   int line_ = 0;
 };
 
+// What a parse accepts. Collections nest at most max_depth levels (deeper input would exhaust the
+// stack of this recursive parser, and of everything that walks the tree); max_bytes bounds the text
+// (0: unbounded, for files we wrote ourselves, such as a checkpoint manifest).
+struct YamlLimits {
+  size_t max_bytes = 0;
+  int max_depth = 64;
+  const char* what = "a document";  // named in the size error
+};
+// A job document, as moectl, moe-train and the controller read it: 1 MiB, 64 levels (docs/job-spec.md).
+inline constexpr YamlLimits kJobDocumentLimits{size_t{1} << 20, 64, "a job document"};
+
 // Parses one YAML (or JSON) document. Errors are INVALID_ARGUMENT with "line N: ...".
-StatusOr<Node> ParseYaml(std::string_view text);
+StatusOr<Node> ParseYaml(std::string_view text, const YamlLimits& limits = {});
 
 // Writes JSON. Plain scalars that read as numbers, booleans or null are written bare; everything else
 // as strings. indent < 0 gives one line.

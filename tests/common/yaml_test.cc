@@ -84,5 +84,38 @@ TEST(Yaml, TypedReadsNameThePath) {
   EXPECT_EQ(*ParseYaml("n: 1e3")->Find("n")->AsInt("n"), 1000);
 }
 
+// Hostile documents: nesting is bounded (the parser and every walker of the tree recurse), and a job
+// document's size too, each with a sentence naming the limit.
+TEST(YamlLimits, NestingDeeperThanTheLimitIsRefusedNotACrash) {
+  auto nested = [](int n) { return "a: " + std::string(static_cast<size_t>(n), '[') + std::string(static_cast<size_t>(n), ']'); };
+  EXPECT_TRUE(ParseYaml(nested(63)).ok());  // the top mapping plus 63 sequences: 64 levels
+  for (int n : {64, 100, 1000, 1000000}) {
+    auto doc = ParseYaml(nested(n));
+    ASSERT_FALSE(doc.ok()) << n;
+    EXPECT_NE(doc.status().message().find("nesting deeper than 64 levels"), std::string::npos) << doc.status();
+  }
+  std::string flow_maps = "a: ";
+  for (int i = 0; i < 5000; ++i) flow_maps += "{b: ";
+  flow_maps += "1" + std::string(5000, '}');
+  EXPECT_FALSE(ParseYaml(flow_maps).ok());
+  std::string block;  // block mappings nested by indentation
+  for (int i = 0; i < 100; ++i) block += std::string(static_cast<size_t>(i), ' ') + "k" + std::to_string(i) + ":\n";
+  auto deep_block = ParseYaml(block);
+  ASSERT_FALSE(deep_block.ok());
+  EXPECT_NE(deep_block.status().message().find("line 65: nesting deeper"), std::string::npos) << deep_block.status();
+  YamlLimits wide;
+  wide.max_depth = 2000;
+  EXPECT_TRUE(ParseYaml(nested(1000), wide).ok()) << "the limit is the caller's";
+}
+
+TEST(YamlLimits, AJobDocumentOverOneMebibyteIsRefusedWithItsSize) {
+  const std::string big = "name: '" + std::string(size_t{1} << 20, 'x') + "'";
+  EXPECT_TRUE(ParseYaml(big).ok()) << "no size limit by default (our own files)";
+  auto doc = ParseYaml(big, kJobDocumentLimits);
+  ASSERT_FALSE(doc.ok());
+  EXPECT_EQ(doc.status().message(), "the document is " + std::to_string(big.size()) +
+                                        " bytes, over the limit of 1048576 bytes (1 MiB) for a job document");
+}
+
 }  // namespace
 }  // namespace moe

@@ -32,6 +32,31 @@ out=$("$MOECTL" submit -f "$WORK/big.yaml" 2>&1); rc=$?
 set -e
 [ $rc -eq 6 ] || fail "a 6 MiB data path: rc $rc, ${out:0:200}"
 echo "6 MiB path refused: ${out:0:160}"
+[[ "$out" == *"over the limit of 1048576 bytes (1 MiB) for a job document"* ]] || fail "the size refusal names no limit: ${out:0:200}"
+# Deep nesting: a sentence naming the limit, never a crash (a 100,000-level document once overflowed
+# the parser's stack).
+for n in 100 1000 100000; do
+  python3 -c "import sys; n=int(sys.argv[1]); print('apiVersion: moe/v1\nkind: TrainingJob\nmetadata: {name: deep}\nspec: {model: ' + '['*n + ']'*n + '}')" $n >"$WORK/deep.yaml"
+  set +e; out=$("$MOECTL" submit -f "$WORK/deep.yaml" 2>&1); rc=$?; set -e
+  [ $rc -eq 6 ] && [[ "$out" == *"nesting deeper than 64 levels"* ]] || fail "$n-level nesting: rc $rc, ${out:0:200}"
+done
+echo "deep nesting refused: ${out:0:160}"
+# The controller's own bound, for clients other than moectl: a 2 MiB path in the protobuf itself.
+py <<'PY' || fail "the controller's document bound (above)"
+import os, sys, grpc
+sys.path.insert(0, os.path.join(os.environ["MOE_SOURCE_DIR"], "tests/integration"))
+import moe_grpc as g
+p = g.pb()
+job = p.job.TrainingJob(api_version="moe/v1", kind="TrainingJob")
+job.metadata.name = "huge"
+job.spec.data.path = "x" * (2 << 20)
+try:
+    g.unary(g.channel(sys.argv[1]), "/moe.v1.JobService/SubmitJob", p.js.SubmitJobRequest(job=job), p.job.Job)
+    raise SystemExit("a 2 MiB job document was accepted")
+except grpc.RpcError as e:
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "bytes; at most 65536" in e.details(), (e.code(), e.details())
+    print("controller:", e.details()[:120])
+PY
 for n in 1 2 3 4 5; do make_job "$WORK/p$n.yaml" page$n 100 0 1 1; "$MOECTL" submit -f "$WORK/p$n.yaml" >/dev/null; done
 py <<'PY' || fail "oversized report and paging (above)"
 import os, sys
