@@ -7,7 +7,7 @@ BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all build configure data demo test test-unit bench gpu-check clean format lint help
+.PHONY: all build configure data demo test test-unit test-asan test-asan-quick test-tsan fuzz bench gpu-check clean format lint help
 
 all: build
 
@@ -18,6 +18,9 @@ help:
 	@echo "make test    the whole test suite (unit, integration, e2e; gpu tests skip loudly without a GPU)"
 	@echo "make bench   the benchmarks in bench/ (ratios against the machine's own ceilings)"
 	@echo "make lint    no function outside tests/ and bench/ over 100 lines or complexity 30 (pmccabe)"
+	@echo "make test-asan  the unit and integration tests under AddressSanitizer + UBSan (build-asan)"
+	@echo "make test-tsan  the threaded code's tests under ThreadSanitizer (build-tsan)"
+	@echo "make fuzz    every libFuzzer target for a minute (FUZZ_SECONDS), after replaying its regressions (build-fuzz)"
 
 configure:
 	@scripts/install-deps.sh build
@@ -44,6 +47,19 @@ test:
 	    echo "NOTE: the tests labelled gpu ($$(ctest -N -L gpu | grep -c 'Test *#')) were SKIPPED: no GPU on this machine."; \
 	    echo "      They run with tests/gpu/check.sh (make gpu-check) on a GPU machine; docs/benchmarks.md says when they last did."; \
 	  fi; exit $$rc
+
+test-asan:
+	@scripts/sanitize.sh address
+
+test-asan-quick:
+	@scripts/sanitize.sh address --quick
+
+test-tsan:
+	@scripts/sanitize.sh thread
+
+FUZZ_SECONDS ?= 60
+fuzz:
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
 
 test-unit: build
 	@cd $(BUILD) && ctest --output-on-failure -L unit $(CTEST_FLAGS)

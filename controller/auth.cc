@@ -1,5 +1,6 @@
 #include "controller/auth.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/file_util.h"
@@ -35,18 +36,46 @@ StatusOr<TokenAuth> TokenAuth::Load(const std::string& path) {
   return auth;
 }
 
+// Equal or not, in time that depends on the lengths only: every byte is compared, no early exit, so a
+// caller cannot find a token's prefix by timing refusals.
+bool SameSecret(std::string_view a, std::string_view b) {
+  const size_t n = std::max(a.size(), b.size());
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned>(x ^ y);
+  }
+  return diff == 0;
+}
+
 Status TokenAuth::Check(const std::string& authorization, Role needed) const {
   if (!enabled_) return OkStatus();
   const std::string prefix = "Bearer ";
   if (authorization.rfind(prefix, 0) != 0) return UnauthenticatedError("a bearer token is required (authorization: Bearer <token>)");
-  auto it = tokens_.find(authorization.substr(prefix.size()));
-  if (it == tokens_.end()) return UnauthenticatedError("unknown token");
-  const Role have = it->second.first;
+  const std::string_view given = std::string_view(authorization).substr(prefix.size());
+  const std::pair<Role, std::string>* found = nullptr;
+  for (const auto& [token, who] : tokens_) {  // all of them, whichever matches
+    if (SameSecret(token, given)) found = &who;
+  }
+  if (found == nullptr) return UnauthenticatedError("unknown token");
+  const Role have = found->first;
   // Admin covers what people do (JobService), never the WorkerService: a worker is its own principal.
   if (have == needed || (have == Role::kAdmin && needed == Role::kViewer)) return OkStatus();
   static const char* kNames[] = {"none", "viewer", "worker", "admin"};
-  return PermissionDeniedError("token '" + it->second.second + "' has role " + kNames[static_cast<int>(have)] + "; this call needs " +
+  return PermissionDeniedError("token '" + found->second + "' has role " + kNames[static_cast<int>(have)] + "; this call needs " +
                                kNames[static_cast<int>(needed)]);
+}
+
+std::string TokenAuth::Who(const std::string& authorization) const {
+  const std::string prefix = "Bearer ";
+  if (!enabled_ || authorization.rfind(prefix, 0) != 0) return "";
+  const std::string_view given = std::string_view(authorization).substr(prefix.size());
+  std::string who;
+  for (const auto& [token, entry] : tokens_) {
+    if (SameSecret(token, given)) who = entry.second;
+  }
+  return who;
 }
 
 }  // namespace moe::controller

@@ -7,12 +7,16 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
 namespace moe::controller {
 
 enum class Role { kNone = 0, kViewer = 1, kWorker = 2, kAdmin = 3 };
+
+// Whether two secrets are equal, in time that depends only on their lengths.
+bool SameSecret(std::string_view a, std::string_view b);
 
 class TokenAuth {
  public:
@@ -22,6 +26,9 @@ class TokenAuth {
   // `authorization` is the request's metadata value ("Bearer <token>"). Admin may do what a viewer
   // may; otherwise each role only its own.
   Status Check(const std::string& authorization, Role needed) const;
+  // The name of the token in `authorization` (its third field, else its role) once Check passed;
+  // empty without authentication.
+  std::string Who(const std::string& authorization) const;
 
  private:
   bool enabled_ = false;

@@ -71,7 +71,7 @@ Status Controller::AwaitReconnect(JobEntry& e) {
 }
 
 StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
-                                          const std::string& request_id) {
+                                          const std::string& request_id, const std::string& actor) {
   if (request_id.size() > kMaxRequestIdBytes) {
     return InvalidArgumentError("request_id: at most " + std::to_string(kMaxRequestIdBytes) + " bytes");
   }
@@ -100,7 +100,7 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
     spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
   }
   MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec.checkpoint.dir));
-  MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec, request_id));
+  MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec, request_id, actor));
   schedule_needed_ = true;
   Schedule();
   return e->job;
@@ -170,7 +170,7 @@ std::vector<moe::v1::Job> Controller::List(const std::vector<JobState>& states) 
   return out;
 }
 
-StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id) {
+StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::string& actor) {
   absl::MutexLock lock(&mu_);
   JobEntry* e = jobs_.Find(id);
   if (e == nullptr) return NotFoundError("no job '" + id + "'");
@@ -179,9 +179,10 @@ StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id) {
                                    moe::v1::JobState_Name(e->job.state()) + ")");
   }
   // Stored before any rank hears of it: a refused cancel leaves the job running.
-  MOE_RETURN_IF_ERROR(jobs_.Transition(*e, moe::v1::CANCELLED, "Cancelled", "cancelled by a user"));
+  const std::string by = "cancelled by " + (actor.empty() ? std::string("a user") : actor);
+  MOE_RETURN_IF_ERROR(jobs_.Transition(*e, moe::v1::CANCELLED, "Cancelled", by));
   if (e->attempt) {
-    StopRanks(*e, "cancelled by a user");
+    StopRanks(*e, by);
     SettleOrRetry(*e);  // ends the attempt at once when no rank was left to stop
   }
   schedule_needed_ = true;
@@ -206,7 +207,7 @@ std::vector<moe::v1::Worker> Controller::Workers() {
   return workers_.List();
 }
 
-StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained) {
+StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained, const std::string& actor) {
   absl::MutexLock lock(&mu_);
   WorkerEntry* w = workers_.Find(name);
   if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
@@ -214,7 +215,7 @@ StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool d
   record.set_drained(drained);
   MOE_RETURN_IF_ERROR(store_.PutWorker(record, w->session));
   MOE_RETURN_IF_ERROR(workers_.SetDrained(name, drained));
-  MOE_LOG(INFO) << "worker " << name << (drained ? " drained" : " undrained");
+  MOE_LOG(INFO) << "worker " << name << (drained ? " drained" : " undrained") << (actor.empty() ? "" : " by " + actor);
   schedule_needed_ = true;
   return workers_.Describe(*workers_.Find(name));
 }

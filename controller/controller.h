@@ -46,21 +46,23 @@ class Controller {
   // JobService.
   // A non-empty `request_id` makes the submit idempotent: the job an earlier submit with the same
   // id created is returned instead of a new one.
-  StatusOr<moe::v1::Job> Submit(const moe::v1::TrainingJob& job, const std::string& request_id = "")
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `actor` (every state-changing call): the name of the caller's token, recorded in the job's events
+  // and the log; empty without authentication.
+  StatusOr<moe::v1::Job> Submit(const moe::v1::TrainingJob& job, const std::string& request_id = "",
+                                const std::string& actor = "") ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<moe::v1::Job> Get(const std::string& id, bool with_events) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<moe::v1::Job> List(const std::vector<moe::v1::JobState>& states)
       ABSL_LOCKS_EXCLUDED(mu_);
   // One page of jobs, oldest first, filtered by state and id prefix (job_admin.cc).
   StatusOr<moe::v1::ListJobsResponse> ListPage(const moe::v1::ListJobsRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
-  StatusOr<moe::v1::Job> Cancel(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  StatusOr<moe::v1::Job> Cancel(const std::string& id, const std::string& actor = "") ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a finished job and its events; FAILED_PRECONDITION while it is live.
-  Status Delete(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  Status Delete(const std::string& id, const std::string& actor = "") ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<int64_t> Watch(const std::string& id, WatchFn fn) ABSL_LOCKS_EXCLUDED(mu_);
   void Unwatch(int64_t subscription) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<moe::v1::Worker> Workers() ABSL_LOCKS_EXCLUDED(mu_);
-  StatusOr<moe::v1::Worker> SetDrained(const std::string& name, bool drained)
+  StatusOr<moe::v1::Worker> SetDrained(const std::string& name, bool drained, const std::string& actor = "")
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // WorkerService: a worker's stream. Register first; then its messages; then Disconnected. The

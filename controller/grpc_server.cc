@@ -225,7 +225,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const moe::v1::SubmitJobRequest* req,
                                       moe::v1::Job* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job(), req->request_id()));
+      MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job(), req->request_id(), auth_.Who(Authorization(ctx))));
       return OkStatus();
     });
   }
@@ -245,13 +245,13 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const moe::v1::CancelJobRequest* req,
                                       moe::v1::Job* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id()));
+      MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id(), auth_.Who(Authorization(ctx))));
       return OkStatus();
     });
   }
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx, const moe::v1::DeleteJobRequest* req,
                                       moe::v1::DeleteJobResponse*) override {
-    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status { return c_.Delete(req->id()); });
+    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status { return c_.Delete(req->id(), auth_.Who(Authorization(ctx))); });
   }
   grpc::ServerWriteReactor<moe::v1::WatchJobResponse>* WatchJob(grpc::CallbackServerContext* ctx,
                                                                 const moe::v1::WatchJobRequest* req) override {
@@ -276,14 +276,14 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
                                         moe::v1::Worker* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true));
+      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true, auth_.Who(Authorization(ctx))));
       return OkStatus();
     });
   }
   grpc::ServerUnaryReactor* UndrainWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
                                           moe::v1::Worker* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false));
+      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false, auth_.Who(Authorization(ctx))));
       return OkStatus();
     });
   }

@@ -63,9 +63,11 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
   return out;
 }
 
-Status Controller::Delete(const std::string& id) {
+Status Controller::Delete(const std::string& id, const std::string& actor) {
   absl::MutexLock lock(&mu_);
-  return jobs_.Delete(id);
+  MOE_RETURN_IF_ERROR(jobs_.Delete(id));
+  MOE_LOG(INFO) << "job " << id << " deleted" << (actor.empty() ? "" : " by " + actor);
+  return OkStatus();
 }
 
 void Controller::ExpireFinishedJobs() {

@@ -82,7 +82,8 @@ std::string JobManager::NewId(const std::string& name) const {
 }
 
 StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::TrainingJob& expanded,
-                                       const JobSpec& spec, const std::string& request_id) {
+                                       const JobSpec& spec, const std::string& request_id,
+                                       const std::string& actor) {
   if (jobs_.count(id)) return AlreadyExistsError("job " + id + " exists");
   auto e = std::make_unique<JobEntry>();
   e->job.set_id(id);
@@ -97,7 +98,7 @@ StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::Tra
                "priority " + std::to_string(spec.priority) + ", " +
                    std::to_string(spec.parallelism.world_size) + " ranks (EP " +
                    std::to_string(spec.parallelism.expert_parallel) + ", groups within one " +
-                   spec.placement.expert_group_within + ")");
+                   spec.placement.expert_group_within + ")" + (actor.empty() ? "" : "; by " + actor));
   MOE_RETURN_IF_ERROR(store_.PutJobWithEvent(e->job, ev));
   e->next_event_seq = ev.seq() + 1;
   e->last_persist = clock_.Monotonic();

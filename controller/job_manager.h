@@ -95,7 +95,7 @@ class JobManager {
   std::string NewId(const std::string& name) const;
   // Stores a new PENDING job and its "Submitted" event.
   StatusOr<JobEntry*> Create(const std::string& id, const moe::v1::TrainingJob& expanded,
-                             const JobSpec& spec, const std::string& request_id = "");
+                             const JobSpec& spec, const std::string& request_id = "", const std::string& actor = "");
   // Removes a finished job and its events from the store, then from memory.
   Status Delete(const std::string& id);
   JobEntry* Find(const std::string& id);

@@ -70,6 +70,7 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
   }
   sqlite3_busy_timeout(db, 5000);
   auto store = std::unique_ptr<SqliteStateStore>(new SqliteStateStore(db));
+  MOE_RETURN_IF_ERROR(store->CheckIntegrity(path));
   MOE_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   MOE_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
   MOE_RETURN_IF_ERROR(store->Exec(
@@ -83,6 +84,23 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
 }
 
 SqliteStateStore::~SqliteStateStore() { sqlite3_close(Db(db_)); }
+
+// SQLite's own check of the file (pages, indexes, records) before anything reads or writes it: a
+// damaged state is an error a person decides about, never a silent reset.
+Status SqliteStateStore::CheckIntegrity(const std::string& path) {
+  Stmt q(Db(db_), "PRAGMA quick_check");
+  std::string verdict;
+  int rc = q.ok() ? sqlite3_step(q.get()) : SQLITE_ERROR;
+  if (rc == SQLITE_ROW) {
+    const unsigned char* text = sqlite3_column_text(q.get(), 0);
+    verdict = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+  } else {
+    verdict = sqlite3_errmsg(Db(db_));
+  }
+  if (verdict == "ok") return OkStatus();
+  return DataLossError("state database " + path + " fails SQLite's integrity check (" + verdict +
+                       "); nothing was changed: restore it from a backup, or move it aside to start with an empty state");
+}
 
 Status SqliteStateStore::Exec(const std::string& sql) {
   char* err = nullptr;

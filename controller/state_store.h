@@ -52,6 +52,7 @@ class SqliteStateStore final : public StateStore {
 
  private:
   explicit SqliteStateStore(void* db) : db_(db) {}
+  Status CheckIntegrity(const std::string& path);
   Status Exec(const std::string& sql);
   // The test hook for a full disk where tests cannot mount a small file system: when the file named
   // by $MOE_TEST_STORE_FULL_IF exists, every write fails as SQLite's SQLITE_FULL would.

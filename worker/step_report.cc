@@ -13,8 +13,18 @@ Status StepMetricsFromJson(const std::string& line, moe::v1::StepMetrics* mm) {
     auto d = v->AsDouble(k);
     return d.ok() ? *d : 0.0;
   };
-  mm->set_step(static_cast<int64_t>(num("step")));
-  mm->set_total_steps(static_cast<int64_t>(num("total_steps")));
+  // Counts are integers in range: a double past int64 (1e300, found by fuzz_step_report) would be
+  // undefined behaviour to cast, so the report is refused, naming the field.
+  Status bad = OkStatus();
+  auto count = [&](const char* k) -> int64_t {
+    const Node* v = doc.Find(k);
+    if (v == nullptr) return 0;
+    auto i = v->AsInt(k);
+    if (!i.ok() && bad.ok()) bad = InvalidArgumentError("step report: " + i.status().message());
+    return i.ok() ? *i : 0;
+  };
+  mm->set_step(count("step"));
+  mm->set_total_steps(count("total_steps"));
   mm->set_loss(num("loss"));
   mm->set_aux_loss(num("aux_loss"));
   mm->set_mtp_loss(num("mtp_loss"));
@@ -38,15 +48,15 @@ Status StepMetricsFromJson(const std::string& line, moe::v1::StepMetrics* mm) {
   mm->set_compute_seconds(num("compute_seconds"));
   mm->set_grad_sync_seconds(num("grad_sync_seconds"));
   mm->set_pipeline_bubble(num("pipeline_bubble"));
-  mm->set_memory_peak_bytes(static_cast<int64_t>(num("memory_peak_bytes")));
+  mm->set_memory_peak_bytes(count("memory_peak_bytes"));
   if (doc.Find("eval_loss") != nullptr) {
     mm->set_eval_loss(num("eval_loss"));
     mm->set_eval_ppl(num("eval_ppl"));
     mm->set_eval_mtp_loss(num("eval_mtp_loss"));
   }
-  mm->set_tokens(static_cast<int64_t>(num("tokens")));
+  mm->set_tokens(count("tokens"));
   mm->set_time(num("time"));
-  return OkStatus();
+  return bad;
 }
 
 }  // namespace moe::worker

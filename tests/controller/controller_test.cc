@@ -336,6 +336,27 @@ TEST_F(ControllerTest, CpuWorkersOnOneHostShareItsCores) {
   EXPECT_EQ(channels_["a"]->Assignments()[0].cpu_threads(), 4) << "8 cores over the 2 CPU workers of the host";
 }
 
+TEST_F(ControllerTest, EventsNameWhoSubmittedAndCancelled) {
+  AddWorker("a", "r0", "n0");
+  auto j = controller_->Submit(SpecToProto(Spec("who", 1, 1)), "", "alice");
+  ASSERT_TRUE(j.ok()) << j.status();
+  ASSERT_TRUE(controller_->Cancel(j->id(), "bob").ok());
+  auto got = controller_->Get(j->id(), /*with_events=*/true);
+  ASSERT_TRUE(got.ok());
+  std::string all;
+  for (const auto& ev : got->events()) all += ev.type() + ": " + ev.message() + "\n";
+  EXPECT_NE(all.find("Submitted: priority 0, 1 ranks (EP 1, groups within one rack); by alice"), std::string::npos) << all;
+  EXPECT_NE(all.find("Cancelled: cancelled by bob"), std::string::npos) << all;
+  auto anon = controller_->Submit(SpecToProto(Spec("anon", 1, 1)));  // no authentication: no name
+  ASSERT_TRUE(anon.ok());
+  ASSERT_TRUE(controller_->Cancel(anon->id()).ok());
+  bool by_a_user = false;
+  auto anon_job = controller_->Get(anon->id(), true);  // held: a range-for over a temporary's member dangles
+  ASSERT_TRUE(anon_job.ok());
+  for (const auto& ev : anon_job->events()) by_a_user |= ev.message() == "cancelled by a user";
+  EXPECT_TRUE(by_a_user);
+}
+
 TEST_F(ControllerTest, Fp8JobsAreRefusedAtSubmitUntilTheEngineTrainsThem) {
   AddWorker("a", "r0", "n0");
   JobSpec spec = Spec("fp8", 1, 1);

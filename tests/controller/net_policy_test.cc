@@ -64,6 +64,24 @@ TEST(TokenAuth, AHashInsideATokenIsPartOfItAndAdminIsNoWorker) {
   ASSERT_TRUE(RemoveAll(dir).ok());
 }
 
+TEST(TokenAuth, SecretsCompareWholeWithoutAnEarlyExit) {
+  EXPECT_TRUE(SameSecret("abcdef", "abcdef"));
+  EXPECT_FALSE(SameSecret("abcdef", "abcdeg"));  // the last byte differs
+  EXPECT_FALSE(SameSecret("abcdef", "xbcdef"));  // the first
+  EXPECT_FALSE(SameSecret("abcdef", "abcde"));   // a prefix
+  EXPECT_FALSE(SameSecret("abc", std::string("abc\0", 4)));
+  EXPECT_TRUE(SameSecret("", ""));
+  // Constant time is the loop's shape (every byte, no early exit), which tests cannot time; this checks
+  // that a difference anywhere in a long secret is still found.
+  const std::string a(1 << 16, 'k');
+  std::string b = a;
+  b.back() = 'x';
+  EXPECT_FALSE(SameSecret(a, b));
+  b = a;
+  b.front() = 'x';
+  EXPECT_FALSE(SameSecret(a, b));
+}
+
 TEST(NetPolicy, LoopbackIsDecidedOnTheParsedAddress) {
   for (const char* yes : {"127.0.0.1:50051", "127.1.2.3:9", "localhost:9400", "[::1]:50051", "unix:/tmp/s"}) {
     EXPECT_TRUE(IsLoopbackAddress(yes)) << yes;

@@ -89,6 +89,30 @@ TEST(SqliteStateStore, UnwritableDirectoryIsAClearError) {
   ASSERT_FALSE(store.ok());
 }
 
+TEST(SqliteStateStore, ADamagedDatabaseIsRefusedAtOpenAndLeftAsItWas) {
+  const std::string dir = ::testing::TempDir() + "/store-damaged";
+  ASSERT_TRUE(RemoveAll(dir).ok());
+  {
+    auto store = SqliteStateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    moe::v1::Job j;
+    j.set_id("kept");
+    ASSERT_TRUE((*store)->PutJob(j).ok());
+  }
+  // Not a database at all: garbage where the header should be.
+  const std::string path = dir + "/controller.db";
+  for (const char* f : {"/controller.db-wal", "/controller.db-shm"}) std::remove((dir + f).c_str());
+  std::string bytes = *ReadFileToString(path);
+  std::string garbage(bytes.size(), 'x');
+  ASSERT_TRUE(WriteFileAtomic(path, garbage).ok());
+  auto store = SqliteStateStore::Open(dir);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kDataLoss) << store.status();
+  EXPECT_NE(store.status().message().find("fails SQLite's integrity check"), std::string::npos) << store.status();
+  EXPECT_EQ(*ReadFileToString(path), garbage) << "the damaged file is left for a person to look at";
+  ASSERT_TRUE(RemoveAll(dir).ok());
+}
+
 TEST(SqliteStateStore, AJobAndItsEventAreStoredTogetherOrNotAtAll) {
   const std::string dir = "/tmp/moe-store-atomic-test-" + std::to_string(::getpid());
   ASSERT_TRUE(RemoveAll(dir).ok());

@@ -81,6 +81,15 @@ TEST_F(HfInteropTest, RefusesMalformedFiles) {
   }
   std::ofstream(dir_ + "/short.safetensors") << "abc";
   EXPECT_FALSE(SafetensorsFile::Open(dir_ + "/short.safetensors").ok());
+  // fuzz_safetensors' crash (tests/fuzz/regressions/fuzz_safetensors): a header length with its top bit
+  // set read as a negative that "fit", then allocated 2^63 bytes.
+  std::string top(8, '\0');
+  const uint64_t n = 0xef000000000000a3ull;
+  std::memcpy(top.data(), &n, 8);
+  std::ofstream(dir_ + "/top.safetensors", std::ios::binary) << top << std::string(64, '{');
+  auto f = SafetensorsFile::Open(dir_ + "/top.safetensors");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("does not fit the file"), std::string::npos) << f.status();
 }
 
 TEST_F(HfInteropTest, WriterRoundTripsAndTheHeaderIsAligned) {

@@ -93,6 +93,10 @@ for _ in $(seq 1 100); do
 done
 [ "$busy" = 0 ] || fail "workers still busy after the cancel"
 grep -q "stopping before step" "$WORK"/worker-*.log || fail "the ranks did not stop at a step boundary"
+# Who did it: the admin token's name ("ops") is in the job's events.
+"$MOECTL" describe job "$id" >"$WORK/cancel-describe.txt"
+grep -q "Submitted.*; by ops" "$WORK/cancel-describe.txt" && grep -q "cancelled by ops" "$WORK/cancel-describe.txt" ||
+  { cat "$WORK/cancel-describe.txt"; fail "the events do not say who submitted and cancelled"; }
 echo "cancel: $id CANCELLED, ranks stopped at a step boundary"
 
 # 4. kill -9 a worker mid-run.

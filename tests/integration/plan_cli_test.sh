@@ -89,7 +89,9 @@ python3 -c "import sys; assert float(sys.argv[1]) > 0" "$planned" || fail "the j
 for _ in $(seq 1 150); do "$BIN/moectl" describe job "$id" | grep -q "planned step" && break; sleep 0.2; done
 "$BIN/moectl" describe job "$id" | grep -E "planned step [0-9.]+ s \(local / ours-cpu, 2 domain\(s\), EP groups over 2\): measured / planned [0-9.]+" \
   || fail "describe shows no measured / planned ratio: $("$BIN/moectl" describe job "$id")"
-curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | grep -q "^moe_job_planned_step_seconds{job=\"$id\"}" || fail "/metrics lacks the planned step"
+# To a file first: grep -q leaving early would SIGPIPE curl and fail the pipeline (pipefail).
+curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" >"$WORK/metrics.txt" || fail "/metrics did not answer"
+grep -q "^moe_job_planned_step_seconds{job=\"$id\"}" "$WORK/metrics.txt" || fail "/metrics lacks the planned step"
 out=$("$BIN/moectl" plan does-not-exist 2>&1 >/dev/null); rc=$?
 [ $rc = 3 ] || fail "plan of an unknown job: rc $rc, $out"
 "$BIN/moectl" cancel "$id" >/dev/null

@@ -113,7 +113,9 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   uint64_t n = 0;
   if (size < 8) return DataLossError(path + ": not a safetensors file (" + std::to_string(size) + " bytes)");
   MOE_RETURN_IF_ERROR(ReadAt(path, 0, reinterpret_cast<char*>(&n), 8));
-  if (n == 0 || static_cast<int64_t>(n) > kMaxHeader || 8 + static_cast<int64_t>(n) > size) {
+  // Compared unsigned: a length with its top bit set must not read as a negative, fitting one (a crash
+  // fuzz_safetensors found: std::length_error allocating 0xef...a3 bytes).
+  if (n == 0 || n > static_cast<uint64_t>(kMaxHeader) || n > static_cast<uint64_t>(size) - 8) {
     return DataLossError(path + ": header length " + std::to_string(n) + " does not fit the file");
   }
   std::string json(n, '\0');
