@@ -53,6 +53,9 @@ struct ControllerConfig {
   // attempt's planned step time next to the measured one. Unset: no plan.
   std::optional<ClusterProfile> plan_cluster;
   std::optional<SoftwareProfile> plan_software;
+  // plan_cluster is this machine as moe-probe measured it (--plan-cluster local): a W-rank job's
+  // device is one rank's share of it. A profile from a file is used as it is.
+  bool plan_cluster_is_machine = false;
 
   // Metrics.
   double metrics_retention_seconds = 600;  // series of finished jobs stay this long on /metrics

@@ -13,7 +13,7 @@ std::optional<AttemptPlan> PlanAttempt(const ControllerConfig& config, const Job
   if (!config.plan_cluster || !config.plan_software || slots.empty()) return std::nullopt;
   const int64_t world = static_cast<int64_t>(slots.size());
   const ClusterProfile cluster =
-      config.plan_cluster->name == "local" ? LocalProfileForRanks(*config.plan_cluster, world) : *config.plan_cluster;
+      config.plan_cluster_is_machine ? LocalProfileForRanks(*config.plan_cluster, world) : *config.plan_cluster;
   // The racks the ranks hold; expert-parallel groups are consecutive blocks of EP ranks.
   const int64_t ep = std::max<int64_t>(spec.parallelism.expert_parallel, 1);
   std::set<std::string> racks;

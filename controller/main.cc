@@ -88,6 +88,7 @@ moe::Status LoadPlanProfiles(const std::string& cluster, std::string software, C
   auto sw = moe::LoadSoftwareProfile(software);
   if (!sw.ok()) return sw.status().WithPrefix("--plan-software");
   c->plan_cluster = *profile;
+  c->plan_cluster_is_machine = cluster == "local";
   c->plan_software = *sw;
   return moe::OkStatus();
 }
