@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 
 #include "common/file_util.h"
@@ -55,6 +56,19 @@ TEST_F(DatasetTest, WrongMagicIsAClearError) {
   ASSERT_FALSE(ds.ok());
   EXPECT_NE(ds.status().message().find("wrong magic"), std::string::npos) << ds.status();
   EXPECT_NE(ds.status().message().find(prefix_ + ".idx"), std::string::npos) << "the error names the file";
+}
+
+// fuzz_indexed_dataset's crash (tests/fuzz/regressions/fuzz_indexed_dataset): a document index between
+// the first (0) and the last (the sequence count) that went negative indexed the pointers out of bounds.
+TEST_F(DatasetTest, ADecreasingDocumentIndexIsAClearError) {
+  auto idx = *ReadFileToString(prefix_ + ".idx");
+  const size_t second = 34 + 3 * 4 + 3 * 8 + 1 * 8;  // doc_idx[1]
+  const int64_t negative = -5;
+  std::memcpy(idx.data() + second, &negative, 8);
+  Rewrite(prefix_ + ".idx", idx);
+  auto ds = IndexedDataset::Open(prefix_, 100);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_NE(ds.status().message().find("document index 1 decreases"), std::string::npos) << ds.status();
 }
 
 TEST_F(DatasetTest, TruncatedIndexIsAClearError) {
