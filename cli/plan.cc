@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
-#include <set>
 
 #include "common/file_util.h"
 #include "common/job_spec_proto.h"
@@ -47,24 +45,6 @@ StatusOr<ClusterProfile> Cluster(const PlanArgs& a, const JobSpec& spec) {
   if (name != "local") return LoadClusterProfile(name);
   MOE_ASSIGN_OR_RETURN(const ClusterProfile machine, ProbeLocalCluster());
   return LocalProfileForRanks(machine, spec.parallelism.world_size);
-}
-
-// Where a live job's ranks are: the racks it holds and the most racks one expert-parallel group spans
-// (EP groups are consecutive blocks of EP ranks: Megatron's order, EP innermost).
-struct Span {
-  int64_t racks = 0, ep_domains = 0;
-};
-Span PlacementSpan(const moe::v1::Job& job, int64_t ep) {
-  Span s;
-  std::set<std::string> all;
-  std::map<int64_t, std::set<std::string>> groups;
-  for (const auto& r : job.placement()) {
-    all.insert(r.rack());
-    groups[r.rank() / std::max<int64_t>(ep, 1)].insert(r.rack());
-  }
-  s.racks = static_cast<int64_t>(all.size());
-  for (const auto& [g, racks] : groups) s.ep_domains = std::max<int64_t>(s.ep_domains, static_cast<int64_t>(racks.size()));
-  return s;
 }
 
 void PrintPlans(const PlanArgs& a, const Plan& p, const Plan* packed) {
@@ -146,7 +126,7 @@ int RunPlan(const PlanArgs& a, Client* client) {
   if (!spec.ok()) return Refuse(spec.status());
   auto cluster = Cluster(a, *spec);
   if (!cluster.ok()) return Refuse(cluster.status().WithPrefix("--cluster"));
-  const std::string sw = !a.software.empty() ? a.software : cluster->device == "cpu" ? "ours-cpu" : "ours";
+  const std::string sw = !a.software.empty() ? a.software : DefaultSoftwareFor(*cluster);
   auto software = LoadSoftwareProfile(sw);
   if (!software.ok()) return Refuse(software.status().WithPrefix("--software"));
   for (const std::string& s : a.switches) {
@@ -157,8 +137,10 @@ int RunPlan(const PlanArgs& a, Client* client) {
   const bool placed = a.live() && job.placement_size() > 0;
   if (a.live() && !placed) std::fprintf(stderr, "moectl plan: job %s has no placement yet: planned as packed\n", a.job.c_str());
   if (placed && a.racks == 0 && a.ep_domains == 0) {
-    const Span span = PlacementSpan(job, spec->parallelism.expert_parallel);
-    options.racks = span.racks, options.ep_domains = span.ep_domains;
+    std::vector<std::string> racks;
+    for (const auto& r : job.placement()) racks.push_back(r.rack());  // the controller lists them by rank
+    const PlanOptions placed = PlacementOptions(racks, spec->parallelism.expert_parallel);
+    options.racks = placed.racks, options.ep_domains = placed.ep_domains;
   }
   auto plan = PlanJob(*spec, *cluster, *software, options);
   if (!plan.ok()) return Refuse(plan.status());

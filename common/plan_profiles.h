@@ -85,6 +85,9 @@ struct SoftwareProfile {
   double DispatcherEfficiency() const;
 };
 
+// The software profile a cluster is planned with when none is named: this engine, on CPU or CUDA.
+inline const char* DefaultSoftwareFor(const ClusterProfile& c) { return c.device == "cpu" ? "ours-cpu" : "ours"; }
+
 std::vector<std::string> BuiltinClusterNames();
 std::vector<std::string> BuiltinSoftwareNames();
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "common/flops.h"
@@ -390,6 +392,20 @@ const PlanComponent* Plan::Find(const std::string& name) const {
     if (c.name == name) return &c;
   }
   return nullptr;
+}
+
+PlanOptions PlacementOptions(const std::vector<std::string>& rank_racks, int64_t ep) {
+  ep = std::max<int64_t>(ep, 1);
+  std::set<std::string> racks;
+  std::map<int64_t, std::set<std::string>> groups;
+  for (size_t r = 0; r < rank_racks.size(); ++r) {
+    racks.insert(rank_racks[r]);
+    groups[static_cast<int64_t>(r) / ep].insert(rank_racks[r]);
+  }
+  PlanOptions o;
+  o.racks = static_cast<int64_t>(racks.size());
+  for (const auto& [g, in] : groups) o.ep_domains = std::max<int64_t>(o.ep_domains, static_cast<int64_t>(in.size()));
+  return o;
 }
 
 std::string JobPrecision(const JobSpec& spec) {

@@ -54,6 +54,10 @@ struct Plan {
   const PlanComponent* Find(const std::string& name) const;
 };
 
+// A placement as the planner reads it: the racks the ranks hold (rank r's rack at r) and the most racks
+// one expert-parallel group spans (groups are consecutive blocks of `ep` ranks, Megatron's order).
+PlanOptions PlacementOptions(const std::vector<std::string>& rank_racks, int64_t ep);
+
 // The precision a job trains in: resources.precision, else fp32 on cpu and bf16 on cuda.
 std::string JobPrecision(const JobSpec& spec);
 

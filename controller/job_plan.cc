@@ -1,9 +1,5 @@
 #include "controller/job_plan.h"
 
-#include <algorithm>
-#include <map>
-#include <set>
-
 #include "common/log.h"
 #include "common/planner.h"
 
@@ -14,17 +10,9 @@ std::optional<AttemptPlan> PlanAttempt(const ControllerConfig& config, const Job
   const int64_t world = static_cast<int64_t>(slots.size());
   const ClusterProfile cluster =
       config.plan_cluster_is_machine ? LocalProfileForRanks(*config.plan_cluster, world) : *config.plan_cluster;
-  // The racks the ranks hold; expert-parallel groups are consecutive blocks of EP ranks.
-  const int64_t ep = std::max<int64_t>(spec.parallelism.expert_parallel, 1);
-  std::set<std::string> racks;
-  std::map<int64_t, std::set<std::string>> groups;
-  for (size_t r = 0; r < slots.size(); ++r) {
-    racks.insert(slots[r].rack);
-    groups[static_cast<int64_t>(r) / ep].insert(slots[r].rack);
-  }
-  PlanOptions o;
-  o.racks = static_cast<int64_t>(racks.size());
-  for (const auto& [g, in] : groups) o.ep_domains = std::max<int64_t>(o.ep_domains, static_cast<int64_t>(in.size()));
+  std::vector<std::string> racks;
+  for (const Slot& slot : slots) racks.push_back(slot.rack);
+  const PlanOptions o = PlacementOptions(racks, spec.parallelism.expert_parallel);
   auto plan = PlanJob(spec, cluster, *config.plan_software, o);
   if (!plan.ok()) {
     MOE_LOG(WARNING) << "job " << spec.name << ": no planned step time on " << cluster.name << ": " << plan.status();

@@ -84,7 +84,7 @@ moe::Status LoadPlanProfiles(const std::string& cluster, std::string software, C
   }
   auto profile = cluster == "local" ? moe::ProbeLocalCluster() : moe::LoadClusterProfile(cluster);
   if (!profile.ok()) return profile.status().WithPrefix("--plan-cluster");
-  if (software.empty()) software = profile->device == "cpu" ? "ours-cpu" : "ours";
+  if (software.empty()) software = moe::DefaultSoftwareFor(*profile);
   auto sw = moe::LoadSoftwareProfile(software);
   if (!sw.ok()) return sw.status().WithPrefix("--plan-software");
   c->plan_cluster = *profile;
