@@ -81,13 +81,16 @@ Status IndexedDataset::ParseIndex(const std::string& idx, const std::string& idx
                std::to_string(need) + " bytes, the file has " + std::to_string(idx.size()));
   }
   if (idx.size() > need) return bad("trailing bytes after the document indices (multimodal indices are not supported)");
+  // An empty index is refused before any copy (memcpy into an empty vector's null data() is undefined
+  // even for zero bytes; fuzz_indexed_dataset found it).
+  if (n < 1 || d < 1) return bad("document indices must run from 0 to the sequence count (the index is empty)");
   lengths_.resize(n);
   pointers_.resize(n);
   doc_idx_.resize(d);
   std::memcpy(lengths_.data(), idx.data() + kHeader, n * 4);
   std::memcpy(pointers_.data(), idx.data() + kHeader + n * 4, n * 8);
   std::memcpy(doc_idx_.data(), idx.data() + kHeader + n * 12, d * 8);
-  if (d < 1 || doc_idx_.front() != 0 || doc_idx_.back() != static_cast<int64_t>(n)) {
+  if (doc_idx_.front() != 0 || doc_idx_.back() != static_cast<int64_t>(n)) {
     return bad("document indices must run from 0 to the sequence count");
   }
   // Every entry in between too, never decreasing (fuzz_indexed_dataset found a negative one indexing
