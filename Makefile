@@ -7,7 +7,7 @@ BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all build configure data demo test test-unit test-asan test-asan-quick test-tsan fuzz bench gpu-check clean format lint help
+.PHONY: all build configure data demo test test-unit test-asan test-asan-quick test-tsan fuzz chaos bench gpu-check clean format lint help
 
 all: build
 
@@ -20,6 +20,7 @@ help:
 	@echo "make lint    no function outside tests/ and bench/ over 100 lines or complexity 30 (pmccabe)"
 	@echo "make test-asan  the unit and integration tests under AddressSanitizer + UBSan (build-asan)"
 	@echo "make test-tsan  the threaded code's tests under ThreadSanitizer (build-tsan)"
+	@echo "make chaos   the full chaos run: 8 kills, a hang and a storage outage through one job (tests/chaos)"
 	@echo "make fuzz    every libFuzzer target for a minute (FUZZ_SECONDS), after replaying its regressions (build-fuzz)"
 
 configure:
@@ -60,6 +61,12 @@ test-tsan:
 FUZZ_SECONDS ?= 60
 fuzz:
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+CHAOS_FLAGS ?=
+chaos:
+	@scripts/install-deps.sh test
+	@$(MAKE) --no-print-directory data
+	@python3 tests/chaos/chaos.py --profile full --bin $(BUILD)/bin $(CHAOS_FLAGS)
 
 test-unit: build
 	@cd $(BUILD) && ctest --output-on-failure -L unit $(CTEST_FLAGS)

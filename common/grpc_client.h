@@ -17,6 +17,9 @@ struct ClientOptions {
   std::string tls_ca;                // PEM of the CA that signed the controller's certificate: TLS on
   std::string tls_cert, tls_key;     // client certificate for mTLS
   int max_message_bytes = 16 << 20;
+  // Its own TCP connection even when another channel of this process reaches the same address (many
+  // fake workers in one process: streams sharing a connection would meet its stream limit).
+  bool own_connection = false;
 };
 
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);

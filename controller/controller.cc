@@ -407,13 +407,20 @@ void Controller::RecordStraggler(JobEntry& e, const StragglerChange& c) {
   }
 }
 
+void Controller::BeginShutdown() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+}
+
 void Controller::Disconnected(const std::string& worker, WorkerChannel* channel) {
   absl::MutexLock lock(&mu_);
+  if (shutting_down_) return;
   if (workers_.Disconnected(worker, channel)) WorkerLost(worker, "its stream closed");
 }
 
 void Controller::Tick() {
   absl::MutexLock lock(&mu_);
+  if (shutting_down_) return;
   ExpireLeases();
   const double now = clock_.Monotonic();
   for (JobEntry* e : jobs_.All()) {

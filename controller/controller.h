@@ -81,6 +81,10 @@ class Controller {
   // Leases, reconnect deadlines, retries of unstored changes, rendezvous timeouts, a scheduling
   // pass and the cluster's metrics. Call about every 100 ms.
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
+  // A clean stop (SIGTERM, a rolling update) begins: from now on a closing worker stream is the
+  // controller going away, not the worker, and changes nothing stored. Its workers keep their ranks
+  // running and reconnect to the next controller, which carries the jobs on (as after kill -9).
+  void BeginShutdown() ABSL_LOCKS_EXCLUDED(mu_);
   // Jobs waiting for placement (pending or restarting).
   size_t QueueLength() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -142,6 +146,7 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown
   StateStore& store_;  // worker sessions; jobs go through jobs_
   Clock& clock_;
   MetricsAggregator& metrics_;  // used under mu_ (it is not thread-safe)

@@ -214,7 +214,8 @@ int main(int argc, char** argv) {
   RunUntilSignalled(controller);
 
   // Shut down.
-  MOE_LOG(INFO) << "shutting down";
+  MOE_LOG(INFO) << "shutting down (running jobs carry on: their workers reconnect to the next controller)";
+  controller.BeginShutdown();
   grpc_server.Shutdown();
   return 0;
 }

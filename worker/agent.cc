@@ -6,6 +6,7 @@
 
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/yaml.h"
 #include "worker/step_report.h"
 
 namespace moe::worker {
@@ -17,6 +18,7 @@ struct WorkerAgent::Rank {
   std::unique_ptr<RendezvousProxy> proxy;
   std::string spec_path;
   std::atomic<bool> done{false};
+  std::atomic<bool> fake_stop{false};  // fake mode: asked to stop (no process to signal)
   std::thread monitor;
 };
 
@@ -171,7 +173,10 @@ void WorkerAgent::StopCurrentRank() {
     cur = current_;
   }
   if (!cur) return;
-  if (!cur->done) cur->process->RequestStop(o_.stop_grace_seconds);
+  if (!cur->done) {
+    if (cur->process) cur->process->RequestStop(o_.stop_grace_seconds);
+    cur->fake_stop = true;
+  }
   if (cur->monitor.joinable()) cur->monitor.join();
 }
 
@@ -204,6 +209,7 @@ StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const
 void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub, const moe::v1::Assignment& a) {
   // One rank at a time: whatever still runs (a stale attempt) stops first.
   StopCurrentRank();
+  if (o_.fake_step_seconds > 0) return StartFakeRank(a);
   auto rank = std::make_shared<Rank>();
   rank->assignment = a;
   rank->tag = a.job_id() + "-a" + std::to_string(a.attempt()) + "-r" + std::to_string(a.rank());
@@ -298,6 +304,76 @@ void WorkerAgent::Monitor(Rank* rank) {
   Report(f);
 }
 
+// Fake mode: the rank is a thread of this agent; the controller sees what a rank would send.
+void WorkerAgent::StartFakeRank(const moe::v1::Assignment& a) {
+  auto rank = std::make_shared<Rank>();
+  rank->assignment = a;
+  rank->tag = a.job_id() + "-a" + std::to_string(a.attempt()) + "-r" + std::to_string(a.rank());
+  moe::v1::WorkerMessage started;
+  started.mutable_started()->set_job_id(a.job_id());
+  started.mutable_started()->set_attempt(a.attempt());
+  started.mutable_started()->set_rank(a.rank());
+  Write(started);
+  {
+    std::lock_guard<std::mutex> lock(ranks_mu_);
+    current_ = rank;
+  }
+  rank->monitor = std::thread([this, r = rank.get()] { FakeMonitor(r); });
+}
+
+namespace {
+
+int64_t StepsOf(const std::string& spec_json) {
+  auto doc = ParseYaml(spec_json);
+  const Node* spec = doc.ok() ? doc->Find("spec") : nullptr;
+  const Node* training = spec != nullptr ? spec->Find("training") : nullptr;
+  const Node* steps = training != nullptr ? training->Find("steps") : nullptr;
+  auto n = steps != nullptr ? steps->AsInt("steps") : StatusOr<int64_t>(NotFoundError("no steps"));
+  return n.ok() ? *n : 100;
+}
+
+}  // namespace
+
+void WorkerAgent::FakeMonitor(Rank* rank) {
+  const moe::v1::Assignment& a = rank->assignment;
+  const int64_t steps = StepsOf(a.spec_json());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 1; step <= steps && !rank->fake_stop && !stop_; ++step) {
+    const auto due = t0 + std::chrono::duration<double>(o_.fake_step_seconds * static_cast<double>(step));
+    while (std::chrono::steady_clock::now() < due && !rank->fake_stop && !stop_) {
+      std::this_thread::sleep_for(std::min(std::chrono::duration<double>(0.05),
+                                           std::chrono::duration<double>(due - std::chrono::steady_clock::now())));
+    }
+    if (rank->fake_stop || stop_ || a.rank() != 0) continue;
+    moe::v1::WorkerMessage m;
+    auto* s = m.mutable_step();
+    s->set_job_id(a.job_id());
+    s->set_attempt(a.attempt());
+    s->set_rank(a.rank());
+    auto* mt = s->mutable_metrics();
+    mt->set_step(step);
+    mt->set_total_steps(steps);
+    mt->set_loss(10.0 / (1.0 + 0.01 * static_cast<double>(step)));
+    mt->set_step_seconds(o_.fake_step_seconds);
+    mt->set_tokens_per_second(1000.0 / o_.fake_step_seconds);
+    mt->set_tokens(1000);
+    Write(m);
+  }
+  moe::v1::RankFinished f;
+  f.set_job_id(a.job_id());
+  f.set_attempt(a.attempt());
+  f.set_rank(a.rank());
+  const bool stopped = rank->fake_stop || stop_;
+  const RankEnd end = stopped ? StoppedRankEnd("stopped (fake rank)") : RankEnd{};
+  f.set_ok(end.ok());
+  f.set_cancelled(stopped);
+  f.set_exit_code(end.exit_code());
+  f.set_failure_class(ToProto(end.failure_class));
+  f.set_status_code(std::string(StatusCodeName(end.code)));
+  rank->done = true;
+  Report(f);
+}
+
 void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::string& reason) {
   std::shared_ptr<Rank> cur;
   {
@@ -307,7 +383,8 @@ void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::
   if (!cur || cur->done || cur->assignment.job_id() != job_id || cur->assignment.attempt() != attempt) return;
   MOE_LOG(INFO) << "stopping rank " << cur->assignment.rank() << " of " << job_id << ": " << reason;
   // It stops at its next step boundary; if not within the grace, its monitor kills it.
-  cur->process->RequestStop(o_.stop_grace_seconds);
+  if (cur->process) cur->process->RequestStop(o_.stop_grace_seconds);
+  cur->fake_stop = true;
 }
 
 }  // namespace moe::worker

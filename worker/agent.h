@@ -37,6 +37,10 @@ struct AgentOptions {
   double memory_gb = 0;                // memory a rank may use (0: cpu: the host's; cuda: not reported)
   double stop_grace_seconds = 30;      // a cancelled rank gets this long to stop, then SIGKILL
   std::vector<std::string> extra_trainer_args;  // testing hooks (e.g. --inject-step-delay)
+  // Fake mode (load tests, bench/load): > 0 runs no trainer; an assigned rank is a thread that reports
+  // a synthetic step every this many seconds (rank 0 only) until the job's steps are done or it is
+  // cancelled.
+  double fake_step_seconds = 0;
 };
 
 class WorkerAgent {
@@ -58,6 +62,8 @@ class WorkerAgent {
   StatusOr<std::vector<std::string>> RankArgs(const Rank& rank) const;
   void CancelRank(const std::string& job_id, int attempt, const std::string& reason);
   void Monitor(Rank* rank);
+  void StartFakeRank(const moe::v1::Assignment& a);
+  void FakeMonitor(Rank* rank);
   void Report(const moe::v1::RankFinished& f);
   void StopCurrentRank();
 

@@ -2,6 +2,7 @@
 //
 //   moe-worker --controller ADDR --device cpu|cuda:N [--rack R] [--node N] [--name NAME]
 //              [--address ADDR] [--token TOKEN] [--tls-ca F [--tls-cert F --tls-key F]] [--threads T]
+//   moe-worker --controller ADDR --fake-step-seconds S [--fake-workers N] [--fake-rack-size K]   (load tests)
 #include <limits.h>
 #include <signal.h>
 #include <unistd.h>
@@ -9,7 +10,9 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "common/log.h"
 #include "worker/agent.h"
@@ -18,6 +21,41 @@
 namespace {
 volatile sig_atomic_t g_signal = 0;
 void OnSignal(int) { g_signal = 1; }
+// Runs `n` agents (n > 1: fake mode's many workers in one process, named <name>-<i>, on racks of
+// `rack_size` workers: <rack>-<i / rack_size>) until a signal; each agent on its own thread.
+moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_size) {
+  std::vector<std::unique_ptr<moe::worker::WorkerAgent>> agents;
+  for (int i = 0; i < n; ++i) {
+    moe::worker::AgentOptions o = base;
+    if (n > 1) {
+      o.name = base.name + "-" + std::to_string(i);
+      o.node = o.name;
+      if (rack_size > 0) o.rack = base.rack + "-" + std::to_string(i / rack_size);
+      o.client.own_connection = true;
+    }
+    agents.push_back(std::make_unique<moe::worker::WorkerAgent>(o));
+  }
+  // Signal handlers only set a flag; this thread turns it into a clean stop (the rank is stopped at a
+  // step boundary, then the agent leaves). It ends with Run, and is joined.
+  std::atomic<int> running{n};
+  std::thread watcher([&] {
+    while (g_signal == 0 && running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (auto& a : agents) a->Stop();
+  });
+  std::vector<moe::Status> results(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      results[static_cast<size_t>(i)] = agents[static_cast<size_t>(i)]->Run();
+      --running;
+    });
+  }
+  for (auto& t : threads) t.join();
+  watcher.join();
+  for (const auto& st : results) MOE_RETURN_IF_ERROR(st);
+  return moe::OkStatus();
+}
+
 std::string SelfDir() {
   char buf[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -55,6 +93,14 @@ int main(int argc, char** argv) {
   app.add_option("--trainer", o.trainer, "path of moe-train (default: next to moe-worker)");
   app.add_option("--runtime-dir", o.runtime_dir, "for job files and rendezvous sockets (default /tmp/moe-worker-<name>)");
   app.add_option("--inject-step-delay", inject_delay, "testing: seconds each of this worker's ranks sleeps per step");
+  int fake_workers = 1, fake_rack_size = 0;
+  app.add_option("--fake-step-seconds", o.fake_step_seconds,
+                 "load testing: run no trainer; a rank reports a synthetic step every this many seconds")
+      ->check(CLI::Range(0.001, 3600.0));
+  app.add_option("--fake-workers", fake_workers, "load testing (with --fake-step-seconds): this many workers in one process")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--fake-rack-size", fake_rack_size, "load testing: the fake workers' racks hold this many each (0: one rack)")
+      ->check(CLI::Range(0, 100000));
   app.add_option("--log-level", log_level, "debug | info | warning | error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   moe::LogLevel level;
@@ -84,7 +130,11 @@ int main(int argc, char** argv) {
   o.node = topo.node;
   if (o.name.empty()) o.name = o.node + "-" + (o.device == "cpu" ? "cpu" : "gpu" + o.device.substr(5));
   if (o.trainer.empty()) o.trainer = SelfDir() + "/moe-train";
-  if (::access(o.trainer.c_str(), X_OK) != 0) {
+  if (fake_workers > 1 && o.fake_step_seconds <= 0) {
+    std::fprintf(stderr, "moe-worker: --fake-workers: needs --fake-step-seconds (fake mode)\n");
+    return 2;
+  }
+  if (o.fake_step_seconds <= 0 && ::access(o.trainer.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "moe-worker: --trainer: %s is not an executable (build moe-train or pass --trainer)\n", o.trainer.c_str());
     return 2;
   }
@@ -93,19 +143,10 @@ int main(int argc, char** argv) {
   moe::SetLogPrefix("worker " + o.name);
   MOE_LOG(INFO) << "rack " << o.rack << " from " << topo.source << "; node " << o.node;
   ::signal(SIGPIPE, SIG_IGN);
-  moe::worker::WorkerAgent agent(o);
   ::signal(SIGINT, OnSignal);
   ::signal(SIGTERM, OnSignal);
-  // Signal handlers only set a flag; this thread turns it into a clean stop (the rank is stopped at a
-  // step boundary, then the agent leaves). It ends with Run, and is joined.
-  std::atomic<bool> running{true};
-  std::thread watcher([&] {
-    while (g_signal == 0 && running) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    agent.Stop();
-  });
-  moe::Status st = agent.Run();
-  running = false;
-  watcher.join();
+  if (o.fake_step_seconds > 0) MOE_LOG(INFO) << "fake mode: " << fake_workers << " worker(s), no trainer";
+  moe::Status st = RunAgents(o, fake_workers, fake_rack_size);
   if (!st.ok()) {
     std::fprintf(stderr, "moe-worker: %s\n", st.ToString().c_str());
     return 1;

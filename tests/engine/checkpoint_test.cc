@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 
 #include "common/file_util.h"
 #include "kernels/elementwise.h"
+#include "tests/testing/ranks.h"
 #include "tests/testing/testing.h"
 
 namespace moe {
@@ -165,6 +167,59 @@ TEST_F(CheckpointTest, EmptyDirectoryMeansStepZero) {
   auto info = ckpt.Restore(*model_, *optimizer_);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->step, 0);
+}
+
+// Storage trouble at a save (here the checkpoint directory replaced by a file, which stops root as
+// well as anyone): the save is given up with the reason, the previous checkpoint stays, and a restore
+// while the directory cannot be read refuses to start over from step 0.
+TEST_F(CheckpointTest, StorageFailureSkipsTheSaveAndAnUnreadableDirectoryIsNotStepZero) {
+  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  Mutate(10);
+  ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
+  const std::string away = dir_ + ".away";
+  ASSERT_EQ(::rename(dir_.c_str(), away.c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomic(dir_, "not a directory").ok());
+  Mutate(20);
+  Status storage;
+  ASSERT_TRUE(ckpt.Save(20, *model_, *optimizer_, State(20), &storage).ok());
+  EXPECT_FALSE(storage.ok());
+  EXPECT_FALSE(ckpt.Save(20, *model_, *optimizer_, State(20)).ok()) << "without a place for the reason, Save returns it";
+  auto chosen = ckpt.Choose();
+  ASSERT_FALSE(chosen.ok()) << "an unreadable checkpoint directory read as empty (step " << *chosen << ")";
+  EXPECT_EQ(chosen.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(chosen.status().message().find("cannot be read"), std::string::npos) << chosen.status().message();
+  ASSERT_TRUE(RemoveAll(dir_).ok());
+  ASSERT_EQ(::rename(away.c_str(), dir_.c_str()), 0);
+  auto back = ckpt.Restore(*model_, *optimizer_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->step, 10);
+  EXPECT_EQ(First(), 10.0);
+  (void)RemoveAll(away);
+}
+
+// Two ranks, rank 0's storage fails: both give the checkpoint up together at once, instead of rank 1
+// waiting in a barrier for a rank 0 that left (which cost the whole job before).
+TEST_F(CheckpointTest, ARanksStorageFailureIsEveryRanksAndNobodyWaits) {
+  ASSERT_TRUE(WriteFileAtomic(dir_, "not a directory").ok());
+  std::vector<Status> storage(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  moe::testing::RunGlooGroup(2, [&](int rank, Communicator& comm) {
+    LocalParallel groups;
+    ParallelContext ctx = groups.ctx;
+    ctx.world_size = 2;
+    ctx.rank = rank;
+    ctx.world = &comm;
+    Model model(SmallModel(), ctx, 1, DType::kF32, Device::Cpu());
+    Optimizer opt(OptimizerConfig(), model.params(), ctx, /*distributed=*/false, model.config().moe.num_experts);
+    CheckpointManager ckpt(dir_, ctx, "fp", 0);
+    Status st = ckpt.Save(10, model, opt, State(10), &storage[static_cast<size_t>(rank)]);
+    EXPECT_TRUE(st.ok()) << "rank " << rank << ": " << st;
+  }, /*timeout=*/20);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_FALSE(storage[0].ok());
+  ASSERT_FALSE(storage[1].ok());
+  EXPECT_NE(storage[1].message().find("other rank(s) could not write"), std::string::npos) << storage[1].message();
+  (void)RemoveAll(dir_);
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
 // 60 steps straight equals 30 steps + resume + 30 steps, bitwise (same thread count).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "common/file_util.h"
+#include "worker/engine/checkpoint.h"
 #include "tests/engine/train_helpers.h"
 #include "worker/engine/trainer.h"
 
@@ -13,13 +17,15 @@ struct TrainRun {
   std::vector<int64_t> steps;
 };
 
-TrainRun Train(const JobSpec& spec, int64_t stop, const std::string& ckpt, bool resume) {
+TrainRun Train(const JobSpec& spec, int64_t stop, const std::string& ckpt, bool resume,
+               std::function<bool()> should_stop = nullptr) {
   LocalParallel local;
   TrainerOptions o;
   o.stop_at_step = stop;
   o.checkpoint_dir = ckpt;
   o.checkpoint_interval = 30;
   o.resume = resume;
+  o.should_stop = std::move(should_stop);
   o.peak_flops = 1e11;  // skip the probe
   o.log_steps = false;
   TrainRun run;
@@ -51,6 +57,29 @@ TEST(Resume, ThirtyPlusThirtyEqualsSixtyBitwise) {
     EXPECT_EQ(second.grad_norm[i], straight.grad_norm[30 + i]) << "step " << 31 + i;
   }
   EXPECT_LT(straight.loss.back(), straight.loss.front()) << "the model should be learning";
+  (void)RemoveAll(base);
+}
+
+// Asked to stop at step 42 (a cancel, a worker's SIGTERM): the ranks checkpoint that boundary before
+// they leave, so the resume starts at step 43, not at the last interval's 30, and still equals the
+// straight run bitwise.
+TEST(Resume, AStopCheckpointsWhereItStopsAndTheResumeLosesNothing) {
+  const std::string base = "/tmp/moe-resume-stop-test-" + std::to_string(::getpid());
+  ASSERT_TRUE(MakeDirs(base).ok());
+  JobSpec spec = testing::SmallJob(testing::MakeMarkovDataset(base + "/data", 97, 60000, 3), 97);
+  TrainRun straight = Train(spec, 50, base + "/a", false);
+  int calls = 0;
+  TrainRun first = Train(spec, 50, base + "/b", false, [&] { return ++calls > 42; });
+  ASSERT_EQ(first.steps.back(), 42);
+  EXPECT_TRUE(PathExists(base + "/b/" + CheckpointManager::StepDirName(42))) << "no checkpoint at the stop";
+  TrainRun second = Train(spec, 50, base + "/b", true);
+  ASSERT_FALSE(second.steps.empty());
+  EXPECT_EQ(second.steps.front(), 43);
+  for (size_t i = 0; i < second.loss.size(); ++i) EXPECT_EQ(second.loss[i], straight.loss[42 + i]) << "step " << 43 + i;
+  // And the loss history beside the checkpoints: every step, the redone ones none (the stop lost none).
+  auto history = ReadFileToString(base + "/b/metrics.jsonl");
+  ASSERT_TRUE(history.ok());
+  EXPECT_EQ(std::count(history->begin(), history->end(), '\n'), 50);
   (void)RemoveAll(base);
 }
 

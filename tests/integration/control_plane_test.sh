@@ -6,7 +6,8 @@
 #   3. cancel a running job
 #   4. kill -9 a worker mid-run -> RESTARTING -> SUCCEEDED, and the losses after the resume equal an
 #      uninterrupted run's, bitwise
-#   5. kill -9 the controller and restart it -> the job is still there and finishes
+#   5. kill -9 the controller and restart it, then SIGTERM it and restart it -> the job is still there,
+#      never restarted, and finishes
 #   6. a cuda job placed on a worker that claims cuda:0 where there is no GPU fails at once (no
 #      restarts), saying why
 source "$(dirname "$0")/lib.sh"
@@ -152,7 +153,7 @@ print(f"failover: attempt 2 resumed at step {first_resumed}; {len(second)} steps
 PY
 
 # 5. kill -9 the controller mid-run; restart it on the same state.
-make_job "$WORK/cr.yaml" restart 80 20
+make_job "$WORK/cr.yaml" restart 160 20
 id=$("$MOECTL" submit -f "$WORK/cr.yaml")
 wait_state "$id" RUNNING 60
 sleep 2
@@ -160,10 +161,16 @@ kill -9 $CTL_PID
 sleep 1
 start_controller --tokens "$WORK/tokens" --lease-seconds 3
 [ -n "$(job_state "$id")" ] || fail "the job is gone after the controller restart"
+# 5b. And a clean stop (SIGTERM, as a rolling update sends): the same, no restart either.
+wait_state "$id" RUNNING 60
+kill -TERM $CTL_PID
+wait $CTL_PID 2>/dev/null || true
+grep -q "shutting down" "$WORK/controller-$CTL_STARTS.log" || fail "the controller did not stop cleanly on SIGTERM"
+start_controller --tokens "$WORK/tokens" --lease-seconds 3
 wait_state "$id" SUCCEEDED 180
 [ "$(job_field "$id" 'd.get("restarts",0)')" = 0 ] || fail "the job restarted although its ranks kept running"
-"$MOECTL" describe job "$id" | grep -q "Reconnected" || fail "no Reconnected event"
-echo "controller restart: $id still there, carried on and SUCCEEDED without a restart"
+[ "$("$MOECTL" describe job "$id" | grep -c "Reconnected")" -ge 2 ] || fail "not two Reconnected events"
+echo "controller restarts (kill -9, then SIGTERM): $id still there, carried on and SUCCEEDED without a restart"
 # 6. A GPU job on a machine without a usable GPU: the rank exits 4 (cannot run here), the job fails
 #    without burning its restarts, and the message says what is missing.
 if ! nvidia-smi >/dev/null 2>&1; then

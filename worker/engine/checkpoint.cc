@@ -1,6 +1,7 @@
 #include "worker/engine/checkpoint.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "common/file_util.h"
@@ -38,44 +39,81 @@ std::string CheckpointManager::StepDirName(int64_t step) {
   return buf;
 }
 
-Status CheckpointManager::Save(int64_t step, Model& model, const Optimizer& optimizer, const Node& state) {
+namespace {
+
+// Every rank learns whether all of them succeeded at a phase of a save (an all-reduce of failures):
+// OK, this rank's own storage error, or a sentence about another rank's. A failing collective is
+// returned as it is, through `comm`.
+Status AgreeOnSave(Communicator* world, const Status& mine, int64_t step, Status* comm) {
+  double failed = mine.ok() ? 0.0 : 1.0;
+  *comm = world->AllReduceSumHost(&failed, 1);
+  if (!comm->ok() || failed == 0.0) return OkStatus();
+  if (!mine.ok()) return mine;
+  return UnavailableError("checkpoint at step " + std::to_string(step) + ": " + std::to_string(static_cast<int>(failed)) +
+                          " other rank(s) could not write their part (see their logs)");
+}
+
+}  // namespace
+
+Status CheckpointManager::PrepareSave(const std::string& tmp_dir) const {
+  MOE_RETURN_IF_ERROR(MakeDirs(dir_));
+  MOE_RETURN_IF_ERROR(RemoveAll(tmp_dir));
+  return MakeDirs(tmp_dir);
+}
+
+// Rank 0, once every shard is in tmp_dir: the manifest last, then the directory renamed into place.
+// A checkpoint of the same step (a re-run after a resume) is replaced only now, when the new one is
+// complete.
+Status CheckpointManager::CommitSave(int64_t step, const Optimizer& optimizer, const Node& state,
+                                     const std::string& tmp_dir, const std::string& final_dir) const {
+  Node manifest = Node::Map();
+  manifest.Set("format", Node::Scalar(kCheckpointFormat, true));
+  manifest.Set("step", Node::Scalar(std::to_string(step)));
+  manifest.Set("world_size", Node::Scalar(std::to_string(par_.world_size)));
+  manifest.Set("expert_parallel", Node::Scalar(std::to_string(par_.expert_parallel)));
+  manifest.Set("pipeline_parallel", Node::Scalar(std::to_string(par_.pipeline_parallel)));
+  manifest.Set("distributed_optimizer", Node::Scalar(optimizer.distributed() ? "true" : "false"));
+  manifest.Set("fingerprint", Node::Scalar(fingerprint_, true));
+  manifest.Set("state", state);
+  if (!spec_.IsNull()) manifest.Set("spec", spec_);
+  MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp_dir, "MANIFEST.json"), ToJson(manifest, 2) + "\n"));
+  if (PathExists(final_dir)) MOE_RETURN_IF_ERROR(RemoveAll(final_dir));
+  if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) return ErrnoError("rename " + tmp_dir, errno);
+  MOE_RETURN_IF_ERROR(FsyncPath(dir_));
+  if (keep_last_ > 0) {
+    auto all = List();
+    for (size_t i = static_cast<size_t>(keep_last_); i < all.size(); ++i) {
+      Status st = RemoveAll(all[i].second);
+      if (!st.ok()) MOE_LOG(WARNING) << "could not prune old checkpoint " << all[i].second << ": " << st;
+    }
+  }
+  return OkStatus();
+}
+
+Status CheckpointManager::Save(int64_t step, Model& model, const Optimizer& optimizer, const Node& state,
+                               Status* storage_failure) {
   const std::string final_dir = JoinPath(dir_, StepDirName(step));
   const std::string tmp_dir = final_dir + ".tmp";
   Communicator* world = par_.world;
   world->SetPhase("checkpoint at step " + std::to_string(step));
-  if (par_.rank == 0) {
-    MOE_RETURN_IF_ERROR(MakeDirs(dir_));
-    if (PathExists(final_dir)) MOE_RETURN_IF_ERROR(RemoveAll(final_dir));  // a re-run of the same step
-    MOE_RETURN_IF_ERROR(RemoveAll(tmp_dir));
-    MOE_RETURN_IF_ERROR(MakeDirs(tmp_dir));
+  Status comm, agreed = AgreeOnSave(world, par_.rank == 0 ? PrepareSave(tmp_dir) : OkStatus(), step, &comm);
+  MOE_RETURN_IF_ERROR(comm);
+  if (agreed.ok()) {
+    const std::vector<TensorPiece> mine = CheckpointPieces(model, optimizer, par_, /*writer=*/true);
+    Status wrote = mine.empty() ? OkStatus() : WriteShardFile(JoinPath(tmp_dir, ShardName(par_.rank)), par_.rank, step, mine);
+    agreed = AgreeOnSave(world, wrote, step, &comm);
+    MOE_RETURN_IF_ERROR(comm);
   }
-  MOE_RETURN_IF_ERROR(world->Barrier());
-  const std::vector<TensorPiece> mine = CheckpointPieces(model, optimizer, par_, /*writer=*/true);
-  if (!mine.empty()) MOE_RETURN_IF_ERROR(WriteShardFile(JoinPath(tmp_dir, ShardName(par_.rank)), par_.rank, step, mine));
-  MOE_RETURN_IF_ERROR(world->Barrier());
-  if (par_.rank == 0) {
-    Node manifest = Node::Map();
-    manifest.Set("format", Node::Scalar(kCheckpointFormat, true));
-    manifest.Set("step", Node::Scalar(std::to_string(step)));
-    manifest.Set("world_size", Node::Scalar(std::to_string(par_.world_size)));
-    manifest.Set("expert_parallel", Node::Scalar(std::to_string(par_.expert_parallel)));
-    manifest.Set("pipeline_parallel", Node::Scalar(std::to_string(par_.pipeline_parallel)));
-    manifest.Set("distributed_optimizer", Node::Scalar(optimizer.distributed() ? "true" : "false"));
-    manifest.Set("fingerprint", Node::Scalar(fingerprint_, true));
-    manifest.Set("state", state);
-    if (!spec_.IsNull()) manifest.Set("spec", spec_);
-    MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp_dir, "MANIFEST.json"), ToJson(manifest, 2) + "\n"));
-    if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) return ErrnoError("rename " + tmp_dir, errno);
-    MOE_RETURN_IF_ERROR(FsyncPath(dir_));
-    if (keep_last_ > 0) {
-      auto all = List();
-      for (size_t i = static_cast<size_t>(keep_last_); i < all.size(); ++i) {
-        Status st = RemoveAll(all[i].second);
-        if (!st.ok()) MOE_LOG(WARNING) << "could not prune old checkpoint " << all[i].second << ": " << st;
-      }
-    }
+  if (agreed.ok()) {
+    agreed = AgreeOnSave(world, par_.rank == 0 ? CommitSave(step, optimizer, state, tmp_dir, final_dir) : OkStatus(),
+                         step, &comm);
+    MOE_RETURN_IF_ERROR(comm);
   }
-  return world->Barrier();
+  if (agreed.ok()) return OkStatus();
+  if (par_.rank == 0) (void)RemoveAll(tmp_dir);  // best effort: the storage may be what failed
+  if (storage_failure == nullptr) return agreed;
+  *storage_failure = agreed;
+  return OkStatus();
 }
 
 std::vector<std::pair<int64_t, std::string>> CheckpointManager::List() const {
@@ -105,6 +143,15 @@ Status CheckpointManager::Validate(const std::string& path) const {
 
 // The newest complete checkpoint that fits (0: none; -1: the newest one is of another model).
 int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
+  // A directory that is there but cannot be listed (storage trouble) is not an empty one: starting
+  // over from step 0 would throw the run's progress away.
+  if (PathExists(dir_)) {
+    if (auto names = ListDir(dir_); !names.ok()) {
+      *refusal = UnavailableError("checkpoint directory " + dir_ + " cannot be read (" + names.status().message() +
+                                  "); not starting over from step 0 while it may hold the run's checkpoints");
+      return kUnreadable;
+    }
+  }
   std::vector<std::string> damaged;
   int64_t chosen = 0;
   for (const auto& [step, path] : List()) {
@@ -115,7 +162,7 @@ int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
     }
     if (st.code() == StatusCode::kFailedPrecondition) {
       *refusal = st;
-      return -1;
+      return kOtherModel;
     }
     MOE_LOG(ERROR) << "checkpoint " << path << " is damaged and is skipped: " << st.message();
     damaged.push_back(path);
@@ -131,12 +178,14 @@ int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
 StatusOr<int64_t> CheckpointManager::Choose() {
   Communicator* world = par_.world;
   world->SetPhase("checkpoint restore");
-  // Rank 0 picks; a refusal (another model) is broadcast as step -1 so every rank fails the same way.
+  // Rank 0 picks; a refusal (another model, an unreadable directory) is broadcast as a negative step
+  // so every rank fails the same way.
   Status refusal;
   int64_t chosen = par_.rank == 0 ? ChooseOnRankZero(&refusal) : 0;
   MOE_RETURN_IF_ERROR(world->BroadcastHost(&chosen, sizeof(chosen), 0));
   if (chosen < 0) {
     if (!refusal.ok()) return refusal;
+    if (chosen == kUnreadable) return UnavailableError("the checkpoint directory " + dir_ + " cannot be read on rank 0 (see its log)");
     return FailedPreconditionError("the checkpoint in " + dir_ + " does not fit this run's model (see rank 0's log)");
   }
   return chosen;

@@ -40,8 +40,14 @@ class CheckpointManager {
   CheckpointManager(std::string dir, const ParallelContext& par, std::string fingerprint, int64_t keep_last,
                     Node spec = Node());
 
-  // Collective: every rank of the job calls it at the same step.
-  Status Save(int64_t step, Model& model, const Optimizer& optimizer, const Node& state);
+  // Collective: every rank of the job calls it at the same step. A rank that cannot write its part
+  // (storage full, unwritable, gone) makes every rank give up this checkpoint together, never leaving
+  // its peers waiting in a barrier: with `storage_failure` the reason lands there and Save returns OK
+  // (the caller may train on and try again at the next interval); without it Save returns the reason.
+  // What was half written is removed; the previous complete checkpoint stays. A communication failure
+  // is always returned.
+  Status Save(int64_t step, Model& model, const Optimizer& optimizer, const Node& state,
+              Status* storage_failure = nullptr);
   // Collective: the step of the newest complete, undamaged checkpoint (rank 0 decides, everyone
   // follows); 0 when there is none. A checkpoint written for another model shape is an error
   // (FAILED_PRECONDITION), not something to skip.
@@ -58,7 +64,11 @@ class CheckpointManager {
   static std::string StepDirName(int64_t step);
 
  private:
+  static constexpr int64_t kOtherModel = -1, kUnreadable = -2;  // ChooseOnRankZero's refusals
   int64_t ChooseOnRankZero(Status* refusal) const;
+  Status PrepareSave(const std::string& tmp_dir) const;
+  Status CommitSave(int64_t step, const Optimizer& optimizer, const Node& state, const std::string& tmp_dir,
+                    const std::string& final_dir) const;
 
   std::string dir_;
   ParallelContext par_;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <thread>
 
+#include "common/file_util.h"
 #include "common/flops.h"
 #include "common/log.h"
 #include "kernels/elementwise.h"
@@ -249,12 +250,14 @@ StatusOr<TrainResult> Trainer::Run() {
     metrics_file_.open(options_.metrics_out, options_.resume ? std::ios::app : std::ios::trunc);
     if (!metrics_file_) return UnavailableError("cannot open --metrics-out file '" + options_.metrics_out + "'");
   }
+  OpenHistory();
   result_.first_step = start_step_ + 1;
   for (int64_t step = start_step_ + 1; step <= stop_step_; ++step) {
     MOE_ASSIGN_OR_RETURN(const bool stop, AgreeToStop(step));
     if (stop) {
       result_.stopped_early = true;
       if (lead_) MOE_LOG(INFO) << "stopping before step " << step << " (asked to stop)";
+      MOE_RETURN_IF_ERROR(CheckpointOnStop(step - 1));
       break;
     }
     MOE_RETURN_IF_ERROR(Step(step));
@@ -514,6 +517,7 @@ Status Trainer::Report(const StepMetrics& m) {
   }
   if (lead_) {
     if (metrics_file_.is_open()) metrics_file_ << MetricsJson(m) << "\n" << std::flush;
+    if (history_file_.is_open()) history_file_ << MetricsJson(m) << "\n" << std::flush;
     const bool log_now = m.step % spec_.training.log_interval == 0 || m.step == stop_step_ || m.step == result_.first_step;
     if (options_.log_steps && log_now) MOE_LOG(INFO) << MegatronLogLine(m);
   }
@@ -521,16 +525,56 @@ Status Trainer::Report(const StepMetrics& m) {
   return OkStatus();
 }
 
+// The job's loss history beside its checkpoints (<dir>/metrics.jsonl, one JSON line per step, the
+// lead rank's): started afresh by a run from step 0, appended to by a resumed one (steps redone after
+// a resume appear again; the last line of a step is the one that counts). It survives restarts and
+// controller outages, which the live stream does not; it is a record, so failing to open it only warns.
+void Trainer::OpenHistory() {
+  if (!lead_ || !checkpoints_) return;
+  const std::string path = JoinPath(checkpoint_dir_, "metrics.jsonl");
+  if (Status st = MakeDirs(checkpoint_dir_); st.ok()) {
+    history_file_.open(path, start_step_ > 0 ? std::ios::app : std::ios::trunc);
+  }
+  if (!history_file_) MOE_LOG(WARNING) << "cannot open the loss history " << path << "; this attempt's steps are not recorded there";
+}
+
+// Asked to stop (a cancel, a worker's clean shutdown, a preemption): the steps since the last
+// checkpoint are kept by one more, at the boundary every rank agreed on (a clean stop costs no work).
+Status Trainer::CheckpointOnStop(int64_t last_step) {
+  if (!checkpoints_ || last_step <= start_step_ || last_step == last_checkpoint_step_ || !last_metrics_) return OkStatus();
+  if (lead_) MOE_LOG(INFO) << "checkpointing step " << last_step << " before stopping";
+  return SaveCheckpoint(last_step, *last_metrics_);
+}
+
 Status Trainer::MaybeCheckpoint(int64_t step, const StepMetrics& m) {
+  last_metrics_ = m;
   if (!checkpoints_) return OkStatus();
   if (!((checkpoint_interval_ > 0 && step % checkpoint_interval_ == 0) || step == stop_step_)) return OkStatus();
+  return SaveCheckpoint(step, m);
+}
+
+Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m) {
   const auto c0 = Clock::now();
   Node state = Node::Map();
   state.Set("step", Node::Scalar(std::to_string(step)));
   state.Set("consumed_samples", Node::Scalar(std::to_string(m.consumed_samples)));
   state.Set("seed", Node::Scalar(std::to_string(spec_.training.seed)));
   state.Set("loss", Node::Scalar(std::to_string(m.loss)));
-  MOE_RETURN_IF_ERROR(checkpoints_->Save(step, *model_, *optimizer_, state));
+  Status storage;
+  MOE_RETURN_IF_ERROR(checkpoints_->Save(step, *model_, *optimizer_, state, &storage));
+  if (!storage.ok()) {
+    // Storage trouble costs this checkpoint, not the run: every rank gave it up together and trains on.
+    // The last one must be written, though: the rank fails (transient) and the job resumes and retries.
+    if (step == stop_step_) return UnavailableError("the final checkpoint could not be written: " + storage.message());
+    ++checkpoints_skipped_;
+    if (lead_) {
+      MOE_LOG(WARNING) << "checkpoint at step " << step << " not written (" << storage.message() << "); training goes on, "
+                       << "the next try is at step " << std::min(step + checkpoint_interval_, stop_step_) << " ("
+                       << checkpoints_skipped_ << " skipped so far)";
+    }
+    return OkStatus();
+  }
+  last_checkpoint_step_ = step;
   if (lead_) {
     MOE_LOG(INFO) << "saved checkpoint " << CheckpointManager::StepDirName(step) << " in " << checkpoint_dir_ << " ("
                   << Since(c0) << " s)";

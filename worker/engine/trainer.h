@@ -154,6 +154,9 @@ class Trainer {
   // After step `step`: the validation loss when it is due (every eval_interval steps and at the end).
   Status MaybeEvaluate(int64_t step, StepMetrics* m);
   Status MaybeCheckpoint(int64_t step, const StepMetrics& m);
+  Status SaveCheckpoint(int64_t step, const StepMetrics& m);
+  Status CheckpointOnStop(int64_t last_step);
+  void OpenHistory();
 
   const JobSpec spec_;
   const ParallelContext par_;
@@ -177,6 +180,10 @@ class Trainer {
   std::string peak_source_;
   double alltoall_seconds_ = 0;   // the dispatcher adds its all-to-all time here
   std::ofstream metrics_file_;
+  std::ofstream history_file_;      // <checkpoint dir>/metrics.jsonl (OpenHistory)
+  int64_t checkpoints_skipped_ = 0;  // storage failures this attempt (MaybeCheckpoint)
+  int64_t last_checkpoint_step_ = 0;
+  std::optional<StepMetrics> last_metrics_;  // the last step's, for a checkpoint on stop
   Tensor tokens_, targets_, tokens_dev_, targets_dev_;  // [micro batch, seq]: host and device copies
   TrainResult result_;
   // Means over the steps after the first (which carries one-time costs).

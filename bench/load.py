@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""Load on the control plane (docs/benchmarks.md, "Control plane under load"), real processes on loopback.
+
+Phase 1 (jobs): a controller, one moe-worker process running --fake-workers fake workers (registers,
+heartbeats, takes assignments, reports synthetic steps; no training), --clients concurrent gRPC
+clients submitting --jobs jobs between them (each submit followed by a GetJob, every tenth by a
+ListJobs page) while --watchers WatchJob streams stay open (each re-opens on another live job when
+its job ends). Reports p50/p99 latency of SubmitJob, GetJob and ListJobs, the controller's CPU
+(cores) and peak memory, and checks that every job reached SUCCEEDED and that the controller's SQLite
+file (read with Python's sqlite3, the real SQLite) agrees with the API, job by job.
+
+Phase 2 (heartbeats): a fresh controller pinned to one core (taskset -c 0), the fake workers on the
+other; for each count in --ladder, that many fake workers heartbeat at 1 Hz for --hold seconds. A
+count holds when no worker's lease was missed (none LOST, no "lost" line in the controller's log).
+Reports the controller's CPU per count and the largest count that held, and what that means at 131,072
+devices.
+
+  bench/load.py [--bin build/bin] [--jobs 1000] [--clients 20] [--watchers 100] [--workers 512]
+                [--ladder 512,1024,2048,4096] [--hold 20] [--skip-heartbeats]
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration"))
+import moe_grpc as g  # noqa: E402
+
+FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def ticks(pid):
+    """utime + stime of a process, in seconds."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
+
+
+class Stack:
+    """A controller and a fake-worker process on loopback."""
+
+    def __init__(self, args, work, pin=False):
+        self.args, self.work, self.pin = args, work, pin
+        self.addr = f"127.0.0.1:{free_port()}"
+        self.procs = []
+
+    def start_controller(self, lease=3):
+        cmd = [f"{self.args.bin}/moe-controller", "--listen", self.addr, "--metrics-listen", f"127.0.0.1:{free_port()}",
+               "--state-dir", os.path.join(self.work, "state"), "--lease-seconds", str(lease)]
+        if self.pin:
+            cmd = ["taskset", "-c", "0"] + cmd
+        self.log = os.path.join(self.work, "controller.log")
+        self.ctl = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        self.procs.append(self.ctl)
+        self.ch = g.channel(self.addr)
+        self.p = g.pb()
+        for _ in range(200):
+            if g.code_of(lambda: self.list_workers()) == "OK":
+                return
+            time.sleep(0.1)
+        raise SystemExit("load: the controller did not start")
+
+    def start_fakes(self, n, step_seconds, rack_size, name):
+        cmd = [f"{self.args.bin}/moe-worker", "--controller", self.addr, "--name", name, "--rack", "r",
+               "--fake-step-seconds", str(step_seconds), "--fake-workers", str(n), "--fake-rack-size", str(rack_size),
+               "--runtime-dir", os.path.join(self.work, "rt-" + name), "--log-level", "warning"]
+        if self.pin:
+            cmd = ["taskset", "-c", "1"] + cmd
+        proc = subprocess.Popen(cmd, stdout=open(os.path.join(self.work, f"{name}.log"), "w"), stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def list_workers(self):
+        return g.unary(self.ch, "/moe.v1.JobService/ListWorkers", self.p.js.ListWorkersRequest(),
+                       self.p.js.ListWorkersResponse, timeout=30).workers
+
+    def count(self, state_name):
+        return sum(1 for w in self.list_workers() if self.p.ws.WorkerState.Name(w.state) == state_name)
+
+    def wait_alive(self, n, timeout):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            alive = self.count("IDLE") + self.count("BUSY")
+            if alive >= n:
+                return time.time() - t0
+            time.sleep(0.5)
+        raise SystemExit(f"load: only {alive} of {n} fake workers registered within {timeout} s")
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def template_job(stack, args):
+    """A job document as the controller expands it: submitted once through moectl, then read back."""
+    doc = os.path.join(stack.work, "load.yaml")
+    open(doc, "w").write(
+        "apiVersion: moe/v1\nkind: TrainingJob\nmetadata: {name: load-seed}\n"
+        "spec:\n  model: {preset: tiny}\n  parallelism: {world_size: 1}\n"
+        "  data: {path: data/fortunes, seq_length: 64, micro_batch_size: 4, global_batch_size: 4}\n"
+        f"  training: {{steps: {args.steps}}}\n  checkpoint: {{interval_steps: 0}}\n  resources: {{device: cpu}}\n")
+    env = dict(os.environ, MOE_CONTROLLER=stack.addr)
+    out = subprocess.run([f"{args.bin}/moectl", "submit", "-f", doc], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"load: moectl submit of the template: {out.stderr.strip()}")
+    job = g.unary(stack.ch, "/moe.v1.JobService/GetJob", stack.p.js.GetJobRequest(id=out.stdout.strip()), stack.p.job.Job)
+    return out.stdout.strip(), job.spec
+
+
+class Load:
+    def __init__(self, stack, args, template):
+        self.s, self.args, self.template = stack, args, template
+        self.lat = {"SubmitJob": [], "GetJob": [], "ListJobs": []}
+        self.ids, self.errors = [], []
+        self.mu = threading.Lock()
+        self.done = threading.Event()
+        self.watch_streams = 0
+        self.max_watch_streams = 0
+
+    def call(self, method, req, resp):
+        t0 = time.perf_counter()
+        r = g.unary(self.s.ch, f"/moe.v1.JobService/{method}", req, resp, timeout=60)
+        with self.mu:
+            self.lat[method].append(time.perf_counter() - t0)
+        return r
+
+    def client(self, k, n):
+        p, rng = self.s.p, random.Random(k)
+        for i in range(n):
+            job = p.job.TrainingJob()
+            job.CopyFrom(self.template)
+            job.metadata.name = f"load-{k}-{i}"
+            job.spec.parallelism.world_size = rng.choice([1, 1, 2, 4, 8])
+            job.spec.parallelism.expert_parallel = 1
+            try:
+                j = self.call("SubmitJob", p.js.SubmitJobRequest(job=job), p.job.Job)
+                with self.mu:
+                    self.ids.append(j.id)
+                self.call("GetJob", p.js.GetJobRequest(id=j.id), p.job.Job)
+                if i % 10 == 0:
+                    self.call("ListJobs", p.js.ListJobsRequest(page_size=100), p.js.ListJobsResponse)
+            except Exception as e:  # noqa: BLE001: every failure is counted and reported
+                with self.mu:
+                    self.errors.append(f"client {k} job {i}: {e}")
+
+    def watcher(self, k):
+        p, rng = self.s.p, random.Random(1000 + k)
+        while not self.done.is_set():
+            with self.mu:
+                target = rng.choice(self.ids) if self.ids else None
+            if target is None:
+                time.sleep(0.05)
+                continue
+            call = self.s.ch.unary_stream("/moe.v1.JobService/WatchJob", request_serializer=lambda m: m.SerializeToString(),
+                                          response_deserializer=p.js.WatchJobResponse.FromString)
+            with self.mu:
+                self.watch_streams += 1
+                self.max_watch_streams = max(self.max_watch_streams, self.watch_streams)
+            try:
+                for _ in call(p.js.WatchJobRequest(id=target), timeout=600):
+                    if self.done.is_set():
+                        break
+            except Exception:  # noqa: BLE001: a watch of a job that ended is fine
+                pass
+            with self.mu:
+                self.watch_streams -= 1
+
+
+def final_states(stack, ids):
+    out = {}
+    for i in ids:
+        j = g.unary(stack.ch, "/moe.v1.JobService/GetJob", stack.p.js.GetJobRequest(id=i), stack.p.job.Job)
+        out[i] = stack.p.job.JobState.Name(j.state)
+    return out
+
+
+def jobs_phase(args, work):
+    st = Stack(args, work)
+    st.start_controller()
+    st.start_fakes(args.workers, args.fake_step, 64, "fake")
+    reg = st.wait_alive(args.workers, 120)
+    print(f"load: {args.workers} fake workers registered in {reg:.1f} s")
+    seed_id, template = template_job(st, args)
+    load = Load(st, args, template)
+    watchers = [threading.Thread(target=load.watcher, args=(k,), daemon=True) for k in range(args.watchers)]
+    for t in watchers:
+        t.start()
+    c0, t0 = ticks(st.ctl.pid), time.time()
+    per = args.jobs // args.clients
+    clients = [threading.Thread(target=load.client, args=(k, per)) for k in range(args.clients)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join()
+    submit_wall = time.time() - t0
+    ids = list(load.ids) + [seed_id]
+    while True:
+        states = final_states(st, ids)
+        pending = [i for i, s in states.items() if s not in FINAL]
+        if not pending or time.time() - t0 > args.timeout:
+            break
+        time.sleep(1)
+    wall, cpu = time.time() - t0, ticks(st.ctl.pid) - c0
+    load.done.set()
+    rss = peak_rss_mb(st.ctl.pid)
+    st.stop()
+    print(f"load: {len(load.ids)} jobs submitted by {args.clients} clients in {submit_wall:.1f} s; all final after {wall:.1f} s; "
+          f"{load.max_watch_streams} watch streams open at most")
+    for m, xs in load.lat.items():
+        print(f"load: {m:10s} n={len(xs):5d}  p50 {pct(xs, 0.5):7.1f} ms  p99 {pct(xs, 0.99):7.1f} ms  max {pct(xs, 1.0):7.1f} ms")
+    print(f"load: controller CPU {cpu:.1f} s over {wall:.1f} s ({cpu / wall:.2f} cores), peak memory {rss:.0f} MB")
+    problems = list(load.errors[:5])
+    not_ok = {i: s for i, s in states.items() if s != "SUCCEEDED"}
+    if not_ok:
+        problems.append(f"{len(not_ok)} jobs did not succeed, e.g. {list(not_ok.items())[:5]}")
+    db = sqlite3.connect(os.path.join(work, "state", "controller.db"))
+    stored = {r[0]: json.loads(r[1]).get("state") for r in db.execute("SELECT id, record FROM jobs")}
+    disagree = [i for i in ids if stored.get(i) != states[i]]
+    if disagree:
+        problems.append(f"SQLite disagrees with the API on {len(disagree)} jobs, e.g. {disagree[:3]}")
+    print(f"load: SQLite holds {len(stored)} jobs, {len(ids) - len(disagree)} of {len(ids)} as the API reports them")
+    return problems
+
+
+def heartbeat_phase(args, work):
+    held, rows = 0, []
+    for n in [int(x) for x in args.ladder.split(",")]:
+        d = os.path.join(work, f"hb-{n}")
+        os.makedirs(d)
+        st = Stack(args, d, pin=True)
+        st.start_controller(lease=3)
+        st.start_fakes(n, 3600, 0, f"hb{n}")
+        try:
+            reg = st.wait_alive(n, max(60, n / 20))
+        except SystemExit as e:
+            print(f"load: heartbeats: {e}")
+            st.stop()
+            break
+        c0, t0 = ticks(st.ctl.pid), time.time()
+        time.sleep(args.hold)
+        cpu = (ticks(st.ctl.pid) - c0) / (time.time() - t0)
+        lost = st.count("LOST")
+        lines = sum(1 for line in open(st.log) if " lost" in line)
+        rss = peak_rss_mb(st.ctl.pid)
+        st.stop()
+        ok = lost == 0 and lines == 0
+        rows.append((n, reg, cpu, rss, lost, lines, ok))
+        print(f"load: heartbeats: {n:6d} workers at 1 Hz: registered in {reg:5.1f} s, controller {cpu * 100:5.1f}% of one core, "
+              f"{rss:5.0f} MB, {lost} LOST, {lines} lost lines: {'held' if ok else 'MISSED LEASES'}")
+        if not ok:
+            break
+        held = n
+    if held:
+        cpu = [r[2] for r in rows if r[0] == held][0]
+        per_core = held / max(cpu, 1e-3)
+        print(f"load: heartbeats: {held} workers held on one core at {cpu * 100:.0f}% of it: about {per_core:,.0f} workers per "
+              f"core at 1 Hz; 131,072 devices as one worker each need about {131072 / per_core:.1f} cores of heartbeat "
+              f"handling (or one agent per 8-GPU node: {16384 / per_core:.1f})")
+    return []
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.environ.get("MOE_BIN", "build/bin"))
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--watchers", type=int, default=100)
+    ap.add_argument("--workers", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--fake-step", type=float, default=0.05)
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--ladder", default="512,1024,2048,4096")
+    ap.add_argument("--hold", type=float, default=20)
+    ap.add_argument("--skip-heartbeats", action="store_true")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="moe-load.")
+    print(f"load: {os.cpu_count()} cores; work in {work}")
+    problems = jobs_phase(args, work)
+    if not args.skip_heartbeats:
+        problems += heartbeat_phase(args, work)
+    if problems:
+        for p in problems:
+            print(f"load: PROBLEM: {p}")
+        print(f"load: logs kept in {work}")
+        sys.exit(1)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""Chaos run of the control plane (docs/operations.md, "Chaos"): real processes on loopback, failures
+strung together, and nothing may be lost.
+
+A controller, five CPU workers in one rack and a 4-rank job (EP 4, checkpoints every few steps). A
+seeded driver then, one event at a time with a random pause between them:
+  - kill-worker      kill -9 a worker that runs a rank (it comes back a few seconds later);
+  - kill-controller  kill -9 the controller and start it again on the same state;
+  - stop-worker      SIGSTOP a worker that runs a rank for 10 s (a hang, not a death), then SIGCONT;
+  - storage          the checkpoint directory replaced by a file for 10 s (unwritable even for root).
+The job must succeed; its loss at every step (the loss history <checkpoint dir>/metrics.jsonl, which
+survives restarts and controller outages) must equal an uninterrupted run's bitwise; and the driver
+prints each event's detection time (failure -> the control plane noticed: the job restarted, or the
+controller serves again) and recovery time (failure -> the first step trained after it).
+
+  tests/chaos/chaos.py [--profile short|full] [--seed N] [--bin build/bin] [--keep]
+The short profile (make test) strings 5 events 4-8 s apart through a 160-step job; the full one
+(make chaos) 8 kills 15-40 s apart plus the hang and the storage outage through a job of >= 300 steps
+that lasts as long as they need.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+PROFILES = {
+    # kills: kill-worker / kill-controller events; gap: seconds between events; steps: the job's length
+    "short": {"kills": 3, "gap": (4.0, 8.0), "steps": 160, "interval": 5, "hang": 10.0, "outage": 8.0},
+    "full": {"kills": 8, "gap": (15.0, 40.0), "steps": 1000, "interval": 10, "hang": 10.0, "outage": 10.0},
+}
+LEASE = 3
+
+
+def log(msg):
+    print(f"chaos: {msg}", flush=True)
+
+
+def fail(msg):
+    print(f"chaos: FAIL: {msg}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Cluster:
+    """The controller and the workers, as processes this driver owns."""
+
+    def __init__(self, bindir, work):
+        self.bin, self.work = bindir, work
+        self.grpc, self.metrics = free_port(), free_port()
+        self.addr = f"127.0.0.1:{self.grpc}"
+        self.env = dict(os.environ, MOE_CONTROLLER=self.addr)
+        self.controller = None
+        self.workers = {}
+        self.starts = 0
+
+    def start_controller(self):
+        self.starts += 1
+        out = open(os.path.join(self.work, f"controller-{self.starts}.log"), "w")
+        self.controller = subprocess.Popen(
+            [f"{self.bin}/moe-controller", "--listen", self.addr, "--metrics-listen", f"127.0.0.1:{self.metrics}",
+             "--state-dir", os.path.join(self.work, "state"), "--lease-seconds", str(LEASE)],
+            stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.moectl("get", "jobs", check=False) is not None:
+                return
+            time.sleep(0.1)
+        fail("the controller did not start")
+
+    def start_worker(self, name):
+        out = open(os.path.join(self.work, f"worker-{name}.log"), "a")
+        self.workers[name] = subprocess.Popen(
+            [f"{self.bin}/moe-worker", "--controller", self.addr, "--name", name, "--rack", "r0", "--node", name,
+             "--threads", "1", "--runtime-dir", os.path.join(self.work, f"rt-{name}")],
+            stdout=out, stderr=subprocess.STDOUT)
+
+    def moectl(self, *args, check=True):
+        r = subprocess.run([f"{self.bin}/moectl", *args], env=self.env, capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            if check:
+                fail(f"moectl {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+            return None
+        return r.stdout
+
+    def job(self, job_id):
+        out = self.moectl("get", "job", job_id, "-o", "json", check=False)
+        return json.loads(out) if out else None
+
+    def alive_workers(self):
+        out = self.moectl("get", "workers", "-o", "json", check=False)
+        if not out:
+            return 0
+        return sum(1 for w in json.loads(out).get("workers", []) if w.get("state") in ("IDLE", "BUSY"))
+
+    def stop_all(self):
+        procs = [p for p in [self.controller, *self.workers.values()] if p is not None]
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.terminate()
+        deadline = time.time() + 10
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+class History:
+    """<checkpoint dir>/metrics.jsonl as it grows: each new line with the time it was first seen."""
+
+    def __init__(self, path):
+        self.path, self.offset, self.lines = path, 0, []
+
+    def poll(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return  # not there yet, or the storage outage
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        now = time.time()
+        for line in data[:end].split(b"\n"):
+            rec = json.loads(line)
+            self.lines.append((now, int(rec["step"]), rec["loss"]))
+        self.offset += end + 1
+
+    def last_step(self):
+        return self.lines[-1][1] if self.lines else 0
+
+    def first_after(self, t):
+        """The time of the first line seen after t, or None."""
+        for seen, _, _ in self.lines:
+            if seen > t:
+                return seen
+        return None
+
+
+def write_job(path, name, steps, interval, ckpt, world):
+    text = open("examples/tiny.yaml").read()
+    text = (text.replace("name: tiny-dsv3", f"name: {name}")
+                .replace("seq_length: 256, micro_batch_size: 8", "seq_length: 64, micro_batch_size: 4")
+                .replace("steps: 400, seed", f"steps: {steps}, seed")
+                .replace("world_size: 2, expert_parallel: 2", f"world_size: {world}, expert_parallel: {world}, timeout_seconds: 20")
+                .replace("max_restarts: 3", "max_restarts: 40"))
+    lines = [f"  checkpoint: {{dir: {ckpt}, interval_steps: {interval}}}" if l.startswith("  checkpoint:") else l
+             for l in text.splitlines()]
+    open(path, "w").write("\n".join(lines) + "\n")
+
+
+def reference_run(args, work, steps, interval):
+    """The same job uninterrupted, outside the control plane (same layout and threads)."""
+    cfg = os.path.join(work, "ref.yaml")
+    write_job(cfg, "ref", steps, interval, os.path.join(work, "ckpt-ref"), 4)
+    t0 = time.time()
+    with open(os.path.join(work, "ref.log"), "w") as err:
+        r = subprocess.run([f"{args.bin}/moe-train", "--config", cfg, "--nproc", "4", "--threads", "1",
+                            "--metrics-out", os.path.join(work, "ref.jsonl")], stderr=err, stdout=subprocess.DEVNULL)
+    if r.returncode != 0:
+        fail(f"the reference run exited {r.returncode} (see {work}/ref.log)")
+    ref = {}
+    for line in open(os.path.join(work, "ref.jsonl")):
+        rec = json.loads(line)
+        ref[int(rec["step"])] = rec["loss"]
+    log(f"reference: {steps} steps uninterrupted in {time.time() - t0:.1f} s")
+    return ref
+
+
+def plan_events(rng, prof):
+    kills = ["kill-controller" if i % 3 == 1 else "kill-worker" for i in range(prof["kills"])]
+    events = kills + ["stop-worker", "storage"]
+    rng.shuffle(events)
+    return [(kind, rng.uniform(*prof["gap"])) for kind in events]
+
+
+class Driver:
+    def __init__(self, cluster, job_id, history, ckpt, rng, prof):
+        self.c, self.job_id, self.h, self.ckpt, self.rng, self.prof = cluster, job_id, history, ckpt, rng, prof
+        self.report = []
+
+    def wait(self, seconds, until=None):
+        """Polls the history (and `until`) for `seconds`; returns the time `until` first held, or None."""
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            self.h.poll()
+            if until is not None and until():
+                return time.time()
+            time.sleep(0.1)
+        self.h.poll()
+        return None
+
+    def state(self):
+        j = self.c.job(self.job_id)
+        return j if j else {}
+
+    def victim(self):
+        placement = self.state().get("placement", [])
+        names = [p["worker"] for p in placement if p.get("worker") in self.c.workers]
+        return self.rng.choice(names) if names else self.rng.choice(sorted(self.c.workers))
+
+    def wait_running(self, t0, timeout=120):
+        """Until the job runs and a step newer than t0 is in the history; returns that step's time."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            self.h.poll()
+            seen = self.h.first_after(t0)
+            if seen is not None:
+                return seen
+            st = self.state().get("state")
+            if st in ("FAILED", "CANCELLED"):
+                fail(f"the job ended {st}: {self.state().get('message', '')}")
+            if st == "SUCCEEDED":
+                return time.time()
+            time.sleep(0.1)
+        fail(f"no step within {timeout} s of the event at {t0:.1f}")
+
+    def restarted_since(self, before):
+        return lambda: int(self.state().get("restarts", 0)) > before
+
+    def kill_worker(self):
+        name, before = self.victim(), int(self.state().get("restarts", 0))
+        t0 = time.time()
+        self.c.workers[name].kill()
+        self.c.workers[name].wait()
+        detected = self.wait(LEASE * 5 + 10, self.restarted_since(before))
+        self.c.start_worker(name)  # the machine comes back
+        return f"kill -9 worker {name}", t0, detected, detected or t0
+
+    def kill_controller(self):
+        t0 = time.time()
+        self.c.controller.kill()
+        self.c.controller.wait()
+        self.wait(self.rng.uniform(1.0, 3.0))
+        self.c.start_controller()
+        back = time.time()
+        return "kill -9 controller", t0, back, back
+
+    def stop_worker(self):
+        name, before = self.victim(), int(self.state().get("restarts", 0))
+        t0 = time.time()
+        self.c.workers[name].send_signal(signal.SIGSTOP)
+        detected = self.wait(self.prof["hang"], self.restarted_since(before))
+        self.wait(max(0.0, t0 + self.prof["hang"] - time.time()))
+        self.c.workers[name].send_signal(signal.SIGCONT)
+        return f"SIGSTOP worker {name} for {self.prof['hang']:.0f} s", t0, detected, detected or t0
+
+    def storage(self):
+        away = self.ckpt + ".away"
+        t0 = time.time()
+        os.rename(self.ckpt, away)
+        with open(self.ckpt, "w") as f:
+            f.write("the storage is gone for a while\n")
+        self.wait(self.prof["outage"])
+        os.remove(self.ckpt)
+        os.rename(away, self.ckpt)
+        return f"checkpoint directory unwritable for {self.prof['outage']:.0f} s", t0, None, time.time()
+
+    def run(self, events):
+        for i, (kind, gap) in enumerate(events, 1):
+            self.wait(gap)
+            st = self.state().get("state")
+            if st == "SUCCEEDED":
+                fail(f"the job finished before event {i} of {len(events)}: make it longer")
+            what, t0, detected, after = getattr(self, kind.replace("-", "_"))()
+            recovered = self.wait_running(after)
+            step = self.h.last_step()
+            self.report.append((what, t0, detected, recovered, step))
+            det = f"{detected - t0:5.1f} s" if detected else "    - "
+            log(f"event {i}/{len(events)}: {what}: detected {det}, first step after it {recovered - t0:5.1f} s "
+                f"(history at step {step})")
+
+
+def check_losses(history, ref, steps):
+    seen = {}
+    bad = []
+    for _, step, loss in history.lines:
+        if step not in ref:
+            bad.append((step, loss, None))
+        elif loss != ref[step]:
+            bad.append((step, loss, ref[step]))
+        seen[step] = loss
+    if bad:
+        fail(f"{len(bad)} recorded losses differ from the uninterrupted run, first (step, got, want): {bad[:3]}")
+    missing = [s for s in range(1, steps + 1) if s not in seen]
+    if missing:
+        fail(f"{len(missing)} steps were never recorded, first {missing[:5]}")
+    redone = len(history.lines) - steps
+    log(f"losses: all {steps} steps equal the uninterrupted run bitwise ({redone} steps redone after resumes)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="short")
+    ap.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "20261201")))
+    ap.add_argument("--bin", default=os.environ.get("MOE_BIN", "build/bin"))
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+    if not os.path.exists("data/fortunes.idx"):
+        fail("data/fortunes is not prepared: run make data (or make chaos) from the repository root")
+    prof = PROFILES[args.profile]
+    rng = random.Random(args.seed)
+    events = plan_events(rng, prof)
+    log(f"profile {args.profile}, seed {args.seed}: " + ", ".join(f"{k} after {g:.0f} s" for k, g in events))
+    work = tempfile.mkdtemp(prefix="moe-chaos.")
+    cluster = Cluster(args.bin, work)
+    ok = False
+    try:
+        ok = run(args, prof, events, rng, cluster, work)
+    finally:
+        cluster.stop_all()
+        subprocess.run(["pkill", "-9", "-f", f"--config {work}/"], check=False)
+        if ok and not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            log(f"logs kept in {work}")
+
+
+def run(args, prof, events, rng, cluster, work):
+    steps, interval = prof["steps"], prof["interval"]
+    if args.profile == "full":
+        # Long enough for every event: the pauses plus a minute per event of recovery and redone steps.
+        budget = sum(g for _, g in events) + 60 * len(events)
+        steps = max(300, steps)
+        log(f"the job: {steps} steps (the events need about {budget:.0f} s)")
+    ref = reference_run(args, work, steps, interval)
+    cluster.start_controller()
+    for n in range(5):
+        cluster.start_worker(f"w{n}")
+    deadline = time.time() + 30
+    while cluster.alive_workers() < 5:
+        if time.time() > deadline:
+            fail("5 workers did not register")
+        time.sleep(0.2)
+    ckpt = os.path.join(work, "ckpt")
+    cfg = os.path.join(work, "chaos.yaml")
+    write_job(cfg, "chaos", steps, interval, ckpt, 4)
+    job_id = cluster.moectl("submit", "-f", cfg).strip()
+    history = History(os.path.join(ckpt, "metrics.jsonl"))
+    driver = Driver(cluster, job_id, history, ckpt, rng, prof)
+    driver.wait_running(0)
+    log(f"{job_id} runs; {len(events)} events follow")
+    t_start = time.time()
+    driver.run(events)
+    deadline = time.time() + 900
+    while driver.state().get("state") != "SUCCEEDED":
+        st = driver.state().get("state")
+        if st in ("FAILED", "CANCELLED"):
+            fail(f"the job ended {st}: {driver.state().get('message', '')}")
+        if time.time() > deadline:
+            fail(f"the job is {st} 900 s after the last event")
+        driver.wait(0.5)
+    history.poll()
+    job = driver.state()
+    log(f"{job_id} SUCCEEDED {time.time() - t_start:.0f} s after the first event, {job.get('restarts', 0)} restarts")
+    check_losses(history, ref, steps)
+    dets = [d - t for _, t, d, _, _ in driver.report if d is not None and d > t]
+    recs = [r - t for _, t, _, r, _ in driver.report]
+    log(f"detection: max {max(dets) if dets else 0:.1f} s; recovery (failure -> first step after it): "
+        f"mean {sum(recs) / len(recs):.1f} s, max {max(recs):.1f} s")
+    return True
+
+
+if __name__ == "__main__":
+    main()
