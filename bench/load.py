@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Load on the control plane (docs/benchmarks.md, "Control plane under load"), real processes on loopback.
 
 Phase 1 (jobs): a controller, one moe-worker process running --fake-workers fake workers (registers,
@@ -91,7 +91,7 @@ class Stack:
 
     def start_fakes(self, n, step_seconds, rack_size, name):
         cmd = [f"{self.args.bin}/moe-worker", "--controller", self.addr, "--name", name, "--rack", "r",
-               "--fake-step-seconds", str(step_seconds), "--fake-workers", str(n), "--fake-rack-size", str(rack_size),
+               "--fake-step-seconds", str(step_seconds), "--fake-workers", str(n), "--memory-gb", "100000", "--fake-rack-size", str(rack_size),
                "--runtime-dir", os.path.join(self.work, "rt-" + name), "--log-level", "warning"]
         if self.pin:
             cmd = ["taskset", "-c", "1"] + cmd
@@ -166,7 +166,9 @@ class Load:
             job.CopyFrom(self.template)
             job.metadata.name = f"load-{k}-{i}"
             job.spec.parallelism.world_size = rng.choice([1, 1, 2, 4, 8])
+            job.spec.data.global_batch_size = job.spec.data.micro_batch_size * job.spec.parallelism.world_size
             job.spec.parallelism.expert_parallel = 1
+            job.spec.checkpoint.dir = ""  # the controller gives each job its own under --checkpoint-root
             try:
                 j = self.call("SubmitJob", p.js.SubmitJobRequest(job=job), p.job.Job)
                 with self.mu:
@@ -176,7 +178,8 @@ class Load:
                     self.call("ListJobs", p.js.ListJobsRequest(page_size=100), p.js.ListJobsResponse)
             except Exception as e:  # noqa: BLE001: every failure is counted and reported
                 with self.mu:
-                    self.errors.append(f"client {k} job {i}: {e}")
+                    why = f"{e.code().name}: {e.details()}" if hasattr(e, "details") else str(e)
+                    self.errors.append(f"client {k} job {i}: {why}")
 
     def watcher(self, k):
         p, rng = self.s.p, random.Random(1000 + k)
@@ -211,6 +214,13 @@ def final_states(stack, ids):
 
 def jobs_phase(args, work):
     st = Stack(args, work)
+    try:
+        return run_jobs(st, args, work)
+    finally:
+        st.stop()
+
+
+def run_jobs(st, args, work):
     st.start_controller()
     st.start_fakes(args.workers, args.fake_step, 64, "fake")
     reg = st.wait_alive(args.workers, 120)
@@ -244,7 +254,7 @@ def jobs_phase(args, work):
     for m, xs in load.lat.items():
         print(f"load: {m:10s} n={len(xs):5d}  p50 {pct(xs, 0.5):7.1f} ms  p99 {pct(xs, 0.99):7.1f} ms  max {pct(xs, 1.0):7.1f} ms")
     print(f"load: controller CPU {cpu:.1f} s over {wall:.1f} s ({cpu / wall:.2f} cores), peak memory {rss:.0f} MB")
-    problems = list(load.errors[:5])
+    problems = [f"{len(load.errors)} calls failed, e.g. {e}" for e in load.errors[:3]]
     not_ok = {i: s for i, s in states.items() if s != "SUCCEEDED"}
     if not_ok:
         problems.append(f"{len(not_ok)} jobs did not succeed, e.g. {list(not_ok.items())[:5]}")
@@ -266,9 +276,11 @@ def heartbeat_phase(args, work):
         st.start_controller(lease=3)
         st.start_fakes(n, 3600, 0, f"hb{n}")
         try:
-            reg = st.wait_alive(n, max(60, n / 20))
+            reg = st.wait_alive(n, max(60, n / 50))
         except SystemExit as e:
-            print(f"load: heartbeats: {e}")
+            lost = sum(1 for line in open(st.log) if " lost" in line)
+            print(f"load: heartbeats: {n} workers did not converge: {e} ({lost} lost lines in the controller's log: "
+                  "registrations and heartbeats starved each other)")
             st.stop()
             break
         c0, t0 = ticks(st.ctl.pid), time.time()
@@ -304,7 +316,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--fake-step", type=float, default=0.05)
     ap.add_argument("--timeout", type=float, default=900)
-    ap.add_argument("--ladder", default="512,1024,2048,4096")
+    ap.add_argument("--ladder", default="512,1024,2048,3072,4096")
     ap.add_argument("--hold", type=float, default=20)
     ap.add_argument("--skip-heartbeats", action="store_true")
     args = ap.parse_args()

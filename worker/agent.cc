@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <random>
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -43,6 +44,7 @@ bool WorkerAgent::Write(const moe::v1::WorkerMessage& msg) {
 Status WorkerAgent::Run() {
   MOE_RETURN_IF_ERROR(MakeDirs(o_.runtime_dir));
   double backoff = 0.2;
+  std::mt19937 rng(std::random_device{}());
   std::shared_ptr<moe::v1::WorkerService::Stub> stub;
   while (!stop_) {
     // A fresh channel after a failed connect: a channel remembers its failures and backs off on its
@@ -56,7 +58,10 @@ Status WorkerAgent::Run() {
     if (stop_) break;
     // A session that lasted is a reconnect after a controller restart: try again soon.
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff = 0.2;
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+    // Jittered (50-100% of the backoff): thousands of workers that lost one controller must not come
+    // back to the next in lockstep (bench/load.py: a synchronized herd of 4,096 never converged).
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff * jitter(rng)));
     backoff = std::min(backoff * 2, 1.0);  // reconnecting is cheap; a restarted controller waits for us
   }
   StopCurrentRank();

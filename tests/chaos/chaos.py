@@ -325,7 +325,7 @@ def main():
         ok = run(args, prof, events, rng, cluster, work)
     finally:
         cluster.stop_all()
-        subprocess.run(["pkill", "-9", "-f", f"--config {work}/"], check=False)
+        subprocess.run(["pkill", "-9", "-f", "--", f"--config {work}/"], check=False, stderr=subprocess.DEVNULL)
         if ok and not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
@@ -370,6 +370,12 @@ def run(args, prof, events, rng, cluster, work):
     job = driver.state()
     log(f"{job_id} SUCCEEDED {time.time() - t_start:.0f} s after the first event, {job.get('restarts', 0)} restarts")
     check_losses(history, ref, steps)
+    skipped = sum(open(os.path.join(work, f)).read().count("not written (")
+                  for f in os.listdir(work) if f.startswith("worker-"))
+    if any(kind == "storage" for kind, _ in events):
+        if skipped == 0:
+            fail("the storage outage skipped no checkpoint: it did not exercise the skip path (longer outage?)")
+        log(f"storage outage: {skipped} checkpoint(s) skipped with a warning, training went on")
     dets = [d - t for _, t, d, _, _ in driver.report if d is not None and d > t]
     recs = [r - t for _, t, _, r, _ in driver.report]
     log(f"detection: max {max(dets) if dets else 0:.1f} s; recovery (failure -> first step after it): "
