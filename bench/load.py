@@ -314,7 +314,7 @@ def main():
     ap.add_argument("--watchers", type=int, default=100)
     ap.add_argument("--workers", type=int, default=512)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--fake-step", type=float, default=0.05)
+    ap.add_argument("--fake-step", type=float, default=0.1)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--ladder", default="512,1024,2048,3072,4096")
     ap.add_argument("--hold", type=float, default=20)

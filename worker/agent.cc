@@ -349,7 +349,7 @@ void WorkerAgent::FakeMonitor(Rank* rank) {
       std::this_thread::sleep_for(std::min(std::chrono::duration<double>(0.05),
                                            std::chrono::duration<double>(due - std::chrono::steady_clock::now())));
     }
-    if (rank->fake_stop || stop_ || a.rank() != 0) continue;
+    if (rank->fake_stop || stop_) continue;  // every rank reports, as the trainer's do (the controller merges them)
     moe::v1::WorkerMessage m;
     auto* s = m.mutable_step();
     s->set_job_id(a.job_id());

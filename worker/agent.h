@@ -38,8 +38,7 @@ struct AgentOptions {
   double stop_grace_seconds = 30;      // a cancelled rank gets this long to stop, then SIGKILL
   std::vector<std::string> extra_trainer_args;  // testing hooks (e.g. --inject-step-delay)
   // Fake mode (load tests, bench/load): > 0 runs no trainer; an assigned rank is a thread that reports
-  // a synthetic step every this many seconds (rank 0 only) until the job's steps are done or it is
-  // cancelled.
+  // a synthetic step every this many seconds until the job's steps are done or it is cancelled.
   double fake_step_seconds = 0;
 };
 

@@ -14,9 +14,10 @@ prints each event's detection time (failure -> the control plane noticed: the jo
 controller serves again) and recovery time (failure -> the first step trained after it).
 
   tests/chaos/chaos.py [--profile short|full] [--seed N] [--bin build/bin] [--keep]
-The short profile (make test) strings 5 events 4-8 s apart through a 160-step job; the full one
+The short profile (make test) strings 5 events through a 160-step job, each at a seeded step between
+5% and 55% of it (an outage trains on: it needs room after it); the full one
 (make chaos) 8 kills 15-40 s apart plus the hang and the storage outage through a job of >= 300 steps
-that lasts as long as they need.
+that lasts as long as they need (its length from a 20-step calibration run of this machine).
 """
 import argparse
 import json
@@ -32,8 +33,10 @@ import time
 
 PROFILES = {
     # kills: kill-worker / kill-controller events; gap: seconds between events; steps: the job's length
-    "short": {"kills": 3, "gap": (4.0, 8.0), "steps": 160, "interval": 5, "hang": 10.0, "outage": 8.0},
-    "full": {"kills": 8, "gap": (15.0, 40.0), "steps": 1000, "interval": 10, "hang": 10.0, "outage": 10.0},
+    # short: each event at a seeded step between 5% and 55% of the job (and 1-3 s after the last one
+    # recovered), so that the job's speed on the machine at hand cannot make it end before the events.
+    "short": {"kills": 3, "gap": (1.0, 3.0), "steps": 160, "interval": 5, "hang": 10.0, "outage": 8.0, "by_step": True},
+    "full": {"kills": 8, "gap": (15.0, 40.0), "steps": 300, "interval": 10, "hang": 10.0, "outage": 10.0},
 }
 LEASE = 3
 
@@ -124,7 +127,7 @@ class History:
     """<checkpoint dir>/metrics.jsonl as it grows: each new line with the time it was first seen."""
 
     def __init__(self, path):
-        self.path, self.offset, self.lines = path, 0, []
+        self.path, self.offset, self.lines, self.max_step = path, 0, [], 0
 
     def poll(self):
         try:
@@ -140,6 +143,7 @@ class History:
         for line in data[:end].split(b"\n"):
             rec = json.loads(line)
             self.lines.append((now, int(rec["step"]), rec["loss"]))
+            self.max_step = max(self.max_step, int(rec["step"]))
         self.offset += end + 1
 
     def last_step(self):
@@ -179,15 +183,18 @@ def reference_run(args, work, steps, interval):
     for line in open(os.path.join(work, "ref.jsonl")):
         rec = json.loads(line)
         ref[int(rec["step"])] = rec["loss"]
-    log(f"reference: {steps} steps uninterrupted in {time.time() - t0:.1f} s")
+    ref["seconds"] = time.time() - t0
+    log(f"reference: {steps} steps uninterrupted in {ref['seconds']:.1f} s")
     return ref
 
 
 def plan_events(rng, prof):
+    """(kind, seconds after the previous event's recovery, the step the job must have reached first)."""
     kills = ["kill-controller" if i % 3 == 1 else "kill-worker" for i in range(prof["kills"])]
     events = kills + ["stop-worker", "storage"]
     rng.shuffle(events)
-    return [(kind, rng.uniform(*prof["gap"])) for kind in events]
+    at = sorted(rng.uniform(0.05, 0.55) for _ in events) if prof.get("by_step") else [0.0] * len(events)
+    return [(kind, rng.uniform(*prof["gap"]), frac) for kind, frac in zip(events, at)]
 
 
 class Driver:
@@ -272,9 +279,12 @@ class Driver:
         os.rename(away, self.ckpt)
         return f"checkpoint directory unwritable for {self.prof['outage']:.0f} s", t0, None, time.time()
 
-    def run(self, events):
-        for i, (kind, gap) in enumerate(events, 1):
+    def run(self, events, steps):
+        for i, (kind, gap, frac) in enumerate(events, 1):
             self.wait(gap)
+            at = int(frac * steps)
+            if self.wait(300, lambda: self.h.max_step >= at) is None and self.h.max_step < at:
+                fail(f"the job did not reach step {at} for event {i} within 300 s")
             st = self.state().get("state")
             if st == "SUCCEEDED":
                 fail(f"the job finished before event {i} of {len(events)}: make it longer")
@@ -317,7 +327,8 @@ def main():
     prof = PROFILES[args.profile]
     rng = random.Random(args.seed)
     events = plan_events(rng, prof)
-    log(f"profile {args.profile}, seed {args.seed}: " + ", ".join(f"{k} after {g:.0f} s" for k, g in events))
+    log(f"profile {args.profile}, seed {args.seed}: " + ", ".join(
+        f"{k} after {g:.0f} s" + (f" past {f:.0%} of the job" if f else "") for k, g, f in events))
     work = tempfile.mkdtemp(prefix="moe-chaos.")
     cluster = Cluster(args.bin, work)
     ok = False
@@ -335,10 +346,14 @@ def main():
 def run(args, prof, events, rng, cluster, work):
     steps, interval = prof["steps"], prof["interval"]
     if args.profile == "full":
-        # Long enough for every event: the pauses plus a minute per event of recovery and redone steps.
-        budget = sum(g for _, g in events) + 60 * len(events)
-        steps = max(300, steps)
-        log(f"the job: {steps} steps (the events need about {budget:.0f} s)")
+        # Long enough for every event: a short calibration run gives this machine's step time; the job
+        # must outlast the pauses plus about 20 s per event of detection, restart and redone steps.
+        calib = reference_run(args, work, 20, interval)
+        step_s = max(0.01, calib["seconds"] / 20)
+        budget = sum(g for _, g, _ in events) + 20 * len(events)
+        steps = max(300, int(2.0 * budget / step_s))
+        log(f"the job: {steps} steps at about {step_s:.2f} s each (the events need about {budget:.0f} s)")
+        shutil.rmtree(os.path.join(work, "ckpt-ref"), ignore_errors=True)
     ref = reference_run(args, work, steps, interval)
     cluster.start_controller()
     for n in range(5):
@@ -357,7 +372,7 @@ def run(args, prof, events, rng, cluster, work):
     driver.wait_running(0)
     log(f"{job_id} runs; {len(events)} events follow")
     t_start = time.time()
-    driver.run(events)
+    driver.run(events, steps)
     deadline = time.time() + 900
     while driver.state().get("state") != "SUCCEEDED":
         st = driver.state().get("state")
@@ -372,7 +387,7 @@ def run(args, prof, events, rng, cluster, work):
     check_losses(history, ref, steps)
     skipped = sum(open(os.path.join(work, f)).read().count("not written (")
                   for f in os.listdir(work) if f.startswith("worker-"))
-    if any(kind == "storage" for kind, _ in events):
+    if any(e[0] == "storage" for e in events):
         if skipped == 0:
             fail("the storage outage skipped no checkpoint: it did not exercise the skip path (longer outage?)")
         log(f"storage outage: {skipped} checkpoint(s) skipped with a warning, training went on")
