@@ -238,6 +238,18 @@ class Driver:
             time.sleep(0.1)
         fail(f"no step within {timeout} s of the event at {t0:.1f}")
 
+    def wait_attempt_running(self, since, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            self.h.poll()
+            st = self.state().get("state")
+            if st in ("RUNNING", "SUCCEEDED"):
+                return time.time()
+            if st in ("FAILED", "CANCELLED"):
+                fail(f"the job ended {st}: {self.state().get('message', '')}")
+            time.sleep(0.1)
+        fail(f"the job did not run again within {timeout} s of the restart at {since:.1f}")
+
     def restarted_since(self, before):
         return lambda: int(self.state().get("restarts", 0)) > before
 
@@ -248,7 +260,7 @@ class Driver:
         self.c.workers[name].wait()
         detected = self.wait(LEASE * 5 + 10, self.restarted_since(before))
         self.c.start_worker(name)  # the machine comes back
-        return f"kill -9 worker {name}", t0, detected, detected or t0
+        return f"kill -9 worker {name}", t0, detected, None
 
     def kill_controller(self):
         t0 = time.time()
@@ -264,9 +276,13 @@ class Driver:
         t0 = time.time()
         self.c.workers[name].send_signal(signal.SIGSTOP)
         detected = self.wait(self.prof["hang"], self.restarted_since(before))
+        running = None
+        if detected is not None:  # the job may run again elsewhere while this worker still hangs
+            running = self.wait(max(0.0, t0 + self.prof["hang"] - time.time()),
+                                lambda: self.state().get("state") in ("RUNNING", "SUCCEEDED"))
         self.wait(max(0.0, t0 + self.prof["hang"] - time.time()))
         self.c.workers[name].send_signal(signal.SIGCONT)
-        return f"SIGSTOP worker {name} for {self.prof['hang']:.0f} s", t0, detected, detected or t0
+        return f"SIGSTOP worker {name} for {self.prof['hang']:.0f} s", t0, detected, ("recovered", running) if running else None
 
     def storage(self):
         away = self.ckpt + ".away"
@@ -289,7 +305,14 @@ class Driver:
             if st == "SUCCEEDED":
                 fail(f"the job finished before event {i} of {len(events)}: make it longer")
             what, t0, detected, after = getattr(self, kind.replace("-", "_"))()
-            recovered = self.wait_running(after)
+            # After a restart: the new attempt's first step (the job turns RUNNING again at its first
+            # step report); otherwise the first step recorded after the event.
+            if isinstance(after, tuple):
+                recovered = after[1]
+            elif after is not None:
+                recovered = self.wait_running(after)
+            else:
+                recovered = self.wait_attempt_running(detected or t0)
             step = self.h.last_step()
             self.report.append((what, t0, detected, recovered, step))
             det = f"{detected - t0:5.1f} s" if detected else "    - "
