@@ -100,8 +100,8 @@ class Stack:
         return proc
 
     def list_workers(self):
-        return g.unary(self.ch, "/moe.v1.JobService/ListWorkers", self.p.js.ListWorkersRequest(),
-                       self.p.js.ListWorkersResponse, timeout=30).workers
+        return retried(lambda: g.unary(self.ch, "/moe.v1.JobService/ListWorkers", self.p.js.ListWorkersRequest(),
+                       self.p.js.ListWorkersResponse, timeout=30).workers)
 
     def count(self, state_name):
         return sum(1 for w in self.list_workers() if self.p.ws.WorkerState.Name(w.state) == state_name)
@@ -204,10 +204,22 @@ class Load:
                 self.watch_streams -= 1
 
 
+def retried(fn, tries=5):
+    """fn(), again after a transient failure (UNAVAILABLE, DEADLINE_EXCEEDED): the polling must not
+    end the run; the clients' own calls are counted, not retried."""
+    for k in range(tries):
+        try:
+            return fn()
+        except g.grpc.RpcError as e:
+            if k == tries - 1 or e.code().name not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+                raise
+            time.sleep(0.5)
+
+
 def final_states(stack, ids):
     out = {}
     for i in ids:
-        j = g.unary(stack.ch, "/moe.v1.JobService/GetJob", stack.p.js.GetJobRequest(id=i), stack.p.job.Job)
+        j = retried(lambda: g.unary(stack.ch, "/moe.v1.JobService/GetJob", stack.p.js.GetJobRequest(id=i), stack.p.job.Job))
         out[i] = stack.p.job.JobState.Name(j.state)
     return out
 

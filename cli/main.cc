@@ -15,6 +15,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"moectl: submit, inspect and control MoE training jobs"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("moectl ") + MOE_VERSION);
   moe::cli::Client client;
   moe::cli::Args args;
   std::string token_file;

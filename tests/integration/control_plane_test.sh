@@ -56,6 +56,7 @@ set +e
 "$MOECTL" get job nope-12345 >/dev/null 2>&1; rc=$?
 set -e
 [ $rc -eq 3 ] || fail "unknown job: rc $rc (want 3)"
+"$MOECTL" --version | grep -q "^moectl [0-9][0-9.]*$" || fail "moectl --version: $("$MOECTL" --version 2>&1)"
 echo "refusals: tokens, roles, field paths, infeasible jobs, unknown ids"
 
 # 2. Submit -> SUCCEEDED.
