@@ -169,23 +169,33 @@ def write_job(path, name, steps, interval, ckpt, world):
     open(path, "w").write("\n".join(lines) + "\n")
 
 
-def reference_run(args, work, steps, interval):
-    """The same job uninterrupted, outside the control plane (same layout and threads)."""
-    cfg = os.path.join(work, "ref.yaml")
-    write_job(cfg, "ref", steps, interval, os.path.join(work, "ckpt-ref"), 4)
-    t0 = time.time()
-    with open(os.path.join(work, "ref.log"), "w") as err:
-        r = subprocess.run([f"{args.bin}/moe-train", "--config", cfg, "--nproc", "4", "--threads", "1",
-                            "--metrics-out", os.path.join(work, "ref.jsonl")], stderr=err, stdout=subprocess.DEVNULL)
-    if r.returncode != 0:
-        fail(f"the reference run exited {r.returncode} (see {work}/ref.log)")
+def start_reference(args, work, steps, interval):
+    """The same job uninterrupted, outside the control plane (same layout and threads). Bitwise the
+    same whatever else runs beside it: the full profile runs it beside the chaos job."""
+    cfg = os.path.join(work, f"ref-{steps}.yaml")
+    write_job(cfg, "ref", steps, interval, os.path.join(work, f"ckpt-ref-{steps}"), 4)
+    out = os.path.join(work, f"ref-{steps}.jsonl")
+    err = open(os.path.join(work, f"ref-{steps}.log"), "w")
+    proc = subprocess.Popen([f"{args.bin}/moe-train", "--config", cfg, "--nproc", "4", "--threads", "1",
+                             "--metrics-out", out], stderr=err, stdout=subprocess.DEVNULL)
+    return proc, out, time.time(), steps
+
+
+def finish_reference(started, work):
+    proc, out, t0, steps = started
+    if proc.wait() != 0:
+        fail(f"the reference run exited {proc.returncode} (see {work}/ref-{steps}.log)")
     ref = {}
-    for line in open(os.path.join(work, "ref.jsonl")):
+    for line in open(out):
         rec = json.loads(line)
         ref[int(rec["step"])] = rec["loss"]
     ref["seconds"] = time.time() - t0
     log(f"reference: {steps} steps uninterrupted in {ref['seconds']:.1f} s")
     return ref
+
+
+def reference_run(args, work, steps, interval):
+    return finish_reference(start_reference(args, work, steps, interval), work)
 
 
 def plan_events(rng, prof):
@@ -370,14 +380,17 @@ def run(args, prof, events, rng, cluster, work):
     steps, interval = prof["steps"], prof["interval"]
     if args.profile == "full":
         # Long enough for every event: a short calibration run gives this machine's step time; the job
-        # must outlast the pauses plus about 20 s per event of detection, restart and redone steps.
+        # must outlast the pauses plus about 20 s per event of detection, restart and redone steps (with
+        # a fifth to spare; the reference run beside it slows it further).
         calib = reference_run(args, work, 20, interval)
         step_s = max(0.01, calib["seconds"] / 20)
         budget = sum(g for _, g, _ in events) + 20 * len(events)
-        steps = max(300, int(2.0 * budget / step_s))
+        steps = max(300, int(1.2 * budget / step_s))
         log(f"the job: {steps} steps at about {step_s:.2f} s each (the events need about {budget:.0f} s)")
-        shutil.rmtree(os.path.join(work, "ckpt-ref"), ignore_errors=True)
-    ref = reference_run(args, work, steps, interval)
+        ref_run = start_reference(args, work, steps, interval)  # beside the chaos job: it takes as long
+    else:
+        ref_run = None
+        ref = reference_run(args, work, steps, interval)
     cluster.start_controller()
     for n in range(5):
         cluster.start_worker(f"w{n}")
@@ -407,6 +420,8 @@ def run(args, prof, events, rng, cluster, work):
     history.poll()
     job = driver.state()
     log(f"{job_id} SUCCEEDED {time.time() - t_start:.0f} s after the first event, {job.get('restarts', 0)} restarts")
+    if ref_run is not None:
+        ref = finish_reference(ref_run, work)
     check_losses(history, ref, steps)
     skipped = sum(open(os.path.join(work, f)).read().count("not written (")
                   for f in os.listdir(work) if f.startswith("worker-"))
