@@ -20,7 +20,7 @@ help:
 	@echo "make lint    no function outside tests/ and bench/ over 100 lines or complexity 30 (pmccabe)"
 	@echo "make test-asan  the unit and integration tests under AddressSanitizer + UBSan (build-asan)"
 	@echo "make test-tsan  the threaded code's tests under ThreadSanitizer (build-tsan)"
-	@echo "make chaos   the full chaos run: 8 kills, a hang and a storage outage through one job (tests/chaos)"
+	@echo "make chaos   the full chaos run: 8 kills, a hang, a storage outage and a clean SIGTERM through one job (tests/chaos)"
 	@echo "make fuzz    every libFuzzer target for a minute (FUZZ_SECONDS), after replaying its regressions (build-fuzz)"
 
 configure:

@@ -84,6 +84,15 @@ int DeleteJob(Client& c, const Args& a) {
   return 0;
 }
 
+int DeleteWorker(Client& c, const Args& a) {
+  moe::v1::DrainWorkerRequest req;
+  req.set_name(a.name);
+  moe::v1::DeleteWorkerResponse resp;
+  if (Status st = c.Call(&Stub::DeleteWorker, req, &resp); !st.ok()) return c.Fail(st);
+  std::printf("%s deleted\n", a.name.c_str());
+  return 0;
+}
+
 int GetJob(Client& c, const Args& a, bool describe) {
   moe::v1::GetJobRequest req;
   req.set_id(a.id);
@@ -188,10 +197,12 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
       ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("id", a->id, "job id")->required();
-  auto* del = app.add_subcommand("delete", "delete a finished job and its events");
+  auto* del = app.add_subcommand("delete", "delete a finished job and its events, or a lost worker");
   del->require_subcommand(1);
   auto* del_job = del->add_subcommand("job", "one finished job");
   del_job->add_option("id", a->id, "job id")->required();
+  auto* del_worker = del->add_subcommand("worker", "one lost worker (a connected one leaves on SIGTERM)");
+  del_worker->add_option("name", a->name, "worker name")->required();
   auto* drain = app.add_subcommand("drain", "stop placing new work on a worker");
   drain->add_option("name", a->name, "worker name")->required();
   auto* undrain = app.add_subcommand("undrain", "let a drained worker take work again");
@@ -203,6 +214,7 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
                          {watch, [&c, a] { return Watch(c, a->id, a->watch_output == "json"); }},
                          {cancel, [&c, a] { return Cancel(c, *a); }},
                          {del_job, [&c, a] { return DeleteJob(c, *a); }},
+                         {del_worker, [&c, a] { return DeleteWorker(c, *a); }},
                          {drain, [&c, a] { return Drain(c, *a, true); }},
                          {undrain, [&c, a] { return Drain(c, *a, false); }},
                          {top, [&c, a] { return RunTop(c, *a); }}});

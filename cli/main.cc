@@ -2,7 +2,7 @@
 //
 //   moectl submit -f job.yaml            prints the new job's id alone on stdout
 //   moectl get jobs | get job ID [-o table|json|yaml] | get workers
-//   moectl describe job ID | watch ID | cancel ID | delete job ID | drain NAME | undrain NAME | top
+//   moectl describe job ID | watch ID | cancel ID | delete job ID | delete worker NAME | drain NAME | undrain NAME | top
 //   moectl plan -f job.yaml --cluster NAME [--software NAME] [--sweep N]   offline: no controller
 //   moectl plan JOB [--cluster NAME]     a submitted job on the racks its ranks hold
 //

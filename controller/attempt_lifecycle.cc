@@ -93,8 +93,18 @@ void Controller::SendAssignments(const JobEntry& e) {
 
 void Controller::FailAttempt(JobEntry& e, const std::string& reason, bool permanent) {
   if (!e.attempt || e.attempt->ending) return;  // already failing, or cancelled
-  e.attempt->failure = AttemptFailure{reason, permanent, /*event_stored=*/false};
+  e.attempt->failure = AttemptFailure{reason, permanent, /*counted=*/true, /*event_stored=*/false};
   StopRanks(e, reason);  // no rank waits forever in a collective
+  SettleOrRetry(e);
+  schedule_needed_ = true;
+}
+
+void Controller::RequeueAttempt(JobEntry& e, const std::string& reason) {
+  if (!e.attempt || e.attempt->ending || IsTerminal(e.job.state())) return;
+  e.attempt->failure = AttemptFailure{reason, /*permanent=*/false, /*counted=*/false, /*event_stored=*/false};
+  // The ranks stop at the next step boundary, all at the same one, and checkpoint there first
+  // (moe-train on SIGTERM): the next attempt resumes from that step.
+  StopRanks(e, reason);
   SettleOrRetry(e);
   schedule_needed_ = true;
 }
@@ -192,8 +202,8 @@ Status Controller::SettleAttempt(JobEntry& e) {
 Status Controller::RecordFailure(JobEntry& e) {
   AttemptFailure& f = *e.attempt->failure;
   if (!f.event_stored) {
-    MOE_RETURN_IF_ERROR(jobs_.Event(
-        e, "AttemptFailed", "attempt " + std::to_string(e.attempt->number) + ": " + f.reason));
+    MOE_RETURN_IF_ERROR(jobs_.Event(e, f.counted ? "AttemptFailed" : "AttemptRequeued",
+                                    "attempt " + std::to_string(e.attempt->number) + ": " + f.reason));
     f.event_stored = true;
   }
   if (f.permanent) {
@@ -201,6 +211,11 @@ Status Controller::RecordFailure(JobEntry& e) {
                             f.reason + " (not retried: the job cannot run as specified)");
   }
   const int restarts = e.job.restarts();
+  if (!f.counted) {
+    return jobs_.Transition(e, moe::v1::RESTARTING, "Requeued",
+                            f.reason + "; resumes from the checkpoint its ranks write as they stop (restart budget untouched: " +
+                                std::to_string(restarts) + " of " + std::to_string(e.spec.max_restarts) + " used)");
+  }
   if (restarts < e.spec.max_restarts) {
     return jobs_.Transition(e, moe::v1::RESTARTING, "Restarting",
                             "restart " + std::to_string(restarts + 1) + " of " +

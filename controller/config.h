@@ -45,6 +45,9 @@ struct ControllerConfig {
   double heartbeat_seconds = 1.0;  // what workers are told to send
   double reconnect_grace_seconds =
       10.0;  // after a restart, how long running ranks get to report back
+  // A lost worker that has not come back in this long is forgotten (moectl get workers stops listing
+  // it, MoEWorkerLost stops firing for it); 0 keeps lost workers until moectl delete worker.
+  double lost_worker_retention_seconds = 3600;
   double rank_start_seconds = 300;  // an assigned rank that has not started by then fails its attempt
   // Finished jobs (and their events) older than this are deleted; 0 keeps them.
   double finished_job_retention_seconds = 30 * 24 * 3600;

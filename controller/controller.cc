@@ -29,7 +29,7 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
 }
 
 Status Controller::Recover() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   MOE_RETURN_IF_ERROR(jobs_.Load());
   MOE_RETURN_IF_ERROR(RestoreWorkers());
   int running = 0;
@@ -85,7 +85,7 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
     return UnimplementedError("spec.resources.precision: fp8 can be planned (moectl plan) but the engine trains bf16 "
                               "on cuda for now; submit with bf16 or leave the field out");
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!request_id.empty()) {
     for (JobEntry* e : jobs_.All()) {
       if (e->job.request_id() == request_id) return e->job;  // a retry: the job it created
@@ -144,7 +144,7 @@ Status Controller::CheckCheckpointDirFree(const std::string& dir) {
 }
 
 StatusOr<moe::v1::Job> Controller::Get(const std::string& id, bool with_events) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   JobEntry* e = jobs_.Find(id);
   if (e == nullptr) return NotFoundError("no job '" + id + "'");
   moe::v1::Job out = e->job;
@@ -156,7 +156,7 @@ StatusOr<moe::v1::Job> Controller::Get(const std::string& id, bool with_events) 
 }
 
 std::vector<moe::v1::Job> Controller::List(const std::vector<JobState>& states) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<moe::v1::Job> out;
   for (JobEntry* e : jobs_.All()) {
     if (!states.empty() &&
@@ -171,7 +171,7 @@ std::vector<moe::v1::Job> Controller::List(const std::vector<JobState>& states) 
 }
 
 StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::string& actor) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   JobEntry* e = jobs_.Find(id);
   if (e == nullptr) return NotFoundError("no job '" + id + "'");
   if (IsTerminal(e->job.state())) {
@@ -190,7 +190,7 @@ StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::stri
 }
 
 StatusOr<int64_t> Controller::Watch(const std::string& id, WatchFn fn) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   JobEntry* e = jobs_.Find(id);
   if (e == nullptr) return NotFoundError("no job '" + id + "'");
   MOE_ASSIGN_OR_RETURN(std::vector<moe::v1::JobEvent> past, jobs_.Events(id));
@@ -198,17 +198,17 @@ StatusOr<int64_t> Controller::Watch(const std::string& id, WatchFn fn) {
 }
 
 void Controller::Unwatch(int64_t subscription) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   watchers_.Unwatch(subscription);
 }
 
 std::vector<moe::v1::Worker> Controller::Workers() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return workers_.List();
 }
 
 StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained, const std::string& actor) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   WorkerEntry* w = workers_.Find(name);
   if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
   moe::v1::Worker record = w->info;  // stored first: a refused write leaves the worker as it was
@@ -220,12 +220,40 @@ StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool d
   return workers_.Describe(*workers_.Find(name));
 }
 
+Status Controller::DeleteWorker(const std::string& name, const std::string& actor) {
+  MutexLock lock(&mu_);
+  const WorkerEntry* w = workers_.Find(name);
+  if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
+  if (w->channel != nullptr) {
+    return FailedPreconditionError("worker " + name + " is connected; stop its moe-worker instead (SIGTERM: its rank "
+                                   "checkpoints, the job moves on, and the worker is removed). delete is for lost workers");
+  }
+  return ForgetWorker(name, "deleted" + (actor.empty() ? std::string() : " by " + actor));
+}
+
+Status Controller::ForgetWorker(const std::string& name, const std::string& why) {
+  MOE_RETURN_IF_ERROR(store_.DeleteWorker(name));  // stored first: a refused write keeps the worker
+  if (const WorkerEntry* w = workers_.Find(name); w != nullptr && w->busy()) RankLost(name, "worker " + name + " " + why);
+  workers_.Remove(name);
+  MOE_LOG(INFO) << "worker " << name << " removed: " << why;
+  schedule_needed_ = true;
+  return OkStatus();
+}
+
+void Controller::PruneLostWorkers() {
+  if (config_.lost_worker_retention_seconds <= 0) return;
+  for (const auto& name : workers_.LostLongerThan(config_.lost_worker_retention_seconds)) {
+    const std::string why = "lost for more than " + std::to_string(static_cast<int64_t>(config_.lost_worker_retention_seconds)) + " s";
+    if (Status st = ForgetWorker(name, why); !st.ok()) MOE_LOG(WARNING) << "worker " << name << " not forgotten yet: " << st;
+  }
+}
+
 // What a worker's registration sets off for jobs (a rank that ended or was lost while it was away)
 // is the attempt lifecycle's to record; a record the store refuses is retried from Tick, so the
 // worker's stream does not fail for it.
 StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
                                                    WorkerChannel* channel) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   MOE_ASSIGN_OR_RETURN(const std::string session, workers_.Admit(reg, channel));
   for (const auto& f : reg.finished()) {
     MOE_RETURN_IF_ERROR(CheckRankOwner(reg.name(), f.job_id(), f.attempt(), f.rank()));
@@ -304,7 +332,7 @@ Status Controller::CheckWorkerMessage(const std::string& worker, const moe::v1::
 }
 
 StatusOr<std::string> Controller::RendezvousScope(const std::string& session) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const WorkerEntry* w = workers_.FindBySession(session);
   if (w == nullptr) {
     return UnauthenticatedError(
@@ -342,7 +370,7 @@ void Controller::ForgetUnreportedRank(const moe::v1::Register& reg, const Worker
 }
 
 Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (Status st = CheckWorkerMessage(worker, msg); !st.ok()) {
     MOE_LOG(WARNING) << "worker " << worker << ": refused: " << st;
     return st;
@@ -359,6 +387,9 @@ Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::Wor
       break;
     case moe::v1::WorkerMessage::kFinished:
       HandleFinished(worker, msg.finished());
+      break;
+    case moe::v1::WorkerMessage::kLeaving:
+      WorkerLeaving(worker, msg.leaving().reason().substr(0, kMaxMessageBytes));
       break;
     case moe::v1::WorkerMessage::kStarted:
       if (JobEntry* e = AttemptOf(msg.started().job_id(), msg.started().attempt(), msg.started().rank())) {
@@ -413,18 +444,36 @@ void Controller::RecordStraggler(JobEntry& e, const StragglerChange& c) {
 }
 
 void Controller::BeginShutdown() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   shutting_down_ = true;
 }
 
 void Controller::Disconnected(const std::string& worker, WorkerChannel* channel) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_) return;
-  if (workers_.Disconnected(worker, channel)) WorkerLost(worker, "its stream closed");
+  const WorkerEntry* w = workers_.Find(worker);
+  const bool leaving = w != nullptr && w->leaving && w->channel == channel;
+  if (!workers_.Disconnected(worker, channel)) return;
+  if (!leaving) return WorkerLost(worker, "its stream closed");
+  // It said it was leaving: gone on purpose, not lost (no MoEWorkerLost, its name free again).
+  if (Status st = ForgetWorker(worker, "left cleanly"); !st.ok()) {
+    MOE_LOG(WARNING) << "worker " << worker << " left but stays listed as lost: " << st;
+  }
+}
+
+void Controller::WorkerLeaving(const std::string& name, const std::string& reason) {
+  WorkerEntry* w = workers_.Find(name);
+  if (w == nullptr || w->leaving) return;
+  workers_.SetLeaving(name);
+  MOE_LOG(INFO) << "worker " << name << " is leaving (" << reason << ")" << (w->busy() ? "; requeueing " + w->job_id : "");
+  if (!w->busy()) return;
+  JobEntry* e = AttemptOf(w->job_id, w->attempt, w->rank);
+  if (e == nullptr) return;
+  RequeueAttempt(*e, "worker " + name + " (rank " + std::to_string(w->rank) + ") is leaving: " + reason);
 }
 
 void Controller::Tick() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_) return;
   ExpireLeases();
   const double now = clock_.Monotonic();
@@ -437,6 +486,7 @@ void Controller::Tick() {
   }
   rendezvous_.Expire(now);
   ExpireFinishedJobs();
+  PruneLostWorkers();
   Schedule();
   PublishClusterMetrics();
 }
@@ -485,7 +535,7 @@ void Controller::PublishClusterMetrics() {
 }
 
 size_t Controller::QueueLength() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return jobs_.CountQueued();
 }
 

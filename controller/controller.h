@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "controller/mutex.h"
 #include "common/status.h"
 #include "controller/clock.h"
 #include "controller/config.h"
@@ -64,6 +64,9 @@ class Controller {
   std::vector<moe::v1::Worker> Workers() ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<moe::v1::Worker> SetDrained(const std::string& name, bool drained, const std::string& actor = "")
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets a worker that is not connected (lost); FAILED_PRECONDITION for a connected one (stop its
+  // moe-worker: SIGTERM leaves cleanly and removes it).
+  Status DeleteWorker(const std::string& name, const std::string& actor = "") ABSL_LOCKS_EXCLUDED(mu_);
 
   // WorkerService: a worker's stream. Register first; then its messages; then Disconnected. The
   // stream is the worker's identity: a message about a rank of a running attempt that another
@@ -126,6 +129,15 @@ class Controller {
   // restarts or fails) and ends the attempt once no rank runs.
   void FailAttempt(JobEntry& e, const std::string& reason, bool permanent = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the attempt without a failure of the job's making (a worker leaves cleanly): its ranks stop
+  // at the next step boundary with a checkpoint, and the job goes back to the queue without using a
+  // restart.
+  void RequeueAttempt(JobEntry& e, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker says it is leaving (Leaving): no new work; its job is requeued.
+  void WorkerLeaving(const std::string& name, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets a worker: the registry's entry and the stored one (the name is free again).
+  Status ForgetWorker(const std::string& name, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PruneLostWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopRanks(JobEntry& e, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleFinished(const std::string& worker, const moe::v1::RankFinished& f)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -145,7 +157,7 @@ class Controller {
   JobEntry* AttemptOf(const std::string& job_id, int attempt, int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Mutex mu_;
+  Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown
   StateStore& store_;  // worker sessions; jobs go through jobs_
   Clock& clock_;

@@ -10,7 +10,7 @@
 #include <deque>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "controller/mutex.h"
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -58,7 +58,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResp
  public:
   WatchReactor(Controller& controller, const std::string& id) : controller_(controller) {
     auto sub = controller_.Watch(id, [this](const moe::v1::WatchJobResponse& r) { Push(r); });
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!sub.ok()) {
       FinishLocked(ToGrpc(sub.status()));
       return;
@@ -67,7 +67,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResp
     MaybeWriteLocked();
   }
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     writing_ = false;
     if (!queue_.empty()) queue_.pop_front();
     if (!ok) {
@@ -77,13 +77,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResp
     MaybeWriteLocked();
   }
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
   void OnDone() override {
     int64_t sub;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       sub = sub_;
     }
     controller_.Unwatch(sub);  // after it returns no Push can come: they run under the Controller's mutex
@@ -92,7 +92,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResp
 
  private:
   void Push(const moe::v1::WatchJobResponse& r) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     // A slow watcher loses old metrics, never events or the final snapshot.
     if (r.has_metrics() && queue_.size() > 256) return;
@@ -116,7 +116,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResp
   }
 
   Controller& controller_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<moe::v1::WatchJobResponse> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
@@ -135,7 +135,7 @@ class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage
  public:
   WorkerStream(Controller& controller, const Status& auth) : controller_(controller) {
     if (!auth.ok()) {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       reads_done_ = true;
       MaybeFinishLocked(ToGrpc(auth));
       return;
@@ -143,7 +143,7 @@ class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage
     StartRead(&in_);
   }
   void Send(const moe::v1::ControllerMessage& msg) ABSL_LOCKS_EXCLUDED(mu_) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     queue_.push_back(msg);
     if (!writing_) {
@@ -167,7 +167,7 @@ class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage
     StartRead(&in_);
   }
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     writing_ = false;
     if (!queue_.empty()) queue_.pop_front();
     if (ok && !queue_.empty() && !finished_) {
@@ -191,7 +191,7 @@ class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage
     return OkStatus();
   }
   void EndReads(const grpc::Status& st) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     reads_done_ = true;
     MaybeFinishLocked(st);
   }
@@ -208,7 +208,7 @@ class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage
   Controller& controller_;
   moe::v1::WorkerMessage in_;
   std::string name_;  // set once registered
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<moe::v1::ControllerMessage> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
@@ -286,6 +286,10 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
       MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false, auth_.Who(Authorization(ctx))));
       return OkStatus();
     });
+  }
+  grpc::ServerUnaryReactor* DeleteWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
+                                         moe::v1::DeleteWorkerResponse*) override {
+    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status { return c_.DeleteWorker(req->name(), auth_.Who(Authorization(ctx))); });
   }
 
  private:

@@ -64,7 +64,7 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
 }
 
 Status Controller::Delete(const std::string& id, const std::string& actor) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   MOE_RETURN_IF_ERROR(jobs_.Delete(id));
   MOE_LOG(INFO) << "job " << id << " deleted" << (actor.empty() ? "" : " by " + actor);
   return OkStatus();

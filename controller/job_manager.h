@@ -51,6 +51,7 @@ struct RankStatus {
 struct AttemptFailure {
   std::string reason;
   bool permanent = false;     // the job cannot run as specified: no restart
+  bool counted = true;        // uses one of max_restarts (not when a worker left cleanly: requeued)
   bool event_stored = false;  // its "AttemptFailed" event is in the history
 };
 

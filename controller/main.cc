@@ -53,6 +53,10 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "after a restart, how long running ranks get to report back")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--lost-worker-retention-seconds", c.lost_worker_retention_seconds,
+                 "a lost worker that has not come back in this long is forgotten (0: kept until moectl delete worker)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--rank-start-seconds", c.rank_start_seconds,
                  "an assigned rank that has not started by then fails its attempt")
       ->capture_default_str()

@@ -12,7 +12,7 @@ std::string RendezvousStore::FirstMissing(const std::vector<std::string>& keys) 
 Status RendezvousStore::Set(const std::string& key, const std::string& value) {
   std::vector<std::function<void(Status)>> ready;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto old = kv_.find(key);
     const size_t before = old == kv_.end() ? 0 : key.size() + old->second.size();
     if (old == kv_.end() && kv_.size() >= kMaxRendezvousKeys) {
@@ -37,7 +37,7 @@ Status RendezvousStore::Set(const std::string& key, const std::string& value) {
 }
 
 std::optional<std::string> RendezvousStore::Get(const std::string& key) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = kv_.find(key);
   if (it == kv_.end()) return std::nullopt;
   return it->second;
@@ -46,7 +46,7 @@ std::optional<std::string> RendezvousStore::Get(const std::string& key) const {
 void RendezvousStore::Wait(const std::vector<std::string>& keys, double deadline,
                            std::function<void(Status)> done) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!FirstMissing(keys).empty()) {
       waiters_.push_back({keys, deadline, std::move(done)});
       return;
@@ -58,7 +58,7 @@ void RendezvousStore::Wait(const std::vector<std::string>& keys, double deadline
 void RendezvousStore::Expire(double now) {
   std::vector<std::pair<std::function<void(Status)>, std::string>> expired;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       if (it->deadline <= now) {
         expired.emplace_back(std::move(it->done), FirstMissing(it->keys));
@@ -75,7 +75,7 @@ void RendezvousStore::Expire(double now) {
 }
 
 void RendezvousStore::ErasePrefix(const std::string& prefix) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (auto it = kv_.lower_bound(prefix);
        it != kv_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
     bytes_ -= it->first.size() + it->second.size();
@@ -84,12 +84,12 @@ void RendezvousStore::ErasePrefix(const std::string& prefix) {
 }
 
 size_t RendezvousStore::size() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return kv_.size();
 }
 
 size_t RendezvousStore::waiting() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return waiters_.size();
 }
 

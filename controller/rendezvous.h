@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "controller/mutex.h"
 #include "common/status.h"
 
 namespace moe::controller {
@@ -50,7 +50,7 @@ class RendezvousStore {
   std::string FirstMissing(const std::vector<std::string>& keys) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // keys and values in kv_
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);

@@ -186,6 +186,15 @@ Status SqliteStateStore::PutWorker(const moe::v1::Worker& info, const std::strin
   return OkStatus();
 }
 
+Status SqliteStateStore::DeleteWorker(const std::string& name) {
+  MOE_RETURN_IF_ERROR(CheckWritable());
+  Stmt s(Db(db_), "DELETE FROM workers WHERE name = ?");
+  if (!s.ok()) return s.Error("prepare");
+  sqlite3_bind_text(s.get(), 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return s.Error("forget worker " + name);
+  return OkStatus();
+}
+
 StatusOr<std::vector<StoredWorker>> SqliteStateStore::LoadWorkers() {
   Stmt s(Db(db_), "SELECT session, record FROM workers ORDER BY name");
   if (!s.ok()) return s.Error("prepare");
@@ -252,6 +261,10 @@ Status MemoryStateStore::PutWorker(const moe::v1::Worker& info, const std::strin
   return OkStatus();
 }
 StatusOr<std::vector<StoredWorker>> MemoryStateStore::LoadWorkers() { return workers_; }
+Status MemoryStateStore::DeleteWorker(const std::string& name) {
+  std::erase_if(workers_, [&](const StoredWorker& w) { return w.info.name() == name; });
+  return OkStatus();
+}
 StatusOr<std::vector<moe::v1::JobEvent>> MemoryStateStore::LoadEvents(const std::string& job_id) {
   std::vector<moe::v1::JobEvent> out;
   for (const auto& e : events_) if (e.job_id() == job_id) out.push_back(e);

@@ -34,6 +34,8 @@ class StateStore {
   virtual Status DeleteJob(const std::string& job_id) = 0;
   virtual Status PutWorker(const moe::v1::Worker& info, const std::string& session) = 0;
   virtual StatusOr<std::vector<StoredWorker>> LoadWorkers() = 0;
+  // Forgets a worker (it left cleanly, was deleted, or was lost too long): its name is free again.
+  virtual Status DeleteWorker(const std::string& name) = 0;
 };
 
 class SqliteStateStore final : public StateStore {
@@ -49,6 +51,7 @@ class SqliteStateStore final : public StateStore {
   Status DeleteJob(const std::string& job_id) override;
   Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
   StatusOr<std::vector<StoredWorker>> LoadWorkers() override;
+  Status DeleteWorker(const std::string& name) override;
 
  private:
   explicit SqliteStateStore(void* db) : db_(db) {}
@@ -71,6 +74,7 @@ class MemoryStateStore final : public StateStore {
   Status DeleteJob(const std::string& job_id) override;
   Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
   StatusOr<std::vector<StoredWorker>> LoadWorkers() override;
+  Status DeleteWorker(const std::string& name) override;
 
  private:
   std::vector<StoredWorker> workers_;

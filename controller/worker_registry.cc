@@ -79,6 +79,7 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, Wo
   w.host_id = reg.host_id();
   w.channel = channel;
   w.lost = false;
+  w.leaving = false;  // a leaving worker that reconnects says so again (WorkerAgent::Leave)
   w.lease_deadline = clock_.Monotonic() + lease_;
   w.info.set_last_heartbeat(clock_.Now());
   return &w;
@@ -92,6 +93,7 @@ void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& ses
   w.session = session;
   w.drained = info.drained();
   w.lost = true;
+  w.lost_at = clock_.Monotonic();
   w.held_until = clock_.Monotonic() + hold_seconds;
 }
 
@@ -105,6 +107,7 @@ WorkerEntry* WorkerRegistry::FindBySession(const std::string& session) {
 
 void WorkerRegistry::MarkLost(WorkerEntry& w) {
   w.lost = true;
+  w.lost_at = clock_.Monotonic();
   w.held_until = clock_.Monotonic() + lease_;
 }
 
@@ -175,10 +178,27 @@ Status WorkerRegistry::SetDrained(const std::string& name, bool drained) {
   return OkStatus();
 }
 
+void WorkerRegistry::SetLeaving(const std::string& name) {
+  if (WorkerEntry* w = Find(name)) w->leaving = true;
+}
+
+void WorkerRegistry::Remove(const std::string& name) { workers_.erase(name); }
+
+std::vector<std::string> WorkerRegistry::LostLongerThan(double seconds) const {
+  std::vector<std::string> out;
+  const double now = clock_.Monotonic();
+  for (const auto& [name, w] : workers_) {
+    if (w.lost && w.channel == nullptr && now - w.lost_at > seconds) out.push_back(name);
+  }
+  return out;
+}
+
 std::vector<Slot> WorkerRegistry::FreeSlots() const {
   std::vector<Slot> out;
   for (const auto& [name, w] : workers_) {
-    if (w.channel != nullptr && !w.lost && !w.drained && !w.busy()) out.push_back({name, w.info.rack(), w.info.node(), w.info.device()});
+    if (w.channel != nullptr && !w.lost && !w.drained && !w.leaving && !w.busy()) {
+      out.push_back({name, w.info.rack(), w.info.node(), w.info.device()});
+    }
   }
   return out;
 }
@@ -186,7 +206,7 @@ std::vector<Slot> WorkerRegistry::FreeSlots() const {
 std::vector<Slot> WorkerRegistry::LiveSlots() const {
   std::vector<Slot> out;
   for (const auto& [name, w] : workers_) {
-    if (!w.lost) out.push_back({name, w.info.rack(), w.info.node(), w.info.device()});
+    if (!w.lost && !w.leaving) out.push_back({name, w.info.rack(), w.info.node(), w.info.device()});
   }
   return out;
 }
@@ -198,6 +218,7 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
   out.set_job_id(w.job_id);
   out.set_rank(w.rank);
   if (w.lost) out.set_state(moe::v1::LOST);
+  else if (w.leaving) out.set_state(moe::v1::LEAVING);
   else if (w.busy()) out.set_state(moe::v1::BUSY);
   else if (w.drained) out.set_state(moe::v1::DRAINED);
   else out.set_state(moe::v1::IDLE);

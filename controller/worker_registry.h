@@ -26,6 +26,8 @@ struct WorkerEntry {
   double lease_deadline = 0;   // monotonic
   bool lost = false;
   bool drained = false;
+  bool leaving = false;        // said it is stopping cleanly (Leaving): no new work, removed when it goes
+  double lost_at = 0;          // monotonic second it became lost (pruned after the retention)
   std::string job_id;          // the rank it runs, if any
   int attempt = 0;
   int rank = -1;
@@ -76,8 +78,14 @@ class WorkerRegistry {
   void Assign(const std::string& name, const std::string& job_id, int attempt, int rank);
   void Release(const std::string& name);
   Status SetDrained(const std::string& name, bool drained);
+  void SetLeaving(const std::string& name);
+  // Forgets the worker (it left, was deleted, or was lost longer than the retention).
+  void Remove(const std::string& name);
+  // Lost workers, not connected, lost for longer than `seconds`.
+  std::vector<std::string> LostLongerThan(double seconds) const;
 
-  // Slots for the scheduler: free ones (connected, live, not drained, idle) and every live one.
+  // Slots for the scheduler: free ones (connected, live, not drained or leaving, idle) and every live one
+  // that is not leaving.
   std::vector<Slot> FreeSlots() const;
   std::vector<Slot> LiveSlots() const;
   std::vector<moe::v1::Worker> List() const;

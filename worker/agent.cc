@@ -36,6 +36,21 @@ void WorkerAgent::Stop() {
   if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
 }
 
+void WorkerAgent::Leave(const std::string& reason) {
+  if (leaving_.exchange(true)) return;
+  leave_reason_ = reason;
+  MOE_LOG(INFO) << "leaving (" << reason << "): the rank checkpoints at its next step boundary and stops";
+  SendLeaving();
+  StopCurrentRank();  // its monitor reports the rank's end on the stream
+  Stop();
+}
+
+void WorkerAgent::SendLeaving() {
+  moe::v1::WorkerMessage m;
+  m.mutable_leaving()->set_reason(leave_reason_);
+  Write(m);
+}
+
 bool WorkerAgent::Write(const moe::v1::WorkerMessage& msg) {
   std::lock_guard<std::mutex> lock(stream_mu_);
   return stream_ && stream_->Write(msg);
@@ -124,7 +139,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   std::thread heartbeat([&] {
     std::unique_lock<std::mutex> lock(hb_mu);
     while (!session_over && !stop_) {
-      hb_cv.wait_for(lock, std::chrono::duration<double>(heartbeat_seconds_));
+      hb_cv.wait_for(lock, std::chrono::duration<double>(heartbeat_seconds_.load()));
       if (session_over || stop_) break;
       moe::v1::WorkerMessage hb;
       hb.mutable_heartbeat()->set_time(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
@@ -153,6 +168,7 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
         session_->Set(msg.registered().session());
         MOE_LOG(INFO) << "registered with the controller at " << o_.client.address << " as " << o_.name << " (rack "
                       << o_.rack << ", node " << o_.node << ", " << o_.device << ")";
+        if (leaving_) SendLeaving();  // a reconnect during a clean stop: the controller hears it again
         std::lock_guard<std::mutex> lock(ranks_mu_);
         unreported_.clear();  // delivered with the registration
         break;
@@ -172,6 +188,7 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
 // Stops the rank that runs now (SIGTERM: it stops at its next step boundary; SIGKILL after the grace)
 // and joins its monitor.
 void WorkerAgent::StopCurrentRank() {
+  std::lock_guard<std::mutex> stopping(stop_rank_mu_);
   std::shared_ptr<Rank> cur;
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);
@@ -214,6 +231,16 @@ StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const
 void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub, const moe::v1::Assignment& a) {
   // One rank at a time: whatever still runs (a stale attempt) stops first.
   StopCurrentRank();
+  if (leaving_) {  // assigned before the controller heard it: refuse, as a worker that could not start it
+    moe::v1::RankFinished f;
+    f.set_job_id(a.job_id());
+    f.set_attempt(a.attempt());
+    f.set_rank(a.rank());
+    f.set_exit_code(-1);
+    f.set_failure_class(moe::v1::FAILURE_TRANSIENT);
+    f.set_message("worker " + o_.name + " is leaving (" + leave_reason_ + ")");
+    return Report(f);
+  }
   if (o_.fake_step_seconds > 0) return StartFakeRank(a);
   auto rank = std::make_shared<Rank>();
   rank->assignment = a;

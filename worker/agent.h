@@ -49,6 +49,11 @@ class WorkerAgent {
   // Runs until Stop(): connects, reconnects with backoff, serves assignments.
   Status Run();
   void Stop();
+  // A clean stop (the worker's SIGTERM): tells the controller it is leaving (no new work; its job is
+  // requeued without using a restart), stops its rank at the next step boundary (where the rank
+  // checkpoints), reports the rank's end, then Stop()s. Blocks until the rank ended (at most the stop
+  // grace; the rank is killed after it).
+  void Leave(const std::string& reason);
 
  private:
   struct Rank;
@@ -66,12 +71,17 @@ class WorkerAgent {
   void Report(const moe::v1::RankFinished& f);
   void StopCurrentRank();
 
+  void SendLeaving();
+
   AgentOptions o_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> leaving_{false};
+  std::string leave_reason_;  // set once, before leaving_
+  std::mutex stop_rank_mu_;   // one StopCurrentRank at a time (it joins the monitor)
   std::mutex stream_mu_;  // guards stream_ and writes
   std::unique_ptr<grpc::ClientReaderWriter<moe::v1::WorkerMessage, moe::v1::ControllerMessage>> stream_;
   grpc::ClientContext* stream_ctx_ = nullptr;
-  double heartbeat_seconds_ = 1.0;
+  std::atomic<double> heartbeat_seconds_{1.0};  // set by the Run thread (Registered), read by the heartbeat thread
 
   // This worker's credential from its registration (Registered.session): presented again when it
   // reconnects and, by the rendezvous proxies, on every key-value call.

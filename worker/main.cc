@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -19,8 +20,8 @@
 #include "worker/topology.h"
 
 namespace {
-volatile sig_atomic_t g_signal = 0;
-void OnSignal(int) { g_signal = 1; }
+volatile sig_atomic_t g_signal = 0;  // the signal that asked us to stop (SIGTERM, SIGINT), 0: none
+void OnSignal(int sig) { g_signal = sig; }
 // Runs `n` agents (n > 1: fake mode's many workers in one process, named <name>-<i>, on racks of
 // `rack_size` workers: <rack>-<i / rack_size>) until a signal; each agent on its own thread.
 moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_size) {
@@ -35,12 +36,17 @@ moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_siz
     }
     agents.push_back(std::make_unique<moe::worker::WorkerAgent>(o));
   }
-  // Signal handlers only set a flag; this thread turns it into a clean stop (the rank is stopped at a
-  // step boundary, then the agent leaves). It ends with Run, and is joined.
+  // Signal handlers only set a flag; this thread turns it into a clean leave: each agent tells the
+  // controller, its rank checkpoints at the next step boundary and stops (killed after the stop grace),
+  // and the job moves on without using a restart. It ends with Run, and is joined.
   std::atomic<int> running{n};
   std::thread watcher([&] {
     while (g_signal == 0 && running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (auto& a : agents) a->Stop();
+    if (running == 0) return;
+    const std::string reason = std::string(g_signal == SIGINT ? "SIGINT" : "SIGTERM") + " to moe-worker";
+    std::vector<std::thread> leaving;
+    for (auto& a : agents) leaving.emplace_back([&a, &reason] { a->Leave(reason); });
+    for (auto& t : leaving) t.join();
   });
   std::vector<moe::Status> results(static_cast<size_t>(n));
   std::vector<std::thread> threads;

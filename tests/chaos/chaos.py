@@ -14,9 +14,9 @@ prints each event's detection time (failure -> the control plane noticed: the jo
 controller serves again) and recovery time (failure -> the first step trained after it).
 
   tests/chaos/chaos.py [--profile short|full] [--seed N] [--bin build/bin] [--keep]
-The short profile (make test) strings 5 events through a 160-step job, each at a seeded step between
+The short profile (make test) strings 6 events (3 kills, a hang, a storage outage, a clean SIGTERM) through a 160-step job, each at a seeded step between
 5% and 55% of it (an outage trains on: it needs room after it); the full one
-(make chaos) 8 kills 15-40 s apart plus the hang and the storage outage through a job of >= 300 steps
+(make chaos) 8 kills 15-40 s apart plus the hang, the storage outage and a clean SIGTERM through a job of >= 300 steps
 that lasts as long as they need (its length from a 20-step calibration run of this machine).
 """
 import argparse
@@ -201,7 +201,7 @@ def reference_run(args, work, steps, interval):
 def plan_events(rng, prof):
     """(kind, seconds after the previous event's recovery, the step the job must have reached first)."""
     kills = ["kill-controller" if i % 3 == 1 else "kill-worker" for i in range(prof["kills"])]
-    events = kills + ["stop-worker", "storage"]
+    events = kills + ["stop-worker", "storage", "term-worker"]
     rng.shuffle(events)
     at = sorted(rng.uniform(0.05, 0.55) for _ in events) if prof.get("by_step") else [0.0] * len(events)
     return [(kind, rng.uniform(*prof["gap"]), frac) for kind, frac in zip(events, at)]
@@ -294,6 +294,39 @@ class Driver:
         self.c.workers[name].send_signal(signal.SIGCONT)
         return f"SIGSTOP worker {name} for {self.prof['hang']:.0f} s", t0, detected, ("recovered", running) if running else None
 
+    def term_worker(self):
+        """A clean stop (a rolling update, a Slurm time limit): SIGTERM. Every rank checkpoints at the
+        next step boundary and stops; the job resumes from there on the spare without using a restart;
+        the worker exits 0 and is removed, not lost."""
+        name, before = self.victim(), int(self.state().get("restarts", 0))
+        t0 = time.time()
+        self.c.workers[name].send_signal(signal.SIGTERM)
+        try:
+            code = self.c.workers[name].wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            fail(f"worker {name} did not exit within 60 s of SIGTERM")
+        if code != 0:
+            fail(f"worker {name} exited {code} after SIGTERM (expected 0: a clean leave)")
+        detected = time.time()
+        self.h.poll()
+        self.term_check = (before, self.h.max_step, len(self.h.lines))
+        self.c.start_worker(name)  # the updated worker comes back
+        return f"SIGTERM worker {name}", t0, detected, None
+
+    def check_term(self):
+        """After a clean stop: no restart used, and no step trained twice (the ranks checkpointed at the
+        step they stopped at)."""
+        before, stop_step, seen = self.term_check
+        restarts = int(self.state().get("restarts", 0))
+        if restarts != before:
+            fail(f"a clean worker stop used a restart ({before} -> {restarts})")
+        self.wait_running(time.time())
+        redone = [step for _, step, _ in self.h.lines[seen:] if step <= stop_step]
+        if redone:
+            fail(f"after the clean stop at step {stop_step} the job trained steps {redone[0]}..{redone[-1]} again: "
+                 "the stop did not checkpoint where it stopped")
+        log(f"clean stop: the job resumed at step {stop_step + 1}, restarts still {restarts}")
+
     def storage(self):
         away = self.ckpt + ".away"
         t0 = time.time()
@@ -323,6 +356,8 @@ class Driver:
                 recovered = self.wait_running(after)
             else:
                 recovered = self.wait_attempt_running(detected or t0)
+            if kind == "term-worker":
+                self.check_term()
             step = self.h.last_step()
             self.report.append((what, t0, detected, recovered, step))
             det = f"{detected - t0:5.1f} s" if detected else "    - "

@@ -460,6 +460,80 @@ TEST_F(ControllerTest, LostWorkerRestartsTheJobReplacingOnlyTheLostSlot) {
   EXPECT_TRUE(lost_reason);
 }
 
+// A clean worker stop (SIGTERM, a rolling update): the worker says it is leaving; every rank is told
+// to stop (they checkpoint at the same step boundary); the job goes back to the queue without using a
+// restart and resumes elsewhere; the worker is removed when its stream closes, not marked lost.
+TEST_F(ControllerTest, AWorkerThatLeavesCleanlyRequeuesItsJobWithoutUsingARestart) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto* b = AddWorker("b", "r0", "n1");
+  auto job = Submit(Spec("j", 2, 2, 0, /*max_restarts=*/0));  // no restart budget at all
+  ASSERT_EQ(a->Assignments().size(), 1u);
+  ASSERT_EQ(b->Assignments().size(), 1u);
+  Step("a", a->Assignments()[0], 1);
+  Step("b", b->Assignments()[0], 1);
+  moe::v1::WorkerMessage leaving;
+  leaving.mutable_leaving()->set_reason("SIGTERM to moe-worker");
+  Msg("b", leaving);
+  EXPECT_EQ(a->Cancels(), 1) << "every rank stops at the next step boundary";
+  EXPECT_EQ(b->Cancels(), 1);
+  EXPECT_EQ(State(job.id()), moe::v1::RESTARTING);
+  for (const auto& w : controller_->Workers()) {
+    if (w.name() == "b") {
+      EXPECT_EQ(w.state(), moe::v1::LEAVING);
+    }
+  }
+  // A spare arrives; the ranks report their stop; b's stream closes.
+  auto* c = AddWorker("c", "r0", "n2");
+  EXPECT_TRUE(c->Assignments().empty()) << "nothing is placed while the old attempt's ranks run";
+  Finish("a", a->Assignments()[0], false, "stopped after step 1 (asked to stop)");
+  Finish("b", b->Assignments()[0], false, "stopped after step 1 (asked to stop)");
+  controller_->Disconnected("b", channels_["b"].get());
+  controller_->Tick();
+  auto j = *controller_->Get(job.id(), true);
+  EXPECT_EQ(j.state(), moe::v1::SCHEDULED) << j.message();
+  EXPECT_EQ(j.attempt(), 2);
+  EXPECT_EQ(j.restarts(), 0) << "a clean leave uses no restart";
+  ASSERT_EQ(a->Assignments().size(), 2u);
+  EXPECT_TRUE(a->Assignments()[1].resume());
+  ASSERT_EQ(c->Assignments().size(), 1u) << "the spare takes the leaver's rank";
+  EXPECT_EQ(c->Assignments()[0].rank(), b->Assignments()[0].rank());
+  EXPECT_EQ(EventCount(job.id(), "AttemptRequeued"), 1);
+  EXPECT_EQ(EventCount(job.id(), "AttemptFailed"), 0);
+  EXPECT_EQ(EventCount(job.id(), "Requeued"), 1);
+  for (const auto& w : controller_->Workers()) EXPECT_NE(w.name(), "b") << "a worker that left is removed, not lost";
+  auto stored = store_.LoadWorkers();
+  ASSERT_TRUE(stored.ok());
+  for (const auto& w : *stored) EXPECT_NE(w.info.name(), "b") << "and forgotten by the store (its name is free)";
+  // Its name is free: a new worker may take it.
+  AddWorker("b", "r0", "n1");
+}
+
+TEST_F(ControllerTest, LostWorkersAreDeletedOnRequestOrForgottenAfterTheRetention) {
+  config_.lost_worker_retention_seconds = 100;
+  config_.lease_seconds = 5;
+  Make();
+  AddWorker("a", "r0", "n0");
+  AddWorker("b", "r0", "n1");
+  AddWorker("c", "r0", "n2");
+  EXPECT_EQ(controller_->DeleteWorker("a").code(), StatusCode::kFailedPrecondition) << "connected: stop it instead";
+  EXPECT_EQ(controller_->DeleteWorker("nope").code(), StatusCode::kNotFound);
+  controller_->Disconnected("a", channels_["a"].get());
+  controller_->Disconnected("b", channels_["b"].get());
+  ASSERT_EQ(controller_->Workers().size(), 3u) << "lost workers stay listed for a while";
+  ASSERT_TRUE(controller_->DeleteWorker("a").ok());
+  EXPECT_EQ(controller_->Workers().size(), 2u);
+  for (int i = 0; i < 101; ++i) {
+    clock_.Advance(1);
+    moe::v1::WorkerMessage hb;
+    hb.mutable_heartbeat();
+    Msg("c", hb);
+    controller_->Tick();
+  }
+  auto workers = controller_->Workers();
+  ASSERT_EQ(workers.size(), 1u) << "b was lost longer than the retention";
+  EXPECT_EQ(workers[0].name(), "c");
+}
+
 TEST_F(ControllerTest, AFailedRankRestartsUntilMaxRestartsThenFails) {
   auto* a = AddWorker("a", "r0", "n0");
   auto job = Submit(Spec("j", 1, 1, 0, /*max_restarts=*/1));

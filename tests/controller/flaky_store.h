@@ -36,6 +36,10 @@ class FlakyStateStore final : public StateStore {
     return memory_.PutWorker(info, session);
   }
   StatusOr<std::vector<StoredWorker>> LoadWorkers() override { return memory_.LoadWorkers(); }
+  Status DeleteWorker(const std::string& name) override {
+    if (fail_writes) return Refuse();
+    return memory_.DeleteWorker(name);
+  }
 
  private:
   Status Refuse() {
