@@ -92,6 +92,11 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", o.client.tls_cert, "client certificate (PEM) for mTLS");
   app.add_option("--tls-key", o.client.tls_key, "client key (PEM) for mTLS");
   app.add_option("--threads", o.threads, "CPU threads for a rank (default: the node's cores shared among its CPU workers)");
+  app.add_option("--stop-grace-seconds", o.stop_grace_seconds,
+                 "a rank told to stop (cancel, SIGTERM to this worker) gets this long to reach its next step boundary "
+                 "and checkpoint, then it is killed: a step plus a checkpoint write")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--memory-gb", o.memory_gb,
                  "memory a rank may use, GB: the controller refuses jobs that need more (default: cpu: the host's "
                  "memory shared among its CPU workers; cuda: not reported)")
