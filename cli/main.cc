@@ -8,9 +8,44 @@
 //
 // The commands: cli/commands.cc. Exit codes: cli/client.h.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/plan.h"
+
+namespace {
+
+// The first word that is not a global flag or its value: what the user meant as the command.
+std::string FirstWord(int argc, char** argv) {
+  static const std::vector<std::string> with_value = {"--controller", "--token", "--token-file", "--tls-ca",
+                                                      "--tls-cert", "--tls-key", "--timeout"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("-", 0) != 0) return a;
+    if (std::find(with_value.begin(), with_value.end(), a) != with_value.end()) ++i;
+  }
+  return "";
+}
+
+// CLI11 says "A subcommand is required" or "arguments were not expected" for a mistyped command: name
+// it, and the commands there are.
+int UnknownCommand(const CLI::App& app, const std::string& word) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  if (word.empty()) {
+    std::fprintf(stderr, "moectl: a command is required: %s (moectl --help)\n", names.c_str());
+  } else {
+    std::fprintf(stderr, "moectl: unknown command '%s'; the commands are %s (moectl --help)\n", word.c_str(), names.c_str());
+  }
+  return 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"moectl: submit, inspect and control MoE training jobs"};
@@ -26,6 +61,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    const std::string word = FirstWord(argc, argv);
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) known |= sub->get_name() == word;
+    if (!known && e.get_exit_code() != 0) return UnknownCommand(app, word);
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (plan->parsed() && !plan_args.live()) return moe::cli::RunPlan(plan_args, nullptr);

@@ -40,6 +40,7 @@ class TextPrinter {
                 EscapeControl(e.message()).c_str());
   }
   void Metrics(const moe::v1::StepMetrics& m) {
+    saw_metrics_ = true;
     if (first_loss_ == 0) first_loss_ = m.loss();
     const auto now = std::chrono::steady_clock::now();
     if (tty_) {
@@ -55,6 +56,11 @@ class TextPrinter {
     if (line_open_) std::printf("\n");
     line_open_ = false;
   }
+  // Attached after the last step (a short job, a late watch): the job's last step, from its record.
+  void FinalLine(const moe::v1::Job& last) {
+    if (saw_metrics_ || last.last_metrics().step() <= 0) return;
+    std::printf("%s\n", ProgressLine(last.last_metrics()).c_str());
+  }
   void Summary(const moe::v1::Job& last) const {
     std::printf("%s %s", last.id().c_str(), StateName(last.state()).c_str());
     if (!last.message().empty()) std::printf(": %s", EscapeControl(last.message()).c_str());
@@ -69,7 +75,7 @@ class TextPrinter {
 
  private:
   const bool tty_ = ::isatty(STDOUT_FILENO);
-  bool line_open_ = false, first_snapshot_ = true;
+  bool line_open_ = false, first_snapshot_ = true, saw_metrics_ = false;
   double first_loss_ = 0;
   std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now() - std::chrono::hours(1);
 };
@@ -108,7 +114,10 @@ int Watch(Client& c, const std::string& id, bool json) {
   const grpc::Status st = reader->Finish();
   if (!st.ok()) return c.Fail(FromGrpc(st));
   if (!have_job) return 1;
-  if (!json) text.Summary(last);
+  if (!json) {
+    text.FinalLine(last);
+    text.Summary(last);
+  }
   return ExitCodeOf(last.state());
 }
 

@@ -26,6 +26,7 @@ struct MetricsAggregator::JobSeries {
   std::deque<double> recent_step_seconds;          // for the ETA
   double ended_at = 0;
   std::set<std::string> layers;                    // imbalance series created
+  int restarts = -1;                               // the job's restart count last seen (-1: none yet)
 };
 
 MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> registry, Clock& clock, StragglerOptions straggler,
@@ -35,6 +36,7 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
   flops_ = &BuildCounter().Name("moe_job_model_flops_total").Help("Model FLOPs done by the job (Megatron's formula), all devices").Register(r);
   tflops_ = &BuildGauge().Name("moe_job_tflops_per_device").Help("Model TFLOP/s per device over the last step (Megatron's formula)").Register(r);
   mfu_ = &BuildGauge().Name("moe_job_mfu_ratio").Help("Model FLOPs utilisation: achieved / peak per device (0..1)").Register(r);
+  peak_ = &BuildGauge().Name("moe_job_peak_tflops_per_device").Help("The peak TFLOP/s per device that MFU is measured against (the device's dense bf16 peak, or the CPU's measured SGEMM peak)").Register(r);
   tokens_ = &BuildCounter().Name("moe_job_tokens_total").Help("Tokens trained on").Register(r);
   step_duration_ = &BuildHistogram().Name("moe_job_step_duration_seconds").Help("Wall time of a training step").Register(r);
   loss_ = &BuildGauge().Name("moe_job_loss").Help("Mean cross-entropy of the last step (nats per token)").Register(r);
@@ -186,6 +188,7 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   flops_->Add(job_labels).Increment(flops);
   tflops_->Add(job_labels).Set(out.tflops_per_device());
   mfu_->Add(job_labels).Set(out.mfu());
+  if (out.mfu_peak_tflops() > 0) peak_->Add(job_labels).Set(out.mfu_peak_tflops());
   tokens_->Add(job_labels).Increment(static_cast<double>(out.tokens()));
   step_duration_->Add(job_labels, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})
       .Observe(out.step_seconds());
@@ -224,7 +227,12 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
       planned_step_->Remove(&planned_step_->Add({{"job", job.id()}}));
     }
   }
-  if (state == moe::v1::RESTARTING && !loaded) restarts_->Add({{"job", job.id()}}).Increment();
+  // Restarts after failures only: a requeue after a worker left cleanly uses none (job.restarts()).
+  JobSeries& series = Series(job.id());
+  if (state == moe::v1::RESTARTING && !loaded && series.restarts >= 0 && job.restarts() > series.restarts) {
+    restarts_->Add({{"job", job.id()}}).Increment(job.restarts() - series.restarts);
+  }
+  series.restarts = job.restarts();
   SetState(job.id(), state);
 }
 
@@ -235,6 +243,17 @@ void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState st
   }
   const bool terminal = state == moe::v1::SUCCEEDED || state == moe::v1::FAILED || state == moe::v1::CANCELLED;
   s.ended_at = terminal ? clock_.Monotonic() : 0;
+  if (terminal) DropThroughput(s);
+}
+
+// A job that ended trains nothing: its throughput gauges go at once (a rack's TFLOP/s, summed over
+// moe_rank_tflops, is what runs now); its loss, state and counters stay for the retention.
+void MetricsAggregator::DropThroughput(const JobSeries& s) {
+  const std::map<std::string, std::string> job = {{"job", s.id}};
+  tflops_->Remove(&tflops_->Add(job));
+  mfu_->Remove(&mfu_->Add(job));
+  peak_->Remove(&peak_->Add(job));
+  RemoveRankSeries(s);
 }
 
 void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) {
@@ -292,6 +311,7 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   flops_->Remove(&flops_->Add(job));
   tflops_->Remove(&tflops_->Add(job));
   mfu_->Remove(&mfu_->Add(job));
+  peak_->Remove(&peak_->Add(job));
   tokens_->Remove(&tokens_->Add(job));
   step_duration_->Remove(&step_duration_->Add(job, prometheus::Histogram::BucketBoundaries{}));
   loss_->Remove(&loss_->Add(job));

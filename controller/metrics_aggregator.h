@@ -78,6 +78,7 @@ class MetricsAggregator final : public JobListener {
   void UpdateStragglers(JobSeries& s, const std::vector<double>& compute, std::vector<StragglerChange>* changes);
   void ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& out);
   void RemoveRankSeries(const JobSeries& s);
+  void DropThroughput(const JobSeries& s);
   void DropSeries(const std::string& job_id);
 
   std::shared_ptr<prometheus::Registry> registry_;
@@ -87,6 +88,7 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Counter>* flops_;
   prometheus::Family<prometheus::Gauge>* tflops_;
   prometheus::Family<prometheus::Gauge>* mfu_;
+  prometheus::Family<prometheus::Gauge>* peak_;
   prometheus::Family<prometheus::Counter>* tokens_;
   prometheus::Family<prometheus::Histogram>* step_duration_;
   prometheus::Family<prometheus::Gauge>* loss_;

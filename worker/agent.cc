@@ -80,7 +80,7 @@ Status WorkerAgent::Run() {
     backoff = std::min(backoff * 2, 1.0);  // reconnecting is cheap; a restarted controller waits for us
   }
   StopCurrentRank();
-  return OkStatus();
+  return fatal_;
 }
 
 // What this worker tells the controller when it (re)connects: who and where it is, the rank it still
@@ -152,7 +152,16 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   heartbeat.join();
   std::lock_guard<std::mutex> lock(stream_mu_);
   const grpc::Status st = stream_->Finish();
-  if (!stop_) MOE_LOG(WARNING) << "lost the controller stream (" << st.error_message() << "); reconnecting";
+  if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS && session_->Get().empty()) {
+    // Our first registration, and the name is another live worker's: retrying cannot help.
+    fatal_ = AlreadyExistsError(
+        "the controller refused the name " + o_.name + ": " + st.error_message() +
+        ". Each moe-worker needs its own name: pass --name (the default, <node>-cpu or <node>-gpuN, is the same for "
+        "two workers of one device type on one host)");
+    stop_ = true;
+  } else if (!stop_) {
+    MOE_LOG(WARNING) << "lost the controller stream (" << st.error_message() << "); reconnecting";
+  }
   stream_.reset();
   stream_ctx_ = nullptr;
   return false;  // reconnect on a fresh channel

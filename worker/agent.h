@@ -76,6 +76,7 @@ class WorkerAgent {
   AgentOptions o_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> leaving_{false};
+  Status fatal_;              // why Run gave up (a name another live worker holds); set on Run's thread
   std::string leave_reason_;  // set once, before leaving_
   std::mutex stop_rank_mu_;   // one StopCurrentRank at a time (it joins the monitor)
   std::mutex stream_mu_;  // guards stream_ and writes

@@ -60,6 +60,7 @@ moe::v1::StepMetrics Report(int64_t step, double compute, double tflops = 100) {
   m.set_step_seconds(0.5);
   m.set_compute_seconds(compute);
   m.set_tflops_per_device(tflops);
+  m.set_mfu_peak_tflops(989);
   m.set_tokens(4096);
   m.set_loss(4.5);
   return m;
@@ -101,6 +102,7 @@ TEST_F(MetricsAggregatorTest, AStepCompletedByEveryRankGivesTheJobsFigures) {
   EXPECT_EQ(out->rank_racks(1), "r1");
   EXPECT_DOUBLE_EQ(out->eta_seconds(), 0.5 * 9);
   EXPECT_EQ(Get("moe_job_tflops_per_device", {{"job", "j"}}), 120.0);
+  EXPECT_EQ(Get("moe_job_peak_tflops_per_device", {{"job", "j"}}), 989.0) << "what MFU is measured against";
   EXPECT_DOUBLE_EQ(*Get("moe_job_model_flops_total", {{"job", "j"}}), 120e12 * 0.5 * 2)
       << "per device x devices";
   EXPECT_EQ(Get("moe_job_tokens_total", {{"job", "j"}}), 4096.0);
@@ -151,6 +153,9 @@ TEST_F(MetricsAggregatorTest, TheJobsStateAndRestartsFollowItsEvents) {
   EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "RUNNING"}}), 0.0);
   job = JobIn(moe::v1::RESTARTING, 1, {"r0"});
   metrics_.OnJobStateChanged(job, moe::v1::RUNNING);
+  EXPECT_EQ(Get("moe_job_restarts_total", {{"job", "j"}}), 0.0) << "a requeue (a worker left cleanly) is no restart";
+  job.set_restarts(1);
+  metrics_.OnJobStateChanged(job, moe::v1::RUNNING);
   EXPECT_EQ(Get("moe_job_restarts_total", {{"job", "j"}}), 1.0);
   EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "PENDING"}}), 0.0);
   EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "RESTARTING"}}), 1.0);
@@ -168,13 +173,18 @@ TEST_F(MetricsAggregatorTest, AJobLoadedWhileRunningTakesReportsOfItsAttempt) {
 TEST_F(MetricsAggregatorTest, AnEndedJobsSeriesGoAfterTheRetentionTime) {
   metrics_.OnJobStateChanged(JobIn(moe::v1::SCHEDULED, 1, {"r0"}), moe::v1::PENDING);
   ASSERT_TRUE(Step(1, 1, {0.1}).has_value());
+  EXPECT_TRUE(Get("moe_rank_tflops", {{"job", "j"}, {"rank", "0"}, {"rack", "r0"}}).has_value());
   metrics_.OnJobStateChanged(JobIn(moe::v1::SUCCEEDED, 1, {"r0"}), moe::v1::RUNNING);
+  // Its throughput goes at once: a rack's TFLOP/s (the sum of moe_rank_tflops) is what runs now.
+  EXPECT_FALSE(Get("moe_rank_tflops", {{"job", "j"}, {"rank", "0"}, {"rack", "r0"}}).has_value());
+  EXPECT_FALSE(Get("moe_job_tflops_per_device", {{"job", "j"}}).has_value());
+  EXPECT_FALSE(Get("moe_job_mfu_ratio", {{"job", "j"}}).has_value());
   clock_.Advance(59);
   metrics_.Expire();
-  EXPECT_TRUE(Get("moe_job_tflops_per_device", {{"job", "j"}}).has_value()) << "kept for 60 s";
+  EXPECT_TRUE(Get("moe_job_loss", {{"job", "j"}}).has_value()) << "its history is kept for 60 s";
   clock_.Advance(2);
   metrics_.Expire();
-  EXPECT_FALSE(Get("moe_job_tflops_per_device", {{"job", "j"}}).has_value());
+  EXPECT_FALSE(Get("moe_job_loss", {{"job", "j"}}).has_value());
   EXPECT_FALSE(Get("moe_job_state", {{"job", "j"}, {"state", "SUCCEEDED"}}).has_value());
   EXPECT_FALSE(Get("moe_rank_tflops", {{"job", "j"}, {"rank", "0"}, {"rack", "r0"}}).has_value());
 }

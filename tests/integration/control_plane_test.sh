@@ -57,6 +57,9 @@ set +e
 set -e
 [ $rc -eq 3 ] || fail "unknown job: rc $rc (want 3)"
 "$MOECTL" --version | grep -q "^moectl [0-9][0-9.]*$" || fail "moectl --version: $("$MOECTL" --version 2>&1)"
+rc=0; out=$("$MOECTL" gett jobs 2>&1) || rc=$?
+[ $rc -eq 2 ] && grep -q "unknown command 'gett'; the commands are get, describe" <<<"$out" ||
+  fail "an unknown command: exit $rc: $out"
 echo "refusals: tokens, roles, field paths, infeasible jobs, unknown ids"
 
 # 2. Submit -> SUCCEEDED.

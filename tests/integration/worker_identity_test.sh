@@ -55,6 +55,13 @@ w = g.FakeWorker(addr, WORKER, "w0")
 assert w.wait_end(5) == "ALREADY_EXISTS", "a second registration as live w0: %s" % w.status
 PY
 [ "$(job_state "$id")" = RUNNING ] || fail "the job is $(job_state "$id") after the fake reports"
+# A second real moe-worker under the live name gives up with a sentence, instead of reconnecting forever.
+rc=0
+timeout 20 "$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name w0 --rack r0 --node n0 --token $WORKER \
+  --runtime-dir "$WORK/rt-dup" >"$WORK/dup.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] || { cat "$WORK/dup.log"; fail "a second moe-worker named w0 exited $rc (expected 1: the name is taken)"; }
+grep -q "needs its own name: pass --name" "$WORK/dup.log" || { cat "$WORK/dup.log"; fail "no clear message for the taken name"; }
+echo "a second moe-worker under a live name: $(grep -o 'the controller refused.*' "$WORK/dup.log" | cut -c1-80)..."
 step=$(job_field "$id" 'd.get("lastMetrics",{}).get("step","0")')
 [ "$step" -ge 1 ] || fail "the job's last step is $step"
 if metrics | grep -E "^moe_job_(loss|step|mfu_ratio)\{[^}]*job_id=\"$id\"" | grep -qE ' (\+Inf|-7|42)$'; then
