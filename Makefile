@@ -43,7 +43,7 @@ demo:
 test:
 	@scripts/install-deps.sh test
 	@$(MAKE) --no-print-directory data
-	@cd $(BUILD) && ctest --output-on-failure --timeout 900 $(CTEST_FLAGS); rc=$$?; \
+	@cd $(BUILD) && ctest --output-on-failure --timeout 900 -j2 $(CTEST_FLAGS); rc=$$?; \
 	  if ! nvidia-smi >/dev/null 2>&1; then \
 	    echo "NOTE: the tests labelled gpu ($$(ctest -N -L gpu | grep -c 'Test *#')) were SKIPPED: no GPU on this machine."; \
 	    echo "      They run with tests/gpu/check.sh (make gpu-check) on a GPU machine; docs/benchmarks.md says when they last did."; \

@@ -131,6 +131,7 @@ std::string Describe(const moe::v1::Job& j, double now) {
   os << "Job:          " << j.id() << "\n"
      << "Name:         " << j.spec().metadata().name() << "\n"
      << "State:        " << StateName(j.state()) << (j.message().empty() ? "" : " (" + EscapeControl(j.message()) + ")") << "\n"
+     << (j.waiting_reason().empty() ? "" : "Waiting:      " + EscapeControl(j.waiting_reason()) + "\n")
      << "Priority:     " << j.spec().metadata().priority() << "\n"
      << "Created:      " << Duration(now - j.created_at()) << " ago\n"
      << "Attempt:      " << j.attempt() << " (restarts " << j.restarts() << " of " << spec.max_restarts() << ")\n"

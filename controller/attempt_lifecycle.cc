@@ -31,7 +31,11 @@ void Controller::Schedule() {
     PlacementRequest req = internal::RequestFor(e->spec);
     req.previous = internal::SlotsOf(e->job);
     auto placed = Place(req, free);
-    if (!placed.ok()) continue;  // a smaller job further down may fit now
+    if (!placed.ok()) {  // a smaller job further down may fit now
+      e->waiting_reason = placed.status().message();
+      continue;
+    }
+    e->waiting_reason.clear();
     if (Status st = StartAttempt(*e, *placed); !st.ok()) {
       MOE_LOG(WARNING) << "job " << q.id << " not started: " << st
                        << " (it stays queued; the next tick tries again)";

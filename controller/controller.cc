@@ -148,6 +148,7 @@ StatusOr<moe::v1::Job> Controller::Get(const std::string& id, bool with_events) 
   JobEntry* e = jobs_.Find(id);
   if (e == nullptr) return NotFoundError("no job '" + id + "'");
   moe::v1::Job out = e->job;
+  if (IsQueued(out.state()) && !e->attempt) out.set_waiting_reason(e->waiting_reason);
   if (with_events) {
     MOE_ASSIGN_OR_RETURN(std::vector<moe::v1::JobEvent> events, jobs_.Events(id));
     for (auto& ev : events) *out.add_events() = std::move(ev);

@@ -78,6 +78,7 @@ struct JobEntry {
   std::unique_ptr<Attempt> attempt;  // null when no ranks run
   int64_t next_event_seq = 1;
   double last_persist = 0;  // monotonic time the record was last stored
+  std::string waiting_reason;  // why the last scheduling pass did not place it (queued jobs)
 };
 
 class JobManager {

@@ -13,7 +13,7 @@ root=$PWD
 dir=build-fuzz
 scripts/install-deps.sh fuzz
 if [ ! -f "$dir/build.ninja" ]; then
-  CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
+  CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_RELEASE_FLAGS="-O1 -g1" \
     -DMOE_CUDA=OFF -DMOE_BLAS=OFF -DMOE_TESTS=OFF -DMOE_BENCH=OFF -DMOE_SANITIZE=fuzzer >/dev/null
 fi
 targets=("$@")

@@ -569,6 +569,10 @@ TEST_F(ControllerTest, PriorityFirstAndASmallerJobMayGoFirstWhenItFits) {
   EXPECT_EQ(State(big.id()), moe::v1::PENDING);
   EXPECT_EQ(State(small.id()), moe::v1::SCHEDULED);
   EXPECT_EQ(controller_->QueueLength(), 1u);
+  const std::string why = controller_->Get(big.id(), false)->waiting_reason();
+  EXPECT_FALSE(why.empty()) << "a pending job says why it waits";
+  EXPECT_TRUE(controller_->Get(small.id(), false)->waiting_reason().empty());
+  std::printf("pending because: %s\n", why.c_str());
   (void)running;
 }
 
