@@ -1,6 +1,7 @@
 // moectl's commands: one function per command, and the table that binds them to their flags.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "cli/format.h"
 #include "cli/top.h"
 #include "cli/watch.h"
+#include "common/escape.h"
 #include "common/job_spec_proto.h"
 
 namespace moe::cli {
@@ -30,6 +32,12 @@ int Print(const Client& c, const google::protobuf::Message& m, const std::string
   StatusOr<std::string> text = output == "json" ? ToJsonText(m, true) : output == "yaml" ? ToYamlText(m) : table();
   if (!text.ok()) return c.Fail(text.status());
   std::printf("%s%s", text->c_str(), output == "json" ? "\n" : "");
+  return 0;
+}
+
+// kubectl's -o name: one kind/name per line, for scripts (moectl get jobs -o name | xargs ...).
+int PrintNames(const std::vector<std::string>& names, const std::string& kind) {
+  for (const auto& n : names) std::printf("%s/%s\n", kind.c_str(), n.c_str());
   return 0;
 }
 
@@ -72,6 +80,11 @@ int GetJobs(Client& c, const Args& a) {
     for (auto& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
     req.set_page_token(page.next_page_token());
   } while (!req.page_token().empty());
+  if (a.output == "name") {
+    std::vector<std::string> names;
+    for (const auto& j : all.jobs()) names.push_back(j.id());
+    return PrintNames(names, "job");
+  }
   return Print(c, all, a.output, [&] { return JobsTable({all.jobs().begin(), all.jobs().end()}, NowSeconds()); });
 }
 
@@ -93,6 +106,45 @@ int DeleteWorker(Client& c, const Args& a) {
   return 0;
 }
 
+// The job's document as submitted, every default filled in (apiVersion, kind, metadata, spec: the
+// spec's own snake_case names, numbers as numbers), its status as comments above it. Resubmitted, it
+// runs again under the same checkpoint directory, so it resumes where the first one stopped.
+std::string ResubmittableYaml(const moe::v1::Job& j) {
+  const auto time = [](double t) {
+    char buf[32] = "-";
+    const std::time_t s = static_cast<std::time_t>(t);
+    std::tm tm{};
+    if (t > 0 && gmtime_r(&s, &tm) != nullptr) std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return std::string(buf);
+  };
+  std::string out = "# job " + j.id() + ": " + StateName(j.state()) + (j.message().empty() ? "" : " (" + EscapeControl(j.message()) + ")") +
+                    "\n# attempt " + std::to_string(j.attempt()) + ", restarts " + std::to_string(j.restarts()) + ", created " +
+                    time(j.created_at()) + ", updated " + time(j.updated_at()) + "\n";
+  if (j.last_metrics().step() > 0) out += "# last step " + std::to_string(j.last_metrics().step()) + "\n";
+  return out + ToYaml(MessageToNode(j.spec()));
+}
+
+int Events(Client& c, const Args& a) {
+  moe::v1::GetJobRequest req;
+  req.set_id(a.id);
+  moe::v1::Job resp;
+  if (Status st = c.Call(&Stub::GetJob, req, &resp); !st.ok()) return c.Fail(st);
+  std::printf("%s", EventsTable(resp, NowSeconds()).c_str());
+  return 0;
+}
+
+int DescribeWorkerCmd(Client& c, const Args& a) {
+  moe::v1::ListWorkersResponse resp;
+  if (Status st = c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp); !st.ok()) return c.Fail(st);
+  for (const auto& w : resp.workers()) {
+    if (w.name() == a.name) {
+      std::printf("%s", DescribeWorker(w, NowSeconds()).c_str());
+      return 0;
+    }
+  }
+  return c.Fail(NotFoundError("no worker named '" + a.name + "' (moectl get workers lists them)"));
+}
+
 int GetJob(Client& c, const Args& a, bool describe) {
   moe::v1::GetJobRequest req;
   req.set_id(a.id);
@@ -102,12 +154,22 @@ int GetJob(Client& c, const Args& a, bool describe) {
     std::printf("%s", Describe(resp, NowSeconds()).c_str());
     return 0;
   }
+  if (a.output == "name") return PrintNames({resp.id()}, "job");
+  if (a.output == "yaml") {  // the job document itself: `get job X -o yaml > f && moectl submit -f f` works
+    std::printf("%s", ResubmittableYaml(resp).c_str());
+    return 0;
+  }
   return Print(c, resp, a.output, [&] { return JobsTable({resp}, NowSeconds()); });
 }
 
 int GetWorkers(Client& c, const Args& a) {
   moe::v1::ListWorkersResponse resp;
   if (Status st = c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp); !st.ok()) return c.Fail(st);
+  if (a.output == "name") {
+    std::vector<std::string> names;
+    for (const auto& w : resp.workers()) names.push_back(w.name());
+    return PrintNames(names, "worker");
+  }
   return Print(c, resp, a.output, [&] { return WorkersTable({resp.workers().begin(), resp.workers().end()}, NowSeconds()); });
 }
 
@@ -162,7 +224,7 @@ void AddConnectionFlags(CLI::App& app, Client* c, std::string* token_file) {
 namespace {
 
 void AddOutput(CLI::App* sub, Args* a) {
-  sub->add_option("-o,--output", a->output, "table | json | yaml")->check(CLI::IsMember({"table", "json", "yaml"}))->capture_default_str();
+  sub->add_option("-o,--output", a->output, "table | json | yaml | name")->check(CLI::IsMember({"table", "json", "yaml", "name"}))->capture_default_str();
 }
 
 std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
@@ -175,11 +237,17 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
   job->add_option("id", a->id, "job id")->required();
   auto* workers = get->add_subcommand("workers", "all workers");
   for (auto* sub : {jobs, job, workers}) AddOutput(sub, a);
-  auto* describe = app.add_subcommand("describe", "spec, placement, events and last metrics of a job");
+  auto* describe = app.add_subcommand("describe", "a job (spec, placement, events, last metrics) or a worker");
   describe->require_subcommand(1);
   auto* describe_job = describe->add_subcommand("job", "one job");
   describe_job->add_option("id", a->id, "job id")->required();
+  auto* describe_worker = describe->add_subcommand("worker", "one worker: state, rack, device, memory, what it runs");
+  describe_worker->add_option("name", a->name, "worker name")->required();
+  auto* events = app.add_subcommand("events", "a job's events, oldest first");
+  events->add_option("id", a->id, "job id")->required();
   return {{jobs, [&c, a] { return GetJobs(c, *a); }},
+          {describe_worker, [&c, a] { return DescribeWorkerCmd(c, *a); }},
+          {events, [&c, a] { return Events(c, *a); }},
           {job, [&c, a] { return GetJob(c, *a, false); }},
           {workers, [&c, a] { return GetWorkers(c, *a); }},
           {describe_job, [&c, a] { return GetJob(c, *a, true); }}};

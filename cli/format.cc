@@ -102,6 +102,31 @@ std::string WorkersTable(const std::vector<moe::v1::Worker>& workers, double now
   return Table({"NAME", "STATE", "RACK", "NODE", "DEVICE", "RUNS", "HEARTBEAT"}, rows);
 }
 
+std::string DescribeWorker(const moe::v1::Worker& w, double now) {
+  std::ostringstream os;
+  char memory[32] = "-";
+  if (w.memory_bytes() > 0) std::snprintf(memory, sizeof(memory), "%.1f GB", static_cast<double>(w.memory_bytes()) / 1e9);
+  os << "Worker:       " << w.name() << "\n"
+     << "State:        " << WorkerStateName(w.state()) << (w.drained() && w.state() != moe::v1::DRAINED ? " (drained)" : "") << "\n"
+     << "Rack:         " << w.rack() << "\n"
+     << "Node:         " << w.node() << "\n"
+     << "Device:       " << w.device() << "\n"
+     << "Address:      " << (w.address().empty() ? "-" : w.address()) << "\n"
+     << "Memory:       " << memory << " per rank\n"
+     << "Runs:         " << (w.job_id().empty() ? "-" : w.job_id() + " rank " + std::to_string(w.rank())) << "\n"
+     << "Registered:   " << (w.registered_at() > 0 ? Duration(now - w.registered_at()) + " ago" : "-") << "\n"
+     << "Heartbeat:    " << (w.last_heartbeat() > 0 ? Duration(now - w.last_heartbeat()) + " ago" : "-") << "\n";
+  return os.str();
+}
+
+std::string EventsTable(const moe::v1::Job& j, double now) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& e : j.events()) {
+    rows.push_back({Duration(now - e.time()) + " ago", e.type(), StateName(e.state()), EscapeControl(e.message())});
+  }
+  return Table({"AGE", "TYPE", "STATE", "MESSAGE"}, rows);
+}
+
 namespace {
 
 // "W=8 (PP 2 x DP 4; EP 2 within DP, expert DP 2; VPP 2)".

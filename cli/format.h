@@ -18,6 +18,9 @@ std::string ProgressLine(const moe::v1::StepMetrics& m, int width = 30);
 std::string JobsTable(const std::vector<moe::v1::Job>& jobs, double now);
 std::string WorkersTable(const std::vector<moe::v1::Worker>& workers, double now);
 std::string Describe(const moe::v1::Job& job, double now);
+std::string DescribeWorker(const moe::v1::Worker& w, double now);
+// The job's events, oldest first (moectl events).
+std::string EventsTable(const moe::v1::Job& job, double now);
 std::string FormatNumber(double v, int precision = 4);
 
 }  // namespace moe::cli

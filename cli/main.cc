@@ -1,8 +1,8 @@
 // moectl: the command line of MoE Orchestrator, in kubectl's habits.
 //
 //   moectl submit -f job.yaml            prints the new job's id alone on stdout
-//   moectl get jobs | get job ID [-o table|json|yaml] | get workers
-//   moectl describe job ID | watch ID | cancel ID | delete job ID | delete worker NAME | drain NAME | undrain NAME | top
+//   moectl get jobs | get job ID | get workers [-o table|json|yaml|name]
+//   moectl describe job ID | describe worker NAME | events ID | watch ID | cancel ID | delete job ID | delete worker NAME | drain NAME | undrain NAME | top
 //   moectl plan -f job.yaml --cluster NAME [--software NAME] [--sweep N]   offline: no controller
 //   moectl plan JOB [--cluster NAME]     a submitted job on the racks its ranks hold
 //

@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "common/check.h"
+#include "common/job_spec_schema.h"
 #include "common/schema.h"
 
 namespace moe {
@@ -86,6 +87,11 @@ StatusOr<moe::v1::TrainingJob> TrainingJobFromText(const std::string& text) {
     return InvalidArgumentError(
         "the job document must be a mapping (apiVersion, kind, metadata, spec)");
   }
+  // moe-train's reader first (one code path, one set of messages: a misspelt key gets its field path
+  // and "did you mean"); protobuf's parser then builds the API's form. The values are checked by
+  // SpecFromProto (ValidateJobSpec, as moe-train does) where the job is accepted.
+  JobSpec read;
+  MOE_RETURN_IF_ERROR(SchemaOf<JobSpec>().Read(doc, "", &read));
   moe::v1::TrainingJob job;
   Status st = MessageFromJson(ToJson(doc), &job);
   if (!st.ok()) {

@@ -24,7 +24,8 @@ StatusOr<JobSpec> SpecFromProto(const moe::v1::TrainingJob& job);
 // valid spec: its document has the schema's fields, and job_spec_schema_test keeps those and the
 // proto's equal (a mismatch is a bug and stops the process).
 moe::v1::TrainingJob SpecToProto(const JobSpec& spec);
-// A YAML or JSON document to the proto, unknown fields rejected (protobuf's JSON parser).
+// A YAML or JSON document to the proto: read as moe-train reads it (the schema reader: field paths,
+// "did you mean"), then parsed by protobuf (unknown fields rejected).
 StatusOr<moe::v1::TrainingJob> TrainingJobFromText(const std::string& text);
 // The spec as JSON (the document's field names), e.g. for moe-train --config.
 std::string SpecToJson(const JobSpec& spec);

@@ -273,7 +273,7 @@ void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) 
   std::set<std::string> racks;
   for (const auto& key : worker_series_) racks.insert(key.second);
   for (const auto& rack : racks) {
-    for (const char* st : {"idle", "busy", "lost", "drained"}) {
+    for (const char* st : {"idle", "busy", "lost", "drained", "leaving"}) {
       if (!worker_series_.count({st, rack})) {
         workers_->Add({{"state", st}, {"rack", rack}}).Set(0);
         worker_series_.insert({st, rack});

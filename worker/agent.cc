@@ -37,17 +37,26 @@ void WorkerAgent::Stop() {
 }
 
 void WorkerAgent::Leave(const std::string& reason) {
-  if (leaving_.exchange(true)) return;
-  leave_reason_ = reason;
+  {
+    std::lock_guard<std::mutex> lock(ranks_mu_);
+    if (leaving_) return;
+    leave_reason_ = reason;
+    leaving_ = true;
+  }
   MOE_LOG(INFO) << "leaving (" << reason << "): the rank checkpoints at its next step boundary and stops";
   SendLeaving();
   StopCurrentRank();  // its monitor reports the rank's end on the stream
   Stop();
 }
 
+std::string WorkerAgent::LeaveReason() {
+  std::lock_guard<std::mutex> lock(ranks_mu_);
+  return leave_reason_;
+}
+
 void WorkerAgent::SendLeaving() {
   moe::v1::WorkerMessage m;
-  m.mutable_leaving()->set_reason(leave_reason_);
+  m.mutable_leaving()->set_reason(LeaveReason());
   Write(m);
 }
 
@@ -247,7 +256,7 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
     f.set_rank(a.rank());
     f.set_exit_code(-1);
     f.set_failure_class(moe::v1::FAILURE_TRANSIENT);
-    f.set_message("worker " + o_.name + " is leaving (" + leave_reason_ + ")");
+    f.set_message("worker " + o_.name + " is leaving (" + LeaveReason() + ")");
     return Report(f);
   }
   if (o_.fake_step_seconds > 0) return StartFakeRank(a);

@@ -72,12 +72,13 @@ class WorkerAgent {
   void StopCurrentRank();
 
   void SendLeaving();
+  std::string LeaveReason();
 
   AgentOptions o_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> leaving_{false};
   Status fatal_;              // why Run gave up (a name another live worker holds); set on Run's thread
-  std::string leave_reason_;  // set once, before leaving_
+  std::string leave_reason_;  // guarded by ranks_mu_ (set with leaving_)
   std::mutex stop_rank_mu_;   // one StopCurrentRank at a time (it joins the monitor)
   std::mutex stream_mu_;  // guards stream_ and writes
   std::unique_ptr<grpc::ClientReaderWriter<moe::v1::WorkerMessage, moe::v1::ControllerMessage>> stream_;

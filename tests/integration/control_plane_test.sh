@@ -41,7 +41,7 @@ sed 's/{preset: tiny}/{preset: tiny, moe: {topk: 2}}/' "$WORK/ok.yaml" >"$WORK/t
 set +e
 out=$("$MOECTL" submit -f "$WORK/typo.yaml" 2>&1); rc=$?
 set -e
-[ $rc -eq 6 ] && grep -q "topk" <<<"$out" || fail "unknown field: rc $rc, $out"
+[ $rc -eq 6 ] && grep -q "spec.model.moe.topk.*did you mean 'top_k'" <<<"$out" || fail "unknown field: rc $rc, $out"
 sed 's/{preset: tiny}/{preset: tiny, moe: {top_k: 9}}/' "$WORK/ok.yaml" >"$WORK/bad.yaml"
 set +e
 out=$("$MOECTL" submit -f "$WORK/bad.yaml" 2>&1); rc=$?
@@ -72,6 +72,19 @@ grep -q "step 30/30" "$WORK/watch.txt" || fail "no progress line"
 "$MOECTL" describe job "$id" >"$WORK/ok-describe.txt"
 grep -q "rack r0" "$WORK/ok-describe.txt" || fail "describe shows no placement"
 grep -q "rank 1 (pp 0, dp 1, ep 1; " "$WORK/ok-describe.txt" || { cat "$WORK/ok-describe.txt"; fail "describe shows no rank coordinates"; }
+"$MOECTL" events "$id" | grep -q "Succeeded" || fail "moectl events shows no Succeeded: $("$MOECTL" events "$id" 2>&1)"
+[ "$("$MOECTL" get job "$id" -o name)" = "job/$id" ] || fail "get job -o name: $("$MOECTL" get job "$id" -o name)"
+"$MOECTL" get workers -o name | grep -qx "worker/w0" || fail "get workers -o name: $("$MOECTL" get workers -o name)"
+"$MOECTL" describe worker w0 | grep -q "^Rack: *r0" || fail "describe worker: $("$MOECTL" describe worker w0 2>&1)"
+rc=0; "$MOECTL" describe worker nope >/dev/null 2>&1 || rc=$?
+[ $rc -eq 3 ] || fail "describe worker nope exited $rc (expected 3: not found)"
+# get job -o yaml is the job's document (status as comments): resubmitted under another name it runs
+# again on the same checkpoint directory and finds the work done.
+"$MOECTL" get job "$id" -o yaml >"$WORK/again.yaml"
+grep -q "^# job $id: SUCCEEDED" "$WORK/again.yaml" || fail "get job -o yaml: no status line: $(head -3 "$WORK/again.yaml")"
+sed -i 's/^\(\s*name:\s*\)ok.*/\1ok-again/' "$WORK/again.yaml"
+again=$("$MOECTL" submit -f "$WORK/again.yaml") || fail "get job -o yaml could not be resubmitted"
+"$MOECTL" watch "$again" >/dev/null || fail "the resubmitted job did not succeed"
 echo "submit: $id SUCCEEDED"
 
 # 2b. A pipeline-parallel job through the controller: the ranks' coordinates follow the layout.
