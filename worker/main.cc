@@ -20,8 +20,11 @@
 #include "worker/topology.h"
 
 namespace {
-volatile sig_atomic_t g_signal = 0;  // the signal that asked us to stop (SIGTERM, SIGINT), 0: none
-void OnSignal(int sig) { g_signal = sig; }
+// The signal that asked us to stop (SIGTERM, SIGINT), 0: none. A lock-free atomic, not a volatile
+// sig_atomic_t: the handler writes it and the watcher thread reads it (TSan saw the race).
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be async-signal-safe");
+void OnSignal(int sig) { g_signal.store(sig); }
 // Runs `n` agents (n > 1: fake mode's many workers in one process, named <name>-<i>, on racks of
 // `rack_size` workers: <rack>-<i / rack_size>) until a signal; each agent on its own thread.
 moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_size) {
@@ -43,7 +46,7 @@ moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_siz
   std::thread watcher([&] {
     while (g_signal == 0 && running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (running == 0) return;
-    const std::string reason = std::string(g_signal == SIGINT ? "SIGINT" : "SIGTERM") + " to moe-worker";
+    const std::string reason = std::string(g_signal.load() == SIGINT ? "SIGINT" : "SIGTERM") + " to moe-worker";
     std::vector<std::thread> leaving;
     for (auto& a : agents) leaving.emplace_back([&a, &reason] { a->Leave(reason); });
     for (auto& t : leaving) t.join();
