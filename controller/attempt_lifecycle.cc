@@ -95,19 +95,11 @@ void Controller::SendAssignments(const JobEntry& e) {
   }
 }
 
-void Controller::FailAttempt(JobEntry& e, const std::string& reason, bool permanent) {
+void Controller::FailAttempt(JobEntry& e, const std::string& reason, bool permanent, bool counted) {
   if (!e.attempt || e.attempt->ending) return;  // already failing, or cancelled
-  e.attempt->failure = AttemptFailure{reason, permanent, /*counted=*/true, /*event_stored=*/false};
-  StopRanks(e, reason);  // no rank waits forever in a collective
-  SettleOrRetry(e);
-  schedule_needed_ = true;
-}
-
-void Controller::RequeueAttempt(JobEntry& e, const std::string& reason) {
-  if (!e.attempt || e.attempt->ending || IsTerminal(e.job.state())) return;
-  e.attempt->failure = AttemptFailure{reason, /*permanent=*/false, /*counted=*/false, /*event_stored=*/false};
-  // The ranks stop at the next step boundary, all at the same one, and checkpoint there first
-  // (moe-train on SIGTERM): the next attempt resumes from that step.
+  e.attempt->failure = AttemptFailure{reason, permanent, counted, /*event_stored=*/false};
+  // No rank waits forever in a collective; on a requeue (not counted) they stop at the next step
+  // boundary, all at the same one, and checkpoint there (moe-train on SIGTERM).
   StopRanks(e, reason);
   SettleOrRetry(e);
   schedule_needed_ = true;

@@ -470,7 +470,9 @@ void Controller::WorkerLeaving(const std::string& name, const std::string& reaso
   if (!w->busy()) return;
   JobEntry* e = AttemptOf(w->job_id, w->attempt, w->rank);
   if (e == nullptr) return;
-  RequeueAttempt(*e, "worker " + name + " (rank " + std::to_string(w->rank) + ") is leaving: " + reason);
+  if (IsTerminal(e->job.state())) return;
+  FailAttempt(*e, "worker " + name + " (rank " + std::to_string(w->rank) + ") is leaving: " + reason,
+              /*permanent=*/false, /*counted=*/false);
 }
 
 void Controller::Tick() {

@@ -127,12 +127,10 @@ class Controller {
   void SendAssignments(const JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The running attempt failed because of `reason`: stops its ranks, records the failure (the job
   // restarts or fails) and ends the attempt once no rank runs.
-  void FailAttempt(JobEntry& e, const std::string& reason, bool permanent = false)
+  // counted = false: not a failure of the job's making (a worker leaves cleanly): the job goes back to
+  // the queue without using one of max_restarts.
+  void FailAttempt(JobEntry& e, const std::string& reason, bool permanent = false, bool counted = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the attempt without a failure of the job's making (a worker leaves cleanly): its ranks stop
-  // at the next step boundary with a checkpoint, and the job goes back to the queue without using a
-  // restart.
-  void RequeueAttempt(JobEntry& e, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker says it is leaving (Leaving): no new work; its job is requeued.
   void WorkerLeaving(const std::string& name, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets a worker: the registry's entry and the stored one (the name is free again).
