@@ -10,9 +10,11 @@
 
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/get_watch.h"
 #include "cli/top.h"
 #include "cli/watch.h"
 #include "common/escape.h"
+#include "common/label_selector.h"
 #include "common/job_spec_proto.h"
 
 namespace moe::cli {
@@ -52,7 +54,9 @@ int Submit(Client& c, const Args& a) {
   *req.mutable_job() = *job;
   // One request id per invocation, kept across its retries: a submit whose answer was lost (a
   // timeout, a dropped connection) and is sent again returns the job the first one created.
-  req.set_request_id(NewRequestId());
+  // --resume-by-name: the id is the job's name, so a second submit of that name (a batch script run
+  // again after a time limit, with the controller state it left) returns the first job, whatever its state.
+  req.set_request_id(a.resume_by_name ? "name:" + job->metadata().name() : NewRequestId());
   moe::v1::Job resp;
   Status st;
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -65,27 +69,44 @@ int Submit(Client& c, const Args& a) {
 }
 
 // Every page of the filtered list, oldest job first.
-int GetJobs(Client& c, const Args& a) {
+StatusOr<moe::v1::ListJobsResponse> ListAllJobs(Client& c, const Args& a) {
   moe::v1::ListJobsRequest req;
   for (const auto& s : a.states) {
     moe::v1::JobState state;
-    if (!moe::v1::JobState_Parse(s, &state)) return c.Fail(InvalidArgumentError("--state: unknown state '" + s + "'"));
+    if (!moe::v1::JobState_Parse(s, &state)) return InvalidArgumentError("--state: unknown state '" + s + "'");
     req.add_states(state);
   }
   req.set_name_prefix(a.name_prefix);
+  MOE_ASSIGN_OR_RETURN(const LabelSelector selector, LabelSelector::Parse(a.selector, "--selector"));
   moe::v1::ListJobsResponse all;
   do {
     moe::v1::ListJobsResponse page;
-    if (Status st = c.Call(&Stub::ListJobs, req, &page); !st.ok()) return c.Fail(st);
-    for (auto& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
+    MOE_RETURN_IF_ERROR(c.Call(&Stub::ListJobs, req, &page));
+    for (auto& j : *page.mutable_jobs()) {
+      const auto& labels = j.spec().metadata().labels();
+      if (selector.Matches({labels.begin(), labels.end()})) *all.add_jobs() = std::move(j);
+    }
     req.set_page_token(page.next_page_token());
   } while (!req.page_token().empty());
+  return all;
+}
+
+int GetJobs(Client& c, const Args& a) {
+  if (a.watch_list) {
+    return WatchTable([&]() -> StatusOr<TableRows> {
+      MOE_ASSIGN_OR_RETURN(const moe::v1::ListJobsResponse all, ListAllJobs(c, a));
+      return JobRows({all.jobs().begin(), all.jobs().end()}, NowSeconds(), a.output == "wide");
+    }, {"STATE", "RESTARTS", "PRIORITY", "ATTEMPT"}, a.refresh, [&](const Status& st) { return c.Fail(st); });
+  }
+  StatusOr<moe::v1::ListJobsResponse> listed = ListAllJobs(c, a);
+  if (!listed.ok()) return c.Fail(listed.status());
+  const moe::v1::ListJobsResponse& all = *listed;
   if (a.output == "name") {
     std::vector<std::string> names;
     for (const auto& j : all.jobs()) names.push_back(j.id());
     return PrintNames(names, "job");
   }
-  return Print(c, all, a.output, [&] { return JobsTable({all.jobs().begin(), all.jobs().end()}, NowSeconds()); });
+  return Print(c, all, a.output, [&] { return JobsTable({all.jobs().begin(), all.jobs().end()}, NowSeconds(), a.output == "wide"); });
 }
 
 int DeleteJob(Client& c, const Args& a) {
@@ -159,10 +180,17 @@ int GetJob(Client& c, const Args& a, bool describe) {
     std::printf("%s", ResubmittableYaml(resp).c_str());
     return 0;
   }
-  return Print(c, resp, a.output, [&] { return JobsTable({resp}, NowSeconds()); });
+  return Print(c, resp, a.output, [&] { return JobsTable({resp}, NowSeconds(), a.output == "wide"); });
 }
 
 int GetWorkers(Client& c, const Args& a) {
+  if (a.watch_list) {
+    return WatchTable([&]() -> StatusOr<TableRows> {
+      moe::v1::ListWorkersResponse resp;
+      MOE_RETURN_IF_ERROR(c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp));
+      return WorkerRows({resp.workers().begin(), resp.workers().end()}, NowSeconds(), a.output == "wide");
+    }, {"STATE", "RACK", "RUNS"}, a.refresh, [&](const Status& st) { return c.Fail(st); });
+  }
   moe::v1::ListWorkersResponse resp;
   if (Status st = c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp); !st.ok()) return c.Fail(st);
   if (a.output == "name") {
@@ -170,25 +198,38 @@ int GetWorkers(Client& c, const Args& a) {
     for (const auto& w : resp.workers()) names.push_back(w.name());
     return PrintNames(names, "worker");
   }
-  return Print(c, resp, a.output, [&] { return WorkersTable({resp.workers().begin(), resp.workers().end()}, NowSeconds()); });
+  return Print(c, resp, a.output, [&] { return WorkersTable({resp.workers().begin(), resp.workers().end()}, NowSeconds(), a.output == "wide"); });
 }
 
 int Cancel(Client& c, const Args& a) {
   moe::v1::CancelJobRequest req;
   req.set_id(a.id);
+  req.set_now(a.now);
   moe::v1::Job resp;
   if (Status st = c.Call(&Stub::CancelJob, req, &resp); !st.ok()) return c.Fail(st);
   std::printf("%s %s\n", resp.id().c_str(), StateName(resp.state()).c_str());
   return 0;
 }
 
+// drain --wait also moves the worker's rank off it (a checkpoint at its next step, the job continues
+// elsewhere without using a restart) and returns once the worker runs nothing.
 int Drain(Client& c, const Args& a, bool drain) {
   moe::v1::DrainWorkerRequest req;
   req.set_name(a.name);
+  req.set_move_work(drain && a.wait);
   moe::v1::Worker resp;
   if (Status st = c.Call(drain ? &Stub::DrainWorker : &Stub::UndrainWorker, req, &resp); !st.ok()) return c.Fail(st);
-  std::printf("%s %s\n", resp.name().c_str(), WorkerStateName(resp.state()).c_str());
-  return 0;
+  const bool draining = resp.drained() && resp.state() == moe::v1::BUSY;
+  std::printf("%s %s\n", resp.name().c_str(), draining ? "DRAINING" : WorkerStateName(resp.state()).c_str());
+  if (!drain || !a.wait) return 0;
+  return WaitUntilFree(a.name, [&]() -> StatusOr<std::string> {
+    moe::v1::ListWorkersResponse all;
+    MOE_RETURN_IF_ERROR(c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &all));
+    for (const auto& w : all.workers()) {
+      if (w.name() == a.name) return w.job_id();
+    }
+    return NotFoundError("worker " + a.name + " is gone (it left or was removed)");
+  }, a.wait_seconds, [&](const Status& st) { return c.Fail(st); });
 }
 
 int RunTop(Client& c, const Args& a) {
@@ -224,7 +265,14 @@ void AddConnectionFlags(CLI::App& app, Client* c, std::string* token_file) {
 namespace {
 
 void AddOutput(CLI::App* sub, Args* a) {
-  sub->add_option("-o,--output", a->output, "table | json | yaml | name")->check(CLI::IsMember({"table", "json", "yaml", "name"}))->capture_default_str();
+  sub->add_option("-o,--output", a->output, "table | wide | json | yaml | name")
+      ->check(CLI::IsMember({"table", "wide", "json", "yaml", "name"}))->capture_default_str();
+}
+
+// kubectl's get -w.
+void AddWatchFlags(CLI::App* sub, Args* a) {
+  sub->add_flag("-w,--watch", a->watch_list, "print the table, then a row each time one changes (until Ctrl-C)");
+  sub->add_option("--interval", a->refresh, "-w: seconds between polls")->capture_default_str()->check(CLI::PositiveNumber);
 }
 
 std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
@@ -233,10 +281,12 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
   auto* jobs = get->add_subcommand("jobs", "all jobs (every page), oldest first");
   jobs->add_option("--state", a->states, "only jobs in these states (PENDING, RUNNING, ...)");
   jobs->add_option("--prefix", a->name_prefix, "only jobs whose id starts with this");
+  jobs->add_option("-l,--selector", a->selector, "only jobs whose metadata.labels match: team=research,tier!=low,spot,!preemptible");
   auto* job = get->add_subcommand("job", "one job");
   job->add_option("id", a->id, "job id")->required();
   auto* workers = get->add_subcommand("workers", "all workers");
   for (auto* sub : {jobs, job, workers}) AddOutput(sub, a);
+  for (auto* sub : {jobs, workers}) AddWatchFlags(sub, a);
   auto* describe = app.add_subcommand("describe", "a job (spec, placement, events, last metrics) or a worker");
   describe->require_subcommand(1);
   auto* describe_job = describe->add_subcommand("job", "one job");
@@ -259,20 +309,28 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
   std::vector<Command> out = AddGetAndDescribe(app, c, a);
   auto* submit = app.add_subcommand("submit", "submit a job file; prints the job's id");
   submit->add_option("-f,--file", a->file, "job file (YAML or JSON)")->required();
+  submit->add_flag("--resume-by-name", a->resume_by_name,
+                   "if a job of this metadata.name was submitted with this flag before, print its id instead of "
+                   "submitting another (it resumes from its checkpoints when it runs again)");
   auto* watch = app.add_subcommand("watch", "follow a job live until it ends");
   watch->add_option("id", a->id, "job id")->required();
   watch->add_option("-o,--output", a->watch_output, "text (a live line) | json (one object per line)")
       ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
-  auto* cancel = app.add_subcommand("cancel", "cancel a job");
+  auto* cancel = app.add_subcommand("cancel", "cancel a job: its ranks checkpoint at their next step and stop");
   cancel->add_option("id", a->id, "job id")->required();
+  cancel->add_flag("--now", a->now, "kill the ranks at once, without the checkpoint (the newest periodic one is left)");
   auto* del = app.add_subcommand("delete", "delete a finished job and its events, or a lost worker");
   del->require_subcommand(1);
   auto* del_job = del->add_subcommand("job", "one finished job");
   del_job->add_option("id", a->id, "job id")->required();
   auto* del_worker = del->add_subcommand("worker", "one lost worker (a connected one leaves on SIGTERM)");
   del_worker->add_option("name", a->name, "worker name")->required();
-  auto* drain = app.add_subcommand("drain", "stop placing new work on a worker");
+  auto* drain = app.add_subcommand("drain", "stop placing new work on a worker (--wait: and move its rank off it)");
   drain->add_option("name", a->name, "worker name")->required();
+  drain->add_flag("--wait", a->wait, "also checkpoint and stop its rank (the job continues elsewhere, no restart used) and wait "
+                                     "until the worker runs nothing");
+  drain->add_option("--wait-seconds", a->wait_seconds, "--wait: give up after this long (the worker stays drained)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   auto* undrain = app.add_subcommand("undrain", "let a drained worker take work again");
   undrain->add_option("name", a->name, "worker name")->required();
   auto* top = app.add_subcommand("top", "live table of running jobs and racks");

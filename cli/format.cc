@@ -78,28 +78,78 @@ std::string ProgressLine(const moe::v1::StepMetrics& m, int width) {
   return out;
 }
 
-std::string JobsTable(const std::vector<moe::v1::Job>& jobs, double now) {
-  std::vector<std::vector<std::string>> rows;
+namespace {
+
+// The racks an attempt holds, with the ranks in each: "r0:4 r1:4".
+std::string PlacementRacks(const moe::v1::Job& j) {
+  std::map<std::string, int> racks;
+  for (const auto& p : j.placement()) racks[p.rack()]++;
+  std::string out;
+  for (const auto& [rack, n] : racks) out += (out.empty() ? "" : " ") + rack + ":" + std::to_string(n);
+  return out.empty() ? "-" : out;
+}
+
+// "team=research,tier=low" (sorted), or "-".
+std::string Labels(const moe::v1::Job& j) {
+  const auto& labels = j.spec().metadata().labels();
+  const std::map<std::string, std::string> sorted(labels.begin(), labels.end());
+  std::string out;
+  for (const auto& [k, v] : sorted) out += (out.empty() ? "" : ",") + k + "=" + v;
+  return out.empty() ? "-" : out;
+}
+
+}  // namespace
+
+TableRows JobRows(const std::vector<moe::v1::Job>& jobs, double now, bool wide) {
+  TableRows t;
+  t.header = {"ID", "STATE", "PRIORITY", "RANKS", "STEP", "LOSS", "TFLOP/S/DEV", "RESTARTS", "AGE"};
+  if (wide) t.header.insert(t.header.end(), {"ATTEMPT", "CHECKPOINT", "RACKS", "LABELS", "REASON"});
   for (const auto& j : jobs) {
     const auto& par = j.spec().spec().parallelism();
     const auto& m = j.last_metrics();
-    rows.push_back({j.id(), StateName(j.state()), std::to_string(j.spec().metadata().priority()),
-                    std::to_string(par.world_size()) + " (EP " + std::to_string(par.expert_parallel()) + ")",
-                    m.step() > 0 ? std::to_string(m.step()) + "/" + std::to_string(m.total_steps()) : "-",
-                    m.step() > 0 ? FormatNumber(m.loss()) : "-", m.step() > 0 ? FormatNumber(m.tflops_per_device()) : "-",
-                    std::to_string(j.restarts()), Duration(now - j.created_at())});
+    std::vector<std::string> row = {j.id(), StateName(j.state()), std::to_string(j.spec().metadata().priority()),
+                                    std::to_string(par.world_size()) + " (EP " + std::to_string(par.expert_parallel()) + ")",
+                                    m.step() > 0 ? std::to_string(m.step()) + "/" + std::to_string(m.total_steps()) : "-",
+                                    m.step() > 0 ? FormatNumber(m.loss()) : "-", m.step() > 0 ? FormatNumber(m.tflops_per_device()) : "-",
+                                    std::to_string(j.restarts()), Duration(now - j.created_at())};
+    if (wide) {
+      const std::string reason = !j.waiting_reason().empty() ? j.waiting_reason() : j.message();
+      row.insert(row.end(), {std::to_string(j.attempt()), j.checkpoint_step() > 0 ? "step " + std::to_string(j.checkpoint_step()) : "-",
+                             PlacementRacks(j), Labels(j), reason.empty() ? "-" : reason});
+    }
+    t.rows.push_back(std::move(row));
   }
-  return Table({"ID", "STATE", "PRIORITY", "RANKS", "STEP", "LOSS", "TFLOP/S/DEV", "RESTARTS", "AGE"}, rows);
+  return t;
 }
 
-std::string WorkersTable(const std::vector<moe::v1::Worker>& workers, double now) {
-  std::vector<std::vector<std::string>> rows;
+TableRows WorkerRows(const std::vector<moe::v1::Worker>& workers, double now, bool wide) {
+  TableRows t;
+  t.header = {"NAME", "STATE", "RACK", "NODE", "DEVICE", "RUNS", "HEARTBEAT"};
+  if (wide) t.header.insert(t.header.end(), {"ADDRESS", "MEMORY", "REGISTERED"});
   for (const auto& w : workers) {
-    rows.push_back({w.name(), WorkerStateName(w.state()), w.rack(), w.node(), w.device(),
-                    w.job_id().empty() ? "-" : w.job_id() + " r" + std::to_string(w.rank()),
-                    w.last_heartbeat() > 0 ? Duration(now - w.last_heartbeat()) + " ago" : "-"});
+    // A drained worker still running its rank shows as DRAINING (moe_workers{state="draining"}).
+    const bool draining = w.drained() && w.state() == moe::v1::BUSY;
+    std::vector<std::string> row = {w.name(), draining ? "DRAINING" : WorkerStateName(w.state()), w.rack(), w.node(), w.device(),
+                                    w.job_id().empty() ? "-" : w.job_id() + " r" + std::to_string(w.rank()),
+                                    w.last_heartbeat() > 0 ? Duration(now - w.last_heartbeat()) + " ago" : "-"};
+    if (wide) {
+      row.insert(row.end(), {w.address().empty() ? "-" : w.address(),
+                             w.memory_bytes() > 0 ? FormatNumber(static_cast<double>(w.memory_bytes()) / 1e9, 1) + " GB" : "-",
+                             w.registered_at() > 0 ? Duration(now - w.registered_at()) + " ago" : "-"});
+    }
+    t.rows.push_back(std::move(row));
   }
-  return Table({"NAME", "STATE", "RACK", "NODE", "DEVICE", "RUNS", "HEARTBEAT"}, rows);
+  return t;
+}
+
+std::string JobsTable(const std::vector<moe::v1::Job>& jobs, double now, bool wide) {
+  const TableRows t = JobRows(jobs, now, wide);
+  return Table(t.header, t.rows);
+}
+
+std::string WorkersTable(const std::vector<moe::v1::Worker>& workers, double now, bool wide) {
+  const TableRows t = WorkerRows(workers, now, wide);
+  return Table(t.header, t.rows);
 }
 
 std::string DescribeWorker(const moe::v1::Worker& w, double now) {
@@ -158,6 +208,7 @@ std::string Describe(const moe::v1::Job& j, double now) {
      << "State:        " << StateName(j.state()) << (j.message().empty() ? "" : " (" + EscapeControl(j.message()) + ")") << "\n"
      << (j.waiting_reason().empty() ? "" : "Waiting:      " + EscapeControl(j.waiting_reason()) + "\n")
      << "Priority:     " << j.spec().metadata().priority() << "\n"
+     << "Labels:       " << Labels(j) << "\n"
      << "Created:      " << Duration(now - j.created_at()) << " ago\n"
      << "Attempt:      " << j.attempt() << " (restarts " << j.restarts() << " of " << spec.max_restarts() << ")\n"
      << "Model:        " << (model.preset().empty() ? "custom" : model.preset()) << ": hidden " << model.hidden_size() << ", "
@@ -167,7 +218,8 @@ std::string Describe(const moe::v1::Job& j, double now) {
      << "Data:         " << (spec.data().source() == "synthetic" ? "synthetic" : spec.data().path()) << ", " << spec.data().global_batch_size()
      << " x " << spec.data().seq_length() << " tokens per step\n"
      << "Training:     " << spec.training().steps() << " steps, lr " << spec.optimizer().lr() << ", checkpoints in "
-     << (spec.checkpoint().dir().empty() ? "-" : spec.checkpoint().dir()) << " every " << spec.checkpoint().interval_steps() << " steps\n";
+     << (spec.checkpoint().dir().empty() ? "-" : spec.checkpoint().dir()) << " every " << spec.checkpoint().interval_steps() << " steps"
+     << (j.checkpoint_step() > 0 ? ", newest reported: step " + std::to_string(j.checkpoint_step()) : "") << "\n";
   if (j.placement_size() > 0) {
     os << "Placement:\n";
     std::map<std::string, std::map<std::string, std::vector<std::string>>> tree;

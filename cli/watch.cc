@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -41,7 +42,6 @@ class TextPrinter {
   }
   void Metrics(const moe::v1::StepMetrics& m) {
     saw_metrics_ = true;
-    if (first_loss_ == 0) first_loss_ = m.loss();
     const auto now = std::chrono::steady_clock::now();
     if (tty_) {
       // A step with a validation result keeps its line; the others overwrite each other.
@@ -61,22 +61,27 @@ class TextPrinter {
     if (saw_metrics_ || last.last_metrics().step() <= 0) return;
     std::printf("%s\n", ProgressLine(last.last_metrics()).c_str());
   }
-  void Summary(const moe::v1::Job& last) const {
+  // From the job's record (RunSummary: every step the controller saw, whenever this watch attached):
+  // the loss from the first step to the last, and means over the measured steps.
+  static void Summary(const moe::v1::Job& last) {
     std::printf("%s %s", last.id().c_str(), StateName(last.state()).c_str());
     if (!last.message().empty()) std::printf(": %s", EscapeControl(last.message()).c_str());
     std::printf("\n");
     const auto& m = last.last_metrics();
-    if (m.step() <= 0) return;
-    std::printf("summary: %lld steps, loss %.4f -> %.4f, %.4f TFLOP/s per device, MFU %.1f%% (against %s), %.0f tokens/s, "
-                "%d restart(s)\n",
-                static_cast<long long>(m.step()), first_loss_ > 0 ? first_loss_ : m.loss(), m.loss(), m.tflops_per_device(),
-                m.mfu() * 100, m.mfu_peak_source().c_str(), m.tokens_per_second(), last.restarts());
+    const auto& s = last.summary();
+    if (m.step() <= 0 || s.reported_steps() == 0) return;
+    const double n = static_cast<double>(std::max<int64_t>(1, s.measured_steps()));
+    std::printf("summary: steps %lld-%lld, loss %.4f -> %.4f, mean %.4f TFLOP/s per device, MFU %.1f%% (against %s), "
+                "%.0f tokens/s, %.3f s/step over %lld step(s), %d restart(s)%s\n",
+                static_cast<long long>(s.first_step()), static_cast<long long>(m.step()), s.first_loss(), m.loss(),
+                s.tflops_sum() / n, s.mfu_sum() / n * 100, m.mfu_peak_source().c_str(), s.tokens_per_second_sum() / n,
+                s.step_seconds_sum() / n, static_cast<long long>(s.measured_steps()), last.restarts(),
+                last.checkpoint_step() > 0 ? (", last checkpoint reported at step " + std::to_string(last.checkpoint_step())).c_str() : "");
   }
 
  private:
   const bool tty_ = ::isatty(STDOUT_FILENO);
   bool line_open_ = false, first_snapshot_ = true, saw_metrics_ = false;
-  double first_loss_ = 0;
   std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now() - std::chrono::hours(1);
 };
 

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -236,6 +237,8 @@ struct JobSpec {
   std::string kind = "TrainingJob";
   std::string name;
   int64_t priority = 0;
+  // Kubernetes-style labels, for selecting jobs (moectl get jobs -l team=research); see ValidLabels.
+  std::map<std::string, std::string> labels;
   ModelConfig model;
   ParallelismConfig parallelism;
   PlacementConfig placement;

@@ -2,6 +2,8 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <map>
+
 #include "common/check.h"
 #include "common/job_spec_schema.h"
 #include "common/schema.h"
@@ -50,6 +52,19 @@ Node MessageToNode(const Message& m) {
   for (const FieldDescriptor* f : fields) {
     if (!f->is_repeated()) {
       node.Set(DocumentKey(*f), ValueToNode(m, *f, -1));
+      continue;
+    }
+    if (f->is_map()) {  // string keys (the schema's maps); reflection's order is unspecified: sorted
+      std::map<std::string, Node> entries;
+      const int n = m.GetReflection()->FieldSize(m, f);
+      for (int i = 0; i < n; ++i) {
+        const Message& entry = m.GetReflection()->GetRepeatedMessage(m, f, i);
+        const FieldDescriptor* key = entry.GetDescriptor()->map_key();
+        entries[entry.GetReflection()->GetString(entry, key)] = ValueToNode(entry, *entry.GetDescriptor()->map_value(), -1);
+      }
+      Node map = Node::Map();
+      for (auto& [k, v] : entries) map.Set(k, std::move(v));
+      node.Set(DocumentKey(*f), std::move(map));
       continue;
     }
     Node list = Node::List();

@@ -16,6 +16,36 @@ Status ValidPriority(int64_t v, const std::string& path) {
   return InvalidArgumentError(path + ": must be in -1000000000 .. 1000000000, got " + std::to_string(v));
 }
 
+// Kubernetes' label syntax: a key is [prefix/]name (name: 1-63 of A-Z a-z 0-9 - _ ., alphanumeric at
+// both ends; prefix: a DNS subdomain of at most 253); a value is empty or a name. At most 64 labels.
+bool IsLabelName(std::string_view s) {
+  const auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  if (s.empty() || s.size() > 63 || !alnum(s.front()) || !alnum(s.back())) return false;
+  for (char c : s) {
+    if (!alnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+Status ValidLabels(const std::map<std::string, std::string>& labels, const std::string& path) {
+  if (labels.size() > 64) return InvalidArgumentError(path + ": at most 64 labels, got " + std::to_string(labels.size()));
+  for (const auto& [key, value] : labels) {
+    const size_t slash = key.find('/');
+    const std::string_view prefix = slash == std::string::npos ? "" : std::string_view(key).substr(0, slash);
+    const std::string_view name = slash == std::string::npos ? std::string_view(key) : std::string_view(key).substr(slash + 1);
+    const bool prefix_ok = slash == std::string::npos || (!prefix.empty() && prefix.size() <= 253 && IsLabelName(prefix));
+    if (!prefix_ok || !IsLabelName(name)) {
+      return InvalidArgumentError(path + ": key '" + key + "' must be [prefix/]name, the name 1-63 characters of a-z, A-Z, "
+                                  "0-9, '-', '_', '.', starting and ending alphanumeric");
+    }
+    if (!value.empty() && !IsLabelName(value)) {
+      return InvalidArgumentError(path + "." + key + ": '" + value + "' must be empty or 1-63 characters of a-z, A-Z, 0-9, "
+                                  "'-', '_', '.', starting and ending alphanumeric");
+    }
+  }
+  return OkStatus();
+}
+
 Status ValidName(const std::string& s, const std::string& path) {
   bool ok = !s.empty() && s.size() <= 63 && IsLowerAlnum(s.front()) && IsLowerAlnum(s.back());
   for (char c : s) ok = ok && (IsLowerAlnum(c) || c == '-' || c == '.' || c == '_');
@@ -241,6 +271,7 @@ const Schema<JobSpec>& SchemaOf<JobSpec>() {
       Section<J>("metadata", {
           Field("name", &J::name, NotEmpty(), ValidName),
           Field("priority", &J::priority, ValidPriority),
+          Field("labels", &J::labels, ValidLabels),
       }),
       Section<J>("spec", {
           Field("model", &J::model),

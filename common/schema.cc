@@ -89,7 +89,7 @@ using schema_internal::Refuse;
 std::string_view TypeKindName(TypeInfo::Kind kind) {
   // In the order of TypeInfo::Kind.
   static constexpr std::string_view kNames[] = {"int64",  "uint64", "double", "bool",
-                                                "string", "list",   "struct"};
+                                                "string", "list",   "struct", "map"};
   return kNames[static_cast<int>(kind)];
 }
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,9 +42,9 @@ namespace moe {
 struct SchemaInfo;
 
 struct TypeInfo {
-  enum class Kind { kInt64, kUint64, kDouble, kBool, kString, kList, kStruct };
+  enum class Kind { kInt64, kUint64, kDouble, kBool, kString, kList, kStruct, kMap };
   Kind kind;
-  const TypeInfo* element = nullptr;   // kList: the element's type
+  const TypeInfo* element = nullptr;   // kList: the element's type; kMap: the value's (keys are strings)
   const SchemaInfo* fields = nullptr;  // kStruct: its fields
 };
 std::string_view TypeKindName(TypeInfo::Kind kind);
@@ -150,6 +151,33 @@ struct Codec<std::vector<T>> {
     for (size_t i = 0; i < v.size(); ++i) {
       MOE_RETURN_IF_ERROR(Codec<T>::Check(v[i], schema_internal::IndexPath(path, i)));
     }
+    return OkStatus();
+  }
+};
+
+// A mapping of string keys (Kubernetes-style labels): read as a whole, keys in sorted order.
+template <typename T>
+struct Codec<std::map<std::string, T>> {
+  static const TypeInfo& Type() {
+    static const TypeInfo type{TypeInfo::Kind::kMap, &Codec<T>::Type(), nullptr};
+    return type;
+  }
+  static Status Read(const Node& n, const std::string& path, std::map<std::string, T>* out) {
+    MOE_RETURN_IF_ERROR(schema_internal::ExpectMapping(n, path));
+    std::map<std::string, T> values;
+    for (const auto& [key, value] : n.items()) {
+      MOE_RETURN_IF_ERROR(Codec<T>::Read(value, schema_internal::JoinPath(path, key), &values[key]));
+    }
+    *out = std::move(values);
+    return OkStatus();
+  }
+  static Node Write(const std::map<std::string, T>& v) {
+    Node map = Node::Map();
+    for (const auto& [key, value] : v) map.Set(key, Codec<T>::Write(value));
+    return map;
+  }
+  static Status Check(const std::map<std::string, T>& v, const std::string& path) {
+    for (const auto& [key, value] : v) MOE_RETURN_IF_ERROR(Codec<T>::Check(value, schema_internal::JoinPath(path, key)));
     return OkStatus();
   }
 };
@@ -284,6 +312,10 @@ bool IsEmptyDefault(const T&) {
 }
 template <typename T>
 bool IsEmptyDefault(const std::vector<T>& v) {
+  return v.empty();
+}
+template <typename T>
+bool IsEmptyDefault(const std::map<std::string, T>& v) {
   return v.empty();
 }
 }  // namespace schema_internal

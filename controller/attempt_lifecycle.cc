@@ -20,6 +20,10 @@ void Controller::Schedule() {
   const double t0 = clock_.Monotonic();
   std::vector<QueuedJob> queue;
   for (JobEntry* e : jobs_.All()) {
+    if (e->not_before > t0) {  // restart backoff (Tick schedules again when it ends)
+      e->waiting_reason = "restart backoff: placed again in " + internal::Seconds(e->not_before - t0);
+      continue;
+    }
     // A restarting job waits until its previous attempt's ranks have stopped.
     if (IsQueued(e->job.state()) && !e->attempt) {
       queue.push_back({e->job.id(), e->spec.priority, e->job.created_at()});
@@ -32,7 +36,9 @@ void Controller::Schedule() {
     req.previous = internal::SlotsOf(e->job);
     auto placed = Place(req, free);
     if (!placed.ok()) {  // a smaller job further down may fit now
-      e->waiting_reason = placed.status().message();
+      // Not even on every live worker: it waits for workers to register, and says how many it needs.
+      const Status fits = CheckFeasible(req, workers_.LiveSlots());
+      e->waiting_reason = fits.ok() ? placed.status().message() : "waiting for capacity: " + fits.message();
       continue;
     }
     e->waiting_reason.clear();
@@ -105,7 +111,7 @@ void Controller::FailAttempt(JobEntry& e, const std::string& reason, bool perman
   schedule_needed_ = true;
 }
 
-void Controller::StopRanks(JobEntry& e, const std::string& reason) {
+void Controller::StopRanks(JobEntry& e, const std::string& reason, bool now) {
   Attempt& a = *e.attempt;
   a.ending = true;
   for (size_t r = 0; r < a.ranks.size(); ++r) {
@@ -118,7 +124,7 @@ void Controller::StopRanks(JobEntry& e, const std::string& reason) {
       if (w != nullptr && w->job_id == e.job.id()) workers_.Release(name);
       continue;
     }
-    w->channel->Send(internal::CancelMessage(e.job.id(), a.number, reason));
+    w->channel->Send(internal::CancelMessage(e.job.id(), a.number, reason, now));
   }
 }
 
@@ -213,16 +219,34 @@ Status Controller::RecordFailure(JobEntry& e) {
                                 std::to_string(restarts) + " of " + std::to_string(e.spec.max_restarts) + " used)");
   }
   if (restarts < e.spec.max_restarts) {
-    return jobs_.Transition(e, moe::v1::RESTARTING, "Restarting",
-                            "restart " + std::to_string(restarts + 1) + " of " +
-                                std::to_string(e.spec.max_restarts) +
-                                " from the latest complete checkpoint (" + f.reason + ")",
-                            [&](moe::v1::Job& job) { job.set_restarts(restarts + 1); });
+    const double delay = RestartDelay(restarts + 1);
+    MOE_RETURN_IF_ERROR(jobs_.Transition(e, moe::v1::RESTARTING, "Restarting",
+                                         "restart " + std::to_string(restarts + 1) + " of " +
+                                             std::to_string(e.spec.max_restarts) + " in " + internal::Seconds(delay) + " (" +
+                                             f.reason + "); " + ResumePoint(e),
+                                         [&](moe::v1::Job& job) { job.set_restarts(restarts + 1); }));
+    e.not_before = delay > 0 ? clock_.Monotonic() + delay : 0;
+    return OkStatus();
   }
   return jobs_.Transition(e, moe::v1::FAILED, "Failed",
                           f.reason + " (after " + std::to_string(restarts) +
                               " restart(s); max_restarts is " +
                               std::to_string(e.spec.max_restarts) + ")");
+}
+
+// restart_backoff_seconds doubled for each restart before the n-th, at most restart_backoff_max_seconds.
+double Controller::RestartDelay(int n) const {
+  double d = config_.restart_backoff_seconds;
+  for (int k = 1; k < n && d < config_.restart_backoff_max_seconds; ++k) d *= 2;
+  return std::min(d, config_.restart_backoff_max_seconds);
+}
+
+// Where a restart of the job begins, as its ranks reported (a checkpoint written since the last step
+// report is newer: the ranks resume from the newest complete one they find).
+std::string Controller::ResumePoint(const JobEntry& e) const {
+  if (e.spec.checkpoint.dir.empty()) return "it starts over from step 0: checkpoints are off (no spec.checkpoint.dir)";
+  if (e.job.checkpoint_step() > 0) return "it resumes from the checkpoint of step " + std::to_string(e.job.checkpoint_step());
+  return "it starts over from step 0: no checkpoint reported yet (the ranks resume from one if it was written since)";
 }
 
 void Controller::SettleOrRetry(JobEntry& e) {

@@ -49,6 +49,14 @@ struct ControllerConfig {
   // it, MoEWorkerLost stops firing for it); 0 keeps lost workers until moectl delete worker.
   double lost_worker_retention_seconds = 3600;
   double rank_start_seconds = 300;  // an assigned rank that has not started by then fails its attempt
+  // A failed attempt's restart waits restart_backoff_seconds, doubling with each restart of the job up
+  // to restart_backoff_max_seconds (Kubernetes' CrashLoopBackOff: 10 s, 20 s, 40 s, ... 300 s). A clean
+  // requeue (a worker leaving, a drain) waits for nothing. 0: restart at once.
+  // A job of more ranks than this is refused at submit (0: no ceiling). A smaller job that the workers
+  // registered now cannot hold waits in PENDING for capacity, with the reason.
+  int64_t max_job_ranks = 0;
+  double restart_backoff_seconds = 10;
+  double restart_backoff_max_seconds = 300;
   // Finished jobs (and their events) older than this are deleted; 0 keeps them.
   double finished_job_retention_seconds = 30 * 24 * 3600;
 

@@ -91,8 +91,12 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
       if (e->job.request_id() == request_id) return e->job;  // a retry: the job it created
     }
   }
-  if (Status st = CheckFeasible(internal::RequestFor(spec), workers_.LiveSlots()); !st.ok()) {
-    return FailedPreconditionError("the job can never fit: " + st.message());
+  // A job larger than the cluster registered now waits for capacity (a controller started before its
+  // workers, a cluster growing): only a job over the configured ceiling is refused.
+  if (config_.max_job_ranks > 0 && spec.parallelism.world_size > config_.max_job_ranks) {
+    return FailedPreconditionError("the job can never fit: spec.parallelism.world_size " + std::to_string(spec.parallelism.world_size) +
+                                   " exceeds this controller's ceiling of " + std::to_string(config_.max_job_ranks) +
+                                   " ranks per job (--max-job-ranks)");
   }
   MOE_RETURN_IF_ERROR(CheckMemoryFits(spec));
   const std::string id = jobs_.NewId(spec.name);
@@ -171,7 +175,7 @@ std::vector<moe::v1::Job> Controller::List(const std::vector<JobState>& states) 
   return out;
 }
 
-StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::string& actor) {
+StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::string& actor, bool now) {
   MutexLock lock(&mu_);
   JobEntry* e = jobs_.Find(id);
   if (e == nullptr) return NotFoundError("no job '" + id + "'");
@@ -180,10 +184,11 @@ StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::stri
                                    moe::v1::JobState_Name(e->job.state()) + ")");
   }
   // Stored before any rank hears of it: a refused cancel leaves the job running.
-  const std::string by = "cancelled by " + (actor.empty() ? std::string("a user") : actor);
+  const std::string by = "cancelled by " + (actor.empty() ? std::string("a user") : actor) +
+                         (!e->attempt ? "" : now ? " (--now: ranks killed, no checkpoint)" : " (ranks checkpoint at their next step and stop)");
   MOE_RETURN_IF_ERROR(jobs_.Transition(*e, moe::v1::CANCELLED, "Cancelled", by));
   if (e->attempt) {
-    StopRanks(*e, by);
+    StopRanks(*e, by, now);
     SettleOrRetry(*e);  // ends the attempt at once when no rank was left to stop
   }
   schedule_needed_ = true;
@@ -208,7 +213,8 @@ std::vector<moe::v1::Worker> Controller::Workers() {
   return workers_.List();
 }
 
-StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained, const std::string& actor) {
+StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained, const std::string& actor,
+                                                 bool move_work) {
   MutexLock lock(&mu_);
   WorkerEntry* w = workers_.Find(name);
   if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
@@ -217,6 +223,13 @@ StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool d
   MOE_RETURN_IF_ERROR(store_.PutWorker(record, w->session));
   MOE_RETURN_IF_ERROR(workers_.SetDrained(name, drained));
   MOE_LOG(INFO) << "worker " << name << (drained ? " drained" : " undrained") << (actor.empty() ? "" : " by " + actor);
+  if (drained && move_work && w->busy()) {
+    JobEntry* e = AttemptOf(w->job_id, w->attempt, w->rank);
+    if (e != nullptr && !IsTerminal(e->job.state())) {
+      FailAttempt(*e, "worker " + name + " (rank " + std::to_string(w->rank) + ") drained" + (actor.empty() ? "" : " by " + actor),
+                  /*permanent=*/false, /*counted=*/false);
+    }
+  }
   schedule_needed_ = true;
   return workers_.Describe(*workers_.Find(name));
 }
@@ -486,6 +499,9 @@ void Controller::Tick() {
   for (JobEntry* e : jobs_.All()) SettleOrRetry(*e);  // records the store refused earlier
   for (JobEntry* e : jobs_.All()) {
     if (e->attempt && e->attempt->start_deadline != 0) CheckRankStarts(*e, now);
+  }
+  for (JobEntry* e : jobs_.All()) {
+    if (e->not_before != 0 && now >= e->not_before) e->not_before = 0, schedule_needed_ = true;  // backoff over
   }
   rendezvous_.Expire(now);
   ExpireFinishedJobs();

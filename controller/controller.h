@@ -56,13 +56,18 @@ class Controller {
   // One page of jobs, oldest first, filtered by state and id prefix (job_admin.cc).
   StatusOr<moe::v1::ListJobsResponse> ListPage(const moe::v1::ListJobsRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
-  StatusOr<moe::v1::Job> Cancel(const std::string& id, const std::string& actor = "") ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancels a job. Its ranks checkpoint at their next step boundary and stop, unless `now` (killed at once).
+  StatusOr<moe::v1::Job> Cancel(const std::string& id, const std::string& actor = "", bool now = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a finished job and its events; FAILED_PRECONDITION while it is live.
   Status Delete(const std::string& id, const std::string& actor = "") ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<int64_t> Watch(const std::string& id, WatchFn fn) ABSL_LOCKS_EXCLUDED(mu_);
   void Unwatch(int64_t subscription) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<moe::v1::Worker> Workers() ABSL_LOCKS_EXCLUDED(mu_);
-  StatusOr<moe::v1::Worker> SetDrained(const std::string& name, bool drained, const std::string& actor = "")
+  // Drains (no new work) or undrains a worker. `move_work` (drain only): its rank also checkpoints and
+  // stops, and its job continues elsewhere without using a restart (as when the worker leaves).
+  StatusOr<moe::v1::Worker> SetDrained(const std::string& name, bool drained, const std::string& actor = "",
+                                       bool move_work = false)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets a worker that is not connected (lost); FAILED_PRECONDITION for a connected one (stop its
   // moe-worker: SIGTERM leaves cleanly and removes it).
@@ -136,7 +141,11 @@ class Controller {
   // Forgets a worker: the registry's entry and the stored one (the name is free again).
   Status ForgetWorker(const std::string& name, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneLostWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StopRanks(JobEntry& e, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells every live rank of the attempt to stop: at its next step boundary, checkpointing there, or
+  // killed at once (`now`).
+  double RestartDelay(int n) const;                 // the wait before a job's n-th restart
+  std::string ResumePoint(const JobEntry& e) const;  // "from the checkpoint of step 100", ...
+  void StopRanks(JobEntry& e, const std::string& reason, bool now = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleFinished(const std::string& worker, const moe::v1::RankFinished& f)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RankFinished(JobEntry& e, int rank, const moe::v1::RankFinished& f)

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -66,12 +68,20 @@ inline std::string RackSummary(const std::vector<Slot>& slots) {
 }
 
 inline moe::v1::ControllerMessage CancelMessage(const std::string& job_id, int attempt,
-                                                const std::string& reason) {
+                                                const std::string& reason, bool now = false) {
   moe::v1::ControllerMessage m;
   m.mutable_cancel()->set_job_id(job_id);
   m.mutable_cancel()->set_attempt(attempt);
   m.mutable_cancel()->set_reason(reason);
+  m.mutable_cancel()->set_now(now);
   return m;
+}
+
+// A wait for people: "10 s", "2.5 s".
+inline std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), s == static_cast<double>(static_cast<int64_t>(s)) ? "%.0f s" : "%.1f s", s);
+  return buf;
 }
 
 // Where an attempt's ranks keep their rendezvous keys.

@@ -245,7 +245,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const moe::v1::CancelJobRequest* req,
                                       moe::v1::Job* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id(), auth_.Who(Authorization(ctx))));
+      MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id(), auth_.Who(Authorization(ctx)), req->now()));
       return OkStatus();
     });
   }
@@ -276,7 +276,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
                                         moe::v1::Worker* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true, auth_.Who(Authorization(ctx))));
+      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true, auth_.Who(Authorization(ctx)), req->move_work()));
       return OkStatus();
     });
   }

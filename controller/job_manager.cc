@@ -193,10 +193,31 @@ Status JobManager::Persist(JobEntry& e, moe::v1::Job record) {
   return OkStatus();
 }
 
+namespace {
+
+// Adds a step to the job's run summary (moe::v1::RunSummary) and its newest checkpoint.
+void AddToSummary(moe::v1::Job& job, const moe::v1::StepMetrics& m) {
+  job.set_checkpoint_step(std::max(job.checkpoint_step(), m.checkpoint_step()));
+  moe::v1::RunSummary& s = *job.mutable_summary();
+  if (s.reported_steps() == 0) s.set_first_step(m.step()), s.set_first_loss(m.loss());
+  s.set_reported_steps(s.reported_steps() + 1);
+  const bool first_of_attempt = s.attempt() != m.attempt();
+  s.set_attempt(m.attempt());
+  if (first_of_attempt && m.step() < m.total_steps()) return;  // warm-up; a one-step attempt still counts
+  s.set_measured_steps(s.measured_steps() + 1);
+  s.set_tflops_sum(s.tflops_sum() + m.tflops_per_device());
+  s.set_mfu_sum(s.mfu_sum() + m.mfu());
+  s.set_tokens_per_second_sum(s.tokens_per_second_sum() + m.tokens_per_second());
+  s.set_step_seconds_sum(s.step_seconds_sum() + m.step_seconds());
+}
+
+}  // namespace
+
 Status JobManager::PublishMetrics(JobEntry& e, const moe::v1::StepMetrics& m) {
   // Metrics change every step: the record is stored at most every few seconds, so a restarted
   // controller may show metrics that old (the next step replaces them).
   // A step with a validation result updates the record's last_eval and is stored at once.
+  AddToSummary(e.job, m);
   if (m.has_eval_loss()) {
     moe::v1::Job next = e.job;
     *next.mutable_last_metrics() = m;

@@ -79,6 +79,7 @@ struct JobEntry {
   int64_t next_event_seq = 1;
   double last_persist = 0;  // monotonic time the record was last stored
   std::string waiting_reason;  // why the last scheduling pass did not place it (queued jobs)
+  double not_before = 0;       // monotonic: a restarting job is not placed before this (restart backoff)
 };
 
 class JobManager {

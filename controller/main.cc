@@ -57,6 +57,18 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "a lost worker that has not come back in this long is forgotten (0: kept until moectl delete worker)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-job-ranks", c.max_job_ranks,
+                 "refuse jobs of more ranks than this at submit (0: none; a smaller job the workers cannot hold yet "
+                 "waits for capacity)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--restart-backoff-seconds", c.restart_backoff_seconds,
+                 "a failed attempt restarts after this long, doubling with each restart of the job (0: at once)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--restart-backoff-max-seconds", c.restart_backoff_max_seconds, "the longest wait before a restart")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--rank-start-seconds", c.rank_start_seconds,
                  "an assigned rank that has not started by then fails its attempt")
       ->capture_default_str()

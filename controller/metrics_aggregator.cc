@@ -261,6 +261,7 @@ void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) 
   for (const auto& w : workers) {
     std::string state = moe::v1::WorkerState_Name(w.state());
     for (auto& c : state) c = static_cast<char>(std::tolower(c));
+    if (w.drained() && w.state() == moe::v1::BUSY) state = "draining";  // drained, still running its rank
     counts[{state, w.rack()}]++;
   }
   // Zero the combinations that emptied, so a rack's lost count goes back to 0 instead of vanishing.
@@ -273,7 +274,7 @@ void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) 
   std::set<std::string> racks;
   for (const auto& key : worker_series_) racks.insert(key.second);
   for (const auto& rack : racks) {
-    for (const char* st : {"idle", "busy", "lost", "drained", "leaving"}) {
+    for (const char* st : {"idle", "busy", "lost", "drained", "draining", "leaving"}) {
       if (!worker_series_.count({st, rack})) {
         workers_->Add({{"state", st}, {"rack", rack}}).Set(0);
         worker_series_.insert({st, rack});

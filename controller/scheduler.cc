@@ -159,7 +159,8 @@ Status CheckFeasible(const PlacementRequest& req, const std::vector<Slot>& all) 
   for (const auto& s : all) if (DeviceMatches(s.device, req.device_type)) matching.push_back(s);
   if (static_cast<int>(matching.size()) < req.world_size) {
     return FailedPreconditionError("the job needs " + std::to_string(req.world_size) + " " + req.device_type +
-                                   " workers and the cluster has " + std::to_string(matching.size()));
+                                   " workers and the cluster has " + std::to_string(matching.size()) + " (" +
+                                   std::to_string(req.world_size - static_cast<int>(matching.size())) + " more)");
   }
   if (PackFresh(fresh, matching).empty()) {
     return FailedPreconditionError("no placement keeps every expert-parallel group of " + std::to_string(req.expert_parallel) +

@@ -195,7 +195,7 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
         StartRank(stub, msg.assign());
         break;
       case moe::v1::ControllerMessage::kCancel:
-        CancelRank(msg.cancel().job_id(), msg.cancel().attempt(), msg.cancel().reason());
+        CancelRank(msg.cancel().job_id(), msg.cancel().attempt(), msg.cancel().reason(), msg.cancel().now());
         break;
       default:
         break;
@@ -424,16 +424,16 @@ void WorkerAgent::FakeMonitor(Rank* rank) {
   Report(f);
 }
 
-void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::string& reason) {
+void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::string& reason, bool now) {
   std::shared_ptr<Rank> cur;
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);
     cur = current_;
   }
   if (!cur || cur->done || cur->assignment.job_id() != job_id || cur->assignment.attempt() != attempt) return;
-  MOE_LOG(INFO) << "stopping rank " << cur->assignment.rank() << " of " << job_id << ": " << reason;
+  MOE_LOG(INFO) << (now ? "killing rank " : "stopping rank ") << cur->assignment.rank() << " of " << job_id << ": " << reason;
   // It stops at its next step boundary; if not within the grace, its monitor kills it.
-  if (cur->process) cur->process->RequestStop(o_.stop_grace_seconds);
+  if (cur->process) cur->process->RequestStop(now ? 0 : o_.stop_grace_seconds);
   cur->fake_stop = true;
 }
 

@@ -64,7 +64,9 @@ class WorkerAgent {
   void ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   void StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub, const moe::v1::Assignment& a);
   StatusOr<std::vector<std::string>> RankArgs(const Rank& rank) const;
-  void CancelRank(const std::string& job_id, int attempt, const std::string& reason);
+  // Stops the rank of that attempt if it runs here: at its next step boundary (it checkpoints there),
+  // killed after the stop grace; `now`: killed at once.
+  void CancelRank(const std::string& job_id, int attempt, const std::string& reason, bool now);
   void Monitor(Rank* rank);
   void StartFakeRank(const moe::v1::Assignment& a);
   void FakeMonitor(Rank* rank);

@@ -49,6 +49,7 @@ Status StepMetricsFromJson(const std::string& line, moe::v1::StepMetrics* mm) {
   mm->set_grad_sync_seconds(num("grad_sync_seconds"));
   mm->set_pipeline_bubble(num("pipeline_bubble"));
   mm->set_memory_peak_bytes(count("memory_peak_bytes"));
+  mm->set_checkpoint_step(count("checkpoint_step"));
   if (doc.Find("eval_loss") != nullptr) {
     mm->set_eval_loss(num("eval_loss"));
     mm->set_eval_ppl(num("eval_ppl"));

@@ -75,7 +75,10 @@ class Cluster:
         out = open(os.path.join(self.work, f"controller-{self.starts}.log"), "w")
         self.controller = subprocess.Popen(
             [f"{self.bin}/moe-controller", "--listen", self.addr, "--metrics-listen", f"127.0.0.1:{self.metrics}",
-             "--state-dir", os.path.join(self.work, "state"), "--lease-seconds", str(LEASE)],
+             "--state-dir", os.path.join(self.work, "state"), "--lease-seconds", str(LEASE),
+             # Up to 40 restarts: the default backoff (10 s doubling to 300 s) would be most of the run.
+             # This test times detection and recovery; controller_test covers the backoff itself.
+             "--restart-backoff-seconds", "1", "--restart-backoff-max-seconds", "2"],
             stdout=out, stderr=subprocess.STDOUT)
         deadline = time.time() + 20
         while time.time() < deadline:

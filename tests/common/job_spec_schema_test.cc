@@ -67,6 +67,16 @@ void CompareValue(const TypeInfo& type, const FieldDescriptor& f, const std::str
 void CompareField(const FieldInfo& field, const FieldDescriptor& f, const std::string& path,
                   Mismatches* out) {
   const TypeInfo& type = *field.type;
+  if ((type.kind == K::kMap) != f.is_map()) {
+    out->push_back(path + (f.is_map() ? ": a map in the proto, not in the schema" : ": a map in the schema, not in the proto"));
+    return;
+  }
+  if (type.kind == K::kMap) {  // string keys both sides; an empty map is the absent one
+    const FieldDescriptor* key = f.message_type()->map_key();
+    if (key->type() != FieldDescriptor::TYPE_STRING) out->push_back(path + ": the proto map's keys are not strings");
+    CompareValue(*type.element, *f.message_type()->map_value(), path + "{}", out);
+    return;
+  }
   if ((type.kind == K::kList) != f.is_repeated()) {
     out->push_back(path + (f.is_repeated() ? ": repeated in the proto, not a list in the schema"
                                            : ": a list in the schema, not repeated in the proto"));

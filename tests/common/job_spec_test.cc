@@ -6,6 +6,7 @@
 
 #include "common/flops.h"
 #include "common/job_spec_schema.h"
+#include "common/label_selector.h"
 
 namespace moe {
 namespace {
@@ -102,9 +103,43 @@ INSTANTIATE_TEST_SUITE_P(
             "seed: 1234, attention: materialized}\n  checkpoint: {dir: /tmp/moe-ckpt, interval_steps: 50}\n  resources: {device: cuda}",
             "spec.training.attention: materialized is the CPU reference path"},
         Bad{"name: tiny-dsv3", "name: Tiny DSV3!", "metadata.name:"},
+        Bad{"priority: 0}", "priority: 0, labels: {team: research, bad key: x}}", "metadata.labels: key 'bad key' must be [prefix/]name"},
+        Bad{"priority: 0}", "priority: 0, labels: {team: -research}}", "metadata.labels.team: '-research' must be empty or 1-63"},
+        Bad{"priority: 0}", "priority: 0, labels: {/team: x}}", "metadata.labels: key '/team'"},
+        Bad{"priority: 0}", "priority: 0, labels: [team]}", "metadata.labels: expected a mapping"},
         Bad{"apiVersion: moe/v1", "apiVersion: moe/v2", "apiVersion: must be moe/v1"},
         Bad{"max_restarts: 3", "max_restarts: 3\n  surprise: 1", "spec.surprise: unknown field"},
         Bad{"data: {path: data/fortunes,", "data: {", "spec.data.path: missing"}));
+
+TEST(JobSpec, LabelsRoundTripAndSelectorsPickJobsByThem) {
+  std::string text = kJob;
+  text.replace(text.find("priority: 0}"), 12, "priority: 0, labels: {team: research, example.com/tier: low, spot: ''}}");
+  auto spec = ParseJobSpecText(text);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::map<std::string, std::string> want = {{"example.com/tier", "low"}, {"spot", ""}, {"team", "research"}};
+  EXPECT_EQ(spec->labels, want);
+  auto again = ParseJobSpec(JobSpecToNode(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->labels, want);
+  const auto matches = [&](const std::string& sel) {
+    auto s = LabelSelector::Parse(sel);
+    EXPECT_TRUE(s.ok()) << sel << ": " << s.status();
+    return s.ok() && s->Matches(want);
+  };
+  EXPECT_TRUE(matches("team=research"));
+  EXPECT_TRUE(matches("team==research, example.com/tier=low"));
+  EXPECT_TRUE(matches("spot,!preemptible,tier!=high"));
+  EXPECT_TRUE(matches(""));
+  EXPECT_FALSE(matches("team=infra"));
+  EXPECT_FALSE(matches("team!=research"));
+  EXPECT_FALSE(matches("!spot"));
+  EXPECT_FALSE(matches("owner"));
+  for (const char* bad : {"team in (a,b)", "a=b,,c", "=x", "a=b=c", "!"}) {
+    auto s = LabelSelector::Parse(bad, "-l");
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().message().rfind("-l: ", 0), 0u) << s.status().message();
+  }
+}
 
 TEST(JobSpec, EveryPresetRoundTripsThroughTheWriter) {
   for (const std::string& preset : ModelPresetNames()) {

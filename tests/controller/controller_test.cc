@@ -47,7 +47,11 @@ JobSpec Spec(const std::string& name, int world, int ep, int priority = 0, int m
 
 class ControllerTest : public ::testing::Test {
  protected:
-  ControllerTest() { Make(); }
+  // Restarts at once here; the backoff has its own test (ARestartWaitsItsBackoff...).
+  ControllerTest() {
+    config_.restart_backoff_seconds = 0;
+    Make();
+  }
   void Make() {
     metrics_ = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(), clock_, StragglerOptions{0.3, 3}, 60, "test");
     controller_ = std::make_unique<Controller>(store_, clock_, *metrics_, config_);
@@ -78,7 +82,8 @@ class ControllerTest : public ::testing::Test {
     const Status st = controller_->OnWorkerMessage(worker, m);
     EXPECT_TRUE(st.ok()) << st;
   }
-  void Step(const std::string& worker, const moe::v1::Assignment& a, int64_t step, double compute = 0.1) {
+  void Step(const std::string& worker, const moe::v1::Assignment& a, int64_t step, double compute = 0.1,
+            int64_t checkpoint_step = 0) {
     moe::v1::WorkerMessage m;
     auto* s = m.mutable_step();
     s->set_job_id(a.job_id());
@@ -89,6 +94,8 @@ class ControllerTest : public ::testing::Test {
     s->mutable_metrics()->set_loss(5.0);
     s->mutable_metrics()->set_step_seconds(0.2);
     s->mutable_metrics()->set_compute_seconds(compute);
+    s->mutable_metrics()->set_checkpoint_step(checkpoint_step);
+    s->mutable_metrics()->set_tflops_per_device(static_cast<double>(step));  // distinct per step: the mean is checkable
     Msg(worker, m);
   }
   void Finish(const std::string& worker, const moe::v1::Assignment& a, bool ok, const std::string& why = "") {
@@ -397,18 +404,29 @@ TEST_F(ControllerTest, AJobNeedingMoreMemoryThanAnyWorkerHasIsRefusedWithBothNum
   EXPECT_TRUE(controller_->Submit(SpecToProto(Spec("fits", 1, 1))).ok()) << "a tiny job still fits";
 }
 
-TEST_F(ControllerTest, InfeasibleJobsAreRefusedAtSubmitWithTheReason) {
+TEST_F(ControllerTest, AJobLargerThanTheClusterWaitsForCapacityAndOneOverTheCeilingIsRefused) {
+  auto early = Submit(Spec("early", 2, 2));  // before any worker registered: the order of a Slurm script
+  EXPECT_EQ(State(early.id()), moe::v1::PENDING);
+  EXPECT_NE(controller_->Get(early.id(), false)->waiting_reason().find("waiting for capacity: the job needs 2 cpu workers and "
+                                                                        "the cluster has 0 (2 more)"),
+            std::string::npos)
+      << controller_->Get(early.id(), false)->waiting_reason();
   AddWorker("a", "r0", "n0");
   AddWorker("b", "r1", "n1");
+  // EP 2 within a rack, but each rack has one worker: it waits, saying why.
+  EXPECT_EQ(State(early.id()), moe::v1::PENDING);
+  EXPECT_NE(controller_->Get(early.id(), false)->waiting_reason().find("inside one rack"), std::string::npos)
+      << controller_->Get(early.id(), false)->waiting_reason();
+  AddWorker("c", "r0", "n2");
+  EXPECT_EQ(State(early.id()), moe::v1::SCHEDULED) << "placed once a second worker in r0 arrived";
+  config_.max_job_ranks = 2;
+  Make();
   auto j = controller_->Submit(SpecToProto(Spec("too-big", 4, 1)));
   ASSERT_FALSE(j.ok());
   EXPECT_EQ(j.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(j.status().message().find("can never fit"), std::string::npos) << j.status();
-  // EP 2 within a rack, but each rack has one worker.
-  j = controller_->Submit(SpecToProto(Spec("split", 2, 2)));
-  ASSERT_FALSE(j.ok());
-  EXPECT_NE(j.status().message().find("inside one rack"), std::string::npos) << j.status();
-  EXPECT_TRUE(controller_->List({}).empty()) << "refused jobs are not stored";
+  EXPECT_NE(j.status().message().find("can never fit: spec.parallelism.world_size 4 exceeds this controller's ceiling of 2"),
+            std::string::npos) << j.status();
+  EXPECT_EQ(controller_->List({}).size(), 1u) << "the refused job is not stored";
   // Semantic errors carry field paths.
   auto bad = SpecToProto(Spec("bad", 2, 2));
   bad.mutable_spec()->mutable_model()->mutable_moe()->set_top_k(0);
@@ -545,6 +563,97 @@ TEST_F(ControllerTest, AFailedRankRestartsUntilMaxRestartsThenFails) {
   EXPECT_EQ(j.state(), moe::v1::FAILED);
   EXPECT_NE(j.message().find("training failed again"), std::string::npos) << j.message();
   EXPECT_NE(j.message().find("max_restarts is 1"), std::string::npos) << j.message();
+}
+
+TEST_F(ControllerTest, ARestartWaitsItsBackoffDoublingUpToTheCapAndSaysWhereItResumes) {
+  config_.restart_backoff_seconds = 10;
+  config_.restart_backoff_max_seconds = 25;
+  Make();
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("j", 1, 1, 0, /*max_restarts=*/3));
+  Step("a", a->Assignments()[0], 1);
+  Finish("a", a->Assignments()[0], false, "boom");
+  auto j = *controller_->Get(job.id(), false);
+  EXPECT_EQ(j.state(), moe::v1::RESTARTING);
+  EXPECT_NE(j.message().find("restart 1 of 3 in 10 s (rank 0 on worker a failed: boom); it starts over from step 0: no checkpoint reported yet"),
+            std::string::npos) << j.message();
+  EXPECT_NE(j.waiting_reason().find("restart backoff: placed again in 10 s"), std::string::npos) << j.waiting_reason();
+  clock_.Advance(9);
+  Heartbeats();
+  controller_->Tick();
+  EXPECT_EQ(a->Assignments().size(), 1u) << "placed before its backoff ended";
+  clock_.Advance(1.5);
+  Heartbeats();
+  controller_->Tick();
+  ASSERT_EQ(a->Assignments().size(), 2u) << "not placed once its backoff ended";
+  Step("a", a->Assignments()[1], 2, 0.1, /*checkpoint_step=*/2);
+  Finish("a", a->Assignments()[1], false, "boom again");
+  j = *controller_->Get(job.id(), false);
+  EXPECT_NE(j.message().find("restart 2 of 3 in 20 s ("), std::string::npos) << j.message();
+  EXPECT_NE(j.message().find("); it resumes from the checkpoint of step 2"), std::string::npos) << j.message();
+  EXPECT_EQ(j.checkpoint_step(), 2);
+  clock_.Advance(20.5);
+  Heartbeats();
+  controller_->Tick();
+  ASSERT_EQ(a->Assignments().size(), 3u);
+  Finish("a", a->Assignments()[2], false, "and again");
+  j = *controller_->Get(job.id(), false);
+  EXPECT_NE(j.message().find("restart 3 of 3 in 25 s"), std::string::npos) << "capped: " << j.message();
+  ASSERT_TRUE(controller_->Cancel(job.id()).ok()) << "a job in its backoff can be cancelled";
+  clock_.Advance(30);
+  Heartbeats();
+  controller_->Tick();
+  EXPECT_EQ(a->Assignments().size(), 3u) << "a cancelled job is not placed when its backoff ends";
+}
+
+TEST_F(ControllerTest, TheRunSummaryCountsEveryStepAndLeavesEachAttemptsFirstOutOfTheMeans) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("j", 1, 1));
+  for (int64_t s = 1; s <= 3; ++s) Step("a", a->Assignments()[0], s);
+  Finish("a", a->Assignments()[0], false, "lost a peer");
+  ASSERT_EQ(a->Assignments().size(), 2u);
+  Step("a", a->Assignments()[1], 3);  // resumed from step 2: step 3 again, then 4
+  Step("a", a->Assignments()[1], 4);
+  const moe::v1::RunSummary s = controller_->Get(job.id(), false)->summary();
+  EXPECT_EQ(s.first_step(), 1);
+  EXPECT_DOUBLE_EQ(s.first_loss(), 5.0);
+  EXPECT_EQ(s.reported_steps(), 5);
+  EXPECT_EQ(s.measured_steps(), 3) << "steps 2, 3 of attempt 1 and step 4 of attempt 2";
+  EXPECT_DOUBLE_EQ(s.tflops_sum(), 2 + 3 + 4);
+  EXPECT_NEAR(s.step_seconds_sum(), 0.6, 1e-9);
+}
+
+TEST_F(ControllerTest, CancelNowKillsTheRanksAndDrainWithMoveWorkRequeuesWithoutARestart) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto first = Submit(Spec("first", 1, 1, 0, /*max_restarts=*/0));
+  ASSERT_TRUE(controller_->Cancel(first.id(), "alice", /*now=*/true).ok());
+  ASSERT_FALSE(a->sent.empty());
+  ASSERT_TRUE(a->sent.back().has_cancel());
+  EXPECT_TRUE(a->sent.back().cancel().now());
+  EXPECT_NE(controller_->Get(first.id(), false)->message().find("--now"), std::string::npos);
+  Finish("a", a->Assignments()[0], false, "killed");
+  auto* b = AddWorker("b", "r0", "n1");
+  auto job = Submit(Spec("j", 1, 1, 0, /*max_restarts=*/0));
+  FakeChannel* on = a->Assignments().size() == 2 ? a : b;
+  const std::string name = on == a ? "a" : "b";
+  FakeChannel* other = on == a ? b : a;
+  ASSERT_EQ(on->Assignments().back().job_id(), job.id());
+  Step(name, on->Assignments().back(), 1);
+  auto w = controller_->SetDrained(name, true, "bob", /*move_work=*/true);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(on->sent.back().has_cancel());
+  EXPECT_FALSE(on->sent.back().cancel().now()) << "a drain lets the rank checkpoint";
+  Finish(name, on->Assignments().back(), false, "stopped after step 1 (asked to stop)");
+  auto j = *controller_->Get(job.id(), false);
+  EXPECT_EQ(j.state(), moe::v1::SCHEDULED) << j.message();
+  EXPECT_EQ(j.restarts(), 0) << "a drain uses no restart";
+  ASSERT_FALSE(other->Assignments().empty());
+  EXPECT_EQ(other->Assignments().back().job_id(), job.id()) << "it continues on the other worker";
+  for (const auto& x : controller_->Workers()) {
+    if (x.name() == name) {
+      EXPECT_TRUE(x.drained());
+    }
+  }
 }
 
 TEST_F(ControllerTest, CancelStopsTheRanks) {

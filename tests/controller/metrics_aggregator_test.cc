@@ -203,6 +203,11 @@ TEST_F(MetricsAggregatorTest, BuildInfoWorkersAndTheQueue) {
   EXPECT_EQ(Get("moe_workers", {{"state", "busy"}, {"rack", "r0"}}), 0.0)
       << "every state shows for every rack";
   EXPECT_EQ(Get("moe_workers", {{"state", "lost"}, {"rack", "r1"}}), 1.0);
+  workers[0].set_state(moe::v1::BUSY);
+  workers[0].set_drained(true);  // drained while its rank still runs
+  metrics_.SetWorkers(workers);
+  EXPECT_EQ(Get("moe_workers", {{"state", "draining"}, {"rack", "r0"}}), 1.0);
+  EXPECT_EQ(Get("moe_workers", {{"state", "busy"}, {"rack", "r0"}}), 0.0) << "a draining worker is not counted busy";
   metrics_.SetWorkers({});
   EXPECT_EQ(Get("moe_workers", {{"state", "lost"}, {"rack", "r1"}}), 0.0) << "back to 0, not gone";
   metrics_.SetQueueLength(4);

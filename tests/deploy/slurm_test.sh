@@ -1,29 +1,76 @@
 #!/usr/bin/env bash
 # deploy/slurm on a real Slurm (Debian's slurm-wlm and munge, installed by `make test`): slurmctld and
-# two slurmd on loopback with a generated slurm.conf and a topology of two blocks; the sbatch script
+# two slurmd on loopback with a generated slurm.conf and a topology of two blocks. The sbatch script
 # starts a controller and CPU workers, submits a tiny job (W = 4, EP 2: one EP group per block) and
-# watches it to SUCCEEDED; the racks come from Slurm's topology. Everything started is stopped.
+# follows it. Mid-run the batch shell gets SIGTERM, as `#SBATCH --signal=B:TERM@300` sends it before the
+# time limit (here `scancel --signal=TERM --batch`, at a step this test picks: Slurm's own timer fires up
+# to a minute early). The script must stop cleanly: the ranks checkpoint at their next step, the
+# controller keeps its state, the batch job exits 75. Resubmitted with the same MOE_WORK, the script
+# must follow the same job (no second one), which resumes from that checkpoint with no restart used and
+# SUCCEEDS with its racks from Slurm's topology. Everything started is stopped.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${MOE_BIN:?}
+BIN=$(cd "$BIN" && pwd)
 work=$(mktemp -d /tmp/moe-slurm-test.XXXXXX)
 cleanup() {
   scancel --user=root >/dev/null 2>&1 || true
   tests/slurm/local_slurm.sh stop "$work/slurm" >/dev/null 2>&1 || true
   pkill -f "moe-.*--state-dir $work" 2>/dev/null || true
-  rm -rf "$work"
+  [ -n "${MOE_KEEP_WORK:-}" ] && echo "kept $work" >&2 || rm -rf "$work"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$work"/run/*.log "$work"/out.txt; do [ -f "$f" ] && { echo "== $f" >&2; tail -20 "$f" >&2; }; done; exit 1; }
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/run/*.log "$work"/out*.txt; do [ -f "$f" ] && { echo "== $f" >&2; tail -25 "$f" >&2; }; done
+  exit 1
+}
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("",0));print(s.getsockname()[1])'; }
 export SLURM_CONF=$(tests/slurm/local_slurm.sh start "$work/slurm")
-sed 's/seq_length: 256, micro_batch_size: 8/seq_length: 64, micro_batch_size: 4/; s/steps: 400, seed/steps: 20, seed/;
+sed 's/seq_length: 256, micro_batch_size: 8/seq_length: 64, micro_batch_size: 4/; s/steps: 400, seed/steps: 40, seed/;
      s/world_size: 2, expert_parallel: 2/world_size: 4, expert_parallel: 2/' examples/tiny.yaml >"$work/job.yaml"
 sed -i "s#path: data/fortunes#path: $PWD/data/fortunes#" "$work/job.yaml"
-mkdir -p "$work/run"
-MOE_BIN=$(cd "$BIN" && pwd) MOE_WORK=$work/run MOE_DEVICE=cpu MOE_PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("",0));print(s.getsockname()[1])') \
-MOE_METRICS_PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("",0));print(s.getsockname()[1])') \
-  timeout 600 sbatch --wait --nodes=2 --ntasks-per-node=2 -o "$work/out.txt" deploy/slurm/moe-job.sbatch "$work/job.yaml" >/dev/null \
-  || fail "the sbatch job failed"
-grep -q "SUCCEEDED" "$work/out.txt" || fail "no SUCCEEDED in the batch output"
-grep -q "rack block1" "$work/out.txt" && grep -q "rack block2" "$work/out.txt" || fail "the racks did not come from Slurm's topology"
-echo "slurm: sbatch ran the controller and 4 CPU workers in 2 blocks; the job SUCCEEDED"
+grep -q "steps: 40," "$work/job.yaml" || fail "examples/tiny.yaml changed shape: this test's sed no longer applies"
+mkdir -p "$work/run" "$work/elsewhere"
+port=$(free_port)
+export MOE_BIN=$BIN MOE_WORK=$work/run MOE_DEVICE=cpu MOE_PORT=$port MOE_METRICS_PORT=$(free_port)
+script=$PWD/deploy/slurm/moe-job.sbatch
+grep -q '^#SBATCH --signal=B:TERM@' "$script" || fail "moe-job.sbatch does not ask for SIGTERM before its time limit"
+# Submitted from another directory: the script must find its helper and binaries by itself.
+jid=$(cd "$work/elsewhere" && env -u MOE_BIN sbatch --parsable --export=ALL,PATH=$BIN:$PATH --nodes=2 --ntasks-per-node=2 \
+      -o "$work/out1.txt" "$script" "$work/job.yaml") || fail "sbatch refused the job"
+ctl() { MOE_CONTROLLER=127.0.0.1:$port MOE_TOKEN=$(head -1 "$work/run/tokens" 2>/dev/null | cut -d' ' -f1) "$BIN/moectl" --timeout 3 "$@"; }
+step=0
+for _ in $(seq 1 600); do
+  step=$(ctl get jobs -o json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(max([int(j.get("lastMetrics", {}).get("step", 0)) for j in d.get("jobs", [])] or [0]))' 2>/dev/null || echo 0)
+  [ "$step" -ge 8 ] && break
+  squeue -h -j "$jid" 2>/dev/null | grep -q . || fail "the batch job ended before step 8"
+  sleep 0.5
+done
+[ "$step" -ge 8 ] || fail "the job did not reach step 8"
+[ "$step" -lt 40 ] || fail "the job finished before the signal could be tested"
+scancel --signal=TERM --batch "$jid"
+for _ in $(seq 1 240); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.5; done
+squeue -h -j "$jid" 2>/dev/null | grep -q . && fail "the batch job did not stop within 120 s of its SIGTERM"
+grep -q "stopped before the end; resubmit" "$work/out1.txt" || fail "no clean stop in the first batch output"
+exit1=$(scontrol show job "$jid" 2>/dev/null | grep -oP 'ExitCode=\K[0-9]+' | head -1 || true)
+[ -z "$exit1" ] || [ "$exit1" = 75 ] || fail "the stopped batch job exited $exit1, not 75"
+ck=$( (ls -d "$work"/run/checkpoints/*/step_* 2>/dev/null || true) | sed 's/.*step_0*//' | sort -n | tail -1)
+[ -n "$ck" ] && [ "$ck" -ge 8 ] || fail "no checkpoint at or after step 8 (newest: ${ck:-none}) after the stop"
+id1=$(grep -oP 'moe-job: following \K\S+' "$work/out1.txt" | head -1)
+
+# The resubmission: same MOE_WORK, so the same controller state; the same job must carry on.
+(cd "$work/elsewhere" && timeout 600 sbatch --wait --export=ALL,PATH=$BIN:$PATH --nodes=2 --ntasks-per-node=2 \
+   -o "$work/out2.txt" "$script" "$work/job.yaml" >/dev/null) || fail "the resubmitted batch job failed"
+grep -q "resuming the controller state" "$work/out2.txt" || fail "the resubmission did not reuse the controller state"
+id2=$(grep -oP 'moe-job: following \K\S+' "$work/out2.txt" | head -1)
+[ -n "$id1" ] && [ "$id1" = "$id2" ] || fail "the resubmission followed '$id2', not the stopped job '$id1'"
+grep -q "SUCCEEDED" "$work/out2.txt" || fail "no SUCCEEDED in the second batch output"
+first=$(grep -oP '^step \K[0-9]+(?=/40)' "$work/out2.txt" | head -1)
+[ "$first" = $((ck + 1)) ] || fail "the resumed attempt began at step ${first:-?}, not after the checkpoint of step $ck"
+grep -q " 0 restart(s)" "$work/out2.txt" || fail "the clean stop used a restart: $(grep summary: "$work/out2.txt")"
+grep -q "rack block1" "$work/out2.txt" && grep -q "rack block2" "$work/out2.txt" || fail "the racks did not come from Slurm's topology"
+echo "slurm: SIGTERM at step $step checkpointed step $ck and exited 75; the resubmission followed $id1 from step $first to SUCCEEDED (4 CPU workers in 2 blocks)"

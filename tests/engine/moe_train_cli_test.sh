@@ -24,7 +24,8 @@ expect_error 2 "spec.model.moe.top_k: 12 exceeds num_experts = 8" --config "$wor
 sed 's/{preset: tiny}/{preset: tiny, hiden_size: 64}/' examples/tiny.yaml >"$work/typo.yaml"
 expect_error 2 "spec.model.hiden_size: unknown field (did you mean 'hidden_size'?)" --config "$work/typo.yaml"
 sed "s#path: data/fortunes#path: $work/missing#" examples/tiny.yaml >"$work/nodata.yaml"
-expect_error 1 "make data" --config "$work/nodata.yaml" --steps 1
+# A missing dataset cannot run as specified: exit 4, permanent (a restart would fail the same way).
+expect_error 4 "make data" --config "$work/nodata.yaml" --steps 1
 "$bin" --help | grep -q -- "--checkpoint-interval" || fail "--help lists no flags"
 expect_error 2 "--precision: 'fp16' is not fp32 or bf16" --config examples/tiny.yaml --precision fp16
 expect_error 2 "--device: 'tpu:0' is not cpu, cuda or cuda:N" --config examples/tiny.yaml --device tpu:0
@@ -72,4 +73,16 @@ printf 'garbage' | dd of="$work/a/step_00000012/shard_00000.bin" bs=1 seek=4000 
 "$bin" --config "$work/job.yaml" --steps 12 --checkpoint-dir "$work/a" --resume 2>"$work/c.log" || { cat "$work/c.log"; fail "resume after damage failed"; }
 grep -q "is damaged and is skipped" "$work/c.log" || fail "damage not reported: $(cat "$work/c.log")"
 grep -q "resumed from .*step_00000006" "$work/c.log" || fail "did not fall back to step 6"
-echo "moe-train CLI: errors, metrics, resume and fallback hold"
+# SIGTERM during initialisation (here: rank 0 of 2 waiting for a peer that never comes) stops the rank
+# at once with the "stopped" code, not after the rendezvous timeout.
+mkdir -p "$work/rdzv"
+"$bin" --config examples/tiny.yaml --rank 0 --world-size 2 --rendezvous "file://$work/rdzv" >"$work/init.log" 2>&1 &
+pid=$!
+sleep 1.5
+t0=$(date +%s.%N)
+kill -TERM $pid
+set +e; wait $pid; rc=$?; set -e
+took=$(python3 -c "import sys,time; print(f'{time.time() - float(sys.argv[1]):.2f}')" "$t0")
+[ "$rc" = 3 ] || fail "SIGTERM during initialisation: exit $rc, not 3 (stopped): $(tail -3 "$work/init.log")"
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 2 else 1)" "$took" || fail "SIGTERM during initialisation took $took s"
+echo "moe-train CLI: errors, metrics, resume and fallback hold; SIGTERM in initialisation: exit 3 in $took s"

@@ -31,7 +31,8 @@ std::string MetricsJson(const StepMetrics& m) {
   }
   os << "],\"alltoall_seconds\":" << n(m.alltoall_seconds) << ",\"compute_seconds\":" << n(m.compute_seconds)
      << ",\"grad_sync_seconds\":" << n(m.grad_sync_seconds) << ",\"pipeline_bubble\":" << n(m.pipeline_bubble)
-     << ",\"memory_peak_bytes\":" << m.memory_peak_bytes << ",\"memory_at_peak\":{";
+     << ",\"memory_peak_bytes\":" << m.memory_peak_bytes << ",\"checkpoint_step\":" << m.checkpoint_step
+     << ",\"memory_at_peak\":{";
   for (size_t i = 0; i < m.memory_at_peak.size(); ++i) {
     os << (i ? "," : "") << "\"" << m.memory_at_peak[i].first << "\":" << m.memory_at_peak[i].second;
   }

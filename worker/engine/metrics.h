@@ -34,6 +34,7 @@ struct StepMetrics {
   // held, and each category's share at that moment (weights, gradients, optimizer, activations,
   // communication, other).
   int64_t memory_peak_bytes = 0;
+  int64_t checkpoint_step = 0;  // the newest complete checkpoint when this step was reported (0: none)
   std::vector<std::pair<std::string, int64_t>> memory_at_peak;
   // Evaluation on the validation split (training.eval_interval), on the steps it ran after.
   bool has_eval = false;

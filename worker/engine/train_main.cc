@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -30,8 +31,18 @@
 
 namespace {
 
-volatile sig_atomic_t g_stop_requested = 0;
-void OnStopSignal(int) { g_stop_requested = 1; }
+// SIGTERM or SIGINT. Until the first step boundary (initialisation: communicators, the model, a
+// checkpoint's load, which can take minutes for a big model) there is nothing to keep, so the rank exits
+// at once with the "stopped" code (its starter reads exit code 3 as stopped on request); from then on it
+// stops at the next step boundary, which every rank agrees on, checkpointing there. Lock-free atomics:
+// the handler may run on any thread.
+std::atomic<int> g_stop_requested{0};
+std::atomic<int> g_training{0};  // set at the first step boundary
+static_assert(std::atomic<int>::is_always_lock_free);
+void OnStopSignal(int) {
+  if (g_training.load() == 0) ::_exit(moe::kExitStopped);
+  g_stop_requested.store(1);
+}
 
 struct Flags {
   std::string config, checkpoint_dir, metrics_out, log_level = "info", rendezvous, hostname = "127.0.0.1", device,
@@ -258,12 +269,11 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
   options.metrics_out = f.metrics_out;
   options.inject_step_delay = f.inject_delay;
   options.placement = *place;
-  // SIGTERM or SIGINT: stop at the next step boundary (all ranks agree on which), exit code 3.
-  struct sigaction sa {};
-  sa.sa_handler = OnStopSignal;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  options.should_stop = [] { return g_stop_requested != 0; };
+  // SIGTERM or SIGINT (see OnStopSignal): installed in main, before anything that can take long.
+  options.should_stop = [] {  // asked at every step boundary, the first right before step 1
+    g_training.store(1);
+    return g_stop_requested.load() != 0;
+  };
   if (g_report != nullptr) {
     options.on_step = [](const moe::StepMetrics& m) {
       std::fprintf(g_report, "%s\n", moe::MetricsJson(m).c_str());
@@ -289,6 +299,10 @@ int main(int argc, char** argv) {
   // A peer that dies closes its sockets; writing to them must be an error Gloo reports (EPIPE), not a
   // signal that kills this rank before it can say what happened.
   ::signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   Flags f;
   moe::ArgParser args = MakeParser(&f);
   if (moe::Status st = args.Parse(argc, argv); !st.ok()) {

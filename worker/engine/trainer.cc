@@ -467,6 +467,7 @@ StepMetrics Trainer::Metrics(int64_t step, const StepStats& stats) const {
   m.grad_sync_seconds = stats.grad_sync_seconds;
   m.pipeline_bubble = stats.pipeline_bubble;
   m.memory_peak_bytes = stats.memory.peak;
+  m.checkpoint_step = std::max(last_checkpoint_step_, start_step_);
   for (size_t c = 0; c < kNumMemoryCategories; ++c) {
     m.memory_at_peak.emplace_back(MemoryCategoryName(static_cast<MemoryCategory>(c)), stats.memory.at_peak[c]);
   }

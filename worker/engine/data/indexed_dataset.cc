@@ -45,8 +45,10 @@ StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::Open(const std::string
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
   auto idx = ReadFileToString(idx_path);
   if (!idx.ok()) {
-    return NotFoundError("dataset index " + idx_path + " cannot be read (" + idx.status().message() +
-                         "); prepare it with moe-prep (make data)");
+    // FAILED_PRECONDITION, not NOT_FOUND: a job whose data is missing cannot run as specified, and a
+    // restart would fail the same way (common/rank_end.h classes it permanent: the job fails at once).
+    return FailedPreconditionError("dataset index " + idx_path + " cannot be read (" + idx.status().message() +
+                                   "); prepare it with moe-prep (make data)");
   }
   auto ds = std::unique_ptr<IndexedDataset>(new IndexedDataset());
   ds->prefix_ = prefix;
@@ -103,7 +105,7 @@ Status IndexedDataset::ParseIndex(const std::string& idx, const std::string& idx
 
 Status IndexedDataset::MapData(const std::string& bin_path) {
   int fd = ::open(bin_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NotFoundError("dataset data " + bin_path + " cannot be opened: " + std::strerror(errno));
+  if (fd < 0) return FailedPreconditionError("dataset data " + bin_path + " cannot be opened: " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
