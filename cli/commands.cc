@@ -238,6 +238,7 @@ int RunTop(Client& c, const Args& a) {
     req.add_states(moe::v1::RUNNING);
     req.add_states(moe::v1::SCHEDULED);
     req.add_states(moe::v1::RESTARTING);
+    req.add_states(moe::v1::PREEMPTED);
     MOE_RETURN_IF_ERROR(c.Call(&Stub::ListJobs, req, jobs));
     return c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), workers);
   };
@@ -333,6 +334,12 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   auto* undrain = app.add_subcommand("undrain", "let a drained worker take work again");
   undrain->add_option("name", a->name, "worker name")->required();
+  auto* logs = app.add_subcommand("logs", "a rank's output, from the worker that runs or ran it");
+  logs->add_option("id", a->logs.id, "job id")->required();
+  logs->add_option("--rank", a->logs.rank, "which rank")->capture_default_str()->check(CLI::NonNegativeNumber);
+  logs->add_option("--attempt", a->logs.attempt, "which attempt (default: the latest)")->check(CLI::PositiveNumber);
+  logs->add_option("--tail", a->logs.tail, "the last N lines (default: all)")->check(CLI::PositiveNumber);
+  logs->add_flag("-f,--follow", a->logs.follow, "keep printing new output until the rank ends");
   auto* top = app.add_subcommand("top", "live table of running jobs and racks");
   top->add_option("--interval", a->refresh, "refresh seconds")->capture_default_str()->check(CLI::PositiveNumber);
   top->add_flag("--once", a->once, "print once and exit");
@@ -343,6 +350,7 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
                          {del_worker, [&c, a] { return DeleteWorker(c, *a); }},
                          {drain, [&c, a] { return Drain(c, *a, true); }},
                          {undrain, [&c, a] { return Drain(c, *a, false); }},
+                         {logs, [&c, a] { return Logs(c, a->logs); }},
                          {top, [&c, a] { return RunTop(c, *a); }}});
   return out;
 }

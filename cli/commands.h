@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/client.h"
+#include "cli/logs.h"
 
 namespace moe::cli {
 
@@ -22,6 +23,7 @@ struct Args {
   double wait_seconds = 600;
   bool watch_list = false;  // get jobs|workers -w
   bool resume_by_name = false;  // submit --resume-by-name
+  LogsArgs logs;
 };
 
 // A subcommand and what it runs once parsed.

@@ -237,6 +237,9 @@ struct JobSpec {
   std::string kind = "TrainingJob";
   std::string name;
   int64_t priority = 0;
+  // A name the controller maps to a priority, and whether jobs of it may be preempted (moe-controller
+  // --priority-class); empty: metadata.priority as it is, preemptible.
+  std::string priority_class;
   // Kubernetes-style labels, for selecting jobs (moectl get jobs -l team=research); see ValidLabels.
   std::map<std::string, std::string> labels;
   ModelConfig model;

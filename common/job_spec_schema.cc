@@ -271,6 +271,9 @@ const Schema<JobSpec>& SchemaOf<JobSpec>() {
       Section<J>("metadata", {
           Field("name", &J::name, NotEmpty(), ValidName),
           Field("priority", &J::priority, ValidPriority),
+          Field("priority_class", &J::priority_class, [](const std::string& v, const std::string& path) {
+            return v.empty() ? OkStatus() : ValidName(v, path);  // empty: no class
+          }),
           Field("labels", &J::labels, ValidLabels),
       }),
       Section<J>("spec", {

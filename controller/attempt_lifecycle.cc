@@ -2,6 +2,8 @@
 // attempt ends when every rank has finished (SettleAttempt): SUCCEEDED when all did well, else the
 // recorded failure decides (RESTARTING, then placed again, or FAILED). A failure (a rank's, a lost
 // worker's) stops the other ranks at once, whether or not the store takes its record yet.
+#include <algorithm>
+#include <limits>
 #include <set>
 
 #include "common/job_spec_proto.h"
@@ -30,8 +32,16 @@ void Controller::Schedule() {
     }
   }
   std::vector<Slot> free = workers_.FreeSlots();
+  // A job waiting for the jobs it preempted to stop: what they free is its, not a lower priority's.
+  int64_t hold_below = std::numeric_limits<int64_t>::min();
+  std::string holder;
   for (const QueuedJob& q : QueueOrder(queue)) {
     JobEntry* e = jobs_.Find(q.id);
+    if (e->spec.priority < hold_below) {
+      e->waiting_reason = "held: " + holder + " (priority " + std::to_string(hold_below) +
+                          ") waits for the jobs it preempted to stop";
+      continue;
+    }
     PlacementRequest req = internal::RequestFor(e->spec);
     req.previous = internal::SlotsOf(e->job);
     auto placed = Place(req, free);
@@ -39,8 +49,13 @@ void Controller::Schedule() {
       // Not even on every live worker: it waits for workers to register, and says how many it needs.
       const Status fits = CheckFeasible(req, workers_.LiveSlots());
       e->waiting_reason = fits.ok() ? placed.status().message() : "waiting for capacity: " + fits.message();
+      if (fits.ok() && (PreemptionInFlight(*e) || Preempt(*e, req, free))) {
+        e->waiting_reason = "preempting " + e->preempting + ": placed once their ranks have checkpointed and stopped";
+        hold_below = std::max(hold_below, e->spec.priority), holder = e->job.id();
+      }
       continue;
     }
+    e->preempting.clear();
     e->waiting_reason.clear();
     if (Status st = StartAttempt(*e, *placed); !st.ok()) {
       MOE_LOG(WARNING) << "job " << q.id << " not started: " << st
@@ -55,8 +70,64 @@ void Controller::Schedule() {
   metrics_.ObserveSchedulerDecision(clock_.Monotonic() - t0);
 }
 
+// Whether a job's earlier preemption still runs: some job it preempted has ranks that have not stopped.
+bool Controller::PreemptionInFlight(JobEntry& e) {
+  if (e.preempting.empty()) return false;
+  bool running = false;
+  for (JobEntry* v : jobs_.All()) {
+    running |= v->attempt != nullptr && (", " + e.preempting + ",").find(", " + v->job.id() + ",") != std::string::npos;
+  }
+  if (!running) e.preempting.clear();  // they stopped and it still does not fit: choose again
+  return running;
+}
+
+// Running jobs of lower priority whose workers, with the free ones, would let `e` be placed: the
+// lowest priority first, then the fewest ranks, then the youngest. Each is asked to checkpoint at its
+// next step boundary and stop (PREEMPTED: queued again, no restart used). False when none would do.
+bool Controller::Preempt(JobEntry& e, const PlacementRequest& req, const std::vector<Slot>& free) {
+  if (!config_.preemption) return false;
+  std::vector<JobEntry*> candidates;
+  for (JobEntry* v : jobs_.All()) {
+    const JobState s = v->job.state();
+    if (!v->attempt || v->attempt->ending || v->spec.priority >= e.spec.priority || !Preemptible(v->spec)) continue;
+    if (s == moe::v1::SCHEDULED || s == moe::v1::RUNNING) candidates.push_back(v);
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const JobEntry* a, const JobEntry* b) {
+    if (a->spec.priority != b->spec.priority) return a->spec.priority < b->spec.priority;
+    if (a->attempt->slots.size() != b->attempt->slots.size()) return a->attempt->slots.size() < b->attempt->slots.size();
+    return a->job.created_at() > b->job.created_at();
+  });
+  std::vector<Slot> trial = free;
+  std::vector<JobEntry*> chosen;
+  bool fits = false;
+  for (JobEntry* v : candidates) {
+    if (fits) break;
+    chosen.push_back(v);
+    for (const Slot& s : v->attempt->slots) {
+      if (workers_.Placeable(s.worker)) trial.push_back(s);
+    }
+    fits = Place(req, trial).ok();
+  }
+  if (!fits) return false;
+  std::string ids;
+  for (JobEntry* v : chosen) {
+    ids += (ids.empty() ? "" : ", ") + v->job.id();
+    FailAttempt(*v, "preempted by job " + e.job.id() + " (priority " + std::to_string(e.spec.priority) + " > " +
+                        std::to_string(v->spec.priority) + ")",
+                /*permanent=*/false, /*counted=*/false, /*preempted=*/true);
+  }
+  e.preempting = ids;
+  if (Status st = jobs_.Event(e, "Preempting", "stopping " + ids + " to make room"); !st.ok()) {
+    MOE_LOG(WARNING) << "job " << e.job.id() << ": the Preempting event is not stored: " << st;
+  }
+  return true;
+}
+
 Status Controller::StartAttempt(JobEntry& e, const std::vector<Slot>& slots) {
   const int number = e.job.attempt() + 1;
+  std::vector<std::string>& by_rank = e.attempt_workers[number];  // a retried start writes it again
+  by_rank.clear();
+  for (const Slot& s : slots) by_rank.push_back(s.worker);
   const std::string what =
       "attempt " + std::to_string(number) + ": " + internal::RackSummary(slots);
   const std::optional<AttemptPlan> plan = PlanAttempt(config_, e.spec, slots);
@@ -101,9 +172,9 @@ void Controller::SendAssignments(const JobEntry& e) {
   }
 }
 
-void Controller::FailAttempt(JobEntry& e, const std::string& reason, bool permanent, bool counted) {
+void Controller::FailAttempt(JobEntry& e, const std::string& reason, bool permanent, bool counted, bool preempted) {
   if (!e.attempt || e.attempt->ending) return;  // already failing, or cancelled
-  e.attempt->failure = AttemptFailure{reason, permanent, counted, /*event_stored=*/false};
+  e.attempt->failure = AttemptFailure{reason, permanent, counted, /*event_stored=*/false, preempted};
   // No rank waits forever in a collective; on a requeue (not counted) they stop at the next step
   // boundary, all at the same one, and checkpoint there (moe-train on SIGTERM).
   StopRanks(e, reason);
@@ -204,7 +275,7 @@ Status Controller::SettleAttempt(JobEntry& e) {
 Status Controller::RecordFailure(JobEntry& e) {
   AttemptFailure& f = *e.attempt->failure;
   if (!f.event_stored) {
-    MOE_RETURN_IF_ERROR(jobs_.Event(e, f.counted ? "AttemptFailed" : "AttemptRequeued",
+    MOE_RETURN_IF_ERROR(jobs_.Event(e, f.counted ? "AttemptFailed" : f.preempted ? "AttemptPreempted" : "AttemptRequeued",
                                     "attempt " + std::to_string(e.attempt->number) + ": " + f.reason));
     f.event_stored = true;
   }
@@ -213,6 +284,12 @@ Status Controller::RecordFailure(JobEntry& e) {
                             f.reason + " (not retried: the job cannot run as specified)");
   }
   const int restarts = e.job.restarts();
+  if (f.preempted) {
+    return jobs_.Transition(e, moe::v1::PREEMPTED, "Preempted",
+                            f.reason + "; back in the queue, it resumes from the checkpoint its ranks write as they stop "
+                                       "(restart budget untouched: " + std::to_string(restarts) + " of " +
+                                std::to_string(e.spec.max_restarts) + " used)");
+  }
   if (!f.counted) {
     return jobs_.Transition(e, moe::v1::RESTARTING, "Requeued",
                             f.reason + "; resumes from the checkpoint its ranks write as they stop (restart budget untouched: " +

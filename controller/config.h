@@ -3,6 +3,7 @@
 // their tests include it freely.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -55,6 +56,15 @@ struct ControllerConfig {
   // A job of more ranks than this is refused at submit (0: no ceiling). A smaller job that the workers
   // registered now cannot hold waits in PENDING for capacity, with the reason.
   int64_t max_job_ranks = 0;
+  // A queued job that does not fit stops running jobs of lower priority to make room (they
+  // checkpoint, wait as PREEMPTED and resume later without using a restart).
+  bool preemption = true;
+  // metadata.priority_class names: the priority a job of the class gets, and whether it may be preempted.
+  struct PriorityClass {
+    int64_t priority = 0;
+    bool preemptible = true;
+  };
+  std::map<std::string, PriorityClass> priority_classes;
   double restart_backoff_seconds = 10;
   double restart_backoff_max_seconds = 300;
   // Finished jobs (and their events) older than this are deleted; 0 keeps them.

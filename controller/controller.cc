@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include "common/file_util.h"
 #include "common/job_spec_proto.h"
 #include "common/log.h"
+#include "common/path_roots.h"
 #include "common/memory_model.h"
 #include "controller/controller_internal.h"
 #include "controller/worker_claims.h"
@@ -81,6 +83,7 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
                                 " (a path or name that long is a mistake)");
   }
   MOE_ASSIGN_OR_RETURN(JobSpec spec, SpecFromProto(submitted));
+  MOE_RETURN_IF_ERROR(ApplyPriorityClass(&spec));
   if (spec.resources.precision == "fp8") {  // it would fail on every worker: refuse it now
     return UnimplementedError("spec.resources.precision: fp8 can be planned (moectl plan) but the engine trains bf16 "
                               "on cuda for now; submit with bf16 or leave the field out");
@@ -104,10 +107,31 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
     spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
   }
   MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec.checkpoint.dir));
+  MOE_RETURN_IF_ERROR(CheckPathsAllowed(spec));
   MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec, request_id, actor));
   schedule_needed_ = true;
   Schedule();
   return e->job;
+}
+
+// metadata.priority_class: the class's priority replaces metadata.priority.
+Status Controller::ApplyPriorityClass(JobSpec* spec) const {
+  if (spec->priority_class.empty()) return OkStatus();
+  const auto it = config_.priority_classes.find(spec->priority_class);
+  if (it == config_.priority_classes.end()) {
+    std::string known;
+    for (const auto& [name, pc] : config_.priority_classes) known += (known.empty() ? "" : ", ") + name;
+    return InvalidArgumentError("metadata.priority_class: unknown class '" + spec->priority_class + "' (" +
+                                (known.empty() ? "this controller defines none" : "known: " + known) +
+                                "; moe-controller --priority-class)");
+  }
+  spec->priority = it->second.priority;
+  return OkStatus();
+}
+
+bool Controller::Preemptible(const JobSpec& spec) const {
+  const auto it = config_.priority_classes.find(spec.priority_class);
+  return it == config_.priority_classes.end() || it->second.preemptible;
 }
 
 Status Controller::CheckMemoryFits(const JobSpec& spec) const {
@@ -134,6 +158,32 @@ Status Controller::CheckMemoryFits(const JobSpec& spec) const {
                 std::string(MemoryKindName(static_cast<MemoryKind>(top))).c_str(), big.bytes[top] / 1e9,
                 static_cast<double>(most) / 1e9, spec.resources.device.c_str(), where.c_str());
   return FailedPreconditionError(msg);
+}
+
+// Lexically (the controller does not see the workers' files; each worker checks again, following its
+// symbolic links): refused when every live worker of the job's device type confines that kind of path
+// and none allows it. Workers without roots allow anything.
+Status Controller::CheckPathsAllowed(const JobSpec& spec) const {
+  using Roots = google::protobuf::RepeatedPtrField<std::string>;
+  const auto check = [&](const std::string& field, const std::string& path, const std::string& what,
+                         const std::function<const Roots&(const moe::v1::Worker&)>& roots_of) -> Status {
+    Status refusal = OkStatus();
+    for (const moe::v1::Worker& w : workers_.List()) {
+      const bool kind = spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
+      if (!kind || w.state() == moe::v1::LOST || w.state() == moe::v1::LEAVING) continue;
+      Status st = CheckUnderRoots(field, path, {roots_of(w).begin(), roots_of(w).end()}, what, false, "/");
+      if (st.ok()) return OkStatus();
+      refusal = FailedPreconditionError(st.message() + " (worker " + w.name() + "; no live " + spec.resources.device +
+                                        " worker allows it)");
+    }
+    return refusal;
+  };
+  if (spec.data.source != "synthetic" && !spec.data.path.empty() && spec.data.path[0] == '/') {
+    MOE_RETURN_IF_ERROR(check("spec.data.path", spec.data.path, "data", [](const moe::v1::Worker& w) -> const Roots& { return w.data_roots(); }));
+  }
+  if (spec.checkpoint.dir.empty() || spec.checkpoint.dir[0] != '/') return OkStatus();
+  return check("spec.checkpoint.dir", spec.checkpoint.dir, "checkpoint",
+               [](const moe::v1::Worker& w) -> const Roots& { return w.checkpoint_roots(); });
 }
 
 Status Controller::CheckCheckpointDirFree(const std::string& dir) {
@@ -340,6 +390,9 @@ Status Controller::CheckWorkerMessage(const std::string& worker, const moe::v1::
     }
     case moe::v1::WorkerMessage::kRegister:
       return InvalidArgumentError("register: only the stream's first message registers");
+    case moe::v1::WorkerMessage::kLogReply:  // what it asked for is at most 1 MiB (worker/rank_log.h)
+      if (msg.log_reply().text().size() > (size_t{2} << 20)) return InvalidArgumentError("log reply: text over 2 MiB");
+      return OkStatus();
     default:
       return OkStatus();
   }
@@ -402,6 +455,9 @@ Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::Wor
     case moe::v1::WorkerMessage::kFinished:
       HandleFinished(worker, msg.finished());
       break;
+    case moe::v1::WorkerMessage::kLogReply:
+      HandleLogReply(worker, msg.log_reply());
+      break;
     case moe::v1::WorkerMessage::kLeaving:
       WorkerLeaving(worker, msg.leaving().reason().substr(0, kMaxMessageBytes));
       break;
@@ -460,6 +516,7 @@ void Controller::RecordStraggler(JobEntry& e, const StragglerChange& c) {
 void Controller::BeginShutdown() {
   MutexLock lock(&mu_);
   shutting_down_ = true;
+  FailLogRequests("", 0, "the controller is shutting down");
 }
 
 void Controller::Disconnected(const std::string& worker, WorkerChannel* channel) {
@@ -468,6 +525,7 @@ void Controller::Disconnected(const std::string& worker, WorkerChannel* channel)
   const WorkerEntry* w = workers_.Find(worker);
   const bool leaving = w != nullptr && w->leaving && w->channel == channel;
   if (!workers_.Disconnected(worker, channel)) return;
+  FailLogRequests(worker, 0, "worker " + worker + " disconnected");
   if (!leaving) return WorkerLost(worker, "its stream closed");
   // It said it was leaving: gone on purpose, not lost (no MoEWorkerLost, its name free again).
   if (Status st = ForgetWorker(worker, "left cleanly"); !st.ok()) {
@@ -503,6 +561,7 @@ void Controller::Tick() {
   for (JobEntry* e : jobs_.All()) {
     if (e->not_before != 0 && now >= e->not_before) e->not_before = 0, schedule_needed_ = true;  // backoff over
   }
+  FailLogRequests("", now, "no answer within 10 s");
   rendezvous_.Expire(now);
   ExpireFinishedJobs();
   PruneLostWorkers();

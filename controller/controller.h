@@ -15,6 +15,8 @@
 // placement and its end.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +59,10 @@ class Controller {
   StatusOr<moe::v1::ListJobsResponse> ListPage(const moe::v1::ListJobsRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Cancels a job. Its ranks checkpoint at their next step boundary and stop, unless `now` (killed at once).
+  // A rank's output from the worker that runs or ran it: `done` is called once, with the slice, or
+  // with why there is none (no such job or rank, the worker gone, no answer within 10 s).
+  using LogsDone = std::function<void(StatusOr<moe::v1::GetLogsResponse>)>;
+  void RequestLogs(const moe::v1::GetLogsRequest& req, LogsDone done) ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<moe::v1::Job> Cancel(const std::string& id, const std::string& actor = "", bool now = false)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a finished job and its events; FAILED_PRECONDITION while it is live.
@@ -104,7 +110,13 @@ class Controller {
   // Refuses a job whose per-rank memory (common/memory_model.h, moe-train --describe's accounting)
   // exceeds the memory every live worker of its device type reports.
   Status CheckMemoryFits(const JobSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleLogReply(const std::string& worker, const moe::v1::LogReply& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the log requests sent to `worker` ("" : every one) that it can no longer answer, or whose
+  // deadline passed (now > 0).
+  void FailLogRequests(const std::string& worker, double now, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status CheckCheckpointDirFree(const std::string& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's absolute data and checkpoint paths against the roots its workers reported.
+  Status CheckPathsAllowed(const JobSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finished jobs older than the retention go, with their events (job_admin.cc).
   void ExpireFinishedJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ranks assigned longer ago than the start deadline that never started fail their attempt.
@@ -133,8 +145,9 @@ class Controller {
   // The running attempt failed because of `reason`: stops its ranks, records the failure (the job
   // restarts or fails) and ends the attempt once no rank runs.
   // counted = false: not a failure of the job's making (a worker leaves cleanly): the job goes back to
-  // the queue without using one of max_restarts.
-  void FailAttempt(JobEntry& e, const std::string& reason, bool permanent = false, bool counted = true)
+  // the queue without using one of max_restarts; preempted (with counted = false): as PREEMPTED.
+  void FailAttempt(JobEntry& e, const std::string& reason, bool permanent = false, bool counted = true,
+                   bool preempted = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker says it is leaving (Leaving): no new work; its job is requeued.
   void WorkerLeaving(const std::string& name, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -143,6 +156,10 @@ class Controller {
   void PruneLostWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells every live rank of the attempt to stop: at its next step boundary, checkpointing there, or
   // killed at once (`now`).
+  bool PreemptionInFlight(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Preempt(JobEntry& e, const PlacementRequest& req, const std::vector<Slot>& free) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status ApplyPriorityClass(JobSpec* spec) const;
+  bool Preemptible(const JobSpec& spec) const;  // false for a class marked never-preempted
   double RestartDelay(int n) const;                 // the wait before a job's n-th restart
   std::string ResumePoint(const JobEntry& e) const;  // "from the checkpoint of step 100", ...
   void StopRanks(JobEntry& e, const std::string& reason, bool now = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -175,6 +192,15 @@ class Controller {
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   RendezvousStore rendezvous_;  // has its own lock
   bool schedule_needed_ ABSL_GUARDED_BY(mu_) = true;
+  // moectl logs: requests sent to workers, answered by their LogReply (job_logs.cc).
+  struct PendingLogs {
+    std::string worker;
+    double deadline = 0;  // monotonic
+    LogsDone done;
+    moe::v1::GetLogsResponse response;  // attempt and worker filled in
+  };
+  std::map<uint64_t, PendingLogs> pending_logs_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_log_request_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace moe::controller

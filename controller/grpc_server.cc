@@ -287,6 +287,20 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
       return OkStatus();
     });
   }
+  // Answered when the worker's LogReply arrives (or fails): the reactor finishes from that thread.
+  grpc::ServerUnaryReactor* GetLogs(grpc::CallbackServerContext* ctx, const moe::v1::GetLogsRequest* req,
+                                    moe::v1::GetLogsResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    if (Status st = auth_.Check(Authorization(ctx), Role::kViewer); !st.ok()) {
+      reactor->Finish(ToGrpc(st));
+      return reactor;
+    }
+    c_.RequestLogs(*req, [reactor, resp](StatusOr<moe::v1::GetLogsResponse> r) {
+      if (r.ok()) *resp = std::move(*r);
+      reactor->Finish(ToGrpc(r.ok() ? OkStatus() : r.status()));
+    });
+    return reactor;
+  }
   grpc::ServerUnaryReactor* DeleteWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
                                          moe::v1::DeleteWorkerResponse*) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status { return c_.DeleteWorker(req->name(), auth_.Who(Authorization(ctx))); });

@@ -27,7 +27,7 @@ std::string NormalizePath(const std::string& path) {
   return path[0] == '/' ? out : out.substr(1);
 }
 
-bool IsQueued(JobState s) { return s == moe::v1::PENDING || s == moe::v1::RESTARTING; }
+bool IsQueued(JobState s) { return s == moe::v1::PENDING || s == moe::v1::RESTARTING || s == moe::v1::PREEMPTED; }
 
 bool ValidTransition(JobState from, JobState to) {
   using namespace moe::v1;
@@ -36,11 +36,12 @@ bool ValidTransition(JobState from, JobState to) {
     case PENDING:
       return to == SCHEDULED || to == CANCELLED || to == FAILED;
     case SCHEDULED:
-      return to == RUNNING || to == RESTARTING || to == FAILED || to == CANCELLED ||
+      return to == RUNNING || to == RESTARTING || to == PREEMPTED || to == FAILED || to == CANCELLED ||
              to == SUCCEEDED;
     case RUNNING:
-      return to == SUCCEEDED || to == FAILED || to == CANCELLED || to == RESTARTING;
+      return to == SUCCEEDED || to == FAILED || to == CANCELLED || to == RESTARTING || to == PREEMPTED;
     case RESTARTING:
+    case PREEMPTED:
       return to == SCHEDULED || to == FAILED || to == CANCELLED;
     default:
       return false;

@@ -53,6 +53,7 @@ struct AttemptFailure {
   bool permanent = false;     // the job cannot run as specified: no restart
   bool counted = true;        // uses one of max_restarts (not when a worker left cleanly: requeued)
   bool event_stored = false;  // its "AttemptFailed" event is in the history
+  bool preempted = false;     // not counted: stopped for a job of higher priority (state PREEMPTED)
 };
 
 // The attempt now running or ending.
@@ -80,6 +81,8 @@ struct JobEntry {
   double last_persist = 0;  // monotonic time the record was last stored
   std::string waiting_reason;  // why the last scheduling pass did not place it (queued jobs)
   double not_before = 0;       // monotonic: a restarting job is not placed before this (restart backoff)
+  std::string preempting;      // a queued job waiting for the jobs it preempted to stop: their ids
+  std::map<int, std::vector<std::string>> attempt_workers;  // attempt -> workers by rank (moectl logs; not stored)
 };
 
 class JobManager {

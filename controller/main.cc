@@ -10,6 +10,9 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cstdlib>
+#include <string>
+#include <vector>
 #include <chrono>
 #include <thread>
 
@@ -62,6 +65,7 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "waits for capacity)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-preemption", c.preemption, "never stop running jobs for queued ones of higher priority");
   app.add_option("--restart-backoff-seconds", c.restart_backoff_seconds,
                  "a failed attempt restarts after this long, doubling with each restart of the job (0: at once)")
       ->capture_default_str()
@@ -90,6 +94,31 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
       ->capture_default_str();
   app.add_option("--log-level", c.log_level, "debug | info | warning | error")
       ->capture_default_str();
+}
+
+// --priority-class production=1000:never-preempted research=100 best-effort=-100
+moe::Status ParsePriorityClasses(const std::vector<std::string>& flags, ControllerConfig* c) {
+  for (const std::string& f : flags) {
+    const size_t eq = f.find('=');
+    std::string value = eq == std::string::npos ? "" : f.substr(eq + 1);
+    ControllerConfig::PriorityClass pc;
+    if (const size_t colon = value.find(':'); colon != std::string::npos) {
+      if (value.substr(colon + 1) != "never-preempted") {
+        return moe::InvalidArgumentError("--priority-class " + f + ": after ':' only 'never-preempted' is known");
+      }
+      pc.preemptible = false;
+      value = value.substr(0, colon);
+    }
+    char* end = nullptr;
+    const long long v = value.empty() ? 0 : std::strtoll(value.c_str(), &end, 10);
+    if (eq == 0 || eq == std::string::npos || value.empty() || *end != 0 || v < -1000000000 || v > 1000000000) {
+      return moe::InvalidArgumentError("--priority-class " + f + ": expected NAME=PRIORITY[:never-preempted], "
+                                       "PRIORITY an integer in -1000000000..1000000000");
+    }
+    pc.priority = v;
+    c->priority_classes[f.substr(0, eq)] = pc;
+  }
+  return moe::OkStatus();
 }
 
 // --plan-cluster / --plan-software: the profiles each attempt's planned step time comes from.
@@ -190,9 +219,14 @@ int main(int argc, char** argv) {
                  "cluster profile the workers are (local: this machine, probed at start; gb300-nvl72, ... or a YAML "
                  "path): each attempt gets a planned step time next to the measured one (docs/planning.md)");
   app.add_option("--plan-software", plan_software, "software profile for --plan-cluster (default ours, ours-cpu on cpu)");
+  std::vector<std::string> classes;
+  app.add_option("--priority-class", classes,
+                 "NAME=PRIORITY[:never-preempted] (repeatable): metadata.priority_class NAME gives a job that priority; "
+                 "never-preempted: running jobs of the class are not stopped for higher ones");
   CLI11_PARSE(app, argc, argv);
   config.Resolve();
   if (moe::Status st = LoadPlanProfiles(plan_cluster, plan_software, &config); !st.ok()) return Fail(st.message());
+  if (moe::Status st = ParsePriorityClasses(classes, &config); !st.ok()) return Fail(st.message());
   if (moe::Status st = SetUpProcess(config); !st.ok()) return Fail(st.message());
 
   // Check exposure.

@@ -238,7 +238,7 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
 
 void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState state) {
   JobSeries& s = Series(job_id);
-  for (int v = moe::v1::PENDING; v <= moe::v1::CANCELLED; ++v) {
+  for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {
     state_->Add({{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}).Set(v == state ? 1 : 0);
   }
   const bool terminal = state == moe::v1::SUCCEEDED || state == moe::v1::FAILED || state == moe::v1::CANCELLED;
@@ -331,7 +331,7 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   restarts_->Remove(&restarts_->Add(job));
   step_->Remove(&step_->Add(job));
   for (const auto& l : s.layers) imbalance_->Remove(&imbalance_->Add({{"job", job_id}, {"layer", l}}));
-  for (int v = moe::v1::PENDING; v <= moe::v1::CANCELLED; ++v) {
+  for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {
     state_->Remove(&state_->Add({{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
   }
   RemoveRankSeries(s);

@@ -68,6 +68,14 @@ Status ValidateRegistration(const moe::v1::Register& reg) {
   if (reg.host_id().size() > 512 || !Printable(reg.host_id())) return Field("host_id", "at most 512 printable bytes");
   if (reg.version().size() > 64 || !Printable(reg.version())) return Field("version", "at most 64 printable bytes");
   if (reg.session().size() > 128) return Field("session", "at most 128 bytes");
+  for (const auto* roots : {&reg.data_roots(), &reg.checkpoint_roots()}) {
+    if (roots->size() > 16) return Field(roots == &reg.data_roots() ? "data_roots" : "checkpoint_roots", "at most 16");
+    for (const auto& r : *roots) {
+      if (r.empty() || r.size() > 4096 || r[0] != '/' || !Printable(r)) {
+        return Field(roots == &reg.data_roots() ? "data_roots" : "checkpoint_roots", "absolute paths of at most 4096 printable bytes");
+      }
+    }
+  }
   if (reg.running_size() > kMaxRunningClaims) return Field("running", "at most " + std::to_string(kMaxRunningClaims));
   if (reg.finished_size() > kMaxFinishedClaims) {
     return Field("finished", "at most " + std::to_string(kMaxFinishedClaims));

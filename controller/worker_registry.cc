@@ -73,6 +73,8 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, Wo
   w.info.set_node(reg.node());
   w.info.set_device(reg.device());
   w.info.set_address(reg.address());
+  *w.info.mutable_data_roots() = reg.data_roots();
+  *w.info.mutable_checkpoint_roots() = reg.checkpoint_roots();
   if (fresh) w.info.set_registered_at(clock_.Now());
   w.cpu_cores = reg.cpu_cores();
   w.memory_bytes = reg.memory_bytes();
@@ -201,6 +203,13 @@ std::vector<Slot> WorkerRegistry::FreeSlots() const {
     }
   }
   return out;
+}
+
+bool WorkerRegistry::Placeable(const std::string& name) const {
+  const auto it = workers_.find(name);
+  if (it == workers_.end()) return false;
+  const WorkerEntry& w = it->second;
+  return w.channel != nullptr && !w.lost && !w.drained && !w.leaving;
 }
 
 std::vector<Slot> WorkerRegistry::LiveSlots() const {

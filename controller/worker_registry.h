@@ -88,6 +88,8 @@ class WorkerRegistry {
   // that is not leaving.
   std::vector<Slot> FreeSlots() const;
   std::vector<Slot> LiveSlots() const;
+  // Whether the worker could take new work once free: connected, not lost, drained or leaving.
+  bool Placeable(const std::string& name) const;
   std::vector<moe::v1::Worker> List() const;
   // Threads for a CPU rank on `name`'s node: its cores over the live CPU workers there (0: unknown).
   int CpuThreadsFor(const std::string& name) const;

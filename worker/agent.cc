@@ -7,7 +7,10 @@
 
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/path_roots.h"
+#include "common/rank_end.h"
 #include "common/yaml.h"
+#include "worker/rank_log.h"
 #include "worker/step_report.h"
 
 namespace moe::worker {
@@ -21,6 +24,7 @@ struct WorkerAgent::Rank {
   std::atomic<bool> done{false};
   std::atomic<bool> fake_stop{false};  // fake mode: asked to stop (no process to signal)
   std::thread monitor;
+  std::unique_ptr<RankLogWriter> log;  // its output, for moectl logs
 };
 
 WorkerAgent::WorkerAgent(AgentOptions options) : o_(std::move(options)) {}
@@ -105,6 +109,8 @@ void WorkerAgent::Registration(moe::v1::Register* r) {
   double memory = o_.memory_gb * 1e9;
   if (memory <= 0 && o_.device == "cpu") memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   r->set_memory_bytes(static_cast<int64_t>(memory));
+  for (const auto& d : o_.data_roots) r->add_data_roots(d);
+  for (const auto& c : o_.checkpoint_roots) r->add_checkpoint_roots(c);
   // The machine: its machine-id and host name (containers from one image may share a machine-id,
   // not a host name); workers started with different --node on one host still share its cores.
   std::string h;
@@ -197,6 +203,9 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
       case moe::v1::ControllerMessage::kCancel:
         CancelRank(msg.cancel().job_id(), msg.cancel().attempt(), msg.cancel().reason(), msg.cancel().now());
         break;
+      case moe::v1::ControllerMessage::kLogs:
+        ServeLogs(msg.logs());
+        break;
       default:
         break;
     }
@@ -205,6 +214,29 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
 
 // Stops the rank that runs now (SIGTERM: it stops at its next step boundary; SIGKILL after the grace)
 // and joins its monitor.
+// moectl logs: a slice of a rank's log file here, running or not.
+void WorkerAgent::ServeLogs(const moe::v1::LogRequest& req) {
+  moe::v1::WorkerMessage m;
+  auto* r = m.mutable_log_reply();
+  r->set_request_id(req.request_id());
+  const std::string path = RankLogPath(o_.runtime_dir, req.job_id(), req.attempt(), req.rank());
+  auto slice = ReadRankLog(path, req.offset(), req.tail_lines());
+  if (!slice.ok()) {
+    r->set_error("worker " + o_.name + " has no output of rank " + std::to_string(req.rank()) + " of " + req.job_id() +
+                 " attempt " + std::to_string(req.attempt()) + " (it never ran here, or its runtime directory was cleaned)");
+  } else {
+    r->set_text(std::move(slice->text));
+    r->set_next_offset(slice->next_offset);
+  }
+  {
+    std::lock_guard<std::mutex> lock(ranks_mu_);
+    const bool running = current_ && !current_->done && current_->assignment.job_id() == req.job_id() &&
+                         current_->assignment.attempt() == req.attempt() && current_->assignment.rank() == req.rank();
+    r->set_ended(!running);
+  }
+  Write(m);
+}
+
 void WorkerAgent::StopCurrentRank() {
   std::lock_guard<std::mutex> stopping(stop_rank_mu_);
   std::shared_ptr<Rank> cur;
@@ -227,6 +259,25 @@ void WorkerAgent::Report(const moe::v1::RankFinished& f) {
   if (Write(m)) return;
   std::lock_guard<std::mutex> lock(ranks_mu_);
   unreported_.push_back(f);
+}
+
+// The job's data and checkpoint paths against this worker's roots, symbolic links resolved here.
+Status WorkerAgent::CheckPaths(const moe::v1::Assignment& a) const {
+  if (o_.data_roots.empty() && o_.checkpoint_roots.empty()) return OkStatus();
+  MOE_ASSIGN_OR_RETURN(const Node doc, ParseYaml(a.spec_json()));
+  const auto field = [&](const char* section, const char* key) -> std::string {
+    const Node* spec = doc.Find("spec");
+    const Node* s = spec != nullptr ? spec->Find(section) : nullptr;
+    const Node* v = s != nullptr ? s->Find(key) : nullptr;
+    return v != nullptr && v->IsScalar() ? v->scalar() : "";
+  };
+  char cwd[4096] = "/";
+  if (::getcwd(cwd, sizeof(cwd)) == nullptr) cwd[0] = '/', cwd[1] = 0;
+  if (field("data", "source") != "synthetic") {
+    MOE_RETURN_IF_ERROR(CheckUnderRoots("spec.data.path", field("data", "path"), o_.data_roots, "data", true, cwd));
+  }
+  MOE_RETURN_IF_ERROR(CheckUnderRoots("spec.checkpoint.dir", field("checkpoint", "dir"), o_.checkpoint_roots, "checkpoint", true, cwd));
+  return CheckUnderRoots("spec.checkpoint.dir", a.checkpoint_dir(), o_.checkpoint_roots, "checkpoint", true, cwd);
 }
 
 StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const {
@@ -257,6 +308,18 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
     f.set_exit_code(-1);
     f.set_failure_class(moe::v1::FAILURE_TRANSIENT);
     f.set_message("worker " + o_.name + " is leaving (" + LeaveReason() + ")");
+    return Report(f);
+  }
+  if (Status st = CheckPaths(a); !st.ok()) {  // the job cannot run here as specified: it fails at once
+    MOE_LOG(ERROR) << "refusing rank " << a.rank() << " of " << a.job_id() << ": " << st.message();
+    moe::v1::RankFinished f;
+    f.set_job_id(a.job_id());
+    f.set_attempt(a.attempt());
+    f.set_rank(a.rank());
+    f.set_exit_code(kExitCannotRun);
+    f.set_failure_class(moe::v1::FAILURE_PERMANENT);
+    f.set_status_code("FAILED_PRECONDITION");
+    f.set_message("worker " + o_.name + " refused the rank: " + st.message());
     return Report(f);
   }
   if (o_.fake_step_seconds > 0) return StartFakeRank(a);
@@ -331,7 +394,11 @@ void WorkerAgent::Monitor(Rank* rank) {
     s->set_rank(a.rank());
     Write(m);
   };
-  auto on_output = [&](const std::string& line) { std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str()); };
+  rank->log = std::make_unique<RankLogWriter>(RankLogPath(o_.runtime_dir, a.job_id(), a.attempt(), a.rank()));
+  auto on_output = [&](const std::string& line) {
+    std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str());
+    rank->log->Append(line);
+  };
   while (rank->process->Pump(0.2, on_report, on_output)) {
   }
   const RankExit exit = rank->process->Wait();

@@ -36,6 +36,8 @@ struct AgentOptions {
   int threads = 0;                     // CPU threads for the rank (0: the trainer's default)
   double memory_gb = 0;                // memory a rank may use (0: cpu: the host's; cuda: not reported)
   double stop_grace_seconds = 30;      // a cancelled rank gets this long to stop, then SIGKILL
+  // Every path a job names must lie under one of these (common/path_roots.h); empty: anywhere.
+  std::vector<std::string> data_roots, checkpoint_roots;
   std::vector<std::string> extra_trainer_args;  // testing hooks (e.g. --inject-step-delay)
   // Fake mode (load tests, bench/load): > 0 runs no trainer; an assigned rank is a thread that reports
   // a synthetic step every this many seconds until the job's steps are done or it is cancelled.
@@ -64,6 +66,8 @@ class WorkerAgent {
   void ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   void StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub, const moe::v1::Assignment& a);
   StatusOr<std::vector<std::string>> RankArgs(const Rank& rank) const;
+  Status CheckPaths(const moe::v1::Assignment& a) const;
+  void ServeLogs(const moe::v1::LogRequest& req);  // FAILED_PRECONDITION naming the field and roots
   // Stops the rank of that attempt if it runs here: at its next step boundary (it checkpoints there),
   // killed after the stop grace; `now`: killed at once.
   void CancelRank(const std::string& job_id, int attempt, const std::string& reason, bool now);

@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
                  "memory a rank may use, GB: the controller refuses jobs that need more (default: cpu: the host's "
                  "memory shared among its CPU workers; cuda: not reported)")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--data-root", o.data_roots, "a job's spec.data.path must lie below one of these (repeatable; default: anywhere)");
+  app.add_option("--checkpoint-root", o.checkpoint_roots, "a job's checkpoint directory must lie below one of these (repeatable; default: anywhere)");
   app.add_option("--trainer", o.trainer, "path of moe-train (default: next to moe-worker)");
   app.add_option("--runtime-dir", o.runtime_dir, "for job files and rendezvous sockets (default /tmp/moe-worker-<name>)");
   app.add_option("--inject-step-delay", inject_delay, "testing: seconds each of this worker's ranks sleeps per step");

@@ -27,6 +27,9 @@ if [ -n "$rack" ]; then
   if [ "$device" = cpu ]; then args+=(--rack "$rack"); else export MOE_RACK=$rack; fi
 fi
 [ -n "${MOE_WORKER_THREADS:-}" ] && args+=(--threads "$MOE_WORKER_THREADS")
+# Confined paths (colon-separated lists): a job's data and checkpoints must lie below these.
+IFS=: read -ra roots <<<"${MOE_DATA_ROOTS:-}"; for r in "${roots[@]}"; do [ -n "$r" ] && args+=(--data-root "$r"); done
+IFS=: read -ra roots <<<"${MOE_CHECKPOINT_ROOTS:-}"; for r in "${roots[@]}"; do [ -n "$r" ] && args+=(--checkpoint-root "$r"); done
 # The worker role's token (an admin token is not a worker credential): moe-job.sbatch writes it.
 [ -n "${MOE_WORKER_TOKEN_FILE:-}" ] && args+=(--token-file "$MOE_WORKER_TOKEN_FILE")
 exec "$bin/moe-worker" "${args[@]}"

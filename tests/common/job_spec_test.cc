@@ -2,11 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <set>
 
 #include "common/flops.h"
 #include "common/job_spec_schema.h"
 #include "common/label_selector.h"
+#include "common/path_roots.h"
 
 namespace moe {
 namespace {
@@ -139,6 +144,37 @@ TEST(JobSpec, LabelsRoundTripAndSelectorsPickJobsByThem) {
     EXPECT_FALSE(s.ok()) << bad;
     EXPECT_EQ(s.status().message().rfind("-l: ", 0), 0u) << s.status().message();
   }
+}
+
+TEST(PathRoots, DotDotSymlinksAndComponentBoundariesCannotEscapeARoot) {
+  EXPECT_EQ(NormalizeAbsolute("/ckpt/a/../b//c/.", "/x"), "/ckpt/b/c");
+  EXPECT_EQ(NormalizeAbsolute("data/fortunes", "/work"), "/work/data/fortunes");
+  EXPECT_EQ(NormalizeAbsolute("/../../etc", "/"), "/etc");
+  EXPECT_TRUE(IsUnder("/ckpt", "/ckpt"));
+  EXPECT_TRUE(IsUnder("/ckpt/j/step_1", "/ckpt"));
+  EXPECT_FALSE(IsUnder("/ckpt2/j", "/ckpt")) << "a prefix that is not a component";
+  EXPECT_TRUE(IsUnder("/anything", "/"));
+  const std::vector<std::string> roots = {"/ckpt", "/scratch/ckpt"};
+  EXPECT_TRUE(CheckUnderRoots("spec.checkpoint.dir", "/ckpt/job-1", roots, "checkpoint", false, "/").ok());
+  EXPECT_TRUE(CheckUnderRoots("spec.checkpoint.dir", "/etc/x", {}, "checkpoint", false, "/").ok()) << "no roots: anywhere";
+  Status st = CheckUnderRoots("spec.checkpoint.dir", "/ckpt/../etc/x", roots, "checkpoint", false, "/");
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(), "spec.checkpoint.dir: /ckpt/../etc/x (/etc/x) is outside this worker's checkpoint roots "
+                          "(/ckpt, /scratch/ckpt) (moe-worker --checkpoint-root)");
+  // On disk: a link inside the root that leads out is followed; the part not created yet is kept.
+  char tmpl[] = "/tmp/moe-roots-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string root = std::string(tmpl) + "/root", out = std::string(tmpl) + "/outside";
+  ASSERT_EQ(::mkdir(root.c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir(out.c_str(), 0700), 0);
+  ASSERT_EQ(::symlink(out.c_str(), (root + "/link").c_str()), 0);
+  EXPECT_TRUE(CheckUnderRoots("spec.checkpoint.dir", root + "/link/new", {root}, "checkpoint", false, "/").ok())
+      << "lexically inside";
+  st = CheckUnderRoots("spec.checkpoint.dir", root + "/link/new", {root}, "checkpoint", true, "/");
+  EXPECT_FALSE(st.ok()) << "resolved, it is outside";
+  EXPECT_NE(st.message().find("(" + ResolveOnDisk(out) + "/new)"), std::string::npos) << st.message();
+  EXPECT_TRUE(CheckUnderRoots("spec.checkpoint.dir", root + "/a/b/../c", {root}, "checkpoint", true, "/").ok());
+  EXPECT_EQ(std::system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 
 TEST(JobSpec, EveryPresetRoundTripsThroughTheWriter) {

@@ -656,6 +656,73 @@ TEST_F(ControllerTest, CancelNowKillsTheRanksAndDrainWithMoveWorkRequeuesWithout
   }
 }
 
+TEST_F(ControllerTest, AHigherPriorityJobPreemptsTheYoungestLowestPriorityJobWhichResumesWithoutARestart) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto* b = AddWorker("b", "r0", "n1");
+  auto* c = AddWorker("c", "r0", "n2");
+  auto mid = Submit(Spec("mid", 1, 1, /*priority=*/5));     // on one worker
+  clock_.Advance(1);
+  auto older = Submit(Spec("older", 1, 1, /*priority=*/0));  // one more
+  clock_.Advance(1);
+  auto young = Submit(Spec("young", 1, 1, /*priority=*/0));  // the last: the cluster is full
+  for (const auto& id : {mid.id(), older.id(), young.id()}) ASSERT_EQ(State(id), moe::v1::SCHEDULED) << id;
+  clock_.Advance(1);
+  auto same = Submit(Spec("same", 1, 1, /*priority=*/0));
+  EXPECT_EQ(State(same.id()), moe::v1::PENDING) << "an equal priority preempts nothing";
+  EXPECT_EQ(State(young.id()), moe::v1::SCHEDULED);
+  auto high = Submit(Spec("high", 1, 1, /*priority=*/10));
+  // The victim: the lowest priority (not mid), of those the fewest ranks, then the youngest.
+  EXPECT_EQ(State(young.id()), moe::v1::PREEMPTED) << controller_->Get(young.id(), false)->message();
+  EXPECT_EQ(State(older.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(State(mid.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(State(high.id()), moe::v1::PENDING);
+  EXPECT_NE(controller_->Get(high.id(), false)->waiting_reason().find("preempting " + young.id()), std::string::npos)
+      << controller_->Get(high.id(), false)->waiting_reason();
+  EXPECT_NE(controller_->Get(same.id(), false)->waiting_reason().find("held: " + high.id()), std::string::npos)
+      << "what the preemption frees is the preemptor's: " << controller_->Get(same.id(), false)->waiting_reason();
+  // The victim's rank checkpoints and stops; the high job takes its worker.
+  std::map<std::string, FakeChannel*> by_job;
+  for (auto* ch : {a, b, c}) by_job[ch->Assignments().back().job_id()] = ch;
+  FakeChannel* victim = by_job[young.id()];
+  ASSERT_TRUE(victim->sent.back().has_cancel());
+  EXPECT_FALSE(victim->sent.back().cancel().now()) << "a preempted rank checkpoints";
+  Finish(victim == a ? "a" : victim == b ? "b" : "c", victim->Assignments().back(), false, "stopped after step 7 (asked to stop)");
+  EXPECT_EQ(State(high.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(victim->Assignments().back().job_id(), high.id());
+  auto y = *controller_->Get(young.id(), true);
+  EXPECT_EQ(y.state(), moe::v1::PREEMPTED);
+  EXPECT_EQ(y.restarts(), 0) << "a preemption uses no restart";
+  EXPECT_EQ(EventCount(young.id(), "Preempted"), 1);
+  EXPECT_EQ(EventCount(high.id(), "Preempting"), 1);
+  // When the high job ends, the preempted one runs again (ahead of `same`: it is older).
+  Finish(victim == a ? "a" : victim == b ? "b" : "c", victim->Assignments().back(), true);
+  EXPECT_EQ(State(high.id()), moe::v1::SUCCEEDED);
+  EXPECT_EQ(State(young.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(controller_->Get(young.id(), false)->attempt(), 2);
+  EXPECT_TRUE(victim->Assignments().back().resume());
+}
+
+TEST_F(ControllerTest, PriorityClassesSetThePriorityAndOnlyAClassCanOptOutOfPreemption) {
+  config_.priority_classes = {{"production", {1000, /*preemptible=*/false}}, {"best-effort", {-10, true}}};
+  Make();
+  AddWorker("a", "r0", "n0");
+  JobSpec prod = Spec("prod", 1, 1);
+  prod.priority_class = "production";
+  auto p = Submit(prod);
+  EXPECT_EQ(p.spec().metadata().priority(), 1000) << "the class's priority";
+  ASSERT_EQ(State(p.id()), moe::v1::SCHEDULED);
+  auto urgent = Submit(Spec("urgent", 1, 1, /*priority=*/5000));
+  EXPECT_EQ(State(p.id()), moe::v1::SCHEDULED) << "a never-preempted class is not stopped";
+  EXPECT_EQ(State(urgent.id()), moe::v1::PENDING);
+  JobSpec typo = Spec("typo", 1, 1);
+  typo.priority_class = "prod";
+  auto t = controller_->Submit(SpecToProto(typo));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("metadata.priority_class: unknown class 'prod' (known: best-effort, production"),
+            std::string::npos) << t.status();
+}
+
 TEST_F(ControllerTest, CancelStopsTheRanks) {
   auto* a = AddWorker("a", "r0", "n0");
   auto job = Submit(Spec("j", 1, 1));
@@ -672,7 +739,7 @@ TEST_F(ControllerTest, CancelStopsTheRanks) {
 TEST_F(ControllerTest, PriorityFirstAndASmallerJobMayGoFirstWhenItFits) {
   AddWorker("a", "r0", "n0");
   AddWorker("b", "r0", "n1");
-  auto running = Submit(Spec("running", 1, 1));            // takes one worker
+  auto running = Submit(Spec("running", 1, 1, /*priority=*/9));  // takes one worker (above big: not preempted)
   auto big = Submit(Spec("big", 2, 1, /*priority=*/5));      // cannot fit now (one free)
   auto small = Submit(Spec("small", 1, 1, /*priority=*/0));  // fits: goes first
   EXPECT_EQ(State(big.id()), moe::v1::PENDING);

@@ -34,6 +34,8 @@ grep -q "steps: 40," "$work/job.yaml" || fail "examples/tiny.yaml changed shape:
 mkdir -p "$work/run" "$work/elsewhere"
 port=$(free_port)
 export MOE_BIN=$BIN MOE_WORK=$work/run MOE_DEVICE=cpu MOE_PORT=$port MOE_METRICS_PORT=$(free_port)
+# Confined paths, as a real site would set them: the job reads data/ and checkpoints below MOE_WORK.
+export MOE_DATA_ROOTS=$PWD/data MOE_CHECKPOINT_ROOTS=$work/run
 script=$PWD/deploy/slurm/moe-job.sbatch
 grep -q '^#SBATCH --signal=B:TERM@' "$script" || fail "moe-job.sbatch does not ask for SIGTERM before its time limit"
 # Submitted from another directory: the script must find its helper and binaries by itself.

@@ -5,7 +5,8 @@
 #   2. submit -> SUCCEEDED (watch ends with it), get job -o json
 #   3. cancel a running job: its ranks checkpoint at the step they stop (no periodic checkpoint here);
 #      cancel --now kills them without one; labels select jobs (get jobs -l), -o wide; drain --wait
-#      moves a running job off a worker without using a restart
+#      moves a running job off a worker without using a restart; a higher priority preempts a lower one,
+#      which resumes from the checkpoint it wrote as it stopped
 #   4. kill -9 a worker mid-run -> RESTARTING -> SUCCEEDED, and the losses after the resume equal an
 #      uninterrupted run's, bitwise
 #   5. kill -9 the controller and restart it, then SIGTERM it and restart it -> the job is still there,
@@ -181,6 +182,33 @@ wait_state "$id" SUCCEEDED 180
 job_field "$id" '[p["worker"] for p in d["placement"]]' | grep -q "'$victim'" && fail "the job still runs on the drained worker"
 "$MOECTL" undrain "$victim" >/dev/null
 echo "drain --wait: $id moved off $victim without a restart and SUCCEEDED"
+
+# 3b. Preemption: a job of higher priority that does not fit stops a lower one, which checkpoints,
+# waits as PREEMPTED and resumes from that checkpoint once the higher one is done, with no restart used.
+make_job "$WORK/low.yaml" low 60 0
+make_job "$WORK/high.yaml" high 10 0
+sed -i 's/metadata: {name: high, priority: 0}/metadata: {name: high, priority: 10}/' "$WORK/high.yaml"
+low=$("$MOECTL" submit -f "$WORK/low.yaml")
+wait_step "$low" 5
+high=$("$MOECTL" submit -f "$WORK/high.yaml")
+wait_state "$high" RUNNING 60
+timeout 120 "$MOECTL" logs "$high" -f >"$WORK/high-f.txt" 2>&1 &
+follower=$!
+[ "$(job_state "$low")" = PREEMPTED ] || fail "the low-priority job is $(job_state "$low") while the high one runs"
+wait_state "$high" SUCCEEDED 120
+# moectl logs: -f ended by itself when the rank did, with the rank's whole output; --tail; a bad rank.
+wait $follower || fail "logs -f did not end with the rank: $(tail -3 "$WORK/high-f.txt")"
+grep -q "iteration *10/ *10" "$WORK/high-f.txt" || fail "logs -f lacks the last iteration: $(tail -3 "$WORK/high-f.txt")"
+[ "$("$MOECTL" logs "$high" --tail 2 | wc -l)" = 2 ] || fail "logs --tail 2: $("$MOECTL" logs "$high" --tail 2)"
+"$MOECTL" logs "$high" --rank 1 | grep -q "device cpu" && fail "rank 1 printed rank 0's setup line"
+set +e; out=$("$MOECTL" logs "$high" --rank 7 2>&1); rc=$?; set -e
+[ $rc -eq 6 ] && grep -q -- "--rank: 7 is not a rank of $high (0..1)" <<<"$out" || fail "logs --rank 7: rc $rc, $out"
+wait_state "$low" SUCCEEDED 180
+[ "$(job_field "$low" 'd.get("restarts",0)')" = 0 ] || fail "the preemption used a restart"
+"$MOECTL" describe job "$low" | grep -q "Preempted.*preempted by job $high" || fail "no Preempted event naming $high"
+ck=$(grep -h "resumed from .*ckpt-low/step_" "$WORK"/worker-*.log | grep -o "step_[0-9]*" | head -1 | sed 's/step_0*//')
+[ -n "$ck" ] && [ "$ck" -ge 5 ] || fail "the preempted job did not resume from the checkpoint it wrote as it stopped (${ck:-none})"
+echo "preemption: $high stopped $low, which resumed from its step-$ck checkpoint without a restart; both SUCCEEDED; moectl logs (-f, --tail) hold"
 
 # 4. kill -9 a worker mid-run.
 make_job "$WORK/fo.yaml" failover 60 10

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Fake workers (moe-worker --fake-step-seconds, what bench/load.py loads the controller with): eight in
 # one process on racks of four register under their own names; jobs run to SUCCEEDED with the synthetic
-# steps their spec asks for; a cancel stops a fake rank; SIGTERM stops them all.
+# steps their spec asks for; a cancel stops a fake rank; paths outside the workers' roots are refused
+# (at submit, or by the worker when a symbolic link leads out); SIGTERM stops them all.
 source "$(dirname "$0")/lib.sh"
 start_controller
 "$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name fk --rack rk --fake-step-seconds 0.02 --fake-workers 8 \
-    --fake-rack-size 4 --memory-gb 1000 --runtime-dir "$WORK/rt" >"$WORK/fake.log" 2>&1 &
+    --fake-rack-size 4 --memory-gb 1000 --runtime-dir "$WORK/rt" --data-root "$PWD" --checkpoint-root "$WORK" >"$WORK/fake.log" 2>&1 &
 FAKE=$!
 PIDS+=($FAKE)
 wait_workers 8
@@ -27,7 +28,25 @@ for _ in $(seq 1 50); do
   [ "$busy" = 0 ] && break; sleep 0.2
 done
 [ "$busy" = 0 ] || fail "fake workers still busy after the cancel"
+# Confined paths: the workers allow checkpoints only below $WORK. /etc is refused at submit (the
+# controller knows the roots); a symbolic link out of $WORK passes the controller's lexical check and
+# is refused by the worker, which resolves it: the job fails at once, without a restart.
+make_job "$WORK/esc.yaml" esc 10 0 2 2
+sed -i 's#checkpoint: {dir: [^,]*, interval_steps: 0}#checkpoint: {dir: /etc/moe-escape, interval_steps: 0}#' "$WORK/esc.yaml"
+set +e; out=$("$BIN/moectl" submit -f "$WORK/esc.yaml" 2>&1); rc=$?; set -e
+[ $rc -eq 6 ] && grep -q "spec.checkpoint.dir: /etc/moe-escape is outside this worker's checkpoint roots ($WORK)" <<<"$out" ||
+  fail "a checkpoint dir under /etc: rc $rc, $out"
+outside=$(mktemp -d /tmp/moe-outside.XXXXXX)
+ln -s "$outside" "$WORK/link"
+sed -i "s#dir: /etc/moe-escape#dir: $WORK/link/ck#" "$WORK/esc.yaml"
+id=$("$BIN/moectl" submit -f "$WORK/esc.yaml") || { rm -rf "$outside"; fail "the lexically fine path was refused at submit"; }
+wait_state "$id" FAILED 30
+msg=$(job_field "$id" 'd.get("message","")')
+[ "$(job_state "$id")" = FAILED ] && [ "$(job_field "$id" 'd.get("restarts",0)')" = 0 ] || fail "the escaping job: $(job_state "$id"), $msg"
+grep -q "is outside this worker's checkpoint roots" <<<"$msg" || fail "the failure does not say why: $msg"
+[ -e "$outside/ck" ] && fail "the worker wrote through the link"
+rm -rf "$outside"
 kill -TERM $FAKE
 for _ in $(seq 1 50); do kill -0 $FAKE 2>/dev/null || break; sleep 0.1; done
 kill -0 $FAKE 2>/dev/null && fail "the fake workers did not stop on SIGTERM"
-echo "fake workers: 8 in one process on 2 racks; a 4-rank job SUCCEEDED at step 30/30; cancel and SIGTERM stop them"
+echo "fake workers: 8 in one process on 2 racks; a 4-rank job SUCCEEDED at step 30/30; cancel and SIGTERM stop them; paths outside the roots refused"

@@ -2,6 +2,12 @@
 #include "worker/step_report.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "worker/rank_log.h"
 
 namespace moe::worker {
 namespace {
@@ -26,6 +32,48 @@ TEST(StepReport, ACountPastInt64IsRefusedNotCast) {
     ASSERT_FALSE(st.ok()) << bad;
     EXPECT_NE(st.message().find("expected an integer"), std::string::npos) << st;
   }
+}
+
+}  // namespace
+}  // namespace moe::worker
+
+namespace moe::worker {
+namespace {
+
+TEST(RankLog, TailOffsetsPartialLinesAndRotation) {
+  char tmpl[] = "/tmp/moe-ranklog-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string path = RankLogPath(tmpl, "job-1", 2, 3);
+  EXPECT_EQ(path, std::string(tmpl) + "/logs/job-1/a2-r3.log");
+  EXPECT_EQ(ReadRankLog(path, 0, 0).status().code(), StatusCode::kNotFound);
+  {
+    RankLogWriter w(path, /*rotate_bytes=*/40);
+    for (const char* line : {"one", "two", "three", "four"}) w.Append(line);
+    auto all = ReadRankLog(path, 0, 0);
+    ASSERT_TRUE(all.ok()) << all.status();
+    EXPECT_EQ(all->text, "one\ntwo\nthree\nfour\n");
+    auto tail = ReadRankLog(path, 0, 2);
+    ASSERT_TRUE(tail.ok());
+    EXPECT_EQ(tail->text, "three\nfour\n");
+    EXPECT_EQ(tail->next_offset, all->next_offset);
+    auto more = ReadRankLog(path, all->next_offset, 0);
+    ASSERT_TRUE(more.ok());
+    EXPECT_EQ(more->text, "") << "nothing new";
+    w.Append("a line long enough to pass the 40 bytes");  // rotates: the old part becomes .1
+    auto after = ReadRankLog(path, all->next_offset, 0);
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(after->text, "a line long enough to pass the 40 bytes\n") << "the offset follows across the rotation";
+    EXPECT_EQ(after->next_offset, all->next_offset + 40);
+    EXPECT_EQ(ReadRankLog(path, 5, 0)->text, "a line long enough to pass the 40 bytes\n") << "rotated away: from the start";
+    EXPECT_TRUE(ReadRankLog(path + ".1", 0, 0).ok());
+  }
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  std::fputs("partial", f);
+  std::fclose(f);
+  auto partial = ReadRankLog(path, 0, 0);
+  ASSERT_TRUE(partial.ok());
+  EXPECT_EQ(partial->text, "a line long enough to pass the 40 bytes\n") << "a line without its end waits";
+  EXPECT_EQ(std::system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 
 }  // namespace

@@ -70,15 +70,22 @@ void WatchRanks(std::vector<LocalRank>& ranks, double grace_seconds) {
 
 // When every rank that failed ended the same way (bad input, stopped, cannot run here), the launcher
 // says it too; anything else is a failure a retry may fix.
+// The ranks' common failure; ranks that only stopped (the launcher stops the others once one fails)
+// do not hide the failure that stopped them: one rank's missing dataset is exit 4, not a mixed 1.
 int ExitCode(const std::vector<LocalRank>& ranks) {
   int common = kExitOk;
-  bool first = true;
+  bool first = true, any_failed = false;
   std::string report;
+  for (const auto& r : ranks) {
+    const RankEnd end = r.process->exit().Outcome();
+    any_failed |= !end.ok() && end.failure_class != FailureClass::kStopped;
+  }
   for (size_t i = 0; i < ranks.size(); ++i) {
     const RankExit& e = ranks[i].process->exit();
     const RankEnd end = e.Outcome();
     if (end.ok()) continue;
     report += " rank " + std::to_string(i) + " " + e.Describe() + ";";
+    if (any_failed && end.failure_class == FailureClass::kStopped) continue;
     common = first || common == end.exit_code() ? end.exit_code() : kExitTransient;
     first = false;
   }
