@@ -224,6 +224,17 @@ void Controller::RankFinished(JobEntry& e, int rank, const moe::v1::RankFinished
     const std::string where = "rank " + std::to_string(rank) + " on worker " +
                               e.attempt->slots[static_cast<size_t>(rank)].worker;
     if (!IsTerminal(e.job.state())) FailAttempt(e, where + " failed: " + why, permanent);
+    // A peer's transient failure (a closed connection) may have come first; the permanent cause wins.
+    if (permanent && e.job.state() == moe::v1::RESTARTING && e.attempt->failure && e.attempt->failure->counted &&
+        !e.attempt->failure->permanent) {
+      e.attempt->failure->permanent = true;
+      e.not_before = 0;
+      if (Status st = jobs_.Transition(e, moe::v1::FAILED, "Failed",
+                                       where + " failed: " + why + " (not retried: the job cannot run as specified)");
+          !st.ok()) {
+        MOE_LOG(WARNING) << "job " << e.job.id() << " stays RESTARTING: " << st;
+      }
+    }
   }
   SettleOrRetry(e);  // ends the attempt when this was its last rank
 }

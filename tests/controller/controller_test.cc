@@ -723,6 +723,27 @@ TEST_F(ControllerTest, PriorityClassesSetThePriorityAndOnlyAClassCanOptOutOfPree
             std::string::npos) << t.status();
 }
 
+TEST_F(ControllerTest, APermanentFailureWinsOverAPeersTransientOneThatCameFirst) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto* b = AddWorker("b", "r0", "n1");
+  auto job = Submit(Spec("j", 2, 2));
+  Finish("b", b->Assignments()[0], false, "gloo rendezvous failed: Connection closed by peer");  // transient
+  EXPECT_EQ(State(job.id()), moe::v1::RESTARTING);
+  moe::v1::WorkerMessage m;
+  auto* f = m.mutable_finished();
+  f->set_job_id(a->Assignments()[0].job_id());
+  f->set_attempt(a->Assignments()[0].attempt());
+  f->set_rank(a->Assignments()[0].rank());
+  f->set_exit_code(4);
+  f->set_failure_class(moe::v1::FAILURE_PERMANENT);
+  f->set_message("FAILED_PRECONDITION: dataset index data/x.idx cannot be read");
+  Msg("a", m);
+  auto j = *controller_->Get(job.id(), false);
+  EXPECT_EQ(j.state(), moe::v1::FAILED) << j.message();
+  EXPECT_NE(j.message().find("dataset index data/x.idx cannot be read"), std::string::npos) << j.message();
+  EXPECT_EQ(a->Assignments().size(), 1u) << "not restarted";
+}
+
 TEST_F(ControllerTest, CancelStopsTheRanks) {
   auto* a = AddWorker("a", "r0", "n0");
   auto job = Submit(Spec("j", 1, 1));

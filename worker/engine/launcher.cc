@@ -70,15 +70,17 @@ void WatchRanks(std::vector<LocalRank>& ranks, double grace_seconds) {
 
 // When every rank that failed ended the same way (bad input, stopped, cannot run here), the launcher
 // says it too; anything else is a failure a retry may fix.
-// The ranks' common failure; ranks that only stopped (the launcher stops the others once one fails)
-// do not hide the failure that stopped them: one rank's missing dataset is exit 4, not a mixed 1.
+// The ranks' common failure. A permanent one wins (a rank's missing dataset is exit 4, whatever its
+// peers then hit: a closed connection, the launcher's stop), and ranks that only stopped do not hide
+// the failure that stopped them.
 int ExitCode(const std::vector<LocalRank>& ranks) {
-  int common = kExitOk;
+  int common = kExitOk, permanent = kExitOk;
   bool first = true, any_failed = false;
   std::string report;
   for (const auto& r : ranks) {
     const RankEnd end = r.process->exit().Outcome();
     any_failed |= !end.ok() && end.failure_class != FailureClass::kStopped;
+    if (end.failure_class == FailureClass::kPermanent && permanent == kExitOk) permanent = end.exit_code();
   }
   for (size_t i = 0; i < ranks.size(); ++i) {
     const RankExit& e = ranks[i].process->exit();
@@ -91,6 +93,7 @@ int ExitCode(const std::vector<LocalRank>& ranks) {
   }
   if (common == kExitOk) return kExitOk;
   std::fprintf(stderr, "moe-train: the job failed:%s\n", report.c_str());
+  if (permanent != kExitOk) return permanent;
   return common == kExitBadInput || common == kExitStopped || common == kExitCannotRun ? common : kExitTransient;
 }
 
