@@ -19,7 +19,7 @@ VIEWER=viewer-token-0123456789abcdef
 WORKER=worker-token-0123456789abcdef
 printf '%s admin ops\n%s viewer dashboards\n%s worker agents\n' $ADMIN $VIEWER $WORKER >"$WORK/tokens"
 chmod 600 "$WORK/tokens"
-start_controller --tokens "$WORK/tokens" --lease-seconds 3
+start_controller --tokens "$WORK/tokens" --lease-seconds 3 --restart-backoff-seconds 1  # the backoff itself: controller_test
 for n in 0 1 2; do start_worker w$n r0 n$n --token $WORKER; done
 export MOE_TOKEN=$ADMIN
 wait_workers 3
@@ -269,14 +269,14 @@ wait_state "$id" RUNNING 60
 sleep 2
 kill -9 $CTL_PID
 sleep 1
-start_controller --tokens "$WORK/tokens" --lease-seconds 3
+start_controller --tokens "$WORK/tokens" --lease-seconds 3 --restart-backoff-seconds 1
 [ -n "$(job_state "$id")" ] || fail "the job is gone after the controller restart"
 # 5b. And a clean stop (SIGTERM, as a rolling update sends): the same, no restart either.
 wait_state "$id" RUNNING 60
 kill -TERM $CTL_PID
 wait $CTL_PID 2>/dev/null || true
 grep -q "shutting down" "$WORK/controller-$CTL_STARTS.log" || fail "the controller did not stop cleanly on SIGTERM"
-start_controller --tokens "$WORK/tokens" --lease-seconds 3
+start_controller --tokens "$WORK/tokens" --lease-seconds 3 --restart-backoff-seconds 1
 wait_state "$id" SUCCEEDED 180
 [ "$(job_field "$id" 'd.get("restarts",0)')" = 0 ] || fail "the job restarted although its ranks kept running"
 [ "$("$MOECTL" describe job "$id" | grep -c "Reconnected")" -ge 2 ] || fail "not two Reconnected events"
