@@ -201,6 +201,17 @@ int GetWorkers(Client& c, const Args& a) {
   return Print(c, resp, a.output, [&] { return WorkersTable({resp.workers().begin(), resp.workers().end()}, NowSeconds(), a.output == "wide"); });
 }
 
+int GetQueues(Client& c, const Args& a) {
+  moe::v1::ListQueuesResponse resp;
+  if (Status st = c.Call(&Stub::ListQueues, moe::v1::ListQueuesRequest(), &resp); !st.ok()) return c.Fail(st);
+  if (a.output == "name") {
+    std::vector<std::string> names;
+    for (const auto& q : resp.queues()) names.push_back(q.name());
+    return PrintNames(names, "queue");
+  }
+  return Print(c, resp, a.output, [&] { return QueuesTable({resp.queues().begin(), resp.queues().end()}); });
+}
+
 int Cancel(Client& c, const Args& a) {
   moe::v1::CancelJobRequest req;
   req.set_id(a.id);
@@ -277,7 +288,7 @@ void AddWatchFlags(CLI::App* sub, Args* a) {
 }
 
 std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
-  auto* get = app.add_subcommand("get", "list jobs or workers, or show one job");
+  auto* get = app.add_subcommand("get", "list jobs, workers or queues, or show one job");
   get->require_subcommand(1);
   auto* jobs = get->add_subcommand("jobs", "all jobs (every page), oldest first");
   jobs->add_option("--state", a->states, "only jobs in these states (PENDING, RUNNING, ...)");
@@ -286,7 +297,8 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
   auto* job = get->add_subcommand("job", "one job");
   job->add_option("id", a->id, "job id")->required();
   auto* workers = get->add_subcommand("workers", "all workers");
-  for (auto* sub : {jobs, job, workers}) AddOutput(sub, a);
+  auto* queues = get->add_subcommand("queues", "the queues: quota, usage, borrowing, pending and admitted jobs");
+  for (auto* sub : {jobs, job, workers, queues}) AddOutput(sub, a);
   for (auto* sub : {jobs, workers}) AddWatchFlags(sub, a);
   auto* describe = app.add_subcommand("describe", "a job (spec, placement, events, last metrics) or a worker");
   describe->require_subcommand(1);
@@ -301,6 +313,7 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
           {events, [&c, a] { return Events(c, *a); }},
           {job, [&c, a] { return GetJob(c, *a, false); }},
           {workers, [&c, a] { return GetWorkers(c, *a); }},
+          {queues, [&c, a] { return GetQueues(c, *a); }},
           {describe_job, [&c, a] { return GetJob(c, *a, true); }}};
 }
 

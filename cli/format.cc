@@ -152,6 +152,22 @@ std::string WorkersTable(const std::vector<moe::v1::Worker>& workers, double now
   return Table(t.header, t.rows);
 }
 
+// One row per queue and device type: QUOTA is the nominal quota ("-": unlimited), BORROWED what the
+// queue uses past it from its cohort, PENDING and ADMITTED its jobs.
+std::string QueuesTable(const std::vector<moe::v1::QueueStatus>& queues) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& q : queues) {
+    const std::string jobs[2] = {std::to_string(q.pending_jobs()), std::to_string(q.admitted_jobs())};
+    if (q.resources().empty()) rows.push_back({q.name(), q.cohort().empty() ? "-" : q.cohort(), "-", "0", "0", "0", "-", jobs[0], jobs[1]});
+    for (const auto& r : q.resources()) {
+      rows.push_back({q.name(), q.cohort().empty() ? "-" : q.cohort(), r.device(), r.nominal() < 0 ? "-" : std::to_string(r.nominal()),
+                      std::to_string(r.used()), std::to_string(r.borrowed()),
+                      r.borrowing_limit() < 0 ? "-" : std::to_string(r.borrowing_limit()), jobs[0], jobs[1]});
+    }
+  }
+  return Table({"NAME", "COHORT", "DEVICE", "QUOTA", "USED", "BORROWED", "BORROW-LIMIT", "PENDING", "ADMITTED"}, rows);
+}
+
 std::string DescribeWorker(const moe::v1::Worker& w, double now) {
   std::ostringstream os;
   char memory[32] = "-";

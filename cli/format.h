@@ -27,6 +27,7 @@ std::string JobsTable(const std::vector<moe::v1::Job>& jobs, double now, bool wi
 std::string WorkersTable(const std::vector<moe::v1::Worker>& workers, double now, bool wide = false);
 std::string Describe(const moe::v1::Job& job, double now);
 std::string DescribeWorker(const moe::v1::Worker& w, double now);
+std::string QueuesTable(const std::vector<moe::v1::QueueStatus>& queues);
 // The job's events, oldest first (moectl events).
 std::string EventsTable(const moe::v1::Job& job, double now);
 std::string FormatNumber(double v, int precision = 4);

@@ -232,6 +232,13 @@ struct ResourcesConfig {
   bool operator==(const ResourcesConfig&) const = default;
 };
 
+// spec.elastic: the smallest data-parallel size the job may shrink to (0: not elastic).
+struct ElasticConfig {
+  int64_t min_data_parallel = 0;
+
+  bool operator==(const ElasticConfig&) const = default;
+};
+
 struct JobSpec {
   std::string api_version = "moe/v1";
   std::string kind = "TrainingJob";
@@ -242,6 +249,8 @@ struct JobSpec {
   std::string priority_class;
   // Kubernetes-style labels, for selecting jobs (moectl get jobs -l team=research); see ValidLabels.
   std::map<std::string, std::string> labels;
+  // A queue of the controller's --queues file (empty: its default queue); see controller/queues.h.
+  std::string queue;
   ModelConfig model;
   ParallelismConfig parallelism;
   PlacementConfig placement;
@@ -251,6 +260,7 @@ struct JobSpec {
   CheckpointConfig checkpoint;
   ResourcesConfig resources;
   int64_t max_restarts = 3;
+  ElasticConfig elastic;
 
   int64_t decay_steps() const { return optimizer.decay_steps > 0 ? optimizer.decay_steps : training.steps; }
   // Micro batches each pipeline runs per step (gradient accumulation) at the full global batch.

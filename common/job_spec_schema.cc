@@ -46,15 +46,6 @@ Status ValidLabels(const std::map<std::string, std::string>& labels, const std::
   return OkStatus();
 }
 
-Status ValidName(const std::string& s, const std::string& path) {
-  bool ok = !s.empty() && s.size() <= 63 && IsLowerAlnum(s.front()) && IsLowerAlnum(s.back());
-  for (char c : s) ok = ok && (IsLowerAlnum(c) || c == '-' || c == '.' || c == '_');
-  if (ok) return OkStatus();
-  return InvalidArgumentError(
-      path + ": '" + s +
-      "' must be 1-63 characters of a-z, 0-9, '-', '.', '_', starting and ending alphanumeric");
-}
-
 // `preset: tiny` fills in every model field; the fields after it in the table override.
 Status ApplyPreset(ModelConfig* m) {
   if (m->preset.empty()) return OkStatus();
@@ -63,6 +54,15 @@ Status ApplyPreset(ModelConfig* m) {
 }
 
 }  // namespace
+
+Status ValidName(const std::string& s, const std::string& path) {
+  bool ok = !s.empty() && s.size() <= 63 && IsLowerAlnum(s.front()) && IsLowerAlnum(s.back());
+  for (char c : s) ok = ok && (IsLowerAlnum(c) || c == '-' || c == '.' || c == '_');
+  if (ok) return OkStatus();
+  return InvalidArgumentError(
+      path + ": '" + s +
+      "' must be 1-63 characters of a-z, 0-9, '-', '.', '_', starting and ending alphanumeric");
+}
 
 // The tables read best one field a line.
 // clang-format off
@@ -263,6 +263,15 @@ const Schema<ResourcesConfig>& SchemaOf<ResourcesConfig>() {
 }
 
 template <>
+const Schema<ElasticConfig>& SchemaOf<ElasticConfig>() {
+  using E = ElasticConfig;
+  static const auto* schema = new Schema<E>("ElasticConfig", {
+      Field("min_data_parallel", &E::min_data_parallel, NonNegative()),
+  });
+  return *schema;
+}
+
+template <>
 const Schema<JobSpec>& SchemaOf<JobSpec>() {
   using J = JobSpec;
   static const auto* schema = new Schema<J>("JobSpec", {
@@ -275,6 +284,9 @@ const Schema<JobSpec>& SchemaOf<JobSpec>() {
             return v.empty() ? OkStatus() : ValidName(v, path);  // empty: no class
           }),
           Field("labels", &J::labels, ValidLabels),
+          Field("queue", &J::queue, [](const std::string& v, const std::string& path) {
+            return v.empty() ? OkStatus() : ValidName(v, path);  // empty: the default queue
+          }),
       }),
       Section<J>("spec", {
           Field("model", &J::model),
@@ -286,6 +298,7 @@ const Schema<JobSpec>& SchemaOf<JobSpec>() {
           Field("checkpoint", &J::checkpoint),
           Field("resources", &J::resources),
           Field("max_restarts", &J::max_restarts, NonNegative()),
+          Field("elastic", &J::elastic),
       }).Required("the job needs a spec section"),
   });
   return *schema;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/plan_profiles.h"
+#include "controller/queues.h"
 
 namespace moe::controller {
 
@@ -65,6 +66,8 @@ struct ControllerConfig {
     bool preemptible = true;
   };
   std::map<std::string, PriorityClass> priority_classes;
+  // Queues with quotas (--queues FILE, controller/queues.h); none: one unlimited queue, "default".
+  QueuesConfig queues;
   double restart_backoff_seconds = 10;
   double restart_backoff_max_seconds = 300;
   // Finished jobs (and their events) older than this are deleted; 0 keeps them.

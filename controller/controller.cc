@@ -24,6 +24,7 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
       clock_(clock),
       metrics_(metrics),
       config_(config),
+      queues_(config.queues),
       jobs_(store, clock),
       workers_(clock, config.lease_seconds) {
   jobs_.AddListener(&metrics_);
@@ -102,6 +103,8 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
                                    " ranks per job (--max-job-ranks)");
   }
   MOE_RETURN_IF_ERROR(CheckMemoryFits(spec));
+  MOE_ASSIGN_OR_RETURN(spec.queue, queues_.Resolve(spec.queue));
+  MOE_RETURN_IF_ERROR(queues_.CheckCanEverFit(spec.queue, spec.resources.device, spec.parallelism.world_size));
   const std::string id = jobs_.NewId(spec.name);
   if (spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty()) {
     spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);

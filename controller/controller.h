@@ -36,6 +36,8 @@
 
 namespace moe::controller {
 
+struct SchedulePass;  // schedule_pass.cc
+
 class Controller {
  public:
   // Uses the lease, heartbeat, reconnect-grace and checkpoint-root settings of `config`.
@@ -70,6 +72,8 @@ class Controller {
   StatusOr<int64_t> Watch(const std::string& id, WatchFn fn) ABSL_LOCKS_EXCLUDED(mu_);
   void Unwatch(int64_t subscription) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<moe::v1::Worker> Workers() ABSL_LOCKS_EXCLUDED(mu_);
+  // The queues with their quotas and usage (moectl get queues); one, "default", without --queues.
+  std::vector<moe::v1::QueueStatus> Queues() ABSL_LOCKS_EXCLUDED(mu_);
   // Drains (no new work) or undrains a worker. `move_work` (drain only): its rank also checkpoints and
   // stops, and its job continues elsewhere without using a restart (as when the worker leaves).
   StatusOr<moe::v1::Worker> SetDrained(const std::string& name, bool drained, const std::string& actor = "",
@@ -156,8 +160,20 @@ class Controller {
   void PruneLostWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells every live rank of the attempt to stop: at its next step boundary, checkpointing there, or
   // killed at once (`now`).
+  // The scheduling pass (schedule_pass.cc).
+  std::string QueueOf(const JobEntry& e) const;
+  QueueUsage UsageNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobEntry* NextQueued(const std::map<std::string, std::vector<QueuedJob>>& by_queue,
+                       std::map<std::string, size_t>& cursor, const QueueUsage& usage)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Status& Feasible(const PlacementRequest& req, SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleOne(JobEntry& e, SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartPlaced(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PreemptionInFlight(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Preempt(JobEntry& e, const PlacementRequest& req, const std::vector<Slot>& free) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<JobEntry*> PreemptionCandidates(const JobEntry& e, Admission admission, const QueueUsage& usage)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Preempt(JobEntry& e, const PlacementRequest& req, Admission admission, SchedulePass& pass)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status ApplyPriorityClass(JobSpec* spec) const;
   bool Preemptible(const JobSpec& spec) const;  // false for a class marked never-preempted
   double RestartDelay(int n) const;                 // the wait before a job's n-th restart
@@ -187,6 +203,7 @@ class Controller {
   Clock& clock_;
   MetricsAggregator& metrics_;  // used under mu_ (it is not thread-safe)
   const ControllerConfig config_;
+  const QueueBook queues_;
   JobManager jobs_ ABSL_GUARDED_BY(mu_);
   JobWatchers watchers_ ABSL_GUARDED_BY(mu_);
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);

@@ -273,6 +273,13 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
       return OkStatus();
     });
   }
+  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx, const moe::v1::ListQueuesRequest*,
+                                       moe::v1::ListQueuesResponse* resp) override {
+    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+      for (auto& q : c_.Queues()) *resp->add_queues() = std::move(q);
+      return OkStatus();
+    });
+  }
   grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
                                         moe::v1::Worker* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {

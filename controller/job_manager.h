@@ -81,7 +81,7 @@ struct JobEntry {
   double last_persist = 0;  // monotonic time the record was last stored
   std::string waiting_reason;  // why the last scheduling pass did not place it (queued jobs)
   double not_before = 0;       // monotonic: a restarting job is not placed before this (restart backoff)
-  std::string preempting;      // a queued job waiting for the jobs it preempted to stop: their ids
+  std::vector<std::string> preempting;  // a queued job waiting for the jobs it preempted to stop: their ids
   std::map<int, std::vector<std::string>> attempt_workers;  // attempt -> workers by rank (moectl logs; not stored)
 };
 

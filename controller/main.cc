@@ -121,6 +121,20 @@ moe::Status ParsePriorityClasses(const std::vector<std::string>& flags, Controll
   return moe::OkStatus();
 }
 
+moe::Status LoadPlanProfiles(const std::string& cluster, std::string software, ControllerConfig* c);
+
+// The settings that come from files or need parsing: plan profiles, priority classes, queues.
+moe::Status LoadConfigFiles(const std::string& plan_cluster, const std::string& plan_software,
+                            const std::vector<std::string>& classes, const std::string& queues, ControllerConfig* c) {
+  MOE_RETURN_IF_ERROR(LoadPlanProfiles(plan_cluster, plan_software, c));
+  MOE_RETURN_IF_ERROR(ParsePriorityClasses(classes, c));
+  if (queues.empty()) return moe::OkStatus();
+  auto q = moe::controller::LoadQueuesFile(queues);
+  if (!q.ok()) return q.status();
+  c->queues = std::move(*q);
+  return moe::OkStatus();
+}
+
 // --plan-cluster / --plan-software: the profiles each attempt's planned step time comes from.
 moe::Status LoadPlanProfiles(const std::string& cluster, std::string software, ControllerConfig* c) {
   if (cluster.empty()) {
@@ -223,10 +237,15 @@ int main(int argc, char** argv) {
   app.add_option("--priority-class", classes,
                  "NAME=PRIORITY[:never-preempted] (repeatable): metadata.priority_class NAME gives a job that priority; "
                  "never-preempted: running jobs of the class are not stopped for higher ones");
+  std::string queues;
+  app.add_option("--queues", queues,
+                 "YAML file of queues with quotas per device type, cohorts and borrowing (docs/operations.md, "
+                 "Queues and quotas); jobs choose one by metadata.queue");
   CLI11_PARSE(app, argc, argv);
   config.Resolve();
-  if (moe::Status st = LoadPlanProfiles(plan_cluster, plan_software, &config); !st.ok()) return Fail(st.message());
-  if (moe::Status st = ParsePriorityClasses(classes, &config); !st.ok()) return Fail(st.message());
+  if (moe::Status st = LoadConfigFiles(plan_cluster, plan_software, classes, queues, &config); !st.ok()) {
+    return Fail(st.message());
+  }
   if (moe::Status st = SetUpProcess(config); !st.ok()) return Fail(st.message());
 
   // Check exposure.

@@ -723,6 +723,175 @@ TEST_F(ControllerTest, PriorityClassesSetThePriorityAndOnlyAClassCanOptOutOfPree
             std::string::npos) << t.status();
 }
 
+// Two queues of quota 2 in one cohort on 4 one-rank workers (Kueue's ClusterQueues and cohort).
+class QueueTest : public ControllerTest {
+ protected:
+  // a_borrowing_limit < 0: none.
+  void Start(int a_borrowing_limit = -1) {
+    QueuesConfig q;
+    q.queues = {QueueSpec{"a", "shared", {{"cpu", 2}}, {}, 1}, QueueSpec{"b", "shared", {{"cpu", 2}}, {}, 1}};
+    if (a_borrowing_limit >= 0) q.queues[0].borrowing_limit = {{"cpu", a_borrowing_limit}};
+    q.default_queue = "a";
+    config_.queues = q;
+    Make();
+    for (const char* w : {"w0", "w1", "w2", "w3"}) AddWorker(w, "r0", w);
+  }
+  moe::v1::Job SubmitTo(const std::string& queue, const std::string& name, int world = 1) {
+    JobSpec s = Spec(name, world, 1);
+    s.queue = queue;
+    return Submit(s);
+  }
+  moe::v1::QueueResource Cpu(const std::string& queue) {
+    for (const auto& q : controller_->Queues()) {
+      if (q.name() == queue && q.resources_size() > 0) return q.resources(0);
+    }
+    return {};
+  }
+  // The worker running `job`, and it reports its rank stopped (or finished).
+  void Stop(const std::string& job, bool ok) {
+    for (auto& [name, ch] : channels_) {
+      if (!ch->Assignments().empty() && ch->Assignments().back().job_id() == job) {
+        Finish(name, ch->Assignments().back(), ok, ok ? "" : "stopped after step 3 (asked to stop)");
+        return;
+      }
+    }
+    ADD_FAILURE() << "no worker runs " << job;
+  }
+};
+
+TEST_F(QueueTest, AQueueBorrowsIdleQuotaAndTheLenderReclaimsItUnderContention) {
+  Start();
+  std::vector<moe::v1::Job> a;
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(1);
+    a.push_back(SubmitTo("a", "a" + std::to_string(i)));
+  }
+  for (const auto& j : a) EXPECT_EQ(State(j.id()), moe::v1::SCHEDULED) << "b is idle: a borrows its 2";
+  EXPECT_EQ(Cpu("a").used(), 4);
+  EXPECT_EQ(Cpu("a").borrowed(), 2);
+  EXPECT_EQ(Cpu("a").nominal(), 2);
+  // b wants its quota back: the youngest borrower is preempted (equal priority: only a lender may).
+  auto b0 = SubmitTo("b", "b0");
+  EXPECT_EQ(State(a[3].id()), moe::v1::PREEMPTED);
+  EXPECT_NE(controller_->Get(a[3].id(), false)->message().find("queue b reclaims the quota queue a borrowed"),
+            std::string::npos) << controller_->Get(a[3].id(), false)->message();
+  Stop(a[3].id(), false);
+  EXPECT_EQ(State(b0.id()), moe::v1::SCHEDULED);
+  const std::string why = controller_->Get(a[3].id(), false)->waiting_reason();
+  EXPECT_NE(why.find("over quota: cohort shared uses 4 of its 4 cpu ranks; queue a uses 3 of its 2 cpu ranks"),
+            std::string::npos) << why;
+  clock_.Advance(1);
+  auto b1 = SubmitTo("b", "b1");
+  EXPECT_EQ(State(a[2].id()), moe::v1::PREEMPTED);
+  Stop(a[2].id(), false);
+  EXPECT_EQ(State(b1.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(Cpu("a").used(), 2);
+  EXPECT_EQ(Cpu("b").used(), 2);
+  EXPECT_EQ(Cpu("a").borrowed(), 0);
+  // Under contention each keeps its share: a third b job waits, and preempts nothing.
+  clock_.Advance(1);
+  auto b2 = SubmitTo("b", "b2");
+  EXPECT_EQ(State(b2.id()), moe::v1::PENDING);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(State(a[i].id()), moe::v1::SCHEDULED);
+  // b's jobs end: a's preempted ones borrow again, ahead of b2? No: b2 fits b's nominal quota and
+  // goes first; a borrows what is left.
+  Stop(b0.id(), true);
+  EXPECT_EQ(State(b2.id()), moe::v1::SCHEDULED);
+  Stop(b1.id(), true);
+  Stop(b2.id(), true);
+  EXPECT_EQ(State(a[2].id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(State(a[3].id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(controller_->Get(a[3].id(), false)->restarts(), 0) << "a reclaim uses no restart";
+  for (const auto& q : controller_->Queues()) {
+    if (q.name() == "a") { EXPECT_EQ(q.admitted_jobs(), 4); }
+    if (q.name() == "b") { EXPECT_EQ(q.pending_jobs() + q.admitted_jobs(), 0); }
+  }
+}
+
+TEST_F(QueueTest, CompetingQueuesShareByTheirQuotaAndBorrowingHasALimit) {
+  Start(/*a_borrowing_limit=*/1);
+  // a runs 3 (one borrowed, its limit); then b wants its 2 back.
+  std::vector<moe::v1::Job> a, b;
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(1);
+    a.push_back(SubmitTo("a", "a" + std::to_string(i)));
+  }
+  EXPECT_EQ(State(a[2].id()), moe::v1::SCHEDULED) << "b is idle: a borrows 1 (its limit)";
+  clock_.Advance(1);
+  auto extra = SubmitTo("a", "a-extra");
+  EXPECT_EQ(State(extra.id()), moe::v1::PENDING);
+  const std::string why = controller_->Get(extra.id(), false)->waiting_reason();
+  EXPECT_NE(why.find("over quota: queue a uses 3 of its 2 cpu ranks and may borrow 1"), std::string::npos) << why;
+  for (int i = 0; i < 3; ++i) b.push_back(SubmitTo("b", "b" + std::to_string(i)));
+  EXPECT_EQ(State(b[0].id()), moe::v1::SCHEDULED) << "the free worker";
+  EXPECT_EQ(State(a[2].id()), moe::v1::PREEMPTED) << "b reclaims the one a borrowed; b1: " << controller_->Get(b[1].id(), false)->waiting_reason();
+  Stop(a[2].id(), false);
+  EXPECT_EQ(State(b[1].id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(State(b[2].id()), moe::v1::PENDING);
+  EXPECT_EQ(Cpu("a").used(), 2);
+  EXPECT_EQ(Cpu("b").used(), 2);
+}
+
+TEST_F(QueueTest, QueuesThatBorrowTogetherShareWhatIsLent) {
+  // a and b have 1 each; c lends its 2. With FIFO a would take 3 of the 4 workers.
+  config_.queues.queues = {QueueSpec{"a", "s", {{"cpu", 1}}, {}, 1}, QueueSpec{"b", "s", {{"cpu", 1}}, {}, 1},
+                           QueueSpec{"c", "s", {{"cpu", 2}}, {}, 1}};
+  Make();
+  std::vector<moe::v1::Job> a, b;
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(1);
+    a.push_back(SubmitTo("a", "a" + std::to_string(i)));
+  }
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(1);
+    b.push_back(SubmitTo("b", "b" + std::to_string(i)));
+  }
+  for (const char* w : {"w0", "w1", "w2", "w3"}) AddWorker(w, "r0", w);
+  EXPECT_EQ(Cpu("a").used(), 2);
+  EXPECT_EQ(Cpu("b").used(), 2);
+  EXPECT_EQ(State(a[2].id()), moe::v1::PENDING);
+  EXPECT_EQ(State(b[2].id()), moe::v1::PENDING);
+}
+
+TEST_F(QueueTest, SubmitNamesTheQueueOrSaysWhyNot) {
+  Start();
+  auto j = SubmitTo("", "plain");
+  EXPECT_EQ(j.spec().metadata().queue(), "a") << "the default queue";
+  JobSpec s = Spec("typo", 1, 1);
+  s.queue = "c";
+  auto t = controller_->Submit(SpecToProto(s));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("metadata.queue: unknown queue 'c' (queues: a, b)"), std::string::npos) << t.status();
+  JobSpec big = Spec("big", 5, 1);
+  big.queue = "b";
+  t = controller_->Submit(SpecToProto(big));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(t.status().message().find("needs 5 cpu ranks and queue b may use at most 4 (nominal quota 2, borrowing 2"),
+            std::string::npos) << t.status();
+}
+
+TEST(QueuesConfig, TheFileIsCheckedFieldByField) {
+  auto ok = ParseQueuesConfig("queues:\n- {name: a, cohort: c, quota: {cpu: 2, cuda: 8}, borrowing_limit: {cpu: 1}}\n"
+                              "- {name: b, cohort: c, quota: {cpu: 2}, weight: 2}\ndefault_queue: b\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->queues[0].quota.at("cuda"), 8);
+  EXPECT_EQ(ok->queues[1].weight, 2);
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"queues:\n- {name: a, quota: {tpu: 2}}\n", "queues[0].quota.tpu: unknown device type"},
+           {"queues:\n- {name: a, quota: {cpu: -1}}\n", "queues[0].quota.cpu: must be >= 0"},
+           {"queues:\n- {name: a}\n- {name: a}\n", "queues[1].name: 'a' is also queues[0]"},
+           {"queues:\n- {name: a}\ndefault_queue: z\n", "default_queue: 'z' is not one of the queues"},
+           {"queues:\n- {name: a, wieght: 2}\n", "queues[0].wieght"},
+           {"queues:\n- {name: a, weight: 0}\n", "queues[0].weight"},
+           {"queues: []\n", "queues: lists no queue"},
+       }) {
+    auto r = ParseQueuesConfig(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status() << " for " << text;
+  }
+}
+
 TEST_F(ControllerTest, APermanentFailureWinsOverAPeersTransientOneThatCameFirst) {
   auto* a = AddWorker("a", "r0", "n0");
   auto* b = AddWorker("b", "r0", "n1");

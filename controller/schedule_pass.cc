@@ -1,0 +1,282 @@
+// The scheduling pass: which queued jobs start now, and which running ones are preempted for them.
+//
+// Order (controller/queues.h): jobs that fit their queue's nominal quota before jobs that would
+// borrow; then higher priority; then the queue with the smaller share of its quota (fair sharing);
+// then earlier submission. A job that cannot be placed lets smaller ones further down go (backfill),
+// except those it holds: jobs of lower priority while the jobs it preempted stop, and borrowers of a
+// cohort in which a queue reclaims its nominal quota.
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <tuple>
+
+#include "common/log.h"
+#include "controller/controller.h"
+#include "controller/controller_internal.h"
+
+namespace moe::controller {
+
+using moe::v1::JobState;
+
+struct SchedulePass {
+  double now = 0;
+  std::vector<Slot> free;
+  std::vector<Slot> live;  // every live worker's slots (filled on first use)
+  bool live_known = false;
+  QueueUsage usage;
+  std::map<std::string, Status> feasible;  // by job shape: fits on every live worker?
+  int64_t hold_below = std::numeric_limits<int64_t>::min();
+  std::string holder;
+  std::set<std::string> reclaiming;  // cohorts in which a queue waits for its lent quota
+};
+
+namespace {
+
+std::string Join(const std::vector<std::string>& ids) {
+  std::string out;
+  for (const std::string& id : ids) out += (out.empty() ? "" : ", ") + id;
+  return out;
+}
+
+}  // namespace
+
+std::string Controller::QueueOf(const JobEntry& e) const {
+  if (!e.spec.queue.empty()) return e.spec.queue;
+  return queues_.enabled() ? queues_.config().default_queue : kDefaultQueue;
+}
+
+QueueUsage Controller::UsageNow() {
+  QueueUsage usage;
+  for (JobEntry* e : jobs_.All()) {
+    if (e->attempt) usage[QueueOf(*e)][e->spec.resources.device] += int64_t(e->attempt->slots.size());
+  }
+  return usage;
+}
+
+void Controller::Schedule() {
+  if (!schedule_needed_) return;
+  schedule_needed_ = false;
+  SchedulePass pass;
+  pass.now = clock_.Monotonic();
+  std::map<std::string, std::vector<QueuedJob>> by_queue;
+  for (JobEntry* e : jobs_.All()) {
+    if (e->not_before > pass.now) {  // restart backoff (Tick schedules again when it ends)
+      e->waiting_reason = "restart backoff: placed again in " + internal::Seconds(e->not_before - pass.now);
+      continue;
+    }
+    // A restarting job waits until its previous attempt's ranks have stopped.
+    if (IsQueued(e->job.state()) && !e->attempt) {
+      by_queue[QueueOf(*e)].push_back({e->job.id(), e->spec.priority, e->job.created_at()});
+    }
+  }
+  for (auto& [q, jobs] : by_queue) jobs = QueueOrder(std::move(jobs));
+  pass.free = workers_.FreeSlots();
+  pass.usage = UsageNow();
+  std::map<std::string, size_t> cursor;
+  while (JobEntry* e = NextQueued(by_queue, cursor, pass.usage)) ScheduleOne(*e, pass);
+  metrics_.ObserveSchedulerDecision(clock_.Monotonic() - pass.now);
+}
+
+// The next job to consider: the best head among the queues (the order above).
+JobEntry* Controller::NextQueued(const std::map<std::string, std::vector<QueuedJob>>& by_queue,
+                                 std::map<std::string, size_t>& cursor, const QueueUsage& usage) {
+  using Key = std::tuple<bool, int64_t, double, double, std::string>;
+  std::optional<Key> best;
+  const std::string* best_queue = nullptr;
+  for (const auto& [q, jobs] : by_queue) {
+    const size_t at = cursor[q];
+    if (at >= jobs.size()) continue;
+    const QueuedJob& j = jobs[at];
+    const JobEntry* e = jobs_.Find(j.id);
+    const std::string& device = e->spec.resources.device;
+    const auto used_it = usage.find(q);
+    const int64_t used = used_it == usage.end() ? 0 : (used_it->second.count(device) ? used_it->second.at(device) : 0);
+    const bool borrows = queues_.enabled() && used + e->spec.parallelism.world_size > queues_.Nominal(q, device);
+    Key key{borrows, -j.priority, queues_.enabled() ? queues_.Share(q, usage) : 0.0, j.submitted_at, j.id};
+    if (!best || key < *best) best = key, best_queue = &q;
+  }
+  if (!best) return nullptr;
+  ++cursor[*best_queue];
+  return jobs_.Find(std::get<4>(*best));
+}
+
+const Status& Controller::Feasible(const PlacementRequest& req, SchedulePass& pass) {
+  const std::string shape = std::to_string(req.world_size) + "/" + std::to_string(req.expert_parallel) + "/" +
+                            req.within + "/" + req.device_type;
+  auto it = pass.feasible.find(shape);
+  if (it != pass.feasible.end()) return it->second;
+  if (!pass.live_known) pass.live = workers_.LiveSlots(), pass.live_known = true;
+  return pass.feasible.emplace(shape, CheckFeasible(req, pass.live)).first->second;
+}
+
+void Controller::ScheduleOne(JobEntry& e, SchedulePass& pass) {
+  if (e.spec.priority < pass.hold_below) {
+    e.waiting_reason = "held: " + pass.holder + " (priority " + std::to_string(pass.hold_below) +
+                       ") waits for the jobs it preempted to stop";
+    return;
+  }
+  const std::string queue = QueueOf(e), &device = e.spec.resources.device;
+  const int64_t ranks = e.spec.parallelism.world_size;
+  std::string quota;
+  const Admission admission = queues_.Admit(queue, device, ranks, pass.usage, &quota);
+  const QueueSpec* spec = queues_.Find(queue);
+  if (admission == Admission::kFits && !quota.empty() && spec && pass.reclaiming.count(spec->cohort)) {
+    e.waiting_reason = "held: a queue of cohort " + spec->cohort + " reclaims the quota it lent (" + quota + ")";
+    return;
+  }
+  PlacementRequest req = internal::RequestFor(e.spec);
+  req.previous = internal::SlotsOf(e.job);
+  StatusOr<std::vector<Slot>> placed =
+      admission == Admission::kFits ? Place(req, pass.free) : StatusOr<std::vector<Slot>>(ResourceExhaustedError(quota));
+  if (placed.ok()) {
+    StartPlaced(e, *placed, pass);
+    return;
+  }
+  // Not even on every live worker: it waits for workers to register, and says how many it needs.
+  const Status& fits = Feasible(req, pass);
+  e.waiting_reason = admission != Admission::kFits ? quota
+                     : fits.ok()                   ? placed.status().message()
+                                                   : "waiting for capacity: " + fits.message();
+  if (!fits.ok()) return;
+  if (admission == Admission::kReclaim && spec) pass.reclaiming.insert(spec->cohort);
+  if (PreemptionInFlight(e) || Preempt(e, req, admission, pass)) {
+    e.waiting_reason = "preempting " + Join(e.preempting) + ": placed once their ranks have checkpointed and stopped";
+    if (e.spec.priority > pass.hold_below) pass.hold_below = e.spec.priority, pass.holder = e.job.id();
+  }
+}
+
+void Controller::StartPlaced(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass) {
+  e.preempting.clear();
+  e.waiting_reason.clear();
+  if (Status st = StartAttempt(e, placed); !st.ok()) {
+    MOE_LOG(WARNING) << "job " << e.job.id() << " not started: " << st
+                     << " (it stays queued; the next tick tries again)";
+    schedule_needed_ = true;
+    return;
+  }
+  pass.usage[QueueOf(e)][e.spec.resources.device] += int64_t(placed.size());
+  std::set<std::string> used;
+  for (const auto& s : placed) used.insert(s.worker);
+  std::erase_if(pass.free, [&](const Slot& s) { return used.count(s.worker) > 0; });
+}
+
+// Whether a job's earlier preemption still runs: some job it preempted has ranks that have not stopped.
+bool Controller::PreemptionInFlight(JobEntry& e) {
+  if (e.preempting.empty()) return false;
+  bool running = false;
+  for (const std::string& id : e.preempting) {
+    const JobEntry* v = jobs_.Find(id);
+    running |= v != nullptr && v->attempt != nullptr;
+  }
+  if (!running) e.preempting.clear();  // they stopped and it still does not fit: choose again
+  return running;
+}
+
+// The running jobs `e` may preempt: of its queue and lower priority; and, when it reclaims its
+// nominal quota, the borrowers of its cohort whatever their priority (those first). Then the lowest
+// priority, the fewest ranks, the youngest. A class marked never-preempted is never chosen.
+std::vector<JobEntry*> Controller::PreemptionCandidates(const JobEntry& e, Admission admission, const QueueUsage& usage) {
+  const std::string queue = QueueOf(e);
+  std::set<std::string> cohort;
+  for (const QueueSpec* q : queues_.CohortOf(queue)) cohort.insert(q->name);
+  std::vector<std::pair<bool, JobEntry*>> found;
+  for (JobEntry* v : jobs_.All()) {
+    const JobState s = v->job.state();
+    if (!v->attempt || v->attempt->ending || !Preemptible(v->spec)) continue;
+    if (s != moe::v1::SCHEDULED && s != moe::v1::RUNNING) continue;
+    const std::string qv = QueueOf(*v);
+    const bool lower = qv == queue && v->spec.priority < e.spec.priority;
+    const bool lent = admission == Admission::kReclaim && qv != queue && cohort.count(qv) &&
+                      queues_.Borrowed(qv, v->spec.resources.device, usage) > 0;
+    if (lower || lent) found.emplace_back(!lent, v);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    const JobEntry *x = a.second, *y = b.second;
+    if (a.first != b.first) return a.first < b.first;
+    if (x->spec.priority != y->spec.priority) return x->spec.priority < y->spec.priority;
+    if (x->attempt->slots.size() != y->attempt->slots.size()) return x->attempt->slots.size() < y->attempt->slots.size();
+    return x->job.created_at() > y->job.created_at();
+  });
+  std::vector<JobEntry*> out;
+  for (const auto& [_, v] : found) out.push_back(v);
+  return out;
+}
+
+// Chooses candidates until `e` would fit (its queue's quota and the workers); each is asked to
+// checkpoint at its next step boundary and stop (PREEMPTED: queued again, no restart used). False
+// when none would do.
+bool Controller::Preempt(JobEntry& e, const PlacementRequest& req, Admission admission, SchedulePass& pass) {
+  if (!config_.preemption) return false;
+  std::vector<Slot> trial = pass.free;
+  QueueUsage usage = pass.usage;
+  std::vector<JobEntry*> chosen;
+  bool fits = false;
+  std::string unused;
+  for (JobEntry* v : PreemptionCandidates(e, admission, pass.usage)) {
+    if (fits) break;
+    chosen.push_back(v);
+    for (const Slot& s : v->attempt->slots) {
+      if (workers_.Placeable(s.worker)) trial.push_back(s);
+    }
+    usage[QueueOf(*v)][v->spec.resources.device] -= int64_t(v->attempt->slots.size());
+    fits = queues_.Admit(QueueOf(e), e.spec.resources.device, e.spec.parallelism.world_size, usage, &unused) ==
+               Admission::kFits &&
+           Place(req, trial).ok();
+  }
+  if (!fits) return false;
+  e.preempting.clear();
+  for (JobEntry* v : chosen) {
+    e.preempting.push_back(v->job.id());
+    const bool lent = QueueOf(*v) != QueueOf(e);
+    FailAttempt(*v,
+                "preempted by job " + e.job.id() +
+                    (lent ? " (queue " + QueueOf(e) + " reclaims the quota queue " + QueueOf(*v) + " borrowed)"
+                          : " (priority " + std::to_string(e.spec.priority) + " > " + std::to_string(v->spec.priority) + ")"),
+                /*permanent=*/false, /*counted=*/false, /*preempted=*/true);
+  }
+  if (Status st = jobs_.Event(e, "Preempting", "stopping " + Join(e.preempting) + " to make room"); !st.ok()) {
+    MOE_LOG(WARNING) << "job " << e.job.id() << ": the Preempting event is not stored: " << st;
+  }
+  return true;
+}
+
+std::vector<moe::v1::QueueStatus> Controller::Queues() {
+  MutexLock lock(&mu_);
+  const QueueUsage usage = UsageNow();
+  std::vector<QueueSpec> specs = queues_.config().queues;
+  if (!queues_.enabled()) specs.push_back(QueueSpec{kDefaultQueue, "", {}, {}, 1});
+  std::map<std::string, moe::v1::QueueStatus> out;
+  for (const QueueSpec& q : specs) {
+    moe::v1::QueueStatus& st = out[q.name];
+    st.set_name(q.name);
+    st.set_cohort(q.cohort);
+    st.set_weight(q.weight);
+    st.set_share(queues_.enabled() ? queues_.Share(q.name, usage) : 0);
+    std::set<std::string> devices;
+    for (const auto& [d, _] : q.quota) devices.insert(d);
+    if (auto it = usage.find(q.name); it != usage.end()) {
+      for (const auto& [d, _] : it->second) devices.insert(d);
+    }
+    for (const std::string& d : devices) {
+      moe::v1::QueueResource* r = st.add_resources();
+      r->set_device(d);
+      r->set_nominal(queues_.enabled() ? queues_.Nominal(q.name, d) : -1);
+      const auto limit = q.borrowing_limit.find(d);
+      r->set_borrowing_limit(limit == q.borrowing_limit.end() ? -1 : limit->second);
+      const auto u = usage.find(q.name);
+      r->set_used(u == usage.end() || !u->second.count(d) ? 0 : u->second.at(d));
+      r->set_borrowed(queues_.Borrowed(q.name, d, usage));
+    }
+  }
+  for (JobEntry* e : jobs_.All()) {
+    const auto it = out.find(QueueOf(*e));
+    if (it == out.end()) continue;
+    if (e->attempt) it->second.set_admitted_jobs(it->second.admitted_jobs() + 1);
+    else if (IsQueued(e->job.state())) it->second.set_pending_jobs(it->second.pending_jobs() + 1);
+  }
+  std::vector<moe::v1::QueueStatus> list;
+  for (const QueueSpec& q : specs) list.push_back(out[q.name]);
+  return list;
+}
+
+}  // namespace moe::controller
