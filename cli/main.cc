@@ -8,6 +8,8 @@
 //
 // The commands: cli/commands.cc. Exit codes: cli/client.h.
 #include <CLI/CLI.hpp>
+
+#include "common/service_log.h"
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -58,6 +60,8 @@ int main(int argc, char** argv) {
   const std::vector<moe::cli::Command> commands = moe::cli::AddCommands(app, client, &args);
   moe::cli::PlanArgs plan_args;
   CLI::App* plan = moe::cli::AddPlanCommand(app, &plan_args);
+  moe::ServiceLogOptions log{"moectl", "warning"};
+  moe::AddServiceLogFlags(app, &log);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -67,6 +71,7 @@ int main(int argc, char** argv) {
     if (!known && e.get_exit_code() != 0) return UnknownCommand(app, word);
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (moe::Status st = moe::InitServiceLog(log); !st.ok()) return client.Fail(st);
   if (plan->parsed() && !plan_args.live()) return moe::cli::RunPlan(plan_args, nullptr);
   if (!token_file.empty()) {
     auto token = moe::ReadTokenFile(token_file);

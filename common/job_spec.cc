@@ -164,7 +164,35 @@ Status CheckBatchRamp(const DataConfig& d, int64_t unit) {
   return OkStatus();
 }
 
+// spec.elastic: the smallest size must be a layout the job can run at (the same PP and EP, the global
+// batch in whole micro-batches per rank).
+Status CheckElastic(const JobSpec& s) {
+  const int64_t min = s.elastic.min_data_parallel, dp = s.parallelism.data_parallel();
+  if (min == 0) return OkStatus();
+  const std::string p = "spec.elastic.min_data_parallel";
+  if (min > dp) return InvalidArgumentError(p + ": " + Int(min) + " exceeds the job's data-parallel size " + Int(dp));
+  JobSpec small = s;
+  small.parallelism.world_size = min * s.parallelism.pipeline_parallel;
+  small.elastic = {};
+  if (Status st = CheckLayout(small); !st.ok()) {
+    return InvalidArgumentError(p + ": the job cannot run at data-parallel " + Int(min) + " (world size " +
+                                Int(small.parallelism.world_size) + "): " + st.message());
+  }
+  return OkStatus();
+}
+
 }  // namespace
+
+std::vector<int64_t> ElasticWorldSizes(const JobSpec& s) {
+  std::vector<int64_t> out;
+  if (s.elastic.min_data_parallel <= 0) return out;
+  for (int64_t dp = s.parallelism.data_parallel() - 1; dp >= s.elastic.min_data_parallel; --dp) {
+    JobSpec small = s;
+    small.parallelism.world_size = dp * s.parallelism.pipeline_parallel;
+    if (CheckLayout(small).ok()) out.push_back(small.parallelism.world_size);
+  }
+  return out;
+}
 
 StatusOr<JobSpec> ParseJobSpec(const Node& doc) {
   if (doc.IsNull()) return InvalidArgumentError("the job document is empty");
@@ -215,6 +243,7 @@ Status ValidateJobSpec(const JobSpec& s) {
                                 Num(s.optimizer.min_lr));
   }
   MOE_RETURN_IF_ERROR(CheckEvaluation(s));
+  MOE_RETURN_IF_ERROR(CheckElastic(s));
   return ValidateSchedule(s.optimizer.lr_schedule, "spec.optimizer.lr_schedule");
 }
 

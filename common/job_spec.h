@@ -280,6 +280,10 @@ StatusOr<ModelConfig> ModelPreset(const std::string& name);
 // Parses a job document (already read as YAML or JSON). Unknown fields are errors; so is anything
 // Validate() refuses.
 StatusOr<JobSpec> ParseJobSpec(const Node& doc);
+// The smaller world sizes an elastic job may run at (spec.elastic), largest first: data-parallel
+// sizes from its own down to min_data_parallel at which the layout is valid (the same PP and EP, the
+// global batch in whole micro-batches per rank). Empty for a job that is not elastic.
+std::vector<int64_t> ElasticWorldSizes(const JobSpec& s);
 StatusOr<JobSpec> ParseJobSpecText(std::string_view text);
 StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
 

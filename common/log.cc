@@ -14,7 +14,29 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::mutex g_mu;
 std::string g_prefix;  // guarded by g_mu
+LogSink g_sink = nullptr;  // guarded by g_mu
 }  // namespace
+
+void SetLogSink(LogSink sink) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_sink = sink;
+}
+
+const char* LogLevelName(LogLevel level) {
+  static const char* kNames[] = {"debug", "info", "warning", "error"};
+  return kNames[static_cast<int>(level)];
+}
+
+void LogRankLine(std::string_view job, int rank, std::string_view line) {
+  const std::string text = EscapeControl(line);
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_sink != nullptr) {
+    g_sink(LogRecord{LogLevel::kInfo, text, job, rank});
+    return;
+  }
+  std::fprintf(stderr, "[%.*s r%d] %s\n", static_cast<int>(job.size()), job.data(), rank, text.c_str());
+  std::fflush(stderr);
+}
 
 void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
 LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load()); }
@@ -59,6 +81,14 @@ namespace internal {
 LogMessage::LogMessage(LogLevel level, const char*, int) : level_(level) {}
 
 LogMessage::~LogMessage() {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_sink != nullptr) {
+      const std::string text = EscapeControl(stream_.str());
+      g_sink(LogRecord{level_, text, {}, -1});
+      return;
+    }
+  }
   static const char kLetters[] = {'D', 'I', 'W', 'E'};
   timeval tv;
   gettimeofday(&tv, nullptr);

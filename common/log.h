@@ -1,7 +1,8 @@
 // Minimal thread-safe logging for the whole tree (the engine cannot depend on spdlog; see DESIGN.md).
 //   MOE_LOG(INFO) << "step " << n;
 // Lines go to stderr as "I1129 17:20:01.123 rank0] message". SetLogPrefix names the process (rank,
-// component); SetLogLevel filters.
+// component); SetLogLevel filters. The services (controller, worker, moectl) hand every record to
+// spdlog instead (common/service_log.h: rotating files, JSON lines) through SetLogSink.
 #pragma once
 
 #include <sstream>
@@ -17,6 +18,20 @@ LogLevel GetLogLevel();
 void SetLogPrefix(std::string prefix);
 // Parses "debug|info|warning|error"; returns false on anything else.
 bool ParseLogLevel(std::string_view s, LogLevel* out);
+const char* LogLevelName(LogLevel level);  // "info", ...
+
+// One log record: a message of this process, or a line a rank printed (job and rank set).
+struct LogRecord {
+  LogLevel level = LogLevel::kInfo;
+  std::string_view message;  // control characters already escaped
+  std::string_view job;      // empty: not a rank's line
+  int rank = -1;
+};
+// Where records go instead of stderr (nullptr: back to stderr). Called under the log's lock.
+using LogSink = void (*)(const LogRecord& record);
+void SetLogSink(LogSink sink);
+// A line the rank `rank` of `job` printed: "[job rR] line" on stderr, or a record with job and rank.
+void LogRankLine(std::string_view job, int rank, std::string_view line);
 
 namespace internal {
 class LogMessage {

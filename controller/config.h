@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/plan_profiles.h"
+#include "common/service_log.h"
 #include "controller/queues.h"
 
 namespace moe::controller {
@@ -35,7 +36,7 @@ struct ControllerConfig {
   bool allow_insecure_remote = false;             // listen beyond loopback without tokens
   bool allow_cleartext_tokens = false;  // tokens beyond loopback without TLS (they travel in clear)
   bool allow_remote_metrics = false;    // /metrics beyond loopback (it needs no token)
-  std::string log_level = "info";
+  ServiceLogOptions log;  // --log-level, --log-file, --log-format, ... (common/service_log.h)
 
   // State.
   std::string state_dir;  // SQLite database (required by moe-controller)

@@ -169,6 +169,8 @@ class Controller {
   const Status& Feasible(const PlacementRequest& req, SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleOne(JobEntry& e, SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartPlaced(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StartSmaller(JobEntry& e, const PlacementRequest& full, SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void GrowElastic(SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PreemptionInFlight(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<JobEntry*> PreemptionCandidates(const JobEntry& e, Admission admission, const QueueUsage& usage)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

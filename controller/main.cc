@@ -18,6 +18,7 @@
 
 #include "common/log.h"
 #include "controller/auth.h"
+#include "common/service_log.h"
 #include "controller/config.h"
 #include "controller/controller.h"
 #include "controller/grpc_server.h"
@@ -92,8 +93,7 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
       ->capture_default_str();
   app.add_option("--straggler-window", c.straggler.window, "... for this many consecutive steps")
       ->capture_default_str();
-  app.add_option("--log-level", c.log_level, "debug | info | warning | error")
-      ->capture_default_str();
+  moe::AddServiceLogFlags(app, &c.log);
 }
 
 // --priority-class production=1000:never-preempted research=100 best-effort=-100
@@ -153,12 +153,9 @@ moe::Status LoadPlanProfiles(const std::string& cluster, std::string software, C
 }
 
 moe::Status SetUpProcess(const ControllerConfig& c) {
-  moe::LogLevel level;
-  if (!moe::ParseLogLevel(c.log_level, &level)) {
-    return moe::InvalidArgumentError("--log-level: unknown level '" + c.log_level + "'");
-  }
-  moe::SetLogLevel(level);
-  moe::SetLogPrefix("controller");
+  moe::ServiceLogOptions log = c.log;
+  log.component = "controller";
+  MOE_RETURN_IF_ERROR(moe::InitServiceLog(log));
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit is an error the store reports, not a crash
   ::signal(SIGINT, OnSignal);

@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "common/job_spec.h"
 #include "common/log.h"
 #include "controller/controller.h"
 #include "controller/controller_internal.h"
@@ -74,6 +75,7 @@ void Controller::Schedule() {
   pass.usage = UsageNow();
   std::map<std::string, size_t> cursor;
   while (JobEntry* e = NextQueued(by_queue, cursor, pass.usage)) ScheduleOne(*e, pass);
+  GrowElastic(pass);
   metrics_.ObserveSchedulerDecision(clock_.Monotonic() - pass.now);
 }
 
@@ -137,11 +139,71 @@ void Controller::ScheduleOne(JobEntry& e, SchedulePass& pass) {
   e.waiting_reason = admission != Admission::kFits ? quota
                      : fits.ok()                   ? placed.status().message()
                                                    : "waiting for capacity: " + fits.message();
-  if (!fits.ok()) return;
-  if (admission == Admission::kReclaim && spec) pass.reclaiming.insert(spec->cohort);
-  if (PreemptionInFlight(e) || Preempt(e, req, admission, pass)) {
-    e.waiting_reason = "preempting " + Join(e.preempting) + ": placed once their ranks have checkpointed and stopped";
-    if (e.spec.priority > pass.hold_below) pass.hold_below = e.spec.priority, pass.holder = e.job.id();
+  if (fits.ok()) {
+    if (admission == Admission::kReclaim && spec) pass.reclaiming.insert(spec->cohort);
+    if (PreemptionInFlight(e) || Preempt(e, req, admission, pass)) {
+      e.waiting_reason = "preempting " + Join(e.preempting) + ": placed once their ranks have checkpointed and stopped";
+      if (e.spec.priority > pass.hold_below) pass.hold_below = e.spec.priority, pass.holder = e.job.id();
+      return;
+    }
+  }
+  StartSmaller(e, req, pass);
+}
+
+// spec.elastic: rather than wait, run at the largest smaller data-parallel size that fits now (the
+// same PP and EP; the ranks resume from the layout-independent checkpoint, the global batch kept by
+// more micro-batches per rank).
+bool Controller::StartSmaller(JobEntry& e, const PlacementRequest& full, SchedulePass& pass) {
+  const std::string queue = QueueOf(e);
+  std::string quota;
+  for (const int64_t world : ElasticWorldSizes(e.spec)) {
+    if (queues_.Admit(queue, e.spec.resources.device, world, pass.usage, &quota) != Admission::kFits) continue;
+    PlacementRequest req = full;
+    req.world_size = static_cast<int>(world);
+    auto placed = Place(req, pass.free);
+    if (!placed.ok()) continue;
+    const std::string why = "runs at world size " + std::to_string(world) + " (data-parallel " +
+                            std::to_string(world / e.spec.parallelism.pipeline_parallel) + ") of " +
+                            std::to_string(full.world_size) + " (spec.elastic): " + e.waiting_reason +
+                            "; it grows back when workers are free";
+    if (Status st = jobs_.Event(e, "Resized", why); !st.ok()) {
+      MOE_LOG(WARNING) << "job " << e.job.id() << ": the Resized event is not stored: " << st;
+    }
+    StartPlaced(e, *placed, pass);
+    return true;
+  }
+  return false;
+}
+
+// After the pass: an elastic job running below its size grows back when the workers left free (no
+// queued job wanted them) with its own would hold it whole. It stops at its next step boundary with a
+// checkpoint and is placed again at once, without using a restart.
+void Controller::GrowElastic(SchedulePass& pass) {
+  for (JobEntry* e : jobs_.All()) {
+    if (!e->attempt || e->attempt->ending || e->job.state() != moe::v1::RUNNING) continue;
+    const size_t world = e->attempt->slots.size();
+    if (e->spec.elastic.min_data_parallel <= 0 || world >= size_t(e->spec.parallelism.world_size)) continue;
+    std::vector<Slot> trial = pass.free;
+    trial.insert(trial.end(), e->attempt->slots.begin(), e->attempt->slots.end());
+    QueueUsage usage = pass.usage;
+    usage[QueueOf(*e)][e->spec.resources.device] -= int64_t(world);
+    std::string quota;
+    if (queues_.Admit(QueueOf(*e), e->spec.resources.device, e->spec.parallelism.world_size, usage, &quota) !=
+        Admission::kFits) {
+      continue;
+    }
+    auto placed = Place(internal::RequestFor(e->spec), trial);
+    if (!placed.ok()) continue;
+    const std::string why = "grows back from world size " + std::to_string(world) + " to " +
+                            std::to_string(e->spec.parallelism.world_size) +
+                            ": its ranks checkpoint at the next step boundary and it is placed again";
+    if (Status st = jobs_.Event(*e, "Resizing", why); !st.ok()) {
+      MOE_LOG(WARNING) << "job " << e->job.id() << ": the Resizing event is not stored: " << st;
+    }
+    FailAttempt(*e, why, /*permanent=*/false, /*counted=*/false);
+    std::set<std::string> used;
+    for (const auto& s : *placed) used.insert(s.worker);
+    std::erase_if(pass.free, [&](const Slot& s) { return used.count(s.worker) > 0; });
   }
 }
 

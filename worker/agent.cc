@@ -384,7 +384,6 @@ moe::v1::FailureClass ToProto(FailureClass c) {
 // ends, then reports how it ended (its final record, or its exit status when it sent none).
 void WorkerAgent::Monitor(Rank* rank) {
   const moe::v1::Assignment& a = rank->assignment;
-  const std::string prefix = "[" + a.job_id() + " r" + std::to_string(a.rank()) + "] ";
   auto on_report = [&](const std::string& line) {
     moe::v1::WorkerMessage m;
     auto* s = m.mutable_step();
@@ -396,7 +395,7 @@ void WorkerAgent::Monitor(Rank* rank) {
   };
   rank->log = std::make_unique<RankLogWriter>(RankLogPath(o_.runtime_dir, a.job_id(), a.attempt(), a.rank()));
   auto on_output = [&](const std::string& line) {
-    std::fprintf(stderr, "%s%s\n", prefix.c_str(), line.c_str());
+    LogRankLine(a.job_id(), a.rank(), line);
     rank->log->Append(line);
   };
   while (rank->process->Pump(0.2, on_report, on_output)) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/service_log.h"
 #include "worker/agent.h"
 #include "worker/topology.h"
 
@@ -76,7 +77,8 @@ std::string SelfDir() {
 int main(int argc, char** argv) {
   CLI::App app{"moe-worker: runs ranks of MoE training jobs on one device for the controller"};
   moe::worker::AgentOptions o;
-  std::string rack, node, log_level = "info", inject_delay;
+  std::string rack, node, inject_delay;
+  moe::ServiceLogOptions log;
   const char* env_controller = std::getenv("MOE_CONTROLLER");
   const char* env_token = std::getenv("MOE_TOKEN");
   const char* env_token_file = std::getenv("MOE_TOKEN_FILE");
@@ -117,14 +119,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--fake-rack-size", fake_rack_size, "load testing: the fake workers' racks hold this many each (0: one rack)")
       ->check(CLI::Range(0, 100000));
-  app.add_option("--log-level", log_level, "debug | info | warning | error")->capture_default_str();
+  moe::AddServiceLogFlags(app, &log);
   CLI11_PARSE(app, argc, argv);
-  moe::LogLevel level;
-  if (!moe::ParseLogLevel(log_level, &level)) {
-    std::fprintf(stderr, "moe-worker: --log-level: unknown level '%s'\n", log_level.c_str());
-    return 2;
-  }
-  moe::SetLogLevel(level);
   if (!token_file.empty()) {
     auto token = moe::ReadTokenFile(token_file);
     if (!token.ok()) {
@@ -156,7 +152,8 @@ int main(int argc, char** argv) {
   }
   if (o.runtime_dir.empty()) o.runtime_dir = "/tmp/moe-worker-" + o.name;
   if (!inject_delay.empty()) o.extra_trainer_args = {"--inject-step-delay", inject_delay};
-  moe::SetLogPrefix("worker " + o.name);
+  log.component = "worker " + o.name;
+  if (moe::Status st = moe::InitServiceLog(log); !st.ok()) return std::fprintf(stderr, "moe-worker: %s\n", st.message().c_str()), 2;
   MOE_LOG(INFO) << "rack " << o.rack << " from " << topo.source << "; node " << o.node;
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGINT, OnSignal);

@@ -481,6 +481,60 @@ TEST_F(ControllerTest, LostWorkerRestartsTheJobReplacingOnlyTheLostSlot) {
 // A clean worker stop (SIGTERM, a rolling update): the worker says it is leaving; every rank is told
 // to stop (they checkpoint at the same step boundary); the job goes back to the queue without using a
 // restart and resumes elsewhere; the worker is removed when its stream closes, not marked lost.
+TEST_F(ControllerTest, AnElasticJobContinuesSmallerAfterALossAndGrowsBackWhenAWorkerJoins) {
+  for (const char* w : {"w0", "w1", "w2", "w3"}) AddWorker(w, "r0", w);
+  JobSpec s = Spec("el", 4, 2);
+  s.data.global_batch_size = 8;
+  s.elastic.min_data_parallel = 2;
+  auto job = Submit(s);
+  ASSERT_EQ(State(job.id()), moe::v1::SCHEDULED);
+  for (const char* w : {"w0", "w1", "w2", "w3"}) Step(w, channels_[w]->Assignments().back(), 1);
+  // w3 goes silent; there is no spare.
+  for (int i = 0; i < 7; ++i) {
+    clock_.Advance(1);
+    moe::v1::WorkerMessage hb;
+    hb.mutable_heartbeat();
+    for (const auto& [n, ch] : channels_) if (n != "w3") Msg(n, hb);
+    controller_->Tick();
+  }
+  for (const char* w : {"w0", "w1", "w2"}) Finish(w, channels_[w]->Assignments().back(), false, "stopped");
+  controller_->Tick();
+  auto j = *controller_->Get(job.id(), true);
+  ASSERT_EQ(j.state(), moe::v1::SCHEDULED) << j.waiting_reason();
+  EXPECT_EQ(j.placement_size(), 2) << "data-parallel 2 (EP 2): two ranks";
+  int at_two = 0;
+  for (const char* w : {"w0", "w1", "w2"}) {
+    const auto a = channels_[w]->Assignments().back();
+    if (a.attempt() == 2) {
+      ++at_two;
+      EXPECT_EQ(a.world_size(), 2);
+    }
+  }
+  EXPECT_EQ(at_two, 2);
+  EXPECT_EQ(EventCount(job.id(), "Resized"), 1);
+  // A job of 3 ranks (DP 3 is not a multiple of EP 2) is never chosen; the spare left stays free
+  // until a fourth worker makes the whole size fit again.
+  std::string free_one;
+  for (const char* w : {"w0", "w1", "w2"}) {
+    const auto a = channels_[w]->Assignments().back();
+    if (a.attempt() == 2) Step(w, a, 2);
+    else free_one = w;
+  }
+  EXPECT_EQ(EventCount(job.id(), "Resizing"), 0);
+  AddWorker("w4", "r0", "w4");
+  EXPECT_EQ(EventCount(job.id(), "Resizing"), 1) << "w4 and the free worker make room for all 4 ranks";
+  for (const char* w : {"w0", "w1", "w2"}) {
+    const auto a = channels_[w]->Assignments().back();
+    if (a.attempt() == 2) Finish(w, a, false, "stopped after step 2 (asked to stop)");
+  }
+  controller_->Tick();
+  j = *controller_->Get(job.id(), true);
+  EXPECT_EQ(j.state(), moe::v1::SCHEDULED);
+  EXPECT_EQ(j.placement_size(), 4);
+  EXPECT_EQ(j.attempt(), 3);
+  EXPECT_EQ(j.restarts(), 1) << "the loss used a restart, growing back none";
+}
+
 TEST_F(ControllerTest, AWorkerThatLeavesCleanlyRequeuesItsJobWithoutUsingARestart) {
   auto* a = AddWorker("a", "r0", "n0");
   auto* b = AddWorker("b", "r0", "n1");

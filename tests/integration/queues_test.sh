@@ -12,8 +12,10 @@ queues:
   - {name: team-b, cohort: shared, quota: {cpu: 2}}
 default_queue: team-a
 YAML
-start_controller --queues "$WORK/queues.yaml"
-for n in 0 1 2 3; do start_worker "w$n" r0 "n$n"; done
+# The daemons log JSON lines here (spdlog; one object a line).
+start_controller --queues "$WORK/queues.yaml" --log-format json --log-file "$WORK/controller.jsonl"
+start_worker w0 r0 n0 --log-format json --log-file "$WORK/w0.jsonl" --log-max-file-mb 1 --log-max-files 2
+for n in 1 2 3; do start_worker "w$n" r0 "n$n"; done
 wait_workers 4
 
 # A bad queues file is refused at start, naming the field.
@@ -80,4 +82,18 @@ for i in 2 3; do
 done
 [ "$(queue_col team-a borrowed)" = 2 ] || fail "team-a does not borrow again: $("$MOECTL" get queues)"
 for id in "${A[@]}"; do "$MOECTL" cancel --now "$id" >/dev/null; done
+
+# The JSON logs: every line an object with time, level and component; the rank's lines also name the
+# job and the rank.
+python3 - "$WORK/controller.jsonl" "$WORK/w0.jsonl" <<'PY' || fail "the JSON logs"
+import json, sys
+for path, component in zip(sys.argv[1:], ["controller", "worker w0"]):
+    lines = [json.loads(l) for l in open(path)]
+    assert lines, path
+    for d in lines:
+        assert {"time", "level", "component", "message"} <= d.keys() and d["component"] == component, d
+    ranks = [d for d in lines if "job" in d]
+    assert component == "controller" or (ranks and all(isinstance(d["rank"], int) for d in ranks)), path
+    print(path, len(lines), "lines,", len(ranks), "from ranks")
+PY
 echo "queues: team-a borrowed team-b's idle quota, team-b reclaimed it within 30 s, team-a borrowed again"
