@@ -70,6 +70,11 @@ Status Controller::AwaitReconnect(JobEntry& e) {
   running.started = true;  // it ran before the restart; CheckReconnect watches it now
   e.attempt->ranks.assign(e.attempt->slots.size(), running);
   e.attempt->reconnect_deadline = clock_.Monotonic() + config_.reconnect_grace_seconds;
+  // Its workers stay busy with it: one that reconnects is given no new work until it has reported
+  // the rank (or come back without it: the rank is lost) or the grace has passed.
+  for (size_t r = 0; r < e.attempt->slots.size(); ++r) {
+    workers_.Assign(e.attempt->slots[r].worker, e.job.id(), e.attempt->number, static_cast<int>(r));
+  }
   return OkStatus();
 }
 

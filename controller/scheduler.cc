@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
+#include <unordered_map>
 #include <tuple>
 
 namespace moe::controller {
@@ -18,9 +20,13 @@ int DeviceIndex(const std::string& device) {
   return colon == std::string::npos ? 0 : std::atoi(device.c_str() + colon + 1);
 }
 
+// (rack, node, device index, device, worker), compared in place (no copies: the hot path of placement).
 bool SlotLess(const Slot& a, const Slot& b) {
-  return std::make_tuple(a.rack, a.node, DeviceIndex(a.device), a.device, a.worker) <
-         std::make_tuple(b.rack, b.node, DeviceIndex(b.device), b.device, b.worker);
+  if (const int c = a.rack.compare(b.rack); c != 0) return c < 0;
+  if (const int c = a.node.compare(b.node); c != 0) return c < 0;
+  const int da = DeviceIndex(a.device), db = DeviceIndex(b.device);
+  if (da != db) return da < db;
+  return std::tie(a.device, a.worker) < std::tie(b.device, b.worker);
 }
 
 Status CheckShape(const PlacementRequest& req) {
@@ -34,46 +40,86 @@ Status CheckShape(const PlacementRequest& req) {
   return OkStatus();
 }
 
-// Groups of EP slots from domains, packed; empty when they do not fit.
-std::vector<Slot> PackFresh(const PlacementRequest& req, std::vector<Slot> free) {
-  const int groups = req.world_size / req.expert_parallel, ep = req.expert_parallel;
-  std::sort(free.begin(), free.end(), SlotLess);
-  std::map<std::string, std::vector<Slot>> domains;
-  for (auto& s : free) domains[DomainOf(s, req.within)].push_back(std::move(s));
-  // Capacity in whole groups per domain.
-  std::vector<std::pair<int, std::string>> cap;
+// The domains (racks, nodes, or one for "any") of the slots `idx` of `slots`, interned: a domain is
+// a (rack, node) pair of views into the slots, hashed, so grouping costs no string copies or sort of
+// the whole free list (the placement benchmark: 87,720 free slots).
+struct DomainKey {
+  std::string_view rack, node;
+  bool operator==(const DomainKey&) const = default;
+};
+struct DomainHash {
+  size_t operator()(const DomainKey& k) const {
+    return std::hash<std::string_view>()(k.rack) * 1000003u ^ std::hash<std::string_view>()(k.node);
+  }
+};
+struct Domain {
+  DomainKey key;
+  std::vector<int> members;  // indices into the slots
+};
+
+std::vector<Domain> GroupByDomain(const std::vector<Slot>& slots, const std::vector<int>& idx, const std::string& within) {
+  std::unordered_map<DomainKey, int, DomainHash> index;
+  std::vector<Domain> out;
+  for (const int i : idx) {
+    const Slot& s = slots[static_cast<size_t>(i)];
+    const DomainKey key = within == "rack"   ? DomainKey{s.rack, {}}
+                          : within == "node" ? DomainKey{s.rack, s.node}
+                                             : DomainKey{};
+    const auto [it, fresh] = index.emplace(key, static_cast<int>(out.size()));
+    if (fresh) out.push_back({key, {}});
+    out[static_cast<size_t>(it->second)].members.push_back(i);
+  }
+  return out;
+}
+
+bool KeyLess(const DomainKey& a, const DomainKey& b) { return std::tie(a.rack, a.node) < std::tie(b.rack, b.node); }
+
+// Which domains give how many groups: the smallest that holds them all (best fit, leaving big domains
+// whole), else the largest first; in rank order (by domain name). Empty when they do not fit.
+std::vector<std::pair<const Domain*, int>> ChooseDomains(const std::vector<Domain>& domains, int groups, int ep) {
+  const Domain* best = nullptr;
   int total = 0;
-  for (const auto& [name, slots] : domains) {
-    const int c = static_cast<int>(slots.size()) / ep;
-    if (c > 0) cap.emplace_back(c, name);
+  auto groups_in = [ep](const Domain& d) { return static_cast<int>(d.members.size()) / ep; };
+  for (const Domain& d : domains) {
+    const int c = groups_in(d);
     total += c;
+    if (c < groups) continue;
+    if (best == nullptr || c < groups_in(*best) || (c == groups_in(*best) && KeyLess(d.key, best->key))) best = &d;
   }
-  if (total < groups) return {};
-  std::vector<std::string> chosen;
-  // Best fit: the smallest domain that holds everything.
-  const std::pair<int, std::string>* best = nullptr;
-  for (const auto& c : cap) {
-    if (c.first >= groups && (best == nullptr || c.first < best->first || (c.first == best->first && c.second < best->second))) best = &c;
+  std::vector<std::pair<const Domain*, int>> take;
+  if (total < groups) return take;
+  if (best != nullptr) return {{best, groups}};
+  std::vector<const Domain*> order;
+  for (const Domain& d : domains) if (groups_in(d) > 0) order.push_back(&d);
+  std::sort(order.begin(), order.end(), [&](const Domain* a, const Domain* b) {
+    const int ca = groups_in(*a), cb = groups_in(*b);
+    return ca > cb || (ca == cb && KeyLess(a->key, b->key));
+  });
+  for (int left = groups; const Domain* d : order) {
+    if (left == 0) break;
+    const int n = std::min(groups_in(*d), left);
+    take.emplace_back(d, n);
+    left -= n;
   }
-  std::vector<std::pair<std::string, int>> take;  // domain, groups taken there
-  if (best != nullptr) {
-    take.emplace_back(best->second, groups);
-  } else {
-    std::sort(cap.begin(), cap.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-    int left = groups;
-    for (const auto& [c, name] : cap) {
-      if (left == 0) break;
-      const int n = std::min(c, left);
-      take.emplace_back(name, n);
-      left -= n;
-    }
-  }
-  std::sort(take.begin(), take.end());  // rank order follows (rack, node) of the domains
+  std::sort(take.begin(), take.end(), [](const auto& a, const auto& b) { return KeyLess(a.first->key, b.first->key); });
+  return take;
+}
+
+// Groups of EP slots from domains, packed; empty when they do not fit. Only the chosen domains'
+// slots are ordered (rack, node, device) and copied.
+std::vector<Slot> PackFresh(const PlacementRequest& req, const std::vector<Slot>& slots, const std::vector<int>& idx) {
+  const int groups = req.world_size / req.expert_parallel, ep = req.expert_parallel;
+  const std::vector<Domain> domains = GroupByDomain(slots, idx, req.within);
+  const auto take = ChooseDomains(domains, groups, ep);
+  if (take.empty()) return {};
+  auto less = [&](int a, int b) { return SlotLess(slots[static_cast<size_t>(a)], slots[static_cast<size_t>(b)]); };
   std::vector<Slot> out;
   out.reserve(static_cast<size_t>(req.world_size));
-  for (const auto& [name, n] : take) {
-    const auto& slots = domains[name];
-    out.insert(out.end(), slots.begin(), slots.begin() + static_cast<long>(n) * ep);
+  for (const auto& [d, n] : take) {
+    std::vector<int> members = d->members;
+    const auto end = members.begin() + static_cast<long>(n) * ep;
+    std::partial_sort(members.begin(), end, members.end(), less);
+    for (auto it = members.begin(); it != end; ++it) out.push_back(slots[static_cast<size_t>(*it)]);
   }
   if (req.within == "any") std::sort(out.begin(), out.end(), SlotLess);
   return out;
@@ -130,20 +176,31 @@ bool DeviceMatches(const std::string& device, const std::string& type) {
   return device.rfind(type, 0) == 0;
 }
 
+namespace {
+std::vector<int> Matching(const std::vector<Slot>& slots, const std::string& type) {
+  std::vector<int> out;
+  out.reserve(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (DeviceMatches(slots[i].device, type)) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+}  // namespace
+
 StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector<Slot>& free_all) {
   MOE_RETURN_IF_ERROR(CheckShape(req));
-  std::vector<Slot> free;
-  free.reserve(free_all.size());
-  for (const auto& s : free_all) if (DeviceMatches(s.device, req.device_type)) free.push_back(s);
+  const std::vector<int> match = Matching(free_all, req.device_type);
   if (!req.previous.empty()) {
+    std::vector<Slot> free;
+    for (const int i : match) free.push_back(free_all[static_cast<size_t>(i)]);
     auto kept = Refill(req, free);
     if (!kept.empty()) return kept;
   }
-  if (static_cast<int>(free.size()) < req.world_size) {
+  if (static_cast<int>(match.size()) < req.world_size) {
     return ResourceExhaustedError("needs " + std::to_string(req.world_size) + " free " + req.device_type + " workers, " +
-                                  std::to_string(free.size()) + " are free");
+                                  std::to_string(match.size()) + " are free");
   }
-  auto out = PackFresh(req, std::move(free));
+  auto out = PackFresh(req, free_all, match);
   if (out.empty()) {
     return ResourceExhaustedError("not enough free workers in one " + req.within + " for each expert-parallel group of " +
                                   std::to_string(req.expert_parallel));
@@ -153,16 +210,13 @@ StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector
 
 Status CheckFeasible(const PlacementRequest& req, const std::vector<Slot>& all) {
   MOE_RETURN_IF_ERROR(CheckShape(req));
-  PlacementRequest fresh = req;
-  fresh.previous.clear();
-  std::vector<Slot> matching;
-  for (const auto& s : all) if (DeviceMatches(s.device, req.device_type)) matching.push_back(s);
+  const std::vector<int> matching = Matching(all, req.device_type);
   if (static_cast<int>(matching.size()) < req.world_size) {
     return FailedPreconditionError("the job needs " + std::to_string(req.world_size) + " " + req.device_type +
                                    " workers and the cluster has " + std::to_string(matching.size()) + " (" +
                                    std::to_string(req.world_size - static_cast<int>(matching.size())) + " more)");
   }
-  if (PackFresh(fresh, matching).empty()) {
+  if (PackFresh(req, all, matching).empty()) {
     return FailedPreconditionError("no placement keeps every expert-parallel group of " + std::to_string(req.expert_parallel) +
                                    " inside one " + req.within + ": the cluster's " + req.within +
                                    "s are too small for " + std::to_string(req.world_size / req.expert_parallel) + " such groups");

@@ -20,6 +20,7 @@ std::string CudaDeviceName(int index) { return cuda::DeviceName(index); }
 Status UseCudaDevice(int index) { return cuda::UseDevice(index); }
 std::string CudaSynchronize() { return cuda::Synchronize(); }
 double MeasureCudaBf16GemmFlops(int64_t size, int reps) { return cuda::MeasureBf16GemmFlops(size, reps); }
+std::string CheckCublasLoads() { return cuda::CheckCublasLoads(); }
 
 #else
 
@@ -35,6 +36,7 @@ Status UseCudaDevice(int index) {
 }
 std::string CudaSynchronize() { return kNoCuda; }
 double MeasureCudaBf16GemmFlops(int64_t, int) { return 0; }
+std::string CheckCublasLoads() { return kNoCuda; }
 
 #endif
 

@@ -41,5 +41,8 @@ std::string CudaSynchronize();
 // The dense bf16 GEMM rate of cuBLAS on the current device, measured now (m = n = k = size, best of
 // `reps`), in FLOP/s: the peak MFU is taken against on CUDA.
 double MeasureCudaBf16GemmFlops(int64_t size = 8192, int reps = 10);
+// Loads cuBLAS the way the first CUDA GEMM does (dlopen; no GPU needed): "" when it and the entry
+// points used resolve, else what is missing ("no CUDA in this build" without CUDA).
+std::string CheckCublasLoads();
 
 }  // namespace moe::kernels

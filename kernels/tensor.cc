@@ -4,7 +4,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 
+#include "common/log.h"
 #include "kernels/memory_stats.h"
 
 namespace moe {
@@ -74,7 +76,10 @@ void* CachingAllocator::Allocate(size_t bytes) {
     ReleaseCacheLocked();
     p = RawAllocate(size);
   }
-  MOE_CHECK(p != nullptr) << "out of memory allocating " << size << " bytes";
+  if (p == nullptr) {  // the trainer turns it into a permanent failure at initialisation
+    MOE_LOG(ERROR) << "out of memory allocating " << size << " bytes (" << cached_ << " cached)";
+    throw std::bad_alloc();
+  }
   sizes_[p] = size;
   return p;
 }

@@ -69,8 +69,33 @@ bool WorkerAgent::Write(const moe::v1::WorkerMessage& msg) {
   return stream_ && stream_->Write(msg);
 }
 
+std::string WorkerAgent::PeakCachePath(int threads) const {
+  return o_.runtime_dir + "/cpu-peak-t" + std::to_string(threads) + ".txt";
+}
+
+// A CPU worker with --threads measures the peak its ranks' MFU is counted against now, before any
+// job waits for it (moe-train --measure-peak; the ranks read it with --peak-cache).
+void WorkerAgent::MeasurePeakAhead() {
+  if (o_.device != "cpu" || o_.threads <= 0 || o_.fake_step_seconds > 0) return;
+  RankCommand cmd;
+  cmd.program = o_.trainer;
+  cmd.args = {"--measure-peak", PeakCachePath(o_.threads), "--threads", std::to_string(o_.threads)};
+  cmd.report_stream = false;
+  auto p = RankProcess::Start(cmd);
+  if (!p.ok()) {
+    MOE_LOG(WARNING) << "measuring the CPU peak ahead: " << p.status() << " (the first rank measures it)";
+    return;
+  }
+  std::thread([proc = std::shared_ptr<RankProcess>(std::move(*p))] {
+    while (proc->Pump(1.0, [](const std::string&) {}, [](const std::string&) {})) {
+    }
+    proc->Wait();
+  }).detach();
+}
+
 Status WorkerAgent::Run() {
   MOE_RETURN_IF_ERROR(MakeDirs(o_.runtime_dir));
+  MeasurePeakAhead();
   double backoff = 0.2;
   std::mt19937 rng(std::random_device{}());
   std::shared_ptr<moe::v1::WorkerService::Stub> stub;
@@ -293,6 +318,9 @@ StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const
   // Threads: --threads when given, else the controller's share of this node's cores.
   const int threads = o_.threads > 0 ? o_.threads : a.cpu_threads();
   if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
+  // The CPU peak MFU is measured against: once per thread count on this worker, not in every rank's
+  // start-up (half a second of SGEMM each).
+  if (o_.device == "cpu") args.insert(args.end(), {"--peak-cache", PeakCachePath(threads)});
   args.insert(args.end(), o_.extra_trainer_args.begin(), o_.extra_trainer_args.end());
   return args;
 }

@@ -58,6 +58,8 @@ class WorkerAgent {
   void Leave(const std::string& reason);
 
  private:
+  std::string PeakCachePath(int threads) const;  // <runtime-dir>/cpu-peak-t<threads>.txt
+  void MeasurePeakAhead();
   struct Rank;
   // One connection to the controller; false when it could not even register.
   bool Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);

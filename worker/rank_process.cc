@@ -88,6 +88,9 @@ RankEnd RankExit::Outcome() const {
   if (record) return *record;
   RankEnd end;
   if (exited() && exit_code() == kExitOk) return end;
+  // No record, but the "stopped" code: it stopped on request before it could write one (a stop in
+  // initialisation, or in a step that did not end in time).
+  if (exited() && exit_code() == kExitStopped) return StoppedRankEnd(Describe() + ": stopped on request");
   // No record: it crashed or was killed before it could say why. A retry may work.
   end.code = StatusCode::kUnavailable;
   end.failure_class = FailureClass::kTransient;

@@ -103,5 +103,6 @@ std::string Synchronize();
 // The dense bf16 GEMM rate of cuBLAS on the current device, measured now (m = n = k = size, best of
 // `reps`), in FLOP/s.
 double MeasureBf16GemmFlops(int64_t size, int reps);
+std::string CheckCublasLoads();  // runtime.cu (kernels/cuda/cublas_api.h)
 
 }  // namespace moe::kernels::cuda

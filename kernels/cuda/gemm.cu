@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace moe::kernels::cuda {
@@ -23,11 +24,11 @@ void RowMajorGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   // valid leading dimensions).
   lda = std::max<int64_t>(lda, 1);
   ldb = std::max<int64_t>(ldb, 1);
-  const cublasStatus_t st = cublasGemmEx(
+  const cublasStatus_t st = Cublas().gemm_ex(
       static_cast<cublasHandle_t>(CublasHandle()), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
       static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, ab_type, static_cast<int>(ldb), a, ab_type,
       static_cast<int>(lda), &beta, c, c_type, static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  MOE_CHECK(st == CUBLAS_STATUS_SUCCESS) << "cublasGemmEx failed: " << cublasGetStatusString(st) << " (m " << m << ", n " << n
+  MOE_CHECK(st == CUBLAS_STATUS_SUCCESS) << "cublasGemmEx failed: " << Cublas().status_string(st) << " (m " << m << ", n " << n
                                          << ", k " << k << ")";
 }
 

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "common/check.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/elementwise.h"
 
@@ -67,12 +69,72 @@ Device CurrentDevice() {
   return Device::Cuda(index);
 }
 
+#define MOE_SYMBOL_NAME2(x) #x
+#define MOE_SYMBOL_NAME(x) MOE_SYMBOL_NAME2(x)  // expands cublas_v2.h's macros: cublasCreate -> cublasCreate_v2
+
+namespace {
+// libcublas from the directory libcudart was loaded from, else by name on the library path.
+void* OpenCublas(std::string* tried) {
+  const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &info) != 0 && info.dli_fname != nullptr) {
+    std::string dir = info.dli_fname;
+    dir = dir.substr(0, dir.find_last_of('/') + 1);
+    *tried = dir + name;
+    if (void* lib = dlopen(tried->c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+  }
+  *tried += (tried->empty() ? "" : ", ") + name;
+  return dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+}
+
+template <typename F>
+void Resolve(void* lib, const char* symbol, F* out, std::string* problem) {
+  *out = reinterpret_cast<F>(dlsym(lib, symbol));
+  if (*out == nullptr && problem->empty()) *problem = std::string("cuBLAS has no ") + symbol;
+}
+
+// The API, or why it cannot be had (loaded once).
+const CublasApi& LoadCublas(std::string* problem) {
+  static std::string why;
+  static const CublasApi api = [] {
+    std::string tried;
+    CublasApi a;
+    void* lib = OpenCublas(&tried);
+    if (lib == nullptr) {
+      const char* err = dlerror();
+      why = "cannot load cuBLAS (tried " + tried + "): " + (err != nullptr ? err : "");
+      return a;
+    }
+    Resolve(lib, MOE_SYMBOL_NAME(cublasCreate), &a.create, &why);
+    Resolve(lib, MOE_SYMBOL_NAME(cublasSetStream), &a.set_stream, &why);
+    Resolve(lib, MOE_SYMBOL_NAME(cublasGemmEx), &a.gemm_ex, &why);
+    Resolve(lib, MOE_SYMBOL_NAME(cublasGetStatusString), &a.status_string, &why);
+    return a;
+  }();
+  *problem = why;
+  return api;
+}
+}  // namespace
+
+std::string CheckCublasLoads() {
+  std::string problem;
+  LoadCublas(&problem);
+  return problem;
+}
+
+const CublasApi& Cublas() {
+  std::string problem;
+  const CublasApi& api = LoadCublas(&problem);
+  MOE_CHECK(problem.empty()) << problem;
+  return api;
+}
+
 void* CublasHandle() {
   // One handle per thread (cuBLAS handles are not thread-safe), bound to the device current when the
   // thread first asks; a training process drives one device.
   thread_local cublasHandle_t handle = nullptr;
-  if (handle == nullptr) MOE_CHECK(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS) << "cublasCreate failed";
-  cublasSetStream(handle, Stream());
+  if (handle == nullptr) MOE_CHECK(Cublas().create(&handle) == CUBLAS_STATUS_SUCCESS) << "cublasCreate failed";
+  Cublas().set_stream(handle, Stream());
   return handle;
 }
 

@@ -1165,6 +1165,9 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   r2.set_name(a1.job_id() == id1 ? "w2" : "w1");
   r2.set_session(sessions[r2.name()]);
   ASSERT_TRUE(c.Register(r2, &ch2).ok());
+  // Its worker was held for the attempt through the restart, so coming back without the rank loses
+  // the rank at once (not at the end of the grace) and gives the worker no new work before that.
+  EXPECT_EQ(c.Get(id2, false)->state(), moe::v1::RESTARTING) << moe::v1::JobState_Name(c.Get(id2, false)->state());
   for (int i = 0; i < 11; ++i) {  // past the reconnect grace, heart-beating
     clock.Advance(1);
     moe::v1::WorkerMessage hb;

@@ -85,4 +85,32 @@ set +e; wait $pid; rc=$?; set -e
 took=$(python3 -c "import sys,time; print(f'{time.time() - float(sys.argv[1]):.2f}')" "$t0")
 [ "$rc" = 3 ] || fail "SIGTERM during initialisation: exit $rc, not 3 (stopped): $(tail -3 "$work/init.log")"
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 2 else 1)" "$took" || fail "SIGTERM during initialisation took $took s"
-echo "moe-train CLI: errors, metrics, resume and fallback hold; SIGTERM in initialisation: exit 3 in $took s"
+# SIGTERM in a step that does not end in time (here: 60 s injected into every step) stops the rank
+# within 2 s of its deadline (max(1.5 s, 1.5 x the last step)) all the same, with the "stopped" code.
+"$bin" --config "$work/job.yaml" --steps 5 --inject-step-delay 60 >"$work/long.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "model FLOPs per step" "$work/long.log" && break; sleep 0.1; done
+sleep 1.5  # in step 1 now
+t0=$(date +%s.%N)
+kill -TERM $pid
+set +e; wait $pid; rc=$?; set -e
+t1=$(date +%s.%N)
+long=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$t0" "$t1")
+[ "$rc" = 3 ] || fail "SIGTERM in a long step: exit $rc, not 3: $(tail -3 "$work/long.log")"
+grep -q "stopping now: the step did not end within" "$work/long.log" || fail "no watchdog message: $(tail -3 "$work/long.log")"
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 2 else 1)" "$long" || fail "SIGTERM in a long step took $long s"
+# Out of memory at initialisation (a model far too large for a 6 GB address space) is a permanent
+# failure (exit 4: a restart would hit it again), said as such, not an abort.
+cat >"$work/big.yaml" <<'YAML'
+apiVersion: moe/v1
+kind: TrainingJob
+metadata: {name: big}
+spec:
+  model: {preset: tiny, hidden_size: 4096, dense_ffn_hidden: 262144}
+  data: {source: synthetic, seq_length: 16, micro_batch_size: 1, global_batch_size: 1}
+  training: {steps: 2}
+YAML
+set +e; (ulimit -v 6000000; exec "$bin" --config "$work/big.yaml") >"$work/oom.log" 2>&1; rc=$?; set -e
+[ "$rc" = 4 ] && grep -q "RESOURCE_EXHAUSTED: out of memory at initialisation" "$work/oom.log" ||
+  fail "out of memory at initialisation: exit $rc, $(tail -2 "$work/oom.log")"
+echo "moe-train CLI: errors, metrics, resume and fallback hold; SIGTERM in initialisation: exit 3 in $took s; in a long step: $long s"

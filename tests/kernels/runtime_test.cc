@@ -29,6 +29,16 @@ TEST(KernelRuntime, CudaFactsWhereNoGpuIsUsable) {
   }
 }
 
+// cuBLAS is loaded on first use, not linked (its start-up cost every CPU rank paid): the loader must
+// find it and the entry points used, which needs the toolkit, not a GPU.
+TEST(KernelRuntime, CublasLoadsOnDemandWithTheEntryPointsTheGemmsUse) {
+  if (!k::HaveCuda()) {
+    EXPECT_EQ(k::CheckCublasLoads(), "no CUDA in this build");
+    return;
+  }
+  EXPECT_EQ(k::CheckCublasLoads(), "");
+}
+
 TEST(KernelRuntime, ThreadsAndGemmBackendAreReported) {
   k::SetNumThreads(2);
   EXPECT_EQ(k::NumThreads(), 2);

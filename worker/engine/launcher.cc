@@ -92,7 +92,8 @@ int ExitCode(const std::vector<LocalRank>& ranks) {
     first = false;
   }
   if (common == kExitOk) return kExitOk;
-  std::fprintf(stderr, "moe-train: the job failed:%s\n", report.c_str());
+  std::fprintf(stderr, "moe-train: %s:%s\n", common == kExitStopped && permanent == kExitOk ? "stopped" : "the job failed",
+               report.c_str());
   if (permanent != kExitOk) return permanent;
   return common == kExitBadInput || common == kExitStopped || common == kExitCannotRun ? common : kExitTransient;
 }

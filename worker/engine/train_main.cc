@@ -9,11 +9,16 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <string>
+#include <thread>
+#include <ctime>
 
 #include "common/args.h"
 #include "common/job_spec.h"
@@ -27,6 +32,7 @@
 #include "worker/engine/device.h"
 #include "worker/engine/launcher.h"
 #include "worker/engine/metrics.h"
+#include "worker/engine/peak.h"
 #include "worker/engine/trainer.h"
 
 namespace {
@@ -36,12 +42,51 @@ namespace {
 // at once with the "stopped" code (its starter reads exit code 3 as stopped on request); from then on it
 // stops at the next step boundary, which every rank agrees on, checkpointing there. Lock-free atomics:
 // the handler may run on any thread.
+//
+// A step that does not end in time (max(1.5 s, 1.5 x the last step's time) after the request: a hung
+// collective, a step that never finishes) or a second signal stops the rank at once as well; the job
+// resumes from its newest checkpoint. Once the boundary is reached the checkpoint is written in peace.
 std::atomic<int> g_stop_requested{0};
 std::atomic<int> g_training{0};  // set at the first step boundary
-static_assert(std::atomic<int>::is_always_lock_free);
+std::atomic<int> g_at_boundary{0};  // the stop was taken at a step boundary: checkpointing, no watchdog
+std::atomic<int64_t> g_stop_ms{0}, g_boundary_ms{0}, g_step_ms{0};  // monotonic milliseconds
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
+
+int64_t MonotonicMs() {  // async-signal-safe
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
 void OnStopSignal(int) {
-  if (g_training.load() == 0) ::_exit(moe::kExitStopped);
+  if (g_training.load() == 0 || g_stop_requested.load() != 0) ::_exit(moe::kExitStopped);
+  g_stop_ms.store(MonotonicMs());
   g_stop_requested.store(1);
+}
+
+// Called at every step boundary: the step's duration, and whether to stop here.
+bool AtStepBoundary() {
+  const int64_t now = MonotonicMs(), last = g_boundary_ms.exchange(now);
+  if (g_training.exchange(1) != 0) g_step_ms.store(now - last);
+  const bool stop = g_stop_requested.load() != 0;
+  if (stop) g_at_boundary.store(1);
+  return stop;
+}
+
+// The watchdog of a stop that waits for a step boundary (see above).
+void StopWatchdog() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_stop_requested.load() == 0 || g_at_boundary.load() != 0) continue;
+    const int64_t deadline = std::max<int64_t>(1500, g_step_ms.load() * 3 / 2);
+    const int64_t waited = MonotonicMs() - g_stop_ms.load();
+    if (waited < deadline) continue;
+    const std::string msg = "moe-train: stopping now: the step did not end within " + std::to_string(waited) +
+                            " ms of the stop request; the job resumes from its newest checkpoint\n";
+    if (::write(2, msg.data(), msg.size()) < 0) {
+    }
+    ::_exit(moe::kExitStopped);
+  }
 }
 
 struct Flags {
@@ -56,6 +101,7 @@ struct Flags {
   bool resume = false;
   bool describe = false;
   std::string preset, init_from;
+  std::string peak_cache, measure_peak;  // the CPU SGEMM peak: read from / written to a file
   bool rank_mode() const { return rank >= 0 || world_size > 0 || !rendezvous.empty(); }
 };
 
@@ -83,6 +129,10 @@ moe::ArgParser MakeParser(Flags* f) {
   args.AddInt("checkpoint-interval", &f->checkpoint_interval, "save every K steps, and at the end (default: spec.checkpoint.interval_steps)");
   args.AddFlag("resume", &f->resume, "continue from the newest complete checkpoint in the checkpoint directory");
   args.AddString("metrics-out", &f->metrics_out, "write one JSON line of metrics per step to FILE (rank 0)");
+  args.AddString("peak-cache", &f->peak_cache,
+                 "cpu: the SGEMM peak MFU is measured against, read from FILE (written there when missing), so "
+                 "the ranks of one worker measure it once (moe-worker passes it)");
+  args.AddString("measure-peak", &f->measure_peak, "cpu: measure the SGEMM peak with --threads, write it to FILE, exit");
   args.AddInt("threads", &f->threads, "CPU threads for kernels and BLAS per rank (default: cores / ranks; $MOE_THREADS)");
   args.AddInt("nproc", &f->nproc, "run N local ranks as child processes (W = N; default: the job's world_size)");
   args.AddInt("expert-parallel", &f->expert_parallel, "override spec.parallelism.expert_parallel");
@@ -250,6 +300,30 @@ int Describe(const Flags& f, moe::JobSpec spec) {
 }
 
 // One rank (or the whole job when W = 1): place it, build its communicators, train.
+// The CPU SGEMM peak from `path` ("<flop/s> <source>"), or measured (with this process's threads) and
+// written there (atomically: a temporary file renamed) when it is missing or `measure` is set.
+moe::PeakFlops CachedCpuPeak(const std::string& path, bool measure) {
+  moe::PeakFlops peak;
+  if (!measure) {
+    if (std::FILE* in = std::fopen(path.c_str(), "r")) {
+      char source[512] = {0};
+      const int n = std::fscanf(in, "%lf %511[^\n]", &peak.flops_per_second, source);
+      std::fclose(in);
+      if (n == 2 && peak.flops_per_second > 0) {
+        peak.source = std::string(source) + " (measured once by this worker)";
+        return peak;
+      }
+    }
+  }
+  peak = moe::MeasureCpuSgemmPeak();
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  if (std::FILE* out = std::fopen(tmp.c_str(), "w")) {
+    std::fprintf(out, "%.6e %s\n", peak.flops_per_second, peak.source.c_str());
+    if (std::fclose(out) == 0) std::rename(tmp.c_str(), path.c_str());
+  }
+  return peak;
+}
+
 int RunRank(const Flags& f, moe::JobSpec spec) {
   moe::kernels::SetNumThreads(static_cast<int>(f.threads));
   const std::string where = f.device.empty() ? spec.resources.device : f.device;
@@ -269,11 +343,14 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
   options.metrics_out = f.metrics_out;
   options.inject_step_delay = f.inject_delay;
   options.placement = *place;
+  if (!f.peak_cache.empty() && !place->device.is_cuda()) {
+    const moe::PeakFlops peak = CachedCpuPeak(f.peak_cache, /*measure=*/false);
+    options.peak_flops = peak.flops_per_second;
+    options.peak_source = peak.source;
+  }
   // SIGTERM or SIGINT (see OnStopSignal): installed in main, before anything that can take long.
-  options.should_stop = [] {  // asked at every step boundary, the first right before step 1
-    g_training.store(1);
-    return g_stop_requested.load() != 0;
-  };
+  options.should_stop = AtStepBoundary;  // asked at every step boundary, the first right before step 1
+  std::thread(StopWatchdog).detach();
   if (g_report != nullptr) {
     options.on_step = [](const moe::StepMetrics& m) {
       std::fprintf(g_report, "%s\n", moe::MetricsJson(m).c_str());
@@ -312,6 +389,10 @@ int main(int argc, char** argv) {
   if (args.help_requested()) {
     std::printf("%s", args.Usage().c_str());
     return moe::kExitOk;
+  }
+  if (!f.measure_peak.empty()) {
+    moe::kernels::SetNumThreads(static_cast<int>(f.threads));
+    return CachedCpuPeak(f.measure_peak, /*measure=*/true).flops_per_second > 0 ? moe::kExitOk : moe::kExitCannotRun;
   }
   if (moe::Status st = CheckFlags(&f); !st.ok()) return Fail(st);
   auto spec = LoadSpec(f);

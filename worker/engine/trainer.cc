@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <new>
 #include <thread>
 
 #include "common/file_util.h"
@@ -584,7 +585,14 @@ Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m) {
 }
 
 StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options) {
-  MOE_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(spec, par, options));
+  std::unique_ptr<Trainer> trainer;
+  try {
+    MOE_ASSIGN_OR_RETURN(trainer, Trainer::Create(spec, par, options));
+  } catch (const std::bad_alloc&) {  // a permanent failure: the next attempt would hit it again
+    return ResourceExhaustedError(
+        "out of memory at initialisation: the model, its gradients and the optimizer state do not fit in this "
+        "rank's memory (moe-train --describe gives the per-rank accounting; use more ranks or a smaller model)");
+  }
   return trainer->Run();
 }
 

@@ -1,0 +1,24 @@
+// cuBLAS, loaded when a CUDA tensor first needs it (dlopen), not linked: libcublasLt's static
+// initialisers cost about 0.35 s at every process start, which every CPU rank paid for nothing
+// (submit -> first step; docs/benchmarks.md). The four entry points used are resolved once.
+#pragma once
+
+#include <cublas_v2.h>
+
+namespace moe::kernels::cuda {
+
+struct CublasApi {
+  decltype(&cublasCreate) create = nullptr;
+  decltype(&cublasSetStream) set_stream = nullptr;
+  // The C entry point (cublas_api.h also declares a C++ overload taking cudaDataType as the compute type).
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+                            cudaDataType, int, const void*, cudaDataType, int, const void*, void*, cudaDataType, int,
+                            cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+};
+
+// Loads libcublas.so.<major> (the toolkit's, found beside libcudart or on the library path) on first
+// use; a missing library stops the process with a message naming it.
+const CublasApi& Cublas();
+
+}  // namespace moe::kernels::cuda
