@@ -7,7 +7,7 @@ BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all build configure data demo test test-unit test-asan test-asan-quick test-tsan fuzz chaos bench gpu-check clean format lint help
+.PHONY: all build configure data demo test test-unit test-asan test-asan-quick test-tsan fuzz chaos bench gpu-check gpu-check-rehearsal clean format lint help
 
 all: build
 
@@ -78,6 +78,10 @@ bench:
 
 gpu-check:
 	@tests/gpu/check.sh
+
+# The same script on this CPU machine (the binaries of make build; see tests/gpu/check.sh --rehearsal).
+gpu-check-rehearsal: build
+	@tests/gpu/check.sh --rehearsal --build-dir $(BUILD)
 
 lint:
 	@scripts/install-deps.sh build

@@ -82,7 +82,7 @@ std::string FormatLogRecord(const LogRecord& r, const std::string& component, bo
 
 void AddServiceLogFlags(CLI::App& app, ServiceLogOptions* o) {
   app.add_option("--log-level", o->level, "debug | info | warning | error")->capture_default_str();
-  app.add_option("--log-file", o->file, "also write the log here, rotated by size (FILE.1, FILE.2, ...)");
+  app.add_option("--log-file", o->file, "also write the log here, rotated by size (w.log: w.1.log, w.2.log, ...)");
   app.add_option("--log-max-file-mb", o->max_file_mb, "--log-file rotates past this many MiB")->capture_default_str();
   app.add_option("--log-max-files", o->max_files, "rotated --log-file files kept")->capture_default_str();
   app.add_option("--log-format", o->format, "text | json (one object a line: time, level, component, job, rank, message)")

@@ -23,8 +23,8 @@ namespace moe {
 struct ServiceLogOptions {
   std::string component;        // "controller", "worker w0", "moectl"
   std::string level = "info";   // debug | info | warning | error
-  std::string file;             // empty: stderr only
-  int64_t max_file_mb = 100;    // the file rotates past this size: FILE.1, FILE.2, ...
+  std::string file;             // empty: stderr only; rotated as spdlog names them (w.log: w.1.log, w.2.log)
+  int64_t max_file_mb = 100;    // the file rotates past this size
   int64_t max_files = 5;        // rotated files kept
   std::string format = "text";  // text | json
   bool to_stderr = true;        // false: the file only (tests)

@@ -1,5 +1,6 @@
 #include "kernels/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -62,6 +63,7 @@ void* CachingAllocator::Allocate(size_t bytes) {
   const size_t g = Granularity();
   const size_t size = bytes == 0 ? g : (bytes + g - 1) / g * g;
   std::lock_guard<std::mutex> lock(mu_);
+  if (!pending_.empty()) CollectPendingLocked(/*wait=*/false);
   auto it = free_.lower_bound(size);
   // Reuse a block at most twice the size asked for, so small tensors don't pin big blocks.
   if (it != free_.end() && it->first <= 2 * size) {
@@ -72,7 +74,8 @@ void* CachingAllocator::Allocate(size_t bytes) {
     return p;
   }
   void* p = RawAllocate(size);
-  if (p == nullptr) {  // give the cache back and try once more
+  if (p == nullptr) {  // give the cache back (pending blocks once their streams are done) and try once more
+    CollectPendingLocked(/*wait=*/true);
     ReleaseCacheLocked();
     p = RawAllocate(size);
   }
@@ -88,10 +91,51 @@ void CachingAllocator::Free(void* ptr, size_t) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sizes_.find(ptr);
   MOE_CHECK(it != sizes_.end()) << "free of an unknown block";
-  free_.emplace(it->second, ptr);
-  cached_ += it->second;
+  const size_t size = it->second;
   sizes_.erase(it);
+  if (auto used = streams_.find(ptr); used != streams_.end()) {
+    Pending p{ptr, size, {}};
+    for (StreamHandle s : used->second) p.events.push_back(RecordEvent(s));
+    streams_.erase(used);
+    pending_.push_back(std::move(p));
+    return;
+  }
+  free_.emplace(size, ptr);
+  cached_ += size;
 }
+
+void CachingAllocator::RecordStream(void* ptr, StreamHandle stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  MOE_CHECK(sizes_.count(ptr) > 0) << "RecordStream of a block that is not live";
+  std::vector<StreamHandle>& s = streams_[ptr];
+  if (std::find(s.begin(), s.end(), stream) == s.end()) s.push_back(stream);
+}
+
+size_t CachingAllocator::PendingBlocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_.size();
+}
+
+void CachingAllocator::CollectPendingLocked(bool wait) {
+  std::erase_if(pending_, [&](Pending& p) {
+    for (EventHandle e : p.events) {
+      if (wait) WaitEvent(e);
+      else if (!EventDone(e)) return false;
+    }
+    for (EventHandle e : p.events) DestroyEvent(e);
+    free_.emplace(p.size, p.ptr);
+    cached_ += p.size;
+    return true;
+  });
+}
+
+CachingAllocator::EventHandle CachingAllocator::RecordEvent(StreamHandle) {
+  MOE_CHECK(false) << "this device has no streams";
+  return nullptr;
+}
+bool CachingAllocator::EventDone(EventHandle) { return true; }
+void CachingAllocator::WaitEvent(EventHandle) {}
+void CachingAllocator::DestroyEvent(EventHandle) {}
 
 size_t CachingAllocator::CachedBytes() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -84,22 +84,49 @@ class Allocator {
 
 // An Allocator that keeps freed blocks for reuse (a training step allocates the same sizes every time:
 // once warm, it never goes back to the system). Subclasses supply the raw memory of their device.
+//
+// Streams (PyTorch's recordStream as the model): blocks are allocated on the device's default stream.
+// A block another stream also uses (an all-to-all on a communication stream, a prefetch) must be
+// recorded with RecordStream while it is live; when it is freed, an event is recorded on each such
+// stream and the block is reused only once every event has completed. Without that, a block freed on
+// the default stream could be handed to the next tensor while the other stream still reads or writes
+// it. The events are the subclass's (CUDA events; fakes in tests).
 class CachingAllocator : public Allocator {
  public:
+  using StreamHandle = void*;  // cudaStream_t on CUDA
+  using EventHandle = void*;
+
   void* Allocate(size_t bytes) override;
   void Free(void* ptr, size_t bytes) override;
   size_t CachedBytes() const override;
+  // The live block `ptr` is also used on `stream` (not the default one).
+  void RecordStream(void* ptr, StreamHandle stream);
+  // Freed blocks still waiting for another stream's work (not reusable yet).
+  size_t PendingBlocks() const;
 
  protected:
   virtual void* RawAllocate(size_t bytes) = 0;  // nullptr when the device is out of memory
   virtual void RawFree(void* ptr) = 0;
   virtual size_t Granularity() const = 0;       // sizes are rounded up to a multiple of this
+  // Stream events (the CPU has no streams: RecordStream is never called there).
+  virtual EventHandle RecordEvent(StreamHandle stream);  // an event after the work queued on `stream` so far
+  virtual bool EventDone(EventHandle event);             // non-blocking
+  virtual void WaitEvent(EventHandle event);             // blocking (out of memory: pending blocks are needed)
+  virtual void DestroyEvent(EventHandle event);
 
  private:
+  struct Pending {
+    void* ptr;
+    size_t size;
+    std::vector<EventHandle> events;
+  };
   void ReleaseCacheLocked();
+  void CollectPendingLocked(bool wait);  // moves blocks whose events completed to the cache
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;
   std::map<void*, size_t> sizes_;
+  std::map<void*, std::vector<StreamHandle>> streams_;  // live blocks used on other streams
+  std::vector<Pending> pending_;
   size_t cached_ = 0;
 };
 

@@ -1,5 +1,5 @@
 // cuBLAS, loaded when a CUDA tensor first needs it (dlopen), not linked: libcublasLt's static
-// initialisers cost about 0.35 s at every process start, which every CPU rank paid for nothing
+// initialisers cost about 0.45 s at every process start, which every CPU rank paid for nothing
 // (submit -> first step; docs/benchmarks.md). The four entry points used are resolved once.
 #pragma once
 

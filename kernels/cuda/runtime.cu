@@ -45,6 +45,26 @@ class CudaAllocator final : public CachingAllocator {
   }
   void RawFree(void* ptr) override { cudaFree(ptr); }
   size_t Granularity() const override { return 512; }
+  // A freed block that another stream used waits for this event on that stream (tensor.h).
+  EventHandle RecordEvent(StreamHandle stream) override {
+    cudaEvent_t e = nullptr;
+    MOE_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess) << LastError();
+    MOE_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(stream)) == cudaSuccess) << LastError();
+    return e;
+  }
+  bool EventDone(EventHandle event) override {
+    const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (r == cudaErrorNotReady) {
+      cudaGetLastError();  // not an error: the stream has not reached it yet
+      return false;
+    }
+    MOE_CHECK(r == cudaSuccess) << LastError();
+    return true;
+  }
+  void WaitEvent(EventHandle event) override {
+    MOE_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)) == cudaSuccess) << LastError();
+  }
+  void DestroyEvent(EventHandle event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 };
 
 }  // namespace
