@@ -172,7 +172,7 @@ class Controller {
   bool StartSmaller(JobEntry& e, const PlacementRequest& full, SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void GrowElastic(SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PreemptionInFlight(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<JobEntry*> PreemptionCandidates(const JobEntry& e, Admission admission, const QueueUsage& usage)
+  std::vector<JobEntry*> PreemptionCandidates(const JobEntry& e, Admission admission, SchedulePass& pass)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Preempt(JobEntry& e, const PlacementRequest& req, Admission admission, SchedulePass& pass)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

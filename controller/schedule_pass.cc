@@ -29,6 +29,8 @@ struct SchedulePass {
   int64_t hold_below = std::numeric_limits<int64_t>::min();
   std::string holder;
   std::set<std::string> reclaiming;  // cohorts in which a queue waits for its lent quota
+  std::vector<JobEntry*> running;    // jobs with ranks (preemption candidates), filled on first use
+  bool running_known = false;
 };
 
 namespace {
@@ -237,12 +239,19 @@ bool Controller::PreemptionInFlight(JobEntry& e) {
 // The running jobs `e` may preempt: of its queue and lower priority; and, when it reclaims its
 // nominal quota, the borrowers of its cohort whatever their priority (those first). Then the lowest
 // priority, the fewest ranks, the youngest. A class marked never-preempted is never chosen.
-std::vector<JobEntry*> Controller::PreemptionCandidates(const JobEntry& e, Admission admission, const QueueUsage& usage) {
+std::vector<JobEntry*> Controller::PreemptionCandidates(const JobEntry& e, Admission admission, SchedulePass& pass) {
   const std::string queue = QueueOf(e);
+  const QueueUsage& usage = pass.usage;
   std::set<std::string> cohort;
   for (const QueueSpec* q : queues_.CohortOf(queue)) cohort.insert(q->name);
+  if (!pass.running_known) {  // once per pass: a queue of thousands must not scan every job for each
+    for (JobEntry* v : jobs_.All()) {
+      if (v->attempt) pass.running.push_back(v);
+    }
+    pass.running_known = true;
+  }
   std::vector<std::pair<bool, JobEntry*>> found;
-  for (JobEntry* v : jobs_.All()) {
+  for (JobEntry* v : pass.running) {
     const JobState s = v->job.state();
     if (!v->attempt || v->attempt->ending || !Preemptible(v->spec)) continue;
     if (s != moe::v1::SCHEDULED && s != moe::v1::RUNNING) continue;
@@ -274,7 +283,7 @@ bool Controller::Preempt(JobEntry& e, const PlacementRequest& req, Admission adm
   std::vector<JobEntry*> chosen;
   bool fits = false;
   std::string unused;
-  for (JobEntry* v : PreemptionCandidates(e, admission, pass.usage)) {
+  for (JobEntry* v : PreemptionCandidates(e, admission, pass)) {
     if (fits) break;
     chosen.push_back(v);
     for (const Slot& s : v->attempt->slots) {

@@ -1,6 +1,8 @@
 #include "kernels/tensor.h"
 
 #include <algorithm>
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -50,7 +52,19 @@ class CpuCachingAllocator final : public CachingAllocator {
   void CopyWithin(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 
  protected:
-  void* RawAllocate(size_t bytes) override { return std::aligned_alloc(64, bytes); }
+  // Blocks of 2 MiB and more are 2 MiB-aligned and asked to be backed by transparent huge pages:
+  // one page fault per 2 MiB instead of 512 (zeroing a rank's optimizer state at start-up was mostly
+  // page faults on a virtual machine). Where THP is off, madvise is a no-op.
+  void* RawAllocate(size_t bytes) override {
+    constexpr size_t kHuge = size_t{2} << 20;
+    if (bytes < kHuge) return std::aligned_alloc(64, bytes);
+    const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, rounded);
+#ifdef MADV_HUGEPAGE
+    if (p != nullptr) ::madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+    return p;
+  }
   void RawFree(void* ptr) override { std::free(ptr); }
   size_t Granularity() const override { return 64; }
 };
