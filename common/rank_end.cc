@@ -60,10 +60,7 @@ RankEnd RankEndFor(const Status& st) {
     case StatusCode::kOk: end.failure_class = FailureClass::kNone; break;
     case StatusCode::kCancelled: end.failure_class = FailureClass::kStopped; break;
     case StatusCode::kInvalidArgument:
-    case StatusCode::kFailedPrecondition:
-    // Out of memory at initialisation (the only place a rank reports it): the same layout on the same
-    // device would hit it again.
-    case StatusCode::kResourceExhausted: end.failure_class = FailureClass::kPermanent; break;
+    case StatusCode::kFailedPrecondition: end.failure_class = FailureClass::kPermanent; break;
     default: end.failure_class = FailureClass::kTransient; break;
   }
   return end;

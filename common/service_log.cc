@@ -15,8 +15,10 @@
 namespace moe {
 namespace {
 
-std::shared_ptr<spdlog::logger> g_logger;  // set once at start, before any thread logs
-std::string g_component;
+// Set at start, before other threads log, and never freed: gRPC's and detached threads may still log
+// while static destructors run at exit.
+spdlog::logger* g_logger = nullptr;
+std::string* g_component = new std::string;
 bool g_json = false;
 
 std::string JsonString(std::string_view s) {
@@ -53,7 +55,7 @@ double Now() {
 }
 
 void Sink(const LogRecord& r) {
-  g_logger->log(SpdLevel(r.level), "{}", FormatLogRecord(r, g_component, g_json, Now()));
+  g_logger->log(SpdLevel(r.level), "{}", FormatLogRecord(r, *g_component, g_json, Now()));
 }
 
 }  // namespace
@@ -107,11 +109,13 @@ Status InitServiceLog(const ServiceLogOptions& o) {
       return InvalidArgumentError("--log-file: " + o.file + ": " + e.what());
     }
   }
-  g_logger = std::make_shared<spdlog::logger>(o.component, sinks.begin(), sinks.end());
-  g_logger->set_pattern("%v");  // the line is formatted whole by FormatLogRecord
-  g_logger->set_level(spdlog::level::trace);  // MOE_LOG filters by level before a record is made
-  g_logger->flush_on(spdlog::level::trace);
-  g_component = o.component;
+  auto* logger = new spdlog::logger(o.component, sinks.begin(), sinks.end());  // never freed (see above)
+  logger->set_pattern("%v");  // the line is formatted whole by FormatLogRecord
+  logger->set_level(spdlog::level::trace);  // MOE_LOG filters by level before a record is made
+  logger->flush_on(spdlog::level::trace);
+  SetLogSink(nullptr);  // a second Init (the tests) swaps the logger while no record is written
+  g_logger = logger;
+  *g_component = o.component;
   g_json = o.format == "json";
   SetLogLevel(level);
   SetLogSink(&Sink);

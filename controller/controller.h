@@ -172,9 +172,9 @@ class Controller {
   bool StartSmaller(JobEntry& e, const PlacementRequest& full, SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void GrowElastic(SchedulePass& pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PreemptionInFlight(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<JobEntry*> PreemptionCandidates(const JobEntry& e, Admission admission, SchedulePass& pass)
+  std::vector<JobEntry*> PreemptionCandidates(const JobEntry& e, bool reclaim, SchedulePass& pass)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool Preempt(JobEntry& e, const PlacementRequest& req, Admission admission, SchedulePass& pass)
+  bool Preempt(JobEntry& e, const PlacementRequest& req, bool reclaim, SchedulePass& pass)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status ApplyPriorityClass(JobSpec* spec) const;
   bool Preemptible(const JobSpec& spec) const;  // false for a class marked never-preempted

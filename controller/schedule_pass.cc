@@ -41,6 +41,14 @@ std::string Join(const std::vector<std::string>& ids) {
   return out;
 }
 
+
+int64_t Used(const QueueUsage& usage, const std::string& queue, const std::string& device) {
+  const auto q = usage.find(queue);
+  if (q == usage.end()) return 0;
+  const auto d = q->second.find(device);
+  return d == q->second.end() ? 0 : d->second;
+}
+
 }  // namespace
 
 std::string Controller::QueueOf(const JobEntry& e) const {
@@ -84,7 +92,7 @@ void Controller::Schedule() {
 // The next job to consider: the best head among the queues (the order above).
 JobEntry* Controller::NextQueued(const std::map<std::string, std::vector<QueuedJob>>& by_queue,
                                  std::map<std::string, size_t>& cursor, const QueueUsage& usage) {
-  using Key = std::tuple<bool, int64_t, double, double, std::string>;
+  using Key = std::tuple<bool, bool, int64_t, double, double, std::string>;
   std::optional<Key> best;
   const std::string* best_queue = nullptr;
   for (const auto& [q, jobs] : by_queue) {
@@ -93,15 +101,15 @@ JobEntry* Controller::NextQueued(const std::map<std::string, std::vector<QueuedJ
     const QueuedJob& j = jobs[at];
     const JobEntry* e = jobs_.Find(j.id);
     const std::string& device = e->spec.resources.device;
-    const auto used_it = usage.find(q);
-    const int64_t used = used_it == usage.end() ? 0 : (used_it->second.count(device) ? used_it->second.at(device) : 0);
-    const bool borrows = queues_.enabled() && used + e->spec.parallelism.world_size > queues_.Nominal(q, device);
-    Key key{borrows, -j.priority, queues_.enabled() ? queues_.Share(q, usage) : 0.0, j.submitted_at, j.id};
+    const bool borrows = queues_.enabled() && Used(usage, q, device) + e->spec.parallelism.world_size > queues_.Nominal(q, device);
+    // A job whose preemption runs goes first: what its victims free is its own.
+    Key key{e->preempting.empty(), borrows, -j.priority, queues_.enabled() ? queues_.Share(q, usage) : 0.0,
+            j.submitted_at, j.id};
     if (!best || key < *best) best = key, best_queue = &q;
   }
   if (!best) return nullptr;
   ++cursor[*best_queue];
-  return jobs_.Find(std::get<4>(*best));
+  return jobs_.Find(std::get<5>(*best));
 }
 
 const Status& Controller::Feasible(const PlacementRequest& req, SchedulePass& pass) {
@@ -124,6 +132,9 @@ void Controller::ScheduleOne(JobEntry& e, SchedulePass& pass) {
   std::string quota;
   const Admission admission = queues_.Admit(queue, device, ranks, pass.usage, &quota);
   const QueueSpec* spec = queues_.Find(queue);
+  // Within its own nominal quota the job may take back what its cohort borrowed, whether the cohort's
+  // quota is full (kReclaim) or the workers are (a worker lost or drained while others borrow).
+  const bool within_nominal = queues_.enabled() && Used(pass.usage, queue, device) + ranks <= queues_.Nominal(queue, device);
   if (admission == Admission::kFits && !quota.empty() && spec && pass.reclaiming.count(spec->cohort)) {
     e.waiting_reason = "held: a queue of cohort " + spec->cohort + " reclaims the quota it lent (" + quota + ")";
     return;
@@ -142,8 +153,8 @@ void Controller::ScheduleOne(JobEntry& e, SchedulePass& pass) {
                      : fits.ok()                   ? placed.status().message()
                                                    : "waiting for capacity: " + fits.message();
   if (fits.ok()) {
-    if (admission == Admission::kReclaim && spec) pass.reclaiming.insert(spec->cohort);
-    if (PreemptionInFlight(e) || Preempt(e, req, admission, pass)) {
+    if (within_nominal && spec && !spec->cohort.empty()) pass.reclaiming.insert(spec->cohort);
+    if (PreemptionInFlight(e) || Preempt(e, req, within_nominal, pass)) {
       e.waiting_reason = "preempting " + Join(e.preempting) + ": placed once their ranks have checkpointed and stopped";
       if (e.spec.priority > pass.hold_below) pass.hold_below = e.spec.priority, pass.holder = e.job.id();
       return;
@@ -156,10 +167,13 @@ void Controller::ScheduleOne(JobEntry& e, SchedulePass& pass) {
 // same PP and EP; the ranks resume from the layout-independent checkpoint, the global batch kept by
 // more micro-batches per rank).
 bool Controller::StartSmaller(JobEntry& e, const PlacementRequest& full, SchedulePass& pass) {
+  if (e.spec.checkpoint.dir.empty()) return false;  // without checkpoints a resize would start over
   const std::string queue = QueueOf(e);
+  const QueueSpec* spec = queues_.Find(queue);
   std::string quota;
   for (const int64_t world : ElasticWorldSizes(e.spec)) {
     if (queues_.Admit(queue, e.spec.resources.device, world, pass.usage, &quota) != Admission::kFits) continue;
+    if (!quota.empty() && spec && pass.reclaiming.count(spec->cohort)) continue;  // would borrow what is reclaimed
     PlacementRequest req = full;
     req.world_size = static_cast<int>(world);
     auto placed = Place(req, pass.free);
@@ -185,13 +199,18 @@ void Controller::GrowElastic(SchedulePass& pass) {
     if (!e->attempt || e->attempt->ending || e->job.state() != moe::v1::RUNNING) continue;
     const size_t world = e->attempt->slots.size();
     if (e->spec.elastic.min_data_parallel <= 0 || world >= size_t(e->spec.parallelism.world_size)) continue;
+    if (e->spec.checkpoint.dir.empty() || e->spec.priority < pass.hold_below) continue;
     std::vector<Slot> trial = pass.free;
-    trial.insert(trial.end(), e->attempt->slots.begin(), e->attempt->slots.end());
+    for (const Slot& s : e->attempt->slots) {
+      if (workers_.Placeable(s.worker)) trial.push_back(s);
+    }
     QueueUsage usage = pass.usage;
     usage[QueueOf(*e)][e->spec.resources.device] -= int64_t(world);
     std::string quota;
+    const QueueSpec* spec = queues_.Find(QueueOf(*e));
     if (queues_.Admit(QueueOf(*e), e->spec.resources.device, e->spec.parallelism.world_size, usage, &quota) !=
-        Admission::kFits) {
+            Admission::kFits ||
+        (!quota.empty() && spec && pass.reclaiming.count(spec->cohort))) {
       continue;
     }
     auto placed = Place(internal::RequestFor(e->spec), trial);
@@ -203,6 +222,7 @@ void Controller::GrowElastic(SchedulePass& pass) {
       MOE_LOG(WARNING) << "job " << e->job.id() << ": the Resizing event is not stored: " << st;
     }
     FailAttempt(*e, why, /*permanent=*/false, /*counted=*/false);
+    pass.usage[QueueOf(*e)][e->spec.resources.device] += e->spec.parallelism.world_size - int64_t(world);
     std::set<std::string> used;
     for (const auto& s : *placed) used.insert(s.worker);
     std::erase_if(pass.free, [&](const Slot& s) { return used.count(s.worker) > 0; });
@@ -239,7 +259,7 @@ bool Controller::PreemptionInFlight(JobEntry& e) {
 // The running jobs `e` may preempt: of its queue and lower priority; and, when it reclaims its
 // nominal quota, the borrowers of its cohort whatever their priority (those first). Then the lowest
 // priority, the fewest ranks, the youngest. A class marked never-preempted is never chosen.
-std::vector<JobEntry*> Controller::PreemptionCandidates(const JobEntry& e, Admission admission, SchedulePass& pass) {
+std::vector<JobEntry*> Controller::PreemptionCandidates(const JobEntry& e, bool reclaim, SchedulePass& pass) {
   const std::string queue = QueueOf(e);
   const QueueUsage& usage = pass.usage;
   std::set<std::string> cohort;
@@ -257,7 +277,7 @@ std::vector<JobEntry*> Controller::PreemptionCandidates(const JobEntry& e, Admis
     if (s != moe::v1::SCHEDULED && s != moe::v1::RUNNING) continue;
     const std::string qv = QueueOf(*v);
     const bool lower = qv == queue && v->spec.priority < e.spec.priority;
-    const bool lent = admission == Admission::kReclaim && qv != queue && cohort.count(qv) &&
+    const bool lent = reclaim && qv != queue && cohort.count(qv) && v->spec.resources.device == e.spec.resources.device &&
                       queues_.Borrowed(qv, v->spec.resources.device, usage) > 0;
     if (lower || lent) found.emplace_back(!lent, v);
   }
@@ -276,15 +296,18 @@ std::vector<JobEntry*> Controller::PreemptionCandidates(const JobEntry& e, Admis
 // Chooses candidates until `e` would fit (its queue's quota and the workers); each is asked to
 // checkpoint at its next step boundary and stop (PREEMPTED: queued again, no restart used). False
 // when none would do.
-bool Controller::Preempt(JobEntry& e, const PlacementRequest& req, Admission admission, SchedulePass& pass) {
+bool Controller::Preempt(JobEntry& e, const PlacementRequest& req, bool reclaim, SchedulePass& pass) {
   if (!config_.preemption) return false;
   std::vector<Slot> trial = pass.free;
   QueueUsage usage = pass.usage;
   std::vector<JobEntry*> chosen;
   bool fits = false;
   std::string unused;
-  for (JobEntry* v : PreemptionCandidates(e, admission, pass)) {
+  for (JobEntry* v : PreemptionCandidates(e, reclaim, pass)) {
     if (fits) break;
+    // A lent victim only while its queue still borrows (earlier victims may have ended that).
+    const std::string qv = QueueOf(*v);
+    if (qv != QueueOf(e) && queues_.Borrowed(qv, v->spec.resources.device, usage) <= 0) continue;
     chosen.push_back(v);
     for (const Slot& s : v->attempt->slots) {
       if (workers_.Placeable(s.worker)) trial.push_back(s);

@@ -907,6 +907,29 @@ TEST_F(QueueTest, QueuesThatBorrowTogetherShareWhatIsLent) {
   EXPECT_EQ(State(b[2].id()), moe::v1::PENDING);
 }
 
+TEST_F(QueueTest, AQueueWithinItsQuotaReclaimsAlsoWhenWorkersNotQuotaRunShort) {
+  Start();
+  // w3 is gone: the cohort's quota has room (3 of 4 used) but the workers do not.
+  for (int i = 0; i < 7; ++i) {
+    clock_.Advance(1);
+    moe::v1::WorkerMessage hb;
+    hb.mutable_heartbeat();
+    for (const auto& [n, ch] : channels_) if (n != "w3") Msg(n, hb);
+    controller_->Tick();
+  }
+  std::vector<moe::v1::Job> a;
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(1);
+    a.push_back(SubmitTo("a", "a" + std::to_string(i)));
+  }
+  EXPECT_EQ(Cpu("a").borrowed(), 1);
+  auto b0 = SubmitTo("b", "b0");
+  EXPECT_EQ(State(a[2].id()), moe::v1::PREEMPTED) << "b is within its quota: it takes back what a borrowed";
+  Stop(a[2].id(), false);
+  EXPECT_EQ(State(b0.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(Cpu("a").used(), 2);
+}
+
 TEST_F(QueueTest, SubmitNamesTheQueueOrSaysWhyNot) {
   Start();
   auto j = SubmitTo("", "plain");

@@ -111,6 +111,6 @@ spec:
   training: {steps: 2}
 YAML
 set +e; (ulimit -v 6000000; exec "$bin" --config "$work/big.yaml") >"$work/oom.log" 2>&1; rc=$?; set -e
-[ "$rc" = 4 ] && grep -q "RESOURCE_EXHAUSTED: out of memory at initialisation" "$work/oom.log" ||
+[ "$rc" = 4 ] && grep -q "FAILED_PRECONDITION: out of memory at initialisation" "$work/oom.log" ||
   fail "out of memory at initialisation: exit $rc, $(tail -2 "$work/oom.log")"
 echo "moe-train CLI: errors, metrics, resume and fallback hold; SIGTERM in initialisation: exit 3 in $took s; in a long step: $long s"

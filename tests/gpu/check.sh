@@ -38,7 +38,7 @@ done
 out=${OUT:-$build/check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-start=$SECONDS reserve=5
+start=$SECONDS reserve=10
 card="(no nvidia-smi)"
 declare -a names=() statuses=() exits=() secs=()
 
@@ -61,7 +61,7 @@ step() {
   echo "== $name (limit ${limit} s)"
   # In the background and waited for: a SIGTERM to this script interrupts the wait at once (the trap
   # stops the step, then writes the table and the JSON).
-  timeout --kill-after=5 "$limit" "$@" > >(tee "$logf") 2>&1 &
+  { timeout --kill-after=5 "$limit" "$@" 2>&1 | tee "$logf"; exit "${PIPESTATUS[0]}"; } &  # the log is whole when it ends
   child=$!
   wait "$child"
   rc=$?
@@ -153,18 +153,22 @@ step "preflight" 30 tests/gpu/preflight.sh "$nvcc"
 
 # 1. Build for this card only (the CI build covers sm_90, sm_100 and sm_103).
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
-build_for() {  # build_for <extra cmake flags...>
+build_for() {  # build_for <extra cmake flags...> (run through bash -c: timeout runs programs, not functions)
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
         ${cap:+-DCMAKE_CUDA_ARCHITECTURES=$cap} -DMOE_SERVICES=OFF -DMOE_TESTS=OFF -DMOE_BENCH=ON \
         ${MOE_CHECK_CMAKE_ARGS:-} "$@" &&
     cmake --build "$build" --target gpu_kernel_check gpu_train_check moe-bench-gpu moe-train
 }
-if [ $rehearsal = 1 ]; then
-  skip "build for this card (arch ${cap:-none})" "rehearsal: uses the binaries of $build/"
-elif ! step "build for this card (arch ${cap:-default})" 300 build_for; then
+export -f build_for
+export build nvcc cap
+rehearse_build() { cmake --build "$build" --target moe-train gpu_kernel_check gpu_attention_emulated; }
+export -f rehearse_build
+if [ $rehearsal = 1 ]; then  # the same mechanism on the tree make build made (up to date: seconds)
+  step "build (rehearsal: brings $build/ up to date)" 300 bash -c 'rehearse_build'
+elif ! step "build for this card (arch ${cap:-default})" 300 bash -c 'build_for "$@"' build_for; then
   # A build that failed only on warnings turned into errors is retried without -Werror, and says so.
   if grep -q "\[-Werror" "$out"/*build-for-this-card*.log && ! grep -E "error:" "$out"/*build-for-this-card*.log | grep -vq "\[-Werror"; then
-    step "build again WITHOUT -Werror (the first failed on warnings only)" 300 build_for -DMOE_WERROR=OFF
+    step "build again WITHOUT -Werror (the first failed on warnings only)" 300 bash -c 'build_for "$@"' build_for -DMOE_WERROR=OFF
   fi
 fi
 

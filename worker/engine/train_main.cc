@@ -45,10 +45,11 @@ namespace {
 //
 // A step that does not end in time (max(1.5 s, 1.5 x the last step's time) after the request: a hung
 // collective, a step that never finishes) or a second signal stops the rank at once as well; the job
-// resumes from its newest checkpoint. Once the boundary is reached the checkpoint is written in peace.
+// resumes from its newest checkpoint. Checkpoints (periodic, final, the stop's own) and the agreed
+// stop are never cut (Trainer's on_protected).
 std::atomic<int> g_stop_requested{0};
 std::atomic<int> g_training{0};  // set at the first step boundary
-std::atomic<int> g_at_boundary{0};  // the stop was taken at a step boundary: checkpointing, no watchdog
+std::atomic<int> g_protected{0};  // > 0: writing a checkpoint, or stopping at an agreed boundary: no watchdog
 std::atomic<int64_t> g_stop_ms{0}, g_boundary_ms{0}, g_step_ms{0};  // monotonic milliseconds
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
 
@@ -59,7 +60,10 @@ int64_t MonotonicMs() {  // async-signal-safe
 }
 
 void OnStopSignal(int) {
-  if (g_training.load() == 0 || g_stop_requested.load() != 0) ::_exit(moe::kExitStopped);
+  if (g_training.load() == 0) ::_exit(moe::kExitStopped);
+  // A second signal cuts a step short, not a checkpoint being written or an agreed stop (a worker's
+  // repeated SIGTERM, Ctrl-C reaching the --nproc launcher's ranks twice).
+  if (g_stop_requested.load() != 0 && g_protected.load() <= 0) ::_exit(moe::kExitStopped);
   g_stop_ms.store(MonotonicMs());
   g_stop_requested.store(1);
 }
@@ -68,16 +72,14 @@ void OnStopSignal(int) {
 bool AtStepBoundary() {
   const int64_t now = MonotonicMs(), last = g_boundary_ms.exchange(now);
   if (g_training.exchange(1) != 0) g_step_ms.store(now - last);
-  const bool stop = g_stop_requested.load() != 0;
-  if (stop) g_at_boundary.store(1);
-  return stop;
+  return g_stop_requested.load() != 0;
 }
 
 // The watchdog of a stop that waits for a step boundary (see above).
 void StopWatchdog() {
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (g_stop_requested.load() == 0 || g_at_boundary.load() != 0) continue;
+    if (g_stop_requested.load() == 0 || g_protected.load() > 0) continue;
     const int64_t deadline = std::max<int64_t>(1500, g_step_ms.load() * 3 / 2);
     const int64_t waited = MonotonicMs() - g_stop_ms.load();
     if (waited < deadline) continue;
@@ -350,6 +352,9 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
   }
   // SIGTERM or SIGINT (see OnStopSignal): installed in main, before anything that can take long.
   options.should_stop = AtStepBoundary;  // asked at every step boundary, the first right before step 1
+  options.on_protected = [](bool on) {  // nested: a save within the agreed stop keeps it protected
+    if (g_protected.fetch_add(on ? 1 : -1) == 1 && !on) g_stop_ms.store(MonotonicMs());  // deadline from now
+  };
   std::thread(StopWatchdog).detach();
   if (g_report != nullptr) {
     options.on_step = [](const moe::StepMetrics& m) {

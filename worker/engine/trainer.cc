@@ -256,6 +256,7 @@ StatusOr<TrainResult> Trainer::Run() {
   for (int64_t step = start_step_ + 1; step <= stop_step_; ++step) {
     MOE_ASSIGN_OR_RETURN(const bool stop, AgreeToStop(step));
     if (stop) {
+      if (options_.on_protected) options_.on_protected(true);  // every rank, also one not signalled yet
       result_.stopped_early = true;
       if (lead_) MOE_LOG(INFO) << "stopping before step " << step << " (asked to stop)";
       MOE_RETURN_IF_ERROR(CheckpointOnStop(step - 1));
@@ -556,6 +557,13 @@ Status Trainer::MaybeCheckpoint(int64_t step, const StepMetrics& m) {
 }
 
 Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m) {
+  if (options_.on_protected) options_.on_protected(true);
+  struct Done {  // a stop may cut the run again once the checkpoint is written (or failed)
+    const std::function<void(bool)>& f;
+    ~Done() {
+      if (f) f(false);
+    }
+  } done{options_.on_protected};
   const auto c0 = Clock::now();
   Node state = Node::Map();
   state.Set("step", Node::Scalar(std::to_string(step)));
@@ -589,7 +597,9 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, con
   try {
     MOE_ASSIGN_OR_RETURN(trainer, Trainer::Create(spec, par, options));
   } catch (const std::bad_alloc&) {  // a permanent failure: the next attempt would hit it again
-    return ResourceExhaustedError(
+    // FAILED_PRECONDITION (cannot run here: permanent), not RESOURCE_EXHAUSTED, which also means a full
+    // disk and stays transient.
+    return FailedPreconditionError(
         "out of memory at initialisation: the model, its gradients and the optimizer state do not fit in this "
         "rank's memory (moe-train --describe gives the per-rank accounting; use more ranks or a smaller model)");
   }

@@ -50,6 +50,9 @@ struct TrainerOptions {
   std::function<void(const StepMetrics&)> on_step;
   // Polled at step boundaries; true stops the run there (cancel, drain). Must agree across ranks.
   std::function<bool()> should_stop;
+  // Told when the rank starts (true) and ends (false) work that a stop must not cut: writing a
+  // checkpoint, and the agreed stop from the boundary on (moe-train's stop watchdog stands down).
+  std::function<void(bool)> on_protected;
   // Where this rank trains, when the caller has already placed it (moe-train does, before making its
   // communicators). Otherwise `device` and `precision` are resolved here.
   std::optional<DevicePlacement> placement;
