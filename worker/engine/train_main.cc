@@ -44,8 +44,8 @@ namespace {
 // the handler may run on any thread.
 //
 // A step that does not end in time (max(1.5 s, 1.5 x the last step's time) after the request: a hung
-// collective, a step that never finishes) or a second signal stops the rank at once as well; the job
-// resumes from its newest checkpoint. Checkpoints (periodic, final, the stop's own) and the agreed
+// collective, a step that never finishes) stops the rank at once as well; the job resumes from its
+// newest checkpoint. Checkpoints (periodic, final, the stop's own) and the agreed
 // stop are never cut (Trainer's on_protected).
 std::atomic<int> g_stop_requested{0};
 std::atomic<int> g_training{0};  // set at the first step boundary
@@ -61,9 +61,10 @@ int64_t MonotonicMs() {  // async-signal-safe
 
 void OnStopSignal(int) {
   if (g_training.load() == 0) ::_exit(moe::kExitStopped);
-  // A second signal cuts a step short, not a checkpoint being written or an agreed stop (a worker's
-  // repeated SIGTERM, Ctrl-C reaching the --nproc launcher's ranks twice).
-  if (g_stop_requested.load() != 0 && g_protected.load() <= 0) ::_exit(moe::kExitStopped);
+  // Repeated signals are common and change nothing (Slurm's scancel signals the rank and its worker,
+  // which signals it again; Ctrl-C reaches the --nproc launcher's ranks and the launcher forwards it):
+  // the deadline runs from the first.
+  if (g_stop_requested.load() != 0) return;
   g_stop_ms.store(MonotonicMs());
   g_stop_requested.store(1);
 }
