@@ -158,8 +158,8 @@ std::string QueuesTable(const std::vector<moe::v1::QueueStatus>& queues) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& q : queues) {
     const std::string jobs[2] = {std::to_string(q.pending_jobs()), std::to_string(q.admitted_jobs())};
-    // No resource row: the unlimited "default" queue with nothing running, or a queue of no quota.
-    if (q.resources().empty()) rows.push_back({q.name(), q.cohort().empty() ? "-" : q.cohort(), "-", "-", "0", "0", "-", jobs[0], jobs[1]});
+    // No resource row: a queue with no quota (it can only borrow) and nothing running.
+    if (q.resources().empty()) rows.push_back({q.name(), q.cohort().empty() ? "-" : q.cohort(), "-", "0", "0", "0", "-", jobs[0], jobs[1]});
     for (const auto& r : q.resources()) {
       rows.push_back({q.name(), q.cohort().empty() ? "-" : q.cohort(), r.device(), r.nominal() < 0 ? "-" : std::to_string(r.nominal()),
                       std::to_string(r.used()), std::to_string(r.borrowed()),

@@ -351,6 +351,7 @@ std::vector<moe::v1::QueueStatus> Controller::Queues() {
     if (auto it = usage.find(q.name); it != usage.end()) {
       for (const auto& [d, _] : it->second) devices.insert(d);
     }
+    if (!queues_.enabled() && devices.empty()) devices.insert("cpu");  // the unlimited default: a row all the same
     for (const std::string& d : devices) {
       moe::v1::QueueResource* r = st.add_resources();
       r->set_device(d);
