@@ -8,12 +8,15 @@ command -v prometheus >/dev/null || fail "prometheus is missing (apt install pro
 SRC=${MOE_SOURCE_DIR:-.}
 
 # A taken metrics port: the controller says so and exits.
-blocker=$(free_port)
-python3 -c "import socket,time,sys; s=socket.socket(); s.bind(('127.0.0.1',$blocker)); s.listen(); time.sleep(30)" &
+# The blocker binds a port of its choosing and says which (a port picked first and bound later can be
+# taken meanwhile by a test running beside this one); the controller gets a time limit, so a mistake
+# here fails the test instead of serving until ctest's timeout.
+python3 -c "import socket,time; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); open('$WORK/blocker','w').write(str(s.getsockname()[1])); time.sleep(30)" &
 PIDS+=($!)
-sleep 0.3
+for _ in $(seq 1 50); do [ -s "$WORK/blocker" ] && break; sleep 0.1; done
+blocker=$(cat "$WORK/blocker")
 set +e
-out=$("$BIN/moe-controller" --listen 127.0.0.1:$(free_port) --metrics-listen 127.0.0.1:$blocker --state-dir "$WORK/s0" 2>&1)
+out=$(timeout 20 "$BIN/moe-controller" --listen 127.0.0.1:$(free_port) --metrics-listen 127.0.0.1:$blocker --state-dir "$WORK/s0" 2>&1)
 rc=$?
 set -e
 [ $rc -ne 0 ] && grep -q -- "--metrics-listen 127.0.0.1:$blocker: cannot serve /metrics there" <<<"$out" || fail "taken port: rc $rc, $out"
