@@ -108,6 +108,16 @@ class ControllerTest : public ::testing::Test {
     f->set_message(why);
     Msg(worker, m);
   }
+  // `name` goes silent past its lease while the others keep heart-beating: the controller loses it.
+  void LoseWorker(const std::string& name) {
+    for (int i = 0; i < 7; ++i) {
+      clock_.Advance(1);
+      moe::v1::WorkerMessage hb;
+      hb.mutable_heartbeat();
+      for (const auto& [n, ch] : channels_) if (n != name) Msg(n, hb);
+      controller_->Tick();
+    }
+  }
   void Heartbeats() {
     for (auto& [name, ch] : channels_) {
       moe::v1::WorkerMessage hb;
@@ -448,13 +458,7 @@ TEST_F(ControllerTest, LostWorkerRestartsTheJobReplacingOnlyTheLostSlot) {
   const std::string survivor = used[0].first, victim = used[1].first;
   Step(survivor, used[0].second->Assignments()[0], 1);
   // The victim goes silent; the others keep heart-beating.
-  for (int i = 0; i < 7; ++i) {
-    clock_.Advance(1);
-    moe::v1::WorkerMessage hb;
-    hb.mutable_heartbeat();
-    for (const auto& [n, ch] : channels_) if (n != victim) Msg(n, hb);
-    controller_->Tick();
-  }
+  LoseWorker(victim);
   auto j = *controller_->Get(job.id(), true);
   EXPECT_EQ(j.restarts(), 1);
   EXPECT_EQ(used[0].second->Cancels(), 1) << "the surviving rank is told to stop";
@@ -490,13 +494,7 @@ TEST_F(ControllerTest, AnElasticJobContinuesSmallerAfterALossAndGrowsBackWhenAWo
   ASSERT_EQ(State(job.id()), moe::v1::SCHEDULED);
   for (const char* w : {"w0", "w1", "w2", "w3"}) Step(w, channels_[w]->Assignments().back(), 1);
   // w3 goes silent; there is no spare.
-  for (int i = 0; i < 7; ++i) {
-    clock_.Advance(1);
-    moe::v1::WorkerMessage hb;
-    hb.mutable_heartbeat();
-    for (const auto& [n, ch] : channels_) if (n != "w3") Msg(n, hb);
-    controller_->Tick();
-  }
+  LoseWorker("w3");
   for (const char* w : {"w0", "w1", "w2"}) Finish(w, channels_[w]->Assignments().back(), false, "stopped");
   controller_->Tick();
   auto j = *controller_->Get(job.id(), true);
@@ -910,13 +908,7 @@ TEST_F(QueueTest, QueuesThatBorrowTogetherShareWhatIsLent) {
 TEST_F(QueueTest, AQueueWithinItsQuotaReclaimsAlsoWhenWorkersNotQuotaRunShort) {
   Start();
   // w3 is gone: the cohort's quota has room (3 of 4 used) but the workers do not.
-  for (int i = 0; i < 7; ++i) {
-    clock_.Advance(1);
-    moe::v1::WorkerMessage hb;
-    hb.mutable_heartbeat();
-    for (const auto& [n, ch] : channels_) if (n != "w3") Msg(n, hb);
-    controller_->Tick();
-  }
+  LoseWorker("w3");
   std::vector<moe::v1::Job> a;
   for (int i = 0; i < 3; ++i) {
     clock_.Advance(1);
