@@ -65,11 +65,6 @@ int64_t Get(const std::map<std::string, int64_t>& m, const std::string& key, int
   return it == m.end() ? absent : it->second;
 }
 
-int64_t Used(const QueueUsage& usage, const std::string& queue, const std::string& device) {
-  const auto it = usage.find(queue);
-  return it == usage.end() ? 0 : Get(it->second, device, 0);
-}
-
 Status CheckQueues(const QueuesConfig& c) {
   std::map<std::string, size_t> seen;
   for (size_t i = 0; i < c.queues.size(); ++i) {
@@ -86,6 +81,11 @@ Status CheckQueues(const QueuesConfig& c) {
 }
 
 }  // namespace
+
+int64_t Used(const QueueUsage& usage, const std::string& queue, const std::string& device) {
+  const auto it = usage.find(queue);
+  return it == usage.end() ? 0 : Get(it->second, device, 0);
+}
 
 StatusOr<QueuesConfig> ParseQueuesConfig(const std::string& text) {
   MOE_ASSIGN_OR_RETURN(Node doc, ParseYaml(text));

@@ -40,6 +40,7 @@ StatusOr<QueuesConfig> LoadQueuesFile(const std::string& path);
 
 // Ranks in use per queue and device type.
 using QueueUsage = std::map<std::string, std::map<std::string, int64_t>>;
+int64_t Used(const QueueUsage& usage, const std::string& queue, const std::string& device);  // 0 when absent
 
 enum class Admission {
   kFits,        // within quota and the cohort's room

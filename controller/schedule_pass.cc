@@ -42,12 +42,7 @@ std::string Join(const std::vector<std::string>& ids) {
 }
 
 
-int64_t Used(const QueueUsage& usage, const std::string& queue, const std::string& device) {
-  const auto q = usage.find(queue);
-  if (q == usage.end()) return 0;
-  const auto d = q->second.find(device);
-  return d == q->second.end() ? 0 : d->second;
-}
+
 
 }  // namespace
 
@@ -358,8 +353,7 @@ std::vector<moe::v1::QueueStatus> Controller::Queues() {
       r->set_nominal(queues_.enabled() ? queues_.Nominal(q.name, d) : -1);
       const auto limit = q.borrowing_limit.find(d);
       r->set_borrowing_limit(limit == q.borrowing_limit.end() ? -1 : limit->second);
-      const auto u = usage.find(q.name);
-      r->set_used(u == usage.end() || !u->second.count(d) ? 0 : u->second.at(d));
+      r->set_used(Used(usage, q.name, d));
       r->set_borrowed(queues_.Borrowed(q.name, d, usage));
     }
   }
