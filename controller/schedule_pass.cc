@@ -41,9 +41,6 @@ std::string Join(const std::vector<std::string>& ids) {
   return out;
 }
 
-
-
-
 }  // namespace
 
 std::string Controller::QueueOf(const JobEntry& e) const {
