@@ -130,6 +130,12 @@ size_t CachingAllocator::PendingBlocks() const {
   return pending_.size();
 }
 
+void CachingAllocator::EmptyCache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CollectPendingLocked(/*wait=*/true);
+  ReleaseCacheLocked();
+}
+
 void CachingAllocator::CollectPendingLocked(bool wait) {
   std::erase_if(pending_, [&](Pending& p) {
     for (EventHandle e : p.events) {

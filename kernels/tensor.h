@@ -103,6 +103,9 @@ class CachingAllocator : public Allocator {
   void RecordStream(void* ptr, StreamHandle stream);
   // Freed blocks still waiting for another stream's work (not reusable yet).
   size_t PendingBlocks() const;
+  // Waits for the pending blocks' streams and gives every cached block back to the device
+  // (torch.cuda.empty_cache). Live blocks stay. A subclass that owns its memory calls it when it ends.
+  void EmptyCache();
 
  protected:
   virtual void* RawAllocate(size_t bytes) = 0;  // nullptr when the device is out of memory

@@ -54,7 +54,11 @@ start=$SECONDS
 # Left out under ASan, loudly: the tests that train for minutes (the engine runs 5-10x slower
 # instrumented, past their timeouts and the timing the straggler test injects). Their code runs under
 # ASan in the unit tests (model_gradcheck_test, the kernels', the communicators').
-slow='^(control_plane_test|straggler_test|balance_test|moe_train_cli_test|distributed_test|scaleout_test|memory_test|evaluation_test|reference_model_test)$'
+# Also left out: the loopback tests whose bounds are the issues' contracts in seconds (queues_test:
+# a share within 30 s; elastic_test: W = 2 within 30 s). Instrumented and beside each other under -j2
+# they pass or miss those bounds by chance (elastic_test failed so in CI on 2026-12-01, and passed
+# alone in 80 s); their scheduling code runs under ASan in controller_test (QueueTest, the elastic cases).
+slow='^(control_plane_test|straggler_test|balance_test|moe_train_cli_test|distributed_test|scaleout_test|memory_test|evaluation_test|reference_model_test|queues_test|elastic_test)$'
 if [ "$quick" = --quick ]; then
   (cd "$dir" && ctest --output-on-failure --timeout 600 -R "^($(IFS='|'; echo "${quick_tests[*]}"))\$")
 elif [ "$kind" = address ]; then
