@@ -90,10 +90,6 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
   }
   MOE_ASSIGN_OR_RETURN(JobSpec spec, SpecFromProto(submitted));
   MOE_RETURN_IF_ERROR(ApplyPriorityClass(&spec));
-  if (spec.resources.precision == "fp8") {  // it would fail on every worker: refuse it now
-    return UnimplementedError("spec.resources.precision: fp8 can be planned (moectl plan) but the engine trains bf16 "
-                              "on cuda for now; submit with bf16 or leave the field out");
-  }
   MutexLock lock(&mu_);
   if (!request_id.empty()) {
     for (JobEntry* e : jobs_.All()) {

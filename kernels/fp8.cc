@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "kernels/dispatch.h"
 
 namespace moe::kernels::fp8 {
 
@@ -34,15 +35,11 @@ float E4M3ToFloat(uint8_t v) {
   return sign * std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, biased - 7);
 }
 
-namespace {
-
 float TileScale(float amax, bool power_of_two) {
   if (!(amax > 0)) return 1.0f;
   const float s = amax / kE4M3Max;
   return power_of_two ? std::exp2(std::ceil(std::log2(s))) : s;
 }
-
-}  // namespace
 
 Quantized Quantize(const float* x, int64_t rows, int64_t cols, int64_t tile_rows, int64_t tile_cols,
                    bool power_of_two) {
@@ -81,3 +78,27 @@ std::vector<float> Dequantize(const Quantized& q) {
 }
 
 }  // namespace moe::kernels::fp8
+
+namespace moe::kernels {
+
+void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const Tensor& out,
+                     const std::vector<int64_t>& row_groups, bool mxfp8) {
+  MOE_CHECK(x.ndim() == 2 || x.ndim() == 3) << "Fp8QuantDequant: x " << x.ShapeString() << " is not 2-D or 3-D";
+  MOE_CHECK(out.shape() == x.shape() && out.dtype() == DType::kF32 && out.device() == x.device())
+      << "Fp8QuantDequant: out " << out.ShapeString() << " must be f32 of x's shape " << x.ShapeString();
+  MOE_CHECK(tile_rows > 0 && tile_cols > 0) << "Fp8QuantDequant: tiles of " << tile_rows << " x " << tile_cols;
+  const int64_t cols = x.dim(x.ndim() - 1), rows = x.numel() / std::max<int64_t>(cols, 1);
+  std::vector<int64_t> groups = row_groups;
+  if (x.ndim() == 3) {
+    MOE_CHECK(row_groups.empty()) << "Fp8QuantDequant: row_groups with a 3-D x";
+    for (int64_t g = 0; g <= x.dim(0); ++g) groups.push_back(g * x.dim(1));
+  } else if (groups.empty()) {
+    groups = {0, rows};
+  }
+  MOE_CHECK(groups.front() == 0 && groups.back() == rows && std::is_sorted(groups.begin(), groups.end()))
+      << "Fp8QuantDequant: row_groups must run from 0 to " << rows << " in order";
+  const Tensor x2 = x.Reshape({rows, cols}), out2 = out.Reshape({rows, cols});
+  return MOE_DISPATCH(out, Fp8QuantDequant(x2, tile_rows, tile_cols, out2, groups, mxfp8));
+}
+
+}  // namespace moe::kernels

@@ -5,11 +5,14 @@
 //
 // The CPU reference of the FP8 path: the CUDA kernels and cuBLASLt's block-scaled GEMM are checked
 // against these, and the emulated FP8 GEMM is these scales and roundings followed by an fp32 GEMM of
-// the dequantised values. (Not wired into training yet: see docs/benchmarks.md, GPU.)
+// the dequantised values (Fp8QuantDequant below, which training with --precision fp8 runs on the
+// inputs of its linear layers: worker/engine/layers.h).
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "kernels/tensor.h"
 
 namespace moe::kernels::fp8 {
 
@@ -27,10 +30,28 @@ struct Quantized {
   std::vector<float> scales;    // value = e4m3 * scale
 };
 
-// scale = amax / 448 (an all-zero tile gets scale 1); power_of_two: the smallest power of two
+// A tile's scale: amax / 448 (an all-zero tile gets 1); power_of_two: the smallest power of two
 // >= amax / 448 (MXFP8's E8M0 scales), so no value saturates.
+float TileScale(float amax, bool power_of_two = false);
+
+// Quantises x in tiles with TileScale's scales (value = e4m3(x / scale)).
 Quantized Quantize(const float* x, int64_t rows, int64_t cols, int64_t tile_rows, int64_t tile_cols,
                    bool power_of_two = false);
 std::vector<float> Dequantize(const Quantized& q);
 
 }  // namespace moe::kernels::fp8
+
+namespace moe::kernels {
+
+// What an FP8 GEMM sees of its input: out (f32, x's shape) = Dequantize(Quantize(x)) with tiles of
+// tile_rows x tile_cols (power-of-two scales with `mxfp8`). x is f32 or bf16 (f64 on the CPU too):
+//   2-D [rows, cols]: one matrix; `row_groups` (offsets 0 = g0 < g1 < ... = rows, optional) makes the
+//     tiles along rows restart at each offset, so no tile mixes two experts' tokens (the weight
+//     gradient's 128 x 1 tiles over grouped rows);
+//   3-D [G, rows, cols]: G matrices tiled each on its own (the experts' weights).
+// The CPU path is fp8::Quantize and fp8::Dequantize element for element; the CUDA path converts with
+// the hardware's e4m3 rounding (cvt.rn.satfinite) and must match it bitwise.
+void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const Tensor& out,
+                     const std::vector<int64_t>& row_groups = {}, bool mxfp8 = false);
+
+}  // namespace moe::kernels

@@ -29,6 +29,11 @@ void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& o
 void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& offsets, const Tensor& dx);
 void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& dw);
 
+// fp8.cc: fp8::Quantize then fp8::Dequantize per tile; x 2-D [rows, cols], `groups` the row offsets
+// the tiles restart at (0 first, rows last).
+void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const Tensor& out,
+                     const std::vector<int64_t>& groups, bool mxfp8);
+
 // embedding.cc: the backward is a counting sort by id, each vocabulary row summed in token order.
 void EmbeddingForward(const Tensor& table, const Tensor& ids, const Tensor& out);
 void EmbeddingBackward(const Tensor& dout, const Tensor& ids, const Tensor& dtable);

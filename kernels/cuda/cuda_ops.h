@@ -32,6 +32,11 @@ void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& o
 void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& offsets, const Tensor& dx);
 void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& dw);
 
+// fp8.cu: one block per tile (its amax, then e4m3 with the hardware's rounding); one launch per row
+// group. x f32 or bf16, out f32.
+void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const Tensor& out,
+                     const std::vector<int64_t>& groups, bool mxfp8);
+
 // embedding.cu: the backward scatter-adds into an f32 table gradient with atomics (not bitwise
 // reproducible, unlike the CPU's counting sort).
 void EmbeddingForward(const Tensor& table, const Tensor& ids, const Tensor& out);

@@ -374,16 +374,21 @@ TEST_F(ControllerTest, EventsNameWhoSubmittedAndCancelled) {
   EXPECT_TRUE(by_a_user);
 }
 
-TEST_F(ControllerTest, Fp8JobsAreRefusedAtSubmitUntilTheEngineTrainsThem) {
+TEST_F(ControllerTest, Fp8JobsAreAcceptedAndFp32OnCudaIsRefusedNamingTheField) {
   AddWorker("a", "r0", "n0");
   JobSpec spec = Spec("fp8", 1, 1);
-  spec.resources.device = "cuda";
-  spec.resources.precision = "fp8";
+  spec.resources.precision = "fp8";  // emulated on cpu
   auto j = controller_->Submit(SpecToProto(spec));
-  ASSERT_FALSE(j.ok());
-  EXPECT_EQ(j.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(j.status().message().find("spec.resources.precision"), std::string::npos) << j.status();
-  EXPECT_TRUE(controller_->List({}).empty()) << "nothing stored";
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(j->spec().spec().resources().precision(), "fp8");
+  JobSpec wide = Spec("wide", 1, 1);
+  wide.resources.device = "cuda";
+  wide.resources.precision = "fp32";
+  auto k = controller_->Submit(SpecToProto(wide));
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(k.status().message().find("spec.resources.precision: fp32 on cuda"), std::string::npos) << k.status();
+  EXPECT_EQ(controller_->List({}).size(), 1u) << "only the fp8 job is stored";
 }
 
 TEST_F(ControllerTest, AJobNeedingMoreMemoryThanAnyWorkerHasIsRefusedWithBothNumbers) {

@@ -16,6 +16,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/fp8.h"
 #include "kernels/gemm.h"
 #include "kernels/optimizer.h"
 #include "kernels/permute.h"
@@ -434,6 +435,21 @@ int main() {
     k::Convert(a, converted);
     return std::vector<Out>{{"add/axpy/scale", sum}, {"fill", filled, 0, 0}, {"sum_squares", Scalar(ss), 1e-6, 0},
                             {"convert", converted, 0, 0}};
+  });
+
+  // FP8 quantise-dequantise: the hardware's e4m3 rounding against the CPU reference, bitwise; values
+  // spread over many binades so subnormals, saturation-free tiles and partial tiles all occur.
+  Run("fp8 quant-dequant", [](Device dev, DType dt) {
+    Tensor x = On(Random({203, 300}, 40, -3, 3), dt, dev), w = On(Random({3, 136, 200}, 41, -0.05, 0.05), dt, dev);
+    const std::vector<int64_t> groups = {0, 50, 50, 180, 203};
+    Tensor act = Poisoned({203, 300}, f32, dev), blocks = Poisoned({3, 136, 200}, f32, dev);
+    Tensor cols = Poisoned({203, 300}, f32, dev), mx = Poisoned({203, 300}, f32, dev);
+    k::Fp8QuantDequant(x, 1, 128, act);
+    k::Fp8QuantDequant(w, 128, 128, blocks);
+    k::Fp8QuantDequant(x, 128, 1, cols, groups);
+    k::Fp8QuantDequant(x, 1, 32, mx, {}, /*mxfp8=*/true);
+    return std::vector<Out>{{"1x128", act, 0, 0}, {"128x128 per expert", blocks, 0, 0},
+                            {"128x1 grouped", cols, 0, 0}, {"mxfp8 1x32", mx, 0, 0}};
   });
 
   RopeCases();

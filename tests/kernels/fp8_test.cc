@@ -1,12 +1,15 @@
 // FP8 (e4m3) quantisation against hand-computed cases: the encoding, rounding to nearest even,
 // saturation, subnormals, NaN; the 1x128 activation tiles, 128x128 weight blocks and MXFP8's 1x32
-// power-of-two scales.
+// power-of-two scales; the Tensor-level quantise-dequantise the FP8 training path runs (row groups,
+// per-expert weight blocks, bf16 inputs) against them.
 #include "kernels/fp8.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
+
+#include "kernels/elementwise.h"
 
 namespace moe::kernels::fp8 {
 namespace {
@@ -89,6 +92,78 @@ TEST(Fp8, WeightBlocksAre128x128AndMxfp8ScalesArePowersOfTwo) {
   EXPECT_EQ(m.scales[0], 0.015625f);
   EXPECT_EQ(m.scales[1], 2.0f);
   EXPECT_EQ(m.values[40], FloatToE4M3(250.0f)) << "no saturation with a power-of-two scale";
+}
+
+std::vector<float> Spread(int64_t n, uint32_t seed) {  // values over many binades, both signs
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t s = seed;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    const float mant = static_cast<float>(s >> 8) / 16777216.0f;
+    x = (s & 1 ? -1.0f : 1.0f) * std::ldexp(0.5f + mant, static_cast<int>(s % 23) - 14);
+  }
+  return v;
+}
+
+// Rows [r0, r1) of x quantised on their own through the reference, into `out`.
+void Reference(const std::vector<float>& x, int64_t r0, int64_t r1, int64_t cols, int64_t tr, int64_t tc,
+               std::vector<float>* out) {
+  const std::vector<float> back = Dequantize(Quantize(x.data() + r0 * cols, r1 - r0, cols, tr, tc));
+  std::copy(back.begin(), back.end(), out->begin() + r0 * cols);
+}
+
+TEST(Fp8QuantDequant, MatchesTheReferenceTileForTile) {
+  const int64_t rows = 203, cols = 300;
+  const std::vector<float> x = Spread(rows * cols, 1);
+  const Tensor xt = Tensor::FromVector(x, {rows, cols});
+  for (auto [tr, tc] : {std::pair<int64_t, int64_t>{1, 128}, {128, 128}, {128, 1}}) {
+    Tensor out = Tensor::Empty({rows, cols}, DType::kF32);
+    Fp8QuantDequant(xt, tr, tc, out);
+    std::vector<float> want(x.size());
+    Reference(x, 0, rows, cols, tr, tc, &want);
+    EXPECT_EQ(out.ToVector<float>(), want) << tr << " x " << tc;
+    EXPECT_NE(out.ToVector<float>(), x) << "the values are rounded";
+  }
+}
+
+TEST(Fp8QuantDequant, RowGroupsRestartTheTilesAndExpertWeightsAreTiledEachOnTheirOwn) {
+  const int64_t rows = 300, cols = 40;
+  std::vector<float> x = Spread(rows * cols, 2);
+  for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(10 * cols + c)] = 1000.0f;  // row 10: a huge one in group 0
+  const std::vector<int64_t> groups = {0, 100, 100, 250, 300};  // an empty group too
+  Tensor out = Tensor::Empty({rows, cols}, DType::kF32);
+  Fp8QuantDequant(Tensor::FromVector(x, {rows, cols}), 128, 1, out, groups);
+  std::vector<float> want(x.size());
+  Reference(x, 0, 100, cols, 128, 1, &want);
+  Reference(x, 100, 250, cols, 128, 1, &want);
+  Reference(x, 250, 300, cols, 128, 1, &want);
+  EXPECT_EQ(out.ToVector<float>(), want);
+  // Without the groups, rows 100..127 would share row 10's tile and its scale (1000 / 448): small values
+  // there would flush to zero.
+  Tensor ungrouped = Tensor::Empty({rows, cols}, DType::kF32);
+  Fp8QuantDequant(Tensor::FromVector(x, {rows, cols}), 128, 1, ungrouped);
+  EXPECT_NE(ungrouped.ToVector<float>(), want);
+  // [G, N, K] weights: each expert's matrix in its own 128 x 128 blocks (N = 70: no block spans two).
+  const std::vector<float> w = Spread(3 * 70 * 50, 3);
+  Tensor wq = Tensor::Empty({3, 70, 50}, DType::kF32);
+  Fp8QuantDequant(Tensor::FromVector(w, {3, 70, 50}), 128, 128, wq);
+  std::vector<float> wwant(w.size());
+  for (int64_t g = 0; g < 3; ++g) Reference(w, g * 70, (g + 1) * 70, 50, 128, 128, &wwant);
+  EXPECT_EQ(wq.ToVector<float>(), wwant);
+}
+
+TEST(Fp8QuantDequant, Bf16InputsAndBadArgumentsNameTheProblem) {
+  const std::vector<float> x = Spread(4 * 256, 4);
+  Tensor b = Tensor::Empty({4, 256}, DType::kBF16);
+  Convert(Tensor::FromVector(x, {4, 256}), b);
+  Tensor f = Tensor::Empty({4, 256}, DType::kF32);
+  Convert(b, f);  // the bf16 values, exactly, as f32
+  Tensor from_bf16 = Tensor::Empty({4, 256}, DType::kF32), from_f32 = Tensor::Empty({4, 256}, DType::kF32);
+  Fp8QuantDequant(b, 1, 128, from_bf16);
+  Fp8QuantDequant(f, 1, 128, from_f32);
+  EXPECT_EQ(from_bf16.ToVector<float>(), from_f32.ToVector<float>());
+  EXPECT_DEATH(Fp8QuantDequant(f, 1, 128, Tensor::Empty({4, 256}, DType::kBF16)), "must be f32");
+  EXPECT_DEATH(Fp8QuantDequant(f, 1, 128, from_f32, {0, 3}), "row_groups must run from 0 to 4");
 }
 
 }  // namespace

@@ -82,14 +82,14 @@ class MhaAttention final : public AttentionLayer {
         rotary_(MakeRotary(cfg, cfg.head_dim(), cfg.head_dim(), ctx)),
         core_{heads_, rotary_.scale, ctx.materialized_attention} {
     const int64_t h = cfg.hidden_size;
-    wqkv_ = params.Add(prefix + ".wqkv", {3 * h, h}, seed, cfg.init_std);
-    wo_ = params.Add(prefix + ".wo", {h, h}, seed, out_std);
+    wqkv_ = params.Fp8Gemm(params.Add(prefix + ".wqkv", {3 * h, h}, seed, cfg.init_std));
+    wo_ = params.Fp8Gemm(params.Add(prefix + ".wo", {h, h}, seed, out_std));
   }
 
   Tensor Forward(const Tensor& x, int64_t batch, int64_t seq_len) override {
     Saved s{x, Tensor(), Tensor(), Tensor(), {}, batch, seq_len};
     const int64_t t = x.dim(0), hd = heads_ * head_dim_;
-    Tensor qkv = Linear(x, wqkv_->compute);
+    Tensor qkv = Linear(x, *wqkv_);
     s.q = Tensor::Empty({t, hd}, x.dtype(), x.device());
     s.k = Tensor::Empty({t, hd}, x.dtype(), x.device());
     s.v = Tensor::Empty({t, hd}, x.dtype(), x.device());
@@ -99,7 +99,7 @@ class MhaAttention final : public AttentionLayer {
     kernels::RopeForward(s.q, seq_len, heads_, 0, rotary_.inv_freq, kernels::RopeLayout::kHalfSplit);
     kernels::RopeForward(s.k, seq_len, heads_, 0, rotary_.inv_freq, kernels::RopeLayout::kHalfSplit);
     Core core = RunCore(s.q, s.k, s.v, batch, seq_len, core_);
-    Tensor y = Linear(core.out, wo_->compute);
+    Tensor y = Linear(core.out, *wo_);
     if (!recompute_core_) s.core = core;
     saved_.Push(std::move(s));
     return y;
@@ -151,17 +151,17 @@ class MlaAttention final : public AttentionLayer {
         core_{heads_, rotary_.scale, ctx.materialized_attention} {
     const int64_t h = cfg.hidden_size, dqk = a_.qk_head_dim();
     if (a_.q_lora_rank > 0) {
-      q_a_ = params.Add(prefix + ".q_a_proj", {a_.q_lora_rank, h}, seed, cfg.init_std);
+      q_a_ = params.Fp8Gemm(params.Add(prefix + ".q_a_proj", {a_.q_lora_rank, h}, seed, cfg.init_std));
       q_norm_ = std::make_unique<RmsNorm>(params, prefix + ".q_a_layernorm", a_.q_lora_rank, cfg.norm_eps, seed);
-      q_b_ = params.Add(prefix + ".q_b_proj", {heads_ * dqk, a_.q_lora_rank}, seed, cfg.init_std);
+      q_b_ = params.Fp8Gemm(params.Add(prefix + ".q_b_proj", {heads_ * dqk, a_.q_lora_rank}, seed, cfg.init_std));
     } else {
-      q_b_ = params.Add(prefix + ".q_proj", {heads_ * dqk, h}, seed, cfg.init_std);
+      q_b_ = params.Fp8Gemm(params.Add(prefix + ".q_proj", {heads_ * dqk, h}, seed, cfg.init_std));
     }
-    kv_a_ = params.Add(prefix + ".kv_a_proj_with_mqa", {a_.kv_lora_rank + a_.qk_rope_head_dim, h}, seed, cfg.init_std);
+    kv_a_ = params.Fp8Gemm(params.Add(prefix + ".kv_a_proj_with_mqa", {a_.kv_lora_rank + a_.qk_rope_head_dim, h}, seed, cfg.init_std));
     kv_norm_ = std::make_unique<RmsNorm>(params, prefix + ".kv_a_layernorm", a_.kv_lora_rank, cfg.norm_eps, seed);
-    kv_b_ = params.Add(prefix + ".kv_b_proj", {heads_ * (a_.qk_nope_head_dim + a_.v_head_dim), a_.kv_lora_rank}, seed,
-                       cfg.init_std);
-    o_ = params.Add(prefix + ".o_proj", {h, heads_ * a_.v_head_dim}, seed, out_std);
+    kv_b_ = params.Fp8Gemm(params.Add(prefix + ".kv_b_proj", {heads_ * (a_.qk_nope_head_dim + a_.v_head_dim), a_.kv_lora_rank}, seed,
+                                     cfg.init_std));
+    o_ = params.Fp8Gemm(params.Add(prefix + ".o_proj", {h, heads_ * a_.v_head_dim}, seed, out_std));
   }
 
   Tensor Forward(const Tensor& x, int64_t batch, int64_t seq_len) override {
@@ -169,11 +169,11 @@ class MlaAttention final : public AttentionLayer {
     s.x = x;
     s.batch = batch;
     s.seq = seq_len;
-    s.cq = q_a_ != nullptr ? q_norm_->Forward(Linear(x, q_a_->compute)) : x;
+    s.cq = q_a_ != nullptr ? q_norm_->Forward(Linear(x, *q_a_)) : x;
     s.k_rope = KeyLatent(x, seq_len, &s.ckv);
     UpProject(&s);
     Core core = RunCore(s.q, s.k, s.v, batch, seq_len, core_);
-    Tensor y = Linear(core.out, o_->compute);
+    Tensor y = Linear(core.out, *o_);
     if (!recompute_.core_attn) s.core = core;
     if (recompute_.mla_up_proj) s.q = s.k = s.v = Tensor();
     saved_.Push(std::move(s));
@@ -203,7 +203,7 @@ class MlaAttention final : public AttentionLayer {
   // key (rotated, returned).
   Tensor KeyLatent(const Tensor& x, int64_t seq_len, Tensor* ckv) {
     const int64_t t = x.dim(0), r = a_.kv_lora_rank, dr = a_.qk_rope_head_dim;
-    Tensor a = Linear(x, kv_a_->compute);
+    Tensor a = Linear(x, *kv_a_);
     Tensor latent = Tensor::Empty({t, r}, x.dtype(), x.device()), k_rope = Tensor::Empty({t, dr}, x.dtype(), x.device());
     kernels::CopyColumns(a, 0, latent, 0, r);
     kernels::CopyColumns(a, r, k_rope, 0, dr);
@@ -217,9 +217,9 @@ class MlaAttention final : public AttentionLayer {
   void UpProject(Saved* s) {
     const int64_t t = s->x.dim(0), dn = a_.qk_nope_head_dim, dr = a_.qk_rope_head_dim, dqk = a_.qk_head_dim();
     const int64_t dv = a_.v_head_dim;
-    s->q = Linear(s->cq, q_b_->compute);
+    s->q = Linear(s->cq, *q_b_);
     kernels::RopeForward(s->q, s->seq, heads_, dn, rotary_.inv_freq, kernels::RopeLayout::kPairs);
-    Tensor kv = Linear(s->ckv, kv_b_->compute);  // [T, H * (dn + dv)]
+    Tensor kv = Linear(s->ckv, *kv_b_);  // [T, H * (dn + dv)]
     s->k = Tensor::Empty({t, heads_ * dqk}, s->x.dtype(), s->x.device());
     s->v = Tensor::Empty({t, heads_ * dv}, s->x.dtype(), s->x.device());
     const Tensor kv_heads = kv.Reshape({t * heads_, dn + dv}), k_heads = s->k.Reshape({t * heads_, dqk});

@@ -18,8 +18,8 @@ StatusOr<int> CudaIndexFor(const std::string& device, int rank, int gpus) {
 }
 
 Status CheckPrecision(const std::string& precision) {
-  if (precision.empty() || precision == "fp32" || precision == "bf16") return OkStatus();
-  return InvalidArgumentError("--precision: '" + precision + "' is not fp32 or bf16");
+  if (precision.empty() || precision == "fp32" || precision == "bf16" || precision == "fp8") return OkStatus();
+  return InvalidArgumentError("--precision: '" + precision + "' is not fp32, bf16 or fp8");
 }
 
 namespace {
@@ -53,7 +53,7 @@ StatusOr<DevicePlacement> PlaceRank(const std::string& device, const std::string
     MOE_ASSIGN_OR_RETURN(p, PlaceOnGpu(device, rank));
   }
   p.precision = precision.empty() ? (p.device.is_cuda() ? "bf16" : "fp32") : precision;
-  p.compute = p.precision == "bf16" ? DType::kBF16 : DType::kF32;
+  p.compute = p.precision == "fp32" ? DType::kF32 : DType::kBF16;  // fp8: bf16 activations, FP8 GEMM inputs
   return p;
 }
 

@@ -12,15 +12,15 @@ namespace moe {
 struct DevicePlacement {
   Device device;               // cpu, or the CUDA device this process is bound to
   std::string name;            // "cpu", "cuda:0 (NVIDIA H200)": for logs and results
-  DType compute = DType::kF32; // the activations' dtype: bf16 in mixed precision
-  std::string precision;       // "fp32" or "bf16"
+  DType compute = DType::kF32; // the activations' dtype: bf16 in mixed precision (bf16 and fp8)
+  std::string precision;       // "fp32", "bf16" or "fp8" (bf16 with the linear layers' GEMMs in FP8)
 };
 
 // The GPU a rank trains on: -1 for "cpu", rank % gpus for "cuda", N for "cuda:N"; InvalidArgument
 // naming --device for anything else. (gpus <= 0 counts as one, for checking the form alone.)
 StatusOr<int> CudaIndexFor(const std::string& device, int rank, int gpus);
 
-// Checks the --precision form: "", "fp32" or "bf16".
+// Checks the --precision form: "", "fp32", "bf16" or "fp8".
 Status CheckPrecision(const std::string& precision);
 
 // Resolves `device` ("cpu", "cuda", "cuda:N") and `precision` ("" for the device's default: bf16 on

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/elementwise.h"
+#include "kernels/fp8.h"
 #include "kernels/gemm.h"
 #include "kernels/permute.h"
 #include "kernels/rmsnorm.h"
@@ -16,7 +17,35 @@ Tensor Linear(const Tensor& x, const Tensor& w, std::optional<DType> out_dtype) 
   return y;
 }
 
+Tensor Fp8View(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const std::vector<int64_t>& row_groups) {
+  Tensor out = Tensor::Empty(x.shape(), DType::kF32, x.device());
+  kernels::Fp8QuantDequant(x, tile_rows, tile_cols, out, row_groups);
+  return out;
+}
+
+Tensor Linear(const Tensor& x, const Param& w) {
+  if (!w.fp8) return Linear(x, w.compute);
+  Tensor y = Linear(Fp8View(x, 1, kFp8Tile), Fp8View(w.compute, kFp8Tile, kFp8Tile));
+  return CastTo(y, x.dtype());
+}
+
+namespace {
+
+Tensor Fp8LinearBackward(const Tensor& dy, const Tensor& x, const Param& w) {
+  {
+    GradSink dw(w);
+    kernels::Gemm(Fp8View(dy, kFp8Tile, 1), true, Fp8View(x, kFp8Tile, 1), false, dw.tensor(), 1.0, 1.0);
+    dw.Commit();
+  }
+  Tensor dx = Tensor::Empty({dy.dim(0), w.compute.dim(1)}, DType::kF32, dy.device());
+  kernels::Gemm(Fp8View(dy, 1, kFp8Tile), false, Fp8View(w.compute, kFp8Tile, kFp8Tile), false, dx);
+  return CastTo(dx, dy.dtype());
+}
+
+}  // namespace
+
 Tensor LinearBackward(const Tensor& dy, const Tensor& x, const Param& w) {
+  if (w.fp8) return Fp8LinearBackward(dy, x, w);
   GradSink dw(w);
   kernels::Gemm(dy, true, x, false, dw.tensor(), 1.0, 1.0);
   dw.Commit();
@@ -73,15 +102,15 @@ Tensor RmsNorm::Backward(const Tensor& dy) {
 SwigluFfn::SwigluFfn(ParamSet& params, const std::string& prefix, int64_t hidden, int64_t ffn, uint64_t seed, double std,
                      double out_std, bool recompute)
     : recompute_(recompute) {
-  w13_ = params.Add(prefix + ".w13", {2 * ffn, hidden}, seed, std);
-  w2_ = params.Add(prefix + ".w2", {hidden, ffn}, seed, out_std);
+  w13_ = params.Fp8Gemm(params.Add(prefix + ".w13", {2 * ffn, hidden}, seed, std));
+  w2_ = params.Fp8Gemm(params.Add(prefix + ".w2", {hidden, ffn}, seed, out_std));
 }
 
 namespace {
 
 // gate|up and the activation of x.
 void Activate(const Tensor& x, const Param& w13, int64_t ffn, Tensor* gate_up, Tensor* act) {
-  *gate_up = Linear(x, w13.compute);
+  *gate_up = Linear(x, w13);
   *act = Tensor::Empty({x.dim(0), ffn}, x.dtype(), x.device());
   kernels::SwigluForward(*gate_up, *act);
 }
@@ -91,7 +120,7 @@ void Activate(const Tensor& x, const Param& w13, int64_t ffn, Tensor* gate_up, T
 Tensor SwigluFfn::Forward(const Tensor& x) {
   Saved s{x, Tensor(), Tensor()};
   Activate(x, *w13_, w2_->compute.dim(1), &s.gate_up, &s.act);
-  Tensor y = Linear(s.act, w2_->compute);
+  Tensor y = Linear(s.act, *w2_);
   if (recompute_) s.gate_up = s.act = Tensor();
   saved_.Push(std::move(s));
   return y;

@@ -23,8 +23,18 @@ namespace moe {
 // y = x @ w^T.   x [T, in], w [out, in] -> y [T, out], in x's dtype or in `out_dtype` (fp32 logits of
 // bf16 activations).
 Tensor Linear(const Tensor& x, const Tensor& w, std::optional<DType> out_dtype = std::nullopt);
+// The same with a parameter: in FP8 when w.fp8 (ParamSet::Fp8Gemm under --precision fp8).
+Tensor Linear(const Tensor& x, const Param& w);
 // w.grad += dy^T @ x (in the gradient's dtype); returns dx = dy @ w.compute, in dy's dtype.
+// FP8 when w.fp8, DeepSeek-V3's three GEMMs of a linear layer: each input quantised to e4m3 in tiles
+// (activations and output gradients 1 x 128 along the reduction: x, dy in Fprop and Dgrad, 128 x 1
+// along the tokens in Wgrad; weights 128 x 128), then an fp32 GEMM of the dequantised values (the
+// emulation kernels/fp8.h defines; fp32 accumulation), the result in the activations' dtype.
 Tensor LinearBackward(const Tensor& dy, const Tensor& x, const Param& w);
+// The tiles (DeepSeek-V3's): 1 x 128 for activations and gradients, 128 x 128 for weights.
+inline constexpr int64_t kFp8Tile = 128;
+// x quantised and dequantised in FP8 (f32, x's shape): tiles of tile_rows x tile_cols (Fp8QuantDequant).
+Tensor Fp8View(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const std::vector<int64_t>& row_groups = {});
 // `t` in `dtype` (itself when it already is).
 Tensor CastTo(const Tensor& t, DType dtype);
 

@@ -30,14 +30,14 @@ Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, 
              double* alltoall_seconds, std::optional<DType> compute_dtype)
     : Model(cfg, par, seed,
             ModelOptions{.dtype = dtype, .device = device, .compute = compute_dtype, .moments = std::nullopt,
-                         .max_seq_len = 0, .recompute = {}, .materialized_attention = false, .alltoall_seconds = alltoall_seconds, .chunks = {}}) {}
+                         .fp8 = false, .max_seq_len = 0, .recompute = {}, .materialized_attention = false, .alltoall_seconds = alltoall_seconds, .chunks = {}}) {}
 
 Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, const ModelOptions& o)
     : cfg_(cfg),
       dtype_(o.dtype),
       compute_(o.compute.value_or(o.dtype)),
       device_(o.device),
-      params_(o.dtype, o.device, compute_, o.moments) {
+      params_(o.dtype, o.device, compute_, o.moments, o.fp8) {
   dispatcher_ = std::make_unique<TokenDispatcher>(par.expert_parallel > 1 ? par.ep_group : nullptr, cfg.moe.num_experts,
                                                   o.alltoall_seconds);
   const std::vector<StageLayout> chunks = o.chunks.empty() ? EvenPipelineLayout(cfg, 1) : o.chunks;

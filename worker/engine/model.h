@@ -45,6 +45,7 @@ struct ModelOptions {
   Device device;
   std::optional<DType> compute;       // activations and the weights' copies (bf16: mixed precision)
   std::optional<DType> moments;       // AdamW moments (default: dtype; bf16 as DeepSeek-V3)
+  bool fp8 = false;                   // the linear layers' GEMMs in FP8 (--precision fp8; compute is bf16)
   int64_t max_seq_len = 0;            // the run's sequence length (YaRN applies above the original)
   Recompute recompute;                // what the layers compute again in the backward (training.recompute)
   bool materialized_attention = false; // training.attention: materialized (CPU only)

@@ -20,8 +20,8 @@ MoeLayer::MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfi
   router_cfg_.use_bias = cfg_.has_bias();  // the bias steers selection once the model has one, whatever gamma is
   router_ = params.Add(prefix + ".router", {e, h}, seed, cfg.init_std);
   const int64_t el = dispatcher_->local_experts(), first = dispatcher_->first_local_expert();
-  w13_ = params.Add(prefix + ".experts.w13", {el, 2 * f, h}, seed, cfg.init_std, 0.0, true, true, first);
-  w2_ = params.Add(prefix + ".experts.w2", {el, h, f}, seed, out_std, 0.0, true, true, first);
+  w13_ = params.Fp8Gemm(params.Add(prefix + ".experts.w13", {el, 2 * f, h}, seed, cfg.init_std, 0.0, true, true, first));
+  w2_ = params.Fp8Gemm(params.Add(prefix + ".experts.w2", {el, h, f}, seed, out_std, 0.0, true, true, first));
   if (cfg_.num_shared_experts > 0) {
     shared_ = std::make_unique<SwigluFfn>(params, prefix + ".shared", h, f * cfg_.num_shared_experts, seed, cfg.init_std,
                                           out_std);
@@ -30,6 +30,22 @@ MoeLayer::MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfi
 }
 
 MoeLayer::~MoeLayer() = default;
+
+namespace {
+
+// The experts' grouped GEMMs, in FP8 when w.fp8 (the tiles of layers.h's LinearBackward: rows 1 x 128,
+// each expert's weight in 128 x 128 blocks; fp32 GEMM, the result rounded to y's dtype).
+//   forward: y[rows_g] = x[rows_g] @ w[g]^T;   data backward (backward_data): y[rows_g] = x[rows_g] @ w[g]
+void ExpertGemm(const Tensor& x, const Param& w, const std::vector<int64_t>& offsets, const Tensor& y,
+                bool backward_data = false) {
+  const auto gemm = backward_data ? kernels::GroupedGemmBackwardData : kernels::GroupedGemm;
+  if (!w.fp8) return gemm(x, w.compute, offsets, y);
+  Tensor y32 = Tensor::Empty(y.shape(), DType::kF32, y.device());
+  gemm(Fp8View(x, 1, kFp8Tile), Fp8View(w.compute, kFp8Tile, kFp8Tile), offsets, y32);
+  kernels::Convert(y32, y);
+}
+
+}  // namespace
 
 StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff, MoeStats* stats) {
   const int64_t tokens = x.dim(0), e = cfg_.num_experts, k = cfg_.top_k;
@@ -60,11 +76,11 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   MOE_ASSIGN_OR_RETURN(s.x_local, dispatcher_->Dispatch(xp, plan.counts, &s.route));
   const int64_t rows = s.x_local.dim(0), f = cfg_.ffn_hidden;
   s.gate_up = Tensor::Empty({rows, 2 * f}, x.dtype(), dev);
-  kernels::GroupedGemm(s.x_local, w13_->compute, s.route.local_offsets, s.gate_up);
+  ExpertGemm(s.x_local, *w13_, s.route.local_offsets, s.gate_up);
   Tensor act = Tensor::Empty({rows, f}, x.dtype(), dev);
   kernels::SwigluForward(s.gate_up, act);
   Tensor y_local = Tensor::Empty({rows, hidden_}, x.dtype(), dev);
-  kernels::GroupedGemm(act, w2_->compute, s.route.local_offsets, y_local);
+  ExpertGemm(act, *w2_, s.route.local_offsets, y_local);
   if (!recompute_act_) s.act = act;
   MOE_ASSIGN_OR_RETURN(s.yp, dispatcher_->Combine(y_local, s.route));
   // Shared experts on every token, then the weighted sum of the routed outputs.
@@ -100,7 +116,15 @@ namespace {
 // dw[e] += dy[rows of e]^T x[rows of e] for each local expert e. Deterministic training adds one
 // contribution per (expert, source rank) segment, the rows one rank's micro-batch sent: the same GEMM
 // over the same rows as at any other layout, so the accumulated sum is the same too.
-void ExpertWeightGrad(const Tensor& dy, const Tensor& x, const TokenDispatcher::Route& route, const Param& w) {
+// FP8 (w.fp8): dy and x in 128 x 1 tiles along the rows that restart at each expert's (deterministic:
+// each segment's) first row, so a tile never mixes rows of two GEMMs.
+void ExpertWeightGrad(const Tensor& dy_in, const Tensor& x_in, const TokenDispatcher::Route& route, const Param& w) {
+  Tensor dy = dy_in, x = x_in;
+  if (w.fp8) {
+    const std::vector<int64_t>& groups = w.accum.defined() ? route.segments : route.local_offsets;
+    dy = Fp8View(dy_in, kFp8Tile, 1, groups);
+    x = Fp8View(x_in, kFp8Tile, 1, groups);
+  }
   if (!w.accum.defined()) return kernels::GroupedGemmBackwardWeight(dy, x, route.local_offsets, w.grad);
   const int64_t experts = static_cast<int64_t>(route.local_offsets.size()) - 1;
   const int64_t sources = (static_cast<int64_t>(route.segments.size()) - 1) / std::max<int64_t>(experts, 1);
@@ -126,13 +150,13 @@ StatusOr<Tensor> MoeLayer::ExpertsBackward(Saved& s, const Tensor& dy_local) {
     kernels::SwigluForward(s.gate_up, s.act);
   }
   Tensor dact = Tensor::Empty(s.act.shape(), dy_local.dtype(), dev);
-  kernels::GroupedGemmBackwardData(dy_local, w2_->compute, s.route.local_offsets, dact);
+  ExpertGemm(dy_local, *w2_, s.route.local_offsets, dact, /*backward_data=*/true);
   ExpertWeightGrad(dy_local, s.act, s.route, *w2_);
   Tensor dgu = Tensor::Empty(s.gate_up.shape(), dy_local.dtype(), dev);
   kernels::SwigluBackward(s.gate_up, dact, dgu);
   ExpertWeightGrad(dgu, s.x_local, s.route, *w13_);
   Tensor dx_local = Tensor::Empty({rows, hidden_}, dy_local.dtype(), dev);
-  kernels::GroupedGemmBackwardData(dgu, w13_->compute, s.route.local_offsets, dx_local);
+  ExpertGemm(dgu, *w13_, s.route.local_offsets, dx_local, /*backward_data=*/true);
   return dx_local;
 }
 

@@ -35,7 +35,7 @@ MtpDepth::MtpDepth(ParamSet& params, const std::string& prefix, const ModelConfi
   const int64_t h = cfg.hidden_size;
   enorm_ = std::make_unique<RmsNorm>(params, prefix + ".enorm", h, cfg.norm_eps, seed);
   hnorm_ = std::make_unique<RmsNorm>(params, prefix + ".hnorm", h, cfg.norm_eps, seed);
-  eh_proj_ = params.Add(prefix + ".eh_proj", {h, 2 * h}, seed, cfg.init_std);
+  eh_proj_ = params.Fp8Gemm(params.Add(prefix + ".eh_proj", {h, 2 * h}, seed, cfg.init_std));
   block_ = std::make_unique<TransformerBlock>(params, prefix + ".block", cfg, cfg.MtpIsMoe(), seed, out_std, dispatcher,
                                               routing_dtype, ctx);
   final_norm_ = std::make_unique<RmsNorm>(params, prefix + ".final_norm", h, cfg.norm_eps, seed);
@@ -60,7 +60,7 @@ StatusOr<Tensor> MtpDepth::Forward(const Inputs& in, const Param& embedding, con
   s.cat = Tensor::Empty({rows, 2 * h}, in.h_prev.dtype(), dev);
   kernels::CopyColumns(enorm_->Forward(e), 0, s.cat, 0, h);
   kernels::CopyColumns(hnorm_->Forward(g), 0, s.cat, h, h);
-  MOE_ASSIGN_OR_RETURN(Tensor hk, block_->Forward(Linear(s.cat, eh_proj_->compute), in.batch, len, aux_coeff, stats));
+  MOE_ASSIGN_OR_RETURN(Tensor hk, block_->Forward(Linear(s.cat, *eh_proj_), in.batch, len, aux_coeff, stats));
   s.hn = final_norm_->Forward(hk);
   s.logits = Linear(s.hn, head.compute, logits_dtype);
   *ce_sum = kernels::CrossEntropy(s.logits, targets_k, ce_scale, backward ? s.logits : Tensor());

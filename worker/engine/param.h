@@ -33,6 +33,9 @@ struct Param {
   // its gradient is summed with the owner's over the embedding group; checkpoints and the gradient norm
   // count the owner's only.
   bool tied_copy = false;
+  // The weight of a linear layer that trains in FP8 (--precision fp8): its GEMMs take e4m3 inputs in
+  // DeepSeek-V3's tiles (worker/engine/layers.h Linear). Only ParamSet::Fp8Gemm sets it.
+  bool fp8 = false;
 };
 
 // Where a backward pass puts one contribution to a parameter's gradient (one GEMM over one
@@ -63,16 +66,25 @@ class ParamSet {
   // Master weights, gradients and moments in `dtype`; the layers compute in `compute_dtype` (bf16
   // with fp32 master weights is mixed-precision training; by default the same as `dtype`).
   // AdamW's moments are `moments_dtype` (default: dtype; bf16 keeps them as DeepSeek-V3 does).
+  // fp8_gemms: the linear layers' weights that Fp8Gemm marks train in FP8.
   ParamSet(DType dtype, Device device, std::optional<DType> compute_dtype = std::nullopt,
-           std::optional<DType> moments_dtype = std::nullopt)
+           std::optional<DType> moments_dtype = std::nullopt, bool fp8_gemms = false)
       : dtype_(dtype), compute_dtype_(compute_dtype.value_or(dtype)), moments_dtype_(moments_dtype.value_or(dtype)),
-        device_(device) {}
+        device_(device), fp8_gemms_(fp8_gemms) {}
 
   // Creates a parameter initialised from N(0, std^2) (std == 0: constant `fill`), with a stream that
   // depends only on (seed, name) and, for expert tensors, on the global expert id: the same expert
   // starts from the same weights whatever the parallel layout.
   Param* Add(const std::string& name, const Tensor::Shape& shape, uint64_t seed, double std, double fill = 0.0,
              bool weight_decay = true, bool expert = false, int64_t expert_begin = 0);
+
+  // `p` (a linear layer's weight: attention projections, dense and expert FFNs, MTP's projection) trains
+  // in FP8 when this set does; the embedding, head, router and norms never do (DeepSeek-V3's recipe).
+  Param* Fp8Gemm(Param* p) const {
+    p->fp8 = fp8_gemms_;
+    return p;
+  }
+  bool fp8_gemms() const { return fp8_gemms_; }
 
   const std::vector<std::unique_ptr<Param>>& all() const { return params_; }
   Param* Find(const std::string& name) const;
@@ -90,6 +102,7 @@ class ParamSet {
   DType compute_dtype_;
   DType moments_dtype_;
   Device device_;
+  bool fp8_gemms_ = false;
   std::vector<std::unique_ptr<Param>> params_;
 };
 

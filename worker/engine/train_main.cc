@@ -1,7 +1,7 @@
 // moe-train: the training engine without the controller, for development, benchmarks and debugging.
 //
 //   moe-train --config job.yaml [--steps N] [--checkpoint-dir D] [--checkpoint-interval K] [--resume]
-//             [--metrics-out FILE] [--threads T] [--device cpu|cuda|cuda:N] [--precision fp32|bf16]
+//             [--metrics-out FILE] [--threads T] [--device cpu|cuda|cuda:N] [--precision fp32|bf16|fp8]
 //             [--nproc N]                                       N local ranks (W = N)
 //             [--rank R --world-size W --rendezvous file://DIR] one rank of a W-rank job
 //
@@ -147,7 +147,8 @@ moe::ArgParser MakeParser(Flags* f) {
   args.AddInt("report-fd", &f->report_fd, "write step metrics as JSON lines, then a final record, to this file descriptor");
   args.AddDouble("inject-step-delay", &f->inject_delay, "testing: this rank sleeps this many seconds every step");
   args.AddString("device", &f->device, "cpu, cuda (GPU rank % GPUs) or cuda:N (default: spec.resources.device)");
-  args.AddString("precision", &f->precision, "fp32 or bf16 (bf16 activations, fp32 master weights; default: bf16 on cuda, fp32 on cpu)");
+  args.AddString("precision", &f->precision, "fp32, bf16 (bf16 activations, fp32 master weights) or fp8 (bf16 with the linear layers' GEMM inputs in e4m3, "
+               "DeepSeek-V3's tiles; emulated numerics); default: the spec's resources.precision, else bf16 on cuda, fp32 on cpu");
   args.AddString("log-level", &f->log_level, "debug | info | warning | error");
   args.AddFlag("describe", &f->describe,
                "print the model (parameters total and activated, FLOPs per token) and each pipeline rank's memory at the "
@@ -289,7 +290,8 @@ int Describe(const Flags& f, moe::JobSpec spec) {
   if (f.device_memory_gb < 0) return Fail(moe::InvalidArgumentError("--device-memory-gb: must be > 0"));
   const std::string device = f.device.empty() ? spec.resources.device : f.device;
   const bool gpu = device.rfind("cuda", 0) == 0;
-  const bool bf16 = f.precision.empty() ? gpu : f.precision == "bf16";
+  const std::string precision = f.precision.empty() ? spec.resources.precision.value_or(gpu ? "bf16" : "fp32") : f.precision;
+  const bool bf16 = precision != "fp32";  // fp8 keeps bf16 activations
   double capacity = f.device_memory_gb * 1e9;
   if (capacity == 0 && gpu) {
     auto cluster = moe::LoadClusterProfile(f.cluster.empty() ? "gb200-nvl72" : f.cluster);

@@ -95,10 +95,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec, const Pa
 }
 
 Status Trainer::Init() {
-  if (spec_.resources.precision == "fp8") {
-    return UnimplementedError("spec.resources.precision: fp8 is planned (moectl plan) but the engine trains bf16 on "
-                              "cuda for now; use bf16");
-  }
   if (options_.placement) {
     place_ = *options_.placement;
   } else {
@@ -154,6 +150,7 @@ Status Trainer::BuildModel() {
   mo.dtype = DType::kF32;
   mo.device = place_.device;
   mo.compute = place_.compute;
+  mo.fp8 = place_.precision == "fp8";
   if (spec_.optimizer.moments_dtype == "bf16") mo.moments = DType::kBF16;
   mo.max_seq_len = spec_.data.seq_length;
   mo.recompute = Recompute::From(spec_.training.recompute);
@@ -202,7 +199,11 @@ void Trainer::LogSetup() const {
   const ModelConfig& mc = spec_.model;
   const ParamSet& params = model_->params();  // this rank's
   MOE_LOG(INFO) << "device " << place_.name << ", " << place_.precision
-                << (place_.precision == "bf16" ? " activations with fp32 master weights" : "");
+                << (place_.precision == "bf16" ? " activations with fp32 master weights" : "")
+                << (place_.precision == "fp8" ? ": bf16 activations, fp32 master weights, the linear layers' GEMM inputs "
+                                                "in e4m3 (1x128 activation tiles, 128x128 weight blocks), emulated: "
+                                                "quantised, dequantised, fp32 GEMM"
+                                              : "");
   MOE_LOG(INFO) << "model: " << (mc.preset.empty() ? "custom" : mc.preset) << ", " << params.NumElements()
                 << " parameters on rank 0 (" << params.NumElements(true) << " in its experts), " << mc.num_layers
                 << " layers (" << mc.first_k_dense << " dense), " << mc.moe.num_experts << " experts top-" << mc.moe.top_k
