@@ -15,6 +15,24 @@ inline void CheckNotCuda(const Tensor& t) {
                                    << " tensor, but this build has no CUDA kernels (configured without nvcc)";
 }
 
+// Checks acc (f64 [n] on `device`, slot < n) and runs `host_value` so that its value lands in
+// acc[slot]: on the CPU it is added there; on CUDA the family's partial sums are added on the device
+// (cuda::DeviceSumTarget), and host_value's return is 0 with no host read. `op` names the caller.
+template <typename Fn>
+void AddToSlot(const Tensor& acc, int64_t slot, Device device, const char* op, Fn&& host_value) {
+  MOE_CHECK(acc.dtype() == DType::kF64 && acc.ndim() == 1 && slot >= 0 && slot < acc.numel() && acc.device() == device)
+      << op << ": the accumulator must be f64 [n] on " << device.ToString() << " with slot < n, got "
+      << DTypeName(acc.dtype()) << acc.ShapeString() << " on " << acc.device().ToString() << ", slot " << slot;
+#ifdef MOE_WITH_CUDA
+  if (device.is_cuda()) {
+    cuda::DeviceSumTarget into(static_cast<double*>(acc.raw()) + slot);
+    host_value();
+    return;
+  }
+#endif
+  static_cast<double*>(acc.raw())[slot] += host_value();
+}
+
 }  // namespace moe::kernels
 
 // Evaluates `call` (a family function's name and arguments, e.g. Scale(t, s)) on the backend of tensor

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/dispatch.h"
+#include "kernels/runtime.h"
 
 namespace moe::kernels {
 
@@ -21,7 +22,14 @@ void Add(const Tensor& out, const Tensor& a, const Tensor& b) {
 
 void Scale(const Tensor& t, double s) { return MOE_DISPATCH(t, Scale(t, s)); }
 
-double SumSquares(const Tensor& t) { return MOE_DISPATCH(t, SumSquares(t)); }
+double SumSquares(const Tensor& t) {
+  CountHostSync();  // the host waits for the value (on the CPU stand-in: where it would)
+  return MOE_DISPATCH(t, SumSquares(t));
+}
+
+void SumSquaresInto(const Tensor& t, const Tensor& acc, int64_t slot) {
+  AddToSlot(acc, slot, t.device(), "SumSquaresInto", [&] { return MOE_DISPATCH(t, SumSquares(t)); });
+}
 
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   MOE_CHECK(index.dtype() == DType::kI32 && index.numel() == dst.dim(0) && src.dim(1) == dst.dim(1) &&

@@ -35,6 +35,23 @@ float E4M3ToFloat(uint8_t v) {
   return sign * std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, biased - 7);
 }
 
+float RoundToE4M3(float x) {
+  if (x != x) return x;
+  const float a = std::fabs(x);
+  float r;
+  if (a >= 0.015625f) {  // normal: keep 3 of the 23 mantissa bits, ties to even (a carry bumps the exponent)
+    uint32_t b;
+    std::memcpy(&b, &a, sizeof b);
+    b += 0x7FFFFu + ((b >> 20) & 1u);
+    b &= 0xFFF00000u;
+    std::memcpy(&r, &b, sizeof r);
+    r = std::min(r, kE4M3Max);  // 464 and above (infinity too) round past 448: saturate
+  } else {  // subnormal: multiples of 2^-9; adding 2^14 (whose ulp is 2^-9) rounds to nearest even
+    r = (a + 16384.0f) - 16384.0f;
+  }
+  return std::copysign(r, x);
+}
+
 float TileScale(float amax, bool power_of_two) {
   if (!(amax > 0)) return 1.0f;
   const float s = amax / kE4M3Max;

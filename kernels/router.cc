@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/runtime.h"
 
 namespace moe::kernels {
 namespace {
@@ -37,13 +38,29 @@ void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& 
   return MOE_DISPATCH(dlogits, RouterBackward(scores, topk_idx, dtopk_w, dscores_extra, cfg, dlogits));
 }
 
-double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
-                  const Tensor& dscores) {
+namespace {
+
+double CheckedSeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
+                         const Tensor& dscores) {
   const int64_t tokens = scores.dim(0);
   MOE_CHECK(tokens == num_seqs * seq_len && top_k >= 1 && top_k <= scores.dim(1) &&
             (!dscores.defined() || dscores.shape() == scores.shape()))
       << "SeqAuxLoss: scores " << scores.ShapeString() << " for " << num_seqs << " x " << seq_len;
   return MOE_DISPATCH(scores, SeqAuxLoss(scores, top_k, num_seqs, seq_len, coeff, dscores));
+}
+
+}  // namespace
+
+double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
+                  const Tensor& dscores) {
+  CountHostSync();
+  return CheckedSeqAuxLoss(scores, top_k, num_seqs, seq_len, coeff, dscores);
+}
+
+void SeqAuxLossInto(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
+                    const Tensor& dscores, const Tensor& acc, int64_t slot) {
+  AddToSlot(acc, slot, scores.device(), "SeqAuxLossInto",
+            [&] { return CheckedSeqAuxLoss(scores, top_k, num_seqs, seq_len, coeff, dscores); });
 }
 
 // On the host for either device: the indices come back through ToVector.

@@ -40,6 +40,9 @@ void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& 
 //   scores [T, E] f32/f64, dscores [T, E] or undefined
 double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
                   const Tensor& dscores);
+// The same, its loss added to acc[slot] on the device (acc: f64 [n] on the scores' device): no host read.
+void SeqAuxLossInto(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
+                    const Tensor& dscores, const Tensor& acc, int64_t slot);
 
 // Tokens per expert: counts[e] = #{(t, j) : topk_idx[t, j] = e}. counts: host vector of E.
 void CountTokensPerExpert(const Tensor& topk_idx, int64_t num_experts, int64_t* counts);

@@ -2,9 +2,18 @@
 // CUDA device facts from kernels/cuda, or their answers for a build without CUDA.
 #include "kernels/runtime.h"
 
+#include <atomic>
+
 #include "kernels/dispatch.h"
 
 namespace moe::kernels {
+
+namespace {
+std::atomic<int64_t> g_host_syncs{0};
+}  // namespace
+
+void CountHostSync() { g_host_syncs.fetch_add(1, std::memory_order_relaxed); }
+int64_t HostSyncs() { return g_host_syncs.load(std::memory_order_relaxed); }
 
 void SetNumThreads(int threads) { cpu::SetNumThreads(threads); }
 int NumThreads() { return cpu::NumThreads(); }

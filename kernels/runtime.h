@@ -24,6 +24,13 @@ void SetReproducibleCpuGemm(bool on);
 bool ReproducibleCpuGemm();
 bool HaveCuda();  // CUDA kernels compiled in
 
+// Host synchronisations: every point where the host waits for the device (a device-to-host copy, a
+// kernel that returns a host value, a device synchronisation, a collective that waits for its stream).
+// The CUDA path counts its own; the engine counts the same points on the CPU stand-in, where nothing
+// waits, so a CPU test can hold the step to its budget (docs/architecture.md, "Host syncs").
+void CountHostSync();
+int64_t HostSyncs();
+
 // CUDA devices. In a build without CUDA kernels there are none: the count is 0 (with no problem),
 // UseCudaDevice fails with FAILED_PRECONDITION, the name and CudaSynchronize say "no CUDA in this
 // build", the GEMM rate is 0.

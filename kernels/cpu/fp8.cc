@@ -1,5 +1,5 @@
 // The CPU path of Fp8QuantDequant (kernels/fp8.h): the reference numerics of fp8::Quantize and
-// fp8::Dequantize, one band of tile_rows rows (within a row group) per work item.
+// fp8::Dequantize (through fp8::RoundToE4M3, their composition), one band of tile_rows rows (within a row group) per work item.
 #include <algorithm>
 #include <cmath>
 
@@ -22,7 +22,7 @@ void QuantDequantBand(const float* x, float* out, int64_t r0, int64_t r1, int64_
     const float scale = fp8::TileScale(amax, pow2);
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t c = c0; c < c1; ++c) {
-        out[r * cols + c] = fp8::E4M3ToFloat(fp8::FloatToE4M3(x[r * cols + c] / scale)) * scale;
+        out[r * cols + c] = fp8::RoundToE4M3(x[r * cols + c] / scale) * scale;
       }
     }
   }

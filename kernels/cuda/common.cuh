@@ -34,7 +34,13 @@ void* CublasHandle();
 // Runs `launch` with a device buffer of n floats (one partial per row, sequence, ...), then adds the
 // partials on the host in a fixed order. The buffer comes from the caching allocator: no cudaMalloc
 // on the training path once warm.
+// Under a DeviceSumTarget (cuda_ops.h) the total is added to its device double instead (no host read)
+// and 0 returned.
 double SumPartials(int64_t n, const std::function<void(float*)>& launch);
+// *dst += the partials' sum, in order, in double, on the device (one thread; n is small).
+void AddPartialsOnDevice(const float* partial, int64_t n, double* dst);
+void AddPartialsOnDevice(const double* partial, int64_t n, double* dst);
+double* CurrentDeviceSumTarget();
 
 // Checks of a Tensor-level entry point named `op`: every defined tensor is on CUDA; the storage type
 // all of `tensors` share (f32 or bf16); a tensor that must be f32 whatever the activations are.

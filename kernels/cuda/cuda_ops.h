@@ -25,6 +25,20 @@
 
 namespace moe::kernels::cuda {
 
+// While one is alive on this thread, the families' host sums (the losses' row partials, the sum of
+// squares) add their total into *dst on the device instead, in the same order and in double, and
+// return 0: no host read (kernels/dispatch.h AddToSlot).
+class DeviceSumTarget {
+ public:
+  explicit DeviceSumTarget(double* dst);
+  ~DeviceSumTarget();
+  DeviceSumTarget(const DeviceSumTarget&) = delete;
+  DeviceSumTarget& operator=(const DeviceSumTarget&) = delete;
+
+ private:
+  double* previous_;
+};
+
 // gemm.cu: cuBLAS (cublasGemmEx, fp32 compute); A and B share a type, C may be f32 under bf16 inputs
 // (weight gradients, fp32 logits). Grouped GEMMs are one cuBLAS call per non-empty group.
 void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta);

@@ -95,6 +95,10 @@ double SumSquaresOf(const T* x, int64_t n) {
   const unsigned blocks = std::min<unsigned>(Blocks(n), 1024);
   Tensor partial = Tensor::Empty({static_cast<int64_t>(blocks)}, DType::kF64, CurrentDevice());
   SumSquaresKernel<T><<<blocks, kThreads, 0, Stream()>>>(x, n, partial.data<double>());
+  if (double* dst = CurrentDeviceSumTarget(); dst != nullptr) {  // SumSquaresInto: no host read
+    AddPartialsOnDevice(partial.data<double>(), blocks, dst);
+    return 0;
+  }
   std::vector<double> host(blocks);
   cudaMemcpyAsync(host.data(), partial.raw(), sizeof(double) * blocks, cudaMemcpyDeviceToHost, Stream());
   cudaStreamSynchronize(Stream());

@@ -11,7 +11,13 @@ namespace {
 
 template <typename M>
 __global__ void AdamWKernel(float* p, const float* g, M* m, M* v, int64_t n, float lr, float b1, float b2, float eps,
-                            float wd, float inv_bc1, float inv_sqrt_bc2, float gs) {
+                            float wd, float inv_bc1, float inv_sqrt_bc2, float gs, const double* norm_sq,
+                            double grad_clip, bool norm_fp32) {
+  if (norm_sq != nullptr) {  // clipping from the device's norm: no host read
+    const double scale = ClipScale(norm_sq[0], norm_sq[1], grad_clip, norm_fp32);
+    if (scale != scale) return;  // a non-finite norm: the update is skipped
+    gs = static_cast<float>(scale);
+  }
   MOE_CUDA_LOOP(i, n) {
     const float gi = g[i] * gs;
     const float mi = b1 * Ld(m[i]) + (1.f - b1) * gi;
@@ -38,7 +44,8 @@ void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tenso
       AdamWKernel<M><<<Blocks(n), kThreads, 0, Stream()>>>(
           Ptr<float>(param), Ptr<float>(grad), Ptr<M>(m), Ptr<M>(v), n, static_cast<float>(cfg.lr), beta1, beta2,
           static_cast<float>(cfg.eps), static_cast<float>(cfg.weight_decay), static_cast<float>(1.0 / bc1),
-          static_cast<float>(1.0 / std::sqrt(bc2)), static_cast<float>(cfg.grad_scale));
+          static_cast<float>(1.0 / std::sqrt(bc2)), static_cast<float>(cfg.grad_scale), cfg.norm_sq, cfg.grad_clip,
+          cfg.norm_fp32);
     }
   });
   CheckLaunch("AdamW");

@@ -15,6 +15,7 @@
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/elementwise.h"
+#include "kernels/runtime.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -27,6 +28,7 @@ class CudaAllocator final : public CachingAllocator {
     MOE_CHECK(cudaMemset(ptr, value, bytes) == cudaSuccess) << LastError();
   }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    CountHostSync();  // a blocking copy: the host waits for the device's queue
     MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess) << LastError();
   }
   void CopyFromHost(void* dst, const void* src, size_t bytes) override {
@@ -158,11 +160,42 @@ void* CublasHandle() {
   return handle;
 }
 
+namespace {
+
+thread_local double* g_sum_target = nullptr;
+
+// One thread adds the partials in order, in double: the host's sum, without the host.
+template <typename P>
+__global__ void AddPartialsKernel(const P* partial, int64_t n, double* dst) {
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += partial[i];
+  *dst += total;
+}
+
+}  // namespace
+
+DeviceSumTarget::DeviceSumTarget(double* dst) : previous_(g_sum_target) { g_sum_target = dst; }
+DeviceSumTarget::~DeviceSumTarget() { g_sum_target = previous_; }
+double* CurrentDeviceSumTarget() { return g_sum_target; }
+
+void AddPartialsOnDevice(const float* partial, int64_t n, double* dst) {
+  AddPartialsKernel<float><<<1, 1, 0, Stream()>>>(partial, n, dst);
+  CheckLaunch("AddPartialsOnDevice");
+}
+void AddPartialsOnDevice(const double* partial, int64_t n, double* dst) {
+  AddPartialsKernel<double><<<1, 1, 0, Stream()>>>(partial, n, dst);
+  CheckLaunch("AddPartialsOnDevice");
+}
+
 double SumPartials(int64_t n, const std::function<void(float*)>& launch) {
   if (n <= 0) return 0;
   RegisterCudaAllocator();
   Tensor partial = Tensor::Empty({n}, DType::kF32, CurrentDevice());
   launch(partial.data<float>());
+  if (g_sum_target != nullptr) {  // the caller's DeviceSumTarget: the total stays on the device
+    AddPartialsOnDevice(partial.data<float>(), n, g_sum_target);
+    return 0;
+  }
   std::vector<float> host(static_cast<size_t>(n));
   cudaMemcpyAsync(host.data(), partial.raw(), sizeof(float) * host.size(), cudaMemcpyDeviceToHost, Stream());
   cudaStreamSynchronize(Stream());

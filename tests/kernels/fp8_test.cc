@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/elementwise.h"
@@ -92,6 +93,31 @@ TEST(Fp8, WeightBlocksAre128x128AndMxfp8ScalesArePowersOfTwo) {
   EXPECT_EQ(m.scales[0], 0.015625f);
   EXPECT_EQ(m.scales[1], 2.0f);
   EXPECT_EQ(m.values[40], FloatToE4M3(250.0f)) << "no saturation with a power-of-two scale";
+}
+
+TEST(Fp8, RoundToE4M3IsDecodeOfEncodeEverywhere) {
+  // Every 97th float bit pattern (both signs, every binade, subnormals, infinities, NaNs), and the
+  // halfway points and neighbours of every e4m3 value.
+  auto check = [](float x) {
+    const float want = E4M3ToFloat(FloatToE4M3(x)), got = RoundToE4M3(x);
+    if (std::isnan(want)) return std::isnan(got);
+    return std::memcmp(&want, &got, sizeof want) == 0 || (want == 0 && got == 0 && std::signbit(want) == std::signbit(got));
+  };
+  int64_t bad = 0;
+  for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += 97) {
+    float x;
+    const uint32_t u = static_cast<uint32_t>(b);
+    std::memcpy(&x, &u, sizeof x);
+    if (!check(x) && ++bad <= 5) ADD_FAILURE() << "x = " << x << " (bits " << std::hex << u << ")";
+  }
+  for (int c = 0; c < 0x7F; ++c) {
+    const float v = E4M3ToFloat(static_cast<uint8_t>(c)), next = E4M3ToFloat(static_cast<uint8_t>(c + 1));
+    for (float x : {v, (v + next) / 2, std::nextafter((v + next) / 2, 0.0f), std::nextafter((v + next) / 2, 1e9f)}) {
+      if (!check(x) && ++bad <= 10) ADD_FAILURE() << "x = " << x;
+      if (!check(-x) && ++bad <= 10) ADD_FAILURE() << "x = " << -x;
+    }
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 std::vector<float> Spread(int64_t n, uint32_t seed) {  // values over many binades, both signs

@@ -58,6 +58,7 @@ StatusOr<DevicePlacement> PlaceRank(const std::string& device, const std::string
 }
 
 void SyncDevice(Device device) {
+  kernels::CountHostSync();
   if (!device.is_cuda()) return;
   const std::string e = kernels::CudaSynchronize();
   MOE_CHECK(e.empty()) << "CUDA: " << e;

@@ -184,6 +184,7 @@ StatusOr<Tensor> TransformerBlock::Backward(const Tensor& dy) {
   if (full_recompute_) {
     const Saved s = saved_.Pop();
     MoeStats again;  // the step's statistics were counted in the first forward
+    again.want_aux = false;
     MOE_RETURN_IF_ERROR(Compute(s.x, s.batch, s.seq_len, s.aux_coeff, &again).status());
   }
   Tensor df;

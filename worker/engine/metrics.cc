@@ -31,6 +31,7 @@ std::string MetricsJson(const StepMetrics& m) {
   }
   os << "],\"alltoall_seconds\":" << n(m.alltoall_seconds) << ",\"compute_seconds\":" << n(m.compute_seconds)
      << ",\"grad_sync_seconds\":" << n(m.grad_sync_seconds) << ",\"pipeline_bubble\":" << n(m.pipeline_bubble)
+     << ",\"host_syncs\":" << m.host_syncs
      << ",\"memory_peak_bytes\":" << m.memory_peak_bytes << ",\"checkpoint_step\":" << m.checkpoint_step
      << ",\"memory_at_peak\":{";
   for (size_t i = 0; i < m.memory_at_peak.size(); ++i) {

@@ -30,6 +30,7 @@ struct StepMetrics {
   double compute_seconds = 0;    // forward + backward excluding the all-to-all
   double grad_sync_seconds = 0;  // gradient all-reduce
   double pipeline_bubble = 0;    // pipeline: fraction of forward/backward time in point-to-point exchanges (mean over ranks)
+  int64_t host_syncs = 0;        // rank 0's host synchronisations this step (kernels::HostSyncs; CPU: where CUDA would)
   // This rank's device memory over the step (kernels/memory_stats.h): the peak of what its tensors
   // held, and each category's share at that moment (weights, gradients, optimizer, activations,
   // communication, other).

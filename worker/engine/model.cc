@@ -120,8 +120,12 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
         << "chunk " << ci << " needs the previous stage's [" << n << ", " << cfg_.hidden_size << "] output";
     x = input;
   }
+  const DeviceLosses& dl = device_losses_;
+  const bool on_device = dl.acc.defined() && GradEnabled();
+  const LossSink aux_sink = on_device ? LossSink{dl.acc, dl.aux} : LossSink{};
   for (size_t i = 0; i < c.blocks.size(); ++i) {
     MoeStats stats;
+    stats.aux_sink = aux_sink;
     MOE_ASSIGN_OR_RETURN(x, c.blocks[i]->Forward(x, batch, seq, scales.aux_coeff, &stats));
     const int64_t layer = c.layout.first_layer + static_cast<int64_t>(i);
     if (c.blocks[i]->moe() != nullptr) AddMoeStats(stats, static_cast<int>(layer - cfg_.first_k_dense), r);
@@ -138,11 +142,17 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
     // receives their gradient in place.
     s.logits = Linear(s.hn, c.head->compute, dtype_);
     if (!backward) last_logits_ = s.logits;
-    r->ce_sum = kernels::CrossEntropy(s.logits, tgt, scales.ce, backward ? s.logits : Tensor());
-    MtpDepth::Inputs in{x, seq, s.ids, tgt, batch, seq};
+    if (on_device) {
+      kernels::CrossEntropyInto(s.logits, tgt, scales.ce, backward ? s.logits : Tensor(), dl.acc, dl.ce);
+    } else {
+      r->ce_sum = kernels::CrossEntropy(s.logits, tgt, scales.ce, backward ? s.logits : Tensor());
+    }
+    MtpDepth::Inputs in{x, seq, s.ids, tgt, batch, seq, {}};
     for (size_t k = 0; k < c.mtp.size(); ++k) {
       double ce = 0;
       MoeStats stats;
+      stats.aux_sink = aux_sink;
+      if (on_device) in.ce_sink = LossSink{dl.acc, dl.mtp + static_cast<int64_t>(k)};
       MOE_ASSIGN_OR_RETURN(Tensor hk, c.mtp[k]->Forward(in, *c.embedding, *c.head, dtype_, scales.mtp[k], scales.aux_coeff,
                                                         backward, &ce, &stats));
       r->mtp_ce_sums.push_back(ce);

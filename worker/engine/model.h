@@ -81,6 +81,16 @@ class Model {
   // Loss() computed (ForwardBackward turns its logits into their gradient).
   const Tensor& last_logits() const { return last_logits_; }
 
+  // The training step's losses on the device (the Trainer reads them once at the end of the step):
+  // while `acc` is defined, passes with gradients add the main cross-entropy to acc[ce], the balance
+  // losses to acc[aux] and MTP depth k's cross-entropy to acc[mtp + k - 1] instead of returning them
+  // (MicroBatchResult's ce_sum, aux_loss and mtp_ce_sums stay 0). Forward-only passes return theirs.
+  struct DeviceLosses {
+    Tensor acc;  // f64 on the model's device
+    int64_t ce = 0, aux = 1, mtp = 2;
+  };
+  void SetDeviceLosses(DeviceLosses losses) { device_losses_ = std::move(losses); }
+
   // Pipeline stages. ForwardChunk runs chunk `c` on one micro-batch: `input` is the previous stage's
   // output [batch * seq_len, h] (unused on the first stage, which embeds `tokens`). It returns the
   // output for the next stage, or an undefined tensor on the last stage, whose losses (and every
@@ -126,6 +136,7 @@ class Model {
   std::vector<MoeLayer*> moe_layers_;
   std::vector<int> moe_global_index_;
   Tensor last_logits_;
+  DeviceLosses device_losses_;
 };
 
 }  // namespace moe

@@ -4,6 +4,7 @@
 #include "kernels/gemm.h"
 #include "kernels/permute.h"
 #include "kernels/swiglu.h"
+#include "worker/engine/device.h"
 #include "worker/engine/layers.h"
 
 namespace moe {
@@ -62,9 +63,16 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   s.topk_idx = Tensor::Empty({tokens, k}, DType::kI32, dev);
   s.topk_w = Tensor::Empty({tokens, k}, rt, dev);
   kernels::RouterForward(logits, bias_, router_cfg_, s.scores, s.topk_idx, s.topk_w);
-  stats->aux_loss = cfg_.seq_aux_loss_coeff > 0 ? kernels::SeqAuxLoss(s.scores, k, batch, seq_len, aux_coeff, Tensor()) : 0.0;
+  if (cfg_.seq_aux_loss_coeff > 0 && !stats->want_aux) {
+    // a recompute's forward: its balance loss was counted in the first
+  } else if (cfg_.seq_aux_loss_coeff > 0 && stats->aux_sink.set()) {
+    kernels::SeqAuxLossInto(s.scores, k, batch, seq_len, aux_coeff, Tensor(), stats->aux_sink.acc, stats->aux_sink.slot);
+  } else if (cfg_.seq_aux_loss_coeff > 0) {
+    stats->aux_loss = kernels::SeqAuxLoss(s.scores, k, batch, seq_len, aux_coeff, Tensor());
+  }
   stats->routing = s.topk_idx;
   // Permute by expert (host plan from the routing decisions).
+  CountCpuStandInRead(s.topk_idx);  // the step's one host read per MoE layer (CUDA counts its own)
   const std::vector<int32_t> idx = s.topk_idx.ToVector<int32_t>();
   kernels::DispatchPlan plan = kernels::BuildDispatchPlan(idx.data(), tokens, k, e);
   stats->tokens_per_expert = plan.counts;
@@ -168,7 +176,9 @@ Tensor MoeLayer::RouterBackward(const Saved& s, const Tensor& dw) {
   Tensor dscores;
   if (cfg_.seq_aux_loss_coeff > 0) {
     dscores = Tensor::Zeros({tokens, e}, rt, dev);
-    kernels::SeqAuxLoss(s.scores, cfg_.top_k, s.batch, s.seq, s.aux_coeff, dscores);
+    // Only its gradient is wanted here: the loss goes to a scratch slot on the device, not to the host.
+    const Tensor unused = Tensor::Zeros({1}, DType::kF64, dev);
+    kernels::SeqAuxLossInto(s.scores, cfg_.top_k, s.batch, s.seq, s.aux_coeff, dscores, unused, 0);
   }
   Tensor dlogits = Tensor::Empty({tokens, e}, rt, dev);
   kernels::RouterBackward(s.scores, s.topk_idx, CastTo(dw, rt), dscores, router_cfg_, dlogits);
@@ -181,14 +191,15 @@ void MoeLayer::UpdateBias(const std::vector<double>& global_counts, double rate)
   double mean = 0;
   for (double c : global_counts) mean += c;
   mean /= static_cast<double>(e);
-  Tensor host = bias_.Clone(Device::Cpu());
+  // The steps are made on the host from the host counts and added on the device: no read of the bias.
+  Tensor delta = Tensor::Empty({e}, bias_.dtype());
   for (int64_t i = 0; i < e; ++i) {
     const double c = global_counts[static_cast<size_t>(i)];
     const double step = c < mean ? rate : (c > mean ? -rate : 0.0);
-    if (host.dtype() == DType::kF32) host.data<float>()[i] += static_cast<float>(step);
-    else host.data<double>()[i] += step;
+    if (delta.dtype() == DType::kF32) delta.data<float>()[i] = static_cast<float>(step);
+    else delta.data<double>()[i] = step;
   }
-  bias_.CopyFrom(host);
+  kernels::Add(bias_, bias_, bias_.device().is_cpu() ? delta : delta.Clone(bias_.device()));
 }
 
 void MoeLayer::SetBias(const std::vector<float>& values) {

@@ -21,7 +21,18 @@ namespace moe {
 class SwigluFfn;
 
 // What a MoE layer reports per micro-batch.
+// Where a loss goes on the device instead of to the host: acc[slot] += it (acc f64 on the model's
+// device). The trainer reads its accumulator once at the end of the step (docs/architecture.md, "Host
+// syncs"); undefined acc: the loss comes back as a host value.
+struct LossSink {
+  Tensor acc;
+  int64_t slot = 0;
+  bool set() const { return acc.defined(); }
+};
+
 struct MoeStats {
+  LossSink aux_sink;                       // in: where the balance loss goes (unset: into aux_loss)
+  bool want_aux = true;                    // in: false for a recompute's forward (counted already)
   std::vector<int64_t> tokens_per_expert;  // [E] on this rank, this micro-batch
   double aux_loss = 0;                     // this rank's share of the sequence-wise balance loss
   Tensor routing;                          // i32 [T, k]: each token's experts, best first (for checks)

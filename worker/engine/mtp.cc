@@ -63,7 +63,13 @@ StatusOr<Tensor> MtpDepth::Forward(const Inputs& in, const Param& embedding, con
   MOE_ASSIGN_OR_RETURN(Tensor hk, block_->Forward(Linear(s.cat, *eh_proj_), in.batch, len, aux_coeff, stats));
   s.hn = final_norm_->Forward(hk);
   s.logits = Linear(s.hn, head.compute, logits_dtype);
-  *ce_sum = kernels::CrossEntropy(s.logits, targets_k, ce_scale, backward ? s.logits : Tensor());
+  const Tensor dlogits = backward ? s.logits : Tensor();
+  if (in.ce_sink.set()) {
+    kernels::CrossEntropyInto(s.logits, targets_k, ce_scale, dlogits, in.ce_sink.acc, in.ce_sink.slot);
+    *ce_sum = 0;
+  } else {
+    *ce_sum = kernels::CrossEntropy(s.logits, targets_k, ce_scale, dlogits);
+  }
   saved_.Push(std::move(s));
   return hk;
 }

@@ -32,6 +32,7 @@ class MtpDepth {
     int64_t prev_len;    // its positions per sequence (seq_len - k + 1)
     Tensor ids, targets; // i32 [batch * seq_len]: the micro-batch's tokens and next tokens
     int64_t batch, seq_len;
+    LossSink ce_sink;    // where the cross-entropy goes on the device (unset: into *ce_sum)
   };
   // Returns this depth's hidden [batch * (seq_len - k), h]; *ce_sum is its cross-entropy summed over
   // its positions. With `backward`, the logits' gradient (scaled by ce_scale) is kept for Backward.

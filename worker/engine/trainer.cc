@@ -40,7 +40,7 @@ double Imbalance(const std::vector<double>& counts) {
 }  // namespace
 
 std::vector<double> StepStats::Pack() const {
-  std::vector<double> out = {ce_sum, aux_loss, dense_sq, expert_sq, pipeline_bubble};
+  std::vector<double> out = {ce_sum, aux_loss, pipeline_bubble};
   out.insert(out.end(), mtp_ce_sums.begin(), mtp_ce_sums.end());
   for (const auto& layer : tokens_per_expert) out.insert(out.end(), layer.begin(), layer.end());
   return out;
@@ -59,10 +59,8 @@ void StepStats::Add(const MicroBatchResult& mb) {
 void StepStats::Unpack(const std::vector<double>& packed) {
   ce_sum = packed[0];
   aux_loss = packed[1];
-  dense_sq = packed[2];
-  expert_sq = packed[3];
-  pipeline_bubble = packed[4];
-  size_t i = 5;
+  pipeline_bubble = packed[2];
+  size_t i = 3;
   for (double& c : mtp_ce_sums) c = packed[i++];
   for (auto& layer : tokens_per_expert) {
     for (double& c : layer) c = packed[i++];
@@ -164,6 +162,8 @@ Status Trainer::BuildModel() {
     mo.chunks.push_back(layout_[v]);
   }
   model_ = std::make_unique<Model>(spec_.model, par_, spec_.training.seed, mo);
+  step_acc_ = Tensor::Zeros({kMtpSlot + std::max<int64_t>(spec_.model.mtp_depth, 0)}, DType::kF64, place_.device);
+  model_->SetDeviceLosses({step_acc_, kCeSlot, kAuxSlot, kMtpSlot});
   tied_embedding_ = par_.pipeline_parallel > 1 && layout_.back().mtp > 0;
   return OkStatus();
 }
@@ -311,6 +311,7 @@ void Trainer::PlanStep(int64_t step, StepStats* stats) const {
 
 Status Trainer::Step(int64_t step) {
   const auto t0 = Clock::now();
+  const int64_t syncs0 = kernels::HostSyncs();
   const std::string phase = "step " + std::to_string(step);
   par_.world->SetPhase(phase);
   if (par_.ep_group) par_.ep_group->SetPhase(phase + ": MoE token all-to-all");
@@ -327,11 +328,13 @@ Status Trainer::Step(int64_t step) {
   par_.world->SetPhase(phase + ": gradient all-reduce");
   MOE_RETURN_IF_ERROR(ReduceGradients(&stats));
   stats.grad_sync_seconds = Since(t_sync);
-  if (step == options_.inject_nonfinite_grad_step) stats.grad_norm = std::nan("");
+  if (step == options_.inject_nonfinite_grad_step) {  // a non-finite norm, as an overflow would leave it
+    step_acc_.Rows(kDenseSqSlot, kDenseSqSlot + 1).CopyFrom(Tensor::FromVector<double>({std::nan("")}, {1}));
+  }
   MOE_RETURN_IF_ERROR(Update(step, &stats));
-  UpdateBias(stats);
-  SyncDevice(place_.device);  // the step's kernels are queued asynchronously on a GPU: time them whole
+  MOE_RETURN_IF_ERROR(FinishStep(step, &stats));  // its read waits for the step's queued kernels
   stats.step_seconds = Since(t0);
+  stats.host_syncs = kernels::HostSyncs() - syncs0;
   stats.memory = GetMemoryUsage(device_type);
   StepMetrics m = Metrics(step, stats);
   MOE_RETURN_IF_ERROR(MaybeEvaluate(step, &m));
@@ -351,6 +354,7 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
   stats->mtp_ce_sums.assign(model_->mtp_trains() ? static_cast<size_t>(spec_.model.mtp_depth) : 0, 0.0);
   alltoall_seconds_ = 0;
   optimizer_->ZeroGrads();
+  step_acc_.SetZero();
   // Each data-parallel rank takes gbs / DP consecutive samples of the global batch, in micro-batches.
   const int64_t per_rank = gbs / par_.dp_size(), first = static_cast<int64_t>(stats->tokens_before) / seq;
   if (par_.pipeline_parallel > 1) {
@@ -367,7 +371,8 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
     }
   }
   if (options_.inject_step_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options_.inject_step_delay));
-  SyncDevice(place_.device);
+  // No device sync here (the step's budget is one read, at its end): on a GPU this phase's time is what
+  // the host took to queue it, plus whatever its collectives waited for.
   stats->alltoall_seconds = alltoall_seconds_;
   const double seconds = Since(t0);
   stats->pipeline_bubble = seconds > 0 ? stats->pipeline_bubble / seconds : 0;
@@ -401,29 +406,43 @@ Status Trainer::ReduceGradients(StepStats* stats) {
     MOE_RETURN_IF_ERROR(par_.embedding->AllReduceSum(e->accum.defined() ? e->accum : e->grad));
   }
   MOE_RETURN_IF_ERROR(optimizer_->ReduceGradients());
-  stats->dense_sq = optimizer_->OwnedGradSquares(false);
-  stats->expert_sq = optimizer_->OwnedGradSquares(true);
+  (void)stats;
+  optimizer_->OwnedGradSquaresInto(false, step_acc_, kDenseSqSlot);
+  optimizer_->OwnedGradSquaresInto(true, step_acc_, kExpertSqSlot);
+  if (par_.world_size > 1) MOE_RETURN_IF_ERROR(par_.world->AllReduceSum(step_acc_.Rows(kDenseSqSlot, kExpertSqSlot + 1)));
+  return OkStatus();
+}
+
+// Clipping on the global norm and AdamW, the norm read on the device (kernels::ClipScale); a non-finite
+// norm skips the update there. The squares are summed shard by shard, in an order that depends on the
+// layout: deterministic training clips by the norm rounded to fp32, which a last-bit difference almost
+// never moves.
+Status Trainer::Update(int64_t step, StepStats* stats) {
+  stats->lr = spec_.optimizer.lr_schedule.empty() ? LearningRate(spec_.optimizer, spec_.decay_steps(), step)
+                                                  : ScheduleValue(spec_.optimizer.lr_schedule, stats->tokens_before, 0);
+  return optimizer_->StepWithDeviceNorm(step, stats->lr, step_acc_.Rows(kDenseSqSlot, kExpertSqSlot + 1), deterministic_);
+}
+
+Status Trainer::FinishStep(int64_t step, StepStats* stats) {
+  CountCpuStandInRead(step_acc_);
+  const std::vector<double> acc = step_acc_.ToVector<double>();
+  stats->ce_sum += acc[kCeSlot];
+  stats->aux_loss += acc[kAuxSlot];
+  for (size_t k = 0; k < stats->mtp_ce_sums.size(); ++k) stats->mtp_ce_sums[k] += acc[static_cast<size_t>(kMtpSlot) + k];
   std::vector<double> packed = stats->Pack();
   MOE_RETURN_IF_ERROR(par_.world->AllReduceSumHost(packed.data(), static_cast<int64_t>(packed.size())));
   stats->Unpack(packed);
   stats->pipeline_bubble /= static_cast<double>(par_.world_size);
+  stats->dense_sq = acc[kDenseSqSlot];  // already summed over the ranks
+  stats->expert_sq = acc[kExpertSqSlot];
   stats->grad_norm = std::sqrt(stats->dense_sq + stats->expert_sq);
-  // The squares are summed shard by shard, in an order that depends on the layout: deterministic
-  // training clips by the norm rounded to fp32, which a last-bit difference almost never moves.
   if (deterministic_) stats->grad_norm = static_cast<float>(stats->grad_norm);
-  return OkStatus();
-}
-
-// Clipping on the global norm and AdamW; a non-finite norm skips the update.
-Status Trainer::Update(int64_t step, StepStats* stats) {
-  stats->lr = spec_.optimizer.lr_schedule.empty() ? LearningRate(spec_.optimizer, spec_.decay_steps(), step)
-                                                  : ScheduleValue(spec_.optimizer.lr_schedule, stats->tokens_before, 0);
   if (!std::isfinite(stats->grad_norm)) {
     stats->update_skipped = true;
     if (lead_) MOE_LOG(WARNING) << "step " << step << ": gradient norm is " << stats->grad_norm << "; update skipped";
-    return OkStatus();
   }
-  return optimizer_->Step(step, stats->lr, stats->grad_norm).status();
+  UpdateBias(*stats);
+  return OkStatus();
 }
 
 // Aux-loss-free balancing from the step's global token counts; not on a step whose update was skipped
@@ -468,6 +487,7 @@ StepMetrics Trainer::Metrics(int64_t step, const StepStats& stats) const {
   m.alltoall_seconds = stats.alltoall_seconds;
   m.compute_seconds = stats.forward_backward_seconds - stats.alltoall_seconds;
   m.grad_sync_seconds = stats.grad_sync_seconds;
+  m.host_syncs = stats.host_syncs;
   m.pipeline_bubble = stats.pipeline_bubble;
   m.memory_peak_bytes = stats.memory.peak;
   m.checkpoint_step = std::max(last_checkpoint_step_, start_step_);

@@ -107,11 +107,13 @@ struct StepStats {
   // Pipeline: the fraction of forward/backward time spent in point-to-point exchanges (this rank's,
   // then after ReduceGradients the mean over ranks).
   double pipeline_bubble = 0;
+  int64_t host_syncs = 0;  // kernels::HostSyncs over the step
   MemoryUsage memory;  // this rank's device memory over the step (its peak)
 
   // Adds one micro-batch's losses and token counts (by model-wide MoE layer).
   void Add(const MicroBatchResult& mb);
-  // The statistics summed over ranks travel as one host buffer (one all-reduce per step).
+  // The statistics summed over ranks travel as one host buffer (one all-reduce per step); the squared
+  // norms are not in it (they are summed on the device before the update).
   std::vector<double> Pack() const;
   void Unpack(const std::vector<double>& packed);
 };
@@ -151,6 +153,9 @@ class Trainer {
   Status PipelineForwardBackward(int64_t micro_batches, int64_t first_sample, const LossScales& scales, StepStats* stats);
   Status ReduceGradients(StepStats* stats);
   Status Update(int64_t step, StepStats* stats);
+  // The step's one read of the device (losses, squared norms), the statistics summed over ranks, the
+  // norm and whether the update was skipped; then the expert bias.
+  Status FinishStep(int64_t step, StepStats* stats);
   void UpdateBias(const StepStats& stats);
   StepMetrics Metrics(int64_t step, const StepStats& stats) const;
   Status Report(const StepMetrics& m);
@@ -188,6 +193,11 @@ class Trainer {
   int64_t last_checkpoint_step_ = 0;
   std::optional<StepMetrics> last_metrics_;  // the last step's, for a checkpoint on stop
   Tensor tokens_, targets_, tokens_dev_, targets_dev_;  // [micro batch, seq]: host and device copies
+  // f64 on the device, zeroed each step: [kCeSlot] main cross-entropy, [kAuxSlot] balance loss,
+  // [kDenseSqSlot, kExpertSqSlot] the squared gradient norms (summed over ranks before the update),
+  // [kMtpSlot + k] MTP depth k+1's cross-entropy. Read once, at the end of the step.
+  Tensor step_acc_;
+  static constexpr int64_t kCeSlot = 0, kAuxSlot = 1, kDenseSqSlot = 2, kExpertSqSlot = 3, kMtpSlot = 4;
   TrainResult result_;
   // Means over the steps after the first (which carries one-time costs).
   double sum_tps_ = 0, sum_tflops_ = 0, sum_mfu_ = 0;

@@ -23,6 +23,7 @@
 
 #include "worker/engine/comm/collective_args.h"
 #include "worker/engine/comm/process_group.h"
+#include "kernels/runtime.h"
 
 namespace moe {
 namespace {
@@ -285,6 +286,7 @@ class GlooCommunicator final : public Communicator {
   template <typename Fn>
   Status Run(const std::string& op, Fn&& fn) {
     if (broken_) return UnavailableError(Where(op) + ": the group is unusable after an earlier failure: " + first_error_);
+    kernels::CountHostSync();  // the CPU stand-in of NCCL's wait for the collective (nccl_comm.cc Run)
     try {
       fn();
       return OkStatus();

@@ -18,6 +18,7 @@
 #include "worker/engine/comm/collective_args.h"
 #include "worker/engine/comm/nccl_wait.h"
 #include "worker/engine/comm/process_group.h"
+#include "kernels/runtime.h"
 
 namespace moe {
 namespace {
@@ -264,6 +265,7 @@ class NcclCommunicator final : public Communicator {
   Status Run(const std::string& op, Fn&& issue) {
     if (aborted_) return UnavailableError(Where(op) + ": the communicator was aborted after an earlier failure");
     // Work queued on the default stream (the engine's kernels) must finish before NCCL reads it.
+    kernels::CountHostSync();  // this wait, and the one for the collective below: one host sync
     if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return Cuda(e);
     if (ncclResult_t r = issue(); !Issued(r)) {
       // The peers may have issued theirs: this communicator cannot be trusted to match them any more.
