@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "common/args.h"
 #include "common/log.h"
@@ -144,6 +145,32 @@ int main(int argc, char** argv) {
     dense = 2.0 * static_cast<double>(rows) * static_cast<double>(2 * f) * static_cast<double>(h) / s;
     std::printf("RESULT gemm_bf16_expert_shape_tflops %.1f  (one [%lld x %lld] x [%lld x %lld]^T call)\n", dense / 1e12,
                 static_cast<long long>(rows), static_cast<long long>(h), static_cast<long long>(2 * f), static_cast<long long>(h));
+  }
+
+  // 1b. The experts' grouped GEMM (w13's shape, forward) at 128, 512 and 4,096 rows per expert, 32
+  // experts: a cuBLAS call per expert against one grouped call, each against the dense rate above.
+  for (const int64_t per : {int64_t{128}, int64_t{512}, int64_t{4096}}) {
+    const int64_t r = rehearse ? per / 32 : per, total = r * experts;
+    moe::Tensor x = moe::Tensor::Empty({total, h}, moe::DType::kBF16, dev);
+    moe::Tensor w = moe::Tensor::Empty({experts, 2 * f, h}, moe::DType::kBF16, dev);
+    moe::Tensor y = moe::Tensor::Empty({total, 2 * f}, moe::DType::kBF16, dev);
+    moe::kernels::FillUniform(x, 7);
+    moe::kernels::FillUniform(w, 8);
+    std::vector<int64_t> offsets;
+    for (int64_t e = 0; e <= experts; ++e) offsets.push_back(e * r);
+    const double flop = 2.0 * static_cast<double>(total) * static_cast<double>(2 * f) * static_cast<double>(h);
+    double rate[2] = {0, 0};
+    const moe::kernels::GroupedGemmMode modes[2] = {moe::kernels::GroupedGemmMode::kLoop, moe::kernels::GroupedGemmMode::kGrouped};
+    for (int m = 0; m < 2; ++m) {
+      moe::kernels::SetGroupedGemmMode(modes[m]);
+      moe::kernels::GroupedGemm(x, w, offsets, y);  // warm-up
+      rate[m] = flop / BestSeconds(5, [&] { moe::kernels::GroupedGemm(x, w, offsets, y); });
+    }
+    moe::kernels::SetGroupedGemmMode(moe::kernels::GroupedGemmMode::kAuto);
+    std::printf("RESULT grouped_gemm_%lld_rows_loop_tflops %.1f  (of dense %.3f)\n", static_cast<long long>(per), rate[0] / 1e12,
+                rate[0] / dense);
+    std::printf("RESULT grouped_gemm_%lld_rows_grouped_tflops %.1f  (of dense %.3f; %s)\n", static_cast<long long>(per),
+                rate[1] / 1e12, rate[1] / dense, moe::kernels::CublasHasGroupedGemm() ? "cublasGemmGroupedBatchedEx" : "no grouped entry point: the loop twice");
   }
 
   // 2. The MoE layer at DeepSeek-V3 expert sizes.

@@ -27,6 +27,20 @@ double SumSquares(const Tensor& t) {
   return MOE_DISPATCH(t, SumSquares(t));
 }
 
+void FoldBadIndices(const Tensor& acc, int64_t slot) {
+  MOE_CHECK(acc.dtype() == DType::kF64 && acc.ndim() == 1 && slot >= 0 && slot < acc.numel()) << "FoldBadIndices: acc "
+                                                                                               << acc.ShapeString();
+  if (acc.device().is_cpu()) {
+    acc.data<double>()[slot] = 0;
+    return;
+  }
+#ifdef MOE_WITH_CUDA
+  cuda::FoldBadIndices(acc, slot);
+#else
+  CheckNotCuda(acc);
+#endif
+}
+
 void SumSquaresInto(const Tensor& t, const Tensor& acc, int64_t slot) {
   AddToSlot(acc, slot, t.device(), "SumSquaresInto", [&] { return MOE_DISPATCH(t, SumSquares(t)); });
 }

@@ -20,6 +20,10 @@ double SumSquares(const Tensor& t);
 // acc[slot] += SumSquares(t) on t's device, without a host read (acc: f64 [n] on t's device). The same
 // sum as SumSquares, added in the same order, so the CPU's values are bitwise those of the host path.
 void SumSquaresInto(const Tensor& t, const Tensor& acc, int64_t slot);
+// acc[slot] = the device's bad-index bits (kernels/runtime.h BadIndexKind) gathered since the last
+// call, which clears them; on the device, without a host read (acc: f64 [n]). 0 on the CPU, whose
+// kernels stop at a bad index with MOE_CHECK.
+void FoldBadIndices(const Tensor& acc, int64_t slot);
 // Row gather: dst[r] = src[index[r]].   src [S, D], index i32 [R], dst [R, D]
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
 // Its backward: dst[index[r]] += src[r], with the indices distinct.   src [R, D], index i32 [R], dst [S, D]

@@ -1,10 +1,24 @@
 // Device dispatch of the GEMM family (kernels/gemm.h): shapes, then the CPU or CUDA path.
 #include "kernels/gemm.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/dispatch.h"
 
 namespace moe::kernels {
 namespace {
+
+std::atomic<GroupedGemmMode>& ModeSlot() {
+  static std::atomic<GroupedGemmMode> mode{[] {
+    const char* env = std::getenv("MOE_GROUPED_GEMM");
+    if (env != nullptr && std::strcmp(env, "loop") == 0) return GroupedGemmMode::kLoop;
+    if (env != nullptr && std::strcmp(env, "grouped") == 0) return GroupedGemmMode::kGrouped;
+    return GroupedGemmMode::kAuto;
+  }()};
+  return mode;
+}
 
 void CheckOffsets(const std::vector<int64_t>& offsets, int64_t groups, int64_t rows) {
   MOE_CHECK(static_cast<int64_t>(offsets.size()) == groups + 1) << offsets.size() << " offsets for " << groups << " groups";
@@ -50,5 +64,8 @@ void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vec
       << "GroupedGemmBackwardWeight shapes: dy " << dy.ShapeString() << ", x " << x.ShapeString() << ", dw " << dw.ShapeString();
   return MOE_DISPATCH(dw, GroupedGemmBackwardWeight(dy, x, offsets, dw));
 }
+
+void SetGroupedGemmMode(GroupedGemmMode mode) { ModeSlot().store(mode); }
+GroupedGemmMode GetGroupedGemmMode() { return ModeSlot().load(); }
 
 }  // namespace moe::kernels

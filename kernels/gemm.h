@@ -23,6 +23,13 @@ void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vecto
 // (accumulates; a group with no rows leaves its dw unchanged)
 void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& dw);
 
+// How the CUDA path runs a grouped GEMM (kernels/cuda/gemm.cu): by rows per expert (auto: one
+// cublasGemmGroupedBatchedEx call below 1,024 rows per expert, else a call per expert), or forced.
+// The environment's MOE_GROUPED_GEMM=loop|grouped sets the starting mode; the CPU ignores it.
+enum class GroupedGemmMode { kAuto, kLoop, kGrouped };
+void SetGroupedGemmMode(GroupedGemmMode mode);
+GroupedGemmMode GetGroupedGemmMode();
+
 namespace cpu {
 // Row-major GEMM on raw pointers: C = alpha * op(A) @ op(B) + beta * C.
 template <typename T>

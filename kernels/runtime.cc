@@ -12,6 +12,17 @@ namespace {
 std::atomic<int64_t> g_host_syncs{0};
 }  // namespace
 
+std::string BadIndexMessage(unsigned flags) {
+  std::string out;
+  const auto add = [&](unsigned bit, const char* what) {
+    if ((flags & bit) != 0) out += (out.empty() ? "" : ", ") + std::string(what);
+  };
+  add(kBadTokenId, "token ids outside the vocabulary");
+  add(kBadTarget, "targets outside the vocabulary");
+  add(kBadRowIndex, "row indices out of range");
+  return out.empty() ? "no index out of range" : out;
+}
+
 void CountHostSync() { g_host_syncs.fetch_add(1, std::memory_order_relaxed); }
 int64_t HostSyncs() { return g_host_syncs.load(std::memory_order_relaxed); }
 
@@ -30,6 +41,7 @@ Status UseCudaDevice(int index) { return cuda::UseDevice(index); }
 std::string CudaSynchronize() { return cuda::Synchronize(); }
 double MeasureCudaBf16GemmFlops(int64_t size, int reps) { return cuda::MeasureBf16GemmFlops(size, reps); }
 std::string CheckCublasLoads() { return cuda::CheckCublasLoads(); }
+bool CublasHasGroupedGemm() { return cuda::CublasHasGroupedGemm(); }
 
 #else
 
@@ -46,6 +58,7 @@ Status UseCudaDevice(int index) {
 std::string CudaSynchronize() { return kNoCuda; }
 double MeasureCudaBf16GemmFlops(int64_t, int) { return 0; }
 std::string CheckCublasLoads() { return kNoCuda; }
+bool CublasHasGroupedGemm() { return false; }
 
 #endif
 

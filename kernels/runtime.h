@@ -31,6 +31,14 @@ bool HaveCuda();  // CUDA kernels compiled in
 void CountHostSync();
 int64_t HostSyncs();
 
+// Device-side bounds checks: the CUDA kernels that index with data (the embedding's token ids, the
+// loss's targets, row gathers and scatters) record out-of-range indices as these bits instead of
+// reading there; the step fails at its end with BadIndexMessage (kernels/elementwise.h FoldBadIndices).
+// The CPU kernels check the same indices with MOE_CHECK.
+enum BadIndexKind : unsigned { kBadTokenId = 1, kBadTarget = 2, kBadRowIndex = 4 };
+// "token ids outside the vocabulary, row indices out of range" for the bits set.
+std::string BadIndexMessage(unsigned flags);
+
 // CUDA devices. In a build without CUDA kernels there are none: the count is 0 (with no problem),
 // UseCudaDevice fails with FAILED_PRECONDITION, the name and CudaSynchronize say "no CUDA in this
 // build", the GEMM rate is 0.
@@ -51,5 +59,7 @@ double MeasureCudaBf16GemmFlops(int64_t size = 8192, int reps = 10);
 // Loads cuBLAS the way the first CUDA GEMM does (dlopen; no GPU needed): "" when it and the entry
 // points used resolve, else what is missing ("no CUDA in this build" without CUDA).
 std::string CheckCublasLoads();
+// Whether that cuBLAS has cublasGemmGroupedBatchedEx (12.5 and later; the grouped GEMMs loop without it).
+bool CublasHasGroupedGemm();
 
 }  // namespace moe::kernels

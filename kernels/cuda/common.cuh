@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "kernels/runtime.h"
 #include "kernels/tensor.h"
 
 namespace moe::kernels::cuda {
@@ -49,6 +50,9 @@ DType StorageType(std::initializer_list<const Tensor*> tensors, const char* op);
 void CheckF32(const Tensor& t, const char* op, const char* what);
 // Fails with `op` and the CUDA error's text when a launch went wrong.
 void CheckLaunch(const char* op);
+// The device word where kernels record the kinds of index they found out of range (kernels/runtime.h
+// BadIndexKind; allocated and zeroed on first use; FoldBadIndices moves it into the step's buffer).
+unsigned* BadIndexFlags();
 
 inline cudaDataType_t CudaType(DType d) { return d == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
@@ -79,6 +83,14 @@ __device__ __forceinline__ float Ld(__nv_bfloat16 v) { return __bfloat162float(v
 template <typename T> __device__ __forceinline__ T Cvt(float v);
 template <> __device__ __forceinline__ float Cvt<float>(float v) { return v; }
 template <> __device__ __forceinline__ __nv_bfloat16 Cvt<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Whether index i lies in [0, n); if not, records `kind` in *flags (BadIndexFlags) and the caller reads
+// nothing there: a bad batch fails its step at the step's one read, never reads out of bounds.
+__device__ __forceinline__ bool InRange(int64_t i, int64_t n, unsigned* flags, unsigned kind) {
+  if (i >= 0 && i < n) return true;
+  atomicOr(flags, kind);
+  return false;
+}
 
 // Grid-stride loop over [0, n).
 #define MOE_CUDA_LOOP(i, n) \

@@ -9,7 +9,7 @@ namespace {
 // One block per row: max, sum of exponentials, the loss, and (optionally, in place) the gradient.
 template <typename T>
 __global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int64_t vocab, float scale, T* dlogits,
-                                   float* losses) {
+                                   float* losses, unsigned* bad) {
   const int64_t r = blockIdx.x;
   const T* x = logits + r * vocab;
   float mx = -INFINITY;
@@ -18,8 +18,10 @@ __global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int6
   float sum = 0;
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(Ld(x[j]) - mx);
   sum = BlockSum(sum);
-  const int32_t t = targets[r];
-  const float target_logit = Ld(x[t]);  // read before the gradient may overwrite it
+  const int32_t target = targets[r];
+  const bool ok = InRange(target, vocab, bad, kBadTarget);  // a bad target: no read, and a failed step
+  const int64_t t = ok ? target : -1;
+  const float target_logit = ok ? Ld(x[t]) : 0.f;  // read before the gradient may overwrite it
   __syncthreads();
   if (threadIdx.x == 0) losses[r] = mx + logf(sum) - target_logit;
   if (dlogits != nullptr) {
@@ -40,7 +42,7 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_sca
   MOE_CUDA_TYPED(StorageType({&logits, &dlogits}, "CrossEntropy"), T, {
     loss = SumPartials(rows, [&](float* losses) {
       CrossEntropyKernel<T><<<static_cast<unsigned>(rows), kThreads, 0, Stream()>>>(
-          Ptr<T>(logits), Ptr<int32_t>(targets), vocab, static_cast<float>(grad_scale), Ptr<T>(dlogits), losses);
+          Ptr<T>(logits), Ptr<int32_t>(targets), vocab, static_cast<float>(grad_scale), Ptr<T>(dlogits), losses, BadIndexFlags());
     });
   });
   CheckLaunch("CrossEntropy");

@@ -1,6 +1,6 @@
 // cuBLAS, loaded when a CUDA tensor first needs it (dlopen), not linked: libcublasLt's static
 // initialisers cost about 0.45 s at every process start, which every CPU rank paid for nothing
-// (submit -> first step; docs/benchmarks.md). The four entry points used are resolved once.
+// (submit -> first step; docs/benchmarks.md). The entry points used are resolved once.
 #pragma once
 
 #include <cublas_v2.h>
@@ -15,6 +15,8 @@ struct CublasApi {
                             cudaDataType, int, const void*, cudaDataType, int, const void*, void*, cudaDataType, int,
                             cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;
+  // Optional (cuBLAS 12.5 and later): null when the library lacks it, and the grouped GEMMs loop.
+  decltype(&cublasGemmGroupedBatchedEx) grouped_gemm = nullptr;
 };
 
 // Loads libcublas.so.<major> (the toolkit's, found beside libcudart or on the library path) on first

@@ -51,6 +51,9 @@ void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vec
 void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const Tensor& out,
                      const std::vector<int64_t>& groups, bool mxfp8);
 
+// runtime.cu: acc[slot] = the bad-index bits (BadIndexFlags), which it clears; one thread on the device.
+void FoldBadIndices(const Tensor& acc, int64_t slot);
+
 // embedding.cu: the backward scatter-adds into an f32 table gradient with atomics (not bitwise
 // reproducible, unlike the CPU's counting sort).
 void EmbeddingForward(const Tensor& table, const Tensor& ids, const Tensor& out);
@@ -123,5 +126,6 @@ std::string Synchronize();
 // `reps`), in FLOP/s.
 double MeasureBf16GemmFlops(int64_t size, int reps);
 std::string CheckCublasLoads();  // runtime.cu (kernels/cuda/cublas_api.h)
+bool CublasHasGroupedGemm();
 
 }  // namespace moe::kernels::cuda

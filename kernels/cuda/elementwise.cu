@@ -45,18 +45,21 @@ __global__ void SumSquaresKernel(const T* x, int64_t n, double* partial) {
 }
 // Rows move in units of U (4-byte words when the row allows, else 2-byte halves).
 template <typename U>
-__global__ void GatherRowsKernel(const U* src, const int32_t* index, U* dst, int64_t rows, int64_t units) {
+__global__ void GatherRowsKernel(const U* src, const int32_t* index, U* dst, int64_t rows, int64_t units, int64_t src_rows,
+                                 unsigned* bad) {
   MOE_CUDA_LOOP(i, rows * units) {
-    const int64_t r = i / units, c = i % units;
-    dst[i] = src[static_cast<int64_t>(index[r]) * units + c];
+    const int64_t r = i / units, c = i % units, from = index[r];
+    dst[i] = InRange(from, src_rows, bad, kBadRowIndex) ? src[from * units + c] : U(0);
   }
 }
 // dst[index[r]] += src[r]: the indices are distinct, so each element has one writer (no atomics).
 template <typename T>
-__global__ void ScatterAddRowsKernel(const T* src, const int32_t* index, T* dst, int64_t rows, int64_t cols) {
+__global__ void ScatterAddRowsKernel(const T* src, const int32_t* index, T* dst, int64_t rows, int64_t cols, int64_t dst_rows,
+                                     unsigned* bad) {
   MOE_CUDA_LOOP(i, rows * cols) {
-    const int64_t r = i / cols, c = i % cols;
-    T* d = dst + static_cast<int64_t>(index[r]) * cols + c;
+    const int64_t r = i / cols, c = i % cols, to = index[r];
+    if (!InRange(to, dst_rows, bad, kBadRowIndex)) continue;
+    T* d = dst + to * cols + c;
     *d = Cvt<T>(Ld(*d) + Ld(src[i]));
   }
 }
@@ -165,11 +168,13 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
     if (words) {
       const int64_t units = row_bytes / 4;
       GatherRowsKernel<uint32_t><<<Blocks(rows * units), kThreads, 0, Stream()>>>(Ptr<const uint32_t>(src), Ptr<int32_t>(index),
-                                                                                  Ptr<uint32_t>(dst), rows, units);
+                                                                                  Ptr<uint32_t>(dst), rows, units, src.dim(0),
+                                                                                  BadIndexFlags());
     } else {
       const int64_t units = row_bytes / 2;
       GatherRowsKernel<uint16_t><<<Blocks(rows * units), kThreads, 0, Stream()>>>(Ptr<const uint16_t>(src), Ptr<int32_t>(index),
-                                                                                  Ptr<uint16_t>(dst), rows, units);
+                                                                                  Ptr<uint16_t>(dst), rows, units, src.dim(0),
+                                                                                  BadIndexFlags());
     }
   }
   CheckLaunch("GatherRows");
@@ -181,7 +186,7 @@ void ScatterAddRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   MOE_CUDA_TYPED(StorageType({&src, &dst}, "ScatterAddRows"), T, {
     if (rows * cols > 0) {
       ScatterAddRowsKernel<T><<<Blocks(rows * cols), kThreads, 0, Stream()>>>(Ptr<T>(src), Ptr<int32_t>(index), Ptr<T>(dst),
-                                                                             rows, cols);
+                                                                             rows, cols, dst.dim(0), BadIndexFlags());
     }
   });
   CheckLaunch("ScatterAddRows");

@@ -1,15 +1,23 @@
 // GEMMs through cuBLAS (cublasGemmEx, fp32 compute): the dense Gemm and the grouped GEMMs over
-// experts with their backward, as one cuBLAS call per non-empty group (the expert loop of Megatron's
-// non-grouped path); a persistent grouped kernel would save the launch per expert.
+// experts with their backward. A grouped GEMM is one cuBLAS call per non-empty expert (the expert loop
+// of Megatron's non-grouped path) when the experts have many rows each, and one
+// cublasGemmGroupedBatchedEx call (every expert a group of one GEMM, run side by side) when they have
+// few: at DeepSeek-V3's 256 experts a rank's experts get about 128 rows each, and a GEMM that small
+// fills a fraction of the SMs. MOE_GROUPED_GEMM=loop|grouped overrides the choice (the benchmark
+// compares them); without the grouped entry point (cuBLAS before 12.5), or for types it does not take,
+// the loop runs.
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <vector>
 
 #include "common/check.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/gemm.h"
 
 namespace moe::kernels::cuda {
 namespace {
@@ -50,6 +58,90 @@ const void* Slice(const Tensor& w, int64_t g) {
   return static_cast<const char*>(w.raw()) + static_cast<size_t>(g * w.dim(1) * w.dim(2)) * DTypeSize(w.dtype());
 }
 
+// One row-major GEMM of a grouped call (the operands RowMajorGemm takes).
+struct Piece {
+  const void* a;
+  const void* b;
+  void* c;
+  int64_t m, n, k, lda, ldb, ldc;
+};
+
+// The pointer arrays cublasGemmGroupedBatchedEx reads live in device memory: a kernel writes them from
+// its argument (3 KB for 128 pieces), so no host-to-device copy is queued.
+constexpr int kMaxPieces = 128;
+struct PiecePointers {
+  const void* a[kMaxPieces];
+  const void* b[kMaxPieces];
+  void* c[kMaxPieces];
+};
+__global__ void WritePointersKernel(PiecePointers p, int n, const void** a, const void** b, void** c) {
+  const int i = threadIdx.x;
+  if (i < n) a[i] = p.a[i], b[i] = p.b[i], c[i] = p.c[i];
+}
+
+// Rows per expert (the mean over non-empty experts) below which the grouped call is chosen.
+constexpr int64_t kGroupedBelowRows = 1024;
+
+bool ChooseGrouped(int64_t rows, int64_t pieces) {
+  const GroupedGemmMode mode = GetGroupedGemmMode();
+  if (Cublas().grouped_gemm == nullptr || pieces < 2 || mode == GroupedGemmMode::kLoop) return false;
+  return mode == GroupedGemmMode::kGrouped || rows < kGroupedBelowRows * pieces;
+}
+
+// Up to kMaxPieces pieces, column-major as cuBLAS sees them (operands swapped, as RowMajorGemm does).
+cublasStatus_t GroupedChunk(const Piece* p, int n, bool trans_a, bool trans_b, float alpha, float beta, cudaDataType_t ab,
+                            cudaDataType_t ct) {
+  PiecePointers ptrs;
+  std::vector<int> m(n), nn(n), k(n), lda(n), ldb(n), ldc(n), size(n, 1);
+  std::vector<cublasOperation_t> op_a(n, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N), op_b(n, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+  std::vector<float> alphas(n, alpha), betas(n, beta);
+  for (int i = 0; i < n; ++i) {
+    ptrs.a[i] = p[i].b, ptrs.b[i] = p[i].a, ptrs.c[i] = p[i].c;
+    m[i] = static_cast<int>(p[i].n), nn[i] = static_cast<int>(p[i].m), k[i] = static_cast<int>(p[i].k);
+    lda[i] = static_cast<int>(std::max<int64_t>(p[i].ldb, 1)), ldb[i] = static_cast<int>(std::max<int64_t>(p[i].lda, 1));
+    ldc[i] = static_cast<int>(p[i].ldc);
+  }
+  Tensor table = Tensor::Empty({3 * kMaxPieces}, DType::kI64, CurrentDevice());  // the three pointer arrays
+  void** base = static_cast<void**>(table.raw());
+  WritePointersKernel<<<1, kMaxPieces, 0, Stream()>>>(ptrs, n, const_cast<const void**>(base),
+                                                       const_cast<const void**>(base + kMaxPieces), base + 2 * kMaxPieces);
+  return Cublas().grouped_gemm(static_cast<cublasHandle_t>(CublasHandle()), op_a.data(), op_b.data(), m.data(), nn.data(),
+                               k.data(), alphas.data(), const_cast<const void* const*>(base), ab, lda.data(),
+                               const_cast<const void* const*>(base + kMaxPieces), ab, ldb.data(), betas.data(),
+                               base + 2 * kMaxPieces, ct, ldc.data(), n, size.data(), CUBLAS_COMPUTE_32F);
+}
+
+// The pieces as grouped calls when chosen (false: the caller loops). A type combination cuBLAS's
+// grouped call does not take (bf16 inputs into an fp32 C, say) falls back to the loop, said once.
+bool RunGrouped(const std::vector<Piece>& pieces, int64_t rows, bool trans_a, bool trans_b, float alpha, float beta,
+                cudaDataType_t ab, cudaDataType_t ct) {
+  if (!ChooseGrouped(rows, static_cast<int64_t>(pieces.size()))) return false;
+  static std::atomic<bool> said{false};
+  for (size_t i = 0; i < pieces.size(); i += kMaxPieces) {
+    const int n = static_cast<int>(std::min<size_t>(kMaxPieces, pieces.size() - i));
+    const cublasStatus_t st = GroupedChunk(pieces.data() + i, n, trans_a, trans_b, alpha, beta, ab, ct);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED && i == 0) {
+      if (!said.exchange(true)) std::fprintf(stderr, "cublasGemmGroupedBatchedEx does not take these types: a call per expert\n");
+      return false;
+    }
+    MOE_CHECK(st == CUBLAS_STATUS_SUCCESS) << "cublasGemmGroupedBatchedEx failed: " << Cublas().status_string(st) << " ("
+                                           << n << " experts)";
+  }
+  return true;
+}
+
+// The grouped GEMM over `offsets`: piece(g, r0, rows) gives expert g's GEMM; one grouped call or a loop.
+template <typename PieceFn>
+void Grouped(const std::vector<int64_t>& offsets, bool trans_a, bool trans_b, float beta, cudaDataType_t ab,
+             cudaDataType_t ct, PieceFn&& piece) {
+  std::vector<Piece> pieces;
+  ForEachGroup(offsets, [&](int64_t g, int64_t r0, int64_t rows) { pieces.push_back(piece(g, r0, rows)); });
+  if (RunGrouped(pieces, offsets.back() - offsets.front(), trans_a, trans_b, 1.f, beta, ab, ct)) return;
+  for (const Piece& p : pieces) {
+    RowMajorGemm(trans_a, trans_b, p.m, p.n, p.k, 1.f, p.a, p.lda, p.b, p.ldb, ab, beta, p.c, p.ldc, ct);
+  }
+}
+
 }  // namespace
 
 void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta) {
@@ -66,9 +158,8 @@ void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& o
   CheckOnCuda({&x, &w, &y}, "GroupedGemm");
   const DType d = StorageType({&x, &w, &y}, "GroupedGemm");
   const int64_t n = w.dim(1), k = w.dim(2);
-  ForEachGroup(offsets, [&](int64_t g, int64_t r0, int64_t rows) {
-    RowMajorGemm(false, true, rows, n, k, 1.f, RowPtr(x, r0), k, Slice(w, g), k, CudaType(d), 0.f, RowPtrMut(y, r0), n,
-                 CudaType(d));
+  Grouped(offsets, false, true, 0.f, CudaType(d), CudaType(d), [&](int64_t g, int64_t r0, int64_t rows) {
+    return Piece{RowPtr(x, r0), Slice(w, g), RowPtrMut(y, r0), rows, n, k, k, k, n};
   });
   CheckLaunch("GroupedGemm");
 }
@@ -77,9 +168,8 @@ void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vecto
   CheckOnCuda({&dy, &w, &dx}, "GroupedGemmBackwardData");
   const DType d = StorageType({&dy, &w, &dx}, "GroupedGemmBackwardData");
   const int64_t n = w.dim(1), k = w.dim(2);
-  ForEachGroup(offsets, [&](int64_t g, int64_t r0, int64_t rows) {
-    RowMajorGemm(false, false, rows, k, n, 1.f, RowPtr(dy, r0), n, Slice(w, g), k, CudaType(d), 0.f, RowPtrMut(dx, r0), k,
-                 CudaType(d));
+  Grouped(offsets, false, false, 0.f, CudaType(d), CudaType(d), [&](int64_t g, int64_t r0, int64_t rows) {
+    return Piece{RowPtr(dy, r0), Slice(w, g), RowPtrMut(dx, r0), rows, k, n, n, k, k};
   });
   CheckLaunch("GroupedGemmBackwardData");
 }
@@ -89,9 +179,8 @@ void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vec
   const DType d = StorageType({&dy, &x}, "GroupedGemmBackwardWeight");
   StorageType({&dw}, "GroupedGemmBackwardWeight");
   const int64_t n = dw.dim(1), k = dw.dim(2);
-  ForEachGroup(offsets, [&](int64_t g, int64_t r0, int64_t rows) {
-    RowMajorGemm(true, false, n, k, rows, 1.f, RowPtr(dy, r0), n, RowPtr(x, r0), k, CudaType(d), 1.f,
-                 const_cast<void*>(Slice(dw, g)), k, CudaType(dw.dtype()));
+  Grouped(offsets, true, false, 1.f, CudaType(d), CudaType(dw.dtype()), [&](int64_t g, int64_t r0, int64_t rows) {
+    return Piece{RowPtr(dy, r0), RowPtr(x, r0), const_cast<void*>(Slice(dw, g)), n, k, rows, n, k, k};
   });
   CheckLaunch("GroupedGemmBackwardWeight");
 }

@@ -131,12 +131,18 @@ const CublasApi& LoadCublas(std::string* problem) {
     Resolve(lib, MOE_SYMBOL_NAME(cublasSetStream), &a.set_stream, &why);
     Resolve(lib, MOE_SYMBOL_NAME(cublasGemmEx), &a.gemm_ex, &why);
     Resolve(lib, MOE_SYMBOL_NAME(cublasGetStatusString), &a.status_string, &why);
+    a.grouped_gemm = reinterpret_cast<decltype(a.grouped_gemm)>(dlsym(lib, "cublasGemmGroupedBatchedEx"));  // optional
     return a;
   }();
   *problem = why;
   return api;
 }
 }  // namespace
+
+bool CublasHasGroupedGemm() {
+  std::string problem;
+  return LoadCublas(&problem).grouped_gemm != nullptr;
+}
 
 std::string CheckCublasLoads() {
   std::string problem;
@@ -163,6 +169,12 @@ void* CublasHandle() {
 namespace {
 
 thread_local double* g_sum_target = nullptr;
+unsigned* g_bad_index = nullptr;  // this process's device (one device per process)
+
+__global__ void FoldBadIndicesKernel(unsigned* flags, double* dst) {
+  *dst = static_cast<double>(*flags);
+  *flags = 0;
+}
 
 // One thread adds the partials in order, in double: the host's sum, without the host.
 template <typename P>
@@ -173,6 +185,20 @@ __global__ void AddPartialsKernel(const P* partial, int64_t n, double* dst) {
 }
 
 }  // namespace
+
+unsigned* BadIndexFlags() {
+  if (g_bad_index == nullptr) {
+    MOE_CHECK(cudaMalloc(&g_bad_index, sizeof(unsigned)) == cudaSuccess) << "bad-index flags: " << LastError();
+    MOE_CHECK(cudaMemset(g_bad_index, 0, sizeof(unsigned)) == cudaSuccess) << "bad-index flags: " << LastError();
+  }
+  return g_bad_index;
+}
+
+void FoldBadIndices(const Tensor& acc, int64_t slot) {
+  CheckOnCuda({&acc}, "FoldBadIndices");
+  FoldBadIndicesKernel<<<1, 1, 0, Stream()>>>(BadIndexFlags(), static_cast<double*>(acc.raw()) + slot);
+  CheckLaunch("FoldBadIndices");
+}
 
 DeviceSumTarget::DeviceSumTarget(double* dst) : previous_(g_sum_target) { g_sum_target = dst; }
 DeviceSumTarget::~DeviceSumTarget() { g_sum_target = previous_; }

@@ -27,7 +27,7 @@ sed "s#path: data/fortunes#path: $work/missing#" examples/tiny.yaml >"$work/noda
 # A missing dataset cannot run as specified: exit 4, permanent (a restart would fail the same way).
 expect_error 4 "make data" --config "$work/nodata.yaml" --steps 1
 "$bin" --help | grep -q -- "--checkpoint-interval" || fail "--help lists no flags"
-expect_error 2 "--precision: 'fp16' is not fp32 or bf16" --config examples/tiny.yaml --precision fp16
+expect_error 2 "--precision: 'fp16' is not fp32, bf16 or fp8" --config examples/tiny.yaml --precision fp16
 expect_error 2 "--device: 'tpu:0' is not cpu, cuda or cuda:N" --config examples/tiny.yaml --device tpu:0
 if ! command -v nvidia-smi >/dev/null; then
   # No GPU here: a CUDA device is a job that cannot run on this machine (exit 4), said plainly.

@@ -119,6 +119,10 @@ table() {
   row "tiny 50 steps: cuda fp32 vs cpu fp32" "${t32line:-no result}"
   row "cuBLAS bf16 GEMM 8192^3" "$(get gemm_bf16_8192_tflops) TFLOP/s"
   row "cuBLAS bf16 GEMM, expert shape (dense rate)" "${dense:-?} TFLOP/s"
+  for per in 128 512 4096; do
+    row "grouped GEMM, $per rows/expert: per expert; grouped" \
+        "$(get grouped_gemm_${per}_rows_loop_tflops); $(get grouped_gemm_${per}_rows_grouped_tflops)"
+  done
   row "MoE layer fwd+bwd, DSV3 sizes, engine" "${engine:-?} TFLOP/s, $(get moe_layer_ms) ms"
   row "MoE layer fwd+bwd, DSV3 sizes, PyTorch ($(get torch_baseline))" "${torch:-?} TFLOP/s, $(get torch_moe_layer_ms) ms"
   if [ -n "$engine" ] && [ -n "$torch" ] && [ -n "$dense" ]; then

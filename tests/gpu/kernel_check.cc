@@ -134,6 +134,41 @@ void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& c
   g_failures += ok ? 0 : 1;
 }
 
+// The device-side bounds checks (GPU only: the CPU kernels stop at a bad index with MOE_CHECK): a token
+// id past the vocabulary, a negative target and a gather index past the rows are recorded as their bits
+// and read nothing (the outputs there are zero), and FoldBadIndices hands the bits over and clears them.
+void BoundsCase() {
+  char row[256];
+  if (g_device.is_cpu()) {
+    std::snprintf(row, sizeof(row), "%-36s %-5s %-6s %s", "bounds checks", "-", "skip", "GPU only (CPU kernels MOE_CHECK)");
+    g_rows.push_back(row);
+    return;
+  }
+  const Device dev = g_device;
+  const int64_t vocab = 50, d = 8;
+  Tensor table = On(Random({vocab, d}, 50), DType::kF32, dev);
+  Tensor ids = Tensor::FromVector<int32_t>({3, vocab + 5, 7}, {3}).Clone(dev);
+  Tensor emb = Poisoned({3, d}, DType::kF32, dev);
+  k::EmbeddingForward(table, ids, emb);
+  Tensor logits = On(Random({2, vocab}, 51), DType::kF32, dev);
+  Tensor targets = Tensor::FromVector<int32_t>({4, -1}, {2}).Clone(dev);
+  (void)k::CrossEntropy(logits, targets, 1.0, Tensor());
+  Tensor index = Tensor::FromVector<int32_t>({0, 1000}, {2}).Clone(dev);
+  Tensor gathered = Poisoned({2, d}, DType::kF32, dev);
+  k::GatherRows(table, index, gathered);
+  Tensor acc = Tensor::Zeros({2}, DType::kF64, dev);
+  k::FoldBadIndices(acc, 0);
+  k::FoldBadIndices(acc, 1);  // cleared by the first
+  const std::vector<double> bits = acc.ToVector<double>(), e = Host(emb), g = Host(gathered);
+  const unsigned want = k::kBadTokenId | k::kBadTarget | k::kBadRowIndex;
+  const bool ok = static_cast<unsigned>(bits[0]) == want && bits[1] == 0 && e[static_cast<size_t>(d)] == 0 &&
+                  g[static_cast<size_t>(d)] == 0 && e[0] == Host(table)[static_cast<size_t>(3 * d)];
+  std::snprintf(row, sizeof(row), "%-36s %-5s %-6s bits %u (want %u), then %u; %s", "bounds checks", "f32", ok ? "ok" : "FAIL",
+                static_cast<unsigned>(bits[0]), want, static_cast<unsigned>(bits[1]), k::BadIndexMessage(static_cast<unsigned>(bits[0])).c_str());
+  g_rows.push_back(row);
+  g_failures += ok ? 0 : 1;
+}
+
 void Run(const std::string& family, const Case& c, std::vector<DType> dtypes = {DType::kF32, DType::kBF16}) {
   for (DType dt : dtypes) {
     const std::vector<Out> ref = c(Device::Cpu(), dt);
@@ -454,6 +489,7 @@ int main() {
 
   RopeCases();
   ColumnCases();
+  BoundsCase();
   AdamWCases();
   BalanceLossCases();
   AttentionCases();

@@ -424,8 +424,14 @@ Status Trainer::Update(int64_t step, StepStats* stats) {
 }
 
 Status Trainer::FinishStep(int64_t step, StepStats* stats) {
+  kernels::FoldBadIndices(step_acc_, kBadIndexSlot);
   CountCpuStandInRead(step_acc_);
   const std::vector<double> acc = step_acc_.ToVector<double>();
+  if (const unsigned bad = static_cast<unsigned>(acc[kBadIndexSlot]); bad != 0) {  // the batch, not the device
+    return FailedPreconditionError("step " + std::to_string(step) + ": the batch held " + kernels::BadIndexMessage(bad) +
+                                   " (device-side bounds checks; nothing was read out of bounds); check the dataset "
+                                   "against spec.model.vocab_size");
+  }
   stats->ce_sum += acc[kCeSlot];
   stats->aux_loss += acc[kAuxSlot];
   for (size_t k = 0; k < stats->mtp_ce_sums.size(); ++k) stats->mtp_ce_sums[k] += acc[static_cast<size_t>(kMtpSlot) + k];

@@ -195,9 +195,10 @@ class Trainer {
   Tensor tokens_, targets_, tokens_dev_, targets_dev_;  // [micro batch, seq]: host and device copies
   // f64 on the device, zeroed each step: [kCeSlot] main cross-entropy, [kAuxSlot] balance loss,
   // [kDenseSqSlot, kExpertSqSlot] the squared gradient norms (summed over ranks before the update),
-  // [kMtpSlot + k] MTP depth k+1's cross-entropy. Read once, at the end of the step.
+  // [kBadIndexSlot] the device-side bounds checks' bits (kernels/runtime.h BadIndexKind), [kMtpSlot + k]
+  // MTP depth k+1's cross-entropy. Read once, at the end of the step.
   Tensor step_acc_;
-  static constexpr int64_t kCeSlot = 0, kAuxSlot = 1, kDenseSqSlot = 2, kExpertSqSlot = 3, kMtpSlot = 4;
+  static constexpr int64_t kCeSlot = 0, kAuxSlot = 1, kDenseSqSlot = 2, kExpertSqSlot = 3, kBadIndexSlot = 4, kMtpSlot = 5;
   TrainResult result_;
   // Means over the steps after the first (which carries one-time costs).
   double sum_tps_ = 0, sum_tflops_ = 0, sum_mfu_ = 0;
