@@ -326,7 +326,7 @@ Status Trainer::Step(int64_t step) {
   stats.forward_backward_seconds = Since(t0);
   const auto t_sync = Clock::now();
   par_.world->SetPhase(phase + ": gradient all-reduce");
-  MOE_RETURN_IF_ERROR(ReduceGradients(&stats));
+  MOE_RETURN_IF_ERROR(ReduceGradients());
   stats.grad_sync_seconds = Since(t_sync);
   if (step == options_.inject_nonfinite_grad_step) {  // a non-finite norm, as an overflow would leave it
     step_acc_.Rows(kDenseSqSlot, kDenseSqSlot + 1).CopyFrom(Tensor::FromVector<double>({std::nan("")}, {1}));
@@ -397,16 +397,15 @@ Status Trainer::PipelineForwardBackward(int64_t micro_batches, int64_t first_sam
 }
 
 // Gradients: the embedding's over the first and last stage (MTP's copy), then over the data-parallel
-// groups (all-reduce, or reduce-scatter into the ZeRO shards). Statistics and the squared norms of what
-// each rank owns are summed over all ranks in one host all-reduce.
-Status Trainer::ReduceGradients(StepStats* stats) {
+// groups (all-reduce, or reduce-scatter into the ZeRO shards); then the squared norms of what each rank
+// owns, added on the device and summed over all ranks there (the statistics follow in FinishStep).
+Status Trainer::ReduceGradients() {
   if (tied_embedding_ && par_.embedding != nullptr && par_.embedding->size() > 1) {
     Param* e = model_->params().Find("embedding");
     MOE_CHECK(e != nullptr) << "the first and last stage hold the embedding";
     MOE_RETURN_IF_ERROR(par_.embedding->AllReduceSum(e->accum.defined() ? e->accum : e->grad));
   }
   MOE_RETURN_IF_ERROR(optimizer_->ReduceGradients());
-  (void)stats;
   optimizer_->OwnedGradSquaresInto(false, step_acc_, kDenseSqSlot);
   optimizer_->OwnedGradSquaresInto(true, step_acc_, kExpertSqSlot);
   if (par_.world_size > 1) MOE_RETURN_IF_ERROR(par_.world->AllReduceSum(step_acc_.Rows(kDenseSqSlot, kExpertSqSlot + 1)));

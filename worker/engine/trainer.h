@@ -2,9 +2,9 @@
 //
 //   data + forward/backward over the micro-batches   ForwardBackward  (a pipeline schedule replaces
 //                                                                      only this phase)
-//   gradient reduction and step statistics           ReduceGradients
-//   global gradient norm, clipping and AdamW         Update
-//   aux-loss-free bias update                        UpdateBias
+//   gradient reduction, squared norms on the device  ReduceGradients
+//   clipping and AdamW (the norm read on the device) Update
+//   the step's one read, statistics, bias update     FinishStep (UpdateBias)
 //   metrics (JSON line, log line, callback)          Report
 //   checkpoint at the interval and at the end        MaybeCheckpoint
 //
@@ -87,7 +87,7 @@ struct StepStats {
   // The step's shape: its global batch (the ramp may grow it) and the tokens trained before it.
   int64_t global_batch = 0;
   double tokens_before = 0;
-  // Summed over this rank's micro-batches, then (after ReduceGradients) over the global batch.
+  // Summed over this rank's micro-batches, then (in FinishStep) over the global batch.
   double ce_sum = 0;    // token cross-entropies (nats)
   std::vector<double> mtp_ce_sums;  // [D] the same for each MTP depth
   double aux_loss = 0;  // the sequence-wise balance loss, already scaled to the global mean
@@ -105,7 +105,7 @@ struct StepStats {
   double grad_sync_seconds = 0;
   double step_seconds = 0;
   // Pipeline: the fraction of forward/backward time spent in point-to-point exchanges (this rank's,
-  // then after ReduceGradients the mean over ranks).
+  // then after FinishStep the mean over ranks).
   double pipeline_bubble = 0;
   int64_t host_syncs = 0;  // kernels::HostSyncs over the step
   MemoryUsage memory;  // this rank's device memory over the step (its peak)
@@ -151,7 +151,7 @@ class Trainer {
   // The phases of a step.
   Status ForwardBackward(int64_t step, StepStats* stats);
   Status PipelineForwardBackward(int64_t micro_batches, int64_t first_sample, const LossScales& scales, StepStats* stats);
-  Status ReduceGradients(StepStats* stats);
+  Status ReduceGradients();
   Status Update(int64_t step, StepStats* stats);
   // The step's one read of the device (losses, squared norms), the statistics summed over ranks, the
   // norm and whether the update was skipped; then the expert bias.
