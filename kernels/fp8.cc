@@ -55,7 +55,10 @@ float RoundToE4M3(float x) {
 float TileScale(float amax, bool power_of_two) {
   if (!(amax > 0)) return 1.0f;
   const float s = amax / kE4M3Max;
-  return power_of_two ? std::exp2(std::ceil(std::log2(s))) : s;
+  if (!power_of_two) return s;
+  int e = 0;  // s = m * 2^e, m in [0.5, 1): exact, where log2 is not
+  const float m = std::frexp(s, &e);
+  return std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
 }
 
 Quantized Quantize(const float* x, int64_t rows, int64_t cols, int64_t tile_rows, int64_t tile_cols,

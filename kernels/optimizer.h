@@ -33,10 +33,11 @@ struct AdamWConfig {
   double weight_decay = 0.0;  // decoupled: p -= lr * wd * p
   int64_t step = 1;           // 1-based, for bias correction
   double grad_scale = 1.0;    // multiplies the gradient first (global-norm clipping)
-  // Clipping without a host read of the norm: when set, two f64 on the parameters' device, the squared
-  // global norms of the dense and the expert gradients; the kernel takes its gradient scale from
-  // ClipScale(norm_sq[0], norm_sq[1], grad_clip, norm_fp32) and grad_scale is ignored. A non-finite
-  // norm leaves the parameters and moments unchanged.
+  // Clipping without a host read of the norm: when set, three f64 on the parameters' device: the
+  // squared global norms of the dense and the expert gradients, and a skip word; the kernel takes its
+  // gradient scale from ClipScale(norm_sq[0], norm_sq[1], grad_clip, norm_fp32) and grad_scale is
+  // ignored. A non-finite norm or a non-zero skip word (a batch with out-of-range indices on some rank)
+  // leaves the parameters and moments unchanged.
   const double* norm_sq = nullptr;
   double grad_clip = 0;
   bool norm_fp32 = false;

@@ -38,7 +38,7 @@ void Update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tens
   const T b1 = static_cast<T>(cfg.beta1), b2 = static_cast<T>(cfg.beta2), eps = static_cast<T>(cfg.eps);
   const double scale = cfg.norm_sq != nullptr ? ClipScale(cfg.norm_sq[0], cfg.norm_sq[1], cfg.grad_clip, cfg.norm_fp32)
                                               : cfg.grad_scale;
-  if (scale != scale) return;  // a non-finite norm: the update is skipped
+  if (scale != scale || (cfg.norm_sq != nullptr && cfg.norm_sq[2] != 0)) return;  // skipped: a non-finite norm, a bad batch
   const T lr = static_cast<T>(cfg.lr), wd = static_cast<T>(cfg.weight_decay), gs = static_cast<T>(scale);
   const T inv_bc1 = static_cast<T>(1.0 / bc1), inv_sqrt_bc2 = static_cast<T>(1.0 / std::sqrt(bc2));
   ParallelFor(param.numel(), 8, [&](int64_t b, int64_t e) {

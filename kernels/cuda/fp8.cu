@@ -4,6 +4,8 @@
 // The CPU path (kernels/cpu/fp8.cc) is the reference: tests/gpu checks them bitwise.
 #include <cuda_fp8.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -22,9 +24,9 @@ __device__ inline float E4M3RoundTrip(float v) {
 // columns by * tile_cols.
 template <typename T>
 __global__ void QuantDequantKernel(const T* x, float* out, int64_t r0, int64_t r1, int64_t cols, int64_t tile_rows,
-                                   int64_t tile_cols, bool pow2) {
+                                   int64_t tile_cols, bool pow2, int64_t first_col_tile) {
   const int64_t tr0 = r0 + blockIdx.x * tile_rows, tr1 = min(r1, tr0 + tile_rows);
-  const int64_t c0 = blockIdx.y * tile_cols, c1 = min(cols, c0 + tile_cols);
+  const int64_t c0 = (first_col_tile + blockIdx.y) * tile_cols, c1 = min(cols, c0 + tile_cols);
   const int64_t w = c1 - c0, n = (tr1 - tr0) * w;
   float amax = 0.f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) amax = fmaxf(amax, fabsf(Ld(x[(tr0 + i / w) * cols + c0 + i % w])));
@@ -32,7 +34,11 @@ __global__ void QuantDequantKernel(const T* x, float* out, int64_t r0, int64_t r
   float scale = 1.f;
   if (amax > 0.f) {
     scale = amax / 448.f;
-    if (pow2) scale = exp2f(ceilf(log2f(scale)));
+    if (pow2) {  // the smallest power of two >= scale, exactly (as kernels/fp8.cc TileScale)
+      int e = 0;
+      const float m = frexpf(scale, &e);
+      scale = ldexpf(1.f, m == 0.5f ? e - 1 : e);
+    }
   }
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const int64_t at = (tr0 + i / w) * cols + c0 + i % w;
@@ -50,10 +56,12 @@ void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, cons
   MOE_CUDA_TYPED(StorageType({&x}, "Fp8QuantDequant"), T, {
     for (size_t g = 0; g + 1 < groups.size(); ++g) {
       const int64_t r0 = groups[g], r1 = groups[g + 1], row_tiles = (r1 - r0 + tile_rows - 1) / tile_rows;
-      if (row_tiles == 0 || col_tiles == 0) continue;
-      const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(col_tiles));
-      QuantDequantKernel<T><<<grid, kTileThreads, 0, Stream()>>>(Ptr<T>(x), Ptr<float>(out), r0, r1, cols, tile_rows,
-                                                                 tile_cols, mxfp8);
+      // Column tiles on grid.y, at most 65,535 a launch (128 x 1 tiles make one per column).
+      for (int64_t c = 0; row_tiles > 0 && c < col_tiles; c += 65535) {
+        const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(std::min<int64_t>(65535, col_tiles - c)));
+        QuantDequantKernel<T><<<grid, kTileThreads, 0, Stream()>>>(Ptr<T>(x), Ptr<float>(out), r0, r1, cols, tile_rows,
+                                                                   tile_cols, mxfp8, c);
+      }
     }
   });
   CheckLaunch("Fp8QuantDequant");

@@ -111,17 +111,21 @@ cublasStatus_t GroupedChunk(const Piece* p, int n, bool trans_a, bool trans_b, f
                                base + 2 * kMaxPieces, ct, ldc.data(), n, size.data(), CUBLAS_COMPUTE_32F);
 }
 
-// The pieces as grouped calls when chosen (false: the caller loops). A type combination cuBLAS's
-// grouped call does not take (bf16 inputs into an fp32 C, say) falls back to the loop, said once.
+// The pieces as grouped calls when chosen (false: the caller loops). Only A, B and C of one type go
+// to the grouped call (cuBLAS documents no mixed ones: bf16 inputs into an fp32 weight gradient loop);
+// if cuBLAS refuses the first chunk anyway, the loop runs from then on, said once.
 bool RunGrouped(const std::vector<Piece>& pieces, int64_t rows, bool trans_a, bool trans_b, float alpha, float beta,
                 cudaDataType_t ab, cudaDataType_t ct) {
-  if (!ChooseGrouped(rows, static_cast<int64_t>(pieces.size()))) return false;
-  static std::atomic<bool> said{false};
+  static std::atomic<bool> refused{false};
+  if (ab != ct || refused.load() || !ChooseGrouped(rows, static_cast<int64_t>(pieces.size()))) return false;
   for (size_t i = 0; i < pieces.size(); i += kMaxPieces) {
     const int n = static_cast<int>(std::min<size_t>(kMaxPieces, pieces.size() - i));
     const cublasStatus_t st = GroupedChunk(pieces.data() + i, n, trans_a, trans_b, alpha, beta, ab, ct);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED && i == 0) {
-      if (!said.exchange(true)) std::fprintf(stderr, "cublasGemmGroupedBatchedEx does not take these types: a call per expert\n");
+    if (st != CUBLAS_STATUS_SUCCESS && i == 0) {  // nothing written yet: the loop does it all
+      if (!refused.exchange(true)) {
+        std::fprintf(stderr, "cublasGemmGroupedBatchedEx refused a grouped GEMM (%s): a call per expert from now on\n",
+                     Cublas().status_string(st));
+      }
       return false;
     }
     MOE_CHECK(st == CUBLAS_STATUS_SUCCESS) << "cublasGemmGroupedBatchedEx failed: " << Cublas().status_string(st) << " ("

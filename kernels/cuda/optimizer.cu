@@ -15,7 +15,7 @@ __global__ void AdamWKernel(float* p, const float* g, M* m, M* v, int64_t n, flo
                             double grad_clip, bool norm_fp32) {
   if (norm_sq != nullptr) {  // clipping from the device's norm: no host read
     const double scale = ClipScale(norm_sq[0], norm_sq[1], grad_clip, norm_fp32);
-    if (scale != scale) return;  // a non-finite norm: the update is skipped
+    if (scale != scale || norm_sq[2] != 0) return;  // skipped: a non-finite norm, a bad batch on some rank
     gs = static_cast<float>(scale);
   }
   MOE_CUDA_LOOP(i, n) {

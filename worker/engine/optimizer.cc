@@ -202,7 +202,7 @@ StatusOr<double> Optimizer::Step(int64_t step, double lr, double grad_norm) {
 }
 
 Status Optimizer::StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm_sq, bool norm_fp32) {
-  MOE_CHECK(norm_sq.dtype() == DType::kF64 && norm_sq.numel() == 2) << "StepWithDeviceNorm: norm_sq " << norm_sq.ShapeString();
+  MOE_CHECK(norm_sq.dtype() == DType::kF64 && norm_sq.numel() == 3) << "StepWithDeviceNorm: norm_sq " << norm_sq.ShapeString();
   kernels::AdamWConfig a = AdamWFor(step, lr);
   a.norm_sq = static_cast<const double*>(norm_sq.raw());
   a.grad_clip = cfg_.grad_clip;

@@ -69,9 +69,10 @@ class Optimizer {
   // Scales gradients by min(1, grad_clip / grad_norm) and applies one AdamW update at `step` (1-based);
   // then refreshes the compute copies (all-gathered under ZeRO). Returns the clip factor applied.
   StatusOr<double> Step(int64_t step, double lr, double grad_norm);
-  // The same with the norm left on the device: norm_sq (f64 [2] on the parameters' device: the dense
-  // and expert squared global norms) gives the clip scale in the AdamW kernels (kernels::ClipScale;
-  // rounded to fp32 when norm_fp32), and a non-finite norm leaves every parameter unchanged.
+  // The same with the norm left on the device: norm_sq (f64 [3] on the parameters' device: the dense
+  // and expert squared global norms, a skip word) gives the clip scale in the AdamW kernels
+  // (kernels::ClipScale; rounded to fp32 when norm_fp32); a non-finite norm or a non-zero skip word
+  // leaves every parameter unchanged.
   Status StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm_sq, bool norm_fp32);
   // After a checkpoint restore wrote the weights: refresh the compute copies from a full master (a
   // sharded master and the compute copies are read separately).

@@ -408,7 +408,11 @@ Status Trainer::ReduceGradients() {
   MOE_RETURN_IF_ERROR(optimizer_->ReduceGradients());
   optimizer_->OwnedGradSquaresInto(false, step_acc_, kDenseSqSlot);
   optimizer_->OwnedGradSquaresInto(true, step_acc_, kExpertSqSlot);
-  if (par_.world_size > 1) MOE_RETURN_IF_ERROR(par_.world->AllReduceSum(step_acc_.Rows(kDenseSqSlot, kExpertSqSlot + 1)));
+  // The bounds checks' bits: this rank's kept, a copy summed over the ranks with the squares, so that a
+  // bad batch anywhere skips the update everywhere and every rank fails the step alike.
+  kernels::FoldBadIndices(step_acc_, kBadIndexSlot);
+  step_acc_.Rows(kBadSumSlot, kBadSumSlot + 1).CopyFrom(step_acc_.Rows(kBadIndexSlot, kBadIndexSlot + 1));
+  if (par_.world_size > 1) MOE_RETURN_IF_ERROR(par_.world->AllReduceSum(step_acc_.Rows(kDenseSqSlot, kBadSumSlot + 1)));
   return OkStatus();
 }
 
@@ -419,18 +423,26 @@ Status Trainer::ReduceGradients() {
 Status Trainer::Update(int64_t step, StepStats* stats) {
   stats->lr = spec_.optimizer.lr_schedule.empty() ? LearningRate(spec_.optimizer, spec_.decay_steps(), step)
                                                   : ScheduleValue(spec_.optimizer.lr_schedule, stats->tokens_before, 0);
-  return optimizer_->StepWithDeviceNorm(step, stats->lr, step_acc_.Rows(kDenseSqSlot, kExpertSqSlot + 1), deterministic_);
+  return optimizer_->StepWithDeviceNorm(step, stats->lr, step_acc_.Rows(kDenseSqSlot, kBadSumSlot + 1), deterministic_);
+}
+
+Status Trainer::BadIndexStatus(double local_bits, double any_rank, const std::string& when) const {
+  if (local_bits != 0) {  // the batch, not the device
+    return FailedPreconditionError(when + ": the batch held " + kernels::BadIndexMessage(static_cast<unsigned>(local_bits)) +
+                                   " (device-side bounds checks: nothing was read out of bounds, no update was made); "
+                                   "check the dataset against spec.model.vocab_size");
+  }
+  if (any_rank != 0) {
+    return FailedPreconditionError(when + ": another rank's batch held indices out of range (its log names them); no "
+                                   "update was made");
+  }
+  return OkStatus();
 }
 
 Status Trainer::FinishStep(int64_t step, StepStats* stats) {
-  kernels::FoldBadIndices(step_acc_, kBadIndexSlot);
   CountCpuStandInRead(step_acc_);
   const std::vector<double> acc = step_acc_.ToVector<double>();
-  if (const unsigned bad = static_cast<unsigned>(acc[kBadIndexSlot]); bad != 0) {  // the batch, not the device
-    return FailedPreconditionError("step " + std::to_string(step) + ": the batch held " + kernels::BadIndexMessage(bad) +
-                                   " (device-side bounds checks; nothing was read out of bounds); check the dataset "
-                                   "against spec.model.vocab_size");
-  }
+  MOE_RETURN_IF_ERROR(BadIndexStatus(acc[kBadIndexSlot], acc[kBadSumSlot], "step " + std::to_string(step)));
   stats->ce_sum += acc[kCeSlot];
   stats->aux_loss += acc[kAuxSlot];
   for (size_t k = 0; k < stats->mtp_ce_sums.size(); ++k) stats->mtp_ce_sums[k] += acc[static_cast<size_t>(kMtpSlot) + k];
@@ -512,6 +524,11 @@ Status Trainer::MaybeEvaluate(int64_t step, StepMetrics* m) {
   par_.world->SetPhase("evaluation after step " + std::to_string(step));
   MOE_ASSIGN_OR_RETURN(const EvalResult r,
                        EvaluateBatches(*model_, par_, spec_, *eval_sampler_, spec_.training.eval_batches));
+  if (place_.device.is_cuda()) {  // the evaluation's bounds-check bits, not the next step's (one read)
+    kernels::FoldBadIndices(step_acc_, kBadIndexSlot);
+    MOE_RETURN_IF_ERROR(BadIndexStatus(step_acc_.Rows(kBadIndexSlot, kBadIndexSlot + 1).ToVector<double>()[0], 0,
+                                       "evaluation after step " + std::to_string(step)));
+  }
   m->has_eval = true;
   m->eval_loss = r.loss;
   m->eval_ppl = r.ppl();

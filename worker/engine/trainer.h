@@ -195,10 +195,15 @@ class Trainer {
   Tensor tokens_, targets_, tokens_dev_, targets_dev_;  // [micro batch, seq]: host and device copies
   // f64 on the device, zeroed each step: [kCeSlot] main cross-entropy, [kAuxSlot] balance loss,
   // [kDenseSqSlot, kExpertSqSlot] the squared gradient norms (summed over ranks before the update),
-  // [kBadIndexSlot] the device-side bounds checks' bits (kernels/runtime.h BadIndexKind), [kMtpSlot + k]
-  // MTP depth k+1's cross-entropy. Read once, at the end of the step.
+  // [kBadSumSlot] the device-side bounds checks' bits summed over ranks (non-zero: some rank's batch had
+  // an index out of range; reduced with the squares, it skips the update everywhere), [kBadIndexSlot]
+  // this rank's bits (kernels/runtime.h BadIndexKind), [kMtpSlot + k] MTP depth k+1's cross-entropy.
+  // Read once, at the end of the step.
   Tensor step_acc_;
-  static constexpr int64_t kCeSlot = 0, kAuxSlot = 1, kDenseSqSlot = 2, kExpertSqSlot = 3, kBadIndexSlot = 4, kMtpSlot = 5;
+  static constexpr int64_t kCeSlot = 0, kAuxSlot = 1, kDenseSqSlot = 2, kExpertSqSlot = 3, kBadSumSlot = 4,
+                           kBadIndexSlot = 5, kMtpSlot = 6;
+  // This rank's bad-index bits as an error naming them and `when`; OK when there are none.
+  Status BadIndexStatus(double local_bits, double any_rank, const std::string& when) const;
   TrainResult result_;
   // Means over the steps after the first (which carries one-time costs).
   double sum_tps_ = 0, sum_tflops_ = 0, sum_mfu_ = 0;
