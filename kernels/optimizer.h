@@ -17,7 +17,7 @@ namespace moe::kernels {
 // Global-norm clipping's gradient scale from the squared norms of the dense and the expert gradients:
 // norm = sqrt(sum) (rounded to fp32 when norm_fp32: deterministic training), then grad_clip / (norm +
 // 1e-6) when grad_clip > 0 and norm > grad_clip, else 1; NaN when the norm is not finite (the update is
-// skipped). The host (Optimizer::Step) and the AdamW kernels compute it alike.
+// skipped). The AdamW kernels of both devices compute it (Optimizer::StepWithDeviceNorm).
 MOE_HOST_DEVICE inline double ClipScale(double dense_sq, double expert_sq, double grad_clip, bool norm_fp32) {
   double norm = sqrt(dense_sq + expert_sq);
   if (norm_fp32) norm = static_cast<double>(static_cast<float>(norm));

@@ -57,11 +57,4 @@ StatusOr<DevicePlacement> PlaceRank(const std::string& device, const std::string
   return p;
 }
 
-void SyncDevice(Device device) {
-  kernels::CountHostSync();
-  if (!device.is_cuda()) return;
-  const std::string e = kernels::CudaSynchronize();
-  MOE_CHECK(e.empty()) << "CUDA: " << e;
-}
-
 }  // namespace moe

@@ -29,10 +29,6 @@ Status CheckPrecision(const std::string& precision);
 // build has no usable GPU, naming the device.
 StatusOr<DevicePlacement> PlaceRank(const std::string& device, const std::string& precision, int rank);
 
-// Waits for the device's queued work (a no-op on CPU, counted as a host sync there too: the CPU
-// stand-in of kernels::HostSyncs); a CUDA fault is fatal.
-void SyncDevice(Device device);
-
 // Counts a host read of `t` on the CPU stand-in (a CUDA tensor's read is counted by its copy).
 inline void CountCpuStandInRead(const Tensor& t) {
   if (t.device().is_cpu()) kernels::CountHostSync();

@@ -158,19 +158,7 @@ Status Optimizer::ReduceGradients() {
   return OkStatus();
 }
 
-double Optimizer::OwnedGradSquares(bool experts) const {
-  double sq = 0;
-  for (const auto& b : buckets_) {
-    if (b->experts != experts || (!distributed_ && b->rank != 0)) continue;
-    for (size_t i = 0; i < b->params.size(); ++i) {
-      const auto [a, e] = b->InShard(i);
-      if (a < e && !b->params[i]->tied_copy) sq += kernels::SumSquares(Flat(b->grad, a, e));
-    }
-  }
-  return sq;
-}
-
-// The same sums in the same order as OwnedGradSquares, each added on the device.
+// Each owned shard's sum of squares, added on the device in the order of the buckets.
 void Optimizer::OwnedGradSquaresInto(bool experts, const Tensor& acc, int64_t slot) const {
   for (const auto& b : buckets_) {
     if (b->experts != experts || (!distributed_ && b->rank != 0)) continue;
@@ -192,37 +180,19 @@ void Optimizer::UpdateBucket(Bucket& b, const void* adamw_config) {
   }
 }
 
-StatusOr<double> Optimizer::Step(int64_t step, double lr, double grad_norm) {
-  double clip = 1.0;
-  if (cfg_.grad_clip > 0 && grad_norm > cfg_.grad_clip) clip = cfg_.grad_clip / (grad_norm + 1e-6);
-  kernels::AdamWConfig a = AdamWFor(step, lr);
-  a.grad_scale = clip;
-  MOE_RETURN_IF_ERROR(Apply(&a));
-  return clip;
-}
-
 Status Optimizer::StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm_sq, bool norm_fp32) {
   MOE_CHECK(norm_sq.dtype() == DType::kF64 && norm_sq.numel() == 3) << "StepWithDeviceNorm: norm_sq " << norm_sq.ShapeString();
-  kernels::AdamWConfig a = AdamWFor(step, lr);
-  a.norm_sq = static_cast<const double*>(norm_sq.raw());
-  a.grad_clip = cfg_.grad_clip;
-  a.norm_fp32 = norm_fp32;
-  return Apply(&a);
-}
-
-kernels::AdamWConfig Optimizer::AdamWFor(int64_t step, double lr) const {
   kernels::AdamWConfig a;
   a.lr = lr;
   a.beta1 = cfg_.beta1;
   a.beta2 = cfg_.beta2;
   a.eps = cfg_.eps;
   a.step = step;
-  return a;
-}
-
-Status Optimizer::Apply(const void* adamw_config) {
+  a.norm_sq = static_cast<const double*>(norm_sq.raw());
+  a.grad_clip = cfg_.grad_clip;
+  a.norm_fp32 = norm_fp32;
   for (auto& b : buckets_) {
-    UpdateBucket(*b, adamw_config);
+    UpdateBucket(*b, &a);
     if (b->master.raw() != b->compute.raw()) {
       kernels::Convert(b->master, Flat(b->compute, b->master_offset, b->master_offset + b->master.numel()));
     }
@@ -230,6 +200,8 @@ Status Optimizer::Apply(const void* adamw_config) {
   }
   return OkStatus();
 }
+
+
 
 void Optimizer::WeightsChanged() {
   for (auto& b : buckets_) {

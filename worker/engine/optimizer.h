@@ -20,7 +20,6 @@
 
 #include "common/job_spec.h"
 #include "common/status.h"
-#include "kernels/optimizer.h"
 #include "worker/engine/checkpoint_io.h"
 #include "worker/engine/comm/communicator.h"
 #include "worker/engine/param.h"
@@ -61,18 +60,15 @@ class Optimizer {
   // Sums the gradients over each bucket's group: all-reduce, or reduce-scatter into the shards (the
   // f64 accumulators when deterministic, then rounded into the gradients of what this rank updates).
   Status ReduceGradients();
-  // The squared gradient norm of what this rank owns (its shards; or, without ZeRO, everything on the
-  // group's rank 0), tied copies left out: summed over all ranks it is the global norm squared.
-  double OwnedGradSquares(bool experts) const;
-  // The same added to acc[slot] on the device (f64 acc on the parameters' device): no host read.
+  // acc[slot] += the squared gradient norm of what this rank owns (its shards; or, without ZeRO,
+  // everything on the group's rank 0), tied copies left out, on the device (f64 acc on the parameters'
+  // device; no host read): summed over all ranks it is the global norm squared.
   void OwnedGradSquaresInto(bool experts, const Tensor& acc, int64_t slot) const;
-  // Scales gradients by min(1, grad_clip / grad_norm) and applies one AdamW update at `step` (1-based);
-  // then refreshes the compute copies (all-gathered under ZeRO). Returns the clip factor applied.
-  StatusOr<double> Step(int64_t step, double lr, double grad_norm);
-  // The same with the norm left on the device: norm_sq (f64 [3] on the parameters' device: the dense
-  // and expert squared global norms, a skip word) gives the clip scale in the AdamW kernels
-  // (kernels::ClipScale; rounded to fp32 when norm_fp32); a non-finite norm or a non-zero skip word
-  // leaves every parameter unchanged.
+  // One AdamW update at `step` (1-based) with the norm left on the device: norm_sq (f64 [3] on the
+  // parameters' device: the dense and expert squared global norms, a skip word) gives the clip scale
+  // min(1, grad_clip / norm) in the AdamW kernels (kernels::ClipScale; the norm rounded to fp32 when
+  // norm_fp32); a non-finite norm or a non-zero skip word leaves every parameter unchanged. Then
+  // refreshes the compute copies (all-gathered under ZeRO).
   Status StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm_sq, bool norm_fp32);
   // After a checkpoint restore wrote the weights: refresh the compute copies from a full master (a
   // sharded master and the compute copies are read separately).
@@ -88,8 +84,6 @@ class Optimizer {
   struct Bucket;
   void Build(Bucket& b);
   void UpdateBucket(Bucket& b, const void* adamw_config);
-  Status Apply(const void* adamw_config);  // AdamW on every bucket, then the compute copies
-  kernels::AdamWConfig AdamWFor(int64_t step, double lr) const;  // the config's step, lr, betas and eps
 
   OptimizerConfig cfg_;
   ParamSet& params_;
