@@ -1,5 +1,5 @@
-// Device dispatch of the permute family (kernels/permute.h): the dispatch plan, built on the host for
-// either device; the row movements' shapes, then the CPU or CUDA path.
+// Device dispatch of the permute family (kernels/permute.h): the dispatch plan built on the host (the
+// reference) or on the routing's device; the row movements' shapes, then the CPU or CUDA path.
 #include "kernels/permute.h"
 
 #include "kernels/dispatch.h"
@@ -28,6 +28,20 @@ DispatchPlan BuildDispatchPlan(const int32_t* topk_idx, int64_t num_tokens, int6
     plan.token_of_row[static_cast<size_t>(row)] = static_cast<int32_t>(s / top_k);
   }
   return plan;
+}
+
+void BuildDispatchPlanOnDevice(const Tensor& topk_idx, int64_t num_experts, const Tensor& counts,
+                               const Tensor& row_of_slot, const Tensor& token_of_row) {
+  const int64_t tokens = topk_idx.ndim() == 2 ? topk_idx.dim(0) : -1, k = topk_idx.ndim() == 2 ? topk_idx.dim(1) : -1;
+  MOE_CHECK(topk_idx.dtype() == DType::kI32 && tokens >= 0 && num_experts > 0 && counts.dtype() == DType::kI64 &&
+            counts.shape() == Tensor::Shape{num_experts} && row_of_slot.dtype() == DType::kI32 &&
+            row_of_slot.shape() == topk_idx.shape() && token_of_row.dtype() == DType::kI32 &&
+            token_of_row.shape() == Tensor::Shape{tokens * k} && counts.device() == topk_idx.device() &&
+            row_of_slot.device() == topk_idx.device() && token_of_row.device() == topk_idx.device())
+      << "BuildDispatchPlanOnDevice: topk_idx " << DTypeName(topk_idx.dtype()) << topk_idx.ShapeString() << ", "
+      << num_experts << " experts, counts " << DTypeName(counts.dtype()) << counts.ShapeString() << ", row_of_slot "
+      << row_of_slot.ShapeString() << ", token_of_row " << token_of_row.ShapeString() << " (one device)";
+  return MOE_DISPATCH(topk_idx, BuildDispatchPlanOnDevice(topk_idx, num_experts, counts, row_of_slot, token_of_row));
 }
 
 void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor& dx) {

@@ -20,6 +20,7 @@ std::string BadIndexMessage(unsigned flags) {
   add(kBadTokenId, "token ids outside the vocabulary");
   add(kBadTarget, "targets outside the vocabulary");
   add(kBadRowIndex, "row indices out of range");
+  add(kBadExpert, "expert indices out of range");
   return out.empty() ? "no index out of range" : out;
 }
 

@@ -35,7 +35,7 @@ int64_t HostSyncs();
 // loss's targets, row gathers and scatters) record out-of-range indices as these bits instead of
 // reading there; the step fails at its end with BadIndexMessage (kernels/elementwise.h FoldBadIndices).
 // The CPU kernels check the same indices with MOE_CHECK.
-enum BadIndexKind : unsigned { kBadTokenId = 1, kBadTarget = 2, kBadRowIndex = 4 };
+enum BadIndexKind : unsigned { kBadTokenId = 1, kBadTarget = 2, kBadRowIndex = 4, kBadExpert = 8 };
 // "token ids outside the vocabulary, row indices out of range" for the bits set.
 std::string BadIndexMessage(unsigned flags);
 

@@ -77,6 +77,8 @@ double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t
                   const Tensor& dscores);
 
 // permute.cc
+void BuildDispatchPlanOnDevice(const Tensor& topk_idx, int64_t num_experts, const Tensor& counts,
+                               const Tensor& row_of_slot, const Tensor& token_of_row);
 void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor& dx);
 void CombineForward(const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& y);
 void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& dyp,

@@ -1,11 +1,21 @@
-// The CPU row movements of the MoE dispatch: gather-sum (the permutation's backward), the weighted
-// combine and its backward.
+// The CPU side of the MoE dispatch: the plan (kernels/permute.cc's host reference written into
+// tensors), gather-sum (the permutation's backward), the weighted combine and its backward.
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/permute.h"
 
 namespace moe::kernels::cpu {
+
+void BuildDispatchPlanOnDevice(const Tensor& topk_idx, int64_t num_experts, const Tensor& counts,
+                               const Tensor& row_of_slot, const Tensor& token_of_row) {
+  const DispatchPlan plan = BuildDispatchPlan(topk_idx.data<int32_t>(), topk_idx.dim(0), topk_idx.dim(1), num_experts);
+  std::copy(plan.counts.begin(), plan.counts.end(), counts.data<int64_t>());
+  std::copy(plan.row_of_slot.begin(), plan.row_of_slot.end(), row_of_slot.data<int32_t>());
+  std::copy(plan.token_of_row.begin(), plan.token_of_row.end(), token_of_row.data<int32_t>());
+}
 
 void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor& dx) {
   const int64_t tokens = dx.dim(0), d = dx.dim(1), k = row_of_slot.dim(1);

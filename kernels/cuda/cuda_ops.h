@@ -91,7 +91,9 @@ void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& 
 double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
                   const Tensor& dscores);
 
-// permute.cu: the dispatch plan is built on the host (kernels/permute.cc); these move the rows.
+// permute.cu: the dispatch plan (a stable counting sort on the device) and the row movements.
+void BuildDispatchPlanOnDevice(const Tensor& topk_idx, int64_t num_experts, const Tensor& counts,
+                               const Tensor& row_of_slot, const Tensor& token_of_row);
 void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor& dx);
 void CombineForward(const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& y);
 void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& dyp,

@@ -16,9 +16,46 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/elementwise.h"
 #include "kernels/runtime.h"
+#include "kernels/upload_ring.h"
 
 namespace moe::kernels::cuda {
 namespace {
+
+// The ring of pinned host memory the small uploads go through, on the kernels' stream (8 MiB: a step's
+// tokens, targets and permutations; uploads above 4 MiB copy synchronously).
+UploadRing& Uploads() {
+  static UploadRing* ring = [] {
+    UploadRing::Hooks h;
+    h.alloc_pinned = [](size_t n) -> void* {
+      void* p = nullptr;
+      if (cudaMallocHost(&p, n) == cudaSuccess) return p;
+      cudaGetLastError();  // no pinned memory: uploads stay synchronous
+      return nullptr;
+    };
+    h.free_pinned = [](void* p) { cudaFreeHost(p); };
+    h.copy_async = [](void* dst, const void* staged, size_t bytes) {
+      MOE_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, Stream()) == cudaSuccess) << LastError();
+    };
+    h.record_event = []() -> UploadRing::Event {
+      cudaEvent_t e = nullptr;
+      MOE_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess) << LastError();
+      MOE_CHECK(cudaEventRecord(e, Stream()) == cudaSuccess) << LastError();
+      return e;
+    };
+    h.event_done = [](UploadRing::Event e) {
+      const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(e));
+      if (r == cudaErrorNotReady) cudaGetLastError();
+      else MOE_CHECK(r == cudaSuccess) << LastError();
+      return r == cudaSuccess;
+    };
+    h.wait_event = [](UploadRing::Event e) {
+      MOE_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e)) == cudaSuccess) << LastError();
+    };
+    h.destroy_event = [](UploadRing::Event e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); };
+    return new UploadRing(size_t{8} << 20, std::move(h));  // lives as long as the process, as the allocator
+  }();
+  return *ring;
+}
 
 // Device memory through the caching allocator, so a training step never calls cudaMalloc once warm.
 // One process drives one device (the trainer calls cudaSetDevice once), so one cache serves it.
@@ -31,7 +68,10 @@ class CudaAllocator final : public CachingAllocator {
     CountHostSync();  // a blocking copy: the host waits for the device's queue
     MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess) << LastError();
   }
+  // Small uploads queue behind the kernels through the pinned ring (kernels/upload_ring.h); larger
+  // ones (weights, checkpoints) and any the ring refuses copy synchronously.
   void CopyFromHost(void* dst, const void* src, size_t bytes) override {
+    if (Uploads().Upload(dst, src, bytes)) return;
     MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess) << LastError();
   }
   void CopyWithin(void* dst, const void* src, size_t bytes) override {

@@ -5,6 +5,7 @@
 // sizes, empty expert groups). Tolerances: fp32 elementwise |gpu - cpu| <= atol + 1e-4 |cpu| (looser
 // where a long reduction runs in another order); bf16 max |gpu - cpu| / max |cpu| <= 1e-2.
 // Exit 77 (ctest: skipped) with a loud message where there is no GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -79,6 +80,11 @@ std::vector<double> Host(const Tensor& t) {
   if (t.dtype() == DType::kI32) {
     const auto v = t.ToVector<int32_t>();
     for (size_t i = 0; i < v.size(); ++i) out[i] = v[i];
+    return out;
+  }
+  if (t.dtype() == DType::kI64) {
+    const auto v = t.ToVector<int64_t>();
+    for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<double>(v[i]);
     return out;
   }
   Tensor f = Tensor::Empty(t.shape(), DType::kF32, t.device());
@@ -156,13 +162,18 @@ void BoundsCase() {
   Tensor index = Tensor::FromVector<int32_t>({0, 1000}, {2}).Clone(dev);
   Tensor gathered = Poisoned({2, d}, DType::kF32, dev);
   k::GatherRows(table, index, gathered);
+  Tensor experts = Tensor::FromVector<int32_t>({1, 9, 0, 2}, {2, 2}).Clone(dev);
+  Tensor counts = Tensor::Empty({3}, DType::kI64, dev), ros = Tensor::Empty({2, 2}, DType::kI32, dev);
+  Tensor tor = Tensor::Empty({4}, DType::kI32, dev);
+  k::BuildDispatchPlanOnDevice(experts, 3, counts, ros, tor);  // expert 9 of 3: recorded, counted as 0
   Tensor acc = Tensor::Zeros({2}, DType::kF64, dev);
   k::FoldBadIndices(acc, 0);
   k::FoldBadIndices(acc, 1);  // cleared by the first
   const std::vector<double> bits = acc.ToVector<double>(), e = Host(emb), g = Host(gathered);
-  const unsigned want = k::kBadTokenId | k::kBadTarget | k::kBadRowIndex;
+  const unsigned want = k::kBadTokenId | k::kBadTarget | k::kBadRowIndex | k::kBadExpert;
   const bool ok = static_cast<unsigned>(bits[0]) == want && bits[1] == 0 && e[static_cast<size_t>(d)] == 0 &&
-                  g[static_cast<size_t>(d)] == 0 && e[0] == Host(table)[static_cast<size_t>(3 * d)];
+                  g[static_cast<size_t>(d)] == 0 && e[0] == Host(table)[static_cast<size_t>(3 * d)] &&
+                  Host(counts) == std::vector<double>{2, 1, 1};
   std::snprintf(row, sizeof(row), "%-36s %-5s %-6s bits %u (want %u), then %u; %s", "bounds checks", "f32", ok ? "ok" : "FAIL",
                 static_cast<unsigned>(bits[0]), want, static_cast<unsigned>(bits[1]), k::BadIndexMessage(static_cast<unsigned>(bits[0])).c_str());
   g_rows.push_back(row);
@@ -413,6 +424,27 @@ int main() {
     return std::vector<Out>{{"gather_rows", xp, 0, 0}, {"permute bwd", dx}, {"combine fwd", y}, {"combine bwd dyp", dyp},
                             {"combine bwd dw", dw, 1e-4, 1e-5}};
   });
+
+  // The routing plan on the device equals the host's: awkward sizes, and DeepSeek-V3's 256 experts with
+  // 8 choices of 4,096 tokens skewed so that some experts get nothing and one gets most (exact: ints).
+  struct PlanShape { int64_t tokens, k, experts; };
+  for (const PlanShape ps : {PlanShape{tokens, topk, 5}, PlanShape{4096, 8, 256}}) {
+    Run("routing plan " + std::to_string(ps.experts) + "e", [ps](Device dev, DType) {
+      Tensor idx = Tensor::Empty({ps.tokens, ps.k}, DType::kI32);
+      moe::Rng rng(31);
+      for (int64_t t = 0; t < ps.tokens; ++t) {
+        for (int64_t j = 0; j < ps.k; ++j) {  // distinct per token: j-th choice in its own band of experts
+          const int64_t band = ps.experts / ps.k, u = static_cast<int64_t>(rng.Uniform() * rng.Uniform() * static_cast<double>(band));
+          idx.data<int32_t>()[t * ps.k + j] = static_cast<int32_t>(j * band + std::min(u, band - 1));
+        }
+      }
+      if (dev.is_cuda()) idx = idx.Clone(dev);
+      Tensor counts = Poisoned({ps.experts}, DType::kI64, dev), ros = Poisoned({ps.tokens, ps.k}, DType::kI32, dev);
+      Tensor tor = Poisoned({ps.tokens * ps.k}, DType::kI32, dev);
+      k::BuildDispatchPlanOnDevice(idx, ps.experts, counts, ros, tor);
+      return std::vector<Out>{{"counts", counts, 0, 0}, {"row_of_slot", ros, 0, 0}, {"token_of_row", tor, 0, 0}};
+    }, {DType::kI32});  // integers: the dtype only labels the rows
+  }
 
   Run("embedding", [&](Device dev, DType dt) {
     const int64_t vocab_e = 53;

@@ -23,6 +23,29 @@ TEST(DispatchPlan, GroupsSlotsByExpertInTokenOrderWithEmptyExperts) {
   }
 }
 
+// The device-built plan's tensors are the host plan's; wrong shapes or types are refused by name.
+TEST(Permute, DevicePlanTensorsEqualTheHostPlan) {
+  const int64_t tokens = 37, k = 3, experts = 7;
+  Tensor topk = Tensor::Empty({tokens, k}, DType::kI32);
+  for (int64_t t = 0; t < tokens; ++t) {  // distinct per token; expert 5 never chosen: an empty group
+    topk.data<int32_t>()[t * k] = static_cast<int32_t>(t % 3);
+    topk.data<int32_t>()[t * k + 1] = static_cast<int32_t>(3 + t % 2);
+    topk.data<int32_t>()[t * k + 2] = 6;
+  }
+  const DispatchPlan plan = BuildDispatchPlan(topk.data<int32_t>(), tokens, k, experts);
+  Tensor counts = Tensor::Empty({experts}, DType::kI64), ros = Tensor::Empty({tokens, k}, DType::kI32);
+  Tensor tor = Tensor::Empty({tokens * k}, DType::kI32);
+  BuildDispatchPlanOnDevice(topk, experts, counts, ros, tor);
+  EXPECT_EQ(counts.ToVector<int64_t>(), plan.counts);
+  EXPECT_EQ(ros.ToVector<int32_t>(), plan.row_of_slot);
+  EXPECT_EQ(tor.ToVector<int32_t>(), plan.token_of_row);
+  EXPECT_EQ(plan.counts[5], 0);
+  Tensor counts32 = Tensor::Empty({experts}, DType::kI32);
+  EXPECT_DEATH(BuildDispatchPlanOnDevice(topk, experts, counts32, ros, tor), "BuildDispatchPlanOnDevice: topk_idx i32");
+  topk.data<int32_t>()[4] = static_cast<int32_t>(experts);
+  EXPECT_DEATH(BuildDispatchPlanOnDevice(topk, experts, counts, ros, tor), "expert 7 out of range");
+}
+
 TEST(Permute, GatherCombineAndTheirBackwardsMatchFiniteDifferences) {
   const int64_t tokens = 6, k = 3, experts = 4, d = 5;
   Tensor topk = RandomInts({tokens, k}, 1, static_cast<int32_t>(experts));

@@ -71,17 +71,18 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
     stats->aux_loss = kernels::SeqAuxLoss(s.scores, k, batch, seq_len, aux_coeff, Tensor());
   }
   stats->routing = s.topk_idx;
-  // Permute by expert (host plan from the routing decisions).
-  CountCpuStandInRead(s.topk_idx);  // the step's one host read per MoE layer (CUDA counts its own)
-  const std::vector<int32_t> idx = s.topk_idx.ToVector<int32_t>();
-  kernels::DispatchPlan plan = kernels::BuildDispatchPlan(idx.data(), tokens, k, e);
-  stats->tokens_per_expert = plan.counts;
-  s.row_of_slot = Tensor::FromVector(plan.row_of_slot, {tokens, k}).Clone(dev);
-  Tensor token_of_row = Tensor::FromVector(plan.token_of_row, {tokens * k}).Clone(dev);
+  // Permute by expert: the plan is built on the device; its per-expert counts are the layer's one host
+  // read (the grouped GEMMs' sizes and the all-to-all's splits need them on the host).
+  Tensor counts_dev = Tensor::Empty({e}, DType::kI64, dev);
+  s.row_of_slot = Tensor::Empty({tokens, k}, DType::kI32, dev);
+  Tensor token_of_row = Tensor::Empty({tokens * k}, DType::kI32, dev);
+  kernels::BuildDispatchPlanOnDevice(s.topk_idx, e, counts_dev, s.row_of_slot, token_of_row);
+  CountCpuStandInRead(counts_dev);  // CUDA counts its own copy
+  stats->tokens_per_expert = counts_dev.ToVector<int64_t>();
   Tensor xp = Tensor::Empty({tokens * k, hidden_}, x.dtype(), dev);
   kernels::GatherRows(x, token_of_row, xp);
   // Experts, wherever they live.
-  MOE_ASSIGN_OR_RETURN(s.x_local, dispatcher_->Dispatch(xp, plan.counts, &s.route));
+  MOE_ASSIGN_OR_RETURN(s.x_local, dispatcher_->Dispatch(xp, stats->tokens_per_expert, &s.route));
   const int64_t rows = s.x_local.dim(0), f = cfg_.ffn_hidden;
   s.gate_up = Tensor::Empty({rows, 2 * f}, x.dtype(), dev);
   ExpertGemm(s.x_local, *w13_, s.route.local_offsets, s.gate_up);
