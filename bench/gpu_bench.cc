@@ -26,6 +26,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "kernels/permute.h"
 #include "kernels/runtime.h"
 #include "worker/engine/dispatcher.h"
 #include "worker/engine/layers.h"
@@ -171,6 +172,31 @@ int main(int argc, char** argv) {
                 rate[0] / dense);
     std::printf("RESULT grouped_gemm_%lld_rows_grouped_tflops %.1f  (of dense %.3f; %s)\n", static_cast<long long>(per),
                 rate[1] / 1e12, rate[1] / dense, moe::kernels::CublasHasGroupedGemm() ? "cublasGemmGroupedBatchedEx" : "no grouped entry point: the loop twice");
+  }
+
+  // 1c. The routing plan for `tokens` tokens, 8 of 256 experts: built on the device with only the
+  // per-expert counts read back, against the host path it replaced (read the [T, k] choices, build on
+  // the host, upload the two permutations).
+  {
+    const int64_t t = rehearse ? 256 : tokens, kk = 8, e = 256;
+    moe::Tensor idx = moe::Tensor::Empty({t, kk}, moe::DType::kI32);
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = 0; j < kk; ++j) idx.data<int32_t>()[i * kk + j] = static_cast<int32_t>((i * 37 + j * 32) % e);
+    idx = rehearse ? idx : idx.Clone(dev);
+    moe::Tensor counts = moe::Tensor::Empty({e}, moe::DType::kI64, dev), ros = moe::Tensor::Empty({t, kk}, moe::DType::kI32, dev);
+    moe::Tensor tor = moe::Tensor::Empty({t * kk}, moe::DType::kI32, dev);
+    const double device_s = BestSeconds(20, [&] {
+      moe::kernels::BuildDispatchPlanOnDevice(idx, e, counts, ros, tor);
+      (void)counts.ToVector<int64_t>();
+    });
+    const double host_s = BestSeconds(20, [&] {
+      const std::vector<int32_t> host = idx.ToVector<int32_t>();
+      const moe::kernels::DispatchPlan plan = moe::kernels::BuildDispatchPlan(host.data(), t, kk, e);
+      ros.CopyFrom(moe::Tensor::FromVector(plan.row_of_slot, {t, kk}));
+      tor.CopyFrom(moe::Tensor::FromVector(plan.token_of_row, {t * kk}));
+    });
+    std::printf("RESULT routing_plan_device_us %.1f  (%lld tokens, top-8 of 256)\n", device_s * 1e6, static_cast<long long>(t));
+    std::printf("RESULT routing_plan_host_us %.1f  (device %.2fx faster)\n", host_s * 1e6, host_s / device_s);
   }
 
   // 2. The MoE layer at DeepSeek-V3 expert sizes.

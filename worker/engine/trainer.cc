@@ -526,8 +526,10 @@ Status Trainer::MaybeEvaluate(int64_t step, StepMetrics* m) {
                        EvaluateBatches(*model_, par_, spec_, *eval_sampler_, spec_.training.eval_batches));
   if (place_.device.is_cuda()) {  // the evaluation's bounds-check bits, not the next step's (one read)
     kernels::FoldBadIndices(step_acc_, kBadIndexSlot);
-    MOE_RETURN_IF_ERROR(BadIndexStatus(step_acc_.Rows(kBadIndexSlot, kBadIndexSlot + 1).ToVector<double>()[0], 0,
-                                       "evaluation after step " + std::to_string(step)));
+    const double local = step_acc_.Rows(kBadIndexSlot, kBadIndexSlot + 1).ToVector<double>()[0];
+    double any_rank = local;  // summed over the ranks, so that every rank fails the evaluation alike
+    MOE_RETURN_IF_ERROR(par_.world->AllReduceSumHost(&any_rank, 1));
+    MOE_RETURN_IF_ERROR(BadIndexStatus(local, any_rank, "evaluation after step " + std::to_string(step)));
   }
   m->has_eval = true;
   m->eval_loss = r.loss;
