@@ -24,9 +24,9 @@ struct DispatchPlan {
 DispatchPlan BuildDispatchPlan(const int32_t* topk_idx, int64_t num_tokens, int64_t top_k, int64_t num_experts);
 // The same plan built where topk_idx lives, with no host read: counts i64 [E], row_of_slot i32 [T, k]
 // and token_of_row i32 [T*k] (written) equal BuildDispatchPlan's. The engine then reads the counts
-// alone (the grouped GEMMs' sizes, the all-to-all's splits). CUDA: a stable counting sort (counts by
-// atomics, offsets by one thread, then one block per expert writes its rows in slot order, ranked by
-// warp ballots); an expert index out of range is recorded (kBadExpert, the step fails at its read)
+// alone (the grouped GEMMs' sizes, the all-to-all's splits). CUDA: a stable counting sort
+// (kernels/cuda/routing_kernels.cuh: block histograms, then one block per expert writes its rows in
+// slot order, ranked by warp ballots); an expert index out of range is recorded (kBadExpert, the step fails at its read)
 // and routed to expert 0, so what follows stays in bounds. The CPU stops there with MOE_CHECK.
 void BuildDispatchPlanOnDevice(const Tensor& topk_idx, int64_t num_experts, const Tensor& counts,
                                const Tensor& row_of_slot, const Tensor& token_of_row);

@@ -13,6 +13,8 @@
 //     groups first): the earliest and the latest a GPU may write, so a read before the wait, or a
 //     copy issued while another warp still reads the old tile (a missing barrier), reads NaN.
 //     Copies and ldmatrix rows are checked to lie in shared memory.
+//   Routing primitives (kernels/cuda/routing_kernels.cuh): a warp ballot (an exchange like the
+//     others), popcount, atomics through std::atomic_ref (a block's threads run at once).
 // Not emulated: timing, bank conflicts, the memory model beyond barriers.
 #pragma once
 
@@ -22,6 +24,7 @@
 #include <math.h>
 #include <vector_types.h>
 
+#include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -272,3 +275,22 @@ void CpAsyncWait() {
 }
 
 }  // namespace moe::kernels::cuda::mma
+
+// The routing kernels' primitives (kernels/cuda/routing_kernels.cuh): a warp ballot through the same
+// exchange as the other warp collectives; atomics on host memory that the block's threads share.
+namespace moe::kernels::cuda::routing {
+
+inline unsigned Ballot(bool p) {
+  const uint32_t in = p ? 1u : 0u;
+  return ::moe::emu::Exchange(&in, 1, nullptr, [](const uint32_t (*w)[8], const void* const*) {
+    unsigned mask = 0;
+    for (int l = 0; l < 32; ++l) mask |= (w[l][0] & 1u) << l;
+    return mask;
+  });
+}
+inline int PopCount(unsigned x) { return __builtin_popcount(x); }
+inline void AtomicAdd(unsigned* p, unsigned v) { std::atomic_ref<unsigned>(*p).fetch_add(v); }
+inline void AtomicAdd(unsigned long long* p, unsigned long long v) { std::atomic_ref<unsigned long long>(*p).fetch_add(v); }
+inline void AtomicOr(unsigned* p, unsigned v) { std::atomic_ref<unsigned>(*p).fetch_or(v); }
+
+}  // namespace moe::kernels::cuda::routing

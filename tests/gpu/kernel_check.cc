@@ -426,16 +426,19 @@ int main() {
   });
 
   // The routing plan on the device equals the host's: awkward sizes, and DeepSeek-V3's 256 experts with
-  // 8 choices of 4,096 tokens skewed so that some experts get nothing and one gets most (exact: ints).
+  // 8 choices of 4,096 tokens, skewed to the low experts, the top fifth never chosen (exact: ints).
   struct PlanShape { int64_t tokens, k, experts; };
   for (const PlanShape ps : {PlanShape{tokens, topk, 5}, PlanShape{4096, 8, 256}}) {
     Run("routing plan " + std::to_string(ps.experts) + "e", [ps](Device dev, DType) {
       Tensor idx = Tensor::Empty({ps.tokens, ps.k}, DType::kI32);
       moe::Rng rng(31);
+      const int64_t used = ps.experts - ps.experts / 5;  // the top fifth is never chosen: empty experts
       for (int64_t t = 0; t < ps.tokens; ++t) {
-        for (int64_t j = 0; j < ps.k; ++j) {  // distinct per token: j-th choice in its own band of experts
-          const int64_t band = ps.experts / ps.k, u = static_cast<int64_t>(rng.Uniform() * rng.Uniform() * static_cast<double>(band));
-          idx.data<int32_t>()[t * ps.k + j] = static_cast<int32_t>(j * band + std::min(u, band - 1));
+        int32_t* row = idx.data<int32_t>() + t * ps.k;
+        for (int64_t j = 0; j < ps.k; ++j) {  // distinct per token, in any order, skewed to low experts
+          do {
+            row[j] = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(rng.Uniform() * rng.Uniform() * static_cast<double>(used)), used - 1));
+          } while (std::find(row, row + j, row[j]) != row + j);
         }
       }
       if (dev.is_cuda()) idx = idx.Clone(dev);

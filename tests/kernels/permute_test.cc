@@ -23,7 +23,9 @@ TEST(DispatchPlan, GroupsSlotsByExpertInTokenOrderWithEmptyExperts) {
   }
 }
 
-// The device-built plan's tensors are the host plan's; wrong shapes or types are refused by name.
+// The Tensor-level call on the CPU: its tensors are the host plan's (on the CPU it is that plan,
+// written into tensors); wrong shapes, types and expert ids are refused by name. The CUDA kernels are
+// checked against the host plan by gpu_routing_emulated (on the CPU emulator) and the GPU check.
 TEST(Permute, DevicePlanTensorsEqualTheHostPlan) {
   const int64_t tokens = 37, k = 3, experts = 7;
   Tensor topk = Tensor::Empty({tokens, k}, DType::kI32);

@@ -528,7 +528,7 @@ Status Trainer::MaybeEvaluate(int64_t step, StepMetrics* m) {
     kernels::FoldBadIndices(step_acc_, kBadIndexSlot);
     const double local = step_acc_.Rows(kBadIndexSlot, kBadIndexSlot + 1).ToVector<double>()[0];
     double any_rank = local;  // summed over the ranks, so that every rank fails the evaluation alike
-    MOE_RETURN_IF_ERROR(par_.world->AllReduceSumHost(&any_rank, 1));
+    if (par_.world->size() > 1) MOE_RETURN_IF_ERROR(par_.world->AllReduceSumHost(&any_rank, 1));
     MOE_RETURN_IF_ERROR(BadIndexStatus(local, any_rank, "evaluation after step " + std::to_string(step)));
   }
   m->has_eval = true;
