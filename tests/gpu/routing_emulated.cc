@@ -74,7 +74,7 @@ int main() {
       {"one token", 1, 3, 7, 64, 1, 0.0},
       {"partial pass, 2 warps", 97, 3, 10, 64, 3, 0.3},
       {"several passes, skewed", 700, 4, 16, 64, 5, 0.8},
-      {"8 warps, many count blocks", 300, 8, 64, 256, 7, 0.5},
+      {"8 warps, many count blocks", 300, 8, 24, 256, 7, 0.5},
       {"out-of-range id", 150, 2, 6, 64, 2, 0.2, true},
       {"more blocks than slots", 5, 2, 4, 32, 9, 0.0},
   };
