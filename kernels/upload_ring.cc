@@ -24,7 +24,13 @@ void UploadRing::RetireDoneLocked() {
   }
 }
 
-bool UploadRing::OverlapsOldestLocked(size_t begin, size_t end) const {
+void UploadRing::WaitOldestLocked() {
+  hooks_.wait_event(regions_.front().event);
+  hooks_.destroy_event(regions_.front().event);
+  regions_.pop_front();
+}
+
+bool UploadRing::OverlapsLocked(size_t begin, size_t end) const {
   for (const Region& r : regions_) {
     if (r.begin < end && begin < r.end) return true;
   }
@@ -36,10 +42,8 @@ size_t UploadRing::ReserveLocked(size_t bytes) {
   size_t begin = head_ + bytes <= capacity_ ? head_ : 0;
   bool waited = false;
   // The regions in the way are the oldest (the ring fills in order); the stream frees them in order.
-  while (OverlapsOldestLocked(begin, begin + bytes)) {
-    hooks_.wait_event(regions_.front().event);
-    hooks_.destroy_event(regions_.front().event);
-    regions_.pop_front();
+  while (OverlapsLocked(begin, begin + bytes)) {
+    WaitOldestLocked();
     waited = true;
   }
   if (waited) {
@@ -72,11 +76,7 @@ bool UploadRing::Upload(void* dst, const void* src, size_t bytes) {
 
 void UploadRing::Drain() {
   std::lock_guard<std::mutex> lock(mu_);
-  while (!regions_.empty()) {
-    hooks_.wait_event(regions_.front().event);
-    hooks_.destroy_event(regions_.front().event);
-    regions_.pop_front();
-  }
+  while (!regions_.empty()) WaitOldestLocked();
 }
 
 int64_t UploadRing::uploads() const {

@@ -62,7 +62,8 @@ class UploadRing {
   // The offset of `bytes` free bytes, retiring (or waiting for) the oldest regions in their way.
   size_t ReserveLocked(size_t bytes);
   void RetireDoneLocked();
-  bool OverlapsOldestLocked(size_t begin, size_t end) const;
+  void WaitOldestLocked();  // waits for the oldest region's copy and frees the region
+  bool OverlapsLocked(size_t begin, size_t end) const;
 
   const size_t capacity_;
   Hooks hooks_;

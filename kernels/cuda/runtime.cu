@@ -21,46 +21,11 @@
 namespace moe::kernels::cuda {
 namespace {
 
-// The ring of pinned host memory the small uploads go through, on the kernels' stream (8 MiB: a step's
-// tokens, targets and permutations; uploads above 4 MiB copy synchronously).
-UploadRing& Uploads() {
-  static UploadRing* ring = [] {
-    UploadRing::Hooks h;
-    h.alloc_pinned = [](size_t n) -> void* {
-      void* p = nullptr;
-      if (cudaMallocHost(&p, n) == cudaSuccess) return p;
-      cudaGetLastError();  // no pinned memory: uploads stay synchronous
-      return nullptr;
-    };
-    h.free_pinned = [](void* p) { cudaFreeHost(p); };
-    h.copy_async = [](void* dst, const void* staged, size_t bytes) {
-      MOE_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, Stream()) == cudaSuccess) << LastError();
-    };
-    h.record_event = []() -> UploadRing::Event {
-      cudaEvent_t e = nullptr;
-      MOE_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess) << LastError();
-      MOE_CHECK(cudaEventRecord(e, Stream()) == cudaSuccess) << LastError();
-      return e;
-    };
-    h.event_done = [](UploadRing::Event e) {
-      const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(e));
-      if (r == cudaErrorNotReady) cudaGetLastError();
-      else MOE_CHECK(r == cudaSuccess) << LastError();
-      return r == cudaSuccess;
-    };
-    h.wait_event = [](UploadRing::Event e) {
-      MOE_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e)) == cudaSuccess) << LastError();
-    };
-    h.destroy_event = [](UploadRing::Event e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); };
-    return new UploadRing(size_t{8} << 20, std::move(h));  // lives as long as the process, as the allocator
-  }();
-  return *ring;
-}
-
 // Device memory through the caching allocator, so a training step never calls cudaMalloc once warm.
 // One process drives one device (the trainer calls cudaSetDevice once), so one cache serves it.
 class CudaAllocator final : public CachingAllocator {
  public:
+  CudaAllocator() : uploads_(size_t{8} << 20, UploadHooks()) {}
   void Memset(void* ptr, int value, size_t bytes) override {
     MOE_CHECK(cudaMemset(ptr, value, bytes) == cudaSuccess) << LastError();
   }
@@ -71,7 +36,7 @@ class CudaAllocator final : public CachingAllocator {
   // Small uploads queue behind the kernels through the pinned ring (kernels/upload_ring.h); larger
   // ones (weights, checkpoints) and any the ring refuses copy synchronously.
   void CopyFromHost(void* dst, const void* src, size_t bytes) override {
-    if (Uploads().Upload(dst, src, bytes)) return;
+    if (uploads_.Upload(dst, src, bytes)) return;
     MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess) << LastError();
   }
   void CopyWithin(void* dst, const void* src, size_t bytes) override {
@@ -107,6 +72,30 @@ class CudaAllocator final : public CachingAllocator {
     MOE_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)) == cudaSuccess) << LastError();
   }
   void DestroyEvent(EventHandle event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+ private:
+  // The pinned ring's device side: its copies and events on the kernels' stream (the events are the
+  // ones above).
+  UploadRing::Hooks UploadHooks() {
+    UploadRing::Hooks h;
+    h.alloc_pinned = [](size_t n) -> void* {
+      void* p = nullptr;
+      if (cudaMallocHost(&p, n) == cudaSuccess) return p;
+      cudaGetLastError();  // no pinned memory: uploads stay synchronous
+      return nullptr;
+    };
+    h.free_pinned = [](void* p) { cudaFreeHost(p); };
+    h.copy_async = [](void* dst, const void* staged, size_t bytes) {
+      MOE_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, Stream()) == cudaSuccess) << LastError();
+    };
+    h.record_event = [this] { return RecordEvent(Stream()); };
+    h.event_done = [this](UploadRing::Event e) { return EventDone(e); };
+    h.wait_event = [this](UploadRing::Event e) { WaitEvent(e); };
+    h.destroy_event = [this](UploadRing::Event e) { DestroyEvent(e); };
+    return h;
+  }
+  // Small uploads (8 MiB of pinned memory; uploads above 4 MiB copy synchronously).
+  UploadRing uploads_;
 };
 
 }  // namespace

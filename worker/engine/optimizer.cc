@@ -201,8 +201,6 @@ Status Optimizer::StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm
   return OkStatus();
 }
 
-
-
 void Optimizer::WeightsChanged() {
   for (auto& b : buckets_) {
     // A sharded master and the compute copies were read separately (Pieces), nothing to refresh.
