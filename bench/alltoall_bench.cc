@@ -57,9 +57,12 @@ int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, in
     (void)(*comm)->Barrier();
     const double t0 = Now();
     moe::TokenDispatcher::Route route;
-    auto local = disp.Dispatch(xp, plan.counts, &route);
+    moe::TokenDispatcher::InFlight moving;
+    if (!disp.DispatchStart(xp, plan.counts, &route, &moving).ok()) return 1;
+    auto local = disp.Finish(&moving, route);
     if (!local.ok()) return 1;
-    auto back = disp.Combine(*local, route);
+    if (!disp.CombineStart(*local, route, &moving).ok()) return 1;
+    auto back = disp.Finish(&moving, route);
     if (!back.ok()) return 1;
     const double dt = Now() - t0;
     if (it >= 2) times.push_back(dt);

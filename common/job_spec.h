@@ -132,6 +132,10 @@ struct ParallelismConfig {
   int64_t virtual_pipeline = 1;              // model chunks per pipeline rank (interleaved 1F1B)
   std::vector<std::string> pipeline_layout;  // per virtual stage (common/pipeline_layout.h); empty: even
   double timeout_seconds = 60.0;  // a collective that waits longer fails the job with a clear error
+  // The data-parallel gradient reduction in buckets of at least this many MB, each started as soon as
+  // the backward has finished its gradients (overlapped with the rest of the backward); 0: one
+  // reduction after the backward.
+  double grad_bucket_mb = 25.0;
   // Dense data parallelism (DP) and the expert-data-parallel degree (DP / EP).
   int64_t data_parallel() const { return world_size / pipeline_parallel; }
   int64_t expert_data_parallel() const { return data_parallel() / expert_parallel; }

@@ -177,6 +177,7 @@ const Schema<ParallelismConfig>& SchemaOf<ParallelismConfig>() {
       Field("virtual_pipeline", &P::virtual_pipeline, Positive()),
       Field("pipeline_layout", &P::pipeline_layout),  // checked against the model: ResolvePipelineLayout
       Field("timeout_seconds", &P::timeout_seconds, Positive()),
+      Field("grad_bucket_mb", &P::grad_bucket_mb, NonNegative()),
   });
   return *schema;
 }

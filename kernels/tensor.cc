@@ -192,6 +192,13 @@ struct Tensor::Storage {
   }
 };
 
+void Tensor::RecordStream(void* stream) const {
+  if (!defined() || device_.is_cpu() || storage_->ptr == nullptr) return;
+  if (auto* caching = dynamic_cast<CachingAllocator*>(GetAllocator(device_)); caching != nullptr) {
+    caching->RecordStream(storage_->ptr, stream);
+  }
+}
+
 Tensor Tensor::Empty(const Shape& shape, DType dtype, Device device) {
   MOE_CHECK(!shape.empty() && shape.size() <= kMaxDims) << "tensors have 1 to " << kMaxDims << " dims";
   Tensor t;

@@ -179,6 +179,9 @@ class Tensor {
   // Copies src's data into this tensor (same dtype and numel; any devices).
   void CopyFrom(const Tensor& src) const;
   void SetZero() const;
+  // This tensor's memory is also used on `stream` (CUDA): its block is reused, once freed, only after
+  // the work queued there by then (CachingAllocator::RecordStream). Nothing on the CPU.
+  void RecordStream(void* stream) const;
   // Host copy of the data as a vector (any device).
   template <typename T>
   std::vector<T> ToVector() const;

@@ -72,7 +72,10 @@ TEST(TokenDispatcher, DispatchDeliversEachExpertsRowsAndCombineInvertsIt) {
       for (int64_t i = 0; i < counts[r][e]; ++i, ++row)
         for (int64_t c = 0; c < width; ++c) xp.data<double>()[row * width + c] = r * 1000 + e * 100 + i * 10 + c;
     TokenDispatcher::Route route;
-    auto local = disp.Dispatch(xp, counts[r], &route);
+    TokenDispatcher::InFlight moving;
+    ASSERT_TRUE(disp.DispatchStart(xp, counts[r], &route, &moving).ok());
+    ASSERT_TRUE(moving.op != nullptr) << "EP = 2: the rows are in flight between the start and the finish";
+    auto local = disp.Finish(&moving, route);
     ASSERT_TRUE(local.ok()) << local.status();
     // Reference: this rank's experts, each with the rows of rank 0 then rank 1, in order.
     std::vector<double> expect;
@@ -91,7 +94,8 @@ TEST(TokenDispatcher, DispatchDeliversEachExpertsRowsAndCombineInvertsIt) {
     }
     // Experts "compute" (double every row); combine brings each result back to its row.
     for (int64_t i = 0; i < local->numel(); ++i) local->data<double>()[i] *= 2;
-    auto back = disp.Combine(*local, route);
+    ASSERT_TRUE(disp.CombineStart(*local, route, &moving).ok());
+    auto back = disp.Finish(&moving, route);
     ASSERT_TRUE(back.ok()) << back.status();
     const auto orig = Values(xp);
     std::vector<double> doubled;

@@ -4,7 +4,10 @@
 // argument checks every backend shares (on the LocalCommunicator).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "tests/testing/ranks.h"
 #include "tests/testing/testing.h"
@@ -237,5 +240,108 @@ TEST(LocalExchange, ASendToItselfLandsInItsReceive) {
   EXPECT_EQ(gb.ToVector<float>(), b.ToVector<float>());
 }
 
+// ---- Started collectives (Communicator::Start*): in flight while the caller computes ----
+
+TEST(GlooStarted, AStartedAllReduceIsInFlightBeforeThePeerEvenJoins) {
+  // Rank 1 joins only once rank 0's start has returned: a start that waited for the collective would
+  // not return until Gloo's timeout, and the sum would fail.
+  std::atomic<bool> started{false};
+  RunGlooGroup(2, [&](int r, Communicator& comm) {
+    Tensor t = Filled(8, r + 1);
+    if (r == 0) {
+      Pending op = comm.StartAllReduceSum(t);
+      started = true;
+      const Status st = op->Wait();
+      ASSERT_TRUE(st.ok()) << st;
+    } else {
+      while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const Status st = comm.AllReduceSum(t);
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(t.data<float>()[i], static_cast<float>(3 + 2 * i)) << "rank " << r;
+  }, /*timeout=*/5);
+}
+
+TEST(GlooStarted, StartedAndCalledOperationsRunInCallOrder) {
+  // A reduce-scatter and an all-to-all started, a host sum and an all-gather called in between and
+  // after: each result is what the same calls made one by one give.
+  RunGlooGroup(3, [&](int r, Communicator& comm) {
+    Tensor rs = Input(r, 12, DType::kF64);
+    Pending a = comm.StartReduceScatterSum(rs, {4, 4, 4});
+    double host = r + 1;
+    const Status sum = comm.AllReduceSumHost(&host, 1);  // queued behind the reduce-scatter
+    ASSERT_TRUE(sum.ok()) << sum;
+    EXPECT_EQ(host, 6.0);
+    // All-to-all-v: rank r sends rank p (r + p) rows of 2, each row's values naming (source, dest).
+    std::vector<int64_t> send_rows, recv_rows;
+    for (int p = 0; p < 3; ++p) {
+      send_rows.push_back(r + p);
+      recv_rows.push_back(p + r);
+    }
+    Tensor send = Tensor::Empty({3 * r + 3, 2}, DType::kF32), recv = Tensor::Empty({3 * r + 3, 2}, DType::kF32);
+    for (int p = 0, row = 0; p < 3; ++p) {
+      for (int i = 0; i < r + p; ++i, ++row) {
+        send.data<float>()[2 * row] = static_cast<float>(10 * r + p);
+        send.data<float>()[2 * row + 1] = static_cast<float>(i);
+      }
+    }
+    Pending b = comm.StartAllToAllV(send, send_rows, recv, recv_rows);
+    Tensor gathered = Filled(6, 0);
+    for (int64_t i = 2 * r; i < 2 * r + 2; ++i) gathered.data<float>()[i] = static_cast<float>(100 + i);
+    ASSERT_TRUE(comm.AllGather(gathered, {2, 2, 2}).ok());
+    ASSERT_TRUE(a->Wait().ok());
+    ASSERT_TRUE(b->Wait().ok());
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(gathered.data<float>()[i], static_cast<float>(100 + i));
+    for (int64_t i = 4 * r; i < 4 * r + 4; ++i) {
+      double want = 0;
+      for (int s = 0; s < 3; ++s) want = s == 0 ? Input(s, 12, DType::kF64).data<double>()[i] : want + Input(s, 12, DType::kF64).data<double>()[i];
+      EXPECT_EQ(rs.data<double>()[i], want) << "rank " << r << " element " << i;
+    }
+    for (int p = 0, row = 0; p < 3; ++p) {
+      for (int i = 0; i < p + r; ++i, ++row) {
+        EXPECT_EQ(recv.data<float>()[2 * row], static_cast<float>(10 * p + r)) << "rank " << r << " row " << row;
+        EXPECT_EQ(recv.data<float>()[2 * row + 1], static_cast<float>(i)) << "rank " << r << " row " << row;
+      }
+    }
+  });
+}
+
+TEST(GlooStarted, DroppingAStartedCollectiveWaitsForIt) {
+  RunGlooGroup(2, [&](int r, Communicator& comm) {
+    Tensor t = Filled(4, 10 * r);
+    comm.StartAllReduceSum(t).reset();  // no Wait: the destructor waits, so t is final here
+    for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(t.data<float>()[i], static_cast<float>(10 + 2 * i)) << "rank " << r;
+  });
+}
+
+TEST(GlooStarted, BadArgumentsFailAtTheWaitAndLeaveTheGroupUsable) {
+  RunGlooGroup(2, [&](int r, Communicator& comm) {
+    Tensor t = Filled(6, r);
+    EXPECT_EQ(comm.StartReduceScatterSum(t, {6})->Wait().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(comm.StartAllReduceSum(Tensor::Zeros({2}, DType::kI64))->Wait().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(comm.StartAllToAllV(t.Reshape({6, 1}), {6}, t.Reshape({6, 1}), {6})->Wait().code(), StatusCode::kInvalidArgument);
+    const Status st = comm.StartReduceScatterSum(t, {2, 4})->Wait();
+    ASSERT_TRUE(st.ok()) << st;
+    const std::vector<float> sum = {1, 3, 5, 7, 9, 11};
+    for (int64_t i = r == 0 ? 0 : 2; i < (r == 0 ? 2 : 6); ++i) EXPECT_EQ(t.data<float>()[i], sum[static_cast<size_t>(i)]);
+  });
+}
+
+TEST(GlooStarted, AHungPeerFailsTheWaitNamingThePhaseAtTheStart) {
+  moe::testing::RunAgainstHungPeer([](Communicator& comm) {
+    comm.SetPhase("step 5: gradient bucket 2 of 3");
+    Tensor t = Filled(16, 1);
+    Pending op = comm.StartReduceScatterSum(t, {8, 8});
+    comm.SetPhase("step 5: layer 3 backward");  // the caller goes on meanwhile
+    const Status st = op->Wait();
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+    EXPECT_NE(st.message().find("step 5: gradient bucket 2 of 3: reduce_scatter over gloo (rank 0 of a group of 2)"),
+              std::string::npos) << st;
+    EXPECT_EQ(comm.StartAllReduceSum(t)->Wait().code(), StatusCode::kUnavailable) << "the group stays failed";
+  });
+}
+
 }  // namespace
 }  // namespace moe
+

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Distributed training over Gloo with real processes (moe-train --nproc):
 #  1. equivalence: for the same global batch and seed, W=2 (EP2) and W=4 (DP2 x EP2) give the same
-#     per-step losses as W=1 for 20 steps, within 1e-5 relative;
+#     per-step losses as W=1 for 20 steps, within 1e-5 relative; the gradient reduction overlapped
+#     with the backward in small spans equals one reduction after it, bitwise;
 #  2. sharded checkpoints: W=2 stopped at step 6 and resumed equals W=2 straight; the same checkpoint
 #     resumes at W=4 (DP2 x EP2) within 1e-5; a checkpoint of another model shape is refused clearly;
 #  3. failures: a rank killed with SIGKILL, or hung with SIGSTOP, makes the others fail within the job's
@@ -42,6 +43,20 @@ for r in runs[2]:
 print(f"equivalence: W=2 (EP2) and W=4 (DP2xEP2) match W=1 over 20 steps; worst relative difference {worst:.1e}")
 PY
 grep -q "all-to-all: " "$work/w2.log" || fail "no all-to-all share in the log line"
+# The gradient reduction overlapped with the backward in spans of 4 KB (dozens, most started by the
+# backward) against one reduction after it (grad_bucket_mb 0): ZeRO's reduce-scatter sums each element
+# over the ranks in rank order either way, so the losses are the same, bitwise.
+job 4 2 "$work/w4o.yaml" "s/timeout_seconds: 8/timeout_seconds: 8, grad_bucket_mb: 0.004/"
+job 4 2 "$work/w4n.yaml" "s/timeout_seconds: 8/timeout_seconds: 8, grad_bucket_mb: 0/"
+"$bin" --config "$work/w4o.yaml" --nproc 4 --steps 8 --metrics-out "$work/w4o.jsonl" 2>"$work/w4o.log" || { cat "$work/w4o.log"; fail "W=4 overlapped"; }
+"$bin" --config "$work/w4n.yaml" --nproc 4 --steps 8 --metrics-out "$work/w4n.jsonl" 2>"$work/w4n.log" || { cat "$work/w4n.log"; fail "W=4 not overlapped"; }
+grep -q "gradient reduction: [0-9]* spans" "$work/w4o.log" || { cat "$work/w4o.log"; fail "no span count in the overlapped run's log"; }
+python3 - "$work/w4o.jsonl" "$work/w4n.jsonl" <<'PY'
+import json, sys
+a, b = ([r["loss"] for r in map(json.loads, open(f))] for f in sys.argv[1:3])
+assert len(a) == len(b) == 8 and a == b, f"overlapped {a} vs {b}"
+print("overlap: W=4 with the reduction in 4 KB spans during the backward equals one reduction after it, bitwise")
+PY
 
 # 2. Sharded checkpoints at W=2.
 "$bin" --config "$work/w2.yaml" --nproc 2 --steps 12 --checkpoint-dir "$work/s" --checkpoint-interval 6 --metrics-out "$work/s.jsonl" 2>/dev/null || fail "W=2 straight"

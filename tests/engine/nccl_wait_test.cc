@@ -1,10 +1,16 @@
 // WaitForNccl, the wait every NCCL operation goes through, against a fake non-blocking communicator
 // on a fake clock (no GPU, no NCCL): the fake reports ncclInProgress for a while, during which the
 // operation is not on the stream yet, so the stream reads idle. A wait that trusts the stream then
-// returns before the operation even ran; the right one waits for the communicator first.
+// returns before the operation even ran; the right one waits for the communicator first. And
+// CollectiveWatch, the watchdog of the stream-ordered collectives, on fake events, communicators and
+// clock.
 #include "worker/engine/comm/nccl_wait.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
 
 namespace moe {
 namespace {
@@ -127,5 +133,86 @@ TEST(WaitForNccl, WithoutAStreamCreationIsDoneWhenTheCommunicatorIs) {
   EXPECT_EQ(f.comm_polls, 13);
 }
 
+// ---- CollectiveWatch: the watchdog of stream-ordered collectives ----
+
+// Fake events (ints: done or not), communicators (their async state) and a clock; every event the
+// watch destroys is recorded, so a leak or a double destroy shows.
+struct FakeDevice {
+  std::map<int, bool> done;           // event -> has the device passed it
+  std::map<int, NcclPoll> comm;       // communicator -> its state
+  std::vector<int> destroyed;
+  std::chrono::steady_clock::time_point now{};
+
+  static void* P(int i) { return reinterpret_cast<void*>(static_cast<intptr_t>(i)); }
+  static int I(void* p) { return static_cast<int>(reinterpret_cast<intptr_t>(p)); }
+  CollectiveWatch::Hooks Hooks() {
+    CollectiveWatch::Hooks h;
+    h.event_done = [this](void* e) { return done.at(I(e)); };
+    h.destroy_event = [this](void* e) { destroyed.push_back(I(e)); };
+    h.comm_state = [this](void* c) { return comm.count(I(c)) ? comm.at(I(c)) : NcclPoll{}; };
+    h.now = [this] { return now; };
+    return h;
+  }
+};
+
+TEST(CollectiveWatch, DropsCollectivesOnceTheirEndEventsPassAndDestroysEachEventOnce) {
+  FakeDevice d;
+  CollectiveWatch w(d.Hooks());
+  d.done = {{1, false}, {2, false}, {3, false}};
+  w.Add(FakeDevice::P(100), FakeDevice::P(1), milliseconds(5000), "a");
+  w.Add(FakeDevice::P(100), FakeDevice::P(2), milliseconds(5000), "b");
+  w.Add(FakeDevice::P(200), FakeDevice::P(3), milliseconds(5000), "c");
+  ASSERT_TRUE(w.Poll().ok());
+  EXPECT_EQ(w.watched(), 3u);
+  d.done[2] = true;
+  ASSERT_TRUE(w.Poll().ok());
+  EXPECT_EQ(w.watched(), 2u);
+  EXPECT_EQ(d.destroyed, std::vector<int>({2}));
+  w.Forget(FakeDevice::P(100));  // communicator 100 goes away: its collective's event with it
+  EXPECT_EQ(w.watched(), 1u);
+  EXPECT_EQ(d.destroyed, std::vector<int>({2, 1}));
+  d.now += milliseconds(4000);
+  ASSERT_TRUE(w.Poll().ok()) << "within its timeout";
+  {
+    CollectiveWatch other(d.Hooks());
+    d.done[4] = false;
+    other.Add(FakeDevice::P(300), FakeDevice::P(4), milliseconds(10), "d");
+  }
+  EXPECT_EQ(d.destroyed, std::vector<int>({2, 1, 4})) << "the watch destroys what it still holds when it ends";
+}
+
+TEST(CollectiveWatch, ACollectivePastItsDeadlineFailsNamingItAndTheWait) {
+  FakeDevice d;
+  CollectiveWatch w(d.Hooks());
+  d.done = {{1, true}, {2, false}};
+  w.Add(FakeDevice::P(100), FakeDevice::P(2), milliseconds(3000), "step 4: moe layer 1 dispatch: all_to_all_v over nccl (rank 0 of a group of 2)");
+  d.now += milliseconds(2999);
+  ASSERT_TRUE(w.Poll().ok());
+  w.Add(FakeDevice::P(100), FakeDevice::P(1), milliseconds(3000), "later, done");
+  d.now += milliseconds(2);
+  const Status st = w.Poll();
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
+  EXPECT_NE(st.message().find("step 4: moe layer 1 dispatch: all_to_all_v over nccl"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("timed out after 3 s"), std::string::npos) << st;
+  EXPECT_EQ(w.watched(), 1u) << "the finished one is dropped, the failed one stays";
+  EXPECT_EQ(d.destroyed, std::vector<int>({1}));
+}
+
+TEST(CollectiveWatch, AnAsynchronousErrorFailsAtOnceSayingAPeerFailed) {
+  FakeDevice d;
+  CollectiveWatch w(d.Hooks());
+  d.done = {{1, false}, {2, false}};
+  w.Add(FakeDevice::P(100), FakeDevice::P(1), milliseconds(60000), "gradient reduce_scatter over nccl");
+  w.Add(FakeDevice::P(200), FakeDevice::P(2), milliseconds(60000), "all_gather over nccl");
+  ASSERT_TRUE(w.Poll().ok());
+  d.comm[200] = {NcclPoll::kFailed, "remote process exited or there was a network error"};
+  const Status st = w.Poll();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("all_gather over nccl: a peer failed: remote process exited"), std::string::npos) << st;
+  d.comm[200] = {NcclPoll::kPending, ""};  // ncclInProgress is not an error
+  EXPECT_TRUE(w.Poll().ok());
+}
+
 }  // namespace
 }  // namespace moe
+

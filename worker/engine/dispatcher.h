@@ -8,6 +8,7 @@
 // receive nothing work: their blocks are empty.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -31,25 +32,44 @@ class TokenDispatcher {
     int64_t local_rows = 0;
   };
 
-  // `ep_group` may be null for EP = 1. `alltoall_seconds` (optional) accumulates time in all-to-all.
+  // Rows on their way: a half started (the rows sent) and not yet finished (received), so that work
+  // which does not need them runs in between (the shared expert beside the dispatch, the router's
+  // backward beside the dispatch's backward). Finish it before starting the next on this dispatcher.
+  struct InFlight {
+    Pending op;         // null when nothing moves (EP = 1)
+    Tensor rows;        // what arrives
+    bool regroup = false;  // arrived in source-rank order: regroup by local expert at the finish
+  };
+
+  // `ep_group` may be null for EP = 1. `alltoall_seconds` (optional) accumulates the host's time in
+  // the all-to-all: exchanging the counts, starting the rows, and waiting for them at the finish
+  // (on CUDA the finish queues the wait on the stream: the device's waiting is not in it).
   TokenDispatcher(Communicator* ep_group, int64_t num_experts, double* alltoall_seconds);
 
   int64_t local_experts() const { return num_experts_ / group_size_; }
   int64_t first_local_expert() const { return local_experts() * rank_; }
 
   // xp [R, h] grouped by global expert (counts [E]) -> rows for this rank's experts [R_local, h].
-  StatusOr<Tensor> Dispatch(const Tensor& xp, const std::vector<int64_t>& counts, Route* route);
-  // y_local [R_local, h] -> [R, h] in the order Dispatch took them from.
-  StatusOr<Tensor> Combine(const Tensor& y_local, const Route& route);
-  // Backward of Combine: dyp [R, h] -> [R_local, h].
-  StatusOr<Tensor> CombineBackward(const Tensor& dyp, const Route& route) { return Forward(dyp, route); }
-  // Backward of Dispatch: dx_local [R_local, h] -> [R, h].
-  StatusOr<Tensor> DispatchBackward(const Tensor& dx_local, const Route& route) { return Combine(dx_local, route); }
+  // Exchanges the counts (a host all-to-all), fills `route`, sends the rows.
+  Status DispatchStart(const Tensor& xp, const std::vector<int64_t>& counts, Route* route, InFlight* f);
+  // y_local [R_local, h] -> [R, h] in the order the dispatch took them from.
+  Status CombineStart(const Tensor& y_local, const Route& route, InFlight* f);
+  // Backward of the combine: dyp [R, h] -> [R_local, h] (the dispatch's way).
+  Status CombineBackwardStart(const Tensor& dyp, const Route& route, InFlight* f) { return Send(dyp, route, f); }
+  // Backward of the dispatch: dx_local [R_local, h] -> [R, h] (the combine's way).
+  Status DispatchBackwardStart(const Tensor& dx_local, const Route& route, InFlight* f) {
+    return CombineStart(dx_local, route, f);
+  }
+  // Waits for the rows of any of the four (regrouped by local expert after a dispatch's way).
+  StatusOr<Tensor> Finish(InFlight* f, const Route& route);
 
  private:
-  StatusOr<Tensor> Forward(const Tensor& rows, const Route& route);
-  Status Exchange(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
-                  const std::vector<int64_t>& recv_rows);
+  Status Send(const Tensor& rows, const Route& route, InFlight* f);
+  bool StaysHere(const Tensor& rows, InFlight* f) const;  // EP = 1: the rows are the result, nothing moves
+  void MakeRoute(const std::vector<int64_t>& counts, const std::vector<int64_t>& recv_counts, Route* route) const;
+  Pending StartExchange(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
+                        const std::vector<int64_t>& recv_rows);
+  void AddSeconds(std::chrono::steady_clock::time_point since) const;
 
   Communicator* comm_;
   int64_t num_experts_;

@@ -16,6 +16,8 @@ struct Model::Chunk {
   // The embedding (E), or on a last stage without E the copy MTP reads (Param::tied_copy).
   Param* embedding = nullptr;
   std::vector<std::unique_ptr<TransformerBlock>> blocks;
+  std::vector<std::vector<Param*>> block_params;  // the parameters each block made (used by it alone)
+  int64_t backwards = 0;                          // this step's backward passes so far (ArmGradsFinal)
   std::unique_ptr<RmsNorm> final_norm;  // L
   Param* head = nullptr;                // L: [V, h]
   std::vector<std::unique_ptr<MtpDepth>> mtp;
@@ -63,9 +65,12 @@ void Model::BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOpti
   c->layout = layout;
   if (layout.embedding) c->embedding = params_.Add("embedding", {v, h}, seed, cfg_.init_std);
   for (int64_t l = layout.first_layer; l < layout.first_layer + layout.num_layers; ++l) {
+    const size_t before = params_.all().size();
     c->blocks.push_back(std::make_unique<TransformerBlock>(params_, "layers." + std::to_string(l), cfg_, cfg_.IsMoeLayer(l),
                                                            seed, out_std, dispatcher_.get(), dtype_, ctx));
     AddMoeLayer(c->blocks.back()->moe(), static_cast<int>(l - cfg_.first_k_dense));
+    c->block_params.emplace_back();
+    for (size_t i = before; i < params_.all().size(); ++i) c->block_params.back().push_back(params_.all()[i].get());
   }
   if (layout.loss) {
     c->final_norm = std::make_unique<RmsNorm>(params_, "final_norm", h, cfg_.norm_eps, seed);
@@ -183,14 +188,22 @@ StatusOr<Tensor> Model::BackwardChunk(int ci, const Tensor& output_grad) {
     MOE_CHECK(output_grad.defined()) << "chunk " << ci << " needs the gradient on its output";
     dx = output_grad;
   }
-  for (auto it = c.blocks.rbegin(); it != c.blocks.rend(); ++it) {
-    MOE_ASSIGN_OR_RETURN(dx, (*it)->Backward(dx));
+  const bool last = grads_final_ && ++c.backwards == backwards_armed_;  // the step's last backward here
+  for (size_t i = c.blocks.size(); i-- > 0;) {
+    MOE_ASSIGN_OR_RETURN(dx, c.blocks[i]->Backward(dx));
+    if (last) grads_final_(c.block_params[i]);
   }
   if (!c.layout.embedding) return dx;
   GradSink de(*c.embedding);
   kernels::EmbeddingBackward(dx, s.ids, de.tensor());
   de.Commit();
   return Tensor();
+}
+
+void Model::ArmGradsFinal(int64_t backwards_per_chunk, GradsFinalFn fn) {
+  grads_final_ = std::move(fn);
+  backwards_armed_ = backwards_per_chunk;
+  for (auto& c : chunks_) c->backwards = 0;
 }
 
 StatusOr<double> Model::WholeModel(const Tensor& tokens, const Tensor& targets, const LossScales& scales, bool backward,

@@ -4,6 +4,7 @@
 // (../shared/reference/deepseek-v3-architecture.md), sharing the embedding and the head.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -103,6 +104,13 @@ class Model {
                                 const LossScales& scales, MicroBatchResult* result);
   StatusOr<Tensor> BackwardChunk(int c, const Tensor& output_grad);
 
+  // The data-parallel reduction's overlap (Optimizer::SetOverlap): for the next `backwards_per_chunk`
+  // backward passes of each chunk (a step's micro-batches), the last one calls fn after each block's
+  // backward with that block's parameters, whose gradients are then final for the step. Parameters
+  // outside the blocks (embedding, head, norms, MTP) are never reported. An empty fn disarms.
+  using GradsFinalFn = std::function<void(const std::vector<Param*>& params)>;
+  void ArmGradsFinal(int64_t backwards_per_chunk, GradsFinalFn fn);
+
   ParamSet& params() { return params_; }
   const ModelConfig& config() const { return cfg_; }
   // This rank's MoE layers (the main model's in layer order, then the MTP depths'), and each one's
@@ -137,6 +145,8 @@ class Model {
   std::vector<int> moe_global_index_;
   Tensor last_logits_;
   DeviceLosses device_losses_;
+  GradsFinalFn grads_final_;
+  int64_t backwards_armed_ = 0;
 };
 
 }  // namespace moe

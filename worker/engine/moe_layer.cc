@@ -81,8 +81,13 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   stats->tokens_per_expert = counts_dev.ToVector<int64_t>();
   Tensor xp = Tensor::Empty({tokens * k, hidden_}, x.dtype(), dev);
   kernels::GatherRows(x, token_of_row, xp);
-  // Experts, wherever they live.
-  MOE_ASSIGN_OR_RETURN(s.x_local, dispatcher_->Dispatch(xp, stats->tokens_per_expert, &s.route));
+  // Experts, wherever they live; the shared experts run on every token while the rows travel (the
+  // DeepSeek-V3 arrangement: on CUDA the all-to-all runs on the communicator's stream beside them).
+  TokenDispatcher::InFlight moving;
+  MOE_RETURN_IF_ERROR(dispatcher_->DispatchStart(xp, stats->tokens_per_expert, &s.route, &moving));
+  Tensor out = shared_ ? shared_->Forward(x) : Tensor::Zeros({tokens, hidden_}, x.dtype(), dev);
+  s.topk_w_c = CastTo(s.topk_w, x.dtype());
+  MOE_ASSIGN_OR_RETURN(s.x_local, dispatcher_->Finish(&moving, s.route));
   const int64_t rows = s.x_local.dim(0), f = cfg_.ffn_hidden;
   s.gate_up = Tensor::Empty({rows, 2 * f}, x.dtype(), dev);
   ExpertGemm(s.x_local, *w13_, s.route.local_offsets, s.gate_up);
@@ -91,10 +96,9 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   Tensor y_local = Tensor::Empty({rows, hidden_}, x.dtype(), dev);
   ExpertGemm(act, *w2_, s.route.local_offsets, y_local);
   if (!recompute_act_) s.act = act;
-  MOE_ASSIGN_OR_RETURN(s.yp, dispatcher_->Combine(y_local, s.route));
-  // Shared experts on every token, then the weighted sum of the routed outputs.
-  Tensor out = shared_ ? shared_->Forward(x) : Tensor::Zeros({tokens, hidden_}, x.dtype(), dev);
-  s.topk_w_c = CastTo(s.topk_w, x.dtype());
+  MOE_RETURN_IF_ERROR(dispatcher_->CombineStart(y_local, s.route, &moving));
+  MOE_ASSIGN_OR_RETURN(s.yp, dispatcher_->Finish(&moving, s.route));
+  // The weighted sum of the routed outputs, added to the shared experts'.
   kernels::CombineForward(s.yp, s.row_of_slot, s.topk_w_c, out);
   saved_.Push(std::move(s));
   return out;
@@ -104,19 +108,23 @@ StatusOr<Tensor> MoeLayer::Backward(const Tensor& dy) {
   Saved s = saved_.Pop();
   const int64_t tokens = dy.dim(0);
   const Device dev = dy.device();
-  Tensor dx = shared_ ? shared_->Backward(dy) : Tensor::Zeros({tokens, hidden_}, dy.dtype(), dev);
-  // Combine.
+  // Combine, then its gradient on the way back to the experts while the shared experts' backward runs.
   Tensor dyp = Tensor::Empty(s.yp.shape(), dy.dtype(), dev);
   Tensor dw = Tensor::Empty(s.topk_w.shape(), dy.dtype(), dev);
   kernels::CombineBackward(dy, s.yp, s.row_of_slot, s.topk_w_c, dyp, dw);
-  // Experts.
-  MOE_ASSIGN_OR_RETURN(Tensor dy_local, dispatcher_->CombineBackward(dyp, s.route));
+  TokenDispatcher::InFlight moving;
+  MOE_RETURN_IF_ERROR(dispatcher_->CombineBackwardStart(dyp, s.route, &moving));
+  Tensor dx = shared_ ? shared_->Backward(dy) : Tensor::Zeros({tokens, hidden_}, dy.dtype(), dev);
+  MOE_ASSIGN_OR_RETURN(Tensor dy_local, dispatcher_->Finish(&moving, s.route));
+  // Experts; their rows' gradient travels back while the router's backward runs.
   MOE_ASSIGN_OR_RETURN(Tensor dx_local, ExpertsBackward(s, dy_local));
-  MOE_ASSIGN_OR_RETURN(Tensor dxp, dispatcher_->DispatchBackward(dx_local, s.route));
+  MOE_RETURN_IF_ERROR(dispatcher_->DispatchBackwardStart(dx_local, s.route, &moving));
+  const Tensor dx_router = RouterBackward(s, dw);
+  MOE_ASSIGN_OR_RETURN(Tensor dxp, dispatcher_->Finish(&moving, s.route));
   Tensor dx_routed = Tensor::Empty({tokens, hidden_}, dy.dtype(), dev);
   kernels::PermuteBackward(dxp, s.row_of_slot, dx_routed);
   kernels::Add(dx, dx, dx_routed);
-  kernels::Add(dx, dx, RouterBackward(s, dw));
+  kernels::Add(dx, dx, dx_router);
   return dx;
 }
 

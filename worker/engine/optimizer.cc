@@ -18,6 +18,15 @@ double LearningRate(const OptimizerConfig& o, int64_t decay_steps, int64_t step)
   return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
+// A range of a bucket reduced on its own (SetOverlap): whole parameters, the padding with the last.
+struct Optimizer::Span {
+  int64_t begin = 0, end = 0;
+  int params = 0;  // how many parameters it holds
+  int left = 0;    // of those, how many the backward has not reported final this step
+  Pending op;      // its reduction, once started
+  bool started = false;
+};
+
 struct Optimizer::Bucket {
   bool experts = false;
   Communicator* group = nullptr;  // null: a group of one
@@ -33,6 +42,7 @@ struct Optimizer::Bucket {
   Tensor grad;                    // [numel]
   Tensor accum;                   // [numel] f64 (deterministic training), or undefined
   Tensor m, v;                    // [shard]
+  std::vector<Span> spans;        // with overlap: from the end of the buffer to its start
 
   // Element range [a, e) of parameter i inside this rank's shard (a == e: none).
   std::pair<int64_t, int64_t> InShard(size_t i) const {
@@ -142,15 +152,90 @@ void Optimizer::ZeroGrads() {
   for (auto& b : buckets_) {
     b->grad.SetZero();
     if (b->accum.defined()) b->accum.SetZero();
+    for (Span& s : b->spans) {
+      s.left = s.params;
+      s.started = false;
+      s.op.reset();
+    }
+  }
+}
+
+void Optimizer::SetOverlap(int64_t span_bytes) {
+  span_of_.clear();
+  for (auto& b : buckets_) {
+    b->spans.clear();
+    if (span_bytes <= 0 || b->size == 1) continue;
+    const Tensor& sums = b->accum.defined() ? b->accum : b->grad;
+    const int64_t min_elems = std::max<int64_t>(1, span_bytes / static_cast<int64_t>(DTypeSize(sums.dtype())));
+    Span span;
+    span.end = b->numel;  // the padding goes with the last parameter
+    for (size_t i = b->params.size(); i-- > 0;) {
+      span_of_[b->params[i]] = {b.get(), b->spans.size()};
+      ++span.params;
+      span.begin = b->offsets[i];
+      if (span.end - span.begin >= min_elems || i == 0) {
+        span.left = span.params;
+        b->spans.push_back(std::move(span));
+        span = Span();
+        span.end = b->offsets[i];
+      }
+    }
+  }
+}
+
+int64_t Optimizer::overlap_spans() const {
+  int64_t n = 0;
+  for (const auto& b : buckets_) n += static_cast<int64_t>(b->spans.size());
+  return n;
+}
+
+void Optimizer::StartSpan(Bucket& b, Span& span) {
+  const Tensor sums = Flat(b.accum.defined() ? b.accum : b.grad, span.begin, span.end);
+  span.started = true;
+  if (!distributed_) {
+    span.op = b.group->StartAllReduceSum(sums);
+    return;
+  }
+  // Each rank's share of the span: its shard's overlap with it.
+  std::vector<int64_t> counts(static_cast<size_t>(b.size));
+  const int64_t shard = b.shard_end - b.shard_begin;
+  for (int r = 0; r < b.size; ++r) {
+    const int64_t lo = std::max(span.begin, shard * r), hi = std::min(span.end, shard * (r + 1));
+    counts[static_cast<size_t>(r)] = std::max<int64_t>(0, hi - lo);
+  }
+  span.op = b.group->StartReduceScatterSum(sums, counts);
+}
+
+void Optimizer::GradsFinal(const std::vector<Param*>& params) {
+  for (const Param* p : params) {
+    auto it = span_of_.find(p);
+    if (it == span_of_.end()) continue;  // its bucket's group is a group of one, or no overlap
+    Bucket& b = *it->second.first;
+    Span& span = b.spans[it->second.second];
+    MOE_CHECK(span.left > 0 && !span.started) << p->name << " reported final twice in a step";
+    if (--span.left == 0) StartSpan(b, span);
   }
 }
 
 Status Optimizer::ReduceGradients() {
+  for (auto& b : buckets_) {  // the spans the backward did not finish, in the same order on every rank
+    for (Span& span : b->spans) {
+      if (!span.started) StartSpan(*b, span);
+    }
+  }
+  Status first;
+  for (auto& b : buckets_) {
+    for (Span& span : b->spans) {
+      if (Status st = span.op->Wait(); !st.ok() && first.ok()) first = st;
+      span.op.reset();
+    }
+  }
+  MOE_RETURN_IF_ERROR(first);
   for (auto& b : buckets_) {
     const Tensor& sums = b->accum.defined() ? b->accum : b->grad;
-    if (b->size > 1 && distributed_) {
+    if (b->size > 1 && b->spans.empty() && distributed_) {
       MOE_RETURN_IF_ERROR(b->group->ReduceScatterSum(sums, b->counts));
-    } else if (b->size > 1) {
+    } else if (b->size > 1 && b->spans.empty()) {
       MOE_RETURN_IF_ERROR(b->group->AllReduceSum(sums));
     }
     if (b->accum.defined()) kernels::Convert(Flat(b->accum, b->shard_begin, b->shard_end), Flat(b->grad, b->shard_begin, b->shard_end));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,8 +58,19 @@ class Optimizer {
   bool sharded_master() const;
 
   void ZeroGrads();
+  // The reduction overlapped with the backward (Megatron's overlap_grad_reduce, PyTorch DDP's
+  // buckets): each bucket whose group has more than one rank is cut, from its end (where the
+  // backward's first gradients are), into spans of whole parameters of at least `span_bytes` of the
+  // reduced buffer; a span's reduction starts (Communicator::Start*) as soon as the backward has
+  // reported all its parameters final (GradsFinal), and ReduceGradients starts the others and waits.
+  // 0: no spans: each bucket reduced in one piece by ReduceGradients.
+  void SetOverlap(int64_t span_bytes);
+  int64_t overlap_spans() const;  // over every bucket
+  // The backward has finished these parameters' gradients for this step (none is reported twice).
+  void GradsFinal(const std::vector<Param*>& params);
   // Sums the gradients over each bucket's group: all-reduce, or reduce-scatter into the shards (the
   // f64 accumulators when deterministic, then rounded into the gradients of what this rank updates).
+  // With spans: starts those not started yet, in order, and waits for all.
   Status ReduceGradients();
   // acc[slot] += the squared gradient norm of what this rank owns (its shards; or, without ZeRO,
   // everything on the group's rank 0), tied copies left out, on the device (f64 acc on the parameters'
@@ -82,7 +94,9 @@ class Optimizer {
 
  private:
   struct Bucket;
+  struct Span;
   void Build(Bucket& b);
+  void StartSpan(Bucket& b, Span& span);
   void UpdateBucket(Bucket& b, const void* adamw_config);
 
   OptimizerConfig cfg_;
@@ -91,6 +105,7 @@ class Optimizer {
   int64_t num_experts_;
   bool deterministic_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::map<const Param*, std::pair<Bucket*, size_t>> span_of_;  // (bucket, span) of each parameter in a span
 };
 
 }  // namespace moe

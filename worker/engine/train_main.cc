@@ -124,6 +124,10 @@ int Finish(const moe::RankEnd& end) {
 }
 int Fail(const moe::Status& st) { return Finish(moe::RankEndFor(st)); }
 
+// A collective that failed where no caller waits (NCCL's watchdog): the final record, then the exit
+// its class says (a hung or lost peer: restart from the newest checkpoint).
+[[noreturn]] void OnUnwaitedCollectiveFailure(const moe::Status& st) { ::_exit(Fail(st)); }
+
 moe::ArgParser MakeParser(Flags* f) {
   moe::ArgParser args("moe-train", "Trains a DeepSeek-V3-style MoE model from a job file on this machine's CPUs or GPUs.");
   args.AddString("config", &f->config, "job file (YAML, the TrainingJob of docs/job-spec.md)");
@@ -359,6 +363,7 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
     if (g_protected.fetch_add(on ? 1 : -1) == 1 && !on) g_stop_ms.store(MonotonicMs());  // deadline from now
   };
   std::thread(StopWatchdog).detach();
+  moe::SetCollectiveFailureHandler(&OnUnwaitedCollectiveFailure);
   if (g_report != nullptr) {
     options.on_step = [](const moe::StepMetrics& m) {
       std::fprintf(g_report, "%s\n", moe::MetricsJson(m).c_str());

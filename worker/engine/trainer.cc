@@ -131,6 +131,7 @@ Status Trainer::Init() {
   optimizer_ = std::make_unique<Optimizer>(spec_.optimizer, model_->params(), par_,
                                            spec_.optimizer.Distributed(par_.dp_size()), spec_.model.moe.num_experts,
                                            deterministic_);
+  optimizer_->SetOverlap(static_cast<int64_t>(spec_.parallelism.grad_bucket_mb * 1024 * 1024));
   if (options_.resume) MOE_RETURN_IF_ERROR(Restore(chosen));
   MeasurePeak();
   const int64_t mbs = spec_.data.micro_batch_size, seq = spec_.data.seq_length;
@@ -234,6 +235,11 @@ void Trainer::LogSetup() const {
                                      "reduced in f64; every layout trains like W = 1)"
                                    : "summed in their dtype in the layout's order (training.deterministic: false)")
                 << "; GEMMs: " << (place_.device.is_cpu() ? kernels::CpuGemmBackendName() : "cuBLAS");
+  if (optimizer_->overlap_spans() > 0) {
+    MOE_LOG(INFO) << "gradient reduction: " << optimizer_->overlap_spans() << " spans of at least "
+                  << spec_.parallelism.grad_bucket_mb << " MB, each started when the backward has finished its "
+                  << "blocks' gradients (parallelism.grad_bucket_mb)";
+  }
   MOE_LOG(INFO) << "model FLOPs per step " << flops_per_step_ << " (Megatron formula); MFU against " << peak_source_
                 << " = " << peak_flops_ / 1e9 << " GFLOP/s per device";
 }
@@ -357,6 +363,8 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
   step_acc_.SetZero();
   // Each data-parallel rank takes gbs / DP consecutive samples of the global batch, in micro-batches.
   const int64_t per_rank = gbs / par_.dp_size(), first = static_cast<int64_t>(stats->tokens_before) / seq;
+  // The last micro-batch's backward hands each block's finished gradients to the reduction.
+  model_->ArmGradsFinal(per_rank / mbs, [this](const std::vector<Param*>& ps) { optimizer_->GradsFinal(ps); });
   if (par_.pipeline_parallel > 1) {
     MOE_RETURN_IF_ERROR(PipelineForwardBackward(per_rank / mbs, first, scales, stats));
   } else {
@@ -370,6 +378,7 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
       stats->Add(mb);
     }
   }
+  model_->ArmGradsFinal(0, nullptr);
   if (options_.inject_step_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options_.inject_step_delay));
   // No device sync here (the step's budget is one read, at its end): on a GPU this phase's time is what
   // the host took to queue it, plus whatever its collectives waited for.

@@ -2,6 +2,21 @@
 
 namespace moe {
 
+namespace {
+
+class FinishedCollective final : public PendingCollective {
+ public:
+  explicit FinishedCollective(Status status) : status_(std::move(status)) {}
+  Status Wait() override { return status_; }
+
+ private:
+  Status status_;
+};
+
+}  // namespace
+
+Pending Finished(Status status) { return std::make_unique<FinishedCollective>(std::move(status)); }
+
 std::string Communicator::Where(const std::string& op) const {
   return (phase_.empty() ? std::string() : phase_ + ": ") + op + " over " + backend() + " (rank " +
          std::to_string(rank()) + " of a group of " + std::to_string(size()) + ")";

@@ -24,6 +24,20 @@ struct P2POp {
   int peer;
 };
 
+// A collective in flight (Communicator::Start*): its tensors stay alive until it is waited for or
+// destroyed. Wait makes the result usable by what the caller does next: on the CPU the host holds it;
+// on CUDA the kernels' stream waits for it (the host does not). Destroying one without Wait waits for
+// it and drops its status.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual Status Wait() = 0;
+};
+using Pending = std::unique_ptr<PendingCollective>;
+
+// A pending collective that has already run (its status is Wait's answer).
+Pending Finished(Status status);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -60,6 +74,20 @@ class Communicator {
   // pair match in posting order (across batches too); a receive's tensor has the size of the matching
   // send. A send to oneself pairs with a receive from oneself in the same batch, in order.
   virtual Status Exchange(const std::vector<P2POp>& ops) = 0;
+
+  // The same operations started: they are in flight when these return, so the caller computes while
+  // they move (an all-to-all beside the shared expert, a gradient bucket's reduction beside the rest of
+  // the backward). Operations still run in the order they are called, started or not: every rank
+  // starts and calls them in the same order. A backend without asynchronous work runs them at once.
+  // Never null: an error, found at the start (bad arguments, a failed group) or in flight, is Wait's.
+  virtual Pending StartAllReduceSum(const Tensor& t) { return Finished(AllReduceSum(t)); }
+  virtual Pending StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
+                                           const std::vector<int64_t>& recv_rows) {
+    return Finished(AllToAllV(send, send_rows, recv, recv_rows));
+  }
+  virtual Pending StartReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) {
+    return Finished(ReduceScatterSum(t, counts));
+  }
 
   // What the caller is doing, for error messages: "step 12: moe layer 2 dispatch".
   void SetPhase(std::string phase) { phase_ = std::move(phase); }

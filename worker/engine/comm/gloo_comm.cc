@@ -17,6 +17,10 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -76,6 +80,77 @@ std::shared_ptr<::gloo::transport::Device> SharedDevice(const std::string& hostn
   return d;
 }
 
+// The group's operations, one at a time in call order. A call runs on the caller's thread once the
+// started operations before it are done; a started one runs on a thread of the queue's own, so the
+// caller computes while it moves. One thread calls (a communicator has one user), so nothing is posted
+// while a call runs.
+class OpQueue {
+ public:
+  using Op = std::function<Status()>;
+  ~OpQueue() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();  // after the posted operations: their waiters hold futures
+  }
+  Status Call(const Op& op) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return tasks_.empty() && !running_; });
+    lock.unlock();
+    return op();
+  }
+  std::shared_future<Status> Post(Op op) {
+    std::packaged_task<Status()> task(std::move(op));
+    std::shared_future<Status> done = task.get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+    return done;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stopping, and nothing left
+      std::packaged_task<Status()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      running_ = true;
+      lock.unlock();
+      task();
+      lock.lock();
+      running_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<Status()>> tasks_;
+  bool running_ = false, stop_ = false;
+  std::thread thread_;
+};
+
+// A started Gloo operation: its tensors are kept until it has run.
+class GlooPending final : public PendingCollective {
+ public:
+  GlooPending(std::shared_future<Status> done, std::vector<Tensor> keep) : done_(std::move(done)), keep_(std::move(keep)) {}
+  ~GlooPending() override {
+    if (done_.valid()) done_.wait();
+  }
+  Status Wait() override { return done_.get(); }
+
+ private:
+  std::shared_future<Status> done_;
+  std::vector<Tensor> keep_;
+};
+
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<::gloo::Context> ctx, std::chrono::milliseconds timeout)
@@ -88,23 +163,12 @@ class GlooCommunicator final : public Communicator {
   std::string backend() const override { return "gloo"; }
 
   Status AllReduceSum(const Tensor& t) override {
-    if (!t.device().is_cpu()) return InvalidArgumentError("gloo reduces host tensors only");
-    if (t.dtype() != DType::kF32 && t.dtype() != DType::kF64) {
-      return InvalidArgumentError(std::string("gloo all-reduce sums f32 or f64 (gradients are kept in fp32), got ") +
-                                  DTypeName(t.dtype()));
-    }
-    return Run("all_reduce", [&] {
-      ::gloo::AllreduceOptions opts(ctx_);
-      opts.setTimeout(timeout_);
-      if (t.dtype() == DType::kF32) {
-        opts.setOutput(t.data<float>(), static_cast<size_t>(t.numel()));
-        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<float>));
-      } else {
-        opts.setOutput(t.data<double>(), static_cast<size_t>(t.numel()));
-        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<double>));
-      }
-      ::gloo::allreduce(opts);
-    });
+    MOE_RETURN_IF_ERROR(CheckReducible(t));
+    return Run("all_reduce", AllReduceOf(t));
+  }
+  Pending StartAllReduceSum(const Tensor& t) override {
+    if (Status st = CheckReducible(t); !st.ok()) return Finished(st);
+    return Post("all_reduce", AllReduceOf(t), {t});
   }
 
   Status AllReduceSumHost(double* data, int64_t n) override {
@@ -114,34 +178,18 @@ class GlooCommunicator final : public Communicator {
       opts.setOutput(data, static_cast<size_t>(n));
       opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<double>));
       ::gloo::allreduce(opts);
-    });
+    }, /*host_wait=*/true);
   }
 
   Status AllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
                    const std::vector<int64_t>& recv_rows) override {
-    if (static_cast<int>(send_rows.size()) != size() || static_cast<int>(recv_rows.size()) != size()) {
-      return InvalidArgumentError("all_to_all_v: counts for " + std::to_string(send_rows.size()) + " ranks in a group of " +
-                                  std::to_string(size()));
-    }
-    std::vector<int64_t> send_elems, recv_elems;
-    for (int64_t r : send_rows) send_elems.push_back(r * send.dim(1));
-    for (int64_t r : recv_rows) recv_elems.push_back(r * recv.dim(1));
-    return Run("all_to_all_v", [&] {
-      ::gloo::AlltoallvOptions opts(ctx_);
-      opts.setTimeout(timeout_);
-      // Rows move as raw elements: bf16 travels as its 16-bit patterns.
-      if (send.dtype() == DType::kF32) {
-        opts.setInput(send.data<float>(), send_elems);
-        opts.setOutput(recv.data<float>(), recv_elems);
-      } else if (send.dtype() == DType::kBF16) {
-        opts.setInput(static_cast<uint16_t*>(send.raw()), send_elems);
-        opts.setOutput(static_cast<uint16_t*>(recv.raw()), recv_elems);
-      } else {
-        opts.setInput(send.data<double>(), send_elems);
-        opts.setOutput(recv.data<double>(), recv_elems);
-      }
-      ::gloo::alltoallv(opts);
-    });
+    MOE_RETURN_IF_ERROR(CheckSplits(send_rows, recv_rows));
+    return Run("all_to_all_v", AllToAllVOf(send, send_rows, recv, recv_rows));
+  }
+  Pending StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
+                         const std::vector<int64_t>& recv_rows) override {
+    if (Status st = CheckSplits(send_rows, recv_rows); !st.ok()) return Finished(st);
+    return Post("all_to_all_v", AllToAllVOf(send, send_rows, recv, recv_rows), {send, recv});
   }
 
   Status AllToAllHost(const int64_t* send, int64_t* recv, int64_t n_per_rank) override {
@@ -151,7 +199,7 @@ class GlooCommunicator final : public Communicator {
       opts.setInput(const_cast<int64_t*>(send), static_cast<size_t>(n_per_rank * size()));
       opts.setOutput(recv, static_cast<size_t>(n_per_rank * size()));
       ::gloo::alltoall(opts);
-    });
+    }, /*host_wait=*/true);
   }
 
   Status AllGatherHost(const void* send, void* recv, size_t bytes) override {
@@ -161,7 +209,7 @@ class GlooCommunicator final : public Communicator {
       opts.setInput(static_cast<char*>(const_cast<void*>(send)), bytes);
       opts.setOutput(static_cast<char*>(recv), bytes * static_cast<size_t>(size()));
       ::gloo::allgather(opts);
-    });
+    }, /*host_wait=*/true);
   }
 
   Status BroadcastHost(void* data, size_t bytes, int root) override {
@@ -171,7 +219,7 @@ class GlooCommunicator final : public Communicator {
       opts.setRoot(root);
       opts.setOutput(static_cast<char*>(data), bytes);
       ::gloo::broadcast(opts);
-    });
+    }, /*host_wait=*/true);
   }
 
   Status Barrier() override {
@@ -179,21 +227,16 @@ class GlooCommunicator final : public Communicator {
       ::gloo::BarrierOptions opts(ctx_);
       opts.setTimeout(timeout_);
       ::gloo::barrier(opts);
-    });
+    }, /*host_wait=*/true);
   }
 
   Status ReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) override {
-    const std::string where = Where("reduce_scatter");
-    MOE_RETURN_IF_ERROR(CheckDevice(t, /*want_cuda=*/false, where));
-    MOE_RETURN_IF_ERROR(CheckSumDType(t, where));
-    MOE_RETURN_IF_ERROR(CheckRanges(t, counts, size(), where));
-    return Run("reduce_scatter", [&] {
-      if (t.dtype() == DType::kF32) {
-        ReduceScatterDirect(t.data<float>(), counts);
-      } else {
-        ReduceScatterDirect(t.data<double>(), counts);
-      }
-    });
+    MOE_RETURN_IF_ERROR(CheckReduceScatter(t, counts));
+    return Run("reduce_scatter", ReduceScatterOf(t, counts));
+  }
+  Pending StartReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) override {
+    if (Status st = CheckReduceScatter(t, counts); !st.ok()) return Finished(st);
+    return Post("reduce_scatter", ReduceScatterOf(t, counts), {t});
   }
 
   Status AllGather(const Tensor& t, const std::vector<int64_t>& counts) override {
@@ -244,6 +287,73 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
+  Status CheckReducible(const Tensor& t) const {
+    if (!t.device().is_cpu()) return InvalidArgumentError(Where("all_reduce") + ": gloo reduces host tensors only");
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kF64) {
+      return InvalidArgumentError(Where("all_reduce") + ": gloo sums f32 or f64 (gradients are kept in fp32), got " +
+                                  DTypeName(t.dtype()));
+    }
+    return OkStatus();
+  }
+  Status CheckSplits(const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows) const {
+    if (static_cast<int>(send_rows.size()) == size() && static_cast<int>(recv_rows.size()) == size()) return OkStatus();
+    return InvalidArgumentError(Where("all_to_all_v") + ": counts for " + std::to_string(send_rows.size()) +
+                                " ranks in a group of " + std::to_string(size()));
+  }
+  Status CheckReduceScatter(const Tensor& t, const std::vector<int64_t>& counts) const {
+    const std::string where = Where("reduce_scatter");
+    MOE_RETURN_IF_ERROR(CheckDevice(t, /*want_cuda=*/false, where));
+    MOE_RETURN_IF_ERROR(CheckSumDType(t, where));
+    return CheckRanges(t, counts, size(), where);
+  }
+
+  // The operations' Gloo calls, holding their arguments (they may run on the queue's thread).
+  std::function<void()> AllReduceOf(const Tensor& t) {
+    return [this, t] {
+      ::gloo::AllreduceOptions opts(ctx_);
+      opts.setTimeout(timeout_);
+      if (t.dtype() == DType::kF32) {
+        opts.setOutput(t.data<float>(), static_cast<size_t>(t.numel()));
+        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<float>));
+      } else {
+        opts.setOutput(t.data<double>(), static_cast<size_t>(t.numel()));
+        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<double>));
+      }
+      ::gloo::allreduce(opts);
+    };
+  }
+  std::function<void()> AllToAllVOf(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
+                                    const std::vector<int64_t>& recv_rows) {
+    std::vector<int64_t> send_elems, recv_elems;
+    for (int64_t r : send_rows) send_elems.push_back(r * send.dim(1));
+    for (int64_t r : recv_rows) recv_elems.push_back(r * recv.dim(1));
+    return [this, send, recv, send_elems, recv_elems] {
+      ::gloo::AlltoallvOptions opts(ctx_);
+      opts.setTimeout(timeout_);
+      // Rows move as raw elements: bf16 travels as its 16-bit patterns.
+      if (send.dtype() == DType::kF32) {
+        opts.setInput(send.data<float>(), send_elems);
+        opts.setOutput(recv.data<float>(), recv_elems);
+      } else if (send.dtype() == DType::kBF16) {
+        opts.setInput(static_cast<uint16_t*>(send.raw()), send_elems);
+        opts.setOutput(static_cast<uint16_t*>(recv.raw()), recv_elems);
+      } else {
+        opts.setInput(send.data<double>(), send_elems);
+        opts.setOutput(recv.data<double>(), recv_elems);
+      }
+      ::gloo::alltoallv(opts);
+    };
+  }
+  std::function<void()> ReduceScatterOf(const Tensor& t, const std::vector<int64_t>& counts) {
+    return [this, t, counts] {
+      if (t.dtype() == DType::kF32) {
+        ReduceScatterDirect(t.data<float>(), counts);
+      } else {
+        ReduceScatterDirect(t.data<double>(), counts);
+      }
+    };
+  }
+
   // Every rank sends each peer that peer's range and sums the copies of its own range it receives, in
   // rank order (the same order every run). Each rank sends and receives (W - 1) / W of the buffer, as
   // in a ring, in one round instead of W - 1. Gloo's ReduceScatterHalvingDoubling does not fit: it is
@@ -283,10 +393,25 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
+  // Runs fn (Gloo's calls) as the group's next operation on this thread. Gloo throws on a dead or hung
+  // peer: the error names the operation by Where(op) at that moment (Exchange names the message it
+  // waited for). The device-valued collectives stand in for NCCL's, which are ordered on the stream;
+  // a host-valued one (host_wait) is a host synchronisation there and counts as one here.
   template <typename Fn>
-  Status Run(const std::string& op, Fn&& fn) {
-    if (broken_) return UnavailableError(Where(op) + ": the group is unusable after an earlier failure: " + first_error_);
-    kernels::CountHostSync();  // the CPU stand-in of NCCL's wait for the collective (nccl_comm.cc Run)
+  Status Run(const std::string& op, Fn&& fn, bool host_wait = false) {
+    if (host_wait) kernels::CountHostSync();
+    return queue_.Call([&] { return Guarded([&] { return Where(op); }, fn); });
+  }
+  // Starts fn on the queue's thread: its error names the phase at the start.
+  Pending Post(const std::string& op, std::function<void()> fn, std::vector<Tensor> keep) {
+    std::shared_future<Status> done =
+        queue_.Post([this, where = Where(op), fn = std::move(fn)] { return Guarded([&] { return where; }, fn); });
+    return std::make_unique<GlooPending>(std::move(done), std::move(keep));
+  }
+
+  template <typename Where, typename Fn>
+  Status Guarded(Where&& where, Fn&& fn) {
+    if (broken_) return UnavailableError(where() + ": the group is unusable after an earlier failure: " + first_error_);
     try {
       fn();
       return OkStatus();
@@ -295,9 +420,9 @@ class GlooCommunicator final : public Communicator {
       first_error_ = e.what();
       const std::string what = e.what();
       const bool timeout = what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
-      const std::string msg = Where(op) + (timeout ? ": timed out after " + std::to_string(timeout_.count() / 1000) +
-                                                         " s waiting for a peer (a rank hangs or died)"
-                                                   : ": a peer failed (a rank died or closed its connection)") +
+      const std::string msg = where() + (timeout ? ": timed out after " + std::to_string(timeout_.count() / 1000) +
+                                                       " s waiting for a peer (a rank hangs or died)"
+                                                 : ": a peer failed (a rank died or closed its connection)") +
                               "; gloo: " + what;
       return timeout ? DeadlineExceededError(msg) : UnavailableError(msg);
     }
@@ -308,6 +433,7 @@ class GlooCommunicator final : public Communicator {
   bool broken_ = false;
   std::string first_error_;
   std::vector<uint64_t> send_seq_, recv_seq_;  // per peer: messages posted to it / from it (P2PSlot)
+  OpQueue queue_;  // last: destroyed first, after the operations it runs
 };
 
 }  // namespace

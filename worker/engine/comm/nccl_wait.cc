@@ -37,4 +37,42 @@ Status WaitForNccl(const NcclWaitHooks& hooks, std::chrono::milliseconds timeout
   }
 }
 
+CollectiveWatch::~CollectiveWatch() {
+  for (const Entry& e : entries_) hooks_.destroy_event(e.event);
+}
+
+void CollectiveWatch::Add(void* comm, void* event, std::chrono::milliseconds timeout, std::string where) {
+  entries_.push_back({comm, event, hooks_.now() + timeout, timeout, std::move(where)});
+}
+
+void CollectiveWatch::Forget(void* comm) {
+  std::erase_if(entries_, [&](const Entry& e) {
+    if (e.comm != comm) return false;
+    hooks_.destroy_event(e.event);
+    return true;
+  });
+}
+
+Status CollectiveWatch::Poll() {
+  const auto now = hooks_.now();
+  Status failure;
+  std::erase_if(entries_, [&](const Entry& e) {
+    if (hooks_.event_done(e.event)) {
+      hooks_.destroy_event(e.event);
+      return true;
+    }
+    if (!failure.ok()) return false;  // the first failure is the one reported
+    const NcclPoll comm = hooks_.comm_state(e.comm);
+    if (comm.state == NcclPoll::kFailed) {
+      failure = UnavailableError(e.where + ": a peer failed: " + comm.error);
+    } else if (now > e.deadline) {
+      failure = DeadlineExceededError(e.where + ": timed out after " + Seconds(e.timeout) +
+                                      " waiting for a peer (a rank hangs or died) with the operation on the stream");
+    }
+    return false;
+  });
+  return failure;
+}
+
 }  // namespace moe
+

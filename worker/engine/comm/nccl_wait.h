@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -40,5 +41,44 @@ struct NcclWaitHooks {
 // it (UNAVAILABLE: a peer failed); so does `timeout` passing (DEADLINE_EXCEEDED); a stream error is
 // INTERNAL. Errors start with `where` ("step 3: all_reduce over nccl (rank 1 of a group of 8)").
 Status WaitForNccl(const NcclWaitHooks& hooks, std::chrono::milliseconds timeout, const std::string& where);
+
+// The watch over stream-ordered collectives. The host does not wait for a device collective (the
+// kernels' stream waits for its end event), so nothing would notice one that hangs or fails: this is
+// PyTorch's NCCL watchdog. Each collective is watched from its start until its end event has passed
+// on the device; past its deadline, or when its communicator reports an asynchronous error, Poll
+// fails, naming the collective and what the rank was doing (the caller aborts the communicators and
+// ends the rank: work queued behind a failed collective cannot be trusted). Not thread-safe: its owner
+// locks.
+class CollectiveWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Hooks {
+    std::function<bool(void* event)> event_done;        // cudaEventQuery == cudaSuccess
+    std::function<void(void* event)> destroy_event;     // cudaEventDestroy
+    std::function<NcclPoll(void* comm)> comm_state;     // ncclCommGetAsyncError (kPending: ncclInProgress)
+    std::function<Clock::time_point()> now;
+  };
+  explicit CollectiveWatch(Hooks hooks) : hooks_(std::move(hooks)) {}
+  ~CollectiveWatch();
+
+  // Watches the collective of `comm` that ends with `event` (the watch destroys the event).
+  void Add(void* comm, void* event, std::chrono::milliseconds timeout, std::string where);
+  // Stops watching the collectives of a communicator that is going away (destroys their events).
+  void Forget(void* comm);
+  // Drops the collectives that have ended; the first failure, else OK (the failed one stays watched).
+  Status Poll();
+  size_t watched() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    void* comm;
+    void* event;
+    Clock::time_point deadline;
+    std::chrono::milliseconds timeout;
+    std::string where;
+  };
+  Hooks hooks_;
+  std::vector<Entry> entries_;
+};
 
 }  // namespace moe

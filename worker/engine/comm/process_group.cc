@@ -1,8 +1,34 @@
 #include "worker/engine/comm/process_group.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+
+#include "common/rank_end.h"
 
 namespace moe {
+namespace {
+
+[[noreturn]] void PrintAndExit(const Status& failure) {
+  std::fprintf(stderr, "moe-train: a collective failed: %s\n", failure.ToString().c_str());
+  std::fflush(stderr);
+  ::_exit(kExitTransient);
+}
+
+std::atomic<CollectiveFailureHandler> g_failure_handler{&PrintAndExit};
+
+}  // namespace
+
+void SetCollectiveFailureHandler(CollectiveFailureHandler handler) {
+  g_failure_handler.store(handler != nullptr ? handler : &PrintAndExit);
+}
+
+void OnCollectiveFailure(const Status& failure) {
+  g_failure_handler.load()(failure);
+  PrintAndExit(failure);
+}
 
 StatusOr<GroupLayout> LayoutGroups(int world, int rank, int pipeline_parallel, int expert_parallel) {
   const auto str = [](int v) { return std::to_string(v); };

@@ -52,6 +52,14 @@ class ProcessGroups {
   std::vector<std::pair<std::vector<int>, Communicator*>> joined_;  // membership -> its communicator
 };
 
+// What a rank does when a collective fails where no caller waits for it (NCCL's stream-ordered
+// collectives, found by their watchdog thread): by default it prints the error and exits with
+// kExitTransient (a restart may fix it); moe-train writes its final record first. The handler is
+// called on the watchdog's thread and must not return (if it does, the process exits as above).
+using CollectiveFailureHandler = void (*)(const Status& failure);
+void SetCollectiveFailureHandler(CollectiveFailureHandler handler);
+[[noreturn]] void OnCollectiveFailure(const Status& failure);
+
 // Backend factories (each compiled only where its library is).
 // Creates a communicator among `size` ranks that all call it with the same store prefix.
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(int rank, int size, KvStore* store,
