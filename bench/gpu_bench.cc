@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/fp8.h"
 #include "kernels/gemm.h"
 #include "kernels/permute.h"
 #include "kernels/runtime.h"
@@ -172,6 +173,23 @@ int main(int argc, char** argv) {
                 rate[0] / dense);
     std::printf("RESULT grouped_gemm_%lld_rows_grouped_tflops %.1f  (of dense %.3f; %s)\n", static_cast<long long>(per),
                 rate[1] / 1e12, rate[1] / dense, moe::kernels::CublasHasGroupedGemm() ? "cublasGemmGroupedBatchedEx" : "no grouped entry point: the loop twice");
+  }
+
+  // 1b'. FP8 on tensor cores (cuBLASLt's block-scaled e4m3, kernels/fp8.h) at the same expert shape:
+  // the forward GEMM including its two quantisation passes (what training pays), against bf16's.
+  if (rehearse) {
+    std::printf("RESULT fp8_gemm_expert_shape_tflops skipped (CUDA only; the CPU emulates FP8)\n");
+  } else if (const moe::Status st = moe::kernels::Fp8GemmSupport(dev); !st.ok()) {
+    std::printf("RESULT fp8_gemm_expert_shape FAILED %s\n", st.message().c_str());
+  } else {
+    moe::Tensor x = moe::Tensor::Empty({rows, h}, moe::DType::kBF16, dev), w = moe::Tensor::Empty({2 * f, h}, moe::DType::kBF16, dev);
+    moe::Tensor y = moe::Tensor::Empty({rows, 2 * f}, moe::DType::kF32, dev);
+    moe::kernels::FillUniform(x, 3);
+    moe::kernels::FillUniform(w, 4);
+    moe::kernels::Fp8GemmForward(x, w, y);  // warm-up
+    const double s = BestSeconds(5, [&] { moe::kernels::Fp8GemmForward(x, w, y); });
+    const double rate = 2.0 * static_cast<double>(rows) * static_cast<double>(2 * f) * static_cast<double>(h) / s;
+    std::printf("RESULT fp8_gemm_expert_shape_tflops %.1f  (%.2fx bf16's; quantisation included)\n", rate / 1e12, rate / dense);
   }
 
   // 1c. The routing plan for `tokens` tokens, 8 of 256 experts: built on the device with only the

@@ -121,4 +121,43 @@ void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, cons
   return MOE_DISPATCH(out, Fp8QuantDequant(x2, tile_rows, tile_cols, out2, groups, mxfp8));
 }
 
+Status Fp8GemmSupport(Device device) {
+  if (!device.is_cuda()) return FailedPreconditionError("FP8 tensor-core GEMMs run on CUDA devices (the CPU emulates FP8)");
+#ifdef MOE_WITH_CUDA
+  const std::string problem = cuda::Fp8GemmProblem();
+  if (problem.empty()) return OkStatus();
+  return FailedPreconditionError("--precision fp8 on " + device.ToString() + ": " + problem);
+#else
+  return FailedPreconditionError("--precision fp8 on " + device.ToString() + ": this build has no CUDA kernels");
+#endif
+}
+
+namespace {
+void CheckFp8GemmOnCuda(const Tensor& out, const char* op) {
+  MOE_CHECK(out.device().is_cuda()) << op << " runs on CUDA only (the CPU emulates FP8: Fp8QuantDequant)";
+}
+}  // namespace
+
+void Fp8GemmForward(const Tensor& x, const Tensor& w, const Tensor& y32) {
+  CheckFp8GemmOnCuda(y32, "Fp8GemmForward");
+#ifdef MOE_WITH_CUDA
+  cuda::Fp8GemmForward(x, w, y32);
+#endif
+}
+
+void Fp8GemmDgrad(const Tensor& dy, const Tensor& w, const Tensor& dx32) {
+  CheckFp8GemmOnCuda(dx32, "Fp8GemmDgrad");
+#ifdef MOE_WITH_CUDA
+  cuda::Fp8GemmDgrad(dy, w, dx32);
+#endif
+}
+
+void Fp8GemmWgrad(const Tensor& dy, const Tensor& x, const Tensor& dw32, float beta) {
+  CheckFp8GemmOnCuda(dw32, "Fp8GemmWgrad");
+#ifdef MOE_WITH_CUDA
+  cuda::Fp8GemmWgrad(dy, x, dw32, beta);
+#endif
+}
+
 }  // namespace moe::kernels
+

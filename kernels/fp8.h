@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/status.h"
 #include "kernels/tensor.h"
 
 namespace moe::kernels::fp8 {
@@ -57,5 +58,21 @@ namespace moe::kernels {
 // the hardware's e4m3 rounding (cvt.rn.satfinite) and must match it bitwise.
 void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const Tensor& out,
                      const std::vector<int64_t>& row_groups = {}, bool mxfp8 = false);
+
+// FP8 on tensor cores (CUDA only): cuBLASLt's block-scaled e4m3 GEMMs (cuBLAS 12.9 or later, compute
+// capability 9.0), the three GEMMs of a linear layer with DeepSeek-V3's tiles, fp32 accumulation:
+//   Fp8GemmForward: y32 [M, N]  = x [M, K] (1 x 128 tiles) . w [N, K]^T (128 x 128 blocks)
+//   Fp8GemmDgrad:   dx32 [M, K] = dy [M, N] (1 x 128 tiles) . w [N, K] (128 x 128 blocks)
+//   Fp8GemmWgrad:   dw32 [N, K] = beta dw32 + dy [M, N]^T . x [M, K] (both 128 x 1 tiles along the tokens)
+// Each equals the emulation (Fp8QuantDequant of its inputs with those tiles, then an fp32 GEMM) up to
+// the order of the fp32 sums. x, w, dy: f32 or bf16; outputs f32; N and K multiples of 128 (the
+// weights' blocks), M any (the tokens).
+// Fp8GemmSupport: OK where `device` runs them; else FAILED_PRECONDITION saying why (the CPU emulates
+// FP8; another card; a cuBLAS without block scaling; or a disagreement with the emulation on the
+// check it makes once per process before training uses them).
+Status Fp8GemmSupport(Device device);
+void Fp8GemmForward(const Tensor& x, const Tensor& w, const Tensor& y32);
+void Fp8GemmDgrad(const Tensor& dy, const Tensor& w, const Tensor& dx32);
+void Fp8GemmWgrad(const Tensor& dy, const Tensor& x, const Tensor& dw32, float beta);
 
 }  // namespace moe::kernels

@@ -50,6 +50,12 @@ void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vec
 // group. x f32 or bf16, out f32.
 void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const Tensor& out,
                      const std::vector<int64_t>& groups, bool mxfp8);
+// fp8_gemm.cu: cuBLASLt's block-scaled e4m3 GEMMs (kernels/fp8.h); Fp8GemmProblem: "" when this
+// device runs them and they passed their check against the emulation, else why not (once per process).
+void Fp8GemmForward(const Tensor& x, const Tensor& w, const Tensor& y32);
+void Fp8GemmDgrad(const Tensor& dy, const Tensor& w, const Tensor& dx32);
+void Fp8GemmWgrad(const Tensor& dy, const Tensor& x, const Tensor& dw32, float beta);
+std::string Fp8GemmProblem();
 
 // runtime.cu: acc[slot] = the bad-index bits (BadIndexFlags), which it clears; one thread on the device.
 void FoldBadIndices(const Tensor& acc, int64_t slot);

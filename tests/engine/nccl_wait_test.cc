@@ -135,11 +135,11 @@ TEST(WaitForNccl, WithoutAStreamCreationIsDoneWhenTheCommunicatorIs) {
 
 // ---- CollectiveWatch: the watchdog of stream-ordered collectives ----
 
-// Fake events (ints: done or not), communicators (their async state) and a clock; every event the
-// watch destroys is recorded, so a leak or a double destroy shows.
+// Fake events (ints: done, pending or failed), communicators (their async state) and a clock; every
+// event the watch destroys is recorded, so a leak or a double destroy shows.
 struct FakeDevice {
-  std::map<int, bool> done;           // event -> has the device passed it
-  std::map<int, NcclPoll> comm;       // communicator -> its state
+  std::map<int, NcclPoll::State> events;  // event -> has the device passed it
+  std::map<int, NcclPoll> comm;           // communicator -> its state
   std::vector<int> destroyed;
   std::chrono::steady_clock::time_point now{};
 
@@ -147,63 +147,70 @@ struct FakeDevice {
   static int I(void* p) { return static_cast<int>(reinterpret_cast<intptr_t>(p)); }
   CollectiveWatch::Hooks Hooks() {
     CollectiveWatch::Hooks h;
-    h.event_done = [this](void* e) { return done.at(I(e)); };
+    h.event_state = [this](void* e) -> NcclPoll {
+      const NcclPoll::State s = events.at(I(e));
+      return {s, s == NcclPoll::kFailed ? "cudaErrorIllegalAddress" : ""};
+    };
     h.destroy_event = [this](void* e) { destroyed.push_back(I(e)); };
     h.comm_state = [this](void* c) { return comm.count(I(c)) ? comm.at(I(c)) : NcclPoll{}; };
     h.now = [this] { return now; };
     return h;
+  }
+  // A collective of communicator `c` with start event 10 * id and end event 10 * id + 1, both pending.
+  void Add(CollectiveWatch& w, int c, int id, milliseconds timeout, const std::string& where) {
+    events[10 * id] = events[10 * id + 1] = NcclPoll::kPending;
+    w.Add(P(c), P(10 * id), P(10 * id + 1), timeout, where);
   }
 };
 
 TEST(CollectiveWatch, DropsCollectivesOnceTheirEndEventsPassAndDestroysEachEventOnce) {
   FakeDevice d;
   CollectiveWatch w(d.Hooks());
-  d.done = {{1, false}, {2, false}, {3, false}};
-  w.Add(FakeDevice::P(100), FakeDevice::P(1), milliseconds(5000), "a");
-  w.Add(FakeDevice::P(100), FakeDevice::P(2), milliseconds(5000), "b");
-  w.Add(FakeDevice::P(200), FakeDevice::P(3), milliseconds(5000), "c");
+  d.Add(w, 100, 1, milliseconds(5000), "a");
+  d.Add(w, 100, 2, milliseconds(5000), "b");
+  d.Add(w, 200, 3, milliseconds(5000), "c");
   ASSERT_TRUE(w.Poll().ok());
   EXPECT_EQ(w.watched(), 3u);
-  d.done[2] = true;
+  d.events[20] = NcclPoll::kDone;
+  ASSERT_TRUE(w.Poll().ok());
+  EXPECT_EQ(d.destroyed, std::vector<int>({20})) << "a start that passed is destroyed at once";
+  d.events[21] = NcclPoll::kDone;
   ASSERT_TRUE(w.Poll().ok());
   EXPECT_EQ(w.watched(), 2u);
-  EXPECT_EQ(d.destroyed, std::vector<int>({2}));
-  w.Forget(FakeDevice::P(100));  // communicator 100 goes away: its collective's event with it
+  EXPECT_EQ(d.destroyed, std::vector<int>({20, 21}));
+  w.Forget(FakeDevice::P(100));  // communicator 100 goes away: its collective's events with it
   EXPECT_EQ(w.watched(), 1u);
-  EXPECT_EQ(d.destroyed, std::vector<int>({2, 1}));
-  d.now += milliseconds(4000);
-  ASSERT_TRUE(w.Poll().ok()) << "within its timeout";
+  EXPECT_EQ(d.destroyed, std::vector<int>({20, 21, 10, 11}));
   {
     CollectiveWatch other(d.Hooks());
-    d.done[4] = false;
-    other.Add(FakeDevice::P(300), FakeDevice::P(4), milliseconds(10), "d");
+    d.Add(other, 300, 4, milliseconds(10), "d");
   }
-  EXPECT_EQ(d.destroyed, std::vector<int>({2, 1, 4})) << "the watch destroys what it still holds when it ends";
+  EXPECT_EQ(d.destroyed, std::vector<int>({20, 21, 10, 11, 40, 41})) << "the watch destroys what it holds when it ends";
 }
 
-TEST(CollectiveWatch, ACollectivePastItsDeadlineFailsNamingItAndTheWait) {
+TEST(CollectiveWatch, TheTimeoutRunsFromTheStartNotWhileTheRanksOwnComputeIsQueuedAhead) {
   FakeDevice d;
   CollectiveWatch w(d.Hooks());
-  d.done = {{1, true}, {2, false}};
-  w.Add(FakeDevice::P(100), FakeDevice::P(2), milliseconds(3000), "step 4: moe layer 1 dispatch: all_to_all_v over nccl (rank 0 of a group of 2)");
+  d.Add(w, 100, 1, milliseconds(3000), "step 4: gradient span 2: reduce_scatter over nccl (rank 0 of a group of 2)");
+  d.now += milliseconds(60000);  // a minute of this rank's backward queued before it
+  ASSERT_TRUE(w.Poll().ok()) << "not started: no timeout yet";
+  d.events[10] = NcclPoll::kDone;
+  ASSERT_TRUE(w.Poll().ok());
   d.now += milliseconds(2999);
   ASSERT_TRUE(w.Poll().ok());
-  w.Add(FakeDevice::P(100), FakeDevice::P(1), milliseconds(3000), "later, done");
   d.now += milliseconds(2);
   const Status st = w.Poll();
   EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
-  EXPECT_NE(st.message().find("step 4: moe layer 1 dispatch: all_to_all_v over nccl"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("step 4: gradient span 2: reduce_scatter over nccl"), std::string::npos) << st;
   EXPECT_NE(st.message().find("timed out after 3 s"), std::string::npos) << st;
-  EXPECT_EQ(w.watched(), 1u) << "the finished one is dropped, the failed one stays";
-  EXPECT_EQ(d.destroyed, std::vector<int>({1}));
+  EXPECT_EQ(w.watched(), 1u) << "the failed one stays watched";
 }
 
 TEST(CollectiveWatch, AnAsynchronousErrorFailsAtOnceSayingAPeerFailed) {
   FakeDevice d;
   CollectiveWatch w(d.Hooks());
-  d.done = {{1, false}, {2, false}};
-  w.Add(FakeDevice::P(100), FakeDevice::P(1), milliseconds(60000), "gradient reduce_scatter over nccl");
-  w.Add(FakeDevice::P(200), FakeDevice::P(2), milliseconds(60000), "all_gather over nccl");
+  d.Add(w, 100, 1, milliseconds(60000), "gradient reduce_scatter over nccl");
+  d.Add(w, 200, 2, milliseconds(60000), "all_gather over nccl");
   ASSERT_TRUE(w.Poll().ok());
   d.comm[200] = {NcclPoll::kFailed, "remote process exited or there was a network error"};
   const Status st = w.Poll();
@@ -211,6 +218,18 @@ TEST(CollectiveWatch, AnAsynchronousErrorFailsAtOnceSayingAPeerFailed) {
   EXPECT_NE(st.message().find("all_gather over nccl: a peer failed: remote process exited"), std::string::npos) << st;
   d.comm[200] = {NcclPoll::kPending, ""};  // ncclInProgress is not an error
   EXPECT_TRUE(w.Poll().ok());
+}
+
+TEST(CollectiveWatch, ADeviceErrorIsInternalAtOnceNotATimeoutLater) {
+  FakeDevice d;
+  CollectiveWatch w(d.Hooks());
+  d.Add(w, 100, 1, milliseconds(60000), "all_to_all_v over nccl");
+  d.Add(w, 100, 2, milliseconds(60000), "later");
+  d.events[10] = NcclPoll::kDone;
+  d.events[11] = NcclPoll::kFailed;  // a kernel before it faulted: the stream is broken
+  const Status st = w.Poll();
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st;
+  EXPECT_NE(st.message().find("all_to_all_v over nccl: cuda: cudaErrorIllegalAddress"), std::string::npos) << st;
 }
 
 }  // namespace

@@ -128,7 +128,9 @@ TEST(ProcessGroups, OneStageKeepsTheOldGroups) {
     auto groups = ProcessGroups::Create(4, r, 1, 2, store, GroupOptions());
     ASSERT_TRUE(groups.ok()) << groups.status();
     const ParallelContext& c = (*groups)->ctx();
-    EXPECT_EQ(c.dp_group, c.world) << "one stage: the DP group is the world (one communicator)";
+    EXPECT_NE(c.dp_group, c.world) << "the gradients' group has a communicator of its own, though its members are the world";
+    EXPECT_EQ(c.dp_group->size(), 4);
+    EXPECT_NE(c.expert_dp, c.ep_group);
     EXPECT_EQ(c.pipeline->size(), 1);
     EXPECT_EQ(c.pipeline->backend(), "local");
     EXPECT_EQ(c.ep_group_index(), r / 2);
@@ -150,5 +152,25 @@ TEST(ProcessGroups, OneRankGetsLocalGroupsWithoutAStore) {
   EXPECT_NE(local.ctx.embedding, nullptr);
 }
 
+TEST(ProcessGroups, GradientGroupsNeverShareTheAllToAllsCommunicator) {
+  // W = 2, EP 2: world, dp_group and ep_group have the same two members. The gradients' reductions
+  // overlap the backward's all-to-alls, so dp_group is not the all-to-all's communicator; expert_dp is a
+  // group of one here.
+  moe::testing::RunRanks(2, [&](int r, KvStore* store) {
+    auto groups = ProcessGroups::Create(2, r, 1, 2, store, GroupOptions());
+    ASSERT_TRUE(groups.ok()) << groups.status();
+    const ParallelContext& c = (*groups)->ctx();
+    EXPECT_EQ(c.ep_group, c.world) << "the same members and kind share one communicator";
+    EXPECT_NE(c.dp_group, c.ep_group);
+    EXPECT_EQ(c.dp_group->size(), 2);
+    EXPECT_EQ(c.expert_dp->backend(), "local");
+    double x = r + 1;  // both work
+    ASSERT_TRUE(c.dp_group->AllReduceSumHost(&x, 1).ok());
+    ASSERT_TRUE(c.ep_group->AllReduceSumHost(&x, 1).ok());
+    EXPECT_EQ(x, 6.0);
+  });
+}
+
 }  // namespace
 }  // namespace moe
+

@@ -124,6 +124,7 @@ table() {
         "$(get grouped_gemm_${per}_rows_loop_tflops); $(get grouped_gemm_${per}_rows_grouped_tflops)"
   done
   row "routing plan, top-8 of 256: device; host (us)" "$(get routing_plan_device_us); $(get routing_plan_host_us)"
+  row "cuBLASLt FP8 GEMM, expert shape (with quantisation)" "$(get fp8_gemm_expert_shape_tflops)$(get fp8_gemm_expert_shape)"
   row "MoE layer fwd+bwd, DSV3 sizes, engine" "${engine:-?} TFLOP/s, $(get moe_layer_ms) ms"
   row "MoE layer fwd+bwd, DSV3 sizes, PyTorch ($(get torch_baseline))" "${torch:-?} TFLOP/s, $(get torch_moe_layer_ms) ms"
   if [ -n "$engine" ] && [ -n "$torch" ] && [ -n "$dense" ]; then

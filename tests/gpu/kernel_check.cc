@@ -522,6 +522,36 @@ int main() {
                             {"128x1 grouped", cols, 0, 0}, {"mxfp8 1x32", mx, 0, 0}};
   });
 
+  // FP8 GEMMs: cuBLASLt's block-scaled e4m3 on CUDA against the emulation (quantise, dequantise, fp32
+  // GEMM) on the CPU: Fprop, Dgrad and Wgrad of one linear layer at 200 tokens (a partial tile; Wgrad
+  // pads them to 256) x 256 x 384. Only the order of the fp32 sums may differ.
+  Run("fp8 gemm", [](Device dev, DType dt) {
+    const DType f32 = DType::kF32;
+    Tensor x = On(Random({200, 384}, 42), dt, dev), w = On(Random({256, 384}, 43, -0.05, 0.05), dt, dev);
+    Tensor dy = On(Random({200, 256}, 44), dt, dev);
+    Tensor y = Poisoned({200, 256}, f32, dev), dx = Poisoned({200, 384}, f32, dev);
+    Tensor dw = On(Random({256, 384}, 45, -0.01, 0.01), f32, dev);  // Wgrad accumulates into it
+    if (dev.is_cuda()) {
+      if (const moe::Status st = k::Fp8GemmSupport(dev); !st.ok()) {
+        std::printf("  fp8 gemm: %s\n", st.message().c_str());  // the rows below fail (NaN outputs)
+        return std::vector<Out>{{"forward", y, 1e-4, 1e-4}, {"dgrad", dx, 1e-4, 1e-4}, {"wgrad", dw, 1e-4, 1e-4}};
+      }
+      k::Fp8GemmForward(x, w, y);
+      k::Fp8GemmDgrad(dy, w, dx);
+      k::Fp8GemmWgrad(dy, x, dw, 1.f);
+    } else {
+      const auto q = [&](const Tensor& t, int64_t tr, int64_t tc) {
+        Tensor out = Tensor::Empty(t.shape(), f32, dev);
+        k::Fp8QuantDequant(t, tr, tc, out);
+        return out;
+      };
+      k::Gemm(q(x, 1, 128), false, q(w, 128, 128), true, y);
+      k::Gemm(q(dy, 1, 128), false, q(w, 128, 128), false, dx);
+      k::Gemm(q(dy, 128, 1), true, q(x, 128, 1), false, dw, 1.0, 1.0);
+    }
+    return std::vector<Out>{{"forward", y, 1e-4, 1e-4}, {"dgrad", dx, 1e-4, 1e-4}, {"wgrad", dw, 1e-4, 1e-4}};
+  });
+
   RopeCases();
   ColumnCases();
   BoundsCase();

@@ -23,10 +23,33 @@ Tensor Fp8View(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const std:
   return out;
 }
 
+void Fp8Forward(const Tensor& x, const Tensor& w, const Tensor& y32) {
+  if (y32.device().is_cuda()) return kernels::Fp8GemmForward(x, w, y32);
+  kernels::Gemm(Fp8View(x, 1, kFp8Tile), false, Fp8View(w, kFp8Tile, kFp8Tile), true, y32);
+}
+
+void Fp8Dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx32) {
+  if (dx32.device().is_cuda()) return kernels::Fp8GemmDgrad(dy, w, dx32);
+  kernels::Gemm(Fp8View(dy, 1, kFp8Tile), false, Fp8View(w, kFp8Tile, kFp8Tile), false, dx32);
+}
+
+void Fp8Wgrad(const Tensor& dy, const Tensor& x, const Tensor& dw) {
+  if (!dw.device().is_cuda()) {
+    kernels::Gemm(Fp8View(dy, kFp8Tile, 1), true, Fp8View(x, kFp8Tile, 1), false, dw, 1.0, 1.0);
+  } else if (dw.dtype() == DType::kF32) {
+    kernels::Fp8GemmWgrad(dy, x, dw, 1.f);
+  } else {
+    const Tensor part = Tensor::Empty(dw.shape(), DType::kF32, dw.device());
+    kernels::Fp8GemmWgrad(dy, x, part, 0.f);
+    kernels::Add(dw, dw, CastTo(part, dw.dtype()));
+  }
+}
+
 Tensor Linear(const Tensor& x, const Param& w) {
   if (!w.fp8) return Linear(x, w.compute);
-  Tensor y = Linear(Fp8View(x, 1, kFp8Tile), Fp8View(w.compute, kFp8Tile, kFp8Tile));
-  return CastTo(y, x.dtype());
+  Tensor y32 = Tensor::Empty({x.dim(0), w.compute.dim(0)}, DType::kF32, x.device());
+  Fp8Forward(x, w.compute, y32);
+  return CastTo(y32, x.dtype());
 }
 
 namespace {
@@ -34,11 +57,11 @@ namespace {
 Tensor Fp8LinearBackward(const Tensor& dy, const Tensor& x, const Param& w) {
   {
     GradSink dw(w);
-    kernels::Gemm(Fp8View(dy, kFp8Tile, 1), true, Fp8View(x, kFp8Tile, 1), false, dw.tensor(), 1.0, 1.0);
+    Fp8Wgrad(dy, x, dw.tensor());
     dw.Commit();
   }
   Tensor dx = Tensor::Empty({dy.dim(0), w.compute.dim(1)}, DType::kF32, dy.device());
-  kernels::Gemm(Fp8View(dy, 1, kFp8Tile), false, Fp8View(w.compute, kFp8Tile, kFp8Tile), false, dx);
+  Fp8Dgrad(dy, w.compute, dx);
   return CastTo(dx, dy.dtype());
 }
 

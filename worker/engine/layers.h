@@ -35,6 +35,12 @@ Tensor LinearBackward(const Tensor& dy, const Tensor& x, const Param& w);
 inline constexpr int64_t kFp8Tile = 128;
 // x quantised and dequantised in FP8 (f32, x's shape): tiles of tile_rows x tile_cols (Fp8QuantDequant).
 Tensor Fp8View(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const std::vector<int64_t>& row_groups = {});
+// The three FP8 GEMMs of a linear layer with those tiles (w [N, K]; fp32 results): on CUDA cuBLASLt's
+// block-scaled e4m3 GEMMs (kernels/fp8.h), on the CPU the emulation (Fp8View, then an fp32 GEMM).
+//   Fp8Forward: y32 = x . w^T;   Fp8Dgrad: dx32 = dy . w;   Fp8Wgrad: dw += dy^T . x (dw in any float dtype)
+void Fp8Forward(const Tensor& x, const Tensor& w, const Tensor& y32);
+void Fp8Dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx32);
+void Fp8Wgrad(const Tensor& dy, const Tensor& x, const Tensor& dw);
 // `t` in `dtype` (itself when it already is).
 Tensor CastTo(const Tensor& t, DType dtype);
 

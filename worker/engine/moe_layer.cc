@@ -37,12 +37,24 @@ namespace {
 // The experts' grouped GEMMs, in FP8 when w.fp8 (the tiles of layers.h's LinearBackward: rows 1 x 128,
 // each expert's weight in 128 x 128 blocks; fp32 GEMM, the result rounded to y's dtype).
 //   forward: y[rows_g] = x[rows_g] @ w[g]^T;   data backward (backward_data): y[rows_g] = x[rows_g] @ w[g]
+// On CUDA the FP8 GEMMs are cuBLASLt's, one per expert (no grouped block-scaled GEMM before cuBLAS 13.2).
 void ExpertGemm(const Tensor& x, const Param& w, const std::vector<int64_t>& offsets, const Tensor& y,
                 bool backward_data = false) {
   const auto gemm = backward_data ? kernels::GroupedGemmBackwardData : kernels::GroupedGemm;
   if (!w.fp8) return gemm(x, w.compute, offsets, y);
   Tensor y32 = Tensor::Empty(y.shape(), DType::kF32, y.device());
-  gemm(Fp8View(x, 1, kFp8Tile), Fp8View(w.compute, kFp8Tile, kFp8Tile), offsets, y32);
+  if (!y.device().is_cuda()) {
+    gemm(Fp8View(x, 1, kFp8Tile), Fp8View(w.compute, kFp8Tile, kFp8Tile), offsets, y32);
+  } else {
+    const int64_t n = w.compute.dim(1), k = w.compute.dim(2);
+    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+      const int64_t a = offsets[e], b = offsets[e + 1];
+      if (a == b) continue;
+      const Tensor we = w.compute.Rows(static_cast<int64_t>(e), static_cast<int64_t>(e) + 1).Reshape({n, k});
+      if (backward_data) Fp8Dgrad(x.Rows(a, b), we, y32.Rows(a, b));
+      else Fp8Forward(x.Rows(a, b), we, y32.Rows(a, b));
+    }
+  }
   kernels::Convert(y32, y);
 }
 
@@ -135,7 +147,23 @@ namespace {
 // over the same rows as at any other layout, so the accumulated sum is the same too.
 // FP8 (w.fp8): dy and x in 128 x 1 tiles along the rows that restart at each expert's (deterministic:
 // each segment's) first row, so a tile never mixes rows of two GEMMs.
+// FP8 on CUDA: cuBLASLt's weight-gradient GEMM per group (an expert, or deterministically one source
+// rank's rows of it), so the tiles along the tokens restart at each group as the emulation's do.
+void Fp8ExpertWeightGradOnDevice(const Tensor& dy, const Tensor& x, const TokenDispatcher::Route& route, const Param& w) {
+  const std::vector<int64_t>& groups = w.accum.defined() ? route.segments : route.local_offsets;
+  const int64_t experts = static_cast<int64_t>(route.local_offsets.size()) - 1;
+  const int64_t per = (static_cast<int64_t>(groups.size()) - 1) / std::max<int64_t>(experts, 1);
+  for (int64_t g = 0; g + 1 < static_cast<int64_t>(groups.size()); ++g) {
+    const int64_t a = groups[static_cast<size_t>(g)], b = groups[static_cast<size_t>(g) + 1];
+    if (a == b) continue;
+    GradSink dw(w, g / per, 1);
+    Fp8Wgrad(dy.Rows(a, b), x.Rows(a, b), dw.tensor().Reshape({w.grad.dim(1), w.grad.dim(2)}));
+    dw.Commit();
+  }
+}
+
 void ExpertWeightGrad(const Tensor& dy_in, const Tensor& x_in, const TokenDispatcher::Route& route, const Param& w) {
+  if (w.fp8 && dy_in.device().is_cuda()) return Fp8ExpertWeightGradOnDevice(dy_in, x_in, route, w);
   Tensor dy = dy_in, x = x_in;
   if (w.fp8) {
     const std::vector<int64_t>& groups = w.accum.defined() ? route.segments : route.local_offsets;

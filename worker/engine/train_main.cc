@@ -111,8 +111,11 @@ struct Flags {
 // Where the final record goes (--report-fd), once the stream is open.
 FILE* g_report = nullptr;
 
-// Ends this process the way `end` says: the final record on the report stream, the exit code.
+// Ends this process the way `end` says: the final record on the report stream, the exit code. One
+// record whichever comes first: the main thread's end or the NCCL watchdog's (its own thread).
 int Finish(const moe::RankEnd& end) {
+  static std::atomic<bool> finished{false};
+  if (finished.exchange(true)) return end.exit_code();
   if (!end.ok() && end.failure_class != moe::FailureClass::kStopped) {
     std::fprintf(stderr, "moe-train: %s: %s\n", std::string(moe::StatusCodeName(end.code)).c_str(), end.message.c_str());
   }

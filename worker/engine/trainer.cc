@@ -9,6 +9,7 @@
 #include "common/flops.h"
 #include "common/log.h"
 #include "kernels/elementwise.h"
+#include "kernels/fp8.h"
 #include "kernels/memory_stats.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/data/sampler.h"
@@ -142,6 +143,25 @@ Status Trainer::Init() {
   return OkStatus();
 }
 
+namespace {
+
+// cuBLASLt's FP8 GEMMs take weights in whole 128 x 128 blocks: every FP8 weight's two GEMM dimensions.
+Status CheckFp8Shapes(const ParamSet& params) {
+  for (const auto& p : params.all()) {
+    if (!p->fp8) continue;
+    const int64_t n = p->compute.dim(p->compute.ndim() - 2), k = p->compute.dim(p->compute.ndim() - 1);
+    if (n % 128 != 0 || k % 128 != 0) {
+      return FailedPreconditionError("--precision fp8 on CUDA: " + p->name + " is " + std::to_string(n) + " x " +
+                                     std::to_string(k) + "; cuBLASLt's FP8 GEMMs need the linear layers' dimensions in "
+                                     "multiples of 128 (its 128 x 128 weight blocks). Use bf16, or a model whose hidden "
+                                     "and FFN sizes are multiples of 128");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 // This rank's model chunks: virtual stages pp_rank, pp_rank + PP, ... (Megatron's interleaving).
 Status Trainer::BuildModel() {
   MOE_ASSIGN_OR_RETURN(layout_, ResolvePipelineLayout(spec_));
@@ -162,7 +182,9 @@ Status Trainer::BuildModel() {
   for (size_t v = static_cast<size_t>(par_.pp_rank()); v < layout_.size(); v += static_cast<size_t>(par_.pipeline_parallel)) {
     mo.chunks.push_back(layout_[v]);
   }
+  if (mo.fp8 && place_.device.is_cuda()) MOE_RETURN_IF_ERROR(kernels::Fp8GemmSupport(place_.device));
   model_ = std::make_unique<Model>(spec_.model, par_, spec_.training.seed, mo);
+  if (mo.fp8 && place_.device.is_cuda()) MOE_RETURN_IF_ERROR(CheckFp8Shapes(model_->params()));
   step_acc_ = Tensor::Zeros({kMtpSlot + std::max<int64_t>(spec_.model.mtp_depth, 0)}, DType::kF64, place_.device);
   model_->SetDeviceLosses({step_acc_, kCeSlot, kAuxSlot, kMtpSlot});
   tied_embedding_ = par_.pipeline_parallel > 1 && layout_.back().mtp > 0;
@@ -202,9 +224,11 @@ void Trainer::LogSetup() const {
   MOE_LOG(INFO) << "device " << place_.name << ", " << place_.precision
                 << (place_.precision == "bf16" ? " activations with fp32 master weights" : "")
                 << (place_.precision == "fp8" ? ": bf16 activations, fp32 master weights, the linear layers' GEMM inputs "
-                                                "in e4m3 (1x128 activation tiles, 128x128 weight blocks), emulated: "
-                                                "quantised, dequantised, fp32 GEMM"
-                                              : "");
+                                                "in e4m3 (1x128 activation tiles, 128x128 weight blocks), "
+                                              : "")
+                << (place_.precision != "fp8" ? ""
+                    : place_.device.is_cuda() ? "cuBLASLt's block-scaled FP8 GEMMs (checked against the emulation)"
+                                              : "emulated: quantised, dequantised, fp32 GEMM");
   MOE_LOG(INFO) << "model: " << (mc.preset.empty() ? "custom" : mc.preset) << ", " << params.NumElements()
                 << " parameters on rank 0 (" << params.NumElements(true) << " in its experts), " << mc.num_layers
                 << " layers (" << mc.first_k_dense << " dense), " << mc.moe.num_experts << " experts top-" << mc.moe.top_k

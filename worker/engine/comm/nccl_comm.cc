@@ -7,8 +7,10 @@
 // for the caching allocator, and the kernels' stream waits for the operation's end event, at once or,
 // for a started one (Start*), when the caller asks (Wait) after queuing work that does not need it. A
 // watchdog thread (CollectiveWatch) watches every such collective until its end event has passed:
-// past the job's timeout, or on an asynchronous NCCL error, it aborts the communicators and ends the
-// rank (OnCollectiveFailure), since the work queued behind a failed collective cannot be trusted.
+// past the job's timeout (counted from its start event, so the rank's own queued compute does not
+// count), on an asynchronous NCCL error or a device error, it ends the rank (OnCollectiveFailure),
+// since the work queued behind a failed collective cannot be trusted. Communicators are aborted in
+// one place (Watchdog::Abort), and one with work still queued is aborted rather than destroyed.
 // Host-valued collectives (sums of host doubles, the counts' all-to-all, broadcasts) stage through a
 // device scratch buffer and wait on the host with WaitForNccl (nccl_wait.h), which aborts the
 // communicator past the timeout, so a dead or hung peer fails the call with a clear error.
@@ -91,7 +93,9 @@ ncclDataType_t NcclType(DType t) {
   return ncclFloat32;
 }
 
-// The process's watchdog thread over stream-ordered collectives (one process drives one device).
+// The process's watchdog thread over stream-ordered collectives (one process drives one device), and
+// the one place communicators are aborted: NCCL allows one thread at a time on a communicator, and an
+// aborted one is freed, so it leaves the watch as it is aborted.
 class Watchdog {
  public:
   static Watchdog& Get() {
@@ -107,45 +111,55 @@ class Watchdog {
     comms_.erase(comm);
     watch_.Forget(comm);
   }
-  void Add(ncclComm_t comm, cudaEvent_t end, std::chrono::milliseconds timeout, std::string where) {
+  void Abort(ncclComm_t comm) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (comms_.erase(comm) == 0) return;  // aborted already
+    watch_.Forget(comm);
+    ncclCommAbort(comm);
+  }
+  void Add(ncclComm_t comm, cudaEvent_t start, cudaEvent_t end, std::chrono::milliseconds timeout, std::string where) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!thread_.joinable()) {
         cudaGetDevice(&device_);
         thread_ = std::thread([this] { Loop(); });
       }
-      watch_.Add(comm, end, timeout, std::move(where));
+      watch_.Add(comm, start, end, timeout, std::move(where));
     }
     cv_.notify_one();
   }
 
  private:
   Watchdog() : watch_(Hooks()) {}
+  static NcclPoll EventState(void* e) {
+    const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(e));
+    if (r == cudaSuccess) return {};
+    if (r == cudaErrorNotReady) {
+      cudaGetLastError();
+      return {NcclPoll::kPending, ""};
+    }
+    return {NcclPoll::kFailed, CudaError(r)};
+  }
   static CollectiveWatch::Hooks Hooks() {
     CollectiveWatch::Hooks h;
-    h.event_done = [](void* e) {
-      const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(e));
-      if (r == cudaSuccess) return true;
-      if (r == cudaErrorNotReady) cudaGetLastError();
-      return false;  // another error: the communicator's state or the deadline will say
-    };
+    h.event_state = &EventState;
     h.destroy_event = [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); };
     h.comm_state = [](void* c) { return CommState(static_cast<ncclComm_t>(c)); };
     h.now = [] { return std::chrono::steady_clock::now(); };
     return h;
   }
+  // A failure ends the rank at once: the handler writes its final record and exits; the process's end
+  // closes the communicators' connections (aborting them here could hang, or race the main thread
+  // inside one).
   void Loop() {
     cudaSetDevice(device_);
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       cv_.wait(lock, [this] { return watch_.watched() > 0; });
       const Status st = watch_.Poll();
-      if (!st.ok()) {
-        for (ncclComm_t c : comms_) ncclCommAbort(c);
-        OnCollectiveFailure(Status(st.code(), st.message() + "; the communicators were aborted"));
-      }
+      if (!st.ok()) OnCollectiveFailure(Status(st.code(), st.message() + "; the rank ends"));
       lock.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
       lock.lock();
     }
   }
@@ -189,8 +203,14 @@ class NcclCommunicator final : public Communicator {
     Watchdog::Get().Register(comm_);
   }
   ~NcclCommunicator() override {
-    Watchdog::Get().Unregister(comm_);
+    // Work still on the stream (a collective after a failure elsewhere): ncclCommDestroy would wait for
+    // it, perhaps forever; abort instead.
+    if (!aborted_ && cudaStreamQuery(stream_) != cudaSuccess) {
+      cudaGetLastError();
+      Abort();
+    }
     if (aborted_) return;
+    Watchdog::Get().Unregister(comm_);
     ncclCommDestroy(comm_);
     cudaEventDestroy(ready_);
     cudaStreamDestroy(stream_);
@@ -406,7 +426,7 @@ class NcclCommunicator final : public Communicator {
     if (cudaError_t e = cudaStreamWaitEvent(stream_, ready_, 0); e != cudaSuccess) return Cuda(e);
     return OkStatus();
   }
-  Status RecordEnd(cudaEvent_t* end) {
+  Status RecordOnStream(cudaEvent_t* end) {
     if (cudaError_t e = cudaEventCreateWithFlags(end, cudaEventDisableTiming); e != cudaSuccess) return Cuda(e);
     if (cudaError_t e = cudaEventRecord(*end, stream_); e != cudaSuccess) {
       cudaEventDestroy(*end);
@@ -423,14 +443,24 @@ class NcclCommunicator final : public Communicator {
   Status Issue(const std::string& op, const std::vector<Tensor>& buffers, Fn&& issue, cudaEvent_t* end) {
     *end = nullptr;
     if (aborted_) return UnavailableError(Where(op) + ": the communicator was aborted after an earlier failure");
+    for (const Tensor& t : buffers) t.RecordStream(stream_);  // before anything can fail
     MOE_RETURN_IF_ERROR(AfterKernels());
-    if (ncclResult_t r = issue(); !Issued(r)) return Refused(op, r);
-    MOE_RETURN_IF_ERROR(WaitForNccl(CommHooks(comm_, [this] { Abort(); }), timeout_, Where(op)));
-    for (const Tensor& t : buffers) t.RecordStream(stream_);
-    cudaEvent_t watched = nullptr;
-    MOE_RETURN_IF_ERROR(RecordEnd(&watched));
-    Watchdog::Get().Add(comm_, watched, timeout_, Where(op));
-    return RecordEnd(end);
+    cudaEvent_t start = nullptr, watched = nullptr;
+    MOE_RETURN_IF_ERROR(RecordOnStream(&start));  // the watch's timeout runs from here, not from the issue
+    if (ncclResult_t r = issue(); !Issued(r)) {
+      cudaEventDestroy(start);
+      return Refused(op, r);
+    }
+    if (Status st = WaitForNccl(CommHooks(comm_, [this] { Abort(); }), timeout_, Where(op)); !st.ok()) {
+      cudaEventDestroy(start);
+      return st;
+    }
+    if (Status st = RecordOnStream(&watched); !st.ok()) {
+      cudaEventDestroy(start);
+      return st;
+    }
+    Watchdog::Get().Add(comm_, start, watched, timeout_, Where(op));
+    return RecordOnStream(end);
   }
   template <typename Fn>
   Status Ordered(const std::string& op, const std::vector<Tensor>& buffers, Fn&& issue) {
@@ -465,7 +495,7 @@ class NcclCommunicator final : public Communicator {
   }
   void Abort() {
     aborted_ = true;
-    ncclCommAbort(comm_);
+    Watchdog::Get().Abort(comm_);
   }
 
   ncclComm_t comm_;

@@ -38,38 +38,63 @@ Status WaitForNccl(const NcclWaitHooks& hooks, std::chrono::milliseconds timeout
 }
 
 CollectiveWatch::~CollectiveWatch() {
-  for (const Entry& e : entries_) hooks_.destroy_event(e.event);
+  for (const Entry& e : entries_) Destroy(e);
 }
 
-void CollectiveWatch::Add(void* comm, void* event, std::chrono::milliseconds timeout, std::string where) {
-  entries_.push_back({comm, event, hooks_.now() + timeout, timeout, std::move(where)});
+void CollectiveWatch::Destroy(const Entry& e) {
+  if (e.start != nullptr) hooks_.destroy_event(e.start);
+  hooks_.destroy_event(e.end);
+}
+
+void CollectiveWatch::Add(void* comm, void* start, void* end, std::chrono::milliseconds timeout, std::string where) {
+  entries_.push_back({comm, start, end, std::nullopt, timeout, std::move(where)});
 }
 
 void CollectiveWatch::Forget(void* comm) {
   std::erase_if(entries_, [&](const Entry& e) {
     if (e.comm != comm) return false;
-    hooks_.destroy_event(e.event);
+    Destroy(e);
     return true;
   });
+}
+
+bool CollectiveWatch::Check(Entry& e, Clock::time_point now, Status* failure) {
+  const NcclPoll end = hooks_.event_state(e.end);
+  if (end.state == NcclPoll::kDone) return true;
+  if (!failure->ok()) return false;  // the first failure is the one reported
+  if (end.state == NcclPoll::kFailed) {
+    *failure = InternalError(e.where + ": cuda: " + end.error);
+    return false;
+  }
+  if (e.start != nullptr) {  // not started until the kernels before it are done
+    const NcclPoll start = hooks_.event_state(e.start);
+    if (start.state == NcclPoll::kFailed) {
+      *failure = InternalError(e.where + ": cuda: " + start.error);
+      return false;
+    }
+    if (start.state == NcclPoll::kDone) {
+      hooks_.destroy_event(e.start);
+      e.start = nullptr;
+      e.started = now;
+    }
+  }
+  const NcclPoll comm = hooks_.comm_state(e.comm);
+  if (comm.state == NcclPoll::kFailed) {
+    *failure = UnavailableError(e.where + ": a peer failed: " + comm.error);
+  } else if (e.started && now - *e.started > e.timeout) {
+    *failure = DeadlineExceededError(e.where + ": timed out after " + Seconds(e.timeout) +
+                                     " waiting for a peer (a rank hangs or died) with the operation on the stream");
+  }
+  return false;
 }
 
 Status CollectiveWatch::Poll() {
   const auto now = hooks_.now();
   Status failure;
-  std::erase_if(entries_, [&](const Entry& e) {
-    if (hooks_.event_done(e.event)) {
-      hooks_.destroy_event(e.event);
-      return true;
-    }
-    if (!failure.ok()) return false;  // the first failure is the one reported
-    const NcclPoll comm = hooks_.comm_state(e.comm);
-    if (comm.state == NcclPoll::kFailed) {
-      failure = UnavailableError(e.where + ": a peer failed: " + comm.error);
-    } else if (now > e.deadline) {
-      failure = DeadlineExceededError(e.where + ": timed out after " + Seconds(e.timeout) +
-                                      " waiting for a peer (a rank hangs or died) with the operation on the stream");
-    }
-    return false;
+  std::erase_if(entries_, [&](Entry& e) {
+    if (!Check(e, now, &failure)) return false;
+    Destroy(e);
+    return true;
   });
   return failure;
 }

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,16 +45,17 @@ Status WaitForNccl(const NcclWaitHooks& hooks, std::chrono::milliseconds timeout
 
 // The watch over stream-ordered collectives. The host does not wait for a device collective (the
 // kernels' stream waits for its end event), so nothing would notice one that hangs or fails: this is
-// PyTorch's NCCL watchdog. Each collective is watched from its start until its end event has passed
-// on the device; past its deadline, or when its communicator reports an asynchronous error, Poll
-// fails, naming the collective and what the rank was doing (the caller aborts the communicators and
-// ends the rank: work queued behind a failed collective cannot be trusted). Not thread-safe: its owner
-// locks.
+// PyTorch's NCCL watchdog. Each collective is watched from its issue until its end event has passed
+// on the device. Its timeout runs from its start event (recorded on the communicator's stream after
+// the kernels it waits for), so the rank's own queued compute never counts against it. Poll fails,
+// naming the collective and what the rank was doing, past the timeout, when its communicator reports
+// an asynchronous error, or on a device error (the caller ends the rank: work queued behind a failed
+// collective cannot be trusted). Not thread-safe: its owner locks.
 class CollectiveWatch {
  public:
   using Clock = std::chrono::steady_clock;
   struct Hooks {
-    std::function<bool(void* event)> event_done;        // cudaEventQuery == cudaSuccess
+    std::function<NcclPoll(void* event)> event_state;   // cudaEventQuery: kPending while cudaErrorNotReady
     std::function<void(void* event)> destroy_event;     // cudaEventDestroy
     std::function<NcclPoll(void* comm)> comm_state;     // ncclCommGetAsyncError (kPending: ncclInProgress)
     std::function<Clock::time_point()> now;
@@ -61,8 +63,9 @@ class CollectiveWatch {
   explicit CollectiveWatch(Hooks hooks) : hooks_(std::move(hooks)) {}
   ~CollectiveWatch();
 
-  // Watches the collective of `comm` that ends with `event` (the watch destroys the event).
-  void Add(void* comm, void* event, std::chrono::milliseconds timeout, std::string where);
+  // Watches the collective of `comm` that starts with `start` and ends with `end` (the watch destroys
+  // both events).
+  void Add(void* comm, void* start, void* end, std::chrono::milliseconds timeout, std::string where);
   // Stops watching the collectives of a communicator that is going away (destroys their events).
   void Forget(void* comm);
   // Drops the collectives that have ended; the first failure, else OK (the failed one stays watched).
@@ -72,11 +75,15 @@ class CollectiveWatch {
  private:
   struct Entry {
     void* comm;
-    void* event;
-    Clock::time_point deadline;
+    void* start;  // null once it has passed (destroyed)
+    void* end;
+    std::optional<Clock::time_point> started;
     std::chrono::milliseconds timeout;
     std::string where;
   };
+  // The entry's state: done (drop it), pending, or failed (*failure set).
+  bool Check(Entry& e, Clock::time_point now, Status* failure);
+  void Destroy(const Entry& e);
   Hooks hooks_;
   std::vector<Entry> entries_;
 };

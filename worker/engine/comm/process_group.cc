@@ -75,9 +75,9 @@ StatusOr<std::unique_ptr<ProcessGroups>> ProcessGroups::Create(int world, int ra
   // Every rank joins its groups in this order, so a group's members all reach it (each earlier kind
   // of group completes on every rank first) and none waits forever.
   MOE_ASSIGN_OR_RETURN(c.world, groups->Join(layout.world, store, options));
-  MOE_ASSIGN_OR_RETURN(c.dp_group, groups->Join(layout.dp, store, options));
+  MOE_ASSIGN_OR_RETURN(c.dp_group, groups->Join(layout.dp, store, options, /*gradients=*/true));
   MOE_ASSIGN_OR_RETURN(c.ep_group, groups->Join(layout.ep, store, options));
-  MOE_ASSIGN_OR_RETURN(c.expert_dp, groups->Join(layout.expert_dp, store, options));
+  MOE_ASSIGN_OR_RETURN(c.expert_dp, groups->Join(layout.expert_dp, store, options, /*gradients=*/true));
   MOE_ASSIGN_OR_RETURN(c.pipeline, groups->Join(layout.pipeline, store, options));
   if (layout.embedding) {
     MOE_ASSIGN_OR_RETURN(c.embedding, groups->Join(*layout.embedding, store, options));
@@ -85,12 +85,15 @@ StatusOr<std::unique_ptr<ProcessGroups>> ProcessGroups::Create(int world, int ra
   return groups;
 }
 
-// A group whose members (in the same order) already have a communicator shares it: every member
-// sees the same earlier groups, so all of them share it or none does.
+// A group whose members (in the same order) already have a communicator of the same kind shares it:
+// every member sees the same earlier groups, so all of them share it or none does. The gradient
+// groups (dp_group, expert_dp) never share one with the others: their reductions overlap the
+// backward's all-to-alls and point to point, which would otherwise queue behind them (one Gloo
+// thread, one NCCL stream per communicator).
 StatusOr<Communicator*> ProcessGroups::Join(const GroupLayout::Group& group, KvStore* store,
-                                            const GroupOptions& options) {
-  for (const auto& [members, comm] : joined_) {
-    if (members == group.members) return comm;
+                                            const GroupOptions& options, bool gradients) {
+  for (const auto& [members, grad, comm] : joined_) {
+    if (members == group.members && grad == gradients) return comm;
   }
   const int n = static_cast<int>(group.members.size());
   const int r = static_cast<int>(std::find(group.members.begin(), group.members.end(), ctx_.rank) - group.members.begin());
@@ -98,7 +101,7 @@ StatusOr<Communicator*> ProcessGroups::Join(const GroupLayout::Group& group, KvS
   if (n == 1) {
     comm = std::make_unique<LocalCommunicator>();
   } else {
-    PrefixStore ps(group.key, store);
+    PrefixStore ps((gradients ? "grad_" : "") + group.key, store);
     if (options.backend == "gloo") {
       MOE_ASSIGN_OR_RETURN(comm, CreateGlooCommunicator(r, n, &ps, options));
     } else if (options.backend == "nccl") {
@@ -108,7 +111,7 @@ StatusOr<Communicator*> ProcessGroups::Join(const GroupLayout::Group& group, KvS
     }
   }
   owned_.push_back(std::move(comm));
-  joined_.emplace_back(group.members, owned_.back().get());
+  joined_.emplace_back(group.members, gradients, owned_.back().get());
   return owned_.back().get();
 }
 

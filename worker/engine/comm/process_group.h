@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/status.h"
@@ -37,7 +38,8 @@ class ProcessGroups {
  public:
   // Collective over all `world` ranks: each calls it with its rank, the same store and options.
   // W = pipeline_parallel x DP with expert_parallel dividing DP. One communicator per distinct
-  // membership (at PP = 1 dp_group is the world communicator); groups of one are LocalCommunicators
+  // membership and kind (at PP = 1 the world and ep_group may be one; dp_group and expert_dp, the
+  // gradients' groups, have their own); groups of one are LocalCommunicators
   // (a store is needed only when W > 1).
   static StatusOr<std::unique_ptr<ProcessGroups>> Create(int world, int rank, int pipeline_parallel,
                                                          int expert_parallel, KvStore* store,
@@ -45,11 +47,12 @@ class ProcessGroups {
   const ParallelContext& ctx() const { return ctx_; }
 
  private:
-  StatusOr<Communicator*> Join(const GroupLayout::Group& group, KvStore* store, const GroupOptions& options);
+  StatusOr<Communicator*> Join(const GroupLayout::Group& group, KvStore* store, const GroupOptions& options,
+                               bool gradients = false);
 
   ParallelContext ctx_;
   std::vector<std::unique_ptr<Communicator>> owned_;
-  std::vector<std::pair<std::vector<int>, Communicator*>> joined_;  // membership -> its communicator
+  std::vector<std::tuple<std::vector<int>, bool, Communicator*>> joined_;  // (membership, gradients) -> communicator
 };
 
 // What a rank does when a collective fails where no caller waits for it (NCCL's stream-ordered

@@ -1,0 +1,396 @@
+// FP8 GEMMs on tensor cores: cuBLASLt's block scaling (cuBLAS 12.9 or later, sm_90), the three GEMMs
+// of a linear layer with DeepSeek-V3's tiles (kernels/fp8.h Fp8GemmForward/Dgrad/Wgrad).
+//
+// Each operand is quantised here into what cuBLASLt reads: e4m3 values with the reduction dimension
+// contiguous, and fp32 scales, computed as the emulation computes them (amax / 448 per tile, the
+// hardware's round-to-nearest-even saturating conversion), so the product differs from the emulation
+// only in the order of its fp32 sums. cuBLASLt multiplies column-major and only "TN": for row-major
+// Y [P, Q] = X [P, R] · W [Q, R]ᵀ it computes D (m = Q, n = P, k = R) = op_T(A = W) · B = X, and D
+// column-major with ld Q is Y row-major. Scale layouts (cuBLAS docs, "Scaling factors layouts"):
+//   VEC128_32F (1 x 128 along the reduction): one float per (outer index o, reduction block l) at
+//     l * outer + o (outer-major);
+//   BLK128x128_32F (128 x 128 blocks): one float per (outer block, reduction block l) at
+//     outer_block * L4 + l, L4 the reduction blocks rounded up to a multiple of 4 (unpadded, cuBLASLt
+//     reads wrong scales silently: pytorch#166752).
+// The three GEMMs: forward y = x · wᵀ (x 1 x 128, w 128 x 128); dgrad dx = dy · w = dy · (wᵀ)ᵀ (dy
+// 1 x 128, wᵀ quantised from w's blocks); wgrad dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ (both 128 x 1 along the
+// tokens: quantised transposed, the tokens zero-padded to a multiple of 128).
+//
+// Nothing here has run on a GPU yet: Fp8GemmSupport checks all three against the emulation once per
+// process before training uses them, and refuses FP8 with the figures when they disagree.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_fp8.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/gemm.h"
+
+namespace moe::kernels::cuda {
+namespace {
+
+constexpr int kBlock = 128;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__device__ inline float TileScaleOf(float amax) { return amax > 0.f ? amax / 448.f : 1.f; }
+
+__device__ inline uint8_t ToE4M3(float v) { return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
+
+// x [rows, cols] (row-major) as an operand with 1 x 128 tiles along its reduction dimension: not
+// transposed, outer = rows and the reduction = cols; transposed, outer = cols, reduction = rows. Block
+// (o, l): 128 threads over reduction indices [128 l, 128 l + 128) of outer index o; indices past the
+// reduction's end (up to red_pad) are zeros. q [outer, red_pad]; scales at l * outer + o.
+template <typename T>
+__global__ void QuantVec128Kernel(const T* x, int64_t rows, int64_t cols, bool transpose, int64_t red_pad, uint8_t* q,
+                                  float* scales) {
+  const int64_t outer = transpose ? cols : rows, red = transpose ? rows : cols;
+  const int64_t o = blockIdx.x, l = blockIdx.y, i = l * kBlock + threadIdx.x;
+  float v = 0.f;
+  if (i < red) v = Ld(transpose ? x[i * cols + o] : x[o * cols + i]);
+  const float scale = TileScaleOf(BlockMax(fabsf(v)));
+  if (i < red_pad) q[o * red_pad + i] = ToE4M3(v / scale);
+  if (threadIdx.x == 0) scales[l * outer + o] = scale;
+}
+
+// w [rows, cols] in 128 x 128 blocks as an operand: not transposed, outer = rows, reduction = cols;
+// transposed, the other way. One block of 128 threads per (outer block, reduction block); the scale
+// at outer_block * l4 + reduction_block (l4: reduction blocks rounded up to 4; the padding is 1).
+template <typename T>
+__global__ void QuantBlk128Kernel(const T* w, int64_t rows, int64_t cols, bool transpose, int64_t l4, uint8_t* q,
+                                  float* scales) {
+  const int64_t rb = transpose ? blockIdx.y : blockIdx.x, cb = transpose ? blockIdx.x : blockIdx.y;
+  const int64_t r0 = rb * kBlock, c0 = cb * kBlock, r1 = min(rows, r0 + kBlock), c1 = min(cols, c0 + kBlock);
+  float amax = 0.f;
+  for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
+    for (int64_t c = c0; c < c1; ++c) amax = fmaxf(amax, fabsf(Ld(w[r * cols + c])));
+  }
+  const float scale = TileScaleOf(BlockMax(amax));
+  const int64_t red = transpose ? rows : cols;
+  for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const uint8_t e = ToE4M3(Ld(w[r * cols + c]) / scale);
+      if (transpose) q[c * red + r] = e;
+      else q[r * red + c] = e;
+    }
+  }
+  if (threadIdx.x == 0) scales[blockIdx.x * l4 + blockIdx.y] = scale;
+  if (threadIdx.x == 0 && blockIdx.y == gridDim.y - 1) {
+    for (int64_t p = gridDim.y; p < l4; ++p) scales[blockIdx.x * l4 + p] = 1.f;
+  }
+}
+
+// One operand as cuBLASLt reads it: e4m3 [outer, red] (red contiguous) and its scales.
+struct Operand {
+  Tensor q, scales;
+  int64_t outer = 0, red = 0;
+  int mode = 0;  // cublasLtMatmulMatrixScale_t
+};
+
+Operand QuantVec128(const Tensor& x, bool transpose, int64_t red_pad) {
+  Operand op;
+  op.outer = transpose ? x.dim(1) : x.dim(0);
+  op.red = red_pad;
+  op.mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  // e4m3 bytes live in an i32 tensor of a quarter the size (the allocator's unit is the tensor).
+  op.q = Tensor::Empty({std::max<int64_t>(1, CeilDiv(op.outer * red_pad, 4))}, DType::kI32, x.device());
+  op.scales = Tensor::Empty({std::max<int64_t>(1, op.outer * (red_pad / kBlock))}, DType::kF32, x.device());
+  if (op.outer == 0 || red_pad == 0) return op;
+  const dim3 grid(static_cast<unsigned>(op.outer), static_cast<unsigned>(red_pad / kBlock));
+  MOE_CUDA_TYPED(StorageType({&x}, "Fp8Gemm"), T, {
+    QuantVec128Kernel<T><<<grid, kBlock, 0, Stream()>>>(Ptr<T>(x), x.dim(0), x.dim(1), transpose, red_pad,
+                                                        static_cast<uint8_t*>(op.q.raw()), Ptr<float>(op.scales));
+  });
+  CheckLaunch("Fp8Gemm: quantise 1 x 128");
+  return op;
+}
+
+Operand QuantBlk128(const Tensor& w, bool transpose) {
+  Operand op;
+  op.outer = transpose ? w.dim(1) : w.dim(0);
+  op.red = transpose ? w.dim(0) : w.dim(1);
+  op.mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  const int64_t ob = CeilDiv(op.outer, kBlock), l4 = CeilDiv(CeilDiv(op.red, kBlock), 4) * 4;
+  op.q = Tensor::Empty({std::max<int64_t>(1, CeilDiv(op.outer * op.red, 4))}, DType::kI32, w.device());
+  op.scales = Tensor::Empty({std::max<int64_t>(1, ob * l4)}, DType::kF32, w.device());
+  const dim3 grid(static_cast<unsigned>(ob), static_cast<unsigned>(CeilDiv(op.red, kBlock)));
+  MOE_CUDA_TYPED(StorageType({&w}, "Fp8Gemm"), T, {
+    QuantBlk128Kernel<T><<<grid, kBlock, 0, Stream()>>>(Ptr<T>(w), w.dim(0), w.dim(1), transpose, l4,
+                                                        static_cast<uint8_t*>(op.q.raw()), Ptr<float>(op.scales));
+  });
+  CheckLaunch("Fp8Gemm: quantise 128 x 128");
+  return op;
+}
+
+// ---- cuBLASLt, loaded on first use (as cuBLAS: kernels/cuda/cublas_api.h) ----
+
+struct LtApi {
+  decltype(&cublasLtCreate) create = nullptr;
+  decltype(&cublasLtGetVersion) version = nullptr;
+  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) pref_create = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+  decltype(&cublasLtMatmul) matmul = nullptr;
+  std::string problem;  // why it cannot be had
+};
+
+template <typename F>
+void ResolveLt(void* lib, const char* symbol, F* out, std::string* problem) {
+  *out = reinterpret_cast<F>(dlsym(lib, symbol));
+  if (*out == nullptr && problem->empty()) *problem = std::string("cuBLASLt has no ") + symbol;
+}
+
+const LtApi& Lt() {
+  static const LtApi api = [] {
+    LtApi a;
+    const std::string name = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* err = dlerror();
+      a.problem = "cannot load " + name + ": " + (err != nullptr ? err : "");
+      return a;
+    }
+    ResolveLt(lib, "cublasLtCreate", &a.create, &a.problem);
+    ResolveLt(lib, "cublasLtGetVersion", &a.version, &a.problem);
+    ResolveLt(lib, "cublasLtMatmulDescCreate", &a.desc_create, &a.problem);
+    ResolveLt(lib, "cublasLtMatmulDescSetAttribute", &a.desc_set, &a.problem);
+    ResolveLt(lib, "cublasLtMatmulDescDestroy", &a.desc_destroy, &a.problem);
+    ResolveLt(lib, "cublasLtMatrixLayoutCreate", &a.layout_create, &a.problem);
+    ResolveLt(lib, "cublasLtMatrixLayoutDestroy", &a.layout_destroy, &a.problem);
+    ResolveLt(lib, "cublasLtMatmulPreferenceCreate", &a.pref_create, &a.problem);
+    ResolveLt(lib, "cublasLtMatmulPreferenceSetAttribute", &a.pref_set, &a.problem);
+    ResolveLt(lib, "cublasLtMatmulPreferenceDestroy", &a.pref_destroy, &a.problem);
+    ResolveLt(lib, "cublasLtMatmulAlgoGetHeuristic", &a.heuristic, &a.problem);
+    ResolveLt(lib, "cublasLtMatmul", &a.matmul, &a.problem);
+    return a;
+  }();
+  return api;
+}
+
+// The handle and a 32 MiB workspace, made once (one process drives one device).
+struct LtContext {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = size_t{32} << 20;
+};
+
+LtContext& Context() {
+  static LtContext c = [] {
+    LtContext ctx;
+    MOE_CHECK(Lt().problem.empty()) << Lt().problem;
+    MOE_CHECK(Lt().create(&ctx.handle) == CUBLAS_STATUS_SUCCESS) << "cublasLtCreate failed";
+    MOE_CHECK(cudaMalloc(&ctx.workspace, ctx.workspace_bytes) == cudaSuccess) << LastError();
+    return ctx;
+  }();
+  return c;
+}
+
+// The descriptors of one call, destroyed with it.
+struct LtCall {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtCall() {
+    const LtApi& lt = Lt();
+    if (pref) lt.pref_destroy(pref);
+    if (d) lt.layout_destroy(d);
+    if (b) lt.layout_destroy(b);
+    if (a) lt.layout_destroy(a);
+    if (desc) lt.desc_destroy(desc);
+  }
+};
+
+template <typename V>
+bool SetDesc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& v) {
+  return Lt().desc_set(d, attr, &v, sizeof(v)) == CUBLAS_STATUS_SUCCESS;
+}
+
+// y32 row-major [P, Q] = beta * y32 + X · Wᵀ with X = xop [P, R], W = wop [Q, R]. "" or what failed.
+std::string LtGemm(const Operand& wop, const Operand& xop, const Tensor& y32, float beta) {
+  const LtApi& lt = Lt();
+  LtContext& ctx = Context();
+  LtCall call;
+  const int64_t m = wop.outer, n = xop.outer, k = wop.red;
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const int32_t amode = wop.mode, bmode = xop.mode;
+  const int8_t fast = 0;
+  const void* ascale = wop.scales.raw();
+  const void* bscale = xop.scales.raw();
+  if (lt.desc_create(&call.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return "cublasLtMatmulDescCreate";
+  if (!SetDesc(call.desc, CUBLASLT_MATMUL_DESC_TRANSA, ta) || !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_TRANSB, tb) ||
+      !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, amode) || !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, bmode) ||
+      !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, ascale) ||
+      !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, bscale) || !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast)) {
+    return "the matmul descriptor's block-scaling attributes (cuBLAS 12.9 or later needed)";
+  }
+  if (lt.layout_create(&call.a, CUDA_R_8F_E4M3, k, m, k) != CUBLAS_STATUS_SUCCESS ||
+      lt.layout_create(&call.b, CUDA_R_8F_E4M3, k, n, k) != CUBLAS_STATUS_SUCCESS ||
+      lt.layout_create(&call.d, CUDA_R_32F, m, n, m) != CUBLAS_STATUS_SUCCESS) {
+    return "cublasLtMatrixLayoutCreate";
+  }
+  if (lt.pref_create(&call.pref) != CUBLAS_STATUS_SUCCESS ||
+      lt.pref_set(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes, sizeof(ctx.workspace_bytes)) !=
+          CUBLAS_STATUS_SUCCESS) {
+    return "the matmul preference";
+  }
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  if (lt.heuristic(ctx.handle, call.desc, call.a, call.b, call.d, call.d, call.pref, 1, &heur, &found) != CUBLAS_STATUS_SUCCESS ||
+      found == 0) {
+    return "no cuBLASLt algorithm for block-scaled e4m3 (" + std::to_string(m) + " x " + std::to_string(n) + " x " +
+           std::to_string(k) + ", fp32 out)";
+  }
+  const float alpha = 1.f;
+  if (lt.matmul(ctx.handle, call.desc, &alpha, wop.q.raw(), call.a, xop.q.raw(), call.b, &beta, y32.raw(), call.d, y32.raw(),
+                call.d, &heur.algo, ctx.workspace, ctx.workspace_bytes, Stream()) != CUBLAS_STATUS_SUCCESS) {
+    return "cublasLtMatmul";
+  }
+  return "";
+}
+
+void Run(const Operand& wop, const Operand& xop, const Tensor& y32, float beta, const char* op) {
+  const std::string failed = LtGemm(wop, xop, y32, beta);
+  MOE_CHECK(failed.empty()) << op << ": " << failed;
+}
+
+// The entry points' checks: CUDA tensors, 2-D, an f32 output, and `shapes_ok` (their shapes agree, the
+// weights' dimensions in multiples of 128).
+void CheckShapes(const Tensor& a, const Tensor& b, const Tensor& out, const char* op, bool shapes_ok) {
+  CheckOnCuda({&a, &b, &out}, op);
+  CheckF32(out, op, "out");
+  MOE_CHECK(a.ndim() == 2 && b.ndim() == 2 && out.ndim() == 2 && shapes_ok)
+      << op << ": " << a.ShapeString() << " and " << b.ShapeString() << " into " << out.ShapeString()
+      << " (2-D; the weights' dimensions in multiples of 128)";
+}
+
+}  // namespace
+
+void Fp8GemmForward(const Tensor& x, const Tensor& w, const Tensor& y32) {
+  CheckShapes(x, w, y32, "Fp8GemmForward", x.dim(1) == w.dim(1) && w.dim(1) % kBlock == 0 && w.dim(0) % kBlock == 0 &&
+                                                y32.dim(0) == x.dim(0) && y32.dim(1) == w.dim(0));
+  if (x.dim(0) == 0) return;
+  Run(QuantBlk128(w, false), QuantVec128(x, false, x.dim(1)), y32, 0.f, "Fp8GemmForward");
+}
+
+void Fp8GemmDgrad(const Tensor& dy, const Tensor& w, const Tensor& dx32) {
+  CheckShapes(dy, w, dx32, "Fp8GemmDgrad", dy.dim(1) == w.dim(0) && w.dim(1) % kBlock == 0 && w.dim(0) % kBlock == 0 &&
+                                               dx32.dim(0) == dy.dim(0) && dx32.dim(1) == w.dim(1));
+  if (dy.dim(0) == 0) return;
+  Run(QuantBlk128(w, true), QuantVec128(dy, false, dy.dim(1)), dx32, 0.f, "Fp8GemmDgrad");
+}
+
+void Fp8GemmWgrad(const Tensor& dy, const Tensor& x, const Tensor& dw32, float beta) {
+  CheckShapes(dy, x, dw32, "Fp8GemmWgrad", dy.dim(0) == x.dim(0) && dw32.dim(0) == dy.dim(1) && dw32.dim(1) == x.dim(1) &&
+                                               dy.dim(1) % kBlock == 0 && x.dim(1) % kBlock == 0);
+  const int64_t pad = std::max<int64_t>(kBlock, CeilDiv(dy.dim(0), kBlock) * kBlock);  // the tokens, zero-padded
+  Run(QuantVec128(x, true, pad), QuantVec128(dy, true, pad), dw32, beta, "Fp8GemmWgrad");
+}
+
+// ---- The check before use ----
+
+namespace {
+
+Tensor RandomOnDevice(int64_t rows, int64_t cols, uint64_t seed) {
+  Tensor h = Tensor::Empty({rows, cols}, DType::kF32);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    // Values over a few binades, as activations are: the tiles' scales differ.
+    h.data<float>()[i] = (static_cast<float>(s >> 40) / 16777216.f - 0.5f) * std::ldexp(1.f, static_cast<int>(i % 7) - 3);
+  }
+  return h.Clone(CurrentDevice());
+}
+
+// max |a - b| over max |b|, read on the host.
+double RelDiff(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.ToVector<float>(), y = b.ToVector<float>();
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(x[i]) - y[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(y[i])));
+  }
+  return diff / scale;
+}
+
+Tensor Emulated(const Tensor& a, bool ta, int64_t atr, int64_t atc, const Tensor& b, bool tb, int64_t btr, int64_t btc,
+                int64_t rows, int64_t cols) {
+  Tensor qa = Tensor::Empty(a.shape(), DType::kF32, a.device()), qb = Tensor::Empty(b.shape(), DType::kF32, b.device());
+  Fp8QuantDequant(a, atr, atc, qa, {0, a.dim(0)}, false);
+  Fp8QuantDequant(b, btr, btc, qb, {0, b.dim(0)}, false);
+  Tensor out = Tensor::Empty({rows, cols}, DType::kF32, a.device());
+  kernels::Gemm(qa, ta, qb, tb, out);
+  return out;
+}
+
+// The three GEMMs on awkward sizes (200 tokens: a partial tile, padded for the weight gradient)
+// against the emulation; "" or what disagreed.
+std::string SelfCheck() {
+  const int64_t m = 200, n = 256, k = 384;
+  const Tensor x = RandomOnDevice(m, k, 1), w = RandomOnDevice(n, k, 2), dy = RandomOnDevice(m, n, 3);
+  Tensor y = Tensor::Empty({m, n}, DType::kF32, x.device()), dx = Tensor::Empty({m, k}, DType::kF32, x.device()),
+         dw = Tensor::Zeros({n, k}, DType::kF32, x.device());
+  using Check = std::pair<const char*, std::function<std::string()>>;
+  const std::vector<Check> gemms = {
+      {"forward", [&] { return LtGemm(QuantBlk128(w, false), QuantVec128(x, false, k), y, 0.f); }},
+      {"dgrad", [&] { return LtGemm(QuantBlk128(w, true), QuantVec128(dy, false, n), dx, 0.f); }},
+      {"wgrad", [&] { return LtGemm(QuantVec128(x, true, 256), QuantVec128(dy, true, 256), dw, 1.f); }}};
+  for (const auto& [name, fn] : gemms) {
+    if (std::string failed = fn(); !failed.empty()) return std::string(name) + ": " + failed;
+  }
+  const double e[3] = {RelDiff(y, Emulated(x, false, 1, kBlock, w, true, kBlock, kBlock, m, n)),
+                       RelDiff(dx, Emulated(dy, false, 1, kBlock, w, false, kBlock, kBlock, m, k)),
+                       RelDiff(dw, Emulated(dy, true, kBlock, 1, x, false, kBlock, 1, n, k))};
+  const char* names[3] = {"forward", "dgrad", "wgrad"};
+  for (int i = 0; i < 3; ++i) {
+    if (!(e[i] <= 1e-4)) {
+      return std::string(names[i]) + " differs from the emulation by " + std::to_string(e[i]) +
+             " of its largest value (200 x 256 x 384; allowed 1e-4: the order of fp32 sums)";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string Fp8GemmProblem() {
+  static std::once_flag once;
+  static std::string problem;
+  std::call_once(once, [] {
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (major != 9) {
+      problem = "cuBLASLt's 1 x 128 / 128 x 128 block-scaled FP8 runs on compute capability 9.0 (H100, H200); this "
+                "device is " + std::to_string(major) + "." + std::to_string(minor) +
+                " (Blackwell's MXFP8 GEMMs are not built yet: docs/architecture.md)";
+      return;
+    }
+    if (!Lt().problem.empty()) {
+      problem = Lt().problem;
+      return;
+    }
+    if (const size_t v = Lt().version(); v < 120900) {
+      problem = "cuBLASLt " + std::to_string(v) + " has no block-scaled FP8 (12.9 or later needed)";
+      return;
+    }
+    problem = SelfCheck();
+    if (!problem.empty()) problem = "cuBLASLt's block-scaled FP8 failed its check against the emulation: " + problem;
+  });
+  return problem;
+}
+
+}  // namespace moe::kernels::cuda
