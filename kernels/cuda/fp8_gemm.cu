@@ -39,6 +39,7 @@ namespace {
 constexpr int kBlock = 128;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
 __device__ inline float TileScaleOf(float amax) { return amax > 0.f ? amax / 448.f : 1.f; }
 
@@ -46,18 +47,19 @@ __device__ inline uint8_t ToE4M3(float v) { return __nv_cvt_float_to_fp8(v, __NV
 
 // x [rows, cols] (row-major) as an operand with 1 x 128 tiles along its reduction dimension: not
 // transposed, outer = rows and the reduction = cols; transposed, outer = cols, reduction = rows. Block
-// (o, l): 128 threads over reduction indices [128 l, 128 l + 128) of outer index o; indices past the
-// reduction's end (up to red_pad) are zeros. q [outer, red_pad]; scales at l * outer + o.
+// (o, l): 128 threads over reduction indices [128 l, 128 l + 128) of outer index o. Outer indices up
+// to outer_pad and reduction indices up to red_pad are zeros past x's (their tiles' scale is 1).
+// q [outer_pad, red_pad]; scales at l * outer_pad + o.
 template <typename T>
-__global__ void QuantVec128Kernel(const T* x, int64_t rows, int64_t cols, bool transpose, int64_t red_pad, uint8_t* q,
-                                  float* scales) {
+__global__ void QuantVec128Kernel(const T* x, int64_t rows, int64_t cols, bool transpose, int64_t outer_pad,
+                                  int64_t red_pad, uint8_t* q, float* scales) {
   const int64_t outer = transpose ? cols : rows, red = transpose ? rows : cols;
   const int64_t o = blockIdx.x, l = blockIdx.y, i = l * kBlock + threadIdx.x;
   float v = 0.f;
-  if (i < red) v = Ld(transpose ? x[i * cols + o] : x[o * cols + i]);
+  if (i < red && o < outer) v = Ld(transpose ? x[i * cols + o] : x[o * cols + i]);
   const float scale = TileScaleOf(BlockMax(fabsf(v)));
   if (i < red_pad) q[o * red_pad + i] = ToE4M3(v / scale);
-  if (threadIdx.x == 0) scales[l * outer + o] = scale;
+  if (threadIdx.x == 0) scales[l * outer_pad + o] = scale;
 }
 
 // w [rows, cols] in 128 x 128 blocks as an operand: not transposed, outer = rows, reduction = cols;
@@ -94,18 +96,22 @@ struct Operand {
   int mode = 0;  // cublasLtMatmulMatrixScale_t
 };
 
+// The operand of x in 1 x 128 tiles (QuantVec128Kernel), its outer dimension padded to a multiple of
+// 16: cuBLASLt wants the 1 x 128-scaled operand's outer dimension a multiple of 8 and its scales'
+// outer stride a multiple of 4 (Transformer Engine's limits; the tokens are any number).
 Operand QuantVec128(const Tensor& x, bool transpose, int64_t red_pad) {
   Operand op;
-  op.outer = transpose ? x.dim(1) : x.dim(0);
+  op.outer = RoundUp(transpose ? x.dim(1) : x.dim(0), 16);
   op.red = red_pad;
   op.mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  const int64_t blocks = CeilDiv(red_pad, kBlock);
   // e4m3 bytes live in an i32 tensor of a quarter the size (the allocator's unit is the tensor).
   op.q = Tensor::Empty({std::max<int64_t>(1, CeilDiv(op.outer * red_pad, 4))}, DType::kI32, x.device());
-  op.scales = Tensor::Empty({std::max<int64_t>(1, op.outer * (red_pad / kBlock))}, DType::kF32, x.device());
+  op.scales = Tensor::Empty({std::max<int64_t>(1, op.outer * blocks)}, DType::kF32, x.device());
   if (op.outer == 0 || red_pad == 0) return op;
-  const dim3 grid(static_cast<unsigned>(op.outer), static_cast<unsigned>(red_pad / kBlock));
+  const dim3 grid(static_cast<unsigned>(op.outer), static_cast<unsigned>(blocks));
   MOE_CUDA_TYPED(StorageType({&x}, "Fp8Gemm"), T, {
-    QuantVec128Kernel<T><<<grid, kBlock, 0, Stream()>>>(Ptr<T>(x), x.dim(0), x.dim(1), transpose, red_pad,
+    QuantVec128Kernel<T><<<grid, kBlock, 0, Stream()>>>(Ptr<T>(x), x.dim(0), x.dim(1), transpose, op.outer, red_pad,
                                                         static_cast<uint8_t*>(op.q.raw()), Ptr<float>(op.scales));
   });
   CheckLaunch("Fp8Gemm: quantise 1 x 128");
@@ -261,55 +267,79 @@ std::string LtGemm(const Operand& wop, const Operand& xop, const Tensor& y32, fl
   return "";
 }
 
-void Run(const Operand& wop, const Operand& xop, const Tensor& y32, float beta, const char* op) {
-  const std::string failed = LtGemm(wop, xop, y32, beta);
-  MOE_CHECK(failed.empty()) << op << ": " << failed;
+// y32 [P, Q] = beta y32 + X · Wᵀ; when X's rows were padded (xop.outer > P), through a scratch of the
+// padded rows (beta 0 only: forward and dgrad, whose rows are the tokens). "" or what failed.
+std::string RunGemm(const Operand& wop, const Operand& xop, const Tensor& y32, float beta) {
+  Tensor out = y32;
+  if (xop.outer != y32.dim(0)) {
+    if (beta != 0.f) return "padded rows cannot accumulate";
+    out = Tensor::Empty({xop.outer, y32.dim(1)}, DType::kF32, y32.device());
+  }
+  std::string failed = LtGemm(wop, xop, out, beta);
+  if (failed.empty() && out.raw() != y32.raw()) y32.CopyFrom(out.Rows(0, y32.dim(0)));
+  return failed;
+}
+
+// The three GEMMs (kernels/fp8.h), "" or what failed.
+std::string TryForward(const Tensor& x, const Tensor& w, const Tensor& y32) {
+  return RunGemm(QuantBlk128(w, false), QuantVec128(x, false, x.dim(1)), y32, 0.f);
+}
+std::string TryDgrad(const Tensor& dy, const Tensor& w, const Tensor& dx32) {
+  return RunGemm(QuantBlk128(w, true), QuantVec128(dy, false, dy.dim(1)), dx32, 0.f);
+}
+std::string TryWgrad(const Tensor& dy, const Tensor& x, const Tensor& dw32, float beta) {
+  const int64_t pad = RoundUp(std::max<int64_t>(1, dy.dim(0)), kBlock);  // the tokens, zero-padded
+  return RunGemm(QuantVec128(x, true, pad), QuantVec128(dy, true, pad), dw32, beta);
 }
 
 // The entry points' checks: CUDA tensors, 2-D, an f32 output, and `shapes_ok` (their shapes agree, the
-// weights' dimensions in multiples of 128).
+// weights' dimensions in multiples of 16: cuBLASLt's alignment; partial 128 blocks are fine).
 void CheckShapes(const Tensor& a, const Tensor& b, const Tensor& out, const char* op, bool shapes_ok) {
   CheckOnCuda({&a, &b, &out}, op);
   CheckF32(out, op, "out");
   MOE_CHECK(a.ndim() == 2 && b.ndim() == 2 && out.ndim() == 2 && shapes_ok)
       << op << ": " << a.ShapeString() << " and " << b.ShapeString() << " into " << out.ShapeString()
-      << " (2-D; the weights' dimensions in multiples of 128)";
+      << " (2-D; the weights' dimensions in multiples of 16)";
 }
+
+void Succeeded(const std::string& failed, const char* op) { MOE_CHECK(failed.empty()) << op << ": " << failed; }
 
 }  // namespace
 
 void Fp8GemmForward(const Tensor& x, const Tensor& w, const Tensor& y32) {
-  CheckShapes(x, w, y32, "Fp8GemmForward", x.dim(1) == w.dim(1) && w.dim(1) % kBlock == 0 && w.dim(0) % kBlock == 0 &&
+  CheckShapes(x, w, y32, "Fp8GemmForward", x.dim(1) == w.dim(1) && w.dim(1) % 16 == 0 && w.dim(0) % 16 == 0 &&
                                                 y32.dim(0) == x.dim(0) && y32.dim(1) == w.dim(0));
-  if (x.dim(0) == 0) return;
-  Run(QuantBlk128(w, false), QuantVec128(x, false, x.dim(1)), y32, 0.f, "Fp8GemmForward");
+  if (x.dim(0) > 0) Succeeded(TryForward(x, w, y32), "Fp8GemmForward");
 }
 
 void Fp8GemmDgrad(const Tensor& dy, const Tensor& w, const Tensor& dx32) {
-  CheckShapes(dy, w, dx32, "Fp8GemmDgrad", dy.dim(1) == w.dim(0) && w.dim(1) % kBlock == 0 && w.dim(0) % kBlock == 0 &&
+  CheckShapes(dy, w, dx32, "Fp8GemmDgrad", dy.dim(1) == w.dim(0) && w.dim(1) % 16 == 0 && w.dim(0) % 16 == 0 &&
                                                dx32.dim(0) == dy.dim(0) && dx32.dim(1) == w.dim(1));
-  if (dy.dim(0) == 0) return;
-  Run(QuantBlk128(w, true), QuantVec128(dy, false, dy.dim(1)), dx32, 0.f, "Fp8GemmDgrad");
+  if (dy.dim(0) > 0) Succeeded(TryDgrad(dy, w, dx32), "Fp8GemmDgrad");
 }
 
 void Fp8GemmWgrad(const Tensor& dy, const Tensor& x, const Tensor& dw32, float beta) {
   CheckShapes(dy, x, dw32, "Fp8GemmWgrad", dy.dim(0) == x.dim(0) && dw32.dim(0) == dy.dim(1) && dw32.dim(1) == x.dim(1) &&
-                                               dy.dim(1) % kBlock == 0 && x.dim(1) % kBlock == 0);
-  const int64_t pad = std::max<int64_t>(kBlock, CeilDiv(dy.dim(0), kBlock) * kBlock);  // the tokens, zero-padded
-  Run(QuantVec128(x, true, pad), QuantVec128(dy, true, pad), dw32, beta, "Fp8GemmWgrad");
+                                               dy.dim(1) % 16 == 0 && x.dim(1) % 16 == 0);
+  Succeeded(TryWgrad(dy, x, dw32, beta), "Fp8GemmWgrad");
 }
 
 // ---- The check before use ----
 
 namespace {
 
+// Random values whose 1 x 128 tiles and 128 x 128 blocks have scales powers of two apart (rows by
+// r mod 4, blocks by their position), so that a scale read from the wrong place shows by far more than
+// the tolerance.
 Tensor RandomOnDevice(int64_t rows, int64_t cols, uint64_t seed) {
   Tensor h = Tensor::Empty({rows, cols}, DType::kF32);
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < h.numel(); ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    // Values over a few binades, as activations are: the tiles' scales differ.
-    h.data<float>()[i] = (static_cast<float>(s >> 40) / 16777216.f - 0.5f) * std::ldexp(1.f, static_cast<int>(i % 7) - 3);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      const int e = static_cast<int>((r / kBlock + 3 * (c / kBlock)) % 5 + r % 4) - 4;
+      h.data<float>()[r * cols + c] = (static_cast<float>(s >> 40) / 16777216.f - 0.5f) * std::ldexp(1.f, e);
+    }
   }
   return h.Clone(CurrentDevice());
 }
@@ -335,18 +365,20 @@ Tensor Emulated(const Tensor& a, bool ta, int64_t atr, int64_t atc, const Tensor
   return out;
 }
 
-// The three GEMMs on awkward sizes (200 tokens: a partial tile, padded for the weight gradient)
-// against the emulation; "" or what disagreed.
+// The three GEMMs on awkward sizes against the emulation: 197 tokens (padded to 208 rows, and to 256
+// for the weight gradient), 320 and 576 (partial 128 blocks, as DeepSeek-V3's 576-row kv_a). "" or what
+// disagreed. Only the fp32 sums' order differs, and Hopper's FP8 MMA keeps about 14 bits within each
+// 128-wide block (DeepSeek-V3, 3.3.2): 1e-3 of the largest value allows that, and a misplaced scale
+// (a factor of 2 or more on a tile) is far beyond it.
 std::string SelfCheck() {
-  const int64_t m = 200, n = 256, k = 384;
+  const int64_t m = 197, n = 320, k = 576;
   const Tensor x = RandomOnDevice(m, k, 1), w = RandomOnDevice(n, k, 2), dy = RandomOnDevice(m, n, 3);
   Tensor y = Tensor::Empty({m, n}, DType::kF32, x.device()), dx = Tensor::Empty({m, k}, DType::kF32, x.device()),
          dw = Tensor::Zeros({n, k}, DType::kF32, x.device());
   using Check = std::pair<const char*, std::function<std::string()>>;
-  const std::vector<Check> gemms = {
-      {"forward", [&] { return LtGemm(QuantBlk128(w, false), QuantVec128(x, false, k), y, 0.f); }},
-      {"dgrad", [&] { return LtGemm(QuantBlk128(w, true), QuantVec128(dy, false, n), dx, 0.f); }},
-      {"wgrad", [&] { return LtGemm(QuantVec128(x, true, 256), QuantVec128(dy, true, 256), dw, 1.f); }}};
+  const std::vector<Check> gemms = {{"forward", [&] { return TryForward(x, w, y); }},
+                                    {"dgrad", [&] { return TryDgrad(dy, w, dx); }},
+                                    {"wgrad", [&] { return TryWgrad(dy, x, dw, 1.f); }}};
   for (const auto& [name, fn] : gemms) {
     if (std::string failed = fn(); !failed.empty()) return std::string(name) + ": " + failed;
   }
@@ -355,9 +387,9 @@ std::string SelfCheck() {
                        RelDiff(dw, Emulated(dy, true, kBlock, 1, x, false, kBlock, 1, n, k))};
   const char* names[3] = {"forward", "dgrad", "wgrad"};
   for (int i = 0; i < 3; ++i) {
-    if (!(e[i] <= 1e-4)) {
+    if (!(e[i] <= 1e-3)) {
       return std::string(names[i]) + " differs from the emulation by " + std::to_string(e[i]) +
-             " of its largest value (200 x 256 x 384; allowed 1e-4: the order of fp32 sums)";
+             " of its largest value (197 x 320 x 576; allowed 1e-3)";
     }
   }
   return "";

@@ -523,33 +523,48 @@ int main() {
   });
 
   // FP8 GEMMs: cuBLASLt's block-scaled e4m3 on CUDA against the emulation (quantise, dequantise, fp32
-  // GEMM) on the CPU: Fprop, Dgrad and Wgrad of one linear layer at 200 tokens (a partial tile; Wgrad
-  // pads them to 256) x 256 x 384. Only the order of the fp32 sums may differ.
+  // GEMM) on the CPU: Fprop, Dgrad and Wgrad of one linear layer at 197 tokens (padded inside) x 320 x
+  // 576 (partial 128 blocks), the values' tiles and blocks powers of two apart so that a misplaced
+  // scale shows. Only the order of the fp32 sums (and Hopper's FP8 accumulation within a 128 block)
+  // may differ: 1e-3 of each output's largest value.
   Run("fp8 gemm", [](Device dev, DType dt) {
     const DType f32 = DType::kF32;
-    Tensor x = On(Random({200, 384}, 42), dt, dev), w = On(Random({256, 384}, 43, -0.05, 0.05), dt, dev);
-    Tensor dy = On(Random({200, 256}, 44), dt, dev);
-    Tensor y = Poisoned({200, 256}, f32, dev), dx = Poisoned({200, 384}, f32, dev);
-    Tensor dw = On(Random({256, 384}, 45, -0.01, 0.01), f32, dev);  // Wgrad accumulates into it
+    const auto tiled = [](Tensor t, double scale) {  // 2^((r/128 + 3 c/128) mod 5 + r mod 4 - 4)
+      const int64_t cols = t.dim(1);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const int64_t r = i / cols, c = i % cols;
+        t.data<float>()[i] *= static_cast<float>(scale * std::ldexp(1.0, static_cast<int>((r / 128 + 3 * (c / 128)) % 5 + r % 4) - 4));
+      }
+      return t;
+    };
+    Tensor x = On(tiled(Random({197, 576}, 42), 1), dt, dev), w = On(tiled(Random({320, 576}, 43), 0.05), dt, dev);
+    Tensor dy = On(tiled(Random({197, 320}, 44), 1), dt, dev);
+    Tensor y = Poisoned({197, 320}, f32, dev), dx = Poisoned({197, 576}, f32, dev);
+    Tensor dw = On(Random({320, 576}, 45, -0.01, 0.01), f32, dev);  // Wgrad accumulates into it
+    const auto out = [](const char* name, const Tensor& t) {
+      double mx = 0;
+      for (double v : Host(t)) mx = std::max(mx, std::isfinite(v) ? std::fabs(v) : 0.0);
+      return Out{name, t, 1e-3, 1e-3 * std::max(mx, 1e-6)};
+    };
     if (dev.is_cuda()) {
       if (const moe::Status st = k::Fp8GemmSupport(dev); !st.ok()) {
         std::printf("  fp8 gemm: %s\n", st.message().c_str());  // the rows below fail (NaN outputs)
-        return std::vector<Out>{{"forward", y, 1e-4, 1e-4}, {"dgrad", dx, 1e-4, 1e-4}, {"wgrad", dw, 1e-4, 1e-4}};
+        return std::vector<Out>{{"forward", y, 1e-3, 1e-3}, {"dgrad", dx, 1e-3, 1e-3}, {"wgrad", dw, 1e-3, 1e-3}};
       }
       k::Fp8GemmForward(x, w, y);
       k::Fp8GemmDgrad(dy, w, dx);
       k::Fp8GemmWgrad(dy, x, dw, 1.f);
     } else {
       const auto q = [&](const Tensor& t, int64_t tr, int64_t tc) {
-        Tensor out = Tensor::Empty(t.shape(), f32, dev);
-        k::Fp8QuantDequant(t, tr, tc, out);
-        return out;
+        Tensor o = Tensor::Empty(t.shape(), f32, dev);
+        k::Fp8QuantDequant(t, tr, tc, o);
+        return o;
       };
       k::Gemm(q(x, 1, 128), false, q(w, 128, 128), true, y);
       k::Gemm(q(dy, 1, 128), false, q(w, 128, 128), false, dx);
       k::Gemm(q(dy, 128, 1), true, q(x, 128, 1), false, dw, 1.0, 1.0);
     }
-    return std::vector<Out>{{"forward", y, 1e-4, 1e-4}, {"dgrad", dx, 1e-4, 1e-4}, {"wgrad", dw, 1e-4, 1e-4}};
+    return std::vector<Out>{out("forward", y), out("dgrad", dx), out("wgrad", dw)};
   });
 
   RopeCases();
