@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <dlfcn.h>
+
+#include <string>
 
 namespace moe::kernels::cuda {
 
@@ -18,6 +21,17 @@ struct CublasApi {
   // Optional (cuBLAS 12.5 and later): null when the library lacks it, and the grouped GEMMs loop.
   decltype(&cublasGemmGroupedBatchedEx) grouped_gemm = nullptr;
 };
+
+// Opens a toolkit library (libcublas.so.13, libcublasLt.so.13) from the directory libcudart was
+// loaded from, else by name on the library path; *tried says where it looked. nullptr: dlerror() says why.
+void* OpenToolkitLibrary(const std::string& name, std::string* tried);
+// *out = the library's `symbol`; a missing one sets *problem ("<library> has no <symbol>") if it is
+// still empty.
+template <typename F>
+void ResolveSymbol(void* lib, const char* library, const char* symbol, F* out, std::string* problem) {
+  *out = reinterpret_cast<F>(dlsym(lib, symbol));
+  if (*out == nullptr && problem->empty()) *problem = std::string(library) + " has no " + symbol;
+}
 
 // Loads libcublas.so.<major> (the toolkit's, found beside libcudart or on the library path) on first
 // use; a missing library stops the process with a message naming it.

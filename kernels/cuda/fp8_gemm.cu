@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/gemm.h"
 
@@ -135,7 +136,7 @@ Operand QuantBlk128(const Tensor& w, bool transpose) {
   return op;
 }
 
-// ---- cuBLASLt, loaded on first use (as cuBLAS: kernels/cuda/cublas_api.h) ----
+// ---- cuBLASLt, loaded on first use as cuBLAS is (kernels/cuda/cublas_api.h), from the same place ----
 
 struct LtApi {
   decltype(&cublasLtCreate) create = nullptr;
@@ -153,34 +154,28 @@ struct LtApi {
   std::string problem;  // why it cannot be had
 };
 
-template <typename F>
-void ResolveLt(void* lib, const char* symbol, F* out, std::string* problem) {
-  *out = reinterpret_cast<F>(dlsym(lib, symbol));
-  if (*out == nullptr && problem->empty()) *problem = std::string("cuBLASLt has no ") + symbol;
-}
-
 const LtApi& Lt() {
   static const LtApi api = [] {
     LtApi a;
-    const std::string name = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    std::string tried;
+    void* lib = OpenToolkitLibrary("libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR), &tried);
     if (lib == nullptr) {
       const char* err = dlerror();
-      a.problem = "cannot load " + name + ": " + (err != nullptr ? err : "");
+      a.problem = "cannot load cuBLASLt (tried " + tried + "): " + (err != nullptr ? err : "");
       return a;
     }
-    ResolveLt(lib, "cublasLtCreate", &a.create, &a.problem);
-    ResolveLt(lib, "cublasLtGetVersion", &a.version, &a.problem);
-    ResolveLt(lib, "cublasLtMatmulDescCreate", &a.desc_create, &a.problem);
-    ResolveLt(lib, "cublasLtMatmulDescSetAttribute", &a.desc_set, &a.problem);
-    ResolveLt(lib, "cublasLtMatmulDescDestroy", &a.desc_destroy, &a.problem);
-    ResolveLt(lib, "cublasLtMatrixLayoutCreate", &a.layout_create, &a.problem);
-    ResolveLt(lib, "cublasLtMatrixLayoutDestroy", &a.layout_destroy, &a.problem);
-    ResolveLt(lib, "cublasLtMatmulPreferenceCreate", &a.pref_create, &a.problem);
-    ResolveLt(lib, "cublasLtMatmulPreferenceSetAttribute", &a.pref_set, &a.problem);
-    ResolveLt(lib, "cublasLtMatmulPreferenceDestroy", &a.pref_destroy, &a.problem);
-    ResolveLt(lib, "cublasLtMatmulAlgoGetHeuristic", &a.heuristic, &a.problem);
-    ResolveLt(lib, "cublasLtMatmul", &a.matmul, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtCreate", &a.create, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtGetVersion", &a.version, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtMatmulDescCreate", &a.desc_create, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtMatmulDescSetAttribute", &a.desc_set, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtMatmulDescDestroy", &a.desc_destroy, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtMatrixLayoutCreate", &a.layout_create, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtMatrixLayoutDestroy", &a.layout_destroy, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtMatmulPreferenceCreate", &a.pref_create, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtMatmulPreferenceSetAttribute", &a.pref_set, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtMatmulPreferenceDestroy", &a.pref_destroy, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", &a.heuristic, &a.problem);
+    ResolveSymbol(lib, "cuBLASLt", "cublasLtMatmul", &a.matmul, &a.problem);
     return a;
   }();
   return api;

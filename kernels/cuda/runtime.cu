@@ -123,11 +123,9 @@ Device CurrentDevice() {
 #define MOE_SYMBOL_NAME2(x) #x
 #define MOE_SYMBOL_NAME(x) MOE_SYMBOL_NAME2(x)  // expands cublas_v2.h's macros: cublasCreate -> cublasCreate_v2
 
-namespace {
-// libcublas from the directory libcudart was loaded from, else by name on the library path.
-void* OpenCublas(std::string* tried) {
-  const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+void* OpenToolkitLibrary(const std::string& name, std::string* tried) {
   Dl_info info{};
+  tried->clear();
   if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &info) != 0 && info.dli_fname != nullptr) {
     std::string dir = info.dli_fname;
     dir = dir.substr(0, dir.find_last_of('/') + 1);
@@ -138,28 +136,23 @@ void* OpenCublas(std::string* tried) {
   return dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
 }
 
-template <typename F>
-void Resolve(void* lib, const char* symbol, F* out, std::string* problem) {
-  *out = reinterpret_cast<F>(dlsym(lib, symbol));
-  if (*out == nullptr && problem->empty()) *problem = std::string("cuBLAS has no ") + symbol;
-}
-
+namespace {
 // The API, or why it cannot be had (loaded once).
 const CublasApi& LoadCublas(std::string* problem) {
   static std::string why;
   static const CublasApi api = [] {
     std::string tried;
     CublasApi a;
-    void* lib = OpenCublas(&tried);
+    void* lib = OpenToolkitLibrary("libcublas.so." + std::to_string(CUBLAS_VER_MAJOR), &tried);
     if (lib == nullptr) {
       const char* err = dlerror();
       why = "cannot load cuBLAS (tried " + tried + "): " + (err != nullptr ? err : "");
       return a;
     }
-    Resolve(lib, MOE_SYMBOL_NAME(cublasCreate), &a.create, &why);
-    Resolve(lib, MOE_SYMBOL_NAME(cublasSetStream), &a.set_stream, &why);
-    Resolve(lib, MOE_SYMBOL_NAME(cublasGemmEx), &a.gemm_ex, &why);
-    Resolve(lib, MOE_SYMBOL_NAME(cublasGetStatusString), &a.status_string, &why);
+    ResolveSymbol(lib, "cuBLAS", MOE_SYMBOL_NAME(cublasCreate), &a.create, &why);
+    ResolveSymbol(lib, "cuBLAS", MOE_SYMBOL_NAME(cublasSetStream), &a.set_stream, &why);
+    ResolveSymbol(lib, "cuBLAS", MOE_SYMBOL_NAME(cublasGemmEx), &a.gemm_ex, &why);
+    ResolveSymbol(lib, "cuBLAS", MOE_SYMBOL_NAME(cublasGetStatusString), &a.status_string, &why);
     a.grouped_gemm = reinterpret_cast<decltype(a.grouped_gemm)>(dlsym(lib, "cublasGemmGroupedBatchedEx"));  // optional
     return a;
   }();

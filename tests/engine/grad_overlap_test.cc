@@ -74,20 +74,27 @@ ModelConfig SmallConfig() {
   return cfg;
 }
 
-// DP 2 (this rank 0), EP 1: the dense and the expert buckets both reduce over `group`.
-ParallelContext TwoRanks(const LocalParallel& local, RecordingGroup* group) {
-  ParallelContext ctx = local.ctx;
-  ctx.world_size = 2;
-  ctx.dp_group = ctx.expert_dp = group;
-  return ctx;
-}
-
-TEST(GradOverlap, SpansStartDuringTheLastBackwardAndTileEachBucket) {
+// A model and a ZeRO optimizer on rank 0 of DP 2 (EP 1): the dense and the expert buckets both
+// reduce over `group`.
+struct TwoRanks {
+  static ParallelContext Context(const LocalParallel& local, RecordingGroup* group) {
+    ParallelContext ctx = local.ctx;
+    ctx.world_size = 2;
+    ctx.dp_group = ctx.expert_dp = group;
+    return ctx;
+  }
   RecordingGroup group;
   LocalParallel local;
-  const ParallelContext ctx = TwoRanks(local, &group);
-  Model model(SmallConfig(), ctx, 1, DType::kF32, Device::Cpu());
-  Optimizer opt(OptimizerConfig(), model.params(), ctx, /*distributed=*/true, model.config().moe.num_experts);
+  ParallelContext ctx = Context(local, &group);
+  Model model{SmallConfig(), ctx, 1, DType::kF32, Device::Cpu()};
+  Optimizer opt{OptimizerConfig(), model.params(), ctx, /*distributed=*/true, model.config().moe.num_experts};
+};
+
+TEST(GradOverlap, SpansStartDuringTheLastBackwardAndTileEachBucket) {
+  TwoRanks two;
+  RecordingGroup& group = two.group;
+  Model& model = two.model;
+  Optimizer& opt = two.opt;
   opt.SetOverlap(4096);
   ASSERT_GT(opt.overlap_spans(), 4);
   LossScales scales;
@@ -150,13 +157,9 @@ TEST(GradOverlap, SpansStartDuringTheLastBackwardAndTileEachBucket) {
 }
 
 TEST(GradOverlap, WithoutOverlapOrWithAGroupOfOneThereAreNoSpans) {
-  RecordingGroup group;
-  LocalParallel local;
-  const ParallelContext ctx = TwoRanks(local, &group);
-  Model model(SmallConfig(), ctx, 1, DType::kF32, Device::Cpu());
-  Optimizer opt(OptimizerConfig(), model.params(), ctx, /*distributed=*/true, model.config().moe.num_experts);
-  opt.SetOverlap(0);
-  EXPECT_EQ(opt.overlap_spans(), 0);
+  TwoRanks two;
+  two.opt.SetOverlap(0);
+  EXPECT_EQ(two.opt.overlap_spans(), 0);
   LocalParallel one;
   Model alone(SmallConfig(), one.ctx, 1, DType::kF32, Device::Cpu());
   Optimizer opt1(OptimizerConfig(), alone.params(), one.ctx, /*distributed=*/false, alone.config().moe.num_experts);

@@ -23,8 +23,7 @@ struct Optimizer::Span {
   int64_t begin = 0, end = 0;
   int params = 0;  // how many parameters it holds
   int left = 0;    // of those, how many the backward has not reported final this step
-  Pending op;      // its reduction, once started
-  bool started = false;
+  Pending op;      // its reduction, once started (this step)
 };
 
 struct Optimizer::Bucket {
@@ -154,7 +153,6 @@ void Optimizer::ZeroGrads() {
     if (b->accum.defined()) b->accum.SetZero();
     for (Span& s : b->spans) {
       s.left = s.params;
-      s.started = false;
       s.op.reset();
     }
   }
@@ -191,7 +189,6 @@ int64_t Optimizer::overlap_spans() const {
 
 void Optimizer::StartSpan(Bucket& b, Span& span) {
   const Tensor sums = Flat(b.accum.defined() ? b.accum : b.grad, span.begin, span.end);
-  span.started = true;
   if (!distributed_) {
     span.op = b.group->StartAllReduceSum(sums);
     return;
@@ -212,7 +209,7 @@ void Optimizer::GradsFinal(const std::vector<Param*>& params) {
     if (it == span_of_.end()) continue;  // its bucket's group is a group of one, or no overlap
     Bucket& b = *it->second.first;
     Span& span = b.spans[it->second.second];
-    MOE_CHECK(span.left > 0 && !span.started) << p->name << " reported final twice in a step";
+    MOE_CHECK(span.left > 0 && !span.op) << p->name << " reported final twice in a step";
     if (--span.left == 0) StartSpan(b, span);
   }
 }
@@ -220,7 +217,7 @@ void Optimizer::GradsFinal(const std::vector<Param*>& params) {
 Status Optimizer::ReduceGradients() {
   for (auto& b : buckets_) {  // the spans the backward did not finish, in the same order on every rank
     for (Span& span : b->spans) {
-      if (!span.started) StartSpan(*b, span);
+      if (!span.op) StartSpan(*b, span);
     }
   }
   Status first;

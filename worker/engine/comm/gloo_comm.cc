@@ -409,8 +409,8 @@ class GlooCommunicator final : public Communicator {
     return std::make_unique<GlooPending>(std::move(done), std::move(keep));
   }
 
-  template <typename Where, typename Fn>
-  Status Guarded(Where&& where, Fn&& fn) {
+  template <typename Describe, typename Fn>
+  Status Guarded(Describe&& where, Fn&& fn) {
     if (broken_) return UnavailableError(where() + ": the group is unusable after an earlier failure: " + first_error_);
     try {
       fn();
