@@ -345,6 +345,11 @@ Status Trainer::Step(int64_t step) {
   const std::string phase = "step " + std::to_string(step);
   par_.world->SetPhase(phase);
   if (par_.ep_group) par_.ep_group->SetPhase(phase + ": MoE token all-to-all");
+  // The gradients' groups have communicators of their own (process_group.h); their reductions start
+  // during the backward (Optimizer::SetOverlap) and the ZeRO all-gather follows the update.
+  for (Communicator* g : {par_.dp_group, par_.expert_dp}) {
+    if (g != nullptr) g->SetPhase(phase + ": gradient reduction");
+  }
   StepStats stats;
   // Everything the step allocates is an activation or a temporary unless a narrower scope says otherwise
   // (the all-to-all staging); the peak starts from what is live before the step (weights, optimizer).
