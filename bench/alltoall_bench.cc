@@ -16,9 +16,10 @@
 #include "common/file_util.h"
 #include "kernels/permute.h"
 #include "kernels/runtime.h"
-#include "worker/engine/comm/process_group.h"
-#include "worker/engine/dispatcher.h"
-#include "worker/engine/rng.h"
+#include "worker/engine/parallel/gloo_comm.h"
+#include "worker/engine/parallel/process_group.h"
+#include "worker/engine/parallel/dispatcher.h"
+#include "worker/engine/model/rng.h"
 
 namespace {
 

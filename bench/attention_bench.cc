@@ -20,7 +20,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_materialized.h"
 #include "kernels/runtime.h"
-#include "worker/engine/peak.h"
+#include "worker/engine/train/peak.h"
 
 namespace {
 

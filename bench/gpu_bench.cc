@@ -29,9 +29,10 @@
 #include "kernels/gemm.h"
 #include "kernels/permute.h"
 #include "kernels/runtime.h"
-#include "worker/engine/dispatcher.h"
-#include "worker/engine/layers.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/parallel/dispatcher.h"
+#include "worker/engine/model/layers.h"
+#include "worker/engine/train/trainer.h"
 
 namespace {
 

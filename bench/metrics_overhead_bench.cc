@@ -16,9 +16,10 @@
 #include "controller/clock.h"
 #include "controller/metrics_aggregator.h"
 #include "kernels/runtime.h"
-#include "worker/engine/metrics.h"
-#include "worker/engine/trainer.h"
-#include "worker/step_report.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/train/metrics.h"
+#include "worker/engine/train/trainer.h"
+#include "worker/agent/step_report.h"
 
 int main(int argc, char** argv) {
   int64_t steps = 60;

@@ -19,7 +19,7 @@
 #include "controller/metrics_aggregator.h"
 #include "controller/scheduler.h"
 #include "controller/state_store.h"
-#include "worker/engine/rng.h"
+#include "worker/engine/model/rng.h"
 
 namespace {
 

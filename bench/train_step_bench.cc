@@ -10,8 +10,9 @@
 #include "common/flops.h"
 #include "common/log.h"
 #include "kernels/runtime.h"
-#include "worker/engine/peak.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/train/peak.h"
+#include "worker/engine/train/trainer.h"
 
 int main(int argc, char** argv) {
   std::string preset = "small";

@@ -116,7 +116,7 @@ int RunPlan(const PlanArgs& a, Client* client) {
     job = *got;
     auto live = SpecFromProto(job.spec());
     if (!live.ok()) return Refuse(live.status().WithPrefix("job " + a.job));
-    text = SpecToJson(*live), origin = "job " + a.job;
+    text = ToJson(JobSpecToNode(*live)), origin = "job " + a.job;
   } else {
     auto read = ReadFileToString(a.file);
     if (!read.ok()) return Refuse(read.status());

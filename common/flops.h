@@ -1,5 +1,5 @@
 // Model FLOPs per training step by Megatron-LM's formula (megatron/training/training.py,
-// num_floating_point_operations; see ../shared/reference/flops-and-models.md), so that our TFLOP/s per
+// num_floating_point_operations; see docs/reference/flops-and-models.md), so that our TFLOP/s per
 // device means what Megatron's "throughput per GPU" and the 1,648 TFLOP/s record mean.
 #pragma once
 

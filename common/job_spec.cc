@@ -263,24 +263,6 @@ StatusOr<std::array<double, 3>> ParseSplit(const std::string& split, const std::
   return w;
 }
 
-double ScheduleValue(const Schedule& s, double tokens, double fallback) {
-  if (s.empty()) return fallback;
-  double start = 0;
-  for (const ScheduleSegment& g : s) {
-    const bool last = &g == &s.back();
-    if (g.until_tokens && tokens >= *g.until_tokens && !last) {
-      start = *g.until_tokens;
-      continue;
-    }
-    if (g.shape == "constant") return g.value;
-    const double span = g.until_tokens ? *g.until_tokens - start : 0;
-    const double frac = span > 0 ? std::clamp((tokens - start) / span, 0.0, 1.0) : 1.0;
-    if (g.shape == "linear") return g.from + (g.to - g.from) * frac;
-    return g.to + (g.from - g.to) * 0.5 * (1.0 + std::cos(M_PI * frac));  // cosine
-  }
-  return fallback;
-}
-
 Status ValidateSchedule(const Schedule& s, const std::string& path) {
   double prev = 0;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -297,24 +279,6 @@ Status ValidateSchedule(const Schedule& s, const std::string& path) {
     if (g.until_tokens) prev = *g.until_tokens;
   }
   return OkStatus();
-}
-
-bool ModelConfig::MtpTrains() const {
-  if (mtp_depth <= 0) return false;
-  if (mtp_loss_weight_schedule.empty()) return mtp_loss_weight > 0;
-  for (const auto& g : mtp_loss_weight_schedule) {
-    if (g.value > 0 || g.from > 0 || g.to > 0) return true;
-  }
-  return false;
-}
-
-int64_t JobSpec::GlobalBatchAt(double tokens) const {
-  const BatchRampConfig& r = data.batch_ramp;
-  if (r.start == 0 || tokens >= r.tokens) return data.global_batch_size;
-  const int64_t increments = (data.global_batch_size - r.start) / r.increment;
-  const double per_increment = r.tokens / static_cast<double>(increments);
-  const int64_t done = static_cast<int64_t>(tokens / per_increment);
-  return std::min(data.global_batch_size, r.start + done * r.increment);
 }
 
 Node ModelConfigToNode(const ModelConfig& m) { return SchemaOf<ModelConfig>().Write(m); }

@@ -1,7 +1,5 @@
 #include "common/job_spec_proto.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <map>
 
 #include "common/check.h"
@@ -75,11 +73,85 @@ Node MessageToNode(const Message& m) {
   return node;
 }
 
-Status MessageFromJson(const std::string& json, Message* m) {
-  google::protobuf::util::JsonParseOptions o;
-  o.ignore_unknown_fields = false;
-  auto st = google::protobuf::util::JsonStringToMessage(json, m, o);
-  if (!st.ok()) return InvalidArgumentError(std::string(st.message()));
+namespace {
+
+// One scalar or message value of field `f` from `v`: set (`add` false) or appended (`add` true).
+Status PutValue(const Node& v, const std::string& path, const FieldDescriptor& f, bool add, Message* m) {
+  const auto* r = m->GetReflection();
+  switch (f.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT64: {
+      int64_t x = 0;
+      MOE_RETURN_IF_ERROR(Codec<int64_t>::Read(v, path, &x));
+      add ? r->AddInt64(m, &f, x) : r->SetInt64(m, &f, x);
+      return OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t x = 0;
+      MOE_RETURN_IF_ERROR(Codec<uint64_t>::Read(v, path, &x));
+      add ? r->AddUInt64(m, &f, x) : r->SetUInt64(m, &f, x);
+      return OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE: {
+      double x = 0;
+      MOE_RETURN_IF_ERROR(Codec<double>::Read(v, path, &x));
+      add ? r->AddDouble(m, &f, x) : r->SetDouble(m, &f, x);
+      return OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      bool x = false;
+      MOE_RETURN_IF_ERROR(Codec<bool>::Read(v, path, &x));
+      add ? r->AddBool(m, &f, x) : r->SetBool(m, &f, x);
+      return OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_STRING: {
+      std::string x;
+      MOE_RETURN_IF_ERROR(Codec<std::string>::Read(v, path, &x));
+      add ? r->AddString(m, &f, std::move(x)) : r->SetString(m, &f, std::move(x));
+      return OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return MessageFromNode(v, add ? r->AddMessage(m, &f) : r->MutableMessage(m, &f), path);
+    default:
+      return InvalidArgumentError(path + ": a type the job spec's schema does not have");
+  }
+}
+
+Status SetValue(const Node& v, const std::string& path, const FieldDescriptor& f, Message* m) {
+  if (v.IsNull()) return OkStatus();  // absent: the field stays unset
+  if (f.is_map()) {
+    if (!v.IsMap()) return InvalidArgumentError(path + ": expected a mapping, got " + std::string(v.KindName()));
+    for (const auto& [key, value] : v.items()) {
+      Message* entry = m->GetReflection()->AddMessage(m, &f);
+      entry->GetReflection()->SetString(entry, entry->GetDescriptor()->map_key(), key);
+      MOE_RETURN_IF_ERROR(PutValue(value, path + "." + key, *entry->GetDescriptor()->map_value(), false, entry));
+    }
+    return OkStatus();
+  }
+  if (!f.is_repeated()) return PutValue(v, path, f, false, m);
+  if (!v.IsList()) return InvalidArgumentError(path + ": expected a list, got " + std::string(v.KindName()));
+  for (size_t i = 0; i < v.elements().size(); ++i) {
+    MOE_RETURN_IF_ERROR(PutValue(v.elements()[i], path + "[" + std::to_string(i) + "]", f, true, m));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status MessageFromNode(const Node& node, Message* m, const std::string& path) {
+  if (!node.IsMap()) {
+    return InvalidArgumentError((path.empty() ? "the document" : path) + ": expected a mapping, got " +
+                                std::string(node.KindName()));
+  }
+  const google::protobuf::Descriptor* d = m->GetDescriptor();
+  for (const auto& [key, value] : node.items()) {
+    const std::string at = path.empty() ? key : path + "." + key;
+    const FieldDescriptor* f = nullptr;
+    for (int i = 0; i < d->field_count() && f == nullptr; ++i) {
+      if (DocumentKey(*d->field(i)) == key) f = d->field(i);
+    }
+    if (f == nullptr) return InvalidArgumentError(at + ": not a field of " + d->full_name());
+    MOE_RETURN_IF_ERROR(SetValue(value, at, *f, m));
+  }
   return OkStatus();
 }
 
@@ -87,11 +159,9 @@ StatusOr<JobSpec> SpecFromProto(const moe::v1::TrainingJob& job) {
   return ParseJobSpec(MessageToNode(job));
 }
 
-std::string SpecToJson(const JobSpec& spec) { return ToJson(JobSpecToNode(spec)); }
-
 moe::v1::TrainingJob SpecToProto(const JobSpec& spec) {
   moe::v1::TrainingJob out;
-  const Status st = MessageFromJson(SpecToJson(spec), &out);
+  const Status st = MessageFromNode(JobSpecToNode(spec), &out);
   MOE_CHECK(st.ok()) << "the job spec's schema and moe.v1.TrainingJob disagree: " << st.message();
   return out;
 }
@@ -103,12 +173,12 @@ StatusOr<moe::v1::TrainingJob> TrainingJobFromText(const std::string& text) {
         "the job document must be a mapping (apiVersion, kind, metadata, spec)");
   }
   // moe-train's reader first (one code path, one set of messages: a misspelt key gets its field path
-  // and "did you mean"); protobuf's parser then builds the API's form. The values are checked by
-  // SpecFromProto (ValidateJobSpec, as moe-train does) where the job is accepted.
+  // and "did you mean"); the document's tree then becomes the API's form field by field. The values
+  // are checked by SpecFromProto (ValidateJobSpec, as moe-train does) where the job is accepted.
   JobSpec read;
   MOE_RETURN_IF_ERROR(SchemaOf<JobSpec>().Read(doc, "", &read));
   moe::v1::TrainingJob job;
-  Status st = MessageFromJson(ToJson(doc), &job);
+  Status st = MessageFromNode(doc, &job);
   if (!st.ok()) {
     return InvalidArgumentError("the job document does not match moe.v1.TrainingJob: " +
                                 st.message());

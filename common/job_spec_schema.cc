@@ -1,5 +1,7 @@
 #include "common/job_spec_schema.h"
 
+#include "common/presets.h"
+
 #include <cctype>
 
 namespace moe {

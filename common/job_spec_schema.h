@@ -8,7 +8,7 @@
 // ValidateJobSpec.
 #pragma once
 
-#include "common/job_spec.h"
+#include "common/job_spec_types.h"
 #include "common/schema.h"
 
 namespace moe {

@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-#include "common/job_spec.h"
+#include "common/job_spec_types.h"
 
 namespace moe {
 namespace {

@@ -104,7 +104,7 @@ Status ApplySoftwareOverride(SoftwareProfile* p, const std::string& assignment);
 // "--set parallelism.expert_parallel=64" on a job document (before it is parsed into a JobSpec).
 Status ApplyDocumentOverride(Node* doc, const std::string& assignment);
 
-// `local`: this machine, measured by moe-probe (worker/engine/probe_main.cc), run from the directory of
+// `local`: this machine, measured by moe-probe (worker/engine/tools/probe_main.cc), run from the directory of
 // the running binary (else from PATH). What it prints is the whole machine; a W-rank job's device is
 // LocalProfileForRanks(machine, W).
 StatusOr<ClusterProfile> ProbeLocalCluster();

@@ -1,5 +1,5 @@
-// The built-in model presets (common/job_spec.h: ModelPreset).
-#include "common/job_spec.h"
+// The built-in model presets.
+#include "common/presets.h"
 
 namespace moe {
 namespace {
@@ -41,7 +41,7 @@ ModelConfig Small() {
 
 // deepseek-ai/DeepSeek-V3 (inference/configs/config_671B.json) with the paper's recipe for what the
 // model carries: init N(0, 0.006), gamma 0.001 for the first 14.3T tokens then 0, lambda 0.3 for the
-// first 10T tokens then 0.1 (../shared/reference/deepseek-v3-architecture.md). YaRN is configured as
+// first 10T tokens then 0.1 (docs/reference/deepseek-v3-architecture.md). YaRN is configured as
 // released; it applies only to runs longer than 4096.
 ModelConfig DeepSeekV3() {
   ModelConfig m;

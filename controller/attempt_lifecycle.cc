@@ -1,37 +1,31 @@
-// The attempt lifecycle: a queued job is placed (Schedule, StartAttempt), its ranks run, and the
-// attempt ends when every rank has finished (SettleAttempt): SUCCEEDED when all did well, else the
-// recorded failure decides (RESTARTING, then placed again, or FAILED). A failure (a rank's, a lost
-// worker's) stops the other ranks at once, whether or not the store takes its record yet.
-#include <algorithm>
-#include <limits>
-#include <set>
+#include "controller/attempt_lifecycle.h"
 
-#include "common/job_spec_proto.h"
+#include <algorithm>
+#include <cstdio>
+
 #include "common/log.h"
-#include "controller/controller.h"
-#include "controller/job_plan.h"
 #include "controller/controller_internal.h"
+#include "controller/job_plan.h"
+#include "controller/worker_claims.h"
 
 namespace moe::controller {
 
 using moe::v1::JobState;
 
-Status Controller::StartAttempt(JobEntry& e, const std::vector<Slot>& slots) {
+Status AttemptLifecycle::Start(JobEntry& e, const std::vector<Slot>& slots) {
   const int number = e.job.attempt() + 1;
   std::vector<std::string>& by_rank = e.attempt_workers[number];  // a retried start writes it again
   by_rank.clear();
   for (const Slot& s : slots) by_rank.push_back(s.worker);
-  const std::string what =
-      "attempt " + std::to_string(number) + ": " + internal::RackSummary(slots);
+  const std::string what = "attempt " + std::to_string(number) + ": " + internal::RackSummary(slots);
   const std::optional<AttemptPlan> plan = PlanAttempt(config_, e.spec, slots);
   // Stored before any worker hears of it: a refused record leaves the job queued.
-  MOE_RETURN_IF_ERROR(
-      jobs_.Transition(e, moe::v1::SCHEDULED, "Scheduled", what, [&](moe::v1::Job& job) {
-        job.set_attempt(number);
-        internal::SetPlacement(job, slots);
-        job.set_planned_step_seconds(plan ? plan->step_seconds : 0);
-        job.set_plan_basis(plan ? plan->basis : "");
-      }));
+  MOE_RETURN_IF_ERROR(jobs_.Transition(e, moe::v1::SCHEDULED, "Scheduled", what, [&](moe::v1::Job& job) {
+    job.set_attempt(number);
+    internal::SetPlacement(job, slots);
+    job.set_planned_step_seconds(plan ? plan->step_seconds : 0);
+    job.set_plan_basis(plan ? plan->basis : "");
+  }));
   e.attempt = std::make_unique<Attempt>();
   e.attempt->number = number;
   e.attempt->slots = slots;
@@ -44,38 +38,58 @@ Status Controller::StartAttempt(JobEntry& e, const std::vector<Slot>& slots) {
   return OkStatus();
 }
 
-void Controller::SendAssignments(const JobEntry& e) {
+// Each rank gets the job's typed spec as this attempt runs it: its world size is the attempt's (an
+// elastic job may run smaller than it asked for), and the spec is the only place the rank reads its
+// world size and checkpoint directory from.
+void AttemptLifecycle::SendAssignments(const JobEntry& e) {
   const Attempt& a = *e.attempt;
-  const std::string spec_json = SpecToJson(e.spec);
+  moe::v1::ControllerMessage m;
+  auto* asg = m.mutable_assign();
+  asg->set_job_id(e.job.id());
+  asg->set_attempt(a.number);
+  *asg->mutable_spec() = e.job.spec();
+  asg->mutable_spec()->mutable_spec()->mutable_parallelism()->set_world_size(static_cast<int64_t>(a.slots.size()));
+  asg->set_rendezvous_prefix(internal::RendezvousPrefix(e.job.id(), a.number));
+  asg->set_resume(true);
   for (size_t r = 0; r < a.slots.size(); ++r) {
     WorkerEntry* w = workers_.Find(a.slots[r].worker);
     if (w == nullptr || w->channel == nullptr) continue;  // placed on free slots: connected ones
-    moe::v1::ControllerMessage m;
-    auto* asg = m.mutable_assign();
-    asg->set_job_id(e.job.id());
-    asg->set_attempt(a.number);
     asg->set_rank(static_cast<int>(r));
-    asg->set_world_size(static_cast<int>(a.slots.size()));
-    asg->set_spec_json(spec_json);
-    asg->set_rendezvous_prefix(internal::RendezvousPrefix(e.job.id(), a.number));
-    asg->set_checkpoint_dir(e.spec.checkpoint.dir);
-    asg->set_resume(true);
     asg->set_cpu_threads(workers_.CpuThreadsFor(a.slots[r].worker));
     w->channel->Send(m);
   }
 }
 
-void Controller::FailAttempt(JobEntry& e, const std::string& reason, bool permanent, bool counted, bool preempted) {
+Status AttemptLifecycle::AwaitReconnect(JobEntry& e) {
+  const int grace = static_cast<int>(config_.reconnect_grace_seconds);
+  MOE_RETURN_IF_ERROR(jobs_.Event(e, "ControllerRestarted",
+                                  "waiting up to " + std::to_string(grace) + " s for its ranks to report back"));
+  e.attempt = std::make_unique<Attempt>();
+  e.attempt->number = e.job.attempt();
+  e.attempt->slots = internal::SlotsOf(e.job);
+  RankStatus running;
+  running.started = true;  // it ran before the restart; CheckReconnect watches it now
+  e.attempt->ranks.assign(e.attempt->slots.size(), running);
+  e.attempt->reconnect_deadline = clock_.Monotonic() + config_.reconnect_grace_seconds;
+  // Its workers stay busy with it: one that reconnects is given no new work until it has reported
+  // the rank (or come back without it: the rank is lost) or the grace has passed.
+  for (size_t r = 0; r < e.attempt->slots.size(); ++r) {
+    workers_.Assign(e.attempt->slots[r].worker, e.job.id(), e.attempt->number, static_cast<int>(r));
+  }
+  return OkStatus();
+}
+
+void AttemptLifecycle::Stop(JobEntry& e, const std::string& reason, StopCause cause) {
   if (!e.attempt || e.attempt->ending) return;  // already failing, or cancelled
-  e.attempt->failure = AttemptFailure{reason, permanent, counted, /*event_stored=*/false, preempted};
-  // No rank waits forever in a collective; on a requeue (not counted) they stop at the next step
-  // boundary, all at the same one, and checkpoint there (moe-train on SIGTERM).
+  e.attempt->failure = AttemptFailure{reason, cause, /*event_stored=*/false};
+  // No rank waits forever in a collective; on a requeue they stop at the next step boundary, all at
+  // the same one, and checkpoint there (moe-train on SIGTERM).
   StopRanks(e, reason);
   SettleOrRetry(e);
   schedule_needed_ = true;
 }
 
-void Controller::StopRanks(JobEntry& e, const std::string& reason, bool now) {
+void AttemptLifecycle::StopRanks(JobEntry& e, const std::string& reason, bool now) {
   Attempt& a = *e.attempt;
   a.ending = true;
   for (size_t r = 0; r < a.ranks.size(); ++r) {
@@ -92,35 +106,34 @@ void Controller::StopRanks(JobEntry& e, const std::string& reason, bool now) {
   }
 }
 
-void Controller::HandleFinished(const std::string& worker, const moe::v1::RankFinished& f) {
-  WorkerEntry* w = workers_.Find(worker);
-  if (w != nullptr && w->job_id == f.job_id() && w->attempt == f.attempt()) {
-    workers_.Release(worker);
-  }
-  schedule_needed_ = true;
-  JobEntry* e = AttemptOf(f.job_id(), f.attempt(), f.rank());
-  if (e != nullptr) RankFinished(*e, f.rank(), f);
-  Schedule();  // the freed worker (or a restart) may let a queued job go now
+void AttemptLifecycle::RankStarted(const std::string& job_id, int attempt, int rank) {
+  if (JobEntry* e = AttemptOf(job_id, attempt, rank)) e->attempt->ranks[static_cast<size_t>(rank)].started = true;
 }
 
-void Controller::RankFinished(JobEntry& e, int rank, const moe::v1::RankFinished& f) {
+void AttemptLifecycle::RankFinished(const std::string& worker, const moe::v1::RankFinished& f) {
+  WorkerEntry* w = workers_.Find(worker);
+  if (w != nullptr && w->job_id == f.job_id() && w->attempt == f.attempt()) workers_.Release(worker);
+  schedule_needed_ = true;
+  if (JobEntry* e = AttemptOf(f.job_id(), f.attempt(), f.rank())) RankEnded(*e, f.rank(), f);
+}
+
+void AttemptLifecycle::RankEnded(JobEntry& e, int rank, const moe::v1::RankFinished& f) {
   RankStatus& rs = e.attempt->ranks[static_cast<size_t>(rank)];
   if (rs.finished) return;
   rs.finished = true;
   rs.ok = f.ok();
   if (!f.ok()) {
-    const std::string why =
-        f.message().empty() ? "exited with code " + std::to_string(f.exit_code()) : f.message();
+    const std::string why = f.message().empty() ? "exited with code " + std::to_string(f.exit_code()) : f.message();
     // The class comes from the rank's final record (common/rank_end.h): a permanent failure (a bad
     // spec, a checkpoint of another layout, no such device) would fail the same way after a restart.
     const bool permanent = f.failure_class() == moe::v1::FAILURE_PERMANENT;
-    const std::string where = "rank " + std::to_string(rank) + " on worker " +
-                              e.attempt->slots[static_cast<size_t>(rank)].worker;
-    if (!IsTerminal(e.job.state())) FailAttempt(e, where + " failed: " + why, permanent);
+    const std::string where =
+        "rank " + std::to_string(rank) + " on worker " + e.attempt->slots[static_cast<size_t>(rank)].worker;
+    if (!IsTerminal(e.job.state())) Stop(e, where + " failed: " + why, permanent ? StopCause::kPermanent : StopCause::kFailure);
     // A peer's transient failure (a closed connection) may have come first; the permanent cause wins.
-    if (permanent && e.job.state() == moe::v1::RESTARTING && e.attempt->failure && e.attempt->failure->counted &&
-        !e.attempt->failure->permanent) {
-      e.attempt->failure->permanent = true;
+    AttemptFailure* failure = e.attempt && e.attempt->failure ? &*e.attempt->failure : nullptr;
+    if (permanent && e.job.state() == moe::v1::RESTARTING && failure != nullptr && failure->cause == StopCause::kFailure) {
+      failure->cause = StopCause::kPermanent;
       e.not_before = 0;
       if (Status st = jobs_.Transition(e, moe::v1::FAILED, "Failed",
                                        where + " failed: " + why + " (not retried: the job cannot run as specified)");
@@ -132,16 +145,53 @@ void Controller::RankFinished(JobEntry& e, int rank, const moe::v1::RankFinished
   SettleOrRetry(e);  // ends the attempt when this was its last rank
 }
 
-void Controller::WorkerLost(const std::string& name, const std::string& why) {
+void AttemptLifecycle::Step(const moe::v1::StepReport& s) {
+  JobEntry* e = AttemptOf(s.job_id(), s.attempt(), s.rank());
+  if (e == nullptr || e->attempt->ending) return;
+  e->attempt->ranks[static_cast<size_t>(s.rank())].started = true;
+  if (!StepFiguresPlausible(s.metrics())) {
+    MOE_LOG(WARNING) << "job " << e->job.id() << ": step " << s.metrics().step() << " of rank " << s.rank()
+                     << " dropped: implausible figures (non-finite or negative times, MFU above 1.5)";
+    return;
+  }
+  if (e->job.state() == moe::v1::SCHEDULED) {
+    const std::string what = "attempt " + std::to_string(e->attempt->number) + " is training";
+    if (Status st = jobs_.Transition(*e, moe::v1::RUNNING, "Running", what); !st.ok()) {
+      MOE_LOG(WARNING) << "job " << e->job.id() << " stays SCHEDULED: " << st << " (the next step report retries)";
+    }
+  }
+  std::vector<StragglerChange> changes;
+  auto job_metrics = metrics_.OnStep(s.job_id(), s.attempt(), s.rank(), s.metrics(), &changes);
+  for (const auto& c : changes) RecordStraggler(*e, c);
+  if (!job_metrics) return;
+  if (Status st = jobs_.PublishMetrics(*e, *job_metrics); !st.ok()) {
+    MOE_LOG(WARNING) << "job " << e->job.id() << ": metrics of step " << job_metrics->step() << " not stored: " << st
+                     << " (the next step's metrics replace them)";
+  }
+}
+
+void AttemptLifecycle::RecordStraggler(JobEntry& e, const StragglerChange& c) {
+  const Slot& slot = e.attempt->slots[static_cast<size_t>(c.rank)];
+  char ratio[32];
+  std::snprintf(ratio, sizeof(ratio), "%.2f", c.ratio);
+  const std::string what = "rank " + std::to_string(c.rank) + " on " + slot.worker + " (rack " + slot.rack +
+                           ", node " + slot.node + "): compute time " + ratio + "x the job's median";
+  if (Status st = jobs_.Event(e, c.flagged ? "Straggler" : "StragglerRecovered", what); !st.ok()) {
+    // The flag itself is in every step's metrics and on /metrics (moe_job_straggler); only the
+    // history misses this line.
+    MOE_LOG(WARNING) << "job " << e.job.id() << ": straggler event not stored: " << st << " (" << what << ")";
+  }
+}
+
+void AttemptLifecycle::WorkerLost(const std::string& name, const std::string& why) {
   const WorkerEntry* w = workers_.Find(name);
   if (w == nullptr) return;
   MOE_LOG(WARNING) << "worker " << name << " lost: " << why;
   if (!w->busy()) return;
-  RankLost(name, "worker " + name + " (rank " + std::to_string(w->rank) + ", rack " +
-                     w->info.rack() + ") lost: " + why);
+  RankLost(name, "worker " + name + " (rank " + std::to_string(w->rank) + ", rack " + w->info.rack() + ") lost: " + why);
 }
 
-void Controller::RankLost(const std::string& worker, const std::string& why) {
+void AttemptLifecycle::RankLost(const std::string& worker, const std::string& why) {
   WorkerEntry* w = workers_.Find(worker);
   if (w == nullptr || !w->busy()) return;
   const std::string job = w->job_id;
@@ -153,11 +203,11 @@ void Controller::RankLost(const std::string& worker, const std::string& why) {
   RankStatus& rs = e->attempt->ranks[static_cast<size_t>(rank)];
   rs.finished = true;
   rs.ok = false;
-  FailAttempt(*e, why);  // nothing more when the attempt was already ending
-  SettleOrRetry(*e);     // ends it when this was its last rank
+  Stop(*e, why);     // nothing more when the attempt was already ending
+  SettleOrRetry(*e);  // ends it when this was its last rank
 }
 
-Status Controller::SettleAttempt(JobEntry& e) {
+Status AttemptLifecycle::Settle(JobEntry& e) {
   Attempt& a = *e.attempt;
   const JobState state = e.job.state();
   const bool running = state == moe::v1::SCHEDULED || state == moe::v1::RUNNING;
@@ -166,9 +216,8 @@ Status Controller::SettleAttempt(JobEntry& e) {
   bool all_ok = !a.failure;
   for (const auto& r : a.ranks) all_ok = all_ok && r.ok;
   if (all_ok && running) {
-    MOE_RETURN_IF_ERROR(jobs_.Transition(
-        e, moe::v1::SUCCEEDED, "Succeeded",
-        "all " + std::to_string(e.spec.parallelism.world_size) + " ranks finished"));
+    MOE_RETURN_IF_ERROR(jobs_.Transition(e, moe::v1::SUCCEEDED, "Succeeded",
+                                         "all " + std::to_string(a.ranks.size()) + " ranks finished"));
   }
   rendezvous_.ErasePrefix(internal::RendezvousPrefix(e.job.id(), a.number));
   e.attempt.reset();
@@ -176,47 +225,55 @@ Status Controller::SettleAttempt(JobEntry& e) {
   return OkStatus();
 }
 
-Status Controller::RecordFailure(JobEntry& e) {
+namespace {
+
+const char* FailureEvent(StopCause c) {
+  switch (c) {
+    case StopCause::kRequeue: return "AttemptRequeued";
+    case StopCause::kPreempted: return "AttemptPreempted";
+    default: return "AttemptFailed";
+  }
+}
+
+}  // namespace
+
+Status AttemptLifecycle::RecordFailure(JobEntry& e) {
   AttemptFailure& f = *e.attempt->failure;
   if (!f.event_stored) {
-    MOE_RETURN_IF_ERROR(jobs_.Event(e, f.counted ? "AttemptFailed" : f.preempted ? "AttemptPreempted" : "AttemptRequeued",
-                                    "attempt " + std::to_string(e.attempt->number) + ": " + f.reason));
+    MOE_RETURN_IF_ERROR(jobs_.Event(e, FailureEvent(f.cause), "attempt " + std::to_string(e.attempt->number) + ": " + f.reason));
     f.event_stored = true;
   }
-  if (f.permanent) {
-    return jobs_.Transition(e, moe::v1::FAILED, "Failed",
-                            f.reason + " (not retried: the job cannot run as specified)");
-  }
   const int restarts = e.job.restarts();
-  if (f.preempted) {
-    return jobs_.Transition(e, moe::v1::PREEMPTED, "Preempted",
-                            f.reason + "; back in the queue, it resumes from the checkpoint its ranks write as they stop "
-                                       "(restart budget untouched: " + std::to_string(restarts) + " of " +
-                                std::to_string(e.spec.max_restarts) + " used)");
-  }
-  if (!f.counted) {
-    return jobs_.Transition(e, moe::v1::RESTARTING, "Requeued",
-                            f.reason + "; resumes from the checkpoint its ranks write as they stop (restart budget untouched: " +
-                                std::to_string(restarts) + " of " + std::to_string(e.spec.max_restarts) + " used)");
+  const std::string budget = "(restart budget untouched: " + std::to_string(restarts) + " of " +
+                             std::to_string(e.spec.max_restarts) + " used)";
+  switch (f.cause) {
+    case StopCause::kPermanent:
+      return jobs_.Transition(e, moe::v1::FAILED, "Failed", f.reason + " (not retried: the job cannot run as specified)");
+    case StopCause::kPreempted:
+      return jobs_.Transition(e, moe::v1::PREEMPTED, "Preempted",
+                              f.reason + "; back in the queue, it resumes from the checkpoint its ranks write as they stop " + budget);
+    case StopCause::kRequeue:
+      return jobs_.Transition(e, moe::v1::RESTARTING, "Requeued",
+                              f.reason + "; resumes from the checkpoint its ranks write as they stop " + budget);
+    case StopCause::kFailure: break;
   }
   if (restarts < e.spec.max_restarts) {
     const double delay = RestartDelay(restarts + 1);
     MOE_RETURN_IF_ERROR(jobs_.Transition(e, moe::v1::RESTARTING, "Restarting",
                                          "restart " + std::to_string(restarts + 1) + " of " +
-                                             std::to_string(e.spec.max_restarts) + " in " + internal::Seconds(delay) + " (" +
-                                             f.reason + "); " + ResumePoint(e),
+                                             std::to_string(e.spec.max_restarts) + " in " + internal::Seconds(delay) +
+                                             " (" + f.reason + "); " + ResumePoint(e),
                                          [&](moe::v1::Job& job) { job.set_restarts(restarts + 1); }));
     e.not_before = delay > 0 ? clock_.Monotonic() + delay : 0;
     return OkStatus();
   }
   return jobs_.Transition(e, moe::v1::FAILED, "Failed",
-                          f.reason + " (after " + std::to_string(restarts) +
-                              " restart(s); max_restarts is " +
+                          f.reason + " (after " + std::to_string(restarts) + " restart(s); max_restarts is " +
                               std::to_string(e.spec.max_restarts) + ")");
 }
 
 // restart_backoff_seconds doubled for each restart before the n-th, at most restart_backoff_max_seconds.
-double Controller::RestartDelay(int n) const {
+double AttemptLifecycle::RestartDelay(int n) const {
   double d = config_.restart_backoff_seconds;
   for (int k = 1; k < n && d < config_.restart_backoff_max_seconds; ++k) d *= 2;
   return std::min(d, config_.restart_backoff_max_seconds);
@@ -224,21 +281,73 @@ double Controller::RestartDelay(int n) const {
 
 // Where a restart of the job begins, as its ranks reported (a checkpoint written since the last step
 // report is newer: the ranks resume from the newest complete one they find).
-std::string Controller::ResumePoint(const JobEntry& e) const {
+std::string AttemptLifecycle::ResumePoint(const JobEntry& e) const {
   if (e.spec.checkpoint.dir.empty()) return "it starts over from step 0: checkpoints are off (no spec.checkpoint.dir)";
   if (e.job.checkpoint_step() > 0) return "it resumes from the checkpoint of step " + std::to_string(e.job.checkpoint_step());
   return "it starts over from step 0: no checkpoint reported yet (the ranks resume from one if it was written since)";
 }
 
-void Controller::SettleOrRetry(JobEntry& e) {
+void AttemptLifecycle::SettleOrRetry(JobEntry& e) {
   if (!e.attempt) return;
-  if (Status st = SettleAttempt(e); !st.ok()) {
+  if (Status st = Settle(e); !st.ok()) {
     MOE_LOG(WARNING) << "job " << e.job.id() << ": the end of attempt " << e.attempt->number
                      << " is not stored yet: " << st << " (retried at the next tick)";
   }
 }
 
-JobEntry* Controller::AttemptOf(const std::string& job_id, int attempt, int rank) {
+void AttemptLifecycle::CheckDeadlines(JobEntry& e, double now) {
+  if (e.attempt && e.attempt->reconnect_deadline != 0) CheckReconnect(e, now);
+  if (e.attempt && e.attempt->start_deadline != 0) CheckRankStarts(e, now);
+}
+
+// After a controller restart: an attempt carries on once all its ranks reported back, and fails
+// when some did not by the deadline.
+void AttemptLifecycle::CheckReconnect(JobEntry& e, double now) {
+  Attempt& a = *e.attempt;
+  std::vector<int> missing;
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    const WorkerEntry* w = workers_.Find(a.slots[r].worker);
+    const bool back = w != nullptr && !w->lost && w->job_id == e.job.id() && w->attempt == a.number;
+    if (!back && !a.ranks[r].finished) missing.push_back(static_cast<int>(r));
+  }
+  if (missing.empty()) {
+    const std::string what =
+        "all " + std::to_string(a.ranks.size()) + " ranks reported back; attempt " + std::to_string(a.number) + " carries on";
+    if (Status st = jobs_.Event(e, "Reconnected", what); !st.ok()) {
+      MOE_LOG(WARNING) << "job " << e.job.id() << ": " << st << " (the next tick records it again)";
+      return;
+    }
+    a.reconnect_deadline = 0;
+  } else if (now > a.reconnect_deadline) {
+    a.reconnect_deadline = 0;
+    for (int r : missing) a.ranks[static_cast<size_t>(r)].finished = true;
+    const size_t first = static_cast<size_t>(missing.front());
+    Stop(e, std::to_string(missing.size()) + " rank(s) did not report back after the controller restarted (rank " +
+                std::to_string(missing.front()) + " on " + a.slots[first].worker + ")");
+  }
+}
+
+void AttemptLifecycle::CheckRankStarts(JobEntry& e, double now) {
+  Attempt& a = *e.attempt;
+  if (a.ending || now < a.start_deadline) return;
+  a.start_deadline = 0;
+  std::string first;
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    if (a.ranks[r].started || a.ranks[r].finished) continue;
+    // Nothing to wait for: the rank never ran, so its end will not be reported.
+    a.ranks[r].finished = true;
+    if (const WorkerEntry* w = workers_.Find(a.slots[r].worker); w != nullptr && w->job_id == e.job.id()) {
+      workers_.Release(a.slots[r].worker);
+    }
+    if (first.empty()) first = "rank " + std::to_string(r) + " on worker " + a.slots[r].worker;
+  }
+  if (first.empty()) return;
+  schedule_needed_ = true;
+  Stop(e, first + " did not start within " + std::to_string(static_cast<int>(config_.rank_start_seconds)) +
+              " s of its assignment");
+}
+
+JobEntry* AttemptLifecycle::AttemptOf(const std::string& job_id, int attempt, int rank) {
   JobEntry* e = jobs_.Find(job_id);
   if (e == nullptr || !e->attempt || e->attempt->number != attempt) return nullptr;
   if (rank < 0 || rank >= static_cast<int>(e->attempt->ranks.size())) return nullptr;

@@ -9,8 +9,7 @@
 #include "common/file_util.h"
 #include "common/job_spec_proto.h"
 #include "common/log.h"
-#include "common/path_roots.h"
-#include "common/memory_model.h"
+#include "controller/admission.h"
 #include "controller/controller_internal.h"
 #include "controller/worker_claims.h"
 
@@ -24,9 +23,11 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
       clock_(clock),
       metrics_(metrics),
       config_(config),
-      queues_(config.queues),
       jobs_(store, clock),
-      workers_(clock, config.lease_seconds) {
+      workers_(clock, config.lease_seconds),
+      attempts_(jobs_, workers_, rendezvous_, metrics, clock, config_),
+      scheduler_(jobs_, workers_, attempts_, metrics, clock, config_),
+      logs_(jobs_, workers_, clock) {
   jobs_.AddListener(&metrics_);
   jobs_.AddListener(&watchers_);
 }
@@ -38,7 +39,7 @@ Status Controller::Recover() {
   int running = 0;
   for (JobEntry* e : jobs_.All()) {
     if (e->job.state() != moe::v1::SCHEDULED && e->job.state() != moe::v1::RUNNING) continue;
-    MOE_RETURN_IF_ERROR(AwaitReconnect(*e));
+    MOE_RETURN_IF_ERROR(attempts_.AwaitReconnect(*e));
     ++running;
   }
   MOE_LOG(INFO) << "recovered " << jobs_.All().size() << " jobs (" << running << " running, "
@@ -56,28 +57,6 @@ Status Controller::RestoreWorkers() {
   return OkStatus();
 }
 
-// A job that was running when the controller stopped: its ranks may still run, and get a grace
-// period to report back on their reconnecting workers (CheckReconnect).
-Status Controller::AwaitReconnect(JobEntry& e) {
-  const int grace = static_cast<int>(config_.reconnect_grace_seconds);
-  MOE_RETURN_IF_ERROR(
-      jobs_.Event(e, "ControllerRestarted",
-                  "waiting up to " + std::to_string(grace) + " s for its ranks to report back"));
-  e.attempt = std::make_unique<Attempt>();
-  e.attempt->number = e.job.attempt();
-  e.attempt->slots = internal::SlotsOf(e.job);
-  RankStatus running;
-  running.started = true;  // it ran before the restart; CheckReconnect watches it now
-  e.attempt->ranks.assign(e.attempt->slots.size(), running);
-  e.attempt->reconnect_deadline = clock_.Monotonic() + config_.reconnect_grace_seconds;
-  // Its workers stay busy with it: one that reconnects is given no new work until it has reported
-  // the rank (or come back without it: the rank is lost) or the grace has passed.
-  for (size_t r = 0; r < e.attempt->slots.size(); ++r) {
-    workers_.Assign(e.attempt->slots[r].worker, e.job.id(), e.attempt->number, static_cast<int>(r));
-  }
-  return OkStatus();
-}
-
 StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
                                           const std::string& request_id, const std::string& actor) {
   if (request_id.size() > kMaxRequestIdBytes) {
@@ -89,7 +68,7 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
                                 " (a path or name that long is a mistake)");
   }
   MOE_ASSIGN_OR_RETURN(JobSpec spec, SpecFromProto(submitted));
-  MOE_RETURN_IF_ERROR(ApplyPriorityClass(&spec));
+  MOE_RETURN_IF_ERROR(ApplyPriorityClass(config_, &spec));
   MutexLock lock(&mu_);
   if (!request_id.empty()) {
     for (JobEntry* e : jobs_.All()) {
@@ -103,102 +82,19 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
                                    " exceeds this controller's ceiling of " + std::to_string(config_.max_job_ranks) +
                                    " ranks per job (--max-job-ranks)");
   }
-  MOE_RETURN_IF_ERROR(CheckMemoryFits(spec));
-  MOE_ASSIGN_OR_RETURN(spec.queue, queues_.Resolve(spec.queue));
-  MOE_RETURN_IF_ERROR(queues_.CheckCanEverFit(spec.queue, spec.resources.device, spec.parallelism.world_size));
+  MOE_RETURN_IF_ERROR(CheckMemoryFits(spec, workers_));
+  MOE_ASSIGN_OR_RETURN(spec.queue, scheduler_.book().Resolve(spec.queue));
+  MOE_RETURN_IF_ERROR(scheduler_.book().CheckCanEverFit(spec.queue, spec.resources.device, spec.parallelism.world_size));
   const std::string id = jobs_.NewId(spec.name);
   if (spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty()) {
     spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
   }
-  MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec.checkpoint.dir));
-  MOE_RETURN_IF_ERROR(CheckPathsAllowed(spec));
+  MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec.checkpoint.dir, jobs_));
+  MOE_RETURN_IF_ERROR(CheckPathsAllowed(spec, workers_));
   MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec, request_id, actor));
-  schedule_needed_ = true;
-  Schedule();
+  attempts_.NeedSchedule();
+  scheduler_.Run();
   return e->job;
-}
-
-// metadata.priority_class: the class's priority replaces metadata.priority.
-Status Controller::ApplyPriorityClass(JobSpec* spec) const {
-  if (spec->priority_class.empty()) return OkStatus();
-  const auto it = config_.priority_classes.find(spec->priority_class);
-  if (it == config_.priority_classes.end()) {
-    std::string known;
-    for (const auto& [name, pc] : config_.priority_classes) known += (known.empty() ? "" : ", ") + name;
-    return InvalidArgumentError("metadata.priority_class: unknown class '" + spec->priority_class + "' (" +
-                                (known.empty() ? "this controller defines none" : "known: " + known) +
-                                "; moe-controller --priority-class)");
-  }
-  spec->priority = it->second.priority;
-  return OkStatus();
-}
-
-bool Controller::Preemptible(const JobSpec& spec) const {
-  const auto it = config_.priority_classes.find(spec.priority_class);
-  return it == config_.priority_classes.end() || it->second.preemptible;
-}
-
-Status Controller::CheckMemoryFits(const JobSpec& spec) const {
-  // The largest memory a live worker of the job's device type reports; none reported: nothing to check.
-  int64_t most = 0;
-  std::string where;
-  for (const moe::v1::Worker& w : workers_.List()) {
-    const bool kind = spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
-    if (!kind || w.state() == moe::v1::LOST || w.memory_bytes() <= most) continue;
-    most = w.memory_bytes(), where = w.name();
-  }
-  if (most == 0) return OkStatus();
-  auto plan = EstimateMemory(spec, spec.resources.device == "cpu" ? 4 : 2);
-  if (!plan.ok()) return plan.status();
-  const StageMemory& big = plan->largest();
-  if (big.peak() <= static_cast<double>(most)) return OkStatus();
-  size_t top = 0;
-  for (size_t k = 1; k < kNumMemoryKinds; ++k) top = big.bytes[k] > big.bytes[top] ? k : top;
-  char msg[512];
-  std::snprintf(msg, sizeof(msg),
-                "the job can never fit: pipeline rank %lld needs %.2f GB per rank (%s %.2f GB, the largest part; "
-                "moe-train --describe shows all), more than the %.2f GB of the roomiest %s worker (%s)",
-                static_cast<long long>(big.pp_rank), big.peak() / 1e9,
-                std::string(MemoryKindName(static_cast<MemoryKind>(top))).c_str(), big.bytes[top] / 1e9,
-                static_cast<double>(most) / 1e9, spec.resources.device.c_str(), where.c_str());
-  return FailedPreconditionError(msg);
-}
-
-// Lexically (the controller does not see the workers' files; each worker checks again, following its
-// symbolic links): refused when every live worker of the job's device type confines that kind of path
-// and none allows it. Workers without roots allow anything.
-Status Controller::CheckPathsAllowed(const JobSpec& spec) const {
-  using Roots = google::protobuf::RepeatedPtrField<std::string>;
-  const auto check = [&](const std::string& field, const std::string& path, const std::string& what,
-                         const std::function<const Roots&(const moe::v1::Worker&)>& roots_of) -> Status {
-    Status refusal = OkStatus();
-    for (const moe::v1::Worker& w : workers_.List()) {
-      const bool kind = spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
-      if (!kind || w.state() == moe::v1::LOST || w.state() == moe::v1::LEAVING) continue;
-      Status st = CheckUnderRoots(field, path, {roots_of(w).begin(), roots_of(w).end()}, what, false, "/");
-      if (st.ok()) return OkStatus();
-      refusal = FailedPreconditionError(st.message() + " (worker " + w.name() + "; no live " + spec.resources.device +
-                                        " worker allows it)");
-    }
-    return refusal;
-  };
-  if (spec.data.source != "synthetic" && !spec.data.path.empty() && spec.data.path[0] == '/') {
-    MOE_RETURN_IF_ERROR(check("spec.data.path", spec.data.path, "data", [](const moe::v1::Worker& w) -> const Roots& { return w.data_roots(); }));
-  }
-  if (spec.checkpoint.dir.empty() || spec.checkpoint.dir[0] != '/') return OkStatus();
-  return check("spec.checkpoint.dir", spec.checkpoint.dir, "checkpoint",
-               [](const moe::v1::Worker& w) -> const Roots& { return w.checkpoint_roots(); });
-}
-
-Status Controller::CheckCheckpointDirFree(const std::string& dir) {
-  if (dir.empty()) return OkStatus();
-  const std::string want = NormalizePath(dir);
-  for (JobEntry* e : jobs_.All()) {
-    if (IsTerminal(e->job.state()) || NormalizePath(e->spec.checkpoint.dir) != want) continue;
-    return FailedPreconditionError("spec.checkpoint.dir: " + dir + " is the checkpoint directory of live job " +
-                                   e->job.id() + "; two jobs would overwrite each other's checkpoints");
-  }
-  return OkStatus();
 }
 
 StatusOr<moe::v1::Job> Controller::Get(const std::string& id, bool with_events) {
@@ -242,10 +138,10 @@ StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::stri
                          (!e->attempt ? "" : now ? " (--now: ranks killed, no checkpoint)" : " (ranks checkpoint at their next step and stop)");
   MOE_RETURN_IF_ERROR(jobs_.Transition(*e, moe::v1::CANCELLED, "Cancelled", by));
   if (e->attempt) {
-    StopRanks(*e, by, now);
-    SettleOrRetry(*e);  // ends the attempt at once when no rank was left to stop
+    attempts_.StopRanks(*e, by, now);
+    attempts_.SettleOrRetry(*e);  // ends the attempt at once when no rank was left to stop
   }
-  schedule_needed_ = true;
+  attempts_.NeedSchedule();
   return e->job;
 }
 
@@ -278,13 +174,13 @@ StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool d
   MOE_RETURN_IF_ERROR(workers_.SetDrained(name, drained));
   MOE_LOG(INFO) << "worker " << name << (drained ? " drained" : " undrained") << (actor.empty() ? "" : " by " + actor);
   if (drained && move_work && w->busy()) {
-    JobEntry* e = AttemptOf(w->job_id, w->attempt, w->rank);
+    JobEntry* e = attempts_.AttemptOf(w->job_id, w->attempt, w->rank);
     if (e != nullptr && !IsTerminal(e->job.state())) {
-      FailAttempt(*e, "worker " + name + " (rank " + std::to_string(w->rank) + ") drained" + (actor.empty() ? "" : " by " + actor),
-                  /*permanent=*/false, /*counted=*/false);
+      attempts_.Stop(*e, "worker " + name + " (rank " + std::to_string(w->rank) + ") drained" + (actor.empty() ? "" : " by " + actor),
+                     StopCause::kRequeue);
     }
   }
-  schedule_needed_ = true;
+  attempts_.NeedSchedule();
   return workers_.Describe(*workers_.Find(name));
 }
 
@@ -301,10 +197,10 @@ Status Controller::DeleteWorker(const std::string& name, const std::string& acto
 
 Status Controller::ForgetWorker(const std::string& name, const std::string& why) {
   MOE_RETURN_IF_ERROR(store_.DeleteWorker(name));  // stored first: a refused write keeps the worker
-  if (const WorkerEntry* w = workers_.Find(name); w != nullptr && w->busy()) RankLost(name, "worker " + name + " " + why);
+  if (const WorkerEntry* w = workers_.Find(name); w != nullptr && w->busy()) attempts_.RankLost(name, "worker " + name + " " + why);
   workers_.Remove(name);
   MOE_LOG(INFO) << "worker " << name << " removed: " << why;
-  schedule_needed_ = true;
+  attempts_.NeedSchedule();
   return OkStatus();
 }
 
@@ -338,18 +234,17 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
     info.set_drained(known != nullptr && known->drained);
     MOE_RETURN_IF_ERROR(store_.PutWorker(info, session));
   }
-  MOE_ASSIGN_OR_RETURN(WorkerEntry * w, workers_.Register(reg, channel, session));
+  MOE_RETURN_IF_ERROR(workers_.Register(reg, channel, session).status());
   MOE_LOG(INFO) << "worker " << reg.name() << " registered: rack " << reg.rack() << ", node "
                 << reg.node() << ", " << reg.device()
                 << (reg.running_size()
                         ? ", running " + std::to_string(reg.running_size()) + " rank(s)"
                         : "");
   // Ranks that ended while it was away.
-  for (const auto& f : reg.finished()) HandleFinished(reg.name(), f);
-  BindRunningRanks(reg, *channel);
-  ForgetUnreportedRank(reg, *w);
-  schedule_needed_ = true;
-  Schedule();
+  for (const auto& f : reg.finished()) attempts_.RankFinished(reg.name(), f);
+  ReconcileRanks(reg, *channel);
+  attempts_.NeedSchedule();
+  scheduler_.Run();
   moe::v1::Registered out;
   out.set_name(reg.name());
   out.set_lease_seconds(config_.lease_seconds);
@@ -394,7 +289,7 @@ Status Controller::CheckWorkerMessage(const std::string& worker, const moe::v1::
     }
     case moe::v1::WorkerMessage::kRegister:
       return InvalidArgumentError("register: only the stream's first message registers");
-    case moe::v1::WorkerMessage::kLogReply:  // what it asked for is at most 1 MiB (worker/rank_log.h)
+    case moe::v1::WorkerMessage::kLogReply:  // what it asked for is at most 1 MiB (worker/agent/rank_log.h)
       if (msg.log_reply().text().size() > (size_t{2} << 20)) return InvalidArgumentError("log reply: text over 2 MiB");
       return OkStatus();
     default:
@@ -415,29 +310,23 @@ StatusOr<std::string> Controller::RendezvousScope(const std::string& session) {
   return internal::RendezvousPrefix(w->job_id, w->attempt);
 }
 
-// What the worker says it runs: bound to the attempt we know, or told to stop.
-void Controller::BindRunningRanks(const moe::v1::Register& reg, WorkerChannel& channel) {
+void Controller::ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& channel) {
   for (const auto& r : reg.running()) {
-    JobEntry* e = AttemptOf(r.job_id(), r.attempt(), r.rank());
-    if (e != nullptr && e->attempt->slots[static_cast<size_t>(r.rank())].worker == reg.name() &&
-        !e->attempt->ending) {
+    JobEntry* e = attempts_.AttemptOf(r.job_id(), r.attempt(), r.rank());
+    if (e != nullptr && e->attempt->slots[static_cast<size_t>(r.rank())].worker == reg.name() && !e->attempt->ending) {
       workers_.Assign(reg.name(), r.job_id(), r.attempt(), r.rank());
       continue;
     }
-    channel.Send(internal::CancelMessage(r.job_id(), r.attempt(),
-                                         "the controller does not know this attempt (any more)"));
-    MOE_LOG(WARNING) << "worker " << reg.name() << " runs unknown rank " << r.rank() << " of "
-                     << r.job_id() << " attempt " << r.attempt() << "; told it to stop";
+    channel.Send(internal::CancelMessage(r.job_id(), r.attempt(), "the controller does not know this attempt (any more)"));
+    MOE_LOG(WARNING) << "worker " << reg.name() << " runs unknown rank " << r.rank() << " of " << r.job_id() << " attempt "
+                     << r.attempt() << "; told it to stop";
   }
-}
-
-// A reconnecting worker that was assigned a rank but does not report it lost it (it restarted).
-void Controller::ForgetUnreportedRank(const moe::v1::Register& reg, const WorkerEntry& w) {
-  if (!w.busy()) return;
+  const WorkerEntry* w = workers_.Find(reg.name());
+  if (w == nullptr || !w->busy()) return;
   for (const auto& r : reg.running()) {
-    if (r.job_id() == w.job_id && r.attempt() == w.attempt) return;
+    if (r.job_id() == w->job_id && r.attempt() == w->attempt) return;
   }
-  RankLost(reg.name(), "worker " + reg.name() + " came back without its rank (it restarted)");
+  attempts_.RankLost(reg.name(), "worker " + reg.name() + " came back without its rank (it restarted)");
 }
 
 Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) {
@@ -453,22 +342,21 @@ Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::Wor
       // otherwise lose the report that says the job got to its end: fake_worker_test).
       if (workers_.AllowStepReport(worker) ||
           msg.step().metrics().step() == msg.step().metrics().total_steps()) {
-        HandleStep(msg.step());
+        attempts_.Step(msg.step());
       }
       break;
     case moe::v1::WorkerMessage::kFinished:
-      HandleFinished(worker, msg.finished());
+      attempts_.RankFinished(worker, msg.finished());
+      scheduler_.Run();  // the freed worker (or a restart) may let a queued job go now
       break;
     case moe::v1::WorkerMessage::kLogReply:
-      HandleLogReply(worker, msg.log_reply());
+      logs_.Reply(worker, msg.log_reply());
       break;
     case moe::v1::WorkerMessage::kLeaving:
       WorkerLeaving(worker, msg.leaving().reason().substr(0, kMaxMessageBytes));
       break;
     case moe::v1::WorkerMessage::kStarted:
-      if (JobEntry* e = AttemptOf(msg.started().job_id(), msg.started().attempt(), msg.started().rank())) {
-        e->attempt->ranks[static_cast<size_t>(msg.started().rank())].started = true;
-      }
+      attempts_.RankStarted(msg.started().job_id(), msg.started().attempt(), msg.started().rank());
       break;
     default:  // a heartbeat, a rank's start: renewing the lease is all they do
       break;
@@ -476,51 +364,10 @@ Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::Wor
   return OkStatus();
 }
 
-void Controller::HandleStep(const moe::v1::StepReport& s) {
-  JobEntry* e = AttemptOf(s.job_id(), s.attempt(), s.rank());
-  if (e == nullptr || e->attempt->ending) return;
-  e->attempt->ranks[static_cast<size_t>(s.rank())].started = true;
-  if (!StepFiguresPlausible(s.metrics())) {
-    MOE_LOG(WARNING) << "job " << e->job.id() << ": step " << s.metrics().step() << " of rank " << s.rank()
-                     << " dropped: implausible figures (non-finite or negative times, MFU above 1.5)";
-    return;
-  }
-  if (e->job.state() == moe::v1::SCHEDULED) {
-    const std::string what = "attempt " + std::to_string(e->attempt->number) + " is training";
-    if (Status st = jobs_.Transition(*e, moe::v1::RUNNING, "Running", what); !st.ok()) {
-      MOE_LOG(WARNING) << "job " << e->job.id() << " stays SCHEDULED: " << st
-                       << " (the next step report retries)";
-    }
-  }
-  std::vector<StragglerChange> changes;
-  auto job_metrics = metrics_.OnStep(s.job_id(), s.attempt(), s.rank(), s.metrics(), &changes);
-  for (const auto& c : changes) RecordStraggler(*e, c);
-  if (!job_metrics) return;
-  if (Status st = jobs_.PublishMetrics(*e, *job_metrics); !st.ok()) {
-    MOE_LOG(WARNING) << "job " << e->job.id() << ": metrics of step " << job_metrics->step()
-                     << " not stored: " << st << " (the next step's metrics replace them)";
-  }
-}
-
-void Controller::RecordStraggler(JobEntry& e, const StragglerChange& c) {
-  const Slot& slot = e.attempt->slots[static_cast<size_t>(c.rank)];
-  char ratio[32];
-  std::snprintf(ratio, sizeof(ratio), "%.2f", c.ratio);
-  const std::string what = "rank " + std::to_string(c.rank) + " on " + slot.worker + " (rack " +
-                           slot.rack + ", node " + slot.node + "): compute time " + ratio +
-                           "x the job's median";
-  if (Status st = jobs_.Event(e, c.flagged ? "Straggler" : "StragglerRecovered", what); !st.ok()) {
-    // The flag itself is in every step's metrics and on /metrics (moe_job_straggler); only the
-    // history misses this line.
-    MOE_LOG(WARNING) << "job " << e.job.id() << ": straggler event not stored: " << st << " ("
-                     << what << ")";
-  }
-}
-
 void Controller::BeginShutdown() {
   MutexLock lock(&mu_);
   shutting_down_ = true;
-  FailLogRequests("", 0, "the controller is shutting down");
+  logs_.Fail("", 0, "the controller is shutting down");
 }
 
 void Controller::Disconnected(const std::string& worker, WorkerChannel* channel) {
@@ -529,8 +376,8 @@ void Controller::Disconnected(const std::string& worker, WorkerChannel* channel)
   const WorkerEntry* w = workers_.Find(worker);
   const bool leaving = w != nullptr && w->leaving && w->channel == channel;
   if (!workers_.Disconnected(worker, channel)) return;
-  FailLogRequests(worker, 0, "worker " + worker + " disconnected");
-  if (!leaving) return WorkerLost(worker, "its stream closed");
+  logs_.Fail(worker, 0, "worker " + worker + " disconnected");
+  if (!leaving) return attempts_.WorkerLost(worker, "its stream closed");
   // It said it was leaving: gone on purpose, not lost (no MoEWorkerLost, its name free again).
   if (Status st = ForgetWorker(worker, "left cleanly"); !st.ok()) {
     MOE_LOG(WARNING) << "worker " << worker << " left but stays listed as lost: " << st;
@@ -543,70 +390,30 @@ void Controller::WorkerLeaving(const std::string& name, const std::string& reaso
   workers_.SetLeaving(name);
   MOE_LOG(INFO) << "worker " << name << " is leaving (" << reason << ")" << (w->busy() ? "; requeueing " + w->job_id : "");
   if (!w->busy()) return;
-  JobEntry* e = AttemptOf(w->job_id, w->attempt, w->rank);
-  if (e == nullptr) return;
-  if (IsTerminal(e->job.state())) return;
-  FailAttempt(*e, "worker " + name + " (rank " + std::to_string(w->rank) + ") is leaving: " + reason,
-              /*permanent=*/false, /*counted=*/false);
+  JobEntry* e = attempts_.AttemptOf(w->job_id, w->attempt, w->rank);
+  if (e == nullptr || IsTerminal(e->job.state())) return;
+  attempts_.Stop(*e, "worker " + name + " (rank " + std::to_string(w->rank) + ") is leaving: " + reason, StopCause::kRequeue);
 }
 
 void Controller::Tick() {
   MutexLock lock(&mu_);
   if (shutting_down_) return;
-  ExpireLeases();
+  for (const auto& name : workers_.ExpireLeases()) {
+    attempts_.WorkerLost(name, "no heartbeat for " + std::to_string(static_cast<int>(config_.lease_seconds)) +
+                                   " s (lease expired)");
+  }
   const double now = clock_.Monotonic();
   for (JobEntry* e : jobs_.All()) {
-    if (e->attempt && e->attempt->reconnect_deadline != 0) CheckReconnect(*e, now);
+    attempts_.CheckDeadlines(*e, now);
+    attempts_.SettleOrRetry(*e);  // records the store refused earlier
+    if (e->not_before != 0 && now >= e->not_before) e->not_before = 0, attempts_.NeedSchedule();  // backoff over
   }
-  for (JobEntry* e : jobs_.All()) SettleOrRetry(*e);  // records the store refused earlier
-  for (JobEntry* e : jobs_.All()) {
-    if (e->attempt && e->attempt->start_deadline != 0) CheckRankStarts(*e, now);
-  }
-  for (JobEntry* e : jobs_.All()) {
-    if (e->not_before != 0 && now >= e->not_before) e->not_before = 0, schedule_needed_ = true;  // backoff over
-  }
-  FailLogRequests("", now, "no answer within 10 s");
+  logs_.Fail("", now, "no answer within 10 s");
   rendezvous_.Expire(now);
   ExpireFinishedJobs();
   PruneLostWorkers();
-  Schedule();
+  scheduler_.Run();
   PublishClusterMetrics();
-}
-
-void Controller::ExpireLeases() {
-  for (const auto& name : workers_.ExpireLeases()) {
-    WorkerLost(name, "no heartbeat for " + std::to_string(static_cast<int>(config_.lease_seconds)) +
-                         " s (lease expired)");
-  }
-}
-
-// After a controller restart: an attempt carries on once all its ranks reported back, and fails
-// when some did not by the deadline.
-void Controller::CheckReconnect(JobEntry& e, double now) {
-  Attempt& a = *e.attempt;
-  std::vector<int> missing;
-  for (size_t r = 0; r < a.ranks.size(); ++r) {
-    const WorkerEntry* w = workers_.Find(a.slots[r].worker);
-    const bool back = w != nullptr && !w->lost && w->job_id == e.job.id() && w->attempt == a.number;
-    if (!back && !a.ranks[r].finished) missing.push_back(static_cast<int>(r));
-  }
-  if (missing.empty()) {
-    const std::string what = "all " + std::to_string(a.ranks.size()) +
-                             " ranks reported back; attempt " + std::to_string(a.number) +
-                             " carries on";
-    if (Status st = jobs_.Event(e, "Reconnected", what); !st.ok()) {
-      MOE_LOG(WARNING) << "job " << e.job.id() << ": " << st << " (the next tick records it again)";
-      return;
-    }
-    a.reconnect_deadline = 0;
-  } else if (now > a.reconnect_deadline) {
-    a.reconnect_deadline = 0;
-    for (int r : missing) a.ranks[static_cast<size_t>(r)].finished = true;
-    const size_t first = static_cast<size_t>(missing.front());
-    FailAttempt(e, std::to_string(missing.size()) +
-                       " rank(s) did not report back after the controller restarted (rank " +
-                       std::to_string(missing.front()) + " on " + a.slots[first].worker + ")");
-  }
 }
 
 void Controller::PublishClusterMetrics() {
@@ -619,6 +426,16 @@ void Controller::PublishClusterMetrics() {
 size_t Controller::QueueLength() {
   MutexLock lock(&mu_);
   return jobs_.CountQueued();
+}
+
+void Controller::RequestLogs(const moe::v1::GetLogsRequest& req, LogsDone done) {
+  MutexLock lock(&mu_);
+  logs_.Request(req, std::move(done));
+}
+
+std::vector<moe::v1::QueueStatus> Controller::Queues() {
+  MutexLock lock(&mu_);
+  return scheduler_.Queues();
 }
 
 }  // namespace moe::controller

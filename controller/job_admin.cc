@@ -1,5 +1,5 @@
 // The Controller's job administration: paged listing with filters, deletion of finished jobs and
-// their retention, and the deadline by which an assigned rank must start.
+// their retention.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -81,26 +81,6 @@ void Controller::ExpireFinishedJobs() {
       return;  // the next tick tries again
     }
   }
-}
-
-void Controller::CheckRankStarts(JobEntry& e, double now) {
-  Attempt& a = *e.attempt;
-  if (a.ending || now < a.start_deadline) return;
-  a.start_deadline = 0;
-  std::string first;
-  for (size_t r = 0; r < a.ranks.size(); ++r) {
-    if (a.ranks[r].started || a.ranks[r].finished) continue;
-    // Nothing to wait for: the rank never ran, so its end will not be reported.
-    a.ranks[r].finished = true;
-    if (const WorkerEntry* w = workers_.Find(a.slots[r].worker); w != nullptr && w->job_id == e.job.id()) {
-      workers_.Release(a.slots[r].worker);
-    }
-    if (first.empty()) first = "rank " + std::to_string(r) + " on worker " + a.slots[r].worker;
-  }
-  if (first.empty()) return;
-  schedule_needed_ = true;
-  FailAttempt(e, first + " did not start within " + std::to_string(static_cast<int>(config_.rank_start_seconds)) +
-                     " s of its assignment");
 }
 
 }  // namespace moe::controller

@@ -46,14 +46,20 @@ struct RankStatus {
   bool started = false;  // its worker said RankStarted, or it reported a step
 };
 
-// Why an attempt failed; the Controller records it in the job (RESTARTING or FAILED), retrying from
-// Tick while the store refuses it.
+// Why an attempt stops before its ranks finished.
+enum class StopCause {
+  kFailure,    // a failure a restart may fix: uses one of max_restarts
+  kPermanent,  // the job cannot run as specified: FAILED, no restart
+  kRequeue,    // not the job's doing (a worker left cleanly, a drain, an elastic resize): back in the queue
+  kPreempted,  // a job of higher priority needs the capacity: PREEMPTED, resumes later
+};
+
+// Why an attempt failed; the attempt lifecycle records it in the job (RESTARTING, PREEMPTED or
+// FAILED), retrying from Tick while the store refuses it.
 struct AttemptFailure {
   std::string reason;
-  bool permanent = false;     // the job cannot run as specified: no restart
-  bool counted = true;        // uses one of max_restarts (not when a worker left cleanly: requeued)
-  bool event_stored = false;  // its "AttemptFailed" event is in the history
-  bool preempted = false;     // not counted: stopped for a job of higher priority (state PREEMPTED)
+  StopCause cause = StopCause::kFailure;
+  bool event_stored = false;  // its "AttemptFailed" (or Requeued, Preempted) event is in the history
 };
 
 // The attempt now running or ending.

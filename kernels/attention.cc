@@ -4,6 +4,11 @@
 #include "kernels/dispatch.h"
 
 namespace moe::kernels {
+
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_KERNEL_BACKENDS(AttentionForward)
+MOE_KERNEL_BACKENDS(AttentionBackward)
+
 namespace {
 
 void CheckShapes(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq_len, int64_t heads,

@@ -3,9 +3,14 @@
 #include "kernels/attention_materialized.h"
 
 #include "common/check.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/dispatch.h"
 
 namespace moe::kernels {
+
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_CPU_KERNEL(MaterializedAttentionForward)
+MOE_CPU_KERNEL(MaterializedAttentionBackward)
+
 namespace {
 
 void CheckShapes(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq_len, int64_t heads,

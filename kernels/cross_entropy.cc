@@ -7,6 +7,9 @@
 
 namespace moe::kernels {
 
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_KERNEL_BACKENDS(CrossEntropy)
+
 namespace {
 
 double Checked(const Tensor& logits, const Tensor& targets, double grad_scale, const Tensor& dlogits) {

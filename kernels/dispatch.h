@@ -1,11 +1,28 @@
 // The device dispatch of the kernel families (kernels/<family>.cc, private to kernels/): after the
 // checks both devices share, a call runs on the backend of the device its output tensor lives on.
+//
+// Each entry point is declared once, in its family's header. A backend defines a function of the same
+// name and type in namespace cpu or cuda (kernels/cpu/<family>.cc, kernels/cuda/<family>.cu) without
+// seeing that header (it takes its types from kernels/kernel_types.h: no arrow up from a backend); the
+// dispatch file declares the twins it calls from the public declaration's own type:
+//   MOE_KERNEL_BACKENDS(RmsNormForward)   // cpu::RmsNormForward and cuda::RmsNormForward
+// so a signature is written once, and a backend whose definition drifts from it fails to link
+// (C++ mangles the parameter types).
 #pragma once
 
 #include "common/check.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/tensor.h"
+
+#define MOE_CPU_KERNEL(name) \
+  namespace cpu {                  \
+  decltype(::moe::kernels::name) name; \
+  }
+#define MOE_CUDA_KERNEL(name) \
+  namespace cuda {                  \
+  decltype(::moe::kernels::name) name; \
+  }
+#define MOE_KERNEL_BACKENDS(name) MOE_CPU_KERNEL(name) MOE_CUDA_KERNEL(name)
 
 namespace moe::kernels {
 

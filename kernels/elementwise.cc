@@ -4,9 +4,22 @@
 #include <algorithm>
 
 #include "kernels/dispatch.h"
-#include "kernels/runtime.h"
+#include "kernels/kernel_state.h"
 
 namespace moe::kernels {
+
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_KERNEL_BACKENDS(Fill)
+MOE_KERNEL_BACKENDS(Axpy)
+MOE_KERNEL_BACKENDS(Add)
+MOE_KERNEL_BACKENDS(Scale)
+MOE_KERNEL_BACKENDS(SumSquares)
+MOE_KERNEL_BACKENDS(GatherRows)
+MOE_KERNEL_BACKENDS(ScatterAddRows)
+MOE_KERNEL_BACKENDS(CopyColumns)
+MOE_KERNEL_BACKENDS(SumColumns)
+MOE_KERNEL_BACKENDS(Convert)
+MOE_CUDA_KERNEL(FoldBadIndices)
 
 void Fill(const Tensor& t, double value) { return MOE_DISPATCH(t, Fill(t, value)); }
 

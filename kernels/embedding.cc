@@ -5,6 +5,10 @@
 
 namespace moe::kernels {
 
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_KERNEL_BACKENDS(EmbeddingForward)
+MOE_KERNEL_BACKENDS(EmbeddingBackward)
+
 void EmbeddingForward(const Tensor& table, const Tensor& ids, const Tensor& out) {
   MOE_CHECK(ids.dtype() == DType::kI32 && out.dim(0) == ids.numel() && out.dim(1) == table.dim(1))
       << "EmbeddingForward: table " << table.ShapeString() << ", ids " << ids.ShapeString() << ", out " << out.ShapeString();

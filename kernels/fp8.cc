@@ -3,103 +3,23 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/check.h"
 #include "kernels/dispatch.h"
-
-namespace moe::kernels::fp8 {
-
-uint8_t FloatToE4M3(float x) {
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  if (std::isnan(x)) return sign | 0x7F;
-  const float a = std::fabs(x);
-  if (a >= kE4M3Max) return sign | 0x7E;  // saturate (infinities included)
-  int e = 0;
-  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): the unbiased exponent of a is e - 1
-  const int exp = e - 1;
-  if (a == 0.0f || exp < -6) {  // subnormal: multiples of 2^-9; rounding up to 8 gives the first normal
-    return sign | static_cast<uint8_t>(std::nearbyint(std::ldexp(a, 9)));
-  }
-  int mant = static_cast<int>(std::nearbyint((std::ldexp(a, -exp) - 1.0f) * 8.0f));  // ties to even
-  int biased = exp + 7;
-  if (mant == 8) mant = 0, ++biased;
-  const int code = std::min((biased << 3) | mant, 0x7E);  // 0x7F is NaN: round into 448
-  return sign | static_cast<uint8_t>(code);
-}
-
-float E4M3ToFloat(uint8_t v) {
-  const float sign = (v & 0x80) ? -1.0f : 1.0f;
-  const int biased = (v >> 3) & 0xF, mant = v & 0x7;
-  if (biased == 0xF && mant == 0x7) return std::nanf("");
-  if (biased == 0) return sign * std::ldexp(static_cast<float>(mant), -9);
-  return sign * std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, biased - 7);
-}
-
-float RoundToE4M3(float x) {
-  if (x != x) return x;
-  const float a = std::fabs(x);
-  float r;
-  if (a >= 0.015625f) {  // normal: keep 3 of the 23 mantissa bits, ties to even (a carry bumps the exponent)
-    uint32_t b;
-    std::memcpy(&b, &a, sizeof b);
-    b += 0x7FFFFu + ((b >> 20) & 1u);
-    b &= 0xFFF00000u;
-    std::memcpy(&r, &b, sizeof r);
-    r = std::min(r, kE4M3Max);  // 464 and above (infinity too) round past 448: saturate
-  } else {  // subnormal: multiples of 2^-9; adding 2^14 (whose ulp is 2^-9) rounds to nearest even
-    r = (a + 16384.0f) - 16384.0f;
-  }
-  return std::copysign(r, x);
-}
-
-float TileScale(float amax, bool power_of_two) {
-  if (!(amax > 0)) return 1.0f;
-  const float s = amax / kE4M3Max;
-  if (!power_of_two) return s;
-  int e = 0;  // s = m * 2^e, m in [0.5, 1): exact, where log2 is not
-  const float m = std::frexp(s, &e);
-  return std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
-}
-
-Quantized Quantize(const float* x, int64_t rows, int64_t cols, int64_t tile_rows, int64_t tile_cols,
-                   bool power_of_two) {
-  MOE_CHECK(rows >= 0 && cols >= 0 && tile_rows > 0 && tile_cols > 0) << "fp8::Quantize: bad shape";
-  Quantized q{rows, cols, tile_rows, tile_cols, std::vector<uint8_t>(static_cast<size_t>(rows * cols)), {}};
-  const int64_t tr = (rows + tile_rows - 1) / tile_rows, tc = (cols + tile_cols - 1) / tile_cols;
-  q.scales.resize(static_cast<size_t>(tr * tc));
-  for (int64_t bi = 0; bi < tr; ++bi) {
-    for (int64_t bj = 0; bj < tc; ++bj) {
-      const int64_t r0 = bi * tile_rows, r1 = std::min(rows, r0 + tile_rows);
-      const int64_t c0 = bj * tile_cols, c1 = std::min(cols, c0 + tile_cols);
-      float amax = 0;
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
-      }
-      const float scale = TileScale(amax, power_of_two);
-      q.scales[static_cast<size_t>(bi * tc + bj)] = scale;
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) q.values[static_cast<size_t>(r * cols + c)] = FloatToE4M3(x[r * cols + c] / scale);
-      }
-    }
-  }
-  return q;
-}
-
-std::vector<float> Dequantize(const Quantized& q) {
-  std::vector<float> out(q.values.size());
-  const int64_t tc = (q.cols + q.tile_cols - 1) / q.tile_cols;
-  for (int64_t r = 0; r < q.rows; ++r) {
-    for (int64_t c = 0; c < q.cols; ++c) {
-      const float scale = q.scales[static_cast<size_t>((r / q.tile_rows) * tc + c / q.tile_cols)];
-      out[static_cast<size_t>(r * q.cols + c)] = E4M3ToFloat(q.values[static_cast<size_t>(r * q.cols + c)]) * scale;
-    }
-  }
-  return out;
-}
-
-}  // namespace moe::kernels::fp8
+#include "kernels/gemm.h"
 
 namespace moe::kernels {
+
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_KERNEL_BACKENDS(Fp8QuantDequant)
+MOE_CUDA_KERNEL(Fp8GemmForward)
+MOE_CUDA_KERNEL(Fp8GemmDgrad)
+MOE_CUDA_KERNEL(Fp8GemmWgrad)
 
 void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const Tensor& out,
                      const std::vector<int64_t>& row_groups, bool mxfp8) {
@@ -121,10 +41,95 @@ void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, cons
   return MOE_DISPATCH(out, Fp8QuantDequant(x2, tile_rows, tile_cols, out2, groups, mxfp8));
 }
 
+#ifdef MOE_WITH_CUDA
+namespace {
+
+// The check before use: cuBLASLt's three GEMMs against the emulation (Fp8QuantDequant, then an fp32
+// GEMM), on the current device.
+constexpr int64_t kFp8Block = 128;
+
+
+// Random values whose 1 x 128 tiles and 128 x 128 blocks have scales powers of two apart (rows by
+// r mod 4, blocks by their position), so that a scale read from the wrong place shows by far more than
+// the tolerance.
+Tensor RandomOnDevice(int64_t rows, int64_t cols, uint64_t seed) {
+  Tensor h = Tensor::Empty({rows, cols}, DType::kF32);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      const int e = static_cast<int>((r / kFp8Block + 3 * (c / kFp8Block)) % 5 + r % 4) - 4;
+      h.data<float>()[r * cols + c] = (static_cast<float>(s >> 40) / 16777216.f - 0.5f) * std::ldexp(1.f, e);
+    }
+  }
+  return h.Clone(cuda::CurrentDevice());
+}
+
+// max |a - b| over max |b|, read on the host.
+double RelDiff(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.ToVector<float>(), y = b.ToVector<float>();
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(x[i]) - y[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(y[i])));
+  }
+  return diff / scale;
+}
+
+Tensor Emulated(const Tensor& a, bool ta, int64_t atr, int64_t atc, const Tensor& b, bool tb, int64_t btr, int64_t btc,
+                int64_t rows, int64_t cols) {
+  Tensor qa = Tensor::Empty(a.shape(), DType::kF32, a.device()), qb = Tensor::Empty(b.shape(), DType::kF32, b.device());
+  Fp8QuantDequant(a, atr, atc, qa, {0, a.dim(0)}, false);
+  Fp8QuantDequant(b, btr, btc, qb, {0, b.dim(0)}, false);
+  Tensor out = Tensor::Empty({rows, cols}, DType::kF32, a.device());
+  Gemm(qa, ta, qb, tb, out);
+  return out;
+}
+
+// The three GEMMs on awkward sizes against the emulation: 197 tokens (padded to 208 rows, and to 256
+// for the weight gradient), 320 and 576 (partial 128 blocks, as DeepSeek-V3's 576-row kv_a). "" or what
+// disagreed. Only the fp32 sums' order differs, and Hopper's FP8 MMA keeps about 14 bits within each
+// 128-wide block (DeepSeek-V3, 3.3.2): 1e-3 of the largest value allows that, and a misplaced scale
+// (a factor of 2 or more on a tile) is far beyond it.
+std::string SelfCheck() {
+  const int64_t m = 197, n = 320, k = 576;
+  const Tensor x = RandomOnDevice(m, k, 1), w = RandomOnDevice(n, k, 2), dy = RandomOnDevice(m, n, 3);
+  Tensor y = Tensor::Empty({m, n}, DType::kF32, x.device()), dx = Tensor::Empty({m, k}, DType::kF32, x.device()),
+         dw = Tensor::Zeros({n, k}, DType::kF32, x.device());
+  using Check = std::pair<const char*, std::function<std::string()>>;
+  const std::vector<Check> gemms = {{"forward", [&] { return cuda::TryFp8Gemm(cuda::Fp8GemmKind::kForward, x, w, y, 0.f); }},
+                                    {"dgrad", [&] { return cuda::TryFp8Gemm(cuda::Fp8GemmKind::kDgrad, dy, w, dx, 0.f); }},
+                                    {"wgrad", [&] { return cuda::TryFp8Gemm(cuda::Fp8GemmKind::kWgrad, dy, x, dw, 1.f); }}};
+  for (const auto& [name, fn] : gemms) {
+    if (std::string failed = fn(); !failed.empty()) return std::string(name) + ": " + failed;
+  }
+  const double e[3] = {RelDiff(y, Emulated(x, false, 1, kFp8Block, w, true, kFp8Block, kFp8Block, m, n)),
+                       RelDiff(dx, Emulated(dy, false, 1, kFp8Block, w, false, kFp8Block, kFp8Block, m, k)),
+                       RelDiff(dw, Emulated(dy, true, kFp8Block, 1, x, false, kFp8Block, 1, n, k))};
+  const char* names[3] = {"forward", "dgrad", "wgrad"};
+  for (int i = 0; i < 3; ++i) {
+    if (!(e[i] <= 1e-3)) {
+      return std::string(names[i]) + " differs from the emulation by " + std::to_string(e[i]) +
+             " of its largest value (197 x 320 x 576; allowed 1e-3)";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+#endif
+
 Status Fp8GemmSupport(Device device) {
   if (!device.is_cuda()) return FailedPreconditionError("FP8 tensor-core GEMMs run on CUDA devices (the CPU emulates FP8)");
 #ifdef MOE_WITH_CUDA
-  const std::string problem = cuda::Fp8GemmProblem();
+  static std::once_flag once;
+  static std::string problem;
+  std::call_once(once, [] {
+    problem = cuda::Fp8GemmProblem();
+    if (!problem.empty()) return;
+    problem = SelfCheck();
+    if (!problem.empty()) problem = "cuBLASLt's block-scaled FP8 failed its check against the emulation: " + problem;
+  });
   if (problem.empty()) return OkStatus();
   return FailedPreconditionError("--precision fp8 on " + device.ToString() + ": " + problem);
 #else

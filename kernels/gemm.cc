@@ -8,17 +8,14 @@
 #include "kernels/dispatch.h"
 
 namespace moe::kernels {
-namespace {
 
-std::atomic<GroupedGemmMode>& ModeSlot() {
-  static std::atomic<GroupedGemmMode> mode{[] {
-    const char* env = std::getenv("MOE_GROUPED_GEMM");
-    if (env != nullptr && std::strcmp(env, "loop") == 0) return GroupedGemmMode::kLoop;
-    if (env != nullptr && std::strcmp(env, "grouped") == 0) return GroupedGemmMode::kGrouped;
-    return GroupedGemmMode::kAuto;
-  }()};
-  return mode;
-}
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_KERNEL_BACKENDS(Gemm)
+MOE_KERNEL_BACKENDS(GroupedGemm)
+MOE_KERNEL_BACKENDS(GroupedGemmBackwardData)
+MOE_KERNEL_BACKENDS(GroupedGemmBackwardWeight)
+
+namespace {
 
 void CheckOffsets(const std::vector<int64_t>& offsets, int64_t groups, int64_t rows) {
   MOE_CHECK(static_cast<int64_t>(offsets.size()) == groups + 1) << offsets.size() << " offsets for " << groups << " groups";
@@ -65,7 +62,5 @@ void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vec
   return MOE_DISPATCH(dw, GroupedGemmBackwardWeight(dy, x, offsets, dw));
 }
 
-void SetGroupedGemmMode(GroupedGemmMode mode) { ModeSlot().store(mode); }
-GroupedGemmMode GetGroupedGemmMode() { return ModeSlot().load(); }
 
 }  // namespace moe::kernels

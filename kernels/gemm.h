@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
+#include "kernels/kernel_state.h"
 #include "kernels/tensor.h"
 
 namespace moe::kernels {
@@ -22,28 +24,5 @@ void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vecto
 // Backward, weight: dw[g] += dy[rows_g]^T @ x[rows_g]       dy [R, N], x [R, K], dw [G, N, K]
 // (accumulates; a group with no rows leaves its dw unchanged)
 void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& dw);
-
-// How the CUDA path runs a grouped GEMM (kernels/cuda/gemm.cu): by rows per expert (auto: one
-// cublasGemmGroupedBatchedEx call below 1,024 rows per expert, else a call per expert), or forced.
-// The environment's MOE_GROUPED_GEMM=loop|grouped sets the starting mode; the CPU ignores it.
-enum class GroupedGemmMode { kAuto, kLoop, kGrouped };
-void SetGroupedGemmMode(GroupedGemmMode mode);
-GroupedGemmMode GetGroupedGemmMode();
-
-namespace cpu {
-// Row-major GEMM on raw pointers: C = alpha * op(A) @ op(B) + beta * C.
-template <typename T>
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T beta, T* c, int64_t ldc);
-// OpenBLAS where linked, whatever SetReproducibleCpuGemm says (the MFU probe: the machine's fastest).
-template <typename T>
-void FastestGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-                 const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
-// The built-in blocked GEMM, reproducible (kernels/runtime.h SetReproducibleCpuGemm; used when no BLAS
-// is linked; exposed for tests and benchmarks).
-template <typename T>
-void BlockedGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-                 const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
-}  // namespace cpu
 
 }  // namespace moe::kernels

@@ -8,20 +8,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dispatch_plan.h"
 #include "kernels/tensor.h"
 
 namespace moe::kernels {
 
-struct DispatchPlan {
-  int64_t num_tokens = 0, top_k = 0, num_experts = 0;
-  std::vector<int64_t> counts;        // [E] rows per expert
-  std::vector<int64_t> offsets;       // [E + 1] first row of each expert
-  std::vector<int32_t> token_of_row;  // [T*k] the token whose copy sits in row r
-  std::vector<int32_t> row_of_slot;   // [T*k] where slot t*k + j sits
-};
-
-// Built on the host from the routing decisions (topk_idx [T, k] as host data).
-DispatchPlan BuildDispatchPlan(const int32_t* topk_idx, int64_t num_tokens, int64_t top_k, int64_t num_experts);
 // The same plan built where topk_idx lives, with no host read: counts i64 [E], row_of_slot i32 [T, k]
 // and token_of_row i32 [T*k] (written) equal BuildDispatchPlan's. The engine then reads the counts
 // alone (the grouped GEMMs' sizes, the all-to-all's splits). CUDA: a stable counting sort

@@ -5,6 +5,10 @@
 
 namespace moe::kernels {
 
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_KERNEL_BACKENDS(RmsNormForward)
+MOE_KERNEL_BACKENDS(RmsNormBackward)
+
 void RmsNormForward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
   const int64_t rows = x.dim(0), d = x.dim(1);
   MOE_CHECK(w.numel() == d && y.shape() == x.shape() && rstd.numel() == rows)

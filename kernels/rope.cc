@@ -4,6 +4,11 @@
 #include "kernels/dispatch.h"
 
 namespace moe::kernels {
+
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_KERNEL_BACKENDS(RopeForward)
+MOE_KERNEL_BACKENDS(RopeBackward)
+
 namespace {
 
 void CheckRope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq) {

@@ -2,15 +2,14 @@
 // sequences sits at position t % seq_len; pair j rotates by angle position * inv_freq[j].
 //   half-split (GPT-NeoX/Llama, our MHA): pairs (j, j + d/2)
 //   pairs (DeepSeek's released weights, MLA): adjacent pairs (2j, 2j + 1)
-// inv_freq carries the frequencies, so YaRN's corrected ones (worker/engine/rope_freqs.h) need nothing
+// inv_freq carries the frequencies, so YaRN's corrected ones (worker/engine/model/rope_freqs.h) need nothing
 // here.
 #pragma once
 
+#include "kernels/kernel_types.h"
 #include "kernels/tensor.h"
 
 namespace moe::kernels {
-
-enum class RopeLayout { kHalfSplit, kPairs };
 
 //   x [T, heads * stride]: head h's rotated columns are [h*stride + offset, h*stride + offset + d),
 //     d = 2 * inv_freq.numel(), stride = x.dim(1) / heads

@@ -9,6 +9,12 @@
 #include "kernels/runtime.h"
 
 namespace moe::kernels {
+
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_KERNEL_BACKENDS(RouterForward)
+MOE_KERNEL_BACKENDS(RouterBackward)
+MOE_KERNEL_BACKENDS(SeqAuxLoss)
+
 namespace {
 
 void CheckRouter(const Tensor& scores, const Tensor& topk_idx, int64_t k) {

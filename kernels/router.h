@@ -1,22 +1,14 @@
-// DeepSeek-V3 MoE routing (../shared/reference/flops-and-models.md, "routing, exactly"):
+// DeepSeek-V3 MoE routing (docs/reference/flops-and-models.md, "routing, exactly"):
 // scores from the router logits, biased selection, group-limited top-k, normalised weights; and the
 // sequence-wise balance loss.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/kernel_types.h"
 #include "kernels/tensor.h"
 
 namespace moe::kernels {
-
-struct RouterConfig {
-  int64_t top_k = 1;
-  int64_t num_groups = 1;   // expert groups; 1 turns group-limited routing off
-  int64_t topk_groups = 1;  // groups kept per token
-  bool sigmoid = true;      // sigmoid scores (normalised over the chosen k) or softmax scores
-  double route_scale = 1.0;
-  bool use_bias = true;     // selection uses score + bias; group scores then sum each group's top two
-};
 
 // scores = sigmoid(logits) (or softmax over experts); selection on scores + bias (group-limited);
 // topk_w = the unbiased scores of the chosen experts (normalised over them with sigmoid) * route_scale.

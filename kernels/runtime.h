@@ -7,6 +7,8 @@
 #include <string>
 
 #include "common/status.h"
+#include "kernels/kernel_state.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels {
 
@@ -16,26 +18,8 @@ int NumThreads();
 // "openblas 0.3.21 (Haswell, openmp)" or "built-in blocked GEMM".
 // fastest: the one FastestGemm uses (the MFU probe's), whatever SetReproducibleCpuGemm says.
 std::string CpuGemmBackendName(bool fastest = false);
-// Reproducible CPU GEMMs: every element of C is the same sum in the same order whatever the matrix's
-// size, the element's position in it and the thread count (the built-in blocked GEMM; OpenBLAS picks
-// kernels and splits by all three, so a token's expert output would depend on how many other tokens
-// share its expert's GEMM). Deterministic training turns it on. Off by default.
-void SetReproducibleCpuGemm(bool on);
-bool ReproducibleCpuGemm();
 bool HaveCuda();  // CUDA kernels compiled in
 
-// Host synchronisations: every point where the host waits for the device (a device-to-host copy, a
-// kernel that returns a host value, a device synchronisation, a collective that waits for its stream).
-// The CUDA path counts its own; the engine counts the same points on the CPU stand-in, where nothing
-// waits, so a CPU test can hold the step to its budget (docs/architecture.md, "Host syncs").
-void CountHostSync();
-int64_t HostSyncs();
-
-// Device-side bounds checks: the CUDA kernels that index with data (the embedding's token ids, the
-// loss's targets, row gathers and scatters) record out-of-range indices as these bits instead of
-// reading there; the step fails at its end with BadIndexMessage (kernels/elementwise.h FoldBadIndices).
-// The CPU kernels check the same indices with MOE_CHECK.
-enum BadIndexKind : unsigned { kBadTokenId = 1, kBadTarget = 2, kBadRowIndex = 4, kBadExpert = 8 };
 // "token ids outside the vocabulary, row indices out of range" for the bits set.
 std::string BadIndexMessage(unsigned flags);
 

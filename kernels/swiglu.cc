@@ -5,6 +5,10 @@
 
 namespace moe::kernels {
 
+// The backends' twins of this family's entry points (kernels/dispatch.h).
+MOE_KERNEL_BACKENDS(SwigluForward)
+MOE_KERNEL_BACKENDS(SwigluBackward)
+
 void SwigluForward(const Tensor& gate_up, const Tensor& out) {
   const int64_t rows = gate_up.dim(0), f = out.dim(1);
   MOE_CHECK(gate_up.dim(1) == 2 * f && out.dim(0) == rows) << "SwigluForward: gate_up " << gate_up.ShapeString() << ", out " << out.ShapeString();

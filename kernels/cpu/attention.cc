@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/gemm.h"
+#include "kernels/kernel_types.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/kernel_state.h"
 
 namespace moe::kernels::cpu {
 namespace {

@@ -38,6 +38,18 @@ void ParallelFor(int64_t n, int64_t cost, Fn&& fn) {
   if (n > 0) fn(int64_t{0}, n);
 }
 
+// Element i of a floating CPU tensor, as float or double.
+template <typename T>
+inline T LoadAs(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32: return static_cast<T>(t.data<float>()[i]);
+    case DType::kF64: return static_cast<T>(t.data<double>()[i]);
+    case DType::kBF16: return static_cast<T>(FromBFloat16(t.data<BFloat16>()[i]));
+    default: MOE_CHECK(false) << "LoadAs takes floating tensors, got " << DTypeName(t.dtype());
+  }
+  return T(0);
+}
+
 // bf16 on the CPU: the kernels compute in fp32, so a call with bf16 tensors runs on fp32 copies and
 // rounds its outputs back to bf16 when the scope ends. That is the arithmetic of the CUDA bf16 kernels
 // (load bf16, compute and accumulate in fp32, store bf16): the CPU reference for them, and the CPU path

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cpu {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cpu {
 
@@ -15,40 +15,6 @@ bool HasBf16(std::initializer_list<const Tensor*> tensors) {
   }
   return false;
 }
-
-Tensor Bf16Scope::In(const Tensor& t) {
-  if (!t.defined() || t.dtype() != DType::kBF16) return t;
-  Tensor f = Tensor::Empty(t.shape(), DType::kF32);
-  Convert(t, f);
-  return f;
-}
-
-Tensor Bf16Scope::Out(const Tensor& t, bool read) {
-  if (!t.defined() || t.dtype() != DType::kBF16) return t;
-  Tensor f = read ? In(t) : Tensor::Empty(t.shape(), DType::kF32);
-  outputs_.emplace_back(t, f);
-  return f;
-}
-
-Bf16Scope::~Bf16Scope() {
-  for (const auto& [dst, scratch] : outputs_) Convert(scratch, dst);
-}
-
-namespace {
-
-// Element i of a floating CPU tensor, as float or double.
-template <typename T>
-T LoadAs(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::kF32: return static_cast<T>(t.data<float>()[i]);
-    case DType::kF64: return static_cast<T>(t.data<double>()[i]);
-    case DType::kBF16: return static_cast<T>(FromBFloat16(t.data<BFloat16>()[i]));
-    default: MOE_CHECK(false) << "Convert takes floating tensors, got " << DTypeName(t.dtype());
-  }
-  return T(0);
-}
-
-}  // namespace
 
 void Convert(const Tensor& src, const Tensor& dst) {
   if (src.dtype() == dst.dtype()) {
@@ -76,6 +42,24 @@ void Convert(const Tensor& src, const Tensor& dst) {
       default: MOE_CHECK(false) << "Convert takes floating tensors, got " << DTypeName(dst.dtype());
     }
   });
+}
+
+Tensor Bf16Scope::In(const Tensor& t) {
+  if (!t.defined() || t.dtype() != DType::kBF16) return t;
+  Tensor f = Tensor::Empty(t.shape(), DType::kF32);
+  Convert(t, f);
+  return f;
+}
+
+Tensor Bf16Scope::Out(const Tensor& t, bool read) {
+  if (!t.defined() || t.dtype() != DType::kBF16) return t;
+  Tensor f = read ? In(t) : Tensor::Empty(t.shape(), DType::kF32);
+  outputs_.emplace_back(t, f);
+  return f;
+}
+
+Bf16Scope::~Bf16Scope() {
+  for (const auto& [dst, scratch] : outputs_) Convert(scratch, dst);
 }
 
 void Fill(const Tensor& t, double value) {

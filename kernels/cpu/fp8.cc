@@ -4,9 +4,8 @@
 #include <cmath>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/elementwise.h"
-#include "kernels/fp8.h"
+#include "kernels/kernel_types.h"
+#include "kernels/fp8_codec.h"
 
 namespace moe::kernels::cpu {
 namespace {
@@ -36,7 +35,10 @@ void Fp8QuantDequant(const Tensor& x, int64_t tile_rows, int64_t tile_cols, cons
   Tensor xf = x;
   if (x.dtype() != DType::kF32) {
     xf = Tensor::Empty(x.shape(), DType::kF32, x.device());
-    Convert(x, xf);
+    float* f = xf.data<float>();
+    ParallelFor(x.numel(), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) f[i] = LoadAs<float>(x, i);
+    });
   }
   std::vector<std::pair<int64_t, int64_t>> bands;  // [r0, r1): tile_rows rows at most, within one group
   for (size_t g = 0; g + 1 < groups.size(); ++g) {

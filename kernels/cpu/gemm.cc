@@ -6,8 +6,9 @@
 #include <vector>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/gemm.h"
+#include "kernels/kernel_types.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/kernel_state.h"
 #ifdef MOE_HAVE_CBLAS
 #include <cblas.h>
 #endif
@@ -202,7 +203,7 @@ void FastestGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T 
 template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc) {
-  if (ReproducibleGemm()) return BlockedGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (ReproducibleCpuGemm()) return BlockedGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   FastestGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

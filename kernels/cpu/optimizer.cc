@@ -3,7 +3,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cpu {
 

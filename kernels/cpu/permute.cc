@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/permute.h"
+#include "kernels/kernel_types.h"
+#include "kernels/dispatch_plan.h"
 
 namespace moe::kernels::cpu {
 

@@ -3,7 +3,8 @@
 #include <atomic>
 #include <thread>
 
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernel_state.h"
+#include "kernels/kernel_types.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -16,7 +17,6 @@ namespace moe::kernels::cpu {
 
 namespace {
 int g_threads = 0;
-std::atomic<bool> g_reproducible{false};
 }
 
 void SetNumThreads(int threads) {
@@ -36,11 +36,9 @@ int NumThreads() {
   return g_threads;
 }
 
-void SetReproducibleGemm(bool on) { g_reproducible.store(on); }
-bool ReproducibleGemm() { return g_reproducible.load(); }
 
-std::string GemmBackendName(bool fastest) {
-  if (ReproducibleGemm() && !fastest) return "built-in blocked GEMM (reproducible: training.deterministic)";
+std::string CpuGemmBackendName(bool fastest) {
+  if (ReproducibleCpuGemm() && !fastest) return "built-in blocked GEMM (reproducible: training.deterministic)";
 #ifdef MOE_HAVE_CBLAS
   std::string config = openblas_get_config();
   return "OpenBLAS (" + config + ", kernel " + openblas_get_corename() + ")";

@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cpu {
 

@@ -7,7 +7,8 @@
 #include "common/check.h"
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {
 namespace {

@@ -13,7 +13,8 @@
 #include <string>
 
 #include "common/check.h"
-#include "kernels/runtime.h"
+#include "kernels/kernel_state.h"
+#include "kernels/kernel_types.h"
 #include "kernels/tensor.h"
 
 namespace moe::kernels::cuda {
@@ -27,15 +28,13 @@ using bf16 = __nv_bfloat16;
 cudaStream_t Stream();
 // The last CUDA error's text, or "" on success (and clears it).
 std::string LastError();
-// Tensor memory on DeviceType::kCuda through the caching allocator (idempotent).
-void RegisterCudaAllocator();
-Device CurrentDevice();
+// RegisterCudaAllocator and CurrentDevice: cuda_backend.h.
 // The cuBLAS handle of this thread (created once, on the device current then), bound to Stream().
 void* CublasHandle();
 // Runs `launch` with a device buffer of n floats (one partial per row, sequence, ...), then adds the
 // partials on the host in a fixed order. The buffer comes from the caching allocator: no cudaMalloc
 // on the training path once warm.
-// Under a DeviceSumTarget (cuda_ops.h) the total is added to its device double instead (no host read)
+// Under a DeviceSumTarget (cuda_backend.h) the total is added to its device double instead (no host read)
 // and 0 returned.
 double SumPartials(int64_t n, const std::function<void(float*)>& launch);
 // *dst += the partials' sum, in order, in double, on the device (one thread; n is small).

@@ -1,7 +1,8 @@
 // Cross-entropy fused with softmax: logits [T, V], targets [T]; one block per row; the gradient may be
 // written in place over the logits. Row losses are added on the host in a fixed order.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {
 namespace {

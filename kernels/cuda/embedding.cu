@@ -1,7 +1,8 @@
 // Embedding lookup and its gradient: out[t] = table[ids[t]]; the backward scatter-adds into an fp32
 // table gradient with atomics (not bitwise reproducible, unlike the CPU's counting sort).
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {
 namespace {

@@ -7,7 +7,8 @@
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {
 namespace {

@@ -16,8 +16,9 @@
 #include "common/check.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_api.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/gemm.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/kernel_types.h"
+#include "kernels/kernel_state.h"
 
 namespace moe::kernels::cuda {
 namespace {

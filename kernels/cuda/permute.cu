@@ -4,7 +4,8 @@
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/kernel_types.h"
 #include "kernels/cuda/routing_kernels.cuh"
 
 namespace moe::kernels::cuda {

@@ -5,7 +5,8 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {
 namespace {

@@ -11,11 +11,13 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/status.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_api.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/elementwise.h"
-#include "kernels/runtime.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/kernel_types.h"
+#include "kernels/kernel_state.h"
+#include "kernels/kernel_types.h"
 #include "kernels/upload_ring.h"
 
 namespace moe::kernels::cuda {
@@ -283,7 +285,7 @@ void CheckLaunch(const char* op) {
 
 // ---- Device facts (cuda_ops.h, behind kernels/runtime.h) ----
 
-int DeviceCount(std::string* problem) {
+int CudaDeviceCount(std::string* problem) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e == cudaSuccess) return n;
@@ -300,15 +302,15 @@ int DeviceCount(std::string* problem) {
   return 0;
 }
 
-std::string DeviceName(int index) {
+std::string CudaDeviceName(int index) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "cuda:" + std::to_string(index) + " (" + LastError() + ")";
   return prop.name;
 }
 
-Status UseDevice(int index) {
+Status UseCudaDevice(int index) {
   std::string problem;
-  const int n = DeviceCount(&problem);
+  const int n = CudaDeviceCount(&problem);
   if (index < 0 || index >= n) {
     return FailedPreconditionError("cuda:" + std::to_string(index) + ": this machine has " + std::to_string(n) +
                                    " usable CUDA device(s)" + (problem.empty() ? "" : " (" + problem + ")"));
@@ -318,30 +320,9 @@ Status UseDevice(int index) {
   return OkStatus();
 }
 
-std::string Synchronize() {
+std::string CudaSynchronize() {
   if (cudaDeviceSynchronize() != cudaSuccess) return LastError();
   return "";
-}
-
-double MeasureBf16GemmFlops(int64_t size, int reps) {
-  RegisterCudaAllocator();
-  const Device dev = CurrentDevice();
-  Tensor a = Tensor::Empty({size, size}, DType::kBF16, dev), b = Tensor::Empty({size, size}, DType::kBF16, dev);
-  Tensor c = Tensor::Empty({size, size}, DType::kBF16, dev);
-  // Random operands: matrix units run faster on constant data than on random data.
-  kernels::FillUniform(a, 1);
-  kernels::FillUniform(b, 2);
-  Gemm(a, false, b, true, c, 1.0, 0.0);  // warm-up: cuBLAS picks its kernel
-  Synchronize();
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    Gemm(a, false, b, true, c, 1.0, 0.0);
-    Synchronize();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) / s);
-  }
-  return best;
 }
 
 }  // namespace moe::kernels::cuda

@@ -9,6 +9,7 @@
 #include <prometheus/registry.h>
 
 #include "common/job_spec_proto.h"
+#include <google/protobuf/util/message_differencer.h>
 #include "tests/controller/flaky_store.h"
 
 namespace moe::controller {
@@ -156,10 +157,9 @@ TEST_F(ControllerTest, SubmitScheduleRunSucceed) {
   ASSERT_EQ(b->Assignments().size(), 1u);
   const auto ra = a->Assignments()[0], rb = b->Assignments()[0];
   EXPECT_EQ(ra.rank() + rb.rank(), 1);
-  EXPECT_EQ(ra.world_size(), 2);
+  EXPECT_EQ(ra.spec().spec().parallelism().world_size(), 2);
   EXPECT_EQ(ra.rendezvous_prefix(), rb.rendezvous_prefix());
   EXPECT_TRUE(ra.resume());
-  EXPECT_NE(ra.spec_json().find("\"world_size\":2"), std::string::npos);
   Step("a", ra, 1);
   EXPECT_EQ(State(job.id()), moe::v1::RUNNING);
   Step("b", rb, 1);
@@ -170,6 +170,49 @@ TEST_F(ControllerTest, SubmitScheduleRunSucceed) {
   EXPECT_EQ(State(job.id()), moe::v1::SUCCEEDED);
   EXPECT_EQ(EventTypes(job.id()), (std::vector<std::string>{"Submitted", "Scheduled", "Running", "Succeeded"}));
   for (const auto& w : controller_->Workers()) EXPECT_EQ(w.state(), moe::v1::IDLE) << w.name();
+}
+
+// The spec reaches a rank as the typed message the controller validated and stored: every field the
+// user wrote (a map of labels, schedules, optional fields) unchanged, and nothing but the attempt's
+// world size rewritten. No text in between (no spec_json).
+TEST_F(ControllerTest, TheRankReceivesTheTypedSpecUnchanged) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto* b = AddWorker("b", "r0", "n1");
+  auto doc = TrainingJobFromText(R"(apiVersion: moe/v1
+kind: TrainingJob
+metadata:
+  name: typed
+  priority: 7
+  labels: {team: research, "example.com/tier": gold, empty: ""}
+spec:
+  model: {preset: tiny, moe: {bias_update_schedule: [{until_tokens: 1.0e6, shape: constant, value: 0.001}, {shape: constant, value: 0}]}}
+  parallelism: {world_size: 2, expert_parallel: 2, grad_bucket_mb: 0}
+  data: {path: /data/fortunes, seq_length: 64, micro_batch_size: 1, global_batch_size: 2, split: "90,10,0"}
+  optimizer: {lr: 0.001, distributed: false}
+  training: {steps: 11, seed: 99, recompute: [mlp], deterministic: true}
+  checkpoint: {dir: /tmp/typed-ckpt, interval_steps: 5, keep_last: 2}
+  max_restarts: 1
+)");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  auto job = controller_->Submit(*doc);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(a->Assignments().size(), 1u);
+  ASSERT_EQ(b->Assignments().size(), 1u);
+  const moe::v1::TrainingJob got = a->Assignments()[0].spec();
+  // Everything the user wrote arrives as written.
+  google::protobuf::util::MessageDifferencer as_written;
+  as_written.set_scope(google::protobuf::util::MessageDifferencer::PARTIAL);
+  std::string diff;
+  as_written.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(as_written.Compare(*doc, got)) << diff;
+  EXPECT_EQ(got.metadata().labels().size(), 3);
+  EXPECT_EQ(got.metadata().labels().at("example.com/tier"), "gold");
+  EXPECT_TRUE(got.metadata().labels().contains("empty"));
+  // And it is the record the controller stored (expanded: every default written out), as it is.
+  google::protobuf::util::MessageDifferencer exact;
+  EXPECT_TRUE(exact.Equals(got, job->spec())) << got.DebugString() << "\nvs stored\n" << job->spec().DebugString();
+  EXPECT_TRUE(exact.Equals(got, b->Assignments()[0].spec())) << "every rank gets the same spec";
+  EXPECT_TRUE(got.spec().model().has_hidden_size()) << "the preset is expanded for the rank";
 }
 
 TEST_F(ControllerTest, AWorkerReportsOnlyForTheRankItRuns) {
@@ -510,7 +553,7 @@ TEST_F(ControllerTest, AnElasticJobContinuesSmallerAfterALossAndGrowsBackWhenAWo
     const auto a = channels_[w]->Assignments().back();
     if (a.attempt() == 2) {
       ++at_two;
-      EXPECT_EQ(a.world_size(), 2);
+      EXPECT_EQ(a.spec().spec().parallelism().world_size(), 2) << "the attempt's world size, in the spec";
     }
   }
   EXPECT_EQ(at_two, 2);

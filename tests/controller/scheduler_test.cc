@@ -9,7 +9,7 @@
 #include <map>
 #include <set>
 
-#include "worker/engine/rng.h"
+#include "worker/engine/model/rng.h"
 
 namespace moe::controller {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "tests/testing/ranks.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/comm/process_group.h"
-#include "worker/engine/dispatcher.h"
+#include "worker/engine/parallel/process_group.h"
+#include "worker/engine/parallel/dispatcher.h"
 
 namespace moe {
 namespace {

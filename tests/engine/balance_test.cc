@@ -7,7 +7,8 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "tests/engine/train_helpers.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/train/trainer.h"
 
 namespace moe {
 namespace {

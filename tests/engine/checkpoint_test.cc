@@ -1,4 +1,5 @@
-#include "worker/engine/checkpoint.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 

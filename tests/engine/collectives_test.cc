@@ -11,7 +11,8 @@
 
 #include "tests/testing/ranks.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/comm/process_group.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/parallel/process_group.h"
 
 namespace moe {
 namespace {

@@ -13,9 +13,10 @@
 #include "kernels/fp8.h"
 #include "tests/engine/train_helpers.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/layers.h"
-#include "worker/engine/model.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/model/layers.h"
+#include "worker/engine/model/model.h"
+#include "worker/engine/train/trainer.h"
 
 namespace moe {
 namespace {

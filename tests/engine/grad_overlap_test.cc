@@ -11,8 +11,9 @@
 #include <deque>
 
 #include "common/job_spec.h"
-#include "worker/engine/model.h"
-#include "worker/engine/optimizer.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/model/model.h"
+#include "worker/engine/train/optimizer.h"
 
 namespace moe {
 namespace {

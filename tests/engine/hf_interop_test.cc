@@ -11,11 +11,12 @@
 
 #include "common/file_util.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/hf_io.h"
-#include "worker/engine/optimizer.h"
-#include "worker/engine/safetensors.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/hf_io.h"
+#include "worker/engine/train/optimizer.h"
+#include "worker/engine/checkpoint/safetensors.h"
+#include "worker/engine/train/trainer.h"
 
 namespace moe {
 namespace {

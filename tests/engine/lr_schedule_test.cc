@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "worker/engine/optimizer.h"
+#include "worker/engine/train/optimizer.h"
 
 namespace moe {
 namespace {

@@ -11,9 +11,10 @@
 #include "kernels/runtime.h"
 #include "tests/engine/train_helpers.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/model.h"
-#include "worker/engine/optimizer.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/model/model.h"
+#include "worker/engine/train/optimizer.h"
+#include "worker/engine/train/trainer.h"
 
 namespace moe {
 namespace {

@@ -4,7 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/testing/testing.h"
-#include "worker/engine/model.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/model/model.h"
 
 namespace moe {
 namespace {

@@ -4,7 +4,7 @@
 // returns before the operation even ran; the right one waits for the communicator first. And
 // CollectiveWatch, the watchdog of the stream-ordered collectives, on fake events, communicators and
 // clock.
-#include "worker/engine/comm/nccl_wait.h"
+#include "worker/engine/parallel/nccl_wait.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // backward once, in order, with its inputs present, and 1F1B must hold at most PP - r micro-batches.
 // With unit forward and 2-unit backward times the simulated bubble must equal (PP - 1) / (m + PP - 1)
 // for 1F1B and come out below it, near (PP - 1) / (V m + PP - 1), when interleaved.
-#include "worker/engine/pipeline_schedule.h"
+#include "worker/engine/parallel/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
 

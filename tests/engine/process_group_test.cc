@@ -7,7 +7,8 @@
 #include <functional>
 
 #include "tests/testing/ranks.h"
-#include "worker/engine/comm/process_group.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/parallel/process_group.h"
 
 namespace moe {
 namespace {

@@ -8,8 +8,9 @@
 
 #include "common/file_util.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/model.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/model/model.h"
+#include "worker/engine/train/trainer.h"
 
 namespace moe {
 namespace {

@@ -5,9 +5,10 @@
 #include <functional>
 
 #include "common/file_util.h"
-#include "worker/engine/checkpoint.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/checkpoint/checkpoint.h"
 #include "tests/engine/train_helpers.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/train/trainer.h"
 
 namespace moe {
 namespace {

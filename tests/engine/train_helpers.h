@@ -6,7 +6,7 @@
 
 #include "common/job_spec.h"
 #include "worker/engine/data/indexed_dataset.h"
-#include "worker/engine/rng.h"
+#include "worker/engine/model/rng.h"
 
 namespace moe::testing {
 

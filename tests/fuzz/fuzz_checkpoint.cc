@@ -1,9 +1,9 @@
-// A checkpoint directory as a resume reads it (worker/engine/checkpoint_io.cc): an arbitrary manifest
+// A checkpoint directory as a resume reads it (worker/engine/checkpoint/checkpoint_io.cc): an arbitrary manifest
 // beside an arbitrary shard file, opened with and without verifying checksums.
 #include <cstdint>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "worker/engine/checkpoint_io.h"
+#include "worker/engine/checkpoint/checkpoint_io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto [manifest, shard] = moe::fuzz::Split(data, size);

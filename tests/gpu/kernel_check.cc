@@ -26,7 +26,7 @@
 #include "kernels/router.h"
 #include "kernels/runtime.h"
 #include "kernels/swiglu.h"
-#include "worker/engine/rng.h"
+#include "worker/engine/model/rng.h"
 
 namespace {
 

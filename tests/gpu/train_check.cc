@@ -15,7 +15,8 @@
 #include "common/log.h"
 #include "kernels/runtime.h"
 #include "tests/engine/train_helpers.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/train/trainer.h"
 
 namespace {
 

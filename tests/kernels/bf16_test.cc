@@ -15,7 +15,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
-#include "worker/engine/rng.h"
+#include "worker/engine/model/rng.h"
 
 namespace moe {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "kernels/runtime.h"
 #include "kernels/upload_ring.h"
-#include "worker/engine/rng.h"
+#include "worker/engine/model/rng.h"
 
 namespace moe::kernels {
 namespace {

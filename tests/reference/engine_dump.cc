@@ -15,11 +15,12 @@
 #include "common/args.h"
 #include "common/file_util.h"
 #include "kernels/elementwise.h"
-#include "worker/engine/hf_io.h"
-#include "worker/engine/model.h"
-#include "worker/engine/rng.h"
-#include "worker/engine/safetensors.h"
-#include "worker/engine/trainer.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/checkpoint/hf_io.h"
+#include "worker/engine/model/model.h"
+#include "worker/engine/model/rng.h"
+#include "worker/engine/checkpoint/safetensors.h"
+#include "worker/engine/train/trainer.h"
 
 namespace moe {
 namespace {

@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "common/file_util.h"
-#include "worker/engine/comm/process_group.h"
+#include "worker/engine/parallel/gloo_comm.h"
+#include "worker/engine/parallel/process_group.h"
 
 namespace moe::testing {
 

@@ -4,8 +4,8 @@
 
 #include <functional>
 
-#include "worker/engine/comm/communicator.h"
-#include "worker/engine/comm/store.h"
+#include "worker/engine/parallel/communicator.h"
+#include "worker/engine/parallel/store.h"
 
 namespace moe::testing {
 

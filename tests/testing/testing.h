@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/tensor.h"
-#include "worker/engine/rng.h"
+#include "worker/engine/model/rng.h"
 
 namespace moe::testing {
 

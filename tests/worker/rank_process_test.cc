@@ -1,6 +1,6 @@
 // The rank-process module: lines routed from the report stream and the output, the final record,
 // crashes, stops with a grace, and starting children from a busy multi-threaded parent.
-#include "worker/rank_process.h"
+#include "common/rank_process.h"
 
 #include <gtest/gtest.h>
 

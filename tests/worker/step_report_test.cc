@@ -1,5 +1,5 @@
-// The rank's JSON step report as the worker agent reads it (worker/step_report.cc).
-#include "worker/step_report.h"
+// The rank's JSON step report as the worker agent reads it (worker/agent/step_report.cc).
+#include "worker/agent/step_report.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "worker/rank_log.h"
+#include "worker/agent/rank_log.h"
 
 namespace moe::worker {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "worker/engine/rng.h"
+#include "worker/engine/model/rng.h"
 
 namespace moe {
 

@@ -1,0 +1,72 @@
+// The scheduling pass: which queued jobs start now, and which running ones are preempted for them.
+//
+// Order (controller/queues.h): jobs that fit their queue's nominal quota before jobs that would
+// borrow; then higher priority; then the queue with the smaller share of its quota (fair sharing);
+// then earlier submission. A job that cannot be placed lets smaller ones further down go (backfill),
+// except those it holds: jobs of lower priority while the jobs it preempted stop, and borrowers of a
+// cohort in which a queue reclaims its nominal quota. Victims are chosen on a snapshot by
+// ChooseVictims (preemption.h); the pass then stops them.
+//
+// Not thread-safe: the Controller runs it under its mutex.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "controller/attempt_lifecycle.h"
+#include "controller/clock.h"
+#include "controller/config.h"
+#include "controller/job_manager.h"
+#include "controller/metrics_aggregator.h"
+#include "controller/preemption.h"
+#include "controller/queues.h"
+#include "controller/worker_registry.h"
+#include "moe/v1/job_service.pb.h"
+
+namespace moe::controller {
+
+struct SchedulePass;  // queue_scheduler.cc
+
+class QueueScheduler {
+ public:
+  QueueScheduler(JobManager& jobs, WorkerRegistry& workers, AttemptLifecycle& attempts, MetricsAggregator& metrics,
+                 Clock& clock, const ControllerConfig& config)
+      : jobs_(jobs), workers_(workers), attempts_(attempts), metrics_(metrics), clock_(clock), config_(config),
+        queues_(config.queues) {}
+
+  // A pass, when something changed since the last one (AttemptLifecycle::NeedSchedule).
+  void Run();
+  // The queues with their quotas and usage (moectl get queues); one, "default", without --queues.
+  std::vector<moe::v1::QueueStatus> Queues();
+  const QueueBook& book() const { return queues_; }
+  std::string QueueOf(const JobEntry& e) const;
+
+ private:
+  QueueUsage UsageNow();
+  JobEntry* NextQueued(const std::map<std::string, std::vector<QueuedJob>>& by_queue,
+                       std::map<std::string, size_t>& cursor, const QueueUsage& usage);
+  const Status& Feasible(const PlacementRequest& req, SchedulePass& pass);
+  void ScheduleOne(JobEntry& e, SchedulePass& pass);
+  void StartPlaced(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass);
+  bool StartSmaller(JobEntry& e, const PlacementRequest& full, SchedulePass& pass);
+  void GrowElastic(SchedulePass& pass);
+  bool PreemptionInFlight(JobEntry& e);
+  // The snapshot ChooseVictims decides on: the running jobs `e` may preempt (of its queue and lower
+  // priority; and, when it reclaims its nominal quota, the borrowers of its cohort whatever their
+  // priority). A class marked never-preempted is never a candidate.
+  std::vector<VictimCandidate> Candidates(const JobEntry& e, bool reclaim, SchedulePass& pass);
+  // Chooses victims on the snapshot and stops them (PREEMPTED: they checkpoint at their next step
+  // boundary, wait in the queue and resume without using a restart). False when none would do.
+  bool Preempt(JobEntry& e, const PlacementRequest& req, bool reclaim, SchedulePass& pass);
+
+  JobManager& jobs_;
+  WorkerRegistry& workers_;
+  AttemptLifecycle& attempts_;
+  MetricsAggregator& metrics_;
+  Clock& clock_;
+  const ControllerConfig& config_;
+  const QueueBook queues_;
+};
+
+}  // namespace moe::controller

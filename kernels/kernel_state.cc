@@ -1,0 +1,33 @@
+#include "kernels/kernel_state.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace moe::kernels {
+namespace {
+
+std::atomic<int64_t> g_host_syncs{0};
+std::atomic<bool> g_reproducible_cpu_gemm{false};
+
+std::atomic<GroupedGemmMode>& ModeSlot() {
+  static std::atomic<GroupedGemmMode> mode{[] {
+    const char* env = std::getenv("MOE_GROUPED_GEMM");
+    if (env != nullptr && std::strcmp(env, "loop") == 0) return GroupedGemmMode::kLoop;
+    if (env != nullptr && std::strcmp(env, "grouped") == 0) return GroupedGemmMode::kGrouped;
+    return GroupedGemmMode::kAuto;
+  }()};
+  return mode;
+}
+
+}  // namespace
+
+void CountHostSync() { g_host_syncs.fetch_add(1, std::memory_order_relaxed); }
+int64_t HostSyncs() { return g_host_syncs.load(std::memory_order_relaxed); }
+
+void SetGroupedGemmMode(GroupedGemmMode mode) { ModeSlot().store(mode); }
+GroupedGemmMode GetGroupedGemmMode() { return ModeSlot().load(); }
+void SetReproducibleCpuGemm(bool on) { g_reproducible_cpu_gemm.store(on); }
+bool ReproducibleCpuGemm() { return g_reproducible_cpu_gemm.load(); }
+
+}  // namespace moe::kernels

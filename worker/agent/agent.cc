@@ -1,0 +1,489 @@
+#include "worker/agent/agent.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/path_roots.h"
+#include "common/rank_end.h"
+#include "common/job_spec_proto.h"
+#include "common/yaml.h"
+#include "worker/agent/rank_log.h"
+#include "worker/agent/step_report.h"
+
+namespace moe::worker {
+
+struct WorkerAgent::Rank {
+  moe::v1::Assignment assignment;
+  std::string tag;  // <job>-a<attempt>-r<rank>: file names and log prefix
+  std::unique_ptr<RankProcess> process;
+  std::unique_ptr<RendezvousProxy> proxy;
+  std::string spec_path;
+  std::atomic<bool> done{false};
+  std::atomic<bool> fake_stop{false};  // fake mode: asked to stop (no process to signal)
+  std::thread monitor;
+  std::unique_ptr<RankLogWriter> log;  // its output, for moectl logs
+};
+
+WorkerAgent::WorkerAgent(AgentOptions options) : o_(std::move(options)) {}
+
+WorkerAgent::~WorkerAgent() {
+  Stop();
+  StopCurrentRank();
+}
+
+void WorkerAgent::Stop() {
+  stop_ = true;
+  std::lock_guard<std::mutex> lock(stream_mu_);
+  if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+}
+
+void WorkerAgent::Leave(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(ranks_mu_);
+    if (leaving_) return;
+    leave_reason_ = reason;
+    leaving_ = true;
+  }
+  MOE_LOG(INFO) << "leaving (" << reason << "): the rank checkpoints at its next step boundary and stops";
+  SendLeaving();
+  StopCurrentRank();  // its monitor reports the rank's end on the stream
+  Stop();
+}
+
+std::string WorkerAgent::LeaveReason() {
+  std::lock_guard<std::mutex> lock(ranks_mu_);
+  return leave_reason_;
+}
+
+void WorkerAgent::SendLeaving() {
+  moe::v1::WorkerMessage m;
+  m.mutable_leaving()->set_reason(LeaveReason());
+  Write(m);
+}
+
+bool WorkerAgent::Write(const moe::v1::WorkerMessage& msg) {
+  std::lock_guard<std::mutex> lock(stream_mu_);
+  return stream_ && stream_->Write(msg);
+}
+
+std::string WorkerAgent::PeakCachePath(int threads) const {
+  return o_.runtime_dir + "/cpu-peak-t" + std::to_string(threads) + ".txt";
+}
+
+// A CPU worker with --threads measures the peak its ranks' MFU is counted against now, before any
+// job waits for it (moe-train --measure-peak; the ranks read it with --peak-cache).
+void WorkerAgent::MeasurePeakAhead() {
+  if (o_.device != "cpu" || o_.threads <= 0 || o_.fake_step_seconds > 0) return;
+  RankCommand cmd;
+  cmd.program = o_.trainer;
+  cmd.args = {"--measure-peak", PeakCachePath(o_.threads), "--threads", std::to_string(o_.threads)};
+  cmd.report_stream = false;
+  auto p = RankProcess::Start(cmd);
+  if (!p.ok()) {
+    MOE_LOG(WARNING) << "measuring the CPU peak ahead: " << p.status() << " (the first rank measures it)";
+    return;
+  }
+  std::thread([proc = std::shared_ptr<RankProcess>(std::move(*p))] {
+    while (proc->Pump(1.0, [](const std::string&) {}, [](const std::string&) {})) {
+    }
+    proc->Wait();
+  }).detach();
+}
+
+Status WorkerAgent::Run() {
+  MOE_RETURN_IF_ERROR(MakeDirs(o_.runtime_dir));
+  MeasurePeakAhead();
+  double backoff = 0.2;
+  std::mt19937 rng(std::random_device{}());
+  std::shared_ptr<moe::v1::WorkerService::Stub> stub;
+  while (!stop_) {
+    // A fresh channel after a failed connect: a channel remembers its failures and backs off on its
+    // own, which would keep a restarted controller waiting for us.
+    if (!stub) {
+      MOE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(o_.client));
+      stub = std::shared_ptr<moe::v1::WorkerService::Stub>(moe::v1::WorkerService::NewStub(channel));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!Session(stub)) stub.reset();
+    if (stop_) break;
+    // A session that lasted is a reconnect after a controller restart: try again soon.
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff = 0.2;
+    // Jittered (50-100% of the backoff): thousands of workers that lost one controller must not come
+    // back to the next in lockstep (bench/load.py: a synchronized herd of 4,096 never converged).
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff * jitter(rng)));
+    backoff = std::min(backoff * 2, 1.0);  // reconnecting is cheap; a restarted controller waits for us
+  }
+  StopCurrentRank();
+  return fatal_;
+}
+
+// What this worker tells the controller when it (re)connects: who and where it is, the rank it still
+// runs, and the outcomes the controller has not heard.
+void WorkerAgent::Registration(moe::v1::Register* r) {
+  r->set_name(o_.name);
+  r->set_rack(o_.rack);
+  r->set_node(o_.node);
+  r->set_device(o_.device);
+  r->set_address(o_.address);
+  r->set_version(MOE_VERSION);
+  r->set_cpu_cores(static_cast<int>(std::thread::hardware_concurrency()));
+  double memory = o_.memory_gb * 1e9;
+  if (memory <= 0 && o_.device == "cpu") memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  r->set_memory_bytes(static_cast<int64_t>(memory));
+  for (const auto& d : o_.data_roots) r->add_data_roots(d);
+  for (const auto& c : o_.checkpoint_roots) r->add_checkpoint_roots(c);
+  // The machine: its machine-id and host name (containers from one image may share a machine-id,
+  // not a host name); workers started with different --node on one host still share its cores.
+  std::string h;
+  if (auto id = ReadFileToString("/etc/machine-id"); id.ok()) h = *id;
+  while (!h.empty() && (h.back() == '\n' || h.back() == ' ')) h.pop_back();
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  r->set_host_id(h + "/" + host);
+  r->set_session(session_->Get());  // keeps this worker's name across reconnects
+  std::lock_guard<std::mutex> lock(ranks_mu_);
+  if (current_ && !current_->done) {
+    auto* run = r->add_running();
+    run->set_job_id(current_->assignment.job_id());
+    run->set_attempt(current_->assignment.attempt());
+    run->set_rank(current_->assignment.rank());
+  }
+  for (const auto& f : unreported_) *r->add_finished() = f;
+}
+
+bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub) {
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, o_.client, 0);  // the stream lives as long as the worker; keepalive finds dead peers
+  {
+    std::lock_guard<std::mutex> lock(stream_mu_);
+    stream_ = stub->Connect(&ctx);
+    stream_ctx_ = &ctx;
+  }
+  moe::v1::WorkerMessage reg;
+  Registration(reg.mutable_register_());
+  if (!Write(reg)) {
+    std::lock_guard<std::mutex> lock(stream_mu_);
+    const grpc::Status st = stream_->Finish();
+    MOE_LOG(WARNING) << "cannot reach the controller at " << o_.client.address << ": " << st.error_message();
+    stream_.reset();
+    stream_ctx_ = nullptr;
+    return false;
+  }
+  std::atomic<bool> session_over{false};
+  std::mutex hb_mu;
+  std::condition_variable hb_cv;
+  std::thread heartbeat([&] {
+    std::unique_lock<std::mutex> lock(hb_mu);
+    while (!session_over && !stop_) {
+      hb_cv.wait_for(lock, std::chrono::duration<double>(heartbeat_seconds_.load()));
+      if (session_over || stop_) break;
+      moe::v1::WorkerMessage hb;
+      hb.mutable_heartbeat()->set_time(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+      Write(hb);
+    }
+  });
+  ServeSession(stub);
+  session_over = true;
+  hb_cv.notify_all();
+  heartbeat.join();
+  std::lock_guard<std::mutex> lock(stream_mu_);
+  const grpc::Status st = stream_->Finish();
+  if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS && session_->Get().empty()) {
+    // Our first registration, and the name is another live worker's: retrying cannot help.
+    fatal_ = AlreadyExistsError(
+        "the controller refused the name " + o_.name + ": " + st.error_message() +
+        ". Each moe-worker needs its own name: pass --name (the default, <node>-cpu or <node>-gpuN, is the same for "
+        "two workers of one device type on one host)");
+    stop_ = true;
+  } else if (!stop_) {
+    MOE_LOG(WARNING) << "lost the controller stream (" << st.error_message() << "); reconnecting";
+  }
+  stream_.reset();
+  stream_ctx_ = nullptr;
+  return false;  // reconnect on a fresh channel
+}
+
+// Reads the controller's messages until the stream ends.
+void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub) {
+  moe::v1::ControllerMessage msg;
+  while (stream_->Read(&msg)) {
+    switch (msg.msg_case()) {
+      case moe::v1::ControllerMessage::kRegistered: {
+        heartbeat_seconds_ = msg.registered().heartbeat_seconds() > 0 ? msg.registered().heartbeat_seconds() : 1.0;
+        session_->Set(msg.registered().session());
+        MOE_LOG(INFO) << "registered with the controller at " << o_.client.address << " as " << o_.name << " (rack "
+                      << o_.rack << ", node " << o_.node << ", " << o_.device << ")";
+        if (leaving_) SendLeaving();  // a reconnect during a clean stop: the controller hears it again
+        std::lock_guard<std::mutex> lock(ranks_mu_);
+        unreported_.clear();  // delivered with the registration
+        break;
+      }
+      case moe::v1::ControllerMessage::kAssign:
+        StartRank(stub, msg.assign());
+        break;
+      case moe::v1::ControllerMessage::kCancel:
+        CancelRank(msg.cancel().job_id(), msg.cancel().attempt(), msg.cancel().reason(), msg.cancel().now());
+        break;
+      case moe::v1::ControllerMessage::kLogs:
+        ServeLogs(msg.logs());
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// Stops the rank that runs now (SIGTERM: it stops at its next step boundary; SIGKILL after the grace)
+// and joins its monitor.
+// moectl logs: a slice of a rank's log file here, running or not.
+void WorkerAgent::ServeLogs(const moe::v1::LogRequest& req) {
+  moe::v1::WorkerMessage m;
+  auto* r = m.mutable_log_reply();
+  r->set_request_id(req.request_id());
+  const std::string path = RankLogPath(o_.runtime_dir, req.job_id(), req.attempt(), req.rank());
+  auto slice = ReadRankLog(path, req.offset(), req.tail_lines());
+  if (!slice.ok()) {
+    r->set_error("worker " + o_.name + " has no output of rank " + std::to_string(req.rank()) + " of " + req.job_id() +
+                 " attempt " + std::to_string(req.attempt()) + " (it never ran here, or its runtime directory was cleaned)");
+  } else {
+    r->set_text(std::move(slice->text));
+    r->set_next_offset(slice->next_offset);
+  }
+  {
+    std::lock_guard<std::mutex> lock(ranks_mu_);
+    const bool running = current_ && !current_->done && current_->assignment.job_id() == req.job_id() &&
+                         current_->assignment.attempt() == req.attempt() && current_->assignment.rank() == req.rank();
+    r->set_ended(!running);
+  }
+  Write(m);
+}
+
+void WorkerAgent::StopCurrentRank() {
+  std::lock_guard<std::mutex> stopping(stop_rank_mu_);
+  std::shared_ptr<Rank> cur;
+  {
+    std::lock_guard<std::mutex> lock(ranks_mu_);
+    cur = current_;
+  }
+  if (!cur) return;
+  if (!cur->done) {
+    if (cur->process) cur->process->RequestStop(o_.stop_grace_seconds);
+    cur->fake_stop = true;
+  }
+  if (cur->monitor.joinable()) cur->monitor.join();
+}
+
+// Sends a rank's outcome now, or keeps it for the next registration.
+void WorkerAgent::Report(const moe::v1::RankFinished& f) {
+  moe::v1::WorkerMessage m;
+  *m.mutable_finished() = f;
+  if (Write(m)) return;
+  std::lock_guard<std::mutex> lock(ranks_mu_);
+  unreported_.push_back(f);
+}
+
+// The job's data and checkpoint paths against this worker's roots, symbolic links resolved here.
+Status WorkerAgent::CheckPaths(const moe::v1::Assignment& a) const {
+  if (o_.data_roots.empty() && o_.checkpoint_roots.empty()) return OkStatus();
+  const moe::v1::JobSpec& spec = a.spec().spec();
+  char cwd[4096] = "/";
+  if (::getcwd(cwd, sizeof(cwd)) == nullptr) cwd[0] = '/', cwd[1] = 0;
+  if (spec.data().source() != "synthetic") {
+    MOE_RETURN_IF_ERROR(CheckUnderRoots("spec.data.path", spec.data().path(), o_.data_roots, "data", true, cwd));
+  }
+  return CheckUnderRoots("spec.checkpoint.dir", spec.checkpoint().dir(), o_.checkpoint_roots, "checkpoint", true, cwd);
+}
+
+StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const {
+  const moe::v1::Assignment& a = rank.assignment;
+  std::vector<std::string> args = {"--config", rank.spec_path, "--rank", std::to_string(a.rank()),
+                                   "--rendezvous", "unix://" + rank.proxy->socket_path(), "--report-fd", "3",
+                                   "--hostname", o_.address,
+                                   "--device", o_.device};  // the rank trains on this worker's device
+  if (a.resume() && !a.spec().spec().checkpoint().dir().empty()) args.push_back("--resume");
+  // Threads: --threads when given, else the controller's share of this node's cores.
+  const int threads = o_.threads > 0 ? o_.threads : a.cpu_threads();
+  if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
+  // The CPU peak MFU is measured against: once per thread count on this worker, not in every rank's
+  // start-up (half a second of SGEMM each).
+  if (o_.device == "cpu") args.insert(args.end(), {"--peak-cache", PeakCachePath(threads)});
+  args.insert(args.end(), o_.extra_trainer_args.begin(), o_.extra_trainer_args.end());
+  return args;
+}
+
+namespace {
+
+moe::v1::FailureClass ToProto(FailureClass c) {
+  switch (c) {
+    case FailureClass::kNone: return moe::v1::FAILURE_NONE;
+    case FailureClass::kStopped: return moe::v1::FAILURE_STOPPED;
+    case FailureClass::kPermanent: return moe::v1::FAILURE_PERMANENT;
+    case FailureClass::kTransient: break;
+  }
+  return moe::v1::FAILURE_TRANSIENT;
+}
+
+// How the assigned rank ended: its outcome (the rank's final record, or what the agent knows), with
+// the exit code it had (-1: it never ran).
+moe::v1::RankFinished Finished(const moe::v1::Assignment& a, const RankEnd& end, int exit_code, bool cancelled) {
+  moe::v1::RankFinished f;
+  f.set_job_id(a.job_id());
+  f.set_attempt(a.attempt());
+  f.set_rank(a.rank());
+  f.set_ok(end.ok());
+  f.set_cancelled(cancelled);
+  f.set_exit_code(exit_code);
+  f.set_failure_class(ToProto(end.failure_class));
+  f.set_status_code(std::string(StatusCodeName(end.code)));
+  if (!end.ok()) f.set_message(end.message);
+  return f;
+}
+
+// A rank this agent did not run: `cls` says whether the job may run elsewhere (transient) or not at all.
+moe::v1::RankFinished NotRun(const moe::v1::Assignment& a, FailureClass cls, StatusCode code, std::string message) {
+  RankEnd end;
+  end.failure_class = cls;
+  end.code = code;
+  end.message = std::move(message);
+  return Finished(a, end, cls == FailureClass::kPermanent ? kExitCannotRun : -1, false);
+}
+
+moe::v1::WorkerMessage AboutRank(const moe::v1::Assignment& a, bool started) {
+  moe::v1::WorkerMessage m;
+  if (started) {
+    m.mutable_started()->set_job_id(a.job_id());
+    m.mutable_started()->set_attempt(a.attempt());
+    m.mutable_started()->set_rank(a.rank());
+  } else {
+    m.mutable_step()->set_job_id(a.job_id());
+    m.mutable_step()->set_attempt(a.attempt());
+    m.mutable_step()->set_rank(a.rank());
+  }
+  return m;
+}
+
+}  // namespace
+
+void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub, const moe::v1::Assignment& a) {
+  // One rank at a time: whatever still runs (a stale attempt) stops first.
+  StopCurrentRank();
+  if (leaving_) {  // assigned before the controller heard it: refuse, as a worker that could not start it
+    return Report(NotRun(a, FailureClass::kTransient, StatusCode::kUnavailable,
+                         "worker " + o_.name + " is leaving (" + LeaveReason() + ")"));
+  }
+  if (Status st = CheckPaths(a); !st.ok()) {  // the job cannot run here as specified: it fails at once
+    MOE_LOG(ERROR) << "refusing rank " << a.rank() << " of " << a.job_id() << ": " << st.message();
+    return Report(NotRun(a, FailureClass::kPermanent, StatusCode::kFailedPrecondition,
+                         "worker " + o_.name + " refused the rank: " + st.message()));
+  }
+  auto rank = std::make_shared<Rank>();
+  rank->assignment = a;
+  rank->tag = a.job_id() + "-a" + std::to_string(a.attempt()) + "-r" + std::to_string(a.rank());
+  if (o_.fake_step_seconds > 0) return Adopt(rank, &WorkerAgent::FakeMonitor);
+  rank->spec_path = JoinPath(o_.runtime_dir, rank->tag + ".json");
+  auto start = [&]() -> Status {
+    // The typed spec becomes the rank's document here, at the process boundary (moe-train reads it).
+    MOE_RETURN_IF_ERROR(WriteFileAtomic(rank->spec_path, ToJson(MessageToNode(a.spec()))));
+    rank->proxy = std::make_unique<RendezvousProxy>(stub, o_.client, JoinPath(o_.runtime_dir, rank->tag + ".sock"),
+                                                    a.rendezvous_prefix(), session_);
+    MOE_RETURN_IF_ERROR(rank->proxy->Start());
+    RankCommand cmd;
+    cmd.program = o_.trainer;
+    MOE_ASSIGN_OR_RETURN(cmd.args, RankArgs(*rank));
+    MOE_ASSIGN_OR_RETURN(rank->process, RankProcess::Start(cmd));
+    return OkStatus();
+  };
+  if (Status st = start(); !st.ok()) {
+    MOE_LOG(ERROR) << "cannot start rank " << a.rank() << " of " << a.job_id() << ": " << st;
+    if (rank->proxy) rank->proxy->Stop();
+    // This worker failed, not the job: a transient failure.
+    return Report(NotRun(a, FailureClass::kTransient, st.code(), "worker " + o_.name + " could not start the rank: " + st.message()));
+  }
+  MOE_LOG(INFO) << "started rank " << a.rank() << "/" << a.spec().spec().parallelism().world_size() << " of " << a.job_id()
+                << " attempt " << a.attempt() << " (pid " << rank->process->pid() << ")";
+  Adopt(rank, &WorkerAgent::Monitor);
+}
+
+// The rank is this worker's now: the controller hears it started, and `monitor` watches it on its own
+// thread until it ends.
+void WorkerAgent::Adopt(const std::shared_ptr<Rank>& rank, void (WorkerAgent::*monitor)(Rank*)) {
+  Write(AboutRank(rank->assignment, /*started=*/true));
+  {
+    std::lock_guard<std::mutex> lock(ranks_mu_);
+    current_ = rank;
+  }
+  rank->monitor = std::thread([this, r = rank.get(), monitor] { (this->*monitor)(r); });
+}
+
+// Streams the rank's step reports to the controller and its output to this agent's log until it
+// ends, then reports how it ended (its final record, or its exit status when it sent none).
+void WorkerAgent::Monitor(Rank* rank) {
+  const moe::v1::Assignment& a = rank->assignment;
+  auto on_report = [&](const std::string& line) {
+    moe::v1::WorkerMessage m = AboutRank(a, /*started=*/false);
+    if (StepMetricsFromJson(line, m.mutable_step()->mutable_metrics()).ok()) Write(m);
+  };
+  rank->log = std::make_unique<RankLogWriter>(RankLogPath(o_.runtime_dir, a.job_id(), a.attempt(), a.rank()));
+  auto on_output = [&](const std::string& line) {
+    LogRankLine(a.job_id(), a.rank(), line);
+    rank->log->Append(line);
+  };
+  while (rank->process->Pump(0.2, on_report, on_output)) {
+  }
+  const RankExit exit = rank->process->Wait();
+  const RankEnd end = exit.Outcome();
+  rank->proxy->Stop();
+  ::unlink(rank->spec_path.c_str());
+  rank->done = true;
+  MOE_LOG(INFO) << "rank " << a.rank() << " of " << a.job_id() << " attempt " << a.attempt()
+                << (end.ok() ? " finished" : (rank->process->stop_requested() ? " stopped" : " failed: " + end.message));
+  Report(Finished(a, end, exit.exit_code(), rank->process->stop_requested()));
+}
+
+// Fake mode: the rank is a thread of this agent; the controller sees what a rank would send.
+void WorkerAgent::FakeMonitor(Rank* rank) {
+  const moe::v1::Assignment& a = rank->assignment;
+  const int64_t steps = a.spec().spec().training().steps();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 1; step <= steps && !rank->fake_stop && !stop_; ++step) {
+    const auto due = t0 + std::chrono::duration<double>(o_.fake_step_seconds * static_cast<double>(step));
+    while (std::chrono::steady_clock::now() < due && !rank->fake_stop && !stop_) {
+      std::this_thread::sleep_for(std::min(std::chrono::duration<double>(0.05),
+                                           std::chrono::duration<double>(due - std::chrono::steady_clock::now())));
+    }
+    if (rank->fake_stop || stop_) continue;  // every rank reports, as the trainer's do (the controller merges them)
+    moe::v1::WorkerMessage m = AboutRank(a, /*started=*/false);
+    auto* mt = m.mutable_step()->mutable_metrics();
+    mt->set_step(step);
+    mt->set_total_steps(steps);
+    mt->set_loss(10.0 / (1.0 + 0.01 * static_cast<double>(step)));
+    mt->set_step_seconds(o_.fake_step_seconds);
+    mt->set_tokens_per_second(1000.0 / o_.fake_step_seconds);
+    mt->set_tokens(1000);
+    Write(m);
+  }
+  const bool stopped = rank->fake_stop || stop_;
+  const RankEnd end = stopped ? StoppedRankEnd("stopped (fake rank)") : RankEnd{};
+  rank->done = true;
+  Report(Finished(a, end, end.exit_code(), stopped));
+}
+
+void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::string& reason, bool now) {
+  std::shared_ptr<Rank> cur;
+  {
+    std::lock_guard<std::mutex> lock(ranks_mu_);
+    cur = current_;
+  }
+  if (!cur || cur->done || cur->assignment.job_id() != job_id || cur->assignment.attempt() != attempt) return;
+  MOE_LOG(INFO) << (now ? "killing rank " : "stopping rank ") << cur->assignment.rank() << " of " << job_id << ": " << reason;
+  // It stops at its next step boundary; if not within the grace, its monitor kills it.
+  if (cur->process) cur->process->RequestStop(now ? 0 : o_.stop_grace_seconds);
+  cur->fake_stop = true;
+}
+
+}  // namespace moe::worker

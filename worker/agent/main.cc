@@ -1,0 +1,168 @@
+// moe-worker: the agent of one device.
+//
+//   moe-worker --controller ADDR --device cpu|cuda:N [--rack R] [--node N] [--name NAME]
+//              [--address ADDR] [--token TOKEN] [--tls-ca F [--tls-cert F --tls-key F]] [--threads T]
+//   moe-worker --controller ADDR --fake-step-seconds S [--fake-workers N] [--fake-rack-size K]   (load tests)
+#include <limits.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "common/service_log.h"
+#include "worker/agent/agent.h"
+#include "worker/agent/topology.h"
+
+namespace {
+// The signal that asked us to stop (SIGTERM, SIGINT), 0: none. A lock-free atomic, not a volatile
+// sig_atomic_t: the handler writes it and the watcher thread reads it (TSan saw the race).
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be async-signal-safe");
+void OnSignal(int sig) { g_signal.store(sig); }
+// Runs `n` agents (n > 1: fake mode's many workers in one process, named <name>-<i>, on racks of
+// `rack_size` workers: <rack>-<i / rack_size>) until a signal; each agent on its own thread.
+moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_size) {
+  std::vector<std::unique_ptr<moe::worker::WorkerAgent>> agents;
+  for (int i = 0; i < n; ++i) {
+    moe::worker::AgentOptions o = base;
+    if (n > 1) {
+      o.name = base.name + "-" + std::to_string(i);
+      o.node = o.name;
+      if (rack_size > 0) o.rack = base.rack + "-" + std::to_string(i / rack_size);
+      o.client.own_connection = true;
+    }
+    agents.push_back(std::make_unique<moe::worker::WorkerAgent>(o));
+  }
+  // Signal handlers only set a flag; this thread turns it into a clean leave: each agent tells the
+  // controller, its rank checkpoints at the next step boundary and stops (killed after the stop grace),
+  // and the job moves on without using a restart. It ends with Run, and is joined.
+  std::atomic<int> running{n};
+  std::thread watcher([&] {
+    while (g_signal == 0 && running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (running == 0) return;
+    const std::string reason = std::string(g_signal.load() == SIGINT ? "SIGINT" : "SIGTERM") + " to moe-worker";
+    std::vector<std::thread> leaving;
+    for (auto& a : agents) leaving.emplace_back([&a, &reason] { a->Leave(reason); });
+    for (auto& t : leaving) t.join();
+  });
+  std::vector<moe::Status> results(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      results[static_cast<size_t>(i)] = agents[static_cast<size_t>(i)]->Run();
+      --running;
+    });
+  }
+  for (auto& t : threads) t.join();
+  watcher.join();
+  for (const auto& st : results) MOE_RETURN_IF_ERROR(st);
+  return moe::OkStatus();
+}
+
+std::string SelfDir() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string p = n > 0 ? std::string(buf, static_cast<size_t>(n)) : ".";
+  return p.substr(0, p.find_last_of('/'));
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"moe-worker: runs ranks of MoE training jobs on one device for the controller"};
+  moe::worker::AgentOptions o;
+  std::string rack, node, inject_delay;
+  moe::ServiceLogOptions log;
+  const char* env_controller = std::getenv("MOE_CONTROLLER");
+  const char* env_token = std::getenv("MOE_TOKEN");
+  const char* env_token_file = std::getenv("MOE_TOKEN_FILE");
+  std::string token_file = env_token_file ? env_token_file : "";
+  o.client.address = env_controller ? env_controller : "";
+  o.client.token = env_token ? env_token : "";
+  app.add_option("--controller", o.client.address, "controller gRPC address host:port ($MOE_CONTROLLER)");
+  app.add_option("--device", o.device, "cpu or cuda:N")->capture_default_str();
+  app.add_option("--rack", rack, "rack (NVLink domain) when NVML has no fabric info ($MOE_RACK)");
+  app.add_option("--node", node, "node name ($MOE_NODE; default: the host name)");
+  app.add_option("--name", o.name, "worker name (default: <node>-<device>)");
+  app.add_option("--address", o.address, "address this worker's rank is reachable at by its peers")->capture_default_str();
+  app.add_option("--token", o.client.token, "bearer token with the worker role ($MOE_TOKEN; visible in ps: prefer --token-file)");
+  app.add_option("--token-file", token_file, "file holding the worker token, mode 0600 ($MOE_TOKEN_FILE)");
+  app.add_option("--tls-ca", o.client.tls_ca, "CA of the controller's certificate (PEM): TLS");
+  app.add_option("--tls-cert", o.client.tls_cert, "client certificate (PEM) for mTLS");
+  app.add_option("--tls-key", o.client.tls_key, "client key (PEM) for mTLS");
+  app.add_option("--threads", o.threads, "CPU threads for a rank (default: the node's cores shared among its CPU workers)");
+  app.add_option("--stop-grace-seconds", o.stop_grace_seconds,
+                 "a rank told to stop (cancel, SIGTERM to this worker) gets this long to reach its next step boundary "
+                 "and checkpoint, then it is killed: a step plus a checkpoint write")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--memory-gb", o.memory_gb,
+                 "memory a rank may use, GB: the controller refuses jobs that need more (default: cpu: the host's "
+                 "memory shared among its CPU workers; cuda: not reported)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--data-root", o.data_roots, "a job's spec.data.path must lie below one of these (repeatable; default: anywhere)");
+  app.add_option("--checkpoint-root", o.checkpoint_roots, "a job's checkpoint directory must lie below one of these (repeatable; default: anywhere)");
+  app.add_option("--trainer", o.trainer, "path of moe-train (default: next to moe-worker)");
+  app.add_option("--runtime-dir", o.runtime_dir, "for job files and rendezvous sockets (default /tmp/moe-worker-<name>)");
+  app.add_option("--inject-step-delay", inject_delay, "testing: seconds each of this worker's ranks sleeps per step");
+  int fake_workers = 1, fake_rack_size = 0;
+  app.add_option("--fake-step-seconds", o.fake_step_seconds,
+                 "load testing: run no trainer; a rank reports a synthetic step every this many seconds")
+      ->check(CLI::Range(0.001, 3600.0));
+  app.add_option("--fake-workers", fake_workers, "load testing (with --fake-step-seconds): this many workers in one process")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--fake-rack-size", fake_rack_size, "load testing: the fake workers' racks hold this many each (0: one rack)")
+      ->check(CLI::Range(0, 100000));
+  moe::AddServiceLogFlags(app, &log);
+  CLI11_PARSE(app, argc, argv);
+  if (!token_file.empty()) {
+    auto token = moe::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      std::fprintf(stderr, "moe-worker: %s\n", token.status().message().c_str());
+      return 2;
+    }
+    o.client.token = *token;
+  }
+  if (o.client.address.empty()) {
+    std::fprintf(stderr, "moe-worker: --controller: required (or set MOE_CONTROLLER)\n");
+    return 2;
+  }
+  if (o.device != "cpu" && o.device.rfind("cuda:", 0) != 0) {
+    std::fprintf(stderr, "moe-worker: --device: expected cpu or cuda:N, got '%s'\n", o.device.c_str());
+    return 2;
+  }
+  const moe::worker::Topology topo = moe::worker::DetectTopology(o.device, rack, node);
+  o.rack = topo.rack;
+  o.node = topo.node;
+  if (o.name.empty()) o.name = o.node + "-" + (o.device == "cpu" ? "cpu" : "gpu" + o.device.substr(5));
+  if (o.trainer.empty()) o.trainer = SelfDir() + "/moe-train";
+  if (fake_workers > 1 && o.fake_step_seconds <= 0) {
+    std::fprintf(stderr, "moe-worker: --fake-workers: needs --fake-step-seconds (fake mode)\n");
+    return 2;
+  }
+  if (o.fake_step_seconds <= 0 && ::access(o.trainer.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "moe-worker: --trainer: %s is not an executable (build moe-train or pass --trainer)\n", o.trainer.c_str());
+    return 2;
+  }
+  if (o.runtime_dir.empty()) o.runtime_dir = "/tmp/moe-worker-" + o.name;
+  if (!inject_delay.empty()) o.extra_trainer_args = {"--inject-step-delay", inject_delay};
+  log.component = "worker " + o.name;
+  if (moe::Status st = moe::InitServiceLog(log); !st.ok()) return std::fprintf(stderr, "moe-worker: %s\n", st.message().c_str()), 2;
+  MOE_LOG(INFO) << "rack " << o.rack << " from " << topo.source << "; node " << o.node;
+  ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGINT, OnSignal);
+  ::signal(SIGTERM, OnSignal);
+  if (o.fake_step_seconds > 0) MOE_LOG(INFO) << "fake mode: " << fake_workers << " worker(s), no trainer";
+  moe::Status st = RunAgents(o, fake_workers, fake_rack_size);
+  if (!st.ok()) {
+    std::fprintf(stderr, "moe-worker: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

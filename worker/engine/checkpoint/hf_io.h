@@ -1,0 +1,56 @@
+// Hugging Face interop: a checkpoint (or a model) written as a DeepseekV3 directory (config.json,
+// model.safetensors, split with an index when large), and such a directory read into a model's
+// parameters. The tensor mapping is hf_layout.h's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/tensor.h"
+#include "worker/engine/parallel/communicator.h"
+#include "worker/engine/checkpoint/hf_layout.h"
+#include "worker/engine/model/model.h"
+
+namespace moe {
+
+struct HfWriteOptions {
+  std::string dtype = "bf16";           // bf16 | fp32 | fp64 (the last for exact comparisons in tests)
+  int64_t max_file_bytes = int64_t{5} << 30;  // above this, model-0000N-of-0000M.safetensors + an index
+  bool mtp_table_copies = true;         // MTP layers carry copies of the embedding and head, as released
+  int64_t max_position_embeddings = 4096;
+  std::function<void(const std::string&)> progress;  // one line per file written
+};
+
+// Fills `dst` (host f32 or f64, the HF tensor's shape) with the HF tensor's values.
+using HfSource = std::function<Status(const HfTensor& t, const Tensor& dst)>;
+
+// Writes config.json and the weights of `m` to `out_dir`, taking each tensor's values from `source`.
+Status WriteHfDirectory(const ModelConfig& m, const HfSource& source, const std::string& out_dir,
+                        const HfWriteOptions& options);
+
+// moe-export: the newest complete checkpoint in `checkpoint` (a checkpoint directory or one step_*
+// directory in it), whatever layout wrote it, as a DeepseekV3 directory. Reads one tensor at a time.
+Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir, const HfWriteOptions& options);
+
+// moe-train --init-from: the weights of a DeepseekV3 directory into `model` (this rank's part: its
+// experts), after checking config.json against the model; the expert bias from
+// e_score_correction_bias. A tensor of another shape is an INVALID_ARGUMENT naming it.
+Status LoadHfWeights(const std::string& dir, Model& model, const ParallelContext& par);
+
+// The values of a W = 1 model's tensors, for WriteHfDirectory (tests and the reference dump).
+HfSource ModelSource(Model& model);
+
+// For evaluating stored weights (moe-eval):
+// The job spec a checkpoint was written with (its manifest) and the step directory used (`checkpoint`
+// may be a checkpoint directory, whose newest complete step is taken, or one step_* directory).
+StatusOr<JobSpec> CheckpointJobSpec(const std::string& checkpoint, std::string* step_dir);
+// Reads this rank's weights (every parameter's value and the MoE biases) from a checkpoint step
+// directory, whatever layout wrote it; no optimizer state.
+Status LoadCheckpointWeights(const std::string& step_dir, Model& model);
+// The model a Hugging Face DeepseekV3 directory's config.json describes.
+StatusOr<ModelConfig> HfModelConfig(const std::string& dir);
+
+}  // namespace moe

@@ -1,0 +1,72 @@
+#include "worker/engine/model/block.h"
+
+#include "kernels/elementwise.h"
+
+namespace moe {
+
+// --- TransformerBlock ------------------------------------------------------------------------------
+
+TransformerBlock::TransformerBlock(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, bool moe,
+                                   uint64_t seed, double out_std, TokenDispatcher* dispatcher, DType routing_dtype,
+                                   const AttentionContext& ctx)
+    : full_recompute_(ctx.recompute.full) {
+  const int64_t h = cfg.hidden_size;
+  attn_norm_ = std::make_unique<RmsNorm>(params, prefix + ".attn_norm", h, cfg.norm_eps, seed);
+  attn_ = MakeAttention(params, prefix + ".attn", cfg, seed, out_std, ctx);
+  ffn_norm_ = std::make_unique<RmsNorm>(params, prefix + ".ffn_norm", h, cfg.norm_eps, seed);
+  if (moe) {
+    moe_ = std::make_unique<MoeLayer>(params, prefix + ".moe", cfg, seed, out_std, dispatcher, routing_dtype, ctx.device,
+                                      ctx.recompute.moe_act);
+  } else {
+    dense_ = std::make_unique<SwigluFfn>(params, prefix + ".ffn", h, cfg.dense_ffn_hidden, seed, cfg.init_std, out_std,
+                                         ctx.recompute.mlp);
+  }
+}
+
+// Under full recompute the sublayers keep nothing in the forward: the block keeps its input and runs
+// its forward again (keeping everything) right before its backward.
+StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff,
+                                           MoeStats* stats) {
+  if (!full_recompute_ || !GradEnabled()) return Compute(x, batch, seq_len, aux_coeff, stats);
+  saved_.Push({x, batch, seq_len, aux_coeff});
+  NoGradScope keep_nothing;
+  return Compute(x, batch, seq_len, aux_coeff, stats);
+}
+
+StatusOr<Tensor> TransformerBlock::Compute(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff,
+                                           MoeStats* stats) {
+  Tensor a = attn_->Forward(attn_norm_->Forward(x), batch, seq_len);
+  Tensor x1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  kernels::Add(x1, x, a);
+  Tensor u = ffn_norm_->Forward(x1);
+  Tensor f;
+  if (moe_) {
+    MOE_ASSIGN_OR_RETURN(f, moe_->Forward(u, batch, seq_len, aux_coeff, stats));
+  } else {
+    f = dense_->Forward(u);
+  }
+  kernels::Add(f, f, x1);
+  return f;
+}
+
+StatusOr<Tensor> TransformerBlock::Backward(const Tensor& dy) {
+  if (full_recompute_) {
+    const Saved s = saved_.Pop();
+    MoeStats again;  // the step's statistics were counted in the first forward
+    again.want_aux = false;
+    MOE_RETURN_IF_ERROR(Compute(s.x, s.batch, s.seq_len, s.aux_coeff, &again).status());
+  }
+  Tensor df;
+  if (moe_) {
+    MOE_ASSIGN_OR_RETURN(df, moe_->Backward(dy));
+  } else {
+    df = dense_->Backward(dy);
+  }
+  Tensor dx1 = ffn_norm_->Backward(df);
+  kernels::Add(dx1, dx1, dy);  // residual
+  Tensor da = attn_norm_->Backward(attn_->Backward(dx1));
+  kernels::Add(da, da, dx1);  // residual
+  return da;
+}
+
+}  // namespace moe
