@@ -7,7 +7,7 @@ BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all build configure data demo test test-unit test-asan test-asan-quick test-tsan fuzz chaos bench gpu-check gpu-check-rehearsal clean format lint help
+.PHONY: all build configure data demo test test-unit test-asan test-asan-quick test-tsan fuzz chaos bench gpu-check gpu-check-rehearsal clean format format-check lint help
 
 all: build
 
@@ -18,6 +18,7 @@ help:
 	@echo "make test    the whole test suite (unit, integration, e2e; gpu tests skip loudly without a GPU)"
 	@echo "make bench   the benchmarks in bench/ (ratios against the machine's own ceilings)"
 	@echo "make lint    no function outside tests/ and bench/ over 100 lines or complexity 30 (pmccabe)"
+	@echo "make format-check  every C++/CUDA source as clang-format 14 leaves it (make format fixes them)"
 	@echo "make test-asan  the unit and integration tests under AddressSanitizer + UBSan (build-asan)"
 	@echo "make test-tsan  the threaded code's tests under ThreadSanitizer (build-tsan)"
 	@echo "make chaos   the full chaos run: 8 kills, a hang, a storage outage and a clean SIGTERM through one job (tests/chaos)"
@@ -86,6 +87,10 @@ gpu-check-rehearsal: build
 lint:
 	@scripts/install-deps.sh build
 	@scripts/lint.sh
+
+format-check:
+	@scripts/install-deps.sh build
+	@scripts/format-check.sh
 
 format:
 	@git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | xargs clang-format -i

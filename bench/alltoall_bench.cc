@@ -16,17 +16,19 @@
 #include "common/file_util.h"
 #include "kernels/permute.h"
 #include "kernels/runtime.h"
+#include "worker/engine/model/rng.h"
+#include "worker/engine/parallel/dispatcher.h"
 #include "worker/engine/parallel/gloo_comm.h"
 #include "worker/engine/parallel/process_group.h"
-#include "worker/engine/parallel/dispatcher.h"
-#include "worker/engine/model/rng.h"
 
 namespace {
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
-int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, int64_t k, int64_t experts, int iters,
-            int fd) {
+int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, int64_t k,
+            int64_t experts, int iters, int fd) {
   moe::FileStore store(dir);
   moe::GroupOptions o;
   o.timeout_seconds = 120;
@@ -49,7 +51,8 @@ int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, in
   }
   moe::kernels::DispatchPlan plan = moe::kernels::BuildDispatchPlan(idx.data(), tokens, k, experts);
   moe::Tensor xp = moe::Tensor::Empty({tokens * k, hidden}, moe::DType::kF32);
-  for (int64_t i = 0; i < xp.numel(); ++i) xp.data<float>()[i] = static_cast<float>(i % 1000) * 1e-3f;
+  for (int64_t i = 0; i < xp.numel(); ++i)
+    xp.data<float>()[i] = static_cast<float>(i % 1000) * 1e-3f;
   double a2a = 0;
   moe::TokenDispatcher disp(comm->get(), experts, &a2a);
   std::vector<double> times;
@@ -82,7 +85,8 @@ int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, in
     copies.push_back(Now() - t0);
   }
   std::sort(copies.begin(), copies.end());
-  double result[4] = {median, copies[copies.size() / 2], static_cast<double>(remote_rows), static_cast<double>(bytes)};
+  double result[4] = {median, copies[copies.size() / 2], static_cast<double>(remote_rows),
+                      static_cast<double>(bytes)};
   if (write(fd, result, sizeof(result)) != sizeof(result)) return 1;
   return 0;
 }
@@ -91,7 +95,8 @@ int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, in
 
 int main(int argc, char** argv) {
   int64_t tokens = 4096, hidden = 1024, k = 8, experts = 16, iters = 10;
-  moe::ArgParser args("moe-bench-alltoall", "MoE dispatch + combine throughput over Gloo on loopback (EP 2).");
+  moe::ArgParser args("moe-bench-alltoall",
+                      "MoE dispatch + combine throughput over Gloo on loopback (EP 2).");
   args.AddInt("tokens", &tokens, "tokens per rank (default 4096)");
   args.AddInt("hidden", &hidden, "hidden size (default 1024)");
   args.AddInt("top-k", &k, "experts per token (default 8)");
@@ -113,7 +118,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < 2; ++r) {
     if (pipe(pipes[r]) != 0) return 1;
     pids[r] = fork();
-    if (pids[r] == 0) _exit(RunRank(r, dir, tokens, hidden, k, experts, static_cast<int>(iters), pipes[r][1]));
+    if (pids[r] == 0)
+      _exit(RunRank(r, dir, tokens, hidden, k, experts, static_cast<int>(iters), pipes[r][1]));
   }
   double res[2][4];
   bool ok = true;
@@ -129,16 +135,22 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double t = std::max(res[0][0], res[1][0]);
-  const double bytes = res[0][3];                       // one rank's permuted rows, fp32
-  const double wire = (res[0][2] + res[1][2]) / 2 * static_cast<double>(hidden) * 4;  // per rank, to the other rank
+  const double bytes = res[0][3];  // one rank's permuted rows, fp32
+  const double wire =
+      (res[0][2] + res[1][2]) / 2 * static_cast<double>(hidden) * 4;  // per rank, to the other rank
   const double memcpy_bw = 2 * bytes / std::min(res[0][1], res[1][1]);
   // Dispatch and combine each move every row once: 2 x bytes per rank per iteration.
   const double algo_bw = 2 * bytes / t;
-  std::printf("dispatch + combine over gloo/TCP loopback, EP 2: %lld tokens x top-%lld, hidden %lld, fp32\n",
-              static_cast<long long>(tokens), static_cast<long long>(k), static_cast<long long>(hidden));
+  std::printf(
+      "dispatch + combine over gloo/TCP loopback, EP 2: %lld tokens x top-%lld, hidden %lld, "
+      "fp32\n",
+      static_cast<long long>(tokens), static_cast<long long>(k), static_cast<long long>(hidden));
   std::printf("  median dispatch+combine     %.1f ms per rank\n", t * 1e3);
-  std::printf("  rows' bytes moved           %.1f MB per rank per pass (%.1f MB of it to the other rank)\n", 2 * bytes / 1e6, 2 * wire / 1e6);
-  std::printf("  algorithm throughput        %.2f GB/s per rank (wire %.2f GB/s)\n", algo_bw / 1e9, 2 * wire / t / 1e9);
+  std::printf(
+      "  rows' bytes moved           %.1f MB per rank per pass (%.1f MB of it to the other rank)\n",
+      2 * bytes / 1e6, 2 * wire / 1e6);
+  std::printf("  algorithm throughput        %.2f GB/s per rank (wire %.2f GB/s)\n", algo_bw / 1e9,
+              2 * wire / t / 1e9);
   std::printf("  memcpy floor (same run)     %.2f GB/s\n", memcpy_bw / 1e9);
   std::printf("RESULT alltoall_dispatch_combine_gbps %.2f\n", algo_bw / 1e9);
   std::printf("RESULT alltoall_over_memcpy_ratio %.3f\n", algo_bw / memcpy_bw);

@@ -1,11 +1,11 @@
-// Causal attention forward+backward on the CPU: the tiled (flash-style) kernel against the materialised
-// textbook path (kernels/attention_materialized.h) on the same inputs in the same run, at B = 1 and
-// S = 1024 and 4096, MLA's shapes (16 heads, d_qk 192, d_v 128) and MHA's (16 heads, 64/64), fp32.
-// Prints the time ratio (flash / materialised), each path's useful causal FLOP/s against the SGEMM
-// peak measured in the same run, and the bytes each keeps for the backward (and the [S, S] scratch
-// the materialised backward allocates). Best of --reps calls of each, alternating flash and
-// materialised: the first call of each path pays for its page faults, the later ones find their
-// buffers in the caching allocator.
+// Causal attention forward+backward on the CPU: the tiled (flash-style) kernel against the
+// materialised textbook path (kernels/attention_materialized.h) on the same inputs in the same run,
+// at B = 1 and S = 1024 and 4096, MLA's shapes (16 heads, d_qk 192, d_v 128) and MHA's (16 heads,
+// 64/64), fp32. Prints the time ratio (flash / materialised), each path's useful causal FLOP/s
+// against the SGEMM peak measured in the same run, and the bytes each keeps for the backward (and
+// the [S, S] scratch the materialised backward allocates). Best of --reps calls of each,
+// alternating flash and materialised: the first call of each path pays for its page faults, the
+// later ones find their buffers in the caching allocator.
 //
 //   moe-bench-attention [--seqs 1024,4096] [--reps 2] [--threads T]
 #include <algorithm>
@@ -39,8 +39,8 @@ struct Inputs {
   Tensor q, k, v, dout;
 };
 
-// The outcome of one path at one shape: best seconds of forward+backward, bytes kept for the backward
-// beyond q, k, v and out (lse or P), bytes of [S, S] scratch the backward allocates.
+// The outcome of one path at one shape: best seconds of forward+backward, bytes kept for the
+// backward beyond q, k, v and out (lse or P), bytes of [S, S] scratch the backward allocates.
 struct PathResult {
   double seconds = 0;
   double kept_bytes = 0;
@@ -80,11 +80,14 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
 PathResult FlashOnce(const Inputs& in) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t h = in.shape.heads;
-  Tensor out = Tensor::Empty(in.v.shape(), DType::kF32), lse = Tensor::Empty({h * in.seq}, DType::kF32);
+  Tensor out = Tensor::Empty(in.v.shape(), DType::kF32),
+         lse = Tensor::Empty({h * in.seq}, DType::kF32);
   moe::kernels::AttentionForward(in.q, in.k, in.v, 1, in.seq, h, in.scale, out, lse);
-  Tensor dq = Tensor::Empty(in.q.shape(), DType::kF32), dk = Tensor::Empty(in.k.shape(), DType::kF32);
+  Tensor dq = Tensor::Empty(in.q.shape(), DType::kF32),
+         dk = Tensor::Empty(in.k.shape(), DType::kF32);
   Tensor dv = Tensor::Empty(in.v.shape(), DType::kF32);
-  moe::kernels::AttentionBackward(in.q, in.k, in.v, out, in.dout, lse, 1, in.seq, h, in.scale, dq, dk, dv);
+  moe::kernels::AttentionBackward(in.q, in.k, in.v, out, in.dout, lse, 1, in.seq, h, in.scale, dq,
+                                  dk, dv);
   return {Seconds(t0), static_cast<double>(lse.nbytes()), 0};
 }
 
@@ -92,11 +95,14 @@ PathResult FlashOnce(const Inputs& in) {
 PathResult MaterializedOnce(const Inputs& in) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t h = in.shape.heads;
-  Tensor out = Tensor::Empty(in.v.shape(), DType::kF32), probs = Tensor::Empty({h, in.seq, in.seq}, DType::kF32);
+  Tensor out = Tensor::Empty(in.v.shape(), DType::kF32),
+         probs = Tensor::Empty({h, in.seq, in.seq}, DType::kF32);
   moe::kernels::MaterializedAttentionForward(in.q, in.k, in.v, 1, in.seq, h, in.scale, out, probs);
-  Tensor dq = Tensor::Empty(in.q.shape(), DType::kF32), dk = Tensor::Empty(in.k.shape(), DType::kF32);
+  Tensor dq = Tensor::Empty(in.q.shape(), DType::kF32),
+         dk = Tensor::Empty(in.k.shape(), DType::kF32);
   Tensor dv = Tensor::Empty(in.v.shape(), DType::kF32);
-  moe::kernels::MaterializedAttentionBackward(in.q, in.k, in.v, probs, in.dout, 1, in.seq, h, in.scale, dq, dk, dv);
+  moe::kernels::MaterializedAttentionBackward(in.q, in.k, in.v, probs, in.dout, 1, in.seq, h,
+                                              in.scale, dq, dk, dv);
   return {Seconds(t0), static_cast<double>(probs.nbytes()), static_cast<double>(probs.nbytes())};
 }
 
@@ -118,9 +124,12 @@ Pair Best(const Inputs& in, int64_t reps) {
 
 std::string Bytes(double b) {
   char buf[32];
-  if (b >= 1 << 30) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
-  else if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
-  else std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
+  if (b >= 1 << 30)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
+  else if (b >= 1 << 20)
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
   return buf;
 }
 
@@ -133,14 +142,19 @@ double CausalFlops(const Inputs& in) {
 
 void Report(const Inputs& in, const PathResult& flash, const PathResult& mat, double peak) {
   const double f = CausalFlops(in);
-  std::printf("%-4s S=%-5lld H=%lld dqk=%lld dv=%lld | flash %8.3f s (%5.1f%% of peak), keeps %-10s | materialised %8.3f s "
-              "(%5.1f%% of peak), keeps %-10s + %s dP/dS in its backward\n",
-              in.shape.name, static_cast<long long>(in.seq), static_cast<long long>(in.shape.heads),
-              static_cast<long long>(in.shape.dqk), static_cast<long long>(in.shape.dv), flash.seconds,
-              100 * f / flash.seconds / peak, Bytes(flash.kept_bytes).c_str(), mat.seconds, 100 * f / mat.seconds / peak,
-              Bytes(mat.kept_bytes).c_str(), Bytes(mat.scratch_bytes).c_str());
-  std::printf("RESULT attention_%s_s%lld_flash_over_materialized_time %.3f (kept bytes ratio %.2e)\n", in.shape.name,
-              static_cast<long long>(in.seq), flash.seconds / mat.seconds, flash.kept_bytes / mat.kept_bytes);
+  std::printf(
+      "%-4s S=%-5lld H=%lld dqk=%lld dv=%lld | flash %8.3f s (%5.1f%% of peak), keeps %-10s | "
+      "materialised %8.3f s "
+      "(%5.1f%% of peak), keeps %-10s + %s dP/dS in its backward\n",
+      in.shape.name, static_cast<long long>(in.seq), static_cast<long long>(in.shape.heads),
+      static_cast<long long>(in.shape.dqk), static_cast<long long>(in.shape.dv), flash.seconds,
+      100 * f / flash.seconds / peak, Bytes(flash.kept_bytes).c_str(), mat.seconds,
+      100 * f / mat.seconds / peak, Bytes(mat.kept_bytes).c_str(),
+      Bytes(mat.scratch_bytes).c_str());
+  std::printf(
+      "RESULT attention_%s_s%lld_flash_over_materialized_time %.3f (kept bytes ratio %.2e)\n",
+      in.shape.name, static_cast<long long>(in.seq), flash.seconds / mat.seconds,
+      flash.kept_bytes / mat.kept_bytes);
 }
 
 std::vector<int64_t> ParseSeqs(const std::string& list) {
@@ -159,7 +173,8 @@ std::vector<int64_t> ParseSeqs(const std::string& list) {
 int main(int argc, char** argv) {
   std::string seqs = "1024,4096";
   int64_t reps = 2, threads = 0;
-  moe::ArgParser args("moe-bench-attention", "Causal attention fwd+bwd on the CPU: flash-style against materialised.");
+  moe::ArgParser args("moe-bench-attention",
+                      "Causal attention fwd+bwd on the CPU: flash-style against materialised.");
   args.AddString("seqs", &seqs, "sequence lengths, comma-separated (default 1024,4096)");
   args.AddInt("reps", &reps, "calls per path and shape; the best is reported (default 2)");
   args.AddInt("threads", &threads, "CPU threads (default: all cores)");
@@ -181,9 +196,14 @@ int main(int argc, char** argv) {
   moe::kernels::SetNumThreads(static_cast<int>(threads));
   moe::SetLogLevel(moe::LogLevel::kWarning);
   const moe::PeakFlops peak = moe::MeasureCpuSgemmPeak(1024, 1.0);
-  std::printf("causal attention fwd+bwd, B=1, fp32, %d threads, best of %lld; SGEMM peak (same run) %.1f GFLOP/s (%s)\n",
-              moe::kernels::NumThreads(), static_cast<long long>(reps), peak.flops_per_second / 1e9, peak.source.c_str());
-  std::printf("keeps: what the backward needs beyond q, k, v and out (flash: lse [H*S]; materialised: P [H, S, S])\n");
+  std::printf(
+      "causal attention fwd+bwd, B=1, fp32, %d threads, best of %lld; SGEMM peak (same run) %.1f "
+      "GFLOP/s (%s)\n",
+      moe::kernels::NumThreads(), static_cast<long long>(reps), peak.flops_per_second / 1e9,
+      peak.source.c_str());
+  std::printf(
+      "keeps: what the backward needs beyond q, k, v and out (flash: lse [H*S]; materialised: P "
+      "[H, S, S])\n");
   for (const int64_t seq : lengths) {
     for (const Shape& s : {Shape{"mla", 16, 192, 128}, Shape{"mha", 16, 64, 64}}) {
       const Inputs in = MakeInputs(seq, s);

@@ -1,6 +1,6 @@
 // The reproducible built-in GEMM (training.deterministic on CPU: every element the same FMA chain
-// whatever the matrix size, position and thread count) against OpenBLAS, the machine's fastest SGEMM,
-// on the same inputs in the same run: square 1024^3 and the shapes the tiny job's layers run
+// whatever the matrix size, position and thread count) against OpenBLAS, the machine's fastest
+// SGEMM, on the same inputs in the same run: square 1024^3 and the shapes the tiny job's layers run
 // (1,024 tokens of hidden 128: a projection, the dense FFN's gate|up, an expert's rows, the weight
 // gradient of each). Prints each one's GFLOP/s and the ratio built-in / OpenBLAS (best of --reps).
 //
@@ -30,7 +30,8 @@ double BestSeconds(int reps, Fn&& fn) {
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
@@ -39,7 +40,8 @@ double BestSeconds(int reps, Fn&& fn) {
 
 int main(int argc, char** argv) {
   int64_t reps = 5, threads = 0;
-  moe::ArgParser args("moe-bench-gemm", "The reproducible built-in GEMM against OpenBLAS on the engine's shapes.");
+  moe::ArgParser args("moe-bench-gemm",
+                      "The reproducible built-in GEMM against OpenBLAS on the engine's shapes.");
   args.AddInt("reps", &reps, "timed calls of each GEMM per shape (best kept)");
   args.AddInt("threads", &threads, "CPU threads (default: all cores)");
   if (auto st = args.Parse(argc, argv); !st.ok() || args.help_requested()) {
@@ -62,22 +64,25 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes) {
     const int64_t rows_a = s.ta ? s.k : s.m, cols_a = s.ta ? s.m : s.k;
     const int64_t rows_b = s.tb ? s.n : s.k, cols_b = s.tb ? s.k : s.n;
-    std::vector<float> a(static_cast<size_t>(rows_a * cols_a)), b(static_cast<size_t>(rows_b * cols_b)),
-        c(static_cast<size_t>(s.m * s.n));
-    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
-    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
+    std::vector<float> a(static_cast<size_t>(rows_a * cols_a)),
+        b(static_cast<size_t>(rows_b * cols_b)), c(static_cast<size_t>(s.m * s.n));
+    for (size_t i = 0; i < a.size(); ++i)
+      a[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < b.size(); ++i)
+      b[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
     const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
     const double built_in = BestSeconds(static_cast<int>(reps), [&] {
-      moe::kernels::cpu::BlockedGemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), cols_a, b.data(), cols_b, 0.0f,
-                                            c.data(), s.n);
+      moe::kernels::cpu::BlockedGemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), cols_a,
+                                            b.data(), cols_b, 0.0f, c.data(), s.n);
     });
     const double blas = BestSeconds(static_cast<int>(reps), [&] {
-      moe::kernels::cpu::FastestGemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), cols_a, b.data(), cols_b, 0.0f,
-                                            c.data(), s.n);
+      moe::kernels::cpu::FastestGemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), cols_a,
+                                            b.data(), cols_b, 0.0f, c.data(), s.n);
     });
     const double ratio = blas / built_in;
     worst = std::min(worst, ratio);
-    std::printf("%-36s %9.1f GF %9.1f GF %7.2fx\n", s.name, flops / built_in * 1e-9, flops / blas * 1e-9, ratio);
+    std::printf("%-36s %9.1f GF %9.1f GF %7.2fx\n", s.name, flops / built_in * 1e-9,
+                flops / blas * 1e-9, ratio);
   }
   std::printf("RESULT reproducible_gemm_vs_openblas_worst %.3f\n", worst);
   return 0;

@@ -12,8 +12,9 @@
 //      against the measured 8192^3 rate.
 // Prints RESULT lines (key value) that tests/gpu/check.sh turns into its table.
 //
-//   moe-bench-gpu [--tokens 16384] [--iters 5] [--small-steps 6] [--small-seq 2048] [--small-micro-batch 8]
-//   moe-bench-gpu --rehearse-cpu    the same program at toy sizes with the CPU standing in for the GPU
+//   moe-bench-gpu [--tokens 16384] [--iters 5] [--small-steps 6] [--small-seq 2048]
+//   [--small-micro-batch 8] moe-bench-gpu --rehearse-cpu    the same program at toy sizes with the
+//   CPU standing in for the GPU
 //                                   (tests the program, not the GPU; its figures mean nothing)
 #include <algorithm>
 #include <chrono>
@@ -29,16 +30,18 @@
 #include "kernels/gemm.h"
 #include "kernels/permute.h"
 #include "kernels/runtime.h"
-#include "worker/engine/parallel/local_communicator.h"
-#include "worker/engine/parallel/dispatcher.h"
 #include "worker/engine/model/layers.h"
+#include "worker/engine/parallel/dispatcher.h"
+#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/train/trainer.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 bool g_cuda = true;
 
@@ -65,13 +68,18 @@ double BestSeconds(int reps, Fn&& fn) {
 
 // Attention forward, then forward + backward, at one shape (bf16, batch 1); prints RESULT
 // attention_<name>_{fwd_ms,fwd_tflops,ms,tflops}.
-void BenchAttention(const char* name, int64_t seq, int64_t heads, int64_t d_qk, int64_t d_v, moe::Device dev, int reps) {
+void BenchAttention(const char* name, int64_t seq, int64_t heads, int64_t d_qk, int64_t d_v,
+                    moe::Device dev, int reps) {
   const moe::DType bf = moe::DType::kBF16;
   using moe::Tensor;
-  Tensor q = Tensor::Empty({seq, heads * d_qk}, bf, dev), k = Tensor::Empty({seq, heads * d_qk}, bf, dev);
-  Tensor v = Tensor::Empty({seq, heads * d_v}, bf, dev), dout = Tensor::Empty({seq, heads * d_v}, bf, dev);
-  Tensor out = Tensor::Empty({seq, heads * d_v}, bf, dev), lse = Tensor::Empty({heads * seq}, moe::DType::kF32, dev);
-  Tensor dq = Tensor::Empty(q.shape(), bf, dev), dk = Tensor::Empty(k.shape(), bf, dev), dv = Tensor::Empty(v.shape(), bf, dev);
+  Tensor q = Tensor::Empty({seq, heads * d_qk}, bf, dev),
+         k = Tensor::Empty({seq, heads * d_qk}, bf, dev);
+  Tensor v = Tensor::Empty({seq, heads * d_v}, bf, dev),
+         dout = Tensor::Empty({seq, heads * d_v}, bf, dev);
+  Tensor out = Tensor::Empty({seq, heads * d_v}, bf, dev),
+         lse = Tensor::Empty({heads * seq}, moe::DType::kF32, dev);
+  Tensor dq = Tensor::Empty(q.shape(), bf, dev), dk = Tensor::Empty(k.shape(), bf, dev),
+         dv = Tensor::Empty(v.shape(), bf, dev);
   uint64_t seed = 20;
   for (const Tensor* t : {&q, &k, &v, &dout}) moe::kernels::FillUniform(*t, ++seed);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_qk));
@@ -81,13 +89,15 @@ void BenchAttention(const char* name, int64_t seq, int64_t heads, int64_t d_qk, 
     forward();
     moe::kernels::AttentionBackward(q, k, v, out, dout, lse, 1, seq, heads, scale, dq, dk, dv);
   });
-  const double fwd_flops = static_cast<double>(heads) * static_cast<double>(seq) * static_cast<double>(seq) *
-                           static_cast<double>(d_qk + d_v);
+  const double fwd_flops = static_cast<double>(heads) * static_cast<double>(seq) *
+                           static_cast<double>(seq) * static_cast<double>(d_qk + d_v);
   std::printf("RESULT attention_%s_fwd_ms %.3f\n", name, fwd * 1e3);
   std::printf("RESULT attention_%s_fwd_tflops %.1f\n", name, fwd_flops / fwd / 1e12);
-  std::printf("RESULT attention_%s_ms %.3f  (forward + backward, S %lld, %lld heads, d_qk %lld, d_v %lld, bf16)\n", name,
-              both * 1e3, static_cast<long long>(seq), static_cast<long long>(heads), static_cast<long long>(d_qk),
-              static_cast<long long>(d_v));
+  std::printf(
+      "RESULT attention_%s_ms %.3f  (forward + backward, S %lld, %lld heads, d_qk %lld, d_v %lld, "
+      "bf16)\n",
+      name, both * 1e3, static_cast<long long>(seq), static_cast<long long>(heads),
+      static_cast<long long>(d_qk), static_cast<long long>(d_v));
   std::printf("RESULT attention_%s_tflops %.1f\n", name, 3.5 * fwd_flops / both / 1e12);
 }
 
@@ -96,13 +106,17 @@ void BenchAttention(const char* name, int64_t seq, int64_t heads, int64_t d_qk, 
 int main(int argc, char** argv) {
   int64_t tokens = 16384, iters = 5, small_steps = 6, small_seq = 2048, small_micro = 8;
   bool rehearse = false;
-  moe::ArgParser args("moe-bench-gpu", "GPU: dense bf16 GEMM rate, the MoE layer at DeepSeek-V3 sizes, a `small` step.");
+  moe::ArgParser args(
+      "moe-bench-gpu",
+      "GPU: dense bf16 GEMM rate, the MoE layer at DeepSeek-V3 sizes, a `small` step.");
   args.AddInt("tokens", &tokens, "tokens through the MoE layer (default 16384)");
   args.AddInt("iters", &iters, "timed MoE layer iterations after warm-up (default 5)");
-  args.AddInt("small-steps", &small_steps, "training steps at `small` (the first is not timed; 0 skips; default 6)");
+  args.AddInt("small-steps", &small_steps,
+              "training steps at `small` (the first is not timed; 0 skips; default 6)");
   args.AddInt("small-seq", &small_seq, "sequence length of the `small` step (default 2048)");
   args.AddInt("small-micro-batch", &small_micro, "sequences per `small` step (default 8)");
-  args.AddFlag("rehearse-cpu", &rehearse, "run at toy sizes on the CPU (tests this program; the figures mean nothing)");
+  args.AddFlag("rehearse-cpu", &rehearse,
+               "run at toy sizes on the CPU (tests this program; the figures mean nothing)");
   if (auto st = args.Parse(argc, argv); !st.ok() || args.help_requested()) {
     std::fprintf(stderr, "%s\n%s", st.ok() ? "" : st.message().c_str(), args.Usage().c_str());
     return st.ok() ? 0 : 2;
@@ -122,7 +136,8 @@ int main(int argc, char** argv) {
   } else {
     std::string problem;
     if (moe::kernels::CudaDeviceCount(&problem) == 0) {
-      std::printf("%s\n", problem.empty() ? "SKIPPED: no CUDA device here" : ("FAIL: CUDA does not work here: " + problem).c_str());
+      std::printf("%s\n", problem.empty() ? "SKIPPED: no CUDA device here"
+                                          : ("FAIL: CUDA does not work here: " + problem).c_str());
       return problem.empty() ? 77 : 1;
     }
     if (moe::Status st = moe::kernels::UseCudaDevice(0); !st.ok()) {
@@ -131,23 +146,29 @@ int main(int argc, char** argv) {
     }
   }
   const moe::Device dev = rehearse ? moe::Device::Cpu() : moe::Device::Cuda(0);
-  std::printf("RESULT device %s\n", rehearse ? "cpu (rehearsal: the figures mean nothing)" : moe::kernels::CudaDeviceName(0).c_str());
+  std::printf("RESULT device %s\n", rehearse ? "cpu (rehearsal: the figures mean nothing)"
+                                             : moe::kernels::CudaDeviceName(0).c_str());
 
   // 1. Dense bf16 GEMM rates.
   const double peak = rehearse ? 1e11 : moe::kernels::MeasureCudaBf16GemmFlops(8192, 10);
   std::printf("RESULT gemm_bf16_8192_tflops %.1f\n", peak / 1e12);
   // DeepSeek-V3's expert sizes; a toy of the same shape when rehearsing.
-  const int64_t h = rehearse ? 64 : 7168, f = rehearse ? 32 : 2048, experts = 32, k = 8, rows = tokens * k;
+  const int64_t h = rehearse ? 64 : 7168, f = rehearse ? 32 : 2048, experts = 32, k = 8,
+                rows = tokens * k;
   double dense = 0;
   {
-    moe::Tensor x = moe::Tensor::Empty({rows, h}, moe::DType::kBF16, dev), w = moe::Tensor::Empty({2 * f, h}, moe::DType::kBF16, dev);
+    moe::Tensor x = moe::Tensor::Empty({rows, h}, moe::DType::kBF16, dev),
+                w = moe::Tensor::Empty({2 * f, h}, moe::DType::kBF16, dev);
     moe::Tensor y = moe::Tensor::Empty({rows, 2 * f}, moe::DType::kBF16, dev);
     moe::kernels::FillUniform(x, 3);
     moe::kernels::FillUniform(w, 4);
     const double s = BestSeconds(5, [&] { moe::kernels::Gemm(x, false, w, true, y); });
-    dense = 2.0 * static_cast<double>(rows) * static_cast<double>(2 * f) * static_cast<double>(h) / s;
-    std::printf("RESULT gemm_bf16_expert_shape_tflops %.1f  (one [%lld x %lld] x [%lld x %lld]^T call)\n", dense / 1e12,
-                static_cast<long long>(rows), static_cast<long long>(h), static_cast<long long>(2 * f), static_cast<long long>(h));
+    dense =
+        2.0 * static_cast<double>(rows) * static_cast<double>(2 * f) * static_cast<double>(h) / s;
+    std::printf(
+        "RESULT gemm_bf16_expert_shape_tflops %.1f  (one [%lld x %lld] x [%lld x %lld]^T call)\n",
+        dense / 1e12, static_cast<long long>(rows), static_cast<long long>(h),
+        static_cast<long long>(2 * f), static_cast<long long>(h));
   }
 
   // 1b. The experts' grouped GEMM (w13's shape, forward) at 128, 512 and 4,096 rows per expert, 32
@@ -161,48 +182,58 @@ int main(int argc, char** argv) {
     moe::kernels::FillUniform(w, 8);
     std::vector<int64_t> offsets;
     for (int64_t e = 0; e <= experts; ++e) offsets.push_back(e * r);
-    const double flop = 2.0 * static_cast<double>(total) * static_cast<double>(2 * f) * static_cast<double>(h);
+    const double flop =
+        2.0 * static_cast<double>(total) * static_cast<double>(2 * f) * static_cast<double>(h);
     double rate[2] = {0, 0};
-    const moe::kernels::GroupedGemmMode modes[2] = {moe::kernels::GroupedGemmMode::kLoop, moe::kernels::GroupedGemmMode::kGrouped};
+    const moe::kernels::GroupedGemmMode modes[2] = {moe::kernels::GroupedGemmMode::kLoop,
+                                                    moe::kernels::GroupedGemmMode::kGrouped};
     for (int m = 0; m < 2; ++m) {
       moe::kernels::SetGroupedGemmMode(modes[m]);
       moe::kernels::GroupedGemm(x, w, offsets, y);  // warm-up
       rate[m] = flop / BestSeconds(5, [&] { moe::kernels::GroupedGemm(x, w, offsets, y); });
     }
     moe::kernels::SetGroupedGemmMode(moe::kernels::GroupedGemmMode::kAuto);
-    std::printf("RESULT grouped_gemm_%lld_rows_loop_tflops %.1f  (of dense %.3f)\n", static_cast<long long>(per), rate[0] / 1e12,
-                rate[0] / dense);
-    std::printf("RESULT grouped_gemm_%lld_rows_grouped_tflops %.1f  (of dense %.3f; %s)\n", static_cast<long long>(per),
-                rate[1] / 1e12, rate[1] / dense, moe::kernels::CublasHasGroupedGemm() ? "cublasGemmGroupedBatchedEx" : "no grouped entry point: the loop twice");
+    std::printf("RESULT grouped_gemm_%lld_rows_loop_tflops %.1f  (of dense %.3f)\n",
+                static_cast<long long>(per), rate[0] / 1e12, rate[0] / dense);
+    std::printf("RESULT grouped_gemm_%lld_rows_grouped_tflops %.1f  (of dense %.3f; %s)\n",
+                static_cast<long long>(per), rate[1] / 1e12, rate[1] / dense,
+                moe::kernels::CublasHasGroupedGemm() ? "cublasGemmGroupedBatchedEx"
+                                                     : "no grouped entry point: the loop twice");
   }
 
-  // 1b'. FP8 on tensor cores (cuBLASLt's block-scaled e4m3, kernels/fp8.h) at the same expert shape:
-  // the forward GEMM including its two quantisation passes (what training pays), against bf16's.
+  // 1b'. FP8 on tensor cores (cuBLASLt's block-scaled e4m3, kernels/fp8.h) at the same expert
+  // shape: the forward GEMM including its two quantisation passes (what training pays), against
+  // bf16's.
   if (rehearse) {
     std::printf("RESULT fp8_gemm_expert_shape_tflops skipped (CUDA only; the CPU emulates FP8)\n");
   } else if (const moe::Status st = moe::kernels::Fp8GemmSupport(dev); !st.ok()) {
     std::printf("RESULT fp8_gemm_expert_shape FAILED %s\n", st.message().c_str());
   } else {
-    moe::Tensor x = moe::Tensor::Empty({rows, h}, moe::DType::kBF16, dev), w = moe::Tensor::Empty({2 * f, h}, moe::DType::kBF16, dev);
+    moe::Tensor x = moe::Tensor::Empty({rows, h}, moe::DType::kBF16, dev),
+                w = moe::Tensor::Empty({2 * f, h}, moe::DType::kBF16, dev);
     moe::Tensor y = moe::Tensor::Empty({rows, 2 * f}, moe::DType::kF32, dev);
     moe::kernels::FillUniform(x, 3);
     moe::kernels::FillUniform(w, 4);
     moe::kernels::Fp8GemmForward(x, w, y);  // warm-up
     const double s = BestSeconds(5, [&] { moe::kernels::Fp8GemmForward(x, w, y); });
-    const double rate = 2.0 * static_cast<double>(rows) * static_cast<double>(2 * f) * static_cast<double>(h) / s;
-    std::printf("RESULT fp8_gemm_expert_shape_tflops %.1f  (%.2fx bf16's; quantisation included)\n", rate / 1e12, rate / dense);
+    const double rate =
+        2.0 * static_cast<double>(rows) * static_cast<double>(2 * f) * static_cast<double>(h) / s;
+    std::printf("RESULT fp8_gemm_expert_shape_tflops %.1f  (%.2fx bf16's; quantisation included)\n",
+                rate / 1e12, rate / dense);
   }
 
   // 1c. The routing plan for `tokens` tokens, 8 of 256 experts: built on the device with only the
-  // per-expert counts read back, against the host path it replaced (read the [T, k] choices, build on
-  // the host, upload the two permutations).
+  // per-expert counts read back, against the host path it replaced (read the [T, k] choices, build
+  // on the host, upload the two permutations).
   {
     const int64_t t = rehearse ? 256 : tokens, kk = 8, e = 256;
     moe::Tensor idx = moe::Tensor::Empty({t, kk}, moe::DType::kI32);
     for (int64_t i = 0; i < t; ++i)
-      for (int64_t j = 0; j < kk; ++j) idx.data<int32_t>()[i * kk + j] = static_cast<int32_t>((i * 37 + j * 32) % e);
+      for (int64_t j = 0; j < kk; ++j)
+        idx.data<int32_t>()[i * kk + j] = static_cast<int32_t>((i * 37 + j * 32) % e);
     idx = rehearse ? idx : idx.Clone(dev);
-    moe::Tensor counts = moe::Tensor::Empty({e}, moe::DType::kI64, dev), ros = moe::Tensor::Empty({t, kk}, moe::DType::kI32, dev);
+    moe::Tensor counts = moe::Tensor::Empty({e}, moe::DType::kI64, dev),
+                ros = moe::Tensor::Empty({t, kk}, moe::DType::kI32, dev);
     moe::Tensor tor = moe::Tensor::Empty({t * kk}, moe::DType::kI32, dev);
     const double device_s = BestSeconds(20, [&] {
       moe::kernels::BuildDispatchPlanOnDevice(idx, e, counts, ros, tor);
@@ -210,35 +241,48 @@ int main(int argc, char** argv) {
     });
     const double host_s = BestSeconds(20, [&] {
       const std::vector<int32_t> host = idx.ToVector<int32_t>();
-      const moe::kernels::DispatchPlan plan = moe::kernels::BuildDispatchPlan(host.data(), t, kk, e);
+      const moe::kernels::DispatchPlan plan =
+          moe::kernels::BuildDispatchPlan(host.data(), t, kk, e);
       ros.CopyFrom(moe::Tensor::FromVector(plan.row_of_slot, {t, kk}));
       tor.CopyFrom(moe::Tensor::FromVector(plan.token_of_row, {t * kk}));
     });
-    std::printf("RESULT routing_plan_device_us %.1f  (%lld tokens, top-8 of 256)\n", device_s * 1e6, static_cast<long long>(t));
-    std::printf("RESULT routing_plan_host_us %.1f  (device %.2fx faster)\n", host_s * 1e6, host_s / device_s);
+    std::printf("RESULT routing_plan_device_us %.1f  (%lld tokens, top-8 of 256)\n", device_s * 1e6,
+                static_cast<long long>(t));
+    std::printf("RESULT routing_plan_host_us %.1f  (device %.2fx faster)\n", host_s * 1e6,
+                host_s / device_s);
   }
 
   // 2. The MoE layer at DeepSeek-V3 expert sizes.
   {
     moe::ModelConfig cfg;
     cfg.hidden_size = h;
-    cfg.init_std = 0;  // constant on the host (fast); random values are filled in on the device below
-    cfg.moe = moe::MoeConfig{.num_experts = experts, .top_k = k, .num_shared_experts = 0, .ffn_hidden = f,
-                             .num_groups = 8, .topk_groups = 4, .score_function = "sigmoid", .route_scale = 2.5,
-                             .bias_update_rate = 1e-3, .seq_aux_loss_coeff = 1e-4};
+    cfg.init_std =
+        0;  // constant on the host (fast); random values are filled in on the device below
+    cfg.moe = moe::MoeConfig{.num_experts = experts,
+                             .top_k = k,
+                             .num_shared_experts = 0,
+                             .ffn_hidden = f,
+                             .num_groups = 8,
+                             .topk_groups = 4,
+                             .score_function = "sigmoid",
+                             .route_scale = 2.5,
+                             .bias_update_rate = 1e-3,
+                             .seq_aux_loss_coeff = 1e-4};
     moe::ParamSet params(moe::DType::kF32, dev, moe::DType::kBF16);
     double a2a = 0;
     moe::TokenDispatcher dispatcher(nullptr, experts, &a2a);
     moe::MoeLayer layer(params, "moe", cfg, 1, 0, &dispatcher, moe::DType::kF32, dev);
-    // Uniform in [-a, a) with a = 0.006 * sqrt(3): std 0.006, as DeepSeek-V3 initialises. Random values,
-    // not constants: matrix units run faster on constant data, and routing needs distinct scores.
+    // Uniform in [-a, a) with a = 0.006 * sqrt(3): std 0.006, as DeepSeek-V3 initialises. Random
+    // values, not constants: matrix units run faster on constant data, and routing needs distinct
+    // scores.
     uint64_t seed = 100;
     for (const auto& p : params.all()) {
       moe::kernels::FillUniform(p->value, ++seed);
       moe::kernels::Scale(p->value, 0.006 * std::sqrt(3.0));
     }
     params.SyncCompute();
-    moe::Tensor x = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev), dy = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev);
+    moe::Tensor x = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev),
+                dy = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev);
     moe::kernels::FillUniform(x, 5);
     moe::kernels::FillUniform(dy, 6);
     moe::kernels::Scale(dy, 1e-3);
@@ -252,13 +296,16 @@ int main(int argc, char** argv) {
       MOE_CHECK(dx.ok()) << dx.status();
       int64_t mx = 0;
       for (int64_t c : stats.tokens_per_expert) mx = std::max(mx, c);
-      imbalance = static_cast<double>(mx) * static_cast<double>(experts) / static_cast<double>(rows);
+      imbalance =
+          static_cast<double>(mx) * static_cast<double>(experts) / static_cast<double>(rows);
     };
     step();  // warm-up: cuBLAS picks its kernels, the caching allocator fills
     const double s = BestSeconds(static_cast<int>(iters), step);
-    // Megatron's count: routed experts 3 GEMMs x (fwd + 2 bwd) = 18 * rows * h * f; router 6 * T * h * E.
-    const double flops = 18.0 * static_cast<double>(rows) * static_cast<double>(h) * static_cast<double>(f) +
-                         6.0 * static_cast<double>(tokens) * static_cast<double>(h) * static_cast<double>(experts);
+    // Megatron's count: routed experts 3 GEMMs x (fwd + 2 bwd) = 18 * rows * h * f; router 6 * T *
+    // h * E.
+    const double flops =
+        18.0 * static_cast<double>(rows) * static_cast<double>(h) * static_cast<double>(f) +
+        6.0 * static_cast<double>(tokens) * static_cast<double>(h) * static_cast<double>(experts);
     const double tflops = flops / s / 1e12;
     std::printf("RESULT moe_layer_ms %.2f\n", s * 1e3);
     std::printf("RESULT moe_layer_tflops %.1f\n", tflops);
@@ -302,7 +349,8 @@ int main(int argc, char** argv) {
     };
     auto r = moe::Train(spec, local.ctx, o);
     if (!r.ok() || n == 0) {
-      std::printf("RESULT small_step FAILED %s\n", r.ok() ? "no steps" : r.status().ToString().c_str());
+      std::printf("RESULT small_step FAILED %s\n",
+                  r.ok() ? "no steps" : r.status().ToString().c_str());
       return 1;
     }
     std::printf("RESULT small_step_ms %.1f\n", sum_ms / n);

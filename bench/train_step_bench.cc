@@ -1,6 +1,6 @@
-// CPU training step at the `small` preset: model FLOP/s (Megatron's count) divided by the SGEMM peak
-// measured in the same run, through the same BLAS and threads. A ratio, because this machine is
-// shared and noisy; the peak is probed before and after the steps and the higher one is used.
+// CPU training step at the `small` preset: model FLOP/s (Megatron's count) divided by the SGEMM
+// peak measured in the same run, through the same BLAS and threads. A ratio, because this machine
+// is shared and noisy; the peak is probed before and after the steps and the higher one is used.
 //
 //   moe-bench-train-step [--preset small] [--seq 512] [--micro-batch 4] [--steps 5] [--threads T]
 #include <algorithm>
@@ -17,7 +17,8 @@
 int main(int argc, char** argv) {
   std::string preset = "small";
   int64_t seq = 512, micro = 4, steps = 5, threads = 0;
-  moe::ArgParser args("moe-bench-train-step", "CPU training step: model FLOP/s over the measured SGEMM peak.");
+  moe::ArgParser args("moe-bench-train-step",
+                      "CPU training step: model FLOP/s over the measured SGEMM peak.");
   args.AddString("preset", &preset, "model preset (default small)");
   args.AddInt("seq", &seq, "sequence length (default 512)");
   args.AddInt("micro-batch", &micro, "sequences per step (default 4)");
@@ -68,14 +69,19 @@ int main(int argc, char** argv) {
   const double median = seconds[seconds.size() / 2];
   const double flops = moe::MegatronFlopsPerStep(spec.model, micro, seq);
   const double achieved = flops / median;
-  std::printf("train step, preset %s, %lld x %lld tokens, %d threads\n", preset.c_str(), static_cast<long long>(micro),
-              static_cast<long long>(seq), moe::kernels::NumThreads());
+  std::printf("train step, preset %s, %lld x %lld tokens, %d threads\n", preset.c_str(),
+              static_cast<long long>(micro), static_cast<long long>(seq),
+              moe::kernels::NumThreads());
   std::printf("  model FLOPs per step (Megatron)   %.4g\n", flops);
-  std::printf("  median step                       %.3f s (forward+backward %.3f s, optimizer and the rest %.3f s)\n",
-              median, compute[compute.size() / 2], median - compute[compute.size() / 2]);
+  std::printf(
+      "  median step                       %.3f s (forward+backward %.3f s, optimizer and the rest "
+      "%.3f s)\n",
+      median, compute[compute.size() / 2], median - compute[compute.size() / 2]);
   std::printf("  model FLOP/s                      %.1f GFLOP/s\n", achieved / 1e9);
-  std::printf("  SGEMM peak (same run)             %.1f GFLOP/s (%s; before %.1f, after %.1f)\n", peak / 1e9,
-              before.source.c_str(), before.flops_per_second / 1e9, after.flops_per_second / 1e9);
-  std::printf("RESULT train_step_model_flops_over_sgemm_peak %.3f (goal >= 0.5)\n", achieved / peak);
+  std::printf("  SGEMM peak (same run)             %.1f GFLOP/s (%s; before %.1f, after %.1f)\n",
+              peak / 1e9, before.source.c_str(), before.flops_per_second / 1e9,
+              after.flops_per_second / 1e9);
+  std::printf("RESULT train_step_model_flops_over_sgemm_peak %.3f (goal >= 0.5)\n",
+              achieved / peak);
   return 0;
 }

@@ -6,10 +6,10 @@
 // succeeded, 10 failed, 11 cancelled.
 #pragma once
 
+#include <google/protobuf/message.h>
+
 #include <memory>
 #include <string>
-
-#include <google/protobuf/message.h>
 
 #include "common/grpc_client.h"
 #include "common/status.h"

@@ -1,21 +1,22 @@
 // moectl's commands: one function per command, and the table that binds them to their flags.
+#include "cli/commands.h"
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <ctime>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <random>
 #include <sstream>
 
-#include "cli/commands.h"
 #include "cli/format.h"
 #include "cli/get_watch.h"
 #include "cli/top.h"
 #include "cli/watch.h"
 #include "common/escape.h"
-#include "common/label_selector.h"
 #include "common/job_spec_proto.h"
+#include "common/label_selector.h"
 
 namespace moe::cli {
 namespace {
@@ -30,8 +31,11 @@ std::string NewRequestId() {
 }
 
 // Prints `m` as JSON or YAML when asked, else the table `table` makes.
-int Print(const Client& c, const google::protobuf::Message& m, const std::string& output, const std::function<std::string()>& table) {
-  StatusOr<std::string> text = output == "json" ? ToJsonText(m, true) : output == "yaml" ? ToYamlText(m) : table();
+int Print(const Client& c, const google::protobuf::Message& m, const std::string& output,
+          const std::function<std::string()>& table) {
+  StatusOr<std::string> text = output == "json"   ? ToJsonText(m, true)
+                               : output == "yaml" ? ToYamlText(m)
+                                                  : table();
   if (!text.ok()) return c.Fail(text.status());
   std::printf("%s%s", text->c_str(), output == "json" ? "\n" : "");
   return 0;
@@ -55,7 +59,8 @@ int Submit(Client& c, const Args& a) {
   // One request id per invocation, kept across its retries: a submit whose answer was lost (a
   // timeout, a dropped connection) and is sent again returns the job the first one created.
   // --resume-by-name: the id is the job's name, so a second submit of that name (a batch script run
-  // again after a time limit, with the controller state it left) returns the first job, whatever its state.
+  // again after a time limit, with the controller state it left) returns the first job, whatever
+  // its state.
   req.set_request_id(a.resume_by_name ? "name:" + job->metadata().name() : NewRequestId());
   moe::v1::Job resp;
   Status st;
@@ -73,11 +78,13 @@ StatusOr<moe::v1::ListJobsResponse> ListAllJobs(Client& c, const Args& a) {
   moe::v1::ListJobsRequest req;
   for (const auto& s : a.states) {
     moe::v1::JobState state;
-    if (!moe::v1::JobState_Parse(s, &state)) return InvalidArgumentError("--state: unknown state '" + s + "'");
+    if (!moe::v1::JobState_Parse(s, &state))
+      return InvalidArgumentError("--state: unknown state '" + s + "'");
     req.add_states(state);
   }
   req.set_name_prefix(a.name_prefix);
-  MOE_ASSIGN_OR_RETURN(const LabelSelector selector, LabelSelector::Parse(a.selector, "--selector"));
+  MOE_ASSIGN_OR_RETURN(const LabelSelector selector,
+                       LabelSelector::Parse(a.selector, "--selector"));
   moe::v1::ListJobsResponse all;
   do {
     moe::v1::ListJobsResponse page;
@@ -93,10 +100,13 @@ StatusOr<moe::v1::ListJobsResponse> ListAllJobs(Client& c, const Args& a) {
 
 int GetJobs(Client& c, const Args& a) {
   if (a.watch_list) {
-    return WatchTable([&]() -> StatusOr<TableRows> {
-      MOE_ASSIGN_OR_RETURN(const moe::v1::ListJobsResponse all, ListAllJobs(c, a));
-      return JobRows({all.jobs().begin(), all.jobs().end()}, NowSeconds(), a.output == "wide");
-    }, {"STATE", "RESTARTS", "PRIORITY", "ATTEMPT"}, a.refresh, [&](const Status& st) { return c.Fail(st); });
+    return WatchTable(
+        [&]() -> StatusOr<TableRows> {
+          MOE_ASSIGN_OR_RETURN(const moe::v1::ListJobsResponse all, ListAllJobs(c, a));
+          return JobRows({all.jobs().begin(), all.jobs().end()}, NowSeconds(), a.output == "wide");
+        },
+        {"STATE", "RESTARTS", "PRIORITY", "ATTEMPT"}, a.refresh,
+        [&](const Status& st) { return c.Fail(st); });
   }
   StatusOr<moe::v1::ListJobsResponse> listed = ListAllJobs(c, a);
   if (!listed.ok()) return c.Fail(listed.status());
@@ -106,7 +116,9 @@ int GetJobs(Client& c, const Args& a) {
     for (const auto& j : all.jobs()) names.push_back(j.id());
     return PrintNames(names, "job");
   }
-  return Print(c, all, a.output, [&] { return JobsTable({all.jobs().begin(), all.jobs().end()}, NowSeconds(), a.output == "wide"); });
+  return Print(c, all, a.output, [&] {
+    return JobsTable({all.jobs().begin(), all.jobs().end()}, NowSeconds(), a.output == "wide");
+  });
 }
 
 int DeleteJob(Client& c, const Args& a) {
@@ -128,20 +140,24 @@ int DeleteWorker(Client& c, const Args& a) {
 }
 
 // The job's document as submitted, every default filled in (apiVersion, kind, metadata, spec: the
-// spec's own snake_case names, numbers as numbers), its status as comments above it. Resubmitted, it
-// runs again under the same checkpoint directory, so it resumes where the first one stopped.
+// spec's own snake_case names, numbers as numbers), its status as comments above it. Resubmitted,
+// it runs again under the same checkpoint directory, so it resumes where the first one stopped.
 std::string ResubmittableYaml(const moe::v1::Job& j) {
   const auto time = [](double t) {
     char buf[32] = "-";
     const std::time_t s = static_cast<std::time_t>(t);
     std::tm tm{};
-    if (t > 0 && gmtime_r(&s, &tm) != nullptr) std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (t > 0 && gmtime_r(&s, &tm) != nullptr)
+      std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
     return std::string(buf);
   };
-  std::string out = "# job " + j.id() + ": " + StateName(j.state()) + (j.message().empty() ? "" : " (" + EscapeControl(j.message()) + ")") +
-                    "\n# attempt " + std::to_string(j.attempt()) + ", restarts " + std::to_string(j.restarts()) + ", created " +
-                    time(j.created_at()) + ", updated " + time(j.updated_at()) + "\n";
-  if (j.last_metrics().step() > 0) out += "# last step " + std::to_string(j.last_metrics().step()) + "\n";
+  std::string out = "# job " + j.id() + ": " + StateName(j.state()) +
+                    (j.message().empty() ? "" : " (" + EscapeControl(j.message()) + ")") +
+                    "\n# attempt " + std::to_string(j.attempt()) + ", restarts " +
+                    std::to_string(j.restarts()) + ", created " + time(j.created_at()) +
+                    ", updated " + time(j.updated_at()) + "\n";
+  if (j.last_metrics().step() > 0)
+    out += "# last step " + std::to_string(j.last_metrics().step()) + "\n";
   return out + ToYaml(MessageToNode(j.spec()));
 }
 
@@ -156,7 +172,8 @@ int Events(Client& c, const Args& a) {
 
 int DescribeWorkerCmd(Client& c, const Args& a) {
   moe::v1::ListWorkersResponse resp;
-  if (Status st = c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp); !st.ok()) return c.Fail(st);
+  if (Status st = c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp); !st.ok())
+    return c.Fail(st);
   for (const auto& w : resp.workers()) {
     if (w.name() == a.name) {
       std::printf("%s", DescribeWorker(w, NowSeconds()).c_str());
@@ -176,40 +193,52 @@ int GetJob(Client& c, const Args& a, bool describe) {
     return 0;
   }
   if (a.output == "name") return PrintNames({resp.id()}, "job");
-  if (a.output == "yaml") {  // the job document itself: `get job X -o yaml > f && moectl submit -f f` works
+  if (a.output ==
+      "yaml") {  // the job document itself: `get job X -o yaml > f && moectl submit -f f` works
     std::printf("%s", ResubmittableYaml(resp).c_str());
     return 0;
   }
-  return Print(c, resp, a.output, [&] { return JobsTable({resp}, NowSeconds(), a.output == "wide"); });
+  return Print(c, resp, a.output,
+               [&] { return JobsTable({resp}, NowSeconds(), a.output == "wide"); });
 }
 
 int GetWorkers(Client& c, const Args& a) {
   if (a.watch_list) {
-    return WatchTable([&]() -> StatusOr<TableRows> {
-      moe::v1::ListWorkersResponse resp;
-      MOE_RETURN_IF_ERROR(c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp));
-      return WorkerRows({resp.workers().begin(), resp.workers().end()}, NowSeconds(), a.output == "wide");
-    }, {"STATE", "RACK", "RUNS"}, a.refresh, [&](const Status& st) { return c.Fail(st); });
+    return WatchTable(
+        [&]() -> StatusOr<TableRows> {
+          moe::v1::ListWorkersResponse resp;
+          MOE_RETURN_IF_ERROR(c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp));
+          return WorkerRows({resp.workers().begin(), resp.workers().end()}, NowSeconds(),
+                            a.output == "wide");
+        },
+        {"STATE", "RACK", "RUNS"}, a.refresh, [&](const Status& st) { return c.Fail(st); });
   }
   moe::v1::ListWorkersResponse resp;
-  if (Status st = c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp); !st.ok()) return c.Fail(st);
+  if (Status st = c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp); !st.ok())
+    return c.Fail(st);
   if (a.output == "name") {
     std::vector<std::string> names;
     for (const auto& w : resp.workers()) names.push_back(w.name());
     return PrintNames(names, "worker");
   }
-  return Print(c, resp, a.output, [&] { return WorkersTable({resp.workers().begin(), resp.workers().end()}, NowSeconds(), a.output == "wide"); });
+  return Print(c, resp, a.output, [&] {
+    return WorkersTable({resp.workers().begin(), resp.workers().end()}, NowSeconds(),
+                        a.output == "wide");
+  });
 }
 
 int GetQueues(Client& c, const Args& a) {
   moe::v1::ListQueuesResponse resp;
-  if (Status st = c.Call(&Stub::ListQueues, moe::v1::ListQueuesRequest(), &resp); !st.ok()) return c.Fail(st);
+  if (Status st = c.Call(&Stub::ListQueues, moe::v1::ListQueuesRequest(), &resp); !st.ok())
+    return c.Fail(st);
   if (a.output == "name") {
     std::vector<std::string> names;
     for (const auto& q : resp.queues()) names.push_back(q.name());
     return PrintNames(names, "queue");
   }
-  return Print(c, resp, a.output, [&] { return QueuesTable({resp.queues().begin(), resp.queues().end()}); });
+  return Print(c, resp, a.output, [&] {
+    return QueuesTable({resp.queues().begin(), resp.queues().end()});
+  });
 }
 
 int Cancel(Client& c, const Args& a) {
@@ -222,29 +251,35 @@ int Cancel(Client& c, const Args& a) {
   return 0;
 }
 
-// drain --wait also moves the worker's rank off it (a checkpoint at its next step, the job continues
-// elsewhere without using a restart) and returns once the worker runs nothing.
+// drain --wait also moves the worker's rank off it (a checkpoint at its next step, the job
+// continues elsewhere without using a restart) and returns once the worker runs nothing.
 int Drain(Client& c, const Args& a, bool drain) {
   moe::v1::DrainWorkerRequest req;
   req.set_name(a.name);
   req.set_move_work(drain && a.wait);
   moe::v1::Worker resp;
-  if (Status st = c.Call(drain ? &Stub::DrainWorker : &Stub::UndrainWorker, req, &resp); !st.ok()) return c.Fail(st);
+  if (Status st = c.Call(drain ? &Stub::DrainWorker : &Stub::UndrainWorker, req, &resp); !st.ok())
+    return c.Fail(st);
   const bool draining = resp.drained() && resp.state() == moe::v1::BUSY;
-  std::printf("%s %s\n", resp.name().c_str(), draining ? "DRAINING" : WorkerStateName(resp.state()).c_str());
+  std::printf("%s %s\n", resp.name().c_str(),
+              draining ? "DRAINING" : WorkerStateName(resp.state()).c_str());
   if (!drain || !a.wait) return 0;
-  return WaitUntilFree(a.name, [&]() -> StatusOr<std::string> {
-    moe::v1::ListWorkersResponse all;
-    MOE_RETURN_IF_ERROR(c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &all));
-    for (const auto& w : all.workers()) {
-      if (w.name() == a.name) return w.job_id();
-    }
-    return NotFoundError("worker " + a.name + " is gone (it left or was removed)");
-  }, a.wait_seconds, [&](const Status& st) { return c.Fail(st); });
+  return WaitUntilFree(
+      a.name,
+      [&]() -> StatusOr<std::string> {
+        moe::v1::ListWorkersResponse all;
+        MOE_RETURN_IF_ERROR(c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &all));
+        for (const auto& w : all.workers()) {
+          if (w.name() == a.name) return w.job_id();
+        }
+        return NotFoundError("worker " + a.name + " is gone (it left or was removed)");
+      },
+      a.wait_seconds, [&](const Status& st) { return c.Fail(st); });
 }
 
 int RunTop(Client& c, const Args& a) {
-  auto fetch = [&](moe::v1::ListJobsResponse* jobs, moe::v1::ListWorkersResponse* workers) -> Status {
+  auto fetch = [&](moe::v1::ListJobsResponse* jobs,
+                   moe::v1::ListWorkersResponse* workers) -> Status {
     moe::v1::ListJobsRequest req;
     req.add_states(moe::v1::RUNNING);
     req.add_states(moe::v1::SCHEDULED);
@@ -265,26 +300,36 @@ void AddConnectionFlags(CLI::App& app, Client* c, std::string* token_file) {
   c->options.address = env_controller ? env_controller : "127.0.0.1:50051";
   c->options.token = env_token ? env_token : "";
   *token_file = env_token_file ? env_token_file : "";
-  app.add_option("--controller", c->options.address, "controller address host:port ($MOE_CONTROLLER)")->capture_default_str();
-  app.add_option("--token", c->options.token, "bearer token ($MOE_TOKEN; visible in ps: prefer --token-file)");
-  app.add_option("--token-file", *token_file, "file holding the bearer token, mode 0600 ($MOE_TOKEN_FILE)");
+  app.add_option("--controller", c->options.address,
+                 "controller address host:port ($MOE_CONTROLLER)")
+      ->capture_default_str();
+  app.add_option("--token", c->options.token,
+                 "bearer token ($MOE_TOKEN; visible in ps: prefer --token-file)");
+  app.add_option("--token-file", *token_file,
+                 "file holding the bearer token, mode 0600 ($MOE_TOKEN_FILE)");
   app.add_option("--tls-ca", c->options.tls_ca, "CA of the controller's certificate (PEM): TLS");
   app.add_option("--tls-cert", c->options.tls_cert, "client certificate (PEM) for mTLS");
   app.add_option("--tls-key", c->options.tls_key, "client key (PEM) for mTLS");
-  app.add_option("--timeout", c->timeout, "deadline of each call, seconds")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--timeout", c->timeout, "deadline of each call, seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 namespace {
 
 void AddOutput(CLI::App* sub, Args* a) {
   sub->add_option("-o,--output", a->output, "table | wide | json | yaml | name")
-      ->check(CLI::IsMember({"table", "wide", "json", "yaml", "name"}))->capture_default_str();
+      ->check(CLI::IsMember({"table", "wide", "json", "yaml", "name"}))
+      ->capture_default_str();
 }
 
 // kubectl's get -w.
 void AddWatchFlags(CLI::App* sub, Args* a) {
-  sub->add_flag("-w,--watch", a->watch_list, "print the table, then a row each time one changes (until Ctrl-C)");
-  sub->add_option("--interval", a->refresh, "-w: seconds between polls")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_flag("-w,--watch", a->watch_list,
+                "print the table, then a row each time one changes (until Ctrl-C)");
+  sub->add_option("--interval", a->refresh, "-w: seconds between polls")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
@@ -293,18 +338,23 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
   auto* jobs = get->add_subcommand("jobs", "all jobs (every page), oldest first");
   jobs->add_option("--state", a->states, "only jobs in these states (PENDING, RUNNING, ...)");
   jobs->add_option("--prefix", a->name_prefix, "only jobs whose id starts with this");
-  jobs->add_option("-l,--selector", a->selector, "only jobs whose metadata.labels match: team=research,tier!=low,spot,!preemptible");
+  jobs->add_option(
+      "-l,--selector", a->selector,
+      "only jobs whose metadata.labels match: team=research,tier!=low,spot,!preemptible");
   auto* job = get->add_subcommand("job", "one job");
   job->add_option("id", a->id, "job id")->required();
   auto* workers = get->add_subcommand("workers", "all workers");
-  auto* queues = get->add_subcommand("queues", "the queues: quota, usage, borrowing, pending and admitted jobs");
+  auto* queues = get->add_subcommand(
+      "queues", "the queues: quota, usage, borrowing, pending and admitted jobs");
   for (auto* sub : {jobs, job, workers, queues}) AddOutput(sub, a);
   for (auto* sub : {jobs, workers}) AddWatchFlags(sub, a);
-  auto* describe = app.add_subcommand("describe", "a job (spec, placement, events, last metrics) or a worker");
+  auto* describe =
+      app.add_subcommand("describe", "a job (spec, placement, events, last metrics) or a worker");
   describe->require_subcommand(1);
   auto* describe_job = describe->add_subcommand("job", "one job");
   describe_job->add_option("id", a->id, "job id")->required();
-  auto* describe_worker = describe->add_subcommand("worker", "one worker: state, rack, device, memory, what it runs");
+  auto* describe_worker =
+      describe->add_subcommand("worker", "one worker: state, rack, device, memory, what it runs");
   describe_worker->add_option("name", a->name, "worker name")->required();
   auto* events = app.add_subcommand("events", "a job's events, oldest first");
   events->add_option("id", a->id, "job id")->required();
@@ -323,38 +373,59 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
   std::vector<Command> out = AddGetAndDescribe(app, c, a);
   auto* submit = app.add_subcommand("submit", "submit a job file; prints the job's id");
   submit->add_option("-f,--file", a->file, "job file (YAML or JSON)")->required();
-  submit->add_flag("--resume-by-name", a->resume_by_name,
-                   "if a job of this metadata.name was submitted with this flag before, print its id instead of "
-                   "submitting another (it resumes from its checkpoints when it runs again)");
+  submit->add_flag(
+      "--resume-by-name", a->resume_by_name,
+      "if a job of this metadata.name was submitted with this flag before, print its id instead of "
+      "submitting another (it resumes from its checkpoints when it runs again)");
   auto* watch = app.add_subcommand("watch", "follow a job live until it ends");
   watch->add_option("id", a->id, "job id")->required();
-  watch->add_option("-o,--output", a->watch_output, "text (a live line) | json (one object per line)")
-      ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
-  auto* cancel = app.add_subcommand("cancel", "cancel a job: its ranks checkpoint at their next step and stop");
+  watch
+      ->add_option("-o,--output", a->watch_output,
+                   "text (a live line) | json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  auto* cancel = app.add_subcommand(
+      "cancel", "cancel a job: its ranks checkpoint at their next step and stop");
   cancel->add_option("id", a->id, "job id")->required();
-  cancel->add_flag("--now", a->now, "kill the ranks at once, without the checkpoint (the newest periodic one is left)");
-  auto* del = app.add_subcommand("delete", "delete a finished job and its events, or a lost worker");
+  cancel->add_flag(
+      "--now", a->now,
+      "kill the ranks at once, without the checkpoint (the newest periodic one is left)");
+  auto* del =
+      app.add_subcommand("delete", "delete a finished job and its events, or a lost worker");
   del->require_subcommand(1);
   auto* del_job = del->add_subcommand("job", "one finished job");
   del_job->add_option("id", a->id, "job id")->required();
-  auto* del_worker = del->add_subcommand("worker", "one lost worker (a connected one leaves on SIGTERM)");
+  auto* del_worker =
+      del->add_subcommand("worker", "one lost worker (a connected one leaves on SIGTERM)");
   del_worker->add_option("name", a->name, "worker name")->required();
-  auto* drain = app.add_subcommand("drain", "stop placing new work on a worker (--wait: and move its rank off it)");
+  auto* drain = app.add_subcommand(
+      "drain", "stop placing new work on a worker (--wait: and move its rank off it)");
   drain->add_option("name", a->name, "worker name")->required();
-  drain->add_flag("--wait", a->wait, "also checkpoint and stop its rank (the job continues elsewhere, no restart used) and wait "
-                                     "until the worker runs nothing");
-  drain->add_option("--wait-seconds", a->wait_seconds, "--wait: give up after this long (the worker stays drained)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+  drain->add_flag(
+      "--wait", a->wait,
+      "also checkpoint and stop its rank (the job continues elsewhere, no restart used) and wait "
+      "until the worker runs nothing");
+  drain
+      ->add_option("--wait-seconds", a->wait_seconds,
+                   "--wait: give up after this long (the worker stays drained)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   auto* undrain = app.add_subcommand("undrain", "let a drained worker take work again");
   undrain->add_option("name", a->name, "worker name")->required();
   auto* logs = app.add_subcommand("logs", "a rank's output, from the worker that runs or ran it");
   logs->add_option("id", a->logs.id, "job id")->required();
-  logs->add_option("--rank", a->logs.rank, "which rank")->capture_default_str()->check(CLI::NonNegativeNumber);
-  logs->add_option("--attempt", a->logs.attempt, "which attempt (default: the latest)")->check(CLI::PositiveNumber);
-  logs->add_option("--tail", a->logs.tail, "the last N lines (default: all)")->check(CLI::PositiveNumber);
+  logs->add_option("--rank", a->logs.rank, "which rank")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  logs->add_option("--attempt", a->logs.attempt, "which attempt (default: the latest)")
+      ->check(CLI::PositiveNumber);
+  logs->add_option("--tail", a->logs.tail, "the last N lines (default: all)")
+      ->check(CLI::PositiveNumber);
   logs->add_flag("-f,--follow", a->logs.follow, "keep printing new output until the rank ends");
   auto* top = app.add_subcommand("top", "live table of running jobs and racks");
-  top->add_option("--interval", a->refresh, "refresh seconds")->capture_default_str()->check(CLI::PositiveNumber);
+  top->add_option("--interval", a->refresh, "refresh seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   top->add_flag("--once", a->once, "print once and exit");
   out.insert(out.end(), {{submit, [&c, a] { return Submit(c, *a); }},
                          {watch, [&c, a] { return Watch(c, a->id, a->watch_output == "json"); }},
@@ -369,4 +440,3 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
 }
 
 }  // namespace moe::cli
-

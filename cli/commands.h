@@ -14,14 +14,14 @@ namespace moe::cli {
 // Every command's arguments.
 struct Args {
   std::string file, output = "table", id, name, watch_output = "text", name_prefix;
-  std::string selector;  // get jobs -l
+  std::string selector;             // get jobs -l
   std::vector<std::string> states;  // get jobs --state
   double refresh = 2;
   bool once = false;
-  bool now = false;         // cancel --now
-  bool wait = false;        // drain --wait
+  bool now = false;   // cancel --now
+  bool wait = false;  // drain --wait
   double wait_seconds = 600;
-  bool watch_list = false;  // get jobs|workers -w
+  bool watch_list = false;      // get jobs|workers -w
   bool resume_by_name = false;  // submit --resume-by-name
   LogsArgs logs;
 };

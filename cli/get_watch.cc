@@ -10,7 +10,8 @@ namespace moe::cli {
 namespace {
 
 // The cells of the watched columns, joined: what decides whether a row changed.
-std::string WatchedCells(const TableRows& t, const std::vector<std::string>& row, const std::vector<std::string>& watched) {
+std::string WatchedCells(const TableRows& t, const std::vector<std::string>& row,
+                         const std::vector<std::string>& watched) {
   std::string key;
   for (size_t i = 0; i < t.header.size() && i < row.size(); ++i) {
     for (const auto& w : watched) {
@@ -35,7 +36,8 @@ std::map<std::string, std::string> Lines(const TableRows& t, std::string* header
 
 }  // namespace
 
-int WatchTable(const std::function<StatusOr<TableRows>()>& fetch, const std::vector<std::string>& watched, double interval,
+int WatchTable(const std::function<StatusOr<TableRows>()>& fetch,
+               const std::vector<std::string>& watched, double interval,
                const std::function<int(const Status&)>& fail) {
   std::map<std::string, std::string> seen;  // first cell -> watched cells
   bool first = true;
@@ -63,8 +65,8 @@ int WatchTable(const std::function<StatusOr<TableRows>()>& fetch, const std::vec
   }
 }
 
-int WaitUntilFree(const std::string& worker, const std::function<StatusOr<std::string>()>& busy, double timeout,
-                  const std::function<int(const Status&)>& fail) {
+int WaitUntilFree(const std::string& worker, const std::function<StatusOr<std::string>()>& busy,
+                  double timeout, const std::function<int(const Status&)>& fail) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
   std::string said;
   while (true) {
@@ -75,14 +77,16 @@ int WaitUntilFree(const std::string& worker, const std::function<StatusOr<std::s
       return 0;
     }
     if (*job != said) {
-      std::printf("waiting for %s's rank of %s to checkpoint at its next step and stop (the job continues elsewhere)\n",
-                  worker.c_str(), job->c_str());
+      std::printf(
+          "waiting for %s's rank of %s to checkpoint at its next step and stop (the job continues "
+          "elsewhere)\n",
+          worker.c_str(), job->c_str());
       std::fflush(stdout);
       said = *job;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      return fail(DeadlineExceededError("drain --wait: " + worker + " still runs " + *job + " after " +
-                                        std::to_string(static_cast<int>(timeout)) +
+      return fail(DeadlineExceededError("drain --wait: " + worker + " still runs " + *job +
+                                        " after " + std::to_string(static_cast<int>(timeout)) +
                                         " s (--wait-seconds); it stays drained"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -14,12 +14,13 @@ namespace moe::cli {
 // The table once, then a row each time a row's watched columns (`watched`, by header name: STATE,
 // RESTARTS, ...) change or a new row appears, polling `fetch` every `interval` seconds until
 // interrupted or a poll fails. A row that disappears prints as "<first cell> deleted".
-int WatchTable(const std::function<StatusOr<TableRows>()>& fetch, const std::vector<std::string>& watched, double interval,
+int WatchTable(const std::function<StatusOr<TableRows>()>& fetch,
+               const std::vector<std::string>& watched, double interval,
                const std::function<int(const Status&)>& fail);
 
-// Waits until `busy()` says the worker runs nothing (it returns the job it still runs, or ""), at most
-// `timeout` seconds, printing what it waits for once and again when that changes.
-int WaitUntilFree(const std::string& worker, const std::function<StatusOr<std::string>()>& busy, double timeout,
-                  const std::function<int(const Status&)>& fail);
+// Waits until `busy()` says the worker runs nothing (it returns the job it still runs, or ""), at
+// most `timeout` seconds, printing what it waits for once and again when that changes.
+int WaitUntilFree(const std::string& worker, const std::function<StatusOr<std::string>()>& busy,
+                  double timeout, const std::function<int(const Status&)>& fail);
 
 }  // namespace moe::cli

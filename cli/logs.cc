@@ -15,7 +15,8 @@ int Logs(Client& c, const LogsArgs& a) {
   bool first = true;
   while (true) {
     moe::v1::GetLogsResponse r;
-    if (Status st = c.Call(&moe::v1::JobService::Stub::GetLogs, req, &r); !st.ok()) return c.Fail(st);
+    if (Status st = c.Call(&moe::v1::JobService::Stub::GetLogs, req, &r); !st.ok())
+      return c.Fail(st);
     std::fwrite(r.text().data(), 1, r.text().size(), stdout);
     std::fflush(stdout);
     req.set_tail_lines(0);

@@ -1,5 +1,5 @@
-// moectl logs JOB [--rank R] [--attempt N] [-f] [--tail N]: a rank's output, from the worker that runs
-// or ran it, through the controller (kubectl logs' habits).
+// moectl logs JOB [--rank R] [--attempt N] [-f] [--tail N]: a rank's output, from the worker that
+// runs or ran it, through the controller (kubectl logs' habits).
 #pragma once
 
 #include "cli/client.h"

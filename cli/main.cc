@@ -2,14 +2,13 @@
 //
 //   moectl submit -f job.yaml            prints the new job's id alone on stdout
 //   moectl get jobs | get job ID | get workers | get queues [-o table|json|yaml|name]
-//   moectl describe job ID | describe worker NAME | events ID | watch ID | cancel ID | delete job ID | delete worker NAME | drain NAME | undrain NAME | logs ID | top
-//   moectl plan -f job.yaml --cluster NAME [--software NAME] [--sweep N]   offline: no controller
-//   moectl plan JOB [--cluster NAME]     a submitted job on the racks its ranks hold
+//   moectl describe job ID | describe worker NAME | events ID | watch ID | cancel ID | delete job
+//   ID | delete worker NAME | drain NAME | undrain NAME | logs ID | top moectl plan -f job.yaml
+//   --cluster NAME [--software NAME] [--sweep N]   offline: no controller moectl plan JOB
+//   [--cluster NAME]     a submitted job on the racks its ranks hold
 //
 // The commands: cli/commands.cc. Exit codes: cli/client.h.
 #include <CLI/CLI.hpp>
-
-#include "common/service_log.h"
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -17,13 +16,15 @@
 
 #include "cli/commands.h"
 #include "cli/plan.h"
+#include "common/service_log.h"
 
 namespace {
 
 // The first word that is not a global flag or its value: what the user meant as the command.
 std::string FirstWord(int argc, char** argv) {
-  static const std::vector<std::string> with_value = {"--controller", "--token", "--token-file", "--tls-ca",
-                                                      "--tls-cert", "--tls-key", "--timeout"};
+  static const std::vector<std::string> with_value = {"--controller", "--token",    "--token-file",
+                                                      "--tls-ca",     "--tls-cert", "--tls-key",
+                                                      "--timeout"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("-", 0) != 0) return a;
@@ -32,8 +33,8 @@ std::string FirstWord(int argc, char** argv) {
   return "";
 }
 
-// CLI11 says "A subcommand is required" or "arguments were not expected" for a mistyped command: name
-// it, and the commands there are.
+// CLI11 says "A subcommand is required" or "arguments were not expected" for a mistyped command:
+// name it, and the commands there are.
 int UnknownCommand(const CLI::App& app, const std::string& word) {
   std::string names;
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
@@ -42,7 +43,8 @@ int UnknownCommand(const CLI::App& app, const std::string& word) {
   if (word.empty()) {
     std::fprintf(stderr, "moectl: a command is required: %s (moectl --help)\n", names.c_str());
   } else {
-    std::fprintf(stderr, "moectl: unknown command '%s'; the commands are %s (moectl --help)\n", word.c_str(), names.c_str());
+    std::fprintf(stderr, "moectl: unknown command '%s'; the commands are %s (moectl --help)\n",
+                 word.c_str(), names.c_str());
   }
   return 2;
 }
@@ -67,7 +69,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const std::string word = FirstWord(argc, argv);
     bool known = false;
-    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) known |= sub->get_name() == word;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+      known |= sub->get_name() == word;
     if (!known && e.get_exit_code() != 0) return UnknownCommand(app, word);
     return app.exit(e) == 0 ? 0 : 2;
   }

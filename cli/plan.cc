@@ -18,7 +18,8 @@ int Refuse(const Status& st) {
 }
 
 // The job document (the file, or the live job's expanded spec as JSON) with --set applied.
-StatusOr<JobSpec> ParseJob(const std::string& text, const std::string& origin, const std::vector<std::string>& sets) {
+StatusOr<JobSpec> ParseJob(const std::string& text, const std::string& origin,
+                           const std::vector<std::string>& sets) {
   auto doc = ParseYaml(text, kJobDocumentLimits);
   if (!doc.ok()) return doc.status().WithPrefix(origin);
   for (const std::string& s : sets) {
@@ -37,8 +38,9 @@ StatusOr<ClusterProfile> Cluster(const PlanArgs& a, const JobSpec& spec) {
   std::string name = a.cluster;
   if (name.empty()) {
     if (spec.resources.device != "cpu") {
-      return InvalidArgumentError("--cluster: required for a " + spec.resources.device +
-                                  " job: name the system its workers are (gb300-nvl72, h200, ... or a YAML path)");
+      return InvalidArgumentError(
+          "--cluster: required for a " + spec.resources.device +
+          " job: name the system its workers are (gb300-nvl72, h200, ... or a YAML path)");
     }
     name = "local";
   }
@@ -58,8 +60,8 @@ void PrintPlans(const PlanArgs& a, const Plan& p, const Plan* packed) {
   if (packed != nullptr) std::printf("%s", PlacementDifference(p, *packed).c_str());
 }
 
-int Sweep(const PlanArgs& a, const JobSpec& spec, const ClusterProfile& cluster, const SoftwareProfile& software,
-          const PlanOptions& options) {
+int Sweep(const PlanArgs& a, const JobSpec& spec, const ClusterProfile& cluster,
+          const SoftwareProfile& software, const PlanOptions& options) {
   auto plans = SweepLayouts(spec, cluster, software, options, static_cast<size_t>(a.sweep));
   if (!plans.ok()) return Refuse(plans.status());
   if (a.output == "json") {
@@ -67,8 +69,8 @@ int Sweep(const PlanArgs& a, const JobSpec& spec, const ClusterProfile& cluster,
     for (const Plan& p : *plans) list.Append(PlanToNode(p));
     std::printf("%s\n", ToJson(list, 2).c_str());
   } else {
-    std::printf("sweep: %s on %s, software %s\n%s", spec.name.c_str(), cluster.name.c_str(), software.name.c_str(),
-                SweepTable(*plans).c_str());
+    std::printf("sweep: %s on %s, software %s\n%s", spec.name.c_str(), cluster.name.c_str(),
+                software.name.c_str(), SweepTable(*plans).c_str());
   }
   return 0;
 }
@@ -85,29 +87,47 @@ StatusOr<moe::v1::Job> FetchJob(Client* c, const std::string& id) {
 }  // namespace
 
 CLI::App* AddPlanCommand(CLI::App& app, PlanArgs* a) {
-  auto* plan = app.add_subcommand("plan", "predict a job's memory, step time and TFLOP/s on a cluster");
-  plan->add_option("job", a->job, "a submitted job's id: plan it on the racks its ranks hold (asks the controller)");
+  auto* plan =
+      app.add_subcommand("plan", "predict a job's memory, step time and TFLOP/s on a cluster");
+  plan->add_option(
+      "job", a->job,
+      "a submitted job's id: plan it on the racks its ranks hold (asks the controller)");
   auto* file = plan->add_option("-f,--file", a->file, "job file (YAML or JSON): plan offline");
   file->excludes(plan->get_option("job"));
   plan->add_option("--cluster", a->cluster,
-                   "cluster profile: local (this machine, probed), h100, h200, h800, b200, gb200-nvl72, gb300-nvl72 or a "
+                   "cluster profile: local (this machine, probed), h100, h200, h800, b200, "
+                   "gb200-nvl72, gb300-nvl72 or a "
                    "YAML path (a live CPU job: local by default)");
   plan->add_option("--software", a->software,
-                   "software profile: ours (default on cuda), ours-cpu (default on cpu), megatron-2025-11, megatron-2026, "
+                   "software profile: ours (default on cuda), ours-cpu (default on cpu), "
+                   "megatron-2025-11, megatron-2026, "
                    "deepseek-h800 or a path");
-  plan->add_option("--set", a->sets, "change the job: field.path=value (parallelism.expert_parallel=64)");
-  plan->add_option("--switch", a->switches, "change the software profile: key=value (dispatcher=nccl, host.cuda_graphs=[])");
-  plan->add_option("--racks", a->racks, "scale-up domains to spread the job over (default: as few as fit)")->check(CLI::PositiveNumber);
-  plan->add_option("--ep-domains", a->ep_domains, "domains one expert-parallel group spans (placement)")->check(CLI::PositiveNumber);
-  plan->add_option("--tokens", a->tokens, "token budget for days and GPU-hours (default: the job's steps)")->check(CLI::PositiveNumber);
-  plan->add_option("--sweep", a->sweep, "rank the N best layouts of the job's world size (PP, VPP, EP, micro batch, recompute)")
+  plan->add_option("--set", a->sets,
+                   "change the job: field.path=value (parallelism.expert_parallel=64)");
+  plan->add_option("--switch", a->switches,
+                   "change the software profile: key=value (dispatcher=nccl, host.cuda_graphs=[])");
+  plan->add_option("--racks", a->racks,
+                   "scale-up domains to spread the job over (default: as few as fit)")
       ->check(CLI::PositiveNumber);
-  plan->add_option("-o,--output", a->output, "table | json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  plan->add_option("--ep-domains", a->ep_domains,
+                   "domains one expert-parallel group spans (placement)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--tokens", a->tokens,
+                   "token budget for days and GPU-hours (default: the job's steps)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option(
+          "--sweep", a->sweep,
+          "rank the N best layouts of the job's world size (PP, VPP, EP, micro batch, recompute)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("-o,--output", a->output, "table | json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
   return plan;
 }
 
 int RunPlan(const PlanArgs& a, Client* client) {
-  if (a.file.empty() && !a.live()) return Refuse(InvalidArgumentError("expected -f FILE (offline) or a job id (live)"));
+  if (a.file.empty() && !a.live())
+    return Refuse(InvalidArgumentError("expected -f FILE (offline) or a job id (live)"));
   moe::v1::Job job;
   std::string text = "", origin = a.file;
   if (a.live()) {
@@ -135,10 +155,13 @@ int RunPlan(const PlanArgs& a, Client* client) {
   PlanOptions options{a.racks, a.ep_domains, a.tokens};
   if (a.sweep > 0) return Sweep(a, *spec, *cluster, *software, options);
   const bool placed = a.live() && job.placement_size() > 0;
-  if (a.live() && !placed) std::fprintf(stderr, "moectl plan: job %s has no placement yet: planned as packed\n", a.job.c_str());
+  if (a.live() && !placed)
+    std::fprintf(stderr, "moectl plan: job %s has no placement yet: planned as packed\n",
+                 a.job.c_str());
   if (placed && a.racks == 0 && a.ep_domains == 0) {
     std::vector<std::string> racks;
-    for (const auto& r : job.placement()) racks.push_back(r.rack());  // the controller lists them by rank
+    for (const auto& r : job.placement())
+      racks.push_back(r.rack());  // the controller lists them by rank
     const PlanOptions placed = PlacementOptions(racks, spec->parallelism.expert_parallel);
     options.racks = placed.racks, options.ep_domains = placed.ep_domains;
   }

@@ -2,7 +2,8 @@
 // docs/planning.md).
 //
 //   moectl plan -f job.yaml --cluster NAME ...   offline: needs no controller
-//   moectl plan JOB [--cluster NAME] ...         a submitted or running job, planned on the racks its
+//   moectl plan JOB [--cluster NAME] ...         a submitted or running job, planned on the racks
+//   its
 //                                                ranks actually hold, against all-in-one-rack
 #pragma once
 

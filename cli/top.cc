@@ -11,7 +11,8 @@
 
 namespace moe::cli {
 
-std::string TopScreen(const moe::v1::ListJobsResponse& jobs, const moe::v1::ListWorkersResponse& workers) {
+std::string TopScreen(const moe::v1::ListJobsResponse& jobs,
+                      const moe::v1::ListWorkersResponse& workers) {
   std::vector<std::vector<std::string>> rows;
   std::map<std::string, double> rack_tflops;
   for (const auto& j : jobs.jobs()) {
@@ -22,25 +23,32 @@ std::string TopScreen(const moe::v1::ListJobsResponse& jobs, const moe::v1::List
       for (int r : m.stragglers()) strag += (strag.empty() ? "" : ",") + std::to_string(r);
     }
     const double a2a = m.step_seconds() > 0 ? m.alltoall_seconds() / m.step_seconds() : 0;
-    rows.push_back({j.id(), StateName(j.state()), m.step() > 0 ? std::to_string(m.step()) + "/" + std::to_string(m.total_steps()) : "-",
-                    FormatNumber(m.tflops_per_device()), FormatNumber(m.mfu() * 100, 1) + "%", FormatNumber(m.tokens_per_second(), 0),
-                    FormatNumber(m.loss()), FormatNumber(m.step_seconds(), 3), FormatNumber(a2a * 100, 1) + "%", strag});
+    rows.push_back(
+        {j.id(), StateName(j.state()),
+         m.step() > 0 ? std::to_string(m.step()) + "/" + std::to_string(m.total_steps()) : "-",
+         FormatNumber(m.tflops_per_device()), FormatNumber(m.mfu() * 100, 1) + "%",
+         FormatNumber(m.tokens_per_second(), 0), FormatNumber(m.loss()),
+         FormatNumber(m.step_seconds(), 3), FormatNumber(a2a * 100, 1) + "%", strag});
     // A rack's TFLOP/s: each of the job's ranks there does tflops_per_device.
     for (const auto& p : j.placement()) rack_tflops[p.rack()] += m.tflops_per_device();
   }
-  std::string out = "JOBS\n" + Table({"ID", "STATE", "STEP", "TFLOP/S/DEV", "MFU", "TOKENS/S", "LOSS", "STEP S", "A2A", "STRAGGLERS"}, rows);
+  std::string out = "JOBS\n" + Table({"ID", "STATE", "STEP", "TFLOP/S/DEV", "MFU", "TOKENS/S",
+                                      "LOSS", "STEP S", "A2A", "STRAGGLERS"},
+                                     rows);
   std::map<std::string, std::map<moe::v1::WorkerState, int>> racks;
   for (const auto& w : workers.workers()) racks[w.rack()][w.state()]++;
   std::vector<std::vector<std::string>> rrows;
   for (auto& [rack, counts] : racks) {
-    rrows.push_back({rack, std::to_string(counts[moe::v1::BUSY]), std::to_string(counts[moe::v1::IDLE]),
-                     std::to_string(counts[moe::v1::LOST]), std::to_string(counts[moe::v1::DRAINED]), FormatNumber(rack_tflops[rack])});
+    rrows.push_back({rack, std::to_string(counts[moe::v1::BUSY]),
+                     std::to_string(counts[moe::v1::IDLE]), std::to_string(counts[moe::v1::LOST]),
+                     std::to_string(counts[moe::v1::DRAINED]), FormatNumber(rack_tflops[rack])});
   }
   out += "\nRACKS\n" + Table({"RACK", "BUSY", "IDLE", "LOST", "DRAINED", "TFLOP/S"}, rrows);
   return out;
 }
 
-int Top(const Fetch& fetch, double interval, bool once, const std::function<int(const Status&)>& fail) {
+int Top(const Fetch& fetch, double interval, bool once,
+        const std::function<int(const Status&)>& fail) {
   const bool tty = ::isatty(STDOUT_FILENO);
   while (true) {
     moe::v1::ListJobsResponse jobs;

@@ -11,7 +11,9 @@
 namespace moe::cli {
 
 using Fetch = std::function<Status(moe::v1::ListJobsResponse*, moe::v1::ListWorkersResponse*)>;
-std::string TopScreen(const moe::v1::ListJobsResponse& jobs, const moe::v1::ListWorkersResponse& workers);
-int Top(const Fetch& fetch, double interval_seconds, bool once, const std::function<int(const Status&)>& fail);
+std::string TopScreen(const moe::v1::ListJobsResponse& jobs,
+                      const moe::v1::ListWorkersResponse& workers);
+int Top(const Fetch& fetch, double interval_seconds, bool once,
+        const std::function<int(const Status&)>& fail);
 
 }  // namespace moe::cli

@@ -37,8 +37,8 @@ class TextPrinter {
   }
   void Event(const moe::v1::JobEvent& e) {
     EndLine();
-    std::printf("%s  %-12s %-10s %s\n", ClockTime(e.time()).c_str(), e.type().c_str(), StateName(e.state()).c_str(),
-                EscapeControl(e.message()).c_str());
+    std::printf("%s  %-12s %-10s %s\n", ClockTime(e.time()).c_str(), e.type().c_str(),
+                StateName(e.state()).c_str(), EscapeControl(e.message()).c_str());
   }
   void Metrics(const moe::v1::StepMetrics& m) {
     saw_metrics_ = true;
@@ -47,7 +47,8 @@ class TextPrinter {
       // A step with a validation result keeps its line; the others overwrite each other.
       std::printf("\r%s\033[K%s", ProgressLine(m).c_str(), m.has_eval_loss() ? "\n" : "");
       line_open_ = !m.has_eval_loss();
-    } else if (now - last_print_ > std::chrono::seconds(5) || m.step() == m.total_steps() || m.has_eval_loss()) {
+    } else if (now - last_print_ > std::chrono::seconds(5) || m.step() == m.total_steps() ||
+               m.has_eval_loss()) {
       std::printf("%s\n", ProgressLine(m).c_str());
       last_print_ = now;
     }
@@ -61,8 +62,8 @@ class TextPrinter {
     if (saw_metrics_ || last.last_metrics().step() <= 0) return;
     std::printf("%s\n", ProgressLine(last.last_metrics()).c_str());
   }
-  // From the job's record (RunSummary: every step the controller saw, whenever this watch attached):
-  // the loss from the first step to the last, and means over the measured steps.
+  // From the job's record (RunSummary: every step the controller saw, whenever this watch
+  // attached): the loss from the first step to the last, and means over the measured steps.
   static void Summary(const moe::v1::Job& last) {
     std::printf("%s %s", last.id().c_str(), StateName(last.state()).c_str());
     if (!last.message().empty()) std::printf(": %s", EscapeControl(last.message()).c_str());
@@ -71,18 +72,25 @@ class TextPrinter {
     const auto& s = last.summary();
     if (m.step() <= 0 || s.reported_steps() == 0) return;
     const double n = static_cast<double>(std::max<int64_t>(1, s.measured_steps()));
-    std::printf("summary: steps %lld-%lld, loss %.4f -> %.4f, mean %.4f TFLOP/s per device, MFU %.1f%% (against %s), "
-                "%.0f tokens/s, %.3f s/step over %lld step(s), %d restart(s)%s\n",
-                static_cast<long long>(s.first_step()), static_cast<long long>(m.step()), s.first_loss(), m.loss(),
-                s.tflops_sum() / n, s.mfu_sum() / n * 100, m.mfu_peak_source().c_str(), s.tokens_per_second_sum() / n,
-                s.step_seconds_sum() / n, static_cast<long long>(s.measured_steps()), last.restarts(),
-                last.checkpoint_step() > 0 ? (", last checkpoint reported at step " + std::to_string(last.checkpoint_step())).c_str() : "");
+    std::printf(
+        "summary: steps %lld-%lld, loss %.4f -> %.4f, mean %.4f TFLOP/s per device, MFU %.1f%% "
+        "(against %s), "
+        "%.0f tokens/s, %.3f s/step over %lld step(s), %d restart(s)%s\n",
+        static_cast<long long>(s.first_step()), static_cast<long long>(m.step()), s.first_loss(),
+        m.loss(), s.tflops_sum() / n, s.mfu_sum() / n * 100, m.mfu_peak_source().c_str(),
+        s.tokens_per_second_sum() / n, s.step_seconds_sum() / n,
+        static_cast<long long>(s.measured_steps()), last.restarts(),
+        last.checkpoint_step() > 0
+            ? (", last checkpoint reported at step " + std::to_string(last.checkpoint_step()))
+                  .c_str()
+            : "");
   }
 
  private:
   const bool tty_ = ::isatty(STDOUT_FILENO);
   bool line_open_ = false, first_snapshot_ = true, saw_metrics_ = false;
-  std::chrono::steady_clock::time_point last_print_ = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  std::chrono::steady_clock::time_point last_print_ =
+      std::chrono::steady_clock::now() - std::chrono::hours(1);
 };
 
 }  // namespace

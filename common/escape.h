@@ -1,6 +1,6 @@
-// Text from outside (worker names, job messages, rank output) made safe to print: control characters
-// (newlines, ANSI escape sequences, ...) become visible escapes, so nobody can forge a log line or
-// repaint a terminal. Implemented in log.cc, whose every line goes through it.
+// Text from outside (worker names, job messages, rank output) made safe to print: control
+// characters (newlines, ANSI escape sequences, ...) become visible escapes, so nobody can forge a
+// log line or repaint a terminal. Implemented in log.cc, whose every line goes through it.
 #pragma once
 
 #include <string>

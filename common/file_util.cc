@@ -59,10 +59,11 @@ std::string JoinPath(const std::string& a, const std::string& b) {
 }
 
 Status WriteFileAtomic(const std::string& path, std::string_view data) {
-  // Unique per writer: ranks that are threads of one process (tests) may write the same key at once,
-  // and a temporary shared by two writers would mix their bytes before the rename.
+  // Unique per writer: ranks that are threads of one process (tests) may write the same key at
+  // once, and a temporary shared by two writers would mix their bytes before the rename.
   static std::atomic<uint64_t> writes{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(writes++);
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(writes++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("open " + tmp, errno);
   size_t off = 0;

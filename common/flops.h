@@ -13,14 +13,16 @@ namespace moe {
 int64_t PaddedVocab(int64_t vocab_size, int64_t multiple = 128);
 
 struct FlopsBreakdown {
-  double dense_ffn = 0;     // dense SwiGLU layers
-  double routed = 0;        // routed experts (top-k only)
-  double shared = 0;        // shared experts
-  double attn_proj = 0;     // attention projections (MHA q,k,v,o or the MLA terms)
-  double attn_core = 0;     // causal core attention (QK^T and AV)
-  double mtp = 0;           // MTP norms and eh_proj
-  double logits = 0;        // output head
-  double total() const { return dense_ffn + routed + shared + attn_proj + attn_core + mtp + logits; }
+  double dense_ffn = 0;  // dense SwiGLU layers
+  double routed = 0;     // routed experts (top-k only)
+  double shared = 0;     // shared experts
+  double attn_proj = 0;  // attention projections (MHA q,k,v,o or the MLA terms)
+  double attn_core = 0;  // causal core attention (QK^T and AV)
+  double mtp = 0;        // MTP norms and eh_proj
+  double logits = 0;     // output head
+  double total() const {
+    return dense_ffn + routed + shared + attn_proj + attn_core + mtp + logits;
+  }
 };
 
 // FLOPs of one training iteration (forward + backward) over `batch` sequences of `seq_length`.

@@ -11,7 +11,8 @@
 namespace moe {
 
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
-  if (o.address.empty()) return InvalidArgumentError("--controller: no address (or set MOE_CONTROLLER)");
+  if (o.address.empty())
+    return InvalidArgumentError("--controller: no address (or set MOE_CONTROLLER)");
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!o.tls_ca.empty() || !o.tls_cert.empty()) {
     grpc::SslCredentialsOptions ssl;
@@ -19,7 +20,8 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
       MOE_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFileToString(o.tls_ca));
     }
     if (!o.tls_cert.empty() || !o.tls_key.empty()) {
-      if (o.tls_cert.empty() || o.tls_key.empty()) return InvalidArgumentError("--tls-cert and --tls-key go together");
+      if (o.tls_cert.empty() || o.tls_key.empty())
+        return InvalidArgumentError("--tls-cert and --tls-key go together");
       MOE_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFileToString(o.tls_cert));
       MOE_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFileToString(o.tls_key));
     }
@@ -61,7 +63,8 @@ Status CheckSecretFileMode(const std::string& path) {
 StatusOr<std::string> ReadTokenFile(const std::string& path) {
   if (Status st = CheckSecretFileMode(path); !st.ok()) return st.WithPrefix("--token-file");
   MOE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' '))
+    text.pop_back();
   if (text.empty()) return InvalidArgumentError("--token-file " + path + ": empty");
   if (text.find_first_of(" \t\r\n") != std::string::npos) {
     return InvalidArgumentError("--token-file " + path + ": expected the token alone on one line");
@@ -73,16 +76,21 @@ std::string ConnectionHint(const Status& st, const ClientOptions& o) {
   if (st.code() != StatusCode::kUnavailable) return "";
   const std::string& m = st.message();
   const bool tls = !o.tls_ca.empty() || !o.tls_cert.empty();
-  const bool closed = m.find("Socket closed") != std::string::npos || m.find("handshake") != std::string::npos ||
+  const bool closed = m.find("Socket closed") != std::string::npos ||
+                      m.find("handshake") != std::string::npos ||
                       m.find("SSL") != std::string::npos || m.find("ssl") != std::string::npos;
   if (closed && tls && o.tls_cert.empty()) {
-    return " (the controller closed the TLS connection: it may require a client certificate, --tls-cert and --tls-key)";
+    return " (the controller closed the TLS connection: it may require a client certificate, "
+           "--tls-cert and --tls-key)";
   }
   if (closed && tls) {
-    return " (the TLS handshake failed: the controller does not trust this client certificate, or --tls-ca is not "
+    return " (the TLS handshake failed: the controller does not trust this client certificate, or "
+           "--tls-ca is not "
            "the CA of the controller's certificate)";
   }
-  if (closed) return " (the controller closed the connection: it may require TLS, --tls-ca; or it is restarting)";
+  if (closed)
+    return " (the controller closed the connection: it may require TLS, --tls-ca; or it is "
+           "restarting)";
   return " (is the controller running at " + o.address + "?)";
 }
 

@@ -1,5 +1,5 @@
-// Client side of the controller's gRPC API, shared by moectl and the worker agent: TLS/mTLS channels,
-// bearer tokens, message-size limits and deadlines on every call.
+// Client side of the controller's gRPC API, shared by moectl and the worker agent: TLS/mTLS
+// channels, bearer tokens, message-size limits and deadlines on every call.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -12,10 +12,10 @@
 namespace moe {
 
 struct ClientOptions {
-  std::string address;               // host:port
-  std::string token;                 // bearer token ("" for none)
-  std::string tls_ca;                // PEM of the CA that signed the controller's certificate: TLS on
-  std::string tls_cert, tls_key;     // client certificate for mTLS
+  std::string address;            // host:port
+  std::string token;              // bearer token ("" for none)
+  std::string tls_ca;             // PEM of the CA that signed the controller's certificate: TLS on
+  std::string tls_cert, tls_key;  // client certificate for mTLS
   int max_message_bytes = 16 << 20;
   // Its own TCP connection even when another channel of this process reaches the same address (many
   // fake workers in one process: streams sharing a connection would meet its stream limit).
@@ -33,7 +33,8 @@ StatusOr<std::string> ReadTokenFile(const std::string& path);
 // and a plain-text client talking to a TLS controller both read "Socket closed" otherwise.
 std::string ConnectionHint(const Status& st, const ClientOptions& options);
 // Sets the deadline and the authorization metadata of one call.
-void PrepareContext(grpc::ClientContext* ctx, const ClientOptions& options, double deadline_seconds);
+void PrepareContext(grpc::ClientContext* ctx, const ClientOptions& options,
+                    double deadline_seconds);
 // grpc::Status -> Status (same codes).
 Status FromGrpc(const grpc::Status& st);
 

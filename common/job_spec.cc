@@ -88,19 +88,24 @@ Status CheckParallelism(const JobSpec& s) {
   const auto& par = s.parallelism;
   const std::string p = "spec.parallelism.";
   if (par.world_size % par.pipeline_parallel != 0) {
-    return InvalidArgumentError(p + "pipeline_parallel: world_size = " + Int(par.world_size) +
-                                " is not divisible by pipeline_parallel = " + Int(par.pipeline_parallel));
+    return InvalidArgumentError(
+        p + "pipeline_parallel: world_size = " + Int(par.world_size) +
+        " is not divisible by pipeline_parallel = " + Int(par.pipeline_parallel));
   }
   if (par.data_parallel() % par.expert_parallel != 0) {
-    return InvalidArgumentError(p + "expert_parallel: the data-parallel size world_size / pipeline_parallel = " +
-                                Int(par.data_parallel()) + " is not divisible by expert_parallel = " + Int(par.expert_parallel));
+    return InvalidArgumentError(
+        p + "expert_parallel: the data-parallel size world_size / pipeline_parallel = " +
+        Int(par.data_parallel()) +
+        " is not divisible by expert_parallel = " + Int(par.expert_parallel));
   }
   if (s.model.num_moe_layers() > 0 && s.model.moe.num_experts % par.expert_parallel != 0) {
-    return InvalidArgumentError(p + "expert_parallel: num_experts = " + Int(s.model.moe.num_experts) +
-                                " is not divisible by expert_parallel = " + Int(par.expert_parallel));
+    return InvalidArgumentError(
+        p + "expert_parallel: num_experts = " + Int(s.model.moe.num_experts) +
+        " is not divisible by expert_parallel = " + Int(par.expert_parallel));
   }
   if (par.virtual_pipeline > 1 && par.pipeline_parallel < 2) {
-    return InvalidArgumentError(p + "virtual_pipeline: " + Int(par.virtual_pipeline) + " model chunks per rank need pipeline_parallel > 1");
+    return InvalidArgumentError(p + "virtual_pipeline: " + Int(par.virtual_pipeline) +
+                                " model chunks per rank need pipeline_parallel > 1");
   }
   return ResolvePipelineLayout(s).status();
 }
@@ -115,15 +120,17 @@ Status CheckLayout(const JobSpec& s) {
   const int64_t unit = d.micro_batch_size * par.data_parallel();
   if (d.global_batch_size % unit != 0) {
     return InvalidArgumentError("spec.data.global_batch_size: " + Int(d.global_batch_size) +
-                                " must be a multiple of micro_batch_size x data-parallel size (world_size / pipeline_parallel) = " +
+                                " must be a multiple of micro_batch_size x data-parallel size "
+                                "(world_size / pipeline_parallel) = " +
                                 Int(unit));
   }
   // Interleaving runs the micro-batches in rounds of pipeline_parallel (Megatron's requirement).
   const int64_t round = par.virtual_pipeline > 1 ? unit * par.pipeline_parallel : unit;
   if (d.global_batch_size % round != 0) {
-    return InvalidArgumentError("spec.data.global_batch_size: " + Int(d.global_batch_size) +
-                                " must give each pipeline a multiple of pipeline_parallel = " + Int(par.pipeline_parallel) +
-                                " micro-batches with virtual_pipeline > 1 (a multiple of " + Int(round) + ")");
+    return InvalidArgumentError(
+        "spec.data.global_batch_size: " + Int(d.global_batch_size) +
+        " must give each pipeline a multiple of pipeline_parallel = " + Int(par.pipeline_parallel) +
+        " micro-batches with virtual_pipeline > 1 (a multiple of " + Int(round) + ")");
   }
   return CheckBatchRamp(d, round);
 }
@@ -133,12 +140,16 @@ Status CheckEvaluation(const JobSpec& s) {
   MOE_ASSIGN_OR_RETURN(const auto weights, ParseSplit(s.data.split, "spec.data.split"));
   if (s.training.eval_interval == 0) return OkStatus();
   if (s.data.source != "indexed") {
-    return InvalidArgumentError("spec.training.eval_interval: evaluation needs an indexed dataset with a validation split "
-                                "(spec.data.source is " + s.data.source + ")");
+    return InvalidArgumentError(
+        "spec.training.eval_interval: evaluation needs an indexed dataset with a validation split "
+        "(spec.data.source is " +
+        s.data.source + ")");
   }
   if (!(weights[1] > 0)) {
-    return InvalidArgumentError("spec.training.eval_interval: evaluation needs a validation split: spec.data.split gives "
-                                "valid a weight of 0 ('" + s.data.split + "'; e.g. \"95,5,0\")");
+    return InvalidArgumentError(
+        "spec.training.eval_interval: evaluation needs a validation split: spec.data.split gives "
+        "valid a weight of 0 ('" +
+        s.data.split + "'; e.g. \"95,5,0\")");
   }
   return OkStatus();
 }
@@ -149,34 +160,40 @@ Status CheckBatchRamp(const DataConfig& d, int64_t unit) {
   const std::string p = "spec.data.batch_ramp";
   if (r.start == 0) return OkStatus();
   if (r.start >= d.global_batch_size) {
-    return InvalidArgumentError(p + ".start: " + Int(r.start) + " must be below global_batch_size = " +
-                                Int(d.global_batch_size));
+    return InvalidArgumentError(p + ".start: " + Int(r.start) +
+                                " must be below global_batch_size = " + Int(d.global_batch_size));
   }
   if (r.increment <= 0 || (d.global_batch_size - r.start) % r.increment != 0) {
-    return InvalidArgumentError(p + ".increment: " + Int(r.increment) + " must be > 0 and divide global_batch_size - start = " +
+    return InvalidArgumentError(p + ".increment: " + Int(r.increment) +
+                                " must be > 0 and divide global_batch_size - start = " +
                                 Int(d.global_batch_size - r.start));
   }
   if (r.start % unit != 0 || r.increment % unit != 0) {
-    return InvalidArgumentError(p + ": start and increment must be multiples of " + Int(unit) +
-                                " (micro_batch_size x data-parallel size, x pipeline_parallel when interleaved)");
+    return InvalidArgumentError(
+        p + ": start and increment must be multiples of " + Int(unit) +
+        " (micro_batch_size x data-parallel size, x pipeline_parallel when interleaved)");
   }
-  if (!(r.tokens > 0)) return InvalidArgumentError(p + ".tokens: must be > 0 (the tokens over which the batch grows)");
+  if (!(r.tokens > 0))
+    return InvalidArgumentError(p + ".tokens: must be > 0 (the tokens over which the batch grows)");
   return OkStatus();
 }
 
-// spec.elastic: the smallest size must be a layout the job can run at (the same PP and EP, the global
-// batch in whole micro-batches per rank).
+// spec.elastic: the smallest size must be a layout the job can run at (the same PP and EP, the
+// global batch in whole micro-batches per rank).
 Status CheckElastic(const JobSpec& s) {
   const int64_t min = s.elastic.min_data_parallel, dp = s.parallelism.data_parallel();
   if (min == 0) return OkStatus();
   const std::string p = "spec.elastic.min_data_parallel";
-  if (min > dp) return InvalidArgumentError(p + ": " + Int(min) + " exceeds the job's data-parallel size " + Int(dp));
+  if (min > dp)
+    return InvalidArgumentError(p + ": " + Int(min) + " exceeds the job's data-parallel size " +
+                                Int(dp));
   JobSpec small = s;
   small.parallelism.world_size = min * s.parallelism.pipeline_parallel;
   small.elastic = {};
   if (Status st = CheckLayout(small); !st.ok()) {
-    return InvalidArgumentError(p + ": the job cannot run at data-parallel " + Int(min) + " (world size " +
-                                Int(small.parallelism.world_size) + "): " + st.message());
+    return InvalidArgumentError(p + ": the job cannot run at data-parallel " + Int(min) +
+                                " (world size " + Int(small.parallelism.world_size) +
+                                "): " + st.message());
   }
   return OkStatus();
 }
@@ -229,10 +246,13 @@ Status ValidateJobSpec(const JobSpec& s) {
   MOE_RETURN_IF_ERROR(CheckLayout(s));
   if (s.training.attention == "materialized" && s.resources.device == "cuda") {
     return InvalidArgumentError(
-        "spec.training.attention: materialized is the CPU reference path (no CUDA kernel); use flash on cuda");
+        "spec.training.attention: materialized is the CPU reference path (no CUDA kernel); use "
+        "flash on cuda");
   }
-  if (s.resources.precision == "fp32" && s.resources.device == "cuda") {  // bf16 and fp8 emulate on CPU too
-    return InvalidArgumentError("spec.resources.precision: fp32 on cuda: CUDA ranks train in bf16 or fp8");
+  if (s.resources.precision == "fp32" &&
+      s.resources.device == "cuda") {  // bf16 and fp8 emulate on CPU too
+    return InvalidArgumentError(
+        "spec.resources.precision: fp32 on cuda: CUDA ranks train in bf16 or fp8");
   }
   if (s.optimizer.min_lr > s.optimizer.lr) {
     return InvalidArgumentError("spec.optimizer.min_lr: must be in [0, lr], got " +
@@ -254,12 +274,18 @@ StatusOr<std::array<double, 3>> ParseSplit(const std::string& split, const std::
     char* end = nullptr;
     w[i] = std::strtod(part.c_str(), &end);
     if (part.empty() || end != part.c_str() + part.size() || !(w[i] >= 0) || !std::isfinite(w[i])) {
-      return InvalidArgumentError(path + ": '" + split + "' is not up to three non-negative weights (train,valid,test), e.g. \"969,30,1\"");
+      return InvalidArgumentError(
+          path + ": '" + split +
+          "' is not up to three non-negative weights (train,valid,test), e.g. \"969,30,1\"");
     }
     at = comma + 1;
   }
-  if (at <= split.size()) return InvalidArgumentError(path + ": '" + split + "' has more than three weights (train,valid,test)");
-  if (!(w[0] > 0)) return InvalidArgumentError(path + ": '" + split + "' leaves nothing to train on (the train weight must be > 0)");
+  if (at <= split.size())
+    return InvalidArgumentError(path + ": '" + split +
+                                "' has more than three weights (train,valid,test)");
+  if (!(w[0] > 0))
+    return InvalidArgumentError(path + ": '" + split +
+                                "' leaves nothing to train on (the train weight must be > 0)");
   return w;
 }
 
@@ -269,9 +295,12 @@ Status ValidateSchedule(const Schedule& s, const std::string& path) {
     const ScheduleSegment& g = s[i];
     const std::string at = path + "[" + std::to_string(i) + "]";
     const bool last = i + 1 == s.size();
-    if (!g.until_tokens && !last) return InvalidArgumentError(at + ".until_tokens: missing (only the last segment may run forever)");
+    if (!g.until_tokens && !last)
+      return InvalidArgumentError(at +
+                                  ".until_tokens: missing (only the last segment may run forever)");
     if (g.until_tokens && *g.until_tokens <= prev) {
-      return InvalidArgumentError(at + ".until_tokens: " + Num(*g.until_tokens) + " must be above the previous segment's end " + Num(prev));
+      return InvalidArgumentError(at + ".until_tokens: " + Num(*g.until_tokens) +
+                                  " must be above the previous segment's end " + Num(prev));
     }
     if (g.shape != "constant" && !g.until_tokens) {
       return InvalidArgumentError(at + ".until_tokens: a " + g.shape + " segment needs an end");
@@ -286,8 +315,8 @@ Node ModelConfigToNode(const ModelConfig& m) { return SchemaOf<ModelConfig>().Wr
 Node JobSpecToNode(const JobSpec& s) { return SchemaOf<JobSpec>().Write(s); }
 
 std::string ModelFingerprint(const JobSpec& s) {
-  // The shape matters, not the name it came from, nor the recipe (init, loss weights, schedules), nor
-  // the layout: checkpoints store global tensors, so any layout can read them.
+  // The shape matters, not the name it came from, nor the recipe (init, loss weights, schedules),
+  // nor the layout: checkpoints store global tensors, so any layout can read them.
   ModelConfig shape = s.model;
   shape.preset.clear();
   shape.init_std = ModelConfig().init_std;

@@ -52,13 +52,15 @@ Node MessageToNode(const Message& m) {
       node.Set(DocumentKey(*f), ValueToNode(m, *f, -1));
       continue;
     }
-    if (f->is_map()) {  // string keys (the schema's maps); reflection's order is unspecified: sorted
+    if (f->is_map()) {  // string keys (the schema's maps); reflection's order is unspecified:
+                        // sorted
       std::map<std::string, Node> entries;
       const int n = m.GetReflection()->FieldSize(m, f);
       for (int i = 0; i < n; ++i) {
         const Message& entry = m.GetReflection()->GetRepeatedMessage(m, f, i);
         const FieldDescriptor* key = entry.GetDescriptor()->map_key();
-        entries[entry.GetReflection()->GetString(entry, key)] = ValueToNode(entry, *entry.GetDescriptor()->map_value(), -1);
+        entries[entry.GetReflection()->GetString(entry, key)] =
+            ValueToNode(entry, *entry.GetDescriptor()->map_value(), -1);
       }
       Node map = Node::Map();
       for (auto& [k, v] : entries) map.Set(k, std::move(v));
@@ -76,7 +78,8 @@ Node MessageToNode(const Message& m) {
 namespace {
 
 // One scalar or message value of field `f` from `v`: set (`add` false) or appended (`add` true).
-Status PutValue(const Node& v, const std::string& path, const FieldDescriptor& f, bool add, Message* m) {
+Status PutValue(const Node& v, const std::string& path, const FieldDescriptor& f, bool add,
+                Message* m) {
   const auto* r = m->GetReflection();
   switch (f.cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT64: {
@@ -119,18 +122,22 @@ Status PutValue(const Node& v, const std::string& path, const FieldDescriptor& f
 Status SetValue(const Node& v, const std::string& path, const FieldDescriptor& f, Message* m) {
   if (v.IsNull()) return OkStatus();  // absent: the field stays unset
   if (f.is_map()) {
-    if (!v.IsMap()) return InvalidArgumentError(path + ": expected a mapping, got " + std::string(v.KindName()));
+    if (!v.IsMap())
+      return InvalidArgumentError(path + ": expected a mapping, got " + std::string(v.KindName()));
     for (const auto& [key, value] : v.items()) {
       Message* entry = m->GetReflection()->AddMessage(m, &f);
       entry->GetReflection()->SetString(entry, entry->GetDescriptor()->map_key(), key);
-      MOE_RETURN_IF_ERROR(PutValue(value, path + "." + key, *entry->GetDescriptor()->map_value(), false, entry));
+      MOE_RETURN_IF_ERROR(
+          PutValue(value, path + "." + key, *entry->GetDescriptor()->map_value(), false, entry));
     }
     return OkStatus();
   }
   if (!f.is_repeated()) return PutValue(v, path, f, false, m);
-  if (!v.IsList()) return InvalidArgumentError(path + ": expected a list, got " + std::string(v.KindName()));
+  if (!v.IsList())
+    return InvalidArgumentError(path + ": expected a list, got " + std::string(v.KindName()));
   for (size_t i = 0; i < v.elements().size(); ++i) {
-    MOE_RETURN_IF_ERROR(PutValue(v.elements()[i], path + "[" + std::to_string(i) + "]", f, true, m));
+    MOE_RETURN_IF_ERROR(
+        PutValue(v.elements()[i], path + "[" + std::to_string(i) + "]", f, true, m));
   }
   return OkStatus();
 }
@@ -139,8 +146,8 @@ Status SetValue(const Node& v, const std::string& path, const FieldDescriptor& f
 
 Status MessageFromNode(const Node& node, Message* m, const std::string& path) {
   if (!node.IsMap()) {
-    return InvalidArgumentError((path.empty() ? "the document" : path) + ": expected a mapping, got " +
-                                std::string(node.KindName()));
+    return InvalidArgumentError((path.empty() ? "the document" : path) +
+                                ": expected a mapping, got " + std::string(node.KindName()));
   }
   const google::protobuf::Descriptor* d = m->GetDescriptor();
   for (const auto& [key, value] : node.items()) {
@@ -172,9 +179,10 @@ StatusOr<moe::v1::TrainingJob> TrainingJobFromText(const std::string& text) {
     return InvalidArgumentError(
         "the job document must be a mapping (apiVersion, kind, metadata, spec)");
   }
-  // moe-train's reader first (one code path, one set of messages: a misspelt key gets its field path
-  // and "did you mean"); the document's tree then becomes the API's form field by field. The values
-  // are checked by SpecFromProto (ValidateJobSpec, as moe-train does) where the job is accepted.
+  // moe-train's reader first (one code path, one set of messages: a misspelt key gets its field
+  // path and "did you mean"); the document's tree then becomes the API's form field by field. The
+  // values are checked by SpecFromProto (ValidateJobSpec, as moe-train does) where the job is
+  // accepted.
   JobSpec read;
   MOE_RETURN_IF_ERROR(SchemaOf<JobSpec>().Read(doc, "", &read));
   moe::v1::TrainingJob job;

@@ -20,10 +20,10 @@ namespace moe {
 
 // Semantic validation with field paths; the result is the spec with every default filled in.
 StatusOr<JobSpec> SpecFromProto(const moe::v1::TrainingJob& job);
-// Every field written out (what the controller stores and hands to workers), built from the engine's
-// form by reflection (no JSON text). It cannot fail on a valid spec: its document has the schema's
-// fields, and job_spec_schema_test keeps those and the proto's equal (a mismatch is a bug and stops
-// the process).
+// Every field written out (what the controller stores and hands to workers), built from the
+// engine's form by reflection (no JSON text). It cannot fail on a valid spec: its document has the
+// schema's fields, and job_spec_schema_test keeps those and the proto's equal (a mismatch is a bug
+// and stops the process).
 moe::v1::TrainingJob SpecToProto(const JobSpec& spec);
 // A YAML or JSON document to the proto: read as moe-train reads it (the schema reader: field paths,
 // "did you mean"), then parsed by protobuf (unknown fields rejected).
@@ -31,7 +31,8 @@ StatusOr<moe::v1::TrainingJob> TrainingJobFromText(const std::string& text);
 // A document (keys by DocumentKey) to a protobuf message, field by field through reflection: no
 // text in between. Unknown keys and values of the wrong type are refused, naming the path below
 // `path`. The inverse of MessageToNode.
-Status MessageFromNode(const Node& node, google::protobuf::Message* m, const std::string& path = "");
+Status MessageFromNode(const Node& node, google::protobuf::Message* m,
+                       const std::string& path = "");
 
 // The key of a proto field in the job document: its json_name where the .proto sets one, else its
 // name.

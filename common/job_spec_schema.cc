@@ -1,8 +1,8 @@
 #include "common/job_spec_schema.h"
 
-#include "common/presets.h"
-
 #include <cctype>
+
+#include "common/presets.h"
 
 namespace moe {
 namespace {
@@ -12,14 +12,17 @@ bool IsLowerAlnum(char c) {
 }
 
 // metadata.name: it becomes part of paths, log files and Kubernetes labels.
-// Priorities are compared as they are; the bound keeps them far from overflow wherever they are used.
+// Priorities are compared as they are; the bound keeps them far from overflow wherever they are
+// used.
 Status ValidPriority(int64_t v, const std::string& path) {
   if (v >= -1000000000 && v <= 1000000000) return OkStatus();
-  return InvalidArgumentError(path + ": must be in -1000000000 .. 1000000000, got " + std::to_string(v));
+  return InvalidArgumentError(path + ": must be in -1000000000 .. 1000000000, got " +
+                              std::to_string(v));
 }
 
-// Kubernetes' label syntax: a key is [prefix/]name (name: 1-63 of A-Z a-z 0-9 - _ ., alphanumeric at
-// both ends; prefix: a DNS subdomain of at most 253); a value is empty or a name. At most 64 labels.
+// Kubernetes' label syntax: a key is [prefix/]name (name: 1-63 of A-Z a-z 0-9 - _ ., alphanumeric
+// at both ends; prefix: a DNS subdomain of at most 253); a value is empty or a name. At most 64
+// labels.
 bool IsLabelName(std::string_view s) {
   const auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
   if (s.empty() || s.size() > 63 || !alnum(s.front()) || !alnum(s.back())) return false;
@@ -30,18 +33,25 @@ bool IsLabelName(std::string_view s) {
 }
 
 Status ValidLabels(const std::map<std::string, std::string>& labels, const std::string& path) {
-  if (labels.size() > 64) return InvalidArgumentError(path + ": at most 64 labels, got " + std::to_string(labels.size()));
+  if (labels.size() > 64)
+    return InvalidArgumentError(path + ": at most 64 labels, got " + std::to_string(labels.size()));
   for (const auto& [key, value] : labels) {
     const size_t slash = key.find('/');
-    const std::string_view prefix = slash == std::string::npos ? "" : std::string_view(key).substr(0, slash);
-    const std::string_view name = slash == std::string::npos ? std::string_view(key) : std::string_view(key).substr(slash + 1);
-    const bool prefix_ok = slash == std::string::npos || (!prefix.empty() && prefix.size() <= 253 && IsLabelName(prefix));
+    const std::string_view prefix =
+        slash == std::string::npos ? "" : std::string_view(key).substr(0, slash);
+    const std::string_view name = slash == std::string::npos
+                                      ? std::string_view(key)
+                                      : std::string_view(key).substr(slash + 1);
+    const bool prefix_ok = slash == std::string::npos ||
+                           (!prefix.empty() && prefix.size() <= 253 && IsLabelName(prefix));
     if (!prefix_ok || !IsLabelName(name)) {
-      return InvalidArgumentError(path + ": key '" + key + "' must be [prefix/]name, the name 1-63 characters of a-z, A-Z, "
+      return InvalidArgumentError(path + ": key '" + key +
+                                  "' must be [prefix/]name, the name 1-63 characters of a-z, A-Z, "
                                   "0-9, '-', '_', '.', starting and ending alphanumeric");
     }
     if (!value.empty() && !IsLabelName(value)) {
-      return InvalidArgumentError(path + "." + key + ": '" + value + "' must be empty or 1-63 characters of a-z, A-Z, 0-9, "
+      return InvalidArgumentError(path + "." + key + ": '" + value +
+                                  "' must be empty or 1-63 characters of a-z, A-Z, 0-9, "
                                   "'-', '_', '.', starting and ending alphanumeric");
     }
   }

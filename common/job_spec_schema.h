@@ -45,8 +45,9 @@ const Schema<ElasticConfig>& SchemaOf<ElasticConfig>();
 template <>
 const Schema<JobSpec>& SchemaOf<JobSpec>();
 
-// A name as metadata.name allows it (1-63 of a-z, 0-9, '-', '.', '_', alphanumeric at both ends): it
-// becomes part of paths, log files and Kubernetes labels. Queues and classes are named the same way.
+// A name as metadata.name allows it (1-63 of a-z, 0-9, '-', '.', '_', alphanumeric at both ends):
+// it becomes part of paths, log files and Kubernetes labels. Queues and classes are named the same
+// way.
 Status ValidName(const std::string& s, const std::string& path);
 
 }  // namespace moe

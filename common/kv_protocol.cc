@@ -26,7 +26,8 @@ std::vector<std::string_view> Words(std::string_view line) {
 Status DecodeKeys(const std::vector<std::string_view>& words, size_t from, KvRequest* r) {
   for (size_t i = from; i < words.size(); ++i) {
     std::string key;
-    if (!HexDecode(words[i], &key)) return InvalidArgumentError("malformed request: a key is not hex");
+    if (!HexDecode(words[i], &key))
+      return InvalidArgumentError("malformed request: a key is not hex");
     r->keys.push_back(std::move(key));
   }
   return OkStatus();
@@ -59,9 +60,12 @@ bool HexDecode(std::string_view hex, std::string* out) {
 
 std::string FormatKvRequest(const KvRequest& r) {
   switch (r.op) {
-    case KvRequest::Op::kSet: return "SET " + HexEncode(r.keys.at(0)) + " " + HexEncode(r.value);
-    case KvRequest::Op::kGet: return "GET " + HexEncode(r.keys.at(0));
-    case KvRequest::Op::kWait: break;
+    case KvRequest::Op::kSet:
+      return "SET " + HexEncode(r.keys.at(0)) + " " + HexEncode(r.value);
+    case KvRequest::Op::kGet:
+      return "GET " + HexEncode(r.keys.at(0));
+    case KvRequest::Op::kWait:
+      break;
   }
   std::string line = "WAIT " + std::to_string(r.timeout_ms);
   for (const auto& k : r.keys) line += " " + HexEncode(k);
@@ -73,9 +77,11 @@ StatusOr<KvRequest> ParseKvRequest(std::string_view line) {
   if (w.empty()) return InvalidArgumentError("empty request");
   KvRequest r;
   if (w[0] == "SET") {
-    if (w.size() != 3) return InvalidArgumentError("malformed request: SET takes a key and a value");
+    if (w.size() != 3)
+      return InvalidArgumentError("malformed request: SET takes a key and a value");
     r.op = KvRequest::Op::kSet;
-    if (!HexDecode(w[2], &r.value)) return InvalidArgumentError("malformed request: the value is not hex");
+    if (!HexDecode(w[2], &r.value))
+      return InvalidArgumentError("malformed request: the value is not hex");
     MOE_RETURN_IF_ERROR(DecodeKeys({w[0], w[1]}, 1, &r));
     return r;
   }
@@ -87,7 +93,8 @@ StatusOr<KvRequest> ParseKvRequest(std::string_view line) {
   }
   if (w[0] == "WAIT") {
     r.op = KvRequest::Op::kWait;
-    const Status malformed = InvalidArgumentError("malformed request: WAIT takes a timeout in ms and at least one key");
+    const Status malformed =
+        InvalidArgumentError("malformed request: WAIT takes a timeout in ms and at least one key");
     if (w.size() < 3) return malformed;
     const char* last = w[1].data() + w[1].size();
     const auto [end, ec] = std::from_chars(w[1].data(), last, r.timeout_ms);
@@ -102,10 +109,14 @@ std::string FormatKvValue(std::string_view value) { return "VAL " + HexEncode(va
 
 std::string FormatKvReply(const Status& status) {
   switch (status.code()) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kNotFound: return "NOTFOUND";
-    case StatusCode::kDeadlineExceeded: return "TIMEOUT " + status.message();
-    default: return "ERR " + status.message();
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kNotFound:
+      return "NOTFOUND";
+    case StatusCode::kDeadlineExceeded:
+      return "TIMEOUT " + status.message();
+    default:
+      return "ERR " + status.message();
   }
 }
 
@@ -113,11 +124,13 @@ Status ParseKvReply(std::string_view line, std::string* value) {
   if (line == "OK") return OkStatus();
   if (line == "NOTFOUND") return NotFoundError("key not found");
   if (line.rfind("VAL ", 0) == 0) {
-    if (value == nullptr || !HexDecode(line.substr(4), value)) return InternalError("rendezvous: malformed value");
+    if (value == nullptr || !HexDecode(line.substr(4), value))
+      return InternalError("rendezvous: malformed value");
     return OkStatus();
   }
   if (line.rfind("TIMEOUT ", 0) == 0) return DeadlineExceededError(std::string(line.substr(8)));
-  if (line.rfind("ERR ", 0) == 0) return UnavailableError("rendezvous: " + std::string(line.substr(4)));
+  if (line.rfind("ERR ", 0) == 0)
+    return UnavailableError("rendezvous: " + std::string(line.substr(4)));
   return InternalError("rendezvous: unexpected reply '" + std::string(line.substr(0, 64)) + "'");
 }
 

@@ -15,7 +15,9 @@ std::string Trim(const std::string& s) {
 // A key or value as labels allow them: no spaces, separators or operators.
 bool Plain(const std::string& s) {
   for (char c : s) {
-    if (std::isspace(static_cast<unsigned char>(c)) || c == '=' || c == '!' || c == ',' || c == '(' || c == ')') return false;
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '=' || c == '!' || c == ',' ||
+        c == '(' || c == ')')
+      return false;
   }
   return true;
 }
@@ -27,7 +29,8 @@ StatusOr<LabelSelector> LabelSelector::Parse(const std::string& text, const std:
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = text.find(',', start);
-    const std::string term = Trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    const std::string term =
+        Trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     start = comma == std::string::npos ? text.size() + 1 : comma + 1;
     if (term.empty()) {
       if (text.empty()) break;
@@ -35,9 +38,12 @@ StatusOr<LabelSelector> LabelSelector::Parse(const std::string& text, const std:
     }
     Term t;
     size_t at = std::string::npos, len = 0;
-    if ((at = term.find("!=")) != std::string::npos) t.op = Term::Op::kNotEquals, len = 2;
-    else if ((at = term.find("==")) != std::string::npos) t.op = Term::Op::kEquals, len = 2;
-    else if ((at = term.find('=')) != std::string::npos) t.op = Term::Op::kEquals, len = 1;
+    if ((at = term.find("!=")) != std::string::npos)
+      t.op = Term::Op::kNotEquals, len = 2;
+    else if ((at = term.find("==")) != std::string::npos)
+      t.op = Term::Op::kEquals, len = 2;
+    else if ((at = term.find('=')) != std::string::npos)
+      t.op = Term::Op::kEquals, len = 1;
     if (at != std::string::npos) {
       t.key = Trim(term.substr(0, at));
       t.value = Trim(term.substr(at + len));
@@ -49,8 +55,10 @@ StatusOr<LabelSelector> LabelSelector::Parse(const std::string& text, const std:
       t.key = term;
     }
     if (t.key.empty() || !Plain(t.key) || !Plain(t.value)) {
-      return InvalidArgumentError(what + ": cannot read '" + term + "' (terms are k=v, k==v, k!=v, k or !k, joined by "
-                                  "commas; set-based terms such as 'k in (a,b)' are not supported)");
+      return InvalidArgumentError(
+          what + ": cannot read '" + term +
+          "' (terms are k=v, k==v, k!=v, k or !k, joined by "
+          "commas; set-based terms such as 'k in (a,b)' are not supported)");
     }
     out.terms_.push_back(std::move(t));
   }

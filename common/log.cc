@@ -13,7 +13,7 @@ namespace moe {
 namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::mutex g_mu;
-std::string g_prefix;  // guarded by g_mu
+std::string g_prefix;      // guarded by g_mu
 LogSink g_sink = nullptr;  // guarded by g_mu
 }  // namespace
 
@@ -34,7 +34,8 @@ void LogRankLine(std::string_view job, int rank, std::string_view line) {
     g_sink(LogRecord{LogLevel::kInfo, text, job, rank});
     return;
   }
-  std::fprintf(stderr, "[%.*s r%d] %s\n", static_cast<int>(job.size()), job.data(), rank, text.c_str());
+  std::fprintf(stderr, "[%.*s r%d] %s\n", static_cast<int>(job.size()), job.data(), rank,
+               text.c_str());
   std::fflush(stderr);
 }
 
@@ -46,11 +47,16 @@ void SetLogPrefix(std::string prefix) {
 }
 
 bool ParseLogLevel(std::string_view s, LogLevel* out) {
-  if (s == "debug") *out = LogLevel::kDebug;
-  else if (s == "info") *out = LogLevel::kInfo;
-  else if (s == "warning") *out = LogLevel::kWarning;
-  else if (s == "error") *out = LogLevel::kError;
-  else return false;
+  if (s == "debug")
+    *out = LogLevel::kDebug;
+  else if (s == "info")
+    *out = LogLevel::kInfo;
+  else if (s == "warning")
+    *out = LogLevel::kWarning;
+  else if (s == "error")
+    *out = LogLevel::kError;
+  else
+    return false;
   return true;
 }
 
@@ -95,8 +101,9 @@ LogMessage::~LogMessage() {
   tm t;
   localtime_r(&tv.tv_sec, &t);
   char stamp[64];
-  std::snprintf(stamp, sizeof(stamp), "%c%02d%02d %02d:%02d:%02d.%03d", kLetters[static_cast<int>(level_)],
-                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(tv.tv_usec / 1000));
+  std::snprintf(stamp, sizeof(stamp), "%c%02d%02d %02d:%02d:%02d.%03d",
+                kLetters[static_cast<int>(level_)], t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min,
+                t.tm_sec, static_cast<int>(tv.tv_usec / 1000));
   std::lock_guard<std::mutex> lock(g_mu);
   // One message, one line: what a message quotes from outside cannot forge another.
   std::fprintf(stderr, "%s %s] %s\n", stamp, g_prefix.empty() ? "moe" : g_prefix.c_str(),

@@ -1,4 +1,5 @@
-// Minimal thread-safe logging for the whole tree (the engine cannot depend on spdlog; see DESIGN.md).
+// Minimal thread-safe logging for the whole tree (the engine cannot depend on spdlog; see
+// DESIGN.md).
 //   MOE_LOG(INFO) << "step " << n;
 // Lines go to stderr as "I1129 17:20:01.123 rank0] message". SetLogPrefix names the process (rank,
 // component); SetLogLevel filters. The services (controller, worker, moectl) hand every record to
@@ -30,7 +31,8 @@ struct LogRecord {
 // Where records go instead of stderr (nullptr: back to stderr). Called under the log's lock.
 using LogSink = void (*)(const LogRecord& record);
 void SetLogSink(LogSink sink);
-// A line the rank `rank` of `job` printed: "[job rR] line" on stderr, or a record with job and rank.
+// A line the rank `rank` of `job` printed: "[job rR] line" on stderr, or a record with job and
+// rank.
 void LogRankLine(std::string_view job, int rank, std::string_view line);
 
 namespace internal {
@@ -60,8 +62,8 @@ struct LogVoidify {
 #define MOE_LOG_LEVEL_WARNING ::moe::LogLevel::kWarning
 #define MOE_LOG_LEVEL_ERROR ::moe::LogLevel::kError
 
-#define MOE_LOG(severity)                                              \
-  (MOE_LOG_LEVEL_##severity < ::moe::GetLogLevel())                    \
-      ? (void)0                                                        \
-      : ::moe::internal::LogVoidify() &                                \
+#define MOE_LOG(severity)                           \
+  (MOE_LOG_LEVEL_##severity < ::moe::GetLogLevel()) \
+      ? (void)0                                     \
+      : ::moe::internal::LogVoidify() &             \
             ::moe::internal::LogMessage(MOE_LOG_LEVEL_##severity, __FILE__, __LINE__)

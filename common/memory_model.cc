@@ -15,10 +15,10 @@ double D(int64_t v) { return static_cast<double>(v); }
 // The shapes one micro-batch's activations are counted at.
 struct ActShape {
   const ModelConfig* m = nullptr;
-  double tokens = 0;    // rows through the layer (batch x its sequence length)
+  double tokens = 0;  // rows through the layer (batch x its sequence length)
   double sequences = 0;
-  double a = 4;         // activation element bytes
-  double r = 4;         // routing and logits bytes (fp32; the master dtype)
+  double a = 4;  // activation element bytes
+  double r = 4;  // routing and logits bytes (fp32; the master dtype)
   int64_t ep = 1;
   bool core_attn = false, mla_up_proj = false, mlp = false, moe_act = false, full = false;
 };
@@ -30,7 +30,9 @@ struct Act {
   double staging = 0;  // all-to-all (communication)
 };
 
-double Norm(const ActShape& s, double width) { return s.tokens * width * s.a + s.tokens * 4; }  // input + rstd
+double Norm(const ActShape& s, double width) {
+  return s.tokens * width * s.a + s.tokens * 4;
+}  // input + rstd
 
 double Attention(const ActShape& s, double* largest) {
   const ModelConfig& m = *s.m;
@@ -42,7 +44,8 @@ double Attention(const ActShape& s, double* largest) {
     return t * h * a + 3 * t * hd * a + (s.core_attn ? 0 : t * hd * a + lse);
   }
   const AttentionConfig& c = m.attention;
-  const double dqk = D(c.qk_head_dim()), dv = D(c.v_head_dim), rq = D(c.q_lora_rank), rkv = D(c.kv_lora_rank);
+  const double dqk = D(c.qk_head_dim()), dv = D(c.v_head_dim), rq = D(c.q_lora_rank),
+               rkv = D(c.kv_lora_rank);
   double bytes = t * h * a;
   if (c.q_lora_rank > 0) bytes += Norm(s, rq) + t * rq * a;
   bytes += Norm(s, rkv) + t * rkv * a + t * D(c.qk_rope_head_dim) * a;
@@ -61,9 +64,11 @@ Act Moe(const ActShape& s, double* largest) {
   const double t = s.tokens, h = D(s.m->hidden_size), k = D(e.top_k), f = D(e.ffn_hidden), a = s.a;
   const double rows = t * k;  // routed rows this rank computes, on average
   Act out;
-  out.kept = t * h * a + t * D(e.num_experts) * s.r + t * k * (4 + s.r + 4) + (s.a != s.r ? t * k * a : 0);
-  if (s.ep > 1) out.kept += 2 * rows * 4;                            // the route's row maps
-  out.kept += rows * h * a + rows * 2 * f * a + (s.moe_act ? 0 : rows * f * a) + rows * h * a;  // x_local, gate_up, act, yp
+  out.kept =
+      t * h * a + t * D(e.num_experts) * s.r + t * k * (4 + s.r + 4) + (s.a != s.r ? t * k * a : 0);
+  if (s.ep > 1) out.kept += 2 * rows * 4;  // the route's row maps
+  out.kept += rows * h * a + rows * 2 * f * a + (s.moe_act ? 0 : rows * f * a) +
+              rows * h * a;  // x_local, gate_up, act, yp
   const double fs = f * D(e.num_shared_experts);
   out.kept += e.num_shared_experts > 0 ? Swiglu(s, t, fs, false) : 0;
   out.staging = s.ep > 1 ? rows * h * a : 0;
@@ -86,7 +91,8 @@ Act Block(const ActShape& s, bool moe) {
     out.kept += t * h * a + Swiglu(s, t, f, s.mlp);
     largest = std::max(largest, t * 2 * f * a);
   }
-  // The backward's working set: the largest gradient of an intermediate, its input's, and the stream.
+  // The backward's working set: the largest gradient of an intermediate, its input's, and the
+  // stream.
   out.transient = largest + 3 * t * h * a;
   if (s.full) {  // only the block's input is kept; the backward recomputes everything else first
     out.transient += out.kept;
@@ -98,7 +104,8 @@ Act Block(const ActShape& s, bool moe) {
 // The loss (final norm, head, fp32 logits whose buffer takes their gradient) at `s`.
 Act Loss(const ActShape& s) {
   const double t = s.tokens, h = D(s.m->hidden_size), v = D(s.m->vocab_size);
-  return {Norm(s, h) + t * h * s.a + t * v * s.r, (s.a != s.r ? t * v * s.a : 0) + 2 * t * h * s.a, 0};
+  return {Norm(s, h) + t * h * s.a + t * v * s.r, (s.a != s.r ? t * v * s.a : 0) + 2 * t * h * s.a,
+          0};
 }
 
 Act Mtp(const ActShape& s) {
@@ -120,7 +127,8 @@ void Accumulate(Act* total, const Act& part) {
 Act StageActivations(const JobSpec& spec, const StageLayout& st, ActShape s) {
   const ModelConfig& m = spec.model;
   Act out;
-  for (int64_t l = st.first_layer; l < st.first_layer + st.num_layers; ++l) Accumulate(&out, Block(s, m.IsMoeLayer(l)));
+  for (int64_t l = st.first_layer; l < st.first_layer + st.num_layers; ++l)
+    Accumulate(&out, Block(s, m.IsMoeLayer(l)));
   if (st.loss) Accumulate(&out, Loss(s));
   const double seq = s.tokens / std::max(s.sequences, 1.0);
   for (int64_t d = 1; d <= st.mtp && m.MtpTrains(); ++d) {
@@ -131,10 +139,10 @@ Act StageActivations(const JobSpec& spec, const StageLayout& st, ActShape s) {
   return out;
 }
 
-// Deterministic training's gradient staging at the backward's start (GradSink), where the peak is: an
-// fp32 scratch of the first weight gradient there (the head's on the loss stage, else about a block's
-// widest weight; the embedding's comes last, when the activations are gone) and
-// the f64 chunk its conversion goes through (at most 2^20 values).
+// Deterministic training's gradient staging at the backward's start (GradSink), where the peak is:
+// an fp32 scratch of the first weight gradient there (the head's on the loss stage, else about a
+// block's widest weight; the embedding's comes last, when the activations are gone) and the f64
+// chunk its conversion goes through (at most 2^20 values).
 double GradStaging(const JobSpec& spec, const std::vector<StageLayout>& layout, int64_t r) {
   const ModelConfig& m = spec.model;
   if (!spec.training.Deterministic(spec.resources.device != "cuda")) return 0;
@@ -162,17 +170,20 @@ Params StageParams(const ModelConfig& m, const StageLayout& st, bool holds_embed
   }
   if (st.loss) p.dense += h + v * h;
   for (int64_t d = 0; d < st.mtp; ++d) {
-    p.dense += 3 * h + 2 * h * h + BlockParams(m, m.MtpIsMoe()) - (m.MtpIsMoe() ? BlockExpertParams(m) : 0);
+    p.dense += 3 * h + 2 * h * h + BlockParams(m, m.MtpIsMoe()) -
+               (m.MtpIsMoe() ? BlockExpertParams(m) : 0);
     if (m.MtpIsMoe()) p.experts += BlockExpertParams(m) / D(ep);
   }
   if (st.mtp > 0 && !holds_embedding) p.dense += v * h;  // the embedding's copy MTP reads
   return p;
 }
 
-// Chunk-micro-batches in flight on pipeline rank r at the schedule's fullest (warm-up forwards + 1).
+// Chunk-micro-batches in flight on pipeline rank r at the schedule's fullest (warm-up forwards +
+// 1).
 std::vector<int64_t> InFlightChunks(int64_t pp, int64_t vpp, int64_t micro_batches, int64_t r) {
   const int64_t total = micro_batches * vpp;
-  const int64_t warmup = vpp > 1 ? std::min((pp - r - 1) * 2 + (vpp - 1) * pp, total) : std::min(pp - r - 1, total);
+  const int64_t warmup =
+      vpp > 1 ? std::min((pp - r - 1) * 2 + (vpp - 1) * pp, total) : std::min(pp - r - 1, total);
   const int64_t n = std::min(warmup + 1, total);
   std::vector<int64_t> chunks;
   for (int64_t k = 0; k < n; ++k) chunks.push_back((k % (pp * vpp)) / pp);
@@ -214,7 +225,8 @@ void StateBytes(const JobSpec& spec, const Params& p, double a, StageMemory* out
 }  // namespace
 
 const char* MemoryKindName(MemoryKind k) {
-  static const char* const kNames[] = {"weights", "gradients", "optimizer", "activations", "communication"};
+  static const char* const kNames[] = {"weights", "gradients", "optimizer", "activations",
+                                       "communication"};
   return k < MemoryKind::kCount ? kNames[static_cast<size_t>(k)] : "other";
 }
 
@@ -225,8 +237,9 @@ double StageMemory::peak() const {
 }
 
 const StageMemory& MemoryPlan::largest() const {
-  return *std::max_element(stages.begin(), stages.end(),
-                           [](const StageMemory& x, const StageMemory& y) { return x.peak() < y.peak(); });
+  return *std::max_element(
+      stages.begin(), stages.end(),
+      [](const StageMemory& x, const StageMemory& y) { return x.peak() < y.peak(); });
 }
 
 StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_bytes) {
@@ -243,11 +256,13 @@ StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_b
     Params p;
     std::vector<Act> chunk_acts;
     for (int64_t v = r; v < static_cast<int64_t>(layout.size()); v += pp) {
-      const Params c = StageParams(spec.model, layout[static_cast<size_t>(v)], r == 0, par.expert_parallel);
+      const Params c =
+          StageParams(spec.model, layout[static_cast<size_t>(v)], r == 0, par.expert_parallel);
       p.dense += c.dense;
       p.experts += c.experts;
       chunk_acts.push_back(StageActivations(spec, layout[static_cast<size_t>(v)], shape));
-      st.layout += (st.layout.empty() ? "" : " | ") + StageLayoutString(layout[static_cast<size_t>(v)]);
+      st.layout +=
+          (st.layout.empty() ? "" : " | ") + StageLayoutString(layout[static_cast<size_t>(v)]);
       st.activations_per_micro_batch += chunk_acts.back().kept;
     }
     st.params = p.dense + p.experts;
@@ -272,7 +287,8 @@ namespace {
 
 std::string Gb(double bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), bytes >= 1e9 ? "%.1f GB" : "%.1f MB", bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
+  std::snprintf(buf, sizeof(buf), bytes >= 1e9 ? "%.1f GB" : "%.1f MB",
+                bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
   return buf;
 }
 
@@ -281,14 +297,16 @@ std::string WhyNot(const JobSpec& spec, const MemoryPlan& plan, double capacity)
   const StageMemory& s = plan.largest();
   const ParallelismConfig& par = spec.parallelism;
   std::ostringstream os;
-  os << "does not fit: pipeline rank " << s.pp_rank << " needs " << Gb(s.peak()) << " of " << Gb(capacity) << " (";
+  os << "does not fit: pipeline rank " << s.pp_rank << " needs " << Gb(s.peak()) << " of "
+     << Gb(capacity) << " (";
   for (size_t k = 0; k < kNumMemoryKinds; ++k) {
     os << (k ? ", " : "") << MemoryKindName(static_cast<MemoryKind>(k)) << " " << Gb(s.bytes[k]);
   }
   os << ")\n";
   const double state = s.bytes[0] + s.bytes[1] + s.bytes[2];
   if (!plan.distributed_optimizer && par.data_parallel() > 1) {
-    os << "  - the AdamW state is replicated on every data-parallel rank: optimizer.distributed: true shards it (and the "
+    os << "  - the AdamW state is replicated on every data-parallel rank: optimizer.distributed: "
+          "true shards it (and the "
           "fp32 master weights) over DP "
        << par.data_parallel() << "\n";
   }
@@ -298,10 +316,12 @@ std::string WhyNot(const JobSpec& spec, const MemoryPlan& plan, double capacity)
   }
   if (s.expert_params > 0.5 * s.params) {
     os << "  - routed experts are " << static_cast<int>(100 * s.expert_params / s.params)
-       << "% of this rank's parameters: a larger expert_parallel (now " << par.expert_parallel << ") spreads them\n";
+       << "% of this rank's parameters: a larger expert_parallel (now " << par.expert_parallel
+       << ") spreads them\n";
   }
   if (s.bytes[3] > capacity / 3) {
-    os << "  - activations of " << s.in_flight << " micro-batch(es) in flight: training.recompute (mlp, mla_up_proj, "
+    os << "  - activations of " << s.in_flight
+       << " micro-batch(es) in flight: training.recompute (mlp, mla_up_proj, "
           "core_attn, moe_act, full) or a smaller micro_batch_size\n";
   }
   return os.str();
@@ -313,21 +333,24 @@ std::string MemoryReport(const JobSpec& spec, const MemoryPlan& plan, double cap
   const ParallelismConfig& par = spec.parallelism;
   std::ostringstream os;
   const StageMemory& big = plan.largest();
-  os << "memory per rank (estimate): peak " << Gb(big.peak()) << " on pipeline rank " << big.pp_rank << "; layout W="
-     << par.world_size << " (PP " << par.pipeline_parallel << " x DP " << par.data_parallel() << ", EP "
-     << par.expert_parallel << ", VPP " << par.virtual_pipeline << "), micro batch " << spec.data.micro_batch_size
-     << " x " << spec.data.seq_length << ", " << spec.micro_batches_per_rank() << " micro-batches per step, "
+  os << "memory per rank (estimate): peak " << Gb(big.peak()) << " on pipeline rank " << big.pp_rank
+     << "; layout W=" << par.world_size << " (PP " << par.pipeline_parallel << " x DP "
+     << par.data_parallel() << ", EP " << par.expert_parallel << ", VPP " << par.virtual_pipeline
+     << "), micro batch " << spec.data.micro_batch_size << " x " << spec.data.seq_length << ", "
+     << spec.micro_batches_per_rank() << " micro-batches per step, "
      << (plan.compute_bytes == 2 ? "bf16" : "fp32") << " activations, optimizer "
      << (plan.distributed_optimizer ? "distributed (ZeRO-1)" : "replicated") << ", moments "
      << spec.optimizer.moments_dtype << "\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "  %-4s %9s %10s %10s %10s %12s %10s %10s  %s\n", "pp", "params", "weights", "gradients",
-                "optimizer", "activations", "comm", "total", "stages (in flight)");
+  std::snprintf(line, sizeof(line), "  %-4s %9s %10s %10s %10s %12s %10s %10s  %s\n", "pp",
+                "params", "weights", "gradients", "optimizer", "activations", "comm", "total",
+                "stages (in flight)");
   os << line;
   for (const StageMemory& s : plan.stages) {
-    std::snprintf(line, sizeof(line), "  %-4d %9s %10s %10s %10s %12s %10s %10s  %s (%lld)\n", s.pp_rank,
-                  HumanCount(s.params).c_str(), Gb(s.bytes[0]).c_str(), Gb(s.bytes[1]).c_str(), Gb(s.bytes[2]).c_str(),
-                  Gb(s.bytes[3]).c_str(), Gb(s.bytes[4]).c_str(), Gb(s.peak()).c_str(), s.layout.c_str(),
+    std::snprintf(line, sizeof(line), "  %-4d %9s %10s %10s %10s %12s %10s %10s  %s (%lld)\n",
+                  s.pp_rank, HumanCount(s.params).c_str(), Gb(s.bytes[0]).c_str(),
+                  Gb(s.bytes[1]).c_str(), Gb(s.bytes[2]).c_str(), Gb(s.bytes[3]).c_str(),
+                  Gb(s.bytes[4]).c_str(), Gb(s.peak()).c_str(), s.layout.c_str(),
                   static_cast<long long>(s.in_flight));
     os << line;
   }

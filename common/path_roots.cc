@@ -32,7 +32,8 @@ std::string ResolveOnDisk(const std::string& path) {
     char buf[PATH_MAX];
     if (::realpath(head.c_str(), buf) != nullptr) {
       const std::string resolved = buf;
-      return tail.empty() ? resolved : NormalizeAbsolute((resolved == "/" ? "" : resolved) + "/" + tail, "/");
+      return tail.empty() ? resolved
+                          : NormalizeAbsolute((resolved == "/" ? "" : resolved) + "/" + tail, "/");
     }
     const size_t slash = head.find_last_of('/');
     if (slash == std::string::npos || head == "/") return path;
@@ -43,22 +44,26 @@ std::string ResolveOnDisk(const std::string& path) {
 
 bool IsUnder(const std::string& path, const std::string& root) {
   if (root == "/") return true;
-  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '/');
+  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+                          path[root.size()] == '/');
 }
 
-Status CheckUnderRoots(const std::string& field, const std::string& path, const std::vector<std::string>& roots,
-                       const std::string& what, bool resolve, const std::string& base) {
+Status CheckUnderRoots(const std::string& field, const std::string& path,
+                       const std::vector<std::string>& roots, const std::string& what, bool resolve,
+                       const std::string& base) {
   if (roots.empty() || path.empty()) return OkStatus();
   std::string where = NormalizeAbsolute(path, base);
   if (resolve) where = ResolveOnDisk(where);
   std::string list;
   for (const auto& r : roots) {
-    const std::string root = resolve ? ResolveOnDisk(NormalizeAbsolute(r, base)) : NormalizeAbsolute(r, base);
+    const std::string root =
+        resolve ? ResolveOnDisk(NormalizeAbsolute(r, base)) : NormalizeAbsolute(r, base);
     if (IsUnder(where, root)) return OkStatus();
     list += (list.empty() ? "" : ", ") + root;
   }
-  return FailedPreconditionError(field + ": " + path + (where != path ? " (" + where + ")" : "") + " is outside this worker's " +
-                                 what + " roots (" + list + ") (moe-worker --" + what + "-root)");
+  return FailedPreconditionError(field + ": " + path + (where != path ? " (" + where + ")" : "") +
+                                 " is outside this worker's " + what + " roots (" + list +
+                                 ") (moe-worker --" + what + "-root)");
 }
 
 }  // namespace moe

@@ -1,7 +1,7 @@
-// Where a job may read and write on a worker: every path a job names (spec.data.path, the checkpoint
-// directory) must lie under one of the worker's roots (moe-worker --data-root, --checkpoint-root),
-// after ".." and, on the worker, symbolic links are resolved. The controller checks the same lexically
-// at submit, when its workers reported their roots.
+// Where a job may read and write on a worker: every path a job names (spec.data.path, the
+// checkpoint directory) must lie under one of the worker's roots (moe-worker --data-root,
+// --checkpoint-root), after ".." and, on the worker, symbolic links are resolved. The controller
+// checks the same lexically at submit, when its workers reported their roots.
 #pragma once
 
 #include <string>
@@ -15,18 +15,20 @@ namespace moe {
 // collapsed, lexically: "/a/b/../c" -> "/a/c". ".." above the root stays at the root.
 std::string NormalizeAbsolute(const std::string& path, const std::string& base);
 
-// The normalized path with the symbolic links of its longest existing prefix resolved (realpath), the
-// part that does not exist yet appended as it is: where a write would land on this machine.
+// The normalized path with the symbolic links of its longest existing prefix resolved (realpath),
+// the part that does not exist yet appended as it is: where a write would land on this machine.
 std::string ResolveOnDisk(const std::string& path);
 
 // Whether `path` is `root` or below it, on component boundaries ("/data2" is not under "/data").
 bool IsUnder(const std::string& path, const std::string& root);
 
 // OK when `roots` is empty (nothing is confined) or `path` is under one of them. `resolve`: follow
-// symbolic links on this machine (the worker), else lexical only (the controller). The error names the
-// field, the path as resolved, the roots and the flag that sets them, e.g. "spec.checkpoint.dir:
-// /etc/x is outside this worker's checkpoint roots (/ckpt) (moe-worker --checkpoint-root)".
-Status CheckUnderRoots(const std::string& field, const std::string& path, const std::vector<std::string>& roots,
-                       const std::string& what, bool resolve, const std::string& base);
+// symbolic links on this machine (the worker), else lexical only (the controller). The error names
+// the field, the path as resolved, the roots and the flag that sets them, e.g.
+// "spec.checkpoint.dir: /etc/x is outside this worker's checkpoint roots (/ckpt) (moe-worker
+// --checkpoint-root)".
+Status CheckUnderRoots(const std::string& field, const std::string& path,
+                       const std::vector<std::string>& roots, const std::string& what, bool resolve,
+                       const std::string& base);
 
 }  // namespace moe

@@ -62,7 +62,8 @@ class LayoutExpander {
   }
 
   Status Error(const std::string& what) const {
-    return InvalidArgumentError(path_ + ": " + what + " at character " + Int(static_cast<int64_t>(pos_)) + " of '" + s_ + "'");
+    return InvalidArgumentError(path_ + ": " + what + " at character " +
+                                Int(static_cast<int64_t>(pos_)) + " of '" + s_ + "'");
   }
 
   const std::string& s_;
@@ -75,7 +76,8 @@ StatusOr<StageLayout> ParseStage(const std::string& letters, const std::string& 
   StageLayout st;
   int phase = 0;  // 0: E allowed, 1: t, 2: m, 3: after L
   const auto bad = [&](const std::string& why) {
-    return InvalidArgumentError(path + ": '" + letters + "': " + why + " (a stage holds E, then t's, then m's, then L)");
+    return InvalidArgumentError(path + ": '" + letters + "': " + why +
+                                " (a stage holds E, then t's, then m's, then L)");
   };
   for (char c : letters) {
     if (phase == 3) return bad("nothing may follow L");
@@ -98,13 +100,16 @@ StatusOr<StageLayout> ParseStage(const std::string& letters, const std::string& 
   return st;
 }
 
-Status CheckStages(const std::vector<StageLayout>& stages, const ModelConfig& m, const std::string& path) {
+Status CheckStages(const std::vector<StageLayout>& stages, const ModelConfig& m,
+                   const std::string& path) {
   int64_t layers = 0, mtp = 0, embeddings = 0, losses = 0;
   for (size_t v = 0; v < stages.size(); ++v) {
     const StageLayout& s = stages[v];
     const std::string where = path + "[stage " + Int(static_cast<int64_t>(v)) + "]";
-    if (s.embedding && v != 0) return InvalidArgumentError(where + ": E (the embedding) belongs to the first stage");
-    if (s.loss && v + 1 != stages.size()) return InvalidArgumentError(where + ": L (the loss) belongs to the last stage");
+    if (s.embedding && v != 0)
+      return InvalidArgumentError(where + ": E (the embedding) belongs to the first stage");
+    if (s.loss && v + 1 != stages.size())
+      return InvalidArgumentError(where + ": L (the loss) belongs to the last stage");
     if (s.mtp > 0 && v + 1 != stages.size()) {
       return InvalidArgumentError(where + ": m (MTP) belongs to the last stage, with L");
     }
@@ -113,14 +118,18 @@ Status CheckStages(const std::vector<StageLayout>& stages, const ModelConfig& m,
     embeddings += s.embedding ? 1 : 0;
     losses += s.loss ? 1 : 0;
   }
-  if (embeddings != 1) return InvalidArgumentError(path + ": the first stage must start with E (the embedding)");
-  if (losses != 1) return InvalidArgumentError(path + ": the last stage must end with L (the loss)");
+  if (embeddings != 1)
+    return InvalidArgumentError(path + ": the first stage must start with E (the embedding)");
+  if (losses != 1)
+    return InvalidArgumentError(path + ": the last stage must end with L (the loss)");
   if (layers != m.num_layers) {
-    return InvalidArgumentError(path + ": holds " + Int(layers) + " transformer blocks (t), the model has num_layers = " +
-                                Int(m.num_layers));
+    return InvalidArgumentError(
+        path + ": holds " + Int(layers) +
+        " transformer blocks (t), the model has num_layers = " + Int(m.num_layers));
   }
   if (mtp != m.mtp_depth && !(mtp == 0 && !m.MtpTrains())) {
-    return InvalidArgumentError(path + ": holds " + Int(mtp) + " MTP depths (m), the model has mtp_depth = " + Int(m.mtp_depth) +
+    return InvalidArgumentError(path + ": holds " + Int(mtp) +
+                                " MTP depths (m), the model has mtp_depth = " + Int(m.mtp_depth) +
                                 " (put them on the last stage, before L)");
   }
   return OkStatus();
@@ -128,7 +137,8 @@ Status CheckStages(const std::vector<StageLayout>& stages, const ModelConfig& m,
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> ExpandPipelineLayout(const std::vector<std::string>& layout, const std::string& path) {
+StatusOr<std::vector<std::string>> ExpandPipelineLayout(const std::vector<std::string>& layout,
+                                                        const std::string& path) {
   std::string joined;
   for (size_t i = 0; i < layout.size(); ++i) joined += (i > 0 ? "|" : "") + layout[i];
   MOE_ASSIGN_OR_RETURN(const std::string letters, LayoutExpander(joined, path).Run());
@@ -167,15 +177,19 @@ StatusOr<std::vector<StageLayout>> ResolvePipelineLayout(const JobSpec& spec) {
   const int64_t want = p.pipeline_parallel * p.virtual_pipeline;
   if (p.pipeline_layout.empty()) return EvenPipelineLayout(spec.model, want);
   const std::string path = "spec.parallelism.pipeline_layout";
-  MOE_ASSIGN_OR_RETURN(const std::vector<std::string> texts, ExpandPipelineLayout(p.pipeline_layout, path));
+  MOE_ASSIGN_OR_RETURN(const std::vector<std::string> texts,
+                       ExpandPipelineLayout(p.pipeline_layout, path));
   if (static_cast<int64_t>(texts.size()) != want) {
-    return InvalidArgumentError(path + ": " + Int(static_cast<int64_t>(texts.size())) + " stages, pipeline_parallel x virtual_pipeline = " +
-                                Int(p.pipeline_parallel) + " x " + Int(p.virtual_pipeline) + " = " + Int(want));
+    return InvalidArgumentError(
+        path + ": " + Int(static_cast<int64_t>(texts.size())) +
+        " stages, pipeline_parallel x virtual_pipeline = " + Int(p.pipeline_parallel) + " x " +
+        Int(p.virtual_pipeline) + " = " + Int(want));
   }
   std::vector<StageLayout> stages;
   int64_t next = 0;
   for (size_t v = 0; v < texts.size(); ++v) {
-    MOE_ASSIGN_OR_RETURN(StageLayout s, ParseStage(texts[v], path + "[stage " + Int(static_cast<int64_t>(v)) + "]"));
+    MOE_ASSIGN_OR_RETURN(
+        StageLayout s, ParseStage(texts[v], path + "[stage " + Int(static_cast<int64_t>(v)) + "]"));
     s.first_layer = next;
     next += s.num_layers;
     stages.push_back(s);

@@ -13,19 +13,22 @@ namespace moe {
 struct Fraction {  // 0 < v <= 1: an efficiency is a physical share of a peak
   Status operator()(double v, const std::string& path) const {
     if (v > 0 && v <= 1) return OkStatus();
-    return schema_internal::Refuse(path, "must be a fraction in (0, 1], got " + schema_internal::FormatValue(v));
+    return schema_internal::Refuse(
+        path, "must be a fraction in (0, 1], got " + schema_internal::FormatValue(v));
   }
 };
 struct Ratio {  // 1 <= v <= 16: the busiest of several over their mean
   Status operator()(double v, const std::string& path) const {
     if (v >= 1 && v <= 16) return OkStatus();
-    return schema_internal::Refuse(path, "must be a max/mean ratio in [1, 16], got " + schema_internal::FormatValue(v));
+    return schema_internal::Refuse(
+        path, "must be a max/mean ratio in [1, 16], got " + schema_internal::FormatValue(v));
   }
 };
 struct Share {  // 0 <= v <= 1
   Status operator()(double v, const std::string& path) const {
     if (v >= 0 && v <= 1) return OkStatus();
-    return schema_internal::Refuse(path, "must be in [0, 1], got " + schema_internal::FormatValue(v));
+    return schema_internal::Refuse(path,
+                                   "must be in [0, 1], got " + schema_internal::FormatValue(v));
   }
 };
 
@@ -141,18 +144,20 @@ std::string JoinNames(const std::vector<std::string>& names) {
 }
 
 // The document of a built-in profile, or of the file at `name_or_path`.
-StatusOr<Node> ProfileDocument(const char* kind, const std::string& name_or_path, std::string* origin) {
+StatusOr<Node> ProfileDocument(const char* kind, const std::string& name_or_path,
+                               std::string* origin) {
   for (const BuiltinProfile& p : BuiltinProfiles()) {
     if (std::string(p.kind) == kind && name_or_path == p.name) {
       *origin = std::string(kind) + " profile " + p.name;
       return ParseYaml(p.text);
     }
   }
-  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
-                               name_or_path.find(".y") != std::string::npos;
+  const bool looks_like_path =
+      name_or_path.find('/') != std::string::npos || name_or_path.find(".y") != std::string::npos;
   if (!looks_like_path) {
-    return NotFoundError(std::string("no ") + kind + " profile named '" + name_or_path + "' (built in: " +
-                         JoinNames(NamesOf(kind)) + "; or a path to a YAML file)");
+    return NotFoundError(std::string("no ") + kind + " profile named '" + name_or_path +
+                         "' (built in: " + JoinNames(NamesOf(kind)) +
+                         "; or a path to a YAML file)");
   }
   MOE_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(name_or_path));
   *origin = name_or_path;
@@ -232,7 +237,8 @@ Status ApplyDocumentOverride(Node* doc, const std::string& assignment) {
   size_t start = 0;
   while (true) {
     const size_t dot = path.find('.', start);
-    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (key.empty()) return InvalidArgumentError("'" + path + "': an empty field name in the path");
     if (!at->IsMap()) *at = Node::Map();
     if (dot == std::string::npos) {
@@ -259,14 +265,18 @@ ClusterProfile LocalProfileForRanks(const ClusterProfile& machine, int64_t ranks
   if (ranks <= 1) return machine;
   ClusterProfile c = machine;
   const int64_t threads = std::max<int64_t>(1, machine.domain_size / ranks);
-  const double share = std::min(1.0, static_cast<double>(threads) / static_cast<double>(machine.domain_size));
+  const double share =
+      std::min(1.0, static_cast<double>(threads) / static_cast<double>(machine.domain_size));
   c.peak_bf16_tflops *= share;
   c.memory_tbps *= share;
   c.memory_gb /= static_cast<double>(ranks);
   c.domain_size = std::max(machine.domain_size, ranks);
-  c.description += "; a device is one of " + std::to_string(ranks) + " ranks with " + std::to_string(threads) + " thread(s)";
-  c.sources.push_back("one rank's share: " + std::to_string(threads) + " of " + std::to_string(machine.domain_size) +
-                      " core(s) for the SGEMM rate and memory bandwidth, 1/" + std::to_string(ranks) + " of the memory");
+  c.description += "; a device is one of " + std::to_string(ranks) + " ranks with " +
+                   std::to_string(threads) + " thread(s)";
+  c.sources.push_back("one rank's share: " + std::to_string(threads) + " of " +
+                      std::to_string(machine.domain_size) +
+                      " core(s) for the SGEMM rate and memory bandwidth, 1/" +
+                      std::to_string(ranks) + " of the memory");
   return c;
 }
 
@@ -287,8 +297,8 @@ StatusOr<ClusterProfile> ProbeLocalCluster() {
   for (size_t got; (got = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, got);
   const int rc = ::pclose(out);
   if (rc != 0 || text.empty()) {
-    return UnavailableError("--cluster local: " + probe + " failed (exit status " + std::to_string(rc) +
-                            "); build it (make build) or put it on PATH");
+    return UnavailableError("--cluster local: " + probe + " failed (exit status " +
+                            std::to_string(rc) + "); build it (make build) or put it on PATH");
   }
   auto doc = ParseYaml(text);
   if (!doc.ok()) return doc.status().WithPrefix(probe);
@@ -296,6 +306,8 @@ StatusOr<ClusterProfile> ProbeLocalCluster() {
 }
 
 Node ClusterProfileToNode(const ClusterProfile& c) { return SchemaOf<ClusterProfile>().Write(c); }
-Node SoftwareProfileToNode(const SoftwareProfile& s) { return SchemaOf<SoftwareProfile>().Write(s); }
+Node SoftwareProfileToNode(const SoftwareProfile& s) {
+  return SchemaOf<SoftwareProfile>().Write(s);
+}
 
 }  // namespace moe

@@ -18,7 +18,8 @@ double D(int64_t v) { return static_cast<double>(v); }
 // Per token and layer: Megatron's FLOPs terms (common/flops.h), fwd + bwd.
 struct LayerFlops {
   double proj = 0, core = 0, dense_ffn = 0, routed = 0, shared = 0, mtp_proj = 0, logits = 0;
-  double up_proj_fwd = 0;  // MLA's q and kv up-projections, forward only (what mla_up_proj recomputes)
+  double up_proj_fwd =
+      0;  // MLA's q and kv up-projections, forward only (what mla_up_proj recomputes)
 };
 
 LayerFlops PerLayerFlops(const ModelConfig& m, int64_t seq) {
@@ -52,12 +53,12 @@ struct Ctx {
   const SoftwareProfile* s = nullptr;
   LayerFlops f;
   std::string precision;
-  double tokens = 0;      // per micro-batch and rank
-  double a = 2;           // activation bytes
-  double gemm_rate = 0;   // FLOP/s of a large dense GEMM
-  double attn_rate = 0;   // FLOP/s of the attention core
-  double expert_rate = 0; // FLOP/s of the grouped expert GEMM at this rows-per-expert
-  double mem_rate = 0;    // bytes/s of memory-bound passes
+  double tokens = 0;       // per micro-batch and rank
+  double a = 2;            // activation bytes
+  double gemm_rate = 0;    // FLOP/s of a large dense GEMM
+  double attn_rate = 0;    // FLOP/s of the attention core
+  double expert_rate = 0;  // FLOP/s of the grouped expert GEMM at this rows-per-expert
+  double mem_rate = 0;     // bytes/s of memory-bound passes
   double rows_per_expert = 0;
   double cross_share = 0;  // of the all-to-all bytes leaving the rank, the share leaving the domain
   bool rc_mlp = false, rc_up = false, rc_core = false, rc_act = false, rc_full = false;
@@ -65,16 +66,19 @@ struct Ctx {
 
 // Seconds per micro-batch on one pipeline rank, by component (fwd + bwd).
 struct RankTime {
-  double dense = 0, experts = 0, core = 0, recompute = 0, memory = 0, a2a_in = 0, a2a_cross = 0, host = 0;
-  double total() const { return dense + experts + core + recompute + memory + a2a_in + a2a_cross + host; }
+  double dense = 0, experts = 0, core = 0, recompute = 0, memory = 0, a2a_in = 0, a2a_cross = 0,
+         host = 0;
+  double total() const {
+    return dense + experts + core + recompute + memory + a2a_in + a2a_cross + host;
+  }
   void Add(const RankTime& o) {
     dense += o.dense, experts += o.experts, core += o.core, recompute += o.recompute;
     memory += o.memory, a2a_in += o.a2a_in, a2a_cross += o.a2a_cross, host += o.host;
   }
 };
 
-// Bytes of the quantisation passes per token (fp8): each GEMM input and output gradient read in bf16
-// and written in fp8 row- and column-wise (4 B per element), or only written when the producer
+// Bytes of the quantisation passes per token (fp8): each GEMM input and output gradient read in
+// bf16 and written in fp8 row- and column-wise (4 B per element), or only written when the producer
 // quantises (2 B).
 double QuantBytes(const Ctx& x, bool moe) {
   if (x.precision != "fp8") return 0;
@@ -84,9 +88,9 @@ double QuantBytes(const Ctx& x, bool moe) {
   if (m.is_mla()) {
     const AttentionConfig& a = m.attention;
     const double rq = D(a.q_lora_rank), rkv = D(a.kv_lora_rank);
-    width = h + rq + rkv + heads * D(a.v_head_dim);                                       // inputs
+    width = h + rq + rkv + heads * D(a.v_head_dim);  // inputs
     width += rq + heads * D(a.qk_head_dim()) + rkv + D(a.qk_rope_head_dim) +
-             heads * D(a.qk_nope_head_dim + a.v_head_dim) + h;                            // output grads
+             heads * D(a.qk_nope_head_dim + a.v_head_dim) + h;  // output grads
   } else {
     width = h + heads * D(m.head_dim()) + 3 * heads * D(m.head_dim()) + h;
   }
@@ -112,8 +116,9 @@ double BlockMemoryBytes(const Ctx& x, bool moe) {
   b += rows * f * a * (8 + (x.rc_act || x.rc_full ? 3 : 0));  // SwiGLU fwd 3f, bwd 5f (+ recompute)
   if (moe) {
     const double k = D(m.moe.top_k), e = D(m.moe.num_experts);
-    b += 4 * 2 * k * h * a * (x.s->Fused("permute") ? 1 : 2);  // permute, unpermute, their backwards
-    b += e * 4 * (x.s->Fused("router") ? 3 : 12);             // sigmoid, bias, group top-k, normalise
+    b +=
+        4 * 2 * k * h * a * (x.s->Fused("permute") ? 1 : 2);  // permute, unpermute, their backwards
+    b += e * 4 * (x.s->Fused("router") ? 3 : 12);  // sigmoid, bias, group top-k, normalise
   }
   return b + QuantBytes(x, moe);
 }
@@ -124,9 +129,9 @@ double LossMemoryBytes(const Ctx& x) {
 }
 
 // Kernels a missing fusion adds per layer and micro-batch (fwd + bwd), by part: an unfused permute
-// (index sort, gather, probs multiply, scatter), an unfused router (sigmoid, bias, group top-k, mask,
-// top-k, gather, normalise, scale, their backwards), separate quantisation kernels (one per GEMM input
-// and output gradient), the norm's own quantisation kernel.
+// (index sort, gather, probs multiply, scatter), an unfused router (sigmoid, bias, group top-k,
+// mask, top-k, gather, normalise, scale, their backwards), separate quantisation kernels (one per
+// GEMM input and output gradient), the norm's own quantisation kernel.
 struct FusionKernels {
   int64_t dispatch = 0, router = 0, attention = 0, experts = 0, ffn = 0;
 };
@@ -134,7 +139,8 @@ FusionKernels UnfusedKernels(const Ctx& x) {
   FusionKernels k;
   if (!x.s->Fused("permute")) k.dispatch += 16;
   if (!x.s->Fused("router")) k.router += 24;
-  if (x.precision == "fp8" && !x.s->Fused("quantization")) k.attention += 10, k.experts += 8, k.ffn += 4;
+  if (x.precision == "fp8" && !x.s->Fused("quantization"))
+    k.attention += 10, k.experts += 8, k.ffn += 4;
   if (x.precision == "fp8" && !x.s->Fused("norm_quantization")) k.attention += 4;
   return k;
 }
@@ -143,16 +149,21 @@ double HostSeconds(const Ctx& x, bool moe) {
   const HostProfile& h = x.s->host;
   const FusionKernels extra = UnfusedKernels(x);
   auto part = [&](const char* name, int64_t kernels) {
-    const bool captured = x.s->Captured(name) && (std::string(name) != "experts" || h.syncs_per_moe_layer == 0);
+    const bool captured =
+        x.s->Captured(name) && (std::string(name) != "experts" || h.syncs_per_moe_layer == 0);
     return captured ? 2 * h.graph_launch_us : D(kernels) * h.launch_us;
   };
-  double us = part("attention", h.attention_kernels + extra.attention + (x.rc_up ? h.attention_kernels / 6 : 0));
+  double us = part("attention",
+                   h.attention_kernels + extra.attention + (x.rc_up ? h.attention_kernels / 6 : 0));
   if (moe) {
-    us += part("router", h.router_kernels + extra.router) + part("dispatch", h.dispatch_kernels + extra.dispatch) +
-          part("experts", h.experts_kernels + extra.experts) + part("shared_expert", h.shared_expert_kernels + extra.ffn) +
+    us += part("router", h.router_kernels + extra.router) +
+          part("dispatch", h.dispatch_kernels + extra.dispatch) +
+          part("experts", h.experts_kernels + extra.experts) +
+          part("shared_expert", h.shared_expert_kernels + extra.ffn) +
           D(h.syncs_per_moe_layer) * h.sync_us;
   } else {
-    us += part("dense_ffn", h.dense_ffn_kernels + extra.ffn + (x.rc_mlp ? h.dense_ffn_kernels / 3 : 0));
+    us += part("dense_ffn",
+               h.dense_ffn_kernels + extra.ffn + (x.rc_mlp ? h.dense_ffn_kernels / 3 : 0));
   }
   if (x.rc_full) us *= 4.0 / 3.0;  // the forward's launches again
   return us * 1e-6;
@@ -176,15 +187,19 @@ RankTime BlockTime(const Ctx& x, bool moe) {
     if (x.rc_mlp && !moe) rec_gemm += f.dense_ffn / 3;
     if (x.rc_core) rec_core += f.core / 3;
   }
-  r.recompute = t * (rec_gemm / x.gemm_rate + busiest * rec_exp / x.expert_rate + rec_core / x.attn_rate);
+  r.recompute =
+      t * (rec_gemm / x.gemm_rate + busiest * rec_exp / x.expert_rate + rec_core / x.attn_rate);
   r.memory = t * BlockMemoryBytes(x, moe) / x.mem_rate;
   if (moe && x.spec->parallelism.expert_parallel > 1) {
     const double ep = D(x.spec->parallelism.expert_parallel);
     const double dispatch = x.precision == "fp8" && x.s->fp8_dispatch ? 1 : x.a;
-    const double leaving = t * D(m.moe.top_k) * D(m.hidden_size) * (dispatch + 3 * x.a) * (ep - 1) / ep;
+    const double leaving =
+        t * D(m.moe.top_k) * D(m.hidden_size) * (dispatch + 3 * x.a) * (ep - 1) / ep;
     const double exposed = 1 - x.s->a2a_overlap;
-    r.a2a_in = exposed * leaving * (1 - x.cross_share) / (x.c->scale_up_gbps * 1e9 * x.s->DispatcherEfficiency());
-    r.a2a_cross = exposed * leaving * x.cross_share / (x.c->scale_out_gbps * 1e9 * x.s->cross_domain_efficiency);
+    r.a2a_in = exposed * leaving * (1 - x.cross_share) /
+               (x.c->scale_up_gbps * 1e9 * x.s->DispatcherEfficiency());
+    r.a2a_cross = exposed * leaving * x.cross_share /
+                  (x.c->scale_out_gbps * 1e9 * x.s->cross_domain_efficiency);
   }
   r.host = HostSeconds(x, moe);
   return r;
@@ -194,7 +209,8 @@ RankTime BlockTime(const Ctx& x, bool moe) {
 RankTime StageTime(const Ctx& x, const StageLayout& st) {
   const ModelConfig& m = x.spec->model;
   RankTime r;
-  for (int64_t l = st.first_layer; l < st.first_layer + st.num_layers; ++l) r.Add(BlockTime(x, m.IsMoeLayer(l)));
+  for (int64_t l = st.first_layer; l < st.first_layer + st.num_layers; ++l)
+    r.Add(BlockTime(x, m.IsMoeLayer(l)));
   const int64_t heads = (st.loss ? 1 : 0) + (m.MtpTrains() ? st.mtp : 0);
   for (int64_t d = 0; d < (m.MtpTrains() ? st.mtp : 0); ++d) {
     r.Add(BlockTime(x, m.MtpIsMoe()));
@@ -217,21 +233,24 @@ StatusOr<Packing> Pack(const JobSpec& spec, const ClusterProfile& c, const PlanO
     p.racks = o.racks;
     p.per_domain = (w + o.racks - 1) / o.racks;
     if (p.per_domain > c.domain_size) {
-      return InvalidArgumentError("--racks " + std::to_string(o.racks) + ": " + std::to_string(o.racks) + " domains of " +
-                                  std::to_string(c.domain_size) + " devices hold fewer than the job's " +
-                                  std::to_string(w) + " ranks");
+      return InvalidArgumentError(
+          "--racks " + std::to_string(o.racks) + ": " + std::to_string(o.racks) + " domains of " +
+          std::to_string(c.domain_size) + " devices hold fewer than the job's " +
+          std::to_string(w) + " ranks");
     }
   } else {
     p.per_domain = std::min(c.domain_size, w);
-    if (ep <= p.per_domain) p.per_domain = p.per_domain / ep * ep;  // EP groups do not straddle domains
+    if (ep <= p.per_domain)
+      p.per_domain = p.per_domain / ep * ep;  // EP groups do not straddle domains
     p.racks = (w + p.per_domain - 1) / p.per_domain;
   }
   p.ep_domains = ep <= p.per_domain ? 1 : (ep + p.per_domain - 1) / p.per_domain;
   if (o.ep_domains > 0) {
     if (o.ep_domains > ep || o.ep_domains > p.racks) {
-      return InvalidArgumentError("--ep-domains " + std::to_string(o.ep_domains) + ": an expert-parallel group of " +
-                                  std::to_string(ep) + " ranks over " + std::to_string(p.racks) +
-                                  " domain(s) spans at most " + std::to_string(std::min(ep, p.racks)));
+      return InvalidArgumentError(
+          "--ep-domains " + std::to_string(o.ep_domains) + ": an expert-parallel group of " +
+          std::to_string(ep) + " ranks over " + std::to_string(p.racks) +
+          " domain(s) spans at most " + std::to_string(std::min(ep, p.racks)));
     }
     p.ep_domains = o.ep_domains;
   }
@@ -239,8 +258,9 @@ StatusOr<Packing> Pack(const JobSpec& spec, const ClusterProfile& c, const PlanO
 }
 
 // Of the dispatch bytes leaving a rank, the share that leaves its domain: (D - 1) / D of the
-// destinations are elsewhere; group-limited routing (topk_groups of num_groups groups, groups laid on
-// domains) sends a token to at most topk_groups groups, once per domain (DeepEP's node-limited dedup).
+// destinations are elsewhere; group-limited routing (topk_groups of num_groups groups, groups laid
+// on domains) sends a token to at most topk_groups groups, once per domain (DeepEP's node-limited
+// dedup).
 double CrossShare(const ModelConfig& m, int64_t ep_domains) {
   if (ep_domains <= 1) return 0;
   double share = (D(ep_domains) - 1) / D(ep_domains);
@@ -250,7 +270,8 @@ double CrossShare(const ModelConfig& m, int64_t ep_domains) {
   return share;
 }
 
-Status MakeCtx(const JobSpec& spec, const ClusterProfile& c, const SoftwareProfile& s, const Packing& pk, Ctx* x) {
+Status MakeCtx(const JobSpec& spec, const ClusterProfile& c, const SoftwareProfile& s,
+               const Packing& pk, Ctx* x) {
   x->spec = &spec, x->c = &c, x->s = &s;
   x->precision = JobPrecision(spec);
   x->a = c.device == "cpu" ? 4 : 2;
@@ -260,8 +281,12 @@ Status MakeCtx(const JobSpec& spec, const ClusterProfile& c, const SoftwareProfi
   x->gemm_rate = peak * s.gemm_efficiency * s.sm_share;
   x->attn_rate = c.peak_bf16_tflops * 1e12 * s.attention_efficiency * s.sm_share;
   const MoeConfig& e = spec.model.moe;
-  x->rows_per_expert = e.num_experts > 0 ? x->tokens * D(e.top_k) * D(spec.parallelism.expert_parallel) / D(e.num_experts) : 0;
-  x->expert_rate = x->gemm_rate * x->rows_per_expert / (x->rows_per_expert + s.grouped_gemm_half_rows);
+  x->rows_per_expert =
+      e.num_experts > 0
+          ? x->tokens * D(e.top_k) * D(spec.parallelism.expert_parallel) / D(e.num_experts)
+          : 0;
+  x->expert_rate =
+      x->gemm_rate * x->rows_per_expert / (x->rows_per_expert + s.grouped_gemm_half_rows);
   x->mem_rate = c.memory_tbps * 1e12 * s.memory_efficiency;
   x->cross_share = CrossShare(spec.model, pk.ep_domains);
   for (const std::string& r : spec.training.recompute) {
@@ -281,15 +306,16 @@ void MemoryVerdict(Plan* p) {
   const StageMemory& big = p->memory.largest();
   p->fits = big.peak() <= p->capacity_bytes;
   if (p->fits) {
-    p->memory_verdict = "fits: pipeline rank " + std::to_string(big.pp_rank) + " peaks at " + Gb(big.peak()) + " of " +
-                        Gb(p->capacity_bytes);
+    p->memory_verdict = "fits: pipeline rank " + std::to_string(big.pp_rank) + " peaks at " +
+                        Gb(big.peak()) + " of " + Gb(p->capacity_bytes);
     return;
   }
   size_t top = 0;
   for (size_t k = 1; k < kNumMemoryKinds; ++k) top = big.bytes[k] > big.bytes[top] ? k : top;
-  p->memory_verdict = "does not fit: pipeline rank " + std::to_string(big.pp_rank) + " needs " + Gb(big.peak()) +
-                      " of " + Gb(p->capacity_bytes) + "; " + MemoryKindName(static_cast<MemoryKind>(top)) +
-                      " overflow (" + Gb(big.bytes[top]) + ", the largest category)";
+  p->memory_verdict = "does not fit: pipeline rank " + std::to_string(big.pp_rank) + " needs " +
+                      Gb(big.peak()) + " of " + Gb(p->capacity_bytes) + "; " +
+                      MemoryKindName(static_cast<MemoryKind>(top)) + " overflow (" +
+                      Gb(big.bytes[top]) + ", the largest category)";
 }
 
 // Bandwidth of a collective over `group` ranks at consecutive positions `stride` apart.
@@ -303,27 +329,35 @@ void AddTail(const Ctx& x, const Packing& pk, const StageMemory& st, Plan* p) {
   const ParallelismConfig& par = x.spec->parallelism;
   const double m = D(p->micro_batches), v = D(par.virtual_pipeline);
   if (par.pipeline_parallel > 1) {
-    const double bytes = 2 * v * m * x.tokens * D(x.spec->model.hidden_size) * x.a;  // activations out, grads back
+    const double bytes =
+        2 * v * m * x.tokens * D(x.spec->model.hidden_size) * x.a;  // activations out, grads back
     const double rate = GroupRate(x, pk, 2, par.data_parallel());
     p->components.push_back({"pipeline sends", (1 - x.s->p2p_overlap) * bytes / rate,
-                             std::to_string(static_cast<int64_t>(2 * v * m)) + " sends of " + Gb(x.tokens * D(x.spec->model.hidden_size) * x.a)});
+                             std::to_string(static_cast<int64_t>(2 * v * m)) + " sends of " +
+                                 Gb(x.tokens * D(x.spec->model.hidden_size) * x.a)});
   }
   const double dp = D(par.data_parallel()), edp = D(par.expert_data_parallel());
   // Gradients out (fp32; f64 under training.deterministic), then weights back (all-gathered under
   // ZeRO, else the all-reduce's second half: the gradients again).
   const bool exact = x.spec->training.Deterministic(x.c->device == "cpu");
   const double grad = exact ? 8 : 4;
-  const double dense = st.params - st.expert_params, wire = grad + (p->memory.distributed_optimizer ? x.a : grad);
+  const double dense = st.params - st.expert_params,
+               wire = grad + (p->memory.distributed_optimizer ? x.a : grad);
   double t = 0;
   if (dp > 1) t += dense * wire * (dp - 1) / dp / GroupRate(x, pk, par.data_parallel(), 1);
-  if (edp > 1) t += st.expert_params * wire * (edp - 1) / edp / GroupRate(x, pk, par.expert_data_parallel(), par.expert_parallel);
+  if (edp > 1)
+    t += st.expert_params * wire * (edp - 1) / edp /
+         GroupRate(x, pk, par.expert_data_parallel(), par.expert_parallel);
   if (t > 0) {
     p->components.push_back({"data-parallel grads + weights", (1 - x.s->dp_overlap) * t,
-                             "reduce-scatter + all-gather, " + std::to_string(static_cast<int64_t>(100 * x.s->dp_overlap)) + "% overlapped"});
+                             "reduce-scatter + all-gather, " +
+                                 std::to_string(static_cast<int64_t>(100 * x.s->dp_overlap)) +
+                                 "% overlapped"});
   }
   const bool zero = p->memory.distributed_optimizer;
   const double shard = zero ? dense / dp + st.expert_params / edp : st.params;
-  p->components.push_back({"optimizer", shard * 30 / x.mem_rate, "AdamW over this rank's shard (30 B per parameter)"});
+  p->components.push_back(
+      {"optimizer", shard * 30 / x.mem_rate, "AdamW over this rank's shard (30 B per parameter)"});
 }
 
 std::string Pct(double v) {
@@ -347,19 +381,29 @@ void AddPipeline(const Ctx& x, const std::vector<RankTime>& ranks, Plan* p) {
   auto row = [&](const char* name, double per_mb, const std::string& detail) {
     p->components.push_back({name, m * per_mb, detail});
   };
-  row("dense GEMMs", s.dense, prec + " at " + Pct(x.s->gemm_efficiency * x.s->sm_share) + " of peak");
-  row("routed experts", s.experts, "grouped " + prec + ", " + std::to_string(static_cast<int64_t>(x.rows_per_expert)) + " rows per expert");
-  row("attention core", s.core, "bf16 flash attention at " + Pct(x.s->attention_efficiency * x.s->sm_share));
-  row("recompute", s.recompute, x.spec->training.recompute.empty() ? "none" : "the recomputed forwards");
-  row("memory-bound passes", s.memory, "at " + Pct(x.s->memory_efficiency) + " of memory bandwidth");
-  row("all-to-all in domain", s.a2a_in, x.s->dispatcher + ", " + Pct(x.s->a2a_overlap) + " overlapped");
+  row("dense GEMMs", s.dense,
+      prec + " at " + Pct(x.s->gemm_efficiency * x.s->sm_share) + " of peak");
+  row("routed experts", s.experts,
+      "grouped " + prec + ", " + std::to_string(static_cast<int64_t>(x.rows_per_expert)) +
+          " rows per expert");
+  row("attention core", s.core,
+      "bf16 flash attention at " + Pct(x.s->attention_efficiency * x.s->sm_share));
+  row("recompute", s.recompute,
+      x.spec->training.recompute.empty() ? "none" : "the recomputed forwards");
+  row("memory-bound passes", s.memory,
+      "at " + Pct(x.s->memory_efficiency) + " of memory bandwidth");
+  row("all-to-all in domain", s.a2a_in,
+      x.s->dispatcher + ", " + Pct(x.s->a2a_overlap) + " overlapped");
   row("all-to-all across domains", s.a2a_cross, Pct(x.cross_share) + " of the leaving bytes cross");
-  row("host launches + syncs", s.host, std::to_string(x.s->host.cuda_graphs.size()) + " part(s) in CUDA graphs");
+  row("host launches + syncs", s.host,
+      std::to_string(x.s->host.cuda_graphs.size()) + " part(s) in CUDA graphs");
   double bubble = (pp - 1) / v * mean;
-  if (x.s->pipeline_schedule == "dualpipe") bubble = std::max(pp / 2 - 1, 0.0) * (2.0 / 3.0) * mean / v;
-  p->components.push_back({"pipeline bubble", bubble, x.s->pipeline_schedule + ", p=" + std::to_string(par.pipeline_parallel) +
-                                                          " v=" + std::to_string(par.virtual_pipeline) + " m=" +
-                                                          std::to_string(p->micro_batches)});
+  if (x.s->pipeline_schedule == "dualpipe")
+    bubble = std::max(pp / 2 - 1, 0.0) * (2.0 / 3.0) * mean / v;
+  p->components.push_back({"pipeline bubble", bubble,
+                           x.s->pipeline_schedule + ", p=" + std::to_string(par.pipeline_parallel) +
+                               " v=" + std::to_string(par.virtual_pipeline) +
+                               " m=" + std::to_string(p->micro_batches)});
   p->bubble_fraction = bubble / (bubble + m * s.total());
 }
 
@@ -373,7 +417,8 @@ void Summarise(const Ctx& x, const PlanOptions& o, Plan* p) {
   }
   const JobSpec& spec = *x.spec;
   p->step_seconds = step;
-  p->flops_per_step = MegatronFlopsPerStep(spec.model, spec.data.global_batch_size, spec.data.seq_length);
+  p->flops_per_step =
+      MegatronFlopsPerStep(spec.model, spec.data.global_batch_size, spec.data.seq_length);
   p->tflops_per_gpu = TflopsPerDevice(p->flops_per_step, step, spec.parallelism.world_size);
   p->mfu_bf16 = p->tflops_per_gpu / x.c->peak_bf16_tflops;
   p->mfu_fp8 = x.c->peak_fp8_tflops > 0 ? p->tflops_per_gpu / x.c->peak_fp8_tflops : 0;
@@ -404,7 +449,8 @@ PlanOptions PlacementOptions(const std::vector<std::string>& rank_racks, int64_t
   }
   PlanOptions o;
   o.racks = static_cast<int64_t>(racks.size());
-  for (const auto& [g, in] : groups) o.ep_domains = std::max<int64_t>(o.ep_domains, static_cast<int64_t>(in.size()));
+  for (const auto& [g, in] : groups)
+    o.ep_domains = std::max<int64_t>(o.ep_domains, static_cast<int64_t>(in.size()));
   return o;
 }
 
@@ -423,10 +469,12 @@ StatusOr<Plan> PlanJob(JobSpec spec, const ClusterProfile& cluster, const Softwa
   Ctx x;
   MOE_RETURN_IF_ERROR(MakeCtx(spec, cluster, software, pk, &x));
   Plan p;
-  p.job = spec.name, p.cluster = cluster.name, p.software = software.name, p.precision = x.precision;
+  p.job = spec.name, p.cluster = cluster.name, p.software = software.name,
+  p.precision = x.precision;
   const ParallelismConfig& par = spec.parallelism;
-  p.layout = "PP" + std::to_string(par.pipeline_parallel) + " VPP" + std::to_string(par.virtual_pipeline) + " EP" +
-             std::to_string(par.expert_parallel) + " DP" + std::to_string(par.data_parallel()) + " MBS" +
+  p.layout = "PP" + std::to_string(par.pipeline_parallel) + " VPP" +
+             std::to_string(par.virtual_pipeline) + " EP" + std::to_string(par.expert_parallel) +
+             " DP" + std::to_string(par.data_parallel()) + " MBS" +
              std::to_string(spec.data.micro_batch_size);
   for (const auto& r : spec.training.recompute) p.recompute += (p.recompute.empty() ? "" : "+") + r;
   if (p.recompute.empty()) p.recompute = "none";

@@ -1,5 +1,6 @@
 // moectl plan: a job's per-rank memory, step time and TFLOP/s on a named cluster with a named
-// software stack, before it runs (docs/planning.md has the model, the profiles and the calibration).
+// software stack, before it runs (docs/planning.md has the model, the profiles and the
+// calibration).
 //
 // The step, per pipeline rank and micro-batch (forward + backward), from the same accounting the
 // engine uses (common/flops.h: Megatron's FLOPs per layer; common/memory_model.h: per-rank memory):
@@ -54,8 +55,9 @@ struct Plan {
   const PlanComponent* Find(const std::string& name) const;
 };
 
-// A placement as the planner reads it: the racks the ranks hold (rank r's rack at r) and the most racks
-// one expert-parallel group spans (groups are consecutive blocks of `ep` ranks, Megatron's order).
+// A placement as the planner reads it: the racks the ranks hold (rank r's rack at r) and the most
+// racks one expert-parallel group spans (groups are consecutive blocks of `ep` ranks, Megatron's
+// order).
 PlanOptions PlacementOptions(const std::vector<std::string>& rank_racks, int64_t ep);
 
 // The precision a job trains in: resources.precision, else fp32 on cpu and bf16 on cuda.
@@ -64,11 +66,11 @@ std::string JobPrecision(const JobSpec& spec);
 StatusOr<Plan> PlanJob(JobSpec spec, const ClusterProfile& cluster, const SoftwareProfile& software,
                        const PlanOptions& options);
 
-// The layouts of spec's world size (PP, VPP, EP, micro batch, recompute) that keep the global batch,
-// planned and ranked: those that fit first, fastest first. At most `limit`.
+// The layouts of spec's world size (PP, VPP, EP, micro batch, recompute) that keep the global
+// batch, planned and ranked: those that fit first, fastest first. At most `limit`.
 StatusOr<std::vector<Plan>> SweepLayouts(const JobSpec& spec, const ClusterProfile& cluster,
-                                         const SoftwareProfile& software, const PlanOptions& options,
-                                         size_t limit);
+                                         const SoftwareProfile& software,
+                                         const PlanOptions& options, size_t limit);
 
 std::string PlanTable(const Plan& p);
 std::string SweepTable(const std::vector<Plan>& plans);

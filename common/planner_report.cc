@@ -48,9 +48,9 @@ bool Better(const Plan& a, const Plan& b) {
 }
 
 // One candidate: plan it if the spec takes it (an invalid layout is skipped, not an error).
-void TryLayout(const JobSpec& base, const ClusterProfile& c, const SoftwareProfile& s, const PlanOptions& o,
-               const std::array<int64_t, 4>& pp_vpp_ep_mbs, const std::vector<std::string>& recompute,
-               std::vector<Plan>* out) {
+void TryLayout(const JobSpec& base, const ClusterProfile& c, const SoftwareProfile& s,
+               const PlanOptions& o, const std::array<int64_t, 4>& pp_vpp_ep_mbs,
+               const std::vector<std::string>& recompute, std::vector<Plan>* out) {
   JobSpec spec = base;
   spec.parallelism.pipeline_parallel = pp_vpp_ep_mbs[0];
   spec.parallelism.virtual_pipeline = pp_vpp_ep_mbs[1];
@@ -70,7 +70,8 @@ void TryLayout(const JobSpec& base, const ClusterProfile& c, const SoftwareProfi
 }  // namespace
 
 StatusOr<std::vector<Plan>> SweepLayouts(const JobSpec& spec, const ClusterProfile& cluster,
-                                         const SoftwareProfile& software, const PlanOptions& options, size_t limit) {
+                                         const SoftwareProfile& software,
+                                         const PlanOptions& options, size_t limit) {
   MOE_RETURN_IF_ERROR(ValidateJobSpec(spec));
   const int64_t w = spec.parallelism.world_size;
   std::vector<Plan> plans;
@@ -80,7 +81,8 @@ StatusOr<std::vector<Plan>> SweepLayouts(const JobSpec& spec, const ClusterProfi
       for (int64_t ep : Divisors(dp, std::max<int64_t>(spec.model.moe.num_experts, 1))) {
         for (int64_t mbs : {1, 2, 4}) {
           if (spec.data.global_batch_size % (mbs * dp) != 0) continue;
-          for (const auto& rc : RecomputeChoices()) TryLayout(spec, cluster, software, options, {pp, vpp, ep, mbs}, rc, &plans);
+          for (const auto& rc : RecomputeChoices())
+            TryLayout(spec, cluster, software, options, {pp, vpp, ep, mbs}, rc, &plans);
         }
       }
     }
@@ -100,17 +102,19 @@ std::string Tflops(double v) { return Fmt(v >= 10 ? "%.0f" : "%.3g", v); }
 std::string PlacementDifference(const Plan& placed, const Plan& packed) {
   std::ostringstream o;
   const char* per = placed.precision == "fp32" ? " TFLOP/s per device" : " TFLOP/s per GPU";
-  o << "placement: expert-parallel groups span " << placed.ep_domains << " domain(s) of the job's " << placed.racks
-    << "; with each group in one domain: step " << Fmt("%.3f s", packed.step_seconds) << ", " << Tflops(packed.tflops_per_gpu) << per
-    << "\n";
+  o << "placement: expert-parallel groups span " << placed.ep_domains << " domain(s) of the job's "
+    << placed.racks << "; with each group in one domain: step "
+    << Fmt("%.3f s", packed.step_seconds) << ", " << Tflops(packed.tflops_per_gpu) << per << "\n";
   o << "  this placement: step " << Fmt("%.3f s", placed.step_seconds) << " ("
-    << Fmt("%+.1f%%", 100 * (placed.step_seconds / packed.step_seconds - 1)) << "), " << Tflops(placed.tflops_per_gpu) << per
-    << " (" << Fmt("%+.1f%%", 100 * (placed.tflops_per_gpu / packed.tflops_per_gpu - 1)) << ")\n";
+    << Fmt("%+.1f%%", 100 * (placed.step_seconds / packed.step_seconds - 1)) << "), "
+    << Tflops(placed.tflops_per_gpu) << per << " ("
+    << Fmt("%+.1f%%", 100 * (placed.tflops_per_gpu / packed.tflops_per_gpu - 1)) << ")\n";
   for (const PlanComponent& c : placed.components) {
     const PlanComponent* base = packed.Find(c.name);
     const double before = base != nullptr ? base->seconds : 0;
     if (c.seconds - before > 0.001 * packed.step_seconds) {
-      o << "  grew: " << c.name << " " << Fmt("%.3f s", before) << " -> " << Fmt("%.3f s", c.seconds) << "\n";
+      o << "  grew: " << c.name << " " << Fmt("%.3f s", before) << " -> "
+        << Fmt("%.3f s", c.seconds) << "\n";
     }
   }
   return o.str();
@@ -121,41 +125,45 @@ std::string PlanTable(const Plan& p) {
   o << "plan: " << p.job << " on " << p.cluster << " (" << p.world_size << " devices in " << p.racks
     << " scale-up domain(s)), software " << p.software << ", " << p.precision << "\n";
   o << "layout: " << p.layout << ", " << p.micro_batches << " micro-batches per step, "
-    << static_cast<int64_t>(p.rows_per_expert) << " rows per expert, expert-parallel groups span " << p.ep_domains
-    << " domain(s)\n";
+    << static_cast<int64_t>(p.rows_per_expert) << " rows per expert, expert-parallel groups span "
+    << p.ep_domains << " domain(s)\n";
   o << "memory: " << p.memory_verdict << "\n";
   o << "  pp   weights  gradients  optimizer  activations     comm     total\n";
   for (const StageMemory& st : p.memory.stages) {
     char line[160];
-    std::snprintf(line, sizeof(line), "  %-3d %8.1f %10.1f %10.1f %12.1f %8.1f %9.1f GB\n", st.pp_rank, st.bytes[0] / 1e9,
-                  st.bytes[1] / 1e9, st.bytes[2] / 1e9, st.bytes[3] / 1e9, st.bytes[4] / 1e9, st.peak() / 1e9);
+    std::snprintf(line, sizeof(line), "  %-3d %8.1f %10.1f %10.1f %12.1f %8.1f %9.1f GB\n",
+                  st.pp_rank, st.bytes[0] / 1e9, st.bytes[1] / 1e9, st.bytes[2] / 1e9,
+                  st.bytes[3] / 1e9, st.bytes[4] / 1e9, st.peak() / 1e9);
     o << line;
   }
   o << "step time: " << Fmt("%.3f s", p.step_seconds) << "\n";
   o << "  component                          seconds   share  detail\n";
   for (const PlanComponent& c : p.components) {
     char line[160];
-    std::snprintf(line, sizeof(line), "  %-32s %8.3f  %5.1f%%  ", c.name.c_str(), c.seconds, 100 * c.seconds / p.step_seconds);
+    std::snprintf(line, sizeof(line), "  %-32s %8.3f  %5.1f%%  ", c.name.c_str(), c.seconds,
+                  100 * c.seconds / p.step_seconds);
     o << line << c.detail << "\n";
   }
-  o << "throughput: " << Tflops(p.tflops_per_gpu) << " TFLOP/s per " << (p.precision == "fp32" ? "device" : "GPU")
-    << " (Megatron-counted; MFU " << Fmt("%.1f%%", 100 * p.mfu_bf16) << " of the "
-    << (p.precision == "fp32" ? "fp32" : "bf16") << " peak"
-    << (p.mfu_fp8 > 0 ? Fmt(", %.1f%% of the fp8 peak", 100 * p.mfu_fp8) : std::string()) << "), "
-    << Human(p.tokens_per_second) << " tokens/s\n";
-  o << "budget: " << Human(p.tokens) << " tokens in " << Fmt("%.1f days", p.days) << ", " << Human(p.gpu_hours)
-    << " GPU-hours\n";
+  o << "throughput: " << Tflops(p.tflops_per_gpu) << " TFLOP/s per "
+    << (p.precision == "fp32" ? "device" : "GPU") << " (Megatron-counted; MFU "
+    << Fmt("%.1f%%", 100 * p.mfu_bf16) << " of the " << (p.precision == "fp32" ? "fp32" : "bf16")
+    << " peak" << (p.mfu_fp8 > 0 ? Fmt(", %.1f%% of the fp8 peak", 100 * p.mfu_fp8) : std::string())
+    << "), " << Human(p.tokens_per_second) << " tokens/s\n";
+  o << "budget: " << Human(p.tokens) << " tokens in " << Fmt("%.1f days", p.days) << ", "
+    << Human(p.gpu_hours) << " GPU-hours\n";
   return o.str();
 }
 
 std::string SweepTable(const std::vector<Plan>& plans) {
   std::ostringstream o;
-  o << "  #  layout                          recompute                   TFLOP/s/GPU   step s  peak GB  memory\n";
+  o << "  #  layout                          recompute                   TFLOP/s/GPU   step s  "
+       "peak GB  memory\n";
   int i = 0;
   for (const Plan& p : plans) {
     char line[256];
-    std::snprintf(line, sizeof(line), "%3d  %-31s %-27s %11.0f %8.2f %8.1f  ", ++i, p.layout.c_str(),
-                  p.recompute.c_str(), p.tflops_per_gpu, p.step_seconds, p.memory.largest().peak() / 1e9);
+    std::snprintf(line, sizeof(line), "%3d  %-31s %-27s %11.0f %8.2f %8.1f  ", ++i,
+                  p.layout.c_str(), p.recompute.c_str(), p.tflops_per_gpu, p.step_seconds,
+                  p.memory.largest().peak() / 1e9);
     o << line << (p.fits ? "fits" : p.memory_verdict) << "\n";
   }
   return o.str();
@@ -198,7 +206,8 @@ Node PlanToNode(const Plan& p) {
   for (const StageMemory& st : p.memory.stages) {
     Node r = Node::Map();
     r.Set("pp_rank", Int(st.pp_rank));
-    for (size_t k = 0; k < kNumMemoryKinds; ++k) r.Set(std::string(MemoryKindName(static_cast<MemoryKind>(k))) + "_bytes", Num(st.bytes[k]));
+    for (size_t k = 0; k < kNumMemoryKinds; ++k)
+      r.Set(std::string(MemoryKindName(static_cast<MemoryKind>(k))) + "_bytes", Num(st.bytes[k]));
     r.Set("peak_bytes", Num(st.peak()));
     ranks.Append(std::move(r));
   }

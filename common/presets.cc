@@ -5,7 +5,8 @@ namespace moe {
 namespace {
 
 // Trains in the demo's minutes on two cores, with every DeepSeek-V3 feature on: MLA (q LoRA, the
-// shared rotary key, d_qk != d_v), one MTP depth, groups, a shared expert, the bias, the balance loss.
+// shared rotary key, d_qk != d_v), one MTP depth, groups, a shared expert, the bias, the balance
+// loss.
 ModelConfig Tiny() {
   ModelConfig m;
   m.vocab_size = 2048;
@@ -16,11 +17,24 @@ ModelConfig Tiny() {
   m.dense_ffn_hidden = 384;
   m.mtp_depth = 1;
   m.mtp_loss_weight = 0.3;
-  m.attention = AttentionConfig{.type = "mla", .q_lora_rank = 64, .kv_lora_rank = 32, .qk_nope_head_dim = 32,
-                                .qk_rope_head_dim = 16, .v_head_dim = 32};
-  m.moe = MoeConfig{.num_experts = 8, .top_k = 2, .num_shared_experts = 1, .ffn_hidden = 128, .num_groups = 4,
-                    .topk_groups = 2, .score_function = "sigmoid", .route_scale = 1.0, .expert_bias = true,
-                    .bias_update_rate = 1e-3, .bias_update_schedule = {}, .seq_aux_loss_coeff = 1e-4};
+  m.attention = AttentionConfig{.type = "mla",
+                                .q_lora_rank = 64,
+                                .kv_lora_rank = 32,
+                                .qk_nope_head_dim = 32,
+                                .qk_rope_head_dim = 16,
+                                .v_head_dim = 32};
+  m.moe = MoeConfig{.num_experts = 8,
+                    .top_k = 2,
+                    .num_shared_experts = 1,
+                    .ffn_hidden = 128,
+                    .num_groups = 4,
+                    .topk_groups = 2,
+                    .score_function = "sigmoid",
+                    .route_scale = 1.0,
+                    .expert_bias = true,
+                    .bias_update_rate = 1e-3,
+                    .bias_update_schedule = {},
+                    .seq_aux_loss_coeff = 1e-4};
   return m;
 }
 
@@ -33,15 +47,24 @@ ModelConfig Small() {
   m.num_heads = 16;
   m.first_k_dense = 1;
   m.dense_ffn_hidden = 2816;
-  m.moe = MoeConfig{.num_experts = 16, .top_k = 4, .num_shared_experts = 1, .ffn_hidden = 512, .num_groups = 4,
-                    .topk_groups = 2, .score_function = "sigmoid", .route_scale = 2.5, .expert_bias = true,
-                    .bias_update_rate = 1e-3, .bias_update_schedule = {}, .seq_aux_loss_coeff = 1e-4};
+  m.moe = MoeConfig{.num_experts = 16,
+                    .top_k = 4,
+                    .num_shared_experts = 1,
+                    .ffn_hidden = 512,
+                    .num_groups = 4,
+                    .topk_groups = 2,
+                    .score_function = "sigmoid",
+                    .route_scale = 2.5,
+                    .expert_bias = true,
+                    .bias_update_rate = 1e-3,
+                    .bias_update_schedule = {},
+                    .seq_aux_loss_coeff = 1e-4};
   return m;
 }
 
 // deepseek-ai/DeepSeek-V3 (inference/configs/config_671B.json) with the paper's recipe for what the
-// model carries: init N(0, 0.006), gamma 0.001 for the first 14.3T tokens then 0, lambda 0.3 for the
-// first 10T tokens then 0.1 (docs/reference/deepseek-v3-architecture.md). YaRN is configured as
+// model carries: init N(0, 0.006), gamma 0.001 for the first 14.3T tokens then 0, lambda 0.3 for
+// the first 10T tokens then 0.1 (docs/reference/deepseek-v3-architecture.md). YaRN is configured as
 // released; it applies only to runs longer than 4096.
 ModelConfig DeepSeekV3() {
   ModelConfig m;
@@ -55,15 +78,32 @@ ModelConfig DeepSeekV3() {
   m.mtp_loss_weight = 0.3;
   m.mtp_loss_weight_schedule = {{.until_tokens = 10e12, .value = 0.3}, {.value = 0.1}};
   m.init_std = 0.006;
-  m.rope_scaling = RopeScalingConfig{.type = "yarn", .factor = 40, .original_max_position_embeddings = 4096,
-                                     .beta_fast = 32, .beta_slow = 1, .mscale = 1, .mscale_all_dim = 1};
-  m.attention = AttentionConfig{.type = "mla", .q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
-                                .qk_rope_head_dim = 64, .v_head_dim = 128};
-  m.moe = MoeConfig{.num_experts = 256, .top_k = 8, .num_shared_experts = 1, .ffn_hidden = 2048, .num_groups = 8,
-                    .topk_groups = 4, .score_function = "sigmoid", .route_scale = 2.5, .expert_bias = true,
-                    .bias_update_rate = 1e-3,
-                    .bias_update_schedule = {{.until_tokens = 14.3e12, .value = 1e-3}, {.value = 0}},
-                    .seq_aux_loss_coeff = 1e-4};
+  m.rope_scaling = RopeScalingConfig{.type = "yarn",
+                                     .factor = 40,
+                                     .original_max_position_embeddings = 4096,
+                                     .beta_fast = 32,
+                                     .beta_slow = 1,
+                                     .mscale = 1,
+                                     .mscale_all_dim = 1};
+  m.attention = AttentionConfig{.type = "mla",
+                                .q_lora_rank = 1536,
+                                .kv_lora_rank = 512,
+                                .qk_nope_head_dim = 128,
+                                .qk_rope_head_dim = 64,
+                                .v_head_dim = 128};
+  m.moe =
+      MoeConfig{.num_experts = 256,
+                .top_k = 8,
+                .num_shared_experts = 1,
+                .ffn_hidden = 2048,
+                .num_groups = 8,
+                .topk_groups = 4,
+                .score_function = "sigmoid",
+                .route_scale = 2.5,
+                .expert_bias = true,
+                .bias_update_rate = 1e-3,
+                .bias_update_schedule = {{.until_tokens = 14.3e12, .value = 1e-3}, {.value = 0}},
+                .seq_aux_loss_coeff = 1e-4};
   return m;
 }
 
@@ -78,13 +118,31 @@ ModelConfig DeepSeekV2Lite() {
   m.first_k_dense = 1;
   m.dense_ffn_hidden = 10944;
   m.init_std = 0.006;
-  m.rope_scaling = RopeScalingConfig{.type = "yarn", .factor = 40, .original_max_position_embeddings = 4096,
-                                     .beta_fast = 32, .beta_slow = 1, .mscale = 0.707, .mscale_all_dim = 0.707};
-  m.attention = AttentionConfig{.type = "mla", .q_lora_rank = 0, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
-                                .qk_rope_head_dim = 64, .v_head_dim = 128};
-  m.moe = MoeConfig{.num_experts = 64, .top_k = 6, .num_shared_experts = 2, .ffn_hidden = 1408, .num_groups = 1,
-                    .topk_groups = 1, .score_function = "softmax", .route_scale = 1.0, .expert_bias = false,
-                    .bias_update_rate = 0, .bias_update_schedule = {}, .seq_aux_loss_coeff = 1e-3};
+  m.rope_scaling = RopeScalingConfig{.type = "yarn",
+                                     .factor = 40,
+                                     .original_max_position_embeddings = 4096,
+                                     .beta_fast = 32,
+                                     .beta_slow = 1,
+                                     .mscale = 0.707,
+                                     .mscale_all_dim = 0.707};
+  m.attention = AttentionConfig{.type = "mla",
+                                .q_lora_rank = 0,
+                                .kv_lora_rank = 512,
+                                .qk_nope_head_dim = 128,
+                                .qk_rope_head_dim = 64,
+                                .v_head_dim = 128};
+  m.moe = MoeConfig{.num_experts = 64,
+                    .top_k = 6,
+                    .num_shared_experts = 2,
+                    .ffn_hidden = 1408,
+                    .num_groups = 1,
+                    .topk_groups = 1,
+                    .score_function = "softmax",
+                    .route_scale = 1.0,
+                    .expert_bias = false,
+                    .bias_update_rate = 0,
+                    .bias_update_schedule = {},
+                    .seq_aux_loss_coeff = 1e-3};
   return m;
 }
 
@@ -93,8 +151,10 @@ struct PresetEntry {
   ModelConfig (*make)();
 };
 
-constexpr PresetEntry kPresets[] = {
-    {"tiny", Tiny}, {"small", Small}, {"deepseek-v3-671b", DeepSeekV3}, {"deepseek-v2-lite", DeepSeekV2Lite}};
+constexpr PresetEntry kPresets[] = {{"tiny", Tiny},
+                                    {"small", Small},
+                                    {"deepseek-v3-671b", DeepSeekV3},
+                                    {"deepseek-v2-lite", DeepSeekV2Lite}};
 
 }  // namespace
 

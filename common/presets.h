@@ -9,7 +9,8 @@
 
 namespace moe {
 
-// Names of the built-in presets: tiny, small, deepseek-v3-671b, deepseek-v2-lite (common/presets.cc).
+// Names of the built-in presets: tiny, small, deepseek-v3-671b, deepseek-v2-lite
+// (common/presets.cc).
 std::vector<std::string> ModelPresetNames();
 StatusOr<ModelConfig> ModelPreset(const std::string& name);
 

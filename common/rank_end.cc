@@ -44,10 +44,14 @@ bool ParseFailureClass(std::string_view name, FailureClass* out) {
 
 int RankEnd::exit_code() const {
   switch (failure_class) {
-    case FailureClass::kNone: return kExitOk;
-    case FailureClass::kStopped: return kExitStopped;
-    case FailureClass::kPermanent: return code == StatusCode::kInvalidArgument ? kExitBadInput : kExitCannotRun;
-    case FailureClass::kTransient: break;
+    case FailureClass::kNone:
+      return kExitOk;
+    case FailureClass::kStopped:
+      return kExitStopped;
+    case FailureClass::kPermanent:
+      return code == StatusCode::kInvalidArgument ? kExitBadInput : kExitCannotRun;
+    case FailureClass::kTransient:
+      break;
   }
   return kExitTransient;
 }
@@ -57,24 +61,39 @@ RankEnd RankEndFor(const Status& st) {
   end.code = st.code();
   end.message = st.message();
   switch (st.code()) {
-    case StatusCode::kOk: end.failure_class = FailureClass::kNone; break;
-    case StatusCode::kCancelled: end.failure_class = FailureClass::kStopped; break;
+    case StatusCode::kOk:
+      end.failure_class = FailureClass::kNone;
+      break;
+    case StatusCode::kCancelled:
+      end.failure_class = FailureClass::kStopped;
+      break;
     case StatusCode::kInvalidArgument:
-    case StatusCode::kFailedPrecondition: end.failure_class = FailureClass::kPermanent; break;
-    default: end.failure_class = FailureClass::kTransient; break;
+    case StatusCode::kFailedPrecondition:
+      end.failure_class = FailureClass::kPermanent;
+      break;
+    default:
+      end.failure_class = FailureClass::kTransient;
+      break;
   }
   return end;
 }
 
-RankEnd StoppedRankEnd(std::string message) { return RankEndFor(Status(StatusCode::kCancelled, std::move(message))); }
+RankEnd StoppedRankEnd(std::string message) {
+  return RankEndFor(Status(StatusCode::kCancelled, std::move(message)));
+}
 
 RankEnd RankEndForExitCode(int exit_code, std::string message) {
   switch (exit_code) {
-    case kExitOk: return RankEnd{};
-    case kExitBadInput: return RankEndFor(InvalidArgumentError(std::move(message)));
-    case kExitStopped: return StoppedRankEnd(std::move(message));
-    case kExitCannotRun: return RankEndFor(FailedPreconditionError(std::move(message)));
-    default: return RankEndFor(UnavailableError(std::move(message)));
+    case kExitOk:
+      return RankEnd{};
+    case kExitBadInput:
+      return RankEndFor(InvalidArgumentError(std::move(message)));
+    case kExitStopped:
+      return StoppedRankEnd(std::move(message));
+    case kExitCannotRun:
+      return RankEndFor(FailedPreconditionError(std::move(message)));
+    default:
+      return RankEndFor(UnavailableError(std::move(message)));
   }
 }
 
@@ -95,10 +114,12 @@ StatusOr<RankEnd> ParseRankEnd(const Node& doc) {
   const Node* code = doc.Find("code");
   const Node* cls = doc.Find("class");
   if (code == nullptr || !ParseStatusCode(code->scalar(), &end.code)) {
-    return InvalidArgumentError("final record: unknown status code '" + (code ? code->scalar() : "") + "'");
+    return InvalidArgumentError("final record: unknown status code '" +
+                                (code ? code->scalar() : "") + "'");
   }
   if (cls == nullptr || !ParseFailureClass(cls->scalar(), &end.failure_class)) {
-    return InvalidArgumentError("final record: unknown failure class '" + (cls ? cls->scalar() : "") + "'");
+    return InvalidArgumentError("final record: unknown failure class '" +
+                                (cls ? cls->scalar() : "") + "'");
   }
   if (const Node* m = doc.Find("message")) end.message = m->scalar();
   return end;

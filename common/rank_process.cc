@@ -73,7 +73,9 @@ double MonotonicSeconds() {
 
 bool RankExit::exited() const { return WIFEXITED(wait_status); }
 
-int RankExit::exit_code() const { return exited() ? WEXITSTATUS(wait_status) : -WTERMSIG(wait_status); }
+int RankExit::exit_code() const {
+  return exited() ? WEXITSTATUS(wait_status) : -WTERMSIG(wait_status);
+}
 
 std::string RankExit::Describe() const {
   if (WIFEXITED(wait_status)) return "exited with code " + std::to_string(WEXITSTATUS(wait_status));
@@ -90,7 +92,8 @@ RankEnd RankExit::Outcome() const {
   if (exited() && exit_code() == kExitOk) return end;
   // No record, but the "stopped" code: it stopped on request before it could write one (a stop in
   // initialisation, or in a step that did not end in time).
-  if (exited() && exit_code() == kExitStopped) return StoppedRankEnd(Describe() + ": stopped on request");
+  if (exited() && exit_code() == kExitStopped)
+    return StoppedRankEnd(Describe() + ": stopped on request");
   // No record: it crashed or was killed before it could say why. A retry may work.
   end.code = StatusCode::kUnavailable;
   end.failure_class = FailureClass::kTransient;
@@ -154,7 +157,8 @@ void RankProcess::CloseFd(int index) {
   fds_[index] = -1;
 }
 
-void RankProcess::HandleLine(bool report, const std::string& line, const LineFn& on_report, const LineFn& on_output) {
+void RankProcess::HandleLine(bool report, const std::string& line, const LineFn& on_report,
+                             const LineFn& on_output) {
   if (!report) {
     if (!line.empty()) exit_.last_output = line;
     if (on_output) on_output(line);
@@ -234,7 +238,8 @@ void RankProcess::RequestStop(double grace_seconds) {
 
 void RankProcess::KillAt(double monotonic_seconds) {
   double current = kill_at_.load();
-  while ((current == 0 || monotonic_seconds < current) && !kill_at_.compare_exchange_weak(current, monotonic_seconds)) {
+  while ((current == 0 || monotonic_seconds < current) &&
+         !kill_at_.compare_exchange_weak(current, monotonic_seconds)) {
   }
 }
 

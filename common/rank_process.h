@@ -2,15 +2,15 @@
 // rank per assignment) and for `moe-train --nproc` (N local ranks).
 //
 // Start: fork + exec with everything the child needs (argv, fds) prepared before the fork, so that
-// between fork and exec the child makes only async-signal-safe calls (prctl, dup2, fcntl, execv, write,
-// _exit): the parent is multi-threaded, and a malloc lock held by another thread at fork time would
-// deadlock a child that allocates. The child dies with its parent (PR_SET_PDEATHSIG), as a rank on a
-// lost node would. Its report stream (fd 3 in the child) carries JSON lines: one per step, then the
-// final record of common/rank_end.h.
+// between fork and exec the child makes only async-signal-safe calls (prctl, dup2, fcntl, execv,
+// write, _exit): the parent is multi-threaded, and a malloc lock held by another thread at fork
+// time would deadlock a child that allocates. The child dies with its parent (PR_SET_PDEATHSIG), as
+// a rank on a lost node would. Its report stream (fd 3 in the child) carries JSON lines: one per
+// step, then the final record of common/rank_end.h.
 //
 // Threads: one thread owns a RankProcess and calls everything but RequestStop and KillAt, which any
-// thread may call: they only record the wish, and the owner's next Pump sends the signals (so a signal
-// never reaches a pid that was already reaped and reused).
+// thread may call: they only record the wish, and the owner's next Pump sends the signals (so a
+// signal never reaches a pid that was already reaped and reused).
 #pragma once
 
 #include <sys/types.h>
@@ -28,21 +28,23 @@
 namespace moe {
 
 struct RankCommand {
-  std::string program;              // absolute path of the executable
-  std::vector<std::string> args;    // argv[1..]
-  bool capture_output = true;       // stdout and stderr through a pipe (Pump's on_output); else inherited
-  bool report_stream = true;        // a pipe on the child's fd 3 (the program must be told: --report-fd 3)
-  bool die_with_parent = true;      // PR_SET_PDEATHSIG = SIGKILL
+  std::string program;            // absolute path of the executable
+  std::vector<std::string> args;  // argv[1..]
+  bool capture_output =
+      true;  // stdout and stderr through a pipe (Pump's on_output); else inherited
+  bool report_stream =
+      true;  // a pipe on the child's fd 3 (the program must be told: --report-fd 3)
+  bool die_with_parent = true;  // PR_SET_PDEATHSIG = SIGKILL
 };
 
 // How the process ended.
 struct RankExit {
   int wait_status = 0;
-  std::optional<RankEnd> record;    // the final record it wrote, if any
-  std::string last_output;          // its last non-empty output line (context when it crashed)
+  std::optional<RankEnd> record;  // the final record it wrote, if any
+  std::string last_output;        // its last non-empty output line (context when it crashed)
 
   bool exited() const;
-  int exit_code() const;            // -signal when killed
+  int exit_code() const;  // -signal when killed
   // "exited with code 4", "was killed by signal 9 (Killed)".
   std::string Describe() const;
   // The record when there is one; else one derived from the exit status (a crash is transient).
@@ -82,7 +84,8 @@ class RankProcess {
 
  private:
   RankProcess() = default;
-  void HandleLine(bool report, const std::string& line, const LineFn& on_report, const LineFn& on_output);
+  void HandleLine(bool report, const std::string& line, const LineFn& on_report,
+                  const LineFn& on_output);
   void CloseFd(int index);
 
   pid_t pid_ = -1;

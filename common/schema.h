@@ -44,7 +44,8 @@ struct SchemaInfo;
 struct TypeInfo {
   enum class Kind { kInt64, kUint64, kDouble, kBool, kString, kList, kStruct, kMap };
   Kind kind;
-  const TypeInfo* element = nullptr;   // kList: the element's type; kMap: the value's (keys are strings)
+  const TypeInfo* element =
+      nullptr;  // kList: the element's type; kMap: the value's (keys are strings)
   const SchemaInfo* fields = nullptr;  // kStruct: its fields
 };
 std::string_view TypeKindName(TypeInfo::Kind kind);
@@ -166,7 +167,8 @@ struct Codec<std::map<std::string, T>> {
     MOE_RETURN_IF_ERROR(schema_internal::ExpectMapping(n, path));
     std::map<std::string, T> values;
     for (const auto& [key, value] : n.items()) {
-      MOE_RETURN_IF_ERROR(Codec<T>::Read(value, schema_internal::JoinPath(path, key), &values[key]));
+      MOE_RETURN_IF_ERROR(
+          Codec<T>::Read(value, schema_internal::JoinPath(path, key), &values[key]));
     }
     *out = std::move(values);
     return OkStatus();
@@ -177,7 +179,8 @@ struct Codec<std::map<std::string, T>> {
     return map;
   }
   static Status Check(const std::map<std::string, T>& v, const std::string& path) {
-    for (const auto& [key, value] : v) MOE_RETURN_IF_ERROR(Codec<T>::Check(value, schema_internal::JoinPath(path, key)));
+    for (const auto& [key, value] : v)
+      MOE_RETURN_IF_ERROR(Codec<T>::Check(value, schema_internal::JoinPath(path, key)));
     return OkStatus();
   }
 };

@@ -8,23 +8,40 @@ namespace moe {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kCancelled: return "CANCELLED";
-    case StatusCode::kUnknown: return "UNKNOWN";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case StatusCode::kNotFound: return "NOT_FOUND";
-    case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
-    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
-    case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case StatusCode::kAborted: return "ABORTED";
-    case StatusCode::kOutOfRange: return "OUT_OF_RANGE";
-    case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
-    case StatusCode::kInternal: return "INTERNAL";
-    case StatusCode::kUnavailable: return "UNAVAILABLE";
-    case StatusCode::kDataLoss: return "DATA_LOSS";
-    case StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kCancelled:
+      return "CANCELLED";
+    case StatusCode::kUnknown:
+      return "UNKNOWN";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case StatusCode::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case StatusCode::kAborted:
+      return "ABORTED";
+    case StatusCode::kOutOfRange:
+      return "OUT_OF_RANGE";
+    case StatusCode::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case StatusCode::kInternal:
+      return "INTERNAL";
+    case StatusCode::kUnavailable:
+      return "UNAVAILABLE";
+    case StatusCode::kDataLoss:
+      return "DATA_LOSS";
+    case StatusCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
   }
   return "UNKNOWN";
 }
@@ -42,12 +59,25 @@ Status Status::WithPrefix(std::string_view prefix) const {
 Status ErrnoError(std::string_view what, int err) {
   StatusCode code = StatusCode::kUnknown;
   switch (err) {
-    case ENOENT: code = StatusCode::kNotFound; break;
-    case EACCES: case EPERM: code = StatusCode::kPermissionDenied; break;
-    case EEXIST: code = StatusCode::kAlreadyExists; break;
-    case ENOSPC: code = StatusCode::kResourceExhausted; break;
-    case EINVAL: code = StatusCode::kInvalidArgument; break;
-    default: code = StatusCode::kUnavailable; break;
+    case ENOENT:
+      code = StatusCode::kNotFound;
+      break;
+    case EACCES:
+    case EPERM:
+      code = StatusCode::kPermissionDenied;
+      break;
+    case EEXIST:
+      code = StatusCode::kAlreadyExists;
+      break;
+    case ENOSPC:
+      code = StatusCode::kResourceExhausted;
+      break;
+    case EINVAL:
+      code = StatusCode::kInvalidArgument;
+      break;
+    default:
+      code = StatusCode::kUnavailable;
+      break;
   }
   return Status(code, std::string(what) + ": " + std::strerror(err));
 }

@@ -1,8 +1,9 @@
 // Status and StatusOr for everything that input or the environment can break.
 //
-// The engine and kernels must build with nothing but a compiler and the CUDA toolkit (DESIGN.md), so
-// absl::Status is not available to them; this type mirrors it (same codes, same meaning, mapping one to
-// one onto gRPC status codes) and is used across the whole tree so there is one error currency.
+// The engine and kernels must build with nothing but a compiler and the CUDA toolkit (DESIGN.md),
+// so absl::Status is not available to them; this type mirrors it (same codes, same meaning, mapping
+// one to one onto gRPC status codes) and is used across the whole tree so there is one error
+// currency.
 #pragma once
 
 #include <cstdint>
@@ -62,21 +63,37 @@ class [[nodiscard]] Status {
 };
 
 inline Status OkStatus() { return Status(); }
-inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgumentError(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-inline Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
-inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status AlreadyExistsError(std::string m) {
+  return {StatusCode::kAlreadyExists, std::move(m)};
+}
+inline Status FailedPreconditionError(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
-inline Status DeadlineExceededError(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status DeadlineExceededError(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 inline Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
-inline Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
-inline Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
-inline Status UnauthenticatedError(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
-inline Status ResourceExhaustedError(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status UnimplementedError(std::string m) {
+  return {StatusCode::kUnimplemented, std::move(m)};
+}
+inline Status PermissionDeniedError(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
+inline Status UnauthenticatedError(std::string m) {
+  return {StatusCode::kUnauthenticated, std::move(m)};
+}
+inline Status ResourceExhaustedError(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 // An errno-carrying environment failure ("open /x: No such file or directory").
 Status ErrnoError(std::string_view what, int err);
 
@@ -85,10 +102,10 @@ std::ostream& operator<<(std::ostream& os, const Status& s);
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(const Status& s) : v_(s) { CheckNotOk(); }  // NOLINT: implicit like absl
+  StatusOr(const Status& s) : v_(s) { CheckNotOk(); }        // NOLINT: implicit like absl
   StatusOr(Status&& s) : v_(std::move(s)) { CheckNotOk(); }  // NOLINT
-  StatusOr(const T& value) : v_(value) {}  // NOLINT
-  StatusOr(T&& value) : v_(std::move(value)) {}  // NOLINT
+  StatusOr(const T& value) : v_(value) {}                    // NOLINT
+  StatusOr(T&& value) : v_(std::move(value)) {}              // NOLINT
   template <typename U, typename = std::enable_if_t<std::is_convertible_v<U&&, T> &&
                                                     !std::is_same_v<std::decay_t<U>, Status>>>
   StatusOr(U&& value) : v_(T(std::forward<U>(value))) {}  // NOLINT
@@ -124,9 +141,9 @@ void StatusOr<T>::CheckNotOk() {
 #define MOE_STATUS_CONCAT_INNER(a, b) a##b
 #define MOE_STATUS_CONCAT(a, b) MOE_STATUS_CONCAT_INNER(a, b)
 
-#define MOE_RETURN_IF_ERROR(expr)                  \
-  do {                                             \
-    ::moe::Status moe_status_tmp_ = (expr);        \
+#define MOE_RETURN_IF_ERROR(expr)                      \
+  do {                                                 \
+    ::moe::Status moe_status_tmp_ = (expr);            \
     if (!moe_status_tmp_.ok()) return moe_status_tmp_; \
   } while (0)
 

@@ -1,7 +1,7 @@
 // A YAML subset parser and a JSON/YAML writer over one document tree.
 //
-// Job files are YAML (DESIGN.md). The engine must build without Debian -dev packages, so yaml-cpp is
-// not an option there; this parser covers what job files use: block mappings and sequences by
+// Job files are YAML (DESIGN.md). The engine must build without Debian -dev packages, so yaml-cpp
+// is not an option there; this parser covers what job files use: block mappings and sequences by
 // indentation, flow collections ({a: 1, b: [x, y]}), plain, 'single' and "double" quoted scalars,
 // comments, literal (|) and folded (>) block scalars, and a leading "---". JSON is valid input too.
 // Not supported (rejected with an error naming the line): anchors, aliases, tags, multi-documents,
@@ -24,8 +24,16 @@ class Node {
 
   Node() = default;
   static Node Scalar(std::string value, bool quoted = false);
-  static Node Map() { Node n; n.kind_ = Kind::kMap; return n; }
-  static Node List() { Node n; n.kind_ = Kind::kList; return n; }
+  static Node Map() {
+    Node n;
+    n.kind_ = Kind::kMap;
+    return n;
+  }
+  static Node List() {
+    Node n;
+    n.kind_ = Kind::kList;
+    return n;
+  }
 
   Kind kind() const { return kind_; }
   bool IsNull() const { return kind_ == Kind::kNull; }
@@ -75,14 +83,15 @@ struct YamlLimits {
   int max_depth = 64;
   const char* what = "a document";  // named in the size error
 };
-// A job document, as moectl, moe-train and the controller read it: 1 MiB, 64 levels (docs/job-spec.md).
+// A job document, as moectl, moe-train and the controller read it: 1 MiB, 64 levels
+// (docs/job-spec.md).
 inline constexpr YamlLimits kJobDocumentLimits{size_t{1} << 20, 64, "a job document"};
 
 // Parses one YAML (or JSON) document. Errors are INVALID_ARGUMENT with "line N: ...".
 StatusOr<Node> ParseYaml(std::string_view text, const YamlLimits& limits = {});
 
-// Writes JSON. Plain scalars that read as numbers, booleans or null are written bare; everything else
-// as strings. indent < 0 gives one line.
+// Writes JSON. Plain scalars that read as numbers, booleans or null are written bare; everything
+// else as strings. indent < 0 gives one line.
 std::string ToJson(const Node& node, int indent = -1);
 // Writes block-style YAML.
 std::string ToYaml(const Node& node);

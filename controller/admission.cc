@@ -13,10 +13,12 @@ Status ApplyPriorityClass(const ControllerConfig& config, JobSpec* spec) {
   const auto it = config.priority_classes.find(spec->priority_class);
   if (it == config.priority_classes.end()) {
     std::string known;
-    for (const auto& [name, pc] : config.priority_classes) known += (known.empty() ? "" : ", ") + name;
-    return InvalidArgumentError("metadata.priority_class: unknown class '" + spec->priority_class + "' (" +
-                                (known.empty() ? "this controller defines none" : "known: " + known) +
-                                "; moe-controller --priority-class)");
+    for (const auto& [name, pc] : config.priority_classes)
+      known += (known.empty() ? "" : ", ") + name;
+    return InvalidArgumentError(
+        "metadata.priority_class: unknown class '" + spec->priority_class + "' (" +
+        (known.empty() ? "this controller defines none" : "known: " + known) +
+        "; moe-controller --priority-class)");
   }
   spec->priority = it->second.priority;
   return OkStatus();
@@ -28,11 +30,13 @@ bool Preemptible(const ControllerConfig& config, const JobSpec& spec) {
 }
 
 Status CheckMemoryFits(const JobSpec& spec, const WorkerRegistry& workers) {
-  // The largest memory a live worker of the job's device type reports; none reported: nothing to check.
+  // The largest memory a live worker of the job's device type reports; none reported: nothing to
+  // check.
   int64_t most = 0;
   std::string where;
   for (const moe::v1::Worker& w : workers.List()) {
-    const bool kind = spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
+    const bool kind =
+        spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
     if (!kind || w.state() == moe::v1::LOST || w.memory_bytes() <= most) continue;
     most = w.memory_bytes(), where = w.name();
   }
@@ -44,35 +48,42 @@ Status CheckMemoryFits(const JobSpec& spec, const WorkerRegistry& workers) {
   size_t top = 0;
   for (size_t k = 1; k < kNumMemoryKinds; ++k) top = big.bytes[k] > big.bytes[top] ? k : top;
   char msg[512];
-  std::snprintf(msg, sizeof(msg),
-                "the job can never fit: pipeline rank %lld needs %.2f GB per rank (%s %.2f GB, the largest part; "
-                "moe-train --describe shows all), more than the %.2f GB of the roomiest %s worker (%s)",
-                static_cast<long long>(big.pp_rank), big.peak() / 1e9,
-                std::string(MemoryKindName(static_cast<MemoryKind>(top))).c_str(), big.bytes[top] / 1e9,
-                static_cast<double>(most) / 1e9, spec.resources.device.c_str(), where.c_str());
+  std::snprintf(
+      msg, sizeof(msg),
+      "the job can never fit: pipeline rank %lld needs %.2f GB per rank (%s %.2f GB, the largest "
+      "part; "
+      "moe-train --describe shows all), more than the %.2f GB of the roomiest %s worker (%s)",
+      static_cast<long long>(big.pp_rank), big.peak() / 1e9,
+      std::string(MemoryKindName(static_cast<MemoryKind>(top))).c_str(), big.bytes[top] / 1e9,
+      static_cast<double>(most) / 1e9, spec.resources.device.c_str(), where.c_str());
   return FailedPreconditionError(msg);
 }
 
-// Lexically (the controller does not see the workers' files; each worker checks again, following its
-// symbolic links): refused when every live worker of the job's device type confines that kind of path
-// and none allows it. Workers without roots allow anything.
+// Lexically (the controller does not see the workers' files; each worker checks again, following
+// its symbolic links): refused when every live worker of the job's device type confines that kind
+// of path and none allows it. Workers without roots allow anything.
 Status CheckPathsAllowed(const JobSpec& spec, const WorkerRegistry& workers) {
   using Roots = google::protobuf::RepeatedPtrField<std::string>;
-  const auto check = [&](const std::string& field, const std::string& path, const std::string& what,
-                         const std::function<const Roots&(const moe::v1::Worker&)>& roots_of) -> Status {
+  const auto check =
+      [&](const std::string& field, const std::string& path, const std::string& what,
+          const std::function<const Roots&(const moe::v1::Worker&)>& roots_of) -> Status {
     Status refusal = OkStatus();
     for (const moe::v1::Worker& w : workers.List()) {
-      const bool kind = spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
+      const bool kind =
+          spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
       if (!kind || w.state() == moe::v1::LOST || w.state() == moe::v1::LEAVING) continue;
-      Status st = CheckUnderRoots(field, path, {roots_of(w).begin(), roots_of(w).end()}, what, false, "/");
+      Status st =
+          CheckUnderRoots(field, path, {roots_of(w).begin(), roots_of(w).end()}, what, false, "/");
       if (st.ok()) return OkStatus();
-      refusal = FailedPreconditionError(st.message() + " (worker " + w.name() + "; no live " + spec.resources.device +
-                                        " worker allows it)");
+      refusal = FailedPreconditionError(st.message() + " (worker " + w.name() + "; no live " +
+                                        spec.resources.device + " worker allows it)");
     }
     return refusal;
   };
   if (spec.data.source != "synthetic" && !spec.data.path.empty() && spec.data.path[0] == '/') {
-    MOE_RETURN_IF_ERROR(check("spec.data.path", spec.data.path, "data", [](const moe::v1::Worker& w) -> const Roots& { return w.data_roots(); }));
+    MOE_RETURN_IF_ERROR(
+        check("spec.data.path", spec.data.path, "data",
+              [](const moe::v1::Worker& w) -> const Roots& { return w.data_roots(); }));
   }
   if (spec.checkpoint.dir.empty() || spec.checkpoint.dir[0] != '/') return OkStatus();
   return check("spec.checkpoint.dir", spec.checkpoint.dir, "checkpoint",
@@ -84,8 +95,9 @@ Status CheckCheckpointDirFree(const std::string& dir, JobManager& jobs) {
   const std::string want = NormalizePath(dir);
   for (JobEntry* e : jobs.All()) {
     if (IsTerminal(e->job.state()) || NormalizePath(e->spec.checkpoint.dir) != want) continue;
-    return FailedPreconditionError("spec.checkpoint.dir: " + dir + " is the checkpoint directory of live job " +
-                                   e->job.id() + "; two jobs would overwrite each other's checkpoints");
+    return FailedPreconditionError("spec.checkpoint.dir: " + dir +
+                                   " is the checkpoint directory of live job " + e->job.id() +
+                                   "; two jobs would overwrite each other's checkpoints");
   }
   return OkStatus();
 }

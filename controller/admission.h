@@ -1,6 +1,7 @@
-// What a submit must pass before a job is stored (beyond the spec's own validation, common/job_spec.h):
-// its priority class, memory that some worker has, paths the workers allow, a checkpoint directory no
-// live job uses. Functions of the state they are given; the Controller calls them under its mutex.
+// What a submit must pass before a job is stored (beyond the spec's own validation,
+// common/job_spec.h): its priority class, memory that some worker has, paths the workers allow, a
+// checkpoint directory no live job uses. Functions of the state they are given; the Controller
+// calls them under its mutex.
 #pragma once
 
 #include <string>
@@ -19,7 +20,8 @@ Status ApplyPriorityClass(const ControllerConfig& config, JobSpec* spec);
 // False for a job of a class marked never-preempted.
 bool Preemptible(const ControllerConfig& config, const JobSpec& spec);
 // Refuses a job whose per-rank memory (common/memory_model.h, moe-train --describe's accounting)
-// exceeds the memory every live worker of its device type reports; nothing reported: nothing refused.
+// exceeds the memory every live worker of its device type reports; nothing reported: nothing
+// refused.
 Status CheckMemoryFits(const JobSpec& spec, const WorkerRegistry& workers);
 // The job's absolute data and checkpoint paths against the roots the live workers reported
 // (lexically: each worker checks again, following its symbolic links).

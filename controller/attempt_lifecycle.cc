@@ -17,15 +17,17 @@ Status AttemptLifecycle::Start(JobEntry& e, const std::vector<Slot>& slots) {
   std::vector<std::string>& by_rank = e.attempt_workers[number];  // a retried start writes it again
   by_rank.clear();
   for (const Slot& s : slots) by_rank.push_back(s.worker);
-  const std::string what = "attempt " + std::to_string(number) + ": " + internal::RackSummary(slots);
+  const std::string what =
+      "attempt " + std::to_string(number) + ": " + internal::RackSummary(slots);
   const std::optional<AttemptPlan> plan = PlanAttempt(config_, e.spec, slots);
   // Stored before any worker hears of it: a refused record leaves the job queued.
-  MOE_RETURN_IF_ERROR(jobs_.Transition(e, moe::v1::SCHEDULED, "Scheduled", what, [&](moe::v1::Job& job) {
-    job.set_attempt(number);
-    internal::SetPlacement(job, slots);
-    job.set_planned_step_seconds(plan ? plan->step_seconds : 0);
-    job.set_plan_basis(plan ? plan->basis : "");
-  }));
+  MOE_RETURN_IF_ERROR(
+      jobs_.Transition(e, moe::v1::SCHEDULED, "Scheduled", what, [&](moe::v1::Job& job) {
+        job.set_attempt(number);
+        internal::SetPlacement(job, slots);
+        job.set_planned_step_seconds(plan ? plan->step_seconds : 0);
+        job.set_plan_basis(plan ? plan->basis : "");
+      }));
   e.attempt = std::make_unique<Attempt>();
   e.attempt->number = number;
   e.attempt->slots = slots;
@@ -48,7 +50,8 @@ void AttemptLifecycle::SendAssignments(const JobEntry& e) {
   asg->set_job_id(e.job.id());
   asg->set_attempt(a.number);
   *asg->mutable_spec() = e.job.spec();
-  asg->mutable_spec()->mutable_spec()->mutable_parallelism()->set_world_size(static_cast<int64_t>(a.slots.size()));
+  asg->mutable_spec()->mutable_spec()->mutable_parallelism()->set_world_size(
+      static_cast<int64_t>(a.slots.size()));
   asg->set_rendezvous_prefix(internal::RendezvousPrefix(e.job.id(), a.number));
   asg->set_resume(true);
   for (size_t r = 0; r < a.slots.size(); ++r) {
@@ -62,8 +65,9 @@ void AttemptLifecycle::SendAssignments(const JobEntry& e) {
 
 Status AttemptLifecycle::AwaitReconnect(JobEntry& e) {
   const int grace = static_cast<int>(config_.reconnect_grace_seconds);
-  MOE_RETURN_IF_ERROR(jobs_.Event(e, "ControllerRestarted",
-                                  "waiting up to " + std::to_string(grace) + " s for its ranks to report back"));
+  MOE_RETURN_IF_ERROR(
+      jobs_.Event(e, "ControllerRestarted",
+                  "waiting up to " + std::to_string(grace) + " s for its ranks to report back"));
   e.attempt = std::make_unique<Attempt>();
   e.attempt->number = e.job.attempt();
   e.attempt->slots = internal::SlotsOf(e.job);
@@ -107,12 +111,14 @@ void AttemptLifecycle::StopRanks(JobEntry& e, const std::string& reason, bool no
 }
 
 void AttemptLifecycle::RankStarted(const std::string& job_id, int attempt, int rank) {
-  if (JobEntry* e = AttemptOf(job_id, attempt, rank)) e->attempt->ranks[static_cast<size_t>(rank)].started = true;
+  if (JobEntry* e = AttemptOf(job_id, attempt, rank))
+    e->attempt->ranks[static_cast<size_t>(rank)].started = true;
 }
 
 void AttemptLifecycle::RankFinished(const std::string& worker, const moe::v1::RankFinished& f) {
   WorkerEntry* w = workers_.Find(worker);
-  if (w != nullptr && w->job_id == f.job_id() && w->attempt == f.attempt()) workers_.Release(worker);
+  if (w != nullptr && w->job_id == f.job_id() && w->attempt == f.attempt())
+    workers_.Release(worker);
   schedule_needed_ = true;
   if (JobEntry* e = AttemptOf(f.job_id(), f.attempt(), f.rank())) RankEnded(*e, f.rank(), f);
 }
@@ -123,20 +129,26 @@ void AttemptLifecycle::RankEnded(JobEntry& e, int rank, const moe::v1::RankFinis
   rs.finished = true;
   rs.ok = f.ok();
   if (!f.ok()) {
-    const std::string why = f.message().empty() ? "exited with code " + std::to_string(f.exit_code()) : f.message();
+    const std::string why =
+        f.message().empty() ? "exited with code " + std::to_string(f.exit_code()) : f.message();
     // The class comes from the rank's final record (common/rank_end.h): a permanent failure (a bad
-    // spec, a checkpoint of another layout, no such device) would fail the same way after a restart.
+    // spec, a checkpoint of another layout, no such device) would fail the same way after a
+    // restart.
     const bool permanent = f.failure_class() == moe::v1::FAILURE_PERMANENT;
-    const std::string where =
-        "rank " + std::to_string(rank) + " on worker " + e.attempt->slots[static_cast<size_t>(rank)].worker;
-    if (!IsTerminal(e.job.state())) Stop(e, where + " failed: " + why, permanent ? StopCause::kPermanent : StopCause::kFailure);
-    // A peer's transient failure (a closed connection) may have come first; the permanent cause wins.
+    const std::string where = "rank " + std::to_string(rank) + " on worker " +
+                              e.attempt->slots[static_cast<size_t>(rank)].worker;
+    if (!IsTerminal(e.job.state()))
+      Stop(e, where + " failed: " + why, permanent ? StopCause::kPermanent : StopCause::kFailure);
+    // A peer's transient failure (a closed connection) may have come first; the permanent cause
+    // wins.
     AttemptFailure* failure = e.attempt && e.attempt->failure ? &*e.attempt->failure : nullptr;
-    if (permanent && e.job.state() == moe::v1::RESTARTING && failure != nullptr && failure->cause == StopCause::kFailure) {
+    if (permanent && e.job.state() == moe::v1::RESTARTING && failure != nullptr &&
+        failure->cause == StopCause::kFailure) {
       failure->cause = StopCause::kPermanent;
       e.not_before = 0;
-      if (Status st = jobs_.Transition(e, moe::v1::FAILED, "Failed",
-                                       where + " failed: " + why + " (not retried: the job cannot run as specified)");
+      if (Status st = jobs_.Transition(
+              e, moe::v1::FAILED, "Failed",
+              where + " failed: " + why + " (not retried: the job cannot run as specified)");
           !st.ok()) {
         MOE_LOG(WARNING) << "job " << e.job.id() << " stays RESTARTING: " << st;
       }
@@ -150,14 +162,16 @@ void AttemptLifecycle::Step(const moe::v1::StepReport& s) {
   if (e == nullptr || e->attempt->ending) return;
   e->attempt->ranks[static_cast<size_t>(s.rank())].started = true;
   if (!StepFiguresPlausible(s.metrics())) {
-    MOE_LOG(WARNING) << "job " << e->job.id() << ": step " << s.metrics().step() << " of rank " << s.rank()
-                     << " dropped: implausible figures (non-finite or negative times, MFU above 1.5)";
+    MOE_LOG(WARNING)
+        << "job " << e->job.id() << ": step " << s.metrics().step() << " of rank " << s.rank()
+        << " dropped: implausible figures (non-finite or negative times, MFU above 1.5)";
     return;
   }
   if (e->job.state() == moe::v1::SCHEDULED) {
     const std::string what = "attempt " + std::to_string(e->attempt->number) + " is training";
     if (Status st = jobs_.Transition(*e, moe::v1::RUNNING, "Running", what); !st.ok()) {
-      MOE_LOG(WARNING) << "job " << e->job.id() << " stays SCHEDULED: " << st << " (the next step report retries)";
+      MOE_LOG(WARNING) << "job " << e->job.id() << " stays SCHEDULED: " << st
+                       << " (the next step report retries)";
     }
   }
   std::vector<StragglerChange> changes;
@@ -165,8 +179,8 @@ void AttemptLifecycle::Step(const moe::v1::StepReport& s) {
   for (const auto& c : changes) RecordStraggler(*e, c);
   if (!job_metrics) return;
   if (Status st = jobs_.PublishMetrics(*e, *job_metrics); !st.ok()) {
-    MOE_LOG(WARNING) << "job " << e->job.id() << ": metrics of step " << job_metrics->step() << " not stored: " << st
-                     << " (the next step's metrics replace them)";
+    MOE_LOG(WARNING) << "job " << e->job.id() << ": metrics of step " << job_metrics->step()
+                     << " not stored: " << st << " (the next step's metrics replace them)";
   }
 }
 
@@ -174,12 +188,14 @@ void AttemptLifecycle::RecordStraggler(JobEntry& e, const StragglerChange& c) {
   const Slot& slot = e.attempt->slots[static_cast<size_t>(c.rank)];
   char ratio[32];
   std::snprintf(ratio, sizeof(ratio), "%.2f", c.ratio);
-  const std::string what = "rank " + std::to_string(c.rank) + " on " + slot.worker + " (rack " + slot.rack +
-                           ", node " + slot.node + "): compute time " + ratio + "x the job's median";
+  const std::string what = "rank " + std::to_string(c.rank) + " on " + slot.worker + " (rack " +
+                           slot.rack + ", node " + slot.node + "): compute time " + ratio +
+                           "x the job's median";
   if (Status st = jobs_.Event(e, c.flagged ? "Straggler" : "StragglerRecovered", what); !st.ok()) {
     // The flag itself is in every step's metrics and on /metrics (moe_job_straggler); only the
     // history misses this line.
-    MOE_LOG(WARNING) << "job " << e.job.id() << ": straggler event not stored: " << st << " (" << what << ")";
+    MOE_LOG(WARNING) << "job " << e.job.id() << ": straggler event not stored: " << st << " ("
+                     << what << ")";
   }
 }
 
@@ -188,7 +204,8 @@ void AttemptLifecycle::WorkerLost(const std::string& name, const std::string& wh
   if (w == nullptr) return;
   MOE_LOG(WARNING) << "worker " << name << " lost: " << why;
   if (!w->busy()) return;
-  RankLost(name, "worker " + name + " (rank " + std::to_string(w->rank) + ", rack " + w->info.rack() + ") lost: " + why);
+  RankLost(name, "worker " + name + " (rank " + std::to_string(w->rank) + ", rack " +
+                     w->info.rack() + ") lost: " + why);
 }
 
 void AttemptLifecycle::RankLost(const std::string& worker, const std::string& why) {
@@ -203,7 +220,7 @@ void AttemptLifecycle::RankLost(const std::string& worker, const std::string& wh
   RankStatus& rs = e->attempt->ranks[static_cast<size_t>(rank)];
   rs.finished = true;
   rs.ok = false;
-  Stop(*e, why);     // nothing more when the attempt was already ending
+  Stop(*e, why);      // nothing more when the attempt was already ending
   SettleOrRetry(*e);  // ends it when this was its last rank
 }
 
@@ -216,8 +233,9 @@ Status AttemptLifecycle::Settle(JobEntry& e) {
   bool all_ok = !a.failure;
   for (const auto& r : a.ranks) all_ok = all_ok && r.ok;
   if (all_ok && running) {
-    MOE_RETURN_IF_ERROR(jobs_.Transition(e, moe::v1::SUCCEEDED, "Succeeded",
-                                         "all " + std::to_string(a.ranks.size()) + " ranks finished"));
+    MOE_RETURN_IF_ERROR(
+        jobs_.Transition(e, moe::v1::SUCCEEDED, "Succeeded",
+                         "all " + std::to_string(a.ranks.size()) + " ranks finished"));
   }
   rendezvous_.ErasePrefix(internal::RendezvousPrefix(e.job.id(), a.number));
   e.attempt.reset();
@@ -229,9 +247,12 @@ namespace {
 
 const char* FailureEvent(StopCause c) {
   switch (c) {
-    case StopCause::kRequeue: return "AttemptRequeued";
-    case StopCause::kPreempted: return "AttemptPreempted";
-    default: return "AttemptFailed";
+    case StopCause::kRequeue:
+      return "AttemptRequeued";
+    case StopCause::kPreempted:
+      return "AttemptPreempted";
+    default:
+      return "AttemptFailed";
   }
 }
 
@@ -240,7 +261,9 @@ const char* FailureEvent(StopCause c) {
 Status AttemptLifecycle::RecordFailure(JobEntry& e) {
   AttemptFailure& f = *e.attempt->failure;
   if (!f.event_stored) {
-    MOE_RETURN_IF_ERROR(jobs_.Event(e, FailureEvent(f.cause), "attempt " + std::to_string(e.attempt->number) + ": " + f.reason));
+    MOE_RETURN_IF_ERROR(
+        jobs_.Event(e, FailureEvent(f.cause),
+                    "attempt " + std::to_string(e.attempt->number) + ": " + f.reason));
     f.event_stored = true;
   }
   const int restarts = e.job.restarts();
@@ -248,43 +271,54 @@ Status AttemptLifecycle::RecordFailure(JobEntry& e) {
                              std::to_string(e.spec.max_restarts) + " used)";
   switch (f.cause) {
     case StopCause::kPermanent:
-      return jobs_.Transition(e, moe::v1::FAILED, "Failed", f.reason + " (not retried: the job cannot run as specified)");
+      return jobs_.Transition(e, moe::v1::FAILED, "Failed",
+                              f.reason + " (not retried: the job cannot run as specified)");
     case StopCause::kPreempted:
-      return jobs_.Transition(e, moe::v1::PREEMPTED, "Preempted",
-                              f.reason + "; back in the queue, it resumes from the checkpoint its ranks write as they stop " + budget);
+      return jobs_.Transition(
+          e, moe::v1::PREEMPTED, "Preempted",
+          f.reason +
+              "; back in the queue, it resumes from the checkpoint its ranks write as they stop " +
+              budget);
     case StopCause::kRequeue:
-      return jobs_.Transition(e, moe::v1::RESTARTING, "Requeued",
-                              f.reason + "; resumes from the checkpoint its ranks write as they stop " + budget);
-    case StopCause::kFailure: break;
+      return jobs_.Transition(
+          e, moe::v1::RESTARTING, "Requeued",
+          f.reason + "; resumes from the checkpoint its ranks write as they stop " + budget);
+    case StopCause::kFailure:
+      break;
   }
   if (restarts < e.spec.max_restarts) {
     const double delay = RestartDelay(restarts + 1);
-    MOE_RETURN_IF_ERROR(jobs_.Transition(e, moe::v1::RESTARTING, "Restarting",
-                                         "restart " + std::to_string(restarts + 1) + " of " +
-                                             std::to_string(e.spec.max_restarts) + " in " + internal::Seconds(delay) +
-                                             " (" + f.reason + "); " + ResumePoint(e),
-                                         [&](moe::v1::Job& job) { job.set_restarts(restarts + 1); }));
+    MOE_RETURN_IF_ERROR(jobs_.Transition(
+        e, moe::v1::RESTARTING, "Restarting",
+        "restart " + std::to_string(restarts + 1) + " of " + std::to_string(e.spec.max_restarts) +
+            " in " + internal::Seconds(delay) + " (" + f.reason + "); " + ResumePoint(e),
+        [&](moe::v1::Job& job) { job.set_restarts(restarts + 1); }));
     e.not_before = delay > 0 ? clock_.Monotonic() + delay : 0;
     return OkStatus();
   }
   return jobs_.Transition(e, moe::v1::FAILED, "Failed",
-                          f.reason + " (after " + std::to_string(restarts) + " restart(s); max_restarts is " +
+                          f.reason + " (after " + std::to_string(restarts) +
+                              " restart(s); max_restarts is " +
                               std::to_string(e.spec.max_restarts) + ")");
 }
 
-// restart_backoff_seconds doubled for each restart before the n-th, at most restart_backoff_max_seconds.
+// restart_backoff_seconds doubled for each restart before the n-th, at most
+// restart_backoff_max_seconds.
 double AttemptLifecycle::RestartDelay(int n) const {
   double d = config_.restart_backoff_seconds;
   for (int k = 1; k < n && d < config_.restart_backoff_max_seconds; ++k) d *= 2;
   return std::min(d, config_.restart_backoff_max_seconds);
 }
 
-// Where a restart of the job begins, as its ranks reported (a checkpoint written since the last step
-// report is newer: the ranks resume from the newest complete one they find).
+// Where a restart of the job begins, as its ranks reported (a checkpoint written since the last
+// step report is newer: the ranks resume from the newest complete one they find).
 std::string AttemptLifecycle::ResumePoint(const JobEntry& e) const {
-  if (e.spec.checkpoint.dir.empty()) return "it starts over from step 0: checkpoints are off (no spec.checkpoint.dir)";
-  if (e.job.checkpoint_step() > 0) return "it resumes from the checkpoint of step " + std::to_string(e.job.checkpoint_step());
-  return "it starts over from step 0: no checkpoint reported yet (the ranks resume from one if it was written since)";
+  if (e.spec.checkpoint.dir.empty())
+    return "it starts over from step 0: checkpoints are off (no spec.checkpoint.dir)";
+  if (e.job.checkpoint_step() > 0)
+    return "it resumes from the checkpoint of step " + std::to_string(e.job.checkpoint_step());
+  return "it starts over from step 0: no checkpoint reported yet (the ranks resume from one if it "
+         "was written since)";
 }
 
 void AttemptLifecycle::SettleOrRetry(JobEntry& e) {
@@ -311,8 +345,9 @@ void AttemptLifecycle::CheckReconnect(JobEntry& e, double now) {
     if (!back && !a.ranks[r].finished) missing.push_back(static_cast<int>(r));
   }
   if (missing.empty()) {
-    const std::string what =
-        "all " + std::to_string(a.ranks.size()) + " ranks reported back; attempt " + std::to_string(a.number) + " carries on";
+    const std::string what = "all " + std::to_string(a.ranks.size()) +
+                             " ranks reported back; attempt " + std::to_string(a.number) +
+                             " carries on";
     if (Status st = jobs_.Event(e, "Reconnected", what); !st.ok()) {
       MOE_LOG(WARNING) << "job " << e.job.id() << ": " << st << " (the next tick records it again)";
       return;
@@ -322,7 +357,8 @@ void AttemptLifecycle::CheckReconnect(JobEntry& e, double now) {
     a.reconnect_deadline = 0;
     for (int r : missing) a.ranks[static_cast<size_t>(r)].finished = true;
     const size_t first = static_cast<size_t>(missing.front());
-    Stop(e, std::to_string(missing.size()) + " rank(s) did not report back after the controller restarted (rank " +
+    Stop(e, std::to_string(missing.size()) +
+                " rank(s) did not report back after the controller restarted (rank " +
                 std::to_string(missing.front()) + " on " + a.slots[first].worker + ")");
   }
 }
@@ -336,14 +372,16 @@ void AttemptLifecycle::CheckRankStarts(JobEntry& e, double now) {
     if (a.ranks[r].started || a.ranks[r].finished) continue;
     // Nothing to wait for: the rank never ran, so its end will not be reported.
     a.ranks[r].finished = true;
-    if (const WorkerEntry* w = workers_.Find(a.slots[r].worker); w != nullptr && w->job_id == e.job.id()) {
+    if (const WorkerEntry* w = workers_.Find(a.slots[r].worker);
+        w != nullptr && w->job_id == e.job.id()) {
       workers_.Release(a.slots[r].worker);
     }
     if (first.empty()) first = "rank " + std::to_string(r) + " on worker " + a.slots[r].worker;
   }
   if (first.empty()) return;
   schedule_needed_ = true;
-  Stop(e, first + " did not start within " + std::to_string(static_cast<int>(config_.rank_start_seconds)) +
+  Stop(e, first + " did not start within " +
+              std::to_string(static_cast<int>(config_.rank_start_seconds)) +
               " s of its assignment");
 }
 

@@ -1,8 +1,9 @@
-// The attempt lifecycle: a queued job is placed (Start), its ranks run and report (RankStarted, Step),
-// and the attempt ends when every rank has finished (settled): SUCCEEDED when all did well, else the
-// recorded failure decides (RESTARTING, then placed again, PREEMPTED, or FAILED). A failure (a rank's,
-// a lost worker's) stops the other ranks at once, whether or not the store takes its record yet; what
-// the store refused is recorded again from the Controller's Tick (SettleOrRetry).
+// The attempt lifecycle: a queued job is placed (Start), its ranks run and report (RankStarted,
+// Step), and the attempt ends when every rank has finished (settled): SUCCEEDED when all did well,
+// else the recorded failure decides (RESTARTING, then placed again, PREEMPTED, or FAILED). A
+// failure (a rank's, a lost worker's) stops the other ranks at once, whether or not the store takes
+// its record yet; what the store refused is recorded again from the Controller's Tick
+// (SettleOrRetry).
 //
 // Not thread-safe: the Controller calls it under its mutex, with the managers it was built on.
 #pragma once
@@ -23,9 +24,14 @@ namespace moe::controller {
 
 class AttemptLifecycle {
  public:
-  AttemptLifecycle(JobManager& jobs, WorkerRegistry& workers, RendezvousStore& rendezvous, MetricsAggregator& metrics,
-                   Clock& clock, const ControllerConfig& config)
-      : jobs_(jobs), workers_(workers), rendezvous_(rendezvous), metrics_(metrics), clock_(clock), config_(config) {}
+  AttemptLifecycle(JobManager& jobs, WorkerRegistry& workers, RendezvousStore& rendezvous,
+                   MetricsAggregator& metrics, Clock& clock, const ControllerConfig& config)
+      : jobs_(jobs),
+        workers_(workers),
+        rendezvous_(rendezvous),
+        metrics_(metrics),
+        clock_(clock),
+        config_(config) {}
 
   // A new attempt on `slots` (rank order): stored as SCHEDULED first, then its workers are told.
   Status Start(JobEntry& e, const std::vector<Slot>& slots);
@@ -35,8 +41,8 @@ class AttemptLifecycle {
   // Stops the running attempt for `reason`: its ranks stop (at their next step boundary, where they
   // checkpoint), the outcome is recorded as `cause` says, and the attempt ends once no rank runs.
   void Stop(JobEntry& e, const std::string& reason, StopCause cause = StopCause::kFailure);
-  // Tells every live rank of the attempt to stop: at its next step boundary, checkpointing there, or
-  // killed at once (`now`).
+  // Tells every live rank of the attempt to stop: at its next step boundary, checkpointing there,
+  // or killed at once (`now`).
   void StopRanks(JobEntry& e, const std::string& reason, bool now = false);
 
   // What a worker reports about its rank (the stream's identity checked by the Controller).
@@ -70,8 +76,9 @@ class AttemptLifecycle {
   void RecordStraggler(JobEntry& e, const StragglerChange& c);
   void CheckReconnect(JobEntry& e, double now);
   void CheckRankStarts(JobEntry& e, double now);
-  double RestartDelay(int n) const;                  // the wait before a job's n-th restart
-  std::string ResumePoint(const JobEntry& e) const;  // "it resumes from the checkpoint of step 100", ...
+  double RestartDelay(int n) const;  // the wait before a job's n-th restart
+  std::string ResumePoint(
+      const JobEntry& e) const;  // "it resumes from the checkpoint of step 100", ...
 
   JobManager& jobs_;
   WorkerRegistry& workers_;

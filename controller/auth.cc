@@ -23,21 +23,32 @@ StatusOr<TokenAuth> TokenAuth::Load(const std::string& path) {
     std::string token, role, name, extra;
     // A comment is a whole line starting with '#': a '#' inside a token is part of it.
     if (!(fields >> token) || token[0] == '#') continue;
-    if (!(fields >> role)) return InvalidArgumentError(path + ":" + std::to_string(n) + ": a token needs a role (admin, viewer, worker)");
+    if (!(fields >> role))
+      return InvalidArgumentError(path + ":" + std::to_string(n) +
+                                  ": a token needs a role (admin, viewer, worker)");
     fields >> name;
-    if (fields >> extra) return InvalidArgumentError(where + "expected '<token> <role> [name]', found more");
-    Role r = role == "admin" ? Role::kAdmin : role == "viewer" ? Role::kViewer : role == "worker" ? Role::kWorker : Role::kNone;
-    if (r == Role::kNone) return InvalidArgumentError(path + ":" + std::to_string(n) + ": unknown role '" + role + "' (admin, viewer, worker)");
-    if (token.size() < 16) return InvalidArgumentError(path + ":" + std::to_string(n) + ": tokens must be at least 16 characters");
-    if (auth.tokens_.count(token)) return InvalidArgumentError(where + "this token is already on an earlier line");
+    if (fields >> extra)
+      return InvalidArgumentError(where + "expected '<token> <role> [name]', found more");
+    Role r = role == "admin"    ? Role::kAdmin
+             : role == "viewer" ? Role::kViewer
+             : role == "worker" ? Role::kWorker
+                                : Role::kNone;
+    if (r == Role::kNone)
+      return InvalidArgumentError(path + ":" + std::to_string(n) + ": unknown role '" + role +
+                                  "' (admin, viewer, worker)");
+    if (token.size() < 16)
+      return InvalidArgumentError(path + ":" + std::to_string(n) +
+                                  ": tokens must be at least 16 characters");
+    if (auth.tokens_.count(token))
+      return InvalidArgumentError(where + "this token is already on an earlier line");
     auth.tokens_[token] = {r, name.empty() ? role : name};
   }
   if (auth.tokens_.empty()) return InvalidArgumentError(path + ": no tokens");
   return auth;
 }
 
-// Equal or not, in time that depends on the lengths only: every byte is compared, no early exit, so a
-// caller cannot find a token's prefix by timing refusals.
+// Equal or not, in time that depends on the lengths only: every byte is compared, no early exit, so
+// a caller cannot find a token's prefix by timing refusals.
 bool SameSecret(std::string_view a, std::string_view b) {
   const size_t n = std::max(a.size(), b.size());
   unsigned diff = a.size() == b.size() ? 0u : 1u;
@@ -52,7 +63,8 @@ bool SameSecret(std::string_view a, std::string_view b) {
 Status TokenAuth::Check(const std::string& authorization, Role needed) const {
   if (!enabled_) return OkStatus();
   const std::string prefix = "Bearer ";
-  if (authorization.rfind(prefix, 0) != 0) return UnauthenticatedError("a bearer token is required (authorization: Bearer <token>)");
+  if (authorization.rfind(prefix, 0) != 0)
+    return UnauthenticatedError("a bearer token is required (authorization: Bearer <token>)");
   const std::string_view given = std::string_view(authorization).substr(prefix.size());
   const std::pair<Role, std::string>* found = nullptr;
   for (const auto& [token, who] : tokens_) {  // all of them, whichever matches
@@ -60,10 +72,12 @@ Status TokenAuth::Check(const std::string& authorization, Role needed) const {
   }
   if (found == nullptr) return UnauthenticatedError("unknown token");
   const Role have = found->first;
-  // Admin covers what people do (JobService), never the WorkerService: a worker is its own principal.
+  // Admin covers what people do (JobService), never the WorkerService: a worker is its own
+  // principal.
   if (have == needed || (have == Role::kAdmin && needed == Role::kViewer)) return OkStatus();
   static const char* kNames[] = {"none", "viewer", "worker", "admin"};
-  return PermissionDeniedError("token '" + found->second + "' has role " + kNames[static_cast<int>(have)] + "; this call needs " +
+  return PermissionDeniedError("token '" + found->second + "' has role " +
+                               kNames[static_cast<int>(have)] + "; this call needs " +
                                kNames[static_cast<int>(needed)]);
 }
 

@@ -1,8 +1,9 @@
-// Bearer tokens with roles. A tokens file (mode 0600) holds one "<token> <role> [<name>]" per line (a
-// line starting with '#' is a comment; a duplicate token or a malformed line is refused with its
-// line number); roles: admin (the JobService: submit, cancel, delete, drain, and all a viewer may), viewer
-// (read and watch), worker (the WorkerService only: an admin token is not a worker credential). Without a
-// tokens file every call is allowed (the controller then listens on loopback only).
+// Bearer tokens with roles. A tokens file (mode 0600) holds one "<token> <role> [<name>]" per line
+// (a line starting with '#' is a comment; a duplicate token or a malformed line is refused with its
+// line number); roles: admin (the JobService: submit, cancel, delete, drain, and all a viewer may),
+// viewer (read and watch), worker (the WorkerService only: an admin token is not a worker
+// credential). Without a tokens file every call is allowed (the controller then listens on loopback
+// only).
 #pragma once
 
 #include <map>

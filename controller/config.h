@@ -48,20 +48,23 @@ struct ControllerConfig {
   double heartbeat_seconds = 1.0;  // what workers are told to send
   double reconnect_grace_seconds =
       10.0;  // after a restart, how long running ranks get to report back
-  // A lost worker that has not come back in this long is forgotten (moectl get workers stops listing
-  // it, MoEWorkerLost stops firing for it); 0 keeps lost workers until moectl delete worker.
+  // A lost worker that has not come back in this long is forgotten (moectl get workers stops
+  // listing it, MoEWorkerLost stops firing for it); 0 keeps lost workers until moectl delete
+  // worker.
   double lost_worker_retention_seconds = 3600;
-  double rank_start_seconds = 300;  // an assigned rank that has not started by then fails its attempt
-  // A failed attempt's restart waits restart_backoff_seconds, doubling with each restart of the job up
-  // to restart_backoff_max_seconds (Kubernetes' CrashLoopBackOff: 10 s, 20 s, 40 s, ... 300 s). A clean
-  // requeue (a worker leaving, a drain) waits for nothing. 0: restart at once.
-  // A job of more ranks than this is refused at submit (0: no ceiling). A smaller job that the workers
+  double rank_start_seconds =
+      300;  // an assigned rank that has not started by then fails its attempt
+  // A failed attempt's restart waits restart_backoff_seconds, doubling with each restart of the job
+  // up to restart_backoff_max_seconds (Kubernetes' CrashLoopBackOff: 10 s, 20 s, 40 s, ... 300 s).
+  // A clean requeue (a worker leaving, a drain) waits for nothing. 0: restart at once. A job of
+  // more ranks than this is refused at submit (0: no ceiling). A smaller job that the workers
   // registered now cannot hold waits in PENDING for capacity, with the reason.
   int64_t max_job_ranks = 0;
   // A queued job that does not fit stops running jobs of lower priority to make room (they
   // checkpoint, wait as PREEMPTED and resume later without using a restart).
   bool preemption = true;
-  // metadata.priority_class names: the priority a job of the class gets, and whether it may be preempted.
+  // metadata.priority_class names: the priority a job of the class gets, and whether it may be
+  // preempted.
   struct PriorityClass {
     int64_t priority = 0;
     bool preemptible = true;

@@ -60,11 +60,12 @@ Status Controller::RestoreWorkers() {
 StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
                                           const std::string& request_id, const std::string& actor) {
   if (request_id.size() > kMaxRequestIdBytes) {
-    return InvalidArgumentError("request_id: at most " + std::to_string(kMaxRequestIdBytes) + " bytes");
+    return InvalidArgumentError("request_id: at most " + std::to_string(kMaxRequestIdBytes) +
+                                " bytes");
   }
   if (const size_t bytes = submitted.ByteSizeLong(); bytes > kMaxJobDocumentBytes) {
-    return InvalidArgumentError("job: the document is " + std::to_string(bytes) + " bytes; at most " +
-                                std::to_string(kMaxJobDocumentBytes) +
+    return InvalidArgumentError("job: the document is " + std::to_string(bytes) +
+                                " bytes; at most " + std::to_string(kMaxJobDocumentBytes) +
                                 " (a path or name that long is a mistake)");
   }
   MOE_ASSIGN_OR_RETURN(JobSpec spec, SpecFromProto(submitted));
@@ -75,16 +76,18 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
       if (e->job.request_id() == request_id) return e->job;  // a retry: the job it created
     }
   }
-  // A job larger than the cluster registered now waits for capacity (a controller started before its
-  // workers, a cluster growing): only a job over the configured ceiling is refused.
+  // A job larger than the cluster registered now waits for capacity (a controller started before
+  // its workers, a cluster growing): only a job over the configured ceiling is refused.
   if (config_.max_job_ranks > 0 && spec.parallelism.world_size > config_.max_job_ranks) {
-    return FailedPreconditionError("the job can never fit: spec.parallelism.world_size " + std::to_string(spec.parallelism.world_size) +
-                                   " exceeds this controller's ceiling of " + std::to_string(config_.max_job_ranks) +
-                                   " ranks per job (--max-job-ranks)");
+    return FailedPreconditionError(
+        "the job can never fit: spec.parallelism.world_size " +
+        std::to_string(spec.parallelism.world_size) + " exceeds this controller's ceiling of " +
+        std::to_string(config_.max_job_ranks) + " ranks per job (--max-job-ranks)");
   }
   MOE_RETURN_IF_ERROR(CheckMemoryFits(spec, workers_));
   MOE_ASSIGN_OR_RETURN(spec.queue, scheduler_.book().Resolve(spec.queue));
-  MOE_RETURN_IF_ERROR(scheduler_.book().CheckCanEverFit(spec.queue, spec.resources.device, spec.parallelism.world_size));
+  MOE_RETURN_IF_ERROR(scheduler_.book().CheckCanEverFit(spec.queue, spec.resources.device,
+                                                        spec.parallelism.world_size));
   const std::string id = jobs_.NewId(spec.name);
   if (spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty()) {
     spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
@@ -125,7 +128,8 @@ std::vector<moe::v1::Job> Controller::List(const std::vector<JobState>& states) 
   return out;
 }
 
-StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::string& actor, bool now) {
+StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::string& actor,
+                                          bool now) {
   MutexLock lock(&mu_);
   JobEntry* e = jobs_.Find(id);
   if (e == nullptr) return NotFoundError("no job '" + id + "'");
@@ -135,7 +139,9 @@ StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::stri
   }
   // Stored before any rank hears of it: a refused cancel leaves the job running.
   const std::string by = "cancelled by " + (actor.empty() ? std::string("a user") : actor) +
-                         (!e->attempt ? "" : now ? " (--now: ranks killed, no checkpoint)" : " (ranks checkpoint at their next step and stop)");
+                         (!e->attempt ? ""
+                          : now       ? " (--now: ranks killed, no checkpoint)"
+                                      : " (ranks checkpoint at their next step and stop)");
   MOE_RETURN_IF_ERROR(jobs_.Transition(*e, moe::v1::CANCELLED, "Cancelled", by));
   if (e->attempt) {
     attempts_.StopRanks(*e, by, now);
@@ -163,8 +169,8 @@ std::vector<moe::v1::Worker> Controller::Workers() {
   return workers_.List();
 }
 
-StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained, const std::string& actor,
-                                                 bool move_work) {
+StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained,
+                                                 const std::string& actor, bool move_work) {
   MutexLock lock(&mu_);
   WorkerEntry* w = workers_.Find(name);
   if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
@@ -172,11 +178,14 @@ StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool d
   record.set_drained(drained);
   MOE_RETURN_IF_ERROR(store_.PutWorker(record, w->session));
   MOE_RETURN_IF_ERROR(workers_.SetDrained(name, drained));
-  MOE_LOG(INFO) << "worker " << name << (drained ? " drained" : " undrained") << (actor.empty() ? "" : " by " + actor);
+  MOE_LOG(INFO) << "worker " << name << (drained ? " drained" : " undrained")
+                << (actor.empty() ? "" : " by " + actor);
   if (drained && move_work && w->busy()) {
     JobEntry* e = attempts_.AttemptOf(w->job_id, w->attempt, w->rank);
     if (e != nullptr && !IsTerminal(e->job.state())) {
-      attempts_.Stop(*e, "worker " + name + " (rank " + std::to_string(w->rank) + ") drained" + (actor.empty() ? "" : " by " + actor),
+      attempts_.Stop(*e,
+                     "worker " + name + " (rank " + std::to_string(w->rank) + ") drained" +
+                         (actor.empty() ? "" : " by " + actor),
                      StopCause::kRequeue);
     }
   }
@@ -189,15 +198,18 @@ Status Controller::DeleteWorker(const std::string& name, const std::string& acto
   const WorkerEntry* w = workers_.Find(name);
   if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
   if (w->channel != nullptr) {
-    return FailedPreconditionError("worker " + name + " is connected; stop its moe-worker instead (SIGTERM: its rank "
-                                   "checkpoints, the job moves on, and the worker is removed). delete is for lost workers");
+    return FailedPreconditionError(
+        "worker " + name +
+        " is connected; stop its moe-worker instead (SIGTERM: its rank "
+        "checkpoints, the job moves on, and the worker is removed). delete is for lost workers");
   }
   return ForgetWorker(name, "deleted" + (actor.empty() ? std::string() : " by " + actor));
 }
 
 Status Controller::ForgetWorker(const std::string& name, const std::string& why) {
   MOE_RETURN_IF_ERROR(store_.DeleteWorker(name));  // stored first: a refused write keeps the worker
-  if (const WorkerEntry* w = workers_.Find(name); w != nullptr && w->busy()) attempts_.RankLost(name, "worker " + name + " " + why);
+  if (const WorkerEntry* w = workers_.Find(name); w != nullptr && w->busy())
+    attempts_.RankLost(name, "worker " + name + " " + why);
   workers_.Remove(name);
   MOE_LOG(INFO) << "worker " << name << " removed: " << why;
   attempts_.NeedSchedule();
@@ -207,8 +219,11 @@ Status Controller::ForgetWorker(const std::string& name, const std::string& why)
 void Controller::PruneLostWorkers() {
   if (config_.lost_worker_retention_seconds <= 0) return;
   for (const auto& name : workers_.LostLongerThan(config_.lost_worker_retention_seconds)) {
-    const std::string why = "lost for more than " + std::to_string(static_cast<int64_t>(config_.lost_worker_retention_seconds)) + " s";
-    if (Status st = ForgetWorker(name, why); !st.ok()) MOE_LOG(WARNING) << "worker " << name << " not forgotten yet: " << st;
+    const std::string why =
+        "lost for more than " +
+        std::to_string(static_cast<int64_t>(config_.lost_worker_retention_seconds)) + " s";
+    if (Status st = ForgetWorker(name, why); !st.ok())
+      MOE_LOG(WARNING) << "worker " << name << " not forgotten yet: " << st;
   }
 }
 
@@ -266,7 +281,8 @@ Status Controller::CheckRankOwner(const std::string& worker, const std::string& 
   return OkStatus();
 }
 
-Status Controller::CheckWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) {
+Status Controller::CheckWorkerMessage(const std::string& worker,
+                                      const moe::v1::WorkerMessage& msg) {
   switch (msg.msg_case()) {
     case moe::v1::WorkerMessage::kStep: {
       const auto& s = msg.step();
@@ -289,8 +305,10 @@ Status Controller::CheckWorkerMessage(const std::string& worker, const moe::v1::
     }
     case moe::v1::WorkerMessage::kRegister:
       return InvalidArgumentError("register: only the stream's first message registers");
-    case moe::v1::WorkerMessage::kLogReply:  // what it asked for is at most 1 MiB (worker/agent/rank_log.h)
-      if (msg.log_reply().text().size() > (size_t{2} << 20)) return InvalidArgumentError("log reply: text over 2 MiB");
+    case moe::v1::WorkerMessage::kLogReply:  // what it asked for is at most 1 MiB
+                                             // (worker/agent/rank_log.h)
+      if (msg.log_reply().text().size() > (size_t{2} << 20))
+        return InvalidArgumentError("log reply: text over 2 MiB");
       return OkStatus();
     default:
       return OkStatus();
@@ -313,20 +331,23 @@ StatusOr<std::string> Controller::RendezvousScope(const std::string& session) {
 void Controller::ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& channel) {
   for (const auto& r : reg.running()) {
     JobEntry* e = attempts_.AttemptOf(r.job_id(), r.attempt(), r.rank());
-    if (e != nullptr && e->attempt->slots[static_cast<size_t>(r.rank())].worker == reg.name() && !e->attempt->ending) {
+    if (e != nullptr && e->attempt->slots[static_cast<size_t>(r.rank())].worker == reg.name() &&
+        !e->attempt->ending) {
       workers_.Assign(reg.name(), r.job_id(), r.attempt(), r.rank());
       continue;
     }
-    channel.Send(internal::CancelMessage(r.job_id(), r.attempt(), "the controller does not know this attempt (any more)"));
-    MOE_LOG(WARNING) << "worker " << reg.name() << " runs unknown rank " << r.rank() << " of " << r.job_id() << " attempt "
-                     << r.attempt() << "; told it to stop";
+    channel.Send(internal::CancelMessage(r.job_id(), r.attempt(),
+                                         "the controller does not know this attempt (any more)"));
+    MOE_LOG(WARNING) << "worker " << reg.name() << " runs unknown rank " << r.rank() << " of "
+                     << r.job_id() << " attempt " << r.attempt() << "; told it to stop";
   }
   const WorkerEntry* w = workers_.Find(reg.name());
   if (w == nullptr || !w->busy()) return;
   for (const auto& r : reg.running()) {
     if (r.job_id() == w->job_id && r.attempt() == w->attempt) return;
   }
-  attempts_.RankLost(reg.name(), "worker " + reg.name() + " came back without its rank (it restarted)");
+  attempts_.RankLost(reg.name(),
+                     "worker " + reg.name() + " came back without its rank (it restarted)");
 }
 
 Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) {
@@ -388,25 +409,30 @@ void Controller::WorkerLeaving(const std::string& name, const std::string& reaso
   WorkerEntry* w = workers_.Find(name);
   if (w == nullptr || w->leaving) return;
   workers_.SetLeaving(name);
-  MOE_LOG(INFO) << "worker " << name << " is leaving (" << reason << ")" << (w->busy() ? "; requeueing " + w->job_id : "");
+  MOE_LOG(INFO) << "worker " << name << " is leaving (" << reason << ")"
+                << (w->busy() ? "; requeueing " + w->job_id : "");
   if (!w->busy()) return;
   JobEntry* e = attempts_.AttemptOf(w->job_id, w->attempt, w->rank);
   if (e == nullptr || IsTerminal(e->job.state())) return;
-  attempts_.Stop(*e, "worker " + name + " (rank " + std::to_string(w->rank) + ") is leaving: " + reason, StopCause::kRequeue);
+  attempts_.Stop(*e,
+                 "worker " + name + " (rank " + std::to_string(w->rank) + ") is leaving: " + reason,
+                 StopCause::kRequeue);
 }
 
 void Controller::Tick() {
   MutexLock lock(&mu_);
   if (shutting_down_) return;
   for (const auto& name : workers_.ExpireLeases()) {
-    attempts_.WorkerLost(name, "no heartbeat for " + std::to_string(static_cast<int>(config_.lease_seconds)) +
+    attempts_.WorkerLost(name, "no heartbeat for " +
+                                   std::to_string(static_cast<int>(config_.lease_seconds)) +
                                    " s (lease expired)");
   }
   const double now = clock_.Monotonic();
   for (JobEntry* e : jobs_.All()) {
     attempts_.CheckDeadlines(*e, now);
     attempts_.SettleOrRetry(*e);  // records the store refused earlier
-    if (e->not_before != 0 && now >= e->not_before) e->not_before = 0, attempts_.NeedSchedule();  // backoff over
+    if (e->not_before != 0 && now >= e->not_before)
+      e->not_before = 0, attempts_.NeedSchedule();  // backoff over
   }
   logs_.Fail("", now, "no answer within 10 s");
   rendezvous_.Expire(now);

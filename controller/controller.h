@@ -12,8 +12,8 @@
 // until it is stored.
 //
 // The Controller keeps the entry points and the lock; the decisions are its managers': the attempt
-// lifecycle (attempt_lifecycle.h: placement to end), the scheduling pass (queue_scheduler.h, victims
-// chosen on a snapshot by preemption.h), admission checks (admission.h), log requests
+// lifecycle (attempt_lifecycle.h: placement to end), the scheduling pass (queue_scheduler.h,
+// victims chosen on a snapshot by preemption.h), admission checks (admission.h), log requests
 // (log_requests.h). controller.cc holds the entry points, job_admin.cc listing and retention.
 #pragma once
 
@@ -23,19 +23,19 @@
 #include <string>
 #include <vector>
 
-#include "controller/mutex.h"
 #include "common/status.h"
+#include "controller/attempt_lifecycle.h"
 #include "controller/clock.h"
 #include "controller/config.h"
 #include "controller/job_manager.h"
 #include "controller/job_watchers.h"
+#include "controller/log_requests.h"
 #include "controller/metrics_aggregator.h"
+#include "controller/mutex.h"
+#include "controller/queue_scheduler.h"
 #include "controller/rendezvous.h"
 #include "controller/state_store.h"
 #include "controller/worker_registry.h"
-#include "controller/attempt_lifecycle.h"
-#include "controller/log_requests.h"
-#include "controller/queue_scheduler.h"
 #include "moe/v1/job_service.pb.h"
 #include "moe/v1/worker_service.pb.h"
 
@@ -44,7 +44,8 @@ namespace moe::controller {
 class Controller {
  public:
   // Uses the lease, heartbeat, reconnect-grace and checkpoint-root settings of `config`.
-  Controller(StateStore& store, Clock& clock, MetricsAggregator& metrics, const ControllerConfig& config);
+  Controller(StateStore& store, Clock& clock, MetricsAggregator& metrics,
+             const ControllerConfig& config);
 
   // Loads stored jobs; running ones wait for their workers to report back.
   Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
@@ -52,21 +53,24 @@ class Controller {
   // JobService.
   // A non-empty `request_id` makes the submit idempotent: the job an earlier submit with the same
   // id created is returned instead of a new one.
-  // `actor` (every state-changing call): the name of the caller's token, recorded in the job's events
-  // and the log; empty without authentication.
+  // `actor` (every state-changing call): the name of the caller's token, recorded in the job's
+  // events and the log; empty without authentication.
   StatusOr<moe::v1::Job> Submit(const moe::v1::TrainingJob& job, const std::string& request_id = "",
                                 const std::string& actor = "") ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<moe::v1::Job> Get(const std::string& id, bool with_events) ABSL_LOCKS_EXCLUDED(mu_);
-  std::vector<moe::v1::Job> List(const std::vector<moe::v1::JobState>& states) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<moe::v1::Job> List(const std::vector<moe::v1::JobState>& states)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // One page of jobs, oldest first, filtered by state and id prefix (job_admin.cc).
-  StatusOr<moe::v1::ListJobsResponse> ListPage(const moe::v1::ListJobsRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
+  StatusOr<moe::v1::ListJobsResponse> ListPage(const moe::v1::ListJobsRequest& req)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A rank's output from the worker that runs or ran it: `done` is called once, with the slice, or
   // with why there is none (no such job or rank, the worker gone, no answer within 10 s).
   using LogsDone = LogRequests::Done;
   void RequestLogs(const moe::v1::GetLogsRequest& req, LogsDone done) ABSL_LOCKS_EXCLUDED(mu_);
-  // Cancels a job. Its ranks checkpoint at their next step boundary and stop, unless `now` (killed at once).
-  StatusOr<moe::v1::Job> Cancel(const std::string& id, const std::string& actor = "", bool now = false)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancels a job. Its ranks checkpoint at their next step boundary and stop, unless `now` (killed
+  // at once).
+  StatusOr<moe::v1::Job> Cancel(const std::string& id, const std::string& actor = "",
+                                bool now = false) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a finished job and its events; FAILED_PRECONDITION while it is live.
   Status Delete(const std::string& id, const std::string& actor = "") ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<int64_t> Watch(const std::string& id, WatchFn fn) ABSL_LOCKS_EXCLUDED(mu_);
@@ -74,20 +78,23 @@ class Controller {
   std::vector<moe::v1::Worker> Workers() ABSL_LOCKS_EXCLUDED(mu_);
   // The queues with their quotas and usage (moectl get queues); one, "default", without --queues.
   std::vector<moe::v1::QueueStatus> Queues() ABSL_LOCKS_EXCLUDED(mu_);
-  // Drains (no new work) or undrains a worker. `move_work` (drain only): its rank also checkpoints and
-  // stops, and its job continues elsewhere without using a restart (as when the worker leaves).
-  StatusOr<moe::v1::Worker> SetDrained(const std::string& name, bool drained, const std::string& actor = "",
-                                       bool move_work = false) ABSL_LOCKS_EXCLUDED(mu_);
-  // Forgets a worker that is not connected (lost); FAILED_PRECONDITION for a connected one (stop its
-  // moe-worker: SIGTERM leaves cleanly and removes it).
-  Status DeleteWorker(const std::string& name, const std::string& actor = "") ABSL_LOCKS_EXCLUDED(mu_);
+  // Drains (no new work) or undrains a worker. `move_work` (drain only): its rank also checkpoints
+  // and stops, and its job continues elsewhere without using a restart (as when the worker leaves).
+  StatusOr<moe::v1::Worker> SetDrained(const std::string& name, bool drained,
+                                       const std::string& actor = "", bool move_work = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets a worker that is not connected (lost); FAILED_PRECONDITION for a connected one (stop
+  // its moe-worker: SIGTERM leaves cleanly and removes it).
+  Status DeleteWorker(const std::string& name, const std::string& actor = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // WorkerService: a worker's stream. Register first; then its messages; then Disconnected. The
   // stream is the worker's identity: a message about a rank of a running attempt that another
   // worker holds is refused with PERMISSION_DENIED (the stream then ends) and changes nothing.
   StatusOr<moe::v1::Registered> Register(const moe::v1::Register& reg, WorkerChannel* channel)
       ABSL_LOCKS_EXCLUDED(mu_);
-  Status OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) ABSL_LOCKS_EXCLUDED(mu_);
+  Status OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The rendezvous keys the worker holding `session` may use: its running attempt's prefix.
   // UNAUTHENTICATED without a live session, PERMISSION_DENIED when it runs no rank.
   StatusOr<std::string> RendezvousScope(const std::string& session) ABSL_LOCKS_EXCLUDED(mu_);
@@ -106,19 +113,22 @@ class Controller {
 
  private:
   Status RestoreWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // PERMISSION_DENIED when the message concerns a rank of a running attempt that another worker holds;
-  // INVALID_ARGUMENT for one out of bounds.
+  // PERMISSION_DENIED when the message concerns a rank of a running attempt that another worker
+  // holds; INVALID_ARGUMENT for one out of bounds.
   Status CheckWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status CheckRankOwner(const std::string& worker, const std::string& job_id, int attempt, int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A reconnecting worker: what it says it runs is bound to the attempt we know, or told to stop; a
   // rank it was assigned but does not report is lost.
-  void ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& channel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& channel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker says it is leaving (Leaving): no new work; its job is requeued.
-  void WorkerLeaving(const std::string& name, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WorkerLeaving(const std::string& name, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets a worker: the registry's entry and the stored one (the name is free again).
-  Status ForgetWorker(const std::string& name, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status ForgetWorker(const std::string& name, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneLostWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finished jobs older than the retention go, with their events (job_admin.cc).
   void ExpireFinishedJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -126,7 +136,7 @@ class Controller {
 
   Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown
-  StateStore& store_;  // worker sessions; jobs go through jobs_
+  StateStore& store_;                                // worker sessions; jobs go through jobs_
   Clock& clock_;
   MetricsAggregator& metrics_;  // used under mu_ (it is not thread-safe)
   const ControllerConfig config_;

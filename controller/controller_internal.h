@@ -39,8 +39,10 @@ inline void SetPlacement(moe::v1::Job& job, const std::vector<Slot>& slots) {
   job.clear_placement();
   const auto& par = job.spec().spec().parallelism();
   const int world = static_cast<int>(slots.size());
-  const int pp = std::max(1, static_cast<int>(par.has_pipeline_parallel() ? par.pipeline_parallel() : 1));
-  const int ep = std::max(1, static_cast<int>(par.has_expert_parallel() ? par.expert_parallel() : 1));
+  const int pp =
+      std::max(1, static_cast<int>(par.has_pipeline_parallel() ? par.pipeline_parallel() : 1));
+  const int ep =
+      std::max(1, static_cast<int>(par.has_expert_parallel() ? par.expert_parallel() : 1));
   const int dp = std::max(1, world / pp);
   for (size_t r = 0; r < slots.size(); ++r) {
     auto* p = job.add_placement();
@@ -80,7 +82,8 @@ inline moe::v1::ControllerMessage CancelMessage(const std::string& job_id, int a
 // A wait for people: "10 s", "2.5 s".
 inline std::string Seconds(double s) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), s == static_cast<double>(static_cast<int64_t>(s)) ? "%.0f s" : "%.1f s", s);
+  std::snprintf(buf, sizeof(buf),
+                s == static_cast<double>(static_cast<int64_t>(s)) ? "%.0f s" : "%.1f s", s);
   return buf;
 }
 

@@ -2,7 +2,6 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
-
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,10 +9,9 @@
 #include <deque>
 
 #include "absl/base/thread_annotations.h"
-#include "controller/mutex.h"
-
 #include "common/file_util.h"
 #include "common/log.h"
+#include "controller/mutex.h"
 #include "moe/v1/job_service.grpc.pb.h"
 #include "moe/v1/worker_service.grpc.pb.h"
 
@@ -31,11 +29,14 @@ std::string Metadata(grpc::CallbackServerContext* ctx, const char* key) {
   auto it = md.find(key);
   return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
 }
-std::string Authorization(grpc::CallbackServerContext* ctx) { return Metadata(ctx, "authorization"); }
+std::string Authorization(grpc::CallbackServerContext* ctx) {
+  return Metadata(ctx, "authorization");
+}
 
 // A unary call that finishes right away.
 template <typename Fn>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const TokenAuth& auth, Role role, Fn&& fn) {
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const TokenAuth& auth, Role role,
+                                Fn&& fn) {
   auto* reactor = ctx->DefaultReactor();
   Status st = auth.Check(Authorization(ctx), role);
   if (st.ok()) st = fn();
@@ -52,8 +53,8 @@ bool IsTerminalJob(const moe::v1::WatchJobResponse& r) {
 // WatchJob: events and metrics pushed by the controller, written one at a time.
 //
 // Threads: Push runs on whichever thread changed the job (under the Controller's mutex: it only
-// queues); gRPC's callback threads run OnWriteDone, OnCancel and OnDone. mu_ guards the queue and the
-// stream's state between them.
+// queues); gRPC's callback threads run OnWriteDone, OnCancel and OnDone. mu_ guards the queue and
+// the stream's state between them.
 class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResponse> {
  public:
   WatchReactor(Controller& controller, const std::string& id) : controller_(controller) {
@@ -86,7 +87,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResp
       MutexLock lock(&mu_);
       sub = sub_;
     }
-    controller_.Unwatch(sub);  // after it returns no Push can come: they run under the Controller's mutex
+    controller_.Unwatch(
+        sub);  // after it returns no Push can come: they run under the Controller's mutex
     delete this;
   }
 
@@ -126,12 +128,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResp
 
 // Connect: one stream per worker.
 //
-// Threads: gRPC's callback threads run OnReadDone (one at a time: reads follow each other), OnWriteDone
-// and OnDone; Send comes from whichever thread the Controller runs on (under its mutex: it only
-// queues). mu_ guards the write queue and the stream's state; in_ and name_ belong to the read path.
-// No call into the Controller holds mu_, since the Controller may Send from inside it.
-class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>,
-                           public WorkerChannel {
+// Threads: gRPC's callback threads run OnReadDone (one at a time: reads follow each other),
+// OnWriteDone and OnDone; Send comes from whichever thread the Controller runs on (under its mutex:
+// it only queues). mu_ guards the write queue and the stream's state; in_ and name_ belong to the
+// read path. No call into the Controller holds mu_, since the Controller may Send from inside it.
+class WorkerStream final
+    : public grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>,
+      public WorkerChannel {
  public:
   WorkerStream(Controller& controller, const Status& auth) : controller_(controller) {
     if (!auth.ok()) {
@@ -183,7 +186,8 @@ class WorkerStream final : public grpc::ServerBidiReactor<moe::v1::WorkerMessage
   // The stream's first message.
   Status RegisterWorker() ABSL_LOCKS_EXCLUDED(mu_) {
     if (!in_.has_register_()) return InvalidArgumentError("the first message must be register");
-    MOE_ASSIGN_OR_RETURN(moe::v1::Registered registered, controller_.Register(in_.register_(), this));
+    MOE_ASSIGN_OR_RETURN(moe::v1::Registered registered,
+                         controller_.Register(in_.register_(), this));
     name_ = in_.register_().name();
     moe::v1::ControllerMessage m;
     *m.mutable_registered() = std::move(registered);
@@ -222,39 +226,46 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
  public:
   JobServiceImpl(Controller& c, const TokenAuth& a) : c_(c), auth_(a) {}
 
-  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const moe::v1::SubmitJobRequest* req,
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
+                                      const moe::v1::SubmitJobRequest* req,
                                       moe::v1::Job* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job(), req->request_id(), auth_.Who(Authorization(ctx))));
+      MOE_ASSIGN_OR_RETURN(*resp,
+                           c_.Submit(req->job(), req->request_id(), auth_.Who(Authorization(ctx))));
       return OkStatus();
     });
   }
-  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const moe::v1::GetJobRequest* req, moe::v1::Job* resp) override {
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const moe::v1::GetJobRequest* req, moe::v1::Job* resp) override {
     return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
       MOE_ASSIGN_OR_RETURN(*resp, c_.Get(req->id(), /*with_events=*/true));
       return OkStatus();
     });
   }
-  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const moe::v1::ListJobsRequest* req,
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const moe::v1::ListJobsRequest* req,
                                      moe::v1::ListJobsResponse* resp) override {
     return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
       MOE_ASSIGN_OR_RETURN(*resp, c_.ListPage(*req));
       return OkStatus();
     });
   }
-  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const moe::v1::CancelJobRequest* req,
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
+                                      const moe::v1::CancelJobRequest* req,
                                       moe::v1::Job* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
       MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id(), auth_.Who(Authorization(ctx)), req->now()));
       return OkStatus();
     });
   }
-  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx, const moe::v1::DeleteJobRequest* req,
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
+                                      const moe::v1::DeleteJobRequest* req,
                                       moe::v1::DeleteJobResponse*) override {
-    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status { return c_.Delete(req->id(), auth_.Who(Authorization(ctx))); });
+    return Unary(ctx, auth_, Role::kAdmin,
+                 [&]() -> Status { return c_.Delete(req->id(), auth_.Who(Authorization(ctx))); });
   }
-  grpc::ServerWriteReactor<moe::v1::WatchJobResponse>* WatchJob(grpc::CallbackServerContext* ctx,
-                                                                const moe::v1::WatchJobRequest* req) override {
+  grpc::ServerWriteReactor<moe::v1::WatchJobResponse>* WatchJob(
+      grpc::CallbackServerContext* ctx, const moe::v1::WatchJobRequest* req) override {
     Status st = auth_.Check(Authorization(ctx), Role::kViewer);
     if (!st.ok()) {
       class Refused final : public grpc::ServerWriteReactor<moe::v1::WatchJobResponse> {
@@ -266,28 +277,33 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
     }
     return new WatchReactor(c_, req->id());
   }
-  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx, const moe::v1::ListWorkersRequest*,
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
+                                        const moe::v1::ListWorkersRequest*,
                                         moe::v1::ListWorkersResponse* resp) override {
     return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
       for (auto& w : c_.Workers()) *resp->add_workers() = std::move(w);
       return OkStatus();
     });
   }
-  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx, const moe::v1::ListQueuesRequest*,
+  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx,
+                                       const moe::v1::ListQueuesRequest*,
                                        moe::v1::ListQueuesResponse* resp) override {
     return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
       for (auto& q : c_.Queues()) *resp->add_queues() = std::move(q);
       return OkStatus();
     });
   }
-  grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
+  grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* ctx,
+                                        const moe::v1::DrainWorkerRequest* req,
                                         moe::v1::Worker* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true, auth_.Who(Authorization(ctx)), req->move_work()));
+      MOE_ASSIGN_OR_RETURN(
+          *resp, c_.SetDrained(req->name(), true, auth_.Who(Authorization(ctx)), req->move_work()));
       return OkStatus();
     });
   }
-  grpc::ServerUnaryReactor* UndrainWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
+  grpc::ServerUnaryReactor* UndrainWorker(grpc::CallbackServerContext* ctx,
+                                          const moe::v1::DrainWorkerRequest* req,
                                           moe::v1::Worker* resp) override {
     return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
       MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false, auth_.Who(Authorization(ctx))));
@@ -295,7 +311,8 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
     });
   }
   // Answered when the worker's LogReply arrives (or fails): the reactor finishes from that thread.
-  grpc::ServerUnaryReactor* GetLogs(grpc::CallbackServerContext* ctx, const moe::v1::GetLogsRequest* req,
+  grpc::ServerUnaryReactor* GetLogs(grpc::CallbackServerContext* ctx,
+                                    const moe::v1::GetLogsRequest* req,
                                     moe::v1::GetLogsResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
     if (Status st = auth_.Check(Authorization(ctx), Role::kViewer); !st.ok()) {
@@ -308,9 +325,12 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
     });
     return reactor;
   }
-  grpc::ServerUnaryReactor* DeleteWorker(grpc::CallbackServerContext* ctx, const moe::v1::DrainWorkerRequest* req,
+  grpc::ServerUnaryReactor* DeleteWorker(grpc::CallbackServerContext* ctx,
+                                         const moe::v1::DrainWorkerRequest* req,
                                          moe::v1::DeleteWorkerResponse*) override {
-    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status { return c_.DeleteWorker(req->name(), auth_.Who(Authorization(ctx))); });
+    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
+      return c_.DeleteWorker(req->name(), auth_.Who(Authorization(ctx)));
+    });
   }
 
  private:
@@ -320,23 +340,27 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
 
 class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(Controller& c, const TokenAuth& a, Clock& clock) : c_(c), auth_(a), clock_(clock) {}
+  WorkerServiceImpl(Controller& c, const TokenAuth& a, Clock& clock)
+      : c_(c), auth_(a), clock_(clock) {}
 
   grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override {
     return new WorkerStream(c_, auth_.Check(Authorization(ctx), Role::kWorker));
   }
-  grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx, const moe::v1::RendezvousSetRequest* req,
+  grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx,
+                                          const moe::v1::RendezvousSetRequest* req,
                                           moe::v1::RendezvousSetResponse*) override {
     return Unary(ctx, auth_, Role::kWorker, [&]() -> Status {
       MOE_RETURN_IF_ERROR(CheckKey(ctx, req->key()));
       if (req->value().size() > kMaxRendezvousValueBytes) {
-        return InvalidArgumentError("rendezvous value over " + std::to_string(kMaxRendezvousValueBytes) + " bytes");
+        return InvalidArgumentError("rendezvous value over " +
+                                    std::to_string(kMaxRendezvousValueBytes) + " bytes");
       }
       return c_.rendezvous().Set(req->key(), req->value());
     });
   }
-  grpc::ServerUnaryReactor* RendezvousGet(grpc::CallbackServerContext* ctx, const moe::v1::RendezvousGetRequest* req,
+  grpc::ServerUnaryReactor* RendezvousGet(grpc::CallbackServerContext* ctx,
+                                          const moe::v1::RendezvousGetRequest* req,
                                           moe::v1::RendezvousGetResponse* resp) override {
     return Unary(ctx, auth_, Role::kWorker, [&]() -> Status {
       MOE_RETURN_IF_ERROR(CheckKey(ctx, req->key()));
@@ -346,12 +370,15 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
       return OkStatus();
     });
   }
-  grpc::ServerUnaryReactor* RendezvousWait(grpc::CallbackServerContext* ctx, const moe::v1::RendezvousWaitRequest* req,
+  grpc::ServerUnaryReactor* RendezvousWait(grpc::CallbackServerContext* ctx,
+                                           const moe::v1::RendezvousWaitRequest* req,
                                            moe::v1::RendezvousWaitResponse*) override {
     auto* reactor = ctx->DefaultReactor();
     Status st = auth_.Check(Authorization(ctx), Role::kWorker);
-    if (st.ok() && (req->keys_size() == 0 || req->keys_size() > 4096)) st = InvalidArgumentError("keys: 1 to 4096 keys");
-    for (const auto& k : req->keys()) if (st.ok()) st = CheckKey(ctx, k);
+    if (st.ok() && (req->keys_size() == 0 || req->keys_size() > 4096))
+      st = InvalidArgumentError("keys: 1 to 4096 keys");
+    for (const auto& k : req->keys())
+      if (st.ok()) st = CheckKey(ctx, k);
     if (st.ok() && !(req->timeout_seconds() > 0 && req->timeout_seconds() <= 3600)) {
       st = InvalidArgumentError("timeout_seconds must be in (0, 3600]");
     }
@@ -366,13 +393,16 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   }
 
  private:
-  // Only keys of the caller's own running attempt: the session names the worker, the worker its rank.
+  // Only keys of the caller's own running attempt: the session names the worker, the worker its
+  // rank.
   Status CheckKey(grpc::CallbackServerContext* ctx, const std::string& key) {
-    if (key.size() > kMaxRendezvousKeyBytes) return InvalidArgumentError("rendezvous key over 512 bytes");
-    MOE_ASSIGN_OR_RETURN(const std::string prefix, c_.RendezvousScope(Metadata(ctx, "x-moe-session")));
+    if (key.size() > kMaxRendezvousKeyBytes)
+      return InvalidArgumentError("rendezvous key over 512 bytes");
+    MOE_ASSIGN_OR_RETURN(const std::string prefix,
+                         c_.RendezvousScope(Metadata(ctx, "x-moe-session")));
     if (key.rfind(prefix, 0) != 0) {
-      return PermissionDeniedError("rendezvous key '" + key.substr(0, 128) + "' is not under this worker's attempt (" +
-                                   prefix + ")");
+      return PermissionDeniedError("rendezvous key '" + key.substr(0, 128) +
+                                   "' is not under this worker's attempt (" + prefix + ")");
     }
     return OkStatus();
   }
@@ -391,12 +421,14 @@ bool CanBind(const std::string& listen) {
   if (colon == std::string::npos) return false;
   host = listen.substr(0, colon);
   port = listen.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  if (::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res) != 0) return false;
+  if (::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res) != 0)
+    return false;
   bool ok = false;
   for (addrinfo* a = res; a != nullptr && !ok; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -412,12 +444,14 @@ bool CanBind(const std::string& listen) {
 
 Status GrpcServer::ListenError(const ServerOptions& o) {
   if (!CanBind(o.listen)) {
-    return UnavailableError("cannot listen on " + o.listen +
-                            ": the port is in use (another controller?) or the address is not this machine's");
+    return UnavailableError(
+        "cannot listen on " + o.listen +
+        ": the port is in use (another controller?) or the address is not this machine's");
   }
   if (!o.tls_cert.empty()) {
-    return InvalidArgumentError("cannot serve TLS on " + o.listen + ": gRPC refused the certificate and key (is " +
-                                o.tls_key + " the private key of " + o.tls_cert + ", both PEM?)");
+    return InvalidArgumentError("cannot serve TLS on " + o.listen +
+                                ": gRPC refused the certificate and key (is " + o.tls_key +
+                                " the private key of " + o.tls_cert + ", both PEM?)");
   }
   return UnavailableError("cannot listen on " + o.listen);
 }
@@ -431,7 +465,8 @@ Status GrpcServer::Start(const ServerOptions& o) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!o.tls_cert.empty() || !o.tls_key.empty()) {
-    if (o.tls_cert.empty() || o.tls_key.empty()) return InvalidArgumentError("--tls-cert and --tls-key go together");
+    if (o.tls_cert.empty() || o.tls_key.empty())
+      return InvalidArgumentError("--tls-cert and --tls-key go together");
     MOE_ASSIGN_OR_RETURN(std::string cert, ReadFileToString(o.tls_cert));
     MOE_ASSIGN_OR_RETURN(std::string key, ReadFileToString(o.tls_key));
     grpc::SslServerCredentialsOptions ssl;
@@ -455,7 +490,8 @@ Status GrpcServer::Start(const ServerOptions& o) {
   // share the port, answering clients with its own view.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxSendMessageSize(o.max_message_bytes);
-  // Workers' streams are long-lived; keepalive pings find dead peers that never closed their sockets.
+  // Workers' streams are long-lived; keepalive pings find dead peers that never closed their
+  // sockets.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);

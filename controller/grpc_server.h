@@ -1,14 +1,15 @@
 // The gRPC face of the controller: JobService and WorkerService on the callback API (a waiting RPC
-// holds no thread), bearer-token roles, explicit message-size limits, the standard health service and
-// reflection.
+// holds no thread), bearer-token roles, explicit message-size limits, the standard health service
+// and reflection.
 //
-// Threads: gRPC's callback threads run the handlers and reactors; Start and Shutdown belong to main.
+// Threads: gRPC's callback threads run the handlers and reactors; Start and Shutdown belong to
+// main.
 #pragma once
+
+#include <grpcpp/grpcpp.h>
 
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "common/status.h"
 #include "controller/auth.h"

@@ -17,7 +17,8 @@ constexpr size_t kMaxPageBytes = 8 << 20;  // half the message limit: a page alw
 // Page tokens are the position of the last job returned: "<created_at>/<id>".
 std::string PageToken(const moe::v1::Job& j) {
   char t[64];
-  std::snprintf(t, sizeof(t), "%.17g", j.created_at());  // exact: the next page starts right after it
+  std::snprintf(t, sizeof(t), "%.17g",
+                j.created_at());  // exact: the next page starts right after it
   return std::string(t) + "/" + j.id();
 }
 
@@ -31,13 +32,12 @@ StatusOr<std::pair<double, std::string>> ParsePageToken(const std::string& token
   return std::make_pair(t, token.substr(slash + 1));
 }
 
-
 }  // namespace
 
 StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobsRequest& req) {
   if (req.page_size() < 0 || req.page_size() > kMaxPageSize) {
-    return InvalidArgumentError("page_size: 0 (the default, " + std::to_string(kDefaultPageSize) + ") to " +
-                                std::to_string(kMaxPageSize));
+    return InvalidArgumentError("page_size: 0 (the default, " + std::to_string(kDefaultPageSize) +
+                                ") to " + std::to_string(kMaxPageSize));
   }
   std::pair<double, std::string> after{-1, ""};
   if (!req.page_token().empty()) {
@@ -46,14 +46,16 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
   std::vector<moe::v1::JobState> states;
   for (int st : req.states()) states.push_back(static_cast<moe::v1::JobState>(st));
   std::vector<moe::v1::Job> jobs = List(states);  // oldest first
-  const size_t limit = req.page_size() == 0 ? kDefaultPageSize : static_cast<size_t>(req.page_size());
+  const size_t limit =
+      req.page_size() == 0 ? kDefaultPageSize : static_cast<size_t>(req.page_size());
   moe::v1::ListJobsResponse out;
   size_t bytes = 0;
   for (const auto& j : jobs) {
     if (std::make_pair(j.created_at(), j.id()) <= after) continue;
     if (j.id().rfind(req.name_prefix(), 0) != 0) continue;
     const size_t size = j.ByteSizeLong();
-    if (static_cast<size_t>(out.jobs_size()) >= limit || (out.jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
+    if (static_cast<size_t>(out.jobs_size()) >= limit ||
+        (out.jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
       out.set_next_page_token(PageToken(out.jobs(out.jobs_size() - 1)));
       break;
     }

@@ -27,7 +27,9 @@ std::string NormalizePath(const std::string& path) {
   return path[0] == '/' ? out : out.substr(1);
 }
 
-bool IsQueued(JobState s) { return s == moe::v1::PENDING || s == moe::v1::RESTARTING || s == moe::v1::PREEMPTED; }
+bool IsQueued(JobState s) {
+  return s == moe::v1::PENDING || s == moe::v1::RESTARTING || s == moe::v1::PREEMPTED;
+}
 
 bool ValidTransition(JobState from, JobState to) {
   using namespace moe::v1;
@@ -36,10 +38,11 @@ bool ValidTransition(JobState from, JobState to) {
     case PENDING:
       return to == SCHEDULED || to == CANCELLED || to == FAILED;
     case SCHEDULED:
-      return to == RUNNING || to == RESTARTING || to == PREEMPTED || to == FAILED || to == CANCELLED ||
-             to == SUCCEEDED;
+      return to == RUNNING || to == RESTARTING || to == PREEMPTED || to == FAILED ||
+             to == CANCELLED || to == SUCCEEDED;
     case RUNNING:
-      return to == SUCCEEDED || to == FAILED || to == CANCELLED || to == RESTARTING || to == PREEMPTED;
+      return to == SUCCEEDED || to == FAILED || to == CANCELLED || to == RESTARTING ||
+             to == PREEMPTED;
     case RESTARTING:
     case PREEMPTED:
       return to == SCHEDULED || to == FAILED || to == CANCELLED;
@@ -94,12 +97,12 @@ StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::Tra
   e->job.set_created_at(clock_.Now());
   e->job.set_updated_at(clock_.Now());
   e->spec = spec;
-  const moe::v1::JobEvent ev =
-      NewEvent(*e, e->job, "Submitted",
-               "priority " + std::to_string(spec.priority) + ", " +
-                   std::to_string(spec.parallelism.world_size) + " ranks (EP " +
-                   std::to_string(spec.parallelism.expert_parallel) + ", groups within one " +
-                   spec.placement.expert_group_within + ")" + (actor.empty() ? "" : "; by " + actor));
+  const moe::v1::JobEvent ev = NewEvent(
+      *e, e->job, "Submitted",
+      "priority " + std::to_string(spec.priority) + ", " +
+          std::to_string(spec.parallelism.world_size) + " ranks (EP " +
+          std::to_string(spec.parallelism.expert_parallel) + ", groups within one " +
+          spec.placement.expert_group_within + ")" + (actor.empty() ? "" : "; by " + actor));
   MOE_RETURN_IF_ERROR(store_.PutJobWithEvent(e->job, ev));
   e->next_event_seq = ev.seq() + 1;
   e->last_persist = clock_.Monotonic();
@@ -114,7 +117,8 @@ Status JobManager::Delete(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFoundError("no job '" + id + "'");
   if (!IsTerminal(it->second->job.state())) {
-    return FailedPreconditionError("job " + id + " is " + moe::v1::JobState_Name(it->second->job.state()) +
+    return FailedPreconditionError("job " + id + " is " +
+                                   moe::v1::JobState_Name(it->second->job.state()) +
                                    ": only finished jobs are deleted (cancel it first)");
   }
   MOE_RETURN_IF_ERROR(store_.DeleteJob(id));  // stored first: a refused delete keeps the job
@@ -204,7 +208,8 @@ void AddToSummary(moe::v1::Job& job, const moe::v1::StepMetrics& m) {
   s.set_reported_steps(s.reported_steps() + 1);
   const bool first_of_attempt = s.attempt() != m.attempt();
   s.set_attempt(m.attempt());
-  if (first_of_attempt && m.step() < m.total_steps()) return;  // warm-up; a one-step attempt still counts
+  if (first_of_attempt && m.step() < m.total_steps())
+    return;  // warm-up; a one-step attempt still counts
   s.set_measured_steps(s.measured_steps() + 1);
   s.set_tflops_sum(s.tflops_sum() + m.tflops_per_device());
   s.set_mfu_sum(s.mfu_sum() + m.mfu());

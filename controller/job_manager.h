@@ -50,7 +50,8 @@ struct RankStatus {
 enum class StopCause {
   kFailure,    // a failure a restart may fix: uses one of max_restarts
   kPermanent,  // the job cannot run as specified: FAILED, no restart
-  kRequeue,    // not the job's doing (a worker left cleanly, a drain, an elastic resize): back in the queue
+  kRequeue,  // not the job's doing (a worker left cleanly, a drain, an elastic resize): back in the
+             // queue
   kPreempted,  // a job of higher priority needs the capacity: PREEMPTED, resumes later
 };
 
@@ -59,7 +60,8 @@ enum class StopCause {
 struct AttemptFailure {
   std::string reason;
   StopCause cause = StopCause::kFailure;
-  bool event_stored = false;  // its "AttemptFailed" (or Requeued, Preempted) event is in the history
+  bool event_stored =
+      false;  // its "AttemptFailed" (or Requeued, Preempted) event is in the history
 };
 
 // The attempt now running or ending.
@@ -84,11 +86,13 @@ struct JobEntry {
   JobSpec spec;
   std::unique_ptr<Attempt> attempt;  // null when no ranks run
   int64_t next_event_seq = 1;
-  double last_persist = 0;  // monotonic time the record was last stored
+  double last_persist = 0;     // monotonic time the record was last stored
   std::string waiting_reason;  // why the last scheduling pass did not place it (queued jobs)
-  double not_before = 0;       // monotonic: a restarting job is not placed before this (restart backoff)
-  std::vector<std::string> preempting;  // a queued job waiting for the jobs it preempted to stop: their ids
-  std::map<int, std::vector<std::string>> attempt_workers;  // attempt -> workers by rank (moectl logs; not stored)
+  double not_before = 0;  // monotonic: a restarting job is not placed before this (restart backoff)
+  std::vector<std::string>
+      preempting;  // a queued job waiting for the jobs it preempted to stop: their ids
+  std::map<int, std::vector<std::string>>
+      attempt_workers;  // attempt -> workers by rank (moectl logs; not stored)
 };
 
 class JobManager {
@@ -107,7 +111,8 @@ class JobManager {
   std::string NewId(const std::string& name) const;
   // Stores a new PENDING job and its "Submitted" event.
   StatusOr<JobEntry*> Create(const std::string& id, const moe::v1::TrainingJob& expanded,
-                             const JobSpec& spec, const std::string& request_id = "", const std::string& actor = "");
+                             const JobSpec& spec, const std::string& request_id = "",
+                             const std::string& actor = "");
   // Removes a finished job and its events from the store, then from memory.
   Status Delete(const std::string& id);
   JobEntry* Find(const std::string& id);

@@ -1,6 +1,6 @@
-// The planner (common/planner.h) at scheduling time: an attempt's step time as planned for the racks
-// its ranks were given, stored in the job record (Job.planned_step_seconds) and exported next to the
-// measured one, so a job running far below its plan shows (docs/planning.md).
+// The planner (common/planner.h) at scheduling time: an attempt's step time as planned for the
+// racks its ranks were given, stored in the job record (Job.planned_step_seconds) and exported next
+// to the measured one, so a job running far below its plan shows (docs/planning.md).
 #pragma once
 
 #include <optional>
@@ -20,6 +20,7 @@ struct AttemptPlan {
 
 // Nothing when the controller has no --plan-cluster, or when the job cannot be planned on it (the
 // reason is logged once per attempt).
-std::optional<AttemptPlan> PlanAttempt(const ControllerConfig& config, const JobSpec& spec, const std::vector<Slot>& slots);
+std::optional<AttemptPlan> PlanAttempt(const ControllerConfig& config, const JobSpec& spec,
+                                       const std::vector<Slot>& slots);
 
 }  // namespace moe::controller

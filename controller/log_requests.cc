@@ -15,25 +15,31 @@ void LogRequests::Request(const moe::v1::GetLogsRequest& req, Done done) {
   JobEntry* e = jobs_.Find(req.job_id());
   if (e == nullptr) return done(NotFoundError("no job '" + req.job_id() + "'"));
   const int attempt = req.attempt() > 0 ? req.attempt() : e->job.attempt();
-  if (attempt <= 0) return done(FailedPreconditionError("job " + req.job_id() + " has not run yet: no output"));
+  if (attempt <= 0)
+    return done(FailedPreconditionError("job " + req.job_id() + " has not run yet: no output"));
   std::vector<std::string> by_rank;
   if (auto it = e->attempt_workers.find(attempt); it != e->attempt_workers.end()) {
     by_rank = it->second;
-  } else if (attempt == e->job.attempt()) {  // recovered after a controller restart: the stored placement
+  } else if (attempt ==
+             e->job.attempt()) {  // recovered after a controller restart: the stored placement
     for (const Slot& s : internal::SlotsOf(e->job)) by_rank.push_back(s.worker);
   } else {
     return done(NotFoundError("attempt " + std::to_string(attempt) + " of " + req.job_id() +
-                              ": this controller does not know where it ran (only attempts since it started, and the latest)"));
+                              ": this controller does not know where it ran (only attempts since "
+                              "it started, and the latest)"));
   }
   if (req.rank() < 0 || req.rank() >= static_cast<int>(by_rank.size())) {
-    return done(InvalidArgumentError("--rank: " + std::to_string(req.rank()) + " is not a rank of " + req.job_id() +
-                                     " (0.." + std::to_string(static_cast<int>(by_rank.size()) - 1) + ")"));
+    return done(InvalidArgumentError("--rank: " + std::to_string(req.rank()) +
+                                     " is not a rank of " + req.job_id() + " (0.." +
+                                     std::to_string(static_cast<int>(by_rank.size()) - 1) + ")"));
   }
   const std::string& worker = by_rank[static_cast<size_t>(req.rank())];
   WorkerEntry* w = workers_.Find(worker);
   if (w == nullptr || w->channel == nullptr || w->lost) {
-    return done(UnavailableError("rank " + std::to_string(req.rank()) + " of attempt " + std::to_string(attempt) + " ran on worker " +
-                                 worker + ", which is not connected: its output is in that worker's runtime directory"));
+    return done(UnavailableError(
+        "rank " + std::to_string(req.rank()) + " of attempt " + std::to_string(attempt) +
+        " ran on worker " + worker +
+        ", which is not connected: its output is in that worker's runtime directory"));
   }
   const uint64_t id = next_id_++;
   moe::v1::ControllerMessage m;
@@ -55,7 +61,8 @@ void LogRequests::Request(const moe::v1::GetLogsRequest& req, Done done) {
 
 void LogRequests::Reply(const std::string& worker, const moe::v1::LogReply& r) {
   auto it = pending_.find(r.request_id());
-  if (it == pending_.end() || it->second.worker != worker) return;  // late, or not this worker's to answer
+  if (it == pending_.end() || it->second.worker != worker)
+    return;  // late, or not this worker's to answer
   Pending p = std::move(it->second);
   pending_.erase(it);
   if (!r.error().empty()) return p.done(NotFoundError(r.error().substr(0, kMaxMessageBytes)));
@@ -67,7 +74,8 @@ void LogRequests::Reply(const std::string& worker, const moe::v1::LogReply& r) {
 
 void LogRequests::Fail(const std::string& worker, double now, const std::string& why) {
   for (auto it = pending_.begin(); it != pending_.end();) {
-    const bool match = !worker.empty() ? it->second.worker == worker : now <= 0 || now > it->second.deadline;
+    const bool match =
+        !worker.empty() ? it->second.worker == worker : now <= 0 || now > it->second.deadline;
     if (!match) {
       ++it;
       continue;

@@ -23,7 +23,8 @@ class LogRequests {
  public:
   // `done` is called once, with the slice or with why there is none.
   using Done = std::function<void(StatusOr<moe::v1::GetLogsResponse>)>;
-  LogRequests(JobManager& jobs, WorkerRegistry& workers, Clock& clock) : jobs_(jobs), workers_(workers), clock_(clock) {}
+  LogRequests(JobManager& jobs, WorkerRegistry& workers, Clock& clock)
+      : jobs_(jobs), workers_(workers), clock_(clock) {}
 
   void Request(const moe::v1::GetLogsRequest& req, Done done);
   void Reply(const std::string& worker, const moe::v1::LogReply& r);

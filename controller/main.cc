@@ -10,15 +10,15 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <string>
-#include <vector>
-#include <chrono>
 #include <thread>
+#include <vector>
 
 #include "common/log.h"
-#include "controller/auth.h"
 #include "common/service_log.h"
+#include "controller/auth.h"
 #include "controller/config.h"
 #include "controller/controller.h"
 #include "controller/grpc_server.h"
@@ -46,8 +46,9 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "bearer tokens file: '<token> <admin|viewer|worker> [name]' per line");
   app.add_flag("--allow-insecure-remote", c.allow_insecure_remote,
                "listen beyond loopback without --tokens (not recommended)");
-  app.add_flag("--allow-cleartext-tokens", c.allow_cleartext_tokens,
-               "accept --tokens beyond loopback without TLS: tokens then travel in clear (not recommended)");
+  app.add_flag(
+      "--allow-cleartext-tokens", c.allow_cleartext_tokens,
+      "accept --tokens beyond loopback without TLS: tokens then travel in clear (not recommended)");
   app.add_flag("--allow-remote-metrics", c.allow_remote_metrics,
                "serve /metrics (no token needed) beyond loopback");
   app.add_option("--lease-seconds", c.lease_seconds, "a worker silent this long is lost")
@@ -58,20 +59,25 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--lost-worker-retention-seconds", c.lost_worker_retention_seconds,
-                 "a lost worker that has not come back in this long is forgotten (0: kept until moectl delete worker)")
+                 "a lost worker that has not come back in this long is forgotten (0: kept until "
+                 "moectl delete worker)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-job-ranks", c.max_job_ranks,
-                 "refuse jobs of more ranks than this at submit (0: none; a smaller job the workers cannot hold yet "
+                 "refuse jobs of more ranks than this at submit (0: none; a smaller job the "
+                 "workers cannot hold yet "
                  "waits for capacity)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("!--no-preemption", c.preemption, "never stop running jobs for queued ones of higher priority");
+  app.add_flag("!--no-preemption", c.preemption,
+               "never stop running jobs for queued ones of higher priority");
   app.add_option("--restart-backoff-seconds", c.restart_backoff_seconds,
-                 "a failed attempt restarts after this long, doubling with each restart of the job (0: at once)")
+                 "a failed attempt restarts after this long, doubling with each restart of the job "
+                 "(0: at once)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--restart-backoff-max-seconds", c.restart_backoff_max_seconds, "the longest wait before a restart")
+  app.add_option("--restart-backoff-max-seconds", c.restart_backoff_max_seconds,
+                 "the longest wait before a restart")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--rank-start-seconds", c.rank_start_seconds,
@@ -104,15 +110,18 @@ moe::Status ParsePriorityClasses(const std::vector<std::string>& flags, Controll
     ControllerConfig::PriorityClass pc;
     if (const size_t colon = value.find(':'); colon != std::string::npos) {
       if (value.substr(colon + 1) != "never-preempted") {
-        return moe::InvalidArgumentError("--priority-class " + f + ": after ':' only 'never-preempted' is known");
+        return moe::InvalidArgumentError("--priority-class " + f +
+                                         ": after ':' only 'never-preempted' is known");
       }
       pc.preemptible = false;
       value = value.substr(0, colon);
     }
     char* end = nullptr;
     const long long v = value.empty() ? 0 : std::strtoll(value.c_str(), &end, 10);
-    if (eq == 0 || eq == std::string::npos || value.empty() || *end != 0 || v < -1000000000 || v > 1000000000) {
-      return moe::InvalidArgumentError("--priority-class " + f + ": expected NAME=PRIORITY[:never-preempted], "
+    if (eq == 0 || eq == std::string::npos || value.empty() || *end != 0 || v < -1000000000 ||
+        v > 1000000000) {
+      return moe::InvalidArgumentError("--priority-class " + f +
+                                       ": expected NAME=PRIORITY[:never-preempted], "
                                        "PRIORITY an integer in -1000000000..1000000000");
     }
     pc.priority = v;
@@ -125,7 +134,8 @@ moe::Status LoadPlanProfiles(const std::string& cluster, std::string software, C
 
 // The settings that come from files or need parsing: plan profiles, priority classes, queues.
 moe::Status LoadConfigFiles(const std::string& plan_cluster, const std::string& plan_software,
-                            const std::vector<std::string>& classes, const std::string& queues, ControllerConfig* c) {
+                            const std::vector<std::string>& classes, const std::string& queues,
+                            ControllerConfig* c) {
   MOE_RETURN_IF_ERROR(LoadPlanProfiles(plan_cluster, plan_software, c));
   MOE_RETURN_IF_ERROR(ParsePriorityClasses(classes, c));
   if (queues.empty()) return moe::OkStatus();
@@ -136,7 +146,8 @@ moe::Status LoadConfigFiles(const std::string& plan_cluster, const std::string& 
 }
 
 // --plan-cluster / --plan-software: the profiles each attempt's planned step time comes from.
-moe::Status LoadPlanProfiles(const std::string& cluster, std::string software, ControllerConfig* c) {
+moe::Status LoadPlanProfiles(const std::string& cluster, std::string software,
+                             ControllerConfig* c) {
   if (cluster.empty()) {
     if (!software.empty()) return moe::InvalidArgumentError("--plan-software needs --plan-cluster");
     return moe::OkStatus();
@@ -174,11 +185,12 @@ moe::StatusOr<moe::controller::TokenAuth> CheckExposure(const ControllerConfig& 
                                      "--allow-remote-metrics to serve it there");
   }
   if (!c.tokens_file.empty()) {
-    if (!IsLoopbackAddress(c.server.listen) && c.server.tls_cert.empty() && !c.allow_cleartext_tokens) {
-      return moe::InvalidArgumentError(
-          "--listen " + c.server.listen +
-          " is not a loopback address and TLS is off: tokens would travel in clear; pass --tls-cert and "
-          "--tls-key (or --allow-cleartext-tokens)");
+    if (!IsLoopbackAddress(c.server.listen) && c.server.tls_cert.empty() &&
+        !c.allow_cleartext_tokens) {
+      return moe::InvalidArgumentError("--listen " + c.server.listen +
+                                       " is not a loopback address and TLS is off: tokens would "
+                                       "travel in clear; pass --tls-cert and "
+                                       "--tls-key (or --allow-cleartext-tokens)");
     }
     auto loaded = moe::controller::TokenAuth::Load(c.tokens_file);
     if (!loaded.ok()) return moe::InvalidArgumentError("--tokens: " + loaded.status().message());
@@ -226,21 +238,27 @@ int main(int argc, char** argv) {
   CLI::App app{"moe-controller: schedules MoE training jobs onto rack-aware workers"};
   BindFlags(app, config);
   std::string plan_cluster, plan_software;
-  app.add_option("--plan-cluster", plan_cluster,
-                 "cluster profile the workers are (local: this machine, probed at start; gb300-nvl72, ... or a YAML "
-                 "path): each attempt gets a planned step time next to the measured one (docs/planning.md)");
-  app.add_option("--plan-software", plan_software, "software profile for --plan-cluster (default ours, ours-cpu on cpu)");
+  app.add_option(
+      "--plan-cluster", plan_cluster,
+      "cluster profile the workers are (local: this machine, probed at start; gb300-nvl72, ... or "
+      "a YAML "
+      "path): each attempt gets a planned step time next to the measured one (docs/planning.md)");
+  app.add_option("--plan-software", plan_software,
+                 "software profile for --plan-cluster (default ours, ours-cpu on cpu)");
   std::vector<std::string> classes;
   app.add_option("--priority-class", classes,
-                 "NAME=PRIORITY[:never-preempted] (repeatable): metadata.priority_class NAME gives a job that priority; "
+                 "NAME=PRIORITY[:never-preempted] (repeatable): metadata.priority_class NAME gives "
+                 "a job that priority; "
                  "never-preempted: running jobs of the class are not stopped for higher ones");
   std::string queues;
-  app.add_option("--queues", queues,
-                 "YAML file of queues with quotas per device type, cohorts and borrowing (docs/operations.md, "
-                 "Queues and quotas); jobs choose one by metadata.queue");
+  app.add_option(
+      "--queues", queues,
+      "YAML file of queues with quotas per device type, cohorts and borrowing (docs/operations.md, "
+      "Queues and quotas); jobs choose one by metadata.queue");
   CLI11_PARSE(app, argc, argv);
   config.Resolve();
-  if (moe::Status st = LoadConfigFiles(plan_cluster, plan_software, classes, queues, &config); !st.ok()) {
+  if (moe::Status st = LoadConfigFiles(plan_cluster, plan_software, classes, queues, &config);
+      !st.ok()) {
     return Fail(st.message());
   }
   if (moe::Status st = SetUpProcess(config); !st.ok()) return Fail(st.message());
@@ -249,7 +267,8 @@ int main(int argc, char** argv) {
   auto auth = CheckExposure(config);
   if (!auth.ok()) return Fail(auth.status().message());
 
-  // Take the state directory (one controller per directory), open the store and the metrics endpoint.
+  // Take the state directory (one controller per directory), open the store and the metrics
+  // endpoint.
   auto lock = moe::controller::LockStateDir(config.state_dir);
   if (!lock.ok()) return Fail("--state-dir: " + lock.status().message());
   auto store = moe::controller::SqliteStateStore::Open(config.state_dir);
@@ -280,7 +299,8 @@ int main(int argc, char** argv) {
   RunUntilSignalled(controller);
 
   // Shut down.
-  MOE_LOG(INFO) << "shutting down (running jobs carry on: their workers reconnect to the next controller)";
+  MOE_LOG(INFO)
+      << "shutting down (running jobs carry on: their workers reconnect to the next controller)";
   controller.BeginShutdown();
   grpc_server.Shutdown();
   return 0;

@@ -21,55 +21,97 @@ struct MetricsAggregator::JobSeries {
   std::vector<RankInfo> ranks;
   // Per step number: the reports received so far (by rank).
   std::map<int64_t, std::map<int, moe::v1::StepMetrics>> pending;
-  std::vector<int> over, under;                    // consecutive steps above / within the margin
+  std::vector<int> over, under;  // consecutive steps above / within the margin
   std::set<int> stragglers;
-  std::deque<double> recent_step_seconds;          // for the ETA
+  std::deque<double> recent_step_seconds;  // for the ETA
   double ended_at = 0;
-  std::set<std::string> layers;                    // imbalance series created
-  int restarts = -1;                               // the job's restart count last seen (-1: none yet)
+  std::set<std::string> layers;  // imbalance series created
+  int restarts = -1;             // the job's restart count last seen (-1: none yet)
 };
 
-MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> registry, Clock& clock, StragglerOptions straggler,
-                                     double retention_seconds, const std::string& version)
-    : registry_(std::move(registry)), clock_(clock), straggler_(straggler), retention_(retention_seconds) {
+namespace {
+
+prometheus::Family<prometheus::Counter>* AddCounter(prometheus::Registry& r, const char* name,
+                                                    const char* help) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+prometheus::Family<prometheus::Gauge>* AddGauge(prometheus::Registry& r, const char* name,
+                                                const char* help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+prometheus::Family<prometheus::Histogram>* AddHistogram(prometheus::Registry& r, const char* name,
+                                                        const char* help) {
+  return &prometheus::BuildHistogram().Name(name).Help(help).Register(r);
+}
+
+}  // namespace
+
+MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> registry, Clock& clock,
+                                     StragglerOptions straggler, double retention_seconds,
+                                     const std::string& version)
+    : registry_(std::move(registry)),
+      clock_(clock),
+      straggler_(straggler),
+      retention_(retention_seconds) {
   auto& r = *registry_;
-  flops_ = &BuildCounter().Name("moe_job_model_flops_total").Help("Model FLOPs done by the job (Megatron's formula), all devices").Register(r);
-  tflops_ = &BuildGauge().Name("moe_job_tflops_per_device").Help("Model TFLOP/s per device over the last step (Megatron's formula)").Register(r);
-  mfu_ = &BuildGauge().Name("moe_job_mfu_ratio").Help("Model FLOPs utilisation: achieved / peak per device (0..1)").Register(r);
-  peak_ = &BuildGauge().Name("moe_job_peak_tflops_per_device").Help("The peak TFLOP/s per device that MFU is measured against (the device's dense bf16 peak, or the CPU's measured SGEMM peak)").Register(r);
-  tokens_ = &BuildCounter().Name("moe_job_tokens_total").Help("Tokens trained on").Register(r);
-  step_duration_ = &BuildHistogram().Name("moe_job_step_duration_seconds").Help("Wall time of a training step").Register(r);
-  loss_ = &BuildGauge().Name("moe_job_loss").Help("Mean cross-entropy of the last step (nats per token)").Register(r);
-  mtp_loss_ = &BuildGauge()
-                   .Name("moe_job_mtp_loss")
-                   .Help("Multi-token prediction loss of the last step: mean over depths of each depth's cross-entropy (nats per token); only for jobs that train MTP")
-                   .Register(r);
-  grad_norm_ = &BuildGauge().Name("moe_job_grad_norm").Help("Global gradient L2 norm before clipping").Register(r);
-  bubble_ = &BuildGauge().Name("moe_job_pipeline_bubble_ratio").Help("Pipeline: fraction of the last step spent in point-to-point waits (mean over ranks)").Register(r);
-  memory_peak_ = &BuildGauge().Name("moe_job_memory_peak_bytes").Help("Rank 0's device memory peak over the last step (its tensors)").Register(r);
-  eval_loss_ = &BuildGauge().Name("moe_job_eval_loss").Help("Validation loss of the last evaluation (nats per token)").Register(r);
-  eval_ppl_ = &BuildGauge().Name("moe_job_eval_ppl").Help("Validation perplexity of the last evaluation").Register(r);
-  eval_mtp_loss_ = &BuildGauge().Name("moe_job_eval_mtp_loss").Help("Validation MTP loss of the last evaluation (nats per token)").Register(r);
-  last_step_ = &BuildGauge().Name("moe_job_step_seconds").Help("Wall time of the job's last step").Register(r);
-  planned_step_ = &BuildGauge()
-                       .Name("moe_job_planned_step_seconds")
-                       .Help("The planner's step time for the attempt's placement (moe-controller --plan-cluster)")
-                       .Register(r);
-  lr_ = &BuildGauge().Name("moe_job_learning_rate").Help("Learning rate of the last step").Register(r);
-  a2a_ = &BuildCounter().Name("moe_job_alltoall_seconds_total").Help("Seconds rank 0 spent in the MoE token all-to-all").Register(r);
-  compute_ = &BuildCounter().Name("moe_job_compute_seconds_total").Help("Seconds rank 0 spent in forward and backward, all-to-all excluded").Register(r);
-  imbalance_ = &BuildGauge().Name("moe_job_expert_load_imbalance_ratio").Help("Tokens on the busiest expert / mean tokens per expert, by MoE layer").Register(r);
-  state_ = &BuildGauge().Name("moe_job_state").Help("1 for the job's current state, 0 for the others").Register(r);
-  restarts_ = &BuildCounter().Name("moe_job_restarts_total").Help("Restarts after failures").Register(r);
-  rank_step_ = &BuildGauge().Name("moe_rank_step_duration_seconds").Help("Wall time of the rank's last step").Register(r);
-  rank_compute_ = &BuildGauge().Name("moe_rank_compute_seconds").Help("The rank's own work in its last step (forward + backward)").Register(r);
-  rank_tflops_ = &BuildGauge().Name("moe_rank_tflops").Help("TFLOP/s of the rank's device (Megatron's formula); sum by rack for a rack's TFLOP/s").Register(r);
-  straggler_gauge_ = &BuildGauge().Name("moe_job_straggler").Help("1 while the rank is flagged as a straggler").Register(r);
-  step_ = &BuildGauge().Name("moe_job_step").Help("Last completed step").Register(r);
-  workers_ = &BuildGauge().Name("moe_workers").Help("Workers by state and rack").Register(r);
-  queue_ = &BuildGauge().Name("moe_scheduler_queue_length").Help("Jobs waiting for placement (pending or restarting)").Register(r);
-  decision_ = &BuildHistogram().Name("moe_scheduler_decision_duration_seconds").Help("Time of one scheduling pass").Register(r);
-  BuildGauge().Name("moe_build_info").Help("Build of the controller").Register(r).Add({{"version", version}}).Set(1);
+  flops_ = AddCounter(r, "moe_job_model_flops_total",
+                      "Model FLOPs done by the job (Megatron's formula), all devices");
+  tflops_ = AddGauge(r, "moe_job_tflops_per_device",
+                     "Model TFLOP/s per device over the last step (Megatron's formula)");
+  mfu_ = AddGauge(r, "moe_job_mfu_ratio",
+                  "Model FLOPs utilisation: achieved / peak per device (0..1)");
+  peak_ = AddGauge(r, "moe_job_peak_tflops_per_device",
+                   "The peak TFLOP/s per device that MFU is measured against (the device's dense "
+                   "bf16 peak, or the CPU's measured SGEMM peak)");
+  tokens_ = AddCounter(r, "moe_job_tokens_total", "Tokens trained on");
+  step_duration_ = AddHistogram(r, "moe_job_step_duration_seconds", "Wall time of a training step");
+  loss_ = AddGauge(r, "moe_job_loss", "Mean cross-entropy of the last step (nats per token)");
+  mtp_loss_ = AddGauge(r, "moe_job_mtp_loss",
+                       "Multi-token prediction loss of the last step: mean over depths of each "
+                       "depth's cross-entropy (nats per token); only for jobs that train MTP");
+  grad_norm_ = AddGauge(r, "moe_job_grad_norm", "Global gradient L2 norm before clipping");
+  bubble_ = AddGauge(
+      r, "moe_job_pipeline_bubble_ratio",
+      "Pipeline: fraction of the last step spent in point-to-point waits (mean over ranks)");
+  memory_peak_ = AddGauge(r, "moe_job_memory_peak_bytes",
+                          "Rank 0's device memory peak over the last step (its tensors)");
+  eval_loss_ =
+      AddGauge(r, "moe_job_eval_loss", "Validation loss of the last evaluation (nats per token)");
+  eval_ppl_ = AddGauge(r, "moe_job_eval_ppl", "Validation perplexity of the last evaluation");
+  eval_mtp_loss_ = AddGauge(r, "moe_job_eval_mtp_loss",
+                            "Validation MTP loss of the last evaluation (nats per token)");
+  last_step_ = AddGauge(r, "moe_job_step_seconds", "Wall time of the job's last step");
+  planned_step_ = AddGauge(
+      r, "moe_job_planned_step_seconds",
+      "The planner's step time for the attempt's placement (moe-controller --plan-cluster)");
+  lr_ = AddGauge(r, "moe_job_learning_rate", "Learning rate of the last step");
+  a2a_ = AddCounter(r, "moe_job_alltoall_seconds_total",
+                    "Seconds rank 0 spent in the MoE token all-to-all");
+  compute_ = AddCounter(r, "moe_job_compute_seconds_total",
+                        "Seconds rank 0 spent in forward and backward, all-to-all excluded");
+  imbalance_ = AddGauge(r, "moe_job_expert_load_imbalance_ratio",
+                        "Tokens on the busiest expert / mean tokens per expert, by MoE layer");
+  state_ = AddGauge(r, "moe_job_state", "1 for the job's current state, 0 for the others");
+  restarts_ = AddCounter(r, "moe_job_restarts_total", "Restarts after failures");
+  rank_step_ = AddGauge(r, "moe_rank_step_duration_seconds", "Wall time of the rank's last step");
+  rank_compute_ = AddGauge(r, "moe_rank_compute_seconds",
+                           "The rank's own work in its last step (forward + backward)");
+  rank_tflops_ = AddGauge(
+      r, "moe_rank_tflops",
+      "TFLOP/s of the rank's device (Megatron's formula); sum by rack for a rack's TFLOP/s");
+  straggler_gauge_ = AddGauge(r, "moe_job_straggler", "1 while the rank is flagged as a straggler");
+  step_ = AddGauge(r, "moe_job_step", "Last completed step");
+  workers_ = AddGauge(r, "moe_workers", "Workers by state and rack");
+  queue_ = AddGauge(r, "moe_scheduler_queue_length",
+                    "Jobs waiting for placement (pending or restarting)");
+  decision_ =
+      AddHistogram(r, "moe_scheduler_decision_duration_seconds", "Time of one scheduling pass");
+  BuildGauge()
+      .Name("moe_build_info")
+      .Help("Build of the controller")
+      .Register(r)
+      .Add({{"version", version}})
+      .Set(1);
   queue_->Add({}).Set(0);
   rendezvous_keys_ = &BuildGauge()
                           .Name("moe_rendezvous_keys")
@@ -92,8 +134,8 @@ MetricsAggregator::JobSeries& MetricsAggregator::Series(const std::string& job_i
   return *p;
 }
 
-void MetricsAggregator::StartAttempt(const std::string& job_id, int attempt, const std::vector<RankInfo>& ranks,
-                                     int64_t world_size) {
+void MetricsAggregator::StartAttempt(const std::string& job_id, int attempt,
+                                     const std::vector<RankInfo>& ranks, int64_t world_size) {
   JobSeries& s = Series(job_id);
   RemoveRankSeries(s);  // the previous attempt's: a rank may now sit in another rack
   s.attempt = attempt;
@@ -103,16 +145,20 @@ void MetricsAggregator::StartAttempt(const std::string& job_id, int attempt, con
   s.over.assign(ranks.size(), 0);
   s.under.assign(ranks.size(), 0);
   s.stragglers.clear();
-  for (size_t r = 0; r < ranks.size(); ++r) straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}).Set(0);
+  for (size_t r = 0; r < ranks.size(); ++r)
+    straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}).Set(0);
 }
 
-std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(const std::string& job_id, int attempt, int rank,
-                                                              const moe::v1::StepMetrics& m,
-                                                              std::vector<StragglerChange>* changes) {
+std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(
+    const std::string& job_id, int attempt, int rank, const moe::v1::StepMetrics& m,
+    std::vector<StragglerChange>* changes) {
   JobSeries& s = Series(job_id);
-  if (attempt != s.attempt || rank < 0 || rank >= static_cast<int>(s.ranks.size())) return std::nullopt;
+  if (attempt != s.attempt || rank < 0 || rank >= static_cast<int>(s.ranks.size()))
+    return std::nullopt;
   const std::map<std::string, std::string> rank_labels = {
-      {"job", job_id}, {"rank", std::to_string(rank)}, {"rack", s.ranks[static_cast<size_t>(rank)].rack}};
+      {"job", job_id},
+      {"rank", std::to_string(rank)},
+      {"rack", s.ranks[static_cast<size_t>(rank)].rack}};
   rank_step_->Add(rank_labels).Set(m.step_seconds());
   rank_compute_->Add(rank_labels).Set(m.compute_seconds());
   auto& bucket = s.pending[m.step()];
@@ -143,7 +189,8 @@ std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(const std::string&
   double mean = 0;
   for (double v : s.recent_step_seconds) mean += v;
   mean /= static_cast<double>(s.recent_step_seconds.size());
-  out.set_eta_seconds(mean * static_cast<double>(std::max<int64_t>(0, out.total_steps() - out.step())));
+  out.set_eta_seconds(mean *
+                      static_cast<double>(std::max<int64_t>(0, out.total_steps() - out.step())));
   out.set_time(clock_.Now());
   return out;
 }
@@ -181,16 +228,20 @@ void MetricsAggregator::UpdateStragglers(JobSeries& s, const std::vector<double>
 // The job's series from a completed step (rank 0's figures).
 void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& out) {
   for (size_t r = 0; r < s.ranks.size(); ++r) {
-    rank_tflops_->Add({{"job", s.id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}}).Set(out.tflops_per_device());
+    rank_tflops_->Add({{"job", s.id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}})
+        .Set(out.tflops_per_device());
   }
   const std::map<std::string, std::string> job_labels = {{"job", s.id}};
-  const double flops = out.tflops_per_device() * 1e12 * out.step_seconds() * static_cast<double>(s.world);
+  const double flops =
+      out.tflops_per_device() * 1e12 * out.step_seconds() * static_cast<double>(s.world);
   flops_->Add(job_labels).Increment(flops);
   tflops_->Add(job_labels).Set(out.tflops_per_device());
   mfu_->Add(job_labels).Set(out.mfu());
   if (out.mfu_peak_tflops() > 0) peak_->Add(job_labels).Set(out.mfu_peak_tflops());
   tokens_->Add(job_labels).Increment(static_cast<double>(out.tokens()));
-  step_duration_->Add(job_labels, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})
+  step_duration_
+      ->Add(job_labels, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                                1, 2.5, 5, 10, 30, 60})
       .Observe(out.step_seconds());
   loss_->Add(job_labels).Set(out.loss());
   last_step_->Add(job_labels).Set(out.step_seconds());
@@ -208,7 +259,8 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   compute_->Add(job_labels).Increment(out.compute_seconds());
   step_->Add(job_labels).Set(static_cast<double>(out.step()));
   for (int l = 0; l < out.expert_load_imbalance_per_layer_size(); ++l) {
-    imbalance_->Add({{"job", s.id}, {"layer", std::to_string(l)}}).Set(out.expert_load_imbalance_per_layer(l));
+    imbalance_->Add({{"job", s.id}, {"layer", std::to_string(l)}})
+        .Set(out.expert_load_imbalance_per_layer(l));
     s.layers.insert(std::to_string(l));
   }
 }
@@ -229,7 +281,8 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
   }
   // Restarts after failures only: a requeue after a worker left cleanly uses none (job.restarts()).
   JobSeries& series = Series(job.id());
-  if (state == moe::v1::RESTARTING && !loaded && series.restarts >= 0 && job.restarts() > series.restarts) {
+  if (state == moe::v1::RESTARTING && !loaded && series.restarts >= 0 &&
+      job.restarts() > series.restarts) {
     restarts_->Add({{"job", job.id()}}).Increment(job.restarts() - series.restarts);
   }
   series.restarts = job.restarts();
@@ -239,9 +292,13 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
 void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState state) {
   JobSeries& s = Series(job_id);
   for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {
-    state_->Add({{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}).Set(v == state ? 1 : 0);
+    state_
+        ->Add(
+            {{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}})
+        .Set(v == state ? 1 : 0);
   }
-  const bool terminal = state == moe::v1::SUCCEEDED || state == moe::v1::FAILED || state == moe::v1::CANCELLED;
+  const bool terminal =
+      state == moe::v1::SUCCEEDED || state == moe::v1::FAILED || state == moe::v1::CANCELLED;
   s.ended_at = terminal ? clock_.Monotonic() : 0;
   if (terminal) DropThroughput(s);
 }
@@ -261,11 +318,13 @@ void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) 
   for (const auto& w : workers) {
     std::string state = moe::v1::WorkerState_Name(w.state());
     for (auto& c : state) c = static_cast<char>(std::tolower(c));
-    if (w.drained() && w.state() == moe::v1::BUSY) state = "draining";  // drained, still running its rank
+    if (w.drained() && w.state() == moe::v1::BUSY)
+      state = "draining";  // drained, still running its rank
     counts[{state, w.rack()}]++;
   }
   // Zero the combinations that emptied, so a rack's lost count goes back to 0 instead of vanishing.
-  for (const auto& key : worker_series_) if (!counts.count(key)) counts[key] = 0;
+  for (const auto& key : worker_series_)
+    if (!counts.count(key)) counts[key] = 0;
   for (const auto& [key, n] : counts) {
     workers_->Add({{"state", key.first}, {"rack", key.second}}).Set(n);
     worker_series_.insert(key);
@@ -285,10 +344,13 @@ void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) 
 
 void MetricsAggregator::SetQueueLength(size_t n) { queue_->Add({}).Set(static_cast<double>(n)); }
 
-void MetricsAggregator::SetRendezvousKeys(size_t n) { rendezvous_keys_->Add({}).Set(static_cast<double>(n)); }
+void MetricsAggregator::SetRendezvousKeys(size_t n) {
+  rendezvous_keys_->Add({}).Set(static_cast<double>(n));
+}
 
 void MetricsAggregator::ObserveSchedulerDecision(double seconds) {
-  decision_->Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1}).Observe(seconds);
+  decision_->Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1})
+      .Observe(seconds);
 }
 
 std::set<int> MetricsAggregator::Stragglers(const std::string& job_id) const {
@@ -298,7 +360,8 @@ std::set<int> MetricsAggregator::Stragglers(const std::string& job_id) const {
 
 void MetricsAggregator::RemoveRankSeries(const JobSeries& s) {
   for (size_t r = 0; r < s.ranks.size(); ++r) {
-    const std::map<std::string, std::string> labels = {{"job", s.id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}};
+    const std::map<std::string, std::string> labels = {
+        {"job", s.id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}};
     rank_step_->Remove(&rank_step_->Add(labels));
     rank_compute_->Remove(&rank_compute_->Add(labels));
     rank_tflops_->Remove(&rank_tflops_->Add(labels));
@@ -330,9 +393,11 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   compute_->Remove(&compute_->Add(job));
   restarts_->Remove(&restarts_->Add(job));
   step_->Remove(&step_->Add(job));
-  for (const auto& l : s.layers) imbalance_->Remove(&imbalance_->Add({{"job", job_id}, {"layer", l}}));
+  for (const auto& l : s.layers)
+    imbalance_->Remove(&imbalance_->Add({{"job", job_id}, {"layer", l}}));
   for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {
-    state_->Remove(&state_->Add({{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
+    state_->Remove(&state_->Add(
+        {{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
   }
   RemoveRankSeries(s);
 }

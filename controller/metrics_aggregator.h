@@ -3,12 +3,12 @@
 //
 // Straggler: in synchronous training every rank's wall step time is the same (the fast ones wait in
 // collectives), so a slow rank shows in its own work: forward + backward time (compute_seconds). A
-// rank whose compute time stays above the job's median by more than `margin` for `window` consecutive
-// steps is flagged; it is unflagged after `window` steps back within the margin.
+// rank whose compute time stays above the job's median by more than `margin` for `window`
+// consecutive steps is flagged; it is unflagged after `window` steps back within the margin.
 //
-// Job states, restarts and attempts arrive as JobManager events (a JobListener); step reports and the
-// cluster view from the Controller. Not thread-safe: every call comes under the Controller's mutex
-// (prometheus-cpp's collection on the exposer's thread has its own locks).
+// Job states, restarts and attempts arrive as JobManager events (a JobListener); step reports and
+// the cluster view from the Controller. Not thread-safe: every call comes under the Controller's
+// mutex (prometheus-cpp's collection on the exposer's thread has its own locks).
 #pragma once
 
 #include <deque>
@@ -27,7 +27,8 @@
 
 namespace prometheus {
 class Registry;
-template <typename T> class Family;
+template <typename T>
+class Family;
 class Gauge;
 class Counter;
 class Histogram;
@@ -48,8 +49,9 @@ struct StragglerChange {
 
 class MetricsAggregator final : public JobListener {
  public:
-  MetricsAggregator(std::shared_ptr<prometheus::Registry> registry, Clock& clock, StragglerOptions straggler,
-                    double retention_seconds, const std::string& version);
+  MetricsAggregator(std::shared_ptr<prometheus::Registry> registry, Clock& clock,
+                    StragglerOptions straggler, double retention_seconds,
+                    const std::string& version);
   ~MetricsAggregator() override;
 
   // JobListener: the job's state series; a restart; a new attempt (SCHEDULED, or a job loaded while
@@ -57,10 +59,12 @@ class MetricsAggregator final : public JobListener {
   void OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobState from) override;
 
   // A new attempt: which rank runs where.
-  void StartAttempt(const std::string& job_id, int attempt, const std::vector<RankInfo>& ranks, int64_t world_size);
+  void StartAttempt(const std::string& job_id, int attempt, const std::vector<RankInfo>& ranks,
+                    int64_t world_size);
   // A rank's step. When every rank has reported this step, returns the job-level metrics (rank 0's
   // figures, every rank's times, stragglers), and any straggler flag changes in `changes`.
-  std::optional<moe::v1::StepMetrics> OnStep(const std::string& job_id, int attempt, int rank, const moe::v1::StepMetrics& m,
+  std::optional<moe::v1::StepMetrics> OnStep(const std::string& job_id, int attempt, int rank,
+                                             const moe::v1::StepMetrics& m,
                                              std::vector<StragglerChange>* changes);
   // Cluster view.
   void SetWorkers(const std::vector<moe::v1::Worker>& workers);
@@ -75,7 +79,8 @@ class MetricsAggregator final : public JobListener {
   struct JobSeries;
   JobSeries& Series(const std::string& job_id);
   void SetState(const std::string& job_id, moe::v1::JobState state);
-  void UpdateStragglers(JobSeries& s, const std::vector<double>& compute, std::vector<StragglerChange>* changes);
+  void UpdateStragglers(JobSeries& s, const std::vector<double>& compute,
+                        std::vector<StragglerChange>* changes);
   void ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& out);
   void RemoveRankSeries(const JobSeries& s);
   void DropThroughput(const JobSeries& s);
@@ -100,8 +105,9 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Gauge>* eval_mtp_loss_;
   prometheus::Family<prometheus::Gauge>* memory_peak_;
   prometheus::Family<prometheus::Gauge>* lr_;
-  prometheus::Family<prometheus::Gauge>* last_step_;     // measured
-  prometheus::Family<prometheus::Gauge>* planned_step_;  // the planner's, for the attempt's placement
+  prometheus::Family<prometheus::Gauge>* last_step_;  // measured
+  prometheus::Family<prometheus::Gauge>*
+      planned_step_;  // the planner's, for the attempt's placement
   prometheus::Family<prometheus::Counter>* a2a_;
   prometheus::Family<prometheus::Counter>* compute_;
   prometheus::Family<prometheus::Gauge>* imbalance_;

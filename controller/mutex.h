@@ -1,11 +1,11 @@
 // The controller's lock: std::mutex with abseil's thread-safety annotations (ABSL_GUARDED_BY and
 // friends keep checking under clang's -Wthread-safety).
 //
-// Why not absl::Mutex: Debian's abseil is not built with -fsanitize=thread, so ThreadSanitizer cannot
-// see its lock and unlock and reports every pair of accesses guarded by it as a race (make
+// Why not absl::Mutex: Debian's abseil is not built with -fsanitize=thread, so ThreadSanitizer
+// cannot see its lock and unlock and reports every pair of accesses guarded by it as a race (make
 // test-tsan did: RendezvousStore::Set against Wait, both under the lock). std::mutex goes through
-// pthread_mutex_lock, which TSan intercepts whatever library the code is in. Nothing here needs what
-// absl::Mutex adds (conditions, reader locks, deadlock detection).
+// pthread_mutex_lock, which TSan intercepts whatever library the code is in. Nothing here needs
+// what absl::Mutex adds (conditions, reader locks, deadlock detection).
 #pragma once
 
 #include <mutex>
@@ -27,7 +27,8 @@ class ABSL_LOCKABLE Mutex {
   std::mutex mu_;
 };
 
-// Holds a Mutex for its scope, as absl::MutexLock does (takes a pointer, so call sites read the same).
+// Holds a Mutex for its scope, as absl::MutexLock does (takes a pointer, so call sites read the
+// same).
 class ABSL_SCOPED_LOCKABLE MutexLock {
  public:
   explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }

@@ -50,7 +50,8 @@ StatusOr<int> LockStateDir(const std::string& dir) {
                                    ", holding " + path + "): one controller per state directory");
   }
   const std::string mine = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, mine.data(), mine.size(), 0) != static_cast<ssize_t>(mine.size())) {
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, mine.data(), mine.size(), 0) != static_cast<ssize_t>(mine.size())) {
     const int err = errno;
     ::close(fd);
     return ErrnoError("write " + path, err);

@@ -18,13 +18,15 @@ bool FitsWithout(const PreemptionProblem& p, const std::vector<VictimCandidate>&
   }
   std::string unused;
   const int64_t ranks = p.request.world_size;
-  if (queues.Admit(p.queue, p.request.device_type, ranks, usage, &unused) != Admission::kFits) return false;
+  if (queues.Admit(p.queue, p.request.device_type, ranks, usage, &unused) != Admission::kFits)
+    return false;
   return Place(p.request, trial).ok();
 }
 
 // Ranks a lent candidate's queue would still borrow with `chosen` stopped (> 0: it still borrows).
 int64_t StillBorrowed(const VictimCandidate& v, const std::vector<VictimCandidate>& cands,
-                      const std::vector<size_t>& chosen, const QueueUsage& usage, const QueueBook& queues) {
+                      const std::vector<size_t>& chosen, const QueueUsage& usage,
+                      const QueueBook& queues) {
   QueueUsage now = usage;
   for (size_t i : chosen) now[cands[i].queue][cands[i].device] -= cands[i].ranks;
   return queues.Borrowed(v.queue, v.device, now);
@@ -34,13 +36,15 @@ int64_t StillBorrowed(const VictimCandidate& v, const std::vector<VictimCandidat
 
 bool PreemptBefore(const VictimCandidate& a, const VictimCandidate& b) {
   const auto key = [](const VictimCandidate& v) {
-    return std::make_tuple(!v.lent, v.priority, v.steps_since_checkpoint * std::max<int64_t>(1, v.ranks), v.ranks,
+    return std::make_tuple(!v.lent, v.priority,
+                           v.steps_since_checkpoint * std::max<int64_t>(1, v.ranks), v.ranks,
                            -v.created_at, v.id);
   };
   return key(a) < key(b);
 }
 
-std::vector<std::string> ChooseVictims(const PreemptionProblem& problem, std::vector<VictimCandidate> candidates,
+std::vector<std::string> ChooseVictims(const PreemptionProblem& problem,
+                                       std::vector<VictimCandidate> candidates,
                                        const QueueBook& queues) {
   std::sort(candidates.begin(), candidates.end(), PreemptBefore);
   std::vector<size_t> chosen;

@@ -47,7 +47,8 @@ std::string QueueScheduler::QueueOf(const JobEntry& e) const {
 QueueUsage QueueScheduler::UsageNow() {
   QueueUsage usage;
   for (JobEntry* e : jobs_.All()) {
-    if (e->attempt) usage[QueueOf(*e)][e->spec.resources.device] += int64_t(e->attempt->slots.size());
+    if (e->attempt)
+      usage[QueueOf(*e)][e->spec.resources.device] += int64_t(e->attempt->slots.size());
   }
   return usage;
 }
@@ -59,7 +60,8 @@ void QueueScheduler::Run() {
   std::map<std::string, std::vector<QueuedJob>> by_queue;
   for (JobEntry* e : jobs_.All()) {
     if (e->not_before > pass.now) {  // restart backoff (Tick schedules again when it ends)
-      e->waiting_reason = "restart backoff: placed again in " + internal::Seconds(e->not_before - pass.now);
+      e->waiting_reason =
+          "restart backoff: placed again in " + internal::Seconds(e->not_before - pass.now);
       continue;
     }
     // A restarting job waits until its previous attempt's ranks have stopped.
@@ -78,7 +80,8 @@ void QueueScheduler::Run() {
 
 // The next job to consider: the best head among the queues (the order above).
 JobEntry* QueueScheduler::NextQueued(const std::map<std::string, std::vector<QueuedJob>>& by_queue,
-                                 std::map<std::string, size_t>& cursor, const QueueUsage& usage) {
+                                     std::map<std::string, size_t>& cursor,
+                                     const QueueUsage& usage) {
   using Key = std::tuple<bool, bool, int64_t, double, double, std::string>;
   std::optional<Key> best;
   const std::string* best_queue = nullptr;
@@ -88,10 +91,13 @@ JobEntry* QueueScheduler::NextQueued(const std::map<std::string, std::vector<Que
     const QueuedJob& j = jobs[at];
     const JobEntry* e = jobs_.Find(j.id);
     const std::string& device = e->spec.resources.device;
-    const bool borrows = queues_.enabled() && Used(usage, q, device) + e->spec.parallelism.world_size > queues_.Nominal(q, device);
+    const bool borrows =
+        queues_.enabled() &&
+        Used(usage, q, device) + e->spec.parallelism.world_size > queues_.Nominal(q, device);
     // A job whose preemption runs goes first: what its victims free is its own.
-    Key key{e->preempting.empty(), borrows, -j.priority, queues_.enabled() ? queues_.Share(q, usage) : 0.0,
-            j.submitted_at, j.id};
+    Key key{e->preempting.empty(), borrows,
+            -j.priority,           queues_.enabled() ? queues_.Share(q, usage) : 0.0,
+            j.submitted_at,        j.id};
     if (!best || key < *best) best = key, best_queue = &q;
   }
   if (!best) return nullptr;
@@ -100,8 +106,9 @@ JobEntry* QueueScheduler::NextQueued(const std::map<std::string, std::vector<Que
 }
 
 const Status& QueueScheduler::Feasible(const PlacementRequest& req, SchedulePass& pass) {
-  const std::string shape = std::to_string(req.world_size) + "/" + std::to_string(req.expert_parallel) + "/" +
-                            req.within + "/" + req.device_type;
+  const std::string shape = std::to_string(req.world_size) + "/" +
+                            std::to_string(req.expert_parallel) + "/" + req.within + "/" +
+                            req.device_type;
   auto it = pass.feasible.find(shape);
   if (it != pass.feasible.end()) return it->second;
   if (!pass.live_known) pass.live = workers_.LiveSlots(), pass.live_known = true;
@@ -119,17 +126,22 @@ void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
   std::string quota;
   const Admission admission = queues_.Admit(queue, device, ranks, pass.usage, &quota);
   const QueueSpec* spec = queues_.Find(queue);
-  // Within its own nominal quota the job may take back what its cohort borrowed, whether the cohort's
-  // quota is full (kReclaim) or the workers are (a worker lost or drained while others borrow).
-  const bool within_nominal = queues_.enabled() && Used(pass.usage, queue, device) + ranks <= queues_.Nominal(queue, device);
-  if (admission == Admission::kFits && !quota.empty() && spec && pass.reclaiming.count(spec->cohort)) {
-    e.waiting_reason = "held: a queue of cohort " + spec->cohort + " reclaims the quota it lent (" + quota + ")";
+  // Within its own nominal quota the job may take back what its cohort borrowed, whether the
+  // cohort's quota is full (kReclaim) or the workers are (a worker lost or drained while others
+  // borrow).
+  const bool within_nominal = queues_.enabled() && Used(pass.usage, queue, device) + ranks <=
+                                                       queues_.Nominal(queue, device);
+  if (admission == Admission::kFits && !quota.empty() && spec &&
+      pass.reclaiming.count(spec->cohort)) {
+    e.waiting_reason =
+        "held: a queue of cohort " + spec->cohort + " reclaims the quota it lent (" + quota + ")";
     return;
   }
   PlacementRequest req = internal::RequestFor(e.spec);
   req.previous = internal::SlotsOf(e.job);
   StatusOr<std::vector<Slot>> placed =
-      admission == Admission::kFits ? Place(req, pass.free) : StatusOr<std::vector<Slot>>(ResourceExhaustedError(quota));
+      admission == Admission::kFits ? Place(req, pass.free)
+                                    : StatusOr<std::vector<Slot>>(ResourceExhaustedError(quota));
   if (placed.ok()) {
     StartPlaced(e, *placed, pass);
     return;
@@ -142,8 +154,10 @@ void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
   if (fits.ok()) {
     if (within_nominal && spec && !spec->cohort.empty()) pass.reclaiming.insert(spec->cohort);
     if (PreemptionInFlight(e) || Preempt(e, req, within_nominal, pass)) {
-      e.waiting_reason = "preempting " + Join(e.preempting) + ": placed once their ranks have checkpointed and stopped";
-      if (e.spec.priority > pass.hold_below) pass.hold_below = e.spec.priority, pass.holder = e.job.id();
+      e.waiting_reason = "preempting " + Join(e.preempting) +
+                         ": placed once their ranks have checkpointed and stopped";
+      if (e.spec.priority > pass.hold_below)
+        pass.hold_below = e.spec.priority, pass.holder = e.job.id();
       return;
     }
   }
@@ -159,15 +173,19 @@ bool QueueScheduler::StartSmaller(JobEntry& e, const PlacementRequest& full, Sch
   const QueueSpec* spec = queues_.Find(queue);
   std::string quota;
   for (const int64_t world : ElasticWorldSizes(e.spec)) {
-    if (queues_.Admit(queue, e.spec.resources.device, world, pass.usage, &quota) != Admission::kFits) continue;
-    if (!quota.empty() && spec && pass.reclaiming.count(spec->cohort)) continue;  // would borrow what is reclaimed
+    if (queues_.Admit(queue, e.spec.resources.device, world, pass.usage, &quota) !=
+        Admission::kFits)
+      continue;
+    if (!quota.empty() && spec && pass.reclaiming.count(spec->cohort))
+      continue;  // would borrow what is reclaimed
     PlacementRequest req = full;
     req.world_size = static_cast<int>(world);
     auto placed = Place(req, pass.free);
     if (!placed.ok()) continue;
     const std::string why = "runs at world size " + std::to_string(world) + " (data-parallel " +
                             std::to_string(world / e.spec.parallelism.pipeline_parallel) + ") of " +
-                            std::to_string(full.world_size) + " (spec.elastic): " + e.waiting_reason +
+                            std::to_string(full.world_size) +
+                            " (spec.elastic): " + e.waiting_reason +
                             "; it grows back when workers are free";
     if (Status st = jobs_.Event(e, "Resized", why); !st.ok()) {
       MOE_LOG(WARNING) << "job " << e.job.id() << ": the Resized event is not stored: " << st;
@@ -179,13 +197,14 @@ bool QueueScheduler::StartSmaller(JobEntry& e, const PlacementRequest& full, Sch
 }
 
 // After the pass: an elastic job running below its size grows back when the workers left free (no
-// queued job wanted them) with its own would hold it whole. It stops at its next step boundary with a
-// checkpoint and is placed again at once, without using a restart.
+// queued job wanted them) with its own would hold it whole. It stops at its next step boundary with
+// a checkpoint and is placed again at once, without using a restart.
 void QueueScheduler::GrowElastic(SchedulePass& pass) {
   for (JobEntry* e : jobs_.All()) {
     if (!e->attempt || e->attempt->ending || e->job.state() != moe::v1::RUNNING) continue;
     const size_t world = e->attempt->slots.size();
-    if (e->spec.elastic.min_data_parallel <= 0 || world >= size_t(e->spec.parallelism.world_size)) continue;
+    if (e->spec.elastic.min_data_parallel <= 0 || world >= size_t(e->spec.parallelism.world_size))
+      continue;
     if (e->spec.checkpoint.dir.empty() || e->spec.priority < pass.hold_below) continue;
     std::vector<Slot> trial = pass.free;
     for (const Slot& s : e->attempt->slots) {
@@ -195,21 +214,23 @@ void QueueScheduler::GrowElastic(SchedulePass& pass) {
     usage[QueueOf(*e)][e->spec.resources.device] -= int64_t(world);
     std::string quota;
     const QueueSpec* spec = queues_.Find(QueueOf(*e));
-    if (queues_.Admit(QueueOf(*e), e->spec.resources.device, e->spec.parallelism.world_size, usage, &quota) !=
-            Admission::kFits ||
+    if (queues_.Admit(QueueOf(*e), e->spec.resources.device, e->spec.parallelism.world_size, usage,
+                      &quota) != Admission::kFits ||
         (!quota.empty() && spec && pass.reclaiming.count(spec->cohort))) {
       continue;
     }
     auto placed = Place(internal::RequestFor(e->spec), trial);
     if (!placed.ok()) continue;
-    const std::string why = "grows back from world size " + std::to_string(world) + " to " +
-                            std::to_string(e->spec.parallelism.world_size) +
-                            ": its ranks checkpoint at the next step boundary and it is placed again";
+    const std::string why =
+        "grows back from world size " + std::to_string(world) + " to " +
+        std::to_string(e->spec.parallelism.world_size) +
+        ": its ranks checkpoint at the next step boundary and it is placed again";
     if (Status st = jobs_.Event(*e, "Resizing", why); !st.ok()) {
       MOE_LOG(WARNING) << "job " << e->job.id() << ": the Resizing event is not stored: " << st;
     }
     attempts_.Stop(*e, why, StopCause::kRequeue);
-    pass.usage[QueueOf(*e)][e->spec.resources.device] += e->spec.parallelism.world_size - int64_t(world);
+    pass.usage[QueueOf(*e)][e->spec.resources.device] +=
+        e->spec.parallelism.world_size - int64_t(world);
     std::set<std::string> used;
     for (const auto& s : *placed) used.insert(s.worker);
     std::erase_if(pass.free, [&](const Slot& s) { return used.count(s.worker) > 0; });
@@ -231,7 +252,8 @@ void QueueScheduler::StartPlaced(JobEntry& e, const std::vector<Slot>& placed, S
   std::erase_if(pass.free, [&](const Slot& s) { return used.count(s.worker) > 0; });
 }
 
-// Whether a job's earlier preemption still runs: some job it preempted has ranks that have not stopped.
+// Whether a job's earlier preemption still runs: some job it preempted has ranks that have not
+// stopped.
 bool QueueScheduler::PreemptionInFlight(JobEntry& e) {
   if (e.preempting.empty()) return false;
   bool running = false;
@@ -243,11 +265,13 @@ bool QueueScheduler::PreemptionInFlight(JobEntry& e) {
   return running;
 }
 
-std::vector<VictimCandidate> QueueScheduler::Candidates(const JobEntry& e, bool reclaim, SchedulePass& pass) {
+std::vector<VictimCandidate> QueueScheduler::Candidates(const JobEntry& e, bool reclaim,
+                                                        SchedulePass& pass) {
   const std::string queue = QueueOf(e);
   std::set<std::string> cohort;
   for (const QueueSpec* q : queues_.CohortOf(queue)) cohort.insert(q->name);
-  if (!pass.running_known) {  // once per pass: a queue of thousands must not scan every job for each
+  if (!pass.running_known) {  // once per pass: a queue of thousands must not scan every job for
+                              // each
     for (JobEntry* v : jobs_.All()) {
       if (v->attempt) pass.running.push_back(v);
     }
@@ -260,7 +284,8 @@ std::vector<VictimCandidate> QueueScheduler::Candidates(const JobEntry& e, bool 
     if (s != moe::v1::SCHEDULED && s != moe::v1::RUNNING) continue;
     const std::string qv = QueueOf(*v), &device = v->spec.resources.device;
     const bool lower = qv == queue && v->spec.priority < e.spec.priority;
-    const bool lent = reclaim && qv != queue && cohort.count(qv) && device == e.spec.resources.device &&
+    const bool lent = reclaim && qv != queue && cohort.count(qv) &&
+                      device == e.spec.resources.device &&
                       queues_.Borrowed(qv, device, pass.usage) > 0;
     if (!lower && !lent) continue;
     VictimCandidate c{v->job.id(), qv, device, v->spec.priority, v->job.created_at()};
@@ -268,17 +293,20 @@ std::vector<VictimCandidate> QueueScheduler::Candidates(const JobEntry& e, bool 
       if (workers_.Placeable(slot.worker)) c.slots.push_back(slot);
     }
     c.ranks = static_cast<int64_t>(v->attempt->slots.size());
-    c.steps_since_checkpoint = std::max<int64_t>(0, v->job.last_metrics().step() - v->job.checkpoint_step());
+    c.steps_since_checkpoint =
+        std::max<int64_t>(0, v->job.last_metrics().step() - v->job.checkpoint_step());
     c.lent = lent;
     out.push_back(std::move(c));
   }
   return out;
 }
 
-bool QueueScheduler::Preempt(JobEntry& e, const PlacementRequest& req, bool reclaim, SchedulePass& pass) {
+bool QueueScheduler::Preempt(JobEntry& e, const PlacementRequest& req, bool reclaim,
+                             SchedulePass& pass) {
   if (!config_.preemption) return false;
   PreemptionProblem problem{req, QueueOf(e), pass.free, pass.usage};
-  const std::vector<std::string> victims = ChooseVictims(problem, Candidates(e, reclaim, pass), queues_);
+  const std::vector<std::string> victims =
+      ChooseVictims(problem, Candidates(e, reclaim, pass), queues_);
   if (victims.empty()) return false;
   e.preempting = victims;
   for (const std::string& id : victims) {
@@ -286,11 +314,14 @@ bool QueueScheduler::Preempt(JobEntry& e, const PlacementRequest& req, bool recl
     const bool lent = QueueOf(*v) != QueueOf(e);
     attempts_.Stop(*v,
                    "preempted by job " + e.job.id() +
-                       (lent ? " (queue " + QueueOf(e) + " reclaims the quota queue " + QueueOf(*v) + " borrowed)"
-                             : " (priority " + std::to_string(e.spec.priority) + " > " + std::to_string(v->spec.priority) + ")"),
+                       (lent ? " (queue " + QueueOf(e) + " reclaims the quota queue " +
+                                   QueueOf(*v) + " borrowed)"
+                             : " (priority " + std::to_string(e.spec.priority) + " > " +
+                                   std::to_string(v->spec.priority) + ")"),
                    StopCause::kPreempted);
   }
-  if (Status st = jobs_.Event(e, "Preempting", "stopping " + Join(e.preempting) + " to make room"); !st.ok()) {
+  if (Status st = jobs_.Event(e, "Preempting", "stopping " + Join(e.preempting) + " to make room");
+      !st.ok()) {
     MOE_LOG(WARNING) << "job " << e.job.id() << ": the Preempting event is not stored: " << st;
   }
   return true;
@@ -312,7 +343,8 @@ std::vector<moe::v1::QueueStatus> QueueScheduler::Queues() {
     if (auto it = usage.find(q.name); it != usage.end()) {
       for (const auto& [d, _] : it->second) devices.insert(d);
     }
-    if (!queues_.enabled() && devices.empty()) devices.insert("cpu");  // the unlimited default: a row all the same
+    if (!queues_.enabled() && devices.empty())
+      devices.insert("cpu");  // the unlimited default: a row all the same
     for (const std::string& d : devices) {
       moe::v1::QueueResource* r = st.add_resources();
       r->set_device(d);
@@ -326,8 +358,10 @@ std::vector<moe::v1::QueueStatus> QueueScheduler::Queues() {
   for (JobEntry* e : jobs_.All()) {
     const auto it = out.find(QueueOf(*e));
     if (it == out.end()) continue;
-    if (e->attempt) it->second.set_admitted_jobs(it->second.admitted_jobs() + 1);
-    else if (IsQueued(e->job.state())) it->second.set_pending_jobs(it->second.pending_jobs() + 1);
+    if (e->attempt)
+      it->second.set_admitted_jobs(it->second.admitted_jobs() + 1);
+    else if (IsQueued(e->job.state()))
+      it->second.set_pending_jobs(it->second.pending_jobs() + 1);
   }
   std::vector<moe::v1::QueueStatus> list;
   for (const QueueSpec& q : specs) list.push_back(out[q.name]);

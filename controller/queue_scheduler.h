@@ -2,10 +2,10 @@
 //
 // Order (controller/queues.h): jobs that fit their queue's nominal quota before jobs that would
 // borrow; then higher priority; then the queue with the smaller share of its quota (fair sharing);
-// then earlier submission. A job that cannot be placed lets smaller ones further down go (backfill),
-// except those it holds: jobs of lower priority while the jobs it preempted stop, and borrowers of a
-// cohort in which a queue reclaims its nominal quota. Victims are chosen on a snapshot by
-// ChooseVictims (preemption.h); the pass then stops them.
+// then earlier submission. A job that cannot be placed lets smaller ones further down go
+// (backfill), except those it holds: jobs of lower priority while the jobs it preempted stop, and
+// borrowers of a cohort in which a queue reclaims its nominal quota. Victims are chosen on a
+// snapshot by ChooseVictims (preemption.h); the pass then stops them.
 //
 // Not thread-safe: the Controller runs it under its mutex.
 #pragma once
@@ -30,9 +30,14 @@ struct SchedulePass;  // queue_scheduler.cc
 
 class QueueScheduler {
  public:
-  QueueScheduler(JobManager& jobs, WorkerRegistry& workers, AttemptLifecycle& attempts, MetricsAggregator& metrics,
-                 Clock& clock, const ControllerConfig& config)
-      : jobs_(jobs), workers_(workers), attempts_(attempts), metrics_(metrics), clock_(clock), config_(config),
+  QueueScheduler(JobManager& jobs, WorkerRegistry& workers, AttemptLifecycle& attempts,
+                 MetricsAggregator& metrics, Clock& clock, const ControllerConfig& config)
+      : jobs_(jobs),
+        workers_(workers),
+        attempts_(attempts),
+        metrics_(metrics),
+        clock_(clock),
+        config_(config),
         queues_(config.queues) {}
 
   // A pass, when something changed since the last one (AttemptLifecycle::NeedSchedule).

@@ -10,8 +10,8 @@
 
 namespace moe {
 
-using controller::QueueSpec;
 using controller::QueuesConfig;
+using controller::QueueSpec;
 
 namespace {
 
@@ -20,7 +20,9 @@ Status KnownDevices(const std::map<std::string, int64_t>& m, const std::string& 
     if (device != "cpu" && device != "cuda") {
       return InvalidArgumentError(path + "." + device + ": unknown device type (cpu or cuda)");
     }
-    if (ranks < 0) return InvalidArgumentError(path + "." + device + ": must be >= 0, got " + std::to_string(ranks));
+    if (ranks < 0)
+      return InvalidArgumentError(path + "." + device + ": must be >= 0, got " +
+                                  std::to_string(ranks));
   }
   return OkStatus();
 }
@@ -70,12 +72,13 @@ Status CheckQueues(const QueuesConfig& c) {
   for (size_t i = 0; i < c.queues.size(); ++i) {
     const std::string& name = c.queues[i].name;
     if (!seen.emplace(name, i).second) {
-      return InvalidArgumentError("queues[" + std::to_string(i) + "].name: '" + name + "' is also queues[" +
-                                  std::to_string(seen[name]) + "]");
+      return InvalidArgumentError("queues[" + std::to_string(i) + "].name: '" + name +
+                                  "' is also queues[" + std::to_string(seen[name]) + "]");
     }
   }
   if (!c.default_queue.empty() && !seen.count(c.default_queue)) {
-    return InvalidArgumentError("default_queue: '" + c.default_queue + "' is not one of the queues");
+    return InvalidArgumentError("default_queue: '" + c.default_queue +
+                                "' is not one of the queues");
   }
   return OkStatus();
 }
@@ -122,15 +125,18 @@ StatusOr<std::string> QueueBook::Resolve(const std::string& named) const {
   for (const QueueSpec& q : config_.queues) known += (known.empty() ? "" : ", ") + q.name;
   if (!enabled()) {
     if (named.empty() || named == kDefaultQueue) return std::string(kDefaultQueue);
-    return InvalidArgumentError("metadata.queue: '" + named +
-                                "' is not a queue here: this controller defines none (moe-controller --queues FILE)");
+    return InvalidArgumentError(
+        "metadata.queue: '" + named +
+        "' is not a queue here: this controller defines none (moe-controller --queues FILE)");
   }
   if (named.empty()) {
     if (!config_.default_queue.empty()) return config_.default_queue;
-    return InvalidArgumentError("metadata.queue: missing; this controller has no default queue (queues: " + known + ")");
+    return InvalidArgumentError(
+        "metadata.queue: missing; this controller has no default queue (queues: " + known + ")");
   }
   if (Find(named) == nullptr) {
-    return InvalidArgumentError("metadata.queue: unknown queue '" + named + "' (queues: " + known + ")");
+    return InvalidArgumentError("metadata.queue: unknown queue '" + named + "' (queues: " + known +
+                                ")");
   }
   return named;
 }
@@ -163,17 +169,20 @@ int64_t QueueBook::Ceiling(const std::string& queue, const std::string& device) 
   return Get(q->quota, device, 0) + (limit < 0 ? lendable : std::min(limit, lendable));
 }
 
-Status QueueBook::CheckCanEverFit(const std::string& queue, const std::string& device, int64_t ranks) const {
+Status QueueBook::CheckCanEverFit(const std::string& queue, const std::string& device,
+                                  int64_t ranks) const {
   const int64_t ceiling = Ceiling(queue, device);
   if (ceiling < 0 || ranks <= ceiling) return OkStatus();
   const int64_t nominal = Nominal(queue, device);
-  return FailedPreconditionError("the job can never fit its queue: it needs " + std::to_string(ranks) + " " + device +
-                                 " ranks and queue " + queue + " may use at most " + std::to_string(ceiling) +
+  return FailedPreconditionError("the job can never fit its queue: it needs " +
+                                 std::to_string(ranks) + " " + device + " ranks and queue " +
+                                 queue + " may use at most " + std::to_string(ceiling) +
                                  " (nominal quota " + std::to_string(nominal) + ", borrowing " +
                                  std::to_string(ceiling - nominal) + "; moe-controller --queues)");
 }
 
-int64_t QueueBook::Borrowed(const std::string& queue, const std::string& device, const QueueUsage& usage) const {
+int64_t QueueBook::Borrowed(const std::string& queue, const std::string& device,
+                            const QueueUsage& usage) const {
   if (!enabled()) return 0;
   return std::max<int64_t>(0, Used(usage, queue, device) - Nominal(queue, device));
 }
@@ -187,12 +196,12 @@ Admission QueueBook::Admit(const std::string& queue, const std::string& device, 
     return Admission::kOverQuota;
   }
   const int64_t used = Used(usage, queue, device), nominal = Get(q->quota, device, 0);
-  const std::string use = "queue " + queue + " uses " + std::to_string(used) + " of its " + std::to_string(nominal) +
-                          " " + device + " ranks";
+  const std::string use = "queue " + queue + " uses " + std::to_string(used) + " of its " +
+                          std::to_string(nominal) + " " + device + " ranks";
   const int64_t ceiling = Ceiling(queue, device);
   if (used + ranks > ceiling) {
-    *reason = "over quota: " + use + " and may borrow " + std::to_string(ceiling - nominal) + "; the job needs " +
-              std::to_string(ranks);
+    *reason = "over quota: " + use + " and may borrow " + std::to_string(ceiling - nominal) +
+              "; the job needs " + std::to_string(ranks);
     return Admission::kOverQuota;
   }
   int64_t cohort_used = 0, cohort_nominal = 0;
@@ -201,15 +210,16 @@ Admission QueueBook::Admit(const std::string& queue, const std::string& device, 
     cohort_nominal += Get(p->quota, device, 0);
   }
   if (cohort_used + ranks <= cohort_nominal) {
-    *reason = used + ranks > nominal ? "borrowing " + std::to_string(used + ranks - nominal) + " " + device +
-                                           " ranks from cohort " + q->cohort
+    *reason = used + ranks > nominal ? "borrowing " + std::to_string(used + ranks - nominal) + " " +
+                                           device + " ranks from cohort " + q->cohort
                                      : "";
     return Admission::kFits;
   }
   const bool reclaim = used + ranks <= nominal;
-  *reason = std::string(reclaim ? "waiting for the quota its queue lent: " : "over quota: ") + "cohort " + q->cohort +
-            " uses " + std::to_string(cohort_used) + " of its " + std::to_string(cohort_nominal) + " " + device +
-            " ranks; " + use + ", the job needs " + std::to_string(ranks);
+  *reason = std::string(reclaim ? "waiting for the quota its queue lent: " : "over quota: ") +
+            "cohort " + q->cohort + " uses " + std::to_string(cohort_used) + " of its " +
+            std::to_string(cohort_nominal) + " " + device + " ranks; " + use + ", the job needs " +
+            std::to_string(ranks);
   return reclaim ? Admission::kReclaim : Admission::kOverQuota;
 }
 

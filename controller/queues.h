@@ -23,10 +23,11 @@ namespace moe::controller {
 
 struct QueueSpec {
   std::string name;
-  std::string cohort;                           // empty: it neither lends nor borrows
-  std::map<std::string, int64_t> quota;         // device type -> nominal ranks (absent: 0)
-  std::map<std::string, int64_t> borrowing_limit;  // device type -> ranks past nominal (absent: no limit)
-  int64_t weight = 1;                           // fair sharing: a queue of weight 2 gets twice the share
+  std::string cohort;                    // empty: it neither lends nor borrows
+  std::map<std::string, int64_t> quota;  // device type -> nominal ranks (absent: 0)
+  std::map<std::string, int64_t>
+      borrowing_limit;  // device type -> ranks past nominal (absent: no limit)
+  int64_t weight = 1;   // fair sharing: a queue of weight 2 gets twice the share
 };
 
 struct QueuesConfig {
@@ -40,12 +41,13 @@ StatusOr<QueuesConfig> LoadQueuesFile(const std::string& path);
 
 // Ranks in use per queue and device type.
 using QueueUsage = std::map<std::string, std::map<std::string, int64_t>>;
-int64_t Used(const QueueUsage& usage, const std::string& queue, const std::string& device);  // 0 when absent
+int64_t Used(const QueueUsage& usage, const std::string& queue,
+             const std::string& device);  // 0 when absent
 
 enum class Admission {
-  kFits,        // within quota and the cohort's room
-  kReclaim,     // within its nominal quota, but the cohort's room is lent out: may preempt borrowers
-  kOverQuota,   // waits: past what the queue may use now
+  kFits,       // within quota and the cohort's room
+  kReclaim,    // within its nominal quota, but the cohort's room is lent out: may preempt borrowers
+  kOverQuota,  // waits: past what the queue may use now
 };
 
 class QueueBook {
@@ -63,12 +65,13 @@ class QueueBook {
   Status CheckCanEverFit(const std::string& queue, const std::string& device, int64_t ranks) const;
 
   // Whether `ranks` more of `device` in `queue` fit now; *reason says why not (or what it borrows).
-  Admission Admit(const std::string& queue, const std::string& device, int64_t ranks, const QueueUsage& usage,
-                  std::string* reason) const;
+  Admission Admit(const std::string& queue, const std::string& device, int64_t ranks,
+                  const QueueUsage& usage, std::string* reason) const;
   // The queue's share of its nominal quota (largest over device types, divided by its weight).
   double Share(const std::string& queue, const QueueUsage& usage) const;
   // Ranks used past nominal, per device type.
-  int64_t Borrowed(const std::string& queue, const std::string& device, const QueueUsage& usage) const;
+  int64_t Borrowed(const std::string& queue, const std::string& device,
+                   const QueueUsage& usage) const;
   int64_t Nominal(const std::string& queue, const std::string& device) const;
   // Ranks the queue may use at most (nominal + what it may borrow); -1: no limit.
   int64_t Ceiling(const std::string& queue, const std::string& device) const;

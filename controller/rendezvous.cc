@@ -16,10 +16,12 @@ Status RendezvousStore::Set(const std::string& key, const std::string& value) {
     auto old = kv_.find(key);
     const size_t before = old == kv_.end() ? 0 : key.size() + old->second.size();
     if (old == kv_.end() && kv_.size() >= kMaxRendezvousKeys) {
-      return ResourceExhaustedError("rendezvous store: " + std::to_string(kMaxRendezvousKeys) + " keys held");
+      return ResourceExhaustedError("rendezvous store: " + std::to_string(kMaxRendezvousKeys) +
+                                    " keys held");
     }
     if (bytes_ - before + key.size() + value.size() > kMaxRendezvousBytes) {
-      return ResourceExhaustedError("rendezvous store: " + std::to_string(kMaxRendezvousBytes >> 20) + " MiB held");
+      return ResourceExhaustedError(
+          "rendezvous store: " + std::to_string(kMaxRendezvousBytes >> 20) + " MiB held");
     }
     bytes_ = bytes_ - before + key.size() + value.size();
     kv_[key] = value;

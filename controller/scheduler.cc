@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <string_view>
-#include <unordered_map>
 #include <tuple>
+#include <unordered_map>
 
 namespace moe::controller {
 namespace {
@@ -20,7 +20,8 @@ int DeviceIndex(const std::string& device) {
   return colon == std::string::npos ? 0 : std::atoi(device.c_str() + colon + 1);
 }
 
-// (rack, node, device index, device, worker), compared in place (no copies: the hot path of placement).
+// (rack, node, device index, device, worker), compared in place (no copies: the hot path of
+// placement).
 bool SlotLess(const Slot& a, const Slot& b) {
   if (const int c = a.rack.compare(b.rack); c != 0) return c < 0;
   if (const int c = a.node.compare(b.node); c != 0) return c < 0;
@@ -31,7 +32,8 @@ bool SlotLess(const Slot& a, const Slot& b) {
 
 Status CheckShape(const PlacementRequest& req) {
   if (req.world_size < 1 || req.expert_parallel < 1 || req.world_size % req.expert_parallel != 0) {
-    return InvalidArgumentError("world_size " + std::to_string(req.world_size) + " is not a multiple of expert_parallel " +
+    return InvalidArgumentError("world_size " + std::to_string(req.world_size) +
+                                " is not a multiple of expert_parallel " +
                                 std::to_string(req.expert_parallel));
   }
   if (req.within != "rack" && req.within != "node" && req.within != "any") {
@@ -41,8 +43,8 @@ Status CheckShape(const PlacementRequest& req) {
 }
 
 // The domains (racks, nodes, or one for "any") of the slots `idx` of `slots`, interned: a domain is
-// a (rack, node) pair of views into the slots, hashed, so grouping costs no string copies or sort of
-// the whole free list (the placement benchmark: 87,720 free slots).
+// a (rack, node) pair of views into the slots, hashed, so grouping costs no string copies or sort
+// of the whole free list (the placement benchmark: 87,720 free slots).
 struct DomainKey {
   std::string_view rack, node;
   bool operator==(const DomainKey&) const = default;
@@ -57,7 +59,8 @@ struct Domain {
   std::vector<int> members;  // indices into the slots
 };
 
-std::vector<Domain> GroupByDomain(const std::vector<Slot>& slots, const std::vector<int>& idx, const std::string& within) {
+std::vector<Domain> GroupByDomain(const std::vector<Slot>& slots, const std::vector<int>& idx,
+                                  const std::string& within) {
   std::unordered_map<DomainKey, int, DomainHash> index;
   std::vector<Domain> out;
   for (const int i : idx) {
@@ -72,11 +75,15 @@ std::vector<Domain> GroupByDomain(const std::vector<Slot>& slots, const std::vec
   return out;
 }
 
-bool KeyLess(const DomainKey& a, const DomainKey& b) { return std::tie(a.rack, a.node) < std::tie(b.rack, b.node); }
+bool KeyLess(const DomainKey& a, const DomainKey& b) {
+  return std::tie(a.rack, a.node) < std::tie(b.rack, b.node);
+}
 
-// Which domains give how many groups: the smallest that holds them all (best fit, leaving big domains
-// whole), else the largest first; in rank order (by domain name). Empty when they do not fit.
-std::vector<std::pair<const Domain*, int>> ChooseDomains(const std::vector<Domain>& domains, int groups, int ep) {
+// Which domains give how many groups: the smallest that holds them all (best fit, leaving big
+// domains whole), else the largest first; in rank order (by domain name). Empty when they do not
+// fit.
+std::vector<std::pair<const Domain*, int>> ChooseDomains(const std::vector<Domain>& domains,
+                                                         int groups, int ep) {
   const Domain* best = nullptr;
   int total = 0;
   auto groups_in = [ep](const Domain& d) { return static_cast<int>(d.members.size()) / ep; };
@@ -84,13 +91,16 @@ std::vector<std::pair<const Domain*, int>> ChooseDomains(const std::vector<Domai
     const int c = groups_in(d);
     total += c;
     if (c < groups) continue;
-    if (best == nullptr || c < groups_in(*best) || (c == groups_in(*best) && KeyLess(d.key, best->key))) best = &d;
+    if (best == nullptr || c < groups_in(*best) ||
+        (c == groups_in(*best) && KeyLess(d.key, best->key)))
+      best = &d;
   }
   std::vector<std::pair<const Domain*, int>> take;
   if (total < groups) return take;
   if (best != nullptr) return {{best, groups}};
   std::vector<const Domain*> order;
-  for (const Domain& d : domains) if (groups_in(d) > 0) order.push_back(&d);
+  for (const Domain& d : domains)
+    if (groups_in(d) > 0) order.push_back(&d);
   std::sort(order.begin(), order.end(), [&](const Domain* a, const Domain* b) {
     const int ca = groups_in(*a), cb = groups_in(*b);
     return ca > cb || (ca == cb && KeyLess(a->key, b->key));
@@ -101,18 +111,22 @@ std::vector<std::pair<const Domain*, int>> ChooseDomains(const std::vector<Domai
     take.emplace_back(d, n);
     left -= n;
   }
-  std::sort(take.begin(), take.end(), [](const auto& a, const auto& b) { return KeyLess(a.first->key, b.first->key); });
+  std::sort(take.begin(), take.end(),
+            [](const auto& a, const auto& b) { return KeyLess(a.first->key, b.first->key); });
   return take;
 }
 
 // Groups of EP slots from domains, packed; empty when they do not fit. Only the chosen domains'
 // slots are ordered (rack, node, device) and copied.
-std::vector<Slot> PackFresh(const PlacementRequest& req, const std::vector<Slot>& slots, const std::vector<int>& idx) {
+std::vector<Slot> PackFresh(const PlacementRequest& req, const std::vector<Slot>& slots,
+                            const std::vector<int>& idx) {
   const int groups = req.world_size / req.expert_parallel, ep = req.expert_parallel;
   const std::vector<Domain> domains = GroupByDomain(slots, idx, req.within);
   const auto take = ChooseDomains(domains, groups, ep);
   if (take.empty()) return {};
-  auto less = [&](int a, int b) { return SlotLess(slots[static_cast<size_t>(a)], slots[static_cast<size_t>(b)]); };
+  auto less = [&](int a, int b) {
+    return SlotLess(slots[static_cast<size_t>(a)], slots[static_cast<size_t>(b)]);
+  };
   std::vector<Slot> out;
   out.reserve(static_cast<size_t>(req.world_size));
   for (const auto& [d, n] : take) {
@@ -146,20 +160,27 @@ std::vector<Slot> Refill(const PlacementRequest& req, const std::vector<Slot>& f
   }
   if (missing.empty()) return out;
   std::vector<Slot> spare;
-  for (const auto& s : free) if (!taken.count(s.worker)) spare.push_back(s);
+  for (const auto& s : free)
+    if (!taken.count(s.worker)) spare.push_back(s);
   std::sort(spare.begin(), spare.end(), SlotLess);
   for (int r : missing) {
     // The domain of the rank's group: where its surviving members are (else where it was).
     const int g0 = r / req.expert_parallel * req.expert_parallel;
     std::string domain = DomainOf(req.previous[static_cast<size_t>(r)], req.within);
     for (int m = g0; m < g0 + req.expert_parallel; ++m) {
-      if (!out[static_cast<size_t>(m)].worker.empty()) { domain = DomainOf(out[static_cast<size_t>(m)], req.within); break; }
+      if (!out[static_cast<size_t>(m)].worker.empty()) {
+        domain = DomainOf(out[static_cast<size_t>(m)], req.within);
+        break;
+      }
     }
     // Prefer the lost slot's own node, then anywhere in the domain.
     auto pick = spare.end();
     for (auto it = spare.begin(); it != spare.end(); ++it) {
       if (DomainOf(*it, req.within) != domain) continue;
-      if (it->node == req.previous[static_cast<size_t>(r)].node) { pick = it; break; }
+      if (it->node == req.previous[static_cast<size_t>(r)].node) {
+        pick = it;
+        break;
+      }
       if (pick == spare.end()) pick = it;
     }
     if (pick == spare.end()) return {};
@@ -197,12 +218,14 @@ StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector
     if (!kept.empty()) return kept;
   }
   if (static_cast<int>(match.size()) < req.world_size) {
-    return ResourceExhaustedError("needs " + std::to_string(req.world_size) + " free " + req.device_type + " workers, " +
-                                  std::to_string(match.size()) + " are free");
+    return ResourceExhaustedError("needs " + std::to_string(req.world_size) + " free " +
+                                  req.device_type + " workers, " + std::to_string(match.size()) +
+                                  " are free");
   }
   auto out = PackFresh(req, free_all, match);
   if (out.empty()) {
-    return ResourceExhaustedError("not enough free workers in one " + req.within + " for each expert-parallel group of " +
+    return ResourceExhaustedError("not enough free workers in one " + req.within +
+                                  " for each expert-parallel group of " +
                                   std::to_string(req.expert_parallel));
   }
   return out;
@@ -212,14 +235,16 @@ Status CheckFeasible(const PlacementRequest& req, const std::vector<Slot>& all) 
   MOE_RETURN_IF_ERROR(CheckShape(req));
   const std::vector<int> matching = Matching(all, req.device_type);
   if (static_cast<int>(matching.size()) < req.world_size) {
-    return FailedPreconditionError("the job needs " + std::to_string(req.world_size) + " " + req.device_type +
-                                   " workers and the cluster has " + std::to_string(matching.size()) + " (" +
-                                   std::to_string(req.world_size - static_cast<int>(matching.size())) + " more)");
+    return FailedPreconditionError(
+        "the job needs " + std::to_string(req.world_size) + " " + req.device_type +
+        " workers and the cluster has " + std::to_string(matching.size()) + " (" +
+        std::to_string(req.world_size - static_cast<int>(matching.size())) + " more)");
   }
   if (PackFresh(req, all, matching).empty()) {
-    return FailedPreconditionError("no placement keeps every expert-parallel group of " + std::to_string(req.expert_parallel) +
-                                   " inside one " + req.within + ": the cluster's " + req.within +
-                                   "s are too small for " + std::to_string(req.world_size / req.expert_parallel) + " such groups");
+    return FailedPreconditionError(
+        "no placement keeps every expert-parallel group of " + std::to_string(req.expert_parallel) +
+        " inside one " + req.within + ": the cluster's " + req.within + "s are too small for " +
+        std::to_string(req.world_size / req.expert_parallel) + " such groups");
   }
   return OkStatus();
 }

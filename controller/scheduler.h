@@ -1,11 +1,11 @@
-// Placement: which workers run a job's ranks. Pure functions over value types, so property tests and
-// the placement benchmark call them directly.
+// Placement: which workers run a job's ranks. Pure functions over value types, so property tests
+// and the placement benchmark call them directly.
 //
-// Gang: all W ranks or none. Expert-parallel groups are EP consecutive ranks and each must stay inside
-// one domain (a rack, i.e. an NVLink domain; or a node; or anywhere). Placement packs: when one domain
-// can hold every group, the smallest such domain is used (best fit, leaving big domains whole);
-// otherwise domains with the most room are filled first (fewest domains). Ranks are ordered by
-// (rack, node, device).
+// Gang: all W ranks or none. Expert-parallel groups are EP consecutive ranks and each must stay
+// inside one domain (a rack, i.e. an NVLink domain; or a node; or anywhere). Placement packs: when
+// one domain can hold every group, the smallest such domain is used (best fit, leaving big domains
+// whole); otherwise domains with the most room are filled first (fewest domains). Ranks are ordered
+// by (rack, node, device).
 #pragma once
 
 #include <cstdint>
@@ -26,10 +26,10 @@ struct Slot {
 struct PlacementRequest {
   int world_size = 1;
   int expert_parallel = 1;
-  std::string within = "rack";    // rack | node | any
+  std::string within = "rack";      // rack | node | any
   std::string device_type = "cpu";  // cpu | cuda
-  // The previous attempt's placement (rank order): survivors keep their ranks when the lost slots can
-  // be refilled inside their groups' domains.
+  // The previous attempt's placement (rank order): survivors keep their ranks when the lost slots
+  // can be refilled inside their groups' domains.
   std::vector<Slot> previous;
 };
 
@@ -39,8 +39,8 @@ bool DeviceMatches(const std::string& device, const std::string& type);
 // Chooses W slots among `free` (rank order) or says why it cannot now (RESOURCE_EXHAUSTED).
 StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector<Slot>& free);
 
-// Whether the job could ever fit on these workers (all registered ones, busy or not); the reason when
-// it cannot (FAILED_PRECONDITION).
+// Whether the job could ever fit on these workers (all registered ones, busy or not); the reason
+// when it cannot (FAILED_PRECONDITION).
 Status CheckFeasible(const PlacementRequest& req, const std::vector<Slot>& all);
 
 struct QueuedJob {

@@ -18,7 +18,9 @@ StatusOr<std::string> ToJson(const google::protobuf::Message& m) {
   google::protobuf::util::JsonPrintOptions o;
   o.preserve_proto_field_names = true;
   auto st = google::protobuf::util::MessageToJsonString(m, &out, o);
-  if (!st.ok()) return InternalError("cannot write a " + m.GetTypeName() + " as JSON: " + std::string(st.message()));
+  if (!st.ok())
+    return InternalError("cannot write a " + m.GetTypeName() +
+                         " as JSON: " + std::string(st.message()));
   return out;
 }
 
@@ -33,19 +35,24 @@ Status FromJson(const std::string& json, google::protobuf::Message* m) {
 Status SqliteError(sqlite3* db, const std::string& what) {
   const std::string msg = what + ": " + sqlite3_errmsg(db);
   switch (sqlite3_errcode(db) & 0xff) {
-    case SQLITE_FULL: return ResourceExhaustedError("state store: " + msg);
+    case SQLITE_FULL:
+      return ResourceExhaustedError("state store: " + msg);
     case SQLITE_IOERR:
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-    case SQLITE_CANTOPEN: return UnavailableError("state store: " + msg);
-    default: return InternalError("state store: " + msg);
+    case SQLITE_CANTOPEN:
+      return UnavailableError("state store: " + msg);
+    default:
+      return InternalError("state store: " + msg);
   }
 }
 
 // A prepared statement that finalizes itself.
 class Stmt {
  public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr);
+  }
   ~Stmt() { sqlite3_finalize(s_); }
   bool ok() const { return rc_ == SQLITE_OK; }
   sqlite3_stmt* get() { return s_; }
@@ -63,7 +70,9 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
   MOE_RETURN_IF_ERROR(MakeDirs(dir));
   const std::string path = JoinPath(dir, "controller.db");
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
     return UnavailableError("cannot open state database " + path + ": " + msg);
@@ -73,13 +82,16 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
   MOE_RETURN_IF_ERROR(store->CheckIntegrity(path));
   MOE_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   MOE_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
-  MOE_RETURN_IF_ERROR(store->Exec(
-      "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, record TEXT NOT NULL)"));
-  MOE_RETURN_IF_ERROR(store->Exec(
-      "CREATE TABLE IF NOT EXISTS events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL, "
-      "PRIMARY KEY (job_id, seq))"));
-  MOE_RETURN_IF_ERROR(store->Exec(
-      "CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session TEXT NOT NULL, record TEXT NOT NULL)"));
+  MOE_RETURN_IF_ERROR(
+      store->Exec("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, "
+                  "record TEXT NOT NULL)"));
+  MOE_RETURN_IF_ERROR(
+      store->Exec("CREATE TABLE IF NOT EXISTS events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+                  "record TEXT NOT NULL, "
+                  "PRIMARY KEY (job_id, seq))"));
+  MOE_RETURN_IF_ERROR(
+      store->Exec("CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session TEXT NOT "
+                  "NULL, record TEXT NOT NULL)"));
   return store;
 }
 
@@ -99,7 +111,8 @@ Status SqliteStateStore::CheckIntegrity(const std::string& path) {
   }
   if (verdict == "ok") return OkStatus();
   return DataLossError("state database " + path + " fails SQLite's integrity check (" + verdict +
-                       "); nothing was changed: restore it from a backup, or move it aside to start with an empty state");
+                       "); nothing was changed: restore it from a backup, or move it aside to "
+                       "start with an empty state");
 }
 
 Status SqliteStateStore::Exec(const std::string& sql) {
@@ -114,7 +127,8 @@ Status SqliteStateStore::Exec(const std::string& sql) {
 Status SqliteStateStore::CheckWritable() {
   static const char* flag = std::getenv("MOE_TEST_STORE_FULL_IF");
   if (flag != nullptr && *flag != '\0' && PathExists(flag)) {
-    return ResourceExhaustedError("state store: database or disk is full (test hook: " + std::string(flag) + " exists)");
+    return ResourceExhaustedError(
+        "state store: database or disk is full (test hook: " + std::string(flag) + " exists)");
   }
   return OkStatus();
 }
@@ -150,9 +164,11 @@ Status SqliteStateStore::PutJobWithEvent(const moe::v1::Job& job, const moe::v1:
   Status st = PutJob(job);
   if (st.ok()) st = AppendEvent(event);
   if (st.ok()) st = Exec("COMMIT");
-  // Neither write may stay. SQLite has already rolled back after some errors (autocommit is on again).
+  // Neither write may stay. SQLite has already rolled back after some errors (autocommit is on
+  // again).
   if (!st.ok() && sqlite3_get_autocommit(Db(db_)) == 0) {
-    if (Status rb = Exec("ROLLBACK"); !rb.ok()) MOE_LOG(ERROR) << "rolling back a failed write: " << rb;
+    if (Status rb = Exec("ROLLBACK"); !rb.ok())
+      MOE_LOG(ERROR) << "rolling back a failed write: " << rb;
   }
   return st;
 }
@@ -163,13 +179,20 @@ Status SqliteStateStore::DeleteJob(const std::string& job_id) {
   Status st;
   for (const char* sql : {"DELETE FROM events WHERE job_id = ?", "DELETE FROM jobs WHERE id = ?"}) {
     Stmt s(Db(db_), sql);
-    if (!s.ok()) { st = s.Error("prepare"); break; }
+    if (!s.ok()) {
+      st = s.Error("prepare");
+      break;
+    }
     sqlite3_bind_text(s.get(), 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(s.get()) != SQLITE_DONE) { st = s.Error("delete job " + job_id); break; }
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      st = s.Error("delete job " + job_id);
+      break;
+    }
   }
   if (st.ok()) st = Exec("COMMIT");
   if (!st.ok() && sqlite3_get_autocommit(Db(db_)) == 0) {
-    if (Status rb = Exec("ROLLBACK"); !rb.ok()) MOE_LOG(ERROR) << "rolling back a failed delete: " << rb;
+    if (Status rb = Exec("ROLLBACK"); !rb.ok())
+      MOE_LOG(ERROR) << "rolling back a failed delete: " << rb;
   }
   return st;
 }
@@ -202,7 +225,8 @@ StatusOr<std::vector<StoredWorker>> SqliteStateStore::LoadWorkers() {
   while (sqlite3_step(s.get()) == SQLITE_ROW) {
     StoredWorker w;
     w.session = reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0));
-    MOE_RETURN_IF_ERROR(FromJson(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 1)), &w.info));
+    MOE_RETURN_IF_ERROR(
+        FromJson(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 1)), &w.info));
     out.push_back(std::move(w));
   }
   return out;
@@ -214,7 +238,8 @@ StatusOr<std::vector<moe::v1::Job>> SqliteStateStore::LoadJobs() {
   std::vector<moe::v1::Job> jobs;
   while (sqlite3_step(s.get()) == SQLITE_ROW) {
     moe::v1::Job j;
-    MOE_RETURN_IF_ERROR(FromJson(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)), &j));
+    MOE_RETURN_IF_ERROR(
+        FromJson(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)), &j));
     jobs.push_back(std::move(j));
   }
   return jobs;
@@ -227,7 +252,8 @@ StatusOr<std::vector<moe::v1::JobEvent>> SqliteStateStore::LoadEvents(const std:
   std::vector<moe::v1::JobEvent> events;
   while (sqlite3_step(s.get()) == SQLITE_ROW) {
     moe::v1::JobEvent e;
-    MOE_RETURN_IF_ERROR(FromJson(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)), &e));
+    MOE_RETURN_IF_ERROR(
+        FromJson(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)), &e));
     events.push_back(std::move(e));
   }
   return events;
@@ -235,7 +261,11 @@ StatusOr<std::vector<moe::v1::JobEvent>> SqliteStateStore::LoadEvents(const std:
 
 Status MemoryStateStore::PutJob(const moe::v1::Job& job) {
   for (auto& j : jobs_) {
-    if (j.id() == job.id()) { j = job; j.clear_events(); return OkStatus(); }
+    if (j.id() == job.id()) {
+      j = job;
+      j.clear_events();
+      return OkStatus();
+    }
   }
   jobs_.push_back(job);
   jobs_.back().clear_events();
@@ -267,7 +297,8 @@ Status MemoryStateStore::DeleteWorker(const std::string& name) {
 }
 StatusOr<std::vector<moe::v1::JobEvent>> MemoryStateStore::LoadEvents(const std::string& job_id) {
   std::vector<moe::v1::JobEvent> out;
-  for (const auto& e : events_) if (e.job_id() == job_id) out.push_back(e);
+  for (const auto& e : events_)
+    if (e.job_id() == job_id) out.push_back(e);
   return out;
 }
 

@@ -1,6 +1,7 @@
-// Durable controller state: jobs, their events, and worker sessions. The interface knows nothing of SQLite so tests and
-// managers can use any implementation; SqliteStateStore is the real one (WAL, synchronous=FULL: a job
-// the controller acknowledged survives a crash of the controller or the machine).
+// Durable controller state: jobs, their events, and worker sessions. The interface knows nothing of
+// SQLite so tests and managers can use any implementation; SqliteStateStore is the real one (WAL,
+// synchronous=FULL: a job the controller acknowledged survives a crash of the controller or the
+// machine).
 #pragma once
 
 #include <memory>

@@ -12,20 +12,23 @@ Status Field(const std::string& field, const std::string& why) {
 }
 
 bool IsAddressChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' || c == '[' || c == ']' ||
-         c == '_';
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' ||
+         c == '[' || c == ']' || c == '_';
 }
 
 Status CheckDevice(const std::string& d) {
   if (d == "cpu") return OkStatus();
   if (d.rfind("cuda:", 0) != 0 || d.size() < 6 || d.size() > 9) {
-    return Field("device", "expected cpu or cuda:N (N in 0.." + std::to_string(kMaxCudaDevice) + ")");
+    return Field("device",
+                 "expected cpu or cuda:N (N in 0.." + std::to_string(kMaxCudaDevice) + ")");
   }
   for (size_t i = 5; i < d.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(d[i]))) return Field("device", "cuda:N needs a number N");
+    if (!std::isdigit(static_cast<unsigned char>(d[i])))
+      return Field("device", "cuda:N needs a number N");
   }
   if (std::stoi(d.substr(5)) > kMaxCudaDevice || (d.size() > 6 && d[5] == '0')) {
-    return Field("device", "cuda:N with N in 0.." + std::to_string(kMaxCudaDevice) + ", no leading zeros");
+    return Field("device",
+                 "cuda:N with N in 0.." + std::to_string(kMaxCudaDevice) + ", no leading zeros");
   }
   return OkStatus();
 }
@@ -52,36 +55,45 @@ Status ValidateRegistration(const moe::v1::Register& reg) {
   if (!IsSimpleName(reg.name(), kMaxWorkerNameBytes)) {
     return Field("name", grammar + std::to_string(kMaxWorkerNameBytes) + " bytes");
   }
-  if (!IsSimpleName(reg.rack(), kMaxRackBytes)) return Field("rack", grammar + std::to_string(kMaxRackBytes) + " bytes");
+  if (!IsSimpleName(reg.rack(), kMaxRackBytes))
+    return Field("rack", grammar + std::to_string(kMaxRackBytes) + " bytes");
   if (!IsSimpleName(reg.node(), kMaxWorkerNameBytes)) {
     return Field("node", grammar + std::to_string(kMaxWorkerNameBytes) + " bytes");
   }
   MOE_RETURN_IF_ERROR(CheckDevice(reg.device()));
   if (reg.address().size() > kMaxAddressBytes ||
       !std::all_of(reg.address().begin(), reg.address().end(), IsAddressChar)) {
-    return Field("address", "a host name or IP address, at most " + std::to_string(kMaxAddressBytes) + " bytes");
+    return Field("address", "a host name or IP address, at most " +
+                                std::to_string(kMaxAddressBytes) + " bytes");
   }
   if (reg.cpu_cores() < 0 || reg.cpu_cores() > kMaxCpuCores) {
     return Field("cpu_cores", "must be in 0.." + std::to_string(kMaxCpuCores));
   }
-  if (reg.memory_bytes() < 0 || reg.memory_bytes() > (int64_t{1} << 50)) return Field("memory_bytes", "must be in 0..2^50");
-  if (reg.host_id().size() > 512 || !Printable(reg.host_id())) return Field("host_id", "at most 512 printable bytes");
-  if (reg.version().size() > 64 || !Printable(reg.version())) return Field("version", "at most 64 printable bytes");
+  if (reg.memory_bytes() < 0 || reg.memory_bytes() > (int64_t{1} << 50))
+    return Field("memory_bytes", "must be in 0..2^50");
+  if (reg.host_id().size() > 512 || !Printable(reg.host_id()))
+    return Field("host_id", "at most 512 printable bytes");
+  if (reg.version().size() > 64 || !Printable(reg.version()))
+    return Field("version", "at most 64 printable bytes");
   if (reg.session().size() > 128) return Field("session", "at most 128 bytes");
   for (const auto* roots : {&reg.data_roots(), &reg.checkpoint_roots()}) {
-    if (roots->size() > 16) return Field(roots == &reg.data_roots() ? "data_roots" : "checkpoint_roots", "at most 16");
+    if (roots->size() > 16)
+      return Field(roots == &reg.data_roots() ? "data_roots" : "checkpoint_roots", "at most 16");
     for (const auto& r : *roots) {
       if (r.empty() || r.size() > 4096 || r[0] != '/' || !Printable(r)) {
-        return Field(roots == &reg.data_roots() ? "data_roots" : "checkpoint_roots", "absolute paths of at most 4096 printable bytes");
+        return Field(roots == &reg.data_roots() ? "data_roots" : "checkpoint_roots",
+                     "absolute paths of at most 4096 printable bytes");
       }
     }
   }
-  if (reg.running_size() > kMaxRunningClaims) return Field("running", "at most " + std::to_string(kMaxRunningClaims));
+  if (reg.running_size() > kMaxRunningClaims)
+    return Field("running", "at most " + std::to_string(kMaxRunningClaims));
   if (reg.finished_size() > kMaxFinishedClaims) {
     return Field("finished", "at most " + std::to_string(kMaxFinishedClaims));
   }
   for (const auto& f : reg.finished()) {
-    if (f.message().size() > kMaxMessageBytes) return Field("finished.message", "at most 4096 bytes");
+    if (f.message().size() > kMaxMessageBytes)
+      return Field("finished.message", "at most 4096 bytes");
   }
   return OkStatus();
 }
@@ -91,12 +103,14 @@ Status ValidateStepReport(const moe::v1::StepReport& s, int layers, int world) {
   auto bad = [](const std::string& f, const std::string& why) {
     return InvalidArgumentError("step report: metrics." + f + ": " + why);
   };
-  if (m.step() < 0 || m.total_steps() < 0 || m.tokens() < 0) return bad("step", "steps and tokens are not negative");
+  if (m.step() < 0 || m.total_steps() < 0 || m.tokens() < 0)
+    return bad("step", "steps and tokens are not negative");
   if (m.expert_load_imbalance_per_layer_size() > layers) {
-    return bad("expert_load_imbalance_per_layer", "more entries than the model's " + std::to_string(layers) + " layers");
+    return bad("expert_load_imbalance_per_layer",
+               "more entries than the model's " + std::to_string(layers) + " layers");
   }
-  if (m.rank_step_seconds_size() > world || m.rank_compute_seconds_size() > world || m.rank_racks_size() > world ||
-      m.stragglers_size() > world) {
+  if (m.rank_step_seconds_size() > world || m.rank_compute_seconds_size() > world ||
+      m.rank_racks_size() > world || m.stragglers_size() > world) {
     return bad("rank_*", "more entries than the job's " + std::to_string(world) + " ranks");
   }
   if (m.mfu_peak_source().size() > 256) return bad("mfu_peak_source", "at most 256 bytes");
@@ -108,11 +122,13 @@ Status ValidateStepReport(const moe::v1::StepReport& s, int layers, int world) {
 
 bool StepFiguresPlausible(const moe::v1::StepMetrics& m) {
   // The loss and gradient norm may be non-finite: a diverging run reports what it sees.
-  for (double v : {m.step_seconds(), m.tokens_per_second(), m.tflops_per_device(), m.mfu(), m.alltoall_seconds(),
-                   m.compute_seconds(), m.grad_sync_seconds(), m.eta_seconds()}) {
+  for (double v :
+       {m.step_seconds(), m.tokens_per_second(), m.tflops_per_device(), m.mfu(),
+        m.alltoall_seconds(), m.compute_seconds(), m.grad_sync_seconds(), m.eta_seconds()}) {
     if (!std::isfinite(v) || v < 0) return false;
   }
-  return m.mfu() <= 1.5;  // above the peak by half: a wrong peak or a wrong report, not a measurement
+  return m.mfu() <=
+         1.5;  // above the peak by half: a wrong peak or a wrong report, not a measurement
 }
 
 }  // namespace moe::controller

@@ -11,22 +11,22 @@
 namespace moe::controller {
 
 // Limits of a registration.
-inline constexpr size_t kMaxWorkerNameBytes = 63;   // name, node: [A-Za-z0-9][A-Za-z0-9._-]*
-inline constexpr size_t kMaxRackBytes = 128;        // racks may be NVML's clusterUuid.cliqueId
+inline constexpr size_t kMaxWorkerNameBytes = 63;  // name, node: [A-Za-z0-9][A-Za-z0-9._-]*
+inline constexpr size_t kMaxRackBytes = 128;       // racks may be NVML's clusterUuid.cliqueId
 inline constexpr size_t kMaxAddressBytes = 253;
 inline constexpr int kMaxCudaDevice = 1023;
 inline constexpr int kMaxCpuCores = 65536;
 inline constexpr int kMaxRunningClaims = 4;
 inline constexpr int kMaxFinishedClaims = 64;
-inline constexpr size_t kMaxMessageBytes = 4096;    // a rank's failure text, kept in events
+inline constexpr size_t kMaxMessageBytes = 4096;  // a rank's failure text, kept in events
 
 // `s` matches [A-Za-z0-9][A-Za-z0-9._-]* and is at most `max` bytes.
 bool IsSimpleName(const std::string& s, size_t max);
 // Checks every field of a Register (name, rack, node, device, address, cores, claims).
 Status ValidateRegistration(const moe::v1::Register& reg);
 // A step report's shape, from a rank of a model with `layers` layers and `world` ranks: steps and
-// tokens not negative, arrays no longer than the model's layers or the job's ranks. A report outside
-// it ends the worker's stream (INVALID_ARGUMENT).
+// tokens not negative, arrays no longer than the model's layers or the job's ranks. A report
+// outside it ends the worker's stream (INVALID_ARGUMENT).
 Status ValidateStepReport(const moe::v1::StepReport& s, int layers, int world);
 // Its figures: times and rates finite and not negative, MFU at most 1.5. An implausible report is
 // dropped (logged), not kept on /metrics; the worker's stream goes on.

@@ -42,13 +42,15 @@ Status WorkerRegistry::CheckNameFree(const moe::v1::Register& reg, WorkerChannel
   const double left = old.held_until - clock_.Monotonic();
   if (!old.session.empty() && left > 0) {
     return PermissionDeniedError("worker name '" + reg.name() +
-                                 "' is held by another session for " + std::to_string(static_cast<int>(left) + 1) +
+                                 "' is held by another session for " +
+                                 std::to_string(static_cast<int>(left) + 1) +
                                  " more s (only that worker may reconnect under it until then)");
   }
   return OkStatus();
 }
 
-StatusOr<std::string> WorkerRegistry::Admit(const moe::v1::Register& reg, WorkerChannel* channel) const {
+StatusOr<std::string> WorkerRegistry::Admit(const moe::v1::Register& reg,
+                                            WorkerChannel* channel) const {
   MOE_RETURN_IF_ERROR(ValidateRegistration(reg));
   MOE_RETURN_IF_ERROR(CheckNameFree(reg, channel));
   auto it = workers_.find(reg.name());
@@ -58,12 +60,14 @@ StatusOr<std::string> WorkerRegistry::Admit(const moe::v1::Register& reg, Worker
   return NewSession();  // a new holder of the name (or its first registration)
 }
 
-StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChannel* channel) {
+StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg,
+                                                WorkerChannel* channel) {
   MOE_ASSIGN_OR_RETURN(const std::string session, Admit(reg, channel));
   return Register(reg, channel, session);
 }
 
-StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChannel* channel,
+StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg,
+                                                WorkerChannel* channel,
                                                 const std::string& session) {
   WorkerEntry& w = workers_[reg.name()];
   const bool fresh = w.info.name().empty();
@@ -87,7 +91,8 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg, Wo
   return &w;
 }
 
-void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& session, double hold_seconds) {
+void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& session,
+                             double hold_seconds) {
   WorkerEntry& w = workers_[info.name()];
   w.info = info;
   w.info.clear_job_id();
@@ -157,7 +162,8 @@ WorkerEntry* WorkerRegistry::Find(const std::string& name) {
   return it == workers_.end() ? nullptr : &it->second;
 }
 
-void WorkerRegistry::Assign(const std::string& name, const std::string& job_id, int attempt, int rank) {
+void WorkerRegistry::Assign(const std::string& name, const std::string& job_id, int attempt,
+                            int rank) {
   if (WorkerEntry* w = Find(name)) {
     w->job_id = job_id;
     w->attempt = attempt;
@@ -226,19 +232,26 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
   out.set_memory_bytes(MemoryFor(w.info.name()));
   out.set_job_id(w.job_id);
   out.set_rank(w.rank);
-  if (w.lost) out.set_state(moe::v1::LOST);
-  else if (w.leaving) out.set_state(moe::v1::LEAVING);
-  else if (w.busy()) out.set_state(moe::v1::BUSY);
-  else if (w.drained) out.set_state(moe::v1::DRAINED);
-  else out.set_state(moe::v1::IDLE);
+  if (w.lost)
+    out.set_state(moe::v1::LOST);
+  else if (w.leaving)
+    out.set_state(moe::v1::LEAVING);
+  else if (w.busy())
+    out.set_state(moe::v1::BUSY);
+  else if (w.drained)
+    out.set_state(moe::v1::DRAINED);
+  else
+    out.set_state(moe::v1::IDLE);
   return out;
 }
 
 int WorkerRegistry::CpuWorkersSharingHost(const WorkerEntry& of) const {
   int sharing = 0;
   for (const auto& [n, w] : workers_) {
-    // Same machine: by host id when workers send one (several "nodes" may share a host), else by node.
-    const bool same = of.host_id.empty() ? w.info.node() == of.info.node() : w.host_id == of.host_id;
+    // Same machine: by host id when workers send one (several "nodes" may share a host), else by
+    // node.
+    const bool same =
+        of.host_id.empty() ? w.info.node() == of.info.node() : w.host_id == of.host_id;
     if (!w.lost && w.info.device() == "cpu" && same) ++sharing;
   }
   return std::max(1, sharing);
@@ -246,7 +259,8 @@ int WorkerRegistry::CpuWorkersSharingHost(const WorkerEntry& of) const {
 
 int WorkerRegistry::CpuThreadsFor(const std::string& name) const {
   auto it = workers_.find(name);
-  if (it == workers_.end() || it->second.cpu_cores <= 0 || it->second.info.device() != "cpu") return 0;
+  if (it == workers_.end() || it->second.cpu_cores <= 0 || it->second.info.device() != "cpu")
+    return 0;
   return std::max(1, it->second.cpu_cores / CpuWorkersSharingHost(it->second));
 }
 

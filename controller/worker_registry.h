@@ -21,14 +21,14 @@ class WorkerChannel {
 };
 
 struct WorkerEntry {
-  moe::v1::Worker info;        // name, rack, node, device, address, registered_at
+  moe::v1::Worker info;              // name, rack, node, device, address, registered_at
   WorkerChannel* channel = nullptr;  // null while disconnected
-  double lease_deadline = 0;   // monotonic
+  double lease_deadline = 0;         // monotonic
   bool lost = false;
   bool drained = false;
-  bool leaving = false;        // said it is stopping cleanly (Leaving): no new work, removed when it goes
-  double lost_at = 0;          // monotonic second it became lost (pruned after the retention)
-  std::string job_id;          // the rank it runs, if any
+  bool leaving = false;  // said it is stopping cleanly (Leaving): no new work, removed when it goes
+  double lost_at = 0;    // monotonic second it became lost (pruned after the retention)
+  std::string job_id;    // the rank it runs, if any
   int attempt = 0;
   int rank = -1;
   int cpu_cores = 0;
@@ -84,14 +84,15 @@ class WorkerRegistry {
   // Lost workers, not connected, lost for longer than `seconds`.
   std::vector<std::string> LostLongerThan(double seconds) const;
 
-  // Slots for the scheduler: free ones (connected, live, not drained or leaving, idle) and every live one
-  // that is not leaving.
+  // Slots for the scheduler: free ones (connected, live, not drained or leaving, idle) and every
+  // live one that is not leaving.
   std::vector<Slot> FreeSlots() const;
   std::vector<Slot> LiveSlots() const;
   // Whether the worker could take new work once free: connected, not lost, drained or leaving.
   bool Placeable(const std::string& name) const;
   std::vector<moe::v1::Worker> List() const;
-  // Threads for a CPU rank on `name`'s node: its cores over the live CPU workers there (0: unknown).
+  // Threads for a CPU rank on `name`'s node: its cores over the live CPU workers there (0:
+  // unknown).
   int CpuThreadsFor(const std::string& name) const;
   // Memory one rank on the worker may use: a CPU worker's share of its host, a GPU worker's device;
   // 0 when it reported none.
@@ -102,7 +103,8 @@ class WorkerRegistry {
  private:
   Status CheckNameFree(const moe::v1::Register& reg, WorkerChannel* channel) const;
   void MarkLost(WorkerEntry& w);
-  int CpuWorkersSharingHost(const WorkerEntry& of) const;  // live CPU workers on its machine, itself included
+  int CpuWorkersSharingHost(
+      const WorkerEntry& of) const;  // live CPU workers on its machine, itself included
 
   Clock& clock_;
   double lease_;

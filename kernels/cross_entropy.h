@@ -8,9 +8,11 @@ namespace moe::kernels {
 // Returns the sum over rows of -log softmax(logits)[target]. When dlogits is defined it receives
 // (softmax - onehot(target)) * grad_scale; it may alias logits (the logits are then overwritten).
 //   logits [T, V], targets i32 [T], dlogits [T, V] or undefined
-double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_scale, const Tensor& dlogits);
-// The same, its loss added to acc[slot] on the device (acc: f64 [n] on the logits' device): no host read.
-void CrossEntropyInto(const Tensor& logits, const Tensor& targets, double grad_scale, const Tensor& dlogits,
-                      const Tensor& acc, int64_t slot);
+double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_scale,
+                    const Tensor& dlogits);
+// The same, its loss added to acc[slot] on the device (acc: f64 [n] on the logits' device): no host
+// read.
+void CrossEntropyInto(const Tensor& logits, const Tensor& targets, double grad_scale,
+                      const Tensor& dlogits, const Tensor& acc, int64_t slot);
 
 }  // namespace moe::kernels

@@ -4,7 +4,8 @@
 
 namespace moe::kernels {
 
-DispatchPlan BuildDispatchPlan(const int32_t* topk_idx, int64_t num_tokens, int64_t top_k, int64_t num_experts) {
+DispatchPlan BuildDispatchPlan(const int32_t* topk_idx, int64_t num_tokens, int64_t top_k,
+                               int64_t num_experts) {
   DispatchPlan plan;
   plan.num_tokens = num_tokens;
   plan.top_k = top_k;
@@ -12,11 +13,14 @@ DispatchPlan BuildDispatchPlan(const int32_t* topk_idx, int64_t num_tokens, int6
   const int64_t slots = num_tokens * top_k;
   plan.counts.assign(static_cast<size_t>(num_experts), 0);
   for (int64_t s = 0; s < slots; ++s) {
-    MOE_CHECK(topk_idx[s] >= 0 && topk_idx[s] < num_experts) << "expert " << topk_idx[s] << " out of range";
+    MOE_CHECK(topk_idx[s] >= 0 && topk_idx[s] < num_experts)
+        << "expert " << topk_idx[s] << " out of range";
     ++plan.counts[static_cast<size_t>(topk_idx[s])];
   }
   plan.offsets.assign(static_cast<size_t>(num_experts) + 1, 0);
-  for (int64_t e = 0; e < num_experts; ++e) plan.offsets[static_cast<size_t>(e) + 1] = plan.offsets[static_cast<size_t>(e)] + plan.counts[static_cast<size_t>(e)];
+  for (int64_t e = 0; e < num_experts; ++e)
+    plan.offsets[static_cast<size_t>(e) + 1] =
+        plan.offsets[static_cast<size_t>(e)] + plan.counts[static_cast<size_t>(e)];
   std::vector<int64_t> next(plan.offsets.begin(), plan.offsets.end() - 1);
   plan.token_of_row.resize(static_cast<size_t>(slots));
   plan.row_of_slot.resize(static_cast<size_t>(slots));

@@ -1,5 +1,6 @@
 // The dropless dispatch plan built on the host from the routing decisions: the reference the device
-// plan (kernels/permute.h BuildDispatchPlanOnDevice) equals, and what the CPU backend builds it with.
+// plan (kernels/permute.h BuildDispatchPlanOnDevice) equals, and what the CPU backend builds it
+// with.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@ struct DispatchPlan {
 };
 
 // Built on the host from the routing decisions (topk_idx [T, k] as host data).
-DispatchPlan BuildDispatchPlan(const int32_t* topk_idx, int64_t num_tokens, int64_t top_k, int64_t num_experts);
+DispatchPlan BuildDispatchPlan(const int32_t* topk_idx, int64_t num_tokens, int64_t top_k,
+                               int64_t num_experts);
 
 }  // namespace moe::kernels

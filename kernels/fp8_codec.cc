@@ -16,7 +16,8 @@ uint8_t FloatToE4M3(float x) {
   int e = 0;
   std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): the unbiased exponent of a is e - 1
   const int exp = e - 1;
-  if (a == 0.0f || exp < -6) {  // subnormal: multiples of 2^-9; rounding up to 8 gives the first normal
+  if (a == 0.0f ||
+      exp < -6) {  // subnormal: multiples of 2^-9; rounding up to 8 gives the first normal
     return sign | static_cast<uint8_t>(std::nearbyint(std::ldexp(a, 9)));
   }
   int mant = static_cast<int>(std::nearbyint((std::ldexp(a, -exp) - 1.0f) * 8.0f));  // ties to even
@@ -38,7 +39,8 @@ float RoundToE4M3(float x) {
   if (x != x) return x;
   const float a = std::fabs(x);
   float r;
-  if (a >= 0.015625f) {  // normal: keep 3 of the 23 mantissa bits, ties to even (a carry bumps the exponent)
+  if (a >= 0.015625f) {  // normal: keep 3 of the 23 mantissa bits, ties to even (a carry bumps the
+                         // exponent)
     uint32_t b;
     std::memcpy(&b, &a, sizeof b);
     b += 0x7FFFFu + ((b >> 20) & 1u);
@@ -63,7 +65,8 @@ float TileScale(float amax, bool power_of_two) {
 Quantized Quantize(const float* x, int64_t rows, int64_t cols, int64_t tile_rows, int64_t tile_cols,
                    bool power_of_two) {
   MOE_CHECK(rows >= 0 && cols >= 0 && tile_rows > 0 && tile_cols > 0) << "fp8::Quantize: bad shape";
-  Quantized q{rows, cols, tile_rows, tile_cols, std::vector<uint8_t>(static_cast<size_t>(rows * cols)), {}};
+  Quantized q{
+      rows, cols, tile_rows, tile_cols, std::vector<uint8_t>(static_cast<size_t>(rows * cols)), {}};
   const int64_t tr = (rows + tile_rows - 1) / tile_rows, tc = (cols + tile_cols - 1) / tile_cols;
   q.scales.resize(static_cast<size_t>(tr * tc));
   for (int64_t bi = 0; bi < tr; ++bi) {
@@ -77,7 +80,8 @@ Quantized Quantize(const float* x, int64_t rows, int64_t cols, int64_t tile_rows
       const float scale = TileScale(amax, power_of_two);
       q.scales[static_cast<size_t>(bi * tc + bj)] = scale;
       for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) q.values[static_cast<size_t>(r * cols + c)] = FloatToE4M3(x[r * cols + c] / scale);
+        for (int64_t c = c0; c < c1; ++c)
+          q.values[static_cast<size_t>(r * cols + c)] = FloatToE4M3(x[r * cols + c] / scale);
       }
     }
   }
@@ -90,7 +94,8 @@ std::vector<float> Dequantize(const Quantized& q) {
   for (int64_t r = 0; r < q.rows; ++r) {
     for (int64_t c = 0; c < q.cols; ++c) {
       const float scale = q.scales[static_cast<size_t>((r / q.tile_rows) * tc + c / q.tile_cols)];
-      out[static_cast<size_t>(r * q.cols + c)] = E4M3ToFloat(q.values[static_cast<size_t>(r * q.cols + c)]) * scale;
+      out[static_cast<size_t>(r * q.cols + c)] =
+          E4M3ToFloat(q.values[static_cast<size_t>(r * q.cols + c)]) * scale;
     }
   }
   return out;

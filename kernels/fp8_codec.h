@@ -1,5 +1,5 @@
-// The e4m3 codec and tile scales of FP8 training (kernels/fp8.h says how DeepSeek-V3 uses them): the
-// CPU reference both backends and the family build on, below them all.
+// The e4m3 codec and tile scales of FP8 training (kernels/fp8.h says how DeepSeek-V3 uses them):
+// the CPU reference both backends and the family build on, below them all.
 #pragma once
 
 #include <cstdint>
@@ -9,11 +9,12 @@ namespace moe::kernels::fp8 {
 
 inline constexpr float kE4M3Max = 448.0f;
 
-uint8_t FloatToE4M3(float x);  // round to nearest even, saturating to +-448; NaN -> 0x7F (sign kept)
+uint8_t FloatToE4M3(
+    float x);  // round to nearest even, saturating to +-448; NaN -> 0x7F (sign kept)
 float E4M3ToFloat(uint8_t v);
-// E4M3ToFloat(FloatToE4M3(x)) without the encoding: bit arithmetic on the float (round to nearest even
-// at 3 mantissa bits, multiples of 2^-9 below 2^-6, saturating at 448). Tested equal over a sweep of
-// every binade; the CPU path of Fp8QuantDequant uses it.
+// E4M3ToFloat(FloatToE4M3(x)) without the encoding: bit arithmetic on the float (round to nearest
+// even at 3 mantissa bits, multiples of 2^-9 below 2^-6, saturating at 448). Tested equal over a
+// sweep of every binade; the CPU path of Fp8QuantDequant uses it.
 float RoundToE4M3(float x);
 
 // A [rows, cols] row-major matrix quantised in tiles of `tile_rows` x `tile_cols` (1 x 128 for

@@ -18,15 +18,19 @@ MOE_KERNEL_BACKENDS(GroupedGemmBackwardWeight)
 namespace {
 
 void CheckOffsets(const std::vector<int64_t>& offsets, int64_t groups, int64_t rows) {
-  MOE_CHECK(static_cast<int64_t>(offsets.size()) == groups + 1) << offsets.size() << " offsets for " << groups << " groups";
-  MOE_CHECK(offsets.front() == 0 && offsets.back() == rows) << "offsets must span [0, " << rows << "], got ["
-                                                            << offsets.front() << ", " << offsets.back() << "]";
-  for (size_t g = 0; g + 1 < offsets.size(); ++g) MOE_CHECK(offsets[g] <= offsets[g + 1]) << "offsets decrease at " << g;
+  MOE_CHECK(static_cast<int64_t>(offsets.size()) == groups + 1)
+      << offsets.size() << " offsets for " << groups << " groups";
+  MOE_CHECK(offsets.front() == 0 && offsets.back() == rows)
+      << "offsets must span [0, " << rows << "], got [" << offsets.front() << ", " << offsets.back()
+      << "]";
+  for (size_t g = 0; g + 1 < offsets.size(); ++g)
+    MOE_CHECK(offsets[g] <= offsets[g + 1]) << "offsets decrease at " << g;
 }
 
 }  // namespace
 
-void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta) {
+void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+          double alpha, double beta) {
   MOE_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2) << "Gemm takes 2-D tensors";
   const int64_t m = trans_a ? a.dim(1) : a.dim(0);
   const int64_t k = trans_a ? a.dim(0) : a.dim(1);
@@ -38,29 +42,34 @@ void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
   return MOE_DISPATCH(c, Gemm(a, trans_a, b, trans_b, c, alpha, beta));
 }
 
-void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, const Tensor& y) {
+void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets,
+                 const Tensor& y) {
   const int64_t groups = w.dim(0), n = w.dim(1), k = w.dim(2);
   CheckOffsets(offsets, groups, x.dim(0));
   MOE_CHECK(x.dim(1) == k && y.dim(0) == x.dim(0) && y.dim(1) == n)
-      << "GroupedGemm shapes: x " << x.ShapeString() << ", w " << w.ShapeString() << ", y " << y.ShapeString();
+      << "GroupedGemm shapes: x " << x.ShapeString() << ", w " << w.ShapeString() << ", y "
+      << y.ShapeString();
   return MOE_DISPATCH(y, GroupedGemm(x, w, offsets, y));
 }
 
-void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& offsets, const Tensor& dx) {
+void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& offsets,
+                             const Tensor& dx) {
   const int64_t groups = w.dim(0), n = w.dim(1), k = w.dim(2);
   CheckOffsets(offsets, groups, dy.dim(0));
   MOE_CHECK(dy.dim(1) == n && dx.dim(0) == dy.dim(0) && dx.dim(1) == k)
-      << "GroupedGemmBackwardData shapes: dy " << dy.ShapeString() << ", w " << w.ShapeString() << ", dx " << dx.ShapeString();
+      << "GroupedGemmBackwardData shapes: dy " << dy.ShapeString() << ", w " << w.ShapeString()
+      << ", dx " << dx.ShapeString();
   return MOE_DISPATCH(dx, GroupedGemmBackwardData(dy, w, offsets, dx));
 }
 
-void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& dw) {
+void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x,
+                               const std::vector<int64_t>& offsets, const Tensor& dw) {
   const int64_t groups = dw.dim(0), n = dw.dim(1), k = dw.dim(2);
   CheckOffsets(offsets, groups, dy.dim(0));
   MOE_CHECK(dy.dim(1) == n && x.dim(0) == dy.dim(0) && x.dim(1) == k)
-      << "GroupedGemmBackwardWeight shapes: dy " << dy.ShapeString() << ", x " << x.ShapeString() << ", dw " << dw.ShapeString();
+      << "GroupedGemmBackwardWeight shapes: dy " << dy.ShapeString() << ", x " << x.ShapeString()
+      << ", dw " << dw.ShapeString();
   return MOE_DISPATCH(dw, GroupedGemmBackwardWeight(dy, x, offsets, dw));
 }
-
 
 }  // namespace moe::kernels

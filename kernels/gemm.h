@@ -12,17 +12,20 @@ namespace moe::kernels {
 
 // c = alpha * op(a) @ op(b) + beta * c, row-major 2-D tensors; op transposes when asked.
 //   a: [M, K] (or [K, M] with trans_a), b: [K, N] (or [N, K] with trans_b), c: [M, N]
-void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha = 1.0,
-          double beta = 0.0);
+void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+          double alpha = 1.0, double beta = 0.0);
 
 // Grouped GEMMs over experts. Rows of the activations are grouped: group g owns rows
-// [offsets[g], offsets[g+1]) (offsets on the host, G+1 entries, offsets[0] = 0). Empty groups are fine.
-// Forward:         y[rows_g] = x[rows_g] @ w[g]^T          x [R, K], w [G, N, K], y [R, N]
-void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, const Tensor& y);
+// [offsets[g], offsets[g+1]) (offsets on the host, G+1 entries, offsets[0] = 0). Empty groups are
+// fine. Forward:         y[rows_g] = x[rows_g] @ w[g]^T          x [R, K], w [G, N, K], y [R, N]
+void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets,
+                 const Tensor& y);
 // Backward, data:  dx[rows_g] = dy[rows_g] @ w[g]           dy [R, N], w [G, N, K], dx [R, K]
-void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& offsets, const Tensor& dx);
+void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& offsets,
+                             const Tensor& dx);
 // Backward, weight: dw[g] += dy[rows_g]^T @ x[rows_g]       dy [R, N], x [R, K], dw [G, N, K]
 // (accumulates; a group with no rows leaves its dw unchanged)
-void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x, const std::vector<int64_t>& offsets, const Tensor& dw);
+void GroupedGemmBackwardWeight(const Tensor& dy, const Tensor& x,
+                               const std::vector<int64_t>& offsets, const Tensor& dw);
 
 }  // namespace moe::kernels

@@ -9,19 +9,20 @@
 namespace moe::kernels {
 
 // Host synchronisations: every point where the host waits for the device (a device-to-host copy, a
-// kernel that returns a host value, a device synchronisation, a collective that waits for its stream).
-// The CUDA path counts its own; the engine counts the same points on the CPU stand-in, where nothing
-// waits, so a CPU test can hold the step to its budget (docs/architecture.md, "Host syncs").
+// kernel that returns a host value, a device synchronisation, a collective that waits for its
+// stream). The CUDA path counts its own; the engine counts the same points on the CPU stand-in,
+// where nothing waits, so a CPU test can hold the step to its budget (docs/architecture.md, "Host
+// syncs").
 void CountHostSync();
 int64_t HostSyncs();
 
 void SetGroupedGemmMode(GroupedGemmMode mode);
 GroupedGemmMode GetGroupedGemmMode();
 
-// Reproducible CPU GEMMs: every element of C is the same sum in the same order whatever the matrix's
-// size, the element's position in it and the thread count (the built-in blocked GEMM; OpenBLAS picks
-// kernels and splits by all three, so a token's expert output would depend on how many other tokens
-// share its expert's GEMM). Deterministic training turns it on. Off by default.
+// Reproducible CPU GEMMs: every element of C is the same sum in the same order whatever the
+// matrix's size, the element's position in it and the thread count (the built-in blocked GEMM;
+// OpenBLAS picks kernels and splits by all three, so a token's expert output would depend on how
+// many other tokens share its expert's GEMM). Deterministic training turns it on. Off by default.
 void SetReproducibleCpuGemm(bool on);
 bool ReproducibleCpuGemm();
 

@@ -1,6 +1,6 @@
 // The value types and constants in the kernel families' signatures (configs, layouts, modes, flag
-// bits): below the families (kernels/<family>.h) and both backends (kernels/cpu/, kernels/cuda/), so a
-// backend takes them from here and never includes a family header.
+// bits): below the families (kernels/<family>.h) and both backends (kernels/cpu/, kernels/cuda/),
+// so a backend takes them from here and never includes a family header.
 #pragma once
 
 #include <cmath>
@@ -24,15 +24,17 @@ struct RouterConfig {
   int64_t topk_groups = 1;  // groups kept per token
   bool sigmoid = true;      // sigmoid scores (normalised over the chosen k) or softmax scores
   double route_scale = 1.0;
-  bool use_bias = true;     // selection uses score + bias; group scores then sum each group's top two
+  bool use_bias = true;  // selection uses score + bias; group scores then sum each group's top two
 };
 
 // AdamW (kernels/optimizer.h).
-// Global-norm clipping's gradient scale from the squared norms of the dense and the expert gradients:
-// norm = sqrt(sum) (rounded to fp32 when norm_fp32: deterministic training), then grad_clip / (norm +
-// 1e-6) when grad_clip > 0 and norm > grad_clip, else 1; NaN when the norm is not finite (the update is
-// skipped). The AdamW kernels of both devices compute it (Optimizer::StepWithDeviceNorm).
-MOE_HOST_DEVICE inline double ClipScale(double dense_sq, double expert_sq, double grad_clip, bool norm_fp32) {
+// Global-norm clipping's gradient scale from the squared norms of the dense and the expert
+// gradients: norm = sqrt(sum) (rounded to fp32 when norm_fp32: deterministic training), then
+// grad_clip / (norm + 1e-6) when grad_clip > 0 and norm > grad_clip, else 1; NaN when the norm is
+// not finite (the update is skipped). The AdamW kernels of both devices compute it
+// (Optimizer::StepWithDeviceNorm).
+MOE_HOST_DEVICE inline double ClipScale(double dense_sq, double expert_sq, double grad_clip,
+                                        bool norm_fp32) {
   double norm = sqrt(dense_sq + expert_sq);
   if (norm_fp32) norm = static_cast<double>(static_cast<float>(norm));
   if (!(norm - norm == 0)) return norm - norm;  // inf - inf and NaN - NaN are NaN
@@ -48,10 +50,10 @@ struct AdamWConfig {
   int64_t step = 1;           // 1-based, for bias correction
   double grad_scale = 1.0;    // multiplies the gradient first (global-norm clipping)
   // Clipping without a host read of the norm: when set, three f64 on the parameters' device: the
-  // squared global norms of the dense and the expert gradients, and a skip word; the kernel takes its
-  // gradient scale from ClipScale(norm_sq[0], norm_sq[1], grad_clip, norm_fp32) and grad_scale is
-  // ignored. A non-finite norm or a non-zero skip word (a batch with out-of-range indices on some rank)
-  // leaves the parameters and moments unchanged.
+  // squared global norms of the dense and the expert gradients, and a skip word; the kernel takes
+  // its gradient scale from ClipScale(norm_sq[0], norm_sq[1], grad_clip, norm_fp32) and grad_scale
+  // is ignored. A non-finite norm or a non-zero skip word (a batch with out-of-range indices on
+  // some rank) leaves the parameters and moments unchanged.
   const double* norm_sq = nullptr;
   double grad_clip = 0;
   bool norm_fp32 = false;
@@ -63,8 +65,8 @@ struct AdamWConfig {
 enum class GroupedGemmMode { kAuto, kLoop, kGrouped };
 // Device-side bounds checks: the CUDA kernels that index with data (the embedding's token ids, the
 // loss's targets, row gathers and scatters) record out-of-range indices as these bits instead of
-// reading there; the step fails at its end with BadIndexMessage (kernels/elementwise.h FoldBadIndices).
-// The CPU kernels check the same indices with MOE_CHECK.
+// reading there; the step fails at its end with BadIndexMessage (kernels/elementwise.h
+// FoldBadIndices). The CPU kernels check the same indices with MOE_CHECK.
 enum BadIndexKind : unsigned { kBadTokenId = 1, kBadTarget = 2, kBadRowIndex = 4, kBadExpert = 8 };
 
 }  // namespace moe::kernels

@@ -22,13 +22,19 @@ Counters& CountersOf(int device_type) {
 
 const char* MemoryCategoryName(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::kWeights: return "weights";
-    case MemoryCategory::kGradients: return "gradients";
-    case MemoryCategory::kOptimizer: return "optimizer";
-    case MemoryCategory::kActivations: return "activations";
-    case MemoryCategory::kCommunication: return "communication";
+    case MemoryCategory::kWeights:
+      return "weights";
+    case MemoryCategory::kGradients:
+      return "gradients";
+    case MemoryCategory::kOptimizer:
+      return "optimizer";
+    case MemoryCategory::kActivations:
+      return "activations";
+    case MemoryCategory::kCommunication:
+      return "communication";
     case MemoryCategory::kOther:
-    case MemoryCategory::kCount: break;
+    case MemoryCategory::kCount:
+      break;
   }
   return "other";
 }

@@ -1,8 +1,8 @@
-// What the engine's tensors hold, by category: every Tensor storage is counted under the category in
-// force when it was allocated (MemoryScope), on its device type, until it is freed. The peak is the
-// largest total since ResetPeakMemory, with each category's share at that moment: what a device's
-// memory must hold, not counting the allocator's cache (Allocator::CachedBytes) and the libraries'
-// workspaces (cuBLAS, NCCL).
+// What the engine's tensors hold, by category: every Tensor storage is counted under the category
+// in force when it was allocated (MemoryScope), on its device type, until it is freed. The peak is
+// the largest total since ResetPeakMemory, with each category's share at that moment: what a
+// device's memory must hold, not counting the allocator's cache (Allocator::CachedBytes) and the
+// libraries' workspaces (cuBLAS, NCCL).
 #pragma once
 
 #include <array>

@@ -8,8 +8,11 @@ namespace moe::kernels {
 // The backends' twins of this family's entry points (kernels/dispatch.h).
 MOE_KERNEL_BACKENDS(AdamW)
 
-void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg) {
-  MOE_CHECK(grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel()) << "AdamW shapes";
+void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+           const AdamWConfig& cfg) {
+  MOE_CHECK(grad.numel() == param.numel() && m.numel() == param.numel() &&
+            v.numel() == param.numel())
+      << "AdamW shapes";
   return MOE_DISPATCH(param, AdamW(param, grad, m, v, cfg));
 }
 

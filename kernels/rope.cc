@@ -11,23 +11,25 @@ MOE_KERNEL_BACKENDS(RopeBackward)
 
 namespace {
 
-void CheckRope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq) {
+void CheckRope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset,
+               const Tensor& inv_freq) {
   const int64_t d = 2 * inv_freq.numel();
-  MOE_CHECK(x.ndim() == 2 && heads > 0 && x.dim(1) % heads == 0 && seq_len > 0 && offset >= 0 && d > 0 &&
-            offset + d <= x.dim(1) / heads && inv_freq.device() == x.device())
-      << "Rope: x " << x.ShapeString() << ", heads " << heads << ", offset " << offset << ", rotated dims " << d;
+  MOE_CHECK(x.ndim() == 2 && heads > 0 && x.dim(1) % heads == 0 && seq_len > 0 && offset >= 0 &&
+            d > 0 && offset + d <= x.dim(1) / heads && inv_freq.device() == x.device())
+      << "Rope: x " << x.ShapeString() << ", heads " << heads << ", offset " << offset
+      << ", rotated dims " << d;
 }
 
 }  // namespace
 
-void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
-                 RopeLayout layout) {
+void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset,
+                 const Tensor& inv_freq, RopeLayout layout) {
   CheckRope(x, seq_len, heads, offset, inv_freq);
   return MOE_DISPATCH(x, RopeForward(x, seq_len, heads, offset, inv_freq, layout));
 }
 
-void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
-                  RopeLayout layout) {
+void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset,
+                  const Tensor& inv_freq, RopeLayout layout) {
   CheckRope(dx, seq_len, heads, offset, inv_freq);
   return MOE_DISPATCH(dx, RopeBackward(dx, seq_len, heads, offset, inv_freq, layout));
 }

@@ -2,8 +2,8 @@
 // sequences sits at position t % seq_len; pair j rotates by angle position * inv_freq[j].
 //   half-split (GPT-NeoX/Llama, our MHA): pairs (j, j + d/2)
 //   pairs (DeepSeek's released weights, MLA): adjacent pairs (2j, 2j + 1)
-// inv_freq carries the frequencies, so YaRN's corrected ones (worker/engine/model/rope_freqs.h) need nothing
-// here.
+// inv_freq carries the frequencies, so YaRN's corrected ones (worker/engine/model/rope_freqs.h)
+// need nothing here.
 #pragma once
 
 #include "kernels/kernel_types.h"
@@ -14,10 +14,10 @@ namespace moe::kernels {
 //   x [T, heads * stride]: head h's rotated columns are [h*stride + offset, h*stride + offset + d),
 //     d = 2 * inv_freq.numel(), stride = x.dim(1) / heads
 //   inv_freq [d/2] on x's device (f32; f64 for f64 x)
-void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
-                 RopeLayout layout);
+void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset,
+                 const Tensor& inv_freq, RopeLayout layout);
 // The inverse rotation (a rotation's transpose), applied to a gradient in place.
-void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
-                  RopeLayout layout);
+void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset,
+                  const Tensor& inv_freq, RopeLayout layout);
 
 }  // namespace moe::kernels

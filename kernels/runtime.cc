@@ -40,12 +40,13 @@ std::string CpuGemmBackendName(bool fastest) { return cpu::CpuGemmBackendName(fa
 
 #ifdef MOE_WITH_CUDA
 
-// cuBLAS's bf16 rate through the public GEMM, on random operands (matrix units run faster on constant
-// data than on random data); the warm-up lets cuBLAS pick its kernel.
+// cuBLAS's bf16 rate through the public GEMM, on random operands (matrix units run faster on
+// constant data than on random data); the warm-up lets cuBLAS pick its kernel.
 double MeasureCudaBf16GemmFlops(int64_t size, int reps) {
   cuda::RegisterCudaAllocator();
   const Device dev = cuda::CurrentDevice();
-  Tensor a = Tensor::Empty({size, size}, DType::kBF16, dev), b = Tensor::Empty({size, size}, DType::kBF16, dev);
+  Tensor a = Tensor::Empty({size, size}, DType::kBF16, dev),
+         b = Tensor::Empty({size, size}, DType::kBF16, dev);
   Tensor c = Tensor::Empty({size, size}, DType::kBF16, dev);
   FillUniform(a, 1);
   FillUniform(b, 2);
@@ -57,7 +58,8 @@ double MeasureCudaBf16GemmFlops(int64_t size, int reps) {
     Gemm(a, false, b, true, c, 1.0, 0.0);
     CudaSynchronize();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) / s);
+    best = std::max(best, 2.0 * static_cast<double>(size) * static_cast<double>(size) *
+                              static_cast<double>(size) / s);
   }
   return best;
 }
@@ -78,9 +80,12 @@ constexpr const char* kNoCuda = "no CUDA in this build";
 
 bool HaveCuda() { return false; }
 int CudaDeviceCount(std::string*) { return 0; }
-std::string CudaDeviceName(int index) { return "cuda:" + std::to_string(index) + " (" + kNoCuda + ")"; }
+std::string CudaDeviceName(int index) {
+  return "cuda:" + std::to_string(index) + " (" + kNoCuda + ")";
+}
 Status UseCudaDevice(int index) {
-  return FailedPreconditionError("cuda:" + std::to_string(index) + ": " + kNoCuda + " (configured without nvcc)");
+  return FailedPreconditionError("cuda:" + std::to_string(index) + ": " + kNoCuda +
+                                 " (configured without nvcc)");
 }
 std::string CudaSynchronize() { return kNoCuda; }
 double MeasureCudaBf16GemmFlops(int64_t, int) { return 0; }

@@ -34,8 +34,8 @@ int CudaDeviceCount(std::string* problem = nullptr);
 std::string CudaDeviceName(int index);
 // Makes cuda:`index` this process's device and registers its allocator; an error names the device.
 Status UseCudaDevice(int index);
-// Waits for the current device's queued work (timings, fault checks); returns the CUDA error's text,
-// or "" when all went well.
+// Waits for the current device's queued work (timings, fault checks); returns the CUDA error's
+// text, or "" when all went well.
 std::string CudaSynchronize();
 // The dense bf16 GEMM rate of cuBLAS on the current device, measured now (m = n = k = size, best of
 // `reps`), in FLOP/s: the peak MFU is taken against on CUDA.
@@ -43,7 +43,8 @@ double MeasureCudaBf16GemmFlops(int64_t size = 8192, int reps = 10);
 // Loads cuBLAS the way the first CUDA GEMM does (dlopen; no GPU needed): "" when it and the entry
 // points used resolve, else what is missing ("no CUDA in this build" without CUDA).
 std::string CheckCublasLoads();
-// Whether that cuBLAS has cublasGemmGroupedBatchedEx (12.5 and later; the grouped GEMMs loop without it).
+// Whether that cuBLAS has cublasGemmGroupedBatchedEx (12.5 and later; the grouped GEMMs loop
+// without it).
 bool CublasHasGroupedGemm();
 
 }  // namespace moe::kernels

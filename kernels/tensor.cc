@@ -1,8 +1,8 @@
 #include "kernels/tensor.h"
 
-#include <algorithm>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -16,29 +16,37 @@ namespace moe {
 
 size_t DTypeSize(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF64: return 8;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kF64:
+      return 8;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   return 0;
 }
 
 const char* DTypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
+    case DType::kF32:
+      return "f32";
+    case DType::kF64:
+      return "f64";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
   }
   return "?";
 }
 
-std::string Device::ToString() const {
-  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
-}
+std::string Device::ToString() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
 namespace {
 
@@ -47,14 +55,20 @@ namespace {
 class CpuCachingAllocator final : public CachingAllocator {
  public:
   void Memset(void* ptr, int value, size_t bytes) override { std::memset(ptr, value, bytes); }
-  void CopyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void CopyFromHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void CopyWithin(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void CopyWithin(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
 
  protected:
   // Blocks of 2 MiB and more are 2 MiB-aligned and asked to be backed by transparent huge pages:
-  // one page fault per 2 MiB instead of 512 (zeroing a rank's optimizer state at start-up was mostly
-  // page faults on a virtual machine). Where THP is off, madvise is a no-op.
+  // one page fault per 2 MiB instead of 512 (zeroing a rank's optimizer state at start-up was
+  // mostly page faults on a virtual machine). Where THP is off, madvise is a no-op.
   void* RawAllocate(size_t bytes) override {
     constexpr size_t kHuge = size_t{2} << 20;
     if (bytes < kHuge) return std::aligned_alloc(64, bytes);
@@ -88,7 +102,8 @@ void* CachingAllocator::Allocate(size_t bytes) {
     return p;
   }
   void* p = RawAllocate(size);
-  if (p == nullptr) {  // give the cache back (pending blocks once their streams are done) and try once more
+  if (p == nullptr) {  // give the cache back (pending blocks once their streams are done) and try
+                       // once more
     CollectPendingLocked(/*wait=*/true);
     ReleaseCacheLocked();
     p = RawAllocate(size);
@@ -139,8 +154,10 @@ void CachingAllocator::EmptyCache() {
 void CachingAllocator::CollectPendingLocked(bool wait) {
   std::erase_if(pending_, [&](Pending& p) {
     for (EventHandle e : p.events) {
-      if (wait) WaitEvent(e);
-      else if (!EventDone(e)) return false;
+      if (wait)
+        WaitEvent(e);
+      else if (!EventDone(e))
+        return false;
     }
     for (EventHandle e : p.events) DestroyEvent(e);
     free_.emplace(p.size, p.ptr);
@@ -178,7 +195,9 @@ Allocator* GetAllocator(Device device) {
   return a;
 }
 
-void RegisterAllocator(DeviceType type, Allocator* allocator) { g_allocators[static_cast<int>(type)] = allocator; }
+void RegisterAllocator(DeviceType type, Allocator* allocator) {
+  g_allocators[static_cast<int>(type)] = allocator;
+}
 
 struct Tensor::Storage {
   void* ptr = nullptr;
@@ -200,7 +219,8 @@ void Tensor::RecordStream(void* stream) const {
 }
 
 Tensor Tensor::Empty(const Shape& shape, DType dtype, Device device) {
-  MOE_CHECK(!shape.empty() && shape.size() <= kMaxDims) << "tensors have 1 to " << kMaxDims << " dims";
+  MOE_CHECK(!shape.empty() && shape.size() <= kMaxDims)
+      << "tensors have 1 to " << kMaxDims << " dims";
   Tensor t;
   t.dtype_ = dtype;
   t.device_ = device;
@@ -214,7 +234,8 @@ Tensor Tensor::Empty(const Shape& shape, DType dtype, Device device) {
   t.storage_->bytes = t.nbytes();
   t.storage_->ptr = GetAllocator(device)->Allocate(t.storage_->bytes);
   t.storage_->category = CurrentMemoryCategory();
-  RecordAllocation(static_cast<int>(device.type), t.storage_->category, static_cast<int64_t>(t.storage_->bytes));
+  RecordAllocation(static_cast<int>(device.type), t.storage_->category,
+                   static_cast<int64_t>(t.storage_->bytes));
   return t;
 }
 
@@ -232,7 +253,8 @@ int64_t Tensor::numel() const {
 
 std::string Tensor::ShapeString() const {
   std::string s = "[";
-  for (int i = 0; i < ndim_; ++i) s += (i ? ", " : "") + std::to_string(dims_[static_cast<size_t>(i)]);
+  for (int i = 0; i < ndim_; ++i)
+    s += (i ? ", " : "") + std::to_string(dims_[static_cast<size_t>(i)]);
   return s + "]";
 }
 
@@ -255,7 +277,8 @@ Tensor Tensor::Reshape(const Shape& shape) const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   MOE_CHECK(n == numel() && !shape.empty() && shape.size() <= kMaxDims)
-      << "cannot reshape " << ShapeString() << " to " << shape.size() << " dims of " << n << " elements";
+      << "cannot reshape " << ShapeString() << " to " << shape.size() << " dims of " << n
+      << " elements";
   Tensor t = *this;
   t.ndim_ = static_cast<int>(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) t.dims_[i] = shape[i];
@@ -270,7 +293,8 @@ Tensor Tensor::Clone(Device device) const {
 
 void Tensor::CopyFrom(const Tensor& src) const {
   MOE_CHECK(src.dtype_ == dtype_ && src.numel() == numel())
-      << "copy of " << DTypeName(src.dtype_) << src.ShapeString() << " into " << DTypeName(dtype_) << ShapeString();
+      << "copy of " << DTypeName(src.dtype_) << src.ShapeString() << " into " << DTypeName(dtype_)
+      << ShapeString();
   if (numel() == 0) return;
   if (device_.is_cpu() && src.device_.is_cpu()) {
     std::memmove(raw(), src.raw(), nbytes());

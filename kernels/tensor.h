@@ -1,9 +1,9 @@
 // Tensor: a typed, shaped view of device memory, shared by reference.
 //
-// Every kernel family takes Tensors, so one signature serves the CPU path (fp32, and fp64 for gradient
-// checks) and the CUDA path (bf16 activations, fp32 master weights). Views (Rows, Reshape) share the
-// storage. Memory comes from a per-device caching allocator, so a training step does not go back to
-// the system allocator (or cudaMalloc) for every activation.
+// Every kernel family takes Tensors, so one signature serves the CPU path (fp32, and fp64 for
+// gradient checks) and the CUDA path (bf16 activations, fp32 master weights). Views (Rows, Reshape)
+// share the storage. Memory comes from a per-device caching allocator, so a training step does not
+// go back to the system allocator (or cudaMalloc) for every activation.
 #pragma once
 
 #include <array>
@@ -47,12 +47,28 @@ inline float FromBFloat16(BFloat16 b) {
   return f;
 }
 
-template <typename T> constexpr DType DTypeOf();
-template <> constexpr DType DTypeOf<float>() { return DType::kF32; }
-template <> constexpr DType DTypeOf<double>() { return DType::kF64; }
-template <> constexpr DType DTypeOf<BFloat16>() { return DType::kBF16; }
-template <> constexpr DType DTypeOf<int32_t>() { return DType::kI32; }
-template <> constexpr DType DTypeOf<int64_t>() { return DType::kI64; }
+template <typename T>
+constexpr DType DTypeOf();
+template <>
+constexpr DType DTypeOf<float>() {
+  return DType::kF32;
+}
+template <>
+constexpr DType DTypeOf<double>() {
+  return DType::kF64;
+}
+template <>
+constexpr DType DTypeOf<BFloat16>() {
+  return DType::kBF16;
+}
+template <>
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kI32;
+}
+template <>
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kI64;
+}
 
 enum class DeviceType : uint8_t { kCpu, kCuda };
 
@@ -67,7 +83,8 @@ struct Device {
   friend bool operator==(Device a, Device b) { return a.type == b.type && a.index == b.index; }
 };
 
-// Device memory. A backend registers one per device type (the CUDA one lives in kernels/cuda/runtime.cu).
+// Device memory. A backend registers one per device type (the CUDA one lives in
+// kernels/cuda/runtime.cu).
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -82,15 +99,16 @@ class Allocator {
   virtual size_t CachedBytes() const { return 0; }
 };
 
-// An Allocator that keeps freed blocks for reuse (a training step allocates the same sizes every time:
-// once warm, it never goes back to the system). Subclasses supply the raw memory of their device.
+// An Allocator that keeps freed blocks for reuse (a training step allocates the same sizes every
+// time: once warm, it never goes back to the system). Subclasses supply the raw memory of their
+// device.
 //
-// Streams (PyTorch's recordStream as the model): blocks are allocated on the device's default stream.
-// A block another stream also uses (an all-to-all on a communication stream, a prefetch) must be
-// recorded with RecordStream while it is live; when it is freed, an event is recorded on each such
-// stream and the block is reused only once every event has completed. Without that, a block freed on
-// the default stream could be handed to the next tensor while the other stream still reads or writes
-// it. The events are the subclass's (CUDA events; fakes in tests).
+// Streams (PyTorch's recordStream as the model): blocks are allocated on the device's default
+// stream. A block another stream also uses (an all-to-all on a communication stream, a prefetch)
+// must be recorded with RecordStream while it is live; when it is freed, an event is recorded on
+// each such stream and the block is reused only once every event has completed. Without that, a
+// block freed on the default stream could be handed to the next tensor while the other stream still
+// reads or writes it. The events are the subclass's (CUDA events; fakes in tests).
 class CachingAllocator : public Allocator {
  public:
   using StreamHandle = void*;  // cudaStream_t on CUDA
@@ -104,17 +122,19 @@ class CachingAllocator : public Allocator {
   // Freed blocks still waiting for another stream's work (not reusable yet).
   size_t PendingBlocks() const;
   // Waits for the pending blocks' streams and gives every cached block back to the device
-  // (torch.cuda.empty_cache). Live blocks stay. A subclass that owns its memory calls it when it ends.
+  // (torch.cuda.empty_cache). Live blocks stay. A subclass that owns its memory calls it when it
+  // ends.
   void EmptyCache();
 
  protected:
   virtual void* RawAllocate(size_t bytes) = 0;  // nullptr when the device is out of memory
   virtual void RawFree(void* ptr) = 0;
-  virtual size_t Granularity() const = 0;       // sizes are rounded up to a multiple of this
+  virtual size_t Granularity() const = 0;  // sizes are rounded up to a multiple of this
   // Stream events (the CPU has no streams: RecordStream is never called there).
-  virtual EventHandle RecordEvent(StreamHandle stream);  // an event after the work queued on `stream` so far
-  virtual bool EventDone(EventHandle event);             // non-blocking
-  virtual void WaitEvent(EventHandle event);             // blocking (out of memory: pending blocks are needed)
+  virtual EventHandle RecordEvent(
+      StreamHandle stream);                   // an event after the work queued on `stream` so far
+  virtual bool EventDone(EventHandle event);  // non-blocking
+  virtual void WaitEvent(EventHandle event);  // blocking (out of memory: pending blocks are needed)
   virtual void DestroyEvent(EventHandle event);
 
  private:
@@ -165,7 +185,8 @@ class Tensor {
   void* raw() const;
   template <typename T>
   T* data() const {
-    MOE_CHECK(dtype_ == DTypeOf<T>()) << "tensor is " << DTypeName(dtype_) << ", asked for " << DTypeName(DTypeOf<T>());
+    MOE_CHECK(dtype_ == DTypeOf<T>())
+        << "tensor is " << DTypeName(dtype_) << ", asked for " << DTypeName(DTypeOf<T>());
     return static_cast<T*>(raw());
   }
 
@@ -179,8 +200,8 @@ class Tensor {
   // Copies src's data into this tensor (same dtype and numel; any devices).
   void CopyFrom(const Tensor& src) const;
   void SetZero() const;
-  // This tensor's memory is also used on `stream` (CUDA): its block is reused, once freed, only after
-  // the work queued there by then (CachingAllocator::RecordStream). Nothing on the CPU.
+  // This tensor's memory is also used on `stream` (CUDA): its block is reused, once freed, only
+  // after the work queued there by then (CachingAllocator::RecordStream). Nothing on the CPU.
   void RecordStream(void* stream) const;
   // Host copy of the data as a vector (any device).
   template <typename T>

@@ -7,9 +7,11 @@
 
 namespace moe::kernels {
 
-UploadRing::UploadRing(size_t capacity, Hooks hooks) : capacity_(capacity), hooks_(std::move(hooks)) {
-  MOE_CHECK(capacity_ >= 2 * kAlign && capacity_ % kAlign == 0) << "UploadRing: capacity " << capacity_
-                                                                << " is not a multiple of " << kAlign << " (at least two)";
+UploadRing::UploadRing(size_t capacity, Hooks hooks)
+    : capacity_(capacity), hooks_(std::move(hooks)) {
+  MOE_CHECK(capacity_ >= 2 * kAlign && capacity_ % kAlign == 0)
+      << "UploadRing: capacity " << capacity_ << " is not a multiple of " << kAlign
+      << " (at least two)";
 }
 
 UploadRing::~UploadRing() {
@@ -41,7 +43,8 @@ size_t UploadRing::ReserveLocked(size_t bytes) {
   RetireDoneLocked();
   size_t begin = head_ + bytes <= capacity_ ? head_ : 0;
   bool waited = false;
-  // The regions in the way are the oldest (the ring fills in order); the stream frees them in order.
+  // The regions in the way are the oldest (the ring fills in order); the stream frees them in
+  // order.
   while (OverlapsLocked(begin, begin + bytes)) {
     WaitOldestLocked();
     waited = true;

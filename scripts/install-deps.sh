@@ -13,7 +13,7 @@ target=${1:-build}
 build_pkgs=(cmake ninja-build ccache pkg-config g++ make python3
   libopenblas-openmp-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev libgloo-dev libsentencepiece-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev fortunes pmccabe)
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev fortunes pmccabe clang-format)
 fuzz_pkgs=(clang libclang-rt-14-dev)  # make fuzz: libFuzzer is clang's
 test_pkgs=(sqlite3 prometheus slurm-wlm munge curl python3-torch python3-numpy
   python3-grpcio python3-protobuf python3-yaml)  # the Python gRPC clients of the trust tests (/usr/bin/python3)

@@ -1,5 +1,5 @@
-// Helpers shared by the CPU kernel files (kernels/cpu/<family>.cc): a parallel loop, the bf16 scope,
-// and the typed dispatch over f32 and f64.
+// Helpers shared by the CPU kernel files (kernels/cpu/<family>.cc): a parallel loop, the bf16
+// scope, and the typed dispatch over f32 and f64.
 #pragma once
 
 #include <cstdint>
@@ -42,18 +42,22 @@ void ParallelFor(int64_t n, int64_t cost, Fn&& fn) {
 template <typename T>
 inline T LoadAs(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kF32: return static_cast<T>(t.data<float>()[i]);
-    case DType::kF64: return static_cast<T>(t.data<double>()[i]);
-    case DType::kBF16: return static_cast<T>(FromBFloat16(t.data<BFloat16>()[i]));
-    default: MOE_CHECK(false) << "LoadAs takes floating tensors, got " << DTypeName(t.dtype());
+    case DType::kF32:
+      return static_cast<T>(t.data<float>()[i]);
+    case DType::kF64:
+      return static_cast<T>(t.data<double>()[i]);
+    case DType::kBF16:
+      return static_cast<T>(FromBFloat16(t.data<BFloat16>()[i]));
+    default:
+      MOE_CHECK(false) << "LoadAs takes floating tensors, got " << DTypeName(t.dtype());
   }
   return T(0);
 }
 
 // bf16 on the CPU: the kernels compute in fp32, so a call with bf16 tensors runs on fp32 copies and
-// rounds its outputs back to bf16 when the scope ends. That is the arithmetic of the CUDA bf16 kernels
-// (load bf16, compute and accumulate in fp32, store bf16): the CPU reference for them, and the CPU path
-// of bf16 training.
+// rounds its outputs back to bf16 when the scope ends. That is the arithmetic of the CUDA bf16
+// kernels (load bf16, compute and accumulate in fp32, store bf16): the CPU reference for them, and
+// the CPU path of bf16 training.
 bool HasBf16(std::initializer_list<const Tensor*> tensors);
 
 class Bf16Scope {
@@ -75,11 +79,20 @@ class Bf16Scope {
 }  // namespace moe::kernels::cpu
 
 // Calls BODY with T bound to the C++ type of a floating CPU tensor (f32 or f64).
-#define MOE_CPU_FLOAT_DISPATCH(dtype, T, ...)                                              \
-  do {                                                                                     \
-    switch (dtype) {                                                                       \
-      case ::moe::DType::kF32: { using T = float; __VA_ARGS__; break; }                    \
-      case ::moe::DType::kF64: { using T = double; __VA_ARGS__; break; }                   \
-      default: MOE_CHECK(false) << "CPU kernels take f32 or f64, got " << ::moe::DTypeName(dtype); \
-    }                                                                                      \
+#define MOE_CPU_FLOAT_DISPATCH(dtype, T, ...)                                               \
+  do {                                                                                      \
+    switch (dtype) {                                                                        \
+      case ::moe::DType::kF32: {                                                            \
+        using T = float;                                                                    \
+        __VA_ARGS__;                                                                        \
+        break;                                                                              \
+      }                                                                                     \
+      case ::moe::DType::kF64: {                                                            \
+        using T = double;                                                                   \
+        __VA_ARGS__;                                                                        \
+        break;                                                                              \
+      }                                                                                     \
+      default:                                                                              \
+        MOE_CHECK(false) << "CPU kernels take f32 or f64, got " << ::moe::DTypeName(dtype); \
+    }                                                                                       \
   } while (0)

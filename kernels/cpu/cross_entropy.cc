@@ -8,7 +8,8 @@
 
 namespace moe::kernels::cpu {
 
-double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_scale, const Tensor& dlogits) {
+double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_scale,
+                    const Tensor& dlogits) {
   const int64_t rows = logits.dim(0), vocab = logits.dim(1);
   if (HasBf16({&logits, &dlogits})) {
     Bf16Scope s;
@@ -16,7 +17,8 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, double grad_sca
   }
   const int32_t* tgt = targets.data<int32_t>();
   for (int64_t r = 0; r < rows; ++r) {
-    MOE_CHECK(tgt[r] >= 0 && tgt[r] < vocab) << "target " << tgt[r] << " outside the vocabulary of " << vocab;
+    MOE_CHECK(tgt[r] >= 0 && tgt[r] < vocab)
+        << "target " << tgt[r] << " outside the vocabulary of " << vocab;
   }
   std::vector<double> losses(static_cast<size_t>(rows));
   MOE_CPU_FLOAT_DISPATCH(logits.dtype(), T, {

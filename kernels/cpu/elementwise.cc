@@ -1,5 +1,5 @@
-// The CPU elementwise ops, reductions, row gathers and dtype conversions; and the bf16 scope every CPU
-// kernel family runs bf16 calls through.
+// The CPU elementwise ops, reductions, row gathers and dtype conversions; and the bf16 scope every
+// CPU kernel family runs bf16 calls through.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -39,7 +39,8 @@ void Convert(const Tensor& src, const Tensor& dst) {
         for (int64_t i = b; i < e; ++i) d[i] = LoadAs<double>(src, i);
         break;
       }
-      default: MOE_CHECK(false) << "Convert takes floating tensors, got " << DTypeName(dst.dtype());
+      default:
+        MOE_CHECK(false) << "Convert takes floating tensors, got " << DTypeName(dst.dtype());
     }
   });
 }
@@ -75,7 +76,8 @@ void Fill(const Tensor& t, double value) {
   }
   MOE_CPU_FLOAT_DISPATCH(t.dtype(), T, {
     T* p = t.data<T>();
-    ParallelFor(t.numel(), 1, [&](int64_t b, int64_t e) { std::fill(p + b, p + e, static_cast<T>(value)); });
+    ParallelFor(t.numel(), 1,
+                [&](int64_t b, int64_t e) { std::fill(p + b, p + e, static_cast<T>(value)); });
   });
 }
 
@@ -141,7 +143,8 @@ double SumSquares(const Tensor& t) {
       for (int64_t c = b; c < e; ++c) {
         double s = 0;
         const int64_t end = std::min(n, (c + 1) * kChunk);
-        for (int64_t i = c * kChunk; i < end; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+        for (int64_t i = c * kChunk; i < end; ++i)
+          s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
         partial[static_cast<size_t>(c)] = s;
       }
     });
@@ -159,8 +162,10 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   char* o = static_cast<char*>(dst.raw());
   ParallelFor(rows, d, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
-      MOE_CHECK(idx[r] >= 0 && idx[r] < src_rows) << "GatherRows index " << idx[r] << " out of [0, " << src_rows << ")";
-      std::memcpy(o + static_cast<size_t>(r) * row_bytes, s + static_cast<size_t>(idx[r]) * row_bytes, row_bytes);
+      MOE_CHECK(idx[r] >= 0 && idx[r] < src_rows)
+          << "GatherRows index " << idx[r] << " out of [0, " << src_rows << ")";
+      std::memcpy(o + static_cast<size_t>(r) * row_bytes,
+                  s + static_cast<size_t>(idx[r]) * row_bytes, row_bytes);
     }
   });
 }
@@ -179,7 +184,8 @@ void ScatterAddRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
     // The indices are distinct: every destination row is written by one source row.
     ParallelFor(rows, d, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
-        MOE_CHECK(idx[r] >= 0 && idx[r] < dst_rows) << "ScatterAddRows index " << idx[r] << " out of [0, " << dst_rows << ")";
+        MOE_CHECK(idx[r] >= 0 && idx[r] < dst_rows)
+            << "ScatterAddRows index " << idx[r] << " out of [0, " << dst_rows << ")";
         T* out = dp + static_cast<int64_t>(idx[r]) * d;
         const T* in = sp + r * d;
         for (int64_t c = 0; c < d; ++c) out[c] += in[c];
@@ -188,20 +194,24 @@ void ScatterAddRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   });
 }
 
-void CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t broadcast) {
+void CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col,
+                 int64_t width, int64_t broadcast) {
   const size_t esize = DTypeSize(dst.dtype());
-  const size_t src_ld = static_cast<size_t>(src.dim(1)) * esize, dst_ld = static_cast<size_t>(dst.dim(1)) * esize;
+  const size_t src_ld = static_cast<size_t>(src.dim(1)) * esize,
+               dst_ld = static_cast<size_t>(dst.dim(1)) * esize;
   const char* sp = static_cast<const char*>(src.raw()) + static_cast<size_t>(src_col) * esize;
   char* dp = static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_col) * esize;
   const size_t bytes = static_cast<size_t>(width) * esize;
   ParallelFor(dst.dim(0), width, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
-      std::memcpy(dp + static_cast<size_t>(r) * dst_ld, sp + static_cast<size_t>(r / broadcast) * src_ld, bytes);
+      std::memcpy(dp + static_cast<size_t>(r) * dst_ld,
+                  sp + static_cast<size_t>(r / broadcast) * src_ld, bytes);
     }
   });
 }
 
-void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t group) {
+void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col,
+                int64_t width, int64_t group) {
   if (HasBf16({&src, &dst})) {
     Bf16Scope s;
     SumColumns(s.In(src), src_col, s.Out(dst, true), dst_col, width, group);

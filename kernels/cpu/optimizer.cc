@@ -28,18 +28,23 @@ M Store(T v) {
 }
 
 template <typename T, typename M>
-void Update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg) {
+void Update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+            const AdamWConfig& cfg) {
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(cfg.step));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(cfg.step));
   T* p = param.data<T>();
   const T* g = grad.data<T>();
   M* mp = m.data<M>();
   M* vp = v.data<M>();
-  const T b1 = static_cast<T>(cfg.beta1), b2 = static_cast<T>(cfg.beta2), eps = static_cast<T>(cfg.eps);
-  const double scale = cfg.norm_sq != nullptr ? ClipScale(cfg.norm_sq[0], cfg.norm_sq[1], cfg.grad_clip, cfg.norm_fp32)
-                                              : cfg.grad_scale;
-  if (scale != scale || (cfg.norm_sq != nullptr && cfg.norm_sq[2] != 0)) return;  // skipped: a non-finite norm, a bad batch
-  const T lr = static_cast<T>(cfg.lr), wd = static_cast<T>(cfg.weight_decay), gs = static_cast<T>(scale);
+  const T b1 = static_cast<T>(cfg.beta1), b2 = static_cast<T>(cfg.beta2),
+          eps = static_cast<T>(cfg.eps);
+  const double scale = cfg.norm_sq != nullptr
+                           ? ClipScale(cfg.norm_sq[0], cfg.norm_sq[1], cfg.grad_clip, cfg.norm_fp32)
+                           : cfg.grad_scale;
+  if (scale != scale || (cfg.norm_sq != nullptr && cfg.norm_sq[2] != 0))
+    return;  // skipped: a non-finite norm, a bad batch
+  const T lr = static_cast<T>(cfg.lr), wd = static_cast<T>(cfg.weight_decay),
+          gs = static_cast<T>(scale);
   const T inv_bc1 = static_cast<T>(1.0 / bc1), inv_sqrt_bc2 = static_cast<T>(1.0 / std::sqrt(bc2));
   ParallelFor(param.numel(), 8, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
@@ -56,7 +61,8 @@ void Update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tens
 
 }  // namespace
 
-void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg) {
+void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+           const AdamWConfig& cfg) {
   MOE_CHECK(!HasBf16({&param, &grad})) << "AdamW updates fp32 master weights with fp32 gradients";
   MOE_CHECK(m.dtype() == v.dtype()) << "AdamW: the moments share a dtype";
   if (m.dtype() == DType::kBF16) {

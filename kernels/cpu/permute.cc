@@ -4,14 +4,15 @@
 #include <cstring>
 
 #include "kernels/cpu/common.h"
-#include "kernels/kernel_types.h"
 #include "kernels/dispatch_plan.h"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cpu {
 
 void BuildDispatchPlanOnDevice(const Tensor& topk_idx, int64_t num_experts, const Tensor& counts,
                                const Tensor& row_of_slot, const Tensor& token_of_row) {
-  const DispatchPlan plan = BuildDispatchPlan(topk_idx.data<int32_t>(), topk_idx.dim(0), topk_idx.dim(1), num_experts);
+  const DispatchPlan plan =
+      BuildDispatchPlan(topk_idx.data<int32_t>(), topk_idx.dim(0), topk_idx.dim(1), num_experts);
   std::copy(plan.counts.begin(), plan.counts.end(), counts.data<int64_t>());
   std::copy(plan.row_of_slot.begin(), plan.row_of_slot.end(), row_of_slot.data<int32_t>());
   std::copy(plan.token_of_row.begin(), plan.token_of_row.end(), token_of_row.data<int32_t>());
@@ -31,7 +32,8 @@ void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor&
     ParallelFor(tokens, d * k, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
         T* o = out + t * d;
-        std::memcpy(o, src + static_cast<int64_t>(rows[t * k]) * d, sizeof(T) * static_cast<size_t>(d));
+        std::memcpy(o, src + static_cast<int64_t>(rows[t * k]) * d,
+                    sizeof(T) * static_cast<size_t>(d));
         for (int64_t j = 1; j < k; ++j) {
           const T* r = src + static_cast<int64_t>(rows[t * k + j]) * d;
           for (int64_t c = 0; c < d; ++c) o[c] += r[c];
@@ -66,8 +68,8 @@ void CombineForward(const Tensor& yp, const Tensor& row_of_slot, const Tensor& w
   });
 }
 
-void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& dyp,
-                     const Tensor& dw) {
+void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_slot, const Tensor& w,
+                     const Tensor& dyp, const Tensor& dw) {
   const int64_t tokens = dy.dim(0), d = dy.dim(1), k = row_of_slot.dim(1);
   if (HasBf16({&dy, &yp, &w, &dyp, &dw})) {
     Bf16Scope s;

@@ -8,7 +8,8 @@
 
 namespace moe::kernels::cpu {
 
-void RmsNormForward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
+void RmsNormForward(const Tensor& x, const Tensor& w, double eps, const Tensor& y,
+                    const Tensor& rstd) {
   const int64_t rows = x.dim(0), d = x.dim(1);
   if (HasBf16({&x, &w, &y, &rstd})) {
     Bf16Scope s;
@@ -34,8 +35,8 @@ void RmsNormForward(const Tensor& x, const Tensor& w, double eps, const Tensor& 
   });
 }
 
-void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
-                     const Tensor& dw) {
+void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                     const Tensor& dx, const Tensor& dw) {
   const int64_t rows = x.dim(0), d = x.dim(1);
   if (HasBf16({&dy, &x, &w, &rstd, &dx, &dw})) {
     Bf16Scope s;

@@ -10,8 +10,8 @@ namespace moe::kernels::cpu {
 namespace {
 
 template <typename T>
-void Rotate(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout,
-            bool inverse) {
+void Rotate(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
+            RopeLayout layout, bool inverse) {
   const int64_t half = inv_freq.numel(), stride = x.dim(1) / heads, tokens = x.dim(0);
   std::vector<double> freq;
   if (inv_freq.dtype() == DType::kF64) {
@@ -20,12 +20,14 @@ void Rotate(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, con
     for (float f : inv_freq.ToVector<float>()) freq.push_back(f);
   }
   // cos/sin table [seq_len, half], computed in double then rounded.
-  std::vector<T> cos_t(static_cast<size_t>(seq_len * half)), sin_t(static_cast<size_t>(seq_len * half));
+  std::vector<T> cos_t(static_cast<size_t>(seq_len * half)),
+      sin_t(static_cast<size_t>(seq_len * half));
   for (int64_t p = 0; p < seq_len; ++p) {
     for (int64_t i = 0; i < half; ++i) {
       const double angle = static_cast<double>(p) * freq[static_cast<size_t>(i)];
       cos_t[static_cast<size_t>(p * half + i)] = static_cast<T>(std::cos(angle));
-      sin_t[static_cast<size_t>(p * half + i)] = static_cast<T>(inverse ? -std::sin(angle) : std::sin(angle));
+      sin_t[static_cast<size_t>(p * half + i)] =
+          static_cast<T>(inverse ? -std::sin(angle) : std::sin(angle));
     }
   }
   // Pair i is (a_i, b_i): (i, i + half) half-split, (2i, 2i + 1) in pairs.
@@ -51,25 +53,26 @@ void Rotate(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, con
   });
 }
 
-void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout,
-          bool inverse) {
+void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
+          RopeLayout layout, bool inverse) {
   if (HasBf16({&x})) {
     Bf16Scope s;
     Rope(s.Out(x, true), seq_len, heads, offset, s.In(inv_freq), layout, inverse);
     return;
   }
-  MOE_CPU_FLOAT_DISPATCH(x.dtype(), T, Rotate<T>(x, seq_len, heads, offset, inv_freq, layout, inverse));
+  MOE_CPU_FLOAT_DISPATCH(x.dtype(), T,
+                         Rotate<T>(x, seq_len, heads, offset, inv_freq, layout, inverse));
 }
 
 }  // namespace
 
-void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
-                 RopeLayout layout) {
+void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset,
+                 const Tensor& inv_freq, RopeLayout layout) {
   Rope(x, seq_len, heads, offset, inv_freq, layout, false);
 }
 
-void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
-                  RopeLayout layout) {
+void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset,
+                  const Tensor& inv_freq, RopeLayout layout) {
   Rope(dx, seq_len, heads, offset, inv_freq, layout, true);
 }
 

@@ -16,15 +16,14 @@ template <typename T>
 void TopK(const T* v, int64_t n, int64_t k, int32_t* out) {
   std::vector<int32_t> idx(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-    return v[a] > v[b] || (v[a] == v[b] && a < b);
-  });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
   std::copy(idx.begin(), idx.begin() + k, out);
 }
 
 template <typename T>
-void Route(const T* logits, const T* bias, const RouterConfig& cfg, int64_t tokens, int64_t experts, T* scores,
-           int32_t* topk_idx, T* topk_w) {
+void Route(const T* logits, const T* bias, const RouterConfig& cfg, int64_t tokens, int64_t experts,
+           T* scores, int32_t* topk_idx, T* topk_w) {
   const int64_t k = cfg.top_k, groups = cfg.num_groups, per_group = experts / groups;
   ParallelFor(tokens, experts * 8, [&](int64_t b, int64_t e) {
     std::vector<T> sel(static_cast<size_t>(experts));
@@ -42,14 +41,20 @@ void Route(const T* logits, const T* bias, const RouterConfig& cfg, int64_t toke
         for (int64_t i = 0; i < experts; ++i) sum += (s[i] = std::exp(x[i] - mx));
         for (int64_t i = 0; i < experts; ++i) s[i] /= sum;
       }
-      for (int64_t i = 0; i < experts; ++i) sel[static_cast<size_t>(i)] = s[i] + (cfg.use_bias ? bias[i] : T(0));
+      for (int64_t i = 0; i < experts; ++i)
+        sel[static_cast<size_t>(i)] = s[i] + (cfg.use_bias ? bias[i] : T(0));
       if (groups > 1) {
         for (int64_t g = 0; g < groups; ++g) {
           const T* gs = sel.data() + g * per_group;
           if (cfg.use_bias && per_group >= 2) {
             T a = -std::numeric_limits<T>::infinity(), c = a;  // the two highest
             for (int64_t i = 0; i < per_group; ++i) {
-              if (gs[i] > a) { c = a; a = gs[i]; } else if (gs[i] > c) { c = gs[i]; }
+              if (gs[i] > a) {
+                c = a;
+                a = gs[i];
+              } else if (gs[i] > c) {
+                c = gs[i];
+              }
             }
             group_score[static_cast<size_t>(g)] = a + c;
           } else {
@@ -60,7 +65,8 @@ void Route(const T* logits, const T* bias, const RouterConfig& cfg, int64_t toke
         std::vector<bool> kept(static_cast<size_t>(groups), false);
         for (int32_t g : keep) kept[static_cast<size_t>(g)] = true;
         for (int64_t i = 0; i < experts; ++i) {
-          if (!kept[static_cast<size_t>(i / per_group)]) sel[static_cast<size_t>(i)] = -std::numeric_limits<T>::infinity();
+          if (!kept[static_cast<size_t>(i / per_group)])
+            sel[static_cast<size_t>(i)] = -std::numeric_limits<T>::infinity();
         }
       }
       int32_t* idx = topk_idx + t * k;
@@ -75,8 +81,8 @@ void Route(const T* logits, const T* bias, const RouterConfig& cfg, int64_t toke
 }
 
 template <typename T>
-void RouteBackward(const T* scores, const int32_t* topk_idx, const T* dtopk_w, const T* dextra, const RouterConfig& cfg,
-                   int64_t tokens, int64_t experts, T* dlogits) {
+void RouteBackward(const T* scores, const int32_t* topk_idx, const T* dtopk_w, const T* dextra,
+                   const RouterConfig& cfg, int64_t tokens, int64_t experts, T* dlogits) {
   const int64_t k = cfg.top_k;
   const T scale = static_cast<T>(cfg.route_scale);
   ParallelFor(tokens, experts * 4, [&](int64_t b, int64_t e) {
@@ -85,19 +91,27 @@ void RouteBackward(const T* scores, const int32_t* topk_idx, const T* dtopk_w, c
       const T* s = scores + t * experts;
       const int32_t* idx = topk_idx + t * k;
       const T* dw = dtopk_w + t * k;
-      if (dextra != nullptr) std::copy(dextra + t * experts, dextra + (t + 1) * experts, ds.begin());
-      else std::fill(ds.begin(), ds.end(), T(0));
+      if (dextra != nullptr)
+        std::copy(dextra + t * experts, dextra + (t + 1) * experts, ds.begin());
+      else
+        std::fill(ds.begin(), ds.end(), T(0));
       if (cfg.sigmoid) {
-        // w_j = scale * s_j / S, S = sum over chosen s: dS_j = scale * (dw_j / S - sum_i dw_i s_i / S^2)
+        // w_j = scale * s_j / S, S = sum over chosen s: dS_j = scale * (dw_j / S - sum_i dw_i s_i /
+        // S^2)
         T sum = 0, dot = 0;
-        for (int64_t j = 0; j < k; ++j) { sum += s[idx[j]]; dot += dw[j] * s[idx[j]]; }
-        for (int64_t j = 0; j < k; ++j) ds[static_cast<size_t>(idx[j])] += scale * (dw[j] / sum - dot / (sum * sum));
+        for (int64_t j = 0; j < k; ++j) {
+          sum += s[idx[j]];
+          dot += dw[j] * s[idx[j]];
+        }
+        for (int64_t j = 0; j < k; ++j)
+          ds[static_cast<size_t>(idx[j])] += scale * (dw[j] / sum - dot / (sum * sum));
       } else {
         for (int64_t j = 0; j < k; ++j) ds[static_cast<size_t>(idx[j])] += scale * dw[j];
       }
       T* dl = dlogits + t * experts;
       if (cfg.sigmoid) {
-        for (int64_t i = 0; i < experts; ++i) dl[i] = ds[static_cast<size_t>(i)] * s[i] * (T(1) - s[i]);
+        for (int64_t i = 0; i < experts; ++i)
+          dl[i] = ds[static_cast<size_t>(i)] * s[i] * (T(1) - s[i]);
       } else {
         T dot = 0;
         for (int64_t i = 0; i < experts; ++i) dot += ds[static_cast<size_t>(i)] * s[i];
@@ -109,8 +123,8 @@ void RouteBackward(const T* scores, const int32_t* topk_idx, const T* dtopk_w, c
 
 }  // namespace
 
-void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig& cfg, const Tensor& scores,
-                   const Tensor& topk_idx, const Tensor& topk_w) {
+void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig& cfg,
+                   const Tensor& scores, const Tensor& topk_idx, const Tensor& topk_w) {
   const int64_t tokens = logits.dim(0), experts = logits.dim(1);
   if (HasBf16({&logits, &bias, &scores, &topk_w})) {
     Bf16Scope s;
@@ -119,28 +133,31 @@ void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig&
     return;
   }
   MOE_CPU_FLOAT_DISPATCH(logits.dtype(), T,
-                         Route<T>(logits.data<T>(), bias.data<T>(), cfg, tokens, experts, scores.data<T>(),
-                                  topk_idx.data<int32_t>(), topk_w.data<T>()));
+                         Route<T>(logits.data<T>(), bias.data<T>(), cfg, tokens, experts,
+                                  scores.data<T>(), topk_idx.data<int32_t>(), topk_w.data<T>()));
 }
 
-void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& dtopk_w, const Tensor& dscores_extra,
-                    const RouterConfig& cfg, const Tensor& dlogits) {
+void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& dtopk_w,
+                    const Tensor& dscores_extra, const RouterConfig& cfg, const Tensor& dlogits) {
   if (HasBf16({&scores, &dtopk_w, &dscores_extra, &dlogits})) {
     Bf16Scope s;
-    cpu::RouterBackward(s.In(scores), topk_idx, s.In(dtopk_w), s.In(dscores_extra), cfg, s.Out(dlogits));
+    cpu::RouterBackward(s.In(scores), topk_idx, s.In(dtopk_w), s.In(dscores_extra), cfg,
+                        s.Out(dlogits));
     return;
   }
-  MOE_CPU_FLOAT_DISPATCH(scores.dtype(), T,
-                         RouteBackward<T>(scores.data<T>(), topk_idx.data<int32_t>(), dtopk_w.data<T>(),
-                                          dscores_extra.defined() ? dscores_extra.data<T>() : nullptr, cfg,
-                                          scores.dim(0), scores.dim(1), dlogits.data<T>()));
+  MOE_CPU_FLOAT_DISPATCH(
+      scores.dtype(), T,
+      RouteBackward<T>(scores.data<T>(), topk_idx.data<int32_t>(), dtopk_w.data<T>(),
+                       dscores_extra.defined() ? dscores_extra.data<T>() : nullptr, cfg,
+                       scores.dim(0), scores.dim(1), dlogits.data<T>()));
 }
 
 namespace {
 
 // Adds 1 to f for each of the token's top_k experts by unbiased score (ties to the lower index).
 template <typename T>
-void CountUnbiasedTopK(const T* st, int64_t experts, int64_t top_k, std::vector<T>& f, std::vector<int32_t>& order) {
+void CountUnbiasedTopK(const T* st, int64_t experts, int64_t top_k, std::vector<T>& f,
+                       std::vector<int32_t>& order) {
   for (int64_t i = 0; i < experts; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t b) {
     return st[a] > st[b] || (st[a] == st[b] && a < b);
@@ -150,8 +167,9 @@ void CountUnbiasedTopK(const T* st, int64_t experts, int64_t top_k, std::vector<
 
 // One sequence: its loss, and (when ds) its gradient on the scores.
 template <typename T>
-double SeqAuxLossOfSequence(const T* s, T* ds, int64_t t0, int64_t seq_len, int64_t experts, int64_t top_k, double coeff,
-                            std::vector<T>& f, std::vector<T>& p, std::vector<int32_t>& order) {
+double SeqAuxLossOfSequence(const T* s, T* ds, int64_t t0, int64_t seq_len, int64_t experts,
+                            int64_t top_k, double coeff, std::vector<T>& f, std::vector<T>& p,
+                            std::vector<int32_t>& order) {
   std::fill(f.begin(), f.end(), T(0));
   std::fill(p.begin(), p.end(), T(0));
   for (int64_t t = t0; t < t0 + seq_len; ++t) {
@@ -165,7 +183,8 @@ double SeqAuxLossOfSequence(const T* s, T* ds, int64_t t0, int64_t seq_len, int6
   double loss = 0;
   for (int64_t i = 0; i < experts; ++i) {
     f[static_cast<size_t>(i)] *= fscale;
-    loss += static_cast<double>(f[static_cast<size_t>(i)]) * static_cast<double>(p[static_cast<size_t>(i)]) / static_cast<double>(seq_len);
+    loss += static_cast<double>(f[static_cast<size_t>(i)]) *
+            static_cast<double>(p[static_cast<size_t>(i)]) / static_cast<double>(seq_len);
   }
   if (ds == nullptr) return coeff * loss;
   // d loss / d s'_{i,t} = coeff * f_i / S; through s' = s / sum(s).
@@ -183,8 +202,8 @@ double SeqAuxLossOfSequence(const T* s, T* ds, int64_t t0, int64_t seq_len, int6
 
 }  // namespace
 
-double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
-                  const Tensor& dscores) {
+double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len,
+                  double coeff, const Tensor& dscores) {
   const int64_t experts = scores.dim(1);
   if (HasBf16({&scores, &dscores})) {
     Bf16Scope s;
@@ -198,7 +217,8 @@ double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t
       std::vector<T> f(static_cast<size_t>(experts)), p(static_cast<size_t>(experts));
       std::vector<int32_t> order(static_cast<size_t>(experts));
       for (int64_t q = b; q < e; ++q) {
-        losses[static_cast<size_t>(q)] = SeqAuxLossOfSequence(s, ds, q * seq_len, seq_len, experts, top_k, coeff, f, p, order);
+        losses[static_cast<size_t>(q)] =
+            SeqAuxLossOfSequence(s, ds, q * seq_len, seq_len, experts, top_k, coeff, f, p, order);
       }
     });
   });

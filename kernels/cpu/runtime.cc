@@ -36,9 +36,9 @@ int NumThreads() {
   return g_threads;
 }
 
-
 std::string CpuGemmBackendName(bool fastest) {
-  if (ReproducibleCpuGemm() && !fastest) return "built-in blocked GEMM (reproducible: training.deterministic)";
+  if (ReproducibleCpuGemm() && !fastest)
+    return "built-in blocked GEMM (reproducible: training.deterministic)";
 #ifdef MOE_HAVE_CBLAS
   std::string config = openblas_get_config();
   return "OpenBLAS (" + config + ", kernel " + openblas_get_corename() + ")";

@@ -1,6 +1,6 @@
 // Causal attention on the GPU: the entry points of kernels/attention.h over the tiled tensor-core
-// kernels of attention_kernels.cuh (design there). bf16 or f32 storage for q, k, v, out, dout and the
-// gradients (one type for all), lse and the backward's D in f32; fp32 accumulation throughout.
+// kernels of attention_kernels.cuh (design there). bf16 or f32 storage for q, k, v, out, dout and
+// the gradients (one type for all), lse and the backward's D in f32; fp32 accumulation throughout.
 #include <cstdint>
 #include <initializer_list>
 
@@ -18,12 +18,14 @@ namespace {
 // holds on whichever device is current).
 struct CudaLaunch {
   template <typename... Params, typename... Args>
-  void operator()(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const Args&... args) const {
+  void operator()(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                  const Args&... args) const {
     if (grid.x == 0 || grid.y == 0) return;
     if (smem > 48 * 1024) {
-      const cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      MOE_CHECK(e == cudaSuccess) << "attention: " << smem << " bytes of shared memory per block: " << cudaGetErrorString(e);
+      const cudaError_t e = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      MOE_CHECK(e == cudaSuccess) << "attention: " << smem
+                                  << " bytes of shared memory per block: " << cudaGetErrorString(e);
     }
     kernel<<<grid, block, smem, Stream()>>>(args...);
   }
@@ -34,24 +36,28 @@ struct Dims {
 };
 
 // Head sizes the kernels take; 16-byte rows for cp.async.
-Dims CheckDims(const Tensor& q, const Tensor& v, int64_t batch, int64_t seq_len, int64_t heads, const char* op,
-               std::initializer_list<const Tensor*> rows) {
+Dims CheckDims(const Tensor& q, const Tensor& v, int64_t batch, int64_t seq_len, int64_t heads,
+               const char* op, std::initializer_list<const Tensor*> rows) {
   const int64_t d_qk = q.dim(1) / heads, d_v = v.dim(1) / heads;
   MOE_CHECK(d_qk > 0 && d_v > 0 && d_qk % 8 == 0 && d_v % 8 == 0 && d_qk <= 256 && d_v <= 256)
-      << op << " on CUDA: head sizes must be multiples of 8 up to 256, got d_qk " << d_qk << " and d_v " << d_v;
+      << op << " on CUDA: head sizes must be multiples of 8 up to 256, got d_qk " << d_qk
+      << " and d_v " << d_v;
   MOE_CHECK(seq_len < (int64_t{1} << 30) && batch * heads <= 65535)
-      << op << " on CUDA: seq " << seq_len << ", batch*heads " << batch * heads << " (at most 65535)";
+      << op << " on CUDA: seq " << seq_len << ", batch*heads " << batch * heads
+      << " (at most 65535)";
   for (const Tensor* t : rows) {
     MOE_CHECK(reinterpret_cast<uintptr_t>(t->raw()) % 16 == 0)
         << op << " on CUDA: tensor data must be 16-byte aligned (a view that starts mid-row?)";
   }
-  return {static_cast<int>(seq_len), static_cast<int>(heads), static_cast<int>(d_qk), static_cast<int>(d_v)};
+  return {static_cast<int>(seq_len), static_cast<int>(heads), static_cast<int>(d_qk),
+          static_cast<int>(d_v)};
 }
 
 }  // namespace
 
-void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq_len, int64_t heads,
-                      double scale, const Tensor& out, const Tensor& lse) {
+void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch,
+                      int64_t seq_len, int64_t heads, double scale, const Tensor& out,
+                      const Tensor& lse) {
   const char* op = "AttentionForward";
   CheckOnCuda({&q, &k, &v, &out, &lse}, op);
   CheckF32(lse, op, "lse");
@@ -59,17 +65,21 @@ void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
   const Dims d = CheckDims(q, v, batch, seq_len, heads, op, {&q, &k, &v, &out});
   if (batch * seq_len > 0) {
     MOE_CUDA_TYPED(dt, T, {
-      const attn::FwdArgs<T> a{Ptr<const T>(q), Ptr<const T>(k), Ptr<const T>(v), Ptr<T>(out), Ptr<float>(lse),
-                               d.seq, d.heads, d.d_qk, d.d_v, static_cast<float>(scale) * attn::kLog2e};
+      const attn::FwdArgs<T> a{Ptr<const T>(q), Ptr<const T>(k),
+                               Ptr<const T>(v), Ptr<T>(out),
+                               Ptr<float>(lse), d.seq,
+                               d.heads,         d.d_qk,
+                               d.d_v,           static_cast<float>(scale) * attn::kLog2e};
       attn::Forward(a, static_cast<int>(batch), CudaLaunch{});
     });
   }
   CheckLaunch(op);
 }
 
-void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
-                       const Tensor& lse, int64_t batch, int64_t seq_len, int64_t heads, double scale,
-                       const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& dout, const Tensor& lse, int64_t batch, int64_t seq_len,
+                       int64_t heads, double scale, const Tensor& dq, const Tensor& dk,
+                       const Tensor& dv) {
   const char* op = "AttentionBackward";
   CheckOnCuda({&q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv}, op);
   CheckF32(lse, op, "lse");
@@ -79,11 +89,23 @@ void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     RegisterCudaAllocator();
     Tensor delta = Tensor::Empty({batch * heads * seq_len}, DType::kF32, q.device());
     MOE_CUDA_TYPED(dt, T, {
-      const attn::BwdArgs<T> a{Ptr<const T>(q), Ptr<const T>(k), Ptr<const T>(v), Ptr<const T>(dout),
-                               Ptr<const float>(lse), Ptr<const float>(delta), Ptr<T>(dq), Ptr<T>(dk), Ptr<T>(dv),
-                               d.seq, d.heads, d.d_qk, d.d_v, static_cast<float>(scale),
+      const attn::BwdArgs<T> a{Ptr<const T>(q),
+                               Ptr<const T>(k),
+                               Ptr<const T>(v),
+                               Ptr<const T>(dout),
+                               Ptr<const float>(lse),
+                               Ptr<const float>(delta),
+                               Ptr<T>(dq),
+                               Ptr<T>(dk),
+                               Ptr<T>(dv),
+                               d.seq,
+                               d.heads,
+                               d.d_qk,
+                               d.d_v,
+                               static_cast<float>(scale),
                                static_cast<float>(scale) * attn::kLog2e};
-      attn::Backward(a, Ptr<const T>(out), Ptr<float>(delta), static_cast<int>(batch), CudaLaunch{});
+      attn::Backward(a, Ptr<const T>(out), Ptr<float>(delta), static_cast<int>(batch),
+                     CudaLaunch{});
     });
   }
   CheckLaunch(op);

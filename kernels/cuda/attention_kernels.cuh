@@ -1,5 +1,6 @@
-// The tiled causal attention kernels (FlashAttention-2's algorithm) behind kernels/cuda/attention.cu,
-// on the tensor cores through mma.cuh (bf16, or fp32 as 3xTF32). Per (sequence, head):
+// The tiled causal attention kernels (FlashAttention-2's algorithm) behind
+// kernels/cuda/attention.cu, on the tensor cores through mma.cuh (bf16, or fp32 as 3xTF32). Per
+// (sequence, head):
 //   forward   one block per query tile, warps of 16 query rows (bf16: 8 warps, 128 rows; fp32: 4
 //             warps, 64 rows); key tiles of 64 stream through shared memory (cp.async: the next K
 //             tile loads during the softmax and P V, V during Q K^T); online softmax in registers;
@@ -34,11 +35,11 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 template <typename T>
 struct FwdArgs {
-  const T* q;    // [B*S, H*dqk]
-  const T* k;    // [B*S, H*dqk]
-  const T* v;    // [B*S, H*dv]
-  T* out;        // [B*S, H*dv]
-  float* lse;    // [B*H*S]
+  const T* q;  // [B*S, H*dqk]
+  const T* k;  // [B*S, H*dqk]
+  const T* v;  // [B*S, H*dv]
+  T* out;      // [B*S, H*dv]
+  float* lse;  // [B*H*S]
   int seq, heads, d_qk, d_v;
   float scale_log2;  // softmax scale * log2(e): the kernels work in base 2
 };
@@ -48,9 +49,9 @@ struct BwdArgs {
   const T* q;
   const T* k;
   const T* v;
-  const T* dout;      // [B*S, H*dv]
-  const float* lse;   // [B*H*S]
-  const float* delta; // [B*H*S]: rowsum(dout * out), from AttentionBwdDeltaKernel
+  const T* dout;       // [B*S, H*dv]
+  const float* lse;    // [B*H*S]
+  const float* delta;  // [B*H*S]: rowsum(dout * out), from AttentionBwdDeltaKernel
   T* dq;
   T* dk;
   T* dv;
@@ -58,20 +59,24 @@ struct BwdArgs {
   float scale, scale_log2;
 };
 
-// Shapes of the forward: warps of 16 query rows (bf16: 8, a 128-row tile, so each K/V tile read from
-// L2 serves 128 queries; fp32: 4, which its shared memory allows at head size 256), 64-key tiles.
+// Shapes of the forward: warps of 16 query rows (bf16: 8, a 128-row tile, so each K/V tile read
+// from L2 serves 128 queries; fp32: 4, which its shared memory allows at head size 256), 64-key
+// tiles.
 template <typename T, int KD, int VD>
 struct FwdCfg {
-  static constexpr int kWarps = std::is_same_v<T, bf16> ? 8 : 4, kThreads = 32 * kWarps, kM = 16 * kWarps, kN = 64;
+  static constexpr int kWarps = std::is_same_v<T, bf16> ? 8 : 4, kThreads = 32 * kWarps,
+                       kM = 16 * kWarps, kN = 64;
   // Two bf16 blocks per SM where 128 registers suffice (no spills up to (192, 128)).
   static constexpr int kMinBlocks = std::is_same_v<T, bf16> && KD + VD <= 320 ? 2 : 1;
-  static constexpr int kPad = 16 / static_cast<int>(sizeof(T));  // one 16-byte unit per row: no bank conflicts
+  static constexpr int kPad =
+      16 / static_cast<int>(sizeof(T));  // one 16-byte unit per row: no bank conflicts
   static constexpr int kLdQ = KD + kPad, kLdV = VD + kPad, kLdP = kN + kPad;
   // P: in registers for bf16 (the accumulator layout of two 8-key tiles is the A layout of a 16-key
   // step); through shared memory for fp32, whose tf32 A layout differs.
   static constexpr int kSizeQ = kM * kLdQ, kSizeK = kN * kLdQ, kSizeV = kN * kLdV;
   static constexpr int kSizeP = std::is_same_v<T, bf16> ? 0 : kM * kLdP;
-  static constexpr size_t kSmemBytes = sizeof(T) * static_cast<size_t>(kSizeQ + kSizeK + kSizeV + kSizeP);
+  static constexpr size_t kSmemBytes =
+      sizeof(T) * static_cast<size_t>(kSizeQ + kSizeK + kSizeV + kSizeP);
 };
 
 // Shapes of the two backward passes: square tiles of kTile rows, kWarps warps arranged as kTile/16
@@ -90,9 +95,11 @@ struct BwdCfg {
   static constexpr int kSizeQ = kTile * kLdQ, kSizeV = kTile * kLdV, kSizeS = kTile * kLdS;
   // dK/dV pass: K, V, Q, dO, P^T, dS^T (T) and lse, D of the query tile (fp32).
   static constexpr size_t kKvSmemBytes =
-      sizeof(T) * static_cast<size_t>(2 * kSizeQ + 2 * kSizeV + 2 * kSizeS) + 2 * sizeof(float) * kTile;
+      sizeof(T) * static_cast<size_t>(2 * kSizeQ + 2 * kSizeV + 2 * kSizeS) +
+      2 * sizeof(float) * kTile;
   // dQ pass: Q, dO, K, V, dS.
-  static constexpr size_t kQSmemBytes = sizeof(T) * static_cast<size_t>(2 * kSizeQ + 2 * kSizeV + kSizeS);
+  static constexpr size_t kQSmemBytes =
+      sizeof(T) * static_cast<size_t>(2 * kSizeQ + 2 * kSizeV + kSizeS);
   static_assert((kTile / kSplit) % 16 == 0 && (KD / kSplit) % 16 == 0 && (VD / kSplit) % 16 == 0,
                 "warp column ranges are whole pairs of 8-column tiles");
 };
@@ -104,10 +111,12 @@ MOE_DEVICE int RoundUp16(int x) { return (x + 15) & ~15; }
 // rows x cols (cols a multiple of 16 bytes' worth) from global (row stride ldg) into shared (row
 // stride lds), asynchronously; rows at or past rows_valid are zero-filled.
 template <typename T>
-MOE_DEVICE void LoadTileAsync(T* s, int lds, const T* g, int64_t ldg, int rows_valid, int rows, int cols) {
+MOE_DEVICE void LoadTileAsync(T* s, int lds, const T* g, int64_t ldg, int rows_valid, int rows,
+                              int cols) {
   constexpr int kE = 16 / static_cast<int>(sizeof(T));
   const int chunks = cols / kE;
-  for (int c = static_cast<int>(threadIdx.x); c < rows * chunks; c += static_cast<int>(blockDim.x)) {
+  for (int c = static_cast<int>(threadIdx.x); c < rows * chunks;
+       c += static_cast<int>(blockDim.x)) {
     const int r = c / chunks, col = (c - r * chunks) * kE;
     const bool valid = r < rows_valid;
     mma::CpAsync16(s + r * lds + col, valid ? g + r * ldg + col : g, valid);
@@ -134,14 +143,15 @@ MOE_DEVICE float QuadSum(float v) {
 }
 
 // acc[m0 + 16-row warp tile][n0 ..] += A (16 x kdim at a_row0 of sa) * B (kdim x N8*8 at n0 of sb,
-// NK or KN storage). kdim is a multiple of 16 up to KMAX; n-tile pairs at or past n_limit are skipped.
+// NK or KN storage). kdim is a multiple of 16 up to KMAX; n-tile pairs at or past n_limit are
+// skipped.
 template <typename T, int KMAX, int N8, bool kBKMajor>
-MOE_DEVICE void WarpGemm(float (&acc)[N8][4], const T* sa, int lda, int a_row0, const T* sb, int ldb, int n0,
-                         int kdim, int n_limit) {
+MOE_DEVICE void WarpGemm(float (&acc)[N8][4], const T* sa, int lda, int a_row0, const T* sb,
+                         int ldb, int n0, int kdim, int n_limit) {
   using F = Frag<T>;
-  // fp32 (3xTF32, six MMAs per step) is a correctness path: its k loop stays rolled, which keeps its
-  // code, registers and compile time small.
-#pragma unroll(std::is_same_v<T, bf16> ? KMAX / 16 : 1)
+  // fp32 (3xTF32, six MMAs per step) is a correctness path: its k loop stays rolled, which keeps
+  // its code, registers and compile time small.
+#pragma unroll(std::is_same_v <T, bf16> ? KMAX / 16 : 1)
   for (int k0 = 0; k0 < KMAX; k0 += 16) {
     if (k0 < kdim) {
       typename F::A a;
@@ -172,17 +182,19 @@ MOE_DEVICE void ZeroAcc(float (&acc)[N8][4]) {
   }
 }
 
-// Stores acc * scale (a warp's 16 rows from row0, N8*8 columns from col0) into global rows < rows_valid
-// and columns < cols_valid (row stride ld).
+// Stores acc * scale (a warp's 16 rows from row0, N8*8 columns from col0) into global rows <
+// rows_valid and columns < cols_valid (row stride ld).
 template <typename T, int N8>
-MOE_DEVICE void StoreAcc(const float (&acc)[N8][4], float scale, T* g, int64_t ld, int row0, int rows_valid,
-                         int col0, int cols_valid) {
+MOE_DEVICE void StoreAcc(const float (&acc)[N8][4], float scale, T* g, int64_t ld, int row0,
+                         int rows_valid, int col0, int cols_valid) {
   const int l = mma::LaneId(), r0 = row0 + (l >> 2), c = col0 + 2 * (l & 3);
 #pragma unroll
   for (int j = 0; j < N8; ++j) {
     if (c + 8 * j < cols_valid) {
-      if (r0 < rows_valid) mma::StorePair(g + r0 * ld + c + 8 * j, acc[j][0] * scale, acc[j][1] * scale);
-      if (r0 + 8 < rows_valid) mma::StorePair(g + (r0 + 8) * ld + c + 8 * j, acc[j][2] * scale, acc[j][3] * scale);
+      if (r0 < rows_valid)
+        mma::StorePair(g + r0 * ld + c + 8 * j, acc[j][0] * scale, acc[j][1] * scale);
+      if (r0 + 8 < rows_valid)
+        mma::StorePair(g + (r0 + 8) * ld + c + 8 * j, acc[j][2] * scale, acc[j][3] * scale);
     }
   }
 }
@@ -192,8 +204,8 @@ MOE_DEVICE void StoreAcc(const float (&acc)[N8][4], float scale, T* g, int64_t l
 // One step of the online softmax for a warp's 16 rows over one key tile: s (the raw scores) becomes
 // P = exp2(s * scale_log2 - m), the running max m, sum l and the output rows are rescaled.
 template <int N8, int V8>
-MOE_DEVICE void OnlineSoftmax(float (&s)[N8][4], float (&o)[V8][4], float (&m)[2], float (&l)[2], float scale_log2,
-                              bool mask, int key0, int row0) {
+MOE_DEVICE void OnlineSoftmax(float (&s)[N8][4], float (&o)[V8][4], float (&m)[2], float (&l)[2],
+                              float scale_log2, bool mask, int key0, int row0) {
   const int lane = mma::LaneId(), col = key0 + 2 * (lane & 3), r = row0 + (lane >> 2);
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -223,7 +235,8 @@ MOE_DEVICE void OnlineSoftmax(float (&s)[N8][4], float (&o)[V8][4], float (&m)[2
     }
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) l[i] = l[i] * alpha[i] + sum[i];  // this lane's columns; summed over the quad at the end
+  for (int i = 0; i < 2; ++i)
+    l[i] = l[i] * alpha[i] + sum[i];  // this lane's columns; summed over the quad at the end
 #pragma unroll
   for (int j = 0; j < V8; ++j) {
 #pragma unroll
@@ -234,8 +247,8 @@ MOE_DEVICE void OnlineSoftmax(float (&s)[N8][4], float (&o)[V8][4], float (&m)[2
 // o += P V for a warp's 16 rows: P (softmax numerators of one key tile, accumulator layout), V a
 // shared tile [key][d_v]; spw is the warp's shared P tile (fp32 only).
 template <typename T, int VD, int N8>
-MOE_DEVICE void AccumulatePv(float (&o)[VD / 8][4], const float (&p)[N8][4], T* spw, int ldp, const T* sv, int ldv,
-                             int d_v) {
+MOE_DEVICE void AccumulatePv(float (&o)[VD / 8][4], const float (&p)[N8][4], T* spw, int ldp,
+                             const T* sv, int ldv, int d_v) {
   using F = Frag<T>;
   if constexpr (std::is_same_v<T, bf16>) {
 #pragma unroll
@@ -274,7 +287,8 @@ __global__ void __launch_bounds__(FwdCfg<T, KD, VD>::kThreads, FwdCfg<T, KD, VD>
   const int num_m = (a.seq + kM - 1) / kM;
   const int m0 = (num_m - 1 - static_cast<int>(blockIdx.x)) * kM;  // the longest rows start first
   const int bh = static_cast<int>(blockIdx.y), b = bh / a.heads, h = bh % a.heads;
-  const int64_t ldq = static_cast<int64_t>(a.heads) * a.d_qk, ldv = static_cast<int64_t>(a.heads) * a.d_v;
+  const int64_t ldq = static_cast<int64_t>(a.heads) * a.d_qk,
+                ldv = static_cast<int64_t>(a.heads) * a.d_v;
   const int64_t tok0 = static_cast<int64_t>(b) * a.seq;
   const T* q = a.q + tok0 * ldq + h * a.d_qk;
   const T* k = a.k + tok0 * ldq + h * a.d_qk;
@@ -338,8 +352,10 @@ __global__ void __launch_bounds__(FwdCfg<T, KD, VD>::kThreads, FwdCfg<T, KD, VD>
 #pragma unroll
   for (int j = 0; j < VD / 8; ++j) {
     if (c + 8 * j < a.d_v) {
-      if (r0 < a.seq) mma::StorePair(out + r0 * ldv + c + 8 * j, o[j][0] * inv[0], o[j][1] * inv[0]);
-      if (r0 + 8 < a.seq) mma::StorePair(out + (r0 + 8) * ldv + c + 8 * j, o[j][2] * inv[1], o[j][3] * inv[1]);
+      if (r0 < a.seq)
+        mma::StorePair(out + r0 * ldv + c + 8 * j, o[j][0] * inv[0], o[j][1] * inv[0]);
+      if (r0 + 8 < a.seq)
+        mma::StorePair(out + (r0 + 8) * ldv + c + 8 * j, o[j][2] * inv[1], o[j][3] * inv[1]);
     }
   }
   if ((lane & 3) == 0) {
@@ -351,10 +367,12 @@ __global__ void __launch_bounds__(FwdCfg<T, KD, VD>::kThreads, FwdCfg<T, KD, VD>
 
 // ---- Backward ----
 
-// delta[(b*H + h)*S + s] = sum_c dout[t, h*dv + c] * out[t, h*dv + c], t = b*S + s: one warp per row.
+// delta[(b*H + h)*S + s] = sum_c dout[t, h*dv + c] * out[t, h*dv + c], t = b*S + s: one warp per
+// row.
 template <typename T>
-__global__ void __launch_bounds__(256) AttentionBwdDeltaKernel(const T* out, const T* dout, float* delta,
-                                                               int64_t tokens, int seq, int heads, int dv) {
+__global__ void __launch_bounds__(256)
+    AttentionBwdDeltaKernel(const T* out, const T* dout, float* delta, int64_t tokens, int seq,
+                            int heads, int dv) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (row >= tokens * heads) return;  // whole warps
   const int lane = mma::LaneId();
@@ -382,15 +400,17 @@ __global__ void __launch_bounds__(BwdCfg<T, KD, VD>::kThreads, BwdCfg<T, KD, VD>
   T* sq = sk + C::kSizeQ;
   T* sv = sq + C::kSizeQ;
   T* sdo = sv + C::kSizeV;
-  T* spt = sdo + C::kSizeV;  // P^T [key][query]
-  T* sdst = spt + C::kSizeS; // dS^T [key][query]
+  T* spt = sdo + C::kSizeV;                                // P^T [key][query]
+  T* sdst = spt + C::kSizeS;                               // dS^T [key][query]
   float* sl = reinterpret_cast<float*>(sdst + C::kSizeS);  // lse * log2(e) of the query tile
-  float* sd = sl + kT;                                      // D of the query tile
+  float* sd = sl + kT;                                     // D of the query tile
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = mma::LaneId();
   const int kr = 16 * (warp % C::kRowGroups), split = warp / C::kRowGroups;
-  const int n0 = static_cast<int>(blockIdx.x) * kT;  // the first key tiles have the most work: they start first
+  const int n0 = static_cast<int>(blockIdx.x) *
+                 kT;  // the first key tiles have the most work: they start first
   const int bh = static_cast<int>(blockIdx.y), b = bh / a.heads, h = bh % a.heads;
-  const int64_t ldq = static_cast<int64_t>(a.heads) * a.d_qk, ldv = static_cast<int64_t>(a.heads) * a.d_v;
+  const int64_t ldq = static_cast<int64_t>(a.heads) * a.d_qk,
+                ldv = static_cast<int64_t>(a.heads) * a.d_v;
   const int64_t tok0 = static_cast<int64_t>(b) * a.seq;
   const int64_t qoff = tok0 * ldq + h * a.d_qk, voff = tok0 * ldv + h * a.d_v;
   const int kq = RoundUp16(a.d_qk), kv = RoundUp16(a.d_v);
@@ -453,7 +473,8 @@ __global__ void __launch_bounds__(BwdCfg<T, KD, VD>::kThreads, BwdCfg<T, KD, VD>
 
 // dQ of one query tile: walks the key tiles up to the diagonal.
 template <typename T, int KD, int VD>
-__global__ void __launch_bounds__(BwdCfg<T, KD, VD>::kThreads) AttentionBwdQKernel(const BwdArgs<T> a) {
+__global__ void __launch_bounds__(BwdCfg<T, KD, VD>::kThreads)
+    AttentionBwdQKernel(const BwdArgs<T> a) {
   using C = BwdCfg<T, KD, VD>;
   constexpr int kT = C::kTile, kNw = kT / C::kSplit, kKc = KD / C::kSplit;
   MOE_DYNAMIC_SMEM(smem);
@@ -467,7 +488,8 @@ __global__ void __launch_bounds__(BwdCfg<T, KD, VD>::kThreads) AttentionBwdQKern
   const int num_m = (a.seq + kT - 1) / kT;
   const int m0 = (num_m - 1 - static_cast<int>(blockIdx.x)) * kT;  // the longest rows start first
   const int bh = static_cast<int>(blockIdx.y), b = bh / a.heads, h = bh % a.heads;
-  const int64_t ldq = static_cast<int64_t>(a.heads) * a.d_qk, ldv = static_cast<int64_t>(a.heads) * a.d_v;
+  const int64_t ldq = static_cast<int64_t>(a.heads) * a.d_qk,
+                ldv = static_cast<int64_t>(a.heads) * a.d_v;
   const int64_t tok0 = static_cast<int64_t>(b) * a.seq;
   const int64_t qoff = tok0 * ldq + h * a.d_qk, voff = tok0 * ldv + h * a.d_v;
   const int kq = RoundUp16(a.d_qk), kv = RoundUp16(a.d_v);
@@ -552,13 +574,15 @@ void WithHeadShape(int dqk, int dv, Fn&& fn) {
   }
 }
 
-// launch(kernel, grid, block, shared_bytes, args) runs one kernel: a CUDA launch, or the emulator's.
+// launch(kernel, grid, block, shared_bytes, args) runs one kernel: a CUDA launch, or the
+// emulator's.
 template <typename T, typename Launch>
 void Forward(const FwdArgs<T>& a, int batch, Launch&& launch) {
   WithHeadShape(a.d_qk, a.d_v, [&](auto kd, auto vd) {
     using C = FwdCfg<T, decltype(kd)::value, decltype(vd)::value>;
     const dim3 grid((a.seq + C::kM - 1) / C::kM, batch * a.heads);
-    launch(&AttentionFwdKernel<T, decltype(kd)::value, decltype(vd)::value>, grid, dim3(C::kThreads), C::kSmemBytes, a);
+    launch(&AttentionFwdKernel<T, decltype(kd)::value, decltype(vd)::value>, grid,
+           dim3(C::kThreads), C::kSmemBytes, a);
   });
 }
 
@@ -567,8 +591,8 @@ template <typename T, typename Launch>
 void Backward(const BwdArgs<T>& a, const T* out, float* delta, int batch, Launch&& launch) {
   const int64_t tokens = static_cast<int64_t>(batch) * a.seq;
   const int64_t warps = tokens * a.heads;
-  launch(&AttentionBwdDeltaKernel<T>, dim3(static_cast<unsigned>((warps + 7) / 8)), dim3(256), size_t{0}, out, a.dout,
-         delta, tokens, a.seq, a.heads, a.d_v);
+  launch(&AttentionBwdDeltaKernel<T>, dim3(static_cast<unsigned>((warps + 7) / 8)), dim3(256),
+         size_t{0}, out, a.dout, delta, tokens, a.seq, a.heads, a.d_v);
   WithHeadShape(a.d_qk, a.d_v, [&](auto kd, auto vd) {
     constexpr int KD = decltype(kd)::value, VD = decltype(vd)::value;
     using C = BwdCfg<T, KD, VD>;

@@ -1,5 +1,5 @@
-// Shared by the CUDA family files (kernels/cuda/<family>.cu): on the host, the stream kernels run on,
-// the device and dtype checks of the Tensor-level entry points and the scratch-partials helper
+// Shared by the CUDA family files (kernels/cuda/<family>.cu): on the host, the stream kernels run
+// on, the device and dtype checks of the Tensor-level entry points and the scratch-partials helper
 // (defined in runtime.cu); on the device, launch sizes, bf16 loads and stores, block reductions.
 #pragma once
 
@@ -31,26 +31,27 @@ std::string LastError();
 // RegisterCudaAllocator and CurrentDevice: cuda_backend.h.
 // The cuBLAS handle of this thread (created once, on the device current then), bound to Stream().
 void* CublasHandle();
-// Runs `launch` with a device buffer of n floats (one partial per row, sequence, ...), then adds the
-// partials on the host in a fixed order. The buffer comes from the caching allocator: no cudaMalloc
-// on the training path once warm.
-// Under a DeviceSumTarget (cuda_backend.h) the total is added to its device double instead (no host read)
-// and 0 returned.
+// Runs `launch` with a device buffer of n floats (one partial per row, sequence, ...), then adds
+// the partials on the host in a fixed order. The buffer comes from the caching allocator: no
+// cudaMalloc on the training path once warm. Under a DeviceSumTarget (cuda_backend.h) the total is
+// added to its device double instead (no host read) and 0 returned.
 double SumPartials(int64_t n, const std::function<void(float*)>& launch);
 // *dst += the partials' sum, in order, in double, on the device (one thread; n is small).
 void AddPartialsOnDevice(const float* partial, int64_t n, double* dst);
 void AddPartialsOnDevice(const double* partial, int64_t n, double* dst);
 double* CurrentDeviceSumTarget();
 
-// Checks of a Tensor-level entry point named `op`: every defined tensor is on CUDA; the storage type
-// all of `tensors` share (f32 or bf16); a tensor that must be f32 whatever the activations are.
+// Checks of a Tensor-level entry point named `op`: every defined tensor is on CUDA; the storage
+// type all of `tensors` share (f32 or bf16); a tensor that must be f32 whatever the activations
+// are.
 void CheckOnCuda(std::initializer_list<const Tensor*> tensors, const char* op);
 DType StorageType(std::initializer_list<const Tensor*> tensors, const char* op);
 void CheckF32(const Tensor& t, const char* op, const char* what);
 // Fails with `op` and the CUDA error's text when a launch went wrong.
 void CheckLaunch(const char* op);
-// The device word where kernels record the kinds of index they found out of range (kernels/runtime.h
-// BadIndexKind; allocated and zeroed on first use; FoldBadIndices moves it into the step's buffer).
+// The device word where kernels record the kinds of index they found out of range
+// (kernels/runtime.h BadIndexKind; allocated and zeroed on first use; FoldBadIndices moves it into
+// the step's buffer).
 unsigned* BadIndexFlags();
 
 inline cudaDataType_t CudaType(DType d) { return d == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
@@ -62,15 +63,15 @@ T* Ptr(const Tensor& t) {
 }
 
 // Calls BODY with T bound to the storage type of `dtype`: float or bf16.
-#define MOE_CUDA_TYPED(dtype, T, ...)                  \
-  do {                                                 \
-    if ((dtype) == ::moe::DType::kBF16) {              \
-      using T = ::moe::kernels::cuda::bf16;            \
-      __VA_ARGS__;                                     \
-    } else {                                           \
-      using T = float;                                 \
-      __VA_ARGS__;                                     \
-    }                                                  \
+#define MOE_CUDA_TYPED(dtype, T, ...)       \
+  do {                                      \
+    if ((dtype) == ::moe::DType::kBF16) {   \
+      using T = ::moe::kernels::cuda::bf16; \
+      __VA_ARGS__;                          \
+    } else {                                \
+      using T = float;                      \
+      __VA_ARGS__;                          \
+    }                                       \
   } while (0)
 
 // ---- Device side ----
@@ -79,12 +80,20 @@ T* Ptr(const Tensor& t) {
 // on the store, as the CPU reference does).
 __device__ __forceinline__ float Ld(float v) { return v; }
 __device__ __forceinline__ float Ld(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T Cvt(float v);
-template <> __device__ __forceinline__ float Cvt<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 Cvt<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <typename T>
+__device__ __forceinline__ T Cvt(float v);
+template <>
+__device__ __forceinline__ float Cvt<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 Cvt<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
-// Whether index i lies in [0, n); if not, records `kind` in *flags (BadIndexFlags) and the caller reads
-// nothing there: a bad batch fails its step at the step's one read, never reads out of bounds.
+// Whether index i lies in [0, n); if not, records `kind` in *flags (BadIndexFlags) and the caller
+// reads nothing there: a bad batch fails its step at the step's one read, never reads out of
+// bounds.
 __device__ __forceinline__ bool InRange(int64_t i, int64_t n, unsigned* flags, unsigned kind) {
   if (i >= 0 && i < n) return true;
   atomicOr(flags, kind);
@@ -92,8 +101,9 @@ __device__ __forceinline__ bool InRange(int64_t i, int64_t n, unsigned* flags, u
 }
 
 // Grid-stride loop over [0, n).
-#define MOE_CUDA_LOOP(i, n) \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
+#define MOE_CUDA_LOOP(i, n)                                                 \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
 
 constexpr int kThreads = 256;
 inline unsigned Blocks(int64_t n, int threads = kThreads) {
@@ -110,8 +120,8 @@ __device__ inline float WarpMax(float v) {
   return v;
 }
 // A reduction over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the
-// result. `warp_op` reduces within a warp; `identity` fills the unused slots. Safe to call repeatedly
-// in one kernel (the first barrier guards the shared slots).
+// result. `warp_op` reduces within a warp; `identity` fills the unused slots. Safe to call
+// repeatedly in one kernel (the first barrier guards the shared slots).
 template <typename WarpOp>
 __device__ inline float BlockReduce(float v, float identity, WarpOp warp_op) {
   __shared__ float partial[32];

@@ -1,6 +1,7 @@
-// What the CUDA backend offers the device dispatch beyond the families' entry points (those are declared
-// once, in kernels/<family>.h, and reach this backend through kernels/dispatch.h). Plain C++ (no CUDA
-// headers), so the dispatch files include it in every build; without CUDA nothing calls it.
+// What the CUDA backend offers the device dispatch beyond the families' entry points (those are
+// declared once, in kernels/<family>.h, and reach this backend through kernels/dispatch.h). Plain
+// C++ (no CUDA headers), so the dispatch files include it in every build; without CUDA nothing
+// calls it.
 #pragma once
 
 #include <string>
@@ -23,17 +24,19 @@ class DeviceSumTarget {
   double* previous_;
 };
 
-// runtime.cu: tensor memory on DeviceType::kCuda through the caching allocator (idempotent), and the
-// device this thread runs on.
+// runtime.cu: tensor memory on DeviceType::kCuda through the caching allocator (idempotent), and
+// the device this thread runs on.
 void RegisterCudaAllocator();
 Device CurrentDevice();
 
-// fp8_gemm.cu: "" when this device can run cuBLASLt's block-scaled FP8 GEMMs, else why not (once per
-// process; kernels/fp8.h Fp8GemmSupport).
-// Checks the card and cuBLASLt only; kernels/fp8.cc then checks the GEMMs against the emulation.
+// fp8_gemm.cu: "" when this device can run cuBLASLt's block-scaled FP8 GEMMs, else why not (once
+// per process; kernels/fp8.h Fp8GemmSupport). Checks the card and cuBLASLt only; kernels/fp8.cc
+// then checks the GEMMs against the emulation.
 std::string Fp8GemmProblem();
-// The three GEMMs of kernels/fp8.h without the entry points' aborts: "" or what failed (that check).
+// The three GEMMs of kernels/fp8.h without the entry points' aborts: "" or what failed (that
+// check).
 enum class Fp8GemmKind { kForward, kDgrad, kWgrad };
-std::string TryFp8Gemm(Fp8GemmKind which, const Tensor& a, const Tensor& b, const Tensor& out, float beta);
+std::string TryFp8Gemm(Fp8GemmKind which, const Tensor& a, const Tensor& b, const Tensor& out,
+                       float beta);
 
 }  // namespace moe::kernels::cuda

@@ -46,8 +46,8 @@ __global__ void SumSquaresKernel(const T* x, int64_t n, double* partial) {
 }
 // Rows move in units of U (4-byte words when the row allows, else 2-byte halves).
 template <typename U>
-__global__ void GatherRowsKernel(const U* src, const int32_t* index, U* dst, int64_t rows, int64_t units, int64_t src_rows,
-                                 unsigned* bad) {
+__global__ void GatherRowsKernel(const U* src, const int32_t* index, U* dst, int64_t rows,
+                                 int64_t units, int64_t src_rows, unsigned* bad) {
   MOE_CUDA_LOOP(i, rows * units) {
     const int64_t r = i / units, c = i % units, from = index[r];
     dst[i] = InRange(from, src_rows, bad, kBadRowIndex) ? src[from * units + c] : U(0);
@@ -55,8 +55,8 @@ __global__ void GatherRowsKernel(const U* src, const int32_t* index, U* dst, int
 }
 // dst[index[r]] += src[r]: the indices are distinct, so each element has one writer (no atomics).
 template <typename T>
-__global__ void ScatterAddRowsKernel(const T* src, const int32_t* index, T* dst, int64_t rows, int64_t cols, int64_t dst_rows,
-                                     unsigned* bad) {
+__global__ void ScatterAddRowsKernel(const T* src, const int32_t* index, T* dst, int64_t rows,
+                                     int64_t cols, int64_t dst_rows, unsigned* bad) {
   MOE_CUDA_LOOP(i, rows * cols) {
     const int64_t r = i / cols, c = i % cols, to = index[r];
     if (!InRange(to, dst_rows, bad, kBadRowIndex)) continue;
@@ -66,17 +66,20 @@ __global__ void ScatterAddRowsKernel(const T* src, const int32_t* index, T* dst,
 }
 // dst[r, dst_col + c] = src[r / broadcast, src_col + c], as bits (U: the element's size).
 template <typename U>
-__global__ void CopyColumnsKernel(const U* src, int64_t src_cols, int64_t src_col, U* dst, int64_t dst_cols,
-                                  int64_t dst_col, int64_t rows, int64_t width, int64_t broadcast) {
+__global__ void CopyColumnsKernel(const U* src, int64_t src_cols, int64_t src_col, U* dst,
+                                  int64_t dst_cols, int64_t dst_col, int64_t rows, int64_t width,
+                                  int64_t broadcast) {
   MOE_CUDA_LOOP(i, rows * width) {
     const int64_t r = i / width, c = i % width;
     dst[r * dst_cols + dst_col + c] = src[(r / broadcast) * src_cols + src_col + c];
   }
 }
-// dst[r, dst_col + c] += sum_{j < group} src[r * group + j, src_col + c], added in order of j in fp32.
+// dst[r, dst_col + c] += sum_{j < group} src[r * group + j, src_col + c], added in order of j in
+// fp32.
 template <typename T>
-__global__ void SumColumnsKernel(const T* src, int64_t src_cols, int64_t src_col, T* dst, int64_t dst_cols,
-                                 int64_t dst_col, int64_t rows, int64_t width, int64_t group) {
+__global__ void SumColumnsKernel(const T* src, int64_t src_cols, int64_t src_col, T* dst,
+                                 int64_t dst_cols, int64_t dst_col, int64_t rows, int64_t width,
+                                 int64_t group) {
   MOE_CUDA_LOOP(i, rows * width) {
     const int64_t r = i / width, c = i % width;
     T* d = dst + r * dst_cols + dst_col + c;
@@ -104,7 +107,8 @@ double SumSquaresOf(const T* x, int64_t n) {
     return 0;
   }
   std::vector<double> host(blocks);
-  cudaMemcpyAsync(host.data(), partial.raw(), sizeof(double) * blocks, cudaMemcpyDeviceToHost, Stream());
+  cudaMemcpyAsync(host.data(), partial.raw(), sizeof(double) * blocks, cudaMemcpyDeviceToHost,
+                  Stream());
   cudaStreamSynchronize(Stream());
   double total = 0;
   for (double v : host) total += v;
@@ -121,7 +125,8 @@ void Fill(const Tensor& t, double value) {
   }
   const int64_t n = t.numel();
   MOE_CUDA_TYPED(StorageType({&t}, "Fill"), T, {
-    if (n > 0) FillKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(t), n, static_cast<float>(value));
+    if (n > 0)
+      FillKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(t), n, static_cast<float>(value));
   });
   CheckLaunch("Fill");
 }
@@ -130,7 +135,9 @@ void Axpy(const Tensor& y, double alpha, const Tensor& x) {
   CheckOnCuda({&y, &x}, "Axpy");
   const int64_t n = y.numel();
   MOE_CUDA_TYPED(StorageType({&y, &x}, "Axpy"), T, {
-    if (n > 0) AxpyKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(y), static_cast<float>(alpha), Ptr<T>(x), n);
+    if (n > 0)
+      AxpyKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(y), static_cast<float>(alpha),
+                                                          Ptr<T>(x), n);
   });
   CheckLaunch("Axpy");
 }
@@ -139,7 +146,8 @@ void Add(const Tensor& out, const Tensor& a, const Tensor& b) {
   CheckOnCuda({&out, &a, &b}, "Add");
   const int64_t n = out.numel();
   MOE_CUDA_TYPED(StorageType({&out, &a, &b}, "Add"), T, {
-    if (n > 0) AddKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(out), Ptr<T>(a), Ptr<T>(b), n);
+    if (n > 0)
+      AddKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(out), Ptr<T>(a), Ptr<T>(b), n);
   });
   CheckLaunch("Add");
 }
@@ -148,7 +156,8 @@ void Scale(const Tensor& t, double s) {
   CheckOnCuda({&t}, "Scale");
   const int64_t n = t.numel();
   MOE_CUDA_TYPED(StorageType({&t}, "Scale"), T, {
-    if (n > 0) ScaleKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(t), static_cast<float>(s), n);
+    if (n > 0)
+      ScaleKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(t), static_cast<float>(s), n);
   });
   CheckLaunch("Scale");
 }
@@ -163,19 +172,22 @@ double SumSquares(const Tensor& t) {
 
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   CheckOnCuda({&src, &index, &dst}, "GatherRows");
-  const int64_t rows = dst.dim(0), row_bytes = dst.dim(1) * static_cast<int64_t>(DTypeSize(dst.dtype()));
+  const int64_t rows = dst.dim(0),
+                row_bytes = dst.dim(1) * static_cast<int64_t>(DTypeSize(dst.dtype()));
   if (rows > 0 && row_bytes > 0) {
-    const bool words = row_bytes % 4 == 0 && (reinterpret_cast<uintptr_t>(src.raw()) | reinterpret_cast<uintptr_t>(dst.raw())) % 4 == 0;
+    const bool words =
+        row_bytes % 4 == 0 &&
+        (reinterpret_cast<uintptr_t>(src.raw()) | reinterpret_cast<uintptr_t>(dst.raw())) % 4 == 0;
     if (words) {
       const int64_t units = row_bytes / 4;
-      GatherRowsKernel<uint32_t><<<Blocks(rows * units), kThreads, 0, Stream()>>>(Ptr<const uint32_t>(src), Ptr<int32_t>(index),
-                                                                                  Ptr<uint32_t>(dst), rows, units, src.dim(0),
-                                                                                  BadIndexFlags());
+      GatherRowsKernel<uint32_t><<<Blocks(rows * units), kThreads, 0, Stream()>>>(
+          Ptr<const uint32_t>(src), Ptr<int32_t>(index), Ptr<uint32_t>(dst), rows, units,
+          src.dim(0), BadIndexFlags());
     } else {
       const int64_t units = row_bytes / 2;
-      GatherRowsKernel<uint16_t><<<Blocks(rows * units), kThreads, 0, Stream()>>>(Ptr<const uint16_t>(src), Ptr<int32_t>(index),
-                                                                                  Ptr<uint16_t>(dst), rows, units, src.dim(0),
-                                                                                  BadIndexFlags());
+      GatherRowsKernel<uint16_t><<<Blocks(rows * units), kThreads, 0, Stream()>>>(
+          Ptr<const uint16_t>(src), Ptr<int32_t>(index), Ptr<uint16_t>(dst), rows, units,
+          src.dim(0), BadIndexFlags());
     }
   }
   CheckLaunch("GatherRows");
@@ -186,34 +198,38 @@ void ScatterAddRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   const int64_t rows = src.dim(0), cols = src.dim(1);
   MOE_CUDA_TYPED(StorageType({&src, &dst}, "ScatterAddRows"), T, {
     if (rows * cols > 0) {
-      ScatterAddRowsKernel<T><<<Blocks(rows * cols), kThreads, 0, Stream()>>>(Ptr<T>(src), Ptr<int32_t>(index), Ptr<T>(dst),
-                                                                             rows, cols, dst.dim(0), BadIndexFlags());
+      ScatterAddRowsKernel<T><<<Blocks(rows * cols), kThreads, 0, Stream()>>>(
+          Ptr<T>(src), Ptr<int32_t>(index), Ptr<T>(dst), rows, cols, dst.dim(0), BadIndexFlags());
     }
   });
   CheckLaunch("ScatterAddRows");
 }
 
-void CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t broadcast) {
+void CopyColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col,
+                 int64_t width, int64_t broadcast) {
   CheckOnCuda({&src, &dst}, "CopyColumns");
   const DType dt = StorageType({&src, &dst}, "CopyColumns");
   const int64_t rows = dst.dim(0), n = rows * width;
   if (n > 0 && dt == DType::kBF16) {
-    CopyColumnsKernel<uint16_t><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<uint16_t>(src), src.dim(1), src_col, Ptr<uint16_t>(dst),
-                                                                      dst.dim(1), dst_col, rows, width, broadcast);
+    CopyColumnsKernel<uint16_t><<<Blocks(n), kThreads, 0, Stream()>>>(
+        Ptr<uint16_t>(src), src.dim(1), src_col, Ptr<uint16_t>(dst), dst.dim(1), dst_col, rows,
+        width, broadcast);
   } else if (n > 0) {
-    CopyColumnsKernel<uint32_t><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<uint32_t>(src), src.dim(1), src_col, Ptr<uint32_t>(dst),
-                                                                      dst.dim(1), dst_col, rows, width, broadcast);
+    CopyColumnsKernel<uint32_t><<<Blocks(n), kThreads, 0, Stream()>>>(
+        Ptr<uint32_t>(src), src.dim(1), src_col, Ptr<uint32_t>(dst), dst.dim(1), dst_col, rows,
+        width, broadcast);
   }
   CheckLaunch("CopyColumns");
 }
 
-void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col, int64_t width, int64_t group) {
+void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t dst_col,
+                int64_t width, int64_t group) {
   CheckOnCuda({&src, &dst}, "SumColumns");
   const int64_t rows = dst.dim(0), n = rows * width;
   MOE_CUDA_TYPED(StorageType({&src, &dst}, "SumColumns"), T, {
     if (n > 0) {
-      SumColumnsKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(src), src.dim(1), src_col, Ptr<T>(dst), dst.dim(1), dst_col,
-                                                                rows, width, group);
+      SumColumnsKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(
+          Ptr<T>(src), src.dim(1), src_col, Ptr<T>(dst), dst.dim(1), dst_col, rows, width, group);
     }
   });
   CheckLaunch("SumColumns");
@@ -225,11 +241,14 @@ void Convert(const Tensor& src, const Tensor& dst) {
   if (src.dtype() == dst.dtype()) {
     dst.CopyFrom(src);
   } else if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {
-    if (n > 0) F32ToBf16Kernel<<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<float>(src), Ptr<bf16>(dst), n);
+    if (n > 0)
+      F32ToBf16Kernel<<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<float>(src), Ptr<bf16>(dst), n);
   } else if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32) {
-    if (n > 0) Bf16ToF32Kernel<<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<bf16>(src), Ptr<float>(dst), n);
+    if (n > 0)
+      Bf16ToF32Kernel<<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<bf16>(src), Ptr<float>(dst), n);
   } else {
-    MOE_CHECK(false) << "Convert on CUDA: " << DTypeName(src.dtype()) << " to " << DTypeName(dst.dtype()) << " is not supported";
+    MOE_CHECK(false) << "Convert on CUDA: " << DTypeName(src.dtype()) << " to "
+                     << DTypeName(dst.dtype()) << " is not supported";
   }
   CheckLaunch("Convert");
 }

@@ -8,16 +8,16 @@ namespace moe::kernels::cuda {
 namespace {
 
 template <typename T>
-__global__ void EmbeddingForwardKernel(const T* table, const int32_t* ids, T* out, int64_t tokens, int64_t d, int64_t vocab,
-                                       unsigned* bad) {
+__global__ void EmbeddingForwardKernel(const T* table, const int32_t* ids, T* out, int64_t tokens,
+                                       int64_t d, int64_t vocab, unsigned* bad) {
   MOE_CUDA_LOOP(i, tokens * d) {
     const int64_t id = ids[i / d];
     out[i] = InRange(id, vocab, bad, kBadTokenId) ? table[id * d + i % d] : Cvt<T>(0.f);
   }
 }
 template <typename T>
-__global__ void EmbeddingBackwardKernel(const T* dout, const int32_t* ids, float* dtable, int64_t tokens, int64_t d,
-                                        int64_t vocab, unsigned* bad) {
+__global__ void EmbeddingBackwardKernel(const T* dout, const int32_t* ids, float* dtable,
+                                        int64_t tokens, int64_t d, int64_t vocab, unsigned* bad) {
   MOE_CUDA_LOOP(i, tokens * d) {
     const int64_t id = ids[i / d];
     if (InRange(id, vocab, bad, kBadTokenId)) atomicAdd(&dtable[id * d + i % d], Ld(dout[i]));
@@ -31,8 +31,8 @@ void EmbeddingForward(const Tensor& table, const Tensor& ids, const Tensor& out)
   const int64_t tokens = out.dim(0), d = out.dim(1);
   MOE_CUDA_TYPED(StorageType({&table, &out}, "EmbeddingForward"), T, {
     if (tokens * d > 0) {
-      EmbeddingForwardKernel<T><<<Blocks(tokens * d), kThreads, 0, Stream()>>>(Ptr<T>(table), Ptr<int32_t>(ids), Ptr<T>(out),
-                                                                               tokens, d, table.dim(0), BadIndexFlags());
+      EmbeddingForwardKernel<T><<<Blocks(tokens * d), kThreads, 0, Stream()>>>(
+          Ptr<T>(table), Ptr<int32_t>(ids), Ptr<T>(out), tokens, d, table.dim(0), BadIndexFlags());
     }
   });
   CheckLaunch("EmbeddingForward");
@@ -44,9 +44,9 @@ void EmbeddingBackward(const Tensor& dout, const Tensor& ids, const Tensor& dtab
   const int64_t tokens = dout.dim(0), d = dout.dim(1);
   MOE_CUDA_TYPED(StorageType({&dout}, "EmbeddingBackward"), T, {
     if (tokens * d > 0) {
-      EmbeddingBackwardKernel<T><<<Blocks(tokens * d), kThreads, 0, Stream()>>>(Ptr<T>(dout), Ptr<int32_t>(ids),
-                                                                                Ptr<float>(dtable), tokens, d, dtable.dim(0),
-                                                                                BadIndexFlags());
+      EmbeddingBackwardKernel<T><<<Blocks(tokens * d), kThreads, 0, Stream()>>>(
+          Ptr<T>(dout), Ptr<int32_t>(ids), Ptr<float>(dtable), tokens, d, dtable.dim(0),
+          BadIndexFlags());
     }
   });
   CheckLaunch("EmbeddingBackward");

@@ -1,17 +1,18 @@
-// FP8 GEMMs on tensor cores: cuBLASLt's block scaling (cuBLAS 12.9 or later, sm_90), the three GEMMs
-// of a linear layer with DeepSeek-V3's tiles (kernels/fp8.h Fp8GemmForward/Dgrad/Wgrad).
+// FP8 GEMMs on tensor cores: cuBLASLt's block scaling (cuBLAS 12.9 or later, sm_90), the three
+// GEMMs of a linear layer with DeepSeek-V3's tiles (kernels/fp8.h Fp8GemmForward/Dgrad/Wgrad).
 //
 // Each operand is quantised here into what cuBLASLt reads: e4m3 values with the reduction dimension
 // contiguous, and fp32 scales, computed as the emulation computes them (amax / 448 per tile, the
-// hardware's round-to-nearest-even saturating conversion), so the product differs from the emulation
-// only in the order of its fp32 sums. cuBLASLt multiplies column-major and only "TN": for row-major
-// Y [P, Q] = X [P, R] · W [Q, R]ᵀ it computes D (m = Q, n = P, k = R) = op_T(A = W) · B = X, and D
-// column-major with ld Q is Y row-major. Scale layouts (cuBLAS docs, "Scaling factors layouts"):
+// hardware's round-to-nearest-even saturating conversion), so the product differs from the
+// emulation only in the order of its fp32 sums. cuBLASLt multiplies column-major and only "TN": for
+// row-major Y [P, Q] = X [P, R] · W [Q, R]ᵀ it computes D (m = Q, n = P, k = R) = op_T(A = W) · B =
+// X, and D column-major with ld Q is Y row-major. Scale layouts (cuBLAS docs, "Scaling factors
+// layouts"):
 //   VEC128_32F (1 x 128 along the reduction): one float per (outer index o, reduction block l) at
 //     l * outer + o (outer-major);
 //   BLK128x128_32F (128 x 128 blocks): one float per (outer block, reduction block l) at
-//     outer_block * L4 + l, L4 the reduction blocks rounded up to a multiple of 4 (unpadded, cuBLASLt
-//     reads wrong scales silently: pytorch#166752).
+//     outer_block * L4 + l, L4 the reduction blocks rounded up to a multiple of 4 (unpadded,
+//     cuBLASLt reads wrong scales silently: pytorch#166752).
 // The three GEMMs: forward y = x · wᵀ (x 1 x 128, w 128 x 128); dgrad dx = dy · w = dy · (wᵀ)ᵀ (dy
 // 1 x 128, wᵀ quantised from w's blocks); wgrad dw = dyᵀ · x = dyᵀ · (xᵀ)ᵀ (both 128 x 1 along the
 // tokens: quantised transposed, the tokens zero-padded to a multiple of 128).
@@ -44,16 +45,18 @@ int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
 __device__ inline float TileScaleOf(float amax) { return amax > 0.f ? amax / 448.f : 1.f; }
 
-__device__ inline uint8_t ToE4M3(float v) { return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
+__device__ inline uint8_t ToE4M3(float v) {
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
 
 // x [rows, cols] (row-major) as an operand with 1 x 128 tiles along its reduction dimension: not
-// transposed, outer = rows and the reduction = cols; transposed, outer = cols, reduction = rows. Block
-// (o, l): 128 threads over reduction indices [128 l, 128 l + 128) of outer index o. Outer indices up
-// to outer_pad and reduction indices up to red_pad are zeros past x's (their tiles' scale is 1).
-// q [outer_pad, red_pad]; scales at l * outer_pad + o.
+// transposed, outer = rows and the reduction = cols; transposed, outer = cols, reduction = rows.
+// Block (o, l): 128 threads over reduction indices [128 l, 128 l + 128) of outer index o. Outer
+// indices up to outer_pad and reduction indices up to red_pad are zeros past x's (their tiles'
+// scale is 1). q [outer_pad, red_pad]; scales at l * outer_pad + o.
 template <typename T>
-__global__ void QuantVec128Kernel(const T* x, int64_t rows, int64_t cols, bool transpose, int64_t outer_pad,
-                                  int64_t red_pad, uint8_t* q, float* scales) {
+__global__ void QuantVec128Kernel(const T* x, int64_t rows, int64_t cols, bool transpose,
+                                  int64_t outer_pad, int64_t red_pad, uint8_t* q, float* scales) {
   const int64_t outer = transpose ? cols : rows, red = transpose ? rows : cols;
   const int64_t o = blockIdx.x, l = blockIdx.y, i = l * kBlock + threadIdx.x;
   float v = 0.f;
@@ -67,10 +70,11 @@ __global__ void QuantVec128Kernel(const T* x, int64_t rows, int64_t cols, bool t
 // transposed, the other way. One block of 128 threads per (outer block, reduction block); the scale
 // at outer_block * l4 + reduction_block (l4: reduction blocks rounded up to 4; the padding is 1).
 template <typename T>
-__global__ void QuantBlk128Kernel(const T* w, int64_t rows, int64_t cols, bool transpose, int64_t l4, uint8_t* q,
-                                  float* scales) {
+__global__ void QuantBlk128Kernel(const T* w, int64_t rows, int64_t cols, bool transpose,
+                                  int64_t l4, uint8_t* q, float* scales) {
   const int64_t rb = transpose ? blockIdx.y : blockIdx.x, cb = transpose ? blockIdx.x : blockIdx.y;
-  const int64_t r0 = rb * kBlock, c0 = cb * kBlock, r1 = min(rows, r0 + kBlock), c1 = min(cols, c0 + kBlock);
+  const int64_t r0 = rb * kBlock, c0 = cb * kBlock, r1 = min(rows, r0 + kBlock),
+                c1 = min(cols, c0 + kBlock);
   float amax = 0.f;
   for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
     for (int64_t c = c0; c < c1; ++c) amax = fmaxf(amax, fabsf(Ld(w[r * cols + c])));
@@ -80,8 +84,10 @@ __global__ void QuantBlk128Kernel(const T* w, int64_t rows, int64_t cols, bool t
   for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
     for (int64_t c = c0; c < c1; ++c) {
       const uint8_t e = ToE4M3(Ld(w[r * cols + c]) / scale);
-      if (transpose) q[c * red + r] = e;
-      else q[r * red + c] = e;
+      if (transpose)
+        q[c * red + r] = e;
+      else
+        q[r * red + c] = e;
     }
   }
   if (threadIdx.x == 0) scales[blockIdx.x * l4 + blockIdx.y] = scale;
@@ -97,9 +103,9 @@ struct Operand {
   int mode = 0;  // cublasLtMatmulMatrixScale_t
 };
 
-// The operand of x in 1 x 128 tiles (QuantVec128Kernel), its outer dimension padded to a multiple of
-// 16: cuBLASLt wants the 1 x 128-scaled operand's outer dimension a multiple of 8 and its scales'
-// outer stride a multiple of 4 (Transformer Engine's limits; the tokens are any number).
+// The operand of x in 1 x 128 tiles (QuantVec128Kernel), its outer dimension padded to a multiple
+// of 16: cuBLASLt wants the 1 x 128-scaled operand's outer dimension a multiple of 8 and its
+// scales' outer stride a multiple of 4 (Transformer Engine's limits; the tokens are any number).
 Operand QuantVec128(const Tensor& x, bool transpose, int64_t red_pad) {
   Operand op;
   op.outer = RoundUp(transpose ? x.dim(1) : x.dim(0), 16);
@@ -107,13 +113,15 @@ Operand QuantVec128(const Tensor& x, bool transpose, int64_t red_pad) {
   op.mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   const int64_t blocks = CeilDiv(red_pad, kBlock);
   // e4m3 bytes live in an i32 tensor of a quarter the size (the allocator's unit is the tensor).
-  op.q = Tensor::Empty({std::max<int64_t>(1, CeilDiv(op.outer * red_pad, 4))}, DType::kI32, x.device());
+  op.q = Tensor::Empty({std::max<int64_t>(1, CeilDiv(op.outer * red_pad, 4))}, DType::kI32,
+                       x.device());
   op.scales = Tensor::Empty({std::max<int64_t>(1, op.outer * blocks)}, DType::kF32, x.device());
   if (op.outer == 0 || red_pad == 0) return op;
   const dim3 grid(static_cast<unsigned>(op.outer), static_cast<unsigned>(blocks));
   MOE_CUDA_TYPED(StorageType({&x}, "Fp8Gemm"), T, {
-    QuantVec128Kernel<T><<<grid, kBlock, 0, Stream()>>>(Ptr<T>(x), x.dim(0), x.dim(1), transpose, op.outer, red_pad,
-                                                        static_cast<uint8_t*>(op.q.raw()), Ptr<float>(op.scales));
+    QuantVec128Kernel<T>
+        <<<grid, kBlock, 0, Stream()>>>(Ptr<T>(x), x.dim(0), x.dim(1), transpose, op.outer, red_pad,
+                                        static_cast<uint8_t*>(op.q.raw()), Ptr<float>(op.scales));
   });
   CheckLaunch("Fp8Gemm: quantise 1 x 128");
   return op;
@@ -125,18 +133,21 @@ Operand QuantBlk128(const Tensor& w, bool transpose) {
   op.red = transpose ? w.dim(0) : w.dim(1);
   op.mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
   const int64_t ob = CeilDiv(op.outer, kBlock), l4 = CeilDiv(CeilDiv(op.red, kBlock), 4) * 4;
-  op.q = Tensor::Empty({std::max<int64_t>(1, CeilDiv(op.outer * op.red, 4))}, DType::kI32, w.device());
+  op.q =
+      Tensor::Empty({std::max<int64_t>(1, CeilDiv(op.outer * op.red, 4))}, DType::kI32, w.device());
   op.scales = Tensor::Empty({std::max<int64_t>(1, ob * l4)}, DType::kF32, w.device());
   const dim3 grid(static_cast<unsigned>(ob), static_cast<unsigned>(CeilDiv(op.red, kBlock)));
   MOE_CUDA_TYPED(StorageType({&w}, "Fp8Gemm"), T, {
-    QuantBlk128Kernel<T><<<grid, kBlock, 0, Stream()>>>(Ptr<T>(w), w.dim(0), w.dim(1), transpose, l4,
-                                                        static_cast<uint8_t*>(op.q.raw()), Ptr<float>(op.scales));
+    QuantBlk128Kernel<T><<<grid, kBlock, 0, Stream()>>>(Ptr<T>(w), w.dim(0), w.dim(1), transpose,
+                                                        l4, static_cast<uint8_t*>(op.q.raw()),
+                                                        Ptr<float>(op.scales));
   });
   CheckLaunch("Fp8Gemm: quantise 128 x 128");
   return op;
 }
 
-// ---- cuBLASLt, loaded on first use as cuBLAS is (kernels/cuda/cublas_api.h), from the same place ----
+// ---- cuBLASLt, loaded on first use as cuBLAS is (kernels/cuda/cublas_api.h), from the same place
+// ----
 
 struct LtApi {
   decltype(&cublasLtCreate) create = nullptr;
@@ -219,7 +230,8 @@ bool SetDesc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const 
   return Lt().desc_set(d, attr, &v, sizeof(v)) == CUBLAS_STATUS_SUCCESS;
 }
 
-// y32 row-major [P, Q] = beta * y32 + X · Wᵀ with X = xop [P, R], W = wop [Q, R]. "" or what failed.
+// y32 row-major [P, Q] = beta * y32 + X · Wᵀ with X = xop [P, R], W = wop [Q, R]. "" or what
+// failed.
 std::string LtGemm(const Operand& wop, const Operand& xop, const Tensor& y32, float beta) {
   const LtApi& lt = Lt();
   LtContext& ctx = Context();
@@ -230,11 +242,15 @@ std::string LtGemm(const Operand& wop, const Operand& xop, const Tensor& y32, fl
   const int8_t fast = 0;
   const void* ascale = wop.scales.raw();
   const void* bscale = xop.scales.raw();
-  if (lt.desc_create(&call.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return "cublasLtMatmulDescCreate";
-  if (!SetDesc(call.desc, CUBLASLT_MATMUL_DESC_TRANSA, ta) || !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_TRANSB, tb) ||
-      !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, amode) || !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, bmode) ||
+  if (lt.desc_create(&call.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+    return "cublasLtMatmulDescCreate";
+  if (!SetDesc(call.desc, CUBLASLT_MATMUL_DESC_TRANSA, ta) ||
+      !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_TRANSB, tb) ||
+      !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, amode) ||
+      !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, bmode) ||
       !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, ascale) ||
-      !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, bscale) || !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast)) {
+      !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, bscale) ||
+      !SetDesc(call.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast)) {
     return "the matmul descriptor's block-scaling attributes (cuBLAS 12.9 or later needed)";
   }
   if (lt.layout_create(&call.a, CUDA_R_8F_E4M3, k, m, k) != CUBLAS_STATUS_SUCCESS ||
@@ -243,27 +259,29 @@ std::string LtGemm(const Operand& wop, const Operand& xop, const Tensor& y32, fl
     return "cublasLtMatrixLayoutCreate";
   }
   if (lt.pref_create(&call.pref) != CUBLAS_STATUS_SUCCESS ||
-      lt.pref_set(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes, sizeof(ctx.workspace_bytes)) !=
-          CUBLAS_STATUS_SUCCESS) {
+      lt.pref_set(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes,
+                  sizeof(ctx.workspace_bytes)) != CUBLAS_STATUS_SUCCESS) {
     return "the matmul preference";
   }
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  if (lt.heuristic(ctx.handle, call.desc, call.a, call.b, call.d, call.d, call.pref, 1, &heur, &found) != CUBLAS_STATUS_SUCCESS ||
+  if (lt.heuristic(ctx.handle, call.desc, call.a, call.b, call.d, call.d, call.pref, 1, &heur,
+                   &found) != CUBLAS_STATUS_SUCCESS ||
       found == 0) {
-    return "no cuBLASLt algorithm for block-scaled e4m3 (" + std::to_string(m) + " x " + std::to_string(n) + " x " +
-           std::to_string(k) + ", fp32 out)";
+    return "no cuBLASLt algorithm for block-scaled e4m3 (" + std::to_string(m) + " x " +
+           std::to_string(n) + " x " + std::to_string(k) + ", fp32 out)";
   }
   const float alpha = 1.f;
-  if (lt.matmul(ctx.handle, call.desc, &alpha, wop.q.raw(), call.a, xop.q.raw(), call.b, &beta, y32.raw(), call.d, y32.raw(),
-                call.d, &heur.algo, ctx.workspace, ctx.workspace_bytes, Stream()) != CUBLAS_STATUS_SUCCESS) {
+  if (lt.matmul(ctx.handle, call.desc, &alpha, wop.q.raw(), call.a, xop.q.raw(), call.b, &beta,
+                y32.raw(), call.d, y32.raw(), call.d, &heur.algo, ctx.workspace,
+                ctx.workspace_bytes, Stream()) != CUBLAS_STATUS_SUCCESS) {
     return "cublasLtMatmul";
   }
   return "";
 }
 
-// y32 [P, Q] = beta y32 + X · Wᵀ; when X's rows were padded (xop.outer > P), through a scratch of the
-// padded rows (beta 0 only: forward and dgrad, whose rows are the tokens). "" or what failed.
+// y32 [P, Q] = beta y32 + X · Wᵀ; when X's rows were padded (xop.outer > P), through a scratch of
+// the padded rows (beta 0 only: forward and dgrad, whose rows are the tokens). "" or what failed.
 std::string RunGemm(const Operand& wop, const Operand& xop, const Tensor& y32, float beta) {
   Tensor out = y32;
   if (xop.outer != y32.dim(0)) {
@@ -287,43 +305,53 @@ std::string TryWgrad(const Tensor& dy, const Tensor& x, const Tensor& dw32, floa
   return RunGemm(QuantVec128(x, true, pad), QuantVec128(dy, true, pad), dw32, beta);
 }
 
-// The entry points' checks: CUDA tensors, 2-D, an f32 output, and `shapes_ok` (their shapes agree, the
-// weights' dimensions in multiples of 16: cuBLASLt's alignment; partial 128 blocks are fine).
-void CheckShapes(const Tensor& a, const Tensor& b, const Tensor& out, const char* op, bool shapes_ok) {
+// The entry points' checks: CUDA tensors, 2-D, an f32 output, and `shapes_ok` (their shapes agree,
+// the weights' dimensions in multiples of 16: cuBLASLt's alignment; partial 128 blocks are fine).
+void CheckShapes(const Tensor& a, const Tensor& b, const Tensor& out, const char* op,
+                 bool shapes_ok) {
   CheckOnCuda({&a, &b, &out}, op);
   CheckF32(out, op, "out");
   MOE_CHECK(a.ndim() == 2 && b.ndim() == 2 && out.ndim() == 2 && shapes_ok)
-      << op << ": " << a.ShapeString() << " and " << b.ShapeString() << " into " << out.ShapeString()
-      << " (2-D; the weights' dimensions in multiples of 16)";
+      << op << ": " << a.ShapeString() << " and " << b.ShapeString() << " into "
+      << out.ShapeString() << " (2-D; the weights' dimensions in multiples of 16)";
 }
 
-void Succeeded(const std::string& failed, const char* op) { MOE_CHECK(failed.empty()) << op << ": " << failed; }
+void Succeeded(const std::string& failed, const char* op) {
+  MOE_CHECK(failed.empty()) << op << ": " << failed;
+}
 
 }  // namespace
 
 void Fp8GemmForward(const Tensor& x, const Tensor& w, const Tensor& y32) {
-  CheckShapes(x, w, y32, "Fp8GemmForward", x.dim(1) == w.dim(1) && w.dim(1) % 16 == 0 && w.dim(0) % 16 == 0 &&
-                                                y32.dim(0) == x.dim(0) && y32.dim(1) == w.dim(0));
+  CheckShapes(x, w, y32, "Fp8GemmForward",
+              x.dim(1) == w.dim(1) && w.dim(1) % 16 == 0 && w.dim(0) % 16 == 0 &&
+                  y32.dim(0) == x.dim(0) && y32.dim(1) == w.dim(0));
   if (x.dim(0) > 0) Succeeded(TryForward(x, w, y32), "Fp8GemmForward");
 }
 
 void Fp8GemmDgrad(const Tensor& dy, const Tensor& w, const Tensor& dx32) {
-  CheckShapes(dy, w, dx32, "Fp8GemmDgrad", dy.dim(1) == w.dim(0) && w.dim(1) % 16 == 0 && w.dim(0) % 16 == 0 &&
-                                               dx32.dim(0) == dy.dim(0) && dx32.dim(1) == w.dim(1));
+  CheckShapes(dy, w, dx32, "Fp8GemmDgrad",
+              dy.dim(1) == w.dim(0) && w.dim(1) % 16 == 0 && w.dim(0) % 16 == 0 &&
+                  dx32.dim(0) == dy.dim(0) && dx32.dim(1) == w.dim(1));
   if (dy.dim(0) > 0) Succeeded(TryDgrad(dy, w, dx32), "Fp8GemmDgrad");
 }
 
 void Fp8GemmWgrad(const Tensor& dy, const Tensor& x, const Tensor& dw32, float beta) {
-  CheckShapes(dy, x, dw32, "Fp8GemmWgrad", dy.dim(0) == x.dim(0) && dw32.dim(0) == dy.dim(1) && dw32.dim(1) == x.dim(1) &&
-                                               dy.dim(1) % 16 == 0 && x.dim(1) % 16 == 0);
+  CheckShapes(dy, x, dw32, "Fp8GemmWgrad",
+              dy.dim(0) == x.dim(0) && dw32.dim(0) == dy.dim(1) && dw32.dim(1) == x.dim(1) &&
+                  dy.dim(1) % 16 == 0 && x.dim(1) % 16 == 0);
   Succeeded(TryWgrad(dy, x, dw32, beta), "Fp8GemmWgrad");
 }
 
-std::string TryFp8Gemm(Fp8GemmKind which, const Tensor& a, const Tensor& b, const Tensor& out, float beta) {
+std::string TryFp8Gemm(Fp8GemmKind which, const Tensor& a, const Tensor& b, const Tensor& out,
+                       float beta) {
   switch (which) {
-    case Fp8GemmKind::kForward: return TryForward(a, b, out);
-    case Fp8GemmKind::kDgrad: return TryDgrad(a, b, out);
-    case Fp8GemmKind::kWgrad: return TryWgrad(a, b, out, beta);
+    case Fp8GemmKind::kForward:
+      return TryForward(a, b, out);
+    case Fp8GemmKind::kDgrad:
+      return TryDgrad(a, b, out);
+    case Fp8GemmKind::kWgrad:
+      return TryWgrad(a, b, out, beta);
   }
   return "no such FP8 GEMM";
 }
@@ -337,9 +365,12 @@ std::string Fp8GemmProblem() {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     if (major != 9) {
-      problem = "cuBLASLt's 1 x 128 / 128 x 128 block-scaled FP8 runs on compute capability 9.0 (H100, H200); this "
-                "device is " + std::to_string(major) + "." + std::to_string(minor) +
-                " (Blackwell's MXFP8 GEMMs are not built yet: docs/architecture.md)";
+      problem =
+          "cuBLASLt's 1 x 128 / 128 x 128 block-scaled FP8 runs on compute capability 9.0 (H100, "
+          "H200); this "
+          "device is " +
+          std::to_string(major) + "." + std::to_string(minor) +
+          " (Blackwell's MXFP8 GEMMs are not built yet: docs/architecture.md)";
       return;
     }
     if (!Lt().problem.empty()) {

@@ -35,14 +35,16 @@ using bf16 = __nv_bfloat16;
 // d += a * b for one 16x8x16 tile: a row-major 16x16 bf16, b column-major 16x8 bf16, d fp32.
 MOE_DEVICE void MmaBf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 // d += a * b for one 16x8x8 tile of tf32 operands (fp32 bit patterns with the low 13 bits unused).
 MOE_DEVICE void MmaTf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
@@ -67,7 +69,8 @@ MOE_DEVICE void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
 MOE_DEVICE void CpAsync16(void* smem, const void* gmem, bool valid) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes)
+               : "memory");
 }
 MOE_DEVICE void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are still in flight.
@@ -126,8 +129,9 @@ MOE_DEVICE T FromFloat(float v) {
 MOE_DEVICE void StorePair(float* p, float a, float b) { StoreF2(p, a, b); }
 MOE_DEVICE void StorePair(bf16* p, float a, float b) { Store32(p, PackBf16(a, b)); }
 
-// Fragments of one k = 16 step of C[16 x 8] += A[16 x 16] B[16 x 8], loaded from shared-memory tiles
-// (ld: the row stride in elements, a multiple of 8 for bf16 so that rows are 16-byte aligned):
+// Fragments of one k = 16 step of C[16 x 8] += A[16 x 16] B[16 x 8], loaded from shared-memory
+// tiles (ld: the row stride in elements, a multiple of 8 for bf16 so that rows are 16-byte
+// aligned):
 //   LoadA:    A[m][k]  = x[(m0 + m) * ld + k0 + k]        (row-major A)
 //   LoadB2NK: B[k][n]  = x[(n0 + n) * ld + k0 + k]        (B stored as its transpose, n-major)
 //   LoadB2KN: B[k][n]  = x[(k0 + k) * ld + n0 + n]        (B stored k-major)
@@ -138,7 +142,8 @@ struct Frag;
 template <>
 struct Frag<bf16> {
   struct A {
-    uint32_t r[4];  // (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..): g = lane/4, t = lane%4
+    uint32_t
+        r[4];  // (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..): g = lane/4, t = lane%4
   };
   struct B {
     uint32_t r[2];  // k = 2t..2t+1 and 2t+8..2t+9, n = g
@@ -161,7 +166,8 @@ struct Frag<bf16> {
   static MOE_DEVICE void LoadB2KN(B& b0, B& b1, const bf16* x, int ld, int n0, int k0) {
     const int l = LaneId();
     uint32_t r[4];
-    // matrices (rows k, columns n), transposed on load: (k0, n0), (k0+8, n0), (k0, n0+8), (k0+8, n0+8)
+    // matrices (rows k, columns n), transposed on load: (k0, n0), (k0+8, n0), (k0, n0+8), (k0+8,
+    // n0+8)
     LdMatrixX4Trans(r, x + (k0 + (l & 15)) * ld + n0 + (l >> 4) * 8);
     b0.r[0] = r[0];
     b0.r[1] = r[1];

@@ -1,6 +1,7 @@
 // AdamW on fp32 master weights, fused elementwise: decoupled weight decay, bias-corrected moments
 // (the step is 1-based), the gradient scaled first (global-norm clipping). The moments are fp32, or
-// bf16 (DeepSeek-V3's): read into fp32, updated and used in fp32, rounded to nearest even when stored.
+// bf16 (DeepSeek-V3's): read into fp32, updated and used in fp32, rounded to nearest even when
+// stored.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -11,12 +12,13 @@ namespace moe::kernels::cuda {
 namespace {
 
 template <typename M>
-__global__ void AdamWKernel(float* p, const float* g, M* m, M* v, int64_t n, float lr, float b1, float b2, float eps,
-                            float wd, float inv_bc1, float inv_sqrt_bc2, float gs, const double* norm_sq,
-                            double grad_clip, bool norm_fp32) {
+__global__ void AdamWKernel(float* p, const float* g, M* m, M* v, int64_t n, float lr, float b1,
+                            float b2, float eps, float wd, float inv_bc1, float inv_sqrt_bc2,
+                            float gs, const double* norm_sq, double grad_clip, bool norm_fp32) {
   if (norm_sq != nullptr) {  // clipping from the device's norm: no host read
     const double scale = ClipScale(norm_sq[0], norm_sq[1], grad_clip, norm_fp32);
-    if (scale != scale || norm_sq[2] != 0) return;  // skipped: a non-finite norm, a bad batch on some rank
+    if (scale != scale || norm_sq[2] != 0)
+      return;  // skipped: a non-finite norm, a bad batch on some rank
     gs = static_cast<float>(scale);
   }
   MOE_CUDA_LOOP(i, n) {
@@ -32,7 +34,8 @@ __global__ void AdamWKernel(float* p, const float* g, M* m, M* v, int64_t n, flo
 
 }  // namespace
 
-void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg) {
+void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+           const AdamWConfig& cfg) {
   CheckOnCuda({&param, &grad, &m, &v}, "AdamW");
   for (const Tensor* t : {&param, &grad}) CheckF32(*t, "AdamW", "master weights and gradients");
   const DType moments = StorageType({&m, &v}, "AdamW (moments)");
@@ -43,10 +46,10 @@ void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tenso
   MOE_CUDA_TYPED(moments, M, {
     if (n > 0) {
       AdamWKernel<M><<<Blocks(n), kThreads, 0, Stream()>>>(
-          Ptr<float>(param), Ptr<float>(grad), Ptr<M>(m), Ptr<M>(v), n, static_cast<float>(cfg.lr), beta1, beta2,
-          static_cast<float>(cfg.eps), static_cast<float>(cfg.weight_decay), static_cast<float>(1.0 / bc1),
-          static_cast<float>(1.0 / std::sqrt(bc2)), static_cast<float>(cfg.grad_scale), cfg.norm_sq, cfg.grad_clip,
-          cfg.norm_fp32);
+          Ptr<float>(param), Ptr<float>(grad), Ptr<M>(m), Ptr<M>(v), n, static_cast<float>(cfg.lr),
+          beta1, beta2, static_cast<float>(cfg.eps), static_cast<float>(cfg.weight_decay),
+          static_cast<float>(1.0 / bc1), static_cast<float>(1.0 / std::sqrt(bc2)),
+          static_cast<float>(cfg.grad_scale), cfg.norm_sq, cfg.grad_clip, cfg.norm_fp32);
     }
   });
   CheckLaunch("AdamW");

@@ -1,18 +1,19 @@
 // The MoE dispatch on the device: the plan (BuildDispatchPlanOnDevice, a stable counting sort) and
-// the row movements: PermuteBackward (dx[t] = sum_j dxp[row_of_slot[t,j]]), CombineForward (y[t] += sum_j w[t,j] yp[row])
-// and CombineBackward (dyp[row] = w dy[t]; dw = <dy[t], yp[row]>).
+// the row movements: PermuteBackward (dx[t] = sum_j dxp[row_of_slot[t,j]]), CombineForward (y[t] +=
+// sum_j w[t,j] yp[row]) and CombineBackward (dyp[row] = w dy[t]; dw = <dy[t], yp[row]>).
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/kernel_types.h"
 #include "kernels/cuda/routing_kernels.cuh"
+#include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {
 namespace {
 
 template <typename T>
-__global__ void PermuteBackwardKernel(const T* dxp, const int32_t* rows, T* dx, int64_t tokens, int64_t k, int64_t d) {
+__global__ void PermuteBackwardKernel(const T* dxp, const int32_t* rows, T* dx, int64_t tokens,
+                                      int64_t k, int64_t d) {
   MOE_CUDA_LOOP(i, tokens * d) {
     const int64_t t = i / d, c = i % d;
     float s = 0;
@@ -22,19 +23,21 @@ __global__ void PermuteBackwardKernel(const T* dxp, const int32_t* rows, T* dx, 
 }
 
 template <typename T>
-__global__ void CombineForwardKernel(const T* yp, const int32_t* rows, const T* w, T* y, int64_t tokens, int64_t k, int64_t d) {
+__global__ void CombineForwardKernel(const T* yp, const int32_t* rows, const T* w, T* y,
+                                     int64_t tokens, int64_t k, int64_t d) {
   MOE_CUDA_LOOP(i, tokens * d) {
     const int64_t t = i / d, c = i % d;
     float s = Ld(y[i]);
-    for (int64_t j = 0; j < k; ++j) s += Ld(w[t * k + j]) * Ld(yp[static_cast<int64_t>(rows[t * k + j]) * d + c]);
+    for (int64_t j = 0; j < k; ++j)
+      s += Ld(w[t * k + j]) * Ld(yp[static_cast<int64_t>(rows[t * k + j]) * d + c]);
     y[i] = Cvt<T>(s);
   }
 }
 
 // One block per (token, choice): the weight's gradient is a dot product over the row.
 template <typename T>
-__global__ void CombineBackwardKernel(const T* dy, const T* yp, const int32_t* rows, const T* w, T* dyp, T* dw, int64_t k,
-                                      int64_t d) {
+__global__ void CombineBackwardKernel(const T* dy, const T* yp, const int32_t* rows, const T* w,
+                                      T* dyp, T* dw, int64_t k, int64_t d) {
   const int64_t slot = blockIdx.x, t = slot / k;
   const int64_t row = rows[slot];
   const float wt = Ld(w[slot]);
@@ -52,19 +55,25 @@ __global__ void CombineBackwardKernel(const T* dy, const T* yp, const int32_t* r
 
 void BuildDispatchPlanOnDevice(const Tensor& topk_idx, int64_t num_experts, const Tensor& counts,
                                const Tensor& row_of_slot, const Tensor& token_of_row) {
-  static_assert(routing::kBadExpertBit == kBadExpert, "routing_kernels.cuh's bit is kernels/runtime.h's");
+  static_assert(routing::kBadExpertBit == kBadExpert,
+                "routing_kernels.cuh's bit is kernels/runtime.h's");
   CheckOnCuda({&topk_idx, &counts, &row_of_slot, &token_of_row}, "BuildDispatchPlanOnDevice");
-  MOE_CHECK(num_experts <= 8192) << "BuildDispatchPlanOnDevice: " << num_experts
-                                 << " experts (at most 8,192: the histogram lives in shared memory)";
+  MOE_CHECK(num_experts <= 8192)
+      << "BuildDispatchPlanOnDevice: " << num_experts
+      << " experts (at most 8,192: the histogram lives in shared memory)";
   const int64_t slots = topk_idx.numel(), k = topk_idx.dim(1);
   auto* c = static_cast<unsigned long long*>(counts.raw());
-  MOE_CHECK(cudaMemsetAsync(c, 0, counts.nbytes(), Stream()) == cudaSuccess) << "BuildDispatchPlanOnDevice: " << LastError();
+  MOE_CHECK(cudaMemsetAsync(c, 0, counts.nbytes(), Stream()) == cudaSuccess)
+      << "BuildDispatchPlanOnDevice: " << LastError();
   if (slots > 0) {
     const unsigned blocks = std::min<unsigned>(Blocks(slots), 1024);
-    routing::CountExpertsKernel<<<blocks, kThreads, sizeof(unsigned) * static_cast<size_t>(num_experts), Stream()>>>(
+    routing::CountExpertsKernel<<<blocks, kThreads,
+                                  sizeof(unsigned) * static_cast<size_t>(num_experts), Stream()>>>(
         Ptr<int32_t>(topk_idx), slots, num_experts, c, BadIndexFlags());
-    routing::FillExpertRowsKernel<<<static_cast<unsigned>(num_experts), kThreads, routing::FillSharedBytes(kThreads), Stream()>>>(
-        Ptr<int32_t>(topk_idx), slots, k, num_experts, c, Ptr<int32_t>(row_of_slot), Ptr<int32_t>(token_of_row));
+    routing::FillExpertRowsKernel<<<static_cast<unsigned>(num_experts), kThreads,
+                                    routing::FillSharedBytes(kThreads), Stream()>>>(
+        Ptr<int32_t>(topk_idx), slots, k, num_experts, c, Ptr<int32_t>(row_of_slot),
+        Ptr<int32_t>(token_of_row));
   }
   CheckLaunch("BuildDispatchPlanOnDevice");
 }
@@ -74,8 +83,8 @@ void PermuteBackward(const Tensor& dxp, const Tensor& row_of_slot, const Tensor&
   const int64_t tokens = dx.dim(0), k = row_of_slot.dim(1), d = dx.dim(1);
   MOE_CUDA_TYPED(StorageType({&dxp, &dx}, "PermuteBackward"), T, {
     if (tokens * d > 0) {
-      PermuteBackwardKernel<T><<<Blocks(tokens * d), kThreads, 0, Stream()>>>(Ptr<T>(dxp), Ptr<int32_t>(row_of_slot), Ptr<T>(dx),
-                                                                              tokens, k, d);
+      PermuteBackwardKernel<T><<<Blocks(tokens * d), kThreads, 0, Stream()>>>(
+          Ptr<T>(dxp), Ptr<int32_t>(row_of_slot), Ptr<T>(dx), tokens, k, d);
     }
   });
   CheckLaunch("PermuteBackward");
@@ -86,21 +95,22 @@ void CombineForward(const Tensor& yp, const Tensor& row_of_slot, const Tensor& w
   const int64_t tokens = y.dim(0), k = row_of_slot.dim(1), d = y.dim(1);
   MOE_CUDA_TYPED(StorageType({&yp, &w, &y}, "CombineForward"), T, {
     if (tokens * d > 0) {
-      CombineForwardKernel<T><<<Blocks(tokens * d), kThreads, 0, Stream()>>>(Ptr<T>(yp), Ptr<int32_t>(row_of_slot), Ptr<T>(w),
-                                                                             Ptr<T>(y), tokens, k, d);
+      CombineForwardKernel<T><<<Blocks(tokens * d), kThreads, 0, Stream()>>>(
+          Ptr<T>(yp), Ptr<int32_t>(row_of_slot), Ptr<T>(w), Ptr<T>(y), tokens, k, d);
     }
   });
   CheckLaunch("CombineForward");
 }
 
-void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_slot, const Tensor& w, const Tensor& dyp,
-                     const Tensor& dw) {
+void CombineBackward(const Tensor& dy, const Tensor& yp, const Tensor& row_of_slot, const Tensor& w,
+                     const Tensor& dyp, const Tensor& dw) {
   CheckOnCuda({&dy, &yp, &row_of_slot, &w, &dyp, &dw}, "CombineBackward");
   const int64_t tokens = dy.dim(0), k = row_of_slot.dim(1), d = dy.dim(1);
   MOE_CUDA_TYPED(StorageType({&dy, &yp, &w, &dyp, &dw}, "CombineBackward"), T, {
     if (tokens * k > 0) {
       CombineBackwardKernel<T><<<static_cast<unsigned>(tokens * k), kThreads, 0, Stream()>>>(
-          Ptr<T>(dy), Ptr<T>(yp), Ptr<int32_t>(row_of_slot), Ptr<T>(w), Ptr<T>(dyp), Ptr<T>(dw), k, d);
+          Ptr<T>(dy), Ptr<T>(yp), Ptr<int32_t>(row_of_slot), Ptr<T>(w), Ptr<T>(dyp), Ptr<T>(dw), k,
+          d);
     }
   });
   CheckLaunch("CombineBackward");

@@ -14,8 +14,9 @@ namespace {
 // x [tokens, heads * stride]; pair j of head h: columns h*stride + offset + (j, j + pairs) when
 // half-split, (2j, 2j + 1) when adjacent.
 template <typename T>
-__global__ void RopeKernel(T* x, int64_t tokens, int64_t seq_len, int64_t heads, int64_t stride, int64_t offset,
-                           const float* inv_freq, int64_t pairs, bool half_split, double sign) {
+__global__ void RopeKernel(T* x, int64_t tokens, int64_t seq_len, int64_t heads, int64_t stride,
+                           int64_t offset, const float* inv_freq, int64_t pairs, bool half_split,
+                           double sign) {
   MOE_CUDA_LOOP(i, tokens * pairs) {
     const int64_t t = i / pairs, j = i % pairs;
     double s, c;
@@ -32,16 +33,16 @@ __global__ void RopeKernel(T* x, int64_t tokens, int64_t seq_len, int64_t heads,
   }
 }
 
-void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout,
-          bool inverse, const char* op) {
+void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
+          RopeLayout layout, bool inverse, const char* op) {
   CheckOnCuda({&x, &inv_freq}, op);
   CheckF32(inv_freq, op, "inv_freq");
   const int64_t tokens = x.dim(0), pairs = inv_freq.numel(), stride = x.dim(1) / heads;
   MOE_CUDA_TYPED(StorageType({&x}, op), T, {
     if (tokens * pairs > 0) {
-      RopeKernel<T><<<Blocks(tokens * pairs), kThreads, 0, Stream()>>>(Ptr<T>(x), tokens, seq_len, heads, stride, offset,
-                                                                       Ptr<float>(inv_freq), pairs,
-                                                                       layout == RopeLayout::kHalfSplit, inverse ? -1.0 : 1.0);
+      RopeKernel<T><<<Blocks(tokens * pairs), kThreads, 0, Stream()>>>(
+          Ptr<T>(x), tokens, seq_len, heads, stride, offset, Ptr<float>(inv_freq), pairs,
+          layout == RopeLayout::kHalfSplit, inverse ? -1.0 : 1.0);
     }
   });
   CheckLaunch(op);
@@ -49,11 +50,13 @@ void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const
 
 }  // namespace
 
-void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout) {
+void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset,
+                 const Tensor& inv_freq, RopeLayout layout) {
   Rope(x, seq_len, heads, offset, inv_freq, layout, false, "RopeForward");
 }
 
-void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq, RopeLayout layout) {
+void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset,
+                  const Tensor& inv_freq, RopeLayout layout) {
   Rope(dx, seq_len, heads, offset, inv_freq, layout, true, "RopeBackward");
 }
 

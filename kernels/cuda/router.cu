@@ -1,7 +1,7 @@
-// DeepSeek-V3 routing in fp32 (kernels/router.h): scores, biased group-limited top-k and weights, one
-// thread per token (at most 512 experts and 64 groups); its backward; the sequence-wise balance loss,
-// one block per sequence, deterministic. f32 only: the router GEMM writes fp32 logits, as DeepSeek-V3
-// routes in fp32.
+// DeepSeek-V3 routing in fp32 (kernels/router.h): scores, biased group-limited top-k and weights,
+// one thread per token (at most 512 experts and 64 groups); its backward; the sequence-wise balance
+// loss, one block per sequence, deterministic. f32 only: the router GEMM writes fp32 logits, as
+// DeepSeek-V3 routes in fp32.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -26,9 +26,11 @@ __device__ void RouterScores(const float* x, int64_t e, bool sigmoid, float* s) 
   }
 }
 
-// Group-limited routing: keeps the `topk_groups` best of `groups` groups (a group scores by the sum of
-// its two best selection scores when the bias is in use, else its best) and masks the rest to -inf.
-__device__ void KeepBestGroups(float* sel, int64_t e, int64_t groups, int64_t topk_groups, bool use_bias) {
+// Group-limited routing: keeps the `topk_groups` best of `groups` groups (a group scores by the sum
+// of its two best selection scores when the bias is in use, else its best) and masks the rest to
+// -inf.
+__device__ void KeepBestGroups(float* sel, int64_t e, int64_t groups, int64_t topk_groups,
+                               bool use_bias) {
   const int64_t per = e / groups;
   float gscore[kMaxGroups];
   bool kept[kMaxGroups];
@@ -36,22 +38,30 @@ __device__ void KeepBestGroups(float* sel, int64_t e, int64_t groups, int64_t to
     float a = -INFINITY, c = -INFINITY;
     for (int64_t i = 0; i < per; ++i) {
       const float v = sel[g * per + i];
-      if (v > a) { c = a; a = v; } else if (v > c) { c = v; }
+      if (v > a) {
+        c = a;
+        a = v;
+      } else if (v > c) {
+        c = v;
+      }
     }
     gscore[g] = (use_bias && per >= 2) ? a + c : a;
     kept[g] = false;
   }
   for (int64_t r = 0; r < topk_groups; ++r) {
     int64_t best = -1;
-    for (int64_t g = 0; g < groups; ++g) if (!kept[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+    for (int64_t g = 0; g < groups; ++g)
+      if (!kept[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
     kept[best] = true;
   }
-  for (int64_t i = 0; i < e; ++i) if (!kept[i / per]) sel[i] = -INFINITY;
+  for (int64_t i = 0; i < e; ++i)
+    if (!kept[i / per]) sel[i] = -INFINITY;
 }
 
 // One thread per token (E <= kMaxExperts). Ties go to the lower index, as on the CPU.
-__global__ void RouteKernel(const float* logits, const float* bias, int64_t tokens, int64_t e, int64_t k, int64_t groups,
-                            int64_t topk_groups, bool sigmoid, float route_scale, bool use_bias, float* scores, int32_t* idx,
+__global__ void RouteKernel(const float* logits, const float* bias, int64_t tokens, int64_t e,
+                            int64_t k, int64_t groups, int64_t topk_groups, bool sigmoid,
+                            float route_scale, bool use_bias, float* scores, int32_t* idx,
                             float* w) {
   const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (t >= tokens) return;
@@ -71,11 +81,13 @@ __global__ void RouteKernel(const float* logits, const float* bias, int64_t toke
     idx[t * k + j] = static_cast<int32_t>(best);
     sum += (w[t * k + j] = s[best]);
   }
-  for (int64_t j = 0; j < k; ++j) w[t * k + j] = (sigmoid ? w[t * k + j] / sum : w[t * k + j]) * route_scale;
+  for (int64_t j = 0; j < k; ++j)
+    w[t * k + j] = (sigmoid ? w[t * k + j] / sum : w[t * k + j]) * route_scale;
 }
 
-__global__ void RouteBackwardKernel(const float* scores, const int32_t* idx, const float* dw, const float* dextra, int64_t tokens,
-                                    int64_t e, int64_t k, bool sigmoid, float route_scale, float* dlogits) {
+__global__ void RouteBackwardKernel(const float* scores, const int32_t* idx, const float* dw,
+                                    const float* dextra, int64_t tokens, int64_t e, int64_t k,
+                                    bool sigmoid, float route_scale, float* dlogits) {
   const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (t >= tokens) return;
   const float* s = scores + t * e;
@@ -83,8 +95,12 @@ __global__ void RouteBackwardKernel(const float* scores, const int32_t* idx, con
   for (int64_t i = 0; i < e; ++i) ds[i] = dextra != nullptr ? dextra[t * e + i] : 0.f;
   if (sigmoid) {
     float sum = 0, dot = 0;
-    for (int64_t j = 0; j < k; ++j) { sum += s[idx[t * k + j]]; dot += dw[t * k + j] * s[idx[t * k + j]]; }
-    for (int64_t j = 0; j < k; ++j) ds[idx[t * k + j]] += route_scale * (dw[t * k + j] / sum - dot / (sum * sum));
+    for (int64_t j = 0; j < k; ++j) {
+      sum += s[idx[t * k + j]];
+      dot += dw[t * k + j] * s[idx[t * k + j]];
+    }
+    for (int64_t j = 0; j < k; ++j)
+      ds[idx[t * k + j]] += route_scale * (dw[t * k + j] / sum - dot / (sum * sum));
   } else {
     for (int64_t j = 0; j < k; ++j) ds[idx[t * k + j]] += route_scale * dw[t * k + j];
   }
@@ -105,9 +121,10 @@ __global__ void RouteBackwardKernel(const float* scores, const int32_t* idx, con
 //      picked as successive maxima, each the largest below the last in (score, lower index first)
 //      order, so ties go to the lower index; counted into f.
 //   2. per expert (a thread each): P_i = mean_t s_{i,t} / sum_t; the loss partial sum_i f_i P_i.
-//   3. per token, when dscores is given: d loss / d s_{i,t} = c (f_i - sum_j f_j s_{j,t} / sum_t) / sum_t.
-__global__ void SeqAuxKernel(const float* scores, int64_t seq_len, int64_t e, int64_t k, float coeff, float* sums,
-                             float* dscores, float* losses) {
+//   3. per token, when dscores is given: d loss / d s_{i,t} = c (f_i - sum_j f_j s_{j,t} / sum_t) /
+//   sum_t.
+__global__ void SeqAuxKernel(const float* scores, int64_t seq_len, int64_t e, int64_t k,
+                             float coeff, float* sums, float* dscores, float* losses) {
   __shared__ int count[kMaxExperts];
   __shared__ float f[kMaxExperts];
   const int64_t t0 = blockIdx.x * seq_len, t1 = t0 + seq_len;
@@ -133,7 +150,8 @@ __global__ void SeqAuxKernel(const float* scores, int64_t seq_len, int64_t e, in
       last_i = best;
     }
   }
-  __syncthreads();  // the counts, and `sums` (global writes are visible to the block after a barrier)
+  __syncthreads();  // the counts, and `sums` (global writes are visible to the block after a
+                    // barrier)
   const float fscale = static_cast<float>(e) / static_cast<float>(k * seq_len);
   float loss = 0;
   for (int64_t i = threadIdx.x; i < e; i += blockDim.x) {
@@ -158,50 +176,56 @@ __global__ void SeqAuxKernel(const float* scores, int64_t seq_len, int64_t e, in
 
 }  // namespace
 
-void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig& cfg, const Tensor& scores,
-                   const Tensor& topk_idx, const Tensor& topk_w) {
+void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig& cfg,
+                   const Tensor& scores, const Tensor& topk_idx, const Tensor& topk_w) {
   CheckOnCuda({&logits, &bias, &scores, &topk_idx, &topk_w}, "RouterForward");
-  for (const Tensor* t : {&logits, &bias, &scores, &topk_w}) CheckF32(*t, "RouterForward", "every routing tensor");
+  for (const Tensor* t : {&logits, &bias, &scores, &topk_w})
+    CheckF32(*t, "RouterForward", "every routing tensor");
   const int64_t tokens = logits.dim(0), experts = logits.dim(1);
   MOE_CHECK(experts <= kMaxExperts && cfg.num_groups <= kMaxGroups)
-      << "RouterForward on CUDA: at most " << kMaxExperts << " experts and " << kMaxGroups << " groups, got " << experts
-      << " and " << cfg.num_groups;
+      << "RouterForward on CUDA: at most " << kMaxExperts << " experts and " << kMaxGroups
+      << " groups, got " << experts << " and " << cfg.num_groups;
   if (tokens > 0) {
     RouteKernel<<<Blocks(tokens, 128), 128, 0, Stream()>>>(
-        Ptr<float>(logits), Ptr<float>(bias), tokens, experts, cfg.top_k, cfg.num_groups, cfg.topk_groups, cfg.sigmoid,
-        static_cast<float>(cfg.route_scale), cfg.use_bias, Ptr<float>(scores), Ptr<int32_t>(topk_idx), Ptr<float>(topk_w));
+        Ptr<float>(logits), Ptr<float>(bias), tokens, experts, cfg.top_k, cfg.num_groups,
+        cfg.topk_groups, cfg.sigmoid, static_cast<float>(cfg.route_scale), cfg.use_bias,
+        Ptr<float>(scores), Ptr<int32_t>(topk_idx), Ptr<float>(topk_w));
   }
   CheckLaunch("RouterForward");
 }
 
-void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& dtopk_w, const Tensor& dscores_extra,
-                    const RouterConfig& cfg, const Tensor& dlogits) {
+void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& dtopk_w,
+                    const Tensor& dscores_extra, const RouterConfig& cfg, const Tensor& dlogits) {
   CheckOnCuda({&scores, &topk_idx, &dtopk_w, &dscores_extra, &dlogits}, "RouterBackward");
-  for (const Tensor* t : {&scores, &dtopk_w, &dscores_extra, &dlogits}) CheckF32(*t, "RouterBackward", "every routing tensor");
+  for (const Tensor* t : {&scores, &dtopk_w, &dscores_extra, &dlogits})
+    CheckF32(*t, "RouterBackward", "every routing tensor");
   const int64_t tokens = scores.dim(0), experts = scores.dim(1);
-  MOE_CHECK(experts <= kMaxExperts) << "RouterBackward on CUDA: at most " << kMaxExperts << " experts, got " << experts;
+  MOE_CHECK(experts <= kMaxExperts)
+      << "RouterBackward on CUDA: at most " << kMaxExperts << " experts, got " << experts;
   if (tokens > 0) {
     RouteBackwardKernel<<<Blocks(tokens, 128), 128, 0, Stream()>>>(
-        Ptr<float>(scores), Ptr<int32_t>(topk_idx), Ptr<float>(dtopk_w), Ptr<float>(dscores_extra), tokens, experts, cfg.top_k,
-        cfg.sigmoid, static_cast<float>(cfg.route_scale), Ptr<float>(dlogits));
+        Ptr<float>(scores), Ptr<int32_t>(topk_idx), Ptr<float>(dtopk_w), Ptr<float>(dscores_extra),
+        tokens, experts, cfg.top_k, cfg.sigmoid, static_cast<float>(cfg.route_scale),
+        Ptr<float>(dlogits));
   }
   CheckLaunch("RouterBackward");
 }
 
-double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len, double coeff,
-                  const Tensor& dscores) {
+double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t seq_len,
+                  double coeff, const Tensor& dscores) {
   CheckOnCuda({&scores, &dscores}, "SeqAuxLoss");
   CheckF32(scores, "SeqAuxLoss", "scores");
   CheckF32(dscores, "SeqAuxLoss", "dscores");
   const int64_t experts = scores.dim(1);
-  MOE_CHECK(experts <= kMaxExperts) << "SeqAuxLoss on CUDA: at most " << kMaxExperts << " experts, got " << experts;
+  MOE_CHECK(experts <= kMaxExperts)
+      << "SeqAuxLoss on CUDA: at most " << kMaxExperts << " experts, got " << experts;
   if (num_seqs * seq_len == 0) return 0;
   RegisterCudaAllocator();
   Tensor sums = Tensor::Empty({num_seqs * seq_len}, DType::kF32, scores.device());
   const double loss = SumPartials(num_seqs, [&](float* losses) {
-    SeqAuxKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, Stream()>>>(Ptr<float>(scores), seq_len, experts, top_k,
-                                                                             static_cast<float>(coeff), Ptr<float>(sums),
-                                                                             Ptr<float>(dscores), losses);
+    SeqAuxKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, Stream()>>>(
+        Ptr<float>(scores), seq_len, experts, top_k, static_cast<float>(coeff), Ptr<float>(sums),
+        Ptr<float>(dscores), losses);
   });
   CheckLaunch("SeqAuxLoss");
   return loss;

@@ -1,6 +1,6 @@
-// The CUDA runtime of the kernels: device selection and facts, the stream kernels run on, the caching
-// allocator behind CUDA tensors, the shared cuBLAS handle, the checks and helpers every family's entry
-// points use (kernels/cuda/common.cuh), and the bf16 GEMM peak measurement.
+// The CUDA runtime of the kernels: device selection and facts, the stream kernels run on, the
+// caching allocator behind CUDA tensors, the shared cuBLAS handle, the checks and helpers every
+// family's entry points use (kernels/cuda/common.cuh), and the bf16 GEMM peak measurement.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -15,7 +15,6 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/kernel_types.h"
 #include "kernels/kernel_state.h"
 #include "kernels/kernel_types.h"
 #include "kernels/upload_ring.h"
@@ -73,7 +72,9 @@ class CudaAllocator final : public CachingAllocator {
   void WaitEvent(EventHandle event) override {
     MOE_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)) == cudaSuccess) << LastError();
   }
-  void DestroyEvent(EventHandle event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+  void DestroyEvent(EventHandle event) override {
+    cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  }
 
  private:
   // The pinned ring's device side: its copies and events on the kernels' stream (the events are the
@@ -88,7 +89,9 @@ class CudaAllocator final : public CachingAllocator {
     };
     h.free_pinned = [](void* p) { cudaFreeHost(p); };
     h.copy_async = [](void* dst, const void* staged, size_t bytes) {
-      MOE_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, Stream()) == cudaSuccess) << LastError();
+      MOE_CHECK(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, Stream()) ==
+                cudaSuccess)
+          << LastError();
     };
     h.record_event = [this] { return RecordEvent(Stream()); };
     h.event_done = [this](UploadRing::Event e) { return EventDone(e); };
@@ -123,12 +126,14 @@ Device CurrentDevice() {
 }
 
 #define MOE_SYMBOL_NAME2(x) #x
-#define MOE_SYMBOL_NAME(x) MOE_SYMBOL_NAME2(x)  // expands cublas_v2.h's macros: cublasCreate -> cublasCreate_v2
+#define MOE_SYMBOL_NAME(x) \
+  MOE_SYMBOL_NAME2(x)  // expands cublas_v2.h's macros: cublasCreate -> cublasCreate_v2
 
 void* OpenToolkitLibrary(const std::string& name, std::string* tried) {
   Dl_info info{};
   tried->clear();
-  if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &info) != 0 && info.dli_fname != nullptr) {
+  if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &info) != 0 &&
+      info.dli_fname != nullptr) {
     std::string dir = info.dli_fname;
     dir = dir.substr(0, dir.find_last_of('/') + 1);
     *tried = dir + name;
@@ -155,7 +160,8 @@ const CublasApi& LoadCublas(std::string* problem) {
     ResolveSymbol(lib, "cuBLAS", MOE_SYMBOL_NAME(cublasSetStream), &a.set_stream, &why);
     ResolveSymbol(lib, "cuBLAS", MOE_SYMBOL_NAME(cublasGemmEx), &a.gemm_ex, &why);
     ResolveSymbol(lib, "cuBLAS", MOE_SYMBOL_NAME(cublasGetStatusString), &a.status_string, &why);
-    a.grouped_gemm = reinterpret_cast<decltype(a.grouped_gemm)>(dlsym(lib, "cublasGemmGroupedBatchedEx"));  // optional
+    a.grouped_gemm = reinterpret_cast<decltype(a.grouped_gemm)>(
+        dlsym(lib, "cublasGemmGroupedBatchedEx"));  // optional
     return a;
   }();
   *problem = why;
@@ -182,10 +188,11 @@ const CublasApi& Cublas() {
 }
 
 void* CublasHandle() {
-  // One handle per thread (cuBLAS handles are not thread-safe), bound to the device current when the
-  // thread first asks; a training process drives one device.
+  // One handle per thread (cuBLAS handles are not thread-safe), bound to the device current when
+  // the thread first asks; a training process drives one device.
   thread_local cublasHandle_t handle = nullptr;
-  if (handle == nullptr) MOE_CHECK(Cublas().create(&handle) == CUBLAS_STATUS_SUCCESS) << "cublasCreate failed";
+  if (handle == nullptr)
+    MOE_CHECK(Cublas().create(&handle) == CUBLAS_STATUS_SUCCESS) << "cublasCreate failed";
   Cublas().set_stream(handle, Stream());
   return handle;
 }
@@ -212,15 +219,18 @@ __global__ void AddPartialsKernel(const P* partial, int64_t n, double* dst) {
 
 unsigned* BadIndexFlags() {
   if (g_bad_index == nullptr) {
-    MOE_CHECK(cudaMalloc(&g_bad_index, sizeof(unsigned)) == cudaSuccess) << "bad-index flags: " << LastError();
-    MOE_CHECK(cudaMemset(g_bad_index, 0, sizeof(unsigned)) == cudaSuccess) << "bad-index flags: " << LastError();
+    MOE_CHECK(cudaMalloc(&g_bad_index, sizeof(unsigned)) == cudaSuccess)
+        << "bad-index flags: " << LastError();
+    MOE_CHECK(cudaMemset(g_bad_index, 0, sizeof(unsigned)) == cudaSuccess)
+        << "bad-index flags: " << LastError();
   }
   return g_bad_index;
 }
 
 void FoldBadIndices(const Tensor& acc, int64_t slot) {
   CheckOnCuda({&acc}, "FoldBadIndices");
-  FoldBadIndicesKernel<<<1, 1, 0, Stream()>>>(BadIndexFlags(), static_cast<double*>(acc.raw()) + slot);
+  FoldBadIndicesKernel<<<1, 1, 0, Stream()>>>(BadIndexFlags(),
+                                              static_cast<double*>(acc.raw()) + slot);
   CheckLaunch("FoldBadIndices");
 }
 
@@ -247,7 +257,8 @@ double SumPartials(int64_t n, const std::function<void(float*)>& launch) {
     return 0;
   }
   std::vector<float> host(static_cast<size_t>(n));
-  cudaMemcpyAsync(host.data(), partial.raw(), sizeof(float) * host.size(), cudaMemcpyDeviceToHost, Stream());
+  cudaMemcpyAsync(host.data(), partial.raw(), sizeof(float) * host.size(), cudaMemcpyDeviceToHost,
+                  Stream());
   cudaStreamSynchronize(Stream());
   double total = 0;
   for (float v : host) total += v;
@@ -256,7 +267,9 @@ double SumPartials(int64_t n, const std::function<void(float*)>& launch) {
 
 void CheckOnCuda(std::initializer_list<const Tensor*> tensors, const char* op) {
   for (const Tensor* t : tensors) {
-    if (t->defined()) MOE_CHECK(t->device().is_cuda()) << op << ": a " << t->device().ToString() << " tensor among CUDA ones";
+    if (t->defined())
+      MOE_CHECK(t->device().is_cuda())
+          << op << ": a " << t->device().ToString() << " tensor among CUDA ones";
   }
 }
 
@@ -267,7 +280,8 @@ DType StorageType(std::initializer_list<const Tensor*> tensors, const char* op) 
     if (!t->defined()) continue;
     MOE_CHECK(t->dtype() == DType::kF32 || t->dtype() == DType::kBF16)
         << op << ": CUDA kernels take f32 or bf16, got " << DTypeName(t->dtype());
-    MOE_CHECK(first || t->dtype() == d) << op << ": mixed dtypes " << DTypeName(d) << " and " << DTypeName(t->dtype());
+    MOE_CHECK(first || t->dtype() == d)
+        << op << ": mixed dtypes " << DTypeName(d) << " and " << DTypeName(t->dtype());
     d = t->dtype();
     first = false;
   }
@@ -275,7 +289,8 @@ DType StorageType(std::initializer_list<const Tensor*> tensors, const char* op) 
 }
 
 void CheckF32(const Tensor& t, const char* op, const char* what) {
-  MOE_CHECK(!t.defined() || t.dtype() == DType::kF32) << op << ": " << what << " must be f32 on CUDA, got " << DTypeName(t.dtype());
+  MOE_CHECK(!t.defined() || t.dtype() == DType::kF32)
+      << op << ": " << what << " must be f32 on CUDA, got " << DTypeName(t.dtype());
 }
 
 void CheckLaunch(const char* op) {
@@ -290,7 +305,8 @@ int CudaDeviceCount(std::string* problem) {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e == cudaSuccess) return n;
   cudaGetLastError();
-  // No driver at all (a CPU machine) reads as "insufficient driver" too: tell it apart by loading it.
+  // No driver at all (a CPU machine) reads as "insufficient driver" too: tell it apart by loading
+  // it.
   bool driver = false;
   if (void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
     driver = true;
@@ -304,7 +320,8 @@ int CudaDeviceCount(std::string* problem) {
 
 std::string CudaDeviceName(int index) {
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "cuda:" + std::to_string(index) + " (" + LastError() + ")";
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess)
+    return "cuda:" + std::to_string(index) + " (" + LastError() + ")";
   return prop.name;
 }
 
@@ -312,10 +329,12 @@ Status UseCudaDevice(int index) {
   std::string problem;
   const int n = CudaDeviceCount(&problem);
   if (index < 0 || index >= n) {
-    return FailedPreconditionError("cuda:" + std::to_string(index) + ": this machine has " + std::to_string(n) +
-                                   " usable CUDA device(s)" + (problem.empty() ? "" : " (" + problem + ")"));
+    return FailedPreconditionError("cuda:" + std::to_string(index) + ": this machine has " +
+                                   std::to_string(n) + " usable CUDA device(s)" +
+                                   (problem.empty() ? "" : " (" + problem + ")"));
   }
-  if (cudaSetDevice(index) != cudaSuccess) return UnavailableError("cudaSetDevice(" + std::to_string(index) + "): " + LastError());
+  if (cudaSetDevice(index) != cudaSuccess)
+    return UnavailableError("cudaSetDevice(" + std::to_string(index) + "): " + LastError());
   RegisterCudaAllocator();
   return OkStatus();
 }

@@ -1,5 +1,5 @@
-// SwiGLU on a fused gate|up projection: gate_up [R, 2F] -> out [R, F] = silu(gate) * up; the backward
-// writes dgate_up.
+// SwiGLU on a fused gate|up projection: gate_up [R, 2F] -> out [R, F] = silu(gate) * up; the
+// backward writes dgate_up.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/kernel_types.h"
@@ -33,7 +33,9 @@ void SwigluForward(const Tensor& gate_up, const Tensor& out) {
   CheckOnCuda({&gate_up, &out}, "SwigluForward");
   const int64_t rows = out.dim(0), f = out.dim(1);
   MOE_CUDA_TYPED(StorageType({&gate_up, &out}, "SwigluForward"), T, {
-    if (rows * f > 0) SwigluForwardKernel<T><<<Blocks(rows * f), kThreads, 0, Stream()>>>(Ptr<T>(gate_up), Ptr<T>(out), rows, f);
+    if (rows * f > 0)
+      SwigluForwardKernel<T>
+          <<<Blocks(rows * f), kThreads, 0, Stream()>>>(Ptr<T>(gate_up), Ptr<T>(out), rows, f);
   });
   CheckLaunch("SwigluForward");
 }
@@ -43,8 +45,8 @@ void SwigluBackward(const Tensor& gate_up, const Tensor& dout, const Tensor& dga
   const int64_t rows = dout.dim(0), f = dout.dim(1);
   MOE_CUDA_TYPED(StorageType({&gate_up, &dout, &dgate_up}, "SwigluBackward"), T, {
     if (rows * f > 0) {
-      SwigluBackwardKernel<T><<<Blocks(rows * f), kThreads, 0, Stream()>>>(Ptr<T>(gate_up), Ptr<T>(dout), Ptr<T>(dgate_up),
-                                                                            rows, f);
+      SwigluBackwardKernel<T><<<Blocks(rows * f), kThreads, 0, Stream()>>>(
+          Ptr<T>(gate_up), Ptr<T>(dout), Ptr<T>(dgate_up), rows, f);
     }
   });
   CheckLaunch("SwigluBackward");

@@ -68,12 +68,14 @@ void CompareField(const FieldInfo& field, const FieldDescriptor& f, const std::s
                   Mismatches* out) {
   const TypeInfo& type = *field.type;
   if ((type.kind == K::kMap) != f.is_map()) {
-    out->push_back(path + (f.is_map() ? ": a map in the proto, not in the schema" : ": a map in the schema, not in the proto"));
+    out->push_back(path + (f.is_map() ? ": a map in the proto, not in the schema"
+                                      : ": a map in the schema, not in the proto"));
     return;
   }
   if (type.kind == K::kMap) {  // string keys both sides; an empty map is the absent one
     const FieldDescriptor* key = f.message_type()->map_key();
-    if (key->type() != FieldDescriptor::TYPE_STRING) out->push_back(path + ": the proto map's keys are not strings");
+    if (key->type() != FieldDescriptor::TYPE_STRING)
+      out->push_back(path + ": the proto map's keys are not strings");
     CompareValue(*type.element, *f.message_type()->map_value(), path + "{}", out);
     return;
   }
@@ -271,8 +273,8 @@ TEST(JobSpecSchema, ListsNeedAnEmptyDefaultToBeRepeated) {
     EditedSchema e;
     const SchemaInfo& edited =
         e.Edit(SchemaOf<JobSpec>().info(), {"spec", "training"}, [&](SchemaInfo& s) {
-          s.fields.push_back(FieldInfo{"frozen_layers", &Codec<std::vector<std::string>>::Type(), false,
-                                       empty_default});
+          s.fields.push_back(FieldInfo{"frozen_layers", &Codec<std::vector<std::string>>::Type(),
+                                       false, empty_default});
         });
     const Mismatches m = Compare(edited, *proto);
     if (empty_default) {

@@ -1,7 +1,6 @@
 #include "common/job_spec.h"
 
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,8 +47,9 @@ TEST(JobSpec, ParsesTheDesignExample) {
 }
 
 TEST(JobSpec, PresetFieldsCanBeOverridden) {
-  auto spec = ParseJobSpecText(std::string(kJob).replace(std::string(kJob).find("{preset: tiny}"), 14,
-                                                         "{preset: tiny, hidden_size: 64, moe: {top_k: 1}}"));
+  auto spec = ParseJobSpecText(
+      std::string(kJob).replace(std::string(kJob).find("{preset: tiny}"), 14,
+                                "{preset: tiny, hidden_size: 64, moe: {top_k: 1}}"));
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->model.hidden_size, 64);
   EXPECT_EQ(spec->model.moe.top_k, 1);
@@ -71,45 +71,89 @@ TEST_P(BadJobSpec, NamesTheField) {
   auto spec = ParseJobSpecText(text);
   ASSERT_FALSE(spec.ok()) << "accepted: " << b.to;
   EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(spec.status().message().find(b.message), std::string::npos) << "got: " << spec.status().message();
+  EXPECT_NE(spec.status().message().find(b.message), std::string::npos)
+      << "got: " << spec.status().message();
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Fields, BadJobSpec,
     ::testing::Values(
-        Bad{"{preset: tiny}", "{preset: tiny, moe: {topk: 2}}", "spec.model.moe.topk: unknown field (did you mean 'top_k'?)"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {topk: 2}}",
+            "spec.model.moe.topk: unknown field (did you mean 'top_k'?)"},
         Bad{"{preset: tiny}", "{preset: huge}", "spec.model.preset: unknown preset 'huge'"},
-        Bad{"{preset: tiny}", "{preset: tiny, moe: {top_k: 9}}", "spec.model.moe.top_k: 9 exceeds num_experts = 8"},
-        Bad{"{preset: tiny}", "{preset: tiny, moe: {topk_groups: 5}}", "spec.model.moe.topk_groups: 5 exceeds num_groups = 4"},
-        Bad{"{preset: tiny}", "{preset: tiny, moe: {num_groups: 3}}", "spec.model.moe.num_groups: num_experts = 8 is not divisible by num_groups = 3"},
-        Bad{"{preset: tiny}", "{preset: tiny, num_heads: 3}", "spec.model.hidden_size: 128 is not divisible by num_heads = 3"},
-        Bad{"{preset: tiny}", "{preset: tiny, moe: {top_k: 6}}", "spec.model.moe.top_k: 6 exceeds the 4 experts in the topk_groups = 2 groups"},
-        Bad{"{preset: tiny}", "{preset: tiny, moe: {score_function: relu}}", "spec.model.moe.score_function: must be sigmoid or softmax"},
-        Bad{"{preset: tiny}", "{preset: tiny, first_k_dense: 9}", "spec.model.first_k_dense: 9 exceeds num_layers = 4"},
-        Bad{"{preset: tiny}", "{preset: tiny, hidden_size: -4}", "spec.model.hidden_size: must be > 0"},
-        Bad{"{preset: tiny}", "{preset: tiny, hidden_size: lots}", "spec.model.hidden_size: expected an integer, got 'lots'"},
-        Bad{"expert_parallel: 2}", "expert_parallel: 3}", "spec.parallelism.expert_parallel: the data-parallel size world_size / pipeline_parallel = 2 is not divisible by expert_parallel = 3"},
-        Bad{"global_batch_size: 16", "global_batch_size: 12", "spec.data.global_batch_size: 12 must be a multiple of micro_batch_size x data-parallel size (world_size / pipeline_parallel) = 16"},
-        Bad{"expert_parallel: 2}", "expert_parallel: 2, pipeline_parallel: 3}", "spec.parallelism.pipeline_parallel: world_size = 2 is not divisible by pipeline_parallel = 3"},
-        Bad{"expert_parallel: 2}", "expert_parallel: 1, virtual_pipeline: 2}", "spec.parallelism.virtual_pipeline: 2 model chunks per rank need pipeline_parallel > 1"},
-        Bad{"expert_parallel: 2}", "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [Et, tmL]}", "spec.parallelism.pipeline_layout: holds 2 transformer blocks (t), the model has num_layers = 4"},
-        Bad{"expert_parallel: 2}", "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [Et, tttL]}", "spec.parallelism.pipeline_layout: holds 0 MTP depths (m), the model has mtp_depth = 1"},
-        Bad{"expert_parallel: 2}", "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [Etx, tttmL]}", "spec.parallelism.pipeline_layout: unknown letter 'x'"},
-        Bad{"expert_parallel: 2}", "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [EtL, tttm]}", "spec.parallelism.pipeline_layout[stage 0]: L (the loss) belongs to the last stage"},
-        Bad{"expert_parallel: 2}", "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [Et, tmtL]}", "spec.parallelism.pipeline_layout[stage 1]: 'tmtL': a block after an MTP depth"},
-        Bad{"expert_parallel: 2}", "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [\"Et|t*2|tmL\"]}", "spec.parallelism.pipeline_layout: 3 stages, pipeline_parallel x virtual_pipeline = 2 x 1 = 2"},
-        Bad{"world_size: 2, expert_parallel: 2}", "world_size: 4, expert_parallel: 2, pipeline_parallel: 2, virtual_pipeline: 2}", "spec.data.global_batch_size: 16 must give each pipeline a multiple of pipeline_parallel = 2 micro-batches"},
-        Bad{"expert_group_within: rack", "expert_group_within: planet", "spec.placement.expert_group_within: must be rack, node or any"},
-        Bad{"lr: 3.0e-3, min_lr: 3.0e-4", "lr: 3.0e-3, min_lr: 3.0e-2", "spec.optimizer.min_lr: must be in [0, lr]"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {top_k: 9}}",
+            "spec.model.moe.top_k: 9 exceeds num_experts = 8"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {topk_groups: 5}}",
+            "spec.model.moe.topk_groups: 5 exceeds num_groups = 4"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {num_groups: 3}}",
+            "spec.model.moe.num_groups: num_experts = 8 is not divisible by num_groups = 3"},
+        Bad{"{preset: tiny}", "{preset: tiny, num_heads: 3}",
+            "spec.model.hidden_size: 128 is not divisible by num_heads = 3"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {top_k: 6}}",
+            "spec.model.moe.top_k: 6 exceeds the 4 experts in the topk_groups = 2 groups"},
+        Bad{"{preset: tiny}", "{preset: tiny, moe: {score_function: relu}}",
+            "spec.model.moe.score_function: must be sigmoid or softmax"},
+        Bad{"{preset: tiny}", "{preset: tiny, first_k_dense: 9}",
+            "spec.model.first_k_dense: 9 exceeds num_layers = 4"},
+        Bad{"{preset: tiny}", "{preset: tiny, hidden_size: -4}",
+            "spec.model.hidden_size: must be > 0"},
+        Bad{"{preset: tiny}", "{preset: tiny, hidden_size: lots}",
+            "spec.model.hidden_size: expected an integer, got 'lots'"},
+        Bad{"expert_parallel: 2}", "expert_parallel: 3}",
+            "spec.parallelism.expert_parallel: the data-parallel size world_size / "
+            "pipeline_parallel = 2 is not divisible by expert_parallel = 3"},
+        Bad{"global_batch_size: 16", "global_batch_size: 12",
+            "spec.data.global_batch_size: 12 must be a multiple of micro_batch_size x "
+            "data-parallel size (world_size / pipeline_parallel) = 16"},
+        Bad{"expert_parallel: 2}", "expert_parallel: 2, pipeline_parallel: 3}",
+            "spec.parallelism.pipeline_parallel: world_size = 2 is not divisible by "
+            "pipeline_parallel = 3"},
+        Bad{"expert_parallel: 2}", "expert_parallel: 1, virtual_pipeline: 2}",
+            "spec.parallelism.virtual_pipeline: 2 model chunks per rank need pipeline_parallel > "
+            "1"},
+        Bad{"expert_parallel: 2}",
+            "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [Et, tmL]}",
+            "spec.parallelism.pipeline_layout: holds 2 transformer blocks (t), the model has "
+            "num_layers = 4"},
+        Bad{"expert_parallel: 2}",
+            "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [Et, tttL]}",
+            "spec.parallelism.pipeline_layout: holds 0 MTP depths (m), the model has mtp_depth = "
+            "1"},
+        Bad{"expert_parallel: 2}",
+            "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [Etx, tttmL]}",
+            "spec.parallelism.pipeline_layout: unknown letter 'x'"},
+        Bad{"expert_parallel: 2}",
+            "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [EtL, tttm]}",
+            "spec.parallelism.pipeline_layout[stage 0]: L (the loss) belongs to the last stage"},
+        Bad{"expert_parallel: 2}",
+            "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [Et, tmtL]}",
+            "spec.parallelism.pipeline_layout[stage 1]: 'tmtL': a block after an MTP depth"},
+        Bad{"expert_parallel: 2}",
+            "expert_parallel: 1, pipeline_parallel: 2, pipeline_layout: [\"Et|t*2|tmL\"]}",
+            "spec.parallelism.pipeline_layout: 3 stages, pipeline_parallel x virtual_pipeline = 2 "
+            "x 1 = 2"},
+        Bad{"world_size: 2, expert_parallel: 2}",
+            "world_size: 4, expert_parallel: 2, pipeline_parallel: 2, virtual_pipeline: 2}",
+            "spec.data.global_batch_size: 16 must give each pipeline a multiple of "
+            "pipeline_parallel = 2 micro-batches"},
+        Bad{"expert_group_within: rack", "expert_group_within: planet",
+            "spec.placement.expert_group_within: must be rack, node or any"},
+        Bad{"lr: 3.0e-3, min_lr: 3.0e-4", "lr: 3.0e-3, min_lr: 3.0e-2",
+            "spec.optimizer.min_lr: must be in [0, lr]"},
         Bad{"device: cpu", "device: tpu", "spec.resources.device: must be cpu or cuda"},
         Bad{"steps: 300", "steps: 0", "spec.training.steps: must be > 0"},
-        Bad{"seed: 1234}", "seed: 1234, attention: dense}", "spec.training.attention: must be flash or materialized"},
-        Bad{"seed: 1234}\n  checkpoint: {dir: /tmp/moe-ckpt, interval_steps: 50}\n  resources: {device: cpu}",
-            "seed: 1234, attention: materialized}\n  checkpoint: {dir: /tmp/moe-ckpt, interval_steps: 50}\n  resources: {device: cuda}",
+        Bad{"seed: 1234}", "seed: 1234, attention: dense}",
+            "spec.training.attention: must be flash or materialized"},
+        Bad{"seed: 1234}\n  checkpoint: {dir: /tmp/moe-ckpt, interval_steps: 50}\n  resources: "
+            "{device: cpu}",
+            "seed: 1234, attention: materialized}\n  checkpoint: {dir: /tmp/moe-ckpt, "
+            "interval_steps: 50}\n  resources: {device: cuda}",
             "spec.training.attention: materialized is the CPU reference path"},
         Bad{"name: tiny-dsv3", "name: Tiny DSV3!", "metadata.name:"},
-        Bad{"priority: 0}", "priority: 0, labels: {team: research, bad key: x}}", "metadata.labels: key 'bad key' must be [prefix/]name"},
-        Bad{"priority: 0}", "priority: 0, labels: {team: -research}}", "metadata.labels.team: '-research' must be empty or 1-63"},
+        Bad{"priority: 0}", "priority: 0, labels: {team: research, bad key: x}}",
+            "metadata.labels: key 'bad key' must be [prefix/]name"},
+        Bad{"priority: 0}", "priority: 0, labels: {team: -research}}",
+            "metadata.labels.team: '-research' must be empty or 1-63"},
         Bad{"priority: 0}", "priority: 0, labels: {/team: x}}", "metadata.labels: key '/team'"},
         Bad{"priority: 0}", "priority: 0, labels: [team]}", "metadata.labels: expected a mapping"},
         Bad{"apiVersion: moe/v1", "apiVersion: moe/v2", "apiVersion: must be moe/v1"},
@@ -118,10 +162,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(JobSpec, LabelsRoundTripAndSelectorsPickJobsByThem) {
   std::string text = kJob;
-  text.replace(text.find("priority: 0}"), 12, "priority: 0, labels: {team: research, example.com/tier: low, spot: ''}}");
+  text.replace(text.find("priority: 0}"), 12,
+               "priority: 0, labels: {team: research, example.com/tier: low, spot: ''}}");
   auto spec = ParseJobSpecText(text);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  const std::map<std::string, std::string> want = {{"example.com/tier", "low"}, {"spot", ""}, {"team", "research"}};
+  const std::map<std::string, std::string> want = {
+      {"example.com/tier", "low"}, {"spot", ""}, {"team", "research"}};
   EXPECT_EQ(spec->labels, want);
   auto again = ParseJobSpec(JobSpecToNode(*spec));
   ASSERT_TRUE(again.ok()) << again.status();
@@ -155,12 +201,17 @@ TEST(PathRoots, DotDotSymlinksAndComponentBoundariesCannotEscapeARoot) {
   EXPECT_FALSE(IsUnder("/ckpt2/j", "/ckpt")) << "a prefix that is not a component";
   EXPECT_TRUE(IsUnder("/anything", "/"));
   const std::vector<std::string> roots = {"/ckpt", "/scratch/ckpt"};
-  EXPECT_TRUE(CheckUnderRoots("spec.checkpoint.dir", "/ckpt/job-1", roots, "checkpoint", false, "/").ok());
-  EXPECT_TRUE(CheckUnderRoots("spec.checkpoint.dir", "/etc/x", {}, "checkpoint", false, "/").ok()) << "no roots: anywhere";
-  Status st = CheckUnderRoots("spec.checkpoint.dir", "/ckpt/../etc/x", roots, "checkpoint", false, "/");
+  EXPECT_TRUE(
+      CheckUnderRoots("spec.checkpoint.dir", "/ckpt/job-1", roots, "checkpoint", false, "/").ok());
+  EXPECT_TRUE(CheckUnderRoots("spec.checkpoint.dir", "/etc/x", {}, "checkpoint", false, "/").ok())
+      << "no roots: anywhere";
+  Status st =
+      CheckUnderRoots("spec.checkpoint.dir", "/ckpt/../etc/x", roots, "checkpoint", false, "/");
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(st.message(), "spec.checkpoint.dir: /ckpt/../etc/x (/etc/x) is outside this worker's checkpoint roots "
-                          "(/ckpt, /scratch/ckpt) (moe-worker --checkpoint-root)");
+  EXPECT_EQ(
+      st.message(),
+      "spec.checkpoint.dir: /ckpt/../etc/x (/etc/x) is outside this worker's checkpoint roots "
+      "(/ckpt, /scratch/ckpt) (moe-worker --checkpoint-root)");
   // On disk: a link inside the root that leads out is followed; the part not created yet is kept.
   char tmpl[] = "/tmp/moe-roots-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
@@ -168,12 +219,17 @@ TEST(PathRoots, DotDotSymlinksAndComponentBoundariesCannotEscapeARoot) {
   ASSERT_EQ(::mkdir(root.c_str(), 0700), 0);
   ASSERT_EQ(::mkdir(out.c_str(), 0700), 0);
   ASSERT_EQ(::symlink(out.c_str(), (root + "/link").c_str()), 0);
-  EXPECT_TRUE(CheckUnderRoots("spec.checkpoint.dir", root + "/link/new", {root}, "checkpoint", false, "/").ok())
+  EXPECT_TRUE(
+      CheckUnderRoots("spec.checkpoint.dir", root + "/link/new", {root}, "checkpoint", false, "/")
+          .ok())
       << "lexically inside";
   st = CheckUnderRoots("spec.checkpoint.dir", root + "/link/new", {root}, "checkpoint", true, "/");
   EXPECT_FALSE(st.ok()) << "resolved, it is outside";
-  EXPECT_NE(st.message().find("(" + ResolveOnDisk(out) + "/new)"), std::string::npos) << st.message();
-  EXPECT_TRUE(CheckUnderRoots("spec.checkpoint.dir", root + "/a/b/../c", {root}, "checkpoint", true, "/").ok());
+  EXPECT_NE(st.message().find("(" + ResolveOnDisk(out) + "/new)"), std::string::npos)
+      << st.message();
+  EXPECT_TRUE(
+      CheckUnderRoots("spec.checkpoint.dir", root + "/a/b/../c", {root}, "checkpoint", true, "/")
+          .ok());
   EXPECT_EQ(std::system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 
@@ -190,7 +246,8 @@ TEST(JobSpec, EveryPresetRoundTripsThroughTheWriter) {
       ASSERT_TRUE(again.ok()) << preset << ": " << again.status() << "\n" << written;
       EXPECT_EQ(*again, *spec) << preset << "\n" << written;
     }
-    // Written out, every field is there: without the preset's name it is the same model and fingerprint.
+    // Written out, every field is there: without the preset's name it is the same model and
+    // fingerprint.
     Node without_preset = doc;
     without_preset.FindMutable("spec")->FindMutable("model")->Set("preset", Node::Scalar("", true));
     auto again = ParseJobSpec(without_preset);
@@ -202,20 +259,23 @@ TEST(JobSpec, EveryPresetRoundTripsThroughTheWriter) {
   }
 }
 
-// Every leaf of the document (by walking the schema), one at a time set to -1: refused with an error
-// that starts with that field's path, or accepted where any value is valid.
-void Leaves(const SchemaInfo& s, const std::vector<std::string>& prefix, std::vector<std::vector<std::string>>* out) {
+// Every leaf of the document (by walking the schema), one at a time set to -1: refused with an
+// error that starts with that field's path, or accepted where any value is valid.
+void Leaves(const SchemaInfo& s, const std::vector<std::string>& prefix,
+            std::vector<std::vector<std::string>>* out) {
   for (const FieldInfo& f : s.fields) {
     std::vector<std::string> path = prefix;
     path.push_back(f.name);
-    if (f.type->kind == TypeInfo::Kind::kStruct) Leaves(*f.type->fields, path, out);
-    else out->push_back(path);
+    if (f.type->kind == TypeInfo::Kind::kStruct)
+      Leaves(*f.type->fields, path, out);
+    else
+      out->push_back(path);
   }
 }
 
 // Optional fields the writer leaves out when absent (std::optional without a default).
-const std::set<std::string> kOptionalLeaves = {"spec.optimizer.distributed", "spec.training.deterministic",
-                                                  "spec.resources.precision"};
+const std::set<std::string> kOptionalLeaves = {
+    "spec.optimizer.distributed", "spec.training.deterministic", "spec.resources.precision"};
 
 TEST(JobSpec, EveryFieldCheckNamesItsPath) {
   auto spec = ParseJobSpecText(kJob);
@@ -247,7 +307,8 @@ TEST(JobSpec, EveryFieldCheckNamesItsPath) {
     }
     EXPECT_EQ(bad.status().message().rfind(path + ": ", 0), 0u) << path << " -> " << bad.status();
   }
-  EXPECT_EQ(accepted, (std::set<std::string>{"metadata.priority", "spec.data.path", "spec.checkpoint.dir"}));
+  EXPECT_EQ(accepted,
+            (std::set<std::string>{"metadata.priority", "spec.data.path", "spec.checkpoint.dir"}));
 }
 
 // Megatron's formula (../shared/reference/flops-and-models.md) written out by hand with the 671B
@@ -257,7 +318,8 @@ double V3FlopsPerTokenByHand(bool mtp) {
   const double n_moe = 58 + m, n_dense = 3, n_attn = 61 + m;
   const double ffn = 6 * h * (18432 * 3 * n_dense + 2048 * 8 * 3 * n_moe + 2048 * 1 * 3 * n_moe);
   const double q_term = 1536 * (h + n * (128 + 64) + 1);
-  const double proj = n_attn * 6 * (q_term + 512 * (h + n * (128 + 128) + 1) + h * 64 + n * 128 * h);
+  const double proj =
+      n_attn * 6 * (q_term + 512 * (h + n * (128 + 128) + 1) + h * 64 + n * 128 * h);
   const double mtp_terms = 6 * m * (3 * h + 2 * h * h);
   const double logits = 6 * h * 129280 * (m + 1);
   const double core = s * n_attn * 6 * (n * (128 + 64) / 2 + n * 128 / 2);  // sqsum / tokens = s
@@ -293,12 +355,14 @@ TEST(Flops, MtpCountsOnlyWhenItTrains) {
 }
 
 TEST(Flops, ByHandForTiny) {
-  // tiny: h 128, 4 layers (1 dense), V 2048, MLA (q LoRA 64, kv 32, nope 32, rope 16, v 32, 4 heads),
-  // one MTP depth (a MoE block), s 256, one sequence.
+  // tiny: h 128, 4 layers (1 dense), V 2048, MLA (q LoRA 64, kv 32, nope 32, rope 16, v 32, 4
+  // heads), one MTP depth (a MoE block), s 256, one sequence.
   const ModelConfig t = *ModelPreset("tiny");
   const double h = 128, s = 256, n = 4, n_moe = 3 + 1, n_attn = 4 + 1;
   const double ffn = 6 * h * (384 * 3 * 1 + 128 * 2 * 3 * n_moe + 128 * 1 * 3 * n_moe);
-  const double proj = n_attn * 6 * (64 * (h + n * (32 + 16) + 1) + 32 * (h + n * (32 + 32) + 1) + h * 16 + n * 32 * h);
+  const double proj =
+      n_attn * 6 *
+      (64 * (h + n * (32 + 16) + 1) + 32 * (h + n * (32 + 32) + 1) + h * 16 + n * 32 * h);
   const double expected = s * (ffn + proj + 6 * 1 * (3 * h + 2 * h * h) + 6 * h * 2048 * 2) +
                           s * s * n_attn * 6 * (n * (32 + 16) / 2 + n * 32 / 2);
   EXPECT_DOUBLE_EQ(MegatronFlopsPerStep(t, 1, 256), expected);

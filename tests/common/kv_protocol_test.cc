@@ -11,9 +11,9 @@ TEST(KvProtocolTest, HexCarriesAnyBytes) {
   std::string back;
   ASSERT_TRUE(HexDecode(HexEncode(bytes), &back));
   EXPECT_EQ(back, bytes);
-  EXPECT_FALSE(HexDecode("abc", &back));   // odd length
-  EXPECT_FALSE(HexDecode("zz", &back));    // not hex
-  EXPECT_FALSE(HexDecode("AB", &back));    // upper case is not what the writer makes
+  EXPECT_FALSE(HexDecode("abc", &back));  // odd length
+  EXPECT_FALSE(HexDecode("zz", &back));   // not hex
+  EXPECT_FALSE(HexDecode("AB", &back));   // upper case is not what the writer makes
 }
 
 TEST(KvProtocolTest, RequestsRoundTrip) {
@@ -34,8 +34,8 @@ TEST(KvProtocolTest, RequestsRoundTrip) {
 }
 
 TEST(KvProtocolTest, MalformedRequestsAreRefusedWithAReason) {
-  for (const char* line : {"", "SET", "SET 61", "SET 6 61", "GET", "GET 61 62", "WAIT", "WAIT 10", "WAIT x 61",
-                           "WAIT -5 61", "WAIT 10x 61", "DROP 61"}) {
+  for (const char* line : {"", "SET", "SET 61", "SET 6 61", "GET", "GET 61 62", "WAIT", "WAIT 10",
+                           "WAIT x 61", "WAIT -5 61", "WAIT 10x 61", "DROP 61"}) {
     auto r = ParseKvRequest(line);
     EXPECT_FALSE(r.ok()) << "'" << line << "' was accepted";
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -48,8 +48,10 @@ TEST(KvProtocolTest, RepliesMapToStatuses) {
   ASSERT_TRUE(ParseKvReply(FormatKvValue("hello"), &v).ok());
   EXPECT_EQ(v, "hello");
   EXPECT_EQ(ParseKvReply(FormatKvReply(NotFoundError("k")), &v).code(), StatusCode::kNotFound);
-  EXPECT_EQ(ParseKvReply(FormatKvReply(DeadlineExceededError("slow")), &v).code(), StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(ParseKvReply(FormatKvReply(UnavailableError("down")), &v).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(ParseKvReply(FormatKvReply(DeadlineExceededError("slow")), &v).code(),
+            StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(ParseKvReply(FormatKvReply(UnavailableError("down")), &v).code(),
+            StatusCode::kUnavailable);
   EXPECT_EQ(ParseKvReply("WHAT", &v).code(), StatusCode::kInternal);
 }
 

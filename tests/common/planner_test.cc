@@ -41,7 +41,8 @@ Plan Predict(const JobSpec& spec, const std::string& cluster, const std::string&
 
 void ExpectWithin(double predicted, double published, double tolerance, const std::string& what) {
   const double ratio = predicted / published;
-  std::printf("calibration: %-52s predicted %6.0f  published %6.0f  ratio %.2f\n", what.c_str(), predicted, published, ratio);
+  std::printf("calibration: %-52s predicted %6.0f  published %6.0f  ratio %.2f\n", what.c_str(),
+              predicted, published, ratio);
   EXPECT_NEAR(ratio, 1.0, tolerance) << what;
 }
 
@@ -53,7 +54,8 @@ TEST(PlannerCalibration, Gb200GuideOptimisedAndBaseline) {
   ExpectWithin(opt.tflops_per_gpu, 970, 0.15, "GB200 NVL72, megatron-2025-11 (optimised)");
   // The guide's baseline: the same stack with its first switches undone, and nothing else.
   spec.training.recompute = {"mlp", "mla_up_proj"};
-  const std::vector<std::string> baseline = {"dispatcher=nccl", "host.cuda_graphs=[]", "fusions=[]", "host.launch_us=20"};
+  const std::vector<std::string> baseline = {"dispatcher=nccl", "host.cuda_graphs=[]", "fusions=[]",
+                                             "host.launch_us=20"};
   const Plan base = Predict(spec, "gb200-nvl72", "megatron-2025-11", baseline);
   ExpectWithin(base.tflops_per_gpu, 494, 0.15, "GB200 NVL72, the guide's baseline switches");
   // Each switch on its own moves the figure the way the ladder did.
@@ -94,7 +96,8 @@ TEST(Planner, AnExpertGroupAcrossTwoRacksIsSlowerAndSaysWhy) {
   ASSERT_NE(packed.Find("all-to-all across domains"), nullptr);
   EXPECT_EQ(packed.Find("all-to-all across domains")->seconds, 0);
   EXPECT_GT(spread.Find("all-to-all across domains")->seconds, 0.1);
-  EXPECT_LT(spread.Find("all-to-all in domain")->seconds, packed.Find("all-to-all in domain")->seconds);
+  EXPECT_LT(spread.Find("all-to-all in domain")->seconds,
+            packed.Find("all-to-all in domain")->seconds);
 }
 
 TEST(Planner, SweepRanksLayoutsThatFitFirstAndNamesWhatOverflows) {
@@ -134,7 +137,8 @@ TEST(Planner, MemoryIsTheEnginesAccounting) {
 // A CPU machine as moe-probe prints it: 2 cores at 200 GFLOP/s, 40 GB/s, 20 GB.
 ClusterProfile Machine() {
   ClusterProfile c;
-  c.name = "local", c.device = "cpu", c.peak_bf16_tflops = 0.2, c.memory_gb = 20, c.memory_tbps = 0.04;
+  c.name = "local", c.device = "cpu", c.peak_bf16_tflops = 0.2, c.memory_gb = 20,
+  c.memory_tbps = 0.04;
   c.scale_up_gbps = c.scale_out_gbps = 40, c.domain_size = 2;
   return c;
 }
@@ -159,7 +163,8 @@ TEST(PlannerLocal, ARankGetsItsShareOfTheMachine) {
   EXPECT_DOUBLE_EQ(two.peak_bf16_tflops, 0.1);
   EXPECT_DOUBLE_EQ(two.memory_tbps, 0.02);
   EXPECT_DOUBLE_EQ(two.memory_gb, 10);
-  const ClusterProfile four = LocalProfileForRanks(Machine(), 4);  // still a thread each: over-subscribed
+  const ClusterProfile four =
+      LocalProfileForRanks(Machine(), 4);  // still a thread each: over-subscribed
   EXPECT_DOUBLE_EQ(four.peak_bf16_tflops, 0.1);
   EXPECT_EQ(four.domain_size, 4);
   EXPECT_NE(two.description.find("2 ranks with 1 thread(s)"), std::string::npos) << two.description;
@@ -182,13 +187,17 @@ TEST(PlannerLocal, CpuJobsPayGlooExactSumsAndTheBusiestExpertRank) {
   fast.training.deterministic = false;
   auto w2f = PlanJob(fast, LocalProfileForRanks(Machine(), 2), *sw, {});
   ASSERT_TRUE(w2f.ok());
-  EXPECT_NEAR(w2->Find("data-parallel grads + weights")->seconds / w2f->Find("data-parallel grads + weights")->seconds, 1.5, 1e-9);
-  // The busiest expert-parallel rank sets the pace: experts scale with the imbalance, only under EP.
+  EXPECT_NEAR(w2->Find("data-parallel grads + weights")->seconds /
+                  w2f->Find("data-parallel grads + weights")->seconds,
+              1.5, 1e-9);
+  // The busiest expert-parallel rank sets the pace: experts scale with the imbalance, only under
+  // EP.
   SoftwareProfile balanced = *sw;
   ASSERT_TRUE(ApplySoftwareOverride(&balanced, "expert_imbalance=1").ok());
   auto w2b = PlanJob(SmallCpu(2), LocalProfileForRanks(Machine(), 2), balanced, {});
   ASSERT_TRUE(w2b.ok());
-  EXPECT_NEAR(w2->Find("routed experts")->seconds / w2b->Find("routed experts")->seconds, sw->expert_imbalance, 1e-9);
+  EXPECT_NEAR(w2->Find("routed experts")->seconds / w2b->Find("routed experts")->seconds,
+              sw->expert_imbalance, 1e-9);
   EXPECT_FALSE(ApplySoftwareOverride(&balanced, "expert_imbalance=0.5").ok());
 }
 
@@ -207,7 +216,8 @@ TEST(PlannerProfiles, BadInputNamesTheField) {
   ASSERT_TRUE(doc.ok());
   auto s = ParseSoftwareProfile(*doc, "x.yaml");
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("gemm_efficiency"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("gemm_efficiency"), std::string::npos)
+      << s.status().message();
   EXPECT_NE(s.status().message().find("x.yaml"), std::string::npos);
   auto sw = *LoadSoftwareProfile("ours");
   Status st = ApplySoftwareOverride(&sw, "dispatcher=carrier-pigeon");

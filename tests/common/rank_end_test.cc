@@ -13,9 +13,11 @@ TEST(RankEndTest, ClassesAndExitCodesFollowTheStatus) {
   EXPECT_EQ(RankEndFor(FailedPreconditionError("x")).exit_code(), kExitCannotRun);
   EXPECT_EQ(RankEndFor(CancelledError("x")).exit_code(), kExitStopped);
   EXPECT_EQ(RankEndFor(UnavailableError("peer lost")).failure_class, FailureClass::kTransient);
-  // A full disk (ENOSPC is RESOURCE_EXHAUSTED) may clear: transient. Out of memory at initialisation
-  // is reported as FAILED_PRECONDITION (the same layout on the same device would hit it again).
-  EXPECT_EQ(RankEndFor(ResourceExhaustedError("no space left on device")).failure_class, FailureClass::kTransient);
+  // A full disk (ENOSPC is RESOURCE_EXHAUSTED) may clear: transient. Out of memory at
+  // initialisation is reported as FAILED_PRECONDITION (the same layout on the same device would hit
+  // it again).
+  EXPECT_EQ(RankEndFor(ResourceExhaustedError("no space left on device")).failure_class,
+            FailureClass::kTransient);
   EXPECT_EQ(RankEndFor(DeadlineExceededError("timeout")).exit_code(), kExitTransient);
   for (int code : {kExitOk, kExitTransient, kExitBadInput, kExitStopped, kExitCannotRun}) {
     EXPECT_EQ(RankEndForExitCode(code, "m").exit_code(), code);

@@ -63,13 +63,16 @@ TEST(Yaml, ErrorsNameTheLine) {
     const char* text;
     const char* message;
   };
-  for (const Bad& b : {Bad{"a: 1\n  b: 2\n", "line 2"}, Bad{"a: {b: 1\n", "missing '}'"},
-                       Bad{"a: 1\na: 2\n", "duplicate key 'a'"}, Bad{"a:\n\t- x\n", "tab in indentation"},
-                       Bad{"a: &anchor 1\n", "anchors"}, Bad{"a: \"unterminated\n", "unterminated"},
-                       Bad{"a: 1\n---\nb: 2\n", "multiple documents"}}) {
+  for (const Bad& b :
+       {Bad{"a: 1\n  b: 2\n", "line 2"}, Bad{"a: {b: 1\n", "missing '}'"},
+        Bad{"a: 1\na: 2\n", "duplicate key 'a'"}, Bad{"a:\n\t- x\n", "tab in indentation"},
+        Bad{"a: &anchor 1\n", "anchors"}, Bad{"a: \"unterminated\n", "unterminated"},
+        Bad{"a: 1\n---\nb: 2\n", "multiple documents"}}) {
     auto doc = ParseYaml(b.text);
     ASSERT_FALSE(doc.ok()) << b.text;
-    EXPECT_NE(doc.status().message().find(b.message), std::string::npos) << doc.status() << " for:\n" << b.text;
+    EXPECT_NE(doc.status().message().find(b.message), std::string::npos)
+        << doc.status() << " for:\n"
+        << b.text;
   }
 }
 
@@ -84,25 +87,31 @@ TEST(Yaml, TypedReadsNameThePath) {
   EXPECT_EQ(*ParseYaml("n: 1e3")->Find("n")->AsInt("n"), 1000);
 }
 
-// Hostile documents: nesting is bounded (the parser and every walker of the tree recurse), and a job
-// document's size too, each with a sentence naming the limit.
+// Hostile documents: nesting is bounded (the parser and every walker of the tree recurse), and a
+// job document's size too, each with a sentence naming the limit.
 TEST(YamlLimits, NestingDeeperThanTheLimitIsRefusedNotACrash) {
-  auto nested = [](int n) { return "a: " + std::string(static_cast<size_t>(n), '[') + std::string(static_cast<size_t>(n), ']'); };
+  auto nested = [](int n) {
+    return "a: " + std::string(static_cast<size_t>(n), '[') +
+           std::string(static_cast<size_t>(n), ']');
+  };
   EXPECT_TRUE(ParseYaml(nested(63)).ok());  // the top mapping plus 63 sequences: 64 levels
   for (int n : {64, 100, 1000, 1000000}) {
     auto doc = ParseYaml(nested(n));
     ASSERT_FALSE(doc.ok()) << n;
-    EXPECT_NE(doc.status().message().find("nesting deeper than 64 levels"), std::string::npos) << doc.status();
+    EXPECT_NE(doc.status().message().find("nesting deeper than 64 levels"), std::string::npos)
+        << doc.status();
   }
   std::string flow_maps = "a: ";
   for (int i = 0; i < 5000; ++i) flow_maps += "{b: ";
   flow_maps += "1" + std::string(5000, '}');
   EXPECT_FALSE(ParseYaml(flow_maps).ok());
   std::string block;  // block mappings nested by indentation
-  for (int i = 0; i < 100; ++i) block += std::string(static_cast<size_t>(i), ' ') + "k" + std::to_string(i) + ":\n";
+  for (int i = 0; i < 100; ++i)
+    block += std::string(static_cast<size_t>(i), ' ') + "k" + std::to_string(i) + ":\n";
   auto deep_block = ParseYaml(block);
   ASSERT_FALSE(deep_block.ok());
-  EXPECT_NE(deep_block.status().message().find("line 65: nesting deeper"), std::string::npos) << deep_block.status();
+  EXPECT_NE(deep_block.status().message().find("line 65: nesting deeper"), std::string::npos)
+      << deep_block.status();
   YamlLimits wide;
   wide.max_depth = 2000;
   EXPECT_TRUE(ParseYaml(nested(1000), wide).ok()) << "the limit is the caller's";
@@ -113,8 +122,9 @@ TEST(YamlLimits, AJobDocumentOverOneMebibyteIsRefusedWithItsSize) {
   EXPECT_TRUE(ParseYaml(big).ok()) << "no size limit by default (our own files)";
   auto doc = ParseYaml(big, kJobDocumentLimits);
   ASSERT_FALSE(doc.ok());
-  EXPECT_EQ(doc.status().message(), "the document is " + std::to_string(big.size()) +
-                                        " bytes, over the limit of 1048576 bytes (1 MiB) for a job document");
+  EXPECT_EQ(doc.status().message(),
+            "the document is " + std::to_string(big.size()) +
+                " bytes, over the limit of 1048576 bytes (1 MiB) for a job document");
 }
 
 }  // namespace

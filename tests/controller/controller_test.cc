@@ -1,15 +1,15 @@
-// The controller's logic with a fake clock and fake worker streams: the job state machine, placement,
-// failures and restarts, cancellation, priorities, recovery after a controller restart, and what
-// happens while the store refuses writes.
+// The controller's logic with a fake clock and fake worker streams: the job state machine,
+// placement, failures and restarts, cancellation, priorities, recovery after a controller restart,
+// and what happens while the store refuses writes.
 #include "controller/controller.h"
 
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
-
-#include <limits>
 #include <prometheus/registry.h>
 
+#include <limits>
+
 #include "common/job_spec_proto.h"
-#include <google/protobuf/util/message_differencer.h>
 #include "tests/controller/flaky_store.h"
 
 namespace moe::controller {
@@ -20,7 +20,8 @@ class FakeChannel : public WorkerChannel {
   void Send(const moe::v1::ControllerMessage& m) override { sent.push_back(m); }
   std::vector<moe::v1::Assignment> Assignments() const {
     std::vector<moe::v1::Assignment> out;
-    for (const auto& m : sent) if (m.has_assign()) out.push_back(m.assign());
+    for (const auto& m : sent)
+      if (m.has_assign()) out.push_back(m.assign());
     return out;
   }
   int Cancels() const {
@@ -54,7 +55,8 @@ class ControllerTest : public ::testing::Test {
     Make();
   }
   void Make() {
-    metrics_ = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(), clock_, StragglerOptions{0.3, 3}, 60, "test");
+    metrics_ = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(), clock_,
+                                                   StragglerOptions{0.3, 3}, 60, "test");
     controller_ = std::make_unique<Controller>(store_, clock_, *metrics_, config_);
     ASSERT_TRUE(controller_->Recover().ok());
   }
@@ -83,8 +85,8 @@ class ControllerTest : public ::testing::Test {
     const Status st = controller_->OnWorkerMessage(worker, m);
     EXPECT_TRUE(st.ok()) << st;
   }
-  void Step(const std::string& worker, const moe::v1::Assignment& a, int64_t step, double compute = 0.1,
-            int64_t checkpoint_step = 0) {
+  void Step(const std::string& worker, const moe::v1::Assignment& a, int64_t step,
+            double compute = 0.1, int64_t checkpoint_step = 0) {
     moe::v1::WorkerMessage m;
     auto* s = m.mutable_step();
     s->set_job_id(a.job_id());
@@ -96,10 +98,12 @@ class ControllerTest : public ::testing::Test {
     s->mutable_metrics()->set_step_seconds(0.2);
     s->mutable_metrics()->set_compute_seconds(compute);
     s->mutable_metrics()->set_checkpoint_step(checkpoint_step);
-    s->mutable_metrics()->set_tflops_per_device(static_cast<double>(step));  // distinct per step: the mean is checkable
+    s->mutable_metrics()->set_tflops_per_device(
+        static_cast<double>(step));  // distinct per step: the mean is checkable
     Msg(worker, m);
   }
-  void Finish(const std::string& worker, const moe::v1::Assignment& a, bool ok, const std::string& why = "") {
+  void Finish(const std::string& worker, const moe::v1::Assignment& a, bool ok,
+              const std::string& why = "") {
     moe::v1::WorkerMessage m;
     auto* f = m.mutable_finished();
     f->set_job_id(a.job_id());
@@ -115,7 +119,8 @@ class ControllerTest : public ::testing::Test {
       clock_.Advance(1);
       moe::v1::WorkerMessage hb;
       hb.mutable_heartbeat();
-      for (const auto& [n, ch] : channels_) if (n != name) Msg(n, hb);
+      for (const auto& [n, ch] : channels_)
+        if (n != name) Msg(n, hb);
       controller_->Tick();
     }
   }
@@ -163,12 +168,14 @@ TEST_F(ControllerTest, SubmitScheduleRunSucceed) {
   Step("a", ra, 1);
   EXPECT_EQ(State(job.id()), moe::v1::RUNNING);
   Step("b", rb, 1);
-  EXPECT_EQ(controller_->Get(job.id(), false)->last_metrics().rank_compute_seconds_size(), 2) << "all ranks' step 1 merged";
+  EXPECT_EQ(controller_->Get(job.id(), false)->last_metrics().rank_compute_seconds_size(), 2)
+      << "all ranks' step 1 merged";
   Finish("a", ra, true);
   EXPECT_EQ(State(job.id()), moe::v1::RUNNING) << "one rank done is not the job done";
   Finish("b", rb, true);
   EXPECT_EQ(State(job.id()), moe::v1::SUCCEEDED);
-  EXPECT_EQ(EventTypes(job.id()), (std::vector<std::string>{"Submitted", "Scheduled", "Running", "Succeeded"}));
+  EXPECT_EQ(EventTypes(job.id()),
+            (std::vector<std::string>{"Submitted", "Scheduled", "Running", "Succeeded"}));
   for (const auto& w : controller_->Workers()) EXPECT_EQ(w.state(), moe::v1::IDLE) << w.name();
 }
 
@@ -210,7 +217,8 @@ spec:
   EXPECT_TRUE(got.metadata().labels().contains("empty"));
   // And it is the record the controller stored (expanded: every default written out), as it is.
   google::protobuf::util::MessageDifferencer exact;
-  EXPECT_TRUE(exact.Equals(got, job->spec())) << got.DebugString() << "\nvs stored\n" << job->spec().DebugString();
+  EXPECT_TRUE(exact.Equals(got, job->spec())) << got.DebugString() << "\nvs stored\n"
+                                              << job->spec().DebugString();
   EXPECT_TRUE(exact.Equals(got, b->Assignments()[0].spec())) << "every rank gets the same spec";
   EXPECT_TRUE(got.spec().model().has_hidden_size()) << "the preset is expanded for the rank";
 }
@@ -237,26 +245,32 @@ TEST_F(ControllerTest, AWorkerReportsOnlyForTheRankItRuns) {
   EXPECT_EQ(controller_->OnWorkerMessage("w1", fin).code(), StatusCode::kPermissionDenied)
       << "another rank's worker of the same job is foreign too";
   fin.mutable_finished()->set_rank(7);
-  EXPECT_EQ(controller_->OnWorkerMessage("w0", fin).code(), StatusCode::kPermissionDenied) << "no rank 7";
+  EXPECT_EQ(controller_->OnWorkerMessage("w0", fin).code(), StatusCode::kPermissionDenied)
+      << "no rank 7";
   moe::v1::WorkerMessage step;
   step.mutable_step()->set_job_id(a0.job_id());
   step.mutable_step()->set_attempt(a0.attempt());
   step.mutable_step()->set_rank(a0.rank());
   step.mutable_step()->mutable_metrics()->set_step(-7);
   EXPECT_EQ(controller_->OnWorkerMessage("intruder", step).code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(controller_->OnWorkerMessage("w0", step).code(), StatusCode::kInvalidArgument) << "a negative step";
+  EXPECT_EQ(controller_->OnWorkerMessage("w0", step).code(), StatusCode::kInvalidArgument)
+      << "a negative step";
   step.mutable_step()->mutable_metrics()->set_step(2);
   step.mutable_step()->mutable_metrics()->set_mfu(42);
   step.mutable_step()->mutable_metrics()->set_step_seconds(std::numeric_limits<double>::infinity());
-  EXPECT_TRUE(controller_->OnWorkerMessage("w0", step).ok()) << "implausible figures are dropped, the stream goes on";
+  EXPECT_TRUE(controller_->OnWorkerMessage("w0", step).ok())
+      << "implausible figures are dropped, the stream goes on";
   Step("w1", channels_["w1"]->Assignments().at(0), 2);
-  EXPECT_EQ(controller_->Get(job.id(), false)->last_metrics().step(), 1) << "the dropped report counted for nothing";
+  EXPECT_EQ(controller_->Get(job.id(), false)->last_metrics().step(), 1)
+      << "the dropped report counted for nothing";
   step.mutable_step()->mutable_metrics()->set_mfu(0.5);
   step.mutable_step()->mutable_metrics()->set_step_seconds(0.2);
-  for (int i = 0; i < 1000; ++i) step.mutable_step()->mutable_metrics()->add_expert_load_imbalance_per_layer(1);
+  for (int i = 0; i < 1000; ++i)
+    step.mutable_step()->mutable_metrics()->add_expert_load_imbalance_per_layer(1);
   EXPECT_EQ(controller_->OnWorkerMessage("w0", step).code(), StatusCode::kInvalidArgument)
       << "more layers than the model";
-  EXPECT_EQ(State(job.id()), moe::v1::RUNNING) << "nothing a foreign or bad report said changed the job";
+  EXPECT_EQ(State(job.id()), moe::v1::RUNNING)
+      << "nothing a foreign or bad report said changed the job";
   EXPECT_EQ(controller_->Get(job.id(), false)->last_metrics().step(), 1);
   moe::v1::Register fake;
   fake.set_name("intruder2");
@@ -279,7 +293,8 @@ TEST_F(ControllerTest, RendezvousKeysAreTheCallersOwnAttempts) {
   auto scope = controller_->RendezvousScope(sessions_["w0"]);
   ASSERT_TRUE(scope.ok()) << scope.status();
   EXPECT_EQ(*scope, "job/" + job.id() + "/attempt/" + std::to_string(a0.attempt()) + "/");
-  EXPECT_EQ(controller_->RendezvousScope(sessions_["idle"]).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(controller_->RendezvousScope(sessions_["idle"]).status().code(),
+            StatusCode::kPermissionDenied);
   EXPECT_EQ(controller_->RendezvousScope("").status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(controller_->RendezvousScope("guess").status().code(), StatusCode::kUnauthenticated);
 }
@@ -298,7 +313,8 @@ TEST_F(ControllerTest, SubmitIsIdempotentByRequestIdAndCheckpointDirectoriesAreN
   auto shared = controller_->Submit(SpecToProto(same_dir), "req-2");
   EXPECT_EQ(shared.status().code(), StatusCode::kFailedPrecondition) << shared.status();
   ASSERT_TRUE(controller_->Cancel(a->id()).ok());
-  EXPECT_TRUE(controller_->Submit(SpecToProto(same_dir), "req-3").ok()) << "free once the other job ended";
+  EXPECT_TRUE(controller_->Submit(SpecToProto(same_dir), "req-3").ok())
+      << "free once the other job ended";
   JobSpec huge = Spec("c", 1, 1);
   huge.data.path = std::string(1 << 20, 'x');
   EXPECT_EQ(controller_->Submit(SpecToProto(huge)).status().code(), StatusCode::kInvalidArgument);
@@ -374,7 +390,8 @@ TEST_F(ControllerTest, AnAssignedRankThatNeverStartsFailsItsAttemptAtTheDeadline
   const auto j = *controller_->Get(job.id(), true);
   EXPECT_EQ(j.restarts(), 1);
   std::string why;
-  for (const auto& e : j.events()) if (e.type() == "AttemptFailed") why = e.message();
+  for (const auto& e : j.events())
+    if (e.type() == "AttemptFailed") why = e.message();
   EXPECT_NE(why.find("rank 0 on worker w0 did not start within"), std::string::npos) << why;
 }
 
@@ -393,7 +410,8 @@ TEST_F(ControllerTest, CpuWorkersOnOneHostShareItsCores) {
   }
   Submit(Spec("j", 2, 2));
   ASSERT_EQ(channels_["a"]->Assignments().size(), 1u);
-  EXPECT_EQ(channels_["a"]->Assignments()[0].cpu_threads(), 4) << "8 cores over the 2 CPU workers of the host";
+  EXPECT_EQ(channels_["a"]->Assignments()[0].cpu_threads(), 4)
+      << "8 cores over the 2 CPU workers of the host";
 }
 
 TEST_F(ControllerTest, EventsNameWhoSubmittedAndCancelled) {
@@ -405,13 +423,16 @@ TEST_F(ControllerTest, EventsNameWhoSubmittedAndCancelled) {
   ASSERT_TRUE(got.ok());
   std::string all;
   for (const auto& ev : got->events()) all += ev.type() + ": " + ev.message() + "\n";
-  EXPECT_NE(all.find("Submitted: priority 0, 1 ranks (EP 1, groups within one rack); by alice"), std::string::npos) << all;
+  EXPECT_NE(all.find("Submitted: priority 0, 1 ranks (EP 1, groups within one rack); by alice"),
+            std::string::npos)
+      << all;
   EXPECT_NE(all.find("Cancelled: cancelled by bob"), std::string::npos) << all;
   auto anon = controller_->Submit(SpecToProto(Spec("anon", 1, 1)));  // no authentication: no name
   ASSERT_TRUE(anon.ok());
   ASSERT_TRUE(controller_->Cancel(anon->id()).ok());
   bool by_a_user = false;
-  auto anon_job = controller_->Get(anon->id(), true);  // held: a range-for over a temporary's member dangles
+  auto anon_job =
+      controller_->Get(anon->id(), true);  // held: a range-for over a temporary's member dangles
   ASSERT_TRUE(anon_job.ok());
   for (const auto& ev : anon_job->events()) by_a_user |= ev.message() == "cancelled by a user";
   EXPECT_TRUE(by_a_user);
@@ -430,7 +451,8 @@ TEST_F(ControllerTest, Fp8JobsAreAcceptedAndFp32OnCudaIsRefusedNamingTheField) {
   auto k = controller_->Submit(SpecToProto(wide));
   ASSERT_FALSE(k.ok());
   EXPECT_EQ(k.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(k.status().message().find("spec.resources.precision: fp32 on cuda"), std::string::npos) << k.status();
+  EXPECT_NE(k.status().message().find("spec.resources.precision: fp32 on cuda"), std::string::npos)
+      << k.status();
   EXPECT_EQ(controller_->List({}).size(), 1u) << "only the fp8 job is stored";
 }
 
@@ -463,17 +485,21 @@ TEST_F(ControllerTest, AJobNeedingMoreMemoryThanAnyWorkerHasIsRefusedWithBothNum
 }
 
 TEST_F(ControllerTest, AJobLargerThanTheClusterWaitsForCapacityAndOneOverTheCeilingIsRefused) {
-  auto early = Submit(Spec("early", 2, 2));  // before any worker registered: the order of a Slurm script
+  auto early =
+      Submit(Spec("early", 2, 2));  // before any worker registered: the order of a Slurm script
   EXPECT_EQ(State(early.id()), moe::v1::PENDING);
-  EXPECT_NE(controller_->Get(early.id(), false)->waiting_reason().find("waiting for capacity: the job needs 2 cpu workers and "
-                                                                        "the cluster has 0 (2 more)"),
+  EXPECT_NE(controller_->Get(early.id(), false)
+                ->waiting_reason()
+                .find("waiting for capacity: the job needs 2 cpu workers and "
+                      "the cluster has 0 (2 more)"),
             std::string::npos)
       << controller_->Get(early.id(), false)->waiting_reason();
   AddWorker("a", "r0", "n0");
   AddWorker("b", "r1", "n1");
   // EP 2 within a rack, but each rack has one worker: it waits, saying why.
   EXPECT_EQ(State(early.id()), moe::v1::PENDING);
-  EXPECT_NE(controller_->Get(early.id(), false)->waiting_reason().find("inside one rack"), std::string::npos)
+  EXPECT_NE(controller_->Get(early.id(), false)->waiting_reason().find("inside one rack"),
+            std::string::npos)
       << controller_->Get(early.id(), false)->waiting_reason();
   AddWorker("c", "r0", "n2");
   EXPECT_EQ(State(early.id()), moe::v1::SCHEDULED) << "placed once a second worker in r0 arrived";
@@ -482,8 +508,11 @@ TEST_F(ControllerTest, AJobLargerThanTheClusterWaitsForCapacityAndOneOverTheCeil
   auto j = controller_->Submit(SpecToProto(Spec("too-big", 4, 1)));
   ASSERT_FALSE(j.ok());
   EXPECT_EQ(j.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(j.status().message().find("can never fit: spec.parallelism.world_size 4 exceeds this controller's ceiling of 2"),
-            std::string::npos) << j.status();
+  EXPECT_NE(
+      j.status().message().find(
+          "can never fit: spec.parallelism.world_size 4 exceeds this controller's ceiling of 2"),
+      std::string::npos)
+      << j.status();
   EXPECT_EQ(controller_->List({}).size(), 1u) << "the refused job is not stored";
   // Semantic errors carry field paths.
   auto bad = SpecToProto(Spec("bad", 2, 2));
@@ -501,7 +530,8 @@ TEST_F(ControllerTest, LostWorkerRestartsTheJobReplacingOnlyTheLostSlot) {
   auto job = Submit(Spec("j", 2, 2));
   // Which two got it?
   std::vector<std::pair<std::string, FakeChannel*>> used;
-  for (auto [n, ch] : {std::pair{"a", a}, {"b", b}, {"c", c}}) if (!ch->Assignments().empty()) used.emplace_back(n, ch);
+  for (auto [n, ch] : {std::pair{"a", a}, {"b", b}, {"c", c}})
+    if (!ch->Assignments().empty()) used.emplace_back(n, ch);
   ASSERT_EQ(used.size(), 2u);
   const std::string survivor = used[0].first, victim = used[1].first;
   Step(survivor, used[0].second->Assignments()[0], 1);
@@ -510,7 +540,8 @@ TEST_F(ControllerTest, LostWorkerRestartsTheJobReplacingOnlyTheLostSlot) {
   auto j = *controller_->Get(job.id(), true);
   EXPECT_EQ(j.restarts(), 1);
   EXPECT_EQ(used[0].second->Cancels(), 1) << "the surviving rank is told to stop";
-  EXPECT_EQ(j.state(), moe::v1::RESTARTING) << "waits for the survivor to stop before placing again";
+  EXPECT_EQ(j.state(), moe::v1::RESTARTING)
+      << "waits for the survivor to stop before placing again";
   Finish(survivor, used[0].second->Assignments()[0], false, "stopped");
   controller_->Tick();
   j = *controller_->Get(job.id(), true);
@@ -520,19 +551,22 @@ TEST_F(ControllerTest, LostWorkerRestartsTheJobReplacingOnlyTheLostSlot) {
   ASSERT_EQ(used[0].second->Assignments().size(), 2u);
   EXPECT_EQ(used[0].second->Assignments()[1].rank(), used[0].second->Assignments()[0].rank());
   EXPECT_EQ(used[0].second->Assignments()[1].attempt(), 2);
-  const std::string spare = survivor != "a" && victim != "a" ? "a" : (survivor != "b" && victim != "b" ? "b" : "c");
+  const std::string spare =
+      survivor != "a" && victim != "a" ? "a" : (survivor != "b" && victim != "b" ? "b" : "c");
   ASSERT_EQ(channels_[spare]->Assignments().size(), 1u);
   const auto types = EventTypes(job.id());
   EXPECT_NE(std::find(types.begin(), types.end(), "AttemptFailed"), types.end());
   EXPECT_NE(std::find(types.begin(), types.end(), "Restarting"), types.end());
   bool lost_reason = false;
-  for (const auto& e : j.events()) lost_reason |= e.message().find("lost: no heartbeat") != std::string::npos;
+  for (const auto& e : j.events())
+    lost_reason |= e.message().find("lost: no heartbeat") != std::string::npos;
   EXPECT_TRUE(lost_reason);
 }
 
-// A clean worker stop (SIGTERM, a rolling update): the worker says it is leaving; every rank is told
-// to stop (they checkpoint at the same step boundary); the job goes back to the queue without using a
-// restart and resumes elsewhere; the worker is removed when its stream closes, not marked lost.
+// A clean worker stop (SIGTERM, a rolling update): the worker says it is leaving; every rank is
+// told to stop (they checkpoint at the same step boundary); the job goes back to the queue without
+// using a restart and resumes elsewhere; the worker is removed when its stream closes, not marked
+// lost.
 TEST_F(ControllerTest, AnElasticJobContinuesSmallerAfterALossAndGrowsBackWhenAWorkerJoins) {
   for (const char* w : {"w0", "w1", "w2", "w3"}) AddWorker(w, "r0", w);
   JobSpec s = Spec("el", 4, 2);
@@ -543,7 +577,8 @@ TEST_F(ControllerTest, AnElasticJobContinuesSmallerAfterALossAndGrowsBackWhenAWo
   for (const char* w : {"w0", "w1", "w2", "w3"}) Step(w, channels_[w]->Assignments().back(), 1);
   // w3 goes silent; there is no spare.
   LoseWorker("w3");
-  for (const char* w : {"w0", "w1", "w2"}) Finish(w, channels_[w]->Assignments().back(), false, "stopped");
+  for (const char* w : {"w0", "w1", "w2"})
+    Finish(w, channels_[w]->Assignments().back(), false, "stopped");
   controller_->Tick();
   auto j = *controller_->Get(job.id(), true);
   ASSERT_EQ(j.state(), moe::v1::SCHEDULED) << j.waiting_reason();
@@ -553,7 +588,8 @@ TEST_F(ControllerTest, AnElasticJobContinuesSmallerAfterALossAndGrowsBackWhenAWo
     const auto a = channels_[w]->Assignments().back();
     if (a.attempt() == 2) {
       ++at_two;
-      EXPECT_EQ(a.spec().spec().parallelism().world_size(), 2) << "the attempt's world size, in the spec";
+      EXPECT_EQ(a.spec().spec().parallelism().world_size(), 2)
+          << "the attempt's world size, in the spec";
     }
   }
   EXPECT_EQ(at_two, 2);
@@ -563,12 +599,15 @@ TEST_F(ControllerTest, AnElasticJobContinuesSmallerAfterALossAndGrowsBackWhenAWo
   std::string free_one;
   for (const char* w : {"w0", "w1", "w2"}) {
     const auto a = channels_[w]->Assignments().back();
-    if (a.attempt() == 2) Step(w, a, 2);
-    else free_one = w;
+    if (a.attempt() == 2)
+      Step(w, a, 2);
+    else
+      free_one = w;
   }
   EXPECT_EQ(EventCount(job.id(), "Resizing"), 0);
   AddWorker("w4", "r0", "w4");
-  EXPECT_EQ(EventCount(job.id(), "Resizing"), 1) << "w4 and the free worker make room for all 4 ranks";
+  EXPECT_EQ(EventCount(job.id(), "Resizing"), 1)
+      << "w4 and the free worker make room for all 4 ranks";
   for (const char* w : {"w0", "w1", "w2"}) {
     const auto a = channels_[w]->Assignments().back();
     if (a.attempt() == 2) Finish(w, a, false, "stopped after step 2 (asked to stop)");
@@ -618,10 +657,12 @@ TEST_F(ControllerTest, AWorkerThatLeavesCleanlyRequeuesItsJobWithoutUsingARestar
   EXPECT_EQ(EventCount(job.id(), "AttemptRequeued"), 1);
   EXPECT_EQ(EventCount(job.id(), "AttemptFailed"), 0);
   EXPECT_EQ(EventCount(job.id(), "Requeued"), 1);
-  for (const auto& w : controller_->Workers()) EXPECT_NE(w.name(), "b") << "a worker that left is removed, not lost";
+  for (const auto& w : controller_->Workers())
+    EXPECT_NE(w.name(), "b") << "a worker that left is removed, not lost";
   auto stored = store_.LoadWorkers();
   ASSERT_TRUE(stored.ok());
-  for (const auto& w : *stored) EXPECT_NE(w.info.name(), "b") << "and forgotten by the store (its name is free)";
+  for (const auto& w : *stored)
+    EXPECT_NE(w.info.name(), "b") << "and forgotten by the store (its name is free)";
   // Its name is free: a new worker may take it.
   AddWorker("b", "r0", "n1");
 }
@@ -633,7 +674,8 @@ TEST_F(ControllerTest, LostWorkersAreDeletedOnRequestOrForgottenAfterTheRetentio
   AddWorker("a", "r0", "n0");
   AddWorker("b", "r0", "n1");
   AddWorker("c", "r0", "n2");
-  EXPECT_EQ(controller_->DeleteWorker("a").code(), StatusCode::kFailedPrecondition) << "connected: stop it instead";
+  EXPECT_EQ(controller_->DeleteWorker("a").code(), StatusCode::kFailedPrecondition)
+      << "connected: stop it instead";
   EXPECT_EQ(controller_->DeleteWorker("nope").code(), StatusCode::kNotFound);
   controller_->Disconnected("a", channels_["a"].get());
   controller_->Disconnected("b", channels_["b"].get());
@@ -655,8 +697,10 @@ TEST_F(ControllerTest, LostWorkersAreDeletedOnRequestOrForgottenAfterTheRetentio
 TEST_F(ControllerTest, AFailedRankRestartsUntilMaxRestartsThenFails) {
   auto* a = AddWorker("a", "r0", "n0");
   auto job = Submit(Spec("j", 1, 1, 0, /*max_restarts=*/1));
-  Finish("a", a->Assignments()[0], false, "training failed: INTERNAL: step 3: the loss is nan (diverged)");
-  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED) << "restarted at once: the rank has already stopped";
+  Finish("a", a->Assignments()[0], false,
+         "training failed: INTERNAL: step 3: the loss is nan (diverged)");
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED)
+      << "restarted at once: the rank has already stopped";
   ASSERT_EQ(a->Assignments().size(), 2u);
   Finish("a", a->Assignments()[1], false, "training failed again");
   auto j = *controller_->Get(job.id(), false);
@@ -675,9 +719,12 @@ TEST_F(ControllerTest, ARestartWaitsItsBackoffDoublingUpToTheCapAndSaysWhereItRe
   Finish("a", a->Assignments()[0], false, "boom");
   auto j = *controller_->Get(job.id(), false);
   EXPECT_EQ(j.state(), moe::v1::RESTARTING);
-  EXPECT_NE(j.message().find("restart 1 of 3 in 10 s (rank 0 on worker a failed: boom); it starts over from step 0: no checkpoint reported yet"),
-            std::string::npos) << j.message();
-  EXPECT_NE(j.waiting_reason().find("restart backoff: placed again in 10 s"), std::string::npos) << j.waiting_reason();
+  EXPECT_NE(j.message().find("restart 1 of 3 in 10 s (rank 0 on worker a failed: boom); it starts "
+                             "over from step 0: no checkpoint reported yet"),
+            std::string::npos)
+      << j.message();
+  EXPECT_NE(j.waiting_reason().find("restart backoff: placed again in 10 s"), std::string::npos)
+      << j.waiting_reason();
   clock_.Advance(9);
   Heartbeats();
   controller_->Tick();
@@ -690,7 +737,8 @@ TEST_F(ControllerTest, ARestartWaitsItsBackoffDoublingUpToTheCapAndSaysWhereItRe
   Finish("a", a->Assignments()[1], false, "boom again");
   j = *controller_->Get(job.id(), false);
   EXPECT_NE(j.message().find("restart 2 of 3 in 20 s ("), std::string::npos) << j.message();
-  EXPECT_NE(j.message().find("); it resumes from the checkpoint of step 2"), std::string::npos) << j.message();
+  EXPECT_NE(j.message().find("); it resumes from the checkpoint of step 2"), std::string::npos)
+      << j.message();
   EXPECT_EQ(j.checkpoint_step(), 2);
   clock_.Advance(20.5);
   Heartbeats();
@@ -698,7 +746,8 @@ TEST_F(ControllerTest, ARestartWaitsItsBackoffDoublingUpToTheCapAndSaysWhereItRe
   ASSERT_EQ(a->Assignments().size(), 3u);
   Finish("a", a->Assignments()[2], false, "and again");
   j = *controller_->Get(job.id(), false);
-  EXPECT_NE(j.message().find("restart 3 of 3 in 25 s"), std::string::npos) << "capped: " << j.message();
+  EXPECT_NE(j.message().find("restart 3 of 3 in 25 s"), std::string::npos)
+      << "capped: " << j.message();
   ASSERT_TRUE(controller_->Cancel(job.id()).ok()) << "a job in its backoff can be cancelled";
   clock_.Advance(30);
   Heartbeats();
@@ -756,37 +805,46 @@ TEST_F(ControllerTest, CancelNowKillsTheRanksAndDrainWithMoveWorkRequeuesWithout
   }
 }
 
-TEST_F(ControllerTest, AHigherPriorityJobPreemptsTheYoungestLowestPriorityJobWhichResumesWithoutARestart) {
+TEST_F(ControllerTest,
+       AHigherPriorityJobPreemptsTheYoungestLowestPriorityJobWhichResumesWithoutARestart) {
   auto* a = AddWorker("a", "r0", "n0");
   auto* b = AddWorker("b", "r0", "n1");
   auto* c = AddWorker("c", "r0", "n2");
-  auto mid = Submit(Spec("mid", 1, 1, /*priority=*/5));     // on one worker
+  auto mid = Submit(Spec("mid", 1, 1, /*priority=*/5));  // on one worker
   clock_.Advance(1);
   auto older = Submit(Spec("older", 1, 1, /*priority=*/0));  // one more
   clock_.Advance(1);
   auto young = Submit(Spec("young", 1, 1, /*priority=*/0));  // the last: the cluster is full
-  for (const auto& id : {mid.id(), older.id(), young.id()}) ASSERT_EQ(State(id), moe::v1::SCHEDULED) << id;
+  for (const auto& id : {mid.id(), older.id(), young.id()})
+    ASSERT_EQ(State(id), moe::v1::SCHEDULED) << id;
   clock_.Advance(1);
   auto same = Submit(Spec("same", 1, 1, /*priority=*/0));
   EXPECT_EQ(State(same.id()), moe::v1::PENDING) << "an equal priority preempts nothing";
   EXPECT_EQ(State(young.id()), moe::v1::SCHEDULED);
   auto high = Submit(Spec("high", 1, 1, /*priority=*/10));
   // The victim: the lowest priority (not mid), of those the fewest ranks, then the youngest.
-  EXPECT_EQ(State(young.id()), moe::v1::PREEMPTED) << controller_->Get(young.id(), false)->message();
+  EXPECT_EQ(State(young.id()), moe::v1::PREEMPTED)
+      << controller_->Get(young.id(), false)->message();
   EXPECT_EQ(State(older.id()), moe::v1::SCHEDULED);
   EXPECT_EQ(State(mid.id()), moe::v1::SCHEDULED);
   EXPECT_EQ(State(high.id()), moe::v1::PENDING);
-  EXPECT_NE(controller_->Get(high.id(), false)->waiting_reason().find("preempting " + young.id()), std::string::npos)
+  EXPECT_NE(controller_->Get(high.id(), false)->waiting_reason().find("preempting " + young.id()),
+            std::string::npos)
       << controller_->Get(high.id(), false)->waiting_reason();
-  EXPECT_NE(controller_->Get(same.id(), false)->waiting_reason().find("held: " + high.id()), std::string::npos)
-      << "what the preemption frees is the preemptor's: " << controller_->Get(same.id(), false)->waiting_reason();
+  EXPECT_NE(controller_->Get(same.id(), false)->waiting_reason().find("held: " + high.id()),
+            std::string::npos)
+      << "what the preemption frees is the preemptor's: "
+      << controller_->Get(same.id(), false)->waiting_reason();
   // The victim's rank checkpoints and stops; the high job takes its worker.
   std::map<std::string, FakeChannel*> by_job;
   for (auto* ch : {a, b, c}) by_job[ch->Assignments().back().job_id()] = ch;
   FakeChannel* victim = by_job[young.id()];
   ASSERT_TRUE(victim->sent.back().has_cancel());
   EXPECT_FALSE(victim->sent.back().cancel().now()) << "a preempted rank checkpoints";
-  Finish(victim == a ? "a" : victim == b ? "b" : "c", victim->Assignments().back(), false, "stopped after step 7 (asked to stop)");
+  Finish(victim == a   ? "a"
+         : victim == b ? "b"
+                       : "c",
+         victim->Assignments().back(), false, "stopped after step 7 (asked to stop)");
   EXPECT_EQ(State(high.id()), moe::v1::SCHEDULED);
   EXPECT_EQ(victim->Assignments().back().job_id(), high.id());
   auto y = *controller_->Get(young.id(), true);
@@ -803,7 +861,8 @@ TEST_F(ControllerTest, AHigherPriorityJobPreemptsTheYoungestLowestPriorityJobWhi
 }
 
 TEST_F(ControllerTest, PriorityClassesSetThePriorityAndOnlyAClassCanOptOutOfPreemption) {
-  config_.priority_classes = {{"production", {1000, /*preemptible=*/false}}, {"best-effort", {-10, true}}};
+  config_.priority_classes = {{"production", {1000, /*preemptible=*/false}},
+                              {"best-effort", {-10, true}}};
   Make();
   AddWorker("a", "r0", "n0");
   JobSpec prod = Spec("prod", 1, 1);
@@ -819,8 +878,10 @@ TEST_F(ControllerTest, PriorityClassesSetThePriorityAndOnlyAClassCanOptOutOfPree
   auto t = controller_->Submit(SpecToProto(typo));
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(t.status().message().find("metadata.priority_class: unknown class 'prod' (known: best-effort, production"),
-            std::string::npos) << t.status();
+  EXPECT_NE(t.status().message().find(
+                "metadata.priority_class: unknown class 'prod' (known: best-effort, production"),
+            std::string::npos)
+      << t.status();
 }
 
 // Two queues of quota 2 in one cohort on 4 one-rank workers (Kueue's ClusterQueues and cohort).
@@ -829,7 +890,8 @@ class QueueTest : public ControllerTest {
   // a_borrowing_limit < 0: none.
   void Start(int a_borrowing_limit = -1) {
     QueuesConfig q;
-    q.queues = {QueueSpec{"a", "shared", {{"cpu", 2}}, {}, 1}, QueueSpec{"b", "shared", {{"cpu", 2}}, {}, 1}};
+    q.queues = {QueueSpec{"a", "shared", {{"cpu", 2}}, {}, 1},
+                QueueSpec{"b", "shared", {{"cpu", 2}}, {}, 1}};
     if (a_borrowing_limit >= 0) q.queues[0].borrowing_limit = {{"cpu", a_borrowing_limit}};
     q.default_queue = "a";
     config_.queues = q;
@@ -851,7 +913,8 @@ class QueueTest : public ControllerTest {
   void Stop(const std::string& job, bool ok) {
     for (auto& [name, ch] : channels_) {
       if (!ch->Assignments().empty() && ch->Assignments().back().job_id() == job) {
-        Finish(name, ch->Assignments().back(), ok, ok ? "" : "stopped after step 3 (asked to stop)");
+        Finish(name, ch->Assignments().back(), ok,
+               ok ? "" : "stopped after step 3 (asked to stop)");
         return;
       }
     }
@@ -866,20 +929,27 @@ TEST_F(QueueTest, AQueueBorrowsIdleQuotaAndTheLenderReclaimsItUnderContention) {
     clock_.Advance(1);
     a.push_back(SubmitTo("a", "a" + std::to_string(i)));
   }
-  for (const auto& j : a) EXPECT_EQ(State(j.id()), moe::v1::SCHEDULED) << "b is idle: a borrows its 2";
+  for (const auto& j : a)
+    EXPECT_EQ(State(j.id()), moe::v1::SCHEDULED) << "b is idle: a borrows its 2";
   EXPECT_EQ(Cpu("a").used(), 4);
   EXPECT_EQ(Cpu("a").borrowed(), 2);
   EXPECT_EQ(Cpu("a").nominal(), 2);
   // b wants its quota back: the youngest borrower is preempted (equal priority: only a lender may).
   auto b0 = SubmitTo("b", "b0");
   EXPECT_EQ(State(a[3].id()), moe::v1::PREEMPTED);
-  EXPECT_NE(controller_->Get(a[3].id(), false)->message().find("queue b reclaims the quota queue a borrowed"),
-            std::string::npos) << controller_->Get(a[3].id(), false)->message();
+  EXPECT_NE(controller_->Get(a[3].id(), false)
+                ->message()
+                .find("queue b reclaims the quota queue a borrowed"),
+            std::string::npos)
+      << controller_->Get(a[3].id(), false)->message();
   Stop(a[3].id(), false);
   EXPECT_EQ(State(b0.id()), moe::v1::SCHEDULED);
   const std::string why = controller_->Get(a[3].id(), false)->waiting_reason();
-  EXPECT_NE(why.find("over quota: cohort shared uses 4 of its 4 cpu ranks; queue a uses 3 of its 2 cpu ranks"),
-            std::string::npos) << why;
+  EXPECT_NE(
+      why.find(
+          "over quota: cohort shared uses 4 of its 4 cpu ranks; queue a uses 3 of its 2 cpu ranks"),
+      std::string::npos)
+      << why;
   clock_.Advance(1);
   auto b1 = SubmitTo("b", "b1");
   EXPECT_EQ(State(a[2].id()), moe::v1::PREEMPTED);
@@ -903,8 +973,12 @@ TEST_F(QueueTest, AQueueBorrowsIdleQuotaAndTheLenderReclaimsItUnderContention) {
   EXPECT_EQ(State(a[3].id()), moe::v1::SCHEDULED);
   EXPECT_EQ(controller_->Get(a[3].id(), false)->restarts(), 0) << "a reclaim uses no restart";
   for (const auto& q : controller_->Queues()) {
-    if (q.name() == "a") { EXPECT_EQ(q.admitted_jobs(), 4); }
-    if (q.name() == "b") { EXPECT_EQ(q.pending_jobs() + q.admitted_jobs(), 0); }
+    if (q.name() == "a") {
+      EXPECT_EQ(q.admitted_jobs(), 4);
+    }
+    if (q.name() == "b") {
+      EXPECT_EQ(q.pending_jobs() + q.admitted_jobs(), 0);
+    }
   }
 }
 
@@ -921,10 +995,14 @@ TEST_F(QueueTest, CompetingQueuesShareByTheirQuotaAndBorrowingHasALimit) {
   auto extra = SubmitTo("a", "a-extra");
   EXPECT_EQ(State(extra.id()), moe::v1::PENDING);
   const std::string why = controller_->Get(extra.id(), false)->waiting_reason();
-  EXPECT_NE(why.find("over quota: queue a uses 3 of its 2 cpu ranks and may borrow 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("over quota: queue a uses 3 of its 2 cpu ranks and may borrow 1"),
+            std::string::npos)
+      << why;
   for (int i = 0; i < 3; ++i) b.push_back(SubmitTo("b", "b" + std::to_string(i)));
   EXPECT_EQ(State(b[0].id()), moe::v1::SCHEDULED) << "the free worker";
-  EXPECT_EQ(State(a[2].id()), moe::v1::PREEMPTED) << "b reclaims the one a borrowed; b1: " << controller_->Get(b[1].id(), false)->waiting_reason();
+  EXPECT_EQ(State(a[2].id()), moe::v1::PREEMPTED)
+      << "b reclaims the one a borrowed; b1: "
+      << controller_->Get(b[1].id(), false)->waiting_reason();
   Stop(a[2].id(), false);
   EXPECT_EQ(State(b[1].id()), moe::v1::SCHEDULED);
   EXPECT_EQ(State(b[2].id()), moe::v1::PENDING);
@@ -934,7 +1012,8 @@ TEST_F(QueueTest, CompetingQueuesShareByTheirQuotaAndBorrowingHasALimit) {
 
 TEST_F(QueueTest, QueuesThatBorrowTogetherShareWhatIsLent) {
   // a and b have 1 each; c lends its 2. With FIFO a would take 3 of the 4 workers.
-  config_.queues.queues = {QueueSpec{"a", "s", {{"cpu", 1}}, {}, 1}, QueueSpec{"b", "s", {{"cpu", 1}}, {}, 1},
+  config_.queues.queues = {QueueSpec{"a", "s", {{"cpu", 1}}, {}, 1},
+                           QueueSpec{"b", "s", {{"cpu", 1}}, {}, 1},
                            QueueSpec{"c", "s", {{"cpu", 2}}, {}, 1}};
   Make();
   std::vector<moe::v1::Job> a, b;
@@ -964,7 +1043,8 @@ TEST_F(QueueTest, AQueueWithinItsQuotaReclaimsAlsoWhenWorkersNotQuotaRunShort) {
   }
   EXPECT_EQ(Cpu("a").borrowed(), 1);
   auto b0 = SubmitTo("b", "b0");
-  EXPECT_EQ(State(a[2].id()), moe::v1::PREEMPTED) << "b is within its quota: it takes back what a borrowed";
+  EXPECT_EQ(State(a[2].id()), moe::v1::PREEMPTED)
+      << "b is within its quota: it takes back what a borrowed";
   Stop(a[2].id(), false);
   EXPECT_EQ(State(b0.id()), moe::v1::SCHEDULED);
   EXPECT_EQ(Cpu("a").used(), 2);
@@ -978,19 +1058,24 @@ TEST_F(QueueTest, SubmitNamesTheQueueOrSaysWhyNot) {
   s.queue = "c";
   auto t = controller_->Submit(SpecToProto(s));
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("metadata.queue: unknown queue 'c' (queues: a, b)"), std::string::npos) << t.status();
+  EXPECT_NE(t.status().message().find("metadata.queue: unknown queue 'c' (queues: a, b)"),
+            std::string::npos)
+      << t.status();
   JobSpec big = Spec("big", 5, 1);
   big.queue = "b";
   t = controller_->Submit(SpecToProto(big));
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(t.status().message().find("needs 5 cpu ranks and queue b may use at most 4 (nominal quota 2, borrowing 2"),
-            std::string::npos) << t.status();
+  EXPECT_NE(t.status().message().find(
+                "needs 5 cpu ranks and queue b may use at most 4 (nominal quota 2, borrowing 2"),
+            std::string::npos)
+      << t.status();
 }
 
 TEST(QueuesConfig, TheFileIsCheckedFieldByField) {
-  auto ok = ParseQueuesConfig("queues:\n- {name: a, cohort: c, quota: {cpu: 2, cuda: 8}, borrowing_limit: {cpu: 1}}\n"
-                              "- {name: b, cohort: c, quota: {cpu: 2}, weight: 2}\ndefault_queue: b\n");
+  auto ok = ParseQueuesConfig(
+      "queues:\n- {name: a, cohort: c, quota: {cpu: 2, cuda: 8}, borrowing_limit: {cpu: 1}}\n"
+      "- {name: b, cohort: c, quota: {cpu: 2}, weight: 2}\ndefault_queue: b\n");
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->queues[0].quota.at("cuda"), 8);
   EXPECT_EQ(ok->queues[1].weight, 2);
@@ -998,7 +1083,8 @@ TEST(QueuesConfig, TheFileIsCheckedFieldByField) {
            {"queues:\n- {name: a, quota: {tpu: 2}}\n", "queues[0].quota.tpu: unknown device type"},
            {"queues:\n- {name: a, quota: {cpu: -1}}\n", "queues[0].quota.cpu: must be >= 0"},
            {"queues:\n- {name: a}\n- {name: a}\n", "queues[1].name: 'a' is also queues[0]"},
-           {"queues:\n- {name: a}\ndefault_queue: z\n", "default_queue: 'z' is not one of the queues"},
+           {"queues:\n- {name: a}\ndefault_queue: z\n",
+            "default_queue: 'z' is not one of the queues"},
            {"queues:\n- {name: a, wieght: 2}\n", "queues[0].wieght"},
            {"queues:\n- {name: a, weight: 0}\n", "queues[0].weight"},
            {"queues: []\n", "queues: lists no queue"},
@@ -1013,7 +1099,8 @@ TEST_F(ControllerTest, APermanentFailureWinsOverAPeersTransientOneThatCameFirst)
   auto* a = AddWorker("a", "r0", "n0");
   auto* b = AddWorker("b", "r0", "n1");
   auto job = Submit(Spec("j", 2, 2));
-  Finish("b", b->Assignments()[0], false, "gloo rendezvous failed: Connection closed by peer");  // transient
+  Finish("b", b->Assignments()[0], false,
+         "gloo rendezvous failed: Connection closed by peer");  // transient
   EXPECT_EQ(State(job.id()), moe::v1::RESTARTING);
   moe::v1::WorkerMessage m;
   auto* f = m.mutable_finished();
@@ -1026,7 +1113,8 @@ TEST_F(ControllerTest, APermanentFailureWinsOverAPeersTransientOneThatCameFirst)
   Msg("a", m);
   auto j = *controller_->Get(job.id(), false);
   EXPECT_EQ(j.state(), moe::v1::FAILED) << j.message();
-  EXPECT_NE(j.message().find("dataset index data/x.idx cannot be read"), std::string::npos) << j.message();
+  EXPECT_NE(j.message().find("dataset index data/x.idx cannot be read"), std::string::npos)
+      << j.message();
   EXPECT_EQ(a->Assignments().size(), 1u) << "not restarted";
 }
 
@@ -1046,7 +1134,8 @@ TEST_F(ControllerTest, CancelStopsTheRanks) {
 TEST_F(ControllerTest, PriorityFirstAndASmallerJobMayGoFirstWhenItFits) {
   AddWorker("a", "r0", "n0");
   AddWorker("b", "r0", "n1");
-  auto running = Submit(Spec("running", 1, 1, /*priority=*/9));  // takes one worker (above big: not preempted)
+  auto running =
+      Submit(Spec("running", 1, 1, /*priority=*/9));  // takes one worker (above big: not preempted)
   auto big = Submit(Spec("big", 2, 1, /*priority=*/5));      // cannot fit now (one free)
   auto small = Submit(Spec("small", 1, 1, /*priority=*/0));  // fits: goes first
   EXPECT_EQ(State(big.id()), moe::v1::PENDING);
@@ -1079,7 +1168,8 @@ TEST_F(ControllerTest, StragglerIsFlaggedAfterTheWindow) {
   auto* b = AddWorker("b", "r0", "n1");
   auto* c = AddWorker("c", "r0", "n2");
   auto job = Submit(Spec("j", 3, 1));
-  std::map<std::string, moe::v1::Assignment> asg = {{"a", a->Assignments()[0]}, {"b", b->Assignments()[0]}, {"c", c->Assignments()[0]}};
+  std::map<std::string, moe::v1::Assignment> asg = {
+      {"a", a->Assignments()[0]}, {"b", b->Assignments()[0]}, {"c", c->Assignments()[0]}};
   for (int s = 1; s <= 4; ++s) {
     for (auto& [w, x] : asg) Step(w, x, s, w == "c" ? 0.5 : 0.1);  // c is five times slower
   }
@@ -1087,7 +1177,8 @@ TEST_F(ControllerTest, StragglerIsFlaggedAfterTheWindow) {
   ASSERT_EQ(j.last_metrics().stragglers_size(), 1);
   EXPECT_EQ(j.last_metrics().stragglers(0), asg["c"].rank());
   bool event = false;
-  for (const auto& e : j.events()) event |= e.type() == "Straggler" && e.message().find("on c") != std::string::npos;
+  for (const auto& e : j.events())
+    event |= e.type() == "Straggler" && e.message().find("on c") != std::string::npos;
   EXPECT_TRUE(event);
 }
 
@@ -1169,7 +1260,8 @@ TEST_F(ControllerTest, ASuccessTheStoreRefusesIsRecordedByALaterTick) {
 TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhenTheyDoNot) {
   FakeClock clock;
   MemoryStateStore store;
-  auto metrics = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(), clock, StragglerOptions{}, 60, "t");
+  auto metrics = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(),
+                                                     clock, StragglerOptions{}, 60, "t");
   ControllerConfig opt;
   std::string id1, id2;
   moe::v1::Assignment a1, a2;
@@ -1230,7 +1322,8 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   ASSERT_TRUE(c.Register(r2, &ch2).ok());
   // Its worker was held for the attempt through the restart, so coming back without the rank loses
   // the rank at once (not at the end of the grace) and gives the worker no new work before that.
-  EXPECT_EQ(c.Get(id2, false)->state(), moe::v1::RESTARTING) << moe::v1::JobState_Name(c.Get(id2, false)->state());
+  EXPECT_EQ(c.Get(id2, false)->state(), moe::v1::RESTARTING)
+      << moe::v1::JobState_Name(c.Get(id2, false)->state());
   for (int i = 0; i < 11; ++i) {  // past the reconnect grace, heart-beating
     clock.Advance(1);
     moe::v1::WorkerMessage hb;
@@ -1243,7 +1336,8 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   EXPECT_EQ(ch1.Cancels(), 0);
   auto j2 = *c.Get(id2, true);
   EXPECT_EQ(j2.restarts(), 1) << "a rank that did not come back restarts the job";
-  EXPECT_TRUE(j2.state() == moe::v1::SCHEDULED || j2.state() == moe::v1::RESTARTING) << moe::v1::JobState_Name(j2.state());
+  EXPECT_TRUE(j2.state() == moe::v1::SCHEDULED || j2.state() == moe::v1::RESTARTING)
+      << moe::v1::JobState_Name(j2.state());
 }
 
 }  // namespace

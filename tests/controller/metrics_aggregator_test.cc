@@ -102,7 +102,8 @@ TEST_F(MetricsAggregatorTest, AStepCompletedByEveryRankGivesTheJobsFigures) {
   EXPECT_EQ(out->rank_racks(1), "r1");
   EXPECT_DOUBLE_EQ(out->eta_seconds(), 0.5 * 9);
   EXPECT_EQ(Get("moe_job_tflops_per_device", {{"job", "j"}}), 120.0);
-  EXPECT_EQ(Get("moe_job_peak_tflops_per_device", {{"job", "j"}}), 989.0) << "what MFU is measured against";
+  EXPECT_EQ(Get("moe_job_peak_tflops_per_device", {{"job", "j"}}), 989.0)
+      << "what MFU is measured against";
   EXPECT_DOUBLE_EQ(*Get("moe_job_model_flops_total", {{"job", "j"}}), 120e12 * 0.5 * 2)
       << "per device x devices";
   EXPECT_EQ(Get("moe_job_tokens_total", {{"job", "j"}}), 4096.0);
@@ -153,7 +154,8 @@ TEST_F(MetricsAggregatorTest, TheJobsStateAndRestartsFollowItsEvents) {
   EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "RUNNING"}}), 0.0);
   job = JobIn(moe::v1::RESTARTING, 1, {"r0"});
   metrics_.OnJobStateChanged(job, moe::v1::RUNNING);
-  EXPECT_EQ(Get("moe_job_restarts_total", {{"job", "j"}}), 0.0) << "a requeue (a worker left cleanly) is no restart";
+  EXPECT_EQ(Get("moe_job_restarts_total", {{"job", "j"}}), 0.0)
+      << "a requeue (a worker left cleanly) is no restart";
   job.set_restarts(1);
   metrics_.OnJobStateChanged(job, moe::v1::RUNNING);
   EXPECT_EQ(Get("moe_job_restarts_total", {{"job", "j"}}), 1.0);
@@ -207,7 +209,8 @@ TEST_F(MetricsAggregatorTest, BuildInfoWorkersAndTheQueue) {
   workers[0].set_drained(true);  // drained while its rank still runs
   metrics_.SetWorkers(workers);
   EXPECT_EQ(Get("moe_workers", {{"state", "draining"}, {"rack", "r0"}}), 1.0);
-  EXPECT_EQ(Get("moe_workers", {{"state", "busy"}, {"rack", "r0"}}), 0.0) << "a draining worker is not counted busy";
+  EXPECT_EQ(Get("moe_workers", {{"state", "busy"}, {"rack", "r0"}}), 0.0)
+      << "a draining worker is not counted busy";
   metrics_.SetWorkers({});
   EXPECT_EQ(Get("moe_workers", {{"state", "lost"}, {"rack", "r1"}}), 0.0) << "back to 0, not gone";
   metrics_.SetQueueLength(4);

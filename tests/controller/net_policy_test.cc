@@ -33,16 +33,19 @@ TEST(TokenAuth, AFileOthersMayReadIsRefused) {
   auto loose = TokenAuth::Load(WriteTokens(dir, line, 0644));
   EXPECT_EQ(loose.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(loose.status().message().find("0644"), std::string::npos) << loose.status();
-  EXPECT_EQ(TokenAuth::Load(WriteTokens(dir, line, 0660)).status().code(), StatusCode::kPermissionDenied)
+  EXPECT_EQ(TokenAuth::Load(WriteTokens(dir, line, 0660)).status().code(),
+            StatusCode::kPermissionDenied)
       << "group-writable";
-  EXPECT_TRUE(TokenAuth::Load(WriteTokens(dir, line, 0440)).ok()) << "group-readable (a Kubernetes Secret)";
+  EXPECT_TRUE(TokenAuth::Load(WriteTokens(dir, line, 0440)).ok())
+      << "group-readable (a Kubernetes Secret)";
   EXPECT_TRUE(TokenAuth::Load(WriteTokens(dir, line, 0600)).ok());
   ASSERT_TRUE(RemoveAll(dir).ok());
 }
 
 TEST(TokenAuth, DuplicateAndMalformedLinesAreRefusedWithTheirNumber) {
   const std::string dir = TempDir();
-  auto dup = TokenAuth::Load(WriteTokens(dir, "# ops\nabc-0123456789abcdef admin\nabc-0123456789abcdef viewer\n"));
+  auto dup = TokenAuth::Load(
+      WriteTokens(dir, "# ops\nabc-0123456789abcdef admin\nabc-0123456789abcdef viewer\n"));
   EXPECT_EQ(dup.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(dup.status().message().find(":3:"), std::string::npos) << dup.status();
   auto extra = TokenAuth::Load(WriteTokens(dir, "abc-0123456789abcdef admin ops extra\n"));
@@ -52,15 +55,19 @@ TEST(TokenAuth, DuplicateAndMalformedLinesAreRefusedWithTheirNumber) {
 
 TEST(TokenAuth, AHashInsideATokenIsPartOfItAndAdminIsNoWorker) {
   const std::string dir = TempDir();
-  auto auth = TokenAuth::Load(WriteTokens(dir, "# a comment line\nab#cd-0123456789abcdef admin\nwk-0123456789abcdef worker\n"));
+  auto auth = TokenAuth::Load(WriteTokens(
+      dir, "# a comment line\nab#cd-0123456789abcdef admin\nwk-0123456789abcdef worker\n"));
   ASSERT_TRUE(auth.ok()) << auth.status();
   EXPECT_TRUE(auth->Check("Bearer ab#cd-0123456789abcdef", Role::kAdmin).ok());
-  EXPECT_EQ(auth->Check("Bearer ab", Role::kViewer).code(), StatusCode::kUnauthenticated) << "not truncated at '#'";
+  EXPECT_EQ(auth->Check("Bearer ab", Role::kViewer).code(), StatusCode::kUnauthenticated)
+      << "not truncated at '#'";
   EXPECT_TRUE(auth->Check("Bearer ab#cd-0123456789abcdef", Role::kViewer).ok()) << "admin may read";
-  EXPECT_EQ(auth->Check("Bearer ab#cd-0123456789abcdef", Role::kWorker).code(), StatusCode::kPermissionDenied)
+  EXPECT_EQ(auth->Check("Bearer ab#cd-0123456789abcdef", Role::kWorker).code(),
+            StatusCode::kPermissionDenied)
       << "an admin token is not a worker credential";
   EXPECT_TRUE(auth->Check("Bearer wk-0123456789abcdef", Role::kWorker).ok());
-  EXPECT_EQ(auth->Check("Bearer wk-0123456789abcdef", Role::kAdmin).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(auth->Check("Bearer wk-0123456789abcdef", Role::kAdmin).code(),
+            StatusCode::kPermissionDenied);
   ASSERT_TRUE(RemoveAll(dir).ok());
 }
 
@@ -71,8 +78,8 @@ TEST(TokenAuth, SecretsCompareWholeWithoutAnEarlyExit) {
   EXPECT_FALSE(SameSecret("abcdef", "abcde"));   // a prefix
   EXPECT_FALSE(SameSecret("abc", std::string("abc\0", 4)));
   EXPECT_TRUE(SameSecret("", ""));
-  // Constant time is the loop's shape (every byte, no early exit), which tests cannot time; this checks
-  // that a difference anywhere in a long secret is still found.
+  // Constant time is the loop's shape (every byte, no early exit), which tests cannot time; this
+  // checks that a difference anywhere in a long secret is still found.
   const std::string a(1 << 16, 'k');
   std::string b = a;
   b.back() = 'x';
@@ -83,11 +90,13 @@ TEST(TokenAuth, SecretsCompareWholeWithoutAnEarlyExit) {
 }
 
 TEST(NetPolicy, LoopbackIsDecidedOnTheParsedAddress) {
-  for (const char* yes : {"127.0.0.1:50051", "127.1.2.3:9", "localhost:9400", "[::1]:50051", "unix:/tmp/s"}) {
+  for (const char* yes :
+       {"127.0.0.1:50051", "127.1.2.3:9", "localhost:9400", "[::1]:50051", "unix:/tmp/s"}) {
     EXPECT_TRUE(IsLoopbackAddress(yes)) << yes;
   }
-  for (const char* no : {"127.evil.example:50051", "0.0.0.0:9400", "10.0.0.1:1", "[::]:50051", "[::ffff:10.0.0.1]:1",
-                         "localhost.evil.example:1", "127.0.0.1.nip.io:1", ":50051", "[::1:50051"}) {
+  for (const char* no :
+       {"127.evil.example:50051", "0.0.0.0:9400", "10.0.0.1:1", "[::]:50051", "[::ffff:10.0.0.1]:1",
+        "localhost.evil.example:1", "127.0.0.1.nip.io:1", ":50051", "[::1:50051"}) {
     EXPECT_FALSE(IsLoopbackAddress(no)) << no;
   }
 }
@@ -100,13 +109,15 @@ TEST(NetPolicy, OneProcessHoldsAStateDirectory) {
   const pid_t child = ::fork();
   if (child == 0) {
     auto theirs = LockStateDir(dir);
-    const bool named = !theirs.ok() && theirs.status().code() == StatusCode::kFailedPrecondition &&
-                       theirs.status().message().find("pid " + std::to_string(::getppid())) != std::string::npos;
+    const bool named =
+        !theirs.ok() && theirs.status().code() == StatusCode::kFailedPrecondition &&
+        theirs.status().message().find("pid " + std::to_string(::getppid())) != std::string::npos;
     ::_exit(named ? 0 : 1);
   }
   int status = 0;
   ::waitpid(child, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the second holder is refused, naming our pid";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the second holder is refused, naming our pid";
   ::close(*mine);
   auto again = LockStateDir(dir);
   EXPECT_TRUE(again.ok()) << "free once the holder is gone: " << again.status();

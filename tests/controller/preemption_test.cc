@@ -8,12 +8,14 @@ namespace {
 
 std::vector<Slot> Slots(const std::string& prefix, const std::string& rack, int n) {
   std::vector<Slot> out;
-  for (int i = 0; i < n; ++i) out.push_back({prefix + std::to_string(i), rack, prefix + "-node" + std::to_string(i), "cpu"});
+  for (int i = 0; i < n; ++i)
+    out.push_back({prefix + std::to_string(i), rack, prefix + "-node" + std::to_string(i), "cpu"});
   return out;
 }
 
-VictimCandidate Running(const std::string& id, int64_t priority, std::vector<Slot> slots, int64_t steps_since_ckpt = 0,
-                        double created_at = 0, const std::string& queue = kDefaultQueue) {
+VictimCandidate Running(const std::string& id, int64_t priority, std::vector<Slot> slots,
+                        int64_t steps_since_ckpt = 0, double created_at = 0,
+                        const std::string& queue = kDefaultQueue) {
   VictimCandidate c;
   c.id = id;
   c.queue = queue;
@@ -26,7 +28,8 @@ VictimCandidate Running(const std::string& id, int64_t priority, std::vector<Slo
   return c;
 }
 
-PreemptionProblem Needs(int world, int ep, const std::string& within = "rack", std::vector<Slot> free = {}) {
+PreemptionProblem Needs(int world, int ep, const std::string& within = "rack",
+                        std::vector<Slot> free = {}) {
   PreemptionProblem p;
   p.request.world_size = world;
   p.request.expert_parallel = ep;
@@ -38,24 +41,27 @@ PreemptionProblem Needs(int world, int ep, const std::string& within = "rack", s
 }
 
 TEST(ChooseVictims, TheLowestPriorityGoesFirst) {
-  const auto victims = ChooseVictims(Needs(1, 1, "any"),
-                                     {Running("high", 5, Slots("h", "r0", 1)), Running("low", 1, Slots("l", "r0", 1))},
-                                     QueueBook());
+  const auto victims = ChooseVictims(
+      Needs(1, 1, "any"),
+      {Running("high", 5, Slots("h", "r0", 1)), Running("low", 1, Slots("l", "r0", 1))},
+      QueueBook());
   EXPECT_EQ(victims, std::vector<std::string>{"low"});
 }
 
-// Two victims of equal priority and size: the one that loses less work (fewer steps since its newest
-// checkpoint) is stopped.
+// Two victims of equal priority and size: the one that loses less work (fewer steps since its
+// newest checkpoint) is stopped.
 TEST(ChooseVictims, OfEqualStandingTheOneWithFewerStepsSinceItsCheckpointGoes) {
-  const auto victims = ChooseVictims(Needs(2, 1, "any"),
-                                     {Running("far-from-ckpt", 0, Slots("a", "r0", 2), /*steps=*/90),
-                                      Running("just-ckpt", 0, Slots("b", "r0", 2), /*steps=*/3)},
-                                     QueueBook());
+  const auto victims =
+      ChooseVictims(Needs(2, 1, "any"),
+                    {Running("far-from-ckpt", 0, Slots("a", "r0", 2), /*steps=*/90),
+                     Running("just-ckpt", 0, Slots("b", "r0", 2), /*steps=*/3)},
+                    QueueBook());
   EXPECT_EQ(victims, std::vector<std::string>{"just-ckpt"});
   // Work lost counts every rank: 40 steps on 1 rank loses less than 30 steps on 2.
-  const auto by_ranks = ChooseVictims(Needs(1, 1, "any"),
-                                      {Running("wide", 0, Slots("w", "r0", 2), 30), Running("narrow", 0, Slots("n", "r0", 1), 40)},
-                                      QueueBook());
+  const auto by_ranks = ChooseVictims(
+      Needs(1, 1, "any"),
+      {Running("wide", 0, Slots("w", "r0", 2), 30), Running("narrow", 0, Slots("n", "r0", 1), 40)},
+      QueueBook());
   EXPECT_EQ(by_ranks, std::vector<std::string>{"narrow"});
 }
 
@@ -66,17 +72,21 @@ TEST(ChooseVictims, FillBackKeepsAVictimWhoseCapacityWasNotNeeded) {
   const std::vector<VictimCandidate> running = {Running("lowest", 0, Slots("x", "r0", 1)),
                                                 Running("higher", 1, Slots("y", "r1", 2))};
   const auto victims = ChooseVictims(Needs(2, 2, "rack"), running, QueueBook());
-  EXPECT_EQ(victims, std::vector<std::string>{"higher"}) << "lowest was chosen first and given back";
+  EXPECT_EQ(victims, std::vector<std::string>{"higher"})
+      << "lowest was chosen first and given back";
 }
 
 TEST(ChooseVictims, FreeSlotsCountAndNoneIsChosenWhenAllWouldNotDo) {
   // One free worker in r0 and a victim's one in r0 make the group of two.
-  EXPECT_EQ(ChooseVictims(Needs(2, 2, "rack", Slots("f", "r0", 1)), {Running("v", 0, Slots("v", "r0", 1))}, QueueBook()),
+  EXPECT_EQ(ChooseVictims(Needs(2, 2, "rack", Slots("f", "r0", 1)),
+                          {Running("v", 0, Slots("v", "r0", 1))}, QueueBook()),
             std::vector<std::string>{"v"});
   // Everything stopped would still not hold 4 ranks: nobody is stopped for nothing.
-  EXPECT_TRUE(ChooseVictims(Needs(4, 1, "any"), {Running("a", 0, Slots("a", "r0", 1)), Running("b", 0, Slots("b", "r1", 2))},
-                            QueueBook())
-                  .empty());
+  EXPECT_TRUE(
+      ChooseVictims(Needs(4, 1, "any"),
+                    {Running("a", 0, Slots("a", "r0", 1)), Running("b", 0, Slots("b", "r1", 2))},
+                    QueueBook())
+          .empty());
   EXPECT_TRUE(ChooseVictims(Needs(1, 1, "any"), {}, QueueBook()).empty());
 }
 
@@ -85,7 +95,8 @@ TEST(ChooseVictims, FreeSlotsCountAndNoneIsChosenWhenAllWouldNotDo) {
 TEST(ChooseVictims, OnlyPlaceableSlotsOfAVictimCount) {
   VictimCandidate drained = Running("on-drained", 0, {}, 0);
   drained.ranks = 2;
-  EXPECT_EQ(ChooseVictims(Needs(2, 1, "any"), {drained, Running("ok", 1, Slots("k", "r0", 2))}, QueueBook()),
+  EXPECT_EQ(ChooseVictims(Needs(2, 1, "any"), {drained, Running("ok", 1, Slots("k", "r0", 2))},
+                          QueueBook()),
             std::vector<std::string>{"ok"});
 }
 
@@ -99,9 +110,9 @@ default_queue: research
   return QueueBook(*config);
 }
 
-// prod borrows research's quota (4 ranks on a nominal 2); research reclaims it for a job within its own
-// nominal quota: prod's borrowers are the victims whatever their priority, but only as many as it
-// takes to end the borrowing and fit.
+// prod borrows research's quota (4 ranks on a nominal 2); research reclaims it for a job within its
+// own nominal quota: prod's borrowers are the victims whatever their priority, but only as many as
+// it takes to end the borrowing and fit.
 TEST(ChooseVictims, ReclaimTakesBorrowersOnlyWhileTheyBorrow) {
   PreemptionProblem p = Needs(2, 1, "any");
   p.queue = "research";
@@ -120,7 +131,8 @@ TEST(ChooseVictims, AQueueAtItsQuotaPreemptsItsOwnLowerPriorityJobs) {
   p.queue = "research";
   p.usage["research"]["cpu"] = 2;
   p.usage["prod"]["cpu"] = 2;
-  const auto victims = ChooseVictims(p, {Running("own-low", 0, Slots("o", "r1", 2), 0, 0, "research")}, Cohort());
+  const auto victims =
+      ChooseVictims(p, {Running("own-low", 0, Slots("o", "r1", 2), 0, 0, "research")}, Cohort());
   EXPECT_EQ(victims, std::vector<std::string>{"own-low"});
   EXPECT_TRUE(ChooseVictims(p, {}, Cohort()).empty()) << "free workers alone do not make quota";
 }
@@ -129,9 +141,12 @@ TEST(PreemptBefore, BorrowersThenPriorityThenWorkLostThenSizeThenAge) {
   VictimCandidate lent = Running("lent", 9, Slots("a", "r0", 1));
   lent.lent = true;
   EXPECT_TRUE(PreemptBefore(lent, Running("low", 0, Slots("b", "r0", 1))));
-  EXPECT_TRUE(PreemptBefore(Running("p0", 0, Slots("c", "r0", 1), 100), Running("p1", 1, Slots("d", "r0", 1), 0)));
-  EXPECT_TRUE(PreemptBefore(Running("few", 0, Slots("e", "r0", 1), 1), Running("many", 0, Slots("f", "r0", 1), 2)));
-  EXPECT_TRUE(PreemptBefore(Running("young", 0, Slots("g", "r0", 1), 0, 10), Running("old", 0, Slots("h", "r0", 1), 0, 5)));
+  EXPECT_TRUE(PreemptBefore(Running("p0", 0, Slots("c", "r0", 1), 100),
+                            Running("p1", 1, Slots("d", "r0", 1), 0)));
+  EXPECT_TRUE(PreemptBefore(Running("few", 0, Slots("e", "r0", 1), 1),
+                            Running("many", 0, Slots("f", "r0", 1), 2)));
+  EXPECT_TRUE(PreemptBefore(Running("young", 0, Slots("g", "r0", 1), 0, 10),
+                            Running("old", 0, Slots("h", "r0", 1), 0, 5)));
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <limits>
-
 #include <map>
 #include <set>
 
@@ -22,7 +21,8 @@ std::vector<Slot> RandomCluster(Rng& rng, int racks, int max_nodes, int max_devi
       const int devices = 1 + static_cast<int>(rng.Below(static_cast<uint64_t>(max_devices)));
       for (int d = 0; d < devices; ++d) {
         const std::string node = "r" + std::to_string(r) + "n" + std::to_string(n);
-        out.push_back({node + "-" + std::to_string(d), "rack" + std::to_string(r), node, gpus ? "cuda:" + std::to_string(d) : "cpu"});
+        out.push_back({node + "-" + std::to_string(d), "rack" + std::to_string(r), node,
+                       gpus ? "cuda:" + std::to_string(d) : "cpu"});
       }
     }
   }
@@ -41,7 +41,8 @@ TEST(Scheduler, PropertiesHoldOnRandomClusters) {
     std::vector<Slot> cluster = RandomCluster(rng, 1 + static_cast<int>(rng.Below(6)), 4, 8, gpus);
     // Some workers are busy.
     std::vector<Slot> free;
-    for (const auto& s : cluster) if (rng.Below(4) != 0) free.push_back(s);
+    for (const auto& s : cluster)
+      if (rng.Below(4) != 0) free.push_back(s);
     PlacementRequest req;
     req.expert_parallel = 1 << rng.Below(4);  // 1..8
     req.world_size = req.expert_parallel * static_cast<int>(1 + rng.Below(6));
@@ -62,7 +63,8 @@ TEST(Scheduler, PropertiesHoldOnRandomClusters) {
       }
       int groups = 0;
       for (const auto& [d, n] : per_domain) groups += n / req.expert_parallel;
-      EXPECT_LT(groups, req.world_size / req.expert_parallel) << "refused although the groups fit (" << req.within << ")";
+      EXPECT_LT(groups, req.world_size / req.expert_parallel)
+          << "refused although the groups fit (" << req.within << ")";
       continue;
     }
     ++placed;
@@ -72,12 +74,14 @@ TEST(Scheduler, PropertiesHoldOnRandomClusters) {
     for (const auto& s : *out) {
       EXPECT_TRUE(used.insert(s.worker).second) << "worker " << s.worker << " booked twice";
       EXPECT_TRUE(free_names.count(s.worker)) << "busy worker " << s.worker << " placed";
-      EXPECT_TRUE(DeviceMatches(s.device, req.device_type)) << s.device << " for " << req.device_type;
+      EXPECT_TRUE(DeviceMatches(s.device, req.device_type))
+          << s.device << " for " << req.device_type;
     }
     // Each EP group (consecutive ranks) inside one domain.
     for (int g = 0; g < req.world_size; g += req.expert_parallel) {
       for (int r = g; r < g + req.expert_parallel; ++r) {
-        EXPECT_EQ(Domain((*out)[static_cast<size_t>(r)], req.within), Domain((*out)[static_cast<size_t>(g)], req.within))
+        EXPECT_EQ(Domain((*out)[static_cast<size_t>(r)], req.within),
+                  Domain((*out)[static_cast<size_t>(g)], req.within))
             << "EP group " << g / req.expert_parallel << " spans " << req.within << "s";
       }
     }
@@ -85,7 +89,8 @@ TEST(Scheduler, PropertiesHoldOnRandomClusters) {
     for (size_t r = 1; r < out->size(); ++r) {
       const auto& a = (*out)[r - 1];
       const auto& b = (*out)[r];
-      EXPECT_LE(std::make_pair(a.rack, a.node), std::make_pair(b.rack, b.node)) << "rank order at " << r;
+      EXPECT_LE(std::make_pair(a.rack, a.node), std::make_pair(b.rack, b.node))
+          << "rank order at " << r;
     }
     // Whatever was placed now is feasible on the whole cluster.
     EXPECT_TRUE(CheckFeasible(req, cluster).ok());
@@ -110,15 +115,26 @@ TEST(Scheduler, PacksIntoTheSmallestRackThatFits) {
 }
 
 TEST(Scheduler, RefillKeepsSurvivorsAndReplacesOnlyTheLostSlotInsideItsRack) {
-  std::vector<Slot> previous = {{"a0", "r0", "n0", "cpu"}, {"a1", "r0", "n1", "cpu"}, {"b0", "r1", "m0", "cpu"}, {"b1", "r1", "m1", "cpu"}};
+  std::vector<Slot> previous = {{"a0", "r0", "n0", "cpu"},
+                                {"a1", "r0", "n1", "cpu"},
+                                {"b0", "r1", "m0", "cpu"},
+                                {"b1", "r1", "m1", "cpu"}};
   // a1 is gone; a spare sits in r0 and another in r1.
-  std::vector<Slot> free = {{"a0", "r0", "n0", "cpu"}, {"b0", "r1", "m0", "cpu"}, {"b1", "r1", "m1", "cpu"},
-                            {"spare-r1", "r1", "m2", "cpu"}, {"spare-r0", "r0", "n2", "cpu"}};
-  PlacementRequest req{.world_size = 4, .expert_parallel = 2, .within = "rack", .device_type = "cpu", .previous = previous};
+  std::vector<Slot> free = {{"a0", "r0", "n0", "cpu"},
+                            {"b0", "r1", "m0", "cpu"},
+                            {"b1", "r1", "m1", "cpu"},
+                            {"spare-r1", "r1", "m2", "cpu"},
+                            {"spare-r0", "r0", "n2", "cpu"}};
+  PlacementRequest req{.world_size = 4,
+                       .expert_parallel = 2,
+                       .within = "rack",
+                       .device_type = "cpu",
+                       .previous = previous};
   auto out = Place(req, free);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].worker, "a0");
-  EXPECT_EQ((*out)[1].worker, "spare-r0") << "the lost rank's replacement comes from its group's rack";
+  EXPECT_EQ((*out)[1].worker, "spare-r0")
+      << "the lost rank's replacement comes from its group's rack";
   EXPECT_EQ((*out)[2].worker, "b0");
   EXPECT_EQ((*out)[3].worker, "b1");
   // No spare in r0: the job is placed afresh rather than split across racks.
@@ -126,15 +142,18 @@ TEST(Scheduler, RefillKeepsSurvivorsAndReplacesOnlyTheLostSlotInsideItsRack) {
   free.push_back({"spare2-r1", "r1", "m3", "cpu"});
   out = Place(req, free);
   ASSERT_TRUE(out.ok());
-  for (int g = 0; g < 4; g += 2) EXPECT_EQ((*out)[static_cast<size_t>(g)].rack, (*out)[static_cast<size_t>(g) + 1].rack);
+  for (int g = 0; g < 4; g += 2)
+    EXPECT_EQ((*out)[static_cast<size_t>(g)].rack, (*out)[static_cast<size_t>(g) + 1].rack);
 }
 
 TEST(Scheduler, InfeasibleJobsAreRecognised) {
-  std::vector<Slot> all = {{"a", "r0", "n0", "cpu"}, {"b", "r0", "n0", "cpu"}, {"c", "r1", "n1", "cpu"}};
+  std::vector<Slot> all = {
+      {"a", "r0", "n0", "cpu"}, {"b", "r0", "n0", "cpu"}, {"c", "r1", "n1", "cpu"}};
   PlacementRequest req{.world_size = 4, .expert_parallel = 1, .within = "any"};
   Status st = CheckFeasible(req, all);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(st.message().find("needs 4 cpu workers and the cluster has 3"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("needs 4 cpu workers and the cluster has 3"), std::string::npos)
+      << st;
   req = {.world_size = 2, .expert_parallel = 2, .within = "node"};
   EXPECT_TRUE(CheckFeasible(req, all).ok());
   all.push_back({"d", "r1", "n2", "cpu"});
@@ -146,7 +165,8 @@ TEST(Scheduler, InfeasibleJobsAreRecognised) {
 }
 
 TEST(Scheduler, QueueOrderIsPriorityThenSubmitTime) {
-  auto q = QueueOrder({{"late-high", 5, 30}, {"early-low", 0, 10}, {"early-high", 5, 20}, {"mid-low", 0, 15}});
+  auto q = QueueOrder(
+      {{"late-high", 5, 30}, {"early-low", 0, 10}, {"early-high", 5, 20}, {"mid-low", 0, 15}});
   ASSERT_EQ(q.size(), 4u);
   EXPECT_EQ(q[0].id, "early-high");
   EXPECT_EQ(q[1].id, "late-high");
@@ -156,7 +176,8 @@ TEST(Scheduler, QueueOrderIsPriorityThenSubmitTime) {
 
 TEST(Scheduler, ExtremePrioritiesSortWithoutOverflow) {
   const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
-  auto q = QueueOrder({{"lowest", lo, 1}, {"highest", hi, 2}, {"zero", 0, 3}, {"minus-one", -1, 4}});
+  auto q =
+      QueueOrder({{"lowest", lo, 1}, {"highest", hi, 2}, {"zero", 0, 3}, {"minus-one", -1, 4}});
   ASSERT_EQ(q.size(), 4u);
   EXPECT_EQ(q[0].id, "highest");
   EXPECT_EQ(q[1].id, "zero");

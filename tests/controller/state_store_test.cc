@@ -43,7 +43,8 @@ TEST(SqliteStateStore, JobsAndEventsSurviveReopening) {
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 3u);
   EXPECT_EQ((*events)[2].type(), "T3");
-  EXPECT_TRUE(PathExists(dir + "/controller.db-wal") || PathExists(dir + "/controller.db")) << "WAL mode";
+  EXPECT_TRUE(PathExists(dir + "/controller.db-wal") || PathExists(dir + "/controller.db"))
+      << "WAL mode";
   (void)RemoveAll(dir);
 }
 
@@ -108,7 +109,8 @@ TEST(SqliteStateStore, ADamagedDatabaseIsRefusedAtOpenAndLeftAsItWas) {
   auto store = SqliteStateStore::Open(dir);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), StatusCode::kDataLoss) << store.status();
-  EXPECT_NE(store.status().message().find("fails SQLite's integrity check"), std::string::npos) << store.status();
+  EXPECT_NE(store.status().message().find("fails SQLite's integrity check"), std::string::npos)
+      << store.status();
   EXPECT_EQ(*ReadFileToString(path), garbage) << "the damaged file is left for a person to look at";
   ASSERT_TRUE(RemoveAll(dir).ok());
 }
@@ -130,14 +132,17 @@ TEST(SqliteStateStore, AJobAndItsEventAreStoredTogetherOrNotAtAll) {
   // Break the events table behind the store's back: the event's insert fails after the job's.
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((dir + "/controller.db").c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE events RENAME TO events_gone", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE events RENAME TO events_gone", nullptr, nullptr, nullptr),
+            SQLITE_OK);
   j.set_state(moe::v1::SCHEDULED);
   e.set_seq(2);
   const Status st = (*store)->PutJobWithEvent(j, e);
   EXPECT_FALSE(st.ok());
-  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE events_gone RENAME TO events", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE events_gone RENAME TO events", nullptr, nullptr, nullptr),
+            SQLITE_OK);
   sqlite3_close(db);
-  EXPECT_EQ((*store)->LoadJobs()->at(0).state(), moe::v1::PENDING) << "the job's write was rolled back with the event's";
+  EXPECT_EQ((*store)->LoadJobs()->at(0).state(), moe::v1::PENDING)
+      << "the job's write was rolled back with the event's";
   EXPECT_EQ((*store)->LoadEvents("job-1")->size(), 1u);
   // And the connection is usable again (no transaction left open).
   ASSERT_TRUE((*store)->PutJobWithEvent(j, e).ok());

@@ -163,7 +163,8 @@ TEST_F(WorkerRegistryTest, ANameIsHeldByItsSessionUntilALeaseAfterItWasLastHeard
   ASSERT_TRUE(registry_.Disconnected("a", &ch1_));
   EXPECT_EQ(registry_.FindBySession(session), nullptr) << "a lost worker's session opens nothing";
   const auto taken = registry_.Register(Reg("a"), &ch2_);
-  EXPECT_EQ(taken.status().code(), StatusCode::kPermissionDenied) << "a takeover while the name is held";
+  EXPECT_EQ(taken.status().code(), StatusCode::kPermissionDenied)
+      << "a takeover while the name is held";
   auto wrong = Reg("a");
   wrong.set_session("0123");
   EXPECT_EQ(registry_.Register(wrong, &ch2_).status().code(), StatusCode::kPermissionDenied);
@@ -175,7 +176,8 @@ TEST_F(WorkerRegistryTest, ANameIsHeldByItsSessionUntilALeaseAfterItWasLastHeard
   ASSERT_TRUE(registry_.Disconnected("a", &ch2_));
   clock_.Advance(5.5);
   auto fresh = registry_.Register(Reg("a"), &ch1_);
-  ASSERT_TRUE(fresh.ok()) << "after the hold a restarted worker takes its name back: " << fresh.status();
+  ASSERT_TRUE(fresh.ok()) << "after the hold a restarted worker takes its name back: "
+                          << fresh.status();
   EXPECT_NE((*fresh)->session, session) << "with a new session";
 }
 

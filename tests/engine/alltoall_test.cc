@@ -5,8 +5,8 @@
 
 #include "tests/testing/ranks.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/parallel/process_group.h"
 #include "worker/engine/parallel/dispatcher.h"
+#include "worker/engine/parallel/process_group.h"
 
 namespace moe {
 namespace {
@@ -15,19 +15,29 @@ using moe::testing::RunGlooGroup;
 using moe::testing::Values;
 
 // The value of row i of the block rank s sends to rank d: unique, so misplaced rows show.
-double Cell(int s, int d, int64_t i, int64_t c) { return s * 1e6 + d * 1e4 + static_cast<double>(i) * 10 + static_cast<double>(c); }
+double Cell(int s, int d, int64_t i, int64_t c) {
+  return s * 1e6 + d * 1e4 + static_cast<double>(i) * 10 + static_cast<double>(c);
+}
 
 TEST(GlooAllToAllV, SkewedCountsZeroRowsAndARankThatReceivesNothing) {
   const int n = 3;
   const int64_t width = 5;
-  // counts[s][d]: rows rank s sends to rank d. Rank 2 receives nothing; rank 1 sends nothing to itself.
+  // counts[s][d]: rows rank s sends to rank d. Rank 2 receives nothing; rank 1 sends nothing to
+  // itself.
   const std::vector<std::vector<int64_t>> counts = {{4, 0, 0}, {7, 0, 0}, {1, 13, 0}};
   RunGlooGroup(n, [&](int r, Communicator& comm) {
     std::vector<int64_t> send_rows(n), recv_rows(n);
     int64_t send_total = 0, recv_total = 0;
-    for (int d = 0; d < n; ++d) { send_rows[d] = counts[r][d]; send_total += counts[r][d]; }
-    for (int s = 0; s < n; ++s) { recv_rows[s] = counts[s][r]; recv_total += counts[s][r]; }
-    Tensor send = Tensor::Empty({send_total, width}, DType::kF64), recv = Tensor::Empty({recv_total, width}, DType::kF64);
+    for (int d = 0; d < n; ++d) {
+      send_rows[d] = counts[r][d];
+      send_total += counts[r][d];
+    }
+    for (int s = 0; s < n; ++s) {
+      recv_rows[s] = counts[s][r];
+      recv_total += counts[s][r];
+    }
+    Tensor send = Tensor::Empty({send_total, width}, DType::kF64),
+           recv = Tensor::Empty({recv_total, width}, DType::kF64);
     int64_t row = 0;
     for (int d = 0; d < n; ++d)
       for (int64_t i = 0; i < counts[r][d]; ++i, ++row)
@@ -38,12 +48,19 @@ TEST(GlooAllToAllV, SkewedCountsZeroRowsAndARankThatReceivesNothing) {
     row = 0;
     for (int s = 0; s < n; ++s)
       for (int64_t i = 0; i < counts[s][r]; ++i, ++row)
-        for (int64_t c = 0; c < width; ++c) ASSERT_EQ(recv.data<double>()[row * width + c], Cell(s, r, i, c)) << "rank " << r;
+        for (int64_t c = 0; c < width; ++c)
+          ASSERT_EQ(recv.data<double>()[row * width + c], Cell(s, r, i, c)) << "rank " << r;
     // Host collectives on the same group.
     std::vector<int64_t> blocks(n * 2), got(n * 2);
-    for (int d = 0; d < n; ++d) { blocks[d * 2] = r * 10 + d; blocks[d * 2 + 1] = -r; }
+    for (int d = 0; d < n; ++d) {
+      blocks[d * 2] = r * 10 + d;
+      blocks[d * 2 + 1] = -r;
+    }
     ASSERT_TRUE(comm.AllToAllHost(blocks.data(), got.data(), 2).ok());
-    for (int s = 0; s < n; ++s) { EXPECT_EQ(got[s * 2], s * 10 + r); EXPECT_EQ(got[s * 2 + 1], -s); }
+    for (int s = 0; s < n; ++s) {
+      EXPECT_EQ(got[s * 2], s * 10 + r);
+      EXPECT_EQ(got[s * 2 + 1], -s);
+    }
     double sum[2] = {static_cast<double>(r), 1.0};
     ASSERT_TRUE(comm.AllReduceSumHost(sum, 2).ok());
     EXPECT_EQ(sum[0], 3.0);
@@ -70,11 +87,13 @@ TEST(TokenDispatcher, DispatchDeliversEachExpertsRowsAndCombineInvertsIt) {
     int64_t row = 0;
     for (int64_t e = 0; e < experts; ++e)
       for (int64_t i = 0; i < counts[r][e]; ++i, ++row)
-        for (int64_t c = 0; c < width; ++c) xp.data<double>()[row * width + c] = r * 1000 + e * 100 + i * 10 + c;
+        for (int64_t c = 0; c < width; ++c)
+          xp.data<double>()[row * width + c] = r * 1000 + e * 100 + i * 10 + c;
     TokenDispatcher::Route route;
     TokenDispatcher::InFlight moving;
     ASSERT_TRUE(disp.DispatchStart(xp, counts[r], &route, &moving).ok());
-    ASSERT_TRUE(moving.op != nullptr) << "EP = 2: the rows are in flight between the start and the finish";
+    ASSERT_TRUE(moving.op != nullptr)
+        << "EP = 2: the rows are in flight between the start and the finish";
     auto local = disp.Finish(&moving, route);
     ASSERT_TRUE(local.ok()) << local.status();
     // Reference: this rank's experts, each with the rows of rank 0 then rank 1, in order.
@@ -113,7 +132,9 @@ TEST(GlooTimeout, AHungPeerFailsTheOthersWithinTheTimeout) {
     Status st = comm.AllReduceSumHost(&x, 1);
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
-    EXPECT_NE(st.message().find("step 7: gradient all-reduce: all_reduce over gloo"), std::string::npos) << st;
+    EXPECT_NE(st.message().find("step 7: gradient all-reduce: all_reduce over gloo"),
+              std::string::npos)
+        << st;
     // The group stays failed.
     EXPECT_FALSE(comm.Barrier().ok());
   });

@@ -30,7 +30,8 @@ double FinalImbalance(JobSpec spec, double rate) {
 
 TEST(Balance, BiasUpdatesLowerTheExpertLoadImbalance) {
   const std::string source = std::string(MOE_SOURCE_DIR) + "/data/fortunes";
-  ASSERT_TRUE(PathExists(source + ".idx")) << "this test trains on the fortunes corpus: run `make data` first";
+  ASSERT_TRUE(PathExists(source + ".idx"))
+      << "this test trains on the fortunes corpus: run `make data` first";
   JobSpec spec = testing::SmallJob(source, 2048);
   spec.model.vocab_size = 2048;
   spec.training.steps = 200;
@@ -38,11 +39,13 @@ TEST(Balance, BiasUpdatesLowerTheExpertLoadImbalance) {
   spec.optimizer.warmup_steps = 20;
   const double off = FinalImbalance(spec, 0.0);
   const double on = FinalImbalance(spec, 1e-2);
-  MOE_LOG(INFO) << "expert load max/mean over the last 20 of 200 steps: bias updates off " << off << ", on " << on;
+  MOE_LOG(INFO) << "expert load max/mean over the last 20 of 200 steps: bias updates off " << off
+                << ", on " << on;
   RecordProperty("imbalance_off", std::to_string(off));
   RecordProperty("imbalance_on", std::to_string(on));
   EXPECT_GT(off, 1.0);
-  EXPECT_LT(on, 0.8 * off) << "bias updates should clearly lower the imbalance (off " << off << ", on " << on << ")";
+  EXPECT_LT(on, 0.8 * off) << "bias updates should clearly lower the imbalance (off " << off
+                           << ", on " << on << ")";
 }
 
 }  // namespace

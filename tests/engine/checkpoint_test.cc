@@ -1,4 +1,3 @@
-#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +9,7 @@
 #include "kernels/elementwise.h"
 #include "tests/testing/ranks.h"
 #include "tests/testing/testing.h"
+#include "worker/engine/parallel/local_communicator.h"
 
 namespace moe {
 namespace {
@@ -30,11 +30,13 @@ ModelConfig SmallModel() {
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/moe-ckpt-test-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = "/tmp/moe-ckpt-test-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
     ASSERT_TRUE(RemoveAll(dir_).ok());
     model_ = std::make_unique<Model>(SmallModel(), local_.ctx, 1, DType::kF32, Device::Cpu());
-    optimizer_ = std::make_unique<Optimizer>(OptimizerConfig(), model_->params(), local_.ctx, /*distributed=*/false,
-                                             model_->config().moe.num_experts);
+    optimizer_ =
+        std::make_unique<Optimizer>(OptimizerConfig(), model_->params(), local_.ctx,
+                                    /*distributed=*/false, model_->config().moe.num_experts);
   }
   void TearDown() override { (void)RemoveAll(dir_); }
   // Makes the model's state depend on `v`.
@@ -121,7 +123,8 @@ TEST_F(CheckpointTest, PartialCheckpointsAreIgnoredAndOldOnesPruned) {
   }
   EXPECT_FALSE(PathExists(dir_ + "/step_00000010"));
   ASSERT_EQ(ckpt.List().size(), 2u);
-  // A crash mid-write leaves a .tmp directory; a directory without its manifest is not complete either.
+  // A crash mid-write leaves a .tmp directory; a directory without its manifest is not complete
+  // either.
   ASSERT_TRUE(MakeDirs(dir_ + "/step_00000040.tmp").ok());
   ASSERT_TRUE(MakeDirs(dir_ + "/step_00000050").ok());
   Mutate(0.0);
@@ -138,11 +141,12 @@ TEST_F(CheckpointTest, AnotherModelIsRefusedClearly) {
   auto info = reader.Restore(*model_, *optimizer_);
   ASSERT_FALSE(info.ok());
   EXPECT_EQ(info.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(info.status().message().find("another model shape"), std::string::npos) << info.status();
+  EXPECT_NE(info.status().message().find("another model shape"), std::string::npos)
+      << info.status();
 }
 
-// Every tensor is stored by its global shape; a missing shard leaves holes that are found before any
-// rank loads, and the previous complete checkpoint is used.
+// Every tensor is stored by its global shape; a missing shard leaves holes that are found before
+// any rank loads, and the previous complete checkpoint is used.
 TEST_F(CheckpointTest, AMissingShardIsFoundAndTheLastCompleteOneIsUsed) {
   CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   Mutate(10.0);
@@ -171,8 +175,8 @@ TEST_F(CheckpointTest, EmptyDirectoryMeansStepZero) {
 }
 
 // Storage trouble at a save (here the checkpoint directory replaced by a file, which stops root as
-// well as anyone): the save is given up with the reason, the previous checkpoint stays, and a restore
-// while the directory cannot be read refuses to start over from step 0.
+// well as anyone): the save is given up with the reason, the previous checkpoint stays, and a
+// restore while the directory cannot be read refuses to start over from step 0.
 TEST_F(CheckpointTest, StorageFailureSkipsTheSaveAndAnUnreadableDirectoryIsNotStepZero) {
   CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   Mutate(10);
@@ -184,11 +188,14 @@ TEST_F(CheckpointTest, StorageFailureSkipsTheSaveAndAnUnreadableDirectoryIsNotSt
   Status storage;
   ASSERT_TRUE(ckpt.Save(20, *model_, *optimizer_, State(20), &storage).ok());
   EXPECT_FALSE(storage.ok());
-  EXPECT_FALSE(ckpt.Save(20, *model_, *optimizer_, State(20)).ok()) << "without a place for the reason, Save returns it";
+  EXPECT_FALSE(ckpt.Save(20, *model_, *optimizer_, State(20)).ok())
+      << "without a place for the reason, Save returns it";
   auto chosen = ckpt.Choose();
-  ASSERT_FALSE(chosen.ok()) << "an unreadable checkpoint directory read as empty (step " << *chosen << ")";
+  ASSERT_FALSE(chosen.ok()) << "an unreadable checkpoint directory read as empty (step " << *chosen
+                            << ")";
   EXPECT_EQ(chosen.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(chosen.status().message().find("cannot be read"), std::string::npos) << chosen.status().message();
+  EXPECT_NE(chosen.status().message().find("cannot be read"), std::string::npos)
+      << chosen.status().message();
   ASSERT_TRUE(RemoveAll(dir_).ok());
   ASSERT_EQ(::rename(away.c_str(), dir_.c_str()), 0);
   auto back = ckpt.Restore(*model_, *optimizer_);
@@ -198,28 +205,33 @@ TEST_F(CheckpointTest, StorageFailureSkipsTheSaveAndAnUnreadableDirectoryIsNotSt
   (void)RemoveAll(away);
 }
 
-// Two ranks, rank 0's storage fails: both give the checkpoint up together at once, instead of rank 1
-// waiting in a barrier for a rank 0 that left (which cost the whole job before).
+// Two ranks, rank 0's storage fails: both give the checkpoint up together at once, instead of rank
+// 1 waiting in a barrier for a rank 0 that left (which cost the whole job before).
 TEST_F(CheckpointTest, ARanksStorageFailureIsEveryRanksAndNobodyWaits) {
   ASSERT_TRUE(WriteFileAtomic(dir_, "not a directory").ok());
   std::vector<Status> storage(2);
   const auto t0 = std::chrono::steady_clock::now();
-  moe::testing::RunGlooGroup(2, [&](int rank, Communicator& comm) {
-    LocalParallel groups;
-    ParallelContext ctx = groups.ctx;
-    ctx.world_size = 2;
-    ctx.rank = rank;
-    ctx.world = &comm;
-    Model model(SmallModel(), ctx, 1, DType::kF32, Device::Cpu());
-    Optimizer opt(OptimizerConfig(), model.params(), ctx, /*distributed=*/false, model.config().moe.num_experts);
-    CheckpointManager ckpt(dir_, ctx, "fp", 0);
-    Status st = ckpt.Save(10, model, opt, State(10), &storage[static_cast<size_t>(rank)]);
-    EXPECT_TRUE(st.ok()) << "rank " << rank << ": " << st;
-  }, /*timeout=*/20);
+  moe::testing::RunGlooGroup(
+      2,
+      [&](int rank, Communicator& comm) {
+        LocalParallel groups;
+        ParallelContext ctx = groups.ctx;
+        ctx.world_size = 2;
+        ctx.rank = rank;
+        ctx.world = &comm;
+        Model model(SmallModel(), ctx, 1, DType::kF32, Device::Cpu());
+        Optimizer opt(OptimizerConfig(), model.params(), ctx, /*distributed=*/false,
+                      model.config().moe.num_experts);
+        CheckpointManager ckpt(dir_, ctx, "fp", 0);
+        Status st = ckpt.Save(10, model, opt, State(10), &storage[static_cast<size_t>(rank)]);
+        EXPECT_TRUE(st.ok()) << "rank " << rank << ": " << st;
+      },
+      /*timeout=*/20);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
   EXPECT_FALSE(storage[0].ok());
   ASSERT_FALSE(storage[1].ok());
-  EXPECT_NE(storage[1].message().find("other rank(s) could not write"), std::string::npos) << storage[1].message();
+  EXPECT_NE(storage[1].message().find("other rank(s) could not write"), std::string::npos)
+      << storage[1].message();
   (void)RemoveAll(dir_);
 }
 

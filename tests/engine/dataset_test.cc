@@ -1,11 +1,10 @@
-#include "worker/engine/data/indexed_dataset.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <fstream>
 
 #include "common/file_util.h"
+#include "worker/engine/data/indexed_dataset.h"
 #include "worker/engine/data/sampler.h"
 
 namespace moe {
@@ -55,11 +54,13 @@ TEST_F(DatasetTest, WrongMagicIsAClearError) {
   auto ds = IndexedDataset::Open(prefix_, 100);
   ASSERT_FALSE(ds.ok());
   EXPECT_NE(ds.status().message().find("wrong magic"), std::string::npos) << ds.status();
-  EXPECT_NE(ds.status().message().find(prefix_ + ".idx"), std::string::npos) << "the error names the file";
+  EXPECT_NE(ds.status().message().find(prefix_ + ".idx"), std::string::npos)
+      << "the error names the file";
 }
 
-// fuzz_indexed_dataset's crash (tests/fuzz/regressions/fuzz_indexed_dataset): a document index between
-// the first (0) and the last (the sequence count) that went negative indexed the pointers out of bounds.
+// fuzz_indexed_dataset's crash (tests/fuzz/regressions/fuzz_indexed_dataset): a document index
+// between the first (0) and the last (the sequence count) that went negative indexed the pointers
+// out of bounds.
 TEST_F(DatasetTest, ADecreasingDocumentIndexIsAClearError) {
   auto idx = *ReadFileToString(prefix_ + ".idx");
   const size_t second = 34 + 3 * 4 + 3 * 8 + 1 * 8;  // doc_idx[1]
@@ -68,7 +69,8 @@ TEST_F(DatasetTest, ADecreasingDocumentIndexIsAClearError) {
   Rewrite(prefix_ + ".idx", idx);
   auto ds = IndexedDataset::Open(prefix_, 100);
   ASSERT_FALSE(ds.ok());
-  EXPECT_NE(ds.status().message().find("document index 1 decreases"), std::string::npos) << ds.status();
+  EXPECT_NE(ds.status().message().find("document index 1 decreases"), std::string::npos)
+      << ds.status();
 }
 
 TEST_F(DatasetTest, TruncatedIndexIsAClearError) {
@@ -89,7 +91,8 @@ TEST_F(DatasetTest, TruncatedBinIsAClearError) {
   Rewrite(prefix_ + ".bin", bin.substr(0, bin.size() - 2));
   auto ds = IndexedDataset::Open(prefix_, 100);
   ASSERT_FALSE(ds.ok());
-  EXPECT_NE(ds.status().message().find("truncated or mismatched"), std::string::npos) << ds.status();
+  EXPECT_NE(ds.status().message().find("truncated or mismatched"), std::string::npos)
+      << ds.status();
 }
 
 TEST_F(DatasetTest, VocabMismatchIsAClearError) {
@@ -108,7 +111,8 @@ TEST_F(DatasetTest, VocabMismatchIsAClearError) {
 TEST_F(DatasetTest, MissingFilesSayHowToMakeThem) {
   auto ds = IndexedDataset::Open(dir_ + "/nope", 100);
   ASSERT_FALSE(ds.ok());
-  EXPECT_EQ(ds.status().code(), StatusCode::kFailedPrecondition) << "permanent: a restart would fail the same way";
+  EXPECT_EQ(ds.status().code(), StatusCode::kFailedPrecondition)
+      << "permanent: a restart would fail the same way";
   EXPECT_NE(ds.status().message().find("moe-prep"), std::string::npos) << ds.status();
 }
 
@@ -140,7 +144,8 @@ TEST_F(DatasetTest, SamplerIsDeterministicAndSplitsTheGlobalBatchAcrossRanks) {
   }
   // One epoch visits every sample exactly once.
   std::sort(seen.begin(), seen.end());
-  EXPECT_EQ(seen, (std::vector<std::vector<int32_t>>{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {10, 11, 12}}));
+  EXPECT_EQ(seen,
+            (std::vector<std::vector<int32_t>>{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {10, 11, 12}}));
 }
 
 }  // namespace

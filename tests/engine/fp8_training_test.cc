@@ -1,7 +1,8 @@
 // FP8 training (--precision fp8), emulated on the CPU: which weights train in FP8 (DeepSeek-V3's
-// recipe: the linear layers; not the embedding, head, router or norms); a linear layer's three GEMMs
-// against a reference built here from the quantisation primitives (1 x 128 activation tiles, 128 x 128
-// weight blocks, 128 x 1 tiles along the tokens for the weight gradient); training tracks bf16's loss.
+// recipe: the linear layers; not the embedding, head, router or norms); a linear layer's three
+// GEMMs against a reference built here from the quantisation primitives (1 x 128 activation tiles,
+// 128 x 128 weight blocks, 128 x 1 tiles along the tokens for the weight gradient); training tracks
+// bf16's loss.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,9 +14,9 @@
 #include "kernels/fp8.h"
 #include "tests/engine/train_helpers.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/model/layers.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/train/trainer.h"
 
 namespace moe {
@@ -32,14 +33,16 @@ std::vector<float> AsFloats(const Tensor& t) {
 Tensor RandomBf16(int64_t rows, int64_t cols, uint64_t seed, double scale) {
   Tensor f = Tensor::Empty({rows, cols}, DType::kF32);
   Rng rng(seed);
-  for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] = static_cast<float>(scale * rng.Normal());
+  for (int64_t i = 0; i < f.numel(); ++i)
+    f.data<float>()[i] = static_cast<float>(scale * rng.Normal());
   Tensor b = Tensor::Empty({rows, cols}, DType::kBF16);
   kernels::Convert(f, b);
   return b;
 }
 
 // Dequantize(Quantize(...)) of a row-major [rows, cols] matrix.
-std::vector<float> Fp8(const std::vector<float>& x, int64_t rows, int64_t cols, int64_t tr, int64_t tc) {
+std::vector<float> Fp8(const std::vector<float>& x, int64_t rows, int64_t cols, int64_t tr,
+                       int64_t tc) {
   return fp8::Dequantize(fp8::Quantize(x.data(), rows, cols, tr, tc));
 }
 
@@ -83,8 +86,9 @@ TEST(Fp8Training, OnlyTheLinearLayersWeightsTrainInFp8) {
     EXPECT_EQ(p->fp8, !high) << n;
     fp8 += p->fp8;
   }
-  // Per MLA block q_a, q_b, kv_a, kv_b, o (5), per FFN w13 and w2 (the dense block's, each MoE block's
-  // experts and shared expert), and MTP's projection (whose block has attention and an MoE FFN).
+  // Per MLA block q_a, q_b, kv_a, kv_b, o (5), per FFN w13 and w2 (the dense block's, each MoE
+  // block's experts and shared expert), and MTP's projection (whose block has attention and an MoE
+  // FFN).
   const ModelConfig& c = model.config();
   const int blocks = c.num_layers + c.mtp_depth, moe_blocks = blocks - c.first_k_dense;
   EXPECT_EQ(fp8, 5 * blocks + 2 * c.first_k_dense + 4 * moe_blocks + c.mtp_depth);
@@ -102,27 +106,31 @@ TEST(Fp8Training, ALinearLayersThreeGemmsUseTheTiledE4m3Inputs) {
 
   // Fprop: x in 1 x 128 tiles, w in 128 x 128 blocks.
   const std::vector<float> xq = Fp8(xf, t, in, 1, 128), wq = Fp8(wf, out, in, 128, 128);
-  const auto y_ref = Product(t, out, in, [&](int64_t i, int64_t l) { return xq[i * in + l]; },
-                             [&](int64_t l, int64_t j) { return wq[j * in + l]; });
+  const auto y_ref = Product(
+      t, out, in, [&](int64_t i, int64_t l) { return xq[i * in + l]; },
+      [&](int64_t l, int64_t j) { return wq[j * in + l]; });
   const Tensor y = Linear(x, *w);
   EXPECT_EQ(y.dtype(), DType::kBF16);
   EXPECT_LT(RelErr(AsFloats(y), y_ref), 1.0 / 256) << "bf16 rounding of the fp32 GEMM only";
-  const auto y_exact = Product(t, out, in, [&](int64_t i, int64_t l) { return xf[i * in + l]; },
-                               [&](int64_t l, int64_t j) { return wf[j * in + l]; });
+  const auto y_exact = Product(
+      t, out, in, [&](int64_t i, int64_t l) { return xf[i * in + l]; },
+      [&](int64_t l, int64_t j) { return wf[j * in + l]; });
   EXPECT_GT(RelErr(AsFloats(y), y_exact), 1.0 / 256) << "the inputs were quantised";
 
   // Dgrad: dy in 1 x 128 tiles along its reduction (out), the same weight blocks.
   const std::vector<float> dyq = Fp8(dyf, t, out, 1, 128);
-  const auto dx_ref = Product(t, in, out, [&](int64_t i, int64_t l) { return dyq[i * out + l]; },
-                              [&](int64_t l, int64_t j) { return wq[l * in + j]; });
+  const auto dx_ref = Product(
+      t, in, out, [&](int64_t i, int64_t l) { return dyq[i * out + l]; },
+      [&](int64_t l, int64_t j) { return wq[l * in + j]; });
   const Tensor dx = LinearBackward(dy, x, *w);
   EXPECT_EQ(dx.dtype(), DType::kBF16);
   EXPECT_LT(RelErr(AsFloats(dx), dx_ref), 1.0 / 256);
 
   // Wgrad: dy and x in 128 x 1 tiles along the tokens (its reduction), accumulated in fp32.
   const std::vector<float> dyc = Fp8(dyf, t, out, 128, 1), xc = Fp8(xf, t, in, 128, 1);
-  const auto dw_ref = Product(out, in, t, [&](int64_t i, int64_t l) { return dyc[l * out + i]; },
-                              [&](int64_t l, int64_t j) { return xc[l * in + j]; });
+  const auto dw_ref = Product(
+      out, in, t, [&](int64_t i, int64_t l) { return dyc[l * out + i]; },
+      [&](int64_t l, int64_t j) { return xc[l * in + j]; });
   EXPECT_LT(RelErr(w->grad.ToVector<float>(), dw_ref), 1e-5);
 }
 

@@ -2,7 +2,6 @@
 // trip; a checkpoint exported (fp32: bitwise; bf16: within bf16 rounding) and read back with
 // --init-from gives the trained model's loss; clear errors for another model or a wrong tensor.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -11,11 +10,11 @@
 
 #include "common/file_util.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/checkpoint/hf_io.h"
-#include "worker/engine/train/optimizer.h"
 #include "worker/engine/checkpoint/safetensors.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/train/optimizer.h"
 #include "worker/engine/train/trainer.h"
 
 namespace moe {
@@ -24,7 +23,8 @@ namespace {
 class HfInteropTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/moe-hf-test-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = "/tmp/moe-hf-test-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
     ASSERT_TRUE(RemoveAll(dir_).ok());
     ASSERT_TRUE(MakeDirs(dir_).ok());
   }
@@ -67,8 +67,10 @@ TEST_F(HfInteropTest, ReadsAHandBuiltFile) {
 TEST_F(HfInteropTest, RefusesMalformedFiles) {
   const std::string data(16, '\0');
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", "bytes for F32"},           // wrong size
-      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", "share bytes"},
+      {R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})",
+       "bytes for F32"},  // wrong size
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       "share bytes"},
       {R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", "past the end"},
       {R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,1]}})", "unsupported dtype"},
       {R"({"a":{"dtype":"F32","shape":[2]}})", "data_offsets"},
@@ -82,8 +84,8 @@ TEST_F(HfInteropTest, RefusesMalformedFiles) {
   }
   std::ofstream(dir_ + "/short.safetensors") << "abc";
   EXPECT_FALSE(SafetensorsFile::Open(dir_ + "/short.safetensors").ok());
-  // fuzz_safetensors' crash (tests/fuzz/regressions/fuzz_safetensors): a header length with its top bit
-  // set read as a negative that "fit", then allocated 2^63 bytes.
+  // fuzz_safetensors' crash (tests/fuzz/regressions/fuzz_safetensors): a header length with its top
+  // bit set read as a negative that "fit", then allocated 2^63 bytes.
   std::string top(8, '\0');
   const uint64_t n = 0xef000000000000a3ull;
   std::memcpy(top.data(), &n, 8);
@@ -135,10 +137,11 @@ JobSpec SmallJob(int64_t steps) {
   return s;
 }
 
-// The trained model (restored from its checkpoint) and a model initialised from the export: the same
-// loss on the same tokens.
+// The trained model (restored from its checkpoint) and a model initialised from the export: the
+// same loss on the same tokens.
 double LossOf(Model& m) {
-  Tensor tokens = testing::RandomInts({2, 16}, 11, 89), targets = testing::RandomInts({2, 16}, 12, 89);
+  Tensor tokens = testing::RandomInts({2, 16}, 11, 89),
+         targets = testing::RandomInts({2, 16}, 12, 89);
   LossScales s{.ce = 1.0 / 32, .mtp = {0.3 / 15}, .aux_coeff = 1e-4 / 2};
   auto l = m.Loss(tokens, targets, s);
   EXPECT_TRUE(l.ok()) << l.status();
@@ -155,7 +158,8 @@ TEST_F(HfInteropTest, ExportThenInitFromGivesTheTrainedModelsLoss) {
   ASSERT_TRUE(Train(spec, local.ctx, o).ok());
   Model trained(spec.model, local.ctx, 1, DType::kF32, Device::Cpu());
   CheckpointManager ckpt(o.checkpoint_dir, local.ctx, ModelFingerprint(spec), 0);
-  Optimizer opt(spec.optimizer, trained.params(), local.ctx, /*distributed=*/false, spec.model.moe.num_experts);
+  Optimizer opt(spec.optimizer, trained.params(), local.ctx, /*distributed=*/false,
+                spec.model.moe.num_experts);
   ASSERT_TRUE(ckpt.Restore(trained, opt).ok());
   const double want = LossOf(trained);
   for (const std::string dtype : {"fp32", "bf16"}) {
@@ -176,11 +180,30 @@ TEST_F(HfInteropTest, ExportThenInitFromGivesTheTrainedModelsLoss) {
   // config.json has the reference file's keys.
   auto config = ParseYaml(*ReadFileToString(dir_ + "/hf-fp32/config.json"));
   ASSERT_TRUE(config.ok());
-  for (const char* k : {"model_type", "architectures", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-                        "v_head_dim", "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "n_group", "topk_group",
-                        "routed_scaling_factor", "scoring_func", "topk_method", "norm_topk_prob", "first_k_dense_replace",
-                        "num_nextn_predict_layers", "moe_intermediate_size", "intermediate_size", "rope_theta",
-                        "rms_norm_eps", "tie_word_embeddings", "max_position_embeddings"}) {
+  for (const char* k : {"model_type",
+                        "architectures",
+                        "kv_lora_rank",
+                        "q_lora_rank",
+                        "qk_nope_head_dim",
+                        "qk_rope_head_dim",
+                        "v_head_dim",
+                        "n_routed_experts",
+                        "n_shared_experts",
+                        "num_experts_per_tok",
+                        "n_group",
+                        "topk_group",
+                        "routed_scaling_factor",
+                        "scoring_func",
+                        "topk_method",
+                        "norm_topk_prob",
+                        "first_k_dense_replace",
+                        "num_nextn_predict_layers",
+                        "moe_intermediate_size",
+                        "intermediate_size",
+                        "rope_theta",
+                        "rms_norm_eps",
+                        "tie_word_embeddings",
+                        "max_position_embeddings"}) {
     EXPECT_NE(config->Find(k), nullptr) << k;
   }
   EXPECT_EQ(config->Find("model_type")->scalar(), "deepseek_v3");
@@ -207,15 +230,17 @@ TEST_F(HfInteropTest, InitFromAnotherModelOrAWrongTensorIsAClearError) {
   (*layout)[5].shape = {(*layout)[5].shape.back(), (*layout)[5].shape.front() + 1};
   SafetensorsWriter bad(dir_ + "/ok/model.safetensors");
   for (const HfTensor& t : *layout) bad.Plan(t.hf_name, "F32", t.shape);
-  ASSERT_TRUE(bad.Write({}, [&](const std::string& name, std::string* out) {
-                    for (const HfTensor& t : *layout) {
-                      if (t.hf_name != name) continue;
-                      int64_t n = 1;
-                      for (int64_t d : t.shape) n *= d;
-                      out->assign(static_cast<size_t>(n) * 4, '\0');
-                    }
-                    return OkStatus();
-                  }).ok());
+  ASSERT_TRUE(bad.Write({},
+                        [&](const std::string& name, std::string* out) {
+                          for (const HfTensor& t : *layout) {
+                            if (t.hf_name != name) continue;
+                            int64_t n = 1;
+                            for (int64_t d : t.shape) n *= d;
+                            out->assign(static_cast<size_t>(n) * 4, '\0');
+                          }
+                          return OkStatus();
+                        })
+                  .ok());
   st = LoadHfWeights(dir_ + "/ok", m, local.ctx);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("tensor " + (*layout)[5].hf_name + " is"), std::string::npos) << st;

@@ -1,6 +1,7 @@
 // Mixed precision (bf16 activations and weight copies, fp32 master weights, gradients, optimizer
-// state, routing and loss), on the CPU path that is the CUDA path's reference: compute copies follow
-// the master weights; one step's gradients track fp32's; training tracks fp32's loss curve; bad
+// state, routing and loss), on the CPU path that is the CUDA path's reference: compute copies
+// follow the master weights; one step's gradients track fp32's; training tracks fp32's loss curve;
+// bad
 // --device and --precision values get clear errors.
 #include <gtest/gtest.h>
 
@@ -11,8 +12,8 @@
 #include "kernels/runtime.h"
 #include "tests/engine/train_helpers.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/train/optimizer.h"
 #include "worker/engine/train/trainer.h"
 
@@ -33,7 +34,8 @@ ModelConfig SmallModel() {
 Tensor Tokens(int64_t b, int64_t s, int64_t vocab, uint64_t seed) {
   Tensor t = Tensor::Empty({b, s}, DType::kI32);
   Rng rng(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = static_cast<int32_t>(rng.Below(static_cast<uint64_t>(vocab)));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<int32_t>()[i] = static_cast<int32_t>(rng.Below(static_cast<uint64_t>(vocab)));
   return t;
 }
 
@@ -41,7 +43,8 @@ TEST(MixedPrecision, ComputeCopiesFollowTheMasterWeights) {
   LocalParallel local;
   Model model(SmallModel(), local.ctx, 7, DType::kF32, Device::Cpu(), nullptr, DType::kBF16);
   ASSERT_FALSE(model.params().all().empty());
-  Optimizer opt(OptimizerConfig(), model.params(), local.ctx, /*distributed=*/false, model.config().moe.num_experts);
+  Optimizer opt(OptimizerConfig(), model.params(), local.ctx, /*distributed=*/false,
+                model.config().moe.num_experts);
   for (const auto& p : model.params().all()) {
     EXPECT_EQ(p->value.dtype(), DType::kF32) << p->name;
     EXPECT_EQ(p->grad.dtype(), DType::kF32) << p->name;
@@ -53,7 +56,8 @@ TEST(MixedPrecision, ComputeCopiesFollowTheMasterWeights) {
   for (const auto& p : model.params().all()) {
     const float* v = p->value.data<float>();
     const BFloat16* c = p->compute.data<BFloat16>();
-    for (int64_t i = 0; i < p->value.numel(); ++i) ASSERT_EQ(c[i].bits, ToBFloat16(v[i]).bits) << p->name << "[" << i << "]";
+    for (int64_t i = 0; i < p->value.numel(); ++i)
+      ASSERT_EQ(c[i].bits, ToBFloat16(v[i]).bits) << p->name << "[" << i << "]";
   }
   // In fp32 training the compute copy is the master tensor itself: no copy, no sync.
   Model f32(SmallModel(), local.ctx, 7, DType::kF32, Device::Cpu());
@@ -65,7 +69,8 @@ TEST(MixedPrecision, OneStepsGradientsTrackFp32) {
   const ModelConfig cfg = SmallModel();
   Model ref(cfg, local.ctx, 11, DType::kF32, Device::Cpu());
   Model mixed(cfg, local.ctx, 11, DType::kF32, Device::Cpu(), nullptr, DType::kBF16);
-  const Tensor tokens = Tokens(4, 32, cfg.vocab_size, 1), targets = Tokens(4, 32, cfg.vocab_size, 2);
+  const Tensor tokens = Tokens(4, 32, cfg.vocab_size, 1),
+               targets = Tokens(4, 32, cfg.vocab_size, 2);
   LossScales scales;
   scales.ce = 1.0 / 128;
   scales.aux_coeff = cfg.moe.seq_aux_loss_coeff / 4;
@@ -86,14 +91,16 @@ TEST(MixedPrecision, OneStepsGradientsTrackFp32) {
       d += (x - y) * (x - y);
       n += x * x;
     }
-    // Dense weights: bf16 rounding only (about 0.7 % here). Routed experts and routers: a token whose
-    // top-k scores nearly tie can pick another expert under bf16, which moves those gradients by more
-    // (about 10 % here), and the norm in front of a MoE layer with them; that is the routing's
-    // discontinuity, not an error. (Layer 0 is dense.)
-    const bool routed = p.name.find(".moe.") != std::string::npos ||
-                        (p.name.find(".ffn_norm") != std::string::npos && p.name != "layers.0.ffn_norm");
+    // Dense weights: bf16 rounding only (about 0.7 % here). Routed experts and routers: a token
+    // whose top-k scores nearly tie can pick another expert under bf16, which moves those gradients
+    // by more (about 10 % here), and the norm in front of a MoE layer with them; that is the
+    // routing's discontinuity, not an error. (Layer 0 is dense.)
+    const bool routed =
+        p.name.find(".moe.") != std::string::npos ||
+        (p.name.find(".ffn_norm") != std::string::npos && p.name != "layers.0.ffn_norm");
     if (n > 0) {
-      EXPECT_LT(std::sqrt(d / n), routed ? 0.25 : 0.02) << p.name << ": bf16 gradient far from fp32's";
+      EXPECT_LT(std::sqrt(d / n), routed ? 0.25 : 0.02)
+          << p.name << ": bf16 gradient far from fp32's";
     }
     if (!routed) {
       diff += d;
@@ -105,8 +112,8 @@ TEST(MixedPrecision, OneStepsGradientsTrackFp32) {
 
 // Trains `spec` up to `stop` in `precision` (checkpoints every 10 steps into `ckpt` when given) and
 // returns the step losses.
-std::vector<double> Losses(const JobSpec& spec, const std::string& precision, int64_t stop = 0, const std::string& ckpt = "",
-                           bool resume = false) {
+std::vector<double> Losses(const JobSpec& spec, const std::string& precision, int64_t stop = 0,
+                           const std::string& ckpt = "", bool resume = false) {
   LocalParallel local;
   TrainerOptions o;
   o.precision = precision;
@@ -134,13 +141,14 @@ TEST(MixedPrecision, TrainingTracksFp32) {
   const std::vector<double> f32 = Losses(spec, "fp32"), bf16 = Losses(spec, "bf16");
   ASSERT_EQ(f32.size(), 40u);
   ASSERT_EQ(bf16.size(), 40u);
-  for (size_t i = 0; i < f32.size(); ++i) EXPECT_NEAR(bf16[i], f32[i], 0.02 * f32[i]) << "step " << i + 1;
+  for (size_t i = 0; i < f32.size(); ++i)
+    EXPECT_NEAR(bf16[i], f32[i], 0.02 * f32[i]) << "step " << i + 1;
   EXPECT_LT(bf16.back(), 0.9 * bf16.front()) << "bf16 training should learn";
   (void)RemoveAll(base);
 }
 
-// The checkpoint holds the fp32 master weights and moments; the bf16 copies are rebuilt from them on
-// restore, so a resumed bf16 run continues exactly where it stopped.
+// The checkpoint holds the fp32 master weights and moments; the bf16 copies are rebuilt from them
+// on restore, so a resumed bf16 run continues exactly where it stopped.
 TEST(MixedPrecision, ResumeIsBitwise) {
   const std::string base = "/tmp/moe-mixed-resume-" + std::to_string(::getpid());
   ASSERT_TRUE(MakeDirs(base).ok());

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/testing/testing.h"
-#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/parallel/local_communicator.h"
 
 namespace moe {
 namespace {
@@ -36,12 +36,16 @@ ModelConfig TinyModel() {
 
 // MLA with every dimension distinct: q LoRA 6, kv latent 4, nope 4 + rope 2 = d_qk 6, d_v 3.
 void UseMla(ModelConfig& m) {
-  m.attention = AttentionConfig{.type = "mla", .q_lora_rank = 6, .kv_lora_rank = 4, .qk_nope_head_dim = 4,
-                                .qk_rope_head_dim = 2, .v_head_dim = 3};
+  m.attention = AttentionConfig{.type = "mla",
+                                .q_lora_rank = 6,
+                                .kv_lora_rank = 4,
+                                .qk_nope_head_dim = 4,
+                                .qk_rope_head_dim = 2,
+                                .v_head_dim = 3};
 }
 
-// Main loss, MTP depths (lambda / D each, over their positions) and the balance loss, as the trainer
-// scales them for one sequence batch.
+// Main loss, MTP depths (lambda / D each, over their positions) and the balance loss, as the
+// trainer scales them for one sequence batch.
 LossScales ScalesFor(const ModelConfig& cfg, int64_t batch, int64_t seq) {
   LossScales s;
   s.ce = 1.0 / static_cast<double>(batch * seq);
@@ -96,7 +100,8 @@ TEST_P(ModelGradCheck, EveryParameterMatchesCentralDifferences) {
       EXPECT_EQ(counts[static_cast<size_t>(c.forced_empty)], 0) << "expert should be empty";
     }
     if (c.forced_all >= 0) {
-      EXPECT_EQ(counts[static_cast<size_t>(c.forced_all)], positions) << "expert should take every token";
+      EXPECT_EQ(counts[static_cast<size_t>(c.forced_all)], positions)
+          << "expert should take every token";
     }
   }
   auto loss = [&] {
@@ -105,7 +110,8 @@ TEST_P(ModelGradCheck, EveryParameterMatchesCentralDifferences) {
     return l.ok() ? *l : 0.0;
   };
   for (const auto& p : model.params().all()) {
-    EXPECT_TRUE(GradientMatches(loss, p->value, p->grad, 2e-5, 1e-8, 1e-6, c.checks)) << c.name << ": " << p->name;
+    EXPECT_TRUE(GradientMatches(loss, p->value, p->grad, 2e-5, 1e-8, 1e-6, c.checks))
+        << c.name << ": " << p->name;
   }
 }
 
@@ -113,37 +119,101 @@ INSTANTIATE_TEST_SUITE_P(
     AwkwardMoeCases, ModelGradCheck,
     ::testing::Values(
         Case{"grouped_sigmoid", [](ModelConfig&) {}},
-        Case{"no_groups", [](ModelConfig& m) { m.moe.num_groups = 1; m.moe.topk_groups = 1; }},
+        Case{"no_groups",
+             [](ModelConfig& m) {
+               m.moe.num_groups = 1;
+               m.moe.topk_groups = 1;
+             }},
         Case{"group_limited_one_group", [](ModelConfig& m) { m.moe.topk_groups = 1; }},
-        Case{"softmax_scores_no_bias", [](ModelConfig& m) { m.moe.score_function = "softmax"; m.moe.expert_bias = false; }},
+        Case{"softmax_scores_no_bias",
+             [](ModelConfig& m) {
+               m.moe.score_function = "softmax";
+               m.moe.expert_bias = false;
+             }},
         Case{"top_k_1", [](ModelConfig& m) { m.moe.top_k = 1; }},
         Case{"top_k_equals_num_experts", [](ModelConfig& m) { m.moe.top_k = 4; }},
-        Case{"no_shared_expert_no_aux", [](ModelConfig& m) { m.moe.num_shared_experts = 0; m.moe.seq_aux_loss_coeff = 0; }},
-        Case{"expert_with_no_tokens", [](ModelConfig& m) { m.moe.num_groups = 1; m.moe.topk_groups = 1; },
-             {0.f, -50.f, 0.f, 0.f}, /*forced_empty=*/1},
-        Case{"all_tokens_on_one_expert", [](ModelConfig& m) { m.moe.top_k = 1; m.moe.num_groups = 1; m.moe.topk_groups = 1; },
-             {0.f, 0.f, 50.f, 0.f}, -1, /*forced_all=*/2},
+        Case{"no_shared_expert_no_aux",
+             [](ModelConfig& m) {
+               m.moe.num_shared_experts = 0;
+               m.moe.seq_aux_loss_coeff = 0;
+             }},
+        Case{"expert_with_no_tokens",
+             [](ModelConfig& m) {
+               m.moe.num_groups = 1;
+               m.moe.topk_groups = 1;
+             },
+             {0.f, -50.f, 0.f, 0.f},
+             /*forced_empty=*/1},
+        Case{"all_tokens_on_one_expert",
+             [](ModelConfig& m) {
+               m.moe.top_k = 1;
+               m.moe.num_groups = 1;
+               m.moe.topk_groups = 1;
+             },
+             {0.f, 0.f, 50.f, 0.f},
+             -1,
+             /*forced_all=*/2},
         Case{"mla_q_lora", [](ModelConfig& m) { UseMla(m); }},
-        Case{"mla_without_q_lora", [](ModelConfig& m) { UseMla(m); m.attention.q_lora_rank = 0; }},
-        Case{"mla_wide_rope", [](ModelConfig& m) { UseMla(m); m.attention.qk_rope_head_dim = 6; m.num_heads = 1; }},
-        Case{"mla_yarn", [](ModelConfig& m) {
+        Case{"mla_without_q_lora",
+             [](ModelConfig& m) {
                UseMla(m);
-               m.rope_scaling = RopeScalingConfig{.type = "yarn", .factor = 4, .original_max_position_embeddings = 3,
-                                                  .beta_fast = 32, .beta_slow = 1, .mscale = 1, .mscale_all_dim = 0.8};
+               m.attention.q_lora_rank = 0;
              }},
-        Case{"mha_yarn", [](ModelConfig& m) {
-               m.rope_scaling = RopeScalingConfig{.type = "yarn", .factor = 8, .original_max_position_embeddings = 2,
-                                                  .beta_fast = 32, .beta_slow = 1, .mscale = 1, .mscale_all_dim = 1};
+        Case{"mla_wide_rope",
+             [](ModelConfig& m) {
+               UseMla(m);
+               m.attention.qk_rope_head_dim = 6;
+               m.num_heads = 1;
              }},
-        Case{"mtp_depth_1", [](ModelConfig& m) { UseMla(m); m.mtp_depth = 1; m.mtp_loss_weight = 0.7; }},
-        Case{"mtp_depth_2", [](ModelConfig& m) { UseMla(m); m.mtp_depth = 2; m.mtp_loss_weight = 0.5; }},
-        Case{"mtp_depth_1_dense_last_block", [](ModelConfig& m) { UseMla(m); m.first_k_dense = 3; m.mtp_depth = 1; }},
-        Case{"tiny_preset", [](ModelConfig& m) {
+        Case{"mla_yarn",
+             [](ModelConfig& m) {
+               UseMla(m);
+               m.rope_scaling = RopeScalingConfig{.type = "yarn",
+                                                  .factor = 4,
+                                                  .original_max_position_embeddings = 3,
+                                                  .beta_fast = 32,
+                                                  .beta_slow = 1,
+                                                  .mscale = 1,
+                                                  .mscale_all_dim = 0.8};
+             }},
+        Case{"mha_yarn",
+             [](ModelConfig& m) {
+               m.rope_scaling = RopeScalingConfig{.type = "yarn",
+                                                  .factor = 8,
+                                                  .original_max_position_embeddings = 2,
+                                                  .beta_fast = 32,
+                                                  .beta_slow = 1,
+                                                  .mscale = 1,
+                                                  .mscale_all_dim = 1};
+             }},
+        Case{"mtp_depth_1",
+             [](ModelConfig& m) {
+               UseMla(m);
+               m.mtp_depth = 1;
+               m.mtp_loss_weight = 0.7;
+             }},
+        Case{"mtp_depth_2",
+             [](ModelConfig& m) {
+               UseMla(m);
+               m.mtp_depth = 2;
+               m.mtp_loss_weight = 0.5;
+             }},
+        Case{"mtp_depth_1_dense_last_block",
+             [](ModelConfig& m) {
+               UseMla(m);
+               m.first_k_dense = 3;
+               m.mtp_depth = 1;
+             }},
+        Case{"tiny_preset",
+             [](ModelConfig& m) {
                m = *ModelPreset("tiny");
                m.init_std = 0.3;  // large enough that every path carries gradient at this size
                m.moe.seq_aux_loss_coeff = 0.1;
              },
-             {}, -1, -1, /*checks=*/20}),
+             {},
+             -1,
+             -1,
+             /*checks=*/20}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

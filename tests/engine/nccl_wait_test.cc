@@ -2,8 +2,8 @@
 // on a fake clock (no GPU, no NCCL): the fake reports ncclInProgress for a while, during which the
 // operation is not on the stream yet, so the stream reads idle. A wait that trusts the stream then
 // returns before the operation even ran; the right one waits for the communicator first. And
-// CollectiveWatch, the watchdog of the stream-ordered collectives, on fake events, communicators and
-// clock.
+// CollectiveWatch, the watchdog of the stream-ordered collectives, on fake events, communicators
+// and clock.
 #include "worker/engine/parallel/nccl_wait.h"
 
 #include <gtest/gtest.h>
@@ -33,7 +33,8 @@ struct FakeNccl {
   NcclWaitHooks Hooks(bool with_stream = true) {
     NcclWaitHooks h;
     h.comm_state = [this]() -> NcclPoll {
-      if (comm_polls++ == fail_at_comm_poll) return {NcclPoll::kFailed, "remote process exited or there was a network error"};
+      if (comm_polls++ == fail_at_comm_poll)
+        return {NcclPoll::kFailed, "remote process exited or there was a network error"};
       if (comm_polls <= issuing_polls) return {NcclPoll::kPending, ""};
       enqueued = true;
       return {};
@@ -65,9 +66,11 @@ TEST(WaitForNccl, WaitsForTheCommunicatorToLeaveInProgressBeforeTrustingTheStrea
   f.running_polls = 5;
   Status st = WaitForNccl(f.Hooks(), milliseconds(1000), kWhere);
   ASSERT_TRUE(st.ok()) << st;
-  EXPECT_TRUE(f.finished) << "the wait returned before the operation ran (it trusted an idle stream while "
-                             "the communicator was still ncclInProgress)";
-  EXPECT_EQ(f.stream_polls_before_enqueue, 0) << "the stream was queried while the operation was not on it";
+  EXPECT_TRUE(f.finished)
+      << "the wait returned before the operation ran (it trusted an idle stream while "
+         "the communicator was still ncclInProgress)";
+  EXPECT_EQ(f.stream_polls_before_enqueue, 0)
+      << "the stream was queried while the operation was not on it";
   EXPECT_GE(f.comm_polls, 21);
   EXPECT_EQ(f.aborts, 0);
 }
@@ -88,7 +91,9 @@ TEST(WaitForNccl, AnErrorWhileInProgressOrOnTheStreamAbortsAndSaysAPeerFailed) {
     f.fail_at_comm_poll = on_stream ? 50 : 7;
     Status st = WaitForNccl(f.Hooks(), milliseconds(1000), kWhere);
     EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
-    EXPECT_NE(st.message().find(std::string(kWhere) + ": a peer failed: remote process exited"), std::string::npos) << st;
+    EXPECT_NE(st.message().find(std::string(kWhere) + ": a peer failed: remote process exited"),
+              std::string::npos)
+        << st;
     EXPECT_EQ(f.aborts, 1) << "on the stream: " << on_stream;
     EXPECT_EQ(f.stream_polls_before_enqueue, 0);
   }
@@ -156,7 +161,8 @@ struct FakeDevice {
     h.now = [this] { return now; };
     return h;
   }
-  // A collective of communicator `c` with start event 10 * id and end event 10 * id + 1, both pending.
+  // A collective of communicator `c` with start event 10 * id and end event 10 * id + 1, both
+  // pending.
   void Add(CollectiveWatch& w, int c, int id, milliseconds timeout, const std::string& where) {
     events[10 * id] = events[10 * id + 1] = NcclPoll::kPending;
     w.Add(P(c), P(10 * id), P(10 * id + 1), timeout, where);
@@ -185,13 +191,15 @@ TEST(CollectiveWatch, DropsCollectivesOnceTheirEndEventsPassAndDestroysEachEvent
     CollectiveWatch other(d.Hooks());
     d.Add(other, 300, 4, milliseconds(10), "d");
   }
-  EXPECT_EQ(d.destroyed, std::vector<int>({20, 21, 10, 11, 40, 41})) << "the watch destroys what it holds when it ends";
+  EXPECT_EQ(d.destroyed, std::vector<int>({20, 21, 10, 11, 40, 41}))
+      << "the watch destroys what it holds when it ends";
 }
 
 TEST(CollectiveWatch, TheTimeoutRunsFromTheStartNotWhileTheRanksOwnComputeIsQueuedAhead) {
   FakeDevice d;
   CollectiveWatch w(d.Hooks());
-  d.Add(w, 100, 1, milliseconds(3000), "step 4: gradient span 2: reduce_scatter over nccl (rank 0 of a group of 2)");
+  d.Add(w, 100, 1, milliseconds(3000),
+        "step 4: gradient span 2: reduce_scatter over nccl (rank 0 of a group of 2)");
   d.now += milliseconds(60000);  // a minute of this rank's backward queued before it
   ASSERT_TRUE(w.Poll().ok()) << "not started: no timeout yet";
   d.events[10] = NcclPoll::kDone;
@@ -201,7 +209,9 @@ TEST(CollectiveWatch, TheTimeoutRunsFromTheStartNotWhileTheRanksOwnComputeIsQueu
   d.now += milliseconds(2);
   const Status st = w.Poll();
   EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
-  EXPECT_NE(st.message().find("step 4: gradient span 2: reduce_scatter over nccl"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("step 4: gradient span 2: reduce_scatter over nccl"),
+            std::string::npos)
+      << st;
   EXPECT_NE(st.message().find("timed out after 3 s"), std::string::npos) << st;
   EXPECT_EQ(w.watched(), 1u) << "the failed one stays watched";
 }
@@ -215,7 +225,9 @@ TEST(CollectiveWatch, AnAsynchronousErrorFailsAtOnceSayingAPeerFailed) {
   d.comm[200] = {NcclPoll::kFailed, "remote process exited or there was a network error"};
   const Status st = w.Poll();
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
-  EXPECT_NE(st.message().find("all_gather over nccl: a peer failed: remote process exited"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("all_gather over nccl: a peer failed: remote process exited"),
+            std::string::npos)
+      << st;
   d.comm[200] = {NcclPoll::kPending, ""};  // ncclInProgress is not an error
   EXPECT_TRUE(w.Poll().ok());
 }
@@ -229,9 +241,10 @@ TEST(CollectiveWatch, ADeviceErrorIsInternalAtOnceNotATimeoutLater) {
   d.events[11] = NcclPoll::kFailed;  // a kernel before it faulted: the stream is broken
   const Status st = w.Poll();
   EXPECT_EQ(st.code(), StatusCode::kInternal) << st;
-  EXPECT_NE(st.message().find("all_to_all_v over nccl: cuda: cudaErrorIllegalAddress"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("all_to_all_v over nccl: cuda: cudaErrorIllegalAddress"),
+            std::string::npos)
+      << st;
 }
 
 }  // namespace
 }  // namespace moe
-

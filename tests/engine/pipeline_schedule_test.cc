@@ -1,10 +1,11 @@
-// The pipeline schedules, checked by simulating every rank of a pipeline: each exchange is a batched
-// rendezvous (an item completes when the peer has posted the matching item, as an NCCL group send/recv
-// does), computes wait for their inputs. For every shape it must finish without deadlock, every
-// send must meet the receive of the same tensor, each chunk must run every micro-batch forward and
-// backward once, in order, with its inputs present, and 1F1B must hold at most PP - r micro-batches.
-// With unit forward and 2-unit backward times the simulated bubble must equal (PP - 1) / (m + PP - 1)
-// for 1F1B and come out below it, near (PP - 1) / (V m + PP - 1), when interleaved.
+// The pipeline schedules, checked by simulating every rank of a pipeline: each exchange is a
+// batched rendezvous (an item completes when the peer has posted the matching item, as an NCCL
+// group send/recv does), computes wait for their inputs. For every shape it must finish without
+// deadlock, every send must meet the receive of the same tensor, each chunk must run every
+// micro-batch forward and backward once, in order, with its inputs present, and 1F1B must hold at
+// most PP - r micro-batches. With unit forward and 2-unit backward times the simulated bubble must
+// equal (PP - 1) / (m + PP - 1) for 1F1B and come out below it, near (PP - 1) / (V m + PP - 1),
+// when interleaved.
 #include "worker/engine/parallel/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
@@ -19,8 +20,8 @@ namespace {
 
 struct Item {
   enum Dir { kSendNext, kRecvPrev, kSendPrev, kRecvNext } dir;
-  int peer;        // the rank at the other end
-  int stage;       // the virtual stage of the tensor at the receiving end (forward) or its producer
+  int peer;   // the rank at the other end
+  int stage;  // the virtual stage of the tensor at the receiving end (forward) or its producer
   int64_t mb;
   bool done = false;
 };
@@ -38,7 +39,8 @@ struct RankState {
 
 class Simulator {
  public:
-  Simulator(const PipelineShape& s, double tf, double tb) : s_(s), tf_(tf / s.virtual_pipeline), tb_(tb / s.virtual_pipeline) {
+  Simulator(const PipelineShape& s, double tf, double tb)
+      : s_(s), tf_(tf / s.virtual_pipeline), tb_(tb / s.virtual_pipeline) {
     for (int r = 0; r < s.pipeline_parallel; ++r) {
       RankState st;
       st.ops = BuildPipelineSchedule(s, r);
@@ -103,7 +105,8 @@ class Simulator {
     const int stage = Stage(r, op.compute.chunk);
     const int last = P() * V() - 1;
     if (op.kind == PipelineOp::Kind::kForward) {
-      if (stage > 0 && !st.inputs.count(key)) return "forward " + OpString(op) + " without its input";
+      if (stage > 0 && !st.inputs.count(key))
+        return "forward " + OpString(op) + " without its input";
       if (!st.forwarded.insert(key).second) return "forward twice: " + OpString(op);
       if (op.compute.micro_batch != Count(st.forwarded, key.first) - 1) {
         return "forwards of a chunk out of micro-batch order at " + OpString(op);
@@ -113,9 +116,11 @@ class Simulator {
       return "";
     }
     if (!st.forwarded.count(key)) return "backward before forward: " + OpString(op);
-    if (stage < last && !st.grads.count(key)) return "backward " + OpString(op) + " without its output gradient";
+    if (stage < last && !st.grads.count(key))
+      return "backward " + OpString(op) + " without its output gradient";
     if (!st.backwarded.insert(key).second) return "backward twice: " + OpString(op);
-    if (op.compute.micro_batch != Count(st.backwarded, key.first) - 1) return "backwards out of order at " + OpString(op);
+    if (op.compute.micro_batch != Count(st.backwarded, key.first) - 1)
+      return "backwards out of order at " + OpString(op);
     st.clock += tb_;
     --st.in_flight;
     return "";
@@ -132,10 +137,18 @@ class Simulator {
     st.in_exchange = true;
     st.arrived = st.clock;
     const int next = (r + 1) % P(), prev = (r - 1 + P()) % P();
-    if (op.send_next) st.items.push_back({Item::kSendNext, next, Stage(r, op.send_next->chunk) + 1, op.send_next->micro_batch});
-    if (op.recv_prev) st.items.push_back({Item::kRecvPrev, prev, Stage(r, op.recv_prev->chunk), op.recv_prev->micro_batch});
-    if (op.send_prev) st.items.push_back({Item::kSendPrev, prev, Stage(r, op.send_prev->chunk) - 1, op.send_prev->micro_batch});
-    if (op.recv_next) st.items.push_back({Item::kRecvNext, next, Stage(r, op.recv_next->chunk), op.recv_next->micro_batch});
+    if (op.send_next)
+      st.items.push_back(
+          {Item::kSendNext, next, Stage(r, op.send_next->chunk) + 1, op.send_next->micro_batch});
+    if (op.recv_prev)
+      st.items.push_back(
+          {Item::kRecvPrev, prev, Stage(r, op.recv_prev->chunk), op.recv_prev->micro_batch});
+    if (op.send_prev)
+      st.items.push_back(
+          {Item::kSendPrev, prev, Stage(r, op.send_prev->chunk) - 1, op.send_prev->micro_batch});
+    if (op.recv_next)
+      st.items.push_back(
+          {Item::kRecvNext, next, Stage(r, op.recv_next->chunk), op.recv_next->micro_batch});
   }
 
   // Pairs this rank's open items with the peers' posted ones.
@@ -155,9 +168,9 @@ class Simulator {
         // The same tensor: the stage it is delivered to (forward) or the stage whose output it
         // differentiates (backward), and the same micro-batch. A mismatch is a schedule bug.
         if (other.stage != it.stage || other.mb != it.mb) {
-          mismatch_ = "rank " + std::to_string(r) + " item for stage " + std::to_string(it.stage) + " mb " + std::to_string(it.mb) +
-                      " met rank " + std::to_string(it.peer) + "'s stage " + std::to_string(other.stage) + " mb " +
-                      std::to_string(other.mb);
+          mismatch_ = "rank " + std::to_string(r) + " item for stage " + std::to_string(it.stage) +
+                      " mb " + std::to_string(it.mb) + " met rank " + std::to_string(it.peer) +
+                      "'s stage " + std::to_string(other.stage) + " mb " + std::to_string(other.mb);
           continue;
         }
         it.done = other.done = true;
@@ -183,8 +196,10 @@ class Simulator {
     if (!mismatch_.empty()) return mismatch_;
     for (int r = 0; r < P(); ++r) {
       const auto& st = ranks_[r];
-      if (static_cast<int64_t>(st.forwarded.size()) != s_.micro_batches * V()) return "rank " + std::to_string(r) + ": missing forwards";
-      if (static_cast<int64_t>(st.backwarded.size()) != s_.micro_batches * V()) return "rank " + std::to_string(r) + ": missing backwards";
+      if (static_cast<int64_t>(st.forwarded.size()) != s_.micro_batches * V())
+        return "rank " + std::to_string(r) + ": missing forwards";
+      if (static_cast<int64_t>(st.backwarded.size()) != s_.micro_batches * V())
+        return "rank " + std::to_string(r) + ": missing backwards";
     }
     return "";
   }
@@ -194,7 +209,8 @@ class Simulator {
     os << "deadlock" << (mismatch_.empty() ? "" : " (" + mismatch_ + ")") << ":";
     for (int r = 0; r < P(); ++r) {
       const auto& st = ranks_[r];
-      os << " rank " << r << " at op " << st.pc << " " << (st.pc < st.ops.size() ? OpString(st.ops[st.pc]) : "end") << ";";
+      os << " rank " << r << " at op " << st.pc << " "
+         << (st.pc < st.ops.size() ? OpString(st.ops[st.pc]) : "end") << ";";
     }
     return os.str();
   }
@@ -206,8 +222,8 @@ class Simulator {
 };
 
 std::string Name(const PipelineShape& s) {
-  return "PP" + std::to_string(s.pipeline_parallel) + " VPP" + std::to_string(s.virtual_pipeline) + " m" +
-         std::to_string(s.micro_batches);
+  return "PP" + std::to_string(s.pipeline_parallel) + " VPP" + std::to_string(s.virtual_pipeline) +
+         " m" + std::to_string(s.micro_batches);
 }
 
 TEST(PipelineSchedule, OneFOneBIsCompleteDeadlockFreeAndHasTheTextbookBubble) {
@@ -216,7 +232,8 @@ TEST(PipelineSchedule, OneFOneBIsCompleteDeadlockFreeAndHasTheTextbookBubble) {
       const PipelineShape s{p, 1, m};
       Simulator sim(s, 1.0, 2.0);
       ASSERT_EQ(sim.Run(), "") << Name(s);
-      for (int r = 0; r < p; ++r) EXPECT_LE(sim.PeakInFlight(r), std::min<int64_t>(p - r, m)) << Name(s) << " rank " << r;
+      for (int r = 0; r < p; ++r)
+        EXPECT_LE(sim.PeakInFlight(r), std::min<int64_t>(p - r, m)) << Name(s) << " rank " << r;
       const double ideal = 3.0 * static_cast<double>(m);
       const double bubble = 1.0 - ideal / sim.Makespan();
       EXPECT_NEAR(bubble, IdealBubbleFraction(s), 1e-12) << Name(s);
@@ -244,7 +261,8 @@ TEST(PipelineSchedule, OpsReadAsMegatrons) {
   // PP2, m = 3 on the first rank: one warm-up forward, two 1F1B pairs, one cool-down backward.
   std::string ops;
   for (const PipelineOp& op : BuildPipelineSchedule({2, 1, 3}, 0)) ops += OpString(op) + " ";
-  EXPECT_EQ(ops, "F0.0 X[ >0.0 ] F0.1 X[ >0.1 >>0.0 ] B0.0 F0.2 X[ >0.2 >>0.1 ] B0.1 X[ >>0.2 ] B0.2 ");
+  EXPECT_EQ(ops,
+            "F0.0 X[ >0.0 ] F0.1 X[ >0.1 >>0.0 ] B0.0 F0.2 X[ >0.2 >>0.1 ] B0.1 X[ >>0.2 ] B0.2 ");
   EXPECT_NEAR(IdealBubbleFraction({4, 1, 8}), 3.0 / 11.0, 1e-15);
   EXPECT_NEAR(IdealBubbleFraction({4, 2, 8}), 3.0 / 19.0, 1e-15);
 }

@@ -1,14 +1,16 @@
 // ProcessGroups for W = PP x DP x EP (Megatron's order: EP innermost, then DP, then PP): the layout
 // by hand for a few ranks, then real Gloo groups at W = 8 (PP 2, DP 4, EP 2) where every rank
 // all-gathers its global rank through each of its groups and checks the members against the groups'
-// definitions (a filter over all ranks, written apart from the layout code); at PP 1 the old groups.
+// definitions (a filter over all ranks, written apart from the layout code); at PP 1 the old
+// groups.
+#include "worker/engine/parallel/process_group.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
 
 #include "tests/testing/ranks.h"
 #include "worker/engine/parallel/local_communicator.h"
-#include "worker/engine/parallel/process_group.h"
 
 namespace moe {
 namespace {
@@ -55,12 +57,16 @@ TEST(LayoutGroups, MiddleStagesHaveNoEmbeddingGroupAndOneStageHasAGroupOfOne) {
 TEST(LayoutGroups, LayoutsThatDoNotDivideAreRefusedNamingTheArgument) {
   auto pp = LayoutGroups(8, 0, 3, 1);
   EXPECT_EQ(pp.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(pp.status().message().find("pipeline_parallel 3 does not divide world size 8"), std::string::npos);
+  EXPECT_NE(pp.status().message().find("pipeline_parallel 3 does not divide world size 8"),
+            std::string::npos);
   auto ep = LayoutGroups(8, 0, 2, 3);
-  EXPECT_NE(ep.status().message().find("expert_parallel 3 does not divide the data-parallel size 4"), std::string::npos)
+  EXPECT_NE(
+      ep.status().message().find("expert_parallel 3 does not divide the data-parallel size 4"),
+      std::string::npos)
       << ep.status();
   EXPECT_EQ(LayoutGroups(8, 8, 2, 2).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ProcessGroups::Create(8, 0, 0, 1, nullptr, GroupOptions()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ProcessGroups::Create(8, 0, 0, 1, nullptr, GroupOptions()).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // The ranks q of the world that share a group with r, by the group's definition.
@@ -81,12 +87,14 @@ void ExpectMembers(Communicator* comm, int rank, const Members& want, const std:
   Status st = comm->AllGatherHost(&mine, got.data(), sizeof(mine));
   ASSERT_TRUE(st.ok()) << what << ": " << st;
   EXPECT_EQ(Members(got.begin(), got.end()), want) << what << " of rank " << rank;
-  EXPECT_EQ(want[static_cast<size_t>(comm->rank())], rank) << what << ": group rank " << comm->rank();
+  EXPECT_EQ(want[static_cast<size_t>(comm->rank())], rank)
+      << what << ": group rank " << comm->rank();
   Tensor t = Tensor::Zeros({static_cast<int64_t>(want.size())}, DType::kI64);
   t.data<int64_t>()[comm->rank()] = rank;
   st = comm->AllGather(t, std::vector<int64_t>(want.size(), 1));
   ASSERT_TRUE(st.ok()) << what << ": " << st;
-  EXPECT_EQ(t.ToVector<int64_t>(), std::vector<int64_t>(want.begin(), want.end())) << what << " of rank " << rank;
+  EXPECT_EQ(t.ToVector<int64_t>(), std::vector<int64_t>(want.begin(), want.end()))
+      << what << " of rank " << rank;
 }
 
 // Every rank builds its groups over Gloo and checks each one's members and its own place in it.
@@ -103,11 +111,15 @@ void CheckGroups(int world, int pp, int ep) {
     EXPECT_EQ(c.expert_dp_size(), dp / ep);
     const auto stage = [dp](int q) { return q / dp; };
     ExpectMembers(c.world, r, Filter(world, [](int) { return true; }), "world");
-    ExpectMembers(c.dp_group, r, Filter(world, [&](int q) { return stage(q) == stage(r); }), "dp_group");
-    ExpectMembers(c.ep_group, r, Filter(world, [&](int q) { return q / ep == r / ep; }), "ep_group");
-    ExpectMembers(c.expert_dp, r, Filter(world, [&](int q) { return stage(q) == stage(r) && q % ep == r % ep; }),
+    ExpectMembers(c.dp_group, r, Filter(world, [&](int q) { return stage(q) == stage(r); }),
+                  "dp_group");
+    ExpectMembers(c.ep_group, r, Filter(world, [&](int q) { return q / ep == r / ep; }),
+                  "ep_group");
+    ExpectMembers(c.expert_dp, r,
+                  Filter(world, [&](int q) { return stage(q) == stage(r) && q % ep == r % ep; }),
                   "expert_dp");
-    ExpectMembers(c.pipeline, r, Filter(world, [&](int q) { return q % dp == r % dp; }), "pipeline");
+    ExpectMembers(c.pipeline, r, Filter(world, [&](int q) { return q % dp == r % dp; }),
+                  "pipeline");
     EXPECT_EQ(c.dp_group->rank(), c.dp_rank());
     EXPECT_EQ(c.expert_dp->rank(), c.expert_dp_rank());
     EXPECT_EQ(c.pipeline->rank(), c.pp_rank());
@@ -115,7 +127,9 @@ void CheckGroups(int world, int pp, int ep) {
     if (!end_stage(r)) {
       EXPECT_EQ(c.embedding, nullptr) << "rank " << r << " is on a middle stage";
     } else {
-      ExpectMembers(c.embedding, r, Filter(world, [&](int q) { return q % dp == r % dp && end_stage(q); }), "embedding");
+      ExpectMembers(c.embedding, r,
+                    Filter(world, [&](int q) { return q % dp == r % dp && end_stage(q); }),
+                    "embedding");
     }
   });
 }
@@ -123,13 +137,15 @@ void CheckGroups(int world, int pp, int ep) {
 TEST(ProcessGroups, EightRanksTwoStagesDataParallelFourExpertParallelTwo) { CheckGroups(8, 2, 2); }
 
 TEST(ProcessGroups, OneStageKeepsTheOldGroups) {
-  // W = 4, EP 2: the EP groups are {0, 1} and {2, 3}, expert-DP {0, 2} and {1, 3}, as before pipelines.
+  // W = 4, EP 2: the EP groups are {0, 1} and {2, 3}, expert-DP {0, 2} and {1, 3}, as before
+  // pipelines.
   CheckGroups(4, 1, 2);
   moe::testing::RunRanks(4, [&](int r, KvStore* store) {
     auto groups = ProcessGroups::Create(4, r, 1, 2, store, GroupOptions());
     ASSERT_TRUE(groups.ok()) << groups.status();
     const ParallelContext& c = (*groups)->ctx();
-    EXPECT_NE(c.dp_group, c.world) << "the gradients' group has a communicator of its own, though its members are the world";
+    EXPECT_NE(c.dp_group, c.world)
+        << "the gradients' group has a communicator of its own, though its members are the world";
     EXPECT_EQ(c.dp_group->size(), 4);
     EXPECT_NE(c.expert_dp, c.ep_group);
     EXPECT_EQ(c.pipeline->size(), 1);
@@ -143,7 +159,8 @@ TEST(ProcessGroups, OneRankGetsLocalGroupsWithoutAStore) {
   auto groups = ProcessGroups::Create(1, 0, 1, 1, nullptr, GroupOptions());
   ASSERT_TRUE(groups.ok()) << groups.status();
   const ParallelContext& c = (*groups)->ctx();
-  for (Communicator* comm : {c.world, c.dp_group, c.ep_group, c.expert_dp, c.pipeline, c.embedding}) {
+  for (Communicator* comm :
+       {c.world, c.dp_group, c.ep_group, c.expert_dp, c.pipeline, c.embedding}) {
     ASSERT_NE(comm, nullptr);
     EXPECT_EQ(comm->backend(), "local");
   }
@@ -155,8 +172,8 @@ TEST(ProcessGroups, OneRankGetsLocalGroupsWithoutAStore) {
 
 TEST(ProcessGroups, GradientGroupsNeverShareTheAllToAllsCommunicator) {
   // W = 2, EP 2: world, dp_group and ep_group have the same two members. The gradients' reductions
-  // overlap the backward's all-to-alls, so dp_group is not the all-to-all's communicator; expert_dp is a
-  // group of one here.
+  // overlap the backward's all-to-alls, so dp_group is not the all-to-all's communicator; expert_dp
+  // is a group of one here.
   moe::testing::RunRanks(2, [&](int r, KvStore* store) {
     auto groups = ProcessGroups::Create(2, r, 1, 2, store, GroupOptions());
     ASSERT_TRUE(groups.ok()) << groups.status();
@@ -174,4 +191,3 @@ TEST(ProcessGroups, GradientGroupsNeverShareTheAllToAllsCommunicator) {
 
 }  // namespace
 }  // namespace moe
-

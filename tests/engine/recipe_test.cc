@@ -1,6 +1,6 @@
-// DeepSeek-V3's recipe in the trainer: the expert bias that steers selection whatever gamma is, no bias
-// update on a skipped step, gamma, lambda and the learning rate scheduled in tokens, the batch-size
-// ramp (and resuming in the middle of it), BF16 AdamW moments.
+// DeepSeek-V3's recipe in the trainer: the expert bias that steers selection whatever gamma is, no
+// bias update on a skipped step, gamma, lambda and the learning rate scheduled in tokens, the
+// batch-size ramp (and resuming in the middle of it), BF16 AdamW moments.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,8 +8,8 @@
 
 #include "common/file_util.h"
 #include "tests/testing/testing.h"
-#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/train/trainer.h"
 
 namespace moe {
@@ -38,7 +38,8 @@ JobSpec Job(int64_t steps) {
 
 std::vector<std::vector<float>> Biases(Model& m) {
   std::vector<std::vector<float>> out;
-  for (MoeLayer* l : m.moe_layers()) out.push_back(l->bias().Clone(Device::Cpu()).ToVector<float>());
+  for (MoeLayer* l : m.moe_layers())
+    out.push_back(l->bias().Clone(Device::Cpu()).ToVector<float>());
   return out;
 }
 
@@ -76,11 +77,13 @@ TEST(Recipe, ALearnedBiasSteersSelectionWithGammaZero) {
   std::vector<float> bias(8, 0.f);
   bias[5] = 10.f;
   for (MoeLayer* l : model.moe_layers()) l->SetBias(bias);
-  Tensor tokens = testing::RandomInts({2, 16}, 1, 97), targets = testing::RandomInts({2, 16}, 2, 97);
+  Tensor tokens = testing::RandomInts({2, 16}, 1, 97),
+         targets = testing::RandomInts({2, 16}, 2, 97);
   LossScales scales{.ce = 1.0 / 32, .mtp = {}, .aux_coeff = 0};
   auto r = model.ForwardBackward(tokens, targets, scales);
   ASSERT_TRUE(r.ok()) << r.status();
-  for (const auto& counts : r->tokens_per_expert) EXPECT_EQ(counts[5], 32) << "every token goes where the bias says";
+  for (const auto& counts : r->tokens_per_expert)
+    EXPECT_EQ(counts[5], 32) << "every token goes where the bias says";
   // A model without a bias (expert_bias: false) ignores the tensor.
   cfg.moe.expert_bias = false;
   Model plain(cfg, local.ctx, 3, DType::kF32, Device::Cpu());
@@ -111,11 +114,14 @@ TEST(Recipe, ASkippedStepLeavesTheBiasUnchanged) {
 TEST(Recipe, GammaLambdaAndTheLearningRateFollowTheirScheduleInTokens) {
   JobSpec spec = Job(6);
   const double per_step = 4 * 16;  // global batch x seq
-  spec.model.moe.bias_update_schedule = {{.until_tokens = 2 * per_step, .value = 0.05}, {.value = 0}};
-  spec.model.mtp_loss_weight_schedule = {{.until_tokens = 3 * per_step, .value = 0.3}, {.value = 0.1}};
-  spec.optimizer.lr_schedule = {{.until_tokens = 2 * per_step, .shape = "linear", .from = 0, .to = 1e-3},
-                                {.until_tokens = 4 * per_step, .shape = "constant", .value = 1e-3},
-                                {.until_tokens = 6 * per_step, .shape = "cosine", .from = 1e-3, .to = 1e-4}};
+  spec.model.moe.bias_update_schedule = {{.until_tokens = 2 * per_step, .value = 0.05},
+                                         {.value = 0}};
+  spec.model.mtp_loss_weight_schedule = {{.until_tokens = 3 * per_step, .value = 0.3},
+                                         {.value = 0.1}};
+  spec.optimizer.lr_schedule = {
+      {.until_tokens = 2 * per_step, .shape = "linear", .from = 0, .to = 1e-3},
+      {.until_tokens = 4 * per_step, .shape = "constant", .value = 1e-3},
+      {.until_tokens = 6 * per_step, .shape = "cosine", .from = 1e-3, .to = 1e-4}};
   ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   TrainerOptions o;
   o.stop_at_step = 2;
@@ -133,14 +139,16 @@ TEST(Recipe, GammaLambdaAndTheLearningRateFollowTheirScheduleInTokens) {
   EXPECT_DOUBLE_EQ(six.steps[3].mtp_loss_weight, 0.1);
   EXPECT_EQ(six.bias, two.bias) << "gamma is 0 after two steps' tokens: the bias stays";
   bool moved = false;
-  for (const auto& layer : two.bias) for (float b : layer) moved |= b != 0.f;
+  for (const auto& layer : two.bias)
+    for (float b : layer) moved |= b != 0.f;
   EXPECT_TRUE(moved) << "gamma 0.05 moved the bias in the first two steps";
 }
 
 TEST(Recipe, TheBatchRampGrowsTheBatchAndResumesInTheMiddle) {
   JobSpec spec = Job(6);
   spec.data.global_batch_size = 8;
-  spec.data.batch_ramp = {.start = 2, .increment = 2, .tokens = 6 * 16};  // 2, 4, 6 over 96 tokens, then 8
+  spec.data.batch_ramp = {
+      .start = 2, .increment = 2, .tokens = 6 * 16};  // 2, 4, 6 over 96 tokens, then 8
   ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   const std::string dir = "/tmp/moe-recipe-ramp-" + std::to_string(::getpid());
   ASSERT_TRUE(RemoveAll(dir).ok());
@@ -148,8 +156,8 @@ TEST(Recipe, TheBatchRampGrowsTheBatchAndResumesInTheMiddle) {
   ASSERT_EQ(straight.steps.size(), 6u);
   std::vector<int64_t> batches;
   for (const auto& m : straight.steps) batches.push_back(m.tokens / 16);
-  // 3 increments over 96 tokens: one per 32. Tokens before each step: 0 (batch 2), 32 (one increment:
-  // 4), 96 (the ramp is over: 8), then 8 throughout.
+  // 3 increments over 96 tokens: one per 32. Tokens before each step: 0 (batch 2), 32 (one
+  // increment: 4), 96 (the ramp is over: 8), then 8 throughout.
   EXPECT_EQ(batches, (std::vector<int64_t>{2, 4, 8, 8, 8, 8}));
   EXPECT_EQ(straight.steps[2].consumed_samples, 2 + 4 + 8);
   TrainerOptions o;
@@ -161,7 +169,8 @@ TEST(Recipe, TheBatchRampGrowsTheBatchAndResumesInTheMiddle) {
   o.stop_at_step = 6;
   const TrainRun resumed = Train(spec, o);
   ASSERT_EQ(resumed.steps.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(resumed.steps[i].loss, straight.steps[i + 2].loss) << "step " << i + 3;
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(resumed.steps[i].loss, straight.steps[i + 2].loss) << "step " << i + 3;
   ASSERT_TRUE(RemoveAll(dir).ok());
 }
 
@@ -184,7 +193,8 @@ TEST(Recipe, Bf16MomentsTrackFp32Moments) {
   ASSERT_TRUE((*t)->Run().ok());
   ASSERT_EQ(bf16.steps.size(), fp32.steps.size());
   for (size_t i = 0; i < fp32.steps.size(); ++i) {
-    EXPECT_NEAR(bf16.steps[i].loss, fp32.steps[i].loss, 0.01 * fp32.steps[i].loss) << "step " << i + 1;
+    EXPECT_NEAR(bf16.steps[i].loss, fp32.steps[i].loss, 0.01 * fp32.steps[i].loss)
+        << "step " << i + 1;
   }
   EXPECT_NE(bf16.steps.back().loss, fp32.steps.back().loss) << "the moments really are bf16";
 }
@@ -202,15 +212,21 @@ TEST(Recompute, EveryModuleGivesBitwiseTheSameTraining) {
   spec.model.first_k_dense = 1;  // a dense block for `mlp`
   const TrainRun plain = Train(spec);
   for (const std::vector<std::string>& modules :
-       std::vector<std::vector<std::string>>{{"core_attn"}, {"mla_up_proj"}, {"mlp"}, {"moe_act"}, {"full"},
+       std::vector<std::vector<std::string>>{{"core_attn"},
+                                             {"mla_up_proj"},
+                                             {"mlp"},
+                                             {"moe_act"},
+                                             {"full"},
                                              {"core_attn", "mla_up_proj", "mlp", "moe_act"}}) {
     spec.training.recompute = modules;
     const TrainRun again = Train(spec);
     ASSERT_EQ(again.steps.size(), plain.steps.size());
     for (size_t i = 0; i < plain.steps.size(); ++i) {
       EXPECT_EQ(again.steps[i].loss, plain.steps[i].loss) << modules.front() << " step " << i + 1;
-      EXPECT_EQ(again.steps[i].grad_norm, plain.steps[i].grad_norm) << modules.front() << " step " << i + 1;
-      EXPECT_EQ(again.steps[i].mtp_loss, plain.steps[i].mtp_loss) << modules.front() << " step " << i + 1;
+      EXPECT_EQ(again.steps[i].grad_norm, plain.steps[i].grad_norm)
+          << modules.front() << " step " << i + 1;
+      EXPECT_EQ(again.steps[i].mtp_loss, plain.steps[i].mtp_loss)
+          << modules.front() << " step " << i + 1;
     }
   }
   // MHA recomputes its core too.
@@ -219,12 +235,13 @@ TEST(Recompute, EveryModuleGivesBitwiseTheSameTraining) {
   const TrainRun mha = Train(spec);
   spec.training.recompute = {"core_attn", "full"};
   const TrainRun mha_again = Train(spec);
-  for (size_t i = 0; i < mha.steps.size(); ++i) EXPECT_EQ(mha_again.steps[i].loss, mha.steps[i].loss);
+  for (size_t i = 0; i < mha.steps.size(); ++i)
+    EXPECT_EQ(mha_again.steps[i].loss, mha.steps[i].loss);
 }
 
-// training.attention: materialized keeps the [S, S] probabilities instead of each row's log-sum-exp;
-// the same model trains to the same losses (summation order differs: within 1e-5 relative), MLA
-// (d_qk != d_v) and MHA, with and without core_attn recompute.
+// training.attention: materialized keeps the [S, S] probabilities instead of each row's
+// log-sum-exp; the same model trains to the same losses (summation order differs: within 1e-5
+// relative), MLA (d_qk != d_v) and MHA, with and without core_attn recompute.
 void ExpectSameTraining(JobSpec spec, const std::string& what) {
   spec.training.attention = "flash";
   const TrainRun flash = Train(spec);
@@ -234,8 +251,10 @@ void ExpectSameTraining(JobSpec spec, const std::string& what) {
   ASSERT_FALSE(flash.steps.empty()) << what;
   for (size_t i = 0; i < flash.steps.size(); ++i) {
     const double loss = flash.steps[i].loss, gn = flash.steps[i].grad_norm;
-    EXPECT_NEAR(materialized.steps[i].loss, loss, 1e-5 * std::abs(loss)) << what << " step " << i + 1;
-    EXPECT_NEAR(materialized.steps[i].grad_norm, gn, 1e-5 * std::abs(gn)) << what << " step " << i + 1;
+    EXPECT_NEAR(materialized.steps[i].loss, loss, 1e-5 * std::abs(loss))
+        << what << " step " << i + 1;
+    EXPECT_NEAR(materialized.steps[i].grad_norm, gn, 1e-5 * std::abs(gn))
+        << what << " step " << i + 1;
   }
   // Training moved: the comparison covers several different losses, not one repeated value.
   EXPECT_NE(flash.steps.front().loss, flash.steps.back().loss) << what;

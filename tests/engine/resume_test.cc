@@ -5,9 +5,9 @@
 #include <functional>
 
 #include "common/file_util.h"
-#include "worker/engine/parallel/local_communicator.h"
-#include "worker/engine/checkpoint/checkpoint.h"
 #include "tests/engine/train_helpers.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/train/trainer.h"
 
 namespace moe {
@@ -61,9 +61,9 @@ TEST(Resume, ThirtyPlusThirtyEqualsSixtyBitwise) {
   (void)RemoveAll(base);
 }
 
-// Asked to stop at step 42 (a cancel, a worker's SIGTERM): the ranks checkpoint that boundary before
-// they leave, so the resume starts at step 43, not at the last interval's 30, and still equals the
-// straight run bitwise.
+// Asked to stop at step 42 (a cancel, a worker's SIGTERM): the ranks checkpoint that boundary
+// before they leave, so the resume starts at step 43, not at the last interval's 30, and still
+// equals the straight run bitwise.
 TEST(Resume, AStopCheckpointsWhereItStopsAndTheResumeLosesNothing) {
   const std::string base = "/tmp/moe-resume-stop-test-" + std::to_string(::getpid());
   ASSERT_TRUE(MakeDirs(base).ok());
@@ -72,12 +72,15 @@ TEST(Resume, AStopCheckpointsWhereItStopsAndTheResumeLosesNothing) {
   int calls = 0;
   TrainRun first = Train(spec, 50, base + "/b", false, [&] { return ++calls > 42; });
   ASSERT_EQ(first.steps.back(), 42);
-  EXPECT_TRUE(PathExists(base + "/b/" + CheckpointManager::StepDirName(42))) << "no checkpoint at the stop";
+  EXPECT_TRUE(PathExists(base + "/b/" + CheckpointManager::StepDirName(42)))
+      << "no checkpoint at the stop";
   TrainRun second = Train(spec, 50, base + "/b", true);
   ASSERT_FALSE(second.steps.empty());
   EXPECT_EQ(second.steps.front(), 43);
-  for (size_t i = 0; i < second.loss.size(); ++i) EXPECT_EQ(second.loss[i], straight.loss[42 + i]) << "step " << 43 + i;
-  // And the loss history beside the checkpoints: every step, the redone ones none (the stop lost none).
+  for (size_t i = 0; i < second.loss.size(); ++i)
+    EXPECT_EQ(second.loss[i], straight.loss[42 + i]) << "step " << 43 + i;
+  // And the loss history beside the checkpoints: every step, the redone ones none (the stop lost
+  // none).
   auto history = ReadFileToString(base + "/b/metrics.jsonl");
   ASSERT_TRUE(history.ok());
   EXPECT_EQ(std::count(history->begin(), history->end(), '\n'), 50);

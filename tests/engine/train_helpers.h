@@ -11,7 +11,8 @@
 namespace moe::testing {
 
 // A dataset from a random Markov chain over `vocab` ids (learnable, not uniform noise).
-inline std::string MakeMarkovDataset(const std::string& prefix, int64_t vocab, int64_t tokens, uint64_t seed) {
+inline std::string MakeMarkovDataset(const std::string& prefix, int64_t vocab, int64_t tokens,
+                                     uint64_t seed) {
   IndexedDatasetWriter w(prefix, vocab);
   Rng rng(seed);
   std::vector<int32_t> next(static_cast<size_t>(vocab * 4));

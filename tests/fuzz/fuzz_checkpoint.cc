@@ -1,5 +1,5 @@
-// A checkpoint directory as a resume reads it (worker/engine/checkpoint/checkpoint_io.cc): an arbitrary manifest
-// beside an arbitrary shard file, opened with and without verifying checksums.
+// A checkpoint directory as a resume reads it (worker/engine/checkpoint/checkpoint_io.cc): an
+// arbitrary manifest beside an arbitrary shard file, opened with and without verifying checksums.
 #include <cstdint>
 
 #include "tests/fuzz/fuzz_util.h"

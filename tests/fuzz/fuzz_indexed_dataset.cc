@@ -16,6 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t n = std::min<int64_t>((*ds)->num_tokens(), 4096);
   std::vector<int32_t> out(static_cast<size_t>(n));
   if (n > 0) (*ds)->Read(0, n, out.data());
-  for (int64_t d = 0; d <= (*ds)->num_documents() && d < 64; ++d) (void)(*ds)->DocumentTokenBegin(d);
+  for (int64_t d = 0; d <= (*ds)->num_documents() && d < 64; ++d)
+    (void)(*ds)->DocumentTokenBegin(d);
   return 0;
 }

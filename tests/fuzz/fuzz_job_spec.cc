@@ -11,7 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto job = moe::TrainingJobFromText(text); job.ok()) {
     if (auto spec = moe::SpecFromProto(*job); spec.ok()) {
       const moe::v1::TrainingJob expanded = moe::SpecToProto(*spec);
-      if (!moe::SpecFromProto(expanded).ok()) __builtin_trap();  // an expanded valid spec stays valid
+      if (!moe::SpecFromProto(expanded).ok())
+        __builtin_trap();  // an expanded valid spec stays valid
     }
   }
   (void)moe::ParseJobSpecText(text);

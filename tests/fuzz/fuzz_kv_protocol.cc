@@ -1,5 +1,5 @@
-// The rendezvous proxy's line protocol (common/kv_protocol.h): requests from ranks, replies from the
-// proxy, and a parsed request formats back to a line that parses to the same request.
+// The rendezvous proxy's line protocol (common/kv_protocol.h): requests from ranks, replies from
+// the proxy, and a parsed request formats back to a line that parses to the same request.
 #include <cstdint>
 #include <string>
 #include <string_view>

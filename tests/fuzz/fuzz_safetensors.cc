@@ -1,5 +1,5 @@
-// The safetensors reader (worker/engine/checkpoint/safetensors.cc) on an arbitrary file: header, offsets and
-// dtypes are checked before any tensor is read.
+// The safetensors reader (worker/engine/checkpoint/safetensors.cc) on an arbitrary file: header,
+// offsets and dtypes are checked before any tensor is read.
 #include <cstdint>
 
 #include "tests/fuzz/fuzz_util.h"

@@ -1,5 +1,5 @@
-// The controller's bearer-token file (controller/auth.cc), mode 0600 as it requires, then a check of a
-// header built from the same bytes.
+// The controller's bearer-token file (controller/auth.cc), mode 0600 as it requires, then a check
+// of a header built from the same bytes.
 #include <cstdint>
 #include <string>
 

@@ -1,6 +1,6 @@
-// Helpers for the libFuzzer targets (tests/fuzz, docs/operations.md "Fuzzing"): inputs that are files
-// (the dataset, checkpoints, safetensors, the tokens file) are written to a scratch directory made
-// once per process and reused by every input.
+// Helpers for the libFuzzer targets (tests/fuzz, docs/operations.md "Fuzzing"): inputs that are
+// files (the dataset, checkpoints, safetensors, the tokens file) are written to a scratch directory
+// made once per process and reused by every input.
 #pragma once
 
 #include <sys/stat.h>
@@ -33,7 +33,8 @@ inline void WriteFile(const std::string& path, std::string_view bytes, mode_t mo
   ::chmod(path.c_str(), mode);
 }
 
-// Splits an input into two parts at a position its first two bytes choose (the second part may be empty).
+// Splits an input into two parts at a position its first two bytes choose (the second part may be
+// empty).
 inline std::pair<std::string_view, std::string_view> Split(const uint8_t* data, size_t size) {
   if (size < 2) return {std::string_view(reinterpret_cast<const char*>(data), size), {}};
   const size_t at = (static_cast<size_t>(data[0]) << 8 | data[1]) % (size - 1);

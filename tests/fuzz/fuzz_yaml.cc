@@ -1,5 +1,5 @@
-// The YAML/JSON parser (common/yaml.cc) on arbitrary text: it answers a Status or a tree, and a tree it
-// returns writes back as JSON and YAML that parse again.
+// The YAML/JSON parser (common/yaml.cc) on arbitrary text: it answers a Status or a tree, and a
+// tree it returns writes back as JSON and YAML that parse again.
 #include <cstdint>
 #include <string_view>
 

@@ -8,8 +8,6 @@
 // and 1e-5 + 1e-3 |ref| (backward); bf16 max |x - ref| <= 1e-2 max |ref|.
 #include "tests/gpu/cuda_emulator.h"
 // The kernels after the emulator, which supplies their primitives.
-#include "kernels/cuda/attention_kernels.cuh"
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +16,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "kernels/cuda/attention_kernels.cuh"
 
 namespace {
 
@@ -40,7 +40,10 @@ struct Reference {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
-double Rounded(double x, bool to_bf16) { return to_bf16 ? __bfloat162float(__float2bfloat16_rn(static_cast<float>(x))) : static_cast<float>(x); }
+double Rounded(double x, bool to_bf16) {
+  return to_bf16 ? __bfloat162float(__float2bfloat16_rn(static_cast<float>(x)))
+                 : static_cast<float>(x);
+}
 
 Problem MakeProblem(const Case& c, uint32_t seed) {
   Problem p{c, 0.9 / std::sqrt(static_cast<double>(c.d_qk)), {}, {}, {}, {}};
@@ -61,9 +64,11 @@ Problem MakeProblem(const Case& c, uint32_t seed) {
 Reference Exact(const Problem& p) {
   const Case& c = p.c;
   const size_t t = static_cast<size_t>(c.batch) * c.seq, S = static_cast<size_t>(c.seq);
-  const size_t ldq = static_cast<size_t>(c.heads) * c.d_qk, ldv = static_cast<size_t>(c.heads) * c.d_v;
-  Reference r{std::vector<double>(t * ldv), std::vector<double>(t * c.heads), std::vector<double>(t * ldq),
-              std::vector<double>(t * ldq), std::vector<double>(t * ldv)};
+  const size_t ldq = static_cast<size_t>(c.heads) * c.d_qk,
+               ldv = static_cast<size_t>(c.heads) * c.d_v;
+  Reference r{std::vector<double>(t * ldv), std::vector<double>(t * c.heads),
+              std::vector<double>(t * ldq), std::vector<double>(t * ldq),
+              std::vector<double>(t * ldv)};
   std::vector<double> prob(S * S), dp(S * S);
   for (int b = 0; b < c.batch; ++b) {
     for (int h = 0; h < c.heads; ++h) {
@@ -95,7 +100,8 @@ Reference Exact(const Problem& p) {
           dp[i * S + j] = g;
           delta += prob[i * S + j] * g;
         }
-        for (size_t j = 0; j <= i; ++j) dp[i * S + j] = prob[i * S + j] * (dp[i * S + j] - delta);  // dS
+        for (size_t j = 0; j <= i; ++j)
+          dp[i * S + j] = prob[i * S + j] * (dp[i * S + j] - delta);  // dS
       }
       for (size_t i = 0; i < S; ++i) {
         for (int d = 0; d < c.d_qk; ++d) {
@@ -145,15 +151,16 @@ std::vector<double> Values(const std::vector<T>& x) {
 
 struct EmulatedLaunch {
   template <typename... Params, typename... Args>
-  void operator()(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const Args&... args) const {
+  void operator()(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                  const Args&... args) const {
     moe::emu::Launch(kernel, grid, block, smem, args...);
   }
 };
 
 int g_failures = 0;
 
-void Compare(const std::string& name, const std::vector<double>& got, const std::vector<double>& ref, bool bf16,
-             double rtol) {
+void Compare(const std::string& name, const std::vector<double>& got,
+             const std::vector<double>& ref, bool bf16, double rtol) {
   double ref_max = 0, worst = 0;
   size_t at = 0, bad = 0;
   for (double r : ref) ref_max = std::max(ref_max, std::fabs(r));
@@ -168,8 +175,8 @@ void Compare(const std::string& name, const std::vector<double>& got, const std:
       at = i;
     }
   }
-  std::printf("  %-6s %-4s %8zu elements  worst err/tol %.3g%s\n", name.c_str(), bad ? "FAIL" : "ok", got.size(), worst,
-              bad ? "" : "");
+  std::printf("  %-6s %-4s %8zu elements  worst err/tol %.3g%s\n", name.c_str(),
+              bad ? "FAIL" : "ok", got.size(), worst, bad ? "" : "");
   if (bad) {
     std::printf("    %zu bad; worst at [%zu]: got %.8g, exact %.8g\n", bad, at, got[at], ref[at]);
     ++g_failures;
@@ -183,19 +190,20 @@ void Run(const Case& c, uint32_t seed) {
   const Reference r = Exact(p);
   const size_t t = static_cast<size_t>(c.batch) * c.seq;
   const auto q = Stored<T>(p.q), k = Stored<T>(p.k), v = Stored<T>(p.v), dout = Stored<T>(p.dout);
-  auto out = Poisoned<T>(t * c.heads * c.d_v), dq = Poisoned<T>(q.size()), dk = Poisoned<T>(k.size()),
-       dv = Poisoned<T>(v.size());
+  auto out = Poisoned<T>(t * c.heads * c.d_v), dq = Poisoned<T>(q.size()),
+       dk = Poisoned<T>(k.size()), dv = Poisoned<T>(v.size());
   auto lse = Poisoned<float>(t * c.heads), delta = Poisoned<float>(t * c.heads);
   const float scale = static_cast<float>(p.scale);
-  attn::Forward(attn::FwdArgs<T>{q.data(), k.data(), v.data(), out.data(), lse.data(), c.seq, c.heads, c.d_qk, c.d_v,
-                                 scale * attn::kLog2e},
+  attn::Forward(attn::FwdArgs<T>{q.data(), k.data(), v.data(), out.data(), lse.data(), c.seq,
+                                 c.heads, c.d_qk, c.d_v, scale * attn::kLog2e},
                 c.batch, EmulatedLaunch{});
-  const attn::BwdArgs<T> b{q.data(), k.data(), v.data(), dout.data(), lse.data(), delta.data(), dq.data(), dk.data(),
-                           dv.data(), c.seq, c.heads, c.d_qk, c.d_v, scale, scale * attn::kLog2e};
+  const attn::BwdArgs<T> b{q.data(),     k.data(),  v.data(),  dout.data(), lse.data(),
+                           delta.data(), dq.data(), dk.data(), dv.data(),   c.seq,
+                           c.heads,      c.d_qk,    c.d_v,     scale,       scale * attn::kLog2e};
   attn::Backward(b, static_cast<const T*>(out.data()), delta.data(), c.batch, EmulatedLaunch{});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%s B=%d S=%d H=%d d_qk=%d d_v=%d (%.1f s)\n", c.bf16 ? "bf16" : "f32", c.batch, c.seq, c.heads, c.d_qk,
-              c.d_v, secs);
+  std::printf("%s B=%d S=%d H=%d d_qk=%d d_v=%d (%.1f s)\n", c.bf16 ? "bf16" : "f32", c.batch,
+              c.seq, c.heads, c.d_qk, c.d_v, secs);
   const double fwd_rtol = 1e-4, bwd_rtol = 1e-3;
   Compare("out", Values(out), r.out, c.bf16, fwd_rtol);
   std::vector<double> lse_d(lse.begin(), lse.end());
@@ -210,10 +218,10 @@ void Run(const Case& c, uint32_t seed) {
 int main() {
   // Each compiled head shape in both storage types; partial tiles, S = 1, padded head sizes.
   const Case cases[] = {
-      {false, 1, 37, 2, 64, 64},    // f32 (64, 64), one partial tile, two heads
-      {true, 2, 70, 1, 192, 128},   // bf16 MLA shape, two tiles each, two sequences
-      {true, 1, 1, 3, 64, 64},      // S = 1
-      {false, 1, 40, 1, 24, 16},    // head sizes multiples of 8, not 16: zero padding inside a k step
+      {false, 1, 37, 2, 64, 64},   // f32 (64, 64), one partial tile, two heads
+      {true, 2, 70, 1, 192, 128},  // bf16 MLA shape, two tiles each, two sequences
+      {true, 1, 1, 3, 64, 64},     // S = 1
+      {false, 1, 40, 1, 24, 16},  // head sizes multiples of 8, not 16: zero padding inside a k step
       {true, 1, 130, 1, 256, 256},  // bf16 (256, 256): three tiles, the last of two rows
       {false, 1, 67, 1, 192, 128},  // f32 MLA shape: the backward's 32-row tiles, three of them
       {true, 1, 65, 2, 128, 128},   // bf16 (128, 128)

@@ -1,7 +1,7 @@
 // A CPU emulation of the CUDA subset the tiled kernels use (kernels/cuda/mma.cuh), so that their
 // indexing, masking, software pipelining and barriers are tested where there is no GPU. Include it
-// before the kernel headers, in a host-compiled test. Every CUDA thread of a block is a host thread;
-// blocks run one after another.
+// before the kernel headers, in a host-compiled test. Every CUDA thread of a block is a host
+// thread; blocks run one after another.
 //   threadIdx, blockIdx, blockDim, gridDim; __syncthreads: a barrier of the block's threads (an
 //     exited thread stops counting, as on the GPU).
 //   Dynamic shared memory (MOE_DYNAMIC_SMEM): poisoned with 0xFF bytes (NaN in f32 and bf16) before
@@ -9,7 +9,8 @@
 //   Warp collectives (ShflXor, ldmatrix x4 and .trans, mma.sync bf16 m16n8k16 and tf32 m16n8k8):
 //     every lane deposits its operands, the warp meets at a barrier, each lane computes its result
 //     from the PTX ISA's fragment tables (written here independently of Frag<T> in mma.cuh).
-//   cp.async: the destination is poisoned at issue and the data lands at cp.async.wait_group (oldest
+//   cp.async: the destination is poisoned at issue and the data lands at cp.async.wait_group
+//   (oldest
 //     groups first): the earliest and the latest a GPU may write, so a read before the wait, or a
 //     copy issued while another warp still reads the old tile (a missing barrier), reads NaN.
 //     Copies and ldmatrix rows are checked to lie in shared memory.
@@ -59,9 +60,9 @@ struct Copy {
 struct ThreadState {
   uint3 thread_idx{}, block_idx{};
   int lane = 0, warp = 0;
-  unsigned collectives = 0;               // warp collectives so far: their parity picks the slot
-  std::vector<Copy> open;                 // cp.async not yet committed
-  std::deque<std::vector<Copy>> groups;   // committed, oldest first
+  unsigned collectives = 0;              // warp collectives so far: their parity picks the slot
+  std::vector<Copy> open;                // cp.async not yet committed
+  std::deque<std::vector<Copy>> groups;  // committed, oldest first
 };
 
 struct WarpState {
@@ -91,7 +92,8 @@ inline unsigned char* SharedMemory() { return g_block->smem.data(); }
 inline void CheckShared(const void* p, size_t bytes, size_t align) {
   const auto* b = static_cast<const unsigned char*>(p);
   const unsigned char* lo = g_block->smem.data();
-  if (b < lo || b + bytes > lo + g_block->smem.size()) Fail("a shared-memory access outside the block's shared memory");
+  if (b < lo || b + bytes > lo + g_block->smem.size())
+    Fail("a shared-memory access outside the block's shared memory");
   if (reinterpret_cast<uintptr_t>(b) % align != 0) Fail("a misaligned shared-memory access");
 }
 
@@ -125,7 +127,8 @@ inline float Tf32(uint32_t word) {  // the tensor cores read 19 bits
 // Launches `kernel` over grid x block, with `smem` bytes of dynamic shared memory.
 template <typename... Params, typename... Args>
 void Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const Args&... args) {
-  if (block.y != 1 || block.z != 1 || block.x % 32 != 0 || grid.z != 1) Fail("only 1-d blocks of whole warps, 2-d grids");
+  if (block.y != 1 || block.z != 1 || block.x % 32 != 0 || grid.z != 1)
+    Fail("only 1-d blocks of whole warps, 2-d grids");
   if (smem > 227 * 1024) Fail("more dynamic shared memory than a Hopper block can have (227 KB)");
   g_dims = {grid, block};
   const int threads = static_cast<int>(block.x);
@@ -146,7 +149,8 @@ void Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const
           self.warp = t / 32;
           t_self = &self;
           kernel(args...);
-          if (!self.open.empty() || !self.groups.empty()) Fail("a thread ended with cp.async copies never waited for");
+          if (!self.open.empty() || !self.groups.empty())
+            Fail("a thread ended with cp.async copies never waited for");
           b.warps[static_cast<size_t>(self.warp)]->barrier.arrive_and_drop();
           b.barrier->arrive_and_drop();
         });
@@ -168,7 +172,7 @@ inline int LaneId() { return ::moe::emu::Self().lane; }
 inline float ShflXor(float v, int mask) {
   uint32_t u;
   std::memcpy(&u, &v, sizeof u);
-  return ::moe::emu::Exchange(&u, 1, nullptr, [&](const uint32_t (*w)[8], const void* const*) {
+  return ::moe::emu::Exchange(&u, 1, nullptr, [&](const uint32_t(*w)[8], const void* const*) {
     float r;
     std::memcpy(&r, &w[LaneId() ^ mask][0], sizeof r);
     return r;
@@ -179,7 +183,7 @@ inline float ShflXor(float v, int mask) {
 // elements 2(l%4) and 2(l%4)+1 of matrix i; with .trans, rows 2(l%4) and 2(l%4)+1 of column l/4.
 inline void LdMatrix(uint32_t (&r)[4], const void* smem, bool trans) {
   ::moe::emu::CheckShared(smem, 16, 16);
-  ::moe::emu::Exchange(nullptr, 0, smem, [&](const uint32_t (*)[8], const void* const* addr) {
+  ::moe::emu::Exchange(nullptr, 0, smem, [&](const uint32_t(*)[8], const void* const* addr) {
     const int l = LaneId(), g = l / 4, t = l % 4;
     for (int i = 0; i < 4; ++i) {
       uint16_t e[2];
@@ -196,16 +200,19 @@ inline void LdMatrixX4(uint32_t (&r)[4], const void* smem) { LdMatrix(r, smem, f
 inline void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) { LdMatrix(r, smem, true); }
 
 // mma.m16n8k16 bf16: a_i (i < 8, two per register, the lower index in the low half) at row
-// g + 8*((i/2)%2), column 2t + (i%2) + 8*(i/4); b_i (i < 4) at row (k) 2t + (i%2) + 8*(i/2), column g;
-// c_i at row g + 8*(i/2), column 2t + (i%2). g = lane/4, t = lane%4.
+// g + 8*((i/2)%2), column 2t + (i%2) + 8*(i/4); b_i (i < 4) at row (k) 2t + (i%2) + 8*(i/2), column
+// g; c_i at row g + 8*(i/2), column 2t + (i%2). g = lane/4, t = lane%4.
 inline void MmaBf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   const uint32_t in[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
-  ::moe::emu::Exchange(in, 6, nullptr, [&](const uint32_t (*w)[8], const void* const*) {
+  ::moe::emu::Exchange(in, 6, nullptr, [&](const uint32_t(*w)[8], const void* const*) {
     float A[16][16], B[16][8];
     for (int l = 0; l < 32; ++l) {
       const int g = l / 4, t = l % 4;
-      for (int i = 0; i < 8; ++i) A[g + 8 * ((i / 2) % 2)][2 * t + i % 2 + 8 * (i / 4)] = ::moe::emu::Bf16Half(w[l][i / 2], i % 2);
-      for (int i = 0; i < 4; ++i) B[2 * t + i % 2 + 8 * (i / 2)][g] = ::moe::emu::Bf16Half(w[l][4 + i / 2], i % 2);
+      for (int i = 0; i < 8; ++i)
+        A[g + 8 * ((i / 2) % 2)][2 * t + i % 2 + 8 * (i / 4)] =
+            ::moe::emu::Bf16Half(w[l][i / 2], i % 2);
+      for (int i = 0; i < 4; ++i)
+        B[2 * t + i % 2 + 8 * (i / 2)][g] = ::moe::emu::Bf16Half(w[l][4 + i / 2], i % 2);
     }
     const int g = LaneId() / 4, t = LaneId() % 4;
     for (int i = 0; i < 4; ++i) {
@@ -218,11 +225,11 @@ inline void MmaBf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2
   });
 }
 
-// mma.m16n8k8 tf32: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); b0 (k t, n g), b1 (k t+4, n g);
-// c as above.
+// mma.m16n8k8 tf32: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); b0 (k t, n g), b1 (k t+4, n
+// g); c as above.
 inline void MmaTf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   const uint32_t in[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
-  ::moe::emu::Exchange(in, 6, nullptr, [&](const uint32_t (*w)[8], const void* const*) {
+  ::moe::emu::Exchange(in, 6, nullptr, [&](const uint32_t(*w)[8], const void* const*) {
     float A[16][8], B[8][8];
     for (int l = 0; l < 32; ++l) {
       const int g = l / 4, t = l % 4;
@@ -250,7 +257,8 @@ inline uint32_t ToTf32(float x) {
 
 inline void CpAsync16(void* smem, const void* gmem, bool valid) {
   ::moe::emu::CheckShared(smem, 16, 16);
-  if (valid && reinterpret_cast<uintptr_t>(gmem) % 16 != 0) ::moe::emu::Fail("a misaligned cp.async source");
+  if (valid && reinterpret_cast<uintptr_t>(gmem) % 16 != 0)
+    ::moe::emu::Fail("a misaligned cp.async source");
   std::memset(smem, 0xFF, 16);
   ::moe::emu::Self().open.push_back({smem, gmem, valid});
 }
@@ -276,13 +284,14 @@ void CpAsyncWait() {
 
 }  // namespace moe::kernels::cuda::mma
 
-// The routing kernels' primitives (kernels/cuda/routing_kernels.cuh): a warp ballot through the same
-// exchange as the other warp collectives; atomics on host memory that the block's threads share.
+// The routing kernels' primitives (kernels/cuda/routing_kernels.cuh): a warp ballot through the
+// same exchange as the other warp collectives; atomics on host memory that the block's threads
+// share.
 namespace moe::kernels::cuda::routing {
 
 inline unsigned Ballot(bool p) {
   const uint32_t in = p ? 1u : 0u;
-  return ::moe::emu::Exchange(&in, 1, nullptr, [](const uint32_t (*w)[8], const void* const*) {
+  return ::moe::emu::Exchange(&in, 1, nullptr, [](const uint32_t(*w)[8], const void* const*) {
     unsigned mask = 0;
     for (int l = 0; l < 32; ++l) mask |= (w[l][0] & 1u) << l;
     return mask;
@@ -290,7 +299,9 @@ inline unsigned Ballot(bool p) {
 }
 inline int PopCount(unsigned x) { return __builtin_popcount(x); }
 inline void AtomicAdd(unsigned* p, unsigned v) { std::atomic_ref<unsigned>(*p).fetch_add(v); }
-inline void AtomicAdd(unsigned long long* p, unsigned long long v) { std::atomic_ref<unsigned long long>(*p).fetch_add(v); }
+inline void AtomicAdd(unsigned long long* p, unsigned long long v) {
+  std::atomic_ref<unsigned long long>(*p).fetch_add(v);
+}
 inline void AtomicOr(unsigned* p, unsigned v) { std::atomic_ref<unsigned>(*p).fetch_or(v); }
 
 }  // namespace moe::kernels::cuda::routing

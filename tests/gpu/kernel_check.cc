@@ -1,10 +1,10 @@
-// Every CUDA kernel against its CPU reference, through the same Tensor-level calls the engine makes:
-// each case runs once on the CPU and once on the GPU from the same fresh random inputs, in fp32 and in
-// bf16 (the CPU's bf16 path computes in fp32 between bf16 inputs and outputs, as the CUDA kernels do).
-// Outputs start poisoned (NaN) so an element a kernel forgets to write fails; shapes are awkward (odd
-// sizes, empty expert groups). Tolerances: fp32 elementwise |gpu - cpu| <= atol + 1e-4 |cpu| (looser
-// where a long reduction runs in another order); bf16 max |gpu - cpu| / max |cpu| <= 1e-2.
-// Exit 77 (ctest: skipped) with a loud message where there is no GPU.
+// Every CUDA kernel against its CPU reference, through the same Tensor-level calls the engine
+// makes: each case runs once on the CPU and once on the GPU from the same fresh random inputs, in
+// fp32 and in bf16 (the CPU's bf16 path computes in fp32 between bf16 inputs and outputs, as the
+// CUDA kernels do). Outputs start poisoned (NaN) so an element a kernel forgets to write fails;
+// shapes are awkward (odd sizes, empty expert groups). Tolerances: fp32 elementwise |gpu - cpu| <=
+// atol + 1e-4 |cpu| (looser where a long reduction runs in another order); bf16 max |gpu - cpu| /
+// max |cpu| <= 1e-2. Exit 77 (ctest: skipped) with a loud message where there is no GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -52,7 +52,8 @@ Device g_device = Device::Cuda(0);
 Tensor Random(const Tensor::Shape& shape, uint64_t seed, double lo = -1, double hi = 1) {
   Tensor t = Tensor::Empty(shape, DType::kF32);
   moe::Rng rng(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(lo + (hi - lo) * rng.Uniform());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = static_cast<float>(lo + (hi - lo) * rng.Uniform());
   return t;
 }
 
@@ -98,7 +99,8 @@ void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& c
   // A kernel fault is sticky: record it before touching the data, and stop with the table so far.
   const std::string cuda_error = g_device.is_cuda() ? moe::kernels::CudaSynchronize() : "";
   if (!cuda_error.empty()) {
-    std::printf("%-36s %-5s FAIL   CUDA error %s\n", name.c_str(), moe::DTypeName(dt), cuda_error.c_str());
+    std::printf("%-36s %-5s FAIL   CUDA error %s\n", name.c_str(), moe::DTypeName(dt),
+                cuda_error.c_str());
     for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
     std::printf("FAIL: a CUDA error stopped the kernel checks after %zu of them\n", g_rows.size());
     std::exit(1);
@@ -130,23 +132,27 @@ void Compare(const std::string& name, DType dt, const Out& gpu_out, const Out& c
   }
   ok = ok && bad == 0;
   char row[512];
-  std::snprintf(row, sizeof(row), "%-36s %-5s %-6s %9zu elements  worst err/tol %.3g%s", name.c_str(), moe::DTypeName(dt),
-                ok ? "ok" : "FAIL", gpu.size(), worst, cuda_error.empty() ? "" : ("  CUDA error " + cuda_error).c_str());
+  std::snprintf(row, sizeof(row), "%-36s %-5s %-6s %9zu elements  worst err/tol %.3g%s",
+                name.c_str(), moe::DTypeName(dt), ok ? "ok" : "FAIL", gpu.size(), worst,
+                cuda_error.empty() ? "" : ("  CUDA error " + cuda_error).c_str());
   if (!ok && at >= 0) {
-    std::printf("  %s %s: %lld bad; worst at [%lld]: gpu %.8g, cpu %.8g\n", name.c_str(), moe::DTypeName(dt),
-                static_cast<long long>(bad), static_cast<long long>(at), gpu[static_cast<size_t>(at)], ref[static_cast<size_t>(at)]);
+    std::printf("  %s %s: %lld bad; worst at [%lld]: gpu %.8g, cpu %.8g\n", name.c_str(),
+                moe::DTypeName(dt), static_cast<long long>(bad), static_cast<long long>(at),
+                gpu[static_cast<size_t>(at)], ref[static_cast<size_t>(at)]);
   }
   g_rows.push_back(row);
   g_failures += ok ? 0 : 1;
 }
 
-// The device-side bounds checks (GPU only: the CPU kernels stop at a bad index with MOE_CHECK): a token
-// id past the vocabulary, a negative target and a gather index past the rows are recorded as their bits
-// and read nothing (the outputs there are zero), and FoldBadIndices hands the bits over and clears them.
+// The device-side bounds checks (GPU only: the CPU kernels stop at a bad index with MOE_CHECK): a
+// token id past the vocabulary, a negative target and a gather index past the rows are recorded as
+// their bits and read nothing (the outputs there are zero), and FoldBadIndices hands the bits over
+// and clears them.
 void BoundsCase() {
   char row[256];
   if (g_device.is_cpu()) {
-    std::snprintf(row, sizeof(row), "%-36s %-5s %-6s %s", "bounds checks", "-", "skip", "GPU only (CPU kernels MOE_CHECK)");
+    std::snprintf(row, sizeof(row), "%-36s %-5s %-6s %s", "bounds checks", "-", "skip",
+                  "GPU only (CPU kernels MOE_CHECK)");
     g_rows.push_back(row);
     return;
   }
@@ -163,24 +169,30 @@ void BoundsCase() {
   Tensor gathered = Poisoned({2, d}, DType::kF32, dev);
   k::GatherRows(table, index, gathered);
   Tensor experts = Tensor::FromVector<int32_t>({1, 9, 0, 2}, {2, 2}).Clone(dev);
-  Tensor counts = Tensor::Empty({3}, DType::kI64, dev), ros = Tensor::Empty({2, 2}, DType::kI32, dev);
+  Tensor counts = Tensor::Empty({3}, DType::kI64, dev),
+         ros = Tensor::Empty({2, 2}, DType::kI32, dev);
   Tensor tor = Tensor::Empty({4}, DType::kI32, dev);
-  k::BuildDispatchPlanOnDevice(experts, 3, counts, ros, tor);  // expert 9 of 3: recorded, counted as 0
+  k::BuildDispatchPlanOnDevice(experts, 3, counts, ros,
+                               tor);  // expert 9 of 3: recorded, counted as 0
   Tensor acc = Tensor::Zeros({2}, DType::kF64, dev);
   k::FoldBadIndices(acc, 0);
   k::FoldBadIndices(acc, 1);  // cleared by the first
   const std::vector<double> bits = acc.ToVector<double>(), e = Host(emb), g = Host(gathered);
   const unsigned want = k::kBadTokenId | k::kBadTarget | k::kBadRowIndex | k::kBadExpert;
-  const bool ok = static_cast<unsigned>(bits[0]) == want && bits[1] == 0 && e[static_cast<size_t>(d)] == 0 &&
-                  g[static_cast<size_t>(d)] == 0 && e[0] == Host(table)[static_cast<size_t>(3 * d)] &&
+  const bool ok = static_cast<unsigned>(bits[0]) == want && bits[1] == 0 &&
+                  e[static_cast<size_t>(d)] == 0 && g[static_cast<size_t>(d)] == 0 &&
+                  e[0] == Host(table)[static_cast<size_t>(3 * d)] &&
                   Host(counts) == std::vector<double>{2, 1, 1};
-  std::snprintf(row, sizeof(row), "%-36s %-5s %-6s bits %u (want %u), then %u; %s", "bounds checks", "f32", ok ? "ok" : "FAIL",
-                static_cast<unsigned>(bits[0]), want, static_cast<unsigned>(bits[1]), k::BadIndexMessage(static_cast<unsigned>(bits[0])).c_str());
+  std::snprintf(row, sizeof(row), "%-36s %-5s %-6s bits %u (want %u), then %u; %s", "bounds checks",
+                "f32", ok ? "ok" : "FAIL", static_cast<unsigned>(bits[0]), want,
+                static_cast<unsigned>(bits[1]),
+                k::BadIndexMessage(static_cast<unsigned>(bits[0])).c_str());
   g_rows.push_back(row);
   g_failures += ok ? 0 : 1;
 }
 
-void Run(const std::string& family, const Case& c, std::vector<DType> dtypes = {DType::kF32, DType::kBF16}) {
+void Run(const std::string& family, const Case& c,
+         std::vector<DType> dtypes = {DType::kF32, DType::kBF16}) {
   for (DType dt : dtypes) {
     const std::vector<Out> ref = c(Device::Cpu(), dt);
     const std::vector<Out> got = c(g_device, dt);
@@ -191,8 +203,8 @@ void Run(const std::string& family, const Case& c, std::vector<DType> dtypes = {
 // A device copy of host data (index tensors, frequencies).
 Tensor To(Tensor host, Device dev) { return dev.is_cpu() ? host : host.Clone(dev); }
 
-// RoPE in both layouts on a block of columns inside each head (MLA's rotated part), on many heads and
-// on one (the shared key); the backward undoes the forward.
+// RoPE in both layouts on a block of columns inside each head (MLA's rotated part), on many heads
+// and on one (the shared key); the backward undoes the forward.
 void RopeCases() {
   struct Shape {
     const char* name;
@@ -205,7 +217,8 @@ void RopeCases() {
     Run(sh.name, [&](Device dev, DType dt) {
       const int64_t seq = 7, t = 3 * seq, d = 2 * sh.pairs;
       std::vector<float> freq(static_cast<size_t>(sh.pairs));
-      for (int64_t j = 0; j < sh.pairs; ++j) freq[static_cast<size_t>(j)] = static_cast<float>(std::pow(10000.0, -2.0 * j / d));
+      for (int64_t j = 0; j < sh.pairs; ++j)
+        freq[static_cast<size_t>(j)] = static_cast<float>(std::pow(10000.0, -2.0 * j / d));
       Tensor inv_freq = To(Tensor::FromVector(freq, {sh.pairs}), dev);
       Tensor x = On(Random({t, sh.heads * sh.stride}, 13), dt, dev);
       k::RopeForward(x, seq, sh.heads, sh.offset, inv_freq, sh.layout);
@@ -217,20 +230,22 @@ void RopeCases() {
 }
 
 // MLA's column-block moves: CopyColumns with and without row broadcast, SumColumns with and without
-// groups, ScatterAddRows (the backward of a gather; distinct indices). Destinations start random, not
-// poisoned: the columns outside the block must come through untouched.
+// groups, ScatterAddRows (the backward of a gather; distinct indices). Destinations start random,
+// not poisoned: the columns outside the block must come through untouched.
 void ColumnCases() {
   Run("copy_columns", [](Device dev, DType dt) {
     const int64_t rows = 37, b = 3;
     Tensor src = On(Random({rows, 29}, 50), dt, dev);
-    Tensor dst1 = On(Random({rows, 41}, 51), dt, dev), dst3 = On(Random({rows * b, 23}, 52), dt, dev);
+    Tensor dst1 = On(Random({rows, 41}, 51), dt, dev),
+           dst3 = On(Random({rows * b, 23}, 52), dt, dev);
     k::CopyColumns(src, 5, dst1, 11, 24);
     k::CopyColumns(src, 21, dst3, 7, 8, b);
     return std::vector<Out>{{"block", dst1, 0, 0}, {"broadcast", dst3, 0, 0}};
   });
   Run("sum_columns", [](Device dev, DType dt) {
     const int64_t rows = 37, g = 4;
-    Tensor src1 = On(Random({rows, 29}, 53), dt, dev), src4 = On(Random({rows * g, 23}, 54), dt, dev);
+    Tensor src1 = On(Random({rows, 29}, 53), dt, dev),
+           src4 = On(Random({rows * g, 23}, 54), dt, dev);
     Tensor dst1 = On(Random({rows, 41}, 55), dt, dev), dst4 = On(Random({rows, 19}, 56), dt, dev);
     k::SumColumns(src1, 5, dst1, 11, 24);
     k::SumColumns(src4, 7, dst4, 3, 16, g);
@@ -239,7 +254,8 @@ void ColumnCases() {
   Run("scatter_add_rows", [](Device dev, DType dt) {
     const int64_t rows = 61, dst_rows = 97, d = 131;
     std::vector<int32_t> idx(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) idx[static_cast<size_t>(r)] = static_cast<int32_t>((r * 37 + 5) % dst_rows);  // distinct
+    for (int64_t r = 0; r < rows; ++r)
+      idx[static_cast<size_t>(r)] = static_cast<int32_t>((r * 37 + 5) % dst_rows);  // distinct
     Tensor index = To(Tensor::FromVector(idx, {rows}), dev);
     Tensor src = On(Random({rows, d}, 57), dt, dev), dst = On(Random({dst_rows, d}, 58), dt, dev);
     k::ScatterAddRows(src, index, dst);
@@ -250,16 +266,28 @@ void ColumnCases() {
 // AdamW with fp32 moments and with bf16 moments (fp32 master weights and gradients either way).
 void AdamWCases() {
   for (DType moments : {DType::kF32, DType::kBF16}) {
-    Run(moments == DType::kF32 ? "adamw" : "adamw bf16 moments", [&](Device dev, DType) {
-      const int64_t n = 10007;
-      Tensor p = On(Random({n}, 17), DType::kF32, dev), g = On(Random({n}, 18), DType::kF32, dev);
-      Tensor m = On(Random({n}, 19, 0, 0.1), moments, dev), v = On(Random({n}, 20, 0, 0.01), moments, dev);
-      k::AdamWConfig c{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 7, .grad_scale = 0.5};
-      k::AdamW(p, g, m, v, c);
-      // bf16 moments: both sides round the same fp32 value; a rare tie apart is one bf16 step (2^-8).
-      const double mtol = moments == DType::kF32 ? 1e-4 : 1e-2;
-      return std::vector<Out>{{"param", p, 1e-5, 1e-7}, {"m", m, mtol, 1e-7}, {"v", v, mtol, 1e-9}};
-    }, {DType::kF32});
+    Run(moments == DType::kF32 ? "adamw" : "adamw bf16 moments",
+        [&](Device dev, DType) {
+          const int64_t n = 10007;
+          Tensor p = On(Random({n}, 17), DType::kF32, dev),
+                 g = On(Random({n}, 18), DType::kF32, dev);
+          Tensor m = On(Random({n}, 19, 0, 0.1), moments, dev),
+                 v = On(Random({n}, 20, 0, 0.01), moments, dev);
+          k::AdamWConfig c{.lr = 1e-3,
+                           .beta1 = 0.9,
+                           .beta2 = 0.95,
+                           .eps = 1e-8,
+                           .weight_decay = 0.1,
+                           .step = 7,
+                           .grad_scale = 0.5};
+          k::AdamW(p, g, m, v, c);
+          // bf16 moments: both sides round the same fp32 value; a rare tie apart is one bf16 step
+          // (2^-8).
+          const double mtol = moments == DType::kF32 ? 1e-4 : 1e-2;
+          return std::vector<Out>{
+              {"param", p, 1e-5, 1e-7}, {"m", m, mtol, 1e-7}, {"v", v, mtol, 1e-9}};
+        },
+        {DType::kF32});
   }
 }
 
@@ -267,19 +295,23 @@ void AdamWCases() {
 // lower index must win), top_k = E; with the gradient added to a random dscores, and without it.
 void BalanceLossCases() {
   for (int64_t kk : {1, 4, 16}) {
-    Run("balance loss top-" + std::to_string(kk), [&](Device dev, DType) {
-      const int64_t e = 16, seqs = 3, len = 33, t = seqs * len;
-      Tensor s = Random({t, e}, 60 + static_cast<uint64_t>(kk), 0.05, 1.0);
-      if (kk == 4) {  // quarters: most tokens have ties around their 4th largest score
-        for (int64_t i = 0; i < s.numel(); ++i) s.data<float>()[i] = std::ceil(s.data<float>()[i] * 4) / 4;
-      }
-      Tensor scores = On(s, DType::kF32, dev);
-      Tensor dscores = On(Random({t, e}, 70), DType::kF32, dev);
-      const double aux = k::SeqAuxLoss(scores, kk, seqs, len, 0.01, dscores);
-      const double aux_only = k::SeqAuxLoss(scores, kk, seqs, len, 0.01, Tensor());
-      return std::vector<Out>{{"loss", Scalar(aux), 1e-4, 1e-9}, {"loss, no grad", Scalar(aux_only), 1e-4, 1e-9},
-                              {"grad", dscores, 1e-4, 1e-7}};
-    }, {DType::kF32});
+    Run("balance loss top-" + std::to_string(kk),
+        [&](Device dev, DType) {
+          const int64_t e = 16, seqs = 3, len = 33, t = seqs * len;
+          Tensor s = Random({t, e}, 60 + static_cast<uint64_t>(kk), 0.05, 1.0);
+          if (kk == 4) {  // quarters: most tokens have ties around their 4th largest score
+            for (int64_t i = 0; i < s.numel(); ++i)
+              s.data<float>()[i] = std::ceil(s.data<float>()[i] * 4) / 4;
+          }
+          Tensor scores = On(s, DType::kF32, dev);
+          Tensor dscores = On(Random({t, e}, 70), DType::kF32, dev);
+          const double aux = k::SeqAuxLoss(scores, kk, seqs, len, 0.01, dscores);
+          const double aux_only = k::SeqAuxLoss(scores, kk, seqs, len, 0.01, Tensor());
+          return std::vector<Out>{{"loss", Scalar(aux), 1e-4, 1e-9},
+                                  {"loss, no grad", Scalar(aux_only), 1e-4, 1e-9},
+                                  {"grad", dscores, 1e-4, 1e-7}};
+        },
+        {DType::kF32});
   }
 }
 
@@ -299,18 +331,30 @@ void AttentionCases() {
       {"attention S=4096", 1, 4096, 2, 64, 64, {DType::kBF16}},
   };
   for (const Shape& sh : shapes) {
-    Run(sh.name, [&](Device dev, DType dt) {
-      const int64_t t = sh.batch * sh.seq, h = sh.heads;
-      const double scale = 0.8 / std::sqrt(static_cast<double>(sh.d_qk));  // not 1/sqrt(d): the scale is an input
-      Tensor q = On(Random({t, h * sh.d_qk}, 80, -2, 2), dt, dev), kt = On(Random({t, h * sh.d_qk}, 81, -2, 2), dt, dev);
-      Tensor v = On(Random({t, h * sh.d_v}, 82), dt, dev), g = On(Random({t, h * sh.d_v}, 83), dt, dev);
-      Tensor out = Poisoned({t, h * sh.d_v}, dt, dev), lse = Poisoned({sh.batch * h * sh.seq}, DType::kF32, dev);
-      k::AttentionForward(q, kt, v, sh.batch, sh.seq, h, scale, out, lse);
-      Tensor dq = Poisoned(q.shape(), dt, dev), dk = Poisoned(kt.shape(), dt, dev), dv = Poisoned(v.shape(), dt, dev);
-      k::AttentionBackward(q, kt, v, out, g, lse, sh.batch, sh.seq, h, scale, dq, dk, dv);
-      return std::vector<Out>{{"fwd", out, 1e-4, 1e-5}, {"lse", lse, 1e-4, 1e-5}, {"bwd dq", dq, 1e-3, 1e-5},
-                              {"bwd dk", dk, 1e-3, 1e-5}, {"bwd dv", dv, 1e-3, 1e-5}};
-    }, sh.dtypes);
+    Run(
+        sh.name,
+        [&](Device dev, DType dt) {
+          const int64_t t = sh.batch * sh.seq, h = sh.heads;
+          const double scale =
+              0.8 /
+              std::sqrt(static_cast<double>(sh.d_qk));  // not 1/sqrt(d): the scale is an input
+          Tensor q = On(Random({t, h * sh.d_qk}, 80, -2, 2), dt, dev),
+                 kt = On(Random({t, h * sh.d_qk}, 81, -2, 2), dt, dev);
+          Tensor v = On(Random({t, h * sh.d_v}, 82), dt, dev),
+                 g = On(Random({t, h * sh.d_v}, 83), dt, dev);
+          Tensor out = Poisoned({t, h * sh.d_v}, dt, dev),
+                 lse = Poisoned({sh.batch * h * sh.seq}, DType::kF32, dev);
+          k::AttentionForward(q, kt, v, sh.batch, sh.seq, h, scale, out, lse);
+          Tensor dq = Poisoned(q.shape(), dt, dev), dk = Poisoned(kt.shape(), dt, dev),
+                 dv = Poisoned(v.shape(), dt, dev);
+          k::AttentionBackward(q, kt, v, out, g, lse, sh.batch, sh.seq, h, scale, dq, dk, dv);
+          return std::vector<Out>{{"fwd", out, 1e-4, 1e-5},
+                                  {"lse", lse, 1e-4, 1e-5},
+                                  {"bwd dq", dq, 1e-3, 1e-5},
+                                  {"bwd dk", dk, 1e-3, 1e-5},
+                                  {"bwd dv", dv, 1e-3, 1e-5}};
+        },
+        sh.dtypes);
   }
 }
 
@@ -329,7 +373,9 @@ int main() {
     return 1;
   }
   if (devices == 0 && g_device.is_cuda()) {
-    std::printf("SKIPPED: no CUDA device here; the GPU kernel checks run on a GPU machine: tests/gpu/check.sh\n");
+    std::printf(
+        "SKIPPED: no CUDA device here; the GPU kernel checks run on a GPU machine: "
+        "tests/gpu/check.sh\n");
     return 77;
   }
   if (g_device.is_cuda()) {
@@ -363,19 +409,23 @@ int main() {
   });
 
   Run("grouped_gemm", [](Device dev, DType dt) {
-    const std::vector<int64_t> offsets = {0, 0, 37, 37, 101};  // empty groups first, between and not last
+    const std::vector<int64_t> offsets = {0, 0, 37, 37,
+                                          101};  // empty groups first, between and not last
     const int64_t n = 67, kk = 45;
-    Tensor x = On(Random({101, kk}, 6), dt, dev), w = On(Random({4, n, kk}, 7), dt, dev), g = On(Random({101, n}, 8), dt, dev);
+    Tensor x = On(Random({101, kk}, 6), dt, dev), w = On(Random({4, n, kk}, 7), dt, dev),
+           g = On(Random({101, n}, 8), dt, dev);
     Tensor y = Poisoned({101, n}, dt, dev), dx = Poisoned({101, kk}, dt, dev);
     Tensor dw = On(Random({4, n, kk}, 9), f32, dev);  // fp32 gradient, accumulated
     k::GroupedGemm(x, w, offsets, y);
     k::GroupedGemmBackwardData(g, w, offsets, dx);
     k::GroupedGemmBackwardWeight(g, x, offsets, dw);
-    return std::vector<Out>{{"fwd", y, 1e-4, 1e-4}, {"bwd data", dx, 1e-4, 1e-4}, {"bwd weight", dw, 1e-4, 1e-4}};
+    return std::vector<Out>{
+        {"fwd", y, 1e-4, 1e-4}, {"bwd data", dx, 1e-4, 1e-4}, {"bwd weight", dw, 1e-4, 1e-4}};
   });
 
   Run("rmsnorm", [&](Device dev, DType dt) {
-    Tensor x = On(Random({rows, d}, 10), dt, dev), w = On(Random({d}, 11), dt, dev), g = On(Random({rows, d}, 12), dt, dev);
+    Tensor x = On(Random({rows, d}, 10), dt, dev), w = On(Random({d}, 11), dt, dev),
+           g = On(Random({rows, d}, 12), dt, dev);
     Tensor y = Poisoned({rows, d}, dt, dev), rstd = Poisoned({rows}, f32, dev);
     k::RmsNormForward(x, w, 1e-6, y, rstd);
     Tensor dx = Poisoned({rows, d}, dt, dev), dw = Tensor::Zeros({d}, f32, dev);
@@ -384,7 +434,8 @@ int main() {
   });
 
   Run("swiglu", [&](Device dev, DType dt) {
-    Tensor gu = On(Random({rows, 2 * f}, 14, -4, 4), dt, dev), g = On(Random({rows, f}, 15), dt, dev);
+    Tensor gu = On(Random({rows, 2 * f}, 14, -4, 4), dt, dev),
+           g = On(Random({rows, f}, 15), dt, dev);
     Tensor out = Poisoned({rows, f}, dt, dev), dgu = Poisoned({rows, 2 * f}, dt, dev);
     k::SwigluForward(gu, out);
     k::SwigluBackward(gu, g, dgu);
@@ -394,7 +445,8 @@ int main() {
   Run("cross_entropy", [&](Device dev, DType dt) {
     Tensor logits = On(Random({tokens, vocab}, 16, -5, 5), dt, dev);
     Tensor targets = Tensor::Empty({tokens}, DType::kI32);
-    for (int64_t i = 0; i < tokens; ++i) targets.data<int32_t>()[i] = static_cast<int32_t>((i * 37) % vocab);
+    for (int64_t i = 0; i < tokens; ++i)
+      targets.data<int32_t>()[i] = static_cast<int32_t>((i * 37) % vocab);
     targets = dev.is_cpu() ? targets : targets.Clone(dev);
     Tensor grad = Poisoned({tokens, vocab}, dt, dev);
     const double loss = k::CrossEntropy(logits, targets, 0.5, grad);
@@ -405,14 +457,17 @@ int main() {
     const int64_t experts = 5;
     std::vector<int32_t> idx(static_cast<size_t>(tokens * topk));
     for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t j = 0; j < topk; ++j) idx[static_cast<size_t>(t * topk + j)] = static_cast<int32_t>((t + 2 * j) % experts);
+      for (int64_t j = 0; j < topk; ++j)
+        idx[static_cast<size_t>(t * topk + j)] = static_cast<int32_t>((t + 2 * j) % experts);
     const auto plan = k::BuildDispatchPlan(idx.data(), tokens, topk, experts);
-    Tensor tor = Tensor::FromVector(plan.token_of_row, {tokens * topk}), ros = Tensor::FromVector(plan.row_of_slot, {tokens, topk});
+    Tensor tor = Tensor::FromVector(plan.token_of_row, {tokens * topk}),
+           ros = Tensor::FromVector(plan.row_of_slot, {tokens, topk});
     if (dev.is_cuda()) {
       tor = tor.Clone(dev);
       ros = ros.Clone(dev);
     }
-    Tensor x = On(Random({tokens, d}, 21), dt, dev), yp = On(Random({tokens * topk, d}, 22), dt, dev);
+    Tensor x = On(Random({tokens, d}, 21), dt, dev),
+           yp = On(Random({tokens * topk, d}, 22), dt, dev);
     Tensor w = On(Random({tokens, topk}, 23), dt, dev), dy = On(Random({tokens, d}, 24), dt, dev);
     Tensor y = On(Random({tokens, d}, 25), dt, dev);
     Tensor xp = Poisoned({tokens * topk, d}, dt, dev), dx = Poisoned({tokens, d}, dt, dev);
@@ -421,75 +476,115 @@ int main() {
     k::PermuteBackward(yp, ros, dx);
     k::CombineForward(yp, ros, w, y);
     k::CombineBackward(dy, yp, ros, w, dyp, dw);
-    return std::vector<Out>{{"gather_rows", xp, 0, 0}, {"permute bwd", dx}, {"combine fwd", y}, {"combine bwd dyp", dyp},
+    return std::vector<Out>{{"gather_rows", xp, 0, 0},
+                            {"permute bwd", dx},
+                            {"combine fwd", y},
+                            {"combine bwd dyp", dyp},
                             {"combine bwd dw", dw, 1e-4, 1e-5}};
   });
 
-  // The routing plan on the device equals the host's: awkward sizes, and DeepSeek-V3's 256 experts with
-  // 8 choices of 4,096 tokens, skewed to the low experts, the top fifth never chosen (exact: ints).
-  struct PlanShape { int64_t tokens, k, experts; };
+  // The routing plan on the device equals the host's: awkward sizes, and DeepSeek-V3's 256 experts
+  // with 8 choices of 4,096 tokens, skewed to the low experts, the top fifth never chosen (exact:
+  // ints).
+  struct PlanShape {
+    int64_t tokens, k, experts;
+  };
   for (const PlanShape ps : {PlanShape{tokens, topk, 5}, PlanShape{4096, 8, 256}}) {
-    Run("routing plan " + std::to_string(ps.experts) + "e", [ps](Device dev, DType) {
-      Tensor idx = Tensor::Empty({ps.tokens, ps.k}, DType::kI32);
-      moe::Rng rng(31);
-      const int64_t used = ps.experts - ps.experts / 5;  // the top fifth is never chosen: empty experts
-      for (int64_t t = 0; t < ps.tokens; ++t) {
-        int32_t* row = idx.data<int32_t>() + t * ps.k;
-        for (int64_t j = 0; j < ps.k; ++j) {  // distinct per token, in any order, skewed to low experts
-          do {
-            row[j] = static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(rng.Uniform() * rng.Uniform() * static_cast<double>(used)), used - 1));
-          } while (std::find(row, row + j, row[j]) != row + j);
-        }
-      }
-      if (dev.is_cuda()) idx = idx.Clone(dev);
-      Tensor counts = Poisoned({ps.experts}, DType::kI64, dev), ros = Poisoned({ps.tokens, ps.k}, DType::kI32, dev);
-      Tensor tor = Poisoned({ps.tokens * ps.k}, DType::kI32, dev);
-      k::BuildDispatchPlanOnDevice(idx, ps.experts, counts, ros, tor);
-      return std::vector<Out>{{"counts", counts, 0, 0}, {"row_of_slot", ros, 0, 0}, {"token_of_row", tor, 0, 0}};
-    }, {DType::kI32});  // integers: the dtype only labels the rows
+    Run("routing plan " + std::to_string(ps.experts) + "e",
+        [ps](Device dev, DType) {
+          Tensor idx = Tensor::Empty({ps.tokens, ps.k}, DType::kI32);
+          moe::Rng rng(31);
+          const int64_t used =
+              ps.experts - ps.experts / 5;  // the top fifth is never chosen: empty experts
+          for (int64_t t = 0; t < ps.tokens; ++t) {
+            int32_t* row = idx.data<int32_t>() + t * ps.k;
+            for (int64_t j = 0; j < ps.k;
+                 ++j) {  // distinct per token, in any order, skewed to low experts
+              do {
+                row[j] = static_cast<int32_t>(std::min<int64_t>(
+                    static_cast<int64_t>(rng.Uniform() * rng.Uniform() * static_cast<double>(used)),
+                    used - 1));
+              } while (std::find(row, row + j, row[j]) != row + j);
+            }
+          }
+          if (dev.is_cuda()) idx = idx.Clone(dev);
+          Tensor counts = Poisoned({ps.experts}, DType::kI64, dev),
+                 ros = Poisoned({ps.tokens, ps.k}, DType::kI32, dev);
+          Tensor tor = Poisoned({ps.tokens * ps.k}, DType::kI32, dev);
+          k::BuildDispatchPlanOnDevice(idx, ps.experts, counts, ros, tor);
+          return std::vector<Out>{
+              {"counts", counts, 0, 0}, {"row_of_slot", ros, 0, 0}, {"token_of_row", tor, 0, 0}};
+        },
+        {DType::kI32});  // integers: the dtype only labels the rows
   }
 
   Run("embedding", [&](Device dev, DType dt) {
     const int64_t vocab_e = 53;
     Tensor table = On(Random({vocab_e, d}, 26), dt, dev), g = On(Random({tokens, d}, 27), dt, dev);
     Tensor ids = Tensor::Empty({tokens}, DType::kI32);
-    for (int64_t i = 0; i < tokens; ++i) ids.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % vocab_e);
+    for (int64_t i = 0; i < tokens; ++i)
+      ids.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % vocab_e);
     ids = dev.is_cpu() ? ids : ids.Clone(dev);
     Tensor out = Poisoned({tokens, d}, dt, dev), dtab = Tensor::Zeros({vocab_e, d}, f32, dev);
     k::EmbeddingForward(table, ids, out);
-    k::EmbeddingBackward(g, ids, dtab);  // the GPU's scatter-add order differs: a tolerance, not equality
+    k::EmbeddingBackward(g, ids,
+                         dtab);  // the GPU's scatter-add order differs: a tolerance, not equality
     return std::vector<Out>{{"fwd", out, 0, 0}, {"bwd", dtab, 1e-5, 1e-6}};
   });
 
-  Run("router", [](Device dev, DType) {  // fp32 by design: the router GEMM writes fp32 logits
-    const int64_t e = 16, kk = 4, seqs = 3, len = 33, t = seqs * len;
-    k::RouterConfig cfg{.top_k = kk, .num_groups = 4, .topk_groups = 2, .sigmoid = true, .route_scale = 2.5, .use_bias = true};
-    Tensor logits = On(Random({t, e}, 28, -3, 3), f32, dev), bias = On(Random({e}, 29, -0.2, 0.2), f32, dev);
-    Tensor gw = On(Random({t, kk}, 30), f32, dev);
-    Tensor scores = Poisoned({t, e}, f32, dev), idx = Poisoned({t, kk}, DType::kI32, dev), w = Poisoned({t, kk}, f32, dev);
-    k::RouterForward(logits, bias, cfg, scores, idx, w);
-    Tensor dscores = Tensor::Zeros({t, e}, f32, dev);
-    const double aux = k::SeqAuxLoss(scores, kk, seqs, len, 0.01, dscores);
-    Tensor dlogits = Poisoned({t, e}, f32, dev);
-    k::RouterBackward(scores, idx, gw, dscores, cfg, dlogits);
-    return std::vector<Out>{{"scores", scores}, {"top-k", idx}, {"weights", w}, {"balance loss", Scalar(aux), 1e-4, 1e-9},
-                            {"balance loss grad", dscores, 1e-4, 1e-9}, {"bwd", dlogits, 1e-4, 1e-6}};
-  }, {f32});
+  Run("router",
+      [](Device dev, DType) {  // fp32 by design: the router GEMM writes fp32 logits
+        const int64_t e = 16, kk = 4, seqs = 3, len = 33, t = seqs * len;
+        k::RouterConfig cfg{.top_k = kk,
+                            .num_groups = 4,
+                            .topk_groups = 2,
+                            .sigmoid = true,
+                            .route_scale = 2.5,
+                            .use_bias = true};
+        Tensor logits = On(Random({t, e}, 28, -3, 3), f32, dev),
+               bias = On(Random({e}, 29, -0.2, 0.2), f32, dev);
+        Tensor gw = On(Random({t, kk}, 30), f32, dev);
+        Tensor scores = Poisoned({t, e}, f32, dev), idx = Poisoned({t, kk}, DType::kI32, dev),
+               w = Poisoned({t, kk}, f32, dev);
+        k::RouterForward(logits, bias, cfg, scores, idx, w);
+        Tensor dscores = Tensor::Zeros({t, e}, f32, dev);
+        const double aux = k::SeqAuxLoss(scores, kk, seqs, len, 0.01, dscores);
+        Tensor dlogits = Poisoned({t, e}, f32, dev);
+        k::RouterBackward(scores, idx, gw, dscores, cfg, dlogits);
+        return std::vector<Out>{{"scores", scores},
+                                {"top-k", idx},
+                                {"weights", w},
+                                {"balance loss", Scalar(aux), 1e-4, 1e-9},
+                                {"balance loss grad", dscores, 1e-4, 1e-9},
+                                {"bwd", dlogits, 1e-4, 1e-6}};
+      },
+      {f32});
 
-  Run("router dsv3", [](Device dev, DType) {  // DeepSeek-V3's routing shape: 256 experts, 8 groups, top-8
-    const int64_t e = 256, kk = 8, seqs = 2, len = 40, t = seqs * len;
-    k::RouterConfig cfg{.top_k = kk, .num_groups = 8, .topk_groups = 4, .sigmoid = true, .route_scale = 2.5, .use_bias = true};
-    Tensor logits = On(Random({t, e}, 40, -3, 3), f32, dev), bias = On(Random({e}, 41, -0.05, 0.05), f32, dev);
-    Tensor gw = On(Random({t, kk}, 42), f32, dev);
-    Tensor scores = Poisoned({t, e}, f32, dev), idx = Poisoned({t, kk}, DType::kI32, dev), w = Poisoned({t, kk}, f32, dev);
-    k::RouterForward(logits, bias, cfg, scores, idx, w);
-    Tensor dscores = Tensor::Zeros({t, e}, f32, dev);
-    const double aux = k::SeqAuxLoss(scores, kk, seqs, len, 1e-4, dscores);
-    Tensor dlogits = Poisoned({t, e}, f32, dev);
-    k::RouterBackward(scores, idx, gw, dscores, cfg, dlogits);
-    return std::vector<Out>{{"top-k", idx}, {"weights", w}, {"balance loss", Scalar(aux), 1e-4, 1e-12},
-                            {"bwd", dlogits, 1e-4, 1e-7}};
-  }, {f32});
+  Run("router dsv3",
+      [](Device dev, DType) {  // DeepSeek-V3's routing shape: 256 experts, 8 groups, top-8
+        const int64_t e = 256, kk = 8, seqs = 2, len = 40, t = seqs * len;
+        k::RouterConfig cfg{.top_k = kk,
+                            .num_groups = 8,
+                            .topk_groups = 4,
+                            .sigmoid = true,
+                            .route_scale = 2.5,
+                            .use_bias = true};
+        Tensor logits = On(Random({t, e}, 40, -3, 3), f32, dev),
+               bias = On(Random({e}, 41, -0.05, 0.05), f32, dev);
+        Tensor gw = On(Random({t, kk}, 42), f32, dev);
+        Tensor scores = Poisoned({t, e}, f32, dev), idx = Poisoned({t, kk}, DType::kI32, dev),
+               w = Poisoned({t, kk}, f32, dev);
+        k::RouterForward(logits, bias, cfg, scores, idx, w);
+        Tensor dscores = Tensor::Zeros({t, e}, f32, dev);
+        const double aux = k::SeqAuxLoss(scores, kk, seqs, len, 1e-4, dscores);
+        Tensor dlogits = Poisoned({t, e}, f32, dev);
+        k::RouterBackward(scores, idx, gw, dscores, cfg, dlogits);
+        return std::vector<Out>{{"top-k", idx},
+                                {"weights", w},
+                                {"balance loss", Scalar(aux), 1e-4, 1e-12},
+                                {"bwd", dlogits, 1e-4, 1e-7}};
+      },
+      {f32});
 
   Run("elementwise", [](Device dev, DType dt) {
     const int64_t n = 100003;
@@ -503,14 +598,18 @@ int main() {
     const double ss = k::SumSquares(a);
     Tensor converted = Poisoned({n}, dt == DType::kBF16 ? f32 : DType::kBF16, dev);
     k::Convert(a, converted);
-    return std::vector<Out>{{"add/axpy/scale", sum}, {"fill", filled, 0, 0}, {"sum_squares", Scalar(ss), 1e-6, 0},
+    return std::vector<Out>{{"add/axpy/scale", sum},
+                            {"fill", filled, 0, 0},
+                            {"sum_squares", Scalar(ss), 1e-6, 0},
                             {"convert", converted, 0, 0}};
   });
 
-  // FP8 quantise-dequantise: the hardware's e4m3 rounding against the CPU reference, bitwise; values
-  // spread over many binades so subnormals, saturation-free tiles and partial tiles all occur.
+  // FP8 quantise-dequantise: the hardware's e4m3 rounding against the CPU reference, bitwise;
+  // values spread over many binades so subnormals, saturation-free tiles and partial tiles all
+  // occur.
   Run("fp8 quant-dequant", [](Device dev, DType dt) {
-    Tensor x = On(Random({203, 300}, 40, -3, 3), dt, dev), w = On(Random({3, 136, 200}, 41, -0.05, 0.05), dt, dev);
+    Tensor x = On(Random({203, 300}, 40, -3, 3), dt, dev),
+           w = On(Random({3, 136, 200}, 41, -0.05, 0.05), dt, dev);
     const std::vector<int64_t> groups = {0, 50, 50, 180, 203};
     Tensor act = Poisoned({203, 300}, f32, dev), blocks = Poisoned({3, 136, 200}, f32, dev);
     Tensor cols = Poisoned({203, 300}, f32, dev), mx = Poisoned({203, 300}, f32, dev);
@@ -518,26 +617,30 @@ int main() {
     k::Fp8QuantDequant(w, 128, 128, blocks);
     k::Fp8QuantDequant(x, 128, 1, cols, groups);
     k::Fp8QuantDequant(x, 1, 32, mx, {}, /*mxfp8=*/true);
-    return std::vector<Out>{{"1x128", act, 0, 0}, {"128x128 per expert", blocks, 0, 0},
-                            {"128x1 grouped", cols, 0, 0}, {"mxfp8 1x32", mx, 0, 0}};
+    return std::vector<Out>{{"1x128", act, 0, 0},
+                            {"128x128 per expert", blocks, 0, 0},
+                            {"128x1 grouped", cols, 0, 0},
+                            {"mxfp8 1x32", mx, 0, 0}};
   });
 
-  // FP8 GEMMs: cuBLASLt's block-scaled e4m3 on CUDA against the emulation (quantise, dequantise, fp32
-  // GEMM) on the CPU: Fprop, Dgrad and Wgrad of one linear layer at 197 tokens (padded inside) x 320 x
-  // 576 (partial 128 blocks), the values' tiles and blocks powers of two apart so that a misplaced
-  // scale shows. Only the order of the fp32 sums (and Hopper's FP8 accumulation within a 128 block)
-  // may differ: 1e-3 of each output's largest value.
+  // FP8 GEMMs: cuBLASLt's block-scaled e4m3 on CUDA against the emulation (quantise, dequantise,
+  // fp32 GEMM) on the CPU: Fprop, Dgrad and Wgrad of one linear layer at 197 tokens (padded inside)
+  // x 320 x 576 (partial 128 blocks), the values' tiles and blocks powers of two apart so that a
+  // misplaced scale shows. Only the order of the fp32 sums (and Hopper's FP8 accumulation within a
+  // 128 block) may differ: 1e-3 of each output's largest value.
   Run("fp8 gemm", [](Device dev, DType dt) {
     const DType f32 = DType::kF32;
     const auto tiled = [](Tensor t, double scale) {  // 2^((r/128 + 3 c/128) mod 5 + r mod 4 - 4)
       const int64_t cols = t.dim(1);
       for (int64_t i = 0; i < t.numel(); ++i) {
         const int64_t r = i / cols, c = i % cols;
-        t.data<float>()[i] *= static_cast<float>(scale * std::ldexp(1.0, static_cast<int>((r / 128 + 3 * (c / 128)) % 5 + r % 4) - 4));
+        t.data<float>()[i] *= static_cast<float>(
+            scale * std::ldexp(1.0, static_cast<int>((r / 128 + 3 * (c / 128)) % 5 + r % 4) - 4));
       }
       return t;
     };
-    Tensor x = On(tiled(Random({197, 576}, 42), 1), dt, dev), w = On(tiled(Random({320, 576}, 43), 0.05), dt, dev);
+    Tensor x = On(tiled(Random({197, 576}, 42), 1), dt, dev),
+           w = On(tiled(Random({320, 576}, 43), 0.05), dt, dev);
     Tensor dy = On(tiled(Random({197, 320}, 44), 1), dt, dev);
     Tensor y = Poisoned({197, 320}, f32, dev), dx = Poisoned({197, 576}, f32, dev);
     Tensor dw = On(Random({320, 576}, 45, -0.01, 0.01), f32, dev);  // Wgrad accumulates into it
@@ -549,7 +652,8 @@ int main() {
     if (dev.is_cuda()) {
       if (const moe::Status st = k::Fp8GemmSupport(dev); !st.ok()) {
         std::printf("  fp8 gemm: %s\n", st.message().c_str());  // the rows below fail (NaN outputs)
-        return std::vector<Out>{{"forward", y, 1e-3, 1e-3}, {"dgrad", dx, 1e-3, 1e-3}, {"wgrad", dw, 1e-3, 1e-3}};
+        return std::vector<Out>{
+            {"forward", y, 1e-3, 1e-3}, {"dgrad", dx, 1e-3, 1e-3}, {"wgrad", dw, 1e-3, 1e-3}};
       }
       k::Fp8GemmForward(x, w, y);
       k::Fp8GemmDgrad(dy, w, dx);
@@ -576,6 +680,7 @@ int main() {
 
   std::printf("%-36s %-5s %-6s %s\n", "KERNEL", "DTYPE", "RESULT", "DETAIL");
   for (const auto& r : g_rows) std::printf("%s\n", r.c_str());
-  std::printf("%s: %d of %zu kernel checks failed\n", g_failures ? "FAIL" : "PASS", g_failures, g_rows.size());
+  std::printf("%s: %d of %zu kernel checks failed\n", g_failures ? "FAIL" : "PASS", g_failures,
+              g_rows.size());
   return g_failures ? 1 : 0;
 }

@@ -1,8 +1,8 @@
 // Training on the GPU against the CPU: `tiny` for 50 steps on a learnable generated corpus, once on
 // the CPU in fp32 (the reference), once on CUDA in bf16 (how users train) and once on CUDA in fp32.
-// The loss curves must agree: CUDA fp32 within 1 % of the CPU at every step, CUDA bf16 within 3 % at
-// every step and 2 % at the last, and every run must learn. Prints one table row per run.
-// Exit 77 (ctest: skipped) with a loud message where there is no GPU.
+// The loss curves must agree: CUDA fp32 within 1 % of the CPU at every step, CUDA bf16 within 3 %
+// at every step and 2 % at the last, and every run must learn. Prints one table row per run. Exit
+// 77 (ctest: skipped) with a loud message where there is no GPU.
 #include <unistd.h>
 
 #include <cmath>
@@ -27,7 +27,8 @@ struct Run {
   bool ok = false;
 };
 
-Run Train(const moe::JobSpec& spec, const std::string& name, const std::string& device, const std::string& precision) {
+Run Train(const moe::JobSpec& spec, const std::string& name, const std::string& device,
+          const std::string& precision) {
   moe::LocalParallel local;
   moe::TrainerOptions o;
   o.device = device;
@@ -64,7 +65,9 @@ int main() {
       std::printf("FAIL: a CUDA driver is here but CUDA does not work: %s\n", problem.c_str());
       return 1;
     }
-    std::printf("SKIPPED: no CUDA device here; the GPU training check runs on a GPU machine: tests/gpu/check.sh\n");
+    std::printf(
+        "SKIPPED: no CUDA device here; the GPU training check runs on a GPU machine: "
+        "tests/gpu/check.sh\n");
     return 77;
   }
   moe::SetLogLevel(moe::LogLevel::kWarning);
@@ -73,7 +76,8 @@ int main() {
   moe::JobSpec spec;
   spec.name = "gpu-train-check";
   spec.model = *moe::ModelPreset("tiny");
-  spec.data.path = moe::testing::MakeMarkovDataset(base + "/data", spec.model.vocab_size, 400000, 7);
+  spec.data.path =
+      moe::testing::MakeMarkovDataset(base + "/data", spec.model.vocab_size, 400000, 7);
   spec.data.seq_length = 256;
   spec.data.micro_batch_size = 8;
   spec.data.global_batch_size = 16;
@@ -98,16 +102,21 @@ int main() {
     size_t at = 0;
     for (size_t i = 0; i < r.loss.size(); ++i) {
       const double rel = std::fabs(r.loss[i] - cpu.loss[i]) / cpu.loss[i];
-      if (rel > worst) { worst = rel; at = i; }
+      if (rel > worst) {
+        worst = rel;
+        at = i;
+      }
     }
     const double last = std::fabs(r.loss.back() - cpu.loss.back()) / cpu.loss.back();
     const bool learns = r.loss.back() < 0.8 * r.loss.front();
     const bool ok = worst <= step_tol && last <= last_tol && learns && std::isfinite(r.loss.back());
     failures += ok ? 0 : 1;
-    std::printf("train %-10s %-5s loss %.4f -> %.4f (cpu %.4f -> %.4f); worst step diff %.2f%% at step %zu, last %.2f%%; "
-                "%.1f ms/step (cpu %.1f)\n",
-                r.name.c_str(), ok ? "ok" : "FAIL", r.loss.front(), r.loss.back(), cpu.loss.front(), cpu.loss.back(),
-                100 * worst, at + 1, 100 * last, r.step_ms, cpu.step_ms);
+    std::printf(
+        "train %-10s %-5s loss %.4f -> %.4f (cpu %.4f -> %.4f); worst step diff %.2f%% at step "
+        "%zu, last %.2f%%; "
+        "%.1f ms/step (cpu %.1f)\n",
+        r.name.c_str(), ok ? "ok" : "FAIL", r.loss.front(), r.loss.back(), cpu.loss.front(),
+        cpu.loss.back(), 100 * worst, at + 1, 100 * last, r.step_ms, cpu.step_ms);
   };
   if (!cpu.ok || cpu.loss.back() >= 0.8 * cpu.loss.front()) {
     std::printf("train cpu fp32 FAIL  the reference run did not learn\n");
@@ -115,6 +124,7 @@ int main() {
   }
   check(gpu32, 0.01, 0.01);
   check(gpu16, 0.03, 0.02);
-  std::printf("%s: GPU training check (tiny, 50 steps, cuda fp32 and bf16 against cpu fp32)\n", failures ? "FAIL" : "PASS");
+  std::printf("%s: GPU training check (tiny, 50 steps, cuda fp32 and bf16 against cpu fp32)\n",
+              failures ? "FAIL" : "PASS");
   return failures ? 1 : 0;
 }

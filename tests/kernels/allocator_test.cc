@@ -1,7 +1,7 @@
 // The caching allocator's stream rule (kernels/tensor.h), on a fake device whose streams and events
 // are counters: a block freed while another stream may still use it is not handed out again until
-// the event recorded on that stream at the free has completed. Without the rule, the next allocation
-// of that size gets the block at once (the first test below fails).
+// the event recorded on that stream at the free has completed. Without the rule, the next
+// allocation of that size gets the block at once (the first test below fails).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -28,11 +28,19 @@ class FakeStreamAllocator final : public CachingAllocator {
   ~FakeStreamAllocator() override { EmptyCache(); }  // LeakSanitizer: the blocks go back to malloc
   void Queue(int stream) { ++queued[stream]; }
   void Complete(int stream) { completed[stream] = queued[stream]; }
-  static StreamHandle S(int stream) { return reinterpret_cast<StreamHandle>(static_cast<intptr_t>(stream)); }
+  static StreamHandle S(int stream) {
+    return reinterpret_cast<StreamHandle>(static_cast<intptr_t>(stream));
+  }
   void Memset(void* ptr, int value, size_t bytes) override { std::memset(ptr, value, bytes); }
-  void CopyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void CopyFromHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void CopyWithin(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void CopyWithin(void* dst, const void* src, size_t bytes) override {
+    std::memmove(dst, src, bytes);
+  }
 
  protected:
   void* RawAllocate(size_t bytes) override { return std::malloc(bytes); }
@@ -62,7 +70,7 @@ TEST(CachingAllocator, ABlockAnotherStreamUsesIsReusedOnlyAfterThatStreamsEvent)
   void* p = a.Allocate(1000);
   a.RecordStream(p, FakeStreamAllocator::S(7));  // an all-to-all on stream 7 reads it
   a.Queue(7);
-  a.Free(p, 1000);                               // freed on the default stream meanwhile
+  a.Free(p, 1000);  // freed on the default stream meanwhile
   EXPECT_EQ(a.PendingBlocks(), 1u);
   void* q = a.Allocate(1000);
   EXPECT_NE(q, p) << "the block went to a new tensor while stream 7 may still use it";

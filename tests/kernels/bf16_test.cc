@@ -1,6 +1,6 @@
 // bf16 on the CPU: rounding, conversions, and every kernel family run on bf16 tensors against the
-// same call in fp32 on the same (bf16-representable) inputs. The CPU's bf16 path is the reference the
-// CUDA bf16 kernels are checked against, so it must itself be right.
+// same call in fp32 on the same (bf16-representable) inputs. The CPU's bf16 path is the reference
+// the CUDA bf16 kernels are checked against, so it must itself be right.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,12 +27,15 @@ uint16_t Bits(float f) { return ToBFloat16(f).bits; }
 TEST(BFloat16, RoundsToNearestEven) {
   EXPECT_EQ(Bits(1.0f), 0x3F80);
   EXPECT_EQ(Bits(-2.0f), 0xC000);
-  EXPECT_EQ(Bits(1.0f + 1.0f / 256), 0x3F80);  // halfway between 1 and 1 + 2^-7: to the even one (1)
-  EXPECT_EQ(Bits(1.0f + 3.0f / 256), 0x3F82);  // halfway between 1 + 2^-7 and 1 + 2^-6: to the even one
+  EXPECT_EQ(Bits(1.0f + 1.0f / 256),
+            0x3F80);  // halfway between 1 and 1 + 2^-7: to the even one (1)
+  EXPECT_EQ(Bits(1.0f + 3.0f / 256),
+            0x3F82);  // halfway between 1 + 2^-7 and 1 + 2^-6: to the even one
   EXPECT_EQ(Bits(1.0f + 1.5f / 256), 0x3F81);  // above halfway: up
   EXPECT_EQ(Bits(INFINITY), 0x7F80);
   EXPECT_TRUE(std::isnan(FromBFloat16(ToBFloat16(NAN))));
-  EXPECT_EQ(Bits(3.4e38f), 0x7F80) << "the largest floats round to infinity, as __float2bfloat16_rn does";
+  EXPECT_EQ(Bits(3.4e38f), 0x7F80)
+      << "the largest floats round to infinity, as __float2bfloat16_rn does";
   for (float f : {0.0f, -0.0f, 1.5f, 0x1p-100f, -123.0f}) EXPECT_EQ(FromBFloat16(ToBFloat16(f)), f);
 }
 
@@ -41,7 +44,8 @@ Tensor Random(const Tensor::Shape& shape, uint64_t seed, double lo = -1, double 
   Rng rng(seed);
   for (int64_t i = 0; i < t.numel(); ++i) {
     // bf16-representable values, so the fp32 and bf16 runs see the same inputs
-    t.data<float>()[i] = FromBFloat16(ToBFloat16(static_cast<float>(lo + (hi - lo) * rng.Uniform())));
+    t.data<float>()[i] =
+        FromBFloat16(ToBFloat16(static_cast<float>(lo + (hi - lo) * rng.Uniform())));
   }
   return t;
 }
@@ -116,30 +120,40 @@ TEST(BFloat16, EveryFamilyTracksFp32) {
     k::SwigluForward(gu, out);
     k::SwigluForward(Bf16(gu), outb);
     EXPECT_LT(RelErr(outb, out), 1e-2) << "swiglu";
-    Tensor dgu = Tensor::Empty({r, 2 * f}, DType::kF32), dgub = Tensor::Empty({r, 2 * f}, DType::kBF16);
+    Tensor dgu = Tensor::Empty({r, 2 * f}, DType::kF32),
+           dgub = Tensor::Empty({r, 2 * f}, DType::kBF16);
     k::SwigluBackward(gu, g, dgu);
     k::SwigluBackward(Bf16(gu), Bf16(g), dgub);
     EXPECT_LT(RelErr(dgub, dgu), 1e-2) << "swiglu bwd";
   }
   {
     const int64_t b = 2, s = 9, h = 2, hd = 8;
-    Tensor q = Random({b * s, h * hd}, 10, -2, 2), kk = Random({b * s, h * hd}, 13, -2, 2), v = Random({b * s, h * hd}, 14);
+    Tensor q = Random({b * s, h * hd}, 10, -2, 2), kk = Random({b * s, h * hd}, 13, -2, 2),
+           v = Random({b * s, h * hd}, 14);
     Tensor g = Random({b * s, h * hd}, 11);
     Tensor freqs = Tensor::Empty({hd / 2}, DType::kF32);
-    for (int64_t i = 0; i < hd / 2; ++i) freqs.data<float>()[i] = static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / hd));
+    for (int64_t i = 0; i < hd / 2; ++i)
+      freqs.data<float>()[i] =
+          static_cast<float>(std::pow(10000.0, -2.0 * static_cast<double>(i) / hd));
     Tensor rq = q.Clone(), rqb = Bf16(q);
     k::RopeForward(rq, s, h, 0, freqs, k::RopeLayout::kPairs);
     k::RopeForward(rqb, s, h, 0, freqs, k::RopeLayout::kPairs);
     EXPECT_LT(RelErr(rqb, rq), 1e-2) << "rope";
-    Tensor out = Tensor::Empty({b * s, h * hd}, DType::kF32), outb = Tensor::Empty({b * s, h * hd}, DType::kBF16);
-    Tensor lse = Tensor::Empty({b * h * s}, DType::kF32), lseb = Tensor::Empty({b * h * s}, DType::kF32);
+    Tensor out = Tensor::Empty({b * s, h * hd}, DType::kF32),
+           outb = Tensor::Empty({b * s, h * hd}, DType::kBF16);
+    Tensor lse = Tensor::Empty({b * h * s}, DType::kF32),
+           lseb = Tensor::Empty({b * h * s}, DType::kF32);
     k::AttentionForward(q, kk, v, b, s, h, 0.35, out, lse);
     k::AttentionForward(Bf16(q), Bf16(kk), Bf16(v), b, s, h, 0.35, outb, lseb);
     EXPECT_LT(RelErr(outb, out), 1e-2) << "attention";
-    Tensor dq = Tensor::Empty(q.shape(), DType::kF32), dk = Tensor::Empty(q.shape(), DType::kF32), dv = Tensor::Empty(q.shape(), DType::kF32);
-    Tensor dqb = Tensor::Empty(q.shape(), DType::kBF16), dkb = Tensor::Empty(q.shape(), DType::kBF16), dvb = Tensor::Empty(q.shape(), DType::kBF16);
+    Tensor dq = Tensor::Empty(q.shape(), DType::kF32), dk = Tensor::Empty(q.shape(), DType::kF32),
+           dv = Tensor::Empty(q.shape(), DType::kF32);
+    Tensor dqb = Tensor::Empty(q.shape(), DType::kBF16),
+           dkb = Tensor::Empty(q.shape(), DType::kBF16),
+           dvb = Tensor::Empty(q.shape(), DType::kBF16);
     k::AttentionBackward(q, kk, v, out, g, lse, b, s, h, 0.35, dq, dk, dv);
-    k::AttentionBackward(Bf16(q), Bf16(kk), Bf16(v), outb, Bf16(g), lseb, b, s, h, 0.35, dqb, dkb, dvb);
+    k::AttentionBackward(Bf16(q), Bf16(kk), Bf16(v), outb, Bf16(g), lseb, b, s, h, 0.35, dqb, dkb,
+                         dvb);
     EXPECT_LT(RelErr(dqb, dq), 2e-2) << "attention bwd dq";
     EXPECT_LT(RelErr(dvb, dv), 2e-2) << "attention bwd dv";
   }

@@ -20,7 +20,8 @@ TEST(CrossEntropy, LossMatchesLogSoftmaxAndGradientMatchesFiniteDifferences) {
   for (int64_t r = 0; r < rows; ++r) {
     double mx = -1e300, sum = 0;
     for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, lv[static_cast<size_t>(r * vocab + j)]);
-    for (int64_t j = 0; j < vocab; ++j) sum += std::exp(lv[static_cast<size_t>(r * vocab + j)] - mx);
+    for (int64_t j = 0; j < vocab; ++j)
+      sum += std::exp(lv[static_cast<size_t>(r * vocab + j)] - mx);
     ref += mx + std::log(sum) - lv[static_cast<size_t>(r * vocab + targets.data<int32_t>()[r])];
   }
   EXPECT_NEAR(CrossEntropy(logits, targets, 1.0, Tensor()), ref, 1e-10);

@@ -1,11 +1,13 @@
-// kernels/elementwise.h's FillUniform, the benchmarks' random inputs on any device: seeded, uniform in
-// [-1, 1), a block of 2^20 host values tiled over larger tensors, and bf16 the rounding of f32's values.
+// kernels/elementwise.h's FillUniform, the benchmarks' random inputs on any device: seeded, uniform
+// in
+// [-1, 1), a block of 2^20 host values tiled over larger tensors, and bf16 the rounding of f32's
+// values.
+#include "kernels/elementwise.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
-
-#include "kernels/elementwise.h"
 
 namespace moe {
 namespace {
@@ -26,7 +28,8 @@ TEST(FillUniform, SeededUniformAndTiled) {
     sum += va[static_cast<size_t>(i)];
   }
   EXPECT_NEAR(sum / static_cast<double>(kBlock), 0.0, 0.01);
-  for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(va[static_cast<size_t>(kBlock + i)], va[static_cast<size_t>(i)]) << i;
+  for (int64_t i = 0; i < 7; ++i)
+    EXPECT_EQ(va[static_cast<size_t>(kBlock + i)], va[static_cast<size_t>(i)]) << i;
   k::FillUniform(b, 4);
   EXPECT_NE(b.ToVector<float>(), va) << "another seed, other values";
 }

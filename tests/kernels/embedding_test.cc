@@ -18,7 +18,9 @@ TEST(Embedding, ForwardGathersRowsAndBackwardSumsRepeatedIds) {
   EmbeddingForward(table, ids, out);
   const auto tv = Values(table), ov = Values(out);
   for (int64_t t = 0; t < 6; ++t)
-    for (int64_t j = 0; j < d; ++j) EXPECT_EQ(ov[static_cast<size_t>(t * d + j)], tv[static_cast<size_t>(ids.data<int32_t>()[t] * d + j)]);
+    for (int64_t j = 0; j < d; ++j)
+      EXPECT_EQ(ov[static_cast<size_t>(t * d + j)],
+                tv[static_cast<size_t>(ids.data<int32_t>()[t] * d + j)]);
   Tensor g = RandomTensor({6, d}, 2);
   auto loss = [&] {
     EmbeddingForward(table, ids, out);

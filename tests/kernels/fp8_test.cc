@@ -16,12 +16,12 @@ namespace moe::kernels::fp8 {
 namespace {
 
 TEST(Fp8, E4M3EncodesByHand) {
-  EXPECT_EQ(FloatToE4M3(1.0f), 0x38);       // exponent 7 (bias 7), mantissa 0
+  EXPECT_EQ(FloatToE4M3(1.0f), 0x38);  // exponent 7 (bias 7), mantissa 0
   EXPECT_EQ(FloatToE4M3(0.5f), 0x30);
   EXPECT_EQ(FloatToE4M3(-2.0f), 0xC0);
-  EXPECT_EQ(FloatToE4M3(1.125f), 0x39);     // mantissa 1/8
-  EXPECT_EQ(FloatToE4M3(448.0f), 0x7E);     // the largest finite: 1.75 x 2^8
-  EXPECT_EQ(FloatToE4M3(0.015625f), 0x08);  // 2^-6, the smallest normal
+  EXPECT_EQ(FloatToE4M3(1.125f), 0x39);        // mantissa 1/8
+  EXPECT_EQ(FloatToE4M3(448.0f), 0x7E);        // the largest finite: 1.75 x 2^8
+  EXPECT_EQ(FloatToE4M3(0.015625f), 0x08);     // 2^-6, the smallest normal
   EXPECT_EQ(FloatToE4M3(0.001953125f), 0x01);  // 2^-9, the smallest subnormal
   EXPECT_EQ(FloatToE4M3(0.013671875f), 0x07);  // 7 x 2^-9, the largest subnormal
   EXPECT_EQ(FloatToE4M3(0.0f), 0x00);
@@ -30,12 +30,14 @@ TEST(Fp8, E4M3EncodesByHand) {
 
 TEST(Fp8, RoundsToNearestEvenAndSaturates) {
   EXPECT_EQ(FloatToE4M3(1.0625f), 0x38) << "halfway between 1 and 1.125: to the even mantissa (0)";
-  EXPECT_EQ(FloatToE4M3(1.1875f), 0x3A) << "halfway between 1.125 and 1.25: to the even mantissa (2)";
+  EXPECT_EQ(FloatToE4M3(1.1875f), 0x3A)
+      << "halfway between 1.125 and 1.25: to the even mantissa (2)";
   EXPECT_EQ(FloatToE4M3(1.07f), 0x39) << "above halfway: up";
   EXPECT_EQ(FloatToE4M3(0.0009765625f), 0x00) << "half the smallest subnormal: to even (0)";
   EXPECT_EQ(FloatToE4M3(0.0029296875f), 0x02) << "1.5 x 2^-9: to even (2)";
   EXPECT_EQ(FloatToE4M3(0.0146484375f), 0x08) << "7.5 x 2^-9 rounds up into the smallest normal";
-  EXPECT_EQ(FloatToE4M3(15.5f), 0x58) << "1.9375 x 2^3 (mantissa 7.5 eighths) rounds up to 2^4: exponent 11";
+  EXPECT_EQ(FloatToE4M3(15.5f), 0x58)
+      << "1.9375 x 2^3 (mantissa 7.5 eighths) rounds up to 2^4: exponent 11";
   EXPECT_EQ(FloatToE4M3(1000.0f), 0x7E) << "saturates, no infinity in e4m3";
   EXPECT_EQ(FloatToE4M3(-INFINITY), 0xFE);
   EXPECT_EQ(FloatToE4M3(460.0f), 0x7E) << "would round to 480, which does not exist: 448";
@@ -57,9 +59,9 @@ TEST(Fp8, EveryCodeRoundTrips) {
 
 TEST(Fp8, ActivationTilesAre1x128WithScaleAmaxOver448) {
   std::vector<float> x(2 * 256, 0.0f);
-  x[5] = -896.0f;   // row 0, tile 0: amax 896 -> scale 2
-  x[6] = 3.0f;      // 3 / 2 = 1.5, exact in e4m3
-  x[130] = 1.0f;    // row 0, tile 1: amax 1 -> scale 1/448
+  x[5] = -896.0f;     // row 0, tile 0: amax 896 -> scale 2
+  x[6] = 3.0f;        // 3 / 2 = 1.5, exact in e4m3
+  x[130] = 1.0f;      // row 0, tile 1: amax 1 -> scale 1/448
   x[256 + 7] = 0.1f;  // row 1, tile 0
   const Quantized q = Quantize(x.data(), 2, 256, 1, 128);
   ASSERT_EQ(q.scales.size(), 4u);
@@ -101,7 +103,8 @@ TEST(Fp8, RoundToE4M3IsDecodeOfEncodeEverywhere) {
   auto check = [](float x) {
     const float want = E4M3ToFloat(FloatToE4M3(x)), got = RoundToE4M3(x);
     if (std::isnan(want)) return std::isnan(got);
-    return std::memcmp(&want, &got, sizeof want) == 0 || (want == 0 && got == 0 && std::signbit(want) == std::signbit(got));
+    return std::memcmp(&want, &got, sizeof want) == 0 ||
+           (want == 0 && got == 0 && std::signbit(want) == std::signbit(got));
   };
   int64_t bad = 0;
   for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += 97) {
@@ -111,8 +114,10 @@ TEST(Fp8, RoundToE4M3IsDecodeOfEncodeEverywhere) {
     if (!check(x) && ++bad <= 5) ADD_FAILURE() << "x = " << x << " (bits " << std::hex << u << ")";
   }
   for (int c = 0; c < 0x7F; ++c) {
-    const float v = E4M3ToFloat(static_cast<uint8_t>(c)), next = E4M3ToFloat(static_cast<uint8_t>(c + 1));
-    for (float x : {v, (v + next) / 2, std::nextafter((v + next) / 2, 0.0f), std::nextafter((v + next) / 2, 1e9f)}) {
+    const float v = E4M3ToFloat(static_cast<uint8_t>(c)),
+                next = E4M3ToFloat(static_cast<uint8_t>(c + 1));
+    for (float x : {v, (v + next) / 2, std::nextafter((v + next) / 2, 0.0f),
+                    std::nextafter((v + next) / 2, 1e9f)}) {
       if (!check(x) && ++bad <= 10) ADD_FAILURE() << "x = " << x;
       if (!check(-x) && ++bad <= 10) ADD_FAILURE() << "x = " << -x;
     }
@@ -132,8 +137,8 @@ std::vector<float> Spread(int64_t n, uint32_t seed) {  // values over many binad
 }
 
 // Rows [r0, r1) of x quantised on their own through the reference, into `out`.
-void Reference(const std::vector<float>& x, int64_t r0, int64_t r1, int64_t cols, int64_t tr, int64_t tc,
-               std::vector<float>* out) {
+void Reference(const std::vector<float>& x, int64_t r0, int64_t r1, int64_t cols, int64_t tr,
+               int64_t tc, std::vector<float>* out) {
   const std::vector<float> back = Dequantize(Quantize(x.data() + r0 * cols, r1 - r0, cols, tr, tc));
   std::copy(back.begin(), back.end(), out->begin() + r0 * cols);
 }
@@ -155,7 +160,8 @@ TEST(Fp8QuantDequant, MatchesTheReferenceTileForTile) {
 TEST(Fp8QuantDequant, RowGroupsRestartTheTilesAndExpertWeightsAreTiledEachOnTheirOwn) {
   const int64_t rows = 300, cols = 40;
   std::vector<float> x = Spread(rows * cols, 2);
-  for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(10 * cols + c)] = 1000.0f;  // row 10: a huge one in group 0
+  for (int64_t c = 0; c < cols; ++c)
+    x[static_cast<size_t>(10 * cols + c)] = 1000.0f;            // row 10: a huge one in group 0
   const std::vector<int64_t> groups = {0, 100, 100, 250, 300};  // an empty group too
   Tensor out = Tensor::Empty({rows, cols}, DType::kF32);
   Fp8QuantDequant(Tensor::FromVector(x, {rows, cols}), 128, 1, out, groups);
@@ -164,12 +170,13 @@ TEST(Fp8QuantDequant, RowGroupsRestartTheTilesAndExpertWeightsAreTiledEachOnThei
   Reference(x, 100, 250, cols, 128, 1, &want);
   Reference(x, 250, 300, cols, 128, 1, &want);
   EXPECT_EQ(out.ToVector<float>(), want);
-  // Without the groups, rows 100..127 would share row 10's tile and its scale (1000 / 448): small values
-  // there would flush to zero.
+  // Without the groups, rows 100..127 would share row 10's tile and its scale (1000 / 448): small
+  // values there would flush to zero.
   Tensor ungrouped = Tensor::Empty({rows, cols}, DType::kF32);
   Fp8QuantDequant(Tensor::FromVector(x, {rows, cols}), 128, 1, ungrouped);
   EXPECT_NE(ungrouped.ToVector<float>(), want);
-  // [G, N, K] weights: each expert's matrix in its own 128 x 128 blocks (N = 70: no block spans two).
+  // [G, N, K] weights: each expert's matrix in its own 128 x 128 blocks (N = 70: no block spans
+  // two).
   const std::vector<float> w = Spread(3 * 70 * 50, 3);
   Tensor wq = Tensor::Empty({3, 70, 50}, DType::kF32);
   Fp8QuantDequant(Tensor::FromVector(w, {3, 70, 50}), 128, 128, wq);
@@ -184,7 +191,8 @@ TEST(Fp8QuantDequant, Bf16InputsAndBadArgumentsNameTheProblem) {
   Convert(Tensor::FromVector(x, {4, 256}), b);
   Tensor f = Tensor::Empty({4, 256}, DType::kF32);
   Convert(b, f);  // the bf16 values, exactly, as f32
-  Tensor from_bf16 = Tensor::Empty({4, 256}, DType::kF32), from_f32 = Tensor::Empty({4, 256}, DType::kF32);
+  Tensor from_bf16 = Tensor::Empty({4, 256}, DType::kF32),
+         from_f32 = Tensor::Empty({4, 256}, DType::kF32);
   Fp8QuantDequant(b, 1, 128, from_bf16);
   Fp8QuantDequant(f, 1, 128, from_f32);
   EXPECT_EQ(from_bf16.ToVector<float>(), from_f32.ToVector<float>());

@@ -14,9 +14,16 @@ using namespace moe::testing;
 
 TEST(AdamW, MatchesTheScalarUpdateOverSeveralSteps) {
   const int64_t n = 1031;
-  Tensor p = RandomTensor({n}, 1), m = Tensor::Zeros({n}, DType::kF64), v = Tensor::Zeros({n}, DType::kF64);
+  Tensor p = RandomTensor({n}, 1), m = Tensor::Zeros({n}, DType::kF64),
+         v = Tensor::Zeros({n}, DType::kF64);
   std::vector<double> rp = Values(p), rm(n, 0), rv(n, 0);
-  AdamWConfig cfg{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 1, .grad_scale = 0.5};
+  AdamWConfig cfg{.lr = 0.01,
+                  .beta1 = 0.9,
+                  .beta2 = 0.95,
+                  .eps = 1e-8,
+                  .weight_decay = 0.1,
+                  .step = 1,
+                  .grad_scale = 0.5};
   for (int64_t step = 1; step <= 3; ++step) {
     Tensor g = RandomTensor({n}, 10 + static_cast<uint64_t>(step));
     const auto gv = Values(g);
@@ -27,7 +34,8 @@ TEST(AdamW, MatchesTheScalarUpdateOverSeveralSteps) {
       rm[i] = 0.9 * rm[i] + 0.1 * gi;
       rv[i] = 0.95 * rv[i] + 0.05 * gi * gi;
       const double mh = rm[i] / (1 - std::pow(0.9, step)), vh = rv[i] / (1 - std::pow(0.95, step));
-      rp[static_cast<size_t>(i)] -= 0.01 * (mh / (std::sqrt(vh) + 1e-8) + 0.1 * rp[static_cast<size_t>(i)]);
+      rp[static_cast<size_t>(i)] -=
+          0.01 * (mh / (std::sqrt(vh) + 1e-8) + 0.1 * rp[static_cast<size_t>(i)]);
     }
   }
   EXPECT_TRUE(AllClose(p, rp, 1e-10, 1e-12));

@@ -19,23 +19,27 @@ TEST(DispatchPlan, GroupsSlotsByExpertInTokenOrderWithEmptyExperts) {
   // Expert 0 rows: tokens 0, 1, 3; expert 2: tokens 0, 2, 3; expert 3: tokens 1, 2.
   EXPECT_EQ(plan.token_of_row, (std::vector<int32_t>{0, 1, 3, 0, 2, 3, 1, 2}));
   for (size_t s = 0; s < idx.size(); ++s) {
-    EXPECT_EQ(plan.token_of_row[static_cast<size_t>(plan.row_of_slot[s])], static_cast<int32_t>(s / 2));
+    EXPECT_EQ(plan.token_of_row[static_cast<size_t>(plan.row_of_slot[s])],
+              static_cast<int32_t>(s / 2));
   }
 }
 
 // The Tensor-level call on the CPU: its tensors are the host plan's (on the CPU it is that plan,
-// written into tensors); wrong shapes, types and expert ids are refused by name. The CUDA kernels are
-// checked against the host plan by gpu_routing_emulated (on the CPU emulator) and the GPU check.
+// written into tensors); wrong shapes, types and expert ids are refused by name. The CUDA kernels
+// are checked against the host plan by gpu_routing_emulated (on the CPU emulator) and the GPU
+// check.
 TEST(Permute, DevicePlanTensorsEqualTheHostPlan) {
   const int64_t tokens = 37, k = 3, experts = 7;
   Tensor topk = Tensor::Empty({tokens, k}, DType::kI32);
-  for (int64_t t = 0; t < tokens; ++t) {  // distinct per token; expert 5 never chosen: an empty group
+  for (int64_t t = 0; t < tokens;
+       ++t) {  // distinct per token; expert 5 never chosen: an empty group
     topk.data<int32_t>()[t * k] = static_cast<int32_t>(t % 3);
     topk.data<int32_t>()[t * k + 1] = static_cast<int32_t>(3 + t % 2);
     topk.data<int32_t>()[t * k + 2] = 6;
   }
   const DispatchPlan plan = BuildDispatchPlan(topk.data<int32_t>(), tokens, k, experts);
-  Tensor counts = Tensor::Empty({experts}, DType::kI64), ros = Tensor::Empty({tokens, k}, DType::kI32);
+  Tensor counts = Tensor::Empty({experts}, DType::kI64),
+         ros = Tensor::Empty({tokens, k}, DType::kI32);
   Tensor tor = Tensor::Empty({tokens * k}, DType::kI32);
   BuildDispatchPlanOnDevice(topk, experts, counts, ros, tor);
   EXPECT_EQ(counts.ToVector<int64_t>(), plan.counts);
@@ -43,7 +47,8 @@ TEST(Permute, DevicePlanTensorsEqualTheHostPlan) {
   EXPECT_EQ(tor.ToVector<int32_t>(), plan.token_of_row);
   EXPECT_EQ(plan.counts[5], 0);
   Tensor counts32 = Tensor::Empty({experts}, DType::kI32);
-  EXPECT_DEATH(BuildDispatchPlanOnDevice(topk, experts, counts32, ros, tor), "BuildDispatchPlanOnDevice: topk_idx i32");
+  EXPECT_DEATH(BuildDispatchPlanOnDevice(topk, experts, counts32, ros, tor),
+               "BuildDispatchPlanOnDevice: topk_idx i32");
   topk.data<int32_t>()[4] = static_cast<int32_t>(experts);
   EXPECT_DEATH(BuildDispatchPlanOnDevice(topk, experts, counts, ros, tor), "expert 7 out of range");
 }
@@ -53,7 +58,8 @@ TEST(Permute, GatherCombineAndTheirBackwardsMatchFiniteDifferences) {
   Tensor topk = RandomInts({tokens, k}, 1, static_cast<int32_t>(experts));
   // Distinct experts per token, as the router guarantees.
   for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t j = 0; j < k; ++j) topk.data<int32_t>()[t * k + j] = static_cast<int32_t>((t + j) % experts);
+    for (int64_t j = 0; j < k; ++j)
+      topk.data<int32_t>()[t * k + j] = static_cast<int32_t>((t + j) % experts);
   DispatchPlan plan = BuildDispatchPlan(topk.data<int32_t>(), tokens, k, experts);
   Tensor token_of_row = Tensor::FromVector(plan.token_of_row, {tokens * k});
   Tensor row_of_slot = Tensor::FromVector(plan.row_of_slot, {tokens, k});

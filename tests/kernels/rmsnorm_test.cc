@@ -22,9 +22,12 @@ TEST(RmsNorm, ForwardMatchesDefinition) {
   const auto xv = Values(x), wv = Values(w);
   for (int64_t r = 0; r < rows; ++r) {
     double ss = 0;
-    for (int64_t j = 0; j < d; ++j) ss += xv[static_cast<size_t>(r * d + j)] * xv[static_cast<size_t>(r * d + j)];
+    for (int64_t j = 0; j < d; ++j)
+      ss += xv[static_cast<size_t>(r * d + j)] * xv[static_cast<size_t>(r * d + j)];
     const double inv = 1 / std::sqrt(ss / d + 1e-6);
-    for (int64_t j = 0; j < d; ++j) ref[static_cast<size_t>(r * d + j)] = xv[static_cast<size_t>(r * d + j)] * inv * wv[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < d; ++j)
+      ref[static_cast<size_t>(r * d + j)] =
+          xv[static_cast<size_t>(r * d + j)] * inv * wv[static_cast<size_t>(j)];
   }
   EXPECT_TRUE(AllClose(y, ref, 1e-12, 1e-12));
 }

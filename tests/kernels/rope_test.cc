@@ -15,7 +15,8 @@ using namespace moe::testing;
 
 Tensor Freqs(int64_t d, double theta) {
   Tensor f = Tensor::Empty({d / 2}, DType::kF64);
-  for (int64_t i = 0; i < d / 2; ++i) f.data<double>()[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  for (int64_t i = 0; i < d / 2; ++i)
+    f.data<double>()[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
   return f;
 }
 
@@ -38,7 +39,8 @@ TEST(Rope, RotatesTheBlockOfEveryHeadAndLeavesTheRest) {
           }
         }
         for (int64_t i = 0; i < d / 2; ++i) {
-          const size_t a = base + static_cast<size_t>(offset + (layout == RopeLayout::kPairs ? 2 * i : i));
+          const size_t a =
+              base + static_cast<size_t>(offset + (layout == RopeLayout::kPairs ? 2 * i : i));
           const size_t b = a + (layout == RopeLayout::kPairs ? 1 : static_cast<size_t>(d / 2));
           const double ang = pos * freqs.data<double>()[i];
           EXPECT_NEAR(after[a], before[a] * std::cos(ang) - before[b] * std::sin(ang), 1e-12);
@@ -53,7 +55,8 @@ TEST(Rope, BackwardMatchesFiniteDifferences) {
   const int64_t seq = 4, heads = 2, stride = 9, offset = 3, d = 6;
   const Tensor freqs = Freqs(d, 500.0);
   for (RopeLayout layout : {RopeLayout::kHalfSplit, RopeLayout::kPairs}) {
-    Tensor x = RandomTensor({2 * seq, heads * stride}, 2), g = RandomTensor({2 * seq, heads * stride}, 3);
+    Tensor x = RandomTensor({2 * seq, heads * stride}, 2),
+           g = RandomTensor({2 * seq, heads * stride}, 3);
     auto loss = [&] {
       Tensor y = x.Clone();
       RopeForward(y, seq, heads, offset, freqs, layout);

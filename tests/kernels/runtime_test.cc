@@ -1,11 +1,12 @@
-// kernels/runtime.h: the CUDA device facts the engine and the benchmarks use answer sensibly where no
-// GPU can be used (a CPU machine, or a build without CUDA): no devices, a clear error for UseCudaDevice,
-// and no pretend timings. On a machine with a GPU the GPU checks (tests/gpu/) cover them.
+// kernels/runtime.h: the CUDA device facts the engine and the benchmarks use answer sensibly where
+// no GPU can be used (a CPU machine, or a build without CUDA): no devices, a clear error for
+// UseCudaDevice, and no pretend timings. On a machine with a GPU the GPU checks (tests/gpu/) cover
+// them.
+#include "kernels/runtime.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
-
-#include "kernels/runtime.h"
 
 namespace moe {
 namespace {
@@ -14,7 +15,8 @@ namespace k = kernels;
 
 TEST(KernelRuntime, CudaFactsWhereNoGpuIsUsable) {
   std::string problem;
-  if (k::HaveCuda() && k::CudaDeviceCount(&problem) > 0) GTEST_SKIP() << "a GPU is here: tests/gpu/ checks it";
+  if (k::HaveCuda() && k::CudaDeviceCount(&problem) > 0)
+    GTEST_SKIP() << "a GPU is here: tests/gpu/ checks it";
   EXPECT_EQ(k::CudaDeviceCount(), 0);
   const Status st = k::UseCudaDevice(0);
   ASSERT_FALSE(st.ok());
@@ -29,8 +31,8 @@ TEST(KernelRuntime, CudaFactsWhereNoGpuIsUsable) {
   }
 }
 
-// cuBLAS is loaded on first use, not linked (its start-up cost every CPU rank paid): the loader must
-// find it and the entry points used, which needs the toolkit, not a GPU.
+// cuBLAS is loaded on first use, not linked (its start-up cost every CPU rank paid): the loader
+// must find it and the entry points used, which needs the toolkit, not a GPU.
 TEST(KernelRuntime, CublasLoadsOnDemandWithTheEntryPointsTheGemmsUse) {
   if (!k::HaveCuda()) {
     EXPECT_EQ(k::CheckCublasLoads(), "no CUDA in this build");

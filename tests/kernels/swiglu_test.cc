@@ -21,7 +21,8 @@ TEST(Swiglu, ForwardMatchesDefinitionAndBackwardMatchesFiniteDifferences) {
   std::vector<double> ref(static_cast<size_t>(rows * f));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < f; ++j) {
-      const double a = v[static_cast<size_t>(r * 2 * f + j)], u = v[static_cast<size_t>(r * 2 * f + f + j)];
+      const double a = v[static_cast<size_t>(r * 2 * f + j)],
+                   u = v[static_cast<size_t>(r * 2 * f + f + j)];
       ref[static_cast<size_t>(r * f + j)] = a / (1 + std::exp(-a)) * u;
     }
   EXPECT_TRUE(AllClose(out, ref, 1e-12, 1e-12));

@@ -1,7 +1,10 @@
-// The upload ring (kernels/upload_ring.h) on a fake stream: a queued copy reads the ring only when the
-// fake stream runs it, as a DMA engine would, so a ring that handed out a region whose copy had not
-// run yet would deliver the later upload's bytes to the earlier destination. The tests check every
-// destination's bytes after the stream has run, and that the host waited exactly when it had to.
+// The upload ring (kernels/upload_ring.h) on a fake stream: a queued copy reads the ring only when
+// the fake stream runs it, as a DMA engine would, so a ring that handed out a region whose copy had
+// not run yet would deliver the later upload's bytes to the earlier destination. The tests check
+// every destination's bytes after the stream has run, and that the host waited exactly when it had
+// to.
+#include "kernels/upload_ring.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,7 +13,6 @@
 #include <vector>
 
 #include "kernels/runtime.h"
-#include "kernels/upload_ring.h"
 #include "worker/engine/model/rng.h"
 
 namespace moe::kernels {
@@ -34,8 +36,12 @@ class FakeStream {
       return refuse_pinned ? nullptr : std::malloc(n);
     };
     h.free_pinned = [](void* p) { std::free(p); };
-    h.copy_async = [this](void* dst, const void* staged, size_t bytes) { queue.push_back({dst, staged, bytes}); };
-    h.record_event = [this]() -> UploadRing::Event { return new Event{done + static_cast<int64_t>(queue.size())}; };
+    h.copy_async = [this](void* dst, const void* staged, size_t bytes) {
+      queue.push_back({dst, staged, bytes});
+    };
+    h.record_event = [this]() -> UploadRing::Event {
+      return new Event{done + static_cast<int64_t>(queue.size())};
+    };
     h.event_done = [this](UploadRing::Event e) { return static_cast<Event*>(e)->position <= done; };
     h.wait_event = [this](UploadRing::Event e) {
       ++host_waits;
@@ -86,7 +92,8 @@ TEST(UploadRing, ManyUploadsOfRandomSizesArriveIntactWhileTheStreamLags) {
   stream.RunAll();
   for (size_t i = 0; i < sources.size(); ++i) ASSERT_EQ(dests[i], sources[i]) << "upload " << i;
   EXPECT_EQ(ring.uploads(), 400);
-  EXPECT_GT(ring.waits(), 0);  // 400 uploads of ~750 bytes through 4 KiB: the ring wrapped onto queued copies
+  EXPECT_GT(ring.waits(),
+            0);  // 400 uploads of ~750 bytes through 4 KiB: the ring wrapped onto queued copies
   EXPECT_GE(stream.host_waits, ring.waits());  // one reservation may wait for several regions
   EXPECT_EQ(HostSyncs() - syncs_before, ring.waits());  // each wait counts as one host sync
   EXPECT_EQ(stream.pinned_allocs, 1);
@@ -95,7 +102,8 @@ TEST(UploadRing, ManyUploadsOfRandomSizesArriveIntactWhileTheStreamLags) {
 TEST(UploadRing, TheHostWaitsOnlyWhenTheRingWrapsOntoACopyNotYetRun) {
   FakeStream stream;
   UploadRing ring(1024, stream.Hooks());
-  std::vector<char> a = Bytes(256, 1), b = Bytes(256, 2), c = Bytes(256, 3), d = Bytes(256, 4), e = Bytes(256, 5);
+  std::vector<char> a = Bytes(256, 1), b = Bytes(256, 2), c = Bytes(256, 3), d = Bytes(256, 4),
+                    e = Bytes(256, 5);
   std::vector<char> da(256), db(256), dc(256), dd(256), de(256);
   ASSERT_TRUE(ring.Upload(da.data(), a.data(), 256));
   ASSERT_TRUE(ring.Upload(db.data(), b.data(), 256));
@@ -103,7 +111,8 @@ TEST(UploadRing, TheHostWaitsOnlyWhenTheRingWrapsOntoACopyNotYetRun) {
   ASSERT_TRUE(ring.Upload(dd.data(), d.data(), 256));  // the ring is full, nothing has run
   EXPECT_EQ(stream.host_waits, 0);
   EXPECT_EQ(ring.in_flight(), 4u);
-  ASSERT_TRUE(ring.Upload(de.data(), e.data(), 256));  // wraps onto a's region: waits for a's copy only
+  ASSERT_TRUE(
+      ring.Upload(de.data(), e.data(), 256));  // wraps onto a's region: waits for a's copy only
   EXPECT_EQ(stream.host_waits, 1);
   EXPECT_EQ(stream.done, 1);
   EXPECT_EQ(da, a);
@@ -139,7 +148,8 @@ TEST(UploadRing, LargeUploadsAndRefusedPinnedMemoryFallBackToTheCaller) {
 
 TEST(UploadRing, ACapacityThatIsNotWholeBlocksIsRefused) {
   FakeStream stream;
-  EXPECT_DEATH(UploadRing(1000, stream.Hooks()), "UploadRing: capacity 1000 is not a multiple of 256");
+  EXPECT_DEATH(UploadRing(1000, stream.Hooks()),
+               "UploadRing: capacity 1000 is not a multiple of 256");
 }
 
 }  // namespace

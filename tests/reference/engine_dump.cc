@@ -1,13 +1,13 @@
 // Writes the engine's side of a comparison with the independent PyTorch reference
-// (tests/reference/compare.py; the contract is in tests/reference/README.md): the model's weights in
-// the DeepseekV3 layout, a token batch, and the engine's logits, losses, routing and every weight's
-// gradient, in float64 or float32.
+// (tests/reference/compare.py; the contract is in tests/reference/README.md): the model's weights
+// in the DeepseekV3 layout, a token batch, and the engine's logits, losses, routing and every
+// weight's gradient, in float64 or float32.
 //
 //   engine_dump --out DIR [--dtype f64|f32] [--train-steps N] [--yarn]
 //
 // --train-steps N trains the model N steps first (fp32, synthetic data, the real Trainer and
-// checkpoint), exports the checkpoint in the DeepseekV3 layout and reloads it (--init-from's path), so
-// the comparison covers trained weights and a moved expert bias.
+// checkpoint), exports the checkpoint in the DeepseekV3 layout and reloads it (--init-from's path),
+// so the comparison covers trained weights and a moved expert bias.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,11 +15,11 @@
 #include "common/args.h"
 #include "common/file_util.h"
 #include "kernels/elementwise.h"
-#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/checkpoint/hf_io.h"
+#include "worker/engine/checkpoint/safetensors.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/model/rng.h"
-#include "worker/engine/checkpoint/safetensors.h"
+#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/train/trainer.h"
 
 namespace moe {
@@ -39,14 +39,32 @@ ModelConfig CaseModel(bool yarn) {
   m.mtp_depth = 2;
   m.mtp_loss_weight = 0.3;
   m.init_std = 0.15;
-  m.attention = AttentionConfig{.type = "mla", .q_lora_rank = 16, .kv_lora_rank = 12, .qk_nope_head_dim = 8,
-                                .qk_rope_head_dim = 4, .v_head_dim = 6};
-  m.moe = MoeConfig{.num_experts = 8, .top_k = 2, .num_shared_experts = 1, .ffn_hidden = 12, .num_groups = 4,
-                    .topk_groups = 2, .score_function = "sigmoid", .route_scale = 2.5, .expert_bias = true,
-                    .bias_update_rate = 0.01, .bias_update_schedule = {}, .seq_aux_loss_coeff = 0.01};
+  m.attention = AttentionConfig{.type = "mla",
+                                .q_lora_rank = 16,
+                                .kv_lora_rank = 12,
+                                .qk_nope_head_dim = 8,
+                                .qk_rope_head_dim = 4,
+                                .v_head_dim = 6};
+  m.moe = MoeConfig{.num_experts = 8,
+                    .top_k = 2,
+                    .num_shared_experts = 1,
+                    .ffn_hidden = 12,
+                    .num_groups = 4,
+                    .topk_groups = 2,
+                    .score_function = "sigmoid",
+                    .route_scale = 2.5,
+                    .expert_bias = true,
+                    .bias_update_rate = 0.01,
+                    .bias_update_schedule = {},
+                    .seq_aux_loss_coeff = 0.01};
   if (yarn) {
-    m.rope_scaling = RopeScalingConfig{.type = "yarn", .factor = 4, .original_max_position_embeddings = 16,
-                                       .beta_fast = 32, .beta_slow = 1, .mscale = 1, .mscale_all_dim = 0.7};
+    m.rope_scaling = RopeScalingConfig{.type = "yarn",
+                                       .factor = 4,
+                                       .original_max_position_embeddings = 16,
+                                       .beta_fast = 32,
+                                       .beta_slow = 1,
+                                       .mscale = 1,
+                                       .mscale_all_dim = 0.7};
   }
   return m;
 }
@@ -55,11 +73,13 @@ LossScales ScalesFor(const ModelConfig& m) {
   LossScales s;
   s.ce = 1.0 / (kBatch * kSeq);
   s.aux_coeff = m.moe.seq_aux_loss_coeff / kBatch;
-  for (int64_t k = 1; k <= m.mtp_depth; ++k) s.mtp.push_back(m.mtp_loss_weight / static_cast<double>(m.mtp_depth * kBatch * (kSeq - k)));
+  for (int64_t k = 1; k <= m.mtp_depth; ++k)
+    s.mtp.push_back(m.mtp_loss_weight / static_cast<double>(m.mtp_depth * kBatch * (kSeq - k)));
   return s;
 }
 
-// Trains `m` N steps and writes its checkpoint, exported, to `out` (fp64 values of the fp32 weights).
+// Trains `m` N steps and writes its checkpoint, exported, to `out` (fp64 values of the fp32
+// weights).
 Status TrainAndExport(const ModelConfig& m, int64_t steps, const std::string& out) {
   JobSpec spec;
   spec.name = "reference-case";
@@ -91,7 +111,8 @@ Status TrainAndExport(const ModelConfig& m, int64_t steps, const std::string& ou
 Tensor Tokens(int64_t vocab) {
   Tensor t = Tensor::Empty({kBatch, kSeq + 1}, DType::kI64);
   Rng rng(1234);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(vocab)));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<int64_t>()[i] = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(vocab)));
   return t;
 }
 
@@ -99,7 +120,9 @@ Tensor Tokens(int64_t vocab) {
 Tensor Shifted(const Tensor& tokens, int64_t shift) {
   Tensor out = Tensor::Empty({kBatch, kSeq}, DType::kI32);
   for (int64_t b = 0; b < kBatch; ++b)
-    for (int64_t i = 0; i < kSeq; ++i) out.data<int32_t>()[b * kSeq + i] = static_cast<int32_t>(tokens.data<int64_t>()[b * (kSeq + 1) + i + shift]);
+    for (int64_t i = 0; i < kSeq; ++i)
+      out.data<int32_t>()[b * kSeq + i] =
+          static_cast<int32_t>(tokens.data<int64_t>()[b * (kSeq + 1) + i + shift]);
   return out;
 }
 
@@ -118,7 +141,8 @@ Tensor ToI64(const Tensor& i32) {
   return out;
 }
 
-Status WriteTensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors) {
+Status WriteTensors(const std::string& path,
+                    const std::vector<std::pair<std::string, Tensor>>& tensors) {
   SafetensorsWriter w(path);
   for (const auto& [name, t] : tensors) w.Plan(name, SafetensorsDType(t.dtype()), t.shape());
   return w.Write({}, [&](const std::string& name, std::string* bytes) {
@@ -143,7 +167,8 @@ Status DumpOutputs(Model& model, const Tensor& tokens, const std::string& out, D
   const double main = r.ce_sum / (kBatch * kSeq);
   double total = main + r.aux_loss, mtp_mean = 0;
   for (size_t k = 0; k < r.mtp_ce_sums.size(); ++k) {
-    const double lk = r.mtp_ce_sums[k] / static_cast<double>(kBatch * (kSeq - static_cast<int64_t>(k) - 1));
+    const double lk =
+        r.mtp_ce_sums[k] / static_cast<double>(kBatch * (kSeq - static_cast<int64_t>(k) - 1));
     t.emplace_back("loss.mtp." + std::to_string(k + 1), Scalar(lk, dt));
     mtp_mean += lk / static_cast<double>(r.mtp_ce_sums.size());
   }
@@ -153,8 +178,9 @@ Status DumpOutputs(Model& model, const Tensor& tokens, const std::string& out, D
   t.emplace_back("loss.total", Scalar(total, dt));
   for (size_t l = 0; l < r.routing.size(); ++l) {
     const int64_t main_moe = m.num_moe_layers();
-    const int64_t hf_layer = static_cast<int64_t>(l) < main_moe ? m.first_k_dense + static_cast<int64_t>(l)
-                                                                : m.num_layers + static_cast<int64_t>(l) - main_moe;
+    const int64_t hf_layer = static_cast<int64_t>(l) < main_moe
+                                 ? m.first_k_dense + static_cast<int64_t>(l)
+                                 : m.num_layers + static_cast<int64_t>(l) - main_moe;
     t.emplace_back("routing." + std::to_string(hf_layer), ToI64(r.routing[l]));
   }
   MOE_ASSIGN_OR_RETURN(std::vector<HfTensor> layout, HfLayout(m, false));
@@ -164,7 +190,9 @@ Status DumpOutputs(Model& model, const Tensor& tokens, const std::string& out, D
     if (p == nullptr) return NotFoundError("no parameter for " + h.hf_name);
     int64_t n = 1;
     for (int64_t d : h.shape) n *= d;
-    t.emplace_back("grad." + h.hf_name, p->grad.Reshape({p->grad.numel()}).Rows(h.offset, h.offset + n).Clone().Reshape(h.shape));
+    t.emplace_back(
+        "grad." + h.hf_name,
+        p->grad.Reshape({p->grad.numel()}).Rows(h.offset, h.offset + n).Clone().Reshape(h.shape));
   }
   return WriteTensors(JoinPath(out, "engine.safetensors"), t);
 }
@@ -213,14 +241,17 @@ int main(int argc, char** argv) {
   std::string out, dtype = "f64";
   int64_t steps = 0;
   bool yarn = false;
-  moe::ArgParser args("engine_dump", "Writes the engine's side of a comparison with the PyTorch reference.");
+  moe::ArgParser args("engine_dump",
+                      "Writes the engine's side of a comparison with the PyTorch reference.");
   args.AddString("out", &out, "directory to write");
   args.AddString("dtype", &dtype, "f64 or f32");
-  args.AddInt("train-steps", &steps, "train this many steps first (the real trainer), then export and reload");
+  args.AddInt("train-steps", &steps,
+              "train this many steps first (the real trainer), then export and reload");
   args.AddFlag("yarn", &yarn, "configure YaRN so that it applies at this sequence length");
   args.Require("out");
   if (moe::Status st = args.Parse(argc, argv); !st.ok() || (dtype != "f64" && dtype != "f32")) {
-    std::fprintf(stderr, "engine_dump: %s\n", st.ok() ? "--dtype: f64 or f32" : st.message().c_str());
+    std::fprintf(stderr, "engine_dump: %s\n",
+                 st.ok() ? "--dtype: f64 or f32" : st.message().c_str());
     return 2;
   }
   if (moe::Status st = moe::Run(out, dtype, steps, yarn); !st.ok()) {

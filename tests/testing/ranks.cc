@@ -17,7 +17,8 @@ namespace moe::testing {
 
 void RunRanks(int n, const std::function<void(int, KvStore*)>& fn) {
   static std::atomic<int> runs{0};
-  const std::string dir = "/tmp/moe-ranks-test-" + std::to_string(::getpid()) + "-" + std::to_string(runs++);
+  const std::string dir =
+      "/tmp/moe-ranks-test-" + std::to_string(::getpid()) + "-" + std::to_string(runs++);
   ASSERT_TRUE(RemoveAll(dir).ok());
   FileStore store(dir);
   std::vector<std::thread> threads;
@@ -32,9 +33,9 @@ void RunGlooGroup(int n, const std::function<void(int, Communicator&)>& fn, doub
     o.timeout_seconds = timeout;
     auto comm = CreateGlooCommunicator(r, n, store, o);
     ASSERT_TRUE(comm.ok()) << comm.status();
-    // Every rank connected before any runs: a rank whose test body is a no-op (an empty buffer) would
-    // otherwise close its side while a peer is still finishing Gloo's handshake ("Connection closed by
-    // peer" in that peer's rendezvous, about 1 run in 12 of collectives_test).
+    // Every rank connected before any runs: a rank whose test body is a no-op (an empty buffer)
+    // would otherwise close its side while a peer is still finishing Gloo's handshake ("Connection
+    // closed by peer" in that peer's rendezvous, about 1 run in 12 of collectives_test).
     const Status ready = (*comm)->Barrier();
     ASSERT_TRUE(ready.ok()) << ready;
     fn(r, **comm);
@@ -43,13 +44,16 @@ void RunGlooGroup(int n, const std::function<void(int, Communicator&)>& fn, doub
 
 void RunAgainstHungPeer(const std::function<void(Communicator&)>& fn, double timeout) {
   const auto start = std::chrono::steady_clock::now();
-  RunGlooGroup(2, [&](int r, Communicator& comm) {
-    if (r == 1) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(2 * timeout));
-      return;
-    }
-    fn(comm);
-  }, timeout);
+  RunGlooGroup(
+      2,
+      [&](int r, Communicator& comm) {
+        if (r == 1) {
+          std::this_thread::sleep_for(std::chrono::duration<double>(2 * timeout));
+          return;
+        }
+        fn(comm);
+      },
+      timeout);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 

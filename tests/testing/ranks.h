@@ -13,7 +13,8 @@ namespace moe::testing {
 void RunRanks(int n, const std::function<void(int rank, KvStore* store)>& fn);
 
 // Runs fn(rank, communicator) on n threads of one Gloo group; `timeout` (seconds) bounds every op.
-void RunGlooGroup(int n, const std::function<void(int rank, Communicator& comm)>& fn, double timeout = 30);
+void RunGlooGroup(int n, const std::function<void(int rank, Communicator& comm)>& fn,
+                  double timeout = 30);
 
 // A Gloo group of two where rank 1 never calls anything (it hangs, then leaves): fn(comm) runs on
 // rank 0 with every op bounded by `timeout` seconds; the whole run must end within 20 s.

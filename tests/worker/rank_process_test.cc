@@ -22,14 +22,18 @@ RankCommand Shell(const std::string& script) {
 }
 
 TEST(RankProcessTest, RoutesReportsOutputAndTheFinalRecord) {
-  const std::string record = RankEndJson(RankEndFor(FailedPreconditionError("a checkpoint of another layout")));
-  auto p = RankProcess::Start(Shell("echo '{\"step\":1}' >&3; echo hello; echo oops >&2; echo '{\"step\":2}' >&3; "
-                                    "echo '" + record + "' >&3; exit 4"));
+  const std::string record =
+      RankEndJson(RankEndFor(FailedPreconditionError("a checkpoint of another layout")));
+  auto p = RankProcess::Start(
+      Shell("echo '{\"step\":1}' >&3; echo hello; echo oops >&2; echo '{\"step\":2}' >&3; "
+            "echo '" +
+            record + "' >&3; exit 4"));
   ASSERT_TRUE(p.ok()) << p.status();
   std::vector<std::string> reports, output;
   const RankExit e = (*p)->Wait([&](const std::string& l) { reports.push_back(l); },
                                 [&](const std::string& l) { output.push_back(l); });
-  EXPECT_EQ(reports, (std::vector<std::string>{"{\"step\":1}", "{\"step\":2}"}));  // the record is not a report
+  EXPECT_EQ(reports, (std::vector<std::string>{"{\"step\":1}",
+                                               "{\"step\":2}"}));  // the record is not a report
   EXPECT_EQ(output.size(), 2u);
   EXPECT_EQ(e.exit_code(), 4);
   ASSERT_TRUE(e.record.has_value());
@@ -60,7 +64,9 @@ TEST(RankProcessTest, ExitZeroWithoutARecordSucceeded) {
 TEST(RankProcessTest, RequestStopSendsTermAndTheChildStopsInTime) {
   // The child stops on SIGTERM with the "stopped" record, as a rank does at its next step boundary.
   const std::string record = RankEndJson(StoppedRankEnd("asked to stop"));
-  auto p = RankProcess::Start(Shell("stop() { echo '" + record + "' >&3; exit 3; }; trap stop TERM; echo ready; while :; do sleep 0.05; done"));
+  auto p = RankProcess::Start(
+      Shell("stop() { echo '" + record +
+            "' >&3; exit 3; }; trap stop TERM; echo ready; while :; do sleep 0.05; done"));
   ASSERT_TRUE(p.ok());
   bool ready = false;
   while (!ready && (*p)->Pump(1.0, nullptr, [&](const std::string& l) { ready = l == "ready"; })) {

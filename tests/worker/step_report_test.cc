@@ -14,7 +14,11 @@ namespace {
 
 TEST(StepReport, ReadsTheFieldsARankWrites) {
   moe::v1::StepMetrics m;
-  ASSERT_TRUE(StepMetricsFromJson(R"({"step": 3, "total_steps": 10, "loss": 4.5, "tokens": 2048, "memory_peak_bytes": 1e6})", &m).ok());
+  ASSERT_TRUE(
+      StepMetricsFromJson(
+          R"({"step": 3, "total_steps": 10, "loss": 4.5, "tokens": 2048, "memory_peak_bytes": 1e6})",
+          &m)
+          .ok());
   EXPECT_EQ(m.step(), 3);
   EXPECT_EQ(m.total_steps(), 10);
   EXPECT_EQ(m.loss(), 4.5);
@@ -22,11 +26,12 @@ TEST(StepReport, ReadsTheFieldsARankWrites) {
   EXPECT_EQ(m.memory_peak_bytes(), 1000000);
 }
 
-// fuzz_step_report's crash (tests/fuzz/regressions/fuzz_step_report): a count past int64 was cast from
-// double, which is undefined behaviour; now the report is refused and the field named.
+// fuzz_step_report's crash (tests/fuzz/regressions/fuzz_step_report): a count past int64 was cast
+// from double, which is undefined behaviour; now the report is refused and the field named.
 TEST(StepReport, ACountPastInt64IsRefusedNotCast) {
-  for (const char* bad : {R"({"step": 1, "memory_peak_bytes": 23155490090100000007})", R"({"tokens": 1e300})",
-                          R"({"step": 1.5})", R"({"total_steps": "many"})"}) {
+  for (const char* bad :
+       {R"({"step": 1, "memory_peak_bytes": 23155490090100000007})", R"({"tokens": 1e300})",
+        R"({"step": 1.5})", R"({"total_steps": "many"})"}) {
     moe::v1::StepMetrics m;
     const Status st = StepMetricsFromJson(bad, &m);
     ASSERT_FALSE(st.ok()) << bad;
@@ -62,9 +67,11 @@ TEST(RankLog, TailOffsetsPartialLinesAndRotation) {
     w.Append("a line long enough to pass the 40 bytes");  // rotates: the old part becomes .1
     auto after = ReadRankLog(path, all->next_offset, 0);
     ASSERT_TRUE(after.ok());
-    EXPECT_EQ(after->text, "a line long enough to pass the 40 bytes\n") << "the offset follows across the rotation";
+    EXPECT_EQ(after->text, "a line long enough to pass the 40 bytes\n")
+        << "the offset follows across the rotation";
     EXPECT_EQ(after->next_offset, all->next_offset + 40);
-    EXPECT_EQ(ReadRankLog(path, 5, 0)->text, "a line long enough to pass the 40 bytes\n") << "rotated away: from the start";
+    EXPECT_EQ(ReadRankLog(path, 5, 0)->text, "a line long enough to pass the 40 bytes\n")
+        << "rotated away: from the start";
     EXPECT_TRUE(ReadRankLog(path + ".1", 0, 0).ok());
   }
   std::FILE* f = std::fopen(path.c_str(), "a");
@@ -72,7 +79,8 @@ TEST(RankLog, TailOffsetsPartialLinesAndRotation) {
   std::fclose(f);
   auto partial = ReadRankLog(path, 0, 0);
   ASSERT_TRUE(partial.ok());
-  EXPECT_EQ(partial->text, "a line long enough to pass the 40 bytes\n") << "a line without its end waits";
+  EXPECT_EQ(partial->text, "a line long enough to pass the 40 bytes\n")
+      << "a line without its end waits";
   EXPECT_EQ(std::system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 

@@ -6,10 +6,10 @@
 #include <random>
 
 #include "common/file_util.h"
+#include "common/job_spec_proto.h"
 #include "common/log.h"
 #include "common/path_roots.h"
 #include "common/rank_end.h"
-#include "common/job_spec_proto.h"
 #include "common/yaml.h"
 #include "worker/agent/rank_log.h"
 #include "worker/agent/step_report.h"
@@ -48,7 +48,8 @@ void WorkerAgent::Leave(const std::string& reason) {
     leave_reason_ = reason;
     leaving_ = true;
   }
-  MOE_LOG(INFO) << "leaving (" << reason << "): the rank checkpoints at its next step boundary and stops";
+  MOE_LOG(INFO) << "leaving (" << reason
+                << "): the rank checkpoints at its next step boundary and stops";
   SendLeaving();
   StopCurrentRank();  // its monitor reports the rank's end on the stream
   Stop();
@@ -84,11 +85,13 @@ void WorkerAgent::MeasurePeakAhead() {
   cmd.report_stream = false;
   auto p = RankProcess::Start(cmd);
   if (!p.ok()) {
-    MOE_LOG(WARNING) << "measuring the CPU peak ahead: " << p.status() << " (the first rank measures it)";
+    MOE_LOG(WARNING) << "measuring the CPU peak ahead: " << p.status()
+                     << " (the first rank measures it)";
     return;
   }
   std::thread([proc = std::shared_ptr<RankProcess>(std::move(*p))] {
-    while (proc->Pump(1.0, [](const std::string&) {}, [](const std::string&) {})) {
+    while (proc->Pump(
+        1.0, [](const std::string&) {}, [](const std::string&) {})) {
     }
     proc->Wait();
   }).detach();
@@ -105,25 +108,28 @@ Status WorkerAgent::Run() {
     // own, which would keep a restarted controller waiting for us.
     if (!stub) {
       MOE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(o_.client));
-      stub = std::shared_ptr<moe::v1::WorkerService::Stub>(moe::v1::WorkerService::NewStub(channel));
+      stub =
+          std::shared_ptr<moe::v1::WorkerService::Stub>(moe::v1::WorkerService::NewStub(channel));
     }
     const auto t0 = std::chrono::steady_clock::now();
     if (!Session(stub)) stub.reset();
     if (stop_) break;
     // A session that lasted is a reconnect after a controller restart: try again soon.
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff = 0.2;
-    // Jittered (50-100% of the backoff): thousands of workers that lost one controller must not come
-    // back to the next in lockstep (bench/load.py: a synchronized herd of 4,096 never converged).
+    // Jittered (50-100% of the backoff): thousands of workers that lost one controller must not
+    // come back to the next in lockstep (bench/load.py: a synchronized herd of 4,096 never
+    // converged).
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     std::this_thread::sleep_for(std::chrono::duration<double>(backoff * jitter(rng)));
-    backoff = std::min(backoff * 2, 1.0);  // reconnecting is cheap; a restarted controller waits for us
+    backoff =
+        std::min(backoff * 2, 1.0);  // reconnecting is cheap; a restarted controller waits for us
   }
   StopCurrentRank();
   return fatal_;
 }
 
-// What this worker tells the controller when it (re)connects: who and where it is, the rank it still
-// runs, and the outcomes the controller has not heard.
+// What this worker tells the controller when it (re)connects: who and where it is, the rank it
+// still runs, and the outcomes the controller has not heard.
 void WorkerAgent::Registration(moe::v1::Register* r) {
   r->set_name(o_.name);
   r->set_rack(o_.rack);
@@ -133,7 +139,9 @@ void WorkerAgent::Registration(moe::v1::Register* r) {
   r->set_version(MOE_VERSION);
   r->set_cpu_cores(static_cast<int>(std::thread::hardware_concurrency()));
   double memory = o_.memory_gb * 1e9;
-  if (memory <= 0 && o_.device == "cpu") memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (memory <= 0 && o_.device == "cpu")
+    memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+             static_cast<double>(::sysconf(_SC_PAGESIZE));
   r->set_memory_bytes(static_cast<int64_t>(memory));
   for (const auto& d : o_.data_roots) r->add_data_roots(d);
   for (const auto& c : o_.checkpoint_roots) r->add_checkpoint_roots(c);
@@ -158,7 +166,8 @@ void WorkerAgent::Registration(moe::v1::Register* r) {
 
 bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub) {
   grpc::ClientContext ctx;
-  PrepareContext(&ctx, o_.client, 0);  // the stream lives as long as the worker; keepalive finds dead peers
+  PrepareContext(&ctx, o_.client,
+                 0);  // the stream lives as long as the worker; keepalive finds dead peers
   {
     std::lock_guard<std::mutex> lock(stream_mu_);
     stream_ = stub->Connect(&ctx);
@@ -169,7 +178,8 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   if (!Write(reg)) {
     std::lock_guard<std::mutex> lock(stream_mu_);
     const grpc::Status st = stream_->Finish();
-    MOE_LOG(WARNING) << "cannot reach the controller at " << o_.client.address << ": " << st.error_message();
+    MOE_LOG(WARNING) << "cannot reach the controller at " << o_.client.address << ": "
+                     << st.error_message();
     stream_.reset();
     stream_ctx_ = nullptr;
     return false;
@@ -183,7 +193,9 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
       hb_cv.wait_for(lock, std::chrono::duration<double>(heartbeat_seconds_.load()));
       if (session_over || stop_) break;
       moe::v1::WorkerMessage hb;
-      hb.mutable_heartbeat()->set_time(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+      hb.mutable_heartbeat()->set_time(
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count());
       Write(hb);
     }
   });
@@ -195,10 +207,11 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   const grpc::Status st = stream_->Finish();
   if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS && session_->Get().empty()) {
     // Our first registration, and the name is another live worker's: retrying cannot help.
-    fatal_ = AlreadyExistsError(
-        "the controller refused the name " + o_.name + ": " + st.error_message() +
-        ". Each moe-worker needs its own name: pass --name (the default, <node>-cpu or <node>-gpuN, is the same for "
-        "two workers of one device type on one host)");
+    fatal_ = AlreadyExistsError("the controller refused the name " + o_.name + ": " +
+                                st.error_message() +
+                                ". Each moe-worker needs its own name: pass --name (the default, "
+                                "<node>-cpu or <node>-gpuN, is the same for "
+                                "two workers of one device type on one host)");
     stop_ = true;
   } else if (!stop_) {
     MOE_LOG(WARNING) << "lost the controller stream (" << st.error_message() << "); reconnecting";
@@ -214,11 +227,14 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
   while (stream_->Read(&msg)) {
     switch (msg.msg_case()) {
       case moe::v1::ControllerMessage::kRegistered: {
-        heartbeat_seconds_ = msg.registered().heartbeat_seconds() > 0 ? msg.registered().heartbeat_seconds() : 1.0;
+        heartbeat_seconds_ =
+            msg.registered().heartbeat_seconds() > 0 ? msg.registered().heartbeat_seconds() : 1.0;
         session_->Set(msg.registered().session());
-        MOE_LOG(INFO) << "registered with the controller at " << o_.client.address << " as " << o_.name << " (rack "
-                      << o_.rack << ", node " << o_.node << ", " << o_.device << ")";
-        if (leaving_) SendLeaving();  // a reconnect during a clean stop: the controller hears it again
+        MOE_LOG(INFO) << "registered with the controller at " << o_.client.address << " as "
+                      << o_.name << " (rack " << o_.rack << ", node " << o_.node << ", "
+                      << o_.device << ")";
+        if (leaving_)
+          SendLeaving();  // a reconnect during a clean stop: the controller hears it again
         std::lock_guard<std::mutex> lock(ranks_mu_);
         unreported_.clear();  // delivered with the registration
         break;
@@ -227,7 +243,8 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
         StartRank(stub, msg.assign());
         break;
       case moe::v1::ControllerMessage::kCancel:
-        CancelRank(msg.cancel().job_id(), msg.cancel().attempt(), msg.cancel().reason(), msg.cancel().now());
+        CancelRank(msg.cancel().job_id(), msg.cancel().attempt(), msg.cancel().reason(),
+                   msg.cancel().now());
         break;
       case moe::v1::ControllerMessage::kLogs:
         ServeLogs(msg.logs());
@@ -238,9 +255,8 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
   }
 }
 
-// Stops the rank that runs now (SIGTERM: it stops at its next step boundary; SIGKILL after the grace)
-// and joins its monitor.
-// moectl logs: a slice of a rank's log file here, running or not.
+// Stops the rank that runs now (SIGTERM: it stops at its next step boundary; SIGKILL after the
+// grace) and joins its monitor. moectl logs: a slice of a rank's log file here, running or not.
 void WorkerAgent::ServeLogs(const moe::v1::LogRequest& req) {
   moe::v1::WorkerMessage m;
   auto* r = m.mutable_log_reply();
@@ -248,16 +264,19 @@ void WorkerAgent::ServeLogs(const moe::v1::LogRequest& req) {
   const std::string path = RankLogPath(o_.runtime_dir, req.job_id(), req.attempt(), req.rank());
   auto slice = ReadRankLog(path, req.offset(), req.tail_lines());
   if (!slice.ok()) {
-    r->set_error("worker " + o_.name + " has no output of rank " + std::to_string(req.rank()) + " of " + req.job_id() +
-                 " attempt " + std::to_string(req.attempt()) + " (it never ran here, or its runtime directory was cleaned)");
+    r->set_error("worker " + o_.name + " has no output of rank " + std::to_string(req.rank()) +
+                 " of " + req.job_id() + " attempt " + std::to_string(req.attempt()) +
+                 " (it never ran here, or its runtime directory was cleaned)");
   } else {
     r->set_text(std::move(slice->text));
     r->set_next_offset(slice->next_offset);
   }
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);
-    const bool running = current_ && !current_->done && current_->assignment.job_id() == req.job_id() &&
-                         current_->assignment.attempt() == req.attempt() && current_->assignment.rank() == req.rank();
+    const bool running = current_ && !current_->done &&
+                         current_->assignment.job_id() == req.job_id() &&
+                         current_->assignment.attempt() == req.attempt() &&
+                         current_->assignment.rank() == req.rank();
     r->set_ended(!running);
   }
   Write(m);
@@ -294,17 +313,22 @@ Status WorkerAgent::CheckPaths(const moe::v1::Assignment& a) const {
   char cwd[4096] = "/";
   if (::getcwd(cwd, sizeof(cwd)) == nullptr) cwd[0] = '/', cwd[1] = 0;
   if (spec.data().source() != "synthetic") {
-    MOE_RETURN_IF_ERROR(CheckUnderRoots("spec.data.path", spec.data().path(), o_.data_roots, "data", true, cwd));
+    MOE_RETURN_IF_ERROR(
+        CheckUnderRoots("spec.data.path", spec.data().path(), o_.data_roots, "data", true, cwd));
   }
-  return CheckUnderRoots("spec.checkpoint.dir", spec.checkpoint().dir(), o_.checkpoint_roots, "checkpoint", true, cwd);
+  return CheckUnderRoots("spec.checkpoint.dir", spec.checkpoint().dir(), o_.checkpoint_roots,
+                         "checkpoint", true, cwd);
 }
 
 StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const {
   const moe::v1::Assignment& a = rank.assignment;
-  std::vector<std::string> args = {"--config", rank.spec_path, "--rank", std::to_string(a.rank()),
-                                   "--rendezvous", "unix://" + rank.proxy->socket_path(), "--report-fd", "3",
-                                   "--hostname", o_.address,
-                                   "--device", o_.device};  // the rank trains on this worker's device
+  std::vector<std::string> args = {
+      "--config",     rank.spec_path,
+      "--rank",       std::to_string(a.rank()),
+      "--rendezvous", "unix://" + rank.proxy->socket_path(),
+      "--report-fd",  "3",
+      "--hostname",   o_.address,
+      "--device",     o_.device};  // the rank trains on this worker's device
   if (a.resume() && !a.spec().spec().checkpoint().dir().empty()) args.push_back("--resume");
   // Threads: --threads when given, else the controller's share of this node's cores.
   const int threads = o_.threads > 0 ? o_.threads : a.cpu_threads();
@@ -320,17 +344,22 @@ namespace {
 
 moe::v1::FailureClass ToProto(FailureClass c) {
   switch (c) {
-    case FailureClass::kNone: return moe::v1::FAILURE_NONE;
-    case FailureClass::kStopped: return moe::v1::FAILURE_STOPPED;
-    case FailureClass::kPermanent: return moe::v1::FAILURE_PERMANENT;
-    case FailureClass::kTransient: break;
+    case FailureClass::kNone:
+      return moe::v1::FAILURE_NONE;
+    case FailureClass::kStopped:
+      return moe::v1::FAILURE_STOPPED;
+    case FailureClass::kPermanent:
+      return moe::v1::FAILURE_PERMANENT;
+    case FailureClass::kTransient:
+      break;
   }
   return moe::v1::FAILURE_TRANSIENT;
 }
 
 // How the assigned rank ended: its outcome (the rank's final record, or what the agent knows), with
 // the exit code it had (-1: it never ran).
-moe::v1::RankFinished Finished(const moe::v1::Assignment& a, const RankEnd& end, int exit_code, bool cancelled) {
+moe::v1::RankFinished Finished(const moe::v1::Assignment& a, const RankEnd& end, int exit_code,
+                               bool cancelled) {
   moe::v1::RankFinished f;
   f.set_job_id(a.job_id());
   f.set_attempt(a.attempt());
@@ -344,8 +373,10 @@ moe::v1::RankFinished Finished(const moe::v1::Assignment& a, const RankEnd& end,
   return f;
 }
 
-// A rank this agent did not run: `cls` says whether the job may run elsewhere (transient) or not at all.
-moe::v1::RankFinished NotRun(const moe::v1::Assignment& a, FailureClass cls, StatusCode code, std::string message) {
+// A rank this agent did not run: `cls` says whether the job may run elsewhere (transient) or not at
+// all.
+moe::v1::RankFinished NotRun(const moe::v1::Assignment& a, FailureClass cls, StatusCode code,
+                             std::string message) {
   RankEnd end;
   end.failure_class = cls;
   end.code = code;
@@ -369,14 +400,17 @@ moe::v1::WorkerMessage AboutRank(const moe::v1::Assignment& a, bool started) {
 
 }  // namespace
 
-void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub, const moe::v1::Assignment& a) {
+void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub,
+                            const moe::v1::Assignment& a) {
   // One rank at a time: whatever still runs (a stale attempt) stops first.
   StopCurrentRank();
-  if (leaving_) {  // assigned before the controller heard it: refuse, as a worker that could not start it
+  if (leaving_) {  // assigned before the controller heard it: refuse, as a worker that could not
+                   // start it
     return Report(NotRun(a, FailureClass::kTransient, StatusCode::kUnavailable,
                          "worker " + o_.name + " is leaving (" + LeaveReason() + ")"));
   }
-  if (Status st = CheckPaths(a); !st.ok()) {  // the job cannot run here as specified: it fails at once
+  if (Status st = CheckPaths(a);
+      !st.ok()) {  // the job cannot run here as specified: it fails at once
     MOE_LOG(ERROR) << "refusing rank " << a.rank() << " of " << a.job_id() << ": " << st.message();
     return Report(NotRun(a, FailureClass::kPermanent, StatusCode::kFailedPrecondition,
                          "worker " + o_.name + " refused the rank: " + st.message()));
@@ -387,9 +421,11 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
   if (o_.fake_step_seconds > 0) return Adopt(rank, &WorkerAgent::FakeMonitor);
   rank->spec_path = JoinPath(o_.runtime_dir, rank->tag + ".json");
   auto start = [&]() -> Status {
-    // The typed spec becomes the rank's document here, at the process boundary (moe-train reads it).
+    // The typed spec becomes the rank's document here, at the process boundary (moe-train reads
+    // it).
     MOE_RETURN_IF_ERROR(WriteFileAtomic(rank->spec_path, ToJson(MessageToNode(a.spec()))));
-    rank->proxy = std::make_unique<RendezvousProxy>(stub, o_.client, JoinPath(o_.runtime_dir, rank->tag + ".sock"),
+    rank->proxy = std::make_unique<RendezvousProxy>(stub, o_.client,
+                                                    JoinPath(o_.runtime_dir, rank->tag + ".sock"),
                                                     a.rendezvous_prefix(), session_);
     MOE_RETURN_IF_ERROR(rank->proxy->Start());
     RankCommand cmd;
@@ -402,15 +438,17 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
     MOE_LOG(ERROR) << "cannot start rank " << a.rank() << " of " << a.job_id() << ": " << st;
     if (rank->proxy) rank->proxy->Stop();
     // This worker failed, not the job: a transient failure.
-    return Report(NotRun(a, FailureClass::kTransient, st.code(), "worker " + o_.name + " could not start the rank: " + st.message()));
+    return Report(NotRun(a, FailureClass::kTransient, st.code(),
+                         "worker " + o_.name + " could not start the rank: " + st.message()));
   }
-  MOE_LOG(INFO) << "started rank " << a.rank() << "/" << a.spec().spec().parallelism().world_size() << " of " << a.job_id()
-                << " attempt " << a.attempt() << " (pid " << rank->process->pid() << ")";
+  MOE_LOG(INFO) << "started rank " << a.rank() << "/" << a.spec().spec().parallelism().world_size()
+                << " of " << a.job_id() << " attempt " << a.attempt() << " (pid "
+                << rank->process->pid() << ")";
   Adopt(rank, &WorkerAgent::Monitor);
 }
 
-// The rank is this worker's now: the controller hears it started, and `monitor` watches it on its own
-// thread until it ends.
+// The rank is this worker's now: the controller hears it started, and `monitor` watches it on its
+// own thread until it ends.
 void WorkerAgent::Adopt(const std::shared_ptr<Rank>& rank, void (WorkerAgent::*monitor)(Rank*)) {
   Write(AboutRank(rank->assignment, /*started=*/true));
   {
@@ -428,7 +466,8 @@ void WorkerAgent::Monitor(Rank* rank) {
     moe::v1::WorkerMessage m = AboutRank(a, /*started=*/false);
     if (StepMetricsFromJson(line, m.mutable_step()->mutable_metrics()).ok()) Write(m);
   };
-  rank->log = std::make_unique<RankLogWriter>(RankLogPath(o_.runtime_dir, a.job_id(), a.attempt(), a.rank()));
+  rank->log = std::make_unique<RankLogWriter>(
+      RankLogPath(o_.runtime_dir, a.job_id(), a.attempt(), a.rank()));
   auto on_output = [&](const std::string& line) {
     LogRankLine(a.job_id(), a.rank(), line);
     rank->log->Append(line);
@@ -441,7 +480,9 @@ void WorkerAgent::Monitor(Rank* rank) {
   ::unlink(rank->spec_path.c_str());
   rank->done = true;
   MOE_LOG(INFO) << "rank " << a.rank() << " of " << a.job_id() << " attempt " << a.attempt()
-                << (end.ok() ? " finished" : (rank->process->stop_requested() ? " stopped" : " failed: " + end.message));
+                << (end.ok() ? " finished"
+                             : (rank->process->stop_requested() ? " stopped"
+                                                                : " failed: " + end.message));
   Report(Finished(a, end, exit.exit_code(), rank->process->stop_requested()));
 }
 
@@ -451,12 +492,15 @@ void WorkerAgent::FakeMonitor(Rank* rank) {
   const int64_t steps = a.spec().spec().training().steps();
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = 1; step <= steps && !rank->fake_stop && !stop_; ++step) {
-    const auto due = t0 + std::chrono::duration<double>(o_.fake_step_seconds * static_cast<double>(step));
+    const auto due =
+        t0 + std::chrono::duration<double>(o_.fake_step_seconds * static_cast<double>(step));
     while (std::chrono::steady_clock::now() < due && !rank->fake_stop && !stop_) {
-      std::this_thread::sleep_for(std::min(std::chrono::duration<double>(0.05),
-                                           std::chrono::duration<double>(due - std::chrono::steady_clock::now())));
+      std::this_thread::sleep_for(
+          std::min(std::chrono::duration<double>(0.05),
+                   std::chrono::duration<double>(due - std::chrono::steady_clock::now())));
     }
-    if (rank->fake_stop || stop_) continue;  // every rank reports, as the trainer's do (the controller merges them)
+    if (rank->fake_stop || stop_)
+      continue;  // every rank reports, as the trainer's do (the controller merges them)
     moe::v1::WorkerMessage m = AboutRank(a, /*started=*/false);
     auto* mt = m.mutable_step()->mutable_metrics();
     mt->set_step(step);
@@ -473,14 +517,18 @@ void WorkerAgent::FakeMonitor(Rank* rank) {
   Report(Finished(a, end, end.exit_code(), stopped));
 }
 
-void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::string& reason, bool now) {
+void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::string& reason,
+                             bool now) {
   std::shared_ptr<Rank> cur;
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);
     cur = current_;
   }
-  if (!cur || cur->done || cur->assignment.job_id() != job_id || cur->assignment.attempt() != attempt) return;
-  MOE_LOG(INFO) << (now ? "killing rank " : "stopping rank ") << cur->assignment.rank() << " of " << job_id << ": " << reason;
+  if (!cur || cur->done || cur->assignment.job_id() != job_id ||
+      cur->assignment.attempt() != attempt)
+    return;
+  MOE_LOG(INFO) << (now ? "killing rank " : "stopping rank ") << cur->assignment.rank() << " of "
+                << job_id << ": " << reason;
   // It stops at its next step boundary; if not within the grace, its monitor kills it.
   if (cur->process) cur->process->RequestStop(now ? 0 : o_.stop_grace_seconds);
   cur->fake_stop = true;

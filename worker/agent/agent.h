@@ -1,12 +1,12 @@
 // The worker agent: one per device. Keeps a stream to the controller (register, heartbeat every
 // second, step reports, rank outcomes one way; assignments and cancels the other), and runs each
-// assigned rank as a child process (moe-train in rank mode, through common/rank_process.h), so that a
-// crashed rank, a sticky CUDA error or an aborted communicator dies with the attempt and never poisons
-// the agent.
+// assigned rank as a child process (moe-train in rank mode, through common/rank_process.h), so that
+// a crashed rank, a sticky CUDA error or an aborted communicator dies with the attempt and never
+// poisons the agent.
 //
-// Threads: Run's thread reads the controller's stream and starts/cancels ranks; one heartbeat thread
-// per session; one monitor thread per rank (reads its reports and output, reaps it), joined before the
-// next rank starts and when the agent stops. Nothing is detached.
+// Threads: Run's thread reads the controller's stream and starts/cancels ranks; one heartbeat
+// thread per session; one monitor thread per rank (reads its reports and output, reaps it), joined
+// before the next rank starts and when the agent stops. Nothing is detached.
 #pragma once
 
 #include <atomic>
@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "common/grpc_client.h"
+#include "common/rank_process.h"
 #include "common/status.h"
 #include "moe/v1/worker_service.grpc.pb.h"
-#include "common/rank_process.h"
 #include "worker/agent/rendezvous_proxy.h"
 
 namespace moe::worker {
@@ -31,16 +31,17 @@ struct AgentOptions {
   std::string name;
   std::string rack, node, device = "cpu";
   std::string address = "127.0.0.1";  // where this worker's rank can be reached by its peers (Gloo)
-  std::string trainer;                 // path of moe-train
-  std::string runtime_dir;             // spec files and rendezvous sockets
-  int threads = 0;                     // CPU threads for the rank (0: the trainer's default)
-  double memory_gb = 0;                // memory a rank may use (0: cpu: the host's; cuda: not reported)
-  double stop_grace_seconds = 30;      // a cancelled rank gets this long to stop, then SIGKILL
+  std::string trainer;                // path of moe-train
+  std::string runtime_dir;            // spec files and rendezvous sockets
+  int threads = 0;                    // CPU threads for the rank (0: the trainer's default)
+  double memory_gb = 0;            // memory a rank may use (0: cpu: the host's; cuda: not reported)
+  double stop_grace_seconds = 30;  // a cancelled rank gets this long to stop, then SIGKILL
   // Every path a job names must lie under one of these (common/path_roots.h); empty: anywhere.
   std::vector<std::string> data_roots, checkpoint_roots;
   std::vector<std::string> extra_trainer_args;  // testing hooks (e.g. --inject-step-delay)
-  // Fake mode (load tests, bench/load): > 0 runs no trainer; an assigned rank is a thread that reports
-  // a synthetic step every this many seconds until the job's steps are done or it is cancelled.
+  // Fake mode (load tests, bench/load): > 0 runs no trainer; an assigned rank is a thread that
+  // reports a synthetic step every this many seconds until the job's steps are done or it is
+  // cancelled.
   double fake_step_seconds = 0;
 };
 
@@ -51,10 +52,10 @@ class WorkerAgent {
   // Runs until Stop(): connects, reconnects with backoff, serves assignments.
   Status Run();
   void Stop();
-  // A clean stop (the worker's SIGTERM): tells the controller it is leaving (no new work; its job is
-  // requeued without using a restart), stops its rank at the next step boundary (where the rank
-  // checkpoints), reports the rank's end, then Stop()s. Blocks until the rank ended (at most the stop
-  // grace; the rank is killed after it).
+  // A clean stop (the worker's SIGTERM): tells the controller it is leaving (no new work; its job
+  // is requeued without using a restart), stops its rank at the next step boundary (where the rank
+  // checkpoints), reports the rank's end, then Stop()s. Blocks until the rank ended (at most the
+  // stop grace; the rank is killed after it).
   void Leave(const std::string& reason);
 
  private:
@@ -66,12 +67,13 @@ class WorkerAgent {
   bool Write(const moe::v1::WorkerMessage& msg);
   void Registration(moe::v1::Register* r);
   void ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
-  void StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub, const moe::v1::Assignment& a);
+  void StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub,
+                 const moe::v1::Assignment& a);
   StatusOr<std::vector<std::string>> RankArgs(const Rank& rank) const;
   Status CheckPaths(const moe::v1::Assignment& a) const;
   void ServeLogs(const moe::v1::LogRequest& req);  // FAILED_PRECONDITION naming the field and roots
-  // Stops the rank of that attempt if it runs here: at its next step boundary (it checkpoints there),
-  // killed after the stop grace; `now`: killed at once.
+  // Stops the rank of that attempt if it runs here: at its next step boundary (it checkpoints
+  // there), killed after the stop grace; `now`: killed at once.
   void CancelRank(const std::string& job_id, int attempt, const std::string& reason, bool now);
   void Adopt(const std::shared_ptr<Rank>& rank, void (WorkerAgent::*monitor)(Rank*));
   void Monitor(Rank* rank);
@@ -85,21 +87,23 @@ class WorkerAgent {
   AgentOptions o_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> leaving_{false};
-  Status fatal_;              // why Run gave up (a name another live worker holds); set on Run's thread
+  Status fatal_;  // why Run gave up (a name another live worker holds); set on Run's thread
   std::string leave_reason_;  // guarded by ranks_mu_ (set with leaving_)
   std::mutex stop_rank_mu_;   // one StopCurrentRank at a time (it joins the monitor)
-  std::mutex stream_mu_;  // guards stream_ and writes
-  std::unique_ptr<grpc::ClientReaderWriter<moe::v1::WorkerMessage, moe::v1::ControllerMessage>> stream_;
+  std::mutex stream_mu_;      // guards stream_ and writes
+  std::unique_ptr<grpc::ClientReaderWriter<moe::v1::WorkerMessage, moe::v1::ControllerMessage>>
+      stream_;
   grpc::ClientContext* stream_ctx_ = nullptr;
-  std::atomic<double> heartbeat_seconds_{1.0};  // set by the Run thread (Registered), read by the heartbeat thread
+  std::atomic<double> heartbeat_seconds_{
+      1.0};  // set by the Run thread (Registered), read by the heartbeat thread
 
   // This worker's credential from its registration (Registered.session): presented again when it
   // reconnects and, by the rendezvous proxies, on every key-value call.
   std::shared_ptr<SessionCredential> session_ = std::make_shared<SessionCredential>();
 
   std::mutex ranks_mu_;
-  std::shared_ptr<Rank> current_;                   // the rank running now, if any
-  std::vector<moe::v1::RankFinished> unreported_;   // outcomes the controller has not heard yet
+  std::shared_ptr<Rank> current_;                  // the rank running now, if any
+  std::vector<moe::v1::RankFinished> unreported_;  // outcomes the controller has not heard yet
 };
 
 }  // namespace moe::worker

@@ -1,8 +1,10 @@
 // moe-worker: the agent of one device.
 //
 //   moe-worker --controller ADDR --device cpu|cuda:N [--rack R] [--node N] [--name NAME]
-//              [--address ADDR] [--token TOKEN] [--tls-ca F [--tls-cert F --tls-key F]] [--threads T]
-//   moe-worker --controller ADDR --fake-step-seconds S [--fake-workers N] [--fake-rack-size K]   (load tests)
+//              [--address ADDR] [--token TOKEN] [--tls-ca F [--tls-cert F --tls-key F]] [--threads
+//              T]
+//   moe-worker --controller ADDR --fake-step-seconds S [--fake-workers N] [--fake-rack-size K]
+//   (load tests)
 #include <limits.h>
 #include <signal.h>
 #include <unistd.h>
@@ -41,13 +43,15 @@ moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_siz
     agents.push_back(std::make_unique<moe::worker::WorkerAgent>(o));
   }
   // Signal handlers only set a flag; this thread turns it into a clean leave: each agent tells the
-  // controller, its rank checkpoints at the next step boundary and stops (killed after the stop grace),
-  // and the job moves on without using a restart. It ends with Run, and is joined.
+  // controller, its rank checkpoints at the next step boundary and stops (killed after the stop
+  // grace), and the job moves on without using a restart. It ends with Run, and is joined.
   std::atomic<int> running{n};
   std::thread watcher([&] {
-    while (g_signal == 0 && running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    while (g_signal == 0 && running > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (running == 0) return;
-    const std::string reason = std::string(g_signal.load() == SIGINT ? "SIGINT" : "SIGTERM") + " to moe-worker";
+    const std::string reason =
+        std::string(g_signal.load() == SIGINT ? "SIGINT" : "SIGTERM") + " to moe-worker";
     std::vector<std::thread> leaving;
     for (auto& a : agents) leaving.emplace_back([&a, &reason] { a->Leave(reason); });
     for (auto& t : leaving) t.join();
@@ -72,95 +76,131 @@ std::string SelfDir() {
   std::string p = n > 0 ? std::string(buf, static_cast<size_t>(n)) : ".";
   return p.substr(0, p.find_last_of('/'));
 }
+
+// moe-worker's command line: the agent's options and what only main uses.
+struct WorkerFlags {
+  moe::worker::AgentOptions o;
+  std::string rack, node, inject_delay, token_file;
+  moe::ServiceLogOptions log;
+  int fake_workers = 1, fake_rack_size = 0;
+};
+
+void BindConnectionFlags(CLI::App& app, WorkerFlags& f) {
+  moe::worker::AgentOptions& o = f.o;
+  const char* env_controller = std::getenv("MOE_CONTROLLER");
+  const char* env_token = std::getenv("MOE_TOKEN");
+  const char* env_token_file = std::getenv("MOE_TOKEN_FILE");
+  f.token_file = env_token_file ? env_token_file : "";
+  o.client.address = env_controller ? env_controller : "";
+  o.client.token = env_token ? env_token : "";
+  app.add_option("--controller", o.client.address,
+                 "controller gRPC address host:port ($MOE_CONTROLLER)");
+  app.add_option(
+      "--token", o.client.token,
+      "bearer token with the worker role ($MOE_TOKEN; visible in ps: prefer --token-file)");
+  app.add_option("--token-file", f.token_file,
+                 "file holding the worker token, mode 0600 ($MOE_TOKEN_FILE)");
+  app.add_option("--tls-ca", o.client.tls_ca, "CA of the controller's certificate (PEM): TLS");
+  app.add_option("--tls-cert", o.client.tls_cert, "client certificate (PEM) for mTLS");
+  app.add_option("--tls-key", o.client.tls_key, "client key (PEM) for mTLS");
+}
+
+void BindFlags(CLI::App& app, WorkerFlags& f) {
+  moe::worker::AgentOptions& o = f.o;
+  BindConnectionFlags(app, f);
+  app.add_option("--device", o.device, "cpu or cuda:N")->capture_default_str();
+  app.add_option("--rack", f.rack, "rack (NVLink domain) when NVML has no fabric info ($MOE_RACK)");
+  app.add_option("--node", f.node, "node name ($MOE_NODE; default: the host name)");
+  app.add_option("--name", o.name, "worker name (default: <node>-<device>)");
+  app.add_option("--address", o.address, "address this worker's rank is reachable at by its peers")
+      ->capture_default_str();
+  app.add_option("--threads", o.threads,
+                 "CPU threads for a rank (default: the node's cores shared among its CPU workers)");
+  app.add_option("--stop-grace-seconds", o.stop_grace_seconds,
+                 "a rank told to stop (cancel, SIGTERM to this worker) gets this long to reach its "
+                 "next step "
+                 "boundary and checkpoint, then it is killed: a step plus a checkpoint write")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--memory-gb", o.memory_gb,
+                 "memory a rank may use, GB: the controller refuses jobs that need more (default: "
+                 "cpu: the host's "
+                 "memory shared among its CPU workers; cuda: not reported)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option(
+      "--data-root", o.data_roots,
+      "a job's spec.data.path must lie below one of these (repeatable; default: anywhere)");
+  app.add_option(
+      "--checkpoint-root", o.checkpoint_roots,
+      "a job's checkpoint directory must lie below one of these (repeatable; default: anywhere)");
+  app.add_option("--trainer", o.trainer, "path of moe-train (default: next to moe-worker)");
+  app.add_option("--runtime-dir", o.runtime_dir,
+                 "for job files and rendezvous sockets (default /tmp/moe-worker-<name>)");
+  app.add_option("--inject-step-delay", f.inject_delay,
+                 "testing: seconds each of this worker's ranks sleeps per step");
+  app.add_option(
+         "--fake-step-seconds", o.fake_step_seconds,
+         "load testing: run no trainer; a rank reports a synthetic step every this many seconds")
+      ->check(CLI::Range(0.001, 3600.0));
+  app.add_option("--fake-workers", f.fake_workers,
+                 "load testing (with --fake-step-seconds): this many workers in one process")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--fake-rack-size", f.fake_rack_size,
+                 "load testing: the fake workers' racks hold this many each (0: one rack)")
+      ->check(CLI::Range(0, 100000));
+  moe::AddServiceLogFlags(app, &f.log);
+}
+
+// Checks the flags and fills in the defaults that depend on others; INVALID_ARGUMENT names the
+// flag.
+moe::Status Resolve(WorkerFlags& f) {
+  moe::worker::AgentOptions& o = f.o;
+  if (!f.token_file.empty()) {
+    MOE_ASSIGN_OR_RETURN(o.client.token, moe::ReadTokenFile(f.token_file));
+  }
+  if (o.client.address.empty())
+    return moe::InvalidArgumentError("--controller: required (or set MOE_CONTROLLER)");
+  if (o.device != "cpu" && o.device.rfind("cuda:", 0) != 0) {
+    return moe::InvalidArgumentError("--device: expected cpu or cuda:N, got '" + o.device + "'");
+  }
+  const moe::worker::Topology topo = moe::worker::DetectTopology(o.device, f.rack, f.node);
+  o.rack = topo.rack;
+  o.node = topo.node;
+  f.rack = topo.source;  // said in the log once it is set up
+  if (o.name.empty())
+    o.name = o.node + "-" + (o.device == "cpu" ? "cpu" : "gpu" + o.device.substr(5));
+  if (o.trainer.empty()) o.trainer = SelfDir() + "/moe-train";
+  if (f.fake_workers > 1 && o.fake_step_seconds <= 0) {
+    return moe::InvalidArgumentError("--fake-workers: needs --fake-step-seconds (fake mode)");
+  }
+  if (o.fake_step_seconds <= 0 && ::access(o.trainer.c_str(), X_OK) != 0) {
+    return moe::InvalidArgumentError("--trainer: " + o.trainer +
+                                     " is not an executable (build moe-train or pass --trainer)");
+  }
+  if (o.runtime_dir.empty()) o.runtime_dir = "/tmp/moe-worker-" + o.name;
+  if (!f.inject_delay.empty()) o.extra_trainer_args = {"--inject-step-delay", f.inject_delay};
+  f.log.component = "worker " + o.name;
+  return moe::InitServiceLog(f.log);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"moe-worker: runs ranks of MoE training jobs on one device for the controller"};
-  moe::worker::AgentOptions o;
-  std::string rack, node, inject_delay;
-  moe::ServiceLogOptions log;
-  const char* env_controller = std::getenv("MOE_CONTROLLER");
-  const char* env_token = std::getenv("MOE_TOKEN");
-  const char* env_token_file = std::getenv("MOE_TOKEN_FILE");
-  std::string token_file = env_token_file ? env_token_file : "";
-  o.client.address = env_controller ? env_controller : "";
-  o.client.token = env_token ? env_token : "";
-  app.add_option("--controller", o.client.address, "controller gRPC address host:port ($MOE_CONTROLLER)");
-  app.add_option("--device", o.device, "cpu or cuda:N")->capture_default_str();
-  app.add_option("--rack", rack, "rack (NVLink domain) when NVML has no fabric info ($MOE_RACK)");
-  app.add_option("--node", node, "node name ($MOE_NODE; default: the host name)");
-  app.add_option("--name", o.name, "worker name (default: <node>-<device>)");
-  app.add_option("--address", o.address, "address this worker's rank is reachable at by its peers")->capture_default_str();
-  app.add_option("--token", o.client.token, "bearer token with the worker role ($MOE_TOKEN; visible in ps: prefer --token-file)");
-  app.add_option("--token-file", token_file, "file holding the worker token, mode 0600 ($MOE_TOKEN_FILE)");
-  app.add_option("--tls-ca", o.client.tls_ca, "CA of the controller's certificate (PEM): TLS");
-  app.add_option("--tls-cert", o.client.tls_cert, "client certificate (PEM) for mTLS");
-  app.add_option("--tls-key", o.client.tls_key, "client key (PEM) for mTLS");
-  app.add_option("--threads", o.threads, "CPU threads for a rank (default: the node's cores shared among its CPU workers)");
-  app.add_option("--stop-grace-seconds", o.stop_grace_seconds,
-                 "a rank told to stop (cancel, SIGTERM to this worker) gets this long to reach its next step boundary "
-                 "and checkpoint, then it is killed: a step plus a checkpoint write")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--memory-gb", o.memory_gb,
-                 "memory a rank may use, GB: the controller refuses jobs that need more (default: cpu: the host's "
-                 "memory shared among its CPU workers; cuda: not reported)")
-      ->check(CLI::Range(0.0, 1e6));
-  app.add_option("--data-root", o.data_roots, "a job's spec.data.path must lie below one of these (repeatable; default: anywhere)");
-  app.add_option("--checkpoint-root", o.checkpoint_roots, "a job's checkpoint directory must lie below one of these (repeatable; default: anywhere)");
-  app.add_option("--trainer", o.trainer, "path of moe-train (default: next to moe-worker)");
-  app.add_option("--runtime-dir", o.runtime_dir, "for job files and rendezvous sockets (default /tmp/moe-worker-<name>)");
-  app.add_option("--inject-step-delay", inject_delay, "testing: seconds each of this worker's ranks sleeps per step");
-  int fake_workers = 1, fake_rack_size = 0;
-  app.add_option("--fake-step-seconds", o.fake_step_seconds,
-                 "load testing: run no trainer; a rank reports a synthetic step every this many seconds")
-      ->check(CLI::Range(0.001, 3600.0));
-  app.add_option("--fake-workers", fake_workers, "load testing (with --fake-step-seconds): this many workers in one process")
-      ->check(CLI::Range(1, 100000));
-  app.add_option("--fake-rack-size", fake_rack_size, "load testing: the fake workers' racks hold this many each (0: one rack)")
-      ->check(CLI::Range(0, 100000));
-  moe::AddServiceLogFlags(app, &log);
+  WorkerFlags f;
+  BindFlags(app, f);
   CLI11_PARSE(app, argc, argv);
-  if (!token_file.empty()) {
-    auto token = moe::ReadTokenFile(token_file);
-    if (!token.ok()) {
-      std::fprintf(stderr, "moe-worker: %s\n", token.status().message().c_str());
-      return 2;
-    }
-    o.client.token = *token;
-  }
-  if (o.client.address.empty()) {
-    std::fprintf(stderr, "moe-worker: --controller: required (or set MOE_CONTROLLER)\n");
+  if (moe::Status st = Resolve(f); !st.ok()) {
+    std::fprintf(stderr, "moe-worker: %s\n", st.message().c_str());
     return 2;
   }
-  if (o.device != "cpu" && o.device.rfind("cuda:", 0) != 0) {
-    std::fprintf(stderr, "moe-worker: --device: expected cpu or cuda:N, got '%s'\n", o.device.c_str());
-    return 2;
-  }
-  const moe::worker::Topology topo = moe::worker::DetectTopology(o.device, rack, node);
-  o.rack = topo.rack;
-  o.node = topo.node;
-  if (o.name.empty()) o.name = o.node + "-" + (o.device == "cpu" ? "cpu" : "gpu" + o.device.substr(5));
-  if (o.trainer.empty()) o.trainer = SelfDir() + "/moe-train";
-  if (fake_workers > 1 && o.fake_step_seconds <= 0) {
-    std::fprintf(stderr, "moe-worker: --fake-workers: needs --fake-step-seconds (fake mode)\n");
-    return 2;
-  }
-  if (o.fake_step_seconds <= 0 && ::access(o.trainer.c_str(), X_OK) != 0) {
-    std::fprintf(stderr, "moe-worker: --trainer: %s is not an executable (build moe-train or pass --trainer)\n", o.trainer.c_str());
-    return 2;
-  }
-  if (o.runtime_dir.empty()) o.runtime_dir = "/tmp/moe-worker-" + o.name;
-  if (!inject_delay.empty()) o.extra_trainer_args = {"--inject-step-delay", inject_delay};
-  log.component = "worker " + o.name;
-  if (moe::Status st = moe::InitServiceLog(log); !st.ok()) return std::fprintf(stderr, "moe-worker: %s\n", st.message().c_str()), 2;
-  MOE_LOG(INFO) << "rack " << o.rack << " from " << topo.source << "; node " << o.node;
+  MOE_LOG(INFO) << "rack " << f.o.rack << " from " << f.rack << "; node " << f.o.node;
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGINT, OnSignal);
   ::signal(SIGTERM, OnSignal);
-  if (o.fake_step_seconds > 0) MOE_LOG(INFO) << "fake mode: " << fake_workers << " worker(s), no trainer";
-  moe::Status st = RunAgents(o, fake_workers, fake_rack_size);
-  if (!st.ok()) {
+  if (f.o.fake_step_seconds > 0)
+    MOE_LOG(INFO) << "fake mode: " << f.fake_workers << " worker(s), no trainer";
+  if (moe::Status st = RunAgents(f.o, f.fake_workers, f.fake_rack_size); !st.ok()) {
     std::fprintf(stderr, "moe-worker: %s\n", st.ToString().c_str());
     return 1;
   }

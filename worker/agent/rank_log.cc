@@ -10,8 +10,10 @@
 
 namespace moe::worker {
 
-std::string RankLogPath(const std::string& runtime_dir, const std::string& job_id, int attempt, int rank) {
-  return JoinPath(JoinPath(JoinPath(runtime_dir, "logs"), job_id), "a" + std::to_string(attempt) + "-r" + std::to_string(rank) + ".log");
+std::string RankLogPath(const std::string& runtime_dir, const std::string& job_id, int attempt,
+                        int rank) {
+  return JoinPath(JoinPath(JoinPath(runtime_dir, "logs"), job_id),
+                  "a" + std::to_string(attempt) + "-r" + std::to_string(rank) + ".log");
 }
 
 RankLogWriter::~RankLogWriter() {
@@ -21,7 +23,8 @@ RankLogWriter::~RankLogWriter() {
 void RankLogWriter::Append(const std::string& line) {
   if (failed_) return;
   const bool rotate = f_ != nullptr && size_ + static_cast<int64_t>(line.size()) + 1 > rotate_;
-  if (rotate) {  // keep one previous part: path.1; offsets go on counting (path.base: bytes before path)
+  if (rotate) {  // keep one previous part: path.1; offsets go on counting (path.base: bytes before
+                 // path)
     std::fclose(f_);
     f_ = nullptr;
     std::rename(path_.c_str(), (path_ + ".1").c_str());
@@ -48,11 +51,13 @@ void RankLogWriter::Append(const std::string& line) {
   size_ += static_cast<int64_t>(line.size()) + 1;
 }
 
-StatusOr<LogSlice> ReadRankLog(const std::string& path, int64_t offset, int tail_lines, int64_t max_bytes) {
+StatusOr<LogSlice> ReadRankLog(const std::string& path, int64_t offset, int tail_lines,
+                               int64_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError("no log file " + path);
   int64_t base = 0;  // offsets count every byte written, rotated parts included
-  if (auto b = ReadFileToString(path + ".base"); b.ok()) base = std::strtoll(b->c_str(), nullptr, 10);
+  if (auto b = ReadFileToString(path + ".base"); b.ok())
+    base = std::strtoll(b->c_str(), nullptr, 10);
   in.seekg(0, std::ios::end);
   const int64_t size = static_cast<int64_t>(in.tellg());
   // Before this part (rotated away) or past its end: from its start.

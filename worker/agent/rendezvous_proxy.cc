@@ -5,17 +5,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 
-#include "common/log.h"
 #include "common/kv_protocol.h"
+#include "common/log.h"
 
 namespace moe::worker {
 
-RendezvousProxy::RendezvousProxy(std::shared_ptr<moe::v1::WorkerService::Stub> stub, ClientOptions client,
-                                 std::string socket_path, std::string prefix,
+RendezvousProxy::RendezvousProxy(std::shared_ptr<moe::v1::WorkerService::Stub> stub,
+                                 ClientOptions client, std::string socket_path, std::string prefix,
                                  std::shared_ptr<SessionCredential> session)
     : stub_(std::move(stub)),
       client_(std::move(client)),
@@ -36,9 +36,11 @@ Status RendezvousProxy::Start() {
   if (listen_fd_ < 0) return ErrnoError("socket", errno);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path_.size() >= sizeof(addr.sun_path)) return InvalidArgumentError("rendezvous socket path too long: " + path_);
+  if (path_.size() >= sizeof(addr.sun_path))
+    return InvalidArgumentError("rendezvous socket path too long: " + path_);
   std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return ErrnoError("bind " + path_, errno);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    return ErrnoError("bind " + path_, errno);
   if (::listen(listen_fd_, 16) != 0) return ErrnoError("listen " + path_, errno);
   acceptor_ = std::thread([this] { Accept(); });
   return OkStatus();
@@ -49,7 +51,8 @@ void RendezvousProxy::Stop() {
   if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
   for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
   if (acceptor_.joinable()) acceptor_.join();
-  for (auto& t : connections_) if (t.joinable()) t.join();
+  for (auto& t : connections_)
+    if (t.joinable()) t.join();
   for (int fd : fds_) ::close(fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
   ::unlink(path_.c_str());
@@ -89,10 +92,14 @@ namespace {
 // A gRPC status in the store's terms (NOT_FOUND, DEADLINE_EXCEEDED, anything else UNAVAILABLE).
 Status FromGrpc(const grpc::Status& st) {
   switch (st.error_code()) {
-    case grpc::StatusCode::OK: return OkStatus();
-    case grpc::StatusCode::NOT_FOUND: return NotFoundError(st.error_message());
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return DeadlineExceededError(st.error_message());
-    default: return UnavailableError(st.error_message());
+    case grpc::StatusCode::OK:
+      return OkStatus();
+    case grpc::StatusCode::NOT_FOUND:
+      return NotFoundError(st.error_message());
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return DeadlineExceededError(st.error_message());
+    default:
+      return UnavailableError(st.error_message());
   }
 }
 

@@ -36,8 +36,9 @@ class SessionCredential {
 
 class RendezvousProxy {
  public:
-  RendezvousProxy(std::shared_ptr<moe::v1::WorkerService::Stub> stub, ClientOptions client, std::string socket_path,
-                  std::string prefix, std::shared_ptr<SessionCredential> session);
+  RendezvousProxy(std::shared_ptr<moe::v1::WorkerService::Stub> stub, ClientOptions client,
+                  std::string socket_path, std::string prefix,
+                  std::shared_ptr<SessionCredential> session);
   ~RendezvousProxy();
   Status Start();
   void Stop();

@@ -31,8 +31,10 @@ std::string NvmlFabricDomain(int index, std::string* why) {
   }
   auto init = reinterpret_cast<nvmlReturn_t (*)()>(::dlsym(lib, "nvmlInit_v2"));
   auto shutdown = reinterpret_cast<nvmlReturn_t (*)()>(::dlsym(lib, "nvmlShutdown"));
-  auto handle = reinterpret_cast<nvmlReturn_t (*)(unsigned int, nvmlDevice_t*)>(::dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
-  auto fabric = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlGpuFabricInfo*)>(::dlsym(lib, "nvmlDeviceGetGpuFabricInfo"));
+  auto handle = reinterpret_cast<nvmlReturn_t (*)(unsigned int, nvmlDevice_t*)>(
+      ::dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  auto fabric = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlGpuFabricInfo*)>(
+      ::dlsym(lib, "nvmlDeviceGetGpuFabricInfo"));
   std::string out;
   if (init == nullptr || handle == nullptr || fabric == nullptr) {
     *why = "this driver's NVML has no GPU fabric info";
@@ -44,7 +46,8 @@ std::string NvmlFabricDomain(int index, std::string* why) {
     if (handle(static_cast<unsigned int>(index), &dev) != 0) {
       *why = "no GPU " + std::to_string(index);
     } else if (const int rc = fabric(dev, &info); rc != 0) {
-      *why = "GPU " + std::to_string(index) + " reports no NVLink fabric (NVML error " + std::to_string(rc) + ")";
+      *why = "GPU " + std::to_string(index) + " reports no NVLink fabric (NVML error " +
+             std::to_string(rc) + ")";
     } else if (info.state != kFabricStateCompleted || info.status != 0) {
       *why = "GPU " + std::to_string(index) + "'s fabric registration is not complete";
     } else {
@@ -58,7 +61,8 @@ std::string NvmlFabricDomain(int index, std::string* why) {
   return out;
 }
 
-Topology DetectTopology(const std::string& device, const std::string& rack_flag, const std::string& node_flag) {
+Topology DetectTopology(const std::string& device, const std::string& rack_flag,
+                        const std::string& node_flag) {
   Topology t;
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);

@@ -13,10 +13,12 @@ struct Topology {
   std::string source;  // how the rack was found
 };
 
-Topology DetectTopology(const std::string& device, const std::string& rack_flag, const std::string& node_flag);
+Topology DetectTopology(const std::string& device, const std::string& rack_flag,
+                        const std::string& node_flag);
 
 // NVML's fabric identity of GPU `index` ("<clusterUuid hex>.<cliqueId>"), or "" with the reason in
-// `why` (no driver, no fabric, not completed). libnvidia-ml is loaded with dlopen: no link dependency.
+// `why` (no driver, no fabric, not completed). libnvidia-ml is loaded with dlopen: no link
+// dependency.
 std::string NvmlFabricDomain(int index, std::string* why);
 
 }  // namespace moe::worker

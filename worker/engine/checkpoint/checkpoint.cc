@@ -18,9 +18,11 @@ std::string ShardName(int rank) {
 
 }  // namespace
 
-std::vector<TensorPiece> CheckpointPieces(Model& model, const Optimizer& optimizer, const ParallelContext& par, bool writer) {
-  // Weights and moments: the optimizer knows who holds what (shards, or the group's rank 0). The bias of
-  // a MoE layer is the same on every data-parallel rank of its stage: rank 0 of the stage writes it.
+std::vector<TensorPiece> CheckpointPieces(Model& model, const Optimizer& optimizer,
+                                          const ParallelContext& par, bool writer) {
+  // Weights and moments: the optimizer knows who holds what (shards, or the group's rank 0). The
+  // bias of a MoE layer is the same on every data-parallel rank of its stage: rank 0 of the stage
+  // writes it.
   std::vector<TensorPiece> out;
   optimizer.Pieces(writer, &out);
   if (writer && par.dp_rank() != 0) return out;
@@ -29,9 +31,13 @@ std::vector<TensorPiece> CheckpointPieces(Model& model, const Optimizer& optimiz
   return out;
 }
 
-CheckpointManager::CheckpointManager(std::string dir, const ParallelContext& par, std::string fingerprint,
-                                     int64_t keep_last, Node spec)
-    : dir_(std::move(dir)), par_(par), fingerprint_(std::move(fingerprint)), keep_last_(keep_last), spec_(std::move(spec)) {}
+CheckpointManager::CheckpointManager(std::string dir, const ParallelContext& par,
+                                     std::string fingerprint, int64_t keep_last, Node spec)
+    : dir_(std::move(dir)),
+      par_(par),
+      fingerprint_(std::move(fingerprint)),
+      keep_last_(keep_last),
+      spec_(std::move(spec)) {}
 
 std::string CheckpointManager::StepDirName(int64_t step) {
   char buf[32];
@@ -49,7 +55,8 @@ Status AgreeOnSave(Communicator* world, const Status& mine, int64_t step, Status
   *comm = world->AllReduceSumHost(&failed, 1);
   if (!comm->ok() || failed == 0.0) return OkStatus();
   if (!mine.ok()) return mine;
-  return UnavailableError("checkpoint at step " + std::to_string(step) + ": " + std::to_string(static_cast<int>(failed)) +
+  return UnavailableError("checkpoint at step " + std::to_string(step) + ": " +
+                          std::to_string(static_cast<int>(failed)) +
                           " other rank(s) could not write their part (see their logs)");
 }
 
@@ -65,7 +72,8 @@ Status CheckpointManager::PrepareSave(const std::string& tmp_dir) const {
 // A checkpoint of the same step (a re-run after a resume) is replaced only now, when the new one is
 // complete.
 Status CheckpointManager::CommitSave(int64_t step, const Optimizer& optimizer, const Node& state,
-                                     const std::string& tmp_dir, const std::string& final_dir) const {
+                                     const std::string& tmp_dir,
+                                     const std::string& final_dir) const {
   Node manifest = Node::Map();
   manifest.Set("format", Node::Scalar(kCheckpointFormat, true));
   manifest.Set("step", Node::Scalar(std::to_string(step)));
@@ -76,37 +84,44 @@ Status CheckpointManager::CommitSave(int64_t step, const Optimizer& optimizer, c
   manifest.Set("fingerprint", Node::Scalar(fingerprint_, true));
   manifest.Set("state", state);
   if (!spec_.IsNull()) manifest.Set("spec", spec_);
-  MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp_dir, "MANIFEST.json"), ToJson(manifest, 2) + "\n"));
+  MOE_RETURN_IF_ERROR(
+      WriteFileAtomic(JoinPath(tmp_dir, "MANIFEST.json"), ToJson(manifest, 2) + "\n"));
   if (PathExists(final_dir)) MOE_RETURN_IF_ERROR(RemoveAll(final_dir));
-  if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) return ErrnoError("rename " + tmp_dir, errno);
+  if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
+    return ErrnoError("rename " + tmp_dir, errno);
   MOE_RETURN_IF_ERROR(FsyncPath(dir_));
   if (keep_last_ > 0) {
     auto all = List();
     for (size_t i = static_cast<size_t>(keep_last_); i < all.size(); ++i) {
       Status st = RemoveAll(all[i].second);
-      if (!st.ok()) MOE_LOG(WARNING) << "could not prune old checkpoint " << all[i].second << ": " << st;
+      if (!st.ok())
+        MOE_LOG(WARNING) << "could not prune old checkpoint " << all[i].second << ": " << st;
     }
   }
   return OkStatus();
 }
 
-Status CheckpointManager::Save(int64_t step, Model& model, const Optimizer& optimizer, const Node& state,
-                               Status* storage_failure) {
+Status CheckpointManager::Save(int64_t step, Model& model, const Optimizer& optimizer,
+                               const Node& state, Status* storage_failure) {
   const std::string final_dir = JoinPath(dir_, StepDirName(step));
   const std::string tmp_dir = final_dir + ".tmp";
   Communicator* world = par_.world;
   world->SetPhase("checkpoint at step " + std::to_string(step));
-  Status comm, agreed = AgreeOnSave(world, par_.rank == 0 ? PrepareSave(tmp_dir) : OkStatus(), step, &comm);
+  Status comm,
+      agreed = AgreeOnSave(world, par_.rank == 0 ? PrepareSave(tmp_dir) : OkStatus(), step, &comm);
   MOE_RETURN_IF_ERROR(comm);
   if (agreed.ok()) {
     const std::vector<TensorPiece> mine = CheckpointPieces(model, optimizer, par_, /*writer=*/true);
-    Status wrote = mine.empty() ? OkStatus() : WriteShardFile(JoinPath(tmp_dir, ShardName(par_.rank)), par_.rank, step, mine);
+    Status wrote = mine.empty() ? OkStatus()
+                                : WriteShardFile(JoinPath(tmp_dir, ShardName(par_.rank)), par_.rank,
+                                                 step, mine);
     agreed = AgreeOnSave(world, wrote, step, &comm);
     MOE_RETURN_IF_ERROR(comm);
   }
   if (agreed.ok()) {
-    agreed = AgreeOnSave(world, par_.rank == 0 ? CommitSave(step, optimizer, state, tmp_dir, final_dir) : OkStatus(),
-                         step, &comm);
+    agreed = AgreeOnSave(
+        world, par_.rank == 0 ? CommitSave(step, optimizer, state, tmp_dir, final_dir) : OkStatus(),
+        step, &comm);
     MOE_RETURN_IF_ERROR(comm);
   }
   if (agreed.ok()) return OkStatus();
@@ -123,7 +138,8 @@ std::vector<std::pair<int64_t, std::string>> CheckpointManager::List() const {
   for (const auto& n : *names) {
     if (n.size() != 13 || n.rfind("step_", 0) != 0) continue;  // skips step_*.tmp
     bool digits = true;
-    for (size_t i = 5; i < n.size(); ++i) digits = digits && std::isdigit(static_cast<unsigned char>(n[i]));
+    for (size_t i = 5; i < n.size(); ++i)
+      digits = digits && std::isdigit(static_cast<unsigned char>(n[i]));
     if (!digits) continue;
     out.emplace_back(std::stoll(n.substr(5)), JoinPath(dir_, n));
   }
@@ -135,7 +151,9 @@ Status CheckpointManager::Validate(const std::string& path) const {
   MOE_ASSIGN_OR_RETURN(Node manifest, ReadCheckpointManifest(path));
   const Node* fp = manifest.Find("fingerprint");
   if (fp == nullptr || fp->scalar() != fingerprint_) {
-    return FailedPreconditionError("checkpoint " + path + " was written for another model shape; resuming a different model is not supported");
+    return FailedPreconditionError(
+        "checkpoint " + path +
+        " was written for another model shape; resuming a different model is not supported");
   }
   MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(path, /*verify=*/true));
   return reader.CheckComplete();
@@ -147,8 +165,9 @@ int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
   // over from step 0 would throw the run's progress away.
   if (PathExists(dir_)) {
     if (auto names = ListDir(dir_); !names.ok()) {
-      *refusal = UnavailableError("checkpoint directory " + dir_ + " cannot be read (" + names.status().message() +
-                                  "); not starting over from step 0 while it may hold the run's checkpoints");
+      *refusal = UnavailableError(
+          "checkpoint directory " + dir_ + " cannot be read (" + names.status().message() +
+          "); not starting over from step 0 while it may hold the run's checkpoints");
       return kUnreadable;
     }
   }
@@ -168,7 +187,8 @@ int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
     damaged.push_back(path);
   }
   if (chosen == 0 && !damaged.empty()) {
-    MOE_LOG(WARNING) << "no complete checkpoint in " << dir_ << " (" << damaged.size() << " damaged); starting from step 0";
+    MOE_LOG(WARNING) << "no complete checkpoint in " << dir_ << " (" << damaged.size()
+                     << " damaged); starting from step 0";
   } else if (chosen > 0 && !damaged.empty()) {
     MOE_LOG(WARNING) << "falling back to the previous complete checkpoint " << StepDirName(chosen);
   }
@@ -178,15 +198,18 @@ int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
 StatusOr<int64_t> CheckpointManager::Choose() {
   Communicator* world = par_.world;
   world->SetPhase("checkpoint restore");
-  // Rank 0 picks; a refusal (another model, an unreadable directory) is broadcast as a negative step
-  // so every rank fails the same way.
+  // Rank 0 picks; a refusal (another model, an unreadable directory) is broadcast as a negative
+  // step so every rank fails the same way.
   Status refusal;
   int64_t chosen = par_.rank == 0 ? ChooseOnRankZero(&refusal) : 0;
   MOE_RETURN_IF_ERROR(world->BroadcastHost(&chosen, sizeof(chosen), 0));
   if (chosen < 0) {
     if (!refusal.ok()) return refusal;
-    if (chosen == kUnreadable) return UnavailableError("the checkpoint directory " + dir_ + " cannot be read on rank 0 (see its log)");
-    return FailedPreconditionError("the checkpoint in " + dir_ + " does not fit this run's model (see rank 0's log)");
+    if (chosen == kUnreadable)
+      return UnavailableError("the checkpoint directory " + dir_ +
+                              " cannot be read on rank 0 (see its log)");
+    return FailedPreconditionError("the checkpoint in " + dir_ +
+                                   " does not fit this run's model (see rank 0's log)");
   }
   return chosen;
 }
@@ -195,12 +218,14 @@ StatusOr<CheckpointInfo> CheckpointManager::Load(int64_t step, Model& model, Opt
   CheckpointInfo info;
   info.step = step;
   info.path = JoinPath(dir_, StepDirName(step));
-  MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(info.path, /*verify=*/false));
+  MOE_ASSIGN_OR_RETURN(CheckpointReader reader,
+                       CheckpointReader::Open(info.path, /*verify=*/false));
   if (const Node* s = reader.manifest().Find("state")) info.state = *s;
   for (const TensorPiece& p : CheckpointPieces(model, optimizer, par_, /*writer=*/false)) {
     const std::vector<int64_t> stored = reader.GlobalShape(p.name);
     if (stored != p.global_shape) {
-      return FailedPreconditionError("checkpoint " + info.path + ": tensor " + p.name + " has another shape than this model's");
+      return FailedPreconditionError("checkpoint " + info.path + ": tensor " + p.name +
+                                     " has another shape than this model's");
     }
     MOE_RETURN_IF_ERROR(reader.Read(p.name, p.begin, p.data));
   }

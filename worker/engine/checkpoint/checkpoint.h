@@ -3,10 +3,11 @@
 // <dir>/step_00000030/ holds MANIFEST.json and one shard per writing rank: rank 0 writes the dense
 // weights, their AdamW moments and the router biases; the ranks of the first expert-parallel group
 // their experts. Every tensor is stored by its global shape, so any layout can read it back. A
-// checkpoint is built in step_XXXXXXXX.tmp/, every file fsynced, the manifest written last, then the
-// directory is renamed into place: a directory named step_* is complete. Each shard ends with a CRC-32
-// of its bytes, so a damaged or truncated shard is detected on load; the loader then says so and falls
-// back to the previous complete checkpoint. A checkpoint of another model shape is refused.
+// checkpoint is built in step_XXXXXXXX.tmp/, every file fsynced, the manifest written last, then
+// the directory is renamed into place: a directory named step_* is complete. Each shard ends with a
+// CRC-32 of its bytes, so a damaged or truncated shard is detected on load; the loader then says so
+// and falls back to the previous complete checkpoint. A checkpoint of another model shape is
+// refused.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +17,8 @@
 #include "common/status.h"
 #include "common/yaml.h"
 #include "worker/engine/checkpoint/checkpoint_io.h"
-#include "worker/engine/parallel/communicator.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/parallel/communicator.h"
 #include "worker/engine/train/optimizer.h"
 
 namespace moe {
@@ -28,24 +29,25 @@ struct CheckpointInfo {
   Node state;  // the manifest's "state" (data position, rng, ...)
 };
 
-// What this rank writes (owner) or needs (reader) of a model's state in a checkpoint: every parameter's
-// value and AdamW moments ("param/<name>/value|m|v") and every MoE layer's bias ("bias/<layer>"), as
-// pieces of the global tensors.
-std::vector<TensorPiece> CheckpointPieces(Model& model, const Optimizer& optimizer, const ParallelContext& par, bool writer);
+// What this rank writes (owner) or needs (reader) of a model's state in a checkpoint: every
+// parameter's value and AdamW moments ("param/<name>/value|m|v") and every MoE layer's bias
+// ("bias/<layer>"), as pieces of the global tensors.
+std::vector<TensorPiece> CheckpointPieces(Model& model, const Optimizer& optimizer,
+                                          const ParallelContext& par, bool writer);
 
 class CheckpointManager {
  public:
-  // `fingerprint`: what a checkpoint must agree with (the model's shape, ModelFingerprint); `spec`: the
-  // job document stored in the manifest (moe-export reads the model from it).
-  CheckpointManager(std::string dir, const ParallelContext& par, std::string fingerprint, int64_t keep_last,
-                    Node spec = Node());
+  // `fingerprint`: what a checkpoint must agree with (the model's shape, ModelFingerprint); `spec`:
+  // the job document stored in the manifest (moe-export reads the model from it).
+  CheckpointManager(std::string dir, const ParallelContext& par, std::string fingerprint,
+                    int64_t keep_last, Node spec = Node());
 
   // Collective: every rank of the job calls it at the same step. A rank that cannot write its part
-  // (storage full, unwritable, gone) makes every rank give up this checkpoint together, never leaving
-  // its peers waiting in a barrier: with `storage_failure` the reason lands there and Save returns OK
-  // (the caller may train on and try again at the next interval); without it Save returns the reason.
-  // What was half written is removed; the previous complete checkpoint stays. A communication failure
-  // is always returned.
+  // (storage full, unwritable, gone) makes every rank give up this checkpoint together, never
+  // leaving its peers waiting in a barrier: with `storage_failure` the reason lands there and Save
+  // returns OK (the caller may train on and try again at the next interval); without it Save
+  // returns the reason. What was half written is removed; the previous complete checkpoint stays. A
+  // communication failure is always returned.
   Status Save(int64_t step, Model& model, const Optimizer& optimizer, const Node& state,
               Status* storage_failure = nullptr);
   // Collective: the step of the newest complete, undamaged checkpoint (rank 0 decides, everyone
@@ -67,8 +69,8 @@ class CheckpointManager {
   static constexpr int64_t kOtherModel = -1, kUnreadable = -2;  // ChooseOnRankZero's refusals
   int64_t ChooseOnRankZero(Status* refusal) const;
   Status PrepareSave(const std::string& tmp_dir) const;
-  Status CommitSave(int64_t step, const Optimizer& optimizer, const Node& state, const std::string& tmp_dir,
-                    const std::string& final_dir) const;
+  Status CommitSave(int64_t step, const Optimizer& optimizer, const Node& state,
+                    const std::string& tmp_dir, const std::string& final_dir) const;
 
   std::string dir_;
   ParallelContext par_;

@@ -47,9 +47,12 @@ Node PieceHeader(const TensorPiece& p, int64_t offset) {
 Status PreadAll(int fd, char* dst, size_t bytes, int64_t offset, const std::string& path) {
   size_t done = 0;
   while (done < bytes) {
-    const ssize_t n = ::pread(fd, dst + done, bytes - done, static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    const ssize_t n = ::pread(fd, dst + done, bytes - done,
+                              static_cast<off_t>(offset + static_cast<int64_t>(done)));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return DataLossError(path + ": short read at byte " + std::to_string(offset + static_cast<int64_t>(done)));
+    if (n <= 0)
+      return DataLossError(path + ": short read at byte " +
+                           std::to_string(offset + static_cast<int64_t>(done)));
     done += static_cast<size_t>(n);
   }
   return OkStatus();
@@ -57,14 +60,16 @@ Status PreadAll(int fd, char* dst, size_t bytes, int64_t offset, const std::stri
 
 }  // namespace
 
-Status WriteShardFile(const std::string& path, int rank, int64_t step, const std::vector<TensorPiece>& pieces) {
+Status WriteShardFile(const std::string& path, int rank, int64_t step,
+                      const std::vector<TensorPiece>& pieces) {
   Node header = Node::Map();
   header.Set("rank", Node::Scalar(std::to_string(rank)));
   header.Set("step", Node::Scalar(std::to_string(step)));
   Node list = Node::List();
   int64_t offset = 0;
   for (const auto& p : pieces) {
-    MOE_CHECK(p.begin >= 0 && p.begin + p.data.numel() <= Numel(p.global_shape)) << "checkpoint piece " << p.name << " out of range";
+    MOE_CHECK(p.begin >= 0 && p.begin + p.data.numel() <= Numel(p.global_shape))
+        << "checkpoint piece " << p.name << " out of range";
     list.Append(PieceHeader(p, offset));
     offset += static_cast<int64_t>(p.data.nbytes());
   }
@@ -79,8 +84,10 @@ Status WriteShardFile(const std::string& path, int rank, int64_t step, const std
   for (const auto& p : pieces) {
     const size_t at = out.size();
     out.resize(at + p.data.nbytes());
-    if (p.data.device().is_cpu()) std::memcpy(out.data() + at, p.data.raw(), p.data.nbytes());
-    else GetAllocator(p.data.device())->CopyToHost(out.data() + at, p.data.raw(), p.data.nbytes());
+    if (p.data.device().is_cpu())
+      std::memcpy(out.data() + at, p.data.raw(), p.data.nbytes());
+    else
+      GetAllocator(p.data.device())->CopyToHost(out.data() + at, p.data.raw(), p.data.nbytes());
   }
   const uint32_t crc = Crc32(out.data(), out.size());
   out.append(reinterpret_cast<const char*>(&crc), 4);
@@ -95,7 +102,8 @@ StatusOr<Node> ReadCheckpointManifest(const std::string& dir) {
   const Node* fmt = doc->Find("format");
   if (fmt == nullptr) return DataLossError(path + ": not a checkpoint manifest");
   if (fmt->scalar() != kCheckpointFormat) {
-    return FailedPreconditionError(path + ": format " + fmt->scalar() + " (this engine reads " + kCheckpointFormat + ")");
+    return FailedPreconditionError(path + ": format " + fmt->scalar() + " (this engine reads " +
+                                   kCheckpointFormat + ")");
   }
   return *doc;
 }
@@ -116,15 +124,17 @@ StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir, bool v
 
 namespace {
 
-// The shard's header (JSON) and where its data ends (before the CRC). With `verify`, the whole file is
-// read and its CRC checked first.
+// The shard's header (JSON) and where its data ends (before the CRC). With `verify`, the whole file
+// is read and its CRC checked first.
 StatusOr<std::pair<std::string, int64_t>> ReadShardHeader(const std::string& file, bool verify) {
   if (verify) {
     MOE_ASSIGN_OR_RETURN(std::string all, ReadFileToString(file));
-    if (all.size() < 16) return DataLossError(file + ": truncated to " + std::to_string(all.size()) + " bytes");
+    if (all.size() < 16)
+      return DataLossError(file + ": truncated to " + std::to_string(all.size()) + " bytes");
     uint32_t stored;
     std::memcpy(&stored, all.data() + all.size() - 4, 4);
-    if (Crc32(all.data(), all.size() - 4) != stored) return DataLossError(file + ": CRC mismatch (damaged or truncated shard)");
+    if (Crc32(all.data(), all.size() - 4) != stored)
+      return DataLossError(file + ": CRC mismatch (damaged or truncated shard)");
   }
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open " + file, errno);
@@ -132,9 +142,11 @@ StatusOr<std::pair<std::string, int64_t>> ReadShardHeader(const std::string& fil
   char fixed[12];
   Status st = size >= 16 ? PreadAll(fd, fixed, 12, 0, file) : DataLossError(file + ": truncated");
   uint32_t hlen = 0;
-  if (st.ok() && std::memcmp(fixed, kMagic, 8) != 0) st = DataLossError(file + ": not a checkpoint shard");
+  if (st.ok() && std::memcmp(fixed, kMagic, 8) != 0)
+    st = DataLossError(file + ": not a checkpoint shard");
   if (st.ok()) std::memcpy(&hlen, fixed + 8, 4);
-  if (st.ok() && 12 + static_cast<int64_t>(hlen) + 4 > static_cast<int64_t>(size)) st = DataLossError(file + ": header length out of range");
+  if (st.ok() && 12 + static_cast<int64_t>(hlen) + 4 > static_cast<int64_t>(size))
+    st = DataLossError(file + ": header length out of range");
   std::string header(hlen, '\0');
   if (st.ok()) st = PreadAll(fd, header.data(), hlen, 12, file);
   ::close(fd);
@@ -154,16 +166,19 @@ Status CheckpointReader::IndexShard(const std::string& file, bool verify) {
   MOE_ASSIGN_OR_RETURN(auto head, ReadShardHeader(file, verify));
   const int64_t hlen = static_cast<int64_t>(head.first.size()), data_end = head.second;
   auto header = ParseYaml(head.first);
-  if (!header.ok()) return DataLossError(file + ": unreadable header: " + header.status().message());
+  if (!header.ok())
+    return DataLossError(file + ": unreadable header: " + header.status().message());
   const Node* pieces = header->Find("pieces");
-  if (pieces == nullptr || !pieces->IsList()) return DataLossError(file + ": header lists no pieces");
+  if (pieces == nullptr || !pieces->IsList())
+    return DataLossError(file + ": header lists no pieces");
   const int64_t payload = 12 + hlen;
   for (const Node& p : pieces->elements()) {
     Stored s;
     s.file = file;
     const Node* name = p.Find("name");
     const Node* shape = p.Find("shape");
-    if (name == nullptr || shape == nullptr || p.Find("dtype") == nullptr) return DataLossError(file + ": a piece without name, dtype or shape");
+    if (name == nullptr || shape == nullptr || p.Find("dtype") == nullptr)
+      return DataLossError(file + ": a piece without name, dtype or shape");
     s.dtype = p.Find("dtype")->scalar();
     MOE_ASSIGN_OR_RETURN(DType dt, ParseDType(s.dtype));
     MOE_ASSIGN_OR_RETURN(s.begin, IntField(p, "begin", file));
@@ -180,7 +195,8 @@ Status CheckpointReader::IndexShard(const std::string& file, bool verify) {
       return DataLossError(file + ": piece of " + name->scalar() + " out of range");
     }
     Global& g = index_[name->scalar()];
-    if (!g.shape.empty() && g.shape != global) return DataLossError(file + ": " + name->scalar() + " has two global shapes");
+    if (!g.shape.empty() && g.shape != global)
+      return DataLossError(file + ": " + name->scalar() + " has two global shapes");
     g.shape = global;
     g.pieces.push_back(std::move(s));
   }
@@ -209,8 +225,8 @@ Status CheckpointReader::CheckComplete() const {
       covered = std::max(covered, e);
     }
     if (covered < Numel(g.shape)) {
-      return DataLossError(dir_ + ": tensor " + name + " has elements from " + std::to_string(covered) +
-                           " in no shard (a shard is missing)");
+      return DataLossError(dir_ + ": tensor " + name + " has elements from " +
+                           std::to_string(covered) + " in no shard (a shard is missing)");
     }
   }
   return OkStatus();
@@ -230,16 +246,17 @@ Status CheckpointReader::Read(const std::string& name, int64_t begin, const Tens
     Tensor part = Tensor::Empty({e - b}, dt);
     const int fd = ::open(s.file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoError("open " + s.file, errno);
-    const Status st = PreadAll(fd, static_cast<char*>(part.raw()), static_cast<size_t>(e - b) * esize,
-                               s.offset + (b - s.begin) * static_cast<int64_t>(esize), s.file);
+    const Status st =
+        PreadAll(fd, static_cast<char*>(part.raw()), static_cast<size_t>(e - b) * esize,
+                 s.offset + (b - s.begin) * static_cast<int64_t>(esize), s.file);
     ::close(fd);
     MOE_RETURN_IF_ERROR(st);
     kernels::Convert(part, host.Rows(b - begin, e - begin));
     filled += e - b;
   }
   if (filled < dst.numel()) {
-    return DataLossError(dir_ + ": tensor " + name + " elements [" + std::to_string(begin) + ", " + std::to_string(end) +
-                         ") are not all in the shards");
+    return DataLossError(dir_ + ": tensor " + name + " elements [" + std::to_string(begin) + ", " +
+                         std::to_string(end) + ") are not all in the shards");
   }
   dst.CopyFrom(host.Reshape(dst.shape()));
   return OkStatus();

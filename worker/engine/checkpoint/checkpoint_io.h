@@ -1,14 +1,15 @@
 // The on-disk form of checkpoints, independent of the parallel layout that wrote them.
 //
-// A checkpoint directory <dir>/step_00000030/ holds MANIFEST.json and one shard file per writing rank.
-// Every tensor is a GLOBAL tensor (an expert weight is [E, 2F, h] whatever EP was) stored as pieces:
-// contiguous ranges [begin, end) of its flattened elements, each in some shard. A rank of any other
-// layout reads the ranges it needs, whichever shards hold them, so a job written at (PP, DP, EP, ZeRO)
-// resumes at any other layout that fits the model, and moe-export reads a single tensor's ranges.
+// A checkpoint directory <dir>/step_00000030/ holds MANIFEST.json and one shard file per writing
+// rank. Every tensor is a GLOBAL tensor (an expert weight is [E, 2F, h] whatever EP was) stored as
+// pieces: contiguous ranges [begin, end) of its flattened elements, each in some shard. A rank of
+// any other layout reads the ranges it needs, whichever shards hold them, so a job written at (PP,
+// DP, EP, ZeRO) resumes at any other layout that fits the model, and moe-export reads a single
+// tensor's ranges.
 //
 // Shard file: "MOESHRD2", a 4-byte little-endian header length, a JSON header {rank, step, pieces:
-// [{name, dtype, shape (global), begin, count, offset}]}, the pieces' raw bytes, a CRC-32 of everything
-// before it.
+// [{name, dtype, shape (global), begin, count, offset}]}, the pieces' raw bytes, a CRC-32 of
+// everything before it.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +32,11 @@ struct TensorPiece {
 };
 
 // Writes `pieces` as one shard file (atomically: temporary name, fsync, rename).
-Status WriteShardFile(const std::string& path, int rank, int64_t step, const std::vector<TensorPiece>& pieces);
+Status WriteShardFile(const std::string& path, int rank, int64_t step,
+                      const std::vector<TensorPiece>& pieces);
 
-// An opened checkpoint directory: its manifest and an index of every shard's pieces. Reads only what
-// is asked for (pread), so a rank of a large job touches its own ranges only.
+// An opened checkpoint directory: its manifest and an index of every shard's pieces. Reads only
+// what is asked for (pread), so a rank of a large job touches its own ranges only.
 class CheckpointReader {
  public:
   // verify: read every shard whole and check its CRC (rank 0 does, before choosing a checkpoint).
@@ -48,8 +50,8 @@ class CheckpointReader {
   bool Has(const std::string& name) const { return index_.count(name) > 0; }
   // Whether every element of every tensor is in some shard (a missing shard leaves holes).
   Status CheckComplete() const;
-  // Copies elements [begin, begin + dst.numel()) of `name` into dst, converting the dtype (f32, f64,
-  // bf16). DATA_LOSS when some of the range is in no shard.
+  // Copies elements [begin, begin + dst.numel()) of `name` into dst, converting the dtype (f32,
+  // f64, bf16). DATA_LOSS when some of the range is in no shard.
   Status Read(const std::string& name, int64_t begin, const Tensor& dst) const;
 
  private:

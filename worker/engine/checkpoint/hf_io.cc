@@ -26,7 +26,8 @@ StatusOr<std::pair<DType, std::string>> OutputType(const std::string& dtype) {
 }
 
 // Splits the layout into files of at most max_bytes (a tensor larger than that gets a file alone).
-std::vector<std::vector<const HfTensor*>> SplitFiles(const std::vector<HfTensor>& layout, int64_t esize, int64_t max_bytes) {
+std::vector<std::vector<const HfTensor*>> SplitFiles(const std::vector<HfTensor>& layout,
+                                                     int64_t esize, int64_t max_bytes) {
   std::vector<std::vector<const HfTensor*>> files(1);
   int64_t in_file = 0;
   for (const HfTensor& t : layout) {
@@ -48,8 +49,8 @@ std::string FileName(size_t i, size_t n) {
   return buf;
 }
 
-Status WriteFile(const std::vector<const HfTensor*>& tensors, const HfSource& source, const std::string& path,
-                 DType out, const std::string& st_dtype) {
+Status WriteFile(const std::vector<const HfTensor*>& tensors, const HfSource& source,
+                 const std::string& path, DType out, const std::string& st_dtype) {
   SafetensorsWriter w(path);
   std::map<std::string, const HfTensor*> by_name;
   for (const HfTensor* t : tensors) {
@@ -77,20 +78,25 @@ Status WriteHfDirectory(const ModelConfig& m, const HfSource& source, const std:
   MOE_ASSIGN_OR_RETURN(auto type, OutputType(o.dtype));
   MOE_ASSIGN_OR_RETURN(std::vector<HfTensor> layout, HfLayout(m, o.mtp_table_copies));
   MOE_RETURN_IF_ERROR(MakeDirs(out_dir));
-  MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out_dir, "config.json"), ToJson(HfConfig(m, o.max_position_embeddings), 2) + "\n"));
-  const auto files = SplitFiles(layout, static_cast<int64_t>(DTypeSize(type.first)), o.max_file_bytes);
+  MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out_dir, "config.json"),
+                                      ToJson(HfConfig(m, o.max_position_embeddings), 2) + "\n"));
+  const auto files =
+      SplitFiles(layout, static_cast<int64_t>(DTypeSize(type.first)), o.max_file_bytes);
   Node weight_map = Node::Map();
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string name = FileName(i, files.size());
-    MOE_RETURN_IF_ERROR(WriteFile(files[i], source, JoinPath(out_dir, name), type.first, type.second));
+    MOE_RETURN_IF_ERROR(
+        WriteFile(files[i], source, JoinPath(out_dir, name), type.first, type.second));
     for (const HfTensor* t : files[i]) weight_map.Set(t->hf_name, Node::Scalar(name, true));
-    if (o.progress) o.progress("wrote " + name + " (" + std::to_string(files[i].size()) + " tensors)");
+    if (o.progress)
+      o.progress("wrote " + name + " (" + std::to_string(files[i].size()) + " tensors)");
   }
   if (files.size() > 1) {
     Node index = Node::Map();
     index.Set("metadata", Node::Map());
     index.Set("weight_map", std::move(weight_map));
-    MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out_dir, "model.safetensors.index.json"), ToJson(index, 2) + "\n"));
+    MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out_dir, "model.safetensors.index.json"),
+                                        ToJson(index, 2) + "\n"));
   }
   return OkStatus();
 }
@@ -100,20 +106,25 @@ StatusOr<JobSpec> CheckpointJobSpec(const std::string& checkpoint, std::string* 
   if (!PathExists(JoinPath(checkpoint, "MANIFEST.json"))) {
     MOE_ASSIGN_OR_RETURN(*step_dir, LatestCheckpoint(checkpoint));
   }
-  MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(*step_dir, /*verify=*/false));
+  MOE_ASSIGN_OR_RETURN(CheckpointReader reader,
+                       CheckpointReader::Open(*step_dir, /*verify=*/false));
   const Node* spec_node = reader.manifest().Find("spec");
-  if (spec_node == nullptr) return FailedPreconditionError(*step_dir + ": the manifest carries no job spec (written by an older engine)");
+  if (spec_node == nullptr)
+    return FailedPreconditionError(
+        *step_dir + ": the manifest carries no job spec (written by an older engine)");
   return ParseJobSpec(*spec_node);
 }
 
-Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir, const HfWriteOptions& options) {
+Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir,
+                        const HfWriteOptions& options) {
   std::string step_dir;
   MOE_ASSIGN_OR_RETURN(JobSpec spec, CheckpointJobSpec(checkpoint, &step_dir));
   MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, /*verify=*/true));
   MOE_RETURN_IF_ERROR(reader.CheckComplete());
   if (options.progress) options.progress("exporting " + step_dir);
   HfWriteOptions o = options;
-  o.max_position_embeddings = std::max<int64_t>(spec.data.seq_length, spec.model.rope_scaling.original_max_position_embeddings);
+  o.max_position_embeddings = std::max<int64_t>(
+      spec.data.seq_length, spec.model.rope_scaling.original_max_position_embeddings);
   HfSource source = [&reader](const HfTensor& t, const Tensor& dst) {
     return reader.Read(t.engine_name, t.offset, dst);
   };
@@ -128,12 +139,15 @@ HfSource ModelSource(Model& model) {
         if ("bias/" + l->name() == t.engine_name) src = l->bias();
       }
     } else {
-      const std::string name = t.engine_name.substr(6, t.engine_name.size() - 6 - 6);  // param/<name>/value
+      const std::string name =
+          t.engine_name.substr(6, t.engine_name.size() - 6 - 6);  // param/<name>/value
       if (Param* p = model.params().Find(name)) src = p->value;
     }
     if (!src.defined()) return NotFoundError("the model has no tensor " + t.engine_name);
-    MOE_CHECK(src.numel() == Numel(t.engine_shape)) << "ModelSource needs a W = 1 model (" << t.engine_name << ")";
-    Tensor host = src.Clone(Device::Cpu()).Reshape({src.numel()}).Rows(t.offset, t.offset + dst.numel());
+    MOE_CHECK(src.numel() == Numel(t.engine_shape))
+        << "ModelSource needs a W = 1 model (" << t.engine_name << ")";
+    Tensor host =
+        src.Clone(Device::Cpu()).Reshape({src.numel()}).Rows(t.offset, t.offset + dst.numel());
     kernels::Convert(host.Clone(), dst.Reshape({dst.numel()}));
     return OkStatus();
   };
@@ -165,15 +179,18 @@ Status LoadHfWeights(const std::string& dir, Model& model, const ParallelContext
   MOE_ASSIGN_OR_RETURN(Node config, ParseYaml(config_text));
   MOE_RETURN_IF_ERROR(CheckHfConfig(config, model.config()).WithPrefix("--init-from " + dir));
   MOE_ASSIGN_OR_RETURN(SafetensorsDir weights, SafetensorsDir::Open(dir));
-  MOE_ASSIGN_OR_RETURN(std::vector<HfTensor> layout, HfLayout(model.config(), /*mtp_table_copies=*/false));
+  MOE_ASSIGN_OR_RETURN(std::vector<HfTensor> layout,
+                       HfLayout(model.config(), /*mtp_table_copies=*/false));
   std::map<std::string, LocalRange> local = LocalTensors(model);
   for (const HfTensor& t : layout) {
     auto it = local.find(t.engine_name);
     if (it == local.end()) continue;  // bias of a model without one
     const LocalRange& r = it->second;
     const int64_t n = Numel(t.shape);
-    if (t.offset < r.begin || t.offset + n > r.begin + r.data.numel()) continue;  // another rank's expert
-    if (weights.Find(t.hf_name) == nullptr) return InvalidArgumentError("--init-from " + dir + ": tensor " + t.hf_name + " is missing");
+    if (t.offset < r.begin || t.offset + n > r.begin + r.data.numel())
+      continue;  // another rank's expert
+    if (weights.Find(t.hf_name) == nullptr)
+      return InvalidArgumentError("--init-from " + dir + ": tensor " + t.hf_name + " is missing");
     Tensor host = Tensor::Empty(t.shape, r.data.dtype() == DType::kF64 ? DType::kF64 : DType::kF32);
     MOE_RETURN_IF_ERROR(weights.Read(t.hf_name, host).WithPrefix("--init-from " + dir));
     r.data.Rows(t.offset - r.begin, t.offset - r.begin + n).CopyFrom(host.Reshape({n}));
@@ -187,7 +204,8 @@ Status LoadCheckpointWeights(const std::string& step_dir, Model& model) {
   MOE_RETURN_IF_ERROR(reader.CheckComplete());
   for (const auto& [name, r] : LocalTensors(model)) {
     const std::vector<int64_t> stored = reader.GlobalShape(name);
-    if (stored.empty()) return DataLossError(step_dir + ": no tensor " + name + " in the checkpoint");
+    if (stored.empty())
+      return DataLossError(step_dir + ": no tensor " + name + " in the checkpoint");
     MOE_RETURN_IF_ERROR(reader.Read(name, r.begin, r.data));
   }
   model.params().SyncCompute();
@@ -220,7 +238,8 @@ Status HfRopeScaling(const Node& c, RopeScalingConfig* r) {
   if (y == nullptr || y->IsNull()) return OkStatus();
   r->type = "yarn";
   MOE_RETURN_IF_ERROR(HfDouble(*y, "factor", &r->factor));
-  MOE_RETURN_IF_ERROR(HfInt(*y, "original_max_position_embeddings", &r->original_max_position_embeddings));
+  MOE_RETURN_IF_ERROR(
+      HfInt(*y, "original_max_position_embeddings", &r->original_max_position_embeddings));
   MOE_RETURN_IF_ERROR(HfDouble(*y, "beta_fast", &r->beta_fast));
   MOE_RETURN_IF_ERROR(HfDouble(*y, "beta_slow", &r->beta_slow));
   MOE_RETURN_IF_ERROR(HfDouble(*y, "mscale", &r->mscale));
@@ -235,20 +254,33 @@ StatusOr<ModelConfig> HfModelConfig(const std::string& dir) {
   ModelConfig m;
   auto& a = m.attention;
   auto& e = m.moe;
-  const std::pair<const char*, int64_t*> ints[] = {
-      {"vocab_size", &m.vocab_size}, {"hidden_size", &m.hidden_size}, {"intermediate_size", &m.dense_ffn_hidden},
-      {"moe_intermediate_size", &e.ffn_hidden}, {"num_hidden_layers", &m.num_layers}, {"num_attention_heads", &m.num_heads},
-      {"n_routed_experts", &e.num_experts}, {"n_shared_experts", &e.num_shared_experts}, {"num_experts_per_tok", &e.top_k},
-      {"n_group", &e.num_groups}, {"topk_group", &e.topk_groups}, {"first_k_dense_replace", &m.first_k_dense},
-      {"q_lora_rank", &a.q_lora_rank}, {"kv_lora_rank", &a.kv_lora_rank}, {"qk_nope_head_dim", &a.qk_nope_head_dim},
-      {"qk_rope_head_dim", &a.qk_rope_head_dim}, {"v_head_dim", &a.v_head_dim}, {"num_nextn_predict_layers", &m.mtp_depth}};
+  const std::pair<const char*, int64_t*> ints[] = {{"vocab_size", &m.vocab_size},
+                                                   {"hidden_size", &m.hidden_size},
+                                                   {"intermediate_size", &m.dense_ffn_hidden},
+                                                   {"moe_intermediate_size", &e.ffn_hidden},
+                                                   {"num_hidden_layers", &m.num_layers},
+                                                   {"num_attention_heads", &m.num_heads},
+                                                   {"n_routed_experts", &e.num_experts},
+                                                   {"n_shared_experts", &e.num_shared_experts},
+                                                   {"num_experts_per_tok", &e.top_k},
+                                                   {"n_group", &e.num_groups},
+                                                   {"topk_group", &e.topk_groups},
+                                                   {"first_k_dense_replace", &m.first_k_dense},
+                                                   {"q_lora_rank", &a.q_lora_rank},
+                                                   {"kv_lora_rank", &a.kv_lora_rank},
+                                                   {"qk_nope_head_dim", &a.qk_nope_head_dim},
+                                                   {"qk_rope_head_dim", &a.qk_rope_head_dim},
+                                                   {"v_head_dim", &a.v_head_dim},
+                                                   {"num_nextn_predict_layers", &m.mtp_depth}};
   for (const auto& [key, out] : ints) MOE_RETURN_IF_ERROR(HfInt(c, key, out));
   MOE_RETURN_IF_ERROR(HfDouble(c, "routed_scaling_factor", &e.route_scale));
   MOE_RETURN_IF_ERROR(HfDouble(c, "rope_theta", &m.rope_theta));
   MOE_RETURN_IF_ERROR(HfDouble(c, "rms_norm_eps", &m.norm_eps));
   MOE_RETURN_IF_ERROR(HfRopeScaling(c, &m.rope_scaling));
-  if (const Node* s = c.Find("scoring_func"); s != nullptr && !s->IsNull()) e.score_function = s->scalar();
-  if (const Node* t = c.Find("topk_method"); t != nullptr && !t->IsNull()) e.expert_bias = t->scalar() == "noaux_tc";
+  if (const Node* s = c.Find("scoring_func"); s != nullptr && !s->IsNull())
+    e.score_function = s->scalar();
+  if (const Node* t = c.Find("topk_method"); t != nullptr && !t->IsNull())
+    e.expert_bias = t->scalar() == "noaux_tc";
   a.type = a.kv_lora_rank > 0 ? "mla" : "mha";
   MOE_RETURN_IF_ERROR(ValidateModel(m, dir + "/config.json"));
   MOE_RETURN_IF_ERROR(CheckHfConfig(c, m).WithPrefix(dir));

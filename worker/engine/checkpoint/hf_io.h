@@ -10,16 +10,17 @@
 
 #include "common/status.h"
 #include "kernels/tensor.h"
-#include "worker/engine/parallel/communicator.h"
 #include "worker/engine/checkpoint/hf_layout.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/parallel/communicator.h"
 
 namespace moe {
 
 struct HfWriteOptions {
-  std::string dtype = "bf16";           // bf16 | fp32 | fp64 (the last for exact comparisons in tests)
-  int64_t max_file_bytes = int64_t{5} << 30;  // above this, model-0000N-of-0000M.safetensors + an index
-  bool mtp_table_copies = true;         // MTP layers carry copies of the embedding and head, as released
+  std::string dtype = "bf16";  // bf16 | fp32 | fp64 (the last for exact comparisons in tests)
+  int64_t max_file_bytes = int64_t{5}
+                           << 30;  // above this, model-0000N-of-0000M.safetensors + an index
+  bool mtp_table_copies = true;    // MTP layers carry copies of the embedding and head, as released
   int64_t max_position_embeddings = 4096;
   std::function<void(const std::string&)> progress;  // one line per file written
 };
@@ -27,13 +28,16 @@ struct HfWriteOptions {
 // Fills `dst` (host f32 or f64, the HF tensor's shape) with the HF tensor's values.
 using HfSource = std::function<Status(const HfTensor& t, const Tensor& dst)>;
 
-// Writes config.json and the weights of `m` to `out_dir`, taking each tensor's values from `source`.
+// Writes config.json and the weights of `m` to `out_dir`, taking each tensor's values from
+// `source`.
 Status WriteHfDirectory(const ModelConfig& m, const HfSource& source, const std::string& out_dir,
                         const HfWriteOptions& options);
 
 // moe-export: the newest complete checkpoint in `checkpoint` (a checkpoint directory or one step_*
-// directory in it), whatever layout wrote it, as a DeepseekV3 directory. Reads one tensor at a time.
-Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir, const HfWriteOptions& options);
+// directory in it), whatever layout wrote it, as a DeepseekV3 directory. Reads one tensor at a
+// time.
+Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_dir,
+                        const HfWriteOptions& options);
 
 // moe-train --init-from: the weights of a DeepseekV3 directory into `model` (this rank's part: its
 // experts), after checking config.json against the model; the expert bias from
@@ -44,8 +48,9 @@ Status LoadHfWeights(const std::string& dir, Model& model, const ParallelContext
 HfSource ModelSource(Model& model);
 
 // For evaluating stored weights (moe-eval):
-// The job spec a checkpoint was written with (its manifest) and the step directory used (`checkpoint`
-// may be a checkpoint directory, whose newest complete step is taken, or one step_* directory).
+// The job spec a checkpoint was written with (its manifest) and the step directory used
+// (`checkpoint` may be a checkpoint directory, whose newest complete step is taken, or one step_*
+// directory).
 StatusOr<JobSpec> CheckpointJobSpec(const std::string& checkpoint, std::string* step_dir);
 // Reads this rank's weights (every parameter's value and the MoE biases) from a checkpoint step
 // directory, whatever layout wrote it; no optimizer state.

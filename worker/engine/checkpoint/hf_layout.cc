@@ -17,41 +17,51 @@ class LayoutBuilder {
   void Whole(const std::string& hf, const std::string& param, const std::vector<int64_t>& shape) {
     out_->push_back({hf, shape, Value(param), shape, 0, false});
   }
-  // A fused [2F, h] SwiGLU weight (at `base` within `engine_shape`): gate rows [0, F), up rows [F, 2F).
+  // A fused [2F, h] SwiGLU weight (at `base` within `engine_shape`): gate rows [0, F), up rows [F,
+  // 2F).
   void GateUp(const std::string& hf_prefix, const std::string& param, int64_t f, int64_t h,
               const std::vector<int64_t>& engine_shape, int64_t base) {
-    out_->push_back({hf_prefix + ".gate_proj.weight", {f, h}, Value(param), engine_shape, base, false});
-    out_->push_back({hf_prefix + ".up_proj.weight", {f, h}, Value(param), engine_shape, base + f * h, false});
+    out_->push_back(
+        {hf_prefix + ".gate_proj.weight", {f, h}, Value(param), engine_shape, base, false});
+    out_->push_back(
+        {hf_prefix + ".up_proj.weight", {f, h}, Value(param), engine_shape, base + f * h, false});
   }
 
  private:
   std::vector<HfTensor>* out_;
 };
 
-void AddAttention(LayoutBuilder& b, const ModelConfig& m, const std::string& hf, const std::string& p) {
+void AddAttention(LayoutBuilder& b, const ModelConfig& m, const std::string& hf,
+                  const std::string& p) {
   const auto& a = m.attention;
   const int64_t h = m.hidden_size, n = m.num_heads;
   if (a.q_lora_rank > 0) {
     b.Whole(hf + ".self_attn.q_a_proj.weight", p + ".q_a_proj", {a.q_lora_rank, h});
     b.Whole(hf + ".self_attn.q_a_layernorm.weight", p + ".q_a_layernorm", {a.q_lora_rank});
-    b.Whole(hf + ".self_attn.q_b_proj.weight", p + ".q_b_proj", {n * a.qk_head_dim(), a.q_lora_rank});
+    b.Whole(hf + ".self_attn.q_b_proj.weight", p + ".q_b_proj",
+            {n * a.qk_head_dim(), a.q_lora_rank});
   } else {
     b.Whole(hf + ".self_attn.q_proj.weight", p + ".q_proj", {n * a.qk_head_dim(), h});
   }
-  b.Whole(hf + ".self_attn.kv_a_proj_with_mqa.weight", p + ".kv_a_proj_with_mqa", {a.kv_lora_rank + a.qk_rope_head_dim, h});
+  b.Whole(hf + ".self_attn.kv_a_proj_with_mqa.weight", p + ".kv_a_proj_with_mqa",
+          {a.kv_lora_rank + a.qk_rope_head_dim, h});
   b.Whole(hf + ".self_attn.kv_a_layernorm.weight", p + ".kv_a_layernorm", {a.kv_lora_rank});
-  b.Whole(hf + ".self_attn.kv_b_proj.weight", p + ".kv_b_proj", {n * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank});
+  b.Whole(hf + ".self_attn.kv_b_proj.weight", p + ".kv_b_proj",
+          {n * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank});
   b.Whole(hf + ".self_attn.o_proj.weight", p + ".o_proj", {h, n * a.v_head_dim});
 }
 
-void AddMoe(LayoutBuilder& b, std::vector<HfTensor>* out, const ModelConfig& m, const std::string& hf, const std::string& p) {
+void AddMoe(LayoutBuilder& b, std::vector<HfTensor>* out, const ModelConfig& m,
+            const std::string& hf, const std::string& p) {
   const int64_t h = m.hidden_size, f = m.moe.ffn_hidden, e = m.moe.num_experts;
   b.Whole(hf + ".mlp.gate.weight", p + ".router", {e, h});
-  if (m.moe.has_bias()) out->push_back({hf + ".mlp.gate.e_score_correction_bias", {e}, "bias/" + p, {e}, 0, false});
+  if (m.moe.has_bias())
+    out->push_back({hf + ".mlp.gate.e_score_correction_bias", {e}, "bias/" + p, {e}, 0, false});
   for (int64_t j = 0; j < e; ++j) {
     const std::string ex = hf + ".mlp.experts." + std::to_string(j);
     b.GateUp(ex, p + ".experts.w13", f, h, {e, 2 * f, h}, j * 2 * f * h);
-    out->push_back({ex + ".down_proj.weight", {h, f}, Value(p + ".experts.w2"), {e, h, f}, j * h * f, false});
+    out->push_back(
+        {ex + ".down_proj.weight", {h, f}, Value(p + ".experts.w2"), {e, h, f}, j * h * f, false});
   }
   if (m.moe.num_shared_experts > 0) {
     const int64_t fs = f * m.moe.num_shared_experts;
@@ -61,8 +71,8 @@ void AddMoe(LayoutBuilder& b, std::vector<HfTensor>* out, const ModelConfig& m, 
 }
 
 // One transformer block: the engine's `p` (layers.L or mtp.k.block) as HF layer `hf`.
-void AddBlock(LayoutBuilder& b, std::vector<HfTensor>* out, const ModelConfig& m, const std::string& hf,
-              const std::string& p, bool moe) {
+void AddBlock(LayoutBuilder& b, std::vector<HfTensor>* out, const ModelConfig& m,
+              const std::string& hf, const std::string& p, bool moe) {
   const int64_t h = m.hidden_size;
   b.Whole(hf + ".input_layernorm.weight", p + ".attn_norm", {h});
   AddAttention(b, m, hf, p + ".attn");
@@ -106,15 +116,18 @@ Node Str(const std::string& s) { return Node::Scalar(s, true); }
 
 StatusOr<std::vector<HfTensor>> HfLayout(const ModelConfig& m, bool mtp_table_copies) {
   if (!m.is_mla()) {
-    return InvalidArgumentError("model.attention.type: the DeepseekV3 layout has multi-head latent attention (mla); this model has " +
-                                m.attention.type);
+    return InvalidArgumentError(
+        "model.attention.type: the DeepseekV3 layout has multi-head latent attention (mla); this "
+        "model has " +
+        m.attention.type);
   }
   std::vector<HfTensor> out;
   LayoutBuilder b(&out);
   const int64_t h = m.hidden_size, v = m.vocab_size;
   b.Whole("model.embed_tokens.weight", "embedding", {v, h});
   for (int64_t l = 0; l < m.num_layers; ++l) {
-    AddBlock(b, &out, m, "model.layers." + std::to_string(l), "layers." + std::to_string(l), m.IsMoeLayer(l));
+    AddBlock(b, &out, m, "model.layers." + std::to_string(l), "layers." + std::to_string(l),
+             m.IsMoeLayer(l));
   }
   b.Whole("model.norm.weight", "final_norm", {h});
   b.Whole("lm_head.weight", "head", {v, h});
@@ -131,13 +144,24 @@ Node HfConfig(const ModelConfig& m, int64_t max_position_embeddings) {
   c.Set("architectures", std::move(arch));
   c.Set("model_type", Str("deepseek_v3"));
   for (const auto& [k, val] : std::vector<std::pair<std::string, int64_t>>{
-           {"vocab_size", m.vocab_size}, {"hidden_size", m.hidden_size}, {"intermediate_size", m.dense_ffn_hidden},
-           {"moe_intermediate_size", e.ffn_hidden}, {"num_hidden_layers", m.num_layers},
-           {"num_attention_heads", m.num_heads}, {"num_key_value_heads", m.num_heads}, {"n_routed_experts", e.num_experts},
-           {"n_shared_experts", e.num_shared_experts}, {"num_experts_per_tok", e.top_k}, {"n_group", e.num_groups},
-           {"topk_group", e.topk_groups}, {"first_k_dense_replace", m.first_k_dense}, {"kv_lora_rank", a.kv_lora_rank},
-           {"qk_nope_head_dim", a.qk_nope_head_dim}, {"qk_rope_head_dim", a.qk_rope_head_dim},
-           {"v_head_dim", a.v_head_dim}, {"max_position_embeddings", max_position_embeddings},
+           {"vocab_size", m.vocab_size},
+           {"hidden_size", m.hidden_size},
+           {"intermediate_size", m.dense_ffn_hidden},
+           {"moe_intermediate_size", e.ffn_hidden},
+           {"num_hidden_layers", m.num_layers},
+           {"num_attention_heads", m.num_heads},
+           {"num_key_value_heads", m.num_heads},
+           {"n_routed_experts", e.num_experts},
+           {"n_shared_experts", e.num_shared_experts},
+           {"num_experts_per_tok", e.top_k},
+           {"n_group", e.num_groups},
+           {"topk_group", e.topk_groups},
+           {"first_k_dense_replace", m.first_k_dense},
+           {"kv_lora_rank", a.kv_lora_rank},
+           {"qk_nope_head_dim", a.qk_nope_head_dim},
+           {"qk_rope_head_dim", a.qk_rope_head_dim},
+           {"v_head_dim", a.v_head_dim},
+           {"max_position_embeddings", max_position_embeddings},
            {"num_nextn_predict_layers", m.MtpTrains() ? m.mtp_depth : 0}}) {
     c.Set(k, Int(val));
   }
@@ -150,7 +174,8 @@ Node HfConfig(const ModelConfig& m, int64_t max_position_embeddings) {
   c.Set("rms_norm_eps", Num(m.norm_eps));
   c.Set("tie_word_embeddings", Node::Scalar("false"));
   c.Set("hidden_act", Str("silu"));
-  c.Set("rope_interleave", Node::Scalar("true"));  // RoPE on adjacent pairs, as the released weights
+  c.Set("rope_interleave",
+        Node::Scalar("true"));  // RoPE on adjacent pairs, as the released weights
   if (m.rope_scaling.type == "yarn") {
     const auto& r = m.rope_scaling;
     Node y = Node::Map();
@@ -171,10 +196,15 @@ Node HfConfig(const ModelConfig& m, int64_t max_position_embeddings) {
 
 Status CheckHfConfig(const Node& config, const ModelConfig& m) {
   const Node want = HfConfig(m, 0);
-  const char* keys[] = {"vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
-                        "num_attention_heads", "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "n_group",
-                        "topk_group", "first_k_dense_replace", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                        "qk_rope_head_dim", "v_head_dim", "scoring_func"};
+  const char* keys[] = {"vocab_size",          "hidden_size",
+                        "intermediate_size",   "moe_intermediate_size",
+                        "num_hidden_layers",   "num_attention_heads",
+                        "n_routed_experts",    "n_shared_experts",
+                        "num_experts_per_tok", "n_group",
+                        "topk_group",          "first_k_dense_replace",
+                        "q_lora_rank",         "kv_lora_rank",
+                        "qk_nope_head_dim",    "qk_rope_head_dim",
+                        "v_head_dim",          "scoring_func"};
   for (const char* k : keys) {
     const Node* have = config.Find(k);
     const std::string a = have == nullptr ? "(missing)" : have->IsNull() ? "null" : have->scalar();
@@ -182,7 +212,8 @@ Status CheckHfConfig(const Node& config, const ModelConfig& m) {
     const std::string b = w->IsNull() ? "null" : w->scalar();
     const bool both_null = (a == "null" || a == "(missing)") && b == "null";
     if (a != b && !both_null) {
-      return InvalidArgumentError("config.json: " + std::string(k) + " is " + a + ", this job's model has " + b);
+      return InvalidArgumentError("config.json: " + std::string(k) + " is " + a +
+                                  ", this job's model has " + b);
     }
   }
   return OkStatus();

@@ -11,7 +11,8 @@ constexpr char kMagic[] = "\x93NUMPY";
 // (Brackets by code: pmccabe, our complexity linter, counts them inside character literals.)
 constexpr char kOpenParen = '\x28', kCloseParen = '\x29', kOpenBrace = '\x7b', kCloseBrace = '\x7d';
 
-// The header dictionary's value for `key` ("'descr': '<i8'" -> "'<i8'"), up to the next ',' at depth 0.
+// The header dictionary's value for `key` ("'descr': '<i8'" -> "'<i8'"), up to the next ',' at
+// depth 0.
 std::string DictValue(const std::string& header, const std::string& key) {
   const size_t at = header.find("'" + key + "'");
   if (at == std::string::npos) return "";
@@ -31,7 +32,8 @@ std::string DictValue(const std::string& header, const std::string& key) {
 }
 
 StatusOr<std::vector<int64_t>> ParseShape(const std::string& v, const std::string& path) {
-  if (v.size() < 2 || v.front() != kOpenParen || v.back() != kCloseParen) return InvalidArgumentError(path + ": bad shape " + v);
+  if (v.size() < 2 || v.front() != kOpenParen || v.back() != kCloseParen)
+    return InvalidArgumentError(path + ": bad shape " + v);
   std::vector<int64_t> shape;
   std::string num;
   for (size_t i = 1; i < v.size(); ++i) {
@@ -63,24 +65,29 @@ StatusOr<NpyInts> ReadNpyInts(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError(path + ": cannot open");
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (data.size() < 10 || data.compare(0, 6, kMagic, 6) != 0) return InvalidArgumentError(path + ": not a .npy file");
+  if (data.size() < 10 || data.compare(0, 6, kMagic, 6) != 0)
+    return InvalidArgumentError(path + ": not a .npy file");
   const int major = static_cast<unsigned char>(data[6]);
   size_t header_len = 0, at = 0;
   if (major == 1) {
-    header_len = static_cast<unsigned char>(data[8]) | static_cast<size_t>(static_cast<unsigned char>(data[9])) << 8;
+    header_len = static_cast<unsigned char>(data[8]) |
+                 static_cast<size_t>(static_cast<unsigned char>(data[9])) << 8;
     at = 10;
   } else {
     if (data.size() < 12) return InvalidArgumentError(path + ": truncated header");
-    for (int i = 0; i < 4; ++i) header_len |= static_cast<size_t>(static_cast<unsigned char>(data[8 + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      header_len |= static_cast<size_t>(static_cast<unsigned char>(data[8 + i])) << (8 * i);
     at = 12;
   }
   if (at + header_len > data.size()) return InvalidArgumentError(path + ": truncated header");
   const std::string header = data.substr(at, header_len);
   const std::string descr = DictValue(header, "descr");
-  if (DictValue(header, "fortran_order") != "False") return InvalidArgumentError(path + ": only C-order arrays");
-  if (descr.size() != 5 || (descr[1] != '<' && descr[1] != '|') || (descr[2] != 'i' && descr[2] != 'u') ||
-      descr[3] < '1' || descr[3] > '8') {
-    return InvalidArgumentError(path + ": dtype " + descr + " is not a little-endian integer (tokens need int32 or int64)");
+  if (DictValue(header, "fortran_order") != "False")
+    return InvalidArgumentError(path + ": only C-order arrays");
+  if (descr.size() != 5 || (descr[1] != '<' && descr[1] != '|') ||
+      (descr[2] != 'i' && descr[2] != 'u') || descr[3] < '1' || descr[3] > '8') {
+    return InvalidArgumentError(path + ": dtype " + descr +
+                                " is not a little-endian integer (tokens need int32 or int64)");
   }
   NpyInts out;
   MOE_ASSIGN_OR_RETURN(out.shape, ParseShape(DictValue(header, "shape"), path));
@@ -92,17 +99,21 @@ StatusOr<NpyInts> ReadNpyInts(const std::string& path) {
     return DataLossError(path + ": holds fewer values than its shape");
   }
   out.values.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out.values[static_cast<size_t>(i)] = ReadInt(&data[body + static_cast<size_t>(i * size)], descr[2], size);
+  for (int64_t i = 0; i < n; ++i)
+    out.values[static_cast<size_t>(i)] =
+        ReadInt(&data[body + static_cast<size_t>(i * size)], descr[2], size);
   return out;
 }
 
-StatusOr<std::unique_ptr<NpyFloatWriter>> NpyFloatWriter::Create(const std::string& path, const std::vector<int64_t>& shape) {
+StatusOr<std::unique_ptr<NpyFloatWriter>> NpyFloatWriter::Create(
+    const std::string& path, const std::vector<int64_t>& shape) {
   std::unique_ptr<NpyFloatWriter> owner(new NpyFloatWriter());
   NpyFloatWriter& w = *owner;
   w.path_ = path;
   w.f_ = std::fopen(path.c_str(), "wb");
   if (w.f_ == nullptr) return UnavailableError(path + ": cannot create");
-  std::string dict = std::string(1, kOpenBrace) + "'descr': '<f4', 'fortran_order': False, 'shape': " + kOpenParen;
+  std::string dict =
+      std::string(1, kOpenBrace) + "'descr': '<f4', 'fortran_order': False, 'shape': " + kOpenParen;
   w.expected_ = 1;
   for (int64_t d : shape) {
     dict += std::to_string(d) + ",";
@@ -117,7 +128,8 @@ StatusOr<std::unique_ptr<NpyFloatWriter>> NpyFloatWriter::Create(const std::stri
   dict += std::string(padded - total, ' ') + "\n";
   const uint16_t len = static_cast<uint16_t>(dict.size());
   std::string prefix(kMagic, 6);
-  prefix += std::string(1, '\x01') + std::string(1, '\0') + static_cast<char>(len & 0xff) + static_cast<char>(len >> 8);
+  prefix += std::string(1, '\x01') + std::string(1, '\0') + static_cast<char>(len & 0xff) +
+            static_cast<char>(len >> 8);
   if (std::fwrite(prefix.data(), 1, prefix.size(), w.f_) != prefix.size() ||
       std::fwrite(dict.data(), 1, dict.size(), w.f_) != dict.size()) {
     return UnavailableError(path + ": write failed");
@@ -139,7 +151,9 @@ Status NpyFloatWriter::Append(const float* values, int64_t n) {
 }
 
 Status NpyFloatWriter::Close() {
-  if (written_ != expected_) return InternalError(path_ + ": " + std::to_string(written_) + " of " + std::to_string(expected_) + " values written");
+  if (written_ != expected_)
+    return InternalError(path_ + ": " + std::to_string(written_) + " of " +
+                         std::to_string(expected_) + " values written");
   const bool ok = std::fflush(f_) == 0 && std::fclose(f_) == 0;
   f_ = nullptr;
   return ok ? OkStatus() : UnavailableError(path_ + ": close failed");

@@ -23,7 +23,8 @@ StatusOr<NpyInts> ReadNpyInts(const std::string& path);
 // A streaming float32 writer: the header first (shape known), then the rows in order.
 class NpyFloatWriter {
  public:
-  static StatusOr<std::unique_ptr<NpyFloatWriter>> Create(const std::string& path, const std::vector<int64_t>& shape);
+  static StatusOr<std::unique_ptr<NpyFloatWriter>> Create(const std::string& path,
+                                                          const std::vector<int64_t>& shape);
   NpyFloatWriter(const NpyFloatWriter&) = delete;
   NpyFloatWriter& operator=(const NpyFloatWriter&) = delete;
   ~NpyFloatWriter();

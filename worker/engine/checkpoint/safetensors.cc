@@ -29,17 +29,20 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const Node& v, const std::string& path) {
+StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const Node& v,
+                                      const std::string& path) {
   SafetensorsEntry e;
   const Node* dtype = v.Find("dtype");
   const Node* shape = v.Find("shape");
   const Node* offsets = v.Find("data_offsets");
-  if (dtype == nullptr || shape == nullptr || offsets == nullptr || !shape->IsList() || !offsets->IsList() ||
-      offsets->elements().size() != 2) {
-    return DataLossError(path + ": tensor " + name + " needs dtype, shape and data_offsets [begin, end]");
+  if (dtype == nullptr || shape == nullptr || offsets == nullptr || !shape->IsList() ||
+      !offsets->IsList() || offsets->elements().size() != 2) {
+    return DataLossError(path + ": tensor " + name +
+                         " needs dtype, shape and data_offsets [begin, end]");
   }
   e.dtype = dtype->scalar();
-  if (SafetensorsDTypeSize(e.dtype) == 0) return DataLossError(path + ": tensor " + name + " has unsupported dtype " + e.dtype);
+  if (SafetensorsDTypeSize(e.dtype) == 0)
+    return DataLossError(path + ": tensor " + name + " has unsupported dtype " + e.dtype);
   for (const Node& d : shape->elements()) {
     MOE_ASSIGN_OR_RETURN(int64_t n, d.AsInt(name + ".shape"));
     if (n < 0) return DataLossError(path + ": tensor " + name + " has a negative dimension");
@@ -47,9 +50,10 @@ StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const Node& v, co
   }
   MOE_ASSIGN_OR_RETURN(e.begin, offsets->elements()[0].AsInt(name + ".data_offsets"));
   MOE_ASSIGN_OR_RETURN(e.end, offsets->elements()[1].AsInt(name + ".data_offsets"));
-  if (e.begin < 0 || e.end < e.begin || e.end - e.begin != Numel(e.shape) * SafetensorsDTypeSize(e.dtype)) {
-    return DataLossError(path + ": tensor " + name + " has " + std::to_string(e.end - e.begin) + " bytes for " + e.dtype +
-                         " " + ShapeString(e.shape));
+  if (e.begin < 0 || e.end < e.begin ||
+      e.end - e.begin != Numel(e.shape) * SafetensorsDTypeSize(e.dtype)) {
+    return DataLossError(path + ": tensor " + name + " has " + std::to_string(e.end - e.begin) +
+                         " bytes for " + e.dtype + " " + ShapeString(e.shape));
   }
   return e;
 }
@@ -60,7 +64,8 @@ Status ReadAt(const std::string& path, int64_t offset, char* dst, size_t bytes) 
   size_t done = 0;
   Status st;
   while (done < bytes) {
-    const ssize_t n = ::pread(fd, dst + done, bytes - done, static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    const ssize_t n = ::pread(fd, dst + done, bytes - done,
+                              static_cast<off_t>(offset + static_cast<int64_t>(done)));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       st = DataLossError(path + ": short read");
@@ -94,11 +99,16 @@ int64_t SafetensorsDTypeSize(const std::string& d) {
 
 std::string SafetensorsDType(DType d) {
   switch (d) {
-    case DType::kF32: return "F32";
-    case DType::kF64: return "F64";
-    case DType::kBF16: return "BF16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
+    case DType::kF32:
+      return "F32";
+    case DType::kF64:
+      return "F64";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
   }
   return "?";
 }
@@ -111,10 +121,11 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const int64_t size = static_cast<int64_t>(::lseek(fd, 0, SEEK_END));
   ::close(fd);
   uint64_t n = 0;
-  if (size < 8) return DataLossError(path + ": not a safetensors file (" + std::to_string(size) + " bytes)");
+  if (size < 8)
+    return DataLossError(path + ": not a safetensors file (" + std::to_string(size) + " bytes)");
   MOE_RETURN_IF_ERROR(ReadAt(path, 0, reinterpret_cast<char*>(&n), 8));
-  // Compared unsigned: a length with its top bit set must not read as a negative, fitting one (a crash
-  // fuzz_safetensors found: std::length_error allocating 0xef...a3 bytes).
+  // Compared unsigned: a length with its top bit set must not read as a negative, fitting one (a
+  // crash fuzz_safetensors found: std::length_error allocating 0xef...a3 bytes).
   if (n == 0 || n > static_cast<uint64_t>(kMaxHeader) || n > static_cast<uint64_t>(size) - 8) {
     return DataLossError(path + ": header length " + std::to_string(n) + " does not fit the file");
   }
@@ -130,13 +141,15 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       continue;
     }
     MOE_ASSIGN_OR_RETURN(SafetensorsEntry e, ParseEntry(name, v, path));
-    if (f.data_start_ + e.end > size) return DataLossError(path + ": tensor " + name + " runs past the end of the file");
+    if (f.data_start_ + e.end > size)
+      return DataLossError(path + ": tensor " + name + " runs past the end of the file");
     spans.emplace_back(e.begin, e.end);
     f.entries_[name] = std::move(e);
   }
   std::sort(spans.begin(), spans.end());
   for (size_t i = 1; i < spans.size(); ++i) {
-    if (spans[i].first < spans[i - 1].second) return DataLossError(path + ": two tensors share bytes");
+    if (spans[i].first < spans[i - 1].second)
+      return DataLossError(path + ": two tensors share bytes");
   }
   return f;
 }
@@ -146,12 +159,13 @@ Status SafetensorsFile::Read(const std::string& name, const Tensor& dst) const {
   if (it == entries_.end()) return NotFoundError(path_ + ": no tensor " + name);
   const SafetensorsEntry& e = it->second;
   if (e.shape != dst.shape()) {
-    return InvalidArgumentError("tensor " + name + " is " + ShapeString(e.shape) + " in " + path_ + ", the model's is " +
-                                ShapeString(dst.shape()));
+    return InvalidArgumentError("tensor " + name + " is " + ShapeString(e.shape) + " in " + path_ +
+                                ", the model's is " + ShapeString(dst.shape()));
   }
   MOE_ASSIGN_OR_RETURN(DType dt, TensorDType(e.dtype));
   Tensor raw = Tensor::Empty(dst.shape(), dt);
-  MOE_RETURN_IF_ERROR(ReadAt(path_, data_start_ + e.begin, static_cast<char*>(raw.raw()), raw.nbytes()));
+  MOE_RETURN_IF_ERROR(
+      ReadAt(path_, data_start_ + e.begin, static_cast<char*>(raw.raw()), raw.nbytes()));
   if (dt == dst.dtype()) {
     dst.CopyFrom(raw);
   } else {
@@ -171,7 +185,8 @@ StatusOr<SafetensorsDir> SafetensorsDir::Open(const std::string& dir) {
     const Node* map = doc.ok() ? doc->Find("weight_map") : nullptr;
     if (map == nullptr || !map->IsMap()) return DataLossError(index + ": no weight_map");
     for (const auto& [name, file] : map->items()) {
-      if (std::find(files.begin(), files.end(), file.scalar()) == files.end()) files.push_back(file.scalar());
+      if (std::find(files.begin(), files.end(), file.scalar()) == files.end())
+        files.push_back(file.scalar());
     }
   } else if (PathExists(JoinPath(dir, "model.safetensors"))) {
     files.push_back("model.safetensors");
@@ -179,7 +194,8 @@ StatusOr<SafetensorsDir> SafetensorsDir::Open(const std::string& dir) {
     return NotFoundError(dir + ": neither model.safetensors nor model.safetensors.index.json");
   }
   for (const auto& f : files) {
-    if (f.find('/') != std::string::npos) return DataLossError(index + ": file name " + f + " leaves the directory");
+    if (f.find('/') != std::string::npos)
+      return DataLossError(index + ": file name " + f + " leaves the directory");
     MOE_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(JoinPath(dir, f)));
     for (const auto& [name, e] : file.entries()) {
       if (d.where_.count(name)) return DataLossError(dir + ": tensor " + name + " is in two files");
@@ -208,7 +224,8 @@ std::vector<std::string> SafetensorsDir::Names() const {
   return out;
 }
 
-void SafetensorsWriter::Plan(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape) {
+void SafetensorsWriter::Plan(const std::string& name, const std::string& dtype,
+                             const std::vector<int64_t>& shape) {
   SafetensorsEntry e;
   e.dtype = dtype;
   e.shape = shape;
@@ -218,8 +235,9 @@ void SafetensorsWriter::Plan(const std::string& name, const std::string& dtype, 
   planned_.emplace_back(name, std::move(e));
 }
 
-Status SafetensorsWriter::Write(const std::map<std::string, std::string>& metadata,
-                                const std::function<Status(const std::string&, std::string*)>& fill) {
+Status SafetensorsWriter::Write(
+    const std::map<std::string, std::string>& metadata,
+    const std::function<Status(const std::string&, std::string*)>& fill) {
   Node header = Node::Map();
   if (!metadata.empty()) {
     Node m = Node::Map();
@@ -251,8 +269,8 @@ Status SafetensorsWriter::Write(const std::map<std::string, std::string>& metada
     bytes.clear();
     MOE_RETURN_IF_ERROR(fill(name, &bytes));
     if (static_cast<int64_t>(bytes.size()) != e.end - e.begin) {
-      return InternalError("safetensors: " + name + " came with " + std::to_string(bytes.size()) + " bytes, planned " +
-                           std::to_string(e.end - e.begin));
+      return InternalError("safetensors: " + name + " came with " + std::to_string(bytes.size()) +
+                           " bytes, planned " + std::to_string(e.end - e.begin));
     }
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }

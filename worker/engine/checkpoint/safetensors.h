@@ -1,10 +1,10 @@
 // The safetensors format (Hugging Face's weight files): an 8-byte little-endian header length N, N
-// bytes of JSON ({name: {dtype, shape, data_offsets: [begin, end]}, optional "__metadata__": {str: str}}),
-// then the raw little-endian data; offsets are relative to the end of the header. Large models split
-// across files named in model.safetensors.index.json ({"weight_map": {name: file}}).
+// bytes of JSON ({name: {dtype, shape, data_offsets: [begin, end]}, optional "__metadata__": {str:
+// str}}), then the raw little-endian data; offsets are relative to the end of the header. Large
+// models split across files named in model.safetensors.index.json ({"weight_map": {name: file}}).
 //
-// Our own small reader and writer (the engine links no Python or Rust library): dtypes F64, F32, BF16
-// (read into f32/f64/bf16 tensors, converting), I64 and I32.
+// Our own small reader and writer (the engine links no Python or Rust library): dtypes F64, F32,
+// BF16 (read into f32/f64/bf16 tensors, converting), I64 and I32.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +19,13 @@
 namespace moe {
 
 struct SafetensorsEntry {
-  std::string dtype;           // "F32", "BF16", ...
+  std::string dtype;  // "F32", "BF16", ...
   std::vector<int64_t> shape;
   int64_t begin = 0, end = 0;  // byte offsets in the data section
 };
 
-// One .safetensors file, its header parsed and checked (offsets within the file, byte counts matching
-// shape and dtype, no overlaps). Data is read on demand.
+// One .safetensors file, its header parsed and checked (offsets within the file, byte counts
+// matching shape and dtype, no overlaps). Data is read on demand.
 class SafetensorsFile {
  public:
   static StatusOr<SafetensorsFile> Open(const std::string& path);
@@ -58,14 +58,14 @@ class SafetensorsDir {
   std::map<std::string, size_t> where_;  // tensor -> file index
 };
 
-// Writes one file: declare every tensor (Plan), then Write them in that order; the data of each comes
-// from the caller when its turn comes, so a file larger than memory streams.
+// Writes one file: declare every tensor (Plan), then Write them in that order; the data of each
+// comes from the caller when its turn comes, so a file larger than memory streams.
 class SafetensorsWriter {
  public:
   explicit SafetensorsWriter(std::string path) : path_(std::move(path)) {}
   void Plan(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape);
-  // Writes the header, then each planned tensor's bytes from `fill` (which writes exactly the tensor's
-  // bytes into the buffer it is given), then renames the file into place.
+  // Writes the header, then each planned tensor's bytes from `fill` (which writes exactly the
+  // tensor's bytes into the buffer it is given), then renames the file into place.
   Status Write(const std::map<std::string, std::string>& metadata,
                const std::function<Status(const std::string& name, std::string* bytes)>& fill);
   int64_t planned_bytes() const { return bytes_; }

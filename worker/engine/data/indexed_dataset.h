@@ -1,5 +1,5 @@
-// Megatron's indexed dataset (the MMIDIDX format): <prefix>.bin holds the token ids of every sequence
-// back to back; <prefix>.idx holds
+// Megatron's indexed dataset (the MMIDIDX format): <prefix>.bin holds the token ids of every
+// sequence back to back; <prefix>.idx holds
 //   "MMIDIDX\0\0" | u64 version = 1 | u8 dtype code | u64 sequence count N | u64 document count D
 //   | i32 lengths[N] | i64 byte pointers[N] | i64 document indices[D]
 // (little-endian; document indices start at 0 and end at N). A sidecar <prefix>.json written by
@@ -16,14 +16,25 @@
 namespace moe {
 
 // Megatron's dtype codes.
-enum class TokenDType : uint8_t { kU8 = 1, kI8 = 2, kI16 = 3, kI32 = 4, kI64 = 5, kF64 = 6, kF32 = 7, kU16 = 8 };
+enum class TokenDType : uint8_t {
+  kU8 = 1,
+  kI8 = 2,
+  kI16 = 3,
+  kI32 = 4,
+  kI64 = 5,
+  kF64 = 6,
+  kF32 = 7,
+  kU16 = 8
+};
 
 class IndexedDataset {
  public:
   ~IndexedDataset();
-  // Opens and validates both files: magic, version, dtype, counts against file sizes, pointers inside
-  // the .bin. `vocab_size` > 0 also checks the sidecar's vocabulary and every token id against it.
-  static StatusOr<std::unique_ptr<IndexedDataset>> Open(const std::string& prefix, int64_t vocab_size);
+  // Opens and validates both files: magic, version, dtype, counts against file sizes, pointers
+  // inside the .bin. `vocab_size` > 0 also checks the sidecar's vocabulary and every token id
+  // against it.
+  static StatusOr<std::unique_ptr<IndexedDataset>> Open(const std::string& prefix,
+                                                        int64_t vocab_size);
 
   int64_t num_sequences() const { return static_cast<int64_t>(lengths_.size()); }
   int64_t num_documents() const { return static_cast<int64_t>(doc_idx_.size()) - 1; }
@@ -31,7 +42,8 @@ class IndexedDataset {
   const std::string& prefix() const { return prefix_; }
   // Token i of the concatenation of all sequences (in file order).
   int32_t Token(int64_t i) const;
-  // The first token of document d (0 <= d <= num_documents(); d = num_documents() gives num_tokens()).
+  // The first token of document d (0 <= d <= num_documents(); d = num_documents() gives
+  // num_tokens()).
   int64_t DocumentTokenBegin(int64_t d) const;
   // Copies tokens [begin, begin + n) of the concatenation.
   void Read(int64_t begin, int64_t n, int32_t* out) const;

@@ -9,15 +9,20 @@ namespace moe {
 
 const char* DataSplitName(DataSplit s) {
   switch (s) {
-    case DataSplit::kTrain: return "train";
-    case DataSplit::kValid: return "valid";
-    case DataSplit::kTest: return "test";
-    case DataSplit::kAll: break;
+    case DataSplit::kTrain:
+      return "train";
+    case DataSplit::kValid:
+      return "valid";
+    case DataSplit::kTest:
+      return "test";
+    case DataSplit::kAll:
+      break;
   }
   return "all";
 }
 
-DataRange SplitRange(const IndexedDataset& ds, const std::array<double, 3>& weights, DataSplit which) {
+DataRange SplitRange(const IndexedDataset& ds, const std::array<double, 3>& weights,
+                     DataSplit which) {
   const int64_t docs = ds.num_documents();
   DataRange r;
   if (which == DataSplit::kAll) {
@@ -25,7 +30,8 @@ DataRange SplitRange(const IndexedDataset& ds, const std::array<double, 3>& weig
   } else {
     const double total = weights[0] + weights[1] + weights[2];
     std::array<int64_t, 4> at = {0, 0, 0, 0};
-    for (size_t i = 0; i < 3; ++i) at[i + 1] = at[i] + std::llround(weights[i] / total * static_cast<double>(docs));
+    for (size_t i = 0; i < 3; ++i)
+      at[i + 1] = at[i] + std::llround(weights[i] / total * static_cast<double>(docs));
     const int64_t diff = at[3] - docs;
     for (size_t i = 1; i < 4; ++i) at[i] = std::clamp<int64_t>(at[i] - diff, 0, docs);
     r.first_doc = at[static_cast<size_t>(which)];
@@ -36,8 +42,9 @@ DataRange SplitRange(const IndexedDataset& ds, const std::array<double, 3>& weig
   return r;
 }
 
-BatchSampler::BatchSampler(const DataConfig& data, int64_t vocab_size, uint64_t seed, int world_size,
-                           std::unique_ptr<IndexedDataset> dataset, DataRange range, bool in_order)
+BatchSampler::BatchSampler(const DataConfig& data, int64_t vocab_size, uint64_t seed,
+                           int world_size, std::unique_ptr<IndexedDataset> dataset, DataRange range,
+                           bool in_order)
     : data_(data),
       vocab_size_(vocab_size),
       seed_(seed),
@@ -53,7 +60,8 @@ BatchSampler::BatchSampler(const DataConfig& data, int64_t vocab_size, uint64_t 
   }
 }
 
-StatusOr<std::unique_ptr<BatchSampler>> BatchSampler::Create(const JobSpec& spec, int world_size, DataSplit which) {
+StatusOr<std::unique_ptr<BatchSampler>> BatchSampler::Create(const JobSpec& spec, int world_size,
+                                                             DataSplit which) {
   std::unique_ptr<IndexedDataset> ds;
   DataRange range;
   if (spec.data.source == "indexed") {
@@ -64,16 +72,17 @@ StatusOr<std::unique_ptr<BatchSampler>> BatchSampler::Create(const JobSpec& spec
     range = SplitRange(*ds, weights, which);
     const int64_t tokens = range.end_token - range.begin_token;
     if ((tokens - 1) / spec.data.seq_length < 1) {
-      return FailedPreconditionError("dataset " + spec.data.path + ": its " + DataSplitName(which) + " split (documents " +
-                                     std::to_string(range.first_doc) + "-" + std::to_string(range.end_doc) + ", split '" +
-                                     spec.data.split + "') has " + std::to_string(tokens) +
-                                     " tokens, fewer than one sample of spec.data.seq_length + 1 = " +
-                                     std::to_string(spec.data.seq_length + 1));
+      return FailedPreconditionError(
+          "dataset " + spec.data.path + ": its " + DataSplitName(which) + " split (documents " +
+          std::to_string(range.first_doc) + "-" + std::to_string(range.end_doc) + ", split '" +
+          spec.data.split + "') has " + std::to_string(tokens) +
+          " tokens, fewer than one sample of spec.data.seq_length + 1 = " +
+          std::to_string(spec.data.seq_length + 1));
     }
   }
   const bool in_order = which != DataSplit::kTrain;
-  return std::make_unique<BatchSampler>(spec.data, spec.model.vocab_size, spec.training.seed, world_size, std::move(ds),
-                                        range, in_order);
+  return std::make_unique<BatchSampler>(spec.data, spec.model.vocab_size, spec.training.seed,
+                                        world_size, std::move(ds), range, in_order);
 }
 
 void BatchSampler::EnsureEpoch(int64_t epoch) {
@@ -95,8 +104,8 @@ int64_t BatchSampler::SampleAt(int64_t global_index) {
   return order_[static_cast<size_t>(global_index % num_samples_)];
 }
 
-void BatchSampler::MicroBatch(int64_t first_sample, int64_t per_rank, int rank, int64_t micro, int32_t* tokens,
-                              int32_t* targets) {
+void BatchSampler::MicroBatch(int64_t first_sample, int64_t per_rank, int rank, int64_t micro,
+                              int32_t* tokens, int32_t* targets) {
   const int64_t s = data_.seq_length, mbs = data_.micro_batch_size;
   std::vector<int32_t> buf(static_cast<size_t>(s + 1));
   for (int64_t i = 0; i < mbs; ++i) {

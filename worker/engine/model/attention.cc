@@ -16,18 +16,23 @@ namespace {
 
 // The rotary frequencies of a layer, on its device, and the softmax scale they imply.
 struct Rotary {
-  Tensor inv_freq;    // [rope_dim / 2]
-  double scale = 1;   // 1/sqrt(d_qk), times YaRN's mscale^2
+  Tensor inv_freq;   // [rope_dim / 2]
+  double scale = 1;  // 1/sqrt(d_qk), times YaRN's mscale^2
 };
 
-Rotary MakeRotary(const ModelConfig& cfg, int64_t rope_dim, int64_t qk_dim, const AttentionContext& ctx) {
-  const RopeFrequencies f = ComputeRopeFrequencies(cfg.rope_theta, rope_dim, cfg.rope_scaling, ctx.max_seq_len);
+Rotary MakeRotary(const ModelConfig& cfg, int64_t rope_dim, int64_t qk_dim,
+                  const AttentionContext& ctx) {
+  const RopeFrequencies f =
+      ComputeRopeFrequencies(cfg.rope_theta, rope_dim, cfg.rope_scaling, ctx.max_seq_len);
   Tensor host = Tensor::Empty({rope_dim / 2}, ctx.dtype == DType::kF64 ? DType::kF64 : DType::kF32);
   for (size_t j = 0; j < f.inv_freq.size(); ++j) {
-    if (host.dtype() == DType::kF64) host.data<double>()[j] = f.inv_freq[j];
-    else host.data<float>()[j] = static_cast<float>(f.inv_freq[j]);
+    if (host.dtype() == DType::kF64)
+      host.data<double>()[j] = f.inv_freq[j];
+    else
+      host.data<float>()[j] = static_cast<float>(f.inv_freq[j]);
   }
-  return {ctx.device.is_cpu() ? host : host.Clone(ctx.device), f.scale_factor / std::sqrt(static_cast<double>(qk_dim))};
+  return {ctx.device.is_cpu() ? host : host.Clone(ctx.device),
+          f.scale_factor / std::sqrt(static_cast<double>(qk_dim))};
 }
 
 // The attention core on q, k, v, with what its backward needs (not kept under core_attn recompute):
@@ -44,7 +49,8 @@ struct CoreSpec {
   bool materialized = false;
 };
 
-Core RunCore(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq, const CoreSpec& cs) {
+Core RunCore(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq,
+             const CoreSpec& cs) {
   Core c{Tensor::Empty(v.shape(), v.dtype(), v.device()), Tensor(), Tensor()};
   if (cs.materialized) {
     c.probs = Tensor::Empty({batch * cs.heads, seq, seq}, AccumType(q.dtype()), q.device());
@@ -61,14 +67,17 @@ struct CoreGrads {
   Tensor dq, dk, dv;
 };
 
-CoreGrads CoreBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Core& c, const Tensor& dout, int64_t batch,
-                       int64_t seq, const CoreSpec& cs) {
-  CoreGrads g{Tensor::Empty(q.shape(), dout.dtype(), dout.device()), Tensor::Empty(k.shape(), dout.dtype(), dout.device()),
+CoreGrads CoreBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Core& c,
+                       const Tensor& dout, int64_t batch, int64_t seq, const CoreSpec& cs) {
+  CoreGrads g{Tensor::Empty(q.shape(), dout.dtype(), dout.device()),
+              Tensor::Empty(k.shape(), dout.dtype(), dout.device()),
               Tensor::Empty(v.shape(), dout.dtype(), dout.device())};
   if (cs.materialized) {
-    kernels::MaterializedAttentionBackward(q, k, v, c.probs, dout, batch, seq, cs.heads, cs.scale, g.dq, g.dk, g.dv);
+    kernels::MaterializedAttentionBackward(q, k, v, c.probs, dout, batch, seq, cs.heads, cs.scale,
+                                           g.dq, g.dk, g.dv);
   } else {
-    kernels::AttentionBackward(q, k, v, c.out, dout, c.lse, batch, seq, cs.heads, cs.scale, g.dq, g.dk, g.dv);
+    kernels::AttentionBackward(q, k, v, c.out, dout, c.lse, batch, seq, cs.heads, cs.scale, g.dq,
+                               g.dk, g.dv);
   }
   return g;
 }
@@ -77,9 +86,11 @@ CoreGrads CoreBackward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 // kernel, output projection.
 class MhaAttention final : public AttentionLayer {
  public:
-  MhaAttention(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed, double out_std,
-               const AttentionContext& ctx)
-      : heads_(cfg.num_heads), head_dim_(cfg.head_dim()), recompute_core_(ctx.recompute.core_attn),
+  MhaAttention(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed,
+               double out_std, const AttentionContext& ctx)
+      : heads_(cfg.num_heads),
+        head_dim_(cfg.head_dim()),
+        recompute_core_(ctx.recompute.core_attn),
         rotary_(MakeRotary(cfg, cfg.head_dim(), cfg.head_dim(), ctx)),
         core_{heads_, rotary_.scale, ctx.materialized_attention} {
     const int64_t h = cfg.hidden_size;
@@ -97,8 +108,10 @@ class MhaAttention final : public AttentionLayer {
     kernels::CopyColumns(qkv, 0, s.q, 0, hd);
     kernels::CopyColumns(qkv, hd, s.k, 0, hd);
     kernels::CopyColumns(qkv, 2 * hd, s.v, 0, hd);
-    kernels::RopeForward(s.q, seq_len, heads_, 0, rotary_.inv_freq, kernels::RopeLayout::kHalfSplit);
-    kernels::RopeForward(s.k, seq_len, heads_, 0, rotary_.inv_freq, kernels::RopeLayout::kHalfSplit);
+    kernels::RopeForward(s.q, seq_len, heads_, 0, rotary_.inv_freq,
+                         kernels::RopeLayout::kHalfSplit);
+    kernels::RopeForward(s.k, seq_len, heads_, 0, rotary_.inv_freq,
+                         kernels::RopeLayout::kHalfSplit);
     Core core = RunCore(s.q, s.k, s.v, batch, seq_len, core_);
     Tensor y = Linear(core.out, *wo_);
     if (!recompute_core_) s.core = core;
@@ -111,8 +124,10 @@ class MhaAttention final : public AttentionLayer {
     if (recompute_core_) s.core = RunCore(s.q, s.k, s.v, s.batch, s.seq, core_);
     Tensor dctx = LinearBackward(dy, s.core.out, *wo_);
     CoreGrads g = CoreBackward(s.q, s.k, s.v, s.core, dctx, s.batch, s.seq, core_);
-    kernels::RopeBackward(g.dq, s.seq, heads_, 0, rotary_.inv_freq, kernels::RopeLayout::kHalfSplit);
-    kernels::RopeBackward(g.dk, s.seq, heads_, 0, rotary_.inv_freq, kernels::RopeLayout::kHalfSplit);
+    kernels::RopeBackward(g.dq, s.seq, heads_, 0, rotary_.inv_freq,
+                          kernels::RopeLayout::kHalfSplit);
+    kernels::RopeBackward(g.dk, s.seq, heads_, 0, rotary_.inv_freq,
+                          kernels::RopeLayout::kHalfSplit);
     const int64_t hd = heads_ * head_dim_;
     Tensor dqkv = Tensor::Empty({dy.dim(0), 3 * hd}, dy.dtype(), dy.device());
     kernels::CopyColumns(g.dq, 0, dqkv, 0, hd);
@@ -137,31 +152,40 @@ class MhaAttention final : public AttentionLayer {
 };
 
 // DeepSeek's multi-head latent attention (deepseek-v3-architecture.md): q through a low-rank latent
-// with its RMSNorm (or one projection when q_lora_rank = 0); one joint kv down-projection holding the
-// kv latent (RMSNorm) and ONE rotary key shared by every head; per head q = [nope; rope] and
-// k = [k_nope; k_rope], values of their own size; pairwise RoPE on the rope dims; the tiled attention.
-// Parameter names and shapes are the released weights' (q_a_proj, q_a_layernorm, q_b_proj | q_proj,
-// kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj). Under mla_up_proj recompute it keeps the two
-// latents and the rotated shared key, not q, k and v.
+// with its RMSNorm (or one projection when q_lora_rank = 0); one joint kv down-projection holding
+// the kv latent (RMSNorm) and ONE rotary key shared by every head; per head q = [nope; rope] and k
+// = [k_nope; k_rope], values of their own size; pairwise RoPE on the rope dims; the tiled
+// attention. Parameter names and shapes are the released weights' (q_a_proj, q_a_layernorm,
+// q_b_proj | q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj). Under mla_up_proj
+// recompute it keeps the two latents and the rotated shared key, not q, k and v.
 class MlaAttention final : public AttentionLayer {
  public:
-  MlaAttention(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed, double out_std,
-               const AttentionContext& ctx)
-      : a_(cfg.attention), heads_(cfg.num_heads), recompute_(ctx.recompute),
+  MlaAttention(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed,
+               double out_std, const AttentionContext& ctx)
+      : a_(cfg.attention),
+        heads_(cfg.num_heads),
+        recompute_(ctx.recompute),
         rotary_(MakeRotary(cfg, cfg.attention.qk_rope_head_dim, cfg.attention.qk_head_dim(), ctx)),
         core_{heads_, rotary_.scale, ctx.materialized_attention} {
     const int64_t h = cfg.hidden_size, dqk = a_.qk_head_dim();
     if (a_.q_lora_rank > 0) {
-      q_a_ = params.Fp8Gemm(params.Add(prefix + ".q_a_proj", {a_.q_lora_rank, h}, seed, cfg.init_std));
-      q_norm_ = std::make_unique<RmsNorm>(params, prefix + ".q_a_layernorm", a_.q_lora_rank, cfg.norm_eps, seed);
-      q_b_ = params.Fp8Gemm(params.Add(prefix + ".q_b_proj", {heads_ * dqk, a_.q_lora_rank}, seed, cfg.init_std));
+      q_a_ =
+          params.Fp8Gemm(params.Add(prefix + ".q_a_proj", {a_.q_lora_rank, h}, seed, cfg.init_std));
+      q_norm_ = std::make_unique<RmsNorm>(params, prefix + ".q_a_layernorm", a_.q_lora_rank,
+                                          cfg.norm_eps, seed);
+      q_b_ = params.Fp8Gemm(
+          params.Add(prefix + ".q_b_proj", {heads_ * dqk, a_.q_lora_rank}, seed, cfg.init_std));
     } else {
       q_b_ = params.Fp8Gemm(params.Add(prefix + ".q_proj", {heads_ * dqk, h}, seed, cfg.init_std));
     }
-    kv_a_ = params.Fp8Gemm(params.Add(prefix + ".kv_a_proj_with_mqa", {a_.kv_lora_rank + a_.qk_rope_head_dim, h}, seed, cfg.init_std));
-    kv_norm_ = std::make_unique<RmsNorm>(params, prefix + ".kv_a_layernorm", a_.kv_lora_rank, cfg.norm_eps, seed);
-    kv_b_ = params.Fp8Gemm(params.Add(prefix + ".kv_b_proj", {heads_ * (a_.qk_nope_head_dim + a_.v_head_dim), a_.kv_lora_rank}, seed,
-                                     cfg.init_std));
+    kv_a_ =
+        params.Fp8Gemm(params.Add(prefix + ".kv_a_proj_with_mqa",
+                                  {a_.kv_lora_rank + a_.qk_rope_head_dim, h}, seed, cfg.init_std));
+    kv_norm_ = std::make_unique<RmsNorm>(params, prefix + ".kv_a_layernorm", a_.kv_lora_rank,
+                                         cfg.norm_eps, seed);
+    kv_b_ = params.Fp8Gemm(params.Add(
+        prefix + ".kv_b_proj", {heads_ * (a_.qk_nope_head_dim + a_.v_head_dim), a_.kv_lora_rank},
+        seed, cfg.init_std));
     o_ = params.Fp8Gemm(params.Add(prefix + ".o_proj", {h, heads_ * a_.v_head_dim}, seed, out_std));
   }
 
@@ -205,7 +229,8 @@ class MlaAttention final : public AttentionLayer {
   Tensor KeyLatent(const Tensor& x, int64_t seq_len, Tensor* ckv) {
     const int64_t t = x.dim(0), r = a_.kv_lora_rank, dr = a_.qk_rope_head_dim;
     Tensor a = Linear(x, *kv_a_);
-    Tensor latent = Tensor::Empty({t, r}, x.dtype(), x.device()), k_rope = Tensor::Empty({t, dr}, x.dtype(), x.device());
+    Tensor latent = Tensor::Empty({t, r}, x.dtype(), x.device()),
+           k_rope = Tensor::Empty({t, dr}, x.dtype(), x.device());
     kernels::CopyColumns(a, 0, latent, 0, r);
     kernels::CopyColumns(a, r, k_rope, 0, dr);
     kernels::RopeForward(k_rope, seq_len, 1, 0, rotary_.inv_freq, kernels::RopeLayout::kPairs);
@@ -213,31 +238,37 @@ class MlaAttention final : public AttentionLayer {
     return k_rope;
   }
 
-  // The heads from the latents: q [T, H * dqk] (rope dims rotated), k [T, H * dqk] (k_nope from the kv
-  // latent, the shared rotary key to every head), v [T, H * dv].
+  // The heads from the latents: q [T, H * dqk] (rope dims rotated), k [T, H * dqk] (k_nope from the
+  // kv latent, the shared rotary key to every head), v [T, H * dv].
   void UpProject(Saved* s) {
-    const int64_t t = s->x.dim(0), dn = a_.qk_nope_head_dim, dr = a_.qk_rope_head_dim, dqk = a_.qk_head_dim();
+    const int64_t t = s->x.dim(0), dn = a_.qk_nope_head_dim, dr = a_.qk_rope_head_dim,
+                  dqk = a_.qk_head_dim();
     const int64_t dv = a_.v_head_dim;
     s->q = Linear(s->cq, *q_b_);
     kernels::RopeForward(s->q, s->seq, heads_, dn, rotary_.inv_freq, kernels::RopeLayout::kPairs);
     Tensor kv = Linear(s->ckv, *kv_b_);  // [T, H * (dn + dv)]
     s->k = Tensor::Empty({t, heads_ * dqk}, s->x.dtype(), s->x.device());
     s->v = Tensor::Empty({t, heads_ * dv}, s->x.dtype(), s->x.device());
-    const Tensor kv_heads = kv.Reshape({t * heads_, dn + dv}), k_heads = s->k.Reshape({t * heads_, dqk});
+    const Tensor kv_heads = kv.Reshape({t * heads_, dn + dv}),
+                 k_heads = s->k.Reshape({t * heads_, dqk});
     kernels::CopyColumns(kv_heads, 0, k_heads, 0, dn);
-    kernels::CopyColumns(s->k_rope, 0, k_heads, dn, dr, heads_);  // the shared rotary key, to every head
+    kernels::CopyColumns(s->k_rope, 0, k_heads, dn, dr,
+                         heads_);  // the shared rotary key, to every head
     kernels::CopyColumns(kv_heads, dn, s->v.Reshape({t * heads_, dv}), 0, dv);
   }
 
   Tensor KeysValuesBackward(const Saved& s, const Tensor& dk, const Tensor& dv) {
-    const int64_t t = dk.dim(0), r = a_.kv_lora_rank, dr = a_.qk_rope_head_dim, dn = a_.qk_nope_head_dim;
+    const int64_t t = dk.dim(0), r = a_.kv_lora_rank, dr = a_.qk_rope_head_dim,
+                  dn = a_.qk_nope_head_dim;
     const int64_t dqk = a_.qk_head_dim(), dvd = a_.v_head_dim;
     Tensor dkv = Tensor::Empty({t, heads_ * (dn + dvd)}, dk.dtype(), dk.device());
-    const Tensor dkv_heads = dkv.Reshape({t * heads_, dn + dvd}), dk_heads = dk.Reshape({t * heads_, dqk});
+    const Tensor dkv_heads = dkv.Reshape({t * heads_, dn + dvd}),
+                 dk_heads = dk.Reshape({t * heads_, dqk});
     kernels::CopyColumns(dk_heads, 0, dkv_heads, 0, dn);
     kernels::CopyColumns(dv.Reshape({t * heads_, dvd}), 0, dkv_heads, dn, dvd);
     Tensor dk_rope = Tensor::Zeros({t, dr}, dk.dtype(), dk.device());
-    kernels::SumColumns(dk_heads, dn, dk_rope, 0, dr, heads_);  // every head's share of the shared key
+    kernels::SumColumns(dk_heads, dn, dk_rope, 0, dr,
+                        heads_);  // every head's share of the shared key
     kernels::RopeBackward(dk_rope, s.seq, 1, 0, rotary_.inv_freq, kernels::RopeLayout::kPairs);
     Tensor dlatent = kv_norm_->Backward(LinearBackward(dkv, s.ckv, *kv_b_));
     Tensor da = Tensor::Empty({t, r + dr}, dk.dtype(), dk.device());
@@ -247,7 +278,8 @@ class MlaAttention final : public AttentionLayer {
   }
 
   Tensor QueryBackward(const Saved& s, const Tensor& dq) {
-    kernels::RopeBackward(dq, s.seq, heads_, a_.qk_nope_head_dim, rotary_.inv_freq, kernels::RopeLayout::kPairs);
+    kernels::RopeBackward(dq, s.seq, heads_, a_.qk_nope_head_dim, rotary_.inv_freq,
+                          kernels::RopeLayout::kPairs);
     if (q_a_ == nullptr) return LinearBackward(dq, s.x, *q_b_);
     Tensor dcq = q_norm_->Backward(LinearBackward(dq, s.cq, *q_b_));
     return LinearBackward(dcq, s.x, *q_a_);
@@ -260,18 +292,19 @@ class MlaAttention final : public AttentionLayer {
   CoreSpec core_;
   Param* q_a_ = nullptr;  // [r_q, h] (null without q LoRA)
   std::unique_ptr<RmsNorm> q_norm_;
-  Param* q_b_;            // [H * dqk, r_q], or q_proj [H * dqk, h]
-  Param* kv_a_;           // [r_kv + d_r, h]
+  Param* q_b_;   // [H * dqk, r_q], or q_proj [H * dqk, h]
+  Param* kv_a_;  // [r_kv + d_r, h]
   std::unique_ptr<RmsNorm> kv_norm_;
-  Param* kv_b_;           // [H * (dn + dv), r_kv]
-  Param* o_;              // [h, H * dv]
+  Param* kv_b_;  // [H * (dn + dv), r_kv]
+  Param* o_;     // [h, H * dv]
   SavedQueue<Saved> saved_;
 };
 
 }  // namespace
 
-std::unique_ptr<AttentionLayer> MakeAttention(ParamSet& params, const std::string& prefix, const ModelConfig& cfg,
-                                              uint64_t seed, double out_std, const AttentionContext& ctx) {
+std::unique_ptr<AttentionLayer> MakeAttention(ParamSet& params, const std::string& prefix,
+                                              const ModelConfig& cfg, uint64_t seed, double out_std,
+                                              const AttentionContext& ctx) {
   if (cfg.is_mla()) return std::make_unique<MlaAttention>(params, prefix, cfg, seed, out_std, ctx);
   return std::make_unique<MhaAttention>(params, prefix, cfg, seed, out_std, ctx);
 }

@@ -1,5 +1,5 @@
-// Causal self-attention of a block: multi-head (MHA) or DeepSeek's multi-head latent (MLA), with what
-// it keeps for the backward and what it recomputes (attention.cc).
+// Causal self-attention of a block: multi-head (MHA) or DeepSeek's multi-head latent (MLA), with
+// what it keeps for the backward and what it recomputes (attention.cc).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,8 @@
 
 namespace moe {
 
-// What the attention layers share: the run's shape, where their constants live, what they recompute.
+// What the attention layers share: the run's shape, where their constants live, what they
+// recompute.
 struct AttentionContext {
   int64_t max_seq_len = 0;  // the run's sequence length: YaRN applies when it exceeds the original
   DType dtype = DType::kF32;  // of the rope frequencies: the master dtype (f64 in gradient checks)
@@ -34,7 +35,8 @@ class AttentionLayer {
 };
 
 // The attention of `cfg` (mha or mla), its parameters named under `prefix`.
-std::unique_ptr<AttentionLayer> MakeAttention(ParamSet& params, const std::string& prefix, const ModelConfig& cfg,
-                                              uint64_t seed, double out_std, const AttentionContext& ctx);
+std::unique_ptr<AttentionLayer> MakeAttention(ParamSet& params, const std::string& prefix,
+                                              const ModelConfig& cfg, uint64_t seed, double out_std,
+                                              const AttentionContext& ctx);
 
 }  // namespace moe

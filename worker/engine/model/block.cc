@@ -4,10 +4,12 @@
 
 namespace moe {
 
-// --- TransformerBlock ------------------------------------------------------------------------------
+// --- TransformerBlock
+// ------------------------------------------------------------------------------
 
-TransformerBlock::TransformerBlock(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, bool moe,
-                                   uint64_t seed, double out_std, TokenDispatcher* dispatcher, DType routing_dtype,
+TransformerBlock::TransformerBlock(ParamSet& params, const std::string& prefix,
+                                   const ModelConfig& cfg, bool moe, uint64_t seed, double out_std,
+                                   TokenDispatcher* dispatcher, DType routing_dtype,
                                    const AttentionContext& ctx)
     : full_recompute_(ctx.recompute.full) {
   const int64_t h = cfg.hidden_size;
@@ -15,26 +17,26 @@ TransformerBlock::TransformerBlock(ParamSet& params, const std::string& prefix, 
   attn_ = MakeAttention(params, prefix + ".attn", cfg, seed, out_std, ctx);
   ffn_norm_ = std::make_unique<RmsNorm>(params, prefix + ".ffn_norm", h, cfg.norm_eps, seed);
   if (moe) {
-    moe_ = std::make_unique<MoeLayer>(params, prefix + ".moe", cfg, seed, out_std, dispatcher, routing_dtype, ctx.device,
-                                      ctx.recompute.moe_act);
+    moe_ = std::make_unique<MoeLayer>(params, prefix + ".moe", cfg, seed, out_std, dispatcher,
+                                      routing_dtype, ctx.device, ctx.recompute.moe_act);
   } else {
-    dense_ = std::make_unique<SwigluFfn>(params, prefix + ".ffn", h, cfg.dense_ffn_hidden, seed, cfg.init_std, out_std,
-                                         ctx.recompute.mlp);
+    dense_ = std::make_unique<SwigluFfn>(params, prefix + ".ffn", h, cfg.dense_ffn_hidden, seed,
+                                         cfg.init_std, out_std, ctx.recompute.mlp);
   }
 }
 
-// Under full recompute the sublayers keep nothing in the forward: the block keeps its input and runs
-// its forward again (keeping everything) right before its backward.
-StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff,
-                                           MoeStats* stats) {
+// Under full recompute the sublayers keep nothing in the forward: the block keeps its input and
+// runs its forward again (keeping everything) right before its backward.
+StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x, int64_t batch, int64_t seq_len,
+                                           double aux_coeff, MoeStats* stats) {
   if (!full_recompute_ || !GradEnabled()) return Compute(x, batch, seq_len, aux_coeff, stats);
   saved_.Push({x, batch, seq_len, aux_coeff});
   NoGradScope keep_nothing;
   return Compute(x, batch, seq_len, aux_coeff, stats);
 }
 
-StatusOr<Tensor> TransformerBlock::Compute(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff,
-                                           MoeStats* stats) {
+StatusOr<Tensor> TransformerBlock::Compute(const Tensor& x, int64_t batch, int64_t seq_len,
+                                           double aux_coeff, MoeStats* stats) {
   Tensor a = attn_->Forward(attn_norm_->Forward(x), batch, seq_len);
   Tensor x1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
   kernels::Add(x1, x, a);

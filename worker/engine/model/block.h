@@ -1,5 +1,5 @@
-// One pre-norm transformer block of DeepSeek-V3: attention, then a dense SwiGLU FFN or the MoE layer,
-// each behind an RMSNorm and a residual.
+// One pre-norm transformer block of DeepSeek-V3: attention, then a dense SwiGLU FFN or the MoE
+// layer, each behind an RMSNorm and a residual.
 #pragma once
 
 #include <cstdint>
@@ -21,15 +21,19 @@ namespace moe {
 // SwiGLU or the MoE layer.
 class TransformerBlock {
  public:
-  TransformerBlock(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, bool moe, uint64_t seed,
-                   double out_std, TokenDispatcher* dispatcher, DType routing_dtype, const AttentionContext& ctx);
-  //   x [batch * seq_len, h]; aux_coeff: alpha / (sequences in the global batch); stats filled for a MoE block
-  StatusOr<Tensor> Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff, MoeStats* stats);
+  TransformerBlock(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, bool moe,
+                   uint64_t seed, double out_std, TokenDispatcher* dispatcher, DType routing_dtype,
+                   const AttentionContext& ctx);
+  //   x [batch * seq_len, h]; aux_coeff: alpha / (sequences in the global batch); stats filled for
+  //   a MoE block
+  StatusOr<Tensor> Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff,
+                           MoeStats* stats);
   StatusOr<Tensor> Backward(const Tensor& dy);
   MoeLayer* moe() const { return moe_.get(); }
 
  private:
-  StatusOr<Tensor> Compute(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff, MoeStats* stats);
+  StatusOr<Tensor> Compute(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff,
+                           MoeStats* stats);
   // With full recompute: the block's input and shape, to run its forward again before the backward.
   struct Saved {
     Tensor x;

@@ -17,7 +17,8 @@ Tensor Linear(const Tensor& x, const Tensor& w, std::optional<DType> out_dtype) 
   return y;
 }
 
-Tensor Fp8View(const Tensor& x, int64_t tile_rows, int64_t tile_cols, const std::vector<int64_t>& row_groups) {
+Tensor Fp8View(const Tensor& x, int64_t tile_rows, int64_t tile_cols,
+               const std::vector<int64_t>& row_groups) {
   Tensor out = Tensor::Empty(x.shape(), DType::kF32, x.device());
   kernels::Fp8QuantDequant(x, tile_rows, tile_cols, out, row_groups);
   return out;
@@ -80,12 +81,19 @@ Tensor LinearBackward(const Tensor& dy, const Tensor& x, const Param& w) {
 Recompute Recompute::From(const std::vector<std::string>& names) {
   Recompute r;
   for (const auto& n : names) {
-    if (n == "core_attn") r.core_attn = true;
-    else if (n == "mla_up_proj") r.mla_up_proj = true;
-    else if (n == "mlp") r.mlp = true;
-    else if (n == "moe_act") r.moe_act = true;
-    else if (n == "full") r.full = true;
-    else MOE_CHECK(false) << "unknown recompute module '" << n << "' (the spec's validation lists the known ones)";
+    if (n == "core_attn")
+      r.core_attn = true;
+    else if (n == "mla_up_proj")
+      r.mla_up_proj = true;
+    else if (n == "mlp")
+      r.mlp = true;
+    else if (n == "moe_act")
+      r.moe_act = true;
+    else if (n == "full")
+      r.full = true;
+    else
+      MOE_CHECK(false) << "unknown recompute module '" << n
+                       << "' (the spec's validation lists the known ones)";
   }
   return r;
 }
@@ -97,9 +105,11 @@ Tensor CastTo(const Tensor& t, DType dtype) {
   return out;
 }
 
-// --- RmsNorm ---------------------------------------------------------------------------------------
+// --- RmsNorm
+// ---------------------------------------------------------------------------------------
 
-RmsNorm::RmsNorm(ParamSet& params, const std::string& name, int64_t dim, double eps, uint64_t seed) : eps_(eps) {
+RmsNorm::RmsNorm(ParamSet& params, const std::string& name, int64_t dim, double eps, uint64_t seed)
+    : eps_(eps) {
   w_ = params.Add(name, {dim}, seed, 0.0, 1.0, /*weight_decay=*/false);
 }
 
@@ -120,10 +130,11 @@ Tensor RmsNorm::Backward(const Tensor& dy) {
   return dx;
 }
 
-// --- SwigluFfn -------------------------------------------------------------------------------------
+// --- SwigluFfn
+// -------------------------------------------------------------------------------------
 
-SwigluFfn::SwigluFfn(ParamSet& params, const std::string& prefix, int64_t hidden, int64_t ffn, uint64_t seed, double std,
-                     double out_std, bool recompute)
+SwigluFfn::SwigluFfn(ParamSet& params, const std::string& prefix, int64_t hidden, int64_t ffn,
+                     uint64_t seed, double std, double out_std, bool recompute)
     : recompute_(recompute) {
   w13_ = params.Fp8Gemm(params.Add(prefix + ".w13", {2 * ffn, hidden}, seed, std));
   w2_ = params.Fp8Gemm(params.Add(prefix + ".w2", {hidden, ffn}, seed, out_std));

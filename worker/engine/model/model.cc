@@ -16,8 +16,9 @@ struct Model::Chunk {
   // The embedding (E), or on a last stage without E the copy MTP reads (Param::tied_copy).
   Param* embedding = nullptr;
   std::vector<std::unique_ptr<TransformerBlock>> blocks;
-  std::vector<std::vector<Param*>> block_params;  // the parameters each block made (used by it alone)
-  int64_t backwards = 0;                          // this step's backward passes so far (ArmGradsFinal)
+  std::vector<std::vector<Param*>>
+      block_params;                     // the parameters each block made (used by it alone)
+  int64_t backwards = 0;                // this step's backward passes so far (ArmGradsFinal)
   std::unique_ptr<RmsNorm> final_norm;  // L
   Param* head = nullptr;                // L: [V, h]
   std::vector<std::unique_ptr<MtpDepth>> mtp;
@@ -28,20 +29,29 @@ struct Model::Chunk {
   SavedQueue<Saved> saved;
 };
 
-Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype, Device device,
-             double* alltoall_seconds, std::optional<DType> compute_dtype)
+Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype,
+             Device device, double* alltoall_seconds, std::optional<DType> compute_dtype)
     : Model(cfg, par, seed,
-            ModelOptions{.dtype = dtype, .device = device, .compute = compute_dtype, .moments = std::nullopt,
-                         .fp8 = false, .max_seq_len = 0, .recompute = {}, .materialized_attention = false, .alltoall_seconds = alltoall_seconds, .chunks = {}}) {}
+            ModelOptions{.dtype = dtype,
+                         .device = device,
+                         .compute = compute_dtype,
+                         .moments = std::nullopt,
+                         .fp8 = false,
+                         .max_seq_len = 0,
+                         .recompute = {},
+                         .materialized_attention = false,
+                         .alltoall_seconds = alltoall_seconds,
+                         .chunks = {}}) {}
 
-Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, const ModelOptions& o)
+Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed,
+             const ModelOptions& o)
     : cfg_(cfg),
       dtype_(o.dtype),
       compute_(o.compute.value_or(o.dtype)),
       device_(o.device),
       params_(o.dtype, o.device, compute_, o.moments, o.fp8) {
-  dispatcher_ = std::make_unique<TokenDispatcher>(par.expert_parallel > 1 ? par.ep_group : nullptr, cfg.moe.num_experts,
-                                                  o.alltoall_seconds);
+  dispatcher_ = std::make_unique<TokenDispatcher>(par.expert_parallel > 1 ? par.ep_group : nullptr,
+                                                  cfg.moe.num_experts, o.alltoall_seconds);
   const std::vector<StageLayout> chunks = o.chunks.empty() ? EvenPipelineLayout(cfg, 1) : o.chunks;
   for (const StageLayout& layout : chunks) BuildChunk(layout, seed, o, par);
 }
@@ -54,31 +64,38 @@ void Model::AddMoeLayer(MoeLayer* l, int global_index) {
   moe_global_index_.push_back(global_index);
 }
 
-void Model::BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOptions& o, const ParallelContext& par) {
+void Model::BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOptions& o,
+                       const ParallelContext& par) {
   (void)par;
   const int64_t h = cfg_.hidden_size, v = cfg_.vocab_size;
   // Megatron's initialisation: N(0, init_std), output projections scaled by 1/sqrt(2 * layers).
   const double out_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.num_layers));
-  const AttentionContext ctx{.max_seq_len = o.max_seq_len, .dtype = dtype_, .device = device_, .recompute = o.recompute,
+  const AttentionContext ctx{.max_seq_len = o.max_seq_len,
+                             .dtype = dtype_,
+                             .device = device_,
+                             .recompute = o.recompute,
                              .materialized_attention = o.materialized_attention};
   auto c = std::make_unique<Chunk>();
   c->layout = layout;
   if (layout.embedding) c->embedding = params_.Add("embedding", {v, h}, seed, cfg_.init_std);
   for (int64_t l = layout.first_layer; l < layout.first_layer + layout.num_layers; ++l) {
     const size_t before = params_.all().size();
-    c->blocks.push_back(std::make_unique<TransformerBlock>(params_, "layers." + std::to_string(l), cfg_, cfg_.IsMoeLayer(l),
-                                                           seed, out_std, dispatcher_.get(), dtype_, ctx));
+    c->blocks.push_back(std::make_unique<TransformerBlock>(params_, "layers." + std::to_string(l),
+                                                           cfg_, cfg_.IsMoeLayer(l), seed, out_std,
+                                                           dispatcher_.get(), dtype_, ctx));
     AddMoeLayer(c->blocks.back()->moe(), static_cast<int>(l - cfg_.first_k_dense));
     c->block_params.emplace_back();
-    for (size_t i = before; i < params_.all().size(); ++i) c->block_params.back().push_back(params_.all()[i].get());
+    for (size_t i = before; i < params_.all().size(); ++i)
+      c->block_params.back().push_back(params_.all()[i].get());
   }
   if (layout.loss) {
     c->final_norm = std::make_unique<RmsNorm>(params_, "final_norm", h, cfg_.norm_eps, seed);
     c->head = params_.Add("head", {v, h}, seed, cfg_.init_std);
   }
   if (layout.mtp > 0 && c->embedding == nullptr) {
-    // The last stage's copy of the embedding: the same initial values (the stream depends on the name);
-    // its gradient joins the first stage's over the embedding group, so the copies stay equal.
+    // The last stage's copy of the embedding: the same initial values (the stream depends on the
+    // name); its gradient joins the first stage's over the embedding group, so the copies stay
+    // equal.
     c->embedding = params_.Find("embedding");
     if (c->embedding == nullptr) {
       c->embedding = params_.Add("embedding", {v, h}, seed, cfg_.init_std);
@@ -86,18 +103,21 @@ void Model::BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOpti
     }
   }
   for (int k = 1; k <= layout.mtp; ++k) {
-    c->mtp.push_back(std::make_unique<MtpDepth>(params_, "mtp." + std::to_string(k - 1), cfg_, k, seed, out_std,
-                                                dispatcher_.get(), dtype_, ctx));
+    c->mtp.push_back(std::make_unique<MtpDepth>(params_, "mtp." + std::to_string(k - 1), cfg_, k,
+                                                seed, out_std, dispatcher_.get(), dtype_, ctx));
     AddMoeLayer(c->mtp.back()->moe(), static_cast<int>(cfg_.num_moe_layers() + k - 1));
   }
   chunks_.push_back(std::move(c));
 }
 
 int Model::num_global_moe_layers() const {
-  return static_cast<int>(cfg_.num_moe_layers() + (cfg_.MtpTrains() && cfg_.MtpIsMoe() ? cfg_.mtp_depth : 0));
+  return static_cast<int>(cfg_.num_moe_layers() +
+                          (cfg_.MtpTrains() && cfg_.MtpIsMoe() ? cfg_.mtp_depth : 0));
 }
 
-const StageLayout& Model::chunk_layout(int c) const { return chunks_.at(static_cast<size_t>(c))->layout; }
+const StageLayout& Model::chunk_layout(int c) const {
+  return chunks_.at(static_cast<size_t>(c))->layout;
+}
 
 namespace {
 
@@ -110,8 +130,9 @@ void AddMoeStats(const MoeStats& stats, int global_index, MicroBatchResult* r) {
 
 }  // namespace
 
-StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& tokens, const Tensor& targets,
-                                     const LossScales& scales, MicroBatchResult* r) {
+StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& tokens,
+                                     const Tensor& targets, const LossScales& scales,
+                                     MicroBatchResult* r) {
   Chunk& c = *chunks_.at(static_cast<size_t>(ci));
   const int64_t batch = tokens.dim(0), seq = tokens.dim(1), n = batch * seq;
   Chunk::Saved s;
@@ -122,7 +143,8 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
     kernels::EmbeddingForward(c.embedding->compute, s.ids, x);
   } else {
     MOE_CHECK(input.defined() && input.dim(0) == n && input.dim(1) == cfg_.hidden_size)
-        << "chunk " << ci << " needs the previous stage's [" << n << ", " << cfg_.hidden_size << "] output";
+        << "chunk " << ci << " needs the previous stage's [" << n << ", " << cfg_.hidden_size
+        << "] output";
     x = input;
   }
   const DeviceLosses& dl = device_losses_;
@@ -133,22 +155,26 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
     stats.aux_sink = aux_sink;
     MOE_ASSIGN_OR_RETURN(x, c.blocks[i]->Forward(x, batch, seq, scales.aux_coeff, &stats));
     const int64_t layer = c.layout.first_layer + static_cast<int64_t>(i);
-    if (c.blocks[i]->moe() != nullptr) AddMoeStats(stats, static_cast<int>(layer - cfg_.first_k_dense), r);
+    if (c.blocks[i]->moe() != nullptr)
+      AddMoeStats(stats, static_cast<int>(layer - cfg_.first_k_dense), r);
   }
   if (c.layout.loss) {
-    MOE_CHECK(targets.shape() == tokens.shape()) << "targets " << targets.ShapeString() << " vs tokens " << tokens.ShapeString();
-    MOE_CHECK(scales.mtp.size() >= c.mtp.size()) << "loss scales for " << scales.mtp.size() << " MTP depths, the model trains "
-                                                 << c.mtp.size();
+    MOE_CHECK(targets.shape() == tokens.shape())
+        << "targets " << targets.ShapeString() << " vs tokens " << tokens.ShapeString();
+    MOE_CHECK(scales.mtp.size() >= c.mtp.size())
+        << "loss scales for " << scales.mtp.size() << " MTP depths, the model trains "
+        << c.mtp.size();
     r->tokens += n;
     const Tensor tgt = targets.Reshape({n});
     const bool backward = GradEnabled();
     s.hn = c.final_norm->Forward(x);
-    // Logits and the loss in the master dtype (fp32 when the activations are bf16); the logits' buffer
-    // receives their gradient in place.
+    // Logits and the loss in the master dtype (fp32 when the activations are bf16); the logits'
+    // buffer receives their gradient in place.
     s.logits = Linear(s.hn, c.head->compute, dtype_);
     if (!backward) last_logits_ = s.logits;
     if (on_device) {
-      kernels::CrossEntropyInto(s.logits, tgt, scales.ce, backward ? s.logits : Tensor(), dl.acc, dl.ce);
+      kernels::CrossEntropyInto(s.logits, tgt, scales.ce, backward ? s.logits : Tensor(), dl.acc,
+                                dl.ce);
     } else {
       r->ce_sum = kernels::CrossEntropy(s.logits, tgt, scales.ce, backward ? s.logits : Tensor());
     }
@@ -158,10 +184,12 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
       MoeStats stats;
       stats.aux_sink = aux_sink;
       if (on_device) in.ce_sink = LossSink{dl.acc, dl.mtp + static_cast<int64_t>(k)};
-      MOE_ASSIGN_OR_RETURN(Tensor hk, c.mtp[k]->Forward(in, *c.embedding, *c.head, dtype_, scales.mtp[k], scales.aux_coeff,
-                                                        backward, &ce, &stats));
+      MOE_ASSIGN_OR_RETURN(Tensor hk,
+                           c.mtp[k]->Forward(in, *c.embedding, *c.head, dtype_, scales.mtp[k],
+                                             scales.aux_coeff, backward, &ce, &stats));
       r->mtp_ce_sums.push_back(ce);
-      if (c.mtp[k]->moe() != nullptr) AddMoeStats(stats, static_cast<int>(cfg_.num_moe_layers() + static_cast<int64_t>(k)), r);
+      if (c.mtp[k]->moe() != nullptr)
+        AddMoeStats(stats, static_cast<int>(cfg_.num_moe_layers() + static_cast<int64_t>(k)), r);
       in.h_prev = hk;
       in.prev_len = seq - static_cast<int64_t>(k) - 1;
     }
@@ -171,8 +199,8 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
   return x;
 }
 
-// MTP depths last to first (each hands the gradient on its input hidden state to the one before), then
-// the main head, the blocks, the embedding.
+// MTP depths last to first (each hands the gradient on its input hidden state to the one before),
+// then the main head, the blocks, the embedding.
 StatusOr<Tensor> Model::BackwardChunk(int ci, const Tensor& output_grad) {
   Chunk& c = *chunks_.at(static_cast<size_t>(ci));
   const Chunk::Saved s = c.saved.Pop();
@@ -188,7 +216,8 @@ StatusOr<Tensor> Model::BackwardChunk(int ci, const Tensor& output_grad) {
     MOE_CHECK(output_grad.defined()) << "chunk " << ci << " needs the gradient on its output";
     dx = output_grad;
   }
-  const bool last = grads_final_ && ++c.backwards == backwards_armed_;  // the step's last backward here
+  const bool last =
+      grads_final_ && ++c.backwards == backwards_armed_;  // the step's last backward here
   for (size_t i = c.blocks.size(); i-- > 0;) {
     MOE_ASSIGN_OR_RETURN(dx, c.blocks[i]->Backward(dx));
     if (last) grads_final_(c.block_params[i]);
@@ -206,19 +235,22 @@ void Model::ArmGradsFinal(int64_t backwards_per_chunk, GradsFinalFn fn) {
   for (auto& c : chunks_) c->backwards = 0;
 }
 
-StatusOr<double> Model::WholeModel(const Tensor& tokens, const Tensor& targets, const LossScales& scales, bool backward,
+StatusOr<double> Model::WholeModel(const Tensor& tokens, const Tensor& targets,
+                                   const LossScales& scales, bool backward,
                                    MicroBatchResult* result) {
   MOE_CHECK(chunks_.size() == 1 && chunks_[0]->layout.embedding && chunks_[0]->layout.loss)
       << "the whole-model pass needs every stage on this rank (pipeline_parallel 1)";
   *result = MicroBatchResult();
   MOE_RETURN_IF_ERROR(ForwardChunk(0, Tensor(), tokens, targets, scales, result).status());
   double loss = scales.ce * result->ce_sum + result->aux_loss;
-  for (size_t k = 0; k < result->mtp_ce_sums.size(); ++k) loss += scales.mtp[k] * result->mtp_ce_sums[k];
+  for (size_t k = 0; k < result->mtp_ce_sums.size(); ++k)
+    loss += scales.mtp[k] * result->mtp_ce_sums[k];
   if (backward) MOE_RETURN_IF_ERROR(BackwardChunk(0, Tensor()).status());
   return loss;
 }
 
-StatusOr<MicroBatchResult> Model::ForwardBackward(const Tensor& tokens, const Tensor& targets, const LossScales& scales) {
+StatusOr<MicroBatchResult> Model::ForwardBackward(const Tensor& tokens, const Tensor& targets,
+                                                  const LossScales& scales) {
   MicroBatchResult result;
   MOE_RETURN_IF_ERROR(WholeModel(tokens, targets, scales, true, &result).status());
   return result;

@@ -1,7 +1,7 @@
-// The DeepSeek-V3 model: embedding; blocks of (RMSNorm, attention (MLA or MHA), residual, RMSNorm, dense
-// SwiGLU FFN for the first `first_k_dense` blocks or the MoE layer after, residual); final RMSNorm;
-// untied output head; cross-entropy; and D multi-token-prediction depths after the last block
-// (docs/reference/deepseek-v3-architecture.md), sharing the embedding and the head.
+// The DeepSeek-V3 model: embedding; blocks of (RMSNorm, attention (MLA or MHA), residual, RMSNorm,
+// dense SwiGLU FFN for the first `first_k_dense` blocks or the MoE layer after, residual); final
+// RMSNorm; untied output head; cross-entropy; and D multi-token-prediction depths after the last
+// block (docs/reference/deepseek-v3-architecture.md), sharing the embedding and the head.
 #pragma once
 
 #include <functional>
@@ -14,45 +14,48 @@
 #include "common/pipeline_layout.h"
 #include "common/status.h"
 #include "kernels/tensor.h"
-#include "worker/engine/parallel/communicator.h"
-#include "worker/engine/parallel/dispatcher.h"
 #include "worker/engine/model/block.h"
 #include "worker/engine/model/param.h"
 #include "worker/engine/model/saved.h"
+#include "worker/engine/parallel/communicator.h"
+#include "worker/engine/parallel/dispatcher.h"
 
 namespace moe {
 
 // How a micro-batch's losses are scaled so that summing over micro-batches and ranks gives the
 // global means: 1 / (positions in the global batch) for each cross-entropy.
 struct LossScales {
-  double ce = 0;                // main: 1 / (global sequences * seq_len)
-  std::vector<double> mtp;      // depth k (1-based at index k-1): lambda / (D * global sequences * (seq_len - k))
-  double aux_coeff = 0;         // alpha / (global sequences)
+  double ce = 0;  // main: 1 / (global sequences * seq_len)
+  std::vector<double>
+      mtp;  // depth k (1-based at index k-1): lambda / (D * global sequences * (seq_len - k))
+  double aux_coeff = 0;  // alpha / (global sequences)
 };
 
 struct MicroBatchResult {
-  double ce_sum = 0;                  // sum of the main token cross-entropies (nats) over the micro-batch
-  std::vector<double> mtp_ce_sums;    // [D] the same for each MTP depth (over its seq_len - k positions)
-  double aux_loss = 0;                // balance loss contribution (already scaled to the global mean)
+  double ce_sum = 0;  // sum of the main token cross-entropies (nats) over the micro-batch
+  std::vector<double>
+      mtp_ce_sums;      // [D] the same for each MTP depth (over its seq_len - k positions)
+  double aux_loss = 0;  // balance loss contribution (already scaled to the global mean)
   int64_t tokens = 0;
   // [local MoE layer][E], this micro-batch (Model::moe_global_index maps them to the model's).
   std::vector<std::vector<int64_t>> tokens_per_expert;
-  std::vector<int> moe_layer;         // [entry] the model-wide MoE index of each entry
-  std::vector<Tensor> routing;        // [local MoE layer] i32 [T_layer, k]: the experts each token went to
+  std::vector<int> moe_layer;  // [entry] the model-wide MoE index of each entry
+  std::vector<Tensor>
+      routing;  // [local MoE layer] i32 [T_layer, k]: the experts each token went to
 };
 
 struct ModelOptions {
-  DType dtype = DType::kF32;          // master weights and gradients (f64 for gradient checks)
+  DType dtype = DType::kF32;  // master weights and gradients (f64 for gradient checks)
   Device device;
-  std::optional<DType> compute;       // activations and the weights' copies (bf16: mixed precision)
-  std::optional<DType> moments;       // AdamW moments (default: dtype; bf16 as DeepSeek-V3)
-  bool fp8 = false;                   // the linear layers' GEMMs in FP8 (--precision fp8; compute is bf16)
-  int64_t max_seq_len = 0;            // the run's sequence length (YaRN applies above the original)
-  Recompute recompute;                // what the layers compute again in the backward (training.recompute)
-  bool materialized_attention = false; // training.attention: materialized (CPU only)
-  double* alltoall_seconds = nullptr; // the MoE token all-to-all adds its time here
-  // The virtual pipeline stages this rank holds, in chunk order (common/pipeline_layout.h); empty: the
-  // whole model as one chunk.
+  std::optional<DType> compute;  // activations and the weights' copies (bf16: mixed precision)
+  std::optional<DType> moments;  // AdamW moments (default: dtype; bf16 as DeepSeek-V3)
+  bool fp8 = false;         // the linear layers' GEMMs in FP8 (--precision fp8; compute is bf16)
+  int64_t max_seq_len = 0;  // the run's sequence length (YaRN applies above the original)
+  Recompute recompute;      // what the layers compute again in the backward (training.recompute)
+  bool materialized_attention = false;  // training.attention: materialized (CPU only)
+  double* alltoall_seconds = nullptr;   // the MoE token all-to-all adds its time here
+  // The virtual pipeline stages this rank holds, in chunk order (common/pipeline_layout.h); empty:
+  // the whole model as one chunk.
   std::vector<StageLayout> chunks;
 };
 
@@ -60,22 +63,25 @@ class MtpDepth;
 
 class Model {
  public:
-  // Builds and initialises this rank's parameters from `seed`: the blocks of its pipeline chunks (the
-  // embedding on the first stage, the head, final norm and MTP on the last, which also keeps a copy of
-  // the embedding for MTP), dense weights in full and its E/EP experts. A parameter starts from the
-  // same values whatever the layout.
-  Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, const ModelOptions& options);
+  // Builds and initialises this rank's parameters from `seed`: the blocks of its pipeline chunks
+  // (the embedding on the first stage, the head, final norm and MTP on the last, which also keeps a
+  // copy of the embedding for MTP), dense weights in full and its E/EP experts. A parameter starts
+  // from the same values whatever the layout.
+  Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed,
+        const ModelOptions& options);
   // The same with positional options (tests and benchmarks).
-  Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype, Device device,
-        double* alltoall_seconds = nullptr, std::optional<DType> compute_dtype = std::nullopt);
+  Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype,
+        Device device, double* alltoall_seconds = nullptr,
+        std::optional<DType> compute_dtype = std::nullopt);
   ~Model();
 
   // The whole model on one rank (no pipeline): forward and backward of one micro-batch; accumulates
   // gradients into the parameters.
   //   tokens, targets: i32 [batch, seq_len] on the model's device (targets = tokens shifted by one)
-  StatusOr<MicroBatchResult> ForwardBackward(const Tensor& tokens, const Tensor& targets, const LossScales& scales);
-  // Forward only: the scaled total (main + MTP + balance), e.g. for gradient checks; `result` (optional)
-  // receives the parts.
+  StatusOr<MicroBatchResult> ForwardBackward(const Tensor& tokens, const Tensor& targets,
+                                             const LossScales& scales);
+  // Forward only: the scaled total (main + MTP + balance), e.g. for gradient checks; `result`
+  // (optional) receives the parts.
   StatusOr<double> Loss(const Tensor& tokens, const Tensor& targets, const LossScales& scales,
                         MicroBatchResult* result = nullptr);
   // The main head's logits of the last forward-only pass ([batch * seq_len, V], fp32 or f64): what
@@ -83,31 +89,34 @@ class Model {
   const Tensor& last_logits() const { return last_logits_; }
 
   // The training step's losses on the device (the Trainer reads them once at the end of the step):
-  // while `acc` is defined, passes with gradients add the main cross-entropy to acc[ce], the balance
-  // losses to acc[aux] and MTP depth k's cross-entropy to acc[mtp + k - 1] instead of returning them
-  // (MicroBatchResult's ce_sum, aux_loss and mtp_ce_sums stay 0). Forward-only passes return theirs.
+  // while `acc` is defined, passes with gradients add the main cross-entropy to acc[ce], the
+  // balance losses to acc[aux] and MTP depth k's cross-entropy to acc[mtp + k - 1] instead of
+  // returning them (MicroBatchResult's ce_sum, aux_loss and mtp_ce_sums stay 0). Forward-only
+  // passes return theirs.
   struct DeviceLosses {
     Tensor acc;  // f64 on the model's device
     int64_t ce = 0, aux = 1, mtp = 2;
   };
   void SetDeviceLosses(DeviceLosses losses) { device_losses_ = std::move(losses); }
 
-  // Pipeline stages. ForwardChunk runs chunk `c` on one micro-batch: `input` is the previous stage's
-  // output [batch * seq_len, h] (unused on the first stage, which embeds `tokens`). It returns the
-  // output for the next stage, or an undefined tensor on the last stage, whose losses (and every
-  // chunk's MoE statistics) go into *result. BackwardChunk takes the gradient on that output
-  // (undefined on the last stage) and returns the one on the input (undefined on the first stage).
-  // A chunk's backwards run in the order of its forwards.
+  // Pipeline stages. ForwardChunk runs chunk `c` on one micro-batch: `input` is the previous
+  // stage's output [batch * seq_len, h] (unused on the first stage, which embeds `tokens`). It
+  // returns the output for the next stage, or an undefined tensor on the last stage, whose losses
+  // (and every chunk's MoE statistics) go into *result. BackwardChunk takes the gradient on that
+  // output (undefined on the last stage) and returns the one on the input (undefined on the first
+  // stage). A chunk's backwards run in the order of its forwards.
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   const StageLayout& chunk_layout(int c) const;
-  StatusOr<Tensor> ForwardChunk(int c, const Tensor& input, const Tensor& tokens, const Tensor& targets,
-                                const LossScales& scales, MicroBatchResult* result);
+  StatusOr<Tensor> ForwardChunk(int c, const Tensor& input, const Tensor& tokens,
+                                const Tensor& targets, const LossScales& scales,
+                                MicroBatchResult* result);
   StatusOr<Tensor> BackwardChunk(int c, const Tensor& output_grad);
 
-  // The data-parallel reduction's overlap (Optimizer::SetOverlap): for the next `backwards_per_chunk`
-  // backward passes of each chunk (a step's micro-batches), the last one calls fn after each block's
-  // backward with that block's parameters, whose gradients are then final for the step. Parameters
-  // outside the blocks (embedding, head, norms, MTP) are never reported. An empty fn disarms.
+  // The data-parallel reduction's overlap (Optimizer::SetOverlap): for the next
+  // `backwards_per_chunk` backward passes of each chunk (a step's micro-batches), the last one
+  // calls fn after each block's backward with that block's parameters, whose gradients are then
+  // final for the step. Parameters outside the blocks (embedding, head, norms, MTP) are never
+  // reported. An empty fn disarms.
   using GradsFinalFn = std::function<void(const std::vector<Param*>& params)>;
   void ArmGradsFinal(int64_t backwards_per_chunk, GradsFinalFn fn);
 
@@ -126,13 +135,14 @@ class Model {
 
  private:
   struct Chunk;
-  void BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOptions& o, const ParallelContext& par);
+  void BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOptions& o,
+                  const ParallelContext& par);
   void AddMoeLayer(MoeLayer* l, int global_index);
-  Status LossForward(Chunk& c, const Tensor& h0, int64_t batch, int64_t seq, const LossScales& scales,
-                     bool backward, MicroBatchResult* result);
+  Status LossForward(Chunk& c, const Tensor& h0, int64_t batch, int64_t seq,
+                     const LossScales& scales, bool backward, MicroBatchResult* result);
   StatusOr<Tensor> LossBackward(Chunk& c);
-  StatusOr<double> WholeModel(const Tensor& tokens, const Tensor& targets, const LossScales& scales, bool backward,
-                              MicroBatchResult* result);
+  StatusOr<double> WholeModel(const Tensor& tokens, const Tensor& targets, const LossScales& scales,
+                              bool backward, MicroBatchResult* result);
 
   ModelConfig cfg_;
   DType dtype_;

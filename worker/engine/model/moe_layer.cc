@@ -9,23 +9,31 @@
 
 namespace moe {
 
-MoeLayer::MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed, double out_std,
-                   TokenDispatcher* dispatcher, DType dtype, Device device, bool recompute_act)
-    : name_(prefix), cfg_(cfg.moe), hidden_(cfg.hidden_size), dispatcher_(dispatcher), recompute_act_(recompute_act) {
+MoeLayer::MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfig& cfg,
+                   uint64_t seed, double out_std, TokenDispatcher* dispatcher, DType dtype,
+                   Device device, bool recompute_act)
+    : name_(prefix),
+      cfg_(cfg.moe),
+      hidden_(cfg.hidden_size),
+      dispatcher_(dispatcher),
+      recompute_act_(recompute_act) {
   const int64_t h = cfg.hidden_size, e = cfg_.num_experts, f = cfg_.ffn_hidden;
   router_cfg_.top_k = cfg_.top_k;
   router_cfg_.num_groups = cfg_.num_groups;
   router_cfg_.topk_groups = cfg_.topk_groups;
   router_cfg_.sigmoid = cfg_.score_function == "sigmoid";
   router_cfg_.route_scale = cfg_.route_scale;
-  router_cfg_.use_bias = cfg_.has_bias();  // the bias steers selection once the model has one, whatever gamma is
+  router_cfg_.use_bias =
+      cfg_.has_bias();  // the bias steers selection once the model has one, whatever gamma is
   router_ = params.Add(prefix + ".router", {e, h}, seed, cfg.init_std);
   const int64_t el = dispatcher_->local_experts(), first = dispatcher_->first_local_expert();
-  w13_ = params.Fp8Gemm(params.Add(prefix + ".experts.w13", {el, 2 * f, h}, seed, cfg.init_std, 0.0, true, true, first));
-  w2_ = params.Fp8Gemm(params.Add(prefix + ".experts.w2", {el, h, f}, seed, out_std, 0.0, true, true, first));
+  w13_ = params.Fp8Gemm(params.Add(prefix + ".experts.w13", {el, 2 * f, h}, seed, cfg.init_std, 0.0,
+                                   true, true, first));
+  w2_ = params.Fp8Gemm(
+      params.Add(prefix + ".experts.w2", {el, h, f}, seed, out_std, 0.0, true, true, first));
   if (cfg_.num_shared_experts > 0) {
-    shared_ = std::make_unique<SwigluFfn>(params, prefix + ".shared", h, f * cfg_.num_shared_experts, seed, cfg.init_std,
-                                          out_std);
+    shared_ = std::make_unique<SwigluFfn>(params, prefix + ".shared", h,
+                                          f * cfg_.num_shared_experts, seed, cfg.init_std, out_std);
   }
   bias_ = Tensor::Zeros({e}, dtype, device);
 }
@@ -34,12 +42,14 @@ MoeLayer::~MoeLayer() = default;
 
 namespace {
 
-// The experts' grouped GEMMs, in FP8 when w.fp8 (the tiles of layers.h's LinearBackward: rows 1 x 128,
-// each expert's weight in 128 x 128 blocks; fp32 GEMM, the result rounded to y's dtype).
-//   forward: y[rows_g] = x[rows_g] @ w[g]^T;   data backward (backward_data): y[rows_g] = x[rows_g] @ w[g]
-// On CUDA the FP8 GEMMs are cuBLASLt's, one per expert (no grouped block-scaled GEMM before cuBLAS 13.2).
-void ExpertGemm(const Tensor& x, const Param& w, const std::vector<int64_t>& offsets, const Tensor& y,
-                bool backward_data = false) {
+// The experts' grouped GEMMs, in FP8 when w.fp8 (the tiles of layers.h's LinearBackward: rows 1 x
+// 128, each expert's weight in 128 x 128 blocks; fp32 GEMM, the result rounded to y's dtype).
+//   forward: y[rows_g] = x[rows_g] @ w[g]^T;   data backward (backward_data): y[rows_g] = x[rows_g]
+//   @ w[g]
+// On CUDA the FP8 GEMMs are cuBLASLt's, one per expert (no grouped block-scaled GEMM before
+// cuBLAS 13.2).
+void ExpertGemm(const Tensor& x, const Param& w, const std::vector<int64_t>& offsets,
+                const Tensor& y, bool backward_data = false) {
   const auto gemm = backward_data ? kernels::GroupedGemmBackwardData : kernels::GroupedGemm;
   if (!w.fp8) return gemm(x, w.compute, offsets, y);
   Tensor y32 = Tensor::Empty(y.shape(), DType::kF32, y.device());
@@ -50,9 +60,12 @@ void ExpertGemm(const Tensor& x, const Param& w, const std::vector<int64_t>& off
     for (size_t e = 0; e + 1 < offsets.size(); ++e) {
       const int64_t a = offsets[e], b = offsets[e + 1];
       if (a == b) continue;
-      const Tensor we = w.compute.Rows(static_cast<int64_t>(e), static_cast<int64_t>(e) + 1).Reshape({n, k});
-      if (backward_data) Fp8Dgrad(x.Rows(a, b), we, y32.Rows(a, b));
-      else Fp8Forward(x.Rows(a, b), we, y32.Rows(a, b));
+      const Tensor we =
+          w.compute.Rows(static_cast<int64_t>(e), static_cast<int64_t>(e) + 1).Reshape({n, k});
+      if (backward_data)
+        Fp8Dgrad(x.Rows(a, b), we, y32.Rows(a, b));
+      else
+        Fp8Forward(x.Rows(a, b), we, y32.Rows(a, b));
     }
   }
   kernels::Convert(y32, y);
@@ -60,7 +73,8 @@ void ExpertGemm(const Tensor& x, const Param& w, const std::vector<int64_t>& off
 
 }  // namespace
 
-StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff, MoeStats* stats) {
+StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_len,
+                                   double aux_coeff, MoeStats* stats) {
   const int64_t tokens = x.dim(0), e = cfg_.num_experts, k = cfg_.top_k;
   const Device dev = x.device();
   Saved s;
@@ -68,7 +82,8 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   s.seq = seq_len;
   s.aux_coeff = aux_coeff;
   s.x = x;
-  // Route, in the routing dtype (fp32 when the activations are bf16: selection is sensitive to rounding).
+  // Route, in the routing dtype (fp32 when the activations are bf16: selection is sensitive to
+  // rounding).
   const DType rt = bias_.dtype();
   Tensor logits = Linear(x, router_->compute, rt);
   s.scores = Tensor::Empty({tokens, e}, rt, dev);
@@ -78,13 +93,14 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   if (cfg_.seq_aux_loss_coeff > 0 && !stats->want_aux) {
     // a recompute's forward: its balance loss was counted in the first
   } else if (cfg_.seq_aux_loss_coeff > 0 && stats->aux_sink.set()) {
-    kernels::SeqAuxLossInto(s.scores, k, batch, seq_len, aux_coeff, Tensor(), stats->aux_sink.acc, stats->aux_sink.slot);
+    kernels::SeqAuxLossInto(s.scores, k, batch, seq_len, aux_coeff, Tensor(), stats->aux_sink.acc,
+                            stats->aux_sink.slot);
   } else if (cfg_.seq_aux_loss_coeff > 0) {
     stats->aux_loss = kernels::SeqAuxLoss(s.scores, k, batch, seq_len, aux_coeff, Tensor());
   }
   stats->routing = s.topk_idx;
-  // Permute by expert: the plan is built on the device; its per-expert counts are the layer's one host
-  // read (the grouped GEMMs' sizes and the all-to-all's splits need them on the host).
+  // Permute by expert: the plan is built on the device; its per-expert counts are the layer's one
+  // host read (the grouped GEMMs' sizes and the all-to-all's splits need them on the host).
   Tensor counts_dev = Tensor::Empty({e}, DType::kI64, dev);
   s.row_of_slot = Tensor::Empty({tokens, k}, DType::kI32, dev);
   Tensor token_of_row = Tensor::Empty({tokens * k}, DType::kI32, dev);
@@ -120,7 +136,8 @@ StatusOr<Tensor> MoeLayer::Backward(const Tensor& dy) {
   Saved s = saved_.Pop();
   const int64_t tokens = dy.dim(0);
   const Device dev = dy.device();
-  // Combine, then its gradient on the way back to the experts while the shared experts' backward runs.
+  // Combine, then its gradient on the way back to the experts while the shared experts' backward
+  // runs.
   Tensor dyp = Tensor::Empty(s.yp.shape(), dy.dtype(), dev);
   Tensor dw = Tensor::Empty(s.topk_w.shape(), dy.dtype(), dev);
   kernels::CombineBackward(dy, s.yp, s.row_of_slot, s.topk_w_c, dyp, dw);
@@ -143,13 +160,15 @@ StatusOr<Tensor> MoeLayer::Backward(const Tensor& dy) {
 namespace {
 
 // dw[e] += dy[rows of e]^T x[rows of e] for each local expert e. Deterministic training adds one
-// contribution per (expert, source rank) segment, the rows one rank's micro-batch sent: the same GEMM
-// over the same rows as at any other layout, so the accumulated sum is the same too.
-// FP8 (w.fp8): dy and x in 128 x 1 tiles along the rows that restart at each expert's (deterministic:
+// contribution per (expert, source rank) segment, the rows one rank's micro-batch sent: the same
+// GEMM over the same rows as at any other layout, so the accumulated sum is the same too. FP8
+// (w.fp8): dy and x in 128 x 1 tiles along the rows that restart at each expert's (deterministic:
 // each segment's) first row, so a tile never mixes rows of two GEMMs.
-// FP8 on CUDA: cuBLASLt's weight-gradient GEMM per group (an expert, or deterministically one source
-// rank's rows of it), so the tiles along the tokens restart at each group as the emulation's do.
-void Fp8ExpertWeightGradOnDevice(const Tensor& dy, const Tensor& x, const TokenDispatcher::Route& route, const Param& w) {
+// FP8 on CUDA: cuBLASLt's weight-gradient GEMM per group (an expert, or deterministically one
+// source rank's rows of it), so the tiles along the tokens restart at each group as the emulation's
+// do.
+void Fp8ExpertWeightGradOnDevice(const Tensor& dy, const Tensor& x,
+                                 const TokenDispatcher::Route& route, const Param& w) {
   const std::vector<int64_t>& groups = w.accum.defined() ? route.segments : route.local_offsets;
   const int64_t experts = static_cast<int64_t>(route.local_offsets.size()) - 1;
   const int64_t per = (static_cast<int64_t>(groups.size()) - 1) / std::max<int64_t>(experts, 1);
@@ -162,7 +181,8 @@ void Fp8ExpertWeightGradOnDevice(const Tensor& dy, const Tensor& x, const TokenD
   }
 }
 
-void ExpertWeightGrad(const Tensor& dy_in, const Tensor& x_in, const TokenDispatcher::Route& route, const Param& w) {
+void ExpertWeightGrad(const Tensor& dy_in, const Tensor& x_in, const TokenDispatcher::Route& route,
+                      const Param& w) {
   if (w.fp8 && dy_in.device().is_cuda()) return Fp8ExpertWeightGradOnDevice(dy_in, x_in, route, w);
   Tensor dy = dy_in, x = x_in;
   if (w.fp8) {
@@ -170,15 +190,19 @@ void ExpertWeightGrad(const Tensor& dy_in, const Tensor& x_in, const TokenDispat
     dy = Fp8View(dy_in, kFp8Tile, 1, groups);
     x = Fp8View(x_in, kFp8Tile, 1, groups);
   }
-  if (!w.accum.defined()) return kernels::GroupedGemmBackwardWeight(dy, x, route.local_offsets, w.grad);
+  if (!w.accum.defined())
+    return kernels::GroupedGemmBackwardWeight(dy, x, route.local_offsets, w.grad);
   const int64_t experts = static_cast<int64_t>(route.local_offsets.size()) - 1;
-  const int64_t sources = (static_cast<int64_t>(route.segments.size()) - 1) / std::max<int64_t>(experts, 1);
+  const int64_t sources =
+      (static_cast<int64_t>(route.segments.size()) - 1) / std::max<int64_t>(experts, 1);
   for (int64_t e = 0; e < experts; ++e) {
     for (int64_t r = 0; r < sources; ++r) {
-      const int64_t a = route.segments[static_cast<size_t>(e * sources + r)], b = route.segments[static_cast<size_t>(e * sources + r + 1)];
+      const int64_t a = route.segments[static_cast<size_t>(e * sources + r)],
+                    b = route.segments[static_cast<size_t>(e * sources + r + 1)];
       if (a == b) continue;
       GradSink dw(w, e, 1);
-      kernels::Gemm(dy.Rows(a, b), true, x.Rows(a, b), false, dw.tensor().Reshape({w.grad.dim(1), w.grad.dim(2)}), 1.0, 1.0);
+      kernels::Gemm(dy.Rows(a, b), true, x.Rows(a, b), false,
+                    dw.tensor().Reshape({w.grad.dim(1), w.grad.dim(2)}), 1.0, 1.0);
       dw.Commit();
     }
   }
@@ -186,7 +210,8 @@ void ExpertWeightGrad(const Tensor& dy_in, const Tensor& x_in, const TokenDispat
 
 }  // namespace
 
-// The grouped SwiGLU experts' backward on this rank's rows: their weight gradients, the rows' gradient.
+// The grouped SwiGLU experts' backward on this rank's rows: their weight gradients, the rows'
+// gradient.
 StatusOr<Tensor> MoeLayer::ExpertsBackward(Saved& s, const Tensor& dy_local) {
   const int64_t rows = dy_local.dim(0);
   const Device dev = dy_local.device();
@@ -205,7 +230,8 @@ StatusOr<Tensor> MoeLayer::ExpertsBackward(Saved& s, const Tensor& dy_local) {
   return dx_local;
 }
 
-// The router: the weights' gradient plus the balance loss's, through the scores to the logits and x.
+// The router: the weights' gradient plus the balance loss's, through the scores to the logits and
+// x.
 Tensor MoeLayer::RouterBackward(const Saved& s, const Tensor& dw) {
   const int64_t tokens = s.x.dim(0), e = cfg_.num_experts;
   const Device dev = s.x.device();
@@ -213,7 +239,8 @@ Tensor MoeLayer::RouterBackward(const Saved& s, const Tensor& dw) {
   Tensor dscores;
   if (cfg_.seq_aux_loss_coeff > 0) {
     dscores = Tensor::Zeros({tokens, e}, rt, dev);
-    // Only its gradient is wanted here: the loss goes to a scratch slot on the device, not to the host.
+    // Only its gradient is wanted here: the loss goes to a scratch slot on the device, not to the
+    // host.
     const Tensor unused = Tensor::Zeros({1}, DType::kF64, dev);
     kernels::SeqAuxLossInto(s.scores, cfg_.top_k, s.batch, s.seq, s.aux_coeff, dscores, unused, 0);
   }
@@ -224,27 +251,34 @@ Tensor MoeLayer::RouterBackward(const Saved& s, const Tensor& dw) {
 
 void MoeLayer::UpdateBias(const std::vector<double>& global_counts, double rate) {
   const int64_t e = cfg_.num_experts;
-  MOE_CHECK(static_cast<int64_t>(global_counts.size()) == e) << "bias update with " << global_counts.size() << " counts";
+  MOE_CHECK(static_cast<int64_t>(global_counts.size()) == e)
+      << "bias update with " << global_counts.size() << " counts";
   double mean = 0;
   for (double c : global_counts) mean += c;
   mean /= static_cast<double>(e);
-  // The steps are made on the host from the host counts and added on the device: no read of the bias.
+  // The steps are made on the host from the host counts and added on the device: no read of the
+  // bias.
   Tensor delta = Tensor::Empty({e}, bias_.dtype());
   for (int64_t i = 0; i < e; ++i) {
     const double c = global_counts[static_cast<size_t>(i)];
     const double step = c < mean ? rate : (c > mean ? -rate : 0.0);
-    if (delta.dtype() == DType::kF32) delta.data<float>()[i] = static_cast<float>(step);
-    else delta.data<double>()[i] = step;
+    if (delta.dtype() == DType::kF32)
+      delta.data<float>()[i] = static_cast<float>(step);
+    else
+      delta.data<double>()[i] = step;
   }
   kernels::Add(bias_, bias_, bias_.device().is_cpu() ? delta : delta.Clone(bias_.device()));
 }
 
 void MoeLayer::SetBias(const std::vector<float>& values) {
-  MOE_CHECK(static_cast<int64_t>(values.size()) == bias_.numel()) << "bias of " << values.size() << " values";
+  MOE_CHECK(static_cast<int64_t>(values.size()) == bias_.numel())
+      << "bias of " << values.size() << " values";
   Tensor host = Tensor::Empty({bias_.numel()}, bias_.dtype());
   for (size_t i = 0; i < values.size(); ++i) {
-    if (host.dtype() == DType::kF32) host.data<float>()[i] = values[i];
-    else host.data<double>()[i] = values[i];
+    if (host.dtype() == DType::kF32)
+      host.data<float>()[i] = values[i];
+    else
+      host.data<double>()[i] = values[i];
   }
   bias_.CopyFrom(host);
 }

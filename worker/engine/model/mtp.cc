@@ -29,30 +29,32 @@ Tensor GatherIds(const Tensor& ids, const Tensor& index) {
 
 }  // namespace
 
-MtpDepth::MtpDepth(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, int depth, uint64_t seed,
-                   double out_std, TokenDispatcher* dispatcher, DType routing_dtype, const AttentionContext& ctx)
+MtpDepth::MtpDepth(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, int depth,
+                   uint64_t seed, double out_std, TokenDispatcher* dispatcher, DType routing_dtype,
+                   const AttentionContext& ctx)
     : depth_(depth) {
   const int64_t h = cfg.hidden_size;
   enorm_ = std::make_unique<RmsNorm>(params, prefix + ".enorm", h, cfg.norm_eps, seed);
   hnorm_ = std::make_unique<RmsNorm>(params, prefix + ".hnorm", h, cfg.norm_eps, seed);
   eh_proj_ = params.Fp8Gemm(params.Add(prefix + ".eh_proj", {h, 2 * h}, seed, cfg.init_std));
-  block_ = std::make_unique<TransformerBlock>(params, prefix + ".block", cfg, cfg.MtpIsMoe(), seed, out_std, dispatcher,
-                                              routing_dtype, ctx);
+  block_ = std::make_unique<TransformerBlock>(params, prefix + ".block", cfg, cfg.MtpIsMoe(), seed,
+                                              out_std, dispatcher, routing_dtype, ctx);
   final_norm_ = std::make_unique<RmsNorm>(params, prefix + ".final_norm", h, cfg.norm_eps, seed);
 }
 
 MtpDepth::~MtpDepth() = default;
 
-StatusOr<Tensor> MtpDepth::Forward(const Inputs& in, const Param& embedding, const Param& head, DType logits_dtype,
-                                   double ce_scale, double aux_coeff, bool backward, double* ce_sum, MoeStats* stats) {
+StatusOr<Tensor> MtpDepth::Forward(const Inputs& in, const Param& embedding, const Param& head,
+                                   DType logits_dtype, double ce_scale, double aux_coeff,
+                                   bool backward, double* ce_sum, MoeStats* stats) {
   const int64_t len = in.seq_len - depth_, rows = in.batch * len, h = in.h_prev.dim(1);
   const Device dev = in.h_prev.device();
   Saved s;
   s.prev_rows = in.h_prev.dim(0);
   s.rows_prev = RowIndex(in.batch, len, in.prev_len, 0, dev);
   const Tensor tok_rows = RowIndex(in.batch, len, in.seq_len, depth_, dev);
-  s.ids_k = GatherIds(in.ids, tok_rows);                       // t_{i+k}
-  const Tensor targets_k = GatherIds(in.targets, tok_rows);    // t_{i+k+1}
+  s.ids_k = GatherIds(in.ids, tok_rows);                     // t_{i+k}
+  const Tensor targets_k = GatherIds(in.targets, tok_rows);  // t_{i+k+1}
   Tensor g = Tensor::Empty({rows, h}, in.h_prev.dtype(), dev);
   kernels::GatherRows(in.h_prev, s.rows_prev, g);
   Tensor e = Tensor::Empty({rows, h}, in.h_prev.dtype(), dev);
@@ -60,12 +62,14 @@ StatusOr<Tensor> MtpDepth::Forward(const Inputs& in, const Param& embedding, con
   s.cat = Tensor::Empty({rows, 2 * h}, in.h_prev.dtype(), dev);
   kernels::CopyColumns(enorm_->Forward(e), 0, s.cat, 0, h);
   kernels::CopyColumns(hnorm_->Forward(g), 0, s.cat, h, h);
-  MOE_ASSIGN_OR_RETURN(Tensor hk, block_->Forward(Linear(s.cat, *eh_proj_), in.batch, len, aux_coeff, stats));
+  MOE_ASSIGN_OR_RETURN(Tensor hk,
+                       block_->Forward(Linear(s.cat, *eh_proj_), in.batch, len, aux_coeff, stats));
   s.hn = final_norm_->Forward(hk);
   s.logits = Linear(s.hn, head.compute, logits_dtype);
   const Tensor dlogits = backward ? s.logits : Tensor();
   if (in.ce_sink.set()) {
-    kernels::CrossEntropyInto(s.logits, targets_k, ce_scale, dlogits, in.ce_sink.acc, in.ce_sink.slot);
+    kernels::CrossEntropyInto(s.logits, targets_k, ce_scale, dlogits, in.ce_sink.acc,
+                              in.ce_sink.slot);
     *ce_sum = 0;
   } else {
     *ce_sum = kernels::CrossEntropy(s.logits, targets_k, ce_scale, dlogits);
@@ -74,7 +78,8 @@ StatusOr<Tensor> MtpDepth::Forward(const Inputs& in, const Param& embedding, con
   return hk;
 }
 
-StatusOr<Tensor> MtpDepth::Backward(const Tensor& dh_next, const Param& embedding, const Param& head) {
+StatusOr<Tensor> MtpDepth::Backward(const Tensor& dh_next, const Param& embedding,
+                                    const Param& head) {
   const Saved s = saved_.Pop();
   const DType dt = s.cat.dtype();
   Tensor dh = final_norm_->Backward(LinearBackward(CastTo(s.logits, dt), s.hn, head));
@@ -82,7 +87,8 @@ StatusOr<Tensor> MtpDepth::Backward(const Tensor& dh_next, const Param& embeddin
   MOE_ASSIGN_OR_RETURN(Tensor dhp, block_->Backward(dh));
   Tensor dcat = LinearBackward(dhp, s.cat, *eh_proj_);
   const int64_t rows = dcat.dim(0), h = dcat.dim(1) / 2;
-  Tensor de = Tensor::Empty({rows, h}, dt, dcat.device()), dg = Tensor::Empty({rows, h}, dt, dcat.device());
+  Tensor de = Tensor::Empty({rows, h}, dt, dcat.device()),
+         dg = Tensor::Empty({rows, h}, dt, dcat.device());
   kernels::CopyColumns(dcat, 0, de, 0, h);
   kernels::CopyColumns(dcat, h, dg, 0, h);
   GradSink dtable(embedding);

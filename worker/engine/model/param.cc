@@ -6,15 +6,16 @@
 
 namespace moe {
 
-Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64_t seed, double std, double fill,
-                     bool weight_decay, bool expert, int64_t expert_begin) {
+Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64_t seed, double std,
+                     double fill, bool weight_decay, bool expert, int64_t expert_begin) {
   MOE_CHECK(Find(name) == nullptr) << "duplicate parameter " << name;
   auto p = std::make_unique<Param>();
   p->name = name;
   p->weight_decay = weight_decay;
   p->expert = expert;
   p->expert_begin = expert_begin;
-  // Initialise on the host in f64, then convert: the values do not depend on the dtype's rounding path.
+  // Initialise on the host in f64, then convert: the values do not depend on the dtype's rounding
+  // path.
   Tensor host = Tensor::Empty(shape, DType::kF64);
   double* h = host.data<double>();
   const int64_t n = host.numel();
@@ -24,7 +25,8 @@ Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64
     uint64_t stream = HashCombine(seed, HashString(name));
     if (expert) stream = HashCombine(stream, static_cast<uint64_t>(expert_begin + s));
     Rng rng(stream);
-    for (int64_t i = 0; i < per_slice; ++i) h[s * per_slice + i] = std == 0.0 ? fill : std * rng.Normal();
+    for (int64_t i = 0; i < per_slice; ++i)
+      h[s * per_slice + i] = std == 0.0 ? fill : std * rng.Normal();
   }
   MemoryScope weights(MemoryCategory::kWeights);
   Tensor cast = Tensor::Empty(shape, dtype_);
@@ -48,7 +50,8 @@ Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64
 }
 
 Param* ParamSet::Find(const std::string& name) const {
-  for (const auto& p : params_) if (p->name == name) return p.get();
+  for (const auto& p : params_)
+    if (p->name == name) return p.get();
   return nullptr;
 }
 
@@ -80,7 +83,8 @@ void GradSink::Commit() {
 
 void AddToAccumulator(const Tensor& accum, const Tensor& src) {
   MOE_CHECK(accum.dtype() == DType::kF64 && accum.numel() == src.numel())
-      << "gradient accumulator " << DTypeName(accum.dtype()) << accum.ShapeString() << " for " << src.ShapeString();
+      << "gradient accumulator " << DTypeName(accum.dtype()) << accum.ShapeString() << " for "
+      << src.ShapeString();
   const Tensor a = accum.Reshape({accum.numel()}), x = src.Reshape({src.numel()});
   if (x.dtype() == DType::kF64) return kernels::Axpy(a, 1.0, x);
   constexpr int64_t kChunk = int64_t{1} << 20;  // the f64 staging stays at 8 MB whatever the tensor
@@ -95,7 +99,8 @@ void AddToAccumulator(const Tensor& accum, const Tensor& src) {
 
 int64_t ParamSet::NumElements(bool experts_only) const {
   int64_t n = 0;
-  for (const auto& p : params_) if (!experts_only || p->expert) n += p->grad.numel();
+  for (const auto& p : params_)
+    if (!experts_only || p->expert) n += p->grad.numel();
   return n;
 }
 

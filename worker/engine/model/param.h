@@ -2,8 +2,8 @@
 #pragma once
 
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,44 +12,50 @@
 namespace moe {
 
 struct Param {
-  std::string name;   // unique, stable across runs and layouts (checkpoints key on it)
-  Tensor value;       // master weights (fp32; f64 in gradient checks); undefined where the Optimizer
-                      // keeps only this rank's shard of them (ZeRO with bf16 compute copies)
-  Tensor compute;     // what the forward and backward read: `value` itself, or its bf16 copy in bf16
-                      // training (refreshed by ParamSet::SyncCompute after every update)
-  Tensor grad;        // same shape and dtype as value, accumulated over micro-batches
-  // Deterministic training (training.deterministic): the f64 accumulator every backward contribution
-  // is added to (GradSink); the Optimizer reduces it and rounds it into `grad`. Undefined otherwise.
+  std::string name;  // unique, stable across runs and layouts (checkpoints key on it)
+  Tensor value;      // master weights (fp32; f64 in gradient checks); undefined where the Optimizer
+                     // keeps only this rank's shard of them (ZeRO with bf16 compute copies)
+  Tensor compute;    // what the forward and backward read: `value` itself, or its bf16 copy in bf16
+                     // training (refreshed by ParamSet::SyncCompute after every update)
+  Tensor grad;       // same shape and dtype as value, accumulated over micro-batches
+  // Deterministic training (training.deterministic): the f64 accumulator every backward
+  // contribution is added to (GradSink); the Optimizer reduces it and rounds it into `grad`.
+  // Undefined otherwise.
   Tensor accum;
-  Tensor m, v;        // AdamW moments (views the Optimizer sets; undefined under ZeRO, whose shards it holds)
+  Tensor m,
+      v;  // AdamW moments (views the Optimizer sets; undefined under ZeRO, whose shards it holds)
   bool weight_decay = true;  // false for norms
-  // Routed-expert weights: dim 0 is this rank's experts, global ids [expert_begin, expert_begin+dim0).
-  // Their gradients are averaged over the ranks that hold the same experts, not over all ranks.
+  // Routed-expert weights: dim 0 is this rank's experts, global ids [expert_begin,
+  // expert_begin+dim0). Their gradients are averaged over the ranks that hold the same experts, not
+  // over all ranks.
   bool expert = false;
   int64_t expert_begin = 0;
-  // The first element of the global tensor that this rank's tensor holds (0 unless an expert share).
+  // The first element of the global tensor that this rank's tensor holds (0 unless an expert
+  // share).
   int64_t global_begin() const { return expert ? expert_begin * (grad.numel() / grad.dim(0)) : 0; }
-  // A copy of a parameter that another pipeline stage owns (the embedding MTP reads on the last stage):
-  // its gradient is summed with the owner's over the embedding group; checkpoints and the gradient norm
-  // count the owner's only.
+  // A copy of a parameter that another pipeline stage owns (the embedding MTP reads on the last
+  // stage): its gradient is summed with the owner's over the embedding group; checkpoints and the
+  // gradient norm count the owner's only.
   bool tied_copy = false;
-  // The weight of a linear layer that trains in FP8 (--precision fp8): its GEMMs take e4m3 inputs in
-  // DeepSeek-V3's tiles (worker/engine/model/layers.h Linear). Only ParamSet::Fp8Gemm sets it.
+  // The weight of a linear layer that trains in FP8 (--precision fp8): its GEMMs take e4m3 inputs
+  // in DeepSeek-V3's tiles (worker/engine/model/layers.h Linear). Only ParamSet::Fp8Gemm sets it.
   bool fp8 = false;
 };
 
 // Where a backward pass puts one contribution to a parameter's gradient (one GEMM over one
 // micro-batch's tokens, one norm's or embedding's rows):
 //   plain (no accumulator): `grad` itself, which the kernel accumulates into (GEMM beta 1);
-//   deterministic: a zeroed scratch of grad's shape and dtype, added to the f64 accumulator by Commit.
+//   deterministic: a zeroed scratch of grad's shape and dtype, added to the f64 accumulator by
+//   Commit.
 // Kernels accumulate into tensor() in both cases.
-// Each contribution is then computed and rounded the same way whatever the layout, and an f64 sum of
-// fp32 values is exact while their exponents lie within 2^29 of each other: the gradient no longer
-// depends on the order in which micro-batches, data-parallel ranks, expert-parallel sources and
-// pipeline stages add their parts, so every layout of a job trains bitwise like W = 1.
+// Each contribution is then computed and rounded the same way whatever the layout, and an f64 sum
+// of fp32 values is exact while their exponents lie within 2^29 of each other: the gradient no
+// longer depends on the order in which micro-batches, data-parallel ranks, expert-parallel sources
+// and pipeline stages add their parts, so every layout of a job trains bitwise like W = 1.
 class GradSink {
  public:
-  // The whole parameter, or rows [first, first + count) of its dim 0 (one expert of an expert tensor).
+  // The whole parameter, or rows [first, first + count) of its dim 0 (one expert of an expert
+  // tensor).
   explicit GradSink(const Param& p, int64_t first = 0, int64_t count = -1);
   const Tensor& tensor() const { return target_; }
   void Commit();
@@ -69,17 +75,22 @@ class ParamSet {
   // fp8_gemms: the linear layers' weights that Fp8Gemm marks train in FP8.
   ParamSet(DType dtype, Device device, std::optional<DType> compute_dtype = std::nullopt,
            std::optional<DType> moments_dtype = std::nullopt, bool fp8_gemms = false)
-      : dtype_(dtype), compute_dtype_(compute_dtype.value_or(dtype)), moments_dtype_(moments_dtype.value_or(dtype)),
-        device_(device), fp8_gemms_(fp8_gemms) {}
+      : dtype_(dtype),
+        compute_dtype_(compute_dtype.value_or(dtype)),
+        moments_dtype_(moments_dtype.value_or(dtype)),
+        device_(device),
+        fp8_gemms_(fp8_gemms) {}
 
-  // Creates a parameter initialised from N(0, std^2) (std == 0: constant `fill`), with a stream that
-  // depends only on (seed, name) and, for expert tensors, on the global expert id: the same expert
-  // starts from the same weights whatever the parallel layout.
-  Param* Add(const std::string& name, const Tensor::Shape& shape, uint64_t seed, double std, double fill = 0.0,
-             bool weight_decay = true, bool expert = false, int64_t expert_begin = 0);
+  // Creates a parameter initialised from N(0, std^2) (std == 0: constant `fill`), with a stream
+  // that depends only on (seed, name) and, for expert tensors, on the global expert id: the same
+  // expert starts from the same weights whatever the parallel layout.
+  Param* Add(const std::string& name, const Tensor::Shape& shape, uint64_t seed, double std,
+             double fill = 0.0, bool weight_decay = true, bool expert = false,
+             int64_t expert_begin = 0);
 
-  // `p` (a linear layer's weight: attention projections, dense and expert FFNs, MTP's projection) trains
-  // in FP8 when this set does; the embedding, head, router and norms never do (DeepSeek-V3's recipe).
+  // `p` (a linear layer's weight: attention projections, dense and expert FFNs, MTP's projection)
+  // trains in FP8 when this set does; the embedding, head, router and norms never do (DeepSeek-V3's
+  // recipe).
   Param* Fp8Gemm(Param* p) const {
     p->fp8 = fp8_gemms_;
     return p;

@@ -36,7 +36,10 @@ class Rng {
   uint64_t Below(uint64_t n) { return n == 0 ? 0 : Next() % n; }
   // Standard normal (Box-Muller).
   double Normal() {
-    if (has_spare_) { has_spare_ = false; return spare_; }
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
     double u1 = Uniform(), u2 = Uniform();
     if (u1 < 1e-300) u1 = 1e-300;
     const double r = std::sqrt(-2.0 * std::log(u1)), a = 6.283185307179586 * u2;

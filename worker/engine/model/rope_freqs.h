@@ -10,14 +10,15 @@
 namespace moe {
 
 struct RopeFrequencies {
-  std::vector<double> inv_freq;  // [rope_dim / 2]: theta^(-2j / rope_dim), YaRN-corrected when it applies
-  double scale_factor = 1;       // multiplies the softmax scale: mscale^2 with YaRN, else 1
-  bool yarn = false;             // whether YaRN applied
+  std::vector<double>
+      inv_freq;  // [rope_dim / 2]: theta^(-2j / rope_dim), YaRN-corrected when it applies
+  double scale_factor = 1;  // multiplies the softmax scale: mscale^2 with YaRN, else 1
+  bool yarn = false;        // whether YaRN applied
 };
 
 // YaRN applies only when `max_seq_len` (the run's sequence length) exceeds
 // original_max_position_embeddings.
-RopeFrequencies ComputeRopeFrequencies(double theta, int64_t rope_dim, const RopeScalingConfig& scaling,
-                                       int64_t max_seq_len);
+RopeFrequencies ComputeRopeFrequencies(double theta, int64_t rope_dim,
+                                       const RopeScalingConfig& scaling, int64_t max_seq_len);
 
 }  // namespace moe

@@ -1,6 +1,6 @@
 // What a layer's Forward keeps for its Backward, one entry per micro-batch in flight. A pipeline
-// schedule runs several forwards before their backwards, in the same order on each layer (1F1B and its
-// interleaved form both), so the entries form a FIFO queue.
+// schedule runs several forwards before their backwards, in the same order on each layer (1F1B and
+// its interleaved form both), so the entries form a FIFO queue.
 //
 // Forward-only passes (evaluation, the loss in gradient checks) keep nothing: NoGradScope, like
 // torch.no_grad(), turns saving off for the calling thread.

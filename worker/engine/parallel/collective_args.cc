@@ -28,11 +28,12 @@ std::vector<int64_t> RangeOffsets(const std::vector<int64_t>& counts) {
   return offsets;
 }
 
-Status CheckRanges(const Tensor& t, const std::vector<int64_t>& counts, int group_size, const std::string& where) {
+Status CheckRanges(const Tensor& t, const std::vector<int64_t>& counts, int group_size,
+                   const std::string& where) {
   if (!t.defined()) return InvalidArgumentError(where + ": the tensor is undefined");
   if (static_cast<int>(counts.size()) != group_size) {
-    return InvalidArgumentError(where + ": counts has " + std::to_string(counts.size()) + " entries for a group of " +
-                                std::to_string(group_size) + " ranks");
+    return InvalidArgumentError(where + ": counts has " + std::to_string(counts.size()) +
+                                " entries for a group of " + std::to_string(group_size) + " ranks");
   }
   int64_t total = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
@@ -43,45 +44,50 @@ Status CheckRanges(const Tensor& t, const std::vector<int64_t>& counts, int grou
     total += counts[r];
   }
   if (total != t.numel()) {
-    return InvalidArgumentError(where + ": counts sum to " + std::to_string(total) + " elements but the tensor " +
-                                t.ShapeString() + " has " + std::to_string(t.numel()));
+    return InvalidArgumentError(where + ": counts sum to " + std::to_string(total) +
+                                " elements but the tensor " + t.ShapeString() + " has " +
+                                std::to_string(t.numel()));
   }
   return OkStatus();
 }
 
 Status CheckSumDType(const Tensor& t, const std::string& where) {
   if (t.defined() && (t.dtype() == DType::kF32 || t.dtype() == DType::kF64)) return OkStatus();
-  return InvalidArgumentError(where + ": sums f32 or f64 tensors (gradients are kept in fp32), got " +
-                              (t.defined() ? std::string(DTypeName(t.dtype())) : std::string("an undefined tensor")));
+  return InvalidArgumentError(
+      where + ": sums f32 or f64 tensors (gradients are kept in fp32), got " +
+      (t.defined() ? std::string(DTypeName(t.dtype())) : std::string("an undefined tensor")));
 }
 
 Status CheckDevice(const Tensor& t, bool want_cuda, const std::string& where) {
   if (!t.defined() || t.device().is_cuda() == want_cuda) return OkStatus();
-  return InvalidArgumentError(where + ": moves " + (want_cuda ? "CUDA" : "host") + " tensors only, got one on " +
-                              t.device().ToString());
+  return InvalidArgumentError(where + ": moves " + (want_cuda ? "CUDA" : "host") +
+                              " tensors only, got one on " + t.device().ToString());
 }
 
 Status CheckP2P(const std::vector<P2POp>& ops, int rank, int group_size, const std::string& where) {
   std::vector<const P2POp*> self_sends, self_recvs;
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
-    const std::string which = where + ": op " + std::to_string(i) + " (" + (op.kind == P2POp::kSend ? "send" : "recv");
+    const std::string which =
+        where + ": op " + std::to_string(i) + " (" + (op.kind == P2POp::kSend ? "send" : "recv");
     if (!op.tensor.defined()) return InvalidArgumentError(which + "): the tensor is undefined");
     if (op.peer < 0 || op.peer >= group_size) {
-      return InvalidArgumentError(which + "): peer " + std::to_string(op.peer) + " is not a rank of a group of " +
-                                  std::to_string(group_size));
+      return InvalidArgumentError(which + "): peer " + std::to_string(op.peer) +
+                                  " is not a rank of a group of " + std::to_string(group_size));
     }
     if (op.peer == rank) (op.kind == P2POp::kSend ? self_sends : self_recvs).push_back(&op);
   }
   if (self_sends.size() != self_recvs.size()) {
-    return InvalidArgumentError(where + ": " + std::to_string(self_sends.size()) + " sends to this rank itself but " +
-                                std::to_string(self_recvs.size()) + " receives from it in the batch");
+    return InvalidArgumentError(
+        where + ": " + std::to_string(self_sends.size()) + " sends to this rank itself but " +
+        std::to_string(self_recvs.size()) + " receives from it in the batch");
   }
   for (size_t k = 0; k < self_sends.size(); ++k) {
     const Tensor &s = self_sends[k]->tensor, &r = self_recvs[k]->tensor;
     if (s.dtype() != r.dtype() || s.numel() != r.numel()) {
-      return InvalidArgumentError(where + ": send " + std::to_string(k) + " to itself is " + DTypeName(s.dtype()) +
-                                  s.ShapeString() + " but its receive is " + DTypeName(r.dtype()) + r.ShapeString());
+      return InvalidArgumentError(where + ": send " + std::to_string(k) + " to itself is " +
+                                  DTypeName(s.dtype()) + s.ShapeString() + " but its receive is " +
+                                  DTypeName(r.dtype()) + r.ShapeString());
     }
   }
   return OkStatus();
@@ -99,8 +105,9 @@ void ExchangeWithSelf(const std::vector<P2POp>& ops, int rank) {
 }
 
 std::string DescribeP2P(const P2POp& op) {
-  return std::string(op.kind == P2POp::kSend ? "send of " : "recv of ") + std::to_string(op.tensor.nbytes()) +
-         " bytes " + (op.kind == P2POp::kSend ? "to" : "from") + " rank " + std::to_string(op.peer);
+  return std::string(op.kind == P2POp::kSend ? "send of " : "recv of ") +
+         std::to_string(op.tensor.nbytes()) + " bytes " +
+         (op.kind == P2POp::kSend ? "to" : "from") + " rank " + std::to_string(op.peer);
 }
 
 std::string DescribeBatch(const std::vector<P2POp>& ops) {

@@ -13,15 +13,17 @@
 
 namespace moe {
 
-// Start of every rank's range: offsets[r] = counts[0] + ... + counts[r - 1] (counts.size() + 1 entries,
-// the last one the total).
+// Start of every rank's range: offsets[r] = counts[0] + ... + counts[r - 1] (counts.size() + 1
+// entries, the last one the total).
 std::vector<int64_t> RangeOffsets(const std::vector<int64_t>& counts);
 
 // The ranges of ReduceScatterSum / AllGather: t defined, one count per rank of the group, none
 // negative, summing to t's numel. `where` (Communicator::Where) prefixes the error.
-Status CheckRanges(const Tensor& t, const std::vector<int64_t>& counts, int group_size, const std::string& where);
+Status CheckRanges(const Tensor& t, const std::vector<int64_t>& counts, int group_size,
+                   const std::string& where);
 
-// Sums are taken in f32 or f64 (gradients and master weights are fp32; bf16 is not summed on the wire).
+// Sums are taken in f32 or f64 (gradients and master weights are fp32; bf16 is not summed on the
+// wire).
 Status CheckSumDType(const Tensor& t, const std::string& where);
 
 // Every tensor of a call is on the communicator's kind of device (host for Gloo, CUDA for NCCL).
@@ -36,7 +38,8 @@ void ExchangeWithSelf(const std::vector<P2POp>& ops, int rank);
 
 // "send of 4096 bytes to rank 1" (for errors).
 std::string DescribeP2P(const P2POp& op);
-// The whole batch, the first few ops: "send of 4096 bytes to rank 1, recv of 4096 bytes from rank 3".
+// The whole batch, the first few ops: "send of 4096 bytes to rank 1, recv of 4096 bytes from rank
+// 3".
 std::string DescribeBatch(const std::vector<P2POp>& ops);
 
 }  // namespace moe

@@ -5,33 +5,37 @@
 
 namespace moe {
 
-TokenDispatcher::TokenDispatcher(Communicator* ep_group, int64_t num_experts, double* alltoall_seconds)
+TokenDispatcher::TokenDispatcher(Communicator* ep_group, int64_t num_experts,
+                                 double* alltoall_seconds)
     : comm_(ep_group), num_experts_(num_experts), alltoall_seconds_(alltoall_seconds) {
   if (comm_ != nullptr) {
     group_size_ = comm_->size();
     rank_ = comm_->rank();
   }
-  MOE_CHECK(num_experts_ % group_size_ == 0) << num_experts_ << " experts over an EP group of " << group_size_;
+  MOE_CHECK(num_experts_ % group_size_ == 0)
+      << num_experts_ << " experts over an EP group of " << group_size_;
 }
 
 void TokenDispatcher::AddSeconds(std::chrono::steady_clock::time_point since) const {
   if (alltoall_seconds_ != nullptr) {
-    *alltoall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+    *alltoall_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
   }
 }
 
-Pending TokenDispatcher::StartExchange(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
-                                       const std::vector<int64_t>& recv_rows) {
+Pending TokenDispatcher::StartExchange(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                       const Tensor& recv, const std::vector<int64_t>& recv_rows) {
   const auto t0 = std::chrono::steady_clock::now();
   Pending op = comm_->StartAllToAllV(send, send_rows, recv, recv_rows);
   AddSeconds(t0);
   return op;
 }
 
-// The route from the counts: rows to and from each rank, and the regrouping of what arrives ([source
-// rank][local expert]) by local expert ([local expert][source rank]) for the grouped GEMMs.
-void TokenDispatcher::MakeRoute(const std::vector<int64_t>& counts, const std::vector<int64_t>& recv_counts,
-                                Route* route) const {
+// The route from the counts: rows to and from each rank, and the regrouping of what arrives
+// ([source rank][local expert]) by local expert ([local expert][source rank]) for the grouped
+// GEMMs.
+void TokenDispatcher::MakeRoute(const std::vector<int64_t>& counts,
+                                const std::vector<int64_t>& recv_counts, Route* route) const {
   const int64_t p = group_size_, el = local_experts();
   const auto at = [](int64_t i) { return static_cast<size_t>(i); };
   route->send_rows.assign(at(p), 0);
@@ -74,13 +78,17 @@ void TokenDispatcher::MakeRoute(const std::vector<int64_t>& counts, const std::v
   route->ungroup = Tensor::FromVector(ungroup, {n_idx});
 }
 
-Status TokenDispatcher::DispatchStart(const Tensor& xp, const std::vector<int64_t>& counts, Route* route, InFlight* f) {
-  MOE_CHECK(static_cast<int64_t>(counts.size()) == num_experts_) << "counts for " << counts.size() << " experts";
+Status TokenDispatcher::DispatchStart(const Tensor& xp, const std::vector<int64_t>& counts,
+                                      Route* route, InFlight* f) {
+  MOE_CHECK(static_cast<int64_t>(counts.size()) == num_experts_)
+      << "counts for " << counts.size() << " experts";
   const int64_t p = group_size_, el = local_experts();
   if (p == 1) {
     route->send_rows = route->recv_rows = {xp.dim(0)};
     route->local_offsets.assign(static_cast<size_t>(el) + 1, 0);
-    for (int64_t e = 0; e < el; ++e) route->local_offsets[static_cast<size_t>(e) + 1] = route->local_offsets[static_cast<size_t>(e)] + counts[static_cast<size_t>(e)];
+    for (int64_t e = 0; e < el; ++e)
+      route->local_offsets[static_cast<size_t>(e) + 1] =
+          route->local_offsets[static_cast<size_t>(e)] + counts[static_cast<size_t>(e)];
     route->segments = route->local_offsets;
     route->local_rows = xp.dim(0);
     return Send(xp, *route, f);

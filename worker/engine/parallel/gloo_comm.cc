@@ -1,8 +1,10 @@
-// Gloo over TCP: the CPU communicator. Gloo reports a dead peer (its sockets close) or a hung one (the
-// op's timeout) by throwing; every op here turns that into a Status that names the phase, the
+// Gloo over TCP: the CPU communicator. Gloo reports a dead peer (its sockets close) or a hung one
+// (the op's timeout) by throwing; every op here turns that into a Status that names the phase, the
 // collective and the group, so no rank waits forever and the error says where it happened.
 // Reduce-scatter and point to point run on Gloo's unbound buffers (the transport under its own
 // collectives), with slots of their own (kReduceScatterSlot, P2PSlot).
+#include "worker/engine/parallel/gloo_comm.h"
+
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
@@ -25,9 +27,8 @@
 #include <mutex>
 #include <thread>
 
-#include "worker/engine/parallel/collective_args.h"
-#include "worker/engine/parallel/gloo_comm.h"
 #include "kernels/runtime.h"
+#include "worker/engine/parallel/collective_args.h"
 
 namespace moe {
 namespace {
@@ -35,8 +36,8 @@ namespace {
 // Slots of our own operations: Gloo's collectives use prefixes 0x01-0x08 in the top byte
 // (gloo/types.h); ours use 0x40 and up, so no message of one can match a receive of another.
 constexpr uint64_t kReduceScatterSlot = uint64_t{0x40} << 56;
-// The n-th message from one rank to another (a sequence per pair and direction) has slot P2PSlot(n),
-// so messages match in posting order whatever else is in flight between the two.
+// The n-th message from one rank to another (a sequence per pair and direction) has slot
+// P2PSlot(n), so messages match in posting order whatever else is in flight between the two.
 uint64_t P2PSlot(uint64_t n) { return (uint64_t{0x41} << 56) | (n & ((uint64_t{1} << 56) - 1)); }
 
 // Gloo's Store over ours. Gloo expects exceptions on failure.
@@ -54,7 +55,8 @@ class GlooStore final : public ::gloo::rendezvous::Store {
     return std::vector<char>(v->begin(), v->end());
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
     Status st = store_->Wait(keys, timeout);
     if (!st.ok()) throw std::runtime_error(st.message());
   }
@@ -64,12 +66,14 @@ class GlooStore final : public ::gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
-// One TCP device (one listener) per thread that makes communicators: a process runs one rank from one
-// thread, except tests that run several ranks as threads, where ranks sharing a listener made Gloo's
-// full-mesh connect fail now and then ("connection closed by peer" at rendezvous).
+// One TCP device (one listener) per thread that makes communicators: a process runs one rank from
+// one thread, except tests that run several ranks as threads, where ranks sharing a listener made
+// Gloo's full-mesh connect fail now and then ("connection closed by peer" at rendezvous).
 std::shared_ptr<::gloo::transport::Device> SharedDevice(const std::string& hostname) {
   static std::mutex mu;
-  static std::map<std::pair<std::string, std::thread::id>, std::shared_ptr<::gloo::transport::Device>> devices;
+  static std::map<std::pair<std::string, std::thread::id>,
+                  std::shared_ptr<::gloo::transport::Device>>
+      devices;
   std::lock_guard<std::mutex> lock(mu);
   auto& d = devices[{hostname, std::this_thread::get_id()}];
   if (!d) {
@@ -82,8 +86,8 @@ std::shared_ptr<::gloo::transport::Device> SharedDevice(const std::string& hostn
 
 // The group's operations, one at a time in call order. A call runs on the caller's thread once the
 // started operations before it are done; a started one runs on a thread of the queue's own, so the
-// caller computes while it moves. One thread calls (a communicator has one user), so nothing is posted
-// while a call runs.
+// caller computes while it moves. One thread calls (a communicator has one user), so nothing is
+// posted while a call runs.
 class OpQueue {
  public:
   using Op = std::function<Status()>;
@@ -93,7 +97,8 @@ class OpQueue {
       stop_ = true;
     }
     cv_.notify_all();
-    if (thread_.joinable()) thread_.join();  // after the posted operations: their waiters hold futures
+    if (thread_.joinable())
+      thread_.join();  // after the posted operations: their waiters hold futures
   }
   Status Call(const Op& op) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -140,7 +145,8 @@ class OpQueue {
 // A started Gloo operation: its tensors are kept until it has run.
 class GlooPending final : public PendingCollective {
  public:
-  GlooPending(std::shared_future<Status> done, std::vector<Tensor> keep) : done_(std::move(done)), keep_(std::move(keep)) {}
+  GlooPending(std::shared_future<Status> done, std::vector<Tensor> keep)
+      : done_(std::move(done)), keep_(std::move(keep)) {}
   ~GlooPending() override {
     if (done_.valid()) done_.wait();
   }
@@ -172,13 +178,17 @@ class GlooCommunicator final : public Communicator {
   }
 
   Status AllReduceSumHost(double* data, int64_t n) override {
-    return Run("all_reduce", [&] {
-      ::gloo::AllreduceOptions opts(ctx_);
-      opts.setTimeout(timeout_);
-      opts.setOutput(data, static_cast<size_t>(n));
-      opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<double>));
-      ::gloo::allreduce(opts);
-    }, /*host_wait=*/true);
+    return Run(
+        "all_reduce",
+        [&] {
+          ::gloo::AllreduceOptions opts(ctx_);
+          opts.setTimeout(timeout_);
+          opts.setOutput(data, static_cast<size_t>(n));
+          opts.setReduceFunction(
+              static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<double>));
+          ::gloo::allreduce(opts);
+        },
+        /*host_wait=*/true);
   }
 
   Status AllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
@@ -186,48 +196,60 @@ class GlooCommunicator final : public Communicator {
     MOE_RETURN_IF_ERROR(CheckSplits(send_rows, recv_rows));
     return Run("all_to_all_v", AllToAllVOf(send, send_rows, recv, recv_rows));
   }
-  Pending StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
-                         const std::vector<int64_t>& recv_rows) override {
+  Pending StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows,
+                         const Tensor& recv, const std::vector<int64_t>& recv_rows) override {
     if (Status st = CheckSplits(send_rows, recv_rows); !st.ok()) return Finished(st);
     return Post("all_to_all_v", AllToAllVOf(send, send_rows, recv, recv_rows), {send, recv});
   }
 
   Status AllToAllHost(const int64_t* send, int64_t* recv, int64_t n_per_rank) override {
-    return Run("all_to_all", [&] {
-      ::gloo::AlltoallOptions opts(ctx_);
-      opts.setTimeout(timeout_);
-      opts.setInput(const_cast<int64_t*>(send), static_cast<size_t>(n_per_rank * size()));
-      opts.setOutput(recv, static_cast<size_t>(n_per_rank * size()));
-      ::gloo::alltoall(opts);
-    }, /*host_wait=*/true);
+    return Run(
+        "all_to_all",
+        [&] {
+          ::gloo::AlltoallOptions opts(ctx_);
+          opts.setTimeout(timeout_);
+          opts.setInput(const_cast<int64_t*>(send), static_cast<size_t>(n_per_rank * size()));
+          opts.setOutput(recv, static_cast<size_t>(n_per_rank * size()));
+          ::gloo::alltoall(opts);
+        },
+        /*host_wait=*/true);
   }
 
   Status AllGatherHost(const void* send, void* recv, size_t bytes) override {
-    return Run("all_gather", [&] {
-      ::gloo::AllgatherOptions opts(ctx_);
-      opts.setTimeout(timeout_);
-      opts.setInput(static_cast<char*>(const_cast<void*>(send)), bytes);
-      opts.setOutput(static_cast<char*>(recv), bytes * static_cast<size_t>(size()));
-      ::gloo::allgather(opts);
-    }, /*host_wait=*/true);
+    return Run(
+        "all_gather",
+        [&] {
+          ::gloo::AllgatherOptions opts(ctx_);
+          opts.setTimeout(timeout_);
+          opts.setInput(static_cast<char*>(const_cast<void*>(send)), bytes);
+          opts.setOutput(static_cast<char*>(recv), bytes * static_cast<size_t>(size()));
+          ::gloo::allgather(opts);
+        },
+        /*host_wait=*/true);
   }
 
   Status BroadcastHost(void* data, size_t bytes, int root) override {
-    return Run("broadcast", [&] {
-      ::gloo::BroadcastOptions opts(ctx_);
-      opts.setTimeout(timeout_);
-      opts.setRoot(root);
-      opts.setOutput(static_cast<char*>(data), bytes);
-      ::gloo::broadcast(opts);
-    }, /*host_wait=*/true);
+    return Run(
+        "broadcast",
+        [&] {
+          ::gloo::BroadcastOptions opts(ctx_);
+          opts.setTimeout(timeout_);
+          opts.setRoot(root);
+          opts.setOutput(static_cast<char*>(data), bytes);
+          ::gloo::broadcast(opts);
+        },
+        /*host_wait=*/true);
   }
 
   Status Barrier() override {
-    return Run("barrier", [&] {
-      ::gloo::BarrierOptions opts(ctx_);
-      opts.setTimeout(timeout_);
-      ::gloo::barrier(opts);
-    }, /*host_wait=*/true);
+    return Run(
+        "barrier",
+        [&] {
+          ::gloo::BarrierOptions opts(ctx_);
+          opts.setTimeout(timeout_);
+          ::gloo::barrier(opts);
+        },
+        /*host_wait=*/true);
   }
 
   Status ReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) override {
@@ -247,7 +269,8 @@ class GlooCommunicator final : public Communicator {
     std::vector<size_t> bytes;
     for (int64_t c : counts) bytes.push_back(static_cast<size_t>(c) * DTypeSize(t.dtype()));
     return Run("all_gather", [&] {
-      // In place (no input): this rank's range is already in t. Gloo's ring takes any counts, 0 too.
+      // In place (no input): this rank's range is already in t. Gloo's ring takes any counts, 0
+      // too.
       ::gloo::AllgathervOptions opts(ctx_);
       opts.setTimeout(timeout_);
       opts.setOutput(static_cast<uint8_t*>(t.raw()), bytes);
@@ -258,7 +281,8 @@ class GlooCommunicator final : public Communicator {
   Status Exchange(const std::vector<P2POp>& ops) override {
     std::string op = "exchange";
     MOE_RETURN_IF_ERROR(CheckP2P(ops, rank(), size(), Where(op)));
-    for (const P2POp& o : ops) MOE_RETURN_IF_ERROR(CheckDevice(o.tensor, /*want_cuda=*/false, Where(op)));
+    for (const P2POp& o : ops)
+      MOE_RETURN_IF_ERROR(CheckDevice(o.tensor, /*want_cuda=*/false, Where(op)));
     // Run reads `op` after a failure: it names the message being waited for, hence its peer.
     return Run(op, [&] {
       std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> posted(ops.size());
@@ -275,7 +299,8 @@ class GlooCommunicator final : public Communicator {
       }
       for (size_t i = 0; i < ops.size(); ++i) {
         if (!posted[i]) continue;
-        op = "exchange: " + DescribeP2P(ops[i]) + " (op " + std::to_string(i) + " of " + std::to_string(ops.size()) + ")";
+        op = "exchange: " + DescribeP2P(ops[i]) + " (op " + std::to_string(i) + " of " +
+             std::to_string(ops.size()) + ")";
         if (ops[i].kind == P2POp::kSend) {
           posted[i]->waitSend(timeout_);
         } else {
@@ -288,17 +313,23 @@ class GlooCommunicator final : public Communicator {
 
  private:
   Status CheckReducible(const Tensor& t) const {
-    if (!t.device().is_cpu()) return InvalidArgumentError(Where("all_reduce") + ": gloo reduces host tensors only");
+    if (!t.device().is_cpu())
+      return InvalidArgumentError(Where("all_reduce") + ": gloo reduces host tensors only");
     if (t.dtype() != DType::kF32 && t.dtype() != DType::kF64) {
-      return InvalidArgumentError(Where("all_reduce") + ": gloo sums f32 or f64 (gradients are kept in fp32), got " +
+      return InvalidArgumentError(Where("all_reduce") +
+                                  ": gloo sums f32 or f64 (gradients are kept in fp32), got " +
                                   DTypeName(t.dtype()));
     }
     return OkStatus();
   }
-  Status CheckSplits(const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows) const {
-    if (static_cast<int>(send_rows.size()) == size() && static_cast<int>(recv_rows.size()) == size()) return OkStatus();
-    return InvalidArgumentError(Where("all_to_all_v") + ": counts for " + std::to_string(send_rows.size()) +
-                                " ranks in a group of " + std::to_string(size()));
+  Status CheckSplits(const std::vector<int64_t>& send_rows,
+                     const std::vector<int64_t>& recv_rows) const {
+    if (static_cast<int>(send_rows.size()) == size() &&
+        static_cast<int>(recv_rows.size()) == size())
+      return OkStatus();
+    return InvalidArgumentError(Where("all_to_all_v") + ": counts for " +
+                                std::to_string(send_rows.size()) + " ranks in a group of " +
+                                std::to_string(size()));
   }
   Status CheckReduceScatter(const Tensor& t, const std::vector<int64_t>& counts) const {
     const std::string where = Where("reduce_scatter");
@@ -314,16 +345,18 @@ class GlooCommunicator final : public Communicator {
       opts.setTimeout(timeout_);
       if (t.dtype() == DType::kF32) {
         opts.setOutput(t.data<float>(), static_cast<size_t>(t.numel()));
-        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<float>));
+        opts.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<float>));
       } else {
         opts.setOutput(t.data<double>(), static_cast<size_t>(t.numel()));
-        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<double>));
+        opts.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<double>));
       }
       ::gloo::allreduce(opts);
     };
   }
-  std::function<void()> AllToAllVOf(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
-                                    const std::vector<int64_t>& recv_rows) {
+  std::function<void()> AllToAllVOf(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                    const Tensor& recv, const std::vector<int64_t>& recv_rows) {
     std::vector<int64_t> send_elems, recv_elems;
     for (int64_t r : send_rows) send_elems.push_back(r * send.dim(1));
     for (int64_t r : recv_rows) recv_elems.push_back(r * recv.dim(1));
@@ -354,27 +387,31 @@ class GlooCommunicator final : public Communicator {
     };
   }
 
-  // Every rank sends each peer that peer's range and sums the copies of its own range it receives, in
-  // rank order (the same order every run). Each rank sends and receives (W - 1) / W of the buffer, as
-  // in a ring, in one round instead of W - 1. Gloo's ReduceScatterHalvingDoubling does not fit: it is
-  // of the older Algorithm API, whose buffers are bound to one pointer when the object is built (so one
-  // object per call, registering 4 W (W - 1) slots each time and destroyed while its last notification
-  // sends may still be queued), counts are int, and it leaves the result at the front of the buffer.
+  // Every rank sends each peer that peer's range and sums the copies of its own range it receives,
+  // in rank order (the same order every run). Each rank sends and receives (W - 1) / W of the
+  // buffer, as in a ring, in one round instead of W - 1. Gloo's ReduceScatterHalvingDoubling does
+  // not fit: it is of the older Algorithm API, whose buffers are bound to one pointer when the
+  // object is built (so one object per call, registering 4 W (W - 1) slots each time and destroyed
+  // while its last notification sends may still be queued), counts are int, and it leaves the
+  // result at the front of the buffer.
   template <typename T>
   void ReduceScatterDirect(T* data, const std::vector<int64_t>& counts) {
     const int me = rank(), n = size();
     const std::vector<int64_t> off = RangeOffsets(counts);
     const size_t mine = static_cast<size_t>(counts[static_cast<size_t>(me)]);
     if (off.back() == 0) return;
-    std::vector<T> inbox(mine * static_cast<size_t>(n));  // block s: rank s's copy of this rank's range
+    std::vector<T> inbox(mine *
+                         static_cast<size_t>(n));  // block s: rank s's copy of this rank's range
     auto out = ctx_->createUnboundBuffer(data, sizeof(T) * static_cast<size_t>(off.back()));
-    auto in = mine > 0 ? ctx_->createUnboundBuffer(inbox.data(), sizeof(T) * inbox.size()) : nullptr;
+    auto in =
+        mine > 0 ? ctx_->createUnboundBuffer(inbox.data(), sizeof(T) * inbox.size()) : nullptr;
     int sends = 0, recvs = 0;
     for (int p = 0; p < n; ++p) {
       const size_t pi = static_cast<size_t>(p), theirs = static_cast<size_t>(counts[pi]);
       if (p == me) continue;
       if (theirs > 0) {
-        out->send(p, kReduceScatterSlot, sizeof(T) * static_cast<size_t>(off[pi]), sizeof(T) * theirs);
+        out->send(p, kReduceScatterSlot, sizeof(T) * static_cast<size_t>(off[pi]),
+                  sizeof(T) * theirs);
         ++sends;
       }
       if (mine > 0) {
@@ -393,10 +430,11 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
-  // Runs fn (Gloo's calls) as the group's next operation on this thread. Gloo throws on a dead or hung
-  // peer: the error names the operation by Where(op) at that moment (Exchange names the message it
-  // waited for). The device-valued collectives stand in for NCCL's, which are ordered on the stream;
-  // a host-valued one (host_wait) is a host synchronisation there and counts as one here.
+  // Runs fn (Gloo's calls) as the group's next operation on this thread. Gloo throws on a dead or
+  // hung peer: the error names the operation by Where(op) at that moment (Exchange names the
+  // message it waited for). The device-valued collectives stand in for NCCL's, which are ordered on
+  // the stream; a host-valued one (host_wait) is a host synchronisation there and counts as one
+  // here.
   template <typename Fn>
   Status Run(const std::string& op, Fn&& fn, bool host_wait = false) {
     if (host_wait) kernels::CountHostSync();
@@ -404,14 +442,17 @@ class GlooCommunicator final : public Communicator {
   }
   // Starts fn on the queue's thread: its error names the phase at the start.
   Pending Post(const std::string& op, std::function<void()> fn, std::vector<Tensor> keep) {
-    std::shared_future<Status> done =
-        queue_.Post([this, where = Where(op), fn = std::move(fn)] { return Guarded([&] { return where; }, fn); });
+    std::shared_future<Status> done = queue_.Post([this, where = Where(op), fn = std::move(fn)] {
+      return Guarded([&] { return where; }, fn);
+    });
     return std::make_unique<GlooPending>(std::move(done), std::move(keep));
   }
 
   template <typename Describe, typename Fn>
   Status Guarded(Describe&& where, Fn&& fn) {
-    if (broken_) return UnavailableError(where() + ": the group is unusable after an earlier failure: " + first_error_);
+    if (broken_)
+      return UnavailableError(where() +
+                              ": the group is unusable after an earlier failure: " + first_error_);
     try {
       fn();
       return OkStatus();
@@ -419,11 +460,14 @@ class GlooCommunicator final : public Communicator {
       broken_ = true;
       first_error_ = e.what();
       const std::string what = e.what();
-      const bool timeout = what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
-      const std::string msg = where() + (timeout ? ": timed out after " + std::to_string(timeout_.count() / 1000) +
-                                                       " s waiting for a peer (a rank hangs or died)"
-                                                 : ": a peer failed (a rank died or closed its connection)") +
-                              "; gloo: " + what;
+      const bool timeout =
+          what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+      const std::string msg =
+          where() +
+          (timeout ? ": timed out after " + std::to_string(timeout_.count() / 1000) +
+                         " s waiting for a peer (a rank hangs or died)"
+                   : ": a peer failed (a rank died or closed its connection)") +
+          "; gloo: " + what;
       return timeout ? DeadlineExceededError(msg) : UnavailableError(msg);
     }
   }
@@ -432,7 +476,8 @@ class GlooCommunicator final : public Communicator {
   std::chrono::milliseconds timeout_;
   bool broken_ = false;
   std::string first_error_;
-  std::vector<uint64_t> send_seq_, recv_seq_;  // per peer: messages posted to it / from it (P2PSlot)
+  std::vector<uint64_t> send_seq_,
+      recv_seq_;   // per peer: messages posted to it / from it (P2PSlot)
   OpQueue queue_;  // last: destroyed first, after the operations it runs
 };
 
@@ -440,7 +485,8 @@ class GlooCommunicator final : public Communicator {
 
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(int rank, int size, KvStore* store,
                                                                const GroupOptions& options) {
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
   try {
     GlooStore gs(store, timeout);
     auto ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);
@@ -449,8 +495,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(int rank, int siz
     ctx->connectFullMesh(gs, dev);
     return std::unique_ptr<Communicator>(new GlooCommunicator(ctx, timeout));
   } catch (const std::exception& e) {
-    return UnavailableError("gloo rendezvous of rank " + std::to_string(rank) + " in a group of " + std::to_string(size) +
-                            " failed: " + e.what());
+    return UnavailableError("gloo rendezvous of rank " + std::to_string(rank) + " in a group of " +
+                            std::to_string(size) + " failed: " + e.what());
   }
 }
 

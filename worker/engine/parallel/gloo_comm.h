@@ -1,5 +1,5 @@
-// The Gloo backend of the communicators (CPU over TCP: gloo_comm.cc, built where Gloo is; without it the factory
-// fails with FAILED_PRECONDITION and HaveGloo is false: process_group.cc).
+// The Gloo backend of the communicators (CPU over TCP: gloo_comm.cc, built where Gloo is; without
+// it the factory fails with FAILED_PRECONDITION and HaveGloo is false: process_group.cc).
 #pragma once
 
 #include <memory>

@@ -6,8 +6,8 @@
 
 namespace moe {
 
-Status LocalCommunicator::AllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
-                                    const std::vector<int64_t>& recv_rows) {
+Status LocalCommunicator::AllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows,
+                                    const Tensor& recv, const std::vector<int64_t>& recv_rows) {
   if (send_rows.size() != 1 || recv_rows.size() != 1 || send_rows[0] != recv_rows[0]) {
     return InvalidArgumentError("all_to_all_v on one rank: send and receive counts must match");
   }

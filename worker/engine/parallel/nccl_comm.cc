@@ -1,21 +1,24 @@
 // NCCL: the GPU communicator. Communicators are non-blocking (config.blocking = 0).
 //
 // Device collectives (all-reduce, all-to-all-v, reduce-scatter, all-gather, point to point) are
-// ordered on the streams, not waited for by the host: the communicator's stream waits for the kernels
-// queued so far (an event), NCCL puts the operation on it (the host waits only until the communicator
-// leaves ncclInProgress: the operation is on the stream then), the buffers are recorded on that stream
-// for the caching allocator, and the kernels' stream waits for the operation's end event, at once or,
-// for a started one (Start*), when the caller asks (Wait) after queuing work that does not need it. A
-// watchdog thread (CollectiveWatch) watches every such collective until its end event has passed:
-// past the job's timeout (counted from its start event, so the rank's own queued compute does not
-// count), on an asynchronous NCCL error or a device error, it ends the rank (OnCollectiveFailure),
-// since the work queued behind a failed collective cannot be trusted. Communicators are aborted in
-// one place (Watchdog::Abort), and one with work still queued is aborted rather than destroyed.
-// Host-valued collectives (sums of host doubles, the counts' all-to-all, broadcasts) stage through a
-// device scratch buffer and wait on the host with WaitForNccl (nccl_wait.h), which aborts the
-// communicator past the timeout, so a dead or hung peer fails the call with a clear error.
-// All-to-all-v and Exchange are grouped ncclSend/ncclRecv; reduce-scatter and all-gather of unequal
-// ranges are grouped ncclReduce/ncclBroadcast (the NCCL collectives take one count for every rank).
+// ordered on the streams, not waited for by the host: the communicator's stream waits for the
+// kernels queued so far (an event), NCCL puts the operation on it (the host waits only until the
+// communicator leaves ncclInProgress: the operation is on the stream then), the buffers are
+// recorded on that stream for the caching allocator, and the kernels' stream waits for the
+// operation's end event, at once or, for a started one (Start*), when the caller asks (Wait) after
+// queuing work that does not need it. A watchdog thread (CollectiveWatch) watches every such
+// collective until its end event has passed: past the job's timeout (counted from its start event,
+// so the rank's own queued compute does not count), on an asynchronous NCCL error or a device
+// error, it ends the rank (OnCollectiveFailure), since the work queued behind a failed collective
+// cannot be trusted. Communicators are aborted in one place (Watchdog::Abort), and one with work
+// still queued is aborted rather than destroyed. Host-valued collectives (sums of host doubles, the
+// counts' all-to-all, broadcasts) stage through a device scratch buffer and wait on the host with
+// WaitForNccl (nccl_wait.h), which aborts the communicator past the timeout, so a dead or hung peer
+// fails the call with a clear error. All-to-all-v and Exchange are grouped ncclSend/ncclRecv;
+// reduce-scatter and all-gather of unequal ranges are grouped ncclReduce/ncclBroadcast (the NCCL
+// collectives take one count for every rank).
+#include "worker/engine/parallel/nccl_comm.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -29,15 +32,16 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/runtime.h"
 #include "worker/engine/parallel/collective_args.h"
 #include "worker/engine/parallel/nccl_wait.h"
-#include "worker/engine/parallel/nccl_comm.h"
-#include "kernels/runtime.h"
 
 namespace moe {
 namespace {
 
-std::string CudaError(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
+std::string CudaError(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
+}
 
 bool Issued(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
 
@@ -49,7 +53,8 @@ NcclPoll CommState(ncclComm_t comm) {
   }
   if (state == ncclSuccess) return {};
   if (state == ncclInProgress) return {NcclPoll::kPending, ""};
-  return {NcclPoll::kFailed, std::string(ncclGetErrorString(state)) + " (" + ncclGetLastError(comm) + ")"};
+  return {NcclPoll::kFailed,
+          std::string(ncclGetErrorString(state)) + " (" + ncclGetLastError(comm) + ")"};
 }
 
 // The real clock and the communicator's state; the caller adds the stream when there is one.
@@ -62,8 +67,8 @@ NcclWaitHooks CommHooks(ncclComm_t comm, std::function<void()> abort) {
   return hooks;
 }
 
-// Makes calls between ncclGroupStart and ncclGroupEnd. calls(keep) passes each call's result to keep,
-// which remembers the first failure; the group is closed whatever happened.
+// Makes calls between ncclGroupStart and ncclGroupEnd. calls(keep) passes each call's result to
+// keep, which remembers the first failure; the group is closed whatever happened.
 template <typename Fn>
 ncclResult_t Grouped(Fn&& calls) {
   if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
@@ -84,22 +89,28 @@ bool AllEqual(const std::vector<int64_t>& counts) {
 
 ncclDataType_t NcclType(DType t) {
   switch (t) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF64: return ncclFloat64;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
   }
   return ncclFloat32;
 }
 
-// The process's watchdog thread over stream-ordered collectives (one process drives one device), and
-// the one place communicators are aborted: NCCL allows one thread at a time on a communicator, and an
-// aborted one is freed, so it leaves the watch as it is aborted.
+// The process's watchdog thread over stream-ordered collectives (one process drives one device),
+// and the one place communicators are aborted: NCCL allows one thread at a time on a communicator,
+// and an aborted one is freed, so it leaves the watch as it is aborted.
 class Watchdog {
  public:
   static Watchdog& Get() {
-    static Watchdog* w = new Watchdog();  // never destroyed: its thread may outlive static destructors
+    static Watchdog* w =
+        new Watchdog();  // never destroyed: its thread may outlive static destructors
     return *w;
   }
   void Register(ncclComm_t comm) {
@@ -117,7 +128,8 @@ class Watchdog {
     watch_.Forget(comm);
     ncclCommAbort(comm);
   }
-  void Add(ncclComm_t comm, cudaEvent_t start, cudaEvent_t end, std::chrono::milliseconds timeout, std::string where) {
+  void Add(ncclComm_t comm, cudaEvent_t start, cudaEvent_t end, std::chrono::milliseconds timeout,
+           std::string where) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!thread_.joinable()) {
@@ -148,9 +160,9 @@ class Watchdog {
     h.now = [] { return std::chrono::steady_clock::now(); };
     return h;
   }
-  // A failure ends the rank at once: the handler writes its final record and exits; the process's end
-  // closes the communicators' connections (aborting them here could hang, or race the main thread
-  // inside one).
+  // A failure ends the rank at once: the handler writes its final record and exits; the process's
+  // end closes the communicators' connections (aborting them here could hang, or race the main
+  // thread inside one).
   void Loop() {
     cudaSetDevice(device_);
     std::unique_lock<std::mutex> lock(mu_);
@@ -172,7 +184,9 @@ class Watchdog {
   std::thread thread_;
 };
 
-cudaStream_t KernelStream() { return nullptr; }  // the legacy stream the kernels run on (kernels/cuda)
+cudaStream_t KernelStream() {
+  return nullptr;
+}  // the legacy stream the kernels run on (kernels/cuda)
 
 // A started device collective: the kernels' stream waits for its end event at Wait (or when it is
 // dropped, so that nothing reads its buffers early).
@@ -187,7 +201,8 @@ class NcclPending final : public PendingCollective {
     const cudaError_t e = cudaStreamWaitEvent(KernelStream(), end_, 0);
     cudaEventDestroy(end_);
     end_ = nullptr;
-    if (e != cudaSuccess) return InternalError(std::string("cudaStreamWaitEvent after a collective: ") + CudaError(e));
+    if (e != cudaSuccess)
+      return InternalError(std::string("cudaStreamWaitEvent after a collective: ") + CudaError(e));
     return OkStatus();
   }
 
@@ -203,8 +218,8 @@ class NcclCommunicator final : public Communicator {
     Watchdog::Get().Register(comm_);
   }
   ~NcclCommunicator() override {
-    // Work still on the stream (a collective after a failure elsewhere): ncclCommDestroy would wait for
-    // it, perhaps forever; abort instead.
+    // Work still on the stream (a collective after a failure elsewhere): ncclCommDestroy would wait
+    // for it, perhaps forever; abort instead.
     if (!aborted_ && cudaStreamQuery(stream_) != cudaSuccess) {
       cudaGetLastError();
       Abort();
@@ -221,11 +236,14 @@ class NcclCommunicator final : public Communicator {
   std::string backend() const override { return "nccl"; }
 
   Status AllReduceSum(const Tensor& t) override {
-    if (!t.device().is_cuda()) return InvalidArgumentError(Where("all_reduce") + ": nccl reduces device tensors only");
+    if (!t.device().is_cuda())
+      return InvalidArgumentError(Where("all_reduce") + ": nccl reduces device tensors only");
     return Ordered("all_reduce", {t}, AllReduceOf(t));
   }
   Pending StartAllReduceSum(const Tensor& t) override {
-    if (!t.device().is_cuda()) return Finished(InvalidArgumentError(Where("all_reduce") + ": nccl reduces device tensors only"));
+    if (!t.device().is_cuda())
+      return Finished(
+          InvalidArgumentError(Where("all_reduce") + ": nccl reduces device tensors only"));
     return Started("all_reduce", {t}, AllReduceOf(t));
   }
 
@@ -233,7 +251,8 @@ class NcclCommunicator final : public Communicator {
     const size_t bytes = sizeof(double) * static_cast<size_t>(n);
     MOE_RETURN_IF_ERROR(Stage(data, bytes));
     MOE_RETURN_IF_ERROR(RunHost("all_reduce", [&] {
-      return ncclAllReduce(scratch_, scratch_, static_cast<size_t>(n), ncclFloat64, ncclSum, comm_, stream_);
+      return ncclAllReduce(scratch_, scratch_, static_cast<size_t>(n), ncclFloat64, ncclSum, comm_,
+                           stream_);
     }));
     return Unstage(data, bytes);
   }
@@ -242,40 +261,52 @@ class NcclCommunicator final : public Communicator {
                    const std::vector<int64_t>& recv_rows) override {
     return Ordered("all_to_all_v", {send, recv}, AllToAllVOf(send, send_rows, recv, recv_rows));
   }
-  Pending StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
-                         const std::vector<int64_t>& recv_rows) override {
+  Pending StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows,
+                         const Tensor& recv, const std::vector<int64_t>& recv_rows) override {
     return Started("all_to_all_v", {send, recv}, AllToAllVOf(send, send_rows, recv, recv_rows));
   }
 
   Status AllToAllHost(const int64_t* send, int64_t* recv, int64_t n) override {
-    const size_t block = sizeof(int64_t) * static_cast<size_t>(n), bytes = block * static_cast<size_t>(size_);
+    const size_t block = sizeof(int64_t) * static_cast<size_t>(n),
+                 bytes = block * static_cast<size_t>(size_);
     MOE_RETURN_IF_ERROR(Reserve(2 * bytes));
-    if (cudaError_t e = cudaMemcpy(scratch_, send, bytes, cudaMemcpyHostToDevice); e != cudaSuccess) return Cuda(e);
+    if (cudaError_t e = cudaMemcpy(scratch_, send, bytes, cudaMemcpyHostToDevice); e != cudaSuccess)
+      return Cuda(e);
     char* out = static_cast<char*>(scratch_) + bytes;
     MOE_RETURN_IF_ERROR(RunHost("all_to_all", [&] {
       return Grouped([&](auto keep) {
         for (int p = 0; p < size_; ++p) {
-          keep(ncclSend(static_cast<char*>(scratch_) + block * static_cast<size_t>(p), block, ncclUint8, p, comm_, stream_));
+          keep(ncclSend(static_cast<char*>(scratch_) + block * static_cast<size_t>(p), block,
+                        ncclUint8, p, comm_, stream_));
           keep(ncclRecv(out + block * static_cast<size_t>(p), block, ncclUint8, p, comm_, stream_));
         }
       });
     }));
-    if (cudaError_t e = cudaMemcpy(recv, out, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) return Cuda(e);
+    if (cudaError_t e = cudaMemcpy(recv, out, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess)
+      return Cuda(e);
     return OkStatus();
   }
 
   Status AllGatherHost(const void* send, void* recv, size_t bytes) override {
     MOE_RETURN_IF_ERROR(Reserve(bytes * static_cast<size_t>(size_ + 1)));
     char* out = static_cast<char*>(scratch_) + bytes;
-    if (cudaError_t e = cudaMemcpy(scratch_, send, bytes, cudaMemcpyHostToDevice); e != cudaSuccess) return Cuda(e);
-    MOE_RETURN_IF_ERROR(RunHost("all_gather", [&] { return ncclAllGather(scratch_, out, bytes, ncclUint8, comm_, stream_); }));
-    if (cudaError_t e = cudaMemcpy(recv, out, bytes * static_cast<size_t>(size_), cudaMemcpyDeviceToHost); e != cudaSuccess) return Cuda(e);
+    if (cudaError_t e = cudaMemcpy(scratch_, send, bytes, cudaMemcpyHostToDevice); e != cudaSuccess)
+      return Cuda(e);
+    MOE_RETURN_IF_ERROR(RunHost("all_gather", [&] {
+      return ncclAllGather(scratch_, out, bytes, ncclUint8, comm_, stream_);
+    }));
+    if (cudaError_t e =
+            cudaMemcpy(recv, out, bytes * static_cast<size_t>(size_), cudaMemcpyDeviceToHost);
+        e != cudaSuccess)
+      return Cuda(e);
     return OkStatus();
   }
 
   Status BroadcastHost(void* data, size_t bytes, int root) override {
     MOE_RETURN_IF_ERROR(Stage(data, bytes));
-    MOE_RETURN_IF_ERROR(RunHost("broadcast", [&] { return ncclBroadcast(scratch_, scratch_, bytes, ncclUint8, root, comm_, stream_); }));
+    MOE_RETURN_IF_ERROR(RunHost("broadcast", [&] {
+      return ncclBroadcast(scratch_, scratch_, bytes, ncclUint8, root, comm_, stream_);
+    }));
     return Unstage(data, bytes);
   }
 
@@ -302,10 +333,12 @@ class NcclCommunicator final : public Communicator {
     char* base = static_cast<char*>(t.raw());
     const size_t elem = DTypeSize(t.dtype());
     if (AllEqual(counts)) {
-      // In place: NCCL gathers in place when sendbuff = recvbuff + rank * sendcount. Bytes: any dtype.
+      // In place: NCCL gathers in place when sendbuff = recvbuff + rank * sendcount. Bytes: any
+      // dtype.
       const size_t bytes = static_cast<size_t>(counts[0]) * elem;
       return Ordered("all_gather", {t}, [&] {
-        return ncclAllGather(base + static_cast<size_t>(rank_) * bytes, base, bytes, ncclUint8, comm_, stream_);
+        return ncclAllGather(base + static_cast<size_t>(rank_) * bytes, base, bytes, ncclUint8,
+                             comm_, stream_);
       });
     }
     const std::vector<int64_t> off = RangeOffsets(counts);
@@ -323,7 +356,8 @@ class NcclCommunicator final : public Communicator {
   Status Exchange(const std::vector<P2POp>& ops) override {
     const std::string where = Where("exchange");
     MOE_RETURN_IF_ERROR(CheckP2P(ops, rank_, size_, where));
-    for (const P2POp& o : ops) MOE_RETURN_IF_ERROR(CheckDevice(o.tensor, /*want_cuda=*/true, where));
+    for (const P2POp& o : ops)
+      MOE_RETURN_IF_ERROR(CheckDevice(o.tensor, /*want_cuda=*/true, where));
     // One group: which peer hangs cannot be told apart, so an error names the whole batch.
     std::vector<Tensor> buffers;
     for (const P2POp& o : ops) buffers.push_back(o.tensor);
@@ -354,11 +388,13 @@ class NcclCommunicator final : public Communicator {
   }
   Status Stage(const void* host, size_t bytes) {
     MOE_RETURN_IF_ERROR(Reserve(bytes));
-    if (cudaError_t e = cudaMemcpy(scratch_, host, bytes, cudaMemcpyHostToDevice); e != cudaSuccess) return Cuda(e);
+    if (cudaError_t e = cudaMemcpy(scratch_, host, bytes, cudaMemcpyHostToDevice); e != cudaSuccess)
+      return Cuda(e);
     return OkStatus();
   }
   Status Unstage(void* host, size_t bytes) {
-    if (cudaError_t e = cudaMemcpy(host, scratch_, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) return Cuda(e);
+    if (cudaError_t e = cudaMemcpy(host, scratch_, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess)
+      return Cuda(e);
     return OkStatus();
   }
 
@@ -372,10 +408,13 @@ class NcclCommunicator final : public Communicator {
   // The device collectives' NCCL calls (made at once by Issue; they hold their arguments anyway).
   std::function<ncclResult_t()> AllReduceOf(const Tensor& t) {
     return [this, t] {
-      return ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), NcclType(t.dtype()), ncclSum, comm_, stream_);
+      return ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), NcclType(t.dtype()),
+                           ncclSum, comm_, stream_);
     };
   }
-  std::function<ncclResult_t()> AllToAllVOf(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
+  std::function<ncclResult_t()> AllToAllVOf(const Tensor& send,
+                                            const std::vector<int64_t>& send_rows,
+                                            const Tensor& recv,
                                             const std::vector<int64_t>& recv_rows) {
     return [this, send, send_rows, recv, recv_rows] {
       const size_t row = static_cast<size_t>(send.dim(1)) * DTypeSize(send.dtype());
@@ -384,15 +423,18 @@ class NcclCommunicator final : public Communicator {
         for (int p = 0; p < size_; ++p) {
           const size_t sb = static_cast<size_t>(send_rows[static_cast<size_t>(p)]) * row;
           const size_t rb = static_cast<size_t>(recv_rows[static_cast<size_t>(p)]) * row;
-          if (sb > 0) keep(ncclSend(static_cast<char*>(send.raw()) + so, sb, ncclUint8, p, comm_, stream_));
-          if (rb > 0) keep(ncclRecv(static_cast<char*>(recv.raw()) + ro, rb, ncclUint8, p, comm_, stream_));
+          if (sb > 0)
+            keep(ncclSend(static_cast<char*>(send.raw()) + so, sb, ncclUint8, p, comm_, stream_));
+          if (rb > 0)
+            keep(ncclRecv(static_cast<char*>(recv.raw()) + ro, rb, ncclUint8, p, comm_, stream_));
           so += sb;
           ro += rb;
         }
       });
     };
   }
-  std::function<ncclResult_t()> ReduceScatterOf(const Tensor& t, const std::vector<int64_t>& counts) {
+  std::function<ncclResult_t()> ReduceScatterOf(const Tensor& t,
+                                                const std::vector<int64_t>& counts) {
     return [this, t, counts] {
       char* base = static_cast<char*>(t.raw());
       const size_t elem = DTypeSize(t.dtype());
@@ -400,14 +442,17 @@ class NcclCommunicator final : public Communicator {
       if (AllEqual(counts)) {
         // In place: NCCL reduces in place when recvbuff = sendbuff + rank * recvcount.
         const size_t c = static_cast<size_t>(counts[0]);
-        return ncclReduceScatter(base, base + static_cast<size_t>(rank_) * c * elem, c, type, ncclSum, comm_, stream_);
+        return ncclReduceScatter(base, base + static_cast<size_t>(rank_) * c * elem, c, type,
+                                 ncclSum, comm_, stream_);
       }
       const std::vector<int64_t> off = RangeOffsets(counts);
       return Grouped([&](auto keep) {
         for (int r = 0; r < size_; ++r) {
           const size_t ri = static_cast<size_t>(r);
           char* range = base + static_cast<size_t>(off[ri]) * elem;
-          if (counts[ri] > 0) keep(ncclReduce(range, range, static_cast<size_t>(counts[ri]), type, ncclSum, r, comm_, stream_));
+          if (counts[ri] > 0)
+            keep(ncclReduce(range, range, static_cast<size_t>(counts[ri]), type, ncclSum, r, comm_,
+                            stream_));
         }
       });
     };
@@ -418,7 +463,8 @@ class NcclCommunicator final : public Communicator {
   Status Refused(const std::string& op, ncclResult_t r) {
     const std::string last = ncclGetLastError(comm_);
     Abort();
-    return UnavailableError(Where(op) + ": " + ncclGetErrorString(r) + " (" + last + "); the communicator was aborted");
+    return UnavailableError(Where(op) + ": " + ncclGetErrorString(r) + " (" + last +
+                            "); the communicator was aborted");
   }
   // The communicator's stream waits for the kernels queued so far (NCCL reads what they write).
   Status AfterKernels() {
@@ -427,7 +473,8 @@ class NcclCommunicator final : public Communicator {
     return OkStatus();
   }
   Status RecordOnStream(cudaEvent_t* end) {
-    if (cudaError_t e = cudaEventCreateWithFlags(end, cudaEventDisableTiming); e != cudaSuccess) return Cuda(e);
+    if (cudaError_t e = cudaEventCreateWithFlags(end, cudaEventDisableTiming); e != cudaSuccess)
+      return Cuda(e);
     if (cudaError_t e = cudaEventRecord(*end, stream_); e != cudaSuccess) {
       cudaEventDestroy(*end);
       return Cuda(e);
@@ -436,22 +483,28 @@ class NcclCommunicator final : public Communicator {
   }
 
   // A device collective, ordered on the streams (the file's comment): on return it is on the
-  // communicator's stream behind the kernels queued so far, its buffers are recorded on that stream,
-  // the watchdog watches it, and *end is the event the kernels' stream must wait for before it reads
-  // the result. The host waits only for NCCL to issue it (ncclInProgress), never for the device.
+  // communicator's stream behind the kernels queued so far, its buffers are recorded on that
+  // stream, the watchdog watches it, and *end is the event the kernels' stream must wait for before
+  // it reads the result. The host waits only for NCCL to issue it (ncclInProgress), never for the
+  // device.
   template <typename Fn>
-  Status Issue(const std::string& op, const std::vector<Tensor>& buffers, Fn&& issue, cudaEvent_t* end) {
+  Status Issue(const std::string& op, const std::vector<Tensor>& buffers, Fn&& issue,
+               cudaEvent_t* end) {
     *end = nullptr;
-    if (aborted_) return UnavailableError(Where(op) + ": the communicator was aborted after an earlier failure");
+    if (aborted_)
+      return UnavailableError(Where(op) +
+                              ": the communicator was aborted after an earlier failure");
     for (const Tensor& t : buffers) t.RecordStream(stream_);  // before anything can fail
     MOE_RETURN_IF_ERROR(AfterKernels());
     cudaEvent_t start = nullptr, watched = nullptr;
-    MOE_RETURN_IF_ERROR(RecordOnStream(&start));  // the watch's timeout runs from here, not from the issue
+    MOE_RETURN_IF_ERROR(
+        RecordOnStream(&start));  // the watch's timeout runs from here, not from the issue
     if (ncclResult_t r = issue(); !Issued(r)) {
       cudaEventDestroy(start);
       return Refused(op, r);
     }
-    if (Status st = WaitForNccl(CommHooks(comm_, [this] { Abort(); }), timeout_, Where(op)); !st.ok()) {
+    if (Status st = WaitForNccl(CommHooks(comm_, [this] { Abort(); }), timeout_, Where(op));
+        !st.ok()) {
       cudaEventDestroy(start);
       return st;
     }
@@ -475,12 +528,15 @@ class NcclCommunicator final : public Communicator {
     return std::make_unique<NcclPending>(end);
   }
 
-  // A host-valued collective on the staging buffer: issued behind the kernels, then waited for on the
-  // host (WaitForNccl: the communicator out of ncclInProgress, then its stream idle), an error, or the
-  // timeout (then the communicator is aborted). Only then may the caller read the staging buffer.
+  // A host-valued collective on the staging buffer: issued behind the kernels, then waited for on
+  // the host (WaitForNccl: the communicator out of ncclInProgress, then its stream idle), an error,
+  // or the timeout (then the communicator is aborted). Only then may the caller read the staging
+  // buffer.
   template <typename Fn>
   Status RunHost(const std::string& op, Fn&& issue) {
-    if (aborted_) return UnavailableError(Where(op) + ": the communicator was aborted after an earlier failure");
+    if (aborted_)
+      return UnavailableError(Where(op) +
+                              ": the communicator was aborted after an earlier failure");
     kernels::CountHostSync();
     MOE_RETURN_IF_ERROR(AfterKernels());
     if (ncclResult_t r = issue(); !Issued(r)) return Refused(op, r);
@@ -522,7 +578,9 @@ std::string ToHex(const void* p, size_t n) {
 bool FromHex(const std::string& s, void* p, size_t n) {
   if (s.size() != 2 * n) return false;
   auto v = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  for (size_t i = 0; i < n; ++i) static_cast<unsigned char*>(p)[i] = static_cast<unsigned char>(v(s[2 * i]) * 16 + v(s[2 * i + 1]));
+  for (size_t i = 0; i < n; ++i)
+    static_cast<unsigned char*>(p)[i] =
+        static_cast<unsigned char>(v(s[2 * i]) * 16 + v(s[2 * i + 1]));
   return true;
 }
 
@@ -530,30 +588,35 @@ bool FromHex(const std::string& s, void* p, size_t n) {
 
 StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int rank, int size, KvStore* store,
                                                                const GroupOptions& options) {
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
   if (cudaError_t e = cudaSetDevice(options.cuda_device); e != cudaSuccess) {
-    return UnavailableError("cudaSetDevice(" + std::to_string(options.cuda_device) + "): " + CudaError(e));
+    return UnavailableError("cudaSetDevice(" + std::to_string(options.cuda_device) +
+                            "): " + CudaError(e));
   }
   // The unique id travels through the store: rank 0 makes it, the others wait for it.
   ncclUniqueId id;
   if (rank == 0) {
-    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) return UnavailableError(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
+    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess)
+      return UnavailableError(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
     MOE_RETURN_IF_ERROR(store->Set("nccl_unique_id", ToHex(&id, sizeof(id))));
   } else {
     MOE_RETURN_IF_ERROR(store->Wait({"nccl_unique_id"}, timeout));
     MOE_ASSIGN_OR_RETURN(std::string hex, store->Get("nccl_unique_id"));
-    if (!FromHex(hex, &id, sizeof(id))) return DataLossError("rendezvous: malformed NCCL unique id");
+    if (!FromHex(hex, &id, sizeof(id)))
+      return DataLossError("rendezvous: malformed NCCL unique id");
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm;
-  const std::string where = "ncclCommInitRankConfig (rank " + std::to_string(rank) + " of a group of " +
-                            std::to_string(size) + "; are all ranks up?)";
+  const std::string where = "ncclCommInitRankConfig (rank " + std::to_string(rank) +
+                            " of a group of " + std::to_string(size) + "; are all ranks up?)";
   if (ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config); !Issued(r)) {
     return UnavailableError(where + ": " + ncclGetErrorString(r));
   }
   // Creation has no stream: done when the communicator leaves ncclInProgress.
-  MOE_RETURN_IF_ERROR(WaitForNccl(CommHooks(comm, [comm] { ncclCommAbort(comm); }), timeout, where));
+  MOE_RETURN_IF_ERROR(
+      WaitForNccl(CommHooks(comm, [comm] { ncclCommAbort(comm); }), timeout, where));
   cudaStream_t stream;
   if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
     ncclCommAbort(comm);
@@ -565,7 +628,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int rank, int siz
     cudaStreamDestroy(stream);
     return UnavailableError("cudaEventCreate: " + CudaError(e));
   }
-  return std::unique_ptr<Communicator>(new NcclCommunicator(comm, stream, ready, rank, size, timeout));
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(comm, stream, ready, rank, size, timeout));
 }
 
 bool HaveNccl() { return true; }

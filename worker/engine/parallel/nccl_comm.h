@@ -1,5 +1,5 @@
-// The Nccl backend of the communicators (GPU: nccl_comm.cc, built where CUDA and NCCL are; without it the factory
-// fails with FAILED_PRECONDITION and HaveNccl is false: process_group.cc).
+// The Nccl backend of the communicators (GPU: nccl_comm.cc, built where CUDA and NCCL are; without
+// it the factory fails with FAILED_PRECONDITION and HaveNccl is false: process_group.cc).
 #pragma once
 
 #include <memory>

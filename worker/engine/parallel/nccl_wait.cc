@@ -6,32 +6,38 @@ namespace {
 constexpr std::chrono::microseconds kPollInterval(50);
 
 std::string Seconds(std::chrono::milliseconds t) {
-  return std::to_string(t.count() / 1000) + (t.count() % 1000 ? "." + std::to_string(t.count() % 1000 / 100) : "") + " s";
+  return std::to_string(t.count() / 1000) +
+         (t.count() % 1000 ? "." + std::to_string(t.count() % 1000 / 100) : "") + " s";
 }
 
 }  // namespace
 
-Status WaitForNccl(const NcclWaitHooks& hooks, std::chrono::milliseconds timeout, const std::string& where) {
+Status WaitForNccl(const NcclWaitHooks& hooks, std::chrono::milliseconds timeout,
+                   const std::string& where) {
   const auto start = hooks.now();
   bool issued = false;  // the communicator has left ncclInProgress: the work is on the stream
   while (true) {
     const NcclPoll comm = hooks.comm_state();
     if (comm.state == NcclPoll::kFailed) {
       hooks.abort();
-      return UnavailableError(where + ": a peer failed: " + comm.error + "; the communicator was aborted");
+      return UnavailableError(where + ": a peer failed: " + comm.error +
+                              "; the communicator was aborted");
     }
     issued = issued || comm.state == NcclPoll::kDone;
     if (issued) {
       const NcclPoll stream = hooks.stream_state ? hooks.stream_state() : NcclPoll{};
       if (stream.state == NcclPoll::kDone) return OkStatus();
-      if (stream.state == NcclPoll::kFailed) return InternalError(where + ": cuda: " + stream.error);
+      if (stream.state == NcclPoll::kFailed)
+        return InternalError(where + ": cuda: " + stream.error);
     }
     if (hooks.now() - start > timeout) {
       hooks.abort();
-      return DeadlineExceededError(where + ": timed out after " + Seconds(timeout) + " waiting for a peer (a rank hangs " +
-                                   "or died) " + (issued ? "with the operation on the stream" :
-                                                           "while NCCL was still issuing the operation (ncclInProgress)") +
-                                   "; the communicator was aborted");
+      return DeadlineExceededError(
+          where + ": timed out after " + Seconds(timeout) + " waiting for a peer (a rank hangs " +
+          "or died) " +
+          (issued ? "with the operation on the stream"
+                  : "while NCCL was still issuing the operation (ncclInProgress)") +
+          "; the communicator was aborted");
     }
     hooks.sleep(kPollInterval);
   }
@@ -46,7 +52,8 @@ void CollectiveWatch::Destroy(const Entry& e) {
   hooks_.destroy_event(e.end);
 }
 
-void CollectiveWatch::Add(void* comm, void* start, void* end, std::chrono::milliseconds timeout, std::string where) {
+void CollectiveWatch::Add(void* comm, void* start, void* end, std::chrono::milliseconds timeout,
+                          std::string where) {
   entries_.push_back({comm, start, end, std::nullopt, timeout, std::move(where)});
 }
 
@@ -82,8 +89,9 @@ bool CollectiveWatch::Check(Entry& e, Clock::time_point now, Status* failure) {
   if (comm.state == NcclPoll::kFailed) {
     *failure = UnavailableError(e.where + ": a peer failed: " + comm.error);
   } else if (e.started && now - *e.started > e.timeout) {
-    *failure = DeadlineExceededError(e.where + ": timed out after " + Seconds(e.timeout) +
-                                     " waiting for a peer (a rank hangs or died) with the operation on the stream");
+    *failure = DeadlineExceededError(
+        e.where + ": timed out after " + Seconds(e.timeout) +
+        " waiting for a peer (a rank hangs or died) with the operation on the stream");
   }
   return false;
 }
@@ -100,4 +108,3 @@ Status CollectiveWatch::Poll() {
 }
 
 }  // namespace moe
-

@@ -3,9 +3,10 @@
 // nccl_wait_test.cc); nccl_comm.cc supplies the real calls.
 //
 // A call on a non-blocking communicator may return ncclInProgress: the operation is not yet on the
-// stream. Until ncclCommGetAsyncError stops reporting ncclInProgress the stream says nothing (it reads
-// idle before the kernel is enqueued), so reading the result or freeing the buffers then is wrong.
-// NCCL's rule: poll the communicator until it leaves ncclInProgress, and only then touch the stream.
+// stream. Until ncclCommGetAsyncError stops reporting ncclInProgress the stream says nothing (it
+// reads idle before the kernel is enqueued), so reading the result or freeing the buffers then is
+// wrong. NCCL's rule: poll the communicator until it leaves ncclInProgress, and only then touch the
+// stream.
 #pragma once
 
 #include <chrono>
@@ -41,34 +42,39 @@ struct NcclWaitHooks {
 // until its stream is idle, watching for asynchronous errors all along. A communicator error aborts
 // it (UNAVAILABLE: a peer failed); so does `timeout` passing (DEADLINE_EXCEEDED); a stream error is
 // INTERNAL. Errors start with `where` ("step 3: all_reduce over nccl (rank 1 of a group of 8)").
-Status WaitForNccl(const NcclWaitHooks& hooks, std::chrono::milliseconds timeout, const std::string& where);
+Status WaitForNccl(const NcclWaitHooks& hooks, std::chrono::milliseconds timeout,
+                   const std::string& where);
 
 // The watch over stream-ordered collectives. The host does not wait for a device collective (the
-// kernels' stream waits for its end event), so nothing would notice one that hangs or fails: this is
-// PyTorch's NCCL watchdog. Each collective is watched from its issue until its end event has passed
-// on the device. Its timeout runs from its start event (recorded on the communicator's stream after
-// the kernels it waits for), so the rank's own queued compute never counts against it. Poll fails,
-// naming the collective and what the rank was doing, past the timeout, when its communicator reports
-// an asynchronous error, or on a device error (the caller ends the rank: work queued behind a failed
-// collective cannot be trusted). Not thread-safe: its owner locks.
+// kernels' stream waits for its end event), so nothing would notice one that hangs or fails: this
+// is PyTorch's NCCL watchdog. Each collective is watched from its issue until its end event has
+// passed on the device. Its timeout runs from its start event (recorded on the communicator's
+// stream after the kernels it waits for), so the rank's own queued compute never counts against it.
+// Poll fails, naming the collective and what the rank was doing, past the timeout, when its
+// communicator reports an asynchronous error, or on a device error (the caller ends the rank: work
+// queued behind a failed collective cannot be trusted). Not thread-safe: its owner locks.
 class CollectiveWatch {
  public:
   using Clock = std::chrono::steady_clock;
   struct Hooks {
-    std::function<NcclPoll(void* event)> event_state;   // cudaEventQuery: kPending while cudaErrorNotReady
-    std::function<void(void* event)> destroy_event;     // cudaEventDestroy
-    std::function<NcclPoll(void* comm)> comm_state;     // ncclCommGetAsyncError (kPending: ncclInProgress)
+    std::function<NcclPoll(void* event)>
+        event_state;  // cudaEventQuery: kPending while cudaErrorNotReady
+    std::function<void(void* event)> destroy_event;  // cudaEventDestroy
+    std::function<NcclPoll(void* comm)>
+        comm_state;  // ncclCommGetAsyncError (kPending: ncclInProgress)
     std::function<Clock::time_point()> now;
   };
   explicit CollectiveWatch(Hooks hooks) : hooks_(std::move(hooks)) {}
   ~CollectiveWatch();
 
-  // Watches the collective of `comm` that starts with `start` and ends with `end` (the watch destroys
-  // both events).
-  void Add(void* comm, void* start, void* end, std::chrono::milliseconds timeout, std::string where);
+  // Watches the collective of `comm` that starts with `start` and ends with `end` (the watch
+  // destroys both events).
+  void Add(void* comm, void* start, void* end, std::chrono::milliseconds timeout,
+           std::string where);
   // Stops watching the collectives of a communicator that is going away (destroys their events).
   void Forget(void* comm);
-  // Drops the collectives that have ended; the first failure, else OK (the failed one stays watched).
+  // Drops the collectives that have ended; the first failure, else OK (the failed one stays
+  // watched).
   Status Poll();
   size_t watched() const { return entries_.size(); }
 

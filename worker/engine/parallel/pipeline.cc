@@ -9,15 +9,16 @@ PipelineRunner::PipelineRunner(Model& model, const ParallelContext& par, int vir
 
 Tensor PipelineRunner::Take(std::map<Key, Tensor>* m, const PipeRef& r) {
   auto it = m->find({r.chunk, r.micro_batch});
-  MOE_CHECK(it != m->end()) << "pipeline: no tensor for chunk " << r.chunk << " micro-batch " << r.micro_batch;
+  MOE_CHECK(it != m->end()) << "pipeline: no tensor for chunk " << r.chunk << " micro-batch "
+                            << r.micro_batch;
   Tensor t = std::move(it->second);
   m->erase(it);
   return t;
 }
 
-// One batched exchange. Sends to a peer and receives from it are posted in a fixed order (the forward
-// direction first), so with two stages, where "next" and "prev" are the same rank, each message meets
-// the receive meant for it.
+// One batched exchange. Sends to a peer and receives from it are posted in a fixed order (the
+// forward direction first), so with two stages, where "next" and "prev" are the same rank, each
+// message meets the receive meant for it.
 Status PipelineRunner::Exchange(const PipelineOp& op) {
   const int p = par_.pipeline_parallel, me = par_.pp_rank();
   const int next = (me + 1) % p, prev = (me - 1 + p) % p;
@@ -40,9 +41,12 @@ Status PipelineRunner::Exchange(const PipelineOp& op) {
   return OkStatus();
 }
 
-Status PipelineRunner::Run(const std::vector<Tensor>& tokens, const std::vector<Tensor>& targets, const LossScales& scales,
-                           const std::function<void(const MicroBatchResult&)>& on_result, Timing* timing) {
-  const PipelineShape shape{par_.pipeline_parallel, virtual_pipeline_, static_cast<int64_t>(tokens.size())};
+Status PipelineRunner::Run(const std::vector<Tensor>& tokens, const std::vector<Tensor>& targets,
+                           const LossScales& scales,
+                           const std::function<void(const MicroBatchResult&)>& on_result,
+                           Timing* timing) {
+  const PipelineShape shape{par_.pipeline_parallel, virtual_pipeline_,
+                            static_cast<int64_t>(tokens.size())};
   rows_ = tokens.front().numel();
   inputs_.clear();
   outputs_.clear();
@@ -56,7 +60,8 @@ Status PipelineRunner::Run(const std::vector<Tensor>& tokens, const std::vector<
         const StageLayout& layout = model_.chunk_layout(op.compute.chunk);
         const Tensor input = layout.embedding ? Tensor() : Take(&inputs_, op.compute);
         MicroBatchResult r;
-        MOE_ASSIGN_OR_RETURN(Tensor out, model_.ForwardChunk(op.compute.chunk, input, tokens[mb], targets[mb], scales, &r));
+        MOE_ASSIGN_OR_RETURN(Tensor out, model_.ForwardChunk(op.compute.chunk, input, tokens[mb],
+                                                             targets[mb], scales, &r));
         if (out.defined()) outputs_[{op.compute.chunk, op.compute.micro_batch}] = out;
         on_result(r);
         break;
@@ -72,7 +77,8 @@ Status PipelineRunner::Run(const std::vector<Tensor>& tokens, const std::vector<
         const auto t0 = std::chrono::steady_clock::now();
         par_.pipeline->SetPhase(phase + ": pipeline " + OpString(op));
         MOE_RETURN_IF_ERROR(Exchange(op));
-        timing->exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        timing->exchange_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         break;
       }
     }

@@ -11,8 +11,8 @@
 
 #include "common/status.h"
 #include "kernels/tensor.h"
-#include "worker/engine/parallel/communicator.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/parallel/communicator.h"
 #include "worker/engine/parallel/pipeline_schedule.h"
 
 namespace moe {
@@ -23,12 +23,14 @@ class PipelineRunner {
   PipelineRunner(Model& model, const ParallelContext& par, int virtual_pipeline);
 
   struct Timing {
-    double exchange_seconds = 0;  // waiting in (and moving data through) the point-to-point exchanges
+    double exchange_seconds =
+        0;  // waiting in (and moving data through) the point-to-point exchanges
   };
-  // Runs the micro-batches' forwards and backwards in the schedule's order. tokens[i], targets[i]: i32
-  // [micro batch, seq_len] on the model's device. Each chunk forward's losses and MoE statistics go to
-  // on_result.
-  Status Run(const std::vector<Tensor>& tokens, const std::vector<Tensor>& targets, const LossScales& scales,
+  // Runs the micro-batches' forwards and backwards in the schedule's order. tokens[i], targets[i]:
+  // i32 [micro batch, seq_len] on the model's device. Each chunk forward's losses and MoE
+  // statistics go to on_result.
+  Status Run(const std::vector<Tensor>& tokens, const std::vector<Tensor>& targets,
+             const LossScales& scales,
              const std::function<void(const MicroBatchResult&)>& on_result, Timing* timing);
 
  private:

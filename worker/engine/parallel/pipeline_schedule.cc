@@ -12,8 +12,12 @@ namespace {
 class ScheduleBuilder {
  public:
   ScheduleBuilder(const PipelineShape& s, int rank)
-      : p_(s.pipeline_parallel), v_(s.virtual_pipeline), m_(s.micro_batches), rank_(rank),
-        next_input_(static_cast<size_t>(v_), 0), next_grad_(static_cast<size_t>(v_), 0) {}
+      : p_(s.pipeline_parallel),
+        v_(s.virtual_pipeline),
+        m_(s.micro_batches),
+        rank_(rank),
+        next_input_(static_cast<size_t>(v_), 0),
+        next_grad_(static_cast<size_t>(v_), 0) {}
 
   std::vector<PipelineOp> Build() {
     if (v_ == 1) {
@@ -49,14 +53,17 @@ class ScheduleBuilder {
   }
   // One batched exchange: sends the given forward output / input gradient (when set), receives the
   // next input of `recv_input_chunk` / output gradient of `recv_grad_chunk` (when >= 0).
-  void Exchange(std::optional<PipeRef> send_next, std::optional<PipeRef> send_prev, int recv_input_chunk,
-                int recv_grad_chunk) {
+  void Exchange(std::optional<PipeRef> send_next, std::optional<PipeRef> send_prev,
+                int recv_input_chunk, int recv_grad_chunk) {
     PipelineOp op;
     op.kind = PipelineOp::Kind::kExchange;
     if (send_next && !LastStage(send_next->chunk)) op.send_next = send_next;
     if (send_prev && !FirstStage(send_prev->chunk)) op.send_prev = send_prev;
-    if (recv_input_chunk >= 0) op.recv_prev = PipeRef{recv_input_chunk, next_input_[static_cast<size_t>(recv_input_chunk)]++};
-    if (recv_grad_chunk >= 0) op.recv_next = PipeRef{recv_grad_chunk, next_grad_[static_cast<size_t>(recv_grad_chunk)]++};
+    if (recv_input_chunk >= 0)
+      op.recv_prev =
+          PipeRef{recv_input_chunk, next_input_[static_cast<size_t>(recv_input_chunk)]++};
+    if (recv_grad_chunk >= 0)
+      op.recv_next = PipeRef{recv_grad_chunk, next_grad_[static_cast<size_t>(recv_grad_chunk)]++};
     if (op.send_next || op.send_prev || op.recv_prev || op.recv_next) ops_.push_back(op);
   }
 
@@ -89,7 +96,8 @@ void ScheduleBuilder::OneFOneB() {
     Exchange(PipeRef{0, f}, std::nullopt, -1, recv_grad);  // send_forward_recv_backward
     Compute(PipelineOp::Kind::kBackward, {0, b});
     const bool last = i == remaining - 1;
-    Exchange(std::nullopt, PipeRef{0, b}, last ? -1 : recv_input, -1);  // send_backward(_recv_forward)
+    Exchange(std::nullopt, PipeRef{0, b}, last ? -1 : recv_input,
+             -1);  // send_backward(_recv_forward)
   }
   for (int64_t i = 0; i < warmup; ++i, ++b) {
     Exchange(std::nullopt, std::nullopt, -1, recv_grad);
@@ -102,7 +110,8 @@ void ScheduleBuilder::OneFOneB() {
 void ScheduleBuilder::Interleaved() {
   const int64_t total = m_ * v_;
   const bool all_warmup = m_ == p_;
-  const int64_t warmup = all_warmup ? total : std::min<int64_t>((p_ - rank_ - 1) * 2 + (v_ - 1) * p_, total);
+  const int64_t warmup =
+      all_warmup ? total : std::min<int64_t>((p_ - rank_ - 1) * 2 + (v_ - 1) * p_, total);
   const int64_t remaining = total - warmup;
   if (!FirstRank()) Exchange(std::nullopt, std::nullopt, 0, -1);  // recv_forward for chunk 0
   InterleavedWarmup(warmup, total, all_warmup);
@@ -166,28 +175,37 @@ void ScheduleBuilder::InterleavedCooldown(int64_t remaining, int64_t total, bool
   }
 }
 
-std::string RefString(const PipeRef& r) { return std::to_string(r.chunk) + "." + std::to_string(r.micro_batch); }
+std::string RefString(const PipeRef& r) {
+  return std::to_string(r.chunk) + "." + std::to_string(r.micro_batch);
+}
 
 }  // namespace
 
 std::vector<PipelineOp> BuildPipelineSchedule(const PipelineShape& shape, int rank) {
-  MOE_CHECK(shape.pipeline_parallel >= 1 && rank >= 0 && rank < shape.pipeline_parallel) << "rank " << rank;
-  MOE_CHECK(shape.micro_batches >= 1 && shape.virtual_pipeline >= 1) << "micro-batches " << shape.micro_batches;
+  MOE_CHECK(shape.pipeline_parallel >= 1 && rank >= 0 && rank < shape.pipeline_parallel)
+      << "rank " << rank;
+  MOE_CHECK(shape.micro_batches >= 1 && shape.virtual_pipeline >= 1)
+      << "micro-batches " << shape.micro_batches;
   MOE_CHECK(shape.virtual_pipeline == 1 || shape.micro_batches % shape.pipeline_parallel == 0)
-      << "interleaving needs micro-batches (" << shape.micro_batches << ") divisible by PP (" << shape.pipeline_parallel << ")";
+      << "interleaving needs micro-batches (" << shape.micro_batches << ") divisible by PP ("
+      << shape.pipeline_parallel << ")";
   return ScheduleBuilder(shape, rank).Build();
 }
 
 double IdealBubbleFraction(const PipelineShape& s) {
-  const double p = s.pipeline_parallel, v = s.virtual_pipeline, m = static_cast<double>(s.micro_batches);
+  const double p = s.pipeline_parallel, v = s.virtual_pipeline,
+               m = static_cast<double>(s.micro_batches);
   return (p - 1) / (v * m + p - 1);
 }
 
 std::string OpString(const PipelineOp& op) {
   switch (op.kind) {
-    case PipelineOp::Kind::kForward: return "F" + RefString(op.compute);
-    case PipelineOp::Kind::kBackward: return "B" + RefString(op.compute);
-    case PipelineOp::Kind::kExchange: break;
+    case PipelineOp::Kind::kForward:
+      return "F" + RefString(op.compute);
+    case PipelineOp::Kind::kBackward:
+      return "B" + RefString(op.compute);
+    case PipelineOp::Kind::kExchange:
+      break;
   }
   std::string s = "X[";
   if (op.send_next) s += " >" + RefString(*op.send_next);

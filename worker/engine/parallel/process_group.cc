@@ -1,24 +1,28 @@
-#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/parallel/process_group.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "worker/engine/parallel/gloo_comm.h"
+#include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/parallel/nccl_comm.h"
 
 namespace moe {
 
-StatusOr<GroupLayout> LayoutGroups(int world, int rank, int pipeline_parallel, int expert_parallel) {
+StatusOr<GroupLayout> LayoutGroups(int world, int rank, int pipeline_parallel,
+                                   int expert_parallel) {
   const auto str = [](int v) { return std::to_string(v); };
-  if (world < 1 || rank < 0 || rank >= world) return InvalidArgumentError("rank " + str(rank) + " of world size " + str(world));
+  if (world < 1 || rank < 0 || rank >= world)
+    return InvalidArgumentError("rank " + str(rank) + " of world size " + str(world));
   if (pipeline_parallel < 1 || world % pipeline_parallel != 0) {
-    return InvalidArgumentError("pipeline_parallel " + str(pipeline_parallel) + " does not divide world size " + str(world));
+    return InvalidArgumentError("pipeline_parallel " + str(pipeline_parallel) +
+                                " does not divide world size " + str(world));
   }
   const int dp = world / pipeline_parallel, ep = expert_parallel;
   if (ep < 1 || dp % ep != 0) {
-    return InvalidArgumentError("expert_parallel " + str(ep) + " does not divide the data-parallel size " + str(dp) +
-                                " (world size " + str(world) + " / pipeline_parallel " + str(pipeline_parallel) + ")");
+    return InvalidArgumentError(
+        "expert_parallel " + str(ep) + " does not divide the data-parallel size " + str(dp) +
+        " (world size " + str(world) + " / pipeline_parallel " + str(pipeline_parallel) + ")");
   }
   const int stage = rank / dp, dp_rank = rank % dp, ep_rank = dp_rank % ep, first = stage * dp;
   const auto ranks = [](int count, int start, int stride) {
@@ -40,11 +44,14 @@ StatusOr<GroupLayout> LayoutGroups(int world, int rank, int pipeline_parallel, i
   return g;
 }
 
-StatusOr<std::unique_ptr<ProcessGroups>> ProcessGroups::Create(int world, int rank, int pipeline_parallel,
+StatusOr<std::unique_ptr<ProcessGroups>> ProcessGroups::Create(int world, int rank,
+                                                               int pipeline_parallel,
                                                                int expert_parallel, KvStore* store,
                                                                const GroupOptions& options) {
-  MOE_ASSIGN_OR_RETURN(GroupLayout layout, LayoutGroups(world, rank, pipeline_parallel, expert_parallel));
-  if (world > 1 && store == nullptr) return InvalidArgumentError("a rendezvous store is needed for world size > 1");
+  MOE_ASSIGN_OR_RETURN(GroupLayout layout,
+                       LayoutGroups(world, rank, pipeline_parallel, expert_parallel));
+  if (world > 1 && store == nullptr)
+    return InvalidArgumentError("a rendezvous store is needed for world size > 1");
   auto groups = std::unique_ptr<ProcessGroups>(new ProcessGroups());
   ParallelContext& c = groups->ctx_;
   c.world_size = world;
@@ -56,7 +63,8 @@ StatusOr<std::unique_ptr<ProcessGroups>> ProcessGroups::Create(int world, int ra
   MOE_ASSIGN_OR_RETURN(c.world, groups->Join(layout.world, store, options));
   MOE_ASSIGN_OR_RETURN(c.dp_group, groups->Join(layout.dp, store, options, /*gradients=*/true));
   MOE_ASSIGN_OR_RETURN(c.ep_group, groups->Join(layout.ep, store, options));
-  MOE_ASSIGN_OR_RETURN(c.expert_dp, groups->Join(layout.expert_dp, store, options, /*gradients=*/true));
+  MOE_ASSIGN_OR_RETURN(c.expert_dp,
+                       groups->Join(layout.expert_dp, store, options, /*gradients=*/true));
   MOE_ASSIGN_OR_RETURN(c.pipeline, groups->Join(layout.pipeline, store, options));
   if (layout.embedding) {
     MOE_ASSIGN_OR_RETURN(c.embedding, groups->Join(*layout.embedding, store, options));
@@ -75,7 +83,8 @@ StatusOr<Communicator*> ProcessGroups::Join(const GroupLayout::Group& group, KvS
     if (members == group.members && grad == gradients) return comm;
   }
   const int n = static_cast<int>(group.members.size());
-  const int r = static_cast<int>(std::find(group.members.begin(), group.members.end(), ctx_.rank) - group.members.begin());
+  const int r = static_cast<int>(std::find(group.members.begin(), group.members.end(), ctx_.rank) -
+                                 group.members.begin());
   std::unique_ptr<Communicator> comm;
   if (n == 1) {
     comm = std::make_unique<LocalCommunicator>();
@@ -86,7 +95,8 @@ StatusOr<Communicator*> ProcessGroups::Join(const GroupLayout::Group& group, KvS
     } else if (options.backend == "nccl") {
       MOE_ASSIGN_OR_RETURN(comm, CreateNcclCommunicator(r, n, &ps, options));
     } else {
-      return InvalidArgumentError("unknown communication backend '" + options.backend + "' (gloo or nccl)");
+      return InvalidArgumentError("unknown communication backend '" + options.backend +
+                                  "' (gloo or nccl)");
     }
   }
   owned_.push_back(std::move(comm));
@@ -95,13 +105,15 @@ StatusOr<Communicator*> ProcessGroups::Join(const GroupLayout::Group& group, KvS
 }
 
 #ifndef MOE_WITH_GLOO
-StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(int, int, KvStore*, const GroupOptions&) {
+StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(int, int, KvStore*,
+                                                               const GroupOptions&) {
   return UnimplementedError("this build has no Gloo (install libgloo-dev and rebuild)");
 }
 bool HaveGloo() { return false; }
 #endif
 #ifndef MOE_WITH_NCCL
-StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int, int, KvStore*, const GroupOptions&) {
+StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int, int, KvStore*,
+                                                               const GroupOptions&) {
   return UnimplementedError("this build has no NCCL (build with the CUDA toolkit)");
 }
 bool HaveNccl() { return false; }

@@ -14,9 +14,8 @@
 
 namespace moe {
 
-
-// The groups of one rank: each a list of global ranks in group-rank order, and the key that names it
-// in the rendezvous store (unique among all groups of the job). Pure: no communication.
+// The groups of one rank: each a list of global ranks in group-rank order, and the key that names
+// it in the rendezvous store (unique among all groups of the job). Pure: no communication.
 struct GroupLayout {
   struct Group {
     std::string key;
@@ -41,12 +40,13 @@ class ProcessGroups {
   const ParallelContext& ctx() const { return ctx_; }
 
  private:
-  StatusOr<Communicator*> Join(const GroupLayout::Group& group, KvStore* store, const GroupOptions& options,
-                               bool gradients = false);
+  StatusOr<Communicator*> Join(const GroupLayout::Group& group, KvStore* store,
+                               const GroupOptions& options, bool gradients = false);
 
   ParallelContext ctx_;
   std::vector<std::unique_ptr<Communicator>> owned_;
-  std::vector<std::tuple<std::vector<int>, bool, Communicator*>> joined_;  // (membership, gradients) -> communicator
+  std::vector<std::tuple<std::vector<int>, bool, Communicator*>>
+      joined_;  // (membership, gradients) -> communicator
 };
 
 }  // namespace moe

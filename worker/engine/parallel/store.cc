@@ -1,7 +1,5 @@
 #include "worker/engine/parallel/store.h"
 
-#include "common/kv_protocol.h"
-
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -11,6 +9,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/kv_protocol.h"
 
 namespace moe {
 
@@ -26,9 +25,11 @@ Status KvStore::Wait(const std::vector<std::string>& keys, std::chrono::millisec
     if (v.status().code() != StatusCode::kNotFound) return v.status();
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string missing;
-      for (size_t j = i; j < keys.size() && j < i + 4; ++j) missing += (missing.empty() ? "" : ", ") + keys[j];
-      return DeadlineExceededError("rendezvous: waited " + std::to_string(timeout.count() / 1000) + " s for keys [" +
-                                   missing + "] (are all ranks started and reaching the same store?)");
+      for (size_t j = i; j < keys.size() && j < i + 4; ++j)
+        missing += (missing.empty() ? "" : ", ") + keys[j];
+      return DeadlineExceededError("rendezvous: waited " + std::to_string(timeout.count() / 1000) +
+                                   " s for keys [" + missing +
+                                   "] (are all ranks started and reaching the same store?)");
     }
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, std::chrono::milliseconds(50));
@@ -96,7 +97,8 @@ StatusOr<std::string> UnixSocketStore::Request(const std::string& line) {
     const ssize_t n = ::send(fd_, msg.data() + off, msg.size() - off, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return UnavailableError(std::string("rendezvous: the worker agent's socket failed: ") + std::strerror(errno));
+      return UnavailableError(std::string("rendezvous: the worker agent's socket failed: ") +
+                              std::strerror(errno));
     }
     off += static_cast<size_t>(n);
   }
@@ -136,7 +138,8 @@ StatusOr<std::string> UnixSocketStore::Get(const std::string& key) {
   return value;
 }
 
-Status UnixSocketStore::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+Status UnixSocketStore::Wait(const std::vector<std::string>& keys,
+                             std::chrono::milliseconds timeout) {
   KvRequest r;
   r.op = KvRequest::Op::kWait;
   r.keys = keys;
@@ -147,12 +150,15 @@ Status UnixSocketStore::Wait(const std::vector<std::string>& keys, std::chrono::
 
 StatusOr<std::unique_ptr<KvStore>> OpenStore(const std::string& url) {
   const std::string file = "file://", unix_scheme = "unix://";
-  if (url.rfind(file, 0) == 0 && url.size() > file.size()) return std::unique_ptr<KvStore>(new FileStore(url.substr(file.size())));
+  if (url.rfind(file, 0) == 0 && url.size() > file.size())
+    return std::unique_ptr<KvStore>(new FileStore(url.substr(file.size())));
   if (url.rfind(unix_scheme, 0) == 0 && url.size() > unix_scheme.size()) {
-    MOE_ASSIGN_OR_RETURN(std::unique_ptr<UnixSocketStore> s, UnixSocketStore::Connect(url.substr(unix_scheme.size())));
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<UnixSocketStore> s,
+                         UnixSocketStore::Connect(url.substr(unix_scheme.size())));
     return std::unique_ptr<KvStore>(std::move(s));
   }
-  return InvalidArgumentError("--rendezvous: expected file:///path/to/dir or unix:///path/to/socket, got '" + url + "'");
+  return InvalidArgumentError(
+      "--rendezvous: expected file:///path/to/dir or unix:///path/to/socket, got '" + url + "'");
 }
 
 }  // namespace moe

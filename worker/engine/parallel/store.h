@@ -1,6 +1,6 @@
-// Rendezvous key-value store: how the ranks of a job find each other (Gloo's addresses, NCCL's unique
-// id). FileStore serves standalone runs (moe-train --nproc) through a shared directory; the worker
-// agent implements the same interface over the controller's key-value store.
+// Rendezvous key-value store: how the ranks of a job find each other (Gloo's addresses, NCCL's
+// unique id). FileStore serves standalone runs (moe-train --nproc) through a shared directory; the
+// worker agent implements the same interface over the controller's key-value store.
 #pragma once
 
 #include <chrono>
@@ -22,8 +22,8 @@ class KvStore {
   virtual Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 };
 
-// One file per key in a directory (written to a temporary name, then renamed). The directory must be
-// fresh for each run: keys from an earlier run would be read as this run's.
+// One file per key in a directory (written to a temporary name, then renamed). The directory must
+// be fresh for each run: keys from an earlier run would be read as this run's.
 class FileStore final : public KvStore {
  public:
   explicit FileStore(std::string dir);
@@ -39,8 +39,12 @@ class FileStore final : public KvStore {
 class PrefixStore final : public KvStore {
  public:
   PrefixStore(std::string prefix, KvStore* base) : prefix_(std::move(prefix)), base_(base) {}
-  Status Set(const std::string& key, const std::string& value) override { return base_->Set(prefix_ + "/" + key, value); }
-  StatusOr<std::string> Get(const std::string& key) override { return base_->Get(prefix_ + "/" + key); }
+  Status Set(const std::string& key, const std::string& value) override {
+    return base_->Set(prefix_ + "/" + key, value);
+  }
+  StatusOr<std::string> Get(const std::string& key) override {
+    return base_->Get(prefix_ + "/" + key);
+  }
   Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 
  private:

@@ -1,17 +1,20 @@
 // moe-eval: the loss of stored weights on data or on given tokens.
 //
 //   moe-eval (--checkpoint DIR | --hf DIR)
-//            (--data PREFIX [--split valid|test|train|all] [--batches N] | --tokens FILE.npy [--dump-logits FILE.npy])
-//            [--seq-length N] [--batch-size N] [--device cpu|cuda|cuda:N] [--precision fp32|bf16] [--threads T]
+//            (--data PREFIX [--split valid|test|train|all] [--batches N] | --tokens FILE.npy
+//            [--dump-logits FILE.npy])
+//            [--seq-length N] [--batch-size N] [--device cpu|cuda|cuda:N] [--precision fp32|bf16]
+//            [--threads T]
 //
-// --checkpoint takes the engine's checkpoints (the newest complete step of a directory, or one step_*
-// directory), whatever layout wrote them, and the data shape (seq_length, global and micro batch, the
-// split) from the job they were written for: the same batches as the run's own evaluation, so the
-// loss is the run's last eval loss (bitwise in fp32 for a W = 1 run). --hf takes a DeepseekV3
-// directory (config.json + safetensors). --tokens scores an integer array [sequences, positions]: the
-// mean cross-entropy of each position's prediction of the next token; --dump-logits writes the
-// float32 logits [sequences, positions, vocab] as .npy. One process; it refuses a model that does not
-// fit in this machine's memory, with both figures. Exit codes as moe-train's (common/rank_end.h).
+// --checkpoint takes the engine's checkpoints (the newest complete step of a directory, or one
+// step_* directory), whatever layout wrote them, and the data shape (seq_length, global and micro
+// batch, the split) from the job they were written for: the same batches as the run's own
+// evaluation, so the loss is the run's last eval loss (bitwise in fp32 for a W = 1 run). --hf takes
+// a DeepseekV3 directory (config.json + safetensors). --tokens scores an integer array [sequences,
+// positions]: the mean cross-entropy of each position's prediction of the next token; --dump-logits
+// writes the float32 logits [sequences, positions, vocab] as .npy. One process; it refuses a model
+// that does not fit in this machine's memory, with both figures. Exit codes as moe-train's
+// (common/rank_end.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,18 +29,19 @@
 #include "common/rank_end.h"
 #include "kernels/elementwise.h"
 #include "kernels/runtime.h"
-#include "worker/engine/parallel/local_communicator.h"
-#include "worker/engine/data/sampler.h"
-#include "worker/engine/device.h"
-#include "worker/engine/train/evaluator.h"
 #include "worker/engine/checkpoint/hf_io.h"
 #include "worker/engine/checkpoint/npy.h"
+#include "worker/engine/data/sampler.h"
+#include "worker/engine/device.h"
 #include "worker/engine/model/saved.h"
+#include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/train/evaluator.h"
 
 namespace {
 
 struct Flags {
-  std::string checkpoint, hf, job, data, split, tokens, dump_logits, device = "cpu", precision, log_level = "warning";
+  std::string checkpoint, hf, job, data, split, tokens, dump_logits, device = "cpu", precision,
+                                                                     log_level = "warning";
   int64_t batches = 0, seq_length = 0, batch_size = 0, threads = 0;
 };
 
@@ -47,17 +51,29 @@ int Fail(const moe::Status& st) {
 }
 
 moe::Status Parse(int argc, char** argv, Flags* f, bool* help, std::string* usage) {
-  moe::ArgParser args("moe-eval", "The loss of a checkpoint or a Hugging Face DeepseekV3 directory on data or tokens.");
-  args.AddString("checkpoint", &f->checkpoint, "the engine's checkpoint directory (or one step_* directory in it)");
+  moe::ArgParser args(
+      "moe-eval",
+      "The loss of a checkpoint or a Hugging Face DeepseekV3 directory on data or tokens.");
+  args.AddString("checkpoint", &f->checkpoint,
+                 "the engine's checkpoint directory (or one step_* directory in it)");
   args.AddString("hf", &f->hf, "a Hugging Face DeepseekV3 directory (config.json + safetensors)");
-  args.AddString("job", &f->job, "with --hf: a job file whose data shape (seq_length, batches, split, eval_batches) to use");
+  args.AddString(
+      "job", &f->job,
+      "with --hf: a job file whose data shape (seq_length, batches, split, eval_batches) to use");
   args.AddString("data", &f->data, "an indexed dataset prefix (moe-prep's output)");
-  args.AddString("split", &f->split, "with --data: valid, test, train or all, by the job's data.split (default valid; all with --hf and no --job)");
-  args.AddInt("batches", &f->batches, "with --data: global batches to evaluate (default: the job's eval_batches, else 1)");
+  args.AddString("split", &f->split,
+                 "with --data: valid, test, train or all, by the job's data.split (default valid; "
+                 "all with --hf and no --job)");
+  args.AddInt("batches", &f->batches,
+              "with --data: global batches to evaluate (default: the job's eval_batches, else 1)");
   args.AddString("tokens", &f->tokens, "an integer .npy array [sequences, positions] to score");
-  args.AddString("dump-logits", &f->dump_logits, "with --tokens: write the float32 logits [sequences, positions, vocab] here (.npy)");
-  args.AddInt("seq-length", &f->seq_length, "with --data: tokens per sequence (default: the job's; 256 with --hf)");
-  args.AddInt("batch-size", &f->batch_size, "with --data: sequences per batch (default: the job's global batch; 8 with --hf)");
+  args.AddString(
+      "dump-logits", &f->dump_logits,
+      "with --tokens: write the float32 logits [sequences, positions, vocab] here (.npy)");
+  args.AddInt("seq-length", &f->seq_length,
+              "with --data: tokens per sequence (default: the job's; 256 with --hf)");
+  args.AddInt("batch-size", &f->batch_size,
+              "with --data: sequences per batch (default: the job's global batch; 8 with --hf)");
   args.AddString("device", &f->device, "cpu (default), cuda or cuda:N");
   args.AddString("precision", &f->precision, "fp32 or bf16 (default: bf16 on cuda, fp32 on cpu)");
   args.AddInt("threads", &f->threads, "CPU threads (default: all cores)");
@@ -66,31 +82,38 @@ moe::Status Parse(int argc, char** argv, Flags* f, bool* help, std::string* usag
   *help = args.help_requested();
   *usage = args.Usage();
   if (*help) return moe::OkStatus();
-  if (f->checkpoint.empty() == f->hf.empty()) return moe::InvalidArgumentError("--checkpoint or --hf: give exactly one");
-  if (f->data.empty() == f->tokens.empty()) return moe::InvalidArgumentError("--data or --tokens: give exactly one");
-  if (!f->dump_logits.empty() && f->tokens.empty()) return moe::InvalidArgumentError("--dump-logits: only with --tokens");
-  if (!f->job.empty() && f->hf.empty()) return moe::InvalidArgumentError("--job: only with --hf (a checkpoint carries its job)");
+  if (f->checkpoint.empty() == f->hf.empty())
+    return moe::InvalidArgumentError("--checkpoint or --hf: give exactly one");
+  if (f->data.empty() == f->tokens.empty())
+    return moe::InvalidArgumentError("--data or --tokens: give exactly one");
+  if (!f->dump_logits.empty() && f->tokens.empty())
+    return moe::InvalidArgumentError("--dump-logits: only with --tokens");
+  if (!f->job.empty() && f->hf.empty())
+    return moe::InvalidArgumentError("--job: only with --hf (a checkpoint carries its job)");
   if (f->split.empty()) f->split = !f->hf.empty() && f->job.empty() ? "all" : "valid";
   if (f->split != "valid" && f->split != "test" && f->split != "train" && f->split != "all") {
-    return moe::InvalidArgumentError("--split: '" + f->split + "' is not valid, test, train or all");
+    return moe::InvalidArgumentError("--split: '" + f->split +
+                                     "' is not valid, test, train or all");
   }
   if (f->batches < 0 || f->seq_length < 0 || f->batch_size < 0) {
     return moe::InvalidArgumentError("--batches, --seq-length, --batch-size: must be > 0");
   }
   moe::LogLevel level;
-  if (!moe::ParseLogLevel(f->log_level, &level)) return moe::InvalidArgumentError("--log-level: unknown level '" + f->log_level + "'");
+  if (!moe::ParseLogLevel(f->log_level, &level))
+    return moe::InvalidArgumentError("--log-level: unknown level '" + f->log_level + "'");
   moe::SetLogLevel(level);
   return moe::CheckPrecision(f->precision);
 }
 
-// The job the weights came from (--checkpoint) or one around the --hf model, shaped by the flags, at
-// W = 1.
+// The job the weights came from (--checkpoint) or one around the --hf model, shaped by the flags,
+// at W = 1.
 moe::StatusOr<moe::JobSpec> EvalSpec(const Flags& f, std::string* step_dir) {
   moe::JobSpec spec;
   if (!f.checkpoint.empty()) {
     MOE_ASSIGN_OR_RETURN(spec, moe::CheckpointJobSpec(f.checkpoint, step_dir));
   } else if (!f.job.empty()) {
-    MOE_ASSIGN_OR_RETURN(spec, moe::LoadJobSpecFile(f.job));  // its model is checked against config.json
+    MOE_ASSIGN_OR_RETURN(spec,
+                         moe::LoadJobSpecFile(f.job));  // its model is checked against config.json
   } else {
     MOE_ASSIGN_OR_RETURN(spec.model, moe::HfModelConfig(f.hf));
     spec.name = "moe-eval";
@@ -101,7 +124,8 @@ moe::StatusOr<moe::JobSpec> EvalSpec(const Flags& f, std::string* step_dir) {
   spec.parallelism = moe::ParallelismConfig();
   spec.data.batch_ramp = moe::BatchRampConfig();
   spec.training.eval_interval = 0;
-  spec.resources.device = "cpu";  // the flag decides where it runs (ValidateJobSpec checks CPU-only options)
+  spec.resources.device =
+      "cpu";  // the flag decides where it runs (ValidateJobSpec checks CPU-only options)
   if (!f.data.empty()) {
     spec.data.source = "indexed";
     spec.data.path = f.data;
@@ -111,15 +135,18 @@ moe::StatusOr<moe::JobSpec> EvalSpec(const Flags& f, std::string* step_dir) {
     spec.data.global_batch_size = f.batch_size;
     if (f.batch_size % spec.data.micro_batch_size != 0) spec.data.micro_batch_size = f.batch_size;
   }
-  MOE_RETURN_IF_ERROR(moe::ValidateJobSpec(spec).WithPrefix("the evaluation's job (flags over the checkpoint's spec)"));
+  MOE_RETURN_IF_ERROR(moe::ValidateJobSpec(spec).WithPrefix(
+      "the evaluation's job (flags over the checkpoint's spec)"));
   return spec;
 }
 
-// Refuses a model that cannot fit: its weights, the gradient buffers every parameter carries, and one
-// micro-batch's activations, against the memory this machine has free.
+// Refuses a model that cannot fit: its weights, the gradient buffers every parameter carries, and
+// one micro-batch's activations, against the memory this machine has free.
 moe::Status CheckFits(const moe::JobSpec& spec, const moe::DevicePlacement& place) {
-  if (!place.device.is_cpu()) return moe::OkStatus();  // the allocator reports a GPU's own out-of-memory
-  MOE_ASSIGN_OR_RETURN(const moe::MemoryPlan plan, moe::EstimateMemory(spec, place.compute == moe::DType::kBF16 ? 2 : 4));
+  if (!place.device.is_cpu())
+    return moe::OkStatus();  // the allocator reports a GPU's own out-of-memory
+  MOE_ASSIGN_OR_RETURN(const moe::MemoryPlan plan,
+                       moe::EstimateMemory(spec, place.compute == moe::DType::kBF16 ? 2 : 4));
   const moe::StageMemory& s = plan.largest();
   const double need = s.bytes[0] + s.bytes[1] + s.bytes[3];
   std::ifstream meminfo("/proc/meminfo");
@@ -131,8 +158,12 @@ moe::Status CheckFits(const moe::JobSpec& spec, const moe::DevicePlacement& plac
   }
   if (available > 0 && need > available) {
     char buf[256];
-    std::snprintf(buf, sizeof(buf), "the model needs about %.1f GB (weights %.1f GB, gradient buffers %.1f GB, activations %.1f GB); "
-                  "this machine has %.1f GB available", need / 1e9, s.bytes[0] / 1e9, s.bytes[1] / 1e9, s.bytes[3] / 1e9, available / 1e9);
+    std::snprintf(buf, sizeof(buf),
+                  "the model needs about %.1f GB (weights %.1f GB, gradient buffers %.1f GB, "
+                  "activations %.1f GB); "
+                  "this machine has %.1f GB available",
+                  need / 1e9, s.bytes[0] / 1e9, s.bytes[1] / 1e9, s.bytes[3] / 1e9,
+                  available / 1e9);
     return moe::FailedPreconditionError(buf);
   }
   return moe::OkStatus();
@@ -146,18 +177,23 @@ moe::DataSplit SplitOf(const std::string& s) {
 }
 
 void PrintResult(const moe::EvalResult& r, const moe::Model& model) {
-  std::printf("eval loss: %.17g (ppl %.6g) over %lld tokens\n", r.loss, r.ppl(), static_cast<long long>(r.tokens));
+  std::printf("eval loss: %.17g (ppl %.6g) over %lld tokens\n", r.loss, r.ppl(),
+              static_cast<long long>(r.tokens));
   if (model.mtp_trains() && r.mtp_loss > 0) std::printf("eval mtp loss: %.17g\n", r.mtp_loss);
 }
 
-moe::Status EvalData(const Flags& f, moe::JobSpec spec, moe::Model& model, const moe::ParallelContext& ctx) {
+moe::Status EvalData(const Flags& f, moe::JobSpec spec, moe::Model& model,
+                     const moe::ParallelContext& ctx) {
   const moe::DataSplit which = SplitOf(f.split);
   MOE_ASSIGN_OR_RETURN(auto sampler, moe::BatchSampler::Create(spec, 1, which));
-  const int64_t batches = f.batches > 0 ? f.batches : (f.checkpoint.empty() ? 1 : spec.training.eval_batches);
-  std::fprintf(stderr, "moe-eval: %lld batch(es) of %lld x %lld tokens from the %s split of %s\n", static_cast<long long>(batches),
-               static_cast<long long>(spec.data.global_batch_size), static_cast<long long>(spec.data.seq_length),
-               moe::DataSplitName(which), spec.data.path.c_str());
-  MOE_ASSIGN_OR_RETURN(const moe::EvalResult r, moe::EvaluateBatches(model, ctx, spec, *sampler, batches));
+  const int64_t batches =
+      f.batches > 0 ? f.batches : (f.checkpoint.empty() ? 1 : spec.training.eval_batches);
+  std::fprintf(stderr, "moe-eval: %lld batch(es) of %lld x %lld tokens from the %s split of %s\n",
+               static_cast<long long>(batches), static_cast<long long>(spec.data.global_batch_size),
+               static_cast<long long>(spec.data.seq_length), moe::DataSplitName(which),
+               spec.data.path.c_str());
+  MOE_ASSIGN_OR_RETURN(const moe::EvalResult r,
+                       moe::EvaluateBatches(model, ctx, spec, *sampler, batches));
   PrintResult(r, model);
   return moe::OkStatus();
 }
@@ -166,10 +202,14 @@ moe::Status EvalData(const Flags& f, moe::JobSpec spec, moe::Model& model, const
 // against the next token, in double precision from those logits.
 moe::Status EvalTokens(const Flags& f, moe::Model& model) {
   MOE_ASSIGN_OR_RETURN(const moe::NpyInts t, moe::ReadNpyInts(f.tokens));
-  if (t.shape.size() != 2 || t.shape[1] < 2) return moe::InvalidArgumentError("--tokens: expected [sequences, positions >= 2], got " + std::to_string(t.shape.size()) + " dims");
+  if (t.shape.size() != 2 || t.shape[1] < 2)
+    return moe::InvalidArgumentError("--tokens: expected [sequences, positions >= 2], got " +
+                                     std::to_string(t.shape.size()) + " dims");
   const int64_t n = t.shape[0], p = t.shape[1], v = model.config().vocab_size;
   for (int64_t x : t.values) {
-    if (x < 0 || x >= v) return moe::InvalidArgumentError("--tokens: token id " + std::to_string(x) + " outside the vocabulary [0, " + std::to_string(v) + ")");
+    if (x < 0 || x >= v)
+      return moe::InvalidArgumentError("--tokens: token id " + std::to_string(x) +
+                                       " outside the vocabulary [0, " + std::to_string(v) + ")");
   }
   std::unique_ptr<moe::NpyFloatWriter> dump;
   if (!f.dump_logits.empty()) {
@@ -177,15 +217,20 @@ moe::Status EvalTokens(const Flags& f, moe::Model& model) {
   }
   moe::NoGradScope no_grad;
   double ce = 0;
-  moe::Tensor tokens = moe::Tensor::Empty({1, p}, moe::DType::kI32), targets = moe::Tensor::Empty({1, p}, moe::DType::kI32);
+  moe::Tensor tokens = moe::Tensor::Empty({1, p}, moe::DType::kI32),
+              targets = moe::Tensor::Empty({1, p}, moe::DType::kI32);
   for (int64_t s = 0; s < n; ++s) {
     for (int64_t i = 0; i < p; ++i) {
       tokens.data<int32_t>()[i] = static_cast<int32_t>(t.values[static_cast<size_t>(s * p + i)]);
-      targets.data<int32_t>()[i] = static_cast<int32_t>(t.values[static_cast<size_t>(s * p + std::min(i + 1, p - 1))]);
+      targets.data<int32_t>()[i] =
+          static_cast<int32_t>(t.values[static_cast<size_t>(s * p + std::min(i + 1, p - 1))]);
     }
     const moe::Device dev = model.device();
-    MOE_RETURN_IF_ERROR(model.Loss(dev.is_cpu() ? tokens : tokens.Clone(dev), dev.is_cpu() ? targets : targets.Clone(dev),
-                                   moe::ForwardOnlyScales(model)).status());
+    MOE_RETURN_IF_ERROR(model
+                            .Loss(dev.is_cpu() ? tokens : tokens.Clone(dev),
+                                  dev.is_cpu() ? targets : targets.Clone(dev),
+                                  moe::ForwardOnlyScales(model))
+                            .status());
     const moe::Tensor logits = model.last_logits().Clone(moe::Device::Cpu());
     moe::Tensor f32 = moe::Tensor::Empty(logits.shape(), moe::DType::kF32);
     moe::kernels::Convert(logits, f32);
@@ -204,7 +249,9 @@ moe::Status EvalTokens(const Flags& f, moe::Model& model) {
   r.tokens = n * (p - 1);
   r.loss = ce / static_cast<double>(r.tokens);
   PrintResult(r, model);
-  if (dump) std::fprintf(stderr, "moe-eval: wrote %s (float32 [%lld, %lld, %lld])\n", f.dump_logits.c_str(), static_cast<long long>(n), static_cast<long long>(p), static_cast<long long>(v));
+  if (dump)
+    std::fprintf(stderr, "moe-eval: wrote %s (float32 [%lld, %lld, %lld])\n", f.dump_logits.c_str(),
+                 static_cast<long long>(n), static_cast<long long>(p), static_cast<long long>(v));
   return moe::OkStatus();
 }
 
@@ -213,8 +260,10 @@ moe::Status Run(const Flags& f) {
   MOE_ASSIGN_OR_RETURN(moe::JobSpec spec, EvalSpec(f, &step_dir));
   MOE_ASSIGN_OR_RETURN(const moe::DevicePlacement place, moe::PlaceRank(f.device, f.precision, 0));
   MOE_RETURN_IF_ERROR(CheckFits(spec, place));
-  moe::kernels::SetNumThreads(static_cast<int>(f.threads > 0 ? f.threads : ::sysconf(_SC_NPROCESSORS_ONLN)));
-  // The GEMMs the run trained with (training.deterministic: the same sums whatever the thread count).
+  moe::kernels::SetNumThreads(
+      static_cast<int>(f.threads > 0 ? f.threads : ::sysconf(_SC_NPROCESSORS_ONLN)));
+  // The GEMMs the run trained with (training.deterministic: the same sums whatever the thread
+  // count).
   moe::kernels::SetReproducibleCpuGemm(place.device.is_cpu() && spec.training.Deterministic(true));
   moe::LocalParallel local;
   moe::ModelOptions mo;
@@ -224,10 +273,12 @@ moe::Status Run(const Flags& f) {
   moe::Model model(spec.model, local.ctx, spec.training.seed, mo);
   if (!f.checkpoint.empty()) {
     MOE_RETURN_IF_ERROR(moe::LoadCheckpointWeights(step_dir, model));
-    std::fprintf(stderr, "moe-eval: weights of %s on %s, %s\n", step_dir.c_str(), place.name.c_str(), place.precision.c_str());
+    std::fprintf(stderr, "moe-eval: weights of %s on %s, %s\n", step_dir.c_str(),
+                 place.name.c_str(), place.precision.c_str());
   } else {
     MOE_RETURN_IF_ERROR(moe::LoadHfWeights(f.hf, model, local.ctx));
-    std::fprintf(stderr, "moe-eval: weights of %s on %s, %s\n", f.hf.c_str(), place.name.c_str(), place.precision.c_str());
+    std::fprintf(stderr, "moe-eval: weights of %s on %s, %s\n", f.hf.c_str(), place.name.c_str(),
+                 place.precision.c_str());
   }
   return f.tokens.empty() ? EvalData(f, spec, model, local.ctx) : EvalTokens(f, model);
 }

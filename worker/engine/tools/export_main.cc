@@ -1,10 +1,11 @@
 // moe-export: a training checkpoint as a Hugging Face DeepseekV3 directory (config.json and
 // model.safetensors, split with an index when large) that transformers, vLLM and SGLang load.
 //
-//   moe-export --checkpoint DIR --output DIR [--dtype bf16|fp32] [--max-file-gb 5] [--no-mtp-table-copies]
+//   moe-export --checkpoint DIR --output DIR [--dtype bf16|fp32] [--max-file-gb 5]
+//   [--no-mtp-table-copies]
 //
-// DIR may be a checkpoint directory (its newest complete step is taken) or one step_* directory; the
-// layout that wrote it does not matter. Exit codes as moe-train's (common/rank_end.h).
+// DIR may be a checkpoint directory (its newest complete step is taken) or one step_* directory;
+// the layout that wrote it does not matter. Exit codes as moe-train's (common/rank_end.h).
 #include <cstdio>
 
 #include "common/args.h"
@@ -15,12 +16,15 @@ int main(int argc, char** argv) {
   std::string checkpoint, output, dtype = "bf16";
   double max_file_gb = 5;
   bool no_copies = false;
-  moe::ArgParser args("moe-export", "Writes a training checkpoint as a Hugging Face DeepseekV3 directory.");
+  moe::ArgParser args("moe-export",
+                      "Writes a training checkpoint as a Hugging Face DeepseekV3 directory.");
   args.AddString("checkpoint", &checkpoint, "checkpoint directory (or one step_* directory in it)");
   args.AddString("output", &output, "the directory to write (created)");
   args.AddString("dtype", &dtype, "bf16 (default, as released) or fp32");
-  args.AddDouble("max-file-gb", &max_file_gb, "split into files of at most this size, with model.safetensors.index.json");
-  args.AddFlag("no-mtp-table-copies", &no_copies, "leave out the MTP layers' copies of the embedding and head");
+  args.AddDouble("max-file-gb", &max_file_gb,
+                 "split into files of at most this size, with model.safetensors.index.json");
+  args.AddFlag("no-mtp-table-copies", &no_copies,
+               "leave out the MTP layers' copies of the embedding and head");
   args.Require("checkpoint");
   args.Require("output");
   if (moe::Status st = args.Parse(argc, argv); !st.ok()) {
@@ -43,11 +47,14 @@ int main(int argc, char** argv) {
   o.dtype = dtype;
   o.max_file_bytes = static_cast<int64_t>(max_file_gb * (1 << 30));
   o.mtp_table_copies = !no_copies;
-  o.progress = [](const std::string& line) { std::fprintf(stderr, "moe-export: %s\n", line.c_str()); };
+  o.progress = [](const std::string& line) {
+    std::fprintf(stderr, "moe-export: %s\n", line.c_str());
+  };
   if (moe::Status st = moe::ExportCheckpoint(checkpoint, output, o); !st.ok()) {
     std::fprintf(stderr, "moe-export: %s\n", st.ToString().c_str());
     return moe::RankEndFor(st).exit_code();
   }
-  std::fprintf(stderr, "moe-export: wrote %s (config.json, %s weights)\n", output.c_str(), dtype.c_str());
+  std::fprintf(stderr, "moe-export: wrote %s (config.json, %s weights)\n", output.c_str(),
+               dtype.c_str());
   return moe::kExitOk;
 }

@@ -15,9 +15,9 @@
 
 #include "common/args.h"
 #include "common/file_util.h"
+#include "common/job_spec.h"
 #include "common/log.h"
 #include "common/yaml.h"
-#include "common/job_spec.h"
 #include "worker/engine/data/indexed_dataset.h"
 #include "worker/engine/data/sampler.h"
 
@@ -38,10 +38,12 @@ std::vector<std::string> CollectFiles(const std::vector<std::string>& inputs, st
     if (fs::is_regular_file(in, ec)) {
       files.push_back(in);
     } else if (fs::is_directory(in, ec)) {
-      for (auto it = fs::recursive_directory_iterator(in, ec); it != fs::recursive_directory_iterator(); ++it) {
+      for (auto it = fs::recursive_directory_iterator(in, ec);
+           it != fs::recursive_directory_iterator(); ++it) {
         if (!it->is_regular_file()) continue;
         const std::string p = it->path().string();
-        if (p.size() > 4 && (p.substr(p.size() - 4) == ".dat" || p.substr(p.size() - 3) == ".u8")) continue;
+        if (p.size() > 4 && (p.substr(p.size() - 4) == ".dat" || p.substr(p.size() - 3) == ".u8"))
+          continue;
         files.push_back(p);
       }
     } else {
@@ -64,9 +66,17 @@ std::vector<std::string> SplitDocuments(const std::string& text) {
     cur.clear();
   };
   while (std::getline(in, line)) {
-    if (line == "%") { flush(); blank = 0; continue; }
+    if (line == "%") {
+      flush();
+      blank = 0;
+      continue;
+    }
     if (line.find_first_not_of(" \t\r") == std::string::npos) {
-      if (++blank >= 2) { flush(); blank = 0; continue; }
+      if (++blank >= 2) {
+        flush();
+        blank = 0;
+        continue;
+      }
     } else {
       blank = 0;
     }
@@ -86,95 +96,93 @@ int PrintSplit(const std::string& prefix, const std::string& split) {
   auto ds = moe::IndexedDataset::Open(prefix, 0);
   if (!ds.ok()) return Fail(ds.status().message());
   std::printf("split %s of %s: %lld documents, %lld tokens\n", split.c_str(), prefix.c_str(),
-              static_cast<long long>((*ds)->num_documents()), static_cast<long long>((*ds)->num_tokens()));
+              static_cast<long long>((*ds)->num_documents()),
+              static_cast<long long>((*ds)->num_tokens()));
   for (moe::DataSplit s : {moe::DataSplit::kTrain, moe::DataSplit::kValid, moe::DataSplit::kTest}) {
     const moe::DataRange r = moe::SplitRange(**ds, *weights, s);
-    std::printf("  %-5s documents %lld-%lld (%lld), tokens %lld-%lld (%lld)\n", moe::DataSplitName(s),
-                static_cast<long long>(r.first_doc), static_cast<long long>(r.end_doc), static_cast<long long>(r.end_doc - r.first_doc),
+    std::printf("  %-5s documents %lld-%lld (%lld), tokens %lld-%lld (%lld)\n",
+                moe::DataSplitName(s), static_cast<long long>(r.first_doc),
+                static_cast<long long>(r.end_doc), static_cast<long long>(r.end_doc - r.first_doc),
                 static_cast<long long>(r.begin_token), static_cast<long long>(r.end_token),
                 static_cast<long long>(r.end_token - r.begin_token));
   }
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::vector<std::string> inputs;
-  std::string output, tokenizer, model_prefix, split;
-  int64_t vocab_size = 2048;
-  moe::ArgParser args("moe-prep", "Tokenizes text files or folders into a Megatron indexed dataset (.bin/.idx).");
-  args.AddStrings("input", &inputs, "text file or folder (repeatable)");
-  args.AddString("output", &output, "output prefix: writes <prefix>.bin, <prefix>.idx, <prefix>.json");
-  args.AddString("tokenizer", &tokenizer, "an existing SentencePiece model to use instead of training one");
-  args.AddString("model-prefix", &model_prefix, "where to write the trained tokenizer (default: <output>.tokenizer)");
-  args.AddInt("vocab-size", &vocab_size, "vocabulary of the BPE tokenizer to train (default 2048)");
-  args.AddString("split", &split, "print the train/valid/test documents and tokens of data.split weights (\"969,30,1\"); "
-                                   "without --input, of the existing dataset at --output");
-  args.Require("output");
-  if (moe::Status st = args.Parse(argc, argv); !st.ok()) return Fail(st.message());
-  if (args.help_requested()) {
-    std::printf("%s", args.Usage().c_str());
-    return 0;
-  }
-  if (inputs.empty()) return split.empty() ? Fail("--input: required (or --split alone, for an existing dataset)") : PrintSplit(output, split);
-  if (vocab_size < 16 || vocab_size > 1000000) return Fail("--vocab-size: must be in [16, 1000000], got " + std::to_string(vocab_size));
-  std::string error;
-  std::vector<std::string> files = CollectFiles(inputs, &error);
-  if (!error.empty()) return Fail(error);
-  // Read and split.
+// The text documents of `files` (binary files skipped).
+moe::StatusOr<std::vector<std::string>> ReadDocuments(const std::vector<std::string>& files) {
   std::vector<std::string> docs;
   size_t bytes = 0;
   for (const auto& f : files) {
-    auto text = moe::ReadFileToString(f);
-    if (!text.ok()) return Fail(text.status().message());
-    if (LooksBinary(*text)) continue;
-    bytes += text->size();
-    for (auto& d : SplitDocuments(*text)) docs.push_back(std::move(d));
+    MOE_ASSIGN_OR_RETURN(std::string text, moe::ReadFileToString(f));
+    if (LooksBinary(text)) continue;
+    bytes += text.size();
+    for (auto& d : SplitDocuments(text)) docs.push_back(std::move(d));
   }
-  if (docs.empty()) return Fail("no text documents found under the inputs");
-  std::fprintf(stderr, "moe-prep: %zu files, %zu documents, %.1f MB of text\n", files.size(), docs.size(), bytes / 1e6);
-  const auto parent = moe::DirName(output);
-  if (moe::Status st = moe::MakeDirs(parent); !st.ok()) return Fail(st.message());
+  if (docs.empty()) return moe::InvalidArgumentError("no text documents found under the inputs");
+  std::fprintf(stderr, "moe-prep: %zu files, %zu documents, %.1f MB of text\n", files.size(),
+               docs.size(), static_cast<double>(bytes) / 1e6);
+  return docs;
+}
 
-  if (tokenizer.empty()) {
-    if (model_prefix.empty()) model_prefix = output + ".tokenizer";
-    const std::string corpus = output + ".corpus.txt";
-    {
-      std::ofstream out(corpus);
-      for (const auto& d : docs) {
-        std::istringstream in(d);
-        std::string line;
-        while (std::getline(in, line)) if (!line.empty()) out << line << "\n";
+// Trains a BPE tokenizer on `docs`; returns its model file (<model_prefix>.model).
+moe::StatusOr<std::string> TrainTokenizer(const std::string& output,
+                                          const std::string& model_prefix, int64_t vocab_size,
+                                          const std::vector<std::string>& docs) {
+  const std::string corpus = output + ".corpus.txt";
+  {
+    std::ofstream out(corpus);
+    for (const auto& d : docs) {
+      std::istringstream in(d);
+      std::string line;
+      while (std::getline(in, line)) {
+        if (!line.empty()) out << line << "\n";
       }
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "moe-prep: training a BPE tokenizer with %lld tokens...\n", static_cast<long long>(vocab_size));
-    std::ostringstream spec;
-    // Byte fallback keeps every input encodable; ids 0-3 are unk, bos, eos (our end of document), pad.
-    spec << "--input=" << corpus << " --model_prefix=" << model_prefix << " --vocab_size=" << vocab_size
-         << " --model_type=bpe --character_coverage=1.0 --byte_fallback=true --split_digits=true"
-         << " --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=3 --num_threads=2 --minloglevel=2"
-         << " --max_sentence_length=16384 --input_sentence_size=2000000 --shuffle_input_sentence=true";
-    auto st = sentencepiece::SentencePieceTrainer::Train(spec.str());
-    std::remove(corpus.c_str());
-    if (!st.ok()) return Fail("tokenizer training failed: " + std::string(st.ToString()));
-    tokenizer = model_prefix + ".model";
-    std::fprintf(stderr, "moe-prep: tokenizer %s trained in %.1f s\n", tokenizer.c_str(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "moe-prep: training a BPE tokenizer with %lld tokens...\n",
+               static_cast<long long>(vocab_size));
+  std::ostringstream spec;
+  // Byte fallback keeps every input encodable; ids 0-3 are unk, bos, eos (our end of document),
+  // pad.
+  spec
+      << "--input=" << corpus << " --model_prefix=" << model_prefix
+      << " --vocab_size=" << vocab_size
+      << " --model_type=bpe --character_coverage=1.0 --byte_fallback=true --split_digits=true"
+      << " --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=3 --num_threads=2 --minloglevel=2"
+      << " --max_sentence_length=16384 --input_sentence_size=2000000 --shuffle_input_sentence=true";
+  auto st = sentencepiece::SentencePieceTrainer::Train(spec.str());
+  std::remove(corpus.c_str());
+  if (!st.ok())
+    return moe::InternalError("tokenizer training failed: " + std::string(st.ToString()));
+  const std::string model = model_prefix + ".model";
+  std::fprintf(stderr, "moe-prep: tokenizer %s trained in %.1f s\n", model.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return model;
+}
+
+// Encodes every document with the tokenizer (an end-of-document id after each) into
+// <output>.bin/.idx.
+moe::Status Encode(const std::string& output, const std::string& tokenizer,
+                   const std::vector<std::string>& docs, const std::vector<std::string>& inputs) {
   sentencepiece::SentencePieceProcessor sp;
-  if (auto st = sp.Load(tokenizer); !st.ok()) return Fail("--tokenizer: cannot load '" + tokenizer + "': " + st.ToString());
+  if (auto st = sp.Load(tokenizer); !st.ok()) {
+    return moe::InvalidArgumentError("--tokenizer: cannot load '" + tokenizer +
+                                     "': " + st.ToString());
+  }
   const int64_t vocab = sp.GetPieceSize();
   const int eod = sp.eos_id() >= 0 ? sp.eos_id() : 0;
   moe::IndexedDatasetWriter writer(output, vocab);
   for (size_t i = 0; i < docs.size(); ++i) {
     std::vector<int> ids;
-    if (auto st = sp.Encode(docs[i], &ids); !st.ok()) return Fail("encoding failed: " + st.ToString());
+    if (auto st = sp.Encode(docs[i], &ids); !st.ok())
+      return moe::InternalError("encoding failed: " + st.ToString());
     std::vector<int32_t> toks(ids.begin(), ids.end());
     toks.push_back(eod);
-    if (moe::Status st = writer.AddDocument(toks); !st.ok()) return Fail(st.message());
-    if ((i + 1) % 5000 == 0) std::fprintf(stderr, "moe-prep: encoded %zu/%zu documents\n", i + 1, docs.size());
+    MOE_RETURN_IF_ERROR(writer.AddDocument(toks));
+    if ((i + 1) % 5000 == 0)
+      std::fprintf(stderr, "moe-prep: encoded %zu/%zu documents\n", i + 1, docs.size());
   }
   moe::Node meta = moe::Node::Map();
   meta.Set("vocab_size", moe::Node::Scalar(std::to_string(vocab)));
@@ -185,9 +193,65 @@ int main(int argc, char** argv) {
   moe::Node srcs = moe::Node::List();
   for (const auto& in : inputs) srcs.Append(moe::Node::Scalar(in, true));
   meta.Set("inputs", std::move(srcs));
-  if (moe::Status st = writer.Finish(moe::ToJson(meta, 2) + "\n"); !st.ok()) return Fail(st.message());
-  std::fprintf(stderr, "moe-prep: wrote %s.bin/.idx: %lld documents, %lld tokens, vocab %lld\n", output.c_str(),
-               static_cast<long long>(writer.documents()), static_cast<long long>(writer.tokens()),
-               static_cast<long long>(vocab));
-  return split.empty() ? 0 : PrintSplit(output, split);
+  MOE_RETURN_IF_ERROR(writer.Finish(moe::ToJson(meta, 2) + "\n"));
+  std::fprintf(stderr, "moe-prep: wrote %s.bin/.idx: %lld documents, %lld tokens, vocab %lld\n",
+               output.c_str(), static_cast<long long>(writer.documents()),
+               static_cast<long long>(writer.tokens()), static_cast<long long>(vocab));
+  return moe::OkStatus();
+}
+
+struct PrepFlags {
+  std::vector<std::string> inputs;
+  std::string output, tokenizer, model_prefix, split;
+  int64_t vocab_size = 2048;
+};
+
+moe::Status Prepare(PrepFlags& f) {
+  if (f.vocab_size < 16 || f.vocab_size > 1000000) {
+    return moe::InvalidArgumentError("--vocab-size: must be in [16, 1000000], got " +
+                                     std::to_string(f.vocab_size));
+  }
+  std::string error;
+  const std::vector<std::string> files = CollectFiles(f.inputs, &error);
+  if (!error.empty()) return moe::InvalidArgumentError(error);
+  MOE_ASSIGN_OR_RETURN(const std::vector<std::string> docs, ReadDocuments(files));
+  MOE_RETURN_IF_ERROR(moe::MakeDirs(moe::DirName(f.output)));
+  if (f.tokenizer.empty()) {
+    if (f.model_prefix.empty()) f.model_prefix = f.output + ".tokenizer";
+    MOE_ASSIGN_OR_RETURN(f.tokenizer, TrainTokenizer(f.output, f.model_prefix, f.vocab_size, docs));
+  }
+  return Encode(f.output, f.tokenizer, docs, f.inputs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  PrepFlags f;
+  moe::ArgParser args(
+      "moe-prep", "Tokenizes text files or folders into a Megatron indexed dataset (.bin/.idx).");
+  args.AddStrings("input", &f.inputs, "text file or folder (repeatable)");
+  args.AddString("output", &f.output,
+                 "output prefix: writes <prefix>.bin, <prefix>.idx, <prefix>.json");
+  args.AddString("tokenizer", &f.tokenizer,
+                 "an existing SentencePiece model to use instead of training one");
+  args.AddString("model-prefix", &f.model_prefix,
+                 "where to write the trained tokenizer (default: <output>.tokenizer)");
+  args.AddInt("vocab-size", &f.vocab_size,
+              "vocabulary of the BPE tokenizer to train (default 2048)");
+  args.AddString(
+      "split", &f.split,
+      "print the train/valid/test documents and tokens of data.split weights (\"969,30,1\"); "
+      "without --input, of the existing dataset at --output");
+  args.Require("output");
+  if (moe::Status st = args.Parse(argc, argv); !st.ok()) return Fail(st.message());
+  if (args.help_requested()) {
+    std::printf("%s", args.Usage().c_str());
+    return 0;
+  }
+  if (f.inputs.empty()) {
+    return f.split.empty() ? Fail("--input: required (or --split alone, for an existing dataset)")
+                           : PrintSplit(f.output, f.split);
+  }
+  if (moe::Status st = Prepare(f); !st.ok()) return Fail(st.message());
+  return f.split.empty() ? 0 : PrintSplit(f.output, f.split);
 }

@@ -1,9 +1,12 @@
 // moe-train: the training engine without the controller, for development, benchmarks and debugging.
 //
-//   moe-train --config job.yaml [--steps N] [--checkpoint-dir D] [--checkpoint-interval K] [--resume]
-//             [--metrics-out FILE] [--threads T] [--device cpu|cuda|cuda:N] [--precision fp32|bf16|fp8]
+//   moe-train --config job.yaml [--steps N] [--checkpoint-dir D] [--checkpoint-interval K]
+//   [--resume]
+//             [--metrics-out FILE] [--threads T] [--device cpu|cuda|cuda:N] [--precision
+//             fp32|bf16|fp8]
 //             [--nproc N]                                       N local ranks (W = N)
-//             [--rank R [--world-size W] --rendezvous file://DIR] one rank of the job (W: its spec's)
+//             [--rank R [--world-size W] --rendezvous file://DIR] one rank of the job (W: its
+//             spec's)
 //
 // Exit codes and the final record on --report-fd: common/rank_end.h.
 #include <signal.h>
@@ -15,10 +18,10 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <numeric>
 #include <string>
 #include <thread>
-#include <ctime>
 
 #include "common/args.h"
 #include "common/job_spec.h"
@@ -26,10 +29,10 @@
 #include "common/plan_profiles.h"
 #include "common/rank_end.h"
 #include "kernels/runtime.h"
+#include "worker/engine/device.h"
 #include "worker/engine/parallel/process_group.h"
 #include "worker/engine/parallel/store.h"
 #include "worker/engine/train/describe.h"
-#include "worker/engine/device.h"
 #include "worker/engine/train/launcher.h"
 #include "worker/engine/train/metrics.h"
 #include "worker/engine/train/peak.h"
@@ -38,18 +41,19 @@
 namespace {
 
 // SIGTERM or SIGINT. Until the first step boundary (initialisation: communicators, the model, a
-// checkpoint's load, which can take minutes for a big model) there is nothing to keep, so the rank exits
-// at once with the "stopped" code (its starter reads exit code 3 as stopped on request); from then on it
-// stops at the next step boundary, which every rank agrees on, checkpointing there. Lock-free atomics:
-// the handler may run on any thread.
+// checkpoint's load, which can take minutes for a big model) there is nothing to keep, so the rank
+// exits at once with the "stopped" code (its starter reads exit code 3 as stopped on request); from
+// then on it stops at the next step boundary, which every rank agrees on, checkpointing there.
+// Lock-free atomics: the handler may run on any thread.
 //
-// A step that does not end in time (max(1.5 s, 1.5 x the last step's time) after the request: a hung
-// collective, a step that never finishes) stops the rank at once as well; the job resumes from its
-// newest checkpoint. Checkpoints (periodic, final, the stop's own) and the agreed
-// stop are never cut (Trainer's on_protected).
+// A step that does not end in time (max(1.5 s, 1.5 x the last step's time) after the request: a
+// hung collective, a step that never finishes) stops the rank at once as well; the job resumes from
+// its newest checkpoint. Checkpoints (periodic, final, the stop's own) and the agreed stop are
+// never cut (Trainer's on_protected).
 std::atomic<int> g_stop_requested{0};
 std::atomic<int> g_training{0};  // set at the first step boundary
-std::atomic<int> g_protected{0};  // > 0: writing a checkpoint, or stopping at an agreed boundary: no watchdog
+std::atomic<int> g_protected{
+    0};  // > 0: writing a checkpoint, or stopping at an agreed boundary: no watchdog
 std::atomic<int64_t> g_stop_ms{0}, g_boundary_ms{0}, g_step_ms{0};  // monotonic milliseconds
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
 
@@ -61,9 +65,9 @@ int64_t MonotonicMs() {  // async-signal-safe
 
 void OnStopSignal(int) {
   if (g_training.load() == 0) ::_exit(moe::kExitStopped);
-  // Repeated signals are common and change nothing (Slurm's scancel signals the rank and its worker,
-  // which signals it again; Ctrl-C reaches the --nproc launcher's ranks and the launcher forwards it):
-  // the deadline runs from the first.
+  // Repeated signals are common and change nothing (Slurm's scancel signals the rank and its
+  // worker, which signals it again; Ctrl-C reaches the --nproc launcher's ranks and the launcher
+  // forwards it): the deadline runs from the first.
   if (g_stop_requested.load() != 0) return;
   g_stop_ms.store(MonotonicMs());
   g_stop_requested.store(1);
@@ -84,7 +88,8 @@ void StopWatchdog() {
     const int64_t deadline = std::max<int64_t>(1500, g_step_ms.load() * 3 / 2);
     const int64_t waited = MonotonicMs() - g_stop_ms.load();
     if (waited < deadline) continue;
-    const std::string msg = "moe-train: stopping now: the step did not end within " + std::to_string(waited) +
+    const std::string msg = "moe-train: stopping now: the step did not end within " +
+                            std::to_string(waited) +
                             " ms of the stop request; the job resumes from its newest checkpoint\n";
     if (::write(2, msg.data(), msg.size()) < 0) {
     }
@@ -93,10 +98,10 @@ void StopWatchdog() {
 }
 
 struct Flags {
-  std::string config, checkpoint_dir, metrics_out, log_level = "info", rendezvous, hostname = "127.0.0.1", device,
-      precision;
-  int64_t steps = 0, checkpoint_interval = -1, threads = 0, nproc = 0, rank = -1, world_size = 0, expert_parallel = 0,
-          pipeline_parallel = 0;
+  std::string config, checkpoint_dir, metrics_out, log_level = "info", rendezvous,
+                                                   hostname = "127.0.0.1", device, precision;
+  int64_t steps = 0, checkpoint_interval = -1, threads = 0, nproc = 0, rank = -1, world_size = 0,
+          expert_parallel = 0, pipeline_parallel = 0;
   int64_t report_fd = -1;
   double inject_delay = 0;
   double device_memory_gb = 0;
@@ -117,7 +122,8 @@ int Finish(const moe::RankEnd& end) {
   static std::atomic<bool> finished{false};
   if (finished.exchange(true)) return end.exit_code();
   if (!end.ok() && end.failure_class != moe::FailureClass::kStopped) {
-    std::fprintf(stderr, "moe-train: %s: %s\n", std::string(moe::StatusCodeName(end.code)).c_str(), end.message.c_str());
+    std::fprintf(stderr, "moe-train: %s: %s\n", std::string(moe::StatusCodeName(end.code)).c_str(),
+                 end.message.c_str());
   }
   if (g_report != nullptr) {
     std::fprintf(g_report, "%s\n", moe::RankEndJson(end).c_str());
@@ -132,66 +138,104 @@ int Fail(const moe::Status& st) { return Finish(moe::RankEndFor(st)); }
 [[noreturn]] void OnUnwaitedCollectiveFailure(const moe::Status& st) { ::_exit(Fail(st)); }
 
 moe::ArgParser MakeParser(Flags* f) {
-  moe::ArgParser args("moe-train", "Trains a DeepSeek-V3-style MoE model from a job file on this machine's CPUs or GPUs.");
+  moe::ArgParser args(
+      "moe-train",
+      "Trains a DeepSeek-V3-style MoE model from a job file on this machine's CPUs or GPUs.");
   args.AddString("config", &f->config, "job file (YAML, the TrainingJob of docs/job-spec.md)");
-  args.AddInt("steps", &f->steps, "stop after this step (default: spec.training.steps; the LR schedule keeps the job's)");
-  args.AddString("checkpoint-dir", &f->checkpoint_dir, "checkpoint directory (default: spec.checkpoint.dir)");
-  args.AddInt("checkpoint-interval", &f->checkpoint_interval, "save every K steps, and at the end (default: spec.checkpoint.interval_steps)");
-  args.AddFlag("resume", &f->resume, "continue from the newest complete checkpoint in the checkpoint directory");
-  args.AddString("metrics-out", &f->metrics_out, "write one JSON line of metrics per step to FILE (rank 0)");
+  args.AddInt(
+      "steps", &f->steps,
+      "stop after this step (default: spec.training.steps; the LR schedule keeps the job's)");
+  args.AddString("checkpoint-dir", &f->checkpoint_dir,
+                 "checkpoint directory (default: spec.checkpoint.dir)");
+  args.AddInt("checkpoint-interval", &f->checkpoint_interval,
+              "save every K steps, and at the end (default: spec.checkpoint.interval_steps)");
+  args.AddFlag("resume", &f->resume,
+               "continue from the newest complete checkpoint in the checkpoint directory");
+  args.AddString("metrics-out", &f->metrics_out,
+                 "write one JSON line of metrics per step to FILE (rank 0)");
   args.AddString("peak-cache", &f->peak_cache,
-                 "cpu: the SGEMM peak MFU is measured against, read from FILE (written there when missing), so "
+                 "cpu: the SGEMM peak MFU is measured against, read from FILE (written there when "
+                 "missing), so "
                  "the ranks of one worker measure it once (moe-worker passes it)");
-  args.AddString("measure-peak", &f->measure_peak, "cpu: measure the SGEMM peak with --threads, write it to FILE, exit");
-  args.AddInt("threads", &f->threads, "CPU threads for kernels and BLAS per rank (default: cores / ranks; $MOE_THREADS)");
-  args.AddInt("nproc", &f->nproc, "run N local ranks as child processes (W = N; default: the job's world_size)");
+  args.AddString("measure-peak", &f->measure_peak,
+                 "cpu: measure the SGEMM peak with --threads, write it to FILE, exit");
+  args.AddInt("threads", &f->threads,
+              "CPU threads for kernels and BLAS per rank (default: cores / ranks; $MOE_THREADS)");
+  args.AddInt("nproc", &f->nproc,
+              "run N local ranks as child processes (W = N; default: the job's world_size)");
   args.AddInt("expert-parallel", &f->expert_parallel, "override spec.parallelism.expert_parallel");
-  args.AddInt("pipeline-parallel", &f->pipeline_parallel, "override spec.parallelism.pipeline_parallel");
+  args.AddInt("pipeline-parallel", &f->pipeline_parallel,
+              "override spec.parallelism.pipeline_parallel");
   args.AddInt("rank", &f->rank, "this process's rank in a multi-process job (with --rendezvous)");
-  args.AddInt("world-size", &f->world_size, "ranks in the job (default: spec.parallelism.world_size)");
+  args.AddInt("world-size", &f->world_size,
+              "ranks in the job (default: spec.parallelism.world_size)");
   args.AddString("rendezvous", &f->rendezvous, "where the ranks meet: file:///fresh/shared/dir");
-  args.AddString("hostname", &f->hostname, "the address other ranks reach this one at (default 127.0.0.1)");
-  args.AddInt("report-fd", &f->report_fd, "write step metrics as JSON lines, then a final record, to this file descriptor");
-  args.AddDouble("inject-step-delay", &f->inject_delay, "testing: this rank sleeps this many seconds every step");
-  args.AddString("device", &f->device, "cpu, cuda (GPU rank % GPUs) or cuda:N (default: spec.resources.device)");
-  args.AddString("precision", &f->precision, "fp32, bf16 (bf16 activations, fp32 master weights) or fp8 (bf16 with the linear layers' GEMM inputs in e4m3, "
-               "DeepSeek-V3's tiles; emulated numerics); default: the spec's resources.precision, else bf16 on cuda, fp32 on cpu");
+  args.AddString("hostname", &f->hostname,
+                 "the address other ranks reach this one at (default 127.0.0.1)");
+  args.AddInt("report-fd", &f->report_fd,
+              "write step metrics as JSON lines, then a final record, to this file descriptor");
+  args.AddDouble("inject-step-delay", &f->inject_delay,
+                 "testing: this rank sleeps this many seconds every step");
+  args.AddString("device", &f->device,
+                 "cpu, cuda (GPU rank % GPUs) or cuda:N (default: spec.resources.device)");
+  args.AddString("precision", &f->precision,
+                 "fp32, bf16 (bf16 activations, fp32 master weights) or fp8 (bf16 with the linear "
+                 "layers' GEMM inputs in e4m3, "
+                 "DeepSeek-V3's tiles; emulated numerics); default: the spec's "
+                 "resources.precision, else bf16 on cuda, fp32 on cpu");
   args.AddString("log-level", &f->log_level, "debug | info | warning | error");
   args.AddFlag("describe", &f->describe,
-               "print the model (parameters total and activated, FLOPs per token) and each pipeline rank's memory at the "
-               "job's layout (with --nproc, --pipeline-parallel, --expert-parallel, --precision), and exit; no data needed");
+               "print the model (parameters total and activated, FLOPs per token) and each "
+               "pipeline rank's memory at the "
+               "job's layout (with --nproc, --pipeline-parallel, --expert-parallel, --precision), "
+               "and exit; no data needed");
   args.AddDouble("device-memory-gb", &f->device_memory_gb,
-                 "with --describe: the memory of one device in GB (default: --cluster's, for cuda jobs; the host's for cpu)");
+                 "with --describe: the memory of one device in GB (default: --cluster's, for cuda "
+                 "jobs; the host's for cpu)");
   args.AddString("cluster", &f->cluster,
-                 "with --describe: a cluster profile (moectl plan's: gb200-nvl72 by default, gb300-nvl72, h100, ... or a "
+                 "with --describe: a cluster profile (moectl plan's: gb200-nvl72 by default, "
+                 "gb300-nvl72, h100, ... or a "
                  "YAML path) whose device memory a cuda job is judged against");
-  args.AddString("init-from", &f->init_from, "start from a Hugging Face DeepseekV3 directory (config.json + safetensors) unless a checkpoint is resumed");
-  args.AddString("preset", &f->preset, "with --describe and no --config: describe this model preset at seq 4096");
+  args.AddString("init-from", &f->init_from,
+                 "start from a Hugging Face DeepseekV3 directory (config.json + safetensors) "
+                 "unless a checkpoint is resumed");
+  args.AddString("preset", &f->preset,
+                 "with --describe and no --config: describe this model preset at seq 4096");
   return args;
 }
 
 moe::Status CheckFlags(Flags* f) {
   moe::LogLevel level;
-  if (!moe::ParseLogLevel(f->log_level, &level)) return moe::InvalidArgumentError("--log-level: unknown level '" + f->log_level + "'");
+  if (!moe::ParseLogLevel(f->log_level, &level))
+    return moe::InvalidArgumentError("--log-level: unknown level '" + f->log_level + "'");
   moe::SetLogLevel(level);
   if (f->report_fd >= 0) {
     g_report = ::fdopen(static_cast<int>(f->report_fd), "w");
-    if (g_report == nullptr) return moe::InvalidArgumentError("--report-fd: " + std::to_string(f->report_fd) + " is not open");
+    if (g_report == nullptr)
+      return moe::InvalidArgumentError("--report-fd: " + std::to_string(f->report_fd) +
+                                       " is not open");
   }
   if (f->steps < 0) return moe::InvalidArgumentError("--steps: must be >= 1");
-  if (f->checkpoint_interval < -1) return moe::InvalidArgumentError("--checkpoint-interval: must be >= 0");
-  if (f->nproc < 0 || f->nproc > 1024) return moe::InvalidArgumentError("--nproc: must be in [1, 1024]");
+  if (f->checkpoint_interval < -1)
+    return moe::InvalidArgumentError("--checkpoint-interval: must be >= 0");
+  if (f->nproc < 0 || f->nproc > 1024)
+    return moe::InvalidArgumentError("--nproc: must be in [1, 1024]");
   if (!f->device.empty()) MOE_RETURN_IF_ERROR(moe::CudaIndexFor(f->device, 0, 1).status());
   MOE_RETURN_IF_ERROR(moe::CheckPrecision(f->precision));
-  if (f->threads == 0 && std::getenv("MOE_THREADS") != nullptr) f->threads = std::atoi(std::getenv("MOE_THREADS"));
+  if (f->threads == 0 && std::getenv("MOE_THREADS") != nullptr)
+    f->threads = std::atoi(std::getenv("MOE_THREADS"));
   return moe::OkStatus();
 }
 
 // The job file, or for --describe --preset a job of that model at DeepSeek-V3's sequence length.
 moe::StatusOr<moe::JobSpec> LoadSpec(const Flags& f) {
   if (!f.preset.empty()) {
-    if (!f.config.empty()) return moe::InvalidArgumentError("--preset: not with --config (the job file names its model)");
-    if (!f.describe) return moe::InvalidArgumentError("--preset: only with --describe (training needs a job file: --config)");
+    if (!f.config.empty())
+      return moe::InvalidArgumentError(
+          "--preset: not with --config (the job file names its model)");
+    if (!f.describe)
+      return moe::InvalidArgumentError(
+          "--preset: only with --describe (training needs a job file: --config)");
     moe::JobSpec spec;
     spec.name = f.preset;
     auto model = moe::ModelPreset(f.preset);
@@ -201,7 +245,8 @@ moe::StatusOr<moe::JobSpec> LoadSpec(const Flags& f) {
     spec.data.seq_length = 4096;
     return spec;
   }
-  if (f.config.empty()) return moe::InvalidArgumentError("--config: missing (a job file; or --describe --preset NAME)");
+  if (f.config.empty())
+    return moe::InvalidArgumentError("--config: missing (a job file; or --describe --preset NAME)");
   return moe::LoadJobSpecFile(f.config);
 }
 
@@ -217,16 +262,20 @@ int RunLauncher(const Flags& f, moe::JobSpec spec, int argc, char** argv) {
   spec.parallelism.world_size = f.nproc;
   const int64_t pp = spec.parallelism.pipeline_parallel;
   if (f.nproc % pp != 0) {
-    return Fail(moe::InvalidArgumentError("--nproc: " + std::to_string(f.nproc) + " is not divisible by pipeline_parallel = " +
-                                          std::to_string(pp)));
+    return Fail(moe::InvalidArgumentError(
+        "--nproc: " + std::to_string(f.nproc) +
+        " is not divisible by pipeline_parallel = " + std::to_string(pp)));
   }
   const int64_t ep = std::gcd(spec.parallelism.expert_parallel, f.nproc / pp);
   if (ep != spec.parallelism.expert_parallel) {
-    std::fprintf(stderr, "moe-train: expert_parallel %lld does not divide --nproc %lld; using %lld\n",
-                 static_cast<long long>(spec.parallelism.expert_parallel), static_cast<long long>(f.nproc), static_cast<long long>(ep));
+    std::fprintf(stderr,
+                 "moe-train: expert_parallel %lld does not divide --nproc %lld; using %lld\n",
+                 static_cast<long long>(spec.parallelism.expert_parallel),
+                 static_cast<long long>(f.nproc), static_cast<long long>(ep));
   }
   spec.parallelism.expert_parallel = ep;
-  if (moe::Status st = moe::ValidateJobSpec(spec); !st.ok()) return Fail(st.WithPrefix("with --nproc " + std::to_string(f.nproc)));
+  if (moe::Status st = moe::ValidateJobSpec(spec); !st.ok())
+    return Fail(st.WithPrefix("with --nproc " + std::to_string(f.nproc)));
   moe::LaunchOptions lo;
   lo.nproc = static_cast<int>(f.nproc);
   lo.program = SelfPath();
@@ -238,38 +287,45 @@ int RunLauncher(const Flags& f, moe::JobSpec spec, int argc, char** argv) {
       ++i;
       continue;
     }
-    if (a.rfind("--nproc=", 0) == 0 || a.rfind("--threads=", 0) == 0 || a.rfind("--report-fd=", 0) == 0) continue;
+    if (a.rfind("--nproc=", 0) == 0 || a.rfind("--threads=", 0) == 0 ||
+        a.rfind("--report-fd=", 0) == 0)
+      continue;
     lo.args.push_back(a);
   }
   lo.args.push_back("--expert-parallel");
   lo.args.push_back(std::to_string(ep));
   const int code = moe::LaunchLocalRanks(lo);
   if (g_report != nullptr) {  // the launcher's own final record, for whoever started it
-    std::fprintf(g_report, "%s\n", moe::RankEndJson(moe::RankEndForExitCode(code, "the local ranks failed")).c_str());
+    std::fprintf(g_report, "%s\n",
+                 moe::RankEndJson(moe::RankEndForExitCode(code, "the local ranks failed")).c_str());
     std::fflush(g_report);
   }
   return code;
 }
 
 // The rank's communicators, after its device is bound (NCCL binds to the current device).
-moe::StatusOr<std::unique_ptr<moe::ProcessGroups>> MakeGroups(const Flags& f, moe::JobSpec* spec, int* rank,
-                                                              const moe::DevicePlacement& place,
-                                                              std::unique_ptr<moe::KvStore>* store) {
+moe::StatusOr<std::unique_ptr<moe::ProcessGroups>> MakeGroups(
+    const Flags& f, moe::JobSpec* spec, int* rank, const moe::DevicePlacement& place,
+    std::unique_ptr<moe::KvStore>* store) {
   int w = 1;
   *rank = 0;
   if (f.rank_mode()) {
-    // The world size is the spec's (a worker agent's assignment carries the attempt's); --world-size,
-    // when given, must agree with it or replaces it (hand-launched ranks).
+    // The world size is the spec's (a worker agent's assignment carries the attempt's);
+    // --world-size, when given, must agree with it or replaces it (hand-launched ranks).
     const int64_t world = f.world_size > 0 ? f.world_size : spec->parallelism.world_size;
-    if (f.rank < 0 || f.rendezvous.empty()) return moe::InvalidArgumentError("--rank and --rendezvous go together");
+    if (f.rank < 0 || f.rendezvous.empty())
+      return moe::InvalidArgumentError("--rank and --rendezvous go together");
     if (f.rank >= world) {
-      return moe::InvalidArgumentError("--rank: " + std::to_string(f.rank) + " is not below the world size " +
-                                       std::to_string(world) + (f.world_size > 0 ? " (--world-size)" : " (spec.parallelism.world_size)"));
+      return moe::InvalidArgumentError(
+          "--rank: " + std::to_string(f.rank) + " is not below the world size " +
+          std::to_string(world) +
+          (f.world_size > 0 ? " (--world-size)" : " (spec.parallelism.world_size)"));
     }
     *rank = static_cast<int>(f.rank);
     w = static_cast<int>(world);
     spec->parallelism.world_size = w;
-    MOE_RETURN_IF_ERROR(moe::ValidateJobSpec(*spec).WithPrefix("with world size " + std::to_string(w)));
+    MOE_RETURN_IF_ERROR(
+        moe::ValidateJobSpec(*spec).WithPrefix("with world size " + std::to_string(w)));
     MOE_ASSIGN_OR_RETURN(*store, moe::OpenStore(f.rendezvous));
     moe::SetLogPrefix("rank" + std::to_string(*rank));
   }
@@ -279,27 +335,34 @@ moe::StatusOr<std::unique_ptr<moe::ProcessGroups>> MakeGroups(const Flags& f, mo
   go.timeout_seconds = spec->parallelism.timeout_seconds;
   go.hostname = f.hostname;
   return moe::ProcessGroups::Create(w, *rank, static_cast<int>(spec->parallelism.pipeline_parallel),
-                                    static_cast<int>(spec->parallelism.expert_parallel), store->get(), go);
+                                    static_cast<int>(spec->parallelism.expert_parallel),
+                                    store->get(), go);
 }
 
 void PrintSummary(const moe::TrainResult& r) {
-  std::fprintf(stderr,
-               "summary: steps %lld-%lld | loss %.4f -> %.4f (x%.3f) | %.0f tokens/s | %.4f TFLOP/s per device | "
-               "MFU %.1f%% (against %s) | %s, %s | peak memory %.1f MiB on rank 0 (activations %.1f MiB)\n",
-               static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), r.first_loss, r.last_loss,
-               r.last_loss / r.first_loss, r.mean_tokens_per_second, r.mean_tflops_per_device, r.mean_mfu * 100,
-               r.peak_source.c_str(), r.device.c_str(), r.precision.c_str(), static_cast<double>(r.peak_memory_bytes) / 1048576.0,
-               static_cast<double>(r.peak_activation_bytes) / 1048576.0);
+  std::fprintf(
+      stderr,
+      "summary: steps %lld-%lld | loss %.4f -> %.4f (x%.3f) | %.0f tokens/s | %.4f TFLOP/s per "
+      "device | "
+      "MFU %.1f%% (against %s) | %s, %s | peak memory %.1f MiB on rank 0 (activations %.1f MiB)\n",
+      static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), r.first_loss,
+      r.last_loss, r.last_loss / r.first_loss, r.mean_tokens_per_second, r.mean_tflops_per_device,
+      r.mean_mfu * 100, r.peak_source.c_str(), r.device.c_str(), r.precision.c_str(),
+      static_cast<double>(r.peak_memory_bytes) / 1048576.0,
+      static_cast<double>(r.peak_activation_bytes) / 1048576.0);
 }
 
 // --describe: the model, and the memory of the job's layout (with the flags' overrides).
 int Describe(const Flags& f, moe::JobSpec spec) {
   if (f.nproc > 0) spec.parallelism.world_size = f.nproc;
-  if (moe::Status st = moe::ValidateJobSpec(spec); !st.ok()) return Fail(st.WithPrefix("--describe"));
-  if (f.device_memory_gb < 0) return Fail(moe::InvalidArgumentError("--device-memory-gb: must be > 0"));
+  if (moe::Status st = moe::ValidateJobSpec(spec); !st.ok())
+    return Fail(st.WithPrefix("--describe"));
+  if (f.device_memory_gb < 0)
+    return Fail(moe::InvalidArgumentError("--device-memory-gb: must be > 0"));
   const std::string device = f.device.empty() ? spec.resources.device : f.device;
   const bool gpu = device.rfind("cuda", 0) == 0;
-  const std::string precision = f.precision.empty() ? spec.resources.precision.value_or(gpu ? "bf16" : "fp32") : f.precision;
+  const std::string precision =
+      f.precision.empty() ? spec.resources.precision.value_or(gpu ? "bf16" : "fp32") : f.precision;
   const bool bf16 = precision != "fp32";  // fp8 keeps bf16 activations
   double capacity = f.device_memory_gb * 1e9;
   if (capacity == 0 && gpu) {
@@ -307,15 +370,16 @@ int Describe(const Flags& f, moe::JobSpec spec) {
     if (!cluster.ok()) return Fail(cluster.status().WithPrefix("--cluster"));
     capacity = cluster->memory_gb * 1e9;
   } else if (capacity == 0) {
-    capacity = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    capacity = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+               static_cast<double>(::sysconf(_SC_PAGESIZE));
   }
   std::printf("%s", moe::DescribeJob(spec, bf16 ? 2 : 4, capacity).c_str());
   return moe::kExitOk;
 }
 
 // One rank (or the whole job when W = 1): place it, build its communicators, train.
-// The CPU SGEMM peak from `path` ("<flop/s> <source>"), or measured (with this process's threads) and
-// written there (atomically: a temporary file renamed) when it is missing or `measure` is set.
+// The CPU SGEMM peak from `path` ("<flop/s> <source>"), or measured (with this process's threads)
+// and written there (atomically: a temporary file renamed) when it is missing or `measure` is set.
 moe::PeakFlops CachedCpuPeak(const std::string& path, bool measure) {
   moe::PeakFlops peak;
   if (!measure) {
@@ -363,9 +427,11 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
     options.peak_source = peak.source;
   }
   // SIGTERM or SIGINT (see OnStopSignal): installed in main, before anything that can take long.
-  options.should_stop = AtStepBoundary;  // asked at every step boundary, the first right before step 1
+  options.should_stop =
+      AtStepBoundary;  // asked at every step boundary, the first right before step 1
   options.on_protected = [](bool on) {  // nested: a save within the agreed stop keeps it protected
-    if (g_protected.fetch_add(on ? 1 : -1) == 1 && !on) g_stop_ms.store(MonotonicMs());  // deadline from now
+    if (g_protected.fetch_add(on ? 1 : -1) == 1 && !on)
+      g_stop_ms.store(MonotonicMs());  // deadline from now
   };
   std::thread(StopWatchdog).detach();
   moe::SetCollectiveFailureHandler(&OnUnwaitedCollectiveFailure);
@@ -381,8 +447,11 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
     return Fail(result.status());
   }
   if (result->stopped_early) {
-    if (rank == 0) std::fprintf(stderr, "moe-train: stopped after step %lld (asked to stop)\n", static_cast<long long>(result->last_step));
-    return Finish(moe::StoppedRankEnd("stopped after step " + std::to_string(result->last_step) + " (asked to stop)"));
+    if (rank == 0)
+      std::fprintf(stderr, "moe-train: stopped after step %lld (asked to stop)\n",
+                   static_cast<long long>(result->last_step));
+    return Finish(moe::StoppedRankEnd("stopped after step " + std::to_string(result->last_step) +
+                                      " (asked to stop)"));
   }
   if (rank == 0 && result->last_step >= result->first_step) PrintSummary(*result);
   return Finish(moe::RankEnd{});
@@ -391,8 +460,8 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A peer that dies closes its sockets; writing to them must be an error Gloo reports (EPIPE), not a
-  // signal that kills this rank before it can say what happened.
+  // A peer that dies closes its sockets; writing to them must be an error Gloo reports (EPIPE), not
+  // a signal that kills this rank before it can say what happened.
   ::signal(SIGPIPE, SIG_IGN);
   struct sigaction sa {};
   sa.sa_handler = OnStopSignal;
@@ -410,7 +479,9 @@ int main(int argc, char** argv) {
   }
   if (!f.measure_peak.empty()) {
     moe::kernels::SetNumThreads(static_cast<int>(f.threads));
-    return CachedCpuPeak(f.measure_peak, /*measure=*/true).flops_per_second > 0 ? moe::kExitOk : moe::kExitCannotRun;
+    return CachedCpuPeak(f.measure_peak, /*measure=*/true).flops_per_second > 0
+               ? moe::kExitOk
+               : moe::kExitCannotRun;
   }
   if (moe::Status st = CheckFlags(&f); !st.ok()) return Fail(st);
   auto spec = LoadSpec(f);
@@ -418,10 +489,14 @@ int main(int argc, char** argv) {
   if (f.expert_parallel > 0) spec->parallelism.expert_parallel = f.expert_parallel;
   if (f.pipeline_parallel > 0) spec->parallelism.pipeline_parallel = f.pipeline_parallel;
   if (f.describe) return Describe(f, *spec);
-  // A job whose world size is above 1 runs that many local ranks unless this process is one rank of it.
-  if (f.nproc == 0 && !f.rank_mode() && spec->parallelism.world_size > 1) f.nproc = spec->parallelism.world_size;
+  // A job whose world size is above 1 runs that many local ranks unless this process is one rank of
+  // it.
+  if (f.nproc == 0 && !f.rank_mode() && spec->parallelism.world_size > 1)
+    f.nproc = spec->parallelism.world_size;
   if (f.nproc > 0) {
-    if (f.rank_mode()) return Fail(moe::InvalidArgumentError("--nproc: not with --rank, --world-size or --rendezvous"));
+    if (f.rank_mode())
+      return Fail(
+          moe::InvalidArgumentError("--nproc: not with --rank, --world-size or --rendezvous"));
     return RunLauncher(f, *spec, argc, argv);
   }
   return RunRank(f, *spec);

@@ -32,10 +32,12 @@ StatusOr<MicroBatchResult> Evaluator::PipelineForward(const Tensor& tokens, cons
     Tensor out;
     if (owner == me) {
       MicroBatchResult r;
-      MOE_ASSIGN_OR_RETURN(out, model_.ForwardChunk(v / pp, carried, tokens, targets, ForwardOnlyScales(model_), &r));
+      MOE_ASSIGN_OR_RETURN(out, model_.ForwardChunk(v / pp, carried, tokens, targets,
+                                                    ForwardOnlyScales(model_), &r));
       result.ce_sum += r.ce_sum;
       result.tokens += r.tokens;
-      if (result.mtp_ce_sums.size() < r.mtp_ce_sums.size()) result.mtp_ce_sums.resize(r.mtp_ce_sums.size(), 0.0);
+      if (result.mtp_ce_sums.size() < r.mtp_ce_sums.size())
+        result.mtp_ce_sums.resize(r.mtp_ce_sums.size(), 0.0);
       for (size_t k = 0; k < r.mtp_ce_sums.size(); ++k) result.mtp_ce_sums[k] += r.mtp_ce_sums[k];
       carried = Tensor();
     }
@@ -82,7 +84,8 @@ StatusOr<EvalResult> Evaluator::Finish() {
   packed.insert(packed.end(), mtp_sums_.begin(), mtp_sums_.end());
   packed.insert(packed.end(), mtp_positions_.begin(), mtp_positions_.end());
   if (par_.world != nullptr && par_.world->size() > 1) {
-    MOE_RETURN_IF_ERROR(par_.world->AllReduceSumHost(packed.data(), static_cast<int64_t>(packed.size())));
+    MOE_RETURN_IF_ERROR(
+        par_.world->AllReduceSumHost(packed.data(), static_cast<int64_t>(packed.size())));
   }
   EvalResult out;
   out.tokens = static_cast<int64_t>(packed[1]);
@@ -100,15 +103,19 @@ StatusOr<EvalResult> Evaluator::Finish() {
 
 StatusOr<EvalResult> EvaluateBatches(Model& model, const ParallelContext& par, const JobSpec& spec,
                                      BatchSampler& sampler, int64_t batches) {
-  const int64_t gbs = spec.data.global_batch_size, mbs = spec.data.micro_batch_size, seq = spec.data.seq_length;
+  const int64_t gbs = spec.data.global_batch_size, mbs = spec.data.micro_batch_size,
+                seq = spec.data.seq_length;
   const int64_t per_rank = gbs / par.dp_size();
   Evaluator eval(model, par, static_cast<int>(spec.parallelism.virtual_pipeline));
-  Tensor tokens = Tensor::Empty({mbs, seq}, DType::kI32), targets = Tensor::Empty({mbs, seq}, DType::kI32);
+  Tensor tokens = Tensor::Empty({mbs, seq}, DType::kI32),
+         targets = Tensor::Empty({mbs, seq}, DType::kI32);
   for (int64_t b = 0; b < batches; ++b) {
     for (int64_t m = 0; m < per_rank / mbs; ++m) {
-      sampler.MicroBatch(b * gbs, per_rank, par.dp_rank(), m, tokens.data<int32_t>(), targets.data<int32_t>());
+      sampler.MicroBatch(b * gbs, per_rank, par.dp_rank(), m, tokens.data<int32_t>(),
+                         targets.data<int32_t>());
       const Device dev = model.device();
-      MOE_RETURN_IF_ERROR(eval.Add(dev.is_cpu() ? tokens : tokens.Clone(dev), dev.is_cpu() ? targets : targets.Clone(dev)));
+      MOE_RETURN_IF_ERROR(eval.Add(dev.is_cpu() ? tokens : tokens.Clone(dev),
+                                   dev.is_cpu() ? targets : targets.Clone(dev)));
     }
   }
   return eval.Finish();

@@ -1,8 +1,8 @@
-// Evaluation: the model forward only (no activations kept, no gradients, no bias update; routing as in
-// training with the current bias) over given micro-batches, the losses summed over every rank of the
-// job. Any layout gives the W = 1 value: data-parallel ranks each take their slice of a global batch,
-// pipeline stages pass the activations along (one micro-batch at a time, stage after stage), and the
-// sums travel in one all-reduce.
+// Evaluation: the model forward only (no activations kept, no gradients, no bias update; routing as
+// in training with the current bias) over given micro-batches, the losses summed over every rank of
+// the job. Any layout gives the W = 1 value: data-parallel ranks each take their slice of a global
+// batch, pipeline stages pass the activations along (one micro-batch at a time, stage after stage),
+// and the sums travel in one all-reduce.
 #pragma once
 
 #include <cstdint>
@@ -11,16 +11,17 @@
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "kernels/tensor.h"
-#include "worker/engine/parallel/communicator.h"
 #include "worker/engine/data/sampler.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/parallel/communicator.h"
 
 namespace moe {
 
 struct EvalResult {
-  double loss = 0;      // mean next-token cross-entropy (nats) of the main head
-  double mtp_loss = 0;  // the mean over MTP depths of each depth's mean cross-entropy (0 without MTP)
-  int64_t tokens = 0;   // predicted positions of the main head
+  double loss = 0;  // mean next-token cross-entropy (nats) of the main head
+  double mtp_loss =
+      0;  // the mean over MTP depths of each depth's mean cross-entropy (0 without MTP)
+  int64_t tokens = 0;  // predicted positions of the main head
   double ppl() const;
 };
 
@@ -31,8 +32,8 @@ class Evaluator {
  public:
   Evaluator(Model& model, const ParallelContext& par, int virtual_pipeline);
 
-  // Runs one micro-batch forward (tokens, targets: i32 [batch, seq] on the model's device) and adds its
-  // sums; every rank of the job calls it for its own micro-batches in the same order.
+  // Runs one micro-batch forward (tokens, targets: i32 [batch, seq] on the model's device) and adds
+  // its sums; every rank of the job calls it for its own micro-batches in the same order.
   Status Add(const Tensor& tokens, const Tensor& targets);
   // Collective: the sums over all ranks, as means.
   StatusOr<EvalResult> Finish();

@@ -13,8 +13,10 @@ double LearningRate(const OptimizerConfig& o, int64_t decay_steps, int64_t step)
   if (o.warmup_steps > 0 && step <= o.warmup_steps) {
     return o.lr * static_cast<double>(step) / static_cast<double>(o.warmup_steps);
   }
-  if (step >= decay_steps || decay_steps <= o.warmup_steps) return step >= decay_steps ? o.min_lr : o.lr;
-  const double progress = static_cast<double>(step - o.warmup_steps) / static_cast<double>(decay_steps - o.warmup_steps);
+  if (step >= decay_steps || decay_steps <= o.warmup_steps)
+    return step >= decay_steps ? o.min_lr : o.lr;
+  const double progress = static_cast<double>(step - o.warmup_steps) /
+                          static_cast<double>(decay_steps - o.warmup_steps);
   return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
@@ -31,17 +33,17 @@ struct Optimizer::Bucket {
   Communicator* group = nullptr;  // null: a group of one
   int size = 1, rank = 0;
   std::vector<Param*> params;
-  std::vector<int64_t> offsets;   // each parameter's first element in the flat buffers
-  int64_t numel = 0;              // padded to a multiple of size under ZeRO
-  std::vector<int64_t> counts;    // the shards' sizes (size entries)
+  std::vector<int64_t> offsets;  // each parameter's first element in the flat buffers
+  int64_t numel = 0;             // padded to a multiple of size under ZeRO
+  std::vector<int64_t> counts;   // the shards' sizes (size entries)
   int64_t shard_begin = 0, shard_end = 0;
-  Tensor compute;                 // [numel] what the layers read
-  Tensor master;                  // [numel] (== compute when the dtypes agree) or [shard] (sharded master)
-  int64_t master_offset = 0;      // the flat index of master's first element
-  Tensor grad;                    // [numel]
-  Tensor accum;                   // [numel] f64 (deterministic training), or undefined
-  Tensor m, v;                    // [shard]
-  std::vector<Span> spans;        // with overlap: from the end of the buffer to its start
+  Tensor compute;  // [numel] what the layers read
+  Tensor master;   // [numel] (== compute when the dtypes agree) or [shard] (sharded master)
+  int64_t master_offset = 0;  // the flat index of master's first element
+  Tensor grad;                // [numel]
+  Tensor accum;               // [numel] f64 (deterministic training), or undefined
+  Tensor m, v;                // [shard]
+  std::vector<Span> spans;    // with overlap: from the end of the buffer to its start
 
   // Element range [a, e) of parameter i inside this rank's shard (a == e: none).
   std::pair<int64_t, int64_t> InShard(size_t i) const {
@@ -63,9 +65,13 @@ std::vector<int64_t> GlobalShape(const Param& p, int64_t num_experts_total) {
 
 }  // namespace
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, ParamSet& params, const ParallelContext& par, bool distributed,
-                     int64_t num_experts, bool deterministic)
-    : cfg_(cfg), params_(params), distributed_(distributed), num_experts_(num_experts), deterministic_(deterministic) {
+Optimizer::Optimizer(const OptimizerConfig& cfg, ParamSet& params, const ParallelContext& par,
+                     bool distributed, int64_t num_experts, bool deterministic)
+    : cfg_(cfg),
+      params_(params),
+      distributed_(distributed),
+      num_experts_(num_experts),
+      deterministic_(deterministic) {
   for (bool experts : {false, true}) {
     auto b = std::make_unique<Bucket>();
     b->experts = experts;
@@ -85,7 +91,9 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, ParamSet& params, const Paralle
 
 Optimizer::~Optimizer() = default;
 
-bool Optimizer::sharded_master() const { return distributed_ && params_.compute_dtype() != params_.dtype(); }
+bool Optimizer::sharded_master() const {
+  return distributed_ && params_.compute_dtype() != params_.dtype();
+}
 
 void Optimizer::Build(Bucket& b) {
   int64_t n = 0;
@@ -128,7 +136,9 @@ void Optimizer::Build(Bucket& b) {
     const Tensor value = p->value.Reshape({len});
     kernels::Convert(value, Flat(b.compute, off, off + len));
     const auto [a, e] = b.InShard(i);
-    if (a < e) Flat(b.master, a - b.master_offset, e - b.master_offset).CopyFrom(value.Rows(a - off, e - off));
+    if (a < e)
+      Flat(b.master, a - b.master_offset, e - b.master_offset)
+          .CopyFrom(value.Rows(a - off, e - off));
     if (b.master_offset == 0 && b.master.numel() == b.numel) {
       Flat(b.master, off, off + len).CopyFrom(value);
       p->value = Flat(b.master, off, off + len).Reshape(shape);
@@ -164,7 +174,8 @@ void Optimizer::SetOverlap(int64_t span_bytes) {
     b->spans.clear();
     if (span_bytes <= 0 || b->size == 1) continue;
     const Tensor& sums = b->accum.defined() ? b->accum : b->grad;
-    const int64_t min_elems = std::max<int64_t>(1, span_bytes / static_cast<int64_t>(DTypeSize(sums.dtype())));
+    const int64_t min_elems =
+        std::max<int64_t>(1, span_bytes / static_cast<int64_t>(DTypeSize(sums.dtype())));
     Span span;
     span.end = b->numel;  // the padding goes with the last parameter
     for (size_t i = b->params.size(); i-- > 0;) {
@@ -215,7 +226,8 @@ void Optimizer::GradsFinal(const std::vector<Param*>& params) {
 }
 
 Status Optimizer::ReduceGradients() {
-  for (auto& b : buckets_) {  // the spans the backward did not finish, in the same order on every rank
+  for (auto& b :
+       buckets_) {  // the spans the backward did not finish, in the same order on every rank
     for (Span& span : b->spans) {
       if (!span.op) StartSpan(*b, span);
     }
@@ -235,7 +247,9 @@ Status Optimizer::ReduceGradients() {
     } else if (b->size > 1 && b->spans.empty()) {
       MOE_RETURN_IF_ERROR(b->group->AllReduceSum(sums));
     }
-    if (b->accum.defined()) kernels::Convert(Flat(b->accum, b->shard_begin, b->shard_end), Flat(b->grad, b->shard_begin, b->shard_end));
+    if (b->accum.defined())
+      kernels::Convert(Flat(b->accum, b->shard_begin, b->shard_end),
+                       Flat(b->grad, b->shard_begin, b->shard_end));
   }
   return OkStatus();
 }
@@ -246,7 +260,8 @@ void Optimizer::OwnedGradSquaresInto(bool experts, const Tensor& acc, int64_t sl
     if (b->experts != experts || (!distributed_ && b->rank != 0)) continue;
     for (size_t i = 0; i < b->params.size(); ++i) {
       const auto [a, e] = b->InShard(i);
-      if (a < e && !b->params[i]->tied_copy) kernels::SumSquaresInto(Flat(b->grad, a, e), acc, slot);
+      if (a < e && !b->params[i]->tied_copy)
+        kernels::SumSquaresInto(Flat(b->grad, a, e), acc, slot);
     }
   }
 }
@@ -258,12 +273,15 @@ void Optimizer::UpdateBucket(Bucket& b, const void* adamw_config) {
     if (lo >= hi) continue;
     a.weight_decay = b.params[i]->weight_decay ? cfg_.weight_decay : 0.0;
     kernels::AdamW(Flat(b.master, lo - b.master_offset, hi - b.master_offset), Flat(b.grad, lo, hi),
-                   Flat(b.m, lo - b.shard_begin, hi - b.shard_begin), Flat(b.v, lo - b.shard_begin, hi - b.shard_begin), a);
+                   Flat(b.m, lo - b.shard_begin, hi - b.shard_begin),
+                   Flat(b.v, lo - b.shard_begin, hi - b.shard_begin), a);
   }
 }
 
-Status Optimizer::StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm_sq, bool norm_fp32) {
-  MOE_CHECK(norm_sq.dtype() == DType::kF64 && norm_sq.numel() == 3) << "StepWithDeviceNorm: norm_sq " << norm_sq.ShapeString();
+Status Optimizer::StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm_sq,
+                                     bool norm_fp32) {
+  MOE_CHECK(norm_sq.dtype() == DType::kF64 && norm_sq.numel() == 3)
+      << "StepWithDeviceNorm: norm_sq " << norm_sq.ShapeString();
   kernels::AdamWConfig a;
   a.lr = lr;
   a.beta1 = cfg_.beta1;
@@ -276,9 +294,11 @@ Status Optimizer::StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm
   for (auto& b : buckets_) {
     UpdateBucket(*b, &a);
     if (b->master.raw() != b->compute.raw()) {
-      kernels::Convert(b->master, Flat(b->compute, b->master_offset, b->master_offset + b->master.numel()));
+      kernels::Convert(b->master,
+                       Flat(b->compute, b->master_offset, b->master_offset + b->master.numel()));
     }
-    if (distributed_ && b->size > 1) MOE_RETURN_IF_ERROR(b->group->AllGather(b->compute, b->counts));
+    if (distributed_ && b->size > 1)
+      MOE_RETURN_IF_ERROR(b->group->AllGather(b->compute, b->counts));
   }
   return OkStatus();
 }
@@ -286,13 +306,15 @@ Status Optimizer::StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm
 void Optimizer::WeightsChanged() {
   for (auto& b : buckets_) {
     // A sharded master and the compute copies were read separately (Pieces), nothing to refresh.
-    if (b->master.raw() != b->compute.raw() && b->master.numel() == b->numel) kernels::Convert(b->master, b->compute);
+    if (b->master.raw() != b->compute.raw() && b->master.numel() == b->numel)
+      kernels::Convert(b->master, b->compute);
   }
 }
 
 void Optimizer::Pieces(bool writer, std::vector<TensorPiece>* out) const {
   for (const auto& b : buckets_) {
-    if (!distributed_ && writer && b->rank != 0) continue;  // full tensors: the group's rank 0 writes them
+    if (!distributed_ && writer && b->rank != 0)
+      continue;  // full tensors: the group's rank 0 writes them
     for (size_t i = 0; i < b->params.size(); ++i) {
       Param* p = b->params[i];
       if (writer && p->tied_copy) continue;  // the first stage writes the embedding
@@ -306,16 +328,21 @@ void Optimizer::Pieces(bool writer, std::vector<TensorPiece>* out) const {
         continue;
       }
       if (!writer) {  // the whole weights: into the compute copies when the master is a shard
-        out->push_back({prefix + "value", global, g0, (sharded_master() ? p->compute : p->value).Reshape({len})});
+        out->push_back({prefix + "value", global, g0,
+                        (sharded_master() ? p->compute : p->value).Reshape({len})});
       } else if (!sharded_master() && b->rank == 0) {
         out->push_back({prefix + "value", global, g0, p->value.Reshape({len})});
       }
       const auto [a, e] = b->InShard(i);
       if (a >= e) continue;
       const int64_t at = g0 + (a - off);
-      if (sharded_master()) out->push_back({prefix + "value", global, at, Flat(b->master, a - b->master_offset, e - b->master_offset)});
-      out->push_back({prefix + "m", global, at, Flat(b->m, a - b->shard_begin, e - b->shard_begin)});
-      out->push_back({prefix + "v", global, at, Flat(b->v, a - b->shard_begin, e - b->shard_begin)});
+      if (sharded_master())
+        out->push_back({prefix + "value", global, at,
+                        Flat(b->master, a - b->master_offset, e - b->master_offset)});
+      out->push_back(
+          {prefix + "m", global, at, Flat(b->m, a - b->shard_begin, e - b->shard_begin)});
+      out->push_back(
+          {prefix + "v", global, at, Flat(b->v, a - b->shard_begin, e - b->shard_begin)});
     }
   }
 }
@@ -324,8 +351,10 @@ OptimizerBytes Optimizer::Bytes() const {
   OptimizerBytes out;
   for (const auto& b : buckets_) {
     out.weights += static_cast<int64_t>(b->compute.nbytes());
-    if (b->master.raw() != b->compute.raw()) out.weights += static_cast<int64_t>(b->master.nbytes());
-    out.gradients += static_cast<int64_t>(b->grad.nbytes() + (b->accum.defined() ? b->accum.nbytes() : 0));
+    if (b->master.raw() != b->compute.raw())
+      out.weights += static_cast<int64_t>(b->master.nbytes());
+    out.gradients +=
+        static_cast<int64_t>(b->grad.nbytes() + (b->accum.defined() ? b->accum.nbytes() : 0));
     out.optimizer += static_cast<int64_t>(b->m.nbytes() + b->v.nbytes());
   }
   return out;

@@ -1,5 +1,5 @@
-// The peak a device's MFU is measured against. On CPU there is no datasheet figure worth quoting, so
-// it is measured: SGEMM through the same BLAS and thread count the training uses.
+// The peak a device's MFU is measured against. On CPU there is no datasheet figure worth quoting,
+// so it is measured: SGEMM through the same BLAS and thread count the training uses.
 #pragma once
 
 #include <string>

@@ -11,14 +11,14 @@
 #include "kernels/elementwise.h"
 #include "kernels/fp8.h"
 #include "kernels/memory_stats.h"
-#include "worker/engine/checkpoint/checkpoint.h"
-#include "worker/engine/data/sampler.h"
-#include "worker/engine/train/evaluator.h"
-#include "worker/engine/checkpoint/hf_io.h"
-#include "worker/engine/model/model.h"
-#include "worker/engine/train/optimizer.h"
-#include "worker/engine/parallel/pipeline.h"
 #include "kernels/runtime.h"
+#include "worker/engine/checkpoint/checkpoint.h"
+#include "worker/engine/checkpoint/hf_io.h"
+#include "worker/engine/data/sampler.h"
+#include "worker/engine/model/model.h"
+#include "worker/engine/parallel/pipeline.h"
+#include "worker/engine/train/evaluator.h"
+#include "worker/engine/train/optimizer.h"
 #include "worker/engine/train/peak.h"
 
 namespace moe {
@@ -26,7 +26,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // max / mean tokens per expert (0 when the layer saw no tokens).
 double Imbalance(const std::vector<double>& counts) {
@@ -53,7 +55,8 @@ void StepStats::Add(const MicroBatchResult& mb) {
   for (size_t k = 0; k < mb.mtp_ce_sums.size(); ++k) mtp_ce_sums[k] += mb.mtp_ce_sums[k];
   for (size_t i = 0; i < mb.tokens_per_expert.size(); ++i) {
     std::vector<double>& layer = tokens_per_expert[static_cast<size_t>(mb.moe_layer[i])];
-    for (size_t e = 0; e < layer.size(); ++e) layer[e] += static_cast<double>(mb.tokens_per_expert[i][e]);
+    for (size_t e = 0; e < layer.size(); ++e)
+      layer[e] += static_cast<double>(mb.tokens_per_expert[i][e]);
   }
 }
 
@@ -83,10 +86,14 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec, const Pa
   if (want.world_size != par.world_size || want.expert_parallel != par.expert_parallel ||
       want.pipeline_parallel != par.pipeline_parallel) {
     const auto layout = [](int64_t w, int64_t pp, int64_t ep) {
-      return "world_size " + std::to_string(w) + " (PP " + std::to_string(pp) + ", EP " + std::to_string(ep) + ")";
+      return "world_size " + std::to_string(w) + " (PP " + std::to_string(pp) + ", EP " +
+             std::to_string(ep) + ")";
     };
-    return InvalidArgumentError("the job asks for " + layout(want.world_size, want.pipeline_parallel, want.expert_parallel) +
-                                ", this process group is " + layout(par.world_size, par.pipeline_parallel, par.expert_parallel));
+    return InvalidArgumentError(
+        "the job asks for " +
+        layout(want.world_size, want.pipeline_parallel, want.expert_parallel) +
+        ", this process group is " +
+        layout(par.world_size, par.pipeline_parallel, par.expert_parallel));
   }
   std::unique_ptr<Trainer> t(new Trainer(spec, par, options));
   MOE_RETURN_IF_ERROR(t->Init());
@@ -98,26 +105,34 @@ Status Trainer::Init() {
     place_ = *options_.placement;
   } else {
     const std::string want = options_.device.empty() ? spec_.resources.device : options_.device;
-    const std::string precision = options_.precision.empty() ? spec_.resources.precision.value_or("") : options_.precision;
+    const std::string precision =
+        options_.precision.empty() ? spec_.resources.precision.value_or("") : options_.precision;
     MOE_ASSIGN_OR_RETURN(place_, PlaceRank(want, precision, par_.rank));
   }
   deterministic_ = spec_.training.Deterministic(place_.device.is_cpu());
   if (place_.device.is_cpu()) kernels::SetReproducibleCpuGemm(deterministic_);
   MOE_ASSIGN_OR_RETURN(sampler_, BatchSampler::Create(spec_, par_.dp_size()));
   if (spec_.training.eval_interval > 0) {
-    MOE_ASSIGN_OR_RETURN(eval_sampler_, BatchSampler::Create(spec_, par_.dp_size(), DataSplit::kValid));
+    MOE_ASSIGN_OR_RETURN(eval_sampler_,
+                         BatchSampler::Create(spec_, par_.dp_size(), DataSplit::kValid));
   }
-  flops_per_step_ = MegatronFlopsPerStep(spec_.model, spec_.data.global_batch_size, spec_.data.seq_length);
-  checkpoint_dir_ = options_.checkpoint_dir.empty() ? spec_.checkpoint.dir : options_.checkpoint_dir;
-  checkpoint_interval_ = options_.checkpoint_interval >= 0 ? options_.checkpoint_interval : spec_.checkpoint.interval_steps;
+  flops_per_step_ =
+      MegatronFlopsPerStep(spec_.model, spec_.data.global_batch_size, spec_.data.seq_length);
+  checkpoint_dir_ =
+      options_.checkpoint_dir.empty() ? spec_.checkpoint.dir : options_.checkpoint_dir;
+  checkpoint_interval_ = options_.checkpoint_interval >= 0 ? options_.checkpoint_interval
+                                                           : spec_.checkpoint.interval_steps;
   if (!checkpoint_dir_.empty()) {
-    checkpoints_ = std::make_unique<CheckpointManager>(checkpoint_dir_, par_, ModelFingerprint(spec_), spec_.checkpoint.keep_last,
-                                                       JobSpecToNode(spec_));
+    checkpoints_ =
+        std::make_unique<CheckpointManager>(checkpoint_dir_, par_, ModelFingerprint(spec_),
+                                            spec_.checkpoint.keep_last, JobSpecToNode(spec_));
   } else if (checkpoint_interval_ > 0 && lead_) {
-    MOE_LOG(INFO) << "no checkpoint directory (spec.checkpoint.dir or --checkpoint-dir): checkpoints are off";
+    MOE_LOG(INFO)
+        << "no checkpoint directory (spec.checkpoint.dir or --checkpoint-dir): checkpoints are off";
   }
   if (options_.resume && !checkpoints_) {
-    return InvalidArgumentError("--resume needs a checkpoint directory (--checkpoint-dir or spec.checkpoint.dir)");
+    return InvalidArgumentError(
+        "--resume needs a checkpoint directory (--checkpoint-dir or spec.checkpoint.dir)");
   }
   int64_t chosen = 0;
   if (options_.resume) {
@@ -127,19 +142,22 @@ Status Trainer::Init() {
   // Hugging Face weights go into the full master weights, before the optimizer may shard them.
   if (!options_.init_from.empty() && chosen == 0) {
     MOE_RETURN_IF_ERROR(LoadHfWeights(options_.init_from, *model_, par_));
-    if (lead_) MOE_LOG(INFO) << "initialised from the Hugging Face weights in " << options_.init_from;
+    if (lead_)
+      MOE_LOG(INFO) << "initialised from the Hugging Face weights in " << options_.init_from;
   }
   optimizer_ = std::make_unique<Optimizer>(spec_.optimizer, model_->params(), par_,
-                                           spec_.optimizer.Distributed(par_.dp_size()), spec_.model.moe.num_experts,
-                                           deterministic_);
+                                           spec_.optimizer.Distributed(par_.dp_size()),
+                                           spec_.model.moe.num_experts, deterministic_);
   optimizer_->SetOverlap(static_cast<int64_t>(spec_.parallelism.grad_bucket_mb * 1024 * 1024));
   if (options_.resume) MOE_RETURN_IF_ERROR(Restore(chosen));
   MeasurePeak();
   const int64_t mbs = spec_.data.micro_batch_size, seq = spec_.data.seq_length;
   tokens_ = Tensor::Empty({mbs, seq}, DType::kI32);
   targets_ = Tensor::Empty({mbs, seq}, DType::kI32);
-  tokens_dev_ = place_.device.is_cpu() ? tokens_ : Tensor::Empty({mbs, seq}, DType::kI32, place_.device);
-  targets_dev_ = place_.device.is_cpu() ? targets_ : Tensor::Empty({mbs, seq}, DType::kI32, place_.device);
+  tokens_dev_ =
+      place_.device.is_cpu() ? tokens_ : Tensor::Empty({mbs, seq}, DType::kI32, place_.device);
+  targets_dev_ =
+      place_.device.is_cpu() ? targets_ : Tensor::Empty({mbs, seq}, DType::kI32, place_.device);
   return OkStatus();
 }
 
@@ -150,11 +168,14 @@ namespace {
 Status CheckFp8Shapes(const ParamSet& params) {
   for (const auto& p : params.all()) {
     if (!p->fp8) continue;
-    const int64_t n = p->compute.dim(p->compute.ndim() - 2), k = p->compute.dim(p->compute.ndim() - 1);
+    const int64_t n = p->compute.dim(p->compute.ndim() - 2),
+                  k = p->compute.dim(p->compute.ndim() - 1);
     if (n % 16 != 0 || k % 16 != 0) {
-      return FailedPreconditionError("--precision fp8 on CUDA: " + p->name + " is " + std::to_string(n) + " x " +
-                                     std::to_string(k) + "; cuBLASLt's FP8 GEMMs need the linear layers' dimensions in "
-                                     "multiples of 16. Use bf16, or a model whose sizes are multiples of 16");
+      return FailedPreconditionError(
+          "--precision fp8 on CUDA: " + p->name + " is " + std::to_string(n) + " x " +
+          std::to_string(k) +
+          "; cuBLASLt's FP8 GEMMs need the linear layers' dimensions in "
+          "multiples of 16. Use bf16, or a model whose sizes are multiples of 16");
     }
   }
   return OkStatus();
@@ -175,17 +196,22 @@ Status Trainer::BuildModel() {
   mo.recompute = Recompute::From(spec_.training.recompute);
   mo.materialized_attention = spec_.training.attention == "materialized";
   if (mo.materialized_attention && !place_.device.is_cpu()) {
-    return InvalidArgumentError("spec.training.attention: materialized is the CPU reference path (no CUDA kernel); this "
-                                "rank runs on " + place_.name + ": use flash");
+    return InvalidArgumentError(
+        "spec.training.attention: materialized is the CPU reference path (no CUDA kernel); this "
+        "rank runs on " +
+        place_.name + ": use flash");
   }
   mo.alltoall_seconds = &alltoall_seconds_;
-  for (size_t v = static_cast<size_t>(par_.pp_rank()); v < layout_.size(); v += static_cast<size_t>(par_.pipeline_parallel)) {
+  for (size_t v = static_cast<size_t>(par_.pp_rank()); v < layout_.size();
+       v += static_cast<size_t>(par_.pipeline_parallel)) {
     mo.chunks.push_back(layout_[v]);
   }
-  if (mo.fp8 && place_.device.is_cuda()) MOE_RETURN_IF_ERROR(kernels::Fp8GemmSupport(place_.device));
+  if (mo.fp8 && place_.device.is_cuda())
+    MOE_RETURN_IF_ERROR(kernels::Fp8GemmSupport(place_.device));
   model_ = std::make_unique<Model>(spec_.model, par_, spec_.training.seed, mo);
   if (mo.fp8 && place_.device.is_cuda()) MOE_RETURN_IF_ERROR(CheckFp8Shapes(model_->params()));
-  step_acc_ = Tensor::Zeros({kMtpSlot + std::max<int64_t>(spec_.model.mtp_depth, 0)}, DType::kF64, place_.device);
+  step_acc_ = Tensor::Zeros({kMtpSlot + std::max<int64_t>(spec_.model.mtp_depth, 0)}, DType::kF64,
+                            place_.device);
   model_->SetDeviceLosses({step_acc_, kCeSlot, kAuxSlot, kMtpSlot});
   tied_embedding_ = par_.pipeline_parallel > 1 && layout_.back().mtp > 0;
   return OkStatus();
@@ -223,49 +249,64 @@ void Trainer::LogSetup() const {
   const ParamSet& params = model_->params();  // this rank's
   MOE_LOG(INFO) << "device " << place_.name << ", " << place_.precision
                 << (place_.precision == "bf16" ? " activations with fp32 master weights" : "")
-                << (place_.precision == "fp8" ? ": bf16 activations, fp32 master weights, the linear layers' GEMM inputs "
-                                                "in e4m3 (1x128 activation tiles, 128x128 weight blocks), "
-                                              : "")
+                << (place_.precision == "fp8"
+                        ? ": bf16 activations, fp32 master weights, the linear layers' GEMM inputs "
+                          "in e4m3 (1x128 activation tiles, 128x128 weight blocks), "
+                        : "")
                 << (place_.precision != "fp8" ? ""
-                    : place_.device.is_cuda() ? "cuBLASLt's block-scaled FP8 GEMMs (checked against the emulation)"
-                                              : "emulated: quantised, dequantised, fp32 GEMM");
-  MOE_LOG(INFO) << "model: " << (mc.preset.empty() ? "custom" : mc.preset) << ", " << params.NumElements()
-                << " parameters on rank 0 (" << params.NumElements(true) << " in its experts), " << mc.num_layers
-                << " layers (" << mc.first_k_dense << " dense), " << mc.moe.num_experts << " experts top-" << mc.moe.top_k
-                << "; layout W=" << par_.world_size << " (PP " << par_.pipeline_parallel << " x DP " << par_.dp_size()
-                << ", EP " << par_.expert_parallel << " within DP, expert DP " << par_.expert_dp_size() << "); "
-                << spec_.micro_batches_per_rank() << " micro-batch(es) of " << spec_.data.micro_batch_size << " x "
+                    : place_.device.is_cuda()
+                        ? "cuBLASLt's block-scaled FP8 GEMMs (checked against the emulation)"
+                        : "emulated: quantised, dequantised, fp32 GEMM");
+  MOE_LOG(INFO) << "model: " << (mc.preset.empty() ? "custom" : mc.preset) << ", "
+                << params.NumElements() << " parameters on rank 0 (" << params.NumElements(true)
+                << " in its experts), " << mc.num_layers << " layers (" << mc.first_k_dense
+                << " dense), " << mc.moe.num_experts << " experts top-" << mc.moe.top_k
+                << "; layout W=" << par_.world_size << " (PP " << par_.pipeline_parallel << " x DP "
+                << par_.dp_size() << ", EP " << par_.expert_parallel << " within DP, expert DP "
+                << par_.expert_dp_size() << "); " << spec_.micro_batches_per_rank()
+                << " micro-batch(es) of " << spec_.data.micro_batch_size << " x "
                 << spec_.data.seq_length << " per rank per step";
   if (par_.pipeline_parallel > 1) {
     std::string stages;
-    for (size_t v = 0; v < layout_.size(); ++v) stages += (v ? " | " : "") + StageLayoutString(layout_[v]);
-    MOE_LOG(INFO) << "pipeline: " << layout_.size() << " virtual stage(s) over PP " << par_.pipeline_parallel
-                  << " (rank r holds stages r, r + PP, ...): " << stages << "; "
-                  << (spec_.parallelism.virtual_pipeline > 1 ? "interleaved 1F1B" : "1F1B") << ", ideal bubble "
-                  << IdealBubbleFraction({.pipeline_parallel = static_cast<int>(par_.pipeline_parallel),
-                                        .virtual_pipeline = static_cast<int>(spec_.parallelism.virtual_pipeline),
-                                        .micro_batches = spec_.micro_batches_per_rank()});
+    for (size_t v = 0; v < layout_.size(); ++v)
+      stages += (v ? " | " : "") + StageLayoutString(layout_[v]);
+    MOE_LOG(INFO) << "pipeline: " << layout_.size() << " virtual stage(s) over PP "
+                  << par_.pipeline_parallel << " (rank r holds stages r, r + PP, ...): " << stages
+                  << "; " << (spec_.parallelism.virtual_pipeline > 1 ? "interleaved 1F1B" : "1F1B")
+                  << ", ideal bubble "
+                  << IdealBubbleFraction(
+                         {.pipeline_parallel = static_cast<int>(par_.pipeline_parallel),
+                          .virtual_pipeline = static_cast<int>(spec_.parallelism.virtual_pipeline),
+                          .micro_batches = spec_.micro_batches_per_rank()});
   }
   const OptimizerBytes b = optimizer_->Bytes();
-  MOE_LOG(INFO) << "optimizer: " << (optimizer_->distributed() ? "distributed (ZeRO-1: moments" : "replicated")
-                << (optimizer_->distributed() ? (optimizer_->sharded_master() ? " and fp32 master sharded" : " sharded") : "")
-                << (optimizer_->distributed() ? " over DP " + std::to_string(par_.dp_size()) + ", the experts' over expert DP " +
+  MOE_LOG(INFO) << "optimizer: "
+                << (optimizer_->distributed() ? "distributed (ZeRO-1: moments" : "replicated")
+                << (optimizer_->distributed()
+                        ? (optimizer_->sharded_master() ? " and fp32 master sharded" : " sharded")
+                        : "")
+                << (optimizer_->distributed() ? " over DP " + std::to_string(par_.dp_size()) +
+                                                    ", the experts' over expert DP " +
                                                     std::to_string(par_.expert_dp_size()) + ")"
                                               : "")
-                << "; rank 0 holds " << b.weights / 1048576.0 << " MiB weights, " << b.gradients / 1048576.0
-                << " MiB gradients, " << b.optimizer / 1048576.0 << " MiB AdamW state";
-  MOE_LOG(INFO) << "gradients: "
-                << (deterministic_ ? "deterministic (training.deterministic: f64 sums per micro-batch and source rank, "
-                                     "reduced in f64; every layout trains like W = 1)"
-                                   : "summed in their dtype in the layout's order (training.deterministic: false)")
-                << "; GEMMs: " << (place_.device.is_cpu() ? kernels::CpuGemmBackendName() : "cuBLAS");
+                << "; rank 0 holds " << b.weights / 1048576.0 << " MiB weights, "
+                << b.gradients / 1048576.0 << " MiB gradients, " << b.optimizer / 1048576.0
+                << " MiB AdamW state";
+  MOE_LOG(INFO)
+      << "gradients: "
+      << (deterministic_
+              ? "deterministic (training.deterministic: f64 sums per micro-batch and source rank, "
+                "reduced in f64; every layout trains like W = 1)"
+              : "summed in their dtype in the layout's order (training.deterministic: false)")
+      << "; GEMMs: " << (place_.device.is_cpu() ? kernels::CpuGemmBackendName() : "cuBLAS");
   if (optimizer_->overlap_spans() > 0) {
     MOE_LOG(INFO) << "gradient reduction: " << optimizer_->overlap_spans() << " spans of at least "
-                  << spec_.parallelism.grad_bucket_mb << " MB, each started when the backward has finished its "
+                  << spec_.parallelism.grad_bucket_mb
+                  << " MB, each started when the backward has finished its "
                   << "blocks' gradients (parallelism.grad_bucket_mb)";
   }
-  MOE_LOG(INFO) << "model FLOPs per step " << flops_per_step_ << " (Megatron formula); MFU against " << peak_source_
-                << " = " << peak_flops_ / 1e9 << " GFLOP/s per device";
+  MOE_LOG(INFO) << "model FLOPs per step " << flops_per_step_ << " (Megatron formula); MFU against "
+                << peak_source_ << " = " << peak_flops_ / 1e9 << " GFLOP/s per device";
 }
 
 StatusOr<TrainResult> Trainer::Run() {
@@ -275,19 +316,23 @@ StatusOr<TrainResult> Trainer::Run() {
   result_.peak_source = peak_source_;
   if (start_step_ >= stop_step_) {
     result_.first_step = result_.last_step = start_step_;
-    if (lead_) MOE_LOG(INFO) << "nothing to do: the checkpoint is at step " << start_step_ << ", the run stops at " << stop_step_;
+    if (lead_)
+      MOE_LOG(INFO) << "nothing to do: the checkpoint is at step " << start_step_
+                    << ", the run stops at " << stop_step_;
     return result_;
   }
   if (lead_ && !options_.metrics_out.empty()) {
     metrics_file_.open(options_.metrics_out, options_.resume ? std::ios::app : std::ios::trunc);
-    if (!metrics_file_) return UnavailableError("cannot open --metrics-out file '" + options_.metrics_out + "'");
+    if (!metrics_file_)
+      return UnavailableError("cannot open --metrics-out file '" + options_.metrics_out + "'");
   }
   OpenHistory();
   result_.first_step = start_step_ + 1;
   for (int64_t step = start_step_ + 1; step <= stop_step_; ++step) {
     MOE_ASSIGN_OR_RETURN(const bool stop, AgreeToStop(step));
     if (stop) {
-      if (options_.on_protected) options_.on_protected(true);  // every rank, also one not signalled yet
+      if (options_.on_protected)
+        options_.on_protected(true);  // every rank, also one not signalled yet
       result_.stopped_early = true;
       if (lead_) MOE_LOG(INFO) << "stopping before step " << step << " (asked to stop)";
       MOE_RETURN_IF_ERROR(CheckpointOnStop(step - 1));
@@ -305,7 +350,8 @@ StatusOr<TrainResult> Trainer::Run() {
 }
 
 LossScales Trainer::ScalesFor(const StepStats& stats) const {
-  const double gbs = static_cast<double>(stats.global_batch), seq = static_cast<double>(spec_.data.seq_length);
+  const double gbs = static_cast<double>(stats.global_batch),
+               seq = static_cast<double>(spec_.data.seq_length);
   LossScales s;
   s.ce = 1.0 / (gbs * seq);
   s.aux_coeff = spec_.model.moe.seq_aux_loss_coeff / gbs;
@@ -331,7 +377,8 @@ void Trainer::PlanStep(int64_t step, StepStats* stats) const {
   if (spec_.data.batch_ramp.start == 0) {
     samples = (step - 1) * spec_.data.global_batch_size;
   } else {
-    for (int64_t s = 1; s < step; ++s) samples += spec_.GlobalBatchAt(static_cast<double>(samples * spec_.data.seq_length));
+    for (int64_t s = 1; s < step; ++s)
+      samples += spec_.GlobalBatchAt(static_cast<double>(samples * spec_.data.seq_length));
   }
   stats->tokens_before = static_cast<double>(samples * spec_.data.seq_length);
   stats->global_batch = spec_.GlobalBatchAt(stats->tokens_before);
@@ -351,8 +398,9 @@ Status Trainer::Step(int64_t step) {
     if (g != nullptr) g->SetPhase(phase + ": gradient reduction");
   }
   StepStats stats;
-  // Everything the step allocates is an activation or a temporary unless a narrower scope says otherwise
-  // (the all-to-all staging); the peak starts from what is live before the step (weights, optimizer).
+  // Everything the step allocates is an activation or a temporary unless a narrower scope says
+  // otherwise (the all-to-all staging); the peak starts from what is live before the step (weights,
+  // optimizer).
   MemoryScope activations(MemoryCategory::kActivations);
   const int device_type = static_cast<int>(place_.device.type);
   ResetPeakMemory(device_type);
@@ -363,8 +411,10 @@ Status Trainer::Step(int64_t step) {
   par_.world->SetPhase(phase + ": gradient all-reduce");
   MOE_RETURN_IF_ERROR(ReduceGradients());
   stats.grad_sync_seconds = Since(t_sync);
-  if (step == options_.inject_nonfinite_grad_step) {  // a non-finite norm, as an overflow would leave it
-    step_acc_.Rows(kDenseSqSlot, kDenseSqSlot + 1).CopyFrom(Tensor::FromVector<double>({std::nan("")}, {1}));
+  if (step ==
+      options_.inject_nonfinite_grad_step) {  // a non-finite norm, as an overflow would leave it
+    step_acc_.Rows(kDenseSqSlot, kDenseSqSlot + 1)
+        .CopyFrom(Tensor::FromVector<double>({std::nan("")}, {1}));
   }
   MOE_RETURN_IF_ERROR(Update(step, &stats));
   MOE_RETURN_IF_ERROR(FinishStep(step, &stats));  // its read waits for the step's queued kernels
@@ -382,35 +432,44 @@ Status Trainer::Step(int64_t step) {
 Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
   (void)step;  // the data position is the samples consumed before the step (PlanStep)
   const auto t0 = Clock::now();
-  const int64_t gbs = stats->global_batch, seq = spec_.data.seq_length, mbs = spec_.data.micro_batch_size;
+  const int64_t gbs = stats->global_batch, seq = spec_.data.seq_length,
+                mbs = spec_.data.micro_batch_size;
   const LossScales scales = ScalesFor(*stats);
   const size_t n_moe = static_cast<size_t>(model_->num_global_moe_layers());
-  stats->tokens_per_expert.assign(n_moe, std::vector<double>(static_cast<size_t>(spec_.model.moe.num_experts), 0.0));
-  stats->mtp_ce_sums.assign(model_->mtp_trains() ? static_cast<size_t>(spec_.model.mtp_depth) : 0, 0.0);
+  stats->tokens_per_expert.assign(
+      n_moe, std::vector<double>(static_cast<size_t>(spec_.model.moe.num_experts), 0.0));
+  stats->mtp_ce_sums.assign(model_->mtp_trains() ? static_cast<size_t>(spec_.model.mtp_depth) : 0,
+                            0.0);
   alltoall_seconds_ = 0;
   optimizer_->ZeroGrads();
   step_acc_.SetZero();
-  // Each data-parallel rank takes gbs / DP consecutive samples of the global batch, in micro-batches.
-  const int64_t per_rank = gbs / par_.dp_size(), first = static_cast<int64_t>(stats->tokens_before) / seq;
+  // Each data-parallel rank takes gbs / DP consecutive samples of the global batch, in
+  // micro-batches.
+  const int64_t per_rank = gbs / par_.dp_size(),
+                first = static_cast<int64_t>(stats->tokens_before) / seq;
   // The last micro-batch's backward hands each block's finished gradients to the reduction.
-  model_->ArmGradsFinal(per_rank / mbs, [this](const std::vector<Param*>& ps) { optimizer_->GradsFinal(ps); });
+  model_->ArmGradsFinal(per_rank / mbs,
+                        [this](const std::vector<Param*>& ps) { optimizer_->GradsFinal(ps); });
   if (par_.pipeline_parallel > 1) {
     MOE_RETURN_IF_ERROR(PipelineForwardBackward(per_rank / mbs, first, scales, stats));
   } else {
     for (int64_t m = 0; m < per_rank / mbs; ++m) {
-      sampler_->MicroBatch(first, per_rank, par_.dp_rank(), m, tokens_.data<int32_t>(), targets_.data<int32_t>());
+      sampler_->MicroBatch(first, per_rank, par_.dp_rank(), m, tokens_.data<int32_t>(),
+                           targets_.data<int32_t>());
       if (place_.device.is_cuda()) {
         tokens_dev_.CopyFrom(tokens_);
         targets_dev_.CopyFrom(targets_);
       }
-      MOE_ASSIGN_OR_RETURN(MicroBatchResult mb, model_->ForwardBackward(tokens_dev_, targets_dev_, scales));
+      MOE_ASSIGN_OR_RETURN(MicroBatchResult mb,
+                           model_->ForwardBackward(tokens_dev_, targets_dev_, scales));
       stats->Add(mb);
     }
   }
   model_->ArmGradsFinal(0, nullptr);
-  if (options_.inject_step_delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options_.inject_step_delay));
-  // No device sync here (the step's budget is one read, at its end): on a GPU this phase's time is what
-  // the host took to queue it, plus whatever its collectives waited for.
+  if (options_.inject_step_delay > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(options_.inject_step_delay));
+  // No device sync here (the step's budget is one read, at its end): on a GPU this phase's time is
+  // what the host took to queue it, plus whatever its collectives waited for.
   stats->alltoall_seconds = alltoall_seconds_;
   const double seconds = Since(t0);
   stats->pipeline_bubble = seconds > 0 ? stats->pipeline_bubble / seconds : 0;
@@ -419,24 +478,28 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
 
 // Every stage reads every micro-batch of its data-parallel rank (the first stage embeds the tokens,
 // the last needs the targets and, for MTP, the tokens again); then the schedule runs.
-Status Trainer::PipelineForwardBackward(int64_t micro_batches, int64_t first_sample, const LossScales& scales, StepStats* stats) {
+Status Trainer::PipelineForwardBackward(int64_t micro_batches, int64_t first_sample,
+                                        const LossScales& scales, StepStats* stats) {
   const int64_t mbs = spec_.data.micro_batch_size;
   std::vector<Tensor> tokens, targets;
   for (int64_t m = 0; m < micro_batches; ++m) {
-    sampler_->MicroBatch(first_sample, micro_batches * mbs, par_.dp_rank(), m, tokens_.data<int32_t>(), targets_.data<int32_t>());
+    sampler_->MicroBatch(first_sample, micro_batches * mbs, par_.dp_rank(), m,
+                         tokens_.data<int32_t>(), targets_.data<int32_t>());
     tokens.push_back(tokens_.Clone(place_.device));
     targets.push_back(targets_.Clone(place_.device));
   }
   PipelineRunner runner(*model_, par_, static_cast<int>(spec_.parallelism.virtual_pipeline));
   PipelineRunner::Timing timing;
-  MOE_RETURN_IF_ERROR(runner.Run(tokens, targets, scales, [stats](const MicroBatchResult& r) { stats->Add(r); }, &timing));
+  MOE_RETURN_IF_ERROR(runner.Run(
+      tokens, targets, scales, [stats](const MicroBatchResult& r) { stats->Add(r); }, &timing));
   stats->pipeline_bubble = timing.exchange_seconds;  // a fraction after ForwardBackward divides it
   return OkStatus();
 }
 
-// Gradients: the embedding's over the first and last stage (MTP's copy), then over the data-parallel
-// groups (all-reduce, or reduce-scatter into the ZeRO shards); then the squared norms of what each rank
-// owns, added on the device and summed over all ranks there (the statistics follow in FinishStep).
+// Gradients: the embedding's over the first and last stage (MTP's copy), then over the
+// data-parallel groups (all-reduce, or reduce-scatter into the ZeRO shards); then the squared norms
+// of what each rank owns, added on the device and summed over all ranks there (the statistics
+// follow in FinishStep).
 Status Trainer::ReduceGradients() {
   if (tied_embedding_ && par_.embedding != nullptr && par_.embedding->size() > 1) {
     Param* e = model_->params().Find("embedding");
@@ -446,33 +509,40 @@ Status Trainer::ReduceGradients() {
   MOE_RETURN_IF_ERROR(optimizer_->ReduceGradients());
   optimizer_->OwnedGradSquaresInto(false, step_acc_, kDenseSqSlot);
   optimizer_->OwnedGradSquaresInto(true, step_acc_, kExpertSqSlot);
-  // The bounds checks' bits: this rank's kept, a copy summed over the ranks with the squares, so that a
-  // bad batch anywhere skips the update everywhere and every rank fails the step alike.
+  // The bounds checks' bits: this rank's kept, a copy summed over the ranks with the squares, so
+  // that a bad batch anywhere skips the update everywhere and every rank fails the step alike.
   kernels::FoldBadIndices(step_acc_, kBadIndexSlot);
-  step_acc_.Rows(kBadSumSlot, kBadSumSlot + 1).CopyFrom(step_acc_.Rows(kBadIndexSlot, kBadIndexSlot + 1));
-  if (par_.world_size > 1) MOE_RETURN_IF_ERROR(par_.world->AllReduceSum(step_acc_.Rows(kDenseSqSlot, kBadSumSlot + 1)));
+  step_acc_.Rows(kBadSumSlot, kBadSumSlot + 1)
+      .CopyFrom(step_acc_.Rows(kBadIndexSlot, kBadIndexSlot + 1));
+  if (par_.world_size > 1)
+    MOE_RETURN_IF_ERROR(par_.world->AllReduceSum(step_acc_.Rows(kDenseSqSlot, kBadSumSlot + 1)));
   return OkStatus();
 }
 
-// Clipping on the global norm and AdamW, the norm read on the device (kernels::ClipScale); a non-finite
-// norm skips the update there. The squares are summed shard by shard, in an order that depends on the
-// layout: deterministic training clips by the norm rounded to fp32, which a last-bit difference almost
-// never moves.
+// Clipping on the global norm and AdamW, the norm read on the device (kernels::ClipScale); a
+// non-finite norm skips the update there. The squares are summed shard by shard, in an order that
+// depends on the layout: deterministic training clips by the norm rounded to fp32, which a last-bit
+// difference almost never moves.
 Status Trainer::Update(int64_t step, StepStats* stats) {
-  stats->lr = spec_.optimizer.lr_schedule.empty() ? LearningRate(spec_.optimizer, spec_.decay_steps(), step)
-                                                  : ScheduleValue(spec_.optimizer.lr_schedule, stats->tokens_before, 0);
-  return optimizer_->StepWithDeviceNorm(step, stats->lr, step_acc_.Rows(kDenseSqSlot, kBadSumSlot + 1), deterministic_);
+  stats->lr = spec_.optimizer.lr_schedule.empty()
+                  ? LearningRate(spec_.optimizer, spec_.decay_steps(), step)
+                  : ScheduleValue(spec_.optimizer.lr_schedule, stats->tokens_before, 0);
+  return optimizer_->StepWithDeviceNorm(
+      step, stats->lr, step_acc_.Rows(kDenseSqSlot, kBadSumSlot + 1), deterministic_);
 }
 
 Status Trainer::BadIndexStatus(double local_bits, double any_rank, const std::string& when) const {
   if (local_bits != 0) {  // the batch, not the device
-    return FailedPreconditionError(when + ": the batch held " + kernels::BadIndexMessage(static_cast<unsigned>(local_bits)) +
-                                   " (device-side bounds checks: nothing was read out of bounds, no update was made); "
-                                   "check the dataset against spec.model.vocab_size");
+    return FailedPreconditionError(
+        when + ": the batch held " + kernels::BadIndexMessage(static_cast<unsigned>(local_bits)) +
+        " (device-side bounds checks: nothing was read out of bounds, no update was made); "
+        "check the dataset against spec.model.vocab_size");
   }
   if (any_rank != 0) {
-    return FailedPreconditionError(when + ": another rank's batch held indices out of range (its log names them); no "
-                                   "update was made");
+    return FailedPreconditionError(
+        when +
+        ": another rank's batch held indices out of range (its log names them); no "
+        "update was made");
   }
   return OkStatus();
 }
@@ -480,12 +550,15 @@ Status Trainer::BadIndexStatus(double local_bits, double any_rank, const std::st
 Status Trainer::FinishStep(int64_t step, StepStats* stats) {
   CountCpuStandInRead(step_acc_);
   const std::vector<double> acc = step_acc_.ToVector<double>();
-  MOE_RETURN_IF_ERROR(BadIndexStatus(acc[kBadIndexSlot], acc[kBadSumSlot], "step " + std::to_string(step)));
+  MOE_RETURN_IF_ERROR(
+      BadIndexStatus(acc[kBadIndexSlot], acc[kBadSumSlot], "step " + std::to_string(step)));
   stats->ce_sum += acc[kCeSlot];
   stats->aux_loss += acc[kAuxSlot];
-  for (size_t k = 0; k < stats->mtp_ce_sums.size(); ++k) stats->mtp_ce_sums[k] += acc[static_cast<size_t>(kMtpSlot) + k];
+  for (size_t k = 0; k < stats->mtp_ce_sums.size(); ++k)
+    stats->mtp_ce_sums[k] += acc[static_cast<size_t>(kMtpSlot) + k];
   std::vector<double> packed = stats->Pack();
-  MOE_RETURN_IF_ERROR(par_.world->AllReduceSumHost(packed.data(), static_cast<int64_t>(packed.size())));
+  MOE_RETURN_IF_ERROR(
+      par_.world->AllReduceSumHost(packed.data(), static_cast<int64_t>(packed.size())));
   stats->Unpack(packed);
   stats->pipeline_bubble /= static_cast<double>(par_.world_size);
   stats->dense_sq = acc[kDenseSqSlot];  // already summed over the ranks
@@ -494,19 +567,22 @@ Status Trainer::FinishStep(int64_t step, StepStats* stats) {
   if (deterministic_) stats->grad_norm = static_cast<float>(stats->grad_norm);
   if (!std::isfinite(stats->grad_norm)) {
     stats->update_skipped = true;
-    if (lead_) MOE_LOG(WARNING) << "step " << step << ": gradient norm is " << stats->grad_norm << "; update skipped";
+    if (lead_)
+      MOE_LOG(WARNING) << "step " << step << ": gradient norm is " << stats->grad_norm
+                       << "; update skipped";
   }
   UpdateBias(*stats);
   return OkStatus();
 }
 
-// Aux-loss-free balancing from the step's global token counts; not on a step whose update was skipped
-// (its routing came from weights that did not move).
+// Aux-loss-free balancing from the step's global token counts; not on a step whose update was
+// skipped (its routing came from weights that did not move).
 void Trainer::UpdateBias(const StepStats& stats) {
   const double rate = stats.bias_update_rate;
   if (rate <= 0 || stats.update_skipped || !spec_.model.moe.has_bias()) return;
   for (size_t l = 0; l < model_->moe_layers().size(); ++l) {
-    model_->moe_layers()[l]->UpdateBias(stats.tokens_per_expert[static_cast<size_t>(model_->moe_global_index()[l])], rate);
+    model_->moe_layers()[l]->UpdateBias(
+        stats.tokens_per_expert[static_cast<size_t>(model_->moe_global_index()[l])], rate);
   }
 }
 
@@ -522,10 +598,11 @@ StepMetrics Trainer::Metrics(int64_t step, const StepStats& stats) const {
   const int64_t seq = spec_.data.seq_length;
   m.tokens = stats.global_batch * seq;
   m.loss = stats.ce_sum / static_cast<double>(m.tokens);
-  // The MTP loss as reported: the mean over depths of each depth's mean cross-entropy (unweighted, so it
-  // compares with the main loss); the objective adds lambda times it.
+  // The MTP loss as reported: the mean over depths of each depth's mean cross-entropy (unweighted,
+  // so it compares with the main loss); the objective adds lambda times it.
   for (size_t k = 0; k < stats.mtp_ce_sums.size(); ++k) {
-    const double positions = static_cast<double>(stats.global_batch * (seq - static_cast<int64_t>(k) - 1));
+    const double positions =
+        static_cast<double>(stats.global_batch * (seq - static_cast<int64_t>(k) - 1));
     m.mtp_loss += stats.mtp_ce_sums[k] / positions / static_cast<double>(stats.mtp_ce_sums.size());
   }
   m.mtp_loss_weight = stats.mtp_ce_sums.empty() ? 0 : stats.mtp_loss_weight;
@@ -534,8 +611,8 @@ StepMetrics Trainer::Metrics(int64_t step, const StepStats& stats) const {
   m.grad_norm = stats.grad_norm;
   m.step_seconds = stats.step_seconds;
   m.tokens_per_second = static_cast<double>(m.tokens) / m.step_seconds;
-  m.tflops_per_device = TflopsPerDevice(MegatronFlopsPerStep(spec_.model, stats.global_batch, seq), m.step_seconds,
-                                        par_.world_size);
+  m.tflops_per_device = TflopsPerDevice(MegatronFlopsPerStep(spec_.model, stats.global_batch, seq),
+                                        m.step_seconds, par_.world_size);
   m.peak_tflops = peak_flops_ / 1e12;
   m.peak_source = peak_source_;
   m.mfu = m.peak_tflops > 0 ? m.tflops_per_device / m.peak_tflops : 0;
@@ -547,7 +624,8 @@ StepMetrics Trainer::Metrics(int64_t step, const StepStats& stats) const {
   m.memory_peak_bytes = stats.memory.peak;
   m.checkpoint_step = std::max(last_checkpoint_step_, start_step_);
   for (size_t c = 0; c < kNumMemoryCategories; ++c) {
-    m.memory_at_peak.emplace_back(MemoryCategoryName(static_cast<MemoryCategory>(c)), stats.memory.at_peak[c]);
+    m.memory_at_peak.emplace_back(MemoryCategoryName(static_cast<MemoryCategory>(c)),
+                                  stats.memory.at_peak[c]);
   }
   m.consumed_samples = static_cast<int64_t>(stats.tokens_before) / seq + stats.global_batch;
   m.world_size = par_.world_size;
@@ -560,30 +638,35 @@ Status Trainer::MaybeEvaluate(int64_t step, StepMetrics* m) {
   if (every <= 0 || (step % every != 0 && step != stop_step_)) return OkStatus();
   const auto t0 = Clock::now();
   par_.world->SetPhase("evaluation after step " + std::to_string(step));
-  MOE_ASSIGN_OR_RETURN(const EvalResult r,
-                       EvaluateBatches(*model_, par_, spec_, *eval_sampler_, spec_.training.eval_batches));
-  if (place_.device.is_cuda()) {  // the evaluation's bounds-check bits, not the next step's (one read)
+  MOE_ASSIGN_OR_RETURN(const EvalResult r, EvaluateBatches(*model_, par_, spec_, *eval_sampler_,
+                                                           spec_.training.eval_batches));
+  if (place_.device
+          .is_cuda()) {  // the evaluation's bounds-check bits, not the next step's (one read)
     kernels::FoldBadIndices(step_acc_, kBadIndexSlot);
     const double local = step_acc_.Rows(kBadIndexSlot, kBadIndexSlot + 1).ToVector<double>()[0];
-    double any_rank = local;  // summed over the ranks, so that every rank fails the evaluation alike
+    double any_rank =
+        local;  // summed over the ranks, so that every rank fails the evaluation alike
     if (par_.world->size() > 1) MOE_RETURN_IF_ERROR(par_.world->AllReduceSumHost(&any_rank, 1));
-    MOE_RETURN_IF_ERROR(BadIndexStatus(local, any_rank, "evaluation after step " + std::to_string(step)));
+    MOE_RETURN_IF_ERROR(
+        BadIndexStatus(local, any_rank, "evaluation after step " + std::to_string(step)));
   }
   m->has_eval = true;
   m->eval_loss = r.loss;
   m->eval_ppl = r.ppl();
   m->eval_mtp_loss = r.mtp_loss;
   if (lead_) {
-    MOE_LOG(INFO) << "validation after step " << step << ": loss " << r.loss << " (ppl " << r.ppl() << ")"
-                  << (model_->mtp_trains() ? ", mtp loss " + std::to_string(r.mtp_loss) : "") << " over " << r.tokens
-                  << " tokens in " << spec_.training.eval_batches << " batch(es) (" << Since(t0) << " s)";
+    MOE_LOG(INFO) << "validation after step " << step << ": loss " << r.loss << " (ppl " << r.ppl()
+                  << ")" << (model_->mtp_trains() ? ", mtp loss " + std::to_string(r.mtp_loss) : "")
+                  << " over " << r.tokens << " tokens in " << spec_.training.eval_batches
+                  << " batch(es) (" << Since(t0) << " s)";
   }
   return OkStatus();
 }
 
 Status Trainer::Report(const StepMetrics& m) {
   if (!std::isfinite(m.loss)) {
-    return InternalError("step " + std::to_string(m.step) + ": the loss is " + std::to_string(m.loss) + " (diverged)");
+    return InternalError("step " + std::to_string(m.step) + ": the loss is " +
+                         std::to_string(m.loss) + " (diverged)");
   }
   if (m.step == result_.first_step) result_.first_loss = m.loss;
   result_.last_step = m.step;
@@ -591,7 +674,8 @@ Status Trainer::Report(const StepMetrics& m) {
   if (m.memory_peak_bytes > result_.peak_memory_bytes) {
     result_.peak_memory_bytes = m.memory_peak_bytes;
     for (const auto& [name, bytes] : m.memory_at_peak) {
-      if (name == MemoryCategoryName(MemoryCategory::kActivations)) result_.peak_activation_bytes = bytes;
+      if (name == MemoryCategoryName(MemoryCategory::kActivations))
+        result_.peak_activation_bytes = bytes;
     }
   }
   // The first step carries one-time costs (page faults, allocator warm-up); leave it out of means.
@@ -604,7 +688,8 @@ Status Trainer::Report(const StepMetrics& m) {
   if (lead_) {
     if (metrics_file_.is_open()) metrics_file_ << MetricsJson(m) << "\n" << std::flush;
     if (history_file_.is_open()) history_file_ << MetricsJson(m) << "\n" << std::flush;
-    const bool log_now = m.step % spec_.training.log_interval == 0 || m.step == stop_step_ || m.step == result_.first_step;
+    const bool log_now = m.step % spec_.training.log_interval == 0 || m.step == stop_step_ ||
+                         m.step == result_.first_step;
     if (options_.log_steps && log_now) MOE_LOG(INFO) << MegatronLogLine(m);
   }
   if (options_.on_step) options_.on_step(m);
@@ -612,22 +697,28 @@ Status Trainer::Report(const StepMetrics& m) {
 }
 
 // The job's loss history beside its checkpoints (<dir>/metrics.jsonl, one JSON line per step, the
-// lead rank's): started afresh by a run from step 0, appended to by a resumed one (steps redone after
-// a resume appear again; the last line of a step is the one that counts). It survives restarts and
-// controller outages, which the live stream does not; it is a record, so failing to open it only warns.
+// lead rank's): started afresh by a run from step 0, appended to by a resumed one (steps redone
+// after a resume appear again; the last line of a step is the one that counts). It survives
+// restarts and controller outages, which the live stream does not; it is a record, so failing to
+// open it only warns.
 void Trainer::OpenHistory() {
   if (!lead_ || !checkpoints_) return;
   const std::string path = JoinPath(checkpoint_dir_, "metrics.jsonl");
   if (Status st = MakeDirs(checkpoint_dir_); st.ok()) {
     history_file_.open(path, start_step_ > 0 ? std::ios::app : std::ios::trunc);
   }
-  if (!history_file_) MOE_LOG(WARNING) << "cannot open the loss history " << path << "; this attempt's steps are not recorded there";
+  if (!history_file_)
+    MOE_LOG(WARNING) << "cannot open the loss history " << path
+                     << "; this attempt's steps are not recorded there";
 }
 
 // Asked to stop (a cancel, a worker's clean shutdown, a preemption): the steps since the last
-// checkpoint are kept by one more, at the boundary every rank agreed on (a clean stop costs no work).
+// checkpoint are kept by one more, at the boundary every rank agreed on (a clean stop costs no
+// work).
 Status Trainer::CheckpointOnStop(int64_t last_step) {
-  if (!checkpoints_ || last_step <= start_step_ || last_step == last_checkpoint_step_ || !last_metrics_) return OkStatus();
+  if (!checkpoints_ || last_step <= start_step_ || last_step == last_checkpoint_step_ ||
+      !last_metrics_)
+    return OkStatus();
   if (lead_) MOE_LOG(INFO) << "checkpointing step " << last_step << " before stopping";
   return SaveCheckpoint(last_step, *last_metrics_);
 }
@@ -635,7 +726,8 @@ Status Trainer::CheckpointOnStop(int64_t last_step) {
 Status Trainer::MaybeCheckpoint(int64_t step, const StepMetrics& m) {
   last_metrics_ = m;
   if (!checkpoints_) return OkStatus();
-  if (!((checkpoint_interval_ > 0 && step % checkpoint_interval_ == 0) || step == stop_step_)) return OkStatus();
+  if (!((checkpoint_interval_ > 0 && step % checkpoint_interval_ == 0) || step == stop_step_))
+    return OkStatus();
   return SaveCheckpoint(step, m);
 }
 
@@ -656,35 +748,42 @@ Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m) {
   Status storage;
   MOE_RETURN_IF_ERROR(checkpoints_->Save(step, *model_, *optimizer_, state, &storage));
   if (!storage.ok()) {
-    // Storage trouble costs this checkpoint, not the run: every rank gave it up together and trains on.
-    // The last one must be written, though: the rank fails (transient) and the job resumes and retries.
-    if (step == stop_step_) return UnavailableError("the final checkpoint could not be written: " + storage.message());
+    // Storage trouble costs this checkpoint, not the run: every rank gave it up together and trains
+    // on. The last one must be written, though: the rank fails (transient) and the job resumes and
+    // retries.
+    if (step == stop_step_)
+      return UnavailableError("the final checkpoint could not be written: " + storage.message());
     ++checkpoints_skipped_;
     if (lead_) {
-      MOE_LOG(WARNING) << "checkpoint at step " << step << " not written (" << storage.message() << "); training goes on, "
-                       << "the next try is at step " << std::min(step + checkpoint_interval_, stop_step_) << " ("
+      MOE_LOG(WARNING) << "checkpoint at step " << step << " not written (" << storage.message()
+                       << "); training goes on, "
+                       << "the next try is at step "
+                       << std::min(step + checkpoint_interval_, stop_step_) << " ("
                        << checkpoints_skipped_ << " skipped so far)";
     }
     return OkStatus();
   }
   last_checkpoint_step_ = step;
   if (lead_) {
-    MOE_LOG(INFO) << "saved checkpoint " << CheckpointManager::StepDirName(step) << " in " << checkpoint_dir_ << " ("
-                  << Since(c0) << " s)";
+    MOE_LOG(INFO) << "saved checkpoint " << CheckpointManager::StepDirName(step) << " in "
+                  << checkpoint_dir_ << " (" << Since(c0) << " s)";
   }
   return OkStatus();
 }
 
-StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options) {
+StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par,
+                            const TrainerOptions& options) {
   std::unique_ptr<Trainer> trainer;
   try {
     MOE_ASSIGN_OR_RETURN(trainer, Trainer::Create(spec, par, options));
   } catch (const std::bad_alloc&) {  // a permanent failure: the next attempt would hit it again
-    // FAILED_PRECONDITION (cannot run here: permanent), not RESOURCE_EXHAUSTED, which also means a full
-    // disk and stays transient.
+    // FAILED_PRECONDITION (cannot run here: permanent), not RESOURCE_EXHAUSTED, which also means a
+    // full disk and stays transient.
     return FailedPreconditionError(
-        "out of memory at initialisation: the model, its gradients and the optimizer state do not fit in this "
-        "rank's memory (moe-train --describe gives the per-rank accounting; use more ranks or a smaller model)");
+        "out of memory at initialisation: the model, its gradients and the optimizer state do not "
+        "fit in this "
+        "rank's memory (moe-train --describe gives the per-rank accounting; use more ranks or a "
+        "smaller model)");
   }
   return trainer->Run();
 }

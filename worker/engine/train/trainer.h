@@ -8,7 +8,8 @@
 //   metrics (JSON line, log line, callback)          Report
 //   checkpoint at the interval and at the end        MaybeCheckpoint
 //
-// Statistics travel in a StepStats, not in packed arrays; the device is chosen once (DevicePlacement).
+// Statistics travel in a StepStats, not in packed arrays; the device is chosen once
+// (DevicePlacement).
 #pragma once
 
 #include <chrono>
@@ -22,11 +23,11 @@
 
 #include "common/job_spec.h"
 #include "common/status.h"
-#include "worker/engine/parallel/communicator.h"
 #include "kernels/memory_stats.h"
 #include "worker/engine/device.h"
-#include "worker/engine/train/metrics.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/parallel/communicator.h"
+#include "worker/engine/train/metrics.h"
 
 namespace moe {
 
@@ -35,17 +36,19 @@ class CheckpointManager;
 class Optimizer;
 
 struct TrainerOptions {
-  // Stop after this step (0: spec.training.steps). The learning-rate schedule always follows the job's
-  // training.steps (or optimizer.decay_steps), so stopping early and resuming later changes nothing.
+  // Stop after this step (0: spec.training.steps). The learning-rate schedule always follows the
+  // job's training.steps (or optimizer.decay_steps), so stopping early and resuming later changes
+  // nothing.
   int64_t stop_at_step = 0;
-  std::string checkpoint_dir;         // overrides spec.checkpoint.dir
-  int64_t checkpoint_interval = -1;   // overrides spec.checkpoint.interval_steps when >= 0
-  bool resume = false;                // continue from the newest complete checkpoint, if any
-  std::string init_from;              // a Hugging Face DeepseekV3 directory to start from (when no checkpoint is resumed)
-  std::string metrics_out;            // JSON lines, one per step (rank 0)
-  double peak_flops = 0;              // MFU denominator per device; 0: measure (CPU SGEMM probe)
+  std::string checkpoint_dir;        // overrides spec.checkpoint.dir
+  int64_t checkpoint_interval = -1;  // overrides spec.checkpoint.interval_steps when >= 0
+  bool resume = false;               // continue from the newest complete checkpoint, if any
+  std::string init_from;    // a Hugging Face DeepseekV3 directory to start from (when no checkpoint
+                            // is resumed)
+  std::string metrics_out;  // JSON lines, one per step (rank 0)
+  double peak_flops = 0;    // MFU denominator per device; 0: measure (CPU SGEMM probe)
   std::string peak_source;
-  bool log_steps = true;              // Megatron-style lines at spec.training.log_interval (rank 0)
+  bool log_steps = true;  // Megatron-style lines at spec.training.log_interval (rank 0)
   // Called on every rank after every step (the worker agent streams these to the controller).
   std::function<void(const StepMetrics&)> on_step;
   // Polled at step boundaries; true stops the run there (cancel, drain). Must agree across ranks.
@@ -53,10 +56,11 @@ struct TrainerOptions {
   // Told when the rank starts (true) and ends (false) work that a stop must not cut: writing a
   // checkpoint, and the agreed stop from the boundary on (moe-train's stop watchdog stands down).
   std::function<void(bool)> on_protected;
-  // Where this rank trains, when the caller has already placed it (moe-train does, before making its
-  // communicators). Otherwise `device` and `precision` are resolved here.
+  // Where this rank trains, when the caller has already placed it (moe-train does, before making
+  // its communicators). Otherwise `device` and `precision` are resolved here.
   std::optional<DevicePlacement> placement;
-  // "" follows spec.resources.device (cpu; cuda: device rank % GPUs here), or "cpu", "cuda", "cuda:N".
+  // "" follows spec.resources.device (cpu; cuda: device rank % GPUs here), or "cpu", "cuda",
+  // "cuda:N".
   std::string device;
   // "" (bf16 on cuda, fp32 on cpu), "fp32", or "bf16": bf16 activations and weight copies with fp32
   // master weights, gradients, optimizer state, routing and loss.
@@ -78,7 +82,7 @@ struct TrainResult {
   std::string device;     // "cpu", "cuda:0 (NVIDIA H200)"
   std::string precision;  // "fp32" or "bf16"
   bool stopped_early = false;
-  int64_t peak_memory_bytes = 0;  // this rank's largest step peak (metrics memory_peak_bytes)
+  int64_t peak_memory_bytes = 0;      // this rank's largest step peak (metrics memory_peak_bytes)
   int64_t peak_activation_bytes = 0;  // the activations' share at that peak
 };
 
@@ -88,11 +92,12 @@ struct StepStats {
   int64_t global_batch = 0;
   double tokens_before = 0;
   // Summed over this rank's micro-batches, then (in FinishStep) over the global batch.
-  double ce_sum = 0;    // token cross-entropies (nats)
+  double ce_sum = 0;                // token cross-entropies (nats)
   std::vector<double> mtp_ce_sums;  // [D] the same for each MTP depth
   double aux_loss = 0;  // the sequence-wise balance loss, already scaled to the global mean
   std::vector<std::vector<double>> tokens_per_expert;  // [MoE layer][expert]
-  // Squared gradient norms of what this rank owns (summed over ranks: the global ones) and the norm.
+  // Squared gradient norms of what this rank owns (summed over ranks: the global ones) and the
+  // norm.
   double dense_sq = 0, expert_sq = 0;
   double grad_norm = 0;
   double lr = 0;
@@ -100,7 +105,7 @@ struct StepStats {
   double mtp_loss_weight = 0;   // lambda at this step
   double bias_update_rate = 0;  // gamma at this step
   // Timings (seconds).
-  double alltoall_seconds = 0;   // the MoE token all-to-all inside forward/backward
+  double alltoall_seconds = 0;  // the MoE token all-to-all inside forward/backward
   double forward_backward_seconds = 0;
   double grad_sync_seconds = 0;
   double step_seconds = 0;
@@ -108,12 +113,12 @@ struct StepStats {
   // then after FinishStep the mean over ranks).
   double pipeline_bubble = 0;
   int64_t host_syncs = 0;  // kernels::HostSyncs over the step
-  MemoryUsage memory;  // this rank's device memory over the step (its peak)
+  MemoryUsage memory;      // this rank's device memory over the step (its peak)
 
   // Adds one micro-batch's losses and token counts (by model-wide MoE layer).
   void Add(const MicroBatchResult& mb);
-  // The statistics summed over ranks travel as one host buffer (one all-reduce per step); the squared
-  // norms are not in it (they are summed on the device before the update).
+  // The statistics summed over ranks travel as one host buffer (one all-reduce per step); the
+  // squared norms are not in it (they are summed on the device before the update).
   std::vector<double> Pack() const;
   void Unpack(const std::vector<double>& packed);
 };
@@ -150,16 +155,18 @@ class Trainer {
   LossScales ScalesFor(const StepStats& stats) const;
   // The phases of a step.
   Status ForwardBackward(int64_t step, StepStats* stats);
-  Status PipelineForwardBackward(int64_t micro_batches, int64_t first_sample, const LossScales& scales, StepStats* stats);
+  Status PipelineForwardBackward(int64_t micro_batches, int64_t first_sample,
+                                 const LossScales& scales, StepStats* stats);
   Status ReduceGradients();
   Status Update(int64_t step, StepStats* stats);
-  // The step's one read of the device (losses, squared norms), the statistics summed over ranks, the
-  // norm and whether the update was skipped; then the expert bias.
+  // The step's one read of the device (losses, squared norms), the statistics summed over ranks,
+  // the norm and whether the update was skipped; then the expert bias.
   Status FinishStep(int64_t step, StepStats* stats);
   void UpdateBias(const StepStats& stats);
   StepMetrics Metrics(int64_t step, const StepStats& stats) const;
   Status Report(const StepMetrics& m);
-  // After step `step`: the validation loss when it is due (every eval_interval steps and at the end).
+  // After step `step`: the validation loss when it is due (every eval_interval steps and at the
+  // end).
   Status MaybeEvaluate(int64_t step, StepMetrics* m);
   Status MaybeCheckpoint(int64_t step, const StepMetrics& m);
   Status SaveCheckpoint(int64_t step, const StepMetrics& m);
@@ -169,12 +176,13 @@ class Trainer {
   const JobSpec spec_;
   const ParallelContext par_;
   const TrainerOptions options_;
-  const bool lead_;               // rank 0: logs, metrics file
-  bool deterministic_ = false;    // training.deterministic on this rank's device
+  const bool lead_;             // rank 0: logs, metrics file
+  bool deterministic_ = false;  // training.deterministic on this rank's device
   const int64_t stop_step_;
   DevicePlacement place_;
   std::unique_ptr<BatchSampler> sampler_;
-  std::unique_ptr<BatchSampler> eval_sampler_;  // the validation split, when training.eval_interval > 0
+  std::unique_ptr<BatchSampler>
+      eval_sampler_;  // the validation split, when training.eval_interval > 0
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<StageLayout> layout_;  // every virtual pipeline stage
@@ -182,26 +190,27 @@ class Trainer {
   std::unique_ptr<CheckpointManager> checkpoints_;
   std::string checkpoint_dir_;
   int64_t checkpoint_interval_ = 0;
-  int64_t start_step_ = 0;        // the restored checkpoint's step (0: none)
+  int64_t start_step_ = 0;  // the restored checkpoint's step (0: none)
   double flops_per_step_ = 0;
   double peak_flops_ = 0;
   std::string peak_source_;
-  double alltoall_seconds_ = 0;   // the dispatcher adds its all-to-all time here
+  double alltoall_seconds_ = 0;  // the dispatcher adds its all-to-all time here
   std::ofstream metrics_file_;
-  std::ofstream history_file_;      // <checkpoint dir>/metrics.jsonl (OpenHistory)
+  std::ofstream history_file_;       // <checkpoint dir>/metrics.jsonl (OpenHistory)
   int64_t checkpoints_skipped_ = 0;  // storage failures this attempt (MaybeCheckpoint)
   int64_t last_checkpoint_step_ = 0;
   std::optional<StepMetrics> last_metrics_;  // the last step's, for a checkpoint on stop
-  Tensor tokens_, targets_, tokens_dev_, targets_dev_;  // [micro batch, seq]: host and device copies
+  Tensor tokens_, targets_, tokens_dev_,
+      targets_dev_;  // [micro batch, seq]: host and device copies
   // f64 on the device, zeroed each step: [kCeSlot] main cross-entropy, [kAuxSlot] balance loss,
   // [kDenseSqSlot, kExpertSqSlot] the squared gradient norms (summed over ranks before the update),
-  // [kBadSumSlot] the device-side bounds checks' bits summed over ranks (non-zero: some rank's batch had
-  // an index out of range; reduced with the squares, it skips the update everywhere), [kBadIndexSlot]
-  // this rank's bits (kernels/runtime.h BadIndexKind), [kMtpSlot + k] MTP depth k+1's cross-entropy.
-  // Read once, at the end of the step.
+  // [kBadSumSlot] the device-side bounds checks' bits summed over ranks (non-zero: some rank's
+  // batch had an index out of range; reduced with the squares, it skips the update everywhere),
+  // [kBadIndexSlot] this rank's bits (kernels/runtime.h BadIndexKind), [kMtpSlot + k] MTP depth
+  // k+1's cross-entropy. Read once, at the end of the step.
   Tensor step_acc_;
-  static constexpr int64_t kCeSlot = 0, kAuxSlot = 1, kDenseSqSlot = 2, kExpertSqSlot = 3, kBadSumSlot = 4,
-                           kBadIndexSlot = 5, kMtpSlot = 6;
+  static constexpr int64_t kCeSlot = 0, kAuxSlot = 1, kDenseSqSlot = 2, kExpertSqSlot = 3,
+                           kBadSumSlot = 4, kBadIndexSlot = 5, kMtpSlot = 6;
   // This rank's bad-index bits as an error naming them and `when`; OK when there are none.
   Status BadIndexStatus(double local_bits, double any_rank, const std::string& when) const;
   TrainResult result_;
@@ -212,6 +221,7 @@ class Trainer {
 
 // Runs the job's training on this rank: Trainer::Create, then Run. `par` describes the layout and
 // owns nothing.
-StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options);
+StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par,
+                            const TrainerOptions& options);
 
 }  // namespace moe
