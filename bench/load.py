@@ -92,7 +92,8 @@ class Stack:
     def start_fakes(self, n, step_seconds, rack_size, name):
         cmd = [f"{self.args.bin}/moe-worker", "--controller", self.addr, "--name", name, "--rack", "r",
                "--fake-step-seconds", str(step_seconds), "--fake-workers", str(n), "--memory-gb", "100000", "--fake-rack-size", str(rack_size),
-               "--runtime-dir", os.path.join(self.work, "rt-" + name), "--log-level", "warning"]
+               "--runtime-dir", os.path.join(self.work, "rt-" + name), "--log-level", "warning",
+               "--data-root", os.getcwd(), "--checkpoint-root", self.work]
         if self.pin:
             cmd = ["taskset", "-c", "1"] + cmd
         proc = subprocess.Popen(cmd, stdout=open(os.path.join(self.work, f"{name}.log"), "w"), stderr=subprocess.STDOUT)

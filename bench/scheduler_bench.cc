@@ -58,6 +58,7 @@ double PassMs(int workers, int queued, int reps) {
     r.set_rack("rack" + std::to_string(w / 64));
     r.set_node("n" + std::to_string(w / 4));
     r.set_device("cpu");
+    r.set_memory_bytes(int64_t{64} << 30);
     channels.push_back(std::make_unique<NullChannel>());
     if (!c.Register(r, channels.back().get()).ok()) return -1;
   }

@@ -37,7 +37,11 @@ int Print(const Client& c, const google::protobuf::Message& m, const std::string
                                : output == "yaml" ? ToYamlText(m)
                                                   : table();
   if (!text.ok()) return c.Fail(text.status());
-  std::printf("%s%s", text->c_str(), output == "json" ? "\n" : "");
+  // Names, paths and messages come from others: no control character reaches the terminal raw (the
+  // tables escape theirs; JSON and YAML get escapes that read back as the same characters).
+  const std::string safe =
+      output == "json" || output == "yaml" ? EscapeHiddenAsUnicode(*text) : *text;
+  std::printf("%s%s", safe.c_str(), output == "json" ? "\n" : "");
   return 0;
 }
 
@@ -170,10 +174,22 @@ int Events(Client& c, const Args& a) {
   return 0;
 }
 
+// Every worker, page after page (ListWorkers answers a page at a time).
+Status AllWorkers(Client& c, moe::v1::ListWorkersResponse* out) {
+  out->Clear();
+  moe::v1::ListWorkersRequest req;
+  do {
+    moe::v1::ListWorkersResponse page;
+    MOE_RETURN_IF_ERROR(c.Call(&Stub::ListWorkers, req, &page));
+    for (auto& w : *page.mutable_workers()) *out->add_workers() = std::move(w);
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty());
+  return OkStatus();
+}
+
 int DescribeWorkerCmd(Client& c, const Args& a) {
   moe::v1::ListWorkersResponse resp;
-  if (Status st = c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp); !st.ok())
-    return c.Fail(st);
+  if (Status st = AllWorkers(c, &resp); !st.ok()) return c.Fail(st);
   for (const auto& w : resp.workers()) {
     if (w.name() == a.name) {
       std::printf("%s", DescribeWorker(w, NowSeconds()).c_str());
@@ -207,15 +223,14 @@ int GetWorkers(Client& c, const Args& a) {
     return WatchTable(
         [&]() -> StatusOr<TableRows> {
           moe::v1::ListWorkersResponse resp;
-          MOE_RETURN_IF_ERROR(c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp));
+          MOE_RETURN_IF_ERROR(AllWorkers(c, &resp));
           return WorkerRows({resp.workers().begin(), resp.workers().end()}, NowSeconds(),
                             a.output == "wide");
         },
         {"STATE", "RACK", "RUNS"}, a.refresh, [&](const Status& st) { return c.Fail(st); });
   }
   moe::v1::ListWorkersResponse resp;
-  if (Status st = c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &resp); !st.ok())
-    return c.Fail(st);
+  if (Status st = AllWorkers(c, &resp); !st.ok()) return c.Fail(st);
   if (a.output == "name") {
     std::vector<std::string> names;
     for (const auto& w : resp.workers()) names.push_back(w.name());
@@ -268,7 +283,7 @@ int Drain(Client& c, const Args& a, bool drain) {
       a.name,
       [&]() -> StatusOr<std::string> {
         moe::v1::ListWorkersResponse all;
-        MOE_RETURN_IF_ERROR(c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), &all));
+        MOE_RETURN_IF_ERROR(AllWorkers(c, &all));
         for (const auto& w : all.workers()) {
           if (w.name() == a.name) return w.job_id();
         }
@@ -286,7 +301,7 @@ int RunTop(Client& c, const Args& a) {
     req.add_states(moe::v1::RESTARTING);
     req.add_states(moe::v1::PREEMPTED);
     MOE_RETURN_IF_ERROR(c.Call(&Stub::ListJobs, req, jobs));
-    return c.Call(&Stub::ListWorkers, moe::v1::ListWorkersRequest(), workers);
+    return AllWorkers(c, workers);
   };
   return Top(fetch, a.refresh, a.once, [&](const Status& st) { return c.Fail(st); });
 }
@@ -422,6 +437,10 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
   logs->add_option("--tail", a->logs.tail, "the last N lines (default: all)")
       ->check(CLI::PositiveNumber);
   logs->add_flag("-f,--follow", a->logs.follow, "keep printing new output until the rank ends");
+  logs->add_flag(
+      "--raw", a->logs.raw,
+      "the rank's bytes as they are (default: control characters and escape sequences print "
+      "escaped)");
   auto* top = app.add_subcommand("top", "live table of running jobs and racks");
   top->add_option("--interval", a->refresh, "refresh seconds")
       ->capture_default_str()

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "common/escape.h"
+
 namespace moe::cli {
 
 int Logs(Client& c, const LogsArgs& a) {
@@ -17,7 +19,8 @@ int Logs(Client& c, const LogsArgs& a) {
     moe::v1::GetLogsResponse r;
     if (Status st = c.Call(&moe::v1::JobService::Stub::GetLogs, req, &r); !st.ok())
       return c.Fail(st);
-    std::fwrite(r.text().data(), 1, r.text().size(), stdout);
+    const std::string text = a.raw ? r.text() : EscapeControl(r.text(), /*keep_newlines=*/true);
+    std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     req.set_tail_lines(0);
     req.set_attempt(r.attempt());  // -f stays with the attempt it began with

@@ -13,6 +13,10 @@ struct LogsArgs {
   int tail = -1;    // > 0: the last N lines first; -1: everything
   bool follow = false;
   double interval = 1;
+  // The rank's bytes as they are. Off, control characters (C0, C1, ANSI/OSC escape sequences, bidi
+  // overrides) print as visible escapes: a rank's output cannot repaint the terminal or forge a
+  // line.
+  bool raw = false;
 };
 
 int Logs(Client& c, const LogsArgs& a);

@@ -20,6 +20,8 @@ StatusOr<std::vector<std::string>> ListDir(const std::string& path);  // names, 
 Status RemoveAll(const std::string& path);
 bool PathExists(const std::string& path);
 std::string DirName(const std::string& path);
+// The last component of `path` ("b" of "/a/b").
+std::string BaseName(const std::string& path);
 std::string JoinPath(const std::string& a, const std::string& b);
 
 // CRC-32 (IEEE 802.3, the zlib one), for checkpoint integrity.

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/confined_dir.h"
 #include "common/job_spec_schema.h"
 #include "common/pipeline_layout.h"
 
@@ -242,6 +243,10 @@ Status ValidateModel(const ModelConfig& m, std::string_view path_view) {
 
 Status ValidateJobSpec(const JobSpec& s) {
   MOE_RETURN_IF_ERROR(SchemaOf<JobSpec>().Check(s, ""));
+  // Paths reach open(2) and execv(2) as C strings: a NUL would cut them after every check on the
+  // whole.
+  MOE_RETURN_IF_ERROR(CheckPathText("spec.data.path", s.data.path));
+  MOE_RETURN_IF_ERROR(CheckPathText("spec.checkpoint.dir", s.checkpoint.dir));
   MOE_RETURN_IF_ERROR(CheckModelRules(s.model, "spec.model"));
   MOE_RETURN_IF_ERROR(CheckLayout(s));
   if (s.training.attention == "materialized" && s.resources.device == "cuda") {

@@ -60,23 +60,96 @@ bool ParseLogLevel(std::string_view s, LogLevel* out) {
   return true;
 }
 
+namespace {
+
+void Hex(std::string& out, const char* prefix, unsigned v, int digits) {
+  static const char* kHex = "0123456789abcdef";
+  out += prefix;
+  for (int d = digits - 1; d >= 0; --d) out += kHex[(v >> (4 * d)) & 15];
+}
+
+// The length of the valid UTF-8 sequence at s[i] (2 to 4), or 0; *cp gets its code point.
+size_t Utf8At(std::string_view s, size_t i, unsigned* cp) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  const size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  unsigned v = c & (n == 2 ? 0x1f : n == 3 ? 0x0f : 0x07);
+  for (size_t k = 1; k < n; ++k) {
+    const unsigned char b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xc0) != 0x80) return 0;
+    v = (v << 6) | (b & 0x3f);
+  }
+  const unsigned min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+  if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+    return 0;  // overlong, too big, a surrogate
+  *cp = v;
+  return n;
+}
+
+// C1 controls (CSI U+009B, OSC U+009D, ...) and the bidirectional overrides and isolates, which
+// make a terminal or an editor show text in another order than it is.
+bool Hidden(unsigned cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) ||
+         (cp >= 0x2066 && cp <= 0x2069);
+}
+
+}  // namespace
+
+std::string EscapeHiddenAsUnicode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    unsigned cp = 0;
+    if (c == '\n' || (c >= 0x20 && c < 0x7f)) {
+      out += static_cast<char>(c);
+      ++i;
+    } else if (c < 0x80) {  // C0 (ESC among them) and DEL
+      Hex(out, "\\u", c, 4);
+      ++i;
+    } else if (const size_t n = Utf8At(s, i, &cp); n > 0) {
+      if (Hidden(cp)) {
+        Hex(out, "\\u", cp, 4);
+      } else {
+        out.append(s.substr(i, n));
+      }
+      i += n;
+    } else {
+      out += "\\ufffd";  // not UTF-8
+      ++i;
+    }
+  }
+  return out;
+}
+
 std::string EscapeControl(std::string_view s, bool keep_newlines) {
   std::string out;
   out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (c == '\n' && keep_newlines) {
-      out += '\n';
-    } else if (c == '\n') {
-      out += "\\n";
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\n') {
+      out += keep_newlines ? "\n" : "\\n";
+      ++i;
     } else if (c == '\t') {
       out += "\\t";
-    } else if (c < 0x20 || c == 0x7f) {
-      static const char* kHex = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
+      ++i;
+    } else if (c < 0x20 ||
+               c == 0x7f) {  // C0, ESC (every ANSI and OSC sequence starts with it), DEL
+      Hex(out, "\\x", c, 2);
+      ++i;
+    } else if (c < 0x80) {
       out += static_cast<char>(c);
+      ++i;
+    } else if (unsigned cp = 0; const size_t n = Utf8At(s, i, &cp)) {
+      if (Hidden(cp)) {
+        Hex(out, "\\u", cp, 4);
+      } else {
+        out.append(s.substr(i, n));
+      }
+      i += n;
+    } else {  // not UTF-8: a lone 0x9b is CSI to an 8-bit terminal
+      Hex(out, "\\x", c, 2);
+      ++i;
     }
   }
   return out;

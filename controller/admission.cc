@@ -29,6 +29,13 @@ bool Preemptible(const ControllerConfig& config, const JobSpec& spec) {
   return it == config.priority_classes.end() || it->second.preemptible;
 }
 
+int64_t RankMemoryNeed(JobEntry& e) {
+  if (e.memory_need >= 0) return e.memory_need;
+  auto plan = EstimateMemory(e.spec, e.spec.resources.device == "cpu" ? 4 : 2);
+  e.memory_need = plan.ok() ? static_cast<int64_t>(plan->largest().peak()) : 0;
+  return e.memory_need;
+}
+
 Status CheckMemoryFits(const JobSpec& spec, const WorkerRegistry& workers) {
   // The largest memory a live worker of the job's device type reports; none reported: nothing to
   // check.
@@ -90,14 +97,20 @@ Status CheckPathsAllowed(const JobSpec& spec, const WorkerRegistry& workers) {
                [](const moe::v1::Worker& w) -> const Roots& { return w.checkpoint_roots(); });
 }
 
-Status CheckCheckpointDirFree(const std::string& dir, JobManager& jobs) {
-  if (dir.empty()) return OkStatus();
-  const std::string want = NormalizePath(dir);
+Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs) {
+  if (spec.checkpoint.dir.empty()) return OkStatus();
+  const std::string want = NormalizeAbsolute(spec.checkpoint.dir, "/");
   for (JobEntry* e : jobs.All()) {
-    if (IsTerminal(e->job.state()) || NormalizePath(e->spec.checkpoint.dir) != want) continue;
-    return FailedPreconditionError("spec.checkpoint.dir: " + dir +
-                                   " is the checkpoint directory of live job " + e->job.id() +
-                                   "; two jobs would overwrite each other's checkpoints");
+    if (e->spec.checkpoint.dir.empty() || NormalizeAbsolute(e->spec.checkpoint.dir, "/") != want)
+      continue;
+    const bool live = !IsTerminal(e->job.state());
+    // A finished job's directory passes to its resubmission alone: the same name, the same owner.
+    if (!live && e->spec.name == spec.name && e->job.owner() == owner) continue;
+    return FailedPreconditionError("spec.checkpoint.dir: " + spec.checkpoint.dir + " (" + want +
+                                   ") is the checkpoint directory of " +
+                                   (live ? "live" : "finished") + " job " + e->job.id() +
+                                   "; a directory serves one job for its whole life (a new job "
+                                   "of the same name and owner may take a finished one's)");
   }
   return OkStatus();
 }

@@ -23,10 +23,16 @@ bool Preemptible(const ControllerConfig& config, const JobSpec& spec);
 // exceeds the memory every live worker of its device type reports; nothing reported: nothing
 // refused.
 Status CheckMemoryFits(const JobSpec& spec, const WorkerRegistry& workers);
+// Bytes one rank of the job needs at its largest pipeline stage (moe-train --describe's
+// accounting), 0 when the model cannot be estimated; computed once per job and kept in its entry.
+int64_t RankMemoryNeed(JobEntry& e);
 // The job's absolute data and checkpoint paths against the roots the live workers reported
 // (lexically: each worker checks again, following its symbolic links).
 Status CheckPathsAllowed(const JobSpec& spec, const WorkerRegistry& workers);
-// FAILED_PRECONDITION when a live job checkpoints to `dir`.
-Status CheckCheckpointDirFree(const std::string& dir, JobManager& jobs);
+// FAILED_PRECONDITION when another job the controller holds, live or finished, checkpoints to the
+// same directory (".." resolved lexically; the workers resolve symbolic links and read the
+// directory's owner marker). A finished job of the same name and owner gives it to its
+// resubmission.
+Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs);
 
 }  // namespace moe::controller

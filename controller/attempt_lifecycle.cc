@@ -54,6 +54,8 @@ void AttemptLifecycle::SendAssignments(const JobEntry& e) {
       static_cast<int64_t>(a.slots.size()));
   asg->set_rendezvous_prefix(internal::RendezvousPrefix(e.job.id(), a.number));
   asg->set_resume(true);
+  asg->set_epoch(epoch_);
+  asg->set_owner(e.job.owner());
   for (size_t r = 0; r < a.slots.size(); ++r) {
     WorkerEntry* w = workers_.Find(a.slots[r].worker);
     if (w == nullptr || w->channel == nullptr) continue;  // placed on free slots: connected ones

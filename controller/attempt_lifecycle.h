@@ -60,6 +60,9 @@ class AttemptLifecycle {
   // The job whose running attempt `attempt` has a rank `rank`; null for a stale or unknown one.
   JobEntry* AttemptOf(const std::string& job_id, int attempt, int rank);
 
+  // The controller's fencing epoch, carried in every assignment (workers refuse a lower one).
+  void SetEpoch(int64_t epoch) { epoch_ = epoch; }
+
   // Whether something changed that a scheduling pass should see (a worker freed, a job requeued).
   void NeedSchedule() { schedule_needed_ = true; }
   bool TakeScheduleNeeded() {
@@ -87,6 +90,7 @@ class AttemptLifecycle {
   Clock& clock_;
   const ControllerConfig& config_;
   bool schedule_needed_ = true;
+  int64_t epoch_ = 0;
 };
 
 }  // namespace moe::controller

@@ -52,8 +52,10 @@ struct ControllerConfig {
   // listing it, MoEWorkerLost stops firing for it); 0 keeps lost workers until moectl delete
   // worker.
   double lost_worker_retention_seconds = 3600;
-  double rank_start_seconds =
-      300;  // an assigned rank that has not started by then fails its attempt
+  double rank_start_seconds = 300;
+  // Workers held at most (registered, lost or not): bounds what one worker token can make the
+  // controller keep. 262,144 covers 131,072 devices twice over.
+  size_t max_workers = 262144;  // an assigned rank that has not started by then fails its attempt
   // A failed attempt's restart waits restart_backoff_seconds, doubling with each restart of the job
   // up to restart_backoff_max_seconds (Kubernetes' CrashLoopBackOff: 10 s, 20 s, 40 s, ... 300 s).
   // A clean requeue (a worker leaving, a drain) waits for nothing. 0: restart at once. A job of
@@ -76,6 +78,11 @@ struct ControllerConfig {
   double restart_backoff_max_seconds = 300;
   // Finished jobs (and their events) older than this are deleted; 0 keeps them.
   double finished_job_retention_seconds = 30 * 24 * 3600;
+  // Place jobs with a memory estimate on workers that report no memory
+  // (--allow-workers-without-memory): off, such workers take only jobs the planner cannot estimate.
+  bool allow_unknown_memory = false;
+  // Start although the clock reads more than a week past the newest stored change.
+  bool allow_clock_jump = false;
 
   // Planning (common/planner.h): the cluster the workers are and the stack they run, to put each
   // attempt's planned step time next to the measured one. Unset: no plan.

@@ -34,7 +34,10 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
 
 Status Controller::Recover() {
   MutexLock lock(&mu_);
+  MOE_ASSIGN_OR_RETURN(epoch_, store_.NextEpoch());
+  attempts_.SetEpoch(epoch_);
   MOE_RETURN_IF_ERROR(jobs_.Load());
+  MOE_RETURN_IF_ERROR(CheckClock());
   MOE_RETURN_IF_ERROR(RestoreWorkers());
   int running = 0;
   for (JobEntry* e : jobs_.All()) {
@@ -45,6 +48,21 @@ Status Controller::Recover() {
   MOE_LOG(INFO) << "recovered " << jobs_.All().size() << " jobs (" << running << " running, "
                 << jobs_.CountQueued() << " queued)";
   return OkStatus();
+}
+
+// A clock far ahead of everything stored (a wrong NTP step, a VM restored with another clock) would
+// make the finished-job retention delete at once what it should keep for weeks: refused unless the
+// operator says the jump is real (--allow-clock-jump).
+Status Controller::CheckClock() {
+  double newest = 0;
+  for (JobEntry* e : jobs_.All()) newest = std::max(newest, e->job.updated_at());
+  const double ahead = clock_.Now() - newest;
+  if (newest <= 0 || ahead <= kClockJumpSeconds || config_.allow_clock_jump) return OkStatus();
+  return FailedPreconditionError(
+      "the clock reads " + std::to_string(static_cast<int64_t>(ahead / 86400)) +
+      " days past the newest stored change: if it is wrong, fix it (nothing was "
+      "changed); if the controller really was stopped that long, pass "
+      "--allow-clock-jump");
 }
 
 // Every worker name stays held by its session through the restart: its worker gets the reconnect
@@ -92,7 +110,7 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
   if (spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty()) {
     spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
   }
-  MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec.checkpoint.dir, jobs_));
+  MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec, actor, jobs_));
   MOE_RETURN_IF_ERROR(CheckPathsAllowed(spec, workers_));
   MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec, request_id, actor));
   attempts_.NeedSchedule();
@@ -233,6 +251,11 @@ void Controller::PruneLostWorkers() {
 StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
                                                    WorkerChannel* channel) {
   MutexLock lock(&mu_);
+  if (workers_.Find(reg.name()) == nullptr && workers_.all().size() >= config_.max_workers) {
+    return ResourceExhaustedError("register: this controller holds " +
+                                  std::to_string(workers_.all().size()) +
+                                  " workers, its limit (moe-controller --max-workers)");
+  }
   MOE_ASSIGN_OR_RETURN(const std::string session, workers_.Admit(reg, channel));
   for (const auto& f : reg.finished()) {
     MOE_RETURN_IF_ERROR(CheckRankOwner(reg.name(), f.job_id(), f.attempt(), f.rank()));
@@ -265,6 +288,7 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
   out.set_lease_seconds(config_.lease_seconds);
   out.set_heartbeat_seconds(config_.heartbeat_seconds);
   out.set_session(session);
+  out.set_epoch(epoch_);
   return out;
 }
 
@@ -421,7 +445,17 @@ void Controller::WorkerLeaving(const std::string& name, const std::string& reaso
 
 void Controller::Tick() {
   MutexLock lock(&mu_);
-  if (shutting_down_) return;
+  if (shutting_down_ || !fenced_.empty()) return;
+  if (const double now = clock_.Monotonic(); now - epoch_checked_ >= 5) {
+    epoch_checked_ = now;
+    auto stored = store_.StoredEpoch();
+    if (stored.ok() && *stored > epoch_) {
+      fenced_ = "another moe-controller took over this state (stored fencing epoch " +
+                std::to_string(*stored) + " > this one's " + std::to_string(epoch_) + ")";
+      MOE_LOG(ERROR) << fenced_ << "; stopping";
+      return;
+    }
+  }
   for (const auto& name : workers_.ExpireLeases()) {
     attempts_.WorkerLost(name, "no heartbeat for " +
                                    std::to_string(static_cast<int>(config_.lease_seconds)) +
@@ -462,6 +496,11 @@ void Controller::RequestLogs(const moe::v1::GetLogsRequest& req, LogsDone done) 
 std::vector<moe::v1::QueueStatus> Controller::Queues() {
   MutexLock lock(&mu_);
   return scheduler_.Queues();
+}
+
+std::string Controller::Fenced() {
+  MutexLock lock(&mu_);
+  return fenced_;
 }
 
 }  // namespace moe::controller

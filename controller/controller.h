@@ -110,9 +110,14 @@ class Controller {
   void BeginShutdown() ABSL_LOCKS_EXCLUDED(mu_);
   // Jobs waiting for placement (pending or restarting).
   size_t QueueLength() ABSL_LOCKS_EXCLUDED(mu_);
+  // The reason this controller must stop, when another one took over its state since it started (a
+  // higher fencing epoch is stored: Tick checks every few seconds); empty while it holds the state.
+  std::string Fenced() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   Status RestoreWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr double kClockJumpSeconds = 7 * 86400;
+  Status CheckClock() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PERMISSION_DENIED when the message concerns a rank of a running attempt that another worker
   // holds; INVALID_ARGUMENT for one out of bounds.
   Status CheckWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg)
@@ -136,7 +141,13 @@ class Controller {
 
   Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown
-  StateStore& store_;                                // worker sessions; jobs go through jobs_
+  // The fencing epoch this controller took at Recover (sent in Registered and every Assignment),
+  // the last time the stored one was compared with it, and why it must stop when a higher one was
+  // found.
+  int64_t epoch_ = 0;
+  double epoch_checked_ = 0;
+  std::string fenced_;
+  StateStore& store_;  // worker sessions; jobs go through jobs_
   Clock& clock_;
   MetricsAggregator& metrics_;  // used under mu_ (it is not thread-safe)
   const ControllerConfig config_;

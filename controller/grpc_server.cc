@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 
 #include "absl/base/thread_annotations.h"
@@ -42,6 +43,33 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const TokenAut
   if (st.ok()) st = fn();
   reactor->Finish(ToGrpc(st));
   return reactor;
+}
+
+// One page of `all` (sorted by name) after the request's token.
+Status WorkersPage(std::vector<moe::v1::Worker> all, const moe::v1::ListWorkersRequest& req,
+                   moe::v1::ListWorkersResponse* resp) {
+  constexpr int kDefault = 1000, kMax = 10000;
+  constexpr size_t kMaxPageBytes = 8 << 20;
+  if (req.page_size() < 0 || req.page_size() > kMax) {
+    return InvalidArgumentError("page_size: 0 (the default, " + std::to_string(kDefault) + ") to " +
+                                std::to_string(kMax));
+  }
+  const size_t limit = static_cast<size_t>(req.page_size() == 0 ? kDefault : req.page_size());
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a.name() < b.name(); });
+  size_t bytes = 0;
+  for (auto& w : all) {
+    if (!req.page_token().empty() && w.name() <= req.page_token()) continue;
+    const size_t size = w.ByteSizeLong();
+    if (static_cast<size_t>(resp->workers_size()) >= limit ||
+        (resp->workers_size() > 0 && bytes + size > kMaxPageBytes)) {
+      resp->set_next_page_token(resp->workers(resp->workers_size() - 1).name());
+      break;
+    }
+    bytes += size;
+    *resp->add_workers() = std::move(w);
+  }
+  return OkStatus();
 }
 
 bool IsTerminalJob(const moe::v1::WatchJobResponse& r) {
@@ -278,12 +306,10 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
     return new WatchReactor(c_, req->id());
   }
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
-                                        const moe::v1::ListWorkersRequest*,
+                                        const moe::v1::ListWorkersRequest* req,
                                         moe::v1::ListWorkersResponse* resp) override {
-    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
-      for (auto& w : c_.Workers()) *resp->add_workers() = std::move(w);
-      return OkStatus();
-    });
+    return Unary(ctx, auth_, Role::kViewer,
+                 [&]() -> Status { return WorkersPage(c_.Workers(), *req, resp); });
   }
   grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx,
                                        const moe::v1::ListQueuesRequest*,

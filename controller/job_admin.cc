@@ -76,7 +76,10 @@ void Controller::ExpireFinishedJobs() {
   if (config_.finished_job_retention_seconds <= 0) return;
   const double cutoff = clock_.Now() - config_.finished_job_retention_seconds;
   for (JobEntry* e : jobs_.All()) {
-    if (!IsTerminal(e->job.state()) || e->job.updated_at() > cutoff || e->attempt) continue;
+    if (!IsTerminal(e->job.state()) || e->job.state() == moe::v1::INVALID ||
+        e->job.updated_at() > cutoff || e->attempt) {
+      continue;
+    }
     const std::string id = e->job.id();
     if (Status st = jobs_.Delete(id); !st.ok()) {
       MOE_LOG(WARNING) << "job " << id << " is past its retention but not deleted: " << st;

@@ -11,7 +11,8 @@ namespace moe::controller {
 using moe::v1::JobState;
 
 bool IsTerminal(JobState s) {
-  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED;
+  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED ||
+         s == moe::v1::INVALID;
 }
 
 std::string NormalizePath(const std::string& path) {
@@ -55,14 +56,21 @@ Status JobManager::Load() {
   MOE_ASSIGN_OR_RETURN(std::vector<moe::v1::Job> jobs, store_.LoadJobs());
   for (auto& j : jobs) {
     auto spec = SpecFromProto(j.spec());
-    if (!spec.ok()) {
-      MOE_LOG(ERROR) << "stored job " << j.id()
-                     << " has a spec this controller cannot read: " << spec.status();
-      continue;
-    }
     MOE_ASSIGN_OR_RETURN(std::vector<moe::v1::JobEvent> events, store_.LoadEvents(j.id()));
     auto e = std::make_unique<JobEntry>();
-    e->spec = *spec;
+    if (!spec.ok()) {
+      // Kept and shown, never dropped: the stored record stays as it is (a controller that reads
+      // it again sees the job as it was), this one neither runs nor expires it.
+      MOE_LOG(ERROR) << "stored job " << j.id()
+                     << " has a spec this controller cannot read: " << spec.status()
+                     << "; kept as INVALID";
+      j.set_state(moe::v1::INVALID);
+      j.set_message(
+          "this controller cannot read the stored spec: " + spec.status().message() +
+          " (the record is kept as it is; delete the job or run a controller that reads it)");
+    } else {
+      e->spec = *spec;
+    }
     e->job = std::move(j);
     e->next_event_seq = events.empty() ? 1 : events.back().seq() + 1;
     jobs_[e->job.id()] = std::move(e);
@@ -92,6 +100,7 @@ StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::Tra
   auto e = std::make_unique<JobEntry>();
   e->job.set_id(id);
   e->job.set_request_id(request_id);
+  e->job.set_owner(actor);
   *e->job.mutable_spec() = expanded;
   e->job.set_state(moe::v1::PENDING);
   e->job.set_created_at(clock_.Now());

@@ -63,6 +63,10 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "moectl delete worker)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-workers", c.max_workers,
+                 "workers held at most; more registrations are refused")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-job-ranks", c.max_job_ranks,
                  "refuse jobs of more ranks than this at submit (0: none; a smaller job the "
                  "workers cannot hold yet "
@@ -88,6 +92,13 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "finished jobs and their events older than this are deleted (0: kept)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_flag(
+      "--allow-workers-without-memory", c.allow_unknown_memory,
+      "place jobs on workers that report no memory (moe-worker --memory-gb unset) although the "
+      "job's memory per rank is known");
+  app.add_flag("--allow-clock-jump", c.allow_clock_jump,
+               "start although the clock reads more than a week past the newest stored change (the "
+               "controller really was stopped that long)");
   app.add_option("--checkpoint-root", c.checkpoint_root,
                  "checkpoints of jobs without spec.checkpoint.dir go to <root>/<job id> "
                  "(default <state-dir>/checkpoints; must be shared with the workers)");
@@ -209,7 +220,12 @@ moe::StatusOr<std::unique_ptr<prometheus::Exposer>> ServeMetrics(
     const ControllerConfig& c, std::shared_ptr<prometheus::Registry> registry) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
-    exposer = std::make_unique<prometheus::Exposer>(c.metrics_listen);
+    // Enough threads that idle or half-open connections cannot hold the scrape up (civetweb serves
+    // a connection per thread), and a timeout that frees a thread from a client that never finishes
+    // its request.
+    exposer = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", c.metrics_listen, "num_threads", "16",
+                                 "request_timeout_ms", "5000", "linger_timeout_ms", "0"});
   } catch (const std::exception& e) {
     return moe::UnavailableError("--metrics-listen " + c.metrics_listen +
                                  ": cannot serve /metrics there (" + e.what() + ")");
@@ -218,11 +234,14 @@ moe::StatusOr<std::unique_ptr<prometheus::Exposer>> ServeMetrics(
   return exposer;
 }
 
-void RunUntilSignalled(moe::controller::Controller& controller) {
+// Ticks until a signal, or until another controller took over the state (non-OK then).
+moe::Status RunUntilSignalled(moe::controller::Controller& controller) {
   while (!g_stop) {
     controller.Tick();
+    if (std::string why = controller.Fenced(); !why.empty()) return moe::AbortedError(why);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  return moe::OkStatus();
 }
 
 int Fail(const std::string& msg) {
@@ -296,12 +315,12 @@ int main(int argc, char** argv) {
                 << (config.server.tls_client_ca.empty() ? "" : " (mTLS)")
                 << (auth->enabled() ? ", tokens required" : "") << "; /metrics on "
                 << config.metrics_listen << "; state in " << config.state_dir;
-  RunUntilSignalled(controller);
+  const moe::Status ran = RunUntilSignalled(controller);
 
   // Shut down.
   MOE_LOG(INFO)
       << "shutting down (running jobs carry on: their workers reconnect to the next controller)";
   controller.BeginShutdown();
   grpc_server.Shutdown();
-  return 0;
+  return ran.ok() ? 0 : Fail(ran.message());
 }

@@ -4,9 +4,12 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "common/file_util.h"
@@ -32,30 +35,53 @@ bool IsLoopbackAddress(const std::string& listen) {
   return false;
 }
 
+namespace {
+
+// The pid holding a flock on the file with this device and inode, from the kernel's lock table
+// (/proc/locks: "1: FLOCK  ADVISORY  WRITE 4242 08:01:1311 0 EOF"); "unknown" when not found.
+std::string FlockHolder(dev_t dev, ino_t ino) {
+  auto locks = ReadFileToString("/proc/locks");
+  if (!locks.ok()) return "unknown";
+  char want[64];
+  std::snprintf(want, sizeof(want), "%02x:%02x:%llu", major(dev), minor(dev),
+                static_cast<unsigned long long>(ino));
+  size_t at = 0;
+  while (at < locks->size()) {
+    const size_t end = std::min(locks->find('\n', at), locks->size());
+    char kind[16] = {0}, mode[16] = {0}, rw[16] = {0}, where[64] = {0};
+    long pid = 0;
+    if (std::sscanf(locks->substr(at, end - at).c_str(), "%*s %15s %15s %15s %ld %63s", kind, mode,
+                    rw, &pid, where) == 5 &&
+        std::string(kind) == "FLOCK" && std::string(where) == want) {
+      return std::to_string(pid);
+    }
+    at = end + 1;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
 StatusOr<int> LockStateDir(const std::string& dir) {
   MOE_RETURN_IF_ERROR(MakeDirs(dir));
   ::chmod(dir.c_str(), 0700);  // the store holds worker sessions: the operator's alone
-  const std::string path = JoinPath(dir, "controller.lock");
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError("open " + path, errno);
+  // The lock is the directory's own: deleting any file in it (the database included) cannot free
+  // it.
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open " + dir, errno);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    char buf[32] = {0};
-    const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    struct stat st {};
+    const bool known = ::fstat(fd, &st) == 0;
     ::close(fd);
-    std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "unknown";
-    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-    if (err != EWOULDBLOCK) return ErrnoError("flock " + path, err);
-    return FailedPreconditionError(dir + " is in use by another moe-controller (pid " + pid +
-                                   ", holding " + path + "): one controller per state directory");
+    if (err != EWOULDBLOCK) return ErrnoError("flock " + dir, err);
+    return FailedPreconditionError(
+        dir + " is in use by another moe-controller (pid " +
+        (known ? FlockHolder(st.st_dev, st.st_ino) : std::string("unknown")) +
+        "): one controller per state directory; stop that one first");
   }
-  const std::string mine = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 ||
-      ::pwrite(fd, mine.data(), mine.size(), 0) != static_cast<ssize_t>(mine.size())) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoError("write " + path, err);
-  }
+  // Who holds it, for people (the lock does not depend on this file).
+  (void)WriteFileAtomic(JoinPath(dir, "controller.pid"), std::to_string(::getpid()) + "\n");
   return fd;
 }
 

@@ -14,9 +14,11 @@ namespace moe::controller {
 // "localhost" are not loopback (they resolve through DNS).
 bool IsLoopbackAddress(const std::string& listen);
 
-// Takes an exclusive lock (flock) on <dir>/controller.lock, creating the directory (mode 0700), and
-// writes this process's pid into it. The lock lives as long as the process (the returned descriptor
-// is never closed). FAILED_PRECONDITION naming the holder's pid when another process holds it.
+// Takes an exclusive lock (flock) on the directory itself, creating it (mode 0700): deleting any
+// file in it cannot free the lock. Writes this process's pid to <dir>/controller.pid for people.
+// The lock lives as long as the process (the returned descriptor is never closed).
+// FAILED_PRECONDITION naming the holder's pid (from the kernel's lock table) when another process
+// holds it.
 StatusOr<int> LockStateDir(const std::string& dir);
 
 }  // namespace moe::controller

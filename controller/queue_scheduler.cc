@@ -105,10 +105,18 @@ JobEntry* QueueScheduler::NextQueued(const std::map<std::string, std::vector<Que
   return jobs_.Find(std::get<5>(*best));
 }
 
+// What placing the job asks for: its layout, and the memory one of its ranks needs on a worker.
+PlacementRequest QueueScheduler::Request(JobEntry& e) const {
+  PlacementRequest req = internal::RequestFor(e.spec);
+  req.min_memory = RankMemoryNeed(e);
+  req.unknown_memory_ok = config_.allow_unknown_memory;
+  return req;
+}
+
 const Status& QueueScheduler::Feasible(const PlacementRequest& req, SchedulePass& pass) {
   const std::string shape = std::to_string(req.world_size) + "/" +
                             std::to_string(req.expert_parallel) + "/" + req.within + "/" +
-                            req.device_type;
+                            req.device_type + "/" + std::to_string(req.min_memory);
   auto it = pass.feasible.find(shape);
   if (it != pass.feasible.end()) return it->second;
   if (!pass.live_known) pass.live = workers_.LiveSlots(), pass.live_known = true;
@@ -137,7 +145,7 @@ void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
         "held: a queue of cohort " + spec->cohort + " reclaims the quota it lent (" + quota + ")";
     return;
   }
-  PlacementRequest req = internal::RequestFor(e.spec);
+  PlacementRequest req = Request(e);
   req.previous = internal::SlotsOf(e.job);
   StatusOr<std::vector<Slot>> placed =
       admission == Admission::kFits ? Place(req, pass.free)
@@ -207,7 +215,8 @@ void QueueScheduler::GrowElastic(SchedulePass& pass) {
       continue;
     if (e->spec.checkpoint.dir.empty() || e->spec.priority < pass.hold_below) continue;
     std::vector<Slot> trial = pass.free;
-    for (const Slot& s : e->attempt->slots) {
+    for (Slot s : e->attempt->slots) {
+      s.memory = workers_.MemoryFor(s.worker);
       if (workers_.Placeable(s.worker)) trial.push_back(s);
     }
     QueueUsage usage = pass.usage;
@@ -219,7 +228,7 @@ void QueueScheduler::GrowElastic(SchedulePass& pass) {
         (!quota.empty() && spec && pass.reclaiming.count(spec->cohort))) {
       continue;
     }
-    auto placed = Place(internal::RequestFor(e->spec), trial);
+    auto placed = Place(Request(*e), trial);
     if (!placed.ok()) continue;
     const std::string why =
         "grows back from world size " + std::to_string(world) + " to " +
@@ -289,7 +298,8 @@ std::vector<VictimCandidate> QueueScheduler::Candidates(const JobEntry& e, bool 
                       queues_.Borrowed(qv, device, pass.usage) > 0;
     if (!lower && !lent) continue;
     VictimCandidate c{v->job.id(), qv, device, v->spec.priority, v->job.created_at()};
-    for (const Slot& slot : v->attempt->slots) {
+    for (Slot slot : v->attempt->slots) {
+      slot.memory = workers_.MemoryFor(slot.worker);
       if (workers_.Placeable(slot.worker)) c.slots.push_back(slot);
     }
     c.ranks = static_cast<int64_t>(v->attempt->slots.size());

@@ -49,6 +49,7 @@ class QueueScheduler {
 
  private:
   QueueUsage UsageNow();
+  PlacementRequest Request(JobEntry& e) const;
   JobEntry* NextQueued(const std::map<std::string, std::vector<QueuedJob>>& by_queue,
                        std::map<std::string, size_t>& cursor, const QueueUsage& usage);
   const Status& Feasible(const PlacementRequest& req, SchedulePass& pass);

@@ -20,9 +20,12 @@ Status KnownDevices(const std::map<std::string, int64_t>& m, const std::string& 
     if (device != "cpu" && device != "cuda") {
       return InvalidArgumentError(path + "." + device + ": unknown device type (cpu or cuda)");
     }
-    if (ranks < 0)
-      return InvalidArgumentError(path + "." + device + ": must be >= 0, got " +
+    // Bounded so that the sums over a cohort (quotas, usage, borrowing) can never overflow.
+    if (ranks < 0 || ranks > moe::controller::kMaxQuotaRanks) {
+      return InvalidArgumentError(path + "." + device + ": must be in 0.." +
+                                  std::to_string(moe::controller::kMaxQuotaRanks) + ", got " +
                                   std::to_string(ranks));
+    }
   }
   return OkStatus();
 }
@@ -69,6 +72,10 @@ int64_t Get(const std::map<std::string, int64_t>& m, const std::string& key, int
 
 Status CheckQueues(const QueuesConfig& c) {
   std::map<std::string, size_t> seen;
+  if (c.queues.size() > kMaxQueues) {
+    return InvalidArgumentError("queues: at most " + std::to_string(kMaxQueues) + ", got " +
+                                std::to_string(c.queues.size()));
+  }
   for (size_t i = 0; i < c.queues.size(); ++i) {
     const std::string& name = c.queues[i].name;
     if (!seen.emplace(name, i).second) {

@@ -21,6 +21,10 @@
 
 namespace moe::controller {
 
+// Bounds of a queues file: every sum over queues and devices stays far below int64's limit.
+inline constexpr int64_t kMaxQuotaRanks = int64_t{1} << 40;
+inline constexpr size_t kMaxQueues = 4096;
+
 struct QueueSpec {
   std::string name;
   std::string cohort;                    // empty: it neither lends nor borrows

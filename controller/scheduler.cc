@@ -1,6 +1,7 @@
 #include "controller/scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -198,19 +199,52 @@ bool DeviceMatches(const std::string& device, const std::string& type) {
 }
 
 namespace {
-std::vector<int> Matching(const std::vector<Slot>& slots, const std::string& type) {
+bool MemoryFits(const Slot& s, const PlacementRequest& req) {
+  if (req.min_memory <= 0) return true;
+  return s.memory > 0 ? s.memory >= req.min_memory : req.unknown_memory_ok;
+}
+
+// The slots of the request's device type with the memory a rank needs.
+std::vector<int> Matching(const std::vector<Slot>& slots, const PlacementRequest& req) {
   std::vector<int> out;
   out.reserve(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
-    if (DeviceMatches(slots[i].device, type)) out.push_back(static_cast<int>(i));
+    if (DeviceMatches(slots[i].device, req.device_type) && MemoryFits(slots[i], req))
+      out.push_back(static_cast<int>(i));
   }
   return out;
+}
+
+std::string Gb(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.2f GB", static_cast<double>(bytes) / 1e9);
+  return b;
+}
+
+// Why the slots of the device type that lack memory do not count: "" when none lacks any.
+std::string MemoryShortfall(const std::vector<Slot>& all, const PlacementRequest& req) {
+  int short_of = 0, unknown = 0;
+  int64_t roomiest = 0;
+  for (const Slot& s : all) {
+    if (!DeviceMatches(s.device, req.device_type) || MemoryFits(s, req)) continue;
+    s.memory > 0 ? ++short_of : ++unknown;
+    roomiest = std::max(roomiest, s.memory);
+  }
+  if (short_of + unknown == 0) return "";
+  std::string why = "; " + std::to_string(short_of + unknown) + " more lack the " +
+                    Gb(req.min_memory) + " a rank needs (moe-train --describe)";
+  if (short_of > 0) why += ": the roomiest has " + Gb(roomiest);
+  if (unknown > 0)
+    why += (short_of > 0 ? ", " : ": ") + std::to_string(unknown) +
+           " report no memory (moe-worker --memory-gb, or moe-controller "
+           "--allow-workers-without-memory)";
+  return why;
 }
 }  // namespace
 
 StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector<Slot>& free_all) {
   MOE_RETURN_IF_ERROR(CheckShape(req));
-  const std::vector<int> match = Matching(free_all, req.device_type);
+  const std::vector<int> match = Matching(free_all, req);
   if (!req.previous.empty()) {
     std::vector<Slot> free;
     for (const int i : match) free.push_back(free_all[static_cast<size_t>(i)]);
@@ -233,12 +267,13 @@ StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector
 
 Status CheckFeasible(const PlacementRequest& req, const std::vector<Slot>& all) {
   MOE_RETURN_IF_ERROR(CheckShape(req));
-  const std::vector<int> matching = Matching(all, req.device_type);
+  const std::vector<int> matching = Matching(all, req);
   if (static_cast<int>(matching.size()) < req.world_size) {
     return FailedPreconditionError(
         "the job needs " + std::to_string(req.world_size) + " " + req.device_type +
         " workers and the cluster has " + std::to_string(matching.size()) + " (" +
-        std::to_string(req.world_size - static_cast<int>(matching.size())) + " more)");
+        std::to_string(req.world_size - static_cast<int>(matching.size())) + " more" +
+        MemoryShortfall(all, req) + ")");
   }
   if (PackFresh(req, all, matching).empty()) {
     return FailedPreconditionError(

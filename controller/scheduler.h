@@ -21,6 +21,7 @@ struct Slot {
   std::string rack;
   std::string node;
   std::string device;  // "cpu" or "cuda:N"
+  int64_t memory = 0;  // bytes one rank on it may use (WorkerRegistry::MemoryFor); 0: not reported
 };
 
 struct PlacementRequest {
@@ -31,6 +32,10 @@ struct PlacementRequest {
   // The previous attempt's placement (rank order): survivors keep their ranks when the lost slots
   // can be refilled inside their groups' domains.
   std::vector<Slot> previous;
+  // Bytes one rank needs (common/memory_model.h; 0: no estimate): only slots with that much memory
+  // take a rank, and slots that report none only when `unknown_memory_ok` (the operator's opt-in).
+  int64_t min_memory = 0;
+  bool unknown_memory_ok = false;
 };
 
 // True when `device` ("cpu", "cuda:3") is of `type` ("cpu", "cuda").

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 
@@ -69,6 +70,15 @@ class Stmt {
 StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& dir) {
   MOE_RETURN_IF_ERROR(MakeDirs(dir));
   const std::string path = JoinPath(dir, "controller.db");
+  // A file that is there but empty is no state this controller wrote (a truncation, a stray touch):
+  // SQLite would take it as a new database and the controller would start with no jobs.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && st.st_size == 0) {
+    return FailedPreconditionError(
+        "state database " + path +
+        " is empty (0 bytes): not a state this controller wrote; nothing "
+        "was changed: restore it from a backup, or remove it to start afresh");
+  }
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
@@ -80,6 +90,7 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
   sqlite3_busy_timeout(db, 5000);
   auto store = std::unique_ptr<SqliteStateStore>(new SqliteStateStore(db));
   MOE_RETURN_IF_ERROR(store->CheckIntegrity(path));
+  MOE_RETURN_IF_ERROR(store->CheckOurs(path));
   MOE_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   MOE_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
   MOE_RETURN_IF_ERROR(
@@ -92,7 +103,45 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
   MOE_RETURN_IF_ERROR(
       store->Exec("CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session TEXT NOT "
                   "NULL, record TEXT NOT NULL)"));
+  MOE_RETURN_IF_ERROR(store->Exec(
+      "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"));
+  MOE_RETURN_IF_ERROR(store->Exec("INSERT OR IGNORE INTO meta (key, value) VALUES ('epoch', 0)"));
+  MOE_RETURN_IF_ERROR(store->Exec("PRAGMA application_id=" + std::to_string(kApplicationId)));
   return store;
+}
+
+// A database another program wrote (its own tables, or none of ours in a file that has some) is not
+// taken over: SQLite's application_id names ours, and a store of an earlier version, from before
+// the id, is known by its tables.
+Status SqliteStateStore::CheckOurs(const std::string& path) {
+  const auto one = [&](const char* sql) -> int64_t {
+    Stmt q(Db(db_), sql);
+    return q.ok() && sqlite3_step(q.get()) == SQLITE_ROW ? sqlite3_column_int64(q.get(), 0) : -1;
+  };
+  const int64_t id = one("PRAGMA application_id");
+  if (id == kApplicationId) return OkStatus();
+  const int64_t tables = one("SELECT count(*) FROM sqlite_master WHERE type = 'table'");
+  const int64_t ours =
+      one("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('jobs', 'events', "
+          "'workers')");
+  if (id == 0 && (tables == 0 || ours == 3)) return OkStatus();  // new, or ours before the id
+  return FailedPreconditionError(
+      "state database " + path + " is not a moe-controller state (application id " +
+      std::to_string(id) + ", " + std::to_string(tables) +
+      " tables of another program); nothing was changed: point --state-dir at this "
+      "controller's own directory");
+}
+
+StatusOr<int64_t> SqliteStateStore::NextEpoch() {
+  MOE_RETURN_IF_ERROR(CheckWritable());
+  MOE_RETURN_IF_ERROR(Exec("UPDATE meta SET value = value + 1 WHERE key = 'epoch'"));
+  return StoredEpoch();
+}
+
+StatusOr<int64_t> SqliteStateStore::StoredEpoch() {
+  Stmt q(Db(db_), "SELECT value FROM meta WHERE key = 'epoch'");
+  if (!q.ok() || sqlite3_step(q.get()) != SQLITE_ROW) return q.Error("read the epoch");
+  return static_cast<int64_t>(sqlite3_column_int64(q.get(), 0));
 }
 
 SqliteStateStore::~SqliteStateStore() { sqlite3_close(Db(db_)); }

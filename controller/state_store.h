@@ -37,6 +37,10 @@ class StateStore {
   virtual StatusOr<std::vector<StoredWorker>> LoadWorkers() = 0;
   // Forgets a worker (it left cleanly, was deleted, or was lost too long): its name is free again.
   virtual Status DeleteWorker(const std::string& name) = 0;
+  // The fencing epoch: one more at every controller start (NextEpoch, stored before it serves), and
+  // what is stored now (a controller that finds a higher one than its own is stale and stops).
+  virtual StatusOr<int64_t> NextEpoch() = 0;
+  virtual StatusOr<int64_t> StoredEpoch() = 0;
 };
 
 class SqliteStateStore final : public StateStore {
@@ -53,10 +57,14 @@ class SqliteStateStore final : public StateStore {
   Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
   StatusOr<std::vector<StoredWorker>> LoadWorkers() override;
   Status DeleteWorker(const std::string& name) override;
+  StatusOr<int64_t> NextEpoch() override;
+  StatusOr<int64_t> StoredEpoch() override;
 
  private:
+  static constexpr int64_t kApplicationId = 0x4d6f4543;  // "MoEC": PRAGMA application_id
   explicit SqliteStateStore(void* db) : db_(db) {}
   Status CheckIntegrity(const std::string& path);
+  Status CheckOurs(const std::string& path);
   Status Exec(const std::string& sql);
   // The test hook for a full disk where tests cannot mount a small file system: when the file named
   // by $MOE_TEST_STORE_FULL_IF exists, every write fails as SQLite's SQLITE_FULL would.
@@ -76,8 +84,12 @@ class MemoryStateStore final : public StateStore {
   Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
   StatusOr<std::vector<StoredWorker>> LoadWorkers() override;
   Status DeleteWorker(const std::string& name) override;
+  StatusOr<int64_t> NextEpoch() override { return ++epoch_; }
+  StatusOr<int64_t> StoredEpoch() override { return epoch_; }
+  void SetStoredEpoch(int64_t e) { epoch_ = e; }  // tests: another controller took over
 
  private:
+  int64_t epoch_ = 0;
   std::vector<StoredWorker> workers_;
   std::vector<moe::v1::Job> jobs_;
   std::vector<moe::v1::JobEvent> events_;

@@ -77,14 +77,25 @@ Status ValidateRegistration(const moe::v1::Register& reg) {
     return Field("version", "at most 64 printable bytes");
   if (reg.session().size() > 128) return Field("session", "at most 128 bytes");
   for (const auto* roots : {&reg.data_roots(), &reg.checkpoint_roots()}) {
-    if (roots->size() > 16)
-      return Field(roots == &reg.data_roots() ? "data_roots" : "checkpoint_roots", "at most 16");
+    if (roots->size() > kMaxRootsPerKind) {
+      return Field(roots == &reg.data_roots() ? "data_roots" : "checkpoint_roots",
+                   "at most " + std::to_string(kMaxRootsPerKind));
+    }
     for (const auto& r : *roots) {
-      if (r.empty() || r.size() > 4096 || r[0] != '/' || !Printable(r)) {
-        return Field(roots == &reg.data_roots() ? "data_roots" : "checkpoint_roots",
-                     "absolute paths of at most 4096 printable bytes");
+      if (r.empty() || r.size() > kMaxRootBytes || r[0] != '/' || !Printable(r)) {
+        return Field(
+            roots == &reg.data_roots() ? "data_roots" : "checkpoint_roots",
+            "absolute paths of at most " + std::to_string(kMaxRootBytes) + " printable bytes");
       }
     }
+  }
+  // What the controller keeps and lists of each worker, whatever each field's own bound.
+  moe::v1::Register kept = reg;
+  kept.clear_running();
+  kept.clear_finished();
+  if (kept.ByteSizeLong() > kMaxRegistrationBytes) {
+    return Field("(the whole)", "the worker's metadata is " + std::to_string(kept.ByteSizeLong()) +
+                                    " bytes; at most " + std::to_string(kMaxRegistrationBytes));
   }
   if (reg.running_size() > kMaxRunningClaims)
     return Field("running", "at most " + std::to_string(kMaxRunningClaims));

@@ -19,6 +19,11 @@ inline constexpr int kMaxCpuCores = 65536;
 inline constexpr int kMaxRunningClaims = 4;
 inline constexpr int kMaxFinishedClaims = 64;
 inline constexpr size_t kMaxMessageBytes = 4096;  // a rank's failure text, kept in events
+inline constexpr int kMaxRootsPerKind = 8;        // --data-root, --checkpoint-root
+inline constexpr size_t kMaxRootBytes = 1024;
+// A worker's registration without its rank claims: what the controller keeps and lists of it. With
+// ListWorkers paged (8 MiB at most a page), no number of workers can outgrow a message.
+inline constexpr size_t kMaxRegistrationBytes = 8192;
 
 // `s` matches [A-Za-z0-9][A-Za-z0-9._-]* and is at most `max` bytes.
 bool IsSimpleName(const std::string& s, size_t max);

@@ -205,7 +205,7 @@ std::vector<Slot> WorkerRegistry::FreeSlots() const {
   std::vector<Slot> out;
   for (const auto& [name, w] : workers_) {
     if (w.channel != nullptr && !w.lost && !w.drained && !w.leaving && !w.busy()) {
-      out.push_back({name, w.info.rack(), w.info.node(), w.info.device()});
+      out.push_back({name, w.info.rack(), w.info.node(), w.info.device(), MemoryFor(name)});
     }
   }
   return out;
@@ -221,7 +221,8 @@ bool WorkerRegistry::Placeable(const std::string& name) const {
 std::vector<Slot> WorkerRegistry::LiveSlots() const {
   std::vector<Slot> out;
   for (const auto& [name, w] : workers_) {
-    if (!w.lost && !w.leaving) out.push_back({name, w.info.rack(), w.info.node(), w.info.device()});
+    if (!w.lost && !w.leaving)
+      out.push_back({name, w.info.rack(), w.info.node(), w.info.device(), MemoryFor(name)});
   }
   return out;
 }

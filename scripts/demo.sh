@@ -28,7 +28,8 @@ grep -q "serving gRPC" "$work/controller.log" || { cat "$work/controller.log"; e
 echo "== starting two CPU workers in rack r0 (one core each)"
 for n in 0 1; do
   "$bin/moe-worker" --controller "$MOE_CONTROLLER" --device cpu --rack r0 --node node$n --threads 1 \
-      --runtime-dir "$work/worker$n" >"$work/worker$n.log" 2>&1 &
+      --runtime-dir "$work/worker$n" --data-root "$PWD" --checkpoint-root "$work/checkpoints" \
+      >"$work/worker$n.log" 2>&1 &
   pids+=($!)
 done
 for _ in $(seq 1 100); do

@@ -17,7 +17,7 @@ if [ ! -f "$dir/build.ninja" ]; then
     -DMOE_CUDA=OFF -DMOE_BLAS=OFF -DMOE_TESTS=OFF -DMOE_BENCH=OFF -DMOE_SANITIZE=fuzzer >/dev/null
 fi
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_yaml fuzz_job_spec fuzz_step_report fuzz_kv_protocol fuzz_tokens_file
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_yaml fuzz_job_spec fuzz_step_report fuzz_kv_protocol fuzz_tokens_file fuzz_path_roots
                                      fuzz_indexed_dataset fuzz_safetensors fuzz_checkpoint)
 cmake --build "$dir" --target "${targets[@]}"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

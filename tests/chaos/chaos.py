@@ -91,7 +91,8 @@ class Cluster:
         out = open(os.path.join(self.work, f"worker-{name}.log"), "a")
         self.workers[name] = subprocess.Popen(
             [f"{self.bin}/moe-worker", "--controller", self.addr, "--name", name, "--rack", "r0", "--node", name,
-             "--threads", "1", "--runtime-dir", os.path.join(self.work, f"rt-{name}")],
+             "--threads", "1", "--runtime-dir", os.path.join(self.work, f"rt-{name}"),
+             "--data-root", os.getcwd(), "--checkpoint-root", self.work],
             stdout=out, stderr=subprocess.STDOUT)
 
     def moectl(self, *args, check=True):
@@ -331,14 +332,28 @@ class Driver:
         log(f"clean stop: the job resumed at step {stop_step + 1}, restarts still {restarts}")
 
     def storage(self):
+        # The directory itself goes (its contents kept aside) and a file takes its place: the ranks
+        # hold the directory open (they write through it, not through the path), so only a directory
+        # that no longer exists fails their saves. Then it comes back, and they open it again.
         away = self.ckpt + ".away"
         t0 = time.time()
-        os.rename(self.ckpt, away)
+        os.mkdir(away)
+        while True:  # a rank may create an entry between the moves and the rmdir: move it too
+            for n in os.listdir(self.ckpt):
+                os.rename(os.path.join(self.ckpt, n), os.path.join(away, n))
+            try:
+                os.rmdir(self.ckpt)
+                break
+            except OSError:
+                continue
         with open(self.ckpt, "w") as f:
             f.write("the storage is gone for a while\n")
         self.wait(self.prof["outage"])
         os.remove(self.ckpt)
-        os.rename(away, self.ckpt)
+        os.mkdir(self.ckpt)
+        for n in os.listdir(away):
+            os.rename(os.path.join(away, n), os.path.join(self.ckpt, n))
+        os.rmdir(away)
         return f"checkpoint directory unwritable for {self.prof['outage']:.0f} s", t0, None, time.time()
 
     def run(self, events, steps):

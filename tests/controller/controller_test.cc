@@ -61,7 +61,8 @@ class ControllerTest : public ::testing::Test {
     ASSERT_TRUE(controller_->Recover().ok());
   }
   FakeChannel* AddWorker(const std::string& name, const std::string& rack, const std::string& node,
-                         std::vector<moe::v1::RunningRank> running = {}) {
+                         std::vector<moe::v1::RunningRank> running = {},
+                         int64_t memory = int64_t{64} << 30) {
     auto& ch = channels_[name];
     ch = std::make_unique<FakeChannel>();
     moe::v1::Register r;
@@ -69,6 +70,7 @@ class ControllerTest : public ::testing::Test {
     r.set_rack(rack);
     r.set_node(node);
     r.set_device("cpu");
+    r.set_memory_bytes(memory);  // a CPU worker reports its host's memory
     for (auto& x : running) *r.add_running() = x;
     auto reg = controller_->Register(r, ch.get());
     EXPECT_TRUE(reg.ok()) << reg.status();
@@ -313,8 +315,18 @@ TEST_F(ControllerTest, SubmitIsIdempotentByRequestIdAndCheckpointDirectoriesAreN
   auto shared = controller_->Submit(SpecToProto(same_dir), "req-2");
   EXPECT_EQ(shared.status().code(), StatusCode::kFailedPrecondition) << shared.status();
   ASSERT_TRUE(controller_->Cancel(a->id()).ok());
-  EXPECT_TRUE(controller_->Submit(SpecToProto(same_dir), "req-3").ok())
-      << "free once the other job ended";
+  auto after = controller_->Submit(SpecToProto(same_dir), "req-3");
+  EXPECT_EQ(after.status().code(), StatusCode::kFailedPrecondition)
+      << "a directory serves one job for its whole life";
+  EXPECT_NE(after.status().message().find("finished job " + a->id()), std::string::npos)
+      << after.status();
+  JobSpec dotdot = Spec("b2", 1, 1);
+  dotdot.checkpoint.dir = "/tmp/x/../ckpt-a";  // ".." resolved: a's directory again
+  EXPECT_EQ(controller_->Submit(SpecToProto(dotdot)).status().code(),
+            StatusCode::kFailedPrecondition);
+  auto resubmitted = controller_->Submit(SpecToProto(Spec("a", 1, 1)), "req-4");
+  EXPECT_TRUE(resubmitted.ok()) << "the same name and owner take a finished job's directory: "
+                                << resubmitted.status();
   JobSpec huge = Spec("c", 1, 1);
   huge.data.path = std::string(1 << 20, 'x');
   EXPECT_EQ(controller_->Submit(SpecToProto(huge)).status().code(), StatusCode::kInvalidArgument);
@@ -404,8 +416,10 @@ TEST_F(ControllerTest, CpuWorkersOnOneHostShareItsCores) {
     r.set_rack("r0");
     r.set_node(std::string("node-") + n);  // distinct node names, one machine
     r.set_device("cpu");
+    r.set_memory_bytes(int64_t{64} << 30);
     r.set_cpu_cores(8);
     r.set_host_id("machine-1/host");
+    r.set_memory_bytes(int64_t{64} << 30);
     ASSERT_TRUE(controller_->Register(r, ch.get()).ok());
   }
   Submit(Spec("j", 2, 2));
@@ -457,7 +471,7 @@ TEST_F(ControllerTest, Fp8JobsAreAcceptedAndFp32OnCudaIsRefusedNamingTheField) {
 }
 
 TEST_F(ControllerTest, AJobNeedingMoreMemoryThanAnyWorkerHasIsRefusedWithBothNumbers) {
-  AddWorker("a", "r0", "n0");  // reports no memory: nothing to check against
+  AddWorker("a", "r0", "n0", {}, /*memory=*/0);  // reports no memory: nothing to check against
   JobSpec huge = Spec("huge", 1, 1);
   huge.model.hidden_size = 16384;  // tiny's layers at h = 16384: tens of GB per rank
   huge.model.num_heads = 128;
@@ -482,6 +496,30 @@ TEST_F(ControllerTest, AJobNeedingMoreMemoryThanAnyWorkerHasIsRefusedWithBothNum
   EXPECT_NE(msg.find("8.59 GB of the roomiest cpu worker (m)"), std::string::npos) << msg;
   EXPECT_EQ(controller_->List({}).size(), stored) << "nothing stored";
   EXPECT_TRUE(controller_->Submit(SpecToProto(Spec("fits", 1, 1))).ok()) << "a tiny job still fits";
+}
+
+// Memory is checked at placement too: a job submitted before any worker registered waits, with the
+// reason, on workers too small for it (and on ones that report no memory), instead of running
+// there.
+TEST_F(ControllerTest, ATooBigJobSubmittedBeforeAnyWorkerWaitsAndSaysWhy) {
+  JobSpec huge = Spec("huge", 1, 1);
+  huge.model.hidden_size = 16384;
+  huge.model.num_heads = 128;
+  auto job = Submit(huge);  // no worker: nothing to check against at submit
+  AddWorker("small", "r0", "n0", {}, int64_t{2} << 30);
+  AddWorker("silent", "r0", "n1", {}, /*memory=*/0);
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::PENDING);
+  EXPECT_TRUE(channels_["small"]->Assignments().empty() &&
+              channels_["silent"]->Assignments().empty());
+  const std::string why = controller_->Get(job.id(), false)->waiting_reason();
+  EXPECT_NE(why.find("2 more lack the"), std::string::npos) << why;
+  EXPECT_NE(why.find("the roomiest has 2.15 GB"), std::string::npos) << why;
+  EXPECT_NE(why.find("1 report no memory"), std::string::npos) << why;
+  auto fits = Submit(Spec("fits", 1, 1));
+  EXPECT_EQ(State(fits.id()), moe::v1::SCHEDULED)
+      << "a job that fits goes on the worker with memory";
+  EXPECT_EQ(channels_["small"]->Assignments().size(), 1u);
 }
 
 TEST_F(ControllerTest, AJobLargerThanTheClusterWaitsForCapacityAndOneOverTheCeilingIsRefused) {
@@ -1081,7 +1119,15 @@ TEST(QueuesConfig, TheFileIsCheckedFieldByField) {
   EXPECT_EQ(ok->queues[1].weight, 2);
   for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
            {"queues:\n- {name: a, quota: {tpu: 2}}\n", "queues[0].quota.tpu: unknown device type"},
-           {"queues:\n- {name: a, quota: {cpu: -1}}\n", "queues[0].quota.cpu: must be >= 0"},
+           {"queues:\n- {name: a, quota: {cpu: -1}}\n",
+            "queues[0].quota.cpu: must be in 0..1099511627776"},
+           // Two quotas that would overflow a sum of int64s (2^63 - 1 twice in one cohort) are
+           // refused.
+           {"queues:\n- {name: a, cohort: c, quota: {cpu: 9223372036854775807}}\n- {name: b, "
+            "cohort: c, quota: {cpu: 9223372036854775807}}\n",
+            "queues[0].quota.cpu: must be in 0..1099511627776"},
+           {"queues:\n- {name: a, borrowing_limit: {cuda: 9223372036854775807}}\n",
+            "queues[0].borrowing_limit.cuda: must be in 0..1099511627776"},
            {"queues:\n- {name: a}\n- {name: a}\n", "queues[1].name: 'a' is also queues[0]"},
            {"queues:\n- {name: a}\ndefault_queue: z\n",
             "default_queue: 'z' is not one of the queues"},
@@ -1272,6 +1318,7 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
     FakeChannel ch1, ch2;
     moe::v1::Register r;
     r.set_device("cpu");
+    r.set_memory_bytes(int64_t{64} << 30);
     r.set_rack("r0");
     r.set_node("n0");
     r.set_name("w1");
@@ -1298,6 +1345,7 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   FakeChannel ch1, ch2;
   moe::v1::Register r;
   r.set_device("cpu");
+  r.set_memory_bytes(int64_t{64} << 30);
   r.set_rack("r0");
   r.set_node("n0");
   r.set_name(a1.job_id() == id1 ? "w1" : "w2");
@@ -1315,6 +1363,7 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   // The other worker comes back without its rank (it was restarted too).
   moe::v1::Register r2;
   r2.set_device("cpu");
+  r2.set_memory_bytes(int64_t{64} << 30);
   r2.set_rack("r0");
   r2.set_node("n0");
   r2.set_name(a1.job_id() == id1 ? "w2" : "w1");
@@ -1338,6 +1387,80 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   EXPECT_EQ(j2.restarts(), 1) << "a rank that did not come back restarts the job";
   EXPECT_TRUE(j2.state() == moe::v1::SCHEDULED || j2.state() == moe::v1::RESTARTING)
       << moe::v1::JobState_Name(j2.state());
+}
+
+}  // namespace
+}  // namespace moe::controller
+
+namespace moe::controller {
+namespace {
+
+struct Bare {
+  FakeClock clock;
+  MemoryStateStore store;
+  std::unique_ptr<MetricsAggregator> metrics = std::make_unique<MetricsAggregator>(
+      std::make_shared<prometheus::Registry>(), clock, StragglerOptions{}, 60, "t");
+};
+
+// A stored job this controller cannot read is kept and shown as INVALID with the reason, never
+// dropped, run or expired; the record in the store stays as it was.
+TEST(ControllerRecovery, AStoredJobThatNoLongerValidatesIsKeptAsInvalid) {
+  Bare b;
+  moe::v1::Job bad;
+  bad.set_id("old-abcde");
+  bad.set_state(moe::v1::PENDING);
+  bad.set_updated_at(b.clock.Now());
+  *bad.mutable_spec() = SpecToProto(Spec("old", 1, 1));
+  bad.mutable_spec()->mutable_spec()->mutable_model()->mutable_moe()->set_top_k(
+      0);  // no longer valid
+  ASSERT_TRUE(b.store.PutJob(bad).ok());
+  ControllerConfig config;
+  config.finished_job_retention_seconds = 1;
+  Controller c(b.store, b.clock, *b.metrics, config);
+  ASSERT_TRUE(c.Recover().ok());
+  auto got = c.Get("old-abcde", false);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->state(), moe::v1::INVALID);
+  EXPECT_NE(got->message().find("spec.model.moe.top_k"), std::string::npos) << got->message();
+  b.clock.Advance(3600);
+  c.Tick();
+  EXPECT_TRUE(c.Get("old-abcde", false).ok()) << "an INVALID job is never expired";
+  EXPECT_EQ((*b.store.LoadJobs())[0].state(), moe::v1::PENDING)
+      << "the stored record is left as it was";
+}
+
+// A clock far past everything stored would expire at once what the retention keeps for weeks.
+TEST(ControllerRecovery, AClockFarAheadOfTheStoredStateIsRefusedUnlessAllowed) {
+  Bare b;
+  moe::v1::Job done;
+  done.set_id("done-abcde");
+  done.set_state(moe::v1::SUCCEEDED);
+  done.set_updated_at(b.clock.Now());
+  *done.mutable_spec() = SpecToProto(Spec("done", 1, 1));
+  ASSERT_TRUE(b.store.PutJob(done).ok());
+  b.clock.Advance(40 * 86400.0);
+  ControllerConfig config;
+  Controller refused(b.store, b.clock, *b.metrics, config);
+  const Status st = refused.Recover();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("40 days past the newest stored change"), std::string::npos) << st;
+  config.allow_clock_jump = true;
+  Controller allowed(b.store, b.clock, *b.metrics, config);
+  EXPECT_TRUE(allowed.Recover().ok());
+}
+
+// Another controller took the state (a higher stored epoch): this one says so and stops.
+TEST(ControllerRecovery, AControllerThatFindsAHigherEpochStops) {
+  Bare b;
+  Controller c(b.store, b.clock, *b.metrics, ControllerConfig{});
+  ASSERT_TRUE(c.Recover().ok());
+  c.Tick();
+  EXPECT_EQ(c.Fenced(), "");
+  b.store.SetStoredEpoch(7);
+  b.clock.Advance(6);
+  c.Tick();
+  EXPECT_NE(c.Fenced().find("stored fencing epoch 7 > this one's 1"), std::string::npos)
+      << c.Fenced();
 }
 
 }  // namespace

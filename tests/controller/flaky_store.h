@@ -40,6 +40,9 @@ class FlakyStateStore final : public StateStore {
     if (fail_writes) return Refuse();
     return memory_.DeleteWorker(name);
   }
+  StatusOr<int64_t> NextEpoch() override { return memory_.NextEpoch(); }
+  StatusOr<int64_t> StoredEpoch() override { return memory_.StoredEpoch(); }
+  void SetStoredEpoch(int64_t e) { memory_.SetStoredEpoch(e); }
 
  private:
   Status Refuse() {

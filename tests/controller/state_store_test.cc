@@ -115,6 +115,56 @@ TEST(SqliteStateStore, ADamagedDatabaseIsRefusedAtOpenAndLeftAsItWas) {
   ASSERT_TRUE(RemoveAll(dir).ok());
 }
 
+// An empty file where the database should be is no state this controller wrote: refused, not
+// started as a fresh store with no jobs; so is another program's database. One of ours from before
+// the application id (its tables) is taken.
+TEST(SqliteStateStore, AnEmptyOrForeignDatabaseIsRefusedAndAnOldOneOfOursIsTaken) {
+  const std::string dir = ::testing::TempDir() + "/store-foreign";
+  ASSERT_TRUE(RemoveAll(dir).ok());
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  const std::string path = dir + "/controller.db";
+  ASSERT_TRUE(WriteFileAtomic(path, "").ok());
+  auto empty = SqliteStateStore::Open(dir);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(empty.status().message().find("is empty (0 bytes)"), std::string::npos)
+      << empty.status();
+  std::remove(path.c_str());
+  const auto exec = [&](const char* sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  };
+  exec("CREATE TABLE invoices (id INTEGER PRIMARY KEY, amount REAL)");
+  auto foreign = SqliteStateStore::Open(dir);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_NE(foreign.status().message().find("is not a moe-controller state"), std::string::npos)
+      << foreign.status();
+  std::remove(path.c_str());
+  exec(
+      "CREATE TABLE jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, record TEXT NOT NULL);"
+      "CREATE TABLE events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL, "
+      "PRIMARY KEY (job_id, seq));"
+      "CREATE TABLE workers (name TEXT PRIMARY KEY, session TEXT NOT NULL, record TEXT NOT NULL)");
+  auto old = SqliteStateStore::Open(dir);
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_TRUE(RemoveAll(dir).ok());
+}
+
+// The fencing epoch grows by one at every start and survives reopening.
+TEST(SqliteStateStore, TheFencingEpochGrowsDurably) {
+  const std::string dir = ::testing::TempDir() + "/store-epoch";
+  ASSERT_TRUE(RemoveAll(dir).ok());
+  for (int64_t want = 1; want <= 3; ++want) {
+    auto store = SqliteStateStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(*(*store)->NextEpoch(), want);
+    EXPECT_EQ(*(*store)->StoredEpoch(), want);
+  }
+  ASSERT_TRUE(RemoveAll(dir).ok());
+}
+
 TEST(SqliteStateStore, AJobAndItsEventAreStoredTogetherOrNotAtAll) {
   const std::string dir = "/tmp/moe-store-atomic-test-" + std::to_string(::getpid());
   ASSERT_TRUE(RemoveAll(dir).ok());

@@ -84,11 +84,13 @@ grep -q "rank 1 (pp 0, dp 1, ep 1; " "$WORK/ok-describe.txt" || { cat "$WORK/ok-
 "$MOECTL" describe worker w0 | grep -q "^Rack: *r0" || fail "describe worker: $("$MOECTL" describe worker w0 2>&1)"
 rc=0; "$MOECTL" describe worker nope >/dev/null 2>&1 || rc=$?
 [ $rc -eq 3 ] || fail "describe worker nope exited $rc (expected 3: not found)"
-# get job -o yaml is the job's document (status as comments): resubmitted under another name it runs
-# again on the same checkpoint directory and finds the work done.
+# get job -o yaml is the job's document (status as comments). Under another name it is refused (the
+# checkpoint directory is the finished job's); resubmitted as it is (the same name, the same token) it
+# runs again on that directory and finds the work done.
 "$MOECTL" get job "$id" -o yaml >"$WORK/again.yaml"
 grep -q "^# job $id: SUCCEEDED" "$WORK/again.yaml" || fail "get job -o yaml: no status line: $(head -3 "$WORK/again.yaml")"
-sed -i 's/^\(\s*name:\s*\)ok.*/\1ok-again/' "$WORK/again.yaml"
+sed 's/^\(\s*name:\s*\)ok.*/\1ok-other/' "$WORK/again.yaml" >"$WORK/other.yaml"
+"$MOECTL" submit -f "$WORK/other.yaml" >/dev/null 2>&1 && fail "another job took a finished job's checkpoint directory"
 again=$("$MOECTL" submit -f "$WORK/again.yaml") || fail "get job -o yaml could not be resubmitted"
 "$MOECTL" watch "$again" >/dev/null || fail "the resubmitted job did not succeed"
 echo "submit: $id SUCCEEDED"
@@ -285,7 +287,7 @@ echo "controller restarts (kill -9, then SIGTERM): $id still there, carried on a
 #    without burning its restarts, and the message says what is missing.
 if ! nvidia-smi >/dev/null 2>&1; then
   alive=$("$MOECTL" get workers -o json | python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin).get("workers",[]) if w.get("state") in ("IDLE","BUSY")))')
-  start_worker g0 r9 g0 --token $WORKER --device cuda:0
+  start_worker g0 r9 g0 --token $WORKER --device cuda:0 --memory-gb 80  # a GPU worker says its memory
   wait_workers $((alive + 1))
   make_job "$WORK/gpu.yaml" gpu 5 0 1 1
   sed -i 's/device: cpu/device: cuda/' "$WORK/gpu.yaml"

@@ -44,10 +44,15 @@ start_controller() {
 
 # start_worker <name> <rack> <node> <extra flags...>: sets WORKER_PID[<name>]
 declare -A WORKER_PID
+# The worker's roots (a worker confines a job's paths to them): the source tree (data/fortunes) and
+# the test's own directory (checkpoints), unless the caller passes its own --data-root/--checkpoint-root.
 start_worker() {
   local name=$1 rack=$2 node=$3; shift 3
+  local roots=()
+  [[ " $* " == *" --data-root "* ]] || roots+=(--data-root "${MOE_SOURCE_DIR:-$PWD}" --data-root "$WORK")
+  [[ " $* " == *" --checkpoint-root "* ]] || roots+=(--checkpoint-root "$WORK")
   "$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name "$name" --rack "$rack" --node "$node" --threads 1 \
-      --runtime-dir "$WORK/rt-$name" "$@" >"$WORK/worker-$name.log" 2>&1 &
+      --runtime-dir "$WORK/rt-$name" "${roots[@]}" "$@" >"$WORK/worker-$name.log" 2>&1 &
   WORKER_PID[$name]=$!
   PIDS+=($!)
 }

@@ -82,8 +82,10 @@ class FakeWorker:
         call = self.ch.stream_stream("/moe.v1.WorkerService/Connect",
                                      request_serializer=lambda m: m.SerializeToString(),
                                      response_deserializer=p.ws.ControllerMessage.FromString)
+        # A real CPU worker always reports its host's memory; without one a job with a memory estimate
+        # is not placed on it (docs/operations.md).
         reg = register or p.ws.Register(name=name, rack=rack, node=node or name, device=device,
-                                        address="127.0.0.1", session=session)
+                                        address="127.0.0.1", session=session, memory_bytes=64 << 30)
         first = p.ws.WorkerMessage()
         first.register.CopyFrom(reg)
         self.out.put(first)

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <random>
 
+#include "common/confined_dir.h"
 #include "common/file_util.h"
 #include "common/job_spec_proto.h"
 #include "common/log.h"
@@ -221,12 +222,27 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   return false;  // reconnect on a fresh channel
 }
 
+// A controller's fencing epoch against the highest this worker has seen: a lower one is a stale
+// controller (another took over its state since), whose word no longer counts.
+bool WorkerAgent::AcceptEpoch(int64_t epoch, const std::string& what) {
+  int64_t seen = max_epoch_.load();
+  while (epoch > seen && !max_epoch_.compare_exchange_weak(seen, epoch)) {
+  }
+  if (epoch >= seen) return true;
+  MOE_LOG(ERROR) << "refusing " << what << " from a controller of epoch " << epoch << ": epoch "
+                 << seen
+                 << " was seen already (a newer controller holds the state; this one is stale)";
+  return false;
+}
+
 // Reads the controller's messages until the stream ends.
 void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub) {
   moe::v1::ControllerMessage msg;
   while (stream_->Read(&msg)) {
     switch (msg.msg_case()) {
       case moe::v1::ControllerMessage::kRegistered: {
+        if (!AcceptEpoch(msg.registered().epoch(), "its registration"))
+          return;  // a stale controller
         heartbeat_seconds_ =
             msg.registered().heartbeat_seconds() > 0 ? msg.registered().heartbeat_seconds() : 1.0;
         session_->Set(msg.registered().session());
@@ -240,7 +256,8 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
         break;
       }
       case moe::v1::ControllerMessage::kAssign:
-        StartRank(stub, msg.assign());
+        if (AcceptEpoch(msg.assign().epoch(), "an assignment of " + msg.assign().job_id()))
+          StartRank(stub, msg.assign());
         break;
       case moe::v1::ControllerMessage::kCancel:
         CancelRank(msg.cancel().job_id(), msg.cancel().attempt(), msg.cancel().reason(),
@@ -306,18 +323,23 @@ void WorkerAgent::Report(const moe::v1::RankFinished& f) {
   unreported_.push_back(f);
 }
 
-// The job's data and checkpoint paths against this worker's roots, symbolic links resolved here.
+// The job's data and checkpoint paths against this worker's roots, symbolic links resolved here: no
+// control character; relative paths below the first root; the dataset's own files (.bin, .idx), not
+// only its prefix, below a data root. The rank opens them again beneath the roots (moe-train
+// --data-root, --checkpoint-root), so what it reads and writes is what this check saw.
 Status WorkerAgent::CheckPaths(const moe::v1::Assignment& a) const {
-  if (o_.data_roots.empty() && o_.checkpoint_roots.empty()) return OkStatus();
   const moe::v1::JobSpec& spec = a.spec().spec();
-  char cwd[4096] = "/";
-  if (::getcwd(cwd, sizeof(cwd)) == nullptr) cwd[0] = '/', cwd[1] = 0;
+  MOE_RETURN_IF_ERROR(CheckPathText("spec.data.path", spec.data().path()));
+  MOE_RETURN_IF_ERROR(CheckPathText("spec.checkpoint.dir", spec.checkpoint().dir()));
   if (spec.data().source() != "synthetic") {
-    MOE_RETURN_IF_ERROR(
-        CheckUnderRoots("spec.data.path", spec.data().path(), o_.data_roots, "data", true, cwd));
+    for (const char* file : {".bin", ".idx"}) {
+      MOE_RETURN_IF_ERROR(CheckUnderRoots("spec.data.path", spec.data().path() + file,
+                                          o_.data_roots, "data", true, o_.data_roots.front()));
+    }
   }
+  if (spec.checkpoint().dir().empty()) return OkStatus();
   return CheckUnderRoots("spec.checkpoint.dir", spec.checkpoint().dir(), o_.checkpoint_roots,
-                         "checkpoint", true, cwd);
+                         "checkpoint", true, o_.checkpoint_roots.front());
 }
 
 StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const {
@@ -330,6 +352,13 @@ StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const
       "--hostname",   o_.address,
       "--device",     o_.device};  // the rank trains on this worker's device
   if (a.resume() && !a.spec().spec().checkpoint().dir().empty()) args.push_back("--resume");
+  // Where the rank may read and write (it opens its paths beneath these), and who it runs for (its
+  // lead rank claims the checkpoint directory: one job per directory, the newest attempt only).
+  for (const auto& r : o_.data_roots) args.insert(args.end(), {"--data-root", r});
+  for (const auto& r : o_.checkpoint_roots) args.insert(args.end(), {"--checkpoint-root", r});
+  args.insert(args.end(), {"--job-id", a.job_id(), "--job-name", a.spec().metadata().name(),
+                           "--job-owner", a.owner(), "--epoch", std::to_string(a.epoch()),
+                           "--attempt", std::to_string(a.attempt())});
   // Threads: --threads when given, else the controller's share of this node's cores.
   const int threads = o_.threads > 0 ? o_.threads : a.cpu_threads();
   if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
@@ -384,6 +413,16 @@ moe::v1::RankFinished NotRun(const moe::v1::Assignment& a, FailureClass cls, Sta
   return Finished(a, end, cls == FailureClass::kPermanent ? kExitCannotRun : -1, false);
 }
 
+// The rendezvous socket of a rank: named by a hash of its tag, so that a long job name cannot push
+// the path past sun_path's 108 bytes (main checks the runtime directory leaves room for it).
+std::string SocketName(const std::string& tag) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : tag) h = (h ^ c) * 1099511628211ull;
+  char name[32];
+  std::snprintf(name, sizeof(name), "rv-%016llx.sock", static_cast<unsigned long long>(h));
+  return name;
+}
+
 moe::v1::WorkerMessage AboutRank(const moe::v1::Assignment& a, bool started) {
   moe::v1::WorkerMessage m;
   if (started) {
@@ -425,7 +464,7 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
     // it).
     MOE_RETURN_IF_ERROR(WriteFileAtomic(rank->spec_path, ToJson(MessageToNode(a.spec()))));
     rank->proxy = std::make_unique<RendezvousProxy>(stub, o_.client,
-                                                    JoinPath(o_.runtime_dir, rank->tag + ".sock"),
+                                                    JoinPath(o_.runtime_dir, SocketName(rank->tag)),
                                                     a.rendezvous_prefix(), session_);
     MOE_RETURN_IF_ERROR(rank->proxy->Start());
     RankCommand cmd;

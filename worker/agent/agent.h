@@ -81,6 +81,7 @@ class WorkerAgent {
   void Report(const moe::v1::RankFinished& f);
   void StopCurrentRank();
 
+  bool AcceptEpoch(int64_t epoch, const std::string& what);
   void SendLeaving();
   std::string LeaveReason();
 
@@ -94,6 +95,7 @@ class WorkerAgent {
   std::unique_ptr<grpc::ClientReaderWriter<moe::v1::WorkerMessage, moe::v1::ControllerMessage>>
       stream_;
   grpc::ClientContext* stream_ctx_ = nullptr;
+  std::atomic<int64_t> max_epoch_{0};  // the highest controller epoch seen (AcceptEpoch)
   std::atomic<double> heartbeat_seconds_{
       1.0};  // set by the Run thread (Registered), read by the heartbeat thread
 

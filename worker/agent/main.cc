@@ -17,7 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/confined_dir.h"
+#include "common/file_util.h"
 #include "common/log.h"
+#include "common/path_roots.h"
 #include "common/service_log.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/topology.h"
@@ -129,10 +132,13 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_option(
       "--data-root", o.data_roots,
-      "a job's spec.data.path must lie below one of these (repeatable; default: anywhere)");
+      "a job's spec.data.path (relative: below the first) must lie below one of these "
+      "(repeatable; default: $MOE_DATA_ROOT, else <runtime-dir>/data; / allows anywhere)");
   app.add_option(
       "--checkpoint-root", o.checkpoint_roots,
-      "a job's checkpoint directory must lie below one of these (repeatable; default: anywhere)");
+      "a job's checkpoint directory (relative: below the first) must lie below one of these "
+      "(repeatable; default: $MOE_CHECKPOINT_ROOT, else <runtime-dir>/checkpoints; / allows "
+      "anywhere)");
   app.add_option("--trainer", o.trainer, "path of moe-train (default: next to moe-worker)");
   app.add_option("--runtime-dir", o.runtime_dir,
                  "for job files and rendezvous sockets (default /tmp/moe-worker-<name>)");
@@ -149,6 +155,56 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
                  "load testing: the fake workers' racks hold this many each (0: one rack)")
       ->check(CLI::Range(0, 100000));
   moe::AddServiceLogFlags(app, &f.log);
+}
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != 0 ? v : fallback;
+}
+
+// The roots a job's paths must lie under. Without --data-root / --checkpoint-root a worker confines
+// them to $MOE_DATA_ROOT / $MOE_CHECKPOINT_ROOT, else to data/ and checkpoints/ below its runtime
+// directory (created): a job may write anywhere only where the operator said so (--data-root /).
+moe::Status ResolveRoots(moe::worker::AgentOptions& o) {
+  if (o.runtime_dir.size() + 24 >
+      107) {  // the ranks' rendezvous sockets: <runtime-dir>/rv-<16 hex>.sock
+    return moe::InvalidArgumentError("--runtime-dir: " + o.runtime_dir +
+                                     " is too long for a Unix socket path in it (" +
+                                     std::to_string(o.runtime_dir.size()) + " bytes; at most 83)");
+  }
+  const bool data_default = o.data_roots.empty(), ckpt_default = o.checkpoint_roots.empty();
+  if (data_default) o.data_roots = {EnvOr("MOE_DATA_ROOT", o.runtime_dir + "/data")};
+  if (ckpt_default)
+    o.checkpoint_roots = {EnvOr("MOE_CHECKPOINT_ROOT", o.runtime_dir + "/checkpoints")};
+  char cwd[4096] = "/";
+  if (::getcwd(cwd, sizeof(cwd)) == nullptr) cwd[0] = '/', cwd[1] = 0;
+  for (auto* roots : {&o.data_roots, &o.checkpoint_roots}) {
+    for (std::string& r : *roots) {
+      MOE_RETURN_IF_ERROR(
+          moe::CheckPathText(roots == &o.data_roots ? "--data-root" : "--checkpoint-root", r));
+      r = moe::NormalizeAbsolute(r, cwd);
+    }
+  }
+  if (data_default) MOE_RETURN_IF_ERROR(moe::MakeDirs(o.data_roots.front()));
+  if (ckpt_default) MOE_RETURN_IF_ERROR(moe::MakeDirs(o.checkpoint_roots.front()));
+  return moe::OkStatus();
+}
+
+// Anything-goes roots, said once in the log: a job may then read or write anywhere this user can.
+void WarnOpenRoots(const moe::worker::AgentOptions& o) {
+  for (const auto* roots : {&o.data_roots, &o.checkpoint_roots}) {
+    for (const std::string& r : *roots) {
+      if (r == "/") {
+        MOE_LOG(WARNING) << (roots == &o.data_roots ? "--data-root /" : "--checkpoint-root /")
+                         << ": jobs may read or write anywhere this worker's user can (workers "
+                            "usually run as root)";
+      }
+    }
+  }
+  std::string d, c;
+  for (const auto& r : o.data_roots) d += (d.empty() ? "" : ", ") + r;
+  for (const auto& r : o.checkpoint_roots) c += (c.empty() ? "" : ", ") + r;
+  MOE_LOG(INFO) << "jobs' data below " << d << "; checkpoints below " << c;
 }
 
 // Checks the flags and fills in the defaults that depend on others; INVALID_ARGUMENT names the
@@ -178,6 +234,7 @@ moe::Status Resolve(WorkerFlags& f) {
                                      " is not an executable (build moe-train or pass --trainer)");
   }
   if (o.runtime_dir.empty()) o.runtime_dir = "/tmp/moe-worker-" + o.name;
+  MOE_RETURN_IF_ERROR(ResolveRoots(o));
   if (!f.inject_delay.empty()) o.extra_trainer_args = {"--inject-step-delay", f.inject_delay};
   f.log.component = "worker " + o.name;
   return moe::InitServiceLog(f.log);
@@ -195,6 +252,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   MOE_LOG(INFO) << "rack " << f.o.rack << " from " << f.rack << "; node " << f.o.node;
+  WarnOpenRoots(f.o);
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGINT, OnSignal);
   ::signal(SIGTERM, OnSignal);

@@ -20,8 +20,14 @@ RankLogWriter::~RankLogWriter() {
   if (f_ != nullptr) std::fclose(f_);
 }
 
-void RankLogWriter::Append(const std::string& line) {
+void RankLogWriter::Append(const std::string& whole) {
   if (failed_) return;
+  // A line longer than a reply can carry is cut with a marker: a reader never stalls on it.
+  const std::string line = whole.size() <= kMaxLineBytes
+                               ? whole
+                               : whole.substr(0, kMaxLineBytes) + " [... " +
+                                     std::to_string(whole.size() - kMaxLineBytes) +
+                                     " more bytes cut from this line]";
   const bool rotate = f_ != nullptr && size_ + static_cast<int64_t>(line.size()) + 1 > rotate_;
   if (rotate) {  // keep one previous part: path.1; offsets go on counting (path.base: bytes before
                  // path)

@@ -17,6 +17,9 @@ std::string RankLogPath(const std::string& runtime_dir, const std::string& job_i
 // Appends lines; not thread-safe (the rank's monitor thread is its only writer).
 class RankLogWriter {
  public:
+  // Lines are kept up to this many bytes; the rest of a longer one is cut, with a marker that says
+  // so.
+  static constexpr size_t kMaxLineBytes = 64 << 10;
   RankLogWriter(std::string path, int64_t rotate_bytes = int64_t{64} << 20)
       : path_(std::move(path)), rotate_(rotate_bytes) {}
   ~RankLogWriter();

@@ -32,12 +32,19 @@ std::vector<TensorPiece> CheckpointPieces(Model& model, const Optimizer& optimiz
 }
 
 CheckpointManager::CheckpointManager(std::string dir, const ParallelContext& par,
-                                     std::string fingerprint, int64_t keep_last, Node spec)
+                                     std::string fingerprint, int64_t keep_last, Node spec,
+                                     std::string tmp_suffix)
     : dir_(std::move(dir)),
       par_(par),
       fingerprint_(std::move(fingerprint)),
       keep_last_(keep_last),
-      spec_(std::move(spec)) {}
+      spec_(std::move(spec)),
+      tmp_suffix_(std::move(tmp_suffix)) {}
+
+std::string CheckpointManager::Shown(const std::string& path) const {
+  if (shown_.empty() || path.compare(0, dir_.size(), dir_) != 0) return path;
+  return shown_ + path.substr(dir_.size());
+}
 
 std::string CheckpointManager::StepDirName(int64_t step) {
   char buf[32];
@@ -84,18 +91,20 @@ Status CheckpointManager::CommitSave(int64_t step, const Optimizer& optimizer, c
   manifest.Set("fingerprint", Node::Scalar(fingerprint_, true));
   manifest.Set("state", state);
   if (!spec_.IsNull()) manifest.Set("spec", spec_);
+  if (!writer_.empty()) manifest.Set("writer", Node::Scalar(writer_, true));
   MOE_RETURN_IF_ERROR(
       WriteFileAtomic(JoinPath(tmp_dir, "MANIFEST.json"), ToJson(manifest, 2) + "\n"));
+  if (fence_) MOE_RETURN_IF_ERROR(fence_());  // a fenced rank commits and prunes nothing
   if (PathExists(final_dir)) MOE_RETURN_IF_ERROR(RemoveAll(final_dir));
   if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
-    return ErrnoError("rename " + tmp_dir, errno);
+    return ErrnoError("rename " + Shown(tmp_dir), errno);
   MOE_RETURN_IF_ERROR(FsyncPath(dir_));
   if (keep_last_ > 0) {
     auto all = List();
     for (size_t i = static_cast<size_t>(keep_last_); i < all.size(); ++i) {
       Status st = RemoveAll(all[i].second);
       if (!st.ok())
-        MOE_LOG(WARNING) << "could not prune old checkpoint " << all[i].second << ": " << st;
+        MOE_LOG(WARNING) << "could not prune old checkpoint " << Shown(all[i].second) << ": " << st;
     }
   }
   return OkStatus();
@@ -104,7 +113,7 @@ Status CheckpointManager::CommitSave(int64_t step, const Optimizer& optimizer, c
 Status CheckpointManager::Save(int64_t step, Model& model, const Optimizer& optimizer,
                                const Node& state, Status* storage_failure) {
   const std::string final_dir = JoinPath(dir_, StepDirName(step));
-  const std::string tmp_dir = final_dir + ".tmp";
+  const std::string tmp_dir = final_dir + tmp_suffix_;
   Communicator* world = par_.world;
   world->SetPhase("checkpoint at step " + std::to_string(step));
   Status comm,
@@ -126,7 +135,9 @@ Status CheckpointManager::Save(int64_t step, Model& model, const Optimizer& opti
   }
   if (agreed.ok()) return OkStatus();
   if (par_.rank == 0) (void)RemoveAll(tmp_dir);  // best effort: the storage may be what failed
-  if (storage_failure == nullptr) return agreed;
+  // A fenced rank (a newer attempt holds the directory) stops: that is no storage failure to train
+  // on past.
+  if (storage_failure == nullptr || agreed.code() == StatusCode::kAborted) return agreed;
   *storage_failure = agreed;
   return OkStatus();
 }
@@ -166,7 +177,7 @@ int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
   if (PathExists(dir_)) {
     if (auto names = ListDir(dir_); !names.ok()) {
       *refusal = UnavailableError(
-          "checkpoint directory " + dir_ + " cannot be read (" + names.status().message() +
+          "checkpoint directory " + Shown(dir_) + " cannot be read (" + names.status().message() +
           "); not starting over from step 0 while it may hold the run's checkpoints");
       return kUnreadable;
     }
@@ -183,11 +194,12 @@ int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
       *refusal = st;
       return kOtherModel;
     }
-    MOE_LOG(ERROR) << "checkpoint " << path << " is damaged and is skipped: " << st.message();
+    MOE_LOG(ERROR) << "checkpoint " << Shown(path)
+                   << " is damaged and is skipped: " << st.message();
     damaged.push_back(path);
   }
   if (chosen == 0 && !damaged.empty()) {
-    MOE_LOG(WARNING) << "no complete checkpoint in " << dir_ << " (" << damaged.size()
+    MOE_LOG(WARNING) << "no complete checkpoint in " << Shown(dir_) << " (" << damaged.size()
                      << " damaged); starting from step 0";
   } else if (chosen > 0 && !damaged.empty()) {
     MOE_LOG(WARNING) << "falling back to the previous complete checkpoint " << StepDirName(chosen);
@@ -206,9 +218,9 @@ StatusOr<int64_t> CheckpointManager::Choose() {
   if (chosen < 0) {
     if (!refusal.ok()) return refusal;
     if (chosen == kUnreadable)
-      return UnavailableError("the checkpoint directory " + dir_ +
+      return UnavailableError("the checkpoint directory " + Shown(dir_) +
                               " cannot be read on rank 0 (see its log)");
-    return FailedPreconditionError("the checkpoint in " + dir_ +
+    return FailedPreconditionError("the checkpoint in " + Shown(dir_) +
                                    " does not fit this run's model (see rank 0's log)");
   }
   return chosen;
@@ -224,7 +236,7 @@ StatusOr<CheckpointInfo> CheckpointManager::Load(int64_t step, Model& model, Opt
   for (const TensorPiece& p : CheckpointPieces(model, optimizer, par_, /*writer=*/false)) {
     const std::vector<int64_t> stored = reader.GlobalShape(p.name);
     if (stored != p.global_shape) {
-      return FailedPreconditionError("checkpoint " + info.path + ": tensor " + p.name +
+      return FailedPreconditionError("checkpoint " + Shown(info.path) + ": tensor " + p.name +
                                      " has another shape than this model's");
     }
     MOE_RETURN_IF_ERROR(reader.Read(p.name, p.begin, p.data));

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,22 @@ class CheckpointManager {
  public:
   // `fingerprint`: what a checkpoint must agree with (the model's shape, ModelFingerprint); `spec`:
   // the job document stored in the manifest (moe-export reads the model from it).
+  // `tmp_suffix`: what a save in progress is called after its step's name (".tmp"; an attempt's
+  // own,
+  // ".tmp-a3", so that two attempts never write into one).
   CheckpointManager(std::string dir, const ParallelContext& par, std::string fingerprint,
-                    int64_t keep_last, Node spec = Node());
+                    int64_t keep_last, Node spec = Node(), std::string tmp_suffix = ".tmp");
+  // Asked before a save is committed and before old ones are pruned (rank 0): a non-OK answer (this
+  // rank was fenced off: checkpoint/ownership.h) stops the save there, committing and deleting
+  // nothing.
+  void SetFence(std::function<Status()> fence) { fence_ = std::move(fence); }
+  // Who writes (the job's attempt), recorded in each manifest as "writer".
+  void SetWriter(std::string writer) { writer_ = std::move(writer); }
+  // The directory the checkpoints are read and written through (set again after it was reopened).
+  const std::string& dir() const { return dir_; }
+  void SetDir(std::string dir) { dir_ = std::move(dir); }
+  // The path messages name it by when dir() is a descriptor's (/proc/self/fd/N).
+  void SetShownName(std::string shown) { shown_ = std::move(shown); }
 
   // Collective: every rank of the job calls it at the same step. A rank that cannot write its part
   // (storage full, unwritable, gone) makes every rank give up this checkpoint together, never
@@ -77,6 +92,11 @@ class CheckpointManager {
   std::string fingerprint_;
   int64_t keep_last_;
   Node spec_;
+  std::string tmp_suffix_;
+  std::function<Status()> fence_;
+  std::string writer_;
+  std::string shown_;
+  std::string Shown(const std::string& path) const;  // `path` with dir() said as the shown name
 };
 
 // The newest complete checkpoint directory in `dir` (NOT_FOUND when there is none).

@@ -110,6 +110,10 @@ struct Flags {
   bool describe = false;
   std::string preset, init_from;
   std::string peak_cache, measure_peak;  // the CPU SGEMM peak: read from / written to a file
+  std::vector<std::string> data_roots,
+      checkpoint_roots;                     // a worker's confinement (its agent passes them)
+  std::string job_id, job_name, job_owner;  // the job this rank runs for: its checkpoint claim
+  int64_t epoch = 0, attempt = 0;
   bool rank_mode() const { return rank >= 0 || world_size > 0 || !rendezvous.empty(); }
 };
 
@@ -136,6 +140,22 @@ int Fail(const moe::Status& st) { return Finish(moe::RankEndFor(st)); }
 // A collective that failed where no caller waits (NCCL's watchdog): the final record, then the exit
 // its class says (a hung or lost peer: restart from the newest checkpoint).
 [[noreturn]] void OnUnwaitedCollectiveFailure(const moe::Status& st) { ::_exit(Fail(st)); }
+
+// What a worker agent passes its ranks: where the job's paths are confined, and who the rank runs
+// for (its lead rank claims the checkpoint directory with it: checkpoint/ownership.h).
+void AddWorkerFlags(moe::ArgParser& args, Flags* f) {
+  args.AddStrings("data-root", &f->data_roots,
+                  "open spec.data.path beneath one of these (repeatable; the worker's roots)");
+  args.AddStrings(
+      "checkpoint-root", &f->checkpoint_roots,
+      "open the checkpoint directory beneath one of these (repeatable; the worker's roots)");
+  args.AddString("job-id", &f->job_id,
+                 "the job this rank runs for: the checkpoint directory is claimed for it");
+  args.AddString("job-name", &f->job_name, "with --job-id: the job's metadata.name");
+  args.AddString("job-owner", &f->job_owner, "with --job-id: who submitted it");
+  args.AddInt("epoch", &f->epoch, "with --job-id: the controller's fencing epoch");
+  args.AddInt("attempt", &f->attempt, "with --job-id: the attempt number");
+}
 
 moe::ArgParser MakeParser(Flags* f) {
   moe::ArgParser args(
@@ -201,6 +221,7 @@ moe::ArgParser MakeParser(Flags* f) {
                  "unless a checkpoint is resumed");
   args.AddString("preset", &f->preset,
                  "with --describe and no --config: describe this model preset at seq 4096");
+  AddWorkerFlags(args, f);
   return args;
 }
 
@@ -420,6 +441,11 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
   options.init_from = f.init_from;
   options.metrics_out = f.metrics_out;
   options.inject_step_delay = f.inject_delay;
+  options.data_roots = f.data_roots;
+  options.checkpoint_roots = f.checkpoint_roots;
+  if (!f.job_id.empty()) {
+    options.owner = moe::OwnerClaim{f.job_id, f.job_name, f.job_owner, f.epoch, f.attempt};
+  }
   options.placement = *place;
   if (!f.peak_cache.empty() && !place->device.is_cuda()) {
     const moe::PeakFlops peak = CachedCpuPeak(f.peak_cache, /*measure=*/false);

@@ -8,6 +8,7 @@
 #include "common/file_util.h"
 #include "common/flops.h"
 #include "common/log.h"
+#include "common/path_roots.h"
 #include "kernels/elementwise.h"
 #include "kernels/fp8.h"
 #include "kernels/memory_stats.h"
@@ -100,6 +101,79 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec, const Pa
   return t;
 }
 
+// After a save failed for its storage: the directory this rank holds may be gone or replaced (a
+// remount, a storage outage that moved it away and back), so it is opened again beneath the roots
+// for the next save, and the lead rank's claim read again there. A rank fenced off meanwhile stops
+// (ABORTED); a directory still missing is tried again at the next save.
+Status Trainer::ReopenCheckpoints() {
+  if (!checkpoint_handle_) return OkStatus();
+  auto again =
+      ConfinedDir::Open("spec.checkpoint.dir", checkpoint_dir_, options_.checkpoint_roots, true);
+  if (!again.ok()) return OkStatus();
+  if (ownership_) {
+    MOE_ASSIGN_OR_RETURN(
+        CheckpointOwnership held,
+        CheckpointOwnership::Claim((*again)->Path(), checkpoint_dir_, ownership_->claim()));
+    *ownership_ = std::move(held);
+  }
+  checkpoint_handle_ = std::move(*again);
+  checkpoints_->SetDir(checkpoint_handle_->Path());
+  return OkStatus();
+}
+
+// The data the samplers read: where the worker confines it (options_.data_roots), through a
+// directory held open beneath a root, so the files read are the ones the checks saw
+// (common/confined_dir.h); the dataset's .bin, .idx and .json sit in that directory, so a path
+// equal to a root is refused.
+Status Trainer::OpenData() {
+  JobSpec read = spec_;
+  if (!options_.data_roots.empty() && spec_.data.source != "synthetic") {
+    const std::string full =
+        NormalizeAbsolute(spec_.data.path, NormalizeAbsolute(options_.data_roots.front(), "/"));
+    MOE_ASSIGN_OR_RETURN(
+        data_dir_, ConfinedDir::Open("spec.data.path", DirName(full), options_.data_roots, false));
+    read.data.path = data_dir_->Path(BaseName(full));
+  }
+  MOE_ASSIGN_OR_RETURN(sampler_, BatchSampler::Create(read, par_.dp_size()));
+  if (spec_.training.eval_interval > 0) {
+    MOE_ASSIGN_OR_RETURN(eval_sampler_,
+                         BatchSampler::Create(read, par_.dp_size(), DataSplit::kValid));
+  }
+  return OkStatus();
+}
+
+// The checkpoint directory: confined beneath the worker's roots when it has them (held open: what
+// is written lands there whatever is swapped in at the path later), and claimed by this attempt's
+// lead rank when the job's identity is known (ownership.h: one job per directory, the newest
+// attempt only); every commit, prune and history line is checked against that claim (Fence).
+Status Trainer::OpenCheckpoints() {
+  std::string io_dir = checkpoint_dir_;
+  if (!options_.checkpoint_roots.empty()) {
+    MOE_ASSIGN_OR_RETURN(
+        checkpoint_handle_,
+        ConfinedDir::Open("spec.checkpoint.dir", checkpoint_dir_, options_.checkpoint_roots, true));
+    io_dir = checkpoint_handle_->Path();
+  }
+  if (options_.owner && lead_) {
+    MOE_ASSIGN_OR_RETURN(CheckpointOwnership held,
+                         CheckpointOwnership::Claim(io_dir, checkpoint_dir_, *options_.owner));
+    ownership_ = std::make_unique<CheckpointOwnership>(std::move(held));
+  }
+  const std::string tmp_suffix =
+      options_.owner ? ".tmp-a" + std::to_string(options_.owner->attempt) : ".tmp";
+  checkpoints_ = std::make_unique<CheckpointManager>(io_dir, par_, ModelFingerprint(spec_),
+                                                     spec_.checkpoint.keep_last,
+                                                     JobSpecToNode(spec_), tmp_suffix);
+  if (checkpoint_handle_) checkpoints_->SetShownName(checkpoint_dir_);
+  if (ownership_) checkpoints_->SetFence([this] { return ownership_->Check(); });
+  if (options_.owner) {
+    checkpoints_->SetWriter(options_.owner->job + " attempt " +
+                            std::to_string(options_.owner->attempt) + " epoch " +
+                            std::to_string(options_.owner->epoch));
+  }
+  return OkStatus();
+}
+
 Status Trainer::Init() {
   if (options_.placement) {
     place_ = *options_.placement;
@@ -111,11 +185,7 @@ Status Trainer::Init() {
   }
   deterministic_ = spec_.training.Deterministic(place_.device.is_cpu());
   if (place_.device.is_cpu()) kernels::SetReproducibleCpuGemm(deterministic_);
-  MOE_ASSIGN_OR_RETURN(sampler_, BatchSampler::Create(spec_, par_.dp_size()));
-  if (spec_.training.eval_interval > 0) {
-    MOE_ASSIGN_OR_RETURN(eval_sampler_,
-                         BatchSampler::Create(spec_, par_.dp_size(), DataSplit::kValid));
-  }
+  MOE_RETURN_IF_ERROR(OpenData());
   flops_per_step_ =
       MegatronFlopsPerStep(spec_.model, spec_.data.global_batch_size, spec_.data.seq_length);
   checkpoint_dir_ =
@@ -123,9 +193,7 @@ Status Trainer::Init() {
   checkpoint_interval_ = options_.checkpoint_interval >= 0 ? options_.checkpoint_interval
                                                            : spec_.checkpoint.interval_steps;
   if (!checkpoint_dir_.empty()) {
-    checkpoints_ =
-        std::make_unique<CheckpointManager>(checkpoint_dir_, par_, ModelFingerprint(spec_),
-                                            spec_.checkpoint.keep_last, JobSpecToNode(spec_));
+    MOE_RETURN_IF_ERROR(OpenCheckpoints());
   } else if (checkpoint_interval_ > 0 && lead_) {
     MOE_LOG(INFO)
         << "no checkpoint directory (spec.checkpoint.dir or --checkpoint-dir): checkpoints are off";
@@ -221,7 +289,11 @@ Status Trainer::Restore(int64_t step) {
   if (step > 0) {
     MOE_ASSIGN_OR_RETURN(CheckpointInfo info, checkpoints_->Load(step, *model_, *optimizer_));
     start_step_ = info.step;
-    if (lead_) MOE_LOG(INFO) << "resumed from " << info.path << " (step " << start_step_ << ")";
+    // Said by the directory's path, not the descriptor it is read through (/proc/self/fd/N).
+    if (lead_) {
+      MOE_LOG(INFO) << "resumed from " << JoinPath(checkpoint_dir_, BaseName(info.path))
+                    << " (step " << start_step_ << ")";
+    }
   } else if (lead_) {
     MOE_LOG(INFO) << "no checkpoint in " << checkpoint_dir_ << "; starting from step 0";
   }
@@ -687,7 +759,7 @@ Status Trainer::Report(const StepMetrics& m) {
   }
   if (lead_) {
     if (metrics_file_.is_open()) metrics_file_ << MetricsJson(m) << "\n" << std::flush;
-    if (history_file_.is_open()) history_file_ << MetricsJson(m) << "\n" << std::flush;
+    if (history_file_.is_open()) MOE_RETURN_IF_ERROR(RecordHistory(m));
     const bool log_now = m.step % spec_.training.log_interval == 0 || m.step == stop_step_ ||
                          m.step == result_.first_step;
     if (options_.log_steps && log_now) MOE_LOG(INFO) << MegatronLogLine(m);
@@ -703,13 +775,29 @@ Status Trainer::Report(const StepMetrics& m) {
 // open it only warns.
 void Trainer::OpenHistory() {
   if (!lead_ || !checkpoints_) return;
-  const std::string path = JoinPath(checkpoint_dir_, "metrics.jsonl");
-  if (Status st = MakeDirs(checkpoint_dir_); st.ok()) {
+  const std::string path = JoinPath(checkpoints_->dir(), "metrics.jsonl");
+  if (Status st = MakeDirs(checkpoints_->dir()); st.ok()) {
     history_file_.open(path, start_step_ > 0 ? std::ios::app : std::ios::trunc);
   }
   if (!history_file_)
     MOE_LOG(WARNING) << "cannot open the loss history " << path
                      << "; this attempt's steps are not recorded there";
+}
+
+// One line of the loss history, only while this attempt still holds the directory: a rank fenced
+// off (its attempt replaced while it ran on) stops here with ABORTED rather than interleave its
+// steps with the live attempt's.
+Status Trainer::RecordHistory(const StepMetrics& m) {
+  if (ownership_) {
+    const Status held = ownership_->Check();
+    if (held.code() == StatusCode::kAborted) return held;
+    // The marker cannot be read: the directory may have gone and come back (a storage outage). The
+    // line still goes to the history file this rank holds open; the directory is opened again so
+    // the next check (and save) reads the marker where it is now.
+    if (!held.ok()) MOE_RETURN_IF_ERROR(ReopenCheckpoints());
+  }
+  history_file_ << MetricsJson(m) << "\n" << std::flush;
+  return OkStatus();
 }
 
 // Asked to stop (a cancel, a worker's clean shutdown, a preemption): the steps since the last
@@ -754,6 +842,7 @@ Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m) {
     if (step == stop_step_)
       return UnavailableError("the final checkpoint could not be written: " + storage.message());
     ++checkpoints_skipped_;
+    MOE_RETURN_IF_ERROR(ReopenCheckpoints());
     if (lead_) {
       MOE_LOG(WARNING) << "checkpoint at step " << step << " not written (" << storage.message()
                        << "); training goes on, "

@@ -21,9 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "common/confined_dir.h"
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "kernels/memory_stats.h"
+#include "worker/engine/checkpoint/ownership.h"
 #include "worker/engine/device.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/parallel/communicator.h"
@@ -46,7 +48,15 @@ struct TrainerOptions {
   std::string init_from;    // a Hugging Face DeepseekV3 directory to start from (when no checkpoint
                             // is resumed)
   std::string metrics_out;  // JSON lines, one per step (rank 0)
-  double peak_flops = 0;    // MFU denominator per device; 0: measure (CPU SGEMM probe)
+  // Where the worker confines the job's paths (moe-worker --data-root, --checkpoint-root, passed on
+  // by its agent): the data and checkpoint directories are opened beneath them
+  // (common/confined_dir.h). Empty: the paths are used as they are (moe-train on its own).
+  std::vector<std::string> data_roots, checkpoint_roots;
+  // The job and attempt this rank runs for (the agent passes them): the lead rank claims the
+  // checkpoint directory with it and every commit, prune and history line is fenced by it
+  // (checkpoint/ownership.h). Absent: no claim (moe-train on its own).
+  std::optional<OwnerClaim> owner;
+  double peak_flops = 0;  // MFU denominator per device; 0: measure (CPU SGEMM probe)
   std::string peak_source;
   bool log_steps = true;  // Megatron-style lines at spec.training.log_interval (rank 0)
   // Called on every rank after every step (the worker agent streams these to the controller).
@@ -168,6 +178,10 @@ class Trainer {
   // After step `step`: the validation loss when it is due (every eval_interval steps and at the
   // end).
   Status MaybeEvaluate(int64_t step, StepMetrics* m);
+  Status OpenData();
+  Status OpenCheckpoints();
+  Status ReopenCheckpoints();
+  Status RecordHistory(const StepMetrics& m);
   Status MaybeCheckpoint(int64_t step, const StepMetrics& m);
   Status SaveCheckpoint(int64_t step, const StepMetrics& m);
   Status CheckpointOnStop(int64_t last_step);
@@ -187,6 +201,8 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<StageLayout> layout_;  // every virtual pipeline stage
   bool tied_embedding_ = false;      // the last stage keeps an embedding copy for MTP (PP > 1)
+  std::unique_ptr<ConfinedDir> data_dir_, checkpoint_handle_;  // held open beneath the roots
+  std::unique_ptr<CheckpointOwnership> ownership_;             // the lead rank's claim
   std::unique_ptr<CheckpointManager> checkpoints_;
   std::string checkpoint_dir_;
   int64_t checkpoint_interval_ = 0;

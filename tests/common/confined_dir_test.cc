@@ -1,0 +1,83 @@
+// A directory opened beneath a root stays beneath it, whatever the path or the links on disk say.
+#include "common/confined_dir.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include "common/file_util.h"
+#include "common/path_roots.h"
+
+namespace moe {
+namespace {
+
+class ConfinedDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = ::testing::TempDir() + "/confined-" + std::to_string(::getpid());
+    ASSERT_TRUE(RemoveAll(base_).ok());
+    root_ = base_ + "/root";
+    ASSERT_TRUE(MakeDirs(root_ + "/a").ok());
+    ASSERT_TRUE(MakeDirs(base_ + "/outside").ok());
+    ASSERT_EQ(::symlink("a", (root_ + "/in").c_str()), 0);
+    ASSERT_EQ(::symlink((base_ + "/outside").c_str(), (root_ + "/out").c_str()), 0);
+    ASSERT_EQ(::symlink("../outside", (root_ + "/up").c_str()), 0);
+  }
+  void TearDown() override { (void)RemoveAll(base_); }
+  std::string Real(const ConfinedDir& d) {
+    char buf[PATH_MAX];
+    const ssize_t n = ::readlink(d.Path().c_str(), buf, sizeof(buf) - 1);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  }
+  std::string base_, root_;
+};
+
+TEST_F(ConfinedDirTest, OpensAndCreatesBeneathTheRoot) {
+  auto d = ConfinedDir::Open("f", root_ + "/a/new/deeper", {root_}, /*create=*/true);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(PathExists(root_ + "/a/new/deeper"));
+  ASSERT_TRUE(WriteFileAtomic((*d)->Path("x.txt"), "hi").ok());
+  EXPECT_EQ(*ReadFileToString(root_ + "/a/new/deeper/x.txt"), "hi")
+      << "written through the held directory";
+  auto rel = ConfinedDir::Open("f", "a", {root_}, false);
+  ASSERT_TRUE(rel.ok()) << "a relative path is below the first root";
+}
+
+TEST_F(ConfinedDirTest, LinksThatStayInsideAreFollowedOthersRefused) {
+  auto in = ConfinedDir::Open("f", root_ + "/in", {root_}, false);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(Real(**in), NormalizeAbsolute(root_ + "/a", "/"));
+  for (const char* escape : {"/out", "/up", "/out/x", "/up/x"}) {
+    auto d = ConfinedDir::Open("spec.checkpoint.dir", root_ + escape, {root_}, /*create=*/true);
+    ASSERT_FALSE(d.ok()) << escape;
+    EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition) << d.status();
+    EXPECT_NE(d.status().message().find("spec.checkpoint.dir"), std::string::npos);
+  }
+  EXPECT_FALSE(PathExists(base_ + "/outside/x")) << "nothing created outside";
+}
+
+TEST_F(ConfinedDirTest, DotDotAndSiblingsAndControlCharactersAreRefused) {
+  EXPECT_EQ(ConfinedDir::Open("f", root_ + "/../outside", {root_}, true).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ConfinedDir::Open("f", root_ + "2/x", {root_}, true).status().code(),
+            StatusCode::kFailedPrecondition)
+      << "a string prefix is not a component prefix";
+  auto nul = ConfinedDir::Open("f", root_ + std::string("/a\0/../../outside", 18), {root_}, true);
+  EXPECT_EQ(nul.status().code(), StatusCode::kInvalidArgument) << nul.status();
+  EXPECT_EQ(ConfinedDir::Open("f", root_ + "/a\x1b[2J", {root_}, true).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ComponentsBelow, IsLexicalAndComponentWise) {
+  bool under = false;
+  EXPECT_EQ(ComponentsBelow("/r/a/../b/./c", "/r", &under), (std::vector<std::string>{"b", "c"}));
+  EXPECT_TRUE(under);
+  EXPECT_TRUE(ComponentsBelow("/r2/a", "/r", &under).empty());
+  EXPECT_FALSE(under);
+  EXPECT_TRUE(ComponentsBelow("/r", "/r/", &under).empty());
+  EXPECT_TRUE(under);
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,88 @@
+#include "worker/engine/checkpoint/ownership.h"
+
+#include "common/file_util.h"
+#include "common/yaml.h"
+
+namespace moe {
+namespace {
+
+std::string Describe(const OwnerClaim& c) {
+  return "job " + c.job + " (" + c.name + (c.owner.empty() ? "" : ", submitted by " + c.owner) +
+         ") attempt " + std::to_string(c.attempt) + " of controller epoch " +
+         std::to_string(c.epoch);
+}
+
+std::string MarkerJson(const OwnerClaim& c) {
+  Node n = Node::Map();
+  n.Set("job", Node::Scalar(c.job, true));
+  n.Set("name", Node::Scalar(c.name, true));
+  n.Set("owner", Node::Scalar(c.owner, true));
+  n.Set("epoch", Node::Scalar(std::to_string(c.epoch)));
+  n.Set("attempt", Node::Scalar(std::to_string(c.attempt)));
+  return ToJson(n, 2) + "\n";
+}
+
+}  // namespace
+
+StatusOr<OwnerClaim> CheckpointOwnership::Read(const std::string& dir) {
+  const std::string path = JoinPath(dir, kOwnerMarker);
+  if (!PathExists(path)) return NotFoundError(path + ": no owner marker");
+  MOE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  MOE_ASSIGN_OR_RETURN(Node doc, ParseYaml(text, {size_t{1} << 16, 4, "an owner marker"}));
+  OwnerClaim c;
+  const auto str = [&](const char* key, std::string* out) -> Status {
+    const Node* v = doc.Find(key);
+    if (v == nullptr) return DataLossError(path + ": no '" + key + "'");
+    MOE_ASSIGN_OR_RETURN(*out, v->AsString(key));
+    return OkStatus();
+  };
+  const auto num = [&](const char* key, int64_t* out) -> Status {
+    const Node* v = doc.Find(key);
+    if (v == nullptr) return DataLossError(path + ": no '" + key + "'");
+    MOE_ASSIGN_OR_RETURN(*out, v->AsInt(key));
+    return OkStatus();
+  };
+  MOE_RETURN_IF_ERROR(str("job", &c.job));
+  MOE_RETURN_IF_ERROR(str("name", &c.name));
+  MOE_RETURN_IF_ERROR(str("owner", &c.owner));
+  MOE_RETURN_IF_ERROR(num("epoch", &c.epoch));
+  MOE_RETURN_IF_ERROR(num("attempt", &c.attempt));
+  return c;
+}
+
+StatusOr<CheckpointOwnership> CheckpointOwnership::Claim(const std::string& dir,
+                                                         const std::string& shown,
+                                                         const OwnerClaim& me) {
+  auto held = Read(dir);
+  if (!held.ok() && held.status().code() != StatusCode::kNotFound) return held.status();
+  if (held.ok()) {
+    const OwnerClaim& h = *held;
+    const bool same_job = h.job == me.job, resubmitted = h.name == me.name && h.owner == me.owner;
+    if (!same_job && !resubmitted) {
+      return FailedPreconditionError("spec.checkpoint.dir: " + shown + " belongs to " +
+                                     Describe(h) +
+                                     "; a checkpoint directory serves one job for its whole life");
+    }
+    if (same_job && me.OlderThan(h)) {
+      return AbortedError(Describe(me) + " is stale: " + shown + " is held by its newer " +
+                          Describe(h));
+    }
+  }
+  MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, kOwnerMarker), MarkerJson(me)));
+  return CheckpointOwnership(dir, shown, me);
+}
+
+Status CheckpointOwnership::Check() const {
+  auto held = Read(dir_);
+  if (!held.ok()) {  // storage trouble (the directory gone for a while), not another owner
+    return UnavailableError("the owner marker of " + shown_ +
+                            " cannot be read: " + held.status().message());
+  }
+  const OwnerClaim& h = *held;
+  if (h.job == me_.job && h.epoch == me_.epoch && h.attempt == me_.attempt) return OkStatus();
+  return AbortedError("fenced: " + shown_ + " is now held by " + Describe(h) +
+                      ", not by this rank's " + Describe(me_) +
+                      "; it commits, prunes and records nothing more");
+}
+
+}  // namespace moe
