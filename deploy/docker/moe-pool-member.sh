@@ -18,6 +18,7 @@ set -u
 
 stopping=0
 child=
+# shellcheck disable=SC2317  # run by the trap
 forward() {
   stopping=1
   [ -n "$child" ] && kill -TERM "$child" 2>/dev/null

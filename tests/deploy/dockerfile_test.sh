@@ -37,8 +37,9 @@ check deploy/docker/Dockerfile || failed=1
 
 # The image name and tag are parameters: make -n prints what `build` would run.
 cmd=$(make -s -n -C deploy/docker build IMAGE=registry.example.com/moe/x TAG=9.9.9 2>&1)
-grep -q -- "-t registry.example.com/moe/x:9.9.9 " <<<"$cmd" && grep -q -- "--build-arg MOE_VERSION=9.9.9" <<<"$cmd" ||
-  { echo "FAIL: deploy/docker/Makefile build does not tag IMAGE:TAG: $cmd" >&2; failed=1; }
+if ! grep -q -- "-t registry.example.com/moe/x:9.9.9 " <<<"$cmd" || ! grep -q -- "--build-arg MOE_VERSION=9.9.9" <<<"$cmd"; then
+  echo "FAIL: deploy/docker/Makefile build does not tag IMAGE:TAG: $cmd" >&2; failed=1
+fi
 default=$(make -s -C deploy/docker image)
 for k in deploy/k8s/overlays/*/kustomization.yaml deploy/k8s/overlays/*/*/kustomization.yaml; do
   img=$(awk '/newName:/ {n=$2} /newTag:/ {t=$2} END {if (n) print n ":" t}' "$k")

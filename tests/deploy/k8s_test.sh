@@ -99,7 +99,7 @@ in_kind() { sed "/^kind: $2\$/,/^---\$/{ $3
 }" "$tmp/$1.yaml"; }
 perl0() { perl -0pe "$2" "$tmp/$1.yaml"; }
 
-gpu=gb300-nvl72
+gpu="gb300-nvl72"
 if [ -s "$tmp/$gpu.yaml" ]; then
   echo "== broken $gpu renders (each must be rejected)"
   g="$tmp/$gpu.yaml"
@@ -153,7 +153,7 @@ if [ -s "$tmp/$both.yaml" ]; then
   reject $both "two pools on one IMEX channel template" "is also ComputeDomain/moe-workers's" < <(sed 's/moe-workers-extra-imex-channel/moe-workers-imex-channel/' "$tmp/$both.yaml")
   reject $both "the extra pool on another image" "more than one moe-orchestrator image" < <(perl -0pe 's#(name: moe-pool-extra\n(.*\n)*?\s+image: ghcr.io/example/moe-orchestrator):0.1.0#$1:0.2.0#' "$tmp/$both.yaml")
 fi
-cpu=cpu-demo
+cpu="cpu-demo"
 if [ -s "$tmp/$cpu.yaml" ]; then
   echo "== broken $cpu renders (each must be rejected)"
   c="$tmp/$cpu.yaml"
