@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The Kubernetes manifests: every overlay under deploy/k8s/overlays renders with `kubectl kustomize`, and
 # every rendered object validates against the Kubernetes OpenAPI schemas bundled in the npm packages
-# kubernetes-models / @kubernetes-models/prometheus-operator (offline once installed) or, for the NVIDIA
-# DRA driver's ComputeDomain that they lack, against validate_k8s.mjs's own schema; plus cross-object
-# checks (selectors, referenced ConfigMaps/Secrets/PVCs/ServiceAccounts, resources, probe ports, DRA
-# claims against the rendered ComputeDomains, RDMA and IPC_LOCK, Multus annotations, PodMonitors): see
-# validate_k8s.mjs. An overlay may also have to CONTAIN things (requires_of below: the GPU overlay's
-# ComputeDomain claimed by the workers, its RDMA setup, a PodMonitor with honorLabels). Then the
-# validator is shown broken renders of the GPU overlay and must reject each one (a validator that
+# kubernetes-models / @kubernetes-models/prometheus-operator (offline once installed) or, for the custom
+# resources they lack (ComputeDomain, JobSet, Kueue's Topology, ResourceFlavor, ClusterQueue, LocalQueue),
+# against validate_k8s's own schemas; plus what no schema says (validate_k8s.mjs names the modules):
+# references, DRA claims, probes on every long-running container, Guaranteed QoS everywhere, /dev/shm
+# inside the memory limit, the node agents' flags and grace periods, each pool's queue chain, admission
+# (covered resources, quota, topology level) and size, the monitors' release label. An overlay may also
+# have to CONTAIN things (requires_of below: a pool with the queue label and, on GB300, a topology request
+# on the NVLink domain; its ComputeDomain and RDMA; the ServiceMonitor, PrometheusRule and dashboards).
+# An overlay's extra pools (joins_of) are rendered with it and checked together: several pools join one
+# controller. Then the validator is shown broken renders and must reject each one (a validator that
 # passes everything would pass the overlays too). The pinned packages are installed on first use into
 # $MOE_NPM_CACHE (default ~/.cache/moe-npm); that one step needs the npm registry.
 #   tests/deploy/k8s_test.sh [OVERLAY_DIR...]     (default: every deploy/k8s/overlays/*)
@@ -29,10 +32,23 @@ if [ ! -f "$stamp" ]; then
 fi
 export MOE_K8S_NODE_MODULES="$cache/node_modules"
 
-# What an overlay's render must contain, beyond being valid (validate_k8s.mjs --require), by directory name.
+# What an overlay's render must contain, beyond being valid (validate_k8s.mjs --require), by directory
+# name; OVERLAY+POOL: the overlay with an extra pool (joins_of) beside it.
+common="--require=monitoring --require=dashboards"
 requires_of() {
   case "$(basename "$1")" in
-    gb300-nvl72) echo "--require=compute-domain:DaemonSet/moe-worker --require=rdma:DaemonSet/moe-worker --require=podmonitor-honor-labels" ;;
+    *+*) echo "$(requires_of "${1%%+*}") $(join_requires_of "${1%%+*}/${1#*+}")" ;;
+    cpu-demo) echo "--require=pool:JobSet/moe-pool $common" ;;
+    gb300-nvl72) echo "--require=pool:JobSet/moe-pool:nvidia.com/gpu.clique --require=compute-domain:JobSet/moe-pool" \
+      "--require=rdma:JobSet/moe-pool $common" ;;
+    *) echo "$common" ;;
+  esac
+}
+# Pools applied beside an overlay (their own kustomization in a subdirectory), and what they add.
+joins_of() { case "$(basename "$1")" in gb300-nvl72) echo extra-pool ;; esac; }
+join_requires_of() {
+  case "$1" in
+    gb300-nvl72/extra-pool) echo "--require=pool:JobSet/moe-pool-extra:nvidia.com/gpu.clique --require=compute-domain:JobSet/moe-pool-extra" ;;
   esac
 }
 
@@ -40,54 +56,116 @@ overlays=("$@")
 [ ${#overlays[@]} -gt 0 ] || overlays=(deploy/k8s/overlays/*/)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 failed=0
+validate() { node tests/deploy/validate_k8s.mjs "$@"; }
 for o in "${overlays[@]}"; do
-  o=${o%/}
+  o=${o%/}; n=$(basename "$o")
   echo "== $o"
-  out="$tmp/$(basename "$o").yaml"
+  out="$tmp/$n.yaml"
   if ! kubectl kustomize "$o" >"$out"; then echo "FAIL: $o does not render" >&2; failed=1; continue; fi
   # shellcheck disable=SC2046  # the --require words split on purpose
-  node tests/deploy/validate_k8s.mjs $(requires_of "$o") "$out" || { echo "FAIL: $o" >&2; failed=1; }
+  validate $(requires_of "$o") "$out" || { echo "FAIL: $o" >&2; failed=1; }
+  for j in $(joins_of "$o"); do
+    echo "== $o + $o/$j (a second pool joining the same controller)"
+    if ! kubectl kustomize "$o/$j" >"$tmp/$n-$j.yaml"; then echo "FAIL: $o/$j does not render" >&2; failed=1; continue; fi
+    cat "$out" - "$tmp/$n-$j.yaml" <<<'---' >"$tmp/$n+$j.yaml"
+    # shellcheck disable=SC2046
+    validate $(requires_of "$n+$j") "$tmp/$n+$j.yaml" || { echo "FAIL: $o with $o/$j" >&2; failed=1; }
+  done
 done
 
-# The validator against broken renders of the GPU overlay: each mutation below must change the render
-# and make the validator fail with the message named. Run when the gb300-nvl72 overlay was rendered.
-gpu="$tmp/gb300-nvl72.yaml"
-if [ -s "$gpu" ]; then
-  echo "== broken gb300-nvl72 renders (each must be rejected)"
-  # drop_kind KIND: the render without its KIND documents.
-  drop_kind() { awk -v k="$1" 'BEGIN { RS = "\n---\n"; ORS = "\n---\n" } $0 !~ ("(^|\n)kind: " k "(\n|$)")' "$gpu"; }
-  nbad=0
-  reject() {   # reject NAME EXPECTED-MESSAGE < mutated render
-    local name=$1 want=$2 log="$tmp/mutant.log"
-    cat >"$tmp/mutant.yaml"
-    if cmp -s "$gpu" "$tmp/mutant.yaml"; then echo "FAIL: mutation '$name' changed nothing (the overlay changed: update it)" >&2; failed=1; return; fi
-    # shellcheck disable=SC2046
-    if node tests/deploy/validate_k8s.mjs $(requires_of gb300-nvl72) "$tmp/mutant.yaml" >"$log" 2>&1; then
-      echo "FAIL: mutation '$name' passed the validator" >&2; failed=1
-    elif ! grep -qF -- "$want" "$log"; then
-      echo "FAIL: mutation '$name' failed, but without '$want':" >&2; cat "$log" >&2; failed=1
-    else
-      nbad=$((nbad + 1)); echo "   rejected: $name"
-    fi
-  }
-  # (reject reads the mutant from a redirection, not a pipe: a pipe would run it in a subshell and lose
-  # its verdict.)
-  reject "pod claim names a misspelt template" "is neither the channel template of a rendered ComputeDomain" \
-    < <(sed -E 's/(resourceClaimTemplateName: .*[^ ])$/\1-misspelt/' "$gpu")
-  reject "misspelt resourceClaimTemplateName key" "unknown field resourceClaimTemplateNam" \
-    < <(sed 's/resourceClaimTemplateName:/resourceClaimTemplateNam:/' "$gpu")
-  reject "a container claims an undeclared claim" "is not among the pod's resourceClaims" \
-    < <(sed '0,/- name: imex-channel$/s//- name: imex-chanel/' "$gpu")
-  reject "no ComputeDomain" "the render has no ComputeDomain" < <(drop_kind ComputeDomain)
-  reject "numNodes a string" "spec.numNodes must be integer" < <(sed -E 's/numNodes: ([0-9]+)/numNodes: "\1"/' "$gpu")
-  reject "numNodes misspelt" "spec.numNode: unknown field" < <(sed 's/numNodes:/numNode:/' "$gpu")
-  reject "RDMA without IPC_LOCK" "lacks IPC_LOCK" < <(sed 's/- IPC_LOCK/- NET_RAW/' "$gpu")
-  reject "no Multus networks" "no k8s.v1.cni.cncf.io/networks annotation" < <(sed '/k8s.v1.cni.cncf.io\/networks/d' "$gpu")
-  reject "PodMonitor without honorLabels" "lacks honorLabels: true" < <(sed 's/honorLabels: true/honorLabels: false/' "$gpu")
-  reject "no PodMonitor" "the render has no PodMonitor" < <(drop_kind PodMonitor)
-  # shellcheck disable=SC2016  # $(MOE_NODE) is literal text in the render
-  reject "two workers with one --name" "the same --name=" < <(sed 's/--name=$(MOE_NODE)-gpu2/--name=$(MOE_NODE)-gpu1/' "$gpu")
-  echo "   $nbad of 11 broken renders rejected"
+# The validator against broken renders: each mutation must change the render and make the validator fail
+# with the message named. Run for the overlays that were rendered.
+nbad=0 nmut=0
+reject() {   # reject OVERLAY NAME EXPECTED-MESSAGE < mutated render of OVERLAY
+  local base="$tmp/$1.yaml" name=$2 want=$3 log="$tmp/mutant.log"
+  nmut=$((nmut + 1))
+  cat >"$tmp/mutant.yaml"
+  if cmp -s "$base" "$tmp/mutant.yaml"; then echo "FAIL: mutation '$name' changed nothing (the overlay changed: update it)" >&2; failed=1; return; fi
+  # shellcheck disable=SC2046
+  if validate $(requires_of "$1") "$tmp/mutant.yaml" >"$log" 2>&1; then
+    echo "FAIL: mutation '$name' passed the validator" >&2; failed=1
+  elif ! grep -qF -- "$want" "$log"; then
+    echo "FAIL: mutation '$name' failed, but without '$want':" >&2; cat "$log" >&2; failed=1
+  else
+    nbad=$((nbad + 1)); echo "   rejected: $name"
+  fi
+}
+# (reject reads the mutant from a redirection, not a pipe: a pipe would run it in a subshell and lose
+# its verdict.)
+# drop_kind OVERLAY KIND: the render without its KIND documents. in_kind OVERLAY KIND SED: SED applied
+# to the KIND documents only. perl0 OVERLAY EXPR: a substitution across lines.
+drop_kind() { awk -v k="$2" 'BEGIN { RS = "\n---\n"; ORS = "\n---\n" } $0 !~ ("(^|\n)kind: " k "(\n|$)")' "$tmp/$1.yaml"; }
+in_kind() { sed "/^kind: $2\$/,/^---\$/{ $3
+}" "$tmp/$1.yaml"; }
+perl0() { perl -0pe "$2" "$tmp/$1.yaml"; }
+
+gpu="gb300-nvl72"
+if [ -s "$tmp/$gpu.yaml" ]; then
+  echo "== broken $gpu renders (each must be rejected)"
+  g="$tmp/$gpu.yaml"
+  # DRA, RDMA, Multus (as before the pools)
+  reject $gpu "pod claim names a misspelt template" "is neither the channel template of a rendered ComputeDomain" < <(sed -E 's/(resourceClaimTemplateName: .*[^ ])$/\1-misspelt/' "$g")
+  reject $gpu "misspelt resourceClaimTemplateName key" "unknown field resourceClaimTemplateNam" < <(sed 's/resourceClaimTemplateName:/resourceClaimTemplateNam:/' "$g")
+  reject $gpu "a container claims an undeclared claim" "is not among the pod's resourceClaims" < <(sed '0,/- name: imex-channel$/s//- name: imex-chanel/' "$g")
+  reject $gpu "no ComputeDomain" "the render has no ComputeDomain" < <(drop_kind $gpu ComputeDomain)
+  reject $gpu "numNodes a string" "spec.numNodes must be integer" < <(sed -E 's/numNodes: ([0-9]+)/numNodes: "\1"/' "$g")
+  reject $gpu "numNodes misspelt" "spec.numNode: unknown field" < <(sed 's/numNodes:/numNode:/' "$g")
+  reject $gpu "RDMA without IPC_LOCK" "lacks IPC_LOCK" < <(sed 's/- IPC_LOCK/- NET_RAW/' "$g")
+  reject $gpu "no Multus networks" "no k8s.v1.cni.cncf.io/networks annotation" < <(sed '/k8s.v1.cni.cncf.io\/networks/d' "$g")
+  # the pool: schema, Kueue, size
+  reject $gpu "JobSet replicas misspelt" "spec.replicatedJobs[0].replica: unknown field" < <(sed 's/^    replicas: /    replica: /' "$g")
+  reject $gpu "a Job spec key misspelt" "template.spec.backoffLimitPerIndx: unknown field of a Job spec" < <(sed 's/backoffLimitPerIndex:/backoffLimitPerIndx:/' "$g")
+  reject $gpu "the pool without the queue-name label" "has no kueue.x-k8s.io/queue-name label" < <(in_kind $gpu JobSet '/kueue.x-k8s.io\/queue-name:/d')
+  reject $gpu "the pool without a topology request" "has no Kueue topology request on nvidia.com/gpu.clique" < <(sed 's/podset-slice-required-topology:/podset-slice-requird-topology:/; s/podset-preferred-topology:/podset-preferd-topology:/' "$g")
+  reject $gpu "a slice that is not one rack" "not the Job's parallelism 18" < <(sed 's/podset-slice-size: "18"/podset-slice-size: "9"/' "$g")
+  reject $gpu "numNodes not racks x trays" "numNodes 18, but" < <(sed 's/numNodes: 36/numNodes: 18/' "$g")
+  reject $gpu "a LocalQueue misspelt" "spec.clusterQueu: unknown field" < <(sed 's/clusterQueue: moe-gb300/clusterQueu: moe-gb300/' "$g")
+  reject $gpu "a ClusterQueue quota not a quantity" "must be a quantity" < <(sed 's/nominalQuota: "144"/nominalQuota: lots/' "$g")
+  reject $gpu "a ResourceFlavor misspelt" "spec.topologyNam: unknown field" < <(sed 's/topologyName:/topologyNam:/' "$g")
+  reject $gpu "a Topology misspelt" "nodeLable: unknown field" < <(sed '0,/- nodeLabel:/s//- nodeLable:/' "$g")
+  reject $gpu "a Topology of Kueue v0.13" "no such apiVersion/kind" < <(perl0 $gpu 's#kueue.x-k8s.io/v1beta2\nkind: Topology#kueue.x-k8s.io/v1alpha1\nkind: Topology#')
+  reject $gpu "a cluster-scoped object with a namespace" "cluster-scoped, but has namespace moe" < <(perl0 $gpu 's#(kind: ClusterQueue\nmetadata:\n(  .*\n)*?  name: moe-gb300\n)#$1  namespace: moe\n#')
+  reject $gpu "a quota short of the pool" "more than any flavor's nominalQuota" < <(sed 's/nominalQuota: "144"/nominalQuota: "72"/' "$g")
+  reject $gpu "a resource the queue does not cover" "which ClusterQueue moe-gb300 does not cover" < <(sed 's#rdma/rdma_shared_device_a: 1#rdma/rdma_other: 1#' "$g")
+  # the agent
+  reject $gpu "an agent per device" "--device (one agent per device)" < <(sed 's/--devices=all/--device=cuda:0/' "$g")
+  reject $gpu "no --memory-gb" "no --memory-gb" < <(sed '/--memory-gb=/d' "$g")
+  reject $gpu "readiness not /readyz" "readinessProbe is not GET /readyz" < <(in_kind $gpu JobSet 's#path: /readyz#path: /healthz#')
+  reject $gpu "a grace period short of a stop" "does not exceed --stop-grace-seconds 540 + the longest step 251" < <(sed 's/terminationGracePeriodSeconds: 900/terminationGracePeriodSeconds: 600/' "$g")
+  reject $gpu "moe-worker run directly in a Job" "without /usr/local/bin/moe-pool-member" < <(sed 's#- /usr/local/bin/moe-pool-member#- /usr/local/bin/moe-worker-only#' "$g")
+  reject $gpu "exit 143 counted" "does not Ignore exit code 143" < <(sed 's/- 143$/- 137/' "$g")
+  # probes, QoS, /dev/shm
+  reject $gpu "a container without liveness" "container worker: no livenessProbe" < <(in_kind $gpu JobSet 's/livenessProbe:/livenesProbe:/')
+  reject $gpu "a container without readiness" "container controller: no readinessProbe" < <(in_kind $gpu Deployment 's/readinessProbe:/readinesProbe:/')
+  reject $gpu "Burstable: cpu limit below the request" "cpu request 128 != limit 64: not Guaranteed QoS" < <(sed '0,/cpu: "128"/s//cpu: "64"/' "$g")
+  reject $gpu "/dev/shm beyond the memory limit" "do not fit inside the containers' memory limits" < <(sed 's/sizeLimit: 64Gi/sizeLimit: 800Gi/' "$g")
+  reject $gpu "a pod without a priority class" "no priorityClassName" < <(sed '/priorityClassName: moe-worker-pool/d' "$g")
+  # monitoring
+  reject $gpu "ServiceMonitor without honorLabels" "without honorLabels: true" < <(sed 's/honorLabels: true/honorLabels: false/' "$g")
+  reject $gpu "no ServiceMonitor" "no ServiceMonitor or PodMonitor of moe-controller" < <(drop_kind $gpu ServiceMonitor)
+  reject $gpu "no PrometheusRule" "the render has no PrometheusRule" < <(drop_kind $gpu PrometheusRule)
+  reject $gpu "a ServiceMonitor without the release label" "ServiceMonitor/moe-controller: no release label" < <(in_kind $gpu ServiceMonitor '/release: /d')
 fi
+both=$gpu+extra-pool
+if [ -s "$tmp/$both.yaml" ]; then
+  echo "== broken $gpu with its extra pool (each must be rejected)"
+  reject $both "two pools named alike" "JobSet/moe-pool: rendered twice" < <(sed 's/name: moe-pool-extra$/name: moe-pool/' "$tmp/$both.yaml")
+  reject $both "two pools on one IMEX channel template" "is also ComputeDomain/moe-workers's" < <(sed 's/moe-workers-extra-imex-channel/moe-workers-imex-channel/' "$tmp/$both.yaml")
+  reject $both "the extra pool on another image" "more than one moe-orchestrator image" < <(perl -0pe 's#(name: moe-pool-extra\n(.*\n)*?\s+image: ghcr.io/example/moe-orchestrator):0.1.0#$1:0.2.0#' "$tmp/$both.yaml")
+fi
+cpu="cpu-demo"
+if [ -s "$tmp/$cpu.yaml" ]; then
+  echo "== broken $cpu renders (each must be rejected)"
+  c="$tmp/$cpu.yaml"
+  reject $cpu "an init container not Guaranteed" "container wait-for-controller: cpu request 100m != limit 200m" < <(perl0 $cpu 's/(initContainers:.*?limits:\s*\n\s*cpu: )100m/${1}200m/s')
+  reject $cpu "a probe on an init container" "init container wait-for-controller: livenessProbe" < <(perl0 $cpu 's/(initContainers:\n(\s*)- )/$1livenessProbe: {exec: {command: [true]}}\n$2  /')
+  reject $cpu "CPU agents that may share a node" "without a required pod anti-affinity on kubernetes.io/hostname" < <(sed 's#topologyKey: kubernetes.io/hostname#topologyKey: topology.kubernetes.io/zone#' "$c")
+  reject $cpu "ranks beyond the memory limit" "> the memory limit 6Gi" < <(sed 's/--memory-gb=2/--memory-gb=3/' "$c")
+  reject $cpu "a quota short of the demo pool" "more than any flavor's nominalQuota" < <(sed 's/nominalQuota: "4"/nominalQuota: "1"/' "$c")
+  reject $cpu "agents in a DaemonSet again" "node agents outside a Job" < <(cat "$c"; printf '%s\n' '---' 'apiVersion: apps/v1' 'kind: DaemonSet' \
+    'metadata: {name: moe-worker, namespace: moe}' 'spec:' '  selector: {matchLabels: {app: w}}' '  template:' '    metadata: {labels: {app: w}}' \
+    '    spec: {containers: [{name: w, image: x, command: [/usr/local/bin/moe-worker]}]}')
+fi
+[ "$nmut" = 0 ] || echo "   $nbad of $nmut broken renders rejected"
 [ "$failed" = 0 ] || exit 1
 echo "k8s manifests: ${#overlays[@]} overlays render and validate"
