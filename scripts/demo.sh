@@ -25,6 +25,7 @@ echo "== starting the controller on $MOE_CONTROLLER (Prometheus metrics at http:
 pids+=($!)
 for _ in $(seq 1 100); do grep -q "serving gRPC" "$work/controller.log" && break; sleep 0.1; done
 grep -q "serving gRPC" "$work/controller.log" || { cat "$work/controller.log"; exit 1; }
+mkdir -p "$work/checkpoints"
 echo "== starting two CPU workers in rack r0 (one core each)"
 for n in 0 1; do
   "$bin/moe-worker" --controller "$MOE_CONTROLLER" --device cpu --rack r0 --node node$n --threads 1 \
