@@ -99,8 +99,8 @@ Status CheckPathsAllowed(const JobSpec& spec, const WorkerRegistry& workers) {
 
 namespace {
 
-// A checkpoint directory as the controller can see it: ".." resolved, and symbolic links too where the
-// path exists on this machine (a shared file system the controller mounts).
+// A checkpoint directory as the controller can see it: ".." resolved, and symbolic links too where
+// the path exists on this machine (a shared file system the controller mounts).
 std::string Resolved(const std::string& dir) { return ResolveOnDisk(NormalizeAbsolute(dir, "/")); }
 
 }  // namespace
@@ -110,14 +110,16 @@ Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, Job
   const std::string want = Resolved(spec.checkpoint.dir);
   for (JobEntry* e : jobs.All()) {
     if (e->spec.checkpoint.dir.empty()) continue;
-    if (e->resolved_checkpoint_dir.empty()) e->resolved_checkpoint_dir = Resolved(e->spec.checkpoint.dir);
+    if (e->resolved_checkpoint_dir.empty())
+      e->resolved_checkpoint_dir = Resolved(e->spec.checkpoint.dir);
     if (e->resolved_checkpoint_dir != want) continue;
     const bool live = !IsTerminal(e->job.state());
     // A finished job's directory passes to its resubmission alone: the same name, the same owner.
     if (!live && e->spec.name == spec.name && e->job.owner() == owner) continue;
     return FailedPreconditionError("spec.checkpoint.dir: " + spec.checkpoint.dir + " (" + want +
-                                   ") is the checkpoint directory of " + (live ? "live" : "finished") + " job " +
-                                   e->job.id() + "; a directory serves one job for its whole life (a new job "
+                                   ") is the checkpoint directory of " +
+                                   (live ? "live" : "finished") + " job " + e->job.id() +
+                                   "; a directory serves one job for its whole life (a new job "
                                    "of the same name and owner may take a finished one's)");
   }
   return OkStatus();

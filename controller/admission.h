@@ -31,8 +31,8 @@ int64_t RankMemoryNeed(JobEntry& e);
 Status CheckPathsAllowed(const JobSpec& spec, const WorkerRegistry& workers);
 // FAILED_PRECONDITION when another job the controller holds, live or finished, checkpoints to the
 // same directory (".." resolved, and symbolic links where the path exists on the controller's
-// machine; the workers resolve them too and read the directory's owner marker). A finished job of the same name and owner gives it to its
-// resubmission.
+// machine; the workers resolve them too and read the directory's owner marker). A finished job of
+// the same name and owner gives it to its resubmission.
 Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs);
 
 }  // namespace moe::controller

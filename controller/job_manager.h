@@ -89,7 +89,8 @@ struct JobEntry {
   double last_persist = 0;     // monotonic time the record was last stored
   std::string waiting_reason;  // why the last scheduling pass did not place it (queued jobs)
   int64_t memory_need = -1;    // bytes per rank (RankMemoryNeed; -1: not computed yet)
-  std::string resolved_checkpoint_dir;  // its checkpoint directory, links resolved (admission.cc; "": not yet)
+  std::string resolved_checkpoint_dir;  // its checkpoint directory, links resolved (admission.cc;
+                                        // "": not yet)
   double not_before = 0;  // monotonic: a restarting job is not placed before this (restart backoff)
   std::vector<std::string>
       preempting;  // a queued job waiting for the jobs it preempted to stop: their ids

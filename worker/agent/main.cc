@@ -187,13 +187,15 @@ moe::Status ResolveRoots(moe::worker::AgentOptions& o) {
   }
   if (data_default) MOE_RETURN_IF_ERROR(moe::MakeDirs(o.data_roots.front()));
   if (ckpt_default) MOE_RETURN_IF_ERROR(moe::MakeDirs(o.checkpoint_roots.front()));
-  // A root that is not there (a shared file system not mounted yet) is an error now, not a directory
-  // quietly made on the local disk where the next attempt elsewhere would not find its checkpoints.
+  // A root that is not there (a shared file system not mounted yet) is an error now, not a
+  // directory quietly made on the local disk where the next attempt elsewhere would not find its
+  // checkpoints.
   for (const auto* roots : {&o.data_roots, &o.checkpoint_roots}) {
     for (const std::string& r : *roots) {
       if (!moe::PathExists(r)) {
-        return moe::InvalidArgumentError((roots == &o.data_roots ? "--data-root " : "--checkpoint-root ") + r +
-                                         ": no such directory (mount or create it first)");
+        return moe::InvalidArgumentError(
+            (roots == &o.data_roots ? "--data-root " : "--checkpoint-root ") + r +
+            ": no such directory (mount or create it first)");
       }
     }
   }
