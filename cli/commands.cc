@@ -87,16 +87,14 @@ StatusOr<moe::v1::ListJobsResponse> ListAllJobs(Client& c, const Args& a) {
     req.add_states(state);
   }
   req.set_name_prefix(a.name_prefix);
-  MOE_ASSIGN_OR_RETURN(const LabelSelector selector,
-                       LabelSelector::Parse(a.selector, "--selector"));
+  // Checked here too, so that a typo is named as the flag the user typed; the controller filters.
+  MOE_RETURN_IF_ERROR(LabelSelector::Parse(a.selector, "--selector").status());
+  req.set_label_selector(a.selector);
   moe::v1::ListJobsResponse all;
   do {
     moe::v1::ListJobsResponse page;
     MOE_RETURN_IF_ERROR(c.Call(&Stub::ListJobs, req, &page));
-    for (auto& j : *page.mutable_jobs()) {
-      const auto& labels = j.spec().metadata().labels();
-      if (selector.Matches({labels.begin(), labels.end()})) *all.add_jobs() = std::move(j);
-    }
+    for (auto& j : *page.mutable_jobs()) *all.add_jobs() = std::move(j);
     req.set_page_token(page.next_page_token());
   } while (!req.page_token().empty());
   return all;

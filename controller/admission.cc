@@ -108,7 +108,7 @@ std::string Resolved(const std::string& dir) { return ResolveOnDisk(NormalizeAbs
 Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs) {
   if (spec.checkpoint.dir.empty()) return OkStatus();
   const std::string want = Resolved(spec.checkpoint.dir);
-  for (JobEntry* e : jobs.All()) {
+  for (JobEntry* e : jobs.AllWithCreating()) {
     if (e->spec.checkpoint.dir.empty()) continue;
     if (e->resolved_checkpoint_dir.empty())
       e->resolved_checkpoint_dir = Resolved(e->spec.checkpoint.dir);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <random>
 
 #include "common/file_util.h"
 #include "common/job_spec_proto.h"
@@ -20,21 +21,25 @@ using moe::v1::JobState;
 Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metrics,
                        const ControllerConfig& config)
     : store_(store),
+      committer_(store),
       clock_(clock),
       metrics_(metrics),
       config_(config),
-      jobs_(store, clock),
+      jobs_(committer_, clock, &committer_),
       workers_(clock, config.lease_seconds),
+      leases_(workers_.leases()),
       attempts_(jobs_, workers_, rendezvous_, metrics, clock, config_),
       scheduler_(jobs_, workers_, attempts_, metrics, clock, config_),
       logs_(jobs_, workers_, clock) {
+  committer_.SetCallerLock(&mu_);
   jobs_.AddListener(&metrics_);
   jobs_.AddListener(&watchers_);
 }
 
 Status Controller::Recover() {
+  MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
-  MOE_ASSIGN_OR_RETURN(epoch_, store_.NextEpoch());
+  MOE_ASSIGN_OR_RETURN(epoch_, committer_.NextEpoch());
   attempts_.SetEpoch(epoch_);
   MOE_RETURN_IF_ERROR(jobs_.Load());
   MOE_RETURN_IF_ERROR(CheckClock());
@@ -88,10 +93,30 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
   }
   MOE_ASSIGN_OR_RETURN(JobSpec spec, SpecFromProto(submitted));
   MOE_RETURN_IF_ERROR(ApplyPriorityClass(config_, &spec));
+  MOE_ASSIGN_OR_RETURN(moe::v1::Job out, Admit(std::move(spec), request_id, actor));
+  // Placed now when no change is under way; else by the pass the change runs or the next tick
+  // (100 ms): a submit never waits behind another change's write.
+  if (op_mu_.TryLock()) {
+    {
+      MutexLock lock(&mu_);
+      scheduler_.Run();
+    }
+    op_mu_.Unlock();
+  }
+  return out;
+}
+
+// Submit's checks and its record: with mu_ alone (the write waits with it released, in a batch
+// with the other submits of the moment); the job is seen by nobody until its record is stored.
+StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& request_id,
+                                         const std::string& actor) {
   MutexLock lock(&mu_);
   if (!request_id.empty()) {
-    for (JobEntry* e : jobs_.All()) {
-      if (e->job.request_id() == request_id) return e->job;  // a retry: the job it created
+    for (JobEntry* e : jobs_.AllWithCreating()) {
+      if (e->job.request_id() != request_id) continue;
+      if (e->creating)
+        return UnavailableError("request_id: a submit with it is being stored; retry");
+      return e->job;  // a retry: the job it created
     }
   }
   // A job larger than the cluster registered now waits for capacity (a controller started before
@@ -114,18 +139,22 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
   MOE_RETURN_IF_ERROR(CheckPathsAllowed(spec, workers_));
   MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec, request_id, actor));
   attempts_.NeedSchedule();
-  scheduler_.Run();
+  // The writer's figures as of this acknowledgement (a tick may wait behind a change under way).
+  metrics_.SetStore(committer_.batches(), committer_.writes(), leases_.stalled_seconds());
   return e->job;
 }
 
 StatusOr<moe::v1::Job> Controller::Get(const std::string& id, bool with_events) {
-  MutexLock lock(&mu_);
-  JobEntry* e = jobs_.Find(id);
-  if (e == nullptr) return NotFoundError("no job '" + id + "'");
-  moe::v1::Job out = e->job;
-  if (IsQueued(out.state()) && !e->attempt) out.set_waiting_reason(e->waiting_reason);
-  if (with_events) {
-    MOE_ASSIGN_OR_RETURN(std::vector<moe::v1::JobEvent> events, jobs_.Events(id));
+  moe::v1::Job out;
+  {
+    MutexLock lock(&mu_);
+    JobEntry* e = jobs_.Find(id);
+    if (e == nullptr) return NotFoundError("no job '" + id + "'");
+    out = e->job;
+    if (IsQueued(out.state()) && !e->attempt) out.set_waiting_reason(e->waiting_reason);
+  }
+  if (with_events) {  // from the store's reader, without the lock (what is committed)
+    MOE_ASSIGN_OR_RETURN(std::vector<moe::v1::JobEvent> events, store_.LoadEvents(id));
     for (auto& ev : events) *out.add_events() = std::move(ev);
   }
   return out;
@@ -148,6 +177,7 @@ std::vector<moe::v1::Job> Controller::List(const std::vector<JobState>& states) 
 
 StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::string& actor,
                                           bool now) {
+  MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   JobEntry* e = jobs_.Find(id);
   if (e == nullptr) return NotFoundError("no job '" + id + "'");
@@ -189,12 +219,13 @@ std::vector<moe::v1::Worker> Controller::Workers() {
 
 StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained,
                                                  const std::string& actor, bool move_work) {
+  MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   WorkerEntry* w = workers_.Find(name);
   if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
   moe::v1::Worker record = w->info;  // stored first: a refused write leaves the worker as it was
   record.set_drained(drained);
-  MOE_RETURN_IF_ERROR(store_.PutWorker(record, w->session));
+  MOE_RETURN_IF_ERROR(committer_.PutWorker(record, w->session));
   MOE_RETURN_IF_ERROR(workers_.SetDrained(name, drained));
   MOE_LOG(INFO) << "worker " << name << (drained ? " drained" : " undrained")
                 << (actor.empty() ? "" : " by " + actor);
@@ -212,6 +243,7 @@ StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool d
 }
 
 Status Controller::DeleteWorker(const std::string& name, const std::string& actor) {
+  MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   const WorkerEntry* w = workers_.Find(name);
   if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
@@ -225,7 +257,8 @@ Status Controller::DeleteWorker(const std::string& name, const std::string& acto
 }
 
 Status Controller::ForgetWorker(const std::string& name, const std::string& why) {
-  MOE_RETURN_IF_ERROR(store_.DeleteWorker(name));  // stored first: a refused write keeps the worker
+  MOE_RETURN_IF_ERROR(
+      committer_.DeleteWorker(name));  // stored first: a refused write keeps the worker
   if (const WorkerEntry* w = workers_.Find(name); w != nullptr && w->busy())
     attempts_.RankLost(name, "worker " + name + " " + why);
   workers_.Remove(name);
@@ -250,6 +283,7 @@ void Controller::PruneLostWorkers() {
 // worker's stream does not fail for it.
 StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
                                                    WorkerChannel* channel) {
+  MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   if (workers_.Find(reg.name()) == nullptr && workers_.all().size() >= config_.max_workers) {
     return ResourceExhaustedError("register: this controller holds " +
@@ -270,7 +304,7 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
     info.set_device(reg.device());
     info.set_address(reg.address());
     info.set_drained(known != nullptr && known->drained);
-    MOE_RETURN_IF_ERROR(store_.PutWorker(info, session));
+    MOE_RETURN_IF_ERROR(committer_.PutWorker(info, session));
   }
   MOE_RETURN_IF_ERROR(workers_.Register(reg, channel, session).status());
   MOE_LOG(INFO) << "worker " << reg.name() << " registered: rack " << reg.rack() << ", node "
@@ -282,7 +316,7 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
   for (const auto& f : reg.finished()) attempts_.RankFinished(reg.name(), f);
   ReconcileRanks(reg, *channel);
   attempts_.NeedSchedule();
-  scheduler_.Run();
+  if (scheduler_.MayPlace()) scheduler_.Run();  // else nothing to place (a herd: no pass each)
   moe::v1::Registered out;
   out.set_name(reg.name());
   out.set_lease_seconds(config_.lease_seconds);
@@ -375,6 +409,7 @@ void Controller::ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& cha
 }
 
 Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) {
+  MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   if (Status st = CheckWorkerMessage(worker, msg); !st.ok()) {
     MOE_LOG(WARNING) << "worker " << worker << ": refused: " << st;
@@ -409,6 +444,21 @@ Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::Wor
   return OkStatus();
 }
 
+Status Controller::BeginRegistration() {
+  if (++registering_ <= kMaxRegistrationsInFlight) return OkStatus();
+  --registering_;
+  return UnavailableError(
+      "register: the controller is admitting " + std::to_string(kMaxRegistrationsInFlight) +
+      " registrations at once; retry after " + std::to_string(RetryAfterMs()) + " ms");
+}
+
+int Controller::RetryAfterMs() const {
+  static thread_local std::mt19937 rng{std::random_device{}()};
+  // About 20 ms per registration in flight, spread over twice that: a herd comes back spread out.
+  const int base = 250 + 20 * registering_.load();
+  return base + static_cast<int>(rng() % static_cast<unsigned>(2 * base));
+}
+
 void Controller::BeginShutdown() {
   MutexLock lock(&mu_);
   shutting_down_ = true;
@@ -416,6 +466,7 @@ void Controller::BeginShutdown() {
 }
 
 void Controller::Disconnected(const std::string& worker, WorkerChannel* channel) {
+  MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   if (shutting_down_) return;
   const WorkerEntry* w = workers_.Find(worker);
@@ -444,8 +495,16 @@ void Controller::WorkerLeaving(const std::string& name, const std::string& reaso
 }
 
 void Controller::Tick() {
+  {
+    // The writer's figures first, with mu_ alone: a change under way may hold op_mu_ for a while.
+    MutexLock lock(&mu_);
+    metrics_.SetStore(committer_.batches(), committer_.writes(), leases_.stalled_seconds());
+  }
+  MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   if (shutting_down_ || !fenced_.empty()) return;
+  leases_
+      .NoteTick();  // first: a tick late because the controller stalled gives the leases that time
   if (const double now = clock_.Monotonic(); now - epoch_checked_ >= 5) {
     epoch_checked_ = now;
     auto stored = store_.StoredEpoch();

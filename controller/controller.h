@@ -1,10 +1,16 @@
 // The controller's logic, without transport: jobs, workers, scheduling, failures, rendezvous,
 // metrics. The gRPC layer (grpc_server.cc) and the tests call it directly.
 //
-// Threads: gRPC's callback threads call the JobService and WorkerService entry points, main's loop
-// calls Tick; one mutex serialises them all, and nothing in here blocks on the network
-// (WorkerChannel and WatchFn only queue). The RendezvousStore has its own lock: its RPCs do not
-// wait for this one.
+// Threads: gRPC's threads call the JobService and WorkerService entry points, main's loop calls
+// Tick. Two locks (docs/architecture.md, "The write path"): op_mu_ serialises every change that
+// writes to the store (a cancel, a registration, a rank's end, a tick); mu_ guards the state in
+// memory and is held briefly by everyone, readers included. A change's write goes to the one writer
+// (GroupCommitStore), which commits it in a batch with the others queued meanwhile while the change
+// waits with mu_ released and op_mu_ held: readers see the state as it was until the write is on
+// disk, then the change applied. Submits take only mu_ (a new job touches nothing else until it is
+// stored), so concurrent submits share batches. Heartbeats take neither: the LeaseBook has its own
+// lock. Nothing in here blocks on the network (WorkerChannel and WatchFn only queue). The
+// RendezvousStore has its own lock.
 //
 // Events: the JobManager stores every change first, then tells its listeners (the
 // MetricsAggregator, the JobWatchers). A change the store refuses fails the RPC that asked for it
@@ -17,6 +23,7 @@
 // (log_requests.h). controller.cc holds the entry points, job_admin.cc listing and retention.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -27,6 +34,7 @@
 #include "controller/attempt_lifecycle.h"
 #include "controller/clock.h"
 #include "controller/config.h"
+#include "controller/group_commit.h"
 #include "controller/job_manager.h"
 #include "controller/job_watchers.h"
 #include "controller/log_requests.h"
@@ -95,6 +103,20 @@ class Controller {
       ABSL_LOCKS_EXCLUDED(mu_);
   Status OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A heartbeat on `channel`: renews the worker's lease and nothing else, taking neither lock.
+  // False when the stream holds no lease (a replaced stream, a worker already lost).
+  bool Heartbeat(const std::string& worker, WorkerChannel* channel) {
+    return leases_.Renew(worker, channel);
+  }
+  // Registrations the controller admits at once; more are told to come back later (UNAVAILABLE
+  // with RetryAfterMs's hint), so that a herd of them cannot hold up the registered workers.
+  // A stream calls BeginRegistration before Register, and EndRegistration after it when it was OK.
+  static constexpr int kMaxRegistrationsInFlight = 32;
+  Status BeginRegistration();
+  void EndRegistration() { --registering_; }
+  // How long a refused registration waits before it tries again: jittered, and longer the more
+  // are waiting (milliseconds; the agent reads it from the message, "retry after N ms").
+  int RetryAfterMs() const;
   // The rendezvous keys the worker holding `session` may use: its running attempt's prefix.
   // UNAUTHENTICATED without a live session, PERMISSION_DENIED when it runs no rank.
   StatusOr<std::string> RendezvousScope(const std::string& session) ABSL_LOCKS_EXCLUDED(mu_);
@@ -116,6 +138,8 @@ class Controller {
 
  private:
   Status RestoreWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  StatusOr<moe::v1::Job> Admit(JobSpec spec, const std::string& request_id,
+                               const std::string& actor) ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr double kClockJumpSeconds = 7 * 86400;
   Status CheckClock() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PERMISSION_DENIED when the message concerns a rank of a running attempt that another worker
@@ -139,7 +163,9 @@ class Controller {
   void ExpireFinishedJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishClusterMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  Mutex op_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // held by every change that writes (see above)
   Mutex mu_;
+  std::atomic<int> registering_{0};  // registrations in flight (kMaxRegistrationsInFlight)
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown
   // The fencing epoch this controller took at Recover (sent in Registered and every Assignment),
   // the last time the stored one was compared with it, and why it must stop when a higher one was
@@ -147,13 +173,15 @@ class Controller {
   int64_t epoch_ = 0;
   double epoch_checked_ = 0;
   std::string fenced_;
-  StateStore& store_;  // worker sessions; jobs go through jobs_
+  StateStore& store_;           // reads (LoadWorkers, StoredEpoch); every write goes through:
+  GroupCommitStore committer_;  // the one writer (its batches commit with mu_ released)
   Clock& clock_;
   MetricsAggregator& metrics_;  // used under mu_ (it is not thread-safe)
   const ControllerConfig config_;
   JobManager jobs_ ABSL_GUARDED_BY(mu_);
   JobWatchers watchers_ ABSL_GUARDED_BY(mu_);
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  LeaseBook& leases_;  // workers_'s leases (thread-safe: heartbeats renew them without mu_)
   RendezvousStore rendezvous_;  // has its own lock
   AttemptLifecycle attempts_ ABSL_GUARDED_BY(mu_);
   QueueScheduler scheduler_ ABSL_GUARDED_BY(mu_);

@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "controller/executor.h"
 #include "controller/mutex.h"
 #include "moe/v1/job_service.grpc.pb.h"
 #include "moe/v1/worker_service.grpc.pb.h"
@@ -42,6 +43,19 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const TokenAut
   Status st = auth.Check(Authorization(ctx), role);
   if (st.ok()) st = fn();
   reactor->Finish(ToGrpc(st));
+  return reactor;
+}
+
+// A unary call that may wait for the store: run on the executor, finished from there.
+template <typename Fn>
+grpc::ServerUnaryReactor* UnaryLater(grpc::CallbackServerContext* ctx, const TokenAuth& auth,
+                                     Role role, Executor& ex, Fn fn) {
+  auto* reactor = ctx->DefaultReactor();
+  if (Status st = auth.Check(Authorization(ctx), role); !st.ok()) {
+    reactor->Finish(ToGrpc(st));
+    return reactor;
+  }
+  ex.Post([reactor, fn = std::move(fn)]() mutable { reactor->Finish(ToGrpc(fn())); });
   return reactor;
 }
 
@@ -164,7 +178,8 @@ class WorkerStream final
     : public grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>,
       public WorkerChannel {
  public:
-  WorkerStream(Controller& controller, const Status& auth) : controller_(controller) {
+  WorkerStream(Controller& controller, Executor& ex, const Status& auth)
+      : controller_(controller), ex_(ex) {
     if (!auth.ok()) {
       MutexLock lock(&mu_);
       reads_done_ = true;
@@ -188,7 +203,29 @@ class WorkerStream final
       EndReads(grpc::Status::OK);
       return;
     }
-    Status st = name_.empty() ? RegisterWorker() : controller_.OnWorkerMessage(name_, in_);
+    if (!name_.empty() && in_.has_heartbeat()) {  // the lease renewed, nothing else: no lock taken
+      controller_.Heartbeat(name_, this);
+      StartRead(&in_);
+      return;
+    }
+    if (name_.empty()) {
+      if (Status st = controller_.BeginRegistration(); !st.ok()) {
+        EndReads(ToGrpc(st));  // a herd: come back after the hint, not queued here
+        return;
+      }
+    }
+    ex_.Post([this] { Handle(); });  // may wait for the store: not on gRPC's thread
+  }
+  // The stream's message in in_ (the next read starts after it: the worker's messages stay in
+  // order).
+  void Handle() ABSL_LOCKS_EXCLUDED(mu_) {
+    Status st;
+    if (name_.empty()) {
+      st = RegisterWorker();
+      controller_.EndRegistration();
+    } else {
+      st = controller_.OnWorkerMessage(name_, in_);
+    }
     if (!st.ok()) {
       // A refused message ends the stream; the worker's name stays held by its session.
       if (!name_.empty()) controller_.Disconnected(name_, this);
@@ -238,6 +275,7 @@ class WorkerStream final
   }
 
   Controller& controller_;
+  Executor& ex_;
   moe::v1::WorkerMessage in_;
   std::string name_;  // set once registered
   Mutex mu_;
@@ -252,14 +290,14 @@ class WorkerStream final
 
 class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackService {
  public:
-  JobServiceImpl(Controller& c, const TokenAuth& a) : c_(c), auth_(a) {}
+  JobServiceImpl(Controller& c, const TokenAuth& a, Executor& ex) : c_(c), auth_(a), ex_(ex) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const moe::v1::SubmitJobRequest* req,
                                       moe::v1::Job* resp) override {
-    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp,
-                           c_.Submit(req->job(), req->request_id(), auth_.Who(Authorization(ctx))));
+    const std::string who = auth_.Who(Authorization(ctx));
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
+      MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job(), req->request_id(), who));
       return OkStatus();
     });
   }
@@ -281,16 +319,18 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
                                       const moe::v1::CancelJobRequest* req,
                                       moe::v1::Job* resp) override {
-    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id(), auth_.Who(Authorization(ctx)), req->now()));
+    const std::string who = auth_.Who(Authorization(ctx));
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
+      MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id(), who, req->now()));
       return OkStatus();
     });
   }
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
                                       const moe::v1::DeleteJobRequest* req,
                                       moe::v1::DeleteJobResponse*) override {
-    return Unary(ctx, auth_, Role::kAdmin,
-                 [&]() -> Status { return c_.Delete(req->id(), auth_.Who(Authorization(ctx))); });
+    const std::string who = auth_.Who(Authorization(ctx));
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_,
+                      [=, this]() -> Status { return c_.Delete(req->id(), who); });
   }
   grpc::ServerWriteReactor<moe::v1::WatchJobResponse>* WatchJob(
       grpc::CallbackServerContext* ctx, const moe::v1::WatchJobRequest* req) override {
@@ -322,17 +362,18 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* ctx,
                                         const moe::v1::DrainWorkerRequest* req,
                                         moe::v1::Worker* resp) override {
-    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(
-          *resp, c_.SetDrained(req->name(), true, auth_.Who(Authorization(ctx)), req->move_work()));
+    const std::string who = auth_.Who(Authorization(ctx));
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
+      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true, who, req->move_work()));
       return OkStatus();
     });
   }
   grpc::ServerUnaryReactor* UndrainWorker(grpc::CallbackServerContext* ctx,
                                           const moe::v1::DrainWorkerRequest* req,
                                           moe::v1::Worker* resp) override {
-    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false, auth_.Who(Authorization(ctx))));
+    const std::string who = auth_.Who(Authorization(ctx));
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
+      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false, who));
       return OkStatus();
     });
   }
@@ -354,24 +395,25 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* DeleteWorker(grpc::CallbackServerContext* ctx,
                                          const moe::v1::DrainWorkerRequest* req,
                                          moe::v1::DeleteWorkerResponse*) override {
-    return Unary(ctx, auth_, Role::kAdmin, [&]() -> Status {
-      return c_.DeleteWorker(req->name(), auth_.Who(Authorization(ctx)));
-    });
+    const std::string who = auth_.Who(Authorization(ctx));
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_,
+                      [=, this]() -> Status { return c_.DeleteWorker(req->name(), who); });
   }
 
  private:
   Controller& c_;
   const TokenAuth& auth_;
+  Executor& ex_;
 };
 
 class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(Controller& c, const TokenAuth& a, Clock& clock)
-      : c_(c), auth_(a), clock_(clock) {}
+  WorkerServiceImpl(Controller& c, const TokenAuth& a, Clock& clock, Executor& ex)
+      : c_(c), auth_(a), clock_(clock), ex_(ex) {}
 
   grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override {
-    return new WorkerStream(c_, auth_.Check(Authorization(ctx), Role::kWorker));
+    return new WorkerStream(c_, ex_, auth_.Check(Authorization(ctx), Role::kWorker));
   }
   grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx,
                                           const moe::v1::RendezvousSetRequest* req,
@@ -435,6 +477,7 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   Controller& c_;
   const TokenAuth& auth_;
   Clock& clock_;
+  Executor& ex_;
 };
 
 namespace {
@@ -505,8 +548,8 @@ Status GrpcServer::Start(const ServerOptions& o) {
   } else if (!o.tls_client_ca.empty()) {
     return InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
-  jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_);
-  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_);
+  jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_, executor_);
+  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_, executor_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, creds, &port_);
   builder.RegisterService(jobs_.get());

@@ -16,6 +16,7 @@
 #include "controller/clock.h"
 #include "controller/config.h"
 #include "controller/controller.h"
+#include "controller/executor.h"
 
 namespace moe::controller {
 
@@ -38,6 +39,9 @@ class GrpcServer {
   Controller& controller_;
   const TokenAuth& auth_;
   Clock& clock_;
+  // The calls that may wait for the store (changes, registrations, a worker's messages but its
+  // heartbeats) run here, not on gRPC's callback threads. Outlives the services and the server.
+  Executor executor_{16};
   std::unique_ptr<JobServiceImpl> jobs_;
   std::unique_ptr<WorkerServiceImpl> workers_;
   std::unique_ptr<grpc::Server> server_;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/label_selector.h"
 #include "common/log.h"
 #include "controller/controller.h"
 
@@ -43,16 +44,36 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
   if (!req.page_token().empty()) {
     MOE_ASSIGN_OR_RETURN(after, ParsePageToken(req.page_token()));
   }
-  std::vector<moe::v1::JobState> states;
-  for (int st : req.states()) states.push_back(static_cast<moe::v1::JobState>(st));
-  std::vector<moe::v1::Job> jobs = List(states);  // oldest first
+  MOE_ASSIGN_OR_RETURN(const LabelSelector selector,
+                       LabelSelector::Parse(req.label_selector(), "label_selector"));
   const size_t limit =
       req.page_size() == 0 ? kDefaultPageSize : static_cast<size_t>(req.page_size());
-  moe::v1::ListJobsResponse out;
-  size_t bytes = 0;
-  for (const auto& j : jobs) {
+  MutexLock lock(&mu_);
+  // The matching jobs after the token, oldest first; only the page's records are copied.
+  std::vector<const JobEntry*> match;
+  for (const JobEntry* e : jobs_.All()) {
+    const moe::v1::Job& j = e->job;
     if (std::make_pair(j.created_at(), j.id()) <= after) continue;
     if (j.id().rfind(req.name_prefix(), 0) != 0) continue;
+    if (req.states_size() > 0 &&
+        std::find(req.states().begin(), req.states().end(), j.state()) == req.states().end()) {
+      continue;
+    }
+    const auto& labels = j.spec().metadata().labels();
+    if (!selector.empty() && !selector.Matches({labels.begin(), labels.end()})) continue;
+    match.push_back(e);
+  }
+  const auto older = [](const JobEntry* a, const JobEntry* b) {
+    return std::make_pair(a->job.created_at(), a->job.id()) <
+           std::make_pair(b->job.created_at(), b->job.id());
+  };
+  const size_t keep = std::min(match.size(), limit + 1);
+  std::partial_sort(match.begin(), match.begin() + static_cast<std::ptrdiff_t>(keep), match.end(),
+                    older);
+  moe::v1::ListJobsResponse out;
+  size_t bytes = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    const moe::v1::Job& j = match[i]->job;
     const size_t size = j.ByteSizeLong();
     if (static_cast<size_t>(out.jobs_size()) >= limit ||
         (out.jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
@@ -61,11 +82,15 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
     }
     bytes += size;
     *out.add_jobs() = j;
+    if (IsQueued(j.state()) && !match[i]->attempt) {
+      out.mutable_jobs(out.jobs_size() - 1)->set_waiting_reason(match[i]->waiting_reason);
+    }
   }
   return out;
 }
 
 Status Controller::Delete(const std::string& id, const std::string& actor) {
+  MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   MOE_RETURN_IF_ERROR(jobs_.Delete(id));
   MOE_LOG(INFO) << "job " << id << " deleted" << (actor.empty() ? "" : " by " + actor);

@@ -112,11 +112,18 @@ StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::Tra
           std::to_string(spec.parallelism.world_size) + " ranks (EP " +
           std::to_string(spec.parallelism.expert_parallel) + ", groups within one " +
           spec.placement.expert_group_within + ")" + (actor.empty() ? "" : "; by " + actor));
-  MOE_RETURN_IF_ERROR(store_.PutJobWithEvent(e->job, ev));
   e->next_event_seq = ev.seq() + 1;
   e->last_persist = clock_.Monotonic();
   JobEntry* raw = e.get();
+  // In the map from now (its name and checkpoint directory taken), seen once stored: the write may
+  // wait for its batch with the controller's lock released.
+  raw->creating = true;
   jobs_[id] = std::move(e);
+  if (Status st = store_.PutJobWithEvent(raw->job, ev); !st.ok()) {
+    jobs_.erase(id);
+    return st;
+  }
+  raw->creating = false;
   for (JobListener* l : listeners_) l->OnJobEventRecorded(raw->job, ev);
   for (JobListener* l : listeners_) l->OnJobStateChanged(raw->job, moe::v1::JOB_STATE_UNSPECIFIED);
   return raw;
@@ -130,7 +137,11 @@ Status JobManager::Delete(const std::string& id) {
                                    moe::v1::JobState_Name(it->second->job.state()) +
                                    ": only finished jobs are deleted (cancel it first)");
   }
-  MOE_RETURN_IF_ERROR(store_.DeleteJob(id));  // stored first: a refused delete keeps the job
+  {
+    Writing w(*it->second);
+    MOE_RETURN_IF_ERROR(store_.DeleteJob(id));  // stored first: a refused delete keeps the job
+  }
+  it = jobs_.find(id);  // Create may have added to the map while the write waited
   jobs_.erase(it);
   MOE_LOG(INFO) << "job " << id << " deleted";
   return OkStatus();
@@ -138,11 +149,21 @@ Status JobManager::Delete(const std::string& id) {
 
 JobEntry* JobManager::Find(const std::string& id) {
   auto it = jobs_.find(id);
-  return it == jobs_.end() ? nullptr : it->second.get();
+  return it == jobs_.end() || it->second->creating ? nullptr : it->second.get();
 }
 
 std::vector<JobEntry*> JobManager::All() {
   std::vector<JobEntry*> out;
+  out.reserve(jobs_.size());
+  for (auto& [id, e] : jobs_) {
+    if (!e->creating) out.push_back(e.get());
+  }
+  return out;
+}
+
+std::vector<JobEntry*> JobManager::AllWithCreating() {
+  std::vector<JobEntry*> out;
+  out.reserve(jobs_.size());
   for (auto& [id, e] : jobs_) out.push_back(e.get());
   return out;
 }
@@ -180,8 +201,11 @@ Status JobManager::Transition(JobEntry& e, JobState to, const std::string& type,
   next.set_message(message);
   next.set_updated_at(clock_.Now());
   const moe::v1::JobEvent ev = NewEvent(e, next, type, message);
-  // Stored first: a refused write leaves the job as it was.
-  MOE_RETURN_IF_ERROR(store_.PutJobWithEvent(next, ev));
+  {
+    Writing w(e);
+    // Stored first: a refused write leaves the job as it was.
+    MOE_RETURN_IF_ERROR(store_.PutJobWithEvent(next, ev));
+  }
   e.job = std::move(next);
   e.next_event_seq = ev.seq() + 1;
   e.last_persist = clock_.Monotonic();
@@ -194,14 +218,23 @@ Status JobManager::Transition(JobEntry& e, JobState to, const std::string& type,
 
 Status JobManager::Event(JobEntry& e, const std::string& type, const std::string& message) {
   const moe::v1::JobEvent ev = NewEvent(e, e.job, type, message);
-  MOE_RETURN_IF_ERROR(store_.AppendEvent(ev));
+  {
+    Writing w(e);
+    MOE_RETURN_IF_ERROR(store_.AppendEvent(ev));
+  }
   e.next_event_seq = ev.seq() + 1;
   for (JobListener* l : listeners_) l->OnJobEventRecorded(e.job, ev);
   return OkStatus();
 }
 
 Status JobManager::Persist(JobEntry& e, moe::v1::Job record) {
-  MOE_RETURN_IF_ERROR(store_.PutJob(record));
+  // Telemetry: with the one writer it joins the next batch, not waited for; while a write of the
+  // job is in flight (a transition, which is newer) it is left out: the next save carries it.
+  if (committer_ != nullptr) {
+    if (!e.writing) committer_->PutJobLater(record);
+  } else {
+    MOE_RETURN_IF_ERROR(store_.PutJob(record));
+  }
   e.job = std::move(record);
   e.last_persist = clock_.Monotonic();
   return OkStatus();

@@ -19,6 +19,7 @@
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "controller/clock.h"
+#include "controller/group_commit.h"
 #include "controller/job_listener.h"
 #include "controller/scheduler.h"
 #include "controller/state_store.h"
@@ -96,6 +97,11 @@ struct JobEntry {
       preempting;  // a queued job waiting for the jobs it preempted to stop: their ids
   std::map<int, std::vector<std::string>>
       attempt_workers;  // attempt -> workers by rank (moectl logs; not stored)
+  // A write of this job's record waits for its batch (the controller's lock released meanwhile):
+  // telemetry saved then would be older than it, so it is not stored (the next save carries it).
+  bool writing = false;
+  // Submitted, its record not on disk yet: nobody sees it (Find, All) but the admission checks.
+  bool creating = false;
 };
 
 class JobManager {
@@ -103,7 +109,11 @@ class JobManager {
   // A change to the rest of a job's record made along with a transition (attempt, placement, ...).
   using Edit = std::function<void(moe::v1::Job&)>;
 
-  JobManager(StateStore& store, Clock& clock) : store_(store), clock_(clock) {}
+  // `committer`, when given, is `store` as the controller's one writer: a write waits for its batch
+  // with the controller's lock released (callers serialize their writes: Controller's op_mu_; only
+  // Create runs beside them), and telemetry joins the batches without waiting (Persist).
+  JobManager(StateStore& store, Clock& clock, GroupCommitStore* committer = nullptr)
+      : store_(store), clock_(clock), committer_(committer) {}
 
   // Told of every change from now on, in the order added. Not owned; must outlive the manager.
   void AddListener(JobListener* listener) { listeners_.push_back(listener); }
@@ -120,6 +130,9 @@ class JobManager {
   Status Delete(const std::string& id);
   JobEntry* Find(const std::string& id);
   std::vector<JobEntry*> All();
+  // All() with the jobs being created (their records not on disk yet): for the admission checks, so
+  // that two submits in flight at once cannot both take one name or checkpoint directory.
+  std::vector<JobEntry*> AllWithCreating();
   size_t CountQueued() const;
 
   // Moves a job to `to` with an event of `type`; `edit` changes the rest of the new record.
@@ -141,9 +154,16 @@ class JobManager {
                              const std::string& message) const;
   // Stores `record` and, once stored, makes it e.job.
   Status Persist(JobEntry& e, moe::v1::Job record);
+  // Marks a write of `e`'s record in flight (JobEntry::writing) for the scope.
+  struct Writing {
+    explicit Writing(JobEntry& e) : e(e) { e.writing = true; }
+    ~Writing() { e.writing = false; }
+    JobEntry& e;
+  };
 
   StateStore& store_;
   Clock& clock_;
+  GroupCommitStore* committer_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
   std::vector<JobListener*> listeners_;
 };

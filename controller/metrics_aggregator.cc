@@ -118,6 +118,23 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
                           .Help("Keys held in the rendezvous store (an attempt's go when it ends)")
                           .Register(r);
   rendezvous_keys_->Add({}).Set(0);
+  store_batches_ =
+      &AddCounter(r, "moe_store_batches_total",
+                  "Transactions the controller's one writer committed (one fsync each)")
+           ->Add({});
+  store_writes_ = &AddCounter(r, "moe_store_writes_total",
+                              "Changes in those transactions (writes / batches: the batching)")
+                       ->Add({});
+  stalled_ =
+      &AddCounter(r, "moe_controller_stalled_seconds_total",
+                  "Time the controller did not tick (stopped, starved): given back to leases")
+           ->Add({});
+}
+
+void MetricsAggregator::SetStore(int64_t batches, int64_t writes, double stalled_seconds) {
+  store_batches_->Increment(std::max(0.0, static_cast<double>(batches) - store_batches_->Value()));
+  store_writes_->Increment(std::max(0.0, static_cast<double>(writes) - store_writes_->Value()));
+  stalled_->Increment(std::max(0.0, stalled_seconds - stalled_->Value()));
 }
 
 MetricsAggregator::~MetricsAggregator() = default;

@@ -70,6 +70,8 @@ class MetricsAggregator final : public JobListener {
   void SetWorkers(const std::vector<moe::v1::Worker>& workers);
   void SetQueueLength(size_t n);
   void SetRendezvousKeys(size_t n);
+  // The one writer's totals and the controller's stalls so far (counters follow them).
+  void SetStore(int64_t batches, int64_t writes, double stalled_seconds);
   void ObserveSchedulerDecision(double seconds);
   // Drops the series of jobs that ended more than the retention time ago.
   void Expire();
@@ -121,6 +123,9 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Gauge>* queue_;
   prometheus::Family<prometheus::Gauge>* rendezvous_keys_;
+  prometheus::Counter* store_batches_;
+  prometheus::Counter* store_writes_;
+  prometheus::Counter* stalled_;
   prometheus::Family<prometheus::Histogram>* decision_;
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_;
   std::set<std::pair<std::string, std::string>> worker_series_;  // (state, rack) seen

@@ -22,6 +22,10 @@ class ABSL_LOCKABLE Mutex {
 
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
+  // BasicLockable, for std::condition_variable_any (GroupCommitStore waits with the lock released).
+  void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+  void unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
 
  private:
   std::mutex mu_;

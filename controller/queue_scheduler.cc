@@ -207,12 +207,25 @@ bool QueueScheduler::StartSmaller(JobEntry& e, const PlacementRequest& full, Sch
 // After the pass: an elastic job running below its size grows back when the workers left free (no
 // queued job wanted them) with its own would hold it whole. It stops at its next step boundary with
 // a checkpoint and is placed again at once, without using a restart.
+// An elastic job running smaller than it asked for: it grows back when room appears.
+bool QueueScheduler::Shrunk(const JobEntry& e) {
+  if (!e.attempt || e.attempt->ending || e.job.state() != moe::v1::RUNNING) return false;
+  return e.spec.elastic.min_data_parallel > 0 &&
+         e.attempt->slots.size() < size_t(e.spec.parallelism.world_size);
+}
+
+bool QueueScheduler::MayPlace() {
+  if (jobs_.CountQueued() > 0) return true;
+  for (JobEntry* e : jobs_.All()) {
+    if (Shrunk(*e)) return true;
+  }
+  return false;
+}
+
 void QueueScheduler::GrowElastic(SchedulePass& pass) {
   for (JobEntry* e : jobs_.All()) {
-    if (!e->attempt || e->attempt->ending || e->job.state() != moe::v1::RUNNING) continue;
+    if (!Shrunk(*e)) continue;
     const size_t world = e->attempt->slots.size();
-    if (e->spec.elastic.min_data_parallel <= 0 || world >= size_t(e->spec.parallelism.world_size))
-      continue;
     if (e->spec.checkpoint.dir.empty() || e->spec.priority < pass.hold_below) continue;
     std::vector<Slot> trial = pass.free;
     for (Slot s : e->attempt->slots) {

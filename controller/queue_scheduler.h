@@ -41,6 +41,9 @@ class QueueScheduler {
         queues_(config.queues) {}
 
   // A pass, when something changed since the last one (AttemptLifecycle::NeedSchedule).
+  // Whether a pass could place anything: a job queued, or an elastic one running smaller (cheap;
+  // a registration runs a pass only then, so that a herd of them does not run thousands).
+  bool MayPlace();
   void Run();
   // The queues with their quotas and usage (moectl get queues); one, "default", without --queues.
   std::vector<moe::v1::QueueStatus> Queues();
@@ -48,6 +51,7 @@ class QueueScheduler {
   std::string QueueOf(const JobEntry& e) const;
 
  private:
+  static bool Shrunk(const JobEntry& e);
   QueueUsage UsageNow();
   PlacementRequest Request(JobEntry& e) const;
   JobEntry* NextQueued(const std::map<std::string, std::vector<QueuedJob>>& by_queue,

@@ -107,6 +107,15 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
       "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"));
   MOE_RETURN_IF_ERROR(store->Exec("INSERT OR IGNORE INTO meta (key, value) VALUES ('epoch', 0)"));
   MOE_RETURN_IF_ERROR(store->Exec("PRAGMA application_id=" + std::to_string(kApplicationId)));
+  sqlite3* reader = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &reader, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
+    std::string msg = reader ? sqlite3_errmsg(reader) : "out of memory";
+    sqlite3_close(reader);
+    return UnavailableError("cannot open state database " + path + " for reading: " + msg);
+  }
+  sqlite3_busy_timeout(reader, 5000);
+  store->reader_ = reader;
   return store;
 }
 
@@ -132,19 +141,31 @@ Status SqliteStateStore::CheckOurs(const std::string& path) {
       "controller's own directory");
 }
 
-StatusOr<int64_t> SqliteStateStore::NextEpoch() {
-  MOE_RETURN_IF_ERROR(CheckWritable());
-  MOE_RETURN_IF_ERROR(Exec("UPDATE meta SET value = value + 1 WHERE key = 'epoch'"));
-  return StoredEpoch();
-}
+namespace {
 
-StatusOr<int64_t> SqliteStateStore::StoredEpoch() {
-  Stmt q(Db(db_), "SELECT value FROM meta WHERE key = 'epoch'");
+StatusOr<int64_t> ReadEpoch(sqlite3* db) {
+  Stmt q(db, "SELECT value FROM meta WHERE key = 'epoch'");
   if (!q.ok() || sqlite3_step(q.get()) != SQLITE_ROW) return q.Error("read the epoch");
   return static_cast<int64_t>(sqlite3_column_int64(q.get(), 0));
 }
 
-SqliteStateStore::~SqliteStateStore() { sqlite3_close(Db(db_)); }
+}  // namespace
+
+StatusOr<int64_t> SqliteStateStore::NextEpoch() {
+  MOE_RETURN_IF_ERROR(CheckWritable());
+  MOE_RETURN_IF_ERROR(Exec("UPDATE meta SET value = value + 1 WHERE key = 'epoch'"));
+  return ReadEpoch(Db(db_));  // its own connection: it sees the update in a batch not committed yet
+}
+
+StatusOr<int64_t> SqliteStateStore::StoredEpoch() {
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  return ReadEpoch(Db(reader_));  // what is committed, without waiting for the writer
+}
+
+SqliteStateStore::~SqliteStateStore() {
+  sqlite3_close(Db(reader_));
+  sqlite3_close(Db(db_));
+}
 
 // SQLite's own check of the file (pages, indexes, records) before anything reads or writes it: a
 // damaged state is an error a person decides about, never a silent reset.
@@ -208,12 +229,12 @@ Status SqliteStateStore::AppendEvent(const moe::v1::JobEvent& event) {
   return OkStatus();
 }
 
-Status SqliteStateStore::PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) {
+Status SqliteStateStore::Transaction(const std::function<Status()>& body) {
+  if (in_batch_) return body();  // the batch's transaction holds it
   MOE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  Status st = PutJob(job);
-  if (st.ok()) st = AppendEvent(event);
+  Status st = body();
   if (st.ok()) st = Exec("COMMIT");
-  // Neither write may stay. SQLite has already rolled back after some errors (autocommit is on
+  // Nothing of it may stay. SQLite has already rolled back after some errors (autocommit is on
   // again).
   if (!st.ok() && sqlite3_get_autocommit(Db(db_)) == 0) {
     if (Status rb = Exec("ROLLBACK"); !rb.ok())
@@ -222,28 +243,37 @@ Status SqliteStateStore::PutJobWithEvent(const moe::v1::Job& job, const moe::v1:
   return st;
 }
 
+Status SqliteStateStore::Batch(const std::function<Status()>& writes) {
+  MOE_RETURN_IF_ERROR(CheckWritable());
+  const Status st = Transaction([&] {
+    in_batch_ = true;
+    const Status inner = writes();
+    in_batch_ = false;
+    return inner;
+  });
+  in_batch_ = false;
+  return st;
+}
+
+Status SqliteStateStore::PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) {
+  return Transaction([&]() -> Status {
+    MOE_RETURN_IF_ERROR(PutJob(job));
+    return AppendEvent(event);
+  });
+}
+
 Status SqliteStateStore::DeleteJob(const std::string& job_id) {
   MOE_RETURN_IF_ERROR(CheckWritable());
-  MOE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  Status st;
-  for (const char* sql : {"DELETE FROM events WHERE job_id = ?", "DELETE FROM jobs WHERE id = ?"}) {
-    Stmt s(Db(db_), sql);
-    if (!s.ok()) {
-      st = s.Error("prepare");
-      break;
+  return Transaction([&]() -> Status {
+    for (const char* sql :
+         {"DELETE FROM events WHERE job_id = ?", "DELETE FROM jobs WHERE id = ?"}) {
+      Stmt s(Db(db_), sql);
+      if (!s.ok()) return s.Error("prepare");
+      sqlite3_bind_text(s.get(), 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return s.Error("delete job " + job_id);
     }
-    sqlite3_bind_text(s.get(), 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(s.get()) != SQLITE_DONE) {
-      st = s.Error("delete job " + job_id);
-      break;
-    }
-  }
-  if (st.ok()) st = Exec("COMMIT");
-  if (!st.ok() && sqlite3_get_autocommit(Db(db_)) == 0) {
-    if (Status rb = Exec("ROLLBACK"); !rb.ok())
-      MOE_LOG(ERROR) << "rolling back a failed delete: " << rb;
-  }
-  return st;
+    return OkStatus();
+  });
 }
 
 Status SqliteStateStore::PutWorker(const moe::v1::Worker& info, const std::string& session) {
@@ -268,7 +298,8 @@ Status SqliteStateStore::DeleteWorker(const std::string& name) {
 }
 
 StatusOr<std::vector<StoredWorker>> SqliteStateStore::LoadWorkers() {
-  Stmt s(Db(db_), "SELECT session, record FROM workers ORDER BY name");
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  Stmt s(Db(reader_), "SELECT session, record FROM workers ORDER BY name");
   if (!s.ok()) return s.Error("prepare");
   std::vector<StoredWorker> out;
   while (sqlite3_step(s.get()) == SQLITE_ROW) {
@@ -282,7 +313,8 @@ StatusOr<std::vector<StoredWorker>> SqliteStateStore::LoadWorkers() {
 }
 
 StatusOr<std::vector<moe::v1::Job>> SqliteStateStore::LoadJobs() {
-  Stmt s(Db(db_), "SELECT record FROM jobs ORDER BY created_at, id");
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  Stmt s(Db(reader_), "SELECT record FROM jobs ORDER BY created_at, id");
   if (!s.ok()) return s.Error("prepare");
   std::vector<moe::v1::Job> jobs;
   while (sqlite3_step(s.get()) == SQLITE_ROW) {
@@ -295,7 +327,8 @@ StatusOr<std::vector<moe::v1::Job>> SqliteStateStore::LoadJobs() {
 }
 
 StatusOr<std::vector<moe::v1::JobEvent>> SqliteStateStore::LoadEvents(const std::string& job_id) {
-  Stmt s(Db(db_), "SELECT record FROM events WHERE job_id = ? ORDER BY seq");
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  Stmt s(Db(reader_), "SELECT record FROM events WHERE job_id = ? ORDER BY seq");
   if (!s.ok()) return s.Error("prepare");
   sqlite3_bind_text(s.get(), 1, job_id.c_str(), -1, SQLITE_TRANSIENT);
   std::vector<moe::v1::JobEvent> events;
@@ -309,6 +342,7 @@ StatusOr<std::vector<moe::v1::JobEvent>> SqliteStateStore::LoadEvents(const std:
 }
 
 Status MemoryStateStore::PutJob(const moe::v1::Job& job) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   for (auto& j : jobs_) {
     if (j.id() == job.id()) {
       j = job;
@@ -321,30 +355,42 @@ Status MemoryStateStore::PutJob(const moe::v1::Job& job) {
   return OkStatus();
 }
 Status MemoryStateStore::AppendEvent(const moe::v1::JobEvent& event) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   events_.push_back(event);
   return OkStatus();
 }
 Status MemoryStateStore::PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   MOE_RETURN_IF_ERROR(PutJob(job));
   return AppendEvent(event);
 }
-StatusOr<std::vector<moe::v1::Job>> MemoryStateStore::LoadJobs() { return jobs_; }
+StatusOr<std::vector<moe::v1::Job>> MemoryStateStore::LoadJobs() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return jobs_;
+}
 Status MemoryStateStore::DeleteJob(const std::string& job_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   std::erase_if(jobs_, [&](const moe::v1::Job& j) { return j.id() == job_id; });
   std::erase_if(events_, [&](const moe::v1::JobEvent& e) { return e.job_id() == job_id; });
   return OkStatus();
 }
 Status MemoryStateStore::PutWorker(const moe::v1::Worker& info, const std::string& session) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   std::erase_if(workers_, [&](const StoredWorker& w) { return w.info.name() == info.name(); });
   workers_.push_back({info, session});
   return OkStatus();
 }
-StatusOr<std::vector<StoredWorker>> MemoryStateStore::LoadWorkers() { return workers_; }
+StatusOr<std::vector<StoredWorker>> MemoryStateStore::LoadWorkers() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return workers_;
+}
 Status MemoryStateStore::DeleteWorker(const std::string& name) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   std::erase_if(workers_, [&](const StoredWorker& w) { return w.info.name() == name; });
   return OkStatus();
 }
 StatusOr<std::vector<moe::v1::JobEvent>> MemoryStateStore::LoadEvents(const std::string& job_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   std::vector<moe::v1::JobEvent> out;
   for (const auto& e : events_)
     if (e.job_id() == job_id) out.push_back(e);

@@ -4,7 +4,9 @@
 // machine).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,10 @@ class StateStore {
   // what is stored now (a controller that finds a higher one than its own is stale and stops).
   virtual StatusOr<int64_t> NextEpoch() = 0;
   virtual StatusOr<int64_t> StoredEpoch() = 0;
+  // Runs `writes` (calls of the methods above) as one transaction: all stored, with one fsync, or
+  // none (GroupCommitStore's batches). The default runs them as they come (stores without
+  // transactions: tests).
+  virtual Status Batch(const std::function<Status()>& writes) { return writes(); }
 };
 
 class SqliteStateStore final : public StateStore {
@@ -59,17 +65,25 @@ class SqliteStateStore final : public StateStore {
   Status DeleteWorker(const std::string& name) override;
   StatusOr<int64_t> NextEpoch() override;
   StatusOr<int64_t> StoredEpoch() override;
+  Status Batch(const std::function<Status()>& writes) override;
 
  private:
   static constexpr int64_t kApplicationId = 0x4d6f4543;  // "MoEC": PRAGMA application_id
   explicit SqliteStateStore(void* db) : db_(db) {}
+  // `body` in a transaction of its own, or in the batch's when one is open.
+  Status Transaction(const std::function<Status()>& body);
   Status CheckIntegrity(const std::string& path);
   Status CheckOurs(const std::string& path);
   Status Exec(const std::string& sql);
   // The test hook for a full disk where tests cannot mount a small file system: when the file named
   // by $MOE_TEST_STORE_FULL_IF exists, every write fails as SQLite's SQLITE_FULL would.
   static Status CheckWritable();
-  void* db_;  // sqlite3*
+  void* db_;  // sqlite3*: the writes (one writer: GroupCommitStore's thread, or the caller's)
+  // A second connection for the reads (LoadEvents, LoadJobs, LoadWorkers): in WAL mode it reads the
+  // last committed state while a commit is under way, so a read never waits for the writer's fsync.
+  void* reader_ = nullptr;
+  std::mutex reader_mu_;
+  bool in_batch_ = false;  // a Batch is open on db_
 };
 
 // For tests: keeps everything in memory.
@@ -84,11 +98,21 @@ class MemoryStateStore final : public StateStore {
   Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
   StatusOr<std::vector<StoredWorker>> LoadWorkers() override;
   Status DeleteWorker(const std::string& name) override;
-  StatusOr<int64_t> NextEpoch() override { return ++epoch_; }
-  StatusOr<int64_t> StoredEpoch() override { return epoch_; }
-  void SetStoredEpoch(int64_t e) { epoch_ = e; }  // tests: another controller took over
+  StatusOr<int64_t> NextEpoch() override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return ++epoch_;
+  }
+  StatusOr<int64_t> StoredEpoch() override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    return epoch_;
+  }
+  void SetStoredEpoch(int64_t e) {  // tests: another controller took over
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    epoch_ = e;
+  }
 
  private:
+  std::recursive_mutex mu_;  // the one writer's thread and the readers
   int64_t epoch_ = 0;
   std::vector<StoredWorker> workers_;
   std::vector<moe::v1::Job> jobs_;

@@ -86,8 +86,8 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg,
   w.channel = channel;
   w.lost = false;
   w.leaving = false;  // a leaving worker that reconnects says so again (WorkerAgent::Leave)
-  w.lease_deadline = clock_.Monotonic() + lease_;
-  w.info.set_last_heartbeat(clock_.Now());
+  leases_.Open(reg.name(), channel);
+  sharing_dirty_ = true;
   return &w;
 }
 
@@ -102,6 +102,7 @@ void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& ses
   w.lost = true;
   w.lost_at = clock_.Monotonic();
   w.held_until = clock_.Monotonic() + hold_seconds;
+  sharing_dirty_ = true;
 }
 
 WorkerEntry* WorkerRegistry::FindBySession(const std::string& session) {
@@ -113,6 +114,8 @@ WorkerEntry* WorkerRegistry::FindBySession(const std::string& session) {
 }
 
 void WorkerRegistry::MarkLost(WorkerEntry& w) {
+  leases_.Close(w.info.name());
+  sharing_dirty_ = true;
   w.lost = true;
   w.lost_at = clock_.Monotonic();
   w.held_until = clock_.Monotonic() + lease_;
@@ -121,8 +124,7 @@ void WorkerRegistry::MarkLost(WorkerEntry& w) {
 void WorkerRegistry::Heartbeat(const std::string& name) {
   auto it = workers_.find(name);
   if (it == workers_.end() || it->second.lost) return;
-  it->second.lease_deadline = clock_.Monotonic() + lease_;
-  it->second.info.set_last_heartbeat(clock_.Now());
+  leases_.Renew(name, it->second.channel);
 }
 
 bool WorkerRegistry::AllowStepReport(const std::string& name) {
@@ -147,12 +149,11 @@ bool WorkerRegistry::Disconnected(const std::string& name, WorkerChannel* channe
 
 std::vector<std::string> WorkerRegistry::ExpireLeases() {
   std::vector<std::string> lost;
-  const double now = clock_.Monotonic();
-  for (auto& [name, w] : workers_) {
-    if (!w.lost && w.lease_deadline < now) {
-      MarkLost(w);
-      lost.push_back(name);
-    }
+  for (const std::string& name : leases_.Expire()) {
+    auto it = workers_.find(name);
+    if (it == workers_.end() || it->second.lost) continue;
+    MarkLost(it->second);
+    lost.push_back(name);
   }
   return lost;
 }
@@ -190,7 +191,11 @@ void WorkerRegistry::SetLeaving(const std::string& name) {
   if (WorkerEntry* w = Find(name)) w->leaving = true;
 }
 
-void WorkerRegistry::Remove(const std::string& name) { workers_.erase(name); }
+void WorkerRegistry::Remove(const std::string& name) {
+  leases_.Close(name);
+  sharing_dirty_ = true;
+  workers_.erase(name);
+}
 
 std::vector<std::string> WorkerRegistry::LostLongerThan(double seconds) const {
   std::vector<std::string> out;
@@ -233,6 +238,8 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
   out.set_memory_bytes(MemoryFor(w.info.name()));
   out.set_job_id(w.job_id);
   out.set_rank(w.rank);
+  if (const double heard = leases_.LastHeard(w.info.name()); heard > 0)
+    out.set_last_heartbeat(heard);
   if (w.lost)
     out.set_state(moe::v1::LOST);
   else if (w.leaving)
@@ -246,16 +253,27 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
   return out;
 }
 
-int WorkerRegistry::CpuWorkersSharingHost(const WorkerEntry& of) const {
-  int sharing = 0;
+// Live CPU workers per node and per host id, counted once per change of the registry (the
+// scheduler asks for every worker's share: a count per call would be quadratic in workers).
+void WorkerRegistry::CountSharing() const {
+  if (!sharing_dirty_) return;
+  per_node_.clear();
+  per_host_.clear();
   for (const auto& [n, w] : workers_) {
-    // Same machine: by host id when workers send one (several "nodes" may share a host), else by
-    // node.
-    const bool same =
-        of.host_id.empty() ? w.info.node() == of.info.node() : w.host_id == of.host_id;
-    if (!w.lost && w.info.device() == "cpu" && same) ++sharing;
+    if (w.lost || w.info.device() != "cpu") continue;
+    ++per_node_[w.info.node()];
+    if (!w.host_id.empty()) ++per_host_[w.host_id];
   }
-  return std::max(1, sharing);
+  sharing_dirty_ = false;
+}
+
+int WorkerRegistry::CpuWorkersSharingHost(const WorkerEntry& of) const {
+  CountSharing();
+  // Same machine: by host id when workers send one (several "nodes" may share a host), else by
+  // node.
+  const auto& counts = of.host_id.empty() ? per_node_ : per_host_;
+  const auto it = counts.find(of.host_id.empty() ? of.info.node() : of.host_id);
+  return std::max(1, it == counts.end() ? 0 : it->second);
 }
 
 int WorkerRegistry::CpuThreadsFor(const std::string& name) const {

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "controller/clock.h"
+#include "controller/lease_book.h"
 #include "controller/scheduler.h"
 #include "moe/v1/worker_service.pb.h"
 
@@ -23,7 +24,6 @@ class WorkerChannel {
 struct WorkerEntry {
   moe::v1::Worker info;              // name, rack, node, device, address, registered_at
   WorkerChannel* channel = nullptr;  // null while disconnected
-  double lease_deadline = 0;         // monotonic
   bool lost = false;
   bool drained = false;
   bool leaving = false;  // said it is stopping cleanly (Leaving): no new work, removed when it goes
@@ -45,7 +45,8 @@ struct WorkerEntry {
 
 class WorkerRegistry {
  public:
-  WorkerRegistry(Clock& clock, double lease_seconds) : clock_(clock), lease_(lease_seconds) {}
+  WorkerRegistry(Clock& clock, double lease_seconds)
+      : clock_(clock), lease_(lease_seconds), leases_(clock, lease_seconds) {}
 
   // A worker (re)connects. A name held by another session is refused: ALREADY_EXISTS while that
   // worker is connected, PERMISSION_DENIED until its hold ends (a lease after it was last heard
@@ -64,6 +65,8 @@ class WorkerRegistry {
   // The connected, live worker whose credential is `session`; null when none.
   WorkerEntry* FindBySession(const std::string& session);
   void Heartbeat(const std::string& name);
+  // The leases, for the heartbeat path that takes no controller lock (LeaseBook is thread-safe).
+  LeaseBook& leases() { return leases_; }
   // Step reports a worker may send: at most kMaxStepReportsPerSecond in any second (one rank
   // reports once a step); the rest are dropped, the next report replacing them.
   static constexpr int kMaxStepReportsPerSecond = 100;
@@ -105,9 +108,13 @@ class WorkerRegistry {
   void MarkLost(WorkerEntry& w);
   int CpuWorkersSharingHost(
       const WorkerEntry& of) const;  // live CPU workers on its machine, itself included
+  void CountSharing() const;         // per_node_ and per_host_, when the registry changed
 
   Clock& clock_;
   double lease_;
+  LeaseBook leases_;
+  mutable bool sharing_dirty_ = true;
+  mutable std::map<std::string, int> per_node_, per_host_;  // live CPU workers (CountSharing)
   std::map<std::string, WorkerEntry> workers_;
 };
 

@@ -337,7 +337,10 @@ TEST_F(ControllerTest, ListJobsPagesWithFiltersAndDeleteRemovesFinishedJobs) {
   ASSERT_TRUE(controller_->SetDrained("w0", true).ok());
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) {
-    ids.push_back(Submit(Spec(i == 3 ? "other" : "job" + std::to_string(i), 1, 1)).id());
+    JobSpec spec = Spec(i == 3 ? "other" : "job" + std::to_string(i), 1, 1);
+    spec.labels["team"] = i % 2 == 0 ? "research" : "prod";
+    if (i == 4) spec.labels["spot"] = "";
+    ids.push_back(Submit(spec).id());
     clock_.Advance(0.001);
   }
   moe::v1::ListJobsRequest req;
@@ -354,6 +357,23 @@ TEST_F(ControllerTest, ListJobsPagesWithFiltersAndDeleteRemovesFinishedJobs) {
   req.Clear();
   req.set_name_prefix("other");
   EXPECT_EQ(controller_->ListPage(req)->jobs_size(), 1);
+  // Label selectors are the controller's (kubectl's syntax), and work across pages.
+  req.Clear();
+  req.set_label_selector("team=research,!spot");
+  req.set_page_size(1);
+  seen.clear();
+  do {
+    auto page = controller_->ListPage(req);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const auto& j : page->jobs()) seen.push_back(j.id());
+    req.set_page_token(page->next_page_token());
+  } while (!req.page_token().empty());
+  EXPECT_EQ(seen, (std::vector<std::string>{ids[0], ids[2]}));
+  req.Clear();
+  req.set_label_selector("team in (a)");
+  const auto bad = controller_->ListPage(req);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("label_selector"), std::string::npos) << bad.status();
   req.Clear();
   req.set_page_size(5000);
   EXPECT_EQ(controller_->ListPage(req).status().code(), StatusCode::kInvalidArgument);

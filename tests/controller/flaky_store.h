@@ -2,14 +2,16 @@
 // would), to show that a refused write leaves the controller's memory as it was.
 #pragma once
 
+#include <atomic>
+
 #include "controller/state_store.h"
 
 namespace moe::controller {
 
 class FlakyStateStore final : public StateStore {
  public:
-  bool fail_writes = false;
-  int refused = 0;  // writes refused so far
+  std::atomic<bool> fail_writes{false};  // set by the test, read by the controller's writer thread
+  std::atomic<int> refused{0};           // writes refused so far
 
   Status PutJob(const moe::v1::Job& job) override {
     if (fail_writes) return Refuse();

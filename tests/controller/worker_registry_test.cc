@@ -72,7 +72,7 @@ TEST_F(WorkerRegistryTest, ALeaseRunsOutOnTheClockUnlessRenewed) {
   EXPECT_TRUE(registry_.ExpireLeases().empty()) << "each lost worker is named once";
   EXPECT_EQ(StateOf("b"), moe::v1::LOST);
   EXPECT_EQ(StateOf("a"), moe::v1::IDLE);
-  EXPECT_EQ(registry_.Find("a")->info.last_heartbeat(), clock_.Now());
+  EXPECT_EQ(registry_.Describe(*registry_.Find("a")).last_heartbeat(), clock_.Now());
   registry_.Heartbeat("b");
   EXPECT_EQ(StateOf("b"), moe::v1::LOST)
       << "a lost worker comes back by registering, not by a heartbeat";

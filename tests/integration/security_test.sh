@@ -3,9 +3,9 @@
 # real attack on loopback:
 #   1. paths: a NUL in checkpoint.dir or data.path is refused at submit and by the rank; a worker
 #      without roots refuses /etc/...; a data path equal to its root is refused (its .bin is a sibling);
-#      "x/../shared" and a finished job's directory are refused at submit, a symbolic link to another
-#      job's directory by the rank (its owner marker); a symbolic link swapped in after the rank opened
-#      its directory does not redirect a save;
+#      "x/../shared", a finished job's directory and a link to it the controller can see are refused
+#      at submit, a link it cannot see (made after the submit) by the rank (its owner marker); a
+#      symbolic link swapped in after the rank opened its directory does not redirect a save;
 #   2. one controller per state: deleting every file in the state directory does not let a second
 #      controller start; a controller of a lower epoch is refused by the workers;
 #   3. fencing: a rank whose worker was stopped (SIGSTOP) while its job moved on commits and deletes
@@ -109,13 +109,25 @@ out=$("$BIN/moectl" submit -f "$(job other 4 2 "$WORK/c/x/../shared")" 2>&1); rc
 set -e
 [ $rc -ne 0 ] && grep -q "finished job $a" <<<"$out" || fail "x/../shared of a finished job was accepted: $out"
 echo "x/../shared refused at submit: $out"
-ln -s shared "$WORK/c/link"  # stays below the root: the rank follows it and finds the owner's marker
-id=$("$BIN/moectl" submit -f "$(job linked 4 2 "$WORK/c/link")")
+ln -s shared "$WORK/c/link"  # a link the controller can see: resolved, refused at submit
+set +e
+out=$("$BIN/moectl" submit -f "$(job seen 4 2 "$WORK/c/link")" 2>&1); rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q "finished job $a" <<<"$out" || fail "a visible link to a finished job's directory was accepted: $out"
+echo "visible link refused at submit: $out"
+# Links the controller cannot see (another mount of a shared file system): made here after the
+# submit, before placement (w0 drained meanwhile), so only the rank can catch them.
+"$BIN/moectl" drain w0 >/dev/null
+id=$("$BIN/moectl" submit -f "$(job linked 4 2 "$WORK/c/later")")
+ln -s shared "$WORK/c/later"  # stays below the root: the rank follows it and finds the owner's marker
+"$BIN/moectl" undrain w0 >/dev/null
 wait_state "$id" FAILED 60
 grep -q "belongs to job $a" <<<"$(msg_of "$id")" || fail "a symlink to another job's directory: $(msg_of "$id")"
 echo "symbolic link to another job's directory refused by the rank: $(msg_of "$id")"
-ln -s "$WORK/c/shared" "$WORK/c/abslink"  # an absolute link is never followed beneath a root
-id=$("$BIN/moectl" submit -f "$(job abslinked 4 2 "$WORK/c/abslink")")
+"$BIN/moectl" drain w0 >/dev/null
+id=$("$BIN/moectl" submit -f "$(job abslinked 4 2 "$WORK/c/abslater")")
+ln -s "$WORK/c/shared" "$WORK/c/abslater"  # an absolute link is never followed beneath a root
+"$BIN/moectl" undrain w0 >/dev/null
 wait_state "$id" FAILED 60
 grep -q "leaves the root" <<<"$(msg_of "$id")" || fail "an absolute symlink: $(msg_of "$id")"
 [ "$(ls "$WORK/c/shared" | grep -c '^step_')" = 2 ] || fail "the refused job touched the owner's checkpoints"

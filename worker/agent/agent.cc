@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <random>
 
 #include "common/confined_dir.h"
@@ -98,6 +99,18 @@ void WorkerAgent::MeasurePeakAhead() {
   }).detach();
 }
 
+namespace {
+
+// The controller's "retry after N ms" in a refused registration's message, in seconds (0: none).
+double RetryHintSeconds(const std::string& message) {
+  const size_t at = message.find("retry after ");
+  if (at == std::string::npos) return 0;
+  const double ms = std::atof(message.c_str() + at + 12);
+  return ms > 0 && ms < 600000 ? ms / 1000.0 : 0;
+}
+
+}  // namespace
+
 Status WorkerAgent::Run() {
   MOE_RETURN_IF_ERROR(MakeDirs(o_.runtime_dir));
   MeasurePeakAhead();
@@ -121,7 +134,10 @@ Status WorkerAgent::Run() {
     // come back to the next in lockstep (bench/load.py: a synchronized herd of 4,096 never
     // converged).
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff * jitter(rng)));
+    // A registration refused for a herd waits as long as the controller said (it jitters the hint).
+    const double wait = retry_after_ > 0 ? retry_after_ : backoff * jitter(rng);
+    retry_after_ = 0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
     backoff =
         std::min(backoff * 2, 1.0);  // reconnecting is cheap; a restarted controller waits for us
   }
@@ -214,6 +230,10 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
                                 "<node>-cpu or <node>-gpuN, is the same for "
                                 "two workers of one device type on one host)");
     stop_ = true;
+  } else if (st.error_code() == grpc::StatusCode::UNAVAILABLE &&
+             (retry_after_ = RetryHintSeconds(st.error_message())) > 0) {
+    MOE_LOG(INFO) << "the controller is busy admitting others (" << st.error_message()
+                  << "); registering again in " << retry_after_ << " s";
   } else if (!stop_) {
     MOE_LOG(WARNING) << "lost the controller stream (" << st.error_message() << "); reconnecting";
   }

@@ -88,6 +88,7 @@ class WorkerAgent {
   AgentOptions o_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> leaving_{false};
+  double retry_after_ = 0;  // seconds the controller asked us to wait before registering again
   Status fatal_;  // why Run gave up (a name another live worker holds); set on Run's thread
   std::string leave_reason_;  // guarded by ranks_mu_ (set with leaving_)
   std::mutex stop_rank_mu_;   // one StopCurrentRank at a time (it joins the monitor)

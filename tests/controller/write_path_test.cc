@@ -1,0 +1,188 @@
+// The controller's write path and leases on their own: GroupCommitStore batches concurrent writes
+// into one transaction each, answers every caller with its batch's status (a refused batch refuses
+// them all, telemetry never refuses a change), keeps their order, and lets readers in while a
+// commit is under way; LeaseBook renews without the controller's lock, expires a silent worker and
+// gives every lease back the time the controller itself stalled.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "controller/group_commit.h"
+#include "controller/lease_book.h"
+#include "controller/mutex.h"
+#include "tests/controller/flaky_store.h"
+
+namespace moe::controller {
+namespace {
+
+moe::v1::Job JobNamed(const std::string& id, moe::v1::JobState state = moe::v1::PENDING) {
+  moe::v1::Job j;
+  j.set_id(id);
+  j.set_state(state);
+  return j;
+}
+
+// Counts the transactions the writer opens (Batch) around a memory store.
+class CountingStore final : public StateStore {
+ public:
+  std::atomic<int> batches{0};
+  Status PutJob(const moe::v1::Job& j) override { return m_.PutJob(j); }
+  Status AppendEvent(const moe::v1::JobEvent& e) override { return m_.AppendEvent(e); }
+  Status PutJobWithEvent(const moe::v1::Job& j, const moe::v1::JobEvent& e) override {
+    return m_.PutJobWithEvent(j, e);
+  }
+  StatusOr<std::vector<moe::v1::Job>> LoadJobs() override { return m_.LoadJobs(); }
+  StatusOr<std::vector<moe::v1::JobEvent>> LoadEvents(const std::string& id) override {
+    return m_.LoadEvents(id);
+  }
+  Status DeleteJob(const std::string& id) override { return m_.DeleteJob(id); }
+  Status PutWorker(const moe::v1::Worker& w, const std::string& s) override {
+    return m_.PutWorker(w, s);
+  }
+  StatusOr<std::vector<StoredWorker>> LoadWorkers() override { return m_.LoadWorkers(); }
+  Status DeleteWorker(const std::string& n) override { return m_.DeleteWorker(n); }
+  StatusOr<int64_t> NextEpoch() override { return m_.NextEpoch(); }
+  StatusOr<int64_t> StoredEpoch() override { return m_.StoredEpoch(); }
+  Status Batch(const std::function<Status()>& writes) override {
+    ++batches;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // an fsync's time
+    return writes();
+  }
+
+ private:
+  MemoryStateStore m_;
+};
+
+TEST(GroupCommitTest, ConcurrentWritesShareTransactionsAndAllAreStored) {
+  CountingStore durable;
+  GroupCommitStore store(durable);
+  constexpr int kThreads = 16, kEach = 10;
+  std::vector<std::thread> threads;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        if (!store.PutJob(JobNamed("j" + std::to_string(t) + "-" + std::to_string(i))).ok())
+          ++failed;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(durable.LoadJobs()->size(), static_cast<size_t>(kThreads * kEach));
+  EXPECT_EQ(store.writes(), kThreads * kEach);
+  // 16 writers, each waiting for its batch: a batch carries several of them (one at a time would be
+  // 160 transactions).
+  EXPECT_LT(durable.batches.load(), kThreads * kEach / 3) << "writes were not batched";
+  EXPECT_EQ(store.batches(), durable.batches.load());
+}
+
+TEST(GroupCommitTest, ARefusedBatchRefusesItsChangesAndTelemetryNeverRefusesOne) {
+  FlakyStateStore durable;
+  GroupCommitStore store(durable);
+  ASSERT_TRUE(store.PutJob(JobNamed("a")).ok());
+  durable.fail_writes = true;
+  EXPECT_EQ(store.PutJob(JobNamed("b")).code(), StatusCode::kUnavailable);
+  store.PutJobLater(JobNamed("a", moe::v1::RUNNING));  // fails in its batch: dropped, logged
+  durable.fail_writes = false;
+  ASSERT_TRUE(store.PutJob(JobNamed("c")).ok());
+  const auto jobs = *durable.LoadJobs();
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].id(), "a");
+  EXPECT_EQ(jobs[1].id(), "c");
+}
+
+TEST(GroupCommitTest, WritesKeepTheirOrderAndTelemetryJoinsTheNextBatch) {
+  MemoryStateStore durable;
+  GroupCommitStore store(durable);
+  store.PutJobLater(JobNamed("a", moe::v1::RUNNING));
+  ASSERT_TRUE(store.PutJob(JobNamed("a", moe::v1::SUCCEEDED)).ok());  // after the telemetry: wins
+  EXPECT_EQ((*durable.LoadJobs())[0].state(), moe::v1::SUCCEEDED);
+}
+
+TEST(GroupCommitTest, TheCallersLockIsReleasedWhileTheyWaitAndHeldAgainAfter) {
+  CountingStore durable;
+  GroupCommitStore store(durable);
+  Mutex mu;
+  store.SetCallerLock(&mu);
+  std::atomic<bool> reader_got_in{false};
+  mu.Lock();
+  std::thread reader([&] {
+    mu.Lock();  // only possible while the writer waits for its batch
+    reader_got_in = true;
+    mu.Unlock();
+  });
+  ASSERT_TRUE(store.PutJob(JobNamed("a")).ok());
+  reader.join();
+  EXPECT_TRUE(reader_got_in.load());
+  EXPECT_FALSE(mu.TryLock()) << "the caller does not hold its lock again after the write";
+  mu.Unlock();
+}
+
+TEST(GroupCommitTest, SqliteBatchIsOneTransactionWithEveryWriteAndReadersDoNotWait) {
+  const std::string dir = ::testing::TempDir() + "/write_path_sqlite";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto durable = SqliteStateStore::Open(dir + "/state.db");
+  ASSERT_TRUE(durable.ok()) << durable.status();
+  GroupCommitStore store(**durable);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i)
+        EXPECT_TRUE(store.PutJob(JobNamed("s" + std::to_string(t) + "-" + std::to_string(i))).ok());
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ((*durable)->LoadJobs()->size(), 160u);
+  EXPECT_LE(store.batches(), store.writes());
+}
+
+TEST(LeaseBookTest, RenewExpireAndTheStreamThatHoldsTheLease) {
+  FakeClock clock;
+  LeaseBook book(clock, 10);
+  int a = 0, b = 0;  // two streams
+  book.Open("w", &a);
+  book.NoteTick();
+  clock.Advance(6);
+  book.NoteTick();  // 6 s without a tick: a stall, given back
+  EXPECT_TRUE(book.Renew("w", &a));
+  EXPECT_FALSE(book.Renew("w", &b)) << "an old or foreign stream renewed the lease";
+  EXPECT_FALSE(book.Renew("nobody", &a));
+  for (int i = 0; i < 105; ++i) {  // ticking every 100 ms for 10.5 s, nothing heard
+    clock.Advance(0.1);
+    book.NoteTick();
+  }
+  const auto expired = book.Expire();
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0], "w");
+  EXPECT_TRUE(book.Expire().empty()) << "a lease expired twice";
+  EXPECT_FALSE(book.Renew("w", &a)) << "an expired lease was renewed";
+}
+
+TEST(LeaseBookTest, TheControllersOwnStallExpiresNoLease) {
+  FakeClock clock;
+  LeaseBook book(clock, 3);
+  int ch = 0;
+  book.Open("w", &ch);
+  book.NoteTick();
+  clock.Advance(0.1);
+  book.NoteTick();
+  clock.Advance(20);  // SIGSTOP: neither ticks nor heartbeats for 20 s
+  book.NoteTick();
+  EXPECT_TRUE(book.Expire().empty()) << "the controller's own stall expired a lease";
+  EXPECT_NEAR(book.stalled_seconds(), 20, 1e-9);
+  for (int i = 0; i < 35; ++i) {  // then silence while it runs: the lease ends 3 s on
+    clock.Advance(0.1);
+    book.NoteTick();
+  }
+  EXPECT_EQ(book.Expire().size(), 1u);
+}
+
+}  // namespace
+}  // namespace moe::controller
