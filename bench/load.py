@@ -337,7 +337,7 @@ def heartbeat_phase(args, work):
         RESULTS["heartbeat_core_fraction"] = [r[2] for r in rows if r[0] == held][0]
         RESULTS["cold_start_seconds"] = [r[1] for r in rows if r[0] == held][0]
         print(f"load: bound: one agent per device (one connection, heartbeat and registration each); the issue's "
-              f"131,072 devices are 16,384 node agents of 8, which moe-worker cannot be yet; the ladder stopped at {held}")
+              f"131,072 devices are 16,384 node agents of 8, which moe-worker cannot be yet; the largest count held here is {held}")
         cpu = [r[2] for r in rows if r[0] == held][0]
         per_core = held / max(cpu, 1e-3)
         print(f"load: heartbeats: {held} workers held on one core at {cpu * 100:.0f}% of it: about {per_core:,.0f} workers per "

@@ -93,10 +93,12 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
   }
   MOE_ASSIGN_OR_RETURN(JobSpec spec, SpecFromProto(submitted));
   MOE_RETURN_IF_ERROR(ApplyPriorityClass(config_, &spec));
-  MOE_ASSIGN_OR_RETURN(moe::v1::Job out, Admit(std::move(spec), request_id, actor));
-  // Placed now when no change is under way; else by the pass the change runs or the next tick
-  // (100 ms): a submit never waits behind another change's write.
-  if (op_mu_.TryLock()) {
+  size_t queued_before = 0;
+  MOE_ASSIGN_OR_RETURN(moe::v1::Job out, Admit(std::move(spec), request_id, actor, &queued_before));
+  // Placed now when it is the only job waiting and no change is under way; else by the next tick's
+  // pass (100 ms): a submit never waits behind another change's writes, nor pays for a burst's
+  // placements (each a write).
+  if (queued_before == 0 && op_mu_.TryLock()) {
     {
       MutexLock lock(&mu_);
       scheduler_.Run();
@@ -109,8 +111,9 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
 // Submit's checks and its record: with mu_ alone (the write waits with it released, in a batch
 // with the other submits of the moment); the job is seen by nobody until its record is stored.
 StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& request_id,
-                                         const std::string& actor) {
+                                         const std::string& actor, size_t* queued_before) {
   MutexLock lock(&mu_);
+  *queued_before = jobs_.CountQueued();
   if (!request_id.empty()) {
     for (JobEntry* e : jobs_.AllWithCreating()) {
       if (e->job.request_id() != request_id) continue;
@@ -283,29 +286,10 @@ void Controller::PruneLostWorkers() {
 // worker's stream does not fail for it.
 StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
                                                    WorkerChannel* channel) {
+  MOE_ASSIGN_OR_RETURN(const std::string session, AdmitWorker(reg, channel));
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
-  if (workers_.Find(reg.name()) == nullptr && workers_.all().size() >= config_.max_workers) {
-    return ResourceExhaustedError("register: this controller holds " +
-                                  std::to_string(workers_.all().size()) +
-                                  " workers, its limit (moe-controller --max-workers)");
-  }
-  MOE_ASSIGN_OR_RETURN(const std::string session, workers_.Admit(reg, channel));
-  for (const auto& f : reg.finished()) {
-    MOE_RETURN_IF_ERROR(CheckRankOwner(reg.name(), f.job_id(), f.attempt(), f.rank()));
-  }
-  const WorkerEntry* known = workers_.Find(reg.name());
-  if (known == nullptr || known->session != session) {
-    // Stored before it is answered: after a restart only this session may come back as this name.
-    moe::v1::Worker info;
-    info.set_name(reg.name());
-    info.set_rack(reg.rack());
-    info.set_node(reg.node());
-    info.set_device(reg.device());
-    info.set_address(reg.address());
-    info.set_drained(known != nullptr && known->drained);
-    MOE_RETURN_IF_ERROR(committer_.PutWorker(info, session));
-  }
+  registering_names_.erase(reg.name());
   MOE_RETURN_IF_ERROR(workers_.Register(reg, channel, session).status());
   MOE_LOG(INFO) << "worker " << reg.name() << " registered: rack " << reg.rack() << ", node "
                 << reg.node() << ", " << reg.device()
@@ -324,6 +308,45 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
   out.set_session(session);
   out.set_epoch(epoch_);
   return out;
+}
+
+// A registration's checks and, for a new session, its stored record, with mu_ alone: the write
+// waits for its batch with the lock released, so a herd of registrations (a controller restart, a
+// cluster coming up) shares commits. The name is reserved until Register applies it.
+StatusOr<std::string> Controller::AdmitWorker(const moe::v1::Register& reg,
+                                              WorkerChannel* channel) {
+  MutexLock lock(&mu_);
+  if (workers_.Find(reg.name()) == nullptr &&
+      workers_.all().size() + registering_names_.size() >= config_.max_workers) {
+    return ResourceExhaustedError("register: this controller holds " +
+                                  std::to_string(workers_.all().size()) +
+                                  " workers, its limit (moe-controller --max-workers)");
+  }
+  if (!registering_names_.insert(reg.name()).second) {
+    return UnavailableError("register: " + reg.name() +
+                            " is registering on another stream; retry after " +
+                            std::to_string(RetryAfterMs()) + " ms");
+  }
+  StatusOr<std::string> session = workers_.Admit(reg, channel);
+  for (int i = 0; session.ok() && i < reg.finished_size(); ++i) {
+    const auto& f = reg.finished(i);
+    if (Status st = CheckRankOwner(reg.name(), f.job_id(), f.attempt(), f.rank()); !st.ok())
+      session = st;
+  }
+  const WorkerEntry* known = workers_.Find(reg.name());
+  if (session.ok() && (known == nullptr || known->session != *session)) {
+    // Stored before it is answered: after a restart only this session may come back as this name.
+    moe::v1::Worker info;
+    info.set_name(reg.name());
+    info.set_rack(reg.rack());
+    info.set_node(reg.node());
+    info.set_device(reg.device());
+    info.set_address(reg.address());
+    info.set_drained(known != nullptr && known->drained);
+    if (Status st = committer_.PutWorker(info, *session); !st.ok()) session = st;
+  }
+  if (!session.ok()) registering_names_.erase(reg.name());
+  return session;
 }
 
 Status Controller::CheckRankOwner(const std::string& worker, const std::string& job_id, int attempt,
@@ -450,6 +473,12 @@ Status Controller::BeginRegistration() {
   return UnavailableError(
       "register: the controller is admitting " + std::to_string(kMaxRegistrationsInFlight) +
       " registrations at once; retry after " + std::to_string(RetryAfterMs()) + " ms");
+}
+
+void Controller::SchedulePass() {
+  MutexLock op(&op_mu_);
+  MutexLock lock(&mu_);
+  scheduler_.Run();
 }
 
 int Controller::RetryAfterMs() const {

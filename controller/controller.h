@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,8 @@ class Controller {
   // Leases, reconnect deadlines, retries of unstored changes, rendezvous timeouts, a scheduling
   // pass and the cluster's metrics. Call about every 100 ms.
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
+  // A scheduling pass now, as the tick runs (a submit under a queue is placed by the next one).
+  void SchedulePass() ABSL_LOCKS_EXCLUDED(mu_);
   // A clean stop (SIGTERM, a rolling update) begins: from now on a closing worker stream is the
   // controller going away, not the worker, and changes nothing stored. Its workers keep their ranks
   // running and reconnect to the next controller, which carries the jobs on (as after kill -9).
@@ -138,8 +141,12 @@ class Controller {
 
  private:
   Status RestoreWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  StatusOr<std::string> AdmitWorker(const moe::v1::Register& reg, WorkerChannel* channel)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Submit's checks and record; `queued_before`: the jobs waiting when it was admitted.
   StatusOr<moe::v1::Job> Admit(JobSpec spec, const std::string& request_id,
-                               const std::string& actor) ABSL_LOCKS_EXCLUDED(mu_);
+                               const std::string& actor, size_t* queued_before)
+      ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr double kClockJumpSeconds = 7 * 86400;
   Status CheckClock() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PERMISSION_DENIED when the message concerns a rank of a running attempt that another worker
@@ -166,7 +173,8 @@ class Controller {
   Mutex op_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // held by every change that writes (see above)
   Mutex mu_;
   std::atomic<int> registering_{0};  // registrations in flight (kMaxRegistrationsInFlight)
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown
+  std::set<std::string> registering_names_ ABSL_GUARDED_BY(mu_);  // AdmitWorker to Register
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;               // BeginShutdown
   // The fencing epoch this controller took at Recover (sent in Registered and every Assignment),
   // the last time the stored one was compared with it, and why it must stop when a higher one was
   // found.

@@ -28,12 +28,12 @@ if [ ! -f "$dir/build.ninja" ]; then
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_RELEASE_FLAGS="$flags" \
     -DMOE_CUDA=OFF -DMOE_BENCH=OFF -DMOE_SANITIZE="$kind" >/dev/null
 fi
-quick_tests=(yaml_test job_spec_test job_spec_schema_test schema_test kv_protocol_test rank_end_test planner_test
+quick_tests=(write_path_test yaml_test job_spec_test job_spec_schema_test schema_test kv_protocol_test rank_end_test planner_test
   controller_test scheduler_test state_store_test job_manager_test worker_registry_test rendezvous_store_test
   metrics_aggregator_test net_policy_test)
 # TSan runs the threaded code's tests only: it builds those and the binaries they start (the whole
 # tree under TSan took 26 min on 2 cores, these about half of it).
-tsan_tests=(controller_test job_manager_test worker_registry_test rendezvous_store_test metrics_aggregator_test
+tsan_tests=(write_path_test controller_test job_manager_test worker_registry_test rendezvous_store_test metrics_aggregator_test
   state_store_test process_group_test collectives_test alltoall_test rank_process_test)
 tsan_scripts=(worker_identity_test state_durability_test fake_worker_test)
 start=$SECONDS

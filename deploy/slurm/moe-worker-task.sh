@@ -27,6 +27,9 @@ if [ -n "$rack" ]; then
   if [ "$device" = cpu ]; then args+=(--rack "$rack"); else export MOE_RACK=$rack; fi
 fi
 [ -n "${MOE_WORKER_THREADS:-}" ] && args+=(--threads "$MOE_WORKER_THREADS")
+# How long a leaving worker (SIGTERM before the time limit) waits for its rank to checkpoint and stop:
+# a 671B step takes 70-250 s and its checkpoint write more; moe-job.sbatch's --signal lead covers it.
+args+=(--stop-grace-seconds "${MOE_STOP_GRACE_SECONDS:-480}")
 # Confined paths (colon-separated lists): a job's data and checkpoints must lie below these.
 IFS=: read -ra roots <<<"${MOE_DATA_ROOTS:-}"; for r in "${roots[@]}"; do [ -n "$r" ] && args+=(--data-root "$r"); done
 IFS=: read -ra roots <<<"${MOE_CHECKPOINT_ROOTS:-}"; for r in "${roots[@]}"; do [ -n "$r" ] && args+=(--checkpoint-root "$r"); done

@@ -77,9 +77,13 @@ class ControllerTest : public ::testing::Test {
     if (reg.ok()) sessions_[name] = reg->session();
     return ch.get();
   }
+  // A submit, then the pass that places it when others were waiting (a submit into an empty queue
+  // is placed at once; under a queue the next tick's pass does it, within 100 ms in
+  // moe-controller). The returned record is the one the submit answered.
   moe::v1::Job Submit(const JobSpec& s) {
     auto j = controller_->Submit(SpecToProto(s));
     EXPECT_TRUE(j.ok()) << j.status();
+    controller_->SchedulePass();
     return j.ok() ? *j : moe::v1::Job();
   }
   moe::v1::JobState State(const std::string& id) { return controller_->Get(id, false)->state(); }

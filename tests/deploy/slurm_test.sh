@@ -34,10 +34,12 @@ grep -q "steps: 40," "$work/job.yaml" || fail "examples/tiny.yaml changed shape:
 mkdir -p "$work/run" "$work/elsewhere"
 port=$(free_port)
 export MOE_BIN=$BIN MOE_WORK=$work/run MOE_DEVICE=cpu MOE_PORT=$port MOE_METRICS_PORT=$(free_port)
+# The workers' stop grace comes from the batch script's environment (checked on their command lines).
+export MOE_STOP_GRACE_SECONDS=45
 # Confined paths, as a real site would set them: the job reads data/ and checkpoints below MOE_WORK.
 export MOE_DATA_ROOTS=$PWD/data MOE_CHECKPOINT_ROOTS=$work/run
 script=$PWD/deploy/slurm/moe-job.sbatch
-grep -q '^#SBATCH --signal=B:TERM@' "$script" || fail "moe-job.sbatch does not ask for SIGTERM before its time limit"
+grep -q '^#SBATCH --signal=B:TERM@600' "$script" || fail "moe-job.sbatch does not ask for SIGTERM before its time limit"
 # Submitted from another directory: the script must find its helper and binaries by itself.
 jid=$(cd "$work/elsewhere" && env -u MOE_BIN sbatch --parsable --export=ALL,PATH=$BIN:$PATH --nodes=2 --ntasks-per-node=2 \
       -o "$work/out1.txt" "$script" "$work/job.yaml") || fail "sbatch refused the job"
@@ -54,6 +56,8 @@ print(max([int(j.get("lastMetrics", {}).get("step", 0)) for j in d.get("jobs", [
 done
 [ "$step" -ge 8 ] || fail "the job did not reach step 8"
 [ "$step" -lt 40 ] || fail "the job finished before the signal could be tested"
+graced=$(pgrep -af "moe-worker .*--stop-grace-seconds 45" | grep -c "$work/run" || true)
+[ "$graced" = 4 ] || fail "MOE_STOP_GRACE_SECONDS=45 reached $graced of 4 workers: $(pgrep -af 'moe-worker ' | head -2)"
 scancel --signal=TERM --batch "$jid"
 for _ in $(seq 1 240); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.5; done
 squeue -h -j "$jid" 2>/dev/null | grep -q . && fail "the batch job did not stop within 120 s of its SIGTERM"
