@@ -112,16 +112,25 @@ class Stack:
         return proc
 
     def list_workers(self):
-        return retried(lambda: g.unary(self.ch, "/moe.v1.JobService/ListWorkers", self.p.js.ListWorkersRequest(),
-                       self.p.js.ListWorkersResponse, timeout=30).workers)
+        """Every worker, page by page (a page holds at most 10,000)."""
+        out, token = [], ""
+        while True:
+            req = self.p.js.ListWorkersRequest(page_size=10000, page_token=token)
+            page = retried(lambda: g.unary(self.ch, "/moe.v1.JobService/ListWorkers", req, self.p.js.ListWorkersResponse,
+                                           timeout=30))
+            out.extend(page.workers)
+            token = page.next_page_token
+            if not token:
+                return out
 
-    def count(self, state_name):
-        return sum(1 for w in self.list_workers() if self.p.ws.WorkerState.Name(w.state) == state_name)
+    def count(self, state_name, workers=None):
+        return sum(1 for w in (workers or self.list_workers()) if self.p.ws.WorkerState.Name(w.state) == state_name)
 
     def wait_alive(self, n, timeout):
         t0 = time.time()
         while time.time() - t0 < timeout:
-            alive = self.count("IDLE") + self.count("BUSY")
+            workers = self.list_workers()
+            alive = self.count("IDLE", workers) + self.count("BUSY", workers)
             if alive >= n:
                 return time.time() - t0
             time.sleep(0.5)
