@@ -65,9 +65,16 @@ Operand QuantVec128(const Tensor& x, bool transpose, int64_t red_pad) {
   if (op.outer == 0 || red_pad == 0) return op;
   const dim3 grid(static_cast<unsigned>(op.outer), static_cast<unsigned>(blocks));
   MOE_CUDA_TYPED(StorageType({&x}, "Fp8Gemm"), T, {
-    QuantVec128Kernel<T>
-        <<<grid, kBlock, 0, Stream()>>>(Ptr<T>(x), x.dim(0), x.dim(1), transpose, op.outer, red_pad,
-                                        static_cast<uint8_t*>(op.q.raw()), Ptr<float>(op.scales));
+    auto* q = static_cast<uint8_t*>(op.q.raw());
+    if (transpose) {  // the Wgrad operands: staged through shared memory, read coalesced
+      const dim3 tgrid(static_cast<unsigned>(CeilDiv(op.outer, kVecOuterTile)),
+                       static_cast<unsigned>(blocks));
+      QuantVec128TransposedKernel<T><<<tgrid, kBlock, 0, Stream()>>>(
+          Ptr<T>(x), x.dim(0), x.dim(1), op.outer, red_pad, q, Ptr<float>(op.scales));
+    } else {
+      QuantVec128Kernel<T><<<grid, kBlock, 0, Stream()>>>(Ptr<T>(x), x.dim(0), x.dim(1), op.outer,
+                                                          red_pad, q, Ptr<float>(op.scales));
+    }
   });
   CheckLaunch("Fp8Gemm: quantise 1 x 128");
   return op;

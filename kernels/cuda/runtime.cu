@@ -348,4 +348,38 @@ std::string CudaSynchronize() {
   return "";
 }
 
+// ---- Device marks (kernels/runtime.h): timing events on the kernels' stream, kept for reuse ----
+
+namespace {
+std::vector<cudaEvent_t>& FreeMarks() {  // the training thread's (one thread times a step)
+  thread_local std::vector<cudaEvent_t> free;
+  return free;
+}
+}  // namespace
+
+void* RecordDeviceMark() {
+  cudaEvent_t e = nullptr;
+  if (!FreeMarks().empty()) {
+    e = FreeMarks().back();
+    FreeMarks().pop_back();
+  } else {
+    MOE_CHECK(cudaEventCreate(&e) == cudaSuccess) << "device mark: " << LastError();
+  }
+  MOE_CHECK(cudaEventRecord(e, Stream()) == cudaSuccess) << "device mark: " << LastError();
+  return e;
+}
+
+double DeviceMarkSeconds(void* from, void* to) {
+  float ms = 0;
+  const cudaError_t r =
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to));
+  MOE_CHECK(r == cudaSuccess) << "device mark read before the device passed it, or failed: "
+                              << LastError();
+  return static_cast<double>(ms) / 1000.0;
+}
+
+void ReleaseDeviceMark(void* mark) {
+  if (mark != nullptr) FreeMarks().push_back(static_cast<cudaEvent_t>(mark));
+}
+
 }  // namespace moe::kernels::cuda

@@ -4,7 +4,7 @@
 # folder that travels with the working tree to a GPU machine (ignored by git, under 64 MiB), so that
 # `tests/gpu/check.sh --prebuilt DIR` spends the GPU's minutes on checks, not on nvcc.
 # The binaries need only what a CUDA image has: glibc, libgomp, and libcudart/libcublas from the
-# toolkit (libstdc++ and libgcc are linked in; no OpenBLAS, Gloo or other -dev package).
+# toolkit (libstdc++ and libgcc are linked in; no OpenBLAS, Gloo, NCCL or other -dev package).
 #   tests/gpu/bundle.sh [--arch 90] [--build-dir build-gpu-bundle] [--out gpu-bundle]
 #   tests/gpu/bundle.sh --pack BUILD_DIR OUT     the packing step alone (the rehearsal's stand-in)
 #   tests/gpu/bundle.sh --verify BUNDLE          every library of every binary resolves here
@@ -63,10 +63,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ $arch =~ ^[0-9]+a?$ ]] || { echo "bundle.sh: --arch: a CUDA architecture number (90), got '$arch'" >&2; exit 2; }
-# No OpenBLAS, Gloo or SentencePiece (the GPU machine's image has none of their libraries).
+# No OpenBLAS, Gloo or NCCL (a one-GPU check needs no collectives; the GPU machine's image may lack
+# their libraries): MOE_NCCL_LIBRARY=OFF is a value find_library keeps, so it does not search.
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
   -DMOE_SERVICES=OFF -DMOE_TESTS=OFF -DMOE_BENCH=ON -DMOE_BLAS=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Gloo=ON \
-  -DMOE_SPM_LIBRARY=MOE_SPM_LIBRARY-NOTFOUND -DMOE_RELEASE_FLAGS=-O2 \
+  -DMOE_NCCL_LIBRARY=OFF -DMOE_RELEASE_FLAGS=-O2 \
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
 nice cmake --build "$build" --target "${bins[@]}"
 pack "$build" "$(realpath -m "$out")"

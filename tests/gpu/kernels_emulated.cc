@@ -562,10 +562,16 @@ void Fp8Operands(int64_t rows, int64_t cols, bool transpose) {
     const int64_t outer_pad = (outer + 15) / 16 * 16, red_pad = lb * kb;
     std::vector<uint8_t> q(static_cast<size_t>(outer_pad * red_pad), 0xAA);
     std::vector<float> sc(static_cast<size_t>(outer_pad * lb), std::nanf(""));
-    Launch(cu::QuantVec128Kernel<T>,
-           dim3(static_cast<unsigned>(outer_pad), static_cast<unsigned>(lb)), dim3(kb), 0,
-           static_cast<const T*>(P<T>(x)), rows, cols, transpose, outer_pad, red_pad, q.data(),
-           sc.data());
+    if (transpose) {  // as fp8_gemm.cu QuantVec128 launches them
+      const unsigned ob =
+          static_cast<unsigned>((outer_pad + cu::kVecOuterTile - 1) / cu::kVecOuterTile);
+      Launch(cu::QuantVec128TransposedKernel<T>, dim3(ob, static_cast<unsigned>(lb)), dim3(kb), 0,
+             static_cast<const T*>(P<T>(x)), rows, cols, outer_pad, red_pad, q.data(), sc.data());
+    } else {
+      Launch(cu::QuantVec128Kernel<T>,
+             dim3(static_cast<unsigned>(outer_pad), static_cast<unsigned>(lb)), dim3(kb), 0,
+             static_cast<const T*>(P<T>(x)), rows, cols, outer_pad, red_pad, q.data(), sc.data());
+    }
     const auto ref = k::fp8::Quantize(op.data(), outer, red, 1, kb);
     std::vector<double> got_q, ref_q, got_s, ref_s;
     for (int64_t o = 0; o < outer_pad; ++o) {
@@ -598,7 +604,7 @@ void Fp8Operands(int64_t rows, int64_t cols, bool transpose) {
     Check("Fp8 128x128 operand e4m3" + at, DType::kF32, got_q, ref_q, 0, 0);
     Check("Fp8 128x128 operand scales" + at, DType::kF32, got_s, ref_s, 0, 0);
   }
-  Covers({"QuantVec128Kernel", "QuantBlk128Kernel"});
+  Covers({transpose ? "QuantVec128TransposedKernel" : "QuantVec128Kernel", "QuantBlk128Kernel"});
 }
 
 // ---- runtime.cu, gemm.cu: the small kernels ----
