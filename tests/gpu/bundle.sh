@@ -69,5 +69,5 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=ON -DCMAKE
   -DMOE_SERVICES=OFF -DMOE_TESTS=OFF -DMOE_BENCH=ON -DMOE_BLAS=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Gloo=ON \
   -DMOE_NCCL_LIBRARY=OFF -DMOE_RELEASE_FLAGS=-O2 \
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-nice cmake --build "$build" --target "${bins[@]}"
+nice cmake --build "$build" --parallel "${BUNDLE_JOBS:-2}" --target "${bins[@]}"  # 2: CI machines have 2 cores
 pack "$build" "$(realpath -m "$out")"

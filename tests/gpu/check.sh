@@ -28,6 +28,7 @@
 # 3-step cpu run for the training check; the GPU-only steps run and fail fast, or are skipped, each
 # with its row. It passes when the machinery does.
 set -uo pipefail
+caller=$PWD
 cd "$(dirname "$0")/../.."
 budget=480 build="" rehearsal=0 prebuilt=""
 while [ $# -gt 0 ]; do
@@ -42,6 +43,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $budget =~ ^[0-9]+$ ]] && [ "$budget" -ge 5 ] || { echo "check.sh: --budget: seconds >= 5, got '$budget'" >&2; exit 2; }
 if [ -n "$prebuilt" ]; then
+  case $prebuilt in /*) ;; *) prebuilt=$caller/$prebuilt ;; esac  # relative to where it was run
   [ -d "$prebuilt/bin" ] && [ -f "$prebuilt/MANIFEST" ] ||
     { echo "check.sh: --prebuilt: '$prebuilt' is not a bundle of make gpu-bundle (no bin/ or MANIFEST)" >&2; exit 2; }
   prebuilt=$(cd "$prebuilt" && pwd)
@@ -134,7 +136,7 @@ table() {
   row "build warnings (kept, not errors)" "$(get build_warnings || true)"
   row "CUDA kernels vs CPU (fp32 1e-4, bf16 1e-2)" "${kline:-no result}"
   row "CUDA kernels on the CPU emulator" \
-      "$(grep -E "^(PASS|FAIL): [0-9]+ (of [0-9]+ )?comparisons failed" "$log" | cut -c1-60 | tr '\n' ' ')"
+      "$(grep -E "^(PASS|FAIL): [0-9]+ (of [0-9]+ )?comparisons failed" "$log" | cut -c1-72 | paste -sd ';' -)"
   row "tiny 50 steps: cuda bf16 vs cpu fp32" "${tline:-no result}"
   row "tiny 50 steps: cuda fp32 vs cpu fp32" "${t32line:-no result}"
   row "cuBLAS bf16 GEMM 8192^3" "$(get gemm_bf16_8192_tflops) TFLOP/s"
@@ -201,8 +203,9 @@ rehearse_build() {
 export -f rehearse_build
 count_warnings() { note build_warnings "$(grep -cE '(warning:|warning #)' "$steplog")"; }
 if [ -n "$prebuilt" ]; then
-  # The bundle's binaries must find their libraries here: the toolkit's after their own RUNPATH.
-  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cuda/lib64:$cuda/targets/x86_64-linux/lib
+  # The bundle's binaries must find libcudart here, whatever the toolkit's layout (their RUNPATH is
+  # the building machine's): the toolkit's folders, then the Python wheels' as a last resort.
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cuda/lib64:$cuda/lib:$cuda/targets/x86_64-linux/lib${MOE_CUDA_LIB_DIRS:+:$MOE_CUDA_LIB_DIRS}
   skip "build for this card" "prebuilt bundle $prebuilt ($(grep -m1 '^commit' "$prebuilt/MANIFEST"), $(grep -m1 '^arch' "$prebuilt/MANIFEST"))"
   step "prebuilt bundle: its libraries resolve here" 20 tests/gpu/bundle.sh --verify "$prebuilt"
 elif [ $rehearsal = 1 ]; then  # the same mechanism on the tree make build made (up to date: seconds)
