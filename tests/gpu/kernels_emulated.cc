@@ -9,6 +9,8 @@
 // Then the list: every __global__ kernel in the sources (argv[1], kernels/cuda/) is printed as
 // `emulated: NAME` (run here, or by gpu_attention_emulated / gpu_routing_emulated) or `not
 // emulated: NAME: reason`; a kernel in neither fails the test, so a new kernel cannot slip by.
+// `--list DIR` prints the list alone, running nothing (ctest -L emulated shows it that way:
+// tests/gpu/CMakeLists.txt).
 #include "tests/gpu/cuda_emulator.h"
 // The kernels after the emulator, which supplies their built-ins.
 #include <algorithm>
@@ -647,6 +649,41 @@ void SmallKernels() {
 }
 
 // ---- the list ----
+// The kernels the cases above run (Covers records what actually ran; a full run fails when the two
+// differ, so `--list`, which prints this table without running anything, stays true).
+const std::set<std::string> kRunHere = {"FillKernel",
+                                        "AxpyKernel",
+                                        "AddKernel",
+                                        "ScaleKernel",
+                                        "SumSquaresKernel",
+                                        "GatherRowsKernel",
+                                        "ScatterAddRowsKernel",
+                                        "CopyColumnsKernel",
+                                        "SumColumnsKernel",
+                                        "F32ToBf16Kernel",
+                                        "Bf16ToF32Kernel",
+                                        "EmbeddingForwardKernel",
+                                        "EmbeddingBackwardKernel",
+                                        "CrossEntropyKernel",
+                                        "AdamWKernel",
+                                        "PermuteBackwardKernel",
+                                        "CombineForwardKernel",
+                                        "CombineBackwardKernel",
+                                        "RmsNormForwardKernel",
+                                        "RmsNormBackwardKernel",
+                                        "SwigluForwardKernel",
+                                        "SwigluBackwardKernel",
+                                        "RopeKernel",
+                                        "RouteKernel",
+                                        "RouteBackwardKernel",
+                                        "SeqAuxKernel",
+                                        "QuantDequantKernel",
+                                        "QuantVec128Kernel",
+                                        "QuantVec128TransposedKernel",
+                                        "QuantBlk128Kernel",
+                                        "FoldBadIndicesKernel",
+                                        "AddPartialsKernel",
+                                        "WritePointersKernel"};
 // Kernels another emulated test runs (by the header they live in).
 const std::map<std::string, std::string> kElsewhere = {
     {"attention_kernels.cuh", "gpu_attention_emulated"},
@@ -683,7 +720,7 @@ int List(const std::filesystem::path& dir) {
   int unlisted = 0;
   std::printf("\nThe CUDA kernels of %s (%zu):\n", dir.string().c_str(), kernels.size());
   for (const auto& [name, file] : kernels) {
-    if (g_covered.count(name)) {
+    if (kRunHere.count(name)) {
       std::printf("emulated: %s (%s, here)\n", name.c_str(), file.c_str());
     } else if (auto e = kElsewhere.find(file); e != kElsewhere.end()) {
       std::printf("emulated: %s (%s, by %s)\n", name.c_str(), file.c_str(), e->second.c_str());
@@ -710,10 +747,15 @@ int List(const std::filesystem::path& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s KERNELS_CUDA_DIR (the source folder kernels/cuda)\n", argv[0]);
+  const bool list_only = argc == 3 && std::string(argv[1]) == "--list";
+  if (argc != 2 && !list_only) {
+    std::fprintf(stderr,
+                 "usage: %s [--list] KERNELS_CUDA_DIR (the source folder kernels/cuda; --list: "
+                 "print the kernels' list without running them)\n",
+                 argv[0]);
     return 2;
   }
+  if (list_only) return List(argv[2]) == 0 ? 0 : 1;
   const auto t0 = std::chrono::steady_clock::now();
   // Sizes: not multiples of the 256-thread block; one token; a grid smaller than the data.
   for (int64_t n : {1, 257, 3001}) {
@@ -760,6 +802,18 @@ int main(int argc, char** argv) {
   Fp8Operands<float>(70, 129, false);
   SmallKernels();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const std::string& name : kRunHere) {
+    if (!g_covered.count(name)) {
+      std::printf("FAIL: %s is listed as run here, but no case ran it\n", name.c_str());
+      ++g_failures;
+    }
+  }
+  for (const std::string& name : g_covered) {
+    if (!kRunHere.count(name)) {
+      std::printf("FAIL: a case ran %s, which kRunHere does not list\n", name.c_str());
+      ++g_failures;
+    }
+  }
   const int unlisted = List(argv[1]);
   std::printf("%s: %d of %d comparisons failed, %d kernels unlisted (%.1f s)\n",
               g_failures || unlisted ? "FAIL" : "PASS", g_failures, g_checks, unlisted, secs);
