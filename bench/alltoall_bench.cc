@@ -53,8 +53,7 @@ int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, in
   moe::Tensor xp = moe::Tensor::Empty({tokens * k, hidden}, moe::DType::kF32);
   for (int64_t i = 0; i < xp.numel(); ++i)
     xp.data<float>()[i] = static_cast<float>(i % 1000) * 1e-3f;
-  double a2a = 0;
-  moe::TokenDispatcher disp(comm->get(), experts, &a2a);
+  moe::TokenDispatcher disp(comm->get(), experts, nullptr);
   std::vector<double> times;
   int64_t remote_rows = 0;
   for (int it = 0; it < iters + 2; ++it) {

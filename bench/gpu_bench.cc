@@ -269,8 +269,7 @@ int main(int argc, char** argv) {
                              .bias_update_rate = 1e-3,
                              .seq_aux_loss_coeff = 1e-4};
     moe::ParamSet params(moe::DType::kF32, dev, moe::DType::kBF16);
-    double a2a = 0;
-    moe::TokenDispatcher dispatcher(nullptr, experts, &a2a);
+    moe::TokenDispatcher dispatcher(nullptr, experts, nullptr);
     moe::MoeLayer layer(params, "moe", cfg, 1, 0, &dispatcher, moe::DType::kF32, dev);
     // Uniform in [-a, a) with a = 0.006 * sqrt(3): std 0.006, as DeepSeek-V3 initialises. Random
     // values, not constants: matrix units run faster on constant data, and routing needs distinct

@@ -9,8 +9,10 @@ sequence-wise balance loss, which the engine's layer computes as well: a few mic
 
 Also times PyTorch's scaled_dot_product_attention, causal, forward + backward, at moe-bench-gpu's
 attention shapes (S = 4096, batch 1, 128 heads, bf16; MLA's d_qk 192 / d_v 128 and MHA's 128 / 128),
-on PyTorch's own flash backend where it takes the shape, else its memory-efficient one (flash needs
-d_qk = d_v), with the same FLOP count as the engine's: forward 2 * B*H*S^2/2 * (d_qk + d_v), backward
+on each of PyTorch's SDPA backends that takes the shape (cuDNN, flash, memory-efficient) and on its
+default dispatch, reporting the fastest as the baseline and each one's time (flash needs d_qk = d_v,
+so MLA's 192/128 would otherwise fall to the slower memory-efficient kernel; cuDNN's takes it on
+Hopper), with the same FLOP count as the engine's: forward 2 * B*H*S^2/2 * (d_qk + d_v), backward
 2.5 times that.
 
 Prints RESULT lines in moe-bench-gpu's format. Needs PyTorch with CUDA.
@@ -134,17 +136,28 @@ def main() -> int:
     return 0
 
 
-def sdpa_backend(torch, flash):
-    """A context that allows only PyTorch's flash (or only its memory-efficient) SDPA backend."""
+SDPA_BACKENDS = ("cudnn", "flash", "efficient", "default")
+
+
+def sdpa_backend(torch, backend):
+    """A context that allows only one of PyTorch's SDPA backends ("default": its own dispatch)."""
+    import contextlib
+    if backend == "default":
+        return contextlib.nullcontext()
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        return sdpa_kernel([SDPBackend.FLASH_ATTENTION if flash else SDPBackend.EFFICIENT_ATTENTION])
-    except ImportError:  # PyTorch before 2.3
-        return torch.backends.cuda.sdp_kernel(enable_flash=flash, enable_math=False, enable_mem_efficient=not flash)
+        which = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}[backend]
+        return sdpa_kernel([getattr(SDPBackend, which)])
+    except (ImportError, AttributeError):  # PyTorch before 2.3 (no cuDNN backend to choose)
+        if backend == "cudnn":
+            raise RuntimeError("this PyTorch cannot select the cuDNN SDPA backend")
+        return torch.backends.cuda.sdp_kernel(enable_flash=backend == "flash", enable_math=False,
+                                              enable_mem_efficient=backend == "efficient")
 
 
 def bench_sdpa(torch, F, name, S, H, dqk, dv, iters):
-    """Causal SDPA forward + backward on token-major [S, H*d] tensors, as the engine lays them out."""
+    """Causal SDPA forward + backward on token-major [S, H*d] tensors, as the engine lays them out,
+    on every backend that takes the shape; the fastest is the baseline."""
     dev, bf16 = "cuda", torch.bfloat16
 
     def rand(d):
@@ -155,19 +168,6 @@ def bench_sdpa(torch, F, name, S, H, dqk, dv, iters):
 
     def attend():
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=dqk ** -0.5)
-
-    flash = None
-    for candidate in (True, False):
-        try:
-            with sdpa_backend(torch, candidate):
-                attend().backward(dout)
-            flash = candidate
-            break
-        except RuntimeError:
-            continue
-    if flash is None:
-        print(f"RESULT torch_sdpa_{name}_ms n/a (neither flash nor efficient SDPA takes d_qk {dqk}, d_v {dv})")
-        return
 
     def timed(fn):
         fn()
@@ -180,22 +180,33 @@ def bench_sdpa(torch, F, name, S, H, dqk, dv, iters):
             best = min(best, time.perf_counter() - t0)
         return best
 
-    def fwd():
-        with sdpa_backend(torch, flash), torch.no_grad():
-            attend()
-
-    def fwd_bwd():
-        for t in (q, k, v):
-            t.grad = None
-        with sdpa_backend(torch, flash):
-            attend().backward(dout)
-
     fwd_flops = H * S * S * (dqk + dv)
-    t_fwd, t_all = timed(fwd), timed(fwd_bwd)
-    print(f"RESULT torch_sdpa_{name}_backend {'flash' if flash else 'efficient'}")
+    times = {}
+    for backend in SDPA_BACKENDS:
+        def fwd():
+            with sdpa_backend(torch, backend), torch.no_grad():
+                attend()
+
+        def fwd_bwd():
+            for t in (q, k, v):
+                t.grad = None
+            with sdpa_backend(torch, backend):
+                attend().backward(dout)
+        try:
+            times[backend] = (timed(fwd), timed(fwd_bwd))
+        except RuntimeError as e:  # this backend does not take the shape (or this PyTorch lacks it)
+            print(f"RESULT torch_sdpa_{name}_{backend}_ms n/a ({str(e).splitlines()[0][:120]})")
+            continue
+        print(f"RESULT torch_sdpa_{name}_{backend}_ms {times[backend][1] * 1e3:.3f}")
+    if not times:
+        print(f"RESULT torch_sdpa_{name}_ms n/a (no SDPA backend takes d_qk {dqk}, d_v {dv})")
+        return
+    best = min(times, key=lambda b: times[b][1])
+    t_fwd, t_all = times[best]
+    print(f"RESULT torch_sdpa_{name}_backend {best}")
     print(f"RESULT torch_sdpa_{name}_fwd_ms {t_fwd * 1e3:.3f}")
     print(f"RESULT torch_sdpa_{name}_fwd_tflops {fwd_flops / t_fwd / 1e12:.1f}")
-    print(f"RESULT torch_sdpa_{name}_ms {t_all * 1e3:.3f}  (sdpa fwd+bwd S={S} H={H} d_qk={dqk} d_v={dv} bf16)")
+    print(f"RESULT torch_sdpa_{name}_ms {t_all * 1e3:.3f}  (sdpa fwd+bwd S={S} H={H} d_qk={dqk} d_v={dv} bf16, {best})")
     print(f"RESULT torch_sdpa_{name}_tflops {3.5 * fwd_flops / t_all / 1e12:.1f}")
 
 

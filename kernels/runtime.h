@@ -43,6 +43,14 @@ double MeasureCudaBf16GemmFlops(int64_t size = 8192, int reps = 10);
 // Loads cuBLAS the way the first CUDA GEMM does (dlopen; no GPU needed): "" when it and the entry
 // points used resolve, else what is missing ("no CUDA in this build" without CUDA).
 std::string CheckCublasLoads();
+// Marks on the current device's timeline (CUDA events recorded on the kernels' stream), for phase
+// times that measure the device rather than the host's queueing (worker/engine/parallel/
+// phase_timer.h). DeviceMarkSeconds: from `from` to `to`, once the device has passed both (after a
+// host read that waited for the work queued before them); a mark is released once read. Without
+// CUDA, RecordDeviceMark returns null and DeviceMarkSeconds 0.
+void* RecordDeviceMark();
+double DeviceMarkSeconds(void* from, void* to);
+void ReleaseDeviceMark(void* mark);
 // Whether that cuBLAS has cublasGemmGroupedBatchedEx (12.5 and later; the grouped GEMMs loop
 // without it).
 bool CublasHasGroupedGemm();

@@ -25,8 +25,9 @@ struct CublasApi {
 };
 
 // Opens a toolkit library (libcublas.so.13, libcublasLt.so.13) from the directory libcudart was
-// loaded from, else by name on the library path; *tried says where it looked. nullptr: dlerror()
-// says why.
+// loaded from, else from each folder of $MOE_CUDA_LIB_DIRS (':'-separated; the GPU check names the
+// Python environment's NVIDIA wheels there), else by name on the library path; *tried says where
+// it looked. nullptr: dlerror() says why.
 void* OpenToolkitLibrary(const std::string& name, std::string* tried);
 // *out = the library's `symbol`; a missing one sets *problem ("<library> has no <symbol>") if it is
 // still empty.

@@ -5,95 +5,11 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/elementwise_kernels.cuh"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {
 namespace {
-
-template <typename T>
-__global__ void FillKernel(T* x, int64_t n, float v) {
-  const T t = Cvt<T>(v);
-  MOE_CUDA_LOOP(i, n) x[i] = t;
-}
-template <typename T>
-__global__ void AxpyKernel(T* y, float a, const T* x, int64_t n) {
-  MOE_CUDA_LOOP(i, n) y[i] = Cvt<T>(Ld(y[i]) + a * Ld(x[i]));
-}
-template <typename T>
-__global__ void AddKernel(T* out, const T* a, const T* b, int64_t n) {
-  MOE_CUDA_LOOP(i, n) out[i] = Cvt<T>(Ld(a[i]) + Ld(b[i]));
-}
-template <typename T>
-__global__ void ScaleKernel(T* x, float a, int64_t n) {
-  MOE_CUDA_LOOP(i, n) x[i] = Cvt<T>(Ld(x[i]) * a);
-}
-// One partial sum per block, in double; the host adds the partials in a fixed order.
-template <typename T>
-__global__ void SumSquaresKernel(const T* x, int64_t n, double* partial) {
-  double s = 0;
-  MOE_CUDA_LOOP(i, n) {
-    const double v = Ld(x[i]);
-    s += v * v;
-  }
-  __shared__ double shared[kThreads];
-  shared[threadIdx.x] = s;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
-}
-// Rows move in units of U (4-byte words when the row allows, else 2-byte halves).
-template <typename U>
-__global__ void GatherRowsKernel(const U* src, const int32_t* index, U* dst, int64_t rows,
-                                 int64_t units, int64_t src_rows, unsigned* bad) {
-  MOE_CUDA_LOOP(i, rows * units) {
-    const int64_t r = i / units, c = i % units, from = index[r];
-    dst[i] = InRange(from, src_rows, bad, kBadRowIndex) ? src[from * units + c] : U(0);
-  }
-}
-// dst[index[r]] += src[r]: the indices are distinct, so each element has one writer (no atomics).
-template <typename T>
-__global__ void ScatterAddRowsKernel(const T* src, const int32_t* index, T* dst, int64_t rows,
-                                     int64_t cols, int64_t dst_rows, unsigned* bad) {
-  MOE_CUDA_LOOP(i, rows * cols) {
-    const int64_t r = i / cols, c = i % cols, to = index[r];
-    if (!InRange(to, dst_rows, bad, kBadRowIndex)) continue;
-    T* d = dst + to * cols + c;
-    *d = Cvt<T>(Ld(*d) + Ld(src[i]));
-  }
-}
-// dst[r, dst_col + c] = src[r / broadcast, src_col + c], as bits (U: the element's size).
-template <typename U>
-__global__ void CopyColumnsKernel(const U* src, int64_t src_cols, int64_t src_col, U* dst,
-                                  int64_t dst_cols, int64_t dst_col, int64_t rows, int64_t width,
-                                  int64_t broadcast) {
-  MOE_CUDA_LOOP(i, rows * width) {
-    const int64_t r = i / width, c = i % width;
-    dst[r * dst_cols + dst_col + c] = src[(r / broadcast) * src_cols + src_col + c];
-  }
-}
-// dst[r, dst_col + c] += sum_{j < group} src[r * group + j, src_col + c], added in order of j in
-// fp32.
-template <typename T>
-__global__ void SumColumnsKernel(const T* src, int64_t src_cols, int64_t src_col, T* dst,
-                                 int64_t dst_cols, int64_t dst_col, int64_t rows, int64_t width,
-                                 int64_t group) {
-  MOE_CUDA_LOOP(i, rows * width) {
-    const int64_t r = i / width, c = i % width;
-    T* d = dst + r * dst_cols + dst_col + c;
-    float acc = Ld(*d);
-    for (int64_t j = 0; j < group; ++j) acc += Ld(src[(r * group + j) * src_cols + src_col + c]);
-    *d = Cvt<T>(acc);
-  }
-}
-__global__ void F32ToBf16Kernel(const float* src, __nv_bfloat16* dst, int64_t n) {
-  MOE_CUDA_LOOP(i, n) dst[i] = __float2bfloat16_rn(src[i]);
-}
-__global__ void Bf16ToF32Kernel(const __nv_bfloat16* src, float* dst, int64_t n) {
-  MOE_CUDA_LOOP(i, n) dst[i] = __bfloat162float(src[i]);
-}
 
 template <typename T>
 double SumSquaresOf(const T* x, int64_t n) {

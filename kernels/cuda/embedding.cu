@@ -2,30 +2,10 @@
 // table gradient with atomics (not bitwise reproducible, unlike the CPU's counting sort).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/embedding_kernels.cuh"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {
-namespace {
-
-template <typename T>
-__global__ void EmbeddingForwardKernel(const T* table, const int32_t* ids, T* out, int64_t tokens,
-                                       int64_t d, int64_t vocab, unsigned* bad) {
-  MOE_CUDA_LOOP(i, tokens * d) {
-    const int64_t id = ids[i / d];
-    out[i] = InRange(id, vocab, bad, kBadTokenId) ? table[id * d + i % d] : Cvt<T>(0.f);
-  }
-}
-template <typename T>
-__global__ void EmbeddingBackwardKernel(const T* dout, const int32_t* ids, float* dtable,
-                                        int64_t tokens, int64_t d, int64_t vocab, unsigned* bad) {
-  MOE_CUDA_LOOP(i, tokens * d) {
-    const int64_t id = ids[i / d];
-    if (InRange(id, vocab, bad, kBadTokenId)) atomicAdd(&dtable[id * d + i % d], Ld(dout[i]));
-  }
-}
-
-}  // namespace
-
 void EmbeddingForward(const Tensor& table, const Tensor& ids, const Tensor& out) {
   CheckOnCuda({&table, &ids, &out}, "EmbeddingForward");
   const int64_t tokens = out.dim(0), d = out.dim(1);

@@ -17,6 +17,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemm_kernels.cuh"
 #include "kernels/kernel_state.h"
 #include "kernels/kernel_types.h"
 
@@ -71,20 +72,6 @@ struct Piece {
   void* c;
   int64_t m, n, k, lda, ldb, ldc;
 };
-
-// The pointer arrays cublasGemmGroupedBatchedEx reads live in device memory: a kernel writes them
-// from its argument (3 KB for 128 pieces), so no host-to-device copy is queued.
-constexpr int kMaxPieces = 128;
-struct PiecePointers {
-  const void* a[kMaxPieces];
-  const void* b[kMaxPieces];
-  void* c[kMaxPieces];
-};
-__global__ void WritePointersKernel(PiecePointers p, int n, const void** a, const void** b,
-                                    void** c) {
-  const int i = threadIdx.x;
-  if (i < n) a[i] = p.a[i], b[i] = p.b[i], c[i] = p.c[i];
-}
 
 // Rows per expert (the mean over non-empty experts) below which the grouped call is chosen.
 constexpr int64_t kGroupedBelowRows = 1024;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/runtime_kernels.cuh"
 #include "kernels/kernel_state.h"
 #include "kernels/kernel_types.h"
 #include "kernels/upload_ring.h"
@@ -132,12 +134,27 @@ Device CurrentDevice() {
 void* OpenToolkitLibrary(const std::string& name, std::string* tried) {
   Dl_info info{};
   tried->clear();
+  auto try_dir = [&](std::string dir) -> void* {
+    if (!dir.empty() && dir.back() != '/') dir += '/';
+    *tried += (tried->empty() ? "" : ", ") + dir + name;
+    return dlopen((dir + name).c_str(), RTLD_NOW | RTLD_LOCAL);
+  };
   if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &info) != 0 &&
       info.dli_fname != nullptr) {
-    std::string dir = info.dli_fname;
-    dir = dir.substr(0, dir.find_last_of('/') + 1);
-    *tried = dir + name;
-    if (void* lib = dlopen(tried->c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+    const std::string path = info.dli_fname;
+    if (void* lib = try_dir(path.substr(0, path.find_last_of('/') + 1))) return lib;
+  }
+  // Folders named by MOE_CUDA_LIB_DIRS (':'-separated): tests/gpu/check.sh sets it to the Python
+  // environment's NVIDIA wheels' library folders (nvidia/cu13/lib, nvidia/cublas/lib), whose
+  // libcublas an image may have where its toolkit has none.
+  if (const char* dirs = std::getenv("MOE_CUDA_LIB_DIRS"); dirs != nullptr) {
+    const std::string all = dirs;
+    for (size_t b = 0, e; b < all.size(); b = e + 1) {
+      e = all.find(':', b);
+      if (e == std::string::npos) e = all.size();
+      if (e == b) continue;
+      if (void* lib = try_dir(all.substr(b, e - b))) return lib;
+    }
   }
   *tried += (tried->empty() ? "" : ", ") + name;
   return dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -201,19 +218,6 @@ namespace {
 
 thread_local double* g_sum_target = nullptr;
 unsigned* g_bad_index = nullptr;  // this process's device (one device per process)
-
-__global__ void FoldBadIndicesKernel(unsigned* flags, double* dst) {
-  *dst = static_cast<double>(*flags);
-  *flags = 0;
-}
-
-// One thread adds the partials in order, in double: the host's sum, without the host.
-template <typename P>
-__global__ void AddPartialsKernel(const P* partial, int64_t n, double* dst) {
-  double total = 0;
-  for (int64_t i = 0; i < n; ++i) total += partial[i];
-  *dst += total;
-}
 
 }  // namespace
 
@@ -342,6 +346,40 @@ Status UseCudaDevice(int index) {
 std::string CudaSynchronize() {
   if (cudaDeviceSynchronize() != cudaSuccess) return LastError();
   return "";
+}
+
+// ---- Device marks (kernels/runtime.h): timing events on the kernels' stream, kept for reuse ----
+
+namespace {
+std::vector<cudaEvent_t>& FreeMarks() {  // the training thread's (one thread times a step)
+  thread_local std::vector<cudaEvent_t> free;
+  return free;
+}
+}  // namespace
+
+void* RecordDeviceMark() {
+  cudaEvent_t e = nullptr;
+  if (!FreeMarks().empty()) {
+    e = FreeMarks().back();
+    FreeMarks().pop_back();
+  } else {
+    MOE_CHECK(cudaEventCreate(&e) == cudaSuccess) << "device mark: " << LastError();
+  }
+  MOE_CHECK(cudaEventRecord(e, Stream()) == cudaSuccess) << "device mark: " << LastError();
+  return e;
+}
+
+double DeviceMarkSeconds(void* from, void* to) {
+  float ms = 0;
+  const cudaError_t r =
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to));
+  MOE_CHECK(r == cudaSuccess) << "device mark read before the device passed it, or failed: "
+                              << LastError();
+  return static_cast<double>(ms) / 1000.0;
+}
+
+void ReleaseDeviceMark(void* mark) {
+  if (mark != nullptr) FreeMarks().push_back(static_cast<cudaEvent_t>(mark));
 }
 
 }  // namespace moe::kernels::cuda

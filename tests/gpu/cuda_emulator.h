@@ -1,7 +1,7 @@
 // A CPU emulation of the CUDA subset the tiled kernels use (kernels/cuda/mma.cuh), so that their
 // indexing, masking, software pipelining and barriers are tested where there is no GPU. Include it
 // before the kernel headers, in a host-compiled test. Every CUDA thread of a block is a host
-// thread; blocks run one after another.
+// thread (from a pool kept for the whole test); blocks run one after another.
 //   threadIdx, blockIdx, blockDim, gridDim; __syncthreads: a barrier of the block's threads (an
 //     exited thread stops counting, as on the GPU).
 //   Dynamic shared memory (MOE_DYNAMIC_SMEM): poisoned with 0xFF bytes (NaN in f32 and bf16) before
@@ -16,24 +16,41 @@
 //     Copies and ldmatrix rows are checked to lie in shared memory.
 //   Routing primitives (kernels/cuda/routing_kernels.cuh): a warp ballot (an exchange like the
 //     others), popcount, atomics through std::atomic_ref (a block's threads run at once).
-// Not emulated: timing, bank conflicts, the memory model beyond barriers.
+//   The element-wise families (kernels/cuda/device_common.cuh and <family>_kernels.cuh):
+//   grid-stride
+//     loops, 2-d grids, __shfl_xor_sync on any 4- or 8-byte type (an exchange), atomicAdd (int,
+//     unsigned, unsigned long long, float, double) and atomicOr through std::atomic_ref, static
+//     __shared__ arrays (one per kernel, shared by the block's threads: blocks run one after
+//     another; unlike dynamic shared memory they are not poisoned), and the device math the
+//     kernels call that the host lacks (rsqrtf, min, max).
+// Not emulated: timing, bank conflicts, the memory model beyond barriers, vector loads wider than
+// the host's (a float4 is a plain 16-byte struct copy here).
 #pragma once
 
 #define MOE_CUDA_EMULATOR 1
+// Static __shared__ arrays become function statics (see above); before any CUDA header, whose
+// host_defines.h defines __shared__ only when it is not defined yet.
+#undef __shared__
+#define __shared__ static
 
 #include <cuda_bf16.h>
 #include <math.h>
 #include <vector_types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #define __launch_bounds__(...)
@@ -66,7 +83,8 @@ struct ThreadState {
 };
 
 struct WarpState {
-  std::barrier<> barrier{32};
+  explicit WarpState(int lanes) : barrier(lanes) {}
+  std::barrier<> barrier;    // the warp's lanes (fewer than 32 in a block's partial last warp)
   uint32_t words[2][32][8];  // [collective parity][lane]: the operands each lane deposited
   const void* addr[2][32];
 };
@@ -124,11 +142,69 @@ inline float Tf32(uint32_t word) {  // the tensor cores read 19 bits
   return f;
 }
 
+// The host threads that play a block's CUDA threads: started once and kept for every block of
+// every launch (starting a thread per CUDA thread per block cost about a millisecond each on a
+// loaded 2-core machine). Run(n, job) runs job(0) ... job(n - 1) at once, one per worker, and
+// returns when all have ended.
+class WorkerPool {
+ public:
+  ~WorkerPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+      ++generation_;
+    }
+    start_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  void Run(int n, const std::function<void(int)>& job) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (static_cast<int>(workers_.size()) < n) {
+      const int i = static_cast<int>(workers_.size());
+      workers_.emplace_back([this, i] { Work(i); });
+    }
+    job_ = &job;
+    active_ = remaining_ = n;
+    ++generation_;
+    start_.notify_all();
+    done_.wait(lock, [&] { return remaining_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void Work(int i) {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      start_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
+      if (quit_) return;
+      if (i >= active_) continue;
+      const std::function<void(int)>* job = job_;
+      lock.unlock();
+      (*job)(i);
+      lock.lock();
+      if (--remaining_ == 0) done_.notify_one();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable start_, done_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int)>* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int active_ = 0, remaining_ = 0;
+  bool quit_ = false;
+};
+inline WorkerPool& Workers() {
+  static WorkerPool pool;
+  return pool;
+}
+
 // Launches `kernel` over grid x block, with `smem` bytes of dynamic shared memory.
 template <typename... Params, typename... Args>
 void Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const Args&... args) {
-  if (block.y != 1 || block.z != 1 || block.x % 32 != 0 || grid.z != 1)
-    Fail("only 1-d blocks of whole warps, 2-d grids");
+  if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > 1024 || grid.z != 1)
+    Fail("only 1-d blocks of 1 to 1024 threads, 2-d grids");
   if (smem > 227 * 1024) Fail("more dynamic shared memory than a Hopper block can have (227 KB)");
   g_dims = {grid, block};
   const int threads = static_cast<int>(block.x);
@@ -137,25 +213,24 @@ void Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const
       BlockState b;
       b.smem.assign(smem, 0xFF);
       b.barrier = std::make_unique<std::barrier<>>(threads);
-      for (int w = 0; w < threads / 32; ++w) b.warps.push_back(std::make_unique<WarpState>());
+      for (int w = 0; w < (threads + 31) / 32; ++w)
+        b.warps.push_back(std::make_unique<WarpState>(std::min(32, threads - 32 * w)));
       g_block = &b;
-      std::vector<std::thread> pool;
-      for (int t = 0; t < threads; ++t) {
-        pool.emplace_back([&, t] {
-          ThreadState self;
-          self.thread_idx = uint3{static_cast<unsigned>(t), 0, 0};
-          self.block_idx = uint3{bx, by, 0};
-          self.lane = t % 32;
-          self.warp = t / 32;
-          t_self = &self;
-          kernel(args...);
-          if (!self.open.empty() || !self.groups.empty())
-            Fail("a thread ended with cp.async copies never waited for");
-          b.warps[static_cast<size_t>(self.warp)]->barrier.arrive_and_drop();
-          b.barrier->arrive_and_drop();
-        });
-      }
-      for (auto& th : pool) th.join();
+      const std::function<void(int)> job = [&](int t) {
+        ThreadState self;
+        self.thread_idx = uint3{static_cast<unsigned>(t), 0, 0};
+        self.block_idx = uint3{bx, by, 0};
+        self.lane = t % 32;
+        self.warp = t / 32;
+        t_self = &self;
+        kernel(args...);
+        if (!self.open.empty() || !self.groups.empty())
+          Fail("a thread ended with cp.async copies never waited for");
+        b.warps[static_cast<size_t>(self.warp)]->barrier.arrive_and_drop();
+        b.barrier->arrive_and_drop();
+        t_self = nullptr;
+      };
+      Workers().Run(threads, job);
       g_block = nullptr;
     }
   }
@@ -305,3 +380,34 @@ inline void AtomicAdd(unsigned long long* p, unsigned long long v) {
 inline void AtomicOr(unsigned* p, unsigned v) { std::atomic_ref<unsigned>(*p).fetch_or(v); }
 
 }  // namespace moe::kernels::cuda::routing
+
+// The element-wise families' built-ins (kernels/cuda/device_common.cuh and the <family>_kernels.cuh
+// headers).
+template <typename T>
+T __shfl_xor_sync(unsigned /*mask: every lane takes part, as the kernels use it*/, T v, int mask) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "__shfl_xor_sync: 4- or 8-byte values");
+  uint32_t in[2] = {0, 0};
+  std::memcpy(in, &v, sizeof(T));
+  return ::moe::emu::Exchange(in, 2, nullptr, [&](const uint32_t(*w)[8], const void* const*) {
+    T r;
+    std::memcpy(&r, &w[::moe::emu::Self().lane ^ mask][0], sizeof(T));
+    return r;
+  });
+}
+template <typename T>
+T atomicAdd(T* p, T v) {
+  static_assert(std::is_arithmetic_v<T>, "atomicAdd: a number");
+  return std::atomic_ref<T>(*p).fetch_add(v);
+}
+inline unsigned atomicOr(unsigned* p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).fetch_or(v);
+}
+inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+template <typename A, typename B>
+std::common_type_t<A, B> min(A a, B b) {
+  return b < a ? b : a;
+}
+template <typename A, typename B>
+std::common_type_t<A, B> max(A a, B b) {
+  return a < b ? b : a;
+}

@@ -30,7 +30,7 @@ struct Model::Chunk {
 };
 
 Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype,
-             Device device, double* alltoall_seconds, std::optional<DType> compute_dtype)
+             Device device, PhaseTimer* phases, std::optional<DType> compute_dtype)
     : Model(cfg, par, seed,
             ModelOptions{.dtype = dtype,
                          .device = device,
@@ -40,7 +40,7 @@ Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, 
                          .max_seq_len = 0,
                          .recompute = {},
                          .materialized_attention = false,
-                         .alltoall_seconds = alltoall_seconds,
+                         .phases = phases,
                          .chunks = {}}) {}
 
 Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed,
@@ -51,7 +51,7 @@ Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed,
       device_(o.device),
       params_(o.dtype, o.device, compute_, o.moments, o.fp8) {
   dispatcher_ = std::make_unique<TokenDispatcher>(par.expert_parallel > 1 ? par.ep_group : nullptr,
-                                                  cfg.moe.num_experts, o.alltoall_seconds);
+                                                  cfg.moe.num_experts, o.phases);
   const std::vector<StageLayout> chunks = o.chunks.empty() ? EvenPipelineLayout(cfg, 1) : o.chunks;
   for (const StageLayout& layout : chunks) BuildChunk(layout, seed, o, par);
 }

@@ -53,7 +53,7 @@ struct ModelOptions {
   int64_t max_seq_len = 0;  // the run's sequence length (YaRN applies above the original)
   Recompute recompute;      // what the layers compute again in the backward (training.recompute)
   bool materialized_attention = false;  // training.attention: materialized (CPU only)
-  double* alltoall_seconds = nullptr;   // the MoE token all-to-all adds its time here
+  PhaseTimer* phases = nullptr;         // the MoE token all-to-all's spans (parallel/phase_timer.h)
   // The virtual pipeline stages this rank holds, in chunk order (common/pipeline_layout.h); empty:
   // the whole model as one chunk.
   std::vector<StageLayout> chunks;
@@ -71,7 +71,7 @@ class Model {
         const ModelOptions& options);
   // The same with positional options (tests and benchmarks).
   Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype,
-        Device device, double* alltoall_seconds = nullptr,
+        Device device, PhaseTimer* phases = nullptr,
         std::optional<DType> compute_dtype = std::nullopt);
   ~Model();
 

@@ -5,9 +5,8 @@
 
 namespace moe {
 
-TokenDispatcher::TokenDispatcher(Communicator* ep_group, int64_t num_experts,
-                                 double* alltoall_seconds)
-    : comm_(ep_group), num_experts_(num_experts), alltoall_seconds_(alltoall_seconds) {
+TokenDispatcher::TokenDispatcher(Communicator* ep_group, int64_t num_experts, PhaseTimer* phases)
+    : comm_(ep_group), num_experts_(num_experts), phases_(phases) {
   if (comm_ != nullptr) {
     group_size_ = comm_->size();
     rank_ = comm_->rank();
@@ -16,19 +15,10 @@ TokenDispatcher::TokenDispatcher(Communicator* ep_group, int64_t num_experts,
       << num_experts_ << " experts over an EP group of " << group_size_;
 }
 
-void TokenDispatcher::AddSeconds(std::chrono::steady_clock::time_point since) const {
-  if (alltoall_seconds_ != nullptr) {
-    *alltoall_seconds_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-  }
-}
-
 Pending TokenDispatcher::StartExchange(const Tensor& send, const std::vector<int64_t>& send_rows,
                                        const Tensor& recv, const std::vector<int64_t>& recv_rows) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Pending op = comm_->StartAllToAllV(send, send_rows, recv, recv_rows);
-  AddSeconds(t0);
-  return op;
+  PhaseSpan span(phases_, PhaseTimer::kAllToAll);
+  return comm_->StartAllToAllV(send, send_rows, recv, recv_rows);
 }
 
 // The route from the counts: rows to and from each rank, and the regrouping of what arrives
@@ -95,9 +85,10 @@ Status TokenDispatcher::DispatchStart(const Tensor& xp, const std::vector<int64_
   }
   // Counts first: block r tells rank r how many rows of each of its experts come from here.
   std::vector<int64_t> recv_counts(static_cast<size_t>(p * el));
-  const auto t0 = std::chrono::steady_clock::now();
-  MOE_RETURN_IF_ERROR(comm_->AllToAllHost(counts.data(), recv_counts.data(), el));
-  AddSeconds(t0);
+  {
+    PhaseSpan span(phases_, PhaseTimer::kAllToAll);
+    MOE_RETURN_IF_ERROR(comm_->AllToAllHost(counts.data(), recv_counts.data(), el));
+  }
   MakeRoute(counts, recv_counts, route);
   const Device dev = xp.device();
   route->regroup = route->regroup.Clone(dev).Rows(0, route->local_rows);
@@ -141,10 +132,12 @@ Status TokenDispatcher::CombineStart(const Tensor& y_local, const Route& route, 
 
 StatusOr<Tensor> TokenDispatcher::Finish(InFlight* f, const Route& route) {
   if (f->op) {
-    const auto t0 = std::chrono::steady_clock::now();
-    Status st = f->op->Wait();
-    f->op.reset();
-    AddSeconds(t0);
+    Status st;
+    {
+      PhaseSpan span(phases_, PhaseTimer::kAllToAll);
+      st = f->op->Wait();
+      f->op.reset();
+    }
     MOE_RETURN_IF_ERROR(st);
   }
   Tensor rows = std::move(f->rows);

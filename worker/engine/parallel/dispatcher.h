@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "kernels/tensor.h"
 #include "worker/engine/parallel/communicator.h"
+#include "worker/engine/parallel/phase_timer.h"
 
 namespace moe {
 
@@ -42,10 +43,11 @@ class TokenDispatcher {
     bool regroup = false;  // arrived in source-rank order: regroup by local expert at the finish
   };
 
-  // `ep_group` may be null for EP = 1. `alltoall_seconds` (optional) accumulates the host's time in
-  // the all-to-all: exchanging the counts, starting the rows, and waiting for them at the finish
-  // (on CUDA the finish queues the wait on the stream: the device's waiting is not in it).
-  TokenDispatcher(Communicator* ep_group, int64_t num_experts, double* alltoall_seconds);
+  // `ep_group` may be null for EP = 1. `phases` (optional) gets a kAllToAll span around each part
+  // of the all-to-all: exchanging the counts, starting the rows, and waiting for them at the finish
+  // (on CUDA the spans are device marks: the wait's span is how long the kernels stood still for
+  // the rows, not the host's queueing; phase_timer.h).
+  TokenDispatcher(Communicator* ep_group, int64_t num_experts, PhaseTimer* phases);
 
   int64_t local_experts() const { return num_experts_ / group_size_; }
   int64_t first_local_expert() const { return local_experts() * rank_; }
@@ -75,13 +77,12 @@ class TokenDispatcher {
                  Route* route) const;
   Pending StartExchange(const Tensor& send, const std::vector<int64_t>& send_rows,
                         const Tensor& recv, const std::vector<int64_t>& recv_rows);
-  void AddSeconds(std::chrono::steady_clock::time_point since) const;
 
   Communicator* comm_;
   int64_t num_experts_;
   int group_size_ = 1;
   int rank_ = 0;
-  double* alltoall_seconds_;
+  PhaseTimer* phases_;
 };
 
 }  // namespace moe

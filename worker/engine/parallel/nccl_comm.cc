@@ -17,6 +17,15 @@
 // fails the call with a clear error. All-to-all-v and Exchange are grouped ncclSend/ncclRecv;
 // reduce-scatter and all-gather of unequal ranges are grouped ncclReduce/ncclBroadcast (the NCCL
 // collectives take one count for every rank).
+//
+// Several communicators at once (an expert all-to-all beside a gradient bucket's reduce-scatter):
+// NCCL's user guide ("Using multiple NCCL communicators concurrently") requires every rank to issue
+// their operations in the same order and the device to launch them in that order, or their kernels
+// can deadlock. The engine issues every collective from its one training thread in program order,
+// the same on every rank (tests/engine/collective_order_test records it over two ranks). The device
+// order is LaunchOrder's (nccl_wait.h ChooseNcclLaunchOrder): NCCL_LAUNCH_ORDER_IMPLICIT=1 on NCCL
+// 2.26 and later (NCCL then launches in host issue order across communicators), else one stream
+// shared by all the process's communicators.
 #include "worker/engine/parallel/nccl_comm.h"
 
 #include <cuda_runtime.h>
@@ -24,6 +33,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -188,6 +198,29 @@ cudaStream_t KernelStream() {
   return nullptr;
 }  // the legacy stream the kernels run on (kernels/cuda)
 
+// The process's launch order across communicators (the file's comment), chosen once, before NCCL
+// first reads its environment (the first communicator's ncclGetUniqueId or init); a value of
+// NCCL_LAUNCH_ORDER_IMPLICIT the user set is kept.
+NcclLaunchOrder LaunchOrder() {
+  static const NcclLaunchOrder order = [] {
+    int version = 0;
+    if (ncclGetVersion(&version) != ncclSuccess) version = 0;
+    const NcclLaunchOrder o =
+        ChooseNcclLaunchOrder(version, std::getenv("NCCL_LAUNCH_ORDER_IMPLICIT"));
+    if (o == NcclLaunchOrder::kImplicit) setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
+    return o;
+  }();
+  return order;
+}
+
+// The stream every communicator shares under kSharedStream (never destroyed: the process's).
+StatusOr<cudaStream_t> SharedCommStream() {
+  static cudaStream_t stream = nullptr;
+  static cudaError_t error = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (error != cudaSuccess) return UnavailableError("cudaStreamCreate: " + CudaError(error));
+  return stream;
+}
+
 // A started device collective: the kernels' stream waits for its end event at Wait (or when it is
 // dropped, so that nothing reads its buffers early).
 class NcclPending final : public PendingCollective {
@@ -212,9 +245,15 @@ class NcclPending final : public PendingCollective {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, cudaEvent_t ready, int rank, int size,
-                   std::chrono::milliseconds timeout)
-      : comm_(comm), stream_(stream), ready_(ready), rank_(rank), size_(size), timeout_(timeout) {
+  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, bool owns_stream, cudaEvent_t ready,
+                   int rank, int size, std::chrono::milliseconds timeout)
+      : comm_(comm),
+        stream_(stream),
+        owns_stream_(owns_stream),
+        ready_(ready),
+        rank_(rank),
+        size_(size),
+        timeout_(timeout) {
     Watchdog::Get().Register(comm_);
   }
   ~NcclCommunicator() override {
@@ -228,7 +267,7 @@ class NcclCommunicator final : public Communicator {
     Watchdog::Get().Unregister(comm_);
     ncclCommDestroy(comm_);
     cudaEventDestroy(ready_);
-    cudaStreamDestroy(stream_);
+    if (owns_stream_) cudaStreamDestroy(stream_);
     if (scratch_ != nullptr) cudaFree(scratch_);
   }
   int rank() const override { return rank_; }
@@ -556,6 +595,7 @@ class NcclCommunicator final : public Communicator {
 
   ncclComm_t comm_;
   cudaStream_t stream_;
+  bool owns_stream_;   // false: the process's shared stream (NcclLaunchOrder::kSharedStream)
   cudaEvent_t ready_;  // re-recorded before each operation (AfterKernels)
   int rank_, size_;
   std::chrono::milliseconds timeout_;
@@ -590,6 +630,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int rank, int siz
                                                                const GroupOptions& options) {
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
+  const NcclLaunchOrder order = LaunchOrder();  // before NCCL reads its environment
   if (cudaError_t e = cudaSetDevice(options.cuda_device); e != cudaSuccess) {
     return UnavailableError("cudaSetDevice(" + std::to_string(options.cuda_device) +
                             "): " + CudaError(e));
@@ -617,19 +658,30 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int rank, int siz
   // Creation has no stream: done when the communicator leaves ncclInProgress.
   MOE_RETURN_IF_ERROR(
       WaitForNccl(CommHooks(comm, [comm] { ncclCommAbort(comm); }), timeout, where));
-  cudaStream_t stream;
-  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
-    ncclCommAbort(comm);
-    return UnavailableError("cudaStreamCreate: " + CudaError(e));
+  cudaStream_t stream = nullptr;
+  const bool own = order == NcclLaunchOrder::kImplicit;
+  if (own) {
+    if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        e != cudaSuccess) {
+      ncclCommAbort(comm);
+      return UnavailableError("cudaStreamCreate: " + CudaError(e));
+    }
+  } else {
+    StatusOr<cudaStream_t> shared = SharedCommStream();
+    if (!shared.ok()) {
+      ncclCommAbort(comm);
+      return shared.status();
+    }
+    stream = *shared;
   }
   cudaEvent_t ready;
   if (cudaError_t e = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming); e != cudaSuccess) {
     ncclCommAbort(comm);
-    cudaStreamDestroy(stream);
+    if (own) cudaStreamDestroy(stream);
     return UnavailableError("cudaEventCreate: " + CudaError(e));
   }
   return std::unique_ptr<Communicator>(
-      new NcclCommunicator(comm, stream, ready, rank, size, timeout));
+      new NcclCommunicator(comm, stream, own, ready, rank, size, timeout));
 }
 
 bool HaveNccl() { return true; }

@@ -1,5 +1,7 @@
 #include "worker/engine/parallel/nccl_wait.h"
 
+#include <cstring>
+
 namespace moe {
 namespace {
 
@@ -105,6 +107,18 @@ Status CollectiveWatch::Poll() {
     return true;
   });
   return failure;
+}
+
+NcclLaunchOrder ChooseNcclLaunchOrder(int version, const char* env) {
+  constexpr int kImplicitSince = 22600;  // NCCL 2.26.0
+  if (version < kImplicitSince) return NcclLaunchOrder::kSharedStream;
+  if (env != nullptr && std::strcmp(env, "0") == 0) return NcclLaunchOrder::kSharedStream;
+  return NcclLaunchOrder::kImplicit;
+}
+
+const char* NcclLaunchOrderName(NcclLaunchOrder order) {
+  return order == NcclLaunchOrder::kImplicit ? "NCCL_LAUNCH_ORDER_IMPLICIT=1"
+                                             : "one stream shared by the communicators";
 }
 
 }  // namespace moe

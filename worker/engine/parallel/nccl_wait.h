@@ -94,4 +94,17 @@ class CollectiveWatch {
   std::vector<Entry> entries_;
 };
 
+// How the device orders the kernels of this process's communicators (NCCL user guide, "Using
+// multiple NCCL communicators concurrently"): kernels of two communicators running at once on one
+// device can deadlock unless every rank issues their operations in the same order and the device
+// launches them in that order.
+//   kImplicit: NCCL 2.26 and later follow the host's issue order across communicators when
+//     NCCL_LAUNCH_ORDER_IMPLICIT=1 (which the caller sets before NCCL reads its environment);
+//   kSharedStream: an older NCCL, or NCCL_LAUNCH_ORDER_IMPLICIT=0 set by the user: every
+//     communicator of the process puts its operations on one stream, which orders them.
+// `version` is ncclGetVersion's (2.26.0 = 22600); `env` NCCL_LAUNCH_ORDER_IMPLICIT's value or null.
+enum class NcclLaunchOrder { kImplicit, kSharedStream };
+NcclLaunchOrder ChooseNcclLaunchOrder(int version, const char* env);
+const char* NcclLaunchOrderName(NcclLaunchOrder order);
+
 }  // namespace moe

@@ -269,7 +269,9 @@ Status Trainer::BuildModel() {
         "rank runs on " +
         place_.name + ": use flash");
   }
-  mo.alltoall_seconds = &alltoall_seconds_;
+  phases_ = std::make_unique<PhaseTimer>(place_.device.is_cuda() ? MakeDevicePhaseClock()
+                                                                 : MakeHostPhaseClock());
+  mo.phases = phases_.get();
   for (size_t v = static_cast<size_t>(par_.pp_rank()); v < layout_.size();
        v += static_cast<size_t>(par_.pipeline_parallel)) {
     mo.chunks.push_back(layout_[v]);
@@ -476,13 +478,14 @@ Status Trainer::Step(int64_t step) {
   MemoryScope activations(MemoryCategory::kActivations);
   const int device_type = static_cast<int>(place_.device.type);
   ResetPeakMemory(device_type);
+  phases_->Begin(PhaseTimer::kForwardBackward);
   PlanStep(step, &stats);
   MOE_RETURN_IF_ERROR(ForwardBackward(step, &stats));
-  stats.forward_backward_seconds = Since(t0);
-  const auto t_sync = Clock::now();
+  phases_->End(PhaseTimer::kForwardBackward);
   par_.world->SetPhase(phase + ": gradient all-reduce");
+  phases_->Begin(PhaseTimer::kGradSync);
   MOE_RETURN_IF_ERROR(ReduceGradients());
-  stats.grad_sync_seconds = Since(t_sync);
+  phases_->End(PhaseTimer::kGradSync);
   if (step ==
       options_.inject_nonfinite_grad_step) {  // a non-finite norm, as an overflow would leave it
     step_acc_.Rows(kDenseSqSlot, kDenseSqSlot + 1)
@@ -490,6 +493,11 @@ Status Trainer::Step(int64_t step) {
   }
   MOE_RETURN_IF_ERROR(Update(step, &stats));
   MOE_RETURN_IF_ERROR(FinishStep(step, &stats));  // its read waits for the step's queued kernels
+  // Past the read, the device has passed every mark: the phases' device times (host on the CPU).
+  const PhaseTimer::Seconds spans = phases_->Resolve();
+  stats.forward_backward_seconds = spans.forward_backward;
+  stats.alltoall_seconds = spans.alltoall;
+  stats.grad_sync_seconds = spans.grad_sync;
   stats.step_seconds = Since(t0);
   stats.host_syncs = kernels::HostSyncs() - syncs0;
   stats.memory = GetMemoryUsage(device_type);
@@ -512,7 +520,6 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
       n_moe, std::vector<double>(static_cast<size_t>(spec_.model.moe.num_experts), 0.0));
   stats->mtp_ce_sums.assign(model_->mtp_trains() ? static_cast<size_t>(spec_.model.mtp_depth) : 0,
                             0.0);
-  alltoall_seconds_ = 0;
   optimizer_->ZeroGrads();
   step_acc_.SetZero();
   // Each data-parallel rank takes gbs / DP consecutive samples of the global batch, in
@@ -540,9 +547,8 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
   model_->ArmGradsFinal(0, nullptr);
   if (options_.inject_step_delay > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(options_.inject_step_delay));
-  // No device sync here (the step's budget is one read, at its end): on a GPU this phase's time is
-  // what the host took to queue it, plus whatever its collectives waited for.
-  stats->alltoall_seconds = alltoall_seconds_;
+  // No device sync here (the step's budget is one read, at its end): the phases' times are device
+  // marks on a GPU (phases_), read after that read; `seconds` below is the host's queueing.
   const double seconds = Since(t0);
   stats->pipeline_bubble = seconds > 0 ? stats->pipeline_bubble / seconds : 0;
   return OkStatus();

@@ -29,6 +29,7 @@
 #include "worker/engine/device.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/parallel/communicator.h"
+#include "worker/engine/parallel/phase_timer.h"
 #include "worker/engine/train/metrics.h"
 
 namespace moe {
@@ -210,7 +211,9 @@ class Trainer {
   double flops_per_step_ = 0;
   double peak_flops_ = 0;
   std::string peak_source_;
-  double alltoall_seconds_ = 0;  // the dispatcher adds its all-to-all time here
+  // The step's phase spans: the forward + backward, the dispatcher's all-to-alls, the gradient
+  // reduction; device marks on CUDA, the host clock on the CPU (parallel/phase_timer.h).
+  std::unique_ptr<PhaseTimer> phases_;
   std::ofstream metrics_file_;
   std::ofstream history_file_;       // <checkpoint dir>/metrics.jsonl (OpenHistory)
   int64_t checkpoints_skipped_ = 0;  // storage failures this attempt (MaybeCheckpoint)
