@@ -16,11 +16,12 @@ namespace {
 template <typename T>
 __global__ void RopeKernel(T* x, int64_t tokens, int64_t seq_len, int64_t heads, int64_t stride,
                            int64_t offset, const float* inv_freq, int64_t pairs, bool half_split,
-                           double sign) {
+                           double sign, int64_t first_position) {
   MOE_CUDA_LOOP(i, tokens * pairs) {
     const int64_t t = i / pairs, j = i % pairs;
     double s, c;
-    sincos(static_cast<double>(t % seq_len) * static_cast<double>(inv_freq[j]), &s, &c);
+    sincos(static_cast<double>(first_position + t % seq_len) * static_cast<double>(inv_freq[j]), &s,
+           &c);
     const float cf = static_cast<float>(c), sf = static_cast<float>(sign * s);
     const int64_t a = half_split ? j : 2 * j, b = half_split ? j + pairs : 2 * j + 1;
     T* row = x + t * heads * stride + offset;
@@ -34,7 +35,7 @@ __global__ void RopeKernel(T* x, int64_t tokens, int64_t seq_len, int64_t heads,
 }
 
 void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
-          RopeLayout layout, bool inverse, const char* op) {
+          RopeLayout layout, bool inverse, int64_t first_position, const char* op) {
   CheckOnCuda({&x, &inv_freq}, op);
   CheckF32(inv_freq, op, "inv_freq");
   const int64_t tokens = x.dim(0), pairs = inv_freq.numel(), stride = x.dim(1) / heads;
@@ -42,7 +43,7 @@ void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const
     if (tokens * pairs > 0) {
       RopeKernel<T><<<Blocks(tokens * pairs), kThreads, 0, Stream()>>>(
           Ptr<T>(x), tokens, seq_len, heads, stride, offset, Ptr<float>(inv_freq), pairs,
-          layout == RopeLayout::kHalfSplit, inverse ? -1.0 : 1.0);
+          layout == RopeLayout::kHalfSplit, inverse ? -1.0 : 1.0, first_position);
     }
   });
   CheckLaunch(op);
@@ -51,13 +52,13 @@ void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const
 }  // namespace
 
 void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset,
-                 const Tensor& inv_freq, RopeLayout layout) {
-  Rope(x, seq_len, heads, offset, inv_freq, layout, false, "RopeForward");
+                 const Tensor& inv_freq, RopeLayout layout, int64_t first_position) {
+  Rope(x, seq_len, heads, offset, inv_freq, layout, false, first_position, "RopeForward");
 }
 
 void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset,
-                  const Tensor& inv_freq, RopeLayout layout) {
-  Rope(dx, seq_len, heads, offset, inv_freq, layout, true, "RopeBackward");
+                  const Tensor& inv_freq, RopeLayout layout, int64_t first_position) {
+  Rope(dx, seq_len, heads, offset, inv_freq, layout, true, first_position, "RopeBackward");
 }
 
 }  // namespace moe::kernels::cuda

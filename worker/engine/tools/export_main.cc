@@ -2,10 +2,13 @@
 // model.safetensors, split with an index when large) that transformers, vLLM and SGLang load.
 //
 //   moe-export --checkpoint DIR --output DIR [--dtype bf16|fp32] [--max-file-gb 5]
-//   [--no-mtp-table-copies]
+//   [--no-mtp-table-copies] [--tokenizer FILE | --no-tokenizer]
 //
 // DIR may be a checkpoint directory (its newest complete step is taken) or one step_* directory;
-// the layout that wrote it does not matter. Exit codes as moe-train's (common/rank_end.h).
+// the layout that wrote it does not matter. The run's SentencePiece tokenizer (named by its data's
+// <data.path>.json, which moe-prep wrote) goes in as tokenizer.model with tokenizer_config.json and
+// generation_config.json, its special ids in config.json. Exit codes as moe-train's
+// (common/rank_end.h).
 #include <cstdio>
 
 #include "common/args.h"
@@ -13,9 +16,9 @@
 #include "worker/engine/checkpoint/hf_io.h"
 
 int main(int argc, char** argv) {
-  std::string checkpoint, output, dtype = "bf16";
+  std::string checkpoint, output, dtype = "bf16", tokenizer;
   double max_file_gb = 5;
-  bool no_copies = false;
+  bool no_copies = false, no_tokenizer = false;
   moe::ArgParser args("moe-export",
                       "Writes a training checkpoint as a Hugging Face DeepseekV3 directory.");
   args.AddString("checkpoint", &checkpoint, "checkpoint directory (or one step_* directory in it)");
@@ -25,6 +28,9 @@ int main(int argc, char** argv) {
                  "split into files of at most this size, with model.safetensors.index.json");
   args.AddFlag("no-mtp-table-copies", &no_copies,
                "leave out the MTP layers' copies of the embedding and head");
+  args.AddString("tokenizer", &tokenizer,
+                 "the SentencePiece model to include (default: the one the run's data names)");
+  args.AddFlag("no-tokenizer", &no_tokenizer, "write no tokenizer files");
   args.Require("checkpoint");
   args.Require("output");
   if (moe::Status st = args.Parse(argc, argv); !st.ok()) {
@@ -43,8 +49,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe-export: --max-file-gb: must be > 0\n");
     return moe::kExitBadInput;
   }
+  if (no_tokenizer && !tokenizer.empty()) {
+    std::fprintf(stderr, "moe-export: --tokenizer and --no-tokenizer: give at most one\n");
+    return moe::kExitBadInput;
+  }
   moe::HfWriteOptions o;
   o.dtype = dtype;
+  o.tokenizer = tokenizer;
+  o.tokenizer_from_run = !no_tokenizer;
   o.max_file_bytes = static_cast<int64_t>(max_file_gb * (1 << 30));
   o.mtp_table_copies = !no_copies;
   o.progress = [](const std::string& line) {
