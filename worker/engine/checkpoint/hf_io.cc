@@ -10,6 +10,7 @@
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/checkpoint/safetensors.h"
 #include "worker/engine/data/tokenizer.h"
+#include "worker/engine/parallel/local_communicator.h"
 
 namespace moe {
 namespace {
@@ -296,6 +297,17 @@ StatusOr<HfWriteOptions> HfRewriteOptions(const std::string& dir) {
   o.mtp_table_copies = m.MtpTrains() && w.Find("model.layers." + std::to_string(m.num_layers) +
                                                ".embed_tokens.weight") != nullptr;
   return o;
+}
+
+Status RewriteHfDirectory(const std::string& dir, const std::string& out_dir,
+                          const std::string& dtype) {
+  MOE_ASSIGN_OR_RETURN(const ModelConfig m, HfModelConfig(dir));
+  MOE_ASSIGN_OR_RETURN(HfWriteOptions o, HfRewriteOptions(dir));
+  if (!dtype.empty()) o.dtype = dtype;
+  LocalParallel local;
+  Model model(m, local.ctx, 0, o.dtype == "fp64" ? DType::kF64 : DType::kF32, Device::Cpu());
+  MOE_RETURN_IF_ERROR(LoadHfWeights(dir, model, local.ctx));
+  return WriteHfDirectory(m, ModelSource(model), out_dir, o);
 }
 
 Status LoadCheckpointWeights(const std::string& step_dir, Model& model) {

@@ -55,6 +55,12 @@ Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_di
 // e_score_correction_bias. A tensor of another shape is an INVALID_ARGUMENT naming it.
 Status LoadHfWeights(const std::string& dir, Model& model, const ParallelContext& par);
 
+// moe-export --hf: DeepseekV3 directory `dir` read as --init-from reads it (the whole model, on the
+// CPU) and written again by the exporter, in `dtype` ("": its own). With its own dtype the files
+// come out byte for byte as they went in when the exporter wrote them: nothing is lost either way.
+Status RewriteHfDirectory(const std::string& dir, const std::string& out_dir,
+                          const std::string& dtype);
+
 // The options that write a model read from DeepseekV3 directory `dir` back as it was: its
 // max_position_embeddings and rope length, its tokenizer.model (when it has one), its dtype.
 StatusOr<HfWriteOptions> HfRewriteOptions(const std::string& dir);
