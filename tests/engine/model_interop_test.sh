@@ -100,4 +100,17 @@ out=$("$bin/moe-generate" --hf "$work/bad.hf" --prompt x 2>&1); rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q "rope_scaling.type is linear" <<<"$out" || fail "linear rope_scaling: rc $rc: $out"
 echo "unsupported conventions (rope_interleave false, linear rope_scaling) are refused by name"
+# 6. moe-prep --split on a corpus of three documents, the last one short: the split is by documents,
+#    so the valid range's share of the tokens is far from its weight, and it says so.
+mkdir "$work/corpus"
+"$py" - "$work/corpus/three" <<'PY'
+import sys
+long = " ".join(f"word{i % 50} and more" for i in range(400))
+open(sys.argv[1], "w").write(f"{long}\n%\n{long}\n%\nA short one.\n")
+PY
+"$bin/moe-prep" --input "$work/corpus" --output "$work/three" --tokenizer data/fortunes.tokenizer.model \
+  --split 67,33,0 >"$work/split.txt" 2>"$work/split.err" || { cat "$work/split.err"; fail "moe-prep --split"; }
+grep -q "the split is by documents" "$work/split.txt" && grep -Eq "note: valid holds [0-9.]+ % of the tokens for a weight of 33.0 %" "$work/split.txt" ||
+  { cat "$work/split.txt"; fail "moe-prep --split does not say that it split by documents"; }
+echo "moe-prep --split: $(grep 'note:' "$work/split.txt" | sed 's/^ *//')"
 echo "model interop: one scoring path, a self-contained export that round-trips, sampling with a cache"
