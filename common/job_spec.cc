@@ -23,9 +23,20 @@ std::string Int(int64_t v) { return std::to_string(v); }
 // The rules of the model that span fields; each field's own checks ran before (its table).
 Status CheckModelShape(const ModelConfig& m, const std::string& path) {
   auto p = [&](const std::string& f) { return path + "." + f; };
-  if (m.hidden_size % m.num_heads != 0) {
+  // MHA splits hidden_size into its heads; MLA's heads have their own sizes (attention.*_head_dim).
+  if (m.attention.type == "mha" && m.hidden_size % m.num_heads != 0) {
     return InvalidArgumentError(p("hidden_size") + ": " + Int(m.hidden_size) +
-                                " is not divisible by num_heads = " + Int(m.num_heads));
+                                " is not divisible by num_heads = " + Int(m.num_heads) +
+                                " (multi-head attention's heads split hidden_size)");
+  }
+  // The engine scales the softmax by mscale_all_dim's mscale^2 alone; transformers also multiplies
+  // cos and sin by mscale(mscale) / mscale(mscale_all_dim), which is 1 only when they are equal.
+  if (m.rope_scaling.type == "yarn" && m.rope_scaling.mscale != m.rope_scaling.mscale_all_dim) {
+    return InvalidArgumentError(
+        p("rope_scaling.mscale") + ": " + Num(m.rope_scaling.mscale) +
+        " differs from mscale_all_dim = " + Num(m.rope_scaling.mscale_all_dim) +
+        ": unsupported (the engine applies mscale_all_dim alone, as "
+        "DeepSeek-V3 does with both equal)");
   }
   if (m.attention.type == "mha" && m.head_dim() % 2 != 0) {
     return InvalidArgumentError(p("num_heads") + ": head dimension hidden_size/num_heads = " +

@@ -97,7 +97,10 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScalingConfig rope_scaling;
   double norm_eps = 1e-6;
-  double init_std = 0.02;  // every weight N(0, init_std) (DeepSeek-V3: 0.006)
+  // Weights start N(0, init_std), the output projections (attention's o_proj, the FFNs' and
+  // experts' down projections) N(0, init_std / sqrt(2 * num_layers)) (Megatron's rule); norms at 1.
+  // (DeepSeek-V3: 0.006.)
+  double init_std = 0.02;
   AttentionConfig attention;
   MoeConfig moe;
 

@@ -63,9 +63,10 @@ ModelConfig Small() {
 }
 
 // deepseek-ai/DeepSeek-V3 (inference/configs/config_671B.json) with the paper's recipe for what the
-// model carries: init N(0, 0.006), gamma 0.001 for the first 14.3T tokens then 0, lambda 0.3 for
-// the first 10T tokens then 0.1 (docs/reference/deepseek-v3-architecture.md). YaRN is configured as
-// released; it applies only to runs longer than 4096.
+// model carries: init std 0.006 (output projections 0.006 / sqrt(2 * 61), Megatron's rule, as for
+// every model: ModelConfig::init_std), gamma 0.001 for the first 14.3T tokens then 0, lambda 0.3
+// for the first 10T tokens then 0.1 (docs/reference/deepseek-v3-architecture.md). YaRN is
+// configured as released; it applies only to runs longer than 4096.
 ModelConfig DeepSeekV3() {
   ModelConfig m;
   m.vocab_size = 129280;

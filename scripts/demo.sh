@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: a controller and two CPU workers in one rack on loopback, the embedded default job
 # (examples/tiny.yaml: a DeepSeek-V3-style MoE, W = 2 with expert parallelism 2) submitted with moectl
-# and watched live to the end, a summary, then everything shut down cleanly.
+# and watched live to the end, a summary, samples of text from the trained model, then everything
+# shut down cleanly.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -44,5 +45,9 @@ echo "job $id"
 "$bin/moectl" watch "$id"
 echo
 "$bin/moectl" describe job "$id" | sed -n '/^Placement/,$p'
+echo "== three samples from the trained model (moe-generate --checkpoint; docs/operations.md)"
+for seed in 1 2 3; do
+  "$bin/moe-generate" --checkpoint "$work/checkpoints/$id" --prompt "The " --seed $seed --max-tokens 64
+done
 ok=1
 echo "== done: shutting down the workers and the controller"

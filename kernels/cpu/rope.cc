@@ -11,7 +11,7 @@ namespace {
 
 template <typename T>
 void Rotate(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
-            RopeLayout layout, bool inverse) {
+            RopeLayout layout, bool inverse, int64_t first_position) {
   const int64_t half = inv_freq.numel(), stride = x.dim(1) / heads, tokens = x.dim(0);
   std::vector<double> freq;
   if (inv_freq.dtype() == DType::kF64) {
@@ -19,12 +19,12 @@ void Rotate(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, con
   } else {
     for (float f : inv_freq.ToVector<float>()) freq.push_back(f);
   }
-  // cos/sin table [seq_len, half], computed in double then rounded.
+  // cos/sin table [seq_len, half] of positions first_position.., computed in double then rounded.
   std::vector<T> cos_t(static_cast<size_t>(seq_len * half)),
       sin_t(static_cast<size_t>(seq_len * half));
   for (int64_t p = 0; p < seq_len; ++p) {
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(p) * freq[static_cast<size_t>(i)];
+      const double angle = static_cast<double>(first_position + p) * freq[static_cast<size_t>(i)];
       cos_t[static_cast<size_t>(p * half + i)] = static_cast<T>(std::cos(angle));
       sin_t[static_cast<size_t>(p * half + i)] =
           static_cast<T>(inverse ? -std::sin(angle) : std::sin(angle));
@@ -54,26 +54,27 @@ void Rotate(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, con
 }
 
 void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
-          RopeLayout layout, bool inverse) {
+          RopeLayout layout, bool inverse, int64_t first_position) {
   if (HasBf16({&x})) {
     Bf16Scope s;
-    Rope(s.Out(x, true), seq_len, heads, offset, s.In(inv_freq), layout, inverse);
+    Rope(s.Out(x, true), seq_len, heads, offset, s.In(inv_freq), layout, inverse, first_position);
     return;
   }
-  MOE_CPU_FLOAT_DISPATCH(x.dtype(), T,
-                         Rotate<T>(x, seq_len, heads, offset, inv_freq, layout, inverse));
+  MOE_CPU_FLOAT_DISPATCH(
+      x.dtype(), T,
+      Rotate<T>(x, seq_len, heads, offset, inv_freq, layout, inverse, first_position));
 }
 
 }  // namespace
 
 void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset,
-                 const Tensor& inv_freq, RopeLayout layout) {
-  Rope(x, seq_len, heads, offset, inv_freq, layout, false);
+                 const Tensor& inv_freq, RopeLayout layout, int64_t first_position) {
+  Rope(x, seq_len, heads, offset, inv_freq, layout, false, first_position);
 }
 
 void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset,
-                  const Tensor& inv_freq, RopeLayout layout) {
-  Rope(dx, seq_len, heads, offset, inv_freq, layout, true);
+                  const Tensor& inv_freq, RopeLayout layout, int64_t first_position) {
+  Rope(dx, seq_len, heads, offset, inv_freq, layout, true, first_position);
 }
 
 }  // namespace moe::kernels::cpu

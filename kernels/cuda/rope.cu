@@ -13,7 +13,7 @@ namespace moe::kernels::cuda {
 namespace {
 
 void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const Tensor& inv_freq,
-          RopeLayout layout, bool inverse, const char* op) {
+          RopeLayout layout, bool inverse, int64_t first_position, const char* op) {
   CheckOnCuda({&x, &inv_freq}, op);
   CheckF32(inv_freq, op, "inv_freq");
   const int64_t tokens = x.dim(0), pairs = inv_freq.numel(), stride = x.dim(1) / heads;
@@ -21,7 +21,7 @@ void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const
     if (tokens * pairs > 0) {
       RopeKernel<T><<<Blocks(tokens * pairs), kThreads, 0, Stream()>>>(
           Ptr<T>(x), tokens, seq_len, heads, stride, offset, Ptr<float>(inv_freq), pairs,
-          layout == RopeLayout::kHalfSplit, inverse ? -1.0 : 1.0);
+          layout == RopeLayout::kHalfSplit, inverse ? -1.0 : 1.0, first_position);
     }
   });
   CheckLaunch(op);
@@ -30,13 +30,13 @@ void Rope(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset, const
 }  // namespace
 
 void RopeForward(const Tensor& x, int64_t seq_len, int64_t heads, int64_t offset,
-                 const Tensor& inv_freq, RopeLayout layout) {
-  Rope(x, seq_len, heads, offset, inv_freq, layout, false, "RopeForward");
+                 const Tensor& inv_freq, RopeLayout layout, int64_t first_position) {
+  Rope(x, seq_len, heads, offset, inv_freq, layout, false, first_position, "RopeForward");
 }
 
 void RopeBackward(const Tensor& dx, int64_t seq_len, int64_t heads, int64_t offset,
-                  const Tensor& inv_freq, RopeLayout layout) {
-  Rope(dx, seq_len, heads, offset, inv_freq, layout, true, "RopeBackward");
+                  const Tensor& inv_freq, RopeLayout layout, int64_t first_position) {
+  Rope(dx, seq_len, heads, offset, inv_freq, layout, true, first_position, "RopeBackward");
 }
 
 }  // namespace moe::kernels::cuda

@@ -16,11 +16,13 @@ namespace {
 template <typename T>
 __global__ void RopeKernel(T* x, int64_t tokens, int64_t seq_len, int64_t heads, int64_t stride,
                            int64_t offset, const float* inv_freq, int64_t pairs, bool half_split,
-                           double sign) {
+                           double sign, int64_t first_position) {
   MOE_CUDA_LOOP(i, tokens * pairs) {
     const int64_t t = i / pairs, j = i % pairs;
     double s, c;
-    sincos(static_cast<double>(t % seq_len) * static_cast<double>(inv_freq[j]), &s, &c);
+    // Position first_position + t % seq_len (decoding: the cache's length before these tokens).
+    sincos(static_cast<double>(first_position + t % seq_len) * static_cast<double>(inv_freq[j]), &s,
+           &c);
     const float cf = static_cast<float>(c), sf = static_cast<float>(sign * s);
     const int64_t a = half_split ? j : 2 * j, b = half_split ? j + pairs : 2 * j + 1;
     T* row = x + t * heads * stride + offset;

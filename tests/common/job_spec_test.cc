@@ -60,6 +60,17 @@ struct Bad {
   std::string from, to, message;
 };
 
+// MLA's heads have their own sizes: hidden_size need not split into them (it must for MHA, above).
+TEST(JobSpec, MlaHeadsNeedNotDivideTheHiddenSize) {
+  std::string text = kJob;
+  const size_t at = text.find("{preset: tiny}");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 14, "{preset: tiny, num_heads: 3}");
+  auto spec = ParseJobSpecText(text);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.num_heads, 3);
+}
+
 class BadJobSpec : public ::testing::TestWithParam<Bad> {};
 
 TEST_P(BadJobSpec, NamesTheField) {
@@ -87,8 +98,11 @@ INSTANTIATE_TEST_SUITE_P(
             "spec.model.moe.topk_groups: 5 exceeds num_groups = 4"},
         Bad{"{preset: tiny}", "{preset: tiny, moe: {num_groups: 3}}",
             "spec.model.moe.num_groups: num_experts = 8 is not divisible by num_groups = 3"},
-        Bad{"{preset: tiny}", "{preset: tiny, num_heads: 3}",
+        Bad{"{preset: tiny}", "{preset: tiny, num_heads: 3, attention: {type: mha}}",
             "spec.model.hidden_size: 128 is not divisible by num_heads = 3"},
+        Bad{"{preset: tiny}",
+            "{preset: tiny, rope_scaling: {type: yarn, factor: 4, mscale: 1, mscale_all_dim: 0.7}}",
+            "spec.model.rope_scaling.mscale: 1 differs from mscale_all_dim = 0.7"},
         Bad{"{preset: tiny}", "{preset: tiny, moe: {top_k: 6}}",
             "spec.model.moe.top_k: 6 exceeds the 4 experts in the topk_groups = 2 groups"},
         Bad{"{preset: tiny}", "{preset: tiny, moe: {score_function: relu}}",

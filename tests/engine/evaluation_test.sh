@@ -6,7 +6,8 @@
 #  2. moe-eval --checkpoint on the W=1 run's final checkpoint prints that run's last eval loss, bitwise;
 #  3. moe-eval --hf on the checkpoint's fp32 export prints it bitwise, on the bf16 export within bf16
 #     rounding;
-#  4. --tokens with --dump-logits: NumPy reads the logits back and recomputes the printed loss;
+#  4. --tokens with --dump-logits: NumPy reads the logits of the scored positions back and recomputes
+#     the printed loss;
 #  5. moe-prep --split prints the split's documents and tokens; bad input is refused naming the field.
 set -euo pipefail
 bin=${MOE_BIN:?}
@@ -77,8 +78,8 @@ PY
 import re, sys
 import numpy as np
 l = np.load(sys.argv[1]).astype(np.float64); t = np.load(sys.argv[2])
-assert l.shape == (3, 48, 2048), l.shape
-z = l[:, :-1]; z = z - z.max(-1, keepdims=True); lp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+assert l.shape == (3, 47, 2048), l.shape  # positions 0..46, each predicting the next token
+z = l - l.max(-1, keepdims=True); lp = z - np.log(np.exp(z).sum(-1, keepdims=True))
 loss = -np.take_along_axis(lp, t[:, 1:, None], -1).mean()
 printed = float(re.search(r"eval loss: (\S+)", open(sys.argv[3]).read()).group(1))
 assert abs(loss - printed) <= 1e-5 * printed, f"NumPy {loss} vs printed {printed}"

@@ -246,5 +246,174 @@ TEST_F(HfInteropTest, InitFromAnotherModelOrAWrongTensorIsAClearError) {
   EXPECT_NE(st.message().find("tensor " + (*layout)[5].hf_name + " is"), std::string::npos) << st;
 }
 
+// A model with random selection biases, written to `dir` in `dtype` as if a run of `rope_length`
+// had trained it.
+void WriteModel(const ModelConfig& m, const std::string& dir, const std::string& dtype,
+                int64_t rope_length) {
+  LocalParallel local;
+  Model model(m, local.ctx, 5, DType::kF64, Device::Cpu());
+  for (MoeLayer* l : model.moe_layers()) {
+    std::vector<float> b(static_cast<size_t>(m.moe.num_experts));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = 0.01f * static_cast<float>(i) - 0.02f;
+    l->SetBias(b);
+  }
+  HfWriteOptions w;
+  w.dtype = dtype;
+  w.max_position_embeddings = std::max<int64_t>(rope_length, 64);
+  w.rope_length = rope_length;
+  ASSERT_TRUE(WriteHfDirectory(m, ModelSource(model), dir, w).ok());
+}
+
+Node Config(const std::string& dir) {
+  auto c = ParseYaml(*ReadFileToString(dir + "/config.json"));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : Node();
+}
+
+ModelConfig YarnModel() {
+  ModelConfig m = SmallJob(1).model;
+  m.rope_scaling = RopeScalingConfig{.type = "yarn",
+                                     .factor = 4,
+                                     .original_max_position_embeddings = 64,
+                                     .beta_fast = 32,
+                                     .beta_slow = 1,
+                                     .mscale = 0.707,
+                                     .mscale_all_dim = 0.707};
+  return m;
+}
+
+// rope_scaling only where YaRN applied (transformers applies it whenever present), with the run's
+// values; the conventions and the weights' true dtype written out.
+TEST_F(HfInteropTest, TheConfigSaysWhatTheModelIs) {
+  const ModelConfig m = YarnModel();
+  WriteModel(m, dir_ + "/short", "fp32", 64);  // trained at the original length: no YaRN
+  const Node short_run = Config(dir_ + "/short");
+  ASSERT_NE(short_run.Find("rope_scaling"), nullptr);
+  EXPECT_TRUE(short_run.Find("rope_scaling")->IsNull());
+  EXPECT_EQ(short_run.Find("torch_dtype")->scalar(), "float32");
+  WriteModel(m, dir_ + "/long", "bf16", 256);  // above it: YaRN
+  const Node long_run = Config(dir_ + "/long");
+  const Node* y = long_run.Find("rope_scaling");
+  ASSERT_TRUE(y != nullptr && y->IsMap());
+  EXPECT_EQ(y->Find("type")->scalar(), "yarn");
+  EXPECT_EQ(y->Find("factor")->scalar(), "4");
+  EXPECT_EQ(y->Find("original_max_position_embeddings")->scalar(), "64");
+  EXPECT_EQ(y->Find("mscale")->scalar(), "0.70699999999999996");
+  EXPECT_EQ(y->Find("mscale_all_dim")->scalar(), "0.70699999999999996");
+  EXPECT_EQ(long_run.Find("max_position_embeddings")->scalar(), "256");
+  EXPECT_EQ(long_run.Find("torch_dtype")->scalar(), "bfloat16");
+  const std::pair<const char*, const char*> conventions[] = {
+      {"rope_interleave", "true"}, {"norm_topk_prob", "true"}, {"scoring_func", "sigmoid"},
+      {"topk_method", "noaux_tc"}, {"n_group", "4"},           {"topk_group", "2"},
+      {"moe_layer_freq", "1"},     {"hidden_act", "silu"},     {"num_nextn_predict_layers", "1"}};
+  for (const auto& [key, value] : conventions) {
+    ASSERT_NE(long_run.Find(key), nullptr) << key;
+    EXPECT_EQ(long_run.Find(key)->scalar(), value) << key;
+  }
+  // Read back: the same model, and the length its rotary frequencies were built for.
+  int64_t rope_length = 0;
+  auto back = HfModelConfig(dir_ + "/long", &rope_length);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->rope_scaling, m.rope_scaling);
+  EXPECT_EQ(back->moe, m.moe);
+  EXPECT_EQ(back->attention, m.attention);
+  EXPECT_EQ(back->init_std, m.init_std);
+  EXPECT_EQ(rope_length, 256);
+  auto plain = HfModelConfig(dir_ + "/short");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->rope_scaling.type, "none");
+}
+
+// export -> what --init-from reads -> export: the same bytes, in every dtype, with and without
+// YaRN, with and without MTP's table copies.
+TEST_F(HfInteropTest, ExportInitFromExportIsByteIdentical) {
+  struct Case {
+    std::string dtype;
+    ModelConfig model;
+    int64_t rope_length;
+  };
+  ModelConfig softmax = SmallJob(1).model;
+  softmax.moe.score_function = "softmax";
+  softmax.moe.expert_bias = false;
+  softmax.moe.route_scale = 2.5;
+  softmax.mtp_depth = 0;
+  for (const Case& c : {Case{"fp32", SmallJob(1).model, 16}, Case{"bf16", YarnModel(), 256},
+                        Case{"fp64", YarnModel(), 32}, Case{"fp32", softmax, 16}}) {
+    const std::string a = dir_ + "/a-" + c.dtype, b = dir_ + "/b-" + c.dtype;
+    ASSERT_TRUE(RemoveAll(a).ok() && RemoveAll(b).ok());
+    WriteModel(c.model, a, c.dtype, c.rope_length);
+    const Status st = RewriteHfDirectory(a, b, "");
+    ASSERT_TRUE(st.ok()) << st;
+    auto names = ListDir(a);
+    ASSERT_TRUE(names.ok());
+    EXPECT_EQ(*names, *ListDir(b));
+    for (const std::string& f : *names) {
+      EXPECT_EQ(*ReadFileToString(a + "/" + f), *ReadFileToString(b + "/" + f))
+          << c.dtype << ": " << f << " differs after the round trip";
+    }
+  }
+}
+
+// Each convention the engine cannot run is refused by its key's name, whoever reads the directory
+// (moe-eval --hf, moe-generate --hf, moe-train --init-from).
+TEST_F(HfInteropTest, AnUnsupportedConventionIsRefusedByName) {
+  WriteModel(SmallJob(1).model, dir_ + "/ok", "fp32", 16);
+  const std::string good = *ReadFileToString(dir_ + "/ok/config.json");
+  ASSERT_TRUE(HfModelConfig(dir_ + "/ok").ok());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("rope_interleave": true)", R"("rope_interleave": false)"},
+      {R"("norm_topk_prob": true)", R"("norm_topk_prob": false)"},
+      {R"("scoring_func": "sigmoid")", R"("scoring_func": "relu")"},
+      {R"("topk_method": "noaux_tc")", R"("topk_method": "group_limited_sigmoid")"},
+      {R"("hidden_act": "silu")", R"("hidden_act": "gelu")"},
+      {R"("tie_word_embeddings": false)", R"("tie_word_embeddings": true)"},
+      {R"("attention_bias": false)", R"("attention_bias": true)"},
+      {R"("moe_layer_freq": 1)", R"("moe_layer_freq": 2)"},
+      {R"("model_type": "deepseek_v3")", R"("model_type": "llama")"},
+      {R"("rope_scaling": null)", R"("rope_scaling": {"type": "linear", "factor": 2})"},
+      {R"("rope_scaling": null)",
+       R"("rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 8, )"
+       R"("mscale": 1, "mscale_all_dim": 0.7})"},
+      {R"("rope_scaling": null)",
+       R"("rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 8})"},
+      {R"("rope_scaling": null)",
+       R"("rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 64, )"
+       R"("mscale": 1, "mscale_all_dim": 1})"},
+      {R"("hidden_act": "silu")", R"("hidden_act": "silu", "quantization_config": {"x": 1})"},
+  };
+  const std::vector<std::string> names = {"rope_interleave",
+                                          "norm_topk_prob",
+                                          "scoring_func",
+                                          "topk_method",
+                                          "hidden_act",
+                                          "tie_word_embeddings",
+                                          "attention_bias",
+                                          "moe_layer_freq",
+                                          "model_type",
+                                          "rope_scaling.type",
+                                          "rope_scaling.mscale",
+                                          "rope_scaling.mscale",
+                                          "max_position_embeddings",
+                                          "quantization_config"};
+  ASSERT_EQ(cases.size(), names.size());
+  LocalParallel local;
+  Model model(SmallJob(1).model, local.ctx, 1, DType::kF32, Device::Cpu());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::string text = good;
+    const size_t at = text.find(cases[i].first);
+    ASSERT_NE(at, std::string::npos) << cases[i].first;
+    text.replace(at, cases[i].first.size(), cases[i].second);
+    ASSERT_TRUE(WriteFileAtomic(dir_ + "/ok/config.json", text).ok());
+    const Status st = HfModelConfig(dir_ + "/ok").status();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << cases[i].second;
+    EXPECT_NE(st.message().find(names[i]), std::string::npos) << st;
+    // --init-from takes only the weights (the job sets the rotary frequencies), so a config whose
+    // max_position_embeddings would not apply its YaRN does not stop it; every convention does.
+    if (names[i] == "max_position_embeddings") continue;
+    const Status init = LoadHfWeights(dir_ + "/ok", model, local.ctx);
+    EXPECT_FALSE(init.ok()) << "--init-from accepted " << cases[i].second;
+  }
+}
+
 }  // namespace
 }  // namespace moe

@@ -173,7 +173,7 @@ INSTANTIATE_TEST_SUITE_P(
                                                   .original_max_position_embeddings = 3,
                                                   .beta_fast = 32,
                                                   .beta_slow = 1,
-                                                  .mscale = 1,
+                                                  .mscale = 0.8,
                                                   .mscale_all_dim = 0.8};
              }},
         Case{"mha_yarn",

@@ -19,6 +19,7 @@
 #include "kernels/embedding.h"
 #include "kernels/fp8.h"
 #include "kernels/gemm.h"
+#include "kernels/latent_attention.h"
 #include "kernels/optimizer.h"
 #include "kernels/permute.h"
 #include "kernels/rmsnorm.h"
@@ -225,6 +226,35 @@ void RopeCases() {
       Tensor fwd = x.Clone();
       k::RopeBackward(x, seq, sh.heads, sh.offset, inv_freq, sh.layout);
       return std::vector<Out>{{"fwd", fwd}, {"bwd", x}};
+    });
+  }
+}
+
+// Decoding: RoPE at a first position (where a cached sequence continues), and the latent attention
+// over MLA's cache (one query and a prefill of 5 over 37 rows; 576-wide rows as DeepSeek-V3's).
+void DecodeCases() {
+  Run("rope at position 30", [](Device dev, DType dt) {
+    std::vector<float> freq(8);
+    for (int64_t j = 0; j < 8; ++j)
+      freq[static_cast<size_t>(j)] = static_cast<float>(std::pow(10000.0, -2.0 * j / 16));
+    Tensor inv_freq = To(Tensor::FromVector(freq, {8}), dev);
+    Tensor x = On(Random({3, 2 * 24}, 17), dt, dev);
+    k::RopeForward(x, 3, 2, 8, inv_freq, k::RopeLayout::kPairs, 30);
+    return std::vector<Out>{{"fwd", x}};
+  });
+  struct Shape {
+    const char* name;
+    int64_t n, rows, heads, d, dv;
+  };
+  for (const Shape& sh : {Shape{"latent attention decode", 1, 37, 3, 48, 32},
+                          Shape{"latent attention prefill", 5, 37, 4, 48, 32},
+                          Shape{"latent attention 576", 2, 300, 16, 576, 512}}) {
+    Run(sh.name, [&](Device dev, DType dt) {
+      Tensor q = On(Random({sh.n, sh.heads * sh.d}, 61), dt, dev);
+      Tensor cache = On(Random({sh.rows, sh.d}, 62), dt, dev);
+      Tensor out = Tensor::Empty({sh.n, sh.heads * sh.dv}, dt, dev);
+      k::LatentAttentionDecode(q, cache, sh.heads, sh.dv, 0.3, out);
+      return std::vector<Out>{{"out", out}};
     });
   }
 }
@@ -672,6 +702,7 @@ int main() {
   });
 
   RopeCases();
+  DecodeCases();
   ColumnCases();
   BoundsCase();
   AdamWCases();

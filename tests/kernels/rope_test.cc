@@ -20,6 +20,25 @@ Tensor Freqs(int64_t d, double theta) {
   return f;
 }
 
+// Decoding continues a sequence: rows rotated from first position p are the rows at p.. of a
+// longer sequence rotated from 0.
+TEST(Rope, AFirstPositionContinuesTheSequence) {
+  const int64_t heads = 2, stride = 12, offset = 4, d = 8, p = 9, n = 3;
+  const Tensor freqs = Freqs(d, 10000.0);
+  for (RopeLayout layout : {RopeLayout::kHalfSplit, RopeLayout::kPairs}) {
+    Tensor whole = RandomTensor({p + n, heads * stride}, 4);
+    Tensor tail = whole.Rows(p, p + n).Clone();
+    RopeForward(whole, p + n, heads, offset, freqs, layout);
+    RopeForward(tail, n, heads, offset, freqs, layout, p);
+    const auto want = Values(whole.Rows(p, p + n).Clone()), got = Values(tail);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << i;
+    RopeBackward(tail, n, heads, offset, freqs, layout, p);
+    const auto back = Values(tail);
+    const auto orig = Values(RandomTensor({p + n, heads * stride}, 4).Rows(p, p + n).Clone());
+    for (size_t i = 0; i < back.size(); ++i) ASSERT_NEAR(back[i], orig[i], 1e-12) << i;
+  }
+}
+
 TEST(Rope, RotatesTheBlockOfEveryHeadAndLeavesTheRest) {
   // 3 heads of 10 columns; rotated: columns [2, 8) of each head (offset 2, 6 rotary dims).
   const int64_t seq = 5, batch = 2, heads = 3, stride = 10, offset = 2, d = 6;

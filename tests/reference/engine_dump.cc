@@ -63,7 +63,7 @@ ModelConfig CaseModel(bool yarn) {
                                        .original_max_position_embeddings = 16,
                                        .beta_fast = 32,
                                        .beta_slow = 1,
-                                       .mscale = 1,
+                                       .mscale = 0.7,
                                        .mscale_all_dim = 0.7};
   }
   return m;
@@ -221,6 +221,7 @@ Status Run(const std::string& out, const std::string& dtype, int64_t train_steps
   HfWriteOptions w;
   w.dtype = dt == DType::kF64 ? "fp64" : "fp32";
   w.mtp_table_copies = false;
+  w.rope_length = kSeq;  // rope_scaling is written when YaRN applied at this length
   MOE_RETURN_IF_ERROR(WriteHfDirectory(m, ModelSource(model), out, w));
   const Tensor tokens = Tokens(m.vocab_size);
   MOE_RETURN_IF_ERROR(WriteTensors(JoinPath(out, "batch.safetensors"), {{"tokens", tokens}}));

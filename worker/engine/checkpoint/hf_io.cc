@@ -2,12 +2,15 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "common/file_util.h"
 #include "common/job_spec.h"
 #include "kernels/elementwise.h"
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/checkpoint/safetensors.h"
+#include "worker/engine/data/tokenizer.h"
+#include "worker/engine/parallel/local_communicator.h"
 
 namespace moe {
 namespace {
@@ -71,15 +74,77 @@ Status WriteFile(const std::vector<const HfTensor*>& tensors, const HfSource& so
   });
 }
 
+std::string TorchDtype(DType t) {
+  return t == DType::kBF16 ? "bfloat16" : t == DType::kF64 ? "float64" : "float32";
+}
+
+Node Bool(bool b) { return Node::Scalar(b ? "true" : "false"); }
+Node IntNode(int64_t v) { return Node::Scalar(std::to_string(v)); }
+
+// tokenizer.model, and tokenizer_config.json as transformers reads a SentencePiece model: the slow
+// LlamaTokenizer (it loads tokenizer.model and encodes as SentencePiece does with legacy: true).
+// Our documents carry no BOS (each ends with EOS), so none is added.
+Status WriteTokenizerFiles(const Tokenizer& tok, const std::string& out_dir,
+                           const HfWriteOptions& o) {
+  MOE_ASSIGN_OR_RETURN(const std::string bytes, ReadFileToString(tok.path()));
+  MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out_dir, "tokenizer.model"), bytes));
+  Node t = Node::Map();
+  t.Set("tokenizer_class", Node::Scalar("LlamaTokenizer", true));
+  const std::pair<const char*, int64_t> specials[] = {{"bos_token", tok.bos_id()},
+                                                      {"eos_token", tok.eos_id()},
+                                                      {"unk_token", tok.unk_id()},
+                                                      {"pad_token", tok.pad_id()}};
+  for (const auto& [key, id] : specials) {
+    if (id >= 0) t.Set(key, Node::Scalar(tok.Piece(id), true));
+  }
+  t.Set("add_bos_token", Bool(false));
+  t.Set("add_eos_token", Bool(false));
+  t.Set("legacy", Bool(true));
+  t.Set("clean_up_tokenization_spaces", Bool(false));
+  t.Set("model_max_length", IntNode(o.max_position_embeddings));
+  t.Set("sp_model_kwargs", Node::Map());
+  MOE_RETURN_IF_ERROR(
+      WriteFileAtomic(JoinPath(out_dir, "tokenizer_config.json"), ToJson(t, 2) + "\n"));
+  Node g = Node::Map();
+  if (tok.bos_id() >= 0) g.Set("bos_token_id", IntNode(tok.bos_id()));
+  if (tok.eos_id() >= 0) g.Set("eos_token_id", IntNode(tok.eos_id()));
+  if (tok.pad_id() >= 0) g.Set("pad_token_id", IntNode(tok.pad_id()));
+  return WriteFileAtomic(JoinPath(out_dir, "generation_config.json"), ToJson(g, 2) + "\n");
+}
+
+// config.json: the model, its rotary setup, the weights' dtype and the tokenizer's special ids.
+Status WriteConfig(const ModelConfig& m, const Tokenizer* tok, DType dtype,
+                   const std::string& out_dir, const HfWriteOptions& o) {
+  HfConfigInfo info;
+  info.max_position_embeddings = o.max_position_embeddings;
+  info.rope_length = o.rope_length;
+  info.torch_dtype = TorchDtype(dtype);
+  if (tok != nullptr) {
+    if (tok->vocab_size() > m.vocab_size) {
+      return InvalidArgumentError(
+          "tokenizer " + tok->path() + ": " + std::to_string(tok->vocab_size()) +
+          " pieces, more than the model's vocab_size " + std::to_string(m.vocab_size));
+    }
+    info.bos_token_id = tok->bos_id();
+    info.eos_token_id = tok->eos_id();
+  }
+  return WriteFileAtomic(JoinPath(out_dir, "config.json"), ToJson(HfConfig(m, info), 2) + "\n");
+}
+
 }  // namespace
 
 Status WriteHfDirectory(const ModelConfig& m, const HfSource& source, const std::string& out_dir,
                         const HfWriteOptions& o) {
   MOE_ASSIGN_OR_RETURN(auto type, OutputType(o.dtype));
   MOE_ASSIGN_OR_RETURN(std::vector<HfTensor> layout, HfLayout(m, o.mtp_table_copies));
+  std::optional<Tokenizer> tok;
+  if (!o.tokenizer.empty()) {
+    MOE_ASSIGN_OR_RETURN(Tokenizer t, Tokenizer::Load(o.tokenizer));
+    tok.emplace(std::move(t));
+  }
   MOE_RETURN_IF_ERROR(MakeDirs(out_dir));
-  MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out_dir, "config.json"),
-                                      ToJson(HfConfig(m, o.max_position_embeddings), 2) + "\n"));
+  MOE_RETURN_IF_ERROR(WriteConfig(m, tok ? &*tok : nullptr, type.first, out_dir, o));
+  if (tok) MOE_RETURN_IF_ERROR(WriteTokenizerFiles(*tok, out_dir, o));
   const auto files =
       SplitFiles(layout, static_cast<int64_t>(DTypeSize(type.first)), o.max_file_bytes);
   Node weight_map = Node::Map();
@@ -125,6 +190,17 @@ Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_di
   HfWriteOptions o = options;
   o.max_position_embeddings = std::max<int64_t>(
       spec.data.seq_length, spec.model.rope_scaling.original_max_position_embeddings);
+  o.rope_length = spec.data.seq_length;  // what the run built its rotary frequencies for
+  if (o.tokenizer.empty() && o.tokenizer_from_run && spec.data.source == "indexed") {
+    StatusOr<std::string> tok = RunTokenizerPath(spec.data.path);
+    if (!tok.ok()) {
+      return FailedPreconditionError(
+          "the run's tokenizer: " + tok.status().message() +
+          " (run from where the run's data.path resolves, or give --tokenizer FILE, or "
+          "--no-tokenizer)");
+    }
+    o.tokenizer = *tok;
+  }
   HfSource source = [&reader](const HfTensor& t, const Tensor& dst) {
     return reader.Read(t.engine_name, t.offset, dst);
   };
@@ -177,6 +253,7 @@ Status LoadHfWeights(const std::string& dir, Model& model, const ParallelContext
   (void)par;  // each rank reads its own experts: the expert ranges of its parameters say which
   MOE_ASSIGN_OR_RETURN(std::string config_text, ReadFileToString(JoinPath(dir, "config.json")));
   MOE_ASSIGN_OR_RETURN(Node config, ParseYaml(config_text));
+  MOE_RETURN_IF_ERROR(CheckHfConventions(config).WithPrefix("--init-from " + dir));
   MOE_RETURN_IF_ERROR(CheckHfConfig(config, model.config()).WithPrefix("--init-from " + dir));
   MOE_ASSIGN_OR_RETURN(SafetensorsDir weights, SafetensorsDir::Open(dir));
   MOE_ASSIGN_OR_RETURN(std::vector<HfTensor> layout,
@@ -197,6 +274,40 @@ Status LoadHfWeights(const std::string& dir, Model& model, const ParallelContext
   }
   model.params().SyncCompute();
   return OkStatus();
+}
+
+StatusOr<HfWriteOptions> HfRewriteOptions(const std::string& dir) {
+  HfWriteOptions o;
+  MOE_ASSIGN_OR_RETURN(const ModelConfig m, HfModelConfig(dir, &o.max_position_embeddings));
+  o.rope_length = o.max_position_embeddings;
+  if (PathExists(JoinPath(dir, "tokenizer.model"))) o.tokenizer = JoinPath(dir, "tokenizer.model");
+  MOE_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(JoinPath(dir, "config.json")));
+  MOE_ASSIGN_OR_RETURN(const Node c, ParseYaml(text));
+  const Node* d = c.Find("torch_dtype");
+  const std::string dtype = d == nullptr || d->IsNull() ? "bfloat16" : d->scalar();
+  if (dtype == "float32") {
+    o.dtype = "fp32";
+  } else if (dtype == "float64") {
+    o.dtype = "fp64";
+  } else if (dtype != "bfloat16") {
+    return InvalidArgumentError(dir + "/config.json: torch_dtype is " + dtype +
+                                ": supported: bfloat16, float32, float64");
+  }
+  MOE_ASSIGN_OR_RETURN(SafetensorsDir w, SafetensorsDir::Open(dir));
+  o.mtp_table_copies = m.MtpTrains() && w.Find("model.layers." + std::to_string(m.num_layers) +
+                                               ".embed_tokens.weight") != nullptr;
+  return o;
+}
+
+Status RewriteHfDirectory(const std::string& dir, const std::string& out_dir,
+                          const std::string& dtype) {
+  MOE_ASSIGN_OR_RETURN(const ModelConfig m, HfModelConfig(dir));
+  MOE_ASSIGN_OR_RETURN(HfWriteOptions o, HfRewriteOptions(dir));
+  if (!dtype.empty()) o.dtype = dtype;
+  LocalParallel local;
+  Model model(m, local.ctx, 0, o.dtype == "fp64" ? DType::kF64 : DType::kF32, Device::Cpu());
+  MOE_RETURN_IF_ERROR(LoadHfWeights(dir, model, local.ctx));
+  return WriteHfDirectory(m, ModelSource(model), out_dir, o);
 }
 
 Status LoadCheckpointWeights(const std::string& step_dir, Model& model) {
@@ -248,12 +359,14 @@ Status HfRopeScaling(const Node& c, RopeScalingConfig* r) {
 
 }  // namespace
 
-StatusOr<ModelConfig> HfModelConfig(const std::string& dir) {
+StatusOr<ModelConfig> HfModelConfig(const std::string& dir, int64_t* rope_length) {
   MOE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(JoinPath(dir, "config.json")));
   MOE_ASSIGN_OR_RETURN(Node c, ParseYaml(text));
+  MOE_RETURN_IF_ERROR(CheckHfConventions(c).WithPrefix(dir));
   ModelConfig m;
   auto& a = m.attention;
   auto& e = m.moe;
+  int64_t max_pos = 0;
   const std::pair<const char*, int64_t*> ints[] = {{"vocab_size", &m.vocab_size},
                                                    {"hidden_size", &m.hidden_size},
                                                    {"intermediate_size", &m.dense_ffn_hidden},
@@ -271,17 +384,29 @@ StatusOr<ModelConfig> HfModelConfig(const std::string& dir) {
                                                    {"qk_nope_head_dim", &a.qk_nope_head_dim},
                                                    {"qk_rope_head_dim", &a.qk_rope_head_dim},
                                                    {"v_head_dim", &a.v_head_dim},
-                                                   {"num_nextn_predict_layers", &m.mtp_depth}};
+                                                   {"num_nextn_predict_layers", &m.mtp_depth},
+                                                   {"max_position_embeddings", &max_pos}};
   for (const auto& [key, out] : ints) MOE_RETURN_IF_ERROR(HfInt(c, key, out));
   MOE_RETURN_IF_ERROR(HfDouble(c, "routed_scaling_factor", &e.route_scale));
   MOE_RETURN_IF_ERROR(HfDouble(c, "rope_theta", &m.rope_theta));
   MOE_RETURN_IF_ERROR(HfDouble(c, "rms_norm_eps", &m.norm_eps));
+  MOE_RETURN_IF_ERROR(HfDouble(c, "initializer_range", &m.init_std));
   MOE_RETURN_IF_ERROR(HfRopeScaling(c, &m.rope_scaling));
   if (const Node* s = c.Find("scoring_func"); s != nullptr && !s->IsNull())
     e.score_function = s->scalar();
+  // CheckHfConventions allowed noaux_tc (the bias), greedy and group_limited_greedy (none).
   if (const Node* t = c.Find("topk_method"); t != nullptr && !t->IsNull())
     e.expert_bias = t->scalar() == "noaux_tc";
   a.type = a.kv_lora_rank > 0 ? "mla" : "mha";
+  if (m.rope_scaling.type == "yarn" && max_pos <= m.rope_scaling.original_max_position_embeddings) {
+    return InvalidArgumentError(
+        dir + "/config.json: rope_scaling is given but max_position_embeddings " +
+        std::to_string(max_pos) + " does not exceed its original_max_position_embeddings " +
+        std::to_string(m.rope_scaling.original_max_position_embeddings) +
+        " (this engine applies YaRN only above the original length; transformers applies it "
+        "always)");
+  }
+  if (rope_length != nullptr) *rope_length = max_pos;
   MOE_RETURN_IF_ERROR(ValidateModel(m, dir + "/config.json"));
   MOE_RETURN_IF_ERROR(CheckHfConfig(c, m).WithPrefix(dir));
   return m;

@@ -32,8 +32,31 @@ struct HfTensor {
 // checkpoints carry them.
 StatusOr<std::vector<HfTensor>> HfLayout(const ModelConfig& m, bool mtp_table_copies);
 
-// config.json of `m` (model_type deepseek_v3, the reference file's keys).
-Node HfConfig(const ModelConfig& m, int64_t max_position_embeddings);
+// What config.json says beside the model's shape.
+struct HfConfigInfo {
+  int64_t max_position_embeddings = 4096;
+  // The sequence length the run computed its rotary frequencies for (ModelOptions::max_seq_len):
+  // YaRN applied when it exceeds rope_scaling.original_max_position_embeddings, and only then is
+  // rope_scaling written (transformers and DeepSeek's inference code apply YaRN whenever it is
+  // present). 0: max_position_embeddings.
+  int64_t rope_length = 0;
+  std::string torch_dtype = "bfloat16";          // the weights' dtype: bfloat16, float32 or float64
+  int64_t bos_token_id = -1, eos_token_id = -1;  // the tokenizer's (< 0: not written)
+
+  bool yarn_applied(const ModelConfig& m) const;
+};
+
+// config.json of `m` (model_type deepseek_v3, the reference file's keys, every routing and rotary
+// convention the weights assume written out).
+Node HfConfig(const ModelConfig& m, const HfConfigInfo& info);
+
+// The conventions of a config.json that this engine cannot run, refused by name
+// (INVALID_ARGUMENT naming the key, its value and what is supported): another model_type or
+// activation, tied embeddings, attention biases, moe_layer_freq != 1, rope_interleave false,
+// norm_topk_prob other than the scoring function implies, a topk_method other than noaux_tc /
+// greedy / group_limited_greedy (or one that disagrees with n_group), rope_scaling other than YaRN
+// or with mscale != mscale_all_dim, quantized weights.
+Status CheckHfConventions(const Node& config);
 
 // Checks that an HF config.json describes the same model as `m` (INVALID_ARGUMENT naming the first
 // key that differs, with both values).

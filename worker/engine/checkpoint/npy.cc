@@ -4,6 +4,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/file_util.h"
+
 namespace moe {
 namespace {
 
@@ -105,24 +107,16 @@ StatusOr<NpyInts> ReadNpyInts(const std::string& path) {
   return out;
 }
 
-StatusOr<std::unique_ptr<NpyFloatWriter>> NpyFloatWriter::Create(
-    const std::string& path, const std::vector<int64_t>& shape) {
-  std::unique_ptr<NpyFloatWriter> owner(new NpyFloatWriter());
-  NpyFloatWriter& w = *owner;
-  w.path_ = path;
-  w.f_ = std::fopen(path.c_str(), "wb");
-  if (w.f_ == nullptr) return UnavailableError(path + ": cannot create");
-  std::string dict =
-      std::string(1, kOpenBrace) + "'descr': '<f4', 'fortran_order': False, 'shape': " + kOpenParen;
-  w.expected_ = 1;
-  for (int64_t d : shape) {
-    dict += std::to_string(d) + ",";
-    w.expected_ *= d;
-  }
+namespace {
+
+// The .npy header (version 1.0: magic, 2 version bytes, 2 length bytes, then the dict padded with
+// spaces to a multiple of 64 bytes, ending in a newline) of a C-order array of `descr`.
+std::string NpyHeader(const char* descr, const std::vector<int64_t>& shape) {
+  std::string dict = std::string(1, kOpenBrace) + "'descr': '" + descr +
+                     "', 'fortran_order': False, 'shape': " + kOpenParen;
+  for (int64_t d : shape) dict += std::to_string(d) + ",";
   if (shape.size() > 1) dict.pop_back();
   dict += std::string(1, kCloseParen) + ", " + kCloseBrace;
-  // Version 1.0: magic, 2 version bytes, 2 length bytes, then the dict padded with spaces to a
-  // multiple of 64 bytes, ending in a newline.
   size_t total = 10 + dict.size() + 1;
   const size_t padded = (total + 63) / 64 * 64;
   dict += std::string(padded - total, ' ') + "\n";
@@ -130,10 +124,34 @@ StatusOr<std::unique_ptr<NpyFloatWriter>> NpyFloatWriter::Create(
   std::string prefix(kMagic, 6);
   prefix += std::string(1, '\x01') + std::string(1, '\0') + static_cast<char>(len & 0xff) +
             static_cast<char>(len >> 8);
-  if (std::fwrite(prefix.data(), 1, prefix.size(), w.f_) != prefix.size() ||
-      std::fwrite(dict.data(), 1, dict.size(), w.f_) != dict.size()) {
+  return prefix + dict;
+}
+
+}  // namespace
+
+Status WriteNpyInts(const std::string& path, const NpyInts& a) {
+  int64_t n = 1;
+  for (int64_t d : a.shape) n *= d;
+  if (n != static_cast<int64_t>(a.values.size()))
+    return InternalError(path + ": " + std::to_string(a.values.size()) + " values for a shape of " +
+                         std::to_string(n));
+  std::string bytes = NpyHeader("<i8", a.shape);
+  bytes.append(reinterpret_cast<const char*>(a.values.data()), a.values.size() * sizeof(int64_t));
+  return WriteFileAtomic(path, bytes);
+}
+
+StatusOr<std::unique_ptr<NpyFloatWriter>> NpyFloatWriter::Create(
+    const std::string& path, const std::vector<int64_t>& shape) {
+  std::unique_ptr<NpyFloatWriter> owner(new NpyFloatWriter());
+  NpyFloatWriter& w = *owner;
+  w.path_ = path;
+  w.f_ = std::fopen(path.c_str(), "wb");
+  if (w.f_ == nullptr) return UnavailableError(path + ": cannot create");
+  w.expected_ = 1;
+  for (int64_t d : shape) w.expected_ *= d;
+  const std::string header = NpyHeader("<f4", shape);
+  if (std::fwrite(header.data(), 1, header.size(), w.f_) != header.size())
     return UnavailableError(path + ": write failed");
-  }
   return owner;
 }
 

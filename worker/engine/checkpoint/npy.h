@@ -20,6 +20,9 @@ struct NpyInts {
 // Reads a C-order array of little-endian signed or unsigned integers (i1..i8, u1..u8).
 StatusOr<NpyInts> ReadNpyInts(const std::string& path);
 
+// Writes a C-order little-endian int64 array (what ReadNpyInts reads back).
+Status WriteNpyInts(const std::string& path, const NpyInts& a);
+
 // A streaming float32 writer: the header first (shape known), then the rows in order.
 class NpyFloatWriter {
  public:

@@ -8,10 +8,20 @@
 #include "kernels/attention.h"
 #include "kernels/attention_materialized.h"
 #include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "kernels/latent_attention.h"
 #include "kernels/rope.h"
 #include "worker/engine/model/rope_freqs.h"
 
 namespace moe {
+
+Tensor AttentionLayer::Decode(const Tensor& x, LayerKvCache& cache) {
+  (void)x;
+  (void)cache;
+  MOE_CHECK(false) << "this attention decodes without a cache (cache_width() is 0)";
+  return Tensor();
+}
+
 namespace {
 
 // The rotary frequencies of a layer, on its device, and the softmax scale they imply.
@@ -216,6 +226,32 @@ class MlaAttention final : public AttentionLayer {
     return dx;
   }
 
+  int64_t cache_width() const override { return a_.kv_lora_rank + a_.qk_rope_head_dim; }
+
+  // DeepSeek-V3's inference with the up-projections absorbed: the new positions' latents and
+  // rotated keys join the cache, each head's query is taken into the latent space through its
+  // slice of kv_b (W_uk), the attention runs over the cache rows themselves
+  // (kernels/latent_attention.h), and each head's latent output goes back out through its W_uv.
+  Tensor Decode(const Tensor& x, LayerKvCache& cache) override {
+    const int64_t n = x.dim(0), p0 = cache.length, r = a_.kv_lora_rank, dr = a_.qk_rope_head_dim;
+    MOE_CHECK(p0 + n <= cache.rows.dim(0) && cache.rows.dim(1) == r + dr)
+        << "the decoding cache holds " << cache.rows.dim(0) << " positions of " << cache.rows.dim(1)
+        << "; " << p0 << " + " << n << " of " << r + dr << " asked";
+    Tensor ckv;
+    Tensor k_rope = KeyLatent(x, n, &ckv, p0);
+    const Tensor fresh = cache.rows.Rows(p0, p0 + n);
+    kernels::CopyColumns(ckv, 0, fresh, 0, r);
+    kernels::CopyColumns(k_rope, 0, fresh, r, dr);
+    cache.length = p0 + n;
+    Tensor q = Linear(q_a_ != nullptr ? q_norm_->Forward(Linear(x, *q_a_)) : x, *q_b_);
+    kernels::RopeForward(q, n, heads_, a_.qk_nope_head_dim, rotary_.inv_freq,
+                         kernels::RopeLayout::kPairs, p0);
+    Tensor latent_out = Tensor::Empty({n, heads_ * r}, x.dtype(), x.device());
+    kernels::LatentAttentionDecode(AbsorbQueries(q), cache.rows.Rows(0, cache.length), heads_, r,
+                                   rotary_.scale, latent_out);
+    return Linear(LiftValues(latent_out), *o_);
+  }
+
  private:
   struct Saved {
     Tensor x, cq, ckv, k_rope;  // the input, the two latents (normed), the rotated shared key
@@ -224,16 +260,50 @@ class MlaAttention final : public AttentionLayer {
     int64_t batch = 0, seq = 0;
   };
 
+  // Per head, [q_nope . W_uk; q_rope]: q [n, H * dqk] -> [n, H * (r + d_r)].
+  Tensor AbsorbQueries(const Tensor& q) {
+    const int64_t n = q.dim(0), r = a_.kv_lora_rank, dr = a_.qk_rope_head_dim,
+                  dn = a_.qk_nope_head_dim, dqk = a_.qk_head_dim(), dv = a_.v_head_dim;
+    Tensor out = Tensor::Empty({n, heads_ * (r + dr)}, q.dtype(), q.device());
+    Tensor nope = Tensor::Empty({n, dn}, q.dtype(), q.device()),
+           absorbed = Tensor::Empty({n, r}, q.dtype(), q.device());
+    for (int64_t h = 0; h < heads_; ++h) {
+      kernels::CopyColumns(q, h * dqk, nope, 0, dn);
+      const Tensor w_uk = kv_b_->compute.Rows(h * (dn + dv), h * (dn + dv) + dn);  // [dn, r]
+      kernels::Gemm(nope, false, w_uk, false, absorbed);
+      kernels::CopyColumns(absorbed, 0, out, h * (r + dr), r);
+      kernels::CopyColumns(q, h * dqk + dn, out, h * (r + dr) + r, dr);
+    }
+    return out;
+  }
+
+  // Per head, the latent output through W_uv: [n, H * r] -> [n, H * dv].
+  Tensor LiftValues(const Tensor& latent_out) {
+    const int64_t n = latent_out.dim(0), r = a_.kv_lora_rank, dn = a_.qk_nope_head_dim,
+                  dv = a_.v_head_dim;
+    Tensor out = Tensor::Empty({n, heads_ * dv}, latent_out.dtype(), latent_out.device());
+    Tensor head_latent = Tensor::Empty({n, r}, latent_out.dtype(), latent_out.device()),
+           head_out = Tensor::Empty({n, dv}, latent_out.dtype(), latent_out.device());
+    for (int64_t h = 0; h < heads_; ++h) {
+      kernels::CopyColumns(latent_out, h * r, head_latent, 0, r);
+      const Tensor w_uv = kv_b_->compute.Rows(h * (dn + dv) + dn, (h + 1) * (dn + dv));  // [dv, r]
+      kernels::Gemm(head_latent, false, w_uv, true, head_out);
+      kernels::CopyColumns(head_out, 0, out, h * dv, dv);
+    }
+    return out;
+  }
+
   // The joint down-projection [T, r_kv + d_r]: the kv latent (normed, into *ckv) and the one rotary
-  // key (rotated, returned).
-  Tensor KeyLatent(const Tensor& x, int64_t seq_len, Tensor* ckv) {
+  // key (rotated from position first_position on, returned).
+  Tensor KeyLatent(const Tensor& x, int64_t seq_len, Tensor* ckv, int64_t first_position = 0) {
     const int64_t t = x.dim(0), r = a_.kv_lora_rank, dr = a_.qk_rope_head_dim;
     Tensor a = Linear(x, *kv_a_);
     Tensor latent = Tensor::Empty({t, r}, x.dtype(), x.device()),
            k_rope = Tensor::Empty({t, dr}, x.dtype(), x.device());
     kernels::CopyColumns(a, 0, latent, 0, r);
     kernels::CopyColumns(a, r, k_rope, 0, dr);
-    kernels::RopeForward(k_rope, seq_len, 1, 0, rotary_.inv_freq, kernels::RopeLayout::kPairs);
+    kernels::RopeForward(k_rope, seq_len, 1, 0, rotary_.inv_freq, kernels::RopeLayout::kPairs,
+                         first_position);
     *ckv = kv_norm_->Forward(latent);
     return k_rope;
   }

@@ -40,6 +40,21 @@ StatusOr<Tensor> TransformerBlock::Compute(const Tensor& x, int64_t batch, int64
   Tensor a = attn_->Forward(attn_norm_->Forward(x), batch, seq_len);
   Tensor x1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
   kernels::Add(x1, x, a);
+  return FeedForward(x1, batch, seq_len, aux_coeff, stats);
+}
+
+StatusOr<Tensor> TransformerBlock::Decode(const Tensor& x, LayerKvCache& cache) {
+  MOE_CHECK(!GradEnabled()) << "TransformerBlock::Decode runs under a NoGradScope";
+  Tensor a = attn_->Decode(attn_norm_->Forward(x), cache);
+  Tensor x1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  kernels::Add(x1, x, a);
+  MoeStats stats;
+  stats.want_aux = false;
+  return FeedForward(x1, 1, x.dim(0), 0.0, &stats);
+}
+
+StatusOr<Tensor> TransformerBlock::FeedForward(const Tensor& x1, int64_t batch, int64_t seq_len,
+                                               double aux_coeff, MoeStats* stats) {
   Tensor u = ffn_norm_->Forward(x1);
   Tensor f;
   if (moe_) {

@@ -29,11 +29,18 @@ class TransformerBlock {
   StatusOr<Tensor> Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff,
                            MoeStats* stats);
   StatusOr<Tensor> Backward(const Tensor& dy);
+  // Inference (no gradients): the next x.dim(0) positions of one sequence [n, h] through the block,
+  // attending with `cache` (AttentionLayer::Decode), which they join.
+  StatusOr<Tensor> Decode(const Tensor& x, LayerKvCache& cache);
+  int64_t cache_width() const { return attn_->cache_width(); }
   MoeLayer* moe() const { return moe_.get(); }
 
  private:
   StatusOr<Tensor> Compute(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff,
                            MoeStats* stats);
+  // The FFN half: x1 + ffn(norm(x1)).
+  StatusOr<Tensor> FeedForward(const Tensor& x1, int64_t batch, int64_t seq_len, double aux_coeff,
+                               MoeStats* stats);
   // With full recompute: the block's input and shape, to run its forward again before the backward.
   struct Saved {
     Tensor x;

@@ -249,6 +249,38 @@ StatusOr<double> Model::WholeModel(const Tensor& tokens, const Tensor& targets,
   return loss;
 }
 
+StatusOr<DecodeCache> Model::NewDecodeCache(int64_t capacity) const {
+  if (chunks_.size() != 1 || !chunks_[0]->layout.embedding || !chunks_[0]->layout.loss)
+    return FailedPreconditionError("decoding needs the whole model on one rank");
+  const int64_t width = chunks_[0]->blocks.empty() ? 0 : chunks_[0]->blocks[0]->cache_width();
+  if (width == 0) {
+    return FailedPreconditionError("model.attention.type " + cfg_.attention.type +
+                                   " keeps no decoding cache (mla does)");
+  }
+  if (capacity <= 0) return InvalidArgumentError("a decoding cache needs a capacity > 0");
+  DecodeCache cache;
+  for (size_t l = 0; l < chunks_[0]->blocks.size(); ++l)
+    cache.layers.push_back({Tensor::Empty({capacity, width}, compute_, device_), 0});
+  return cache;
+}
+
+StatusOr<Tensor> Model::Decode(const Tensor& tokens, DecodeCache& cache) {
+  Chunk& c = *chunks_.at(0);
+  const int64_t n = tokens.numel();
+  if (cache.layers.size() != c.blocks.size() || cache.length() + n > cache.capacity()) {
+    return FailedPreconditionError("the decoding cache holds " + std::to_string(cache.capacity()) +
+                                   " positions; " + std::to_string(cache.length()) + " + " +
+                                   std::to_string(n) + " asked");
+  }
+  NoGradScope inference;
+  Tensor x = Tensor::Empty({n, cfg_.hidden_size}, compute_, device_);
+  kernels::EmbeddingForward(c.embedding->compute, tokens.Reshape({n}), x);
+  for (size_t i = 0; i < c.blocks.size(); ++i) {
+    MOE_ASSIGN_OR_RETURN(x, c.blocks[i]->Decode(x, cache.layers[i]));
+  }
+  return Linear(c.final_norm->Forward(x), c.head->compute, dtype_);
+}
+
 StatusOr<MicroBatchResult> Model::ForwardBackward(const Tensor& tokens, const Tensor& targets,
                                                   const LossScales& scales) {
   MicroBatchResult result;

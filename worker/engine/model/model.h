@@ -61,6 +61,15 @@ struct ModelOptions {
 
 class MtpDepth;
 
+// Inference: one sequence's cache of past positions, one LayerKvCache per block.
+struct DecodeCache {
+  std::vector<LayerKvCache> layers;
+  int64_t length() const { return layers.empty() ? 0 : layers[0].length; }
+  int64_t capacity() const { return layers.empty() ? 0 : layers[0].rows.dim(0); }
+  // Values each position keeps in each layer (MLA: kv_lora_rank + qk_rope_head_dim).
+  int64_t values_per_layer() const { return layers.empty() ? 0 : layers[0].rows.dim(1); }
+};
+
 class Model {
  public:
   // Builds and initialises this rank's parameters from `seed`: the blocks of its pipeline chunks
@@ -84,6 +93,13 @@ class Model {
   // (optional) receives the parts.
   StatusOr<double> Loss(const Tensor& tokens, const Tensor& targets, const LossScales& scales,
                         MicroBatchResult* result = nullptr);
+  // Inference on one sequence, the whole model on this rank (pipeline_parallel 1), no MTP:
+  // a cache for up to `capacity` positions (FAILED_PRECONDITION when the attention keeps none: an
+  // MHA model decodes by running Loss over the whole prefix), and the logits [n, V] (master dtype,
+  // on the model's device) of the sequence's next n positions given their tokens (i32 [n] on the
+  // model's device), which join the cache.
+  StatusOr<DecodeCache> NewDecodeCache(int64_t capacity) const;
+  StatusOr<Tensor> Decode(const Tensor& tokens, DecodeCache& cache);
   // The main head's logits of the last forward-only pass ([batch * seq_len, V], fp32 or f64): what
   // Loss() computed (ForwardBackward turns its logits into their gradient).
   const Tensor& last_logits() const { return last_logits_; }

@@ -1,8 +1,8 @@
 // moe-eval: the loss of stored weights on data or on given tokens.
 //
 //   moe-eval (--checkpoint DIR | --hf DIR)
-//            (--data PREFIX [--split valid|test|train|all] [--batches N] | --tokens FILE.npy
-//            [--dump-logits FILE.npy])
+//            (--data PREFIX [--split valid|test|train|all] [--batches N] [--dump-tokens FILE.npy]
+//             | --tokens FILE.npy [--dump-logits FILE.npy])
 //            [--seq-length N] [--batch-size N] [--device cpu|cuda|cuda:N] [--precision fp32|bf16]
 //            [--threads T]
 //
@@ -10,9 +10,14 @@
 // step_* directory), whatever layout wrote them, and the data shape (seq_length, global and micro
 // batch, the split) from the job they were written for: the same batches as the run's own
 // evaluation, so the loss is the run's last eval loss (bitwise in fp32 for a W = 1 run). --hf takes
-// a DeepseekV3 directory (config.json + safetensors). --tokens scores an integer array [sequences,
-// positions]: the mean cross-entropy of each position's prediction of the next token; --dump-logits
-// writes the float32 logits [sequences, positions, vocab] as .npy. One process; it refuses a model
+// a DeepseekV3 directory (config.json + safetensors), alone (--tokens, or --data with the shape
+// flags) or with the --job it was trained by. Both build the model the weights were trained as:
+// the rotary frequencies of the run's sequence length (YaRN when it applied), whatever the scored
+// sequences' length. --tokens scores an integer array [sequences, positions]: the mean
+// cross-entropy of each position's prediction of the next (positions 0..P-2, by the same evaluator
+// and micro-batches as --data: --data --dump-tokens writes the sequences it scored, and --tokens of
+// them prints the same loss, bit for bit); --dump-logits writes the float32 logits of the scored
+// positions [sequences, positions - 1, vocab] as .npy. One process; it refuses a model
 // that does not fit in this machine's memory, with both figures. Exit codes as moe-train's
 // (common/rank_end.h).
 #include <unistd.h>
@@ -40,8 +45,8 @@
 namespace {
 
 struct Flags {
-  std::string checkpoint, hf, job, data, split, tokens, dump_logits, device = "cpu", precision,
-                                                                     log_level = "warning";
+  std::string checkpoint, hf, job, data, split, tokens, dump_logits, dump_tokens,
+      device = "cpu", precision, log_level = "warning";
   int64_t batches = 0, seq_length = 0, batch_size = 0, threads = 0;
 };
 
@@ -70,10 +75,15 @@ moe::Status Parse(int argc, char** argv, Flags* f, bool* help, std::string* usag
   args.AddString(
       "dump-logits", &f->dump_logits,
       "with --tokens: write the float32 logits [sequences, positions, vocab] here (.npy)");
+  args.AddString(
+      "dump-tokens", &f->dump_tokens,
+      "with --data: write the sequences scored, int64 [sequences, seq_length + 1] (.npy; "
+      "--tokens of it scores them again)");
   args.AddInt("seq-length", &f->seq_length,
               "with --data: tokens per sequence (default: the job's; 256 with --hf)");
   args.AddInt("batch-size", &f->batch_size,
-              "with --data: sequences per batch (default: the job's global batch; 8 with --hf)");
+              "sequences per batch (default: the job's global batch; 8 with --hf); --tokens runs "
+              "them in micro-batches of this size");
   args.AddString("device", &f->device, "cpu (default), cuda or cuda:N");
   args.AddString("precision", &f->precision, "fp32 or bf16 (default: bf16 on cuda, fp32 on cpu)");
   args.AddInt("threads", &f->threads, "CPU threads (default: all cores)");
@@ -88,6 +98,8 @@ moe::Status Parse(int argc, char** argv, Flags* f, bool* help, std::string* usag
     return moe::InvalidArgumentError("--data or --tokens: give exactly one");
   if (!f->dump_logits.empty() && f->tokens.empty())
     return moe::InvalidArgumentError("--dump-logits: only with --tokens");
+  if (!f->dump_tokens.empty() && f->data.empty())
+    return moe::InvalidArgumentError("--dump-tokens: only with --data");
   if (!f->job.empty() && f->hf.empty())
     return moe::InvalidArgumentError("--job: only with --hf (a checkpoint carries its job)");
   if (f->split.empty()) f->split = !f->hf.empty() && f->job.empty() ? "all" : "valid";
@@ -106,21 +118,29 @@ moe::Status Parse(int argc, char** argv, Flags* f, bool* help, std::string* usag
 }
 
 // The job the weights came from (--checkpoint) or one around the --hf model, shaped by the flags,
-// at W = 1.
-moe::StatusOr<moe::JobSpec> EvalSpec(const Flags& f, std::string* step_dir) {
+// at W = 1. *rope_length: the sequence length the weights' rotary frequencies were built for (the
+// run's seq_length, or the HF config's max_position_embeddings): whatever is scored, by --data or
+// --tokens, the model is the one that was trained, YaRN included when it applied.
+moe::StatusOr<moe::JobSpec> EvalSpec(const Flags& f, std::string* step_dir, int64_t* rope_length) {
   moe::JobSpec spec;
   if (!f.checkpoint.empty()) {
     MOE_ASSIGN_OR_RETURN(spec, moe::CheckpointJobSpec(f.checkpoint, step_dir));
-  } else if (!f.job.empty()) {
-    MOE_ASSIGN_OR_RETURN(spec,
-                         moe::LoadJobSpecFile(f.job));  // its model is checked against config.json
+    *rope_length = spec.data.seq_length;
   } else {
-    MOE_ASSIGN_OR_RETURN(spec.model, moe::HfModelConfig(f.hf));
-    spec.name = "moe-eval";
-    spec.data.seq_length = 256;
-    spec.data.global_batch_size = spec.data.micro_batch_size = 8;
-    spec.data.split = "";
+    MOE_ASSIGN_OR_RETURN(const moe::ModelConfig hf_model, moe::HfModelConfig(f.hf, rope_length));
+    if (!f.job.empty()) {
+      MOE_ASSIGN_OR_RETURN(
+          spec,
+          moe::LoadJobSpecFile(f.job));  // its model is checked against config.json
+    } else {
+      spec.model = hf_model;
+      spec.name = "moe-eval";
+      spec.data.seq_length = 256;
+      spec.data.global_batch_size = spec.data.micro_batch_size = 8;
+      spec.data.split = "";
+    }
   }
+  if (!f.tokens.empty()) spec.data.source = "synthetic";  // no dataset is read
   spec.parallelism = moe::ParallelismConfig();
   spec.data.batch_ramp = moe::BatchRampConfig();
   spec.training.eval_interval = 0;
@@ -192,20 +212,37 @@ moe::Status EvalData(const Flags& f, moe::JobSpec spec, moe::Model& model,
                static_cast<long long>(batches), static_cast<long long>(spec.data.global_batch_size),
                static_cast<long long>(spec.data.seq_length), moe::DataSplitName(which),
                spec.data.path.c_str());
+  // The sequences scored, each with its last target: [sequences, seq_length + 1].
+  moe::NpyInts scored;
+  const int64_t s = spec.data.seq_length;
+  auto keep = [&](const moe::Tensor& tokens, const moe::Tensor& targets) {
+    for (int64_t b = 0; b < tokens.dim(0); ++b) {
+      for (int64_t i = 0; i < s; ++i) scored.values.push_back(tokens.data<int32_t>()[b * s + i]);
+      scored.values.push_back(targets.data<int32_t>()[b * s + s - 1]);
+    }
+  };
   MOE_ASSIGN_OR_RETURN(const moe::EvalResult r,
-                       moe::EvaluateBatches(model, ctx, spec, *sampler, batches));
+                       moe::EvaluateBatches(model, ctx, spec, *sampler, batches,
+                                            f.dump_tokens.empty() ? moe::EvalBatchFn() : keep));
   PrintResult(r, model);
+  if (f.dump_tokens.empty()) return moe::OkStatus();
+  scored.shape = {static_cast<int64_t>(scored.values.size()) / (s + 1), s + 1};
+  MOE_RETURN_IF_ERROR(moe::WriteNpyInts(f.dump_tokens, scored));
+  std::fprintf(stderr, "moe-eval: wrote %s (int64 [%lld, %lld])\n", f.dump_tokens.c_str(),
+               static_cast<long long>(scored.shape[0]), static_cast<long long>(scored.shape[1]));
   return moe::OkStatus();
 }
 
-// Each sequence alone: its logits for every position, and the cross-entropy of positions 0..P-2
-// against the next token, in double precision from those logits.
-moe::Status EvalTokens(const Flags& f, moe::Model& model) {
+// The array's sequences [n, P] as micro-batches of the job's micro_batch_size (the last may be
+// smaller): inputs are positions 0..P-2, targets 1..P-1, through the same Evaluator as --data, so
+// the same sequences give the same loss bit for bit (moe-eval --data --dump-tokens writes them).
+moe::Status EvalTokens(const Flags& f, const moe::JobSpec& spec, moe::Model& model,
+                       const moe::ParallelContext& ctx) {
   MOE_ASSIGN_OR_RETURN(const moe::NpyInts t, moe::ReadNpyInts(f.tokens));
   if (t.shape.size() != 2 || t.shape[1] < 2)
     return moe::InvalidArgumentError("--tokens: expected [sequences, positions >= 2], got " +
                                      std::to_string(t.shape.size()) + " dims");
-  const int64_t n = t.shape[0], p = t.shape[1], v = model.config().vocab_size;
+  const int64_t n = t.shape[0], p = t.shape[1], s = p - 1, v = model.config().vocab_size;
   for (int64_t x : t.values) {
     if (x < 0 || x >= v)
       return moe::InvalidArgumentError("--tokens: token id " + std::to_string(x) +
@@ -213,51 +250,44 @@ moe::Status EvalTokens(const Flags& f, moe::Model& model) {
   }
   std::unique_ptr<moe::NpyFloatWriter> dump;
   if (!f.dump_logits.empty()) {
-    MOE_ASSIGN_OR_RETURN(dump, moe::NpyFloatWriter::Create(f.dump_logits, {n, p, v}));
+    MOE_ASSIGN_OR_RETURN(dump, moe::NpyFloatWriter::Create(f.dump_logits, {n, s, v}));
   }
-  moe::NoGradScope no_grad;
-  double ce = 0;
-  moe::Tensor tokens = moe::Tensor::Empty({1, p}, moe::DType::kI32),
-              targets = moe::Tensor::Empty({1, p}, moe::DType::kI32);
-  for (int64_t s = 0; s < n; ++s) {
-    for (int64_t i = 0; i < p; ++i) {
-      tokens.data<int32_t>()[i] = static_cast<int32_t>(t.values[static_cast<size_t>(s * p + i)]);
-      targets.data<int32_t>()[i] =
-          static_cast<int32_t>(t.values[static_cast<size_t>(s * p + std::min(i + 1, p - 1))]);
+  moe::Evaluator eval(model, ctx, 1);
+  const int64_t mbs = std::max<int64_t>(1, spec.data.micro_batch_size);
+  const moe::Device dev = model.device();
+  for (int64_t first = 0; first < n; first += mbs) {
+    const int64_t b = std::min(mbs, n - first);
+    moe::Tensor tokens = moe::Tensor::Empty({b, s}, moe::DType::kI32),
+                targets = moe::Tensor::Empty({b, s}, moe::DType::kI32);
+    for (int64_t r = 0; r < b; ++r) {
+      for (int64_t i = 0; i < s; ++i) {
+        const auto at = static_cast<size_t>((first + r) * p + i);
+        tokens.data<int32_t>()[r * s + i] = static_cast<int32_t>(t.values[at]);
+        targets.data<int32_t>()[r * s + i] = static_cast<int32_t>(t.values[at + 1]);
+      }
     }
-    const moe::Device dev = model.device();
-    MOE_RETURN_IF_ERROR(model
-                            .Loss(dev.is_cpu() ? tokens : tokens.Clone(dev),
-                                  dev.is_cpu() ? targets : targets.Clone(dev),
-                                  moe::ForwardOnlyScales(model))
-                            .status());
-    const moe::Tensor logits = model.last_logits().Clone(moe::Device::Cpu());
-    moe::Tensor f32 = moe::Tensor::Empty(logits.shape(), moe::DType::kF32);
-    moe::kernels::Convert(logits, f32);
-    const float* z = f32.data<float>();
-    for (int64_t i = 0; i + 1 < p; ++i) {
-      const float* row = z + i * v;
-      const double mx = *std::max_element(row, row + v);
-      double sum = 0;
-      for (int64_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(row[j]) - mx);
-      ce += mx + std::log(sum) - static_cast<double>(row[targets.data<int32_t>()[i]]);
+    MOE_RETURN_IF_ERROR(eval.Add(dev.is_cpu() ? tokens : tokens.Clone(dev),
+                                 dev.is_cpu() ? targets : targets.Clone(dev)));
+    if (dump) {
+      const moe::Tensor logits = model.last_logits().Clone(moe::Device::Cpu());
+      moe::Tensor f32 = moe::Tensor::Empty(logits.shape(), moe::DType::kF32);
+      moe::kernels::Convert(logits, f32);
+      MOE_RETURN_IF_ERROR(dump->Append(f32.data<float>(), b * s * v));
     }
-    if (dump) MOE_RETURN_IF_ERROR(dump->Append(z, p * v));
   }
+  MOE_ASSIGN_OR_RETURN(const moe::EvalResult r, eval.Finish());
   if (dump) MOE_RETURN_IF_ERROR(dump->Close());
-  moe::EvalResult r;
-  r.tokens = n * (p - 1);
-  r.loss = ce / static_cast<double>(r.tokens);
   PrintResult(r, model);
   if (dump)
     std::fprintf(stderr, "moe-eval: wrote %s (float32 [%lld, %lld, %lld])\n", f.dump_logits.c_str(),
-                 static_cast<long long>(n), static_cast<long long>(p), static_cast<long long>(v));
+                 static_cast<long long>(n), static_cast<long long>(s), static_cast<long long>(v));
   return moe::OkStatus();
 }
 
 moe::Status Run(const Flags& f) {
   std::string step_dir;
-  MOE_ASSIGN_OR_RETURN(moe::JobSpec spec, EvalSpec(f, &step_dir));
+  int64_t rope_length = 0;
+  MOE_ASSIGN_OR_RETURN(moe::JobSpec spec, EvalSpec(f, &step_dir, &rope_length));
   MOE_ASSIGN_OR_RETURN(const moe::DevicePlacement place, moe::PlaceRank(f.device, f.precision, 0));
   MOE_RETURN_IF_ERROR(CheckFits(spec, place));
   moe::kernels::SetNumThreads(
@@ -269,7 +299,7 @@ moe::Status Run(const Flags& f) {
   moe::ModelOptions mo;
   mo.device = place.device;
   mo.compute = place.compute;
-  mo.max_seq_len = f.tokens.empty() ? spec.data.seq_length : 0;
+  mo.max_seq_len = rope_length;  // the same model by --data and by --tokens
   moe::Model model(spec.model, local.ctx, spec.training.seed, mo);
   if (!f.checkpoint.empty()) {
     MOE_RETURN_IF_ERROR(moe::LoadCheckpointWeights(step_dir, model));
@@ -280,7 +310,8 @@ moe::Status Run(const Flags& f) {
     std::fprintf(stderr, "moe-eval: weights of %s on %s, %s\n", f.hf.c_str(), place.name.c_str(),
                  place.precision.c_str());
   }
-  return f.tokens.empty() ? EvalData(f, spec, model, local.ctx) : EvalTokens(f, model);
+  return f.tokens.empty() ? EvalData(f, spec, model, local.ctx)
+                          : EvalTokens(f, spec, model, local.ctx);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -89,7 +90,9 @@ std::vector<std::string> SplitDocuments(const std::string& text) {
 
 bool LooksBinary(const std::string& s) { return s.find('\0') != std::string::npos; }
 
-// --split: the train, valid and test ranges of the dataset at `prefix` (Megatron's document split).
+// --split: the train, valid and test ranges of the dataset at `prefix`. Megatron's split is by
+// documents, so each range's share of the tokens follows its documents' lengths: it is printed, and
+// a share more than 5 points off its weight is called out (a corpus of a few long documents).
 int PrintSplit(const std::string& prefix, const std::string& split) {
   auto weights = moe::ParseSplit(split, "--split");
   if (!weights.ok()) return Fail(weights.status().message());
@@ -98,14 +101,32 @@ int PrintSplit(const std::string& prefix, const std::string& split) {
   std::printf("split %s of %s: %lld documents, %lld tokens\n", split.c_str(), prefix.c_str(),
               static_cast<long long>((*ds)->num_documents()),
               static_cast<long long>((*ds)->num_tokens()));
+  const double total_weight = (*weights)[0] + (*weights)[1] + (*weights)[2];
+  const double tokens = static_cast<double>(std::max<int64_t>((*ds)->num_tokens(), 1));
+  std::string notes;
+  int i = 0;
   for (moe::DataSplit s : {moe::DataSplit::kTrain, moe::DataSplit::kValid, moe::DataSplit::kTest}) {
     const moe::DataRange r = moe::SplitRange(**ds, *weights, s);
-    std::printf("  %-5s documents %lld-%lld (%lld), tokens %lld-%lld (%lld)\n",
-                moe::DataSplitName(s), static_cast<long long>(r.first_doc),
-                static_cast<long long>(r.end_doc), static_cast<long long>(r.end_doc - r.first_doc),
-                static_cast<long long>(r.begin_token), static_cast<long long>(r.end_token),
-                static_cast<long long>(r.end_token - r.begin_token));
+    const double share = 100.0 * static_cast<double>(r.end_token - r.begin_token) / tokens;
+    const double want = 100.0 * (*weights)[static_cast<size_t>(i++)] / total_weight;
+    std::printf(
+        "  %-5s documents %lld-%lld (%lld), tokens %lld-%lld (%lld): %.1f %% of the tokens\n",
+        moe::DataSplitName(s), static_cast<long long>(r.first_doc),
+        static_cast<long long>(r.end_doc), static_cast<long long>(r.end_doc - r.first_doc),
+        static_cast<long long>(r.begin_token), static_cast<long long>(r.end_token),
+        static_cast<long long>(r.end_token - r.begin_token), share);
+    if (std::abs(share - want) > 5) {
+      char buf[200];
+      std::snprintf(buf, sizeof(buf),
+                    "  note: %s holds %.1f %% of the tokens for a weight of %.1f %%\n",
+                    moe::DataSplitName(s), share, want);
+      notes += buf;
+    }
   }
+  std::printf(
+      "(the split is by documents, as Megatron's: the token shares follow the documents' "
+      "lengths)\n%s",
+      notes.c_str());
   return 0;
 }
 
@@ -240,7 +261,8 @@ int main(int argc, char** argv) {
               "vocabulary of the BPE tokenizer to train (default 2048)");
   args.AddString(
       "split", &f.split,
-      "print the train/valid/test documents and tokens of data.split weights (\"969,30,1\"); "
+      "print the train/valid/test documents and tokens of data.split weights (\"969,30,1\"; "
+      "the split is by documents, so the token shares follow their lengths); "
       "without --input, of the existing dataset at --output");
   args.Require("output");
   if (moe::Status st = args.Parse(argc, argv); !st.ok()) return Fail(st.message());

@@ -102,7 +102,8 @@ StatusOr<EvalResult> Evaluator::Finish() {
 }
 
 StatusOr<EvalResult> EvaluateBatches(Model& model, const ParallelContext& par, const JobSpec& spec,
-                                     BatchSampler& sampler, int64_t batches) {
+                                     BatchSampler& sampler, int64_t batches,
+                                     const EvalBatchFn& seen) {
   const int64_t gbs = spec.data.global_batch_size, mbs = spec.data.micro_batch_size,
                 seq = spec.data.seq_length;
   const int64_t per_rank = gbs / par.dp_size();
@@ -113,6 +114,7 @@ StatusOr<EvalResult> EvaluateBatches(Model& model, const ParallelContext& par, c
     for (int64_t m = 0; m < per_rank / mbs; ++m) {
       sampler.MicroBatch(b * gbs, per_rank, par.dp_rank(), m, tokens.data<int32_t>(),
                          targets.data<int32_t>());
+      if (seen) seen(tokens, targets);
       const Device dev = model.device();
       MOE_RETURN_IF_ERROR(eval.Add(dev.is_cpu() ? tokens : tokens.Clone(dev),
                                    dev.is_cpu() ? targets : targets.Clone(dev)));

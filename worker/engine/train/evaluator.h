@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/job_spec.h"
@@ -52,7 +53,10 @@ class Evaluator {
 
 // `batches` global batches of `sampler` (in order, from its first sample) at the job's data shape
 // (seq_length, micro_batch_size, global_batch_size; this data-parallel rank's slice), evaluated.
+// `seen` (optional) gets each micro-batch's host tokens and targets (i32 [micro_batch, seq]).
+using EvalBatchFn = std::function<void(const Tensor& tokens, const Tensor& targets)>;
 StatusOr<EvalResult> EvaluateBatches(Model& model, const ParallelContext& par, const JobSpec& spec,
-                                     BatchSampler& sampler, int64_t batches);
+                                     BatchSampler& sampler, int64_t batches,
+                                     const EvalBatchFn& seen = nullptr);
 
 }  // namespace moe
