@@ -1,6 +1,7 @@
 #include "worker/engine/model/param.h"
 
 #include "kernels/elementwise.h"
+#include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/memory_stats.h"
 #include "worker/engine/model/rng.h"
@@ -93,6 +94,12 @@ Tensor As2d(const Tensor& t) {
 void GradSink::AddGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b) {
   if (!accum_.defined()) return kernels::Gemm(a, trans_a, b, trans_b, As2d(tensor()), 1.0, 1.0);
   kernels::GemmAccumulate(a, trans_a, b, trans_b, As2d(accum_));
+}
+
+void GradSink::AddEmbedding(const Tensor& dout, const Tensor& ids) {
+  if (!accum_.defined() || grad_.dtype() != DType::kF32 || dout.dtype() == DType::kF64)
+    return kernels::EmbeddingBackward(dout, ids, tensor());
+  kernels::EmbeddingBackwardAccumulate(dout, ids, accum_);
 }
 
 void GradSink::Commit() {
