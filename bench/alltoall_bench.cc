@@ -1,8 +1,12 @@
 // MoE token dispatch + combine over Gloo on loopback: two ranks (processes), tokens 4096, hidden
 // 1024, top-8 of 16 experts (EP 2), fp32 rows. Reports throughput and, as the ratio, against the
-// data-movement floor measured in the same run: a memcpy of the same bytes on this machine.
+// data-movement floor measured in the same run: a memcpy of the same bytes on this machine. Then,
+// between the same two ranks, deterministic training's gradient reductions: an f64 all-reduce and
+// reduce-scatter of --reduce-mb, as the buffer's bytes per second per rank and against the token
+// all-to-all's wire rate of the same run.
 //
 //   moe-bench-alltoall [--tokens 4096] [--hidden 1024] [--top-k 8] [--experts 16] [--iters 10]
+//                      [--reduce-mb 256]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,8 +31,35 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Median seconds of `iters` calls of fn after a warm-up call, the ranks aligned by a barrier.
+template <typename Fn>
+double MedianSeconds(moe::Communicator* comm, int iters, Fn&& fn) {
+  std::vector<double> times;
+  for (int it = 0; it < iters + 1; ++it) {
+    (void)comm->Barrier();
+    const double t0 = Now();
+    if (!fn()) return -1;
+    if (it > 0) times.push_back(Now() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// The f64 all-reduce's and reduce-scatter's medians over a buffer of `mb` MiB (fp32 values, as
+// gradients are, so that the sums stay exact).
+void TimeReductions(moe::Communicator* comm, int64_t mb, int iters, double* all_reduce,
+                    double* reduce_scatter) {
+  const int64_t n = mb * 1024 * 1024 / 8;
+  moe::Tensor g = moe::Tensor::Empty({n}, moe::DType::kF64);
+  for (int64_t i = 0; i < n; ++i) g.data<double>()[i] = static_cast<float>(i % 977) * 1e-3f;
+  *all_reduce = MedianSeconds(comm, iters, [&] { return comm->AllReduceSum(g).ok(); });
+  const std::vector<int64_t> counts = {n / 2, n - n / 2};
+  *reduce_scatter =
+      MedianSeconds(comm, iters, [&] { return comm->ReduceScatterSum(g, counts).ok(); });
+}
+
 int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, int64_t k,
-            int64_t experts, int iters, int fd) {
+            int64_t experts, int iters, int64_t reduce_mb, int fd) {
   moe::FileStore store(dir);
   moe::GroupOptions o;
   o.timeout_seconds = 120;
@@ -84,8 +115,15 @@ int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, in
     copies.push_back(Now() - t0);
   }
   std::sort(copies.begin(), copies.end());
-  double result[4] = {median, copies[copies.size() / 2], static_cast<double>(remote_rows),
-                      static_cast<double>(bytes)};
+  double all_reduce = 0, reduce_scatter = 0;
+  TimeReductions(comm->get(), reduce_mb, 3, &all_reduce, &reduce_scatter);
+  if (all_reduce < 0 || reduce_scatter < 0) return 1;
+  double result[6] = {median,
+                      copies[copies.size() / 2],
+                      static_cast<double>(remote_rows),
+                      static_cast<double>(bytes),
+                      all_reduce,
+                      reduce_scatter};
   if (write(fd, result, sizeof(result)) != sizeof(result)) return 1;
   return 0;
 }
@@ -93,7 +131,7 @@ int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, in
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t tokens = 4096, hidden = 1024, k = 8, experts = 16, iters = 10;
+  int64_t tokens = 4096, hidden = 1024, k = 8, experts = 16, iters = 10, reduce_mb = 256;
   moe::ArgParser args("moe-bench-alltoall",
                       "MoE dispatch + combine throughput over Gloo on loopback (EP 2).");
   args.AddInt("tokens", &tokens, "tokens per rank (default 4096)");
@@ -101,9 +139,14 @@ int main(int argc, char** argv) {
   args.AddInt("top-k", &k, "experts per token (default 8)");
   args.AddInt("experts", &experts, "experts, split over 2 ranks (default 16)");
   args.AddInt("iters", &iters, "timed iterations (default 10)");
+  args.AddInt("reduce-mb", &reduce_mb, "MiB of f64 gradients the reductions sum (default 256)");
   if (auto st = args.Parse(argc, argv); !st.ok() || args.help_requested()) {
     std::fprintf(stderr, "%s\n%s", st.ok() ? "" : st.message().c_str(), args.Usage().c_str());
     return st.ok() ? 0 : 2;
+  }
+  if (reduce_mb < 1 || iters < 1) {
+    std::fprintf(stderr, "--reduce-mb and --iters: at least 1 each\n");
+    return 2;
   }
   if (!moe::HaveGloo()) {
     std::fprintf(stderr, "this build has no Gloo\n");
@@ -118,9 +161,10 @@ int main(int argc, char** argv) {
     if (pipe(pipes[r]) != 0) return 1;
     pids[r] = fork();
     if (pids[r] == 0)
-      _exit(RunRank(r, dir, tokens, hidden, k, experts, static_cast<int>(iters), pipes[r][1]));
+      _exit(RunRank(r, dir, tokens, hidden, k, experts, static_cast<int>(iters), reduce_mb,
+                    pipes[r][1]));
   }
-  double res[2][4];
+  double res[2][6];
   bool ok = true;
   for (int r = 0; r < 2; ++r) {
     ok = ok && read(pipes[r][0], res[r], sizeof(res[r])) == sizeof(res[r]);
@@ -153,5 +197,17 @@ int main(int argc, char** argv) {
   std::printf("  memcpy floor (same run)     %.2f GB/s\n", memcpy_bw / 1e9);
   std::printf("RESULT alltoall_dispatch_combine_gbps %.2f\n", algo_bw / 1e9);
   std::printf("RESULT alltoall_over_memcpy_ratio %.3f\n", algo_bw / memcpy_bw);
+  // The reductions: the buffer's bytes over the slower rank's median.
+  const double reduce_bytes = static_cast<double>(reduce_mb) * 1024 * 1024;
+  const double ar = reduce_bytes / std::max(res[0][4], res[1][4]);
+  const double rs = reduce_bytes / std::max(res[0][5], res[1][5]);
+  const double wire_bw = 2 * wire / t;
+  std::printf("f64 gradient reductions over the same ranks, %lld MiB a rank:\n",
+              static_cast<long long>(reduce_mb));
+  std::printf("  all-reduce        %.3f s, %.2f GB/s per rank\n", reduce_bytes / ar, ar / 1e9);
+  std::printf("  reduce-scatter    %.3f s, %.2f GB/s per rank\n", reduce_bytes / rs, rs / 1e9);
+  std::printf("RESULT f64_allreduce_gbps %.2f (goal >= 1)\n", ar / 1e9);
+  std::printf("RESULT f64_reduce_scatter_gbps %.2f (goal >= 1)\n", rs / 1e9);
+  std::printf("RESULT f64_allreduce_over_alltoall_wire %.2f\n", ar / wire_bw);
   return 0;
 }

@@ -5,6 +5,9 @@
 # add on top of the same arithmetic (1.0 would be free communication).
 # Next to each measurement: what `moectl plan --cluster local` (this machine, probed by moe-probe in
 # the same run, just before the training) predicts for the same job; the planner's goal is within 25 %.
+# Then the f64 gradient reduction's own rate between the same two ranks (moe-bench-alltoall: the
+# all-reduce and reduce-scatter of 256 MiB of f64 sums, about the small preset's dense gradients,
+# against the token all-to-all's wire rate of the same run).
 # Run it alone: a build beside it slows the probe and the training differently.
 #   bench/ep_scaling_bench.sh [build-dir] [steps]
 set -euo pipefail
@@ -32,6 +35,7 @@ for w in 1 2; do
   nproc=(); [ "$w" = 1 ] || nproc=(--nproc "$w")
   "$build/bin/moe-train" --config "$work/w$w.yaml" "${nproc[@]}" --metrics-out "$work/w$w.jsonl" 2>"$work/w$w.log" || { cat "$work/w$w.log"; exit 1; }
 done
+"$build/bin/moe-bench-alltoall" --iters 3 --reduce-mb 256 >"$work/reduce.log" 2>&1 || { cat "$work/reduce.log"; exit 1; }
 python3 - "$work" <<'PY'
 import json, statistics, sys
 w = sys.argv[1]
@@ -53,3 +57,6 @@ for n, t in ((1, t1), (2, t2)):
     print(f"  W={n}: predicted {p['step_seconds']:.3f} s ({parts}); measured {t:.3f} s")
     print(f"RESULT plan_over_measured_step_w{n} {p['step_seconds']/t:.3f} (goal 0.75-1.25)")
 PY
+echo
+echo "the f64 gradient reductions between the two ranks (moe-bench-alltoall --reduce-mb 256):"
+sed -n '/^f64 gradient reductions/,$p' "$work/reduce.log"

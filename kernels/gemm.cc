@@ -6,12 +6,14 @@
 #include <cstring>
 
 #include "kernels/dispatch.h"
+#include "kernels/elementwise.h"
 
 namespace moe::kernels {
 
 // The backends' twins of this family's entry points (kernels/dispatch.h).
 MOE_KERNEL_BACKENDS(Gemm)
 MOE_KERNEL_BACKENDS(GroupedGemm)
+MOE_CPU_KERNEL(GemmAccumulate)
 MOE_KERNEL_BACKENDS(GroupedGemmBackwardData)
 MOE_KERNEL_BACKENDS(GroupedGemmBackwardWeight)
 
@@ -40,6 +42,28 @@ void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
       << "Gemm shapes: a " << a.ShapeString() << (trans_a ? "^T" : "") << ", b " << b.ShapeString()
       << (trans_b ? "^T" : "") << ", c " << c.ShapeString();
   return MOE_DISPATCH(c, Gemm(a, trans_a, b, trans_b, c, alpha, beta));
+}
+
+void GemmAccumulate(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                    const Tensor& acc) {
+  MOE_CHECK(a.ndim() == 2 && b.ndim() == 2 && acc.ndim() == 2 && acc.dtype() == DType::kF64 &&
+            a.dtype() == b.dtype() && a.device() == acc.device() && b.device() == acc.device())
+      << "GemmAccumulate takes 2-D a and b of one dtype and an f64 accumulator on their device, "
+         "got "
+      << DTypeName(a.dtype()) << a.ShapeString() << ", " << DTypeName(b.dtype()) << b.ShapeString()
+      << ", " << DTypeName(acc.dtype()) << acc.ShapeString();
+  const int64_t m = trans_a ? a.dim(1) : a.dim(0), k = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t kb = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
+  MOE_CHECK(k == kb && acc.dim(0) == m && acc.dim(1) == n)
+      << "GemmAccumulate shapes: a " << a.ShapeString() << (trans_a ? "^T" : "") << ", b "
+      << b.ShapeString() << (trans_b ? "^T" : "") << ", acc " << acc.ShapeString();
+  if (acc.device().is_cpu()) return cpu::GemmAccumulate(a, trans_a, b, trans_b, acc);
+  // Elsewhere: the product, then its f64 sum (the steps the CPU's epilogue fuses).
+  const Tensor product = Tensor::Empty({m, n}, a.dtype(), a.device());
+  Gemm(a, trans_a, b, trans_b, product);
+  const Tensor wide = Tensor::Empty({m, n}, DType::kF64, a.device());
+  Convert(product, wide);
+  Axpy(acc, 1.0, wide);
 }
 
 void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets,

@@ -15,6 +15,14 @@ namespace moe::kernels {
 void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
           double alpha = 1.0, double beta = 0.0);
 
+// acc += op(a) @ op(b), acc f64 [M, N] and a, b fp32 (or bf16, or f64): the product computed as
+// Gemm with beta 0 computes it on this device (the reproducible chain on a CPU in
+// training.deterministic) and each element rounded to a's dtype, then added in f64. On the CPU the
+// addition is the GEMM's epilogue (no product tensor, no conversion pass): deterministic
+// training's gradient contributions (worker/engine/model/param.h GradSink).
+void GemmAccumulate(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                    const Tensor& acc);
+
 // Grouped GEMMs over experts. Rows of the activations are grouped: group g owns rows
 // [offsets[g], offsets[g+1]) (offsets on the host, G+1 entries, offsets[0] = 0). Empty groups are
 // fine. Forward:         y[rows_g] = x[rows_g] @ w[g]^T          x [R, K], w [G, N, K], y [R, N]

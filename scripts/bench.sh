@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 log=$(mktemp /tmp/moe-bench.XXXXXX)
 run() { echo "== $*"; "$@" 2>&1 | tee -a "$log"; }
 run "$build/bin/moe-bench-train-step"
+run "$build/bin/moe-bench-gemm"
 run "$build/bin/moe-bench-attention"
 run "$build/bin/moe-bench-alltoall"
 run bench/ep_scaling_bench.sh "$build"

@@ -55,6 +55,33 @@ void CheckReduceScatter(const std::vector<int64_t>& counts) {
   });
 }
 
+// The f64 all-reduce (deterministic training's gradient sums): every rank ends with the sum of all
+// inputs in rank order, bit for bit, whatever the split (fewer elements than ranks too).
+void CheckAllReduceF64(int ranks, int64_t n) {
+  RunGlooGroup(ranks, [&](int r, Communicator& comm) {
+    Tensor t = Input(r, n, DType::kF64);
+    Status st = comm.AllReduceSum(t);
+    ASSERT_TRUE(st.ok()) << st;
+    for (int64_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int s = 0; s < ranks; ++s) {
+        const double x = Input(s, n, DType::kF64).data<double>()[i];
+        want = s == 0 ? x : want + x;
+      }
+      ASSERT_EQ(t.data<double>()[i], want) << "rank " << r << " of " << ranks << ", element " << i;
+    }
+  });
+}
+
+TEST(GlooAllReduceF64, RankOrderSumsOnThreeAndFourRanks) {
+  CheckAllReduceF64(3, 1031);
+  CheckAllReduceF64(4, 3000);
+}
+TEST(GlooAllReduceF64, FewerElementsThanRanksAndNone) {
+  CheckAllReduceF64(3, 2);
+  CheckAllReduceF64(2, 0);
+}
+
 TEST(GlooReduceScatter, EqualCountsNotAPowerOfTwo) { CheckReduceScatter<float>({257, 257, 257}); }
 TEST(GlooReduceScatter, EqualCountsFourRanksF64) { CheckReduceScatter<double>({64, 64, 64, 64}); }
 TEST(GlooReduceScatter, UnequalCountsWithAZero) { CheckReduceScatter<double>({5, 0, 11, 1}); }

@@ -2,6 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <string>
+
+#include "kernels/runtime.h"
 #include "tests/testing/testing.h"
 
 namespace moe::kernels {
@@ -107,6 +114,152 @@ TEST(GroupedGemm, ForwardAndBackwardMatchPerGroupGemmsWithEmptyGroups) {
           << "an empty group's weight gradient must be untouched: " << g;
     }
   }
+}
+
+// The reproducible GEMM's contract, one element at a time: from beta c (0 when beta is 0),
+// c = fma(alpha a_ik, b_kj, c) for k in order, alpha a_ik rounded to float first.
+float Chain(const std::vector<float>& a, int64_t lda, bool ta, const std::vector<float>& b,
+            int64_t ldb, bool tb, int64_t i, int64_t j, int64_t k, float alpha, float beta,
+            float c0) {
+  float c = beta == 0.0f ? 0.0f : beta * c0;
+  for (int64_t p = 0; p < k; ++p) {
+    const float x = alpha * a[static_cast<size_t>(ta ? p * lda + i : i * lda + p)];
+    const float y = b[static_cast<size_t>(tb ? j * ldb + p : p * ldb + j)];
+    c = std::fma(x, y, c);
+  }
+  return c;
+}
+
+std::vector<float> RandomFloats(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<double>(s >> 40) / static_cast<double>(1ull << 24) - 0.5);
+  }
+  return v;
+}
+
+struct Operands {
+  GemmCase shape;
+  int64_t lda, ldb;
+  std::vector<float> a, b, c0;
+};
+
+Operands MakeOperands(const GemmCase& p, uint64_t seed) {
+  Operands o{p, p.ta ? p.m : p.k, p.tb ? p.k : p.n, {}, {}, {}};
+  o.a = RandomFloats(static_cast<size_t>(p.m * p.k), seed);
+  o.b = RandomFloats(static_cast<size_t>(p.k * p.n), seed + 1);
+  o.c0 = RandomFloats(static_cast<size_t>(p.m * p.n), seed + 2);
+  return o;
+}
+
+// The first element whose bits differ from the chain, as text; empty when none does.
+std::string FirstDifference(const Operands& o, const std::vector<float>& c, float alpha,
+                            float beta) {
+  const GemmCase& p = o.shape;
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) {
+      const float want = Chain(o.a, o.lda, p.ta, o.b, o.ldb, p.tb, i, j, p.k, alpha, beta,
+                               o.c0[static_cast<size_t>(i * p.n + j)]);
+      const float got = c[static_cast<size_t>(i * p.n + j)];
+      if (std::memcmp(&want, &got, sizeof(float)) != 0)
+        return "element (" + std::to_string(i) + ", " + std::to_string(j) + "): got " +
+               std::to_string(got) + ", the chain gives " + std::to_string(want);
+    }
+  return "";
+}
+
+// Shapes across the k block (256), row and column edges of every ISA's tiles, both transposes.
+const std::vector<GemmCase>& ChainCases() {
+  static const std::vector<GemmCase> cases = {
+      {1, 1, 1, false, false},    {257, 259, 300, false, false}, {257, 259, 300, true, true},
+      {13, 33, 513, true, false}, {100, 70, 5, false, true},     {24, 64, 256, false, false},
+      {7, 1, 600, true, true}};
+  return cases;
+}
+
+// Runs fn(isa) for each ISA this CPU has, saying loudly which it cannot run.
+template <typename Fn>
+void ForEachIsa(Fn&& fn) {
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+    if (!cpu::SetBlockedGemmIsa(isa)) {
+      std::cout << "NOTE: this CPU (or build) has no " << isa
+                << " tiles: their bitwise check did not run here\n";
+      continue;
+    }
+    fn(std::string(isa));
+  }
+  cpu::SetBlockedGemmIsa("");
+}
+
+TEST(BlockedGemm, EveryElementIsTheFmaChainWhateverIsaAndThreads) {
+  const int threads = NumThreads();
+  ForEachIsa([&](const std::string& isa) {
+    for (int t : {1, 2, 3}) {
+      SetNumThreads(t);
+      for (const GemmCase& p : ChainCases()) {
+        const Operands o = MakeOperands(p, static_cast<uint64_t>(p.m * 7 + p.k));
+        for (const float beta : {0.0f, 0.375f}) {
+          std::vector<float> c = o.c0;
+          if (beta == 0.0f) c.assign(c.size(), std::numeric_limits<float>::quiet_NaN());
+          cpu::BlockedGemm<float>(p.ta, p.tb, p.m, p.n, p.k, 0.75f, o.a.data(), o.lda, o.b.data(),
+                                  o.ldb, beta, c.data(), p.n);
+          EXPECT_EQ(FirstDifference(o, c, 0.75f, beta), "")
+              << isa << ", " << t << " threads, " << p.m << " x " << p.n << " x " << p.k
+              << (p.ta ? " A^T" : "") << (p.tb ? " B^T" : "") << ", beta " << beta;
+        }
+      }
+    }
+  });
+  SetNumThreads(threads);
+}
+
+// A row's products do not depend on the rows around it: the rows of a 300-row product equal
+// those of the same rows computed alone (a token in a batch of one or of hundreds).
+TEST(BlockedGemm, ARowIsTheSameBitsAloneAsInABatch) {
+  const GemmCase p{300, 97, 333, false, true};
+  const Operands o = MakeOperands(p, 11);
+  std::vector<float> all(static_cast<size_t>(p.m * p.n)), one(static_cast<size_t>(p.n));
+  cpu::BlockedGemm<float>(false, true, p.m, p.n, p.k, 1.0f, o.a.data(), o.lda, o.b.data(), o.ldb,
+                          0.0f, all.data(), p.n);
+  for (int64_t i : {int64_t{0}, int64_t{5}, int64_t{131}, int64_t{299}}) {
+    cpu::BlockedGemm<float>(false, true, 1, p.n, p.k, 1.0f, o.a.data() + i * p.k, o.lda, o.b.data(),
+                            o.ldb, 0.0f, one.data(), p.n);
+    EXPECT_EQ(std::memcmp(one.data(), all.data() + i * p.n, sizeof(float) * one.size()), 0)
+        << "row " << i;
+  }
+}
+
+// The accumulating form adds each element of the chain's product (beta 0, alpha 1), rounded to
+// float, to the f64 accumulator: what a float product and an f64 add would give, bit for bit.
+TEST(BlockedGemmAccumulate, AddsTheFloatProductToTheF64Accumulator) {
+  const int threads = NumThreads();
+  ForEachIsa([&](const std::string& isa) {
+    for (int t : {1, 2}) {
+      SetNumThreads(t);
+      for (const GemmCase& p : ChainCases()) {
+        const Operands o = MakeOperands(p, static_cast<uint64_t>(p.n * 3 + p.k));
+        std::vector<double> acc(static_cast<size_t>(p.m * p.n));
+        for (size_t i = 0; i < acc.size(); ++i) acc[i] = static_cast<double>(o.c0[i]) * 1e-3;
+        const std::vector<double> acc0 = acc;
+        cpu::BlockedGemmAccumulate<float>(p.ta, p.tb, p.m, p.n, p.k, o.a.data(), o.lda, o.b.data(),
+                                          o.ldb, acc.data(), p.n);
+        int64_t bad = -1;
+        double want = 0;
+        for (int64_t e = 0; e < p.m * p.n && bad < 0; ++e) {
+          want = acc0[static_cast<size_t>(e)] +
+                 static_cast<double>(Chain(o.a, o.lda, p.ta, o.b, o.ldb, p.tb, e / p.n, e % p.n,
+                                           p.k, 1.0f, 0.0f, 0.0f));
+          if (std::memcmp(&want, &acc[static_cast<size_t>(e)], sizeof(double)) != 0) bad = e;
+        }
+        EXPECT_EQ(bad, -1) << isa << ", " << t << " threads, " << p.m << " x " << p.n << " x "
+                           << p.k << ": got " << (bad < 0 ? 0 : acc[static_cast<size_t>(bad)])
+                           << ", want " << want;
+      }
+    }
+  });
+  SetNumThreads(threads);
 }
 
 }  // namespace

@@ -71,7 +71,7 @@ Tensor Fp8LinearBackward(const Tensor& dy, const Tensor& x, const Param& w) {
 Tensor LinearBackward(const Tensor& dy, const Tensor& x, const Param& w) {
   if (w.fp8) return Fp8LinearBackward(dy, x, w);
   GradSink dw(w);
-  kernels::Gemm(dy, true, x, false, dw.tensor(), 1.0, 1.0);
+  dw.AddGemm(dy, true, x, false);
   dw.Commit();
   Tensor dx = Tensor::Empty({dy.dim(0), w.compute.dim(1)}, dy.dtype(), dy.device());
   kernels::Gemm(dy, false, w.compute, false, dx);

@@ -224,7 +224,7 @@ StatusOr<Tensor> Model::BackwardChunk(int ci, const Tensor& output_grad) {
   }
   if (!c.layout.embedding) return dx;
   GradSink de(*c.embedding);
-  kernels::EmbeddingBackward(dx, s.ids, de.tensor());
+  de.AddEmbedding(dx, s.ids);
   de.Commit();
   return Tensor();
 }

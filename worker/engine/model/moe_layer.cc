@@ -201,8 +201,7 @@ void ExpertWeightGrad(const Tensor& dy_in, const Tensor& x_in, const TokenDispat
                     b = route.segments[static_cast<size_t>(e * sources + r + 1)];
       if (a == b) continue;
       GradSink dw(w, e, 1);
-      kernels::Gemm(dy.Rows(a, b), true, x.Rows(a, b), false,
-                    dw.tensor().Reshape({w.grad.dim(1), w.grad.dim(2)}), 1.0, 1.0);
+      dw.AddGemm(dy.Rows(a, b), true, x.Rows(a, b), false);
       dw.Commit();
     }
   }

@@ -92,7 +92,7 @@ StatusOr<Tensor> MtpDepth::Backward(const Tensor& dh_next, const Param& embeddin
   kernels::CopyColumns(dcat, 0, de, 0, h);
   kernels::CopyColumns(dcat, h, dg, 0, h);
   GradSink dtable(embedding);
-  kernels::EmbeddingBackward(enorm_->Backward(de), s.ids_k, dtable.tensor());
+  dtable.AddEmbedding(enorm_->Backward(de), s.ids_k);
   dtable.Commit();
   Tensor dh_prev = Tensor::Zeros({s.prev_rows, h}, dt, dcat.device());
   kernels::ScatterAddRows(hnorm_->Backward(dg), s.rows_prev, dh_prev);

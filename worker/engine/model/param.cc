@@ -1,6 +1,8 @@
 #include "worker/engine/model/param.h"
 
 #include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
 #include "kernels/memory_stats.h"
 #include "worker/engine/model/rng.h"
 
@@ -71,14 +73,37 @@ void ParamSet::SyncCompute() const {
 
 GradSink::GradSink(const Param& p, int64_t first, int64_t count) {
   const bool whole = count < 0;
-  target_ = whole ? p.grad : p.grad.Rows(first, first + count);
-  if (!p.accum.defined()) return;
-  accum_ = whole ? p.accum : p.accum.Rows(first, first + count);
-  target_ = Tensor::Zeros(target_.shape(), target_.dtype(), target_.device());
+  grad_ = whole ? p.grad : p.grad.Rows(first, first + count);
+  if (p.accum.defined()) accum_ = whole ? p.accum : p.accum.Rows(first, first + count);
+}
+
+const Tensor& GradSink::tensor() {
+  if (!accum_.defined()) return grad_;
+  if (!scratch_.defined()) scratch_ = Tensor::Zeros(grad_.shape(), grad_.dtype(), grad_.device());
+  return scratch_;
+}
+
+namespace {
+// The gradient's elements as [rows, cols]: its last dimension is the columns.
+Tensor As2d(const Tensor& t) {
+  const int64_t cols = t.dim(t.ndim() - 1);
+  return t.Reshape({t.numel() / cols, cols});
+}
+}  // namespace
+
+void GradSink::AddGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b) {
+  if (!accum_.defined()) return kernels::Gemm(a, trans_a, b, trans_b, As2d(tensor()), 1.0, 1.0);
+  kernels::GemmAccumulate(a, trans_a, b, trans_b, As2d(accum_));
+}
+
+void GradSink::AddEmbedding(const Tensor& dout, const Tensor& ids) {
+  if (!accum_.defined() || grad_.dtype() != DType::kF32 || dout.dtype() == DType::kF64)
+    return kernels::EmbeddingBackward(dout, ids, tensor());
+  kernels::EmbeddingBackwardAccumulate(dout, ids, accum_);
 }
 
 void GradSink::Commit() {
-  if (accum_.defined()) AddToAccumulator(accum_, target_);
+  if (scratch_.defined()) AddToAccumulator(accum_, scratch_);
 }
 
 void AddToAccumulator(const Tensor& accum, const Tensor& src) {

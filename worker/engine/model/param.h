@@ -45,8 +45,10 @@ struct Param {
 // Where a backward pass puts one contribution to a parameter's gradient (one GEMM over one
 // micro-batch's tokens, one norm's or embedding's rows):
 //   plain (no accumulator): `grad` itself, which the kernel accumulates into (GEMM beta 1);
-//   deterministic: a zeroed scratch of grad's shape and dtype, added to the f64 accumulator by
-//   Commit.
+//   deterministic: a zeroed scratch of grad's shape and dtype (made on the first tensor() call),
+//   added to the f64 accumulator by Commit; a GEMM (AddGemm) adds its product to the accumulator
+//   in its own epilogue instead (kernels::GemmAccumulate: no scratch, no extra pass), and an
+//   embedding adds its used rows' sums (kernels::EmbeddingBackwardAccumulate).
 // Kernels accumulate into tensor() in both cases.
 // Each contribution is then computed and rounded the same way whatever the layout, and an f64 sum
 // of fp32 values is exact while their exponents lie within 2^29 of each other: the gradient no
@@ -57,11 +59,18 @@ class GradSink {
   // The whole parameter, or rows [first, first + count) of its dim 0 (one expert of an expert
   // tensor).
   explicit GradSink(const Param& p, int64_t first = 0, int64_t count = -1);
-  const Tensor& tensor() const { return target_; }
+  const Tensor& tensor();
+  // The contribution op(a) @ op(b), of the gradient's shape with its leading dimensions folded into
+  // rows: Gemm with beta 1 into the gradient, or the product added to the f64 accumulator (Commit
+  // has nothing more to do for it).
+  void AddGemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b);
+  // An embedding table's contribution from dout's rows (kernels::EmbeddingBackward): into the
+  // gradient, or each used row's fp32 sum added to the f64 accumulator (only those rows touched).
+  void AddEmbedding(const Tensor& dout, const Tensor& ids);
   void Commit();
 
  private:
-  Tensor accum_, target_;
+  Tensor grad_, accum_, scratch_;
 };
 
 // accum (f64) += src (f32, bf16 or f64; same numel and device), converting in bounded chunks.

@@ -2,7 +2,9 @@
 // (the op's timeout) by throwing; every op here turns that into a Status that names the phase, the
 // collective and the group, so no rank waits forever and the error says where it happened.
 // Reduce-scatter and point to point run on Gloo's unbound buffers (the transport under its own
-// collectives), with slots of their own (kReduceScatterSlot, P2PSlot).
+// collectives), with slots of their own (kReduceScatterSlot, kAllGatherSlot, P2PSlot). The f64
+// all-reduce (deterministic training's gradient sums) is that reduce-scatter, summing in rank
+// order, then a direct all-gather.
 #include "worker/engine/parallel/gloo_comm.h"
 
 #include <gloo/allgather.h>
@@ -26,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include "kernels/runtime.h"
 #include "worker/engine/parallel/collective_args.h"
@@ -36,6 +39,7 @@ namespace {
 // Slots of our own operations: Gloo's collectives use prefixes 0x01-0x08 in the top byte
 // (gloo/types.h); ours use 0x40 and up, so no message of one can match a receive of another.
 constexpr uint64_t kReduceScatterSlot = uint64_t{0x40} << 56;
+constexpr uint64_t kAllGatherSlot = uint64_t{0x42} << 56;
 // The n-th message from one rank to another (a sequence per pair and direction) has slot
 // P2PSlot(n), so messages match in posting order whatever else is in flight between the two.
 uint64_t P2PSlot(uint64_t n) { return (uint64_t{0x41} << 56) | (n & ((uint64_t{1} << 56) - 1)); }
@@ -340,18 +344,21 @@ class GlooCommunicator final : public Communicator {
 
   // The operations' Gloo calls, holding their arguments (they may run on the queue's thread).
   std::function<void()> AllReduceOf(const Tensor& t) {
+    if (t.dtype() == DType::kF64) {  // in rank order, in two direct rounds
+      return [this, t] {
+        std::vector<int64_t> counts(static_cast<size_t>(size()));
+        for (int r = 0; r < size(); ++r)
+          counts[static_cast<size_t>(r)] = t.numel() * (r + 1) / size() - t.numel() * r / size();
+        ReduceScatterDirect(t.data<double>(), counts);
+        AllGatherDirect(t.data<double>(), counts);
+      };
+    }
     return [this, t] {
       ::gloo::AllreduceOptions opts(ctx_);
       opts.setTimeout(timeout_);
-      if (t.dtype() == DType::kF32) {
-        opts.setOutput(t.data<float>(), static_cast<size_t>(t.numel()));
-        opts.setReduceFunction(
-            static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<float>));
-      } else {
-        opts.setOutput(t.data<double>(), static_cast<size_t>(t.numel()));
-        opts.setReduceFunction(
-            static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<double>));
-      }
+      opts.setOutput(t.data<float>(), static_cast<size_t>(t.numel()));
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<float>));
       ::gloo::allreduce(opts);
     };
   }
@@ -389,45 +396,88 @@ class GlooCommunicator final : public Communicator {
 
   // Every rank sends each peer that peer's range and sums the copies of its own range it receives,
   // in rank order (the same order every run). Each rank sends and receives (W - 1) / W of the
-  // buffer, as in a ring, in one round instead of W - 1. Gloo's ReduceScatterHalvingDoubling does
-  // not fit: it is of the older Algorithm API, whose buffers are bound to one pointer when the
-  // object is built (so one object per call, registering 4 W (W - 1) slots each time and destroyed
-  // while its last notification sends may still be queued), counts are int, and it leaves the
-  // result at the front of the buffer.
+  // buffer, as in a ring, in one round instead of W - 1. The receives are posted before the sends,
+  // into a block from the caching allocator (a fresh one page-faulted at every call: on this
+  // virtual machine that was most of the time). Gloo's ReduceScatterHalvingDoubling does not fit:
+  // it is of the older Algorithm API, whose buffers are bound to one pointer when the object is
+  // built (so one object per call, registering 4 W (W - 1) slots each time and destroyed while its
+  // last notification sends may still be queued), counts are int, and it leaves the result at the
+  // front of the buffer.
   template <typename T>
   void ReduceScatterDirect(T* data, const std::vector<int64_t>& counts) {
     const int me = rank(), n = size();
     const std::vector<int64_t> off = RangeOffsets(counts);
     const size_t mine = static_cast<size_t>(counts[static_cast<size_t>(me)]);
     if (off.back() == 0) return;
-    std::vector<T> inbox(mine *
-                         static_cast<size_t>(n));  // block s: rank s's copy of this rank's range
+    // Peer s's copy of this rank's range: block s, or s - 1 after this rank's own.
+    const Tensor inbox = Tensor::Empty({static_cast<int64_t>(std::max<size_t>(mine * (n - 1), 1))},
+                                       std::is_same_v<T, float> ? DType::kF32 : DType::kF64);
+    auto block = [&](int s) { return mine * static_cast<size_t>(s - (s > me ? 1 : 0)); };
     auto out = ctx_->createUnboundBuffer(data, sizeof(T) * static_cast<size_t>(off.back()));
-    auto in =
-        mine > 0 ? ctx_->createUnboundBuffer(inbox.data(), sizeof(T) * inbox.size()) : nullptr;
+    auto in = mine > 0 && n > 1 ? ctx_->createUnboundBuffer(inbox.raw(), sizeof(T) * mine * (n - 1))
+                                : nullptr;
     int sends = 0, recvs = 0;
+    for (int p = 0; p < n && in; ++p) {
+      if (p == me) continue;
+      in->recv(p, kReduceScatterSlot, sizeof(T) * block(p), sizeof(T) * mine);
+      ++recvs;
+    }
     for (int p = 0; p < n; ++p) {
       const size_t pi = static_cast<size_t>(p), theirs = static_cast<size_t>(counts[pi]);
-      if (p == me) continue;
-      if (theirs > 0) {
-        out->send(p, kReduceScatterSlot, sizeof(T) * static_cast<size_t>(off[pi]),
-                  sizeof(T) * theirs);
-        ++sends;
-      }
-      if (mine > 0) {
-        in->recv(p, kReduceScatterSlot, sizeof(T) * mine * pi, sizeof(T) * mine);
-        ++recvs;
-      }
+      if (p == me || theirs == 0) continue;
+      out->send(p, kReduceScatterSlot, sizeof(T) * static_cast<size_t>(off[pi]),
+                sizeof(T) * theirs);
+      ++sends;
     }
-    for (; sends > 0; --sends) out->waitSend(timeout_);
     for (; recvs > 0; --recvs) in->waitRecv(timeout_);
+    for (; sends > 0; --sends) out->waitSend(timeout_);
     T* own = data + off[static_cast<size_t>(me)];
-    std::copy(own, own + mine, inbox.data() + mine * static_cast<size_t>(me));
-    std::copy(inbox.data(), inbox.data() + mine, own);
-    for (int s = 1; s < n; ++s) {
-      const T* block = inbox.data() + mine * static_cast<size_t>(s);
-      for (size_t i = 0; i < mine; ++i) own[i] += block[i];
+    const T* box = static_cast<const T*>(inbox.raw());
+    SumInRankOrder(own, mine, me, n, [&](int s) { return box + block(s); });
+  }
+
+  // own[i] = copy_0[i] + copy_1[i] + ... in rank order, where copy_me is own itself: in blocks
+  // that stay in L1, each a few vectorised passes.
+  template <typename T, typename Copy>
+  static void SumInRankOrder(T* own, size_t count, int me, int n, Copy&& copy) {
+    constexpr size_t kBlock = 1024;
+    T sum[kBlock];
+    for (size_t b = 0; b < count; b += kBlock) {
+      const size_t len = std::min(kBlock, count - b);
+      const T* first = me == 0 ? own + b : copy(0) + b;
+      std::copy(first, first + len, sum);
+      for (int s = 1; s < n; ++s) {
+        const T* x = s == me ? own + b : copy(s) + b;
+        for (size_t i = 0; i < len; ++i) sum[i] += x[i];
+      }
+      std::copy(sum, sum + len, own + b);
     }
+  }
+
+  // Each rank's range of `data` to every other rank, received in place.
+  template <typename T>
+  void AllGatherDirect(T* data, const std::vector<int64_t>& counts) {
+    const int me = rank(), n = size();
+    const std::vector<int64_t> off = RangeOffsets(counts);
+    if (off.back() == 0 || n == 1) return;
+    auto buf = ctx_->createUnboundBuffer(data, sizeof(T) * static_cast<size_t>(off.back()));
+    const size_t mine = static_cast<size_t>(counts[static_cast<size_t>(me)]);
+    int sends = 0, recvs = 0;
+    for (int p = 0; p < n; ++p) {
+      const size_t pi = static_cast<size_t>(p);
+      if (p == me || counts[pi] == 0) continue;
+      buf->recv(p, kAllGatherSlot, sizeof(T) * static_cast<size_t>(off[pi]),
+                sizeof(T) * static_cast<size_t>(counts[pi]));
+      ++recvs;
+    }
+    for (int p = 0; p < n && mine > 0; ++p) {
+      if (p == me) continue;
+      buf->send(p, kAllGatherSlot, sizeof(T) * static_cast<size_t>(off[static_cast<size_t>(me)]),
+                sizeof(T) * mine);
+      ++sends;
+    }
+    for (; recvs > 0; --recvs) buf->waitRecv(timeout_);
+    for (; sends > 0; --sends) buf->waitSend(timeout_);
   }
 
   // Runs fn (Gloo's calls) as the group's next operation on this thread. Gloo throws on a dead or
