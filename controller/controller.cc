@@ -18,6 +18,75 @@ namespace moe::controller {
 
 using moe::v1::JobState;
 
+namespace {
+
+// A clock far ahead of everything stored (a wrong NTP step, a VM restored with another clock) would
+// make the finished-job retention delete at once what it should keep for weeks: refused unless the
+// operator says the jump is real (--allow-clock-jump).
+Status CheckClock(JobManager& jobs, const Clock& clock, bool allow_clock_jump) {
+  constexpr double kClockJumpSeconds = 7 * 86400;
+  double newest = 0;
+  for (JobEntry* e : jobs.All()) newest = std::max(newest, e->job.updated_at());
+  const double ahead = clock.Now() - newest;
+  if (newest <= 0 || ahead <= kClockJumpSeconds || allow_clock_jump) return OkStatus();
+  return FailedPreconditionError(
+      "the clock reads " + std::to_string(static_cast<int64_t>(ahead / 86400)) +
+      " days past the newest stored change: if it is wrong, fix it (nothing was "
+      "changed); if the controller really was stopped that long, pass "
+      "--allow-clock-jump");
+}
+
+// PERMISSION_DENIED when a message concerns a rank of a running attempt that another worker holds.
+Status CheckRankOwner(JobManager& jobs, const std::string& worker, const std::string& job_id,
+                      int attempt, int rank) {
+  JobEntry* e = jobs.Find(job_id);
+  if (e == nullptr || !e->attempt || e->attempt->number != attempt) return OkStatus();
+  const auto& slots = e->attempt->slots;
+  if (rank < 0 || rank >= static_cast<int>(slots.size()) ||
+      slots[static_cast<size_t>(rank)].worker != worker) {
+    return PermissionDeniedError("worker " + worker + " does not run rank " + std::to_string(rank) +
+                                 " of " + job_id + " attempt " + std::to_string(attempt));
+  }
+  return OkStatus();
+}
+
+// PERMISSION_DENIED for a rank another worker holds; INVALID_ARGUMENT for one out of bounds.
+Status CheckWorkerMessage(JobManager& jobs, const std::string& worker,
+                          const moe::v1::WorkerMessage& msg) {
+  switch (msg.msg_case()) {
+    case moe::v1::WorkerMessage::kStep: {
+      const auto& s = msg.step();
+      MOE_RETURN_IF_ERROR(CheckRankOwner(jobs, worker, s.job_id(), s.attempt(), s.rank()));
+      const JobEntry* e = jobs.Find(s.job_id());
+      if (e == nullptr) return OkStatus();
+      const auto& m = e->spec.model;
+      return ValidateStepReport(s, static_cast<int>(m.num_layers + m.mtp_depth),
+                                static_cast<int>(e->spec.parallelism.world_size));
+    }
+    case moe::v1::WorkerMessage::kStarted:
+      return CheckRankOwner(jobs, worker, msg.started().job_id(), msg.started().attempt(),
+                            msg.started().rank());
+    case moe::v1::WorkerMessage::kFinished: {
+      const auto& f = msg.finished();
+      if (f.message().size() > kMaxMessageBytes) {
+        return InvalidArgumentError("rank finished: message over 4096 bytes");
+      }
+      return CheckRankOwner(jobs, worker, f.job_id(), f.attempt(), f.rank());
+    }
+    case moe::v1::WorkerMessage::kRegister:
+      return InvalidArgumentError("register: only the stream's first message registers");
+    case moe::v1::WorkerMessage::kLogReply:  // what it asked for is at most 1 MiB
+                                             // (worker/agent/rank_log.h)
+      if (msg.log_reply().text().size() > (size_t{2} << 20))
+        return InvalidArgumentError("log reply: text over 2 MiB");
+      return OkStatus();
+    default:
+      return OkStatus();
+  }
+}
+
+}  // namespace
+
 Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metrics,
                        const ControllerConfig& config)
     : store_(store),
@@ -42,7 +111,7 @@ Status Controller::Recover() {
   MOE_ASSIGN_OR_RETURN(epoch_, committer_.NextEpoch());
   attempts_.SetEpoch(epoch_);
   MOE_RETURN_IF_ERROR(jobs_.Load());
-  MOE_RETURN_IF_ERROR(CheckClock());
+  MOE_RETURN_IF_ERROR(CheckClock(jobs_, clock_, config_.allow_clock_jump));
   MOE_RETURN_IF_ERROR(RestoreWorkers());
   int running = 0;
   for (JobEntry* e : jobs_.All()) {
@@ -53,21 +122,6 @@ Status Controller::Recover() {
   MOE_LOG(INFO) << "recovered " << jobs_.All().size() << " jobs (" << running << " running, "
                 << jobs_.CountQueued() << " queued)";
   return OkStatus();
-}
-
-// A clock far ahead of everything stored (a wrong NTP step, a VM restored with another clock) would
-// make the finished-job retention delete at once what it should keep for weeks: refused unless the
-// operator says the jump is real (--allow-clock-jump).
-Status Controller::CheckClock() {
-  double newest = 0;
-  for (JobEntry* e : jobs_.All()) newest = std::max(newest, e->job.updated_at());
-  const double ahead = clock_.Now() - newest;
-  if (newest <= 0 || ahead <= kClockJumpSeconds || config_.allow_clock_jump) return OkStatus();
-  return FailedPreconditionError(
-      "the clock reads " + std::to_string(static_cast<int64_t>(ahead / 86400)) +
-      " days past the newest stored change: if it is wrong, fix it (nothing was "
-      "changed); if the controller really was stopped that long, pass "
-      "--allow-clock-jump");
 }
 
 // Every worker name stays held by its session through the restart: its worker gets the reconnect
@@ -289,7 +343,7 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
   MOE_ASSIGN_OR_RETURN(const std::string session, AdmitWorker(reg, channel));
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
-  registering_names_.erase(reg.name());
+  registrations_.Release(reg.name());
   MOE_RETURN_IF_ERROR(workers_.Register(reg, channel, session).status());
   MOE_LOG(INFO) << "worker " << reg.name() << " registered: rack " << reg.rack() << ", node "
                 << reg.node() << ", " << reg.device()
@@ -317,20 +371,20 @@ StatusOr<std::string> Controller::AdmitWorker(const moe::v1::Register& reg,
                                               WorkerChannel* channel) {
   MutexLock lock(&mu_);
   if (workers_.Find(reg.name()) == nullptr &&
-      workers_.all().size() + registering_names_.size() >= config_.max_workers) {
+      workers_.all().size() + registrations_.reserved() >= config_.max_workers) {
     return ResourceExhaustedError("register: this controller holds " +
                                   std::to_string(workers_.all().size()) +
                                   " workers, its limit (moe-controller --max-workers)");
   }
-  if (!registering_names_.insert(reg.name()).second) {
+  if (!registrations_.Reserve(reg.name())) {
     return UnavailableError("register: " + reg.name() +
                             " is registering on another stream; retry after " +
-                            std::to_string(RetryAfterMs()) + " ms");
+                            std::to_string(registrations_.RetryAfterMs()) + " ms");
   }
   StatusOr<std::string> session = workers_.Admit(reg, channel);
   for (int i = 0; session.ok() && i < reg.finished_size(); ++i) {
     const auto& f = reg.finished(i);
-    if (Status st = CheckRankOwner(reg.name(), f.job_id(), f.attempt(), f.rank()); !st.ok())
+    if (Status st = CheckRankOwner(jobs_, reg.name(), f.job_id(), f.attempt(), f.rank()); !st.ok())
       session = st;
   }
   const WorkerEntry* known = workers_.Find(reg.name());
@@ -345,55 +399,8 @@ StatusOr<std::string> Controller::AdmitWorker(const moe::v1::Register& reg,
     info.set_drained(known != nullptr && known->drained);
     if (Status st = committer_.PutWorker(info, *session); !st.ok()) session = st;
   }
-  if (!session.ok()) registering_names_.erase(reg.name());
+  if (!session.ok()) registrations_.Release(reg.name());
   return session;
-}
-
-Status Controller::CheckRankOwner(const std::string& worker, const std::string& job_id, int attempt,
-                                  int rank) {
-  JobEntry* e = jobs_.Find(job_id);
-  if (e == nullptr || !e->attempt || e->attempt->number != attempt) return OkStatus();
-  const auto& slots = e->attempt->slots;
-  if (rank < 0 || rank >= static_cast<int>(slots.size()) ||
-      slots[static_cast<size_t>(rank)].worker != worker) {
-    return PermissionDeniedError("worker " + worker + " does not run rank " + std::to_string(rank) +
-                                 " of " + job_id + " attempt " + std::to_string(attempt));
-  }
-  return OkStatus();
-}
-
-Status Controller::CheckWorkerMessage(const std::string& worker,
-                                      const moe::v1::WorkerMessage& msg) {
-  switch (msg.msg_case()) {
-    case moe::v1::WorkerMessage::kStep: {
-      const auto& s = msg.step();
-      MOE_RETURN_IF_ERROR(CheckRankOwner(worker, s.job_id(), s.attempt(), s.rank()));
-      const JobEntry* e = jobs_.Find(s.job_id());
-      if (e == nullptr) return OkStatus();
-      const auto& m = e->spec.model;
-      return ValidateStepReport(s, static_cast<int>(m.num_layers + m.mtp_depth),
-                                static_cast<int>(e->spec.parallelism.world_size));
-    }
-    case moe::v1::WorkerMessage::kStarted:
-      return CheckRankOwner(worker, msg.started().job_id(), msg.started().attempt(),
-                            msg.started().rank());
-    case moe::v1::WorkerMessage::kFinished: {
-      const auto& f = msg.finished();
-      if (f.message().size() > kMaxMessageBytes) {
-        return InvalidArgumentError("rank finished: message over 4096 bytes");
-      }
-      return CheckRankOwner(worker, f.job_id(), f.attempt(), f.rank());
-    }
-    case moe::v1::WorkerMessage::kRegister:
-      return InvalidArgumentError("register: only the stream's first message registers");
-    case moe::v1::WorkerMessage::kLogReply:  // what it asked for is at most 1 MiB
-                                             // (worker/agent/rank_log.h)
-      if (msg.log_reply().text().size() > (size_t{2} << 20))
-        return InvalidArgumentError("log reply: text over 2 MiB");
-      return OkStatus();
-    default:
-      return OkStatus();
-  }
 }
 
 StatusOr<std::string> Controller::RendezvousScope(const std::string& session) {
@@ -434,7 +441,7 @@ void Controller::ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& cha
 Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) {
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
-  if (Status st = CheckWorkerMessage(worker, msg); !st.ok()) {
+  if (Status st = CheckWorkerMessage(jobs_, worker, msg); !st.ok()) {
     MOE_LOG(WARNING) << "worker " << worker << ": refused: " << st;
     return st;
   }
@@ -467,25 +474,10 @@ Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::Wor
   return OkStatus();
 }
 
-Status Controller::BeginRegistration() {
-  if (++registering_ <= kMaxRegistrationsInFlight) return OkStatus();
-  --registering_;
-  return UnavailableError(
-      "register: the controller is admitting " + std::to_string(kMaxRegistrationsInFlight) +
-      " registrations at once; retry after " + std::to_string(RetryAfterMs()) + " ms");
-}
-
 void Controller::SchedulePass() {
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   scheduler_.Run();
-}
-
-int Controller::RetryAfterMs() const {
-  static thread_local std::mt19937 rng{std::random_device{}()};
-  // About 20 ms per registration in flight, spread over twice that: a herd comes back spread out.
-  const int base = 250 + 20 * registering_.load();
-  return base + static_cast<int>(rng() % static_cast<unsigned>(2 * base));
 }
 
 void Controller::BeginShutdown() {

@@ -42,6 +42,7 @@
 #include "controller/metrics_aggregator.h"
 #include "controller/mutex.h"
 #include "controller/queue_scheduler.h"
+#include "controller/registration_gate.h"
 #include "controller/rendezvous.h"
 #include "controller/state_store.h"
 #include "controller/worker_registry.h"
@@ -104,20 +105,12 @@ class Controller {
       ABSL_LOCKS_EXCLUDED(mu_);
   Status OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // A heartbeat on `channel`: renews the worker's lease and nothing else, taking neither lock.
-  // False when the stream holds no lease (a replaced stream, a worker already lost).
-  bool Heartbeat(const std::string& worker, WorkerChannel* channel) {
-    return leases_.Renew(worker, channel);
-  }
-  // Registrations the controller admits at once; more are told to come back later (UNAVAILABLE
-  // with RetryAfterMs's hint), so that a herd of them cannot hold up the registered workers.
-  // A stream calls BeginRegistration before Register, and EndRegistration after it when it was OK.
-  static constexpr int kMaxRegistrationsInFlight = 32;
-  Status BeginRegistration();
-  void EndRegistration() { --registering_; }
-  // How long a refused registration waits before it tries again: jittered, and longer the more
-  // are waiting (milliseconds; the agent reads it from the message, "retry after N ms").
-  int RetryAfterMs() const;
+  // The workers' leases (thread-safe): a heartbeat renews its stream's lease there and nothing
+  // else, taking neither controller lock (Renew with the stream as its WorkerChannel*).
+  LeaseBook& leases() { return leases_; }
+  // Registrations in flight and the names being registered (registration_gate.h): the stream
+  // calls registrations().Begin() before Register and End() after it when Begin was OK.
+  RegistrationGate& registrations() { return registrations_; }
   // The rendezvous keys the worker holding `session` may use: its running attempt's prefix.
   // UNAUTHENTICATED without a live session, PERMISSION_DENIED when it runs no rank.
   StatusOr<std::string> RendezvousScope(const std::string& session) ABSL_LOCKS_EXCLUDED(mu_);
@@ -147,14 +140,6 @@ class Controller {
   StatusOr<moe::v1::Job> Admit(JobSpec spec, const std::string& request_id,
                                const std::string& actor, size_t* queued_before)
       ABSL_LOCKS_EXCLUDED(mu_);
-  static constexpr double kClockJumpSeconds = 7 * 86400;
-  Status CheckClock() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // PERMISSION_DENIED when the message concerns a rank of a running attempt that another worker
-  // holds; INVALID_ARGUMENT for one out of bounds.
-  Status CheckWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Status CheckRankOwner(const std::string& worker, const std::string& job_id, int attempt, int rank)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A reconnecting worker: what it says it runs is bound to the attempt we know, or told to stop; a
   // rank it was assigned but does not report is lost.
   void ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& channel)
@@ -172,9 +157,8 @@ class Controller {
 
   Mutex op_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // held by every change that writes (see above)
   Mutex mu_;
-  std::atomic<int> registering_{0};  // registrations in flight (kMaxRegistrationsInFlight)
-  std::set<std::string> registering_names_ ABSL_GUARDED_BY(mu_);  // AdmitWorker to Register
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;               // BeginShutdown
+  RegistrationGate registrations_;                   // its own lock
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;  // BeginShutdown
   // The fencing epoch this controller took at Recover (sent in Registered and every Assignment),
   // the last time the stored one was compared with it, and why it must stop when a higher one was
   // found.

@@ -204,12 +204,12 @@ class WorkerStream final
       return;
     }
     if (!name_.empty() && in_.has_heartbeat()) {  // the lease renewed, nothing else: no lock taken
-      controller_.Heartbeat(name_, this);
+      controller_.leases().Renew(name_, static_cast<WorkerChannel*>(this));
       StartRead(&in_);
       return;
     }
     if (name_.empty()) {
-      if (Status st = controller_.BeginRegistration(); !st.ok()) {
+      if (Status st = controller_.registrations().Begin(); !st.ok()) {
         EndReads(ToGrpc(st));  // a herd: come back after the hint, not queued here
         return;
       }
@@ -222,7 +222,7 @@ class WorkerStream final
     Status st;
     if (name_.empty()) {
       st = RegisterWorker();
-      controller_.EndRegistration();
+      controller_.registrations().End();
     } else {
       st = controller_.OnWorkerMessage(name_, in_);
     }
