@@ -54,33 +54,39 @@ bool CpuHas(const char* feature) {
   return std::strcmp(feature, "scalar") == 0;
 }
 
+// Every ISA's tiles, built once and never changed: a choice points at one of them, so changing
+// it frees nothing a call in flight may still be reading.
+const TileKernels* Table(const std::string& isa) {
+  static const TileKernels avx512 = gemm::Avx512Tiles(), avx2 = gemm::Avx2Tiles(),
+                           scalar = gemm::ScalarTiles();
+  return isa == "avx512" ? &avx512 : isa == "avx2" ? &avx2 : &scalar;
+}
+
 // The tiles of `isa` when this build has them and this CPU runs them; else the scalar ones, with
 // found = false.
-TileKernels TilesFor(const std::string& isa, bool* found) {
-  TileKernels k = isa == "avx512" ? gemm::Avx512Tiles()
-                  : isa == "avx2" ? gemm::Avx2Tiles()
-                                  : gemm::ScalarTiles();
-  *found = k.isa == isa && k.f32 != nullptr && CpuHas(k.isa);
-  return *found ? k : gemm::ScalarTiles();
+const TileKernels* TilesFor(const std::string& isa, bool* found) {
+  const TileKernels* k = Table(isa);
+  *found = k->isa == isa && k->f32 != nullptr && CpuHas(k->isa);
+  return *found ? k : Table("scalar");
 }
 
 // The widest tiles this CPU runs, or those MOE_CPU_GEMM_ISA names (avx512, avx2, scalar) where
 // they run (benchmarks of the AVX2 path on an AVX-512 machine).
-TileKernels Widest() {
+const TileKernels* Widest() {
   bool found = false;
   if (const char* env = std::getenv("MOE_CPU_GEMM_ISA"); env != nullptr && *env != 0) {
-    TileKernels k = TilesFor(env, &found);
+    const TileKernels* k = TilesFor(env, &found);
     if (found) return k;
   }
   for (const char* isa : {"avx512", "avx2"}) {
-    TileKernels k = TilesFor(isa, &found);
+    const TileKernels* k = TilesFor(isa, &found);
     if (found) return k;
   }
-  return gemm::ScalarTiles();
+  return Table("scalar");
 }
 
 std::atomic<const TileKernels*>& Chosen() {
-  static std::atomic<const TileKernels*> chosen{new TileKernels(Widest())};
+  static std::atomic<const TileKernels*> chosen{Widest()};
   return chosen;
 }
 
@@ -303,11 +309,9 @@ std::string BlockedGemmIsa() { return Chosen().load()->isa; }
 
 bool SetBlockedGemmIsa(const std::string& isa) {
   bool found = false;
-  const TileKernels k = isa.empty() ? Widest() : TilesFor(isa, &found);
+  const TileKernels* k = isa.empty() ? Widest() : TilesFor(isa, &found);
   if (!isa.empty() && !found) return false;
-  // The previous choice may still be read by a call in flight: kept, never freed (a few bytes per
-  // change; tests and benchmarks change it a handful of times).
-  Chosen().store(new TileKernels(k));
+  Chosen().store(k);
   return true;
 }
 
