@@ -61,6 +61,8 @@ void AttemptLifecycle::SendAssignments(const JobEntry& e) {
     if (w == nullptr || w->channel == nullptr) continue;  // placed on free slots: connected ones
     asg->set_rank(static_cast<int>(r));
     asg->set_cpu_threads(workers_.CpuThreadsFor(a.slots[r].worker));
+    asg->set_worker(a.slots[r].worker);  // the agent's device it runs on
+    asg->set_device_index(w->info.device_index());
     w->channel->Send(m);
   }
 }

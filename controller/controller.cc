@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <set>
 
 #include "common/file_util.h"
 #include "common/job_spec_proto.h"
@@ -36,15 +37,16 @@ Status CheckClock(JobManager& jobs, const Clock& clock, bool allow_clock_jump) {
       "--allow-clock-jump");
 }
 
-// PERMISSION_DENIED when a message concerns a rank of a running attempt that another worker holds.
-Status CheckRankOwner(JobManager& jobs, const std::string& worker, const std::string& job_id,
+// PERMISSION_DENIED when a message of the node agent `agent` concerns a rank of a running attempt
+// that none of its devices holds.
+Status CheckRankOwner(JobManager& jobs, const std::string& agent, const std::string& job_id,
                       int attempt, int rank) {
   JobEntry* e = jobs.Find(job_id);
   if (e == nullptr || !e->attempt || e->attempt->number != attempt) return OkStatus();
   const auto& slots = e->attempt->slots;
   if (rank < 0 || rank >= static_cast<int>(slots.size()) ||
-      slots[static_cast<size_t>(rank)].worker != worker) {
-    return PermissionDeniedError("worker " + worker + " does not run rank " + std::to_string(rank) +
+      AgentOfWorker(slots[static_cast<size_t>(rank)].worker) != agent) {
+    return PermissionDeniedError("worker " + agent + " does not run rank " + std::to_string(rank) +
                                  " of " + job_id + " attempt " + std::to_string(attempt));
   }
   return OkStatus();
@@ -274,29 +276,36 @@ std::vector<moe::v1::Worker> Controller::Workers() {
   return workers_.List();
 }
 
+// `name`: a worker, or a node agent (all its devices; the first is returned).
 StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained,
                                                  const std::string& actor, bool move_work) {
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
-  WorkerEntry* w = workers_.Find(name);
-  if (w == nullptr) return NotFoundError("no worker named '" + name + "'");
-  moe::v1::Worker record = w->info;  // stored first: a refused write leaves the worker as it was
-  record.set_drained(drained);
-  MOE_RETURN_IF_ERROR(committer_.PutWorker(record, w->session));
-  MOE_RETURN_IF_ERROR(workers_.SetDrained(name, drained));
-  MOE_LOG(INFO) << "worker " << name << (drained ? " drained" : " undrained")
-                << (actor.empty() ? "" : " by " + actor);
-  if (drained && move_work && w->busy()) {
+  std::vector<std::string> names = {name};
+  if (workers_.Find(name) == nullptr) names = workers_.DevicesOf(name);
+  if (names.empty()) return NotFoundError("no worker or node agent named '" + name + "'");
+  std::vector<moe::v1::Worker> records;  // stored first: a refused write leaves them as they were
+  for (const std::string& n : names) {
+    records.push_back(workers_.Find(n)->info);
+    records.back().set_drained(drained);
+  }
+  MOE_RETURN_IF_ERROR(committer_.PutWorkers(records, workers_.Find(names.front())->session));
+  for (const std::string& n : names) {
+    WorkerEntry* w = workers_.Find(n);
+    MOE_RETURN_IF_ERROR(workers_.SetDrained(n, drained));
+    MOE_LOG(INFO) << "worker " << n << (drained ? " drained" : " undrained")
+                  << (actor.empty() ? "" : " by " + actor);
+    if (!drained || !move_work || !w->busy()) continue;
     JobEntry* e = attempts_.AttemptOf(w->job_id, w->attempt, w->rank);
     if (e != nullptr && !IsTerminal(e->job.state())) {
       attempts_.Stop(*e,
-                     "worker " + name + " (rank " + std::to_string(w->rank) + ") drained" +
+                     "worker " + n + " (rank " + std::to_string(w->rank) + ") drained" +
                          (actor.empty() ? "" : " by " + actor),
                      StopCause::kRequeue);
     }
   }
   attempts_.NeedSchedule();
-  return workers_.Describe(*workers_.Find(name));
+  return workers_.Describe(*workers_.Find(names.front()));
 }
 
 Status Controller::DeleteWorker(const std::string& name, const std::string& actor) {
@@ -340,19 +349,24 @@ void Controller::PruneLostWorkers() {
 // worker's stream does not fail for it.
 StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
                                                    WorkerChannel* channel) {
-  MOE_ASSIGN_OR_RETURN(const std::string session, AdmitWorker(reg, channel));
+  MOE_RETURN_IF_ERROR(ValidateRegistration(reg));
+  const std::vector<moe::v1::Register> devices = DeviceRegistrations(reg);
+  MOE_ASSIGN_OR_RETURN(const std::string session, AdmitWorker(reg, devices, channel));
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   registrations_.Release(reg.name());
-  MOE_RETURN_IF_ERROR(workers_.Register(reg, channel, session).status());
+  for (const auto& d : devices) workers_.Register(d, channel, session);
   MOE_LOG(INFO) << "worker " << reg.name() << " registered: rack " << reg.rack() << ", node "
                 << reg.node() << ", " << reg.device()
+                << (devices.size() > 1 ? " and " + std::to_string(devices.size() - 1) + " more"
+                                       : std::string())
                 << (reg.running_size()
                         ? ", running " + std::to_string(reg.running_size()) + " rank(s)"
                         : "");
-  // Ranks that ended while it was away.
-  for (const auto& f : reg.finished()) attempts_.RankFinished(reg.name(), f);
-  ReconcileRanks(reg, *channel);
+  // Ranks that ended while it was away, each on the device that ran it.
+  for (const auto& f : reg.finished())
+    attempts_.RankFinished(workers_.WorkerFor(reg.name(), f.job_id(), f.attempt(), f.rank()), f);
+  for (const auto& d : devices) ReconcileRanks(d, *channel);
   attempts_.NeedSchedule();
   if (scheduler_.MayPlace()) scheduler_.Run();  // else nothing to place (a herd: no pass each)
   moe::v1::Registered out;
@@ -364,58 +378,75 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
   return out;
 }
 
-// A registration's checks and, for a new session, its stored record, with mu_ alone: the write
-// waits for its batch with the lock released, so a herd of registrations (a controller restart, a
-// cluster coming up) shares commits. The name is reserved until Register applies it.
+// A registration's checks and, for a new session, its devices' stored records (one write), with
+// mu_ alone: the write waits for its batch with the lock released, so a herd of registrations (a
+// controller restart, a cluster coming up) shares commits. The agent's name is reserved until
+// Register applies it.
 StatusOr<std::string> Controller::AdmitWorker(const moe::v1::Register& reg,
+                                              const std::vector<moe::v1::Register>& devices,
                                               WorkerChannel* channel) {
   MutexLock lock(&mu_);
-  if (workers_.Find(reg.name()) == nullptr &&
-      workers_.all().size() + registrations_.reserved() >= config_.max_workers) {
+  size_t fresh = 0;
+  for (const auto& d : devices) fresh += workers_.Find(d.name()) == nullptr ? 1 : 0;
+  if (fresh > 0 &&
+      workers_.all().size() + registrations_.reserved() + fresh > config_.max_workers) {
     return ResourceExhaustedError("register: this controller holds " +
                                   std::to_string(workers_.all().size()) +
-                                  " workers, its limit (moe-controller --max-workers)");
+                                  " workers (devices), its limit (moe-controller --max-workers)");
   }
   if (!registrations_.Reserve(reg.name())) {
     return UnavailableError("register: " + reg.name() +
                             " is registering on another stream; retry after " +
                             std::to_string(registrations_.RetryAfterMs()) + " ms");
   }
-  StatusOr<std::string> session = workers_.Admit(reg, channel);
+  StatusOr<std::string> session = workers_.Admit(reg, devices, channel);
   for (int i = 0; session.ok() && i < reg.finished_size(); ++i) {
     const auto& f = reg.finished(i);
     if (Status st = CheckRankOwner(jobs_, reg.name(), f.job_id(), f.attempt(), f.rank()); !st.ok())
       session = st;
   }
-  const WorkerEntry* known = workers_.Find(reg.name());
-  if (session.ok() && (known == nullptr || known->session != *session)) {
-    // Stored before it is answered: after a restart only this session may come back as this name.
-    moe::v1::Worker info;
-    info.set_name(reg.name());
-    info.set_rack(reg.rack());
-    info.set_node(reg.node());
-    info.set_device(reg.device());
-    info.set_address(reg.address());
+  // Stored before it is answered: after a restart only this session may come back as these names.
+  std::vector<moe::v1::Worker> records;
+  for (const auto& d : devices) {
+    const WorkerEntry* known = workers_.Find(d.name());
+    if (!session.ok() || (known != nullptr && known->session == *session)) continue;
+    moe::v1::Worker& info = records.emplace_back();
+    info.set_name(d.name());
+    info.set_agent(reg.name());
+    info.set_device_index(DeviceIndexOfWorker(d.name()));
+    info.set_rack(d.rack());
+    info.set_node(d.node());
+    info.set_device(d.device());
+    info.set_address(d.address());
     info.set_drained(known != nullptr && known->drained);
-    if (Status st = committer_.PutWorker(info, *session); !st.ok()) session = st;
+  }
+  if (!records.empty()) {
+    if (Status st = committer_.PutWorkers(records, *session); !st.ok()) session = st;
   }
   if (!session.ok()) registrations_.Release(reg.name());
   return session;
 }
 
-StatusOr<std::string> Controller::RendezvousScope(const std::string& session) {
+// The rendezvous keys the agent holding `session` may use: those of the attempts its devices run.
+StatusOr<std::vector<std::string>> Controller::RendezvousScope(const std::string& session) {
   MutexLock lock(&mu_);
-  const WorkerEntry* w = workers_.FindBySession(session);
-  if (w == nullptr) {
+  const std::vector<const WorkerEntry*> devices = workers_.FindBySession(session);
+  if (devices.empty()) {
     return UnauthenticatedError(
         "rendezvous needs the x-moe-session of a connected worker (from its registration)");
   }
-  if (!w->busy()) {
-    return PermissionDeniedError("worker " + w->info.name() + " runs no rank: no rendezvous keys");
+  std::vector<std::string> prefixes;
+  for (const WorkerEntry* w : devices) {
+    if (w->busy()) prefixes.push_back(internal::RendezvousPrefix(w->job_id, w->attempt));
   }
-  return internal::RendezvousPrefix(w->job_id, w->attempt);
+  if (prefixes.empty()) {
+    return PermissionDeniedError("worker " + devices.front()->agent +
+                                 " runs no rank: no rendezvous keys");
+  }
+  return prefixes;
 }
 
+// One device of a (re)connecting agent (`reg` as DeviceRegistrations made it).
 void Controller::ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& channel) {
   for (const auto& r : reg.running()) {
     JobEntry* e = attempts_.AttemptOf(r.job_id(), r.attempt(), r.rank());
@@ -438,32 +469,36 @@ void Controller::ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& cha
                      "worker " + reg.name() + " came back without its rank (it restarted)");
 }
 
-Status Controller::OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg) {
+// `agent`: the stream's node agent; a message about a rank is its device's (WorkerFor).
+Status Controller::OnWorkerMessage(const std::string& agent, const moe::v1::WorkerMessage& msg) {
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
-  if (Status st = CheckWorkerMessage(jobs_, worker, msg); !st.ok()) {
-    MOE_LOG(WARNING) << "worker " << worker << ": refused: " << st;
+  if (Status st = CheckWorkerMessage(jobs_, agent, msg); !st.ok()) {
+    MOE_LOG(WARNING) << "worker " << agent << ": refused: " << st;
     return st;
   }
-  workers_.Heartbeat(worker);  // any message renews the lease
+  workers_.Heartbeat(agent);  // any message renews the lease
   switch (msg.msg_case()) {
     case moe::v1::WorkerMessage::kStep:
       // A flood is dropped, not kept; a job's last step always gets through (fast steps would
       // otherwise lose the report that says the job got to its end: fake_worker_test).
-      if (workers_.AllowStepReport(worker) ||
+      if (workers_.AllowStepReport(agent) ||
           msg.step().metrics().step() == msg.step().metrics().total_steps()) {
         attempts_.Step(msg.step());
       }
       break;
-    case moe::v1::WorkerMessage::kFinished:
-      attempts_.RankFinished(worker, msg.finished());
+    case moe::v1::WorkerMessage::kFinished: {
+      const auto& f = msg.finished();
+      attempts_.RankFinished(workers_.WorkerFor(agent, f.job_id(), f.attempt(), f.rank()), f);
       scheduler_.Run();  // the freed worker (or a restart) may let a queued job go now
       break;
+    }
     case moe::v1::WorkerMessage::kLogReply:
-      logs_.Reply(worker, msg.log_reply());
+      logs_.Reply(agent, msg.log_reply());
       break;
     case moe::v1::WorkerMessage::kLeaving:
-      WorkerLeaving(worker, msg.leaving().reason().substr(0, kMaxMessageBytes));
+      for (const std::string& device : std::vector<std::string>(workers_.DevicesOf(agent)))
+        WorkerLeaving(device, msg.leaving().reason().substr(0, kMaxMessageBytes));
       break;
     case moe::v1::WorkerMessage::kStarted:
       attempts_.RankStarted(msg.started().job_id(), msg.started().attempt(), msg.started().rank());
@@ -486,18 +521,25 @@ void Controller::BeginShutdown() {
   logs_.Fail("", 0, "the controller is shutting down");
 }
 
-void Controller::Disconnected(const std::string& worker, WorkerChannel* channel) {
+void Controller::Disconnected(const std::string& agent, WorkerChannel* channel) {
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   if (shutting_down_) return;
-  const WorkerEntry* w = workers_.Find(worker);
-  const bool leaving = w != nullptr && w->leaving && w->channel == channel;
-  if (!workers_.Disconnected(worker, channel)) return;
-  logs_.Fail(worker, 0, "worker " + worker + " disconnected");
-  if (!leaving) return attempts_.WorkerLost(worker, "its stream closed");
-  // It said it was leaving: gone on purpose, not lost (no MoEWorkerLost, its name free again).
-  if (Status st = ForgetWorker(worker, "left cleanly"); !st.ok()) {
-    MOE_LOG(WARNING) << "worker " << worker << " left but stays listed as lost: " << st;
+  std::set<std::string> leaving;  // devices that said they were leaving, on this stream
+  for (const std::string& name : workers_.DevicesOf(agent)) {
+    const WorkerEntry* w = workers_.Find(name);
+    if (w->leaving && w->channel == channel) leaving.insert(name);
+  }
+  for (const std::string& worker : workers_.Disconnected(agent, channel)) {
+    logs_.Fail(worker, 0, "worker " + worker + " disconnected");
+    if (leaving.count(worker) == 0) {
+      attempts_.WorkerLost(worker, "its stream closed");
+      continue;
+    }
+    // It said it was leaving: gone on purpose, not lost (no MoEWorkerLost, its name free again).
+    if (Status st = ForgetWorker(worker, "left cleanly"); !st.ok()) {
+      MOE_LOG(WARNING) << "worker " << worker << " left but stays listed as lost: " << st;
+    }
   }
 }
 

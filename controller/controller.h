@@ -98,12 +98,15 @@ class Controller {
   Status DeleteWorker(const std::string& name, const std::string& actor = "")
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // WorkerService: a worker's stream. Register first; then its messages; then Disconnected. The
-  // stream is the worker's identity: a message about a rank of a running attempt that another
-  // worker holds is refused with PERMISSION_DENIED (the stream then ends) and changes nothing.
+  // WorkerService: a node agent's stream. Register first; then its messages; then Disconnected.
+  // Each of the agent's devices is a worker of its own (worker_claims.h, DeviceWorkerName): ranks
+  // are placed on and listed per device, while the agent's one stream carries them all and its one
+  // lease keeps them. The stream is the agent's identity: a message about a rank of a running
+  // attempt that none of its devices holds is refused with PERMISSION_DENIED (the stream then
+  // ends) and changes nothing. `agent` below is the name the stream registered.
   StatusOr<moe::v1::Registered> Register(const moe::v1::Register& reg, WorkerChannel* channel)
       ABSL_LOCKS_EXCLUDED(mu_);
-  Status OnWorkerMessage(const std::string& worker, const moe::v1::WorkerMessage& msg)
+  Status OnWorkerMessage(const std::string& agent, const moe::v1::WorkerMessage& msg)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The workers' leases (thread-safe): a heartbeat renews its stream's lease there and nothing
   // else, taking neither controller lock (Renew with the stream as its WorkerChannel*).
@@ -111,10 +114,11 @@ class Controller {
   // Registrations in flight and the names being registered (registration_gate.h): the stream
   // calls registrations().Begin() before Register and End() after it when Begin was OK.
   RegistrationGate& registrations() { return registrations_; }
-  // The rendezvous keys the worker holding `session` may use: its running attempt's prefix.
-  // UNAUTHENTICATED without a live session, PERMISSION_DENIED when it runs no rank.
-  StatusOr<std::string> RendezvousScope(const std::string& session) ABSL_LOCKS_EXCLUDED(mu_);
-  void Disconnected(const std::string& worker, WorkerChannel* channel) ABSL_LOCKS_EXCLUDED(mu_);
+  // The rendezvous keys the agent holding `session` may use: the prefixes of the attempts its
+  // devices run. UNAUTHENTICATED without a live session, PERMISSION_DENIED when it runs no rank.
+  StatusOr<std::vector<std::string>> RendezvousScope(const std::string& session)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Disconnected(const std::string& agent, WorkerChannel* channel) ABSL_LOCKS_EXCLUDED(mu_);
   RendezvousStore& rendezvous() { return rendezvous_; }
 
   // Leases, reconnect deadlines, retries of unstored changes, rendezvous timeouts, a scheduling
@@ -134,14 +138,15 @@ class Controller {
 
  private:
   Status RestoreWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  StatusOr<std::string> AdmitWorker(const moe::v1::Register& reg, WorkerChannel* channel)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  StatusOr<std::string> AdmitWorker(const moe::v1::Register& reg,
+                                    const std::vector<moe::v1::Register>& devices,
+                                    WorkerChannel* channel) ABSL_LOCKS_EXCLUDED(mu_);
   // Submit's checks and record; `queued_before`: the jobs waiting when it was admitted.
   StatusOr<moe::v1::Job> Admit(JobSpec spec, const std::string& request_id,
                                const std::string& actor, size_t* queued_before)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // A reconnecting worker: what it says it runs is bound to the attempt we know, or told to stop; a
-  // rank it was assigned but does not report is lost.
+  // A reconnecting agent's device: what it says it runs is bound to the attempt we know, or told to
+  // stop; a rank it was assigned but does not report is lost.
   void ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& channel)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker says it is leaving (Leaving): no new work; its job is requeued.

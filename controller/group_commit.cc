@@ -117,6 +117,13 @@ Status GroupCommitStore::DeleteJob(const std::string& job_id) {
 Status GroupCommitStore::PutWorker(const moe::v1::Worker& info, const std::string& session) {
   return Commit([&](StateStore& s) { return s.PutWorker(info, session); });
 }
+Status GroupCommitStore::PutWorkers(const std::vector<moe::v1::Worker>& infos,
+                                    const std::string& session) {
+  return Commit([&](StateStore& s) -> Status {
+    for (const auto& info : infos) MOE_RETURN_IF_ERROR(s.PutWorker(info, session));
+    return OkStatus();
+  });
+}
 Status GroupCommitStore::DeleteWorker(const std::string& name) {
   return Commit([&name](StateStore& s) { return s.DeleteWorker(name); });
 }

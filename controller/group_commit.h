@@ -54,6 +54,8 @@ class GroupCommitStore final : public StateStore {
   Status DeleteJob(const std::string& job_id) override;
   Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
   Status DeleteWorker(const std::string& name) override;
+  // A node agent's devices, in the one write (one batch, however many devices).
+  Status PutWorkers(const std::vector<moe::v1::Worker>& infos, const std::string& session);
   // Telemetry: queued for the next batch, not waited for; a failure is logged (the next save
   // replaces it).
   void PutJobLater(const moe::v1::Job& job);

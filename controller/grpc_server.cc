@@ -168,7 +168,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResp
   int64_t sub_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Connect: one stream per worker.
+// Connect: one stream per node agent (however many devices it serves).
 //
 // Threads: gRPC's callback threads run OnReadDone (one at a time: reads follow each other),
 // OnWriteDone and OnDone; Send comes from whichever thread the Controller runs on (under its mutex:
@@ -277,7 +277,7 @@ class WorkerStream final
   Controller& controller_;
   Executor& ex_;
   moe::v1::WorkerMessage in_;
-  std::string name_;  // set once registered
+  std::string name_;  // the agent's, set once registered
   Mutex mu_;
   std::deque<moe::v1::ControllerMessage> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -461,18 +461,19 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   }
 
  private:
-  // Only keys of the caller's own running attempt: the session names the worker, the worker its
-  // rank.
+  // Only keys of the caller's own running attempts: the session names the agent, its devices their
+  // ranks.
   Status CheckKey(grpc::CallbackServerContext* ctx, const std::string& key) {
     if (key.size() > kMaxRendezvousKeyBytes)
       return InvalidArgumentError("rendezvous key over 512 bytes");
-    MOE_ASSIGN_OR_RETURN(const std::string prefix,
+    MOE_ASSIGN_OR_RETURN(const std::vector<std::string> prefixes,
                          c_.RendezvousScope(Metadata(ctx, "x-moe-session")));
-    if (key.rfind(prefix, 0) != 0) {
-      return PermissionDeniedError("rendezvous key '" + key.substr(0, 128) +
-                                   "' is not under this worker's attempt (" + prefix + ")");
+    for (const std::string& prefix : prefixes) {
+      if (key.rfind(prefix, 0) == 0) return OkStatus();
     }
-    return OkStatus();
+    return PermissionDeniedError("rendezvous key '" + key.substr(0, 128) +
+                                 "' is not under an attempt this worker runs (" +
+                                 prefixes.front() + (prefixes.size() > 1 ? ", ..." : "") + ")");
   }
   Controller& c_;
   const TokenAuth& auth_;

@@ -59,10 +59,10 @@ void LogRequests::Request(const moe::v1::GetLogsRequest& req, Done done) {
   w->channel->Send(m);
 }
 
-void LogRequests::Reply(const std::string& worker, const moe::v1::LogReply& r) {
+void LogRequests::Reply(const std::string& agent, const moe::v1::LogReply& r) {
   auto it = pending_.find(r.request_id());
-  if (it == pending_.end() || it->second.worker != worker)
-    return;  // late, or not this worker's to answer
+  if (it == pending_.end() || AgentOfWorker(it->second.worker) != agent)
+    return;  // late, or not this agent's to answer
   Pending p = std::move(it->second);
   pending_.erase(it);
   if (!r.error().empty()) return p.done(NotFoundError(r.error().substr(0, kMaxMessageBytes)));

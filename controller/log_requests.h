@@ -27,7 +27,7 @@ class LogRequests {
       : jobs_(jobs), workers_(workers), clock_(clock) {}
 
   void Request(const moe::v1::GetLogsRequest& req, Done done);
-  void Reply(const std::string& worker, const moe::v1::LogReply& r);
+  void Reply(const std::string& agent, const moe::v1::LogReply& r);  // from the rank's node agent
   // Fails the requests sent to `worker` ("": every one) that it can no longer answer, or whose
   // deadline passed (now > 0).
   void Fail(const std::string& worker, double now, const std::string& why);

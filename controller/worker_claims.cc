@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 
 namespace moe::controller {
 namespace {
@@ -40,7 +41,57 @@ bool Printable(const std::string& s) {
   return true;
 }
 
+// The agent's device list: at most kMaxAgentDevices, each cpu or cuda:N, no GPU twice; the first
+// is the registration's `device`.
+Status CheckDevices(const moe::v1::Register& reg) {
+  if (reg.devices_size() == 0) return OkStatus();
+  if (reg.devices_size() > kMaxAgentDevices)
+    return Field("devices", "at most " + std::to_string(kMaxAgentDevices));
+  if (reg.devices(0) != reg.device()) return Field("devices", "the first must be `device`");
+  std::vector<std::string> gpus;
+  for (const auto& d : reg.devices()) {
+    if (Status st = CheckDevice(d); !st.ok())
+      return Field("devices", d + " is not cpu or cuda:N with N in 0.." +
+                                  std::to_string(kMaxCudaDevice));
+    if (d != "cpu") gpus.push_back(d);
+  }
+  std::sort(gpus.begin(), gpus.end());
+  if (std::adjacent_find(gpus.begin(), gpus.end()) != gpus.end())
+    return Field("devices", "a GPU listed twice");
+  return OkStatus();
+}
+
 }  // namespace
+
+std::string DeviceWorkerName(const std::string& agent, int index, int count) {
+  return count <= 1 ? agent : agent + "/" + std::to_string(index);
+}
+
+std::string AgentOfWorker(const std::string& worker) {
+  return worker.substr(0, worker.find('/'));
+}
+
+int DeviceIndexOfWorker(const std::string& worker) {
+  const size_t slash = worker.find('/');
+  return slash == std::string::npos ? 0 : std::atoi(worker.c_str() + slash + 1);
+}
+
+std::vector<moe::v1::Register> DeviceRegistrations(const moe::v1::Register& reg) {
+  const int n = std::max(1, reg.devices_size());
+  std::vector<moe::v1::Register> out(static_cast<size_t>(n), reg);
+  for (int i = 0; i < n; ++i) {
+    moe::v1::Register& d = out[static_cast<size_t>(i)];
+    d.set_name(DeviceWorkerName(reg.name(), i, n));
+    if (reg.devices_size() > 0) d.set_device(reg.devices(i));
+    d.clear_devices();
+    d.clear_finished();
+    d.clear_running();
+    for (const auto& r : reg.running()) {
+      if (r.device_index() == i) *d.add_running() = r;
+    }
+  }
+  return out;
+}
 
 bool IsSimpleName(const std::string& s, size_t max) {
   if (s.empty() || s.size() > max || !std::isalnum(static_cast<unsigned char>(s[0]))) return false;
@@ -61,6 +112,7 @@ Status ValidateRegistration(const moe::v1::Register& reg) {
     return Field("node", grammar + std::to_string(kMaxWorkerNameBytes) + " bytes");
   }
   MOE_RETURN_IF_ERROR(CheckDevice(reg.device()));
+  MOE_RETURN_IF_ERROR(CheckDevices(reg));
   if (reg.address().size() > kMaxAddressBytes ||
       !std::all_of(reg.address().begin(), reg.address().end(), IsAddressChar)) {
     return Field("address", "a host name or IP address, at most " +
@@ -97,8 +149,13 @@ Status ValidateRegistration(const moe::v1::Register& reg) {
     return Field("(the whole)", "the worker's metadata is " + std::to_string(kept.ByteSizeLong()) +
                                     " bytes; at most " + std::to_string(kMaxRegistrationBytes));
   }
-  if (reg.running_size() > kMaxRunningClaims)
-    return Field("running", "at most " + std::to_string(kMaxRunningClaims));
+  const int devices = std::max(1, reg.devices_size());
+  if (reg.running_size() > kMaxRunningClaims * devices)
+    return Field("running", "at most " + std::to_string(kMaxRunningClaims) + " per device");
+  for (const auto& r : reg.running()) {
+    if (r.device_index() < 0 || r.device_index() >= devices)
+      return Field("running.device_index", "must be in 0.." + std::to_string(devices - 1));
+  }
   if (reg.finished_size() > kMaxFinishedClaims) {
     return Field("finished", "at most " + std::to_string(kMaxFinishedClaims));
   }

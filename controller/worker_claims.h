@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "moe/v1/worker_service.pb.h"
@@ -16,7 +17,8 @@ inline constexpr size_t kMaxRackBytes = 128;       // racks may be NVML's cluste
 inline constexpr size_t kMaxAddressBytes = 253;
 inline constexpr int kMaxCudaDevice = 1023;
 inline constexpr int kMaxCpuCores = 65536;
-inline constexpr int kMaxRunningClaims = 4;
+inline constexpr int kMaxRunningClaims = 4;  // per device
+inline constexpr int kMaxAgentDevices = 256;  // devices (GPUs, CPU slots) of one node agent
 inline constexpr int kMaxFinishedClaims = 64;
 inline constexpr size_t kMaxMessageBytes = 4096;  // a rank's failure text, kept in events
 inline constexpr int kMaxRootsPerKind = 8;        // --data-root, --checkpoint-root
@@ -29,6 +31,18 @@ inline constexpr size_t kMaxRegistrationBytes = 8192;
 bool IsSimpleName(const std::string& s, size_t max);
 // Checks every field of a Register (name, rack, node, device, address, cores, claims).
 Status ValidateRegistration(const moe::v1::Register& reg);
+
+// A node agent's devices are the workers ranks are placed on: the agent `a` of one device is the
+// worker `a`; of N > 1, the workers `a/0` ... `a/N-1` (a name no agent can register: '/' is not in
+// the names' grammar). They share the agent's connection, lease and session.
+std::string DeviceWorkerName(const std::string& agent, int index, int count);
+// The agent a worker belongs to (the name before its '/') and its device's index there.
+std::string AgentOfWorker(const std::string& worker);
+int DeviceIndexOfWorker(const std::string& worker);
+// A (valid) registration as its devices' own: name, device and the running ranks each reports; the
+// rest as the agent said (rack, node, roots, cores, memory per device). Its `finished` stay with
+// the agent's registration.
+std::vector<moe::v1::Register> DeviceRegistrations(const moe::v1::Register& reg);
 // A step report's shape, from a rank of a model with `layers` layers and `world` ranks: steps and
 // tokens not negative, arrays no longer than the model's layers or the job's ranks. A report
 // outside it ends the worker's stream (INVALID_ARGUMENT).

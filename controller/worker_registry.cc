@@ -49,30 +49,43 @@ Status WorkerRegistry::CheckNameFree(const moe::v1::Register& reg, WorkerChannel
   return OkStatus();
 }
 
-StatusOr<std::string> WorkerRegistry::Admit(const moe::v1::Register& reg,
+StatusOr<std::string> WorkerRegistry::Admit(const moe::v1::Register& agent,
+                                            const std::vector<moe::v1::Register>& devices,
                                             WorkerChannel* channel) const {
-  MOE_RETURN_IF_ERROR(ValidateRegistration(reg));
-  MOE_RETURN_IF_ERROR(CheckNameFree(reg, channel));
-  auto it = workers_.find(reg.name());
-  if (it != workers_.end() && !it->second.session.empty() && reg.session() == it->second.session) {
-    return it->second.session;
+  MOE_RETURN_IF_ERROR(ValidateRegistration(agent));
+  bool own = false;  // a device of this agent already holds the session it presented
+  for (const moe::v1::Register& d : devices) {
+    MOE_RETURN_IF_ERROR(CheckNameFree(d, channel));
+    auto it = workers_.find(d.name());
+    own = own || (it != workers_.end() && !it->second.session.empty() &&
+                  agent.session() == it->second.session);
   }
-  return NewSession();  // a new holder of the name (or its first registration)
+  return own ? agent.session() : NewSession();  // else a new holder (or its first registration)
 }
 
-StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg,
+StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& agent,
                                                 WorkerChannel* channel) {
-  MOE_ASSIGN_OR_RETURN(const std::string session, Admit(reg, channel));
-  return Register(reg, channel, session);
+  const std::vector<moe::v1::Register> devices = DeviceRegistrations(agent);
+  MOE_ASSIGN_OR_RETURN(const std::string session, Admit(agent, devices, channel));
+  WorkerEntry* first = nullptr;
+  for (const auto& d : devices) {
+    WorkerEntry* w = Register(d, channel, session);
+    if (first == nullptr) first = w;
+  }
+  return first;
 }
 
-StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg,
-                                                WorkerChannel* channel,
-                                                const std::string& session) {
+WorkerEntry* WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChannel* channel,
+                                      const std::string& session) {
   WorkerEntry& w = workers_[reg.name()];
   const bool fresh = w.info.name().empty();
+  if (!w.session.empty() && w.session != session) by_session_.erase(w.session);
   w.session = session;
+  w.agent = AgentOfWorker(reg.name());
+  by_session_[session] = w.agent;
   w.info.set_name(reg.name());
+  w.info.set_agent(w.agent);
+  w.info.set_device_index(DeviceIndexOfWorker(reg.name()));
   w.info.set_rack(reg.rack());
   w.info.set_node(reg.node());
   w.info.set_device(reg.device());
@@ -86,15 +99,43 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& reg,
   w.channel = channel;
   w.lost = false;
   w.leaving = false;  // a leaving worker that reconnects says so again (WorkerAgent::Leave)
-  leases_.Open(reg.name(), channel);
+  std::vector<std::string>& devs = agents_[w.agent];
+  if (std::find(devs.begin(), devs.end(), reg.name()) == devs.end()) {
+    devs.push_back(reg.name());
+    std::sort(devs.begin(), devs.end(), [](const std::string& a, const std::string& b) {
+      return DeviceIndexOfWorker(a) < DeviceIndexOfWorker(b);
+    });
+  }
+  leases_.Open(w.agent, channel);
   sharing_dirty_ = true;
   return &w;
+}
+
+const std::vector<std::string>& WorkerRegistry::DevicesOf(const std::string& agent) const {
+  static const std::vector<std::string> kNone;
+  auto it = agents_.find(agent);
+  return it == agents_.end() ? kNone : it->second;
+}
+
+std::string WorkerRegistry::WorkerFor(const std::string& agent, const std::string& job_id,
+                                      int attempt, int rank) const {
+  const std::vector<std::string>& devs = DevicesOf(agent);
+  for (const std::string& name : devs) {
+    const WorkerEntry& w = workers_.at(name);
+    if (w.job_id == job_id && w.attempt == attempt && w.rank == rank) return name;
+  }
+  return devs.empty() ? agent : devs.front();
 }
 
 void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& session,
                              double hold_seconds) {
   WorkerEntry& w = workers_[info.name()];
   w.info = info;
+  w.agent = AgentOfWorker(info.name());
+  w.info.set_agent(w.agent);
+  if (!session.empty()) by_session_[session] = w.agent;
+  std::vector<std::string>& devs = agents_[w.agent];
+  if (std::find(devs.begin(), devs.end(), info.name()) == devs.end()) devs.push_back(info.name());
   w.info.clear_job_id();
   w.info.clear_state();
   w.session = session;
@@ -105,55 +146,67 @@ void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& ses
   sharing_dirty_ = true;
 }
 
-WorkerEntry* WorkerRegistry::FindBySession(const std::string& session) {
-  if (session.empty()) return nullptr;
-  for (auto& [name, w] : workers_) {
-    if (w.session == session && !w.lost && w.channel != nullptr) return &w;
+std::vector<const WorkerEntry*> WorkerRegistry::FindBySession(const std::string& session) const {
+  std::vector<const WorkerEntry*> out;
+  auto agent = session.empty() ? by_session_.end() : by_session_.find(session);
+  if (agent == by_session_.end()) return out;
+  for (const std::string& name : DevicesOf(agent->second)) {
+    const WorkerEntry& w = workers_.at(name);
+    if (w.session == session && !w.lost && w.channel != nullptr) out.push_back(&w);
   }
-  return nullptr;
+  return out;
 }
 
 void WorkerRegistry::MarkLost(WorkerEntry& w) {
-  leases_.Close(w.info.name());
+  leases_.Close(w.agent);
   sharing_dirty_ = true;
   w.lost = true;
   w.lost_at = clock_.Monotonic();
   w.held_until = clock_.Monotonic() + lease_;
 }
 
-void WorkerRegistry::Heartbeat(const std::string& name) {
-  auto it = workers_.find(name);
-  if (it == workers_.end() || it->second.lost) return;
-  leases_.Renew(name, it->second.channel);
+void WorkerRegistry::Heartbeat(const std::string& agent) {
+  const std::vector<std::string>& devs = DevicesOf(agent);
+  if (devs.empty()) return;
+  const WorkerEntry& w = workers_.at(devs.front());
+  if (!w.lost) leases_.Renew(agent, w.channel);
 }
 
-bool WorkerRegistry::AllowStepReport(const std::string& name) {
-  WorkerEntry* w = Find(name);
-  if (w == nullptr) return false;
+bool WorkerRegistry::AllowStepReport(const std::string& agent) {
+  const std::vector<std::string>& devs = DevicesOf(agent);
+  if (devs.empty()) return false;
+  WorkerEntry& w = workers_.at(devs.front());  // the agent's count is kept on its first device
   const double second = std::floor(clock_.Monotonic());
-  if (second != w->report_window) {
-    w->report_window = second;
-    w->reports_in_window = 0;
+  if (second != w.report_window) {
+    w.report_window = second;
+    w.reports_in_window = 0;
   }
-  return ++w->reports_in_window <= kMaxStepReportsPerSecond;
+  return ++w.reports_in_window <= kMaxStepReportsPerSecond * static_cast<int>(devs.size());
 }
 
-bool WorkerRegistry::Disconnected(const std::string& name, WorkerChannel* channel) {
-  auto it = workers_.find(name);
-  if (it == workers_.end() || it->second.channel != channel) return false;
-  it->second.channel = nullptr;
-  if (it->second.lost) return false;
-  MarkLost(it->second);
-  return true;
+std::vector<std::string> WorkerRegistry::Disconnected(const std::string& agent,
+                                                      WorkerChannel* channel) {
+  std::vector<std::string> lost;
+  for (const std::string& name : DevicesOf(agent)) {
+    WorkerEntry& w = workers_.at(name);
+    if (w.channel != channel) continue;
+    w.channel = nullptr;
+    if (w.lost) continue;
+    MarkLost(w);
+    lost.push_back(name);
+  }
+  return lost;
 }
 
 std::vector<std::string> WorkerRegistry::ExpireLeases() {
   std::vector<std::string> lost;
-  for (const std::string& name : leases_.Expire()) {
-    auto it = workers_.find(name);
-    if (it == workers_.end() || it->second.lost) continue;
-    MarkLost(it->second);
-    lost.push_back(name);
+  for (const std::string& agent : leases_.Expire()) {
+    for (const std::string& name : DevicesOf(agent)) {
+      WorkerEntry& w = workers_.at(name);
+      if (w.lost) continue;
+      MarkLost(w);
+      lost.push_back(name);
+    }
   }
   return lost;
 }
@@ -192,9 +245,18 @@ void WorkerRegistry::SetLeaving(const std::string& name) {
 }
 
 void WorkerRegistry::Remove(const std::string& name) {
-  leases_.Close(name);
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return;
+  const std::string agent = it->second.agent, session = it->second.session;
+  workers_.erase(it);
   sharing_dirty_ = true;
-  workers_.erase(name);
+  std::vector<std::string>& devs = agents_[agent];
+  devs.erase(std::remove(devs.begin(), devs.end(), name), devs.end());
+  if (!devs.empty()) return;
+  agents_.erase(agent);  // its last device: the agent's lease and session go too
+  leases_.Close(agent);
+  if (auto s = by_session_.find(session); s != by_session_.end() && s->second == agent)
+    by_session_.erase(s);
 }
 
 std::vector<std::string> WorkerRegistry::LostLongerThan(double seconds) const {
@@ -238,7 +300,7 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
   out.set_memory_bytes(MemoryFor(w.info.name()));
   out.set_job_id(w.job_id);
   out.set_rank(w.rank);
-  if (const double heard = leases_.LastHeard(w.info.name()); heard > 0)
+  if (const double heard = leases_.LastHeard(w.agent); heard > 0)
     out.set_last_heartbeat(heard);
   if (w.lost)
     out.set_state(moe::v1::LOST);

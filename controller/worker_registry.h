@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,10 @@ class WorkerChannel {
   virtual void Send(const moe::v1::ControllerMessage& msg) = 0;
 };
 
+// One device of a node agent: what ranks are placed on (worker_claims.h, DeviceWorkerName). The
+// agent's devices share its channel, lease and session.
 struct WorkerEntry {
-  moe::v1::Worker info;              // name, rack, node, device, address, registered_at
+  moe::v1::Worker info;              // name, rack, node, device, address, registered_at, agent
   WorkerChannel* channel = nullptr;  // null while disconnected
   bool lost = false;
   bool drained = false;
@@ -38,6 +41,7 @@ struct WorkerEntry {
   // connected, and until held_until (monotonic) after it was last heard from.
   std::string session;
   double held_until = 0;
+  std::string agent;  // the node agent it belongs to (info.agent())
   double report_window = 0;  // monotonic second the step reports below were counted in
   int reports_in_window = 0;
   bool busy() const { return !job_id.empty(); }
@@ -48,33 +52,44 @@ class WorkerRegistry {
   WorkerRegistry(Clock& clock, double lease_seconds)
       : clock_(clock), lease_(lease_seconds), leases_(clock, lease_seconds) {}
 
-  // A worker (re)connects. A name held by another session is refused: ALREADY_EXISTS while that
-  // worker is connected, PERMISSION_DENIED until its hold ends (a lease after it was last heard
-  // from). A registration presenting the name's session keeps it; any other gets a fresh session.
-  // Admit checks (claims, the name) and returns the session the worker will hold: its own when it
-  // presented it, else a fresh one; Register then records it (the Controller stores a new session
-  // in between, so a refused write changes nothing here).
-  StatusOr<std::string> Admit(const moe::v1::Register& reg, WorkerChannel* channel) const;
-  StatusOr<WorkerEntry*> Register(const moe::v1::Register& reg, WorkerChannel* channel,
-                                  const std::string& session);
-  // Admit and Register at once (tests, and callers with nothing to store).
-  StatusOr<WorkerEntry*> Register(const moe::v1::Register& reg, WorkerChannel* channel);
+  // A node agent (re)connects with its devices (DeviceRegistrations). A name held by another
+  // session is refused: ALREADY_EXISTS while that worker is connected, PERMISSION_DENIED until its
+  // hold ends (a lease after it was last heard from). A registration presenting the agent's session
+  // keeps it; any other gets a fresh session. Admit checks (claims, the names) and returns the
+  // session the agent's devices will hold: its own when it presented it, else a fresh one; Register
+  // then records each device (the Controller stores a new session in between, so a refused write
+  // changes nothing here).
+  StatusOr<std::string> Admit(const moe::v1::Register& agent,
+                              const std::vector<moe::v1::Register>& devices,
+                              WorkerChannel* channel) const;
+  WorkerEntry* Register(const moe::v1::Register& device, WorkerChannel* channel,
+                        const std::string& session);
+  // Admit and Register every device at once (tests, and callers with nothing to store); the first
+  // device's entry.
+  StatusOr<WorkerEntry*> Register(const moe::v1::Register& agent, WorkerChannel* channel);
+  // The agent's devices, in their order (empty for an unknown agent).
+  const std::vector<std::string>& DevicesOf(const std::string& agent) const;
+  // The agent's device that runs (job, attempt, rank): the attempt's own when the agent holds it,
+  // else one busy with it, else the agent's first (a stale rank's outcome: nothing to release).
+  std::string WorkerFor(const std::string& agent, const std::string& job_id, int attempt,
+                        int rank) const;
   // A worker known from the store (after a controller restart): lost, its name held by `session`
   // for `hold_seconds` so that only it can come back under that name.
   void Restore(const moe::v1::Worker& info, const std::string& session, double hold_seconds);
-  // The connected, live worker whose credential is `session`; null when none.
-  WorkerEntry* FindBySession(const std::string& session);
-  void Heartbeat(const std::string& name);
+  // The connected, live devices of the agent whose credential is `session`; empty when none.
+  std::vector<const WorkerEntry*> FindBySession(const std::string& session) const;
+  void Heartbeat(const std::string& agent);
   // The leases, for the heartbeat path that takes no controller lock (LeaseBook is thread-safe).
   LeaseBook& leases() { return leases_; }
   // Step reports a worker may send: at most kMaxStepReportsPerSecond in any second (one rank
   // reports once a step); the rest are dropped, the next report replacing them.
   static constexpr int kMaxStepReportsPerSecond = 100;
-  bool AllowStepReport(const std::string& name);
-  // The stream ended. Only the channel that is current counts (a reconnect may have replaced it).
-  // Returns true when the worker became lost now.
-  bool Disconnected(const std::string& name, WorkerChannel* channel);
-  // Workers whose lease ran out since the last call.
+  // (Per device: an agent of N devices may send N times as many.)
+  bool AllowStepReport(const std::string& agent);
+  // The agent's stream ended. Only the channel that is current counts (a reconnect may have
+  // replaced it). Returns its devices that became lost now.
+  std::vector<std::string> Disconnected(const std::string& agent, WorkerChannel* channel);
+  // Workers (devices) whose agent's lease ran out since the last call.
   std::vector<std::string> ExpireLeases();
 
   WorkerEntry* Find(const std::string& name);
@@ -112,7 +127,9 @@ class WorkerRegistry {
 
   Clock& clock_;
   double lease_;
-  LeaseBook leases_;
+  LeaseBook leases_;  // one per agent
+  std::map<std::string, std::vector<std::string>> agents_;  // agent -> its devices' workers
+  std::map<std::string, std::string> by_session_;           // session -> agent
   mutable bool sharing_dirty_ = true;
   mutable std::map<std::string, int> per_node_, per_host_;  // live CPU workers (CountSharing)
   std::map<std::string, WorkerEntry> workers_;

@@ -27,13 +27,11 @@ pids+=($!)
 for _ in $(seq 1 100); do grep -q "serving gRPC" "$work/controller.log" && break; sleep 0.1; done
 grep -q "serving gRPC" "$work/controller.log" || { cat "$work/controller.log"; exit 1; }
 mkdir -p "$work/checkpoints"
-echo "== starting two CPU workers in rack r0 (one core each)"
-for n in 0 1; do
-  "$bin/moe-worker" --controller "$MOE_CONTROLLER" --device cpu --rack r0 --node node$n --threads 1 \
-      --runtime-dir "$work/worker$n" --data-root "$PWD" --checkpoint-root "$work/checkpoints" \
-      >"$work/worker$n.log" 2>&1 &
-  pids+=($!)
-done
+echo "== starting the node agent of node0 in rack r0: two CPU slots (one core each), listed as node0-cpu/0 and /1"
+"$bin/moe-worker" --controller "$MOE_CONTROLLER" --slots 2 --rack r0 --node node0 --threads 1 \
+    --runtime-dir "$work/worker0" --data-root "$PWD" --checkpoint-root "$work/checkpoints" \
+    >"$work/worker0.log" 2>&1 &
+pids+=($!)
 for _ in $(seq 1 100); do
   [ "$("$bin/moectl" get workers 2>/dev/null | grep -c IDLE)" = 2 ] && break
   sleep 0.1

@@ -8,6 +8,7 @@
 #include <prometheus/registry.h>
 
 #include <limits>
+#include <set>
 
 #include "common/job_spec_proto.h"
 #include "tests/controller/flaky_store.h"
@@ -298,7 +299,8 @@ TEST_F(ControllerTest, RendezvousKeysAreTheCallersOwnAttempts) {
   const moe::v1::Assignment a0 = channels_["w0"]->Assignments().at(0);
   auto scope = controller_->RendezvousScope(sessions_["w0"]);
   ASSERT_TRUE(scope.ok()) << scope.status();
-  EXPECT_EQ(*scope, "job/" + job.id() + "/attempt/" + std::to_string(a0.attempt()) + "/");
+  EXPECT_EQ(*scope, std::vector<std::string>{"job/" + job.id() + "/attempt/" +
+                                             std::to_string(a0.attempt()) + "/"});
   EXPECT_EQ(controller_->RendezvousScope(sessions_["idle"]).status().code(),
             StatusCode::kPermissionDenied);
   EXPECT_EQ(controller_->RendezvousScope("").status().code(), StatusCode::kUnauthenticated);
@@ -1231,6 +1233,124 @@ TEST_F(ControllerTest, DrainedWorkersTakeNoNewWork) {
   controller_->Tick();
   EXPECT_EQ(State(j2.id()), moe::v1::SCHEDULED);
   EXPECT_EQ(controller_->SetDrained("nope", true).status().code(), StatusCode::kNotFound);
+}
+
+// One agent per node (issue 39): its devices are placed and listed as workers of their own, while
+// its one stream carries their assignments and reports and its one lease keeps them all.
+TEST_F(ControllerTest, ANodeAgentsDevicesAreWorkersOnOneStreamAndOneLease) {
+  auto& ch = channels_["node0"];
+  ch = std::make_unique<FakeChannel>();
+  moe::v1::Register r;
+  r.set_name("node0");
+  r.set_rack("r0");
+  r.set_node("n0");
+  r.set_device("cpu");
+  for (int i = 0; i < 4; ++i) r.add_devices("cpu");
+  r.set_memory_bytes(int64_t{64} << 30);
+  r.set_cpu_cores(8);
+  auto reg = controller_->Register(r, ch.get());
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->name(), "node0");
+  const std::vector<moe::v1::Worker> listed = controller_->Workers();
+  ASSERT_EQ(listed.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(listed[static_cast<size_t>(i)].name(), "node0/" + std::to_string(i));
+    EXPECT_EQ(listed[static_cast<size_t>(i)].agent(), "node0");
+    EXPECT_EQ(listed[static_cast<size_t>(i)].device_index(), i);
+    EXPECT_EQ(listed[static_cast<size_t>(i)].node(), "n0");
+    EXPECT_EQ(listed[static_cast<size_t>(i)].rack(), "r0");
+  }
+  EXPECT_EQ(store_.LoadWorkers()->size(), 4u) << "every device stored with the agent's session";
+
+  const auto job = Submit(Spec("j", 4, 4));
+  AddWorker("intruder", "r0", "n9");
+  const std::vector<moe::v1::Assignment> as = ch->Assignments();
+  ASSERT_EQ(as.size(), 4u) << "the four ranks' assignments on the agent's one stream";
+  std::set<int> devices;
+  for (const auto& a : as) {
+    devices.insert(a.device_index());
+    EXPECT_EQ(a.worker(), "node0/" + std::to_string(a.device_index()));
+    EXPECT_EQ(a.cpu_threads(), 2) << "the node's 8 cores over its 4 CPU slots";
+  }
+  EXPECT_EQ(devices, (std::set<int>{0, 1, 2, 3}));
+  for (const auto& a : as) Step("node0", a, 1);
+  EXPECT_EQ(State(job.id()), moe::v1::RUNNING);
+  moe::v1::WorkerMessage step;
+  step.mutable_step()->set_job_id(as[0].job_id());
+  step.mutable_step()->set_attempt(as[0].attempt());
+  step.mutable_step()->set_rank(as[0].rank());
+  EXPECT_EQ(controller_->OnWorkerMessage("intruder", step).code(), StatusCode::kPermissionDenied);
+  auto scope = controller_->RendezvousScope(reg->session());
+  ASSERT_TRUE(scope.ok()) << scope.status();
+  EXPECT_EQ(scope->size(), 4u) << "one prefix per busy device (here the same attempt's)";
+
+  // The agent's heartbeats keep all four; a rank's end frees its device alone.
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(1);
+    Heartbeats();
+    controller_->Tick();
+  }
+  for (const auto& w : controller_->Workers()) EXPECT_NE(w.state(), moe::v1::LOST) << w.name();
+  Finish("node0", as[2], true);
+  int busy = 0;
+  for (const auto& w : controller_->Workers()) busy += w.state() == moe::v1::BUSY ? 1 : 0;
+  EXPECT_EQ(busy, 3) << "the device whose rank ended is free, the others still run theirs";
+
+  // Drained by the agent's name: every device.
+  ASSERT_TRUE(controller_->SetDrained("node0", true).ok());
+  for (const auto& w : controller_->Workers()) {
+    if (w.agent() == "node0") {
+      EXPECT_TRUE(w.drained()) << w.name();
+    }
+  }
+  ASSERT_TRUE(controller_->SetDrained("node0", false).ok());
+
+  // Silence past the lease loses every device at once, and the job restarts.
+  LoseWorker("node0");
+  for (const auto& w : controller_->Workers()) {
+    if (w.agent() == "node0") {
+      EXPECT_EQ(w.state(), moe::v1::LOST) << w.name();
+    }
+  }
+  EXPECT_NE(State(job.id()), moe::v1::RUNNING);
+
+  // It comes back with its session: the same four workers, live again.
+  auto& ch2 = channels_["node0"];
+  ch2 = std::make_unique<FakeChannel>();
+  r.set_session(reg->session());
+  ASSERT_TRUE(controller_->Register(r, ch2.get()).ok());
+  for (const auto& w : controller_->Workers()) {
+    if (w.agent() == "node0") {
+      EXPECT_NE(w.state(), moe::v1::LOST) << w.name();
+    }
+  }
+  EXPECT_EQ(controller_->Workers().size(), 5u) << "no device listed twice";
+}
+
+TEST_F(ControllerTest, ANodeAgentsRegistrationIsCheckedFieldByField) {
+  FakeChannel ch;
+  moe::v1::Register r;
+  r.set_name("node1");
+  r.set_rack("r0");
+  r.set_node("n1");
+  r.set_device("cuda:0");
+  for (const char* d : {"cuda:0", "cuda:1", "cuda:1"}) r.add_devices(d);
+  auto reg = controller_->Register(r, &ch);
+  EXPECT_EQ(reg.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reg.status().message().find("devices"), std::string::npos) << reg.status();
+  r.set_devices(2, "cuda:2");
+  r.set_device("cuda:5");
+  EXPECT_EQ(controller_->Register(r, &ch).status().code(), StatusCode::kInvalidArgument)
+      << "the first device is the registration's `device`";
+  r.set_device("cuda:0");
+  auto* run = r.add_running();
+  run->set_job_id("j");
+  run->set_device_index(3);
+  EXPECT_EQ(controller_->Register(r, &ch).status().code(), StatusCode::kInvalidArgument)
+      << "a running rank on a device the agent does not have";
+  r.clear_running();
+  ASSERT_TRUE(controller_->Register(r, &ch).ok());
+  EXPECT_EQ(controller_->Workers().size(), 3u);
 }
 
 TEST_F(ControllerTest, StragglerIsFlaggedAfterTheWindow) {

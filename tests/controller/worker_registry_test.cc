@@ -91,13 +91,13 @@ TEST_F(WorkerRegistryTest, AReconnectReplacesTheStreamAndTheOldStreamsEndIsIgnor
   ASSERT_TRUE(back.ok()) << "a lost worker may take its name back on a new stream";
   EXPECT_EQ((*back)->channel, &ch2_);
   EXPECT_FALSE((*back)->lost);
-  EXPECT_FALSE(registry_.Disconnected("a", &ch1_))
+  EXPECT_TRUE(registry_.Disconnected("a", &ch1_).empty())
       << "the old stream closing late does not lose the new one";
   EXPECT_EQ(StateOf("a"), moe::v1::IDLE);
-  EXPECT_TRUE(registry_.Disconnected("a", &ch2_));
+  EXPECT_EQ(registry_.Disconnected("a", &ch2_), (std::vector<std::string>{"a"}));
   EXPECT_EQ(StateOf("a"), moe::v1::LOST);
-  EXPECT_FALSE(registry_.Disconnected("a", &ch2_)) << "lost once";
-  EXPECT_FALSE(registry_.Disconnected("nobody", &ch2_));
+  EXPECT_TRUE(registry_.Disconnected("a", &ch2_).empty()) << "lost once";
+  EXPECT_TRUE(registry_.Disconnected("nobody", &ch2_).empty());
 }
 
 TEST_F(WorkerRegistryTest, DrainedAndBusyWorkersTakeNoNewWork) {
@@ -133,7 +133,7 @@ TEST_F(WorkerRegistryTest, CpuRanksShareTheCoresOfTheirMachine) {
   EXPECT_EQ(registry_.CpuThreadsFor("c"), 16);
   EXPECT_EQ(registry_.CpuThreadsFor("g"), 0) << "not a CPU rank";
   EXPECT_EQ(registry_.CpuThreadsFor("nobody"), 0);
-  EXPECT_TRUE(registry_.Disconnected("b", &ch2_));
+  EXPECT_TRUE(!registry_.Disconnected("b", &ch2_).empty());
   EXPECT_EQ(registry_.CpuThreadsFor("a"), 16) << "a lost worker no longer shares the cores";
 }
 
@@ -157,11 +157,12 @@ TEST_F(WorkerRegistryTest, ANameIsHeldByItsSessionUntilALeaseAfterItWasLastHeard
   ASSERT_TRUE(a.ok());
   const std::string session = (*a)->session;
   EXPECT_EQ(session.size(), 64u) << "32 random bytes in hex";
-  EXPECT_EQ(registry_.FindBySession(session), registry_.Find("a"));
-  EXPECT_EQ(registry_.FindBySession("guess"), nullptr);
-  EXPECT_EQ(registry_.FindBySession(""), nullptr);
-  ASSERT_TRUE(registry_.Disconnected("a", &ch1_));
-  EXPECT_EQ(registry_.FindBySession(session), nullptr) << "a lost worker's session opens nothing";
+  EXPECT_EQ(registry_.FindBySession(session),
+            (std::vector<const WorkerEntry*>{registry_.Find("a")}));
+  EXPECT_TRUE(registry_.FindBySession("guess").empty());
+  EXPECT_TRUE(registry_.FindBySession("").empty());
+  ASSERT_TRUE(!registry_.Disconnected("a", &ch1_).empty());
+  EXPECT_TRUE(registry_.FindBySession(session).empty()) << "a lost worker's session opens nothing";
   const auto taken = registry_.Register(Reg("a"), &ch2_);
   EXPECT_EQ(taken.status().code(), StatusCode::kPermissionDenied)
       << "a takeover while the name is held";
@@ -173,7 +174,7 @@ TEST_F(WorkerRegistryTest, ANameIsHeldByItsSessionUntilALeaseAfterItWasLastHeard
   auto back = registry_.Register(own, &ch2_);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ((*back)->session, session) << "its own reconnect keeps the session";
-  ASSERT_TRUE(registry_.Disconnected("a", &ch2_));
+  ASSERT_TRUE(!registry_.Disconnected("a", &ch2_).empty());
   clock_.Advance(5.5);
   auto fresh = registry_.Register(Reg("a"), &ch1_);
   ASSERT_TRUE(fresh.ok()) << "after the hold a restarted worker takes its name back: "

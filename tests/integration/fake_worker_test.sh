@@ -1,17 +1,36 @@
 #!/usr/bin/env bash
-# Fake workers (moe-worker --fake-step-seconds, what bench/load.py loads the controller with): eight in
-# one process on racks of four register under their own names; jobs run to SUCCEEDED with the synthetic
-# steps their spec asks for; a cancel stops a fake rank; paths outside the workers' roots are refused
-# (at submit, or by the worker when a symbolic link leads out); SIGTERM stops them all.
+# Fake nodes (moe-worker --fake-step-seconds, what bench/load.py loads the controller with): four node
+# agents of two devices each in one process, on racks of two nodes, list eight workers <agent>/<device>
+# on one stream and lease per agent; jobs run to SUCCEEDED with the synthetic steps their spec asks
+# for, a 4-rank job's ranks on two devices of one agent each reporting; a cancel stops a fake rank;
+# paths outside the workers' roots are refused (at submit, or by the worker when a symbolic link leads
+# out); draining a node by its agent's name drains its devices; SIGTERM stops them all.
 source "$(dirname "$0")/lib.sh"
 start_controller
-"$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name fk --rack rk --fake-step-seconds 0.02 --fake-workers 8 \
-    --fake-rack-size 4 --memory-gb 1000 --runtime-dir "$WORK/rt" --data-root "$PWD" --checkpoint-root "$WORK" >"$WORK/fake.log" 2>&1 &
+"$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name fk --rack rk --fake-step-seconds 0.02 --fake-workers 4 \
+    --slots 2 --fake-rack-size 2 --memory-gb 1000 --runtime-dir "$WORK/rt" --data-root "$PWD" --checkpoint-root "$WORK" >"$WORK/fake.log" 2>&1 &
 FAKE=$!
 PIDS+=($FAKE)
 wait_workers 8
 racks=$("$BIN/moectl" get workers -o json | python3 -c 'import json,sys; print(sorted({w["rack"] for w in json.load(sys.stdin)["workers"]}))')
-[ "$racks" = "['rk-0', 'rk-1']" ] || fail "racks of four: $racks"
+[ "$racks" = "['rk-0', 'rk-1']" ] || fail "racks of two nodes: $racks"
+names=$("$BIN/moectl" get workers -o json | python3 -c 'import json,sys; print(" ".join(sorted(w["name"] + "@" + w["agent"] for w in json.load(sys.stdin)["workers"])))')
+[ "$names" = "fk-0/0@fk-0 fk-0/1@fk-0 fk-1/0@fk-1 fk-1/1@fk-1 fk-2/0@fk-2 fk-2/1@fk-2 fk-3/0@fk-3 fk-3/1@fk-3" ] ||
+  fail "four agents of two devices each, listed per device: $names"
+# Established client connections to the controller's port (/proc/net/tcp: state 01, remote port).
+conns=$(python3 - "${MOE_CONTROLLER##*:}" <<'PY'
+import sys
+port, n = int(sys.argv[1]), 0
+for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        rows = open(f).read().splitlines()[1:]
+    except OSError:
+        continue
+    n += sum(1 for r in rows if r.split()[3] == "01" and int(r.split()[2].split(":")[1], 16) == port)
+print(n)
+PY
+)
+[ "$conns" -le 4 ] || fail "the fake nodes hold $conns connections to the controller (one per agent: 4)"
 make_job "$WORK/a.yaml" a 30 0 4 4
 sed -i 's/checkpoint: {dir: [^,]*, interval_steps: 0}/checkpoint: {interval_steps: 0}/' "$WORK/a.yaml"
 id=$("$BIN/moectl" submit -f "$WORK/a.yaml")
@@ -46,7 +65,10 @@ msg=$(job_field "$id" 'd.get("message","")')
 grep -q "is outside this worker's checkpoint roots" <<<"$msg" || fail "the failure does not say why: $msg"
 [ -e "$outside/ck" ] && fail "the worker wrote through the link"
 rm -rf "$outside"
+"$BIN/moectl" drain fk-3 >/dev/null || fail "drain by the agent's name"
+drained=$("$BIN/moectl" get workers -o json | python3 -c 'import json,sys; print(" ".join(sorted(w["name"] for w in json.load(sys.stdin)["workers"] if w.get("drained"))))')
+[ "$drained" = "fk-3/0 fk-3/1" ] || fail "draining the agent fk-3 drained: '$drained'"
 kill -TERM $FAKE
 for _ in $(seq 1 50); do kill -0 $FAKE 2>/dev/null || break; sleep 0.1; done
 kill -0 $FAKE 2>/dev/null && fail "the fake workers did not stop on SIGTERM"
-echo "fake workers: 8 in one process on 2 racks; a 4-rank job SUCCEEDED at step 30/30; cancel and SIGTERM stop them; paths outside the roots refused"
+echo "fake nodes: 4 agents x 2 devices in one process on 2 racks ($conns connections); a 4-rank job SUCCEEDED at step 30/30; cancel, drain by agent and SIGTERM work; paths outside the roots refused"

@@ -20,6 +20,8 @@ namespace moe::worker {
 
 struct WorkerAgent::Rank {
   moe::v1::Assignment assignment;
+  int device = 0;   // its place in AgentOptions::devices
+  std::string name;  // the worker (device) it runs on, as the controller calls it
   std::string tag;  // <job>-a<attempt>-r<rank>: file names and log prefix
   std::unique_ptr<RankProcess> process;
   std::unique_ptr<RendezvousProxy> proxy;
@@ -34,7 +36,7 @@ WorkerAgent::WorkerAgent(AgentOptions options) : o_(std::move(options)) {}
 
 WorkerAgent::~WorkerAgent() {
   Stop();
-  StopCurrentRank();
+  StopRanks(-1);
 }
 
 void WorkerAgent::Stop() {
@@ -53,7 +55,7 @@ void WorkerAgent::Leave(const std::string& reason) {
   MOE_LOG(INFO) << "leaving (" << reason
                 << "): the rank checkpoints at its next step boundary and stops";
   SendLeaving();
-  StopCurrentRank();  // its monitor reports the rank's end on the stream
+  StopRanks(-1);  // their monitors report the ranks' ends on the stream
   Stop();
 }
 
@@ -80,7 +82,7 @@ std::string WorkerAgent::PeakCachePath(int threads) const {
 // A CPU worker with --threads measures the peak its ranks' MFU is counted against now, before any
 // job waits for it (moe-train --measure-peak; the ranks read it with --peak-cache).
 void WorkerAgent::MeasurePeakAhead() {
-  if (o_.device != "cpu" || o_.threads <= 0 || o_.fake_step_seconds > 0) return;
+  if (o_.devices.front() != "cpu" || o_.threads <= 0 || o_.fake_step_seconds > 0) return;
   RankCommand cmd;
   cmd.program = o_.trainer;
   cmd.args = {"--measure-peak", PeakCachePath(o_.threads), "--threads", std::to_string(o_.threads)};
@@ -141,22 +143,24 @@ Status WorkerAgent::Run() {
     backoff =
         std::min(backoff * 2, 1.0);  // reconnecting is cheap; a restarted controller waits for us
   }
-  StopCurrentRank();
+  StopRanks(-1);
   return fatal_;
 }
 
-// What this worker tells the controller when it (re)connects: who and where it is, the rank it
-// still runs, and the outcomes the controller has not heard.
+// What this agent tells the controller when it (re)connects: who and where it is, its devices, the
+// ranks it still runs, and the outcomes the controller has not heard.
 void WorkerAgent::Registration(moe::v1::Register* r) {
   r->set_name(o_.name);
   r->set_rack(o_.rack);
   r->set_node(o_.node);
-  r->set_device(o_.device);
+  r->set_device(o_.devices.front());
+  if (o_.devices.size() > 1)
+    for (const auto& d : o_.devices) r->add_devices(d);
   r->set_address(o_.address);
   r->set_version(MOE_VERSION);
   r->set_cpu_cores(static_cast<int>(std::thread::hardware_concurrency()));
   double memory = o_.memory_gb * 1e9;
-  if (memory <= 0 && o_.device == "cpu")
+  if (memory <= 0 && o_.devices.front() == "cpu")
     memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
              static_cast<double>(::sysconf(_SC_PAGESIZE));
   r->set_memory_bytes(static_cast<int64_t>(memory));
@@ -172,11 +176,13 @@ void WorkerAgent::Registration(moe::v1::Register* r) {
   r->set_host_id(h + "/" + host);
   r->set_session(session_->Get());  // keeps this worker's name across reconnects
   std::lock_guard<std::mutex> lock(ranks_mu_);
-  if (current_ && !current_->done) {
+  for (const auto& [device, rank] : ranks_) {
+    if (rank->done) continue;
     auto* run = r->add_running();
-    run->set_job_id(current_->assignment.job_id());
-    run->set_attempt(current_->assignment.attempt());
-    run->set_rank(current_->assignment.rank());
+    run->set_job_id(rank->assignment.job_id());
+    run->set_attempt(rank->assignment.attempt());
+    run->set_rank(rank->assignment.rank());
+    run->set_device_index(device);
   }
   for (const auto& f : unreported_) *r->add_finished() = f;
 }
@@ -268,7 +274,11 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
         session_->Set(msg.registered().session());
         MOE_LOG(INFO) << "registered with the controller at " << o_.client.address << " as "
                       << o_.name << " (rack " << o_.rack << ", node " << o_.node << ", "
-                      << o_.device << ")";
+                      << o_.devices.front()
+                      << (o_.devices.size() > 1
+                              ? " and " + std::to_string(o_.devices.size() - 1) + " more devices"
+                              : std::string())
+                      << ")";
         if (leaving_)
           SendLeaving();  // a reconnect during a clean stop: the controller hears it again
         std::lock_guard<std::mutex> lock(ranks_mu_);
@@ -310,28 +320,34 @@ void WorkerAgent::ServeLogs(const moe::v1::LogRequest& req) {
   }
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);
-    const bool running = current_ && !current_->done &&
-                         current_->assignment.job_id() == req.job_id() &&
-                         current_->assignment.attempt() == req.attempt() &&
-                         current_->assignment.rank() == req.rank();
+    bool running = false;
+    for (const auto& [device, rank] : ranks_) {
+      const moe::v1::Assignment& a = rank->assignment;
+      running = running || (!rank->done && a.job_id() == req.job_id() &&
+                            a.attempt() == req.attempt() && a.rank() == req.rank());
+    }
     r->set_ended(!running);
   }
   Write(m);
 }
 
-void WorkerAgent::StopCurrentRank() {
+void WorkerAgent::StopRanks(int device) {
   std::lock_guard<std::mutex> stopping(stop_rank_mu_);
-  std::shared_ptr<Rank> cur;
+  std::vector<std::shared_ptr<Rank>> stopping_ranks;
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);
-    cur = current_;
+    for (const auto& [d, rank] : ranks_) {
+      if (device < 0 || d == device) stopping_ranks.push_back(rank);
+    }
   }
-  if (!cur) return;
-  if (!cur->done) {
-    if (cur->process) cur->process->RequestStop(o_.stop_grace_seconds);
-    cur->fake_stop = true;
+  for (const auto& r : stopping_ranks) {  // all told first: they checkpoint side by side
+    if (r->done) continue;
+    if (r->process) r->process->RequestStop(o_.stop_grace_seconds);
+    r->fake_stop = true;
   }
-  if (cur->monitor.joinable()) cur->monitor.join();
+  for (const auto& r : stopping_ranks) {
+    if (r->monitor.joinable()) r->monitor.join();
+  }
 }
 
 // Sends a rank's outcome now, or keeps it for the next registration.
@@ -370,7 +386,7 @@ StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const
       "--rendezvous", "unix://" + rank.proxy->socket_path(),
       "--report-fd",  "3",
       "--hostname",   o_.address,
-      "--device",     o_.device};  // the rank trains on this worker's device
+      "--device",     o_.devices[static_cast<size_t>(rank.device)]};  // the assignment's device
   if (a.resume() && !a.spec().spec().checkpoint().dir().empty()) args.push_back("--resume");
   // Where the rank may read and write (it opens its paths beneath these), and who it runs for (its
   // lead rank claims the checkpoint directory: one job per directory, the newest attempt only).
@@ -384,7 +400,8 @@ StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const
   if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
   // The CPU peak MFU is measured against: once per thread count on this worker, not in every rank's
   // start-up (half a second of SGEMM each).
-  if (o_.device == "cpu") args.insert(args.end(), {"--peak-cache", PeakCachePath(threads)});
+  if (o_.devices[static_cast<size_t>(rank.device)] == "cpu")
+    args.insert(args.end(), {"--peak-cache", PeakCachePath(threads)});
   args.insert(args.end(), o_.extra_trainer_args.begin(), o_.extra_trainer_args.end());
   return args;
 }
@@ -461,8 +478,14 @@ moe::v1::WorkerMessage AboutRank(const moe::v1::Assignment& a, bool started) {
 
 void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub,
                             const moe::v1::Assignment& a) {
-  // One rank at a time: whatever still runs (a stale attempt) stops first.
-  StopCurrentRank();
+  const int device = a.device_index();
+  if (device < 0 || device >= static_cast<int>(o_.devices.size())) {
+    return Report(NotRun(a, FailureClass::kTransient, StatusCode::kInvalidArgument,
+                         "worker " + o_.name + " has no device " + std::to_string(device) +
+                             " (it serves " + std::to_string(o_.devices.size()) + ")"));
+  }
+  // One rank at a time on a device: whatever still runs there (a stale attempt) stops first.
+  StopRanks(device);
   if (leaving_) {  // assigned before the controller heard it: refuse, as a worker that could not
                    // start it
     return Report(NotRun(a, FailureClass::kTransient, StatusCode::kUnavailable,
@@ -476,6 +499,8 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
   }
   auto rank = std::make_shared<Rank>();
   rank->assignment = a;
+  rank->device = device;
+  rank->name = a.worker().empty() ? o_.name : a.worker();
   rank->tag = a.job_id() + "-a" + std::to_string(a.attempt()) + "-r" + std::to_string(a.rank());
   if (o_.fake_step_seconds > 0) return Adopt(rank, &WorkerAgent::FakeMonitor);
   rank->spec_path = JoinPath(o_.runtime_dir, rank->tag + ".json");
@@ -512,7 +537,7 @@ void WorkerAgent::Adopt(const std::shared_ptr<Rank>& rank, void (WorkerAgent::*m
   Write(AboutRank(rank->assignment, /*started=*/true));
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);
-    current_ = rank;
+    ranks_[rank->device] = rank;
   }
   rank->monitor = std::thread([this, r = rank.get(), monitor] { (this->*monitor)(r); });
 }
@@ -578,19 +603,25 @@ void WorkerAgent::FakeMonitor(Rank* rank) {
 
 void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::string& reason,
                              bool now) {
-  std::shared_ptr<Rank> cur;
+  std::vector<std::shared_ptr<Rank>> of_attempt;
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);
-    cur = current_;
+    for (const auto& [device, rank] : ranks_) {
+      if (!rank->done && rank->assignment.job_id() == job_id &&
+          rank->assignment.attempt() == attempt)
+        of_attempt.push_back(rank);
+    }
   }
-  if (!cur || cur->done || cur->assignment.job_id() != job_id ||
-      cur->assignment.attempt() != attempt)
-    return;
-  MOE_LOG(INFO) << (now ? "killing rank " : "stopping rank ") << cur->assignment.rank() << " of "
-                << job_id << ": " << reason;
-  // It stops at its next step boundary; if not within the grace, its monitor kills it.
-  if (cur->process) cur->process->RequestStop(now ? 0 : o_.stop_grace_seconds);
-  cur->fake_stop = true;
+  for (const auto& cur : of_attempt) {
+    // Told already: the controller sends a cancel per rank of the attempt, and this agent may run
+    // several of them; only --now says more.
+    if (cur->fake_stop && !now) continue;
+    MOE_LOG(INFO) << (now ? "killing rank " : "stopping rank ") << cur->assignment.rank() << " of "
+                  << job_id << " on " << cur->name << ": " << reason;
+    // It stops at its next step boundary; if not within the grace, its monitor kills it.
+    if (cur->process) cur->process->RequestStop(now ? 0 : o_.stop_grace_seconds);
+    cur->fake_stop = true;
+  }
 }
 
 }  // namespace moe::worker

@@ -1,12 +1,15 @@
-// The worker agent: one per device. Keeps a stream to the controller (register, heartbeat every
-// second, step reports, rank outcomes one way; assignments and cancels the other), and runs each
-// assigned rank as a child process (moe-train in rank mode, through common/rank_process.h), so that
-// a crashed rank, a sticky CUDA error or an aborted communicator dies with the attempt and never
-// poisons the agent.
+// The worker agent: one per node, serving its devices (the GPUs of --devices, or the --slots of a
+// CPU node; one device is the N = 1 case). Keeps one stream to the controller (register,
+// heartbeat every second, step reports, rank outcomes one way; assignments and cancels the other),
+// and runs each assigned rank on the device the assignment names as a child process (moe-train in
+// rank mode, through common/rank_process.h), so that a crashed rank, a sticky CUDA error or an
+// aborted communicator dies with the attempt and never poisons the agent. The controller lists and
+// places each device as a worker of its own (<agent>/<index>); they share this agent's connection,
+// lease and session.
 //
 // Threads: Run's thread reads the controller's stream and starts/cancels ranks; one heartbeat
 // thread per session; one monitor thread per rank (reads its reports and output, reaps it), joined
-// before the next rank starts and when the agent stops. Nothing is detached.
+// before the next rank starts on its device and when the agent stops. Nothing is detached.
 #pragma once
 
 #include <atomic>
@@ -29,12 +32,14 @@ namespace moe::worker {
 struct AgentOptions {
   ClientOptions client;
   std::string name;
-  std::string rack, node, device = "cpu";
+  std::string rack, node;
+  // The devices it serves, one rank each: cuda:N for GPUs, "cpu" once per CPU slot.
+  std::vector<std::string> devices = {"cpu"};
   std::string address = "127.0.0.1";  // where this worker's rank can be reached by its peers (Gloo)
   std::string trainer;                // path of moe-train
   std::string runtime_dir;            // spec files and rendezvous sockets
   int threads = 0;                    // CPU threads for the rank (0: the trainer's default)
-  double memory_gb = 0;            // memory a rank may use (0: cpu: the host's; cuda: not reported)
+  double memory_gb = 0;  // memory a rank may use (0: cpu: the host's; cuda: not reported)
   double stop_grace_seconds = 30;  // a cancelled rank gets this long to stop, then SIGKILL
   // Every path a job names must lie under one of these (common/path_roots.h); empty: anywhere.
   std::vector<std::string> data_roots, checkpoint_roots;
@@ -52,10 +57,10 @@ class WorkerAgent {
   // Runs until Stop(): connects, reconnects with backoff, serves assignments.
   Status Run();
   void Stop();
-  // A clean stop (the worker's SIGTERM): tells the controller it is leaving (no new work; its job
-  // is requeued without using a restart), stops its rank at the next step boundary (where the rank
-  // checkpoints), reports the rank's end, then Stop()s. Blocks until the rank ended (at most the
-  // stop grace; the rank is killed after it).
+  // A clean stop (the worker's SIGTERM): tells the controller it is leaving (no new work; its jobs
+  // are requeued without using a restart), stops its ranks at the next step boundary (where they
+  // checkpoint), reports their ends, then Stop()s. Blocks until the ranks ended (at most the stop
+  // grace; a rank is killed after it).
   void Leave(const std::string& reason);
 
  private:
@@ -72,14 +77,15 @@ class WorkerAgent {
   StatusOr<std::vector<std::string>> RankArgs(const Rank& rank) const;
   Status CheckPaths(const moe::v1::Assignment& a) const;
   void ServeLogs(const moe::v1::LogRequest& req);  // FAILED_PRECONDITION naming the field and roots
-  // Stops the rank of that attempt if it runs here: at its next step boundary (it checkpoints
+  // Stops the ranks of that attempt that run here: at their next step boundary (they checkpoint
   // there), killed after the stop grace; `now`: killed at once.
   void CancelRank(const std::string& job_id, int attempt, const std::string& reason, bool now);
   void Adopt(const std::shared_ptr<Rank>& rank, void (WorkerAgent::*monitor)(Rank*));
   void Monitor(Rank* rank);
   void FakeMonitor(Rank* rank);
   void Report(const moe::v1::RankFinished& f);
-  void StopCurrentRank();
+  // Stops the rank on `device` (-1: on every device) and joins its monitor.
+  void StopRanks(int device);
 
   bool AcceptEpoch(int64_t epoch, const std::string& what);
   void SendLeaving();
@@ -91,7 +97,7 @@ class WorkerAgent {
   double retry_after_ = 0;  // seconds the controller asked us to wait before registering again
   Status fatal_;  // why Run gave up (a name another live worker holds); set on Run's thread
   std::string leave_reason_;  // guarded by ranks_mu_ (set with leaving_)
-  std::mutex stop_rank_mu_;   // one StopCurrentRank at a time (it joins the monitor)
+  std::mutex stop_rank_mu_;   // one StopRanks at a time (it joins the monitors)
   std::mutex stream_mu_;      // guards stream_ and writes
   std::unique_ptr<grpc::ClientReaderWriter<moe::v1::WorkerMessage, moe::v1::ControllerMessage>>
       stream_;
@@ -105,7 +111,7 @@ class WorkerAgent {
   std::shared_ptr<SessionCredential> session_ = std::make_shared<SessionCredential>();
 
   std::mutex ranks_mu_;
-  std::shared_ptr<Rank> current_;                  // the rank running now, if any
+  std::map<int, std::shared_ptr<Rank>> ranks_;     // by device index: the last rank started there
   std::vector<moe::v1::RankFinished> unreported_;  // outcomes the controller has not heard yet
 };
 

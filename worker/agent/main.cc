@@ -1,10 +1,10 @@
-// moe-worker: the agent of one device.
+// moe-worker: the agent of one node, serving its devices.
 //
-//   moe-worker --controller ADDR --device cpu|cuda:N [--rack R] [--node N] [--name NAME]
-//              [--address ADDR] [--token TOKEN] [--tls-ca F [--tls-cert F --tls-key F]] [--threads
-//              T]
-//   moe-worker --controller ADDR --fake-step-seconds S [--fake-workers N] [--fake-rack-size K]
-//   (load tests)
+//   moe-worker --controller ADDR [--devices 0-7|all|LIST | --slots N | --device cpu|cuda:N]
+//              [--rack R] [--node N] [--name NAME] [--address ADDR] [--token-file F]
+//              [--tls-ca F [--tls-cert F --tls-key F]] [--threads T]
+//   moe-worker --controller ADDR --fake-step-seconds S [--fake-workers N] [--slots D]
+//              [--fake-rack-size K]   (load tests: N fake nodes of D devices)
 #include <limits.h>
 #include <signal.h>
 #include <unistd.h>
@@ -31,8 +31,8 @@ namespace {
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be async-signal-safe");
 void OnSignal(int sig) { g_signal.store(sig); }
-// Runs `n` agents (n > 1: fake mode's many workers in one process, named <name>-<i>, on racks of
-// `rack_size` workers: <rack>-<i / rack_size>) until a signal; each agent on its own thread.
+// Runs `n` agents (n > 1: fake mode's many nodes in one process, named <name>-<i>, on racks of
+// `rack_size` nodes: <rack>-<i / rack_size>) until a signal; each agent on its own thread.
 moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_size) {
   std::vector<std::unique_ptr<moe::worker::WorkerAgent>> agents;
   for (int i = 0; i < n; ++i) {
@@ -84,6 +84,8 @@ std::string SelfDir() {
 struct WorkerFlags {
   moe::worker::AgentOptions o;
   std::string rack, node, inject_delay, token_file;
+  std::string device = "cpu", devices;  // --device, --devices
+  int slots = 0;                        // --slots
   moe::ServiceLogOptions log;
   int fake_workers = 1, fake_rack_size = 0;
 };
@@ -111,10 +113,19 @@ void BindConnectionFlags(CLI::App& app, WorkerFlags& f) {
 void BindFlags(CLI::App& app, WorkerFlags& f) {
   moe::worker::AgentOptions& o = f.o;
   BindConnectionFlags(app, f);
-  app.add_option("--device", o.device, "cpu or cuda:N")->capture_default_str();
+  app.add_option("--device", f.device, "one device: cpu or cuda:N (a node of one device)")
+      ->capture_default_str();
+  app.add_option("--devices", f.devices,
+                 "the node's GPUs this agent serves, one rank each: 0-7, 0,2,4, cuda:0,cuda:1 or "
+                 "all (every GPU the driver lists)");
+  app.add_option("--slots", f.slots,
+                 "a CPU node: this many ranks at once, sharing the node's cores (default 1)")
+      ->check(CLI::Range(1, 256));
   app.add_option("--rack", f.rack, "rack (NVLink domain) when NVML has no fabric info ($MOE_RACK)");
   app.add_option("--node", f.node, "node name ($MOE_NODE; default: the host name)");
-  app.add_option("--name", o.name, "worker name (default: <node>-<device>)");
+  app.add_option("--name", o.name,
+                 "agent name (default: <node>-cpu, <node>-gpuN for one GPU, <node> for several); "
+                 "a node of N > 1 devices lists them as <name>/0 ... <name>/N-1");
   app.add_option("--address", o.address, "address this worker's rank is reachable at by its peers")
       ->capture_default_str();
   app.add_option("--threads", o.threads,
@@ -149,7 +160,8 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
          "load testing: run no trainer; a rank reports a synthetic step every this many seconds")
       ->check(CLI::Range(0.001, 3600.0));
   app.add_option("--fake-workers", f.fake_workers,
-                 "load testing (with --fake-step-seconds): this many workers in one process")
+                 "load testing (with --fake-step-seconds): this many node agents in one process, "
+                 "each of --slots devices")
       ->check(CLI::Range(1, 100000));
   app.add_option("--fake-rack-size", f.fake_rack_size,
                  "load testing: the fake workers' racks hold this many each (0: one rack)")
@@ -228,15 +240,17 @@ moe::Status Resolve(WorkerFlags& f) {
   }
   if (o.client.address.empty())
     return moe::InvalidArgumentError("--controller: required (or set MOE_CONTROLLER)");
-  if (o.device != "cpu" && o.device.rfind("cuda:", 0) != 0) {
-    return moe::InvalidArgumentError("--device: expected cpu or cuda:N, got '" + o.device + "'");
-  }
-  const moe::worker::Topology topo = moe::worker::DetectTopology(o.device, f.rack, f.node);
+  MOE_ASSIGN_OR_RETURN(o.devices, moe::worker::ParseDevices(f.device, f.devices, f.slots));
+  const std::string& first = o.devices.front();
+  const moe::worker::Topology topo = moe::worker::DetectTopology(first, f.rack, f.node);
   o.rack = topo.rack;
   o.node = topo.node;
   f.rack = topo.source;  // said in the log once it is set up
-  if (o.name.empty())
-    o.name = o.node + "-" + (o.device == "cpu" ? "cpu" : "gpu" + o.device.substr(5));
+  if (o.name.empty()) {
+    o.name = first == "cpu"              ? o.node + "-cpu"
+             : o.devices.size() == 1 ? o.node + "-gpu" + first.substr(5)
+                                     : o.node;
+  }
   if (o.trainer.empty()) o.trainer = SelfDir() + "/moe-train";
   if (f.fake_workers > 1 && o.fake_step_seconds <= 0) {
     return moe::InvalidArgumentError("--fake-workers: needs --fake-step-seconds (fake mode)");
@@ -255,7 +269,9 @@ moe::Status Resolve(WorkerFlags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"moe-worker: runs ranks of MoE training jobs on one device for the controller"};
+  CLI::App app{
+      "moe-worker: the node agent that runs ranks of MoE training jobs on its devices for the "
+      "controller"};
   WorkerFlags f;
   BindFlags(app, f);
   CLI11_PARSE(app, argc, argv);
@@ -269,7 +285,8 @@ int main(int argc, char** argv) {
   ::signal(SIGINT, OnSignal);
   ::signal(SIGTERM, OnSignal);
   if (f.o.fake_step_seconds > 0)
-    MOE_LOG(INFO) << "fake mode: " << f.fake_workers << " worker(s), no trainer";
+    MOE_LOG(INFO) << "fake mode: " << f.fake_workers << " node(s) of " << f.o.devices.size()
+                  << " device(s), no trainer";
   if (moe::Status st = RunAgents(f.o, f.fake_workers, f.fake_rack_size); !st.ok()) {
     std::fprintf(stderr, "moe-worker: %s\n", st.ToString().c_str());
     return 1;
