@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# One Slurm task = one moe-worker (run by srun from moe-job.sbatch or moe-add-workers.sbatch).
-# Device: the task's GPU when it has one (--gpus-per-task=1 makes it cuda:0 inside the task), else cpu.
+# One Slurm task per node = one moe-worker, the node agent (run by srun --ntasks-per-node=1 from
+# moe-job.sbatch or moe-add-workers.sbatch). Devices: the node's GPUs given to the task (every GPU
+# in CUDA_VISIBLE_DEVICES, as cuda:0 ... cuda:N-1 inside the task: --devices 0-(N-1)), else a CPU node
+# of MOE_SLOTS slots (ranks at once; default 1). The controller lists each device as a worker
+# <node>/<index> (the node's name alone for one device).
 # Rack: from NVML's fabric info on GPU nodes (the worker reads it itself), else from Slurm's topology:
 # the block (topology/block, Slurm 23.11+) or the leaf switch (topology/tree) holding this node.
 set -euo pipefail
@@ -10,7 +13,14 @@ device=${MOE_DEVICE:-auto}
 if [ "$device" = auto ]; then
   if [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && [ "${CUDA_VISIBLE_DEVICES}" != "NoDevFiles" ]; then device=gpu; else device=cpu; fi
 fi
-[ "$device" = gpu ] && device=cuda:0
+if [ "$device" = gpu ]; then
+  IFS=, read -ra gpus <<<"${CUDA_VISIBLE_DEVICES:-}"
+  [ ${#gpus[@]} -gt 0 ] || { echo "moe-worker-task: MOE_DEVICE=gpu but no CUDA_VISIBLE_DEVICES (ask for --gpus-per-node)" >&2; exit 2; }
+  device_args=(--devices "0-$(( ${#gpus[@]} - 1 ))")
+else
+  device=cpu
+  device_args=(--slots "${MOE_SLOTS:-1}")
+fi
 rack=${MOE_RACK:-}
 if [ -z "$rack" ]; then
   topo=$(scontrol show topology "$node" 2>/dev/null || true)
@@ -20,14 +30,14 @@ fi
 # The address peers reach this rank at: the node's address as Slurm knows it.
 addr=${MOE_ADDRESS:-$(scontrol show node "$node" 2>/dev/null | grep -oP 'NodeAddr=\K\S+' | head -1 || true)}
 [ -n "$addr" ] || addr=$(hostname -i | awk '{print $1}')
-args=(--controller "${MOE_CONTROLLER:?}" --device "$device" --node "$node" --name "$node-${SLURM_LOCALID:-0}"
-      --address "$addr" --runtime-dir "${TMPDIR:-/tmp}/moe-worker-$node-${SLURM_LOCALID:-0}-${SLURM_JOB_ID:-0}")
+args=(--controller "${MOE_CONTROLLER:?}" "${device_args[@]}" --node "$node" --name "$node"
+      --address "$addr" --runtime-dir "${TMPDIR:-/tmp}/moe-worker-$node-${SLURM_JOB_ID:-0}")
 # On GPU nodes NVML's NVLink domain wins; Slurm's topology is the fallback (MOE_RACK is read after NVML).
 if [ -n "$rack" ]; then
   if [ "$device" = cpu ]; then args+=(--rack "$rack"); else export MOE_RACK=$rack; fi
 fi
 [ -n "${MOE_WORKER_THREADS:-}" ] && args+=(--threads "$MOE_WORKER_THREADS")
-# How long a leaving worker (SIGTERM before the time limit) waits for its rank to checkpoint and stop:
+# How long a leaving agent (SIGTERM before the time limit) waits for its ranks to checkpoint and stop:
 # a 671B step takes 70-250 s and its checkpoint write more; moe-job.sbatch's --signal lead covers it.
 args+=(--stop-grace-seconds "${MOE_STOP_GRACE_SECONDS:-480}")
 # Confined paths (colon-separated lists): a job's data and checkpoints must lie below these.

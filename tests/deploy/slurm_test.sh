@@ -56,8 +56,11 @@ print(max([int(j.get("lastMetrics", {}).get("step", 0)) for j in d.get("jobs", [
 done
 [ "$step" -ge 8 ] || fail "the job did not reach step 8"
 [ "$step" -lt 40 ] || fail "the job finished before the signal could be tested"
-graced=$(pgrep -af "moe-worker .*--stop-grace-seconds 45" | grep -c "$work/run" || true)
-[ "$graced" = 4 ] || fail "MOE_STOP_GRACE_SECONDS=45 reached $graced of 4 workers: $(pgrep -af 'moe-worker ' | head -2)"
+# One node agent per node (two CPU slots each, from --ntasks-per-node=2): two agents, four workers.
+graced=$(pgrep -af "moe-worker .*--slots 2 .*--stop-grace-seconds 45" | grep -c "$work/run" || true)
+[ "$graced" = 2 ] || fail "MOE_STOP_GRACE_SECONDS=45 reached $graced of 2 node agents (--slots 2): $(pgrep -af 'moe-worker ' | head -2)"
+workers=$(ctl get workers -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workers"]))')
+[ "$workers" = 4 ] || fail "two node agents of two slots should list 4 workers, not $workers"
 scancel --signal=TERM --batch "$jid"
 for _ in $(seq 1 240); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.5; done
 squeue -h -j "$jid" 2>/dev/null | grep -q . && fail "the batch job did not stop within 120 s of its SIGTERM"
@@ -75,8 +78,12 @@ grep -q "resuming the controller state" "$work/out2.txt" || fail "the resubmissi
 id2=$(grep -oP 'moe-job: following \K\S+' "$work/out2.txt" | head -1)
 [ -n "$id1" ] && [ "$id1" = "$id2" ] || fail "the resubmission followed '$id2', not the stopped job '$id1'"
 grep -q "SUCCEEDED" "$work/out2.txt" || fail "no SUCCEEDED in the second batch output"
+# Where the second batch job's ranks resumed: their own log line (the watch may start after the first
+# steps of the resumed attempt, whose agents reconnect and are placed before the script submits).
+resumed=$(grep -oP 'resumed from \S+/step_0*\K[0-9]+' "$work/run/workers.log" | sort -u)
+[ "$resumed" = "$ck" ] || fail "the resumed ranks started from step(s) '${resumed:-none}', not the checkpoint of step $ck"
 first=$(grep -oP '^step \K[0-9]+(?=/40)' "$work/out2.txt" | head -1)
-[ "$first" = $((ck + 1)) ] || fail "the resumed attempt began at step ${first:-?}, not after the checkpoint of step $ck"
+[ -n "$first" ] && [ "$first" -gt "$ck" ] || fail "the second batch job's watch showed step ${first:-?} first, not one after step $ck"
 grep -q " 0 restart(s)" "$work/out2.txt" || fail "the clean stop used a restart: $(grep summary: "$work/out2.txt")"
 grep -q "rack block1" "$work/out2.txt" && grep -q "rack block2" "$work/out2.txt" || fail "the racks did not come from Slurm's topology"
 echo "slurm: SIGTERM at step $step checkpointed step $ck and exited 75; the resubmission followed $id1 from step $first to SUCCEEDED (4 CPU workers in 2 blocks)"
