@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <set>
 
 #include "common/memory_model.h"
 #include "common/path_roots.h"
@@ -41,11 +42,14 @@ Status CheckMemoryFits(const JobSpec& spec, const WorkerRegistry& workers) {
   // check.
   int64_t most = 0;
   std::string where;
-  for (const moe::v1::Worker& w : workers.List()) {
+  // The registry's entries as they are (a listing of each would cost a copy per device per submit).
+  for (const auto& [name, w] : workers.all()) {
+    const std::string& device = w.info.device();
     const bool kind =
-        spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
-    if (!kind || w.state() == moe::v1::LOST || w.memory_bytes() <= most) continue;
-    most = w.memory_bytes(), where = w.name();
+        spec.resources.device == "cpu" ? device == "cpu" : device.rfind("cuda", 0) == 0;
+    if (!kind || w.lost) continue;
+    const int64_t memory = workers.MemoryFor(name);
+    if (memory > most) most = memory, where = name;
   }
   if (most == 0) return OkStatus();
   auto plan = EstimateMemory(spec, spec.resources.device == "cpu" ? 4 : 2);
@@ -75,14 +79,16 @@ Status CheckPathsAllowed(const JobSpec& spec, const WorkerRegistry& workers) {
       [&](const std::string& field, const std::string& path, const std::string& what,
           const std::function<const Roots&(const moe::v1::Worker&)>& roots_of) -> Status {
     Status refusal = OkStatus();
-    for (const moe::v1::Worker& w : workers.List()) {
+    std::set<std::string> agents;  // an agent's devices share its roots: one check per agent
+    for (const auto& [name, e] : workers.all()) {
+      const moe::v1::Worker& w = e.info;
       const bool kind =
           spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
-      if (!kind || w.state() == moe::v1::LOST || w.state() == moe::v1::LEAVING) continue;
+      if (!kind || e.lost || e.leaving || !agents.insert(e.agent).second) continue;
       Status st =
           CheckUnderRoots(field, path, {roots_of(w).begin(), roots_of(w).end()}, what, false, "/");
       if (st.ok()) return OkStatus();
-      refusal = FailedPreconditionError(st.message() + " (worker " + w.name() + "; no live " +
+      refusal = FailedPreconditionError(st.message() + " (worker " + name + "; no live " +
                                         spec.resources.device + " worker allows it)");
     }
     return refusal;

@@ -595,13 +595,17 @@ void Controller::Tick() {
   ExpireFinishedJobs();
   PruneLostWorkers();
   scheduler_.Run();
-  PublishClusterMetrics();
+  // Once a second (a scrape's resolution): counting 131,072 devices every tick would cost the tick.
+  if (now - cluster_metrics_at_ >= 1.0 || now < cluster_metrics_at_) {
+    cluster_metrics_at_ = now;
+    PublishClusterMetrics();
+  }
 }
 
 void Controller::PublishClusterMetrics() {
   metrics_.SetQueueLength(jobs_.CountQueued());
   metrics_.SetRendezvousKeys(rendezvous_.size());
-  metrics_.SetWorkers(workers_.List());
+  metrics_.SetWorkerCounts(workers_.CountByStateAndRack());
   metrics_.Expire();
 }
 

@@ -169,6 +169,7 @@ class Controller {
   // found.
   int64_t epoch_ = 0;
   double epoch_checked_ = 0;
+  double cluster_metrics_at_ = -1e9;  // monotonic second the cluster's figures were last published
   std::string fenced_;
   StateStore& store_;           // reads (LoadWorkers, StoredEpoch); every write goes through:
   GroupCommitStore committer_;  // the one writer (its batches commit with mu_ released)

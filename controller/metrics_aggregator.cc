@@ -339,6 +339,10 @@ void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) 
       state = "draining";  // drained, still running its rank
     counts[{state, w.rack()}]++;
   }
+  SetWorkerCounts(std::move(counts));
+}
+
+void MetricsAggregator::SetWorkerCounts(std::map<std::pair<std::string, std::string>, int> counts) {
   // Zero the combinations that emptied, so a rack's lost count goes back to 0 instead of vanishing.
   for (const auto& key : worker_series_)
     if (!counts.count(key)) counts[key] = 0;

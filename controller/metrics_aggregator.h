@@ -68,6 +68,9 @@ class MetricsAggregator final : public JobListener {
                                              std::vector<StragglerChange>* changes);
   // Cluster view.
   void SetWorkers(const std::vector<moe::v1::Worker>& workers);
+  // moe_workers{state, rack}: per rack, never per worker (a series per device would grow /metrics
+  // with the cluster: 131,072 devices); the registry counts them (CountByStateAndRack).
+  void SetWorkerCounts(std::map<std::pair<std::string, std::string>, int> counts);
   void SetQueueLength(size_t n);
   void SetRendezvousKeys(size_t n);
   // The one writer's totals and the controller's stalls so far (counters follow them).

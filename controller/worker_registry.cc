@@ -352,6 +352,19 @@ int64_t WorkerRegistry::MemoryFor(const std::string& name) const {
   return it->second.memory_bytes / CpuWorkersSharingHost(it->second);
 }
 
+std::map<std::pair<std::string, std::string>, int> WorkerRegistry::CountByStateAndRack() const {
+  std::map<std::pair<std::string, std::string>, int> counts;
+  for (const auto& [name, w] : workers_) {
+    const char* state = w.lost      ? "lost"
+                        : w.leaving ? "leaving"
+                        : w.busy()  ? (w.drained ? "draining" : "busy")
+                        : w.drained ? "drained"
+                                    : "idle";
+    ++counts[{state, w.info.rack()}];
+  }
+  return counts;
+}
+
 std::vector<moe::v1::Worker> WorkerRegistry::List() const {
   std::vector<moe::v1::Worker> out;
   for (const auto& [name, w] : workers_) out.push_back(Describe(w));

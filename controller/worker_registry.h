@@ -109,6 +109,9 @@ class WorkerRegistry {
   // Whether the worker could take new work once free: connected, not lost, drained or leaving.
   bool Placeable(const std::string& name) const;
   std::vector<moe::v1::Worker> List() const;
+  // Workers per (state, rack), the states as Describe names them in lower case ("draining": drained
+  // and still busy): /metrics' moe_workers, counted without listing every worker.
+  std::map<std::pair<std::string, std::string>, int> CountByStateAndRack() const;
   // Threads for a CPU rank on `name`'s node: its cores over the live CPU workers there (0:
   // unknown).
   int CpuThreadsFor(const std::string& name) const;
