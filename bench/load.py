@@ -1,21 +1,26 @@
 #!/usr/bin/python3
 """Load on the control plane (docs/benchmarks.md, "Control plane under load"), real processes on loopback.
 
-Phase 1 (jobs): a controller, one moe-worker process running --fake-workers fake workers (registers,
-heartbeats, takes assignments, reports synthetic steps; no training), --clients concurrent gRPC
+Fake nodes: moe-worker --fake-workers N --slots D runs N node agents of D devices each in one process
+(each agent registers once, heartbeats once a second, takes assignments for its devices and reports
+their synthetic steps; no training); --devices-per-node D (8, an 8-GPU node) throughout, and the
+counts below (--workers, --restart-workers) are devices. Up to 2,048 agents run in one process.
+
+Phase 1 (jobs): a controller, the fake nodes holding --workers devices, --clients concurrent gRPC
 clients submitting --jobs jobs between them (each submit followed by a GetJob, every tenth by a
 ListJobs page) while --watchers WatchJob streams stay open (each re-opens on another live job when
 its job ends). Reports p50/p99 latency of SubmitJob, GetJob and ListJobs, the controller's CPU
 (cores) and peak memory, and checks that every job reached SUCCEEDED and that the controller's SQLite
 file (read with Python's sqlite3, the real SQLite) agrees with the API, job by job.
 
-Phase 2 (heartbeats): a fresh controller pinned to one core (taskset -c 0), the fake workers on the
-other; for each count in --ladder, that many fake workers heartbeat at 1 Hz for --hold seconds. A
-count holds when no worker's lease was missed (none LOST, no "lost" line in the controller's log).
-Reports the controller's CPU per count and the largest count that held, and what that means at 131,072
-devices. Each count's registration time (all of them connecting at once) is the cold start.
+Phase 2 (heartbeats): a fresh controller pinned to one core (taskset -c 0), the fake nodes on the
+other; for each count of node agents in --ladder, that many agents (x D devices) heartbeat at 1 Hz
+for --hold seconds. A count holds when no lease was missed (no device LOST, no "lost" line in the
+controller's log). Reports the controller's CPU per count and the largest count that held (16,384
+agents x 8 = 131,072 devices is the issue's). Each count's registration time (all of them connecting
+at once) is the cold start.
 
-Phase 3 (restart): --restart-workers fake workers and --restart-jobs long jobs running; the controller is
+Phase 3 (restart): --restart-workers fake devices and --restart-jobs long jobs running; the controller is
 killed with SIGKILL and started again on the same state: how long until every agent is back, how many
 jobs restarted (their attempt moved), and how many acknowledged submits the SQLite file lost.
 
@@ -26,7 +31,7 @@ the Python clients; the clients' own share of a call is printed beside it (the f
 controller answers from memory). Where this machine bounds a figure, the line before says by what.
 
   bench/load.py [--bin build/bin] [--jobs 1000] [--clients 20] [--watchers 100] [--workers 512]
-                [--ladder 512,1024,2048,4096] [--hold 20] [--skip-heartbeats]
+                [--devices-per-node 8] [--ladder 1024,4096,16384] [--hold 20] [--skip-heartbeats]
                 [--restart-workers 512] [--restart-jobs 100] [--skip-restart]
 """
 import argparse
@@ -100,16 +105,26 @@ class Stack:
             time.sleep(0.1)
         raise SystemExit("load: the controller did not start")
 
-    def start_fakes(self, n, step_seconds, rack_size, name):
-        cmd = [f"{self.args.bin}/moe-worker", "--controller", self.addr, "--name", name, "--rack", "r",
-               "--fake-step-seconds", str(step_seconds), "--fake-workers", str(n), "--memory-gb", "100000", "--fake-rack-size", str(rack_size),
-               "--runtime-dir", os.path.join(self.work, "rt-" + name), "--log-level", "warning",
-               "--data-root", os.getcwd(), "--checkpoint-root", self.work]
-        if self.pin:
-            cmd = ["taskset", "-c", "1"] + cmd
-        proc = subprocess.Popen(cmd, stdout=open(os.path.join(self.work, f"{name}.log"), "w"), stderr=subprocess.STDOUT)
-        self.procs.append(proc)
-        return proc
+    def start_fakes(self, devices, step_seconds, rack_size, name):
+        """Fake nodes holding `devices` devices (--devices-per-node each), at most 2,048 agents a process;
+        `rack_size` in nodes (0: one rack)."""
+        per_node = self.args.devices_per_node
+        nodes = max(1, devices // per_node)
+        procs = []
+        for k, first in enumerate(range(0, nodes, 2048)):
+            n = min(2048, nodes - first)
+            pname = name if nodes <= 2048 else f"{name}p{k}"
+            cmd = [f"{self.args.bin}/moe-worker", "--controller", self.addr, "--name", pname, "--rack", f"r{k}",
+                   "--fake-step-seconds", str(step_seconds), "--fake-workers", str(n), "--slots", str(per_node),
+                   "--memory-gb", "100000", "--fake-rack-size", str(rack_size),
+                   "--runtime-dir", os.path.join(self.work, "rt-" + pname), "--log-level", "warning",
+                   "--data-root", os.getcwd(), "--checkpoint-root", self.work]
+            if self.pin:
+                cmd = ["taskset", "-c", "1"] + cmd
+            proc = subprocess.Popen(cmd, stdout=open(os.path.join(self.work, f"{pname}.log"), "w"), stderr=subprocess.STDOUT)
+            self.procs.append(proc)
+            procs.append(proc)
+        return procs
 
     def list_workers(self):
         """Every worker, page by page (a page holds at most 10,000)."""
@@ -134,7 +149,7 @@ class Stack:
             if alive >= n:
                 return time.time() - t0
             time.sleep(0.5)
-        raise SystemExit(f"load: only {alive} of {n} fake workers registered within {timeout} s")
+        raise SystemExit(f"load: only {alive} of {n} fake devices registered within {timeout} s")
 
     def stop(self):
         for p in reversed(self.procs):
@@ -260,9 +275,10 @@ def jobs_phase(args, work):
 
 def run_jobs(st, args, work):
     st.start_controller()
-    st.start_fakes(args.workers, args.fake_step, 64, "fake")
+    st.start_fakes(args.workers, args.fake_step, max(1, 64 // args.devices_per_node), "fake")
     reg = st.wait_alive(args.workers, 120)
-    print(f"load: {args.workers} fake workers registered in {reg:.1f} s")
+    print(f"load: {args.workers} fake devices ({args.workers // args.devices_per_node} node agents of "
+          f"{args.devices_per_node}) registered in {reg:.1f} s")
     seed_id, template = template_job(st, args)
     load = Load(st, args, template)
     watchers = [threading.Thread(target=load.watcher, args=(k,), daemon=True) for k in range(args.watchers)]
@@ -312,19 +328,18 @@ def run_jobs(st, args, work):
 
 
 def heartbeat_phase(args, work):
-    held, rows = 0, []
+    held, rows, per_node = 0, [], args.devices_per_node
     for n in [int(x) for x in args.ladder.split(",")]:
         d = os.path.join(work, f"hb-{n}")
         os.makedirs(d)
         st = Stack(args, d, pin=True)
         st.start_controller(lease=3)
-        st.start_fakes(n, 3600, 0, f"hb{n}")
+        st.start_fakes(n * per_node, 3600, 0, f"hb{n}")
         try:
-            reg = st.wait_alive(n, max(60, n / 50))
+            reg = st.wait_alive(n * per_node, max(120, n / 50))
         except SystemExit as e:
             lost = sum(1 for line in open(st.log) if " lost" in line)
-            print(f"load: heartbeats: {n} workers did not converge: {e} ({lost} lost lines in the controller's log: "
-                  "registrations and heartbeats starved each other)")
+            print(f"load: heartbeats: {n} agents did not converge: {e} ({lost} lost lines in the controller's log)")
             st.stop()
             break
         c0, t0 = ticks(st.ctl.pid), time.time()
@@ -336,22 +351,21 @@ def heartbeat_phase(args, work):
         st.stop()
         ok = lost == 0 and lines == 0
         rows.append((n, reg, cpu, rss, lost, lines, ok))
-        print(f"load: heartbeats: {n:6d} workers at 1 Hz: registered in {reg:5.1f} s, controller {cpu * 100:5.1f}% of one core, "
-              f"{rss:5.0f} MB, {lost} LOST, {lines} lost lines: {'held' if ok else 'MISSED LEASES'}")
+        print(f"load: heartbeats: {n:6d} agents x {per_node} = {n * per_node:7d} devices at 1 Hz: registered in {reg:5.1f} s, "
+              f"controller {cpu * 100:5.1f}% of one core, {rss:5.0f} MB, {lost} LOST, {lines} lost lines: "
+              f"{'held' if ok else 'MISSED LEASES'}")
         if not ok:
             break
         held = n
     if held:
-        RESULTS["heartbeat_devices_held"] = held
+        RESULTS["heartbeat_devices_held"] = held * per_node
         RESULTS["heartbeat_core_fraction"] = [r[2] for r in rows if r[0] == held][0]
         RESULTS["cold_start_seconds"] = [r[1] for r in rows if r[0] == held][0]
-        print(f"load: bound: one agent per device (one connection, heartbeat and registration each); the issue's "
-              f"131,072 devices are 16,384 node agents of 8, which moe-worker cannot be yet; the largest count held here is {held}")
         cpu = [r[2] for r in rows if r[0] == held][0]
         per_core = held / max(cpu, 1e-3)
-        print(f"load: heartbeats: {held} workers held on one core at {cpu * 100:.0f}% of it: about {per_core:,.0f} workers per "
-              f"core at 1 Hz; 131,072 devices as one worker each need about {131072 / per_core:.1f} cores of heartbeat "
-              f"handling (or one agent per 8-GPU node: {16384 / per_core:.1f})")
+        print(f"load: heartbeats: {held} agents ({held * per_node} devices) held on one core at {cpu * 100:.0f}% of it: "
+              f"about {per_core:,.0f} agents per core at 1 Hz; 16,384 agents of 8 (131,072 devices) need about "
+              f"{16384 / per_core:.2f} cores of heartbeat handling")
     return []
 
 
@@ -382,7 +396,7 @@ def submit_long_jobs(st, args, template):
 
 def run_restart(st, args, d):
     st.start_controller(lease=5)
-    st.start_fakes(args.restart_workers, 1.0, 64, "rs")
+    st.start_fakes(args.restart_workers, 1.0, max(1, 64 // args.devices_per_node), "rs")
     st.wait_alive(args.restart_workers, 120)
     seed_id, template = template_job(st, args)
     ids = submit_long_jobs(st, args, template)
@@ -408,7 +422,7 @@ def run_restart(st, args, d):
     RESULTS["restart_agents_back_seconds"] = back
     RESULTS["restart_jobs_restarted"] = restarted
     RESULTS["acked_changes_lost"] = lost
-    print(f"load: restart: kill -9 with {args.restart_workers} agents and {len(ids)} jobs running: every agent back after "
+    print(f"load: restart: kill -9 with {args.restart_workers} devices ({args.restart_workers // args.devices_per_node} agents) and {len(ids)} jobs running: every agent back after "
           f"{back:.1f} s, {restarted} jobs restarted, {lost} acknowledged submits missing from SQLite")
     return []
 
@@ -434,7 +448,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--fake-step", type=float, default=0.1)
     ap.add_argument("--timeout", type=float, default=900)
-    ap.add_argument("--ladder", default="512,1024,2048,3072,4096")
+    ap.add_argument("--devices-per-node", type=int, default=8)
+    ap.add_argument("--ladder", default="1024,4096,16384", help="node agents (x --devices-per-node devices)")
     ap.add_argument("--hold", type=float, default=20)
     ap.add_argument("--skip-heartbeats", action="store_true")
     ap.add_argument("--restart-workers", type=int, default=512)
