@@ -472,8 +472,8 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
       if (key.rfind(prefix, 0) == 0) return OkStatus();
     }
     return PermissionDeniedError("rendezvous key '" + key.substr(0, 128) +
-                                 "' is not under an attempt this worker runs (" +
-                                 prefixes.front() + (prefixes.size() > 1 ? ", ..." : "") + ")");
+                                 "' is not under an attempt this worker runs (" + prefixes.front() +
+                                 (prefixes.size() > 1 ? ", ..." : "") + ")");
   }
   Controller& c_;
   const TokenAuth& auth_;

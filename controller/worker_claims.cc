@@ -51,13 +51,32 @@ Status CheckDevices(const moe::v1::Register& reg) {
   std::vector<std::string> gpus;
   for (const auto& d : reg.devices()) {
     if (Status st = CheckDevice(d); !st.ok())
-      return Field("devices", d + " is not cpu or cuda:N with N in 0.." +
-                                  std::to_string(kMaxCudaDevice));
+      return Field("devices",
+                   d + " is not cpu or cuda:N with N in 0.." + std::to_string(kMaxCudaDevice));
     if (d != "cpu") gpus.push_back(d);
   }
   std::sort(gpus.begin(), gpus.end());
   if (std::adjacent_find(gpus.begin(), gpus.end()) != gpus.end())
     return Field("devices", "a GPU listed twice");
+  return OkStatus();
+}
+
+// The ranks it says it runs (on which of its devices) and the outcomes it brings.
+Status CheckRankClaims(const moe::v1::Register& reg) {
+  const int devices = std::max(1, reg.devices_size());
+  if (reg.running_size() > kMaxRunningClaims * devices)
+    return Field("running", "at most " + std::to_string(kMaxRunningClaims) + " per device");
+  for (const auto& r : reg.running()) {
+    if (r.device_index() < 0 || r.device_index() >= devices)
+      return Field("running.device_index", "must be in 0.." + std::to_string(devices - 1));
+  }
+  if (reg.finished_size() > kMaxFinishedClaims) {
+    return Field("finished", "at most " + std::to_string(kMaxFinishedClaims));
+  }
+  for (const auto& f : reg.finished()) {
+    if (f.message().size() > kMaxMessageBytes)
+      return Field("finished.message", "at most 4096 bytes");
+  }
   return OkStatus();
 }
 
@@ -67,9 +86,7 @@ std::string DeviceWorkerName(const std::string& agent, int index, int count) {
   return count <= 1 ? agent : agent + "/" + std::to_string(index);
 }
 
-std::string AgentOfWorker(const std::string& worker) {
-  return worker.substr(0, worker.find('/'));
-}
+std::string AgentOfWorker(const std::string& worker) { return worker.substr(0, worker.find('/')); }
 
 int DeviceIndexOfWorker(const std::string& worker) {
   const size_t slash = worker.find('/');
@@ -149,21 +166,7 @@ Status ValidateRegistration(const moe::v1::Register& reg) {
     return Field("(the whole)", "the worker's metadata is " + std::to_string(kept.ByteSizeLong()) +
                                     " bytes; at most " + std::to_string(kMaxRegistrationBytes));
   }
-  const int devices = std::max(1, reg.devices_size());
-  if (reg.running_size() > kMaxRunningClaims * devices)
-    return Field("running", "at most " + std::to_string(kMaxRunningClaims) + " per device");
-  for (const auto& r : reg.running()) {
-    if (r.device_index() < 0 || r.device_index() >= devices)
-      return Field("running.device_index", "must be in 0.." + std::to_string(devices - 1));
-  }
-  if (reg.finished_size() > kMaxFinishedClaims) {
-    return Field("finished", "at most " + std::to_string(kMaxFinishedClaims));
-  }
-  for (const auto& f : reg.finished()) {
-    if (f.message().size() > kMaxMessageBytes)
-      return Field("finished.message", "at most 4096 bytes");
-  }
-  return OkStatus();
+  return CheckRankClaims(reg);
 }
 
 Status ValidateStepReport(const moe::v1::StepReport& s, int layers, int world) {

@@ -300,8 +300,7 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
   out.set_memory_bytes(MemoryFor(w.info.name()));
   out.set_job_id(w.job_id);
   out.set_rank(w.rank);
-  if (const double heard = leases_.LastHeard(w.agent); heard > 0)
-    out.set_last_heartbeat(heard);
+  if (const double heard = leases_.LastHeard(w.agent); heard > 0) out.set_last_heartbeat(heard);
   if (w.lost)
     out.set_state(moe::v1::LOST);
   else if (w.leaving)

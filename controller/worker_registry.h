@@ -41,7 +41,7 @@ struct WorkerEntry {
   // connected, and until held_until (monotonic) after it was last heard from.
   std::string session;
   double held_until = 0;
-  std::string agent;  // the node agent it belongs to (info.agent())
+  std::string agent;         // the node agent it belongs to (info.agent())
   double report_window = 0;  // monotonic second the step reports below were counted in
   int reports_in_window = 0;
   bool busy() const { return !job_id.empty(); }
@@ -130,7 +130,7 @@ class WorkerRegistry {
 
   Clock& clock_;
   double lease_;
-  LeaseBook leases_;  // one per agent
+  LeaseBook leases_;                                        // one per agent
   std::map<std::string, std::vector<std::string>> agents_;  // agent -> its devices' workers
   std::map<std::string, std::string> by_session_;           // session -> agent
   mutable bool sharing_dirty_ = true;

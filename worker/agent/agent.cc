@@ -20,9 +20,9 @@ namespace moe::worker {
 
 struct WorkerAgent::Rank {
   moe::v1::Assignment assignment;
-  int device = 0;   // its place in AgentOptions::devices
+  int device = 0;    // its place in AgentOptions::devices
   std::string name;  // the worker (device) it runs on, as the controller calls it
-  std::string tag;  // <job>-a<attempt>-r<rank>: file names and log prefix
+  std::string tag;   // <job>-a<attempt>-r<rank>: file names and log prefix
   std::unique_ptr<RankProcess> process;
   std::unique_ptr<RendezvousProxy> proxy;
   std::string spec_path;

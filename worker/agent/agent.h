@@ -39,7 +39,7 @@ struct AgentOptions {
   std::string trainer;                // path of moe-train
   std::string runtime_dir;            // spec files and rendezvous sockets
   int threads = 0;                    // CPU threads for the rank (0: the trainer's default)
-  double memory_gb = 0;  // memory a rank may use (0: cpu: the host's; cuda: not reported)
+  double memory_gb = 0;            // memory a rank may use (0: cpu: the host's; cuda: not reported)
   double stop_grace_seconds = 30;  // a cancelled rank gets this long to stop, then SIGKILL
   // Every path a job names must lie under one of these (common/path_roots.h); empty: anywhere.
   std::vector<std::string> data_roots, checkpoint_roots;

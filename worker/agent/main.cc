@@ -247,7 +247,7 @@ moe::Status Resolve(WorkerFlags& f) {
   o.node = topo.node;
   f.rack = topo.source;  // said in the log once it is set up
   if (o.name.empty()) {
-    o.name = first == "cpu"              ? o.node + "-cpu"
+    o.name = first == "cpu"          ? o.node + "-cpu"
              : o.devices.size() == 1 ? o.node + "-gpu" + first.substr(5)
                                      : o.node;
   }

@@ -3,10 +3,10 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 
 namespace moe::worker {
 namespace {
@@ -100,8 +100,8 @@ int NvmlDeviceCount(std::string* why) {
   }
   auto init = reinterpret_cast<nvmlReturn_t (*)()>(::dlsym(lib, "nvmlInit_v2"));
   auto shutdown = reinterpret_cast<nvmlReturn_t (*)()>(::dlsym(lib, "nvmlShutdown"));
-  auto count = reinterpret_cast<nvmlReturn_t (*)(unsigned int*)>(
-      ::dlsym(lib, "nvmlDeviceGetCount_v2"));
+  auto count =
+      reinterpret_cast<nvmlReturn_t (*)(unsigned int*)>(::dlsym(lib, "nvmlDeviceGetCount_v2"));
   int out = -1;
   unsigned int n = 0;
   if (init == nullptr || count == nullptr) {
