@@ -119,7 +119,10 @@ std::string Labels(const moe::v1::Job& j) {
 TableRows JobRows(const std::vector<moe::v1::Job>& jobs, double now, bool wide) {
   TableRows t;
   t.header = {"ID", "STATE", "PRIORITY", "RANKS", "STEP", "LOSS", "TFLOP/S/DEV", "RESTARTS", "AGE"};
-  if (wide) t.header.insert(t.header.end(), {"ATTEMPT", "CHECKPOINT", "RACKS", "LABELS", "REASON"});
+  if (wide) {
+    t.header.insert(t.header.end(),
+                    {"GOODPUT", "ATTEMPT", "CHECKPOINT", "RACKS", "LABELS", "REASON"});
+  }
   for (const auto& j : jobs) {
     const auto& par = j.spec().spec().parallelism();
     const auto& m = j.last_metrics();
@@ -135,8 +138,9 @@ TableRows JobRows(const std::vector<moe::v1::Job>& jobs, double now, bool wide) 
         Duration(now - j.created_at())};
     if (wide) {
       const std::string reason = !j.waiting_reason().empty() ? j.waiting_reason() : j.message();
+      const double wall = j.goodput().wall_seconds();
       row.insert(row.end(),
-                 {std::to_string(j.attempt()),
+                 {wall > 0 ? FormatNumber(j.goodput().ratio(), 2) : "-", std::to_string(j.attempt()),
                   j.checkpoint_step() > 0 ? "step " + std::to_string(j.checkpoint_step()) : "-",
                   PlacementRacks(j), Labels(j), reason.empty() ? "-" : reason});
     }
@@ -261,6 +265,26 @@ std::string PlanLine(const moe::v1::Job& j) {
          "): measured / planned " + FormatNumber(measured / planned, 2) + "\n";
 }
 
+// Where the job's wall time went (controller/goodput.h), as of the call: the productive share, then
+// each cause of lost time with its seconds and share; nothing before any time was counted.
+std::string GoodputSection(const moe::v1::Goodput& g) {
+  if (g.wall_seconds() <= 0) return "";
+  const double wall = g.wall_seconds();
+  auto share = [wall](double s) { return FormatNumber(100 * s / wall, 1) + "%"; };
+  std::vector<std::vector<std::string>> rows = {
+      {"  productive", Duration(g.productive_seconds()), share(g.productive_seconds())}};
+  const std::pair<const char*, double> causes[] = {
+      {"queued", g.queued_seconds()},         {"starting", g.starting_seconds()},
+      {"redone", g.redone_seconds()},         {"checkpoint stall", g.checkpoint_seconds()},
+      {"restart back-off", g.backoff_seconds()}, {"preempted", g.preempted_seconds()},
+      {"evaluation (wanted)", g.evaluation_seconds()}};
+  for (const auto& [name, seconds] : causes) {
+    if (seconds > 0) rows.push_back({std::string("  ") + name, Duration(seconds), share(seconds)});
+  }
+  return "Goodput:      " + FormatNumber(g.ratio(), 3) + " (productive / wall over " +
+         Duration(wall) + " since the submission)\n" + Table({"  WHERE THE TIME WENT", "TIME", "SHARE"}, rows);
+}
+
 }  // namespace
 
 std::string Describe(const moe::v1::Job& j, double now) {
@@ -351,6 +375,7 @@ std::string Describe(const moe::v1::Job& j, double now) {
       os << "\n";
     }
   }
+  os << GoodputSection(j.goodput());
   if (j.events_size() > 0) {
     os << "Events:\n";
     std::vector<std::vector<std::string>> rows;

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "controller/controller_internal.h"
+#include "controller/goodput.h"
 #include "controller/job_plan.h"
 #include "controller/worker_claims.h"
 
@@ -296,7 +297,10 @@ Status AttemptLifecycle::RecordFailure(JobEntry& e) {
         e, moe::v1::RESTARTING, "Restarting",
         "restart " + std::to_string(restarts + 1) + " of " + std::to_string(e.spec.max_restarts) +
             " in " + internal::Seconds(delay) + " (" + f.reason + "); " + ResumePoint(e),
-        [&](moe::v1::Job& job) { job.set_restarts(restarts + 1); }));
+        [&](moe::v1::Job& job) {
+          job.set_restarts(restarts + 1);
+          GoodputSetBackoff(job, clock_.Now() + delay);  // goodput's back-off cause
+        }));
     e.not_before = delay > 0 ? clock_.Monotonic() + delay : 0;
     return OkStatus();
   }

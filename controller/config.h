@@ -52,6 +52,9 @@ struct ControllerConfig {
   // listing it, MoEWorkerLost stops firing for it); 0 keeps lost workers until moectl delete
   // worker.
   double lost_worker_retention_seconds = 3600;
+  // MoEJobGoodputLow fires for a job whose goodput over the last hour is below this (exported as
+  // moe_goodput_floor: the alert rule compares against it).
+  double goodput_floor = 0.8;
   double rank_start_seconds = 300;
   // Workers held at most (registered, lost or not): bounds what one worker token can make the
   // controller keep. 262,144 covers 131,072 devices twice over.

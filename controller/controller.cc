@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "controller/admission.h"
 #include "controller/controller_internal.h"
+#include "controller/goodput.h"
 #include "controller/worker_claims.h"
 
 namespace moe::controller {
@@ -103,6 +104,7 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
       scheduler_(jobs_, workers_, attempts_, metrics, clock, config_),
       logs_(jobs_, workers_, clock) {
   committer_.SetCallerLock(&mu_);
+  metrics_.SetGoodputFloor(config_.goodput_floor);
   jobs_.AddListener(&metrics_);
   jobs_.AddListener(&watchers_);
 }
@@ -212,6 +214,7 @@ StatusOr<moe::v1::Job> Controller::Get(const std::string& id, bool with_events) 
     out = e->job;
     if (IsQueued(out.state()) && !e->attempt) out.set_waiting_reason(e->waiting_reason);
   }
+  *out.mutable_goodput() = GoodputAt(out, clock_.Now());  // up to this moment
   if (with_events) {  // from the store's reader, without the lock (what is committed)
     MOE_ASSIGN_OR_RETURN(std::vector<moe::v1::JobEvent> events, store_.LoadEvents(id));
     for (auto& ev : events) *out.add_events() = std::move(ev);
@@ -603,6 +606,10 @@ void Controller::Tick() {
 }
 
 void Controller::PublishClusterMetrics() {
+  const double now = clock_.Now();
+  for (JobEntry* e : jobs_.All()) {  // the live jobs' waits move with the clock
+    if (!IsTerminal(e->job.state())) metrics_.SetGoodput(e->job.id(), GoodputAt(e->job, now));
+  }
   metrics_.SetQueueLength(jobs_.CountQueued());
   metrics_.SetRendezvousKeys(rendezvous_.size());
   metrics_.SetWorkerCounts(workers_.CountByStateAndRack());

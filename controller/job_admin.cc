@@ -7,6 +7,7 @@
 #include "common/label_selector.h"
 #include "common/log.h"
 #include "controller/controller.h"
+#include "controller/goodput.h"
 
 namespace moe::controller {
 namespace {
@@ -82,6 +83,7 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
     }
     bytes += size;
     *out.add_jobs() = j;
+    *out.mutable_jobs(out.jobs_size() - 1)->mutable_goodput() = GoodputAt(j, clock_.Now());
     if (IsQueued(j.state()) && !match[i]->attempt) {
       out.mutable_jobs(out.jobs_size() - 1)->set_waiting_reason(match[i]->waiting_reason);
     }

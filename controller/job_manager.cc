@@ -5,6 +5,7 @@
 
 #include "common/job_spec_proto.h"
 #include "common/log.h"
+#include "controller/goodput.h"
 
 namespace moe::controller {
 
@@ -105,6 +106,7 @@ StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::Tra
   e->job.set_state(moe::v1::PENDING);
   e->job.set_created_at(clock_.Now());
   e->job.set_updated_at(clock_.Now());
+  GoodputOnState(e->job, moe::v1::PENDING, clock_.Now());  // queued from now
   e->spec = spec;
   const moe::v1::JobEvent ev = NewEvent(
       *e, e->job, "Submitted",
@@ -200,6 +202,7 @@ Status JobManager::Transition(JobEntry& e, JobState to, const std::string& type,
   next.set_state(to);
   next.set_message(message);
   next.set_updated_at(clock_.Now());
+  GoodputOnState(next, from, clock_.Now());
   const moe::v1::JobEvent ev = NewEvent(e, next, type, message);
   {
     Writing w(e);
@@ -266,6 +269,7 @@ Status JobManager::PublishMetrics(JobEntry& e, const moe::v1::StepMetrics& m) {
   // controller may show metrics that old (the next step replaces them).
   // A step with a validation result updates the record's last_eval and is stored at once.
   AddToSummary(e.job, m);
+  GoodputOnStep(e.job, m, clock_.Now());
   if (m.has_eval_loss()) {
     moe::v1::Job next = e.job;
     *next.mutable_last_metrics() = m;

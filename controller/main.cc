@@ -63,6 +63,11 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "moectl delete worker)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--goodput-floor", c.goodput_floor,
+                 "MoEJobGoodputLow fires for a job whose goodput over the last hour is below this "
+                 "(productive / wall seconds; exported as moe_goodput_floor)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--max-workers", c.max_workers,
                  "workers held at most; more registrations are refused")
       ->capture_default_str()

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "controller/goodput.h"
+
 namespace moe::controller {
 
 using prometheus::BuildCounter;
@@ -27,6 +29,8 @@ struct MetricsAggregator::JobSeries {
   double ended_at = 0;
   std::set<std::string> layers;  // imbalance series created
   int restarts = -1;             // the job's restart count last seen (-1: none yet)
+  std::map<std::string, double> lost;  // goodput: seconds by cause already on the counters
+  double productive = 0, wall = 0;     // goodput as last published
 };
 
 namespace {
@@ -129,6 +133,43 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
       &AddCounter(r, "moe_controller_stalled_seconds_total",
                   "Time the controller did not tick (stopped, starved): given back to leases")
            ->Add({});
+  RegisterGoodput(r);
+}
+
+void MetricsAggregator::RegisterGoodput(prometheus::Registry& r) {
+  goodput_ = AddGauge(r, "moe_job_goodput_ratio",
+                      "Productive seconds / wall seconds since the job's submission");
+  lost_ = AddCounter(r, "moe_job_lost_seconds_total",
+                     "Seconds of the job's wall time lost, by cause (evaluation: wanted, not lost)");
+  cluster_goodput_ = &AddGauge(r, "moe_cluster_goodput_ratio",
+                               "Productive / wall seconds over the jobs this controller shows")
+                          ->Add({});
+  cluster_lost_ =
+      AddCounter(r, "moe_lost_seconds_total", "Seconds lost over every job, by cause");
+  goodput_floor_ = &AddGauge(r, "moe_goodput_floor",
+                             "The goodput below which MoEJobGoodputLow fires (--goodput-floor)")
+                        ->Add({});
+}
+
+void MetricsAggregator::SetGoodputFloor(double floor) { goodput_floor_->Set(floor); }
+
+void MetricsAggregator::SetGoodput(const std::string& job_id, const moe::v1::Goodput& g) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;  // no series (never placed, or dropped after the retention)
+  JobSeries& s = *it->second;
+  goodput_->Add({{"job", job_id}}).Set(g.ratio());
+  for (const char* cause : kGoodputCauses) {
+    const double v = GoodputLost(g, cause), delta = v - s.lost[cause];
+    if (delta <= 0) continue;
+    lost_->Add({{"job", job_id}, {"cause", cause}}).Increment(delta);
+    cluster_lost_->Add({{"cause", cause}}).Increment(delta);
+    s.lost[cause] = v;
+  }
+  s.productive = g.productive_seconds();
+  s.wall = g.wall_seconds();
+  double productive = 0, wall = 0;
+  for (const auto& [id, series] : jobs_) productive += series->productive, wall += series->wall;
+  cluster_goodput_->Set(wall > 0 ? productive / wall : 0);
 }
 
 void MetricsAggregator::SetStore(int64_t batches, int64_t writes, double stalled_seconds) {
@@ -304,6 +345,7 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
   }
   series.restarts = job.restarts();
   SetState(job.id(), state);
+  SetGoodput(job.id(), job.goodput());  // a change of state closes an interval of the account
 }
 
 void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState state) {
@@ -414,6 +456,9 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   compute_->Remove(&compute_->Add(job));
   restarts_->Remove(&restarts_->Add(job));
   step_->Remove(&step_->Add(job));
+  goodput_->Remove(&goodput_->Add(job));
+  for (const auto& [cause, v] : s.lost)
+    lost_->Remove(&lost_->Add({{"job", job_id}, {"cause", cause}}));
   for (const auto& l : s.layers)
     imbalance_->Remove(&imbalance_->Add({{"job", job_id}, {"layer", l}}));
   for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {

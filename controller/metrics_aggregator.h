@@ -71,6 +71,10 @@ class MetricsAggregator final : public JobListener {
   // moe_workers{state, rack}: per rack, never per worker (a series per device would grow /metrics
   // with the cluster: 131,072 devices); the registry counts them (CountByStateAndRack).
   void SetWorkerCounts(std::map<std::pair<std::string, std::string>, int> counts);
+  // Goodput (controller/goodput.h): the job's ratio and lost seconds by cause (counters, moved by
+  // what the account added since the last call), and the cluster's over the jobs shown.
+  void SetGoodput(const std::string& job_id, const moe::v1::Goodput& g);
+  void SetGoodputFloor(double floor);
   void SetQueueLength(size_t n);
   void SetRendezvousKeys(size_t n);
   // The one writer's totals and the controller's stalls so far (counters follow them).
@@ -90,6 +94,7 @@ class MetricsAggregator final : public JobListener {
   void RemoveRankSeries(const JobSeries& s);
   void DropThroughput(const JobSeries& s);
   void DropSeries(const std::string& job_id);
+  void RegisterGoodput(prometheus::Registry& r);
 
   std::shared_ptr<prometheus::Registry> registry_;
   Clock& clock_;
@@ -126,6 +131,11 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Gauge>* queue_;
   prometheus::Family<prometheus::Gauge>* rendezvous_keys_;
+  prometheus::Family<prometheus::Gauge>* goodput_;
+  prometheus::Family<prometheus::Counter>* lost_;
+  prometheus::Family<prometheus::Counter>* cluster_lost_;
+  prometheus::Gauge* cluster_goodput_ = nullptr;
+  prometheus::Gauge* goodput_floor_ = nullptr;
   prometheus::Counter* store_batches_;
   prometheus::Counter* store_writes_;
   prometheus::Counter* stalled_;

@@ -8,6 +8,7 @@
 #include <prometheus/registry.h>
 
 #include <limits>
+#include <map>
 #include <set>
 
 #include "common/job_spec_proto.h"
@@ -756,6 +757,53 @@ TEST_F(ControllerTest, LostWorkersAreDeletedOnRequestOrForgottenAfterTheRetentio
   auto workers = controller_->Workers();
   ASSERT_EQ(workers.size(), 1u) << "b was lost longer than the retention";
   EXPECT_EQ(workers[0].name(), "c");
+}
+
+// Goodput (issue 33): a failure at a known step costs the steps since the last checkpoint as redone
+// time; the account agrees with a hand computation from the job's events and is stored with the job.
+TEST_F(ControllerTest, AFailureCostsTheStepsSinceTheCheckpointAsRedoneTimeAndTheAccountIsStored) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("g", 1, 1));  // placed at once: nothing waits
+  clock_.Advance(2);                   // start-up: the first report 2 s after the placement
+  Step("a", a->Assignments()[0], 1);
+  for (int s = 2; s <= 10; ++s) {  // a step a second; a checkpoint of step 5 from step 6 on
+    clock_.Advance(1);
+    Step("a", a->Assignments()[0], s, 0.1, s > 5 ? 5 : 0);
+  }
+  clock_.Advance(0.5);
+  Finish("a", a->Assignments()[0], false, "a rank crashed");  // restarts at once (no back-off)
+  ASSERT_EQ(a->Assignments().size(), 2u);
+  clock_.Advance(2);
+  Step("a", a->Assignments()[1], 6, 0.1, 5);  // resumed from the checkpoint of step 5
+  for (int s = 7; s <= 12; ++s) {
+    clock_.Advance(1);
+    Step("a", a->Assignments()[1], s, 0.1, 5);
+  }
+  clock_.Advance(1);  // the final save
+  Finish("a", a->Assignments()[1], true);
+  ASSERT_EQ(State(job.id()), moe::v1::SUCCEEDED);
+  const moe::v1::Job done = *controller_->Get(job.id(), true);
+  const moe::v1::Goodput& g = done.goodput();
+  // Steps 7-10 again and the half step the failure cut off: (10 - 5) steps x 1 s within 20 %.
+  EXPECT_NEAR(g.redone_seconds(), 4.5, 1e-6);
+  EXPECT_NEAR(g.redone_seconds(), 5.0, 5.0 * 0.2);
+  EXPECT_NEAR(g.productive_seconds(), 9 + 2, 1e-6) << "steps 2-10 once, then 11 and 12";
+  EXPECT_NEAR(g.checkpoint_seconds(), 1, 1e-6);
+  // By hand from the events: wall = the end - the submission; starting = each attempt's
+  // placement to its first report.
+  std::map<std::string, std::vector<double>> at;
+  for (const auto& e : done.events()) at[e.type()].push_back(e.time());
+  ASSERT_EQ(at["Scheduled"].size(), 2u);
+  ASSERT_EQ(at["Running"].size(), 2u);
+  EXPECT_NEAR(g.wall_seconds(), at["Succeeded"].at(0) - at["Submitted"].at(0), 1e-6);
+  EXPECT_NEAR(g.starting_seconds(),
+              (at["Running"][0] - at["Scheduled"][0]) + (at["Running"][1] - at["Scheduled"][1]),
+              1e-6);
+  EXPECT_NEAR(g.ratio(), 11 / 20.5, 1e-9);
+  // A restarted controller reads the same account from the store.
+  Make();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+      controller_->Get(job.id(), false)->goodput(), g));
 }
 
 TEST_F(ControllerTest, AFailedRankRestartsUntilMaxRestartsThenFails) {
