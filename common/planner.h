@@ -36,21 +36,22 @@ struct PlanOptions {
   // Checkpoint advice (CheckpointAdvice): a device's mean time between failures in hours (moectl
   // plan --mtbf-hours); absent: no advice.
   std::optional<double> mtbf_hours;
-  bool async_checkpoint = true;  // the save's stall: async, the device-to-host copy; sync, the write
+  bool async_checkpoint =
+      true;  // the save's stall: async, the device-to-host copy; sync, the write
 };
 
 // How often to checkpoint and what the job keeps of its wall time (docs/planning.md, "Checkpoint
 // advice"): Young's first-order interval sqrt(2 x stall x system MTBF) between saves, rounded to
-// whole steps, and the predicted goodput 1 - stall / interval - (interval / 2 + persist + restart) /
-// MTBF, where persist is how long an async save takes to reach storage (a failure in it loses the
+// whole steps, and the predicted goodput 1 - stall / interval - (interval / 2 + persist + restart)
+// / MTBF, where persist is how long an async save takes to reach storage (a failure in it loses the
 // previous interval too) and restart is start + rendezvous + checkpoint load.
 struct CheckpointAdvice {
   bool async = true;
-  double bytes_per_gpu = 0;       // master weights and optimizer moments, this rank's shard
-  double stall_seconds = 0;       // the step's pause per save (async: the host copy; sync: the write)
-  double persist_seconds = 0;     // an async save's write to storage after the stall (sync: 0)
-  double load_seconds = 0;        // reading the checkpoint back on a restart
-  double restart_seconds = 0;     // a restart's whole cost: the profile's start-up + load_seconds
+  double bytes_per_gpu = 0;    // master weights and optimizer moments, this rank's shard
+  double stall_seconds = 0;    // the step's pause per save (async: the host copy; sync: the write)
+  double persist_seconds = 0;  // an async save's write to storage after the stall (sync: 0)
+  double load_seconds = 0;     // reading the checkpoint back on a restart
+  double restart_seconds = 0;  // a restart's whole cost: the profile's start-up + load_seconds
   double mtbf_hours_per_gpu = 0;  // the input
   int64_t gpus = 0;
   double system_mtbf_seconds = 0;  // mtbf_hours_per_gpu x 3600 / gpus
@@ -61,7 +62,6 @@ struct CheckpointAdvice {
   double goodput = 0, stall_share = 0, redo_share = 0, restart_share = 0;
   bool progress = true;  // false: the system fails faster than it saves or restarts
 };
-
 
 struct PlanComponent {
   std::string name;
@@ -81,7 +81,7 @@ struct Plan {
   double mfu_bf16 = 0, mfu_fp8 = 0, tokens_per_second = 0;
   double rows_per_expert = 0, bubble_fraction = 0;
   double tokens = 0, days = 0, gpu_hours = 0;
-  std::string scaling;                        // --gpus: what ScaleToGpus changed
+  std::string scaling;                         // --gpus: what ScaleToGpus changed
   std::optional<CheckpointAdvice> checkpoint;  // --mtbf-hours
   const PlanComponent* Find(const std::string& name) const;
 };

@@ -99,10 +99,9 @@ StatusOr<JobSpec> ScaleToGpus(const JobSpec& spec, int64_t gpus, std::string* no
   const int64_t dp0 = par.data_parallel(), dp1 = gpus / par.pipeline_parallel;
   const int64_t per_replica = spec.data.global_batch_size / dp0;
   if (per_replica * dp0 != spec.data.global_batch_size) {
-    return InvalidArgumentError("--gpus: the job's global_batch_size " +
-                                Int(spec.data.global_batch_size) +
-                                " is not a whole batch per data-parallel replica (DP " + Int(dp0) +
-                                ")");
+    return InvalidArgumentError(
+        "--gpus: the job's global_batch_size " + Int(spec.data.global_batch_size) +
+        " is not a whole batch per data-parallel replica (DP " + Int(dp0) + ")");
   }
   JobSpec s = spec;
   s.parallelism.world_size = gpus;
@@ -117,10 +116,10 @@ StatusOr<JobSpec> ScaleToGpus(const JobSpec& spec, int64_t gpus, std::string* no
   MOE_RETURN_IF_ERROR(ValidateJobSpec(s).WithPrefix("--gpus " + Int(gpus)));
   if (note != nullptr) {
     *note = "scaled to " + Int(gpus) + " GPUs by data parallelism: DP " + Int(dp0) + " -> " +
-            Int(dp1) + " (PP, VPP and EP kept); global batch " +
-            Int(spec.data.global_batch_size) + " -> " + Int(s.data.global_batch_size) +
-            " sequences (" + Int(per_replica) + " per data-parallel replica, kept); steps " +
-            Int(spec.training.steps) + " -> " + Int(s.training.steps) + " (the same tokens)";
+            Int(dp1) + " (PP, VPP and EP kept); global batch " + Int(spec.data.global_batch_size) +
+            " -> " + Int(s.data.global_batch_size) + " sequences (" + Int(per_replica) +
+            " per data-parallel replica, kept); steps " + Int(spec.training.steps) + " -> " +
+            Int(s.training.steps) + " (the same tokens)";
   }
   return s;
 }

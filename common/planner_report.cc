@@ -78,29 +78,35 @@ std::string Duration(double seconds) {
 // docs/planning.md and docs/operations.md quote).
 std::string CheckpointLines(const CheckpointAdvice& a, const std::string& cluster) {
   std::ostringstream o;
-  o << "checkpoint: " << (a.async ? "async" : "sync") << " save of " << Fmt("%.3g GB", a.bytes_per_gpu / 1e9)
+  o << "checkpoint: " << (a.async ? "async" : "sync") << " save of "
+    << Fmt("%.3g GB", a.bytes_per_gpu / 1e9)
     << " per GPU (fp32 master weights + AdamW moments, this rank's shard): stall "
     << Fmt("%.3g s", a.stall_seconds)
     << (a.async ? " (the copy to host memory), then " + Fmt("%.3g s", a.persist_seconds) +
                       " to write it to storage"
                 : std::string(" (the write to storage)"))
-    << "; restart " << Fmt("%.0f s", a.restart_seconds) << " (" << Fmt("%.0f s", a.restart_seconds - a.load_seconds)
-    << " start-up + " << Fmt("%.3g s", a.load_seconds) << " load); bandwidths from cluster profile " << cluster << "\n";
+    << "; restart " << Fmt("%.0f s", a.restart_seconds) << " ("
+    << Fmt("%.0f s", a.restart_seconds - a.load_seconds) << " start-up + "
+    << Fmt("%.3g s", a.load_seconds) << " load); bandwidths from cluster profile " << cluster
+    << "\n";
   const std::string mtbf = Fmt("system MTBF = %.6g h per GPU / ", a.mtbf_hours_per_gpu) +
                            std::to_string(a.gpus) + " GPUs = " + Duration(a.system_mtbf_seconds);
   if (!a.progress) {
     o << "checkpoint interval: none: the " << mtbf << " is not longer than a restart ("
-      << Fmt("%.0f s", a.restart_seconds) << ") plus the checkpoints' cost: the job cannot make progress\n";
-    o << "goodput: 0 (the job cannot make progress: fewer failures, a faster restart or a faster save)\n";
+      << Fmt("%.0f s", a.restart_seconds)
+      << ") plus the checkpoints' cost: the job cannot make progress\n";
+    o << "goodput: 0 (the job cannot make progress: fewer failures, a faster restart or a faster "
+         "save)\n";
     return o.str();
   }
-  o << "checkpoint interval: every " << a.interval_steps << " step" << (a.interval_steps == 1 ? "" : "s")
-    << " (" << Duration(a.interval_seconds) << "; Young-Daly sqrt(2 x " << Fmt("%.3g s", a.stall_seconds)
-    << " x MTBF " << Fmt("%.3g h", a.system_mtbf_seconds / 3600) << ") = " << Duration(a.young_daly_seconds)
+  o << "checkpoint interval: every " << a.interval_steps << " step"
+    << (a.interval_steps == 1 ? "" : "s") << " (" << Duration(a.interval_seconds)
+    << "; Young-Daly sqrt(2 x " << Fmt("%.3g s", a.stall_seconds) << " x MTBF "
+    << Fmt("%.3g h", a.system_mtbf_seconds / 3600) << ") = " << Duration(a.young_daly_seconds)
     << " in whole steps of " << Fmt("%.3g s", a.step_seconds) << ", " << mtbf << ")\n";
-  o << "goodput: " << Fmt("%.3f", a.goodput) << " (checkpoint stalls " << Fmt("%.1f %%", 100 * a.stall_share)
-    << ", redone work " << Fmt("%.1f %%", 100 * a.redo_share) << ", restarts "
-    << Fmt("%.1f %%", 100 * a.restart_share) << ")\n";
+  o << "goodput: " << Fmt("%.3f", a.goodput) << " (checkpoint stalls "
+    << Fmt("%.1f %%", 100 * a.stall_share) << ", redone work " << Fmt("%.1f %%", 100 * a.redo_share)
+    << ", restarts " << Fmt("%.1f %%", 100 * a.restart_share) << ")\n";
   return o.str();
 }
 

@@ -291,8 +291,8 @@ TEST(PlannerCheckpoint, TheAdviceIsYoungDalyOnThePlansStepAndTheProfile) {
   EXPECT_GT(a.bytes_per_gpu, 0);
   EXPECT_NEAR(a.stall_seconds, a.bytes_per_gpu / (c.host_copy_gbps * 1e9), 1e-12);
   EXPECT_NEAR(a.persist_seconds, a.bytes_per_gpu / (c.checkpoint_write_gbps * 1e9), 1e-9);
-  EXPECT_NEAR(a.restart_seconds, c.restart_seconds + a.bytes_per_gpu / (c.checkpoint_read_gbps * 1e9),
-              1e-9);
+  EXPECT_NEAR(a.restart_seconds,
+              c.restart_seconds + a.bytes_per_gpu / (c.checkpoint_read_gbps * 1e9), 1e-9);
   EXPECT_NEAR(a.young_daly_seconds, std::sqrt(2 * a.stall_seconds * a.system_mtbf_seconds), 1e-9);
   EXPECT_NEAR(a.step_seconds, p.step_seconds, 1e-9);
   const double want = std::max({1.0, std::round(a.young_daly_seconds / a.step_seconds),
@@ -364,8 +364,7 @@ TEST(PlannerCheckpoint, BadGpusAndMtbfNameTheFlag) {
     o.mtbf_hours = bad;
     auto p = PlanJob(base, c, sw, o);
     ASSERT_FALSE(p.ok()) << bad;
-    EXPECT_NE(p.status().message().find("--mtbf-hours"), std::string::npos)
-        << p.status().message();
+    EXPECT_NE(p.status().message().find("--mtbf-hours"), std::string::npos) << p.status().message();
   }
 }
 
