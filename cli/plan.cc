@@ -64,6 +64,8 @@ void PrintPlans(const PlanArgs& a, const Plan& p, const Plan* packed) {
 
 int Sweep(const PlanArgs& a, const JobSpec& spec, const ClusterProfile& cluster,
           const SoftwareProfile& software, const PlanOptions& options, const std::string& scaling) {
+  if (a.mtbf_hours != 0)
+    std::fprintf(stderr, "moectl plan: --mtbf-hours: advice is for one plan, not a sweep\n");
   auto plans = SweepLayouts(spec, cluster, software, options, static_cast<size_t>(a.sweep));
   if (!plans.ok()) return Refuse(plans.status());
   if (a.output == "json") {
@@ -193,8 +195,6 @@ int RunPlan(const PlanArgs& a, Client* client) {
     if (Status st = ApplySoftwareOverride(&*software, s); !st.ok()) return Refuse(st);
   }
   PlanOptions options{a.racks, a.ep_domains, a.tokens};
-  if (a.sweep > 0 && a.mtbf_hours != 0)
-    std::fprintf(stderr, "moectl plan: --mtbf-hours: advice is for one plan, not a sweep\n");
   if (a.sweep > 0) return Sweep(a, *spec, *cluster, *software, options, scaling);
   if (a.mtbf_hours != 0) options.mtbf_hours = a.mtbf_hours;
   options.async_checkpoint = a.checkpoint_save == "async";
