@@ -1,7 +1,9 @@
 #include "cli/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/file_util.h"
 #include "common/job_spec_proto.h"
@@ -61,7 +63,9 @@ void PrintPlans(const PlanArgs& a, const Plan& p, const Plan* packed) {
 }
 
 int Sweep(const PlanArgs& a, const JobSpec& spec, const ClusterProfile& cluster,
-          const SoftwareProfile& software, const PlanOptions& options) {
+          const SoftwareProfile& software, const PlanOptions& options, const std::string& scaling) {
+  if (a.mtbf_hours != 0)
+    std::fprintf(stderr, "moectl plan: --mtbf-hours: advice is for one plan, not a sweep\n");
   auto plans = SweepLayouts(spec, cluster, software, options, static_cast<size_t>(a.sweep));
   if (!plans.ok()) return Refuse(plans.status());
   if (a.output == "json") {
@@ -71,8 +75,20 @@ int Sweep(const PlanArgs& a, const JobSpec& spec, const ClusterProfile& cluster,
   } else {
     std::printf("sweep: %s on %s, software %s\n%s", spec.name.c_str(), cluster.name.c_str(),
                 software.name.c_str(), SweepTable(*plans).c_str());
+    if (!scaling.empty()) std::printf("gpus: %s\n", scaling.c_str());
   }
   return 0;
+}
+
+// --gpus: the job file's layout scaled by data parallelism (a live job keeps the ranks it holds).
+Status ApplyGpus(const PlanArgs& a, JobSpec* spec, std::string* note) {
+  if (a.gpus == 0) return OkStatus();
+  if (a.live()) {
+    return InvalidArgumentError("--gpus: plans a job file (-f) at another size, not job " + a.job +
+                                " (it runs on the ranks it holds)");
+  }
+  MOE_ASSIGN_OR_RETURN(*spec, ScaleToGpus(*spec, a.gpus, note));
+  return OkStatus();
 }
 
 // A live job: its spec and placement from the controller.
@@ -82,6 +98,18 @@ StatusOr<moe::v1::Job> FetchJob(Client* c, const std::string& id) {
   moe::v1::Job job;
   MOE_RETURN_IF_ERROR(c->Call(&Stub::GetJob, req, &job));
   return job;
+}
+
+// A flag's value that must be a finite number > 0 (CLI11 names the flag in front of this).
+CLI::Validator FinitePositive() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        char* end = nullptr;
+        const double d = std::strtod(v.c_str(), &end);
+        if (end != v.c_str() && *end == '\0' && d > 0 && std::isfinite(d)) return "";
+        return "must be a finite number > 0, got '" + v + "'";
+      },
+      "> 0");
 }
 
 }  // namespace
@@ -119,6 +147,18 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanArgs* a) {
           "--sweep", a->sweep,
           "rank the N best layouts of the job's world size (PP, VPP, EP, micro batch, recompute)")
       ->check(CLI::PositiveNumber);
+  plan->add_option("--gpus", a->gpus,
+                   "plan the job on N GPUs by data parallelism (PP, VPP, EP kept; the per-replica "
+                   "batch kept)")
+      ->check(FinitePositive());
+  plan->add_option("--mtbf-hours", a->mtbf_hours,
+                   "a GPU's mean time between failures in hours (50000: the public planning "
+                   "figure): advise the checkpoint interval (Young-Daly) and predict goodput")
+      ->check(FinitePositive());
+  plan->add_option("--checkpoint-save", a->checkpoint_save,
+                   "async (the stall is the copy to host memory) | sync (the write to storage)")
+      ->check(CLI::IsMember({"async", "sync"}))
+      ->capture_default_str();
   plan->add_option("-o,--output", a->output, "table | json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
@@ -144,6 +184,8 @@ int RunPlan(const PlanArgs& a, Client* client) {
   }
   auto spec = ParseJob(text, origin, a.sets);
   if (!spec.ok()) return Refuse(spec.status());
+  std::string scaling;
+  if (Status st = ApplyGpus(a, &*spec, &scaling); !st.ok()) return Refuse(st);
   auto cluster = Cluster(a, *spec);
   if (!cluster.ok()) return Refuse(cluster.status().WithPrefix("--cluster"));
   const std::string sw = !a.software.empty() ? a.software : DefaultSoftwareFor(*cluster);
@@ -153,7 +195,9 @@ int RunPlan(const PlanArgs& a, Client* client) {
     if (Status st = ApplySoftwareOverride(&*software, s); !st.ok()) return Refuse(st);
   }
   PlanOptions options{a.racks, a.ep_domains, a.tokens};
-  if (a.sweep > 0) return Sweep(a, *spec, *cluster, *software, options);
+  if (a.sweep > 0) return Sweep(a, *spec, *cluster, *software, options, scaling);
+  if (a.mtbf_hours != 0) options.mtbf_hours = a.mtbf_hours;
+  options.async_checkpoint = a.checkpoint_save == "async";
   const bool placed = a.live() && job.placement_size() > 0;
   if (a.live() && !placed)
     std::fprintf(stderr, "moectl plan: job %s has no placement yet: planned as packed\n",
@@ -167,6 +211,7 @@ int RunPlan(const PlanArgs& a, Client* client) {
   }
   auto plan = PlanJob(*spec, *cluster, *software, options);
   if (!plan.ok()) return Refuse(plan.status());
+  plan->scaling = scaling;
   if (!placed) return PrintPlans(a, *plan, nullptr), 0;
   PlanOptions packed_options = options;
   packed_options.ep_domains = 1;

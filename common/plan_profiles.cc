@@ -48,6 +48,10 @@ const Schema<ClusterProfile>& SchemaOf<ClusterProfile>() {
       Field("domain_size", &C::domain_size, Positive()),
       Field("scale_out_gbps", &C::scale_out_gbps, Positive()),
       Field("p2p_latency_us", &C::p2p_latency_us, NonNegative()),
+      Field("host_copy_gbps", &C::host_copy_gbps, Positive()),
+      Field("checkpoint_write_gbps", &C::checkpoint_write_gbps, Positive()),
+      Field("checkpoint_read_gbps", &C::checkpoint_read_gbps, Positive()),
+      Field("restart_seconds", &C::restart_seconds, NonNegative()),
       Field("sources", &C::sources),
   });
   return *schema;

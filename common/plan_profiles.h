@@ -33,6 +33,11 @@ struct ClusterProfile {
   int64_t domain_size = 1;    // devices in one scale-up domain (an NVL72 rack: 72; an HGX node: 8)
   double scale_out_gbps = 0;  // per device, one direction (GB/s): InfiniBand / Ethernet
   double p2p_latency_us = 0;  // one small message in the domain
+  // Checkpoints (moectl plan --mtbf-hours; docs/planning.md, "Checkpoint advice"), per device:
+  double host_copy_gbps = 25;           // device to host memory (GB/s): an async save's stall
+  double checkpoint_write_gbps = 0.25;  // to shared storage (GB/s): a sync save, an async persist
+  double checkpoint_read_gbps = 0.4;    // from shared storage (GB/s): a restart's load
+  double restart_seconds = 600;  // a restart before the load: reschedule, start ranks, rendezvous
   std::vector<std::string> sources;
 
   double peak_tflops(const std::string& precision) const;

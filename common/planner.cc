@@ -489,6 +489,10 @@ StatusOr<Plan> PlanJob(JobSpec spec, const ClusterProfile& cluster, const Softwa
   AddPipeline(x, ranks, &p);
   AddTail(x, pk, p.memory.largest(), &p);
   Summarise(x, options, &p);
+  if (options.mtbf_hours.has_value()) {
+    MOE_ASSIGN_OR_RETURN(p.checkpoint, AdviseCheckpoint(p, spec, cluster, *options.mtbf_hours,
+                                                        options.async_checkpoint));
+  }
   return p;
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,34 @@ struct PlanOptions {
   int64_t racks = 0;        // scale-up domains the job uses; 0: as few as its layout packs into
   int64_t ep_domains = 0;   // domains one expert-parallel group spans; 0: from the packing
   double token_budget = 0;  // tokens to train: days and GPU-hours; 0: the job's steps x batch
+  // Checkpoint advice (CheckpointAdvice): a device's mean time between failures in hours (moectl
+  // plan --mtbf-hours); absent: no advice.
+  std::optional<double> mtbf_hours;
+  bool async_checkpoint =
+      true;  // the save's stall: async, the device-to-host copy; sync, the write
+};
+
+// How often to checkpoint and what the job keeps of its wall time (docs/planning.md, "Checkpoint
+// advice"): Young's first-order interval sqrt(2 x stall x system MTBF) between saves, rounded to
+// whole steps, and the predicted goodput 1 - stall / interval - (interval / 2 + persist + restart)
+// / MTBF, where persist is how long an async save takes to reach storage (a failure in it loses the
+// previous interval too) and restart is start + rendezvous + checkpoint load.
+struct CheckpointAdvice {
+  bool async = true;
+  double bytes_per_gpu = 0;    // master weights and optimizer moments, this rank's shard
+  double stall_seconds = 0;    // the step's pause per save (async: the host copy; sync: the write)
+  double persist_seconds = 0;  // an async save's write to storage after the stall (sync: 0)
+  double load_seconds = 0;     // reading the checkpoint back on a restart
+  double restart_seconds = 0;  // a restart's whole cost: the profile's start-up + load_seconds
+  double mtbf_hours_per_gpu = 0;  // the input
+  int64_t gpus = 0;
+  double system_mtbf_seconds = 0;  // mtbf_hours_per_gpu x 3600 / gpus
+  double young_daly_seconds = 0;   // sqrt(2 x stall x system MTBF)
+  double step_seconds = 0;         // the productive step the interval is counted in
+  int64_t interval_steps = 0;
+  double interval_seconds = 0;  // interval_steps x step_seconds
+  double goodput = 0, stall_share = 0, redo_share = 0, restart_share = 0;
+  bool progress = true;  // false: the system fails faster than it saves or restarts
 };
 
 struct PlanComponent {
@@ -52,8 +81,26 @@ struct Plan {
   double mfu_bf16 = 0, mfu_fp8 = 0, tokens_per_second = 0;
   double rows_per_expert = 0, bubble_fraction = 0;
   double tokens = 0, days = 0, gpu_hours = 0;
+  std::string scaling;                         // --gpus: what ScaleToGpus changed
+  std::optional<CheckpointAdvice> checkpoint;  // --mtbf-hours
   const PlanComponent* Find(const std::string& name) const;
 };
+
+// Young's interval: sqrt(2 x stall x MTBF) seconds of work between checkpoints.
+double YoungDalyInterval(double stall_seconds, double mtbf_seconds);
+// Goodput's first-order model, clamped to [0, 1]: the shares of wall time lost to stalls, redone
+// work and restarts go into `advice` (its interval, stall, persist, restart and MTBF are inputs).
+void PredictGoodput(CheckpointAdvice* advice);
+// The advice for a plan: the checkpoint's bytes from the plan's memory model, the bandwidths and
+// restart cost from the cluster profile. Errors name --mtbf-hours.
+StatusOr<CheckpointAdvice> AdviseCheckpoint(const Plan& plan, const JobSpec& spec,
+                                            const ClusterProfile& cluster, double mtbf_hours,
+                                            bool async);
+
+// The job on `gpus` devices by data parallelism: the same PP, VPP and EP, DP = gpus / PP, the
+// per-replica batch kept (global_batch_size and the batch ramp scale with DP) and training.steps
+// scaled to train the same tokens. `note` says what changed. Errors name --gpus.
+StatusOr<JobSpec> ScaleToGpus(const JobSpec& spec, int64_t gpus, std::string* note);
 
 // A placement as the planner reads it: the racks the ranks hold (rank r's rack at r) and the most
 // racks one expert-parallel group spans (groups are consecutive blocks of `ep` ranks, Megatron's

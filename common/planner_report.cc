@@ -67,6 +67,72 @@ void TryLayout(const JobSpec& base, const ClusterProfile& c, const SoftwareProfi
   if (p.ok()) out->push_back(std::move(*p));
 }
 
+// Hours or minutes, as read.
+std::string Duration(double seconds) {
+  if (seconds >= 5400) return Fmt("%.1f h", seconds / 3600);
+  if (seconds >= 90) return Fmt("%.1f min", seconds / 60);
+  return Fmt("%.3g s", seconds);
+}
+
+// --mtbf-hours: the save's inputs, the interval and the goodput (the last two lines are what
+// docs/planning.md and docs/operations.md quote).
+std::string CheckpointLines(const CheckpointAdvice& a, const std::string& cluster) {
+  std::ostringstream o;
+  o << "checkpoint: " << (a.async ? "async" : "sync") << " save of "
+    << Fmt("%.3g GB", a.bytes_per_gpu / 1e9)
+    << " per GPU (fp32 master weights + AdamW moments, this rank's shard): stall "
+    << Fmt("%.3g s", a.stall_seconds)
+    << (a.async ? " (the copy to host memory), then " + Fmt("%.3g s", a.persist_seconds) +
+                      " to write it to storage"
+                : std::string(" (the write to storage)"))
+    << "; restart " << Fmt("%.0f s", a.restart_seconds) << " ("
+    << Fmt("%.0f s", a.restart_seconds - a.load_seconds) << " start-up + "
+    << Fmt("%.3g s", a.load_seconds) << " load); bandwidths from cluster profile " << cluster
+    << "\n";
+  const std::string mtbf = Fmt("system MTBF = %.6g h per GPU / ", a.mtbf_hours_per_gpu) +
+                           std::to_string(a.gpus) + " GPUs = " + Duration(a.system_mtbf_seconds);
+  if (!a.progress) {
+    o << "checkpoint interval: none: the " << mtbf << " is not longer than a restart ("
+      << Fmt("%.0f s", a.restart_seconds)
+      << ") plus the checkpoints' cost: the job cannot make progress\n";
+    o << "goodput: 0 (the job cannot make progress: fewer failures, a faster restart or a faster "
+         "save)\n";
+    return o.str();
+  }
+  o << "checkpoint interval: every " << a.interval_steps << " step"
+    << (a.interval_steps == 1 ? "" : "s") << " (" << Duration(a.interval_seconds)
+    << "; Young-Daly sqrt(2 x " << Fmt("%.3g s", a.stall_seconds) << " x MTBF "
+    << Fmt("%.3g h", a.system_mtbf_seconds / 3600) << ") = " << Duration(a.young_daly_seconds)
+    << " in whole steps of " << Fmt("%.3g s", a.step_seconds) << ", " << mtbf << ")\n";
+  o << "goodput: " << Fmt("%.3f", a.goodput) << " (checkpoint stalls "
+    << Fmt("%.1f %%", 100 * a.stall_share) << ", redone work " << Fmt("%.1f %%", 100 * a.redo_share)
+    << ", restarts " << Fmt("%.1f %%", 100 * a.restart_share) << ")\n";
+  return o.str();
+}
+
+Node CheckpointNode(const CheckpointAdvice& a) {
+  Node n = Node::Map();
+  n.Set("save", Str(a.async ? "async" : "sync"));
+  n.Set("bytes_per_gpu", Num(a.bytes_per_gpu));
+  n.Set("stall_seconds", Num(a.stall_seconds));
+  n.Set("persist_seconds", Num(a.persist_seconds));
+  n.Set("load_seconds", Num(a.load_seconds));
+  n.Set("restart_seconds", Num(a.restart_seconds));
+  n.Set("mtbf_hours_per_gpu", Num(a.mtbf_hours_per_gpu));
+  n.Set("gpus", Int(a.gpus));
+  n.Set("system_mtbf_seconds", Num(a.system_mtbf_seconds));
+  n.Set("young_daly_seconds", Num(a.young_daly_seconds));
+  n.Set("step_seconds", Num(a.step_seconds));
+  n.Set("progress", Node::Scalar(a.progress ? "true" : "false"));
+  n.Set("interval_steps", Int(a.interval_steps));
+  n.Set("interval_seconds", Num(a.interval_seconds));
+  n.Set("goodput", Num(a.goodput));
+  n.Set("stall_share", Num(a.stall_share));
+  n.Set("redo_share", Num(a.redo_share));
+  n.Set("restart_share", Num(a.restart_share));
+  return n;
+}
+
 }  // namespace
 
 StatusOr<std::vector<Plan>> SweepLayouts(const JobSpec& spec, const ClusterProfile& cluster,
@@ -151,6 +217,8 @@ std::string PlanTable(const Plan& p) {
     << "), " << Human(p.tokens_per_second) << " tokens/s\n";
   o << "budget: " << Human(p.tokens) << " tokens in " << Fmt("%.1f days", p.days) << ", "
     << Human(p.gpu_hours) << " GPU-hours\n";
+  if (!p.scaling.empty()) o << "gpus: " << p.scaling << "\n";
+  if (p.checkpoint.has_value()) o << CheckpointLines(*p.checkpoint, p.cluster);
   return o.str();
 }
 
@@ -218,6 +286,8 @@ Node PlanToNode(const Plan& p) {
   budget.Set("days", Num(p.days));
   budget.Set("gpu_hours", Num(p.gpu_hours));
   n.Set("budget", std::move(budget));
+  if (!p.scaling.empty()) n.Set("scaling", Str(p.scaling));
+  if (p.checkpoint.has_value()) n.Set("checkpoint", CheckpointNode(*p.checkpoint));
   return n;
 }
 

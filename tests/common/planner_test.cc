@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 namespace moe {
 namespace {
@@ -240,6 +242,130 @@ TEST(PlannerProfiles, SetOverridesAJobDocument) {
   EXPECT_EQ(doc->Find("spec")->Find("parallelism")->Find("expert_parallel")->scalar(), "4");
   EXPECT_EQ(doc->Find("spec")->Find("training")->Find("recompute")->elements().size(), 2u);
   EXPECT_FALSE(ApplyDocumentOverride(&*doc, "no-equals-sign").ok());
+}
+
+// Checkpoint advice (docs/planning.md, "Checkpoint advice"): Young's interval on known numbers.
+TEST(PlannerCheckpoint, YoungDalyIntervalAndGoodputOnKnownNumbers) {
+  EXPECT_NEAR(YoungDalyInterval(10, 20000), 632.4555, 1e-3);  // sqrt(2 x 10 x 20000)
+  EXPECT_NEAR(YoungDalyInterval(2, 3600), 120, 1e-9);
+  EXPECT_EQ(YoungDalyInterval(0, 3600), 0);
+  CheckpointAdvice a;
+  a.stall_seconds = 10, a.interval_seconds = 600, a.restart_seconds = 300,
+  a.system_mtbf_seconds = 20000;
+  PredictGoodput(&a);
+  EXPECT_NEAR(a.stall_share, 10.0 / 600, 1e-12);
+  EXPECT_NEAR(a.redo_share, 300.0 / 20000, 1e-12);
+  EXPECT_NEAR(a.restart_share, 300.0 / 20000, 1e-12);
+  EXPECT_NEAR(a.goodput, 1 - 10.0 / 600 - 0.015 - 0.015, 1e-12);
+  EXPECT_TRUE(a.progress);
+  a.persist_seconds = 100;  // an async save's write: a failure in it loses the interval before too
+  PredictGoodput(&a);
+  EXPECT_NEAR(a.redo_share, 400.0 / 20000, 1e-12);
+  a.restart_seconds = 25000;  // restarts outlast the time between failures
+  PredictGoodput(&a);
+  EXPECT_FALSE(a.progress);
+  EXPECT_EQ(a.goodput, 0);
+}
+
+Plan PlanAt(int64_t gpus, double mtbf_hours, bool async = true) {
+  JobSpec base = Job671(256, 8, 4, 32, 15360);
+  base.training.recompute = {"mlp", "mla_up_proj"};
+  base.optimizer.moments_dtype = "bf16";
+  base.training.steps = 1100000;
+  std::string note;
+  auto spec = ScaleToGpus(base, gpus, &note);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  if (!spec.ok()) return Plan{};
+  PlanOptions o;
+  o.mtbf_hours = mtbf_hours, o.async_checkpoint = async;
+  return Predict(*spec, "gb300-nvl72", "ours", {}, o);
+}
+
+TEST(PlannerCheckpoint, TheAdviceIsYoungDalyOnThePlansStepAndTheProfile) {
+  const Plan p = PlanAt(16384, 50000);
+  ASSERT_TRUE(p.checkpoint.has_value());
+  const CheckpointAdvice& a = *p.checkpoint;
+  auto c = *LoadClusterProfile("gb300-nvl72");
+  EXPECT_EQ(a.gpus, 16384);
+  EXPECT_NEAR(a.system_mtbf_seconds, 50000.0 * 3600 / 16384, 1e-6);
+  EXPECT_GT(a.bytes_per_gpu, 0);
+  EXPECT_NEAR(a.stall_seconds, a.bytes_per_gpu / (c.host_copy_gbps * 1e9), 1e-12);
+  EXPECT_NEAR(a.persist_seconds, a.bytes_per_gpu / (c.checkpoint_write_gbps * 1e9), 1e-9);
+  EXPECT_NEAR(a.restart_seconds,
+              c.restart_seconds + a.bytes_per_gpu / (c.checkpoint_read_gbps * 1e9), 1e-9);
+  EXPECT_NEAR(a.young_daly_seconds, std::sqrt(2 * a.stall_seconds * a.system_mtbf_seconds), 1e-9);
+  EXPECT_NEAR(a.step_seconds, p.step_seconds, 1e-9);
+  const double want = std::max({1.0, std::round(a.young_daly_seconds / a.step_seconds),
+                                std::ceil(a.persist_seconds / a.step_seconds)});
+  EXPECT_EQ(a.interval_steps, static_cast<int64_t>(want));
+  EXPECT_GT(a.goodput, 0.5);
+  EXPECT_LT(a.goodput, 1);
+  // A synchronous save stalls for the write to storage, so its interval is longer and the goodput
+  // lower.
+  const Plan sync = PlanAt(16384, 50000, false);
+  ASSERT_TRUE(sync.checkpoint.has_value());
+  EXPECT_NEAR(sync.checkpoint->stall_seconds, a.persist_seconds, 1e-9);
+  EXPECT_EQ(sync.checkpoint->persist_seconds, 0);
+  EXPECT_GE(sync.checkpoint->interval_steps, a.interval_steps);
+  EXPECT_LT(sync.checkpoint->goodput, a.goodput);
+  // A bigger checkpoint shard (fewer replicas to share it) stalls longer.
+  EXPECT_GT(PlanAt(1024, 50000).checkpoint->bytes_per_gpu, a.bytes_per_gpu);
+  // No --mtbf-hours, no advice.
+  PlanOptions none;
+  EXPECT_FALSE(Predict(Job671(256, 8, 4, 32, 2048), "gb300-nvl72", "ours", {}, none).checkpoint);
+}
+
+TEST(PlannerCheckpoint, GoodputFallsAsTheJobGrows) {
+  double last = 2;
+  for (int64_t gpus : {1024, 16384, 100096, 262144}) {
+    const Plan p = PlanAt(gpus, 50000);
+    ASSERT_TRUE(p.checkpoint.has_value()) << gpus;
+    std::printf("checkpoint: %6lld GPUs: every %lld steps, goodput %.3f\n",
+                static_cast<long long>(gpus), static_cast<long long>(p.checkpoint->interval_steps),
+                p.checkpoint->goodput);
+    EXPECT_LT(p.checkpoint->goodput, last) << gpus;
+    last = p.checkpoint->goodput;
+  }
+  // One failure every few seconds: a 600 s restart never finishes.
+  const Plan hopeless = PlanAt(16384, 1);
+  ASSERT_TRUE(hopeless.checkpoint.has_value());
+  EXPECT_FALSE(hopeless.checkpoint->progress);
+  EXPECT_EQ(hopeless.checkpoint->goodput, 0);
+  EXPECT_NE(PlanTable(hopeless).find("cannot make progress"), std::string::npos);
+}
+
+TEST(PlannerCheckpoint, ScalingKeepsTheLayoutAndTheBatchPerReplica) {
+  const JobSpec base = Job671(256, 8, 4, 32, 15360);
+  std::string note;
+  auto s = ScaleToGpus(base, 16384, &note);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->parallelism.world_size, 16384);
+  EXPECT_EQ(s->parallelism.pipeline_parallel, 8);
+  EXPECT_EQ(s->parallelism.expert_parallel, 32);
+  EXPECT_EQ(s->parallelism.data_parallel(), 2048);
+  EXPECT_EQ(s->data.global_batch_size / s->parallelism.data_parallel(), 15360 / 32);
+  EXPECT_EQ(s->micro_batches_per_rank(), base.micro_batches_per_rank());
+  EXPECT_NE(note.find("2048"), std::string::npos) << note;
+}
+
+TEST(PlannerCheckpoint, BadGpusAndMtbfNameTheFlag) {
+  const JobSpec base = Job671(256, 8, 4, 32, 15360);
+  for (int64_t bad : {0, -256, 100000, 300}) {
+    auto s = ScaleToGpus(base, bad, nullptr);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.status().message().find("--gpus"), std::string::npos) << s.status().message();
+  }
+  EXPECT_NE(ScaleToGpus(base, 100000, nullptr).status().message().find("99840 and 100096"),
+            std::string::npos);
+  auto c = *LoadClusterProfile("gb300-nvl72");
+  auto sw = *LoadSoftwareProfile("ours");
+  for (double bad : {0.0, -50000.0, std::nan(""), HUGE_VAL}) {
+    PlanOptions o;
+    o.mtbf_hours = bad;
+    auto p = PlanJob(base, c, sw, o);
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_NE(p.status().message().find("--mtbf-hours"), std::string::npos) << p.status().message();
+  }
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 #!/bin/bash
 # moectl plan from the outside (docs/planning.md): offline (no controller anywhere), the table, -o json,
-# --set, --switch, --sweep, placement (--ep-domains) and clear errors with the usage exit code; then the
-# local profile (moe-probe) and a live job planned on the racks it holds (moectl plan JOB), with the
-# controller's planned step time in the job record, moectl describe and /metrics.
+# --set, --switch, --sweep, placement (--ep-domains), --gpus and --mtbf-hours (checkpoint advice) and
+# clear errors with the usage exit code; then the local profile (moe-probe) and a live job planned on
+# the racks it holds (moectl plan JOB), with the controller's planned step time in the job record,
+# moectl describe and /metrics.
 source "$(dirname "$0")/lib.sh"
 export MOE_CONTROLLER=127.0.0.1:1  # nothing listens: offline plan must not need it
 cat >"$WORK/job.yaml" <<'YAML'
@@ -54,6 +55,47 @@ out=$(plan --set parallelism.expert_parallel=3 2>&1 >/dev/null); rc=$?
 [ $rc = 6 ] && [[ "$out" == *"expert_parallel"* ]] || fail "a bad layout should name the field (rc $rc): $out"
 out=$(plan --racks 2 2>&1 >/dev/null); rc=$?
 [ $rc = 6 ] && [[ "$out" == *"--racks"* ]] || fail "too few racks should say so (rc $rc): $out"
+
+# Checkpoint advice (docs/planning.md, "Checkpoint advice"): the 671B example on 16,384 GB300s with the
+# public per-GPU MTBF prints the Young-Daly interval and the goodput it predicts; -o json carries them.
+ex="${MOE_SOURCE_DIR:-.}/examples/deepseek-v3-671b.yaml"
+big() { "$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72 --gpus 16384 --mtbf-hours 50000 "$@"; }
+plan16k=$(big 2>&1); rc=$?
+[ $rc = 0 ] || fail "plan at 16384 GPUs failed (rc $rc): $plan16k"
+grep -q '^ *checkpoint interval:' <<<"$plan16k" || fail "no checkpoint interval line: $plan16k"
+grep -q '^ *goodput:' <<<"$plan16k" || fail "no goodput line: $plan16k"
+grep -qE '^checkpoint interval: every [0-9]+ steps? \(.*Young-Daly sqrt\(2 x .* system MTBF = 50000 h per GPU / 16384 GPUs' <<<"$plan16k" \
+  || fail "the interval line lacks its inputs: $(echo "$plan16k" | grep '^checkpoint interval')"
+grep -qE '^goodput: 0\.[0-9]{3} \(checkpoint stalls [0-9.]+ %, redone work [0-9.]+ %, restarts [0-9.]+ %\)' <<<"$plan16k" \
+  || fail "the goodput line: $(echo "$plan16k" | grep '^goodput')"
+grep -q "^gpus: scaled to 16384 GPUs by data parallelism: DP 32 -> 2048" <<<"$plan16k" || fail "no scaling line: $plan16k"
+echo "$plan16k" | sed -n '/^gpus:/,$p'
+big -o json >"$WORK/16k.json" && big -o json --checkpoint-save sync >"$WORK/16k-sync.json" \
+  && "$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72 --gpus 1024 --mtbf-hours 50000 -o json >"$WORK/1k.json" \
+  || fail "-o json with --gpus/--mtbf-hours failed"
+python3 - "$WORK" <<'PY' || fail "the JSON checkpoint advice is wrong"
+import json, math, sys
+d = sys.argv[1]
+a, s, k = (json.load(open(f"{d}/{n}.json")) for n in ("16k", "16k-sync", "1k"))
+assert a["world_size"] == 16384 and "DP2048" in a["layout"], a["layout"]
+c = a["checkpoint"]
+assert c["save"] == "async" and s["checkpoint"]["save"] == "sync"
+assert abs(c["system_mtbf_seconds"] - 50000 * 3600 / 16384) < 1e-3, c
+assert abs(c["young_daly_seconds"] - math.sqrt(2 * c["stall_seconds"] * c["system_mtbf_seconds"])) < 1e-6 * c["young_daly_seconds"]
+assert c["interval_steps"] >= 1 and abs(c["interval_seconds"] - c["interval_steps"] * c["step_seconds"]) < 1e-6 * c["interval_seconds"]
+assert abs(c["goodput"] - (1 - c["stall_share"] - c["redo_share"] - c["restart_share"])) < 1e-9
+assert 0 < s["checkpoint"]["goodput"] < c["goodput"] < k["checkpoint"]["goodput"] < 1, (s["checkpoint"]["goodput"], c["goodput"], k["checkpoint"]["goodput"])
+PY
+plain=$("$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72) || fail "plan of $ex failed"
+grep -q "^checkpoint interval:" <<<"$plain" && fail "no --mtbf-hours should give no advice"
+out=$("$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72 --gpus 100000 2>&1 >/dev/null); rc=$?
+[ $rc = 6 ] && [[ "$out" == *"--gpus 100000"*"99840 and 100096"* ]] || fail "--gpus not a multiple of PP x EP should be refused naming it (rc $rc): $out"
+for bad in 0 -5 nan; do
+  out=$("$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72 --mtbf-hours=$bad 2>&1 >/dev/null); rc=$?
+  [ $rc != 0 ] && [[ "$out" == *"--mtbf-hours"* ]] || fail "--mtbf-hours $bad should be refused naming it (rc $rc): $out"
+done
+out=$("$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72 --gpus=0 2>&1 >/dev/null); rc=$?
+[ $rc != 0 ] && [[ "$out" == *"--gpus"* ]] || fail "--gpus 0 should be refused naming it (rc $rc): $out"
 
 # The local profile (moe-probe, this machine) and the CPU software profile.
 "$BIN/moe-probe" --ranks 2 --seconds 0.3 >"$WORK/local.yaml" 2>/dev/null || fail "moe-probe failed"
