@@ -34,6 +34,7 @@
 
 namespace moe {
 
+class AsyncCheckpointer;
 class BatchSampler;
 class CheckpointManager;
 class Optimizer;
@@ -184,7 +185,13 @@ class Trainer {
   Status ReopenCheckpoints();
   Status RecordHistory(const StepMetrics& m);
   Status MaybeCheckpoint(int64_t step, const StepMetrics& m);
-  Status SaveCheckpoint(int64_t step, const StepMetrics& m);
+  // `sync`: written before it returns even when checkpoint.async (the final and the stop's).
+  Status SaveCheckpoint(int64_t step, const StepMetrics& m, bool sync);
+  // The asynchronous save in flight: committed once every rank's write is durable (`wait`: waits
+  // for it, when the next save is due or the run ends).
+  Status FinishAsyncCheckpoint(int64_t step, bool wait);
+  // A save every rank gave up (storage trouble): training goes on, except at the final step.
+  Status CheckpointFailed(int64_t step, const Status& storage);
   Status CheckpointOnStop(int64_t last_step);
   void OpenHistory();
 
@@ -205,6 +212,8 @@ class Trainer {
   std::unique_ptr<ConfinedDir> data_dir_, checkpoint_handle_;  // held open beneath the roots
   std::unique_ptr<CheckpointOwnership> ownership_;             // the lead rank's claim
   std::unique_ptr<CheckpointManager> checkpoints_;
+  std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async (destroyed first: its writer)
+  double checkpoint_stall_ = 0;  // seconds the saves stalled training since the last report
   std::string checkpoint_dir_;
   int64_t checkpoint_interval_ = 0;
   int64_t start_step_ = 0;  // the restored checkpoint's step (0: none)
