@@ -15,14 +15,17 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// MOE_TEST_CHECKPOINT_WRITE_FAULT=kill:<step>|error:<step>: what the writer does after the first
-// chunk of that step's shard (nothing when unset or for another step).
-std::function<Status()> FaultFor(int64_t step) {
+// MOE_TEST_CHECKPOINT_WRITE_FAULT=kill|error:<step>[:<rank>]: what the writer does after the
+// first chunk of that step's shard (nothing when unset, for another step or another rank).
+std::function<Status()> FaultFor(int64_t step, int rank) {
   const char* env = std::getenv("MOE_TEST_CHECKPOINT_WRITE_FAULT");
   if (env == nullptr) return nullptr;
   const std::string spec = env;
   const size_t colon = spec.find(':');
-  if (colon == std::string::npos || spec.substr(colon + 1) != std::to_string(step)) return nullptr;
+  if (colon == std::string::npos) return nullptr;
+  const std::string target = spec.substr(colon + 1);
+  if (target != std::to_string(step) && target != std::to_string(step) + ":" + std::to_string(rank))
+    return nullptr;
   const std::string kind = spec.substr(0, colon);
   if (kind == "kill") {
     return [] {
@@ -130,7 +133,7 @@ Status AsyncCheckpointer::Start(int64_t step, Model& model, const Optimizer& opt
 
 Status AsyncCheckpointer::Write(const std::string& path, int64_t step) {
   if (pieces_.empty()) return OkStatus();  // this rank writes nothing (not a writing rank)
-  return WriteShardFileFromHost(path, par_.rank, step, pieces_, FaultFor(step));
+  return WriteShardFileFromHost(path, par_.rank, step, pieces_, FaultFor(step, par_.rank));
 }
 
 void AsyncCheckpointer::WriterLoop() {

@@ -12,8 +12,9 @@
 // directory, which a resume ignores. At most one save is in flight: the caller Polls with `wait`
 // before starting the next.
 //
-// Test hook: MOE_TEST_CHECKPOINT_WRITE_FAULT=kill:<step> makes the writer SIGKILL its process
-// after the first chunk of that step's shard (kill -9 mid-write), error:<step> fail it there.
+// Test hook: MOE_TEST_CHECKPOINT_WRITE_FAULT=kill:<step>[:<rank>] makes the writer SIGKILL its
+// process after the first chunk of that step's shard (kill -9 mid-write), error:<step>[:<rank>]
+// fail it there (every rank's writer, or only `rank`'s).
 #pragma once
 
 #include <condition_variable>
