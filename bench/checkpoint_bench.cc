@@ -1,10 +1,10 @@
 // Asynchronous checkpoints against synchronous ones on the same state, in one run: the `small`
 // preset trained on one CPU rank (W = 1, synthetic data), saving every --gap steps, once with
 // checkpoint.async false and once true. The stall per save is what the trainer reports in its step
-// metrics (checkpoint_stall_seconds: for a synchronous save the whole write; for an asynchronous one
-// the copy to host memory, the per-step polls, any wait for the save before and the commit), each
-// step's stall charged to the save in flight or last started. Then the checkpointer alone on the
-// same state: the copy, the background write it hides, and a synchronous Save.
+// metrics (checkpoint_stall_seconds: for a synchronous save the whole write; for an asynchronous
+// one the copy to host memory, the per-step polls, any wait for the save before and the commit),
+// each step's stall charged to the save in flight or last started. Then the checkpointer alone on
+// the same state: the copy, the background write it hides, and a synchronous Save.
 //
 //   moe-bench-checkpoint [--preset small] [--seq 128] [--micro-batch 1] [--saves 3] [--gap 3]
 //                        [--dir /tmp/moe-bench-checkpoint-PID] [--threads T]
@@ -109,10 +109,10 @@ bool MeasureCheckpointer(const moe::JobSpec& spec, const std::string& dir) {
   if (!ckpt.Save(3, model, opt, state).ok()) return false;
   const double sync = Since(t0);
   (void)moe::RemoveAll(dir);
-  std::printf("  checkpointer alone, %.1f MiB this rank: copy to host %.4f s, background write "
-              "%.3f s, synchronous Save %.3f s\n",
-              static_cast<double>(async.last_bytes()) / (1 << 20), copy,
-              async.last_write_seconds(), sync);
+  std::printf(
+      "  checkpointer alone, %.1f MiB this rank: copy to host %.4f s, background write "
+      "%.3f s, synchronous Save %.3f s\n",
+      static_cast<double>(async.last_bytes()) / (1 << 20), copy, async.last_write_seconds(), sync);
   return true;
 }
 
@@ -157,11 +157,12 @@ int main(int argc, char** argv) {
   ModeRun sync, async;
   if (!RunMode(spec, false, dir + "/sync", saves, gap, &sync)) return 1;
   if (!RunMode(spec, true, dir + "/async", saves, gap, &async)) return 1;
-  std::printf("checkpoint stall, preset %s, W = 1 on cpu, %d threads, %lld saves a mode %lld "
-              "steps apart (%lld x %lld tokens a step), in %s\n",
-              preset.c_str(), moe::kernels::NumThreads(), static_cast<long long>(saves),
-              static_cast<long long>(gap), static_cast<long long>(micro),
-              static_cast<long long>(seq), dir.c_str());
+  std::printf(
+      "checkpoint stall, preset %s, W = 1 on cpu, %d threads, %lld saves a mode %lld "
+      "steps apart (%lld x %lld tokens a step), in %s\n",
+      preset.c_str(), moe::kernels::NumThreads(), static_cast<long long>(saves),
+      static_cast<long long>(gap), static_cast<long long>(micro), static_cast<long long>(seq),
+      dir.c_str());
   PrintMode("synchronous", sync);
   PrintMode("asynchronous", async);
   if (!MeasureCheckpointer(spec, dir + "/alone")) {

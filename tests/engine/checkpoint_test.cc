@@ -257,8 +257,8 @@ TEST_F(CheckpointTest, AsyncSaveWritesTheSnapshotTakenAtItsStart) {
   EXPECT_FALSE(async.in_flight());
   EXPECT_GT(async.last_bytes(), 0u);
   auto shard = [&](int64_t step) {
-    auto s = ReadFileToString(dir_ + "/" + CheckpointManager::StepDirName(step) +
-                              "/shard_00000.bin");
+    auto s =
+        ReadFileToString(dir_ + "/" + CheckpointManager::StepDirName(step) + "/shard_00000.bin");
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *s : std::string();
   };
@@ -279,9 +279,10 @@ TEST_F(CheckpointTest, AsyncSaveWritesTheSnapshotTakenAtItsStart) {
   EXPECT_EQ(*nothing, AsyncCheckpointer::Outcome::kNone);
 }
 
-// Two ranks, rank 0's background write fails (rank 1 may write no shard at all): Poll tells both ranks together (kFailed), nothing is
-// committed, and the previous complete checkpoint stays the newest. Then a save that succeeds:
-// both ranks see the same kPending answers while the writes run and commit together.
+// Two ranks, rank 0's background write fails (rank 1 may write no shard at all): Poll tells both
+// ranks together (kFailed), nothing is committed, and the previous complete checkpoint stays the
+// newest. Then a save that succeeds: both ranks see the same kPending answers while the writes run
+// and commit together.
 TEST_F(CheckpointTest, AnAsyncWriteFailureOnOneRankAbandonsTheSaveOnAll) {
   std::vector<AsyncCheckpointer::Outcome> failed(2), later(2);
   std::vector<std::string> reasons(2);

@@ -28,11 +28,11 @@ TEST(StepReport, ReadsTheFieldsARankWrites) {
 
 TEST(StepReport, ReadsTheStallsOfCheckpointsAndEvaluation) {
   moe::v1::StepMetrics m;
-  ASSERT_TRUE(StepMetricsFromJson(
-                  R"({"step": 5, "checkpoint_step": 4, "checkpoint_stall_seconds": 0.25,)"
-                  R"( "eval_seconds": 1.5})",
-                  &m)
-                  .ok());
+  ASSERT_TRUE(
+      StepMetricsFromJson(R"({"step": 5, "checkpoint_step": 4, "checkpoint_stall_seconds": 0.25,)"
+                          R"( "eval_seconds": 1.5})",
+                          &m)
+          .ok());
   EXPECT_EQ(m.checkpoint_step(), 4);
   EXPECT_EQ(m.checkpoint_stall_seconds(), 0.25);
   EXPECT_EQ(m.eval_seconds(), 1.5);

@@ -98,7 +98,8 @@ void AsyncCheckpointer::Snapshot(Model& model, const Optimizer& optimizer) {
       std::memcpy(arena_ + at, p.data.raw(), n);
     else  // waits for the kernels queued before it: the state after the step's update
       GetAllocator(p.data.device())->CopyToHost(arena_ + at, p.data.raw(), n);
-    pieces_.push_back({p.name, p.global_shape, p.begin, p.data.numel(), p.data.dtype(), arena_ + at});
+    pieces_.push_back(
+        {p.name, p.global_shape, p.begin, p.data.numel(), p.data.dtype(), arena_ + at});
     at += n;
   }
   last_bytes_ = total;
@@ -112,8 +113,7 @@ Status AsyncCheckpointer::Start(int64_t step, Model& model, const Optimizer& opt
   MOE_RETURN_IF_ERROR(manager_->BeginSave(step, &prepared));
   if (!prepared.ok()) {  // every rank gives it up together, as Save does
     Status failure;
-    MOE_RETURN_IF_ERROR(
-        manager_->EndSave(step, optimizer, state, prepared, prepared, &failure));
+    MOE_RETURN_IF_ERROR(manager_->EndSave(step, optimizer, state, prepared, prepared, &failure));
     *storage_failure = failure.ok() ? prepared : failure;
     return OkStatus();
   }
@@ -182,8 +182,7 @@ StatusOr<AsyncCheckpointer::Outcome> AsyncCheckpointer::Poll(bool wait, const Op
   const Pending p = std::move(*pending_);
   pending_.reset();
   Status failure;
-  MOE_RETURN_IF_ERROR(
-      manager_->EndSave(p.step, optimizer, p.state, p.prepared, wrote, &failure));
+  MOE_RETURN_IF_ERROR(manager_->EndSave(p.step, optimizer, p.state, p.prepared, wrote, &failure));
   if (!failure.ok()) {
     *storage_failure = failure;
     return Outcome::kFailed;

@@ -131,8 +131,7 @@ Status CheckpointManager::BeginSave(int64_t step, Status* prepared) {
   Communicator* world = par_.world;
   world->SetPhase("checkpoint at step " + std::to_string(step));
   Status comm;
-  *prepared =
-      AgreeOnSave(world, par_.rank == 0 ? PrepareSave(tmp_dir) : OkStatus(), step, &comm);
+  *prepared = AgreeOnSave(world, par_.rank == 0 ? PrepareSave(tmp_dir) : OkStatus(), step, &comm);
   return comm;
 }
 

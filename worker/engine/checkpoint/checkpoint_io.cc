@@ -135,7 +135,8 @@ Status WriteAll(int fd, const char* data, size_t bytes, const std::string& path)
 
 // The bytes of a shard into an open file, in chunks, the CRC computed on the way.
 Status StreamShard(int fd, const std::string& tmp, const std::string& prefix,
-                   const std::vector<HostPiece>& pieces, const std::function<Status()>& after_chunk) {
+                   const std::vector<HostPiece>& pieces,
+                   const std::function<Status()>& after_chunk) {
   constexpr size_t kChunk = size_t{8} << 20;
   MOE_RETURN_IF_ERROR(WriteAll(fd, prefix.data(), prefix.size(), tmp));
   uint32_t crc = Crc32(prefix.data(), prefix.size());

@@ -166,7 +166,8 @@ Status Trainer::OpenCheckpoints() {
                                                      spec_.checkpoint.keep_last,
                                                      JobSpecToNode(spec_), tmp_suffix);
   if (checkpoint_handle_) checkpoints_->SetShownName(checkpoint_dir_);
-  if (spec_.checkpoint.async) async_ = std::make_unique<AsyncCheckpointer>(checkpoints_.get(), par_);
+  if (spec_.checkpoint.async)
+    async_ = std::make_unique<AsyncCheckpointer>(checkpoints_.get(), par_);
   if (ownership_) checkpoints_->SetFence([this] { return ownership_->Check(); });
   if (options_.owner) {
     checkpoints_->SetWriter(options_.owner->job + " attempt " +
@@ -858,8 +859,8 @@ Status Trainer::FinishAsyncCheckpoint(int64_t step, bool wait) {
   if (lead_) {
     MOE_LOG(INFO) << "saved checkpoint " << CheckpointManager::StepDirName(saving) << " in "
                   << checkpoint_dir_ << " (written in the background in "
-                  << async_->last_write_seconds() << " s; committed at step " << step
-                  << ", " << stalled << " s of stall)";
+                  << async_->last_write_seconds() << " s; committed at step " << step << ", "
+                  << stalled << " s of stall)";
   }
   return OkStatus();
 }
