@@ -21,7 +21,7 @@ namespace {
 constexpr int64_t kSteps = 20, kInterval = 5;
 
 struct TrainRun {
-  std::vector<double> loss, grad_norm, checkpoint_stall;
+  std::vector<double> loss, grad_norm, checkpoint_stall, eval_seconds;
   std::vector<int64_t> steps, checkpoint_step;
 };
 
@@ -40,6 +40,7 @@ TrainRun Train(const JobSpec& spec, const std::string& ckpt, bool resume) {
     run.grad_norm.push_back(m.grad_norm);
     run.steps.push_back(m.step);
     run.checkpoint_stall.push_back(m.checkpoint_stall_seconds);
+    run.eval_seconds.push_back(m.eval_seconds);
     run.checkpoint_step.push_back(m.checkpoint_step);
   };
   auto r = moe::Train(spec, local.ctx, o);
@@ -134,11 +135,13 @@ TEST(AsyncCheckpoint, AKillDuringTheBackgroundWriteResumesFromThePreviousCheckpo
 }
 
 // A background write that fails (storage trouble on that save): the checkpoint is given up,
-// training goes on unchanged, and the next saves are written.
+// training goes on unchanged, and the next saves are written. (With a validation pass every 10
+// steps, whose time the step metrics report.)
 TEST(AsyncCheckpoint, AFailedBackgroundWriteCostsThatCheckpointOnly) {
   const std::string base = "/tmp/moe-async-ckpt-fail-test-" + std::to_string(::getpid());
   ASSERT_TRUE(MakeDirs(base).ok());
   JobSpec spec = testing::SmallJob(testing::MakeMarkovDataset(base + "/data", 97, 60000, 3), 97);
+  spec.training.eval_interval = 10;
   TrainRun straight = Train(spec, base + "/a", false);
   ::setenv("MOE_TEST_CHECKPOINT_WRITE_FAULT", "error:10", 1);
   TrainRun failed = Train(spec, base + "/b", false);
@@ -150,6 +153,8 @@ TEST(AsyncCheckpoint, AFailedBackgroundWriteCostsThatCheckpointOnly) {
   EXPECT_FALSE(PathExists(StepDir(base + "/b", 10) + ".tmp")) << "the failed save was not removed";
   for (int64_t step : {5, 15, 20}) EXPECT_TRUE(PathExists(StepDir(base + "/b", step))) << step;
   EXPECT_EQ(failed.checkpoint_step[13], 5) << "a failed save reported as the newest checkpoint";
+  EXPECT_EQ(failed.eval_seconds[8], 0.0) << "step 9 reports a validation pass";
+  EXPECT_GT(failed.eval_seconds[9], 0.0) << "step 10's validation pass took no time";
   (void)RemoveAll(base);
 }
 

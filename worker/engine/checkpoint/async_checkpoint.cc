@@ -81,15 +81,32 @@ void AsyncCheckpointer::Reserve(size_t bytes, bool device_tensors) {
   capacity_ = want;
 }
 
+namespace {
+
+size_t TotalBytes(const std::vector<TensorPiece>& pieces, bool* device_tensors) {
+  size_t total = 0;
+  *device_tensors = false;
+  for (const TensorPiece& p : pieces) {
+    total += p.data.nbytes();
+    *device_tensors = *device_tensors || !p.data.device().is_cpu();
+  }
+  return total;
+}
+
+}  // namespace
+
+void AsyncCheckpointer::Preallocate(Model& model, const Optimizer& optimizer) {
+  bool device_tensors = false;
+  const size_t total = TotalBytes(CheckpointPieces(model, optimizer, par_, /*writer=*/true),
+                                  &device_tensors);
+  Reserve(total, device_tensors);
+  if (!pinned_) std::memset(arena_, 0, capacity_);  // its pages faulted in now, not at a save
+}
+
 void AsyncCheckpointer::Snapshot(Model& model, const Optimizer& optimizer) {
   const std::vector<TensorPiece> mine = CheckpointPieces(model, optimizer, par_, /*writer=*/true);
-  size_t total = 0;
   bool device_tensors = false;
-  for (const TensorPiece& p : mine) {
-    total += p.data.nbytes();
-    device_tensors = device_tensors || !p.data.device().is_cpu();
-  }
-  Reserve(total, device_tensors);
+  Reserve(TotalBytes(mine, &device_tensors), device_tensors);
   pieces_.clear();
   size_t at = 0;
   for (const TensorPiece& p : mine) {
@@ -102,7 +119,7 @@ void AsyncCheckpointer::Snapshot(Model& model, const Optimizer& optimizer) {
         {p.name, p.global_shape, p.begin, p.data.numel(), p.data.dtype(), arena_ + at});
     at += n;
   }
-  last_bytes_ = total;
+  last_bytes_ = at;
 }
 
 Status AsyncCheckpointer::Start(int64_t step, Model& model, const Optimizer& optimizer,

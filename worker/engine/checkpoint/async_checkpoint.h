@@ -41,6 +41,10 @@ class AsyncCheckpointer {
   AsyncCheckpointer(const AsyncCheckpointer&) = delete;
   AsyncCheckpointer& operator=(const AsyncCheckpointer&) = delete;
 
+  // Allocates (and touches) the host buffers a save of this state needs, before training starts,
+  // so that the first save's copy does not pay for them. Optional: Start allocates what is missing.
+  void Preallocate(Model& model, const Optimizer& optimizer);
+
   bool in_flight() const { return pending_.has_value(); }
   int64_t in_flight_step() const { return pending_ ? pending_->step : 0; }
 

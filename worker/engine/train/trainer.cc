@@ -117,6 +117,8 @@ Status Trainer::ReopenCheckpoints() {
         CheckpointOwnership::Claim((*again)->Path(), checkpoint_dir_, ownership_->claim()));
     *ownership_ = std::move(held);
   }
+  // The handle before stays open while a background write may still use a path through it.
+  retired_checkpoint_handle_ = std::move(checkpoint_handle_);
   checkpoint_handle_ = std::move(*again);
   checkpoints_->SetDir(checkpoint_handle_->Path());
   return OkStatus();
@@ -221,6 +223,7 @@ Status Trainer::Init() {
                                            spec_.model.moe.num_experts, deterministic_);
   optimizer_->SetOverlap(static_cast<int64_t>(spec_.parallelism.grad_bucket_mb * 1024 * 1024));
   if (options_.resume) MOE_RETURN_IF_ERROR(Restore(chosen));
+  if (async_ && checkpoint_interval_ > 0) async_->Preallocate(*model_, *optimizer_);
   MeasurePeak();
   const int64_t mbs = spec_.data.micro_batch_size, seq = spec_.data.seq_length;
   tokens_ = Tensor::Empty({mbs, seq}, DType::kI32);
@@ -854,6 +857,8 @@ Status Trainer::FinishAsyncCheckpoint(int64_t step, bool wait) {
   if (outcome == AsyncCheckpointer::Outcome::kNone ||
       outcome == AsyncCheckpointer::Outcome::kPending)
     return OkStatus();
+  ++result_.background_saves;
+  result_.background_write_seconds += async_->last_write_seconds();
   if (outcome == AsyncCheckpointer::Outcome::kFailed) return CheckpointFailed(saving, storage);
   last_checkpoint_step_ = saving;
   if (lead_) {

@@ -96,6 +96,10 @@ struct TrainResult {
   bool stopped_early = false;
   int64_t peak_memory_bytes = 0;      // this rank's largest step peak (metrics memory_peak_bytes)
   int64_t peak_activation_bytes = 0;  // the activations' share at that peak
+  // checkpoint.async: the saves written in the background (committed or given up) and the seconds
+  // their writes took there, summed.
+  int64_t background_saves = 0;
+  double background_write_seconds = 0;
 };
 
 // What one step's phases produce.
@@ -210,6 +214,7 @@ class Trainer {
   std::vector<StageLayout> layout_;  // every virtual pipeline stage
   bool tied_embedding_ = false;      // the last stage keeps an embedding copy for MTP (PP > 1)
   std::unique_ptr<ConfinedDir> data_dir_, checkpoint_handle_;  // held open beneath the roots
+  std::unique_ptr<ConfinedDir> retired_checkpoint_handle_;     // the one before a reopen
   std::unique_ptr<CheckpointOwnership> ownership_;             // the lead rank's claim
   std::unique_ptr<CheckpointManager> checkpoints_;
   std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async (destroyed first: its writer)
