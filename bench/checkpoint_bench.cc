@@ -1,9 +1,9 @@
 // Asynchronous checkpoints against synchronous ones on the same state, in one run: the `small`
 // preset trained on one CPU rank (W = 1, synthetic data), saving every --gap steps, once with
 // checkpoint.async false and once true. The stall per save is what the trainer reports in its step
-// metrics (checkpoint_stall_seconds: for a synchronous save the whole write; for an asynchronous one
-// the copy to host memory, the per-step polls, any wait for the save before and the commit), each
-// step's stall charged to the save last started. Also: the background writes' time (what the
+// metrics (checkpoint_stall_seconds: for a synchronous save the whole write; for an asynchronous
+// one the copy to host memory, the per-step polls, any wait for the save before and the commit),
+// each step's stall charged to the save last started. Also: the background writes' time (what the
 // asynchronous saves hide) and the mean step time in each mode (the writer shares the cores).
 //
 //   moe-bench-checkpoint [--preset small] [--seq 64] [--micro-batch 1] [--saves 2] [--gap 5]

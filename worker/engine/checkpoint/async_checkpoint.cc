@@ -97,8 +97,8 @@ size_t TotalBytes(const std::vector<TensorPiece>& pieces, bool* device_tensors) 
 
 void AsyncCheckpointer::Preallocate(Model& model, const Optimizer& optimizer) {
   bool device_tensors = false;
-  const size_t total = TotalBytes(CheckpointPieces(model, optimizer, par_, /*writer=*/true),
-                                  &device_tensors);
+  const size_t total =
+      TotalBytes(CheckpointPieces(model, optimizer, par_, /*writer=*/true), &device_tensors);
   Reserve(total, device_tensors);
   if (!pinned_) std::memset(arena_, 0, capacity_);  // its pages faulted in now, not at a save
 }
