@@ -142,11 +142,13 @@ TEST(AsyncCheckpoint, AFailedBackgroundWriteCostsThatCheckpointOnly) {
   ASSERT_TRUE(MakeDirs(base).ok());
   JobSpec spec = testing::SmallJob(testing::MakeMarkovDataset(base + "/data", 97, 60000, 3), 97);
   spec.training.eval_interval = 10;
+  spec.data.split = "90,10,0";  // a validation split to evaluate on
   TrainRun straight = Train(spec, base + "/a", false);
   ::setenv("MOE_TEST_CHECKPOINT_WRITE_FAULT", "error:10", 1);
   TrainRun failed = Train(spec, base + "/b", false);
   ::unsetenv("MOE_TEST_CHECKPOINT_WRITE_FAULT");
-  ASSERT_EQ(failed.loss.size(), straight.loss.size());
+  ASSERT_EQ(straight.loss.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(failed.loss.size(), static_cast<size_t>(kSteps));
   for (size_t i = 0; i < failed.loss.size(); ++i)
     EXPECT_EQ(failed.loss[i], straight.loss[i]) << "step " << i + 1;
   EXPECT_FALSE(PathExists(StepDir(base + "/b", 10)));
