@@ -261,6 +261,7 @@ const Schema<CheckpointConfig>& SchemaOf<CheckpointConfig>() {
       Field("dir", &C::dir),
       Field("interval_steps", &C::interval_steps, NonNegative()),
       Field("keep_last", &C::keep_last, NonNegative()),
+      Field("async", &C::async),
   });
   return *schema;
 }

@@ -227,6 +227,9 @@ struct CheckpointConfig {
   std::string dir;
   int64_t interval_steps = 0;  // 0: only at the end
   int64_t keep_last = 0;       // 0: keep every checkpoint
+  // Saves copy the state to host memory at the step boundary and write it in the background while
+  // training goes on (checkpoint/async_checkpoint.h); false: the whole write stalls the step.
+  bool async = true;
 
   bool operator==(const CheckpointConfig&) const = default;
 };

@@ -155,6 +155,8 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"lr: 3.0e-3, min_lr: 3.0e-4", "lr: 3.0e-3, min_lr: 3.0e-2",
             "spec.optimizer.min_lr: must be in [0, lr]"},
         Bad{"device: cpu", "device: tpu", "spec.resources.device: must be cpu or cuda"},
+        Bad{"interval_steps: 50}", "interval_steps: 50, async: later}",
+            "spec.checkpoint.async: expected true or false, got 'later'"},
         Bad{"steps: 300", "steps: 0", "spec.training.steps: must be > 0"},
         Bad{"seed: 1234}", "seed: 1234, attention: dense}",
             "spec.training.attention: must be flash or materialized"},
@@ -173,6 +175,20 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"apiVersion: moe/v1", "apiVersion: moe/v2", "apiVersion: must be moe/v1"},
         Bad{"max_restarts: 3", "max_restarts: 3\n  surprise: 1", "spec.surprise: unknown field"},
         Bad{"data: {path: data/fortunes,", "data: {", "spec.data.path: missing"}));
+
+TEST(JobSpec, CheckpointAsyncDefaultsToTrueAndRoundTrips) {
+  auto spec = ParseJobSpecText(kJob);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->checkpoint.async);
+  std::string text = kJob;
+  text.replace(text.find("interval_steps: 50}"), 19, "interval_steps: 50, async: false}");
+  auto sync = ParseJobSpecText(text);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  EXPECT_FALSE(sync->checkpoint.async);
+  auto again = ParseJobSpec(JobSpecToNode(*sync));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->checkpoint.async);
+}
 
 TEST(JobSpec, LabelsRoundTripAndSelectorsPickJobsByThem) {
   std::string text = kJob;

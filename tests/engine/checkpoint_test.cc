@@ -1,6 +1,7 @@
 #include "worker/engine/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <chrono>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include "kernels/elementwise.h"
 #include "tests/testing/ranks.h"
 #include "tests/testing/testing.h"
+#include "worker/engine/checkpoint/async_checkpoint.h"
 #include "worker/engine/parallel/local_communicator.h"
 
 namespace moe {
@@ -233,6 +235,105 @@ TEST_F(CheckpointTest, ARanksStorageFailureIsEveryRanksAndNobodyWaits) {
   EXPECT_NE(storage[1].message().find("other rank(s) could not write"), std::string::npos)
       << storage[1].message();
   (void)RemoveAll(dir_);
+}
+
+// The asynchronous save writes the same shard bytes as the synchronous one for the same state, and
+// the state changing after Start (training goes on) does not reach the checkpoint: the snapshot
+// was taken at Start.
+TEST_F(CheckpointTest, AsyncSaveWritesTheSnapshotTakenAtItsStart) {
+  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  Mutate(10);
+  ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
+  AsyncCheckpointer async(&ckpt, local_.ctx);
+  Status storage;
+  ASSERT_TRUE(async.Start(20, *model_, *optimizer_, State(20), &storage).ok());
+  ASSERT_TRUE(storage.ok()) << storage;
+  EXPECT_TRUE(async.in_flight());
+  EXPECT_EQ(async.in_flight_step(), 20);
+  Mutate(99);  // the next steps' updates
+  auto outcome = async.Poll(/*wait=*/true, *optimizer_, &storage);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(*outcome, AsyncCheckpointer::Outcome::kCommitted);
+  EXPECT_FALSE(async.in_flight());
+  EXPECT_GT(async.last_bytes(), 0u);
+  auto shard = [&](int64_t step) {
+    auto s =
+        ReadFileToString(dir_ + "/" + CheckpointManager::StepDirName(step) + "/shard_00000.bin");
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : std::string();
+  };
+  const std::string async_bytes = shard(20);
+  Mutate(10);
+  ASSERT_TRUE(ckpt.Save(20, *model_, *optimizer_, State(20)).ok());  // replaces step 20
+  const std::string sync_bytes = shard(20);
+  ASSERT_FALSE(async_bytes.empty());
+  // The header names the step (20 in both), so the files match byte for byte.
+  EXPECT_EQ(async_bytes, sync_bytes) << "the asynchronous shard differs from the synchronous one";
+  Mutate(0);
+  auto back = ckpt.Restore(*model_, *optimizer_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->step, 20);
+  EXPECT_EQ(First(), 10.0);
+  auto nothing = async.Poll(/*wait=*/false, *optimizer_, &storage);
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_EQ(*nothing, AsyncCheckpointer::Outcome::kNone);
+}
+
+// Two ranks, rank 0's background write fails (rank 1 may write no shard at all): Poll tells both
+// ranks together (kFailed), nothing is committed, and the previous complete checkpoint stays the
+// newest. Then a save that succeeds: both ranks see the same kPending answers while the writes run
+// and commit together.
+TEST_F(CheckpointTest, AnAsyncWriteFailureOnOneRankAbandonsTheSaveOnAll) {
+  std::vector<AsyncCheckpointer::Outcome> failed(2), later(2);
+  std::vector<std::string> reasons(2);
+  ::setenv("MOE_TEST_CHECKPOINT_WRITE_FAULT", "error:20:0", 1);
+  moe::testing::RunGlooGroup(
+      2,
+      [&](int rank, Communicator& comm) {
+        LocalParallel groups;
+        ParallelContext ctx = groups.ctx;
+        ctx.world_size = 2;
+        ctx.rank = rank;
+        ctx.world = &comm;
+        Model model(SmallModel(), ctx, 1, DType::kF32, Device::Cpu());
+        Optimizer opt(OptimizerConfig(), model.params(), ctx, /*distributed=*/false,
+                      model.config().moe.num_experts);
+        CheckpointManager ckpt(dir_, ctx, "fp", 0);
+        ASSERT_TRUE(ckpt.Save(10, model, opt, State(10)).ok());
+        AsyncCheckpointer async(&ckpt, ctx);
+        Status storage;
+        ASSERT_TRUE(async.Start(20, model, opt, State(20), &storage).ok());
+        auto o = async.Poll(/*wait=*/true, opt, &storage);
+        ASSERT_TRUE(o.ok()) << o.status();
+        failed[static_cast<size_t>(rank)] = *o;
+        reasons[static_cast<size_t>(rank)] = storage.message();
+        ASSERT_TRUE(async.Start(30, model, opt, State(30), &storage).ok());
+        for (int i = 0; i < 10000; ++i) {
+          o = async.Poll(/*wait=*/false, opt, &storage);
+          ASSERT_TRUE(o.ok()) << o.status();
+          if (*o != AsyncCheckpointer::Outcome::kPending) break;
+        }
+        later[static_cast<size_t>(rank)] = *o;
+      },
+      /*timeout=*/30);
+  ::unsetenv("MOE_TEST_CHECKPOINT_WRITE_FAULT");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(failed[static_cast<size_t>(r)], AsyncCheckpointer::Outcome::kFailed) << "rank " << r;
+    EXPECT_EQ(later[static_cast<size_t>(r)], AsyncCheckpointer::Outcome::kCommitted)
+        << "rank " << r;
+  }
+  EXPECT_NE(reasons[0].find("injected checkpoint write failure"), std::string::npos) << reasons[0];
+  EXPECT_NE(reasons[1].find("other rank(s) could not write"), std::string::npos) << reasons[1];
+  EXPECT_FALSE(PathExists(dir_ + "/" + CheckpointManager::StepDirName(20)));
+  EXPECT_FALSE(PathExists(dir_ + "/" + CheckpointManager::StepDirName(20) + ".tmp"))
+      << "the abandoned save was not cleaned up";
+  LocalParallel one;
+  CheckpointManager reader(dir_, one.ctx, "fp", 0);
+  const auto all = reader.List();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].first, 30);
+  EXPECT_EQ(all[1].first, 10);
+  EXPECT_TRUE(reader.Validate(all[0].second).ok()) << reader.Validate(all[0].second);
 }
 
 }  // namespace

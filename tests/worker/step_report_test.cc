@@ -26,6 +26,22 @@ TEST(StepReport, ReadsTheFieldsARankWrites) {
   EXPECT_EQ(m.memory_peak_bytes(), 1000000);
 }
 
+TEST(StepReport, ReadsTheStallsOfCheckpointsAndEvaluation) {
+  moe::v1::StepMetrics m;
+  ASSERT_TRUE(
+      StepMetricsFromJson(R"({"step": 5, "checkpoint_step": 4, "checkpoint_stall_seconds": 0.25,)"
+                          R"( "eval_seconds": 1.5})",
+                          &m)
+          .ok());
+  EXPECT_EQ(m.checkpoint_step(), 4);
+  EXPECT_EQ(m.checkpoint_stall_seconds(), 0.25);
+  EXPECT_EQ(m.eval_seconds(), 1.5);
+  moe::v1::StepMetrics none;
+  ASSERT_TRUE(StepMetricsFromJson(R"({"step": 6})", &none).ok());
+  EXPECT_EQ(none.checkpoint_stall_seconds(), 0);
+  EXPECT_EQ(none.eval_seconds(), 0);
+}
+
 // fuzz_step_report's crash (tests/fuzz/regressions/fuzz_step_report): a count past int64 was cast
 // from double, which is undefined behaviour; now the report is refused and the field named.
 TEST(StepReport, ACountPastInt64IsRefusedNotCast) {

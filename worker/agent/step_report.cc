@@ -50,6 +50,8 @@ Status StepMetricsFromJson(const std::string& line, moe::v1::StepMetrics* mm) {
   mm->set_pipeline_bubble(num("pipeline_bubble"));
   mm->set_memory_peak_bytes(count("memory_peak_bytes"));
   mm->set_checkpoint_step(count("checkpoint_step"));
+  mm->set_checkpoint_stall_seconds(num("checkpoint_stall_seconds"));
+  mm->set_eval_seconds(num("eval_seconds"));
   if (doc.Find("eval_loss") != nullptr) {
     mm->set_eval_loss(num("eval_loss"));
     mm->set_eval_ppl(num("eval_ppl"));

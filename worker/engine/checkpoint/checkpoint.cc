@@ -112,18 +112,38 @@ Status CheckpointManager::CommitSave(int64_t step, const Optimizer& optimizer, c
 
 Status CheckpointManager::Save(int64_t step, Model& model, const Optimizer& optimizer,
                                const Node& state, Status* storage_failure) {
+  Status prepared;
+  MOE_RETURN_IF_ERROR(BeginSave(step, &prepared));
+  Status wrote = prepared;
+  if (prepared.ok()) {
+    const std::vector<TensorPiece> mine = CheckpointPieces(model, optimizer, par_, /*writer=*/true);
+    wrote = mine.empty() ? OkStatus() : WriteShardFile(ShardPath(step), par_.rank, step, mine);
+  }
+  return EndSave(step, optimizer, state, prepared, wrote, storage_failure);
+}
+
+std::string CheckpointManager::ShardPath(int64_t step) const {
+  return JoinPath(JoinPath(dir_, StepDirName(step)) + tmp_suffix_, ShardName(par_.rank));
+}
+
+Status CheckpointManager::BeginSave(int64_t step, Status* prepared) {
+  const std::string tmp_dir = JoinPath(dir_, StepDirName(step)) + tmp_suffix_;
+  Communicator* world = par_.world;
+  world->SetPhase("checkpoint at step " + std::to_string(step));
+  Status comm;
+  *prepared = AgreeOnSave(world, par_.rank == 0 ? PrepareSave(tmp_dir) : OkStatus(), step, &comm);
+  return comm;
+}
+
+Status CheckpointManager::EndSave(int64_t step, const Optimizer& optimizer, const Node& state,
+                                  const Status& prepared, const Status& wrote,
+                                  Status* storage_failure) {
   const std::string final_dir = JoinPath(dir_, StepDirName(step));
   const std::string tmp_dir = final_dir + tmp_suffix_;
   Communicator* world = par_.world;
   world->SetPhase("checkpoint at step " + std::to_string(step));
-  Status comm,
-      agreed = AgreeOnSave(world, par_.rank == 0 ? PrepareSave(tmp_dir) : OkStatus(), step, &comm);
-  MOE_RETURN_IF_ERROR(comm);
+  Status comm, agreed = prepared;
   if (agreed.ok()) {
-    const std::vector<TensorPiece> mine = CheckpointPieces(model, optimizer, par_, /*writer=*/true);
-    Status wrote = mine.empty() ? OkStatus()
-                                : WriteShardFile(JoinPath(tmp_dir, ShardName(par_.rank)), par_.rank,
-                                                 step, mine);
     agreed = AgreeOnSave(world, wrote, step, &comm);
     MOE_RETURN_IF_ERROR(comm);
   }

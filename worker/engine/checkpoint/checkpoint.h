@@ -65,6 +65,17 @@ class CheckpointManager {
   // communication failure is always returned.
   Status Save(int64_t step, Model& model, const Optimizer& optimizer, const Node& state,
               Status* storage_failure = nullptr);
+  // Save in its phases, for a caller that writes this rank's shard itself, later or elsewhere
+  // (AsyncCheckpointer: a background thread). BeginSave: rank 0 prepares the save's temporary
+  // directory and every rank learns whether it could (`prepared`); a communication failure is
+  // returned. ShardPath: where this rank's shard of that save goes. EndSave, once this rank's
+  // shard is durable (`wrote`: its outcome): every rank learns whether all of them wrote theirs,
+  // then rank 0 commits (the manifest last, the rename); the answers are Save's. All three use
+  // dir() as it is when called: a caller keeps it unchanged between BeginSave and EndSave.
+  Status BeginSave(int64_t step, Status* prepared);
+  std::string ShardPath(int64_t step) const;
+  Status EndSave(int64_t step, const Optimizer& optimizer, const Node& state,
+                 const Status& prepared, const Status& wrote, Status* storage_failure = nullptr);
   // Collective: the step of the newest complete, undamaged checkpoint (rank 0 decides, everyone
   // follows); 0 when there is none. A checkpoint written for another model shape is an error
   // (FAILED_PRECONDITION), not something to skip.

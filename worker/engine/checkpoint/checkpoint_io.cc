@@ -31,17 +31,22 @@ StatusOr<DType> ParseDType(const std::string& name) {
   return DataLossError("unknown dtype '" + name + "'");
 }
 
-Node PieceHeader(const TensorPiece& p, int64_t offset) {
+Node PieceHeader(const std::string& name, DType dtype, const std::vector<int64_t>& global_shape,
+                 int64_t begin, int64_t count, int64_t offset) {
   Node t = Node::Map();
-  t.Set("name", Node::Scalar(p.name, true));
-  t.Set("dtype", Node::Scalar(DTypeName(p.data.dtype()), true));
+  t.Set("name", Node::Scalar(name, true));
+  t.Set("dtype", Node::Scalar(DTypeName(dtype), true));
   Node shape = Node::List();
-  for (int64_t d : p.global_shape) shape.Append(Node::Scalar(std::to_string(d)));
+  for (int64_t d : global_shape) shape.Append(Node::Scalar(std::to_string(d)));
   t.Set("shape", std::move(shape));
-  t.Set("begin", Node::Scalar(std::to_string(p.begin)));
-  t.Set("count", Node::Scalar(std::to_string(p.data.numel())));
+  t.Set("begin", Node::Scalar(std::to_string(begin)));
+  t.Set("count", Node::Scalar(std::to_string(count)));
   t.Set("offset", Node::Scalar(std::to_string(offset)));
   return t;
+}
+
+Node PieceHeader(const TensorPiece& p, int64_t offset) {
+  return PieceHeader(p.name, p.data.dtype(), p.global_shape, p.begin, p.data.numel(), offset);
 }
 
 Status PreadAll(int fd, char* dst, size_t bytes, int64_t offset, const std::string& path) {
@@ -92,6 +97,80 @@ Status WriteShardFile(const std::string& path, int rank, int64_t step,
   const uint32_t crc = Crc32(out.data(), out.size());
   out.append(reinterpret_cast<const char*>(&crc), 4);
   return WriteFileAtomic(path, out);
+}
+
+namespace {
+
+// The fixed part of a shard: magic, header length, header.
+std::string ShardPrefix(int rank, int64_t step, const std::vector<HostPiece>& pieces) {
+  Node header = Node::Map();
+  header.Set("rank", Node::Scalar(std::to_string(rank)));
+  header.Set("step", Node::Scalar(std::to_string(step)));
+  Node list = Node::List();
+  int64_t offset = 0;
+  for (const auto& p : pieces) {
+    MOE_CHECK(p.begin >= 0 && p.begin + p.count <= Numel(p.global_shape))
+        << "checkpoint piece " << p.name << " out of range";
+    list.Append(PieceHeader(p.name, p.dtype, p.global_shape, p.begin, p.count, offset));
+    offset += p.count * static_cast<int64_t>(DTypeSize(p.dtype));
+  }
+  header.Set("pieces", std::move(list));
+  const std::string json = ToJson(header);
+  std::string out(kMagic, 8);
+  const uint32_t hlen = static_cast<uint32_t>(json.size());
+  out.append(reinterpret_cast<const char*>(&hlen), 4);
+  return out + json;
+}
+
+Status WriteAll(int fd, const char* data, size_t bytes, const std::string& path) {
+  size_t off = 0;
+  while (off < bytes) {
+    const ssize_t n = ::write(fd, data + off, bytes - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("write " + path, errno);
+    off += static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+// The bytes of a shard into an open file, in chunks, the CRC computed on the way.
+Status StreamShard(int fd, const std::string& tmp, const std::string& prefix,
+                   const std::vector<HostPiece>& pieces,
+                   const std::function<Status()>& after_chunk) {
+  constexpr size_t kChunk = size_t{8} << 20;
+  MOE_RETURN_IF_ERROR(WriteAll(fd, prefix.data(), prefix.size(), tmp));
+  uint32_t crc = Crc32(prefix.data(), prefix.size());
+  for (const auto& p : pieces) {
+    const size_t bytes = static_cast<size_t>(p.count) * DTypeSize(p.dtype);
+    for (size_t at = 0; at < bytes; at += kChunk) {
+      const size_t n = std::min(kChunk, bytes - at);
+      MOE_RETURN_IF_ERROR(WriteAll(fd, p.bytes + at, n, tmp));
+      crc = Crc32(p.bytes + at, n, crc);
+      if (after_chunk) MOE_RETURN_IF_ERROR(after_chunk());
+    }
+  }
+  MOE_RETURN_IF_ERROR(WriteAll(fd, reinterpret_cast<const char*>(&crc), 4, tmp));
+  if (::fsync(fd) != 0) return ErrnoError("fsync " + tmp, errno);
+  return OkStatus();
+}
+
+}  // namespace
+
+Status WriteShardFileFromHost(const std::string& path, int rank, int64_t step,
+                              const std::vector<HostPiece>& pieces,
+                              const std::function<Status()>& after_chunk) {
+  const std::string tmp = path + ".partial";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("open " + tmp, errno);
+  Status st = StreamShard(fd, tmp, ShardPrefix(rank, step, pieces), pieces, after_chunk);
+  ::close(fd);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    st = ErrnoError("rename " + tmp + " -> " + path, errno);
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  return FsyncPath(DirName(path));
 }
 
 StatusOr<Node> ReadCheckpointManifest(const std::string& dir) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,6 +35,23 @@ struct TensorPiece {
 // Writes `pieces` as one shard file (atomically: temporary name, fsync, rename).
 Status WriteShardFile(const std::string& path, int rank, int64_t step,
                       const std::vector<TensorPiece>& pieces);
+
+// A piece whose bytes are already in host memory (a snapshot taken for a background write).
+struct HostPiece {
+  std::string name;
+  std::vector<int64_t> global_shape;
+  int64_t begin = 0, count = 0;
+  DType dtype = DType::kF32;
+  const char* bytes = nullptr;  // count elements of dtype
+};
+
+// The same shard file as WriteShardFile, streamed from host memory in chunks (no copy of the
+// whole shard): written as `path`.partial, fsynced, renamed, the directory fsynced. `after_chunk`
+// (may be empty) is called after every chunk; an error it returns stops the write there (a test's
+// failure, or a stop) and the partial file is removed.
+Status WriteShardFileFromHost(const std::string& path, int rank, int64_t step,
+                              const std::vector<HostPiece>& pieces,
+                              const std::function<Status()>& after_chunk = nullptr);
 
 // An opened checkpoint directory: its manifest and an index of every shard's pieces. Reads only
 // what is asked for (pread), so a rank of a large job touches its own ranges only.

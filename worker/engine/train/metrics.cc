@@ -42,7 +42,9 @@ std::string MetricsJson(const StepMetrics& m) {
      << ",\"grad_sync_seconds\":" << n(m.grad_sync_seconds)
      << ",\"pipeline_bubble\":" << n(m.pipeline_bubble) << ",\"host_syncs\":" << m.host_syncs
      << ",\"memory_peak_bytes\":" << m.memory_peak_bytes
-     << ",\"checkpoint_step\":" << m.checkpoint_step << ",\"memory_at_peak\":{";
+     << ",\"checkpoint_step\":" << m.checkpoint_step
+     << ",\"checkpoint_stall_seconds\":" << n(m.checkpoint_stall_seconds)
+     << ",\"eval_seconds\":" << n(m.eval_seconds) << ",\"memory_at_peak\":{";
   for (size_t i = 0; i < m.memory_at_peak.size(); ++i) {
     os << (i ? "," : "") << "\"" << m.memory_at_peak[i].first
        << "\":" << m.memory_at_peak[i].second;

@@ -41,6 +41,11 @@ struct StepMetrics {
   int64_t checkpoint_step =
       0;  // the newest complete checkpoint when this step was reported (0: none)
   std::vector<std::pair<std::string, int64_t>> memory_at_peak;
+  // Seconds training stood still since the previous report for checkpoint saves (synchronous: the
+  // whole write; asynchronous: the copy to host memory, any wait for the save before it, and the
+  // commit) and for validation passes (goodput's checkpoint and evaluation causes).
+  double checkpoint_stall_seconds = 0;
+  double eval_seconds = 0;
   // Evaluation on the validation split (training.eval_interval), on the steps it ran after.
   bool has_eval = false;
   double eval_loss = 0;      // mean next-token cross-entropy over the eval batches (nats/token)

@@ -13,6 +13,7 @@
 #include "kernels/fp8.h"
 #include "kernels/memory_stats.h"
 #include "kernels/runtime.h"
+#include "worker/engine/checkpoint/async_checkpoint.h"
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/checkpoint/hf_io.h"
 #include "worker/engine/data/sampler.h"
@@ -116,6 +117,8 @@ Status Trainer::ReopenCheckpoints() {
         CheckpointOwnership::Claim((*again)->Path(), checkpoint_dir_, ownership_->claim()));
     *ownership_ = std::move(held);
   }
+  // The handle before stays open while a background write may still use a path through it.
+  retired_checkpoint_handle_ = std::move(checkpoint_handle_);
   checkpoint_handle_ = std::move(*again);
   checkpoints_->SetDir(checkpoint_handle_->Path());
   return OkStatus();
@@ -165,6 +168,8 @@ Status Trainer::OpenCheckpoints() {
                                                      spec_.checkpoint.keep_last,
                                                      JobSpecToNode(spec_), tmp_suffix);
   if (checkpoint_handle_) checkpoints_->SetShownName(checkpoint_dir_);
+  if (spec_.checkpoint.async)
+    async_ = std::make_unique<AsyncCheckpointer>(checkpoints_.get(), par_);
   if (ownership_) checkpoints_->SetFence([this] { return ownership_->Check(); });
   if (options_.owner) {
     checkpoints_->SetWriter(options_.owner->job + " attempt " +
@@ -218,6 +223,7 @@ Status Trainer::Init() {
                                            spec_.model.moe.num_experts, deterministic_);
   optimizer_->SetOverlap(static_cast<int64_t>(spec_.parallelism.grad_bucket_mb * 1024 * 1024));
   if (options_.resume) MOE_RETURN_IF_ERROR(Restore(chosen));
+  if (async_ && checkpoint_interval_ > 0) async_->Preallocate(*model_, *optimizer_);
   MeasurePeak();
   const int64_t mbs = spec_.data.micro_batch_size, seq = spec_.data.seq_length;
   tokens_ = Tensor::Empty({mbs, seq}, DType::kI32);
@@ -502,6 +508,8 @@ Status Trainer::Step(int64_t step) {
   stats.host_syncs = kernels::HostSyncs() - syncs0;
   stats.memory = GetMemoryUsage(device_type);
   StepMetrics m = Metrics(step, stats);
+  m.checkpoint_stall_seconds = checkpoint_stall_;  // the saves since the previous report
+  checkpoint_stall_ = 0;
   MOE_RETURN_IF_ERROR(MaybeEvaluate(step, &m));
   MOE_RETURN_IF_ERROR(Report(m));
   return MaybeCheckpoint(step, m);
@@ -729,6 +737,7 @@ Status Trainer::MaybeEvaluate(int64_t step, StepMetrics* m) {
         BadIndexStatus(local, any_rank, "evaluation after step " + std::to_string(step)));
   }
   m->has_eval = true;
+  m->eval_seconds = Since(t0);
   m->eval_loss = r.loss;
   m->eval_ppl = r.ppl();
   m->eval_mtp_loss = r.mtp_loss;
@@ -810,22 +819,76 @@ Status Trainer::RecordHistory(const StepMetrics& m) {
 // checkpoint are kept by one more, at the boundary every rank agreed on (a clean stop costs no
 // work).
 Status Trainer::CheckpointOnStop(int64_t last_step) {
+  // The save in flight first: committed, it may already be this boundary's.
+  if (async_ && async_->in_flight())
+    MOE_RETURN_IF_ERROR(FinishAsyncCheckpoint(last_step, /*wait=*/true));
   if (!checkpoints_ || last_step <= start_step_ || last_step == last_checkpoint_step_ ||
       !last_metrics_)
     return OkStatus();
   if (lead_) MOE_LOG(INFO) << "checkpointing step " << last_step << " before stopping";
-  return SaveCheckpoint(last_step, *last_metrics_);
+  return SaveCheckpoint(last_step, *last_metrics_, /*sync=*/true);
 }
 
 Status Trainer::MaybeCheckpoint(int64_t step, const StepMetrics& m) {
   last_metrics_ = m;
   if (!checkpoints_) return OkStatus();
-  if (!((checkpoint_interval_ > 0 && step % checkpoint_interval_ == 0) || step == stop_step_))
-    return OkStatus();
-  return SaveCheckpoint(step, m);
+  const bool due =
+      (checkpoint_interval_ > 0 && step % checkpoint_interval_ == 0) || step == stop_step_;
+  // At most one save in flight: the next one (and the run's end) waits for it.
+  if (async_ && async_->in_flight()) MOE_RETURN_IF_ERROR(FinishAsyncCheckpoint(step, due));
+  if (!due) return OkStatus();
+  return SaveCheckpoint(step, m, /*sync=*/step == stop_step_);
 }
 
-Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m) {
+Status Trainer::FinishAsyncCheckpoint(int64_t step, bool wait) {
+  const auto t0 = Clock::now();
+  const int64_t saving = async_->in_flight_step();
+  if (wait && lead_ && async_->in_flight() && !async_->write_done()) {
+    MOE_LOG(INFO) << "checkpoint " << CheckpointManager::StepDirName(saving)
+                  << " is still being written at step " << step
+                  << ", where the next save (or the end) is due: waiting for it (one save in "
+                     "flight at most)";
+  }
+  Status storage;
+  MOE_ASSIGN_OR_RETURN(const AsyncCheckpointer::Outcome outcome,
+                       async_->Poll(wait, *optimizer_, &storage));
+  const double stalled = Since(t0);
+  checkpoint_stall_ += stalled;
+  if (outcome == AsyncCheckpointer::Outcome::kNone ||
+      outcome == AsyncCheckpointer::Outcome::kPending)
+    return OkStatus();
+  ++result_.background_saves;
+  result_.background_write_seconds += async_->last_write_seconds();
+  if (outcome == AsyncCheckpointer::Outcome::kFailed) return CheckpointFailed(saving, storage);
+  last_checkpoint_step_ = saving;
+  if (lead_) {
+    MOE_LOG(INFO) << "saved checkpoint " << CheckpointManager::StepDirName(saving) << " in "
+                  << checkpoint_dir_ << " (written in the background in "
+                  << async_->last_write_seconds() << " s; committed at step " << step << ", "
+                  << stalled << " s of stall)";
+  }
+  return OkStatus();
+}
+
+Status Trainer::CheckpointFailed(int64_t step, const Status& storage) {
+  // Storage trouble costs this checkpoint, not the run: every rank gave it up together and trains
+  // on. The last one must be written, though: the rank fails (transient) and the job resumes and
+  // retries.
+  if (step == stop_step_)
+    return UnavailableError("the final checkpoint could not be written: " + storage.message());
+  ++checkpoints_skipped_;
+  MOE_RETURN_IF_ERROR(ReopenCheckpoints());
+  if (lead_) {
+    MOE_LOG(WARNING) << "checkpoint at step " << step << " not written (" << storage.message()
+                     << "); training goes on, "
+                     << "the next try is at step "
+                     << std::min(step + checkpoint_interval_, stop_step_) << " ("
+                     << checkpoints_skipped_ << " skipped so far)";
+  }
+  return OkStatus();
+}
+
+Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m, bool sync) {
   if (options_.on_protected) options_.on_protected(true);
   struct Done {  // a stop may cut the run again once the checkpoint is written (or failed)
     const std::function<void(bool)>& f;
@@ -840,24 +903,21 @@ Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m) {
   state.Set("seed", Node::Scalar(std::to_string(spec_.training.seed)));
   state.Set("loss", Node::Scalar(std::to_string(m.loss)));
   Status storage;
-  MOE_RETURN_IF_ERROR(checkpoints_->Save(step, *model_, *optimizer_, state, &storage));
-  if (!storage.ok()) {
-    // Storage trouble costs this checkpoint, not the run: every rank gave it up together and trains
-    // on. The last one must be written, though: the rank fails (transient) and the job resumes and
-    // retries.
-    if (step == stop_step_)
-      return UnavailableError("the final checkpoint could not be written: " + storage.message());
-    ++checkpoints_skipped_;
-    MOE_RETURN_IF_ERROR(ReopenCheckpoints());
+  if (async_ && !sync) {
+    MOE_RETURN_IF_ERROR(async_->Start(step, *model_, *optimizer_, state, &storage));
+    checkpoint_stall_ += Since(c0);
+    if (!storage.ok()) return CheckpointFailed(step, storage);
     if (lead_) {
-      MOE_LOG(WARNING) << "checkpoint at step " << step << " not written (" << storage.message()
-                       << "); training goes on, "
-                       << "the next try is at step "
-                       << std::min(step + checkpoint_interval_, stop_step_) << " ("
-                       << checkpoints_skipped_ << " skipped so far)";
+      MOE_LOG(INFO) << "checkpoint " << CheckpointManager::StepDirName(step) << ": "
+                    << async_->last_bytes() << " bytes copied to host memory in " << Since(c0)
+                    << " s; written in the background while training goes on";
     }
     return OkStatus();
   }
+  if (async_) MOE_RETURN_IF_ERROR(FinishAsyncCheckpoint(step, /*wait=*/true));
+  MOE_RETURN_IF_ERROR(checkpoints_->Save(step, *model_, *optimizer_, state, &storage));
+  checkpoint_stall_ += Since(c0);
+  if (!storage.ok()) return CheckpointFailed(step, storage);
   last_checkpoint_step_ = step;
   if (lead_) {
     MOE_LOG(INFO) << "saved checkpoint " << CheckpointManager::StepDirName(step) << " in "

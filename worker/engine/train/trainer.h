@@ -34,6 +34,7 @@
 
 namespace moe {
 
+class AsyncCheckpointer;
 class BatchSampler;
 class CheckpointManager;
 class Optimizer;
@@ -95,6 +96,10 @@ struct TrainResult {
   bool stopped_early = false;
   int64_t peak_memory_bytes = 0;      // this rank's largest step peak (metrics memory_peak_bytes)
   int64_t peak_activation_bytes = 0;  // the activations' share at that peak
+  // checkpoint.async: the saves written in the background (committed or given up) and the seconds
+  // their writes took there, summed.
+  int64_t background_saves = 0;
+  double background_write_seconds = 0;
 };
 
 // What one step's phases produce.
@@ -184,7 +189,13 @@ class Trainer {
   Status ReopenCheckpoints();
   Status RecordHistory(const StepMetrics& m);
   Status MaybeCheckpoint(int64_t step, const StepMetrics& m);
-  Status SaveCheckpoint(int64_t step, const StepMetrics& m);
+  // `sync`: written before it returns even when checkpoint.async (the final and the stop's).
+  Status SaveCheckpoint(int64_t step, const StepMetrics& m, bool sync);
+  // The asynchronous save in flight: committed once every rank's write is durable (`wait`: waits
+  // for it, when the next save is due or the run ends).
+  Status FinishAsyncCheckpoint(int64_t step, bool wait);
+  // A save every rank gave up (storage trouble): training goes on, except at the final step.
+  Status CheckpointFailed(int64_t step, const Status& storage);
   Status CheckpointOnStop(int64_t last_step);
   void OpenHistory();
 
@@ -203,8 +214,11 @@ class Trainer {
   std::vector<StageLayout> layout_;  // every virtual pipeline stage
   bool tied_embedding_ = false;      // the last stage keeps an embedding copy for MTP (PP > 1)
   std::unique_ptr<ConfinedDir> data_dir_, checkpoint_handle_;  // held open beneath the roots
+  std::unique_ptr<ConfinedDir> retired_checkpoint_handle_;     // the one before a reopen
   std::unique_ptr<CheckpointOwnership> ownership_;             // the lead rank's claim
   std::unique_ptr<CheckpointManager> checkpoints_;
+  std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async (destroyed first: its writer)
+  double checkpoint_stall_ = 0;  // seconds the saves stalled training since the last report
   std::string checkpoint_dir_;
   int64_t checkpoint_interval_ = 0;
   int64_t start_step_ = 0;  // the restored checkpoint's step (0: none)
