@@ -143,8 +143,14 @@ class Stack:
 
     def wait_alive(self, n, timeout):
         t0 = time.time()
+        alive = 0
         while time.time() - t0 < timeout:
-            workers = self.list_workers()
+            try:
+                workers = self.list_workers()
+            except Exception as e:  # a busy controller: ask again (the timeout still holds)
+                print(f"load: ListWorkers failed while waiting ({type(e).__name__}); asking again")
+                time.sleep(1)
+                continue
             alive = self.count("IDLE", workers) + self.count("BUSY", workers)
             if alive >= n:
                 return time.time() - t0
@@ -333,22 +339,23 @@ def heartbeat_phase(args, work):
         d = os.path.join(work, f"hb-{n}")
         os.makedirs(d)
         st = Stack(args, d, pin=True)
-        st.start_controller(lease=3)
-        st.start_fakes(n * per_node, 3600, 0, f"hb{n}")
-        try:
-            reg = st.wait_alive(n * per_node, max(120, n / 50))
-        except SystemExit as e:
-            lost = sum(1 for line in open(st.log) if " lost" in line)
-            print(f"load: heartbeats: {n} agents did not converge: {e} ({lost} lost lines in the controller's log)")
+        try:  # whatever happens, every process of this count is stopped before the next
+            st.start_controller(lease=3)
+            st.start_fakes(n * per_node, 3600, 0, f"hb{n}")
+            try:
+                reg = st.wait_alive(n * per_node, max(120, n / 50))
+            except SystemExit as e:
+                lost = sum(1 for line in open(st.log) if " lost" in line)
+                print(f"load: heartbeats: {n} agents did not converge: {e} ({lost} lost lines in the controller's log)")
+                break
+            c0, t0 = ticks(st.ctl.pid), time.time()
+            time.sleep(args.hold)
+            cpu = (ticks(st.ctl.pid) - c0) / (time.time() - t0)
+            lost = st.count("LOST")
+            lines = sum(1 for line in open(st.log) if " lost" in line)
+            rss = peak_rss_mb(st.ctl.pid)
+        finally:
             st.stop()
-            break
-        c0, t0 = ticks(st.ctl.pid), time.time()
-        time.sleep(args.hold)
-        cpu = (ticks(st.ctl.pid) - c0) / (time.time() - t0)
-        lost = st.count("LOST")
-        lines = sum(1 for line in open(st.log) if " lost" in line)
-        rss = peak_rss_mb(st.ctl.pid)
-        st.stop()
         ok = lost == 0 and lines == 0
         rows.append((n, reg, cpu, rss, lost, lines, ok))
         print(f"load: heartbeats: {n:6d} agents x {per_node} = {n * per_node:7d} devices at 1 Hz: registered in {reg:5.1f} s, "
