@@ -61,8 +61,10 @@ start=$SECONDS
 # Also out: the end-to-end runs added in wave 3 that train jobs through moe-train (security_test,
 # model_interop_test: their checks run instrumented in confined_dir_test, ownership_test,
 # hf_interop_test, generation_test) and the rehearsals of the whole device check (minutes even
-# uninstrumented; their pieces are unit tests here): CI's 45 minutes cannot hold them instrumented.
-slow='^(control_plane_test|straggler_test|balance_test|moe_train_cli_test|distributed_test|scaleout_test|memory_test|evaluation_test|reference_model_test|queues_test|elastic_test|security_test|model_interop_test|gpu_check_rehearsal_test|gpu_bench_rehearsal)$'
+# uninstrumented; their pieces are unit tests here), and async_checkpoint_test (five short trainings;
+# the asynchronous saver's copy, background write and agreed commit run instrumented in
+# checkpoint_test): CI's 45 minutes cannot hold them instrumented.
+slow='^(control_plane_test|straggler_test|balance_test|moe_train_cli_test|distributed_test|scaleout_test|memory_test|evaluation_test|reference_model_test|queues_test|elastic_test|security_test|model_interop_test|gpu_check_rehearsal_test|gpu_bench_rehearsal|async_checkpoint_test)$'
 if [ "$quick" = --quick ]; then
   (cd "$dir" && ctest --output-on-failure --timeout 600 -R "^($(IFS='|'; echo "${quick_tests[*]}"))\$")
 elif [ "$kind" = address ]; then
