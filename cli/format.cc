@@ -139,10 +139,11 @@ TableRows JobRows(const std::vector<moe::v1::Job>& jobs, double now, bool wide) 
     if (wide) {
       const std::string reason = !j.waiting_reason().empty() ? j.waiting_reason() : j.message();
       const double wall = j.goodput().wall_seconds();
-      row.insert(row.end(),
-                 {wall > 0 ? FormatNumber(j.goodput().ratio(), 2) : "-", std::to_string(j.attempt()),
-                  j.checkpoint_step() > 0 ? "step " + std::to_string(j.checkpoint_step()) : "-",
-                  PlacementRacks(j), Labels(j), reason.empty() ? "-" : reason});
+      row.insert(
+          row.end(),
+          {wall > 0 ? FormatNumber(j.goodput().ratio(), 2) : "-", std::to_string(j.attempt()),
+           j.checkpoint_step() > 0 ? "step " + std::to_string(j.checkpoint_step()) : "-",
+           PlacementRacks(j), Labels(j), reason.empty() ? "-" : reason});
     }
     t.rows.push_back(std::move(row));
   }
@@ -273,16 +274,19 @@ std::string GoodputSection(const moe::v1::Goodput& g) {
   auto share = [wall](double s) { return FormatNumber(100 * s / wall, 1) + "%"; };
   std::vector<std::vector<std::string>> rows = {
       {"  productive", Duration(g.productive_seconds()), share(g.productive_seconds())}};
-  const std::pair<const char*, double> causes[] = {
-      {"queued", g.queued_seconds()},         {"starting", g.starting_seconds()},
-      {"redone", g.redone_seconds()},         {"checkpoint stall", g.checkpoint_seconds()},
-      {"restart back-off", g.backoff_seconds()}, {"preempted", g.preempted_seconds()},
-      {"evaluation (wanted)", g.evaluation_seconds()}};
+  const std::pair<const char*, double> causes[] = {{"queued", g.queued_seconds()},
+                                                   {"starting", g.starting_seconds()},
+                                                   {"redone", g.redone_seconds()},
+                                                   {"checkpoint stall", g.checkpoint_seconds()},
+                                                   {"restart back-off", g.backoff_seconds()},
+                                                   {"preempted", g.preempted_seconds()},
+                                                   {"evaluation (wanted)", g.evaluation_seconds()}};
   for (const auto& [name, seconds] : causes) {
     if (seconds > 0) rows.push_back({std::string("  ") + name, Duration(seconds), share(seconds)});
   }
   return "Goodput:      " + FormatNumber(g.ratio(), 3) + " (productive / wall over " +
-         Duration(wall) + " since the submission)\n" + Table({"  WHERE THE TIME WENT", "TIME", "SHARE"}, rows);
+         Duration(wall) + " since the submission)\n" +
+         Table({"  WHERE THE TIME WENT", "TIME", "SHARE"}, rows);
 }
 
 }  // namespace
