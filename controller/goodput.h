@@ -35,9 +35,8 @@ void GoodputOnStep(moe::v1::Job& job, const moe::v1::StepMetrics& m, double now)
 moe::v1::Goodput GoodputAt(const moe::v1::Job& job, double now);
 
 // The causes of lost time, in the order shown (moectl describe, /metrics' cause label).
-inline constexpr const char* kGoodputCauses[] = {"queued",     "starting",  "redone",
-                                                 "checkpoint", "backoff",   "preempted",
-                                                 "evaluation"};
+inline constexpr const char* kGoodputCauses[] = {"queued",  "starting",  "redone",    "checkpoint",
+                                                 "backoff", "preempted", "evaluation"};
 // Seconds of `cause` (one of kGoodputCauses) in `g`.
 double GoodputLost(const moe::v1::Goodput& g, const char* cause);
 

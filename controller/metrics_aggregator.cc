@@ -27,8 +27,8 @@ struct MetricsAggregator::JobSeries {
   std::set<int> stragglers;
   std::deque<double> recent_step_seconds;  // for the ETA
   double ended_at = 0;
-  std::set<std::string> layers;  // imbalance series created
-  int restarts = -1;             // the job's restart count last seen (-1: none yet)
+  std::set<std::string> layers;        // imbalance series created
+  int restarts = -1;                   // the job's restart count last seen (-1: none yet)
   std::map<std::string, double> lost;  // goodput: seconds by cause already on the counters
   double productive = 0, wall = 0;     // goodput as last published
 };
@@ -139,13 +139,13 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
 void MetricsAggregator::RegisterGoodput(prometheus::Registry& r) {
   goodput_ = AddGauge(r, "moe_job_goodput_ratio",
                       "Productive seconds / wall seconds since the job's submission");
-  lost_ = AddCounter(r, "moe_job_lost_seconds_total",
-                     "Seconds of the job's wall time lost, by cause (evaluation: wanted, not lost)");
+  lost_ =
+      AddCounter(r, "moe_job_lost_seconds_total",
+                 "Seconds of the job's wall time lost, by cause (evaluation: wanted, not lost)");
   cluster_goodput_ = &AddGauge(r, "moe_cluster_goodput_ratio",
                                "Productive / wall seconds over the jobs this controller shows")
                           ->Add({});
-  cluster_lost_ =
-      AddCounter(r, "moe_lost_seconds_total", "Seconds lost over every job, by cause");
+  cluster_lost_ = AddCounter(r, "moe_lost_seconds_total", "Seconds lost over every job, by cause");
   goodput_floor_ = &AddGauge(r, "moe_goodput_floor",
                              "The goodput below which MoEJobGoodputLow fires (--goodput-floor)")
                         ->Add({});

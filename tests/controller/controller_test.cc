@@ -760,7 +760,8 @@ TEST_F(ControllerTest, LostWorkersAreDeletedOnRequestOrForgottenAfterTheRetentio
 }
 
 // Goodput (issue 33): a failure at a known step costs the steps since the last checkpoint as redone
-// time; the account agrees with a hand computation from the job's events and is stored with the job.
+// time; the account agrees with a hand computation from the job's events and is stored with the
+// job.
 TEST_F(ControllerTest, AFailureCostsTheStepsSinceTheCheckpointAsRedoneTimeAndTheAccountIsStored) {
   auto* a = AddWorker("a", "r0", "n0");
   auto job = Submit(Spec("g", 1, 1));  // placed at once: nothing waits
