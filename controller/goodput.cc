@@ -81,7 +81,7 @@ const char* TailCause(JobState to) {
 
 }  // namespace
 
-void GoodputOnState(moe::v1::Job& job, moe::v1::JobState from, double now) {
+void GoodputOnState(moe::v1::Job& job, double now) {
   Goodput& g = *job.mutable_goodput();
   if (g.mark() == 0 && g.open_cause().empty()) {  // a new job, or one stored before goodput
     g.set_mark(now);

@@ -25,7 +25,7 @@ namespace moe::controller {
 // The job entered its current state (job.state()) at `now` (Unix seconds): the open interval is
 // closed against its cause and the next one opened. A job never accounted before (just created, or
 // stored before goodput existed) opens at its last change (updated_at).
-void GoodputOnState(moe::v1::Job& job, moe::v1::JobState from, double now);
+void GoodputOnState(moe::v1::Job& job, double now);
 // Before a transition to RESTARTING: the restart's delay, for the back-off cause.
 void GoodputSetBackoff(moe::v1::Job& job, double until);
 // A step report of the job (merged over its ranks) at `now`.

@@ -106,7 +106,7 @@ StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::Tra
   e->job.set_state(moe::v1::PENDING);
   e->job.set_created_at(clock_.Now());
   e->job.set_updated_at(clock_.Now());
-  GoodputOnState(e->job, moe::v1::PENDING, clock_.Now());  // queued from now
+  GoodputOnState(e->job, clock_.Now());  // queued from now
   e->spec = spec;
   const moe::v1::JobEvent ev = NewEvent(
       *e, e->job, "Submitted",
@@ -202,7 +202,7 @@ Status JobManager::Transition(JobEntry& e, JobState to, const std::string& type,
   next.set_state(to);
   next.set_message(message);
   next.set_updated_at(clock_.Now());
-  GoodputOnState(next, from, clock_.Now());
+  GoodputOnState(next, clock_.Now());
   const moe::v1::JobEvent ev = NewEvent(e, next, type, message);
   {
     Writing w(e);

@@ -165,11 +165,13 @@ void MetricsAggregator::SetGoodput(const std::string& job_id, const moe::v1::Goo
     cluster_lost_->Add({{"cause", cause}}).Increment(delta);
     s.lost[cause] = v;
   }
+  // The cluster's sums move by this job's change (a sum over every job per call would be
+  // quadratic in jobs: every live job is published once a second).
+  productive_sum_ += g.productive_seconds() - s.productive;
+  wall_sum_ += g.wall_seconds() - s.wall;
   s.productive = g.productive_seconds();
   s.wall = g.wall_seconds();
-  double productive = 0, wall = 0;
-  for (const auto& [id, series] : jobs_) productive += series->productive, wall += series->wall;
-  cluster_goodput_->Set(wall > 0 ? productive / wall : 0);
+  cluster_goodput_->Set(wall_sum_ > 0 ? productive_sum_ / wall_sum_ : 0);
 }
 
 void MetricsAggregator::SetStore(int64_t batches, int64_t writes, double stalled_seconds) {
@@ -457,6 +459,8 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   restarts_->Remove(&restarts_->Add(job));
   step_->Remove(&step_->Add(job));
   goodput_->Remove(&goodput_->Add(job));
+  productive_sum_ -= s.productive;  // the cluster's figure covers the jobs shown
+  wall_sum_ -= s.wall;
   for (const auto& [cause, v] : s.lost)
     lost_->Remove(&lost_->Add({{"job", job_id}, {"cause", cause}}));
   for (const auto& l : s.layers)

@@ -136,6 +136,7 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Counter>* cluster_lost_;
   prometheus::Gauge* cluster_goodput_ = nullptr;
   prometheus::Gauge* goodput_floor_ = nullptr;
+  double productive_sum_ = 0, wall_sum_ = 0;  // goodput over the jobs with series
   prometheus::Counter* store_batches_;
   prometheus::Counter* store_writes_;
   prometheus::Counter* stalled_;

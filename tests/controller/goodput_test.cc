@@ -10,9 +10,8 @@ namespace {
 using moe::v1::Job;
 
 void Enter(Job& job, moe::v1::JobState to, double now) {
-  const moe::v1::JobState from = job.state();
   job.set_state(to);
-  GoodputOnState(job, from, now);
+  GoodputOnState(job, now);
 }
 
 void StepAt(Job& job, int64_t step, double now, double checkpoint = 0, double eval = 0) {
@@ -33,7 +32,7 @@ double Sum(const moe::v1::Goodput& g) {
 Job RunToStep10() {
   Job job;
   job.set_state(moe::v1::PENDING);
-  GoodputOnState(job, moe::v1::PENDING, 0);
+  GoodputOnState(job, 0);
   Enter(job, moe::v1::SCHEDULED, 10);
   Enter(job, moe::v1::RUNNING, 15);
   StepAt(job, 1, 15);
@@ -102,7 +101,7 @@ TEST(Goodput, TheEndOfAnAttemptIsTheFinalSaveOrThePreemptionsStop) {
 TEST(Goodput, ReadingBringsAWaitUpToNowWithoutChangingTheRecord) {
   Job job;
   job.set_state(moe::v1::PENDING);
-  GoodputOnState(job, moe::v1::PENDING, 100);
+  GoodputOnState(job, 100);
   const moe::v1::Goodput now = GoodputAt(job, 107);
   EXPECT_DOUBLE_EQ(now.queued_seconds(), 7);
   EXPECT_DOUBLE_EQ(now.ratio(), 0);
@@ -116,7 +115,7 @@ TEST(Goodput, AJobStoredBeforeGoodputStartsItsAccountAtItsNextChange) {
   Job old;
   old.set_state(moe::v1::RUNNING);
   old.set_state(moe::v1::RESTARTING);
-  GoodputOnState(old, moe::v1::RUNNING, 500);
+  GoodputOnState(old, 500);
   EXPECT_DOUBLE_EQ(old.goodput().wall_seconds(), 0);
   EXPECT_DOUBLE_EQ(old.goodput().mark(), 500);
   EXPECT_EQ(old.goodput().open_cause(), "queued");

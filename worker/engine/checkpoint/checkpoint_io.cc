@@ -45,10 +45,6 @@ Node PieceHeader(const std::string& name, DType dtype, const std::vector<int64_t
   return t;
 }
 
-Node PieceHeader(const TensorPiece& p, int64_t offset) {
-  return PieceHeader(p.name, p.data.dtype(), p.global_shape, p.begin, p.data.numel(), offset);
-}
-
 Status PreadAll(int fd, char* dst, size_t bytes, int64_t offset, const std::string& path) {
   size_t done = 0;
   while (done < bytes) {
@@ -62,44 +58,6 @@ Status PreadAll(int fd, char* dst, size_t bytes, int64_t offset, const std::stri
   }
   return OkStatus();
 }
-
-}  // namespace
-
-Status WriteShardFile(const std::string& path, int rank, int64_t step,
-                      const std::vector<TensorPiece>& pieces) {
-  Node header = Node::Map();
-  header.Set("rank", Node::Scalar(std::to_string(rank)));
-  header.Set("step", Node::Scalar(std::to_string(step)));
-  Node list = Node::List();
-  int64_t offset = 0;
-  for (const auto& p : pieces) {
-    MOE_CHECK(p.begin >= 0 && p.begin + p.data.numel() <= Numel(p.global_shape))
-        << "checkpoint piece " << p.name << " out of range";
-    list.Append(PieceHeader(p, offset));
-    offset += static_cast<int64_t>(p.data.nbytes());
-  }
-  header.Set("pieces", std::move(list));
-  const std::string json = ToJson(header);
-  std::string out;
-  out.reserve(12 + json.size() + static_cast<size_t>(offset) + 4);
-  out.append(kMagic, 8);
-  const uint32_t hlen = static_cast<uint32_t>(json.size());
-  out.append(reinterpret_cast<const char*>(&hlen), 4);
-  out += json;
-  for (const auto& p : pieces) {
-    const size_t at = out.size();
-    out.resize(at + p.data.nbytes());
-    if (p.data.device().is_cpu())
-      std::memcpy(out.data() + at, p.data.raw(), p.data.nbytes());
-    else
-      GetAllocator(p.data.device())->CopyToHost(out.data() + at, p.data.raw(), p.data.nbytes());
-  }
-  const uint32_t crc = Crc32(out.data(), out.size());
-  out.append(reinterpret_cast<const char*>(&crc), 4);
-  return WriteFileAtomic(path, out);
-}
-
-namespace {
 
 // The fixed part of a shard: magic, header length, header.
 std::string ShardPrefix(int rank, int64_t step, const std::vector<HostPiece>& pieces) {
@@ -121,6 +79,33 @@ std::string ShardPrefix(int rank, int64_t step, const std::vector<HostPiece>& pi
   out.append(reinterpret_cast<const char*>(&hlen), 4);
   return out + json;
 }
+
+}  // namespace
+
+Status WriteShardFile(const std::string& path, int rank, int64_t step,
+                      const std::vector<TensorPiece>& pieces) {
+  std::vector<HostPiece> layout;  // the header's view of the pieces (their bytes follow)
+  size_t bytes = 0;
+  for (const auto& p : pieces) {
+    layout.push_back({p.name, p.global_shape, p.begin, p.data.numel(), p.data.dtype(), nullptr});
+    bytes += p.data.nbytes();
+  }
+  std::string out = ShardPrefix(rank, step, layout);
+  out.reserve(out.size() + bytes + 4);
+  for (const auto& p : pieces) {
+    const size_t at = out.size();
+    out.resize(at + p.data.nbytes());
+    if (p.data.device().is_cpu())
+      std::memcpy(out.data() + at, p.data.raw(), p.data.nbytes());
+    else
+      GetAllocator(p.data.device())->CopyToHost(out.data() + at, p.data.raw(), p.data.nbytes());
+  }
+  const uint32_t crc = Crc32(out.data(), out.size());
+  out.append(reinterpret_cast<const char*>(&crc), 4);
+  return WriteFileAtomic(path, out);
+}
+
+namespace {
 
 Status WriteAll(int fd, const char* data, size_t bytes, const std::string& path) {
   size_t off = 0;
