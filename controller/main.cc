@@ -16,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include "common/file_util.h"
 #include "common/log.h"
 #include "common/service_log.h"
 #include "controller/auth.h"
@@ -188,17 +187,6 @@ moe::Status SetUpProcess(const ControllerConfig& c) {
   ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit is an error the store reports, not a crash
   ::signal(SIGINT, OnSignal);
   ::signal(SIGTERM, OnSignal);
-  // The parent of the jobs' default checkpoint directories: made when this machine can (a worker
-  // confined to it refuses to start while it does not exist); elsewhere each job's first rank
-  // makes its own directory below it.
-  if (!c.checkpoint_root.empty() && !moe::PathExists(c.checkpoint_root)) {
-    if (moe::Status st = moe::MakeDirs(c.checkpoint_root); st.ok()) {
-      MOE_LOG(INFO) << "--checkpoint-root " << c.checkpoint_root << ": created";
-    } else {
-      MOE_LOG(WARNING) << "--checkpoint-root " << c.checkpoint_root << ": not created here (" << st
-                       << "); the workers must see it";
-    }
-  }
   return moe::OkStatus();
 }
 
