@@ -75,9 +75,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     nroot = moe::NormalizeAbsolute(root, "/");
   CheckNormal(norm);
   CheckNormal(nroot);
-  // Accepted lexically: every component of the root leads the path's.
-  if (!root.empty() && moe::CheckUnderRoots("f", path, {root}, "data", false, "/base").ok()) {
-    const auto r = Split(nroot), p = Split(norm);
+  // Accepted lexically: every component of the root (relative to the same base) leads the
+  // path's. An empty path is "not given", which CheckUnderRoots lets through by design.
+  if (!root.empty() && !path.empty() &&
+      moe::CheckUnderRoots("f", path, {root}, "data", false, "/base").ok()) {
+    const auto r = Split(moe::NormalizeAbsolute(root, "/base")), p = Split(norm);
     if (p.size() < r.size()) __builtin_trap();
     for (size_t i = 0; i < r.size(); ++i) {
       if (r[i] != p[i]) __builtin_trap();
