@@ -66,4 +66,20 @@ Status CheckUnderRoots(const std::string& field, const std::string& path,
                                  ") (moe-worker --" + what + "-root)");
 }
 
+std::string ResolveRelativeData(const std::string& path, const std::vector<std::string>& roots,
+                                const std::string& cwd,
+                                const std::function<bool(const std::string&)>& holds) {
+  if (!path.empty() && path[0] == '/') {
+    const std::string p = NormalizeAbsolute(path, "/");
+    return holds(p) ? p : std::string();
+  }
+  std::vector<std::string> bases = roots;
+  if (!cwd.empty()) bases.push_back(cwd);
+  for (const std::string& base : bases) {
+    const std::string p = NormalizeAbsolute(path, NormalizeAbsolute(base, "/"));
+    if (holds(p)) return p;
+  }
+  return "";
+}
+
 }  // namespace moe

@@ -4,6 +4,7 @@
 // checks the same lexically at submit, when its workers reported their roots.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,13 @@ bool IsUnder(const std::string& path, const std::string& root);
 Status CheckUnderRoots(const std::string& field, const std::string& path,
                        const std::vector<std::string>& roots, const std::string& what, bool resolve,
                        const std::string& base);
+
+// Where a relative dataset path lies on this worker: below the first root that holds it (each of
+// `roots` in order), else in `cwd` (the directory the worker started in: a path written against a
+// checkout, "data/fortunes", with --data-root <checkout>/data). `holds(candidate)` says whether the
+// dataset is there. Absolute paths come back normalized; empty when no candidate holds it.
+std::string ResolveRelativeData(const std::string& path, const std::vector<std::string>& roots,
+                                const std::string& cwd,
+                                const std::function<bool(const std::string&)>& holds);
 
 }  // namespace moe

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/service_log.h"
 #include "controller/auth.h"
@@ -190,6 +191,19 @@ moe::Status SetUpProcess(const ControllerConfig& c) {
   return moe::OkStatus();
 }
 
+// An explicit --checkpoint-root is made when missing and this machine can (a worker confined to
+// it refuses to start while it does not exist); elsewhere each job's first rank makes its own
+// directory below it. The default (<state-dir>/checkpoints) is left to the first job that needs it.
+void MakeCheckpointRoot(const std::string& root) {
+  if (moe::PathExists(root)) return;
+  if (moe::Status st = moe::MakeDirs(root); st.ok()) {
+    MOE_LOG(INFO) << "--checkpoint-root " << root << ": created";
+  } else {
+    MOE_LOG(WARNING) << "--checkpoint-root " << root << ": not created here (" << st
+                     << "); the workers must see it";
+  }
+}
+
 using moe::controller::IsLoopbackAddress;
 
 // Who may call: the tokens file, or nobody checked, which is only allowed on loopback unless the
@@ -280,12 +294,14 @@ int main(int argc, char** argv) {
       "YAML file of queues with quotas per device type, cohorts and borrowing (docs/operations.md, "
       "Queues and quotas); jobs choose one by metadata.queue");
   CLI11_PARSE(app, argc, argv);
+  const bool checkpoint_root_given = !config.checkpoint_root.empty();
   config.Resolve();
   if (moe::Status st = LoadConfigFiles(plan_cluster, plan_software, classes, queues, &config);
       !st.ok()) {
     return Fail(st.message());
   }
   if (moe::Status st = SetUpProcess(config); !st.ok()) return Fail(st.message());
+  if (checkpoint_root_given) MakeCheckpointRoot(config.checkpoint_root);
 
   // Check exposure.
   auto auth = CheckExposure(config);

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <climits>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "common/file_util.h"
 #include "common/path_roots.h"
@@ -81,3 +84,22 @@ TEST(ComponentsBelow, IsLexicalAndComponentWise) {
 
 }  // namespace
 }  // namespace moe
+
+TEST(ResolveRelativeData, FirstRootThatHoldsItThenTheWorkersDirectory) {
+  std::set<std::string> there;
+  const auto holds = [&](const std::string& p) { return there.count(p) > 0; };
+  const std::vector<std::string> roots = {"/data", "/scratch/"};
+  // Nowhere: empty, so the caller can say where it looked.
+  EXPECT_EQ(moe::ResolveRelativeData("ds/x", roots, "/home/u/repo", holds), "");
+  // In the worker's directory only (a path written against a checkout, --data-root <it>/data).
+  there.insert("/home/u/repo/ds/x");
+  EXPECT_EQ(moe::ResolveRelativeData("ds/x", roots, "/home/u/repo", holds), "/home/u/repo/ds/x");
+  // Below a root: the roots come first, in their order.
+  there.insert("/scratch/ds/x");
+  EXPECT_EQ(moe::ResolveRelativeData("ds/x", roots, "/home/u/repo", holds), "/scratch/ds/x");
+  there.insert("/data/ds/x");
+  EXPECT_EQ(moe::ResolveRelativeData("./ds/../ds/x", roots, "/home/u/repo", holds), "/data/ds/x");
+  // Absolute: normalized, and only where it says.
+  EXPECT_EQ(moe::ResolveRelativeData("/data//ds/./x", roots, "", holds), "/data/ds/x");
+  EXPECT_EQ(moe::ResolveRelativeData("/elsewhere/x", roots, "/home/u/repo", holds), "");
+}

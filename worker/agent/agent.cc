@@ -378,6 +378,28 @@ Status WorkerAgent::CheckPaths(const moe::v1::Assignment& a) const {
                          "checkpoint", true, o_.checkpoint_roots.front());
 }
 
+Status WorkerAgent::ResolveDataPath(moe::v1::Assignment* a) const {
+  moe::v1::DataSpec& data = *a->mutable_spec()->mutable_spec()->mutable_data();
+  if (data.source() == "synthetic" || data.path().empty()) return OkStatus();
+  MOE_RETURN_IF_ERROR(CheckPathText("spec.data.path", data.path()));
+  char cwd[4096];
+  const std::string here = ::getcwd(cwd, sizeof(cwd)) ? cwd : "";
+  const std::string found =
+      ResolveRelativeData(data.path(), o_.data_roots, here,
+                          [](const std::string& p) { return PathExists(p + ".idx"); });
+  if (found.empty()) {
+    std::string where;
+    for (const auto& r : o_.data_roots) where += (where.empty() ? "" : ", ") + r;
+    return FailedPreconditionError(
+        "spec.data.path: " + data.path() + ": no dataset (" + data.path() + ".idx) " +
+        (data.path()[0] == '/' ? std::string("on this worker")
+                               : "below the data roots (" + where + ") or in " + here) +
+        " (moe-prep writes it; moe-worker --data-root)");
+  }
+  data.set_path(found);
+  return OkStatus();
+}
+
 StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const {
   const moe::v1::Assignment& a = rank.assignment;
   std::vector<std::string> args = {
@@ -477,7 +499,7 @@ moe::v1::WorkerMessage AboutRank(const moe::v1::Assignment& a, bool started) {
 }  // namespace
 
 void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub,
-                            const moe::v1::Assignment& a) {
+                            moe::v1::Assignment a) {
   const int device = a.device_index();
   if (device < 0 || device >= static_cast<int>(o_.devices.size())) {
     return Report(NotRun(a, FailureClass::kTransient, StatusCode::kInvalidArgument,
@@ -491,8 +513,9 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
     return Report(NotRun(a, FailureClass::kTransient, StatusCode::kUnavailable,
                          "worker " + o_.name + " is leaving (" + LeaveReason() + ")"));
   }
-  if (Status st = CheckPaths(a);
-      !st.ok()) {  // the job cannot run here as specified: it fails at once
+  Status st = o_.fake_step_seconds > 0 ? OkStatus() : ResolveDataPath(&a);  // a fake reads none
+  if (st.ok()) st = CheckPaths(a);
+  if (!st.ok()) {  // the job cannot run here as specified: it fails at once
     MOE_LOG(ERROR) << "refusing rank " << a.rank() << " of " << a.job_id() << ": " << st.message();
     return Report(NotRun(a, FailureClass::kPermanent, StatusCode::kFailedPrecondition,
                          "worker " + o_.name + " refused the rank: " + st.message()));

@@ -73,9 +73,13 @@ class WorkerAgent {
   void Registration(moe::v1::Register* r);
   void ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   void StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub,
-                 const moe::v1::Assignment& a);
+                 moe::v1::Assignment a);  // a copy: its data path is resolved here
   StatusOr<std::vector<std::string>> RankArgs(const Rank& rank) const;
   Status CheckPaths(const moe::v1::Assignment& a) const;
+  // A relative spec.data.path made absolute where the dataset is on this worker
+  // (common/path_roots.h ResolveRelativeData); FAILED_PRECONDITION naming the places looked at when
+  // it is nowhere.
+  Status ResolveDataPath(moe::v1::Assignment* a) const;
   void ServeLogs(const moe::v1::LogRequest& req);  // FAILED_PRECONDITION naming the field and roots
   // Stops the ranks of that attempt that run here: at their next step boundary (they checkpoint
   // there), killed after the stop grace; `now`: killed at once.
