@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/file_util.h"
+#include "common/http_health.h"
 #include "common/log.h"
 #include "common/service_log.h"
 #include "controller/auth.h"
@@ -33,6 +34,14 @@ using moe::controller::ControllerConfig;
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
+std::atomic<bool> g_serving{false};      // gRPC started (readiness)
+std::atomic<int64_t> g_last_tick_ms{0};  // the loop's last tick, steady clock (liveness)
+const auto g_process_metrics = moe::ProcessCollector();  // process_* on /metrics
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 void BindFlags(CLI::App& app, ControllerConfig& c) {
   app.add_option("--listen", c.server.listen, "gRPC address (host:port)")->capture_default_str();
@@ -244,19 +253,43 @@ moe::StatusOr<std::unique_ptr<prometheus::Exposer>> ServeMetrics(
     // its request.
     exposer = std::make_unique<prometheus::Exposer>(
         std::vector<std::string>{"listening_ports", c.metrics_listen, "num_threads", "16",
-                                 "request_timeout_ms", "5000", "linger_timeout_ms", "0"});
+                                 "request_timeout_ms", "5000", "linger_timeout_ms", "0"},
+        moe::HealthCallbacks());  // /healthz, /readyz (ControllerProbes)
   } catch (const std::exception& e) {
     return moe::UnavailableError("--metrics-listen " + c.metrics_listen +
                                  ": cannot serve /metrics there (" + e.what() + ")");
   }
   exposer->RegisterCollectable(registry);
+  exposer->RegisterCollectable(g_process_metrics);
   return exposer;
+}
+
+// Alive while its loop ticks (a controller wedged for kLiveSeconds is restarted by its
+// supervisor); ready once it has recovered its state and serves gRPC, until it stops.
+moe::HealthProbes ControllerProbes() {
+  constexpr double kLiveSeconds = 30;
+  moe::HealthProbes p;
+  p.live = [] {
+    const int64_t last = g_last_tick_ms.load();
+    if (last == 0) return moe::ProbeAnswer{true, "starting"};
+    const double age = static_cast<double>(NowMs() - last) / 1000;
+    if (age < kLiveSeconds) return moe::ProbeAnswer{};
+    return moe::ProbeAnswer{false, "the controller's loop has not run for " +
+                                       std::to_string(static_cast<int>(age)) + " s"};
+  };
+  p.ready = [] {
+    if (g_stop) return moe::ProbeAnswer{false, "stopping"};
+    if (!g_serving.load()) return moe::ProbeAnswer{false, "recovering its state, not serving yet"};
+    return moe::ProbeAnswer{};
+  };
+  return p;
 }
 
 // Ticks until a signal, or until another controller took over the state (non-OK then).
 moe::Status RunUntilSignalled(moe::controller::Controller& controller) {
   while (!g_stop) {
     controller.Tick();
+    g_last_tick_ms = NowMs();
     if (std::string why = controller.Fenced(); !why.empty()) return moe::AbortedError(why);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -314,6 +347,7 @@ int main(int argc, char** argv) {
   auto store = moe::controller::SqliteStateStore::Open(config.state_dir);
   if (!store.ok()) return Fail("--state-dir: " + store.status().message());
   auto registry = std::make_shared<prometheus::Registry>();
+  moe::SetHealthProbes(ControllerProbes());
   auto exposer = ServeMetrics(config, registry);
   if (!exposer.ok()) return Fail(exposer.status().message());
 
@@ -331,6 +365,7 @@ int main(int argc, char** argv) {
   if (moe::Status st = grpc_server.Start(config.server); !st.ok()) {
     return Fail("--listen: " + st.message());
   }
+  g_serving = true;
   MOE_LOG(INFO) << "moe-controller " << MOE_VERSION << " serving gRPC on " << config.server.listen
                 << (config.server.tls_cert.empty() ? "" : " (TLS)")
                 << (config.server.tls_client_ca.empty() ? "" : " (mTLS)")

@@ -223,6 +223,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
     }
   });
   ServeSession(stub);
+  registered_ = false;
   session_over = true;
   hb_cv.notify_all();
   heartbeat.join();
@@ -272,6 +273,8 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
         heartbeat_seconds_ =
             msg.registered().heartbeat_seconds() > 0 ? msg.registered().heartbeat_seconds() : 1.0;
         session_->Set(msg.registered().session());
+        registered_ = true;
+        ++registrations_;
         MOE_LOG(INFO) << "registered with the controller at " << o_.client.address << " as "
                       << o_.name << " (rack " << o_.rack << ", node " << o_.node << ", "
                       << o_.devices.front()
@@ -556,7 +559,20 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
 
 // The rank is this worker's now: the controller hears it started, and `monitor` watches it on its
 // own thread until it ends.
+AgentState WorkerAgent::State() {
+  AgentState s;
+  s.registered = registered_;
+  s.leaving = leaving_;
+  s.devices = static_cast<int>(o_.devices.size());
+  s.registrations = registrations_;
+  s.ranks_started = ranks_started_;
+  std::lock_guard<std::mutex> lock(ranks_mu_);
+  for (const auto& [device, rank] : ranks_) s.ranks_running += rank && !rank->done;
+  return s;
+}
+
 void WorkerAgent::Adopt(const std::shared_ptr<Rank>& rank, void (WorkerAgent::*monitor)(Rank*)) {
+  ++ranks_started_;
   Write(AboutRank(rank->assignment, /*started=*/true));
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);

@@ -50,6 +50,16 @@ struct AgentOptions {
   double fake_step_seconds = 0;
 };
 
+// What the agent's health endpoint and /metrics show (main's --health-listen).
+struct AgentState {
+  bool registered = false;    // a session with the controller is up
+  bool leaving = false;       // a clean stop is under way
+  int devices = 0;            // devices served
+  int ranks_running = 0;      // ranks whose process still runs
+  int64_t registrations = 0;  // sessions the controller accepted since start (reconnects + 1)
+  int64_t ranks_started = 0;  // ranks started since start
+};
+
 class WorkerAgent {
  public:
   explicit WorkerAgent(AgentOptions options);
@@ -62,6 +72,9 @@ class WorkerAgent {
   // checkpoint), reports their ends, then Stop()s. Blocks until the ranks ended (at most the stop
   // grace; a rank is killed after it).
   void Leave(const std::string& reason);
+  // Thread-safe snapshot for the health endpoint.
+  AgentState State();
+  const AgentOptions& options() const { return o_; }
 
  private:
   std::string PeakCachePath(int threads) const;  // <runtime-dir>/cpu-peak-t<threads>.txt
@@ -98,6 +111,9 @@ class WorkerAgent {
   AgentOptions o_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> leaving_{false};
+  std::atomic<bool> registered_{false};    // Registered received on the current session
+  std::atomic<int64_t> registrations_{0};  // Registered messages accepted
+  std::atomic<int64_t> ranks_started_{0};  // rank processes (or fake ranks) started
   double retry_after_ = 0;  // seconds the controller asked us to wait before registering again
   Status fatal_;  // why Run gave up (a name another live worker holds); set on Run's thread
   std::string leave_reason_;  // guarded by ranks_mu_ (set with leaving_)

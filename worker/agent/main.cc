@@ -6,6 +6,7 @@
 //   moe-worker --controller ADDR --fake-step-seconds S [--fake-workers N] [--slots D]
 //              [--fake-rack-size K]   (load tests: N fake nodes of D devices)
 #include <limits.h>
+#include <prometheus/exposer.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 
 #include "common/confined_dir.h"
 #include "common/file_util.h"
+#include "common/http_health.h"
 #include "common/log.h"
 #include "common/path_roots.h"
 #include "common/service_log.h"
@@ -33,8 +35,95 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be as
 void OnSignal(int sig) { g_signal.store(sig); }
 // Runs `n` agents (n > 1: fake mode's many nodes in one process, named <name>-<i>, on racks of
 // `rack_size` nodes: <rack>-<i / rack_size>) until a signal; each agent on its own thread.
-moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_size) {
-  std::vector<std::unique_ptr<moe::worker::WorkerAgent>> agents;
+using Agents = std::vector<std::unique_ptr<moe::worker::WorkerAgent>>;
+
+// The agents' state as gauges and counters, one series per agent (fake mode runs many).
+std::vector<prometheus::MetricFamily> AgentFamilies(const Agents& agents) {
+  using prometheus::MetricType;
+  struct Def {
+    const char* name;
+    const char* help;
+    MetricType type;
+    double (*value)(const moe::worker::AgentState&);
+  };
+  static const Def defs[] = {
+      {"moe_agent_registered", "1 while the agent has a session with the controller",
+       MetricType::Gauge,
+       [](const moe::worker::AgentState& s) { return s.registered ? 1.0 : 0.0; }},
+      {"moe_agent_leaving", "1 while the agent stops cleanly (its ranks checkpoint and end)",
+       MetricType::Gauge, [](const moe::worker::AgentState& s) { return s.leaving ? 1.0 : 0.0; }},
+      {"moe_agent_devices", "devices the agent serves (GPUs, or CPU slots)", MetricType::Gauge,
+       [](const moe::worker::AgentState& s) { return 1.0 * s.devices; }},
+      {"moe_agent_ranks_running", "rank processes running under the agent", MetricType::Gauge,
+       [](const moe::worker::AgentState& s) { return 1.0 * s.ranks_running; }},
+      {"moe_agent_registrations_total", "sessions the controller accepted (1 + reconnects)",
+       MetricType::Counter, [](const moe::worker::AgentState& s) { return 1.0 * s.registrations; }},
+      {"moe_agent_ranks_started_total", "ranks the agent started", MetricType::Counter,
+       [](const moe::worker::AgentState& s) { return 1.0 * s.ranks_started; }},
+  };
+  std::vector<moe::worker::AgentState> states;
+  for (const auto& a : agents) states.push_back(a->State());
+  std::vector<prometheus::MetricFamily> out;
+  for (const Def& d : defs) {
+    prometheus::MetricFamily f{d.name, d.help, d.type, {}};
+    for (size_t i = 0; i < agents.size(); ++i) {
+      const moe::worker::AgentOptions& o = agents[i]->options();
+      prometheus::ClientMetric m;
+      m.label = {{"agent", o.name}, {"node", o.node}, {"rack", o.rack}};
+      (d.type == MetricType::Counter ? m.counter.value : m.gauge.value) = d.value(states[i]);
+      f.metric.push_back(std::move(m));
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// Alive while the process serves; ready while every agent has a session and none is leaving.
+moe::HealthProbes AgentProbes(const Agents& agents) {
+  moe::HealthProbes p;
+  p.ready = [&agents] {
+    for (const auto& a : agents) {
+      const moe::worker::AgentState s = a->State();
+      if (s.leaving) return moe::ProbeAnswer{false, a->options().name + " is leaving"};
+      if (!s.registered)
+        return moe::ProbeAnswer{
+            false, a->options().name + " is not registered with " + a->options().client.address};
+    }
+    return moe::ProbeAnswer{};
+  };
+  return p;
+}
+
+// --health-listen: GET /healthz, /readyz and /metrics (the agents' state, process_*).
+struct HealthEndpoint {
+  std::shared_ptr<prometheus::Collectable> agents, process;
+  std::unique_ptr<prometheus::Exposer> exposer;
+};
+moe::StatusOr<std::unique_ptr<HealthEndpoint>> ServeHealth(const std::string& listen,
+                                                           const Agents& agents) {
+  auto h = std::make_unique<HealthEndpoint>();
+  if (listen.empty()) return h;
+  moe::SetHealthProbes(AgentProbes(agents));
+  try {
+    h->exposer = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", listen, "num_threads", "4",
+                                 "request_timeout_ms", "5000", "linger_timeout_ms", "0"},
+        moe::HealthCallbacks());
+  } catch (const std::exception& e) {
+    return moe::InvalidArgumentError("--health-listen " + listen + ": cannot serve there (" +
+                                     e.what() + ")");
+  }
+  h->agents = moe::CollectorOf([&agents] { return AgentFamilies(agents); });
+  h->process = moe::ProcessCollector();
+  h->exposer->RegisterCollectable(h->agents);
+  h->exposer->RegisterCollectable(h->process);
+  MOE_LOG(INFO) << "health on http://" << listen << "/healthz, /readyz; metrics on /metrics";
+  return h;
+}
+
+moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_size,
+                      const std::string& health_listen) {
+  Agents agents;
   for (int i = 0; i < n; ++i) {
     moe::worker::AgentOptions o = base;
     if (n > 1) {
@@ -45,6 +134,7 @@ moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_siz
     }
     agents.push_back(std::make_unique<moe::worker::WorkerAgent>(o));
   }
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<HealthEndpoint> health, ServeHealth(health_listen, agents));
   // Signal handlers only set a flag; this thread turns it into a clean leave: each agent tells the
   // controller, its rank checkpoints at the next step boundary and stops (killed after the stop
   // grace), and the job moves on without using a restart. It ends with Run, and is joined.
@@ -69,6 +159,7 @@ moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_siz
   }
   for (auto& t : threads) t.join();
   watcher.join();
+  health.reset();  // before the agents its collector reads
   for (const auto& st : results) MOE_RETURN_IF_ERROR(st);
   return moe::OkStatus();
 }
@@ -85,6 +176,7 @@ struct WorkerFlags {
   moe::worker::AgentOptions o;
   std::string rack, node, inject_delay, token_file;
   std::string device = "cpu", devices;  // --device, --devices
+  std::string health_listen;            // --health-listen ADDR:PORT
   int slots = 0;                        // --slots
   moe::ServiceLogOptions log;
   int fake_workers = 1, fake_rack_size = 0;
@@ -166,6 +258,10 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--fake-rack-size", f.fake_rack_size,
                  "load testing: the fake workers' racks hold this many each (0: one rack)")
       ->check(CLI::Range(0, 100000));
+  app.add_option("--health-listen", f.health_listen,
+                 "serve GET /healthz (alive), /readyz (registered with the controller) and "
+                 "/metrics (moe_agent_*, process_*) on this address, e.g. 0.0.0.0:9401 (default: "
+                 "none)");
   moe::AddServiceLogFlags(app, &f.log);
 }
 
@@ -287,7 +383,8 @@ int main(int argc, char** argv) {
   if (f.o.fake_step_seconds > 0)
     MOE_LOG(INFO) << "fake mode: " << f.fake_workers << " node(s) of " << f.o.devices.size()
                   << " device(s), no trainer";
-  if (moe::Status st = RunAgents(f.o, f.fake_workers, f.fake_rack_size); !st.ok()) {
+  if (moe::Status st = RunAgents(f.o, f.fake_workers, f.fake_rack_size, f.health_listen);
+      !st.ok()) {
     std::fprintf(stderr, "moe-worker: %s\n", st.ToString().c_str());
     return 1;
   }
