@@ -254,6 +254,20 @@ int GetQueues(Client& c, const Args& a) {
   });
 }
 
+int GetRacks(Client& c, const Args& a) {
+  moe::v1::ListRacksResponse resp;
+  if (Status st = c.Call(&Stub::ListRacks, moe::v1::ListRacksRequest(), &resp); !st.ok())
+    return c.Fail(st);
+  if (a.output == "name") {
+    std::vector<std::string> names;
+    for (const auto& r : resp.racks()) names.push_back(r.name());
+    return PrintNames(names, "rack");
+  }
+  return Print(c, resp, a.output, [&] {
+    return RacksTable({resp.racks().begin(), resp.racks().end()});
+  });
+}
+
 int Cancel(Client& c, const Args& a) {
   moe::v1::CancelJobRequest req;
   req.set_id(a.id);
@@ -346,7 +360,7 @@ void AddWatchFlags(CLI::App* sub, Args* a) {
 }
 
 std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
-  auto* get = app.add_subcommand("get", "list jobs, workers or queues, or show one job");
+  auto* get = app.add_subcommand("get", "list jobs, workers, queues or racks, or show one job");
   get->require_subcommand(1);
   auto* jobs = get->add_subcommand("jobs", "all jobs (every page), oldest first");
   jobs->add_option("--state", a->states, "only jobs in these states (PENDING, RUNNING, ...)");
@@ -359,7 +373,9 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
   auto* workers = get->add_subcommand("workers", "all workers");
   auto* queues = get->add_subcommand(
       "queues", "the queues: quota, usage, borrowing, pending and admitted jobs");
-  for (auto* sub : {jobs, job, workers, queues}) AddOutput(sub, a);
+  auto* racks = get->add_subcommand(
+      "racks", "the racks (NVLink domains): workers by state, spares held back and in use");
+  for (auto* sub : {jobs, job, workers, queues, racks}) AddOutput(sub, a);
   for (auto* sub : {jobs, workers}) AddWatchFlags(sub, a);
   auto* describe =
       app.add_subcommand("describe", "a job (spec, placement, events, last metrics) or a worker");
@@ -377,6 +393,7 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
           {job, [&c, a] { return GetJob(c, *a, false); }},
           {workers, [&c, a] { return GetWorkers(c, *a); }},
           {queues, [&c, a] { return GetQueues(c, *a); }},
+          {racks, [&c, a] { return GetRacks(c, *a); }},
           {describe_job, [&c, a] { return GetJob(c, *a, true); }}};
 }
 

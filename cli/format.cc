@@ -212,6 +212,18 @@ std::string QueuesTable(const std::vector<moe::v1::QueueStatus>& queues) {
                rows);
 }
 
+std::string RacksTable(const std::vector<moe::v1::RackStatus>& racks) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : racks) {
+    rows.push_back({r.name(), std::to_string(r.workers()), std::to_string(r.idle()),
+                    std::to_string(r.busy()), std::to_string(r.draining()),
+                    std::to_string(r.lost()), std::to_string(r.spares()),
+                    std::to_string(r.spares_in_use())});
+  }
+  return Table({"RACK", "WORKERS", "IDLE", "BUSY", "DRAINING", "LOST", "SPARES", "SPARES-IN-USE"},
+               rows);
+}
+
 std::string DescribeWorker(const moe::v1::Worker& w, double now) {
   std::ostringstream os;
   char memory[32] = "-";

@@ -32,6 +32,8 @@ std::string WorkersTable(const std::vector<moe::v1::Worker>& workers, double now
 std::string Describe(const moe::v1::Job& job, double now);
 std::string DescribeWorker(const moe::v1::Worker& w, double now);
 std::string QueuesTable(const std::vector<moe::v1::QueueStatus>& queues);
+// One row per rack: its workers by state, and its spares (moe-controller --spares-per-rack).
+std::string RacksTable(const std::vector<moe::v1::RackStatus>& racks);
 // The job's events, oldest first (moectl events).
 std::string EventsTable(const moe::v1::Job& job, double now);
 std::string FormatNumber(double v, int precision = 4);

@@ -1,7 +1,7 @@
 // moectl: the command line of MoE Orchestrator, in kubectl's habits.
 //
 //   moectl submit -f job.yaml            prints the new job's id alone on stdout
-//   moectl get jobs | get job ID | get workers | get queues [-o table|json|yaml|name]
+//   moectl get jobs | get job ID | get workers | get queues | get racks [-o table|json|yaml|name]
 //   moectl describe job ID | describe worker NAME | events ID | watch ID | cancel ID | delete job
 //   ID | delete worker NAME | drain NAME | undrain NAME | logs ID | top moectl plan -f job.yaml
 //   --cluster NAME [--software NAME] [--sweep N]   offline: no controller moectl plan JOB

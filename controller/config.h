@@ -65,6 +65,11 @@ struct ControllerConfig {
   // more ranks than this is refused at submit (0: no ceiling). A smaller job that the workers
   // registered now cannot hold waits in PENDING for capacity, with the reason.
   int64_t max_job_ranks = 0;
+  // Healthy workers of each rack (per device type) held back from new placements: a fresh job sees
+  // a rack's free workers less this many; a restart that lost a worker may take them, its own
+  // rack's first, so that an expert-parallel group stays in its NVLink domain (NVL72 operators
+  // hold back 2 of 18 trays). 0: none held back.
+  int spares_per_rack = 0;
   // A queued job that does not fit stops running jobs of lower priority to make room (they
   // checkpoint, wait as PREEMPTED and resume later without using a restart).
   bool preemption = true;

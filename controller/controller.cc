@@ -279,6 +279,28 @@ std::vector<moe::v1::Worker> Controller::Workers() {
   return workers_.List();
 }
 
+moe::v1::ListRacksResponse Controller::Racks() {
+  std::map<std::string, RackCount> racks;
+  {
+    MutexLock lock(&mu_);
+    racks = workers_.CountByRack(config_.spares_per_rack);
+  }
+  moe::v1::ListRacksResponse out;
+  out.set_spares_per_rack(config_.spares_per_rack);
+  for (const auto& [name, r] : racks) {
+    moe::v1::RackStatus* row = out.add_racks();
+    row->set_name(name);
+    row->set_workers(r.workers);
+    row->set_idle(r.idle);
+    row->set_busy(r.busy);
+    row->set_draining(r.draining);
+    row->set_lost(r.lost);
+    row->set_spares(r.spares);
+    row->set_spares_in_use(r.spares_in_use);
+  }
+  return out;
+}
+
 // `name`: a worker, or a node agent (all its devices; the first is returned).
 StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool drained,
                                                  const std::string& actor, bool move_work) {
@@ -613,6 +635,8 @@ void Controller::PublishClusterMetrics() {
   metrics_.SetQueueLength(jobs_.CountQueued());
   metrics_.SetRendezvousKeys(rendezvous_.size());
   metrics_.SetWorkerCounts(workers_.CountByStateAndRack());
+  if (config_.spares_per_rack > 0)
+    metrics_.SetRackSpares(workers_.CountByRack(config_.spares_per_rack));
   metrics_.Expire();
 }
 

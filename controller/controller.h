@@ -88,6 +88,8 @@ class Controller {
   std::vector<moe::v1::Worker> Workers() ABSL_LOCKS_EXCLUDED(mu_);
   // The queues with their quotas and usage (moectl get queues); one, "default", without --queues.
   std::vector<moe::v1::QueueStatus> Queues() ABSL_LOCKS_EXCLUDED(mu_);
+  // Every rack with its workers by state and its spares (moectl get racks; --spares-per-rack).
+  moe::v1::ListRacksResponse Racks() ABSL_LOCKS_EXCLUDED(mu_);
   // Drains (no new work) or undrains a worker. `move_work` (drain only): its rank also checkpoints
   // and stops, and its job continues elsewhere without using a restart (as when the worker leaves).
   StatusOr<moe::v1::Worker> SetDrained(const std::string& name, bool drained,

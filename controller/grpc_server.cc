@@ -359,6 +359,14 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
       return OkStatus();
     });
   }
+  grpc::ServerUnaryReactor* ListRacks(grpc::CallbackServerContext* ctx,
+                                      const moe::v1::ListRacksRequest*,
+                                      moe::v1::ListRacksResponse* resp) override {
+    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+      *resp = c_.Racks();
+      return OkStatus();
+    });
+  }
   grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* ctx,
                                         const moe::v1::DrainWorkerRequest* req,
                                         moe::v1::Worker* resp) override {

@@ -88,6 +88,11 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "waits for capacity)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--spares-per-rack", c.spares_per_rack,
+                 "healthy workers of each rack (per device type) held back from new jobs; a "
+                 "restart that lost a worker takes them, its rack's first (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));  // a readable bound in the refusal of a negative one
   app.add_flag("!--no-preemption", c.preemption,
                "never stop running jobs for queued ones of higher priority");
   app.add_option("--restart-backoff-seconds", c.restart_backoff_seconds,

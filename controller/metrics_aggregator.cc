@@ -106,6 +106,11 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
   straggler_gauge_ = AddGauge(r, "moe_job_straggler", "1 while the rank is flagged as a straggler");
   step_ = AddGauge(r, "moe_job_step", "Last completed step");
   workers_ = AddGauge(r, "moe_workers", "Workers by state and rack");
+  rack_spares_ = AddGauge(r, "moe_rack_spares",
+                          "Idle workers of the rack held back from new jobs (--spares-per-rack)");
+  rack_spares_in_use_ = AddGauge(
+      r, "moe_rack_spares_in_use",
+      "Busy workers of the rack beyond what new jobs may use: restarts running on its spares");
   queue_ = AddGauge(r, "moe_scheduler_queue_length",
                     "Jobs waiting for placement (pending or restarting)");
   decision_ =
@@ -404,6 +409,19 @@ void MetricsAggregator::SetWorkerCounts(std::map<std::pair<std::string, std::str
         worker_series_.insert({st, rack});
       }
     }
+  }
+}
+
+void MetricsAggregator::SetRackSpares(const std::map<std::string, RackCount>& racks) {
+  for (const std::string& rack : spare_racks_) {
+    if (racks.count(rack)) continue;
+    rack_spares_->Add({{"rack", rack}}).Set(0);
+    rack_spares_in_use_->Add({{"rack", rack}}).Set(0);
+  }
+  for (const auto& [rack, r] : racks) {
+    rack_spares_->Add({{"rack", rack}}).Set(r.spares);
+    rack_spares_in_use_->Add({{"rack", rack}}).Set(r.spares_in_use);
+    spare_racks_.insert(rack);
   }
 }
 

@@ -22,6 +22,7 @@
 #include "controller/clock.h"
 #include "controller/config.h"
 #include "controller/job_listener.h"
+#include "controller/worker_registry.h"
 #include "moe/v1/job.pb.h"
 #include "moe/v1/worker_service.pb.h"
 
@@ -71,6 +72,9 @@ class MetricsAggregator final : public JobListener {
   // moe_workers{state, rack}: per rack, never per worker (a series per device would grow /metrics
   // with the cluster: 131,072 devices); the registry counts them (CountByStateAndRack).
   void SetWorkerCounts(std::map<std::pair<std::string, std::string>, int> counts);
+  // moe_rack_spares{rack} and moe_rack_spares_in_use{rack} (--spares-per-rack > 0 only): a rack
+  // that is no longer counted goes to 0, as moe_workers does.
+  void SetRackSpares(const std::map<std::string, RackCount>& racks);
   // Goodput (controller/goodput.h): the job's ratio and lost seconds by cause (counters, moved by
   // what the account added since the last call), and the cluster's over the jobs shown.
   void SetGoodput(const std::string& job_id, const moe::v1::Goodput& g);
@@ -143,6 +147,9 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Histogram>* decision_;
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_;
   std::set<std::pair<std::string, std::string>> worker_series_;  // (state, rack) seen
+  prometheus::Family<prometheus::Gauge>* rack_spares_;
+  prometheus::Family<prometheus::Gauge>* rack_spares_in_use_;
+  std::set<std::string> spare_racks_;  // racks with spares series
 };
 
 }  // namespace moe::controller

@@ -105,18 +105,32 @@ JobEntry* QueueScheduler::NextQueued(const std::map<std::string, std::vector<Que
   return jobs_.Find(std::get<5>(*best));
 }
 
-// What placing the job asks for: its layout, and the memory one of its ranks needs on a worker.
+// A restart that replaces a worker its last attempt lost (lost, left, drained with its work moved):
+// it may take the spares held back in each rack (--spares-per-rack). A requeue whose workers are
+// all still there (an elastic job growing back, a preempted one) is a new placement like any other.
+bool QueueScheduler::ReplacesAWorker(const JobEntry& e) const {
+  if (e.job.state() != moe::v1::RESTARTING) return false;
+  for (const auto& p : e.job.placement()) {
+    if (!workers_.Placeable(p.worker())) return true;
+  }
+  return false;
+}
+
+// What placing the job asks for: its layout, the memory one of its ranks needs on a worker, and the
+// spares it must leave alone.
 PlacementRequest QueueScheduler::Request(JobEntry& e) const {
   PlacementRequest req = internal::RequestFor(e.spec);
   req.min_memory = RankMemoryNeed(e);
   req.unknown_memory_ok = config_.allow_unknown_memory;
+  req.spares_per_rack = ReplacesAWorker(e) ? 0 : config_.spares_per_rack;
   return req;
 }
 
 const Status& QueueScheduler::Feasible(const PlacementRequest& req, SchedulePass& pass) {
   const std::string shape = std::to_string(req.world_size) + "/" +
                             std::to_string(req.expert_parallel) + "/" + req.within + "/" +
-                            req.device_type + "/" + std::to_string(req.min_memory);
+                            req.device_type + "/" + std::to_string(req.min_memory) + "/" +
+                            std::to_string(req.spares_per_rack);
   auto it = pass.feasible.find(shape);
   if (it != pass.feasible.end()) return it->second;
   if (!pass.live_known) pass.live = workers_.LiveSlots(), pass.live_known = true;

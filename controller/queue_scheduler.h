@@ -53,6 +53,7 @@ class QueueScheduler {
  private:
   static bool Shrunk(const JobEntry& e);
   QueueUsage UsageNow();
+  bool ReplacesAWorker(const JobEntry& e) const;
   PlacementRequest Request(JobEntry& e) const;
   JobEntry* NextQueued(const std::map<std::string, std::vector<QueuedJob>>& by_queue,
                        std::map<std::string, size_t>& cursor, const QueueUsage& usage);

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace moe::controller {
 namespace {
@@ -174,15 +175,15 @@ std::vector<Slot> Refill(const PlacementRequest& req, const std::vector<Slot>& f
         break;
       }
     }
-    // Prefer the lost slot's own node, then anywhere in the domain.
+    // Prefer the lost slot's own node, then its rack (NVLink domain: what within=any or node may
+    // still keep), then anywhere in the domain.
+    const Slot& lost = req.previous[static_cast<size_t>(r)];
     auto pick = spare.end();
-    for (auto it = spare.begin(); it != spare.end(); ++it) {
+    int best = -1;
+    for (auto it = spare.begin(); it != spare.end() && best < 2; ++it) {
       if (DomainOf(*it, req.within) != domain) continue;
-      if (it->node == req.previous[static_cast<size_t>(r)].node) {
-        pick = it;
-        break;
-      }
-      if (pick == spare.end()) pick = it;
+      const int near = it->node == lost.node ? 2 : it->rack == lost.rack ? 1 : 0;
+      if (near > best) pick = it, best = near;
     }
     if (pick == spare.end()) return {};
     out[static_cast<size_t>(r)] = *pick;
@@ -198,7 +199,43 @@ bool DeviceMatches(const std::string& device, const std::string& type) {
   return device.rfind(type, 0) == 0;
 }
 
+std::vector<Slot> WithoutSpares(const PlacementRequest& req, const std::vector<Slot>& slots) {
+  if (req.spares_per_rack <= 0) return slots;
+  std::unordered_set<std::string_view> previous;
+  for (const Slot& s : req.previous) previous.insert(s.worker);
+  std::unordered_map<std::string_view, std::vector<int>> by_rack;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (DeviceMatches(slots[i].device, req.device_type))
+      by_rack[slots[i].rack].push_back(static_cast<int>(i));
+  }
+  // Kept first: the previous placement's slots, then rank order; the last ones are held back.
+  auto kept_first = [&](int a, int b) {
+    const Slot &sa = slots[static_cast<size_t>(a)], &sb = slots[static_cast<size_t>(b)];
+    const bool pa = previous.count(sa.worker) > 0, pb = previous.count(sb.worker) > 0;
+    return pa != pb ? pa : SlotLess(sa, sb);
+  };
+  std::vector<bool> held(slots.size(), false);
+  for (auto& [rack, members] : by_rack) {
+    const size_t n = std::min(members.size(), static_cast<size_t>(req.spares_per_rack));
+    std::sort(members.begin(), members.end(), kept_first);
+    for (size_t k = members.size() - n; k < members.size(); ++k)
+      held[static_cast<size_t>(members[k])] = true;
+  }
+  std::vector<Slot> out;
+  out.reserve(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i)
+    if (!held[i]) out.push_back(slots[i]);
+  return out;
+}
+
 namespace {
+// "" without spares, else what the counts above left out.
+std::string SparesNote(const PlacementRequest& req) {
+  if (req.spares_per_rack <= 0) return "";
+  return " (" + std::to_string(req.spares_per_rack) + " " + req.device_type +
+         " worker(s) of each rack held back as spares: moe-controller --spares-per-rack)";
+}
+
 bool MemoryFits(const Slot& s, const PlacementRequest& req) {
   if (req.min_memory <= 0) return true;
   return s.memory > 0 ? s.memory >= req.min_memory : req.unknown_memory_ok;
@@ -242,8 +279,11 @@ std::string MemoryShortfall(const std::vector<Slot>& all, const PlacementRequest
 }
 }  // namespace
 
-StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector<Slot>& free_all) {
+StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector<Slot>& free_in) {
   MOE_RETURN_IF_ERROR(CheckShape(req));
+  std::vector<Slot> unheld;  // a copy only when spares are held back (87,720 free slots: bench)
+  if (req.spares_per_rack > 0) unheld = WithoutSpares(req, free_in);
+  const std::vector<Slot>& free_all = req.spares_per_rack > 0 ? unheld : free_in;
   const std::vector<int> match = Matching(free_all, req);
   if (!req.previous.empty()) {
     std::vector<Slot> free;
@@ -254,32 +294,35 @@ StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector
   if (static_cast<int>(match.size()) < req.world_size) {
     return ResourceExhaustedError("needs " + std::to_string(req.world_size) + " free " +
                                   req.device_type + " workers, " + std::to_string(match.size()) +
-                                  " are free");
+                                  " are free" + SparesNote(req));
   }
   auto out = PackFresh(req, free_all, match);
   if (out.empty()) {
     return ResourceExhaustedError("not enough free workers in one " + req.within +
                                   " for each expert-parallel group of " +
-                                  std::to_string(req.expert_parallel));
+                                  std::to_string(req.expert_parallel) + SparesNote(req));
   }
   return out;
 }
 
-Status CheckFeasible(const PlacementRequest& req, const std::vector<Slot>& all) {
+Status CheckFeasible(const PlacementRequest& req, const std::vector<Slot>& all_in) {
   MOE_RETURN_IF_ERROR(CheckShape(req));
+  std::vector<Slot> unheld;
+  if (req.spares_per_rack > 0) unheld = WithoutSpares(req, all_in);
+  const std::vector<Slot>& all = req.spares_per_rack > 0 ? unheld : all_in;
   const std::vector<int> matching = Matching(all, req);
   if (static_cast<int>(matching.size()) < req.world_size) {
     return FailedPreconditionError(
         "the job needs " + std::to_string(req.world_size) + " " + req.device_type +
         " workers and the cluster has " + std::to_string(matching.size()) + " (" +
         std::to_string(req.world_size - static_cast<int>(matching.size())) + " more" +
-        MemoryShortfall(all, req) + ")");
+        MemoryShortfall(all, req) + ")" + SparesNote(req));
   }
   if (PackFresh(req, all, matching).empty()) {
     return FailedPreconditionError(
         "no placement keeps every expert-parallel group of " + std::to_string(req.expert_parallel) +
         " inside one " + req.within + ": the cluster's " + req.within + "s are too small for " +
-        std::to_string(req.world_size / req.expert_parallel) + " such groups");
+        std::to_string(req.world_size / req.expert_parallel) + " such groups" + SparesNote(req));
   }
   return OkStatus();
 }

@@ -36,10 +36,19 @@ struct PlacementRequest {
   // take a rank, and slots that report none only when `unknown_memory_ok` (the operator's opt-in).
   int64_t min_memory = 0;
   bool unknown_memory_ok = false;
+  // Slots of the device type held back in each rack (moe-controller --spares-per-rack): placement
+  // sees each rack's free (or, for CheckFeasible, live) slots of the type less this many. 0 for a
+  // restart that lost a worker: it may take the spares (QueueScheduler::Request).
+  int spares_per_rack = 0;
 };
 
 // True when `device` ("cpu", "cuda:3") is of `type` ("cpu", "cuda").
 bool DeviceMatches(const std::string& device, const std::string& type);
+
+// `slots` less `req.spares_per_rack` of `req.device_type` in each rack (all of a rack's when it has
+// no more): the ones a placement may use. Held back first: slots outside `req.previous`, then the
+// last in rank order. The others keep their order.
+std::vector<Slot> WithoutSpares(const PlacementRequest& req, const std::vector<Slot>& slots);
 
 // Chooses W slots among `free` (rank order) or says why it cannot now (RESOURCE_EXHAUSTED).
 StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector<Slot>& free);

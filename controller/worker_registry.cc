@@ -364,6 +364,32 @@ std::map<std::pair<std::string, std::string>, int> WorkerRegistry::CountByStateA
   return counts;
 }
 
+std::map<std::string, RackCount> WorkerRegistry::CountByRack(int spares_per_rack) const {
+  struct Placeable {
+    int all = 0, idle = 0, busy = 0;
+  };
+  std::map<std::string, RackCount> racks;
+  std::map<std::pair<std::string, std::string>, Placeable> by_type;  // (rack, cpu|cuda|...)
+  for (const auto& [name, w] : workers_) {
+    RackCount& r = racks[w.info.rack()];
+    ++r.workers;
+    const bool no_new_work = w.drained || w.leaving;
+    ++(w.lost ? r.lost : no_new_work ? r.draining : w.busy() ? r.busy : r.idle);
+    if (w.lost || no_new_work || w.channel == nullptr) continue;
+    const std::string& device = w.info.device();
+    Placeable& p = by_type[{w.info.rack(), device.substr(0, device.find(':'))}];
+    ++p.all;
+    ++(w.busy() ? p.busy : p.idle);
+  }
+  const int n = std::max(0, spares_per_rack);
+  for (const auto& [key, p] : by_type) {
+    RackCount& r = racks[key.first];
+    r.spares += std::min(n, p.idle);
+    r.spares_in_use += std::max(0, p.busy - std::max(0, p.all - n));
+  }
+  return racks;
+}
+
 std::vector<moe::v1::Worker> WorkerRegistry::List() const {
   std::vector<moe::v1::Worker> out;
   for (const auto& [name, w] : workers_) out.push_back(Describe(w));

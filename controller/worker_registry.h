@@ -47,6 +47,21 @@ struct WorkerEntry {
   bool busy() const { return !job_id.empty(); }
 };
 
+// One rack (NVLink domain) as the registry knows it: moectl get racks, moe_rack_spares*.
+struct RackCount {
+  int workers = 0;  // registered, lost ones included
+  int idle = 0;     // as Describe says: IDLE, BUSY (drained ones are draining), LOST
+  int busy = 0;
+  int draining = 0;  // drained (idle or still running its rank) or leaving: no new work
+  int lost = 0;
+  // Spares (--spares-per-rack N, per device type): idle placeable workers held back from new jobs
+  // now (at most N of a type), and busy ones beyond the rack's share for new jobs (its placeable
+  // workers less N): ranks a restart put on a spare, or that run on the reserve because the rack
+  // lost healthy workers under them. The two add up to N a type while the rack has N placeable.
+  int spares = 0;
+  int spares_in_use = 0;
+};
+
 class WorkerRegistry {
  public:
   WorkerRegistry(Clock& clock, double lease_seconds)
@@ -112,6 +127,9 @@ class WorkerRegistry {
   // Workers per (state, rack), the states as Describe names them in lower case ("draining": drained
   // and still busy): /metrics' moe_workers, counted without listing every worker.
   std::map<std::pair<std::string, std::string>, int> CountByStateAndRack() const;
+  // Per rack, with the spares `spares_per_rack` holds back (QueueScheduler: WithoutSpares on the
+  // free slots). Spares are a count, not fixed workers: whichever idle ones are left are spares.
+  std::map<std::string, RackCount> CountByRack(int spares_per_rack) const;
   // Threads for a CPU rank on `name`'s node: its cores over the live CPU workers there (0:
   // unknown).
   int CpuThreadsFor(const std::string& name) const;

@@ -9,6 +9,7 @@
 
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "common/job_spec_proto.h"
@@ -57,8 +58,9 @@ class ControllerTest : public ::testing::Test {
     Make();
   }
   void Make() {
-    metrics_ = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(), clock_,
-                                                   StragglerOptions{0.3, 3}, 60, "test");
+    registry_ = std::make_shared<prometheus::Registry>();
+    metrics_ = std::make_unique<MetricsAggregator>(registry_, clock_, StragglerOptions{0.3, 3}, 60,
+                                                   "test");
     controller_ = std::make_unique<Controller>(store_, clock_, *metrics_, config_);
     ASSERT_TRUE(controller_->Recover().ok());
   }
@@ -152,9 +154,21 @@ class ControllerTest : public ::testing::Test {
     return n;
   }
 
+  // The gauge `name`{rack} as /metrics shows it; nothing when there is no such series.
+  std::optional<double> RackGauge(const std::string& name, const std::string& rack) {
+    for (const auto& family : registry_->Collect()) {
+      if (family.name != name) continue;
+      for (const auto& m : family.metric) {
+        if (m.label.size() == 1 && m.label[0].value == rack) return m.gauge.value;
+      }
+    }
+    return std::nullopt;
+  }
+
   FakeClock clock_;
   FlakyStateStore store_;
   ControllerConfig config_;
+  std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<MetricsAggregator> metrics_;
   std::unique_ptr<Controller> controller_;
   std::map<std::string, std::unique_ptr<FakeChannel>> channels_;
@@ -626,6 +640,83 @@ TEST_F(ControllerTest, LostWorkerRestartsTheJobReplacingOnlyTheLostSlot) {
   for (const auto& e : j.events())
     lost_reason |= e.message().find("lost: no heartbeat") != std::string::npos;
   EXPECT_TRUE(lost_reason);
+}
+
+// --spares-per-rack 1: each rack of 3 keeps one worker out of new placements. An EP group that must
+// stay in one rack loses rank 1's worker; its restart takes that rack's spare and does not move,
+// although a fresh job would have been refused the spare.
+TEST_F(ControllerTest, ALostWorkerIsReplacedFromItsRacksSpareAndTheGroupStaysInTheRack) {
+  config_.spares_per_rack = 1;
+  Make();
+  for (const char* w : {"a0", "a1", "a2"}) AddWorker(w, "r0", std::string("n-") + w);
+  for (const char* w : {"b0", "b1", "b2"}) AddWorker(w, "r1", std::string("n-") + w);
+  auto racks = [&] {
+    std::map<std::string, moe::v1::RackStatus> out;
+    const moe::v1::ListRacksResponse resp = controller_->Racks();
+    EXPECT_EQ(resp.spares_per_rack(), 1);
+    for (const auto& r : resp.racks()) out[r.name()] = r;
+    return out;
+  };
+  EXPECT_EQ(racks()["r0"].spares(), 1);
+  EXPECT_EQ(racks()["r0"].idle(), 3);
+
+  auto job = Submit(Spec("ep", 2, 2));  // EP 2, groups within one rack
+  auto j = *controller_->Get(job.id(), false);
+  ASSERT_EQ(j.state(), moe::v1::SCHEDULED) << j.waiting_reason();
+  ASSERT_EQ(j.placement_size(), 2);
+  const std::string rack = j.placement(0).rack();
+  EXPECT_EQ(j.placement(1).rack(), rack);
+  const std::string other = rack == "r0" ? "r1" : "r0";
+  // A second job finds the rest of that rack held back: it goes to the other rack.
+  auto small = Submit(Spec("small", 1, 1));
+  ASSERT_EQ(State(small.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(controller_->Get(small.id(), false)->placement(0).rack(), other)
+      << "the ep job's rack keeps its spare";
+  EXPECT_EQ(racks()[rack].spares(), 1);
+  EXPECT_EQ(racks()[rack].spares_in_use(), 0);
+  EXPECT_EQ(racks()[rack].busy(), 2);
+
+  // Rank 1's worker is lost (its stream ends); rank 0 stops; the restart is placed.
+  const std::string survivor = j.placement(0).worker(), lost = j.placement(1).worker();
+  for (int r = 0; r < 2; ++r)
+    Step(j.placement(r).worker(), channels_[j.placement(r).worker()]->Assignments()[0], 1);
+  controller_->Disconnected(lost, channels_[lost].get());
+  ASSERT_EQ(State(job.id()), moe::v1::RESTARTING);
+  Finish(survivor, channels_[survivor]->Assignments()[0], false, "stopped");
+  controller_->Tick();
+  j = *controller_->Get(job.id(), false);
+  ASSERT_EQ(j.state(), moe::v1::SCHEDULED) << j.waiting_reason();
+  EXPECT_EQ(j.attempt(), 2);
+  ASSERT_EQ(j.placement_size(), 2);
+  EXPECT_EQ(j.placement(0).worker(), survivor) << "the survivor keeps its rank";
+  EXPECT_NE(j.placement(1).worker(), lost);
+  for (const auto& p : j.placement()) EXPECT_EQ(p.rack(), rack) << "rank " << p.rank();
+  // The EP group (ranks 0 and 1) is inside one NVLink domain.
+  EXPECT_EQ(j.placement(0).rack(), j.placement(1).rack());
+  const auto now = racks();
+  EXPECT_EQ(now.at(rack).spares_in_use(), 1) << "the restart runs on the rack's spare";
+  EXPECT_EQ(now.at(rack).spares(), 0);
+  EXPECT_EQ(now.at(rack).lost(), 1);
+  EXPECT_EQ(now.at(rack).busy(), 2);
+  EXPECT_EQ(now.at(other).spares_in_use(), 0);
+  EXPECT_EQ(now.at(other).spares(), 1);
+  clock_.Advance(1);  // /metrics' cluster view is refreshed once a second
+  Heartbeats();
+  controller_->Tick();
+  EXPECT_EQ(RackGauge("moe_rack_spares_in_use", rack), 1.0);
+  EXPECT_EQ(RackGauge("moe_rack_spares", rack), 0.0);
+  EXPECT_EQ(RackGauge("moe_rack_spares", other), 1.0);
+  // No spare left in either rack for a fresh job of 2: it waits and says why.
+  auto late = Submit(Spec("late", 2, 2));
+  const auto waiting = *controller_->Get(late.id(), false);
+  EXPECT_EQ(waiting.state(), moe::v1::PENDING);
+  EXPECT_NE(waiting.waiting_reason().find("spares"), std::string::npos) << waiting.waiting_reason();
+  // A worker joins the rack (the repaired tray): it is the rack's spare now (spares are a count,
+  // not fixed workers), and the late job still waits for room outside the spares.
+  AddWorker(rack + "-new", rack, "n-new");
+  EXPECT_EQ(State(late.id()), moe::v1::PENDING);
+  EXPECT_EQ(racks()[rack].spares(), 1);
+  EXPECT_EQ(racks()[rack].spares_in_use(), 0);
 }
 
 // A clean worker stop (SIGTERM, a rolling update): the worker says it is leaving; every rank is

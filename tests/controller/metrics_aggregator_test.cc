@@ -219,5 +219,22 @@ TEST_F(MetricsAggregatorTest, BuildInfoWorkersAndTheQueue) {
   EXPECT_EQ(Get("moe_scheduler_decision_duration_seconds", {}), 1.0);
 }
 
+TEST_F(MetricsAggregatorTest, RackSparesPerRackGoBackToZeroWhenTheRackGoes) {
+  EXPECT_EQ(Get("moe_rack_spares", {{"rack", "r0"}}), std::nullopt) << "none before a count";
+  std::map<std::string, RackCount> racks;
+  racks["r0"].spares = 1;
+  racks["r0"].spares_in_use = 1;
+  racks["r1"].spares = 2;
+  metrics_.SetRackSpares(racks);
+  EXPECT_EQ(Get("moe_rack_spares", {{"rack", "r0"}}), 1.0);
+  EXPECT_EQ(Get("moe_rack_spares_in_use", {{"rack", "r0"}}), 1.0);
+  EXPECT_EQ(Get("moe_rack_spares", {{"rack", "r1"}}), 2.0);
+  EXPECT_EQ(Get("moe_rack_spares_in_use", {{"rack", "r1"}}), 0.0);
+  racks.erase("r0");
+  metrics_.SetRackSpares(racks);
+  EXPECT_EQ(Get("moe_rack_spares", {{"rack", "r0"}}), 0.0) << "back to 0, not gone";
+  EXPECT_EQ(Get("moe_rack_spares_in_use", {{"rack", "r0"}}), 0.0);
+}
+
 }  // namespace
 }  // namespace moe::controller

@@ -146,6 +146,82 @@ TEST(Scheduler, RefillKeepsSurvivorsAndReplacesOnlyTheLostSlotInsideItsRack) {
     EXPECT_EQ((*out)[static_cast<size_t>(g)].rack, (*out)[static_cast<size_t>(g) + 1].rack);
 }
 
+// --spares-per-rack 1 on a rack of 4: a fresh job sees 3 slots; a restart that lost a worker
+// (spares_per_rack 0 in its request) takes the held-back one, in its group's rack.
+TEST(Scheduler, SparesAreHeldBackFromFreshJobsAndRefillARestartInItsRack) {
+  std::vector<Slot> rack = {{"a0", "r0", "n0", "cpu"},
+                            {"a1", "r0", "n1", "cpu"},
+                            {"a2", "r0", "n2", "cpu"},
+                            {"a3", "r0", "n3", "cpu"}};
+  PlacementRequest req{.world_size = 4, .expert_parallel = 4, .within = "rack"};
+  req.spares_per_rack = 1;
+  auto out = Place(req, rack);
+  ASSERT_FALSE(out.ok()) << "4 ranks in one rack of 4 with one held back";
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(out.status().message().find("--spares-per-rack"), std::string::npos) << out.status();
+  Status never = CheckFeasible(req, rack);
+  EXPECT_EQ(never.code(), StatusCode::kFailedPrecondition) << "not even on every live worker";
+  EXPECT_NE(never.message().find("held back as spares"), std::string::npos) << never;
+  req.spares_per_rack = 0;
+  EXPECT_TRUE(Place(req, rack).ok()) << "without spares it fits";
+
+  req = {.world_size = 3, .expert_parallel = 3, .within = "rack"};
+  req.spares_per_rack = 1;
+  EXPECT_TRUE(CheckFeasible(req, rack).ok());
+  out = Place(req, rack);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 3u);
+  for (size_t r = 0; r < 3; ++r) EXPECT_EQ((*out)[r].worker, rack[r].worker);
+  // Held back per rack and per device type: another rack's slots, or GPUs, are not touched.
+  std::vector<Slot> more = rack;
+  more.push_back({"g0", "r0", "n0", "cuda:0"});
+  more.push_back({"b0", "r1", "m0", "cpu"});
+  const std::vector<Slot> unheld = WithoutSpares(req, more);
+  std::set<std::string> left;
+  for (const Slot& s : unheld) left.insert(s.worker);
+  EXPECT_EQ(left, (std::set<std::string>{"a0", "a1", "a2", "g0"}))
+      << "a3 is r0's spare, b0 r1's (its only cpu slot)";
+
+  // The job runs on a0..a2; a1 is lost. Its restart may use the spare a3, in the same rack, while
+  // a fresh rack r1 of 4 idle workers stands by: the group does not move.
+  for (int i = 0; i < 4; ++i)
+    rack.push_back({"b" + std::to_string(i), "r1", "m" + std::to_string(i), "cpu"});
+  PlacementRequest restart{.world_size = 3,
+                           .expert_parallel = 3,
+                           .within = "rack",
+                           .device_type = "cpu",
+                           .previous = {rack[0], rack[1], rack[2]}};
+  std::vector<Slot> free = rack;
+  free.erase(free.begin() + 1);  // a1 lost
+  out = Place(restart, free);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].worker, "a0");
+  EXPECT_EQ((*out)[1].worker, "a3") << "the lost rank takes its rack's spare";
+  EXPECT_EQ((*out)[2].worker, "a2");
+  // The same request held to the spares (a fresh job) cannot stay in r0: it moves to r1.
+  restart.spares_per_rack = 1;
+  out = Place(restart, free);
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (const Slot& s : *out) EXPECT_EQ(s.rack, "r1");
+}
+
+// within=any: a lost rank's replacement is on its node if one is free there, else in its rack.
+TEST(Scheduler, RefillPrefersTheLostSlotsRackWhenTheGroupMayGoAnywhere) {
+  std::vector<Slot> previous = {{"a0", "r1", "n0", "cpu"}, {"a1", "r1", "n1", "cpu"}};
+  std::vector<Slot> free = {{"a0", "r1", "n0", "cpu"},
+                            {"x0", "r0", "x0", "cpu"},  // first in rank order
+                            {"a2", "r1", "n2", "cpu"}};
+  PlacementRequest req{.world_size = 2,
+                       .expert_parallel = 2,
+                       .within = "any",
+                       .device_type = "cpu",
+                       .previous = previous};
+  auto out = Place(req, free);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].worker, "a0");
+  EXPECT_EQ((*out)[1].worker, "a2") << "same rack before another rack's first slot";
+}
+
 TEST(Scheduler, InfeasibleJobsAreRecognised) {
   std::vector<Slot> all = {
       {"a", "r0", "n0", "cpu"}, {"b", "r0", "n0", "cpu"}, {"c", "r1", "n1", "cpu"}};

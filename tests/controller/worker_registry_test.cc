@@ -122,6 +122,33 @@ TEST_F(WorkerRegistryTest, DrainedAndBusyWorkersTakeNoNewWork) {
   EXPECT_EQ(registry_.SetDrained("nobody", true).code(), StatusCode::kNotFound);
 }
 
+// Spares are a count per rack and device type: whichever idle workers are left. A busy worker
+// beyond the rack's placeable workers less N runs on the reserve (a restart on a spare; or the rack
+// lost, or drained, a healthy worker under running jobs).
+TEST_F(WorkerRegistryTest, RacksCountTheirWorkersByStateAndTheirSparesPerDeviceType) {
+  for (const char* n : {"c0", "c1", "c2", "c3"})
+    ASSERT_TRUE(registry_.Register(Reg(n), &ch1_).ok());
+  ASSERT_TRUE(registry_.Register(Reg("g0", "n1", "cuda:0"), &ch2_).ok());
+  ASSERT_TRUE(registry_.Register(Reg("g1", "n1", "cuda:1"), &ch2_).ok());
+  RackCount r = registry_.CountByRack(1).at("r0");
+  EXPECT_EQ(r.workers, 6);
+  EXPECT_EQ(r.idle, 6);
+  EXPECT_EQ(r.spares, 2) << "one cpu and one cuda";
+  EXPECT_EQ(r.spares_in_use, 0);
+  EXPECT_EQ(registry_.CountByRack(0).at("r0").spares, 0) << "no --spares-per-rack, no spares";
+  for (const char* n : {"c0", "c1", "c2"}) registry_.Assign(n, "j", 1, 0);
+  r = registry_.CountByRack(1).at("r0");
+  EXPECT_EQ(r.busy, 3);
+  EXPECT_EQ(r.spares, 2) << "c3 is the cpu spare";
+  EXPECT_EQ(r.spares_in_use, 0) << "3 busy of 4 with 1 held back";
+  ASSERT_TRUE(registry_.SetDrained("c3", true).ok());
+  r = registry_.CountByRack(1).at("r0");
+  EXPECT_EQ(r.draining, 1);
+  EXPECT_EQ(r.spares, 1) << "the cuda one";
+  EXPECT_EQ(r.spares_in_use, 1) << "the cpu spare drained: a busy worker runs on the reserve";
+  EXPECT_EQ(registry_.CountByRack(2).at("r0").spares_in_use, 2);
+}
+
 TEST_F(WorkerRegistryTest, CpuRanksShareTheCoresOfTheirMachine) {
   NullChannel ch3, ch4;
   // Two CPU workers on one host (named as different nodes), one on another host, one GPU worker.
