@@ -39,7 +39,8 @@ struct ControllerConfig {
   ServiceLogOptions log;  // --log-level, --log-file, --log-format, ... (common/service_log.h)
 
   // State.
-  std::string state_dir;  // SQLite database (required by moe-controller)
+  std::string state_dir;                 // SQLite database (required by moe-controller)
+  bool allow_network_state_dir = false;  // NFS & co. refused unless set (CheckStateDirFilesystem)
   std::string
       checkpoint_root;  // checkpoints of jobs that name no directory: <root>/<job id>; see Resolve
 

@@ -116,6 +116,9 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
       "--allow-workers-without-memory", c.allow_unknown_memory,
       "place jobs on workers that report no memory (moe-worker --memory-gb unset) although the "
       "job's memory per rank is known");
+  app.add_flag("--allow-network-state-dir", c.allow_network_state_dir,
+               "keep the state directory on NFS, CIFS/SMB or AFS although SQLite's locks "
+               "cannot be trusted there (refused by default)");
   app.add_flag("--allow-clock-jump", c.allow_clock_jump,
                "start although the clock reads more than a week past the newest stored change (the "
                "controller really was stopped that long)");
@@ -347,6 +350,11 @@ int main(int argc, char** argv) {
 
   // Take the state directory (one controller per directory), open the store and the metrics
   // endpoint.
+  if (moe::Status st = moe::controller::CheckStateDirFilesystem(config.state_dir,
+                                                                config.allow_network_state_dir);
+      !st.ok()) {
+    return Fail("--state-dir: " + st.message());
+  }
   auto lock = moe::controller::LockStateDir(config.state_dir);
   if (!lock.ok()) return Fail("--state-dir: " + lock.status().message());
   auto store = moe::controller::SqliteStateStore::Open(config.state_dir);

@@ -5,10 +5,12 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -83,6 +85,41 @@ StatusOr<int> LockStateDir(const std::string& dir) {
   // Who holds it, for people (the lock does not depend on this file).
   (void)WriteFileAtomic(JoinPath(dir, "controller.pid"), std::to_string(::getpid()) + "\n");
   return fd;
+}
+
+std::string NetworkFilesystemName(int64_t magic) {
+  switch (static_cast<uint32_t>(magic)) {
+    case 0x6969u:
+      return "nfs";
+    case 0xFF534D42u:
+      return "cifs";
+    case 0xFE534D42u:
+      return "smb2";
+    case 0x517Bu:
+      return "smb";
+    case 0x5346414Fu:
+      return "afs";
+    default:
+      return "";
+  }
+}
+
+Status CheckStateDirFilesystem(const std::string& dir, bool allow) {
+  if (allow) return OkStatus();
+  std::string at = dir.empty() ? "." : dir;
+  struct statfs fs {};
+  while (::statfs(at.c_str(), &fs) != 0) {
+    if (errno != ENOENT || at == "/" || at == ".") return OkStatus();  // LockStateDir will say
+    const size_t slash = at.find_last_of('/');
+    at = slash == std::string::npos ? "." : slash == 0 ? "/" : at.substr(0, slash);
+  }
+  const std::string name = NetworkFilesystemName(static_cast<int64_t>(fs.f_type));
+  if (name.empty()) return OkStatus();
+  return FailedPreconditionError(
+      dir + " is on " + name + " (" + at + "): SQLite's locks cannot be trusted there and the " +
+      "controller's state could be corrupted; put the state directory on a local disk or a "
+      "parallel " +
+      "file system with POSIX locks (Lustre, GPFS, BeeGFS), or pass --allow-network-state-dir");
 }
 
 }  // namespace moe::controller

@@ -3,6 +3,7 @@
 // directory.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "common/status.h"
@@ -20,5 +21,15 @@ bool IsLoopbackAddress(const std::string& listen);
 // FAILED_PRECONDITION naming the holder's pid (from the kernel's lock table) when another process
 // holds it.
 StatusOr<int> LockStateDir(const std::string& dir);
+
+// The name of a network file system by its statfs magic (nfs, cifs, smb, smb2, afs), or "" for any
+// other (local disks, tmpfs, and the parallel file systems whose POSIX locks SQLite can rely on:
+// Lustre, GPFS, BeeGFS).
+std::string NetworkFilesystemName(int64_t statfs_magic);
+
+// FAILED_PRECONDITION when `dir` (or, when it does not exist yet, its nearest existing parent) lies
+// on a network file system whose locks SQLite cannot trust (NFS above all: the SQLite documentation
+// warns of corruption), naming it and the flag that overrides; OK elsewhere or when `allow`.
+Status CheckStateDirFilesystem(const std::string& dir, bool allow);
 
 }  // namespace moe::controller

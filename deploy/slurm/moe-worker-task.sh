@@ -37,6 +37,8 @@ if [ -n "$rack" ]; then
   if [ "$device" = cpu ]; then args+=(--rack "$rack"); else export MOE_RACK=$rack; fi
 fi
 [ -n "${MOE_WORKER_THREADS:-}" ] && args+=(--threads "$MOE_WORKER_THREADS")
+# /healthz, /readyz and /metrics of this agent (moe-job.sbatch lists it in its Prometheus target file).
+[ "${MOE_AGENT_METRICS_PORT:-0}" != 0 ] && args+=(--health-listen "0.0.0.0:$MOE_AGENT_METRICS_PORT")
 # How long a leaving agent (SIGTERM before the time limit) waits for its ranks to checkpoint and stop:
 # a 671B step takes 70-250 s and its checkpoint write more; moe-job.sbatch's --signal lead covers it.
 args+=(--stop-grace-seconds "${MOE_STOP_GRACE_SECONDS:-480}")

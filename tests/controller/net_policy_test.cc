@@ -125,5 +125,28 @@ TEST(NetPolicy, OneProcessHoldsAStateDirectory) {
   ASSERT_TRUE(RemoveAll(dir).ok());
 }
 
+
+TEST(NetPolicy, NetworkFileSystemsAreNamedByTheirMagic) {
+  EXPECT_EQ(NetworkFilesystemName(0x6969), "nfs");
+  EXPECT_EQ(NetworkFilesystemName(0xFF534D42), "cifs");
+  EXPECT_EQ(NetworkFilesystemName(0xFE534D42), "smb2");
+  EXPECT_EQ(NetworkFilesystemName(0x5346414F), "afs");
+  // Local disks, tmpfs and the parallel file systems whose locks SQLite can use are not refused.
+  for (int64_t ok : {0xEF53 /* ext4 */, 0x58465342 /* xfs */, 0x01021994 /* tmpfs */,
+                     0x01021997 /* 9p: VMs' shared folders */, 0x0BD00BD0 /* lustre */,
+                     0x47504653 /* gpfs */, 0x19830326 /* beegfs */}) {
+    EXPECT_EQ(NetworkFilesystemName(ok), "") << std::hex << ok;
+  }
+}
+
+TEST(NetPolicy, AStateDirectoryOnALocalDiskOrNotYetMadeIsAccepted) {
+  const std::string dir = TempDir();
+  EXPECT_TRUE(CheckStateDirFilesystem(dir, false).ok());
+  // Not there yet: its nearest existing parent decides.
+  EXPECT_TRUE(CheckStateDirFilesystem(dir + "/not/yet/made", false).ok());
+  EXPECT_TRUE(CheckStateDirFilesystem(dir, true).ok());
+  ASSERT_TRUE(RemoveAll(dir).ok());
+}
+
 }  // namespace
 }  // namespace moe::controller

@@ -7,7 +7,10 @@
 # to a minute early). The script must stop cleanly: the ranks checkpoint at their next step, the
 # controller keeps its state, the batch job exits 75. Resubmitted with the same MOE_WORK, the script
 # must follow the same job (no second one), which resumes from that checkpoint with no restart used and
-# SUCCEEDS with its racks from Slurm's topology. Everything started is stopped.
+# SUCCEEDS with its racks from Slurm's topology. Meanwhile a real Prometheus, started here and told
+# only a file_sd directory, finds the controller through the target file the batch script writes there
+# (MOE_PROMETHEUS_SD_DIR) and scrapes it; the file goes when the allocation ends. Everything started is
+# stopped.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${MOE_BIN:?}
@@ -17,6 +20,7 @@ cleanup() {
   scancel --user=root >/dev/null 2>&1 || true
   tests/slurm/local_slurm.sh stop "$work/slurm" >/dev/null 2>&1 || true
   pkill -f "moe-.*--state-dir $work" 2>/dev/null || true
+  [ -n "${prom_pid:-}" ] && kill "$prom_pid" 2>/dev/null && wait "$prom_pid" 2>/dev/null || true
   [ -n "${MOE_KEEP_WORK:-}" ] && echo "kept $work" >&2 || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -38,6 +42,22 @@ export MOE_BIN=$BIN MOE_WORK=$work/run MOE_DEVICE=cpu MOE_PORT=$port MOE_METRICS
 export MOE_STOP_GRACE_SECONDS=45
 # Confined paths, as a real site would set them: the job reads data/ and checkpoints below MOE_WORK.
 export MOE_DATA_ROOTS=$PWD/data MOE_CHECKPOINT_ROOTS=$work/run
+# Prometheus watches a file_sd directory (and knows nothing else of this allocation). The two slurmd
+# of this test share one host, so the agents' health port (one per node) is off here: health_test
+# covers it.
+export MOE_PROMETHEUS_SD_DIR=$work/sd MOE_AGENT_METRICS_PORT=0
+prom_port=$(free_port)
+mkdir -p "$work/prom" "$work/sd"
+printf '%s\n' "global: {scrape_interval: 1s, evaluation_interval: 1s}" "scrape_configs:" \
+  "  - job_name: moe-slurm" "    file_sd_configs: [{files: ['$work/sd/*.json'], refresh_interval: 1s}]" \
+  >"$work/prom/prometheus.yml"
+prometheus --config.file="$work/prom/prometheus.yml" --storage.tsdb.path="$work/prom/data" \
+  --web.listen-address=127.0.0.1:$prom_port >"$work/run-prometheus.log" 2>&1 &
+prom_pid=$!
+promq() { curl -sf "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode "query=$1" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)["data"]["result"]
+print(r[0]["value"][1] if r else "")'; }
 script=$PWD/deploy/slurm/moe-job.sbatch
 grep -q '^#SBATCH --signal=B:TERM@600' "$script" || fail "moe-job.sbatch does not ask for SIGTERM before its time limit"
 # Submitted from another directory: the script must find its helper and binaries by itself.
@@ -61,6 +81,23 @@ graced=$(pgrep -af "moe-worker .*--slots 2 .*--stop-grace-seconds 45" | grep -c 
 [ "$graced" = 2 ] || fail "MOE_STOP_GRACE_SECONDS=45 reached $graced of 2 node agents (--slots 2): $(pgrep -af 'moe-worker ' | head -2)"
 workers=$(ctl get workers -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workers"]))')
 [ "$workers" = 4 ] || fail "two node agents of two slots should list 4 workers, not $workers"
+# The batch script's target file names the controller's metrics endpoint, and Prometheus scrapes it.
+sd=$work/sd/moe-$jid.json
+[ -f "$sd" ] || fail "no Prometheus target file $sd"
+python3 - "$sd" "$MOE_METRICS_PORT" "$jid" <<'PY' || fail "the target file does not name the controller's metrics endpoint: $(cat "$sd")"
+import json, sys
+groups = json.load(open(sys.argv[1]))
+want = f"127.0.0.1:{sys.argv[2]}"
+assert any(want in g["targets"] and g["labels"] == {"slurm_job_id": sys.argv[3], "component": "controller"}
+           for g in groups), groups
+PY
+scraped=""
+for _ in $(seq 1 60); do
+  scraped=$(promq "moe_build_info{component=\"controller\",slurm_job_id=\"$jid\"}" 2>/dev/null || true)
+  [ "$scraped" = 1 ] && break
+  sleep 0.5
+done
+[ "$scraped" = 1 ] || fail "Prometheus did not scrape the controller through $sd (up: $(promq 'up' || true))"
 scancel --signal=TERM --batch "$jid"
 for _ in $(seq 1 240); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.5; done
 squeue -h -j "$jid" 2>/dev/null | grep -q . && fail "the batch job did not stop within 120 s of its SIGTERM"
@@ -70,6 +107,7 @@ exit1=$(scontrol show job "$jid" 2>/dev/null | grep -oP 'ExitCode=\K[0-9]+' | he
 ck=$( (ls -d "$work"/run/checkpoints/*/step_* 2>/dev/null || true) | sed 's/.*step_0*//' | sort -n | tail -1)
 [ -n "$ck" ] && [ "$ck" -ge 8 ] || fail "no checkpoint at or after step 8 (newest: ${ck:-none}) after the stop"
 id1=$(grep -oP 'moe-job: following \K\S+' "$work/out1.txt" | head -1)
+[ -f "$sd" ] && fail "the target file $sd outlived its allocation"
 
 # The resubmission: same MOE_WORK, so the same controller state; the same job must carry on.
 (cd "$work/elsewhere" && timeout 600 sbatch --wait --export=ALL,PATH=$BIN:$PATH --nodes=2 --ntasks-per-node=2 \
@@ -86,4 +124,4 @@ first=$(grep -oP '^step \K[0-9]+(?=/40)' "$work/out2.txt" | head -1)
 [ -n "$first" ] && [ "$first" -gt "$ck" ] || fail "the second batch job's watch showed step ${first:-?} first, not one after step $ck"
 grep -q " 0 restart(s)" "$work/out2.txt" || fail "the clean stop used a restart: $(grep summary: "$work/out2.txt")"
 grep -q "rack block1" "$work/out2.txt" && grep -q "rack block2" "$work/out2.txt" || fail "the racks did not come from Slurm's topology"
-echo "slurm: SIGTERM at step $step checkpointed step $ck and exited 75; the resubmission followed $id1 from step $first to SUCCEEDED (4 CPU workers in 2 blocks)"
+echo "slurm: Prometheus scraped the controller through its file_sd target; SIGTERM at step $step checkpointed step $ck and exited 75; the resubmission followed $id1 from step $first to SUCCEEDED (4 CPU workers in 2 blocks)"
