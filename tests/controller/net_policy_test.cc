@@ -125,7 +125,6 @@ TEST(NetPolicy, OneProcessHoldsAStateDirectory) {
   ASSERT_TRUE(RemoveAll(dir).ok());
 }
 
-
 TEST(NetPolicy, NetworkFileSystemsAreNamedByTheirMagic) {
   EXPECT_EQ(NetworkFilesystemName(0x6969), "nfs");
   EXPECT_EQ(NetworkFilesystemName(0xFF534D42), "cifs");
