@@ -301,6 +301,25 @@ std::string GoodputSection(const moe::v1::Goodput& g) {
          Table({"  WHERE THE TIME WENT", "TIME", "SHARE"}, rows);
 }
 
+// The checkpoint interval the controller advises from the job's own measurements (unset without
+// moe-controller --mtbf-hours or before a measured step).
+std::string CheckpointAdviceSection(const moe::v1::Job& j) {
+  if (!j.has_checkpoint_advice()) return "";
+  const moe::v1::CheckpointAdvice& a = j.checkpoint_advice();
+  auto secs = [](double x) { return x < 60 ? FormatNumber(x, 2) + " s" : Duration(x); };
+  std::string now = a.current_interval_steps() > 0
+                        ? "; now every " + std::to_string(a.current_interval_steps()) +
+                              " steps: " + FormatNumber(a.current_goodput(), 3)
+                        : "; now only at the end";
+  return "Checkpoints:  every " + std::to_string(a.interval_steps()) +
+         " steps advised (Young-Daly " + Duration(a.young_daly_seconds()) +
+         " of work), predicted goodput " + FormatNumber(a.goodput(), 3) + now +
+         "\n              from a step of " + secs(a.step_seconds()) + ", a save stall of " +
+         secs(a.stall_seconds()) + ", a start-up of " + secs(a.restart_seconds()) + ", MTBF " +
+         FormatNumber(a.mtbf_hours_per_device(), 0) + " h per device x " +
+         std::to_string(a.devices()) + " devices\n";
+}
+
 }  // namespace
 
 std::string Describe(const moe::v1::Job& j, double now) {
@@ -392,6 +411,7 @@ std::string Describe(const moe::v1::Job& j, double now) {
     }
   }
   os << GoodputSection(j.goodput());
+  os << CheckpointAdviceSection(j);
   if (j.events_size() > 0) {
     os << "Events:\n";
     std::vector<std::vector<std::string>> rows;

@@ -56,6 +56,9 @@ struct ControllerConfig {
   // MoEJobGoodputLow fires for a job whose goodput over the last hour is below this (exported as
   // moe_goodput_floor: the alert rule compares against it).
   double goodput_floor = 0.8;
+  // A device's mean time between failures, hours: GetJob advises each job's checkpoint interval
+  // from it (0: no advice).
+  double mtbf_hours = 0;
   double rank_start_seconds = 300;
   // Workers held at most (registered, lost or not): bounds what one worker token can make the
   // controller keep. 262,144 covers 131,072 devices twice over.

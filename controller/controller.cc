@@ -207,14 +207,18 @@ StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& reques
 
 StatusOr<moe::v1::Job> Controller::Get(const std::string& id, bool with_events) {
   moe::v1::Job out;
+  int64_t interval = 0;
   {
     MutexLock lock(&mu_);
     JobEntry* e = jobs_.Find(id);
     if (e == nullptr) return NotFoundError("no job '" + id + "'");
     out = e->job;
     if (IsQueued(out.state()) && !e->attempt) out.set_waiting_reason(e->waiting_reason);
+    interval = e->spec.checkpoint.interval_steps;
   }
   *out.mutable_goodput() = GoodputAt(out, clock_.Now());  // up to this moment
+  if (!AdviseFromRun(out, interval, config_.mtbf_hours, out.mutable_checkpoint_advice()))
+    out.clear_checkpoint_advice();
   if (with_events) {  // from the store's reader, without the lock (what is committed)
     MOE_ASSIGN_OR_RETURN(std::vector<moe::v1::JobEvent> events, store_.LoadEvents(id));
     for (auto& ev : events) *out.add_events() = std::move(ev);

@@ -1,8 +1,11 @@
 #include "controller/goodput.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
+
+#include "common/planner.h"
 
 namespace moe::controller {
 namespace {
@@ -137,6 +140,47 @@ double GoodputLost(const moe::v1::Goodput& g, const char* cause) {
   if (c == "preempted") return g.preempted_seconds();
   if (c == "evaluation") return g.evaluation_seconds();
   return 0;
+}
+
+bool AdviseFromRun(const moe::v1::Job& job, int64_t current_interval_steps, double mtbf_hours,
+                   moe::v1::CheckpointAdvice* out) {
+  const moe::v1::RunSummary& run = job.summary();
+  const int64_t devices = job.spec().spec().parallelism().world_size();
+  if (!(mtbf_hours > 0) || run.measured_steps() <= 0 || devices <= 0) return false;
+  const moe::v1::Goodput& g = job.goodput();
+  const double step = run.step_seconds_sum() / static_cast<double>(run.measured_steps());
+  const int64_t saves =
+      current_interval_steps > 0 ? g.counted_step() / current_interval_steps : int64_t{0};
+  CheckpointAdvice a;
+  a.mtbf_hours_per_gpu = mtbf_hours;
+  a.gpus = devices;
+  a.system_mtbf_seconds = mtbf_hours * 3600 / static_cast<double>(devices);
+  a.step_seconds = step;
+  // No save measured yet: a tenth of a step, the asynchronous save's usual pause.
+  a.stall_seconds = saves > 0 ? g.checkpoint_seconds() / static_cast<double>(saves) : 0.1 * step;
+  a.restart_seconds =
+      g.starting_seconds() / static_cast<double>(std::max<int64_t>(job.attempt(), 1));
+  a.young_daly_seconds = YoungDalyInterval(a.stall_seconds, a.system_mtbf_seconds);
+  a.interval_steps = static_cast<int64_t>(
+      std::min(1e15, std::max(1.0, std::round(a.young_daly_seconds / std::max(step, 1e-9)))));
+  auto predict = [&](int64_t steps) {
+    CheckpointAdvice at = a;
+    at.interval_steps = steps;
+    at.interval_seconds = static_cast<double>(steps) * step;
+    PredictGoodput(&at);
+    return at.goodput;
+  };
+  out->set_mtbf_hours_per_device(mtbf_hours);
+  out->set_devices(devices);
+  out->set_step_seconds(step);
+  out->set_stall_seconds(a.stall_seconds);
+  out->set_restart_seconds(a.restart_seconds);
+  out->set_young_daly_seconds(a.young_daly_seconds);
+  out->set_interval_steps(a.interval_steps);
+  out->set_goodput(predict(a.interval_steps));
+  out->set_current_interval_steps(current_interval_steps);
+  if (current_interval_steps > 0) out->set_current_goodput(predict(current_interval_steps));
+  return true;
 }
 
 }  // namespace moe::controller

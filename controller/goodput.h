@@ -18,6 +18,8 @@
 // Pure functions on the record: the caller holds whatever lock guards it.
 #pragma once
 
+#include <cstdint>
+
 #include "moe/v1/job.pb.h"
 
 namespace moe::controller {
@@ -33,6 +35,13 @@ void GoodputOnStep(moe::v1::Job& job, const moe::v1::StepMetrics& m, double now)
 // The account brought up to `now` for reading (the open interval counted as its cause would count
 // it; a running step not yet reported is left out until it is): not stored.
 moe::v1::Goodput GoodputAt(const moe::v1::Job& job, double now);
+
+// The checkpoint interval that maximises this job's goodput (Young-Daly, common/planner.h) from
+// what it measured: its mean step time (run summary), its stall per save (checkpoint time over the
+// saves its counted steps imply), its start-up per attempt, and `mtbf_hours` per device over its
+// world size. False (nothing advised) without an MTBF or before a measured step.
+bool AdviseFromRun(const moe::v1::Job& job, int64_t current_interval_steps, double mtbf_hours,
+                   moe::v1::CheckpointAdvice* out);
 
 // The causes of lost time, in the order shown (moectl describe, /metrics' cause label).
 inline constexpr const char* kGoodputCauses[] = {"queued",  "starting",  "redone",    "checkpoint",

@@ -78,6 +78,12 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
                  "(productive / wall seconds; exported as moe_goodput_floor)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--mtbf-hours", c.mtbf_hours,
+                 "a device's mean time between failures in hours (the public planning figure for a "
+                 "GPU: 50000): moectl describe advises each job's checkpoint interval from it and "
+                 "the job's measured step time, save stall and restarts (0: no advice)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-workers", c.max_workers,
                  "workers held at most; more registrations are refused")
       ->capture_default_str()

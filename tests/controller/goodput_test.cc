@@ -121,5 +121,36 @@ TEST(Goodput, AJobStoredBeforeGoodputStartsItsAccountAtItsNextChange) {
   EXPECT_EQ(old.goodput().open_cause(), "queued");
 }
 
+TEST(CheckpointAdvice, YoungDalyFromTheJobsOwnMeasurements) {
+  Job job;
+  job.mutable_spec()->mutable_spec()->mutable_parallelism()->set_world_size(1000);
+  job.set_attempt(2);
+  job.mutable_summary()->set_measured_steps(100);
+  job.mutable_summary()->set_step_seconds_sum(200);  // 2 s a step
+  moe::v1::Goodput& g = *job.mutable_goodput();
+  g.set_counted_step(100);
+  g.set_checkpoint_seconds(5);  // 10 saves at interval 10: 0.5 s each
+  g.set_starting_seconds(60);   // 30 s per attempt
+  moe::v1::CheckpointAdvice a;
+  EXPECT_FALSE(AdviseFromRun(job, 10, 0, &a)) << "no MTBF, no advice";
+  ASSERT_TRUE(AdviseFromRun(job, 10, 50000, &a));
+  // System MTBF 50000 h x 3600 / 1000 devices = 180000 s; sqrt(2 x 0.5 x 180000) = 424.3 s of work,
+  // 212 steps of 2 s.
+  EXPECT_DOUBLE_EQ(a.step_seconds(), 2);
+  EXPECT_DOUBLE_EQ(a.stall_seconds(), 0.5);
+  EXPECT_DOUBLE_EQ(a.restart_seconds(), 30);
+  EXPECT_NEAR(a.young_daly_seconds(), 424.26, 0.01);
+  EXPECT_EQ(a.interval_steps(), 212);
+  // Goodput at the advice: 1 - 0.5/424 - (424/2)/180000 - 30/180000, and better than every 10 steps
+  // (0.5 s lost every 20 s).
+  EXPECT_NEAR(a.goodput(), 1 - 0.5 / 424 - 212.0 / 180000 - 30.0 / 180000, 1e-4);
+  EXPECT_EQ(a.current_interval_steps(), 10);
+  EXPECT_NEAR(a.current_goodput(), 1 - 0.5 / 20 - 10.0 / 180000 - 30.0 / 180000, 1e-4);
+  EXPECT_GT(a.goodput(), a.current_goodput());
+  // Before a measured step there is nothing to advise from.
+  job.mutable_summary()->set_measured_steps(0);
+  EXPECT_FALSE(AdviseFromRun(job, 10, 50000, &a));
+}
+
 }  // namespace
 }  // namespace moe::controller
