@@ -62,6 +62,43 @@ void PrintPlans(const PlanArgs& a, const Plan& p, const Plan* packed) {
   if (packed != nullptr) std::printf("%s", PlacementDifference(p, *packed).c_str());
 }
 
+// With no --software: which profile the answer rests on, and whether it was measured.
+void SaySoftware(const SoftwareProfile& sw) {
+  std::fprintf(stderr,
+               "moectl plan: software profile %s (the cluster's default; --software names "
+               "another): %s\n",
+               sw.name.c_str(),
+               sw.calibrated ? "calibrated against measured runs"
+                             : "NOT calibrated: its efficiencies are estimates, never measured "
+                               "on this hardware (docs/planning.md)");
+}
+
+// A layout that does not fit: the layouts of the same devices that do, fastest first (the sweep's
+// ranking), on stderr, and exit status 7 so that a script stops there.
+constexpr int kDoesNotFit = 7;  // beside ExitCodeFor's 3-6 (cli/client.cc)
+int NotFitting(const JobSpec& spec, const ClusterProfile& cluster, const SoftwareProfile& software,
+               const PlanOptions& options) {
+  auto plans = SweepLayouts(spec, cluster, software, options, 64);
+  std::vector<Plan> fitting;
+  if (plans.ok()) {
+    for (const Plan& p : *plans) {
+      if (p.fits && fitting.size() < 3) fitting.push_back(p);
+    }
+  }
+  if (fitting.empty()) {
+    std::fprintf(stderr,
+                 "moectl plan: the layout does not fit, and no layout of %lld devices does "
+                 "(more devices: --gpus; a larger memory: another --cluster)\n",
+                 static_cast<long long>(spec.parallelism.world_size));
+  } else {
+    std::fprintf(stderr,
+                 "moectl plan: the layout does not fit; the nearest layouts of the same %lld "
+                 "devices that do (fastest first; --sweep N lists more):\n%s",
+                 static_cast<long long>(spec.parallelism.world_size), SweepTable(fitting).c_str());
+  }
+  return kDoesNotFit;
+}
+
 int Sweep(const PlanArgs& a, const JobSpec& spec, const ClusterProfile& cluster,
           const SoftwareProfile& software, const PlanOptions& options, const std::string& scaling) {
   if (a.mtbf_hours != 0)
@@ -212,13 +249,18 @@ int RunPlan(const PlanArgs& a, Client* client) {
   auto plan = PlanJob(*spec, *cluster, *software, options);
   if (!plan.ok()) return Refuse(plan.status());
   plan->scaling = scaling;
-  if (!placed) return PrintPlans(a, *plan, nullptr), 0;
-  PlanOptions packed_options = options;
-  packed_options.ep_domains = 1;
-  auto packed = PlanJob(*spec, *cluster, *software, packed_options);
-  if (!packed.ok()) return Refuse(packed.status());
-  PrintPlans(a, *plan, &*packed);
-  return 0;
+  const Plan* packed_plan = nullptr;
+  StatusOr<Plan> packed = Plan{};
+  if (placed) {
+    PlanOptions packed_options = options;
+    packed_options.ep_domains = 1;
+    packed = PlanJob(*spec, *cluster, *software, packed_options);
+    if (!packed.ok()) return Refuse(packed.status());
+    packed_plan = &*packed;
+  }
+  PrintPlans(a, *plan, packed_plan);
+  if (a.software.empty()) SaySoftware(*software);
+  return plan->fits ? 0 : NotFitting(*spec, *cluster, *software, options);
 }
 
 }  // namespace moe::cli

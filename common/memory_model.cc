@@ -18,6 +18,7 @@ struct ActShape {
   double tokens = 0;  // rows through the layer (batch x its sequence length)
   double sequences = 0;
   double a = 4;  // activation element bytes
+  double g = 4;  // bytes of a saved linear-layer input (a, or fp8 where the stack quantizes them)
   double r = 4;  // routing and logits bytes (fp32; the master dtype)
   int64_t ep = 1;
   bool core_attn = false, mla_up_proj = false, mlp = false, moe_act = false, full = false;
@@ -46,9 +47,9 @@ double Attention(const ActShape& s, double* largest) {
   const AttentionConfig& c = m.attention;
   const double dqk = D(c.qk_head_dim()), dv = D(c.v_head_dim), rq = D(c.q_lora_rank),
                rkv = D(c.kv_lora_rank);
-  double bytes = t * h * a;
-  if (c.q_lora_rank > 0) bytes += Norm(s, rq) + t * rq * a;
-  bytes += Norm(s, rkv) + t * rkv * a + t * D(c.qk_rope_head_dim) * a;
+  double bytes = t * h * s.g;  // the q/kv down-projections' input
+  if (c.q_lora_rank > 0) bytes += Norm(s, rq) + t * rq * s.g;
+  bytes += Norm(s, rkv) + t * rkv * s.g + t * D(c.qk_rope_head_dim) * a;
   if (!s.mla_up_proj) bytes += t * heads * (2 * dqk + dv) * a;
   if (!s.core_attn) bytes += t * heads * dv * a + lse;
   *largest = std::max(*largest, t * heads * (2 * dqk + dv) * a);  // dq, dk, dv
@@ -67,8 +68,8 @@ Act Moe(const ActShape& s, double* largest) {
   out.kept =
       t * h * a + t * D(e.num_experts) * s.r + t * k * (4 + s.r + 4) + (s.a != s.r ? t * k * a : 0);
   if (s.ep > 1) out.kept += 2 * rows * 4;  // the route's row maps
-  out.kept += rows * h * a + rows * 2 * f * a + (s.moe_act ? 0 : rows * f * a) +
-              rows * h * a;  // x_local, gate_up, act, yp
+  out.kept += rows * h * s.g + rows * 2 * f * a + (s.moe_act ? 0 : rows * f * s.g) +
+              rows * h * a;  // x_local, gate_up, act (the GEMMs' inputs: g), yp
   const double fs = f * D(e.num_shared_experts);
   out.kept += e.num_shared_experts > 0 ? Swiglu(s, t, fs, false) : 0;
   out.staging = s.ep > 1 ? rows * h * a : 0;
@@ -88,7 +89,7 @@ Act Block(const ActShape& s, bool moe) {
     out.staging = e.staging;
   } else {
     const double f = D(s.m->dense_ffn_hidden);
-    out.kept += t * h * a + Swiglu(s, t, f, s.mlp);
+    out.kept += t * h * s.g + Swiglu(s, t, f, s.mlp);
     largest = std::max(largest, t * 2 * f * a);
   }
   // The backward's working set: the largest gradient of an intermediate, its input's, and the
@@ -196,6 +197,7 @@ ActShape ShapeOf(const JobSpec& spec, int64_t compute_bytes) {
   s.sequences = D(spec.data.micro_batch_size);
   s.tokens = s.sequences * D(spec.data.seq_length);
   s.a = D(compute_bytes);
+  s.g = s.a;
   s.ep = spec.parallelism.expert_parallel;
   for (const std::string& r : spec.training.recompute) {
     s.core_attn |= r == "core_attn";
@@ -242,14 +244,16 @@ const StageMemory& MemoryPlan::largest() const {
       [](const StageMemory& x, const StageMemory& y) { return x.peak() < y.peak(); });
 }
 
-StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_bytes) {
+StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_bytes,
+                                    double gemm_input_bytes) {
   MOE_ASSIGN_OR_RETURN(const std::vector<StageLayout> layout, ResolvePipelineLayout(spec));
   const ParallelismConfig& par = spec.parallelism;
   const int64_t pp = par.pipeline_parallel, vpp = par.virtual_pipeline;
   MemoryPlan plan;
   plan.compute_bytes = compute_dtype_bytes;
   plan.distributed_optimizer = spec.optimizer.Distributed(par.data_parallel());
-  const ActShape shape = ShapeOf(spec, compute_dtype_bytes);
+  ActShape shape = ShapeOf(spec, compute_dtype_bytes);
+  if (gemm_input_bytes > 0) shape.g = gemm_input_bytes;
   for (int64_t r = 0; r < pp; ++r) {
     StageMemory st;
     st.pp_rank = static_cast<int>(r);

@@ -61,7 +61,11 @@ struct MemoryPlan {
 };
 
 // compute_dtype_bytes: 2 for bf16 activations (GPU ranks), 4 for fp32 (CPU ranks).
-StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_bytes);
+// gemm_input_bytes: what an input a linear layer saves for its backward costs per element (0: the
+// compute dtype's; 1.03125 for a stack that saves them MXFP8-quantized, 1 byte and an 8-bit scale
+// per 32 values, as Transformer Engine does under fp8 recipes).
+StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_bytes,
+                                    double gemm_input_bytes = 0);
 
 // The table --describe prints: per pipeline rank and category, the peak, and when `capacity_bytes`
 // > 0 whether it fits (and if not, what dominates and what would help).

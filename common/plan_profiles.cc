@@ -104,6 +104,11 @@ const Schema<SoftwareProfile>& SchemaOf<SoftwareProfile>() {
       Field("fusions", &S::fusions,
             Each(OneOf({"permute", "router", "quantization", "norm_quantization", "cross_entropy", "swiglu"}))),
       Field("host", &S::host),
+      Field("moments_dtype", &S::moments_dtype, OneOf({"", "fp32", "bf16"})),
+      Field("fp8_saved_inputs", &S::fp8_saved_inputs),
+      Field("calibrated", &S::calibrated),
+      Field("recompute", &S::recompute,
+            Each(OneOf({"core_attn", "mla_up_proj", "mlp", "moe_act", "full"}))),
       Field("goodput", &S::goodput, Fraction()),
       Field("sources", &S::sources),
   });

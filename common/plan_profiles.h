@@ -86,6 +86,16 @@ struct SoftwareProfile {
   // swiglu.
   std::vector<std::string> fusions;
   HostProfile host;
+  // The stack's own memory habits, applied where a job leaves them to the software (PlanJob says
+  // so): its AdamW moments' dtype ("": the job's own) and the modules it recomputes when the job
+  // names none (Megatron's --exp-avg-dtype and --recompute-modules).
+  std::string moments_dtype;
+  std::vector<std::string> recompute;
+  // Fitted to a measured or published run (its sources say which); false: estimates only.
+  bool calibrated = false;
+  // Under fp8, the inputs its linear layers save for the backward are kept quantized (MXFP8: 1 byte
+  // and a scale per 32 values), not in bf16 (Transformer Engine's habit; our engine keeps bf16).
+  bool fp8_saved_inputs = false;
   double goodput = 1.0;  // share of wall time in productive steps (restarts, checkpoints, evals)
   std::vector<std::string> sources;
 

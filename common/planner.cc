@@ -459,8 +459,30 @@ std::string JobPrecision(const JobSpec& spec) {
   return spec.resources.device == "cuda" ? "bf16" : "fp32";
 }
 
+namespace {
+
+// The software's memory habits where the job leaves them to it (SoftwareProfile::moments_dtype,
+// recompute); what changed, for the plan's header.
+std::string ApplySoftwareHabits(const SoftwareProfile& software, JobSpec* spec) {
+  std::string said;
+  if (!software.moments_dtype.empty() && spec->optimizer.moments_dtype != software.moments_dtype) {
+    spec->optimizer.moments_dtype = software.moments_dtype;
+    said = "AdamW moments in " + software.moments_dtype;
+  }
+  if (spec->training.recompute.empty() && !software.recompute.empty()) {
+    spec->training.recompute = software.recompute;
+    std::string r;
+    for (const auto& m : software.recompute) r += (r.empty() ? "" : "+") + m;
+    said += (said.empty() ? "" : ", ") + std::string("recompute ") + r;
+  }
+  return said.empty() ? "" : said + " (" + software.name + "'s own; the job left them to it)";
+}
+
+}  // namespace
+
 StatusOr<Plan> PlanJob(JobSpec spec, const ClusterProfile& cluster, const SoftwareProfile& software,
                        const PlanOptions& options) {
+  const std::string habits = ApplySoftwareHabits(software, &spec);
   spec.resources.device = cluster.device;  // planned as it would run there
   if (cluster.device == "cpu") spec.resources.precision.reset();
   MOE_RETURN_IF_ERROR(ValidateJobSpec(spec));
@@ -470,7 +492,7 @@ StatusOr<Plan> PlanJob(JobSpec spec, const ClusterProfile& cluster, const Softwa
   MOE_RETURN_IF_ERROR(MakeCtx(spec, cluster, software, pk, &x));
   Plan p;
   p.job = spec.name, p.cluster = cluster.name, p.software = software.name,
-  p.precision = x.precision;
+  p.precision = x.precision, p.habits = habits;
   const ParallelismConfig& par = spec.parallelism;
   p.layout = "PP" + std::to_string(par.pipeline_parallel) + " VPP" +
              std::to_string(par.virtual_pipeline) + " EP" + std::to_string(par.expert_parallel) +
@@ -481,7 +503,8 @@ StatusOr<Plan> PlanJob(JobSpec spec, const ClusterProfile& cluster, const Softwa
   p.world_size = par.world_size, p.racks = pk.racks, p.ep_domains = pk.ep_domains;
   p.micro_batches = spec.micro_batches_per_rank();
   p.rows_per_expert = x.rows_per_expert;
-  MOE_ASSIGN_OR_RETURN(p.memory, EstimateMemory(spec, static_cast<int64_t>(x.a)));
+  const double saved = software.fp8_saved_inputs && x.precision == "fp8" ? 1.03125 : 0;
+  MOE_ASSIGN_OR_RETURN(p.memory, EstimateMemory(spec, static_cast<int64_t>(x.a), saved));
   p.capacity_bytes = cluster.memory_gb * 1e9;
   MemoryVerdict(&p);
   std::vector<RankTime> ranks(static_cast<size_t>(par.pipeline_parallel));

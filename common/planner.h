@@ -81,7 +81,8 @@ struct Plan {
   double mfu_bf16 = 0, mfu_fp8 = 0, tokens_per_second = 0;
   double rows_per_expert = 0, bubble_fraction = 0;
   double tokens = 0, days = 0, gpu_hours = 0;
-  std::string scaling;                         // --gpus: what ScaleToGpus changed
+  std::string scaling;  // --gpus: what ScaleToGpus changed
+  std::string habits;   // what the software profile set that the job left to it ("" : nothing)
   std::optional<CheckpointAdvice> checkpoint;  // --mtbf-hours
   const PlanComponent* Find(const std::string& name) const;
 };

@@ -193,6 +193,7 @@ std::string PlanTable(const Plan& p) {
   o << "layout: " << p.layout << ", " << p.micro_batches << " micro-batches per step, "
     << static_cast<int64_t>(p.rows_per_expert) << " rows per expert, expert-parallel groups span "
     << p.ep_domains << " domain(s)\n";
+  if (!p.habits.empty()) o << "software habits: " << p.habits << "\n";
   o << "memory: " << p.memory_verdict << "\n";
   o << "  pp   weights  gradients  optimizer  activations     comm     total\n";
   for (const StageMemory& st : p.memory.stages) {

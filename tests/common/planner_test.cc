@@ -130,10 +130,40 @@ TEST(Planner, MemoryIsTheEnginesAccounting) {
   JobSpec spec = Job671(256, 8, 4, 32, 2048);
   spec.resources.precision.reset();
   const Plan p = Predict(spec, "gb200-nvl72", "megatron-2025-11");
-  auto m = EstimateMemory(spec, 2);
+  // The job as that stack runs it: its bf16 moments, and its recompute where the job names none.
+  JobSpec as_run = spec;
+  as_run.optimizer.moments_dtype = "bf16";
+  if (as_run.training.recompute.empty()) as_run.training.recompute = {"moe_act", "mlp"};
+  auto m = EstimateMemory(as_run, 2);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(p.memory.largest().peak(), m->largest().peak());
   EXPECT_EQ(p.fits, m->largest().peak() <= 186e9);
+}
+
+// A software profile's memory habits fill what the job leaves open, and say so; a job's own choice
+// stands. Under fp8 a Transformer Engine stack saves its GEMM inputs quantized: less memory.
+TEST(Planner, SoftwareHabitsFillOnlyWhatTheJobLeavesOpen) {
+  JobSpec open = Job671(256, 2, 8, 32, 2048);
+  open.parallelism.virtual_pipeline = 8;
+  open.training.recompute.clear();
+  open.optimizer.moments_dtype = "fp32";
+  const Plan filled = Predict(open, "gb300-nvl72", "megatron-2026");
+  EXPECT_NE(filled.habits.find("recompute moe_act+mlp"), std::string::npos) << filled.habits;
+  EXPECT_NE(filled.habits.find("moments in bf16"), std::string::npos) << filled.habits;
+  EXPECT_EQ(filled.recompute, "moe_act+mlp");
+  JobSpec own = open;
+  own.training.recompute = {"mla_up_proj"};
+  const Plan kept = Predict(own, "gb300-nvl72", "megatron-2026");
+  EXPECT_EQ(kept.recompute, "mla_up_proj");
+  EXPECT_EQ(kept.habits.find("recompute"), std::string::npos) << kept.habits;
+  // Our own stack has no habits: the job is planned as written.
+  EXPECT_EQ(Predict(open, "gb300-nvl72", "ours").habits, "");
+  // fp8 saved inputs: the same job in bf16 keeps more activations per micro-batch.
+  JobSpec bf16 = open;
+  bf16.resources.precision = "bf16";
+  const Plan b = Predict(bf16, "gb300-nvl72", "megatron-2026");
+  EXPECT_LT(filled.memory.largest().activations_per_micro_batch,
+            b.memory.largest().activations_per_micro_batch);
 }
 
 // A CPU machine as moe-probe prints it: 2 cores at 200 GFLOP/s, 40 GB/s, 20 GB.

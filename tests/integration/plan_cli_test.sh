@@ -136,5 +136,29 @@ curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" >"$WORK/metrics.txt" || fail "
 grep -q "^moe_job_planned_step_seconds{job=\"$id\"}" "$WORK/metrics.txt" || fail "/metrics lacks the planned step"
 out=$("$BIN/moectl" plan does-not-exist 2>&1 >/dev/null); rc=$?
 [ $rc = 3 ] || fail "plan of an unknown job: rc $rc, $out"
+# A layout that does not fit exits 7 and lists the layouts of the same devices that do; with no
+# --software the answer names the profile it rests on and whether it is calibrated.
+rc=0
+"$BIN/moectl" plan -f "$ex" --cluster h100 >"$WORK/nofit.txt" 2>"$WORK/nofit.err" || rc=$?
+[ $rc = 7 ] || fail "a plan that does not fit exited $rc, not 7"
+grep -q "does not fit" "$WORK/nofit.txt" || fail "no 'does not fit' verdict: $(head -4 "$WORK/nofit.txt")"
+grep -q "nearest layouts of the same 256 devices that do" "$WORK/nofit.err" || fail "no fitting layouts offered: $(cat "$WORK/nofit.err")"
+[ "$(grep -c ' fits$' "$WORK/nofit.err")" -ge 1 ] || fail "the offered layouts do not fit: $(cat "$WORK/nofit.err")"
+grep -q "software profile ours (the cluster's default.*NOT calibrated" "$WORK/nofit.err" || fail "the default profile is not named with its calibration: $(cat "$WORK/nofit.err")"
+# The GB300 record's own layout (TP1 PP2 VPP8 EP32, MXFP8, MBS 1, GBS 2048 on 256 GPUs) fits on the
+# record's stack, with its habits said, within 15 % of the announced 1,648 TFLOP/s.
+sed -e 's/pipeline_parallel: 8, virtual_pipeline: 4/pipeline_parallel: 2, virtual_pipeline: 8/' \
+    -e 's/global_batch_size: 15360/global_batch_size: 2048/' -e '/batch_ramp/d' \
+    -e 's/moments_dtype: bf16/moments_dtype: fp32/' -e 's/, recompute: \[mlp, mla_up_proj\]//' \
+    -e 's/resources: {device: cuda}/resources: {device: cuda, precision: fp8}/' \
+    "$ex" >"$WORK/gb300.yaml"
+grep -q "pipeline_parallel: 2, virtual_pipeline: 8" "$WORK/gb300.yaml" && grep -q "precision: fp8" "$WORK/gb300.yaml" \
+  || fail "examples/deepseek-v3-671b.yaml changed shape: this test's sed no longer applies"
+"$BIN/moectl" plan -f "$WORK/gb300.yaml" --cluster gb300-nvl72 --software megatron-2026 >"$WORK/gb300.txt" 2>&1 \
+  || fail "the GB300 record's layout does not fit: $(grep -m1 memory "$WORK/gb300.txt")"
+grep -q "^software habits: AdamW moments in bf16, recompute moe_act+mlp" "$WORK/gb300.txt" || fail "the stack's habits are not said: $(head -4 "$WORK/gb300.txt")"
+tflops=$(grep -oP '^throughput: \K[0-9]+' "$WORK/gb300.txt")
+python3 -c "import sys; t = float(sys.argv[1]); sys.exit(0 if abs(t / 1648 - 1) <= 0.15 else 1)" "$tflops" \
+  || fail "the GB300 record's layout plans at $tflops TFLOP/s, not within 15 % of 1,648"
 "$BIN/moectl" cancel "$id" >/dev/null
 echo "plan_cli_test passed"
