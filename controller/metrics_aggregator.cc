@@ -48,7 +48,22 @@ prometheus::Family<prometheus::Histogram>* AddHistogram(prometheus::Registry& r,
   return &prometheus::BuildHistogram().Name(name).Help(help).Register(r);
 }
 
+// A step's wall time from a toy's 10 ms to a 671B step's minutes (70-250 s at the published sizes)
+// and a stalled one's hour and more: every quantile panel resolves at both ends.
+prometheus::Histogram::BucketBoundaries StepBuckets() {
+  return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,    2.5,  5,    10,   30,
+          60,   120,   180,  300, 600,  900, 1800, 3600, 7200, 14400};
+}
+
 }  // namespace
+
+// Every per-rank series: the job, the rank, and where it runs (rack; node, worker and device, which
+// join with DCGM's Hostname and gpu and with node exporters).
+std::map<std::string, std::string> MetricsAggregator::RankLabels(const JobSeries& s, size_t r) {
+  const RankInfo& at = s.ranks[r];
+  return {{"job", s.id},     {"rank", std::to_string(r)}, {"rack", at.rack},
+          {"node", at.node}, {"worker", at.worker},       {"device", at.device}};
+}
 
 MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> registry, Clock& clock,
                                      StragglerOptions straggler, double retention_seconds,
@@ -220,10 +235,7 @@ std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(
   JobSeries& s = Series(job_id);
   if (attempt != s.attempt || rank < 0 || rank >= static_cast<int>(s.ranks.size()))
     return std::nullopt;
-  const std::map<std::string, std::string> rank_labels = {
-      {"job", job_id},
-      {"rank", std::to_string(rank)},
-      {"rack", s.ranks[static_cast<size_t>(rank)].rack}};
+  const std::map<std::string, std::string> rank_labels = RankLabels(s, static_cast<size_t>(rank));
   rank_step_->Add(rank_labels).Set(m.step_seconds());
   rank_compute_->Add(rank_labels).Set(m.compute_seconds());
   auto& bucket = s.pending[m.step()];
@@ -293,8 +305,7 @@ void MetricsAggregator::UpdateStragglers(JobSeries& s, const std::vector<double>
 // The job's series from a completed step (rank 0's figures).
 void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& out) {
   for (size_t r = 0; r < s.ranks.size(); ++r) {
-    rank_tflops_->Add({{"job", s.id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}})
-        .Set(out.tflops_per_device());
+    rank_tflops_->Add(RankLabels(s, r)).Set(out.tflops_per_device());
   }
   const std::map<std::string, std::string> job_labels = {{"job", s.id}};
   const double flops =
@@ -304,10 +315,7 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   mfu_->Add(job_labels).Set(out.mfu());
   if (out.mfu_peak_tflops() > 0) peak_->Add(job_labels).Set(out.mfu_peak_tflops());
   tokens_->Add(job_labels).Increment(static_cast<double>(out.tokens()));
-  step_duration_
-      ->Add(job_labels, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                                                1, 2.5, 5, 10, 30, 60})
-      .Observe(out.step_seconds());
+  step_duration_->Add(job_labels, StepBuckets()).Observe(out.step_seconds());
   loss_->Add(job_labels).Set(out.loss());
   last_step_->Add(job_labels).Set(out.step_seconds());
   if (out.mtp_loss_weight() > 0) mtp_loss_->Add(job_labels).Set(out.mtp_loss());
@@ -336,7 +344,8 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
   const bool attempt_starts = state == moe::v1::SCHEDULED || (loaded && state == moe::v1::RUNNING);
   if (attempt_starts && job.placement_size() > 0) {
     std::vector<RankInfo> ranks;
-    for (const auto& p : job.placement()) ranks.push_back({p.rack(), p.worker()});
+    for (const auto& p : job.placement())
+      ranks.push_back({p.rack(), p.worker(), p.node(), p.device()});
     StartAttempt(job.id(), job.attempt(), ranks, job.placement_size());
     if (job.planned_step_seconds() > 0) {
       planned_step_->Add({{"job", job.id()}}).Set(job.planned_step_seconds());
@@ -443,8 +452,7 @@ std::set<int> MetricsAggregator::Stragglers(const std::string& job_id) const {
 
 void MetricsAggregator::RemoveRankSeries(const JobSeries& s) {
   for (size_t r = 0; r < s.ranks.size(); ++r) {
-    const std::map<std::string, std::string> labels = {
-        {"job", s.id}, {"rank", std::to_string(r)}, {"rack", s.ranks[r].rack}};
+    const std::map<std::string, std::string> labels = RankLabels(s, r);
     rank_step_->Remove(&rank_step_->Add(labels));
     rank_compute_->Remove(&rank_compute_->Add(labels));
     rank_tflops_->Remove(&rank_tflops_->Add(labels));

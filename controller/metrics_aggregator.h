@@ -40,6 +40,8 @@ namespace moe::controller {
 struct RankInfo {
   std::string rack;
   std::string worker;
+  std::string node;    // the host (joins with DCGM's Hostname)
+  std::string device;  // cpu, cuda:N (DCGM's gpu is N)
 };
 
 struct StragglerChange {
@@ -90,6 +92,7 @@ class MetricsAggregator final : public JobListener {
 
  private:
   struct JobSeries;
+  static std::map<std::string, std::string> RankLabels(const JobSeries& s, size_t r);
   JobSeries& Series(const std::string& job_id);
   void SetState(const std::string& job_id, moe::v1::JobState state);
   void UpdateStragglers(JobSeries& s, const std::vector<double>& compute,

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <map>
 #include <optional>
@@ -49,8 +50,17 @@ moe::v1::Job JobIn(moe::v1::JobState state, int attempt, const std::vector<std::
     p->set_rank(static_cast<int>(r));
     p->set_worker("w" + std::to_string(r));
     p->set_rack(racks[r]);
+    p->set_node("n" + std::to_string(r));
+    p->set_device("cuda:" + std::to_string(r));
   }
   return job;
+}
+
+// A rank's series labels as JobIn places it: where it runs, joinable with DCGM (node, device).
+Labels RankL(int r, const std::string& rack) {
+  const std::string n = std::to_string(r);
+  return {{"job", "j"},      {"rank", n},         {"rack", rack},
+          {"node", "n" + n}, {"worker", "w" + n}, {"device", "cuda:" + n}};
 }
 
 moe::v1::StepMetrics Report(int64_t step, double compute, double tflops = 100) {
@@ -110,8 +120,15 @@ TEST_F(MetricsAggregatorTest, AStepCompletedByEveryRankGivesTheJobsFigures) {
   EXPECT_EQ(Get("moe_job_step", {{"job", "j"}}), 1.0);
   EXPECT_EQ(Get("moe_job_loss", {{"job", "j"}}), 4.5);
   EXPECT_EQ(Get("moe_job_step_duration_seconds", {{"job", "j"}}), 1.0) << "one observation";
-  EXPECT_EQ(Get("moe_rank_tflops", {{"job", "j"}, {"rank", "1"}, {"rack", "r1"}}), 120.0);
-  EXPECT_EQ(Get("moe_rank_compute_seconds", {{"job", "j"}, {"rank", "1"}, {"rack", "r1"}}), 0.3);
+  // Buckets to hours: a 671B step (70-250 s) and a stalled one (an hour) still land in a bucket.
+  const std::string page = prometheus::TextSerializer().Serialize(registry_->Collect());
+  for (const char* le : {"le=\"300\"", "le=\"3600\"", "le=\"14400\""}) {
+    EXPECT_NE(page.find(std::string("moe_job_step_duration_seconds_bucket{job=\"j\",") + le),
+              std::string::npos)
+        << le;
+  }
+  EXPECT_EQ(Get("moe_rank_tflops", RankL(1, "r1")), 120.0);
+  EXPECT_EQ(Get("moe_rank_compute_seconds", RankL(1, "r1")), 0.3);
   ASSERT_TRUE(Step(1, 2, {0.2, 0.3}).has_value());
   EXPECT_EQ(Get("moe_job_tokens_total", {{"job", "j"}}), 8192.0) << "counters add up";
 }
@@ -175,10 +192,10 @@ TEST_F(MetricsAggregatorTest, AJobLoadedWhileRunningTakesReportsOfItsAttempt) {
 TEST_F(MetricsAggregatorTest, AnEndedJobsSeriesGoAfterTheRetentionTime) {
   metrics_.OnJobStateChanged(JobIn(moe::v1::SCHEDULED, 1, {"r0"}), moe::v1::PENDING);
   ASSERT_TRUE(Step(1, 1, {0.1}).has_value());
-  EXPECT_TRUE(Get("moe_rank_tflops", {{"job", "j"}, {"rank", "0"}, {"rack", "r0"}}).has_value());
+  EXPECT_TRUE(Get("moe_rank_tflops", RankL(0, "r0")).has_value());
   metrics_.OnJobStateChanged(JobIn(moe::v1::SUCCEEDED, 1, {"r0"}), moe::v1::RUNNING);
   // Its throughput goes at once: a rack's TFLOP/s (the sum of moe_rank_tflops) is what runs now.
-  EXPECT_FALSE(Get("moe_rank_tflops", {{"job", "j"}, {"rank", "0"}, {"rack", "r0"}}).has_value());
+  EXPECT_FALSE(Get("moe_rank_tflops", RankL(0, "r0")).has_value());
   EXPECT_FALSE(Get("moe_job_tflops_per_device", {{"job", "j"}}).has_value());
   EXPECT_FALSE(Get("moe_job_mfu_ratio", {{"job", "j"}}).has_value());
   clock_.Advance(59);
@@ -188,7 +205,7 @@ TEST_F(MetricsAggregatorTest, AnEndedJobsSeriesGoAfterTheRetentionTime) {
   metrics_.Expire();
   EXPECT_FALSE(Get("moe_job_loss", {{"job", "j"}}).has_value());
   EXPECT_FALSE(Get("moe_job_state", {{"job", "j"}, {"state", "SUCCEEDED"}}).has_value());
-  EXPECT_FALSE(Get("moe_rank_tflops", {{"job", "j"}, {"rank", "0"}, {"rack", "r0"}}).has_value());
+  EXPECT_FALSE(Get("moe_rank_tflops", RankL(0, "r0")).has_value());
 }
 
 TEST_F(MetricsAggregatorTest, BuildInfoWorkersAndTheQueue) {
