@@ -7,6 +7,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <random>
 #include <sstream>
 
@@ -52,10 +53,14 @@ int PrintNames(const std::vector<std::string>& names, const std::string& kind) {
 }
 
 int Submit(Client& c, const Args& a) {
-  std::ifstream in(a.file);
-  if (!in) return c.Fail(NotFoundError("-f " + a.file + ": cannot read the file"));
   std::stringstream ss;
-  ss << in.rdbuf();
+  if (a.file == "-") {  // the job document on stdin (kubectl's -f -)
+    ss << std::cin.rdbuf();
+  } else {
+    std::ifstream in(a.file);
+    if (!in) return c.Fail(NotFoundError("-f " + a.file + ": cannot read the file"));
+    ss << in.rdbuf();
+  }
   auto job = TrainingJobFromText(ss.str());
   if (!job.ok()) return c.Fail(job.status().WithPrefix(a.file));
   moe::v1::SubmitJobRequest req;
@@ -98,6 +103,28 @@ StatusOr<moe::v1::ListJobsResponse> ListAllJobs(Client& c, const Args& a) {
     req.set_page_token(page.next_page_token());
   } while (!req.page_token().empty());
   return all;
+}
+
+// A job as people name it: its id, or its metadata.name when no job has that id (kubectl's habit
+// of names). A name several jobs carry is refused with their ids.
+StatusOr<std::string> ResolveJob(Client& c, const std::string& ref) {
+  moe::v1::GetJobRequest req;
+  req.set_id(ref);
+  moe::v1::Job job;
+  const Status st = c.Call(&Stub::GetJob, req, &job);
+  if (st.code() != StatusCode::kNotFound) return st.ok() ? StatusOr<std::string>(ref) : st;
+  MOE_ASSIGN_OR_RETURN(const moe::v1::ListJobsResponse all, ListAllJobs(c, Args{}));
+  std::vector<std::string> ids;
+  for (const auto& j : all.jobs()) {
+    if (j.spec().metadata().name() == ref) ids.push_back(j.id());
+  }
+  if (ids.size() == 1) return ids.front();
+  if (ids.empty())
+    return NotFoundError("no job with the id or name '" + ref + "' (moectl get jobs lists them)");
+  std::string list;
+  for (const auto& id : ids) list += (list.empty() ? "" : ", ") + id;
+  return FailedPreconditionError("the name '" + ref + "' names " + std::to_string(ids.size()) +
+                                 " jobs (" + list + "): give an id");
 }
 
 int GetJobs(Client& c, const Args& a) {
@@ -198,8 +225,10 @@ int DescribeWorkerCmd(Client& c, const Args& a) {
 }
 
 int GetJob(Client& c, const Args& a, bool describe) {
+  const StatusOr<std::string> id = ResolveJob(c, a.id);
+  if (!id.ok()) return c.Fail(id.status());
   moe::v1::GetJobRequest req;
-  req.set_id(a.id);
+  req.set_id(*id);
   moe::v1::Job resp;
   if (Status st = c.Call(&Stub::GetJob, req, &resp); !st.ok()) return c.Fail(st);
   if (describe) {
@@ -402,7 +431,8 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
 std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
   std::vector<Command> out = AddGetAndDescribe(app, c, a);
   auto* submit = app.add_subcommand("submit", "submit a job file; prints the job's id");
-  submit->add_option("-f,--file", a->file, "job file (YAML or JSON)")->required();
+  submit->add_option("-f,--file", a->file, "job file (YAML or JSON); - reads it from stdin")
+      ->required();
   submit->add_flag(
       "--resume-by-name", a->resume_by_name,
       "if a job of this metadata.name was submitted with this flag before, print its id instead of "

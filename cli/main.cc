@@ -21,16 +21,20 @@
 namespace {
 
 // The first word that is not a global flag or its value: what the user meant as the command.
-std::string FirstWord(int argc, char** argv) {
+size_t FirstWordIndex(const std::vector<std::string>& args) {
   static const std::vector<std::string> with_value = {"--controller", "--token",    "--token-file",
                                                       "--tls-ca",     "--tls-cert", "--tls-key",
                                                       "--timeout"};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("-", 0) != 0) return a;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("-", 0) != 0) return i;
     if (std::find(with_value.begin(), with_value.end(), a) != with_value.end()) ++i;
   }
-  return "";
+  return args.size();
+}
+std::string FirstWord(const std::vector<std::string>& args) {
+  const size_t i = FirstWordIndex(args);
+  return i < args.size() ? args[i] : "";
 }
 
 // CLI11 says "A subcommand is required" or "arguments were not expected" for a mistyped command:
@@ -49,6 +53,67 @@ int UnknownCommand(const CLI::App& app, const std::string& word) {
   return 2;
 }
 
+// Levenshtein distance, for did-you-mean (short words only).
+size_t Distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t prev = row[0]++;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cur = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return row[b.size()];
+}
+
+// kubectl's forms, rewritten into moectl's own before parsing: `get job/ID` and `get jobs/ID` (kind
+// and name in one word), `describe ID` (a job), and `cancel job/ID` where a verb takes the id
+// alone. A resource that is none of the verb's is refused with the choices and the nearest (exit
+// 2).
+bool KubectlForms(const CLI::App& app, std::vector<std::string>* args) {
+  const size_t at = FirstWordIndex(*args);
+  if (at + 1 >= args->size()) return true;
+  const std::string verb = (*args)[at];
+  std::string& what = (*args)[at + 1];
+  if (what.rfind('-', 0) == 0) return true;
+  const size_t slash = what.find('/');
+  std::string kind = slash == std::string::npos ? what : what.substr(0, slash);
+  if (verb == "cancel" || verb == "events" || verb == "watch" || verb == "logs") {
+    if (slash != std::string::npos && (kind == "job" || kind == "jobs"))
+      what = what.substr(slash + 1);
+    return true;
+  }
+  if (verb != "get" && verb != "describe" && verb != "delete") return true;
+  const CLI::App* sub = app.get_subcommand(verb);
+  std::vector<std::string> kinds;
+  for (const CLI::App* k : sub->get_subcommands([](const CLI::App*) { return true; }))
+    kinds.push_back(k->get_name());
+  if (slash != std::string::npos) {
+    if (kind.size() > 1 && kind.back() == 's') kind.pop_back();  // jobs/ID: one job
+    const std::string name = what.substr(slash + 1);
+    what = kind;
+    args->insert(args->begin() + static_cast<std::ptrdiff_t>(at) + 2, name);
+  }
+  if (std::find(kinds.begin(), kinds.end(), what) != kinds.end()) return true;
+  const bool named_after = at + 2 < args->size() && (*args)[at + 2].rfind('-', 0) != 0;
+  if (verb == "describe" && slash == std::string::npos && !named_after) {  // describe ID: a job
+    args->insert(args->begin() + static_cast<std::ptrdiff_t>(at) + 1, "job");
+    return true;
+  }
+  std::string list, nearest;
+  size_t best = 3;
+  for (const auto& k : kinds) {
+    list += (list.empty() ? "" : ", ") + k;
+    if (const size_t d = Distance(what, k); d < best) best = d, nearest = k;
+  }
+  std::fprintf(stderr, "moectl %s: unknown resource '%s'%s; the resources are %s\n", verb.c_str(),
+               what.c_str(), nearest.empty() ? "" : (" (did you mean '" + nearest + "'?)").c_str(),
+               list.c_str());
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,10 +129,13 @@ int main(int argc, char** argv) {
   CLI::App* plan = moe::cli::AddPlanCommand(app, &plan_args);
   moe::ServiceLogOptions log{"moectl", "warning"};
   moe::AddServiceLogFlags(app, &log);
+  std::vector<std::string> words(argv + 1, argv + argc);
+  if (!KubectlForms(app, &words)) return 2;
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(words.rbegin(), words.rend());  // CLI11 takes them reversed
+    app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    const std::string word = FirstWord(argc, argv);
+    const std::string word = FirstWord(words);
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
       known |= sub->get_name() == word;
