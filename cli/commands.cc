@@ -482,6 +482,8 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
   logs->add_option("--tail", a->logs.tail, "the last N lines (default: all)")
       ->check(CLI::PositiveNumber);
   logs->add_flag("-f,--follow", a->logs.follow, "keep printing new output until the rank ends");
+  logs->add_flag("--all-ranks", a->logs.all_ranks,
+                 "every rank of the attempt in rank order, each line prefixed [rank N]");
   logs->add_flag(
       "--raw", a->logs.raw,
       "the rank's bytes as they are (default: control characters and escape sequences print "

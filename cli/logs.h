@@ -1,5 +1,5 @@
-// moectl logs JOB [--rank R] [--attempt N] [-f] [--tail N]: a rank's output, from the worker that
-// runs or ran it, through the controller (kubectl logs' habits).
+// moectl logs JOB [--rank R | --all-ranks] [--attempt N] [-f] [--tail N]: a rank's output, from the
+// worker that runs or ran it, through the controller (kubectl logs' habits).
 #pragma once
 
 #include "cli/client.h"
@@ -17,6 +17,7 @@ struct LogsArgs {
   // overrides) print as visible escapes: a rank's output cannot repaint the terminal or forge a
   // line.
   bool raw = false;
+  bool all_ranks = false;  // every rank of the attempt, each line prefixed "[rank N] "
 };
 
 int Logs(Client& c, const LogsArgs& a);

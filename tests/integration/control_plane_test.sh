@@ -203,6 +203,14 @@ wait $follower || fail "logs -f did not end with the rank: $(tail -3 "$WORK/high
 grep -q "iteration *10/ *10" "$WORK/high-f.txt" || fail "logs -f lacks the last iteration: $(tail -3 "$WORK/high-f.txt")"
 [ "$("$MOECTL" logs "$high" --tail 2 | wc -l)" = 2 ] || fail "logs --tail 2: $("$MOECTL" logs "$high" --tail 2)"
 "$MOECTL" logs "$high" --rank 1 | grep -q "device cpu" && fail "rank 1 printed rank 0's setup line"
+# Every rank has a log, even one that printed nothing: the agent's lines say where it ran and how it
+# ended; --all-ranks prints them all in rank order, prefixed.
+"$MOECTL" logs "$high" --rank 1 >"$WORK/high-r1.txt"
+grep -q "^moe-worker: rank 1 of $high attempt [0-9]* started on " "$WORK/high-r1.txt" &&
+  grep -q "^moe-worker: rank 1 finished (exit code 0)" "$WORK/high-r1.txt" || fail "logs --rank 1: $(cat "$WORK/high-r1.txt")"
+"$MOECTL" logs "$high" --all-ranks >"$WORK/high-all.txt"
+grep -q "^\[rank 0\] .*iteration *10/ *10" "$WORK/high-all.txt" && grep -q "^\[rank 1\] moe-worker: rank 1 finished" "$WORK/high-all.txt" ||
+  fail "logs --all-ranks: $(cat "$WORK/high-all.txt")"
 set +e; out=$("$MOECTL" logs "$high" --rank 7 2>&1); rc=$?; set -e
 [ $rc -eq 6 ] && grep -q -- "--rank: 7 is not a rank of $high (0..1)" <<<"$out" || fail "logs --rank 7: rc $rc, $out"
 wait_state "$low" SUCCEEDED 180

@@ -591,6 +591,12 @@ void WorkerAgent::Monitor(Rank* rank) {
   };
   rank->log = std::make_unique<RankLogWriter>(
       RankLogPath(o_.runtime_dir, a.job_id(), a.attempt(), a.rank()));
+  // The agent's own lines bracket the rank's output, so every rank's log says where and when it ran
+  // and how it ended, even a rank that printed nothing (only rank 0 prints its steps).
+  rank->log->Append("moe-worker: rank " + std::to_string(a.rank()) + " of " + a.job_id() +
+                    " attempt " + std::to_string(a.attempt()) + " started on " + rank->name + " (" +
+                    o_.devices[static_cast<size_t>(rank->device)] + ", node " + o_.node + ", pid " +
+                    std::to_string(rank->process->pid()) + ")");
   auto on_output = [&](const std::string& line) {
     LogRankLine(a.job_id(), a.rank(), line);
     rank->log->Append(line);
@@ -601,11 +607,13 @@ void WorkerAgent::Monitor(Rank* rank) {
   const RankEnd end = exit.Outcome();
   rank->proxy->Stop();
   ::unlink(rank->spec_path.c_str());
+  const std::string how =
+      end.ok() ? " finished"
+               : (rank->process->stop_requested() ? " stopped" : " failed: " + end.message);
+  rank->log->Append("moe-worker: rank " + std::to_string(a.rank()) + how + " (exit code " +
+                    std::to_string(exit.exit_code()) + ")");
   rank->done = true;
-  MOE_LOG(INFO) << "rank " << a.rank() << " of " << a.job_id() << " attempt " << a.attempt()
-                << (end.ok() ? " finished"
-                             : (rank->process->stop_requested() ? " stopped"
-                                                                : " failed: " + end.message));
+  MOE_LOG(INFO) << "rank " << a.rank() << " of " << a.job_id() << " attempt " << a.attempt() << how;
   Report(Finished(a, end, exit.exit_code(), rank->process->stop_requested()));
 }
 
