@@ -73,11 +73,16 @@ std::string ResolveRelativeData(const std::string& path, const std::vector<std::
     const std::string p = NormalizeAbsolute(path, "/");
     return holds(p) ? p : std::string();
   }
-  std::vector<std::string> bases = roots;
-  if (!cwd.empty()) bases.push_back(cwd);
-  for (const std::string& base : bases) {
+  for (const std::string& base : roots) {
     const std::string p = NormalizeAbsolute(path, NormalizeAbsolute(base, "/"));
     if (holds(p)) return p;
+  }
+  if (cwd.empty()) return "";
+  // The worker's directory only where what it names lies below a root: nothing outside the roots
+  // is chosen here (the checks after would refuse it, and a root-relative reading stays the rule).
+  const std::string p = NormalizeAbsolute(path, NormalizeAbsolute(cwd, "/"));
+  for (const std::string& r : roots) {
+    if (IsUnder(p, NormalizeAbsolute(r, "/")) && holds(p)) return p;
   }
   return "";
 }

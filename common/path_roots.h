@@ -33,9 +33,10 @@ Status CheckUnderRoots(const std::string& field, const std::string& path,
                        const std::string& base);
 
 // Where a relative dataset path lies on this worker: below the first root that holds it (each of
-// `roots` in order), else in `cwd` (the directory the worker started in: a path written against a
-// checkout, "data/fortunes", with --data-root <checkout>/data). `holds(candidate)` says whether the
-// dataset is there. Absolute paths come back normalized; empty when no candidate holds it.
+// `roots` in order), else in `cwd` (the directory the worker started in) when that lies below a
+// root (a path written against a checkout, "data/fortunes", with --data-root <checkout>/data).
+// `holds(candidate)` says whether the dataset is there. Absolute paths come back normalized; empty
+// when no candidate holds it.
 std::string ResolveRelativeData(const std::string& path, const std::vector<std::string>& roots,
                                 const std::string& cwd,
                                 const std::function<bool(const std::string&)>& holds);

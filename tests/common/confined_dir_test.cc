@@ -91,9 +91,13 @@ TEST(ResolveRelativeData, FirstRootThatHoldsItThenTheWorkersDirectory) {
   const std::vector<std::string> roots = {"/data", "/scratch/"};
   // Nowhere: empty, so the caller can say where it looked.
   EXPECT_EQ(moe::ResolveRelativeData("ds/x", roots, "/home/u/repo", holds), "");
-  // In the worker's directory only (a path written against a checkout, --data-root <it>/data).
+  // In the worker's directory, outside every root: not chosen.
   there.insert("/home/u/repo/ds/x");
-  EXPECT_EQ(moe::ResolveRelativeData("ds/x", roots, "/home/u/repo", holds), "/home/u/repo/ds/x");
+  EXPECT_EQ(moe::ResolveRelativeData("ds/x", roots, "/home/u/repo", holds), "");
+  // ... and chosen where that lies below a root (a path written against a checkout, with
+  // --data-root <checkout>/ds).
+  EXPECT_EQ(moe::ResolveRelativeData("ds/x", {"/data", "/home/u/repo/ds"}, "/home/u/repo", holds),
+            "/home/u/repo/ds/x");
   // Below a root: the roots come first, in their order.
   there.insert("/scratch/ds/x");
   EXPECT_EQ(moe::ResolveRelativeData("ds/x", roots, "/home/u/repo", holds), "/scratch/ds/x");

@@ -81,23 +81,10 @@ graced=$(pgrep -af "moe-worker .*--slots 2 .*--stop-grace-seconds 45" | grep -c 
 [ "$graced" = 2 ] || fail "MOE_STOP_GRACE_SECONDS=45 reached $graced of 2 node agents (--slots 2): $(pgrep -af 'moe-worker ' | head -2)"
 workers=$(ctl get workers -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workers"]))')
 [ "$workers" = 4 ] || fail "two node agents of two slots should list 4 workers, not $workers"
-# The batch script's target file names the controller's metrics endpoint, and Prometheus scrapes it.
+# The batch script's target file, taken now (the job must not end before its SIGTERM below; the file
+# goes with the allocation): checked, with Prometheus's scrapes of it, after the stop.
 sd=$work/sd/moe-$jid.json
-[ -f "$sd" ] || fail "no Prometheus target file $sd"
-python3 - "$sd" "$MOE_METRICS_PORT" "$jid" <<'PY' || fail "the target file does not name the controller's metrics endpoint: $(cat "$sd")"
-import json, sys
-groups = json.load(open(sys.argv[1]))
-want = f"127.0.0.1:{sys.argv[2]}"
-assert any(want in g["targets"] and g["labels"] == {"slurm_job_id": sys.argv[3], "component": "controller"}
-           for g in groups), groups
-PY
-scraped=""
-for _ in $(seq 1 60); do
-  scraped=$(promq "moe_build_info{component=\"controller\",slurm_job_id=\"$jid\"}" 2>/dev/null || true)
-  [ "$scraped" = 1 ] && break
-  sleep 0.5
-done
-[ "$scraped" = 1 ] || fail "Prometheus did not scrape the controller through $sd (up: $(promq 'up' || true))"
+cp "$sd" "$work/sd-taken.json" 2>/dev/null || fail "no Prometheus target file $sd while the allocation ran"
 scancel --signal=TERM --batch "$jid"
 for _ in $(seq 1 240); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.5; done
 squeue -h -j "$jid" 2>/dev/null | grep -q . && fail "the batch job did not stop within 120 s of its SIGTERM"
@@ -108,6 +95,22 @@ ck=$( (ls -d "$work"/run/checkpoints/*/step_* 2>/dev/null || true) | sed 's/.*st
 [ -n "$ck" ] && [ "$ck" -ge 8 ] || fail "no checkpoint at or after step 8 (newest: ${ck:-none}) after the stop"
 id1=$(grep -oP 'moe-job: following \K\S+' "$work/out1.txt" | head -1)
 [ -f "$sd" ] && fail "the target file $sd outlived its allocation"
+python3 - "$work/sd-taken.json" "$MOE_METRICS_PORT" "$jid" <<'PY' || fail "the target file did not name the controller's metrics endpoint: $(cat "$work/sd-taken.json")"
+import json, sys
+groups = json.load(open(sys.argv[1]))
+want = f"127.0.0.1:{sys.argv[2]}"
+assert any(want in g["targets"] and g["labels"] == {"slurm_job_id": sys.argv[3], "component": "controller"}
+           for g in groups), groups
+PY
+# Prometheus found the controller through that file alone and scraped it while it ran (the samples
+# stay in its database after the target went).
+scraped=""
+for _ in $(seq 1 20); do
+  scraped=$(promq "max_over_time(moe_build_info{component=\"controller\",slurm_job_id=\"$jid\"}[10m])" 2>/dev/null || true)
+  [ "$scraped" = 1 ] && break
+  sleep 0.5
+done
+[ "$scraped" = 1 ] || fail "Prometheus never scraped the controller through $sd ($(tail -3 "$work/run-prometheus.log"))"
 
 # The resubmission: same MOE_WORK, so the same controller state; the same job must carry on.
 (cd "$work/elsewhere" && timeout 600 sbatch --wait --export=ALL,PATH=$BIN:$PATH --nodes=2 --ntasks-per-node=2 \

@@ -90,8 +90,7 @@ class WorkerAgent {
   StatusOr<std::vector<std::string>> RankArgs(const Rank& rank) const;
   Status CheckPaths(const moe::v1::Assignment& a) const;
   // A relative spec.data.path made absolute where the dataset is on this worker
-  // (common/path_roots.h ResolveRelativeData); FAILED_PRECONDITION naming the places looked at when
-  // it is nowhere.
+  // (common/path_roots.h ResolveRelativeData); left as it is when it is nowhere here.
   Status ResolveDataPath(moe::v1::Assignment* a) const;
   void ServeLogs(const moe::v1::LogRequest& req);  // FAILED_PRECONDITION naming the field and roots
   // Stops the ranks of that attempt that run here: at their next step boundary (they checkpoint
