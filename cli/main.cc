@@ -76,13 +76,13 @@ bool KubectlForms(const CLI::App& app, std::vector<std::string>* args) {
   const size_t at = FirstWordIndex(*args);
   if (at + 1 >= args->size()) return true;
   const std::string verb = (*args)[at];
-  std::string& what = (*args)[at + 1];
+  std::string what = (*args)[at + 1];  // a copy: the inserts below may move the vector
   if (what.rfind('-', 0) == 0) return true;
   const size_t slash = what.find('/');
   std::string kind = slash == std::string::npos ? what : what.substr(0, slash);
   if (verb == "cancel" || verb == "events" || verb == "watch" || verb == "logs") {
     if (slash != std::string::npos && (kind == "job" || kind == "jobs"))
-      what = what.substr(slash + 1);
+      (*args)[at + 1] = what.substr(slash + 1);
     return true;
   }
   if (verb != "get" && verb != "describe" && verb != "delete") return true;
@@ -94,6 +94,7 @@ bool KubectlForms(const CLI::App& app, std::vector<std::string>* args) {
     if (kind.size() > 1 && kind.back() == 's') kind.pop_back();  // jobs/ID: one job
     const std::string name = what.substr(slash + 1);
     what = kind;
+    (*args)[at + 1] = kind;
     args->insert(args->begin() + static_cast<std::ptrdiff_t>(at) + 2, name);
   }
   if (std::find(kinds.begin(), kinds.end(), what) != kinds.end()) return true;
