@@ -644,11 +644,6 @@ void Controller::PublishClusterMetrics() {
   metrics_.Expire();
 }
 
-size_t Controller::QueueLength() {
-  MutexLock lock(&mu_);
-  return jobs_.CountQueued();
-}
-
 void Controller::RequestLogs(const moe::v1::GetLogsRequest& req, LogsDone done) {
   MutexLock lock(&mu_);
   logs_.Request(req, std::move(done));

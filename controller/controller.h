@@ -132,8 +132,6 @@ class Controller {
   // controller going away, not the worker, and changes nothing stored. Its workers keep their ranks
   // running and reconnect to the next controller, which carries the jobs on (as after kill -9).
   void BeginShutdown() ABSL_LOCKS_EXCLUDED(mu_);
-  // Jobs waiting for placement (pending or restarting).
-  size_t QueueLength() ABSL_LOCKS_EXCLUDED(mu_);
   // The reason this controller must stop, when another one took over its state since it started (a
   // higher fencing epoch is stored: Tick checks every few seconds); empty while it holds the state.
   std::string Fenced() ABSL_LOCKS_EXCLUDED(mu_);

@@ -1352,7 +1352,9 @@ TEST_F(ControllerTest, PriorityFirstAndASmallerJobMayGoFirstWhenItFits) {
   auto small = Submit(Spec("small", 1, 1, /*priority=*/0));  // fits: goes first
   EXPECT_EQ(State(big.id()), moe::v1::PENDING);
   EXPECT_EQ(State(small.id()), moe::v1::SCHEDULED);
-  EXPECT_EQ(controller_->QueueLength(), 1u);
+  EXPECT_EQ(controller_->List({moe::v1::PENDING, moe::v1::RESTARTING, moe::v1::PREEMPTED}).size(),
+            1u)
+      << "one job waits";
   const std::string why = controller_->Get(big.id(), false)->waiting_reason();
   EXPECT_FALSE(why.empty()) << "a pending job says why it waits";
   EXPECT_TRUE(controller_->Get(small.id(), false)->waiting_reason().empty());
