@@ -106,24 +106,28 @@ StatusOr<moe::v1::ListJobsResponse> ListAllJobs(Client& c, const Args& a) {
 }
 
 // A job as people name it: its id, or its metadata.name when no job has that id (kubectl's habit
-// of names). A name several jobs carry is refused with their ids.
-StatusOr<std::string> ResolveJob(Client& c, const std::string& ref) {
+// of names), fetched with GetJob. A name several jobs carry is refused with their ids.
+StatusOr<moe::v1::Job> ResolveJob(Client& c, const std::string& ref) {
   moe::v1::GetJobRequest req;
   req.set_id(ref);
   moe::v1::Job job;
   const Status st = c.Call(&Stub::GetJob, req, &job);
-  if (st.code() != StatusCode::kNotFound) return st.ok() ? StatusOr<std::string>(ref) : st;
-  MOE_ASSIGN_OR_RETURN(const moe::v1::ListJobsResponse all, ListAllJobs(c, Args{}));
-  std::vector<std::string> ids;
-  for (const auto& j : all.jobs()) {
-    if (j.spec().metadata().name() == ref) ids.push_back(j.id());
+  if (st.code() != StatusCode::kNotFound) return st.ok() ? StatusOr<moe::v1::Job>(job) : st;
+  MOE_ASSIGN_OR_RETURN(moe::v1::ListJobsResponse all, ListAllJobs(c, Args{}));
+  std::vector<moe::v1::Job*> named;
+  for (auto& j : *all.mutable_jobs()) {
+    if (j.spec().metadata().name() == ref) named.push_back(&j);
   }
-  if (ids.size() == 1) return ids.front();
-  if (ids.empty())
+  if (named.size() == 1) {  // as GetJob shows it (its waiting reason and advice are GetJob's)
+    req.set_id(named.front()->id());
+    MOE_RETURN_IF_ERROR(c.Call(&Stub::GetJob, req, &job));
+    return job;
+  }
+  if (named.empty())
     return NotFoundError("no job with the id or name '" + ref + "' (moectl get jobs lists them)");
   std::string list;
-  for (const auto& id : ids) list += (list.empty() ? "" : ", ") + id;
-  return FailedPreconditionError("the name '" + ref + "' names " + std::to_string(ids.size()) +
+  for (const auto* j : named) list += (list.empty() ? "" : ", ") + j->id();
+  return FailedPreconditionError("the name '" + ref + "' names " + std::to_string(named.size()) +
                                  " jobs (" + list + "): give an id");
 }
 
@@ -225,12 +229,9 @@ int DescribeWorkerCmd(Client& c, const Args& a) {
 }
 
 int GetJob(Client& c, const Args& a, bool describe) {
-  const StatusOr<std::string> id = ResolveJob(c, a.id);
-  if (!id.ok()) return c.Fail(id.status());
-  moe::v1::GetJobRequest req;
-  req.set_id(*id);
-  moe::v1::Job resp;
-  if (Status st = c.Call(&Stub::GetJob, req, &resp); !st.ok()) return c.Fail(st);
+  StatusOr<moe::v1::Job> got = ResolveJob(c, a.id);
+  if (!got.ok()) return c.Fail(got.status());
+  const moe::v1::Job& resp = *got;
   if (describe) {
     std::printf("%s", Describe(resp, NowSeconds()).c_str());
     return 0;

@@ -167,11 +167,6 @@ std::shared_ptr<prometheus::Collectable> CollectorOf(
   return std::make_shared<LambdaCollector>(std::move(collect));
 }
 
-prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string& help,
-                                     double value) {
-  return Family(name, help, prometheus::MetricType::Gauge, value);
-}
-
 std::shared_ptr<prometheus::Collectable> ProcessCollector() { return CollectorOf(ProcessFamilies); }
 
 }  // namespace moe

@@ -43,10 +43,6 @@ const CivetCallbacks* HealthCallbacks();
 std::shared_ptr<prometheus::Collectable> CollectorOf(
     std::function<std::vector<prometheus::MetricFamily>()> collect);
 
-// One gauge family with a single unlabelled value.
-prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string& help,
-                                     double value);
-
 // process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
 // process_open_fds, process_max_fds, process_start_time_seconds, process_threads: this process's,
 // from /proc/self (families missing where /proc cannot be read).
