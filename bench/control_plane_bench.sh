@@ -47,13 +47,14 @@ for i in $(seq 1 "$tries"); do
   id=$("$bin/moectl" submit -f "$work/job.yaml")
   "$bin/moectl" watch "$id" -o json >"$work/watch-$i.jsonl"
   read -r start done < <(python3 - "$work/watch-$i.jsonl" "$t0" <<'PY'
-import json, sys
+import datetime, json, sys
 t0 = float(sys.argv[2])
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if "metrics" in r:
-        m = r["metrics"]
-        print(float(m["time"]) - float(m.get("stepSeconds", 0)) - t0, float(m["time"]) - t0)
+        m = r["metrics"]  # moectl's object form: times are RFC 3339 (docs/operations.md)
+        t = datetime.datetime.fromisoformat(m["time"].replace("Z", "+00:00")).timestamp()
+        print(t - float(m.get("step_seconds", 0)) - t0, t - t0)
         break
 PY
 )

@@ -1,7 +1,5 @@
 #include "cli/client.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <chrono>
 #include <cstdio>
 
@@ -44,22 +42,6 @@ int Client::Fail(const Status& st) const {
   std::fprintf(stderr, "moectl: %s: %s\n", std::string(StatusCodeName(st.code())).c_str(),
                msg.c_str());
   return ExitCodeFor(st);
-}
-
-StatusOr<std::string> ToJsonText(const google::protobuf::Message& m, bool pretty) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = pretty;
-  const auto st = google::protobuf::util::MessageToJsonString(m, &out, o);
-  if (!st.ok())
-    return InternalError("printing " + m.GetTypeName() + " as JSON: " + std::string(st.message()));
-  return out;
-}
-
-StatusOr<std::string> ToYamlText(const google::protobuf::Message& m) {
-  MOE_ASSIGN_OR_RETURN(std::string json, ToJsonText(m, false));
-  MOE_ASSIGN_OR_RETURN(Node doc, ParseYaml(json));
-  return ToYaml(doc);
 }
 
 double NowSeconds() {

@@ -36,10 +36,6 @@ struct Client {
   int Fail(const Status& st) const;
 };
 
-// A message as indented JSON, or as YAML (through the same JSON); a printing failure is an error.
-StatusOr<std::string> ToJsonText(const google::protobuf::Message& m, bool pretty);
-StatusOr<std::string> ToYamlText(const google::protobuf::Message& m);
-
 double NowSeconds();
 
 }  // namespace moe::cli

@@ -10,9 +10,12 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "cli/format.h"
 #include "cli/get_watch.h"
+#include "cli/jsonpath.h"
+#include "cli/object_form.h"
 #include "cli/top.h"
 #include "cli/watch.h"
 #include "common/escape.h"
@@ -31,18 +34,33 @@ std::string NewRequestId() {
   return buf;
 }
 
-// Prints `m` as JSON or YAML when asked, else the table `table` makes.
+// -o json, yaml, jsonpath=TEMPLATE and custom-columns=SPEC print the object form
+// (cli/object_form.h); anything else is the table `table` makes. `items` names the list a
+// custom-columns row is taken from ("jobs" for get jobs; none: the object is the one row).
+StatusOr<std::string> Render(const google::protobuf::Message& m, const std::string& output,
+                             const std::function<std::string()>& table, const char* items) {
+  if (output == "json") return ToJson(ObjectNode(m), 2) + "\n";
+  if (output == "yaml") return ToYaml(ObjectNode(m));
+  if (output.starts_with("jsonpath=")) return JsonPath(output.substr(9), ObjectNode(m));
+  if (output.starts_with("custom-columns=")) {
+    const Node object = ObjectNode(m);
+    const Node* list = items != nullptr ? object.Find(items) : nullptr;
+    MOE_ASSIGN_OR_RETURN(TableRows t, CustomColumns(output.substr(15), list ? *list : object));
+    return Table(t.header, t.rows);
+  }
+  return table();
+}
+
 int Print(const Client& c, const google::protobuf::Message& m, const std::string& output,
-          const std::function<std::string()>& table) {
-  StatusOr<std::string> text = output == "json"   ? ToJsonText(m, true)
-                               : output == "yaml" ? ToYamlText(m)
-                                                  : table();
+          const std::function<std::string()>& table, const char* items = nullptr) {
+  StatusOr<std::string> text = Render(m, output, table, items);
   if (!text.ok()) return c.Fail(text.status());
   // Names, paths and messages come from others: no control character reaches the terminal raw (the
-  // tables escape theirs; JSON and YAML get escapes that read back as the same characters).
+  // tables and jsonpath's values escape theirs; JSON and YAML get escapes that read back as the
+  // same characters).
   const std::string safe =
       output == "json" || output == "yaml" ? EscapeHiddenAsUnicode(*text) : *text;
-  std::printf("%s%s", safe.c_str(), output == "json" ? "\n" : "");
+  std::printf("%s", safe.c_str());
   return 0;
 }
 
@@ -50,6 +68,21 @@ int Print(const Client& c, const google::protobuf::Message& m, const std::string
 int PrintNames(const std::vector<std::string>& names, const std::string& kind) {
   for (const auto& n : names) std::printf("%s/%s\n", kind.c_str(), n.c_str());
   return 0;
+}
+
+bool IsFinalState(moe::v1::JobState s) {
+  const std::string n = StateName(s);
+  return n == "SUCCEEDED" || n == "FAILED" || n == "CANCELLED" || n == "TIMEOUT";
+}
+
+// `get job ID -o yaml` (or json) is the whole job, its document under `spec`: submitted again,
+// the document is what counts and the status is left, as kubectl apply leaves an object's status.
+std::string JobDocumentOf(const std::string& text) {
+  StatusOr<Node> doc = ParseYaml(text, kJobDocumentLimits);
+  if (!doc.ok() || !doc->IsMap() || doc->Find("id") == nullptr) return text;
+  const Node* spec = doc->Find("spec");
+  if (spec == nullptr || !spec->IsMap() || spec->Find("metadata") == nullptr) return text;
+  return ToJson(*spec);
 }
 
 int Submit(Client& c, const Args& a) {
@@ -61,7 +94,7 @@ int Submit(Client& c, const Args& a) {
     if (!in) return c.Fail(NotFoundError("-f " + a.file + ": cannot read the file"));
     ss << in.rdbuf();
   }
-  auto job = TrainingJobFromText(ss.str());
+  auto job = TrainingJobFromText(JobDocumentOf(ss.str()));
   if (!job.ok()) return c.Fail(job.status().WithPrefix(a.file));
   moe::v1::SubmitJobRequest req;
   *req.mutable_job() = *job;
@@ -149,18 +182,57 @@ int GetJobs(Client& c, const Args& a) {
     for (const auto& j : all.jobs()) names.push_back(j.id());
     return PrintNames(names, "job");
   }
-  return Print(c, all, a.output, [&] {
-    return JobsTable({all.jobs().begin(), all.jobs().end()}, NowSeconds(), a.output == "wide");
-  });
+  return Print(
+      c, all, a.output,
+      [&] {
+        return JobsTable({all.jobs().begin(), all.jobs().end()}, NowSeconds(), a.output == "wide");
+      },
+      "jobs");
+}
+
+// The jobs a cancel or delete acts on: those named (ids or names) and those -l, --state and --name
+// select (scancel's -n and -t). A selection takes the jobs that can take the verb: cancel the ones
+// not ended, delete the ended ones, unless --state says which.
+StatusOr<std::vector<std::string>> SelectJobs(Client& c, const Args& a, bool ended) {
+  std::vector<std::string> ids;
+  for (const auto& ref : a.ids) {
+    MOE_ASSIGN_OR_RETURN(moe::v1::Job j, ResolveJob(c, ref));
+    ids.push_back(j.id());
+  }
+  const bool select = !a.selector.empty() || !a.states.empty() || !a.job_name.empty();
+  if (!select && ids.empty()) {
+    return InvalidArgumentError(
+        "give job ids or names, or select jobs with -l SELECTOR, --state STATE or --name NAME");
+  }
+  if (!select) return ids;
+  MOE_ASSIGN_OR_RETURN(const moe::v1::ListJobsResponse all, ListAllJobs(c, a));
+  size_t matched = 0;
+  for (const auto& j : all.jobs()) {
+    if (!a.job_name.empty() && j.spec().metadata().name() != a.job_name) continue;
+    if (a.states.empty() && IsFinalState(j.state()) != ended) continue;
+    ids.push_back(j.id());
+    ++matched;
+  }
+  if (matched == 0) std::fprintf(stderr, "moectl: no job matches the selection\n");
+  return ids;
 }
 
 int DeleteJob(Client& c, const Args& a) {
-  moe::v1::DeleteJobRequest req;
-  req.set_id(a.id);
-  moe::v1::DeleteJobResponse resp;
-  if (Status st = c.Call(&Stub::DeleteJob, req, &resp); !st.ok()) return c.Fail(st);
-  std::printf("%s deleted\n", a.id.c_str());
-  return 0;
+  StatusOr<std::vector<std::string>> ids = SelectJobs(c, a, /*ended=*/true);
+  if (!ids.ok()) return c.Fail(ids.status());
+  int rc = 0;
+  for (const auto& id : *ids) {
+    moe::v1::DeleteJobRequest req;
+    req.set_id(id);
+    moe::v1::DeleteJobResponse resp;
+    if (Status st = c.Call(&Stub::DeleteJob, req, &resp); !st.ok()) {
+      const int failed = c.Fail(st);
+      rc = rc != 0 ? rc : failed;
+      continue;
+    }
+    std::printf("%s deleted\n", id.c_str());
+  }
+  return rc;
 }
 
 int DeleteWorker(Client& c, const Args& a) {
@@ -172,35 +244,46 @@ int DeleteWorker(Client& c, const Args& a) {
   return 0;
 }
 
-// The job's document as submitted, every default filled in (apiVersion, kind, metadata, spec: the
-// spec's own snake_case names, numbers as numbers), its status as comments above it. Resubmitted,
-// it runs again under the same checkpoint directory, so it resumes where the first one stopped.
-std::string ResubmittableYaml(const moe::v1::Job& j) {
-  const auto time = [](double t) {
-    char buf[32] = "-";
-    const std::time_t s = static_cast<std::time_t>(t);
-    std::tm tm{};
-    if (t > 0 && gmtime_r(&s, &tm) != nullptr)
-      std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return std::string(buf);
-  };
-  std::string out = "# job " + j.id() + ": " + StateName(j.state()) +
-                    (j.message().empty() ? "" : " (" + EscapeControl(j.message()) + ")") +
-                    "\n# attempt " + std::to_string(j.attempt()) + ", restarts " +
-                    std::to_string(j.restarts()) + ", created " + time(j.created_at()) +
-                    ", updated " + time(j.updated_at()) + "\n";
-  if (j.last_metrics().step() > 0)
-    out += "# last step " + std::to_string(j.last_metrics().step()) + "\n";
-  return out + ToYaml(MessageToNode(j.spec()));
+// The events after `after` (by seq): a table (its header only when `header`), or one JSON object
+// a line (-o json with -w), or the whole list as an object (-o json, -o yaml).
+void PrintEvents(const moe::v1::Job& job, int64_t after, const Args& a, bool header) {
+  moe::v1::Job fresh;
+  fresh.set_id(job.id());
+  for (const auto& e : job.events()) {
+    if (e.seq() > after) *fresh.add_events() = e;
+  }
+  if (a.output == "json" && a.watch_list) {
+    for (const auto& e : fresh.events())
+      std::printf("%s\n", EscapeHiddenAsUnicode(ToJson(ObjectNode(e))).c_str());
+  } else if (a.output == "json" || a.output == "yaml") {
+    Node list = Node::List();
+    for (const auto& e : fresh.events()) list.Append(ObjectNode(e));
+    Node doc = Node::Map();
+    doc.Set("job_id", Node::Scalar(job.id(), true));
+    doc.Set("events", std::move(list));
+    const std::string text = a.output == "json" ? ToJson(doc, 2) + "\n" : ToYaml(doc);
+    std::printf("%s", EscapeHiddenAsUnicode(text).c_str());
+  } else if (!fresh.events().empty() || header) {
+    const std::string table = EventsTable(fresh, NowSeconds());
+    std::printf("%s", header ? table.c_str() : table.substr(table.find('\n') + 1).c_str());
+  }
+  std::fflush(stdout);
 }
 
+// events ID [-w] [-o json|yaml]: -w keeps printing the job's new events until it has ended.
 int Events(Client& c, const Args& a) {
-  moe::v1::GetJobRequest req;
-  req.set_id(a.id);
-  moe::v1::Job resp;
-  if (Status st = c.Call(&Stub::GetJob, req, &resp); !st.ok()) return c.Fail(st);
-  std::printf("%s", EventsTable(resp, NowSeconds()).c_str());
-  return 0;
+  StatusOr<moe::v1::Job> job = ResolveJob(c, a.id);
+  if (!job.ok()) return c.Fail(job.status());
+  int64_t last = 0;
+  for (bool first = true;; first = false) {
+    PrintEvents(*job, last, a, first);
+    for (const auto& e : job->events()) last = std::max(last, e.seq());
+    if (!a.watch_list || IsFinalState(job->state())) return 0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(a.refresh));
+    moe::v1::GetJobRequest req;
+    req.set_id(job->id());
+    if (Status st = c.Call(&Stub::GetJob, req, &*job); !st.ok()) return c.Fail(st);
+  }
 }
 
 // Every worker, page after page (ListWorkers answers a page at a time).
@@ -228,22 +311,34 @@ int DescribeWorkerCmd(Client& c, const Args& a) {
   return c.Fail(NotFoundError("no worker named '" + a.name + "' (moectl get workers lists them)"));
 }
 
+// get job A B, describe job A B: each id or name resolved once; one that is not found is named on
+// stderr (exit 3) and the others still print, as kubectl does.
 int GetJob(Client& c, const Args& a, bool describe) {
-  StatusOr<moe::v1::Job> got = ResolveJob(c, a.id);
-  if (!got.ok()) return c.Fail(got.status());
-  const moe::v1::Job& resp = *got;
+  std::vector<moe::v1::Job> jobs;
+  int rc = 0;
+  for (const auto& ref : a.ids) {
+    StatusOr<moe::v1::Job> got = ResolveJob(c, ref);
+    if (got.ok())
+      jobs.push_back(*std::move(got));
+    else
+      rc = c.Fail(got.status());
+  }
   if (describe) {
-    std::printf("%s", Describe(resp, NowSeconds()).c_str());
-    return 0;
+    for (size_t i = 0; i < jobs.size(); ++i)
+      std::printf("%s%s", i > 0 ? "\n" : "", Describe(jobs[i], NowSeconds()).c_str());
+    return rc;
   }
-  if (a.output == "name") return PrintNames({resp.id()}, "job");
-  if (a.output ==
-      "yaml") {  // the job document itself: `get job X -o yaml > f && moectl submit -f f` works
-    std::printf("%s", ResubmittableYaml(resp).c_str());
-    return 0;
+  if (jobs.empty()) return rc;
+  if (a.output == "name") {
+    std::vector<std::string> names;
+    for (const auto& j : jobs) names.push_back(j.id());
+    return std::max(rc, PrintNames(names, "job"));
   }
-  return Print(c, resp, a.output,
-               [&] { return JobsTable({resp}, NowSeconds(), a.output == "wide"); });
+  const auto table = [&] { return JobsTable(jobs, NowSeconds(), a.output == "wide"); };
+  if (jobs.size() == 1) return std::max(rc, Print(c, jobs[0], a.output, table));
+  moe::v1::ListJobsResponse list;  // several: the form get jobs prints
+  for (const auto& j : jobs) *list.add_jobs() = j;
+  return std::max(rc, Print(c, list, a.output, table, "jobs"));
 }
 
 int GetWorkers(Client& c, const Args& a) {
@@ -264,10 +359,13 @@ int GetWorkers(Client& c, const Args& a) {
     for (const auto& w : resp.workers()) names.push_back(w.name());
     return PrintNames(names, "worker");
   }
-  return Print(c, resp, a.output, [&] {
-    return WorkersTable({resp.workers().begin(), resp.workers().end()}, NowSeconds(),
-                        a.output == "wide");
-  });
+  return Print(
+      c, resp, a.output,
+      [&] {
+        return WorkersTable({resp.workers().begin(), resp.workers().end()}, NowSeconds(),
+                            a.output == "wide");
+      },
+      "workers");
 }
 
 int GetQueues(Client& c, const Args& a) {
@@ -279,9 +377,12 @@ int GetQueues(Client& c, const Args& a) {
     for (const auto& q : resp.queues()) names.push_back(q.name());
     return PrintNames(names, "queue");
   }
-  return Print(c, resp, a.output, [&] {
-    return QueuesTable({resp.queues().begin(), resp.queues().end()});
-  });
+  return Print(
+      c, resp, a.output,
+      [&] {
+        return QueuesTable({resp.queues().begin(), resp.queues().end()});
+      },
+      "queues");
 }
 
 int GetRacks(Client& c, const Args& a) {
@@ -293,19 +394,33 @@ int GetRacks(Client& c, const Args& a) {
     for (const auto& r : resp.racks()) names.push_back(r.name());
     return PrintNames(names, "rack");
   }
-  return Print(c, resp, a.output, [&] {
-    return RacksTable({resp.racks().begin(), resp.racks().end()});
-  });
+  return Print(
+      c, resp, a.output,
+      [&] {
+        return RacksTable({resp.racks().begin(), resp.racks().end()});
+      },
+      "racks");
 }
 
+// cancel A B, cancel -l team=x, cancel --state PENDING, cancel --name NAME: every job is tried; the
+// exit status is the first failure's.
 int Cancel(Client& c, const Args& a) {
-  moe::v1::CancelJobRequest req;
-  req.set_id(a.id);
-  req.set_now(a.now);
-  moe::v1::Job resp;
-  if (Status st = c.Call(&Stub::CancelJob, req, &resp); !st.ok()) return c.Fail(st);
-  std::printf("%s %s\n", resp.id().c_str(), StateName(resp.state()).c_str());
-  return 0;
+  StatusOr<std::vector<std::string>> ids = SelectJobs(c, a, /*ended=*/false);
+  if (!ids.ok()) return c.Fail(ids.status());
+  int rc = 0;
+  for (const auto& id : *ids) {
+    moe::v1::CancelJobRequest req;
+    req.set_id(id);
+    req.set_now(a.now);
+    moe::v1::Job resp;
+    if (Status st = c.Call(&Stub::CancelJob, req, &resp); !st.ok()) {
+      const int failed = c.Fail(st);
+      rc = rc != 0 ? rc : failed;
+      continue;
+    }
+    std::printf("%s %s\n", resp.id().c_str(), StateName(resp.state()).c_str());
+  }
+  return rc;
 }
 
 // drain --wait also moves the worker's rank off it (a checkpoint at its next step, the job
@@ -332,6 +447,21 @@ int Drain(Client& c, const Args& a, bool drain) {
         return NotFoundError("worker " + a.name + " is gone (it left or was removed)");
       },
       a.wait_seconds, [&](const Status& st) { return c.Fail(st); });
+}
+
+// watch and logs take a job's id or its name.
+int WatchByRef(Client& c, const Args& a) {
+  StatusOr<moe::v1::Job> job = ResolveJob(c, a.id);
+  if (!job.ok()) return c.Fail(job.status());
+  return Watch(c, job->id(), a.watch_output == "json");
+}
+
+int LogsByRef(Client& c, const Args& a) {
+  StatusOr<moe::v1::Job> job = ResolveJob(c, a.logs.id);
+  if (!job.ok()) return c.Fail(job.status());
+  LogsArgs logs = a.logs;
+  logs.id = job->id();
+  return Logs(c, logs);
 }
 
 int RunTop(Client& c, const Args& a) {
@@ -374,10 +504,33 @@ void AddConnectionFlags(CLI::App& app, Client* c, std::string* token_file) {
 
 namespace {
 
+// -o: a table, or the object form (json, yaml, jsonpath=, custom-columns=), or kind/name.
 void AddOutput(CLI::App* sub, Args* a) {
-  sub->add_option("-o,--output", a->output, "table | wide | json | yaml | name")
-      ->check(CLI::IsMember({"table", "wide", "json", "yaml", "name"}))
+  sub->add_option("-o,--output", a->output,
+                  "table | wide | json | yaml | name | jsonpath=TEMPLATE | "
+                  "custom-columns=NAME:PATH,... (docs/operations.md, \"Machine output\")")
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            for (const char* plain : {"table", "wide", "json", "yaml", "name"})
+              if (v == plain) return "";
+            if (v.starts_with("jsonpath=") || v.starts_with("custom-columns=")) return "";
+            return "'" + v +
+                   "' is none of table, wide, json, yaml, name, jsonpath=TEMPLATE, "
+                   "custom-columns=SPEC";
+          },
+          "FORMAT"))
       ->capture_default_str();
+}
+
+// What cancel and delete job select besides the ids they are given.
+void AddSelection(CLI::App* sub, Args* a) {
+  sub->add_option("ids", a->ids, "job ids or names (several may be given)");
+  sub->add_option("-l,--selector", a->selector,
+                  "also every job whose metadata.labels match (team=research,tier!=low)");
+  sub->add_option("--state", a->states,
+                  "also every job in these states (default with -l or --name: the jobs this verb "
+                  "applies to)");
+  sub->add_option("--name", a->job_name, "also every job of this metadata.name");
 }
 
 // kubectl's get -w.
@@ -398,8 +551,8 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
   jobs->add_option(
       "-l,--selector", a->selector,
       "only jobs whose metadata.labels match: team=research,tier!=low,spot,!preemptible");
-  auto* job = get->add_subcommand("job", "one job");
-  job->add_option("id", a->id, "job id")->required();
+  auto* job = get->add_subcommand("job", "one job, or several");
+  job->add_option("ids", a->ids, "job ids or names")->required();
   auto* workers = get->add_subcommand("workers", "all workers");
   auto* queues = get->add_subcommand(
       "queues", "the queues: quota, usage, borrowing, pending and admitted jobs");
@@ -410,13 +563,17 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
   auto* describe =
       app.add_subcommand("describe", "a job (spec, placement, events, last metrics) or a worker");
   describe->require_subcommand(1);
-  auto* describe_job = describe->add_subcommand("job", "one job");
-  describe_job->add_option("id", a->id, "job id")->required();
+  auto* describe_job = describe->add_subcommand("job", "one job, or several");
+  describe_job->add_option("ids", a->ids, "job ids or names")->required();
   auto* describe_worker =
       describe->add_subcommand("worker", "one worker: state, rack, device, memory, what it runs");
   describe_worker->add_option("name", a->name, "worker name")->required();
   auto* events = app.add_subcommand("events", "a job's events, oldest first");
-  events->add_option("id", a->id, "job id")->required();
+  events->add_option("id", a->id, "job id or name")->required();
+  events->add_option("-o,--output", a->output, "table | json | yaml (-w -o json: one a line)")
+      ->check(CLI::IsMember({"table", "json", "yaml"}))
+      ->capture_default_str();
+  AddWatchFlags(events, a);
   return {{jobs, [&c, a] { return GetJobs(c, *a); }},
           {describe_worker, [&c, a] { return DescribeWorkerCmd(c, *a); }},
           {events, [&c, a] { return Events(c, *a); }},
@@ -439,23 +596,25 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
       "if a job of this metadata.name was submitted with this flag before, print its id instead of "
       "submitting another (it resumes from its checkpoints when it runs again)");
   auto* watch = app.add_subcommand("watch", "follow a job live until it ends");
-  watch->add_option("id", a->id, "job id")->required();
+  watch->add_option("id", a->id, "job id or name")->required();
   watch
       ->add_option("-o,--output", a->watch_output,
                    "text (a live line) | json (one object per line)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   auto* cancel = app.add_subcommand(
-      "cancel", "cancel a job: its ranks checkpoint at their next step and stop");
-  cancel->add_option("id", a->id, "job id")->required();
+      "cancel",
+      "cancel jobs (ids, names, -l, --state, --name): their ranks checkpoint at their next step "
+      "and stop");
+  AddSelection(cancel, a);
   cancel->add_flag(
       "--now", a->now,
       "kill the ranks at once, without the checkpoint (the newest periodic one is left)");
   auto* del =
       app.add_subcommand("delete", "delete a finished job and its events, or a lost worker");
   del->require_subcommand(1);
-  auto* del_job = del->add_subcommand("job", "one finished job");
-  del_job->add_option("id", a->id, "job id")->required();
+  auto* del_job = del->add_subcommand("job", "finished jobs (ids, names, -l, --state, --name)");
+  AddSelection(del_job, a);
   auto* del_worker =
       del->add_subcommand("worker", "one lost worker (a connected one leaves on SIGTERM)");
   del_worker->add_option("name", a->name, "worker name")->required();
@@ -474,7 +633,7 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
   auto* undrain = app.add_subcommand("undrain", "let a drained worker take work again");
   undrain->add_option("name", a->name, "worker name")->required();
   auto* logs = app.add_subcommand("logs", "a rank's output, from the worker that runs or ran it");
-  logs->add_option("id", a->logs.id, "job id")->required();
+  logs->add_option("id", a->logs.id, "job id or name")->required();
   logs->add_option("--rank", a->logs.rank, "which rank")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -495,13 +654,13 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
       ->check(CLI::PositiveNumber);
   top->add_flag("--once", a->once, "print once and exit");
   out.insert(out.end(), {{submit, [&c, a] { return Submit(c, *a); }},
-                         {watch, [&c, a] { return Watch(c, a->id, a->watch_output == "json"); }},
+                         {watch, [&c, a] { return WatchByRef(c, *a); }},
                          {cancel, [&c, a] { return Cancel(c, *a); }},
                          {del_job, [&c, a] { return DeleteJob(c, *a); }},
                          {del_worker, [&c, a] { return DeleteWorker(c, *a); }},
                          {drain, [&c, a] { return Drain(c, *a, true); }},
                          {undrain, [&c, a] { return Drain(c, *a, false); }},
-                         {logs, [&c, a] { return Logs(c, a->logs); }},
+                         {logs, [&c, a] { return LogsByRef(c, *a); }},
                          {top, [&c, a] { return RunTop(c, *a); }}});
   return out;
 }

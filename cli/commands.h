@@ -15,7 +15,9 @@ namespace moe::cli {
 struct Args {
   std::string file, output = "table", id, name, watch_output = "text", name_prefix;
   std::string selector;             // get jobs -l
-  std::vector<std::string> states;  // get jobs --state
+  std::vector<std::string> states;  // get jobs --state, cancel/delete --state
+  std::vector<std::string> ids;     // get job, describe job, cancel, delete job: ids or names
+  std::string job_name;             // cancel/delete --name: jobs of this metadata.name
   double refresh = 2;
   bool once = false;
   bool now = false;   // cancel --now

@@ -114,11 +114,19 @@ std::string Labels(const moe::v1::Job& j) {
   return out.empty() ? "-" : out;
 }
 
+// Slurm's ELAPSED: the time the job has run (its wall time less what it spent queued), "-" before
+// its first placement.
+std::string Elapsed(const moe::v1::Job& j) {
+  if (j.attempt() == 0) return "-";
+  return Duration(j.goodput().wall_seconds() - j.goodput().queued_seconds());
+}
+
 }  // namespace
 
 TableRows JobRows(const std::vector<moe::v1::Job>& jobs, double now, bool wide) {
   TableRows t;
-  t.header = {"ID", "STATE", "PRIORITY", "RANKS", "STEP", "LOSS", "TFLOP/S/DEV", "RESTARTS", "AGE"};
+  t.header = {"ID",   "STATE", "USER",        "QUEUE",    "PRIORITY", "RANKS",
+              "STEP", "LOSS",  "TFLOP/S/DEV", "RESTARTS", "ELAPSED",  "AGE"};
   if (wide) {
     t.header.insert(t.header.end(),
                     {"GOODPUT", "ATTEMPT", "CHECKPOINT", "RACKS", "LABELS", "REASON"});
@@ -129,12 +137,15 @@ TableRows JobRows(const std::vector<moe::v1::Job>& jobs, double now, bool wide) 
     std::vector<std::string> row = {
         j.id(),
         StateName(j.state()),
+        j.owner().empty() ? "-" : j.owner(),
+        j.spec().metadata().queue().empty() ? "-" : j.spec().metadata().queue(),
         std::to_string(j.spec().metadata().priority()),
         std::to_string(par.world_size()) + " (EP " + std::to_string(par.expert_parallel()) + ")",
         m.step() > 0 ? std::to_string(m.step()) + "/" + std::to_string(m.total_steps()) : "-",
         m.step() > 0 ? FormatNumber(m.loss()) : "-",
         m.step() > 0 ? FormatNumber(m.tflops_per_device()) : "-",
         std::to_string(j.restarts()),
+        Elapsed(j),
         Duration(now - j.created_at())};
     if (wide) {
       const std::string reason = !j.waiting_reason().empty() ? j.waiting_reason() : j.message();

@@ -68,10 +68,33 @@ size_t Distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// `job/A` and `jobs/A` -> `A` for every word from `from` on (get job/A job/B, cancel job/A job/B).
+void StripKind(std::vector<std::string>* args, size_t from, const std::string& kind) {
+  for (size_t i = from; i < args->size(); ++i) {
+    std::string& w = (*args)[i];
+    for (const std::string& k : {kind + "/", kind + "s/"}) {
+      if (w.rfind(k, 0) == 0) {
+        w = w.substr(k.size());
+        break;
+      }
+    }
+  }
+}
+
+// The choice nearest `what` within two edits ("" when none is).
+std::string Nearest(const std::string& what, const std::vector<std::string>& choices) {
+  std::string nearest;
+  size_t best = 3;
+  for (const auto& k : choices) {
+    if (const size_t d = Distance(what, k); d < best) best = d, nearest = k;
+  }
+  return nearest;
+}
+
 // kubectl's forms, rewritten into moectl's own before parsing: `get job/ID` and `get jobs/ID` (kind
-// and name in one word), `describe ID` (a job), and `cancel job/ID` where a verb takes the id
-// alone. A resource that is none of the verb's is refused with the choices and the nearest (exit
-// 2).
+// and name in one word, several of them), `describe ID ...` (jobs), and `cancel job/ID` where a
+// verb takes ids alone. A resource that is none of the verb's is refused with the choices and the
+// nearest (exit 2).
 bool KubectlForms(const CLI::App& app, std::vector<std::string>* args) {
   const size_t at = FirstWordIndex(*args);
   if (at + 1 >= args->size()) return true;
@@ -81,8 +104,7 @@ bool KubectlForms(const CLI::App& app, std::vector<std::string>* args) {
   const size_t slash = what.find('/');
   std::string kind = slash == std::string::npos ? what : what.substr(0, slash);
   if (verb == "cancel" || verb == "events" || verb == "watch" || verb == "logs") {
-    if (slash != std::string::npos && (kind == "job" || kind == "jobs"))
-      (*args)[at + 1] = what.substr(slash + 1);
+    StripKind(args, at + 1, "job");
     return true;
   }
   if (verb != "get" && verb != "describe" && verb != "delete") return true;
@@ -96,19 +118,20 @@ bool KubectlForms(const CLI::App& app, std::vector<std::string>* args) {
     what = kind;
     (*args)[at + 1] = kind;
     args->insert(args->begin() + static_cast<std::ptrdiff_t>(at) + 2, name);
+    StripKind(args, at + 3, kind);
   }
-  if (std::find(kinds.begin(), kinds.end(), what) != kinds.end()) return true;
-  const bool named_after = at + 2 < args->size() && (*args)[at + 2].rfind('-', 0) != 0;
-  if (verb == "describe" && slash == std::string::npos && !named_after) {  // describe ID: a job
-    args->insert(args->begin() + static_cast<std::ptrdiff_t>(at) + 1, "job");
+  if (std::find(kinds.begin(), kinds.end(), what) != kinds.end()) {
+    StripKind(args, at + 2, what);  // get job A job/B
     return true;
   }
-  std::string list, nearest;
-  size_t best = 3;
-  for (const auto& k : kinds) {
-    list += (list.empty() ? "" : ", ") + k;
-    if (const size_t d = Distance(what, k); d < best) best = d, nearest = k;
+  const std::string nearest = Nearest(what, kinds);
+  if (verb == "describe" && slash == std::string::npos && nearest.empty()) {  // describe ID: jobs
+    args->insert(args->begin() + static_cast<std::ptrdiff_t>(at) + 1, "job");
+    StripKind(args, at + 2, "job");
+    return true;
   }
+  std::string list;
+  for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;
   std::fprintf(stderr, "moectl %s: unknown resource '%s'%s; the resources are %s\n", verb.c_str(),
                what.c_str(), nearest.empty() ? "" : (" (did you mean '" + nearest + "'?)").c_str(),
                list.c_str());

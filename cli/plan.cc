@@ -8,6 +8,7 @@
 #include "common/file_util.h"
 #include "common/job_spec_proto.h"
 #include "common/planner.h"
+#include "common/published_runs.h"
 
 namespace moe::cli {
 namespace {
@@ -51,15 +52,19 @@ StatusOr<ClusterProfile> Cluster(const PlanArgs& a, const JobSpec& spec) {
   return LocalProfileForRanks(machine, spec.parallelism.world_size);
 }
 
-void PrintPlans(const PlanArgs& a, const Plan& p, const Plan* packed) {
+// The plan, and the published runs nearest its layout beside it (what it can be held against).
+void PrintPlans(const PlanArgs& a, const JobSpec& spec, const Plan& p, const Plan* packed) {
+  const std::vector<PublishedRun> runs = NearestPublishedRuns(spec, p.cluster, 3);
   if (a.output == "json") {
     Node n = PlanToNode(p);
     if (packed != nullptr) n.Set("all_in_one_rack", PlanToNode(*packed));
+    n.Set("published_runs", PublishedRunsNode(runs));
     std::printf("%s\n", ToJson(n, 2).c_str());
     return;
   }
   std::printf("%s", PlanTable(p).c_str());
   if (packed != nullptr) std::printf("%s", PlacementDifference(p, *packed).c_str());
+  std::printf("%s", PublishedRunsText(runs, p.tflops_per_gpu).c_str());
 }
 
 // With no --software: which profile the answer rests on, and whether it was measured.
@@ -258,7 +263,7 @@ int RunPlan(const PlanArgs& a, Client* client) {
     if (!packed.ok()) return Refuse(packed.status());
     packed_plan = &*packed;
   }
-  PrintPlans(a, *plan, packed_plan);
+  PrintPlans(a, *spec, *plan, packed_plan);
   if (a.software.empty()) SaySoftware(*software);
   return plan->fits ? 0 : NotFitting(*spec, *cluster, *software, options);
 }

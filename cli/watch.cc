@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "cli/format.h"
+#include "cli/object_form.h"
 #include "common/escape.h"
 
 namespace moe::cli {
@@ -111,9 +112,7 @@ int Watch(Client& c, const std::string& id, bool json) {
       have_job = true;
     }
     if (json) {  // one JSON object per line: for scripts (every step's metrics, every event)
-      auto line = ToJsonText(r, false);
-      if (!line.ok()) return c.Fail(line.status());
-      std::printf("%s\n", line->c_str());
+      std::printf("%s\n", EscapeHiddenAsUnicode(ToJson(ObjectNode(r))).c_str());
     } else if (r.has_job()) {
       text.Job(r.job());
     } else if (r.has_event()) {

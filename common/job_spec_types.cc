@@ -41,4 +41,16 @@ int64_t JobSpec::GlobalBatchAt(double tokens) const {
   return std::min(data.global_batch_size, r.start + done * r.increment);
 }
 
+double JobSpec::TokensAfter(int64_t steps) const {
+  const double seq = static_cast<double>(data.seq_length);
+  double tokens = 0;
+  int64_t s = 0;
+  // Through the ramp step by step (tens of thousands of steps at most in a real recipe), then the
+  // full batch.
+  for (; s < steps && data.batch_ramp.start != 0 && tokens < data.batch_ramp.tokens; ++s)
+    tokens += static_cast<double>(GlobalBatchAt(tokens)) * seq;
+  return tokens +
+         static_cast<double>(steps - s) * static_cast<double>(data.global_batch_size) * seq;
+}
+
 }  // namespace moe

@@ -284,6 +284,8 @@ struct JobSpec {
   }
   // The global batch (sequences) of a step that starts after `tokens` trained tokens (the ramp).
   int64_t GlobalBatchAt(double tokens) const;
+  // The tokens `steps` steps train, the batch ramp included (moectl plan's budget).
+  double TokensAfter(int64_t steps) const;
 
   bool operator==(const JobSpec&) const = default;
 };

@@ -424,7 +424,7 @@ void Summarise(const Ctx& x, const PlanOptions& o, Plan* p) {
   p->mfu_fp8 = x.c->peak_fp8_tflops > 0 ? p->tflops_per_gpu / x.c->peak_fp8_tflops : 0;
   const double step_tokens = D(spec.data.global_batch_size * spec.data.seq_length);
   p->tokens_per_second = step_tokens / step;
-  p->tokens = o.token_budget > 0 ? o.token_budget : D(spec.training.steps) * step_tokens;
+  p->tokens = o.token_budget > 0 ? o.token_budget : spec.TokensAfter(spec.training.steps);
   const double seconds = p->tokens / p->tokens_per_second;
   p->days = seconds / 86400;
   p->gpu_hours = seconds * D(spec.parallelism.world_size) / 3600;

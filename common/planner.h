@@ -32,7 +32,8 @@ namespace moe {
 struct PlanOptions {
   int64_t racks = 0;        // scale-up domains the job uses; 0: as few as its layout packs into
   int64_t ep_domains = 0;   // domains one expert-parallel group spans; 0: from the packing
-  double token_budget = 0;  // tokens to train: days and GPU-hours; 0: the job's steps x batch
+  double token_budget = 0;  // tokens to train: days and GPU-hours; 0: the job's steps (with its
+                            // batch ramp)
   // Checkpoint advice (CheckpointAdvice): a device's mean time between failures in hours (moectl
   // plan --mtbf-hours); absent: no advice.
   std::optional<double> mtbf_hours;

@@ -40,6 +40,9 @@ port=$(free_port)
 export MOE_BIN=$BIN MOE_WORK=$work/run MOE_DEVICE=cpu MOE_PORT=$port MOE_METRICS_PORT=$(free_port)
 # The workers' stop grace comes from the batch script's environment (checked on their command lines).
 export MOE_STOP_GRACE_SECONDS=45
+# The resubmission by hand (sbatch again with the same MOE_WORK) is what this test follows: no requeue
+# (the script's default, MOE_REQUEUE=1, would run the same batch job again by itself).
+export MOE_REQUEUE=0
 # Confined paths, as a real site would set them: the job reads data/ and checkpoints below MOE_WORK.
 export MOE_DATA_ROOTS=$PWD/data MOE_CHECKPOINT_ROOTS=$work/run
 # Prometheus watches a file_sd directory (and knows nothing else of this allocation). The two slurmd
@@ -69,7 +72,7 @@ for _ in $(seq 1 600); do
   step=$(ctl get jobs -o json 2>/dev/null | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-print(max([int(j.get("lastMetrics", {}).get("step", 0)) for j in d.get("jobs", [])] or [0]))' 2>/dev/null || echo 0)
+print(max([int(j.get("last_metrics", {}).get("step", 0)) for j in d.get("jobs", [])] or [0]))' 2>/dev/null || echo 0)
   [ "$step" -ge 8 ] && break
   squeue -h -j "$jid" 2>/dev/null | grep -q . || fail "the batch job ended before step 8"
   sleep 0.5

@@ -84,12 +84,17 @@ grep -q "rank 1 (pp 0, dp 1, ep 1; " "$WORK/ok-describe.txt" || { cat "$WORK/ok-
 "$MOECTL" describe worker w0 | grep -q "^Rack: *r0" || fail "describe worker: $("$MOECTL" describe worker w0 2>&1)"
 rc=0; "$MOECTL" describe worker nope >/dev/null 2>&1 || rc=$?
 [ $rc -eq 3 ] || fail "describe worker nope exited $rc (expected 3: not found)"
-# get job -o yaml is the job's document (status as comments). Under another name it is refused (the
-# checkpoint directory is the finished job's); resubmitted as it is (the same name, the same token) it
-# runs again on that directory and finds the work done.
+# get job -o yaml is the whole job in the object form (its document under spec, its status beside
+# it). Under another name it is refused (the checkpoint directory is the finished job's); resubmitted
+# as it is (the same name, the same token) it runs again on that directory and finds the work done.
 "$MOECTL" get job "$id" -o yaml >"$WORK/again.yaml"
-grep -q "^# job $id: SUCCEEDED" "$WORK/again.yaml" || fail "get job -o yaml: no status line: $(head -3 "$WORK/again.yaml")"
-sed 's/^\(\s*name:\s*\)ok.*/\1ok-other/' "$WORK/again.yaml" >"$WORK/other.yaml"
+grep -q "^state: SUCCEEDED" "$WORK/again.yaml" || fail "get job -o yaml: no state: $(head -5 "$WORK/again.yaml")"
+python3 - "$WORK/again.yaml" "$WORK/other.yaml" <<'PY'
+import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+d["spec"]["metadata"]["name"] = "ok-other"
+yaml.safe_dump(d, open(sys.argv[2], "w"))
+PY
 "$MOECTL" submit -f "$WORK/other.yaml" >/dev/null 2>&1 && fail "another job took a finished job's checkpoint directory"
 again=$("$MOECTL" submit -f "$WORK/again.yaml") || fail "get job -o yaml could not be resubmitted"
 "$MOECTL" watch "$again" >/dev/null || fail "the resubmitted job did not succeed"
@@ -116,7 +121,7 @@ wait_free() {
   fail "workers still busy: $busy"
 }
 wait_step() {  # <id> <step>
-  for _ in $(seq 1 300); do [ "$(job_field "$1" 'int(d.get("lastMetrics",{}).get("step",0))')" -ge "$2" ] && return 0; sleep 0.2; done
+  for _ in $(seq 1 300); do [ "$(job_field "$1" 'int(d.get("last_metrics",{}).get("step",0))')" -ge "$2" ] && return 0; sleep 0.2; done
   fail "$1 did not reach step $2"
 }
 make_job "$WORK/long.yaml" long 100000 0

@@ -19,14 +19,14 @@ set +e; out=$("$MOECTL" submit -f "$WORK/bad.yaml" 2>&1); rc=$?; set -e
 
 id=$("$MOECTL" submit -f "$WORK/el.yaml")
 world() { job_field "$id" 'len(d.get("placement",[]))'; }
-step() { job_field "$id" 'int(d.get("lastMetrics",{}).get("step",0))'; }
+step() { job_field "$id" 'int(d.get("last_metrics",{}).get("step",0))'; }
 wait_until() {  # wait_until <seconds> <what> <command...>
   local t=$1 what=$2; shift 2
   for _ in $(seq 1 $((t * 5))); do "$@" && return 0; sleep 0.2; done
   fail "$what (after ${t}s)"
 }
 wait_state "$id" RUNNING 60
-checkpointed() { [ "$(job_field "$id" 'int(d.get("checkpointStep",0))')" -ge 4 ]; }
+checkpointed() { [ "$(job_field "$id" 'int(d.get("checkpoint_step",0))')" -ge 4 ]; }
 wait_until 120 "no checkpoint at step 4" checkpointed
 before=$(step)
 victim=$(job_field "$id" 'd["placement"][3]["worker"]')

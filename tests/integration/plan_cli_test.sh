@@ -126,7 +126,7 @@ p = json.load(sys.stdin)
 assert p["ep_domains"] == 2 and p["all_in_one_rack"]["ep_domains"] == 1, p
 assert p["step_seconds"] > p["all_in_one_rack"]["step_seconds"], (p["step_seconds"], p["all_in_one_rack"]["step_seconds"])
 ' || fail "live plan JSON"
-planned=$(job_field "$id" "d.get('plannedStepSeconds', 0)")
+planned=$(job_field "$id" "d.get('planned_step_seconds', 0)")
 python3 -c "import sys; assert float(sys.argv[1]) > 0" "$planned" || fail "the job record has no planned step time ($planned)"
 for _ in $(seq 1 150); do "$BIN/moectl" describe job "$id" | grep -q "planned step" && break; sleep 0.2; done
 "$BIN/moectl" describe job "$id" | grep -E "planned step [0-9.]+ s \(local / ours-cpu, 2 domain\(s\), EP groups over 2\): measured / planned [0-9.]+" \

@@ -62,7 +62,7 @@ timeout 20 "$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name w0 --rack r0 
 [ $rc -eq 1 ] || { cat "$WORK/dup.log"; fail "a second moe-worker named w0 exited $rc (expected 1: the name is taken)"; }
 grep -q "needs its own name: pass --name" "$WORK/dup.log" || { cat "$WORK/dup.log"; fail "no clear message for the taken name"; }
 echo "a second moe-worker under a live name: $(grep -o 'the controller refused.*' "$WORK/dup.log" | cut -c1-80)..."
-step=$(job_field "$id" 'd.get("lastMetrics",{}).get("step","0")')
+step=$(job_field "$id" 'd.get("last_metrics",{}).get("step","0")')
 [ "$step" -ge 1 ] || fail "the job's last step is $step"
 if metrics | grep -E "^moe_job_(loss|step|mfu_ratio)\{[^}]*job_id=\"$id\"" | grep -qE ' (\+Inf|-7|42)$'; then
   fail "a fake step reached /metrics: $(metrics | grep -E "job_id=\"$id\"" | grep -E ' (\+Inf|-7|42)$')"
