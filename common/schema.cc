@@ -1,6 +1,7 @@
 #include "common/schema.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
@@ -134,11 +135,10 @@ Status Codec<double>::Read(const Node& n, const std::string& path, double* out) 
   return OkStatus();
 }
 Node Codec<double>::Write(const double& v) {
-  // 17 significant digits read back as the same double.
-  std::ostringstream os;
-  os.precision(17);
-  os << v;
-  return Node::Scalar(os.str());
+  // The shortest decimal that reads back as the same double ("0.1", not "0.10000000000000001").
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return Node::Scalar(std::string(buf, r.ptr));
 }
 
 Status Codec<bool>::Read(const Node& n, const std::string& path, bool* out) {
