@@ -61,7 +61,7 @@ prometheus::Histogram::BucketBoundaries StepBuckets() {
 // join with DCGM's Hostname and gpu and with node exporters).
 std::map<std::string, std::string> MetricsAggregator::RankLabels(const JobSeries& s, size_t r) {
   const RankInfo& at = s.ranks[r];
-  return {{"job", s.id},     {"rank", std::to_string(r)}, {"rack", at.rack},
+  return {{"job_id", s.id},  {"rank", std::to_string(r)}, {"rack", at.rack},
           {"node", at.node}, {"worker", at.worker},       {"device", at.device}};
 }
 
@@ -177,11 +177,11 @@ void MetricsAggregator::SetGoodput(const std::string& job_id, const moe::v1::Goo
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;  // no series (never placed, or dropped after the retention)
   JobSeries& s = *it->second;
-  goodput_->Add({{"job", job_id}}).Set(g.ratio());
+  goodput_->Add({{"job_id", job_id}}).Set(g.ratio());
   for (const char* cause : kGoodputCauses) {
     const double v = GoodputLost(g, cause), delta = v - s.lost[cause];
     if (delta <= 0) continue;
-    lost_->Add({{"job", job_id}, {"cause", cause}}).Increment(delta);
+    lost_->Add({{"job_id", job_id}, {"cause", cause}}).Increment(delta);
     cluster_lost_->Add({{"cause", cause}}).Increment(delta);
     s.lost[cause] = v;
   }
@@ -207,9 +207,9 @@ MetricsAggregator::JobSeries& MetricsAggregator::Series(const std::string& job_i
   if (!p) {
     p = std::make_unique<JobSeries>();
     p->id = job_id;
-    restarts_->Add({{"job", job_id}});
-    flops_->Add({{"job", job_id}});
-    tokens_->Add({{"job", job_id}});
+    restarts_->Add({{"job_id", job_id}});
+    flops_->Add({{"job_id", job_id}});
+    tokens_->Add({{"job_id", job_id}});
   }
   return *p;
 }
@@ -226,7 +226,7 @@ void MetricsAggregator::StartAttempt(const std::string& job_id, int attempt,
   s.under.assign(ranks.size(), 0);
   s.stragglers.clear();
   for (size_t r = 0; r < ranks.size(); ++r)
-    straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}).Set(0);
+    straggler_gauge_->Add({{"job_id", job_id}, {"rank", std::to_string(r)}}).Set(0);
 }
 
 std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(
@@ -297,7 +297,7 @@ void MetricsAggregator::UpdateStragglers(JobSeries& s, const std::vector<double>
     } else {
       s.stragglers.insert(rank);
     }
-    straggler_gauge_->Add({{"job", s.id}, {"rank", std::to_string(r)}}).Set(flagged ? 0 : 1);
+    straggler_gauge_->Add({{"job_id", s.id}, {"rank", std::to_string(r)}}).Set(flagged ? 0 : 1);
     if (changes) changes->push_back({rank, !flagged, ratio});
   }
 }
@@ -307,7 +307,7 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     rank_tflops_->Add(RankLabels(s, r)).Set(out.tflops_per_device());
   }
-  const std::map<std::string, std::string> job_labels = {{"job", s.id}};
+  const std::map<std::string, std::string> job_labels = {{"job_id", s.id}};
   const double flops =
       out.tflops_per_device() * 1e12 * out.step_seconds() * static_cast<double>(s.world);
   flops_->Add(job_labels).Increment(flops);
@@ -332,7 +332,7 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   compute_->Add(job_labels).Increment(out.compute_seconds());
   step_->Add(job_labels).Set(static_cast<double>(out.step()));
   for (int l = 0; l < out.expert_load_imbalance_per_layer_size(); ++l) {
-    imbalance_->Add({{"job", s.id}, {"layer", std::to_string(l)}})
+    imbalance_->Add({{"job_id", s.id}, {"layer", std::to_string(l)}})
         .Set(out.expert_load_imbalance_per_layer(l));
     s.layers.insert(std::to_string(l));
   }
@@ -348,16 +348,16 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
       ranks.push_back({p.rack(), p.worker(), p.node(), p.device()});
     StartAttempt(job.id(), job.attempt(), ranks, job.placement_size());
     if (job.planned_step_seconds() > 0) {
-      planned_step_->Add({{"job", job.id()}}).Set(job.planned_step_seconds());
+      planned_step_->Add({{"job_id", job.id()}}).Set(job.planned_step_seconds());
     } else {
-      planned_step_->Remove(&planned_step_->Add({{"job", job.id()}}));
+      planned_step_->Remove(&planned_step_->Add({{"job_id", job.id()}}));
     }
   }
   // Restarts after failures only: a requeue after a worker left cleanly uses none (job.restarts()).
   JobSeries& series = Series(job.id());
   if (state == moe::v1::RESTARTING && !loaded && series.restarts >= 0 &&
       job.restarts() > series.restarts) {
-    restarts_->Add({{"job", job.id()}}).Increment(job.restarts() - series.restarts);
+    restarts_->Add({{"job_id", job.id()}}).Increment(job.restarts() - series.restarts);
   }
   series.restarts = job.restarts();
   SetState(job.id(), state);
@@ -368,8 +368,8 @@ void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState st
   JobSeries& s = Series(job_id);
   for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {
     state_
-        ->Add(
-            {{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}})
+        ->Add({{"job_id", job_id},
+               {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}})
         .Set(v == state ? 1 : 0);
   }
   const bool terminal =
@@ -381,7 +381,7 @@ void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState st
 // A job that ended trains nothing: its throughput gauges go at once (a rack's TFLOP/s, summed over
 // moe_rank_tflops, is what runs now); its loss, state and counters stay for the retention.
 void MetricsAggregator::DropThroughput(const JobSeries& s) {
-  const std::map<std::string, std::string> job = {{"job", s.id}};
+  const std::map<std::string, std::string> job = {{"job_id", s.id}};
   tflops_->Remove(&tflops_->Add(job));
   mfu_->Remove(&mfu_->Add(job));
   peak_->Remove(&peak_->Add(job));
@@ -456,13 +456,14 @@ void MetricsAggregator::RemoveRankSeries(const JobSeries& s) {
     rank_step_->Remove(&rank_step_->Add(labels));
     rank_compute_->Remove(&rank_compute_->Add(labels));
     rank_tflops_->Remove(&rank_tflops_->Add(labels));
-    straggler_gauge_->Remove(&straggler_gauge_->Add({{"job", s.id}, {"rank", std::to_string(r)}}));
+    straggler_gauge_->Remove(
+        &straggler_gauge_->Add({{"job_id", s.id}, {"rank", std::to_string(r)}}));
   }
 }
 
 void MetricsAggregator::DropSeries(const std::string& job_id) {
   JobSeries& s = *jobs_.at(job_id);
-  const std::map<std::string, std::string> job = {{"job", job_id}};
+  const std::map<std::string, std::string> job = {{"job_id", job_id}};
   flops_->Remove(&flops_->Add(job));
   tflops_->Remove(&tflops_->Add(job));
   mfu_->Remove(&mfu_->Add(job));
@@ -488,12 +489,13 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   productive_sum_ -= s.productive;  // the cluster's figure covers the jobs shown
   wall_sum_ -= s.wall;
   for (const auto& [cause, v] : s.lost)
-    lost_->Remove(&lost_->Add({{"job", job_id}, {"cause", cause}}));
+    lost_->Remove(&lost_->Add({{"job_id", job_id}, {"cause", cause}}));
   for (const auto& l : s.layers)
-    imbalance_->Remove(&imbalance_->Add({{"job", job_id}, {"layer", l}}));
+    imbalance_->Remove(&imbalance_->Add({{"job_id", job_id}, {"layer", l}}));
   for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {
-    state_->Remove(&state_->Add(
-        {{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
+    state_->Remove(
+        &state_->Add({{"job_id", job_id},
+                      {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
   }
   RemoveRankSeries(s);
 }

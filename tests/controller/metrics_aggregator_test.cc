@@ -123,7 +123,7 @@ TEST_F(MetricsAggregatorTest, AStepCompletedByEveryRankGivesTheJobsFigures) {
   // Buckets to hours: a 671B step (70-250 s) and a stalled one (an hour) still land in a bucket.
   const std::string page = prometheus::TextSerializer().Serialize(registry_->Collect());
   for (const char* le : {"le=\"300\"", "le=\"3600\"", "le=\"14400\""}) {
-    EXPECT_NE(page.find(std::string("moe_job_step_duration_seconds_bucket{job=\"j\",") + le),
+    EXPECT_NE(page.find(std::string("moe_job_step_duration_seconds_bucket{job_id=\"j\",") + le),
               std::string::npos)
         << le;
   }

@@ -40,7 +40,6 @@ global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [recording_rules.yml, alert_rules.yml]
 scrape_configs:
   - job_name: moe-controller
-    honor_labels: true
     static_configs: [{targets: ['127.0.0.1:$METRICS_PORT']}]
 CONF
 promtool check config "$WORK/prom/prometheus.yml" >/dev/null
@@ -61,6 +60,9 @@ for m in moe_job_model_flops_total moe_job_tflops_per_device moe_job_mfu_ratio m
   grep -q "^$m" "$WORK/metrics.txt" || fail "/metrics lacks $m"
 done
 grep -q "moe_rank_step_duration_seconds{.*rack=\"rack-a\"" "$WORK/metrics.txt" || fail "rank series without the rack label"
+# The job id is the label job_id: `job` is Prometheus's target label, which no series may carry.
+grep -q "^moe_job_loss{job_id=\"$id\"}" "$WORK/metrics.txt" || fail "moe_job_loss without job_id=\"$id\""
+if grep -E '^moe_(job|rank)_' "$WORK/metrics.txt" | grep -E '[{,]job="'; then fail "series above carry the label job"; fi
 
 # Enough history for the rate()s and quantiles.
 sleep 45
@@ -71,7 +73,7 @@ queries, port, job = sys.argv[1], sys.argv[2], sys.argv[3]
 bad, n = [], 0
 for line in open(queries):
     expr = json.loads(line)
-    q = (expr.replace("$job", job).replace("$rack", ".*").replace("$__rate_interval", "1m")
+    q = (expr.replace("$job_id", job).replace("$rack", ".*").replace("$__rate_interval", "1m")
              .replace("$__interval", "1m").replace("$__range", "5m"))
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": q})
     try:
