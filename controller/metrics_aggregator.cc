@@ -48,8 +48,14 @@ prometheus::Family<prometheus::Histogram>* AddHistogram(prometheus::Registry& r,
   return &prometheus::BuildHistogram().Name(name).Help(help).Register(r);
 }
 
+// The states a job ends in (INVALID is never reached by a transition, only loaded).
+bool IsFinal(moe::v1::JobState s) {
+  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED;
+}
+
 // A step's wall time from a toy's 10 ms to a 671B step's minutes (70-250 s at the published sizes)
 // and a stalled one's hour and more: every quantile panel resolves at both ends.
+
 prometheus::Histogram::BucketBoundaries StepBuckets() {
   return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,    2.5,  5,    10,   30,
           60,   120,   180,  300, 600,  900, 1800, 3600, 7200, 14400};
@@ -154,6 +160,72 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
                   "Time the controller did not tick (stopped, starved): given back to leases")
            ->Add({});
   RegisterGoodput(r);
+  RegisterCheckpointsAndQueues(r);
+}
+
+void MetricsAggregator::RegisterCheckpointsAndQueues(prometheus::Registry& r) {
+  checkpoint_step_ =
+      AddGauge(r, "moe_job_checkpoint_step",
+               "The newest complete checkpoint the job's ranks reported (0: none yet)");
+  checkpoint_age_ =
+      AddGauge(r, "moe_job_checkpoint_age_seconds",
+               "Seconds since the newest checkpoint first showed in a step report (before the "
+               "first checkpoint: since the first step): the work a failure would lose");
+  checkpoint_save_ = AddGauge(
+      r, "moe_job_checkpoint_save_seconds",
+      "Seconds training stood still for the last checkpoint save (rank 0's checkpoint stall: a "
+      "synchronous save's whole write; an asynchronous one's copy to host memory and waits)");
+  queue_quota_ = AddGauge(r, "moe_queue_quota",
+                          "The queue's nominal quota in ranks (devices) of the device type");
+  queue_usage_ = AddGauge(r, "moe_queue_usage",
+                          "Ranks (devices) of the device type the queue's running jobs use");
+  queue_borrowed_ = AddGauge(r, "moe_queue_borrowed",
+                             "Ranks the queue uses past its nominal quota, lent by its cohort");
+  queue_pending_ =
+      AddGauge(r, "moe_queue_pending_jobs",
+               "The queue's jobs waiting for placement (PENDING, PREEMPTED, RESTARTING)");
+  finished_ =
+      AddCounter(r, "moe_jobs_finished_total",
+                 "Jobs that reached a final state while this controller ran, by that state");
+  for (const auto state : {moe::v1::SUCCEEDED, moe::v1::FAILED, moe::v1::CANCELLED})
+    finished_->Add({{"state", moe::v1::JobState_Name(state)}});
+}
+
+void MetricsAggregator::SetCheckpoint(const moe::v1::Job& job, double now) {
+  if (!jobs_.count(job.id())) return;  // no series (never placed, or dropped after the retention)
+  const std::map<std::string, std::string> labels = {{"job_id", job.id()}};
+  checkpoint_step_->Add(labels).Set(static_cast<double>(job.checkpoint_step()));
+  if (job.checkpoint_time() > 0)
+    checkpoint_age_->Add(labels).Set(std::max(0.0, now - job.checkpoint_time()));
+}
+
+void MetricsAggregator::SetQueues(const std::vector<moe::v1::QueueStatus>& queues) {
+  std::set<std::pair<std::string, std::string>> now;
+  for (const moe::v1::QueueStatus& q : queues) {
+    queue_pending_->Add({{"queue", q.name()}}).Set(q.pending_jobs());
+    for (const moe::v1::QueueResource& r : q.resources()) {
+      const std::map<std::string, std::string> labels = {{"queue", q.name()},
+                                                         {"device", r.device()}};
+      if (r.nominal() >= 0) queue_quota_->Add(labels).Set(static_cast<double>(r.nominal()));
+      queue_usage_->Add(labels).Set(static_cast<double>(r.used()));
+      queue_borrowed_->Add(labels).Set(static_cast<double>(r.borrowed()));
+      now.insert({q.name(), r.device()});
+    }
+  }
+  // A device the queue no longer uses goes to 0 rather than vanishing (as moe_workers does).
+  for (const auto& [queue, device] : queue_series_) {
+    if (now.count({queue, device})) continue;
+    queue_usage_->Add({{"queue", queue}, {"device", device}}).Set(0);
+    queue_borrowed_->Add({{"queue", queue}, {"device", device}}).Set(0);
+  }
+  queue_series_.insert(now.begin(), now.end());
+}
+
+// Once per job reaching a final state on this controller: a job loaded in a final state after a
+// restart (its `from` is JOB_STATE_UNSPECIFIED) is not counted again; the counter starts at 0 with
+// each controller process, as counters do, and rate()/increase() see the reset.
+void MetricsAggregator::CountFinished(moe::v1::JobState state) {
+  finished_->Add({{"state", moe::v1::JobState_Name(state)}}).Increment();
 }
 
 void MetricsAggregator::RegisterGoodput(prometheus::Registry& r) {
@@ -331,6 +403,8 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   a2a_->Add(job_labels).Increment(out.alltoall_seconds());
   compute_->Add(job_labels).Increment(out.compute_seconds());
   step_->Add(job_labels).Set(static_cast<double>(out.step()));
+  if (out.checkpoint_stall_seconds() > 0)
+    checkpoint_save_->Add(job_labels).Set(out.checkpoint_stall_seconds());
   for (int l = 0; l < out.expert_load_imbalance_per_layer_size(); ++l) {
     imbalance_->Add({{"job_id", s.id}, {"layer", std::to_string(l)}})
         .Set(out.expert_load_imbalance_per_layer(l));
@@ -360,6 +434,7 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
     restarts_->Add({{"job_id", job.id()}}).Increment(job.restarts() - series.restarts);
   }
   series.restarts = job.restarts();
+  if (!loaded && from != state && IsFinal(state) && !IsFinal(from)) CountFinished(state);
   SetState(job.id(), state);
   SetGoodput(job.id(), job.goodput());  // a change of state closes an interval of the account
 }
@@ -372,8 +447,7 @@ void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState st
                {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}})
         .Set(v == state ? 1 : 0);
   }
-  const bool terminal =
-      state == moe::v1::SUCCEEDED || state == moe::v1::FAILED || state == moe::v1::CANCELLED;
+  const bool terminal = IsFinal(state);
   s.ended_at = terminal ? clock_.Monotonic() : 0;
   if (terminal) DropThroughput(s);
 }
@@ -385,6 +459,7 @@ void MetricsAggregator::DropThroughput(const JobSeries& s) {
   tflops_->Remove(&tflops_->Add(job));
   mfu_->Remove(&mfu_->Add(job));
   peak_->Remove(&peak_->Add(job));
+  checkpoint_age_->Remove(&checkpoint_age_->Add(job));  // no work left to lose
   RemoveRankSeries(s);
 }
 
@@ -485,6 +560,9 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   compute_->Remove(&compute_->Add(job));
   restarts_->Remove(&restarts_->Add(job));
   step_->Remove(&step_->Add(job));
+  checkpoint_step_->Remove(&checkpoint_step_->Add(job));
+  checkpoint_age_->Remove(&checkpoint_age_->Add(job));
+  checkpoint_save_->Remove(&checkpoint_save_->Add(job));
   goodput_->Remove(&goodput_->Add(job));
   productive_sum_ -= s.productive;  // the cluster's figure covers the jobs shown
   wall_sum_ -= s.wall;

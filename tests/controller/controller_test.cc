@@ -165,6 +165,20 @@ class ControllerTest : public ::testing::Test {
     return std::nullopt;
   }
 
+  // The gauge `name`{labels} as /metrics shows it (labels exactly); nothing when there is none.
+  std::optional<double> Gauge(const std::string& name,
+                              const std::map<std::string, std::string>& labels) {
+    for (const auto& family : registry_->Collect()) {
+      if (family.name != name) continue;
+      for (const auto& m : family.metric) {
+        std::map<std::string, std::string> got;
+        for (const auto& l : m.label) got[l.name] = l.value;
+        if (got == labels) return m.gauge.value;
+      }
+    }
+    return std::nullopt;
+  }
+
   FakeClock clock_;
   FlakyStateStore store_;
   ControllerConfig config_;
@@ -944,10 +958,14 @@ TEST_F(ControllerTest, ARestartWaitsItsBackoffDoublingUpToTheCapAndSaysWhereItRe
   EXPECT_NE(j.message().find("); it resumes from the checkpoint of step 2"), std::string::npos)
       << j.message();
   EXPECT_EQ(j.checkpoint_step(), 2);
+  EXPECT_EQ(j.checkpoint_time(), clock_.Now()) << "when checkpoint 2 first showed in a report";
   clock_.Advance(20.5);
   Heartbeats();
   controller_->Tick();
   ASSERT_EQ(a->Assignments().size(), 3u);
+  EXPECT_EQ(Gauge("moe_job_checkpoint_step", {{"job_id", job.id()}}), 2.0);
+  EXPECT_EQ(Gauge("moe_job_checkpoint_age_seconds", {{"job_id", job.id()}}), 20.5)
+      << "the seconds since checkpoint 2 showed, through the restart";
   Finish("a", a->Assignments()[2], false, "and again");
   j = *controller_->Get(job.id(), false);
   EXPECT_NE(j.message().find("restart 3 of 3 in 25 s"), std::string::npos)
@@ -1125,6 +1143,27 @@ class QueueTest : public ControllerTest {
     ADD_FAILURE() << "no worker runs " << job;
   }
 };
+
+// /metrics shows what ListQueues (moectl get queues) shows, refreshed with the cluster's figures.
+TEST_F(QueueTest, TheQueuesQuotaUsageBorrowingAndPendingJobsAreOnMetrics) {
+  Start(/*a_borrowing_limit=*/1);
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(1);
+    SubmitTo("a", "a" + std::to_string(i));
+  }
+  clock_.Advance(1);
+  Heartbeats();
+  controller_->Tick();
+  const std::map<std::string, std::string> a = {{"queue", "a"}, {"device", "cpu"}};
+  EXPECT_EQ(Gauge("moe_queue_quota", a), 2.0);
+  EXPECT_EQ(Gauge("moe_queue_usage", a), 3.0) << "its 2 and the 1 it may borrow";
+  EXPECT_EQ(Gauge("moe_queue_borrowed", a), 1.0);
+  EXPECT_EQ(Gauge("moe_queue_pending_jobs", {{"queue", "a"}}), 1.0);
+  EXPECT_EQ(Gauge("moe_queue_quota", {{"queue", "b"}, {"device", "cpu"}}), 2.0);
+  EXPECT_EQ(Gauge("moe_queue_usage", {{"queue", "b"}, {"device", "cpu"}}), 0.0);
+  EXPECT_EQ(Gauge("moe_queue_pending_jobs", {{"queue", "b"}}), 0.0);
+  EXPECT_EQ(Cpu("a").used(), 3) << "the same figures as ListQueues";
+}
 
 TEST_F(QueueTest, AQueueBorrowsIdleQuotaAndTheLenderReclaimsItUnderContention) {
   Start();
