@@ -165,7 +165,8 @@ class ControllerTest : public ::testing::Test {
     return std::nullopt;
   }
 
-  // The gauge `name`{labels} as /metrics shows it (labels exactly); nothing when there is none.
+  // The gauge or counter `name`{labels} as /metrics shows it (labels exactly); nothing when there
+  // is none.
   std::optional<double> Gauge(const std::string& name,
                               const std::map<std::string, std::string>& labels) {
     for (const auto& family : registry_->Collect()) {
@@ -173,7 +174,8 @@ class ControllerTest : public ::testing::Test {
       for (const auto& m : family.metric) {
         std::map<std::string, std::string> got;
         for (const auto& l : m.label) got[l.name] = l.value;
-        if (got == labels) return m.gauge.value;
+        if (got != labels) continue;
+        return family.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
       }
     }
     return std::nullopt;
@@ -925,6 +927,33 @@ TEST_F(ControllerTest, AFailedRankRestartsUntilMaxRestartsThenFails) {
   EXPECT_EQ(j.state(), moe::v1::FAILED);
   EXPECT_NE(j.message().find("training failed again"), std::string::npos) << j.message();
   EXPECT_NE(j.message().find("max_restarts is 1"), std::string::npos) << j.message();
+}
+
+// Job.checkpoint_time: when the newest checkpoint first showed (before one, the first step), stored
+// with the job; moe_jobs_finished_total counts a job's end once, not again when a restarted
+// controller loads it.
+TEST_F(ControllerTest, TheCheckpointsTimeIsStoredAndARestartedControllerCountsNoEndAgain) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("j", 1, 1));
+  Step("a", a->Assignments()[0], 1);
+  EXPECT_EQ(controller_->Get(job.id(), false)->checkpoint_time(), clock_.Now())
+      << "no checkpoint yet: the first step's time";
+  clock_.Advance(5);
+  Step("a", a->Assignments()[0], 2, 0.1, /*checkpoint_step=*/1);
+  const double saved = clock_.Now();
+  clock_.Advance(5);
+  Step("a", a->Assignments()[0], 3, 0.1, /*checkpoint_step=*/1);
+  EXPECT_EQ(controller_->Get(job.id(), false)->checkpoint_time(), saved)
+      << "when checkpoint 1 first showed, not its later reports";
+  Finish("a", a->Assignments()[0], true);
+  ASSERT_EQ(State(job.id()), moe::v1::SUCCEEDED);
+  EXPECT_EQ(Gauge("moe_jobs_finished_total", {{"state", "SUCCEEDED"}}), 1.0);
+  controller_.reset();
+  Make();
+  EXPECT_EQ(controller_->Get(job.id(), false)->checkpoint_time(), saved) << "stored with the job";
+  EXPECT_EQ(State(job.id()), moe::v1::SUCCEEDED);
+  EXPECT_EQ(Gauge("moe_jobs_finished_total", {{"state", "SUCCEEDED"}}), 0.0)
+      << "a job loaded in its final state is not counted again";
 }
 
 TEST_F(ControllerTest, ARestartWaitsItsBackoffDoublingUpToTheCapAndSaysWhereItResumes) {
