@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "controller/goodput.h"
+#include "controller/job_manager.h"
 
 namespace moe::controller {
 
@@ -48,10 +49,9 @@ prometheus::Family<prometheus::Histogram>* AddHistogram(prometheus::Registry& r,
   return &prometheus::BuildHistogram().Name(name).Help(help).Register(r);
 }
 
-// The states a job ends in (INVALID is never reached by a transition, only loaded).
-bool IsFinal(moe::v1::JobState s) {
-  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED;
-}
+// The states a job ends in: JobManager's terminal states (a final state added there, such as a time
+// limit's, is counted here too) but INVALID, which no transition reaches (it is only loaded).
+bool IsFinal(moe::v1::JobState s) { return IsTerminal(s) && s != moe::v1::INVALID; }
 
 // A step's wall time from a toy's 10 ms to a 671B step's minutes (70-250 s at the published sizes)
 // and a stalled one's hour and more: every quantile panel resolves at both ends.
