@@ -634,9 +634,12 @@ void Controller::Tick() {
 void Controller::PublishClusterMetrics() {
   const double now = clock_.Now();
   for (JobEntry* e : jobs_.All()) {  // the live jobs' waits move with the clock
-    if (!IsTerminal(e->job.state())) metrics_.SetGoodput(e->job.id(), GoodputAt(e->job, now));
+    if (IsTerminal(e->job.state())) continue;
+    metrics_.SetGoodput(e->job.id(), GoodputAt(e->job, now));
+    metrics_.SetCheckpoint(e->job, now);
   }
   metrics_.SetQueueLength(jobs_.CountQueued());
+  metrics_.SetQueues(scheduler_.Queues());
   metrics_.SetRendezvousKeys(rendezvous_.size());
   metrics_.SetWorkerCounts(workers_.CountByStateAndRack());
   if (config_.spares_per_rack > 0)

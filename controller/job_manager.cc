@@ -245,8 +245,11 @@ Status JobManager::Persist(JobEntry& e, moe::v1::Job record) {
 
 namespace {
 
-// Adds a step to the job's run summary (moe::v1::RunSummary) and its newest checkpoint.
+// Adds a step to the job's run summary (moe::v1::RunSummary) and its newest checkpoint, with when
+// it first showed (Job.checkpoint_time: moe_job_checkpoint_age_seconds).
 void AddToSummary(moe::v1::Job& job, const moe::v1::StepMetrics& m) {
+  if (m.checkpoint_step() > job.checkpoint_step() || job.checkpoint_time() == 0)
+    job.set_checkpoint_time(m.time());
   job.set_checkpoint_step(std::max(job.checkpoint_step(), m.checkpoint_step()));
   moe::v1::RunSummary& s = *job.mutable_summary();
   if (s.reported_steps() == 0) s.set_first_step(m.step()), s.set_first_loss(m.loss());

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "controller/goodput.h"
+#include "controller/job_manager.h"
 
 namespace moe::controller {
 
@@ -48,8 +49,13 @@ prometheus::Family<prometheus::Histogram>* AddHistogram(prometheus::Registry& r,
   return &prometheus::BuildHistogram().Name(name).Help(help).Register(r);
 }
 
+// The states a job ends in: JobManager's terminal states (a final state added there, such as a time
+// limit's, is counted here too) but INVALID, which no transition reaches (it is only loaded).
+bool IsFinal(moe::v1::JobState s) { return IsTerminal(s) && s != moe::v1::INVALID; }
+
 // A step's wall time from a toy's 10 ms to a 671B step's minutes (70-250 s at the published sizes)
 // and a stalled one's hour and more: every quantile panel resolves at both ends.
+
 prometheus::Histogram::BucketBoundaries StepBuckets() {
   return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,    2.5,  5,    10,   30,
           60,   120,   180,  300, 600,  900, 1800, 3600, 7200, 14400};
@@ -61,7 +67,7 @@ prometheus::Histogram::BucketBoundaries StepBuckets() {
 // join with DCGM's Hostname and gpu and with node exporters).
 std::map<std::string, std::string> MetricsAggregator::RankLabels(const JobSeries& s, size_t r) {
   const RankInfo& at = s.ranks[r];
-  return {{"job", s.id},     {"rank", std::to_string(r)}, {"rack", at.rack},
+  return {{"job_id", s.id},  {"rank", std::to_string(r)}, {"rack", at.rack},
           {"node", at.node}, {"worker", at.worker},       {"device", at.device}};
 }
 
@@ -154,6 +160,72 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
                   "Time the controller did not tick (stopped, starved): given back to leases")
            ->Add({});
   RegisterGoodput(r);
+  RegisterCheckpointsAndQueues(r);
+}
+
+void MetricsAggregator::RegisterCheckpointsAndQueues(prometheus::Registry& r) {
+  checkpoint_step_ =
+      AddGauge(r, "moe_job_checkpoint_step",
+               "The newest complete checkpoint the job's ranks reported (0: none yet)");
+  checkpoint_age_ =
+      AddGauge(r, "moe_job_checkpoint_age_seconds",
+               "Seconds since the newest checkpoint first showed in a step report (before the "
+               "first checkpoint: since the first step): the work a failure would lose");
+  checkpoint_save_ = AddGauge(
+      r, "moe_job_checkpoint_save_seconds",
+      "Seconds training stood still for the last checkpoint save (rank 0's checkpoint stall: a "
+      "synchronous save's whole write; an asynchronous one's copy to host memory and waits)");
+  queue_quota_ = AddGauge(r, "moe_queue_quota",
+                          "The queue's nominal quota in ranks (devices) of the device type");
+  queue_usage_ = AddGauge(r, "moe_queue_usage",
+                          "Ranks (devices) of the device type the queue's running jobs use");
+  queue_borrowed_ = AddGauge(r, "moe_queue_borrowed",
+                             "Ranks the queue uses past its nominal quota, lent by its cohort");
+  queue_pending_ =
+      AddGauge(r, "moe_queue_pending_jobs",
+               "The queue's jobs waiting for placement (PENDING, PREEMPTED, RESTARTING)");
+  finished_ =
+      AddCounter(r, "moe_jobs_finished_total",
+                 "Jobs that reached a final state while this controller ran, by that state");
+  for (const auto state : {moe::v1::SUCCEEDED, moe::v1::FAILED, moe::v1::CANCELLED})
+    finished_->Add({{"state", moe::v1::JobState_Name(state)}});
+}
+
+void MetricsAggregator::SetCheckpoint(const moe::v1::Job& job, double now) {
+  if (!jobs_.count(job.id())) return;  // no series (never placed, or dropped after the retention)
+  const std::map<std::string, std::string> labels = {{"job_id", job.id()}};
+  checkpoint_step_->Add(labels).Set(static_cast<double>(job.checkpoint_step()));
+  if (job.checkpoint_time() > 0)
+    checkpoint_age_->Add(labels).Set(std::max(0.0, now - job.checkpoint_time()));
+}
+
+void MetricsAggregator::SetQueues(const std::vector<moe::v1::QueueStatus>& queues) {
+  std::set<std::pair<std::string, std::string>> now;
+  for (const moe::v1::QueueStatus& q : queues) {
+    queue_pending_->Add({{"queue", q.name()}}).Set(q.pending_jobs());
+    for (const moe::v1::QueueResource& r : q.resources()) {
+      const std::map<std::string, std::string> labels = {{"queue", q.name()},
+                                                         {"device", r.device()}};
+      if (r.nominal() >= 0) queue_quota_->Add(labels).Set(static_cast<double>(r.nominal()));
+      queue_usage_->Add(labels).Set(static_cast<double>(r.used()));
+      queue_borrowed_->Add(labels).Set(static_cast<double>(r.borrowed()));
+      now.insert({q.name(), r.device()});
+    }
+  }
+  // A device the queue no longer uses goes to 0 rather than vanishing (as moe_workers does).
+  for (const auto& [queue, device] : queue_series_) {
+    if (now.count({queue, device})) continue;
+    queue_usage_->Add({{"queue", queue}, {"device", device}}).Set(0);
+    queue_borrowed_->Add({{"queue", queue}, {"device", device}}).Set(0);
+  }
+  queue_series_.insert(now.begin(), now.end());
+}
+
+// Once per job reaching a final state on this controller: a job loaded in a final state after a
+// restart (its `from` is JOB_STATE_UNSPECIFIED) is not counted again; the counter starts at 0 with
+// each controller process, as counters do, and rate()/increase() see the reset.
+void MetricsAggregator::CountFinished(moe::v1::JobState state) {
+  finished_->Add({{"state", moe::v1::JobState_Name(state)}}).Increment();
 }
 
 void MetricsAggregator::RegisterGoodput(prometheus::Registry& r) {
@@ -177,11 +249,11 @@ void MetricsAggregator::SetGoodput(const std::string& job_id, const moe::v1::Goo
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;  // no series (never placed, or dropped after the retention)
   JobSeries& s = *it->second;
-  goodput_->Add({{"job", job_id}}).Set(g.ratio());
+  goodput_->Add({{"job_id", job_id}}).Set(g.ratio());
   for (const char* cause : kGoodputCauses) {
     const double v = GoodputLost(g, cause), delta = v - s.lost[cause];
     if (delta <= 0) continue;
-    lost_->Add({{"job", job_id}, {"cause", cause}}).Increment(delta);
+    lost_->Add({{"job_id", job_id}, {"cause", cause}}).Increment(delta);
     cluster_lost_->Add({{"cause", cause}}).Increment(delta);
     s.lost[cause] = v;
   }
@@ -207,9 +279,9 @@ MetricsAggregator::JobSeries& MetricsAggregator::Series(const std::string& job_i
   if (!p) {
     p = std::make_unique<JobSeries>();
     p->id = job_id;
-    restarts_->Add({{"job", job_id}});
-    flops_->Add({{"job", job_id}});
-    tokens_->Add({{"job", job_id}});
+    restarts_->Add({{"job_id", job_id}});
+    flops_->Add({{"job_id", job_id}});
+    tokens_->Add({{"job_id", job_id}});
   }
   return *p;
 }
@@ -226,7 +298,7 @@ void MetricsAggregator::StartAttempt(const std::string& job_id, int attempt,
   s.under.assign(ranks.size(), 0);
   s.stragglers.clear();
   for (size_t r = 0; r < ranks.size(); ++r)
-    straggler_gauge_->Add({{"job", job_id}, {"rank", std::to_string(r)}}).Set(0);
+    straggler_gauge_->Add({{"job_id", job_id}, {"rank", std::to_string(r)}}).Set(0);
 }
 
 std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(
@@ -297,7 +369,7 @@ void MetricsAggregator::UpdateStragglers(JobSeries& s, const std::vector<double>
     } else {
       s.stragglers.insert(rank);
     }
-    straggler_gauge_->Add({{"job", s.id}, {"rank", std::to_string(r)}}).Set(flagged ? 0 : 1);
+    straggler_gauge_->Add({{"job_id", s.id}, {"rank", std::to_string(r)}}).Set(flagged ? 0 : 1);
     if (changes) changes->push_back({rank, !flagged, ratio});
   }
 }
@@ -307,7 +379,7 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     rank_tflops_->Add(RankLabels(s, r)).Set(out.tflops_per_device());
   }
-  const std::map<std::string, std::string> job_labels = {{"job", s.id}};
+  const std::map<std::string, std::string> job_labels = {{"job_id", s.id}};
   const double flops =
       out.tflops_per_device() * 1e12 * out.step_seconds() * static_cast<double>(s.world);
   flops_->Add(job_labels).Increment(flops);
@@ -331,8 +403,10 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
   a2a_->Add(job_labels).Increment(out.alltoall_seconds());
   compute_->Add(job_labels).Increment(out.compute_seconds());
   step_->Add(job_labels).Set(static_cast<double>(out.step()));
+  if (out.checkpoint_stall_seconds() > 0)
+    checkpoint_save_->Add(job_labels).Set(out.checkpoint_stall_seconds());
   for (int l = 0; l < out.expert_load_imbalance_per_layer_size(); ++l) {
-    imbalance_->Add({{"job", s.id}, {"layer", std::to_string(l)}})
+    imbalance_->Add({{"job_id", s.id}, {"layer", std::to_string(l)}})
         .Set(out.expert_load_imbalance_per_layer(l));
     s.layers.insert(std::to_string(l));
   }
@@ -348,18 +422,19 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
       ranks.push_back({p.rack(), p.worker(), p.node(), p.device()});
     StartAttempt(job.id(), job.attempt(), ranks, job.placement_size());
     if (job.planned_step_seconds() > 0) {
-      planned_step_->Add({{"job", job.id()}}).Set(job.planned_step_seconds());
+      planned_step_->Add({{"job_id", job.id()}}).Set(job.planned_step_seconds());
     } else {
-      planned_step_->Remove(&planned_step_->Add({{"job", job.id()}}));
+      planned_step_->Remove(&planned_step_->Add({{"job_id", job.id()}}));
     }
   }
   // Restarts after failures only: a requeue after a worker left cleanly uses none (job.restarts()).
   JobSeries& series = Series(job.id());
   if (state == moe::v1::RESTARTING && !loaded && series.restarts >= 0 &&
       job.restarts() > series.restarts) {
-    restarts_->Add({{"job", job.id()}}).Increment(job.restarts() - series.restarts);
+    restarts_->Add({{"job_id", job.id()}}).Increment(job.restarts() - series.restarts);
   }
   series.restarts = job.restarts();
+  if (!loaded && from != state && IsFinal(state) && !IsFinal(from)) CountFinished(state);
   SetState(job.id(), state);
   SetGoodput(job.id(), job.goodput());  // a change of state closes an interval of the account
 }
@@ -368,12 +443,11 @@ void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState st
   JobSeries& s = Series(job_id);
   for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {
     state_
-        ->Add(
-            {{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}})
+        ->Add({{"job_id", job_id},
+               {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}})
         .Set(v == state ? 1 : 0);
   }
-  const bool terminal =
-      state == moe::v1::SUCCEEDED || state == moe::v1::FAILED || state == moe::v1::CANCELLED;
+  const bool terminal = IsFinal(state);
   s.ended_at = terminal ? clock_.Monotonic() : 0;
   if (terminal) DropThroughput(s);
 }
@@ -381,10 +455,11 @@ void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState st
 // A job that ended trains nothing: its throughput gauges go at once (a rack's TFLOP/s, summed over
 // moe_rank_tflops, is what runs now); its loss, state and counters stay for the retention.
 void MetricsAggregator::DropThroughput(const JobSeries& s) {
-  const std::map<std::string, std::string> job = {{"job", s.id}};
+  const std::map<std::string, std::string> job = {{"job_id", s.id}};
   tflops_->Remove(&tflops_->Add(job));
   mfu_->Remove(&mfu_->Add(job));
   peak_->Remove(&peak_->Add(job));
+  checkpoint_age_->Remove(&checkpoint_age_->Add(job));  // no work left to lose
   RemoveRankSeries(s);
 }
 
@@ -456,13 +531,14 @@ void MetricsAggregator::RemoveRankSeries(const JobSeries& s) {
     rank_step_->Remove(&rank_step_->Add(labels));
     rank_compute_->Remove(&rank_compute_->Add(labels));
     rank_tflops_->Remove(&rank_tflops_->Add(labels));
-    straggler_gauge_->Remove(&straggler_gauge_->Add({{"job", s.id}, {"rank", std::to_string(r)}}));
+    straggler_gauge_->Remove(
+        &straggler_gauge_->Add({{"job_id", s.id}, {"rank", std::to_string(r)}}));
   }
 }
 
 void MetricsAggregator::DropSeries(const std::string& job_id) {
   JobSeries& s = *jobs_.at(job_id);
-  const std::map<std::string, std::string> job = {{"job", job_id}};
+  const std::map<std::string, std::string> job = {{"job_id", job_id}};
   flops_->Remove(&flops_->Add(job));
   tflops_->Remove(&tflops_->Add(job));
   mfu_->Remove(&mfu_->Add(job));
@@ -484,16 +560,20 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   compute_->Remove(&compute_->Add(job));
   restarts_->Remove(&restarts_->Add(job));
   step_->Remove(&step_->Add(job));
+  checkpoint_step_->Remove(&checkpoint_step_->Add(job));
+  checkpoint_age_->Remove(&checkpoint_age_->Add(job));
+  checkpoint_save_->Remove(&checkpoint_save_->Add(job));
   goodput_->Remove(&goodput_->Add(job));
   productive_sum_ -= s.productive;  // the cluster's figure covers the jobs shown
   wall_sum_ -= s.wall;
   for (const auto& [cause, v] : s.lost)
-    lost_->Remove(&lost_->Add({{"job", job_id}, {"cause", cause}}));
+    lost_->Remove(&lost_->Add({{"job_id", job_id}, {"cause", cause}}));
   for (const auto& l : s.layers)
-    imbalance_->Remove(&imbalance_->Add({{"job", job_id}, {"layer", l}}));
+    imbalance_->Remove(&imbalance_->Add({{"job_id", job_id}, {"layer", l}}));
   for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {
-    state_->Remove(&state_->Add(
-        {{"job", job_id}, {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
+    state_->Remove(
+        &state_->Add({{"job_id", job_id},
+                      {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
   }
   RemoveRankSeries(s);
 }

@@ -24,6 +24,7 @@
 #include "controller/job_listener.h"
 #include "controller/worker_registry.h"
 #include "moe/v1/job.pb.h"
+#include "moe/v1/job_service.pb.h"
 #include "moe/v1/worker_service.pb.h"
 
 namespace prometheus {
@@ -82,6 +83,13 @@ class MetricsAggregator final : public JobListener {
   void SetGoodput(const std::string& job_id, const moe::v1::Goodput& g);
   void SetGoodputFloor(double floor);
   void SetQueueLength(size_t n);
+  // moe_job_checkpoint_step and moe_job_checkpoint_age_seconds (now, Unix seconds, minus
+  // Job.checkpoint_time) of a job with series; refreshed once a second for the live jobs.
+  void SetCheckpoint(const moe::v1::Job& job, double now);
+  // moe_queue_{quota,usage,borrowed}{queue,device} and moe_queue_pending_jobs{queue}: the figures
+  // ListQueues (moectl get queues) shows, from QueueScheduler::Queues(). A device a queue no longer
+  // uses goes to 0; the unlimited default queue (no --queues file) has no quota series.
+  void SetQueues(const std::vector<moe::v1::QueueStatus>& queues);
   void SetRendezvousKeys(size_t n);
   // The one writer's totals and the controller's stalls so far (counters follow them).
   void SetStore(int64_t batches, int64_t writes, double stalled_seconds);
@@ -102,6 +110,8 @@ class MetricsAggregator final : public JobListener {
   void DropThroughput(const JobSeries& s);
   void DropSeries(const std::string& job_id);
   void RegisterGoodput(prometheus::Registry& r);
+  void RegisterCheckpointsAndQueues(prometheus::Registry& r);
+  void CountFinished(moe::v1::JobState state);
 
   std::shared_ptr<prometheus::Registry> registry_;
   Clock& clock_;
@@ -150,6 +160,15 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Histogram>* decision_;
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_;
   std::set<std::pair<std::string, std::string>> worker_series_;  // (state, rack) seen
+  prometheus::Family<prometheus::Gauge>* checkpoint_step_;
+  prometheus::Family<prometheus::Gauge>* checkpoint_age_;
+  prometheus::Family<prometheus::Gauge>* checkpoint_save_;
+  prometheus::Family<prometheus::Gauge>* queue_quota_;
+  prometheus::Family<prometheus::Gauge>* queue_usage_;
+  prometheus::Family<prometheus::Gauge>* queue_borrowed_;
+  prometheus::Family<prometheus::Gauge>* queue_pending_;
+  std::set<std::pair<std::string, std::string>> queue_series_;  // (queue, device) seen
+  prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Family<prometheus::Gauge>* rack_spares_;
   prometheus::Family<prometheus::Gauge>* rack_spares_in_use_;
   std::set<std::string> spare_racks_;  // racks with spares series

@@ -165,6 +165,22 @@ class ControllerTest : public ::testing::Test {
     return std::nullopt;
   }
 
+  // The gauge or counter `name`{labels} as /metrics shows it (labels exactly); nothing when there
+  // is none.
+  std::optional<double> Gauge(const std::string& name,
+                              const std::map<std::string, std::string>& labels) {
+    for (const auto& family : registry_->Collect()) {
+      if (family.name != name) continue;
+      for (const auto& m : family.metric) {
+        std::map<std::string, std::string> got;
+        for (const auto& l : m.label) got[l.name] = l.value;
+        if (got != labels) continue;
+        return family.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+      }
+    }
+    return std::nullopt;
+  }
+
   FakeClock clock_;
   FlakyStateStore store_;
   ControllerConfig config_;
@@ -913,6 +929,33 @@ TEST_F(ControllerTest, AFailedRankRestartsUntilMaxRestartsThenFails) {
   EXPECT_NE(j.message().find("max_restarts is 1"), std::string::npos) << j.message();
 }
 
+// Job.checkpoint_time: when the newest checkpoint first showed (before one, the first step), stored
+// with the job; moe_jobs_finished_total counts a job's end once, not again when a restarted
+// controller loads it.
+TEST_F(ControllerTest, TheCheckpointsTimeIsStoredAndARestartedControllerCountsNoEndAgain) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("j", 1, 1));
+  Step("a", a->Assignments()[0], 1);
+  EXPECT_EQ(controller_->Get(job.id(), false)->checkpoint_time(), clock_.Now())
+      << "no checkpoint yet: the first step's time";
+  clock_.Advance(5);
+  Step("a", a->Assignments()[0], 2, 0.1, /*checkpoint_step=*/1);
+  const double saved = clock_.Now();
+  clock_.Advance(5);
+  Step("a", a->Assignments()[0], 3, 0.1, /*checkpoint_step=*/1);
+  EXPECT_EQ(controller_->Get(job.id(), false)->checkpoint_time(), saved)
+      << "when checkpoint 1 first showed, not its later reports";
+  Finish("a", a->Assignments()[0], true);
+  ASSERT_EQ(State(job.id()), moe::v1::SUCCEEDED);
+  EXPECT_EQ(Gauge("moe_jobs_finished_total", {{"state", "SUCCEEDED"}}), 1.0);
+  controller_.reset();
+  Make();
+  EXPECT_EQ(controller_->Get(job.id(), false)->checkpoint_time(), saved) << "stored with the job";
+  EXPECT_EQ(State(job.id()), moe::v1::SUCCEEDED);
+  EXPECT_EQ(Gauge("moe_jobs_finished_total", {{"state", "SUCCEEDED"}}), 0.0)
+      << "a job loaded in its final state is not counted again";
+}
+
 TEST_F(ControllerTest, ARestartWaitsItsBackoffDoublingUpToTheCapAndSaysWhereItResumes) {
   config_.restart_backoff_seconds = 10;
   config_.restart_backoff_max_seconds = 25;
@@ -944,10 +987,14 @@ TEST_F(ControllerTest, ARestartWaitsItsBackoffDoublingUpToTheCapAndSaysWhereItRe
   EXPECT_NE(j.message().find("); it resumes from the checkpoint of step 2"), std::string::npos)
       << j.message();
   EXPECT_EQ(j.checkpoint_step(), 2);
+  EXPECT_EQ(j.checkpoint_time(), clock_.Now()) << "when checkpoint 2 first showed in a report";
   clock_.Advance(20.5);
   Heartbeats();
   controller_->Tick();
   ASSERT_EQ(a->Assignments().size(), 3u);
+  EXPECT_EQ(Gauge("moe_job_checkpoint_step", {{"job_id", job.id()}}), 2.0);
+  EXPECT_EQ(Gauge("moe_job_checkpoint_age_seconds", {{"job_id", job.id()}}), 20.5)
+      << "the seconds since checkpoint 2 showed, through the restart";
   Finish("a", a->Assignments()[2], false, "and again");
   j = *controller_->Get(job.id(), false);
   EXPECT_NE(j.message().find("restart 3 of 3 in 25 s"), std::string::npos)
@@ -1125,6 +1172,27 @@ class QueueTest : public ControllerTest {
     ADD_FAILURE() << "no worker runs " << job;
   }
 };
+
+// /metrics shows what ListQueues (moectl get queues) shows, refreshed with the cluster's figures.
+TEST_F(QueueTest, TheQueuesQuotaUsageBorrowingAndPendingJobsAreOnMetrics) {
+  Start(/*a_borrowing_limit=*/1);
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(1);
+    SubmitTo("a", "a" + std::to_string(i));
+  }
+  clock_.Advance(1);
+  Heartbeats();
+  controller_->Tick();
+  const std::map<std::string, std::string> a = {{"queue", "a"}, {"device", "cpu"}};
+  EXPECT_EQ(Gauge("moe_queue_quota", a), 2.0);
+  EXPECT_EQ(Gauge("moe_queue_usage", a), 3.0) << "its 2 and the 1 it may borrow";
+  EXPECT_EQ(Gauge("moe_queue_borrowed", a), 1.0);
+  EXPECT_EQ(Gauge("moe_queue_pending_jobs", {{"queue", "a"}}), 1.0);
+  EXPECT_EQ(Gauge("moe_queue_quota", {{"queue", "b"}, {"device", "cpu"}}), 2.0);
+  EXPECT_EQ(Gauge("moe_queue_usage", {{"queue", "b"}, {"device", "cpu"}}), 0.0);
+  EXPECT_EQ(Gauge("moe_queue_pending_jobs", {{"queue", "b"}}), 0.0);
+  EXPECT_EQ(Cpu("a").used(), 3) << "the same figures as ListQueues";
+}
 
 TEST_F(QueueTest, AQueueBorrowsIdleQuotaAndTheLenderReclaimsItUnderContention) {
   Start();

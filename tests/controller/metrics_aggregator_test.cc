@@ -1,7 +1,7 @@
 // MetricsAggregator on its own, read back from its Prometheus registry: job metrics merged from
 // every rank's report (TFLOP/s, FLOPs, tokens, ETA), stragglers flagged and cleared, the job's
-// state and restarts from JobManager events, the cluster view, and series dropped after the
-// retention time.
+// state and restarts from JobManager events, the cluster view, checkpoints, queues, finished jobs,
+// and series dropped after the retention time.
 #include "controller/metrics_aggregator.h"
 
 #include <gtest/gtest.h>
@@ -59,7 +59,7 @@ moe::v1::Job JobIn(moe::v1::JobState state, int attempt, const std::vector<std::
 // A rank's series labels as JobIn places it: where it runs, joinable with DCGM (node, device).
 Labels RankL(int r, const std::string& rack) {
   const std::string n = std::to_string(r);
-  return {{"job", "j"},      {"rank", n},         {"rack", rack},
+  return {{"job_id", "j"},   {"rank", n},         {"rack", rack},
           {"node", "n" + n}, {"worker", "w" + n}, {"device", "cuda:" + n}};
 }
 
@@ -111,26 +111,26 @@ TEST_F(MetricsAggregatorTest, AStepCompletedByEveryRankGivesTheJobsFigures) {
   EXPECT_EQ(out->rank_compute_seconds_size(), 2);
   EXPECT_EQ(out->rank_racks(1), "r1");
   EXPECT_DOUBLE_EQ(out->eta_seconds(), 0.5 * 9);
-  EXPECT_EQ(Get("moe_job_tflops_per_device", {{"job", "j"}}), 120.0);
-  EXPECT_EQ(Get("moe_job_peak_tflops_per_device", {{"job", "j"}}), 989.0)
+  EXPECT_EQ(Get("moe_job_tflops_per_device", {{"job_id", "j"}}), 120.0);
+  EXPECT_EQ(Get("moe_job_peak_tflops_per_device", {{"job_id", "j"}}), 989.0)
       << "what MFU is measured against";
-  EXPECT_DOUBLE_EQ(*Get("moe_job_model_flops_total", {{"job", "j"}}), 120e12 * 0.5 * 2)
+  EXPECT_DOUBLE_EQ(*Get("moe_job_model_flops_total", {{"job_id", "j"}}), 120e12 * 0.5 * 2)
       << "per device x devices";
-  EXPECT_EQ(Get("moe_job_tokens_total", {{"job", "j"}}), 4096.0);
-  EXPECT_EQ(Get("moe_job_step", {{"job", "j"}}), 1.0);
-  EXPECT_EQ(Get("moe_job_loss", {{"job", "j"}}), 4.5);
-  EXPECT_EQ(Get("moe_job_step_duration_seconds", {{"job", "j"}}), 1.0) << "one observation";
+  EXPECT_EQ(Get("moe_job_tokens_total", {{"job_id", "j"}}), 4096.0);
+  EXPECT_EQ(Get("moe_job_step", {{"job_id", "j"}}), 1.0);
+  EXPECT_EQ(Get("moe_job_loss", {{"job_id", "j"}}), 4.5);
+  EXPECT_EQ(Get("moe_job_step_duration_seconds", {{"job_id", "j"}}), 1.0) << "one observation";
   // Buckets to hours: a 671B step (70-250 s) and a stalled one (an hour) still land in a bucket.
   const std::string page = prometheus::TextSerializer().Serialize(registry_->Collect());
   for (const char* le : {"le=\"300\"", "le=\"3600\"", "le=\"14400\""}) {
-    EXPECT_NE(page.find(std::string("moe_job_step_duration_seconds_bucket{job=\"j\",") + le),
+    EXPECT_NE(page.find(std::string("moe_job_step_duration_seconds_bucket{job_id=\"j\",") + le),
               std::string::npos)
         << le;
   }
   EXPECT_EQ(Get("moe_rank_tflops", RankL(1, "r1")), 120.0);
   EXPECT_EQ(Get("moe_rank_compute_seconds", RankL(1, "r1")), 0.3);
   ASSERT_TRUE(Step(1, 2, {0.2, 0.3}).has_value());
-  EXPECT_EQ(Get("moe_job_tokens_total", {{"job", "j"}}), 8192.0) << "counters add up";
+  EXPECT_EQ(Get("moe_job_tokens_total", {{"job_id", "j"}}), 8192.0) << "counters add up";
 }
 
 TEST_F(MetricsAggregatorTest, ReportsOfAnotherAttemptOrAnUnknownRankAreIgnored) {
@@ -146,7 +146,7 @@ TEST_F(MetricsAggregatorTest, AStragglerIsFlaggedAfterTheWindowAndClearedAfterIt
   std::vector<StragglerChange> changes;
   for (int step = 1; step <= 2; ++step) Step(1, step, {0.1, 0.1, 0.5}, &changes);
   EXPECT_TRUE(changes.empty()) << "two slow steps are not yet a straggler";
-  EXPECT_EQ(Get("moe_job_straggler", {{"job", "j"}, {"rank", "2"}}), 0.0);
+  EXPECT_EQ(Get("moe_job_straggler", {{"job_id", "j"}, {"rank", "2"}}), 0.0);
   auto out = Step(1, 3, {0.1, 0.1, 0.5}, &changes);
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].rank, 2);
@@ -154,32 +154,32 @@ TEST_F(MetricsAggregatorTest, AStragglerIsFlaggedAfterTheWindowAndClearedAfterIt
   EXPECT_NEAR(changes[0].ratio, 5.0, 1e-9);
   ASSERT_EQ(out->stragglers_size(), 1);
   EXPECT_EQ(out->stragglers(0), 2);
-  EXPECT_EQ(Get("moe_job_straggler", {{"job", "j"}, {"rank", "2"}}), 1.0);
+  EXPECT_EQ(Get("moe_job_straggler", {{"job_id", "j"}, {"rank", "2"}}), 1.0);
   EXPECT_EQ(metrics_.Stragglers("j"), (std::set<int>{2}));
   changes.clear();
   for (int step = 4; step <= 6; ++step) Step(1, step, {0.1, 0.1, 0.11}, &changes);
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_FALSE(changes[0].flagged);
-  EXPECT_EQ(Get("moe_job_straggler", {{"job", "j"}, {"rank", "2"}}), 0.0);
+  EXPECT_EQ(Get("moe_job_straggler", {{"job_id", "j"}, {"rank", "2"}}), 0.0);
   EXPECT_TRUE(metrics_.Stragglers("j").empty());
 }
 
 TEST_F(MetricsAggregatorTest, TheJobsStateAndRestartsFollowItsEvents) {
   moe::v1::Job job = JobIn(moe::v1::PENDING, 0, {});
   metrics_.OnJobStateChanged(job, moe::v1::JOB_STATE_UNSPECIFIED);
-  EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "PENDING"}}), 1.0);
-  EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "RUNNING"}}), 0.0);
+  EXPECT_EQ(Get("moe_job_state", {{"job_id", "j"}, {"state", "PENDING"}}), 1.0);
+  EXPECT_EQ(Get("moe_job_state", {{"job_id", "j"}, {"state", "RUNNING"}}), 0.0);
   job = JobIn(moe::v1::RESTARTING, 1, {"r0"});
   metrics_.OnJobStateChanged(job, moe::v1::RUNNING);
-  EXPECT_EQ(Get("moe_job_restarts_total", {{"job", "j"}}), 0.0)
+  EXPECT_EQ(Get("moe_job_restarts_total", {{"job_id", "j"}}), 0.0)
       << "a requeue (a worker left cleanly) is no restart";
   job.set_restarts(1);
   metrics_.OnJobStateChanged(job, moe::v1::RUNNING);
-  EXPECT_EQ(Get("moe_job_restarts_total", {{"job", "j"}}), 1.0);
-  EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "PENDING"}}), 0.0);
-  EXPECT_EQ(Get("moe_job_state", {{"job", "j"}, {"state", "RESTARTING"}}), 1.0);
+  EXPECT_EQ(Get("moe_job_restarts_total", {{"job_id", "j"}}), 1.0);
+  EXPECT_EQ(Get("moe_job_state", {{"job_id", "j"}, {"state", "PENDING"}}), 0.0);
+  EXPECT_EQ(Get("moe_job_state", {{"job_id", "j"}, {"state", "RESTARTING"}}), 1.0);
   metrics_.OnJobStateChanged(job, moe::v1::JOB_STATE_UNSPECIFIED);
-  EXPECT_EQ(Get("moe_job_restarts_total", {{"job", "j"}}), 1.0)
+  EXPECT_EQ(Get("moe_job_restarts_total", {{"job_id", "j"}}), 1.0)
       << "loading a restarting job is no new restart";
 }
 
@@ -196,15 +196,15 @@ TEST_F(MetricsAggregatorTest, AnEndedJobsSeriesGoAfterTheRetentionTime) {
   metrics_.OnJobStateChanged(JobIn(moe::v1::SUCCEEDED, 1, {"r0"}), moe::v1::RUNNING);
   // Its throughput goes at once: a rack's TFLOP/s (the sum of moe_rank_tflops) is what runs now.
   EXPECT_FALSE(Get("moe_rank_tflops", RankL(0, "r0")).has_value());
-  EXPECT_FALSE(Get("moe_job_tflops_per_device", {{"job", "j"}}).has_value());
-  EXPECT_FALSE(Get("moe_job_mfu_ratio", {{"job", "j"}}).has_value());
+  EXPECT_FALSE(Get("moe_job_tflops_per_device", {{"job_id", "j"}}).has_value());
+  EXPECT_FALSE(Get("moe_job_mfu_ratio", {{"job_id", "j"}}).has_value());
   clock_.Advance(59);
   metrics_.Expire();
-  EXPECT_TRUE(Get("moe_job_loss", {{"job", "j"}}).has_value()) << "its history is kept for 60 s";
+  EXPECT_TRUE(Get("moe_job_loss", {{"job_id", "j"}}).has_value()) << "its history is kept for 60 s";
   clock_.Advance(2);
   metrics_.Expire();
-  EXPECT_FALSE(Get("moe_job_loss", {{"job", "j"}}).has_value());
-  EXPECT_FALSE(Get("moe_job_state", {{"job", "j"}, {"state", "SUCCEEDED"}}).has_value());
+  EXPECT_FALSE(Get("moe_job_loss", {{"job_id", "j"}}).has_value());
+  EXPECT_FALSE(Get("moe_job_state", {{"job_id", "j"}, {"state", "SUCCEEDED"}}).has_value());
   EXPECT_FALSE(Get("moe_rank_tflops", RankL(0, "r0")).has_value());
 }
 
@@ -234,6 +234,89 @@ TEST_F(MetricsAggregatorTest, BuildInfoWorkersAndTheQueue) {
   EXPECT_EQ(Get("moe_scheduler_queue_length", {}), 4.0);
   metrics_.ObserveSchedulerDecision(0.001);
   EXPECT_EQ(Get("moe_scheduler_decision_duration_seconds", {}), 1.0);
+}
+
+TEST_F(MetricsAggregatorTest, CheckpointStepAgeAndTheLastSavesStall) {
+  moe::v1::Job job = JobIn(moe::v1::SCHEDULED, 1, {"r0"});
+  metrics_.OnJobStateChanged(job, moe::v1::PENDING);
+  metrics_.SetCheckpoint(job, clock_.Now());
+  EXPECT_EQ(Get("moe_job_checkpoint_step", {{"job_id", "j"}}), 0.0) << "none yet";
+  EXPECT_FALSE(Get("moe_job_checkpoint_age_seconds", {{"job_id", "j"}}).has_value())
+      << "no step reported yet: no age";
+  job.set_checkpoint_step(100);
+  job.set_checkpoint_time(clock_.Now() - 7200);
+  metrics_.SetCheckpoint(job, clock_.Now());
+  EXPECT_EQ(Get("moe_job_checkpoint_step", {{"job_id", "j"}}), 100.0);
+  EXPECT_EQ(Get("moe_job_checkpoint_age_seconds", {{"job_id", "j"}}), 7200.0);
+  moe::v1::StepMetrics m = Report(101, 0.1);
+  m.set_checkpoint_stall_seconds(3.5);
+  ASSERT_TRUE(metrics_.OnStep("j", 1, 0, m, nullptr).has_value());
+  EXPECT_EQ(Get("moe_job_checkpoint_save_seconds", {{"job_id", "j"}}), 3.5);
+  ASSERT_TRUE(metrics_.OnStep("j", 1, 0, Report(102, 0.1), nullptr).has_value());
+  EXPECT_EQ(Get("moe_job_checkpoint_save_seconds", {{"job_id", "j"}}), 3.5)
+      << "a step without a save keeps the last save's figure";
+  metrics_.OnJobStateChanged(JobIn(moe::v1::SUCCEEDED, 1, {"r0"}), moe::v1::RUNNING);
+  EXPECT_FALSE(Get("moe_job_checkpoint_age_seconds", {{"job_id", "j"}}).has_value())
+      << "an ended job has no work to lose";
+  EXPECT_EQ(Get("moe_job_checkpoint_step", {{"job_id", "j"}}), 100.0) << "kept for the retention";
+  clock_.Advance(61);
+  metrics_.Expire();
+  EXPECT_FALSE(Get("moe_job_checkpoint_step", {{"job_id", "j"}}).has_value());
+  EXPECT_FALSE(Get("moe_job_checkpoint_save_seconds", {{"job_id", "j"}}).has_value());
+  moe::v1::Job other = JobIn(moe::v1::RUNNING, 1, {"r0"});
+  other.set_id("never-seen");
+  metrics_.SetCheckpoint(other, clock_.Now());
+  EXPECT_FALSE(Get("moe_job_checkpoint_step", {{"job_id", "never-seen"}}).has_value())
+      << "no series for a job the aggregator does not show";
+}
+
+TEST_F(MetricsAggregatorTest, FinishedJobsAreCountedOnceByFinalState) {
+  for (const char* st : {"SUCCEEDED", "FAILED", "CANCELLED"})
+    EXPECT_EQ(Get("moe_jobs_finished_total", {{"state", st}}), 0.0) << st << " from the start";
+  metrics_.OnJobStateChanged(JobIn(moe::v1::SUCCEEDED, 1, {"r0"}), moe::v1::RUNNING);
+  EXPECT_EQ(Get("moe_jobs_finished_total", {{"state", "SUCCEEDED"}}), 1.0);
+  // A restarted controller loads the job in its final state: not counted again.
+  metrics_.OnJobStateChanged(JobIn(moe::v1::SUCCEEDED, 1, {"r0"}), moe::v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_EQ(Get("moe_jobs_finished_total", {{"state", "SUCCEEDED"}}), 1.0);
+  moe::v1::Job k = JobIn(moe::v1::CANCELLED, 0, {});
+  k.set_id("k");
+  metrics_.OnJobStateChanged(k, moe::v1::PENDING);
+  EXPECT_EQ(Get("moe_jobs_finished_total", {{"state", "CANCELLED"}}), 1.0);
+  moe::v1::Job f = JobIn(moe::v1::FAILED, 2, {"r0"});
+  f.set_id("f");
+  metrics_.OnJobStateChanged(f, moe::v1::RESTARTING);
+  EXPECT_EQ(Get("moe_jobs_finished_total", {{"state", "FAILED"}}), 1.0);
+  metrics_.OnJobStateChanged(JobIn(moe::v1::RESTARTING, 2, {"r0"}), moe::v1::RUNNING);
+  EXPECT_EQ(Get("moe_jobs_finished_total", {{"state", "FAILED"}}), 1.0) << "a restart is no end";
+}
+
+TEST_F(MetricsAggregatorTest, QueuesQuotaUsageBorrowedAndPending) {
+  std::vector<moe::v1::QueueStatus> queues(2);
+  queues[0].set_name("research");
+  queues[0].set_pending_jobs(3);
+  auto* r = queues[0].add_resources();
+  r->set_device("cuda");
+  r->set_nominal(64);
+  r->set_used(80);
+  r->set_borrowed(16);
+  queues[1].set_name("default");  // no --queues file: unlimited
+  r = queues[1].add_resources();
+  r->set_device("cpu");
+  r->set_nominal(-1);
+  r->set_used(2);
+  metrics_.SetQueues(queues);
+  const Labels research = {{"queue", "research"}, {"device", "cuda"}};
+  EXPECT_EQ(Get("moe_queue_quota", research), 64.0);
+  EXPECT_EQ(Get("moe_queue_usage", research), 80.0);
+  EXPECT_EQ(Get("moe_queue_borrowed", research), 16.0);
+  EXPECT_EQ(Get("moe_queue_pending_jobs", {{"queue", "research"}}), 3.0);
+  const Labels dflt = {{"queue", "default"}, {"device", "cpu"}};
+  EXPECT_FALSE(Get("moe_queue_quota", dflt).has_value()) << "no quota: no series, not -1";
+  EXPECT_EQ(Get("moe_queue_usage", dflt), 2.0);
+  queues[1].clear_resources();  // the default queue's jobs ended: no device listed
+  metrics_.SetQueues(queues);
+  EXPECT_EQ(Get("moe_queue_usage", dflt), 0.0) << "back to 0, not gone";
+  EXPECT_EQ(Get("moe_queue_borrowed", dflt), 0.0);
 }
 
 TEST_F(MetricsAggregatorTest, RackSparesPerRackGoBackToZeroWhenTheRackGoes) {

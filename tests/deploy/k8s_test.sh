@@ -141,7 +141,9 @@ if [ -s "$tmp/$gpu.yaml" ]; then
   reject $gpu "/dev/shm beyond the memory limit" "do not fit inside the containers' memory limits" < <(sed 's/sizeLimit: 64Gi/sizeLimit: 800Gi/' "$g")
   reject $gpu "a pod without a priority class" "no priorityClassName" < <(sed '/priorityClassName: moe-worker-pool/d' "$g")
   # monitoring
-  reject $gpu "ServiceMonitor without honorLabels" "without honorLabels: true" < <(sed 's/honorLabels: true/honorLabels: false/' "$g")
+  # The job id is the controller's job_id label: honorLabels is not needed and would let exposed labels
+  # override the Operator's job/instance.
+  reject $gpu "ServiceMonitor with honorLabels" "with honorLabels: true" < <(in_kind $gpu ServiceMonitor 's/^\( *\)- interval: 15s$/\1- honorLabels: true\n\1  interval: 15s/')
   reject $gpu "no ServiceMonitor" "no ServiceMonitor or PodMonitor of moe-controller" < <(drop_kind $gpu ServiceMonitor)
   reject $gpu "no PrometheusRule" "the render has no PrometheusRule" < <(drop_kind $gpu PrometheusRule)
   reject $gpu "a ServiceMonitor without the release label" "ServiceMonitor/moe-controller: no release label" < <(in_kind $gpu ServiceMonitor '/release: /d')

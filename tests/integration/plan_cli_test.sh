@@ -133,7 +133,7 @@ for _ in $(seq 1 150); do "$BIN/moectl" describe job "$id" | grep -q "planned st
   || fail "describe shows no measured / planned ratio: $("$BIN/moectl" describe job "$id")"
 # To a file first: grep -q leaving early would SIGPIPE curl and fail the pipeline (pipefail).
 curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" >"$WORK/metrics.txt" || fail "/metrics did not answer"
-grep -q "^moe_job_planned_step_seconds{job=\"$id\"}" "$WORK/metrics.txt" || fail "/metrics lacks the planned step"
+grep -q "^moe_job_planned_step_seconds{job_id=\"$id\"}" "$WORK/metrics.txt" || fail "/metrics lacks the planned step"
 out=$("$BIN/moectl" plan does-not-exist 2>&1 >/dev/null); rc=$?
 [ $rc = 3 ] || fail "plan of an unknown job: rc $rc, $out"
 # A layout that does not fit exits 7 and lists the layouts of the same devices that do; with no

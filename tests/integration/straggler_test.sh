@@ -21,10 +21,10 @@ grep -q "Straggler .*rank $slow_rank on slow" "$WORK/describe.txt" || fail "no S
 grep -q "stragglers: rank $slow_rank" "$WORK/describe.txt" || fail "describe does not list the straggler"
 # To a file first: grep -q leaving early would SIGPIPE curl and fail the pipeline (pipefail).
 curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" >"$WORK/metrics.txt" || fail "/metrics did not answer"
-grep -q "moe_job_straggler{job=\"$id\",rank=\"$slow_rank\"} 1" "$WORK/metrics.txt" || fail "the straggler gauge is not 1"
+grep -q "moe_job_straggler{job_id=\"$id\",rank=\"$slow_rank\"} 1" "$WORK/metrics.txt" || fail "the straggler gauge is not 1"
 for r in 0 1 2; do
   [ $r = $slow_rank ] && continue
-  grep -q "moe_job_straggler{job=\"$id\",rank=\"$r\"} 0" "$WORK/metrics.txt" || fail "rank $r flagged too"
+  grep -q "moe_job_straggler{job_id=\"$id\",rank=\"$r\"} 0" "$WORK/metrics.txt" || fail "rank $r flagged too"
 done
 "$BIN/moectl" top --once | grep -E "^$id .* $slow_rank\$" >/dev/null || fail "top does not show the straggler: $("$BIN/moectl" top --once)"
 "$BIN/moectl" cancel "$id" >/dev/null

@@ -1,5 +1,5 @@
 // The Prometheus Operator's objects and the Grafana dashboards: monitors that select something real and
-// keep the controller's own job-id label, one release label on all of them (the one kube-prometheus-stack
+// leave the Operator's target labels alone (the job id is the controller's `job_id`), one release label on all of them (the one kube-prometheus-stack
 // selects by), rules that read as rules, dashboards the sidecar finds and kubectl can apply.
 import { containersOf, id, isObj, nsOf } from './objects.mjs';
 
@@ -17,8 +17,9 @@ function checkServices(r) {
   }
 }
 
-// PodMonitors: select a rendered pod and a named port of it; honorLabels when they scrape the controller
-// (its series carry the training job's own id label, which the Operator's target labels would overwrite).
+// PodMonitors: select a rendered pod and a named port of it; no honorLabels when they scrape the
+// controller: its series carry the training job's id in `job_id`, which clashes with no target label, so
+// honorLabels is not needed and would only let exposed labels override the Operator's `job`/`instance`.
 function checkPodMonitors(r) {
   for (const pm of r.byKind('PodMonitor')) {
     const targets = r.podTemplates().filter((pt) => selects(pm.spec?.selector?.matchLabels, pt.template.metadata?.labels));
@@ -26,14 +27,14 @@ function checkPodMonitors(r) {
     const ports = new Set(targets.flatMap((pt) => containersOf(pt.template.spec ?? {}).flatMap((c) => (c.ports ?? []).map((p) => p.name))));
     for (const [i, ep] of (pm.spec?.podMetricsEndpoints ?? []).entries()) {
       if (ep.port !== undefined && !ports.has(ep.port)) r.error(`${id(pm)}: podMetricsEndpoints[${i}].port ${ep.port} is no named container port of ${targets.map((pt) => pt.where).join(', ')}`);
-      if (targets.some((pt) => scrapesController(pt.template.metadata?.labels)) && ep.honorLabels !== true)
-        r.error(`${id(pm)}: podMetricsEndpoints[${i}] scrapes moe-controller without honorLabels: true (its moe_job_* series' job label would be overwritten)`);
+      if (targets.some((pt) => scrapesController(pt.template.metadata?.labels)) && ep.honorLabels === true)
+        r.error(`${id(pm)}: podMetricsEndpoints[${i}] scrapes moe-controller with honorLabels: true (not needed: the job id is the job_id label, which no target label overwrites)`);
     }
   }
 }
 
-// ServiceMonitors: select a rendered Service in their namespace and a named port of it; honorLabels
-// when that Service fronts the controller.
+// ServiceMonitors: select a rendered Service in their namespace and a named port of it; no honorLabels
+// when that Service fronts the controller (as for PodMonitors).
 function checkServiceMonitors(r) {
   for (const sm of r.byKind('ServiceMonitor')) {
     const svcs = r.byKind('Service').filter((s) => nsOf(s) === nsOf(sm) && selects(sm.spec?.selector?.matchLabels, s.metadata?.labels));
@@ -41,8 +42,8 @@ function checkServiceMonitors(r) {
     const ports = new Set(svcs.flatMap((s) => (s.spec?.ports ?? []).map((p) => p.name)));
     for (const [i, ep] of (sm.spec?.endpoints ?? []).entries()) {
       if (!ports.has(ep.port)) r.error(`${id(sm)}: endpoints[${i}].port ${ep.port} is no named port of ${svcs.map(id).join(', ')}`);
-      if (svcs.some((s) => scrapesController(s.spec?.selector)) && ep.honorLabels !== true)
-        r.error(`${id(sm)}: endpoints[${i}] scrapes moe-controller without honorLabels: true (its moe_job_* series' job label would be overwritten)`);
+      if (svcs.some((s) => scrapesController(s.spec?.selector)) && ep.honorLabels === true)
+        r.error(`${id(sm)}: endpoints[${i}] scrapes moe-controller with honorLabels: true (not needed: the job id is the job_id label, which no target label overwrites)`);
     }
   }
 }
