@@ -453,14 +453,17 @@ void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState st
 }
 
 // A job that ended trains nothing: its throughput gauges go at once (a rack's TFLOP/s, summed over
-// moe_rank_tflops, is what runs now); its loss, state and counters stay for the retention.
+// moe_rank_tflops, is what runs now); its loss, state, counters and each rank's last step time stay
+// for the retention.
 void MetricsAggregator::DropThroughput(const JobSeries& s) {
   const std::map<std::string, std::string> job = {{"job_id", s.id}};
   tflops_->Remove(&tflops_->Add(job));
   mfu_->Remove(&mfu_->Add(job));
   peak_->Remove(&peak_->Add(job));
   checkpoint_age_->Remove(&checkpoint_age_->Add(job));  // no work left to lose
-  RemoveRankSeries(s);
+  // Each rank's last step time stays with the loss (which rank was slow at the end, on which node);
+  // what it runs now (moe_rank_tflops) and its straggler flag go.
+  RemoveRankSeries(s, /*keep_last_step=*/true);
 }
 
 void MetricsAggregator::SetWorkers(const std::vector<moe::v1::Worker>& workers) {
@@ -525,11 +528,13 @@ std::set<int> MetricsAggregator::Stragglers(const std::string& job_id) const {
   return it == jobs_.end() ? std::set<int>{} : it->second->stragglers;
 }
 
-void MetricsAggregator::RemoveRankSeries(const JobSeries& s) {
+void MetricsAggregator::RemoveRankSeries(const JobSeries& s, bool keep_last_step) {
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     const std::map<std::string, std::string> labels = RankLabels(s, r);
-    rank_step_->Remove(&rank_step_->Add(labels));
-    rank_compute_->Remove(&rank_compute_->Add(labels));
+    if (!keep_last_step) {
+      rank_step_->Remove(&rank_step_->Add(labels));
+      rank_compute_->Remove(&rank_compute_->Add(labels));
+    }
     rank_tflops_->Remove(&rank_tflops_->Add(labels));
     straggler_gauge_->Remove(
         &straggler_gauge_->Add({{"job_id", s.id}, {"rank", std::to_string(r)}}));

@@ -106,7 +106,9 @@ class MetricsAggregator final : public JobListener {
   void UpdateStragglers(JobSeries& s, const std::vector<double>& compute,
                         std::vector<StragglerChange>* changes);
   void ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& out);
-  void RemoveRankSeries(const JobSeries& s);
+  // keep_last_step: moe_rank_step_duration_seconds and moe_rank_compute_seconds stay (a job that
+  // ended keeps them for the retention, as its loss).
+  void RemoveRankSeries(const JobSeries& s, bool keep_last_step = false);
   void DropThroughput(const JobSeries& s);
   void DropSeries(const std::string& job_id);
   void RegisterGoodput(prometheus::Registry& r);
