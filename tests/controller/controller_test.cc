@@ -1794,6 +1794,57 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
       << moe::v1::JobState_Name(j2.state());
 }
 
+// A controller restart during STOPPING: the stop goes on. The reconnecting worker is told to stop
+// again and stays busy; the rank's end then makes the job CANCELLED with the stop's checkpoint.
+TEST(ControllerRecovery, AStoppingJobStaysStoppingAndEndsWhenItsRankEnds) {
+  FakeClock clock;
+  MemoryStateStore store;
+  auto metrics = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(),
+                                                     clock, StragglerOptions{}, 60, "t");
+  ControllerConfig opt;
+  std::string id, session;
+  moe::v1::Register r;
+  r.set_device("cpu");
+  r.set_memory_bytes(int64_t{64} << 30);
+  r.set_rack("r0");
+  r.set_node("n0");
+  r.set_name("w1");
+  {
+    Controller c(store, clock, *metrics, opt);
+    ASSERT_TRUE(c.Recover().ok());
+    FakeChannel ch;
+    auto reg = c.Register(r, &ch);
+    ASSERT_TRUE(reg.ok());
+    session = reg->session();
+    id = c.Submit(SpecToProto(Spec("one", 1, 1)))->id();
+    ASSERT_EQ(c.Cancel(id)->state(), moe::v1::STOPPING);
+  }  // the controller dies while the rank stops
+  Controller c(store, clock, *metrics, opt);
+  ASSERT_TRUE(c.Recover().ok());
+  EXPECT_EQ(c.Get(id, false)->state(), moe::v1::STOPPING);
+  FakeChannel ch;
+  r.set_session(session);
+  auto* run = r.add_running();
+  run->set_job_id(id);
+  run->set_attempt(1);
+  run->set_rank(0);
+  ASSERT_TRUE(c.Register(r, &ch).ok());
+  EXPECT_EQ(ch.Cancels(), 1) << "told to stop again";
+  EXPECT_EQ(c.Workers()[0].state(), moe::v1::BUSY);
+  moe::v1::WorkerMessage m;
+  auto* f = m.mutable_finished();
+  f->set_job_id(id);
+  f->set_attempt(1);
+  f->set_rank(0);
+  f->set_failure_class(moe::v1::FAILURE_STOPPED);
+  f->set_checkpoint_step(9);
+  ASSERT_TRUE(c.OnWorkerMessage("w1", m).ok());
+  auto j = *c.Get(id, false);
+  EXPECT_EQ(j.state(), moe::v1::CANCELLED) << j.message();
+  EXPECT_EQ(j.checkpoint_step(), 9);
+  EXPECT_EQ(c.Workers()[0].state(), moe::v1::IDLE);
+}
+
 }  // namespace
 }  // namespace moe::controller
 
