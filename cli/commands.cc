@@ -71,8 +71,8 @@ int PrintNames(const std::vector<std::string>& names, const std::string& kind) {
 }
 
 bool IsFinalState(moe::v1::JobState s) {
-  const std::string n = StateName(s);
-  return n == "SUCCEEDED" || n == "FAILED" || n == "CANCELLED" || n == "TIMEOUT";
+  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED ||
+         s == moe::v1::TIMEOUT;
 }
 
 // `get job ID -o yaml` (or json) is the whole job, its document under `spec`: submitted again,
@@ -472,6 +472,7 @@ int RunTop(Client& c, const Args& a) {
     req.add_states(moe::v1::SCHEDULED);
     req.add_states(moe::v1::RESTARTING);
     req.add_states(moe::v1::PREEMPTED);
+    req.add_states(moe::v1::STOPPING);
     MOE_RETURN_IF_ERROR(c.Call(&Stub::ListJobs, req, jobs));
     return AllWorkers(c, workers);
   };

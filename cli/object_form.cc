@@ -14,11 +14,12 @@ namespace {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 
-// Seconds since the epoch by name: created_at, updated_at, registered_at, time, last_heartbeat.
+// Seconds since the epoch by name: created_at, updated_at, registered_at, checkpoint_time, time,
+// last_heartbeat.
 bool IsTimeField(const FieldDescriptor& f) {
   const std::string& n = f.name();
   return f.cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE &&
-         (n == "time" || n == "last_heartbeat" || (n.size() > 3 && n.ends_with("_at")));
+         (n == "time" || n == "last_heartbeat" || n.ends_with("_at") || n.ends_with("_time"));
 }
 
 Node Number(const std::string& s) { return s.empty() ? Node() : Node::Scalar(s); }

@@ -286,6 +286,16 @@ const Schema<ElasticConfig>& SchemaOf<ElasticConfig>() {
 }
 
 template <>
+const Schema<JobDependency>& SchemaOf<JobDependency>() {
+  using D = JobDependency;
+  static const auto* schema = new Schema<D>("JobDependency", {
+      Field("job", &D::job, NotEmpty()),
+      Field("condition", &D::condition, OneOf({"succeeded", "finished"})),
+  });
+  return *schema;
+}
+
+template <>
 const Schema<JobSpec>& SchemaOf<JobSpec>() {
   using J = JobSpec;
   static const auto* schema = new Schema<J>("JobSpec", {
@@ -301,6 +311,9 @@ const Schema<JobSpec>& SchemaOf<JobSpec>() {
           Field("queue", &J::queue, [](const std::string& v, const std::string& path) {
             return v.empty() ? OkStatus() : ValidName(v, path);  // empty: the default queue
           }),
+          Field("depends_on", &J::depends_on, [](const std::vector<JobDependency>& v, const std::string& path) {
+            return v.size() <= 64 ? OkStatus() : InvalidArgumentError(path + ": at most 64 dependencies, got " + std::to_string(v.size()));
+          }),
       }),
       Section<J>("spec", {
           Field("model", &J::model),
@@ -313,6 +326,7 @@ const Schema<JobSpec>& SchemaOf<JobSpec>() {
           Field("resources", &J::resources),
           Field("max_restarts", &J::max_restarts, NonNegative()),
           Field("elastic", &J::elastic),
+          Field("time_limit", &J::time_limit, NonNegative()),
       }).Required("the job needs a spec section"),
   });
   return *schema;

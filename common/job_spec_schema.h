@@ -43,6 +43,8 @@ const Schema<ResourcesConfig>& SchemaOf<ResourcesConfig>();
 template <>
 const Schema<ElasticConfig>& SchemaOf<ElasticConfig>();
 template <>
+const Schema<JobDependency>& SchemaOf<JobDependency>();
+template <>
 const Schema<JobSpec>& SchemaOf<JobSpec>();
 
 // A name as metadata.name allows it (1-63 of a-z, 0-9, '-', '.', '_', alphanumeric at both ends):

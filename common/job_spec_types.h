@@ -250,6 +250,14 @@ struct ElasticConfig {
   bool operator==(const ElasticConfig&) const = default;
 };
 
+// metadata.depends_on: a job this one waits for (docs/job-spec.md).
+struct JobDependency {
+  std::string job;                      // an id, or a name (the controller stores the id)
+  std::string condition = "succeeded";  // succeeded | finished (any final state)
+
+  bool operator==(const JobDependency&) const = default;
+};
+
 struct JobSpec {
   std::string api_version = "moe/v1";
   std::string kind = "TrainingJob";
@@ -264,6 +272,7 @@ struct JobSpec {
   std::map<std::string, std::string> labels;
   // A queue of the controller's --queues file (empty: its default queue); see controller/queues.h.
   std::string queue;
+  std::vector<JobDependency> depends_on;
   ModelConfig model;
   ParallelismConfig parallelism;
   PlacementConfig placement;
@@ -274,6 +283,7 @@ struct JobSpec {
   ResourcesConfig resources;
   int64_t max_restarts = 3;
   ElasticConfig elastic;
+  double time_limit = 0;  // seconds of held workers over all attempts; 0: none
 
   int64_t decay_steps() const {
     return optimizer.decay_steps > 0 ? optimizer.decay_steps : training.steps;

@@ -1,6 +1,8 @@
 #include "common/rank_end.h"
 
+#include <algorithm>
 #include <array>
+#include <stdexcept>
 #include <utility>
 
 namespace moe {
@@ -104,6 +106,8 @@ std::string RankEndJson(const RankEnd& end) {
   n.Set("class", Node::Scalar(std::string(FailureClassName(end.failure_class)), true));
   n.Set("exit_code", Node::Scalar(std::to_string(end.exit_code())));
   n.Set("message", Node::Scalar(end.message, true));
+  if (end.checkpoint_step > 0)
+    n.Set("checkpoint_step", Node::Scalar(std::to_string(end.checkpoint_step)));
   return ToJson(n);
 }
 
@@ -122,6 +126,14 @@ StatusOr<RankEnd> ParseRankEnd(const Node& doc) {
                                 (cls ? cls->scalar() : "") + "'");
   }
   if (const Node* m = doc.Find("message")) end.message = m->scalar();
+  if (const Node* c = doc.Find("checkpoint_step")) {
+    // Informational: a record without a readable step still says how the rank ended.
+    try {
+      end.checkpoint_step = std::max<int64_t>(0, std::stoll(c->scalar()));
+    } catch (const std::exception&) {
+      end.checkpoint_step = 0;
+    }
+  }
   return end;
 }
 

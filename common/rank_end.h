@@ -9,6 +9,7 @@
 // transiently: a restart may help.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -40,6 +41,7 @@ struct RankEnd {
   StatusCode code = StatusCode::kOk;
   FailureClass failure_class = FailureClass::kNone;
   std::string message;
+  int64_t checkpoint_step = 0;  // the newest checkpoint the rank wrote or resumed from (0: none)
 
   bool ok() const { return failure_class == FailureClass::kNone; }
   int exit_code() const;

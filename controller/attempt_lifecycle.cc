@@ -133,6 +133,10 @@ void AttemptLifecycle::RankEnded(JobEntry& e, int rank, const moe::v1::RankFinis
   if (rs.finished) return;
   rs.finished = true;
   rs.ok = f.ok();
+  if (f.ok() || f.failure_class() == moe::v1::FAILURE_STOPPED) {  // it ended with its record
+    int64_t& c = e.attempt->end_checkpoint;
+    c = c < 0 ? f.checkpoint_step() : std::min(c, f.checkpoint_step());
+  }
   if (!f.ok()) {
     const std::string why =
         f.message().empty() ? "exited with code " + std::to_string(f.exit_code()) : f.message();
@@ -237,15 +241,44 @@ Status AttemptLifecycle::Settle(JobEntry& e) {
   if (a.live_ranks() > 0) return OkStatus();
   bool all_ok = !a.failure;
   for (const auto& r : a.ranks) all_ok = all_ok && r.ok;
-  if (all_ok && running) {
-    MOE_RETURN_IF_ERROR(
-        jobs_.Transition(e, moe::v1::SUCCEEDED, "Succeeded",
-                         "all " + std::to_string(a.ranks.size()) + " ranks finished"));
+  if (all_ok && (running || state == moe::v1::STOPPING)) {
+    const int64_t saved = a.end_checkpoint;
+    MOE_RETURN_IF_ERROR(jobs_.Transition(
+        e, moe::v1::SUCCEEDED, "Succeeded",
+        "all " + std::to_string(a.ranks.size()) + " ranks finished", [saved](moe::v1::Job& job) {
+          // The final save comes after the last step report: the ranks' own word has it.
+          if (saved > job.checkpoint_step()) job.set_checkpoint_step(saved);
+        }));
+  } else if (state == moe::v1::STOPPING) {
+    MOE_RETURN_IF_ERROR(SettleStopped(e));
   }
   rendezvous_.ErasePrefix(internal::RendezvousPrefix(e.job.id(), a.number));
   e.attempt.reset();
   schedule_needed_ = true;
   return OkStatus();
+}
+
+Status AttemptLifecycle::BeginStop(JobEntry& e, JobState final_state, const std::string& reason) {
+  MOE_RETURN_IF_ERROR(
+      jobs_.Transition(e, moe::v1::STOPPING, "Stopping", reason,
+                       [&](moe::v1::Job& job) { job.set_stop_state(final_state); }));
+  StopRanks(e, reason);
+  SettleOrRetry(e);  // ends it at once when no rank was left to stop
+  schedule_needed_ = true;
+  return OkStatus();
+}
+
+Status AttemptLifecycle::SettleStopped(JobEntry& e) {
+  const JobState to =
+      e.job.stop_state() == moe::v1::TIMEOUT ? moe::v1::TIMEOUT : moe::v1::CANCELLED;
+  const int64_t saved = std::max<int64_t>(e.attempt->end_checkpoint, e.job.checkpoint_step());
+  const std::string where =
+      saved > 0 ? "; its checkpoint is step " + std::to_string(saved)
+                : (e.spec.checkpoint.dir.empty() ? "; no checkpoint (checkpoints are off)"
+                                                 : "; no checkpoint was written");
+  return jobs_.Transition(e, to, to == moe::v1::TIMEOUT ? "TimedOut" : "Cancelled",
+                          "every rank stopped" + where + " (" + e.job.message() + ")",
+                          [saved](moe::v1::Job& job) { job.set_checkpoint_step(saved); });
 }
 
 namespace {
@@ -340,6 +373,30 @@ void AttemptLifecycle::SettleOrRetry(JobEntry& e) {
 void AttemptLifecycle::CheckDeadlines(JobEntry& e, double now) {
   if (e.attempt && e.attempt->reconnect_deadline != 0) CheckReconnect(e, now);
   if (e.attempt && e.attempt->start_deadline != 0) CheckRankStarts(e, now);
+  if (e.spec.time_limit > 0) CheckTimeLimit(e);
+}
+
+// spec.time_limit: the seconds the job held workers, over its attempts (goodput's starting,
+// productive, redone, checkpoint and evaluation time); queued, back-off and preempted time do not
+// count. A running attempt stops with a checkpoint; a job waiting to restart ends at once.
+void AttemptLifecycle::CheckTimeLimit(JobEntry& e) {
+  const JobState s = e.job.state();
+  const bool live = (s == moe::v1::SCHEDULED || s == moe::v1::RUNNING) && e.attempt &&
+                    !e.attempt->ending && e.attempt->reconnect_deadline == 0;
+  const bool waiting = (s == moe::v1::RESTARTING || s == moe::v1::PREEMPTED) && !e.attempt;
+  if (!live && !waiting) return;
+  const double used = GoodputHeldSeconds(e.job, clock_.Now());
+  if (used < e.spec.time_limit) return;
+  const std::string why = "time limit of " + internal::Seconds(e.spec.time_limit) + " reached (" +
+                          internal::Seconds(used) + " on workers over " +
+                          std::to_string(e.job.attempt()) + " attempt(s))";
+  const Status st =
+      live ? BeginStop(e, moe::v1::TIMEOUT, why + ": ranks checkpoint at their next step and stop")
+           : jobs_.Transition(e, moe::v1::TIMEOUT, "TimedOut", why + "; not started again");
+  if (!st.ok()) {
+    MOE_LOG(WARNING) << "job " << e.job.id() << ": time limit reached, stop not stored yet: " << st
+                     << " (retried at the next tick)";
+  }
 }
 
 // After a controller restart: an attempt carries on once all its ranks reported back, and fails

@@ -44,6 +44,10 @@ class AttemptLifecycle {
   // Tells every live rank of the attempt to stop: at its next step boundary, checkpointing there,
   // or killed at once (`now`).
   void StopRanks(JobEntry& e, const std::string& reason, bool now = false);
+  // A graceful stop that ends the job in `final_state` (CANCELLED, TIMEOUT): stored as STOPPING
+  // first (a refused record changes nothing), then the ranks are told; once every rank ended the
+  // job takes `final_state` with the checkpoint the ranks wrote as they stopped.
+  Status BeginStop(JobEntry& e, moe::v1::JobState final_state, const std::string& reason);
 
   // What a worker reports about its rank (the stream's identity checked by the Controller).
   void RankStarted(const std::string& job_id, int attempt, int rank);
@@ -55,7 +59,8 @@ class AttemptLifecycle {
 
   // Records what the store refused earlier and ends the attempt once no rank runs.
   void SettleOrRetry(JobEntry& e);
-  // The reconnect grace after a restart, and the deadline by which every assigned rank must start.
+  // The reconnect grace after a restart, the deadline by which every assigned rank must start, and
+  // the job's spec.time_limit.
   void CheckDeadlines(JobEntry& e, double now);
   // The job whose running attempt `attempt` has a rank `rank`; null for a stale or unknown one.
   JobEntry* AttemptOf(const std::string& job_id, int attempt, int rank);
@@ -79,7 +84,9 @@ class AttemptLifecycle {
   void RecordStraggler(JobEntry& e, const StragglerChange& c);
   void CheckReconnect(JobEntry& e, double now);
   void CheckRankStarts(JobEntry& e, double now);
-  double RestartDelay(int n) const;  // the wait before a job's n-th restart
+  void CheckTimeLimit(JobEntry& e);
+  Status SettleStopped(JobEntry& e);  // a STOPPING job whose ranks all ended
+  double RestartDelay(int n) const;   // the wait before a job's n-th restart
   std::string ResumePoint(
       const JobEntry& e) const;  // "it resumes from the checkpoint of step 100", ...
 

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "controller/admission.h"
 #include "controller/controller_internal.h"
+#include "controller/dependencies.h"
 #include "controller/goodput.h"
 #include "controller/worker_claims.h"
 
@@ -119,8 +120,12 @@ Status Controller::Recover() {
   MOE_RETURN_IF_ERROR(RestoreWorkers());
   int running = 0;
   for (JobEntry* e : jobs_.All()) {
-    if (e->job.state() != moe::v1::SCHEDULED && e->job.state() != moe::v1::RUNNING) continue;
+    const JobState s = e->job.state();
+    if (s != moe::v1::SCHEDULED && s != moe::v1::RUNNING && s != moe::v1::STOPPING) continue;
     MOE_RETURN_IF_ERROR(attempts_.AwaitReconnect(*e));
+    // A stop under way goes on: its ranks are told again as their workers report back, and it
+    // ends once they ended (or did not report back within the grace).
+    if (s == moe::v1::STOPPING) e->attempt->ending = true;
     ++running;
   }
   MOE_LOG(INFO) << "recovered " << jobs_.All().size() << " jobs (" << running << " running, "
@@ -192,6 +197,7 @@ StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& reques
   MOE_ASSIGN_OR_RETURN(spec.queue, scheduler_.book().Resolve(spec.queue));
   MOE_RETURN_IF_ERROR(scheduler_.book().CheckCanEverFit(spec.queue, spec.resources.device,
                                                         spec.parallelism.world_size));
+  MOE_RETURN_IF_ERROR(ResolveDependencies(&spec, jobs_));
   const std::string id = jobs_.NewId(spec.name);
   if (spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty()) {
     spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
@@ -251,11 +257,18 @@ StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::stri
     return FailedPreconditionError("job " + id + " already ended (" +
                                    moe::v1::JobState_Name(e->job.state()) + ")");
   }
+  // A stop under way: only --now says more (the ranks killed, the job CANCELLED at once).
+  if (e->job.state() == moe::v1::STOPPING && !now) return e->job;
   // Stored before any rank hears of it: a refused cancel leaves the job running.
-  const std::string by = "cancelled by " + (actor.empty() ? std::string("a user") : actor) +
-                         (!e->attempt ? ""
-                          : now       ? " (--now: ranks killed, no checkpoint)"
-                                      : " (ranks checkpoint at their next step and stop)");
+  const std::string who = "cancelled by " + (actor.empty() ? std::string("a user") : actor);
+  if (e->attempt && e->attempt->live_ranks() > 0 && !now) {
+    // STOPPING until every rank ended (its workers busy meanwhile), then CANCELLED.
+    MOE_RETURN_IF_ERROR(attempts_.BeginStop(
+        *e, moe::v1::CANCELLED, who + " (ranks checkpoint at their next step and stop)"));
+    return e->job;
+  }
+  const std::string by =
+      who + (e->attempt && now ? " (--now: ranks killed, no checkpoint)" : std::string());
   MOE_RETURN_IF_ERROR(jobs_.Transition(*e, moe::v1::CANCELLED, "Cancelled", by));
   if (e->attempt) {
     attempts_.StopRanks(*e, by, now);
@@ -479,9 +492,15 @@ StatusOr<std::vector<std::string>> Controller::RendezvousScope(const std::string
 void Controller::ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& channel) {
   for (const auto& r : reg.running()) {
     JobEntry* e = attempts_.AttemptOf(r.job_id(), r.attempt(), r.rank());
-    if (e != nullptr && e->attempt->slots[static_cast<size_t>(r.rank())].worker == reg.name() &&
-        !e->attempt->ending) {
+    const bool ours =
+        e != nullptr && e->attempt->slots[static_cast<size_t>(r.rank())].worker == reg.name();
+    if (ours && !e->attempt->ending) {
       workers_.Assign(reg.name(), r.job_id(), r.attempt(), r.rank());
+      continue;
+    }
+    if (ours && e->job.state() == moe::v1::STOPPING) {  // busy until its rank ended
+      workers_.Assign(reg.name(), r.job_id(), r.attempt(), r.rank());
+      channel.Send(internal::CancelMessage(r.job_id(), r.attempt(), e->job.message()));
       continue;
     }
     channel.Send(internal::CancelMessage(r.job_id(), r.attempt(),

@@ -63,6 +63,8 @@ std::string OpenCause(JobState state, const Goodput& g, double now) {
       return g.backoff_until() > now ? "backoff" : "queued";
     case moe::v1::PREEMPTED:
       return "preempted";
+    case moe::v1::STOPPING:
+      return "checkpoint";  // the ranks' stop and its save
     default:
       return "";  // ended
   }
@@ -74,6 +76,8 @@ const char* TailCause(JobState to) {
   switch (to) {
     case moe::v1::SUCCEEDED:
     case moe::v1::CANCELLED:
+    case moe::v1::STOPPING:
+    case moe::v1::TIMEOUT:
       return "checkpoint";
     case moe::v1::PREEMPTED:
       return "preempted";
@@ -140,6 +144,15 @@ double GoodputLost(const moe::v1::Goodput& g, const char* cause) {
   if (c == "preempted") return g.preempted_seconds();
   if (c == "evaluation") return g.evaluation_seconds();
   return 0;
+}
+
+double GoodputHeldSeconds(const moe::v1::Job& job, double now) {
+  const Goodput& g = job.goodput();
+  double held = g.starting_seconds() + g.productive_seconds() + g.redone_seconds() +
+                g.checkpoint_seconds() + g.evaluation_seconds();
+  if (g.open_cause() == "running" || g.open_cause() == "starting" || g.open_cause() == "checkpoint")
+    held += std::max(0.0, now - g.mark());
+  return held;
 }
 
 bool AdviseFromRun(const moe::v1::Job& job, int64_t current_interval_steps, double mtbf_hours,

@@ -48,5 +48,8 @@ inline constexpr const char* kGoodputCauses[] = {"queued",  "starting",  "redone
                                                  "backoff", "preempted", "evaluation"};
 // Seconds of `cause` (one of kGoodputCauses) in `g`.
 double GoodputLost(const moe::v1::Goodput& g, const char* cause);
+// Seconds the job held workers up to `now`, over all its attempts (placement to end): starting,
+// productive, redone, checkpoint and evaluation time (spec.time_limit counts these).
+double GoodputHeldSeconds(const moe::v1::Job& job, double now);
 
 }  // namespace moe::controller

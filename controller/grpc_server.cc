@@ -89,7 +89,8 @@ Status WorkersPage(std::vector<moe::v1::Worker> all, const moe::v1::ListWorkersR
 bool IsTerminalJob(const moe::v1::WatchJobResponse& r) {
   if (!r.has_job()) return false;
   const auto s = r.job().state();
-  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED;
+  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED ||
+         s == moe::v1::TIMEOUT;
 }
 
 // WatchJob: events and metrics pushed by the controller, written one at a time.

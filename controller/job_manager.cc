@@ -13,7 +13,7 @@ using moe::v1::JobState;
 
 bool IsTerminal(JobState s) {
   return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED ||
-         s == moe::v1::INVALID;
+         s == moe::v1::TIMEOUT || s == moe::v1::INVALID;
 }
 
 std::string NormalizePath(const std::string& path) {
@@ -41,13 +41,15 @@ bool ValidTransition(JobState from, JobState to) {
       return to == SCHEDULED || to == CANCELLED || to == FAILED;
     case SCHEDULED:
       return to == RUNNING || to == RESTARTING || to == PREEMPTED || to == FAILED ||
-             to == CANCELLED || to == SUCCEEDED;
+             to == CANCELLED || to == SUCCEEDED || to == STOPPING;
     case RUNNING:
       return to == SUCCEEDED || to == FAILED || to == CANCELLED || to == RESTARTING ||
-             to == PREEMPTED;
+             to == PREEMPTED || to == STOPPING;
     case RESTARTING:
-    case PREEMPTED:
-      return to == SCHEDULED || to == FAILED || to == CANCELLED;
+    case PREEMPTED:  // STOPPING: told to stop while the failed attempt's ranks still end
+      return to == SCHEDULED || to == FAILED || to == CANCELLED || to == STOPPING || to == TIMEOUT;
+    case STOPPING:  // SUCCEEDED: every rank finished its last step before the stop reached it
+      return to == CANCELLED || to == TIMEOUT || to == SUCCEEDED;
     default:
       return false;
   }

@@ -35,7 +35,8 @@ inline constexpr size_t kMaxRequestIdBytes = 128;
 std::string NormalizePath(const std::string& path);
 
 // PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, with RESTARTING between
-// attempts.
+// attempts; a cancel or the time limit passes through STOPPING (CANCELLED, TIMEOUT) while ranks
+// run.
 bool ValidTransition(moe::v1::JobState from, moe::v1::JobState to);
 bool IsTerminal(moe::v1::JobState s);
 // Waiting for placement: PENDING, or RESTARTING between attempts.
@@ -75,6 +76,9 @@ struct Attempt {
       0;  // after a controller restart: monotonic time by which ranks must report
   std::optional<AttemptFailure> failure;
   double start_deadline = 0;  // monotonic: every rank must have started by then (0: no deadline)
+  // The checkpoint every rank that ended with a record had (the lowest of theirs: a checkpoint is
+  // whole once all wrote it); -1: none reported. The final transition records it on the job.
+  int64_t end_checkpoint = -1;
   int live_ranks() const {
     int n = 0;
     for (const auto& r : ranks) n += (!r.finished) ? 1 : 0;

@@ -441,7 +441,8 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
 
 void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState state) {
   JobSeries& s = Series(job_id);
-  for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {
+  for (int v = moe::v1::PENDING; v <= moe::v1::TIMEOUT; ++v) {
+    if (v == moe::v1::INVALID) continue;  // never stored, not a series
     state_
         ->Add({{"job_id", job_id},
                {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}})
@@ -575,7 +576,8 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
     lost_->Remove(&lost_->Add({{"job_id", job_id}, {"cause", cause}}));
   for (const auto& l : s.layers)
     imbalance_->Remove(&imbalance_->Add({{"job_id", job_id}, {"layer", l}}));
-  for (int v = moe::v1::PENDING; v <= moe::v1::PREEMPTED; ++v) {
+  for (int v = moe::v1::PENDING; v <= moe::v1::TIMEOUT; ++v) {
+    if (v == moe::v1::INVALID) continue;  // never stored, not a series
     state_->Remove(
         &state_->Add({{"job_id", job_id},
                       {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));

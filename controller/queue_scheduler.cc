@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "controller/admission.h"
 #include "controller/controller_internal.h"
+#include "controller/dependencies.h"
 
 namespace moe::controller {
 
@@ -64,6 +65,8 @@ void QueueScheduler::Run() {
           "restart backoff: placed again in " + internal::Seconds(e->not_before - pass.now);
       continue;
     }
+    if (e->job.state() == moe::v1::PENDING && !e->spec.depends_on.empty() && !DependenciesMet(*e))
+      continue;
     // A restarting job waits until its previous attempt's ranks have stopped.
     if (IsQueued(e->job.state()) && !e->attempt) {
       by_queue[QueueOf(*e)].push_back({e->job.id(), e->spec.priority, e->job.created_at()});
@@ -76,6 +79,26 @@ void QueueScheduler::Run() {
   while (JobEntry* e = NextQueued(by_queue, cursor, pass.usage)) ScheduleOne(*e, pass);
   GrowElastic(pass);
   metrics_.ObserveSchedulerDecision(clock_.Monotonic() - pass.now);
+}
+
+// metadata.depends_on: false while the job waits for them (its waiting reason says for which), and
+// for a job cancelled because one can no longer reach its condition.
+bool QueueScheduler::DependenciesMet(JobEntry& e) {
+  const DependencyCheck c = CheckDependencies(e, jobs_);
+  if (c.kind == DependencyCheck::kReady) return true;
+  if (c.kind == DependencyCheck::kWait) {
+    e.waiting_reason = c.why;
+    return false;
+  }
+  if (Status st =
+          jobs_.Transition(e, moe::v1::CANCELLED, "DependencyFailed", "cancelled: " + c.why);
+      !st.ok()) {
+    MOE_LOG(WARNING) << "job " << e.job.id() << ": " << c.why
+                     << "; its cancel is not stored yet: " << st << " (retried at the next pass)";
+    e.waiting_reason = c.why;
+    attempts_.NeedSchedule();
+  }
+  return false;
 }
 
 // The next job to consider: the best head among the queues (the order above).

@@ -51,6 +51,7 @@ class QueueScheduler {
   std::string QueueOf(const JobEntry& e) const;
 
  private:
+  bool DependenciesMet(JobEntry& e);  // metadata.depends_on (dependencies.h)
   static bool Shrunk(const JobEntry& e);
   QueueUsage UsageNow();
   bool ReplacesAWorker(const JobEntry& e) const;

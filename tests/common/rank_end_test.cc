@@ -36,6 +36,23 @@ TEST(RankEndTest, TheRecordRoundTripsThroughJson) {
   EXPECT_EQ(out->code, in.code);
   EXPECT_EQ(out->failure_class, in.failure_class);
   EXPECT_EQ(out->message, in.message);
+  EXPECT_EQ(out->checkpoint_step, 0);
+}
+
+TEST(RankEndTest, TheRecordCarriesTheCheckpointStep) {
+  RankEnd in = StoppedRankEnd("stopped after step 12 (asked to stop)");
+  in.checkpoint_step = 12;
+  auto doc = ParseYaml(RankEndJson(in));
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  auto out = ParseRankEnd(*doc);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->failure_class, FailureClass::kStopped);
+  EXPECT_EQ(out->checkpoint_step, 12);
+  auto odd = ParseYaml(R"({"end":true,"code":"OK","class":"none","checkpoint_step":"x"})");
+  ASSERT_TRUE(odd.ok());
+  auto lenient = ParseRankEnd(*odd);
+  ASSERT_TRUE(lenient.ok()) << "informational: an unreadable step still says how the rank ended";
+  EXPECT_EQ(lenient->checkpoint_step, 0);
 }
 
 TEST(RankEndTest, AStepReportIsNotARecordAndBadRecordsAreRefused) {

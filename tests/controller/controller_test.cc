@@ -497,7 +497,7 @@ TEST_F(ControllerTest, EventsNameWhoSubmittedAndCancelled) {
   EXPECT_NE(all.find("Submitted: priority 0, 1 ranks (EP 1, groups within one rack); by alice"),
             std::string::npos)
       << all;
-  EXPECT_NE(all.find("Cancelled: cancelled by bob"), std::string::npos) << all;
+  EXPECT_NE(all.find("Stopping: cancelled by bob"), std::string::npos) << all;
   auto anon = controller_->Submit(SpecToProto(Spec("anon", 1, 1)));  // no authentication: no name
   ASSERT_TRUE(anon.ok());
   ASSERT_TRUE(controller_->Cancel(anon->id()).ok());
@@ -1401,14 +1401,133 @@ TEST_F(ControllerTest, APermanentFailureWinsOverAPeersTransientOneThatCameFirst)
 TEST_F(ControllerTest, CancelStopsTheRanks) {
   auto* a = AddWorker("a", "r0", "n0");
   auto job = Submit(Spec("j", 1, 1));
+  Step("a", a->Assignments()[0], 5, 0.1, /*checkpoint_step=*/0);
   auto c = controller_->Cancel(job.id());
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->state(), moe::v1::CANCELLED);
+  EXPECT_EQ(c->state(), moe::v1::STOPPING) << "until its ranks ended";
+  EXPECT_EQ(c->stop_state(), moe::v1::CANCELLED);
   EXPECT_EQ(a->Cancels(), 1);
-  EXPECT_FALSE(controller_->Cancel(job.id()).ok()) << "already ended";
+  auto again = controller_->Cancel(job.id());
+  ASSERT_TRUE(again.ok()) << "a cancel of a stopping job changes nothing";
+  EXPECT_EQ(again->state(), moe::v1::STOPPING);
+  EXPECT_EQ(a->Cancels(), 1);
+  EXPECT_EQ(controller_->Workers()[0].state(), moe::v1::BUSY) << "busy until its rank ended";
   EXPECT_EQ(controller_->Cancel("nope").status().code(), StatusCode::kNotFound);
-  Finish("a", a->Assignments()[0], false, "stopped");
+  moe::v1::WorkerMessage m;  // the rank saved step 6 as it stopped
+  auto* f = m.mutable_finished();
+  f->set_job_id(job.id());
+  f->set_attempt(1);
+  f->set_rank(0);
+  f->set_ok(false);
+  f->set_failure_class(moe::v1::FAILURE_STOPPED);
+  f->set_checkpoint_step(6);
+  f->set_message("stopped after step 6");
+  Msg("a", m);
+  auto done = *controller_->Get(job.id(), false);
+  EXPECT_EQ(done.state(), moe::v1::CANCELLED) << done.message();
+  EXPECT_EQ(done.checkpoint_step(), 6) << "the stop's checkpoint is recorded";
+  EXPECT_NE(done.message().find("its checkpoint is step 6"), std::string::npos) << done.message();
   EXPECT_EQ(controller_->Workers()[0].state(), moe::v1::IDLE);
+  EXPECT_FALSE(controller_->Cancel(job.id()).ok()) << "already ended";
+}
+
+TEST_F(ControllerTest, CancelNowOfAStoppingJobEndsItAtOnce) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("j", 1, 1));
+  ASSERT_EQ(controller_->Cancel(job.id())->state(), moe::v1::STOPPING);
+  auto now = controller_->Cancel(job.id(), "", /*now=*/true);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->state(), moe::v1::CANCELLED);
+  EXPECT_EQ(a->Cancels(), 2) << "told again, to die now";
+}
+
+TEST_F(ControllerTest, ATimeLimitStopsTheJobWithACheckpointAndEndsItTimeout) {
+  auto* a = AddWorker("a", "r0", "n0");
+  JobSpec s = Spec("t", 1, 1);
+  s.time_limit = 30;
+  auto job = Submit(s);
+  const auto asg = a->Assignments()[0];
+  Step("a", asg, 1);
+  for (int i = 0; i < 20; ++i) {  // 20 s on its worker: within the limit
+    clock_.Advance(1);
+    Heartbeats();
+    Step("a", asg, 2 + i);
+    controller_->Tick();
+  }
+  EXPECT_EQ(State(job.id()), moe::v1::RUNNING);
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(1);
+    Heartbeats();
+    controller_->Tick();
+  }
+  EXPECT_EQ(State(job.id()), moe::v1::STOPPING) << "past 30 s on its worker";
+  EXPECT_EQ(a->Cancels(), 1);
+  moe::v1::WorkerMessage m;
+  auto* f = m.mutable_finished();
+  f->set_job_id(job.id());
+  f->set_attempt(1);
+  f->set_rank(0);
+  f->set_failure_class(moe::v1::FAILURE_STOPPED);
+  f->set_checkpoint_step(21);
+  Msg("a", m);
+  auto done = *controller_->Get(job.id(), true);
+  EXPECT_EQ(done.state(), moe::v1::TIMEOUT) << done.message();
+  EXPECT_EQ(done.checkpoint_step(), 21);
+  EXPECT_NE(done.message().find("time limit of 30 s reached"), std::string::npos) << done.message();
+  EXPECT_EQ(done.events(done.events_size() - 1).type(), "TimedOut");
+}
+
+TEST_F(ControllerTest, ASucceededJobRecordsItsFinalCheckpoint) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("s", 1, 1));
+  Step("a", a->Assignments()[0], 60, 0.1, /*checkpoint_step=*/50);
+  moe::v1::WorkerMessage m;
+  auto* f = m.mutable_finished();
+  f->set_job_id(job.id());
+  f->set_attempt(1);
+  f->set_rank(0);
+  f->set_ok(true);
+  f->set_failure_class(moe::v1::FAILURE_NONE);
+  f->set_checkpoint_step(60);
+  Msg("a", m);
+  auto done = *controller_->Get(job.id(), false);
+  EXPECT_EQ(done.state(), moe::v1::SUCCEEDED);
+  EXPECT_EQ(done.checkpoint_step(), 60) << "the final save, after the last step report";
+}
+
+TEST_F(ControllerTest, DependenciesHoldAJobAndCancelItWhenTheyCannotHold) {
+  auto* a = AddWorker("a", "r0", "n0");
+  AddWorker("b", "r0", "n1");
+  auto first = Submit(Spec("first", 1, 1));
+  JobSpec s = Spec("second", 1, 1);
+  s.depends_on.push_back({"first", "succeeded"});  // by name: stored as the id
+  auto second = Submit(s);
+  EXPECT_EQ(second.spec().metadata().depends_on(0).job(), first.id());
+  auto got = *controller_->Get(second.id(), false);
+  EXPECT_EQ(got.state(), moe::v1::PENDING);
+  EXPECT_EQ(got.waiting_reason(),
+            "waiting for job " + first.id() + " to succeed (it is SCHEDULED)");
+  JobSpec unknown = Spec("third", 1, 1);
+  unknown.depends_on.push_back({"nope", "finished"});
+  auto refused = controller_->Submit(SpecToProto(unknown));
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("metadata.depends_on[0].job: no job 'nope'"),
+            std::string::npos)
+      << refused.status();
+  JobSpec after_any = Spec("fourth", 1, 1);
+  after_any.depends_on.push_back({first.id(), "finished"});
+  auto fourth = Submit(after_any);
+  Finish("a", a->Assignments()[0], false, "boom");  // first: restarts, still not finished
+  EXPECT_EQ(State(second.id()), moe::v1::PENDING);
+  ASSERT_TRUE(controller_->Cancel(first.id(), "", true).ok());
+  controller_->SchedulePass();
+  auto cancelled = *controller_->Get(second.id(), false);
+  EXPECT_EQ(cancelled.state(), moe::v1::CANCELLED);
+  EXPECT_NE(cancelled.message().find("dependency job " + first.id() + " ended CANCELLED"),
+            std::string::npos)
+      << cancelled.message();
+  EXPECT_NE(State(fourth.id()), moe::v1::PENDING) << "finished is enough for it";
+  EXPECT_NE(State(fourth.id()), moe::v1::CANCELLED);
 }
 
 TEST_F(ControllerTest, PriorityFirstAndASmallerJobMayGoFirstWhenItFits) {
@@ -1741,6 +1860,57 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   EXPECT_EQ(j2.restarts(), 1) << "a rank that did not come back restarts the job";
   EXPECT_TRUE(j2.state() == moe::v1::SCHEDULED || j2.state() == moe::v1::RESTARTING)
       << moe::v1::JobState_Name(j2.state());
+}
+
+// A controller restart during STOPPING: the stop goes on. The reconnecting worker is told to stop
+// again and stays busy; the rank's end then makes the job CANCELLED with the stop's checkpoint.
+TEST(ControllerRecovery, AStoppingJobStaysStoppingAndEndsWhenItsRankEnds) {
+  FakeClock clock;
+  MemoryStateStore store;
+  auto metrics = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(),
+                                                     clock, StragglerOptions{}, 60, "t");
+  ControllerConfig opt;
+  std::string id, session;
+  moe::v1::Register r;
+  r.set_device("cpu");
+  r.set_memory_bytes(int64_t{64} << 30);
+  r.set_rack("r0");
+  r.set_node("n0");
+  r.set_name("w1");
+  {
+    Controller c(store, clock, *metrics, opt);
+    ASSERT_TRUE(c.Recover().ok());
+    FakeChannel ch;
+    auto reg = c.Register(r, &ch);
+    ASSERT_TRUE(reg.ok());
+    session = reg->session();
+    id = c.Submit(SpecToProto(Spec("one", 1, 1)))->id();
+    ASSERT_EQ(c.Cancel(id)->state(), moe::v1::STOPPING);
+  }  // the controller dies while the rank stops
+  Controller c(store, clock, *metrics, opt);
+  ASSERT_TRUE(c.Recover().ok());
+  EXPECT_EQ(c.Get(id, false)->state(), moe::v1::STOPPING);
+  FakeChannel ch;
+  r.set_session(session);
+  auto* run = r.add_running();
+  run->set_job_id(id);
+  run->set_attempt(1);
+  run->set_rank(0);
+  ASSERT_TRUE(c.Register(r, &ch).ok());
+  EXPECT_EQ(ch.Cancels(), 1) << "told to stop again";
+  EXPECT_EQ(c.Workers()[0].state(), moe::v1::BUSY);
+  moe::v1::WorkerMessage m;
+  auto* f = m.mutable_finished();
+  f->set_job_id(id);
+  f->set_attempt(1);
+  f->set_rank(0);
+  f->set_failure_class(moe::v1::FAILURE_STOPPED);
+  f->set_checkpoint_step(9);
+  ASSERT_TRUE(c.OnWorkerMessage("w1", m).ok());
+  auto j = *c.Get(id, false);
+  EXPECT_EQ(j.state(), moe::v1::CANCELLED) << j.message();
+  EXPECT_EQ(j.checkpoint_step(), 9);
+  EXPECT_EQ(c.Workers()[0].state(), moe::v1::IDLE);
 }
 
 }  // namespace

@@ -130,8 +130,8 @@ grep -q "team: research" "$WORK/long.yaml" || fail "examples/tiny.yaml's metadat
 id=$("$MOECTL" submit -f "$WORK/long.yaml")
 wait_state "$id" RUNNING 60
 wait_step "$id" 2
-"$MOECTL" cancel "$id" >/dev/null
-[ "$(job_state "$id")" = CANCELLED ] || fail "cancel: $(job_state "$id")"
+[ "$("$MOECTL" cancel "$id")" = "$id STOPPING" ] || fail "cancel: $(job_state "$id") (want STOPPING until the ranks ended)"
+wait_state "$id" CANCELLED 60
 for _ in $(seq 1 100); do
   busy=$("$MOECTL" get workers -o json | python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin)["workers"] if w.get("state")=="BUSY"))')
   [ "$busy" = 0 ] && break; sleep 0.2
@@ -142,6 +142,7 @@ grep -q "stopping before step" "$WORK"/worker-*.log || fail "the ranks did not s
 ck=$(ls -d "$WORK/ckpt-long"/step_* 2>/dev/null | sed 's/.*step_0*//' | sort -n | tail -1)
 stopped=$(grep -ho "stopping before step [0-9]*" "$WORK"/worker-*.log | tail -1 | grep -o '[0-9]*$')
 [ -n "$ck" ] && [ "$ck" = $((stopped - 1)) ] || fail "the cancel's checkpoint is at step ${ck:-none}; the ranks stopped before step $stopped"
+[ "$(job_field "$id" 'd.get("checkpointStep",0)')" = "$ck" ] || fail "the job records checkpoint $(job_field "$id" 'd.get("checkpointStep",0)'), not the stop's $ck"
 # Labels select it; -o wide shows them with the attempt and the reason.
 [ "$("$MOECTL" get jobs -l team=research,tier!=high -o name)" = "job/$id" ] || fail "get jobs -l does not select the labelled job"
 [ -z "$("$MOECTL" get jobs -l team=infra -o name)" ] || fail "get jobs -l team=infra selected a research job"

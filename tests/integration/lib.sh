@@ -75,7 +75,7 @@ wait_state() {
   for _ in $(seq 1 $((t * 5))); do
     s=$(job_state "$id")
     [ "$s" = "$want" ] && return 0
-    case "$s" in SUCCEEDED|FAILED|CANCELLED) [ "$s" != "$want" ] && fail "job $id ended $s while waiting for $want";; esac
+    case "$s" in SUCCEEDED|FAILED|CANCELLED|TIMEOUT) [ "$s" != "$want" ] && fail "job $id ended $s while waiting for $want";; esac
     sleep 0.2
   done
   fail "job $id is $s, not $want, after ${t}s"

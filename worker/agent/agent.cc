@@ -453,6 +453,7 @@ moe::v1::RankFinished Finished(const moe::v1::Assignment& a, const RankEnd& end,
   f.set_exit_code(exit_code);
   f.set_failure_class(ToProto(end.failure_class));
   f.set_status_code(std::string(StatusCodeName(end.code)));
+  f.set_checkpoint_step(end.checkpoint_step);
   if (!end.ok()) f.set_message(end.message);
   return f;
 }

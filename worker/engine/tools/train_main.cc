@@ -476,11 +476,15 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
     if (rank == 0)
       std::fprintf(stderr, "moe-train: stopped after step %lld (asked to stop)\n",
                    static_cast<long long>(result->last_step));
-    return Finish(moe::StoppedRankEnd("stopped after step " + std::to_string(result->last_step) +
-                                      " (asked to stop)"));
+    moe::RankEnd end = moe::StoppedRankEnd("stopped after step " +
+                                           std::to_string(result->last_step) + " (asked to stop)");
+    end.checkpoint_step = result->checkpoint_step;
+    return Finish(end);
   }
   if (rank == 0 && result->last_step >= result->first_step) PrintSummary(*result);
-  return Finish(moe::RankEnd{});
+  moe::RankEnd done;
+  done.checkpoint_step = result->checkpoint_step;
+  return Finish(done);
 }
 
 }  // namespace

@@ -396,6 +396,7 @@ StatusOr<TrainResult> Trainer::Run() {
   result_.peak_source = peak_source_;
   if (start_step_ >= stop_step_) {
     result_.first_step = result_.last_step = start_step_;
+    if (checkpoints_) result_.checkpoint_step = start_step_;
     if (lead_)
       MOE_LOG(INFO) << "nothing to do: the checkpoint is at step " << start_step_
                     << ", the run stops at " << stop_step_;
@@ -420,6 +421,7 @@ StatusOr<TrainResult> Trainer::Run() {
     }
     MOE_RETURN_IF_ERROR(Step(step));
   }
+  if (checkpoints_) result_.checkpoint_step = std::max(last_checkpoint_step_, start_step_);
   if (measured_ > 0) {
     const double n = static_cast<double>(measured_);
     result_.mean_tokens_per_second = sum_tps_ / n;

@@ -100,6 +100,9 @@ struct TrainResult {
   // their writes took there, summed.
   int64_t background_saves = 0;
   double background_write_seconds = 0;
+  // The newest checkpoint written (or resumed from) when the run ended (0: none); the rank's final
+  // record carries it to the controller (a stop's or the last step's save, after the last report).
+  int64_t checkpoint_step = 0;
 };
 
 // What one step's phases produce.
