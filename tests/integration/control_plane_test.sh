@@ -142,7 +142,7 @@ grep -q "stopping before step" "$WORK"/worker-*.log || fail "the ranks did not s
 ck=$(ls -d "$WORK/ckpt-long"/step_* 2>/dev/null | sed 's/.*step_0*//' | sort -n | tail -1)
 stopped=$(grep -ho "stopping before step [0-9]*" "$WORK"/worker-*.log | tail -1 | grep -o '[0-9]*$')
 [ -n "$ck" ] && [ "$ck" = $((stopped - 1)) ] || fail "the cancel's checkpoint is at step ${ck:-none}; the ranks stopped before step $stopped"
-[ "$(job_field "$id" 'd.get("checkpointStep",0)')" = "$ck" ] || fail "the job records checkpoint $(job_field "$id" 'd.get("checkpointStep",0)'), not the stop's $ck"
+[ "$(job_field "$id" 'd.get("checkpoint_step",0)')" = "$ck" ] || fail "the job records checkpoint $(job_field "$id" 'd.get("checkpoint_step",0)'), not the stop's $ck"
 # Labels select it; -o wide shows them with the attempt and the reason.
 [ "$("$MOECTL" get jobs -l team=research,tier!=high -o name)" = "job/$id" ] || fail "get jobs -l does not select the labelled job"
 [ -z "$("$MOECTL" get jobs -l team=infra -o name)" ] || fail "get jobs -l team=infra selected a research job"

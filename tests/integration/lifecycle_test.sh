@@ -14,7 +14,7 @@ start_worker w0 r0 n0
 start_worker w1 r0 n1
 wait_workers 2
 
-job_step() { job_field "$1" 'int(d.get("lastMetrics",{}).get("step",0))'; }
+job_step() { job_field "$1" 'int(d.get("last_metrics",{}).get("step",0))'; }
 wait_step() {  # <id> <step>
   for _ in $(seq 1 300); do [ "$(job_step "$1")" -ge "$2" ] && return 0; sleep 0.2; done
   fail "$1 did not reach step $2"
@@ -51,7 +51,7 @@ for _ in $(seq 1 300); do
   sleep 0.05
 done
 [ "$s" = CANCELLED ] || fail "the stopping job did not end: $s"
-ck=$(job_field "$id" 'd.get("checkpointStep",0)')
+ck=$(job_field "$id" 'd.get("checkpoint_step",0)')
 [ "$ck" -gt 0 ] || fail "the cancelled job records no checkpoint"
 [ -d "$WORK/ckpt-stop/$(printf 'step_%08d' "$ck")" ] || fail "checkpoint $ck is not in $WORK/ckpt-stop: $(ls "$WORK/ckpt-stop")"
 newest=$(ls -d "$WORK/ckpt-stop"/step_* | sed 's/.*step_0*//' | sort -n | tail -1)
@@ -64,7 +64,7 @@ echo "cancel: $id STOPPING (worker BUSY in $seen_busy+ samples) -> CANCELLED wit
 make_job "$WORK/done.yaml" done 12 5 1 1
 id=$("$MOECTL" submit -f "$WORK/done.yaml")
 wait_state "$id" SUCCEEDED 120
-[ "$(job_field "$id" 'd.get("checkpointStep",0)')" = 12 ] || fail "a SUCCEEDED job records checkpoint $(job_field "$id" 'd.get("checkpointStep",0)'), not 12"
+[ "$(job_field "$id" 'd.get("checkpoint_step",0)')" = 12 ] || fail "a SUCCEEDED job records checkpoint $(job_field "$id" 'd.get("checkpoint_step",0)'), not 12"
 echo "succeeded: $id records its final checkpoint 12"
 
 # 2. spec.time_limit: stopped with a checkpoint, TIMEOUT.
@@ -74,7 +74,7 @@ sed -i 's/^  max_restarts: 3/  max_restarts: 3\n  time_limit: 8/' "$WORK/tl.yaml
 grep -q "time_limit: 8" "$WORK/tl.yaml" || fail "the job file has no time_limit line"
 id=$("$MOECTL" submit -f "$WORK/tl.yaml")
 wait_state "$id" TIMEOUT 90
-ck=$(job_field "$id" 'd.get("checkpointStep",0)')
+ck=$(job_field "$id" 'd.get("checkpoint_step",0)')
 [ "$ck" -gt 0 ] && [ -d "$WORK/ckpt-limited/$(printf 'step_%08d' "$ck")" ] || fail "TIMEOUT without its checkpoint (step $ck): $(ls "$WORK/ckpt-limited" 2>&1)"
 job_field "$id" 'd["message"]' | grep -q "time limit of 8 s reached" || fail "message: $(job_field "$id" 'd["message"]')"
 "$MOECTL" describe job "$id" | grep -q "TimedOut" || fail "no TimedOut event"
@@ -90,12 +90,12 @@ a=$("$MOECTL" submit -f "$WORK/a.yaml")
 b=$("$MOECTL" submit -f "$WORK/b.yaml")
 sleep 1
 [ "$(job_state "$b")" = PENDING ] || fail "B is $(job_state "$b") while A runs"
-job_field "$b" 'd.get("waitingReason","")' | grep -q "waiting for job $a to succeed" || fail "B's waiting reason: $(job_field "$b" 'd.get("waitingReason","")')"
-[ "$(job_field "$b" 'd["spec"]["metadata"]["dependsOn"][0]["job"]' 2>/dev/null || job_field "$b" 'd["spec"]["metadata"]["depends_on"][0]["job"]')" = "$a" ] || fail "B's dependency is not stored as A's id"
+job_field "$b" 'd.get("waiting_reason","")' | grep -q "waiting for job $a to succeed" || fail "B's waiting reason: $(job_field "$b" 'd.get("waiting_reason","")')"
+[ "$(job_field "$b" 'd["spec"]["metadata"]["depends_on"][0]["job"]')" = "$a" ] || fail "B's dependency is not stored as A's id"
 wait_state "$a" SUCCEEDED 120
 wait_state "$b" SUCCEEDED 120
 a_end=$(event_time "$a" Succeeded); b_start=$(event_time "$b" Scheduled)
-python3 -c "import sys; sys.exit(0 if $b_start >= $a_end else 1)" || fail "B was scheduled at $b_start, before A ended at $a_end"
+python3 -c "import sys; sys.exit(0 if '$b_start' >= '$a_end' else 1)" ||  # RFC 3339, one format: ordered as text fail "B was scheduled at $b_start, before A ended at $a_end"
 echo "depends_on: $b started $(python3 -c "print(round($b_start-$a_end,2))") s after $a succeeded"
 
 # C depends on a job that fails (a dataset that does not exist: the rank fails, permanently).
