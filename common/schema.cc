@@ -1,8 +1,8 @@
 #include "common/schema.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <sstream>
 
