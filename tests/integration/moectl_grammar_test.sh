@@ -7,7 +7,8 @@
 #   - a mistyped resource or kind is refused with the choices and the nearest (exit 2);
 #   - several ids a verb; -o json keeps zero values (rank 0) with numbers as numbers and RFC 3339
 #     times; -o jsonpath= and -o custom-columns=; events -o json and events -w -o json;
-#   - cancel by -l selector, by --name, and delete job --state (docs/operations.md).
+#   - cancel by -l selector, by --name, and delete job --state (docs/operations.md);
+#   - a dataset the controller can see is checked at submit.
 source "$(dirname "$0")/lib.sh"
 M="$BIN/moectl"
 
@@ -28,6 +29,14 @@ done
 "$M" describe "$id" | grep -q "^Job: *$id\|$id" || fail "describe ID (no kind) does not describe the job"
 "$M" describe grammar-probe | grep -q "$id" || fail "describe NAME does not describe the job"
 "$M" events "job/$id" | grep -q "Scheduled\|Submitted" || fail "events job/ID shows no events"
+
+# An absolute dataset under a data root the controller sees too (here the same machine) that does
+# not exist: refused at submit naming it, not by a rank minutes later.
+src=${MOE_SOURCE_DIR:-$PWD}
+sed "s#path: data/fortunes#path: $src/data/no-such-set#" "$WORK/job.yaml" >"$WORK/missing.yaml"
+grep -q "no-such-set" "$WORK/missing.yaml" || fail "the missing-data job file: $(grep path: "$WORK/missing.yaml")"
+rc=0; out=$("$M" submit -f "$WORK/missing.yaml" 2>&1) || rc=$?
+[ $rc = 6 ] && grep -q "spec.data.path: $src/data/no-such-set.idx does not exist" <<<"$out" || fail "a missing dataset: rc $rc, $out"
 
 # The same name twice: refused with both ids.
 id2=$("$M" submit -f "$WORK/job.yaml")
