@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -164,7 +165,10 @@ StatusOr<moe::v1::Job> ResolveJob(Client& c, const std::string& ref) {
                                  " jobs (" + list + "): give an id");
 }
 
+int GetJob(Client& c, const Args& a, bool describe);
+
 int GetJobs(Client& c, const Args& a) {
+  if (!a.ids.empty()) return GetJob(c, a, false);  // get jobs A B: as get job A B
   if (a.watch_list) {
     return WatchTable(
         [&]() -> StatusOr<TableRows> {
@@ -341,7 +345,35 @@ int GetJob(Client& c, const Args& a, bool describe) {
   return std::max(rc, Print(c, list, a.output, table, "jobs"));
 }
 
+// get worker A B (or get workers A B): those workers; one that is not there is named on stderr
+// (exit 3) and the others still print.
+int GetNamedWorkers(Client& c, const Args& a) {
+  moe::v1::ListWorkersResponse all, named;
+  if (Status st = AllWorkers(c, &all); !st.ok()) return c.Fail(st);
+  int rc = 0;
+  for (const auto& n : a.ids) {
+    const auto it = std::find_if(all.workers().begin(), all.workers().end(),
+                                 [&](const moe::v1::Worker& w) { return w.name() == n; });
+    if (it != all.workers().end())
+      *named.add_workers() = *it;
+    else
+      rc = c.Fail(NotFoundError("no worker named '" + n + "' (moectl get workers lists them)"));
+  }
+  if (named.workers().empty()) return rc;
+  if (a.output == "name") {
+    for (const auto& w : named.workers()) std::printf("worker/%s\n", w.name().c_str());
+    return rc;
+  }
+  const auto table = [&] {
+    return WorkersTable({named.workers().begin(), named.workers().end()}, NowSeconds(),
+                        a.output == "wide");
+  };
+  if (named.workers_size() == 1) return std::max(rc, Print(c, named.workers(0), a.output, table));
+  return std::max(rc, Print(c, named, a.output, table, "workers"));
+}
+
 int GetWorkers(Client& c, const Args& a) {
+  if (!a.ids.empty()) return GetNamedWorkers(c, a);
   if (a.watch_list) {
     return WatchTable(
         [&]() -> StatusOr<TableRows> {
@@ -554,12 +586,16 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
       "only jobs whose metadata.labels match: team=research,tier!=low,spot,!preemptible");
   auto* job = get->add_subcommand("job", "one job, or several");
   job->add_option("ids", a->ids, "job ids or names")->required();
-  auto* workers = get->add_subcommand("workers", "all workers");
+  jobs->add_option("ids", a->ids, "only these jobs (ids or names): as get job");
+  auto* workers = get->add_subcommand("workers", "all workers, or those named");
+  workers->add_option("names", a->ids, "only these workers");
+  auto* worker = get->add_subcommand("worker", "one worker, or several");
+  worker->add_option("names", a->ids, "worker names")->required();
   auto* queues = get->add_subcommand(
       "queues", "the queues: quota, usage, borrowing, pending and admitted jobs");
   auto* racks = get->add_subcommand(
       "racks", "the racks (NVLink domains): workers by state, spares held back and in use");
-  for (auto* sub : {jobs, job, workers, queues, racks}) AddOutput(sub, a);
+  for (auto* sub : {jobs, job, workers, worker, queues, racks}) AddOutput(sub, a);
   for (auto* sub : {jobs, workers}) AddWatchFlags(sub, a);
   auto* describe =
       app.add_subcommand("describe", "a job (spec, placement, events, last metrics) or a worker");
@@ -580,6 +616,7 @@ std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
           {events, [&c, a] { return Events(c, *a); }},
           {job, [&c, a] { return GetJob(c, *a, false); }},
           {workers, [&c, a] { return GetWorkers(c, *a); }},
+          {worker, [&c, a] { return GetNamedWorkers(c, *a); }},
           {queues, [&c, a] { return GetQueues(c, *a); }},
           {racks, [&c, a] { return GetRacks(c, *a); }},
           {describe_job, [&c, a] { return GetJob(c, *a, true); }}};

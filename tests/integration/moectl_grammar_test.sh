@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # moectl in kubectl's grammar, against a real controller and fake node agents (no training):
 #   - submit -f - reads the job from stdin;
-#   - get job/ID, get jobs/ID, get job NAME (a job by its metadata.name), describe ID;
+#   - get job/ID, get jobs/ID, get job NAME (a job by its metadata.name), describe ID; get worker
+#     NAME, get worker/NAME, get workers A B;
 #   - cancel job/ID, events job/ID;
 #   - a name two jobs carry is refused with both ids; an unknown id or name is NOT_FOUND (exit 3);
 #   - a mistyped resource or kind is refused with the choices and the nearest (exit 2);
@@ -45,6 +46,15 @@ rc=0; out=$("$M" get job grammar-probe 2>&1) || rc=$?
   fail "an ambiguous name: rc $rc, $out"
 rc=0; out=$("$M" get job no-such-job 2>&1) || rc=$?
 [ $rc = 3 ] && grep -q "no job with the id or name 'no-such-job'" <<<"$out" || fail "an unknown job: rc $rc, $out"
+
+# Workers by name: get worker NAME, worker/NAME, get workers A B.
+w0=$("$M" get workers -o name | head -1); w0=${w0#worker/}
+[ "$("$M" get worker "$w0" -o 'jsonpath={.name}')" = "$w0" ] || fail "get worker NAME: $("$M" get worker "$w0" 2>&1)"
+[ "$("$M" get "worker/$w0" -o name)" = "worker/$w0" ] || fail "get worker/NAME: $("$M" get "worker/$w0" -o name 2>&1)"
+[ "$("$M" get workers -o name | wc -l)" = 2 ] && [ "$("$M" get workers $("$M" get workers -o name | sed 's#worker/##') -o name | wc -l)" = 2 ] ||
+  fail "get workers A B: $("$M" get workers -o name 2>&1)"
+rc=0; "$M" get worker no-such-worker >/dev/null 2>&1 || rc=$?
+[ $rc = 3 ] || fail "get worker no-such-worker exited $rc (expected 3)"
 
 # Mistyped resources and kinds.
 rc=0; out=$("$M" get jbos 2>&1) || rc=$?
