@@ -641,11 +641,12 @@ void Controller::Tick() {
   logs_.Fail("", now, "no answer within 10 s");
   rendezvous_.Expire(now);
   ExpireFinishedJobs();
-  PruneLostWorkers();
   scheduler_.Run();
-  // Once a second (a scrape's resolution): counting 131,072 devices every tick would cost the tick.
+  // Once a second (a scrape's resolution; a lost worker's retention is minutes): walking 131,072
+  // devices every tick would cost the tick.
   if (now - cluster_metrics_at_ >= 1.0 || now < cluster_metrics_at_) {
     cluster_metrics_at_ = now;
+    PruneLostWorkers();
     PublishClusterMetrics();
   }
 }

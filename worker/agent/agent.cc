@@ -13,6 +13,7 @@
 #include "common/path_roots.h"
 #include "common/rank_end.h"
 #include "common/yaml.h"
+#include "worker/agent/heartbeat_ticker.h"
 #include "worker/agent/rank_log.h"
 #include "worker/agent/step_report.h"
 
@@ -207,26 +208,21 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
     stream_ctx_ = nullptr;
     return false;
   }
-  std::atomic<bool> session_over{false};
-  std::mutex hb_mu;
-  std::condition_variable hb_cv;
-  std::thread heartbeat([&] {
-    std::unique_lock<std::mutex> lock(hb_mu);
-    while (!session_over && !stop_) {
-      hb_cv.wait_for(lock, std::chrono::duration<double>(heartbeat_seconds_.load()));
-      if (session_over || stop_) break;
-      moe::v1::WorkerMessage hb;
-      hb.mutable_heartbeat()->set_time(
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-              .count());
-      Write(hb);
-    }
-  });
+  // Heartbeats from the process's one ticker thread (worker/agent/heartbeat_ticker.h).
+  HeartbeatTicker& ticker = HeartbeatTicker::Process();
+  const int64_t beat = ticker.Add(
+      [this] {
+        if (stop_) return;
+        moe::v1::WorkerMessage hb;
+        hb.mutable_heartbeat()->set_time(
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                .count());
+        Write(hb);
+      },
+      [this] { return heartbeat_seconds_.load(); });
   ServeSession(stub);
   registered_ = false;
-  session_over = true;
-  hb_cv.notify_all();
-  heartbeat.join();
+  ticker.Remove(beat);
   std::lock_guard<std::mutex> lock(stream_mu_);
   const grpc::Status st = stream_->Finish();
   if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS && session_->Get().empty()) {

@@ -1,0 +1,69 @@
+#include "worker/agent/heartbeat_ticker.h"
+
+#include <random>
+
+namespace moe::worker {
+
+HeartbeatTicker& HeartbeatTicker::Process() {
+  static HeartbeatTicker* const ticker = new HeartbeatTicker();  // never destroyed: its thread
+  return *ticker;                                                // may outlive main's statics
+}
+
+int64_t HeartbeatTicker::Add(Beat beat, std::function<double()> period) {
+  thread_local std::mt19937 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t id = next_id_++;
+  const double first = period() * std::uniform_real_distribution<double>(0.05, 1.0)(rng);
+  due_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(first)),
+               id);
+  entries_.emplace(id, Entry{std::move(beat), std::move(period)});
+  if (!started_) {
+    started_ = true;
+    std::thread([this] { Loop(); }).detach();
+  }
+  cv_.notify_all();
+  return id;
+}
+
+void HeartbeatTicker::Remove(int64_t id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  entries_.erase(id);
+  cv_.wait(lock, [&] { return calling_ != id; });
+}
+
+void HeartbeatTicker::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (due_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    const auto [due, id] = due_.top();
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) {  // removed
+      due_.pop();
+      continue;
+    }
+    if (Clock::now() < due) {
+      cv_.wait_until(lock, due);  // or an earlier one added meanwhile
+      continue;
+    }
+    due_.pop();
+    const Beat beat = it->second.beat;
+    calling_ = id;
+    lock.unlock();
+    beat();
+    lock.lock();
+    calling_ = 0;
+    cv_.notify_all();  // a Remove waiting for this beat
+    if (const auto again = entries_.find(id); again != entries_.end()) {
+      const double period = again->second.period();
+      due_.emplace(
+          due + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(period)),
+          id);
+    }
+  }
+}
+
+}  // namespace moe::worker
