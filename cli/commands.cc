@@ -10,6 +10,7 @@
 #include <functional>
 #include <iostream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -197,14 +198,25 @@ int GetJobs(Client& c, const Args& a) {
 // The jobs a cancel or delete acts on: those named (ids or names) and those -l, --state and --name
 // select (scancel's -n and -t). A selection takes the jobs that can take the verb: cancel the ones
 // not ended, delete the ended ones, unless --state says which.
-StatusOr<std::vector<std::string>> SelectJobs(Client& c, const Args& a, bool ended) {
+// A name that finds no job is named on stderr (*rc set) and the others still go ahead; a job named
+// twice (or named and selected) is acted on once.
+StatusOr<std::vector<std::string>> SelectJobs(Client& c, const Args& a, bool ended, int* rc) {
   std::vector<std::string> ids;
+  std::set<std::string> seen;
+  const auto add = [&](const std::string& id) {
+    if (seen.insert(id).second) ids.push_back(id);
+  };
   for (const auto& ref : a.ids) {
-    MOE_ASSIGN_OR_RETURN(moe::v1::Job j, ResolveJob(c, ref));
-    ids.push_back(j.id());
+    StatusOr<moe::v1::Job> j = ResolveJob(c, ref);
+    if (j.ok()) {
+      add(j->id());
+      continue;
+    }
+    const int failed = c.Fail(j.status());
+    *rc = *rc != 0 ? *rc : failed;
   }
   const bool select = !a.selector.empty() || !a.states.empty() || !a.job_name.empty();
-  if (!select && ids.empty()) {
+  if (!select && a.ids.empty()) {
     return InvalidArgumentError(
         "give job ids or names, or select jobs with -l SELECTOR, --state STATE or --name NAME");
   }
@@ -214,7 +226,7 @@ StatusOr<std::vector<std::string>> SelectJobs(Client& c, const Args& a, bool end
   for (const auto& j : all.jobs()) {
     if (!a.job_name.empty() && j.spec().metadata().name() != a.job_name) continue;
     if (a.states.empty() && IsFinalState(j.state()) != ended) continue;
-    ids.push_back(j.id());
+    add(j.id());
     ++matched;
   }
   if (matched == 0) std::fprintf(stderr, "moectl: no job matches the selection\n");
@@ -222,9 +234,9 @@ StatusOr<std::vector<std::string>> SelectJobs(Client& c, const Args& a, bool end
 }
 
 int DeleteJob(Client& c, const Args& a) {
-  StatusOr<std::vector<std::string>> ids = SelectJobs(c, a, /*ended=*/true);
-  if (!ids.ok()) return c.Fail(ids.status());
   int rc = 0;
+  StatusOr<std::vector<std::string>> ids = SelectJobs(c, a, /*ended=*/true, &rc);
+  if (!ids.ok()) return c.Fail(ids.status());
   for (const auto& id : *ids) {
     moe::v1::DeleteJobRequest req;
     req.set_id(id);
@@ -276,13 +288,15 @@ void PrintEvents(const moe::v1::Job& job, int64_t after, const Args& a, bool hea
 
 // events ID [-w] [-o json|yaml]: -w keeps printing the job's new events until it has ended.
 int Events(Client& c, const Args& a) {
+  if (a.watch_list && a.output == "yaml")
+    return c.Fail(InvalidArgumentError("events -w: -o table or json (json: one event a line)"));
   StatusOr<moe::v1::Job> job = ResolveJob(c, a.id);
   if (!job.ok()) return c.Fail(job.status());
   int64_t last = 0;
   for (bool first = true;; first = false) {
     PrintEvents(*job, last, a, first);
     for (const auto& e : job->events()) last = std::max(last, e.seq());
-    if (!a.watch_list || IsFinalState(job->state())) return 0;
+    if (!a.watch_list || IsFinalState(job->state()) || job->state() == moe::v1::INVALID) return 0;
     std::this_thread::sleep_for(std::chrono::duration<double>(a.refresh));
     moe::v1::GetJobRequest req;
     req.set_id(job->id());
@@ -437,9 +451,9 @@ int GetRacks(Client& c, const Args& a) {
 // cancel A B, cancel -l team=x, cancel --state PENDING, cancel --name NAME: every job is tried; the
 // exit status is the first failure's.
 int Cancel(Client& c, const Args& a) {
-  StatusOr<std::vector<std::string>> ids = SelectJobs(c, a, /*ended=*/false);
-  if (!ids.ok()) return c.Fail(ids.status());
   int rc = 0;
+  StatusOr<std::vector<std::string>> ids = SelectJobs(c, a, /*ended=*/false, &rc);
+  if (!ids.ok()) return c.Fail(ids.status());
   for (const auto& id : *ids) {
     moe::v1::CancelJobRequest req;
     req.set_id(id);

@@ -202,9 +202,11 @@ void Descend(const Node& n, const std::string& key, std::vector<const Node*>* ou
 
 bool Compare(const std::string& x, const std::string& op, const Filter& f) {
   double a = 0, b = 0;
-  const bool numeric =
-      !f.rhs_quoted && std::from_chars(x.data(), x.data() + x.size(), a).ec == std::errc() &&
-      std::from_chars(f.rhs.data(), f.rhs.data() + f.rhs.size(), b).ec == std::errc();
+  const auto whole = [](const std::string& s, double* v) {  // the whole text a number, not a prefix
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+    return r.ec == std::errc() && r.ptr == s.data() + s.size() && !s.empty();
+  };
+  const bool numeric = !f.rhs_quoted && whole(x, &a) && whole(f.rhs, &b);
   const int c = numeric ? (a < b ? -1 : a > b ? 1 : 0) : x.compare(f.rhs);
   if (op == "==") return c == 0;
   if (op == "!=") return c != 0;
@@ -269,7 +271,7 @@ std::vector<const Node*> Eval(const Path& p, const Node* current, const Node& ro
 std::string Render(const Node& n) {
   if (n.IsNull()) return "";
   // A value others wrote (a name, a message) prints its control characters escaped, never obeyed.
-  return n.IsScalar() ? EscapeControl(n.scalar()) : ToJson(n);
+  return n.IsScalar() ? EscapeControl(n.scalar()) : EscapeHiddenAsUnicode(ToJson(n));
 }
 
 std::string JoinRendered(const std::vector<const Node*>& vals, const char* sep) {
@@ -409,7 +411,9 @@ StatusOr<TableRows> CustomColumns(const std::string& spec, const Node& items) {
     }
     std::string_view path = Trim(col.substr(colon + 1));
     if (path.size() >= 2 && path.front() == '{' && path.back() == '}')
-      path = path.substr(1, path.size() - 2);
+      path = Trim(path.substr(1, path.size() - 2));
+    if (path.empty())
+      return InvalidArgumentError("custom-columns: '" + std::string(col) + "' has no path");
     const std::string relaxed = path[0] == '.' || path[0] == '$' || path[0] == '@' || path[0] == '['
                                     ? std::string(path)
                                     : "." + std::string(path);  // kubectl's "metadata.name"

@@ -24,17 +24,10 @@ bool IsTimeField(const FieldDescriptor& f) {
 
 Node Number(const std::string& s) { return s.empty() ? Node() : Node::Scalar(s); }
 
-template <typename T>
-std::string Shortest(T v) {
-  if (!std::isfinite(v)) return "";
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
-}
-
 Node DoubleNode(const FieldDescriptor& f, double v) {
-  if (!IsTimeField(f)) return Number(Shortest(v));
-  return v > 0 ? Node::Scalar(Rfc3339(v), /*quoted=*/true) : Node();  // 0: never happened
+  if (!IsTimeField(f)) return Number(ShortestRoundTrip(v));
+  // 0: never happened; past the year 9999 (a report's garbage): no time either.
+  return v > 0 && v < 253402300800.0 ? Node::Scalar(Rfc3339(v), /*quoted=*/true) : Node();
 }
 
 Node ValueNode(const Message& m, const FieldDescriptor& f, int i) {
@@ -52,7 +45,7 @@ Node ValueNode(const Message& m, const FieldDescriptor& f, int i) {
     case FieldDescriptor::CPPTYPE_DOUBLE:
       return DoubleNode(f, one ? r->GetDouble(m, &f) : r->GetRepeatedDouble(m, &f, i));
     case FieldDescriptor::CPPTYPE_FLOAT:
-      return Number(Shortest(one ? r->GetFloat(m, &f) : r->GetRepeatedFloat(m, &f, i)));
+      return Number(ShortestRoundTrip(one ? r->GetFloat(m, &f) : r->GetRepeatedFloat(m, &f, i)));
     case FieldDescriptor::CPPTYPE_BOOL:
       return Node::Scalar((one ? r->GetBool(m, &f) : r->GetRepeatedBool(m, &f, i)) ? "true"
                                                                                    : "false");
@@ -83,9 +76,8 @@ Node MapNode(const Message& m, const FieldDescriptor& f) {
 
 }  // namespace
 
-std::string ShortestDouble(double v) { return Shortest(v); }
-
 std::string Rfc3339(double t) {
+  if (!(t >= 0 && t < 253402300800.0)) return "";  // years 1970-9999
   double whole = 0;
   const double frac = std::modf(t, &whole);
   const std::time_t s = static_cast<std::time_t>(whole);

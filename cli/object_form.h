@@ -16,8 +16,5 @@ namespace moe::cli {
 Node ObjectNode(const google::protobuf::Message& m);
 // "2026-12-03T19:40:01.123Z"; seconds since the epoch, UTC, milliseconds.
 std::string Rfc3339(double epoch_seconds);
-// The shortest decimal that reads back as `v` ("0.1", not "0.10000000000000001"); "" when not
-// finite (a JSON null).
-std::string ShortestDouble(double v);
 
 }  // namespace moe::cli

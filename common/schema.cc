@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -135,10 +135,10 @@ Status Codec<double>::Read(const Node& n, const std::string& path, double* out) 
   return OkStatus();
 }
 Node Codec<double>::Write(const double& v) {
-  // The shortest decimal that reads back as the same double ("0.1", not "0.10000000000000001").
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return Node::Scalar(std::string(buf, r.ptr));
+  // The shortest decimal that reads back as the same double ("0.1", not "0.10000000000000001");
+  // not finite: as before, "inf" or "nan" (the readers refuse them with the field's name).
+  const std::string s = ShortestRoundTrip(v);
+  return Node::Scalar(!s.empty() ? s : std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
 }
 
 Status Codec<bool>::Read(const Node& n, const std::string& path, bool* out) {

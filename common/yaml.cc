@@ -1,6 +1,7 @@
 #include "common/yaml.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -860,5 +861,23 @@ std::string JsonQuote(std::string_view s) {
   out += '"';
   return out;
 }
+
+namespace {
+
+template <typename T>
+std::string Shortest(T v) {
+  if (!std::isfinite(v)) return "";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  std::string out(buf, r.ptr);
+  const size_t e = out.find('e');
+  if (e != std::string::npos && out.find('.') == std::string::npos) out.insert(e, ".0");
+  return out;
+}
+
+}  // namespace
+
+std::string ShortestRoundTrip(double v) { return Shortest(v); }
+std::string ShortestRoundTrip(float v) { return Shortest(v); }
 
 }  // namespace moe

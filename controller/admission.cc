@@ -1,5 +1,6 @@
 #include "controller/admission.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -72,38 +73,6 @@ Status CheckMemoryFits(const JobSpec& spec, const WorkerRegistry& workers) {
   return FailedPreconditionError(msg);
 }
 
-namespace {
-
-// An absolute dataset under a data root this machine sees too (a shared file system the controller
-// mounts) must exist here: refused at submit naming the path, not minutes later by a rank. Where
-// the controller sees none of the roots that hold it, the first rank checks before the gang trains
-// (a missing index fails the job at once, not retried).
-Status CheckDatasetVisible(const JobSpec& spec, const WorkerRegistry& workers) {
-  // The files, not the prefix, must lie below a root (as each worker checks: a prefix equal to a
-  // root names files beside it).
-  const std::string index = NormalizeAbsolute(spec.data.path, "/") + ".idx";
-  std::set<std::string> seen;
-  for (const auto& [name, e] : workers.all()) {
-    const moe::v1::Worker& w = e.info;
-    const bool kind =
-        spec.resources.device == "cpu" ? w.device() == "cpu" : w.device().rfind("cuda", 0) == 0;
-    if (!kind || e.lost || e.leaving || e.drained) continue;  // the workers that could run it
-    for (const std::string& root : w.data_roots()) {
-      if (!seen.insert(root).second || !IsUnder(index, NormalizeAbsolute(root, "/"))) continue;
-      struct stat st {};
-      if (::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;  // not seen here
-      if (::stat(index.c_str(), &st) == 0) return OkStatus();
-      return FailedPreconditionError("spec.data.path: " + index +
-                                     " does not exist (the data root " + root +
-                                     " is visible to the controller; prepare the dataset with "
-                                     "moe-prep, or fix the path)");
-    }
-  }
-  return OkStatus();
-}
-
-}  // namespace
-
 // Lexically (the controller does not see the workers' files; each worker checks again, following
 // its symbolic links): refused when every live worker of the job's device type confines that kind
 // of path and none allows it. Workers without roots allow anything.
@@ -131,11 +100,70 @@ Status CheckPathsAllowed(const JobSpec& spec, const WorkerRegistry& workers) {
     MOE_RETURN_IF_ERROR(
         check("spec.data.path", spec.data.path, "data",
               [](const moe::v1::Worker& w) -> const Roots& { return w.data_roots(); }));
-    MOE_RETURN_IF_ERROR(CheckDatasetVisible(spec, workers));
   }
   if (spec.checkpoint.dir.empty() || spec.checkpoint.dir[0] != '/') return OkStatus();
   return check("spec.checkpoint.dir", spec.checkpoint.dir, "checkpoint",
                [](const moe::v1::Worker& w) -> const Roots& { return w.checkpoint_roots(); });
+}
+
+namespace {
+
+std::string DeviceKind(const std::string& device) {
+  return device == "cpu" ? "cpu" : device.rfind("cuda", 0) == 0 ? "cuda" : device;
+}
+
+// A directory here with at least one entry.
+bool NonEmptyDir(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool any = false;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") {
+      any = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return any;
+}
+
+}  // namespace
+
+void DataRootsView::Refresh(const WorkerRegistry& workers) {
+  std::map<std::string, std::set<std::string>> by_kind;
+  for (const auto& [name, e] : workers.all()) {
+    if (e.lost || e.leaving || e.drained) continue;
+    for (const std::string& root : e.info.data_roots())
+      by_kind[DeviceKind(e.info.device())].insert(root);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  by_kind_ = std::move(by_kind);
+}
+
+std::vector<std::string> DataRootsView::For(const std::string& device) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = by_kind_.find(DeviceKind(device));
+  return it == by_kind_.end() ? std::vector<std::string>{}
+                              : std::vector<std::string>(it->second.begin(), it->second.end());
+}
+
+Status CheckDatasetVisible(const JobSpec& spec, const DataRootsView& roots) {
+  if (spec.data.source == "synthetic" || spec.data.path.empty() || spec.data.path[0] != '/')
+    return OkStatus();
+  // The files, not the prefix, must lie below a root (as each worker checks: a prefix equal to a
+  // root names files beside it).
+  const std::string index = NormalizeAbsolute(spec.data.path, "/") + ".idx";
+  for (const std::string& root : roots.For(spec.resources.device)) {
+    if (!IsUnder(index, NormalizeAbsolute(root, "/")) || !NonEmptyDir(root)) continue;
+    struct stat st {};
+    if (::stat(index.c_str(), &st) == 0) return OkStatus();
+    return FailedPreconditionError("spec.data.path: " + index + " does not exist (the data root " +
+                                   root +
+                                   " is visible to the controller; prepare the dataset with "
+                                   "moe-prep, or fix the path)");
+  }
+  return OkStatus();
 }
 
 namespace {

@@ -4,7 +4,11 @@
 // calls them under its mutex.
 #pragma once
 
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/job_spec.h"
 #include "common/status.h"
@@ -29,6 +33,25 @@ int64_t RankMemoryNeed(JobEntry& e);
 // The job's absolute data and checkpoint paths against the roots the live workers reported
 // (lexically: each worker checks again, following its symbolic links).
 Status CheckPathsAllowed(const JobSpec& spec, const WorkerRegistry& workers);
+
+// The data roots of the workers that could take a job (live, not drained), by device kind ("cpu",
+// "cuda"), refreshed by the tick once a second and read without the controller's lock, so that the
+// dataset check's stat() calls run outside it: a slow or hung shared file system holds up only that
+// submit, never the heartbeats or the tick.
+class DataRootsView {
+ public:
+  void Refresh(const WorkerRegistry& workers);
+  std::vector<std::string> For(const std::string& device) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::set<std::string>> by_kind_;
+};
+// An absolute dataset whose index lies below one of those roots that this machine sees too (the
+// root is a non-empty directory here: the same machine, a shared file system; an empty local mount
+// point is not taken for the workers' volume) must exist: FAILED_PRECONDITION naming `<path>.idx`.
+// Else the first rank checks it before the gang trains.
+Status CheckDatasetVisible(const JobSpec& spec, const DataRootsView& roots);
 // FAILED_PRECONDITION when another job the controller holds, live or finished, checkpoints to the
 // same directory (".." resolved, and symbolic links where the path exists on the controller's
 // machine; the workers resolve them too and read the directory's owner marker). A finished job of

@@ -156,6 +156,7 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
   }
   MOE_ASSIGN_OR_RETURN(JobSpec spec, SpecFromProto(submitted));
   MOE_RETURN_IF_ERROR(ApplyPriorityClass(config_, &spec));
+  MOE_RETURN_IF_ERROR(CheckDatasetVisible(spec, data_roots_));  // stat() outside the lock
   size_t queued_before = 0;
   MOE_ASSIGN_OR_RETURN(moe::v1::Job out, Admit(std::move(spec), request_id, actor, &queued_before));
   // Placed now when it is the only job waiting and no change is under way; else by the next tick's
@@ -647,6 +648,7 @@ void Controller::Tick() {
   if (now - cluster_metrics_at_ >= 1.0 || now < cluster_metrics_at_) {
     cluster_metrics_at_ = now;
     PruneLostWorkers();
+    data_roots_.Refresh(workers_);
     PublishClusterMetrics();
   }
 }

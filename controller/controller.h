@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "controller/admission.h"
 #include "controller/attempt_lifecycle.h"
 #include "controller/clock.h"
 #include "controller/config.h"
@@ -169,6 +170,7 @@ class Controller {
   // found.
   int64_t epoch_ = 0;
   double epoch_checked_ = 0;
+  DataRootsView data_roots_;          // its own lock: read by Submit outside mu_ (admission.h)
   double cluster_metrics_at_ = -1e9;  // monotonic second the cluster's figures were last published
   std::string fenced_;
   StateStore& store_;           // reads (LoadWorkers, StoredEpoch); every write goes through:

@@ -50,8 +50,12 @@ TEST(ObjectForm, NonFiniteIsNull) {
   moe::v1::StepMetrics m;
   m.set_loss(std::numeric_limits<double>::quiet_NaN());
   EXPECT_NE(ToJson(ObjectNode(m)).find("\"loss\":null"), std::string::npos);
-  EXPECT_EQ(ShortestDouble(0.1), "0.1");
-  EXPECT_EQ(ShortestDouble(1e-7), "1e-07");
+  EXPECT_EQ(ShortestRoundTrip(0.1), "0.1");
+  EXPECT_EQ(ShortestRoundTrip(1e-7), "1.0e-07");  // a point in the mantissa: YAML 1.1 reads a float
+  EXPECT_EQ(ShortestRoundTrip(3e-4), "3.0e-04");
+  EXPECT_EQ(ShortestRoundTrip(2.5e-5), "2.5e-05");
+  EXPECT_EQ(ShortestRoundTrip(0.1f), "0.1");
+  EXPECT_EQ(Rfc3339(1e300), "");  // no undefined cast of a garbage time
 }
 
 std::string Path(const std::string& t) {
@@ -72,6 +76,7 @@ TEST(JsonPath, KubectlForms) {
   EXPECT_EQ(Path("{..step}"), "19");
   EXPECT_EQ(Path("{.placement[?(@.worker==\"w1\")].rank}"), "1");
   EXPECT_EQ(Path("{.placement[?(@.rank>0)].worker}"), "w1");
+  EXPECT_EQ(Path("{.placement[?(@.worker==0)].rank}"), "");  // "w0" is not the number 0
   EXPECT_EQ(Path("{range .placement[*]}{.rank}{\"\\t\"}{.worker}{\"\\n\"}{end}"), "0\tw0\n1\tw1\n");
   EXPECT_EQ(Path("id={.id} step={.last_metrics.step}"), "id=tiny-1 step=19");
   EXPECT_EQ(Path("{.no_such_key}"), "");  // missing: nothing, as kubectl's default
@@ -108,6 +113,8 @@ TEST(CustomColumns, RowsAndNone) {
   EXPECT_EQ(t->rows[1], (std::vector<std::string>{"tiny-2", "<none>", "tiny"}));
   EXPECT_FALSE(CustomColumns("ID", object).ok());
   EXPECT_FALSE(CustomColumns("ID:.id,:x", object).ok());
+  EXPECT_FALSE(CustomColumns("ID:{}", object).ok());
+  EXPECT_FALSE(CustomColumns("ID: ", object).ok());
 }
 
 }  // namespace

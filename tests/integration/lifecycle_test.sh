@@ -100,7 +100,9 @@ echo "depends_on: $b started $(python3 -c "print(round($b_start-$a_end,2))") s a
 
 # C depends on a job that fails (a dataset that does not exist: the rank fails, permanently).
 make_job "$WORK/f.yaml" dep-f 5 0 1 1
-sed -i "s#data: {path: data/fortunes#data: {path: $WORK/no-such-data#" "$WORK/f.yaml"
+# A relative dataset found in no data root: accepted at submit (the agents resolve relative paths),
+# the rank fails at once (an absolute one the controller can see would be refused at submit).
+sed -i "s#data: {path: data/fortunes#data: {path: data/no-such-data#" "$WORK/f.yaml"
 grep -q "no-such-data" "$WORK/f.yaml" || fail "the failing job has the real data path"
 f=$("$MOECTL" submit -f "$WORK/f.yaml")
 make_job "$WORK/c.yaml" dep-c 5 0 1 1

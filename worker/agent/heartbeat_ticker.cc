@@ -1,5 +1,6 @@
 #include "worker/agent/heartbeat_ticker.h"
 
+#include <algorithm>
 #include <random>
 
 namespace moe::worker {
@@ -58,10 +59,11 @@ void HeartbeatTicker::Loop() {
     calling_ = 0;
     cv_.notify_all();  // a Remove waiting for this beat
     if (const auto again = entries_.find(id); again != entries_.end()) {
-      const double period = again->second.period();
-      due_.emplace(
-          due + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(period)),
-          id);
+      // On schedule, but never in the past: after a stall each agent beats once, not once for
+      // every period it missed.
+      const auto next = due + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(again->second.period()));
+      due_.emplace(std::max(next, Clock::now()), id);
     }
   }
 }
