@@ -98,8 +98,8 @@ std::string ToYaml(const Node& node);
 // JSON string literal with escapes, quotes included.
 std::string JsonQuote(std::string_view s);
 // The shortest decimal that reads back as the same value ("0.1", not "0.10000000000000001"), with a
-// mantissa that has a point when there is an exponent ("3.0e-04", not "3e-04": YAML 1.1 readers such
-// as PyYAML take the latter for a string); "" when not finite.
+// mantissa that has a point when there is an exponent ("3.0e-04", not "3e-04": YAML 1.1 readers
+// such as PyYAML take the latter for a string); "" when not finite.
 std::string ShortestRoundTrip(double v);
 std::string ShortestRoundTrip(float v);
 
