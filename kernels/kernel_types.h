@@ -60,7 +60,7 @@ struct AdamWConfig {
 };
 
 // How the CUDA path runs a grouped GEMM (kernels/cuda/gemm.cu): by rows per expert (auto: one
-// cublasGemmGroupedBatchedEx call below 1,024 rows per expert, else a call per expert), or forced.
+// cublasGemmGroupedBatchedEx call below 128 rows per expert, else a call per expert), or forced.
 // The environment's MOE_GROUPED_GEMM=loop|grouped sets the starting mode; the CPU ignores it.
 enum class GroupedGemmMode { kAuto, kLoop, kGrouped };
 // Device-side bounds checks: the CUDA kernels that index with data (the embedding's token ids, the

@@ -2,10 +2,9 @@
 // experts with their backward. A grouped GEMM is one cuBLAS call per non-empty expert (the expert
 // loop of Megatron's non-grouped path) when the experts have many rows each, and one
 // cublasGemmGroupedBatchedEx call (every expert a group of one GEMM, run side by side) when they
-// have few: at DeepSeek-V3's 256 experts a rank's experts get about 128 rows each, and a GEMM that
-// small fills a fraction of the SMs. MOE_GROUPED_GEMM=loop|grouped overrides the choice (the
-// benchmark compares them); without the grouped entry point (cuBLAS before 12.5), or for types it
-// does not take, the loop runs.
+// have very few (below 128 rows each: on an H200 a call per expert was faster from 128 rows up).
+// MOE_GROUPED_GEMM=loop|grouped overrides the choice (the benchmark compares them); without the
+// grouped entry point (cuBLAS before 12.5), or for types it does not take, the loop runs.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -74,7 +73,11 @@ struct Piece {
 };
 
 // Rows per expert (the mean over non-empty experts) below which the grouped call is chosen.
-constexpr int64_t kGroupedBelowRows = 1024;
+// Measured on an H200 (cuBLAS 13.0, w13's shape, 32 experts; docs/benchmarks.md, "GPU"): a call per
+// expert reached 0.43, 0.92 and 1.02 of the dense rate at 128, 512 and 4,096 rows, the grouped call
+// 0.36, 0.40 and 0.38, so the loop wins from 128 rows up; below that both are bound by their
+// launches and the one grouped call is fewer of them (not yet measured there).
+constexpr int64_t kGroupedBelowRows = 128;
 
 bool ChooseGrouped(int64_t rows, int64_t pieces) {
   const GroupedGemmMode mode = GetGroupedGemmMode();
