@@ -90,7 +90,8 @@ class Stack:
         self.procs = []
 
     def start_controller(self, lease=3):
-        cmd = [f"{self.args.bin}/moe-controller", "--listen", self.addr, "--metrics-listen", f"127.0.0.1:{free_port()}",
+        self.metrics = f"127.0.0.1:{free_port()}"
+        cmd = [f"{self.args.bin}/moe-controller", "--listen", self.addr, "--metrics-listen", self.metrics,
                "--state-dir", os.path.join(self.work, "state"), "--lease-seconds", str(lease)]
         if self.pin:
             cmd = ["taskset", "-c", "0"] + cmd
@@ -125,6 +126,16 @@ class Stack:
             self.procs.append(proc)
             procs.append(proc)
         return procs
+
+    def heartbeats(self):
+        """moe_heartbeats_total by transport from /metrics: {"udp": n, "stream": n}."""
+        import urllib.request
+        text = urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=10).read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("moe_heartbeats_total{"):
+                out[line.split('transport="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+        return out
 
     def list_workers(self):
         """Every worker, page by page (a page holds at most 10,000)."""
@@ -348,9 +359,11 @@ def heartbeat_phase(args, work):
                 lost = sum(1 for line in open(st.log) if " lost" in line)
                 print(f"load: heartbeats: {n} agents did not converge: {e} ({lost} lost lines in the controller's log)")
                 break
-            c0, t0 = ticks(st.ctl.pid), time.time()
+            b0, c0, t0 = st.heartbeats(), ticks(st.ctl.pid), time.time()
             time.sleep(args.hold)
             cpu = (ticks(st.ctl.pid) - c0) / (time.time() - t0)
+            b1, held_s = st.heartbeats(), time.time() - t0
+            rates = {k: (b1.get(k, 0) - b0.get(k, 0)) / held_s for k in ("udp", "stream")}
             lost = st.count("LOST")
             lines = sum(1 for line in open(st.log) if " lost" in line)
             rss = peak_rss_mb(st.ctl.pid)
@@ -360,7 +373,8 @@ def heartbeat_phase(args, work):
         rows.append((n, reg, cpu, rss, lost, lines, ok))
         print(f"load: heartbeats: {n:6d} agents x {per_node} = {n * per_node:7d} devices at 1 Hz: registered in {reg:5.1f} s, "
               f"controller {cpu * 100:5.1f}% of one core, {rss:5.0f} MB, {lost} LOST, {lines} lost lines: "
-              f"{'held' if ok else 'MISSED LEASES'}")
+              f"{'held' if ok else 'MISSED LEASES'}; heartbeats heard {rates['udp']:,.0f}/s by UDP, "
+              f"{rates['stream']:,.0f}/s on streams")
         if not ok:
             break
         held = n

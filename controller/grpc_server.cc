@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "controller/executor.h"
 #include "controller/mutex.h"
+#include "controller/udp_heartbeats.h"
 #include "moe/v1/job_service.grpc.pb.h"
 #include "moe/v1/worker_service.grpc.pb.h"
 
@@ -179,8 +180,8 @@ class WorkerStream final
     : public grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>,
       public WorkerChannel {
  public:
-  WorkerStream(Controller& controller, Executor& ex, const Status& auth)
-      : controller_(controller), ex_(ex) {
+  WorkerStream(Controller& controller, Executor& ex, UdpHeartbeats* udp, const Status& auth)
+      : controller_(controller), ex_(ex), udp_(udp) {
     if (!auth.ok()) {
       MutexLock lock(&mu_);
       reads_done_ = true;
@@ -206,6 +207,7 @@ class WorkerStream final
     }
     if (!name_.empty() && in_.has_heartbeat()) {  // the lease renewed, nothing else: no lock taken
       controller_.leases().Renew(name_, static_cast<WorkerChannel*>(this));
+      udp_->NoteStreamBeat();
       StartRead(&in_);
       return;
     }
@@ -255,6 +257,7 @@ class WorkerStream final
     MOE_ASSIGN_OR_RETURN(moe::v1::Registered registered,
                          controller_.Register(in_.register_(), this));
     name_ = in_.register_().name();
+    udp_->Grant(name_, static_cast<WorkerChannel*>(this), &registered);  // the lease's id and key
     moe::v1::ControllerMessage m;
     *m.mutable_registered() = std::move(registered);
     Send(m);
@@ -277,6 +280,7 @@ class WorkerStream final
 
   Controller& controller_;
   Executor& ex_;
+  UdpHeartbeats* const udp_;  // grants nothing when it does not serve: stream heartbeats only
   moe::v1::WorkerMessage in_;
   std::string name_;  // the agent's, set once registered
   Mutex mu_;
@@ -417,12 +421,13 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
 
 class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(Controller& c, const TokenAuth& a, Clock& clock, Executor& ex)
-      : c_(c), auth_(a), clock_(clock), ex_(ex) {}
+  WorkerServiceImpl(Controller& c, const TokenAuth& a, Clock& clock, Executor& ex,
+                    UdpHeartbeats* udp)
+      : c_(c), auth_(a), clock_(clock), ex_(ex), udp_(udp) {}
 
   grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override {
-    return new WorkerStream(c_, ex_, auth_.Check(Authorization(ctx), Role::kWorker));
+    return new WorkerStream(c_, ex_, udp_, auth_.Check(Authorization(ctx), Role::kWorker));
   }
   grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx,
                                           const moe::v1::RendezvousSetRequest* req,
@@ -488,6 +493,7 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   const TokenAuth& auth_;
   Clock& clock_;
   Executor& ex_;
+  UdpHeartbeats* const udp_;
 };
 
 namespace {
@@ -536,7 +542,12 @@ Status GrpcServer::ListenError(const ServerOptions& o) {
 }
 
 GrpcServer::GrpcServer(Controller& controller, const TokenAuth& auth, Clock& clock)
-    : controller_(controller), auth_(auth), clock_(clock) {}
+    : controller_(controller),
+      auth_(auth),
+      clock_(clock),
+      udp_(std::make_unique<UdpHeartbeats>(controller.leases())) {}
+
+void GrpcServer::CountHeartbeats(prometheus::Registry& registry) { udp_->Count(registry); }
 GrpcServer::~GrpcServer() { Shutdown(); }
 
 Status GrpcServer::Start(const ServerOptions& o) {
@@ -559,7 +570,7 @@ Status GrpcServer::Start(const ServerOptions& o) {
     return InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
   jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_, executor_);
-  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_, executor_);
+  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_, executor_, udp_.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, creds, &port_);
   builder.RegisterService(jobs_.get());
@@ -578,10 +589,35 @@ Status GrpcServer::Start(const ServerOptions& o) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) return ListenError(o);
+  if (o.heartbeat_udp) StartUdpHeartbeats(o.listen);
   return OkStatus();
 }
 
+// UDP heartbeats on the gRPC listener's host and port; where that cannot be (a Unix socket, a port
+// another program holds for UDP) the agents heartbeat on their streams, as they do when their
+// datagrams go unanswered.
+void GrpcServer::StartUdpHeartbeats(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  Status st = listen.rfind("unix:", 0) == 0 || colon == std::string::npos
+                  ? UnavailableError("not a host:port address")
+                  : OkStatus();
+  if (st.ok()) {
+    std::string host = listen.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);
+    st = udp_->Start(host, port_);
+  }
+  if (st.ok()) {
+    MOE_LOG(INFO) << "heartbeats by UDP on port " << port_ << " (the agents fall back to their "
+                  << "streams when their datagrams go unanswered)";
+    return;
+  }
+  MOE_LOG(WARNING) << "no UDP heartbeats (" << st.message() << " for --listen " << listen
+                   << "): the agents heartbeat on their streams";  // udp_ grants nothing
+}
+
 void GrpcServer::Shutdown() {
+  udp_->Stop();  // the lease book outlives the server: no renewal after this
   if (server_) {
     // gRPC's own deadline type (a wall-clock time point): in-flight calls get 2 s to finish.
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
