@@ -39,24 +39,29 @@ std::string Authorization(grpc::CallbackServerContext* ctx) {
 // A unary call that finishes right away.
 template <typename Fn>
 grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const TokenAuth& auth, Role role,
-                                Fn&& fn) {
+                                RpcTimer timer, Fn&& fn) {
   auto* reactor = ctx->DefaultReactor();
   Status st = auth.Check(Authorization(ctx), role);
   if (st.ok()) st = fn();
   reactor->Finish(ToGrpc(st));
+  timer.Done();
   return reactor;
 }
 
 // A unary call that may wait for the store: run on the executor, finished from there.
 template <typename Fn>
 grpc::ServerUnaryReactor* UnaryLater(grpc::CallbackServerContext* ctx, const TokenAuth& auth,
-                                     Role role, Executor& ex, Fn fn) {
+                                     Role role, Executor& ex, RpcTimer timer, Fn fn) {
   auto* reactor = ctx->DefaultReactor();
   if (Status st = auth.Check(Authorization(ctx), role); !st.ok()) {
     reactor->Finish(ToGrpc(st));
+    timer.Done();
     return reactor;
   }
-  ex.Post([reactor, fn = std::move(fn)]() mutable { reactor->Finish(ToGrpc(fn())); });
+  ex.Post([reactor, timer, fn = std::move(fn)]() mutable {
+    reactor->Finish(ToGrpc(fn()));
+    timer.Done();
+  });
   return reactor;
 }
 
@@ -295,20 +300,22 @@ class WorkerStream final
 
 class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackService {
  public:
-  JobServiceImpl(Controller& c, const TokenAuth& a, Executor& ex) : c_(c), auth_(a), ex_(ex) {}
+  JobServiceImpl(Controller& c, const TokenAuth& a, Executor& ex, const RpcTimes& times)
+      : c_(c), auth_(a), ex_(ex), times_(times) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const moe::v1::SubmitJobRequest* req,
                                       moe::v1::Job* resp) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job(), req->request_id(), who));
-      return OkStatus();
-    });
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("SubmitJob"),
+                      [=, this]() -> Status {
+                        MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job(), req->request_id(), who));
+                        return OkStatus();
+                      });
   }
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
                                    const moe::v1::GetJobRequest* req, moe::v1::Job* resp) override {
-    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kViewer, times_.Start("GetJob"), [&]() -> Status {
       MOE_ASSIGN_OR_RETURN(*resp, c_.Get(req->id(), /*with_events=*/true));
       return OkStatus();
     });
@@ -316,7 +323,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const moe::v1::ListJobsRequest* req,
                                      moe::v1::ListJobsResponse* resp) override {
-    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kViewer, times_.Start("ListJobs"), [&]() -> Status {
       MOE_ASSIGN_OR_RETURN(*resp, c_.ListPage(*req));
       return OkStatus();
     });
@@ -325,16 +332,17 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
                                       const moe::v1::CancelJobRequest* req,
                                       moe::v1::Job* resp) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id(), who, req->now()));
-      return OkStatus();
-    });
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("CancelJob"),
+                      [=, this]() -> Status {
+                        MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id(), who, req->now()));
+                        return OkStatus();
+                      });
   }
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
                                       const moe::v1::DeleteJobRequest* req,
                                       moe::v1::DeleteJobResponse*) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_,
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("DeleteJob"),
                       [=, this]() -> Status { return c_.Delete(req->id(), who); });
   }
   grpc::ServerWriteReactor<moe::v1::WatchJobResponse>* WatchJob(
@@ -353,13 +361,13 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
                                         const moe::v1::ListWorkersRequest* req,
                                         moe::v1::ListWorkersResponse* resp) override {
-    return Unary(ctx, auth_, Role::kViewer,
+    return Unary(ctx, auth_, Role::kViewer, times_.Start("ListWorkers"),
                  [&]() -> Status { return WorkersPage(c_.Workers(), *req, resp); });
   }
   grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx,
                                        const moe::v1::ListQueuesRequest*,
                                        moe::v1::ListQueuesResponse* resp) override {
-    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kViewer, times_.Start("ListQueues"), [&]() -> Status {
       for (auto& q : c_.Queues()) *resp->add_queues() = std::move(q);
       return OkStatus();
     });
@@ -367,7 +375,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* ListRacks(grpc::CallbackServerContext* ctx,
                                       const moe::v1::ListRacksRequest*,
                                       moe::v1::ListRacksResponse* resp) override {
-    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kViewer, times_.Start("ListRacks"), [&]() -> Status {
       *resp = c_.Racks();
       return OkStatus();
     });
@@ -376,32 +384,37 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
                                         const moe::v1::DrainWorkerRequest* req,
                                         moe::v1::Worker* resp) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true, who, req->move_work()));
-      return OkStatus();
-    });
+    return UnaryLater(
+        ctx, auth_, Role::kAdmin, ex_, times_.Start("DrainWorker"), [=, this]() -> Status {
+          MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true, who, req->move_work()));
+          return OkStatus();
+        });
   }
   grpc::ServerUnaryReactor* UndrainWorker(grpc::CallbackServerContext* ctx,
                                           const moe::v1::DrainWorkerRequest* req,
                                           moe::v1::Worker* resp) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false, who));
-      return OkStatus();
-    });
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("UndrainWorker"),
+                      [=, this]() -> Status {
+                        MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false, who));
+                        return OkStatus();
+                      });
   }
   // Answered when the worker's LogReply arrives (or fails): the reactor finishes from that thread.
   grpc::ServerUnaryReactor* GetLogs(grpc::CallbackServerContext* ctx,
                                     const moe::v1::GetLogsRequest* req,
                                     moe::v1::GetLogsResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    RpcTimer timer = times_.Start("GetLogs");
     if (Status st = auth_.Check(Authorization(ctx), Role::kViewer); !st.ok()) {
       reactor->Finish(ToGrpc(st));
+      timer.Done();
       return reactor;
     }
-    c_.RequestLogs(*req, [reactor, resp](StatusOr<moe::v1::GetLogsResponse> r) {
+    c_.RequestLogs(*req, [reactor, resp, timer](StatusOr<moe::v1::GetLogsResponse> r) mutable {
       if (r.ok()) *resp = std::move(*r);
       reactor->Finish(ToGrpc(r.ok() ? OkStatus() : r.status()));
+      timer.Done();
     });
     return reactor;
   }
@@ -409,7 +422,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
                                          const moe::v1::DrainWorkerRequest* req,
                                          moe::v1::DeleteWorkerResponse*) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_,
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("DeleteWorker"),
                       [=, this]() -> Status { return c_.DeleteWorker(req->name(), who); });
   }
 
@@ -417,13 +430,14 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   Controller& c_;
   const TokenAuth& auth_;
   Executor& ex_;
+  const RpcTimes& times_;
 };
 
 class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::CallbackService {
  public:
   WorkerServiceImpl(Controller& c, const TokenAuth& a, Clock& clock, Executor& ex,
-                    UdpHeartbeats* udp)
-      : c_(c), auth_(a), clock_(clock), ex_(ex), udp_(udp) {}
+                    UdpHeartbeats* udp, const RpcTimes& times)
+      : c_(c), auth_(a), clock_(clock), ex_(ex), udp_(udp), times_(times) {}
 
   grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override {
@@ -432,7 +446,7 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx,
                                           const moe::v1::RendezvousSetRequest* req,
                                           moe::v1::RendezvousSetResponse*) override {
-    return Unary(ctx, auth_, Role::kWorker, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kWorker, times_.Start("RendezvousSet"), [&]() -> Status {
       MOE_RETURN_IF_ERROR(CheckKey(ctx, req->key()));
       if (req->value().size() > kMaxRendezvousValueBytes) {
         return InvalidArgumentError("rendezvous value over " +
@@ -444,7 +458,7 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   grpc::ServerUnaryReactor* RendezvousGet(grpc::CallbackServerContext* ctx,
                                           const moe::v1::RendezvousGetRequest* req,
                                           moe::v1::RendezvousGetResponse* resp) override {
-    return Unary(ctx, auth_, Role::kWorker, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kWorker, times_.Start("RendezvousGet"), [&]() -> Status {
       MOE_RETURN_IF_ERROR(CheckKey(ctx, req->key()));
       auto v = c_.rendezvous().Get(req->key());
       if (!v) return NotFoundError("key " + req->key());
@@ -494,6 +508,7 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   Clock& clock_;
   Executor& ex_;
   UdpHeartbeats* const udp_;
+  const RpcTimes& times_;
 };
 
 namespace {
@@ -547,7 +562,10 @@ GrpcServer::GrpcServer(Controller& controller, const TokenAuth& auth, Clock& clo
       clock_(clock),
       udp_(std::make_unique<UdpHeartbeats>(controller.leases())) {}
 
-void GrpcServer::CountHeartbeats(prometheus::Registry& registry) { udp_->Count(registry); }
+void GrpcServer::Count(prometheus::Registry& registry) {
+  udp_->Count(registry);
+  times_.Count(registry);
+}
 GrpcServer::~GrpcServer() { Shutdown(); }
 
 Status GrpcServer::Start(const ServerOptions& o) {
@@ -569,8 +587,9 @@ Status GrpcServer::Start(const ServerOptions& o) {
   } else if (!o.tls_client_ca.empty()) {
     return InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
-  jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_, executor_);
-  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_, executor_, udp_.get());
+  jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_, executor_, times_);
+  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_, executor_, udp_.get(),
+                                                 times_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, creds, &port_);
   builder.RegisterService(jobs_.get());

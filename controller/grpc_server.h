@@ -17,6 +17,7 @@
 #include "controller/config.h"
 #include "controller/controller.h"
 #include "controller/executor.h"
+#include "controller/rpc_times.h"
 #include "prometheus/registry.h"
 
 namespace moe::controller {
@@ -31,8 +32,9 @@ class GrpcServer {
   ~GrpcServer();
   Status Start(const ServerOptions& options);
   int port() const { return port_; }
-  // The heartbeat counters (controller/udp_heartbeats.h) in `registry`; before Start.
-  void CountHeartbeats(prometheus::Registry& registry);
+  // The heartbeat counters (controller/udp_heartbeats.h) and the RPCs' times
+  // (controller/rpc_times.h) in `registry`; before Start.
+  void Count(prometheus::Registry& registry);
   void Shutdown();
 
  private:
@@ -47,6 +49,7 @@ class GrpcServer {
   // The calls that may wait for the store (changes, registrations, a worker's messages but its
   // heartbeats) run here, not on gRPC's callback threads. Outlives the services and the server.
   Executor executor_{16};
+  RpcTimes times_;  // filled by Count, before Start; read by the services
   std::unique_ptr<UdpHeartbeats>
       udp_;  // heartbeats by datagram (before the services: outlives them)
   std::unique_ptr<JobServiceImpl> jobs_;

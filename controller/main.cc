@@ -396,7 +396,7 @@ int main(int argc, char** argv) {
 
   // Serve.
   moe::controller::GrpcServer grpc_server(controller, *auth, clock);
-  grpc_server.CountHeartbeats(*registry);
+  grpc_server.Count(*registry);
   if (moe::Status st = grpc_server.Start(config.server); !st.ok()) {
     return Fail("--listen: " + st.message());
   }

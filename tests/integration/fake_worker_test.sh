@@ -76,6 +76,14 @@ rm -rf "$outside"
 u0=$(beats udp); s0=$(beats stream); sleep 3; u1=$(beats udp); s1=$(beats stream)
 [ "${u1%.*}" -ge $(( ${u0%.*} + 8 )) ] && [ "${s1%.*}" = "${s0%.*}" ] ||
   fail "heartbeats over 3 s: udp $u0 -> $u1, stream $s0 -> $s1 (4 agents: about 12 datagrams, no stream beats)"
+# The controller's own time per RPC: every submit above (the refused one too) is in SubmitJob's
+# histogram, its +Inf bucket equals its count, and its sum is a time.
+rpc=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | grep '^moe_rpc_duration_seconds.*method="SubmitJob"')
+n=$(sed -n 's/^moe_rpc_duration_seconds_count{method="SubmitJob"} //p' <<<"$rpc")
+inf=$(sed -n 's/^moe_rpc_duration_seconds_bucket{method="SubmitJob",le="+Inf"} //p' <<<"$rpc")
+sum=$(sed -n 's/^moe_rpc_duration_seconds_sum{method="SubmitJob"} //p' <<<"$rpc")
+[ "${n%.*}" -ge 4 ] && [ "$inf" = "$n" ] && python3 -c "import sys; assert 0 < float(sys.argv[1]) < 60" "$sum" ||
+  fail "moe_rpc_duration_seconds for SubmitJob after 4 submits: count '$n', +Inf '$inf', sum '$sum'"
 # A controller that grants no UDP lease: every beat on the streams, no agent lost.
 kill -TERM $CTL_PID; wait $CTL_PID 2>/dev/null || true
 start_controller --no-udp-heartbeats
@@ -92,4 +100,4 @@ drained=$("$BIN/moectl" get workers -o json | python3 -c 'import json,sys; print
 kill -TERM $FAKE
 for _ in $(seq 1 50); do kill -0 $FAKE 2>/dev/null || break; sleep 0.1; done
 kill -0 $FAKE 2>/dev/null && fail "the fake workers did not stop on SIGTERM"
-echo "fake nodes: 4 agents x 2 devices in one process on 2 racks ($conns connections); a 4-rank job SUCCEEDED at step 30/30; cancel, drain by agent and SIGTERM work; paths outside the roots refused; heartbeats by UDP ($u0 -> $u1 in 3 s), on the streams without it"
+echo "fake nodes: 4 agents x 2 devices in one process on 2 racks ($conns connections); a 4-rank job SUCCEEDED at step 30/30; cancel, drain by agent and SIGTERM work; paths outside the roots refused; heartbeats by UDP ($u0 -> $u1 in 3 s), on the streams without it; $n submits timed by the controller"
