@@ -28,7 +28,10 @@ The run ends with one RESULT line per figure of the issue (submit_per_second, su
 list_p99_ms, heartbeat_devices_held, heartbeat_core_fraction, cold_start_seconds,
 restart_agents_back_seconds, restart_jobs_restarted, acked_changes_lost), each measured end to end from
 the Python clients; the clients' own share of a call is printed beside it (the floor: an RPC the
-controller answers from memory). Where this machine bounds a figure, the line before says by what.
+controller answers from memory), and the controller's own time for the same calls (its
+moe_rpc_duration_seconds histogram, scraped before and after the clients ran: entry to answer, queue
+and store waits included) follows as submit_service_p99_ms, get_service_p99_ms and list_service_p99_ms.
+Where this machine bounds a figure, the line before says by what.
 
   bench/load.py [--bin build/bin] [--jobs 1000] [--clients 20] [--watchers 100] [--workers 512]
                 [--devices-per-node 8] [--ladder 1024,4096,16384] [--hold 20] [--skip-heartbeats]
@@ -76,6 +79,24 @@ def peak_rss_mb(pid):
     return 0.0
 
 
+def bucket_quantile(before, after, q):
+    """The q-quantile in ms of the observations between two scrapes of one histogram's cumulative
+    buckets, interpolated within its bucket as Prometheus's histogram_quantile does; (quantile, n)."""
+    prev = dict(before)
+    delta = [(le, c - prev.get(le, 0)) for le, c in after]
+    n = delta[-1][1] if delta else 0
+    if n <= 0:
+        return float("nan"), 0
+    rank, lo, below = q * n, 0.0, 0.0
+    for le, c in delta:
+        if c >= rank:
+            if le == float("inf"):
+                return lo * 1e3, int(n)  # above the last bound: its lower edge, as Prometheus does
+            return (lo + (le - lo) * (rank - below) / max(c - below, 1e-9)) * 1e3, int(n)
+        lo, below = le, c
+    return lo * 1e3, int(n)
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
@@ -90,7 +111,8 @@ class Stack:
         self.procs = []
 
     def start_controller(self, lease=3):
-        cmd = [f"{self.args.bin}/moe-controller", "--listen", self.addr, "--metrics-listen", f"127.0.0.1:{free_port()}",
+        self.metrics = f"127.0.0.1:{free_port()}"
+        cmd = [f"{self.args.bin}/moe-controller", "--listen", self.addr, "--metrics-listen", self.metrics,
                "--state-dir", os.path.join(self.work, "state"), "--lease-seconds", str(lease)]
         if self.pin:
             cmd = ["taskset", "-c", "0"] + cmd
@@ -125,6 +147,30 @@ class Stack:
             self.procs.append(proc)
             procs.append(proc)
         return procs
+
+    def scrape(self):
+        import urllib.request
+        return urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=10).read().decode()
+
+    def rpc_buckets(self):
+        """moe_rpc_duration_seconds's cumulative buckets by method: {method: [(le, count), ...]}."""
+        out = {}
+        for line in self.scrape().splitlines():
+            if line.startswith("moe_rpc_duration_seconds_bucket{"):
+                labels, value = line.rsplit(" ", 1)
+                method = labels.split('method="')[1].split('"')[0]
+                le = labels.split('le="')[1].split('"')[0]
+                out.setdefault(method, []).append((float("inf") if le == "+Inf" else float(le), float(value)))
+        return {m: sorted(b) for m, b in out.items()}
+
+    def heartbeats(self):
+        """moe_heartbeats_total by transport from /metrics: {"udp": n, "stream": n}."""
+        text = self.scrape()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("moe_heartbeats_total{"):
+                out[line.split('transport="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+        return out
 
     def list_workers(self):
         """Every worker, page by page (a page holds at most 10,000)."""
@@ -290,7 +336,7 @@ def run_jobs(st, args, work):
     watchers = [threading.Thread(target=load.watcher, args=(k,), daemon=True) for k in range(args.watchers)]
     for t in watchers:
         t.start()
-    c0, t0 = ticks(st.ctl.pid), time.time()
+    c0, t0, h0 = ticks(st.ctl.pid), time.time(), st.rpc_buckets()
     per = args.jobs // args.clients
     clients = [threading.Thread(target=load.client, args=(k, per)) for k in range(args.clients)]
     for t in clients:
@@ -298,6 +344,7 @@ def run_jobs(st, args, work):
     for t in clients:
         t.join()
     submit_wall = time.time() - t0
+    h1 = st.rpc_buckets()
     ids = list(load.ids) + [seed_id]
     while True:
         states = final_states(st, ids)
@@ -318,7 +365,14 @@ def run_jobs(st, args, work):
     print(f"load: {len(load.ids)} jobs submitted by {args.clients} clients in {submit_wall:.1f} s; all final after {wall:.1f} s; "
           f"{load.max_watch_streams} watch streams open at most")
     for m, xs in load.lat.items():
-        print(f"load: {m:10s} n={len(xs):5d}  p50 {pct(xs, 0.5):7.1f} ms  p99 {pct(xs, 0.99):7.1f} ms  max {pct(xs, 1.0):7.1f} ms")
+        print(f"load: {m:10s} n={len(xs):5d}  p50 {pct(xs, 0.5):7.1f} ms  p99 {pct(xs, 0.99):7.1f} ms  max {pct(xs, 1.0):7.1f} ms"
+              " (end to end, from the clients)")
+    for m, key in (("SubmitJob", "submit"), ("GetJob", "get"), ("ListJobs", "list")):
+        p50, n = bucket_quantile(h0.get(m, []), h1.get(m, []), 0.5)
+        p99, _ = bucket_quantile(h0.get(m, []), h1.get(m, []), 0.99)
+        RESULTS[f"{key}_service_p99_ms"] = p99
+        print(f"load: {m:10s} n={n:5d}  p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  (the controller's own time, entry to answer: "
+              "moe_rpc_duration_seconds, interpolated in its buckets)")
     print(f"load: controller CPU {cpu:.1f} s over {wall:.1f} s ({cpu / wall:.2f} cores), peak memory {rss:.0f} MB")
     problems = [f"{len(load.errors)} calls failed, e.g. {e}" for e in load.errors[:3]]
     not_ok = {i: s for i, s in states.items() if s != "SUCCEEDED"}
@@ -348,9 +402,11 @@ def heartbeat_phase(args, work):
                 lost = sum(1 for line in open(st.log) if " lost" in line)
                 print(f"load: heartbeats: {n} agents did not converge: {e} ({lost} lost lines in the controller's log)")
                 break
-            c0, t0 = ticks(st.ctl.pid), time.time()
+            b0, c0, t0 = st.heartbeats(), ticks(st.ctl.pid), time.time()
             time.sleep(args.hold)
             cpu = (ticks(st.ctl.pid) - c0) / (time.time() - t0)
+            b1, held_s = st.heartbeats(), time.time() - t0
+            rates = {k: (b1.get(k, 0) - b0.get(k, 0)) / held_s for k in ("udp", "stream")}
             lost = st.count("LOST")
             lines = sum(1 for line in open(st.log) if " lost" in line)
             rss = peak_rss_mb(st.ctl.pid)
@@ -360,7 +416,8 @@ def heartbeat_phase(args, work):
         rows.append((n, reg, cpu, rss, lost, lines, ok))
         print(f"load: heartbeats: {n:6d} agents x {per_node} = {n * per_node:7d} devices at 1 Hz: registered in {reg:5.1f} s, "
               f"controller {cpu * 100:5.1f}% of one core, {rss:5.0f} MB, {lost} LOST, {lines} lost lines: "
-              f"{'held' if ok else 'MISSED LEASES'}")
+              f"{'held' if ok else 'MISSED LEASES'}; heartbeats heard {rates['udp']:,.0f}/s by UDP, "
+              f"{rates['stream']:,.0f}/s on streams")
         if not ok:
             break
         held = n
@@ -437,7 +494,7 @@ def run_restart(st, args, d):
 def print_results():
     for k in ("submit_per_second", "submit_p99_ms", "get_p99_ms", "list_p99_ms", "heartbeat_devices_held",
               "heartbeat_core_fraction", "cold_start_seconds", "restart_agents_back_seconds", "restart_jobs_restarted",
-              "acked_changes_lost"):
+              "acked_changes_lost", "submit_service_p99_ms", "get_service_p99_ms", "list_service_p99_ms"):
         if k in RESULTS:
             v = RESULTS[k]
             print(f"RESULT {k} {v:.3f}" if isinstance(v, float) else f"RESULT {k} {v}")

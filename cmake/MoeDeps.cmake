@@ -54,13 +54,14 @@ if(NOT MOE_SERVICES STREQUAL "OFF")
   find_package(absl CONFIG QUIET)
   find_package(CLI11 CONFIG QUIET)
   find_package(spdlog CONFIG QUIET)
+  find_package(OpenSSL QUIET)  # libcrypto: the UDP heartbeats' HMAC (common/udp_beat.h)
   if(Protobuf_FOUND AND GRPCPP_FOUND AND MOE_GRPC_CPP_PLUGIN AND prometheus-cpp_FOUND AND SQLite3_FOUND AND absl_FOUND AND CLI11_FOUND
-     AND spdlog_FOUND)
+     AND spdlog_FOUND AND OpenSSL_FOUND)
     set(MOE_SERVICES_ENABLED ON)
   elseif(MOE_SERVICES STREQUAL "ON")
     message(FATAL_ERROR "MOE_SERVICES=ON but a dependency is missing (protobuf ${Protobuf_FOUND}, grpc++ ${GRPCPP_FOUND}, "
                         "grpc_cpp_plugin ${MOE_GRPC_CPP_PLUGIN}, prometheus-cpp ${prometheus-cpp_FOUND}, sqlite3 ${SQLite3_FOUND}, "
-                        "absl ${absl_FOUND}, CLI11 ${CLI11_FOUND}, spdlog ${spdlog_FOUND}); run scripts/install-deps.sh")
+                        "absl ${absl_FOUND}, CLI11 ${CLI11_FOUND}, spdlog ${spdlog_FOUND}, openssl ${OpenSSL_FOUND}); run scripts/install-deps.sh")
   endif()
 endif()
 

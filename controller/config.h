@@ -19,6 +19,7 @@ struct ServerOptions {
   std::string tls_cert, tls_key;  // PEM files: TLS on when both are set
   std::string tls_client_ca;      // PEM: also require and verify client certificates (mTLS)
   int max_message_bytes = 16 << 20;
+  bool heartbeat_udp = true;  // agents' heartbeats by UDP datagram on the listener's port
 };
 
 // A rank whose compute time stays above the job's median by more than `margin` for `window`

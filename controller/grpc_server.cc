@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "controller/executor.h"
 #include "controller/mutex.h"
+#include "controller/udp_heartbeats.h"
 #include "moe/v1/job_service.grpc.pb.h"
 #include "moe/v1/worker_service.grpc.pb.h"
 
@@ -38,24 +39,29 @@ std::string Authorization(grpc::CallbackServerContext* ctx) {
 // A unary call that finishes right away.
 template <typename Fn>
 grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const TokenAuth& auth, Role role,
-                                Fn&& fn) {
+                                RpcTimer timer, Fn&& fn) {
   auto* reactor = ctx->DefaultReactor();
   Status st = auth.Check(Authorization(ctx), role);
   if (st.ok()) st = fn();
   reactor->Finish(ToGrpc(st));
+  timer.Done();
   return reactor;
 }
 
 // A unary call that may wait for the store: run on the executor, finished from there.
 template <typename Fn>
 grpc::ServerUnaryReactor* UnaryLater(grpc::CallbackServerContext* ctx, const TokenAuth& auth,
-                                     Role role, Executor& ex, Fn fn) {
+                                     Role role, Executor& ex, RpcTimer timer, Fn fn) {
   auto* reactor = ctx->DefaultReactor();
   if (Status st = auth.Check(Authorization(ctx), role); !st.ok()) {
     reactor->Finish(ToGrpc(st));
+    timer.Done();
     return reactor;
   }
-  ex.Post([reactor, fn = std::move(fn)]() mutable { reactor->Finish(ToGrpc(fn())); });
+  ex.Post([reactor, timer, fn = std::move(fn)]() mutable {
+    reactor->Finish(ToGrpc(fn()));
+    timer.Done();
+  });
   return reactor;
 }
 
@@ -179,8 +185,8 @@ class WorkerStream final
     : public grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>,
       public WorkerChannel {
  public:
-  WorkerStream(Controller& controller, Executor& ex, const Status& auth)
-      : controller_(controller), ex_(ex) {
+  WorkerStream(Controller& controller, Executor& ex, UdpHeartbeats* udp, const Status& auth)
+      : controller_(controller), ex_(ex), udp_(udp) {
     if (!auth.ok()) {
       MutexLock lock(&mu_);
       reads_done_ = true;
@@ -206,6 +212,7 @@ class WorkerStream final
     }
     if (!name_.empty() && in_.has_heartbeat()) {  // the lease renewed, nothing else: no lock taken
       controller_.leases().Renew(name_, static_cast<WorkerChannel*>(this));
+      udp_->NoteStreamBeat();
       StartRead(&in_);
       return;
     }
@@ -255,6 +262,7 @@ class WorkerStream final
     MOE_ASSIGN_OR_RETURN(moe::v1::Registered registered,
                          controller_.Register(in_.register_(), this));
     name_ = in_.register_().name();
+    udp_->Grant(name_, static_cast<WorkerChannel*>(this), &registered);  // the lease's id and key
     moe::v1::ControllerMessage m;
     *m.mutable_registered() = std::move(registered);
     Send(m);
@@ -277,6 +285,7 @@ class WorkerStream final
 
   Controller& controller_;
   Executor& ex_;
+  UdpHeartbeats* const udp_;  // grants nothing when it does not serve: stream heartbeats only
   moe::v1::WorkerMessage in_;
   std::string name_;  // the agent's, set once registered
   Mutex mu_;
@@ -291,20 +300,22 @@ class WorkerStream final
 
 class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackService {
  public:
-  JobServiceImpl(Controller& c, const TokenAuth& a, Executor& ex) : c_(c), auth_(a), ex_(ex) {}
+  JobServiceImpl(Controller& c, const TokenAuth& a, Executor& ex, const RpcTimes& times)
+      : c_(c), auth_(a), ex_(ex), times_(times) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const moe::v1::SubmitJobRequest* req,
                                       moe::v1::Job* resp) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job(), req->request_id(), who));
-      return OkStatus();
-    });
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("SubmitJob"),
+                      [=, this]() -> Status {
+                        MOE_ASSIGN_OR_RETURN(*resp, c_.Submit(req->job(), req->request_id(), who));
+                        return OkStatus();
+                      });
   }
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
                                    const moe::v1::GetJobRequest* req, moe::v1::Job* resp) override {
-    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kViewer, times_.Start("GetJob"), [&]() -> Status {
       MOE_ASSIGN_OR_RETURN(*resp, c_.Get(req->id(), /*with_events=*/true));
       return OkStatus();
     });
@@ -312,7 +323,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const moe::v1::ListJobsRequest* req,
                                      moe::v1::ListJobsResponse* resp) override {
-    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kViewer, times_.Start("ListJobs"), [&]() -> Status {
       MOE_ASSIGN_OR_RETURN(*resp, c_.ListPage(*req));
       return OkStatus();
     });
@@ -321,16 +332,17 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
                                       const moe::v1::CancelJobRequest* req,
                                       moe::v1::Job* resp) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id(), who, req->now()));
-      return OkStatus();
-    });
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("CancelJob"),
+                      [=, this]() -> Status {
+                        MOE_ASSIGN_OR_RETURN(*resp, c_.Cancel(req->id(), who, req->now()));
+                        return OkStatus();
+                      });
   }
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
                                       const moe::v1::DeleteJobRequest* req,
                                       moe::v1::DeleteJobResponse*) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_,
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("DeleteJob"),
                       [=, this]() -> Status { return c_.Delete(req->id(), who); });
   }
   grpc::ServerWriteReactor<moe::v1::WatchJobResponse>* WatchJob(
@@ -349,13 +361,13 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
                                         const moe::v1::ListWorkersRequest* req,
                                         moe::v1::ListWorkersResponse* resp) override {
-    return Unary(ctx, auth_, Role::kViewer,
+    return Unary(ctx, auth_, Role::kViewer, times_.Start("ListWorkers"),
                  [&]() -> Status { return WorkersPage(c_.Workers(), *req, resp); });
   }
   grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx,
                                        const moe::v1::ListQueuesRequest*,
                                        moe::v1::ListQueuesResponse* resp) override {
-    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kViewer, times_.Start("ListQueues"), [&]() -> Status {
       for (auto& q : c_.Queues()) *resp->add_queues() = std::move(q);
       return OkStatus();
     });
@@ -363,7 +375,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   grpc::ServerUnaryReactor* ListRacks(grpc::CallbackServerContext* ctx,
                                       const moe::v1::ListRacksRequest*,
                                       moe::v1::ListRacksResponse* resp) override {
-    return Unary(ctx, auth_, Role::kViewer, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kViewer, times_.Start("ListRacks"), [&]() -> Status {
       *resp = c_.Racks();
       return OkStatus();
     });
@@ -372,32 +384,37 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
                                         const moe::v1::DrainWorkerRequest* req,
                                         moe::v1::Worker* resp) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true, who, req->move_work()));
-      return OkStatus();
-    });
+    return UnaryLater(
+        ctx, auth_, Role::kAdmin, ex_, times_.Start("DrainWorker"), [=, this]() -> Status {
+          MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), true, who, req->move_work()));
+          return OkStatus();
+        });
   }
   grpc::ServerUnaryReactor* UndrainWorker(grpc::CallbackServerContext* ctx,
                                           const moe::v1::DrainWorkerRequest* req,
                                           moe::v1::Worker* resp) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, [=, this]() -> Status {
-      MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false, who));
-      return OkStatus();
-    });
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("UndrainWorker"),
+                      [=, this]() -> Status {
+                        MOE_ASSIGN_OR_RETURN(*resp, c_.SetDrained(req->name(), false, who));
+                        return OkStatus();
+                      });
   }
   // Answered when the worker's LogReply arrives (or fails): the reactor finishes from that thread.
   grpc::ServerUnaryReactor* GetLogs(grpc::CallbackServerContext* ctx,
                                     const moe::v1::GetLogsRequest* req,
                                     moe::v1::GetLogsResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    RpcTimer timer = times_.Start("GetLogs");
     if (Status st = auth_.Check(Authorization(ctx), Role::kViewer); !st.ok()) {
       reactor->Finish(ToGrpc(st));
+      timer.Done();
       return reactor;
     }
-    c_.RequestLogs(*req, [reactor, resp](StatusOr<moe::v1::GetLogsResponse> r) {
+    c_.RequestLogs(*req, [reactor, resp, timer](StatusOr<moe::v1::GetLogsResponse> r) mutable {
       if (r.ok()) *resp = std::move(*r);
       reactor->Finish(ToGrpc(r.ok() ? OkStatus() : r.status()));
+      timer.Done();
     });
     return reactor;
   }
@@ -405,7 +422,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
                                          const moe::v1::DrainWorkerRequest* req,
                                          moe::v1::DeleteWorkerResponse*) override {
     const std::string who = auth_.Who(Authorization(ctx));
-    return UnaryLater(ctx, auth_, Role::kAdmin, ex_,
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("DeleteWorker"),
                       [=, this]() -> Status { return c_.DeleteWorker(req->name(), who); });
   }
 
@@ -413,21 +430,23 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
   Controller& c_;
   const TokenAuth& auth_;
   Executor& ex_;
+  const RpcTimes& times_;
 };
 
 class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(Controller& c, const TokenAuth& a, Clock& clock, Executor& ex)
-      : c_(c), auth_(a), clock_(clock), ex_(ex) {}
+  WorkerServiceImpl(Controller& c, const TokenAuth& a, Clock& clock, Executor& ex,
+                    UdpHeartbeats* udp, const RpcTimes& times)
+      : c_(c), auth_(a), clock_(clock), ex_(ex), udp_(udp), times_(times) {}
 
   grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override {
-    return new WorkerStream(c_, ex_, auth_.Check(Authorization(ctx), Role::kWorker));
+    return new WorkerStream(c_, ex_, udp_, auth_.Check(Authorization(ctx), Role::kWorker));
   }
   grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx,
                                           const moe::v1::RendezvousSetRequest* req,
                                           moe::v1::RendezvousSetResponse*) override {
-    return Unary(ctx, auth_, Role::kWorker, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kWorker, times_.Start("RendezvousSet"), [&]() -> Status {
       MOE_RETURN_IF_ERROR(CheckKey(ctx, req->key()));
       if (req->value().size() > kMaxRendezvousValueBytes) {
         return InvalidArgumentError("rendezvous value over " +
@@ -439,7 +458,7 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   grpc::ServerUnaryReactor* RendezvousGet(grpc::CallbackServerContext* ctx,
                                           const moe::v1::RendezvousGetRequest* req,
                                           moe::v1::RendezvousGetResponse* resp) override {
-    return Unary(ctx, auth_, Role::kWorker, [&]() -> Status {
+    return Unary(ctx, auth_, Role::kWorker, times_.Start("RendezvousGet"), [&]() -> Status {
       MOE_RETURN_IF_ERROR(CheckKey(ctx, req->key()));
       auto v = c_.rendezvous().Get(req->key());
       if (!v) return NotFoundError("key " + req->key());
@@ -488,6 +507,8 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   const TokenAuth& auth_;
   Clock& clock_;
   Executor& ex_;
+  UdpHeartbeats* const udp_;
+  const RpcTimes& times_;
 };
 
 namespace {
@@ -536,7 +557,15 @@ Status GrpcServer::ListenError(const ServerOptions& o) {
 }
 
 GrpcServer::GrpcServer(Controller& controller, const TokenAuth& auth, Clock& clock)
-    : controller_(controller), auth_(auth), clock_(clock) {}
+    : controller_(controller),
+      auth_(auth),
+      clock_(clock),
+      udp_(std::make_unique<UdpHeartbeats>(controller.leases())) {}
+
+void GrpcServer::Count(prometheus::Registry& registry) {
+  udp_->Count(registry);
+  times_.Count(registry);
+}
 GrpcServer::~GrpcServer() { Shutdown(); }
 
 Status GrpcServer::Start(const ServerOptions& o) {
@@ -558,8 +587,9 @@ Status GrpcServer::Start(const ServerOptions& o) {
   } else if (!o.tls_client_ca.empty()) {
     return InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
-  jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_, executor_);
-  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_, executor_);
+  jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_, executor_, times_);
+  workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_, executor_, udp_.get(),
+                                                 times_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, creds, &port_);
   builder.RegisterService(jobs_.get());
@@ -578,10 +608,35 @@ Status GrpcServer::Start(const ServerOptions& o) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) return ListenError(o);
+  if (o.heartbeat_udp) StartUdpHeartbeats(o.listen);
   return OkStatus();
 }
 
+// UDP heartbeats on the gRPC listener's host and port; where that cannot be (a Unix socket, a port
+// another program holds for UDP) the agents heartbeat on their streams, as they do when their
+// datagrams go unanswered.
+void GrpcServer::StartUdpHeartbeats(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  Status st = listen.rfind("unix:", 0) == 0 || colon == std::string::npos
+                  ? UnavailableError("not a host:port address")
+                  : OkStatus();
+  if (st.ok()) {
+    std::string host = listen.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);
+    st = udp_->Start(host, port_);
+  }
+  if (st.ok()) {
+    MOE_LOG(INFO) << "heartbeats by UDP on port " << port_ << " (the agents fall back to their "
+                  << "streams when their datagrams go unanswered)";
+    return;
+  }
+  MOE_LOG(WARNING) << "no UDP heartbeats (" << st.message() << " for --listen " << listen
+                   << "): the agents heartbeat on their streams";  // udp_ grants nothing
+}
+
 void GrpcServer::Shutdown() {
+  udp_->Stop();  // the lease book outlives the server: no renewal after this
   if (server_) {
     // gRPC's own deadline type (a wall-clock time point): in-flight calls get 2 s to finish.
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -17,9 +17,12 @@
 #include "controller/config.h"
 #include "controller/controller.h"
 #include "controller/executor.h"
+#include "controller/rpc_times.h"
+#include "prometheus/registry.h"
 
 namespace moe::controller {
 
+class UdpHeartbeats;
 grpc::Status ToGrpc(const Status& st);
 
 class GrpcServer {
@@ -29,11 +32,15 @@ class GrpcServer {
   ~GrpcServer();
   Status Start(const ServerOptions& options);
   int port() const { return port_; }
+  // The heartbeat counters (controller/udp_heartbeats.h) and the RPCs' times
+  // (controller/rpc_times.h) in `registry`; before Start.
+  void Count(prometheus::Registry& registry);
   void Shutdown();
 
  private:
   // Why BuildAndStart gave no listener: the port, or (with TLS) the certificate and key.
   static Status ListenError(const ServerOptions& options);
+  void StartUdpHeartbeats(const std::string& listen);
   class JobServiceImpl;
   class WorkerServiceImpl;
   Controller& controller_;
@@ -42,6 +49,9 @@ class GrpcServer {
   // The calls that may wait for the store (changes, registrations, a worker's messages but its
   // heartbeats) run here, not on gRPC's callback threads. Outlives the services and the server.
   Executor executor_{16};
+  RpcTimes times_;  // filled by Count, before Start; read by the services
+  std::unique_ptr<UdpHeartbeats>
+      udp_;  // heartbeats by datagram (before the services: outlives them)
   std::unique_ptr<JobServiceImpl> jobs_;
   std::unique_ptr<WorkerServiceImpl> workers_;
   std::unique_ptr<grpc::Server> server_;

@@ -44,7 +44,8 @@ int64_t NowMs() {
       .count();
 }
 
-void BindFlags(CLI::App& app, ControllerConfig& c) {
+// Serving and security.
+void BindServingFlags(CLI::App& app, ControllerConfig& c) {
   app.add_option("--listen", c.server.listen, "gRPC address (host:port)")->capture_default_str();
   app.add_option("--metrics-listen", c.metrics_listen, "Prometheus /metrics address (host:port)")
       ->capture_default_str();
@@ -62,6 +63,14 @@ void BindFlags(CLI::App& app, ControllerConfig& c) {
       "accept --tokens beyond loopback without TLS: tokens then travel in clear (not recommended)");
   app.add_flag("--allow-remote-metrics", c.allow_remote_metrics,
                "serve /metrics (no token needed) beyond loopback");
+  app.add_flag(
+      "!--no-udp-heartbeats", c.server.heartbeat_udp,
+      "agents heartbeat on their gRPC streams only (default: by UDP datagram on the --listen "
+      "port, with the stream as the fallback; docs/architecture.md, Leases)");
+}
+
+// Workers, jobs, metrics and logs.
+void BindPolicyFlags(CLI::App& app, ControllerConfig& c) {
   app.add_option("--lease-seconds", c.lease_seconds, "a worker silent this long is lost")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -326,7 +335,8 @@ int main(int argc, char** argv) {
   // Parse flags.
   ControllerConfig config;
   CLI::App app{"moe-controller: schedules MoE training jobs onto rack-aware workers"};
-  BindFlags(app, config);
+  BindServingFlags(app, config);
+  BindPolicyFlags(app, config);
   std::string plan_cluster, plan_software;
   app.add_option(
       "--plan-cluster", plan_cluster,
@@ -386,6 +396,7 @@ int main(int argc, char** argv) {
 
   // Serve.
   moe::controller::GrpcServer grpc_server(controller, *auth, clock);
+  grpc_server.Count(*registry);
   if (moe::Status st = grpc_server.Start(config.server); !st.ok()) {
     return Fail("--listen: " + st.message());
   }

@@ -11,7 +11,7 @@ set -euo pipefail
 target=${1:-build}
 
 build_pkgs=(cmake ninja-build ccache pkg-config g++ make python3
-  libopenblas-openmp-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libopenblas-openmp-dev libgrpc++-dev libssl-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev libgloo-dev libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev fortunes pmccabe clang-format)
 fuzz_pkgs=(clang libclang-rt-14-dev)  # make fuzz: libFuzzer is clang's

@@ -4,8 +4,14 @@
 # on one stream and lease per agent; jobs run to SUCCEEDED with the synthetic steps their spec asks
 # for, a 4-rank job's ranks on two devices of one agent each reporting; a cancel stops a fake rank;
 # paths outside the workers' roots are refused (at submit, or by the worker when a symbolic link leads
-# out); draining a node by its agent's name drains its devices; SIGTERM stops them all.
+# out); draining a node by its agent's name drains its devices; heartbeats come as UDP datagrams (none
+# on the streams once acknowledged), and on the streams from a controller started with
+# --no-udp-heartbeats, no lease missed either way; SIGTERM stops them all.
 source "$(dirname "$0")/lib.sh"
+# moe_heartbeats_total{transport="$1"} on the controller's /metrics.
+beats() {
+  curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | sed -n "s/^moe_heartbeats_total{transport=\"$1\"} //p"
+}
 start_controller
 "$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name fk --rack rk --fake-step-seconds 0.02 --fake-workers 4 \
     --slots 2 --fake-rack-size 2 --memory-gb 1000 --runtime-dir "$WORK/rt" --data-root "$PWD" --checkpoint-root "$WORK" >"$WORK/fake.log" 2>&1 &
@@ -65,10 +71,33 @@ msg=$(job_field "$id" 'd.get("message","")')
 grep -q "is outside this worker's checkpoint roots" <<<"$msg" || fail "the failure does not say why: $msg"
 [ -e "$outside/ck" ] && fail "the worker wrote through the link"
 rm -rf "$outside"
+# Heartbeats: datagrams, acknowledged, so the streams carry none (each agent's first beats go both
+# ways until its first ack).
+u0=$(beats udp); s0=$(beats stream); sleep 3; u1=$(beats udp); s1=$(beats stream)
+[ "${u1%.*}" -ge $(( ${u0%.*} + 8 )) ] && [ "${s1%.*}" = "${s0%.*}" ] ||
+  fail "heartbeats over 3 s: udp $u0 -> $u1, stream $s0 -> $s1 (4 agents: about 12 datagrams, no stream beats)"
+# The controller's own time per RPC: every submit above (the refused one too) is in SubmitJob's
+# histogram, its +Inf bucket equals its count, and its sum is a time.
+rpc=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | grep '^moe_rpc_duration_seconds.*method="SubmitJob"')
+n=$(sed -n 's/^moe_rpc_duration_seconds_count{method="SubmitJob"} //p' <<<"$rpc")
+inf=$(sed -n 's/^moe_rpc_duration_seconds_bucket{method="SubmitJob",le="+Inf"} //p' <<<"$rpc")
+sum=$(sed -n 's/^moe_rpc_duration_seconds_sum{method="SubmitJob"} //p' <<<"$rpc")
+[ "${n%.*}" -ge 4 ] && [ "$inf" = "$n" ] && python3 -c "import sys; assert 0 < float(sys.argv[1]) < 60" "$sum" ||
+  fail "moe_rpc_duration_seconds for SubmitJob after 4 submits: count '$n', +Inf '$inf', sum '$sum'"
+# A controller that grants no UDP lease: every beat on the streams, no agent lost.
+kill -TERM $CTL_PID; wait $CTL_PID 2>/dev/null || true
+start_controller --no-udp-heartbeats
+wait_workers 8
+sleep 3
+s0=$(beats stream); sleep 3; s1=$(beats stream)
+[ "${s1%.*}" -ge $(( ${s0%.*} + 8 )) ] && [ -z "$(beats udp | grep -v '^0$')" ] ||
+  fail "with --no-udp-heartbeats: stream $s0 -> $s1, udp $(beats udp)"
+lost=$("$BIN/moectl" get workers -o json | python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin)["workers"] if w.get("state")=="LOST"))')
+[ "$lost" = 0 ] || fail "$lost workers LOST with stream heartbeats"
 "$BIN/moectl" drain fk-3 >/dev/null || fail "drain by the agent's name"
 drained=$("$BIN/moectl" get workers -o json | python3 -c 'import json,sys; print(" ".join(sorted(w["name"] for w in json.load(sys.stdin)["workers"] if w.get("drained"))))')
 [ "$drained" = "fk-3/0 fk-3/1" ] || fail "draining the agent fk-3 drained: '$drained'"
 kill -TERM $FAKE
 for _ in $(seq 1 50); do kill -0 $FAKE 2>/dev/null || break; sleep 0.1; done
 kill -0 $FAKE 2>/dev/null && fail "the fake workers did not stop on SIGTERM"
-echo "fake nodes: 4 agents x 2 devices in one process on 2 racks ($conns connections); a 4-rank job SUCCEEDED at step 30/30; cancel, drain by agent and SIGTERM work; paths outside the roots refused"
+echo "fake nodes: 4 agents x 2 devices in one process on 2 racks ($conns connections); a 4-rank job SUCCEEDED at step 30/30; cancel, drain by agent and SIGTERM work; paths outside the roots refused; heartbeats by UDP ($u0 -> $u1 in 3 s), on the streams without it; $n submits timed by the controller"

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/path_roots.h"
 #include "common/rank_end.h"
+#include "common/udp_beat.h"
 #include "common/yaml.h"
 #include "worker/agent/heartbeat_ticker.h"
 #include "worker/agent/rank_log.h"
@@ -212,7 +213,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   HeartbeatTicker& ticker = HeartbeatTicker::Process();
   const int64_t beat = ticker.Add(
       [this] {
-        if (stop_) return;
+        if (stop_ || UdpBeat()) return;
         moe::v1::WorkerMessage hb;
         hb.mutable_heartbeat()->set_time(
             std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
@@ -223,6 +224,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   ServeSession(stub);
   registered_ = false;
   ticker.Remove(beat);
+  SetUdpLease(moe::v1::Registered());
   std::lock_guard<std::mutex> lock(stream_mu_);
   const grpc::Status st = stream_->Finish();
   if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS && session_->Get().empty()) {
@@ -243,6 +245,31 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   stream_.reset();
   stream_ctx_ = nullptr;
   return false;  // reconnect on a fresh channel
+}
+
+void WorkerAgent::SetUdpLease(const moe::v1::Registered& r) {
+  std::lock_guard<std::mutex> lock(udp_mu_);
+  if (udp_link_) udp_link_->Remove(udp_lease_);
+  udp_link_.reset();
+  udp_lease_ = udp_seq_ = 0;
+  if (r.heartbeat_udp_port() == 0 || r.heartbeat_udp_port() > 65535 ||
+      r.heartbeat_lease_id() == 0 || r.heartbeat_key().size() != beat::kKeyBytes) {
+    return;  // none granted: heartbeats on the stream
+  }
+  const std::string host = UdpHostOf(o_.client.address);
+  if (host.empty()) return;
+  udp_link_ = UdpBeatLink::For(host, static_cast<int>(r.heartbeat_udp_port()));
+  if (!udp_link_) return;
+  udp_lease_ = r.heartbeat_lease_id();
+  udp_link_->Add(udp_lease_, r.heartbeat_key());
+}
+
+bool WorkerAgent::UdpBeat() {
+  std::lock_guard<std::mutex> lock(udp_mu_);
+  if (!udp_link_) return false;
+  const uint64_t seq = ++udp_seq_;
+  const uint64_t acked = udp_link_->Beat(udp_lease_, seq);
+  return acked > 0 && acked + 2 >= seq;
 }
 
 // A controller's fencing epoch against the highest this worker has seen: a lower one is a stale
@@ -269,6 +296,7 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
         heartbeat_seconds_ =
             msg.registered().heartbeat_seconds() > 0 ? msg.registered().heartbeat_seconds() : 1.0;
         session_->Set(msg.registered().session());
+        SetUdpLease(msg.registered());
         registered_ = true;
         ++registrations_;
         MOE_LOG(INFO) << "registered with the controller at " << o_.client.address << " as "

@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "moe/v1/worker_service.grpc.pb.h"
 #include "worker/agent/rendezvous_proxy.h"
+#include "worker/agent/udp_beat_link.h"
 
 namespace moe::worker {
 
@@ -104,6 +105,12 @@ class WorkerAgent {
   void StopRanks(int device);
 
   bool AcceptEpoch(int64_t epoch, const std::string& what);
+  // UDP heartbeats (worker/agent/udp_beat_link.h): the lease Registered granted (none: stream
+  // only).
+  void SetUdpLease(const moe::v1::Registered& r);
+  // Sends this beat's datagram; true when the controller acknowledged one of the last two, so the
+  // datagram is the heartbeat (else the stream carries one as well).
+  bool UdpBeat();
   void SendLeaving();
   std::string LeaveReason();
 
@@ -123,7 +130,10 @@ class WorkerAgent {
   grpc::ClientContext* stream_ctx_ = nullptr;
   std::atomic<int64_t> max_epoch_{0};  // the highest controller epoch seen (AcceptEpoch)
   std::atomic<double> heartbeat_seconds_{
-      1.0};  // set by the Run thread (Registered), read by the heartbeat thread
+      1.0};            // set by the Run thread (Registered), read by the heartbeat thread
+  std::mutex udp_mu_;  // the UDP lease: set by the Run thread, used by the heartbeat thread
+  std::shared_ptr<UdpBeatLink> udp_link_;
+  uint64_t udp_lease_ = 0, udp_seq_ = 0;
 
   // This worker's credential from its registration (Registered.session): presented again when it
   // reconnects and, by the rendezvous proxies, on every key-value call.
