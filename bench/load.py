@@ -149,8 +149,15 @@ class Stack:
         return procs
 
     def scrape(self):
+        """The controller's /metrics page, again after a transient failure (a reset connection)."""
         import urllib.request
-        return urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=10).read().decode()
+        for k in range(5):
+            try:
+                return urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=10).read().decode()
+            except OSError as e:
+                if k == 4:
+                    raise SystemExit(f"load: /metrics at {self.metrics}: {e}")
+                time.sleep(0.5)
 
     def rpc_buckets(self):
         """moe_rpc_duration_seconds's cumulative buckets by method: {method: [(le, count), ...]}."""
