@@ -587,7 +587,7 @@ Status GrpcServer::Start(const ServerOptions& o) {
   } else if (!o.tls_client_ca.empty()) {
     return InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
-  jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_, executor_, times_);
+  jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_, client_executor_, times_);
   workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_, executor_, udp_.get(),
                                                  times_);
   grpc::ServerBuilder builder;

@@ -46,8 +46,12 @@ class GrpcServer {
   Controller& controller_;
   const TokenAuth& auth_;
   Clock& clock_;
-  // The calls that may wait for the store (changes, registrations, a worker's messages but its
-  // heartbeats) run here, not on gRPC's callback threads. Outlives the services and the server.
+  // The calls that may wait for the store run on these, not on gRPC's callback threads: the
+  // clients' changes (submit, cancel, delete, drain) on one, the workers' messages (registrations,
+  // step reports, rank ends) on the other, so that a burst of rank ends queued behind a scheduling
+  // pass (the change lock) cannot hold every thread a submit needs. Outlive the services and the
+  // server.
+  Executor client_executor_{8};
   Executor executor_{16};
   RpcTimes times_;  // filled by Count, before Start; read by the services
   std::unique_ptr<UdpHeartbeats>

@@ -78,6 +78,8 @@ Status JobManager::Load() {
     e->next_event_seq = events.empty() ? 1 : events.back().seq() + 1;
     jobs_[e->job.id()] = std::move(e);
   }
+  queued_ = 0;
+  for (const auto& [id, e] : jobs_) queued_ += IsQueued(e->job.state()) ? 1 : 0;
   for (auto& [id, e] : jobs_) {
     for (JobListener* l : listeners_) l->OnJobStateChanged(e->job, moe::v1::JOB_STATE_UNSPECIFIED);
   }
@@ -123,8 +125,10 @@ StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::Tra
   // wait for its batch with the controller's lock released.
   raw->creating = true;
   jobs_[id] = std::move(e);
+  ++queued_;  // PENDING
   if (Status st = store_.PutJobWithEvent(raw->job, ev); !st.ok()) {
     jobs_.erase(id);
+    --queued_;
     return st;
   }
   raw->creating = false;
@@ -146,7 +150,7 @@ Status JobManager::Delete(const std::string& id) {
     MOE_RETURN_IF_ERROR(store_.DeleteJob(id));  // stored first: a refused delete keeps the job
   }
   it = jobs_.find(id);  // Create may have added to the map while the write waited
-  jobs_.erase(it);
+  jobs_.erase(it);      // finished: it was not counted in queued_
   MOE_LOG(INFO) << "job " << id << " deleted";
   return OkStatus();
 }
@@ -172,10 +176,10 @@ std::vector<JobEntry*> JobManager::AllWithCreating() {
   return out;
 }
 
-size_t JobManager::CountQueued() const {
-  size_t n = 0;
-  for (const auto& [id, e] : jobs_) n += IsQueued(e->job.state()) ? 1 : 0;
-  return n;
+void JobManager::SetRecord(JobEntry& e, moe::v1::Job record) {
+  const bool was = IsQueued(e.job.state()), is = IsQueued(record.state());
+  if (was != is) is ? ++queued_ : --queued_;
+  e.job = std::move(record);
 }
 
 moe::v1::JobEvent JobManager::NewEvent(const JobEntry& e, const moe::v1::Job& record,
@@ -211,7 +215,7 @@ Status JobManager::Transition(JobEntry& e, JobState to, const std::string& type,
     // Stored first: a refused write leaves the job as it was.
     MOE_RETURN_IF_ERROR(store_.PutJobWithEvent(next, ev));
   }
-  e.job = std::move(next);
+  SetRecord(e, std::move(next));
   e.next_event_seq = ev.seq() + 1;
   e.last_persist = clock_.Monotonic();
   MOE_LOG(INFO) << "job " << e.job.id() << ": " << moe::v1::JobState_Name(from) << " -> "
@@ -240,7 +244,7 @@ Status JobManager::Persist(JobEntry& e, moe::v1::Job record) {
   } else {
     MOE_RETURN_IF_ERROR(store_.PutJob(record));
   }
-  e.job = std::move(record);
+  SetRecord(e, std::move(record));
   e.last_persist = clock_.Monotonic();
   return OkStatus();
 }

@@ -137,7 +137,9 @@ class JobManager {
   // All() with the jobs being created (their records not on disk yet): for the admission checks, so
   // that two submits in flight at once cannot both take one name or checkpoint directory.
   std::vector<JobEntry*> AllWithCreating();
-  size_t CountQueued() const;
+  // Jobs PENDING or RESTARTING (those being created included): kept as the jobs change, so that a
+  // submit, which asks on every call, does not walk every job.
+  size_t CountQueued() const { return queued_; }
 
   // Moves a job to `to` with an event of `type`; `edit` changes the rest of the new record.
   Status Transition(JobEntry& e, moe::v1::JobState to, const std::string& type,
@@ -168,7 +170,10 @@ class JobManager {
   StateStore& store_;
   Clock& clock_;
   GroupCommitStore* committer_;
+  // Replaces e.job with `record`, keeping queued_.
+  void SetRecord(JobEntry& e, moe::v1::Job record);
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
+  size_t queued_ = 0;  // jobs_ whose state IsQueued
   std::vector<JobListener*> listeners_;
 };
 

@@ -215,6 +215,48 @@ TEST_F(JobManagerTest, MetricsArePublishedEveryStepAndStoredAtMostEveryFewSecond
             (std::vector<std::string>{"metrics " + id + " step 1", "metrics " + id + " step 2"}));
 }
 
+// CountQueued is kept as the jobs change, not counted: it agrees with a count of the states through
+// creates (one refused), transitions in and out of the queue (one refused), metrics' saves, deletes
+// and a load.
+TEST_F(JobManagerTest, TheQueuedCountFollowsEveryChange) {
+  auto counted = [](JobManager& jobs) {
+    size_t n = 0;
+    for (JobEntry* e : jobs.All()) n += IsQueued(e->job.state()) ? 1 : 0;
+    return n;
+  };
+  auto agrees = [&](size_t want, const char* after) {
+    EXPECT_EQ(jobs_.CountQueued(), want) << after;
+    EXPECT_EQ(counted(jobs_), want) << after;
+  };
+  JobEntry* a = NewJob("a");
+  JobEntry* b = NewJob("b");
+  agrees(2, "two submits");
+  store_.fail_writes = true;
+  EXPECT_FALSE(jobs_.Create(jobs_.NewId("c"), SpecToProto(Spec("c")), Spec("c")).ok());
+  agrees(2, "a refused submit");
+  EXPECT_FALSE(ToScheduled(jobs_, *a).ok());
+  agrees(2, "a refused placement");
+  store_.fail_writes = false;
+  ASSERT_TRUE(ToScheduled(jobs_, *a).ok());
+  agrees(1, "a placed");
+  ASSERT_TRUE(jobs_.Transition(*a, moe::v1::RUNNING, "Running", "").ok());
+  ASSERT_TRUE(jobs_.Transition(*a, moe::v1::RESTARTING, "Restarting", "a rank was lost").ok());
+  agrees(2, "a restarting");
+  clock_.Advance(JobManager::kMetricsPersistSeconds);
+  moe::v1::StepMetrics m;
+  m.set_step(1);
+  ASSERT_TRUE(jobs_.PublishMetrics(*b, m).ok());
+  agrees(2, "b's metrics saved");
+  ASSERT_TRUE(jobs_.Transition(*b, moe::v1::CANCELLED, "Cancelled", "").ok());
+  agrees(1, "b cancelled");
+  const std::string b_id = b->job.id();  // a copy: the entry goes with the delete
+  ASSERT_TRUE(jobs_.Delete(b_id).ok());
+  agrees(1, "b deleted");
+  JobManager restarted(store_, clock_);
+  ASSERT_TRUE(restarted.Load().ok());
+  EXPECT_EQ(restarted.CountQueued(), 1u) << "after a load";
+}
+
 TEST_F(JobManagerTest, LoadAnnouncesEachJobAndContinuesItsEventNumbers) {
   JobEntry* e = NewJob();
   const std::string id = e->job.id();
