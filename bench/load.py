@@ -7,7 +7,8 @@ their synthetic steps; no training); --devices-per-node D (8, an 8-GPU node) thr
 counts below (--workers, --restart-workers) are devices. Up to 2,048 agents run in one process.
 
 Phase 1 (jobs): a controller, the fake nodes holding --workers devices, --clients concurrent gRPC
-clients submitting --jobs jobs between them (each submit followed by a GetJob, every tenth by a
+clients (threads of moe-bench-submit, in C++, on one channel; Python threads with --python-clients,
+whose interpreter puts a floor of 12 to 25 ms under every call here) submitting --jobs jobs between them (each submit followed by a GetJob, every tenth by a
 ListJobs page) while --watchers WatchJob streams stay open (each re-opens on another live job when
 its job ends). Reports p50/p99 latency of SubmitJob, GetJob and ListJobs, the controller's CPU
 (cores) and peak memory, and checks that every job reached SUCCEEDED and that the controller's SQLite
@@ -324,6 +325,30 @@ def final_states(stack, ids):
     return out
 
 
+def native_clients(st, args, work, template, load):
+    """The submitting clients as moe-bench-submit (C++ threads on one channel): the ids it prints as
+    each submit is acknowledged go to the watchers; its latencies replace load.lat. Returns its wall
+    time from its first call to its last."""
+    tmpl, out = os.path.join(work, "template.bin"), os.path.join(work, "submit.json")
+    open(tmpl, "wb").write(template.SerializeToString())
+    cmd = [f"{args.bin}/moe-bench-submit", "--controller", st.addr, "--template", tmpl, "--out", out,
+           "--clients", str(args.clients), "--jobs", str(args.jobs)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("id "):
+            with load.mu:
+                load.ids.append(line.split()[1])
+    if proc.wait() != 0:
+        raise SystemExit(f"load: moe-bench-submit exited {proc.returncode}")
+    r = json.load(open(out))
+    with load.mu:
+        for m in ("SubmitJob", "GetJob", "ListJobs"):
+            load.lat[m] = r["lat"].get(m, [])
+        load.floor = r["lat"].get("ListQueues", [])
+        load.errors.extend(r["errors"])
+    return r["wall"]
+
+
 def jobs_phase(args, work):
     st = Stack(args, work)
     try:
@@ -344,13 +369,16 @@ def run_jobs(st, args, work):
     for t in watchers:
         t.start()
     c0, t0, h0 = ticks(st.ctl.pid), time.time(), st.rpc_buckets()
-    per = args.jobs // args.clients
-    clients = [threading.Thread(target=load.client, args=(k, per)) for k in range(args.clients)]
-    for t in clients:
-        t.start()
-    for t in clients:
-        t.join()
-    submit_wall = time.time() - t0
+    if args.python_clients:
+        per = args.jobs // args.clients
+        clients = [threading.Thread(target=load.client, args=(k, per)) for k in range(args.clients)]
+        for t in clients:
+            t.start()
+        for t in clients:
+            t.join()
+        submit_wall = time.time() - t0
+    else:
+        submit_wall = native_clients(st, args, work, template, load)
     h1 = st.rpc_buckets()
     ids = list(load.ids) + [seed_id]
     while True:
@@ -526,6 +554,8 @@ def main():
     ap.add_argument("--restart-workers", type=int, default=512)
     ap.add_argument("--restart-jobs", type=int, default=100)
     ap.add_argument("--skip-restart", action="store_true")
+    ap.add_argument("--python-clients", action="store_true",
+                    help="the jobs phase's submitting clients as Python threads, not moe-bench-submit")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="moe-load.")
     print(f"load: {os.cpu_count()} cores; work in {work}")
