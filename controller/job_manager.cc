@@ -149,9 +149,10 @@ Status JobManager::Delete(const std::string& id) {
     Writing w(*it->second);
     MOE_RETURN_IF_ERROR(store_.DeleteJob(id));  // stored first: a refused delete keeps the job
   }
+  // Logged first: `id` may be the entry's own string, which the erase frees.
+  MOE_LOG(INFO) << "job " << id << " deleted";
   it = jobs_.find(id);  // Create may have added to the map while the write waited
   jobs_.erase(it);      // finished: it was not counted in queued_
-  MOE_LOG(INFO) << "job " << id << " deleted";
   return OkStatus();
 }
 

@@ -249,8 +249,7 @@ TEST_F(JobManagerTest, TheQueuedCountFollowsEveryChange) {
   agrees(2, "b's metrics saved");
   ASSERT_TRUE(jobs_.Transition(*b, moe::v1::CANCELLED, "Cancelled", "").ok());
   agrees(1, "b cancelled");
-  const std::string b_id = b->job.id();  // a copy: the entry goes with the delete
-  ASSERT_TRUE(jobs_.Delete(b_id).ok());
+  ASSERT_TRUE(jobs_.Delete(b->job.id()).ok()) << "the entry's own id: read before it goes";
   agrees(1, "b deleted");
   JobManager restarted(store_, clock_);
   ASSERT_TRUE(restarted.Load().ok());
