@@ -13,22 +13,25 @@ namespace moe::controller {
 
 using moe::v1::JobState;
 
-Status AttemptLifecycle::Start(JobEntry& e, const std::vector<Slot>& slots) {
+JobManager::TransitionRequest AttemptLifecycle::StartRequest(JobEntry& e,
+                                                             const std::vector<Slot>& slots) {
   const int number = e.job.attempt() + 1;
   std::vector<std::string>& by_rank = e.attempt_workers[number];  // a retried start writes it again
   by_rank.clear();
   for (const Slot& s : slots) by_rank.push_back(s.worker);
-  const std::string what =
-      "attempt " + std::to_string(number) + ": " + internal::RackSummary(slots);
-  const std::optional<AttemptPlan> plan = PlanAttempt(config_, e.spec, slots);
-  // Stored before any worker hears of it: a refused record leaves the job queued.
-  MOE_RETURN_IF_ERROR(
-      jobs_.Transition(e, moe::v1::SCHEDULED, "Scheduled", what, [&](moe::v1::Job& job) {
-        job.set_attempt(number);
-        internal::SetPlacement(job, slots);
-        job.set_planned_step_seconds(plan ? plan->step_seconds : 0);
-        job.set_plan_basis(plan ? plan->basis : "");
-      }));
+  std::string what = "attempt " + std::to_string(number) + ": " + internal::RackSummary(slots);
+  std::optional<AttemptPlan> plan = PlanAttempt(config_, e.spec, slots);
+  return {&e, moe::v1::SCHEDULED, "Scheduled", std::move(what),
+          [number, slots, plan = std::move(plan)](moe::v1::Job& job) {
+            job.set_attempt(number);
+            internal::SetPlacement(job, slots);
+            job.set_planned_step_seconds(plan ? plan->step_seconds : 0);
+            job.set_plan_basis(plan ? plan->basis : "");
+          }};
+}
+
+void AttemptLifecycle::Started(JobEntry& e, const std::vector<Slot>& slots) {
+  const int number = e.job.attempt();
   e.attempt = std::make_unique<Attempt>();
   e.attempt->number = number;
   e.attempt->slots = slots;
@@ -38,6 +41,19 @@ Status AttemptLifecycle::Start(JobEntry& e, const std::vector<Slot>& slots) {
     workers_.Assign(slots[r].worker, e.job.id(), number, static_cast<int>(r));
   }
   SendAssignments(e);
+}
+
+Status AttemptLifecycle::Start(JobEntry& e, const std::vector<Slot>& slots) {
+  return StartAll({{&e, slots}});
+}
+
+Status AttemptLifecycle::StartAll(const std::vector<Placement>& starts) {
+  std::vector<JobManager::TransitionRequest> records;
+  records.reserve(starts.size());
+  for (const Placement& p : starts) records.push_back(StartRequest(*p.e, p.slots));
+  // Stored before any worker hears of them: a refused record leaves the jobs queued.
+  MOE_RETURN_IF_ERROR(jobs_.TransitionAll(records));
+  for (const Placement& p : starts) Started(*p.e, p.slots);
   return OkStatus();
 }
 

@@ -35,6 +35,13 @@ class AttemptLifecycle {
 
   // A new attempt on `slots` (rank order): stored as SCHEDULED first, then its workers are told.
   Status Start(JobEntry& e, const std::vector<Slot>& slots);
+  // Several new attempts (a scheduling pass's placements, each job once): stored in one write, all
+  // or none (a refused write leaves every one queued), then their workers are told.
+  struct Placement {
+    JobEntry* e;
+    std::vector<Slot> slots;
+  };
+  Status StartAll(const std::vector<Placement>& starts);
   // A job that was running when the controller stopped: its ranks get the reconnect grace to report
   // back on their reconnecting workers (checked by CheckDeadlines).
   Status AwaitReconnect(JobEntry& e);
@@ -77,6 +84,10 @@ class AttemptLifecycle {
   }
 
  private:
+  // A placement's SCHEDULED record (attempt, placement, plan), to be stored; Started then makes
+  // the attempt in memory and tells its workers.
+  JobManager::TransitionRequest StartRequest(JobEntry& e, const std::vector<Slot>& slots);
+  void Started(JobEntry& e, const std::vector<Slot>& slots);
   void SendAssignments(const JobEntry& e);
   Status Settle(JobEntry& e);
   Status RecordFailure(JobEntry& e);

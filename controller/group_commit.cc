@@ -111,6 +111,12 @@ Status GroupCommitStore::AppendEvent(const moe::v1::JobEvent& event) {
 Status GroupCommitStore::PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) {
   return Commit([&](StateStore& s) { return s.PutJobWithEvent(job, event); });
 }
+Status GroupCommitStore::PutJobsWithEvents(const std::vector<JobWithEvent>& all) {
+  return Commit([&all](StateStore& s) -> Status {
+    for (const JobWithEvent& w : all) MOE_RETURN_IF_ERROR(s.PutJobWithEvent(w.job, w.event));
+    return OkStatus();
+  });
+}
 Status GroupCommitStore::DeleteJob(const std::string& job_id) {
   return Commit([&job_id](StateStore& s) { return s.DeleteJob(job_id); });
 }

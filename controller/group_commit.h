@@ -51,6 +51,8 @@ class GroupCommitStore final : public StateStore {
   Status PutJob(const moe::v1::Job& job) override;
   Status AppendEvent(const moe::v1::JobEvent& event) override;
   Status PutJobWithEvent(const moe::v1::Job& job, const moe::v1::JobEvent& event) override;
+  // One write however many: they share its batch's transaction (all or none).
+  Status PutJobsWithEvents(const std::vector<JobWithEvent>& all) override;
   Status DeleteJob(const std::string& job_id) override;
   Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
   Status DeleteWorker(const std::string& name) override;

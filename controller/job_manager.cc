@@ -196,33 +196,63 @@ moe::v1::JobEvent JobManager::NewEvent(const JobEntry& e, const moe::v1::Job& re
   return ev;
 }
 
-Status JobManager::Transition(JobEntry& e, JobState to, const std::string& type,
-                              const std::string& message, const Edit& edit) {
+StatusOr<JobManager::Staged> JobManager::Stage(const JobEntry& e,
+                                               const TransitionRequest& t) const {
   const JobState from = e.job.state();
-  if (!ValidTransition(from, to)) {
+  if (!ValidTransition(from, t.to)) {
     return FailedPreconditionError("job " + e.job.id() + " cannot go from " +
                                    moe::v1::JobState_Name(from) + " to " +
-                                   moe::v1::JobState_Name(to));
+                                   moe::v1::JobState_Name(t.to));
   }
-  moe::v1::Job next = e.job;
-  if (edit) edit(next);
-  next.set_state(to);
-  next.set_message(message);
+  Staged out{from, {e.job, {}}};
+  moe::v1::Job& next = out.write.job;
+  if (t.edit) t.edit(next);
+  next.set_state(t.to);
+  next.set_message(t.message);
   next.set_updated_at(clock_.Now());
   GoodputOnState(next, clock_.Now());
-  const moe::v1::JobEvent ev = NewEvent(e, next, type, message);
+  out.write.event = NewEvent(e, next, t.type, t.message);
+  return out;
+}
+
+void JobManager::Apply(JobEntry& e, Staged staged) {
+  const moe::v1::JobEvent& ev = staged.write.event;
+  SetRecord(e, std::move(staged.write.job));
+  e.next_event_seq = ev.seq() + 1;
+  e.last_persist = clock_.Monotonic();
+  MOE_LOG(INFO) << "job " << e.job.id() << ": " << moe::v1::JobState_Name(staged.from) << " -> "
+                << moe::v1::JobState_Name(e.job.state())
+                << (e.job.message().empty() ? "" : " (" + e.job.message() + ")");
+  for (JobListener* l : listeners_) l->OnJobEventRecorded(e.job, ev);
+  for (JobListener* l : listeners_) l->OnJobStateChanged(e.job, staged.from);
+}
+
+Status JobManager::Transition(JobEntry& e, JobState to, const std::string& type,
+                              const std::string& message, const Edit& edit) {
+  MOE_ASSIGN_OR_RETURN(Staged staged, Stage(e, {&e, to, type, message, edit}));
   {
     Writing w(e);
     // Stored first: a refused write leaves the job as it was.
-    MOE_RETURN_IF_ERROR(store_.PutJobWithEvent(next, ev));
+    MOE_RETURN_IF_ERROR(store_.PutJobWithEvent(staged.write.job, staged.write.event));
   }
-  SetRecord(e, std::move(next));
-  e.next_event_seq = ev.seq() + 1;
-  e.last_persist = clock_.Monotonic();
-  MOE_LOG(INFO) << "job " << e.job.id() << ": " << moe::v1::JobState_Name(from) << " -> "
-                << moe::v1::JobState_Name(to) << (message.empty() ? "" : " (" + message + ")");
-  for (JobListener* l : listeners_) l->OnJobEventRecorded(e.job, ev);
-  for (JobListener* l : listeners_) l->OnJobStateChanged(e.job, from);
+  Apply(e, std::move(staged));
+  return OkStatus();
+}
+
+Status JobManager::TransitionAll(const std::vector<TransitionRequest>& changes) {
+  std::vector<Staged> staged;
+  std::vector<JobWithEvent> writes;
+  for (const TransitionRequest& t : changes) {
+    MOE_ASSIGN_OR_RETURN(Staged one, Stage(*t.e, t));
+    writes.push_back(one.write);
+    staged.push_back(std::move(one));
+  }
+  if (changes.empty()) return OkStatus();
+  for (const TransitionRequest& t : changes) t.e->writing = true;
+  const Status st = store_.PutJobsWithEvents(writes);
+  for (const TransitionRequest& t : changes) t.e->writing = false;
+  MOE_RETURN_IF_ERROR(st);
+  for (size_t i = 0; i < changes.size(); ++i) Apply(*changes[i].e, std::move(staged[i]));
   return OkStatus();
 }
 

@@ -144,6 +144,15 @@ class JobManager {
   // Moves a job to `to` with an event of `type`; `edit` changes the rest of the new record.
   Status Transition(JobEntry& e, moe::v1::JobState to, const std::string& type,
                     const std::string& message, const Edit& edit = nullptr);
+  // Several transitions (a scheduling pass's placements) stored in one write, all or none: each
+  // job moves as Transition moves it, and a refused write leaves every one as it was.
+  struct TransitionRequest {
+    JobEntry* e;
+    moe::v1::JobState to;
+    std::string type, message;
+    Edit edit;
+  };
+  Status TransitionAll(const std::vector<TransitionRequest>& changes);
   // An event that does not change the state.
   Status Event(JobEntry& e, const std::string& type, const std::string& message);
   // A step's job-level metrics: kept in the record (stored at most every kMetricsPersistSeconds)
@@ -158,6 +167,14 @@ class JobManager {
  private:
   moe::v1::JobEvent NewEvent(const JobEntry& e, const moe::v1::Job& record, const std::string& type,
                              const std::string& message) const;
+  // A transition's new record and event, checked (ValidTransition) but not stored yet; Apply makes
+  // it the job's once stored.
+  struct Staged {
+    moe::v1::JobState from;
+    JobWithEvent write;
+  };
+  StatusOr<Staged> Stage(const JobEntry& e, const TransitionRequest& t) const;
+  void Apply(JobEntry& e, Staged staged);
   // Stores `record` and, once stored, makes it e.job.
   Status Persist(JobEntry& e, moe::v1::Job record);
   // Marks a write of `e`'s record in flight (JobEntry::writing) for the scope.

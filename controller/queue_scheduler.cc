@@ -28,6 +28,9 @@ struct SchedulePass {
   std::set<std::string> reclaiming;  // cohorts in which a queue waits for its lent quota
   std::vector<JobEntry*> running;    // jobs with ranks (preemption candidates), filled on first use
   bool running_known = false;
+  // The jobs placed so far, started together at the end of the pass (one write for all of them);
+  // `free` and `usage` count them already.
+  std::vector<AttemptLifecycle::Placement> starts;
 };
 
 namespace {
@@ -77,6 +80,7 @@ void QueueScheduler::Run() {
   pass.usage = UsageNow();
   std::map<std::string, size_t> cursor;
   while (JobEntry* e = NextQueued(by_queue, cursor, pass.usage)) ScheduleOne(*e, pass);
+  StartAll(pass);
   GrowElastic(pass);
   metrics_.ObserveSchedulerDecision(clock_.Monotonic() - pass.now);
 }
@@ -299,16 +303,24 @@ void QueueScheduler::GrowElastic(SchedulePass& pass) {
 void QueueScheduler::StartPlaced(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass) {
   e.preempting.clear();
   e.waiting_reason.clear();
-  if (Status st = attempts_.Start(e, placed); !st.ok()) {
-    MOE_LOG(WARNING) << "job " << e.job.id() << " not started: " << st
-                     << " (it stays queued; the next tick tries again)";
-    attempts_.NeedSchedule();
-    return;
-  }
+  pass.starts.push_back({&e, placed});
   pass.usage[QueueOf(e)][e.spec.resources.device] += int64_t(placed.size());
   std::set<std::string> used;
   for (const auto& s : placed) used.insert(s.worker);
   std::erase_if(pass.free, [&](const Slot& s) { return used.count(s.worker) > 0; });
+}
+
+// The pass's placements in one write (a burst of submits placed by one pass waits for one fsync,
+// not one each, with the change lock held); a refused write leaves them all queued for the next.
+void QueueScheduler::StartAll(SchedulePass& pass) {
+  if (pass.starts.empty()) return;
+  if (Status st = attempts_.StartAll(pass.starts); !st.ok()) {
+    MOE_LOG(WARNING) << pass.starts.size() << " job(s) not started: " << st
+                     << " (they stay queued; the next tick tries again)";
+    for (const auto& p : pass.starts) p.e->waiting_reason = "not started: " + st.message();
+    attempts_.NeedSchedule();
+  }
+  pass.starts.clear();
 }
 
 // Whether a job's earlier preemption still runs: some job it preempted has ranks that have not

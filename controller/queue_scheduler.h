@@ -61,6 +61,7 @@ class QueueScheduler {
   const Status& Feasible(const PlacementRequest& req, SchedulePass& pass);
   void ScheduleOne(JobEntry& e, SchedulePass& pass);
   void StartPlaced(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass);
+  void StartAll(SchedulePass& pass);
   bool StartSmaller(JobEntry& e, const PlacementRequest& full, SchedulePass& pass);
   void GrowElastic(SchedulePass& pass);
   bool PreemptionInFlight(JobEntry& e);

@@ -23,6 +23,12 @@ struct StoredWorker {
   std::string session;
 };
 
+// A transition's record and its event (PutJobsWithEvents).
+struct JobWithEvent {
+  moe::v1::Job job;
+  moe::v1::JobEvent event;
+};
+
 class StateStore {
  public:
   virtual ~StateStore() = default;
@@ -47,6 +53,13 @@ class StateStore {
   // none (GroupCommitStore's batches). The default runs them as they come (stores without
   // transactions: tests).
   virtual Status Batch(const std::function<Status()>& writes) { return writes(); }
+  // Several transitions (a scheduling pass's placements) in one write: all stored or none.
+  virtual Status PutJobsWithEvents(const std::vector<JobWithEvent>& all) {
+    return Batch([&]() -> Status {
+      for (const JobWithEvent& w : all) MOE_RETURN_IF_ERROR(PutJobWithEvent(w.job, w.event));
+      return OkStatus();
+    });
+  }
 };
 
 class SqliteStateStore final : public StateStore {

@@ -1741,6 +1741,35 @@ TEST_F(ControllerTest, APlacementTheStoreRefusesWaitsInTheQueueForTheNextTick) {
   EXPECT_EQ(a->Assignments()[0].attempt(), 1);
 }
 
+// A pass that places several jobs stores them in one write (one transaction: a burst of submits
+// placed together waits for one fsync, not one each); a refused write leaves every one queued and
+// no worker told, and the next pass places them all.
+TEST_F(ControllerTest, APassStoresItsPlacementsInOneWriteAllOrNone) {
+  std::vector<FakeChannel*> workers;
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "w" + std::to_string(i);
+    workers.push_back(AddWorker(name, "r0", "n" + std::to_string(i)));
+    ASSERT_TRUE(controller_->SetDrained(name, true).ok());
+  }
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(Submit(Spec("j" + std::to_string(i), 1, 1)).id());
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(controller_->SetDrained("w" + std::to_string(i), false).ok());
+  for (const auto& id : ids) ASSERT_EQ(State(id), moe::v1::PENDING);
+  store_.fail_writes = true;
+  controller_->Tick();
+  for (const auto& id : ids) EXPECT_EQ(State(id), moe::v1::PENDING) << id;
+  for (auto* w : workers) EXPECT_TRUE(w->Assignments().empty()) << "told of an unstored placement";
+  store_.fail_writes = false;
+  const int before = store_.batches.load();
+  controller_->Tick();
+  EXPECT_EQ(store_.batches.load() - before, 1)
+      << "the pass's 4 placements took more than one write";
+  for (const auto& id : ids) EXPECT_EQ(State(id), moe::v1::SCHEDULED) << id;
+  for (auto* w : workers) EXPECT_EQ(w->Assignments().size(), 1u);
+  for (const auto& id : ids) EXPECT_EQ(EventCount(id, "Scheduled"), 1) << id;
+}
+
 TEST_F(ControllerTest, AFailureTheStoreRefusesStopsTheRanksAtOnceAndIsRecordedLater) {
   auto* a = AddWorker("a", "r0", "n0");
   AddWorker("b", "r0", "n1");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 
 #include "controller/state_store.h"
 
@@ -12,6 +13,12 @@ class FlakyStateStore final : public StateStore {
  public:
   std::atomic<bool> fail_writes{false};  // set by the test, read by the controller's writer thread
   std::atomic<int> refused{0};           // writes refused so far
+  std::atomic<int> batches{0};           // transactions the controller's writer opened (Batch)
+
+  Status Batch(const std::function<Status()>& writes) override {
+    ++batches;
+    return writes();
+  }
 
   Status PutJob(const moe::v1::Job& job) override {
     if (fail_writes) return Refuse();
