@@ -554,6 +554,7 @@ def main():
     ap.add_argument("--restart-workers", type=int, default=512)
     ap.add_argument("--restart-jobs", type=int, default=100)
     ap.add_argument("--skip-restart", action="store_true")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the work directory (every process's log) after a run that passed")
     ap.add_argument("--python-clients", action="store_true",
                     help="the jobs phase's submitting clients as Python threads, not moe-bench-submit")
     args = ap.parse_args()
@@ -570,7 +571,10 @@ def main():
             print(f"load: PROBLEM: {p}")
         print(f"load: logs kept in {work}")
         sys.exit(1)
-    shutil.rmtree(work, ignore_errors=True)
+    if args.keep_logs:
+        print(f"load: logs kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

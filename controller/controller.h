@@ -172,6 +172,7 @@ class Controller {
   double epoch_checked_ = 0;
   DataRootsView data_roots_;          // its own lock: read by Submit outside mu_ (admission.h)
   double cluster_metrics_at_ = -1e9;  // monotonic second the cluster's figures were last published
+  double cluster_metrics_every_ = 1.0;  // seconds between two: 1, longer where a walk costs more
   std::string fenced_;
   StateStore& store_;           // reads (LoadWorkers, StoredEpoch); every write goes through:
   GroupCommitStore committer_;  // the one writer (its batches commit with mu_ released)

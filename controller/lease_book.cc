@@ -11,6 +11,13 @@ void LeaseBook::Open(const std::string& name, const void* channel) {
   l.heard = HearingNowLocked();
   l.heard_wall = clock_.Now();
   l.open = true;
+  QueueLocked(name, l);
+}
+
+void LeaseBook::QueueLocked(const std::string& name, Lease& l) {
+  if (l.queued) return;  // its entry comes due no later than this one would
+  l.queued = true;
+  due_.emplace(l.heard + lease_, name);
 }
 
 void LeaseBook::Close(const std::string& name) {
@@ -44,10 +51,19 @@ std::vector<std::string> LeaseBook::Expire() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out;
   const double now = HearingNowLocked();
-  for (auto& [name, l] : leases_) {
-    if (l.open && now - l.heard > lease_) {
+  while (!due_.empty() && due_.top().first < now) {
+    const std::string name = due_.top().second;
+    due_.pop();
+    auto it = leases_.find(name);
+    if (it == leases_.end()) continue;
+    Lease& l = it->second;
+    l.queued = false;
+    if (!l.open) continue;  // closed meanwhile; Open queues it again
+    if (now - l.heard > lease_) {
       l.open = false;
       out.push_back(name);
+    } else {
+      QueueLocked(name, l);  // renewed since: due a lease after its last renewal
     }
   }
   return out;

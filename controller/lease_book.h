@@ -11,6 +11,7 @@
 #pragma once
 
 #include <mutex>
+#include <queue>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -48,13 +49,20 @@ class LeaseBook {
     double heard = 0;       // hearing clock
     double heard_wall = 0;  // Clock::Now
     bool open = false;
+    bool queued = false;  // has an entry in due_
   };
+  // When to look at a lease again (hearing clock): its last renewal seen plus the lease. A renewal
+  // does not touch it; Expire looks at each lease about once a lease period, not each at every
+  // tick (131,072 devices' agents ten times a second).
+  using Due = std::pair<double, std::string>;
+  void QueueLocked(const std::string& name, Lease& l);
   double HearingNowLocked() const { return clock_.Monotonic() - stalled_; }
 
   Clock& clock_;
   const double lease_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Lease> leases_;
+  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_;
   double stalled_ = 0;
   double last_tick_ = -1;
 };

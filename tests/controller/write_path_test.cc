@@ -5,6 +5,7 @@
 // gives every lease back the time the controller itself stalled.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -182,6 +183,58 @@ TEST(LeaseBookTest, TheControllersOwnStallExpiresNoLease) {
     book.NoteTick();
   }
   EXPECT_EQ(book.Expire().size(), 1u);
+}
+
+// Expire looks at each lease about once a lease period (a queue of due times), not at every tick:
+// a lease renewed since its entry was queued is looked at again a lease after its renewal, one
+// closed and opened again runs from its new start, and of many only the silent ones expire, once.
+TEST(LeaseBookTest, DueTimesFollowRenewalsReopensAndManyLeases) {
+  FakeClock clock;
+  LeaseBook book(clock, 3);
+  int ch = 0;
+  std::vector<std::string> names;
+  for (int i = 0; i < 1000; ++i) {
+    names.push_back("w" + std::to_string(i));
+    book.Open(names.back(), &ch);
+  }
+  book.NoteTick();
+  // For 10 s the even ones heartbeat each second; the odd ones stop after 2 s.
+  std::vector<std::string> expired;
+  for (int t = 1; t <= 100; ++t) {
+    clock.Advance(0.1);
+    book.NoteTick();
+    if (t % 10 == 0) {
+      for (int i = 0; i < 1000; ++i) {
+        if (i % 2 == 0 || t <= 20) {
+          EXPECT_TRUE(book.Renew(names[i], &ch)) << names[i] << " at " << t;
+        }
+      }
+    }
+    for (auto& n : book.Expire()) expired.push_back(n);
+    if (t == 55) {
+      EXPECT_EQ(expired.size(), 500u) << "the silent half expires 3 s after its last beat";
+    }
+  }
+  ASSERT_EQ(expired.size(), 500u);
+  std::sort(expired.begin(), expired.end());
+  EXPECT_EQ(std::unique(expired.begin(), expired.end()), expired.end()) << "a lease expired twice";
+  for (const auto& n : expired) EXPECT_EQ(std::stoi(n.substr(1)) % 2, 1) << n << " kept beating";
+  // Closed at 10 s and opened again at 12 s: its lease runs from 12 s, not from its first start.
+  book.Close(names[0]);
+  clock.Advance(2);
+  book.NoteTick();  // a 2 s gap: given back as a stall; the hearing clock moves on by nothing
+  book.Open(names[0], &ch);
+  for (int t = 1; t <= 29; ++t) {
+    clock.Advance(0.1);
+    book.NoteTick();
+    for (const auto& n : book.Expire()) {
+      EXPECT_NE(n, names[0]) << "expired before its new term";
+    }
+  }
+  clock.Advance(0.2);
+  book.NoteTick();
+  const auto late = book.Expire();
+  EXPECT_NE(std::find(late.begin(), late.end(), names[0]), late.end());
 }
 
 }  // namespace
