@@ -47,7 +47,9 @@ void HeartbeatTicker::Loop() {
       continue;
     }
     if (Clock::now() < due) {
-      cv_.wait_until(lock, due);  // or an earlier one added meanwhile
+      // Or an earlier one added meanwhile. kCoalesce late: the beats due by then go in one wake
+      // (2,048 fake nodes of a process: 100 wakes a second, not 2,048).
+      cv_.wait_until(lock, due + kCoalesce);
       continue;
     }
     due_.pop();

@@ -107,7 +107,7 @@ moe::StatusOr<std::unique_ptr<HealthEndpoint>> ServeHealth(const std::string& li
   try {
     h->exposer = std::make_unique<prometheus::Exposer>(
         std::vector<std::string>{"listening_ports", listen, "num_threads", "4",
-                                 "request_timeout_ms", "5000", "linger_timeout_ms", "0"},
+                                 "request_timeout_ms", "5000"},
         moe::HealthCallbacks());
   } catch (const std::exception& e) {
     return moe::InvalidArgumentError("--health-listen " + listen + ": cannot serve there (" +
