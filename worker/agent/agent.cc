@@ -244,7 +244,10 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   }
   stream_.reset();
   stream_ctx_ = nullptr;
-  return false;  // reconnect on a fresh channel
+  // A registration the controller refused for a herd came over a connection that works: the next
+  // try reuses it (a fresh one each time was a TCP handshake per retry, 16,384 agents retrying
+  // over and over while the controller admitted a few at a time). Anything else: a fresh channel.
+  return retry_after_ > 0;
 }
 
 void WorkerAgent::SetUdpLease(const moe::v1::Registered& r) {

@@ -81,7 +81,8 @@ class WorkerAgent {
   std::string PeakCachePath(int threads) const;  // <runtime-dir>/cpu-peak-t<threads>.txt
   void MeasurePeakAhead();
   struct Rank;
-  // One connection to the controller; false when it could not even register.
+  // One connection to the controller; true when its channel is worth keeping for the next (the
+  // controller refused the registration for a herd: come back on the same connection).
   bool Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   bool Write(const moe::v1::WorkerMessage& msg);
   void Registration(moe::v1::Register* r);
