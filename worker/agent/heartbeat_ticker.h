@@ -29,7 +29,8 @@ class HeartbeatTicker {
 
  private:
   using Clock = std::chrono::steady_clock;
-  static constexpr std::chrono::milliseconds kCoalesce{10};  // how late a beat may go, to share a wake
+  static constexpr std::chrono::milliseconds kCoalesce{
+      10};  // how late a beat may go, to share a wake
   struct Entry {
     Beat beat;
     std::function<double()> period;
