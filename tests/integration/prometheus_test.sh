@@ -155,10 +155,15 @@ for rule in 'job:moe_step_duration_seconds:p95_1m' 'rack:moe_tflops:sum' 'job:mo
 done
 "$BIN/moectl" cancel "$id" >/dev/null
 wait_state "$id" CANCELLED 60
+# The page to a file first: grep -q leaving early would SIGPIPE curl and fail the pipeline (pipefail).
+cancelled_counted() {
+  curl -sf -o "$WORK/after-cancel.prom" "http://127.0.0.1:$METRICS_PORT/metrics" &&
+    grep -qF 'moe_jobs_finished_total{state="CANCELLED"} 1' "$WORK/after-cancel.prom"
+}
 for _ in $(seq 1 30); do
-  curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | grep -qF 'moe_jobs_finished_total{state="CANCELLED"} 1' && break
+  cancelled_counted && break
   sleep 0.2
 done
-curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | grep -qF 'moe_jobs_finished_total{state="CANCELLED"} 1' \
+cancelled_counted \
   || fail "moe_jobs_finished_total{state=\"CANCELLED\"} is not 1 after the cancel"
 echo "prometheus: metrics exposed, dashboards' queries answered, recording rules evaluated"
