@@ -4,7 +4,9 @@
 Fake nodes: moe-worker --fake-workers N --slots D runs N node agents of D devices each in one process
 (each agent registers once, heartbeats once a second, takes assignments for its devices and reports
 their synthetic steps; no training); --devices-per-node D (8, an 8-GPU node) throughout, and the
-counts below (--workers, --restart-workers) are devices. Up to 2,048 agents run in one process.
+counts below (--workers, --restart-workers) are devices. Up to 2,048 agents run in one process,
+each on its own TCP connection to the controller unless --agents-per-connection K shares each among K
+(fewer handshakes and reader threads on the fake side; the controller's per-agent work is the same).
 
 Phase 1 (jobs): a controller, the fake nodes holding --workers devices, --clients concurrent gRPC
 clients (threads of moe-bench-submit, in C++, on one channel; Python threads with --python-clients,
@@ -36,6 +38,7 @@ Where this machine bounds a figure, the line before says by what.
 
   bench/load.py [--bin build/bin] [--jobs 1000] [--clients 20] [--watchers 100] [--workers 512]
                 [--devices-per-node 8] [--ladder 1024,4096,16384] [--hold 20] [--skip-heartbeats]
+                [--agents-per-connection 1]
                 [--restart-workers 512] [--restart-jobs 100] [--skip-restart]
 """
 import argparse
@@ -142,6 +145,8 @@ class Stack:
                    "--memory-gb", "100000", "--fake-rack-size", str(rack_size),
                    "--runtime-dir", os.path.join(self.work, "rt-" + pname), "--log-level", "warning",
                    "--data-root", os.getcwd(), "--checkpoint-root", self.work]
+            if n > 1 and self.args.agents_per_connection > 1:
+                cmd += ["--fake-agents-per-connection", str(self.args.agents_per_connection)]
             if self.pin:
                 cmd = ["taskset", "-c", "1"] + cmd
             proc = subprocess.Popen(cmd, stdout=open(os.path.join(self.work, f"{pname}.log"), "w"), stderr=subprocess.STDOUT)
@@ -550,6 +555,8 @@ def main():
     ap.add_argument("--devices-per-node", type=int, default=8)
     ap.add_argument("--ladder", default="1024,4096,16384", help="node agents (x --devices-per-node devices)")
     ap.add_argument("--hold", type=float, default=20)
+    ap.add_argument("--agents-per-connection", type=int, default=1,
+                    help="fake node agents sharing each TCP connection to the controller (1: each its own, as real agents)")
     ap.add_argument("--skip-heartbeats", action="store_true")
     ap.add_argument("--restart-workers", type=int, default=512)
     ap.add_argument("--restart-jobs", type=int, default=100)

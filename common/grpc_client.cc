@@ -41,6 +41,8 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   if (o.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // An argument of the channel is part of the key of gRPC's shared pool of connections.
+  if (o.connection_group >= 0) args.SetInt("moe.connection_group", o.connection_group);
   return grpc::CreateCustomChannel(o.address, creds, args);
 }
 

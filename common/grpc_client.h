@@ -20,6 +20,10 @@ struct ClientOptions {
   // Its own TCP connection even when another channel of this process reaches the same address (many
   // fake workers in one process: streams sharing a connection would meet its stream limit).
   bool own_connection = false;
+  // With own_connection false: channels of this process with the same group share one connection,
+  // channels of different groups never do (-1: no group). Fake nodes use it to stand for many
+  // agents on a few connections (moe-worker --fake-agents-per-connection).
+  int connection_group = -1;
 };
 
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);

@@ -527,7 +527,15 @@ Status Controller::OnWorkerMessage(const std::string& agent, const moe::v1::Work
     MOE_LOG(WARNING) << "worker " << agent << ": refused: " << st;
     return st;
   }
-  workers_.Heartbeat(agent);  // any message renews the lease
+  // Any message renews the lease. An agent whose lease ran out while its stream stayed up (a
+  // partition that healed, a herd that kept its beats from being heard) is told to register
+  // again: its heartbeats alone would never make it live again. Its news goes with the registration
+  // (the ranks it runs, the outcomes not heard); a leaving agent's word is taken as it is.
+  if (!workers_.Heartbeat(agent) && msg.msg_case() != moe::v1::WorkerMessage::kLeaving) {
+    return UnavailableError("worker " + agent + " was declared lost (no heartbeat for " +
+                            std::to_string(static_cast<int>(config_.lease_seconds)) +
+                            " s, its lease expired): register again");
+  }
   switch (msg.msg_case()) {
     case moe::v1::WorkerMessage::kStep:
       // A flood is dropped, not kept; a job's last step always gets through (fast steps would

@@ -210,8 +210,10 @@ class WorkerStream final
       EndReads(grpc::Status::OK);
       return;
     }
-    if (!name_.empty() && in_.has_heartbeat()) {  // the lease renewed, nothing else: no lock taken
-      controller_.leases().Renew(name_, static_cast<WorkerChannel*>(this));
+    // The lease renewed, nothing else: no lock taken. A beat that renews nothing (the agent was
+    // declared lost while its stream stayed up) goes the slow way: it is told to register again.
+    if (!name_.empty() && in_.has_heartbeat() &&
+        controller_.leases().Renew(name_, static_cast<WorkerChannel*>(this))) {
       udp_->NoteStreamBeat();
       StartRead(&in_);
       return;

@@ -165,11 +165,13 @@ void WorkerRegistry::MarkLost(WorkerEntry& w) {
   w.held_until = clock_.Monotonic() + lease_;
 }
 
-void WorkerRegistry::Heartbeat(const std::string& agent) {
+bool WorkerRegistry::Heartbeat(const std::string& agent) {
   const std::vector<std::string>& devs = DevicesOf(agent);
-  if (devs.empty()) return;
+  if (devs.empty()) return true;
   const WorkerEntry& w = workers_.at(devs.front());
-  if (!w.lost) leases_.Renew(agent, w.channel);
+  if (w.lost) return false;
+  leases_.Renew(agent, w.channel);
+  return true;
 }
 
 bool WorkerRegistry::AllowStepReport(const std::string& agent) {

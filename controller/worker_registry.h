@@ -93,7 +93,9 @@ class WorkerRegistry {
   void Restore(const moe::v1::Worker& info, const std::string& session, double hold_seconds);
   // The connected, live devices of the agent whose credential is `session`; empty when none.
   std::vector<const WorkerEntry*> FindBySession(const std::string& session) const;
-  void Heartbeat(const std::string& agent);
+  // Renews the agent's lease; false when its devices were declared lost (a lease that expired is
+  // not renewed: the agent registers again).
+  bool Heartbeat(const std::string& agent);
   // The leases, for the heartbeat path that takes no controller lock (LeaseBook is thread-safe).
   LeaseBook& leases() { return leases_; }
   // Step reports a worker may send: at most kMaxStepReportsPerSecond in any second (one rank

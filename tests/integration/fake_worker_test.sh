@@ -6,7 +6,9 @@
 # paths outside the workers' roots are refused (at submit, or by the worker when a symbolic link leads
 # out); draining a node by its agent's name drains its devices; heartbeats come as UDP datagrams (none
 # on the streams once acknowledged), and on the streams from a controller started with
-# --no-udp-heartbeats, no lease missed either way; SIGTERM stops them all.
+# --no-udp-heartbeats, no lease missed either way; agents stopped past their lease with their streams
+# up come back when resumed (told to register again); agents sharing connections
+# (--fake-agents-per-connection); SIGTERM stops them all.
 source "$(dirname "$0")/lib.sh"
 # moe_heartbeats_total{transport="$1"} on the controller's /metrics.
 beats() {
@@ -24,7 +26,8 @@ names=$("$BIN/moectl" get workers -o json | python3 -c 'import json,sys; print("
 [ "$names" = "fk-0/0@fk-0 fk-0/1@fk-0 fk-1/0@fk-1 fk-1/1@fk-1 fk-2/0@fk-2 fk-2/1@fk-2 fk-3/0@fk-3 fk-3/1@fk-3" ] ||
   fail "four agents of two devices each, listed per device: $names"
 # Established client connections to the controller's port (/proc/net/tcp: state 01, remote port).
-conns=$(python3 - "${MOE_CONTROLLER##*:}" <<'PY'
+established() {
+  python3 - "${MOE_CONTROLLER##*:}" <<'PY'
 import sys
 port, n = int(sys.argv[1]), 0
 for f in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -35,7 +38,8 @@ for f in ("/proc/net/tcp", "/proc/net/tcp6"):
     n += sum(1 for r in rows if r.split()[3] == "01" and int(r.split()[2].split(":")[1], 16) == port)
 print(n)
 PY
-)
+}
+conns=$(established)
 [ "$conns" -le 4 ] || fail "the fake nodes hold $conns connections to the controller (one per agent: 4)"
 make_job "$WORK/a.yaml" a 30 0 4 4
 sed -i 's/checkpoint: {dir: [^,]*, interval_steps: 0}/checkpoint: {interval_steps: 0}/' "$WORK/a.yaml"
@@ -76,6 +80,30 @@ rm -rf "$outside"
 u0=$(beats udp); s0=$(beats stream); sleep 3; u1=$(beats udp); s1=$(beats stream)
 [ "${u1%.*}" -ge $(( ${u0%.*} + 8 )) ] && [ "${s1%.*}" = "${s0%.*}" ] ||
   fail "heartbeats over 3 s: udp $u0 -> $u1, stream $s0 -> $s1 (4 agents: about 12 datagrams, no stream beats)"
+# Stopped past its lease (SIGSTOP, 7 s against the lease of 5) with its connections up: every device
+# is LOST; resumed, its unacknowledged datagrams fall back to the streams, the controller tells each
+# agent to register again, and all eight come back (a lost agent's heartbeats alone never revived it).
+kill -STOP $FAKE
+sleep 7
+lost=$("$BIN/moectl" get workers -o json | python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin)["workers"] if w.get("state")=="LOST"))')
+kill -CONT $FAKE
+[ "$lost" = 8 ] || fail "$lost of 8 devices LOST after 7 s stopped (lease 5 s)"
+wait_workers 8
+grep -q "was declared lost.*register again" "$WORK/fake.log" || fail "the agents were not told to register again: $(tail -5 "$WORK/fake.log")"
+# Fake agents sharing connections (--fake-agents-per-connection 2): four more agents on two.
+before=$(established)
+"$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name sh --rack rs --fake-step-seconds 0.02 --fake-workers 4 \
+    --slots 2 --fake-agents-per-connection 2 --memory-gb 1000 --runtime-dir "$WORK/rt-sh" --data-root "$PWD" \
+    --checkpoint-root "$WORK" >"$WORK/fake-shared.log" 2>&1 &
+SHARED=$!
+PIDS+=($SHARED)
+wait_workers 16
+after=$(established)
+[ $((after - before)) -le 2 ] || fail "four agents at two a connection opened $((after - before)) connections"
+kill -TERM $SHARED; wait $SHARED 2>/dev/null || true
+set +e; out=$("$BIN/moe-worker" --controller "$MOE_CONTROLLER" --fake-step-seconds 1 --fake-agents-per-connection 2 2>&1); rc=$?; set -e
+[ $rc -eq 2 ] && grep -q -- "--fake-agents-per-connection: needs --fake-workers over 1" <<<"$out" ||
+  fail "--fake-agents-per-connection without --fake-workers: rc $rc, $out"
 # The controller's own time per RPC: every submit above (the refused one too) is in SubmitJob's
 # histogram, its +Inf bucket equals its count, and its sum is a time.
 rpc=$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | grep '^moe_rpc_duration_seconds.*method="SubmitJob"')

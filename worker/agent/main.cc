@@ -121,7 +121,14 @@ moe::StatusOr<std::unique_ptr<HealthEndpoint>> ServeHealth(const std::string& li
   return h;
 }
 
-moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_size,
+// How the fake nodes of one process are laid out: racks of `rack_size` nodes (0: one rack), and
+// `per_connection` agents sharing each TCP connection to the controller (1: each its own, as real
+// node agents have).
+struct FakeLayout {
+  int rack_size = 0, per_connection = 1;
+};
+
+moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, const FakeLayout& layout,
                       const std::string& health_listen) {
   Agents agents;
   for (int i = 0; i < n; ++i) {
@@ -129,8 +136,9 @@ moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, int rack_siz
     if (n > 1) {
       o.name = base.name + "-" + std::to_string(i);
       o.node = o.name;
-      if (rack_size > 0) o.rack = base.rack + "-" + std::to_string(i / rack_size);
-      o.client.own_connection = true;
+      if (layout.rack_size > 0) o.rack = base.rack + "-" + std::to_string(i / layout.rack_size);
+      o.client.own_connection = layout.per_connection == 1;
+      if (layout.per_connection > 1) o.client.connection_group = i / layout.per_connection;
     }
     agents.push_back(std::make_unique<moe::worker::WorkerAgent>(o));
   }
@@ -179,7 +187,8 @@ struct WorkerFlags {
   std::string health_listen;            // --health-listen ADDR:PORT
   int slots = 0;                        // --slots
   moe::ServiceLogOptions log;
-  int fake_workers = 1, fake_rack_size = 0;
+  int fake_workers = 1;
+  FakeLayout fake;
 };
 
 void BindConnectionFlags(CLI::App& app, WorkerFlags& f) {
@@ -255,9 +264,14 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
                  "load testing (with --fake-step-seconds): this many node agents in one process, "
                  "each of --slots devices")
       ->check(CLI::Range(1, 100000));
-  app.add_option("--fake-rack-size", f.fake_rack_size,
+  app.add_option("--fake-rack-size", f.fake.rack_size,
                  "load testing: the fake workers' racks hold this many each (0: one rack)")
       ->check(CLI::Range(0, 100000));
+  app.add_option("--fake-agents-per-connection", f.fake.per_connection,
+                 "load testing: this many of the fake node agents share each TCP connection to the "
+                 "controller (default 1: each its own, as real agents; more spares the connecting "
+                 "side's threads and handshakes, not the controller's per-agent work)")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--health-listen", f.health_listen,
                  "serve GET /healthz (alive), /readyz (registered with the controller) and "
                  "/metrics (moe_agent_*, process_*) on this address, e.g. 0.0.0.0:9401 (default: "
@@ -351,6 +365,10 @@ moe::Status Resolve(WorkerFlags& f) {
   if (f.fake_workers > 1 && o.fake_step_seconds <= 0) {
     return moe::InvalidArgumentError("--fake-workers: needs --fake-step-seconds (fake mode)");
   }
+  if (f.fake.per_connection > 1 && f.fake_workers == 1) {
+    return moe::InvalidArgumentError(
+        "--fake-agents-per-connection: needs --fake-workers over 1 (fake mode's many agents)");
+  }
   if (o.fake_step_seconds <= 0 && ::access(o.trainer.c_str(), X_OK) != 0) {
     return moe::InvalidArgumentError("--trainer: " + o.trainer +
                                      " is not an executable (build moe-train or pass --trainer)");
@@ -383,7 +401,7 @@ int main(int argc, char** argv) {
   if (f.o.fake_step_seconds > 0)
     MOE_LOG(INFO) << "fake mode: " << f.fake_workers << " node(s) of " << f.o.devices.size()
                   << " device(s), no trainer";
-  if (moe::Status st = RunAgents(f.o, f.fake_workers, f.fake_rack_size, f.health_listen);
+  if (moe::Status st = RunAgents(f.o, f.fake_workers, f.fake, f.health_listen);
       !st.ok()) {
     std::fprintf(stderr, "moe-worker: %s\n", st.ToString().c_str());
     return 1;
