@@ -5,8 +5,9 @@ Fake nodes: moe-worker --fake-workers N --slots D runs N node agents of D device
 (each agent registers once, heartbeats once a second, takes assignments for its devices and reports
 their synthetic steps; no training); --devices-per-node D (8, an 8-GPU node) throughout, and the
 counts below (--workers, --restart-workers) are devices. Up to 2,048 agents run in one process,
-each on its own TCP connection to the controller unless --agents-per-connection K shares each among K
-(fewer handshakes and reader threads on the fake side; the controller's per-agent work is the same).
+sharing TCP connections to the controller --agents-per-connection K apiece (64 by default; 1: each its
+own, as real agents): fewer handshakes and keepalives on both sides, the same per-agent work
+(registration, stream, lease, UDP heartbeats) for the controller.
 
 Phase 1 (jobs): a controller, the fake nodes holding --workers devices, --clients concurrent gRPC
 clients (threads of moe-bench-submit, in C++, on one channel; Python threads with --python-clients,
@@ -37,8 +38,8 @@ and store waits included) follows as submit_service_p99_ms, get_service_p99_ms a
 Where this machine bounds a figure, the line before says by what.
 
   bench/load.py [--bin build/bin] [--jobs 1000] [--clients 20] [--watchers 100] [--workers 512]
-                [--devices-per-node 8] [--ladder 1024,4096,16384] [--hold 20] [--skip-heartbeats]
-                [--agents-per-connection 1]
+                [--devices-per-node 8] [--ladder 1024,4096,8192,16384] [--hold 20] [--skip-heartbeats]
+                [--agents-per-connection 64]
                 [--restart-workers 512] [--restart-jobs 100] [--skip-restart]
 """
 import argparse
@@ -429,6 +430,9 @@ def run_jobs(st, args, work):
 
 def heartbeat_phase(args, work):
     held, rows, per_node = 0, [], args.devices_per_node
+    k = args.agents_per_connection
+    print(f"load: heartbeats: the fake agents share each connection to the controller {k} apiece "
+          f"({'each its own, as real agents' if k == 1 else 'a real cluster has one per agent: fewer handshakes and keepalives here, the same per-agent work'})")
     for n in [int(x) for x in args.ladder.split(",")]:
         d = os.path.join(work, f"hb-{n}")
         os.makedirs(d)
@@ -553,10 +557,12 @@ def main():
     ap.add_argument("--fake-step", type=float, default=0.1)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--devices-per-node", type=int, default=8)
-    ap.add_argument("--ladder", default="1024,4096,16384", help="node agents (x --devices-per-node devices)")
+    ap.add_argument("--ladder", default="1024,4096,8192,16384", help="node agents (x --devices-per-node devices)")
     ap.add_argument("--hold", type=float, default=20)
-    ap.add_argument("--agents-per-connection", type=int, default=1,
-                    help="fake node agents sharing each TCP connection to the controller (1: each its own, as real agents)")
+    ap.add_argument("--agents-per-connection", type=int, default=64,
+                    help="fake node agents sharing each TCP connection to the controller (1: each its own, as real agents; "
+                         "64 by default: 16,384 agents' own connections and threads do not get through a cold start on "
+                         "the one core the fake side has here)")
     ap.add_argument("--skip-heartbeats", action="store_true")
     ap.add_argument("--restart-workers", type=int, default=512)
     ap.add_argument("--restart-jobs", type=int, default=100)

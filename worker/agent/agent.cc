@@ -209,8 +209,9 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
     stream_ctx_ = nullptr;
     return false;
   }
-  // Heartbeats from the process's one ticker thread (worker/agent/heartbeat_ticker.h).
-  HeartbeatTicker& ticker = HeartbeatTicker::Process();
+  // Heartbeats from the process's one ticker thread, or its group's
+  // (worker/agent/heartbeat_ticker.h).
+  HeartbeatTicker& ticker = HeartbeatTicker::Group(o_.beat_group);
   const int64_t beat = ticker.Add(
       [this] {
         if (stop_ || UdpBeat()) return;

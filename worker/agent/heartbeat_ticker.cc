@@ -3,11 +3,23 @@
 #include <algorithm>
 #include <random>
 
+#include "common/log.h"
+
 namespace moe::worker {
 
 HeartbeatTicker& HeartbeatTicker::Process() {
   static HeartbeatTicker* const ticker = new HeartbeatTicker();  // never destroyed: its thread
   return *ticker;                                                // may outlive main's statics
+}
+
+HeartbeatTicker& HeartbeatTicker::Group(int group) {
+  if (group < 0) return Process();
+  static std::mutex mu;
+  static auto* const tickers = new std::map<int, HeartbeatTicker*>();  // never destroyed, as above
+  std::lock_guard<std::mutex> lock(mu);
+  HeartbeatTicker*& t = (*tickers)[group];
+  if (t == nullptr) t = new HeartbeatTicker();
+  return *t;
 }
 
 int64_t HeartbeatTicker::Add(Beat beat, std::function<double()> period) {
@@ -33,6 +45,19 @@ void HeartbeatTicker::Remove(int64_t id) {
   cv_.wait(lock, [&] { return calling_ != id; });
 }
 
+// A beat that held the ticker up held every agent of the process up: said (once in 10 s at most),
+// since their leases may run out meanwhile.
+void HeartbeatTicker::NoteSlowBeat(Clock::duration took) {
+  const double s = std::chrono::duration<double>(took).count();
+  if (s < 0.5) return;
+  const auto now = Clock::now();
+  if (now - last_slow_note_ < std::chrono::seconds(10)) return;
+  last_slow_note_ = now;
+  MOE_LOG(WARNING) << "a heartbeat took " << s
+                   << " s to send (its stream's write blocked): the other agents of this process "
+                      "waited for it";
+}
+
 void HeartbeatTicker::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -56,7 +81,9 @@ void HeartbeatTicker::Loop() {
     const Beat beat = it->second.beat;
     calling_ = id;
     lock.unlock();
+    const auto t0 = Clock::now();
     beat();
+    NoteSlowBeat(Clock::now() - t0);
     lock.lock();
     calling_ = 0;
     cv_.notify_all();  // a Remove waiting for this beat

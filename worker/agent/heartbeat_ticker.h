@@ -21,6 +21,9 @@ class HeartbeatTicker {
   using Beat = std::function<void()>;
   // The process's ticker (its thread starts with the first Add and lives as long as the process).
   static HeartbeatTicker& Process();
+  // The ticker of one group of agents (fake mode: a stream write that blocks holds up only the
+  // agents of its group, not the process's thousands). Group -1 is Process().
+  static HeartbeatTicker& Group(int group);
   // Calls `beat` every period() seconds (read again after each beat), the first after a random
   // share of one period so that agents that start together spread over the second.
   int64_t Add(Beat beat, std::function<double()> period);
@@ -36,7 +39,9 @@ class HeartbeatTicker {
     std::function<double()> period;
   };
   void Loop();
+  void NoteSlowBeat(Clock::duration took);  // the ticker's thread alone
 
+  Clock::time_point last_slow_note_{};
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<int64_t, Entry> entries_;

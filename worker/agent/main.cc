@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -124,6 +125,7 @@ moe::StatusOr<std::unique_ptr<HealthEndpoint>> ServeHealth(const std::string& li
 // How the fake nodes of one process are laid out: racks of `rack_size` nodes (0: one rack), and
 // `per_connection` agents sharing each TCP connection to the controller (1: each its own, as real
 // node agents have).
+constexpr int kAgentsPerTicker = 64;
 struct FakeLayout {
   int rack_size = 0, per_connection = 1;
 };
@@ -139,6 +141,9 @@ moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, const FakeLa
       if (layout.rack_size > 0) o.rack = base.rack + "-" + std::to_string(i / layout.rack_size);
       o.client.own_connection = layout.per_connection == 1;
       if (layout.per_connection > 1) o.client.connection_group = i / layout.per_connection;
+      // A ticker thread per group of agents sharing connections (64 at least): a stream write
+      // blocked behind a busy connection holds up its group's beats, not the process's.
+      o.beat_group = i / std::max(layout.per_connection, kAgentsPerTicker);
     }
     agents.push_back(std::make_unique<moe::worker::WorkerAgent>(o));
   }
@@ -401,8 +406,7 @@ int main(int argc, char** argv) {
   if (f.o.fake_step_seconds > 0)
     MOE_LOG(INFO) << "fake mode: " << f.fake_workers << " node(s) of " << f.o.devices.size()
                   << " device(s), no trainer";
-  if (moe::Status st = RunAgents(f.o, f.fake_workers, f.fake, f.health_listen);
-      !st.ok()) {
+  if (moe::Status st = RunAgents(f.o, f.fake_workers, f.fake, f.health_listen); !st.ok()) {
     std::fprintf(stderr, "moe-worker: %s\n", st.ToString().c_str());
     return 1;
   }

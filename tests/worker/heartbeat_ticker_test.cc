@@ -1,0 +1,56 @@
+// The heartbeat tickers of the agent process: one per process, or one per group of fake agents, so
+// that a beat whose stream write blocks (a congested connection) holds up only its own group.
+#include "worker/agent/heartbeat_ticker.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+namespace moe::worker {
+namespace {
+
+TEST(HeartbeatTickerTest, GroupsAreTickersOfTheirOwnAndMinusOneIsTheProcesss) {
+  EXPECT_EQ(&HeartbeatTicker::Group(-1), &HeartbeatTicker::Process());
+  EXPECT_EQ(&HeartbeatTicker::Group(7), &HeartbeatTicker::Group(7));
+  EXPECT_NE(&HeartbeatTicker::Group(7), &HeartbeatTicker::Group(8));
+  EXPECT_NE(&HeartbeatTicker::Group(7), &HeartbeatTicker::Process());
+}
+
+// One group's beat blocks for a second and a half; another group's agent, beating every 50 ms,
+// keeps beating meanwhile (on the one process ticker it would have waited the whole time). The
+// blocked group's other agent waits: a ticker calls its beats one at a time.
+TEST(HeartbeatTickerTest, ABlockedBeatHoldsUpOnlyItsGroup) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> blocked_calls{0}, same_group{0}, other_group{0};
+  HeartbeatTicker& a = HeartbeatTicker::Group(101);
+  HeartbeatTicker& b = HeartbeatTicker::Group(102);
+  const int64_t stuck = a.Add(
+      [&] {
+        if (blocked_calls++ == 0) released.wait();
+      },
+      [] { return 0.05; });
+  // Let the stuck beat start blocking before the others are added.
+  for (int i = 0; i < 200 && blocked_calls == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(blocked_calls, 1);
+  const int64_t neighbour = a.Add([&] { ++same_group; }, [] { return 0.05; });
+  const int64_t other = b.Add([&] { ++other_group; }, [] { return 0.05; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const int other_while_blocked = other_group, same_while_blocked = same_group;
+  release.set_value();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  a.Remove(stuck);
+  a.Remove(neighbour);
+  b.Remove(other);
+  EXPECT_GE(other_while_blocked, 10) << "the other group's agent beat every 50 ms for 1.5 s";
+  EXPECT_EQ(same_while_blocked, 0) << "the blocked group's other agent waited for the beat";
+  EXPECT_GE(same_group.load(), 1) << "and beat once it was released";
+  EXPECT_GE(blocked_calls.load(), 2) << "the released agent beats again";
+}
+
+}  // namespace
+}  // namespace moe::worker
