@@ -18,7 +18,7 @@ struct ClientOptions {
   std::string tls_cert, tls_key;  // client certificate for mTLS
   int max_message_bytes = 16 << 20;
   // Its own TCP connection even when another channel of this process reaches the same address (many
-  // fake workers in one process: streams sharing a connection would meet its stream limit).
+  // fake node agents in one process, each standing for a node with a connection of its own).
   bool own_connection = false;
   // With own_connection false: channels of this process with the same group share one connection,
   // channels of different groups never do (-1: no group). Fake nodes use it to stand for many

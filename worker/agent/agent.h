@@ -49,8 +49,9 @@ struct AgentOptions {
   // reports a synthetic step every this many seconds until the job's steps are done or it is
   // cancelled.
   double fake_step_seconds = 0;
-  int beat_group =
-      -1;  // HeartbeatTicker::Group: fake mode's agents beat in groups (-1: the process)
+  // HeartbeatTicker::Group the agent beats from: fake mode's agents beat in groups (-1: the
+  // process's one ticker).
+  int beat_group = -1;
 };
 
 // What the agent's health endpoint and /metrics show (main's --health-listen).

@@ -45,8 +45,8 @@ void HeartbeatTicker::Remove(int64_t id) {
   cv_.wait(lock, [&] { return calling_ != id; });
 }
 
-// A beat that held the ticker up held every agent of the process up: said (once in 10 s at most),
-// since their leases may run out meanwhile.
+// A beat that held the ticker up held up every agent on this ticker (the process's, or its
+// group's): said (once in 10 s at most per ticker), since their leases may run out meanwhile.
 void HeartbeatTicker::NoteSlowBeat(Clock::duration took) {
   const double s = std::chrono::duration<double>(took).count();
   if (s < 0.5) return;
@@ -54,8 +54,8 @@ void HeartbeatTicker::NoteSlowBeat(Clock::duration took) {
   if (now - last_slow_note_ < std::chrono::seconds(10)) return;
   last_slow_note_ = now;
   MOE_LOG(WARNING) << "a heartbeat took " << s
-                   << " s to send (its stream's write blocked): the other agents of this process "
-                      "waited for it";
+                   << " s to send (its stream's write blocked): the other agents beating from its "
+                      "ticker waited for it";
 }
 
 void HeartbeatTicker::Loop() {
