@@ -298,6 +298,12 @@ std::vector<moe::v1::Worker> Controller::Workers() {
   return workers_.List();
 }
 
+void Controller::WorkersPage(const std::string& after, size_t limit, size_t max_bytes,
+                             moe::v1::ListWorkersResponse* resp) {
+  MutexLock lock(&mu_);
+  workers_.Page(after, limit, max_bytes, resp);
+}
+
 moe::v1::ListRacksResponse Controller::Racks() {
   std::map<std::string, RackCount> racks;
   {
@@ -441,7 +447,7 @@ StatusOr<std::string> Controller::AdmitWorker(const moe::v1::Register& reg,
   if (!registrations_.Reserve(reg.name())) {
     return UnavailableError("register: " + reg.name() +
                             " is registering on another stream; retry after " +
-                            std::to_string(registrations_.RetryAfterMs()) + " ms");
+                            std::to_string(registrations_.ShortRetryMs()) + " ms");
   }
   StatusOr<std::string> session = workers_.Admit(reg, devices, channel);
   for (int i = 0; session.ok() && i < reg.finished_size(); ++i) {
@@ -620,6 +626,7 @@ void Controller::Tick() {
     // The writer's figures first, with mu_ alone: a change under way may hold op_mu_ for a while.
     MutexLock lock(&mu_);
     metrics_.SetStore(committer_.batches(), committer_.writes(), leases_.stalled_seconds());
+    metrics_.SetRegistrationGate(registrations_.refused(), registrations_.Backlog());
   }
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);

@@ -87,6 +87,9 @@ class Controller {
   StatusOr<int64_t> Watch(const std::string& id, WatchFn fn) ABSL_LOCKS_EXCLUDED(mu_);
   void Unwatch(int64_t subscription) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<moe::v1::Worker> Workers() ABSL_LOCKS_EXCLUDED(mu_);
+  // One page of the workers by name (WorkerRegistry::Page), without describing the rest.
+  void WorkersPage(const std::string& after, size_t limit, size_t max_bytes,
+                   moe::v1::ListWorkersResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
   // The queues with their quotas and usage (moectl get queues); one, "default", without --queues.
   std::vector<moe::v1::QueueStatus> Queues() ABSL_LOCKS_EXCLUDED(mu_);
   // Every rack with its workers by state and its spares (moectl get racks; --spares-per-rack).
@@ -115,7 +118,7 @@ class Controller {
   // else, taking neither controller lock (Renew with the stream as its WorkerChannel*).
   LeaseBook& leases() { return leases_; }
   // Registrations in flight and the names being registered (registration_gate.h): the stream
-  // calls registrations().Begin() before Register and End() after it when Begin was OK.
+  // calls registrations().Begin() before Register and End(admitted) after it when Begin was OK.
   RegistrationGate& registrations() { return registrations_; }
   // The rendezvous keys the agent holding `session` may use: the prefixes of the attempts its
   // devices run. UNAUTHENTICATED without a live session, PERMISSION_DENIED when it runs no rank.

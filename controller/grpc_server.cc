@@ -65,8 +65,8 @@ grpc::ServerUnaryReactor* UnaryLater(grpc::CallbackServerContext* ctx, const Tok
   return reactor;
 }
 
-// One page of `all` (sorted by name) after the request's token.
-Status WorkersPage(std::vector<moe::v1::Worker> all, const moe::v1::ListWorkersRequest& req,
+// One page of the workers (by name) after the request's token.
+Status WorkersPage(Controller& c, const moe::v1::ListWorkersRequest& req,
                    moe::v1::ListWorkersResponse* resp) {
   constexpr int kDefault = 1000, kMax = 10000;
   constexpr size_t kMaxPageBytes = 8 << 20;
@@ -75,20 +75,7 @@ Status WorkersPage(std::vector<moe::v1::Worker> all, const moe::v1::ListWorkersR
                                 std::to_string(kMax));
   }
   const size_t limit = static_cast<size_t>(req.page_size() == 0 ? kDefault : req.page_size());
-  std::sort(all.begin(), all.end(),
-            [](const auto& a, const auto& b) { return a.name() < b.name(); });
-  size_t bytes = 0;
-  for (auto& w : all) {
-    if (!req.page_token().empty() && w.name() <= req.page_token()) continue;
-    const size_t size = w.ByteSizeLong();
-    if (static_cast<size_t>(resp->workers_size()) >= limit ||
-        (resp->workers_size() > 0 && bytes + size > kMaxPageBytes)) {
-      resp->set_next_page_token(resp->workers(resp->workers_size() - 1).name());
-      break;
-    }
-    bytes += size;
-    *resp->add_workers() = std::move(w);
-  }
+  c.WorkersPage(req.page_token(), limit, kMaxPageBytes, resp);
   return OkStatus();
 }
 
@@ -219,10 +206,12 @@ class WorkerStream final
       return;
     }
     if (name_.empty()) {
-      if (Status st = controller_.registrations().Begin(); !st.ok()) {
-        EndReads(ToGrpc(st));  // a herd: come back after the hint, not queued here
+      StatusOr<double> admitted = controller_.registrations().Begin();
+      if (!admitted.ok()) {
+        EndReads(ToGrpc(admitted.status()));  // a herd: come back in the slot named, not queued
         return;
       }
+      admitted_ = *admitted;
     }
     ex_.Post([this] { Handle(); });  // may wait for the store: not on gRPC's thread
   }
@@ -232,7 +221,7 @@ class WorkerStream final
     Status st;
     if (name_.empty()) {
       st = RegisterWorker();
-      controller_.registrations().End();
+      controller_.registrations().End(admitted_);
     } else {
       st = controller_.OnWorkerMessage(name_, in_);
     }
@@ -245,15 +234,24 @@ class WorkerStream final
     StartRead(&in_);
   }
   void OnWriteDone(bool ok) override {
-    MutexLock lock(&mu_);
-    writing_ = false;
-    if (!queue_.empty()) queue_.pop_front();
-    if (ok && !queue_.empty() && !finished_) {
-      writing_ = true;
-      StartWrite(&queue_.front());
-      return;
+    bool answered = false;
+    {
+      MutexLock lock(&mu_);
+      writing_ = false;
+      if (!queue_.empty()) {
+        answered = ok && queue_.front().has_registered();
+        queue_.pop_front();
+      }
+      if (ok && !queue_.empty() && !finished_) {
+        writing_ = true;
+        StartWrite(&queue_.front());
+      } else {
+        MaybeFinishLocked(grpc::Status::OK);
+      }
     }
-    MaybeFinishLocked(grpc::Status::OK);
+    // The lease runs from when the agent's answer left, not from when its registration applied:
+    // in a herd the answer may wait behind others' writes, and the agent cannot beat before it.
+    if (answered) controller_.leases().Answered(name_, static_cast<WorkerChannel*>(this));
   }
   void OnDone() override { delete this; }
 
@@ -289,7 +287,8 @@ class WorkerStream final
   Executor& ex_;
   UdpHeartbeats* const udp_;  // grants nothing when it does not serve: stream heartbeats only
   moe::v1::WorkerMessage in_;
-  std::string name_;  // the agent's, set once registered
+  std::string name_;     // the agent's, set once registered
+  double admitted_ = 0;  // when the registration gate let its registration in
   Mutex mu_;
   std::deque<moe::v1::ControllerMessage> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -364,7 +363,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
                                         const moe::v1::ListWorkersRequest* req,
                                         moe::v1::ListWorkersResponse* resp) override {
     return Unary(ctx, auth_, Role::kViewer, times_.Start("ListWorkers"),
-                 [&]() -> Status { return WorkersPage(c_.Workers(), *req, resp); });
+                 [&]() -> Status { return WorkersPage(c_, *req, resp); });
   }
   grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx,
                                        const moe::v1::ListQueuesRequest*,

@@ -1,5 +1,7 @@
 #include "controller/lease_book.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace moe::controller {
@@ -10,14 +12,24 @@ void LeaseBook::Open(const std::string& name, const void* channel) {
   l.channel = channel;
   l.heard = HearingNowLocked();
   l.heard_wall = clock_.Now();
+  l.grace = std::max(lease_, kAnswerGraceSeconds);
   l.open = true;
   QueueLocked(name, l);
 }
 
+bool LeaseBook::Answered(const std::string& name, const void* channel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(name);
+  if (it == leases_.end() || !it->second.open || it->second.channel != channel) return false;
+  it->second.heard = HearingNowLocked();
+  return true;
+}
+
 void LeaseBook::QueueLocked(const std::string& name, Lease& l) {
-  if (l.queued) return;  // its entry comes due no later than this one would
-  l.queued = true;
-  due_.emplace(l.heard + lease_, name);
+  const double at = l.heard + lease_ + l.grace;
+  if (l.queued_at >= 0 && l.queued_at <= at) return;  // its entry comes due no later
+  l.queued_at = at;                                   // an entry queued before is stale now
+  due_.emplace(at, name);
 }
 
 void LeaseBook::Close(const std::string& name) {
@@ -32,6 +44,10 @@ bool LeaseBook::Renew(const std::string& name, const void* channel) {
   if (it == leases_.end() || !it->second.open || it->second.channel != channel) return false;
   it->second.heard = HearingNowLocked();
   it->second.heard_wall = clock_.Now();
+  if (it->second.grace > 0) {  // first heard: the plain lease from now, looked at in time
+    it->second.grace = 0;
+    QueueLocked(name, it->second);
+  }
   return true;
 }
 
@@ -52,14 +68,14 @@ std::vector<std::string> LeaseBook::Expire() {
   std::vector<std::string> out;
   const double now = HearingNowLocked();
   while (!due_.empty() && due_.top().first < now) {
-    const std::string name = due_.top().second;
+    const auto [at, name] = due_.top();
     due_.pop();
     auto it = leases_.find(name);
-    if (it == leases_.end()) continue;
+    if (it == leases_.end() || it->second.queued_at != at) continue;  // stale entry
     Lease& l = it->second;
-    l.queued = false;
+    l.queued_at = -1;
     if (!l.open) continue;  // closed meanwhile; Open queues it again
-    if (now - l.heard > lease_) {
+    if (now - l.heard > lease_ + l.grace) {
       l.open = false;
       out.push_back(name);
     } else {

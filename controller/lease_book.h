@@ -27,8 +27,17 @@ class LeaseBook {
 
   LeaseBook(Clock& clock, double lease_seconds) : clock_(clock), lease_(lease_seconds) {}
 
-  // `name` registered on the stream `channel` (any token naming it): its lease starts now.
+  // A fresh registration's lease lasts this much longer (or a lease longer, if that is more) until
+  // the agent is first heard from: the controller cannot see when its answer arrived, and the
+  // agent beats only from then on. 16,384 fake agents on one core read some answers 8 s late.
+  static constexpr double kAnswerGraceSeconds = 10.0;
+
+  // `name` registered on the stream `channel` (any token naming it): its lease starts now, with
+  // the grace above until its first message.
   void Open(const std::string& name, const void* channel);
+  // The registration's answer to `name` left (its write completed): the lease, still in its grace,
+  // runs from now. False as for Renew.
+  bool Answered(const std::string& name, const void* channel);
   // Not leased any more (lost, left, removed).
   void Close(const std::string& name);
   // A message from `name` on `channel`: renews the lease. False when `name` holds no open lease on
@@ -48,12 +57,14 @@ class LeaseBook {
     const void* channel = nullptr;
     double heard = 0;       // hearing clock
     double heard_wall = 0;  // Clock::Now
+    double grace = 0;       // extra seconds until first heard from (see Open)
     bool open = false;
-    bool queued = false;  // has an entry in due_
+    double queued_at = -1;  // hearing time of its live entry in due_ (-1: none); others are stale
   };
   // When to look at a lease again (hearing clock): its last renewal seen plus the lease. A renewal
-  // does not touch it; Expire looks at each lease about once a lease period, not each at every
-  // tick (131,072 devices' agents ten times a second).
+  // does not touch it (but the first, which ends a grace, queues an earlier entry); Expire looks at
+  // each lease about once a lease period, not each at every tick (131,072 devices' agents ten
+  // times a second).
   using Due = std::pair<double, std::string>;
   void QueueLocked(const std::string& name, Lease& l);
   double HearingNowLocked() const { return clock_.Monotonic() - stalled_; }

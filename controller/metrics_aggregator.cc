@@ -159,6 +159,14 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
       &AddCounter(r, "moe_controller_stalled_seconds_total",
                   "Time the controller did not tick (stopped, starved): given back to leases")
            ->Add({});
+  registrations_refused_ =
+      &AddCounter(r, "moe_registrations_refused_total",
+                  "Registrations told to come back later (more than 32 in flight: a herd)")
+           ->Add({});
+  registration_backlog_ =
+      &AddGauge(r, "moe_registration_backlog_seconds",
+                "Seconds ahead of the last slot the registration gate handed a refused agent")
+           ->Add({});
   RegisterGoodput(r);
   RegisterCheckpointsAndQueues(r);
 }
@@ -270,6 +278,12 @@ void MetricsAggregator::SetStore(int64_t batches, int64_t writes, double stalled
   store_batches_->Increment(std::max(0.0, static_cast<double>(batches) - store_batches_->Value()));
   store_writes_->Increment(std::max(0.0, static_cast<double>(writes) - store_writes_->Value()));
   stalled_->Increment(std::max(0.0, stalled_seconds - stalled_->Value()));
+}
+
+void MetricsAggregator::SetRegistrationGate(int64_t refused, double backlog_seconds) {
+  registrations_refused_->Increment(
+      std::max(0.0, static_cast<double>(refused) - registrations_refused_->Value()));
+  registration_backlog_->Set(backlog_seconds);
 }
 
 MetricsAggregator::~MetricsAggregator() = default;

@@ -93,6 +93,8 @@ class MetricsAggregator final : public JobListener {
   void SetRendezvousKeys(size_t n);
   // The one writer's totals and the controller's stalls so far (counters follow them).
   void SetStore(int64_t batches, int64_t writes, double stalled_seconds);
+  // The registration gate's refusals so far and the seconds of slots it has handed out ahead.
+  void SetRegistrationGate(int64_t refused, double backlog_seconds);
   void ObserveSchedulerDecision(double seconds);
   // Drops the series of jobs that ended more than the retention time ago.
   void Expire();
@@ -159,6 +161,8 @@ class MetricsAggregator final : public JobListener {
   prometheus::Counter* store_batches_;
   prometheus::Counter* store_writes_;
   prometheus::Counter* stalled_;
+  prometheus::Counter* registrations_refused_;
+  prometheus::Gauge* registration_backlog_;
   prometheus::Family<prometheus::Histogram>* decision_;
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_;
   std::set<std::pair<std::string, std::string>> worker_series_;  // (state, rack) seen

@@ -75,6 +75,14 @@ void QueueScheduler::Run() {
       by_queue[QueueOf(*e)].push_back({e->job.id(), e->spec.priority, e->job.created_at()});
     }
   }
+  // Nothing to place and nothing to grow back: no walk over every device (a cold start of 131,072
+  // devices asks for a pass at every registration).
+  const std::vector<JobEntry*> all = jobs_.All();
+  if (by_queue.empty() &&
+      std::none_of(all.begin(), all.end(), [](JobEntry* e) { return Shrunk(*e); })) {
+    metrics_.ObserveSchedulerDecision(clock_.Monotonic() - pass.now);
+    return;
+  }
   for (auto& [q, jobs] : by_queue) jobs = QueueOrder(std::move(jobs));
   pass.free = workers_.FreeSlots();
   pass.usage = UsageNow();

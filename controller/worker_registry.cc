@@ -79,6 +79,7 @@ WorkerEntry* WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChanne
                                       const std::string& session) {
   WorkerEntry& w = workers_[reg.name()];
   const bool fresh = w.info.name().empty();
+  Share(w, -1);  // counted again below, as it registers now
   if (!w.session.empty() && w.session != session) by_session_.erase(w.session);
   w.session = session;
   w.agent = AgentOfWorker(reg.name());
@@ -107,7 +108,7 @@ WorkerEntry* WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChanne
     });
   }
   leases_.Open(w.agent, channel);
-  sharing_dirty_ = true;
+  Share(w, +1);
   return &w;
 }
 
@@ -130,6 +131,7 @@ std::string WorkerRegistry::WorkerFor(const std::string& agent, const std::strin
 void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& session,
                              double hold_seconds) {
   WorkerEntry& w = workers_[info.name()];
+  Share(w, -1);  // restored lost: not counted
   w.info = info;
   w.agent = AgentOfWorker(info.name());
   w.info.set_agent(w.agent);
@@ -143,7 +145,6 @@ void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& ses
   w.lost = true;
   w.lost_at = clock_.Monotonic();
   w.held_until = clock_.Monotonic() + hold_seconds;
-  sharing_dirty_ = true;
 }
 
 std::vector<const WorkerEntry*> WorkerRegistry::FindBySession(const std::string& session) const {
@@ -159,7 +160,7 @@ std::vector<const WorkerEntry*> WorkerRegistry::FindBySession(const std::string&
 
 void WorkerRegistry::MarkLost(WorkerEntry& w) {
   leases_.Close(w.agent);
-  sharing_dirty_ = true;
+  Share(w, -1);
   w.lost = true;
   w.lost_at = clock_.Monotonic();
   w.held_until = clock_.Monotonic() + lease_;
@@ -250,8 +251,8 @@ void WorkerRegistry::Remove(const std::string& name) {
   auto it = workers_.find(name);
   if (it == workers_.end()) return;
   const std::string agent = it->second.agent, session = it->second.session;
+  Share(it->second, -1);
   workers_.erase(it);
-  sharing_dirty_ = true;
   std::vector<std::string>& devs = agents_[agent];
   devs.erase(std::remove(devs.begin(), devs.end(), name), devs.end());
   if (!devs.empty()) return;
@@ -316,22 +317,21 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
   return out;
 }
 
-// Live CPU workers per node and per host id, counted once per change of the registry (the
-// scheduler asks for every worker's share: a count per call would be quadratic in workers).
-void WorkerRegistry::CountSharing() const {
-  if (!sharing_dirty_) return;
-  per_node_.clear();
-  per_host_.clear();
-  for (const auto& [n, w] : workers_) {
-    if (w.lost || w.info.device() != "cpu") continue;
-    ++per_node_[w.info.node()];
-    if (!w.host_id.empty()) ++per_host_[w.host_id];
-  }
-  sharing_dirty_ = false;
+// Live CPU workers per node and per host id, kept as workers come and go (the scheduler asks for
+// every worker's share: a count per call would be quadratic in workers, and a recount per change
+// was quadratic over a cold start of 131,072 devices). `w` counts while it is live and a CPU
+// worker.
+void WorkerRegistry::Share(const WorkerEntry& w, int delta) {
+  if (w.lost || w.info.device() != "cpu") return;
+  auto add = [delta](std::map<std::string, int>& counts, const std::string& key) {
+    auto it = counts.try_emplace(key, 0).first;
+    if ((it->second += delta) <= 0) counts.erase(it);
+  };
+  add(per_node_, w.info.node());
+  if (!w.host_id.empty()) add(per_host_, w.host_id);
 }
 
 int WorkerRegistry::CpuWorkersSharingHost(const WorkerEntry& of) const {
-  CountSharing();
   // Same machine: by host id when workers send one (several "nodes" may share a host), else by
   // node.
   const auto& counts = of.host_id.empty() ? per_node_ : per_host_;
@@ -390,6 +390,22 @@ std::map<std::string, RackCount> WorkerRegistry::CountByRack(int spares_per_rack
     r.spares_in_use += std::max(0, p.busy - std::max(0, p.all - n));
   }
   return racks;
+}
+
+void WorkerRegistry::Page(const std::string& after, size_t limit, size_t max_bytes,
+                          moe::v1::ListWorkersResponse* resp) const {
+  size_t bytes = 0;
+  for (auto it = workers_.upper_bound(after); it != workers_.end(); ++it) {
+    moe::v1::Worker w = Describe(it->second);
+    const size_t size = w.ByteSizeLong();
+    if (static_cast<size_t>(resp->workers_size()) >= limit ||
+        (resp->workers_size() > 0 && bytes + size > max_bytes)) {
+      resp->set_next_page_token(resp->workers(resp->workers_size() - 1).name());
+      return;
+    }
+    bytes += size;
+    *resp->add_workers() = std::move(w);
+  }
 }
 
 std::vector<moe::v1::Worker> WorkerRegistry::List() const {

@@ -11,6 +11,7 @@
 #include "controller/clock.h"
 #include "controller/lease_book.h"
 #include "controller/scheduler.h"
+#include "moe/v1/job_service.pb.h"
 #include "moe/v1/worker_service.pb.h"
 
 namespace moe::controller {
@@ -126,6 +127,10 @@ class WorkerRegistry {
   // Whether the worker could take new work once free: connected, not lost, drained or leaving.
   bool Placeable(const std::string& name) const;
   std::vector<moe::v1::Worker> List() const;
+  // The workers named after `after` (by name), at most `limit` of them and `max_bytes` (at least
+  // one), into `resp`; its next_page_token when more follow. Describes only the page's workers.
+  void Page(const std::string& after, size_t limit, size_t max_bytes,
+            moe::v1::ListWorkersResponse* resp) const;
   // Workers per (state, rack), the states as Describe names them in lower case ("draining": drained
   // and still busy): /metrics' moe_workers, counted without listing every worker.
   std::map<std::pair<std::string, std::string>, int> CountByStateAndRack() const;
@@ -145,16 +150,15 @@ class WorkerRegistry {
   Status CheckNameFree(const moe::v1::Register& reg, WorkerChannel* channel) const;
   void MarkLost(WorkerEntry& w);
   int CpuWorkersSharingHost(
-      const WorkerEntry& of) const;  // live CPU workers on its machine, itself included
-  void CountSharing() const;         // per_node_ and per_host_, when the registry changed
+      const WorkerEntry& of) const;             // live CPU workers on its machine, itself included
+  void Share(const WorkerEntry& w, int delta);  // w in or out of per_node_ and per_host_
 
   Clock& clock_;
   double lease_;
   LeaseBook leases_;                                        // one per agent
   std::map<std::string, std::vector<std::string>> agents_;  // agent -> its devices' workers
   std::map<std::string, std::string> by_session_;           // session -> agent
-  mutable bool sharing_dirty_ = true;
-  mutable std::map<std::string, int> per_node_, per_host_;  // live CPU workers (CountSharing)
+  std::map<std::string, int> per_node_, per_host_;          // live CPU workers (Share)
   std::map<std::string, WorkerEntry> workers_;
 };
 

@@ -78,7 +78,12 @@ class ControllerTest : public ::testing::Test {
     for (auto& x : running) *r.add_running() = x;
     auto reg = controller_->Register(r, ch.get());
     EXPECT_TRUE(reg.ok()) << reg.status();
-    if (reg.ok()) sessions_[name] = reg->session();
+    if (reg.ok()) {
+      sessions_[name] = reg->session();
+      moe::v1::WorkerMessage hb;  // its first beat on the answer, as an agent's: the plain lease
+      hb.mutable_heartbeat();
+      Msg(name, hb);
+    }
     return ch.get();
   }
   // A submit, then the pass that places it when others were waiting (a submit into an empty queue

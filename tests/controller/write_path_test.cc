@@ -171,6 +171,7 @@ TEST(LeaseBookTest, TheControllersOwnStallExpiresNoLease) {
   LeaseBook book(clock, 3);
   int ch = 0;
   book.Open("w", &ch);
+  EXPECT_TRUE(book.Renew("w", &ch));  // its first beat: the plain lease from here on
   book.NoteTick();
   clock.Advance(0.1);
   book.NoteTick();
@@ -183,6 +184,40 @@ TEST(LeaseBookTest, TheControllersOwnStallExpiresNoLease) {
     book.NoteTick();
   }
   EXPECT_EQ(book.Expire().size(), 1u);
+}
+
+// A fresh registration's lease lasts a lease longer until the agent is first heard from (the
+// controller cannot see when its answer arrived); the answer's leaving restarts it, still in that
+// grace; the first beat ends the grace.
+TEST(LeaseBookTest, AFreshLeaseWaitsLongerForItsFirstBeat) {
+  FakeClock clock;
+  LeaseBook book(clock, 3);
+  const double grace = LeaseBook::kAnswerGraceSeconds;
+  int ch = 0, other = 0;
+  book.Open("quiet", &ch);  // never heard from
+  book.Open("late", &ch);   // answered 2 s on, then heard 9 s after that
+  book.Open("heard", &ch);  // heard at once, then silent
+  EXPECT_TRUE(book.Renew("heard", &ch));
+  EXPECT_FALSE(book.Answered("late", &other)) << "another stream's answer restarted the lease";
+  std::vector<std::pair<int, std::string>> expired;  // (tick, name)
+  for (int t = 1; t <= 200; ++t) {
+    clock.Advance(0.1);
+    book.NoteTick();
+    if (t == 20) {
+      EXPECT_TRUE(book.Answered("late", &ch));
+    }
+    if (t == 110) {
+      EXPECT_TRUE(book.Renew("late", &ch));
+    }
+    for (auto& n : book.Expire()) expired.emplace_back(t, n);
+  }
+  ASSERT_EQ(expired.size(), 3u);
+  EXPECT_EQ(expired[0].second, "heard");  // 3 s after its beat
+  EXPECT_NEAR(expired[0].first, 30, 1);
+  EXPECT_EQ(expired[1].second, "quiet");  // the lease and the grace after its registration
+  EXPECT_NEAR(expired[1].first, 10 * (3 + grace), 1);
+  EXPECT_EQ(expired[2].second, "late");  // in its grace until heard at 11 s, then the plain lease
+  EXPECT_NEAR(expired[2].first, 140, 1);
 }
 
 // Expire looks at each lease about once a lease period (a queue of due times), not at every tick:
@@ -224,6 +259,7 @@ TEST(LeaseBookTest, DueTimesFollowRenewalsReopensAndManyLeases) {
   clock.Advance(2);
   book.NoteTick();  // a 2 s gap: given back as a stall; the hearing clock moves on by nothing
   book.Open(names[0], &ch);
+  EXPECT_TRUE(book.Renew(names[0], &ch));  // heard at once: the plain lease
   for (int t = 1; t <= 29; ++t) {
     clock.Advance(0.1);
     book.NoteTick();

@@ -1,0 +1,82 @@
+#include "controller/registration_gate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace moe::controller {
+
+RegistrationGate::RegistrationGate(std::function<double()> now) : now_(std::move(now)) {}
+
+double RegistrationGate::SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+StatusOr<double> RegistrationGate::Begin() {
+  if (++in_flight_ <= kMaxInFlight) return now_();
+  --in_flight_;
+  ++refused_;
+  const double wait = NextSlot();
+  const int ms = static_cast<int>(std::lround(wait * 1000));
+  return UnavailableError("register: the controller is admitting " + std::to_string(kMaxInFlight) +
+                          " registrations at once (about " +
+                          std::to_string(static_cast<int>(Rate())) + " a second); retry after " +
+                          std::to_string(ms) + " ms");
+}
+
+void RegistrationGate::End(double admitted) {
+  --in_flight_;
+  const double took = std::clamp(now_() - admitted, 1e-4, 10.0);
+  std::lock_guard<std::mutex> lock(mu_);
+  mean_seconds_ = 0.9 * mean_seconds_ + 0.1 * took;
+}
+
+double RegistrationGate::Rate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kMaxInFlight / mean_seconds_;
+}
+
+double RegistrationGate::Backlog() const {
+  const double now = now_();
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::max(0.0, next_slot_ - now);
+}
+
+// Slots one registration's time apart at the gate's pace; the agent comes back somewhere inside its
+// slot (jitter), and never sooner than kMinRetrySeconds.
+double RegistrationGate::NextSlot() {
+  const double now = now_();
+  std::lock_guard<std::mutex> lock(mu_);
+  const double spacing = mean_seconds_ / kMaxInFlight;
+  const double slot = std::max(next_slot_, now + kMinRetrySeconds);
+  if (slot - now > kMaxRetrySeconds) {  // past the cap: not a slot, a spread wait at the cap
+    std::uniform_real_distribution<double> spread(0.5, 1.0);
+    return kMaxRetrySeconds * spread(rng_);
+  }
+  next_slot_ = slot + spacing;
+  std::uniform_real_distribution<double> within(0, spacing);
+  return slot - now + within(rng_);
+}
+
+int RegistrationGate::ShortRetryMs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::uniform_real_distribution<double> wait(kMinRetrySeconds, 2 * kMinRetrySeconds);
+  return static_cast<int>(std::lround(wait(rng_) * 1000));
+}
+
+bool RegistrationGate::Reserve(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return names_.insert(name).second;
+}
+
+void RegistrationGate::Release(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  names_.erase(name);
+}
+
+size_t RegistrationGate::reserved() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return names_.size();
+}
+
+}  // namespace moe::controller
