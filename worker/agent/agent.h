@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -115,6 +116,7 @@ class WorkerAgent {
   // Sends this beat's datagram; true when the controller acknowledged one of the last two, so the
   // datagram is the heartbeat (else the stream carries one as well).
   bool UdpBeat();
+  void NoteLateAnswer() const;
   void SendLeaving();
   std::string LeaveReason();
 
@@ -124,6 +126,7 @@ class WorkerAgent {
   std::atomic<bool> registered_{false};    // Registered received on the current session
   std::atomic<int64_t> registrations_{0};  // Registered messages accepted
   std::atomic<int64_t> ranks_started_{0};  // rank processes (or fake ranks) started
+  std::chrono::steady_clock::time_point registration_sent_;  // when our Register left
   double retry_after_ = 0;  // seconds the controller asked us to wait before registering again
   Status fatal_;  // why Run gave up (a name another live worker holds); set on Run's thread
   std::string leave_reason_;  // guarded by ranks_mu_ (set with leaving_)

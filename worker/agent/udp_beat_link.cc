@@ -28,12 +28,12 @@ std::string UdpHostOf(const std::string& target) {
   return t;
 }
 
-std::shared_ptr<UdpBeatLink> UdpBeatLink::For(const std::string& host, int port) {
+std::shared_ptr<UdpBeatLink> UdpBeatLink::For(const std::string& host, int port, int group) {
   static std::mutex mu;
-  static std::map<std::string, std::weak_ptr<UdpBeatLink>> links;
+  static std::map<std::pair<std::string, int>, std::weak_ptr<UdpBeatLink>> links;
   const std::string where = host + ":" + std::to_string(port);
   std::lock_guard<std::mutex> lock(mu);
-  if (auto link = links[where].lock()) return link;
+  if (auto link = links[{where, group}].lock()) return link;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
@@ -45,6 +45,10 @@ std::shared_ptr<UdpBeatLink> UdpBeatLink::For(const std::string& host, int port)
     return nullptr;
   }
   const int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  // The agents of the process (or of its group) share the socket, and acks are read only when one
+  // of them beats: room for a second of 2,048 agents' (capped by net.core.rmem_max).
+  const int bufsize = 1 << 20;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof bufsize);
   const bool ok = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0;
   freeaddrinfo(res);
   if (!ok) {
@@ -53,7 +57,7 @@ std::shared_ptr<UdpBeatLink> UdpBeatLink::For(const std::string& host, int port)
     return nullptr;
   }
   std::shared_ptr<UdpBeatLink> link(new UdpBeatLink(fd));
-  links[where] = link;
+  links[{where, group}] = link;
   return link;
 }
 

@@ -16,8 +16,10 @@ namespace moe::worker {
 class UdpBeatLink {
  public:
   // The process's link to `host`:`port` (made on first use), or null when no socket can reach it
-  // (the address does not resolve: the agent heartbeats on its stream).
-  static std::shared_ptr<UdpBeatLink> For(const std::string& host, int port);
+  // (the address does not resolve: the agent heartbeats on its stream). `group` >= 0: a link of
+  // that group of agents alone (fake nodes: one per heartbeat ticker, so that the tickers of a
+  // process of 2,048 do not contend for one socket and its lock).
+  static std::shared_ptr<UdpBeatLink> For(const std::string& host, int port, int group = -1);
   ~UdpBeatLink();
   UdpBeatLink(const UdpBeatLink&) = delete;
   UdpBeatLink& operator=(const UdpBeatLink&) = delete;
