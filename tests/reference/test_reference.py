@@ -553,7 +553,10 @@ class ToleranceTest(unittest.TestCase):
                                                "loss.balance", "loss.total")]
             pairs += [(g2[n], g1[n]) for n in g2]
             worst = max(compare.rel_diff(a, b, floor)[0] for a, b in pairs)
-            self.assertLess(worst, rtol / 5, name)
+            # Within half the tolerance: float32 noise is 2.3e-5 to 2.4e-5 with torch 1.13 on an
+            # AVX-512/AMX Xeon (reference BLAS and OpenBLAS alike), under 2e-5 on the CPUs CI had
+            # before; float64's is 1e-12. A margin of 5 failed on the new CPU with nothing wrong.
+            self.assertLess(worst, rtol / 2, name)
             noise[name] = worst, o1["logits"].detach().double()
         f32_vs_f64 = compare.rel_diff(noise["float32"][1], noise["float64"][1], 1e-3)[0]
         self.assertGreater(f32_vs_f64, 100 * compare.default_tolerances("float64", "float64")[0])
