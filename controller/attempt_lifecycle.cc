@@ -434,6 +434,14 @@ void AttemptLifecycle::CheckReconnect(JobEntry& e, double now) {
       return;
     }
     a.reconnect_deadline = 0;
+    return;
+  }
+  // A herd the registration gate is still admitting: its agents were told to come back later, not
+  // lost. The grace runs again in full once every refused agent was due (as a lease gets the
+  // controller's own stalls back): 16,384 agents back after a restart take longer than 10 s.
+  if (const double backlog = backlog_ ? backlog_() : 0; backlog > 0) {
+    a.reconnect_deadline =
+        std::max(a.reconnect_deadline, now + backlog + config_.reconnect_grace_seconds);
   } else if (now > a.reconnect_deadline) {
     a.reconnect_deadline = 0;
     for (int r : missing) a.ranks[static_cast<size_t>(r)].finished = true;

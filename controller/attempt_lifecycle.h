@@ -8,6 +8,7 @@
 // Not thread-safe: the Controller calls it under its mutex, with the managers it was built on.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ class AttemptLifecycle {
   // A job that was running when the controller stopped: its ranks get the reconnect grace to report
   // back on their reconnecting workers (checked by CheckDeadlines).
   Status AwaitReconnect(JobEntry& e);
+  // Seconds until the registrations the controller has told to come back later are due (the
+  // registration gate's backlog): the reconnect grace does not run out while it is above 0.
+  void SetAdmissionBacklog(std::function<double()> backlog) { backlog_ = std::move(backlog); }
   // Stops the running attempt for `reason`: its ranks stop (at their next step boundary, where they
   // checkpoint), the outcome is recorded as `cause` says, and the attempt ends once no rank runs.
   void Stop(JobEntry& e, const std::string& reason, StopCause cause = StopCause::kFailure);
@@ -106,6 +110,7 @@ class AttemptLifecycle {
   RendezvousStore& rendezvous_;
   MetricsAggregator& metrics_;
   Clock& clock_;
+  std::function<double()> backlog_;  // see SetAdmissionBacklog
   const ControllerConfig& config_;
   bool schedule_needed_ = true;
   int64_t epoch_ = 0;

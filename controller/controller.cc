@@ -106,6 +106,7 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
       scheduler_(jobs_, workers_, attempts_, metrics, clock, config_),
       logs_(jobs_, workers_, clock) {
   committer_.SetCallerLock(&mu_);
+  attempts_.SetAdmissionBacklog([this] { return registrations_.Backlog(); });
   metrics_.SetGoodputFloor(config_.goodput_floor);
   jobs_.AddListener(&metrics_);
   jobs_.AddListener(&watchers_);

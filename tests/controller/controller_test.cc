@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
+#include <chrono>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "common/job_spec_proto.h"
 #include "tests/controller/flaky_store.h"
@@ -1942,6 +1945,60 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   EXPECT_EQ(j2.restarts(), 1) << "a rank that did not come back restarts the job";
   EXPECT_TRUE(j2.state() == moe::v1::SCHEDULED || j2.state() == moe::v1::RESTARTING)
       << moe::v1::JobState_Name(j2.state());
+}
+
+// A restarted controller admitting a herd: the agents it told to come back later are not missing.
+// The reconnect grace does not run out while the registration gate has a backlog, and runs in full
+// once it has none (16,384 agents back after a restart take longer than the 10 s grace).
+TEST(ControllerRecovery, TheReconnectGraceWaitsForTheHerdTheGateIsAdmitting) {
+  FakeClock clock;
+  MemoryStateStore store;
+  auto metrics = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(),
+                                                     clock, StragglerOptions{}, 60, "t");
+  ControllerConfig opt;
+  std::string id;
+  {
+    Controller c(store, clock, *metrics, opt);
+    ASSERT_TRUE(c.Recover().ok());
+    FakeChannel ch;
+    moe::v1::Register r;
+    r.set_device("cpu");
+    r.set_memory_bytes(int64_t{64} << 30);
+    r.set_rack("r0");
+    r.set_node("n0");
+    r.set_name("w1");
+    ASSERT_TRUE(c.Register(r, &ch).ok());
+    id = c.Submit(SpecToProto(Spec("one", 1, 1)))->id();
+    ASSERT_EQ(ch.Assignments().size(), 1u);
+  }  // the controller dies
+  Controller c(store, clock, *metrics, opt);
+  ASSERT_TRUE(c.Recover().ok());
+  const moe::v1::JobState before = c.Get(id, false)->state();
+  // A herd at the gate: every slot taken, and refusals hand out slots about 0.3 s ahead (real
+  // time).
+  RegistrationGate& gate = c.registrations();
+  std::vector<double> admitted;
+  for (int i = 0; i < RegistrationGate::kMaxInFlight; ++i) admitted.push_back(*gate.Begin());
+  while (gate.Backlog() < 0.3) ASSERT_FALSE(gate.Begin().ok());
+  for (int i = 0; i < 3 * static_cast<int>(opt.reconnect_grace_seconds); ++i) {
+    clock.Advance(1);
+    c.Tick();
+  }
+  EXPECT_EQ(c.Get(id, false)->state(), before)
+      << "three graces passed while the gate had a backlog: the worker was told to come back later";
+  for (double a : admitted) gate.End(a);
+  while (gate.Backlog() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < static_cast<int>(opt.reconnect_grace_seconds) - 2; ++i) {
+    clock.Advance(1);
+    c.Tick();
+  }
+  EXPECT_EQ(c.Get(id, false)->state(), before) << "the grace runs in full after the herd";
+  for (int i = 0; i < 4; ++i) {
+    clock.Advance(1);
+    c.Tick();
+  }
+  auto j = *c.Get(id, true);
+  EXPECT_EQ(j.restarts(), 1) << "once the herd is admitted, a rank that did not come back restarts";
 }
 
 // A controller restart during STOPPING: the stop goes on. The reconnecting worker is told to stop
