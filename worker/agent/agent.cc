@@ -123,14 +123,17 @@ Status WorkerAgent::Run() {
   std::shared_ptr<moe::v1::WorkerService::Stub> stub;
   while (!stop_) {
     // A fresh channel after a failed connect: a channel remembers its failures and backs off on its
-    // own, which would keep a restarted controller waiting for us.
+    // own, which would keep a restarted controller waiting for us. Not for agents that share
+    // connections (fake nodes, --fake-agents-per-connection): their new channel would be the same
+    // pooled connection again, and 16,384 agents building channels each second after a restart kept
+    // the fakes' one core too busy to finish the handshakes (a herd of broken pipes for 30 s).
     if (!stub) {
       MOE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(o_.client));
       stub =
           std::shared_ptr<moe::v1::WorkerService::Stub>(moe::v1::WorkerService::NewStub(channel));
     }
     const auto t0 = std::chrono::steady_clock::now();
-    if (!Session(stub)) stub.reset();
+    if (!Session(stub) && o_.client.connection_group < 0) stub.reset();
     if (stop_) break;
     // A session that lasted is a reconnect after a controller restart: try again soon.
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff = 0.2;
@@ -204,12 +207,21 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   if (!Write(reg)) {
     std::lock_guard<std::mutex> lock(stream_mu_);
     const grpc::Status st = stream_->Finish();
-    MOE_LOG(WARNING) << "cannot reach the controller at " << o_.client.address << ": "
-                     << st.error_message();
+    const auto now = std::chrono::steady_clock::now();
+    if (unreachable_++ == 0 || now - unreachable_logged_ >= std::chrono::seconds(30)) {
+      MOE_LOG(WARNING) << "cannot reach the controller at " << o_.client.address << ": "
+                       << st.error_message() << " (try " << unreachable_
+                       << " since it was last reached; retrying, logged every 30 s)";
+      unreachable_logged_ = now;
+    }
     stream_.reset();
     stream_ctx_ = nullptr;
     return false;
   }
+  if (unreachable_ > 1)
+    MOE_LOG(INFO) << "reached the controller at " << o_.client.address << " after " << unreachable_
+                  << " tries";
+  unreachable_ = 0;
   // Heartbeats from the process's one ticker thread, or its group's
   // (worker/agent/heartbeat_ticker.h).
   // A beat the UDP path does not carry goes on the stream, from the ticker's slow lane: a write

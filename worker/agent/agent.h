@@ -127,6 +127,11 @@ class WorkerAgent {
   std::atomic<int64_t> registrations_{0};  // Registered messages accepted
   std::atomic<int64_t> ranks_started_{0};  // rank processes (or fake ranks) started
   std::chrono::steady_clock::time_point registration_sent_;  // when our Register left
+  // Connects that failed since the last one that worked, and when the last of them was logged: an
+  // outage is logged at its first failure and then every 30 s, not at every retry (16,384 agents
+  // retrying each second logged 2,000 lines a second and starved a restarting controller's core).
+  int64_t unreachable_ = 0;
+  std::chrono::steady_clock::time_point unreachable_logged_;
   double retry_after_ = 0;  // seconds the controller asked us to wait before registering again
   Status fatal_;  // why Run gave up (a name another live worker holds); set on Run's thread
   std::string leave_reason_;  // guarded by ranks_mu_ (set with leaving_)
