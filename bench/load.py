@@ -24,9 +24,11 @@ controller's log). Reports the controller's CPU per count and the largest count 
 agents x 8 = 131,072 devices is the issue's). Each count's registration time (all of them connecting
 at once) is the cold start.
 
-Phase 3 (restart): --restart-workers fake devices and --restart-jobs long jobs running; the controller is
-killed with SIGKILL and started again on the same state: how long until every agent is back, how many
-jobs restarted (their attempt moved), and how many acknowledged submits the SQLite file lost.
+Phase 3 (restart): --restart-workers fake devices (by default all the devices of the largest count
+the ladder held, 131,072 when 16,384 agents held; 512 when the ladder was skipped or held none) and
+--restart-jobs long jobs running; the controller is killed with SIGKILL and started again on the same
+state: how long until every agent is back, how many jobs restarted (their attempt moved), and how many
+acknowledged submits the SQLite file lost.
 
 The run ends with one RESULT line per figure of the issue (submit_per_second, submit_p99_ms, get_p99_ms,
 list_p99_ms, heartbeat_devices_held, heartbeat_core_fraction, cold_start_seconds,
@@ -40,7 +42,7 @@ Where this machine bounds a figure, the line before says by what.
   bench/load.py [--bin build/bin] [--jobs 1000] [--clients 20] [--watchers 100] [--workers 512]
                 [--devices-per-node 8] [--ladder 1024,4096,8192,16384] [--hold 20] [--skip-heartbeats]
                 [--agents-per-connection 64]
-                [--restart-workers 512] [--restart-jobs 100] [--skip-restart]
+                [--restart-workers N] [--restart-jobs 100] [--skip-restart]
 """
 import argparse
 import json
@@ -126,8 +128,9 @@ class Stack:
         self.procs.append(self.ctl)
         self.ch = g.channel(self.addr)
         self.p = g.pb()
-        for _ in range(200):
-            if g.code_of(lambda: self.list_workers()) == "OK":
+        for _ in range(200):  # ready: it answers (ListQueues, from memory; not 131,072 workers listed)
+            if g.code_of(lambda: g.unary(self.ch, "/moe.v1.JobService/ListQueues", self.p.js.ListQueuesRequest(),
+                                         self.p.js.ListQueuesResponse)) == "OK":
                 return
             time.sleep(0.1)
         raise SystemExit("load: the controller did not start")
@@ -488,9 +491,11 @@ RESULTS = {}
 
 
 def restart_phase(args, work):
+    if args.restart_workers <= 0:  # all of them: the largest count held
+        args.restart_workers = int(RESULTS.get("heartbeat_devices_held", 0)) or 512
     d = os.path.join(work, "restart")
     os.makedirs(d)
-    st = Stack(args, d)
+    st = Stack(args, d, pin=True)  # as the heartbeat phase: the controller's core is not the fakes'
     try:
         return run_restart(st, args, d)
     finally:
@@ -571,7 +576,9 @@ def main():
                          "64 by default: 16,384 agents' own connections and threads do not get through a cold start on "
                          "the one core the fake side has here)")
     ap.add_argument("--skip-heartbeats", action="store_true")
-    ap.add_argument("--restart-workers", type=int, default=512)
+    ap.add_argument("--restart-workers", type=int, default=0,
+                    help="devices connected when the controller is killed (default: every device of the largest count the "
+                         "ladder held, or 512)")
     ap.add_argument("--restart-jobs", type=int, default=100)
     ap.add_argument("--skip-restart", action="store_true")
     ap.add_argument("--keep-logs", action="store_true", help="keep the work directory (every process's log) after a run that passed")

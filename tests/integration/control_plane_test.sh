@@ -287,15 +287,21 @@ kill -9 $CTL_PID
 sleep 1
 start_controller --tokens "$WORK/tokens" --lease-seconds 3 --restart-backoff-seconds 1
 [ -n "$(job_state "$id")" ] || fail "the job is gone after the controller restart"
-# 5b. And a clean stop (SIGTERM, as a rolling update sends): the same, no restart either.
+# 5b. And a clean stop (SIGTERM, as a rolling update sends): the same, no restart either. Once its
+#     ranks reported back after the kill (a SIGTERM before that would only test the second restart).
 wait_state "$id" RUNNING 60
+for _ in $(seq 1 300); do
+  [ "$("$MOECTL" describe job "$id" | grep -c "Reconnected")" -ge 1 ] && break
+  sleep 0.1
+done
+[ "$("$MOECTL" describe job "$id" | grep -c "Reconnected")" -ge 1 ] || fail "no Reconnected event 30 s after the kill -9"
 kill -TERM $CTL_PID
 wait $CTL_PID 2>/dev/null || true
 grep -q "shutting down" "$WORK/controller-$CTL_STARTS.log" || fail "the controller did not stop cleanly on SIGTERM"
 start_controller --tokens "$WORK/tokens" --lease-seconds 3 --restart-backoff-seconds 1
 wait_state "$id" SUCCEEDED 180
 [ "$(job_field "$id" 'd.get("restarts",0)')" = 0 ] || fail "the job restarted although its ranks kept running"
-[ "$("$MOECTL" describe job "$id" | grep -c "Reconnected")" -ge 2 ] || fail "not two Reconnected events"
+[ "$("$MOECTL" describe job "$id" | grep -c "Reconnected")" -ge 2 ] || fail "not two Reconnected events: $("$MOECTL" describe job "$id")"
 echo "controller restarts (kill -9, then SIGTERM): $id still there, carried on and SUCCEEDED without a restart"
 # 6. A GPU job on a machine without a usable GPU: the rank exits 4 (cannot run here), the job fails
 #    without burning its restarts, and the message says what is missing.
