@@ -287,7 +287,7 @@ class Load:
                 with self.mu:
                     self.ids.append(j.id)
                 self.call("GetJob", p.js.GetJobRequest(id=j.id), p.job.Job)
-                if i % 10 == 0:
+                if (i + k) % 10 == 0:  # staggered, as moe-bench-submit
                     self.call("ListJobs", p.js.ListJobsRequest(page_size=100), p.js.ListJobsResponse)
                     t0 = time.perf_counter()
                     g.unary(self.s.ch, "/moe.v1.JobService/ListQueues", p.js.ListQueuesRequest(), p.js.ListQueuesResponse)
@@ -366,7 +366,7 @@ def native_clients(st, args, work, template, load):
 
 
 def jobs_phase(args, work):
-    st = Stack(args, work)
+    st = Stack(args, work, pin=True)
     try:
         return run_jobs(st, args, work)
     finally:
