@@ -75,7 +75,8 @@ void BindPolicyFlags(CLI::App& app, ControllerConfig& c) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--reconnect-grace-seconds", c.reconnect_grace_seconds,
-                 "after a restart, how long running ranks get to report back")
+                 "after a restart, how long running ranks get to report back (it runs once the "
+                 "controller has admitted every agent it told to come back later)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--lost-worker-retention-seconds", c.lost_worker_retention_seconds,
