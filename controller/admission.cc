@@ -141,6 +141,13 @@ void DataRootsView::Refresh(const WorkerRegistry& workers) {
   by_kind_ = std::move(by_kind);
 }
 
+void DataRootsView::Add(const std::string& device,
+                        const google::protobuf::RepeatedPtrField<std::string>& roots) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string>& kind = by_kind_[DeviceKind(device)];
+  kind.insert(roots.begin(), roots.end());
+}
+
 std::vector<std::string> DataRootsView::For(const std::string& device) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = by_kind_.find(DeviceKind(device));

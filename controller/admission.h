@@ -41,6 +41,10 @@ Status CheckPathsAllowed(const JobSpec& spec, const WorkerRegistry& workers);
 class DataRootsView {
  public:
   void Refresh(const WorkerRegistry& workers);
+  // A worker that just registered: its roots count at once, not from the next walk (which may be
+  // 15 s away on a large cluster); a submit right after a worker came up was not checked. Removals
+  // wait for the walk (a root kept a little longer only lets the workers check the path instead).
+  void Add(const std::string& device, const google::protobuf::RepeatedPtrField<std::string>& roots);
   std::vector<std::string> For(const std::string& device) const;
 
  private:

@@ -407,6 +407,7 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
   MutexLock lock(&mu_);
   registrations_.Release(reg.name());
   for (const auto& d : devices) workers_.Register(d, channel, session);
+  data_roots_.Add(reg.device(), reg.data_roots());
   MOE_LOG(INFO) << "worker " << reg.name() << " registered: rack " << reg.rack() << ", node "
                 << reg.node() << ", " << reg.device()
                 << (devices.size() > 1 ? " and " + std::to_string(devices.size() - 1) + " more"

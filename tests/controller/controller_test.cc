@@ -8,6 +8,8 @@
 #include <prometheus/registry.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -1945,6 +1947,41 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
   EXPECT_EQ(j2.restarts(), 1) << "a rank that did not come back restarts the job";
   EXPECT_TRUE(j2.state() == moe::v1::SCHEDULED || j2.state() == moe::v1::RESTARTING)
       << moe::v1::JobState_Name(j2.state());
+}
+
+// An absolute dataset that is missing under a root a worker reported is refused at submit also
+// right after that worker registered, before any tick walked the workers (the view of the roots was
+// refreshed only by that walk, once a second or less often: a submit in between was not checked).
+TEST(ControllerAdmission, AMissingDatasetIsRefusedRightAfterItsWorkerRegistered) {
+  FakeClock clock;
+  MemoryStateStore store;
+  auto metrics = std::make_unique<MetricsAggregator>(std::make_shared<prometheus::Registry>(),
+                                                     clock, StragglerOptions{}, 60, "t");
+  ControllerConfig opt;
+  char tmpl[] = "/tmp/moe-roots.XXXXXX";
+  const std::string root = ::mkdtemp(tmpl);
+  std::ofstream(root + "/present.idx") << "x";  // a non-empty root: visible to the controller
+  Controller c(store, clock, *metrics, opt);
+  ASSERT_TRUE(c.Recover().ok());
+  FakeChannel ch;
+  moe::v1::Register r;
+  r.set_device("cpu");
+  r.set_memory_bytes(int64_t{64} << 30);
+  r.set_rack("r0");
+  r.set_node("n0");
+  r.set_name("w1");
+  r.add_data_roots(root);
+  ASSERT_TRUE(c.Register(r, &ch).ok());
+  JobSpec missing = Spec("missing", 1, 1);
+  missing.data.path = root + "/absent";
+  const auto refused = c.Submit(SpecToProto(missing));
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find(root + "/absent.idx does not exist"), std::string::npos)
+      << refused.status();
+  JobSpec present = Spec("present", 1, 1);
+  present.data.path = root + "/present";
+  EXPECT_TRUE(c.Submit(SpecToProto(present)).ok()) << "the dataset that is there passes";
+  std::filesystem::remove_all(root);
 }
 
 // A restarted controller admitting a herd: the agents it told to come back later are not missing.
