@@ -1,38 +1,28 @@
 #!/usr/bin/env bash
 # The Kubernetes manifests: every overlay under deploy/k8s/overlays renders with `kubectl kustomize`, and
-# every rendered object validates against the Kubernetes OpenAPI schemas bundled in the npm packages
-# kubernetes-models / @kubernetes-models/prometheus-operator (offline once installed) or, for the custom
-# resources they lack (ComputeDomain, JobSet, Kueue's Topology, ResourceFlavor, ClusterQueue, LocalQueue),
-# against validate_k8s's own schemas; plus what no schema says (validate_k8s.mjs names the modules):
-# references, DRA claims, probes on every long-running container, Guaranteed QoS everywhere, /dev/shm
-# inside the memory limit, the node agents' flags and grace periods, each pool's queue chain, admission
-# (covered resources, quota, topology level) and size, the monitors' release label. An overlay may also
-# have to CONTAIN things (requires_of below: a pool with the queue label and, on GB300, a topology request
-# on the NVLink domain; its ComputeDomain and RDMA; the ServiceMonitor, PrometheusRule and dashboards).
-# An overlay's extra pools (joins_of) are rendered with it and checked together: several pools join one
-# controller. Then the validator is shown broken renders and must reject each one (a validator that
-# passes everything would pass the overlays too). The pinned packages are installed on first use into
-# $MOE_NPM_CACHE (default ~/.cache/moe-npm); that one step needs the npm registry.
+# every rendered object validates against a schema: the built-in kinds (Deployment, Service, Job, a
+# JobSet's child Jobs, ConfigMap, PriorityClass, ...) against Kubernetes 1.32's and 1.37's JSON schemas as the PyPI
+# package kubernetes-validate ships them, strict (an unknown field is an error), and the custom resources
+# (ComputeDomain, JobSet, Kueue's Topology, ResourceFlavor, ClusterQueue, LocalQueue, the Prometheus
+# Operator's ServiceMonitor, PodMonitor, PrometheusRule) against validate_k8s's own schemas; plus what no
+# schema says (validate_k8s.py names the modules): references, DRA claims, probes on every long-running
+# container, Guaranteed QoS everywhere, /dev/shm inside the memory limit, the node agents' flags and grace
+# periods, each pool's queue chain, admission (covered resources, quota, topology level) and size, the
+# monitors' release label. An overlay may also have to CONTAIN things (requires_of below: a pool with the
+# queue label and, on GB300, a topology request on the NVLink domain; its ComputeDomain and RDMA; the
+# ServiceMonitor, PrometheusRule and dashboards). An overlay's extra pools (joins_of) are rendered with it
+# and checked together: several pools join one controller. Then the validator is shown broken renders and
+# must reject each one (a validator that passes everything would pass the overlays too).
+# Needs kubectl and python3 with venv (Debian's python3-venv). The validator runs in a virtual environment
+# of the packages pinned in tests/deploy/requirements-k8s.txt, made by scripts/pyvenv.sh on first use in
+# $MOE_PY_CACHE (default ~/.cache/moe-py): that one step needs PyPI; later runs are offline.
 #   tests/deploy/k8s_test.sh [OVERLAY_DIR...]     (default: every deploy/k8s/overlays/*)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v kubectl >/dev/null || { echo "FAIL: kubectl is missing (it renders the kustomizations)" >&2; exit 1; }
-command -v node >/dev/null || { echo "FAIL: node is missing (Node.js 20+ runs the validator)" >&2; exit 1; }
+venv=$(scripts/pyvenv.sh tests/deploy/requirements-k8s.txt) || { echo "FAIL: no Python environment for the validator (scripts/pyvenv.sh above)" >&2; exit 1; }
 
-cache="${MOE_NPM_CACHE:-$HOME/.cache/moe-npm}"
-pkgs=(kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0 yaml@2.9.1)
-stamp="$cache/.installed-$(printf '%s\n' "${pkgs[@]}" | sha256sum | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  command -v npm >/dev/null || { echo "FAIL: npm is missing (to install ${pkgs[*]})" >&2; exit 1; }
-  mkdir -p "$cache"
-  echo "installing ${pkgs[*]} into $cache"
-  # --engine-strict off: the packages declare node >= 22 but work on Node 20 (this test runs them on 20).
-  npm install --prefix "$cache" --no-audit --no-fund --no-save --loglevel=error "${pkgs[@]}" >&2
-  touch "$stamp"
-fi
-export MOE_K8S_NODE_MODULES="$cache/node_modules"
-
-# What an overlay's render must contain, beyond being valid (validate_k8s.mjs --require), by directory
+# What an overlay's render must contain, beyond being valid (validate_k8s.py --require), by directory
 # name; OVERLAY+POOL: the overlay with an extra pool (joins_of) beside it.
 common="--require=monitoring --require=dashboards"
 requires_of() {
@@ -56,7 +46,7 @@ overlays=("$@")
 [ ${#overlays[@]} -gt 0 ] || overlays=(deploy/k8s/overlays/*/)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 failed=0
-validate() { node tests/deploy/validate_k8s.mjs "$@"; }
+validate() { "$venv/bin/python" tests/deploy/validate_k8s.py "$@"; }
 for o in "${overlays[@]}"; do
   o=${o%/}; n=$(basename "$o")
   echo "== $o"
@@ -112,9 +102,15 @@ if [ -s "$tmp/$gpu.yaml" ]; then
   reject $gpu "numNodes misspelt" "spec.numNode: unknown field" < <(sed 's/numNodes:/numNode:/' "$g")
   reject $gpu "RDMA without IPC_LOCK" "lacks IPC_LOCK" < <(sed 's/- IPC_LOCK/- NET_RAW/' "$g")
   reject $gpu "no Multus networks" "no k8s.v1.cni.cncf.io/networks annotation" < <(sed '/k8s.v1.cni.cncf.io\/networks/d' "$g")
+  # the built-in kinds against Kubernetes' schemas (strict: unknown fields too), the Operator's against ours
+  reject $gpu "a Deployment field misspelt" "Deployment/moe-controller: spec.replica: unknown field" < <(in_kind $gpu Deployment 's/^  replicas: 1$/  replica: 1/')
+  reject $gpu "a Deployment's replicas a word" "spec.replicas must be integer, not string" < <(in_kind $gpu Deployment 's/^  replicas: 1$/  replicas: "two"/')
+  reject $gpu "a container port a string" "ports[2].containerPort must be integer, not string" < <(in_kind $gpu Deployment 's/containerPort: 9400$/containerPort: "9400"/')
+  reject $gpu "a PodMonitor port a number" "spec.podMetricsEndpoints[0].port must be string, not integer" < <(in_kind $gpu PodMonitor 's/port: health$/port: 9400/')
+  reject $gpu "a PodMonitor interval not a duration" "spec.podMetricsEndpoints[0].interval \"30sec\" must match" < <(in_kind $gpu PodMonitor 's/interval: 30s$/interval: 30sec/')
   # the pool: schema, Kueue, size
   reject $gpu "JobSet replicas misspelt" "spec.replicatedJobs[0].replica: unknown field" < <(sed 's/^    replicas: /    replica: /' "$g")
-  reject $gpu "a Job spec key misspelt" "template.spec.backoffLimitPerIndx: unknown field of a Job spec" < <(sed 's/backoffLimitPerIndex:/backoffLimitPerIndx:/' "$g")
+  reject $gpu "a Job spec key misspelt" "template.spec.backoffLimitPerIndx: unknown field" < <(sed 's/backoffLimitPerIndex:/backoffLimitPerIndx:/' "$g")
   reject $gpu "the pool without the queue-name label" "has no kueue.x-k8s.io/queue-name label" < <(in_kind $gpu JobSet '/kueue.x-k8s.io\/queue-name:/d')
   reject $gpu "the pool without a topology request" "has no Kueue topology request on nvidia.com/gpu.clique" < <(sed 's/podset-slice-required-topology:/podset-slice-requird-topology:/; s/podset-preferred-topology:/podset-preferd-topology:/' "$g")
   reject $gpu "a slice that is not one rack" "not the Job's parallelism 18" < <(sed 's/podset-slice-size: "18"/podset-slice-size: "9"/' "$g")

@@ -1,0 +1,96 @@
+"""What a render must CONTAIN (validate_k8s.py --require WHAT; k8s_test.sh passes them per overlay). A missing
+one fails; each checks presence, the other checks check correctness.
+  pool:KIND/NAME[:LEVEL]   a worker pool KIND/NAME with the kueue.x-k8s.io/queue-name label and, given
+                           LEVEL, a Kueue topology request (required, preferred or slice) on that node label
+  compute-domain:KIND/NAME a ComputeDomain whose channel template KIND/NAME's pods claim, in every container
+  rdma:KIND/NAME           every container of KIND/NAME's pods requests an RDMA resource and holds IPC_LOCK,
+                           and the pod template names its Multus networks
+  monitoring               a ServiceMonitor or PodMonitor of moe-controller, and a PrometheusRule
+  dashboards               a ConfigMap for Grafana's dashboard sidecar (label grafana_dashboard)
+"""
+from .kueue import TAS
+from .objects import MULTUS, QUEUE_LABEL, dicts, dig, js_str, limits, requests, truthy
+from .pods import cd_claims, has_cap, is_rdma
+
+KINDS = 'pool:KIND/NAME[:LEVEL], compute-domain:KIND/NAME, rdma:KIND/NAME, monitoring, dashboards'
+
+
+def templates_of(r, what, ref):
+    kind, _, name = ref.partition('/')
+    name = name.split('/')[0] if name else None
+    pts = [pt for pt in r.pod_templates() if pt.owner.get('kind') == kind and dig(pt.owner, 'metadata', 'name') == name]
+    if not pts:
+        r.error(f'--require {what}:{ref}: no {ref} is rendered')
+    return pts
+
+
+def require_pool(r, req, ref, level):
+    for pt in templates_of(r, 'pool', ref):
+        if not truthy(dig(pt.owner, 'metadata', 'labels', QUEUE_LABEL)):
+            r.error(f'--require {req}: {ref} has no {QUEUE_LABEL} label')
+        if not level:
+            continue
+        if not any(pt.annotations.get(k) == level for k in (TAS.required, TAS.preferred, TAS.slice_required)):
+            r.error(f'--require {req}: {pt.where} has no Kueue topology request on {level} '
+                    f'({TAS.required}, {TAS.preferred} or {TAS.slice_required})')
+
+
+def require_compute_domain(r, req, ref, cd_by_template):
+    if not r.by_kind('ComputeDomain'):
+        r.error(f'--require {req}: the render has no ComputeDomain (multi-node NVLink needs one: '
+                'deploy/k8s/overlays/gb300-nvl72/pool/computedomain.yaml)')
+        return
+    for pt in templates_of(r, 'compute-domain', ref):
+        domains = cd_claims(pt, cd_by_template)
+        if not domains:
+            r.error(f"--require {req}: {pt.where}'s pod template claims no ComputeDomain's channel template "
+                    '(spec.resourceClaims[].resourceClaimTemplateName)')
+            continue
+        for c in pt.containers:
+            if not any(cl.get('name') in domains for cl in dicts(dig(c, 'resources', 'claims'))):
+                r.error(f"--require {req}: container {js_str(c.get('name'))} does not list the ComputeDomain claim "
+                        f"({', '.join(map(js_str, domains))}) in resources.claims")
+
+
+def require_rdma(r, req, ref):
+    for pt in templates_of(r, 'rdma', ref):
+        if not truthy(pt.annotations.get(MULTUS)):
+            r.error(f"--require {req}: {pt.where}'s pod template has no {MULTUS} annotation (the RDMA networks)")
+        for c in pt.containers:
+            if not any(is_rdma(str(k)) for k in {**requests(c), **limits(c)}):
+                r.error(f"--require {req}: container {js_str(c.get('name'))} requests no RDMA resource")
+            if not has_cap(c, 'IPC_LOCK'):
+                r.error(f"--require {req}: container {js_str(c.get('name'))} lacks capability IPC_LOCK")
+
+
+def require_monitoring(r, req):
+    monitors = [m for m in r.by_kind('ServiceMonitor') + r.by_kind('PodMonitor')
+                if dig(m, 'spec', 'selector', 'matchLabels', 'app.kubernetes.io/name') == 'moe-controller']
+    if not monitors:
+        r.error(f'--require {req}: no ServiceMonitor or PodMonitor of moe-controller')
+    if not r.by_kind('PrometheusRule'):
+        r.error(f'--require {req}: the render has no PrometheusRule')
+
+
+def require_dashboards(r, req):
+    if not any(dig(c, 'metadata', 'labels', 'grafana_dashboard') is not None for c in r.by_kind('ConfigMap')):
+        r.error(f'--require {req}: no ConfigMap labelled grafana_dashboard')
+
+
+def check_requires(r, reqs, ctx):
+    for req in reqs:
+        what, *rest = req.split(':')
+        ref = rest[0] if rest else None
+        level = rest[1] if len(rest) > 1 else None
+        if what == 'pool' and ref:
+            require_pool(r, req, ref, level)
+        elif what == 'compute-domain' and ref:
+            require_compute_domain(r, req, ref, ctx.cd_by_template)
+        elif what == 'rdma' and ref:
+            require_rdma(r, req, ref)
+        elif what == 'monitoring' and not ref:
+            require_monitoring(r, req)
+        elif what == 'dashboards' and not ref:
+            require_dashboards(r, req)
+        else:
+            r.error(f'--require {req}: unknown requirement ({KINDS})')
