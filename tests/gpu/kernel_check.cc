@@ -20,6 +20,7 @@
 #include "kernels/embedding.h"
 #include "kernels/fp8.h"
 #include "kernels/gemm.h"
+#include "kernels/gpu_libraries.h"
 #include "kernels/kernel_state.h"
 #include "kernels/latent_attention.h"
 #include "kernels/optimizer.h"
@@ -30,6 +31,10 @@
 #include "kernels/runtime.h"
 #include "kernels/swiglu.h"
 #include "worker/engine/model/rng.h"
+#ifdef MOE_WITH_SM90A
+#include "kernels/cuda/sm90a/cudnn_attention.h"
+#include "kernels/cuda/sm90a/grouped_gemm.h"
+#endif
 
 namespace {
 
@@ -395,6 +400,71 @@ void AttentionCases() {
 
 }  // namespace
 
+// A row that is neither a pass nor a failure: the case cannot run here, and says why.
+void SkipRow(const std::string& name, const std::string& why) {
+  char row[512];
+  std::snprintf(row, sizeof(row), "%-36s %-5s %-6s %s", name.c_str(), "-", "skip", why.c_str());
+  g_rows.push_back(row);
+}
+
+#ifdef MOE_WITH_SM90A
+// CUTLASS's Hopper grouped GEMM (kernels/cuda/sm90a) against the CPU's grouped GEMM: bf16, n and k
+// multiples of 8 (its TMA alignment), rows per group not, empty groups first, between and last.
+void CutlassGroupedGemmCase() {
+  const std::string name = "grouped_gemm cutlass sm90a fwd";
+  std::string why;
+  const std::vector<int64_t> offsets = {0, 0, 37, 37, 301, 301};
+  const int64_t n = 136, kk = 72, rows = offsets.back();
+  Tensor xh = Random({rows, kk}, 40), wh = Random({5, n, kk}, 41);
+  Tensor x = On(xh, DType::kBF16, Device::Cpu()), w = On(wh, DType::kBF16, Device::Cpu());
+  Tensor ref = Poisoned({rows, n}, DType::kBF16, Device::Cpu());
+  k::GroupedGemm(x, w, offsets, ref);
+  if (g_device.is_cpu()) return SkipRow(name, "needs an sm_90 GPU (rehearsal)");
+  Tensor xd = x.Clone(g_device), wd = w.Clone(g_device);
+  Tensor y = Poisoned({rows, n}, DType::kBF16, g_device);
+  if (!k::cuda::sm90a::GroupedGemmBf16(xd.raw(), wd.raw(), y.raw(), offsets, n, kk, nullptr, &why))
+    return SkipRow(name, why);
+  Compare(name, DType::kBF16, {"fwd", y, 1e-4, 1e-4}, {"fwd", ref, 1e-4, 1e-4});
+}
+
+// cuDNN's fused SDPA, forward and backward: the graphs lowered and their plans built on this GPU
+// for MLA's head dims (192/128) and plain MHA (128/128), causal. Running them is the attention
+// path's.
+void CudnnSdpaPlanCases() {
+  namespace s9 = k::cuda::sm90a;
+  const std::pair<const char*, s9::SdpaShape> shapes[] = {
+      {"cudnn sdpa plans MLA 192/128", {2, 16, 512, 192, 128, true}},
+      {"cudnn sdpa plans MHA 128/128", {2, 16, 512, 128, 128, true}}};
+  for (const auto& [name, shape] : shapes) {
+    if (g_device.is_cpu()) {
+      SkipRow(name, "needs a GPU (rehearsal)");
+      continue;
+    }
+    if (!s9::LoadCudnn().found) {
+      SkipRow(name, "NO cuDNN on this machine: " + s9::LoadCudnn().why);
+      continue;
+    }
+    const std::string why = s9::BuildSdpaPlans(shape);
+    char row[512];
+    std::snprintf(row, sizeof(row), "%-36s %-5s %-6s %s", name, "bf16", why.empty() ? "ok" : "FAIL",
+                  why.empty() ? ("cuDNN " + s9::LoadCudnn().version).c_str() : why.c_str());
+    g_rows.push_back(row);
+    g_failures += why.empty() ? 0 : 1;
+  }
+}
+#endif
+
+// NVIDIA's libraries the sm_90a paths use (CUTLASS, the cuDNN frontend and cuDNN).
+void LibraryCases() {
+  std::printf("%s", k::FormatGpuLibraries(k::GpuLibraries()).c_str());
+#ifdef MOE_WITH_SM90A
+  CutlassGroupedGemmCase();
+  CudnnSdpaPlanCases();
+#else
+  SkipRow("cutlass / cudnn-frontend paths", "NOT BUILT: configure found no headers");
+#endif
+}
+
 int main() {
   const char* rehearse = std::getenv("MOE_GPU_CHECK_DEVICE");
   if (rehearse != nullptr && std::string(rehearse) == "cpu") {
@@ -720,6 +790,7 @@ int main() {
   AdamWCases();
   BalanceLossCases();
   AttentionCases();
+  LibraryCases();
 
   std::printf("%-36s %-5s %-6s %s\n", "KERNEL", "DTYPE", "RESULT", "DETAIL");
   for (const auto& r : g_rows) std::printf("%s\n", r.c_str());

@@ -686,4 +686,11 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int rank, int siz
 
 bool HaveNccl() { return true; }
 
+std::string NcclVersion() {
+  int v = 0;  // 2.28.3 = 22803 (NCCL 2.9 and later: major * 10000 + minor * 100 + patch)
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+
 }  // namespace moe

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "worker/engine/parallel/communicator.h"
@@ -14,5 +15,7 @@ namespace moe {
 StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int rank, int size, KvStore* store,
                                                                const GroupOptions& options);
 bool HaveNccl();
+// The NCCL this process runs ("2.28.3", from ncclGetVersion), "" in a build without NCCL.
+std::string NcclVersion();
 
 }  // namespace moe

@@ -117,6 +117,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int, int, KvStore
   return UnimplementedError("this build has no NCCL (build with the CUDA toolkit)");
 }
 bool HaveNccl() { return false; }
+std::string NcclVersion() { return ""; }
 #endif
 
 }  // namespace moe

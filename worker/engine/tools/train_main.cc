@@ -28,8 +28,10 @@
 #include "common/log.h"
 #include "common/plan_profiles.h"
 #include "common/rank_end.h"
+#include "kernels/gpu_libraries.h"
 #include "kernels/runtime.h"
 #include "worker/engine/device.h"
+#include "worker/engine/parallel/nccl_comm.h"
 #include "worker/engine/parallel/process_group.h"
 #include "worker/engine/parallel/store.h"
 #include "worker/engine/train/describe.h"
@@ -107,7 +109,7 @@ struct Flags {
   double device_memory_gb = 0;
   std::string cluster;  // --describe: a planner cluster profile whose device memory is the capacity
   bool resume = false;
-  bool describe = false;
+  bool describe = false, version = false;
   std::string preset, init_from;
   std::string peak_cache, measure_peak;  // the CPU SGEMM peak: read from / written to a file
   std::vector<std::string> data_roots,
@@ -162,6 +164,9 @@ moe::ArgParser MakeParser(Flags* f) {
       "moe-train",
       "Trains a DeepSeek-V3-style MoE model from a job file on this machine's CPUs or GPUs.");
   args.AddString("config", &f->config, "job file (YAML, the TrainingJob of docs/job-spec.md)");
+  args.AddFlag("version", &f->version,
+               "print the version and, one line each, the GPU libraries this build uses: the "
+               "cuDNN frontend and CUTLASS (headers), cuDNN and cuBLAS (runtime), NCCL");
   args.AddInt(
       "steps", &f->steps,
       "stop after this step (default: spec.training.steps; the LR schedule keeps the job's)");
@@ -487,6 +492,16 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
   return Finish(done);
 }
 
+// moe-train --version: this build's version and its GPU libraries, each with where it came from.
+int PrintVersion() {
+  std::printf("moe-train %s\n", MOE_VERSION);
+  std::printf("%s", moe::kernels::FormatGpuLibraries(moe::kernels::GpuLibraries()).c_str());
+  const std::string nccl = moe::NcclVersion();
+  std::printf("nccl %s\n", nccl.empty() ? "- (not built: no NCCL library at configure)"
+                                        : (nccl + " (linked)").c_str());
+  return moe::kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -507,6 +522,7 @@ int main(int argc, char** argv) {
     std::printf("%s", args.Usage().c_str());
     return moe::kExitOk;
   }
+  if (f.version) return PrintVersion();
   if (!f.measure_peak.empty()) {
     moe::kernels::SetNumThreads(static_cast<int>(f.threads));
     return CachedCpuPeak(f.measure_peak, /*measure=*/true).flops_per_second > 0
