@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <set>
 
 #include "common/memory_model.h"
@@ -33,10 +34,21 @@ bool Preemptible(const ControllerConfig& config, const JobSpec& spec) {
   return it == config.priority_classes.end() || it->second.preemptible;
 }
 
+int64_t SaturatingBytes(double bytes) {
+  // 2^63 as a double; at or past it (or NaN) the cast would be undefined: an absurd model's 3.4e23
+  // bytes came out negative and fitted every worker.
+  constexpr double kLimit = 9223372036854775808.0;
+  if (!(bytes < kLimit)) return std::numeric_limits<int64_t>::max();
+  return bytes <= 0 ? 0 : static_cast<int64_t>(bytes);
+}
+
 int64_t RankMemoryNeed(JobEntry& e) {
   if (e.memory_need >= 0) return e.memory_need;
   auto plan = EstimateMemory(e.spec, e.spec.resources.device == "cpu" ? 4 : 2);
-  e.memory_need = plan.ok() ? static_cast<int64_t>(plan->largest().peak()) : 0;
+  // A spec whose memory cannot be estimated fits nowhere: submit refuses it where a worker is up,
+  // and one submitted before any worker joined must not slip through at placement.
+  e.memory_need =
+      plan.ok() ? SaturatingBytes(plan->largest().peak()) : std::numeric_limits<int64_t>::max();
   return e.memory_need;
 }
 
@@ -181,22 +193,55 @@ std::string Resolved(const std::string& dir) { return ResolveOnDisk(NormalizeAbs
 
 }  // namespace
 
-Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs) {
+namespace {
+
+// Whether `inner` is `outer` or lies beneath it (both resolved, absolute).
+bool Within(const std::string& inner, const std::string& outer) {
+  if (outer == "/") return true;
+  return inner == outer ||
+         (inner.size() > outer.size() && inner.compare(0, outer.size(), outer) == 0 &&
+          inner[outer.size()] == '/');
+}
+
+// A directory of another job that `want` equals, holds or lies inside: "" when none clashes.
+std::string Clash(const std::string& want, const JobSpec& spec, const std::string& owner,
+                  JobEntry* e) {
+  if (e->resolved_checkpoint_dir.empty())
+    e->resolved_checkpoint_dir = Resolved(e->spec.checkpoint.dir);
+  const std::string& theirs = e->resolved_checkpoint_dir;
+  const bool live = !IsTerminal(e->job.state());
+  const std::string whose = std::string(live ? "live" : "finished") + " job " + e->job.id();
+  if (theirs == want) {
+    // A finished job's directory passes to its resubmission alone: the same name, the same owner.
+    if (!live && e->spec.name == spec.name && e->job.owner() == owner) return "";
+    return "is the checkpoint directory of " + whose +
+           "; a directory serves one job for its whole life (a new job of the same name and owner "
+           "may take a finished one's)";
+  }
+  // Nested either way, live or finished: one job's commits prune the step directories beneath its
+  // own, which would delete the other's checkpoints.
+  if (Within(want, theirs))
+    return "lies inside " + theirs + ", the checkpoint directory of " + whose;
+  if (Within(theirs, want)) return "holds " + theirs + ", the checkpoint directory of " + whose;
+  return "";
+}
+
+}  // namespace
+
+Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs,
+                              const std::string& checkpoint_root) {
   if (spec.checkpoint.dir.empty()) return OkStatus();
   const std::string want = Resolved(spec.checkpoint.dir);
+  const auto refuse = [&](const std::string& why) {
+    return FailedPreconditionError("spec.checkpoint.dir: " + spec.checkpoint.dir + " (" + want +
+                                   ") " + why);
+  };
+  if (!checkpoint_root.empty() && Within(Resolved(checkpoint_root), want))
+    return refuse("is the controller's checkpoint root or holds it (" + checkpoint_root +
+                  "): every job's default directory is beneath it; name a directory of its own");
   for (JobEntry* e : jobs.AllWithCreating()) {
     if (e->spec.checkpoint.dir.empty()) continue;
-    if (e->resolved_checkpoint_dir.empty())
-      e->resolved_checkpoint_dir = Resolved(e->spec.checkpoint.dir);
-    if (e->resolved_checkpoint_dir != want) continue;
-    const bool live = !IsTerminal(e->job.state());
-    // A finished job's directory passes to its resubmission alone: the same name, the same owner.
-    if (!live && e->spec.name == spec.name && e->job.owner() == owner) continue;
-    return FailedPreconditionError("spec.checkpoint.dir: " + spec.checkpoint.dir + " (" + want +
-                                   ") is the checkpoint directory of " +
-                                   (live ? "live" : "finished") + " job " + e->job.id() +
-                                   "; a directory serves one job for its whole life (a new job "
-                                   "of the same name and owner may take a finished one's)");
+    if (std::string why = Clash(want, spec, owner, e); !why.empty()) return refuse(why);
   }
   return OkStatus();
 }

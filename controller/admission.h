@@ -28,8 +28,11 @@ bool Preemptible(const ControllerConfig& config, const JobSpec& spec);
 // refused.
 Status CheckMemoryFits(const JobSpec& spec, const WorkerRegistry& workers);
 // Bytes one rank of the job needs at its largest pipeline stage (moe-train --describe's
-// accounting), 0 when the model cannot be estimated; computed once per job and kept in its entry.
+// accounting), saturating at INT64_MAX, which is also the need of a model that cannot be estimated
+// (it fits nowhere); computed once per job and kept in its entry.
 int64_t RankMemoryNeed(JobEntry& e);
+// Bytes as an int64_t, saturating: INT64_MAX at or past 2^63 (and for NaN), 0 below zero.
+int64_t SaturatingBytes(double bytes);
 // The job's absolute data and checkpoint paths against the roots the live workers reported
 // (lexically: each worker checks again, following its symbolic links).
 Status CheckPathsAllowed(const JobSpec& spec, const WorkerRegistry& workers);
@@ -57,9 +60,11 @@ class DataRootsView {
 // Else the first rank checks it before the gang trains.
 Status CheckDatasetVisible(const JobSpec& spec, const DataRootsView& roots);
 // FAILED_PRECONDITION when another job the controller holds, live or finished, checkpoints to the
-// same directory (".." resolved, and symbolic links where the path exists on the controller's
-// machine; the workers resolve them too and read the directory's owner marker). A finished job of
-// the same name and owner gives it to its resubmission.
-Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs);
+// same directory, one inside it or one around it (".." resolved, and symbolic links where the path
+// exists on the controller's machine; the workers resolve them too and read the directory's owner
+// marker), or when it is the controller's checkpoint root or holds it. A finished job of the same
+// name and owner gives its own directory to its resubmission.
+Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs,
+                              const std::string& checkpoint_root);
 
 }  // namespace moe::controller

@@ -200,12 +200,12 @@ StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& reques
   MOE_ASSIGN_OR_RETURN(spec.queue, scheduler_.book().Resolve(spec.queue));
   MOE_RETURN_IF_ERROR(scheduler_.book().CheckCanEverFit(spec.queue, spec.resources.device,
                                                         spec.parallelism.world_size));
-  MOE_RETURN_IF_ERROR(ResolveDependencies(&spec, jobs_));
+  MOE_RETURN_IF_ERROR(ResolveDependencies(&spec, actor, jobs_));
   const std::string id = jobs_.NewId(spec.name);
   if (spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty()) {
     spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
   }
-  MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec, actor, jobs_));
+  MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec, actor, jobs_, config_.checkpoint_root));
   MOE_RETURN_IF_ERROR(CheckPathsAllowed(spec, workers_));
   MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec, request_id, actor));
   attempts_.NeedSchedule();

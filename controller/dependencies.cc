@@ -2,20 +2,28 @@
 
 namespace moe::controller {
 
-Status ResolveDependencies(JobSpec* spec, JobManager& jobs) {
+Status ResolveDependencies(JobSpec* spec, const std::string& owner, JobManager& jobs) {
   for (size_t i = 0; i < spec->depends_on.size(); ++i) {
     JobDependency& d = spec->depends_on[i];
     if (jobs.Find(d.job) != nullptr) continue;  // an id
+    // A name is one of the submitter's own jobs: another user's job of the same name must not start
+    // this one (alice's `train` after bob's `prep`).
     const JobEntry* newest = nullptr;
+    bool others = false;
     for (JobEntry* e : jobs.All()) {
       if (e->job.spec().metadata().name() != d.job) continue;
+      if (e->job.owner() != owner) {
+        others = true;
+        continue;
+      }
       if (newest == nullptr || e->job.created_at() > newest->job.created_at()) newest = e;
     }
     if (newest == nullptr) {
-      return InvalidArgumentError("metadata.depends_on[" + std::to_string(i) + "].job: no job '" +
-                                  d.job +
-                                  "' (neither the id nor the name of a job the "
-                                  "controller holds)");
+      return InvalidArgumentError(
+          "metadata.depends_on[" + std::to_string(i) + "].job: no job '" + d.job + "'" +
+          (others ? " of yours (a name resolves among the submitter's own jobs; another user's job "
+                    "is named by its id)"
+                  : " (neither the id nor the name of a job the controller holds)"));
     }
     d.job = newest->job.id();
   }

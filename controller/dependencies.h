@@ -13,9 +13,10 @@
 
 namespace moe::controller {
 
-// Each depends_on[i].job made an id (an id as it is, a name: the newest job of that name);
-// INVALID_ARGUMENT naming metadata.depends_on[i].job for one the controller does not know.
-Status ResolveDependencies(JobSpec* spec, JobManager& jobs);
+// Each depends_on[i].job made an id (an id as it is, a name: the newest job of that name that
+// `owner` submitted); INVALID_ARGUMENT naming metadata.depends_on[i].job for one the controller
+// does not know, or a name only other users' jobs have.
+Status ResolveDependencies(JobSpec* spec, const std::string& owner, JobManager& jobs);
 
 struct DependencyCheck {
   enum Kind { kReady, kWait, kNever } kind = kReady;

@@ -383,6 +383,7 @@ int main(int argc, char** argv) {
   if (!lock.ok()) return Fail("--state-dir: " + lock.status().message());
   auto store = moe::controller::SqliteStateStore::Open(config.state_dir);
   if (!store.ok()) return Fail("--state-dir: " + store.status().message());
+  if (moe::Status st = lock->LockDatabase(); !st.ok()) return Fail("--state-dir: " + st.message());
   auto registry = std::make_shared<prometheus::Registry>();
   moe::SetHealthProbes(ControllerProbes());
   auto exposer = ServeMetrics(config, registry);

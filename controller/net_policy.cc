@@ -64,27 +64,80 @@ std::string FlockHolder(dev_t dev, ino_t ino) {
 
 }  // namespace
 
-StatusOr<int> LockStateDir(const std::string& dir) {
+namespace {
+
+// flock(fd) or FAILED_PRECONDITION naming the holder; closes fd on failure.
+Status LockExclusive(int fd, const std::string& path, const std::string& what) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return OkStatus();
+  const int err = errno;
+  struct stat st {};
+  const bool known = ::fstat(fd, &st) == 0;
+  ::close(fd);
+  if (err != EWOULDBLOCK) return ErrnoError("flock " + path, err);
+  return FailedPreconditionError(
+      path + " is in use by another moe-controller (pid " +
+      (known ? FlockHolder(st.st_dev, st.st_ino) : std::string("unknown")) + "): " + what);
+}
+
+// The database file's own lock: a hard link of it in another directory is the same inode, so a
+// second controller there finds it held (the directory's lock alone let two controllers share one
+// database through a link). A file with more than one link is refused outright: its other name can
+// be opened by anything that does not take this lock.
+// -1 when there is no database yet.
+StatusOr<int> LockDatabaseFile(const std::string& dir) {
+  const std::string db = JoinPath(dir, "controller.db");
+  const int fd = ::open(db.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0 && errno == ENOENT) return -1;
+  if (fd < 0) return ErrnoError("open " + db, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError("stat " + db, err);
+  }
+  if (st.st_nlink > 1) {
+    ::close(fd);
+    return FailedPreconditionError(
+        db + " has " + std::to_string(st.st_nlink) +
+        " hard links: another name of the controller's database could be opened by a second "
+        "controller; remove the other links (find / -samefile " +
+        db + ") and start again");
+  }
+  MOE_RETURN_IF_ERROR(LockExclusive(fd, db, "one controller per database; stop that one first"));
+  return fd;
+}
+
+}  // namespace
+
+StateDirLock::~StateDirLock() {
+  if (db_fd_ >= 0) ::close(db_fd_);
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+}
+
+Status StateDirLock::LockDatabase() {
+  if (db_fd_ >= 0) return OkStatus();
+  MOE_ASSIGN_OR_RETURN(db_fd_, LockDatabaseFile(dir_));
+  if (db_fd_ < 0) return FailedPreconditionError(JoinPath(dir_, "controller.db") + " is missing");
+  return OkStatus();
+}
+
+StatusOr<StateDirLock> LockStateDir(const std::string& dir) {
   MOE_RETURN_IF_ERROR(MakeDirs(dir));
   ::chmod(dir.c_str(), 0700);  // the store holds worker sessions: the operator's alone
   // The lock is the directory's own: deleting any file in it (the database included) cannot free
   // it.
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open " + dir, errno);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    struct stat st {};
-    const bool known = ::fstat(fd, &st) == 0;
+  MOE_RETURN_IF_ERROR(
+      LockExclusive(fd, dir, "one controller per state directory; stop that one first"));
+  auto db_fd = LockDatabaseFile(dir);
+  if (!db_fd.ok()) {
     ::close(fd);
-    if (err != EWOULDBLOCK) return ErrnoError("flock " + dir, err);
-    return FailedPreconditionError(
-        dir + " is in use by another moe-controller (pid " +
-        (known ? FlockHolder(st.st_dev, st.st_ino) : std::string("unknown")) +
-        "): one controller per state directory; stop that one first");
+    return db_fd.status();
   }
   // Who holds it, for people (the lock does not depend on this file).
   (void)WriteFileAtomic(JoinPath(dir, "controller.pid"), std::to_string(::getpid()) + "\n");
-  return fd;
+  return StateDirLock(dir, fd, *db_fd);
 }
 
 std::string NetworkFilesystemName(int64_t magic) {

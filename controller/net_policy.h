@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "common/status.h"
 
@@ -16,11 +17,33 @@ namespace moe::controller {
 bool IsLoopbackAddress(const std::string& listen);
 
 // Takes an exclusive lock (flock) on the directory itself, creating it (mode 0700): deleting any
-// file in it cannot free the lock. Writes this process's pid to <dir>/controller.pid for people.
-// The lock lives as long as the process (the returned descriptor is never closed).
-// FAILED_PRECONDITION naming the holder's pid (from the kernel's lock table) when another process
-// holds it.
-StatusOr<int> LockStateDir(const std::string& dir);
+// file in it cannot free the lock; and one on its database file (controller.db) when it exists,
+// which a hard link elsewhere shares, refusing a database with more than one link (else
+// StateDirLock::LockDatabase once the store has created it). Writes this process's pid to
+// <dir>/controller.pid for people. The locks live as long as the returned StateDirLock (the
+// controller keeps it for its lifetime). FAILED_PRECONDITION naming the holder's pid (from the
+// kernel's lock table) when another process holds it.
+class StateDirLock {
+ public:
+  StateDirLock(std::string dir, int dir_fd, int db_fd)
+      : dir_(std::move(dir)), dir_fd_(dir_fd), db_fd_(db_fd) {}
+  StateDirLock(StateDirLock&& o) noexcept
+      : dir_(std::move(o.dir_)), dir_fd_(o.dir_fd_), db_fd_(o.db_fd_) {
+    o.dir_fd_ = o.db_fd_ = -1;
+  }
+  StateDirLock(const StateDirLock&) = delete;
+  StateDirLock& operator=(const StateDirLock&) = delete;
+  StateDirLock& operator=(StateDirLock&&) = delete;
+  ~StateDirLock();
+  // A fresh directory has no database when it is locked (SQLite creates it, and refuses one that is
+  // there but empty): called once the store is open, it takes the database's lock then.
+  Status LockDatabase();
+
+ private:
+  std::string dir_;
+  int dir_fd_, db_fd_;
+};
+StatusOr<StateDirLock> LockStateDir(const std::string& dir);
 
 // The name of a network file system by its statfs magic (nfs, cifs, smb, smb2, afs), or "" for any
 // other (local disks, tmpfs, and the parallel file systems whose POSIX locks SQLite can rely on:

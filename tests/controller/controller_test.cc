@@ -384,6 +384,34 @@ TEST_F(ControllerTest, SubmitIsIdempotentByRequestIdAndCheckpointDirectoriesAreN
   EXPECT_EQ(controller_->Submit(SpecToProto(huge)).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Checkpoint directories do not nest: one job's commits prune the step directories beneath its own
+// (the outer job's final commit deleted an inner job's checkpoints), live or finished.
+TEST_F(ControllerTest, CheckpointDirectoriesDoNotNest) {
+  AddWorker("w0", "r0", "n0");
+  JobSpec outer = Spec("outer", 1, 1);
+  outer.checkpoint.dir = "/tmp/nest/outer";
+  auto o = controller_->Submit(SpecToProto(outer));
+  ASSERT_TRUE(o.ok()) << o.status();
+  JobSpec inner = Spec("inner", 1, 1);
+  inner.checkpoint.dir = "/tmp/nest/outer/inner";
+  auto in = controller_->Submit(SpecToProto(inner));
+  ASSERT_EQ(in.status().code(), StatusCode::kFailedPrecondition) << in.status();
+  EXPECT_NE(in.status().message().find("lies inside /tmp/nest/outer"), std::string::npos)
+      << in.status();
+  JobSpec around = Spec("around", 1, 1);
+  around.checkpoint.dir = "/tmp/nest/";
+  auto ar = controller_->Submit(SpecToProto(around));
+  ASSERT_EQ(ar.status().code(), StatusCode::kFailedPrecondition) << ar.status();
+  EXPECT_NE(ar.status().message().find("holds /tmp/nest/outer"), std::string::npos) << ar.status();
+  ASSERT_TRUE(controller_->Cancel(o->id()).ok());
+  EXPECT_EQ(controller_->Submit(SpecToProto(inner)).status().code(),
+            StatusCode::kFailedPrecondition)
+      << "a finished job's checkpoints are still there to be pruned";
+  JobSpec sibling = Spec("sibling", 1, 1);
+  sibling.checkpoint.dir = "/tmp/nest/outer-2";  // a prefix of the name, not of the path
+  EXPECT_TRUE(controller_->Submit(SpecToProto(sibling)).ok());
+}
+
 TEST_F(ControllerTest, ListJobsPagesWithFiltersAndDeleteRemovesFinishedJobs) {
   AddWorker("w0", "r0", "n0");
   ASSERT_TRUE(controller_->SetDrained("w0", true).ok());
@@ -1543,6 +1571,31 @@ TEST_F(ControllerTest, DependenciesHoldAJobAndCancelItWhenTheyCannotHold) {
       << cancelled.message();
   EXPECT_NE(State(fourth.id()), moe::v1::PENDING) << "finished is enough for it";
   EXPECT_NE(State(fourth.id()), moe::v1::CANCELLED);
+}
+
+// A name in depends_on is one of the submitter's own jobs: bob's `prep` does not start alice's
+// `train`, and a name only another user has is refused, pointing at ids.
+TEST_F(ControllerTest, ADependencyByNameIsAmongTheSubmittersOwnJobs) {
+  AddWorker("a", "r0", "n0");
+  auto bobs = controller_->Submit(SpecToProto(Spec("prep", 1, 1)), "", "bob");
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  JobSpec train = Spec("train", 1, 1);
+  train.depends_on.push_back({"prep", "succeeded"});
+  auto refused = controller_->Submit(SpecToProto(train), "", "alice");
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("no job 'prep' of yours"), std::string::npos)
+      << refused.status();
+  JobSpec her_prep = Spec("prep", 1, 1);
+  her_prep.checkpoint.dir = "/tmp/ckpt-alice-prep";
+  auto alices = controller_->Submit(SpecToProto(her_prep), "", "alice");
+  ASSERT_TRUE(alices.ok()) << alices.status();
+  auto hers = controller_->Submit(SpecToProto(train), "", "alice");
+  ASSERT_TRUE(hers.ok()) << hers.status();
+  EXPECT_EQ(hers->spec().metadata().depends_on(0).job(), alices->id()) << "hers, not bob's newer";
+  train.depends_on[0].job = bobs->id();  // by id: another user's job, named on purpose
+  train.checkpoint.dir = "/tmp/ckpt-train-2";
+  auto by_id = controller_->Submit(SpecToProto(train), "", "alice");
+  EXPECT_TRUE(by_id.ok()) << by_id.status();
 }
 
 TEST_F(ControllerTest, PriorityFirstAndASmallerJobMayGoFirstWhenItFits) {

@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "common/job_spec_proto.h"
+#include "controller/admission.h"
 #include "controller/job_watchers.h"
 #include "tests/controller/flaky_store.h"
 
@@ -319,6 +323,33 @@ TEST_F(JobManagerTest, WatchingAnEndedJobSendsEverythingAtOnceAndUnwatchStopsASt
   watchers_.Unwatch(sub);
   ASSERT_TRUE(jobs_.Event(*live, "Note", "").ok());
   EXPECT_EQ(calls, 1);
+}
+
+// The memory a rank needs, as placement compares it with a worker's: never negative, never wrapped.
+TEST(RankMemory, BytesSaturateInsteadOfWrapping) {
+  EXPECT_EQ(SaturatingBytes(0), 0);
+  EXPECT_EQ(SaturatingBytes(-5), 0);
+  EXPECT_EQ(SaturatingBytes(12.6e9), int64_t{12600000000});
+  EXPECT_EQ(SaturatingBytes(9223372036854775808.0), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(SaturatingBytes(3.4e23), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(SaturatingBytes(std::nan("")), std::numeric_limits<int64_t>::max());
+}
+
+// An absurd model submitted while no worker was up reaches placement with a need no worker has:
+// past 2^63 bytes it came out negative (a double cast to int64) and fitted everywhere.
+TEST_F(JobManagerTest, AnAbsurdModelNeedsMoreMemoryThanAnyWorkerHas) {
+  JobSpec spec = Spec("absurd");
+  spec.model.hidden_size = 1000000;
+  auto e = jobs_.Create(jobs_.NewId("absurd"), SpecToProto(spec), spec);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_GT(RankMemoryNeed(**e), int64_t{1} << 40) << "terabytes per rank";
+  spec = Spec("overflowing");
+  spec.model.hidden_size = 1000000000;  // about 1e18 parameters a layer: past 2^63 bytes
+  auto o = jobs_.Create(jobs_.NewId("overflowing"), SpecToProto(spec), spec);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(RankMemoryNeed(**o), std::numeric_limits<int64_t>::max());
+  EXPECT_GT(RankMemoryNeed(*NewJob("tiny")), 0);
+  EXPECT_LT(RankMemoryNeed(*NewJob("tiny2")), int64_t{1} << 34) << "tiny fits in 16 GiB";
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // loopback test on parsed addresses, and the state directory's lock.
 #include "controller/net_policy.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -103,25 +105,68 @@ TEST(NetPolicy, LoopbackIsDecidedOnTheParsedAddress) {
 
 TEST(NetPolicy, OneProcessHoldsAStateDirectory) {
   const std::string dir = TempDir();
-  auto mine = LockStateDir(dir);
-  ASSERT_TRUE(mine.ok()) << mine.status();
-  // Another process (flock locks belong to the open file, so a child opening it again competes).
-  const pid_t child = ::fork();
-  if (child == 0) {
-    auto theirs = LockStateDir(dir);
-    const bool named =
-        !theirs.ok() && theirs.status().code() == StatusCode::kFailedPrecondition &&
-        theirs.status().message().find("pid " + std::to_string(::getppid())) != std::string::npos;
-    ::_exit(named ? 0 : 1);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "the second holder is refused, naming our pid";
-  ::close(*mine);
+  {
+    auto mine = LockStateDir(dir);
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    // Another process (flock locks belong to the open file, so a child opening it again competes).
+    const pid_t child = ::fork();
+    if (child == 0) {
+      auto theirs = LockStateDir(dir);
+      const bool named =
+          !theirs.ok() && theirs.status().code() == StatusCode::kFailedPrecondition &&
+          theirs.status().message().find("pid " + std::to_string(::getppid())) != std::string::npos;
+      ::_exit(named ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "the second holder is refused, naming our pid";
+  }  // the lock's destructor closes both descriptors
   auto again = LockStateDir(dir);
   EXPECT_TRUE(again.ok()) << "free once the holder is gone: " << again.status();
-  if (again.ok()) ::close(*again);
+  ASSERT_TRUE(RemoveAll(dir).ok());
+}
+
+// A hard link of the database in a second state directory is the same file: the second controller
+// finds its lock held (the directory locks alone are two different directories), and a database
+// with a second name is refused even when nobody holds it.
+TEST(NetPolicy, AHardLinkedDatabaseIsRefused) {
+  const std::string first = TempDir(), second = TempDir();
+  {
+    auto mine = LockStateDir(first);
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    // The store creates the database after the directory's lock; its own lock follows.
+    ASSERT_TRUE(WriteFileAtomic(JoinPath(first, "controller.db"), "SQLite format 3").ok());
+    ASSERT_TRUE(mine->LockDatabase().ok());
+    ASSERT_EQ(
+        ::link(JoinPath(first, "controller.db").c_str(), JoinPath(second, "controller.db").c_str()),
+        0);
+    auto theirs = LockStateDir(second);
+    ASSERT_FALSE(theirs.ok()) << "two controllers on one database through a hard link";
+    EXPECT_EQ(theirs.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(theirs.status().message().find("2 hard links"), std::string::npos) << theirs.status();
+  }
+  auto alone = LockStateDir(first);  // nobody holds it now, but it still has two names
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("2 hard links"), std::string::npos) << alone.status();
+  ASSERT_EQ(::unlink(JoinPath(second, "controller.db").c_str()), 0);
+  EXPECT_TRUE(LockStateDir(first).ok()) << "one name again: free";
+  ASSERT_TRUE(RemoveAll(first).ok());
+  ASSERT_TRUE(RemoveAll(second).ok());
+}
+
+// The database's own lock: a second process that gets past the directory (another directory whose
+// database is the same file, as a bind mount would make it) finds it held.
+TEST(NetPolicy, TheDatabaseFileIsLockedItself) {
+  const std::string dir = TempDir();
+  auto mine = LockStateDir(dir);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "controller.db"), "SQLite format 3").ok());
+  ASSERT_TRUE(mine->LockDatabase().ok());
+  const int fd = ::open(JoinPath(dir, "controller.db").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(::flock(fd, LOCK_EX | LOCK_NB), 0) << "held by the lock";
+  ::close(fd);
   ASSERT_TRUE(RemoveAll(dir).ok());
 }
 

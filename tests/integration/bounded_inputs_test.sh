@@ -132,6 +132,18 @@ sed "s/name: high/name: copycat/" "$WORK/high.yaml" >"$WORK/copycat.yaml"
 set +e; out=$("$MOECTL" submit -f "$WORK/copycat.yaml" 2>&1); rc=$?; set -e
 [ $rc -eq 6 ] && grep -q "checkpoint directory of live job $high" <<<"$out" || fail "shared checkpoint dir: rc $rc, $out"
 echo "shared checkpoint directory refused"
+# ... nor one inside a live job's or around it: one job's commits prune the step directories beneath
+# its own (the outer job's final commit deleted the inner one's checkpoints).
+sed "s/name: high/name: inner/; s#dir: $WORK/ckpt-high,#dir: $WORK/ckpt-high/inner,#" "$WORK/high.yaml" >"$WORK/inner.yaml"
+sed "s/name: high/name: outer/; s#dir: $WORK/ckpt-high,#dir: $WORK,#" "$WORK/high.yaml" >"$WORK/outer.yaml"
+for n in inner outer; do
+  grep -q "name: $n" "$WORK/$n.yaml" && ! grep -q "ckpt-high," "$WORK/$n.yaml" || fail "the $n job's file did not change: fix this test"
+  set +e; out=$("$MOECTL" submit -f "$WORK/$n.yaml" 2>&1); rc=$?; set -e
+  # (outer, $WORK, may also hold the controller's checkpoint root: either refusal names what it holds)
+  want="lies inside .*checkpoint directory of live job $high"; [ $n = outer ] && want="holds"
+  [ $rc -eq 6 ] && grep -q "$want" <<<"$out" || fail "nested checkpoint dir ($n): rc $rc, $out"
+done
+echo "checkpoint directories inside and around a live job's refused"
 
 # 5 and 6. Idempotent submit; escapes.
 py "$high" <<'PY' || fail "request id and escapes (above)"
