@@ -109,6 +109,21 @@ Status CheckPathText(const std::string& field, const std::string& path) {
   return OkStatus();
 }
 
+Status CheckRelativeStaysBelow(const std::string& field, const std::string& path) {
+  if (path.empty() || path[0] == '/') return OkStatus();
+  for (size_t i = 0; i <= path.size();) {
+    const size_t j = std::min(path.find('/', i), path.size());
+    if (path.compare(i, j - i, "..") == 0 && j - i == 2) {
+      return InvalidArgumentError(field + ": " + path +
+                                  " has a '..' component; a relative path is resolved beneath "
+                                  "the worker's root and may not leave it (name it from the root "
+                                  "down, or give an absolute path)");
+    }
+    i = j + 1;
+  }
+  return OkStatus();
+}
+
 std::vector<std::string> ComponentsBelow(const std::string& path, const std::string& root,
                                          bool* under) {
   const std::string r = NormalizeAbsolute(root, "/"), p = NormalizeAbsolute(path, "/");

@@ -258,6 +258,8 @@ Status ValidateJobSpec(const JobSpec& s) {
   // whole.
   MOE_RETURN_IF_ERROR(CheckPathText("spec.data.path", s.data.path));
   MOE_RETURN_IF_ERROR(CheckPathText("spec.checkpoint.dir", s.checkpoint.dir));
+  MOE_RETURN_IF_ERROR(CheckRelativeStaysBelow("spec.data.path", s.data.path));
+  MOE_RETURN_IF_ERROR(CheckRelativeStaysBelow("spec.checkpoint.dir", s.checkpoint.dir));
   MOE_RETURN_IF_ERROR(CheckModelRules(s.model, "spec.model"));
   MOE_RETURN_IF_ERROR(CheckLayout(s));
   if (s.training.attention == "materialized" && s.resources.device == "cuda") {

@@ -174,7 +174,12 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"priority: 0}", "priority: 0, labels: [team]}", "metadata.labels: expected a mapping"},
         Bad{"apiVersion: moe/v1", "apiVersion: moe/v2", "apiVersion: must be moe/v1"},
         Bad{"max_restarts: 3", "max_restarts: 3\n  surprise: 1", "spec.surprise: unknown field"},
-        Bad{"data: {path: data/fortunes,", "data: {", "spec.data.path: missing"}));
+        Bad{"data: {path: data/fortunes,", "data: {", "spec.data.path: missing"},
+        Bad{"dir: /tmp/moe-ckpt", "dir: ../../../etc/x",
+            "spec.checkpoint.dir: ../../../etc/x has a '..' component"},
+        Bad{"dir: /tmp/moe-ckpt", "dir: ckpt/a/../../..", "spec.checkpoint.dir: ckpt/a/../../.."},
+        Bad{"path: data/fortunes,", "path: data/../../secrets,",
+            "spec.data.path: data/../../secrets has a '..' component"}));
 
 TEST(JobSpec, CheckpointAsyncDefaultsToTrueAndRoundTrips) {
   auto spec = ParseJobSpecText(kJob);
