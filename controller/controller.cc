@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/file_util.h"
+#include "common/host_id.h"
 #include "common/job_spec_proto.h"
 #include "common/log.h"
 #include "controller/admission.h"
@@ -57,7 +58,7 @@ Status CheckRankOwner(JobManager& jobs, const std::string& agent, const std::str
 
 // PERMISSION_DENIED for a rank another worker holds; INVALID_ARGUMENT for one out of bounds.
 Status CheckWorkerMessage(JobManager& jobs, const std::string& worker,
-                          const moe::v1::WorkerMessage& msg) {
+                          const moe::v1::WorkerMessage& msg, const std::string& checkpoint_root) {
   switch (msg.msg_case()) {
     case moe::v1::WorkerMessage::kStep: {
       const auto& s = msg.step();
@@ -80,6 +81,12 @@ Status CheckWorkerMessage(JobManager& jobs, const std::string& worker,
     }
     case moe::v1::WorkerMessage::kRegister:
       return InvalidArgumentError("register: only the stream's first message registers");
+    case moe::v1::WorkerMessage::kCheckpointRootMounted:  // only the root it was offered
+      if (msg.checkpoint_root_mounted().root() != checkpoint_root)
+        return InvalidArgumentError(
+            "checkpoint root mounted: " + msg.checkpoint_root_mounted().root().substr(0, 256) +
+            " is not the controller's checkpoint root");
+      return OkStatus();
     case moe::v1::WorkerMessage::kLogReply:  // what it asked for is at most 1 MiB
                                              // (worker/agent/rank_log.h)
       if (msg.log_reply().text().size() > (size_t{2} << 20))
@@ -94,7 +101,8 @@ Status CheckWorkerMessage(JobManager& jobs, const std::string& worker,
 
 Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metrics,
                        const ControllerConfig& config)
-    : store_(store),
+    : host_id_(ThisHostId()),
+      store_(store),
       committer_(store),
       clock_(clock),
       metrics_(metrics),
@@ -202,11 +210,18 @@ StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& reques
                                                         spec.parallelism.world_size));
   MOE_RETURN_IF_ERROR(ResolveDependencies(&spec, actor, jobs_));
   const std::string id = jobs_.NewId(spec.name);
-  if (spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty()) {
-    spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
-  }
+  const bool default_dir = spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty();
+  if (default_dir) spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
   MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec, actor, jobs_, config_.checkpoint_root));
-  MOE_RETURN_IF_ERROR(CheckPathsAllowed(spec, workers_));
+  if (Status st = CheckPathsAllowed(spec, workers_); !st.ok()) {
+    if (!default_dir) return st;
+    return FailedPreconditionError(
+        st.message() + "; the job names no spec.checkpoint.dir, so it went to the controller's " +
+        "checkpoint root " + config_.checkpoint_root +
+        ", which no live worker allows: give the agents --checkpoint-root with a directory they " +
+        "and the controller share (and the controller the same --checkpoint-root), or agents on " +
+        "default roots mount it at that path, or name spec.checkpoint.dir");
+  }
   MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec, request_id, actor));
   attempts_.NeedSchedule();
   // The writer's figures as of this acknowledgement (a tick may wait behind a change under way).
@@ -427,7 +442,28 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
   out.set_heartbeat_seconds(config_.heartbeat_seconds);
   out.set_session(session);
   out.set_epoch(epoch_);
+  OfferCheckpointRoot(reg, &out);
   return out;
+}
+
+void Controller::OfferCheckpointRoot(const moe::v1::Register& reg, moe::v1::Registered* out) {
+  if (!reg.uses_default_checkpoint_roots() || config_.checkpoint_root.empty()) return;
+  out->set_checkpoint_root(config_.checkpoint_root);
+  if (!reg.host_id().empty() && reg.host_id() == host_id_)
+    workers_.AddCheckpointRoot(AgentOfWorker(reg.name()), config_.checkpoint_root);
+}
+
+void Controller::CheckpointRootMounted(const std::string& agent,
+                                       const moe::v1::CheckpointRootMounted& m) {
+  if (m.ok()) {
+    workers_.AddCheckpointRoot(agent, config_.checkpoint_root);
+    MOE_LOG(INFO) << "worker " << agent << " has the checkpoint root " << m.root()
+                  << " mounted: jobs that name no checkpoint directory may run there";
+  } else {
+    MOE_LOG(WARNING) << "worker " << agent << " does not have the checkpoint root " << m.root()
+                     << " (" << m.why().substr(0, kMaxMessageBytes)
+                     << "): jobs that name no checkpoint directory will not run there";
+  }
 }
 
 // A registration's checks and, for a new session, its devices' stored records (one write), with
@@ -531,7 +567,7 @@ void Controller::ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& cha
 Status Controller::OnWorkerMessage(const std::string& agent, const moe::v1::WorkerMessage& msg) {
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
-  if (Status st = CheckWorkerMessage(jobs_, agent, msg); !st.ok()) {
+  if (Status st = CheckWorkerMessage(jobs_, agent, msg, config_.checkpoint_root); !st.ok()) {
     MOE_LOG(WARNING) << "worker " << agent << ": refused: " << st;
     return st;
   }
@@ -561,6 +597,9 @@ Status Controller::OnWorkerMessage(const std::string& agent, const moe::v1::Work
     }
     case moe::v1::WorkerMessage::kLogReply:
       logs_.Reply(agent, msg.log_reply());
+      break;
+    case moe::v1::WorkerMessage::kCheckpointRootMounted:
+      CheckpointRootMounted(agent, msg.checkpoint_root_mounted());
       break;
     case moe::v1::WorkerMessage::kLeaving:
       for (const std::string& device : std::vector<std::string>(workers_.DevicesOf(agent)))

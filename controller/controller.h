@@ -160,6 +160,13 @@ class Controller {
   Status ForgetWorker(const std::string& name, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneLostWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker on default checkpoint roots is offered the controller's own (Registered
+  // .checkpoint_root): on this host it is there (this controller made it) and counts at once;
+  // elsewhere it counts once the worker reports it mounted (CheckpointRootMounted).
+  void OfferCheckpointRoot(const moe::v1::Register& reg, moe::v1::Registered* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckpointRootMounted(const std::string& agent, const moe::v1::CheckpointRootMounted& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finished jobs older than the retention go, with their events (job_admin.cc).
   void ExpireFinishedJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishClusterMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -177,6 +184,7 @@ class Controller {
   double cluster_metrics_at_ = -1e9;  // monotonic second the cluster's figures were last published
   double cluster_metrics_every_ = 1.0;  // seconds between two: 1, longer where a walk costs more
   std::string fenced_;
+  const std::string host_id_;   // this machine (common/host_id.h)
   StateStore& store_;           // reads (LoadWorkers, StoredEpoch); every write goes through:
   GroupCommitStore committer_;  // the one writer (its batches commit with mu_ released)
   Clock& clock_;

@@ -359,14 +359,15 @@ int main(int argc, char** argv) {
       "YAML file of queues with quotas per device type, cohorts and borrowing (docs/operations.md, "
       "Queues and quotas); jobs choose one by metadata.queue");
   CLI11_PARSE(app, argc, argv);
-  const bool checkpoint_root_given = !config.checkpoint_root.empty();
   config.Resolve();
   if (moe::Status st = LoadConfigFiles(plan_cluster, plan_software, classes, queues, &config);
       !st.ok()) {
     return Fail(st.message());
   }
   if (moe::Status st = SetUpProcess(config); !st.ok()) return Fail(st.message());
-  if (checkpoint_root_given) MakeCheckpointRoot(config.checkpoint_root);
+  // The default root (<state-dir>/checkpoints) too: workers on this host with default roots are
+  // offered it (Registered.checkpoint_root), and it must be there for them.
+  MakeCheckpointRoot(config.checkpoint_root);
 
   // Check exposure.
   auto auth = CheckExposure(config);

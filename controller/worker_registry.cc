@@ -247,6 +247,16 @@ void WorkerRegistry::SetLeaving(const std::string& name) {
   if (WorkerEntry* w = Find(name)) w->leaving = true;
 }
 
+void WorkerRegistry::AddCheckpointRoot(const std::string& agent, const std::string& root) {
+  for (const std::string& name : DevicesOf(agent)) {
+    WorkerEntry* w = Find(name);
+    if (w == nullptr) continue;
+    const auto& roots = w->info.checkpoint_roots();
+    if (std::find(roots.begin(), roots.end(), root) == roots.end())
+      w->info.add_checkpoint_roots(root);
+  }
+}
+
 void WorkerRegistry::Remove(const std::string& name) {
   auto it = workers_.find(name);
   if (it == workers_.end()) return;

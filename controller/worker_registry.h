@@ -115,6 +115,9 @@ class WorkerRegistry {
   void Release(const std::string& name);
   Status SetDrained(const std::string& name, bool drained);
   void SetLeaving(const std::string& name);
+  // The agent's devices also allow `root` for checkpoints (the controller's own checkpoint root,
+  // which a worker on default roots reported mounted, or which is on the controller's own host).
+  void AddCheckpointRoot(const std::string& agent, const std::string& root);
   // Forgets the worker (it left, was deleted, or was lost longer than the retention).
   void Remove(const std::string& name);
   // Lost workers, not connected, lost for longer than `seconds`.

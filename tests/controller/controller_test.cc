@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/host_id.h"
 #include "common/job_spec_proto.h"
 #include "tests/controller/flaky_store.h"
 
@@ -410,6 +411,57 @@ TEST_F(ControllerTest, CheckpointDirectoriesDoNotNest) {
   JobSpec sibling = Spec("sibling", 1, 1);
   sibling.checkpoint.dir = "/tmp/nest/outer-2";  // a prefix of the name, not of the path
   EXPECT_TRUE(controller_->Submit(SpecToProto(sibling)).ok());
+}
+
+// Defaults that work together: a worker on default checkpoint roots is offered the controller's
+// root, which counts for it on the controller's own host at once and elsewhere once the worker
+// reports it mounted; until then a job that names no directory is refused, naming the way out.
+TEST_F(ControllerTest, ACheckpointRootCountsWhereItIsMounted) {
+  config_.checkpoint_root = "/srv/moe/checkpoints";
+  Make();
+  const auto reg = [&](const std::string& name, const std::string& host) {
+    channels_[name] = std::make_unique<FakeChannel>();
+    moe::v1::Register r;
+    r.set_name(name);
+    r.set_rack("r0");
+    r.set_node(name);
+    r.set_device("cpu");
+    r.set_memory_bytes(int64_t{64} << 30);
+    r.set_host_id(host);
+    r.add_checkpoint_roots("/tmp/moe-worker-" + name + "/checkpoints");
+    r.set_uses_default_checkpoint_roots(true);
+    auto out = controller_->Register(r, channels_[name].get());
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (out.ok()) sessions_[name] = out->session();
+    return out.ok() ? out->checkpoint_root() : std::string("refused");
+  };
+  EXPECT_EQ(reg("far", "another-machine/far"), "/srv/moe/checkpoints") << "offered";
+  JobSpec spec = Spec("nodir", 1, 1);
+  spec.checkpoint.dir.clear();
+  auto refused = controller_->Submit(SpecToProto(spec));
+  ASSERT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("names no spec.checkpoint.dir"), std::string::npos)
+      << refused.status();
+  moe::v1::WorkerMessage bad;  // only the root it was offered
+  bad.mutable_checkpoint_root_mounted()->set_root("/");
+  bad.mutable_checkpoint_root_mounted()->set_ok(true);
+  EXPECT_EQ(controller_->OnWorkerMessage("far", bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(controller_->Submit(SpecToProto(spec)).status().code(),
+            StatusCode::kFailedPrecondition);
+  moe::v1::WorkerMessage mounted;
+  mounted.mutable_checkpoint_root_mounted()->set_root("/srv/moe/checkpoints");
+  mounted.mutable_checkpoint_root_mounted()->set_ok(true);
+  ASSERT_TRUE(controller_->OnWorkerMessage("far", mounted).ok());
+  auto job = controller_->Submit(SpecToProto(spec));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().spec().checkpoint().dir(), "/srv/moe/checkpoints/" + job->id());
+  // On the controller's own host the root is there (the controller made it): it counts at once. (A
+  // restarted controller: "far" is lost until it registers again.)
+  Make();
+  EXPECT_EQ(reg("near", ThisHostId()), "/srv/moe/checkpoints");
+  JobSpec second = Spec("nodir2", 1, 1);
+  second.checkpoint.dir.clear();
+  EXPECT_TRUE(controller_->Submit(SpecToProto(second)).ok());
 }
 
 TEST_F(ControllerTest, ListJobsPagesWithFiltersAndDeleteRemovesFinishedJobs) {

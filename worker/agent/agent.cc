@@ -1,5 +1,6 @@
 #include "worker/agent/agent.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -8,6 +9,7 @@
 
 #include "common/confined_dir.h"
 #include "common/file_util.h"
+#include "common/host_id.h"
 #include "common/job_spec_proto.h"
 #include "common/log.h"
 #include "common/path_roots.h"
@@ -171,14 +173,10 @@ void WorkerAgent::Registration(moe::v1::Register* r) {
   r->set_memory_bytes(static_cast<int64_t>(memory));
   for (const auto& d : o_.data_roots) r->add_data_roots(d);
   for (const auto& c : o_.checkpoint_roots) r->add_checkpoint_roots(c);
-  // The machine: its machine-id and host name (containers from one image may share a machine-id,
-  // not a host name); workers started with different --node on one host still share its cores.
-  std::string h;
-  if (auto id = ReadFileToString("/etc/machine-id"); id.ok()) h = *id;
-  while (!h.empty() && (h.back() == '\n' || h.back() == ' ')) h.pop_back();
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  r->set_host_id(h + "/" + host);
+  r->set_uses_default_checkpoint_roots(o_.default_checkpoint_roots);
+  // The machine (common/host_id.h): workers started with different --node on one host still share
+  // its cores.
+  r->set_host_id(ThisHostId());
   r->set_session(session_->Get());  // keeps this worker's name across reconnects
   std::lock_guard<std::mutex> lock(ranks_mu_);
   for (const auto& [device, rank] : ranks_) {
@@ -334,6 +332,7 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
             msg.registered().heartbeat_seconds() > 0 ? msg.registered().heartbeat_seconds() : 1.0;
         session_->Set(msg.registered().session());
         SetUdpLease(msg.registered());
+        AcceptCheckpointRoot(msg.registered().checkpoint_root());
         registered_ = true;
         UdpBeat();  // the lease runs from the answer: its first beat now, not at the ticker's turn
         NoteLateAnswer();
@@ -440,8 +439,52 @@ Status WorkerAgent::CheckPaths(const moe::v1::Assignment& a) const {
     }
   }
   if (spec.checkpoint().dir().empty()) return OkStatus();
-  return CheckUnderRoots("spec.checkpoint.dir", spec.checkpoint().dir(), o_.checkpoint_roots,
-                         "checkpoint", true, o_.checkpoint_roots.front());
+  const std::vector<std::string> roots = CheckpointRoots();
+  return CheckUnderRoots("spec.checkpoint.dir", spec.checkpoint().dir(), roots, "checkpoint", true,
+                         roots.front());
+}
+
+std::vector<std::string> WorkerAgent::CheckpointRoots() const {
+  std::vector<std::string> roots = o_.checkpoint_roots;
+  std::lock_guard<std::mutex> lock(roots_mu_);
+  if (!controller_checkpoint_root_.empty()) roots.push_back(controller_checkpoint_root_);
+  return roots;
+}
+
+// Why `root` cannot serve as a checkpoint root here, or "" when it can.
+static std::string UnusableRoot(const std::string& root) {
+  if (Status st = CheckPathText("checkpoint root", root); !st.ok()) return st.message();
+  if (root.empty() || root[0] != '/') return "not an absolute path";
+  struct stat st {};
+  if (::stat(root.c_str(), &st) != 0) return "no such directory here";
+  if (!S_ISDIR(st.st_mode)) return "not a directory";
+  if (::access(root.c_str(), W_OK | X_OK) != 0) return "not writable by this worker";
+  return "";
+}
+
+void WorkerAgent::AcceptCheckpointRoot(const std::string& root) {
+  if (root.empty() || !o_.default_checkpoint_roots) return;
+  const std::string why = UnusableRoot(root);
+  bool same = false;  // a reconnect: logged before (the answer goes with every registration)
+  {
+    std::lock_guard<std::mutex> lock(roots_mu_);
+    same = controller_checkpoint_root_ == (why.empty() ? root : "") && registrations_ > 0;
+    controller_checkpoint_root_ = why.empty() ? root : "";
+  }
+  if (!same && why.empty()) {
+    MOE_LOG(INFO) << "the controller's checkpoint root " << root
+                  << " is mounted here: jobs that name no checkpoint directory write there";
+  } else if (!same) {
+    MOE_LOG(WARNING) << "the controller's checkpoint root " << root << " is not usable here ("
+                     << why << "): jobs that name no checkpoint directory will not run here; "
+                     << "give --checkpoint-root a directory this worker and the controller share";
+  }
+  moe::v1::WorkerMessage m;
+  auto* r = m.mutable_checkpoint_root_mounted();
+  r->set_root(root);
+  r->set_ok(why.empty());
+  r->set_why(why);
+  Write(m);
 }
 
 Status WorkerAgent::ResolveDataPath(moe::v1::Assignment* a) const {
@@ -472,7 +515,7 @@ StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const
   // Where the rank may read and write (it opens its paths beneath these), and who it runs for (its
   // lead rank claims the checkpoint directory: one job per directory, the newest attempt only).
   for (const auto& r : o_.data_roots) args.insert(args.end(), {"--data-root", r});
-  for (const auto& r : o_.checkpoint_roots) args.insert(args.end(), {"--checkpoint-root", r});
+  for (const auto& r : CheckpointRoots()) args.insert(args.end(), {"--checkpoint-root", r});
   args.insert(args.end(), {"--job-id", a.job_id(), "--job-name", a.spec().metadata().name(),
                            "--job-owner", a.owner(), "--epoch", std::to_string(a.epoch()),
                            "--attempt", std::to_string(a.attempt())});

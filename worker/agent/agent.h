@@ -45,6 +45,9 @@ struct AgentOptions {
   double stop_grace_seconds = 30;  // a cancelled rank gets this long to stop, then SIGKILL
   // Every path a job names must lie under one of these (common/path_roots.h); empty: anywhere.
   std::vector<std::string> data_roots, checkpoint_roots;
+  // checkpoint_roots are the defaults (no --checkpoint-root, no $MOE_CHECKPOINT_ROOT): the
+  // controller's checkpoint root is accepted as well where it is mounted here.
+  bool default_checkpoint_roots = false;
   std::vector<std::string> extra_trainer_args;  // testing hooks (e.g. --inject-step-delay)
   // Fake mode (load tests, bench/load): > 0 runs no trainer; an assigned rank is a thread that
   // reports a synthetic step every this many seconds until the job's steps are done or it is
@@ -95,6 +98,11 @@ class WorkerAgent {
                  moe::v1::Assignment a);  // a copy: its data path is resolved here
   StatusOr<std::vector<std::string>> RankArgs(const Rank& rank) const;
   Status CheckPaths(const moe::v1::Assignment& a) const;
+  // The agent's checkpoint roots and, once accepted, the controller's.
+  std::vector<std::string> CheckpointRoots() const;
+  // Registered.checkpoint_root offered: taken when it is an absolute directory here that this
+  // process may write, and the answer (CheckpointRootMounted) sent.
+  void AcceptCheckpointRoot(const std::string& root);
   // A relative spec.data.path made absolute where the dataset is on this worker
   // (common/path_roots.h ResolveRelativeData); left as it is when it is nowhere here.
   Status ResolveDataPath(moe::v1::Assignment* a) const;
@@ -150,6 +158,12 @@ class WorkerAgent {
   // This worker's credential from its registration (Registered.session): presented again when it
   // reconnects and, by the rendezvous proxies, on every key-value call.
   std::shared_ptr<SessionCredential> session_ = std::make_shared<SessionCredential>();
+
+  // The controller's checkpoint root, when it offered it (default roots only) and it is mounted
+  // here (AcceptCheckpointRoot, on the Run thread); read with the agent's own roots
+  // (CheckpointRoots).
+  mutable std::mutex roots_mu_;
+  std::string controller_checkpoint_root_;
 
   std::mutex ranks_mu_;
   std::map<int, std::shared_ptr<Rank>> ranks_;     // by device index: the last rank started there

@@ -250,12 +250,13 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option(
       "--data-root", o.data_roots,
       "a job's spec.data.path (relative: below the first) must lie below one of these "
-      "(repeatable; default: $MOE_DATA_ROOT, else <runtime-dir>/data; / allows anywhere)");
+      "(repeatable; default: $MOE_DATA_ROOT, else <runtime-dir>/data and the directory it was "
+      "started in; / allows anywhere)");
   app.add_option(
       "--checkpoint-root", o.checkpoint_roots,
       "a job's checkpoint directory (relative: below the first) must lie below one of these "
-      "(repeatable; default: $MOE_CHECKPOINT_ROOT, else <runtime-dir>/checkpoints; / allows "
-      "anywhere)");
+      "(repeatable; default: $MOE_CHECKPOINT_ROOT, else <runtime-dir>/checkpoints and the "
+      "controller's checkpoint root where it is mounted here; / allows anywhere)");
   app.add_option("--trainer", o.trainer, "path of moe-train (default: next to moe-worker)");
   app.add_option("--runtime-dir", o.runtime_dir,
                  "for job files and rendezvous sockets (default /tmp/moe-worker-<name>)");
@@ -291,7 +292,9 @@ std::string EnvOr(const char* name, const std::string& fallback) {
 
 // The roots a job's paths must lie under. Without --data-root / --checkpoint-root a worker confines
 // them to $MOE_DATA_ROOT / $MOE_CHECKPOINT_ROOT, else to data/ and checkpoints/ below its runtime
-// directory (created): a job may write anywhere only where the operator said so (--data-root /).
+// directory (created), data also to the directory it was started in, and checkpoints also to the
+// controller's checkpoint root where that is mounted here (agent.cc): a job may write anywhere only
+// where the operator said so (--checkpoint-root /).
 moe::Status ResolveRoots(moe::worker::AgentOptions& o) {
   if (o.runtime_dir.size() + 24 >
       107) {  // the ranks' rendezvous sockets: <runtime-dir>/rv-<16 hex>.sock
@@ -303,8 +306,16 @@ moe::Status ResolveRoots(moe::worker::AgentOptions& o) {
   if (data_default) o.data_roots = {EnvOr("MOE_DATA_ROOT", o.runtime_dir + "/data")};
   if (ckpt_default)
     o.checkpoint_roots = {EnvOr("MOE_CHECKPOINT_ROOT", o.runtime_dir + "/checkpoints")};
+  // Neither the flag nor the variable: the controller's own checkpoint root is accepted too where
+  // it is mounted here (agent.cc, AcceptCheckpointRoot), so default flags run a job naming none.
+  o.default_checkpoint_roots = ckpt_default && std::getenv("MOE_CHECKPOINT_ROOT") == nullptr;
   char cwd[4096] = "/";
   if (::getcwd(cwd, sizeof(cwd)) == nullptr) cwd[0] = '/', cwd[1] = 0;
+  // Default data roots also hold the directory the worker was started in (a quick start runs it
+  // from the project, where `make data` put data/fortunes), unless that is / (a service manager's):
+  // reading is all a data root allows.
+  if (data_default && std::getenv("MOE_DATA_ROOT") == nullptr && std::string(cwd) != "/")
+    o.data_roots.push_back(cwd);
   for (auto* roots : {&o.data_roots, &o.checkpoint_roots}) {
     for (std::string& r : *roots) {
       MOE_RETURN_IF_ERROR(
