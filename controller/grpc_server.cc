@@ -185,7 +185,20 @@ class WorkerStream final
   void Send(const moe::v1::ControllerMessage& msg) ABSL_LOCKS_EXCLUDED(mu_) override {
     MutexLock lock(&mu_);
     if (finished_) return;
+    // Registered goes first: Controller::Register may place a rank on the agent (a waiting job)
+    // before its answer is sent, and an agent that started that rank without its session had the
+    // rank's rendezvous refused (a restart spent; tests/deploy/slurm_test.sh under TLS, 3 runs of
+    // 5).
+    if (!registered_sent_ && !msg.has_registered()) {
+      held_.push_back(msg);
+      return;
+    }
     queue_.push_back(msg);
+    if (msg.has_registered()) {
+      registered_sent_ = true;
+      for (auto& h : held_) queue_.push_back(std::move(h));
+      held_.clear();
+    }
     if (!writing_) {
       writing_ = true;
       StartWrite(&queue_.front());
@@ -291,6 +304,10 @@ class WorkerStream final
   double admitted_ = 0;  // when the registration gate let its registration in
   Mutex mu_;
   std::deque<moe::v1::ControllerMessage> queue_ ABSL_GUARDED_BY(mu_);
+  // Sent before Registered (an assignment from the registration's own scheduling pass): held until
+  // it goes, then queued behind it.
+  std::deque<moe::v1::ControllerMessage> held_ ABSL_GUARDED_BY(mu_);
+  bool registered_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
