@@ -20,9 +20,9 @@ namespace moe {
 // INVALID_ARGUMENT naming `field` when `path` holds a NUL or another control character (bytes below
 // 0x20 and 0x7f): a NUL cuts the path where a C API reads it, past every check done on the whole.
 Status CheckPathText(const std::string& field, const std::string& path);
-// INVALID_ARGUMENT naming `field` when a relative `path` has a ".." component: it is resolved beneath
-// a worker's root and may not step out of it (the worker refused it only when the rank started; the
-// controller now does at submit). Absolute paths are resolved where they are checked.
+// INVALID_ARGUMENT naming `field` when a relative `path` has a ".." component: it is resolved
+// beneath a worker's root and may not step out of it (the worker refused it only when the rank
+// started; the controller now does at submit). Absolute paths are resolved where they are checked.
 Status CheckRelativeStaysBelow(const std::string& field, const std::string& path);
 
 class ConfinedDir {

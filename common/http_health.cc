@@ -1,14 +1,12 @@
 #include "common/http_health.h"
 
-#include <CivetServer.h>
-#include <civetweb.h>
 #include <dirent.h>
+#include <prometheus/text_serializer.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <sstream>
 #include <utility>
@@ -35,21 +33,23 @@ ProbeAnswer Ask(bool ready) {
   return a;
 }
 
-// civetweb's begin_request: 0 leaves the request to the exposer; a status code means answered.
-int BeginRequest(mg_connection* conn) {
-  const mg_request_info* info = mg_get_request_info(conn);
-  const char* uri = info && info->local_uri ? info->local_uri : "";
-  const bool healthz = std::strcmp(uri, "/healthz") == 0, readyz = std::strcmp(uri, "/readyz") == 0;
-  if (!healthz && !readyz) return 0;
-  const ProbeAnswer a = Ask(readyz);
-  const std::string body = a.detail + "\n";
-  const int code = a.ok ? 200 : 503;
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            code, a.ok ? "OK" : "Service Unavailable", body.size());
-  if (std::strcmp(info->request_method, "HEAD") != 0) mg_write(conn, body.data(), body.size());
-  return code;
+HttpResponse ProbePage(bool ready) {
+  const ProbeAnswer a = Ask(ready);
+  return HttpResponse{a.ok ? 200 : 503, "text/plain; charset=utf-8", a.detail + "\n"};
+}
+
+// Like prometheus::Exposer's handler: every collectable's families, serialized at the request.
+HttpResponse MetricsPage(const std::vector<std::weak_ptr<prometheus::Collectable>>& collectables) {
+  std::vector<prometheus::MetricFamily> families;
+  for (const auto& weak : collectables) {
+    const auto collectable = weak.lock();
+    if (!collectable) continue;
+    std::vector<prometheus::MetricFamily> f = collectable->Collect();
+    families.insert(families.end(), std::make_move_iterator(f.begin()),
+                    std::make_move_iterator(f.end()));
+  }
+  return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                      prometheus::TextSerializer().Serialize(families)};
 }
 
 class LambdaCollector : public prometheus::Collectable {
@@ -153,13 +153,21 @@ void SetHealthProbes(HealthProbes probes) {
   Probes() = std::move(probes);
 }
 
-const CivetCallbacks* HealthCallbacks() {
-  static const CivetCallbacks callbacks = [] {
-    CivetCallbacks c;  // its constructor clears every callback
-    c.begin_request = BeginRequest;
-    return c;
-  }();
-  return &callbacks;
+StatusOr<std::unique_ptr<HttpServer>> ServeHealthAndMetrics(
+    const std::string& listen, std::vector<std::weak_ptr<prometheus::Collectable>> collectables,
+    HttpServerOptions options) {
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> server, HttpServer::Bind(listen, options));
+  // The probes on the event thread: they read flags and must answer even while a page is built.
+  server->Handle("/healthz", [] { return ProbePage(false); });
+  server->Handle("/readyz", [] { return ProbePage(true); });
+  // /metrics on the worker thread: Collect() takes the service's locks (the controller's managers,
+  // the agents' state) and a large cluster's page takes a while to write; on the event thread that
+  // would hold up every other connection, probes included, for as long.
+  server->Handle(
+      "/metrics", [collectables = std::move(collectables)] { return MetricsPage(collectables); },
+      HttpRunOn::kWorkerThread);
+  server->Start();
+  return server;
 }
 
 std::shared_ptr<prometheus::Collectable> CollectorOf(

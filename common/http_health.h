@@ -4,9 +4,9 @@
 // Slurm's health checks call. And the process_* series every Prometheus client library exports
 // (the Go and Python clients' names), read from /proc/self at each scrape.
 //
-// Both ride on prometheus::Exposer's civetweb server: HealthCallbacks() goes to its constructor and
-// answers the two paths before civetweb's own handlers see them. The probes are process-wide
-// (civetweb's request callback carries no user data of ours: CivetServer keeps it for itself).
+// ServeHealthAndMetrics puts the probes and /metrics on our own HTTP server (common/http_server.h:
+// one event thread, deadlines and connection caps, so slow clients cannot fail the probes). The
+// probes are process-wide: a service has one such port.
 #pragma once
 
 #include <prometheus/collectable.h>
@@ -17,7 +17,8 @@
 #include <string>
 #include <vector>
 
-struct CivetCallbacks;
+#include "common/http_server.h"
+#include "common/status.h"
 
 namespace moe {
 
@@ -34,9 +35,13 @@ struct HealthProbes {
 // Installs the probes (thread-safe; a later call replaces them, e.g. as the process stops).
 void SetHealthProbes(HealthProbes probes);
 
-// Callbacks for prometheus::Exposer's constructor: /healthz and /readyz answered from the probes,
-// every other path left to the exposer (/metrics).
-const CivetCallbacks* HealthCallbacks();
+// Binds `listen` and serves GET /healthz and /readyz (from the probes), and /metrics: the families
+// of `collectables` (in this order; expired ones skipped), collected at each request and written
+// in Prometheus' text format 0.0.4. Errors say why the address cannot be served (e.g. "address
+// already in use"); the caller names its flag.
+StatusOr<std::unique_ptr<HttpServer>> ServeHealthAndMetrics(
+    const std::string& listen, std::vector<std::weak_ptr<prometheus::Collectable>> collectables,
+    HttpServerOptions options = {});
 
 // A Collectable whose families come from `collect` at each scrape (gauges of live state, with no
 // thread to keep them current).

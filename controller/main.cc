@@ -4,7 +4,6 @@
 //                  [--tls-client-ca F]] [--tokens FILE] [--lease-seconds S] [--checkpoint-root DIR]
 //
 // Every setting and its default is in ControllerConfig (config.h); the flags write into it.
-#include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 #include <signal.h>
 
@@ -269,26 +268,18 @@ moe::StatusOr<moe::controller::TokenAuth> CheckExposure(const ControllerConfig& 
   return moe::controller::TokenAuth();
 }
 
-moe::StatusOr<std::unique_ptr<prometheus::Exposer>> ServeMetrics(
+// /metrics (the registry's families, process_*) and /healthz, /readyz (ControllerProbes) on our own
+// HTTP server: one event thread with a deadline for each request's head and caps on connections,
+// so slow or idle clients cannot hold the probes or the scrape up (common/http_server.h).
+moe::StatusOr<std::unique_ptr<moe::HttpServer>> ServeMetrics(
     const ControllerConfig& c, std::shared_ptr<prometheus::Registry> registry) {
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    // Enough threads that idle or half-open connections cannot hold the scrape up (civetweb serves
-    // a connection per thread), and a timeout that frees a thread from a client that never finishes
-    // its request. No SO_LINGER of 0 (an abortive close): it reset the connection of a scraper too
-    // slow to read the page within civetweb's one-second drain, and the page was lost
-    // (bench/load.py, on two busy cores); the kernel's own close delivers it.
-    exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", c.metrics_listen, "num_threads", "16",
-                                 "request_timeout_ms", "5000"},
-        moe::HealthCallbacks());  // /healthz, /readyz (ControllerProbes)
-  } catch (const std::exception& e) {
+  auto server = moe::ServeHealthAndMetrics(c.metrics_listen, {registry, g_process_metrics});
+  if (!server.ok()) {
     return moe::UnavailableError("--metrics-listen " + c.metrics_listen +
-                                 ": cannot serve /metrics there (" + e.what() + ")");
+                                 ": cannot serve /metrics there (" + server.status().message() +
+                                 ")");
   }
-  exposer->RegisterCollectable(registry);
-  exposer->RegisterCollectable(g_process_metrics);
-  return exposer;
+  return server;
 }
 
 // Alive while its loop ticks (a controller wedged for kLiveSeconds is restarted by its
@@ -387,8 +378,8 @@ int main(int argc, char** argv) {
   if (moe::Status st = lock->LockDatabase(); !st.ok()) return Fail("--state-dir: " + st.message());
   auto registry = std::make_shared<prometheus::Registry>();
   moe::SetHealthProbes(ControllerProbes());
-  auto exposer = ServeMetrics(config, registry);
-  if (!exposer.ok()) return Fail(exposer.status().message());
+  auto metrics_server = ServeMetrics(config, registry);
+  if (!metrics_server.ok()) return Fail(metrics_server.status().message());
 
   // Build the managers and recover.
   moe::controller::RealClock clock;

@@ -6,7 +6,6 @@
 //   moe-worker --controller ADDR --fake-step-seconds S [--fake-workers N] [--slots D]
 //              [--fake-rack-size K]   (load tests: N fake nodes of D devices)
 #include <limits.h>
-#include <prometheus/exposer.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -98,26 +97,21 @@ moe::HealthProbes AgentProbes(const Agents& agents) {
 // --health-listen: GET /healthz, /readyz and /metrics (the agents' state, process_*).
 struct HealthEndpoint {
   std::shared_ptr<prometheus::Collectable> agents, process;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<moe::HttpServer> server;
 };
 moe::StatusOr<std::unique_ptr<HealthEndpoint>> ServeHealth(const std::string& listen,
                                                            const Agents& agents) {
   auto h = std::make_unique<HealthEndpoint>();
   if (listen.empty()) return h;
   moe::SetHealthProbes(AgentProbes(agents));
-  try {
-    h->exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", listen, "num_threads", "4",
-                                 "request_timeout_ms", "5000"},
-        moe::HealthCallbacks());
-  } catch (const std::exception& e) {
-    return moe::InvalidArgumentError("--health-listen " + listen + ": cannot serve there (" +
-                                     e.what() + ")");
-  }
   h->agents = moe::CollectorOf([&agents] { return AgentFamilies(agents); });
   h->process = moe::ProcessCollector();
-  h->exposer->RegisterCollectable(h->agents);
-  h->exposer->RegisterCollectable(h->process);
+  auto server = moe::ServeHealthAndMetrics(listen, {h->agents, h->process});
+  if (!server.ok()) {
+    return moe::InvalidArgumentError("--health-listen " + listen + ": cannot serve there (" +
+                                     server.status().message() + ")");
+  }
+  h->server = std::move(*server);
   MOE_LOG(INFO) << "health on http://" << listen << "/healthz, /readyz; metrics on /metrics";
   return h;
 }
