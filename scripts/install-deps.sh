@@ -3,8 +3,9 @@
 # everything is already there (one dpkg-query). Usage: scripts/install-deps.sh [build|test|demo|bench]
 #
 #   build  compilers' companions and the libraries the whole tree links against
-#   test   build + the real programs the tests start (Prometheus/promtool, Slurm, munge, sqlite3) and
-#          Debian's CPU PyTorch (the independent DeepSeek-V3 reference, tests/reference/)
+#   test   build + the real programs the tests start (Prometheus/promtool, Slurm, munge, sqlite3, openssl:
+#          the Slurm batch script's per-allocation CA) and Debian's CPU PyTorch (the independent
+#          DeepSeek-V3 reference, tests/reference/)
 #   demo   build + the corpus (Debian's fortunes)
 #   bench  test + demo
 set -euo pipefail
@@ -16,7 +17,7 @@ build_pkgs=(cmake ninja-build ccache pkg-config g++ make python3
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev fortunes pmccabe clang-format
   python3-pip)  # pip download: the cuDNN frontend's and CUTLASS's headers (scripts/fetch-gpu-headers.sh)
 fuzz_pkgs=(clang libclang-rt-14-dev)  # make fuzz: libFuzzer is clang's
-test_pkgs=(sqlite3 prometheus slurm-wlm munge curl python3-torch python3-numpy
+test_pkgs=(sqlite3 prometheus slurm-wlm munge curl openssl python3-torch python3-numpy
   python3-grpcio python3-protobuf python3-yaml  # the Python gRPC clients of the trust tests (/usr/bin/python3)
   python3-venv)  # the deploy validators' pinned PyPI environments (scripts/pyvenv.sh)
 

@@ -47,4 +47,10 @@ IFS=: read -ra roots <<<"${MOE_DATA_ROOTS:-}"; for r in "${roots[@]}"; do [ -n "
 IFS=: read -ra roots <<<"${MOE_CHECKPOINT_ROOTS:-}"; for r in "${roots[@]}"; do [ -n "$r" ] && args+=(--checkpoint-root "$r"); done
 # The worker role's token (an admin token is not a worker credential): moe-job.sbatch writes it.
 [ -n "${MOE_WORKER_TOKEN_FILE:-}" ] && args+=(--token-file "$MOE_WORKER_TOKEN_FILE")
+# TLS to the controller, so that the token and the heartbeat key it grants never cross the network in
+# clear: MOE_TLS_CA is the CA of the controller's certificate (moe-job.sbatch sets it to its allocation's
+# CA; for a controller of your own, set it before moe-add-workers.sbatch). MOE_TLS_CERT and MOE_TLS_KEY:
+# a client certificate for a controller that asks for one (--tls-client-ca).
+[ -n "${MOE_TLS_CA:-}" ] && args+=(--tls-ca "$MOE_TLS_CA")
+[ -n "${MOE_TLS_CERT:-}" ] && args+=(--tls-cert "$MOE_TLS_CERT" --tls-key "${MOE_TLS_KEY:?MOE_TLS_KEY: the key of MOE_TLS_CERT}")
 exec "$bin/moe-worker" "${args[@]}"

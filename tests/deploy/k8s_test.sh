@@ -4,11 +4,13 @@
 # JobSet's child Jobs, ConfigMap, PriorityClass, ...) against Kubernetes 1.32's and 1.37's JSON schemas as the PyPI
 # package kubernetes-validate ships them, strict (an unknown field is an error), and the custom resources
 # (ComputeDomain, JobSet, Kueue's Topology, ResourceFlavor, ClusterQueue, LocalQueue, the Prometheus
-# Operator's ServiceMonitor, PodMonitor, PrometheusRule) against validate_k8s's own schemas; plus what no
+# Operator's ServiceMonitor, PodMonitor, PrometheusRule, cert-manager's Issuer and Certificate) against
+# validate_k8s's own schemas; plus what no
 # schema says (validate_k8s.py names the modules): references, DRA claims, probes on every long-running
 # container, Guaranteed QoS everywhere, /dev/shm inside the memory limit, the node agents' flags and grace
 # periods, each pool's queue chain, admission (covered resources, quota, topology level) and size, the
-# monitors' release label. An overlay may also have to CONTAIN things (requires_of below: a pool with the
+# monitors' release label, TLS (cert-manager's chain resolves; the controller serves TLS only, from a
+# Certificate's Secret naming its Service; every agent and moectl trusts the CA, mounted alone). An overlay may also have to CONTAIN things (requires_of below: a pool with the
 # queue label and, on GB300, a topology request on the NVLink domain; its ComputeDomain and RDMA; the
 # ServiceMonitor, PrometheusRule and dashboards). An overlay's extra pools (joins_of) are rendered with it
 # and checked together: several pools join one controller. Then the validator is shown broken renders and
@@ -143,6 +145,16 @@ if [ -s "$tmp/$gpu.yaml" ]; then
   reject $gpu "no ServiceMonitor" "no ServiceMonitor or PodMonitor of moe-controller" < <(drop_kind $gpu ServiceMonitor)
   reject $gpu "no PrometheusRule" "the render has no PrometheusRule" < <(drop_kind $gpu PrometheusRule)
   reject $gpu "a ServiceMonitor without the release label" "ServiceMonitor/moe-controller: no release label" < <(in_kind $gpu ServiceMonitor '/release: /d')
+  # TLS (cert-manager): the chain resolves, the controller serves TLS only, every agent trusts its CA
+  reject $gpu "the controller with --allow-cleartext-tokens again" "--allow-cleartext-tokens: the bearer tokens" < <(in_kind $gpu Deployment 's/^\( *\)- --allow-remote-metrics$/&\n\1- --allow-cleartext-tokens/')
+  reject $gpu "a Certificate whose issuerRef names no Issuer" "issuerRef names Issuer moe-ca-misspelt, which is not rendered" < <(in_kind $gpu Certificate 's/^    name: moe-ca$/    name: moe-ca-misspelt/')
+  reject $gpu "a CA Issuer on a Secret that is no CA's" "is no rendered CA Certificate's Secret" < <(in_kind $gpu Issuer 's/secretName: moe-ca$/secretName: moe-controller-tls/')
+  reject $gpu "an agent without --tls-ca" "no --tls-ca: the agent would speak plaintext" < <(in_kind $gpu JobSet '/- --tls-ca=/d')
+  reject $gpu "agents that mount the controller's key" "would see the controller's private key" < <(perl0 $gpu 's/(secret:\n\s*defaultMode: 292\n)\s*items:\n\s*- key: ca.crt\n\s*path: ca.crt\n/$1/')
+  reject $gpu "a certificate without the Service's name" "dnsNames lack moe-controller.moe.svc:" < <(sed '/^  - moe-controller.moe.svc$/d' "$g")
+  reject $gpu "a gRPC probe on the TLS port" "startupProbe is a gRPC probe" < <(perl0 $gpu 's/(startupProbe:\n\s*failureThreshold: 60\n)(\s*)httpGet:\n\s*path: \/readyz\n\s*port: metrics\n/$1$2grpc:\n$2  port: 50051\n/')
+  reject $gpu "a Certificate's isCA a string" "spec.isCA must be boolean, not string" < <(sed 's/isCA: true/isCA: "true"/' "$g")
+  reject $gpu "an Issuer field misspelt" "spec.selfSign: unknown field" < <(sed 's/selfSigned: {}/selfSign: {}/' "$g")
 fi
 both=$gpu+extra-pool
 if [ -s "$tmp/$both.yaml" ]; then
@@ -160,6 +172,7 @@ if [ -s "$tmp/$cpu.yaml" ]; then
   reject $cpu "CPU agents that may share a node" "without a required pod anti-affinity on kubernetes.io/hostname" < <(sed 's#topologyKey: kubernetes.io/hostname#topologyKey: topology.kubernetes.io/zone#' "$c")
   reject $cpu "ranks beyond the memory limit" "> the memory limit 6Gi" < <(sed 's/--memory-gb=2/--memory-gb=3/' "$c")
   reject $cpu "a quota short of the demo pool" "more than any flavor's nominalQuota" < <(sed 's/nominalQuota: "4"/nominalQuota: "1"/' "$c")
+  reject $cpu "moectl without --tls-ca" "without --tls-ca: moectl would speak plaintext" < <(sed 's#moectl --tls-ca /etc/moe/tls/ca.crt submit#moectl submit#' "$c")
   reject $cpu "agents in a DaemonSet again" "node agents outside a Job" < <(cat "$c"; printf '%s\n' '---' 'apiVersion: apps/v1' 'kind: DaemonSet' \
     'metadata: {name: moe-worker, namespace: moe}' 'spec:' '  selector: {matchLabels: {app: w}}' '  template:' '    metadata: {labels: {app: w}}' \
     '    spec: {containers: [{name: w, image: x, command: [/usr/local/bin/moe-worker]}]}')

@@ -9,8 +9,11 @@
 # must follow the same job (no second one), which resumes from that checkpoint with no restart used and
 # SUCCEEDS with its racks from Slurm's topology. Meanwhile a real Prometheus, started here and told
 # only a file_sd directory, finds the controller through the target file the batch script writes there
-# (MOE_PROMETHEUS_SD_DIR) and scrapes it; the file goes when the allocation ends. Everything started is
-# stopped.
+# (MOE_PROMETHEUS_SD_DIR) and scrapes it; the file goes when the allocation ends. The controller serves
+# TLS only, under a CA the batch script made for its allocation: moectl with that CA gets through, one
+# without it does not, the agents were given it, the keys are the owner's alone, the CA's key is gone
+# once it signed, the certificate names the address the agents dial, and nothing of it outlives the
+# allocation. Everything started is stopped.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${MOE_BIN:?}
@@ -66,7 +69,10 @@ grep -q '^#SBATCH --signal=B:TERM@600' "$script" || fail "moe-job.sbatch does no
 # Submitted from another directory: the script must find its helper and binaries by itself.
 jid=$(cd "$work/elsewhere" && env -u MOE_BIN sbatch --parsable --export=ALL,PATH=$BIN:$PATH --nodes=2 --ntasks-per-node=2 \
       -o "$work/out1.txt" "$script" "$work/job.yaml") || fail "sbatch refused the job"
-ctl() { MOE_CONTROLLER=127.0.0.1:$port MOE_TOKEN=$(head -1 "$work/run/tokens" 2>/dev/null | cut -d' ' -f1) "$BIN/moectl" --timeout 3 "$@"; }
+# moectl as a user of this allocation's controller runs it: its admin token, and the allocation's CA.
+tls=$work/run/tls
+plain_ctl() { MOE_CONTROLLER=127.0.0.1:$port MOE_TOKEN=$(head -1 "$work/run/tokens" 2>/dev/null | cut -d' ' -f1) "$BIN/moectl" --timeout 3 "$@"; }
+ctl() { plain_ctl --tls-ca "$tls/ca.crt" "$@"; }
 step=0
 for _ in $(seq 1 600); do
   step=$(ctl get jobs -o json 2>/dev/null | python3 -c '
@@ -84,6 +90,19 @@ graced=$(pgrep -af "moe-worker .*--slots 2 .*--stop-grace-seconds 45" | grep -c 
 [ "$graced" = 2 ] || fail "MOE_STOP_GRACE_SECONDS=45 reached $graced of 2 node agents (--slots 2): $(pgrep -af 'moe-worker ' | head -2)"
 workers=$(ctl get workers -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workers"]))')
 [ "$workers" = 4 ] || fail "two node agents of two slots should list 4 workers, not $workers"
+# TLS as shipped: the tokens and heartbeat keys never cross the network in clear.
+grep -q -- '--allow-cleartext-tokens' "$script" && fail "moe-job.sbatch still runs the controller with --allow-cleartext-tokens"
+grep -qE "serving gRPC on 0\.0\.0\.0:$port \(TLS\), tokens required" "$work/run/controller.log" \
+  || fail "the controller does not say it serves TLS: $(grep 'serving gRPC' "$work/run/controller.log")"
+plain_ctl get workers >/dev/null 2>&1 && fail "moectl without the allocation's CA (plaintext) got an answer from the controller"
+tls_agents=$(pgrep -af "moe-worker .*--tls-ca $tls/ca.crt" | grep -c "$work/run" || true)
+[ "$tls_agents" = 2 ] || fail "$tls_agents of 2 node agents were given --tls-ca $tls/ca.crt: $(pgrep -af 'moe-worker ' | head -2)"
+[ "$(stat -c %a "$tls")" = 700 ] || fail "$tls has mode $(stat -c %a "$tls"), not 700"
+[ "$(stat -c %a "$tls/controller.key")" = 600 ] || fail "the controller's key has mode $(stat -c %a "$tls/controller.key"), not 600"
+[ -e "$tls/ca.key" ] && fail "the allocation CA's key is still there after signing the controller's certificate"
+openssl verify -CAfile "$tls/ca.crt" "$tls/controller.crt" >/dev/null || fail "the controller's certificate is not the allocation CA's"
+openssl x509 -in "$tls/controller.crt" -noout -ext subjectAltName | grep -q 'IP Address:127.0.0.1' \
+  || fail "the controller's certificate does not name 127.0.0.1, the NodeAddr the agents dial: $(openssl x509 -in "$tls/controller.crt" -noout -ext subjectAltName)"
 # The batch script's target file, taken now (the job must not end before its SIGTERM below; the file
 # goes with the allocation): checked, with Prometheus's scrapes of it, after the stop.
 sd=$work/sd/moe-$jid.json
@@ -98,6 +117,7 @@ ck=$( (ls -d "$work"/run/checkpoints/*/step_* 2>/dev/null || true) | sed 's/.*st
 [ -n "$ck" ] && [ "$ck" -ge 8 ] || fail "no checkpoint at or after step 8 (newest: ${ck:-none}) after the stop"
 id1=$(grep -oP 'moe-job: following \K\S+' "$work/out1.txt" | head -1)
 [ -f "$sd" ] && fail "the target file $sd outlived its allocation"
+[ -e "$tls" ] && fail "the allocation's TLS keys ($tls) outlived it"
 python3 - "$work/sd-taken.json" "$MOE_METRICS_PORT" "$jid" <<'PY' || fail "the target file did not name the controller's metrics endpoint: $(cat "$work/sd-taken.json")"
 import json, sys
 groups = json.load(open(sys.argv[1]))
@@ -130,4 +150,4 @@ first=$(grep -oP '^step \K[0-9]+(?=/40)' "$work/out2.txt" | head -1)
 [ -n "$first" ] && [ "$first" -gt "$ck" ] || fail "the second batch job's watch showed step ${first:-?} first, not one after step $ck"
 grep -q " 0 restart(s)" "$work/out2.txt" || fail "the clean stop used a restart: $(grep summary: "$work/out2.txt")"
 grep -q "rack block1" "$work/out2.txt" && grep -q "rack block2" "$work/out2.txt" || fail "the racks did not come from Slurm's topology"
-echo "slurm: Prometheus scraped the controller through its file_sd target; SIGTERM at step $step checkpointed step $ck and exited 75; the resubmission followed $id1 from step $first to SUCCEEDED (4 CPU workers in 2 blocks)"
+echo "slurm: the controller served TLS under the allocation's CA (plaintext refused); Prometheus scraped the controller through its file_sd target; SIGTERM at step $step checkpointed step $ck and exited 75; the resubmission followed $id1 from step $first to SUCCEEDED (4 CPU workers in 2 blocks)"

@@ -3,13 +3,15 @@ object (Deployment, Service, Job, ConfigMap, PriorityClass, ResourceClaimTemplat
 schema of its kind for every Kubernetes version of K8S_VERSIONS (the oldest and newest supported), as the PyPI package kubernetes-validate ships it, in its
 strict variant, which rejects unknown fields (offline: the schemas are files of the package); the custom
 resources no package has a schema of (ComputeDomain, JobSet, Kueue's Topology, ResourceFlavor,
-ClusterQueue, LocalQueue, the Prometheus Operator's ServiceMonitor, PodMonitor, PrometheusRule) against our
-own (validate_k8s/schemas.py), a JobSet's child Jobs as batch/v1 Jobs; then what no schema can say, in
+ClusterQueue, LocalQueue, the Prometheus Operator's ServiceMonitor, PodMonitor, PrometheusRule, cert-manager's
+Issuer and Certificate) against our own (validate_k8s/schemas.py), a JobSet's child Jobs as batch/v1 Jobs;
+then what no schema can say, in
 validate_k8s/: pods.py (references, DRA claims, resources, capabilities, Multus, probes, Guaranteed QoS,
 /dev/shm inside the memory limit), workers.py (moe-worker: one agent per node, --memory-gb, health
 endpoints, grace periods, the pool entry), kueue.py (queues resolve, each pool admissible, its size
-consistent), monitoring.py (monitors, release label, rules, dashboards), requires.py (what a render must
-contain). Exit 1 on a problem.
+consistent), monitoring.py (monitors, release label, rules, dashboards), tls.py (cert-manager's chain, the
+controller serving TLS only, every client trusting its CA), requires.py (what a render must contain).
+Exit 1 on a problem.
   kubectl kustomize deploy/k8s/overlays/cpu-demo | "$venv/bin/python" tests/deploy/validate_k8s.py
   "$venv/bin/python" tests/deploy/validate_k8s.py [--require WHAT]... [FILE...]
 The venv: venv=$(scripts/pyvenv.sh tests/deploy/requirements-k8s.txt) (tests/deploy/k8s_test.sh makes it).
@@ -40,6 +42,7 @@ from validate_k8s.objects import Render, as_dict, as_list, dig, has_duplicates, 
 from validate_k8s.pods import check_domains_claimed, check_one_image, check_pod_template, claim_templates
 from validate_k8s.requires import check_requires
 from validate_k8s.schemas import OWN_SCHEMAS, check_schema, group_of, own_kind_elsewhere, type_error
+from validate_k8s.tls import check_tls
 from validate_k8s.workers import check_workers
 
 # The Kubernetes versions whose schemas the built-in kinds must pass, every one of them: docs/deploy-kubernetes.md
@@ -306,6 +309,7 @@ def check_cross_object(r, requires):
         check_one_image(r)
         check_kueue(r, ctx)
         check_monitoring(r)
+        check_tls(r)
         check_requires(r, requires, ctx)
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         r.error(f'the checks beyond the schemas stopped at a malformed object ({type(e).__name__}: {e}): fix the errors above first')

@@ -57,7 +57,10 @@ def cd_claims(pt, cd_by_template):
 
 
 def has(r, kind, name):
-    return any(dig(o, 'metadata', 'name') == name for o in r.by_kind(kind)) or name in EXTERNAL.get(kind, ())
+    """KIND/NAME is rendered, documented (EXTERNAL), or, for a Secret, made by cert-manager from a rendered
+    Certificate (its spec.secretName)."""
+    return (any(dig(o, 'metadata', 'name') == name for o in r.by_kind(kind)) or name in EXTERNAL.get(kind, ())
+            or (kind == 'Secret' and any(dig(c, 'spec', 'secretName') == name for c in r.by_kind('Certificate'))))
 
 
 def check_selector(r, pt):

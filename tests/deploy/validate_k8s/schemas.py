@@ -1,9 +1,10 @@
 """Our own schemas, for the custom resources no PyPI package has a schema of: the NVIDIA DRA driver's
-ComputeDomain, JobSet, Kueue's Topology, ResourceFlavor, ClusterQueue and LocalQueue, and the Prometheus
-Operator's ServiceMonitor, PodMonitor and PrometheusRule (the built-in kinds are checked against
-kubernetes-validate's schemas: validate_k8s.py). A JSON-Schema subset (type, a name or a list of names,
-required, properties, additionalProperties, items, enum, minimum, maximum, minLength, maxLength, minItems,
-maxItems, pattern) plus `quantity` (an int-or-string resource quantity).
+ComputeDomain, JobSet, Kueue's Topology, ResourceFlavor, ClusterQueue and LocalQueue, the Prometheus
+Operator's ServiceMonitor, PodMonitor and PrometheusRule, and cert-manager's Issuer and Certificate (the
+built-in kinds are checked against kubernetes-validate's schemas: validate_k8s.py). A JSON-Schema subset
+(type, a name or a list of names, required, properties, additionalProperties, items, enum, minimum,
+maximum, minLength, maxLength, minItems, maxItems, pattern) plus `quantity` (an int-or-string resource
+quantity).
 
 Unlike the API server, which prunes unknown fields of a custom resource (dropping them, a warning at
 most), these reject them: a dropped `numNode` or `topologyNam` would silently mean something else.
@@ -236,6 +237,67 @@ PROMETHEUS_RULE = resource(MONITORING, 'PrometheusRule', strict([], {
     })),
 }))
 
+# cert-manager, cert-manager.io/v1 (cert-manager v1.19, deploy/crds/cert-manager.io_{certificates,issuers}.yaml;
+# the Go types in pkg/apis/certmanager/v1). Ours for the same reason as the Operator's: no PyPI package
+# ships them. Modelled: every field of a Certificate's spec but the keystores, and of an Issuer the two
+# kinds of issuer the base uses, selfSigned and ca; an ACME, Vault or Venafi issuer (or a ClusterIssuer) is
+# an unknown field or kind until it is added here from the CRD. Durations are Go's time.ParseDuration
+# (cert-manager's own suffixes: h, m, s, ms, us, ns; no d); usages are cert-manager's KeyUsage names.
+CERT_MANAGER = 'cert-manager.io/v1'
+GO_DURATION = r'^([0-9]+(\.[0-9]+)?(h|m|s|ms|us|µs|ns))+$'
+go_duration = {'type': 'string', 'pattern': GO_DURATION}
+key_usage = one_of(
+    'signing', 'digital signature', 'content commitment', 'key encipherment', 'key agreement', 'data encipherment',
+    'cert sign', 'crl sign', 'encipher only', 'decipher only', 'any', 'server auth', 'client auth', 'code signing',
+    'email protection', 's/mime', 'ipsec end system', 'ipsec tunnel', 'ipsec user', 'timestamping', 'ocsp signing',
+    'microsoft sgc', 'netscape sgc')
+issuer_ref = strict(['name'], {'name': dns_subdomain, 'kind': STR, 'group': STR})
+name_list = {'type': 'object', 'additionalProperties': False, 'properties': {
+    k: list_of(STR) for k in ('dnsDomains', 'ipRanges', 'emailAddresses', 'uriDomains')}}
+CERTIFICATE = resource(CERT_MANAGER, 'Certificate', strict(['secretName', 'issuerRef'], {
+    'secretName': dns_subdomain,
+    'issuerRef': issuer_ref,
+    'commonName': {'type': 'string', 'maxLength': 64},
+    'literalSubject': STR,
+    'subject': strict([], {
+        **{k: list_of(STR) for k in ('countries', 'localities', 'organizationalUnits', 'organizations', 'postalCodes',
+                                     'provinces', 'streetAddresses')},
+        'serialNumber': STR,
+    }),
+    'dnsNames': list_of(STR),
+    'ipAddresses': list_of(STR),
+    'uris': list_of(STR),
+    'emailAddresses': list_of(STR),
+    'otherNames': list_of(strict([], {'oid': STR, 'utf8Value': STR})),
+    'duration': go_duration,
+    'renewBefore': go_duration,
+    'renewBeforePercentage': {'type': 'integer', 'minimum': 1, 'maximum': 99},
+    'isCA': BOOL,
+    'usages': list_of(key_usage),
+    'privateKey': strict([], {
+        'algorithm': one_of('RSA', 'ECDSA', 'Ed25519'),
+        'size': INT,
+        'encoding': one_of('PKCS1', 'PKCS8'),
+        'rotationPolicy': one_of('Never', 'Always'),
+    }),
+    'signatureAlgorithm': one_of('SHA256WithRSA', 'SHA384WithRSA', 'SHA512WithRSA', 'ECDSAWithSHA256', 'ECDSAWithSHA384',
+                                 'ECDSAWithSHA512', 'PureEd25519'),
+    'encodeUsagesInRequest': BOOL,
+    'secretTemplate': strict([], {'annotations': string_map, 'labels': string_map}),
+    'revisionHistoryLimit': {'type': 'integer', 'minimum': 1},
+    'additionalOutputFormats': list_of(strict(['type'], {'type': one_of('DER', 'CombinedPEM')})),
+    'nameConstraints': strict([], {'critical': BOOL, 'permitted': name_list, 'excluded': name_list}),
+}))
+ISSUER = resource(CERT_MANAGER, 'Issuer', strict([], {
+    'selfSigned': strict([], {'crlDistributionPoints': list_of(STR)}),
+    'ca': strict(['secretName'], {
+        'secretName': dns_subdomain,
+        'crlDistributionPoints': list_of(STR),
+        'ocspServers': list_of(STR),
+        'issuingCertificateURLs': list_of(STR),
+    }),
+}))
+
 OWN_SCHEMAS = {
     'resource.nvidia.com/v1beta1 ComputeDomain': COMPUTE_DOMAIN,
     'jobset.x-k8s.io/v1alpha2 JobSet': JOB_SET,
@@ -246,12 +308,14 @@ OWN_SCHEMAS = {
     f'{MONITORING} ServiceMonitor': SERVICE_MONITOR,
     f'{MONITORING} PodMonitor': POD_MONITOR,
     f'{MONITORING} PrometheusRule': PROMETHEUS_RULE,
+    f'{CERT_MANAGER} Certificate': CERTIFICATE,
+    f'{CERT_MANAGER} Issuer': ISSUER,
 }
 # Groups whose kinds we model ourselves, all of them that a manifest would name: another version or kind
 # there is an error, not a skip (an old kueue.x-k8s.io/v1alpha1 Topology would otherwise pass unvalidated,
 # and fail on a current Kueue). Not monitoring.coreos.com: it has kinds we do not model (Probe,
 # ScrapeConfig, ...); there only another version of a kind we model is an error (own_kind_elsewhere).
-OWN_GROUPS = frozenset(['resource.nvidia.com', 'jobset.x-k8s.io', 'kueue.x-k8s.io'])
+OWN_GROUPS = frozenset(['resource.nvidia.com', 'jobset.x-k8s.io', 'kueue.x-k8s.io', 'cert-manager.io'])
 OWN_KINDS = frozenset((key.split('/')[0], key.split(' ')[1]) for key in OWN_SCHEMAS)
 
 
