@@ -20,6 +20,9 @@ struct ServerOptions {
   std::string tls_client_ca;      // PEM: also require and verify client certificates (mTLS)
   int max_message_bytes = 16 << 20;
   bool heartbeat_udp = true;  // agents' heartbeats by UDP datagram on the listener's port
+  // gRPC server reflection (grpcurl's service listing), which answers without a token: on where
+  // nothing needs one (no --tokens), else only with --grpc-reflection (main.cc).
+  bool reflection = false;
 };
 
 // A rank whose compute time stays above the job's median by more than `margin` for `window`

@@ -1,6 +1,6 @@
 #include "controller/grpc_server.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <dlfcn.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -574,6 +574,17 @@ Status GrpcServer::ListenError(const ServerOptions& o) {
   return UnavailableError("cannot listen on " + o.listen);
 }
 
+// gRPC's reflection plugin registers itself when its library loads (a static initialiser; it is not
+// linked for that reason: controller/CMakeLists.txt). Process-wide once loaded.
+void LoadReflection() {
+#ifdef MOE_GRPC_REFLECTION_SONAME
+  if (::dlopen(MOE_GRPC_REFLECTION_SONAME, RTLD_NOW | RTLD_GLOBAL) != nullptr) return;
+  MOE_LOG(WARNING) << "gRPC reflection is not served: " << ::dlerror();
+#else
+  MOE_LOG(WARNING) << "gRPC reflection is not served: this build found no libgrpc++_reflection";
+#endif
+}
+
 GrpcServer::GrpcServer(Controller& controller, const TokenAuth& auth, Clock& clock)
     : controller_(controller),
       auth_(auth),
@@ -588,7 +599,9 @@ GrpcServer::~GrpcServer() { Shutdown(); }
 
 Status GrpcServer::Start(const ServerOptions& o) {
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Reflection answers without a token, so a controller with --tokens serves it only when told to
+  // (--grpc-reflection). Before the builder: it takes the plugins registered when it is made.
+  if (o.reflection) LoadReflection();
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!o.tls_cert.empty() || !o.tls_key.empty()) {
     if (o.tls_cert.empty() || o.tls_key.empty())

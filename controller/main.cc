@@ -62,6 +62,9 @@ void BindServingFlags(CLI::App& app, ControllerConfig& c) {
       "accept --tokens beyond loopback without TLS: tokens then travel in clear (not recommended)");
   app.add_flag("--allow-remote-metrics", c.allow_remote_metrics,
                "serve /metrics (no token needed) beyond loopback");
+  app.add_flag("--grpc-reflection", c.server.reflection,
+               "serve gRPC reflection (grpcurl's listing of services and messages) even with "
+               "--tokens: it answers without a token (default: only without --tokens)");
   app.add_flag(
       "!--no-udp-heartbeats", c.server.heartbeat_udp,
       "agents heartbeat on their gRPC streams only (default: by UDP datagram on the --listen "
@@ -393,6 +396,8 @@ int main(int argc, char** argv) {
   // Serve.
   moe::controller::GrpcServer grpc_server(controller, *auth, clock);
   grpc_server.Count(*registry);
+  // Reflection answers without a token: where tokens guard the rest, only when asked for.
+  if (config.tokens_file.empty()) config.server.reflection = true;
   if (moe::Status st = grpc_server.Start(config.server); !st.ok()) {
     return Fail("--listen: " + st.message());
   }

@@ -191,4 +191,15 @@ grep -qF 'boom\nI1130 00:00:00.000 controller] FORGED\x1b[2J' <<<"$logs" || fail
 grep -q $'\x1b' "$WORK/describe.out" && fail "an ANSI escape reached moectl's output raw"
 grep -qF 'FORGED\x1b[2J' "$WORK/describe.out" || fail "describe does not show the escaped message"
 echo "escapes: the forged line and the ANSI escape are shown escaped in the log and in moectl"
+# Without --tokens nothing needs one, and gRPC reflection (grpcurl's listing) is served
+# (worker_identity_test: not with --tokens).
+py <<'PY' || fail "reflection without tokens (above)"
+import sys, grpc
+call = grpc.insecure_channel(sys.argv[1]).stream_stream(
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+    request_serializer=lambda b: b, response_deserializer=lambda b: b)
+got = list(call(iter([b"\x3a\x00"]), timeout=5))
+assert got and b"moe.v1.JobService" in got[0], got
+print("reflection served without tokens")
+PY
 echo "bounded inputs hold"

@@ -7,7 +7,8 @@
 #      stays held by its session: the takeover is refused, the real worker comes back;
 #   3. rendezvous keys: none without a session, none for another attempt or a job that does not
 #      exist; a rank's own keys are taken and freed when its attempt ends;
-#   4. an assigned rank that never starts fails its attempt after --rank-start-seconds.
+#   4. an assigned rank that never starts fails its attempt after --rank-start-seconds;
+#   5. gRPC reflection (it answers without a token) is not served with --tokens.
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 $PY -c 'import grpc, google.protobuf' 2>/dev/null ||
@@ -148,4 +149,19 @@ subprocess.run([os.environ["BIN"] + "/moectl", "cancel", lazy_id], capture_outpu
 lazy.close()
 PY
 "$BIN/moectl" cancel "$id" >/dev/null
+
+# gRPC reflection answers without a token: with --tokens it is not served (UNIMPLEMENTED) unless
+# --grpc-reflection asks for it. The request is ServerReflectionRequest{list_services: ""}, by hand.
+py <<'PY' || fail "reflection behind the token (above)"
+import sys, grpc
+ch = grpc.insecure_channel(sys.argv[1])
+call = ch.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                        request_serializer=lambda b: b, response_deserializer=lambda b: b)
+try:
+    got = list(call(iter([b"\x3a\x00"]), timeout=5))
+    raise SystemExit("reflection answered without a token: %d message(s)" % len(got))
+except grpc.RpcError as e:
+    assert e.code() == grpc.StatusCode.UNIMPLEMENTED, e.code()
+print("reflection: not served with --tokens")
+PY
 echo "worker identity holds"
