@@ -136,6 +136,25 @@ TEST_F(CheckpointTest, PartialCheckpointsAreIgnoredAndOldOnesPruned) {
   EXPECT_EQ(First(), 30.0);
 }
 
+// Saves in progress of attempts that were killed or fenced mid-save stayed forever; the owner's
+// manager removes every one but its own (and never a complete checkpoint).
+TEST_F(CheckpointTest, StaleSavesOfOtherAttemptsAreRemoved) {
+  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0, Node(), ".tmp-a3");
+  Mutate(1.0);
+  ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
+  for (const char* d : {"/step_00000020.tmp-a1", "/step_00000020.tmp-a2", "/step_00000030.tmp",
+                        "/step_00000040.tmp-a3", "/stepping"}) {
+    ASSERT_TRUE(MakeDirs(dir_ + d).ok());
+  }
+  EXPECT_EQ(ckpt.RemoveStaleSaves(), 3);
+  EXPECT_FALSE(PathExists(dir_ + "/step_00000020.tmp-a1"));
+  EXPECT_FALSE(PathExists(dir_ + "/step_00000020.tmp-a2"));
+  EXPECT_FALSE(PathExists(dir_ + "/step_00000030.tmp"));
+  EXPECT_TRUE(PathExists(dir_ + "/step_00000040.tmp-a3")) << "its own";
+  EXPECT_TRUE(PathExists(dir_ + "/stepping")) << "not a save";
+  ASSERT_EQ(ckpt.List().size(), 1u) << "the complete checkpoint stays";
+}
+
 TEST_F(CheckpointTest, AnotherModelIsRefusedClearly) {
   CheckpointManager writer(dir_, local_.ctx, "fingerprint-a", 0);
   ASSERT_TRUE(writer.Save(10, *model_, *optimizer_, State(10)).ok());

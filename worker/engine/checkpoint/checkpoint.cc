@@ -162,6 +162,24 @@ Status CheckpointManager::EndSave(int64_t step, const Optimizer& optimizer, cons
   return OkStatus();
 }
 
+int CheckpointManager::RemoveStaleSaves() const {
+  auto names = ListDir(dir_);
+  if (!names.ok()) return 0;
+  int removed = 0;
+  for (const auto& n : *names) {
+    // step_NNNNNNNN followed by a save-in-progress suffix that is not ours.
+    if (n.size() <= 13 || n.rfind("step_", 0) != 0 || n.compare(13, 4, ".tmp") != 0) continue;
+    if (n.substr(13) == tmp_suffix_) continue;
+    if (Status st = RemoveAll(JoinPath(dir_, n)); st.ok()) {
+      ++removed;
+    } else {
+      MOE_LOG(WARNING) << "could not remove the stale save " << Shown(JoinPath(dir_, n)) << ": "
+                       << st;
+    }
+  }
+  return removed;
+}
+
 std::vector<std::pair<int64_t, std::string>> CheckpointManager::List() const {
   std::vector<std::pair<int64_t, std::string>> out;
   auto names = ListDir(dir_);

@@ -89,6 +89,11 @@ class CheckpointManager {
   Status Validate(const std::string& path) const;
   // Complete checkpoint directories, newest first.
   std::vector<std::pair<int64_t, std::string>> List() const;
+  // Removes the saves in progress of other writers (step_N.tmp, step_N.tmp-aK but this manager's
+  // own suffix): left by an attempt that was killed or fenced mid-save, they were never removed.
+  // Only the directory's owner calls it (the lead rank, right after its claim: ownership.h), when
+  // any older attempt is fenced off. Returns how many it removed.
+  int RemoveStaleSaves() const;
   static std::string StepDirName(int64_t step);
 
  private:

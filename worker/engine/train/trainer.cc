@@ -171,6 +171,13 @@ Status Trainer::OpenCheckpoints() {
   if (spec_.checkpoint.async)
     async_ = std::make_unique<AsyncCheckpointer>(checkpoints_.get(), par_);
   if (ownership_) checkpoints_->SetFence([this] { return ownership_->Check(); });
+  // The claim fenced every older attempt off: their saves in progress (a kill or a fence mid-save)
+  // are nobody's now.
+  if (ownership_ && ownership_->Check().ok()) {
+    if (const int n = checkpoints_->RemoveStaleSaves(); n > 0)
+      MOE_LOG(INFO) << "removed " << n << " unfinished save(s) of earlier attempts in "
+                    << checkpoint_dir_;
+  }
   if (options_.owner) {
     checkpoints_->SetWriter(options_.owner->job + " attempt " +
                             std::to_string(options_.owner->attempt) + " epoch " +
