@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
+#include <unordered_set>
 
 namespace moe {
 namespace {
@@ -210,6 +211,7 @@ class FlowParser {
 
   StatusOr<Node> ParseMapBody() {
     Node map = Node::Map();
+    std::unordered_set<std::string> seen;  // its keys: a duplicate is found in O(1)
     map.set_line(line_);
     ++pos_;  // {
     SkipSpace();
@@ -233,8 +235,8 @@ class FlowParser {
         return LineError(line_, "expected ':' after key '" + key + "' in flow mapping");
       ++pos_;
       MOE_ASSIGN_OR_RETURN(Node value, ParseValue(true));
-      if (map.Find(key) != nullptr) return LineError(line_, "duplicate key '" + key + "'");
-      map.Set(key, std::move(value));
+      if (!seen.insert(key).second) return LineError(line_, "duplicate key '" + key + "'");
+      map.AddNew(key, std::move(value));
       SkipSpace();
       if (pos_ >= s_.size()) return LineError(line_, "unterminated flow mapping (missing '}')");
       if (s_[pos_] == ',') {
@@ -472,6 +474,7 @@ class BlockParser {
 
   StatusOr<Node> ParseMapping(int indent) {
     Node map = Node::Map();
+    std::unordered_set<std::string> seen;  // its keys: a duplicate is found in O(1)
     map.set_line(lines_[pos_].number);
     while (pos_ < lines_.size() && lines_[pos_].indent == indent) {
       const Line l = lines_[pos_];
@@ -489,7 +492,7 @@ class BlockParser {
       }
       if (key.empty()) return LineError(l.number, "empty mapping key");
       if (key[0] == '?') return LineError(l.number, "complex keys are not supported");
-      if (map.Find(key) != nullptr) return LineError(l.number, "duplicate key '" + key + "'");
+      if (!seen.insert(key).second) return LineError(l.number, "duplicate key '" + key + "'");
       std::string rest = l.text.substr(colon + 1);
       size_t start = rest.find_first_not_of(' ');
       rest = start == std::string::npos ? "" : rest.substr(start);
@@ -515,7 +518,7 @@ class BlockParser {
         }
         MOE_ASSIGN_OR_RETURN(value, ParseInline(text, l.number));
       }
-      map.Set(key, std::move(value));
+      map.AddNew(key, std::move(value));
     }
     if (pos_ < lines_.size() && lines_[pos_].indent > indent) {
       return LineError(lines_[pos_].number, "bad indentation (more than the mapping's " +
@@ -728,6 +731,12 @@ Node& Node::Set(std::string key, Node value) {
       return v;
     }
   }
+  items_.emplace_back(std::move(key), std::move(value));
+  return items_.back().second;
+}
+
+Node& Node::AddNew(std::string key, Node value) {
+  kind_ = Kind::kMap;
   items_.emplace_back(std::move(key), std::move(value));
   return items_.back().second;
 }

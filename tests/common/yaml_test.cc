@@ -129,3 +129,31 @@ TEST(YamlLimits, AJobDocumentOverOneMebibyteIsRefusedWithItsSize) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+namespace {
+
+// A mapping's keys are tracked in a set while it is parsed: a duplicate is still found among
+// thousands (both forms), and their order is kept.
+TEST(Yaml, DuplicatesAmongManyKeysAreFoundAndOrderIsKept) {
+  std::string block, flow = "{";
+  for (int i = 0; i < 5000; ++i) {
+    block += "k" + std::to_string(i) + ": " + std::to_string(i) + "\n";
+    flow += (i ? ", " : "") + ("k" + std::to_string(i)) + ": " + std::to_string(i);
+  }
+  auto ok = ParseYaml(block);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_EQ(ok->items().size(), 5000u);
+  EXPECT_EQ(ok->items().front().first, "k0");
+  EXPECT_EQ(ok->items().back().first, "k4999");
+  auto dup = ParseYaml(block + "k17: x\n");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("duplicate key 'k17'"), std::string::npos) << dup.status();
+  auto flow_dup = ParseYaml(flow + ", k4999: x}");
+  ASSERT_FALSE(flow_dup.ok());
+  EXPECT_NE(flow_dup.status().message().find("duplicate key 'k4999'"), std::string::npos);
+  EXPECT_TRUE(ParseYaml(flow + "}").ok());
+}
+
+}  // namespace
+}  // namespace moe
