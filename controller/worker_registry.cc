@@ -99,7 +99,8 @@ WorkerEntry* WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChanne
   w.host_id = reg.host_id();
   w.channel = channel;
   w.lost = false;
-  w.leaving = false;  // a leaving worker that reconnects says so again (WorkerAgent::Leave)
+  w.lost_with_rank = false;  // it says what it runs now (ReconcileRanks)
+  w.leaving = false;         // a leaving worker that reconnects says so again (WorkerAgent::Leave)
   std::vector<std::string>& devs = agents_[w.agent];
   if (std::find(devs.begin(), devs.end(), reg.name()) == devs.end()) {
     devs.push_back(reg.name());
@@ -162,6 +163,8 @@ void WorkerRegistry::MarkLost(WorkerEntry& w) {
   leases_.Close(w.agent);
   Share(w, -1);
   w.lost = true;
+  w.lost_with_rank = w.busy();
+  Share(w, +1);  // still counted while its rank may run
   w.lost_at = clock_.Monotonic();
   w.held_until = clock_.Monotonic() + lease_;
 }
@@ -329,10 +332,10 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
 
 // Live CPU workers per node and per host id, kept as workers come and go (the scheduler asks for
 // every worker's share: a count per call would be quadratic in workers, and a recount per change
-// was quadratic over a cold start of 131,072 devices). `w` counts while it is live and a CPU
-// worker.
+// was quadratic over a cold start of 131,072 devices). `w` counts while it is a CPU worker, live or
+// lost with a rank that may still run (lost_with_rank).
 void WorkerRegistry::Share(const WorkerEntry& w, int delta) {
-  if (w.lost || w.info.device() != "cpu") return;
+  if ((w.lost && !w.lost_with_rank) || w.info.device() != "cpu") return;
   auto add = [delta](std::map<std::string, int>& counts, const std::string& key) {
     auto it = counts.try_emplace(key, 0).first;
     if ((it->second += delta) <= 0) counts.erase(it);

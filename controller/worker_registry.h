@@ -29,6 +29,11 @@ struct WorkerEntry {
   moe::v1::Worker info;              // name, rack, node, device, address, registered_at, agent
   WorkerChannel* channel = nullptr;  // null while disconnected
   bool lost = false;
+  // Lost while it ran a rank: that rank may still run on its host (a partition, a hung agent), so
+  // the worker keeps its share of the host's memory and cores until it registers again (and says
+  // what it runs) or is forgotten. Its co-hosted workers' memory was re-split without it, and a job
+  // refused at submit for its share was placed and grew past it.
+  bool lost_with_rank = false;
   bool drained = false;
   bool leaving = false;  // said it is stopping cleanly (Leaving): no new work, removed when it goes
   double lost_at = 0;    // monotonic second it became lost (pruned after the retention)
@@ -161,7 +166,8 @@ class WorkerRegistry {
   LeaseBook leases_;                                        // one per agent
   std::map<std::string, std::vector<std::string>> agents_;  // agent -> its devices' workers
   std::map<std::string, std::string> by_session_;           // session -> agent
-  std::map<std::string, int> per_node_, per_host_;          // live CPU workers (Share)
+  std::map<std::string, int> per_node_,
+      per_host_;  // live CPU workers, and lost ones with a rank (Share)
   std::map<std::string, WorkerEntry> workers_;
 };
 

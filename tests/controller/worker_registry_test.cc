@@ -166,6 +166,34 @@ TEST_F(WorkerRegistryTest, CpuRanksShareTheCoresOfTheirMachine) {
   EXPECT_EQ(registry_.CpuThreadsFor("a"), 16) << "a lost worker no longer shares the cores";
 }
 
+// A worker lost while it ran a rank keeps its share of the host's memory: the rank may still run
+// there (a partition, a hung agent). Re-split without it, a job refused at submit for the share was
+// placed and grew past it. Idle when lost, or back again: the share is split as before.
+TEST_F(WorkerRegistryTest, ALostWorkerWithARankKeepsItsShareOfTheHost) {
+  NullChannel ch3;
+  auto cpu = [](const std::string& name, const std::string& node) {
+    moe::v1::Register r = Reg(name, node, "cpu", 16, "host-1");
+    r.set_memory_bytes(int64_t{24} << 30);
+    return r;
+  };
+  ASSERT_TRUE(registry_.Register(cpu("a", "node-a"), &ch1_).ok());
+  ASSERT_TRUE(registry_.Register(cpu("b", "node-b"), &ch2_).ok());
+  ASSERT_TRUE(registry_.Register(cpu("c", "node-c"), &ch3).ok());
+  EXPECT_EQ(registry_.MemoryFor("a"), int64_t{8} << 30);
+  registry_.Assign("b", "job-1", 1, 0);
+  EXPECT_FALSE(registry_.Disconnected("b", &ch2_).empty());
+  registry_.Release("b");  // the controller gives up on the rank; the host may not have
+  EXPECT_EQ(registry_.MemoryFor("a"), int64_t{8} << 30) << "b's rank may still hold its share";
+  EXPECT_EQ(registry_.CpuThreadsFor("a"), 5);
+  EXPECT_FALSE(registry_.Disconnected("c", &ch3).empty());  // idle when lost: its share is free
+  EXPECT_EQ(registry_.MemoryFor("a"), int64_t{12} << 30);
+  clock_.Advance(10);  // past the hold of its name (a new session: this test keeps none)
+  ASSERT_TRUE(registry_.Register(cpu("b", "node-b"), &ch2_).ok()) << "back, saying what it runs";
+  EXPECT_EQ(registry_.MemoryFor("a"), int64_t{12} << 30);
+  EXPECT_FALSE(registry_.Disconnected("b", &ch2_).empty());  // lost again, idle this time
+  EXPECT_EQ(registry_.MemoryFor("a"), int64_t{24} << 30);
+}
+
 TEST_F(WorkerRegistryTest, WithoutAHostIdWorkersShareByNode) {
   ASSERT_TRUE(registry_.Register(Reg("a", "n0", "cpu", 6), &ch1_).ok());
   ASSERT_TRUE(registry_.Register(Reg("b", "n0", "cpu", 6), &ch2_).ok());
