@@ -482,7 +482,7 @@ StatusOr<std::string> Controller::AdmitWorker(const moe::v1::Register& reg,
                                   std::to_string(workers_.all().size()) +
                                   " workers (devices), its limit (moe-controller --max-workers)");
   }
-  if (!registrations_.Reserve(reg.name())) {
+  if (!registrations_.Reserve(reg.name(), fresh)) {
     return UnavailableError("register: " + reg.name() +
                             " is registering on another stream; retry after " +
                             std::to_string(registrations_.ShortRetryMs()) + " ms");

@@ -64,19 +64,24 @@ int RegistrationGate::ShortRetryMs() {
   return static_cast<int>(std::lround(wait(rng_) * 1000));
 }
 
-bool RegistrationGate::Reserve(const std::string& name) {
+bool RegistrationGate::Reserve(const std::string& name, size_t devices) {
   std::lock_guard<std::mutex> lock(mu_);
-  return names_.insert(name).second;
+  if (!names_.emplace(name, devices).second) return false;
+  devices_ += devices;
+  return true;
 }
 
 void RegistrationGate::Release(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  names_.erase(name);
+  auto it = names_.find(name);
+  if (it == names_.end()) return;
+  devices_ -= it->second;
+  names_.erase(it);
 }
 
 size_t RegistrationGate::reserved() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return names_.size();
+  return devices_;
 }
 
 }  // namespace moe::controller

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -54,10 +55,12 @@ class RegistrationGate {
   // registered on another stream right now.
   int ShortRetryMs();
 
-  // A name held from the registration's checks to its record applied; false when another stream
-  // registers it now.
-  bool Reserve(const std::string& name);
+  // A name held from the registration's checks to its record applied, with the devices it brings;
+  // false when another stream registers it now.
+  bool Reserve(const std::string& name, size_t devices = 1);
   void Release(const std::string& name);
+  // Devices of the registrations in flight (counted against --max-workers with those registered:
+  // counting agents let 256-device registrations overshoot the limit by 1,280).
   size_t reserved() const;
 
   static double SteadySeconds();
@@ -73,7 +76,8 @@ class RegistrationGate {
   double mean_seconds_ = kInitialSeconds;  // guarded by mu_: a moving mean of registrations' times
   double next_slot_ = 0;                   // guarded by mu_: the first slot not handed out
   std::mt19937 rng_{std::random_device{}()};
-  std::set<std::string> names_;
+  std::map<std::string, size_t> names_;  // name -> its devices
+  size_t devices_ = 0;
 };
 
 }  // namespace moe::controller

@@ -115,6 +115,10 @@ TEST_F(GateTest, ReservesANameOnce) {
   EXPECT_TRUE(gate.Reserve("a"));
   EXPECT_FALSE(gate.Reserve("a"));
   EXPECT_EQ(gate.reserved(), 1u);
+  EXPECT_TRUE(gate.Reserve("big", 256)) << "an agent of 256 devices counts them all";
+  EXPECT_EQ(gate.reserved(), 257u);
+  gate.Release("big");
+  EXPECT_EQ(gate.reserved(), 1u);
   gate.Release("a");
   EXPECT_TRUE(gate.Reserve("a"));
 }
