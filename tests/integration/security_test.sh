@@ -82,7 +82,7 @@ grep -q "checkpoint-root /: jobs may read or write anywhere" "$WORK/worker-open.
 "$BIN/moectl" drain open >/dev/null
 id=$("$BIN/moectl" submit -f "$(job etc 5 0 "$evil")")
 wait_state "$id" FAILED 60
-grep -q "spec.checkpoint.dir: $evil is outside this worker's checkpoint roots ($WORK/rt-bare/checkpoints)" <<<"$(msg_of "$id")" ||
+grep -q "spec.checkpoint.dir: $evil is outside this worker's checkpoint roots ($WORK/rt-bare/checkpoints" <<<"$(msg_of "$id")" ||
   fail "no roots, /etc: $(msg_of "$id")"
 [ ! -e "$evil" ] || fail "$evil was written"
 grep -q "checkpoints below $WORK/rt-bare/checkpoints" "$WORK/worker-bare.log" || fail "the default roots are not logged"
@@ -230,7 +230,7 @@ grep -q "more bytes cut from this line" "$WORK/logs.txt" && grep -q "after the l
 echo "moectl logs: escapes shown as text, --raw keeps them, a 2.2 MB line cut with a marker"
 
 # 2a. One controller per state directory, whatever file is deleted.
-rm -f "$WORK"/state/*
+rm -rf "$WORK"/state/*  # the default checkpoint root (state/checkpoints) too
 set +e
 timeout 10 "$BIN/moe-controller" --listen 127.0.0.1:$(free_port) --metrics-listen 127.0.0.1:$(free_port) \
   --state-dir "$WORK/state" >"$WORK/second.log" 2>&1
