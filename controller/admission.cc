@@ -219,7 +219,10 @@ std::string Clash(const std::string& want, const JobSpec& spec, const std::strin
            "may take a finished one's)";
   }
   // Nested either way, live or finished: one job's commits prune the step directories beneath its
-  // own, which would delete the other's checkpoints.
+  // own, which would delete the other's checkpoints. Between absolute directories only: a relative
+  // one lies under each worker's first root, which the controller does not know (the workers' owner
+  // markers guard those).
+  if (spec.checkpoint.dir[0] != '/' || e->spec.checkpoint.dir[0] != '/') return "";
   if (Within(want, theirs))
     return "lies inside " + theirs + ", the checkpoint directory of " + whose;
   if (Within(theirs, want)) return "holds " + theirs + ", the checkpoint directory of " + whose;
@@ -236,7 +239,8 @@ Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, Job
     return FailedPreconditionError("spec.checkpoint.dir: " + spec.checkpoint.dir + " (" + want +
                                    ") " + why);
   };
-  if (!checkpoint_root.empty() && Within(Resolved(checkpoint_root), want))
+  if (spec.checkpoint.dir[0] == '/' && !checkpoint_root.empty() &&
+      Within(Resolved(checkpoint_root), want))
     return refuse("is the controller's checkpoint root or holds it (" + checkpoint_root +
                   "): every job's default directory is beneath it; name a directory of its own");
   for (JobEntry* e : jobs.AllWithCreating()) {

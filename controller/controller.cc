@@ -449,21 +449,32 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
 void Controller::OfferCheckpointRoot(const moe::v1::Register& reg, moe::v1::Registered* out) {
   if (!reg.uses_default_checkpoint_roots() || config_.checkpoint_root.empty()) return;
   out->set_checkpoint_root(config_.checkpoint_root);
+  const std::string agent = AgentOfWorker(reg.name());
+  for (const std::string& name : workers_.DevicesOf(agent))
+    if (WorkerEntry* w = workers_.Find(name)) w->root_offered = true;
+  // On this host the controller made it: counted at once (a submit right after the registration
+  // needs no round trip), and taken back if the agent answers that it cannot use it (another user).
   if (!reg.host_id().empty() && reg.host_id() == host_id_)
-    workers_.AddCheckpointRoot(AgentOfWorker(reg.name()), config_.checkpoint_root);
+    workers_.AddCheckpointRoot(agent, config_.checkpoint_root);
 }
 
-void Controller::CheckpointRootMounted(const std::string& agent,
-                                       const moe::v1::CheckpointRootMounted& m) {
+Status Controller::CheckpointRootMounted(const std::string& agent,
+                                         const moe::v1::CheckpointRootMounted& m) {
+  const std::vector<std::string>& devices = workers_.DevicesOf(agent);
+  const WorkerEntry* first = devices.empty() ? nullptr : workers_.Find(devices.front());
+  if (first == nullptr || !first->root_offered)
+    return InvalidArgumentError("checkpoint root mounted: it was not offered to " + agent);
   if (m.ok()) {
     workers_.AddCheckpointRoot(agent, config_.checkpoint_root);
     MOE_LOG(INFO) << "worker " << agent << " has the checkpoint root " << m.root()
                   << " mounted: jobs that name no checkpoint directory may run there";
   } else {
+    workers_.RemoveCheckpointRoot(agent, config_.checkpoint_root);
     MOE_LOG(WARNING) << "worker " << agent << " does not have the checkpoint root " << m.root()
                      << " (" << m.why().substr(0, kMaxMessageBytes)
                      << "): jobs that name no checkpoint directory will not run there";
   }
+  return OkStatus();
 }
 
 // A registration's checks and, for a new session, its devices' stored records (one write), with
@@ -599,8 +610,7 @@ Status Controller::OnWorkerMessage(const std::string& agent, const moe::v1::Work
       logs_.Reply(agent, msg.log_reply());
       break;
     case moe::v1::WorkerMessage::kCheckpointRootMounted:
-      CheckpointRootMounted(agent, msg.checkpoint_root_mounted());
-      break;
+      return CheckpointRootMounted(agent, msg.checkpoint_root_mounted());
     case moe::v1::WorkerMessage::kLeaving:
       for (const std::string& device : std::vector<std::string>(workers_.DevicesOf(agent)))
         WorkerLeaving(device, msg.leaving().reason().substr(0, kMaxMessageBytes));

@@ -165,7 +165,7 @@ class Controller {
   // elsewhere it counts once the worker reports it mounted (CheckpointRootMounted).
   void OfferCheckpointRoot(const moe::v1::Register& reg, moe::v1::Registered* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CheckpointRootMounted(const std::string& agent, const moe::v1::CheckpointRootMounted& m)
+  Status CheckpointRootMounted(const std::string& agent, const moe::v1::CheckpointRootMounted& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finished jobs older than the retention go, with their events (job_admin.cc).
   void ExpireFinishedJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -132,7 +132,8 @@ std::string WorkerRegistry::WorkerFor(const std::string& agent, const std::strin
 void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& session,
                              double hold_seconds) {
   WorkerEntry& w = workers_[info.name()];
-  Share(w, -1);  // restored lost: not counted
+  Share(w, -1);  // restored lost: not counted (until a running attempt claims it: Assign)
+  w.lost_with_rank = false;
   w.info = info;
   w.agent = AgentOfWorker(info.name());
   w.info.set_agent(w.agent);
@@ -225,9 +226,14 @@ WorkerEntry* WorkerRegistry::Find(const std::string& name) {
 void WorkerRegistry::Assign(const std::string& name, const std::string& job_id, int attempt,
                             int rank) {
   if (WorkerEntry* w = Find(name)) {
+    Share(*w, -1);
     w->job_id = job_id;
     w->attempt = attempt;
     w->rank = rank;
+    // A lost worker held for a running attempt (after a controller restart, until its ranks report
+    // back): its rank may run on its host, as for one lost while it ran (MarkLost).
+    if (w->lost) w->lost_with_rank = true;
+    Share(*w, +1);
   }
 }
 
@@ -257,6 +263,16 @@ void WorkerRegistry::AddCheckpointRoot(const std::string& agent, const std::stri
     const auto& roots = w->info.checkpoint_roots();
     if (std::find(roots.begin(), roots.end(), root) == roots.end())
       w->info.add_checkpoint_roots(root);
+  }
+}
+
+void WorkerRegistry::RemoveCheckpointRoot(const std::string& agent, const std::string& root) {
+  for (const std::string& name : DevicesOf(agent)) {
+    WorkerEntry* w = Find(name);
+    if (w == nullptr) continue;
+    auto* roots = w->info.mutable_checkpoint_roots();
+    for (int i = roots->size() - 1; i >= 0; --i)
+      if (roots->Get(i) == root) roots->DeleteSubrange(i, 1);
   }
 }
 

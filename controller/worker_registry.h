@@ -34,6 +34,7 @@ struct WorkerEntry {
   // what it runs) or is forgotten. Its co-hosted workers' memory was re-split without it, and a job
   // refused at submit for its share was placed and grew past it.
   bool lost_with_rank = false;
+  bool root_offered = false;  // offered the controller's checkpoint root at its registration
   bool drained = false;
   bool leaving = false;  // said it is stopping cleanly (Leaving): no new work, removed when it goes
   double lost_at = 0;    // monotonic second it became lost (pruned after the retention)
@@ -123,6 +124,7 @@ class WorkerRegistry {
   // The agent's devices also allow `root` for checkpoints (the controller's own checkpoint root,
   // which a worker on default roots reported mounted, or which is on the controller's own host).
   void AddCheckpointRoot(const std::string& agent, const std::string& root);
+  void RemoveCheckpointRoot(const std::string& agent, const std::string& root);
   // Forgets the worker (it left, was deleted, or was lost longer than the retention).
   void Remove(const std::string& name);
   // Lost workers, not connected, lost for longer than `seconds`.

@@ -411,6 +411,11 @@ TEST_F(ControllerTest, CheckpointDirectoriesDoNotNest) {
   JobSpec sibling = Spec("sibling", 1, 1);
   sibling.checkpoint.dir = "/tmp/nest/outer-2";  // a prefix of the name, not of the path
   EXPECT_TRUE(controller_->Submit(SpecToProto(sibling)).ok());
+  // A relative directory lies under each worker's first root, which the controller does not know:
+  // it is not compared as if it were below / ("tmp" does not hold /tmp/nest/outer).
+  JobSpec relative = Spec("relative", 1, 1);
+  relative.checkpoint.dir = "tmp";
+  EXPECT_TRUE(controller_->Submit(SpecToProto(relative)).ok());
 }
 
 // Defaults that work together: a worker on default checkpoint roots is offered the controller's
@@ -462,6 +467,19 @@ TEST_F(ControllerTest, ACheckpointRootCountsWhereItIsMounted) {
   JobSpec second = Spec("nodir2", 1, 1);
   second.checkpoint.dir.clear();
   EXPECT_TRUE(controller_->Submit(SpecToProto(second)).ok());
+  // ... unless the agent answers that it cannot use it (another user, say): taken back.
+  moe::v1::WorkerMessage cannot;
+  cannot.mutable_checkpoint_root_mounted()->set_root("/srv/moe/checkpoints");
+  cannot.mutable_checkpoint_root_mounted()->set_ok(false);
+  cannot.mutable_checkpoint_root_mounted()->set_why("not writable by this worker");
+  ASSERT_TRUE(controller_->OnWorkerMessage("near", cannot).ok());
+  JobSpec third = Spec("nodir3", 1, 1);
+  third.checkpoint.dir.clear();
+  EXPECT_EQ(controller_->Submit(SpecToProto(third)).status().code(),
+            StatusCode::kFailedPrecondition);
+  // An agent with roots of its own was offered nothing: its answer is refused.
+  AddWorker("own", "r0", "own");
+  EXPECT_EQ(controller_->OnWorkerMessage("own", mounted).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ControllerTest, ListJobsPagesWithFiltersAndDeleteRemovesFinishedJobs) {

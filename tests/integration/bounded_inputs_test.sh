@@ -135,14 +135,18 @@ set +e; out=$("$MOECTL" submit -f "$WORK/copycat.yaml" 2>&1); rc=$?; set -e
 echo "shared checkpoint directory refused"
 # ... nor one inside a live job's or around it: one job's commits prune the step directories beneath
 # its own (the outer job's final commit deleted the inner one's checkpoints).
+# A job deep in $WORK/nest (not around the controller's state), then one inside high's and one
+# around deep's.
+sed "s/name: high/name: deep/; s#dir: $WORK/ckpt-high,#dir: $WORK/nest/deep,#" "$WORK/high.yaml" >"$WORK/deep.yaml"
 sed "s/name: high/name: inner/; s#dir: $WORK/ckpt-high,#dir: $WORK/ckpt-high/inner,#" "$WORK/high.yaml" >"$WORK/inner.yaml"
-sed "s/name: high/name: outer/; s#dir: $WORK/ckpt-high,#dir: $WORK,#" "$WORK/high.yaml" >"$WORK/outer.yaml"
+sed "s/name: high/name: outer/; s#dir: $WORK/ckpt-high,#dir: $WORK/nest,#" "$WORK/high.yaml" >"$WORK/outer.yaml"
+deep=$("$MOECTL" submit -f "$WORK/deep.yaml")
 for n in inner outer; do
   grep -q "name: $n" "$WORK/$n.yaml" && ! grep -q "ckpt-high," "$WORK/$n.yaml" || fail "the $n job's file did not change: fix this test"
   set +e; out=$("$MOECTL" submit -f "$WORK/$n.yaml" 2>&1); rc=$?; set -e
-  # (outer, $WORK, may also hold the controller's checkpoint root: either refusal names what it holds)
-  want="lies inside .*checkpoint directory of live job $high"; [ $n = outer ] && want="holds"
-  [ $rc -eq 6 ] && grep -q "$want" <<<"$out" || fail "nested checkpoint dir ($n): rc $rc, $out"
+  want="lies inside $WORK/ckpt-high, the checkpoint directory of live job $high"
+  [ $n = outer ] && want="holds $WORK/nest/deep, the checkpoint directory of live job $deep"
+  [ $rc -eq 6 ] && grep -qF "$want" <<<"$out" || fail "nested checkpoint dir ($n): rc $rc, $out"
 done
 echo "checkpoint directories inside and around a live job's refused"
 

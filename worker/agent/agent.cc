@@ -3,8 +3,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "common/confined_dir.h"
@@ -455,15 +457,21 @@ std::vector<std::string> WorkerAgent::CheckpointRoots() const {
 static std::string UnusableRoot(const std::string& root) {
   if (Status st = CheckPathText("checkpoint root", root); !st.ok()) return st.message();
   if (root.empty() || root[0] != '/') return "not an absolute path";
+  if (root == "/") return "/ would let a job write anywhere (only an explicit --checkpoint-root /)";
   struct stat st {};
-  if (::stat(root.c_str(), &st) != 0) return "no such directory here";
+  if (::stat(root.c_str(), &st) != 0) return std::string("not here: ") + std::strerror(errno);
   if (!S_ISDIR(st.st_mode)) return "not a directory";
   if (::access(root.c_str(), W_OK | X_OK) != 0) return "not writable by this worker";
   return "";
 }
 
 void WorkerAgent::AcceptCheckpointRoot(const std::string& root) {
-  if (root.empty() || !o_.default_checkpoint_roots) return;
+  if (!o_.default_checkpoint_roots) return;
+  if (root.empty()) {  // this controller offers none: one taken from an earlier controller goes
+    std::lock_guard<std::mutex> lock(roots_mu_);
+    controller_checkpoint_root_.clear();
+    return;
+  }
   const std::string why = UnusableRoot(root);
   bool same = false;  // a reconnect: logged before (the answer goes with every registration)
   {
