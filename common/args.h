@@ -1,6 +1,6 @@
 // Command-line flags for the engine's tools (moe-train, moe-prep, benchmarks), which build without
-// CLI11 (DESIGN.md: the engine needs nothing but a compiler). Accepts --name value and
-// --name=value; errors name the flag; --help prints the usage.
+// CLI11 (docs/architecture.md, "Layers": the engine needs nothing but a compiler). Accepts --name
+// value and --name=value; errors name the flag; --help prints the usage.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// The training job specification (the YAML of DESIGN.md), its model presets and its validation.
+// The training job specification (the YAML of docs/job-spec.md), its model presets and its
+// validation.
 //
 // One parser and one validator for every consumer: moe-train reads job files with it, the
 // controller validates submitted specs with it (after protobuf's JSON mapping), and the FLOPs

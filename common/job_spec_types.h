@@ -1,4 +1,4 @@
-// The training job specification's types (the YAML of DESIGN.md): plain structs with their
+// The training job specification's types (the YAML of docs/job-spec.md): plain structs with their
 // defaults, below everything that reads, writes or checks them (common/job_spec.h: parsing and
 // validation; common/job_spec_schema.h: each struct's table of fields; common/presets.h: the model
 // presets).

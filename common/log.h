@@ -1,5 +1,5 @@
 // Minimal thread-safe logging for the whole tree (the engine cannot depend on spdlog; see
-// DESIGN.md).
+// docs/architecture.md, "Layers").
 //   MOE_LOG(INFO) << "step " << n;
 // Lines go to stderr as "I1129 17:20:01.123 rank0] message". SetLogPrefix names the process (rank,
 // component); SetLogLevel filters. The services (controller, worker, moectl) hand every record to

@@ -1,9 +1,9 @@
 // Status and StatusOr for everything that input or the environment can break.
 //
-// The engine and kernels must build with nothing but a compiler and the CUDA toolkit (DESIGN.md),
-// so absl::Status is not available to them; this type mirrors it (same codes, same meaning, mapping
-// one to one onto gRPC status codes) and is used across the whole tree so there is one error
-// currency.
+// The engine and kernels must build with nothing but a compiler and the CUDA toolkit
+// (docs/architecture.md), so absl::Status is not available to them; this type mirrors it (same
+// codes, same meaning, mapping one to one onto gRPC status codes) and is used across the whole tree
+// so there is one error currency.
 #pragma once
 
 #include <cstdint>

@@ -1,11 +1,11 @@
 // A YAML subset parser and a JSON/YAML writer over one document tree.
 //
-// Job files are YAML (DESIGN.md). The engine must build without Debian -dev packages, so yaml-cpp
-// is not an option there; this parser covers what job files use: block mappings and sequences by
-// indentation, flow collections ({a: 1, b: [x, y]}), plain, 'single' and "double" quoted scalars,
-// comments, literal (|) and folded (>) block scalars, and a leading "---". JSON is valid input too.
-// Not supported (rejected with an error naming the line): anchors, aliases, tags, multi-documents,
-// complex keys, tabs in indentation.
+// Job files are YAML (docs/job-spec.md). The engine must build without Debian -dev packages, so
+// yaml-cpp is not an option there; this parser covers what job files use: block mappings and
+// sequences by indentation, flow collections ({a: 1, b: [x, y]}), plain, 'single' and "double"
+// quoted scalars, comments, literal (|) and folded (>) block scalars, and a leading "---". JSON is
+// valid input too. Not supported (rejected with an error naming the line): anchors, aliases, tags,
+// multi-documents, complex keys, tabs in indentation.
 #pragma once
 
 #include <cstdint>

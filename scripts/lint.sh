@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make lint: no function outside tests/ and bench/ longer than 100 lines or with a cyclomatic
-# complexity over 30 (pmccabe's modified complexity), so that each reads as its phases (STYLE.md 14).
+# complexity over 30 (pmccabe's modified complexity), so that each reads as its phases.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 max_lines=${MOE_LINT_MAX_LINES:-100}

@@ -346,7 +346,7 @@ TEST(JobSpec, EveryFieldCheckNamesItsPath) {
             (std::set<std::string>{"metadata.priority", "spec.data.path", "spec.checkpoint.dir"}));
 }
 
-// Megatron's formula (../shared/reference/flops-and-models.md) written out by hand with the 671B
+// Megatron's formula (docs/reference/flops-and-models.md) written out by hand with the 671B
 // model's numbers, with and without its one MTP depth, at sequence length 4096.
 double V3FlopsPerTokenByHand(bool mtp) {
   const double h = 7168, n = 128, s = 4096, m = mtp ? 1 : 0;
