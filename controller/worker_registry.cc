@@ -100,6 +100,7 @@ WorkerEntry* WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChanne
   w.channel = channel;
   w.lost = false;
   w.lost_with_rank = false;  // it says what it runs now (ReconcileRanks)
+  w.root_offered = false;    // offered again (or not) by this registration's answer
   w.leaving = false;         // a leaving worker that reconnects says so again (WorkerAgent::Leave)
   std::vector<std::string>& devs = agents_[w.agent];
   if (std::find(devs.begin(), devs.end(), reg.name()) == devs.end()) {

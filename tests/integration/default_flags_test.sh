@@ -21,7 +21,12 @@ job=$("$BIN/moectl" submit -f examples/tiny.yaml 2>"$WORK/submit.err") || fail "
 wait_state "$job" RUNNING 60
 dir=$(job_field "$job" 'd["spec"]["spec"]["checkpoint"]["dir"]' 2>/dev/null || true)
 [ "$dir" = "$WORK/state/checkpoints/$job" ] || fail "the job's checkpoint directory is '$dir', not the controller's default root's"
-for _ in $(seq 1 150); do [ "$(job_field "$job" 'd.get("step", 0)' 2>/dev/null || echo 0)" -ge 2 ] 2>/dev/null && break; sleep 0.2; done
+step=0
+for _ in $(seq 1 300); do
+  step=$(job_field "$job" 'int(d.get("last_metrics",{}).get("step",0))' 2>/dev/null || echo 0)
+  [ "$step" -ge 2 ] && break; sleep 0.2
+done
+[ "$step" -ge 2 ] || fail "the job did not train (step $step after 60 s)"
 "$BIN/moectl" cancel "$job" >/dev/null
 wait_state "$job" CANCELLED 60
 ls -d "$WORK/state/checkpoints/$job"/step_* >/dev/null 2>&1 || fail "no checkpoint was written below $WORK/state/checkpoints/$job"
