@@ -370,6 +370,10 @@ StatusOr<moe::v1::Worker> Controller::SetDrained(const std::string& name, bool d
                      StopCause::kRequeue);
     }
   }
+  // At once, not at the next once-a-second refresh: a submit right after a drain must not be
+  // judged by the drained worker's data roots (a drained '/' made the controller refuse a dataset
+  // it could not see).
+  data_roots_.Refresh(workers_);
   attempts_.NeedSchedule();
   return workers_.Describe(*workers_.Find(names.front()));
 }

@@ -2074,7 +2074,8 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
 
 // An absolute dataset that is missing under a root a worker reported is refused at submit also
 // right after that worker registered, before any tick walked the workers (the view of the roots was
-// refreshed only by that walk, once a second or less often: a submit in between was not checked).
+// refreshed only by that walk, once a second or less often: a submit in between was not checked),
+// and not refused by a worker drained just before.
 TEST(ControllerAdmission, AMissingDatasetIsRefusedRightAfterItsWorkerRegistered) {
   FakeClock clock;
   MemoryStateStore store;
@@ -2104,6 +2105,17 @@ TEST(ControllerAdmission, AMissingDatasetIsRefusedRightAfterItsWorkerRegistered)
   JobSpec present = Spec("present", 1, 1);
   present.data.path = root + "/present";
   EXPECT_TRUE(c.Submit(SpecToProto(present)).ok()) << "the dataset that is there passes";
+  // Drained, its roots no longer judge a submit, at once (not at the next tick's walk): the
+  // dataset may lie on a worker the controller cannot see.
+  ASSERT_TRUE(c.SetDrained("w1", true, "").ok());
+  JobSpec elsewhere = Spec("elsewhere", 1, 1);
+  elsewhere.data.path = root + "/absent";
+  EXPECT_TRUE(c.Submit(SpecToProto(elsewhere)).ok()) << "a drained worker's root judged a submit";
+  ASSERT_TRUE(c.SetDrained("w1", false, "").ok());
+  JobSpec again = Spec("again", 1, 1);
+  again.data.path = root + "/absent";
+  EXPECT_EQ(c.Submit(SpecToProto(again)).status().code(), StatusCode::kFailedPrecondition)
+      << "undrained, its root judges again";
   std::filesystem::remove_all(root);
 }
 
