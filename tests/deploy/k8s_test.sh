@@ -10,7 +10,10 @@
 # container, Guaranteed QoS everywhere, /dev/shm inside the memory limit, the node agents' flags and grace
 # periods, each pool's queue chain, admission (covered resources, quota, topology level) and size, the
 # monitors' release label, TLS (cert-manager's chain resolves; the controller serves TLS only, from a
-# Certificate's Secret naming its Service; every agent and moectl trusts the CA, mounted alone). An overlay may also have to CONTAIN things (requires_of below: a pool with the
+# Certificate's Secret naming its Service; every agent and moectl trusts the CA, mounted alone), the
+# network (every --listen, --metrics-listen, --health-listen on the pod's own IP, never 0.0.0.0; the
+# NetworkPolicies admit the controller's gRPC port from every agent and moectl pod by the labels their
+# templates carry, the agents each other's TCP, Prometheus' namespace the ports the monitors scrape). An overlay may also have to CONTAIN things (requires_of below: a pool with the
 # queue label and, on GB300, a topology request on the NVLink domain; its ComputeDomain and RDMA; the
 # ServiceMonitor, PrometheusRule and dashboards). An overlay's extra pools (joins_of) are rendered with it
 # and checked together: several pools join one controller. Then the validator is shown broken renders and
@@ -91,6 +94,10 @@ in_kind() { sed "/^kind: $2\$/,/^---\$/{ $3
 }" "$tmp/$1.yaml"; }
 perl0() { perl -0pe "$2" "$tmp/$1.yaml"; }
 
+# The manifests' $(POD_IP) (Kubernetes expands it), as text in the mutations' patterns.
+# shellcheck disable=SC2016
+pod_ip='$(POD_IP)'
+
 gpu="gb300-nvl72"
 if [ -s "$tmp/$gpu.yaml" ]; then
   echo "== broken $gpu renders (each must be rejected)"
@@ -155,12 +162,25 @@ if [ -s "$tmp/$gpu.yaml" ]; then
   reject $gpu "a gRPC probe on the TLS port" "startupProbe is a gRPC probe" < <(perl0 $gpu 's/(startupProbe:\n\s*failureThreshold: 60\n)(\s*)httpGet:\n\s*path: \/readyz\n\s*port: metrics\n/$1$2grpc:\n$2  port: 50051\n/')
   reject $gpu "a Certificate's isCA a string" "spec.isCA must be boolean, not string" < <(sed 's/isCA: true/isCA: "true"/' "$g")
   reject $gpu "an Issuer field misspelt" "spec.selfSign: unknown field" < <(sed 's/selfSigned: {}/selfSign: {}/' "$g")
+  # the network: every listener on the pod's own IP; the NetworkPolicies admit the controller's clients, the ranks
+  # and Prometheus by the labels the pods really carry
+  reject $gpu "the controller on 0.0.0.0 again" "--listen=0.0.0.0:50051 binds 0.0.0.0, every interface" < <(sed "s/--listen=$pod_ip:50051/--listen=0.0.0.0:50051/" "$g")
+  reject $gpu "an agent's health port on [::]" "--health-listen=[::]:9401 binds [::], every interface" < <(sed "s/--health-listen=$pod_ip:9401/--health-listen=[::]:9401/" "$g")
+  reject $gpu "POD_IP from the node's address" "POD_IP comes from status.hostIP, not status.podIP" < <(in_kind $gpu Deployment 's/fieldPath: status.podIP/fieldPath: status.hostIP/')
+  reject $gpu "a probe aimed at 127.0.0.1" "readinessProbe.httpGet.host 127.0.0.1: the kubelet would probe that address" < <(perl0 $gpu 's/(readinessProbe:\n(\s+)failureThreshold: 2\n\s+httpGet:\n)/$1$2  host: 127.0.0.1\n/')
+  reject $gpu "no NetworkPolicy" "Deployment/moe-controller: no NetworkPolicy in namespace moe selects its pods" < <(drop_kind $gpu NetworkPolicy)
+  reject $gpu "the policy admits agents by a label they lack" "no NetworkPolicy admits TCP 50051 (the gRPC port) from JobSet/moe-pool replicatedJob rack's pods" < <(in_kind $gpu NetworkPolicy 's/app.kubernetes.io\/name: moe-worker$/app.kubernetes.io\/name: moe-agent/')
+  reject $gpu "the agents' pod label renamed" "admits TCP 50051 (the gRPC port) from JobSet/moe-pool replicatedJob rack's pods (app.kubernetes.io/component=worker, app.kubernetes.io/name=moe-agent" < <(sed 's/^              app.kubernetes.io\/name: moe-worker$/              app.kubernetes.io\/name: moe-agent/' "$g")
+  reject $gpu "the heartbeats' UDP not admitted" "no NetworkPolicy admits UDP 50051 (the gRPC port)" < <(perl0 $gpu 's/\n    - port: 50051\n      protocol: UDP//')
+  reject $gpu "the ranks' TCP between agents on one port" "no NetworkPolicy admits TCP on every port from JobSet/moe-pool" < <(perl0 $gpu 's/\n    ports:\n    - protocol: TCP\n/\n    ports:\n    - protocol: TCP\n      port: 9401\n/')
+  reject $gpu "metrics not admitted from Prometheus' namespace" "ServiceMonitor/moe-controller scrapes port 9400 of Deployment/moe-controller's pods, but no NetworkPolicy admits" < <(perl0 $gpu 's/metadata.name: monitoring(\n    ports:\n    - port: 9400)/metadata.name: moe$1/')
 fi
 both=$gpu+extra-pool
 if [ -s "$tmp/$both.yaml" ]; then
   echo "== broken $gpu with its extra pool (each must be rejected)"
   reject $both "two pools named alike" "JobSet/moe-pool: rendered twice" < <(sed 's/name: moe-pool-extra$/name: moe-pool/' "$tmp/$both.yaml")
   reject $both "two pools on one IMEX channel template" "is also ComputeDomain/moe-workers's" < <(sed 's/moe-workers-extra-imex-channel/moe-workers-imex-channel/' "$tmp/$both.yaml")
+  reject $both "the extra pool's agents relabelled" "admits TCP 50051 (the gRPC port) from JobSet/moe-pool-extra replicatedJob rack's pods" < <(perl -0pe 's#(name: moe-pool-extra\n(.*\n)*?              app.kubernetes.io/name: )moe-worker\n#${1}moe-agent\n#' "$tmp/$both.yaml")
   reject $both "the extra pool on another image" "more than one moe-orchestrator image" < <(perl -0pe 's#(name: moe-pool-extra\n(.*\n)*?\s+image: ghcr.io/example/moe-orchestrator):0.1.0#$1:0.2.0#' "$tmp/$both.yaml")
 fi
 cpu="cpu-demo"
@@ -173,6 +193,8 @@ if [ -s "$tmp/$cpu.yaml" ]; then
   reject $cpu "ranks beyond the memory limit" "> the memory limit 6Gi" < <(sed 's/--memory-gb=2/--memory-gb=3/' "$c")
   reject $cpu "a quota short of the demo pool" "more than any flavor's nominalQuota" < <(sed 's/nominalQuota: "4"/nominalQuota: "1"/' "$c")
   reject $cpu "moectl without --tls-ca" "without --tls-ca: moectl would speak plaintext" < <(sed 's#moectl --tls-ca /etc/moe/tls/ca.crt submit#moectl submit#' "$c")
+  reject $cpu "the submit Job not admitted to the controller" "no NetworkPolicy admits TCP 50051 (the gRPC port) from Job/moe-submit-demo's pods" < <(in_kind $cpu NetworkPolicy 's/- moe-submit-demo$/- moe-submit/')
+  reject $cpu "a CPU agent's health port with no host" "--health-listen=:9401 binds no host, every interface" < <(sed "s/--health-listen=$pod_ip:9401/--health-listen=:9401/" "$c")
   reject $cpu "agents in a DaemonSet again" "node agents outside a Job" < <(cat "$c"; printf '%s\n' '---' 'apiVersion: apps/v1' 'kind: DaemonSet' \
     'metadata: {name: moe-worker, namespace: moe}' 'spec:' '  selector: {matchLabels: {app: w}}' '  template:' '    metadata: {labels: {app: w}}' \
     '    spec: {containers: [{name: w, image: x, command: [/usr/local/bin/moe-worker]}]}')

@@ -10,7 +10,9 @@ validate_k8s/: pods.py (references, DRA claims, resources, capabilities, Multus,
 /dev/shm inside the memory limit), workers.py (moe-worker: one agent per node, --memory-gb, health
 endpoints, grace periods, the pool entry), kueue.py (queues resolve, each pool admissible, its size
 consistent), monitoring.py (monitors, release label, rules, dashboards), tls.py (cert-manager's chain, the
-controller serving TLS only, every client trusting its CA), requires.py (what a render must contain).
+controller serving TLS only, every client trusting its CA), netpol.py (every listener on the pod's own IP,
+never 0.0.0.0; the NetworkPolicies admitting what the controller's clients, the ranks and Prometheus need,
+by the labels the pods carry), requires.py (what a render must contain).
 Exit 1 on a problem.
   kubectl kustomize deploy/k8s/overlays/cpu-demo | "$venv/bin/python" tests/deploy/validate_k8s.py
   "$venv/bin/python" tests/deploy/validate_k8s.py [--require WHAT]... [FILE...]
@@ -38,6 +40,7 @@ except ImportError as missing:
 
 from validate_k8s.kueue import check_kueue
 from validate_k8s.monitoring import check_monitoring
+from validate_k8s.netpol import check_network
 from validate_k8s.objects import Render, as_dict, as_list, dig, has_duplicates, id_of, is_cluster_scoped, is_obj, js_str, truthy
 from validate_k8s.pods import check_domains_claimed, check_one_image, check_pod_template, claim_templates
 from validate_k8s.requires import check_requires
@@ -310,6 +313,7 @@ def check_cross_object(r, requires):
         check_kueue(r, ctx)
         check_monitoring(r)
         check_tls(r)
+        check_network(r)
         check_requires(r, requires, ctx)
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         r.error(f'the checks beyond the schemas stopped at a malformed object ({type(e).__name__}: {e}): fix the errors above first')
