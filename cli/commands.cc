@@ -260,6 +260,37 @@ int DeleteWorker(Client& c, const Args& a) {
   return 0;
 }
 
+// `delete node N` and `delete workers --state lost`: what went, in one line (`get workers` shows
+// what is left).
+int PrintDeleted(const moe::v1::DeleteWorkersResponse& resp, const std::string& what) {
+  std::printf("%s: %lld worker(s) forgotten%s\n", what.c_str(),
+              static_cast<long long>(resp.count()),
+              resp.credential_revoked() ? ", its node credential revoked" : "");
+  return 0;
+}
+
+int DeleteNode(Client& c, const Args& a) {
+  moe::v1::DeleteNodeRequest req;
+  req.set_node(a.name);
+  moe::v1::DeleteWorkersResponse resp;
+  if (Status st = c.Call(&Stub::DeleteNode, req, &resp); !st.ok()) return c.Fail(st);
+  return PrintDeleted(resp, "node " + a.name + " deleted");
+}
+
+int DeleteWorkers(Client& c, const Args& a) {
+  if (a.states.size() != 1 || (a.states[0] != "lost" && a.states[0] != "LOST")) {
+    std::fprintf(stderr,
+                 "moectl delete workers: --state: only 'lost' (a live worker leaves when its "
+                 "moe-worker stops)\n");
+    return 2;
+  }
+  moe::v1::DeleteWorkersRequest req;
+  req.set_state(moe::v1::LOST);
+  moe::v1::DeleteWorkersResponse resp;
+  if (Status st = c.Call(&Stub::DeleteWorkers, req, &resp); !st.ok()) return c.Fail(st);
+  return PrintDeleted(resp, "lost workers deleted");
+}
+
 // The events after `after` (by seq): a table (its header only when `header`), or one JSON object
 // a line (-o json with -w), or the whole list as an object (-o json, -o yaml).
 void PrintEvents(const moe::v1::Job& job, int64_t after, const Args& a, bool header) {
@@ -663,13 +694,23 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
       "--now", a->now,
       "kill the ranks at once, without the checkpoint (the newest periodic one is left)");
   auto* del =
-      app.add_subcommand("delete", "delete a finished job and its events, or a lost worker");
+      app.add_subcommand("delete",
+                         "delete a finished job and its events, a lost worker (or all of them), or "
+                         "a node");
   del->require_subcommand(1);
   auto* del_job = del->add_subcommand("job", "finished jobs (ids, names, -l, --state, --name)");
   AddSelection(del_job, a);
   auto* del_worker =
       del->add_subcommand("worker", "one lost worker (a connected one leaves on SIGTERM)");
   del_worker->add_option("name", a->name, "worker name")->required();
+  auto* del_workers = del->add_subcommand("workers", "every worker in a state: --state lost");
+  del_workers->add_option("--state", a->states, "lost (the only state deleted in bulk)")
+      ->required();
+  auto* del_node = del->add_subcommand(
+      "node",
+      "revoke a node's credential and forget its workers (their ranks are lost: their jobs restart "
+      "elsewhere); the node may bootstrap again with the worker token");
+  del_node->add_option("name", a->name, "node name")->required();
   auto* drain = app.add_subcommand(
       "drain", "stop placing new work on a worker (--wait: and move its rank off it)");
   drain->add_option("name", a->name, "worker name")->required();
@@ -710,6 +751,8 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
                          {cancel, [&c, a] { return Cancel(c, *a); }},
                          {del_job, [&c, a] { return DeleteJob(c, *a); }},
                          {del_worker, [&c, a] { return DeleteWorker(c, *a); }},
+                         {del_workers, [&c, a] { return DeleteWorkers(c, *a); }},
+                         {del_node, [&c, a] { return DeleteNode(c, *a); }},
                          {drain, [&c, a] { return Drain(c, *a, true); }},
                          {undrain, [&c, a] { return Drain(c, *a, false); }},
                          {logs, [&c, a] { return LogsByRef(c, *a); }},

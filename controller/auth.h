@@ -25,7 +25,8 @@ class TokenAuth {
   static StatusOr<TokenAuth> Load(const std::string& path);
   bool enabled() const { return enabled_; }
   // `authorization` is the request's metadata value ("Bearer <token>"). Admin may do what a viewer
-  // may; otherwise each role only its own.
+  // may; otherwise each role only its own. kNone: the caller checks (node credentials: the
+  // WorkerService's rendezvous).
   Status Check(const std::string& authorization, Role needed) const;
   // The name of the token in `authorization` (its third field, else its role) once Check passed;
   // empty without authentication.

@@ -64,9 +64,14 @@ struct ControllerConfig {
   // from it (0: no advice).
   double mtbf_hours = 0;
   double rank_start_seconds = 300;
-  // Workers held at most (registered, lost or not): bounds what one worker token can make the
-  // controller keep. 262,144 covers 131,072 devices twice over.
-  size_t max_workers = 262144;  // an assigned rank that has not started by then fails its attempt
+  // Live workers (devices) at most: lost ones count toward no limit (they are bounded per node
+  // below, and pruned with moectl delete workers --state lost). 262,144 covers 131,072 devices
+  // twice over.
+  size_t max_workers = 262144;
+  // With tokens: node credentials at most (Bootstrap), and workers one node's credential may hold,
+  // live and lost (its lost ones without a rank are forgotten, oldest first, to make room).
+  size_t max_nodes = 65536;
+  size_t max_devices_per_node = 1024;
   // A failed attempt's restart waits restart_backoff_seconds, doubling with each restart of the job
   // up to restart_backoff_max_seconds (Kubernetes' CrashLoopBackOff: 10 s, 20 s, 40 s, ... 300 s).
   // A clean requeue (a worker leaving, a drain) waits for nothing. 0: restart at once. A job of

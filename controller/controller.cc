@@ -150,6 +150,9 @@ Status Controller::RestoreWorkers() {
   for (const auto& w : stored) {
     workers_.Restore(w.info, w.session, config_.reconnect_grace_seconds + config_.lease_seconds);
   }
+  MOE_ASSIGN_OR_RETURN(const std::vector<moe::v1::NodeCredential> credentials,
+                       store_.LoadNodeCredentials());
+  credentials_.Load(credentials);
   return OkStatus();
 }
 
@@ -395,10 +398,12 @@ Status Controller::DeleteWorker(const std::string& name, const std::string& acto
 Status Controller::ForgetWorker(const std::string& name, const std::string& why) {
   MOE_RETURN_IF_ERROR(
       committer_.DeleteWorker(name));  // stored first: a refused write keeps the worker
-  if (const WorkerEntry* w = workers_.Find(name); w != nullptr && w->busy())
-    attempts_.RankLost(name, "worker " + name + " " + why);
+  const WorkerEntry* w = workers_.Find(name);
+  const std::string node = w != nullptr ? w->info.node() : "";
+  if (w != nullptr && w->busy()) attempts_.RankLost(name, "worker " + name + " " + why);
   workers_.Remove(name);
   MOE_LOG(INFO) << "worker " << name << " removed: " << why;
+  DropCredentialIfNodeEmpty(node);
   attempts_.NeedSchedule();
   return OkStatus();
 }
@@ -418,14 +423,28 @@ void Controller::PruneLostWorkers() {
 // is the attempt lifecycle's to record; a record the store refuses is retried from Tick, so the
 // worker's stream does not fail for it.
 StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
-                                                   WorkerChannel* channel) {
+                                                   WorkerChannel* channel,
+                                                   const WorkerIdentity& id) {
   MOE_RETURN_IF_ERROR(ValidateRegistration(reg));
+  MOE_RETURN_IF_ERROR(CheckIdentity(reg, id));
   const std::vector<moe::v1::Register> devices = DeviceRegistrations(reg);
-  MOE_ASSIGN_OR_RETURN(const std::string session, AdmitWorker(reg, devices, channel));
+  MOE_ASSIGN_OR_RETURN(const std::string session, AdmitWorker(reg, devices, channel, id));
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   registrations_.Release(reg.name());
+  // An earlier stream of these names (the node's agent restarted, or a half-open connection) is
+  // closed: its messages are no longer this worker's.
+  std::set<WorkerChannel*> replaced;
+  for (const auto& d : devices) {
+    const WorkerEntry* old = workers_.Find(d.name());
+    if (old != nullptr && old->channel != nullptr && old->channel != channel)
+      replaced.insert(old->channel);
+  }
   for (const auto& d : devices) workers_.Register(d, channel, session);
+  for (WorkerChannel* old : replaced) {
+    if (!shutting_down_)  // (then streams end without Disconnected: the pointer may be stale)
+      old->Close("superseded: " + reg.name() + " registered again on a newer stream");
+  }
   data_roots_.Add(reg.device(), reg.data_roots());
   MOE_LOG(INFO) << "worker " << reg.name() << " registered: rack " << reg.rack() << ", node "
                 << reg.node() << ", " << reg.device()
@@ -487,22 +506,17 @@ Status Controller::CheckpointRootMounted(const std::string& agent,
 // Register applies it.
 StatusOr<std::string> Controller::AdmitWorker(const moe::v1::Register& reg,
                                               const std::vector<moe::v1::Register>& devices,
-                                              WorkerChannel* channel) {
+                                              WorkerChannel* channel, const WorkerIdentity& id) {
   MutexLock lock(&mu_);
   size_t fresh = 0;
   for (const auto& d : devices) fresh += workers_.Find(d.name()) == nullptr ? 1 : 0;
-  if (fresh > 0 &&
-      workers_.all().size() + registrations_.reserved() + fresh > config_.max_workers) {
-    return ResourceExhaustedError("register: this controller holds " +
-                                  std::to_string(workers_.all().size()) +
-                                  " workers (devices), its limit (moe-controller --max-workers)");
-  }
+  MOE_RETURN_IF_ERROR(CheckWorkerQuotas(reg, fresh, id));
   if (!registrations_.Reserve(reg.name(), fresh)) {
     return UnavailableError("register: " + reg.name() +
                             " is registering on another stream; retry after " +
                             std::to_string(registrations_.ShortRetryMs()) + " ms");
   }
-  StatusOr<std::string> session = workers_.Admit(reg, devices, channel);
+  StatusOr<std::string> session = workers_.Admit(reg, devices, channel, id.node);
   for (int i = 0; session.ok() && i < reg.finished_size(); ++i) {
     const auto& f = reg.finished(i);
     if (Status st = CheckRankOwner(jobs_, reg.name(), f.job_id(), f.attempt(), f.rank()); !st.ok())

@@ -42,6 +42,7 @@
 #include "controller/log_requests.h"
 #include "controller/metrics_aggregator.h"
 #include "controller/mutex.h"
+#include "controller/node_credentials.h"
 #include "controller/queue_scheduler.h"
 #include "controller/registration_gate.h"
 #include "controller/rendezvous.h"
@@ -103,6 +104,20 @@ class Controller {
   // its moe-worker: SIGTERM leaves cleanly and removes it).
   Status DeleteWorker(const std::string& name, const std::string& actor = "")
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Node identity (node_admin.cc, node_credentials.h). Bootstrap: a node credential for the node,
+  // once (`actor`: the bootstrap token's name). DeleteNode revokes the node's credential, closes
+  // its agents' streams and forgets its workers (their ranks are lost: their jobs restart).
+  // DeleteWorkers forgets every lost worker, in one write.
+  StatusOr<moe::v1::BootstrapResponse> Bootstrap(const moe::v1::BootstrapRequest& req,
+                                                 const std::string& actor) ABSL_LOCKS_EXCLUDED(mu_);
+  StatusOr<moe::v1::DeleteWorkersResponse> DeleteNode(const std::string& node,
+                                                      const std::string& actor)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  StatusOr<moe::v1::DeleteWorkersResponse> DeleteWorkers(moe::v1::WorkerState state,
+                                                         const std::string& actor)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The node credentials (thread-safe: the gRPC layer looks callers up without the lock).
+  const NodeCredentials& node_credentials() const { return credentials_; }
 
   // WorkerService: a node agent's stream. Register first; then its messages; then Disconnected.
   // Each of the agent's devices is a worker of its own (worker_claims.h, DeviceWorkerName): ranks
@@ -110,8 +125,11 @@ class Controller {
   // lease keeps them. The stream is the agent's identity: a message about a rank of a running
   // attempt that none of its devices holds is refused with PERMISSION_DENIED (the stream then
   // ends) and changes nothing. `agent` below is the name the stream registered.
-  StatusOr<moe::v1::Registered> Register(const moe::v1::Register& reg, WorkerChannel* channel)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `id`: who the stream's caller is (node_credentials.h): with a node credential, the registration
+  // names that node and rack, and names of that node only; with an mTLS certificate, a node among
+  // its names.
+  StatusOr<moe::v1::Registered> Register(const moe::v1::Register& reg, WorkerChannel* channel,
+                                         const WorkerIdentity& id = {}) ABSL_LOCKS_EXCLUDED(mu_);
   Status OnWorkerMessage(const std::string& agent, const moe::v1::WorkerMessage& msg)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The workers' leases (thread-safe): a heartbeat renews its stream's lease there and nothing
@@ -123,6 +141,9 @@ class Controller {
   // The rendezvous keys the agent holding `session` may use: the prefixes of the attempts its
   // devices run. UNAUTHENTICATED without a live session, PERMISSION_DENIED when it runs no rank.
   StatusOr<std::vector<std::string>> RendezvousScope(const std::string& session)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A rendezvous caller's node credential (`node`; empty without tokens) is its session's node's.
+  Status CheckSessionNode(const std::string& session, const std::string& node)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Disconnected(const std::string& agent, WorkerChannel* channel) ABSL_LOCKS_EXCLUDED(mu_);
   RendezvousStore& rendezvous() { return rendezvous_; }
@@ -144,7 +165,18 @@ class Controller {
   Status RestoreWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StatusOr<std::string> AdmitWorker(const moe::v1::Register& reg,
                                     const std::vector<moe::v1::Register>& devices,
-                                    WorkerChannel* channel) ABSL_LOCKS_EXCLUDED(mu_);
+                                    WorkerChannel* channel, const WorkerIdentity& id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The devices a registration adds fit --max-workers (live workers) and, for a node credential,
+  // --max-devices-per-node (the node's lost workers without a rank are forgotten first, oldest
+  // first, to make room: lost ones count toward no limit).
+  Status CheckWorkerQuotas(const moe::v1::Register& reg, size_t fresh, const WorkerIdentity& id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A node's credential goes once its last worker is forgotten: it may bootstrap again.
+  void DropCredentialIfNodeEmpty(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets `names` in one store write (DeleteWorkers, and room on a node).
+  Status ForgetWorkers(const std::vector<std::string>& names, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Submit's checks and record; `queued_before`: the jobs waiting when it was admitted.
   StatusOr<moe::v1::Job> Admit(JobSpec spec, const std::string& request_id,
                                const std::string& actor, size_t* queued_before)
@@ -180,6 +212,7 @@ class Controller {
   // found.
   int64_t epoch_ = 0;
   double epoch_checked_ = 0;
+  NodeCredentials credentials_;       // its own lock
   DataRootsView data_roots_;          // its own lock: read by Submit outside mu_ (admission.h)
   double cluster_metrics_at_ = -1e9;  // monotonic second the cluster's figures were last published
   double cluster_metrics_every_ = 1.0;  // seconds between two: 1, longer where a walk costs more

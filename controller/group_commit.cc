@@ -134,6 +134,19 @@ Status GroupCommitStore::DeleteWorker(const std::string& name) {
   return Commit([&name](StateStore& s) { return s.DeleteWorker(name); });
 }
 
+Status GroupCommitStore::DeleteWorkers(const std::vector<std::string>& names) {
+  return Commit([&names](StateStore& s) -> Status {
+    for (const auto& n : names) MOE_RETURN_IF_ERROR(s.DeleteWorker(n));
+    return OkStatus();
+  });
+}
+Status GroupCommitStore::PutNodeCredential(const moe::v1::NodeCredential& c) {
+  return Commit([&c](StateStore& s) { return s.PutNodeCredential(c); });
+}
+Status GroupCommitStore::DeleteNodeCredential(const std::string& sha256) {
+  return Commit([&sha256](StateStore& s) { return s.DeleteNodeCredential(sha256); });
+}
+
 StatusOr<int64_t> GroupCommitStore::NextEpoch() {
   int64_t epoch = 0;
   MOE_RETURN_IF_ERROR(Commit([&epoch](StateStore& s) -> Status {

@@ -56,6 +56,10 @@ class GroupCommitStore final : public StateStore {
   Status DeleteJob(const std::string& job_id) override;
   Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
   Status DeleteWorker(const std::string& name) override;
+  Status PutNodeCredential(const moe::v1::NodeCredential& c) override;
+  Status DeleteNodeCredential(const std::string& sha256) override;
+  // Workers forgotten together, in one write.
+  Status DeleteWorkers(const std::vector<std::string>& names);
   // A node agent's devices, in the one write (one batch, however many devices).
   Status PutWorkers(const std::vector<moe::v1::Worker>& infos, const std::string& session);
   // Telemetry: queued for the next batch, not waited for; a failure is logged (the next save
@@ -69,6 +73,9 @@ class GroupCommitStore final : public StateStore {
     return durable_.LoadEvents(id);
   }
   StatusOr<std::vector<StoredWorker>> LoadWorkers() override { return durable_.LoadWorkers(); }
+  StatusOr<std::vector<moe::v1::NodeCredential>> LoadNodeCredentials() override {
+    return durable_.LoadNodeCredentials();
+  }
   StatusOr<int64_t> NextEpoch() override;
   StatusOr<int64_t> StoredEpoch() override { return durable_.StoredEpoch(); }
 

@@ -65,6 +65,54 @@ grpc::ServerUnaryReactor* UnaryLater(grpc::CallbackServerContext* ctx, const Tok
   return reactor;
 }
 
+// An mTLS client certificate's names: its subjectAltName DNS names and its common name (none
+// without a client certificate).
+std::vector<std::string> CertNames(grpc::CallbackServerContext* ctx) {
+  std::vector<std::string> out;
+  const std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return out;
+  for (const char* key : {"x509_subject_alternative_name", "x509_common_name"})
+    for (const grpc::string_ref& v : auth->FindPropertyValues(key))
+      out.emplace_back(v.data(), v.size());
+  return out;
+}
+
+// Who calls the WorkerService (node_credentials.h). Where the controller has tokens, a node
+// credential is needed for everything but Bootstrap, and a token of the worker role for Bootstrap
+// alone.
+StatusOr<WorkerIdentity> IdentifyWorker(grpc::CallbackServerContext* ctx, const TokenAuth& auth,
+                                        const NodeCredentials& credentials, bool bootstrap) {
+  WorkerIdentity id;
+  id.cert_names = CertNames(ctx);
+  if (!auth.enabled()) return id;
+  const std::string authorization = Authorization(ctx);
+  const std::string prefix = "Bearer ";
+  if (authorization.rfind(prefix, 0) == 0) {
+    if (auto c = credentials.Find(std::string_view(authorization).substr(prefix.size()))) {
+      if (c->revoked_at() != 0) {
+        return PermissionDeniedError(
+            "revoked: the credential of node " + c->node() + " was revoked" +
+            (c->revoked_by().empty() ? "" : " by " + c->revoked_by()) +
+            " (moectl delete node); this agent stops. Remove its credential file (moe-worker "
+            "--node-credential) to bootstrap the node again");
+      }
+      if (bootstrap)
+        return FailedPreconditionError("bootstrap: this is node " + c->node() + "'s credential");
+      id.node = c->node();
+      id.rack = c->rack();
+      return id;
+    }
+  }
+  MOE_RETURN_IF_ERROR(auth.Check(authorization, Role::kWorker));
+  if (!bootstrap) {
+    return PermissionDeniedError(
+        "a worker token only bootstraps: exchange it for a node credential first "
+        "(WorkerService.Bootstrap; moe-worker does so itself and keeps it, "
+        "--node-credential)");
+  }
+  return id;
+}
+
 // One page of the workers (by name) after the request's token.
 Status WorkersPage(Controller& c, const moe::v1::ListWorkersRequest& req,
                    moe::v1::ListWorkersResponse* resp) {
@@ -172,15 +220,23 @@ class WorkerStream final
     : public grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>,
       public WorkerChannel {
  public:
-  WorkerStream(Controller& controller, Executor& ex, UdpHeartbeats* udp, const Status& auth)
+  WorkerStream(Controller& controller, Executor& ex, UdpHeartbeats* udp,
+               StatusOr<WorkerIdentity> id)
       : controller_(controller), ex_(ex), udp_(udp) {
-    if (!auth.ok()) {
+    if (!id.ok()) {
       MutexLock lock(&mu_);
       reads_done_ = true;
-      MaybeFinishLocked(ToGrpc(auth));
+      MaybeFinishLocked(ToGrpc(id.status()));
       return;
     }
+    id_ = std::move(*id);
     StartRead(&in_);
+  }
+  void Close(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_) override {
+    MutexLock lock(&mu_);
+    closed_ = true;
+    reads_done_ = true;  // the read in flight ends when the stream finishes
+    MaybeFinishLocked(grpc::Status(grpc::StatusCode::ABORTED, why));
   }
   void Send(const moe::v1::ControllerMessage& msg) ABSL_LOCKS_EXCLUDED(mu_) override {
     MutexLock lock(&mu_);
@@ -205,7 +261,7 @@ class WorkerStream final
     }
   }
   void OnReadDone(bool ok) override {
-    if (!ok) {
+    if (!ok || Closed()) {
       if (!name_.empty()) controller_.Disconnected(name_, this);
       EndReads(grpc::Status::OK);
       return;
@@ -273,13 +329,17 @@ class WorkerStream final
   Status RegisterWorker() ABSL_LOCKS_EXCLUDED(mu_) {
     if (!in_.has_register_()) return InvalidArgumentError("the first message must be register");
     MOE_ASSIGN_OR_RETURN(moe::v1::Registered registered,
-                         controller_.Register(in_.register_(), this));
+                         controller_.Register(in_.register_(), this, id_));
     name_ = in_.register_().name();
     udp_->Grant(name_, static_cast<WorkerChannel*>(this), &registered);  // the lease's id and key
     moe::v1::ControllerMessage m;
     *m.mutable_registered() = std::move(registered);
     Send(m);
     return OkStatus();
+  }
+  bool Closed() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return closed_;
   }
   void EndReads(const grpc::Status& st) ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
@@ -299,6 +359,7 @@ class WorkerStream final
   Controller& controller_;
   Executor& ex_;
   UdpHeartbeats* const udp_;  // grants nothing when it does not serve: stream heartbeats only
+  WorkerIdentity id_;         // who opened the stream
   moe::v1::WorkerMessage in_;
   std::string name_;     // the agent's, set once registered
   double admitted_ = 0;  // when the registration gate let its registration in
@@ -311,6 +372,7 @@ class WorkerStream final
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;  // Close: a newer stream replaced this one
   grpc::Status pending_status_ ABSL_GUARDED_BY(mu_) = grpc::Status::OK;
 };
 
@@ -443,6 +505,26 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
     return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("DeleteWorker"),
                       [=, this]() -> Status { return c_.DeleteWorker(req->name(), who); });
   }
+  grpc::ServerUnaryReactor* DeleteNode(grpc::CallbackServerContext* ctx,
+                                       const moe::v1::DeleteNodeRequest* req,
+                                       moe::v1::DeleteWorkersResponse* resp) override {
+    const std::string who = auth_.Who(Authorization(ctx));
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("DeleteNode"),
+                      [=, this]() -> Status {
+                        MOE_ASSIGN_OR_RETURN(*resp, c_.DeleteNode(req->node(), who));
+                        return OkStatus();
+                      });
+  }
+  grpc::ServerUnaryReactor* DeleteWorkers(grpc::CallbackServerContext* ctx,
+                                          const moe::v1::DeleteWorkersRequest* req,
+                                          moe::v1::DeleteWorkersResponse* resp) override {
+    const std::string who = auth_.Who(Authorization(ctx));
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("DeleteWorkers"),
+                      [=, this]() -> Status {
+                        MOE_ASSIGN_OR_RETURN(*resp, c_.DeleteWorkers(req->state(), who));
+                        return OkStatus();
+                      });
+  }
 
  private:
   Controller& c_;
@@ -459,12 +541,39 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
 
   grpc::ServerBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage>* Connect(
       grpc::CallbackServerContext* ctx) override {
-    return new WorkerStream(c_, ex_, udp_, auth_.Check(Authorization(ctx), Role::kWorker));
+    return new WorkerStream(c_, ex_, udp_,
+                            IdentifyWorker(ctx, auth_, c_.node_credentials(), false));
+  }
+  grpc::ServerUnaryReactor* Bootstrap(grpc::CallbackServerContext* ctx,
+                                      const moe::v1::BootstrapRequest* req,
+                                      moe::v1::BootstrapResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    RpcTimer timer = times_.Start("Bootstrap");
+    if (!auth_.enabled()) {
+      reactor->Finish(ToGrpc(FailedPreconditionError(
+          "bootstrap: this controller has no tokens (--tokens): workers register without a node "
+          "credential")));
+      timer.Done();
+      return reactor;
+    }
+    if (Status st = IdentifyWorker(ctx, auth_, c_.node_credentials(), true).status(); !st.ok()) {
+      reactor->Finish(ToGrpc(st));
+      timer.Done();
+      return reactor;
+    }
+    const std::string who = auth_.Who(Authorization(ctx));
+    ex_.Post([this, reactor, req, resp, timer, who]() mutable {
+      StatusOr<moe::v1::BootstrapResponse> r = c_.Bootstrap(*req, who);
+      if (r.ok()) *resp = std::move(*r);
+      reactor->Finish(ToGrpc(r.status()));
+      timer.Done();
+    });
+    return reactor;
   }
   grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx,
                                           const moe::v1::RendezvousSetRequest* req,
                                           moe::v1::RendezvousSetResponse*) override {
-    return Unary(ctx, auth_, Role::kWorker, times_.Start("RendezvousSet"), [&]() -> Status {
+    return Unary(ctx, auth_, Role::kNone, times_.Start("RendezvousSet"), [&]() -> Status {
       MOE_RETURN_IF_ERROR(CheckKey(ctx, req->key()));
       if (req->value().size() > kMaxRendezvousValueBytes) {
         return InvalidArgumentError("rendezvous value over " +
@@ -476,7 +585,7 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   grpc::ServerUnaryReactor* RendezvousGet(grpc::CallbackServerContext* ctx,
                                           const moe::v1::RendezvousGetRequest* req,
                                           moe::v1::RendezvousGetResponse* resp) override {
-    return Unary(ctx, auth_, Role::kWorker, times_.Start("RendezvousGet"), [&]() -> Status {
+    return Unary(ctx, auth_, Role::kNone, times_.Start("RendezvousGet"), [&]() -> Status {
       MOE_RETURN_IF_ERROR(CheckKey(ctx, req->key()));
       auto v = c_.rendezvous().Get(req->key());
       if (!v) return NotFoundError("key " + req->key());
@@ -488,8 +597,8 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
                                            const moe::v1::RendezvousWaitRequest* req,
                                            moe::v1::RendezvousWaitResponse*) override {
     auto* reactor = ctx->DefaultReactor();
-    Status st = auth_.Check(Authorization(ctx), Role::kWorker);
-    if (st.ok() && (req->keys_size() == 0 || req->keys_size() > 4096))
+    Status st;  // who calls: CheckKey (a node credential where there are tokens)
+    if (req->keys_size() == 0 || req->keys_size() > 4096)
       st = InvalidArgumentError("keys: 1 to 4096 keys");
     for (const auto& k : req->keys())
       if (st.ok()) st = CheckKey(ctx, k);
@@ -512,6 +621,9 @@ class GrpcServer::WorkerServiceImpl final : public moe::v1::WorkerService::Callb
   Status CheckKey(grpc::CallbackServerContext* ctx, const std::string& key) {
     if (key.size() > kMaxRendezvousKeyBytes)
       return InvalidArgumentError("rendezvous key over 512 bytes");
+    MOE_ASSIGN_OR_RETURN(const WorkerIdentity id,
+                         IdentifyWorker(ctx, auth_, c_.node_credentials(), false));
+    MOE_RETURN_IF_ERROR(c_.CheckSessionNode(Metadata(ctx, "x-moe-session"), id.node));
     MOE_ASSIGN_OR_RETURN(const std::vector<std::string> prefixes,
                          c_.RendezvousScope(Metadata(ctx, "x-moe-session")));
     for (const std::string& prefix : prefixes) {

@@ -98,7 +98,17 @@ void BindPolicyFlags(CLI::App& app, ControllerConfig& c) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-workers", c.max_workers,
-                 "workers held at most; more registrations are refused")
+                 "live workers (devices) at most; more registrations are refused (lost ones "
+                 "count toward no limit)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-nodes", c.max_nodes,
+                 "with --tokens: node credentials issued at most (WorkerService.Bootstrap)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-devices-per-node", c.max_devices_per_node,
+                 "with --tokens: workers (devices) one node's credential may hold, live and lost "
+                 "(its lost ones without a rank are forgotten first to make room)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--max-job-ranks", c.max_job_ranks,

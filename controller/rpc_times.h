@@ -36,9 +36,10 @@ class RpcTimes {
  public:
   // The unary methods timed, as the proto names them.
   static constexpr std::string_view kMethods[] = {
-      "SubmitJob",   "GetJob",       "ListJobs",      "CancelJob",    "DeleteJob",
-      "ListWorkers", "ListQueues",   "ListRacks",     "DrainWorker",  "UndrainWorker",
-      "GetLogs",     "DeleteWorker", "RendezvousSet", "RendezvousGet"};
+      "SubmitJob",   "GetJob",       "ListJobs",      "CancelJob",     "DeleteJob",
+      "ListWorkers", "ListQueues",   "ListRacks",     "DrainWorker",   "UndrainWorker",
+      "GetLogs",     "DeleteWorker", "RendezvousSet", "RendezvousGet", "Bootstrap",
+      "DeleteNode",  "DeleteWorkers"};
   // Registers the histogram family in `registry` (before the server starts; without it nothing is
   // timed).
   void Count(prometheus::Registry& registry);

@@ -103,6 +103,9 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
   MOE_RETURN_IF_ERROR(
       store->Exec("CREATE TABLE IF NOT EXISTS workers (name TEXT PRIMARY KEY, session TEXT NOT "
                   "NULL, record TEXT NOT NULL)"));
+  MOE_RETURN_IF_ERROR(
+      store->Exec("CREATE TABLE IF NOT EXISTS node_credentials (sha256 TEXT PRIMARY KEY, node TEXT "
+                  "NOT NULL, record TEXT NOT NULL)"));
   MOE_RETURN_IF_ERROR(store->Exec(
       "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"));
   MOE_RETURN_IF_ERROR(store->Exec("INSERT OR IGNORE INTO meta (key, value) VALUES ('epoch', 0)"));
@@ -297,6 +300,40 @@ Status SqliteStateStore::DeleteWorker(const std::string& name) {
   return OkStatus();
 }
 
+Status SqliteStateStore::PutNodeCredential(const moe::v1::NodeCredential& c) {
+  MOE_RETURN_IF_ERROR(CheckWritable());
+  MOE_ASSIGN_OR_RETURN(const std::string json, ToJson(c));
+  Stmt s(Db(db_),
+         "INSERT OR REPLACE INTO node_credentials (sha256, node, record) VALUES (?, ?, ?)");
+  if (!s.ok()) return s.Error("prepare");
+  sqlite3_bind_text(s.get(), 1, c.sha256().c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s.get(), 2, c.node().c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s.get(), 3, json.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return s.Error("store node credential of " + c.node());
+  return OkStatus();
+}
+
+Status SqliteStateStore::DeleteNodeCredential(const std::string& sha256) {
+  MOE_RETURN_IF_ERROR(CheckWritable());
+  Stmt s(Db(db_), "DELETE FROM node_credentials WHERE sha256 = ?");
+  if (!s.ok()) return s.Error("prepare");
+  sqlite3_bind_text(s.get(), 1, sha256.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s.get()) != SQLITE_DONE) return s.Error("drop a node credential");
+  return OkStatus();
+}
+
+StatusOr<std::vector<moe::v1::NodeCredential>> SqliteStateStore::LoadNodeCredentials() {
+  std::lock_guard<std::mutex> lock(reader_mu_);
+  Stmt s(Db(reader_), "SELECT record FROM node_credentials ORDER BY node");
+  if (!s.ok()) return s.Error("prepare");
+  std::vector<moe::v1::NodeCredential> out;
+  while (sqlite3_step(s.get()) == SQLITE_ROW) {
+    MOE_RETURN_IF_ERROR(FromJson(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)),
+                                 &out.emplace_back()));
+  }
+  return out;
+}
+
 StatusOr<std::vector<StoredWorker>> SqliteStateStore::LoadWorkers() {
   std::lock_guard<std::mutex> lock(reader_mu_);
   Stmt s(Db(reader_), "SELECT session, record FROM workers ORDER BY name");
@@ -387,6 +424,23 @@ StatusOr<std::vector<StoredWorker>> MemoryStateStore::LoadWorkers() {
 Status MemoryStateStore::DeleteWorker(const std::string& name) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   std::erase_if(workers_, [&](const StoredWorker& w) { return w.info.name() == name; });
+  return OkStatus();
+}
+Status MemoryStateStore::PutNodeCredential(const moe::v1::NodeCredential& c) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::erase_if(credentials_,
+                [&](const moe::v1::NodeCredential& x) { return x.sha256() == c.sha256(); });
+  credentials_.push_back(c);
+  return OkStatus();
+}
+StatusOr<std::vector<moe::v1::NodeCredential>> MemoryStateStore::LoadNodeCredentials() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return credentials_;
+}
+Status MemoryStateStore::DeleteNodeCredential(const std::string& sha256) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::erase_if(credentials_,
+                [&](const moe::v1::NodeCredential& x) { return x.sha256() == sha256; });
   return OkStatus();
 }
 StatusOr<std::vector<moe::v1::JobEvent>> MemoryStateStore::LoadEvents(const std::string& job_id) {

@@ -45,6 +45,11 @@ class StateStore {
   virtual StatusOr<std::vector<StoredWorker>> LoadWorkers() = 0;
   // Forgets a worker (it left cleanly, was deleted, or was lost too long): its name is free again.
   virtual Status DeleteWorker(const std::string& name) = 0;
+  // Node credentials (node_credentials.h), by their SHA-256: issued, revoked (kept, so that its
+  // agent is told), dropped.
+  virtual Status PutNodeCredential(const moe::v1::NodeCredential& c) = 0;
+  virtual StatusOr<std::vector<moe::v1::NodeCredential>> LoadNodeCredentials() = 0;
+  virtual Status DeleteNodeCredential(const std::string& sha256) = 0;
   // The fencing epoch: one more at every controller start (NextEpoch, stored before it serves), and
   // what is stored now (a controller that finds a higher one than its own is stale and stops).
   virtual StatusOr<int64_t> NextEpoch() = 0;
@@ -76,6 +81,9 @@ class SqliteStateStore final : public StateStore {
   Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
   StatusOr<std::vector<StoredWorker>> LoadWorkers() override;
   Status DeleteWorker(const std::string& name) override;
+  Status PutNodeCredential(const moe::v1::NodeCredential& c) override;
+  StatusOr<std::vector<moe::v1::NodeCredential>> LoadNodeCredentials() override;
+  Status DeleteNodeCredential(const std::string& sha256) override;
   StatusOr<int64_t> NextEpoch() override;
   StatusOr<int64_t> StoredEpoch() override;
   Status Batch(const std::function<Status()>& writes) override;
@@ -111,6 +119,9 @@ class MemoryStateStore final : public StateStore {
   Status PutWorker(const moe::v1::Worker& info, const std::string& session) override;
   StatusOr<std::vector<StoredWorker>> LoadWorkers() override;
   Status DeleteWorker(const std::string& name) override;
+  Status PutNodeCredential(const moe::v1::NodeCredential& c) override;
+  StatusOr<std::vector<moe::v1::NodeCredential>> LoadNodeCredentials() override;
+  Status DeleteNodeCredential(const std::string& sha256) override;
   StatusOr<int64_t> NextEpoch() override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     return ++epoch_;
@@ -128,6 +139,7 @@ class MemoryStateStore final : public StateStore {
   std::recursive_mutex mu_;  // the one writer's thread and the readers
   int64_t epoch_ = 0;
   std::vector<StoredWorker> workers_;
+  std::vector<moe::v1::NodeCredential> credentials_;
   std::vector<moe::v1::Job> jobs_;
   std::vector<moe::v1::JobEvent> events_;
 };

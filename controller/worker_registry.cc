@@ -49,13 +49,30 @@ Status WorkerRegistry::CheckNameFree(const moe::v1::Register& reg, WorkerChannel
   return OkStatus();
 }
 
+Status WorkerRegistry::CheckNameOfNode(const moe::v1::Register& reg,
+                                       const std::string& node) const {
+  auto it = workers_.find(reg.name());
+  if (it == workers_.end()) return OkStatus();
+  const WorkerEntry& old = it->second;
+  if (old.info.node() != node) {
+    return PermissionDeniedError("worker name '" + reg.name() + "' belongs to node " +
+                                 old.info.node() + ": the credential of node " + node +
+                                 " registers only its own node's names");
+  }
+  if (!reg.session().empty() && reg.session() != old.session) {
+    return AbortedError("superseded: node " + node + " registered '" + reg.name() +
+                        "' again on a newer session; this agent's session is over (it stops)");
+  }
+  return OkStatus();
+}
+
 StatusOr<std::string> WorkerRegistry::Admit(const moe::v1::Register& agent,
                                             const std::vector<moe::v1::Register>& devices,
-                                            WorkerChannel* channel) const {
+                                            WorkerChannel* channel, const std::string& node) const {
   MOE_RETURN_IF_ERROR(ValidateRegistration(agent));
   bool own = false;  // a device of this agent already holds the session it presented
   for (const moe::v1::Register& d : devices) {
-    MOE_RETURN_IF_ERROR(CheckNameFree(d, channel));
+    MOE_RETURN_IF_ERROR(node.empty() ? CheckNameFree(d, channel) : CheckNameOfNode(d, node));
     auto it = workers_.find(d.name());
     own = own || (it != workers_.end() && !it->second.session.empty() &&
                   agent.session() == it->second.session);
@@ -80,6 +97,7 @@ WorkerEntry* WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChanne
   WorkerEntry& w = workers_[reg.name()];
   const bool fresh = w.info.name().empty();
   Share(w, -1);  // counted again below, as it registers now
+  IndexNode(reg.name(), fresh ? std::string() : w.info.node(), reg.node());
   if (!w.session.empty() && w.session != session) by_session_.erase(w.session);
   w.session = session;
   w.agent = AgentOfWorker(reg.name());
@@ -98,7 +116,7 @@ WorkerEntry* WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChanne
   w.memory_bytes = reg.memory_bytes();
   w.host_id = reg.host_id();
   w.channel = channel;
-  w.lost = false;
+  SetLost(w, false);
   w.lost_with_rank = false;  // it says what it runs now (ReconcileRanks)
   w.root_offered = false;    // offered again (or not) by this registration's answer
   w.leaving = false;         // a leaving worker that reconnects says so again (WorkerAgent::Leave)
@@ -134,6 +152,7 @@ void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& ses
                              double hold_seconds) {
   WorkerEntry& w = workers_[info.name()];
   Share(w, -1);  // restored lost: not counted (until a running attempt claims it: Assign)
+  IndexNode(info.name(), w.info.name().empty() ? std::string() : w.info.node(), info.node());
   w.lost_with_rank = false;
   w.info = info;
   w.agent = AgentOfWorker(info.name());
@@ -145,7 +164,7 @@ void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& ses
   w.info.clear_state();
   w.session = session;
   w.drained = info.drained();
-  w.lost = true;
+  SetLost(w, true);
   w.lost_at = clock_.Monotonic();
   w.held_until = clock_.Monotonic() + hold_seconds;
 }
@@ -161,10 +180,31 @@ std::vector<const WorkerEntry*> WorkerRegistry::FindBySession(const std::string&
   return out;
 }
 
+void WorkerRegistry::SetLost(WorkerEntry& w, bool lost) {
+  if (w.lost != lost) lost ? ++lost_count_ : --lost_count_;
+  w.lost = lost;
+}
+
+void WorkerRegistry::IndexNode(const std::string& name, const std::string& old_node,
+                               const std::string& new_node) {
+  if (old_node == new_node && !old_node.empty() && by_node_[old_node].count(name)) return;
+  if (!old_node.empty()) {
+    auto it = by_node_.find(old_node);
+    if (it != by_node_.end() && (it->second.erase(name), it->second.empty())) by_node_.erase(it);
+  }
+  if (!new_node.empty()) by_node_[new_node].insert(name);
+}
+
+const std::set<std::string>& WorkerRegistry::OnNode(const std::string& node) const {
+  static const std::set<std::string> kNone;
+  auto it = by_node_.find(node);
+  return it == by_node_.end() ? kNone : it->second;
+}
+
 void WorkerRegistry::MarkLost(WorkerEntry& w) {
   leases_.Close(w.agent);
   Share(w, -1);
-  w.lost = true;
+  SetLost(w, true);
   w.lost_with_rank = w.busy();
   Share(w, +1);  // still counted while its rank may run
   w.lost_at = clock_.Monotonic();
@@ -282,6 +322,8 @@ void WorkerRegistry::Remove(const std::string& name) {
   if (it == workers_.end()) return;
   const std::string agent = it->second.agent, session = it->second.session;
   Share(it->second, -1);
+  SetLost(it->second, false);
+  IndexNode(name, it->second.info.node(), "");
   workers_.erase(it);
   std::vector<std::string>& devs = agents_[agent];
   devs.erase(std::remove(devs.begin(), devs.end(), name), devs.end());

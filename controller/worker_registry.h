@@ -21,6 +21,9 @@ class WorkerChannel {
  public:
   virtual ~WorkerChannel() = default;
   virtual void Send(const moe::v1::ControllerMessage& msg) = 0;
+  // Ends the stream (ABORTED, `why`): a newer registration of its names replaced it. Its messages
+  // from then on are dropped. Called under the controller's lock: it only queues.
+  virtual void Close(const std::string& why) { (void)why; }
 };
 
 // One device of a node agent: what ranks are placed on (worker_claims.h, DeviceWorkerName). The
@@ -81,9 +84,16 @@ class WorkerRegistry {
   // session the agent's devices will hold: its own when it presented it, else a fresh one; Register
   // then records each device (the Controller stores a new session in between, so a refused write
   // changes nothing here).
+  //
+  // `node` is the node credential's node where the caller has one (node_credentials.h): then every
+  // name must be new or that node's (PERMISSION_DENIED otherwise, live or silent), and a
+  // registration without a session takes the names over from the node's earlier session (a
+  // restarted agent: the Controller closes the old stream, and the ranks the new one does not
+  // report are lost); one presenting a session that is not the names' current one was superseded
+  // (ABORTED: that agent stops). Without a node (no tokens), the holds above.
   StatusOr<std::string> Admit(const moe::v1::Register& agent,
-                              const std::vector<moe::v1::Register>& devices,
-                              WorkerChannel* channel) const;
+                              const std::vector<moe::v1::Register>& devices, WorkerChannel* channel,
+                              const std::string& node = "") const;
   WorkerEntry* Register(const moe::v1::Register& device, WorkerChannel* channel,
                         const std::string& session);
   // Admit and Register every device at once (tests, and callers with nothing to store); the first
@@ -155,9 +165,16 @@ class WorkerRegistry {
   int64_t MemoryFor(const std::string& name) const;
   moe::v1::Worker Describe(const WorkerEntry& w) const;
   const std::map<std::string, WorkerEntry>& all() const { return workers_; }
+  // Workers not lost (what --max-workers limits: lost ones count toward no limit).
+  size_t live() const { return workers_.size() - lost_count_; }
+  // The workers registered with `node` (live and lost).
+  const std::set<std::string>& OnNode(const std::string& node) const;
 
  private:
   Status CheckNameFree(const moe::v1::Register& reg, WorkerChannel* channel) const;
+  Status CheckNameOfNode(const moe::v1::Register& reg, const std::string& node) const;
+  void SetLost(WorkerEntry& w, bool lost);  // keeps lost_count_
+  void IndexNode(const std::string& name, const std::string& old_node, const std::string& new_node);
   void MarkLost(WorkerEntry& w);
   int CpuWorkersSharingHost(
       const WorkerEntry& of) const;             // live CPU workers on its machine, itself included
@@ -171,6 +188,8 @@ class WorkerRegistry {
   std::map<std::string, int> per_node_,
       per_host_;  // live CPU workers, and lost ones with a rank (Share)
   std::map<std::string, WorkerEntry> workers_;
+  std::map<std::string, std::set<std::string>> by_node_;  // node -> its workers (OnNode)
+  size_t lost_count_ = 0;
 };
 
 }  // namespace moe::controller

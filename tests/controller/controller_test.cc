@@ -41,6 +41,24 @@ class FakeChannel : public WorkerChannel {
   std::vector<moe::v1::ControllerMessage> sent;
 };
 
+// A worker's stream in the tests. One replaced by a newer stream is kept, not destroyed: gRPC keeps
+// a stream until it finished, and the controller closes the one a new registration replaced.
+class ChannelSlot {
+ public:
+  ChannelSlot& operator=(std::unique_ptr<FakeChannel> p) {
+    static std::vector<std::unique_ptr<FakeChannel>> replaced;
+    if (ptr_) replaced.push_back(std::move(ptr_));
+    ptr_ = std::move(p);
+    return *this;
+  }
+  FakeChannel* get() const { return ptr_.get(); }
+  FakeChannel* operator->() const { return ptr_.get(); }
+  FakeChannel& operator*() const { return *ptr_; }
+
+ private:
+  std::unique_ptr<FakeChannel> ptr_;
+};
+
 JobSpec Spec(const std::string& name, int world, int ep, int priority = 0, int max_restarts = 3) {
   JobSpec s;
   s.name = name;
@@ -203,7 +221,7 @@ class ControllerTest : public ::testing::Test {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<MetricsAggregator> metrics_;
   std::unique_ptr<Controller> controller_;
-  std::map<std::string, std::unique_ptr<FakeChannel>> channels_;
+  std::map<std::string, ChannelSlot> channels_;
   std::map<std::string, std::string> sessions_;
 };
 

@@ -49,6 +49,17 @@ class FlakyStateStore final : public StateStore {
     if (fail_writes) return Refuse();
     return memory_.DeleteWorker(name);
   }
+  Status PutNodeCredential(const moe::v1::NodeCredential& c) override {
+    if (fail_writes) return Refuse();
+    return memory_.PutNodeCredential(c);
+  }
+  StatusOr<std::vector<moe::v1::NodeCredential>> LoadNodeCredentials() override {
+    return memory_.LoadNodeCredentials();
+  }
+  Status DeleteNodeCredential(const std::string& sha256) override {
+    if (fail_writes) return Refuse();
+    return memory_.DeleteNodeCredential(sha256);
+  }
   StatusOr<int64_t> NextEpoch() override { return memory_.NextEpoch(); }
   StatusOr<int64_t> StoredEpoch() override { return memory_.StoredEpoch(); }
   void SetStoredEpoch(int64_t e) { memory_.SetStoredEpoch(e); }

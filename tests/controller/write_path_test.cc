@@ -47,6 +47,13 @@ class CountingStore final : public StateStore {
   }
   StatusOr<std::vector<StoredWorker>> LoadWorkers() override { return m_.LoadWorkers(); }
   Status DeleteWorker(const std::string& n) override { return m_.DeleteWorker(n); }
+  Status PutNodeCredential(const moe::v1::NodeCredential& c) override {
+    return m_.PutNodeCredential(c);
+  }
+  StatusOr<std::vector<moe::v1::NodeCredential>> LoadNodeCredentials() override {
+    return m_.LoadNodeCredentials();
+  }
+  Status DeleteNodeCredential(const std::string& s) override { return m_.DeleteNodeCredential(s); }
   StatusOr<int64_t> NextEpoch() override { return m_.NextEpoch(); }
   StatusOr<int64_t> StoredEpoch() override { return m_.StoredEpoch(); }
   Status Batch(const std::function<Status()>& writes) override {

@@ -66,6 +66,13 @@ def code_of(fn):
         return e.code().name
 
 
+def bootstrap(addr, token, node, rack="r0"):
+    """A node credential for `node` (WorkerService.Bootstrap with the worker token)."""
+    p = pb()
+    return unary(channel(addr), "/moe.v1.WorkerService/Bootstrap", p.ws.BootstrapRequest(node=node, rack=rack),
+                 p.ws.BootstrapResponse, token=token).credential
+
+
 class FakeWorker:
     """A worker stream driven by hand: register, then send what the test wants, and read what comes."""
 

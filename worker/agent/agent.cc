@@ -38,7 +38,13 @@ struct WorkerAgent::Rank {
   std::unique_ptr<RankLogWriter> log;  // its output, for moectl logs
 };
 
-WorkerAgent::WorkerAgent(AgentOptions options) : o_(std::move(options)) {}
+WorkerAgent::WorkerAgent(AgentOptions options)
+    : o_(std::move(options)),
+      credential_(o_.client,
+                  o_.node_credential_file.empty()
+                      ? JoinPath(o_.runtime_dir, "node-" + o_.node + ".credential")
+                      : o_.node_credential_file,
+                  o_.node, o_.rack) {}
 
 WorkerAgent::~WorkerAgent() {
   Stop();
@@ -136,6 +142,12 @@ Status WorkerAgent::Run() {
       stub =
           std::shared_ptr<moe::v1::WorkerService::Stub>(moe::v1::WorkerService::NewStub(channel));
     }
+    if (!Credential(*stub)) {
+      if (stop_) break;
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff * 5));
+      backoff = std::min(backoff * 2, 6.0);  // a held node credential: every 30 s at most
+      continue;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     if (!Session(stub) && o_.client.connection_group < 0) stub.reset();
     if (stop_) break;
@@ -154,6 +166,29 @@ Status WorkerAgent::Run() {
   }
   StopRanks(-1);
   return fatal_;
+}
+
+// The node credential to present (node_credential.h); false to try again later (logged at most
+// every 30 s), or with stop_ set when it cannot work (a revoked credential, a refused bootstrap
+// token).
+bool WorkerAgent::Credential(moe::v1::WorkerService::Stub& stub) {
+  std::string token;
+  const Status st = credential_.Ensure(stub, &token);
+  if (st.ok()) {
+    o_.client.token = token;  // this thread alone reads it (sessions and the ranks' proxies)
+    return true;
+  }
+  if (st.code() != StatusCode::kUnavailable) {
+    fatal_ = st;
+    stop_ = true;
+    return false;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now - credential_logged_ >= std::chrono::seconds(30)) {
+    MOE_LOG(WARNING) << st.message() << " (trying again; logged every 30 s)";
+    credential_logged_ = now;
+  }
+  return false;
 }
 
 // What this agent tells the controller when it (re)connects: who and where it is, its devices, the
@@ -249,7 +284,19 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   SetUdpLease(moe::v1::Registered());
   std::lock_guard<std::mutex> lock(stream_mu_);
   const grpc::Status st = stream_->Finish();
-  if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS && session_->Get().empty()) {
+  if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+      st.error_message() == "unknown token") {
+    credential_.Forget();  // dropped by the controller: the node bootstraps again
+  } else if ((st.error_code() == grpc::StatusCode::PERMISSION_DENIED &&
+              st.error_message().rfind("revoked:", 0) == 0) ||
+             (st.error_code() == grpc::StatusCode::ABORTED &&
+              st.error_message().find("superseded") != std::string::npos)) {
+    // Revoked (moectl delete node), or a newer agent of this node took its names: this one is
+    // done, and its ranks with it (the controller counts them lost already).
+    fatal_ = PermissionDeniedError("the controller ended this agent: " + st.error_message());
+    MOE_LOG(ERROR) << fatal_.message();
+    stop_ = true;
+  } else if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS && session_->Get().empty()) {
     // Our first registration, and the name is another live worker's: retrying cannot help.
     fatal_ = AlreadyExistsError("the controller refused the name " + o_.name + ": " +
                                 st.error_message() +

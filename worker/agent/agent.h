@@ -26,6 +26,7 @@
 #include "common/rank_process.h"
 #include "common/status.h"
 #include "moe/v1/worker_service.grpc.pb.h"
+#include "worker/agent/node_credential.h"
 #include "worker/agent/rendezvous_proxy.h"
 #include "worker/agent/udp_beat_link.h"
 
@@ -40,7 +41,10 @@ struct AgentOptions {
   std::string address = "127.0.0.1";  // where this worker's rank can be reached by its peers (Gloo)
   std::string trainer;                // path of moe-train
   std::string runtime_dir;            // spec files and rendezvous sockets
-  int threads = 0;                    // CPU threads for the rank (0: the trainer's default)
+  // Where the node credential is kept (node_credential.h); "":
+  // <runtime_dir>/node-<node>.credential.
+  std::string node_credential_file;
+  int threads = 0;                 // CPU threads for the rank (0: the trainer's default)
   double memory_gb = 0;            // memory a rank may use (0: cpu: the host's; cuda: not reported)
   double stop_grace_seconds = 30;  // a cancelled rank gets this long to stop, then SIGKILL
   // Every path a job names must lie under one of these (common/path_roots.h); empty: anywhere.
@@ -92,6 +96,7 @@ class WorkerAgent {
   // controller refused the registration for a herd: come back on the same connection).
   bool Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   bool Write(const moe::v1::WorkerMessage& msg);
+  bool Credential(moe::v1::WorkerService::Stub& stub);
   void Registration(moe::v1::Register* r);
   void ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   void StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub,
@@ -129,6 +134,8 @@ class WorkerAgent {
   std::string LeaveReason();
 
   AgentOptions o_;
+  NodeCredential credential_;  // o_.client.token is its token once Credential() succeeded
+  std::chrono::steady_clock::time_point credential_logged_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> leaving_{false};
   std::atomic<bool> registered_{false};    // Registered received on the current session

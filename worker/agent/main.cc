@@ -205,6 +205,10 @@ void BindConnectionFlags(CLI::App& app, WorkerFlags& f) {
       "bearer token with the worker role ($MOE_TOKEN; visible in ps: prefer --token-file)");
   app.add_option("--token-file", f.token_file,
                  "file holding the worker token, mode 0600 ($MOE_TOKEN_FILE)");
+  app.add_option("--node-credential", f.o.node_credential_file,
+                 "where this node's credential is kept (mode 0600): the worker token is exchanged "
+                 "for it once, where the controller has tokens (default: "
+                 "<runtime-dir>/node-<node>.credential)");
   app.add_option("--tls-ca", o.client.tls_ca, "CA of the controller's certificate (PEM): TLS");
   app.add_option("--tls-cert", o.client.tls_cert, "client certificate (PEM) for mTLS");
   app.add_option("--tls-key", o.client.tls_key, "client key (PEM) for mTLS");
