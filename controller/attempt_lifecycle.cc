@@ -37,6 +37,7 @@ void AttemptLifecycle::Started(JobEntry& e, const std::vector<Slot>& slots) {
   e.attempt->slots = slots;
   e.attempt->ranks.assign(slots.size(), RankStatus{});
   e.attempt->start_deadline = clock_.Monotonic() + config_.rank_start_seconds;
+  e.attempt->placed_at = clock_.Monotonic();
   for (size_t r = 0; r < slots.size(); ++r) {
     workers_.Assign(slots[r].worker, e.job.id(), number, static_cast<int>(r));
   }
@@ -96,6 +97,7 @@ Status AttemptLifecycle::AwaitReconnect(JobEntry& e) {
   running.started = true;  // it ran before the restart; CheckReconnect watches it now
   e.attempt->ranks.assign(e.attempt->slots.size(), running);
   e.attempt->reconnect_deadline = clock_.Monotonic() + config_.reconnect_grace_seconds;
+  e.attempt->placed_at = clock_.Monotonic();
   // Its workers stay busy with it: one that reconnects is given no new work until it has reported
   // the rank (or come back without it: the rank is lost) or the grace has passed.
   for (size_t r = 0; r < e.attempt->slots.size(); ++r) {
@@ -141,7 +143,49 @@ void AttemptLifecycle::RankFinished(const std::string& worker, const moe::v1::Ra
   if (w != nullptr && w->job_id == f.job_id() && w->attempt == f.attempt())
     workers_.Release(worker);
   schedule_needed_ = true;
-  if (JobEntry* e = AttemptOf(f.job_id(), f.attempt(), f.rank())) RankEnded(*e, f.rank(), f);
+  JobEntry* e = AttemptOf(f.job_id(), f.attempt(), f.rank());
+  if (e == nullptr) return;
+  // Success is believed only where the job's own record bears it out: the rank has the final
+  // checkpoint, and the steps reached the total (reported in this attempt, or checkpointed there
+  // already). A success before the last step's report is held for it (kPendingOkSeconds); one
+  // without the final checkpoint is a failure of this attempt: a worker's word is not a finished
+  // job.
+  const int64_t total = e->spec.training.steps;
+  if (f.ok() && f.checkpoint_step() < total) return RankEnded(*e, f.rank(), Doubted(*e, f));
+  if (f.ok() && e->attempt->last_step < total && e->job.checkpoint_step() < total) {
+    e->attempt->pending_ok[f.rank()] = f;
+    if (e->attempt->pending_deadline == 0)
+      e->attempt->pending_deadline = clock_.Monotonic() + kPendingOkSeconds;
+    return;
+  }
+  RankEnded(*e, f.rank(), f);
+}
+
+moe::v1::RankFinished AttemptLifecycle::Doubted(const JobEntry& e, const moe::v1::RankFinished& f) {
+  moe::v1::RankFinished doubted = f;
+  doubted.set_ok(false);
+  doubted.set_failure_class(moe::v1::FAILURE_TRANSIENT);
+  doubted.set_message("reported success at step " + std::to_string(e.attempt->last_step) + " of " +
+                      std::to_string(e.spec.training.steps) + " with checkpoint " +
+                      std::to_string(f.checkpoint_step()) +
+                      ": not believed (a rank succeeds after the last step, with its final "
+                      "checkpoint)");
+  MOE_LOG(WARNING) << "job " << e.job.id() << ": rank " << f.rank() << " " << doubted.message();
+  return doubted;
+}
+
+// The successes held for the last step: believed once it came, doubted at the deadline.
+void AttemptLifecycle::SettlePendingOk(JobEntry& e, double now) {
+  if (!e.attempt || e.attempt->pending_ok.empty()) return;
+  const bool reached = e.attempt->last_step >= e.spec.training.steps;
+  if (!reached && now < e.attempt->pending_deadline) return;
+  std::map<int, moe::v1::RankFinished> pending = std::move(e.attempt->pending_ok);
+  e.attempt->pending_ok.clear();
+  e.attempt->pending_deadline = 0;
+  for (const auto& [rank, f] : pending) {
+    if (!e.attempt) break;  // the attempt settled
+    RankEnded(e, rank, reached ? f : Doubted(e, f));
+  }
 }
 
 void AttemptLifecycle::RankEnded(JobEntry& e, int rank, const moe::v1::RankFinished& f) {
@@ -192,6 +236,14 @@ void AttemptLifecycle::Step(const moe::v1::StepReport& s) {
         << " dropped: implausible figures (non-finite or negative times, MFU above 1.5)";
     return;
   }
+  const std::string implausible = ImplausibleStep(s.metrics(), e->spec, e->attempt->last_step,
+                                                  clock_.Monotonic() - e->attempt->placed_at);
+  if (!implausible.empty()) {
+    MOE_LOG(WARNING) << "job " << e->job.id() << ": step " << s.metrics().step() << " of rank "
+                     << s.rank() << " on attempt " << s.attempt() << " dropped: " << implausible;
+    return;
+  }
+  e->attempt->last_step = s.metrics().step();  // held successes are settled by the next tick
   if (e->job.state() == moe::v1::SCHEDULED) {
     const std::string what = "attempt " + std::to_string(e->attempt->number) + " is training";
     if (Status st = jobs_.Transition(*e, moe::v1::RUNNING, "Running", what); !st.ok()) {
@@ -389,6 +441,7 @@ void AttemptLifecycle::SettleOrRetry(JobEntry& e) {
 void AttemptLifecycle::CheckDeadlines(JobEntry& e, double now) {
   if (e.attempt && e.attempt->reconnect_deadline != 0) CheckReconnect(e, now);
   if (e.attempt && e.attempt->start_deadline != 0) CheckRankStarts(e, now);
+  SettlePendingOk(e, now);
   if (e.spec.time_limit > 0) CheckTimeLimit(e);
 }
 

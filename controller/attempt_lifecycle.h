@@ -96,6 +96,11 @@ class AttemptLifecycle {
   Status Settle(JobEntry& e);
   Status RecordFailure(JobEntry& e);
   void RankEnded(JobEntry& e, int rank, const moe::v1::RankFinished& f);
+  // A success the job's record does not bear out, as a transient failure saying why.
+  moe::v1::RankFinished Doubted(const JobEntry& e, const moe::v1::RankFinished& f);
+  void SettlePendingOk(JobEntry& e, double now);
+  // How long a success waits for the last step's report from another rank's agent.
+  static constexpr double kPendingOkSeconds = 30;
   void RecordStraggler(JobEntry& e, const StragglerChange& c);
   void CheckReconnect(JobEntry& e, double now);
   void CheckRankStarts(JobEntry& e, double now);

@@ -79,6 +79,14 @@ struct Attempt {
   // The checkpoint every rank that ended with a record had (the lowest of theirs: a checkpoint is
   // whole once all wrote it); -1: none reported. The final transition records it on the job.
   int64_t end_checkpoint = -1;
+  // For the plausibility of its reports (PlausibleStep): when it was placed (monotonic; a restored
+  // attempt: when the controller restarted) and the furthest step any of its ranks reported.
+  double placed_at = 0;
+  int64_t last_step = 0;
+  // Successes that came before the last step's report (another agent's rank may carry it and be
+  // slower to forward it): held until it comes, or doubted at the deadline (monotonic).
+  std::map<int, moe::v1::RankFinished> pending_ok;
+  double pending_deadline = 0;
   int live_ranks() const {
     int n = 0;
     for (const auto& r : ranks) n += (!r.finished) ? 1 : 0;

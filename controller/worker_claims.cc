@@ -191,6 +191,30 @@ Status ValidateStepReport(const moe::v1::StepReport& s, int layers, int world) {
   return OkStatus();
 }
 
+std::string ImplausibleStep(const moe::v1::StepMetrics& m, const JobSpec& spec, int64_t last_step,
+                            double attempt_seconds) {
+  const int64_t total = spec.training.steps;
+  if (m.step() > total)
+    return "step " + std::to_string(m.step()) + " past the job's " + std::to_string(total);
+  if (m.step() < last_step)
+    return "step " + std::to_string(m.step()) + " behind step " + std::to_string(last_step) +
+           " of the same attempt (steps only move forward)";
+  const double bound = std::max(0.0, attempt_seconds) + 600;
+  for (double v : {m.step_seconds(), m.checkpoint_stall_seconds(), m.eval_seconds(),
+                   m.alltoall_seconds(), m.compute_seconds(), m.grad_sync_seconds()}) {
+    if (!std::isfinite(v) || v < 0 || v > bound) {
+      return "a time of " + std::to_string(v) + " s in an attempt placed " +
+             std::to_string(static_cast<int64_t>(attempt_seconds)) + " s ago";
+    }
+  }
+  const double batch_tokens =
+      static_cast<double>(spec.data.global_batch_size) * static_cast<double>(spec.data.seq_length);
+  if (static_cast<double>(m.tokens()) > batch_tokens)
+    return std::to_string(m.tokens()) + " tokens in one step, over the global batch's " +
+           std::to_string(static_cast<int64_t>(batch_tokens));
+  return "";
+}
+
 bool StepFiguresPlausible(const moe::v1::StepMetrics& m) {
   // The loss and gradient norm may be non-finite: a diverging run reports what it sees.
   for (double v :

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_spec_types.h"
 #include "common/status.h"
 #include "moe/v1/worker_service.pb.h"
 
@@ -50,5 +51,11 @@ Status ValidateStepReport(const moe::v1::StepReport& s, int layers, int world);
 // Its figures: times and rates finite and not negative, MFU at most 1.5. An implausible report is
 // dropped (logged), not kept on /metrics; the worker's stream goes on.
 bool StepFiguresPlausible(const moe::v1::StepMetrics& m);
+// Why a step report cannot be true of the job (empty when it may be): a step past the job's total
+// or behind `last_step` (the attempt's furthest: steps only move forward), a time (the step's, a
+// checkpoint stall, an evaluation, its parts) longer than the attempt has existed
+// (`attempt_seconds`, with 10 minutes' slack), more tokens than one global batch holds.
+std::string ImplausibleStep(const moe::v1::StepMetrics& m, const JobSpec& spec, int64_t last_step,
+                            double attempt_seconds);
 
 }  // namespace moe::controller

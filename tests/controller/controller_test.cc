@@ -132,23 +132,30 @@ class ControllerTest : public ::testing::Test {
     s->set_attempt(a.attempt());
     s->set_rank(a.rank());
     s->mutable_metrics()->set_step(step);
-    s->mutable_metrics()->set_total_steps(100);
+    s->mutable_metrics()->set_total_steps(a.spec().spec().training().steps());
     s->mutable_metrics()->set_loss(5.0);
     s->mutable_metrics()->set_step_seconds(0.2);
     s->mutable_metrics()->set_compute_seconds(compute);
     s->mutable_metrics()->set_checkpoint_step(checkpoint_step);
     s->mutable_metrics()->set_tflops_per_device(
         static_cast<double>(step));  // distinct per step: the mean is checkable
+    last_step_[a.job_id() + "/" + std::to_string(a.attempt())] = step;
     Msg(worker, m);
   }
+  // A rank's end. A success comes as a real rank's does: after the job's last step, with its final
+  // checkpoint (the controller believes no other).
   void Finish(const std::string& worker, const moe::v1::Assignment& a, bool ok,
               const std::string& why = "") {
+    const int64_t total = a.spec().spec().training().steps();
+    if (ok && last_step_[a.job_id() + "/" + std::to_string(a.attempt())] < total)
+      Step(worker, a, total);
     moe::v1::WorkerMessage m;
     auto* f = m.mutable_finished();
     f->set_job_id(a.job_id());
     f->set_attempt(a.attempt());
     f->set_rank(a.rank());
     f->set_ok(ok);
+    if (ok) f->set_checkpoint_step(total);
     f->set_message(why);
     Msg(worker, m);
   }
@@ -222,6 +229,7 @@ class ControllerTest : public ::testing::Test {
   std::unique_ptr<MetricsAggregator> metrics_;
   std::unique_ptr<Controller> controller_;
   std::map<std::string, ChannelSlot> channels_;
+  std::map<std::string, int64_t> last_step_;  // job/attempt -> the last step Step() reported
   std::map<std::string, std::string> sessions_;
 };
 
@@ -1002,8 +1010,10 @@ TEST_F(ControllerTest, LostWorkersAreDeletedOnRequestOrForgottenAfterTheRetentio
 // job.
 TEST_F(ControllerTest, AFailureCostsTheStepsSinceTheCheckpointAsRedoneTimeAndTheAccountIsStored) {
   auto* a = AddWorker("a", "r0", "n0");
-  auto job = Submit(Spec("g", 1, 1));  // placed at once: nothing waits
-  clock_.Advance(2);                   // start-up: the first report 2 s after the placement
+  JobSpec spec = Spec("g", 1, 1);
+  spec.training.steps = 12;
+  auto job = Submit(spec);  // placed at once: nothing waits
+  clock_.Advance(2);        // start-up: the first report 2 s after the placement
   Step("a", a->Assignments()[0], 1);
   for (int s = 2; s <= 10; ++s) {  // a step a second; a checkpoint of step 5 from step 6 on
     clock_.Advance(1);
@@ -1610,7 +1620,9 @@ TEST_F(ControllerTest, ATimeLimitStopsTheJobWithACheckpointAndEndsItTimeout) {
 
 TEST_F(ControllerTest, ASucceededJobRecordsItsFinalCheckpoint) {
   auto* a = AddWorker("a", "r0", "n0");
-  auto job = Submit(Spec("s", 1, 1));
+  JobSpec s = Spec("s", 1, 1);
+  s.training.steps = 60;
+  auto job = Submit(s);
   Step("a", a->Assignments()[0], 60, 0.1, /*checkpoint_step=*/50);
   moe::v1::WorkerMessage m;
   auto* f = m.mutable_finished();
@@ -1624,6 +1636,81 @@ TEST_F(ControllerTest, ASucceededJobRecordsItsFinalCheckpoint) {
   auto done = *controller_->Get(job.id(), false);
   EXPECT_EQ(done.state(), moe::v1::SUCCEEDED);
   EXPECT_EQ(done.checkpoint_step(), 60) << "the final save, after the last step report";
+}
+
+// A worker's word is not a finished job (a client with the worker token made three jobs SUCCEED in
+// a second with no training, set a checkpoint stall of 1e15 s and 3e18 tokens): step reports past
+// the total, backwards, with times longer than the attempt has run or more tokens than a global
+// batch are dropped; a success without the final checkpoint fails the attempt; one before the last
+// step's report waits for it, and is doubted when it never comes.
+TEST_F(ControllerTest, AWorkersWordIsNotAFinishedJob) {
+  auto* a = AddWorker("a", "r0", "n0");
+  JobSpec spec = Spec("liar", 1, 1);
+  spec.training.steps = 30;
+  auto job = Submit(spec);
+  const moe::v1::Assignment first = a->Assignments()[0];
+  Step("a", first, 5);
+  auto last = [&] { return controller_->Get(job.id(), false)->last_metrics(); };
+  Step("a", first, 31);
+  EXPECT_EQ(last().step(), 5) << "a step past the total";
+  Step("a", first, 4);
+  EXPECT_EQ(last().step(), 5) << "a step backwards";
+  auto lie = [&](const std::function<void(moe::v1::StepMetrics*)>& set) {
+    moe::v1::WorkerMessage m;
+    auto* st = m.mutable_step();
+    st->set_job_id(first.job_id());
+    st->set_attempt(first.attempt());
+    st->set_rank(0);
+    st->mutable_metrics()->set_step(6);
+    st->mutable_metrics()->set_total_steps(30);
+    set(st->mutable_metrics());
+    Msg("a", m);
+  };
+  lie([](moe::v1::StepMetrics* m) { m->set_checkpoint_stall_seconds(1e15); });
+  lie([](moe::v1::StepMetrics* m) { m->set_tokens(int64_t{3000000000000000000}); });
+  lie([](moe::v1::StepMetrics* m) { m->set_step_seconds(1e9); });
+  EXPECT_EQ(last().step(), 5) << "an impossible time or token count";
+  EXPECT_EQ(controller_->Get(job.id(), false)->goodput().checkpoint_seconds(), 0);
+  // Success at step 5 with a final checkpoint claimed: held for the last step's report, which
+  // never comes; doubted at the deadline, the attempt fails.
+  moe::v1::WorkerMessage fin;
+  fin.mutable_finished()->set_job_id(job.id());
+  fin.mutable_finished()->set_attempt(1);
+  fin.mutable_finished()->set_rank(0);
+  fin.mutable_finished()->set_ok(true);
+  fin.mutable_finished()->set_checkpoint_step(30);
+  Msg("a", fin);
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::RUNNING) << "held for the last step";
+  for (int i = 0; i < 31; ++i) {
+    clock_.Advance(1);
+    Heartbeats();
+    controller_->Tick();
+  }
+  auto doubted = *controller_->Get(job.id(), false);
+  EXPECT_NE(doubted.state(), moe::v1::SUCCEEDED);
+  EXPECT_EQ(doubted.restarts(), 1);
+  // The next attempt: success without the final checkpoint fails at once.
+  ASSERT_EQ(a->Assignments().size(), 2u);
+  const moe::v1::Assignment second = a->Assignments()[1];
+  Step("a", second, 30);
+  fin.mutable_finished()->set_attempt(2);
+  fin.mutable_finished()->set_checkpoint_step(20);
+  Msg("a", fin);
+  EXPECT_EQ(controller_->Get(job.id(), false)->restarts(), 2) << "a success without its checkpoint";
+  // The third: the success comes before the last step's report (another agent's rank) and is
+  // believed once the report arrives.
+  ASSERT_EQ(a->Assignments().size(), 3u);
+  const moe::v1::Assignment third = a->Assignments()[2];
+  Step("a", third, 29);
+  fin.mutable_finished()->set_attempt(3);
+  fin.mutable_finished()->set_checkpoint_step(30);
+  Msg("a", fin);
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::RUNNING);
+  Step("a", third, 30);
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::SUCCEEDED);
 }
 
 TEST_F(ControllerTest, DependenciesHoldAJobAndCancelItWhenTheyCannotHold) {

@@ -793,12 +793,15 @@ void WorkerAgent::FakeMonitor(Rank* rank) {
     mt->set_total_steps(steps);
     mt->set_loss(10.0 / (1.0 + 0.01 * static_cast<double>(step)));
     mt->set_step_seconds(o_.fake_step_seconds);
-    mt->set_tokens_per_second(1000.0 / o_.fake_step_seconds);
-    mt->set_tokens(1000);
+    const auto& data = a.spec().spec().data();
+    const int64_t tokens = data.global_batch_size() * data.seq_length();  // one global batch
+    mt->set_tokens_per_second(static_cast<double>(tokens) / o_.fake_step_seconds);
+    mt->set_tokens(tokens);
     Write(m);
   }
   const bool stopped = rank->fake_stop || stop_;
-  const RankEnd end = stopped ? StoppedRankEnd("stopped (fake rank)") : RankEnd{};
+  RankEnd end = stopped ? StoppedRankEnd("stopped (fake rank)") : RankEnd{};
+  if (!stopped) end.checkpoint_step = steps;  // a trainer's success ends with its final checkpoint
   rank->done = true;
   Report(Finished(a, end, end.exit_code(), stopped));
 }
