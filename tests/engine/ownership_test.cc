@@ -3,7 +3,11 @@
 #include "worker/engine/checkpoint/ownership.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include "common/file_util.h"
 
@@ -56,6 +60,38 @@ TEST_F(OwnershipTest, ANewerAttemptFencesTheOlderOne) {
   EXPECT_TRUE(CheckpointOwnership::Claim(dir_, dir_, OwnerClaim{"j-1", "j", "", 2, 1}).ok())
       << "a later controller's epoch comes first";
   EXPECT_EQ(second->Check().code(), StatusCode::kAborted);
+}
+
+// A claim and a commit hold the owner lock: a newer attempt's claim (another process) that comes
+// while the older attempt's commit is under way waits for it, so the commit never runs once the
+// directory is someone else's (the claim and the check before the rename were read-then-write).
+TEST_F(OwnershipTest, AClaimWaitsForACommitInProgressAndFencesWhatFollows) {
+  const OwnerClaim first{"a-12345", "a", "alice", 1, 1};
+  auto held = CheckpointOwnership::Claim(dir_, dir_, first);
+  ASSERT_TRUE(held.ok()) << held.status();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the newer attempt, claiming while the commit below runs
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const bool ok =
+        CheckpointOwnership::Claim(dir_, dir_, OwnerClaim{"a-12345", "a", "alice", 1, 2}).ok();
+    ::_exit(ok ? 0 : 1);
+  }
+  int64_t seen = -1;
+  const Status committed = held->WhileHeld([&]() -> Status {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the claim is waiting now
+    auto marker = CheckpointOwnership::Read(dir_);
+    seen = marker.ok() ? marker->attempt : -1;
+    return OkStatus();
+  });
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the newer claim failed";
+  EXPECT_TRUE(committed.ok()) << committed;
+  EXPECT_EQ(seen, 1) << "the newer claim landed in the middle of the commit";
+  EXPECT_EQ(CheckpointOwnership::Read(dir_)->attempt, 2);
+  EXPECT_EQ(held->WhileHeld([] { return OkStatus(); }).code(), StatusCode::kAborted)
+      << "a commit after the newer claim";
 }
 
 }  // namespace

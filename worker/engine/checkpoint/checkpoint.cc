@@ -94,20 +94,23 @@ Status CheckpointManager::CommitSave(int64_t step, const Optimizer& optimizer, c
   if (!writer_.empty()) manifest.Set("writer", Node::Scalar(writer_, true));
   MOE_RETURN_IF_ERROR(
       WriteFileAtomic(JoinPath(tmp_dir, "MANIFEST.json"), ToJson(manifest, 2) + "\n"));
-  if (fence_) MOE_RETURN_IF_ERROR(fence_());  // a fenced rank commits and prunes nothing
-  if (PathExists(final_dir)) MOE_RETURN_IF_ERROR(RemoveAll(final_dir));
-  if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
-    return ErrnoError("rename " + Shown(tmp_dir), errno);
-  MOE_RETURN_IF_ERROR(FsyncPath(dir_));
-  if (keep_last_ > 0) {
-    auto all = List();
-    for (size_t i = static_cast<size_t>(keep_last_); i < all.size(); ++i) {
-      Status st = RemoveAll(all[i].second);
-      if (!st.ok())
-        MOE_LOG(WARNING) << "could not prune old checkpoint " << Shown(all[i].second) << ": " << st;
+  const auto commit = [&]() -> Status {
+    if (PathExists(final_dir)) MOE_RETURN_IF_ERROR(RemoveAll(final_dir));
+    if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
+      return ErrnoError("rename " + Shown(tmp_dir), errno);
+    MOE_RETURN_IF_ERROR(FsyncPath(dir_));
+    if (keep_last_ > 0) {
+      auto all = List();
+      for (size_t i = static_cast<size_t>(keep_last_); i < all.size(); ++i) {
+        Status st = RemoveAll(all[i].second);
+        if (!st.ok())
+          MOE_LOG(WARNING) << "could not prune old checkpoint " << Shown(all[i].second) << ": "
+                           << st;
+      }
     }
-  }
-  return OkStatus();
+    return OkStatus();
+  };
+  return fence_ ? fence_(commit) : commit();  // a fenced rank commits and prunes nothing
 }
 
 Status CheckpointManager::Save(int64_t step, Model& model, const Optimizer& optimizer,

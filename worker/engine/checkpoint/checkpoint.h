@@ -45,10 +45,11 @@ class CheckpointManager {
   // ".tmp-a3", so that two attempts never write into one).
   CheckpointManager(std::string dir, const ParallelContext& par, std::string fingerprint,
                     int64_t keep_last, Node spec = Node(), std::string tmp_suffix = ".tmp");
-  // Asked before a save is committed and before old ones are pruned (rank 0): a non-OK answer (this
-  // rank was fenced off: checkpoint/ownership.h) stops the save there, committing and deleting
-  // nothing.
-  void SetFence(std::function<Status()> fence) { fence_ = std::move(fence); }
+  // Runs a save's commit and the pruning of old ones (rank 0) while this rank still holds the
+  // directory (checkpoint/ownership.h WhileHeld: checked and kept held under the owner lock); a
+  // non-OK answer (this rank was fenced off) stops the save there, committing and deleting nothing.
+  using Fence = std::function<Status(const std::function<Status()>& commit)>;
+  void SetFence(Fence fence) { fence_ = std::move(fence); }
   // Who writes (the job's attempt), recorded in each manifest as "writer".
   void SetWriter(std::string writer) { writer_ = std::move(writer); }
   // The directory the checkpoints are read and written through (set again after it was reopened).
@@ -109,7 +110,7 @@ class CheckpointManager {
   int64_t keep_last_;
   Node spec_;
   std::string tmp_suffix_;
-  std::function<Status()> fence_;
+  Fence fence_;
   std::string writer_;
   std::string shown_;
   std::string Shown(const std::string& path) const;  // `path` with dir() said as the shown name

@@ -1,10 +1,47 @@
 #include "worker/engine/checkpoint/ownership.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
 #include "common/file_util.h"
 #include "common/yaml.h"
 
 namespace moe {
 namespace {
+
+inline constexpr char kOwnerLock[] = ".moe-owner.lock";
+
+// The directory's owner lock, held while it lives (fcntl F_SETLKW: waits for the holder; released
+// when the descriptor closes).
+class OwnerLock {
+ public:
+  static StatusOr<std::unique_ptr<OwnerLock>> Take(const std::string& dir) {
+    const std::string path = JoinPath(dir, kOwnerLock);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return UnavailableError(path + ": " + std::strerror(errno));
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    while (::fcntl(fd, F_SETLKW, &fl) != 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError("lock " + path + ": " + std::strerror(err));
+    }
+    return std::unique_ptr<OwnerLock>(new OwnerLock(fd));
+  }
+  ~OwnerLock() { ::close(fd_); }
+  OwnerLock(const OwnerLock&) = delete;
+  OwnerLock& operator=(const OwnerLock&) = delete;
+
+ private:
+  explicit OwnerLock(int fd) : fd_(fd) {}
+  int fd_;
+};
 
 std::string Describe(const OwnerClaim& c) {
   return "job " + c.job + " (" + c.name + (c.owner.empty() ? "" : ", submitted by " + c.owner) +
@@ -53,6 +90,7 @@ StatusOr<OwnerClaim> CheckpointOwnership::Read(const std::string& dir) {
 StatusOr<CheckpointOwnership> CheckpointOwnership::Claim(const std::string& dir,
                                                          const std::string& shown,
                                                          const OwnerClaim& me) {
+  MOE_ASSIGN_OR_RETURN(const std::unique_ptr<OwnerLock> lock, OwnerLock::Take(dir));
   auto held = Read(dir);
   if (!held.ok() && held.status().code() != StatusCode::kNotFound) return held.status();
   if (held.ok()) {
@@ -70,6 +108,12 @@ StatusOr<CheckpointOwnership> CheckpointOwnership::Claim(const std::string& dir,
   }
   MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, kOwnerMarker), MarkerJson(me)));
   return CheckpointOwnership(dir, shown, me);
+}
+
+Status CheckpointOwnership::WhileHeld(const std::function<Status()>& fn) const {
+  MOE_ASSIGN_OR_RETURN(const std::unique_ptr<OwnerLock> lock, OwnerLock::Take(dir_));
+  MOE_RETURN_IF_ERROR(Check());
+  return fn();
 }
 
 Status CheckpointOwnership::Check() const {

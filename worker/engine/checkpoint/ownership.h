@@ -10,10 +10,14 @@
 //   - a newer attempt's marker: this rank is stale (ABORTED).
 // Before every commit, prune and metrics line the holder checks again (Check): a rank whose attempt
 // was replaced while it kept running (its worker stopped, the job restarted elsewhere) commits and
-// deletes nothing.
+// deletes nothing. A claim (read, then write the marker) and a commit (check, then rename and
+// prune: WhileHeld) each hold `.moe-owner.lock` (a POSIX record lock: NFS and Lustre honour it), so
+// that no claim slips in between the read and the write, nor between a commit's check and its
+// rename.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/status.h"
@@ -47,6 +51,9 @@ class CheckpointOwnership {
   // OK while the marker still names this attempt; ABORTED (this rank is fenced) when a newer
   // attempt or another job holds the directory now.
   Status Check() const;
+  // Runs `fn` (a commit) if this attempt still holds the directory, with the owner lock held
+  // throughout: no newer claim can land between the check and what `fn` does.
+  Status WhileHeld(const std::function<Status()>& fn) const;
   const OwnerClaim& claim() const { return me_; }
 
  private:

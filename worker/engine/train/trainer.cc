@@ -170,7 +170,10 @@ Status Trainer::OpenCheckpoints() {
   if (checkpoint_handle_) checkpoints_->SetShownName(checkpoint_dir_);
   if (spec_.checkpoint.async)
     async_ = std::make_unique<AsyncCheckpointer>(checkpoints_.get(), par_);
-  if (ownership_) checkpoints_->SetFence([this] { return ownership_->Check(); });
+  if (ownership_) {
+    checkpoints_->SetFence(
+        [this](const std::function<Status()>& commit) { return ownership_->WhileHeld(commit); });
+  }
   // The claim fenced every older attempt off: their saves in progress (a kill or a fence mid-save)
   // are nobody's now.
   if (ownership_ && ownership_->Check().ok()) {
