@@ -13,7 +13,7 @@ cd "${MOE_SOURCE_DIR:?}"
 start_controller
 for n in n0 n1; do
   unset MOE_DATA_ROOT MOE_CHECKPOINT_ROOT
-  bg "$BIN/moe-worker" --controller "$MOE_CONTROLLER" --device cpu --rack r0 --node "$n" --threads 1 \
+  bg "$BIN/moe-worker" --controller "$MOE_CONTROLLER" --device cpu --rack r0 --node "$n" --threads 1 --slots 1 \
     --runtime-dir "$WORK/rt-$n" >"$WORK/worker-$n.log" 2>&1
 done
 wait_workers 2

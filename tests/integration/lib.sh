@@ -51,6 +51,8 @@ start_worker() {
   local roots=()
   [[ " $* " == *" --data-root "* ]] || roots+=(--data-root "${MOE_SOURCE_DIR:-$PWD}" --data-root "$WORK")
   [[ " $* " == *" --checkpoint-root "* ]] || roots+=(--checkpoint-root "$WORK")
+  # One slot each unless a test asks for more (a CPU agent's default is its cores over --threads).
+  [[ " $* " == *" --slots "* || " $* " == *" --devices "* || " $* " == *" --device cuda"* || " $* " == *" --fake-"* ]] || roots+=(--slots 1)
   "$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name "$name" --rack "$rack" --node "$node" --threads 1 \
       --runtime-dir "$WORK/rt-$name" "${roots[@]}" "$@" >"$WORK/worker-$name.log" 2>&1 &
   WORKER_PID[$name]=$!

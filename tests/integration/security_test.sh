@@ -64,7 +64,7 @@ echo "the rank refuses a NUL path: rc $rc"
 
 # 1b. A worker started without roots confines jobs to its runtime directory: /etc is refused.
 "$BIN/moectl" drain w0 >/dev/null && "$BIN/moectl" drain w1 >/dev/null
-"$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name bare --rack r0 --node bare --threads 1 \
+"$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name bare --rack r0 --node bare --threads 1 --slots 1 \
     --runtime-dir "$WORK/rt-bare" >"$WORK/worker-bare.log" 2>&1 &
 PIDS+=($!)
 wait_workers 1
@@ -227,6 +227,10 @@ printf 'plain line\n'
 printf 'clear \033[2J then title \033]0;pwned\007 then csi \302\233 31m done\n'
 head -c 2200000 /dev/zero | tr '\0' 'x'; printf '\n'
 printf 'after the long line\n'
+# A rank's reports and final record (fd 3, common/rank_end.h): the controller believes a success only
+# after the last step and with the final checkpoint.
+printf '{"step":1,"total_steps":2}\n{"step":2,"total_steps":2}\n' >&3
+printf '{"end":true,"code":"OK","class":"none","exit_code":0,"message":"","checkpoint_step":2}\n' >&3
 SH
 chmod +x "$WORK/noisy-trainer"
 "$BIN/moectl" drain w0 >/dev/null && "$BIN/moectl" drain w1 >/dev/null

@@ -185,6 +185,7 @@ struct WorkerFlags {
   std::string device = "cpu", devices;  // --device, --devices
   std::string health_listen;            // --health-listen ADDR:PORT
   int slots = 0;                        // --slots
+  int slots_from_cores = 0;             // --slots defaulted from this many cores (logged)
   moe::ServiceLogOptions log;
   int fake_workers = 1;
   FakeLayout fake;
@@ -223,7 +224,8 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
                  "the node's GPUs this agent serves, one rank each: 0-7, 0,2,4, cuda:0,cuda:1 or "
                  "all (every GPU the driver lists)");
   app.add_option("--slots", f.slots,
-                 "a CPU node: this many ranks at once, sharing the node's cores (default 1)")
+                 "a CPU node: this many ranks at once, sharing the node's cores (default: the "
+                 "node's cores over --threads, or 1 without --threads)")
       ->check(CLI::Range(1, 256));
   app.add_option("--rack", f.rack, "rack (NVLink domain) when NVML has no fabric info ($MOE_RACK)");
   app.add_option("--node", f.node, "node name ($MOE_NODE; default: the host name)");
@@ -364,6 +366,15 @@ moe::Status Resolve(WorkerFlags& f) {
   }
   if (o.client.address.empty())
     return moe::InvalidArgumentError("--controller: required (or set MOE_CONTROLLER)");
+  // A CPU node without --slots runs as many ranks as its cores hold at --threads each (a node of 2
+  // cores at --threads 1: 2 slots, so the two-rank default job runs on one agent); without
+  // --threads, one.
+  if (f.slots == 0 && f.devices.empty() && f.device == "cpu" && o.threads > 0 &&
+      o.fake_step_seconds <= 0) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    f.slots = std::clamp(cores / o.threads, 1, 256);
+    f.slots_from_cores = cores;
+  }
   MOE_ASSIGN_OR_RETURN(o.devices, moe::worker::ParseDevices(f.device, f.devices, f.slots));
   const std::string& first = o.devices.front();
   const moe::worker::Topology topo = moe::worker::DetectTopology(first, f.rack, f.node);
@@ -408,6 +419,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   MOE_LOG(INFO) << "rack " << f.o.rack << " from " << f.rack << "; node " << f.o.node;
+  if (f.slots_from_cores > 0)
+    MOE_LOG(INFO) << f.o.devices.size() << " CPU slot(s): the node's " << f.slots_from_cores
+                  << " core(s) at --threads " << f.o.threads << " each (--slots to choose)";
   WarnOpenRoots(f.o);
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGINT, OnSignal);
