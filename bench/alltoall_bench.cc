@@ -18,9 +18,9 @@
 
 #include "common/args.h"
 #include "common/file_util.h"
+#include "common/rng.h"
 #include "kernels/permute.h"
 #include "kernels/runtime.h"
-#include "worker/engine/model/rng.h"
 #include "worker/engine/parallel/dispatcher.h"
 #include "worker/engine/parallel/gloo_comm.h"
 #include "worker/engine/parallel/process_group.h"

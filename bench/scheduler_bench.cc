@@ -14,12 +14,12 @@
 #include "common/job_spec.h"
 #include "common/job_spec_proto.h"
 #include "common/log.h"
+#include "common/rng.h"
 #include "controller/clock.h"
 #include "controller/controller.h"
 #include "controller/metrics_aggregator.h"
 #include "controller/scheduler.h"
 #include "controller/state_store.h"
-#include "worker/engine/model/rng.h"
 
 namespace {
 

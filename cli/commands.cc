@@ -22,6 +22,7 @@
 #include "cli/watch.h"
 #include "common/escape.h"
 #include "common/job_spec_proto.h"
+#include "common/job_state.h"
 #include "common/label_selector.h"
 
 namespace moe::cli {
@@ -70,11 +71,6 @@ int Print(const Client& c, const google::protobuf::Message& m, const std::string
 int PrintNames(const std::vector<std::string>& names, const std::string& kind) {
   for (const auto& n : names) std::printf("%s/%s\n", kind.c_str(), n.c_str());
   return 0;
-}
-
-bool IsFinalState(moe::v1::JobState s) {
-  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED ||
-         s == moe::v1::TIMEOUT;
 }
 
 // `get job ID -o yaml` (or json) is the whole job, its document under `spec`: submitted again,
@@ -225,7 +221,7 @@ StatusOr<std::vector<std::string>> SelectJobs(Client& c, const Args& a, bool end
   size_t matched = 0;
   for (const auto& j : all.jobs()) {
     if (!a.job_name.empty() && j.spec().metadata().name() != a.job_name) continue;
-    if (a.states.empty() && IsFinalState(j.state()) != ended) continue;
+    if (a.states.empty() && IsTerminal(j.state()) != ended) continue;
     add(j.id());
     ++matched;
   }
@@ -327,7 +323,7 @@ int Events(Client& c, const Args& a) {
   for (bool first = true;; first = false) {
     PrintEvents(*job, last, a, first);
     for (const auto& e : job->events()) last = std::max(last, e.seq());
-    if (!a.watch_list || IsFinalState(job->state()) || job->state() == moe::v1::INVALID) return 0;
+    if (!a.watch_list || IsTerminal(job->state())) return 0;
     std::this_thread::sleep_for(std::chrono::duration<double>(a.refresh));
     moe::v1::GetJobRequest req;
     req.set_id(job->id());

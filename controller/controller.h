@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "controller/admission.h"
 #include "controller/attempt_lifecycle.h"
@@ -41,7 +42,6 @@
 #include "controller/job_watchers.h"
 #include "controller/log_requests.h"
 #include "controller/metrics_aggregator.h"
-#include "controller/mutex.h"
 #include "controller/node_credentials.h"
 #include "controller/queue_scheduler.h"
 #include "controller/registration_gate.h"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/rank_layout.h"
 #include "controller/scheduler.h"
 #include "moe/v1/job.pb.h"
 #include "moe/v1/worker_service.pb.h"
@@ -43,14 +44,14 @@ inline void SetPlacement(moe::v1::Job& job, const std::vector<Slot>& slots) {
       std::max(1, static_cast<int>(par.has_pipeline_parallel() ? par.pipeline_parallel() : 1));
   const int ep =
       std::max(1, static_cast<int>(par.has_expert_parallel() ? par.expert_parallel() : 1));
-  const int dp = std::max(1, world / pp);
   for (size_t r = 0; r < slots.size(); ++r) {
     auto* p = job.add_placement();
     const int rank = static_cast<int>(r);
+    const RankCoordinates at = RankLayout(rank, world, pp, ep);
     p->set_rank(rank);
-    p->set_pp(rank / dp);
-    p->set_dp(rank % dp);
-    p->set_ep(rank % ep);
+    p->set_pp(at.pp);
+    p->set_dp(at.dp);
+    p->set_ep(at.ep);
     p->set_worker(slots[r].worker);
     p->set_rack(slots[r].rack);
     p->set_node(slots[r].node);

@@ -28,7 +28,7 @@
 #include <mutex>
 #include <thread>
 
-#include "controller/mutex.h"
+#include "common/mutex.h"
 #include "controller/state_store.h"
 
 namespace moe::controller {

@@ -12,8 +12,8 @@
 #include "absl/base/thread_annotations.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "controller/executor.h"
-#include "controller/mutex.h"
 #include "controller/udp_heartbeats.h"
 #include "moe/v1/job_service.grpc.pb.h"
 #include "moe/v1/worker_service.grpc.pb.h"
@@ -128,10 +128,7 @@ Status WorkersPage(Controller& c, const moe::v1::ListWorkersRequest& req,
 }
 
 bool IsTerminalJob(const moe::v1::WatchJobResponse& r) {
-  if (!r.has_job()) return false;
-  const auto s = r.job().state();
-  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED ||
-         s == moe::v1::TIMEOUT;
+  return r.has_job() && IsTerminal(r.job().state());
 }
 
 // WatchJob: events and metrics pushed by the controller, written one at a time.

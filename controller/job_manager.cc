@@ -11,11 +11,6 @@ namespace moe::controller {
 
 using moe::v1::JobState;
 
-bool IsTerminal(JobState s) {
-  return s == moe::v1::SUCCEEDED || s == moe::v1::FAILED || s == moe::v1::CANCELLED ||
-         s == moe::v1::TIMEOUT || s == moe::v1::INVALID;
-}
-
 std::string NormalizePath(const std::string& path) {
   std::string out;
   size_t i = 0;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/job_state.h"
 #include "common/status.h"
 #include "controller/clock.h"
 #include "controller/group_commit.h"
@@ -38,7 +39,6 @@ std::string NormalizePath(const std::string& path);
 // attempts; a cancel or the time limit passes through STOPPING (CANCELLED, TIMEOUT) while ranks
 // run.
 bool ValidTransition(moe::v1::JobState from, moe::v1::JobState to);
-bool IsTerminal(moe::v1::JobState s);
 // Waiting for placement: PENDING, or RESTARTING between attempts.
 bool IsQueued(moe::v1::JobState s);
 

@@ -337,7 +337,7 @@ int Fail(const std::string& msg) {
 int main(int argc, char** argv) {
   // gRPC's own absl::Mutexes: abseil's lock-order graph (deadlock detection, on unless abseil's
   // headers saw NDEBUG) costs every lock a hash lookup, a few per cent of a core at 16,384 agents'
-  // heartbeats. Our mutexes are std::mutex (controller/mutex.h); ThreadSanitizer checks them.
+  // heartbeats. Our mutexes are std::mutex (common/mutex.h); ThreadSanitizer checks them.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Parse flags.
   ControllerConfig config;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "common/status.h"
-#include "controller/mutex.h"
 
 namespace moe::controller {
 

@@ -51,7 +51,6 @@ kernels/gpu_libraries.cc                   kernels/cuda/sm90a/cudnn_attention.h
 kernels/gpu_libraries.cc                   kernels/cuda/sm90a/grouped_gemm.h
 worker/engine/parallel/pipeline.h          worker/engine/model/model.h
 worker/engine/checkpoint/checkpoint.h      worker/engine/train/optimizer.h
-worker/engine/data/sampler.cc              worker/engine/model/rng.h
 """
 
 SOURCES = ["*.h", "*.cc", "*.cu", "*.cuh", "*.hpp", "*.cpp"]

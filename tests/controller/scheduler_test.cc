@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "worker/engine/model/rng.h"
+#include "common/rng.h"
 
 namespace moe::controller {
 namespace {

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "controller/group_commit.h"
 #include "controller/lease_book.h"
-#include "controller/mutex.h"
 #include "tests/controller/flaky_store.h"
 
 namespace moe::controller {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "common/job_spec.h"
+#include "common/rng.h"
 #include "worker/engine/data/indexed_dataset.h"
-#include "worker/engine/model/rng.h"
 
 namespace moe::testing {
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/rng.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
@@ -30,7 +31,6 @@
 #include "kernels/router.h"
 #include "kernels/runtime.h"
 #include "kernels/swiglu.h"
-#include "worker/engine/model/rng.h"
 #ifdef MOE_WITH_SM90A
 #include "kernels/cuda/sm90a/cudnn_attention.h"
 #include "kernels/cuda/sm90a/grouped_gemm.h"

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rng.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/cuda/cross_entropy_kernels.cuh"
 #include "kernels/cuda/elementwise_kernels.cuh"
@@ -51,7 +52,6 @@
 #include "kernels/rope.h"
 #include "kernels/router.h"
 #include "kernels/swiglu.h"
-#include "worker/engine/model/rng.h"
 
 namespace {
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "common/rng.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
@@ -15,7 +16,6 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
-#include "worker/engine/model/rng.h"
 
 namespace moe {
 namespace {

@@ -12,8 +12,8 @@
 #include <deque>
 #include <vector>
 
+#include "common/rng.h"
 #include "kernels/runtime.h"
-#include "worker/engine/model/rng.h"
 
 namespace moe::kernels {
 namespace {

@@ -14,11 +14,11 @@
 
 #include "common/args.h"
 #include "common/file_util.h"
+#include "common/rng.h"
 #include "kernels/elementwise.h"
 #include "worker/engine/checkpoint/hf_io.h"
 #include "worker/engine/checkpoint/safetensors.h"
 #include "worker/engine/model/model.h"
-#include "worker/engine/model/rng.h"
 #include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/train/trainer.h"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/rng.h"
 #include "kernels/tensor.h"
-#include "worker/engine/model/rng.h"
 
 namespace moe::testing {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "worker/engine/model/rng.h"
+#include "common/rng.h"
 
 namespace moe {
 

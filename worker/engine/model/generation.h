@@ -8,9 +8,9 @@
 #include <optional>
 #include <vector>
 
+#include "common/rng.h"
 #include "common/status.h"
 #include "worker/engine/model/model.h"
-#include "worker/engine/model/rng.h"
 
 namespace moe {
 

@@ -1,10 +1,10 @@
 #include "worker/engine/model/param.h"
 
+#include "common/rng.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/memory_stats.h"
-#include "worker/engine/model/rng.h"
 
 namespace moe {
 

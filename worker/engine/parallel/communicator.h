@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rank_layout.h"
 #include "common/status.h"
 #include "kernels/tensor.h"
 
@@ -127,14 +128,17 @@ struct ParallelContext {
                 // A group of one when PP = 1; nullptr on the middle stages.
 
   int dp_size() const { return world_size / pipeline_parallel; }
-  int pp_rank() const { return rank / dp_size(); }
-  int dp_rank() const { return rank % dp_size(); }
-  int ep_rank() const { return dp_rank() % expert_parallel; }
+  int pp_rank() const { return At().pp; }
+  int dp_rank() const { return At().dp; }
+  int ep_rank() const { return At().ep; }
   int ep_group_index() const { return rank / expert_parallel; }
   int expert_dp_size() const { return dp_size() / expert_parallel; }
   int expert_dp_rank() const { return dp_rank() / expert_parallel; }
   bool first_stage() const { return pp_rank() == 0; }
   bool last_stage() const { return pp_rank() == pipeline_parallel - 1; }
+  RankCoordinates At() const {
+    return RankLayout(rank, world_size, pipeline_parallel, expert_parallel);
+  }
 };
 
 // How a rank's communicators are built (process_group.h, gloo_comm.h, nccl_comm.h).

@@ -24,7 +24,8 @@ StatusOr<GroupLayout> LayoutGroups(int world, int rank, int pipeline_parallel,
         "expert_parallel " + str(ep) + " does not divide the data-parallel size " + str(dp) +
         " (world size " + str(world) + " / pipeline_parallel " + str(pipeline_parallel) + ")");
   }
-  const int stage = rank / dp, dp_rank = rank % dp, ep_rank = dp_rank % ep, first = stage * dp;
+  const RankCoordinates at = RankLayout(rank, world, pipeline_parallel, ep);
+  const int stage = at.pp, dp_rank = at.dp, ep_rank = at.ep, first = stage * dp;
   const auto ranks = [](int count, int start, int stride) {
     std::vector<int> r;
     for (int i = 0; i < count; ++i) r.push_back(start + i * stride);

@@ -1,5 +1,5 @@
-// The controller's lock: std::mutex with abseil's thread-safety annotations (ABSL_GUARDED_BY and
-// friends keep checking under clang's -Wthread-safety).
+// The project's lock (the controller's, the agent's): std::mutex with abseil's thread-safety
+// annotations (ABSL_GUARDED_BY and friends keep checking under clang's -Wthread-safety).
 //
 // Why not absl::Mutex: Debian's abseil is not built with -fsanitize=thread, so ThreadSanitizer
 // cannot see its lock and unlock and reports every pair of accesses guarded by it as a race (make
@@ -12,7 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 
-namespace moe::controller {
+namespace moe {
 
 class ABSL_LOCKABLE Mutex {
  public:
@@ -44,4 +44,4 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
   Mutex* const mu_;
 };
 
-}  // namespace moe::controller
+}  // namespace moe
