@@ -14,10 +14,9 @@ struct RankCoordinates {
   int ep = 0;  // rank within its expert-parallel group
 };
 
-// The sizes must divide (world by pipeline_parallel, that quotient by expert_parallel); sizes below 1
-// count as 1.
-inline RankCoordinates RankLayout(int rank, int world, int pipeline_parallel,
-                                  int expert_parallel) {
+// The sizes must divide (world by pipeline_parallel, that quotient by expert_parallel); sizes below
+// 1 count as 1.
+inline RankCoordinates RankLayout(int rank, int world, int pipeline_parallel, int expert_parallel) {
   const int dp_size = std::max(1, world / std::max(1, pipeline_parallel));
   RankCoordinates c;
   c.pp = rank / dp_size;

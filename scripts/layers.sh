@@ -49,8 +49,6 @@ kernels/dispatch.h                         kernels/cuda/cuda_backend.h
 kernels/gpu_libraries.cc                   kernels/cuda/cublas_api.h
 kernels/gpu_libraries.cc                   kernels/cuda/sm90a/cudnn_attention.h
 kernels/gpu_libraries.cc                   kernels/cuda/sm90a/grouped_gemm.h
-worker/engine/parallel/pipeline.h          worker/engine/model/model.h
-worker/engine/checkpoint/checkpoint.h      worker/engine/train/optimizer.h
 """
 
 SOURCES = ["*.h", "*.cc", "*.cu", "*.cuh", "*.hpp", "*.cpp"]

@@ -12,6 +12,7 @@
 #include "tests/testing/testing.h"
 #include "worker/engine/checkpoint/async_checkpoint.h"
 #include "worker/engine/parallel/local_communicator.h"
+#include "worker/engine/train/optimizer.h"
 
 namespace moe {
 namespace {

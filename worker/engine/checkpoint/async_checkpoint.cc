@@ -95,7 +95,7 @@ size_t TotalBytes(const std::vector<TensorPiece>& pieces, bool* device_tensors) 
 
 }  // namespace
 
-void AsyncCheckpointer::Preallocate(Model& model, const Optimizer& optimizer) {
+void AsyncCheckpointer::Preallocate(Model& model, const CheckpointedOptimizer& optimizer) {
   bool device_tensors = false;
   const size_t total =
       TotalBytes(CheckpointPieces(model, optimizer, par_, /*writer=*/true), &device_tensors);
@@ -103,7 +103,7 @@ void AsyncCheckpointer::Preallocate(Model& model, const Optimizer& optimizer) {
   if (!pinned_) std::memset(arena_, 0, capacity_);  // its pages faulted in now, not at a save
 }
 
-void AsyncCheckpointer::Snapshot(Model& model, const Optimizer& optimizer) {
+void AsyncCheckpointer::Snapshot(Model& model, const CheckpointedOptimizer& optimizer) {
   const std::vector<TensorPiece> mine = CheckpointPieces(model, optimizer, par_, /*writer=*/true);
   bool device_tensors = false;
   Reserve(TotalBytes(mine, &device_tensors), device_tensors);
@@ -122,7 +122,7 @@ void AsyncCheckpointer::Snapshot(Model& model, const Optimizer& optimizer) {
   last_bytes_ = at;
 }
 
-Status AsyncCheckpointer::Start(int64_t step, Model& model, const Optimizer& optimizer,
+Status AsyncCheckpointer::Start(int64_t step, Model& model, const CheckpointedOptimizer& optimizer,
                                 const Node& state, Status* storage_failure) {
   MOE_CHECK(!pending_) << "a checkpoint save started while the one of step " << pending_->step
                        << " is in flight";
@@ -185,7 +185,8 @@ Status AsyncCheckpointer::WaitForWriter() {
   return wrote_;
 }
 
-StatusOr<AsyncCheckpointer::Outcome> AsyncCheckpointer::Poll(bool wait, const Optimizer& optimizer,
+StatusOr<AsyncCheckpointer::Outcome> AsyncCheckpointer::Poll(bool wait,
+                                                             const CheckpointedOptimizer& optimizer,
                                                              Status* storage_failure) {
   if (!pending_) return Outcome::kNone;
   if (!wait) {

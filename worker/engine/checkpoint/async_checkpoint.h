@@ -43,7 +43,7 @@ class AsyncCheckpointer {
 
   // Allocates (and touches) the host buffers a save of this state needs, before training starts,
   // so that the first save's copy does not pay for them. Optional: Start allocates what is missing.
-  void Preallocate(Model& model, const Optimizer& optimizer);
+  void Preallocate(Model& model, const CheckpointedOptimizer& optimizer);
 
   bool in_flight() const { return pending_.has_value(); }
   int64_t in_flight_step() const { return pending_ ? pending_->step : 0; }
@@ -52,8 +52,8 @@ class AsyncCheckpointer {
   // this rank's state to host memory and starts the background write. A directory that cannot be
   // prepared is a storage failure (in `storage_failure`; nothing is then in flight); a
   // communication failure is returned.
-  Status Start(int64_t step, Model& model, const Optimizer& optimizer, const Node& state,
-               Status* storage_failure);
+  Status Start(int64_t step, Model& model, const CheckpointedOptimizer& optimizer,
+               const Node& state, Status* storage_failure);
 
   enum class Outcome { kNone, kPending, kCommitted, kFailed };
   // Collective, at every step boundary while a save is in flight (every rank calls it at the same
@@ -61,7 +61,8 @@ class AsyncCheckpointer {
   // waits for its own first (then every rank's is done). Once all are: EndSave, kCommitted, or
   // kFailed with the reason in `storage_failure`. A communication failure or a fenced rank's
   // ABORTED is returned. kNone: nothing was in flight.
-  StatusOr<Outcome> Poll(bool wait, const Optimizer& optimizer, Status* storage_failure);
+  StatusOr<Outcome> Poll(bool wait, const CheckpointedOptimizer& optimizer,
+                         Status* storage_failure);
 
   // Whether this rank's background write has finished (its outcome is then waiting for Poll).
   bool write_done();
@@ -75,7 +76,7 @@ class AsyncCheckpointer {
     Node state;
     Status prepared;
   };
-  void Snapshot(Model& model, const Optimizer& optimizer);
+  void Snapshot(Model& model, const CheckpointedOptimizer& optimizer);
   void Reserve(size_t bytes, bool device_tensors);
   void FreeArena();
   void WriterLoop();

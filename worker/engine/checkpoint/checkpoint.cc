@@ -18,7 +18,7 @@ std::string ShardName(int rank) {
 
 }  // namespace
 
-std::vector<TensorPiece> CheckpointPieces(Model& model, const Optimizer& optimizer,
+std::vector<TensorPiece> CheckpointPieces(Model& model, const CheckpointedOptimizer& optimizer,
                                           const ParallelContext& par, bool writer) {
   // Weights and moments: the optimizer knows who holds what (shards, or the group's rank 0). The
   // bias of a MoE layer is the same on every data-parallel rank of its stage: rank 0 of the stage
@@ -78,8 +78,8 @@ Status CheckpointManager::PrepareSave(const std::string& tmp_dir) const {
 // Rank 0, once every shard is in tmp_dir: the manifest last, then the directory renamed into place.
 // A checkpoint of the same step (a re-run after a resume) is replaced only now, when the new one is
 // complete.
-Status CheckpointManager::CommitSave(int64_t step, const Optimizer& optimizer, const Node& state,
-                                     const std::string& tmp_dir,
+Status CheckpointManager::CommitSave(int64_t step, const CheckpointedOptimizer& optimizer,
+                                     const Node& state, const std::string& tmp_dir,
                                      const std::string& final_dir) const {
   Node manifest = Node::Map();
   manifest.Set("format", Node::Scalar(kCheckpointFormat, true));
@@ -113,7 +113,7 @@ Status CheckpointManager::CommitSave(int64_t step, const Optimizer& optimizer, c
   return fence_ ? fence_(commit) : commit();  // a fenced rank commits and prunes nothing
 }
 
-Status CheckpointManager::Save(int64_t step, Model& model, const Optimizer& optimizer,
+Status CheckpointManager::Save(int64_t step, Model& model, const CheckpointedOptimizer& optimizer,
                                const Node& state, Status* storage_failure) {
   Status prepared;
   MOE_RETURN_IF_ERROR(BeginSave(step, &prepared));
@@ -138,8 +138,8 @@ Status CheckpointManager::BeginSave(int64_t step, Status* prepared) {
   return comm;
 }
 
-Status CheckpointManager::EndSave(int64_t step, const Optimizer& optimizer, const Node& state,
-                                  const Status& prepared, const Status& wrote,
+Status CheckpointManager::EndSave(int64_t step, const CheckpointedOptimizer& optimizer,
+                                  const Node& state, const Status& prepared, const Status& wrote,
                                   Status* storage_failure) {
   const std::string final_dir = JoinPath(dir_, StepDirName(step));
   const std::string tmp_dir = final_dir + tmp_suffix_;
@@ -267,7 +267,8 @@ StatusOr<int64_t> CheckpointManager::Choose() {
   return chosen;
 }
 
-StatusOr<CheckpointInfo> CheckpointManager::Load(int64_t step, Model& model, Optimizer& optimizer) {
+StatusOr<CheckpointInfo> CheckpointManager::Load(int64_t step, Model& model,
+                                                 CheckpointedOptimizer& optimizer) {
   CheckpointInfo info;
   info.step = step;
   info.path = JoinPath(dir_, StepDirName(step));
@@ -286,7 +287,8 @@ StatusOr<CheckpointInfo> CheckpointManager::Load(int64_t step, Model& model, Opt
   return info;
 }
 
-StatusOr<CheckpointInfo> CheckpointManager::Restore(Model& model, Optimizer& optimizer) {
+StatusOr<CheckpointInfo> CheckpointManager::Restore(Model& model,
+                                                    CheckpointedOptimizer& optimizer) {
   MOE_ASSIGN_OR_RETURN(const int64_t chosen, Choose());
   if (chosen == 0) return CheckpointInfo();
   return Load(chosen, model, optimizer);

@@ -20,7 +20,6 @@
 #include "worker/engine/checkpoint/checkpoint_io.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/parallel/communicator.h"
-#include "worker/engine/train/optimizer.h"
 
 namespace moe {
 
@@ -33,7 +32,7 @@ struct CheckpointInfo {
 // What this rank writes (owner) or needs (reader) of a model's state in a checkpoint: every
 // parameter's value and AdamW moments ("param/<name>/value|m|v") and every MoE layer's bias
 // ("bias/<layer>"), as pieces of the global tensors.
-std::vector<TensorPiece> CheckpointPieces(Model& model, const Optimizer& optimizer,
+std::vector<TensorPiece> CheckpointPieces(Model& model, const CheckpointedOptimizer& optimizer,
                                           const ParallelContext& par, bool writer);
 
 class CheckpointManager {
@@ -64,7 +63,7 @@ class CheckpointManager {
   // returns OK (the caller may train on and try again at the next interval); without it Save
   // returns the reason. What was half written is removed; the previous complete checkpoint stays. A
   // communication failure is always returned.
-  Status Save(int64_t step, Model& model, const Optimizer& optimizer, const Node& state,
+  Status Save(int64_t step, Model& model, const CheckpointedOptimizer& optimizer, const Node& state,
               Status* storage_failure = nullptr);
   // Save in its phases, for a caller that writes this rank's shard itself, later or elsewhere
   // (AsyncCheckpointer: a background thread). BeginSave: rank 0 prepares the save's temporary
@@ -75,16 +74,16 @@ class CheckpointManager {
   // dir() as it is when called: a caller keeps it unchanged between BeginSave and EndSave.
   Status BeginSave(int64_t step, Status* prepared);
   std::string ShardPath(int64_t step) const;
-  Status EndSave(int64_t step, const Optimizer& optimizer, const Node& state,
+  Status EndSave(int64_t step, const CheckpointedOptimizer& optimizer, const Node& state,
                  const Status& prepared, const Status& wrote, Status* storage_failure = nullptr);
   // Collective: the step of the newest complete, undamaged checkpoint (rank 0 decides, everyone
   // follows); 0 when there is none. A checkpoint written for another model shape is an error
   // (FAILED_PRECONDITION), not something to skip.
   StatusOr<int64_t> Choose();
   // Loads this rank's part of checkpoint `step`, whatever layout wrote it.
-  StatusOr<CheckpointInfo> Load(int64_t step, Model& model, Optimizer& optimizer);
+  StatusOr<CheckpointInfo> Load(int64_t step, Model& model, CheckpointedOptimizer& optimizer);
   // Choose, then Load (step 0 when there is nothing to load).
-  StatusOr<CheckpointInfo> Restore(Model& model, Optimizer& optimizer);
+  StatusOr<CheckpointInfo> Restore(Model& model, CheckpointedOptimizer& optimizer);
 
   // Checks one checkpoint directory's manifest and every shard; OK means it can be loaded.
   Status Validate(const std::string& path) const;
@@ -101,7 +100,7 @@ class CheckpointManager {
   static constexpr int64_t kOtherModel = -1, kUnreadable = -2;  // ChooseOnRankZero's refusals
   int64_t ChooseOnRankZero(Status* refusal) const;
   Status PrepareSave(const std::string& tmp_dir) const;
-  Status CommitSave(int64_t step, const Optimizer& optimizer, const Node& state,
+  Status CommitSave(int64_t step, const CheckpointedOptimizer& optimizer, const Node& state,
                     const std::string& tmp_dir, const std::string& final_dir) const;
 
   std::string dir_;

@@ -32,6 +32,18 @@ struct TensorPiece {
   Tensor data;  // any device; f32, f64 or bf16
 };
 
+// What a checkpoint needs of the optimizer (train/optimizer.h is the one): the pieces of its state
+// a rank writes (`writer`) or reads, whether its state is sharded (ZeRO), and the notice that
+// restored weights replaced the master copy. Declared here, below the trainer's room, so that
+// checkpoints do not depend on it (scripts/layers.sh).
+class CheckpointedOptimizer {
+ public:
+  virtual ~CheckpointedOptimizer() = default;
+  virtual bool distributed() const = 0;
+  virtual void Pieces(bool writer, std::vector<TensorPiece>* out) const = 0;
+  virtual void WeightsChanged() = 0;
+};
+
 // Writes `pieces` as one shard file (atomically: temporary name, fsync, rename).
 Status WriteShardFile(const std::string& path, int rank, int64_t step,
                       const std::vector<TensorPiece>& pieces);

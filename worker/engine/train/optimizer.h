@@ -41,7 +41,7 @@ struct OptimizerBytes {
   int64_t optimizer = 0;  // AdamW moments
 };
 
-class Optimizer {
+class Optimizer final : public CheckpointedOptimizer {
  public:
   // Lays `params` out in flat buffers (rebinding each Param's value, compute, grad, m and v to
   // views, or leaving value, m and v undefined where the rank holds only a shard). `distributed`:
@@ -51,11 +51,11 @@ class Optimizer {
   // is what the groups reduce; its sum is rounded into the gradients once, after the reduction.
   Optimizer(const OptimizerConfig& cfg, ParamSet& params, const ParallelContext& par,
             bool distributed, int64_t num_experts, bool deterministic = false);
-  ~Optimizer();
+  ~Optimizer() override;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  bool distributed() const { return distributed_; }
+  bool distributed() const override { return distributed_; }
   // Whether the fp32 master weights exist only as this rank's shard (distributed mixed precision);
   // then Param::value is undefined and the checkpoint pieces of the values come from here.
   bool sharded_master() const;
@@ -87,12 +87,12 @@ class Optimizer {
   Status StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm_sq, bool norm_fp32);
   // After a checkpoint restore wrote the weights: refresh the compute copies from a full master (a
   // sharded master and the compute copies are read separately).
-  void WeightsChanged();
+  void WeightsChanged() override;
 
   // Checkpoint pieces of the optimizer state ("param/<name>/m|v") and, with a sharded master, of
   // the weights ("param/<name>/value"). writer: what this rank writes (its shards; without ZeRO the
   // group's rank 0 everything; tied copies never); reader: what it needs.
-  void Pieces(bool writer, std::vector<TensorPiece>* out) const;
+  void Pieces(bool writer, std::vector<TensorPiece>* out) const override;
   OptimizerBytes Bytes() const;
 
  private:

@@ -18,10 +18,10 @@
 #include "worker/engine/checkpoint/hf_io.h"
 #include "worker/engine/data/sampler.h"
 #include "worker/engine/model/model.h"
-#include "worker/engine/parallel/pipeline.h"
 #include "worker/engine/train/evaluator.h"
 #include "worker/engine/train/optimizer.h"
 #include "worker/engine/train/peak.h"
+#include "worker/engine/train/pipeline.h"
 
 namespace moe {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/engine/parallel/pipeline.h"
+#include "worker/engine/train/pipeline.h"
 
 #include <chrono>
 
