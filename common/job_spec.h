@@ -37,8 +37,7 @@ std::vector<int64_t> ElasticWorldSizes(const JobSpec& s);
 StatusOr<JobSpec> ParseJobSpecText(std::string_view text);
 StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
 
-// Semantic checks with field paths. `for_training` adds what the engine needs to run the job (an
-// attention type it implements, a data path).
+// Semantic checks with field paths (the model's here, the whole spec's in ValidateJobSpec).
 Status ValidateModel(const ModelConfig& m, std::string_view path);
 Status ValidateJobSpec(const JobSpec& spec);
 

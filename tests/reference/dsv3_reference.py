@@ -1,5 +1,5 @@
 """An independent plain-PyTorch DeepSeek-V3 (MLA, MoE with biased group-limited routing, MTP),
-written from /work/shared/reference/deepseek-v3-architecture.md, flops-and-models.md
+written from docs/reference/deepseek-v3-architecture.md, flops-and-models.md
 ("DeepSeek-V3 routing, exactly") and the public DeepSeek-V3 paper. A test oracle: slow, CPU,
 float64 or float32, autograd for the backward. It shares no code with the C++ engine.
 
