@@ -53,13 +53,13 @@ WorkerAgent::~WorkerAgent() {
 
 void WorkerAgent::Stop() {
   stop_ = true;
-  std::lock_guard<std::mutex> lock(stream_mu_);
+  MutexLock lock(&stream_mu_);
   if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
 }
 
 void WorkerAgent::Leave(const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(ranks_mu_);
+    MutexLock lock(&ranks_mu_);
     if (leaving_) return;
     leave_reason_ = reason;
     leaving_ = true;
@@ -72,7 +72,7 @@ void WorkerAgent::Leave(const std::string& reason) {
 }
 
 std::string WorkerAgent::LeaveReason() {
-  std::lock_guard<std::mutex> lock(ranks_mu_);
+  MutexLock lock(&ranks_mu_);
   return leave_reason_;
 }
 
@@ -83,7 +83,7 @@ void WorkerAgent::SendLeaving() {
 }
 
 bool WorkerAgent::Write(const moe::v1::WorkerMessage& msg) {
-  std::lock_guard<std::mutex> lock(stream_mu_);
+  MutexLock lock(&stream_mu_);
   return stream_ && stream_->Write(msg);
 }
 
@@ -215,7 +215,7 @@ void WorkerAgent::Registration(moe::v1::Register* r) {
   // its cores.
   r->set_host_id(ThisHostId());
   r->set_session(session_->Get());  // keeps this worker's name across reconnects
-  std::lock_guard<std::mutex> lock(ranks_mu_);
+  MutexLock lock(&ranks_mu_);
   for (const auto& [device, rank] : ranks_) {
     if (rank->done) continue;
     auto* run = r->add_running();
@@ -232,7 +232,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   PrepareContext(&ctx, o_.client,
                  0);  // the stream lives as long as the worker; keepalive finds dead peers
   {
-    std::lock_guard<std::mutex> lock(stream_mu_);
+    MutexLock lock(&stream_mu_);
     stream_ = stub->Connect(&ctx);
     stream_ctx_ = &ctx;
   }
@@ -240,7 +240,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   Registration(reg.mutable_register_());
   registration_sent_ = std::chrono::steady_clock::now();
   if (!Write(reg)) {
-    std::lock_guard<std::mutex> lock(stream_mu_);
+    MutexLock lock(&stream_mu_);
     const grpc::Status st = stream_->Finish();
     const auto now = std::chrono::steady_clock::now();
     if (unreachable_++ == 0 || now - unreachable_logged_ >= std::chrono::seconds(30)) {
@@ -282,7 +282,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   registered_ = false;
   ticker.Remove(beat);
   SetUdpLease(moe::v1::Registered());
-  std::lock_guard<std::mutex> lock(stream_mu_);
+  MutexLock lock(&stream_mu_);
   const grpc::Status st = stream_->Finish();
   if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
       st.error_message() == "unknown token") {
@@ -320,7 +320,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
 }
 
 void WorkerAgent::SetUdpLease(const moe::v1::Registered& r) {
-  std::lock_guard<std::mutex> lock(udp_mu_);
+  MutexLock lock(&udp_mu_);
   if (udp_link_) udp_link_->Remove(udp_lease_);
   udp_link_.reset();
   udp_lease_ = udp_seq_ = 0;
@@ -337,7 +337,7 @@ void WorkerAgent::SetUdpLease(const moe::v1::Registered& r) {
 }
 
 bool WorkerAgent::UdpBeat() {
-  std::lock_guard<std::mutex> lock(udp_mu_);
+  MutexLock lock(&udp_mu_);
   if (!udp_link_) return false;
   const uint64_t seq = ++udp_seq_;
   const uint64_t acked = udp_link_->Beat(udp_lease_, seq);
@@ -372,7 +372,7 @@ void WorkerAgent::NoteLateAnswer() const {
 // Reads the controller's messages until the stream ends.
 void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub) {
   moe::v1::ControllerMessage msg;
-  while (stream_->Read(&msg)) {
+  while (ReaderStream()->Read(&msg)) {
     switch (msg.msg_case()) {
       case moe::v1::ControllerMessage::kRegistered: {
         if (!AcceptEpoch(msg.registered().epoch(), "its registration"))
@@ -395,7 +395,7 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
                       << ")";
         if (leaving_)
           SendLeaving();  // a reconnect during a clean stop: the controller hears it again
-        std::lock_guard<std::mutex> lock(ranks_mu_);
+        MutexLock lock(&ranks_mu_);
         unreported_.clear();  // delivered with the registration
         break;
       }
@@ -433,7 +433,7 @@ void WorkerAgent::ServeLogs(const moe::v1::LogRequest& req) {
     r->set_next_offset(slice->next_offset);
   }
   {
-    std::lock_guard<std::mutex> lock(ranks_mu_);
+    MutexLock lock(&ranks_mu_);
     bool running = false;
     for (const auto& [device, rank] : ranks_) {
       const moe::v1::Assignment& a = rank->assignment;
@@ -446,10 +446,10 @@ void WorkerAgent::ServeLogs(const moe::v1::LogRequest& req) {
 }
 
 void WorkerAgent::StopRanks(int device) {
-  std::lock_guard<std::mutex> stopping(stop_rank_mu_);
+  MutexLock stopping(&stop_rank_mu_);
   std::vector<std::shared_ptr<Rank>> stopping_ranks;
   {
-    std::lock_guard<std::mutex> lock(ranks_mu_);
+    MutexLock lock(&ranks_mu_);
     for (const auto& [d, rank] : ranks_) {
       if (device < 0 || d == device) stopping_ranks.push_back(rank);
     }
@@ -469,7 +469,7 @@ void WorkerAgent::Report(const moe::v1::RankFinished& f) {
   moe::v1::WorkerMessage m;
   *m.mutable_finished() = f;
   if (Write(m)) return;
-  std::lock_guard<std::mutex> lock(ranks_mu_);
+  MutexLock lock(&ranks_mu_);
   unreported_.push_back(f);
 }
 
@@ -495,7 +495,7 @@ Status WorkerAgent::CheckPaths(const moe::v1::Assignment& a) const {
 
 std::vector<std::string> WorkerAgent::CheckpointRoots() const {
   std::vector<std::string> roots = o_.checkpoint_roots;
-  std::lock_guard<std::mutex> lock(roots_mu_);
+  MutexLock lock(&roots_mu_);
   if (!controller_checkpoint_root_.empty()) roots.push_back(controller_checkpoint_root_);
   return roots;
 }
@@ -515,14 +515,14 @@ static std::string UnusableRoot(const std::string& root) {
 void WorkerAgent::AcceptCheckpointRoot(const std::string& root) {
   if (!o_.default_checkpoint_roots) return;
   if (root.empty()) {  // this controller offers none: one taken from an earlier controller goes
-    std::lock_guard<std::mutex> lock(roots_mu_);
+    MutexLock lock(&roots_mu_);
     controller_checkpoint_root_.clear();
     return;
   }
   const std::string why = UnusableRoot(root);
   bool same = false;  // a reconnect: logged before (the answer goes with every registration)
   {
-    std::lock_guard<std::mutex> lock(roots_mu_);
+    MutexLock lock(&roots_mu_);
     same = controller_checkpoint_root_ == (why.empty() ? root : "") && registrations_ > 0;
     controller_checkpoint_root_ = why.empty() ? root : "";
   }
@@ -721,7 +721,7 @@ AgentState WorkerAgent::State() {
   s.devices = static_cast<int>(o_.devices.size());
   s.registrations = registrations_;
   s.ranks_started = ranks_started_;
-  std::lock_guard<std::mutex> lock(ranks_mu_);
+  MutexLock lock(&ranks_mu_);
   for (const auto& [device, rank] : ranks_) s.ranks_running += rank && !rank->done;
   return s;
 }
@@ -730,7 +730,7 @@ void WorkerAgent::Adopt(const std::shared_ptr<Rank>& rank, void (WorkerAgent::*m
   ++ranks_started_;
   Write(AboutRank(rank->assignment, /*started=*/true));
   {
-    std::lock_guard<std::mutex> lock(ranks_mu_);
+    MutexLock lock(&ranks_mu_);
     ranks_[rank->device] = rank;
   }
   rank->monitor = std::thread([this, r = rank.get(), monitor] { (this->*monitor)(r); });
@@ -810,7 +810,7 @@ void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::
                              bool now) {
   std::vector<std::shared_ptr<Rank>> of_attempt;
   {
-    std::lock_guard<std::mutex> lock(ranks_mu_);
+    MutexLock lock(&ranks_mu_);
     for (const auto& [device, rank] : ranks_) {
       if (!rank->done && rank->assignment.job_id() == job_id &&
           rank->assignment.attempt() == attempt)

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/grpc_client.h"
+#include "common/mutex.h"
 #include "common/rank_process.h"
 #include "common/status.h"
 #include "moe/v1/worker_service.grpc.pb.h"
@@ -97,6 +98,12 @@ class WorkerAgent {
   bool Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   bool Write(const moe::v1::WorkerMessage& msg);
   bool Credential(moe::v1::WorkerService::Stub& stub);
+  // The stream for the Run thread's reads: gRPC allows one reader beside the writers, and only the
+  // Run thread replaces stream_, so on it the pointer needs no lock.
+  grpc::ClientReaderWriter<moe::v1::WorkerMessage, moe::v1::ControllerMessage>* ReaderStream()
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return stream_.get();
+  }
   void Registration(moe::v1::Register* r);
   void ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   void StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub,
@@ -149,18 +156,21 @@ class WorkerAgent {
   std::chrono::steady_clock::time_point unreachable_logged_;
   double retry_after_ = 0;  // seconds the controller asked us to wait before registering again
   Status fatal_;  // why Run gave up (a name another live worker holds); set on Run's thread
-  std::string leave_reason_;  // guarded by ranks_mu_ (set with leaving_)
-  std::mutex stop_rank_mu_;   // one StopRanks at a time (it joins the monitors)
-  std::mutex stream_mu_;      // guards stream_ and writes
+  Mutex ranks_mu_;
+  std::string leave_reason_ ABSL_GUARDED_BY(ranks_mu_);  // set with leaving_
+  Mutex stop_rank_mu_;                                   // one StopRanks at a time (it joins the
+                                                         // monitors)
+  Mutex stream_mu_;                                      // the stream and its writes
   std::unique_ptr<grpc::ClientReaderWriter<moe::v1::WorkerMessage, moe::v1::ControllerMessage>>
-      stream_;
-  grpc::ClientContext* stream_ctx_ = nullptr;
+      stream_ ABSL_GUARDED_BY(stream_mu_);
+  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(stream_mu_) = nullptr;
   std::atomic<int64_t> max_epoch_{0};  // the highest controller epoch seen (AcceptEpoch)
   std::atomic<double> heartbeat_seconds_{
       1.0};            // set by the Run thread (Registered), read by the heartbeat thread
-  std::mutex udp_mu_;  // the UDP lease: set by the Run thread, used by the heartbeat thread
-  std::shared_ptr<UdpBeatLink> udp_link_;
-  uint64_t udp_lease_ = 0, udp_seq_ = 0;
+  Mutex udp_mu_;  // the UDP lease: set by the Run thread, used by the heartbeat thread
+  std::shared_ptr<UdpBeatLink> udp_link_ ABSL_GUARDED_BY(udp_mu_);
+  uint64_t udp_lease_ ABSL_GUARDED_BY(udp_mu_) = 0;
+  uint64_t udp_seq_ ABSL_GUARDED_BY(udp_mu_) = 0;
 
   // This worker's credential from its registration (Registered.session): presented again when it
   // reconnects and, by the rendezvous proxies, on every key-value call.
@@ -169,12 +179,13 @@ class WorkerAgent {
   // The controller's checkpoint root, when it offered it (default roots only) and it is mounted
   // here (AcceptCheckpointRoot, on the Run thread); read with the agent's own roots
   // (CheckpointRoots).
-  mutable std::mutex roots_mu_;
-  std::string controller_checkpoint_root_;
+  mutable Mutex roots_mu_;
+  std::string controller_checkpoint_root_ ABSL_GUARDED_BY(roots_mu_);
 
-  std::mutex ranks_mu_;
-  std::map<int, std::shared_ptr<Rank>> ranks_;     // by device index: the last rank started there
-  std::vector<moe::v1::RankFinished> unreported_;  // outcomes the controller has not heard yet
+  // By device index: the last rank started there.
+  std::map<int, std::shared_ptr<Rank>> ranks_ ABSL_GUARDED_BY(ranks_mu_);
+  // Outcomes the controller has not heard yet.
+  std::vector<moe::v1::RankFinished> unreported_ ABSL_GUARDED_BY(ranks_mu_);
 };
 
 }  // namespace moe::worker
