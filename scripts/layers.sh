@@ -149,9 +149,22 @@ def check_arrows(edges, known):
     return arrows, errors, warnings
 
 
+def source_files():
+    """The tracked sources; outside a git work tree (an exported copy), every source file below here
+    but the build directories."""
+    listed = subprocess.run(["git", "ls-files", "--", *SOURCES], capture_output=True, text=True)
+    if listed.returncode == 0:
+        return [f for f in listed.stdout.split() if not SKIP.search(f)]
+    exts = tuple(p[1:] for p in SOURCES)
+    out = []
+    for root, dirs, names in os.walk("."):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "build")))
+        out += [os.path.relpath(os.path.join(root, n)) for n in sorted(names) if n.endswith(exts)]
+    return [f for f in out if not SKIP.search(f)]
+
+
 def main():
-    listed = subprocess.run(["git", "ls-files", "--", *SOURCES], check=True, capture_output=True, text=True)
-    files = [f for f in listed.stdout.split() if not SKIP.search(f)]
+    files = source_files()
     edges = read_includes(files)
     cycle = find_cycle(edges)
     if cycle:
