@@ -166,7 +166,7 @@ class WorkerAgent {
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(stream_mu_) = nullptr;
   std::atomic<int64_t> max_epoch_{0};  // the highest controller epoch seen (AcceptEpoch)
   std::atomic<double> heartbeat_seconds_{
-      1.0};            // set by the Run thread (Registered), read by the heartbeat thread
+      1.0};       // set by the Run thread (Registered), read by the heartbeat thread
   Mutex udp_mu_;  // the UDP lease: set by the Run thread, used by the heartbeat thread
   std::shared_ptr<UdpBeatLink> udp_link_ ABSL_GUARDED_BY(udp_mu_);
   uint64_t udp_lease_ ABSL_GUARDED_BY(udp_mu_) = 0;

@@ -1,11 +1,10 @@
 // The trainer's checkpoints: periodic and on-stop saves, synchronous or in the background, and what
 // a failed save costs.
-#include "worker/engine/train/trainer.h"
-
 #include <chrono>
 #include <cmath>
 #include <new>
 #include <thread>
+
 #include "common/file_util.h"
 #include "common/flops.h"
 #include "common/log.h"
@@ -23,6 +22,7 @@
 #include "worker/engine/train/optimizer.h"
 #include "worker/engine/train/peak.h"
 #include "worker/engine/train/pipeline.h"
+#include "worker/engine/train/trainer.h"
 #include "worker/engine/train/trainer_internal.h"
 
 namespace moe {
@@ -137,6 +137,5 @@ Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m, bool sync) {
   }
   return OkStatus();
 }
-
 
 }  // namespace moe

@@ -1,11 +1,10 @@
 // The trainer's setup: the job checked and its parts built (data, model, optimizer, checkpoints and
 // their owner claim, the restore), the device's peak measured and the setup logged.
-#include "worker/engine/train/trainer.h"
-
 #include <chrono>
 #include <cmath>
 #include <new>
 #include <thread>
+
 #include "common/file_util.h"
 #include "common/flops.h"
 #include "common/log.h"
@@ -23,6 +22,7 @@
 #include "worker/engine/train/optimizer.h"
 #include "worker/engine/train/peak.h"
 #include "worker/engine/train/pipeline.h"
+#include "worker/engine/train/trainer.h"
 #include "worker/engine/train/trainer_internal.h"
 
 namespace moe {
@@ -346,6 +346,5 @@ void Trainer::LogSetup() const {
   MOE_LOG(INFO) << "model FLOPs per step " << flops_per_step_ << " (Megatron formula); MFU against "
                 << peak_source_ << " = " << peak_flops_ / 1e9 << " GFLOP/s per device";
 }
-
 
 }  // namespace moe
