@@ -1,0 +1,413 @@
+// The node agent's rank runner: a rank's paths checked and resolved, its process started with its
+// rendezvous proxy, monitored (or faked), stopped and reported. The session: agent.cc.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "common/confined_dir.h"
+#include "common/file_util.h"
+#include "common/host_id.h"
+#include "common/job_spec_proto.h"
+#include "common/log.h"
+#include "common/path_roots.h"
+#include "common/rank_end.h"
+#include "common/udp_beat.h"
+#include "common/yaml.h"
+#include "worker/agent/agent.h"
+#include "worker/agent/agent_rank.h"
+#include "worker/agent/heartbeat_ticker.h"
+#include "worker/agent/rank_log.h"
+#include "worker/agent/step_report.h"
+
+namespace moe::worker {
+
+void WorkerAgent::StopRanks(int device) {
+  MutexLock stopping(&stop_rank_mu_);
+  std::vector<std::shared_ptr<Rank>> stopping_ranks;
+  {
+    MutexLock lock(&ranks_mu_);
+    for (const auto& [d, rank] : ranks_) {
+      if (device < 0 || d == device) stopping_ranks.push_back(rank);
+    }
+  }
+  for (const auto& r : stopping_ranks) {  // all told first: they checkpoint side by side
+    if (r->done) continue;
+    if (r->process) r->process->RequestStop(o_.stop_grace_seconds);
+    r->fake_stop = true;
+  }
+  for (const auto& r : stopping_ranks) {
+    if (r->monitor.joinable()) r->monitor.join();
+  }
+}
+
+// Sends a rank's outcome now, or keeps it for the next registration.
+void WorkerAgent::Report(const moe::v1::RankFinished& f) {
+  moe::v1::WorkerMessage m;
+  *m.mutable_finished() = f;
+  if (Write(m)) return;
+  MutexLock lock(&ranks_mu_);
+  unreported_.push_back(f);
+}
+
+// The job's data and checkpoint paths against this worker's roots, symbolic links resolved here: no
+// control character; relative paths below the first root; the dataset's own files (.bin, .idx), not
+// only its prefix, below a data root. The rank opens them again beneath the roots (moe-train
+// --data-root, --checkpoint-root), so what it reads and writes is what this check saw.
+Status WorkerAgent::CheckPaths(const moe::v1::Assignment& a) const {
+  const moe::v1::JobSpec& spec = a.spec().spec();
+  MOE_RETURN_IF_ERROR(CheckPathText("spec.data.path", spec.data().path()));
+  MOE_RETURN_IF_ERROR(CheckPathText("spec.checkpoint.dir", spec.checkpoint().dir()));
+  if (spec.data().source() != "synthetic") {
+    for (const char* file : {".bin", ".idx"}) {
+      MOE_RETURN_IF_ERROR(CheckUnderRoots("spec.data.path", spec.data().path() + file,
+                                          o_.data_roots, "data", true, o_.data_roots.front()));
+    }
+  }
+  if (spec.checkpoint().dir().empty()) return OkStatus();
+  const std::vector<std::string> roots = CheckpointRoots();
+  return CheckUnderRoots("spec.checkpoint.dir", spec.checkpoint().dir(), roots, "checkpoint", true,
+                         roots.front());
+}
+
+std::vector<std::string> WorkerAgent::CheckpointRoots() const {
+  std::vector<std::string> roots = o_.checkpoint_roots;
+  MutexLock lock(&roots_mu_);
+  if (!controller_checkpoint_root_.empty()) roots.push_back(controller_checkpoint_root_);
+  return roots;
+}
+
+// Why `root` cannot serve as a checkpoint root here, or "" when it can.
+static std::string UnusableRoot(const std::string& root) {
+  if (Status st = CheckPathText("checkpoint root", root); !st.ok()) return st.message();
+  if (root.empty() || root[0] != '/') return "not an absolute path";
+  if (root == "/") return "/ would let a job write anywhere (only an explicit --checkpoint-root /)";
+  struct stat st {};
+  if (::stat(root.c_str(), &st) != 0) return std::string("not here: ") + std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return "not a directory";
+  if (::access(root.c_str(), W_OK | X_OK) != 0) return "not writable by this worker";
+  return "";
+}
+
+void WorkerAgent::AcceptCheckpointRoot(const std::string& root) {
+  if (!o_.default_checkpoint_roots) return;
+  if (root.empty()) {  // this controller offers none: one taken from an earlier controller goes
+    MutexLock lock(&roots_mu_);
+    controller_checkpoint_root_.clear();
+    return;
+  }
+  const std::string why = UnusableRoot(root);
+  bool same = false;  // a reconnect: logged before (the answer goes with every registration)
+  {
+    MutexLock lock(&roots_mu_);
+    same = controller_checkpoint_root_ == (why.empty() ? root : "") && registrations_ > 0;
+    controller_checkpoint_root_ = why.empty() ? root : "";
+  }
+  if (!same && why.empty()) {
+    MOE_LOG(INFO) << "the controller's checkpoint root " << root
+                  << " is mounted here: jobs that name no checkpoint directory write there";
+  } else if (!same) {
+    MOE_LOG(WARNING) << "the controller's checkpoint root " << root << " is not usable here ("
+                     << why << "): jobs that name no checkpoint directory will not run here; "
+                     << "give --checkpoint-root a directory this worker and the controller share";
+  }
+  moe::v1::WorkerMessage m;
+  auto* r = m.mutable_checkpoint_root_mounted();
+  r->set_root(root);
+  r->set_ok(why.empty());
+  r->set_why(why);
+  Write(m);
+}
+
+Status WorkerAgent::ResolveDataPath(moe::v1::Assignment* a) const {
+  moe::v1::DataSpec& data = *a->mutable_spec()->mutable_spec()->mutable_data();
+  if (data.source() == "synthetic" || data.path().empty()) return OkStatus();
+  MOE_RETURN_IF_ERROR(CheckPathText("spec.data.path", data.path()));
+  char cwd[4096];
+  const std::string here = ::getcwd(cwd, sizeof(cwd)) ? cwd : "";
+  const std::string found =
+      ResolveRelativeData(data.path(), o_.data_roots, here,
+                          [](const std::string& p) { return PathExists(p + ".idx"); });
+  // Nowhere here: left as it is, for CheckPaths (a path outside the roots is refused there) and for
+  // the rank, which fails permanently on a dataset it cannot open, naming it.
+  if (!found.empty()) data.set_path(found);
+  return OkStatus();
+}
+
+StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const {
+  const moe::v1::Assignment& a = rank.assignment;
+  std::vector<std::string> args = {
+      "--config",     rank.spec_path,
+      "--rank",       std::to_string(a.rank()),
+      "--rendezvous", "unix://" + rank.proxy->socket_path(),
+      "--report-fd",  "3",
+      "--hostname",   o_.address,
+      "--device",     o_.devices[static_cast<size_t>(rank.device)]};  // the assignment's device
+  if (a.resume() && !a.spec().spec().checkpoint().dir().empty()) args.push_back("--resume");
+  // Where the rank may read and write (it opens its paths beneath these), and who it runs for (its
+  // lead rank claims the checkpoint directory: one job per directory, the newest attempt only).
+  for (const auto& r : o_.data_roots) args.insert(args.end(), {"--data-root", r});
+  for (const auto& r : CheckpointRoots()) args.insert(args.end(), {"--checkpoint-root", r});
+  args.insert(args.end(), {"--job-id", a.job_id(), "--job-name", a.spec().metadata().name(),
+                           "--job-owner", a.owner(), "--epoch", std::to_string(a.epoch()),
+                           "--attempt", std::to_string(a.attempt())});
+  // Threads: --threads when given, else the controller's share of this node's cores.
+  const int threads = o_.threads > 0 ? o_.threads : a.cpu_threads();
+  if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
+  // The CPU peak MFU is measured against: once per thread count on this worker, not in every rank's
+  // start-up (half a second of SGEMM each).
+  if (o_.devices[static_cast<size_t>(rank.device)] == "cpu")
+    args.insert(args.end(), {"--peak-cache", PeakCachePath(threads)});
+  args.insert(args.end(), o_.extra_trainer_args.begin(), o_.extra_trainer_args.end());
+  return args;
+}
+
+namespace {
+
+moe::v1::FailureClass ToProto(FailureClass c) {
+  switch (c) {
+    case FailureClass::kNone:
+      return moe::v1::FAILURE_NONE;
+    case FailureClass::kStopped:
+      return moe::v1::FAILURE_STOPPED;
+    case FailureClass::kPermanent:
+      return moe::v1::FAILURE_PERMANENT;
+    case FailureClass::kTransient:
+      break;
+  }
+  return moe::v1::FAILURE_TRANSIENT;
+}
+
+// How the assigned rank ended: its outcome (the rank's final record, or what the agent knows), with
+// the exit code it had (-1: it never ran).
+moe::v1::RankFinished Finished(const moe::v1::Assignment& a, const RankEnd& end, int exit_code,
+                               bool cancelled) {
+  moe::v1::RankFinished f;
+  f.set_job_id(a.job_id());
+  f.set_attempt(a.attempt());
+  f.set_rank(a.rank());
+  f.set_ok(end.ok());
+  f.set_cancelled(cancelled);
+  f.set_exit_code(exit_code);
+  f.set_failure_class(ToProto(end.failure_class));
+  f.set_status_code(std::string(StatusCodeName(end.code)));
+  f.set_checkpoint_step(end.checkpoint_step);
+  if (!end.ok()) f.set_message(end.message);
+  return f;
+}
+
+// A rank this agent did not run: `cls` says whether the job may run elsewhere (transient) or not at
+// all.
+moe::v1::RankFinished NotRun(const moe::v1::Assignment& a, FailureClass cls, StatusCode code,
+                             std::string message) {
+  RankEnd end;
+  end.failure_class = cls;
+  end.code = code;
+  end.message = std::move(message);
+  return Finished(a, end, cls == FailureClass::kPermanent ? kExitCannotRun : -1, false);
+}
+
+// The rendezvous socket of a rank: named by a hash of its tag, so that a long job name cannot push
+// the path past sun_path's 108 bytes (main checks the runtime directory leaves room for it).
+std::string SocketName(const std::string& tag) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : tag) h = (h ^ c) * 1099511628211ull;
+  char name[32];
+  std::snprintf(name, sizeof(name), "rv-%016llx.sock", static_cast<unsigned long long>(h));
+  return name;
+}
+
+moe::v1::WorkerMessage AboutRank(const moe::v1::Assignment& a, bool started) {
+  moe::v1::WorkerMessage m;
+  if (started) {
+    m.mutable_started()->set_job_id(a.job_id());
+    m.mutable_started()->set_attempt(a.attempt());
+    m.mutable_started()->set_rank(a.rank());
+  } else {
+    m.mutable_step()->set_job_id(a.job_id());
+    m.mutable_step()->set_attempt(a.attempt());
+    m.mutable_step()->set_rank(a.rank());
+  }
+  return m;
+}
+
+}  // namespace
+
+void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub,
+                            moe::v1::Assignment a) {
+  const int device = a.device_index();
+  if (device < 0 || device >= static_cast<int>(o_.devices.size())) {
+    return Report(NotRun(a, FailureClass::kTransient, StatusCode::kInvalidArgument,
+                         "worker " + o_.name + " has no device " + std::to_string(device) +
+                             " (it serves " + std::to_string(o_.devices.size()) + ")"));
+  }
+  // One rank at a time on a device: whatever still runs there (a stale attempt) stops first.
+  StopRanks(device);
+  if (leaving_) {  // assigned before the controller heard it: refuse, as a worker that could not
+                   // start it
+    return Report(NotRun(a, FailureClass::kTransient, StatusCode::kUnavailable,
+                         "worker " + o_.name + " is leaving (" + LeaveReason() + ")"));
+  }
+  Status st = o_.fake_step_seconds > 0 ? OkStatus() : ResolveDataPath(&a);  // a fake reads none
+  if (st.ok()) st = CheckPaths(a);
+  if (!st.ok()) {  // the job cannot run here as specified: it fails at once
+    MOE_LOG(ERROR) << "refusing rank " << a.rank() << " of " << a.job_id() << ": " << st.message();
+    return Report(NotRun(a, FailureClass::kPermanent, StatusCode::kFailedPrecondition,
+                         "worker " + o_.name + " refused the rank: " + st.message()));
+  }
+  auto rank = std::make_shared<Rank>();
+  rank->assignment = a;
+  rank->device = device;
+  rank->name = a.worker().empty() ? o_.name : a.worker();
+  rank->tag = a.job_id() + "-a" + std::to_string(a.attempt()) + "-r" + std::to_string(a.rank());
+  if (o_.fake_step_seconds > 0) return Adopt(rank, &WorkerAgent::FakeMonitor);
+  rank->spec_path = JoinPath(o_.runtime_dir, rank->tag + ".json");
+  auto start = [&]() -> Status {
+    // The typed spec becomes the rank's document here, at the process boundary (moe-train reads
+    // it).
+    MOE_RETURN_IF_ERROR(WriteFileAtomic(rank->spec_path, ToJson(MessageToNode(a.spec()))));
+    rank->proxy = std::make_unique<RendezvousProxy>(stub, o_.client,
+                                                    JoinPath(o_.runtime_dir, SocketName(rank->tag)),
+                                                    a.rendezvous_prefix(), session_);
+    MOE_RETURN_IF_ERROR(rank->proxy->Start());
+    RankCommand cmd;
+    cmd.program = o_.trainer;
+    MOE_ASSIGN_OR_RETURN(cmd.args, RankArgs(*rank));
+    MOE_ASSIGN_OR_RETURN(rank->process, RankProcess::Start(cmd));
+    return OkStatus();
+  };
+  if (Status st = start(); !st.ok()) {
+    MOE_LOG(ERROR) << "cannot start rank " << a.rank() << " of " << a.job_id() << ": " << st;
+    if (rank->proxy) rank->proxy->Stop();
+    // This worker failed, not the job: a transient failure.
+    return Report(NotRun(a, FailureClass::kTransient, st.code(),
+                         "worker " + o_.name + " could not start the rank: " + st.message()));
+  }
+  MOE_LOG(INFO) << "started rank " << a.rank() << "/" << a.spec().spec().parallelism().world_size()
+                << " of " << a.job_id() << " attempt " << a.attempt() << " (pid "
+                << rank->process->pid() << ")";
+  Adopt(rank, &WorkerAgent::Monitor);
+}
+
+// The rank is this worker's now: the controller hears it started, and `monitor` watches it on its
+// own thread until it ends.
+AgentState WorkerAgent::State() {
+  AgentState s;
+  s.registered = registered_;
+  s.leaving = leaving_;
+  s.devices = static_cast<int>(o_.devices.size());
+  s.registrations = registrations_;
+  s.ranks_started = ranks_started_;
+  MutexLock lock(&ranks_mu_);
+  for (const auto& [device, rank] : ranks_) s.ranks_running += rank && !rank->done;
+  return s;
+}
+
+void WorkerAgent::Adopt(const std::shared_ptr<Rank>& rank, void (WorkerAgent::*monitor)(Rank*)) {
+  ++ranks_started_;
+  Write(AboutRank(rank->assignment, /*started=*/true));
+  {
+    MutexLock lock(&ranks_mu_);
+    ranks_[rank->device] = rank;
+  }
+  rank->monitor = std::thread([this, r = rank.get(), monitor] { (this->*monitor)(r); });
+}
+
+// Streams the rank's step reports to the controller and its output to this agent's log until it
+// ends, then reports how it ended (its final record, or its exit status when it sent none).
+void WorkerAgent::Monitor(Rank* rank) {
+  const moe::v1::Assignment& a = rank->assignment;
+  auto on_report = [&](const std::string& line) {
+    moe::v1::WorkerMessage m = AboutRank(a, /*started=*/false);
+    if (StepMetricsFromJson(line, m.mutable_step()->mutable_metrics()).ok()) Write(m);
+  };
+  rank->log = std::make_unique<RankLogWriter>(
+      RankLogPath(o_.runtime_dir, a.job_id(), a.attempt(), a.rank()));
+  // The agent's own lines bracket the rank's output, so every rank's log says where and when it ran
+  // and how it ended, even a rank that printed nothing (only rank 0 prints its steps).
+  rank->log->Append("moe-worker: rank " + std::to_string(a.rank()) + " of " + a.job_id() +
+                    " attempt " + std::to_string(a.attempt()) + " started on " + rank->name + " (" +
+                    o_.devices[static_cast<size_t>(rank->device)] + ", node " + o_.node + ", pid " +
+                    std::to_string(rank->process->pid()) + ")");
+  auto on_output = [&](const std::string& line) {
+    LogRankLine(a.job_id(), a.rank(), line);
+    rank->log->Append(line);
+  };
+  while (rank->process->Pump(0.2, on_report, on_output)) {
+  }
+  const RankExit exit = rank->process->Wait();
+  const RankEnd end = exit.Outcome();
+  rank->proxy->Stop();
+  ::unlink(rank->spec_path.c_str());
+  const std::string how =
+      end.ok() ? " finished"
+               : (rank->process->stop_requested() ? " stopped" : " failed: " + end.message);
+  rank->log->Append("moe-worker: rank " + std::to_string(a.rank()) + how + " (exit code " +
+                    std::to_string(exit.exit_code()) + ")");
+  rank->done = true;
+  MOE_LOG(INFO) << "rank " << a.rank() << " of " << a.job_id() << " attempt " << a.attempt() << how;
+  Report(Finished(a, end, exit.exit_code(), rank->process->stop_requested()));
+}
+
+// Fake mode: the rank is a thread of this agent; the controller sees what a rank would send.
+void WorkerAgent::FakeMonitor(Rank* rank) {
+  const moe::v1::Assignment& a = rank->assignment;
+  const int64_t steps = a.spec().spec().training().steps();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 1; step <= steps && !rank->fake_stop && !stop_; ++step) {
+    const auto due =
+        t0 + std::chrono::duration<double>(o_.fake_step_seconds * static_cast<double>(step));
+    while (std::chrono::steady_clock::now() < due && !rank->fake_stop && !stop_) {
+      std::this_thread::sleep_for(
+          std::min(std::chrono::duration<double>(0.05),
+                   std::chrono::duration<double>(due - std::chrono::steady_clock::now())));
+    }
+    if (rank->fake_stop || stop_)
+      continue;  // every rank reports, as the trainer's do (the controller merges them)
+    moe::v1::WorkerMessage m = AboutRank(a, /*started=*/false);
+    auto* mt = m.mutable_step()->mutable_metrics();
+    mt->set_step(step);
+    mt->set_total_steps(steps);
+    mt->set_loss(10.0 / (1.0 + 0.01 * static_cast<double>(step)));
+    mt->set_step_seconds(o_.fake_step_seconds);
+    const auto& data = a.spec().spec().data();
+    const int64_t tokens = data.global_batch_size() * data.seq_length();  // one global batch
+    mt->set_tokens_per_second(static_cast<double>(tokens) / o_.fake_step_seconds);
+    mt->set_tokens(tokens);
+    Write(m);
+  }
+  const bool stopped = rank->fake_stop || stop_;
+  RankEnd end = stopped ? StoppedRankEnd("stopped (fake rank)") : RankEnd{};
+  if (!stopped) end.checkpoint_step = steps;  // a trainer's success ends with its final checkpoint
+  rank->done = true;
+  Report(Finished(a, end, end.exit_code(), stopped));
+}
+
+void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::string& reason,
+                             bool now) {
+  std::vector<std::shared_ptr<Rank>> of_attempt;
+  {
+    MutexLock lock(&ranks_mu_);
+    for (const auto& [device, rank] : ranks_) {
+      if (!rank->done && rank->assignment.job_id() == job_id &&
+          rank->assignment.attempt() == attempt)
+        of_attempt.push_back(rank);
+    }
+  }
+  for (const auto& cur : of_attempt) {
+    // Told already: the controller sends a cancel per rank of the attempt, and this agent may run
+    // several of them; only --now says more.
+    if (cur->fake_stop && !now) continue;
+    MOE_LOG(INFO) << (now ? "killing rank " : "stopping rank ") << cur->assignment.rank() << " of "
+                  << job_id << " on " << cur->name << ": " << reason;
+    // It stops at its next step boundary; if not within the grace, its monitor kills it.
+    if (cur->process) cur->process->RequestStop(now ? 0 : o_.stop_grace_seconds);
+    cur->fake_stop = true;
+  }
+}
+
+}  // namespace moe::worker
