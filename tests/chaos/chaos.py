@@ -91,7 +91,7 @@ class Cluster:
         out = open(os.path.join(self.work, f"worker-{name}.log"), "a")
         self.workers[name] = subprocess.Popen(
             [f"{self.bin}/moe-worker", "--controller", self.addr, "--name", name, "--rack", "r0", "--node", name,
-             "--threads", "1", "--runtime-dir", os.path.join(self.work, f"rt-{name}"),
+             "--threads", "1", "--slots", "1", "--runtime-dir", os.path.join(self.work, f"rt-{name}"),
              "--data-root", os.getcwd(), "--checkpoint-root", self.work],
             stdout=out, stderr=subprocess.STDOUT)
 
