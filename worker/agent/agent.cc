@@ -20,7 +20,6 @@
 #include "common/rank_end.h"
 #include "common/udp_beat.h"
 #include "common/yaml.h"
-#include "worker/agent/agent_rank.h"
 #include "worker/agent/heartbeat_ticker.h"
 #include "worker/agent/rank_log.h"
 #include "worker/agent/step_report.h"

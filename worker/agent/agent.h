@@ -28,6 +28,7 @@
 #include "common/status.h"
 #include "moe/v1/worker_service.grpc.pb.h"
 #include "worker/agent/node_credential.h"
+#include "worker/agent/rank_log.h"
 #include "worker/agent/rendezvous_proxy.h"
 #include "worker/agent/udp_beat_link.h"
 
@@ -186,6 +187,21 @@ class WorkerAgent {
   std::map<int, std::shared_ptr<Rank>> ranks_ ABSL_GUARDED_BY(ranks_mu_);
   // Outcomes the controller has not heard yet.
   std::vector<moe::v1::RankFinished> unreported_ ABSL_GUARDED_BY(ranks_mu_);
+};
+
+// A rank this agent runs: its session (agent.cc) and its rank runner (agent_ranks.cc) share it.
+struct WorkerAgent::Rank {
+  moe::v1::Assignment assignment;
+  int device = 0;    // its place in AgentOptions::devices
+  std::string name;  // the worker (device) it runs on, as the controller calls it
+  std::string tag;   // <job>-a<attempt>-r<rank>: file names and log prefix
+  std::unique_ptr<RankProcess> process;
+  std::unique_ptr<RendezvousProxy> proxy;
+  std::string spec_path;
+  std::atomic<bool> done{false};
+  std::atomic<bool> fake_stop{false};  // fake mode: asked to stop (no process to signal)
+  std::thread monitor;
+  std::unique_ptr<RankLogWriter> log;  // its output, for moectl logs
 };
 
 }  // namespace moe::worker
