@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -205,7 +206,7 @@ bool Within(const std::string& inner, const std::string& outer) {
 
 // A directory of another job that `want` equals, holds or lies inside: "" when none clashes.
 std::string Clash(const std::string& want, const JobSpec& spec, const std::string& owner,
-                  JobEntry* e) {
+                  JobEntry* e, int64_t* inherited) {
   if (e->resolved_checkpoint_dir.empty())
     e->resolved_checkpoint_dir = Resolved(e->spec.checkpoint.dir);
   const std::string& theirs = e->resolved_checkpoint_dir;
@@ -213,7 +214,10 @@ std::string Clash(const std::string& want, const JobSpec& spec, const std::strin
   const std::string whose = std::string(live ? "live" : "finished") + " job " + e->job.id();
   if (theirs == want) {
     // A finished job's directory passes to its resubmission alone: the same name, the same owner.
-    if (!live && e->spec.name == spec.name && e->job.owner() == owner) return "";
+    if (!live && e->spec.name == spec.name && e->job.owner() == owner) {
+      *inherited = std::max(*inherited, e->job.checkpoint_step());
+      return "";
+    }
     return "is the checkpoint directory of " + whose +
            "; a directory serves one job for its whole life (a new job of the same name and owner "
            "may take a finished one's)";
@@ -232,7 +236,10 @@ std::string Clash(const std::string& want, const JobSpec& spec, const std::strin
 }  // namespace
 
 Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs,
-                              const std::string& checkpoint_root) {
+                              const std::string& checkpoint_root, int64_t* inherited) {
+  int64_t ignored = 0;
+  if (inherited == nullptr) inherited = &ignored;
+  *inherited = 0;
   if (spec.checkpoint.dir.empty()) return OkStatus();
   const std::string want = Resolved(spec.checkpoint.dir);
   const auto refuse = [&](const std::string& why) {
@@ -245,7 +252,7 @@ Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, Job
                   "): every job's default directory is beneath it; name a directory of its own");
   for (JobEntry* e : jobs.AllWithCreating()) {
     if (e->spec.checkpoint.dir.empty()) continue;
-    if (std::string why = Clash(want, spec, owner, e); !why.empty()) return refuse(why);
+    if (std::string why = Clash(want, spec, owner, e, inherited); !why.empty()) return refuse(why);
   }
   return OkStatus();
 }

@@ -63,8 +63,10 @@ Status CheckDatasetVisible(const JobSpec& spec, const DataRootsView& roots);
 // same directory, one inside it or one around it (".." resolved, and symbolic links where the path
 // exists on the controller's machine; the workers resolve them too and read the directory's owner
 // marker), or when it is the controller's checkpoint root or holds it. A finished job of the same
-// name and owner gives its own directory to its resubmission.
+// name and owner gives its own directory to its resubmission, and `inherited` (when given) its
+// newest checkpoint: the resubmission resumes from it (a success that had nothing left to train is
+// believed on it).
 Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs,
-                              const std::string& checkpoint_root);
+                              const std::string& checkpoint_root, int64_t* inherited = nullptr);
 
 }  // namespace moe::controller

@@ -215,7 +215,9 @@ StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& reques
   const std::string id = jobs_.NewId(spec.name);
   const bool default_dir = spec.checkpoint.dir.empty() && !config_.checkpoint_root.empty();
   if (default_dir) spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
-  MOE_RETURN_IF_ERROR(CheckCheckpointDirFree(spec, actor, jobs_, config_.checkpoint_root));
+  int64_t inherited = 0;  // a resubmission's predecessor's newest checkpoint, in its directory
+  MOE_RETURN_IF_ERROR(
+      CheckCheckpointDirFree(spec, actor, jobs_, config_.checkpoint_root, &inherited));
   if (Status st = CheckPathsAllowed(spec, workers_); !st.ok()) {
     if (!default_dir) return st;
     return FailedPreconditionError(
@@ -226,6 +228,8 @@ StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& reques
         "default roots mount it at that path, or name spec.checkpoint.dir");
   }
   MOE_ASSIGN_OR_RETURN(JobEntry * e, jobs_.Create(id, SpecToProto(spec), spec, request_id, actor));
+  // Stored with its next record (its placement).
+  if (inherited > 0) e->job.set_checkpoint_step(inherited);
   attempts_.NeedSchedule();
   // The writer's figures as of this acknowledgement (a tick may wait behind a change under way).
   metrics_.SetStore(committer_.batches(), committer_.writes(), leases_.stalled_seconds());

@@ -1713,6 +1713,31 @@ TEST_F(ControllerTest, AWorkersWordIsNotAFinishedJob) {
   EXPECT_EQ(State(job.id()), moe::v1::SUCCEEDED);
 }
 
+// A resubmission takes its finished predecessor's directory and newest checkpoint: a rank that
+// finds the final checkpoint there has nothing left to train, and its success (no step reported in
+// its attempt) is believed on the inherited checkpoint (control_plane_test's resubmitted job
+// failed).
+TEST_F(ControllerTest, AResubmissionInheritsItsPredecessorsCheckpoint) {
+  auto* a = AddWorker("a", "r0", "n0");
+  JobSpec spec = Spec("again", 1, 1);
+  spec.training.steps = 30;
+  auto first = Submit(spec);
+  Finish("a", a->Assignments()[0], true);
+  ASSERT_EQ(State(first.id()), moe::v1::SUCCEEDED);
+  auto second = Submit(spec);
+  EXPECT_EQ(controller_->Get(second.id(), false)->checkpoint_step(), 30);
+  ASSERT_EQ(a->Assignments().size(), 2u);
+  moe::v1::WorkerMessage fin;
+  fin.mutable_finished()->set_job_id(second.id());
+  fin.mutable_finished()->set_attempt(1);
+  fin.mutable_finished()->set_rank(0);
+  fin.mutable_finished()->set_ok(true);
+  fin.mutable_finished()->set_checkpoint_step(30);
+  Msg("a", fin);
+  controller_->Tick();
+  EXPECT_EQ(State(second.id()), moe::v1::SUCCEEDED);
+}
+
 TEST_F(ControllerTest, DependenciesHoldAJobAndCancelItWhenTheyCannotHold) {
   auto* a = AddWorker("a", "r0", "n0");
   AddWorker("b", "r0", "n1");
