@@ -23,13 +23,18 @@ std::string TopScreen(const moe::v1::ListJobsResponse& jobs,
       for (int r : m.stragglers()) strag += (strag.empty() ? "" : ",") + std::to_string(r);
     }
     const double a2a = m.step_seconds() > 0 ? m.alltoall_seconds() / m.step_seconds() : 0;
+    // Throughput is of what runs now: a preempted, requeued, stopping or finished job's last step
+    // shows as "-" and adds nothing to its racks (their workers may run another job).
+    const bool running = j.state() == moe::v1::RUNNING && m.step() > 0;
     rows.push_back(
         {j.id(), StateName(j.state()),
          m.step() > 0 ? std::to_string(m.step()) + "/" + std::to_string(m.total_steps()) : "-",
-         FormatNumber(m.tflops_per_device()), FormatNumber(m.mfu() * 100, 1) + "%",
+         running ? FormatNumber(m.tflops_per_device()) : "-",
+         running ? FormatNumber(m.mfu() * 100, 1) + "%" : "-",
          FormatNumber(m.tokens_per_second(), 0), FormatNumber(m.loss()),
          FormatNumber(m.step_seconds(), 3), FormatNumber(a2a * 100, 1) + "%", strag});
     // A rack's TFLOP/s: each of the job's ranks there does tflops_per_device.
+    if (!running) continue;
     for (const auto& p : j.placement()) rack_tflops[p.rack()] += m.tflops_per_device();
   }
   std::string out = "JOBS\n" + Table({"ID", "STATE", "STEP", "TFLOP/S/DEV", "MFU", "TOKENS/S",

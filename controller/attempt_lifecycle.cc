@@ -196,6 +196,7 @@ void AttemptLifecycle::RankEnded(JobEntry& e, int rank, const moe::v1::RankFinis
   if (f.ok() || f.failure_class() == moe::v1::FAILURE_STOPPED) {  // it ended with its record
     int64_t& c = e.attempt->end_checkpoint;
     c = c < 0 ? f.checkpoint_step() : std::min(c, f.checkpoint_step());
+    ++e.attempt->end_records;
   }
   if (!f.ok()) {
     const std::string why =
@@ -319,6 +320,10 @@ Status AttemptLifecycle::Settle(JobEntry& e) {
         }));
   } else if (state == moe::v1::STOPPING) {
     MOE_RETURN_IF_ERROR(SettleStopped(e));
+  } else if (a.end_records == a.ranks.size()) {
+    // Preempted or requeued, every rank stopped with its record: their stop checkpoint (written at
+    // the step boundary after the last report) is the job's newest, and where it resumes.
+    MOE_RETURN_IF_ERROR(jobs_.RecordCheckpoint(e, a.end_checkpoint));
   }
   rendezvous_.ErasePrefix(internal::RendezvousPrefix(e.job.id(), a.number));
   e.attempt.reset();

@@ -116,6 +116,11 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
   committer_.SetCallerLock(&mu_);
   attempts_.SetAdmissionBacklog([this] { return registrations_.Backlog(); });
   metrics_.SetGoodputFloor(config_.goodput_floor);
+  const QueueBook& book = scheduler_.book();
+  metrics_.SetDefaultQueue(book.enabled() ? book.config().default_queue : kDefaultQueue);
+  std::map<std::string, double> slos;
+  for (const QueueSpec& q : book.config().queues) slos[q.name] = q.wait_slo_seconds;
+  metrics_.SetWaitSlos(slos);
   jobs_.AddListener(&metrics_);
   jobs_.AddListener(&watchers_);
 }
@@ -303,11 +308,12 @@ StatusOr<moe::v1::Job> Controller::Cancel(const std::string& id, const std::stri
   return e->job;
 }
 
-StatusOr<int64_t> Controller::Watch(const std::string& id, WatchFn fn) {
+StatusOr<int64_t> Controller::Watch(const std::string& id, WatchFn fn, int64_t after_seq) {
   MutexLock lock(&mu_);
   JobEntry* e = jobs_.Find(id);
   if (e == nullptr) return NotFoundError("no job '" + id + "'");
   MOE_ASSIGN_OR_RETURN(std::vector<moe::v1::JobEvent> past, jobs_.Events(id));
+  std::erase_if(past, [after_seq](const moe::v1::JobEvent& ev) { return ev.seq() <= after_seq; });
   return watchers_.Watch(e->job, past, std::move(fn));
 }
 
@@ -750,11 +756,14 @@ void Controller::Tick() {
 
 void Controller::PublishClusterMetrics() {
   const double now = clock_.Now();
+  std::vector<MetricsAggregator::WaitingJob> waiting;
   for (JobEntry* e : jobs_.All()) {  // the live jobs' waits move with the clock
     if (IsTerminal(e->job.state())) continue;
     metrics_.SetGoodput(e->job.id(), GoodputAt(e->job, now));
     metrics_.SetCheckpoint(e->job, now);
+    if (IsQueued(e->job.state())) waiting.push_back({e->job.id(), WaitClassName(e->wait_class)});
   }
+  metrics_.SetWaiting(waiting, now);
   metrics_.SetQueueLength(jobs_.CountQueued());
   metrics_.SetQueues(scheduler_.Queues());
   metrics_.SetRendezvousKeys(rendezvous_.size());

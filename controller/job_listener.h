@@ -7,6 +7,8 @@
 // made the change, under the Controller's mutex.
 #pragma once
 
+#include <string>
+
 #include "moe/v1/job.pb.h"
 
 namespace moe::controller {
@@ -24,6 +26,8 @@ class JobListener {
   }
   // JobMetrics: the job-level metrics of a step every rank has reported.
   virtual void OnJobMetrics(const moe::v1::Job& /*job*/, const moe::v1::StepMetrics& /*metrics*/) {}
+  // JobDeleted: a finished job removed from the store and from memory (moectl delete job).
+  virtual void OnJobDeleted(const std::string& /*job_id*/) {}
 };
 
 }  // namespace moe::controller

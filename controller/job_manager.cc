@@ -28,6 +28,29 @@ bool IsQueued(JobState s) {
   return s == moe::v1::PENDING || s == moe::v1::RESTARTING || s == moe::v1::PREEMPTED;
 }
 
+const char* WaitClassName(WaitClass c) {
+  switch (c) {
+    case WaitClass::kQuota:
+      return "quota";
+    case WaitClass::kCapacity:
+      return "capacity";
+    case WaitClass::kBusy:
+      return "busy";
+    case WaitClass::kDependency:
+      return "dependency";
+    case WaitClass::kBackoff:
+      return "backoff";
+    case WaitClass::kPreempting:
+      return "preempting";
+    case WaitClass::kHeld:
+      return "held";
+    case WaitClass::kNone:
+    case WaitClass::kStuck:
+      break;
+  }
+  return "stuck";
+}
+
 bool ValidTransition(JobState from, JobState to) {
   using namespace moe::v1;
   if (IsTerminal(from) || from == to) return false;
@@ -146,8 +169,10 @@ Status JobManager::Delete(const std::string& id) {
   }
   // Logged first: `id` may be the entry's own string, which the erase frees.
   MOE_LOG(INFO) << "job " << id << " deleted";
-  it = jobs_.find(id);  // Create may have added to the map while the write waited
-  jobs_.erase(it);      // finished: it was not counted in queued_
+  it = jobs_.find(id);          // Create may have added to the map while the write waited
+  const std::string gone = id;  // `id` may be the entry's own string, which the erase frees
+  jobs_.erase(it);              // finished: it was not counted in queued_
+  for (JobListener* l : listeners_) l->OnJobDeleted(gone);
   return OkStatus();
 }
 
@@ -260,6 +285,14 @@ Status JobManager::Event(JobEntry& e, const std::string& type, const std::string
   e.next_event_seq = ev.seq() + 1;
   for (JobListener* l : listeners_) l->OnJobEventRecorded(e.job, ev);
   return OkStatus();
+}
+
+Status JobManager::RecordCheckpoint(JobEntry& e, int64_t step) {
+  if (step <= e.job.checkpoint_step()) return OkStatus();
+  moe::v1::Job record = e.job;
+  record.set_checkpoint_step(step);
+  record.set_checkpoint_time(clock_.Now());
+  return Persist(e, std::move(record));
 }
 
 Status JobManager::Persist(JobEntry& e, moe::v1::Job record) {

@@ -42,6 +42,25 @@ bool ValidTransition(moe::v1::JobState from, moe::v1::JobState to);
 // Waiting for placement: PENDING, or RESTARTING between attempts.
 bool IsQueued(moe::v1::JobState s);
 
+// Why a queued job waits, as the last scheduling pass found it: what the operator's alerts tell
+// apart (a full quota is expected on a busy cluster; a job that waits with quota and capacity is
+// not). moe_queue_waiting_jobs{queue, reason} counts them by WaitClassName.
+enum class WaitClass {
+  kNone,        // not waiting, or not considered yet (exported as "stuck" while it waits)
+  kQuota,       // its queue's quota, or its cohort's, does not admit it
+  kCapacity,    // it does not fit even on every live worker: the cluster lacks its shape
+  kBusy,        // admitted and feasible, but the workers are taken by jobs it may not preempt
+  kDependency,  // metadata.depends_on
+  kBackoff,     // the restart back-off after a failure
+  kPreempting,  // the jobs it preempted have not stopped yet
+  kHeld,        // behind a higher-priority job's preemption, or its cohort reclaiming lent quota
+  kStuck,       // anything else (its start was refused by the store)
+};
+inline constexpr WaitClass kWaitClasses[] = {
+    WaitClass::kQuota,   WaitClass::kCapacity,   WaitClass::kBusy, WaitClass::kDependency,
+    WaitClass::kBackoff, WaitClass::kPreempting, WaitClass::kHeld, WaitClass::kStuck};
+const char* WaitClassName(WaitClass c);
+
 struct RankStatus {
   bool finished = false;
   bool ok = false;
@@ -79,6 +98,7 @@ struct Attempt {
   // The checkpoint every rank that ended with a record had (the lowest of theirs: a checkpoint is
   // whole once all wrote it); -1: none reported. The final transition records it on the job.
   int64_t end_checkpoint = -1;
+  size_t end_records = 0;  // ranks that ended with their own record (ok, or stopped on request)
   // For the plausibility of its reports (PlausibleStep): when it was placed (monotonic; a restored
   // attempt: when the controller restarted) and the furthest step any of its ranks reported.
   double placed_at = 0;
@@ -101,7 +121,8 @@ struct JobEntry {
   int64_t next_event_seq = 1;
   double last_persist = 0;     // monotonic time the record was last stored
   std::string waiting_reason;  // why the last scheduling pass did not place it (queued jobs)
-  int64_t memory_need = -1;    // bytes per rank (RankMemoryNeed; -1: not computed yet)
+  WaitClass wait_class = WaitClass::kNone;  // the same, as a class
+  int64_t memory_need = -1;                 // bytes per rank (RankMemoryNeed; -1: not computed yet)
   std::string resolved_checkpoint_dir;  // its checkpoint directory, links resolved (admission.cc;
                                         // "": not yet)
   double not_before = 0;  // monotonic: a restarting job is not placed before this (restart backoff)
@@ -166,6 +187,10 @@ class JobManager {
   // A step's job-level metrics: kept in the record (stored at most every kMetricsPersistSeconds)
   // and published.
   Status PublishMetrics(JobEntry& e, const moe::v1::StepMetrics& m);
+  // A checkpoint newer than the record's that the ranks' final records reported (a preempted or
+  // requeued attempt's stop checkpoint: written after its last step report): the job's
+  // checkpoint_step, and its age from now. Stored with the next batch, as telemetry is.
+  Status RecordCheckpoint(JobEntry& e, int64_t step);
   static constexpr double kMetricsPersistSeconds = 5.0;
 
   StatusOr<std::vector<moe::v1::JobEvent>> Events(const std::string& id) {

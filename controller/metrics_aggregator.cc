@@ -28,10 +28,14 @@ struct MetricsAggregator::JobSeries {
   std::set<int> stragglers;
   std::deque<double> recent_step_seconds;  // for the ETA
   double ended_at = 0;
-  std::set<std::string> layers;        // imbalance series created
-  int restarts = -1;                   // the job's restart count last seen (-1: none yet)
-  std::map<std::string, double> lost;  // goodput: seconds by cause already on the counters
-  double productive = 0, wall = 0;     // goodput as last published
+  std::set<std::string> layers;             // imbalance series created
+  int restarts = -1;                        // the job's restart count last seen (-1: none yet)
+  std::map<std::string, double> lost;       // goodput: seconds by cause already on the counters
+  double productive = 0, wall = 0;          // goodput as last published
+  bool running = false;                     // SCHEDULED or RUNNING: its throughput is exported
+  std::string queue;                        // metadata.queue, or the default queue
+  std::map<std::string, std::string> info;  // moe_job_info's labels (empty: no series yet)
+  double queued_since = -1;                 // Unix seconds it entered its queue (-1: not queued)
 };
 
 namespace {
@@ -55,6 +59,11 @@ bool IsFinal(moe::v1::JobState s) { return IsTerminal(s) && s != moe::v1::INVALI
 
 // A step's wall time from a toy's 10 ms to a 671B step's minutes (70-250 s at the published sizes)
 // and a stalled one's hour and more: every quantile panel resolves at both ends.
+
+// A queued job's wait, from a second to a day.
+prometheus::Histogram::BucketBoundaries AdmissionBuckets() {
+  return {1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400};
+}
 
 prometheus::Histogram::BucketBoundaries StepBuckets() {
   return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,    2.5,  5,    10,   30,
@@ -118,12 +127,7 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
                         "Tokens on the busiest expert / mean tokens per expert, by MoE layer");
   state_ = AddGauge(r, "moe_job_state", "1 for the job's current state, 0 for the others");
   restarts_ = AddCounter(r, "moe_job_restarts_total", "Restarts after failures");
-  rank_step_ = AddGauge(r, "moe_rank_step_duration_seconds", "Wall time of the rank's last step");
-  rank_compute_ = AddGauge(r, "moe_rank_compute_seconds",
-                           "The rank's own work in its last step (forward + backward)");
-  rank_tflops_ = AddGauge(
-      r, "moe_rank_tflops",
-      "TFLOP/s of the rank's device (Megatron's formula); sum by rack for a rack's TFLOP/s");
+  RegisterRankSeries(r);
   straggler_gauge_ = AddGauge(r, "moe_job_straggler", "1 while the rank is flagged as a straggler");
   step_ = AddGauge(r, "moe_job_step", "Last completed step");
   workers_ = AddGauge(r, "moe_workers", "Workers by state and rack");
@@ -169,6 +173,74 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
            ->Add({});
   RegisterGoodput(r);
   RegisterCheckpointsAndQueues(r);
+  RegisterQueueWaits(r);
+}
+
+// Each rank's series, the job's throughput in base units and its info series.
+void MetricsAggregator::RegisterRankSeries(prometheus::Registry& r) {
+  rank_step_ = AddGauge(r, "moe_rank_step_duration_seconds", "Wall time of the rank's last step");
+  rank_compute_ = AddGauge(r, "moe_rank_compute_seconds",
+                           "The rank's own work in its last step (forward + backward)");
+  rank_tflops_ = AddGauge(
+      r, "moe_rank_tflops",
+      "TFLOP/s of the rank's device (Megatron's formula), while its job runs; sum by rack for a "
+      "rack's TFLOP/s (deprecated: moe_rank_flops_per_second)");
+  rank_flops_ = AddGauge(r, "moe_rank_flops_per_second",
+                         "FLOP/s of the rank's device (Megatron's formula), while its job runs");
+  job_device_flops_ =
+      AddGauge(r, "moe_job_device_flops_per_second",
+               "Model FLOP/s per device over the last step (Megatron's formula), while it runs");
+  job_info_ = AddGauge(r, "moe_job_info",
+                       "1 for every job shown: its name, queue, user (owner) and priority, to join "
+                       "on job_id");
+}
+
+void MetricsAggregator::RegisterQueueWaits(prometheus::Registry& r) {
+  admission_wait_ = AddHistogram(r, "moe_queue_admission_wait_seconds",
+                                 "From a job entering its queue (submitted, preempted, restarting) "
+                                 "to its placement, by queue");
+  waiting_jobs_ = AddGauge(r, "moe_queue_waiting_jobs",
+                           "The queue's jobs waiting for placement, by why the last scheduling "
+                           "pass left them waiting (quota, capacity, busy, dependency, backoff, "
+                           "preempting, held, stuck)");
+  oldest_wait_ = AddGauge(r, "moe_queue_oldest_wait_seconds",
+                          "The longest current wait among the queue's jobs waiting for that "
+                          "reason (0: none)");
+  wait_slo_ = AddGauge(r, "moe_queue_wait_slo_seconds",
+                       "The queue's admission SLO (its wait_slo_seconds), where it sets one");
+}
+
+void MetricsAggregator::SetWaitSlos(const std::map<std::string, double>& slo_by_queue) {
+  for (const auto& [queue, slo] : slo_by_queue) {
+    if (slo > 0) wait_slo_->Add({{"queue", queue}}).Set(slo);
+  }
+}
+
+void MetricsAggregator::SetWaiting(const std::vector<WaitingJob>& waiting, double now) {
+  std::map<std::string, std::map<std::string, std::pair<int, double>>> by_queue;
+  for (const WaitingJob& w : waiting) {
+    auto it = jobs_.find(w.job_id);
+    if (it == jobs_.end()) continue;
+    const JobSeries& s = *it->second;
+    auto& [count, oldest] = by_queue[s.queue][w.reason];
+    ++count;
+    if (s.queued_since >= 0) oldest = std::max(oldest, now - s.queued_since);
+  }
+  for (const auto& [queue, reasons] : by_queue) known_queues_.insert(queue);
+  for (const std::string& queue : known_queues_) {
+    const auto q = by_queue.find(queue);
+    for (const WaitClass c : kWaitClasses) {
+      const std::map<std::string, std::string> labels = {{"queue", queue},
+                                                         {"reason", WaitClassName(c)}};
+      std::pair<int, double> v{0, 0.0};
+      if (q != by_queue.end()) {
+        const auto r = q->second.find(WaitClassName(c));
+        if (r != q->second.end()) v = r->second;
+      }
+      waiting_jobs_->Add(labels).Set(v.first);
+      oldest_wait_->Add(labels).Set(v.second);
+    }
+  }
 }
 
 void MetricsAggregator::RegisterCheckpointsAndQueues(prometheus::Registry& r) {
@@ -210,6 +282,7 @@ void MetricsAggregator::SetCheckpoint(const moe::v1::Job& job, double now) {
 void MetricsAggregator::SetQueues(const std::vector<moe::v1::QueueStatus>& queues) {
   std::set<std::pair<std::string, std::string>> now;
   for (const moe::v1::QueueStatus& q : queues) {
+    known_queues_.insert(q.name());
     queue_pending_->Add({{"queue", q.name()}}).Set(q.pending_jobs());
     for (const moe::v1::QueueResource& r : q.resources()) {
       const std::map<std::string, std::string> labels = {{"queue", q.name()},
@@ -390,16 +463,22 @@ void MetricsAggregator::UpdateStragglers(JobSeries& s, const std::vector<double>
 
 // The job's series from a completed step (rank 0's figures).
 void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& out) {
-  for (size_t r = 0; r < s.ranks.size(); ++r) {
-    rank_tflops_->Add(RankLabels(s, r)).Set(out.tflops_per_device());
-  }
   const std::map<std::string, std::string> job_labels = {{"job_id", s.id}};
+  // What runs now: a step that a stopping rank reports after its job was preempted, stopped or
+  // requeued counts in the job's totals, but sets no throughput (a rack's sum is of running jobs).
+  if (s.running) {
+    for (size_t r = 0; r < s.ranks.size(); ++r) {
+      rank_tflops_->Add(RankLabels(s, r)).Set(out.tflops_per_device());
+      rank_flops_->Add(RankLabels(s, r)).Set(out.tflops_per_device() * 1e12);
+    }
+    tflops_->Add(job_labels).Set(out.tflops_per_device());
+    job_device_flops_->Add(job_labels).Set(out.tflops_per_device() * 1e12);
+    mfu_->Add(job_labels).Set(out.mfu());
+    if (out.mfu_peak_tflops() > 0) peak_->Add(job_labels).Set(out.mfu_peak_tflops());
+  }
   const double flops =
       out.tflops_per_device() * 1e12 * out.step_seconds() * static_cast<double>(s.world);
   flops_->Add(job_labels).Increment(flops);
-  tflops_->Add(job_labels).Set(out.tflops_per_device());
-  mfu_->Add(job_labels).Set(out.mfu());
-  if (out.mfu_peak_tflops() > 0) peak_->Add(job_labels).Set(out.mfu_peak_tflops());
   tokens_->Add(job_labels).Increment(static_cast<double>(out.tokens()));
   step_duration_->Add(job_labels, StepBuckets()).Observe(out.step_seconds());
   loss_->Add(job_labels).Set(out.loss());
@@ -448,6 +527,8 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
     restarts_->Add({{"job_id", job.id()}}).Increment(job.restarts() - series.restarts);
   }
   series.restarts = job.restarts();
+  SetInfo(series, job);
+  TrackQueueing(series, job, from);
   if (!loaded && from != state && IsFinal(state) && !IsFinal(from)) CountFinished(state);
   SetState(job.id(), state);
   SetGoodput(job.id(), job.goodput());  // a change of state closes an interval of the account
@@ -464,18 +545,52 @@ void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState st
   }
   const bool terminal = IsFinal(state);
   s.ended_at = terminal ? clock_.Monotonic() : 0;
-  if (terminal) DropThroughput(s);
+  s.running = state == moe::v1::SCHEDULED || state == moe::v1::RUNNING;
+  if (!s.running) DropThroughput(s);
+  if (terminal)
+    checkpoint_age_->Remove(&checkpoint_age_->Add({{"job_id", job_id}}));  // none at risk
 }
 
-// A job that ended trains nothing: its throughput gauges go at once (a rack's TFLOP/s, summed over
-// moe_rank_tflops, is what runs now); its loss, state, counters and each rank's last step time stay
-// for the retention.
+// moe_job_info{job_id, name, queue, user, priority}: set once, and again if a label changed.
+void MetricsAggregator::SetInfo(JobSeries& s, const moe::v1::Job& job) {
+  const moe::v1::Metadata& m = job.spec().metadata();
+  s.queue = m.queue().empty() ? default_queue_ : m.queue();
+  std::map<std::string, std::string> info = {{"job_id", job.id()},
+                                             {"name", m.name()},
+                                             {"queue", s.queue},
+                                             {"user", job.owner()},
+                                             {"priority", std::to_string(m.priority())}};
+  if (info == s.info) return;
+  if (!s.info.empty()) job_info_->Remove(&job_info_->Add(s.info));
+  job_info_->Add(info).Set(1);
+  s.info = std::move(info);
+}
+
+// When the job entered its queue (submitted, preempted, requeued, restarting; a job loaded queued:
+// its last change), and at its placement the wait, into moe_queue_admission_wait_seconds.
+void MetricsAggregator::TrackQueueing(JobSeries& s, const moe::v1::Job& job,
+                                      moe::v1::JobState from) {
+  const bool loaded = from == moe::v1::JOB_STATE_UNSPECIFIED;
+  if (IsQueued(job.state())) {
+    if (loaded || !IsQueued(from) || s.queued_since < 0) s.queued_since = job.updated_at();
+    return;
+  }
+  if (job.state() == moe::v1::SCHEDULED && !loaded && s.queued_since >= 0) {
+    admission_wait_->Add({{"queue", s.queue}}, AdmissionBuckets())
+        .Observe(std::max(0.0, job.updated_at() - s.queued_since));
+  }
+  s.queued_since = -1;
+}
+
+// A job that does not run trains nothing: its throughput gauges go at once (a rack's TFLOP/s,
+// summed over moe_rank_tflops, is what runs now); its loss, state, counters and each rank's last
+// step time stay (a job that ended keeps them for the retention).
 void MetricsAggregator::DropThroughput(const JobSeries& s) {
   const std::map<std::string, std::string> job = {{"job_id", s.id}};
   tflops_->Remove(&tflops_->Add(job));
+  job_device_flops_->Remove(&job_device_flops_->Add(job));
   mfu_->Remove(&mfu_->Add(job));
   peak_->Remove(&peak_->Add(job));
-  checkpoint_age_->Remove(&checkpoint_age_->Add(job));  // no work left to lose
   // Each rank's last step time stays with the loss (which rank was slow at the end, on which node);
   // what it runs now (moe_rank_tflops) and its straggler flag go.
   RemoveRankSeries(s, /*keep_last_step=*/true);
@@ -551,6 +666,7 @@ void MetricsAggregator::RemoveRankSeries(const JobSeries& s, bool keep_last_step
       rank_compute_->Remove(&rank_compute_->Add(labels));
     }
     rank_tflops_->Remove(&rank_tflops_->Add(labels));
+    rank_flops_->Remove(&rank_flops_->Add(labels));
     straggler_gauge_->Remove(
         &straggler_gauge_->Add({{"job_id", s.id}, {"rank", std::to_string(r)}}));
   }
@@ -561,6 +677,8 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
   const std::map<std::string, std::string> job = {{"job_id", job_id}};
   flops_->Remove(&flops_->Add(job));
   tflops_->Remove(&tflops_->Add(job));
+  job_device_flops_->Remove(&job_device_flops_->Add(job));
+  if (!s.info.empty()) job_info_->Remove(&job_info_->Add(s.info));
   mfu_->Remove(&mfu_->Add(job));
   peak_->Remove(&peak_->Add(job));
   tokens_->Remove(&tokens_->Add(job));
@@ -597,6 +715,12 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
                       {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
   }
   RemoveRankSeries(s);
+}
+
+void MetricsAggregator::OnJobDeleted(const std::string& job_id) {
+  if (!jobs_.count(job_id)) return;
+  DropSeries(job_id);
+  jobs_.erase(job_id);
 }
 
 void MetricsAggregator::Expire() {

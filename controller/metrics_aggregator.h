@@ -61,6 +61,20 @@ class MetricsAggregator final : public JobListener {
   // JobListener: the job's state series; a restart; a new attempt (SCHEDULED, or a job loaded while
   // its attempt runs) starts the per-rank series from the job's placement.
   void OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobState from) override;
+  // A deleted job's series go at once (not after the retention).
+  void OnJobDeleted(const std::string& job_id) override;
+  // The queue of jobs that name none (moe_job_info's and the queue series' `queue`).
+  void SetDefaultQueue(std::string queue) { default_queue_ = std::move(queue); }
+  // moe_queue_wait_slo_seconds{queue}: the queues whose configuration sets wait_slo_seconds.
+  void SetWaitSlos(const std::map<std::string, double>& slo_by_queue);
+  // moe_queue_waiting_jobs{queue, reason} and moe_queue_oldest_wait_seconds{queue, reason}: the
+  // queued jobs by why the last scheduling pass left them waiting (WaitClassName); every reason of
+  // every queue known is exported, 0 when none. `now`: Unix seconds.
+  struct WaitingJob {
+    std::string job_id;
+    const char* reason = "";
+  };
+  void SetWaiting(const std::vector<WaitingJob>& waiting, double now);
 
   // A new attempt: which rank runs where.
   void StartAttempt(const std::string& job_id, int attempt, const std::vector<RankInfo>& ranks,
@@ -111,7 +125,12 @@ class MetricsAggregator final : public JobListener {
   // keep_last_step: moe_rank_step_duration_seconds and moe_rank_compute_seconds stay (a job that
   // ended keeps them for the retention, as its loss).
   void RemoveRankSeries(const JobSeries& s, bool keep_last_step = false);
+  // A job that stopped running (preempted, restarting, stopping, ended): its throughput gauges go.
   void DropThroughput(const JobSeries& s);
+  void SetInfo(JobSeries& s, const moe::v1::Job& job);
+  void TrackQueueing(JobSeries& s, const moe::v1::Job& job, moe::v1::JobState from);
+  void RegisterQueueWaits(prometheus::Registry& r);
+  void RegisterRankSeries(prometheus::Registry& r);
   void DropSeries(const std::string& job_id);
   void RegisterGoodput(prometheus::Registry& r);
   void RegisterCheckpointsAndQueues(prometheus::Registry& r);
@@ -178,6 +197,15 @@ class MetricsAggregator final : public JobListener {
   prometheus::Family<prometheus::Gauge>* rack_spares_;
   prometheus::Family<prometheus::Gauge>* rack_spares_in_use_;
   std::set<std::string> spare_racks_;  // racks with spares series
+  prometheus::Family<prometheus::Gauge>* job_info_;
+  prometheus::Family<prometheus::Gauge>* rank_flops_;        // FLOP/s (base units)
+  prometheus::Family<prometheus::Gauge>* job_device_flops_;  // FLOP/s per device
+  prometheus::Family<prometheus::Histogram>* admission_wait_;
+  prometheus::Family<prometheus::Gauge>* waiting_jobs_;
+  prometheus::Family<prometheus::Gauge>* oldest_wait_;
+  prometheus::Family<prometheus::Gauge>* wait_slo_;
+  std::string default_queue_ = "default";
+  std::set<std::string> known_queues_;  // queues with waiting series
 };
 
 }  // namespace moe::controller

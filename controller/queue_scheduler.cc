@@ -35,6 +35,11 @@ struct SchedulePass {
 
 namespace {
 
+void Wait(JobEntry& e, WaitClass c, std::string why) {
+  e.wait_class = c;
+  e.waiting_reason = std::move(why);
+}
+
 std::string Join(const std::vector<std::string>& ids) {
   std::string out;
   for (const std::string& id : ids) out += (out.empty() ? "" : ", ") + id;
@@ -64,8 +69,8 @@ void QueueScheduler::Run() {
   std::map<std::string, std::vector<QueuedJob>> by_queue;
   for (JobEntry* e : jobs_.All()) {
     if (e->not_before > pass.now) {  // restart backoff (Tick schedules again when it ends)
-      e->waiting_reason =
-          "restart backoff: placed again in " + internal::Seconds(e->not_before - pass.now);
+      Wait(*e, WaitClass::kBackoff,
+           "restart backoff: placed again in " + internal::Seconds(e->not_before - pass.now));
       continue;
     }
     if (e->job.state() == moe::v1::PENDING && !e->spec.depends_on.empty() && !DependenciesMet(*e))
@@ -99,7 +104,7 @@ bool QueueScheduler::DependenciesMet(JobEntry& e) {
   const DependencyCheck c = CheckDependencies(e, jobs_);
   if (c.kind == DependencyCheck::kReady) return true;
   if (c.kind == DependencyCheck::kWait) {
-    e.waiting_reason = c.why;
+    Wait(e, WaitClass::kDependency, c.why);
     return false;
   }
   if (Status st =
@@ -107,7 +112,7 @@ bool QueueScheduler::DependenciesMet(JobEntry& e) {
       !st.ok()) {
     MOE_LOG(WARNING) << "job " << e.job.id() << ": " << c.why
                      << "; its cancel is not stored yet: " << st << " (retried at the next pass)";
-    e.waiting_reason = c.why;
+    Wait(e, WaitClass::kDependency, c.why);
     attempts_.NeedSchedule();
   }
   return false;
@@ -174,8 +179,9 @@ const Status& QueueScheduler::Feasible(const PlacementRequest& req, SchedulePass
 
 void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
   if (e.spec.priority < pass.hold_below) {
-    e.waiting_reason = "held: " + pass.holder + " (priority " + std::to_string(pass.hold_below) +
-                       ") waits for the jobs it preempted to stop";
+    Wait(e, WaitClass::kHeld,
+         "held: " + pass.holder + " (priority " + std::to_string(pass.hold_below) +
+             ") waits for the jobs it preempted to stop");
     return;
   }
   const std::string queue = QueueOf(e), &device = e.spec.resources.device;
@@ -190,8 +196,8 @@ void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
                                                        queues_.Nominal(queue, device);
   if (admission == Admission::kFits && !quota.empty() && spec &&
       pass.reclaiming.count(spec->cohort)) {
-    e.waiting_reason =
-        "held: a queue of cohort " + spec->cohort + " reclaims the quota it lent (" + quota + ")";
+    Wait(e, WaitClass::kHeld,
+         "held: a queue of cohort " + spec->cohort + " reclaims the quota it lent (" + quota + ")");
     return;
   }
   PlacementRequest req = Request(e);
@@ -205,14 +211,23 @@ void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
   }
   // Not even on every live worker: it waits for workers to register, and says how many it needs.
   const Status& fits = Feasible(req, pass);
-  e.waiting_reason = admission != Admission::kFits ? quota
-                     : fits.ok()                   ? placed.status().message()
-                                                   : "waiting for capacity: " + fits.message();
+  if (admission != Admission::kFits) {
+    // Said once: a priority that looks higher than a running job's does not reach across queues.
+    Wait(e, WaitClass::kQuota,
+         quota +
+             "; it preempts only lower-priority jobs of its own queue and what its cohort "
+             "borrowed, never other queues' jobs");
+  } else if (fits.ok()) {
+    Wait(e, WaitClass::kBusy, placed.status().message());
+  } else {
+    Wait(e, WaitClass::kCapacity, "waiting for capacity: " + fits.message());
+  }
   if (fits.ok()) {
     if (within_nominal && spec && !spec->cohort.empty()) pass.reclaiming.insert(spec->cohort);
     if (PreemptionInFlight(e) || Preempt(e, req, within_nominal, pass)) {
-      e.waiting_reason = "preempting " + Join(e.preempting) +
-                         ": placed once their ranks have checkpointed and stopped";
+      Wait(e, WaitClass::kPreempting,
+           "preempting " + Join(e.preempting) +
+               ": placed once their ranks have checkpointed and stopped");
       if (e.spec.priority > pass.hold_below)
         pass.hold_below = e.spec.priority, pass.holder = e.job.id();
       return;
@@ -310,7 +325,7 @@ void QueueScheduler::GrowElastic(SchedulePass& pass) {
 
 void QueueScheduler::StartPlaced(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass) {
   e.preempting.clear();
-  e.waiting_reason.clear();
+  Wait(e, WaitClass::kNone, "");
   pass.starts.push_back({&e, placed});
   pass.usage[QueueOf(e)][e.spec.resources.device] += int64_t(placed.size());
   std::set<std::string> used;
@@ -325,7 +340,7 @@ void QueueScheduler::StartAll(SchedulePass& pass) {
   if (Status st = attempts_.StartAll(pass.starts); !st.ok()) {
     MOE_LOG(WARNING) << pass.starts.size() << " job(s) not started: " << st
                      << " (they stay queued; the next tick tries again)";
-    for (const auto& p : pass.starts) p.e->waiting_reason = "not started: " + st.message();
+    for (const auto& p : pass.starts) Wait(*p.e, WaitClass::kStuck, "not started: " + st.message());
     attempts_.NeedSchedule();
   }
   pass.starts.clear();

@@ -44,6 +44,7 @@ const Schema<QueueSpec>& SchemaOf<QueueSpec>() {
       Field("quota", &Q::quota, KnownDevices),
       Field("borrowing_limit", &Q::borrowing_limit, KnownDevices),
       Field("weight", &Q::weight, Positive()),
+      Field("wait_slo_seconds", &Q::wait_slo_seconds, NonNegative()),
   });
   return *schema;
 }

@@ -32,6 +32,9 @@ struct QueueSpec {
   std::map<std::string, int64_t>
       borrowing_limit;  // device type -> ranks past nominal (absent: no limit)
   int64_t weight = 1;   // fair sharing: a queue of weight 2 gets twice the share
+  // Its admission SLO: a job of the queue waiting longer (for anything but its quota or a
+  // dependency) pages (MoEQueueWaitOverSLO); 0: none.
+  double wait_slo_seconds = 0;
 };
 
 struct QueuesConfig {

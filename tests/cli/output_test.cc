@@ -4,6 +4,7 @@
 
 #include "cli/jsonpath.h"
 #include "cli/object_form.h"
+#include "cli/top.h"
 #include "moe/v1/job_service.pb.h"
 
 namespace moe::cli {
@@ -115,6 +116,29 @@ TEST(CustomColumns, RowsAndNone) {
   EXPECT_FALSE(CustomColumns("ID:.id,:x", object).ok());
   EXPECT_FALSE(CustomColumns("ID:{}", object).ok());
   EXPECT_FALSE(CustomColumns("ID: ", object).ok());
+}
+
+// moectl top: a rack's TFLOP/s is the sum over the jobs running there now; a preempted job whose
+// placement is still recorded (the same workers now run another job) adds nothing and shows "-".
+TEST(Top, ARacksTflopsCountsRunningJobsOnly) {
+  moe::v1::ListJobsResponse jobs;
+  for (const auto state : {moe::v1::RUNNING, moe::v1::PREEMPTED}) {
+    moe::v1::Job* j = jobs.add_jobs();
+    *j = TwoRankJob();
+    j->set_id(state == moe::v1::RUNNING ? "runs" : "preempted");
+    j->set_state(state);
+    j->mutable_last_metrics()->set_tflops_per_device(state == moe::v1::RUNNING ? 10 : 7);
+    for (auto& p : *j->mutable_placement()) p.set_rack("r0");
+  }
+  moe::v1::ListWorkersResponse workers;
+  workers.add_workers()->set_rack("r0");
+  const std::string screen = TopScreen(jobs, workers);
+  const std::string racks = screen.substr(screen.find("RACKS"));
+  EXPECT_NE(racks.find(" 20"), std::string::npos) << "2 ranks x 10 of the running job:\n" << racks;
+  EXPECT_EQ(racks.find("34"), std::string::npos) << "the preempted job's 2 x 7 counted:\n" << racks;
+  const size_t row = screen.find("preempted");
+  EXPECT_EQ(screen.substr(row, screen.find('\n', row) - row).find(" 7"), std::string::npos)
+      << "a job that does not run shows no TFLOP/s";
 }
 
 }  // namespace

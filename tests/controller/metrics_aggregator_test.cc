@@ -336,5 +336,123 @@ TEST_F(MetricsAggregatorTest, RackSparesPerRackGoBackToZeroWhenTheRackGoes) {
   EXPECT_EQ(Get("moe_rack_spares_in_use", {{"rack", "r0"}}), 0.0);
 }
 
+// A job's throughput lives exactly as long as its ranks run: preempted, requeued (RESTARTING),
+// told to stop (STOPPING) or ended, its rank and job TFLOP/s and FLOP/s go at once, and a step that
+// a stopping rank reports afterwards sets none (a rack's sum is of running jobs only); its counters
+// still add up. A new attempt exports again.
+TEST_F(MetricsAggregatorTest, AJobThatStopsRunningLeavesNoThroughputSeries) {
+  for (const auto stopped : {moe::v1::PREEMPTED, moe::v1::RESTARTING, moe::v1::STOPPING}) {
+    SCOPED_TRACE(moe::v1::JobState_Name(stopped));
+    const int attempt = static_cast<int>(stopped);  // a fresh attempt per case
+    metrics_.OnJobStateChanged(JobIn(moe::v1::SCHEDULED, attempt, {"r0", "r1"}), moe::v1::PENDING);
+    metrics_.OnJobStateChanged(JobIn(moe::v1::RUNNING, attempt, {"r0", "r1"}), moe::v1::SCHEDULED);
+    ASSERT_TRUE(Step(attempt, 1, {0.2, 0.2}).has_value());
+    EXPECT_EQ(Get("moe_rank_tflops", RankL(1, "r1")), 120.0);
+    EXPECT_EQ(Get("moe_rank_flops_per_second", RankL(1, "r1")), 120e12) << "base units";
+    EXPECT_EQ(Get("moe_job_device_flops_per_second", {{"job_id", "j"}}), 120e12);
+    metrics_.OnJobStateChanged(JobIn(stopped, attempt, {"r0", "r1"}), moe::v1::RUNNING);
+    const double tokens = *Get("moe_job_tokens_total", {{"job_id", "j"}});
+    ASSERT_TRUE(Step(attempt, 2, {0.2, 0.2}).has_value()) << "a late report of a stopping rank";
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_FALSE(Get("moe_rank_tflops", RankL(r, r ? "r1" : "r0")).has_value()) << r;
+      EXPECT_FALSE(Get("moe_rank_flops_per_second", RankL(r, r ? "r1" : "r0")).has_value()) << r;
+    }
+    for (const char* name : {"moe_job_tflops_per_device", "moe_job_device_flops_per_second",
+                             "moe_job_mfu_ratio", "moe_job_peak_tflops_per_device"}) {
+      EXPECT_FALSE(Get(name, {{"job_id", "j"}}).has_value()) << name;
+    }
+    EXPECT_EQ(Get("moe_job_tokens_total", {{"job_id", "j"}}), tokens + 4096)
+        << "the step still counts in the job's totals";
+    EXPECT_TRUE(Get("moe_job_loss", {{"job_id", "j"}}).has_value()) << "its history stays";
+  }
+}
+
+TEST_F(MetricsAggregatorTest, ADeletedJobsSeriesGoAtOnce) {
+  moe::v1::Job job = JobIn(moe::v1::SCHEDULED, 1, {"r0"});
+  metrics_.OnJobStateChanged(job, moe::v1::PENDING);
+  ASSERT_TRUE(Step(1, 1, {0.1}).has_value());
+  moe::v1::Goodput g;
+  g.set_ratio(0.5);
+  metrics_.SetGoodput("j", g);
+  job.set_state(moe::v1::SUCCEEDED);
+  metrics_.OnJobStateChanged(job, moe::v1::RUNNING);
+  ASSERT_TRUE(Get("moe_job_goodput_ratio", {{"job_id", "j"}}).has_value());
+  metrics_.OnJobDeleted("j");
+  for (const char* name : {"moe_job_goodput_ratio", "moe_job_loss", "moe_job_tokens_total"})
+    EXPECT_FALSE(Get(name, {{"job_id", "j"}}).has_value()) << name << " outlived the delete";
+  EXPECT_FALSE(Get("moe_job_state", {{"job_id", "j"}, {"state", "SUCCEEDED"}}).has_value());
+  metrics_.OnJobDeleted("j");  // twice, or a job never shown: nothing to do
+  metrics_.OnJobDeleted("never-seen");
+}
+
+// moe_job_info to join on (name, queue, user, priority), and each placement's wait in its queue's
+// admission histogram: from entering the queue (submit, preemption) to SCHEDULED.
+TEST_F(MetricsAggregatorTest, JobInfoAndTheAdmissionWaitByQueue) {
+  metrics_.SetDefaultQueue("research");
+  moe::v1::Job job = JobIn(moe::v1::PENDING, 0, {});
+  job.set_owner("alice");
+  job.mutable_spec()->mutable_metadata()->set_name("pretrain");
+  job.mutable_spec()->mutable_metadata()->set_priority(7);
+  job.set_updated_at(1000);
+  metrics_.OnJobStateChanged(job, moe::v1::JOB_STATE_UNSPECIFIED);
+  const Labels info = {{"job_id", "j"},
+                       {"name", "pretrain"},
+                       {"queue", "research"},
+                       {"user", "alice"},
+                       {"priority", "7"}};
+  EXPECT_EQ(Get("moe_job_info", info), 1.0) << "a job naming no queue is in the default one";
+  moe::v1::Job placed = JobIn(moe::v1::SCHEDULED, 1, {"r0"});
+  *placed.mutable_spec() = job.spec();
+  placed.set_owner("alice");
+  placed.set_updated_at(1030);
+  metrics_.OnJobStateChanged(placed, moe::v1::PENDING);
+  EXPECT_EQ(Get("moe_queue_admission_wait_seconds", {{"queue", "research"}}), 1.0);
+  const std::string page = prometheus::TextSerializer().Serialize(registry_->Collect());
+  EXPECT_NE(page.find("moe_queue_admission_wait_seconds_sum{queue=\"research\"} 30"),
+            std::string::npos)
+      << "30 s from submit to placement";
+  // Preempted at 2000, placed again at 2100: a second wait of 100 s.
+  placed.set_state(moe::v1::PREEMPTED);
+  placed.set_updated_at(2000);
+  metrics_.OnJobStateChanged(placed, moe::v1::RUNNING);
+  placed.set_state(moe::v1::SCHEDULED);
+  placed.set_attempt(2);
+  placed.set_updated_at(2100);
+  metrics_.OnJobStateChanged(placed, moe::v1::PREEMPTED);
+  EXPECT_EQ(Get("moe_queue_admission_wait_seconds", {{"queue", "research"}}), 2.0);
+  metrics_.OnJobDeleted("j");
+  EXPECT_FALSE(Get("moe_job_info", info).has_value());
+}
+
+// Queued jobs by why they wait, and the oldest wait per reason: what the queue alerts read (a full
+// quota is not paged; a job that waits with quota and capacity is).
+TEST_F(MetricsAggregatorTest, WaitingJobsAndTheOldestWaitByReason) {
+  metrics_.SetWaitSlos({{"research", 600}, {"batch", 0}});
+  EXPECT_EQ(Get("moe_queue_wait_slo_seconds", {{"queue", "research"}}), 600.0);
+  EXPECT_FALSE(Get("moe_queue_wait_slo_seconds", {{"queue", "batch"}}).has_value())
+      << "no SLO, no series (no alert)";
+  for (const char* id : {"a", "b", "c"}) {
+    moe::v1::Job job;
+    job.set_id(id);
+    job.set_state(moe::v1::PENDING);
+    job.mutable_spec()->mutable_metadata()->set_queue("research");
+    job.set_updated_at(id[0] == 'a' ? 1000 : 1500);
+    metrics_.OnJobStateChanged(job, moe::v1::JOB_STATE_UNSPECIFIED);
+  }
+  metrics_.SetWaiting({{"a", "quota"}, {"b", "quota"}, {"c", "preempting"}}, 2000);
+  EXPECT_EQ(Get("moe_queue_waiting_jobs", {{"queue", "research"}, {"reason", "quota"}}), 2.0);
+  EXPECT_EQ(Get("moe_queue_oldest_wait_seconds", {{"queue", "research"}, {"reason", "quota"}}),
+            1000.0);
+  EXPECT_EQ(Get("moe_queue_oldest_wait_seconds", {{"queue", "research"}, {"reason", "preempting"}}),
+            500.0);
+  EXPECT_EQ(Get("moe_queue_waiting_jobs", {{"queue", "research"}, {"reason", "busy"}}), 0.0)
+      << "every reason of a known queue is exported";
+  metrics_.SetWaiting({}, 2001);
+  EXPECT_EQ(Get("moe_queue_waiting_jobs", {{"queue", "research"}, {"reason", "quota"}}), 0.0)
+      << "placed: back to 0, not left at the last count";
+  EXPECT_EQ(Get("moe_queue_oldest_wait_seconds", {{"queue", "research"}, {"reason", "quota"}}),
+            0.0);
+}
+
 }  // namespace
 }  // namespace moe::controller
