@@ -25,6 +25,7 @@
 #include "common/path_roots.h"
 #include "common/service_log.h"
 #include "worker/agent/agent.h"
+#include "worker/agent/cpu_cores.h"
 #include "worker/agent/topology.h"
 
 namespace {
@@ -186,6 +187,8 @@ struct WorkerFlags {
   std::string health_listen;            // --health-listen ADDR:PORT
   int slots = 0;                        // --slots
   int slots_from_cores = 0;             // --slots defaulted from this many cores (logged)
+  int host_cores = 0;                   // the host's, when some were held by other agents
+  moe::worker::CoreClaim cores;         // the cores this agent counts as its own (cpu_cores.h)
   moe::ServiceLogOptions log;
   int fake_workers = 1;
   FakeLayout fake;
@@ -225,7 +228,8 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
                  "all (every GPU the driver lists)");
   app.add_option("--slots", f.slots,
                  "a CPU node: this many ranks at once, sharing the node's cores (default: the "
-                 "node's cores over --threads, or 1 without --threads)")
+                 "node's cores no other agent on this host holds, over --threads; 1 without "
+                 "--threads)")
       ->check(CLI::Range(1, 256));
   app.add_option("--rack", f.rack, "rack (NVLink domain) when NVML has no fabric info ($MOE_RACK)");
   app.add_option("--node", f.node, "node name ($MOE_NODE; default: the host name)");
@@ -250,8 +254,8 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option(
       "--data-root", o.data_roots,
       "a job's spec.data.path (relative: below the first) must lie below one of these "
-      "(repeatable; default: $MOE_DATA_ROOT, else <runtime-dir>/data and the directory it was "
-      "started in; / allows anywhere)");
+      "(repeatable; default: $MOE_DATA_ROOT, else <runtime-dir>/data, and the directory it was "
+      "started in when no root flag is given at all; / allows anywhere)");
   app.add_option(
       "--checkpoint-root", o.checkpoint_roots,
       "a job's checkpoint directory (relative: below the first) must lie below one of these "
@@ -311,11 +315,15 @@ moe::Status ResolveRoots(moe::worker::AgentOptions& o) {
   o.default_checkpoint_roots = ckpt_default && std::getenv("MOE_CHECKPOINT_ROOT") == nullptr;
   char cwd[4096] = "/";
   if (::getcwd(cwd, sizeof(cwd)) == nullptr) cwd[0] = '/', cwd[1] = 0;
-  // Default data roots also hold the directory the worker was started in (a quick start runs it
-  // from the project, where `make data` put data/fortunes), unless that is / (a service manager's):
-  // reading is all a data root allows.
-  if (data_default && std::getenv("MOE_DATA_ROOT") == nullptr && std::string(cwd) != "/")
-    o.data_roots.push_back(cwd);
+  // A quick start (no root flag or variable at all) also reads the directory it was started in (it
+  // runs from the project, where `make data` put data/fortunes), unless that is / (a service
+  // manager's): reading is all a data root allows. An agent whose roots are configured in part
+  // reads only what they say: a relative dataset lies below <runtime-dir>/data, and a job whose
+  // dataset is not there fails at once (permanent), not on another directory's copy.
+  const bool quick_start = data_default && ckpt_default &&
+                           std::getenv("MOE_DATA_ROOT") == nullptr &&
+                           std::getenv("MOE_CHECKPOINT_ROOT") == nullptr;
+  if (quick_start && std::string(cwd) != "/") o.data_roots.push_back(cwd);
   for (auto* roots : {&o.data_roots, &o.checkpoint_roots}) {
     for (std::string& r : *roots) {
       MOE_RETURN_IF_ERROR(
@@ -367,13 +375,16 @@ moe::Status Resolve(WorkerFlags& f) {
   if (o.client.address.empty())
     return moe::InvalidArgumentError("--controller: required (or set MOE_CONTROLLER)");
   // A CPU node without --slots runs as many ranks as its cores hold at --threads each (a node of 2
-  // cores at --threads 1: 2 slots, so the two-rank default job runs on one agent); without
+  // cores at --threads 1: 2 slots, so the two-rank default job runs on one agent), counting only
+  // the cores no other agent on this host claimed (a second agent there gets 1 slot); without
   // --threads, one.
   if (f.slots == 0 && f.devices.empty() && f.device == "cpu" && o.threads > 0 &&
       o.fake_step_seconds <= 0) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    f.slots = std::clamp(cores / o.threads, 1, 256);
-    f.slots_from_cores = cores;
+    f.cores = moe::worker::CoreClaim::Take(cores);
+    f.slots = std::clamp(f.cores.count() / o.threads, 1, 256);
+    f.slots_from_cores = f.cores.count();
+    if (f.cores.count() < cores) f.host_cores = cores;
   }
   MOE_ASSIGN_OR_RETURN(o.devices, moe::worker::ParseDevices(f.device, f.devices, f.slots));
   const std::string& first = o.devices.front();
@@ -419,9 +430,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   MOE_LOG(INFO) << "rack " << f.o.rack << " from " << f.rack << "; node " << f.o.node;
-  if (f.slots_from_cores > 0)
+  if (f.host_cores > 0) {
+    MOE_LOG(WARNING) << f.o.devices.size() << " CPU slot(s): other agents on this host hold "
+                     << f.host_cores - f.slots_from_cores << " of its " << f.host_cores
+                     << " cores, " << f.slots_from_cores << " left at --threads " << f.o.threads
+                     << " each (--slots to choose)";
+  } else if (f.slots_from_cores > 0) {
     MOE_LOG(INFO) << f.o.devices.size() << " CPU slot(s): the node's " << f.slots_from_cores
                   << " core(s) at --threads " << f.o.threads << " each (--slots to choose)";
+  }
   WarnOpenRoots(f.o);
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGINT, OnSignal);

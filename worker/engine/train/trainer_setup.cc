@@ -81,8 +81,17 @@ Status Trainer::OpenData() {
   if (!options_.data_roots.empty() && spec_.data.source != "synthetic") {
     const std::string full =
         NormalizeAbsolute(spec_.data.path, NormalizeAbsolute(options_.data_roots.front(), "/"));
-    MOE_ASSIGN_OR_RETURN(
-        data_dir_, ConfinedDir::Open("spec.data.path", DirName(full), options_.data_roots, false));
+    StatusOr<std::unique_ptr<ConfinedDir>> dir =
+        ConfinedDir::Open("spec.data.path", DirName(full), options_.data_roots, false);
+    // Its directory missing below a root that is there: the dataset is not on this worker, and a
+    // restart finds it missing again (permanent: the job fails at once, spending no restart). A
+    // root that cannot be opened (storage not mounted yet) stays UNAVAILABLE: a restart may help.
+    if (dir.status().code() == StatusCode::kNotFound) {
+      return FailedPreconditionError(dir.status().message() +
+                                     " on this worker (no dataset there: prepare it with moe-prep "
+                                     "below a data root, or fix the path)");
+    }
+    MOE_ASSIGN_OR_RETURN(data_dir_, std::move(dir));
     read.data.path = data_dir_->Path(BaseName(full));
   }
   MOE_ASSIGN_OR_RETURN(sampler_, BatchSampler::Create(read, par_.dp_size()));
