@@ -38,4 +38,27 @@ struct Client {
 
 double NowSeconds();
 
+// Where moectl connects, before its flags: the config file ($MOE_CONFIG, else
+// $XDG_CONFIG_HOME/moectl/config.yaml, else ~/.config/moectl/config.yaml; keys controller,
+// token_file, tls_ca, tls_cert, tls_key, timeout), then the environment ($MOE_CONTROLLER,
+// $MOE_TOKEN, $MOE_TOKEN_FILE, $MOE_TLS_CA, $MOE_TLS_CERT, $MOE_TLS_KEY) over it; the flags
+// override both, as kubectl's do. A file that is named but missing, or a key it does not know, is
+// an error naming the file and the key; *source says which file was read ("" when none).
+Status LoadConnectionDefaults(Client* c, std::string* token_file, std::string* source = nullptr);
+
+// A watch that outlives a controller restart: Retry(st) is true (after a back-off of 0.5 s doubling
+// to 5 s) while `st` is UNAVAILABLE (or CANCELLED: a call the controller cut as it shut down) and
+// less than `give_up` seconds passed since the controller was last reached; it says on stderr that
+// it lost the controller and, through Reached(), that it is back.
+class Reconnect {
+ public:
+  explicit Reconnect(double give_up) : give_up_(give_up) {}
+  bool Retry(const Status& st);
+  void Reached();
+
+ private:
+  double give_up_, lost_at_ = 0, backoff_ = 0.5;
+  bool lost_ = false;
+};
+
 }  // namespace moe::cli

@@ -172,7 +172,7 @@ int GetJobs(Client& c, const Args& a) {
           MOE_ASSIGN_OR_RETURN(const moe::v1::ListJobsResponse all, ListAllJobs(c, a));
           return JobRows({all.jobs().begin(), all.jobs().end()}, NowSeconds(), a.output == "wide");
         },
-        {"STATE", "RESTARTS", "PRIORITY", "ATTEMPT"}, a.refresh,
+        {"STATE", "RESTARTS", "PRIORITY", "ATTEMPT"}, a.refresh, a.reconnect_seconds,
         [&](const Status& st) { return c.Fail(st); });
   }
   StatusOr<moe::v1::ListJobsResponse> listed = ListAllJobs(c, a);
@@ -320,14 +320,20 @@ int Events(Client& c, const Args& a) {
   StatusOr<moe::v1::Job> job = ResolveJob(c, a.id);
   if (!job.ok()) return c.Fail(job.status());
   int64_t last = 0;
+  Reconnect again(a.reconnect_seconds);
   for (bool first = true;; first = false) {
     PrintEvents(*job, last, a, first);
     for (const auto& e : job->events()) last = std::max(last, e.seq());
     if (!a.watch_list || IsTerminal(job->state())) return 0;
-    std::this_thread::sleep_for(std::chrono::duration<double>(a.refresh));
     moe::v1::GetJobRequest req;
     req.set_id(job->id());
-    if (Status st = c.Call(&Stub::GetJob, req, &*job); !st.ok()) return c.Fail(st);
+    Status st;
+    do {
+      std::this_thread::sleep_for(std::chrono::duration<double>(a.refresh));
+      st = c.Call(&Stub::GetJob, req, &*job);
+    } while (!st.ok() && again.Retry(st));
+    if (!st.ok()) return c.Fail(st);
+    again.Reached();
   }
 }
 
@@ -423,7 +429,8 @@ int GetWorkers(Client& c, const Args& a) {
           return WorkerRows({resp.workers().begin(), resp.workers().end()}, NowSeconds(),
                             a.output == "wide");
         },
-        {"STATE", "RACK", "RUNS"}, a.refresh, [&](const Status& st) { return c.Fail(st); });
+        {"STATE", "RACK", "RUNS"}, a.refresh, a.reconnect_seconds,
+        [&](const Status& st) { return c.Fail(st); });
   }
   moe::v1::ListWorkersResponse resp;
   if (Status st = AllWorkers(c, &resp); !st.ok()) return c.Fail(st);
@@ -526,7 +533,7 @@ int Drain(Client& c, const Args& a, bool drain) {
 int WatchByRef(Client& c, const Args& a) {
   StatusOr<moe::v1::Job> job = ResolveJob(c, a.id);
   if (!job.ok()) return c.Fail(job.status());
-  return Watch(c, job->id(), a.watch_output == "json");
+  return Watch(c, job->id(), a.watch_output == "json", a.reconnect_seconds);
 }
 
 int LogsByRef(Client& c, const Args& a) {
@@ -555,23 +562,21 @@ int RunTop(Client& c, const Args& a) {
 }  // namespace
 
 void AddConnectionFlags(CLI::App& app, Client* c, std::string* token_file) {
-  const char* env_controller = std::getenv("MOE_CONTROLLER");
-  const char* env_token = std::getenv("MOE_TOKEN");
-  const char* env_token_file = std::getenv("MOE_TOKEN_FILE");
-  c->options.address = env_controller ? env_controller : "127.0.0.1:50051";
-  c->options.token = env_token ? env_token : "";
-  *token_file = env_token_file ? env_token_file : "";
+  // The defaults come from the config file and the environment (LoadConnectionDefaults).
   app.add_option("--controller", c->options.address,
-                 "controller address host:port ($MOE_CONTROLLER)")
+                 "controller address host:port ($MOE_CONTROLLER; config: controller)")
       ->capture_default_str();
   app.add_option("--token", c->options.token,
                  "bearer token ($MOE_TOKEN; visible in ps: prefer --token-file)");
   app.add_option("--token-file", *token_file,
-                 "file holding the bearer token, mode 0600 ($MOE_TOKEN_FILE)");
-  app.add_option("--tls-ca", c->options.tls_ca, "CA of the controller's certificate (PEM): TLS");
-  app.add_option("--tls-cert", c->options.tls_cert, "client certificate (PEM) for mTLS");
-  app.add_option("--tls-key", c->options.tls_key, "client key (PEM) for mTLS");
-  app.add_option("--timeout", c->timeout, "deadline of each call, seconds")
+                 "file holding the bearer token, mode 0600 ($MOE_TOKEN_FILE; config: token_file)");
+  app.add_option("--tls-ca", c->options.tls_ca,
+                 "CA of the controller's certificate (PEM): TLS ($MOE_TLS_CA; config: tls_ca)");
+  app.add_option("--tls-cert", c->options.tls_cert,
+                 "client certificate (PEM) for mTLS ($MOE_TLS_CERT; config: tls_cert)");
+  app.add_option("--tls-key", c->options.tls_key,
+                 "client key (PEM) for mTLS ($MOE_TLS_KEY; config: tls_key)");
+  app.add_option("--timeout", c->timeout, "deadline of each call, seconds (config: timeout)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
 }
@@ -607,6 +612,14 @@ void AddSelection(CLI::App* sub, Args* a) {
   sub->add_option("--name", a->job_name, "also every job of this metadata.name");
 }
 
+// A watch outlives a controller restart: it waits this long for the controller to come back.
+void AddReconnectFlag(CLI::App* sub, Args* a) {
+  sub->add_option("--reconnect-seconds", a->reconnect_seconds,
+                  "a watch that loses the controller reconnects for this long, then fails")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+}
+
 // kubectl's get -w.
 void AddWatchFlags(CLI::App* sub, Args* a) {
   sub->add_flag("-w,--watch", a->watch_list,
@@ -614,6 +627,7 @@ void AddWatchFlags(CLI::App* sub, Args* a) {
   sub->add_option("--interval", a->refresh, "-w: seconds between polls")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  AddReconnectFlag(sub, a);
 }
 
 std::vector<Command> AddGetAndDescribe(CLI::App& app, Client& c, Args* a) {
@@ -681,6 +695,7 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
                    "text (a live line) | json (one object per line)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  AddReconnectFlag(watch, a);
   auto* cancel = app.add_subcommand(
       "cancel",
       "cancel jobs (ids, names, -l, --state, --name): their ranks checkpoint at their next step "

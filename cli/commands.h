@@ -19,6 +19,8 @@ struct Args {
   std::vector<std::string> ids;     // get job, describe job, cancel, delete job: ids or names
   std::string job_name;             // cancel/delete --name: jobs of this metadata.name
   double refresh = 2;
+  double reconnect_seconds =
+      600;  // watch, get -w, events -w: how long a lost controller is awaited
   bool once = false;
   bool now = false;   // cancel --now
   bool wait = false;  // drain --wait

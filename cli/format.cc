@@ -114,11 +114,17 @@ std::string Labels(const moe::v1::Job& j) {
   return out.empty() ? "-" : out;
 }
 
-// Slurm's ELAPSED: the time the job has run (its wall time less what it spent queued), "-" before
-// its first placement.
+// The seconds the job waited for workers: queued (submitted, requeued), preempted, and a restart's
+// back-off.
+double Waited(const moe::v1::Goodput& g) {
+  return g.queued_seconds() + g.preempted_seconds() + g.backoff_seconds();
+}
+
+// Slurm's ELAPSED: the time the job has run (its wall time less every wait: queued, preempted,
+// backing off), "-" before its first placement; what a chargeback bills.
 std::string Elapsed(const moe::v1::Job& j) {
   if (j.attempt() == 0) return "-";
-  return Duration(j.goodput().wall_seconds() - j.goodput().queued_seconds());
+  return Duration(std::max(0.0, j.goodput().wall_seconds() - Waited(j.goodput())));
 }
 
 }  // namespace
@@ -129,7 +135,7 @@ TableRows JobRows(const std::vector<moe::v1::Job>& jobs, double now, bool wide) 
               "STEP", "LOSS",  "TFLOP/S/DEV", "RESTARTS", "ELAPSED",  "AGE"};
   if (wide) {
     t.header.insert(t.header.end(),
-                    {"GOODPUT", "ATTEMPT", "CHECKPOINT", "RACKS", "LABELS", "REASON"});
+                    {"WAITED", "GOODPUT", "ATTEMPT", "CHECKPOINT", "RACKS", "LABELS", "REASON"});
   }
   for (const auto& j : jobs) {
     const auto& par = j.spec().spec().parallelism();
@@ -152,7 +158,8 @@ TableRows JobRows(const std::vector<moe::v1::Job>& jobs, double now, bool wide) 
       const double wall = j.goodput().wall_seconds();
       row.insert(
           row.end(),
-          {wall > 0 ? FormatNumber(j.goodput().ratio(), 2) : "-", std::to_string(j.attempt()),
+          {wall > 0 ? Duration(Waited(j.goodput())) : "-",
+           wall > 0 ? FormatNumber(j.goodput().ratio(), 2) : "-", std::to_string(j.attempt()),
            j.checkpoint_step() > 0 ? "step " + std::to_string(j.checkpoint_step()) : "-",
            PlacementRacks(j), Labels(j), reason.empty() ? "-" : reason});
     }

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/client.h"
+
 namespace moe::cli {
 namespace {
 
@@ -37,13 +39,18 @@ std::map<std::string, std::string> Lines(const TableRows& t, std::string* header
 }  // namespace
 
 int WatchTable(const std::function<StatusOr<TableRows>()>& fetch,
-               const std::vector<std::string>& watched, double interval,
+               const std::vector<std::string>& watched, double interval, double reconnect_seconds,
                const std::function<int(const Status&)>& fail) {
   std::map<std::string, std::string> seen;  // first cell -> watched cells
   bool first = true;
+  Reconnect again(reconnect_seconds);
   while (true) {
     StatusOr<TableRows> t = fetch();
-    if (!t.ok()) return fail(t.status());
+    if (!t.ok()) {
+      if (!first && again.Retry(t.status())) continue;
+      return fail(t.status());
+    }
+    again.Reached();
     std::string header;
     const std::map<std::string, std::string> lines = Lines(*t, &header);
     if (first) std::printf("%s\n", header.c_str());

@@ -13,9 +13,10 @@ namespace moe::cli {
 
 // The table once, then a row each time a row's watched columns (`watched`, by header name: STATE,
 // RESTARTS, ...) change or a new row appears, polling `fetch` every `interval` seconds until
-// interrupted or a poll fails. A row that disappears prints as "<first cell> deleted".
+// interrupted or a poll fails (a controller that cannot be reached is awaited for up to
+// `reconnect_seconds`, as Reconnect says). A row that disappears prints as "<first cell> deleted".
 int WatchTable(const std::function<StatusOr<TableRows>()>& fetch,
-               const std::vector<std::string>& watched, double interval,
+               const std::vector<std::string>& watched, double interval, double reconnect_seconds,
                const std::function<int(const Status&)>& fail);
 
 // Waits until `busy()` says the worker runs nothing (it returns the job it still runs, or ""), at

@@ -147,6 +147,9 @@ int main(int argc, char** argv) {
   moe::cli::Client client;
   moe::cli::Args args;
   std::string token_file;
+  // The config file and the environment first (the flags' defaults); an error in them is reported
+  // after parsing, so that --help and `plan` still work beside a broken file.
+  const moe::Status defaults = moe::cli::LoadConnectionDefaults(&client, &token_file);
   moe::cli::AddConnectionFlags(app, &client, &token_file);
   const std::vector<moe::cli::Command> commands = moe::cli::AddCommands(app, client, &args);
   moe::cli::PlanArgs plan_args;
@@ -168,6 +171,7 @@ int main(int argc, char** argv) {
   }
   if (moe::Status st = moe::InitServiceLog(log); !st.ok()) return client.Fail(st);
   if (plan->parsed() && !plan_args.live()) return moe::cli::RunPlan(plan_args, nullptr);
+  if (!defaults.ok()) return client.Fail(defaults);
   if (!token_file.empty()) {
     auto token = moe::ReadTokenFile(token_file);
     if (!token.ok()) return client.Fail(token.status());

@@ -54,7 +54,8 @@ StatusOr<ClusterProfile> Cluster(const PlanArgs& a, const JobSpec& spec) {
 
 // The plan, and the published runs nearest its layout beside it (what it can be held against).
 void PrintPlans(const PlanArgs& a, const JobSpec& spec, const Plan& p, const Plan* packed) {
-  const std::vector<PublishedRun> runs = NearestPublishedRuns(spec, p.cluster, 3);
+  const std::vector<PublishedRun> runs =
+      NearestPublishedRuns(spec, p.cluster, 3, p.tensor_parallel);
   if (a.output == "json") {
     Node n = PlanToNode(p);
     if (packed != nullptr) n.Set("all_in_one_rack", PlanToNode(*packed));
@@ -83,11 +84,17 @@ void SaySoftware(const SoftwareProfile& sw) {
 constexpr int kDoesNotFit = 7;  // beside ExitCodeFor's 3-6 (cli/client.cc)
 int NotFitting(const JobSpec& spec, const ClusterProfile& cluster, const SoftwareProfile& software,
                const PlanOptions& options) {
-  auto plans = SweepLayouts(spec, cluster, software, options, 64);
-  std::vector<Plan> fitting;
+  auto plans = SweepLayouts(spec, cluster, software, options, 100000);
+  std::vector<Plan> fitting, faster_with_tp;
   if (plans.ok()) {
     for (const Plan& p : *plans) {
-      if (p.fits && fitting.size() < 3) fitting.push_back(p);
+      if (p.fits && p.runnable && fitting.size() < 3) fitting.push_back(p);
+      // The fastest that fits only with tensor parallelism the software does not run (ranked after
+      // those it runs): shown when it beats them, marked.
+      if (p.fits && !p.runnable && faster_with_tp.empty() &&
+          (fitting.empty() || p.tflops_per_gpu > fitting.front().tflops_per_gpu)) {
+        faster_with_tp.push_back(p);
+      }
     }
   }
   if (fitting.empty()) {
@@ -100,6 +107,11 @@ int NotFitting(const JobSpec& spec, const ClusterProfile& cluster, const Softwar
                  "moectl plan: the layout does not fit; the nearest layouts of the same %lld "
                  "devices that do (fastest first; --sweep N lists more):\n%s",
                  static_cast<long long>(spec.parallelism.world_size), SweepTable(fitting).c_str());
+  }
+  if (!faster_with_tp.empty()) {
+    std::fprintf(stderr, "moectl plan: %s with tensor parallelism, which %s does not run:\n%s",
+                 fitting.empty() ? "it fits only" : "faster", software.name.c_str(),
+                 SweepTable(faster_with_tp).c_str());
   }
   return kDoesNotFit;
 }
@@ -129,7 +141,7 @@ Status ApplyGpus(const PlanArgs& a, JobSpec* spec, std::string* note) {
     return InvalidArgumentError("--gpus: plans a job file (-f) at another size, not job " + a.job +
                                 " (it runs on the ranks it holds)");
   }
-  MOE_ASSIGN_OR_RETURN(*spec, ScaleToGpus(*spec, a.gpus, note));
+  MOE_ASSIGN_OR_RETURN(*spec, ScaleToGpus(*spec, a.gpus, a.scale_batch, note));
   return OkStatus();
 }
 
@@ -140,6 +152,15 @@ StatusOr<moe::v1::Job> FetchJob(Client* c, const std::string& id) {
   moe::v1::Job job;
   MOE_RETURN_IF_ERROR(c->Call(&Stub::GetJob, req, &job));
   return job;
+}
+
+// A live job's MFU as its ranks report it (the last step's): the peak the run counts against.
+std::optional<RunMfu> RunMfuOf(const moe::v1::Job& job) {
+  const moe::v1::StepMetrics& m = job.last_metrics();
+  if (!(m.mfu_peak_tflops() > 0)) return std::nullopt;
+  return RunMfu{m.mfu_peak_tflops(),
+                m.mfu_peak_source().empty() ? "no source reported" : m.mfu_peak_source(),
+                m.tflops_per_device(), m.mfu()};
 }
 
 // A flag's value that must be a finite number > 0 (CLI11 names the flag in front of this).
@@ -185,14 +206,24 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanArgs* a) {
   plan->add_option("--tokens", a->tokens,
                    "token budget for days and GPU-hours (default: the job's steps)")
       ->check(CLI::PositiveNumber);
-  plan->add_option(
-          "--sweep", a->sweep,
-          "rank the N best layouts of the job's world size (PP, VPP, EP, micro batch, recompute)")
-      ->check(CLI::PositiveNumber);
-  plan->add_option("--gpus", a->gpus,
-                   "plan the job on N GPUs by data parallelism (PP, VPP, EP kept; the per-replica "
-                   "batch kept)")
-      ->check(FinitePositive());
+  auto* sweep = plan->add_option("--sweep", a->sweep,
+                                 "rank the N best layouts of the job's world size (PP, VPP, EP, "
+                                 "micro batch, recompute; TP where memory needs it, marked when "
+                                 "the software runs none)")
+                    ->check(CLI::PositiveNumber);
+  auto* gpus = plan->add_option("--gpus", a->gpus,
+                                "plan the job on N GPUs by data parallelism (PP, VPP, EP kept; the "
+                                "global batch kept, or the nearest the layout runs, said)")
+                   ->check(FinitePositive());
+  plan->add_flag("--scale-batch", a->scale_batch,
+                 "with --gpus: keep the batch per data-parallel replica instead, so the global "
+                 "batch (and its ramp) scales with DP")
+      ->needs(gpus);
+  plan->add_option("--tensor-parallel,--tp", a->tensor_parallel,
+                   "plan the layout with tensor parallelism TP (within a scale-up domain, dividing "
+                   "the heads; this engine runs none yet: the plan says so)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(sweep);
   plan->add_option("--mtbf-hours", a->mtbf_hours,
                    "a GPU's mean time between failures in hours (50000: the public planning "
                    "figure): advise the checkpoint interval (Young-Daly) and predict goodput")
@@ -237,7 +268,9 @@ int RunPlan(const PlanArgs& a, Client* client) {
     if (Status st = ApplySoftwareOverride(&*software, s); !st.ok()) return Refuse(st);
   }
   PlanOptions options{a.racks, a.ep_domains, a.tokens};
+  options.tensor_parallel = a.tensor_parallel;
   if (a.sweep > 0) return Sweep(a, *spec, *cluster, *software, options, scaling);
+  if (a.live()) options.run_mfu = RunMfuOf(job);
   if (a.mtbf_hours != 0) options.mtbf_hours = a.mtbf_hours;
   options.async_checkpoint = a.checkpoint_save == "async";
   const bool placed = a.live() && job.placement_size() > 0;

@@ -20,8 +20,10 @@ struct PlanArgs {
   std::vector<std::string> sets, switches;
   int64_t racks = 0, ep_domains = 0, sweep = 0;
   double tokens = 0;
-  int64_t gpus = 0;       // --gpus: the job scaled by data parallelism; 0: its own world size
-  double mtbf_hours = 0;  // --mtbf-hours: per device; checkpoint advice; 0: none
+  int64_t gpus = 0;             // --gpus: the job scaled by data parallelism; 0: its own world size
+  bool scale_batch = false;     // --scale-batch: --gpus scales the global batch with DP
+  int64_t tensor_parallel = 1;  // --tensor-parallel: a planner layout (the job spec has no TP)
+  double mtbf_hours = 0;        // --mtbf-hours: per device; checkpoint advice; 0: none
   std::string checkpoint_save = "async";  // --checkpoint-save: async | sync
   bool live() const { return !job.empty(); }
 };

@@ -10,6 +10,7 @@
 #include "cli/format.h"
 #include "cli/object_form.h"
 #include "common/escape.h"
+#include "common/job_state.h"
 
 namespace moe::cli {
 namespace {
@@ -96,21 +97,27 @@ class TextPrinter {
 
 }  // namespace
 
-int Watch(Client& c, const std::string& id, bool json) {
+namespace {
+
+// One attachment of a watch: reads until the stream ends; events at or below *last_seq (seen before
+// a reconnect) are skipped.
+grpc::Status Attach(Client& c, const std::string& id, bool json, int64_t* last_seq,
+                    moe::v1::Job* last, bool* have_job, TextPrinter& text, Reconnect& again) {
   moe::v1::WatchJobRequest req;
   req.set_id(id);
+  req.set_after_seq(*last_seq);
   grpc::ClientContext ctx;
   PrepareContext(&ctx, c.options, 0);  // as long as the job runs
   auto reader = c.stub->WatchJob(&ctx, req);
   moe::v1::WatchJobResponse r;
-  moe::v1::Job last;
-  bool have_job = false;
-  TextPrinter text;
+  bool reached = false;
   while (reader->Read(&r)) {
-    if (r.has_job()) {
-      last = r.job();
-      have_job = true;
+    if (!reached) again.Reached(), reached = true;
+    if (r.has_event()) {
+      if (r.event().seq() <= *last_seq) continue;  // an older controller sends every event again
+      *last_seq = r.event().seq();
     }
+    if (r.has_job()) *last = r.job(), *have_job = true;
     if (json) {  // one JSON object per line: for scripts (every step's metrics, every event)
       std::printf("%s\n", EscapeHiddenAsUnicode(ToJson(ObjectNode(r))).c_str());
     } else if (r.has_job()) {
@@ -122,9 +129,32 @@ int Watch(Client& c, const std::string& id, bool json) {
     }
     std::fflush(stdout);
   }
+  return reader->Finish();
+}
+
+}  // namespace
+
+int Watch(Client& c, const std::string& id, bool json, double reconnect_seconds) {
+  moe::v1::Job last;
+  bool have_job = false;
+  int64_t last_seq = 0;
+  TextPrinter text;
+  Reconnect again(reconnect_seconds);
+  while (true) {
+    const grpc::Status st = Attach(c, id, json, &last_seq, &last, &have_job, text, again);
+    // A stream that ended before the job did (the controller stopped: a restart, a takeover)
+    // is lost, not over, as one cut by UNAVAILABLE is.
+    Status why = FromGrpc(st);
+    if (have_job && !IsTerminal(last.state()) &&
+        (st.ok() || st.error_code() == grpc::StatusCode::CANCELLED)) {
+      why = UnavailableError(st.ok() ? "the stream ended before the job did" : st.error_message());
+    }
+    if (why.ok()) break;
+    text.EndLine();
+    if (have_job && again.Retry(why)) continue;  // never attached: the usual error at once
+    return c.Fail(why);
+  }
   text.EndLine();
-  const grpc::Status st = reader->Finish();
-  if (!st.ok()) return c.Fail(FromGrpc(st));
   if (!have_job) return 1;
   if (!json) {
     text.FinalLine(last);

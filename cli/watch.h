@@ -8,6 +8,8 @@
 
 namespace moe::cli {
 
-int Watch(Client& c, const std::string& id, bool json);
+// A watch that loses the controller (a restart) reconnects for up to `reconnect_seconds` and goes
+// on from the last event it printed, saying so on stderr.
+int Watch(Client& c, const std::string& id, bool json, double reconnect_seconds);
 
 }  // namespace moe::cli

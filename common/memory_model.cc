@@ -118,6 +118,11 @@ Act Mtp(const ActShape& s) {
   return out;
 }
 
+Act Scaled(Act a, double f) {
+  a.kept *= f, a.transient *= f, a.staging *= f;
+  return a;
+}
+
 void Accumulate(Act* total, const Act& part) {
   total->kept += part.kept;
   total->transient = std::max(total->transient, part.transient);
@@ -209,7 +214,8 @@ ActShape ShapeOf(const JobSpec& spec, int64_t compute_bytes) {
   return s;
 }
 
-void StateBytes(const JobSpec& spec, const Params& p, double a, StageMemory* out) {
+// `p.dense` is this rank's TP share; its data-parallel group is DP / TP ranks.
+void StateBytes(const JobSpec& spec, const Params& p, double a, int64_t tp, StageMemory* out) {
   const ParallelismConfig& par = spec.parallelism;
   const bool zero = spec.optimizer.Distributed(par.data_parallel());
   const double moments = spec.optimizer.moments_dtype == "bf16" ? 2 : 4;
@@ -220,7 +226,7 @@ void StateBytes(const JobSpec& spec, const Params& p, double a, StageMemory* out
     out->bytes[1] += (deterministic ? 12 : 4) * n;  // + the f64 accumulator
     out->bytes[2] += 2 * moments * shard;
   };
-  add(p.dense, D(par.data_parallel()));
+  add(p.dense, D(par.data_parallel()) / D(tp));
   add(p.experts, D(par.expert_data_parallel()));
 }
 
@@ -245,10 +251,12 @@ const StageMemory& MemoryPlan::largest() const {
 }
 
 StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_bytes,
-                                    double gemm_input_bytes) {
+                                    double gemm_input_bytes, int64_t tensor_parallel) {
   MOE_ASSIGN_OR_RETURN(const std::vector<StageLayout> layout, ResolvePipelineLayout(spec));
   const ParallelismConfig& par = spec.parallelism;
   const int64_t pp = par.pipeline_parallel, vpp = par.virtual_pipeline;
+  const int64_t tp = std::max<int64_t>(tensor_parallel, 1);
+  const double split = 1 / D(tp);  // a rank's share of the dense parameters and the activations
   MemoryPlan plan;
   plan.compute_bytes = compute_dtype_bytes;
   plan.distributed_optimizer = spec.optimizer.Distributed(par.data_parallel());
@@ -262,25 +270,27 @@ StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_b
     for (int64_t v = r; v < static_cast<int64_t>(layout.size()); v += pp) {
       const Params c =
           StageParams(spec.model, layout[static_cast<size_t>(v)], r == 0, par.expert_parallel);
-      p.dense += c.dense;
+      p.dense += c.dense * split;
       p.experts += c.experts;
-      chunk_acts.push_back(StageActivations(spec, layout[static_cast<size_t>(v)], shape));
+      chunk_acts.push_back(
+          Scaled(StageActivations(spec, layout[static_cast<size_t>(v)], shape), split));
       st.layout +=
           (st.layout.empty() ? "" : " | ") + StageLayoutString(layout[static_cast<size_t>(v)]);
       st.activations_per_micro_batch += chunk_acts.back().kept;
     }
     st.params = p.dense + p.experts;
     st.expert_params = p.experts;
-    StateBytes(spec, p, D(compute_dtype_bytes), &st);
+    StateBytes(spec, p, D(compute_dtype_bytes), tp, &st);
     double kept = 0, transient = 0, staging = 0;
-    const std::vector<int64_t> flight = InFlightChunks(pp, vpp, spec.micro_batches_per_rank(), r);
+    const std::vector<int64_t> flight =
+        InFlightChunks(pp, vpp, spec.micro_batches_per_rank() * tp, r);
     for (int64_t c : flight) kept += chunk_acts[static_cast<size_t>(c)].kept;
     for (const Act& a : chunk_acts) {
       transient = std::max(transient, a.transient);
       staging = std::max(staging, a.staging);
     }
     st.in_flight = static_cast<int64_t>(flight.size());
-    st.bytes[3] = kept + transient + GradStaging(spec, layout, r);
+    st.bytes[3] = kept + transient + GradStaging(spec, layout, r) * split;
     st.bytes[4] = staging;
     plan.stages.push_back(st);
   }

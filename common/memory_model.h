@@ -64,8 +64,14 @@ struct MemoryPlan {
 // gemm_input_bytes: what an input a linear layer saves for its backward costs per element (0: the
 // compute dtype's; 1.03125 for a stack that saves them MXFP8-quantized, 1 byte and an 8-bit scale
 // per 32 values, as Transformer Engine does under fp8 recipes).
+// tensor_parallel: the planner's TP (moectl plan; the job spec has none and this engine runs
+// none): TP ranks split the dense parameters (attention, dense FFN, shared experts, embedding and
+// head) and, with sequence parallelism as Megatron-Core runs MoE under TP, every activation; the
+// routed experts stay split by EP alone (expert TP 1, EP folded over TP x DP). The dense optimizer
+// shards over DP / TP, so a rank's dense optimizer state is unchanged; the micro-batches per rank
+// grow by TP (DP / TP replicas share the global batch).
 StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_bytes,
-                                    double gemm_input_bytes = 0);
+                                    double gemm_input_bytes = 0, int64_t tensor_parallel = 1);
 
 // The table --describe prints: per pipeline rank and category, the peak, and when `capacity_bytes`
 // > 0 whether it fits (and if not, what dominates and what would help).

@@ -106,6 +106,7 @@ const Schema<SoftwareProfile>& SchemaOf<SoftwareProfile>() {
       Field("host", &S::host),
       Field("moments_dtype", &S::moments_dtype, OneOf({"", "fp32", "bf16"})),
       Field("fp8_saved_inputs", &S::fp8_saved_inputs),
+      Field("tensor_parallel", &S::tensor_parallel),
       Field("calibrated", &S::calibrated),
       Field("recompute", &S::recompute,
             Each(OneOf({"core_attn", "mla_up_proj", "mlp", "moe_act", "full"}))),

@@ -96,6 +96,10 @@ struct SoftwareProfile {
   // Under fp8, the inputs its linear layers save for the backward are kept quantized (MXFP8: 1 byte
   // and a scale per 32 values), not in bf16 (Transformer Engine's habit; our engine keeps bf16).
   bool fp8_saved_inputs = false;
+  // The stack runs tensor parallelism (Megatron-Core does; this engine does not, and its job spec
+  // has no tensor_parallel field): moectl plan marks a TP layout on a stack that does not as one it
+  // cannot run, and ranks it after those it can.
+  bool tensor_parallel = false;
   double goodput = 1.0;  // share of wall time in productive steps (restarts, checkpoints, evals)
   std::vector<std::string> sources;
 

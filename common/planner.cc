@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -53,27 +54,33 @@ struct Ctx {
   const SoftwareProfile* s = nullptr;
   LayerFlops f;
   std::string precision;
-  double tokens = 0;       // per micro-batch and rank
-  double a = 2;            // activation bytes
-  double gemm_rate = 0;    // FLOP/s of a large dense GEMM
-  double attn_rate = 0;    // FLOP/s of the attention core
+  int64_t tp = 1;        // tensor parallelism (PlanOptions::tensor_parallel)
+  double tokens = 0;     // per micro-batch and rank (a TP rank's share under sequence parallelism)
+  double a = 2;          // activation bytes
+  double gemm_rate = 0;  // FLOP/s of a large dense GEMM
+  double attn_rate = 0;  // FLOP/s of the attention core
   double expert_rate = 0;  // FLOP/s of the grouped expert GEMM at this rows-per-expert
   double mem_rate = 0;     // bytes/s of memory-bound passes
   double rows_per_expert = 0;
   double cross_share = 0;  // of the all-to-all bytes leaving the rank, the share leaving the domain
+  // Of the all-to-all bytes leaving the rank, the share that crosses the scale-up link: those for
+  // ranks in its domain, and those that leave it, forwarded in the destination's domain (DeepEP's
+  // NVLink forward, NCCL's PXN) unless they land on their own destination (1 in n for n ranks of
+  // the group there). 1 when the group is in one domain.
+  double in_domain_share = 1, forwarded_share = 0;
   bool rc_mlp = false, rc_up = false, rc_core = false, rc_act = false, rc_full = false;
 };
 
 // Seconds per micro-batch on one pipeline rank, by component (fwd + bwd).
 struct RankTime {
   double dense = 0, experts = 0, core = 0, recompute = 0, memory = 0, a2a_in = 0, a2a_cross = 0,
-         host = 0;
+         tp = 0, host = 0;
   double total() const {
-    return dense + experts + core + recompute + memory + a2a_in + a2a_cross + host;
+    return dense + experts + core + recompute + memory + a2a_in + a2a_cross + tp + host;
   }
   void Add(const RankTime& o) {
     dense += o.dense, experts += o.experts, core += o.core, recompute += o.recompute;
-    memory += o.memory, a2a_in += o.a2a_in, a2a_cross += o.a2a_cross, host += o.host;
+    memory += o.memory, a2a_in += o.a2a_in, a2a_cross += o.a2a_cross, tp += o.tp, host += o.host;
   }
 };
 
@@ -169,6 +176,22 @@ double HostSeconds(const Ctx& x, bool moe) {
   return us * 1e-6;
 }
 
+// Tensor parallelism's collectives per layer and micro-batch (Megatron-Core with sequence
+// parallelism): an all-gather of the input and a reduce-scatter of the output around attention and
+// around the dense FFN or the shared experts (the routed experts, expert TP 1, take the tokens as
+// sequence parallelism leaves them), forward and backward, each moving (TP - 1)/TP of the whole
+// micro-batch's activations; the recomputed forward of `full` again. In the domain, not overlapped.
+double TpSeconds(const Ctx& x, bool moe) {
+  if (x.tp <= 1) return 0;
+  const ModelConfig& m = x.spec->model;
+  const double whole = x.tokens * D(x.tp) * D(m.hidden_size) * x.a;  // the micro-batch's x
+  const double per_collective = whole * D(x.tp - 1) / D(x.tp);
+  double collectives = 4;                                      // attention, fwd + bwd
+  if (!moe || m.moe.num_shared_experts > 0) collectives += 4;  // dense FFN / shared experts
+  if (x.rc_full) collectives *= 1.5;                           // the forward's again
+  return collectives * per_collective / (x.c->scale_up_gbps * 1e9 * x.s->cross_domain_efficiency);
+}
+
 RankTime BlockTime(const Ctx& x, bool moe) {
   const ModelConfig& m = x.spec->model;
   const LayerFlops& f = x.f;
@@ -196,11 +219,12 @@ RankTime BlockTime(const Ctx& x, bool moe) {
     const double leaving =
         t * D(m.moe.top_k) * D(m.hidden_size) * (dispatch + 3 * x.a) * (ep - 1) / ep;
     const double exposed = 1 - x.s->a2a_overlap;
-    r.a2a_in = exposed * leaving * (1 - x.cross_share) /
+    r.a2a_in = exposed * leaving * x.in_domain_share /
                (x.c->scale_up_gbps * 1e9 * x.s->DispatcherEfficiency());
     r.a2a_cross = exposed * leaving * x.cross_share /
                   (x.c->scale_out_gbps * 1e9 * x.s->cross_domain_efficiency);
   }
+  r.tp = TpSeconds(x, moe);
   r.host = HostSeconds(x, moe);
   return r;
 }
@@ -228,6 +252,7 @@ struct Packing {
 
 StatusOr<Packing> Pack(const JobSpec& spec, const ClusterProfile& c, const PlanOptions& o) {
   const int64_t w = spec.parallelism.world_size, ep = spec.parallelism.expert_parallel;
+  const int64_t tp = std::max<int64_t>(o.tensor_parallel, 1);
   Packing p;
   if (o.racks > 0) {
     p.racks = o.racks;
@@ -240,8 +265,9 @@ StatusOr<Packing> Pack(const JobSpec& spec, const ClusterProfile& c, const PlanO
     }
   } else {
     p.per_domain = std::min(c.domain_size, w);
-    if (ep <= p.per_domain)
-      p.per_domain = p.per_domain / ep * ep;  // EP groups do not straddle domains
+    // EP groups (and TP groups) do not straddle domains.
+    const int64_t unit = std::lcm(ep, tp) <= p.per_domain ? std::lcm(ep, tp) : tp;
+    if (unit <= p.per_domain) p.per_domain = p.per_domain / unit * unit;
     p.racks = (w + p.per_domain - 1) / p.per_domain;
   }
   p.ep_domains = ep <= p.per_domain ? 1 : (ep + p.per_domain - 1) / p.per_domain;
@@ -271,12 +297,13 @@ double CrossShare(const ModelConfig& m, int64_t ep_domains) {
 }
 
 Status MakeCtx(const JobSpec& spec, const ClusterProfile& c, const SoftwareProfile& s,
-               const Packing& pk, Ctx* x) {
+               const Packing& pk, int64_t tp, Ctx* x) {
   x->spec = &spec, x->c = &c, x->s = &s;
   x->precision = JobPrecision(spec);
   x->a = c.device == "cpu" ? 4 : 2;
   x->f = PerLayerFlops(spec.model, spec.data.seq_length);
-  x->tokens = D(spec.data.micro_batch_size * spec.data.seq_length);
+  x->tp = tp;
+  x->tokens = D(spec.data.micro_batch_size * spec.data.seq_length) / D(tp);
   const double peak = c.peak_tflops(x->precision) * 1e12;
   x->gemm_rate = peak * s.gemm_efficiency * s.sm_share;
   x->attn_rate = c.peak_bf16_tflops * 1e12 * s.attention_efficiency * s.sm_share;
@@ -289,6 +316,13 @@ Status MakeCtx(const JobSpec& spec, const ClusterProfile& c, const SoftwareProfi
       x->gemm_rate * x->rows_per_expert / (x->rows_per_expert + s.grouped_gemm_half_rows);
   x->mem_rate = c.memory_tbps * 1e12 * s.memory_efficiency;
   x->cross_share = CrossShare(spec.model, pk.ep_domains);
+  if (pk.ep_domains > 1) {
+    const int64_t ep = spec.parallelism.expert_parallel;
+    const double leaves = (D(pk.ep_domains) - 1) / D(pk.ep_domains);   // of the destinations
+    const double there = D((ep + pk.ep_domains - 1) / pk.ep_domains);  // group ranks per domain
+    x->forwarded_share = leaves * (there - 1) / there;
+    x->in_domain_share = (1 - leaves) + x->forwarded_share;
+  }
   for (const std::string& r : spec.training.recompute) {
     x->rc_mlp |= r == "mlp", x->rc_up |= r == "mla_up_proj", x->rc_core |= r == "core_attn";
     x->rc_act |= r == "moe_act", x->rc_full |= r == "full";
@@ -336,7 +370,10 @@ void AddTail(const Ctx& x, const Packing& pk, const StageMemory& st, Plan* p) {
                              std::to_string(static_cast<int64_t>(2 * v * m)) + " sends of " +
                                  Gb(x.tokens * D(x.spec->model.hidden_size) * x.a)});
   }
-  const double dp = D(par.data_parallel()), edp = D(par.expert_data_parallel());
+  // The dense data-parallel group is DP / TP ranks TP apart (this rank's TP share of the dense
+  // weights); the experts' is DP / EP ranks EP apart.
+  const int64_t dense_dp = par.data_parallel() / x.tp;
+  const double dp = D(dense_dp), edp = D(par.expert_data_parallel());
   // Gradients out (fp32; f64 under training.deterministic), then weights back (all-gathered under
   // ZeRO, else the all-reduce's second half: the gradients again).
   const bool exact = x.spec->training.Deterministic(x.c->device == "cpu");
@@ -344,7 +381,7 @@ void AddTail(const Ctx& x, const Packing& pk, const StageMemory& st, Plan* p) {
   const double dense = st.params - st.expert_params,
                wire = grad + (p->memory.distributed_optimizer ? x.a : grad);
   double t = 0;
-  if (dp > 1) t += dense * wire * (dp - 1) / dp / GroupRate(x, pk, par.data_parallel(), 1);
+  if (dp > 1) t += dense * wire * (dp - 1) / dp / GroupRate(x, pk, dense_dp, x.tp);
   if (edp > 1)
     t += st.expert_params * wire * (edp - 1) / edp /
          GroupRate(x, pk, par.expert_data_parallel(), par.expert_parallel);
@@ -393,8 +430,16 @@ void AddPipeline(const Ctx& x, const std::vector<RankTime>& ranks, Plan* p) {
   row("memory-bound passes", s.memory,
       "at " + Pct(x.s->memory_efficiency) + " of memory bandwidth");
   row("all-to-all in domain", s.a2a_in,
-      x.s->dispatcher + ", " + Pct(x.s->a2a_overlap) + " overlapped");
+      x.s->dispatcher + ", " + Pct(x.s->a2a_overlap) + " overlapped" +
+          (x.forwarded_share > 0 ? ", incl. " + Pct(x.forwarded_share) +
+                                       " of the leaving bytes forwarded on their way across domains"
+                                 : std::string()));
   row("all-to-all across domains", s.a2a_cross, Pct(x.cross_share) + " of the leaving bytes cross");
+  if (x.tp > 1) {
+    row("tensor-parallel collectives", s.tp,
+        "TP" + std::to_string(x.tp) +
+            " all-gather + reduce-scatter per layer in the domain, not overlapped");
+  }
   row("host launches + syncs", s.host,
       std::to_string(x.s->host.cuda_graphs.size()) + " part(s) in CUDA graphs");
   double bubble = (pp - 1) / v * mean;
@@ -405,6 +450,36 @@ void AddPipeline(const Ctx& x, const std::vector<RankTime>& ranks, Plan* p) {
                                " v=" + std::to_string(par.virtual_pipeline) +
                                " m=" + std::to_string(p->micro_batches)});
   p->bubble_fraction = bubble / (bubble + m * s.total());
+}
+
+// The peak the plan's MFU is against, and the one a run of this engine counts its MFU against: a
+// live job's own (RunMfu), else which it will measure.
+void StatePeaks(const Ctx& x, const PlanOptions& o, Plan* p) {
+  const ClusterProfile& c = *x.c;
+  p->peak_tflops = c.peak_bf16_tflops;
+  if (c.device == "cpu") {
+    std::string measured;
+    for (const std::string& s : c.sources) {
+      if (s.find("SGEMM") != std::string::npos || s.rfind("one rank's share", 0) == 0)
+        measured += (measured.empty() ? "" : "; ") + s;
+    }
+    p->peak_source = c.name + "'s fp32 peak, the SGEMM rate its profile was measured at" +
+                     (measured.empty() ? std::string() : " (" + measured + ")");
+    p->run_peak_note =
+        "a run counts its MFU against the SGEMM rate each rank measures with its own threads "
+        "(moe-train; a worker's --peak-cache), not a share of the machine's: moectl plan JOB of a "
+        "running job states this plan's MFU against that peak";
+  } else {
+    p->peak_source = c.name + "'s dense bf16 peak (the datasheet figure in its profile)";
+    p->run_peak_note =
+        "a run of this engine counts its MFU against the bf16 GEMM rate it measures on its GPU "
+        "(cuBLAS 8192^3), below the datasheet's, so its MFU reads higher for the same TFLOP/s";
+  }
+  if (o.run_mfu.has_value() && o.run_mfu->peak_tflops > 0) {
+    p->run_mfu = o.run_mfu;
+    p->mfu_run_peak = p->tflops_per_gpu / o.run_mfu->peak_tflops;
+    p->run_peak_note.clear();
+  }
 }
 
 void Summarise(const Ctx& x, const PlanOptions& o, Plan* p) {
@@ -428,6 +503,7 @@ void Summarise(const Ctx& x, const PlanOptions& o, Plan* p) {
   const double seconds = p->tokens / p->tokens_per_second;
   p->days = seconds / 86400;
   p->gpu_hours = seconds * D(spec.parallelism.world_size) / 3600;
+  StatePeaks(x, o, p);
 }
 
 }  // namespace
@@ -478,6 +554,54 @@ std::string ApplySoftwareHabits(const SoftwareProfile& software, JobSpec* spec) 
   return said.empty() ? "" : said + " (" + software.name + "'s own; the job left them to it)";
 }
 
+// Tensor parallelism as Megatron-Core places it: TP dividing the heads and DP = world / PP, its
+// groups of consecutive ranks inside one scale-up domain. Errors name --tensor-parallel.
+Status CheckTensorParallel(const JobSpec& spec, const ClusterProfile& c, const Packing& pk,
+                           int64_t tp) {
+  const std::string flag = "--tensor-parallel " + std::to_string(tp) + ": ";
+  if (tp < 1) return InvalidArgumentError(flag + "must be >= 1");
+  if (tp == 1) return OkStatus();
+  const int64_t heads = spec.model.num_heads, dp = spec.parallelism.data_parallel();
+  if (heads % tp != 0) {
+    return InvalidArgumentError(flag + "must divide the model's " + std::to_string(heads) +
+                                " attention heads");
+  }
+  if (dp % tp != 0) {
+    return InvalidArgumentError(flag + "must divide world_size / pipeline_parallel = " +
+                                std::to_string(dp) + " (TP x DP ranks per pipeline stage)");
+  }
+  if (tp > c.domain_size || pk.per_domain % tp != 0) {
+    return InvalidArgumentError(flag +
+                                "a TP group stays in one scale-up domain (TP within a node, "
+                                "as Megatron places it); " +
+                                c.name + "'s domains hold " +
+                                std::to_string(std::min(c.domain_size, pk.per_domain)) +
+                                " of the job's ranks");
+  }
+  return OkStatus();
+}
+
+// "TP2 PP8 VPP4 EP32 DP16 MBS1" (DP: the dense data-parallel size, world / (PP x TP)), and what a
+// TP layout asks of the software's stack.
+void DescribeLayout(const JobSpec& spec, const SoftwareProfile& software, int64_t tp, Plan* p) {
+  const ParallelismConfig& par = spec.parallelism;
+  p->tensor_parallel = tp;
+  p->layout = "TP" + std::to_string(tp) + " PP" + std::to_string(par.pipeline_parallel) + " VPP" +
+              std::to_string(par.virtual_pipeline) + " EP" + std::to_string(par.expert_parallel) +
+              " DP" + std::to_string(par.data_parallel() / tp) + " MBS" +
+              std::to_string(spec.data.micro_batch_size);
+  for (const auto& r : spec.training.recompute)
+    p->recompute += (p->recompute.empty() ? "" : "+") + r;
+  if (p->recompute.empty()) p->recompute = "none";
+  if (tp == 1) return;
+  const std::string tail =
+      "; this engine runs none yet (the job spec has no tensor_parallel field)";
+  p->runnable = software.tensor_parallel;
+  p->tp_note = p->runnable ? "TP" + std::to_string(tp) + " as " + software.name + " runs it" + tail
+                           : "needs tensor parallelism (TP" + std::to_string(tp) +
+                                 "), which software " + software.name + " does not run" + tail;
+}
+
 }  // namespace
 
 StatusOr<Plan> PlanJob(JobSpec spec, const ClusterProfile& cluster, const SoftwareProfile& software,
@@ -486,25 +610,22 @@ StatusOr<Plan> PlanJob(JobSpec spec, const ClusterProfile& cluster, const Softwa
   spec.resources.device = cluster.device;  // planned as it would run there
   if (cluster.device == "cpu") spec.resources.precision.reset();
   MOE_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  const int64_t tp = options.tensor_parallel;
   MOE_ASSIGN_OR_RETURN(const Packing pk, Pack(spec, cluster, options));
+  MOE_RETURN_IF_ERROR(CheckTensorParallel(spec, cluster, pk, tp));
   MOE_ASSIGN_OR_RETURN(const std::vector<StageLayout> layout, ResolvePipelineLayout(spec));
   Ctx x;
-  MOE_RETURN_IF_ERROR(MakeCtx(spec, cluster, software, pk, &x));
+  MOE_RETURN_IF_ERROR(MakeCtx(spec, cluster, software, pk, tp, &x));
   Plan p;
   p.job = spec.name, p.cluster = cluster.name, p.software = software.name,
   p.precision = x.precision, p.habits = habits;
+  DescribeLayout(spec, software, tp, &p);
   const ParallelismConfig& par = spec.parallelism;
-  p.layout = "PP" + std::to_string(par.pipeline_parallel) + " VPP" +
-             std::to_string(par.virtual_pipeline) + " EP" + std::to_string(par.expert_parallel) +
-             " DP" + std::to_string(par.data_parallel()) + " MBS" +
-             std::to_string(spec.data.micro_batch_size);
-  for (const auto& r : spec.training.recompute) p.recompute += (p.recompute.empty() ? "" : "+") + r;
-  if (p.recompute.empty()) p.recompute = "none";
   p.world_size = par.world_size, p.racks = pk.racks, p.ep_domains = pk.ep_domains;
-  p.micro_batches = spec.micro_batches_per_rank();
+  p.micro_batches = spec.micro_batches_per_rank() * tp;  // DP / TP replicas share the batch
   p.rows_per_expert = x.rows_per_expert;
   const double saved = software.fp8_saved_inputs && x.precision == "fp8" ? 1.03125 : 0;
-  MOE_ASSIGN_OR_RETURN(p.memory, EstimateMemory(spec, static_cast<int64_t>(x.a), saved));
+  MOE_ASSIGN_OR_RETURN(p.memory, EstimateMemory(spec, static_cast<int64_t>(x.a), saved, tp));
   p.capacity_bytes = cluster.memory_gb * 1e9;
   MemoryVerdict(&p);
   std::vector<RankTime> ranks(static_cast<size_t>(par.pipeline_parallel));

@@ -10,7 +10,11 @@
 //   recompute        the forward of what training.recompute recomputes
 //   memory-bound     norms, residuals, RoPE, SwiGLU, permute, router, quantisation, loss passes
 //   all-to-all       dispatch + combine in the scale-up domain and across domains (group-limited
-//                    routing caps the crossing share), less what the stack overlaps
+//                    routing caps the crossing share; the bytes that cross are forwarded over
+//                    the scale-up link too, as hierarchical all-to-alls do), less what the stack
+//                    overlaps
+//   tensor parallel  TP > 1 (a planner layout: the job spec has no TP and this engine runs none):
+//                    each layer's all-gathers and reduce-scatters in the scale-up domain
 //   host             uncaptured launches, graph launches, host syncs
 // then the pipeline: m micro-batches on the slowest rank plus the bubble (p - 1) / v of a rank's
 // micro-batch; pipeline sends, the data-parallel reduce-scatter / all-gather and the optimizer.
@@ -29,6 +33,15 @@
 
 namespace moe {
 
+// What a running job reports of its MFU (StepMetrics): the peak the run counts it against (on CPU
+// the SGEMM rate its ranks measured with their threads; on CUDA the bf16 GEMM rate it measured) and
+// its last step's figures.
+struct RunMfu {
+  double peak_tflops = 0;
+  std::string peak_source;
+  double tflops_per_device = 0, mfu = 0;
+};
+
 struct PlanOptions {
   int64_t racks = 0;        // scale-up domains the job uses; 0: as few as its layout packs into
   int64_t ep_domains = 0;   // domains one expert-parallel group spans; 0: from the packing
@@ -39,6 +52,10 @@ struct PlanOptions {
   std::optional<double> mtbf_hours;
   bool async_checkpoint =
       true;  // the save's stall: async, the device-to-host copy; sync, the write
+  // Tensor parallelism (moectl plan --tensor-parallel; the sweep where memory needs it): TP ranks
+  // consecutive in a scale-up domain, dividing the heads and DP = world / PP. 1: none.
+  int64_t tensor_parallel = 1;
+  std::optional<RunMfu> run_mfu;  // a live job's: its MFU is stated against the run's peak too
 };
 
 // How often to checkpoint and what the job keeps of its wall time (docs/planning.md, "Checkpoint
@@ -73,6 +90,11 @@ struct PlanComponent {
 struct Plan {
   std::string job, cluster, software, precision, layout, recompute;
   int64_t world_size = 0, racks = 0, ep_domains = 1, micro_batches = 0;
+  int64_t tensor_parallel = 1;
+  // TP > 1: who can run it. runnable is false when the software profile's stack runs no tensor
+  // parallelism (this engine's); tp_note says so in words ("" at TP 1).
+  bool runnable = true;
+  std::string tp_note;
   MemoryPlan memory;
   double capacity_bytes = 0;
   bool fits = false;
@@ -80,6 +102,13 @@ struct Plan {
   std::vector<PlanComponent> components;
   double step_seconds = 0, flops_per_step = 0, tflops_per_gpu = 0;
   double mfu_bf16 = 0, mfu_fp8 = 0, tokens_per_second = 0;
+  // The peak mfu_bf16 is against (the cluster profile's dense bf16 peak; fp32 SGEMM on cpu) and
+  // what it is; the peak a run counts its MFU against, as far as the plan knows it (run_mfu: a live
+  // job's; otherwise run_peak_note says which the run will measure).
+  double peak_tflops = 0;
+  std::string peak_source, run_peak_note;
+  std::optional<RunMfu> run_mfu;
+  double mfu_run_peak = 0;  // tflops_per_gpu / run_mfu->peak_tflops
   double rows_per_expert = 0, bubble_fraction = 0;
   double tokens = 0, days = 0, gpu_hours = 0;
   std::string scaling;  // --gpus: what ScaleToGpus changed
@@ -99,10 +128,16 @@ StatusOr<CheckpointAdvice> AdviseCheckpoint(const Plan& plan, const JobSpec& spe
                                             const ClusterProfile& cluster, double mtbf_hours,
                                             bool async);
 
-// The job on `gpus` devices by data parallelism: the same PP, VPP and EP, DP = gpus / PP, the
-// per-replica batch kept (global_batch_size and the batch ramp scale with DP) and training.steps
-// scaled to train the same tokens. `note` says what changed. Errors name --gpus.
-StatusOr<JobSpec> ScaleToGpus(const JobSpec& spec, int64_t gpus, std::string* note);
+// The job on `gpus` devices by data parallelism: the same PP, VPP and EP, DP = gpus / PP, and
+// training.steps set to train the same tokens. The global batch is kept (as an elastic resize keeps
+// it); where the layout cannot run it in whole micro-batches (or, interleaved, whole rounds of PP
+// micro-batches) per replica, the nearest global batch it can run, and the GPU counts that keep it
+// exactly, are said. scale_batch (moectl plan --scale-batch): the batch per replica is kept instead
+// and global_batch_size scales with DP. A batch ramp is kept where its steps run at the new DP
+// (scaled with it under scale_batch), dropped and said otherwise. `note` says what changed. Errors
+// name --gpus.
+StatusOr<JobSpec> ScaleToGpus(const JobSpec& spec, int64_t gpus, bool scale_batch,
+                              std::string* note);
 
 // A placement as the planner reads it: the racks the ranks hold (rank r's rack at r) and the most
 // racks one expert-parallel group spans (groups are consecutive blocks of `ep` ranks, Megatron's
@@ -116,7 +151,10 @@ StatusOr<Plan> PlanJob(JobSpec spec, const ClusterProfile& cluster, const Softwa
                        const PlanOptions& options);
 
 // The layouts of spec's world size (PP, VPP, EP, micro batch, recompute) that keep the global
-// batch, planned and ranked: those that fit first, fastest first. At most `limit`.
+// batch, planned and ranked: those that fit first, then those the software's stack runs, fastest
+// first. Where a layout does not fit on a GPU cluster, the same layout with tensor parallelism (2,
+// 4, 8 within a scale-up domain, dividing the heads and DP) is planned too; under a stack that runs
+// no TP (ours) those rank after the layouts it runs, and say so. At most `limit`.
 StatusOr<std::vector<Plan>> SweepLayouts(const JobSpec& spec, const ClusterProfile& cluster,
                                          const SoftwareProfile& software,
                                          const PlanOptions& options, size_t limit);

@@ -84,7 +84,114 @@ StatusOr<CheckpointAdvice> AdviseCheckpoint(const Plan& plan, const JobSpec& spe
   return a;
 }
 
-StatusOr<JobSpec> ScaleToGpus(const JobSpec& spec, int64_t gpus, std::string* note) {
+namespace {
+
+// The global batch must be a multiple of this at data-parallel size `dp`: whole micro-batches per
+// replica, and with interleaving whole rounds of pipeline_parallel of them (ValidateJobSpec).
+int64_t BatchUnit(const JobSpec& spec, int64_t dp) {
+  const ParallelismConfig& par = spec.parallelism;
+  return spec.data.micro_batch_size * dp * (par.virtual_pipeline > 1 ? par.pipeline_parallel : 1);
+}
+
+bool HoldsBatch(const JobSpec& spec, int64_t gpus) {
+  return spec.data.global_batch_size % BatchUnit(spec, gpus / spec.parallelism.pipeline_parallel) ==
+         0;
+}
+
+// The sizes nearest `gpus` (multiples of `step` = PP x EP) at which the job's own global batch
+// runs, in words: "1536 and 2560 GPUs keep 15360", one of them, or none.
+std::string ExactSizes(const JobSpec& spec, int64_t gpus, int64_t step) {
+  std::string below, above;
+  for (int64_t g = gpus - step; g >= step && below.empty(); g -= step) {
+    if (HoldsBatch(spec, g)) below = Int(g);
+  }
+  const int64_t pp = spec.parallelism.pipeline_parallel;
+  for (int64_t g = gpus + step; BatchUnit(spec, g / pp) <= spec.data.global_batch_size; g += step) {
+    if (HoldsBatch(spec, g)) {
+      above = Int(g);
+      break;
+    }
+  }
+  const std::string g0 = Int(spec.data.global_batch_size);
+  if (below.empty() && above.empty()) return "no GPU count of this layout keeps " + g0;
+  if (below.empty() || above.empty()) return below + above + " GPUs keep " + g0;
+  return below + " and " + above + " GPUs keep " + g0;
+}
+
+// The job's global batch at `gpus` (`s` has the new world size): kept where the layout runs it,
+// else the nearest that it runs, said.
+std::string KeepBatch(const JobSpec& spec, int64_t gpus, JobSpec* s) {
+  const ParallelismConfig& par = spec.parallelism;
+  const int64_t g0 = spec.data.global_batch_size,
+                unit = BatchUnit(spec, gpus / par.pipeline_parallel);
+  const std::string how = " (--scale-batch scales it with DP instead)";
+  if (g0 % unit == 0) {
+    return "global batch " + Int(g0) + " sequences kept, " + Int(s->micro_batches_per_rank()) +
+           " micro-batches per rank (" + Int(spec.micro_batches_per_rank()) + " before)" + how;
+  }
+  s->data.global_batch_size = std::max<int64_t>(1, (g0 + unit / 2) / unit) * unit;
+  return "global batch " + Int(g0) + " -> " + Int(s->data.global_batch_size) +
+         " sequences, the nearest this layout runs on " + Int(gpus) + " GPUs (a multiple of " +
+         Int(unit) + ": micro_batch_size " + Int(spec.data.micro_batch_size) + " x DP " +
+         Int(gpus / par.pipeline_parallel) +
+         (par.virtual_pipeline > 1
+              ? " x PP " + Int(par.pipeline_parallel) + ", interleaving's rounds"
+              : std::string()) +
+         "); " + ExactSizes(spec, gpus, par.pipeline_parallel * par.expert_parallel) + how;
+}
+
+// --scale-batch: the batch per data-parallel replica kept, the global batch scaled with DP.
+StatusOr<std::string> ScaleBatch(const JobSpec& spec, int64_t dp1, JobSpec* s) {
+  const int64_t dp0 = spec.parallelism.data_parallel(), g0 = spec.data.global_batch_size;
+  const int64_t per_replica = g0 / dp0;
+  if (per_replica * dp0 != g0) {
+    return InvalidArgumentError("--gpus --scale-batch: the job's global_batch_size " + Int(g0) +
+                                " is not a whole batch per data-parallel replica (DP " + Int(dp0) +
+                                ")");
+  }
+  s->data.global_batch_size = per_replica * dp1;
+  return "global batch " + Int(g0) + " -> " + Int(s->data.global_batch_size) + " sequences (" +
+         Int(per_replica) + " per data-parallel replica, kept: --scale-batch)";
+}
+
+// The batch ramp at the new size (scaled with DP under --scale-batch): kept where each of its
+// batches runs in whole units at the new DP, else dropped and said.
+std::string FitRamp(const JobSpec& spec, bool scale_batch, int64_t dp1, JobSpec* s) {
+  BatchRampConfig& r = s->data.batch_ramp;
+  if (r.start == 0) return "";
+  const int64_t dp0 = spec.parallelism.data_parallel();
+  if (scale_batch && r.start % dp0 == 0 && r.increment % dp0 == 0)
+    r.start = r.start / dp0 * dp1, r.increment = r.increment / dp0 * dp1;
+  const int64_t unit = BatchUnit(spec, dp1), g = s->data.global_batch_size;
+  if (r.start % unit == 0 && r.increment % unit == 0 && r.start < g &&
+      (g - r.start) % r.increment == 0) {
+    return "";
+  }
+  const BatchRampConfig& was = spec.data.batch_ramp;
+  r = BatchRampConfig{};
+  return "; the batch ramp (from " + Int(was.start) + " by " + Int(was.increment) +
+         ") dropped: its batches are not multiples of " + Int(unit) + " at DP " + Int(dp1);
+}
+
+// The fewest steps that train at least `tokens`, the batch ramp included.
+int64_t StepsForTokens(const JobSpec& s, double tokens) {
+  int64_t lo = 1, hi = 1;
+  while (s.TokensAfter(hi) < tokens && hi < (int64_t{1} << 50)) hi *= 2;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (s.TokensAfter(mid) >= tokens) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+}  // namespace
+
+StatusOr<JobSpec> ScaleToGpus(const JobSpec& spec, int64_t gpus, bool scale_batch,
+                              std::string* note) {
   const ParallelismConfig& par = spec.parallelism;
   const int64_t unit = par.pipeline_parallel * par.expert_parallel;
   if (gpus <= 0) return InvalidArgumentError("--gpus: must be > 0, got " + Int(gpus));
@@ -97,29 +204,22 @@ StatusOr<JobSpec> ScaleToGpus(const JobSpec& spec, int64_t gpus, std::string* no
         "); the nearest are " + (below > 0 ? Int(below) + " and " : std::string()) + Int(above));
   }
   const int64_t dp0 = par.data_parallel(), dp1 = gpus / par.pipeline_parallel;
-  const int64_t per_replica = spec.data.global_batch_size / dp0;
-  if (per_replica * dp0 != spec.data.global_batch_size) {
-    return InvalidArgumentError(
-        "--gpus: the job's global_batch_size " + Int(spec.data.global_batch_size) +
-        " is not a whole batch per data-parallel replica (DP " + Int(dp0) + ")");
-  }
   JobSpec s = spec;
   s.parallelism.world_size = gpus;
-  s.data.global_batch_size = per_replica * dp1;
-  BatchRampConfig& ramp = s.data.batch_ramp;
-  if (ramp.start % dp0 == 0 && ramp.increment % dp0 == 0) {
-    ramp.start = ramp.start / dp0 * dp1, ramp.increment = ramp.increment / dp0 * dp1;
+  std::string batch;
+  if (scale_batch) {
+    MOE_ASSIGN_OR_RETURN(batch, ScaleBatch(spec, dp1, &s));
   } else {
-    ramp = BatchRampConfig{};
+    batch = KeepBatch(spec, gpus, &s);
   }
-  s.training.steps = (spec.training.steps * dp0 + dp1 - 1) / dp1;
+  batch += FitRamp(spec, scale_batch, dp1, &s);
+  s.training.steps = StepsForTokens(s, spec.TokensAfter(spec.training.steps));
   MOE_RETURN_IF_ERROR(ValidateJobSpec(s).WithPrefix("--gpus " + Int(gpus)));
   if (note != nullptr) {
+    const int64_t n0 = spec.training.steps, n1 = s.training.steps;
     *note = "scaled to " + Int(gpus) + " GPUs by data parallelism: DP " + Int(dp0) + " -> " +
-            Int(dp1) + " (PP, VPP and EP kept); global batch " + Int(spec.data.global_batch_size) +
-            " -> " + Int(s.data.global_batch_size) + " sequences (" + Int(per_replica) +
-            " per data-parallel replica, kept); steps " + Int(spec.training.steps) + " -> " +
-            Int(s.training.steps) + " (the same tokens)";
+            Int(dp1) + " (PP, VPP and EP kept); " + batch + "; steps " +
+            (n0 == n1 ? Int(n0) + " kept" : Int(n0) + " -> " + Int(n1)) + " (the same tokens)";
   }
   return s;
 }

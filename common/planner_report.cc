@@ -42,12 +42,29 @@ std::vector<int64_t> Divisors(int64_t n, int64_t cap) {
   return out;
 }
 
+// Those that fit, then those the software's stack runs, then the fastest.
 bool Better(const Plan& a, const Plan& b) {
   if (a.fits != b.fits) return a.fits;
+  if (a.runnable != b.runnable) return a.runnable;
   return a.tflops_per_gpu > b.tflops_per_gpu;
 }
 
-// One candidate: plan it if the spec takes it (an invalid layout is skipped, not an error).
+// Where a layout does not fit on a GPU cluster: the same layout at TP 2, 4 and 8 that the cluster's
+// domains hold (PlanJob refuses those that do not divide the heads and DP).
+void TryTensorParallel(const JobSpec& spec, const ClusterProfile& c, const SoftwareProfile& s,
+                       const PlanOptions& single, std::vector<Plan>* out) {
+  if (c.device != "cuda") return;
+  for (int64_t tp : {2, 4, 8}) {
+    if (tp > c.domain_size) break;
+    PlanOptions o = single;
+    o.tensor_parallel = tp;
+    auto p = PlanJob(spec, c, s, o);
+    if (p.ok()) out->push_back(std::move(*p));
+  }
+}
+
+// One candidate: plan it if the spec takes it (an invalid layout is skipped, not an error), and
+// with tensor parallelism where it does not fit.
 void TryLayout(const JobSpec& base, const ClusterProfile& c, const SoftwareProfile& s,
                const PlanOptions& o, const std::array<int64_t, 4>& pp_vpp_ep_mbs,
                const std::vector<std::string>& recompute, std::vector<Plan>* out) {
@@ -63,8 +80,12 @@ void TryLayout(const JobSpec& base, const ClusterProfile& c, const SoftwareProfi
   }
   PlanOptions single = o;
   single.ep_domains = 0;
+  single.tensor_parallel = 1;
   auto p = PlanJob(spec, c, s, single);
-  if (p.ok()) out->push_back(std::move(*p));
+  if (!p.ok()) return;
+  const bool fits = p->fits;
+  out->push_back(std::move(*p));
+  if (!fits) TryTensorParallel(spec, c, s, single, out);
 }
 
 // Hours or minutes, as read.
@@ -165,6 +186,49 @@ StatusOr<std::vector<Plan>> SweepLayouts(const JobSpec& spec, const ClusterProfi
 // TFLOP/s as read: whole numbers on GPUs, three significant digits on CPUs (0.1 TFLOP/s).
 std::string Tflops(double v) { return Fmt(v >= 10 ? "%.0f" : "%.3g", v); }
 
+namespace {
+
+// Which peak the plan's MFU is against, and the run's: a live job's own peak with its last step's
+// measured figures, else which peak a run will measure.
+std::string MfuPeakLine(const Plan& p) {
+  std::ostringstream o;
+  o << "mfu peak: " << Tflops(p.peak_tflops) << " TFLOP/s, " << p.peak_source;
+  if (!p.run_mfu.has_value()) {
+    o << "; " << p.run_peak_note << "\n";
+    return o.str();
+  }
+  const RunMfu& r = *p.run_mfu;
+  o << "; the run counts its MFU against " << Tflops(r.peak_tflops) << " TFLOP/s (" << r.peak_source
+    << "): this plan's " << Tflops(p.tflops_per_gpu) << " TFLOP/s is "
+    << Fmt("%.1f%%", 100 * p.mfu_run_peak) << " of it";
+  if (r.tflops_per_device > 0) {
+    o << "; the run's last step measured " << Tflops(r.tflops_per_device) << " TFLOP/s, MFU "
+      << Fmt("%.1f%%", 100 * r.mfu);
+  }
+  o << "\n";
+  return o.str();
+}
+
+Node PeakNode(const Plan& p) {
+  Node n = Node::Map();
+  n.Set("tflops", Num(p.peak_tflops));
+  n.Set("source", Str(p.peak_source));
+  if (!p.run_mfu.has_value()) {
+    n.Set("run", Str(p.run_peak_note));
+    return n;
+  }
+  Node r = Node::Map();
+  r.Set("peak_tflops", Num(p.run_mfu->peak_tflops));
+  r.Set("peak_source", Str(p.run_mfu->peak_source));
+  r.Set("planned_mfu", Num(p.mfu_run_peak));
+  r.Set("measured_tflops_per_device", Num(p.run_mfu->tflops_per_device));
+  r.Set("measured_mfu", Num(p.run_mfu->mfu));
+  n.Set("run", std::move(r));
+  return n;
+}
+
+}  // namespace
+
 std::string PlacementDifference(const Plan& placed, const Plan& packed) {
   std::ostringstream o;
   const char* per = placed.precision == "fp32" ? " TFLOP/s per device" : " TFLOP/s per GPU";
@@ -193,6 +257,7 @@ std::string PlanTable(const Plan& p) {
   o << "layout: " << p.layout << ", " << p.micro_batches << " micro-batches per step, "
     << static_cast<int64_t>(p.rows_per_expert) << " rows per expert, expert-parallel groups span "
     << p.ep_domains << " domain(s)\n";
+  if (!p.tp_note.empty()) o << "tensor parallelism: " << p.tp_note << "\n";
   if (!p.habits.empty()) o << "software habits: " << p.habits << "\n";
   o << "memory: " << p.memory_verdict << "\n";
   o << "  pp   weights  gradients  optimizer  activations     comm     total\n";
@@ -213,9 +278,12 @@ std::string PlanTable(const Plan& p) {
   }
   o << "throughput: " << Tflops(p.tflops_per_gpu) << " TFLOP/s per "
     << (p.precision == "fp32" ? "device" : "GPU") << " (Megatron-counted; MFU "
+    << (p.run_mfu.has_value() ? Fmt("%.1f%% of the run's own peak, ", 100 * p.mfu_run_peak)
+                              : std::string())
     << Fmt("%.1f%%", 100 * p.mfu_bf16) << " of the " << (p.precision == "fp32" ? "fp32" : "bf16")
     << " peak" << (p.mfu_fp8 > 0 ? Fmt(", %.1f%% of the fp8 peak", 100 * p.mfu_fp8) : std::string())
     << "), " << Human(p.tokens_per_second) << " tokens/s\n";
+  o << MfuPeakLine(p);
   o << "budget: " << Human(p.tokens) << " tokens in " << Fmt("%.1f days", p.days) << ", "
     << Human(p.gpu_hours) << " GPU-hours\n";
   if (!p.scaling.empty()) o << "gpus: " << p.scaling << "\n";
@@ -233,7 +301,8 @@ std::string SweepTable(const std::vector<Plan>& plans) {
     std::snprintf(line, sizeof(line), "%3d  %-31s %-27s %11.0f %8.2f %8.1f  ", ++i,
                   p.layout.c_str(), p.recompute.c_str(), p.tflops_per_gpu, p.step_seconds,
                   p.memory.largest().peak() / 1e9);
-    o << line << (p.fits ? "fits" : p.memory_verdict) << "\n";
+    o << line << (p.fits ? "fits" : p.memory_verdict)
+      << (p.runnable ? "" : ", needs TP: " + p.software + " runs none") << "\n";
   }
   return o.str();
 }
@@ -255,6 +324,10 @@ Node PlanToNode(const Plan& p) {
   n.Set("step_seconds", Num(p.step_seconds));
   n.Set("mfu_bf16", Num(p.mfu_bf16));
   n.Set("mfu_fp8", Num(p.mfu_fp8));
+  n.Set("mfu_peak", PeakNode(p));
+  n.Set("tensor_parallel", Int(p.tensor_parallel));
+  n.Set("runnable", Node::Scalar(p.runnable ? "true" : "false"));
+  if (!p.tp_note.empty()) n.Set("tensor_parallel_note", Str(p.tp_note));
   n.Set("tokens_per_second", Num(p.tokens_per_second));
   n.Set("flops_per_step", Num(p.flops_per_step));
   n.Set("bubble_fraction", Num(p.bubble_fraction));

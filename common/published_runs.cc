@@ -25,14 +25,14 @@ const std::vector<PublishedRun>& PublishedRuns() {
 }
 
 std::vector<PublishedRun> NearestPublishedRuns(const JobSpec& spec, const std::string& cluster,
-                                               size_t n) {
+                                               size_t n, int64_t tp) {
   const auto& par = spec.parallelism;
   const double world = static_cast<double>(std::max<int64_t>(1, par.world_size));
   auto distance = [&](const PublishedRun& r) {
     const double gpus = std::abs(std::log2(static_cast<double>(r.gpus) / world));
-    const int layout = (r.pp != std::max<int64_t>(1, par.pipeline_parallel)) +
-                       (r.vpp != std::max<int64_t>(1, par.virtual_pipeline)) +
-                       (r.ep != par.expert_parallel);
+    const int layout =
+        (r.tp != std::max<int64_t>(1, tp)) + (r.pp != std::max<int64_t>(1, par.pipeline_parallel)) +
+        (r.vpp != std::max<int64_t>(1, par.virtual_pipeline)) + (r.ep != par.expert_parallel);
     return (r.cluster == cluster ? 0.0 : 100.0) + gpus + 0.5 * layout;
   };
   std::vector<PublishedRun> out = PublishedRuns();

@@ -24,9 +24,10 @@ struct PublishedRun {
 
 const std::vector<PublishedRun>& PublishedRuns();
 // The `n` runs nearest the job's layout on `cluster`: the same cluster first, then the nearest GPU
-// count (by ratio), then the fewest differences in PP, VPP and EP.
+// count (by ratio), then the fewest differences in TP (the plan's: the job spec has none), PP, VPP
+// and EP.
 std::vector<PublishedRun> NearestPublishedRuns(const JobSpec& spec, const std::string& cluster,
-                                               size_t n);
+                                               size_t n, int64_t tp = 1);
 // "published runs nearest this layout ..." and one line a run, the planned figure beside them.
 std::string PublishedRunsText(const std::vector<PublishedRun>& runs, double planned_tflops);
 Node PublishedRunsNode(const std::vector<PublishedRun>& runs);

@@ -85,7 +85,9 @@ class Controller {
                                 bool now = false) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a finished job and its events; FAILED_PRECONDITION while it is live.
   Status Delete(const std::string& id, const std::string& actor = "") ABSL_LOCKS_EXCLUDED(mu_);
-  StatusOr<int64_t> Watch(const std::string& id, WatchFn fn) ABSL_LOCKS_EXCLUDED(mu_);
+  // `after_seq`: only the past events after it (a watch resuming after a reconnect).
+  StatusOr<int64_t> Watch(const std::string& id, WatchFn fn, int64_t after_seq = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Unwatch(int64_t subscription) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<moe::v1::Worker> Workers() ABSL_LOCKS_EXCLUDED(mu_);
   // One page of the workers by name (WorkerRegistry::Page), without describing the rest.

@@ -138,8 +138,10 @@ bool IsTerminalJob(const moe::v1::WatchJobResponse& r) {
 // the stream's state between them.
 class WatchReactor final : public grpc::ServerWriteReactor<moe::v1::WatchJobResponse> {
  public:
-  WatchReactor(Controller& controller, const std::string& id) : controller_(controller) {
-    auto sub = controller_.Watch(id, [this](const moe::v1::WatchJobResponse& r) { Push(r); });
+  WatchReactor(Controller& controller, const std::string& id, int64_t after_seq)
+      : controller_(controller) {
+    auto sub = controller_.Watch(
+        id, [this](const moe::v1::WatchJobResponse& r) { Push(r); }, after_seq);
     MutexLock lock(&mu_);
     if (!sub.ok()) {
       FinishLocked(ToGrpc(sub.status()));
@@ -433,7 +435,7 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
       };
       return new Refused(st);
     }
-    return new WatchReactor(c_, req->id());
+    return new WatchReactor(c_, req->id(), req->after_seq());
   }
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
                                         const moe::v1::ListWorkersRequest* req,

@@ -102,6 +102,99 @@ TEST(Planner, AnExpertGroupAcrossTwoRacksIsSlowerAndSaysWhy) {
             packed.Find("all-to-all in domain")->seconds);
 }
 
+// The in-domain all-to-all is priced on the cluster's own scale-up link: the same layout, each
+// expert-parallel group inside one domain on both, takes as much longer on H100 (NVLink 4, 450 GB/s
+// a direction) than on GB300 NVL72 (NVLink 5, 900 GB/s) as its link is slower.
+TEST(Planner, InDomainAllToAllFollowsTheClustersLinks) {
+  const ClusterProfile gb300 = *LoadClusterProfile("gb300-nvl72"),
+                       h100 = *LoadClusterProfile("h100");
+  const double links = gb300.scale_up_gbps / h100.scale_up_gbps;
+  ASSERT_GT(links, 1.5);
+  JobSpec eight = Job671(256, 8, 4, 8, 2048);  // EP 8: one HGX node, or a ninth of an NVL72
+  eight.resources.precision = "bf16";
+  const Plan a = Predict(eight, "gb300-nvl72", "ours"), b = Predict(eight, "h100", "ours");
+  ASSERT_EQ(a.ep_domains, 1);
+  ASSERT_EQ(b.ep_domains, 1);
+  const double in_a = a.Find("all-to-all in domain")->seconds;
+  const double in_b = b.Find("all-to-all in domain")->seconds;
+  ASSERT_GT(in_a, 0);
+  EXPECT_NEAR(in_b / in_a, links, 1e-9 * links);
+  // The bandwidth comes from the profile: halve it and the in-domain time doubles.
+  ClusterProfile slow = gb300;
+  slow.scale_up_gbps /= 2;
+  auto sw = *LoadSoftwareProfile("ours");
+  auto half = PlanJob(eight, slow, sw, {});
+  ASSERT_TRUE(half.ok());
+  EXPECT_NEAR(half->Find("all-to-all in domain")->seconds / in_a, 2, 1e-9);
+  // The 671B example's layout (EP 32): one NVL72 rack, or four HGX nodes whose NVLink also forwards
+  // the bytes bound for the other three (the hop hierarchical all-to-alls take). The in-domain time
+  // still differs by about the links' ratio, less the share that goes straight over the network.
+  JobSpec ex = Job671(256, 8, 4, 32, 15360);
+  ex.resources.precision.reset();
+  const Plan g = Predict(ex, "gb300-nvl72", "ours"), h = Predict(ex, "h100", "ours");
+  EXPECT_EQ(g.ep_domains, 1);
+  EXPECT_EQ(h.ep_domains, 4);
+  const double ratio =
+      h.Find("all-to-all in domain")->seconds / g.Find("all-to-all in domain")->seconds;
+  std::printf(
+      "all-to-all in domain, EP32: gb300-nvl72 %.3f s, h100 %.3f s (ratio %.3f, links %.2f)\n",
+      g.Find("all-to-all in domain")->seconds, h.Find("all-to-all in domain")->seconds, ratio,
+      links);
+  EXPECT_GT(ratio, 0.8 * links);
+  EXPECT_LE(ratio, links * (1 + 1e-9));
+  EXPECT_GT(h.Find("all-to-all across domains")->seconds, 0);
+}
+
+// Tensor parallelism, a planner layout (the job spec has none): TP splits the dense weights and the
+// activations, not the routed experts (EP does), multiplies the micro-batches, pays its collectives
+// on the domain's link, and says whether the software's stack can run it.
+TEST(Planner, TensorParallelSplitsDenseMemoryAndPaysItsCollectives) {
+  JobSpec spec = Job671(256, 8, 1, 32, 2048);
+  spec.resources.precision = "bf16";
+  PlanOptions tp2;
+  tp2.tensor_parallel = 2;
+  const Plan one = Predict(spec, "h100", "ours"), two = Predict(spec, "h100", "ours", {}, tp2);
+  EXPECT_EQ(one.layout.rfind("TP1 PP8 VPP1 EP32 DP32", 0), 0u) << one.layout;
+  EXPECT_EQ(two.layout.rfind("TP2 PP8 VPP1 EP32 DP16", 0), 0u) << two.layout;
+  EXPECT_EQ(two.micro_batches, 2 * one.micro_batches);
+  for (size_t r = 0; r < one.memory.stages.size(); ++r) {
+    const StageMemory &a = one.memory.stages[r], &b = two.memory.stages[r];
+    EXPECT_DOUBLE_EQ(b.expert_params, a.expert_params) << r;
+    EXPECT_NEAR(b.params - b.expert_params, (a.params - a.expert_params) / 2, 1) << r;
+    EXPECT_NEAR(b.activations_per_micro_batch, a.activations_per_micro_batch / 2, 1) << r;
+    EXPECT_LT(b.peak(), a.peak()) << r;
+  }
+  EXPECT_EQ(one.Find("tensor-parallel collectives"), nullptr);
+  ASSERT_NE(two.Find("tensor-parallel collectives"), nullptr);
+  EXPECT_GT(two.Find("tensor-parallel collectives")->seconds, 0);
+  // The same FLOPs per rank: the dense GEMMs take as long (half the tokens, twice the
+  // micro-batches).
+  EXPECT_NEAR(two.Find("dense GEMMs")->seconds, one.Find("dense GEMMs")->seconds,
+              1e-9 * one.Find("dense GEMMs")->seconds);
+  // Who runs it: not this engine (it says so), Megatron-Core does.
+  EXPECT_TRUE(one.runnable);
+  EXPECT_EQ(one.tp_note, "");
+  EXPECT_FALSE(two.runnable);
+  EXPECT_NE(two.tp_note.find("does not run"), std::string::npos) << two.tp_note;
+  EXPECT_NE(two.tp_note.find("no tensor_parallel field"), std::string::npos) << two.tp_note;
+  EXPECT_NE(PlanTable(two).find("tensor parallelism: needs tensor parallelism (TP2)"),
+            std::string::npos);
+  const Plan meg = Predict(spec, "h100", "megatron-2026", {}, tp2);
+  EXPECT_TRUE(meg.runnable);
+  EXPECT_NE(meg.tp_note.find("as megatron-2026 runs it"), std::string::npos) << meg.tp_note;
+  // Refused: TP that does not divide the heads, or leaves the scale-up domain.
+  auto c = *LoadClusterProfile("h100");
+  auto sw = *LoadSoftwareProfile("ours");
+  for (int64_t bad : {3, 16}) {
+    PlanOptions o;
+    o.tensor_parallel = bad;
+    auto p = PlanJob(spec, c, sw, o);
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_NE(p.status().message().find("--tensor-parallel"), std::string::npos)
+        << p.status().message();
+  }
+}
+
 TEST(Planner, SweepRanksLayoutsThatFitFirstAndNamesWhatOverflows) {
   auto c = LoadClusterProfile("gb300-nvl72");
   auto s = LoadSoftwareProfile("megatron-2026");
@@ -186,6 +279,70 @@ JobSpec SmallCpu(int64_t world) {
   s.data.micro_batch_size = 2;
   s.data.global_batch_size = 4;
   return s;
+}
+
+// Where no layout of a size fits without it, the sweep lists TP layouts; under a stack that runs no
+// TP they come after the layouts it runs, marked. A CPU cluster gets none.
+TEST(Planner, SweepOffersTensorParallelWhereMemoryNeedsIt) {
+  auto c = *LoadClusterProfile("h100");
+  auto sw = *LoadSoftwareProfile("ours");
+  JobSpec spec = Job671(256, 8, 4, 32, 15360);
+  spec.resources.precision.reset();
+  auto plans = SweepLayouts(spec, c, sw, {}, 100000);
+  ASSERT_TRUE(plans.ok()) << plans.status().ToString();
+  size_t with_tp = 0, fitting_tp = 0;
+  bool past_runnable = false;
+  for (const Plan& p : *plans) {
+    if (p.tensor_parallel > 1) {
+      ++with_tp;
+      fitting_tp += p.fits ? 1 : 0;
+      EXPECT_FALSE(p.runnable);
+      EXPECT_LE(p.tensor_parallel, c.domain_size);
+    }
+    if (p.fits && !p.runnable) past_runnable = true;
+    if (p.fits && p.runnable) {
+      EXPECT_FALSE(past_runnable) << p.layout;
+    }
+  }
+  EXPECT_GT(with_tp, 0u);
+  EXPECT_GT(fitting_tp, 0u) << "80 GB holds the 671B model at some TP layout of 256 H100s";
+  EXPECT_NE(SweepTable(*plans).find("needs TP: ours runs none"), std::string::npos);
+  auto cpu = SweepLayouts(SmallCpu(2), LocalProfileForRanks(Machine(), 2),
+                          *LoadSoftwareProfile("ours-cpu"), {}, 100000);
+  ASSERT_TRUE(cpu.ok());
+  for (const Plan& p : *cpu) EXPECT_EQ(p.tensor_parallel, 1) << p.layout;
+}
+
+// The plan says which peak its MFU is against, and a live job's own peak (what the run's MFU
+// counts against) is used beside it.
+TEST(Planner, MfuIsStatedAgainstThePeakTheRunUses) {
+  const Plan gpu = Predict(Job671(256, 2, 8, 32, 2048), "gb300-nvl72", "megatron-2026");
+  EXPECT_EQ(gpu.peak_tflops, 2500);
+  EXPECT_NE(gpu.peak_source.find("datasheet"), std::string::npos) << gpu.peak_source;
+  EXPECT_NE(gpu.run_peak_note.find("cuBLAS"), std::string::npos) << gpu.run_peak_note;
+  EXPECT_NE(PlanTable(gpu).find("mfu peak: 2500 TFLOP/s"), std::string::npos);
+  auto sw = *LoadSoftwareProfile("ours-cpu");
+  ClusterProfile machine = Machine();
+  machine.sources = {"moe-probe, today: SGEMM probe 1024^3, OpenBLAS, 2 threads"};
+  const ClusterProfile rank = LocalProfileForRanks(machine, 2);
+  auto off = PlanJob(SmallCpu(2), rank, sw, {});
+  ASSERT_TRUE(off.ok());
+  EXPECT_DOUBLE_EQ(off->peak_tflops, rank.peak_bf16_tflops);
+  EXPECT_NE(off->peak_source.find("SGEMM probe 1024^3"), std::string::npos) << off->peak_source;
+  EXPECT_NE(off->run_peak_note.find("--peak-cache"), std::string::npos) << off->run_peak_note;
+  PlanOptions live;
+  live.run_mfu = RunMfu{0.15, "SGEMM probe 1024^3, OpenBLAS, 1 threads", 0.04, 0.04 / 0.15};
+  auto on = PlanJob(SmallCpu(2), rank, sw, live);
+  ASSERT_TRUE(on.ok());
+  ASSERT_TRUE(on->run_mfu.has_value());
+  EXPECT_DOUBLE_EQ(on->mfu_run_peak, on->tflops_per_gpu / 0.15);
+  EXPECT_DOUBLE_EQ(on->mfu_bf16, off->mfu_bf16);  // the profile's peak is still stated beside it
+  const std::string table = PlanTable(*on);
+  EXPECT_NE(table.find("of the run's own peak"), std::string::npos) << table;
+  EXPECT_NE(table.find("the run counts its MFU against 0.15 TFLOP/s (SGEMM probe"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("measured 0.04 TFLOP/s, MFU 26.7%"), std::string::npos) << table;
 }
 
 TEST(PlannerLocal, ARankGetsItsShareOfTheMachine) {
@@ -303,7 +460,7 @@ Plan PlanAt(int64_t gpus, double mtbf_hours, bool async = true) {
   base.optimizer.moments_dtype = "bf16";
   base.training.steps = 1100000;
   std::string note;
-  auto spec = ScaleToGpus(base, gpus, &note);
+  auto spec = ScaleToGpus(base, gpus, /*scale_batch=*/true, &note);
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
   if (!spec.ok()) return Plan{};
   PlanOptions o;
@@ -367,7 +524,7 @@ TEST(PlannerCheckpoint, GoodputFallsAsTheJobGrows) {
 TEST(PlannerCheckpoint, ScalingKeepsTheLayoutAndTheBatchPerReplica) {
   const JobSpec base = Job671(256, 8, 4, 32, 15360);
   std::string note;
-  auto s = ScaleToGpus(base, 16384, &note);
+  auto s = ScaleToGpus(base, 16384, /*scale_batch=*/true, &note);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->parallelism.world_size, 16384);
   EXPECT_EQ(s->parallelism.pipeline_parallel, 8);
@@ -378,14 +535,53 @@ TEST(PlannerCheckpoint, ScalingKeepsTheLayoutAndTheBatchPerReplica) {
   EXPECT_NE(note.find("2048"), std::string::npos) << note;
 }
 
+// --gpus keeps the job's global batch (an elastic resize keeps it too): exactly where the layout
+// runs it, else the nearest it runs, with the sizes that keep it; --scale-batch keeps the batch per
+// replica instead. Steps follow to train the same tokens, and a ramp that cannot run is dropped,
+// said.
+TEST(PlannerCheckpoint, GpusKeepTheGlobalBatchUnlessAskedToScaleIt) {
+  JobSpec base = Job671(256, 8, 4, 32, 15360);
+  base.training.steps = 1000;
+  std::string note;
+  auto kept = ScaleToGpus(base, 2560, false, &note);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->parallelism.world_size, 2560);
+  EXPECT_EQ(kept->data.global_batch_size, 15360);
+  EXPECT_EQ(kept->training.steps, 1000);
+  EXPECT_NE(note.find("global batch 15360 sequences kept"), std::string::npos) << note;
+  EXPECT_NE(note.find("--scale-batch"), std::string::npos) << note;
+  // 2048 GPUs (DP 256) interleave rounds of 8 x 256 sequences: 15360 is 7.5 of them.
+  auto near = ScaleToGpus(base, 2048, false, &note);
+  ASSERT_TRUE(near.ok()) << near.status().ToString();
+  EXPECT_EQ(near->data.global_batch_size, 16384);
+  EXPECT_NE(note.find("1536 and 2560 GPUs keep 15360"), std::string::npos) << note;
+  EXPECT_GE(near->TokensAfter(near->training.steps), base.TokensAfter(base.training.steps));
+  EXPECT_LT(near->TokensAfter(near->training.steps - 1), base.TokensAfter(base.training.steps));
+  auto scaled = ScaleToGpus(base, 2048, true, &note);
+  ASSERT_TRUE(scaled.ok()) << scaled.status().ToString();
+  EXPECT_EQ(scaled->data.global_batch_size, 15360 * 8);
+  EXPECT_EQ(scaled->training.steps, 125);
+  // The example's ramp (3072 by 1536): it runs at DP 64, not in rounds of 2560 at DP 320.
+  base.data.batch_ramp = BatchRampConfig{3072, 1536, 469e9};
+  auto ramped = ScaleToGpus(base, 512, false, &note);
+  ASSERT_TRUE(ramped.ok()) << ramped.status().ToString();
+  EXPECT_EQ(ramped->data.batch_ramp.start, 3072);
+  EXPECT_EQ(ramped->training.steps, base.training.steps);
+  auto dropped = ScaleToGpus(base, 2560, false, &note);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+  EXPECT_EQ(dropped->data.batch_ramp.start, 0);
+  EXPECT_NE(note.find("batch ramp (from 3072 by 1536) dropped"), std::string::npos) << note;
+  EXPECT_GE(dropped->TokensAfter(dropped->training.steps), base.TokensAfter(base.training.steps));
+}
+
 TEST(PlannerCheckpoint, BadGpusAndMtbfNameTheFlag) {
   const JobSpec base = Job671(256, 8, 4, 32, 15360);
   for (int64_t bad : {0, -256, 100000, 300}) {
-    auto s = ScaleToGpus(base, bad, nullptr);
+    auto s = ScaleToGpus(base, bad, false, nullptr);
     ASSERT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.status().message().find("--gpus"), std::string::npos) << s.status().message();
   }
-  EXPECT_NE(ScaleToGpus(base, 100000, nullptr).status().message().find("99840 and 100096"),
+  EXPECT_NE(ScaleToGpus(base, 100000, false, nullptr).status().message().find("99840 and 100096"),
             std::string::npos);
   auto c = *LoadClusterProfile("gb300-nvl72");
   auto sw = *LoadSoftwareProfile("ours");

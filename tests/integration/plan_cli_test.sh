@@ -1,6 +1,7 @@
 #!/bin/bash
 # moectl plan from the outside (docs/planning.md): offline (no controller anywhere), the table, -o json,
-# --set, --switch, --sweep, placement (--ep-domains), --gpus and --mtbf-hours (checkpoint advice) and
+# --set, --switch, --sweep, placement (--ep-domains), --gpus (the global batch kept; --scale-batch),
+# --tensor-parallel, the all-to-all per cluster, the MFU's peak, --mtbf-hours (checkpoint advice) and
 # clear errors with the usage exit code; then the local profile (moe-probe) and a live job planned on
 # the racks it holds (moectl plan JOB), with the controller's planned step time in the job record,
 # moectl describe and /metrics.
@@ -56,10 +57,33 @@ out=$(plan --set parallelism.expert_parallel=3 2>&1 >/dev/null); rc=$?
 out=$(plan --racks 2 2>&1 >/dev/null); rc=$?
 [ $rc = 6 ] && [[ "$out" == *"--racks"* ]] || fail "too few racks should say so (rc $rc): $out"
 
+ex="${MOE_SOURCE_DIR:-.}/examples/deepseek-v3-671b.yaml"
+# --gpus keeps the global batch (exactly where the layout runs it, else the nearest, said);
+# --scale-batch keeps the batch per replica instead; --scale-batch alone is refused.
+g=$("$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72 --gpus 2560 2>/dev/null | grep '^gpus:')
+[[ "$g" == *"global batch 15360 sequences kept"* ]] || fail "--gpus 2560 should keep the global batch: $g"
+g=$("$BIN/moectl" plan -f "$ex" --cluster h100 --gpus 2048 2>/dev/null | grep '^gpus:')
+[[ "$g" == *"global batch 15360 -> 16384 sequences, the nearest"*"1536 and 2560 GPUs keep 15360"* ]] || fail "--gpus 2048 on h100: $g"
+g=$("$BIN/moectl" plan -f "$ex" --cluster h100 --gpus 2048 --scale-batch 2>/dev/null | grep '^gpus:')
+[[ "$g" == *"global batch 15360 -> 122880 sequences (480 per data-parallel replica, kept: --scale-batch)"* ]] || fail "--scale-batch: $g"
+"$BIN/moectl" plan -f "$ex" --cluster h100 --scale-batch >/dev/null 2>&1 && fail "--scale-batch without --gpus should be refused"
+# The in-domain all-to-all is priced on each cluster's own link (NVLink 5 against NVLink 4).
+a2a() { "$BIN/moectl" plan -f "$ex" --cluster "$1" 2>/dev/null | grep -i 'all-to-all in domain' | awk '{print $4}'; }
+a=$(a2a gb300-nvl72); b=$(a2a h100)
+[ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] || fail "the in-domain all-to-all is the same on gb300-nvl72 and h100 ($a s, $b s)"
+echo "all-to-all in domain: gb300-nvl72 $a s, h100 $b s"
+# Tensor parallelism: planned and marked as what this engine does not run; the MFU's peak is said.
+"$BIN/moectl" plan -f "$ex" --cluster h100 --tensor-parallel 2 >"$WORK/tp.txt" 2>/dev/null
+grep -q "^layout: TP2 PP8 VPP4 EP32 DP16 MBS1" "$WORK/tp.txt" || fail "--tensor-parallel 2: $(grep '^layout' "$WORK/tp.txt")"
+grep -q "^tensor parallelism: needs tensor parallelism (TP2), which software ours does not run" "$WORK/tp.txt" \
+  && grep -q "tensor-parallel collectives" "$WORK/tp.txt" || fail "a TP layout should say ours cannot run it: $(head -4 "$WORK/tp.txt")"
+grep -q "^mfu peak: 989 TFLOP/s, h100's dense bf16 peak" "$WORK/tp.txt" || fail "no mfu peak line: $(grep -A1 '^throughput' "$WORK/tp.txt")"
+"$BIN/moectl" plan -f "$ex" --cluster h100 --tensor-parallel 3 >/dev/null 2>&1 && fail "--tensor-parallel 3 (not dividing the heads) should be refused"
+
 # Checkpoint advice (docs/planning.md, "Checkpoint advice"): the 671B example on 16,384 GB300s with the
 # public per-GPU MTBF prints the Young-Daly interval and the goodput it predicts; -o json carries them.
-ex="${MOE_SOURCE_DIR:-.}/examples/deepseek-v3-671b.yaml"
-big() { "$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72 --gpus 16384 --mtbf-hours 50000 "$@"; }
+# The batch per replica kept (--scale-batch), as the advice's examples in docs/planning.md run it.
+big() { "$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72 --gpus 16384 --scale-batch --mtbf-hours 50000 "$@"; }
 plan16k=$(big 2>&1); rc=$?
 [ $rc = 0 ] || fail "plan at 16384 GPUs failed (rc $rc): $plan16k"
 grep -q '^ *checkpoint interval:' <<<"$plan16k" || fail "no checkpoint interval line: $plan16k"
@@ -71,7 +95,7 @@ grep -qE '^goodput: 0\.[0-9]{3} \(checkpoint stalls [0-9.]+ %, redone work [0-9.
 grep -q "^gpus: scaled to 16384 GPUs by data parallelism: DP 32 -> 2048" <<<"$plan16k" || fail "no scaling line: $plan16k"
 echo "$plan16k" | sed -n '/^gpus:/,$p'
 big -o json >"$WORK/16k.json" && big -o json --checkpoint-save sync >"$WORK/16k-sync.json" \
-  && "$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72 --gpus 1024 --mtbf-hours 50000 -o json >"$WORK/1k.json" \
+  && "$BIN/moectl" plan -f "$ex" --cluster gb300-nvl72 --gpus 1024 --scale-batch --mtbf-hours 50000 -o json >"$WORK/1k.json" \
   || fail "-o json with --gpus/--mtbf-hours failed"
 python3 - "$WORK" <<'PY' || fail "the JSON checkpoint advice is wrong"
 import json, math, sys
@@ -131,6 +155,11 @@ python3 -c "import sys; assert float(sys.argv[1]) > 0" "$planned" || fail "the j
 for _ in $(seq 1 150); do "$BIN/moectl" describe job "$id" | grep -q "planned step" && break; sleep 0.2; done
 "$BIN/moectl" describe job "$id" | grep -E "planned step [0-9.]+ s \(local / ours-cpu, 2 domain\(s\), EP groups over 2\): measured / planned [0-9.]+" \
   || fail "describe shows no measured / planned ratio: $("$BIN/moectl" describe job "$id")"
+# Once the job has reported a step, its plan states the MFU against the run's own peak too.
+"$BIN/moectl" plan "$id" >"$WORK/live2.txt" 2>/dev/null || fail "moectl plan $id failed"
+grep -q "^mfu peak: .*; the run counts its MFU against [0-9.]* TFLOP/s (.*): this plan's" "$WORK/live2.txt" \
+  && grep -q "of the run's own peak" "$WORK/live2.txt" || fail "the live plan does not use the run's peak: $(grep -A1 '^throughput' "$WORK/live2.txt")"
+grep -E "^(throughput|mfu peak):" "$WORK/live2.txt"
 # To a file first: grep -q leaving early would SIGPIPE curl and fail the pipeline (pipefail).
 curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" >"$WORK/metrics.txt" || fail "/metrics did not answer"
 grep -q "^moe_job_planned_step_seconds{job_id=\"$id\"}" "$WORK/metrics.txt" || fail "/metrics lacks the planned step"
