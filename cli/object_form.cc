@@ -7,6 +7,7 @@
 #include <map>
 
 #include "common/job_spec_proto.h"
+#include "moe/v1/options.pb.h"
 
 namespace moe::cli {
 namespace {
@@ -97,6 +98,13 @@ Node ObjectNode(const Message& m) {
   const auto* r = m.GetReflection();
   for (int k = 0; k < d->field_count(); ++k) {
     const FieldDescriptor* f = d->field(k);
+    if (f->options().GetExtension(moe::v1::internal)) continue;  // the controller's bookkeeping
+    // An enum left at its zero, *_UNSPECIFIED, was never set (Job.stop_state of a job never told to
+    // stop): left out as an unset field is, not printed as a value.
+    if (!f->is_repeated() && f->cpp_type() == FieldDescriptor::CPPTYPE_ENUM &&
+        r->GetEnumValue(m, f) == 0 &&
+        f->enum_type()->FindValueByNumber(0)->name().ends_with("_UNSPECIFIED"))
+      continue;
     if (f->is_map()) {
       node.Set(DocumentKey(*f), MapNode(m, *f));
     } else if (f->is_repeated()) {

@@ -118,6 +118,24 @@ TEST(CustomColumns, RowsAndNone) {
   EXPECT_FALSE(CustomColumns("ID: ", object).ok());
 }
 
+// What the controller keeps for itself stays out of the object a user reads: goodput's accounting
+// state, and an enum never set (stop_state of a job never told to stop); one that is set shows.
+TEST(ObjectForm, LeavesOutBookkeepingAndUnsetEnums) {
+  moe::v1::Job j = TwoRankJob();
+  j.mutable_goodput()->set_mark(1764790801);
+  j.mutable_goodput()->set_open_cause("running");
+  j.mutable_goodput()->set_productive_seconds(12);
+  std::string json = ToJson(ObjectNode(j));
+  for (const char* hidden : {"\"mark\"", "\"open_cause\"", "\"backoff_until\"", "\"counted_step\"",
+                             "stop_state", "JOB_STATE_UNSPECIFIED"}) {
+    EXPECT_EQ(json.find(hidden), std::string::npos) << hidden << " in " << json;
+  }
+  EXPECT_NE(json.find("\"productive_seconds\":12"), std::string::npos) << json;
+  j.set_stop_state(moe::v1::CANCELLED);
+  json = ToJson(ObjectNode(j));
+  EXPECT_NE(json.find("\"stop_state\":\"CANCELLED\""), std::string::npos) << json;
+}
+
 // moectl top: a rack's TFLOP/s is the sum over the jobs running there now; a preempted job whose
 // placement is still recorded (the same workers now run another job) adds nothing and shows "-".
 TEST(Top, ARacksTflopsCountsRunningJobsOnly) {

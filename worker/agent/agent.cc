@@ -46,14 +46,20 @@ void WorkerAgent::Stop() {
 }
 
 void WorkerAgent::Leave(const std::string& reason) {
+  size_t running = 0;
   {
     MutexLock lock(&ranks_mu_);
     if (leaving_) return;
     leave_reason_ = reason;
     leaving_ = true;
+    running = ranks_.size();
   }
-  MOE_LOG(INFO) << "leaving (" << reason
-                << "): the rank checkpoints at its next step boundary and stops";
+  MOE_LOG(INFO) << "leaving (" << reason << "): "
+                << (running == 0 ? std::string("no rank runs here")
+                    : running == 1
+                        ? std::string("its rank checkpoints at its next step boundary and stops")
+                        : std::to_string(running) +
+                              " ranks checkpoint at their next step boundary and stop");
   SendLeaving();
   StopRanks(-1);  // their monitors report the ranks' ends on the stream
   Stop();
