@@ -31,6 +31,9 @@ struct SchedulePass {
   // The jobs placed so far, started together at the end of the pass (one write for all of them);
   // `free` and `usage` count them already.
   std::vector<AttemptLifecycle::Placement> starts;
+  // Workers of a restarting job's last placement, held for its restart (through its back-off, until
+  // it is placed or ends): a queued job of equal or lower priority does not take them.
+  std::map<std::string, JobEntry*> reserved;
 };
 
 namespace {
@@ -90,6 +93,7 @@ void QueueScheduler::Run() {
   }
   for (auto& [q, jobs] : by_queue) jobs = QueueOrder(std::move(jobs));
   pass.free = workers_.FreeSlots();
+  Reserve(all, pass);
   pass.usage = UsageNow();
   std::map<std::string, size_t> cursor;
   while (JobEntry* e = NextQueued(by_queue, cursor, pass.usage)) ScheduleOne(*e, pass);
@@ -177,7 +181,49 @@ const Status& QueueScheduler::Feasible(const PlacementRequest& req, SchedulePass
   return pass.feasible.emplace(shape, CheckFeasible(req, pass.live)).first->second;
 }
 
+// The workers each restarting job's last attempt ran on that are still placeable: its surviving
+// ranks' (and a failed rank's, when its worker is still there), held for its restart.
+void QueueScheduler::Reserve(const std::vector<JobEntry*>& all, SchedulePass& pass) {
+  for (JobEntry* e : all) {
+    // Its attempt may still be ending (a rank yet to stop): the workers already free are held too.
+    if (e->job.state() != moe::v1::RESTARTING) continue;
+    for (const auto& p : e->job.placement()) {
+      if (workers_.Placeable(p.worker())) pass.reserved.emplace(p.worker(), e);
+    }
+  }
+}
+
+// Moves out of pass.free the slots held for another job's restart that `e` may not take (the
+// restarting job's priority is equal or higher); the caller puts them back.
+std::vector<Slot> QueueScheduler::Withhold(const JobEntry& e, SchedulePass& pass) {
+  std::vector<Slot> held;
+  if (pass.reserved.empty()) return held;
+  std::erase_if(pass.free, [&](const Slot& s) {
+    const auto it = pass.reserved.find(s.worker);
+    if (it == pass.reserved.end() || it->second == &e ||
+        it->second->spec.priority < e.spec.priority)
+      return false;
+    held.push_back(s);
+    return true;
+  });
+  return held;
+}
+
 void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
+  std::vector<Slot> held = Withhold(e, pass);
+  ScheduleWithin(e, pass);
+  if (!held.empty() && e.wait_class == WaitClass::kBusy) {
+    const JobEntry* holder = pass.reserved.at(held.front().worker);
+    e.waiting_reason += "; " + std::to_string(held.size()) +
+                        " free worker(s) are held for the "
+                        "restart of " +
+                        holder->job.id() + " (priority " + std::to_string(holder->spec.priority) +
+                        ")";
+  }
+  pass.free.insert(pass.free.end(), held.begin(), held.end());
+}
+
+void QueueScheduler::ScheduleWithin(JobEntry& e, SchedulePass& pass) {
   if (e.spec.priority < pass.hold_below) {
     Wait(e, WaitClass::kHeld,
          "held: " + pass.holder + " (priority " + std::to_string(pass.hold_below) +
@@ -291,7 +337,9 @@ void QueueScheduler::GrowElastic(SchedulePass& pass) {
     if (!Shrunk(*e)) continue;
     const size_t world = e->attempt->slots.size();
     if (e->spec.checkpoint.dir.empty() || e->spec.priority < pass.hold_below) continue;
+    const std::vector<Slot> held = Withhold(*e, pass);  // another job's restart's
     std::vector<Slot> trial = pass.free;
+    pass.free.insert(pass.free.end(), held.begin(), held.end());
     for (Slot s : e->attempt->slots) {
       s.memory = workers_.MemoryFor(s.worker);
       if (workers_.Placeable(s.worker)) trial.push_back(s);
@@ -326,11 +374,31 @@ void QueueScheduler::GrowElastic(SchedulePass& pass) {
 void QueueScheduler::StartPlaced(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass) {
   e.preempting.clear();
   Wait(e, WaitClass::kNone, "");
+  TakeReserved(e, placed, pass);
   pass.starts.push_back({&e, placed});
   pass.usage[QueueOf(e)][e.spec.resources.device] += int64_t(placed.size());
   std::set<std::string> used;
   for (const auto& s : placed) used.insert(s.worker);
   std::erase_if(pass.free, [&](const Slot& s) { return used.count(s.worker) > 0; });
+}
+
+// A job of higher priority placed on workers held for another job's restart: that job hears it (an
+// event), and they are no longer held for it.
+void QueueScheduler::TakeReserved(JobEntry& e, const std::vector<Slot>& placed,
+                                  SchedulePass& pass) {
+  for (const Slot& s : placed) {
+    const auto it = pass.reserved.find(s.worker);
+    if (it == pass.reserved.end()) continue;
+    JobEntry* holder = it->second;
+    pass.reserved.erase(it);
+    if (holder == &e) continue;
+    const std::string why = "worker " + s.worker + ", held for this restart, taken by job " +
+                            e.job.id() + " (priority " + std::to_string(e.spec.priority) + " > " +
+                            std::to_string(holder->spec.priority) + ")";
+    if (Status st = jobs_.Event(*holder, "ReservationTaken", why); !st.ok()) {
+      MOE_LOG(WARNING) << "job " << holder->job.id() << ": " << why << "; not stored: " << st;
+    }
+  }
 }
 
 // The pass's placements in one write (a burst of submits placed by one pass waits for one fsync,

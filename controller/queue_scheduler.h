@@ -59,7 +59,14 @@ class QueueScheduler {
   JobEntry* NextQueued(const std::map<std::string, std::vector<QueuedJob>>& by_queue,
                        std::map<std::string, size_t>& cursor, const QueueUsage& usage);
   const Status& Feasible(const PlacementRequest& req, SchedulePass& pass);
+  // A restarting job's last workers, held for it (SchedulePass::reserved); those `e` may not take
+  // leave pass.free (returned, for the caller to put back); TakeReserved: a job of higher priority
+  // took some (the holder's event).
+  void Reserve(const std::vector<JobEntry*>& all, SchedulePass& pass);
+  std::vector<Slot> Withhold(const JobEntry& e, SchedulePass& pass);
+  void TakeReserved(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass);
   void ScheduleOne(JobEntry& e, SchedulePass& pass);
+  void ScheduleWithin(JobEntry& e, SchedulePass& pass);
   void StartPlaced(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass);
   void StartAll(SchedulePass& pass);
   bool StartSmaller(JobEntry& e, const PlacementRequest& full, SchedulePass& pass);

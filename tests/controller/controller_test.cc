@@ -1147,6 +1147,44 @@ TEST_F(ControllerTest, ARestartWaitsItsBackoffDoublingUpToTheCapAndSaysWhereItRe
   EXPECT_EQ(a->Assignments().size(), 3u) << "a cancelled job is not placed when its backoff ends";
 }
 
+// A restart's back-off does not lose its placement: the workers its last attempt ran on are held
+// for it (a queued job of equal priority waits, and says why) until it is placed again; a job of
+// higher priority may take them, and the restarting job hears it.
+TEST_F(ControllerTest, ARestartingJobsWorkersAreHeldThroughItsBackoff) {
+  config_.restart_backoff_seconds = 10;
+  Make();
+  auto* a = AddWorker("a", "r0", "n0");
+  auto* b = AddWorker("b", "r0", "n1");
+  auto job = Submit(Spec("j", 2, 2));
+  ASSERT_EQ(State(job.id()), moe::v1::SCHEDULED);
+  Step("a", a->Assignments()[0], 1);
+  Step("b", b->Assignments()[0], 1);
+  Finish("a", a->Assignments()[0], false, "boom");
+  Finish("b", b->Assignments()[0], false, "stopped: its peer failed");
+  ASSERT_EQ(State(job.id()), moe::v1::RESTARTING);
+  auto same = Submit(Spec("same", 1, 1));
+  EXPECT_EQ(State(same.id()), moe::v1::PENDING) << "it took a worker held for the restart";
+  const std::string why = controller_->Get(same.id(), false)->waiting_reason();
+  EXPECT_NE(why.find("2 free worker(s) are held for the restart of " + job.id()), std::string::npos)
+      << why;
+  clock_.Advance(10.5);
+  Heartbeats();
+  controller_->Tick();
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED) << "placed again once its back-off ended";
+  EXPECT_EQ(State(same.id()), moe::v1::PENDING);
+  ASSERT_EQ(a->Assignments().size(), 2u);
+  ASSERT_EQ(b->Assignments().size(), 2u);
+  EXPECT_EQ(a->Assignments()[1].job_id(), job.id());
+  // Failed again: during this back-off a job of higher priority takes one of its workers.
+  Finish("a", a->Assignments()[1], false, "boom again");
+  Finish("b", b->Assignments()[1], false, "stopped: its peer failed");
+  ASSERT_EQ(State(job.id()), moe::v1::RESTARTING);
+  auto high = Submit(Spec("high", 1, 1, /*priority=*/10));
+  EXPECT_EQ(State(high.id()), moe::v1::SCHEDULED) << "a higher priority is not held back";
+  EXPECT_EQ(EventCount(job.id(), "ReservationTaken"), 1);
+  EXPECT_EQ(State(same.id()), moe::v1::PENDING) << "the other worker is still held";
+}
+
 TEST_F(ControllerTest, TheRunSummaryCountsEveryStepAndLeavesEachAttemptsFirstOutOfTheMeans) {
   auto* a = AddWorker("a", "r0", "n0");
   auto job = Submit(Spec("j", 1, 1));
@@ -1514,6 +1552,32 @@ TEST(QueuesConfig, TheFileIsCheckedFieldByField) {
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status() << " for " << text;
   }
+}
+
+// A preempted job's ranks checkpoint as they stop, after their last step report: that stop
+// checkpoint, from their final records, is the job's checkpoint_step (where it resumes), not the
+// last periodic save.
+TEST_F(ControllerTest, APreemptedJobsStopCheckpointIsItsNewest) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto low = Submit(Spec("low", 1, 1));
+  Step("a", a->Assignments()[0], 61, 0.1, /*checkpoint_step=*/50);
+  ASSERT_EQ(controller_->Get(low.id(), false)->checkpoint_step(), 50);
+  auto high = Submit(Spec("high", 1, 1, /*priority=*/10));
+  ASSERT_EQ(State(low.id()), moe::v1::PREEMPTED);
+  moe::v1::WorkerMessage m;
+  auto* f = m.mutable_finished();
+  f->set_job_id(low.id());
+  f->set_attempt(a->Assignments()[0].attempt());
+  f->set_rank(0);
+  f->set_exit_code(3);
+  f->set_failure_class(moe::v1::FAILURE_STOPPED);
+  f->set_checkpoint_step(62);
+  f->set_message("stopped after step 62 (asked to stop)");
+  Msg("a", m);
+  EXPECT_EQ(State(high.id()), moe::v1::SCHEDULED);
+  const moe::v1::Job j = *controller_->Get(low.id(), false);
+  EXPECT_EQ(j.checkpoint_step(), 62) << "the stop checkpoint";
+  EXPECT_EQ(j.checkpoint_time(), clock_.Now());
 }
 
 TEST_F(ControllerTest, APermanentFailureWinsOverAPeersTransientOneThatCameFirst) {
