@@ -60,4 +60,13 @@ kill -TERM "${WORKER_PID[n0]}"
 for _ in $(seq 100); do kill -0 "${WORKER_PID[n0]}" 2>/dev/null || break; sleep 0.1; done
 kill -0 "${WORKER_PID[n0]}" 2>/dev/null && fail "the agent did not stop on SIGTERM"
 [ "$(code $HP /healthz)" = 000 ] || fail "the agent's health port still answers after it stopped"
+# :PORT binds the node's --address, not every interface.
+HP2=$(free_port)
+start_worker n1 r0 n1 --health-listen ":$HP2" --address 127.0.0.1
+for _ in $(seq 100); do [ "$(code $HP2 /healthz)" = 200 ] && break; sleep 0.1; done
+[ "$(code $HP2 /healthz)" = 200 ] || fail "--health-listen :PORT does not serve on the node's address"
+# Bound to 127.0.0.1 alone, another loopback address (the whole 127/8 reaches lo) is refused; on
+# 0.0.0.0 it would answer.
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.2:$HP2/healthz" || true)" = 000 ] ||
+  fail "--health-listen :$HP2 answers on 127.0.0.2: bound to every interface, not --address"
 echo "health_test: gRPC health SERVING; controller and agent /healthz, /readyz and /metrics as probes expect"

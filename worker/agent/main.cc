@@ -284,8 +284,8 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--health-listen", f.health_listen,
                  "serve GET /healthz (alive), /readyz (registered with the controller) and "
-                 "/metrics (moe_agent_*, process_*) on this address, e.g. 0.0.0.0:9401 (default: "
-                 "none)");
+                 "/metrics (moe_agent_*, process_*) on this address; :PORT binds the node's "
+                 "--address (not every interface), e.g. :9401 (default: none)");
   moe::AddServiceLogFlags(app, &f.log);
 }
 
@@ -410,6 +410,8 @@ moe::Status Resolve(WorkerFlags& f) {
                                      " is not an executable (build moe-train or pass --trainer)");
   }
   if (o.runtime_dir.empty()) o.runtime_dir = "/tmp/moe-worker-" + o.name;
+  // :PORT: the node's own address, where its peers and the cluster's scraper reach it.
+  if (f.health_listen.starts_with(":")) f.health_listen = o.address + f.health_listen;
   MOE_RETURN_IF_ERROR(ResolveRoots(o));
   if (!f.inject_delay.empty()) o.extra_trainer_args = {"--inject-step-delay", f.inject_delay};
   f.log.component = "worker " + o.name;
