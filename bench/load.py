@@ -547,10 +547,28 @@ def run_restart(st, args, d):
     return []
 
 
+FIGURES = ("submit_per_second", "submit_p99_ms", "get_p99_ms", "list_p99_ms", "heartbeat_devices_held",
+           "heartbeat_core_fraction", "cold_start_seconds", "restart_agents_back_seconds", "restart_jobs_restarted",
+           "acked_changes_lost", "submit_service_p99_ms", "get_service_p99_ms", "list_service_p99_ms")
+
+
+def print_spread(runs):
+    """--repeat: each figure's spread over the runs, `RESULT <name> min=<x> median=<y> max=<z>` (a figure a run
+    did not measure is named with the runs that did)."""
+    for k in FIGURES:
+        vals = [r[k] for r in runs if k in r]
+        if not vals:
+            print(f"load: {k}: not measured in any of the {len(runs)} runs")
+            continue
+        vals.sort()
+        n = len(vals)
+        median = vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+        note = "" if n == len(runs) else f"  (measured in {n} of {len(runs)} runs)"
+        print(f"RESULT {k} min={vals[0]:.3f} median={median:.3f} max={vals[-1]:.3f}{note}")
+
+
 def print_results():
-    for k in ("submit_per_second", "submit_p99_ms", "get_p99_ms", "list_p99_ms", "heartbeat_devices_held",
-              "heartbeat_core_fraction", "cold_start_seconds", "restart_agents_back_seconds", "restart_jobs_restarted",
-              "acked_changes_lost", "submit_service_p99_ms", "get_service_p99_ms", "list_service_p99_ms"):
+    for k in FIGURES:
         if k in RESULTS:
             v = RESULTS[k]
             print(f"RESULT {k} {v:.3f}" if isinstance(v, float) else f"RESULT {k} {v}")
@@ -584,7 +602,27 @@ def main():
     ap.add_argument("--keep-logs", action="store_true", help="keep the work directory (every process's log) after a run that passed")
     ap.add_argument("--python-clients", action="store_true",
                     help="the jobs phase's submitting clients as Python threads, not moe-bench-submit")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run every phase this many times (each on a fresh controller and directory) and print each "
+                         "figure's spread: RESULT <name> min=<x> median=<y> max=<z>")
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error(f"--repeat: at least 1, got {args.repeat}")
+    runs, failed = [], False
+    for i in range(args.repeat):
+        if args.repeat > 1:
+            print(f"load: run {i + 1} of {args.repeat}")
+        RESULTS.clear()
+        failed |= not run_once(args)
+        runs.append(dict(RESULTS))
+    if args.repeat > 1:
+        print(f"load: the spread over {args.repeat} runs (each run's own RESULT lines above)")
+        print_spread(runs)
+    sys.exit(1 if failed else 0)
+
+
+def run_once(args):
+    """Every phase once; its RESULT lines; True when no phase had a problem."""
     work = tempfile.mkdtemp(prefix="moe-load.")
     print(f"load: {os.cpu_count()} cores; work in {work}")
     problems = jobs_phase(args, work)
@@ -597,11 +635,12 @@ def main():
         for p in problems:
             print(f"load: PROBLEM: {p}")
         print(f"load: logs kept in {work}")
-        sys.exit(1)
+        return False
     if args.keep_logs:
         print(f"load: logs kept in {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
+    return True
 
 
 if __name__ == "__main__":
