@@ -7,8 +7,8 @@
 
 #include "common/file_util.h"
 #include "common/job_spec_proto.h"
-#include "common/planner.h"
-#include "common/published_runs.h"
+#include "planner/planner.h"
+#include "planner/published_runs.h"
 
 namespace moe::cli {
 namespace {

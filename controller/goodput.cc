@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/planner.h"
+#include "planner/planner.h"
 
 namespace moe::controller {
 namespace {

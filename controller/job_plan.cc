@@ -1,7 +1,7 @@
 #include "controller/job_plan.h"
 
 #include "common/log.h"
-#include "common/planner.h"
+#include "planner/planner.h"
 
 namespace moe::controller {
 

@@ -22,6 +22,7 @@ import collections, os, re, subprocess, sys
 ALLOW = """
 proto                      -
 common                     proto
+planner                    common
 kernels                    common
 kernels/cpu                common kernels
 kernels/cuda               common kernels
@@ -34,8 +35,8 @@ worker/engine/checkpoint   common kernels worker/engine worker/engine/data worke
 worker/engine/train        common kernels worker/engine worker/engine/data worker/engine/parallel worker/engine/model worker/engine/checkpoint
 worker/engine/tools        common kernels worker/engine worker/engine/data worker/engine/parallel worker/engine/model worker/engine/checkpoint worker/engine/train
 worker/agent               common proto
-controller                 common proto
-cli                        common proto
+controller                 common proto planner
+cli                        common proto planner
 tests                      *
 bench                      *
 """

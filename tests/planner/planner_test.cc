@@ -1,7 +1,7 @@
 // moectl plan's model against the published DeepSeek-V3 runs (docs/reference/
 // gpu-clusters-and-published-runs.md): the calibration table of docs/planning.md, the GB200 guide's
 // ladder explained by switches, placement, the sweep, and bad profiles.
-#include "common/planner.h"
+#include "planner/planner.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/planner.h"
+#include "planner/planner.h"
 
 namespace moe {
 namespace {

@@ -1,4 +1,4 @@
-#include "common/published_runs.h"
+#include "planner/published_runs.h"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "common/planner.h"
+#include "planner/planner.h"
 
 namespace moe {
 namespace {
