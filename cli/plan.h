@@ -1,4 +1,4 @@
-// moectl plan: a job's memory, step time and TFLOP/s on a named cluster (common/planner.h,
+// moectl plan: a job's memory, step time and TFLOP/s on a named cluster (planner/planner.h,
 // docs/planning.md).
 //
 //   moectl plan -f job.yaml --cluster NAME ...   offline: needs no controller

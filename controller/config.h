@@ -105,7 +105,7 @@ struct ControllerConfig {
   // Start although the clock reads more than a week past the newest stored change.
   bool allow_clock_jump = false;
 
-  // Planning (common/planner.h): the cluster the workers are and the stack they run, to put each
+  // Planning (planner/planner.h): the cluster the workers are and the stack they run, to put each
   // attempt's planned step time next to the measured one. Unset: no plan.
   std::optional<ClusterProfile> plan_cluster;
   std::optional<SoftwareProfile> plan_software;

@@ -36,7 +36,7 @@ void GoodputOnStep(moe::v1::Job& job, const moe::v1::StepMetrics& m, double now)
 // it; a running step not yet reported is left out until it is): not stored.
 moe::v1::Goodput GoodputAt(const moe::v1::Job& job, double now);
 
-// The checkpoint interval that maximises this job's goodput (Young-Daly, common/planner.h) from
+// The checkpoint interval that maximises this job's goodput (Young-Daly, planner/planner.h) from
 // what it measured: its mean step time (run summary), its stall per save (checkpoint time over the
 // saves its counted steps imply), its start-up per attempt, and `mtbf_hours` per device over its
 // world size. False (nothing advised) without an MTBF or before a measured step.

@@ -1,4 +1,4 @@
-// The planner (common/planner.h) at scheduling time: an attempt's step time as planned for the
+// The planner (planner/planner.h) at scheduling time: an attempt's step time as planned for the
 // racks its ranks were given, stored in the job record (Job.planned_step_seconds) and exported next
 // to the measured one, so a job running far below its plan shows (docs/planning.md).
 #pragma once
