@@ -15,7 +15,8 @@
 // Sends and receives that Megatron batches into one call (send_forward_recv_backward, ...) form one
 // Exchange here, run as one batched call (an NCCL group on GPUs): every rank posts matching
 // exchanges in the same order, so the schedule cannot deadlock.
-// tests/engine/pipeline_schedule_test.cc checks that for many shapes by simulating every rank.
+// tests/engine/parallel/pipeline_schedule_test.cc checks that for many shapes by simulating every
+// rank.
 #pragma once
 
 #include <cstdint>

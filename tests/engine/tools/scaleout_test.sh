@@ -14,7 +14,7 @@
 #  4. bad layouts are refused naming the field.
 set -euo pipefail
 bin=${MOE_BIN:?}/moe-train
-source tests/engine/lib.sh scaleout
+source tests/engine/tools/lib.sh scaleout
 # The whole corpus, no evaluation. (Routing is chaotic under float reordering: without
 # training.deterministic a near-tie in some token's expert scores flips at some step and the layouts
 # drift apart to ~1e-5 by step 20: the same sums, added in another order.)

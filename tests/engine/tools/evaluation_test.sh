@@ -11,7 +11,7 @@
 #  5. moe-prep --split prints the split's documents and tokens; bad input is refused naming the field.
 set -euo pipefail
 bin=${MOE_BIN:?}
-source tests/engine/lib.sh eval
+source tests/engine/tools/lib.sh eval
 JOB_TEMPLATE=examples/fortunes-eval.yaml
 every10="s/eval_interval: 50, eval_batches: 4/eval_interval: 10, eval_batches: 2/"
 job "$work/w1.yaml" "world_size: 1, expert_parallel: 1" "$every10"

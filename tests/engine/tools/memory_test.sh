@@ -10,7 +10,7 @@
 #     per-rank peak under 186 GB; with DP x EP only it says why the layout cannot fit.
 set -euo pipefail
 bin=${MOE_BIN:?}/moe-train
-source tests/engine/lib.sh memory
+source tests/engine/tools/lib.sh memory
 # measured_vs_estimate <name> <nproc> [flags]: trains 3 steps, compares rank 0's peak with the estimate.
 measured_vs_estimate() {
   local name=$1 n=$2

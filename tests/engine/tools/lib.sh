@@ -1,6 +1,6 @@
 # Shared by the engine's script tests: a scratch directory removed at exit (with any process still
 # using it), fail, and `job`, the demo job (examples/tiny.yaml) made small for tests.
-# Usage: source tests/engine/lib.sh <name>   (then $work is the scratch directory)
+# Usage: source tests/engine/tools/lib.sh <name>   (then $work is the scratch directory)
 work=$(mktemp -d "/tmp/moe-$1-test.XXXXXX")
 cleanup() { pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT

@@ -13,7 +13,7 @@
 #     greedy recomputing the prefix, past the original length too; --hf is --checkpoint.
 set -euo pipefail
 bin=${MOE_BIN:?}
-source tests/engine/lib.sh interop
+source tests/engine/tools/lib.sh interop
 [ -f data/fortunes.bin ] || fail "data/fortunes is missing (make data)"
 [ -x "$bin/moe-generate" ] || fail "$bin/moe-generate is missing"
 py=/usr/bin/python3
