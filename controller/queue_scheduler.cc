@@ -34,13 +34,43 @@ struct SchedulePass {
   // Workers of a restarting job's last placement, held for its restart (through its back-off, until
   // it is placed or ends): a queued job of equal or lower priority does not take them.
   std::map<std::string, JobEntry*> reserved;
+
+  // The plan. The pass decides on values (the jobs and workers as they were when it began: nothing
+  // live changes while it decides) and Act carries the plan out at its end, in one place: waits
+  // and chosen victims noted, the placements stored (one write), victims and grow-backs stopped,
+  // jobs whose dependencies cannot hold cancelled, events recorded.
+  struct PlannedWait {
+    WaitClass wait_class = WaitClass::kNone;
+    std::string why;
+  };
+  struct PlannedStop {
+    JobEntry* e;
+    std::string reason;
+    StopCause cause;
+  };
+  struct PlannedEvent {
+    JobEntry* e;
+    std::string type, message;
+  };
+  std::map<JobEntry*, PlannedWait> waits;
+  std::map<JobEntry*, std::vector<std::string>> preempting;  // victims chosen (empty: cleared)
+  std::vector<PlannedStop> stops;
+  std::set<const JobEntry*> stopping;  // stops planned: no job's victim again in this pass
+  std::vector<std::pair<JobEntry*, std::string>> cancels;  // dependencies that cannot hold
+  std::vector<PlannedEvent> events;
 };
 
 namespace {
 
-void Wait(JobEntry& e, WaitClass c, std::string why) {
-  e.wait_class = c;
-  e.waiting_reason = std::move(why);
+// Why `e` waits, as this pass decided (Act writes it into the job's entry).
+void Wait(SchedulePass& pass, JobEntry& e, WaitClass c, std::string why) {
+  pass.waits[&e] = {c, std::move(why)};
+}
+
+// The victims `e` waits for: chosen in this pass, else those of an earlier one.
+const std::vector<std::string>& Victims(const SchedulePass& pass, const JobEntry& e) {
+  const auto it = pass.preempting.find(const_cast<JobEntry*>(&e));
+  return it != pass.preempting.end() ? it->second : e.preempting;
 }
 
 std::string Join(const std::vector<std::string>& ids) {
@@ -72,11 +102,12 @@ void QueueScheduler::Run() {
   std::map<std::string, std::vector<QueuedJob>> by_queue;
   for (JobEntry* e : jobs_.All()) {
     if (e->not_before > pass.now) {  // restart backoff (Tick schedules again when it ends)
-      Wait(*e, WaitClass::kBackoff,
+      Wait(pass, *e, WaitClass::kBackoff,
            "restart backoff: placed again in " + internal::Seconds(e->not_before - pass.now));
       continue;
     }
-    if (e->job.state() == moe::v1::PENDING && !e->spec.depends_on.empty() && !DependenciesMet(*e))
+    if (e->job.state() == moe::v1::PENDING && !e->spec.depends_on.empty() &&
+        !DependenciesMet(*e, pass))
       continue;
     // A restarting job waits until its previous attempt's ranks have stopped.
     if (IsQueued(e->job.state()) && !e->attempt) {
@@ -88,6 +119,7 @@ void QueueScheduler::Run() {
   const std::vector<JobEntry*> all = jobs_.All();
   if (by_queue.empty() &&
       std::none_of(all.begin(), all.end(), [](JobEntry* e) { return Shrunk(*e); })) {
+    Act(pass);  // the waits and cancels the first walk decided
     metrics_.ObserveSchedulerDecision(clock_.Monotonic() - pass.now);
     return;
   }
@@ -97,28 +129,46 @@ void QueueScheduler::Run() {
   pass.usage = UsageNow();
   std::map<std::string, size_t> cursor;
   while (JobEntry* e = NextQueued(by_queue, cursor, pass.usage)) ScheduleOne(*e, pass);
-  StartAll(pass);
   GrowElastic(pass);
+  Act(pass);
   metrics_.ObserveSchedulerDecision(clock_.Monotonic() - pass.now);
+}
+
+// Carries out what the pass decided, in one place and this order: each job's wait and chosen
+// victims, the placements (one write: a refused one leaves them all queued, "not started"), the
+// stops (victims, grow-backs), the cancels of jobs whose dependencies cannot hold, the events.
+void QueueScheduler::Act(SchedulePass& pass) {
+  for (auto& [e, w] : pass.waits) {
+    e->wait_class = w.wait_class;
+    e->waiting_reason = std::move(w.why);
+  }
+  for (auto& [e, victims] : pass.preempting) e->preempting = std::move(victims);
+  StartAll(pass);
+  for (const auto& stop : pass.stops) attempts_.Stop(*stop.e, stop.reason, stop.cause);
+  for (const auto& [e, why] : pass.cancels) {
+    if (Status st =
+            jobs_.Transition(*e, moe::v1::CANCELLED, "DependencyFailed", "cancelled: " + why);
+        !st.ok()) {
+      MOE_LOG(WARNING) << "job " << e->job.id() << ": " << why
+                       << "; its cancel is not stored yet: " << st << " (retried at the next pass)";
+      attempts_.NeedSchedule();
+    }
+  }
+  for (const auto& ev : pass.events) {
+    if (Status st = jobs_.Event(*ev.e, ev.type, ev.message); !st.ok()) {
+      MOE_LOG(WARNING) << "job " << ev.e->job.id() << ": the " << ev.type
+                       << " event is not stored: " << st;
+    }
+  }
 }
 
 // metadata.depends_on: false while the job waits for them (its waiting reason says for which), and
 // for a job cancelled because one can no longer reach its condition.
-bool QueueScheduler::DependenciesMet(JobEntry& e) {
+bool QueueScheduler::DependenciesMet(JobEntry& e, SchedulePass& pass) {
   const DependencyCheck c = CheckDependencies(e, jobs_);
   if (c.kind == DependencyCheck::kReady) return true;
-  if (c.kind == DependencyCheck::kWait) {
-    Wait(e, WaitClass::kDependency, c.why);
-    return false;
-  }
-  if (Status st =
-          jobs_.Transition(e, moe::v1::CANCELLED, "DependencyFailed", "cancelled: " + c.why);
-      !st.ok()) {
-    MOE_LOG(WARNING) << "job " << e.job.id() << ": " << c.why
-                     << "; its cancel is not stored yet: " << st << " (retried at the next pass)";
-    Wait(e, WaitClass::kDependency, c.why);
-    attempts_.NeedSchedule();
-  }
+  Wait(pass, e, WaitClass::kDependency, c.why);  // a cancel refused by the store leaves it waiting
+  if (c.kind != DependencyCheck::kWait) pass.cancels.push_back({&e, c.why});
   return false;
 }
 
@@ -212,9 +262,10 @@ std::vector<Slot> QueueScheduler::Withhold(const JobEntry& e, SchedulePass& pass
 void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
   std::vector<Slot> held = Withhold(e, pass);
   ScheduleWithin(e, pass);
-  if (!held.empty() && e.wait_class == WaitClass::kBusy) {
+  auto wait = pass.waits.find(&e);
+  if (!held.empty() && wait != pass.waits.end() && wait->second.wait_class == WaitClass::kBusy) {
     const JobEntry* holder = pass.reserved.at(held.front().worker);
-    e.waiting_reason += "; " + std::to_string(held.size()) +
+    wait->second.why += "; " + std::to_string(held.size()) +
                         " free worker(s) are held for the "
                         "restart of " +
                         holder->job.id() + " (priority " + std::to_string(holder->spec.priority) +
@@ -225,7 +276,7 @@ void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
 
 void QueueScheduler::ScheduleWithin(JobEntry& e, SchedulePass& pass) {
   if (e.spec.priority < pass.hold_below) {
-    Wait(e, WaitClass::kHeld,
+    Wait(pass, e, WaitClass::kHeld,
          "held: " + pass.holder + " (priority " + std::to_string(pass.hold_below) +
              ") waits for the jobs it preempted to stop");
     return;
@@ -242,7 +293,7 @@ void QueueScheduler::ScheduleWithin(JobEntry& e, SchedulePass& pass) {
                                                        queues_.Nominal(queue, device);
   if (admission == Admission::kFits && !quota.empty() && spec &&
       pass.reclaiming.count(spec->cohort)) {
-    Wait(e, WaitClass::kHeld,
+    Wait(pass, e, WaitClass::kHeld,
          "held: a queue of cohort " + spec->cohort + " reclaims the quota it lent (" + quota + ")");
     return;
   }
@@ -259,20 +310,20 @@ void QueueScheduler::ScheduleWithin(JobEntry& e, SchedulePass& pass) {
   const Status& fits = Feasible(req, pass);
   if (admission != Admission::kFits) {
     // Said once: a priority that looks higher than a running job's does not reach across queues.
-    Wait(e, WaitClass::kQuota,
+    Wait(pass, e, WaitClass::kQuota,
          quota +
              "; it preempts only lower-priority jobs of its own queue and what its cohort "
              "borrowed, never other queues' jobs");
   } else if (fits.ok()) {
-    Wait(e, WaitClass::kBusy, placed.status().message());
+    Wait(pass, e, WaitClass::kBusy, placed.status().message());
   } else {
-    Wait(e, WaitClass::kCapacity, "waiting for capacity: " + fits.message());
+    Wait(pass, e, WaitClass::kCapacity, "waiting for capacity: " + fits.message());
   }
   if (fits.ok()) {
     if (within_nominal && spec && !spec->cohort.empty()) pass.reclaiming.insert(spec->cohort);
-    if (PreemptionInFlight(e) || Preempt(e, req, within_nominal, pass)) {
-      Wait(e, WaitClass::kPreempting,
-           "preempting " + Join(e.preempting) +
+    if (PreemptionInFlight(e, pass) || Preempt(e, req, within_nominal, pass)) {
+      Wait(pass, e, WaitClass::kPreempting,
+           "preempting " + Join(Victims(pass, e)) +
                ": placed once their ranks have checkpointed and stopped");
       if (e.spec.priority > pass.hold_below)
         pass.hold_below = e.spec.priority, pass.holder = e.job.id();
@@ -303,11 +354,9 @@ bool QueueScheduler::StartSmaller(JobEntry& e, const PlacementRequest& full, Sch
     const std::string why = "runs at world size " + std::to_string(world) + " (data-parallel " +
                             std::to_string(world / e.spec.parallelism.pipeline_parallel) + ") of " +
                             std::to_string(full.world_size) +
-                            " (spec.elastic): " + e.waiting_reason +
+                            " (spec.elastic): " + pass.waits[&e].why +
                             "; it grows back when workers are free";
-    if (Status st = jobs_.Event(e, "Resized", why); !st.ok()) {
-      MOE_LOG(WARNING) << "job " << e.job.id() << ": the Resized event is not stored: " << st;
-    }
+    pass.events.push_back({&e, "Resized", why});
     StartPlaced(e, *placed, pass);
     return true;
   }
@@ -359,10 +408,9 @@ void QueueScheduler::GrowElastic(SchedulePass& pass) {
         "grows back from world size " + std::to_string(world) + " to " +
         std::to_string(e->spec.parallelism.world_size) +
         ": its ranks checkpoint at the next step boundary and it is placed again";
-    if (Status st = jobs_.Event(*e, "Resizing", why); !st.ok()) {
-      MOE_LOG(WARNING) << "job " << e->job.id() << ": the Resizing event is not stored: " << st;
-    }
-    attempts_.Stop(*e, why, StopCause::kRequeue);
+    pass.events.push_back({e, "Resizing", why});
+    pass.stops.push_back({e, why, StopCause::kRequeue});
+    pass.stopping.insert(e);
     pass.usage[QueueOf(*e)][e->spec.resources.device] +=
         e->spec.parallelism.world_size - int64_t(world);
     std::set<std::string> used;
@@ -372,8 +420,8 @@ void QueueScheduler::GrowElastic(SchedulePass& pass) {
 }
 
 void QueueScheduler::StartPlaced(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass) {
-  e.preempting.clear();
-  Wait(e, WaitClass::kNone, "");
+  pass.preempting[&e].clear();
+  Wait(pass, e, WaitClass::kNone, "");
   TakeReserved(e, placed, pass);
   pass.starts.push_back({&e, placed});
   pass.usage[QueueOf(e)][e.spec.resources.device] += int64_t(placed.size());
@@ -395,9 +443,7 @@ void QueueScheduler::TakeReserved(JobEntry& e, const std::vector<Slot>& placed,
     const std::string why = "worker " + s.worker + ", held for this restart, taken by job " +
                             e.job.id() + " (priority " + std::to_string(e.spec.priority) + " > " +
                             std::to_string(holder->spec.priority) + ")";
-    if (Status st = jobs_.Event(*holder, "ReservationTaken", why); !st.ok()) {
-      MOE_LOG(WARNING) << "job " << holder->job.id() << ": " << why << "; not stored: " << st;
-    }
+    pass.events.push_back({holder, "ReservationTaken", why});
   }
 }
 
@@ -408,7 +454,10 @@ void QueueScheduler::StartAll(SchedulePass& pass) {
   if (Status st = attempts_.StartAll(pass.starts); !st.ok()) {
     MOE_LOG(WARNING) << pass.starts.size() << " job(s) not started: " << st
                      << " (they stay queued; the next tick tries again)";
-    for (const auto& p : pass.starts) Wait(*p.e, WaitClass::kStuck, "not started: " + st.message());
+    for (const auto& p : pass.starts) {
+      p.e->wait_class = WaitClass::kStuck;
+      p.e->waiting_reason = "not started: " + st.message();
+    }
     attempts_.NeedSchedule();
   }
   pass.starts.clear();
@@ -416,14 +465,14 @@ void QueueScheduler::StartAll(SchedulePass& pass) {
 
 // Whether a job's earlier preemption still runs: some job it preempted has ranks that have not
 // stopped.
-bool QueueScheduler::PreemptionInFlight(JobEntry& e) {
+bool QueueScheduler::PreemptionInFlight(JobEntry& e, SchedulePass& pass) {
   if (e.preempting.empty()) return false;
   bool running = false;
   for (const std::string& id : e.preempting) {
     const JobEntry* v = jobs_.Find(id);
     running |= v != nullptr && v->attempt != nullptr;
   }
-  if (!running) e.preempting.clear();  // they stopped and it still does not fit: choose again
+  if (!running) pass.preempting[&e].clear();  // they stopped and it still does not fit: again
   return running;
 }
 
@@ -446,7 +495,9 @@ std::vector<VictimCandidate> QueueScheduler::Candidates(const JobEntry& e, bool 
     // core in bench/load.py's jobs phase, every pass).
     if (!reclaim && v->spec.priority >= e.spec.priority) continue;
     const JobState s = v->job.state();
-    if (!v->attempt || v->attempt->ending || !Preemptible(config_, v->spec)) continue;
+    if (!v->attempt || v->attempt->ending || pass.stopping.count(v) ||
+        !Preemptible(config_, v->spec))
+      continue;
     if (s != moe::v1::SCHEDULED && s != moe::v1::RUNNING) continue;
     const std::string qv = QueueOf(*v), &device = v->spec.resources.device;
     const bool lower = qv == queue && v->spec.priority < e.spec.priority;
@@ -475,22 +526,20 @@ bool QueueScheduler::Preempt(JobEntry& e, const PlacementRequest& req, bool recl
   const std::vector<std::string> victims =
       ChooseVictims(problem, Candidates(e, reclaim, pass), queues_);
   if (victims.empty()) return false;
-  e.preempting = victims;
+  pass.preempting[&e] = victims;
   for (const std::string& id : victims) {
     JobEntry* v = jobs_.Find(id);
     const bool lent = QueueOf(*v) != QueueOf(e);
-    attempts_.Stop(*v,
-                   "preempted by job " + e.job.id() +
-                       (lent ? " (queue " + QueueOf(e) + " reclaims the quota queue " +
-                                   QueueOf(*v) + " borrowed)"
-                             : " (priority " + std::to_string(e.spec.priority) + " > " +
-                                   std::to_string(v->spec.priority) + ")"),
-                   StopCause::kPreempted);
+    pass.stops.push_back({v,
+                          "preempted by job " + e.job.id() +
+                              (lent ? " (queue " + QueueOf(e) + " reclaims the quota queue " +
+                                          QueueOf(*v) + " borrowed)"
+                                    : " (priority " + std::to_string(e.spec.priority) + " > " +
+                                          std::to_string(v->spec.priority) + ")"),
+                          StopCause::kPreempted});
+    pass.stopping.insert(v);
   }
-  if (Status st = jobs_.Event(e, "Preempting", "stopping " + Join(e.preempting) + " to make room");
-      !st.ok()) {
-    MOE_LOG(WARNING) << "job " << e.job.id() << ": the Preempting event is not stored: " << st;
-  }
+  pass.events.push_back({&e, "Preempting", "stopping " + Join(victims) + " to make room"});
   return true;
 }
 

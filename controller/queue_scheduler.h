@@ -5,7 +5,12 @@
 // then earlier submission. A job that cannot be placed lets smaller ones further down go
 // (backfill), except those it holds: jobs of lower priority while the jobs it preempted stop, and
 // borrowers of a cohort in which a queue reclaims its nominal quota. Victims are chosen on a
-// snapshot by ChooseVictims (preemption.h); the pass then stops them.
+// snapshot by ChooseVictims (preemption.h).
+//
+// Decide, then act (Kueue's cycle): the pass decides on the jobs and workers as they were when it
+// began, changing nothing live while it decides, and writes its decisions into a plan (each queued
+// job's wait and its reason, the placements, the victims to stop, elastic resizes, the jobs whose
+// dependencies can no longer hold, the events); Act carries the plan out at the end, in one place.
 //
 // Not thread-safe: the Controller runs it under its mutex.
 #pragma once
@@ -51,7 +56,7 @@ class QueueScheduler {
   std::string QueueOf(const JobEntry& e) const;
 
  private:
-  bool DependenciesMet(JobEntry& e);  // metadata.depends_on (dependencies.h)
+  bool DependenciesMet(JobEntry& e, SchedulePass& pass);  // metadata.depends_on (dependencies.h)
   static bool Shrunk(const JobEntry& e);
   QueueUsage UsageNow();
   bool ReplacesAWorker(const JobEntry& e) const;
@@ -71,7 +76,8 @@ class QueueScheduler {
   void StartAll(SchedulePass& pass);
   bool StartSmaller(JobEntry& e, const PlacementRequest& full, SchedulePass& pass);
   void GrowElastic(SchedulePass& pass);
-  bool PreemptionInFlight(JobEntry& e);
+  bool PreemptionInFlight(JobEntry& e, SchedulePass& pass);
+  void Act(SchedulePass& pass);
   // The snapshot ChooseVictims decides on: the running jobs `e` may preempt (of its queue and lower
   // priority; and, when it reclaims its nominal quota, the borrowers of its cohort whatever their
   // priority). A class marked never-preempted is never a candidate.
