@@ -467,8 +467,9 @@ StatusOr<moe::v1::Registered> Controller::Register(const moe::v1::Register& reg,
   for (const auto& f : reg.finished())
     attempts_.RankFinished(workers_.WorkerFor(reg.name(), f.job_id(), f.attempt(), f.rank()), f);
   for (const auto& d : devices) ReconcileRanks(d, *channel);
-  attempts_.NeedSchedule();
-  if (scheduler_.MayPlace()) scheduler_.Run();  // else nothing to place (a herd: no pass each)
+  // A pass is asked for, not run here: the tick runs one within 100 ms for a whole herd of
+  // registrations (and only when something could be placed: QueueScheduler::MayPlace).
+  if (scheduler_.MayPlace()) attempts_.NeedSchedule();
   moe::v1::Registered out;
   out.set_name(reg.name());
   out.set_lease_seconds(config_.lease_seconds);
@@ -631,7 +632,9 @@ Status Controller::OnWorkerMessage(const std::string& agent, const moe::v1::Work
     case moe::v1::WorkerMessage::kFinished: {
       const auto& f = msg.finished();
       attempts_.RankFinished(workers_.WorkerFor(agent, f.job_id(), f.attempt(), f.rank()), f);
-      scheduler_.Run();  // the freed worker (or a restart) may let a queued job go now
+      // The freed worker (or a restart) may let a queued job go: one pass at the next tick (within
+      // 100 ms) for a burst of rank ends, not one each.
+      attempts_.NeedSchedule();
       break;
     }
     case moe::v1::WorkerMessage::kLogReply:

@@ -137,6 +137,20 @@ std::string Lines(const Mismatches& m) {
   return s;
 }
 
+// The files `file` imports (moe/v1/options.proto, and descriptor.proto under it), built into `pool`
+// first: a pool builds a file only once its imports are there.
+void BuildImports(google::protobuf::DescriptorPool& pool,
+                  const google::protobuf::FileDescriptor& file) {
+  for (int i = 0; i < file.dependency_count(); ++i) {
+    const google::protobuf::FileDescriptor& dep = *file.dependency(i);
+    if (pool.FindFileByName(dep.name()) != nullptr) continue;
+    BuildImports(pool, dep);
+    google::protobuf::FileDescriptorProto proto;
+    dep.CopyTo(&proto);
+    ASSERT_NE(pool.BuildFile(proto), nullptr) << dep.name();
+  }
+}
+
 TEST(JobSpecSchema, MatchesTheProtoBothWays) {
   const Mismatches m = Compare(SchemaOf<JobSpec>().info(), *moe::v1::TrainingJob::descriptor());
   EXPECT_TRUE(m.empty()) << Lines(m);
@@ -238,6 +252,7 @@ TEST(JobSpecSchema, FailsOnTypesListsAndPresence) {
     }
   }
   google::protobuf::DescriptorPool pool;
+  BuildImports(pool, *moe::v1::TrainingJob::descriptor()->file());
   ASSERT_NE(pool.BuildFile(file), nullptr);
   const Descriptor* drifted = pool.FindMessageTypeByName("moe.v1.TrainingJob");
   const SchemaInfo& with_accumulate =
@@ -267,6 +282,7 @@ TEST(JobSpecSchema, ListsNeedAnEmptyDefaultToBeRepeated) {
     frozen->set_label(google::protobuf::FieldDescriptorProto::LABEL_REPEATED);
   }
   google::protobuf::DescriptorPool pool;
+  BuildImports(pool, *moe::v1::TrainingJob::descriptor()->file());
   ASSERT_NE(pool.BuildFile(file), nullptr);
   const Descriptor* proto = pool.FindMessageTypeByName("moe.v1.TrainingJob");
   for (bool empty_default : {true, false}) {

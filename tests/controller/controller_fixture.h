@@ -109,6 +109,7 @@ class ControllerTest : public ::testing::Test {
       moe::v1::WorkerMessage hb;  // its first beat on the answer, as an agent's: the plain lease
       hb.mutable_heartbeat();
       Msg(name, hb);
+      controller_->SchedulePass();  // the tick's pass a registration asks for
     }
     return ch.get();
   }
@@ -122,9 +123,12 @@ class ControllerTest : public ::testing::Test {
     return j.ok() ? *j : moe::v1::Job();
   }
   moe::v1::JobState State(const std::string& id) { return controller_->Get(id, false)->state(); }
+  // A worker's message, then the pass the next tick would run (a rank's end asks for one: it runs
+  // within 100 ms in moe-controller, once for a burst).
   void Msg(const std::string& worker, const moe::v1::WorkerMessage& m) {
     const Status st = controller_->OnWorkerMessage(worker, m);
     EXPECT_TRUE(st.ok()) << st;
+    if (m.has_finished()) controller_->SchedulePass();
   }
   void Step(const std::string& worker, const moe::v1::Assignment& a, int64_t step,
             double compute = 0.1, int64_t checkpoint_step = 0) {
