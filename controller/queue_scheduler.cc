@@ -68,8 +68,8 @@ void Wait(SchedulePass& pass, JobEntry& e, WaitClass c, std::string why) {
 }
 
 // The victims `e` waits for: chosen in this pass, else those of an earlier one.
-const std::vector<std::string>& Victims(const SchedulePass& pass, const JobEntry& e) {
-  const auto it = pass.preempting.find(const_cast<JobEntry*>(&e));
+const std::vector<std::string>& Victims(const SchedulePass& pass, JobEntry& e) {
+  const auto it = pass.preempting.find(&e);
   return it != pass.preempting.end() ? it->second : e.preempting;
 }
 

@@ -13,7 +13,8 @@ start_worker w1 r0 n1
 wait_workers 2
 metric() { curl -s "127.0.0.1:$METRICS_PORT/metrics" | grep -E "^$1\{[^}]*$2" || true; }
 
-# 1. Preemption: the low job's throughput series go at once; top's rack figure is the high job's.
+# 1. Preemption: the low job's throughput series go at once; top's rack figure is the high job's;
+#    then a drain requeues the high job, and its series go as well.
 make_job "$WORK/low.yaml" low 100000 100000  # no periodic checkpoint: its stop checkpoint is the one
 make_job "$WORK/high.yaml" high 100000 100000
 sed -i 's/priority: 0/priority: 100/' "$WORK/high.yaml"
@@ -44,9 +45,21 @@ for _ in $(seq 1 50); do
   ck=$(job_field "$lo" 'int(d.get("checkpoint_step", 0))'); [ "$ck" -gt 0 ] && break; sleep 0.2
 done
 [ "$ck" -gt 0 ] || fail "the preempted job's stop checkpoint is not its checkpoint_step ($ck)"
+# A drain requeues the running job (RESTARTING, waiting for a second worker): its series go too, and
+# top counts nothing for the rack.
+"$BIN/moectl" drain w1 --wait --wait-seconds 60 >/dev/null || fail "drain --wait w1"
+wait_state "$hi" RESTARTING 30
+left=$(metric 'moe_(rank_tflops|rank_flops_per_second|job_tflops_per_device|job_device_flops_per_second)' "$hi")
+[ -z "$left" ] || fail "a requeued job's throughput series are still exported: $left"
+"$BIN/moectl" top --once | python3 -c '
+import sys
+racks = sys.stdin.read().split("RACKS")[1]
+r0 = [l.split() for l in racks.splitlines() if l.split()[:1] == ["r0"]][0]
+assert float(r0[-1]) == 0, f"rack r0 at {r0[-1]} TFLOP/s with nothing running"' || fail "moectl top counts a requeued job"
 "$BIN/moectl" cancel "$hi" "$lo" >/dev/null
 wait_state "$hi" CANCELLED 60
 wait_state "$lo" CANCELLED 60
+"$BIN/moectl" undrain w1 >/dev/null || fail "undrain w1"
 metric moe_queue_admission_wait_seconds_count 'queue="default"' | grep -q . ||
   fail "no admission wait histogram for the default queue"
 
