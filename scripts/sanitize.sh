@@ -63,8 +63,11 @@ start=$SECONDS
 # hf_interop_test, generation_test) and the rehearsals of the whole device check (minutes even
 # uninstrumented; their pieces are unit tests here), and async_checkpoint_test (five short trainings;
 # the asynchronous saver's copy, background write and agreed commit run instrumented in
-# checkpoint_test): CI's 45 minutes cannot hold them instrumented.
-slow='^(control_plane_test|straggler_test|balance_test|moe_train_cli_test|distributed_test|scaleout_test|memory_test|evaluation_test|reference_model_test|queues_test|elastic_test|security_test|model_interop_test|gpu_check_rehearsal_test|gpu_bench_rehearsal|async_checkpoint_test)$'
+# checkpoint_test): CI's 45 minutes cannot hold them instrumented. And lifecycle_test (185 s
+# instrumented from a clean clone, its cancel case's steps 10 s each; the lifecycle's controller side
+# runs instrumented in controller_test and queue_scheduler_test, its rank's stop in moe_train_cli_test's
+# uninstrumented run).
+slow='^(lifecycle_test|control_plane_test|straggler_test|balance_test|moe_train_cli_test|distributed_test|scaleout_test|memory_test|evaluation_test|reference_model_test|queues_test|elastic_test|security_test|model_interop_test|gpu_check_rehearsal_test|gpu_bench_rehearsal|async_checkpoint_test)$'
 if [ "$quick" = --quick ]; then
   (cd "$dir" && ctest --output-on-failure --timeout 600 -R "^($(IFS='|'; echo "${quick_tests[*]}"))\$")
 elif [ "$kind" = address ]; then

@@ -7,18 +7,30 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 namespace moe::worker {
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/cpu-cores-test.XXXXXX";
-  return ::mkdtemp(tmpl);
-}
+// A scratch lock directory, removed with the test (its lock files outlive the claims).
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/cpu-cores-test.XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  operator const std::string&() const { return path_; }  // NOLINT: read as the directory's path
+
+ private:
+  std::string path_;
+};
 
 TEST(CoreClaimTest, ASecondAgentGetsOnlyTheCoresTheFirstLeft) {
-  const std::string dir = TempDir();
+  const TempDir dir;
   CoreClaim first = CoreClaim::Take(2, dir);
   EXPECT_EQ(first.count(), 2);
   CoreClaim second = CoreClaim::Take(2, dir);
@@ -28,7 +40,7 @@ TEST(CoreClaimTest, ASecondAgentGetsOnlyTheCoresTheFirstLeft) {
 }
 
 TEST(CoreClaimTest, TheCoresComeBackWhenTheirHolderEnds) {
-  const std::string dir = TempDir();
+  const TempDir dir;
   {
     CoreClaim held = CoreClaim::Take(2, dir);
     ASSERT_EQ(held.count(), 2);
