@@ -1,8 +1,8 @@
 // The fuzz targets' inputs replayed without libFuzzer: the ASan + UBSan build (g++, where libFuzzer
-// does not exist) links each target with this driver, and ctest runs it over the target's seed corpus
-// and regression inputs (fuzz_replay_<target>, label unit; scripts/sanitize.sh runs them). Finding
-// new inputs stays with `make fuzz` (clang, libFuzzer); this keeps every input ever saved clean on
-// each CI run.
+// does not exist) links each target with this driver, and ctest runs it over the target's seed
+// corpus and regression inputs (fuzz_replay_<target>, label unit; scripts/sanitize.sh runs them).
+// Finding new inputs stays with `make fuzz` (clang, libFuzzer); this keeps every input ever saved
+// clean on each CI run.
 //   <target> PATH...   each PATH a file or a directory of files (not recursive); exit 0 when every
 //                      input ran, 1 when a path cannot be read, a sanitizer's abort otherwise.
 #include <dirent.h>
