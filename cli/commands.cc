@@ -92,7 +92,9 @@ int Submit(Client& c, const Args& a) {
     if (!in) return c.Fail(NotFoundError("-f " + a.file + ": cannot read the file"));
     ss << in.rdbuf();
   }
-  auto job = TrainingJobFromText(JobDocumentOf(ss.str()));
+  // Checked here as the controller will check it (field paths, cross-field rules), and sent as
+  // checked.
+  auto job = CheckedTrainingJob(JobDocumentOf(ss.str()));
   if (!job.ok()) return c.Fail(job.status().WithPrefix(a.file));
   moe::v1::SubmitJobRequest req;
   *req.mutable_job() = *job;

@@ -6,9 +6,10 @@
 // accounting reads the model section. Errors name the field by its path ("spec.model.moe.top_k:
 // ...").
 //
-// Each struct below is described once, as a table of fields with their checks (common/schema.h,
-// common/job_spec_schema.cc): reading, writing and per-field validation walk that table; the rules
-// that span fields are in ValidateModel and ValidateJobSpec.
+// Each struct is described once, in proto/moe/v1/job_spec.proto, which generates the struct and its
+// table of fields with their checks (common/schema.h, common/job_spec_schema.h): reading, writing
+// and per-field validation walk that table; the rules that span fields are in ValidateModel and
+// ValidateJobSpec.
 #pragma once
 
 #include <array>

@@ -194,4 +194,14 @@ StatusOr<moe::v1::TrainingJob> TrainingJobFromText(const std::string& text) {
   return job;
 }
 
+StatusOr<moe::v1::TrainingJob> CheckedTrainingJob(const std::string& text) {
+  MOE_ASSIGN_OR_RETURN(Node doc, ParseYaml(text, kJobDocumentLimits));
+  if (!doc.IsMap()) {
+    return InvalidArgumentError(
+        "the job document must be a mapping (apiVersion, kind, metadata, spec)");
+  }
+  MOE_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(doc));
+  return SpecToProto(spec);
+}
+
 }  // namespace moe

@@ -1,9 +1,9 @@
 // The job spec between its protobuf form (the API) and the engine's (common/job_spec.h): one reader
-// and one validator for both (common/job_spec_schema.cc).
+// and one validator for both (the generated tables of common/job_spec_schema.h).
 //
-// A document key is the proto field's name, or its json_name where job.proto sets one (apiVersion):
-// protobuf's JSON parser reads both, and DocumentKey() below is what the proto -> document
-// direction and the schema test use.
+// A document key is the proto field's name, or its json_name where job_spec.proto sets one
+// (apiVersion): protobuf's JSON parser reads both, and DocumentKey() below is what the proto ->
+// document direction and the schema test use.
 #pragma once
 
 #include <google/protobuf/descriptor.h>
@@ -28,6 +28,10 @@ moe::v1::TrainingJob SpecToProto(const JobSpec& spec);
 // A YAML or JSON document to the proto: read as moe-train reads it (the schema reader: field paths,
 // "did you mean"), then parsed by protobuf (unknown fields rejected).
 StatusOr<moe::v1::TrainingJob> TrainingJobFromText(const std::string& text);
+// What moectl submits: the document read and validated as the controller and moe-train will
+// (ParseJobSpec: field paths, cross-field rules), and that checked spec as the wire form
+// (SpecToProto, every default filled in): what was checked is what is sent.
+StatusOr<moe::v1::TrainingJob> CheckedTrainingJob(const std::string& text);
 // A document (keys by DocumentKey) to a protobuf message, field by field through reflection: no
 // text in between. Unknown keys and values of the wrong type are refused, naming the path below
 // `path`. The inverse of MessageToNode.

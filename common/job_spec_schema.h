@@ -1,13 +1,13 @@
-// The job spec described once (common/schema.h): one table per struct of common/job_spec.h, in
-// common/job_spec_schema.cc. The reader, the writer, the per-field checks and the comparison with
-// the protobuf form (moe.v1.TrainingJob, tests/common/job_spec_schema_test.cc) all walk these
-// tables.
+// The job spec's field tables (common/schema.h): one per struct of common/job_spec_types.h. The
+// reader, the writer, the per-field checks and the protobuf form's conversions all walk them.
+// Both the structs and these tables are generated from proto/moe/v1/job_spec.proto
+// (proto/gen_job_spec.py, at build time: job_spec_tables.gen.cc in the build tree).
 //
-// Adding a field: a member in common/job_spec.h, a Field(...) line in its table, the same name in
-// proto/moe/v1/job.proto (`optional` on scalars), and any rule that spans fields in
-// ValidateJobSpec.
+// Adding a field: a line in proto/moe/v1/job_spec.proto (`optional` on scalars; its default and
+// checks in its (spec) option), and any rule that spans fields in ValidateJobSpec.
 #pragma once
 
+#include "common/job_spec_checks.h"
 #include "common/job_spec_types.h"
 #include "common/schema.h"
 
@@ -39,17 +39,12 @@ template <>
 const Schema<CheckpointConfig>& SchemaOf<CheckpointConfig>();
 template <>
 const Schema<ResourcesConfig>& SchemaOf<ResourcesConfig>();
-// The whole document: apiVersion, kind, metadata: {...}, spec: {...}.
 template <>
 const Schema<ElasticConfig>& SchemaOf<ElasticConfig>();
 template <>
 const Schema<JobDependency>& SchemaOf<JobDependency>();
+// The whole document: apiVersion, kind, metadata: {...}, spec: {...}.
 template <>
 const Schema<JobSpec>& SchemaOf<JobSpec>();
-
-// A name as metadata.name allows it (1-63 of a-z, 0-9, '-', '.', '_', alphanumeric at both ends):
-// it becomes part of paths, log files and Kubernetes labels. Queues and classes are named the same
-// way.
-Status ValidName(const std::string& s, const std::string& path);
 
 }  // namespace moe

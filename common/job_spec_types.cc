@@ -23,6 +23,14 @@ double ScheduleValue(const Schedule& s, double tokens, double fallback) {
   return fallback;
 }
 
+double MoeConfig::BiasUpdateRate(double tokens) const {
+  return ScheduleValue(bias_update_schedule, tokens, bias_update_rate);
+}
+
+double ModelConfig::MtpLossWeight(double tokens) const {
+  return ScheduleValue(mtp_loss_weight_schedule, tokens, mtp_loss_weight);
+}
+
 bool ModelConfig::MtpTrains() const {
   if (mtp_depth <= 0) return false;
   if (mtp_loss_weight_schedule.empty()) return mtp_loss_weight > 0;

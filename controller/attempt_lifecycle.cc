@@ -22,9 +22,9 @@ JobManager::TransitionRequest AttemptLifecycle::StartRequest(JobEntry& e,
   std::string what = "attempt " + std::to_string(number) + ": " + internal::RackSummary(slots);
   std::optional<AttemptPlan> plan = PlanAttempt(config_, e.spec, slots);
   return {&e, moe::v1::SCHEDULED, "Scheduled", std::move(what),
-          [number, slots, plan = std::move(plan)](moe::v1::Job& job) {
+          [number, slots, par = e.spec.parallelism, plan = std::move(plan)](moe::v1::Job& job) {
             job.set_attempt(number);
-            internal::SetPlacement(job, slots);
+            internal::SetPlacement(job, par, slots);
             job.set_planned_step_seconds(plan ? plan->step_seconds : 0);
             job.set_plan_basis(plan ? plan->basis : "");
           }};

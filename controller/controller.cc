@@ -243,7 +243,7 @@ StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& reques
 
 StatusOr<moe::v1::Job> Controller::Get(const std::string& id, bool with_events) {
   moe::v1::Job out;
-  int64_t interval = 0;
+  int64_t interval = 0, devices = 0;
   {
     MutexLock lock(&mu_);
     JobEntry* e = jobs_.Find(id);
@@ -251,9 +251,10 @@ StatusOr<moe::v1::Job> Controller::Get(const std::string& id, bool with_events) 
     out = e->job;
     if (IsQueued(out.state()) && !e->attempt) out.set_waiting_reason(e->waiting_reason);
     interval = e->spec.checkpoint.interval_steps;
+    devices = e->spec.parallelism.world_size;
   }
   *out.mutable_goodput() = GoodputAt(out, clock_.Now());  // up to this moment
-  if (!AdviseFromRun(out, interval, config_.mtbf_hours, out.mutable_checkpoint_advice()))
+  if (!AdviseFromRun(out, devices, interval, config_.mtbf_hours, out.mutable_checkpoint_advice()))
     out.clear_checkpoint_advice();
   if (with_events) {  // from the store's reader, without the lock (what is committed)
     MOE_ASSIGN_OR_RETURN(std::vector<moe::v1::JobEvent> events, store_.LoadEvents(id));
@@ -605,8 +606,10 @@ void Controller::ReconcileRanks(const moe::v1::Register& reg, WorkerChannel& cha
 
 // `agent`: the stream's node agent; a message about a rank is its device's (WorkerFor).
 Status Controller::OnWorkerMessage(const std::string& agent, const moe::v1::WorkerMessage& msg) {
+  if (msg.msg_case() == moe::v1::WorkerMessage::kStep) return KeepStep(agent, msg);
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
+  DrainSteps();  // a rank's kept steps before its other news (its last step before its end)
   if (Status st = CheckWorkerMessage(jobs_, agent, msg, config_.checkpoint_root); !st.ok()) {
     MOE_LOG(WARNING) << "worker " << agent << ": refused: " << st;
     return st;
@@ -621,14 +624,6 @@ Status Controller::OnWorkerMessage(const std::string& agent, const moe::v1::Work
                             " s, its lease expired): register again");
   }
   switch (msg.msg_case()) {
-    case moe::v1::WorkerMessage::kStep:
-      // A flood is dropped, not kept; a job's last step always gets through (fast steps would
-      // otherwise lose the report that says the job got to its end: fake_worker_test).
-      if (workers_.AllowStepReport(agent) ||
-          msg.step().metrics().step() == msg.step().metrics().total_steps()) {
-        attempts_.Step(msg.step());
-      }
-      break;
     case moe::v1::WorkerMessage::kFinished: {
       const auto& f = msg.finished();
       attempts_.RankFinished(workers_.WorkerFor(agent, f.job_id(), f.attempt(), f.rank()), f);
@@ -655,6 +650,40 @@ Status Controller::OnWorkerMessage(const std::string& agent, const moe::v1::Work
   return OkStatus();
 }
 
+Status Controller::KeepStep(const std::string& agent, const moe::v1::WorkerMessage& msg) {
+  MutexLock lock(&mu_);
+  if (Status st = CheckWorkerMessage(jobs_, agent, msg, config_.checkpoint_root); !st.ok()) {
+    MOE_LOG(WARNING) << "worker " << agent << ": refused: " << st;
+    return st;
+  }
+  if (!workers_.Heartbeat(agent)) {
+    return UnavailableError("worker " + agent + " was declared lost (no heartbeat for " +
+                            std::to_string(static_cast<int>(config_.lease_seconds)) +
+                            " s, its lease expired): register again");
+  }
+  // A flood is dropped, not kept; a job's last step always gets through (fast steps would otherwise
+  // lose the report that says the job got to its end: fake_worker_test).
+  const moe::v1::StepReport& s = msg.step();
+  if (workers_.AllowStepReport(agent) || s.metrics().step() == s.metrics().total_steps()) {
+    moe::v1::StepReport& kept = pending_steps_[{s.job_id(), s.attempt(), s.rank()}];
+    if (kept.job_id().empty() || s.metrics().step() >= kept.metrics().step()) kept = s;  // newest
+  }
+  return OkStatus();
+}
+
+void Controller::DrainSteps() {
+  if (pending_steps_.empty()) return;
+  std::map<std::tuple<std::string, int, int>, moe::v1::StepReport> steps;
+  steps.swap(pending_steps_);
+  for (const auto& [key, report] : steps) attempts_.Step(report);
+}
+
+void Controller::FoldSteps() {
+  MutexLock op(&op_mu_);
+  MutexLock lock(&mu_);
+  DrainSteps();
+}
+
 void Controller::SchedulePass() {
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
@@ -671,6 +700,7 @@ void Controller::Disconnected(const std::string& agent, WorkerChannel* channel) 
   MutexLock op(&op_mu_);
   MutexLock lock(&mu_);
   if (shutting_down_) return;
+  DrainSteps();
   std::set<std::string> leaving;  // devices that said they were leaving, on this stream
   for (const std::string& name : workers_.DevicesOf(agent)) {
     const WorkerEntry* w = workers_.Find(name);
@@ -725,6 +755,7 @@ void Controller::Tick() {
       return;
     }
   }
+  DrainSteps();  // the step reports kept since the last tick
   for (const auto& name : workers_.ExpireLeases()) {
     attempts_.WorkerLost(name, "no heartbeat for " +
                                    std::to_string(static_cast<int>(config_.lease_seconds)) +

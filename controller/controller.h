@@ -9,8 +9,10 @@
 // waits with mu_ released and op_mu_ held: readers see the state as it was until the write is on
 // disk, then the change applied. Submits take only mu_ (a new job touches nothing else until it is
 // stored), so concurrent submits share batches. Heartbeats take neither: the LeaseBook has its own
-// lock. Nothing in here blocks on the network (WorkerChannel and WatchFn only queue). The
-// RendezvousStore has its own lock.
+// lock. Step reports take mu_ alone, briefly: checked and kept (the newest per rank), then folded
+// in by the tick (or before any other message of the same stream), so telemetry is no change.
+// Nothing in here blocks on the network (WorkerChannel and WatchFn only queue). The RendezvousStore
+// has its own lock.
 //
 // Events: the JobManager stores every change first, then tells its listeners (the
 // MetricsAggregator, the JobWatchers). A change the store refuses fails the RPC that asked for it
@@ -29,6 +31,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/mutex.h"
@@ -155,6 +158,8 @@ class Controller {
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
   // A scheduling pass now, as the tick runs (a submit under a queue is placed by the next one).
   void SchedulePass() ABSL_LOCKS_EXCLUDED(mu_);
+  // The step reports kept since the last tick, folded in now, as the tick does first.
+  void FoldSteps() ABSL_LOCKS_EXCLUDED(mu_);
   // A clean stop (SIGTERM, a rolling update) begins: from now on a closing worker stream is the
   // controller going away, not the worker, and changes nothing stored. Its workers keep their ranks
   // running and reconnect to the next controller, which carries the jobs on (as after kill -9).
@@ -203,6 +208,12 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finished jobs older than the retention go, with their events (job_admin.cc).
   void ExpireFinishedJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank's step report, checked and kept (the newest per rank) under mu_ alone: step telemetry
+  // takes no change lock. DrainSteps folds the kept ones in (the tick, and any other message of a
+  // rank first, so that a rank's last step comes before its end).
+  Status KeepStep(const std::string& agent, const moe::v1::WorkerMessage& msg)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void DrainSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_, mu_);
   void PublishClusterMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Mutex op_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // held by every change that writes (see above)
@@ -233,6 +244,10 @@ class Controller {
   AttemptLifecycle attempts_ ABSL_GUARDED_BY(mu_);
   QueueScheduler scheduler_ ABSL_GUARDED_BY(mu_);
   LogRequests logs_ ABSL_GUARDED_BY(mu_);
+  // KeepStep's reports by (job, attempt, rank): bounded by the ranks placed (each was checked to be
+  // its sender's).
+  std::map<std::tuple<std::string, int, int>, moe::v1::StepReport> pending_steps_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace moe::controller

@@ -35,15 +35,14 @@ inline std::vector<Slot> SlotsOf(const moe::v1::Job& job) {
   return slots;
 }
 
-// Writes `slots` (rank order) as the job's placement, with each rank's (pp, dp, ep) coordinates.
-inline void SetPlacement(moe::v1::Job& job, const std::vector<Slot>& slots) {
+// Writes `slots` (rank order) as the job's placement, with each rank's (pp, dp, ep) coordinates in
+// the spec's layout `par` (an elastic attempt's world is its slots).
+inline void SetPlacement(moe::v1::Job& job, const ParallelismConfig& par,
+                         const std::vector<Slot>& slots) {
   job.clear_placement();
-  const auto& par = job.spec().spec().parallelism();
   const int world = static_cast<int>(slots.size());
-  const int pp =
-      std::max(1, static_cast<int>(par.has_pipeline_parallel() ? par.pipeline_parallel() : 1));
-  const int ep =
-      std::max(1, static_cast<int>(par.has_expert_parallel() ? par.expert_parallel() : 1));
+  const int pp = std::max(1, static_cast<int>(par.pipeline_parallel));
+  const int ep = std::max(1, static_cast<int>(par.expert_parallel));
   for (size_t r = 0; r < slots.size(); ++r) {
     auto* p = job.add_placement();
     const int rank = static_cast<int>(r);

@@ -11,7 +11,7 @@ Status ResolveDependencies(JobSpec* spec, const std::string& owner, JobManager& 
     const JobEntry* newest = nullptr;
     bool others = false;
     for (JobEntry* e : jobs.All()) {
-      if (e->job.spec().metadata().name() != d.job) continue;
+      if (e->spec.name != d.job) continue;
       if (e->job.owner() != owner) {
         others = true;
         continue;

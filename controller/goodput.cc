@@ -155,10 +155,9 @@ double GoodputHeldSeconds(const moe::v1::Job& job, double now) {
   return held;
 }
 
-bool AdviseFromRun(const moe::v1::Job& job, int64_t current_interval_steps, double mtbf_hours,
-                   moe::v1::CheckpointAdvice* out) {
+bool AdviseFromRun(const moe::v1::Job& job, int64_t devices, int64_t current_interval_steps,
+                   double mtbf_hours, moe::v1::CheckpointAdvice* out) {
   const moe::v1::RunSummary& run = job.summary();
-  const int64_t devices = job.spec().spec().parallelism().world_size();
   if (!(mtbf_hours > 0) || run.measured_steps() <= 0 || devices <= 0) return false;
   const moe::v1::Goodput& g = job.goodput();
   const double step = run.step_seconds_sum() / static_cast<double>(run.measured_steps());

@@ -39,9 +39,10 @@ moe::v1::Goodput GoodputAt(const moe::v1::Job& job, double now);
 // The checkpoint interval that maximises this job's goodput (Young-Daly, planner/planner.h) from
 // what it measured: its mean step time (run summary), its stall per save (checkpoint time over the
 // saves its counted steps imply), its start-up per attempt, and `mtbf_hours` per device over its
-// world size. False (nothing advised) without an MTBF or before a measured step.
-bool AdviseFromRun(const moe::v1::Job& job, int64_t current_interval_steps, double mtbf_hours,
-                   moe::v1::CheckpointAdvice* out);
+// `devices` (the spec's world size). False (nothing advised) without an MTBF or before a measured
+// step.
+bool AdviseFromRun(const moe::v1::Job& job, int64_t devices, int64_t current_interval_steps,
+                   double mtbf_hours, moe::v1::CheckpointAdvice* out);
 
 // The causes of lost time, in the order shown (moectl describe, /metrics' cause label).
 inline constexpr const char* kGoodputCauses[] = {"queued",  "starting",  "redone",    "checkpoint",

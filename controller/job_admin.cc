@@ -60,8 +60,7 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
         std::find(req.states().begin(), req.states().end(), j.state()) == req.states().end()) {
       continue;
     }
-    const auto& labels = j.spec().metadata().labels();
-    if (!selector.empty() && !selector.Matches({labels.begin(), labels.end()})) continue;
+    if (!selector.empty() && !selector.Matches(e->spec.labels)) continue;
     match.push_back(e);
   }
   const auto older = [](const JobEntry* a, const JobEntry* b) {

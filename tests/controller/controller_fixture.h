@@ -123,15 +123,18 @@ class ControllerTest : public ::testing::Test {
     return j.ok() ? *j : moe::v1::Job();
   }
   moe::v1::JobState State(const std::string& id) { return controller_->Get(id, false)->state(); }
-  // A worker's message, then the pass the next tick would run (a rank's end asks for one: it runs
-  // within 100 ms in moe-controller, once for a burst).
+  // A worker's message, then what the next tick would do with it: fold a step report in (kept until
+  // then, off the change lock), run the pass a rank's end asks for (within 100 ms in
+  // moe-controller, once for a burst).
   void Msg(const std::string& worker, const moe::v1::WorkerMessage& m) {
     const Status st = controller_->OnWorkerMessage(worker, m);
     EXPECT_TRUE(st.ok()) << st;
+    if (m.has_step()) controller_->FoldSteps();
     if (m.has_finished()) controller_->SchedulePass();
   }
-  void Step(const std::string& worker, const moe::v1::Assignment& a, int64_t step,
-            double compute = 0.1, int64_t checkpoint_step = 0) {
+  // A rank's step report as its worker sends it.
+  static moe::v1::WorkerMessage StepMessage(const moe::v1::Assignment& a, int64_t step,
+                                            double compute = 0.1, int64_t checkpoint_step = 0) {
     moe::v1::WorkerMessage m;
     auto* s = m.mutable_step();
     s->set_job_id(a.job_id());
@@ -145,8 +148,12 @@ class ControllerTest : public ::testing::Test {
     s->mutable_metrics()->set_checkpoint_step(checkpoint_step);
     s->mutable_metrics()->set_tflops_per_device(
         static_cast<double>(step));  // distinct per step: the mean is checkable
+    return m;
+  }
+  void Step(const std::string& worker, const moe::v1::Assignment& a, int64_t step,
+            double compute = 0.1, int64_t checkpoint_step = 0) {
     last_step_[a.job_id() + "/" + std::to_string(a.attempt())] = step;
-    Msg(worker, m);
+    Msg(worker, StepMessage(a, step, compute, checkpoint_step));
   }
   // A rank's end. A success comes as a real rank's does: after the job's last step, with its final
   // checkpoint (the controller believes no other).

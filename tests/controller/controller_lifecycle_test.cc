@@ -28,6 +28,42 @@ TEST_F(ControllerTest, APermanentFailureWinsOverAPeersTransientOneThatCameFirst)
   EXPECT_EQ(a->Assignments().size(), 1u) << "not restarted";
 }
 
+// Step reports are telemetry, off the change lock: kept (the newest per rank) until the tick folds
+// them in; a forged one is still refused at once; a rank's end folds its kept steps first, so its
+// last step counts.
+TEST_F(ControllerTest, StepReportsAreKeptUntilTheTickAndTheNewestWins) {
+  auto* a = AddWorker("a", "r0", "n0");
+  auto job = Submit(Spec("j", 1, 1));
+  const moe::v1::Assignment asg = a->Assignments()[0];
+  const auto report = [&](int64_t step) { return StepMessage(asg, step); };
+  ASSERT_TRUE(controller_->OnWorkerMessage("a", report(2)).ok());
+  ASSERT_TRUE(controller_->OnWorkerMessage("a", report(3)).ok());
+  ASSERT_TRUE(controller_->OnWorkerMessage("a", report(1)).ok()) << "an older one is kept out";
+  EXPECT_EQ(State(job.id()), moe::v1::SCHEDULED) << "nothing folded in before the tick";
+  EXPECT_EQ(controller_->OnWorkerMessage("intruder", report(4)).code(),
+            StatusCode::kPermissionDenied)
+      << "checked as it arrives";
+  controller_->FoldSteps();
+  auto j = *controller_->Get(job.id(), false);
+  EXPECT_EQ(j.state(), moe::v1::RUNNING);
+  EXPECT_EQ(j.last_metrics().step(), 3) << "the newest step of the rank";
+  // The last step, kept, then the rank's end on the same stream: the end folds the step first, so
+  // the success is believed (it needs the steps at the total).
+  const int64_t total = asg.spec().spec().training().steps();
+  ASSERT_TRUE(controller_->OnWorkerMessage("a", report(total)).ok());
+  moe::v1::WorkerMessage fin;
+  fin.mutable_finished()->set_job_id(asg.job_id());
+  fin.mutable_finished()->set_attempt(asg.attempt());
+  fin.mutable_finished()->set_rank(asg.rank());
+  fin.mutable_finished()->set_ok(true);
+  fin.mutable_finished()->set_checkpoint_step(total);
+  ASSERT_TRUE(controller_->OnWorkerMessage("a", fin).ok());
+  controller_->Tick();
+  j = *controller_->Get(job.id(), false);
+  EXPECT_EQ(j.state(), moe::v1::SUCCEEDED) << j.message();
+  EXPECT_EQ(j.last_metrics().step(), total);
+}
+
 TEST_F(ControllerTest, CancelStopsTheRanks) {
   auto* a = AddWorker("a", "r0", "n0");
   auto job = Submit(Spec("j", 1, 1));

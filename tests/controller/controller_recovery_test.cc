@@ -144,7 +144,8 @@ TEST(ControllerRecovery, RunningJobCarriesOnWhenItsRanksReportBackOrRestartsWhen
     m.mutable_step()->set_attempt(1);
     m.mutable_step()->mutable_metrics()->set_step(1);
     EXPECT_TRUE(c.OnWorkerMessage("w1", m).ok());
-  }  // the controller dies
+    c.FoldSteps();  // as its next tick would
+  }                 // the controller dies
   Controller c(store, clock, *metrics, opt);
   ASSERT_TRUE(c.Recover().ok());
   ASSERT_TRUE(c.Get(id1, false).ok()) << "jobs survive the restart";

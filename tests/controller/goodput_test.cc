@@ -123,7 +123,6 @@ TEST(Goodput, AJobStoredBeforeGoodputStartsItsAccountAtItsNextChange) {
 
 TEST(CheckpointAdvice, YoungDalyFromTheJobsOwnMeasurements) {
   Job job;
-  job.mutable_spec()->mutable_spec()->mutable_parallelism()->set_world_size(1000);
   job.set_attempt(2);
   job.mutable_summary()->set_measured_steps(100);
   job.mutable_summary()->set_step_seconds_sum(200);  // 2 s a step
@@ -132,8 +131,8 @@ TEST(CheckpointAdvice, YoungDalyFromTheJobsOwnMeasurements) {
   g.set_checkpoint_seconds(5);  // 10 saves at interval 10: 0.5 s each
   g.set_starting_seconds(60);   // 30 s per attempt
   moe::v1::CheckpointAdvice a;
-  EXPECT_FALSE(AdviseFromRun(job, 10, 0, &a)) << "no MTBF, no advice";
-  ASSERT_TRUE(AdviseFromRun(job, 10, 50000, &a));
+  EXPECT_FALSE(AdviseFromRun(job, 1000, 10, 0, &a)) << "no MTBF, no advice";
+  ASSERT_TRUE(AdviseFromRun(job, 1000, 10, 50000, &a));
   // System MTBF 50000 h x 3600 / 1000 devices = 180000 s; sqrt(2 x 0.5 x 180000) = 424.3 s of work,
   // 212 steps of 2 s.
   EXPECT_DOUBLE_EQ(a.step_seconds(), 2);
@@ -149,7 +148,7 @@ TEST(CheckpointAdvice, YoungDalyFromTheJobsOwnMeasurements) {
   EXPECT_GT(a.goodput(), a.current_goodput());
   // Before a measured step there is nothing to advise from.
   job.mutable_summary()->set_measured_steps(0);
-  EXPECT_FALSE(AdviseFromRun(job, 10, 50000, &a));
+  EXPECT_FALSE(AdviseFromRun(job, 1000, 10, 50000, &a));
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ def _load():
     src = os.environ.get("MOE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
     out = tempfile.mkdtemp(prefix="moe-pb-")
     atexit.register(shutil.rmtree, out, True)
-    protos = ["moe/v1/options.proto", "moe/v1/job.proto", "moe/v1/worker_service.proto",
+    protos = ["moe/v1/options.proto", "moe/v1/job_spec.proto", "moe/v1/job.proto", "moe/v1/worker_service.proto",
               "moe/v1/job_service.proto"]
     subprocess.run(["protoc", "-I", os.path.join(src, "proto"), "--python_out", out] + protos, check=True)
     sys.path.insert(0, out)
