@@ -673,9 +673,16 @@ Status Controller::KeepStep(const std::string& agent, const moe::v1::WorkerMessa
 
 void Controller::DrainSteps() {
   if (pending_steps_.empty()) return;
-  std::map<std::tuple<std::string, int, int>, moe::v1::StepReport> steps;
-  steps.swap(pending_steps_);
-  for (const auto& [key, report] : steps) attempts_.Step(report);
+  std::vector<moe::v1::StepReport> steps;
+  steps.reserve(pending_steps_.size());
+  for (auto& [key, report] : pending_steps_) steps.push_back(std::move(report));
+  pending_steps_.clear();
+  // In step order: an attempt takes no step below the newest it took, so rank 0's step N + 1 first
+  // would drop rank 1's step N (and the job's metrics, which wait for every rank's step N).
+  std::stable_sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
+    return a.metrics().step() < b.metrics().step();
+  });
+  for (const moe::v1::StepReport& report : steps) attempts_.Step(report);
 }
 
 void Controller::FoldSteps() {

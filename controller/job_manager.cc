@@ -89,6 +89,9 @@ Status JobManager::Load() {
       j.set_message(
           "this controller cannot read the stored spec: " + spec.status().message() +
           " (the record is kept as it is; delete the job or run a controller that reads it)");
+      // What finds it (a dependency by name, a label selector) from its record as it is.
+      e->spec.name = j.spec().metadata().name();
+      e->spec.labels = {j.spec().metadata().labels().begin(), j.spec().metadata().labels().end()};
     } else {
       e->spec = *spec;
     }

@@ -1,145 +1,218 @@
 #!/usr/bin/python3
 """The job spec's C++ form, generated from its one definition, moe/v1/job_spec.proto.
 
-  gen_job_spec.py --descriptors FILE --python-out DIR --out-dir DIR
+  gen_job_spec.py --proto proto/moe/v1/job_spec.proto --out-dir DIR
 
-FILE is `protoc --include_imports --include_source_info --descriptor_set_out` of job_spec.proto;
-DIR (--python-out) holds `protoc --python_out` of moe/v1/options.proto (the (spec) and (cpp_struct)
-options). Writes into --out-dir:
+Writes into DIR:
   job_spec_structs.gen.h  a plain struct per message (the engine's form: no protobuf), members in the
-                          message's declaration order with their defaults and comments; a section
-                          field's message (metadata, spec) adds its members to the enclosing struct;
-                          each struct takes its hand-written methods from common/job_spec_methods.inc
+                          message's declaration order with their defaults and leading comments; a
+                          section field's message (metadata, spec) adds its members to the enclosing
+                          struct; each struct takes its hand-written methods from
+                          common/job_spec_methods.inc
   job_spec_tables.gen.cc  each struct's field table (common/schema.h): key, member, checks, in the
                           same order (the order documents are read and written in)
-Errors name the message and field and exit 1. Needs /usr/bin/python3 with python3-protobuf.
+
+It reads the .proto itself (python3 alone, no protoc: the core builds where only a compiler, CMake,
+Python and the CUDA toolkit are, as on the GPU machine), in the one layout job_spec.proto keeps: a
+field a line, its options on that line; anything else is refused, naming the line.
+job_spec_schema_test compares the generated tables with protoc's own descriptors of the file, so a
+misreading here fails there. Errors name the message and field and exit 1.
 """
 import argparse
 import os
+import re
 import sys
 
 # Proto types and their C++ members.
 SCALARS = {
-    'TYPE_INT64': 'int64_t',
-    'TYPE_UINT64': 'uint64_t',
-    'TYPE_DOUBLE': 'double',
-    'TYPE_BOOL': 'bool',
-    'TYPE_STRING': 'std::string',
+    'int64': 'int64_t',
+    'uint64': 'uint64_t',
+    'double': 'double',
+    'bool': 'bool',
+    'string': 'std::string',
 }
 ZERO = {'int64_t': '0', 'uint64_t': '0', 'double': '0', 'bool': 'false'}
+MAP = 'map<string, string>'
+SPEC_KEYS = {'default', 'check', 'after_read', 'required', 'section', 'presence', 'key'}
+
+FIELD = re.compile(r'^(optional |repeated )?(map<string, string>|\w+) (\w+) = (\d+)'
+                   r'(?: \[(.*)\])?;\s*(?://.*)?$')
 
 
 class SpecError(Exception):
     pass
 
 
-def load(descriptors, python_out):
-    sys.path.insert(0, python_out)
-    try:
-        from google.protobuf import descriptor_pb2
-        from moe.v1 import options_pb2  # registers the options' extensions before parsing
-    except ImportError as e:
-        raise SpecError(f'{e}: needs python3-protobuf (scripts/install-deps.sh build) and '
-                        f'options_pb2 in {python_out}')
-    with open(descriptors, 'rb') as f:
-        fds = descriptor_pb2.FileDescriptorSet.FromString(f.read())
-    spec_file = next((f for f in fds.file if f.name == 'moe/v1/job_spec.proto'), None)
-    if spec_file is None:
-        raise SpecError(f'{descriptors} holds no moe/v1/job_spec.proto')
-    return spec_file, options_pb2, descriptor_pb2
+class Spec:
+    """A field's (moe.v1.spec) option, as options.proto's SpecField."""
+
+    def __init__(self):
+        self.default = self.after_read = self.required = self.key = ''
+        self.check = []
+        self.section = self.presence = False
 
 
-def comments(spec_file):
-    """(message index, field index or None) -> the leading comment's lines."""
-    out = {}
-    for loc in spec_file.source_code_info.location:
-        p = list(loc.path)
-        text = loc.leading_comments or ''
-        if not text:
+class Field:
+    def __init__(self, label, type_name, name, number, json_name, spec, comment):
+        self.label, self.type_name, self.name, self.number = label, type_name, name, number
+        self.json_name, self.spec, self.comment = json_name, spec, comment
+
+
+class Message:
+    def __init__(self, name, comment):
+        self.name, self.comment, self.cpp_struct, self.fields = name, comment, '', []
+
+
+def split_top(text, sep):
+    """`text` split at `sep` outside quotes, braces and brackets."""
+    out, depth, cur, quote = [], 0, '', None
+    for ch in text:
+        if quote:
+            quote = None if ch == quote and not cur.endswith('\\') else quote
+        elif ch in '"\'':
+            quote = ch
+        elif ch in '{[(':
+            depth += 1
+        elif ch in '}])':
+            depth -= 1
+        elif ch == sep and depth == 0:
+            out.append(cur.strip())
+            cur = ''
             continue
-        lines = [l[1:] if l.startswith(' ') else l for l in text.rstrip('\n').split('\n')]
-        if len(p) == 2 and p[0] == 4:  # message_type[i]
-            out[(p[1], None)] = lines
-        elif len(p) == 4 and p[0] == 4 and p[2] == 2:  # message_type[i].field[j]
-            out[(p[1], p[3])] = lines
+        cur += ch
+    if cur.strip():
+        out.append(cur.strip())
     return out
+
+
+def unquote(where, text):
+    if len(text) < 2 or text[0] not in '"\'' or text[-1] != text[0]:
+        raise SpecError(f'{where}: expected a quoted string, got {text}')
+    return re.sub(r'\\(.)', r'\1', text[1:-1])
+
+
+def parse_spec(where, text):
+    """`{default: "8", check: "Positive()", presence: true}` -> Spec."""
+    if not (text.startswith('{') and text.endswith('}')):
+        raise SpecError(f'{where}: (spec) = {{...}} expected, got {text}')
+    spec = Spec()
+    for item in split_top(text[1:-1], ','):
+        key, _, value = item.partition(':')
+        key, value = key.strip(), value.strip()
+        if key not in SPEC_KEYS:
+            raise SpecError(f'{where}: (spec) has no {key!r} (known: {", ".join(sorted(SPEC_KEYS))})')
+        if key in ('section', 'presence'):
+            if value not in ('true', 'false'):
+                raise SpecError(f'{where}: (spec).{key}: true or false, got {value}')
+            setattr(spec, key, value == 'true')
+        elif key == 'check':
+            spec.check.append(unquote(where, value))
+        else:
+            setattr(spec, key, unquote(where, value))
+    return spec
+
+
+def parse_field(where, match, comment):
+    label, type_name, name, number, options, = match.groups()
+    json_name, spec = '', Spec()
+    for opt in split_top(options or '', ','):
+        key, _, value = opt.partition('=')
+        key, value = key.strip(), value.strip()
+        if key == 'json_name':
+            json_name = unquote(where, value)
+        elif key in ('(spec)', '(moe.v1.spec)'):
+            spec = parse_spec(where, value)
+        else:
+            raise SpecError(f'{where}: option {key} is not one this generator reads')
+    return Field((label or '').strip(), type_name, name, int(number), json_name, spec, comment)
+
+
+def parse(path):
+    """The messages of the .proto, in order, with their leading comments."""
+    messages, comment, current = [], [], None
+    with open(path) as f:
+        lines = f.read().split('\n')
+    for n, raw in enumerate(lines, 1):
+        line, where = raw.strip(), f'{os.path.basename(path)}:{n}'
+        if line.startswith('//'):
+            comment.append(line[3:] if line.startswith('// ') else line[2:])
+            continue
+        if not line or re.match(r'^(syntax|package|import) ', line):
+            comment = []
+            continue
+        if current is None:
+            m = re.match(r'^message (\w+) \{$', line)
+            if not m:
+                raise SpecError(f'{where}: expected a message, got: {line}')
+            current = Message(m.group(1), comment)
+        elif line == '}':
+            messages.append(current)
+            current = None
+        elif m := re.match(r'^option \((?:moe\.v1\.)?cpp_struct\) = "(\w+)";$', line):
+            current.cpp_struct = m.group(1)
+        elif m := FIELD.match(line):
+            current.fields.append(parse_field(f'{where} ({current.name})', m, comment))
+        else:
+            raise SpecError(f'{where}: not a field this generator reads (a field a line, its '
+                            f'options on it): {line}')
+        comment = []
+    if current is not None:
+        raise SpecError(f'{path}: message {current.name} is not closed')
+    return messages
 
 
 class Model:
     """The messages of job_spec.proto as structs, fields and sections."""
 
-    def __init__(self, spec_file, options_pb2, descriptor_pb2):
-        self.opts, self.dpb = options_pb2, descriptor_pb2
-        self.comments = comments(spec_file)
-        self.messages = {}  # full name -> (index, DescriptorProto)
-        for i, m in enumerate(spec_file.message_type):
-            self.messages['.moe.v1.' + m.name] = (i, m)
-            for nested in m.nested_type:  # map<string, string>'s entry
-                if not nested.options.map_entry:
-                    raise SpecError(f'{m.name}.{nested.name}: nested messages are not supported')
-                self.messages[f'.moe.v1.{m.name}.{nested.name}'] = (None, nested)
-        self.sections = set()  # full names of messages used as sections
-        for _, m in self.messages.values():
-            for f in m.field:
-                if self.spec(f).section:
-                    self.sections.add(f.type_name)
-
-    def spec(self, field):
-        return field.options.Extensions[self.opts.spec]
+    def __init__(self, messages):
+        self.messages = {m.name: m for m in messages}
+        self.sections = {f.type_name for m in messages for f in m.fields if f.spec.section}
 
     def struct_name(self, message):
-        name = message.options.Extensions[self.opts.cpp_struct]
-        return name or message.name
+        return message.cpp_struct or message.name
 
     def member_type(self, where, field):
-        if field.type == self.dpb.FieldDescriptorProto.TYPE_MESSAGE:
-            if field.type_name not in self.messages:
-                raise SpecError(f'{where}: type {field.type_name} is not in job_spec.proto')
-            _, msg = self.messages[field.type_name]
-            if msg.options.map_entry:
-                return 'std::map<std::string, std::string>'
-            inner = self.struct_name(msg)
+        if field.type_name == MAP:
+            if field.label:
+                raise SpecError(f'{where}: a map takes no label')
+            return 'std::map<std::string, std::string>'
+        if field.type_name in SCALARS:
+            inner = SCALARS[field.type_name]
+        elif field.type_name in self.messages:
+            inner = self.struct_name(self.messages[field.type_name])
         else:
-            type_name = self.dpb.FieldDescriptorProto.Type.Name(field.type)
-            if type_name not in SCALARS:
-                raise SpecError(f'{where}: type {type_name} has no C++ form here (use int64, uint64, '
-                                f'double, bool, string or a message)')
-            inner = SCALARS[type_name]
-        if field.label == self.dpb.FieldDescriptorProto.LABEL_REPEATED:
+            raise SpecError(f'{where}: type {field.type_name} has no C++ form here (int64, uint64, '
+                            f'double, bool, string, map<string, string> or a message of this file)')
+        if field.label == 'repeated':
             return f'std::vector<{inner}>'
-        return f'std::optional<{inner}>' if self.spec(field).presence else inner
+        return f'std::optional<{inner}>' if field.spec.presence else inner
 
     def members(self, message):
-        """(message index, field, member type) for every member the message's struct holds."""
-        index, _ = self.messages['.moe.v1.' + message.name]
+        """(field, member type) for every member the message's struct holds."""
         out = []
-        for j, f in enumerate(message.field):
-            where = f'{message.name}.{f.name}'
-            if self.spec(f).section:
-                _, section = self.messages[f.type_name]
-                out.extend(self.members(section))
+        for f in message.fields:
+            if f.spec.section:
+                out.extend(self.members(self.messages[f.type_name]))
                 continue
-            out.append((index, j, f, self.member_type(where, f)))
+            out.append((f, self.member_type(f'{message.name}.{f.name}', f)))
         return out
 
     def structs(self):
         """The messages that become structs, each after the structs its members use."""
         done, order = set(), []
 
-        def visit(full):
-            if full in done:
+        def visit(name):
+            if name in done:
                 return
-            done.add(full)
-            _, m = self.messages[full]
-            for f in m.field:
-                if f.type_name in self.messages and not self.messages[f.type_name][1].options.map_entry:
+            done.add(name)
+            for f in self.messages[name].fields:
+                if f.type_name in self.messages:
                     visit(f.type_name)
-            if full not in self.sections and not m.options.map_entry:
-                order.append(m)
+            if name not in self.sections:
+                order.append(self.messages[name])
 
-        for full, (index, _) in self.messages.items():
-            if index is not None:
-                visit(full)
+        for name in self.messages:
+            visit(name)
         return order
 
 
@@ -168,14 +241,13 @@ def header(model):
            '#include <string>', '#include <vector>', '', 'namespace moe {']
     for m in model.structs():
         name = model.struct_name(m)
-        index, _ = model.messages['.moe.v1.' + m.name]
         out.append('')
-        out += ['// ' + l if l else '//' for l in model.comments.get((index, None), [])]
+        out += ['// ' + l if l else '//' for l in m.comment]
         out.append(f'struct {name} {{')
-        for mi, fi, f, t in model.members(m):
+        for f, t in model.members(m):
             where = f'{m.name}.{f.name}'
-            out += ['  // ' + l if l else '  //' for l in model.comments.get((mi, fi), [])]
-            out.append(f'  {t} {f.name}{default_of(where, model.spec(f), t)};')
+            out += ['  // ' + l if l else '  //' for l in f.comment]
+            out.append(f'  {t} {f.name}{default_of(where, f.spec, t)};')
         out += ['', f'#define MOE_JOB_SPEC_METHODS_{name}', '#include "common/job_spec_methods.inc"',
                 f'#undef MOE_JOB_SPEC_METHODS_{name}',
                 f'  bool operator==(const {name}&) const = default;', '};']
@@ -200,14 +272,14 @@ def table(model):
 
 def rows(model, message, indent):
     out = []
-    for f in message.field:
-        spec = model.spec(f)
+    for f in message.fields:
+        spec = f.spec
         key = spec.key or f.name
-        if spec.key and spec.key != f.json_name:
-            raise SpecError(f'{message.name}.{f.name}: (spec).key {spec.key} but json_name '
-                            f'{f.json_name}: the JSON mapping and the document must agree')
+        if spec.key != f.json_name:
+            raise SpecError(f'{message.name}.{f.name}: (spec).key {spec.key!r} but json_name '
+                            f'{f.json_name!r}: the JSON mapping and the document must agree')
         if spec.section:
-            _, section = model.messages[f.type_name]
+            section = model.messages[f.type_name]
             out.append(f'{indent}Section<S>({cpp_string(key)}, {{')
             out += rows(model, section, indent + '    ')
             required = f'.Required({cpp_string(spec.required)})' if spec.required else ''
@@ -236,12 +308,11 @@ def write_if_changed(path, text):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--descriptors', required=True)
-    ap.add_argument('--python-out', required=True)
+    ap.add_argument('--proto', required=True)
     ap.add_argument('--out-dir', required=True)
     a = ap.parse_args()
     try:
-        model = Model(*load(a.descriptors, a.python_out))
+        model = Model(parse(a.proto))
         h, cc = header(model), table(model)
     except SpecError as e:
         print(f'gen_job_spec.py: moe/v1/job_spec.proto: {e}', file=sys.stderr)

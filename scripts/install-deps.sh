@@ -12,14 +12,13 @@ set -euo pipefail
 target=${1:-build}
 
 build_pkgs=(cmake ninja-build ccache pkg-config g++ make python3
-  python3-protobuf  # proto/gen_job_spec.py: the job spec's structs from moe/v1/job_spec.proto (/usr/bin/python3)
   libopenblas-openmp-dev libgrpc++-dev libssl-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev libgloo-dev libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev fortunes pmccabe clang-format
   python3-pip)  # pip download: the cuDNN frontend's and CUTLASS's headers (scripts/fetch-gpu-headers.sh)
 fuzz_pkgs=(clang libclang-rt-14-dev)  # make fuzz: libFuzzer is clang's
 test_pkgs=(sqlite3 prometheus slurm-wlm munge curl openssl python3-torch python3-numpy
-  python3-grpcio python3-yaml  # the Python gRPC clients of the trust tests (/usr/bin/python3)
+  python3-grpcio python3-protobuf python3-yaml  # the Python gRPC clients of the trust tests (/usr/bin/python3)
   python3-venv  # the deploy validators' pinned PyPI environments (scripts/pyvenv.sh)
   clang)  # tests/sanitizers/thread_safety_test.sh: clang's -Wthread-safety on the annotated locks
 

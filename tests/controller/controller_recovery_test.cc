@@ -370,6 +370,7 @@ TEST(ControllerRecovery, AStoredJobThatNoLongerValidatesIsKeptAsInvalid) {
   bad.set_state(moe::v1::PENDING);
   bad.set_updated_at(b.clock.Now());
   *bad.mutable_spec() = SpecToProto(Spec("old", 1, 1));
+  (*bad.mutable_spec()->mutable_metadata()->mutable_labels())["team"] = "research";
   bad.mutable_spec()->mutable_spec()->mutable_model()->mutable_moe()->set_top_k(
       0);  // no longer valid
   ASSERT_TRUE(b.store.PutJob(bad).ok());
@@ -381,6 +382,12 @@ TEST(ControllerRecovery, AStoredJobThatNoLongerValidatesIsKeptAsInvalid) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->state(), moe::v1::INVALID);
   EXPECT_NE(got->message().find("spec.model.moe.top_k"), std::string::npos) << got->message();
+  moe::v1::ListJobsRequest by_label;  // still found by what its record says
+  by_label.set_label_selector("team=research");
+  auto listed = c.ListPage(by_label);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->jobs_size(), 1);
+  EXPECT_EQ(listed->jobs(0).id(), "old-abcde");
   b.clock.Advance(3600);
   c.Tick();
   EXPECT_TRUE(c.Get("old-abcde", false).ok()) << "an INVALID job is never expired";

@@ -9,18 +9,24 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 namespace moe::fuzz {
 
+// Removed when the process exits normally (a crash leaves it, with the input that crashed).
 inline const std::string& ScratchDir() {
+  static char path[] = "/tmp/moe-fuzz.XXXXXX";  // plain chars: still there when atexit runs
   static const std::string dir = [] {
-    char tmpl[] = "/tmp/moe-fuzz.XXXXXX";
-    const char* d = ::mkdtemp(tmpl);
-    if (d == nullptr) std::abort();
-    return std::string(d);
+    if (::mkdtemp(path) == nullptr) std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    });
+    return std::string(path);
   }();
   return dir;
 }

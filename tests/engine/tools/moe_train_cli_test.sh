@@ -86,7 +86,7 @@ took=$(python3 -c "import sys,time; print(f'{time.time() - float(sys.argv[1]):.2
 [ "$rc" = 3 ] || fail "SIGTERM during initialisation: exit $rc, not 3 (stopped): $(tail -3 "$work/init.log")"
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 2 else 1)" "$took" || fail "SIGTERM during initialisation took $took s"
 # SIGTERM in a step that does not end in time (here: 60 s injected into every step) stops the rank
-# within 2 s of its deadline (max(1.5 s, 2 x the longest step)) all the same, with the "stopped" code.
+# within 2 s of its deadline (max(1.5 s, 2 x the longest of the last four steps)) all the same, with the "stopped" code.
 "$bin" --config "$work/job.yaml" --steps 5 --inject-step-delay 60 >"$work/long.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 100); do grep -q "model FLOPs per step" "$work/long.log" && break; sleep 0.1; done

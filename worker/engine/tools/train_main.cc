@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -48,17 +49,21 @@ namespace {
 // then on it stops at the next step boundary, which every rank agrees on, checkpointing there.
 // Lock-free atomics: the handler may run on any thread.
 //
-// A step that does not end in time (max(1.5 s, 2 x the longest step so far) after the request: a
-// hung collective, a step that never finishes; steps on a loaded host vary by half and more, so the
-// margin is the longest step's, doubled) stops the rank at once as well; the job resumes from
-// its newest checkpoint. Checkpoints (periodic, final, the stop's own) and the agreed stop are
-// never cut (Trainer's on_protected).
+// A step that does not end in time (max(1.5 s, 2 x the longest of the last four steps) after the
+// request: a hung collective, a step that never finishes; steps on a loaded host vary by half and
+// more, so the margin is a recent long step's, doubled; the first step, with its warm-up, counts
+// only until others are timed, and an evaluation's long step only for the four after it) stops the
+// rank at once as well; the job resumes from its newest checkpoint. Checkpoints (periodic, final,
+// the stop's own) and the agreed stop are never cut (Trainer's on_protected).
 std::atomic<int> g_stop_requested{0};
 std::atomic<int> g_training{0};  // set at the first step boundary
 std::atomic<int> g_protected{
     0};  // > 0: writing a checkpoint, or stopping at an agreed boundary: no watchdog
 std::atomic<int64_t> g_stop_ms{0}, g_boundary_ms{0};  // monotonic milliseconds
-std::atomic<int64_t> g_step_ms{0};                    // the longest step so far, milliseconds
+// Step times in milliseconds: the first, then the last four after it (a ring).
+std::atomic<int64_t> g_first_step_ms{0};
+std::array<std::atomic<int64_t>, 4> g_recent_step_ms{};
+std::atomic<int> g_steps_timed{0};
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
 
 int64_t MonotonicMs() {  // async-signal-safe
@@ -80,8 +85,22 @@ void OnStopSignal(int) {
 // Called at every step boundary: the step's duration, and whether to stop here.
 bool AtStepBoundary() {
   const int64_t now = MonotonicMs(), last = g_boundary_ms.exchange(now);
-  if (g_training.exchange(1) != 0 && now - last > g_step_ms.load()) g_step_ms.store(now - last);
+  if (g_training.exchange(1) != 0) {
+    const int n = g_steps_timed.fetch_add(1);
+    if (n == 0) {
+      g_first_step_ms.store(now - last);
+    } else {
+      g_recent_step_ms[static_cast<size_t>((n - 1) % 4)].store(now - last);
+    }
+  }
   return g_stop_requested.load() != 0;
+}
+
+// The step time the watchdog allows for: the longest of the last four, else the first step's.
+int64_t StepAllowanceMs() {
+  int64_t longest = 0;
+  for (const auto& ms : g_recent_step_ms) longest = std::max(longest, ms.load());
+  return longest > 0 ? longest : g_first_step_ms.load();
 }
 
 // The watchdog of a stop that waits for a step boundary (see above).
@@ -89,7 +108,7 @@ void StopWatchdog() {
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (g_stop_requested.load() == 0 || g_protected.load() > 0) continue;
-    const int64_t deadline = std::max<int64_t>(1500, g_step_ms.load() * 2);
+    const int64_t deadline = std::max<int64_t>(1500, StepAllowanceMs() * 2);
     const int64_t waited = MonotonicMs() - g_stop_ms.load();
     if (waited < deadline) continue;
     const std::string msg = "moe-train: stopping now: the step did not end within " +
