@@ -39,7 +39,11 @@ row = {l.split()[0]: l.split() for l in jobs.splitlines() if l.split() and l.spl
 assert row[lo][3] == "-", f"the preempted job shows TFLOP/s {row[lo][3]}"
 r0 = [l.split() for l in racks.splitlines() if l.split()[:1] == ["r0"]][0]
 want = 2 * float(row[hi][3])
-assert abs(float(r0[-1]) - want) <= 1e-6 + 0.01 * want, f"rack r0 {r0[-1]}, the running job's 2 ranks {want}"
+# Both figures are printed rounded (to the same last digit): the rack's sum and the job's per-device
+# mean each carry half a unit of it, the doubled mean twice that. A slow (instrumented) run's tiny
+# figures are mostly rounding.
+unit = 10 ** -len(row[hi][3].partition(".")[2])
+assert abs(float(r0[-1]) - want) <= 1.5 * unit + 0.01 * want, f"rack r0 {r0[-1]}, the running job's 2 ranks {want}"
 PY
 for _ in $(seq 1 50); do
   ck=$(job_field "$lo" 'int(d.get("checkpoint_step", 0))'); [ "$ck" -gt 0 ] && break; sleep 0.2
