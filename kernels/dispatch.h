@@ -11,7 +11,7 @@
 #pragma once
 
 #include "common/check.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda_backend.h"
 #include "kernels/tensor.h"
 
 #define MOE_CPU_KERNEL(name)           \

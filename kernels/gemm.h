@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu_gemm.h"
 #include "kernels/kernel_state.h"
 #include "kernels/tensor.h"
 

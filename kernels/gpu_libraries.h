@@ -22,4 +22,16 @@ std::vector<GpuLibrary> GpuLibraries();
 // "name version (origin)", one line each.
 std::string FormatGpuLibraries(const std::vector<GpuLibrary>& libraries);
 
+// Defined by the backends (declared here so that no include points from this layer down into their
+// folders): kernels/cuda/gpu_libraries.cc, in CUDA builds, cuBLAS as the first GEMM loads it and
+// the CUDA runtime with the driver it found; kernels/cuda/sm90a/libraries.cc, in builds with the
+// Hopper paths, the cuDNN frontend and CUTLASS (versions and the header folders this build used)
+// and the cuDNN library the frontend loads at run time.
+namespace cuda {
+std::vector<GpuLibrary> RuntimeLibraries();
+}  // namespace cuda
+namespace cuda::sm90a {
+std::vector<GpuLibrary> HeaderLibraries();
+}  // namespace cuda::sm90a
+
 }  // namespace moe::kernels

@@ -4,8 +4,8 @@
 #   1. no include cycle between files, a .cc/.cu and its header (same path, other extension) counted as
 #      one, so a loop through a header and the other's source counts too;
 #   2. every arrow from one folder (component) to another is in ALLOW below, the architecture as drawn,
-#      not as it happens to be. A few arrows outside it are still in the tree: each is in KNOWN, the exact
-#      include behind it, and is printed as a warning until it is removed (then its line goes too).
+#      not as it happens to be. No exceptions: an include outside it fails, and the way out is to move
+#      the declaration down (see kernels/cpu_gemm.h) or to change the table with the drawing.
 # "moe/v1/..." is generated from proto/ and counts as proto. Includes of headers outside the repository
 # (absl/, cutlass/, ...) are not arrows. tests/ and bench/ are top layers and may include anything.
 set -euo pipefail
@@ -39,17 +39,6 @@ controller                 common proto planner
 cli                        common proto planner
 tests                      *
 bench                      *
-"""
-
-# TEMPORARY: known violations being removed. Each line is one include outside ALLOW that is still in
-# the tree: the file, then the header it includes. Remove a line with its include; a line whose include
-# is gone fails the check, so this list only shrinks. Nothing may be added here.
-KNOWN = """
-kernels/gemm.h                             kernels/cpu/gemm.h
-kernels/dispatch.h                         kernels/cuda/cuda_backend.h
-kernels/gpu_libraries.cc                   kernels/cuda/cublas_api.h
-kernels/gpu_libraries.cc                   kernels/cuda/sm90a/cudnn_attention.h
-kernels/gpu_libraries.cc                   kernels/cuda/sm90a/grouped_gemm.h
 """
 
 SOURCES = ["*.h", "*.cc", "*.cu", "*.cuh", "*.hpp", "*.cpp"]
@@ -125,10 +114,9 @@ def find_cycle(edges):
     return None
 
 
-def check_arrows(edges, known):
-    """(arrows, errors, warnings): the folder arrows, the includes outside ALLOW and KNOWN, the known ones."""
-    arrows, errors, seen = set(), [], set()
-    warnings = collections.defaultdict(list)
+def check_arrows(edges):
+    """(arrows, errors): the folder arrows and the includes outside ALLOW."""
+    arrows, errors = set(), []
     for f, number, target in edges:
         src, dst = component(f), component(target)
         if src == dst:
@@ -136,18 +124,12 @@ def check_arrows(edges, known):
         arrows.add((src, dst))
         if allowed(src, dst):
             continue
-        if (f, target) in known:
-            seen.add((f, target))
-            warnings[f"{src} -> {dst}"].append(f"{f} includes {target}")
-            continue
         if src not in ALLOWED:
             why = f"{src} has no row in ALLOW"
         else:
             why = f"{src} may include only: {' '.join(ALLOWED[src]) or 'nothing'}"
         errors.append(f"{f}:{number} includes {target}: arrow {src} -> {dst} is outside the layers ({why})")
-    for f, target in sorted(known - seen):
-        errors.append(f"KNOWN lists {f} -> {target}, no longer a violation: delete its line in scripts/layers.sh")
-    return arrows, errors, warnings
+    return arrows, errors
 
 
 def source_files():
@@ -173,19 +155,15 @@ def main():
         for f, target in cycle:
             print(f"  {f} includes {target}", file=sys.stderr)
         return 1
-    known = {tuple(row[:2]) for row in (line.split() for line in KNOWN.strip().splitlines()) if row}
-    arrows, errors, warnings = check_arrows(edges, known)
+    arrows, errors = check_arrows(edges)
     if errors:
         print("layers: includes outside the allow-list (docs/architecture.md, Layers; scripts/layers.sh ALLOW):",
               file=sys.stderr)
         for e in errors:
             print(f"  {e}", file=sys.stderr)
         return 1
-    count = sum(len(v) for v in warnings.values())
     print(f"layers: {len(files)} files, {len(edges)} includes, no cycle; {len(arrows)} folder arrows, all within "
-          f"the allow-list; {count} known violations left{' (KNOWN):' if count else ''}")
-    for arrow, v in sorted(warnings.items()):
-        print(f"layers: warning: {arrow} ({len(v)}): {', '.join(v)}")
+          f"the allow-list")
     return 0
 
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu_gemm.h"
 #include "kernels/kernel_state.h"
 #include "kernels/kernel_types.h"
 

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu_gemm.h"
 #include "kernels/kernel_state.h"
 #include "kernels/kernel_types.h"
 

@@ -1,13 +1,12 @@
 // The CPU GEMMs: the raw-pointer row-major GEMM (OpenBLAS where linked, else a blocked GEMM of our
 // own) and the Tensor-level Gemm and grouped GEMMs over experts built on it.
-#include "kernels/cpu/gemm.h"
-
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu_gemm.h"
 #include "kernels/kernel_state.h"
 #include "kernels/kernel_types.h"
 #ifdef MOE_HAVE_CBLAS

@@ -21,8 +21,8 @@
 #include <type_traits>
 
 #include "common/check.h"
-#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_tile.h"
+#include "kernels/cpu_gemm.h"
 #include "kernels/kernel_state.h"
 #include "kernels/tensor.h"
 

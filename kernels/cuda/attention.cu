@@ -7,7 +7,7 @@
 #include "common/check.h"
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda_backend.h"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {

@@ -2,7 +2,7 @@
 // be written in place over the logits. Row losses are added on the host in a fixed order.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cross_entropy_kernels.cuh"
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda_backend.h"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {

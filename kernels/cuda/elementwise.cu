@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/elementwise_kernels.cuh"
+#include "kernels/cuda_backend.h"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {

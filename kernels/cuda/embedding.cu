@@ -1,8 +1,8 @@
 // Embedding lookup and its gradient: out[t] = table[ids[t]]; the backward scatter-adds into an fp32
 // table gradient with atomics (not bitwise reproducible, unlike the CPU's counting sort).
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/embedding_kernels.cuh"
+#include "kernels/cuda_backend.h"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {

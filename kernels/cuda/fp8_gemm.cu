@@ -32,8 +32,8 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_api.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/fp8_gemm_kernels.cuh"
+#include "kernels/cuda_backend.h"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {

@@ -15,8 +15,8 @@
 #include "common/check.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_api.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm_kernels.cuh"
+#include "kernels/cuda_backend.h"
 #include "kernels/kernel_state.h"
 #include "kernels/kernel_types.h"
 

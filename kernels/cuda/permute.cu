@@ -4,9 +4,9 @@
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/permute_kernels.cuh"
 #include "kernels/cuda/routing_kernels.cuh"
+#include "kernels/cuda_backend.h"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {

@@ -1,8 +1,8 @@
 // RMSNorm: x [R, D], w [D] -> y [R, D], rstd [R] (fp32); the backward writes dx and accumulates dw
 // (fp32; atomics across strips of rows: not bitwise reproducible, unlike the CPU path).
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/rmsnorm_kernels.cuh"
+#include "kernels/cuda_backend.h"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {

@@ -1,8 +1,8 @@
 // SwiGLU on a fused gate|up projection: gate_up [R, 2F] -> out [R, F] = silu(gate) * up; the
 // backward writes dgate_up.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/swiglu_kernels.cuh"
+#include "kernels/cuda_backend.h"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {

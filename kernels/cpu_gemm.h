@@ -1,5 +1,7 @@
-// The CPU GEMM on raw pointers (kernels/cpu/gemm.cc): what the CPU kernels build on, also public
-// through kernels/gemm.h for tests and benchmarks.
+// The CPU GEMM on raw pointers, declared at the dispatch layer and defined by the CPU backend
+// (kernels/cpu/gemm.cc, gemm_blocked.cc): what the CPU kernels build on, also public through
+// kernels/gemm.h for tests, benchmarks and the MFU probe. Declared here, not in kernels/cpu/, so
+// that no include points from the dispatch layer down into a backend's folder (scripts/layers.sh).
 #pragma once
 
 #include <cstdint>
