@@ -33,7 +33,7 @@ double Now() {
 
 // Median seconds of `iters` calls of fn after a warm-up call, the ranks aligned by a barrier.
 template <typename Fn>
-double MedianSeconds(moe::Communicator* comm, int iters, Fn&& fn) {
+double MedianSeconds(moe::parallel::Communicator* comm, int iters, Fn&& fn) {
   std::vector<double> times;
   for (int it = 0; it < iters + 1; ++it) {
     (void)comm->Barrier();
@@ -47,7 +47,7 @@ double MedianSeconds(moe::Communicator* comm, int iters, Fn&& fn) {
 
 // The f64 all-reduce's and reduce-scatter's medians over a buffer of `mb` MiB (fp32 values, as
 // gradients are, so that the sums stay exact).
-void TimeReductions(moe::Communicator* comm, int64_t mb, int iters, double* all_reduce,
+void TimeReductions(moe::parallel::Communicator* comm, int64_t mb, int iters, double* all_reduce,
                     double* reduce_scatter) {
   const int64_t n = mb * 1024 * 1024 / 8;
   moe::Tensor g = moe::Tensor::Empty({n}, moe::DType::kF64);
@@ -60,10 +60,10 @@ void TimeReductions(moe::Communicator* comm, int64_t mb, int iters, double* all_
 
 int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, int64_t k,
             int64_t experts, int iters, int64_t reduce_mb, int fd) {
-  moe::FileStore store(dir);
-  moe::GroupOptions o;
+  moe::parallel::FileStore store(dir);
+  moe::parallel::GroupOptions o;
   o.timeout_seconds = 120;
-  auto comm = moe::CreateGlooCommunicator(rank, 2, &store, o);
+  auto comm = moe::parallel::CreateGlooCommunicator(rank, 2, &store, o);
   if (!comm.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().ToString().c_str());
     return 1;
@@ -84,14 +84,14 @@ int RunRank(int rank, const std::string& dir, int64_t tokens, int64_t hidden, in
   moe::Tensor xp = moe::Tensor::Empty({tokens * k, hidden}, moe::DType::kF32);
   for (int64_t i = 0; i < xp.numel(); ++i)
     xp.data<float>()[i] = static_cast<float>(i % 1000) * 1e-3f;
-  moe::TokenDispatcher disp(comm->get(), experts, nullptr);
+  moe::parallel::TokenDispatcher disp(comm->get(), experts, nullptr);
   std::vector<double> times;
   int64_t remote_rows = 0;
   for (int it = 0; it < iters + 2; ++it) {
     (void)(*comm)->Barrier();
     const double t0 = Now();
-    moe::TokenDispatcher::Route route;
-    moe::TokenDispatcher::InFlight moving;
+    moe::parallel::TokenDispatcher::Route route;
+    moe::parallel::TokenDispatcher::InFlight moving;
     if (!disp.DispatchStart(xp, plan.counts, &route, &moving).ok()) return 1;
     auto local = disp.Finish(&moving, route);
     if (!local.ok()) return 1;
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--reduce-mb and --iters: at least 1 each\n");
     return 2;
   }
-  if (!moe::HaveGloo()) {
+  if (!moe::parallel::HaveGloo()) {
     std::fprintf(stderr, "this build has no Gloo\n");
     return 1;
   }

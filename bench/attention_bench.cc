@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   }
   moe::kernels::SetNumThreads(static_cast<int>(threads));
   moe::SetLogLevel(moe::LogLevel::kWarning);
-  const moe::PeakFlops peak = moe::MeasureCpuSgemmPeak(1024, 1.0);
+  const moe::train::PeakFlops peak = moe::train::MeasureCpuSgemmPeak(1024, 1.0);
   std::printf(
       "causal attention fwd+bwd, B=1, fp32, %d threads, best of %lld; SGEMM peak (same run) %.1f "
       "GFLOP/s (%s)\n",

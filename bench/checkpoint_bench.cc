@@ -40,19 +40,19 @@ bool RunMode(moe::JobSpec spec, bool async, const std::string& dir, int64_t save
   spec.checkpoint.async = async;
   spec.checkpoint.keep_last = 1;
   spec.training.steps = (saves + 1) * gap;
-  moe::LocalParallel local;
-  moe::TrainerOptions o;
+  moe::parallel::LocalParallel local;
+  moe::train::TrainerOptions o;
   o.checkpoint_dir = dir;
   o.checkpoint_interval = gap;
   o.peak_flops = 1e11;  // no probe: MFU is not measured here
   o.log_steps = false;
   std::map<int64_t, double> stall;
   std::vector<double> steps;
-  o.on_step = [&](const moe::StepMetrics& s) {
+  o.on_step = [&](const moe::train::StepMetrics& s) {
     stall[s.step] = s.checkpoint_stall_seconds;
     if (s.step > 1) steps.push_back(s.step_seconds);
   };
-  auto r = moe::Train(spec, local.ctx, o);
+  auto r = moe::train::Train(spec, local.ctx, o);
   (void)moe::RemoveAll(dir);
   if (!r.ok()) {
     std::fprintf(stderr, "training (async %d) failed: %s\n", async, r.status().ToString().c_str());

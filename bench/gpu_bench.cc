@@ -268,9 +268,9 @@ int main(int argc, char** argv) {
                              .route_scale = 2.5,
                              .bias_update_rate = 1e-3,
                              .seq_aux_loss_coeff = 1e-4};
-    moe::ParamSet params(moe::DType::kF32, dev, moe::DType::kBF16);
-    moe::TokenDispatcher dispatcher(nullptr, experts, nullptr);
-    moe::MoeLayer layer(params, "moe", cfg, 1, 0, &dispatcher, moe::DType::kF32, dev);
+    moe::model::ParamSet params(moe::DType::kF32, dev, moe::DType::kBF16);
+    moe::parallel::TokenDispatcher dispatcher(nullptr, experts, nullptr);
+    moe::model::MoeLayer layer(params, "moe", cfg, 1, 0, &dispatcher, moe::DType::kF32, dev);
     // Uniform in [-a, a) with a = 0.006 * sqrt(3): std 0.006, as DeepSeek-V3 initialises. Random
     // values, not constants: matrix units run faster on constant data, and routing needs distinct
     // scores.
@@ -288,7 +288,7 @@ int main(int argc, char** argv) {
     const int64_t seqs = 4, seq_len = tokens / seqs;
     double imbalance = 0;
     auto step = [&] {
-      moe::MoeStats stats;
+      moe::model::MoeStats stats;
       auto out = layer.Forward(x, seqs, seq_len, 1e-4 / seqs, &stats);
       MOE_CHECK(out.ok()) << out.status();
       auto dx = layer.Backward(dy);
@@ -330,8 +330,8 @@ int main(int argc, char** argv) {
     spec.data.global_batch_size = small_micro;
     spec.training.steps = small_steps;
     spec.resources.device = "cuda";
-    moe::LocalParallel local;
-    moe::TrainerOptions o;
+    moe::parallel::LocalParallel local;
+    moe::train::TrainerOptions o;
     o.device = rehearse ? "cpu" : "cuda:0";
     if (rehearse) spec.model.num_layers = 2;
     o.precision = "bf16";
@@ -340,13 +340,13 @@ int main(int argc, char** argv) {
     o.log_steps = false;
     double sum_tflops = 0, sum_ms = 0;
     int n = 0;
-    o.on_step = [&](const moe::StepMetrics& m) {
+    o.on_step = [&](const moe::train::StepMetrics& m) {
       if (m.step == 1) return;
       sum_tflops += m.tflops_per_device;
       sum_ms += m.step_seconds * 1e3;
       ++n;
     };
-    auto r = moe::Train(spec, local.ctx, o);
+    auto r = moe::train::Train(spec, local.ctx, o);
     if (!r.ok() || n == 0) {
       std::printf("RESULT small_step FAILED %s\n",
                   r.ok() ? "no steps" : r.status().ToString().c_str());

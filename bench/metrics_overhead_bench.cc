@@ -47,16 +47,16 @@ int main(int argc, char** argv) {
   agg.StartAttempt("bench", 1, {{"rack0", "w0"}}, 1);
   std::vector<double> after_report, after_silence, report_cost;
   bool reported_last = false;
-  moe::LocalParallel local;
-  moe::TrainerOptions o;
+  moe::parallel::LocalParallel local;
+  moe::train::TrainerOptions o;
   o.peak_flops = 1e11;
   o.log_steps = false;
-  o.on_step = [&](const moe::StepMetrics& m) {
+  o.on_step = [&](const moe::train::StepMetrics& m) {
     if (m.step > 2) (reported_last ? after_report : after_silence).push_back(m.step_seconds);
     reported_last = m.step % 2 == 0;
     if (!reported_last) return;
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string line = moe::MetricsJson(m);  // the rank
+    const std::string line = moe::train::MetricsJson(m);  // the rank
     moe::v1::StepMetrics sm;
     if (!moe::worker::StepMetricsFromJson(line, &sm).ok()) std::abort();  // the agent
     std::vector<moe::controller::StragglerChange> changes;
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
     report_cost.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };
-  auto r = moe::Train(spec, local.ctx, o);
+  auto r = moe::train::Train(spec, local.ctx, o);
   if (!r.ok()) {
     std::fprintf(stderr, "training failed: %s\n", r.status().ToString().c_str());
     return 1;

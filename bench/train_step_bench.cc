@@ -34,18 +34,18 @@ struct ModeTimes {
 bool RunMode(moe::JobSpec spec, bool deterministic, double peak, const std::string& source,
              ModeTimes* out) {
   spec.training.deterministic = deterministic;
-  moe::LocalParallel local;
-  moe::TrainerOptions o;
+  moe::parallel::LocalParallel local;
+  moe::train::TrainerOptions o;
   o.peak_flops = peak;
   o.peak_source = source;
   o.log_steps = false;
-  o.on_step = [&](const moe::StepMetrics& s) {
+  o.on_step = [&](const moe::train::StepMetrics& s) {
     if (s.step > 1) {  // the first step pays for page faults and the allocator's warm-up
       out->step.push_back(s.step_seconds);
       out->compute.push_back(s.compute_seconds);
     }
   };
-  auto r = moe::Train(spec, local.ctx, o);
+  auto r = moe::train::Train(spec, local.ctx, o);
   if (!r.ok()) {
     std::fprintf(stderr, "training (deterministic %d) failed: %s\n", deterministic,
                  r.status().ToString().c_str());
@@ -91,13 +91,13 @@ int main(int argc, char** argv) {
   spec.data.micro_batch_size = micro;
   spec.data.global_batch_size = micro;
   spec.training.steps = steps + 1;
-  const moe::PeakFlops before = moe::MeasureCpuSgemmPeak(1024, 1.0);
+  const moe::train::PeakFlops before = moe::train::MeasureCpuSgemmPeak(1024, 1.0);
   ModeTimes fast, det;
   for (int64_t r = 0; r < rounds; ++r) {
     if (!RunMode(spec, false, before.flops_per_second, before.source, &fast)) return 1;
     if (!RunMode(spec, true, before.flops_per_second, before.source, &det)) return 1;
   }
-  const moe::PeakFlops after = moe::MeasureCpuSgemmPeak(1024, 1.0);
+  const moe::train::PeakFlops after = moe::train::MeasureCpuSgemmPeak(1024, 1.0);
   const double peak = std::max(before.flops_per_second, after.flops_per_second);
   const double flops = moe::MegatronFlopsPerStep(spec.model, micro, seq);
   std::printf("train step, preset %s, %lld x %lld tokens, %d threads, %lld x %lld steps a mode\n",

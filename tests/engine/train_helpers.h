@@ -13,7 +13,7 @@ namespace moe::testing {
 // A dataset from a random Markov chain over `vocab` ids (learnable, not uniform noise).
 inline std::string MakeMarkovDataset(const std::string& prefix, int64_t vocab, int64_t tokens,
                                      uint64_t seed) {
-  IndexedDatasetWriter w(prefix, vocab);
+  data::IndexedDatasetWriter w(prefix, vocab);
   Rng rng(seed);
   std::vector<int32_t> next(static_cast<size_t>(vocab * 4));
   for (auto& n : next) n = static_cast<int32_t>(rng.Below(static_cast<uint64_t>(vocab)));

@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ::mkdir(dir.c_str(), 0700);
   moe::fuzz::WriteFile(dir + "/MANIFEST.json", manifest);
   moe::fuzz::WriteFile(dir + "/shard_00000.bin", shard);
-  (void)moe::ReadCheckpointManifest(dir);
-  for (bool verify : {false, true}) (void)moe::CheckpointReader::Open(dir, verify);
+  (void)moe::checkpoint::ReadCheckpointManifest(dir);
+  for (bool verify : {false, true}) (void)moe::checkpoint::CheckpointReader::Open(dir, verify);
   return 0;
 }

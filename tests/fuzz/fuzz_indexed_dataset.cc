@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string prefix = moe::fuzz::ScratchDir() + "/ds";
   moe::fuzz::WriteFile(prefix + ".idx", idx);
   moe::fuzz::WriteFile(prefix + ".bin", bin);
-  auto ds = moe::IndexedDataset::Open(prefix, 0);
+  auto ds = moe::data::IndexedDataset::Open(prefix, 0);
   if (!ds.ok()) return 0;
   const int64_t n = std::min<int64_t>((*ds)->num_tokens(), 4096);
   std::vector<int32_t> out(static_cast<size_t>(n));

@@ -8,7 +8,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = moe::fuzz::ScratchDir() + "/model.safetensors";
   moe::fuzz::WriteFile(path, std::string_view(reinterpret_cast<const char*>(data), size));
-  auto f = moe::SafetensorsFile::Open(path);
+  auto f = moe::checkpoint::SafetensorsFile::Open(path);
   (void)f;
   return 0;
 }

@@ -29,8 +29,8 @@ struct Run {
 
 Run Train(const moe::JobSpec& spec, const std::string& name, const std::string& device,
           const std::string& precision) {
-  moe::LocalParallel local;
-  moe::TrainerOptions o;
+  moe::parallel::LocalParallel local;
+  moe::train::TrainerOptions o;
   o.device = device;
   o.precision = precision;
   o.peak_flops = 1e12;  // no probe: MFU is not what this compares
@@ -38,11 +38,11 @@ Run Train(const moe::JobSpec& spec, const std::string& name, const std::string& 
   Run run;
   run.name = name;
   double ms = 0;
-  o.on_step = [&](const moe::StepMetrics& m) {
+  o.on_step = [&](const moe::train::StepMetrics& m) {
     run.loss.push_back(m.loss);
     if (m.step > 1) ms += m.step_seconds * 1e3;
   };
-  auto r = moe::Train(spec, local.ctx, o);
+  auto r = moe::train::Train(spec, local.ctx, o);
   if (!r.ok()) {
     std::printf("%s: training failed: %s\n", name.c_str(), r.status().ToString().c_str());
     return run;

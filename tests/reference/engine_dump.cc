@@ -69,8 +69,8 @@ ModelConfig CaseModel(bool yarn) {
   return m;
 }
 
-LossScales ScalesFor(const ModelConfig& m) {
-  LossScales s;
+model::LossScales ScalesFor(const ModelConfig& m) {
+  model::LossScales s;
   s.ce = 1.0 / (kBatch * kSeq);
   s.aux_coeff = m.moe.seq_aux_loss_coeff / kBatch;
   for (int64_t k = 1; k <= m.mtp_depth; ++k)
@@ -95,16 +95,16 @@ Status TrainAndExport(const ModelConfig& m, int64_t steps, const std::string& ou
   MOE_RETURN_IF_ERROR(ValidateJobSpec(spec));
   const std::string ckpt = out + ".ckpt";
   MOE_RETURN_IF_ERROR(RemoveAll(ckpt));
-  LocalParallel local;
-  TrainerOptions o;
+  parallel::LocalParallel local;
+  train::TrainerOptions o;
   o.checkpoint_dir = ckpt;
   o.peak_flops = 1e9;
   o.log_steps = false;
-  MOE_RETURN_IF_ERROR(Train(spec, local.ctx, o).status());
-  HfWriteOptions w;
+  MOE_RETURN_IF_ERROR(train::Train(spec, local.ctx, o).status());
+  checkpoint::HfWriteOptions w;
   w.dtype = "fp64";
   w.mtp_table_copies = false;  // the reference then uses the main tables, as the engine does
-  MOE_RETURN_IF_ERROR(ExportCheckpoint(ckpt, out, w));
+  MOE_RETURN_IF_ERROR(checkpoint::ExportCheckpoint(ckpt, out, w));
   return RemoveAll(ckpt);
 }
 
@@ -143,8 +143,9 @@ Tensor ToI64(const Tensor& i32) {
 
 Status WriteTensors(const std::string& path,
                     const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  SafetensorsWriter w(path);
-  for (const auto& [name, t] : tensors) w.Plan(name, SafetensorsDType(t.dtype()), t.shape());
+  checkpoint::SafetensorsWriter w(path);
+  for (const auto& [name, t] : tensors)
+    w.Plan(name, checkpoint::SafetensorsDType(t.dtype()), t.shape());
   return w.Write({}, [&](const std::string& name, std::string* bytes) {
     for (const auto& [n, t] : tensors) {
       if (n == name) bytes->assign(static_cast<const char*>(t.raw()), t.nbytes());
@@ -154,16 +155,16 @@ Status WriteTensors(const std::string& path,
 }
 
 // The engine's outputs: logits, the losses, each MoE layer's routing, every weight's gradient.
-Status DumpOutputs(Model& model, const Tensor& tokens, const std::string& out, DType dt) {
+Status DumpOutputs(model::Model& model, const Tensor& tokens, const std::string& out, DType dt) {
   const ModelConfig& m = model.config();
   const Tensor inputs = Shifted(tokens, 0), targets = Shifted(tokens, 1);
-  const LossScales scales = ScalesFor(m);
-  MicroBatchResult fwd;
+  const model::LossScales scales = ScalesFor(m);
+  model::MicroBatchResult fwd;
   MOE_RETURN_IF_ERROR(model.Loss(inputs, targets, scales, &fwd).status());
   std::vector<std::pair<std::string, Tensor>> t;
   t.emplace_back("logits", model.last_logits().Clone().Reshape({kBatch, kSeq, m.vocab_size}));
   model.params().ZeroGrads();
-  MOE_ASSIGN_OR_RETURN(MicroBatchResult r, model.ForwardBackward(inputs, targets, scales));
+  MOE_ASSIGN_OR_RETURN(model::MicroBatchResult r, model.ForwardBackward(inputs, targets, scales));
   const double main = r.ce_sum / (kBatch * kSeq);
   double total = main + r.aux_loss, mtp_mean = 0;
   for (size_t k = 0; k < r.mtp_ce_sums.size(); ++k) {
@@ -183,10 +184,10 @@ Status DumpOutputs(Model& model, const Tensor& tokens, const std::string& out, D
                                  : m.num_layers + static_cast<int64_t>(l) - main_moe;
     t.emplace_back("routing." + std::to_string(hf_layer), ToI64(r.routing[l]));
   }
-  MOE_ASSIGN_OR_RETURN(std::vector<HfTensor> layout, HfLayout(m, false));
-  for (const HfTensor& h : layout) {
+  MOE_ASSIGN_OR_RETURN(std::vector<checkpoint::HfTensor> layout, checkpoint::HfLayout(m, false));
+  for (const checkpoint::HfTensor& h : layout) {
     if (h.engine_name.rfind("param/", 0) != 0) continue;  // the bias takes no gradient
-    const Param* p = model.params().Find(h.engine_name.substr(6, h.engine_name.size() - 12));
+    const model::Param* p = model.params().Find(h.engine_name.substr(6, h.engine_name.size() - 12));
     if (p == nullptr) return NotFoundError("no parameter for " + h.hf_name);
     int64_t n = 1;
     for (int64_t d : h.shape) n *= d;
@@ -202,27 +203,27 @@ Status Run(const std::string& out, const std::string& dtype, int64_t train_steps
   const ModelConfig m = CaseModel(yarn);
   MOE_RETURN_IF_ERROR(RemoveAll(out));
   MOE_RETURN_IF_ERROR(MakeDirs(out));
-  LocalParallel local;
-  ModelOptions mo;
+  parallel::LocalParallel local;
+  model::ModelOptions mo;
   mo.dtype = dt;
   mo.max_seq_len = kSeq;
-  Model model(m, local.ctx, 7, mo);
+  model::Model model(m, local.ctx, 7, mo);
   if (train_steps > 0) {
     MOE_RETURN_IF_ERROR(TrainAndExport(m, train_steps, out));
-    MOE_RETURN_IF_ERROR(LoadHfWeights(out, model, local.ctx));
+    MOE_RETURN_IF_ERROR(checkpoint::LoadHfWeights(out, model, local.ctx));
   } else {
     Rng rng(5);  // a bias that steers: small values of both signs
-    for (MoeLayer* l : model.moe_layers()) {
+    for (model::MoeLayer* l : model.moe_layers()) {
       std::vector<float> b(static_cast<size_t>(m.moe.num_experts));
       for (auto& x : b) x = static_cast<float>(0.2 * (rng.Uniform() - 0.5));
       l->SetBias(b);
     }
   }
-  HfWriteOptions w;
+  checkpoint::HfWriteOptions w;
   w.dtype = dt == DType::kF64 ? "fp64" : "fp32";
   w.mtp_table_copies = false;
   w.rope_length = kSeq;  // rope_scaling is written when YaRN applied at this length
-  MOE_RETURN_IF_ERROR(WriteHfDirectory(m, ModelSource(model), out, w));
+  MOE_RETURN_IF_ERROR(checkpoint::WriteHfDirectory(m, checkpoint::ModelSource(model), out, w));
   const Tensor tokens = Tokens(m.vocab_size);
   MOE_RETURN_IF_ERROR(WriteTensors(JoinPath(out, "batch.safetensors"), {{"tokens", tokens}}));
   Node meta = Node::Map();

@@ -15,23 +15,24 @@
 
 namespace moe::testing {
 
-void RunRanks(int n, const std::function<void(int, KvStore*)>& fn) {
+void RunRanks(int n, const std::function<void(int, parallel::KvStore*)>& fn) {
   static std::atomic<int> runs{0};
   const std::string dir =
       "/tmp/moe-ranks-test-" + std::to_string(::getpid()) + "-" + std::to_string(runs++);
   ASSERT_TRUE(RemoveAll(dir).ok());
-  FileStore store(dir);
+  parallel::FileStore store(dir);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { fn(r, &store); });
   for (auto& t : threads) t.join();
   (void)RemoveAll(dir);
 }
 
-void RunGlooGroup(int n, const std::function<void(int, Communicator&)>& fn, double timeout) {
-  RunRanks(n, [&](int r, KvStore* store) {
-    GroupOptions o;
+void RunGlooGroup(int n, const std::function<void(int, parallel::Communicator&)>& fn,
+                  double timeout) {
+  RunRanks(n, [&](int r, parallel::KvStore* store) {
+    parallel::GroupOptions o;
     o.timeout_seconds = timeout;
-    auto comm = CreateGlooCommunicator(r, n, store, o);
+    auto comm = parallel::CreateGlooCommunicator(r, n, store, o);
     ASSERT_TRUE(comm.ok()) << comm.status();
     // Every rank connected before any runs: a rank whose test body is a no-op (an empty buffer)
     // would otherwise close its side while a peer is still finishing Gloo's handshake ("Connection
@@ -42,11 +43,11 @@ void RunGlooGroup(int n, const std::function<void(int, Communicator&)>& fn, doub
   });
 }
 
-void RunAgainstHungPeer(const std::function<void(Communicator&)>& fn, double timeout) {
+void RunAgainstHungPeer(const std::function<void(parallel::Communicator&)>& fn, double timeout) {
   const auto start = std::chrono::steady_clock::now();
   RunGlooGroup(
       2,
-      [&](int r, Communicator& comm) {
+      [&](int r, parallel::Communicator& comm) {
         if (r == 1) {
           std::this_thread::sleep_for(std::chrono::duration<double>(2 * timeout));
           return;

@@ -26,8 +26,8 @@ struct TrainRun {
 };
 
 TrainRun Train(const JobSpec& spec, const std::string& ckpt, bool resume) {
-  LocalParallel local;
-  TrainerOptions o;
+  parallel::LocalParallel local;
+  train::TrainerOptions o;
   o.stop_at_step = kSteps;
   o.checkpoint_dir = ckpt;
   o.checkpoint_interval = kInterval;
@@ -35,7 +35,7 @@ TrainRun Train(const JobSpec& spec, const std::string& ckpt, bool resume) {
   o.peak_flops = 1e11;  // skip the probe
   o.log_steps = false;
   TrainRun run;
-  o.on_step = [&](const StepMetrics& m) {
+  o.on_step = [&](const train::StepMetrics& m) {
     run.loss.push_back(m.loss);
     run.grad_norm.push_back(m.grad_norm);
     run.steps.push_back(m.step);
@@ -43,13 +43,13 @@ TrainRun Train(const JobSpec& spec, const std::string& ckpt, bool resume) {
     run.eval_seconds.push_back(m.eval_seconds);
     run.checkpoint_step.push_back(m.checkpoint_step);
   };
-  auto r = moe::Train(spec, local.ctx, o);
+  auto r = moe::train::Train(spec, local.ctx, o);
   EXPECT_TRUE(r.ok()) << r.status();
   return run;
 }
 
 std::string StepDir(const std::string& dir, int64_t step) {
-  return dir + "/" + CheckpointManager::StepDirName(step);
+  return dir + "/" + checkpoint::CheckpointManager::StepDirName(step);
 }
 
 // The same 20 steps saved every 5 asynchronously and synchronously train alike bitwise and write

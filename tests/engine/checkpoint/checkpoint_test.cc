@@ -36,10 +36,11 @@ class CheckpointTest : public ::testing::Test {
     dir_ = "/tmp/moe-ckpt-test-" + std::to_string(::getpid()) + "-" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     ASSERT_TRUE(RemoveAll(dir_).ok());
-    model_ = std::make_unique<Model>(SmallModel(), local_.ctx, 1, DType::kF32, Device::Cpu());
+    model_ =
+        std::make_unique<model::Model>(SmallModel(), local_.ctx, 1, DType::kF32, Device::Cpu());
     optimizer_ =
-        std::make_unique<Optimizer>(OptimizerConfig(), model_->params(), local_.ctx,
-                                    /*distributed=*/false, model_->config().moe.num_experts);
+        std::make_unique<train::Optimizer>(OptimizerConfig(), model_->params(), local_.ctx,
+                                           /*distributed=*/false, model_->config().moe.num_experts);
   }
   void TearDown() override { (void)RemoveAll(dir_); }
   // Makes the model's state depend on `v`.
@@ -59,13 +60,13 @@ class CheckpointTest : public ::testing::Test {
   }
 
   std::string dir_;
-  LocalParallel local_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Optimizer> optimizer_;
+  parallel::LocalParallel local_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<train::Optimizer> optimizer_;
 };
 
 TEST_F(CheckpointTest, RoundTripsEveryTensorAndTheBias) {
-  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  checkpoint::CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   Mutate(1.5);
   ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
   Mutate(-3.0);
@@ -94,7 +95,7 @@ void FlipByte(const std::string& path, size_t offset) {
 }
 
 TEST_F(CheckpointTest, DamagedOrTruncatedNewestFallsBackToThePreviousComplete) {
-  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  checkpoint::CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   Mutate(1.0);
   ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
   Mutate(2.0);
@@ -119,7 +120,7 @@ TEST_F(CheckpointTest, DamagedOrTruncatedNewestFallsBackToThePreviousComplete) {
 }
 
 TEST_F(CheckpointTest, PartialCheckpointsAreIgnoredAndOldOnesPruned) {
-  CheckpointManager ckpt(dir_, local_.ctx, "fp", /*keep_last=*/2);
+  checkpoint::CheckpointManager ckpt(dir_, local_.ctx, "fp", /*keep_last=*/2);
   for (int64_t s : {10, 20, 30}) {
     Mutate(static_cast<double>(s));
     ASSERT_TRUE(ckpt.Save(s, *model_, *optimizer_, State(s)).ok());
@@ -140,7 +141,7 @@ TEST_F(CheckpointTest, PartialCheckpointsAreIgnoredAndOldOnesPruned) {
 // Saves in progress of attempts that were killed or fenced mid-save stayed forever; the owner's
 // manager removes every one but its own (and never a complete checkpoint).
 TEST_F(CheckpointTest, StaleSavesOfOtherAttemptsAreRemoved) {
-  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0, Node(), ".tmp-a3");
+  checkpoint::CheckpointManager ckpt(dir_, local_.ctx, "fp", 0, Node(), ".tmp-a3");
   Mutate(1.0);
   ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
   for (const char* d : {"/step_00000020.tmp-a1", "/step_00000020.tmp-a2", "/step_00000030.tmp",
@@ -157,9 +158,9 @@ TEST_F(CheckpointTest, StaleSavesOfOtherAttemptsAreRemoved) {
 }
 
 TEST_F(CheckpointTest, AnotherModelIsRefusedClearly) {
-  CheckpointManager writer(dir_, local_.ctx, "fingerprint-a", 0);
+  checkpoint::CheckpointManager writer(dir_, local_.ctx, "fingerprint-a", 0);
   ASSERT_TRUE(writer.Save(10, *model_, *optimizer_, State(10)).ok());
-  CheckpointManager reader(dir_, local_.ctx, "fingerprint-b", 0);
+  checkpoint::CheckpointManager reader(dir_, local_.ctx, "fingerprint-b", 0);
   auto info = reader.Restore(*model_, *optimizer_);
   ASSERT_FALSE(info.ok());
   EXPECT_EQ(info.status().code(), StatusCode::kFailedPrecondition);
@@ -170,17 +171,18 @@ TEST_F(CheckpointTest, AnotherModelIsRefusedClearly) {
 // Every tensor is stored by its global shape; a missing shard leaves holes that are found before
 // any rank loads, and the previous complete checkpoint is used.
 TEST_F(CheckpointTest, AMissingShardIsFoundAndTheLastCompleteOneIsUsed) {
-  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  checkpoint::CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   Mutate(10.0);
   ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
   Mutate(20.0);
   ASSERT_TRUE(ckpt.Save(20, *model_, *optimizer_, State(20)).ok());
   // Rewrite step 20 with only half of one tensor, as if a shard of its other half were lost.
-  const std::string dir20 = dir_ + "/" + CheckpointManager::StepDirName(20);
-  std::vector<TensorPiece> pieces = CheckpointPieces(*model_, *optimizer_, local_.ctx, true);
-  TensorPiece& e = pieces.front();
+  const std::string dir20 = dir_ + "/" + checkpoint::CheckpointManager::StepDirName(20);
+  std::vector<checkpoint::TensorPiece> pieces =
+      checkpoint::CheckpointPieces(*model_, *optimizer_, local_.ctx, true);
+  checkpoint::TensorPiece& e = pieces.front();
   e.data = e.data.Reshape({e.data.numel()}).Rows(0, e.data.numel() / 2);
-  ASSERT_TRUE(WriteShardFile(dir20 + "/shard_00000.bin", 0, 20, pieces).ok());
+  ASSERT_TRUE(checkpoint::WriteShardFile(dir20 + "/shard_00000.bin", 0, 20, pieces).ok());
   EXPECT_EQ(ckpt.Validate(dir20).code(), StatusCode::kDataLoss);
   Mutate(0.0);
   auto info = ckpt.Restore(*model_, *optimizer_);
@@ -190,7 +192,7 @@ TEST_F(CheckpointTest, AMissingShardIsFoundAndTheLastCompleteOneIsUsed) {
 }
 
 TEST_F(CheckpointTest, EmptyDirectoryMeansStepZero) {
-  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  checkpoint::CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   auto info = ckpt.Restore(*model_, *optimizer_);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->step, 0);
@@ -200,7 +202,7 @@ TEST_F(CheckpointTest, EmptyDirectoryMeansStepZero) {
 // well as anyone): the save is given up with the reason, the previous checkpoint stays, and a
 // restore while the directory cannot be read refuses to start over from step 0.
 TEST_F(CheckpointTest, StorageFailureSkipsTheSaveAndAnUnreadableDirectoryIsNotStepZero) {
-  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  checkpoint::CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   Mutate(10);
   ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
   const std::string away = dir_ + ".away";
@@ -235,16 +237,16 @@ TEST_F(CheckpointTest, ARanksStorageFailureIsEveryRanksAndNobodyWaits) {
   const auto t0 = std::chrono::steady_clock::now();
   moe::testing::RunGlooGroup(
       2,
-      [&](int rank, Communicator& comm) {
-        LocalParallel groups;
-        ParallelContext ctx = groups.ctx;
+      [&](int rank, parallel::Communicator& comm) {
+        parallel::LocalParallel groups;
+        parallel::ParallelContext ctx = groups.ctx;
         ctx.world_size = 2;
         ctx.rank = rank;
         ctx.world = &comm;
-        Model model(SmallModel(), ctx, 1, DType::kF32, Device::Cpu());
-        Optimizer opt(OptimizerConfig(), model.params(), ctx, /*distributed=*/false,
-                      model.config().moe.num_experts);
-        CheckpointManager ckpt(dir_, ctx, "fp", 0);
+        model::Model model(SmallModel(), ctx, 1, DType::kF32, Device::Cpu());
+        train::Optimizer opt(OptimizerConfig(), model.params(), ctx, /*distributed=*/false,
+                             model.config().moe.num_experts);
+        checkpoint::CheckpointManager ckpt(dir_, ctx, "fp", 0);
         Status st = ckpt.Save(10, model, opt, State(10), &storage[static_cast<size_t>(rank)]);
         EXPECT_TRUE(st.ok()) << "rank " << rank << ": " << st;
       },
@@ -261,10 +263,10 @@ TEST_F(CheckpointTest, ARanksStorageFailureIsEveryRanksAndNobodyWaits) {
 // the state changing after Start (training goes on) does not reach the checkpoint: the snapshot
 // was taken at Start.
 TEST_F(CheckpointTest, AsyncSaveWritesTheSnapshotTakenAtItsStart) {
-  CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
+  checkpoint::CheckpointManager ckpt(dir_, local_.ctx, "fp", 0);
   Mutate(10);
   ASSERT_TRUE(ckpt.Save(10, *model_, *optimizer_, State(10)).ok());
-  AsyncCheckpointer async(&ckpt, local_.ctx);
+  checkpoint::AsyncCheckpointer async(&ckpt, local_.ctx);
   Status storage;
   ASSERT_TRUE(async.Start(20, *model_, *optimizer_, State(20), &storage).ok());
   ASSERT_TRUE(storage.ok()) << storage;
@@ -273,12 +275,12 @@ TEST_F(CheckpointTest, AsyncSaveWritesTheSnapshotTakenAtItsStart) {
   Mutate(99);  // the next steps' updates
   auto outcome = async.Poll(/*wait=*/true, *optimizer_, &storage);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
-  EXPECT_EQ(*outcome, AsyncCheckpointer::Outcome::kCommitted);
+  EXPECT_EQ(*outcome, checkpoint::AsyncCheckpointer::Outcome::kCommitted);
   EXPECT_FALSE(async.in_flight());
   EXPECT_GT(async.last_bytes(), 0u);
   auto shard = [&](int64_t step) {
-    auto s =
-        ReadFileToString(dir_ + "/" + CheckpointManager::StepDirName(step) + "/shard_00000.bin");
+    auto s = ReadFileToString(dir_ + "/" + checkpoint::CheckpointManager::StepDirName(step) +
+                              "/shard_00000.bin");
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *s : std::string();
   };
@@ -296,7 +298,7 @@ TEST_F(CheckpointTest, AsyncSaveWritesTheSnapshotTakenAtItsStart) {
   EXPECT_EQ(First(), 10.0);
   auto nothing = async.Poll(/*wait=*/false, *optimizer_, &storage);
   ASSERT_TRUE(nothing.ok());
-  EXPECT_EQ(*nothing, AsyncCheckpointer::Outcome::kNone);
+  EXPECT_EQ(*nothing, checkpoint::AsyncCheckpointer::Outcome::kNone);
 }
 
 // Two ranks, rank 0's background write fails (rank 1 may write no shard at all): Poll tells both
@@ -304,23 +306,23 @@ TEST_F(CheckpointTest, AsyncSaveWritesTheSnapshotTakenAtItsStart) {
 // newest. Then a save that succeeds: both ranks see the same kPending answers while the writes run
 // and commit together.
 TEST_F(CheckpointTest, AnAsyncWriteFailureOnOneRankAbandonsTheSaveOnAll) {
-  std::vector<AsyncCheckpointer::Outcome> failed(2), later(2);
+  std::vector<checkpoint::AsyncCheckpointer::Outcome> failed(2), later(2);
   std::vector<std::string> reasons(2);
   ::setenv("MOE_TEST_CHECKPOINT_WRITE_FAULT", "error:20:0", 1);
   moe::testing::RunGlooGroup(
       2,
-      [&](int rank, Communicator& comm) {
-        LocalParallel groups;
-        ParallelContext ctx = groups.ctx;
+      [&](int rank, parallel::Communicator& comm) {
+        parallel::LocalParallel groups;
+        parallel::ParallelContext ctx = groups.ctx;
         ctx.world_size = 2;
         ctx.rank = rank;
         ctx.world = &comm;
-        Model model(SmallModel(), ctx, 1, DType::kF32, Device::Cpu());
-        Optimizer opt(OptimizerConfig(), model.params(), ctx, /*distributed=*/false,
-                      model.config().moe.num_experts);
-        CheckpointManager ckpt(dir_, ctx, "fp", 0);
+        model::Model model(SmallModel(), ctx, 1, DType::kF32, Device::Cpu());
+        train::Optimizer opt(OptimizerConfig(), model.params(), ctx, /*distributed=*/false,
+                             model.config().moe.num_experts);
+        checkpoint::CheckpointManager ckpt(dir_, ctx, "fp", 0);
         ASSERT_TRUE(ckpt.Save(10, model, opt, State(10)).ok());
-        AsyncCheckpointer async(&ckpt, ctx);
+        checkpoint::AsyncCheckpointer async(&ckpt, ctx);
         Status storage;
         ASSERT_TRUE(async.Start(20, model, opt, State(20), &storage).ok());
         auto o = async.Poll(/*wait=*/true, opt, &storage);
@@ -331,24 +333,25 @@ TEST_F(CheckpointTest, AnAsyncWriteFailureOnOneRankAbandonsTheSaveOnAll) {
         for (int i = 0; i < 10000; ++i) {
           o = async.Poll(/*wait=*/false, opt, &storage);
           ASSERT_TRUE(o.ok()) << o.status();
-          if (*o != AsyncCheckpointer::Outcome::kPending) break;
+          if (*o != checkpoint::AsyncCheckpointer::Outcome::kPending) break;
         }
         later[static_cast<size_t>(rank)] = *o;
       },
       /*timeout=*/30);
   ::unsetenv("MOE_TEST_CHECKPOINT_WRITE_FAULT");
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(failed[static_cast<size_t>(r)], AsyncCheckpointer::Outcome::kFailed) << "rank " << r;
-    EXPECT_EQ(later[static_cast<size_t>(r)], AsyncCheckpointer::Outcome::kCommitted)
+    EXPECT_EQ(failed[static_cast<size_t>(r)], checkpoint::AsyncCheckpointer::Outcome::kFailed)
+        << "rank " << r;
+    EXPECT_EQ(later[static_cast<size_t>(r)], checkpoint::AsyncCheckpointer::Outcome::kCommitted)
         << "rank " << r;
   }
   EXPECT_NE(reasons[0].find("injected checkpoint write failure"), std::string::npos) << reasons[0];
   EXPECT_NE(reasons[1].find("other rank(s) could not write"), std::string::npos) << reasons[1];
-  EXPECT_FALSE(PathExists(dir_ + "/" + CheckpointManager::StepDirName(20)));
-  EXPECT_FALSE(PathExists(dir_ + "/" + CheckpointManager::StepDirName(20) + ".tmp"))
+  EXPECT_FALSE(PathExists(dir_ + "/" + checkpoint::CheckpointManager::StepDirName(20)));
+  EXPECT_FALSE(PathExists(dir_ + "/" + checkpoint::CheckpointManager::StepDirName(20) + ".tmp"))
       << "the abandoned save was not cleaned up";
-  LocalParallel one;
-  CheckpointManager reader(dir_, one.ctx, "fp", 0);
+  parallel::LocalParallel one;
+  checkpoint::CheckpointManager reader(dir_, one.ctx, "fp", 0);
   const auto all = reader.List();
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].first, 30);

@@ -49,7 +49,7 @@ TEST_F(HfInteropTest, ReadsAHandBuiltFile) {
       R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
       R"("b":{"dtype":"BF16","shape":[3],"data_offsets":[16,22]}})";
   WriteRaw(dir_ + "/x.safetensors", header, Bytes(f, 16) + Bytes(b, 6));
-  auto file = SafetensorsFile::Open(dir_ + "/x.safetensors");
+  auto file = checkpoint::SafetensorsFile::Open(dir_ + "/x.safetensors");
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(file->metadata().at("format"), "pt");
   Tensor a = Tensor::Empty({2, 2}, DType::kF64);
@@ -78,25 +78,25 @@ TEST_F(HfInteropTest, RefusesMalformedFiles) {
   };
   for (const auto& [header, why] : cases) {
     WriteRaw(dir_ + "/bad.safetensors", header, data);
-    auto f = SafetensorsFile::Open(dir_ + "/bad.safetensors");
+    auto f = checkpoint::SafetensorsFile::Open(dir_ + "/bad.safetensors");
     ASSERT_FALSE(f.ok()) << header;
     EXPECT_NE(f.status().message().find(why), std::string::npos) << f.status();
   }
   std::ofstream(dir_ + "/short.safetensors") << "abc";
-  EXPECT_FALSE(SafetensorsFile::Open(dir_ + "/short.safetensors").ok());
+  EXPECT_FALSE(checkpoint::SafetensorsFile::Open(dir_ + "/short.safetensors").ok());
   // fuzz_safetensors' crash (tests/fuzz/regressions/fuzz_safetensors): a header length with its top
   // bit set read as a negative that "fit", then allocated 2^63 bytes.
   std::string top(8, '\0');
   const uint64_t n = 0xef000000000000a3ull;
   std::memcpy(top.data(), &n, 8);
   std::ofstream(dir_ + "/top.safetensors", std::ios::binary) << top << std::string(64, '{');
-  auto f = SafetensorsFile::Open(dir_ + "/top.safetensors");
+  auto f = checkpoint::SafetensorsFile::Open(dir_ + "/top.safetensors");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("does not fit the file"), std::string::npos) << f.status();
 }
 
 TEST_F(HfInteropTest, WriterRoundTripsAndTheHeaderIsAligned) {
-  SafetensorsWriter w(dir_ + "/model.safetensors");
+  checkpoint::SafetensorsWriter w(dir_ + "/model.safetensors");
   w.Plan("x", "F64", {3});
   w.Plan("y", "I64", {2, 1});
   const double x[3] = {0.1, 0.2, 0.3};
@@ -105,7 +105,7 @@ TEST_F(HfInteropTest, WriterRoundTripsAndTheHeaderIsAligned) {
                  *out = name == "x" ? Bytes(x, sizeof(x)) : Bytes(y, sizeof(y));
                  return OkStatus();
                }).ok());
-  auto dir = SafetensorsDir::Open(dir_);
+  auto dir = checkpoint::SafetensorsDir::Open(dir_);
   ASSERT_TRUE(dir.ok()) << dir.status();
   Tensor xt = Tensor::Empty({3}, DType::kF64), yt = Tensor::Empty({2, 1}, DType::kI64);
   ASSERT_TRUE(dir->Read("x", xt).ok());
@@ -139,10 +139,10 @@ JobSpec SmallJob(int64_t steps) {
 
 // The trained model (restored from its checkpoint) and a model initialised from the export: the
 // same loss on the same tokens.
-double LossOf(Model& m) {
+double LossOf(model::Model& m) {
   Tensor tokens = testing::RandomInts({2, 16}, 11, 89),
          targets = testing::RandomInts({2, 16}, 12, 89);
-  LossScales s{.ce = 1.0 / 32, .mtp = {0.3 / 15}, .aux_coeff = 1e-4 / 2};
+  model::LossScales s{.ce = 1.0 / 32, .mtp = {0.3 / 15}, .aux_coeff = 1e-4 / 2};
   auto l = m.Loss(tokens, targets, s);
   EXPECT_TRUE(l.ok()) << l.status();
   return l.ok() ? *l : NAN;
@@ -150,25 +150,26 @@ double LossOf(Model& m) {
 
 TEST_F(HfInteropTest, ExportThenInitFromGivesTheTrainedModelsLoss) {
   const JobSpec spec = SmallJob(4);
-  LocalParallel local;
-  TrainerOptions o;
+  parallel::LocalParallel local;
+  train::TrainerOptions o;
   o.checkpoint_dir = dir_ + "/ckpt";
   o.peak_flops = 1e9;
   o.log_steps = false;
-  ASSERT_TRUE(Train(spec, local.ctx, o).ok());
-  Model trained(spec.model, local.ctx, 1, DType::kF32, Device::Cpu());
-  CheckpointManager ckpt(o.checkpoint_dir, local.ctx, ModelFingerprint(spec), 0);
-  Optimizer opt(spec.optimizer, trained.params(), local.ctx, /*distributed=*/false,
-                spec.model.moe.num_experts);
+  ASSERT_TRUE(train::Train(spec, local.ctx, o).ok());
+  model::Model trained(spec.model, local.ctx, 1, DType::kF32, Device::Cpu());
+  checkpoint::CheckpointManager ckpt(o.checkpoint_dir, local.ctx, ModelFingerprint(spec), 0);
+  train::Optimizer opt(spec.optimizer, trained.params(), local.ctx, /*distributed=*/false,
+                       spec.model.moe.num_experts);
   ASSERT_TRUE(ckpt.Restore(trained, opt).ok());
   const double want = LossOf(trained);
   for (const std::string dtype : {"fp32", "bf16"}) {
-    HfWriteOptions w;
+    checkpoint::HfWriteOptions w;
     w.dtype = dtype;
     const std::string out = dir_ + "/hf-" + dtype;
-    ASSERT_TRUE(ExportCheckpoint(o.checkpoint_dir, out, w).ok());
-    Model fresh(spec.model, local.ctx, 999, DType::kF32, Device::Cpu());  // other initial weights
-    ASSERT_TRUE(LoadHfWeights(out, fresh, local.ctx).ok());
+    ASSERT_TRUE(checkpoint::ExportCheckpoint(o.checkpoint_dir, out, w).ok());
+    model::Model fresh(spec.model, local.ctx, 999, DType::kF32,
+                       Device::Cpu());  // other initial weights
+    ASSERT_TRUE(checkpoint::LoadHfWeights(out, fresh, local.ctx).ok());
     const double got = LossOf(fresh);
     if (dtype == "fp32") {
       EXPECT_EQ(got, want) << "an fp32 export reloads bitwise";
@@ -211,28 +212,29 @@ TEST_F(HfInteropTest, ExportThenInitFromGivesTheTrainedModelsLoss) {
 
 TEST_F(HfInteropTest, InitFromAnotherModelOrAWrongTensorIsAClearError) {
   const JobSpec spec = SmallJob(1);
-  LocalParallel local;
-  Model m(spec.model, local.ctx, 1, DType::kF32, Device::Cpu());
-  HfWriteOptions w;
+  parallel::LocalParallel local;
+  model::Model m(spec.model, local.ctx, 1, DType::kF32, Device::Cpu());
+  checkpoint::HfWriteOptions w;
   w.dtype = "fp32";
   w.mtp_table_copies = false;
-  ASSERT_TRUE(WriteHfDirectory(spec.model, ModelSource(m), dir_ + "/ok", w).ok());
+  ASSERT_TRUE(
+      checkpoint::WriteHfDirectory(spec.model, checkpoint::ModelSource(m), dir_ + "/ok", w).ok());
   // Another model: the first config key that differs is named.
   ModelConfig wider = spec.model;
   wider.hidden_size = 64;
-  Model other(wider, local.ctx, 1, DType::kF32, Device::Cpu());
-  Status st = LoadHfWeights(dir_ + "/ok", other, local.ctx);
+  model::Model other(wider, local.ctx, 1, DType::kF32, Device::Cpu());
+  Status st = checkpoint::LoadHfWeights(dir_ + "/ok", other, local.ctx);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("hidden_size is 32"), std::string::npos) << st;
   // A tensor of another shape behind a matching config.json: named.
-  auto layout = HfLayout(spec.model, false);
+  auto layout = checkpoint::HfLayout(spec.model, false);
   ASSERT_TRUE(layout.ok());
   (*layout)[5].shape = {(*layout)[5].shape.back(), (*layout)[5].shape.front() + 1};
-  SafetensorsWriter bad(dir_ + "/ok/model.safetensors");
-  for (const HfTensor& t : *layout) bad.Plan(t.hf_name, "F32", t.shape);
+  checkpoint::SafetensorsWriter bad(dir_ + "/ok/model.safetensors");
+  for (const checkpoint::HfTensor& t : *layout) bad.Plan(t.hf_name, "F32", t.shape);
   ASSERT_TRUE(bad.Write({},
                         [&](const std::string& name, std::string* out) {
-                          for (const HfTensor& t : *layout) {
+                          for (const checkpoint::HfTensor& t : *layout) {
                             if (t.hf_name != name) continue;
                             int64_t n = 1;
                             for (int64_t d : t.shape) n *= d;
@@ -241,7 +243,7 @@ TEST_F(HfInteropTest, InitFromAnotherModelOrAWrongTensorIsAClearError) {
                           return OkStatus();
                         })
                   .ok());
-  st = LoadHfWeights(dir_ + "/ok", m, local.ctx);
+  st = checkpoint::LoadHfWeights(dir_ + "/ok", m, local.ctx);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("tensor " + (*layout)[5].hf_name + " is"), std::string::npos) << st;
 }
@@ -250,18 +252,18 @@ TEST_F(HfInteropTest, InitFromAnotherModelOrAWrongTensorIsAClearError) {
 // had trained it.
 void WriteModel(const ModelConfig& m, const std::string& dir, const std::string& dtype,
                 int64_t rope_length) {
-  LocalParallel local;
-  Model model(m, local.ctx, 5, DType::kF64, Device::Cpu());
-  for (MoeLayer* l : model.moe_layers()) {
+  parallel::LocalParallel local;
+  model::Model model(m, local.ctx, 5, DType::kF64, Device::Cpu());
+  for (model::MoeLayer* l : model.moe_layers()) {
     std::vector<float> b(static_cast<size_t>(m.moe.num_experts));
     for (size_t i = 0; i < b.size(); ++i) b[i] = 0.01f * static_cast<float>(i) - 0.02f;
     l->SetBias(b);
   }
-  HfWriteOptions w;
+  checkpoint::HfWriteOptions w;
   w.dtype = dtype;
   w.max_position_embeddings = std::max<int64_t>(rope_length, 64);
   w.rope_length = rope_length;
-  ASSERT_TRUE(WriteHfDirectory(m, ModelSource(model), dir, w).ok());
+  ASSERT_TRUE(checkpoint::WriteHfDirectory(m, checkpoint::ModelSource(model), dir, w).ok());
 }
 
 Node Config(const std::string& dir) {
@@ -312,14 +314,14 @@ TEST_F(HfInteropTest, TheConfigSaysWhatTheModelIs) {
   }
   // Read back: the same model, and the length its rotary frequencies were built for.
   int64_t rope_length = 0;
-  auto back = HfModelConfig(dir_ + "/long", &rope_length);
+  auto back = checkpoint::HfModelConfig(dir_ + "/long", &rope_length);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->rope_scaling, m.rope_scaling);
   EXPECT_EQ(back->moe, m.moe);
   EXPECT_EQ(back->attention, m.attention);
   EXPECT_EQ(back->init_std, m.init_std);
   EXPECT_EQ(rope_length, 256);
-  auto plain = HfModelConfig(dir_ + "/short");
+  auto plain = checkpoint::HfModelConfig(dir_ + "/short");
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->rope_scaling.type, "none");
 }
@@ -342,7 +344,7 @@ TEST_F(HfInteropTest, ExportInitFromExportIsByteIdentical) {
     const std::string a = dir_ + "/a-" + c.dtype, b = dir_ + "/b-" + c.dtype;
     ASSERT_TRUE(RemoveAll(a).ok() && RemoveAll(b).ok());
     WriteModel(c.model, a, c.dtype, c.rope_length);
-    const Status st = RewriteHfDirectory(a, b, "");
+    const Status st = checkpoint::RewriteHfDirectory(a, b, "");
     ASSERT_TRUE(st.ok()) << st;
     auto names = ListDir(a);
     ASSERT_TRUE(names.ok());
@@ -359,7 +361,7 @@ TEST_F(HfInteropTest, ExportInitFromExportIsByteIdentical) {
 TEST_F(HfInteropTest, AnUnsupportedConventionIsRefusedByName) {
   WriteModel(SmallJob(1).model, dir_ + "/ok", "fp32", 16);
   const std::string good = *ReadFileToString(dir_ + "/ok/config.json");
-  ASSERT_TRUE(HfModelConfig(dir_ + "/ok").ok());
+  ASSERT_TRUE(checkpoint::HfModelConfig(dir_ + "/ok").ok());
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"("rope_interleave": true)", R"("rope_interleave": false)"},
       {R"("norm_topk_prob": true)", R"("norm_topk_prob": false)"},
@@ -396,21 +398,21 @@ TEST_F(HfInteropTest, AnUnsupportedConventionIsRefusedByName) {
                                           "max_position_embeddings",
                                           "quantization_config"};
   ASSERT_EQ(cases.size(), names.size());
-  LocalParallel local;
-  Model model(SmallJob(1).model, local.ctx, 1, DType::kF32, Device::Cpu());
+  parallel::LocalParallel local;
+  model::Model model(SmallJob(1).model, local.ctx, 1, DType::kF32, Device::Cpu());
   for (size_t i = 0; i < cases.size(); ++i) {
     std::string text = good;
     const size_t at = text.find(cases[i].first);
     ASSERT_NE(at, std::string::npos) << cases[i].first;
     text.replace(at, cases[i].first.size(), cases[i].second);
     ASSERT_TRUE(WriteFileAtomic(dir_ + "/ok/config.json", text).ok());
-    const Status st = HfModelConfig(dir_ + "/ok").status();
+    const Status st = checkpoint::HfModelConfig(dir_ + "/ok").status();
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << cases[i].second;
     EXPECT_NE(st.message().find(names[i]), std::string::npos) << st;
     // --init-from takes only the weights (the job sets the rotary frequencies), so a config whose
     // max_position_embeddings would not apply its YaRN does not stop it; every convention does.
     if (names[i] == "max_position_embeddings") continue;
-    const Status init = LoadHfWeights(dir_ + "/ok", model, local.ctx);
+    const Status init = checkpoint::LoadHfWeights(dir_ + "/ok", model, local.ctx);
     EXPECT_FALSE(init.ok()) << "--init-from accepted " << cases[i].second;
   }
 }

@@ -20,8 +20,8 @@ struct TrainRun {
 
 TrainRun Train(const JobSpec& spec, int64_t stop, const std::string& ckpt, bool resume,
                std::function<bool()> should_stop = nullptr) {
-  LocalParallel local;
-  TrainerOptions o;
+  parallel::LocalParallel local;
+  train::TrainerOptions o;
   o.stop_at_step = stop;
   o.checkpoint_dir = ckpt;
   o.checkpoint_interval = 30;
@@ -30,12 +30,12 @@ TrainRun Train(const JobSpec& spec, int64_t stop, const std::string& ckpt, bool 
   o.peak_flops = 1e11;  // skip the probe
   o.log_steps = false;
   TrainRun run;
-  o.on_step = [&](const StepMetrics& m) {
+  o.on_step = [&](const train::StepMetrics& m) {
     run.loss.push_back(m.loss);
     run.grad_norm.push_back(m.grad_norm);
     run.steps.push_back(m.step);
   };
-  auto r = moe::Train(spec, local.ctx, o);
+  auto r = moe::train::Train(spec, local.ctx, o);
   EXPECT_TRUE(r.ok()) << r.status();
   return run;
 }
@@ -72,7 +72,7 @@ TEST(Resume, AStopCheckpointsWhereItStopsAndTheResumeLosesNothing) {
   int calls = 0;
   TrainRun first = Train(spec, 50, base + "/b", false, [&] { return ++calls > 42; });
   ASSERT_EQ(first.steps.back(), 42);
-  EXPECT_TRUE(PathExists(base + "/b/" + CheckpointManager::StepDirName(42)))
+  EXPECT_TRUE(PathExists(base + "/b/" + checkpoint::CheckpointManager::StepDirName(42)))
       << "no checkpoint at the stop";
   TrainRun second = Train(spec, 50, base + "/b", true);
   ASSERT_FALSE(second.steps.empty());

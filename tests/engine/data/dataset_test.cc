@@ -16,7 +16,7 @@ class DatasetTest : public ::testing::Test {
     dir_ = "/tmp/moe-dataset-test-" + std::to_string(::getpid());
     ASSERT_TRUE(MakeDirs(dir_).ok());
     prefix_ = dir_ + "/ds";
-    IndexedDatasetWriter w(prefix_, 100);
+    data::IndexedDatasetWriter w(prefix_, 100);
     ASSERT_TRUE(w.AddDocument({1, 2, 3, 4}).ok());
     ASSERT_TRUE(w.AddDocument({5, 6}).ok());
     ASSERT_TRUE(w.AddDocument({7, 8, 9, 10, 11, 12, 13}).ok());
@@ -31,7 +31,7 @@ class DatasetTest : public ::testing::Test {
 };
 
 TEST_F(DatasetTest, RoundTripsTheMegatronFormat) {
-  auto ds = IndexedDataset::Open(prefix_, 100);
+  auto ds = data::IndexedDataset::Open(prefix_, 100);
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ((*ds)->num_sequences(), 3);
   EXPECT_EQ((*ds)->num_documents(), 3);
@@ -51,7 +51,7 @@ TEST_F(DatasetTest, WrongMagicIsAClearError) {
   auto idx = *ReadFileToString(prefix_ + ".idx");
   idx[0] = 'X';
   Rewrite(prefix_ + ".idx", idx);
-  auto ds = IndexedDataset::Open(prefix_, 100);
+  auto ds = data::IndexedDataset::Open(prefix_, 100);
   ASSERT_FALSE(ds.ok());
   EXPECT_NE(ds.status().message().find("wrong magic"), std::string::npos) << ds.status();
   EXPECT_NE(ds.status().message().find(prefix_ + ".idx"), std::string::npos)
@@ -67,7 +67,7 @@ TEST_F(DatasetTest, ADecreasingDocumentIndexIsAClearError) {
   const int64_t negative = -5;
   std::memcpy(idx.data() + second, &negative, 8);
   Rewrite(prefix_ + ".idx", idx);
-  auto ds = IndexedDataset::Open(prefix_, 100);
+  auto ds = data::IndexedDataset::Open(prefix_, 100);
   ASSERT_FALSE(ds.ok());
   EXPECT_NE(ds.status().message().find("document index 1 decreases"), std::string::npos)
       << ds.status();
@@ -76,12 +76,12 @@ TEST_F(DatasetTest, ADecreasingDocumentIndexIsAClearError) {
 TEST_F(DatasetTest, TruncatedIndexIsAClearError) {
   auto idx = *ReadFileToString(prefix_ + ".idx");
   Rewrite(prefix_ + ".idx", idx.substr(0, idx.size() - 9));
-  auto ds = IndexedDataset::Open(prefix_, 100);
+  auto ds = data::IndexedDataset::Open(prefix_, 100);
   ASSERT_FALSE(ds.ok());
   EXPECT_EQ(ds.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(ds.status().message().find("truncated"), std::string::npos) << ds.status();
   Rewrite(prefix_ + ".idx", idx.substr(0, 20));
-  ds = IndexedDataset::Open(prefix_, 100);
+  ds = data::IndexedDataset::Open(prefix_, 100);
   ASSERT_FALSE(ds.ok());
   EXPECT_NE(ds.status().message().find("truncated header"), std::string::npos) << ds.status();
 }
@@ -89,7 +89,7 @@ TEST_F(DatasetTest, TruncatedIndexIsAClearError) {
 TEST_F(DatasetTest, TruncatedBinIsAClearError) {
   auto bin = *ReadFileToString(prefix_ + ".bin");
   Rewrite(prefix_ + ".bin", bin.substr(0, bin.size() - 2));
-  auto ds = IndexedDataset::Open(prefix_, 100);
+  auto ds = data::IndexedDataset::Open(prefix_, 100);
   ASSERT_FALSE(ds.ok());
   EXPECT_NE(ds.status().message().find("truncated or mismatched"), std::string::npos)
       << ds.status();
@@ -97,19 +97,19 @@ TEST_F(DatasetTest, TruncatedBinIsAClearError) {
 
 TEST_F(DatasetTest, VocabMismatchIsAClearError) {
   // The sidecar says 100; the model says 50.
-  auto ds = IndexedDataset::Open(prefix_, 50);
+  auto ds = data::IndexedDataset::Open(prefix_, 50);
   ASSERT_FALSE(ds.ok());
   EXPECT_NE(ds.status().message().find("vocab mismatch"), std::string::npos) << ds.status();
   // Without the sidecar, token ids beyond the vocabulary are caught.
   ASSERT_EQ(std::remove((prefix_ + ".json").c_str()), 0);
-  ds = IndexedDataset::Open(prefix_, 12);
+  ds = data::IndexedDataset::Open(prefix_, 12);
   ASSERT_FALSE(ds.ok());
   EXPECT_NE(ds.status().message().find("token id 13"), std::string::npos) << ds.status();
-  EXPECT_TRUE(IndexedDataset::Open(prefix_, 14).ok());
+  EXPECT_TRUE(data::IndexedDataset::Open(prefix_, 14).ok());
 }
 
 TEST_F(DatasetTest, MissingFilesSayHowToMakeThem) {
-  auto ds = IndexedDataset::Open(dir_ + "/nope", 100);
+  auto ds = data::IndexedDataset::Open(dir_ + "/nope", 100);
   ASSERT_FALSE(ds.ok());
   EXPECT_EQ(ds.status().code(), StatusCode::kFailedPrecondition)
       << "permanent: a restart would fail the same way";
@@ -123,10 +123,10 @@ TEST_F(DatasetTest, SamplerIsDeterministicAndSplitsTheGlobalBatchAcrossRanks) {
   d.seq_length = 3;
   d.micro_batch_size = 1;
   d.global_batch_size = 4;
-  auto open = [&] { return std::move(*IndexedDataset::Open(prefix_, 100)); };
-  BatchSampler one(d, 100, 9, 1, open());
-  BatchSampler two(d, 100, 9, 2, open());
-  BatchSampler again(d, 100, 9, 1, open());
+  auto open = [&] { return std::move(*data::IndexedDataset::Open(prefix_, 100)); };
+  data::BatchSampler one(d, 100, 9, 1, open());
+  data::BatchSampler two(d, 100, 9, 2, open());
+  data::BatchSampler again(d, 100, 9, 1, open());
   int32_t a[3], b[3], c[3], ta[3], tb[3];
   std::vector<std::vector<int32_t>> seen;
   for (int64_t step = 1; step <= 2; ++step) {

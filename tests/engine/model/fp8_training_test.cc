@@ -71,13 +71,13 @@ double RelErr(const std::vector<float>& got, const std::vector<double>& want) {
 }
 
 TEST(Fp8Training, OnlyTheLinearLayersWeightsTrainInFp8) {
-  LocalParallel local;
-  ModelOptions o;
+  parallel::LocalParallel local;
+  model::ModelOptions o;
   o.dtype = DType::kF32;
   o.device = Device::Cpu();
   o.compute = DType::kBF16;
   o.fp8 = true;
-  Model model(*ModelPreset("tiny"), local.ctx, 3, o);
+  model::Model model(*ModelPreset("tiny"), local.ctx, 3, o);
   int fp8 = 0;
   for (const auto& p : model.params().all()) {
     const std::string& n = p->name;
@@ -92,14 +92,16 @@ TEST(Fp8Training, OnlyTheLinearLayersWeightsTrainInFp8) {
   const ModelConfig& c = model.config();
   const int blocks = c.num_layers + c.mtp_depth, moe_blocks = blocks - c.first_k_dense;
   EXPECT_EQ(fp8, 5 * blocks + 2 * c.first_k_dense + 4 * moe_blocks + c.mtp_depth);
-  Model bf16(*ModelPreset("tiny"), local.ctx, 3, DType::kF32, Device::Cpu(), nullptr, DType::kBF16);
+  model::Model bf16(*ModelPreset("tiny"), local.ctx, 3, DType::kF32, Device::Cpu(), nullptr,
+                    DType::kBF16);
   for (const auto& p : bf16.params().all()) EXPECT_FALSE(p->fp8) << p->name;
 }
 
 TEST(Fp8Training, ALinearLayersThreeGemmsUseTheTiledE4m3Inputs) {
   const int64_t t = 200, in = 160, out = 136;  // partial tiles along every dimension
-  ParamSet params(DType::kF32, Device::Cpu(), DType::kBF16, std::nullopt, /*fp8_gemms=*/true);
-  Param* w = params.Fp8Gemm(params.Add("w", {out, in}, 5, 0.05));
+  model::ParamSet params(DType::kF32, Device::Cpu(), DType::kBF16, std::nullopt,
+                         /*fp8_gemms=*/true);
+  model::Param* w = params.Fp8Gemm(params.Add("w", {out, in}, 5, 0.05));
   ASSERT_TRUE(w->fp8);
   const Tensor x = RandomBf16(t, in, 6, 1.0), dy = RandomBf16(t, out, 7, 0.01);
   const std::vector<float> xf = AsFloats(x), wf = AsFloats(w->compute), dyf = AsFloats(dy);
@@ -109,7 +111,7 @@ TEST(Fp8Training, ALinearLayersThreeGemmsUseTheTiledE4m3Inputs) {
   const auto y_ref = Product(
       t, out, in, [&](int64_t i, int64_t l) { return xq[i * in + l]; },
       [&](int64_t l, int64_t j) { return wq[j * in + l]; });
-  const Tensor y = Linear(x, *w);
+  const Tensor y = model::Linear(x, *w);
   EXPECT_EQ(y.dtype(), DType::kBF16);
   EXPECT_LT(RelErr(AsFloats(y), y_ref), 1.0 / 256) << "bf16 rounding of the fp32 GEMM only";
   const auto y_exact = Product(
@@ -122,7 +124,7 @@ TEST(Fp8Training, ALinearLayersThreeGemmsUseTheTiledE4m3Inputs) {
   const auto dx_ref = Product(
       t, in, out, [&](int64_t i, int64_t l) { return dyq[i * out + l]; },
       [&](int64_t l, int64_t j) { return wq[l * in + j]; });
-  const Tensor dx = LinearBackward(dy, x, *w);
+  const Tensor dx = model::LinearBackward(dy, x, *w);
   EXPECT_EQ(dx.dtype(), DType::kBF16);
   EXPECT_LT(RelErr(AsFloats(dx), dx_ref), 1.0 / 256);
 
@@ -140,14 +142,14 @@ TEST(Fp8Training, TrainingTracksBf16) {
   JobSpec spec = testing::SmallJob(testing::MakeMarkovDataset(base + "/data", 97, 60000, 3), 97);
   spec.training.steps = 40;
   auto losses = [&](const std::string& precision) {
-    LocalParallel local;
-    TrainerOptions o;
+    parallel::LocalParallel local;
+    train::TrainerOptions o;
     o.precision = precision;
     o.peak_flops = 1e11;
     o.log_steps = false;
     std::vector<double> out;
-    o.on_step = [&](const StepMetrics& m) { out.push_back(m.loss); };
-    auto r = Train(spec, local.ctx, o);
+    o.on_step = [&](const train::StepMetrics& m) { out.push_back(m.loss); };
+    auto r = train::Train(spec, local.ctx, o);
     EXPECT_TRUE(r.ok()) << r.status();
     if (r.ok()) {
       EXPECT_EQ(r->precision, precision);

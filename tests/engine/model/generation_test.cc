@@ -35,14 +35,14 @@ ModelConfig SmallMla() {
 }
 
 // A model with random selection biases (routing that depends on them), at `rope_length`.
-std::unique_ptr<Model> MakeModel(const ModelConfig& m, const LocalParallel& local, DType dtype,
-                                 int64_t rope_length) {
-  ModelOptions o;
+std::unique_ptr<model::Model> MakeModel(const ModelConfig& m, const parallel::LocalParallel& local,
+                                        DType dtype, int64_t rope_length) {
+  model::ModelOptions o;
   o.dtype = dtype;
   o.max_seq_len = rope_length;
-  auto model = std::make_unique<Model>(m, local.ctx, 7, o);
+  auto model = std::make_unique<model::Model>(m, local.ctx, 7, o);
   Rng rng(3);
-  for (MoeLayer* l : model->moe_layers()) {
+  for (model::MoeLayer* l : model->moe_layers()) {
     std::vector<float> b(static_cast<size_t>(m.moe.num_experts));
     for (auto& x : b) x = static_cast<float>(0.2 * (rng.Uniform() - 0.5));
     l->SetBias(b);
@@ -82,21 +82,21 @@ TEST_P(CacheMatchesRecompute, GreedyTokensAndEveryStepsLogits) {
                                        .mscale_all_dim = 0.7};
     rope_length = 64;  // above the original 16: YaRN applies
   }
-  LocalParallel local;
+  parallel::LocalParallel local;
   auto model = MakeModel(m, local, c.dtype, rope_length);
-  auto cached = Generator::Create(*model, 40, /*use_cache=*/true);
-  auto full = Generator::Create(*model, 40, /*use_cache=*/false);
+  auto cached = model::Generator::Create(*model, 40, /*use_cache=*/true);
+  auto full = model::Generator::Create(*model, 40, /*use_cache=*/false);
   ASSERT_TRUE(cached.ok() && full.ok()) << cached.status() << full.status();
   const std::vector<int32_t> prompt = {2, 17, 45, 3, 88, 60, 9};
   ASSERT_TRUE(cached->Append(prompt).ok());
   ASSERT_TRUE(full->Append(prompt).ok());
-  SamplingOptions greedy;
+  model::SamplingOptions greedy;
   greedy.temperature = 0;
   Rng rng(1);
   std::map<int32_t, int> distinct;
   for (int step = 0; step < 24; ++step) {
     ASSERT_LE(MaxRelDiff(cached->logits(), full->logits()), c.tol) << "step " << step;
-    const int32_t a = SampleToken(cached->logits(), greedy, rng),
+    const int32_t a = model::SampleToken(cached->logits(), greedy, rng),
                   b = SampleToken(full->logits(), greedy, rng);
     ASSERT_EQ(a, b) << "step " << step;
     ++distinct[a];
@@ -120,14 +120,14 @@ INSTANTIATE_TEST_SUITE_P(Generation, CacheMatchesRecompute,
 
 TEST(Generation, TheCacheHoldsTheLatentAndTheRotaryKeyPerPositionAndLayer) {
   const ModelConfig m = SmallMla();
-  LocalParallel local;
+  parallel::LocalParallel local;
   auto model = MakeModel(m, local, DType::kF32, 64);
   auto cache = model->NewDecodeCache(50);
   ASSERT_TRUE(cache.ok()) << cache.status();
   EXPECT_EQ(cache->layers.size(), static_cast<size_t>(m.num_layers));
   EXPECT_EQ(cache->values_per_layer(),
             m.attention.kv_lora_rank + m.attention.qk_rope_head_dim);  // 12 + 6
-  for (const LayerKvCache& l : cache->layers) {
+  for (const model::LayerKvCache& l : cache->layers) {
     EXPECT_EQ(l.rows.shape(), (Tensor::Shape{50, 18}));
     EXPECT_EQ(l.length, 0);
   }
@@ -135,14 +135,15 @@ TEST(Generation, TheCacheHoldsTheLatentAndTheRotaryKeyPerPositionAndLayer) {
   EXPECT_LT(cache->values_per_layer(),
             m.num_heads * (m.attention.qk_head_dim() + m.attention.v_head_dim));
   // Prefilling in pieces is prefilling at once.
-  auto once = Generator::Create(*model, 50, true), pieces = Generator::Create(*model, 50, true);
+  auto once = model::Generator::Create(*model, 50, true),
+       pieces = model::Generator::Create(*model, 50, true);
   ASSERT_TRUE(once->Append({5, 6, 7, 8, 9}).ok());
   ASSERT_TRUE(pieces->Append({5, 6}).ok());
   ASSERT_TRUE(pieces->Append({7}).ok());
   ASSERT_TRUE(pieces->Append({8, 9}).ok());
   EXPECT_LE(MaxRelDiff(once->logits(), pieces->logits()), 1e-5);
   // Past its capacity: a clear error, not a write out of bounds.
-  auto small = Generator::Create(*model, 4, true);
+  auto small = model::Generator::Create(*model, 4, true);
   const Status st = small->Append({1, 2, 3, 4, 5});
   EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st;
 }
@@ -151,13 +152,13 @@ TEST(Generation, MhaDecodesByRecomputingAndSaysItHasNoCache) {
   ModelConfig m = SmallMla();
   m.attention.type = "mha";
   m.num_heads = 4;
-  LocalParallel local;
-  Model model(m, local.ctx, 7, DType::kF32, Device::Cpu());
+  parallel::LocalParallel local;
+  model::Model model(m, local.ctx, 7, DType::kF32, Device::Cpu());
   auto cache = model.NewDecodeCache(8);
   ASSERT_FALSE(cache.ok());
   EXPECT_EQ(cache.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(cache.status().message().find("mha"), std::string::npos) << cache.status();
-  auto g = Generator::Create(model, 8, false);
+  auto g = model::Generator::Create(model, 8, false);
   ASSERT_TRUE(g.ok());
   ASSERT_TRUE(g->Append({1, 2, 3}).ok());
   EXPECT_EQ(g->logits().size(), 97u);
@@ -166,22 +167,25 @@ TEST(Generation, MhaDecodesByRecomputingAndSaysItHasNoCache) {
 TEST(Sampling, GreedyTopKTopPTemperatureAndSeed) {
   const std::vector<double> logits = {0.5, 2.0, 2.0, -1.0, 1.0};
   Rng rng(5);
-  SamplingOptions o;
+  model::SamplingOptions o;
   o.temperature = 0;
-  EXPECT_EQ(SampleToken(logits, o, rng), 1) << "greedy: the most likely, ties to the lower id";
+  EXPECT_EQ(model::SampleToken(logits, o, rng), 1)
+      << "greedy: the most likely, ties to the lower id";
   o.temperature = 5;
   o.top_k = 1;
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(SampleToken(logits, o, rng), 1) << "top-k 1 is greedy";
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(model::SampleToken(logits, o, rng), 1) << "top-k 1 is greedy";
   o.top_k = 0;
   o.top_p = 1e-6;
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(SampleToken(logits, o, rng), 1) << "a tiny top-p too";
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(model::SampleToken(logits, o, rng), 1) << "a tiny top-p too";
   // top-k 3 at T = 1: only ids 1, 2 and 4, in proportion to exp(logit).
   o.temperature = 1;
   o.top_p = 1;
   o.top_k = 3;
   std::map<int32_t, int> count;
   const int n = 30000;
-  for (int i = 0; i < n; ++i) ++count[SampleToken(logits, o, rng)];
+  for (int i = 0; i < n; ++i) ++count[model::SampleToken(logits, o, rng)];
   EXPECT_EQ(count.size(), 3u);
   const double z = 2 * std::exp(2.0) + std::exp(1.0);
   EXPECT_NEAR(count[1] / double(n), std::exp(2.0) / z, 0.015);
@@ -191,15 +195,15 @@ TEST(Sampling, GreedyTopKTopPTemperatureAndSeed) {
   o.top_k = 0;
   o.top_p = 0.8;
   count.clear();
-  for (int i = 0; i < 3000; ++i) ++count[SampleToken(logits, o, rng)];
+  for (int i = 0; i < 3000; ++i) ++count[model::SampleToken(logits, o, rng)];
   EXPECT_EQ(count.size(), 3u);
   EXPECT_EQ(count.count(0) + count.count(3), 0u);
   // The same seed, the same draws; another seed, others.
   auto draws = [&](uint64_t seed) {
     Rng r(seed);
-    SamplingOptions s;
+    model::SamplingOptions s;
     std::vector<int32_t> out;
-    for (int i = 0; i < 40; ++i) out.push_back(SampleToken(logits, s, r));
+    for (int i = 0; i < 40; ++i) out.push_back(model::SampleToken(logits, s, r));
     return out;
   };
   EXPECT_EQ(draws(11), draws(11));

@@ -41,19 +41,19 @@ TEST(HostSyncs, AStepReadsOncePerMoeLayerAndOnceAtItsEnd) {
   ASSERT_EQ(budget, 7)
       << "3 MoE layer forwards x 2 micro-batches + 1: the case this test was written for";
   for (const std::string precision : {"fp32", "bf16"}) {
-    LocalParallel local;
-    TrainerOptions o;
+    parallel::LocalParallel local;
+    train::TrainerOptions o;
     o.precision = precision;
     o.peak_flops = 1e11;
     o.log_steps = false;
     o.inject_nonfinite_grad_step = 4;  // a skipped update is decided on the device too
     std::vector<int64_t> syncs;
     std::vector<double> norms;
-    o.on_step = [&](const StepMetrics& m) {
+    o.on_step = [&](const train::StepMetrics& m) {
       syncs.push_back(m.host_syncs);
       norms.push_back(m.grad_norm);
     };
-    auto r = Train(spec, local.ctx, o);
+    auto r = train::Train(spec, local.ctx, o);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(syncs.size(), 5u);
     for (size_t i = 0; i < syncs.size(); ++i) {
@@ -71,16 +71,16 @@ TEST(HostSyncs, AStepReadsOncePerMoeLayerAndOnceAtItsEnd) {
 // checks, evaluation) waits for each of them, and the old per-parameter norm would wait once per
 // tensor.
 TEST(HostSyncs, HostValuedLossesAndNormsAreCounted) {
-  LocalParallel local;
+  parallel::LocalParallel local;
   ModelConfig cfg = *ModelPreset("tiny");
   cfg.vocab_size = 61;
   cfg.hidden_size = 32;
   cfg.num_heads = 2;
   cfg.num_layers = 3;
-  Model model(cfg, local.ctx, 1, DType::kF32, Device::Cpu());
+  model::Model model(cfg, local.ctx, 1, DType::kF32, Device::Cpu());
   Tensor tokens = Tensor::Zeros({2, 16}, DType::kI32),
          targets = Tensor::Zeros({2, 16}, DType::kI32);
-  LossScales scales;
+  model::LossScales scales;
   scales.ce = 1.0 / 32;
   scales.aux_coeff = 1e-4;
   scales.mtp = {0.1 / 30};

@@ -20,8 +20,8 @@ double Std(const Tensor& t) {
 TEST(Init, OutputProjectionsFollowMegatronsRule) {
   ModelConfig m = *ModelPreset("tiny");  // 4 layers, MLA, a dense first block, MoE after
   m.init_std = 0.02;
-  LocalParallel local;
-  Model model(m, local.ctx, 1, DType::kF32, Device::Cpu());
+  parallel::LocalParallel local;
+  model::Model model(m, local.ctx, 1, DType::kF32, Device::Cpu());
   const double out = 0.02 / std::sqrt(2.0 * 4);
   const std::pair<const char*, double> want[] = {
       {"embedding", 0.02},
@@ -36,11 +36,11 @@ TEST(Init, OutputProjectionsFollowMegatronsRule) {
       {"layers.1.moe.shared.w2", out},
   };
   for (const auto& [name, std] : want) {
-    const Param* p = model.params().Find(name);
+    const model::Param* p = model.params().Find(name);
     ASSERT_NE(p, nullptr) << name;
     EXPECT_NEAR(Std(p->value), std, 0.05 * std) << name;
   }
-  const Param* norm = model.params().Find("layers.1.attn_norm");
+  const model::Param* norm = model.params().Find("layers.1.attn_norm");
   ASSERT_NE(norm, nullptr);
   for (float x : norm->value.ToVector<float>()) ASSERT_EQ(x, 1.0f);
 }

@@ -40,11 +40,11 @@ Tensor Tokens(int64_t b, int64_t s, int64_t vocab, uint64_t seed) {
 }
 
 TEST(MixedPrecision, ComputeCopiesFollowTheMasterWeights) {
-  LocalParallel local;
-  Model model(SmallModel(), local.ctx, 7, DType::kF32, Device::Cpu(), nullptr, DType::kBF16);
+  parallel::LocalParallel local;
+  model::Model model(SmallModel(), local.ctx, 7, DType::kF32, Device::Cpu(), nullptr, DType::kBF16);
   ASSERT_FALSE(model.params().all().empty());
-  Optimizer opt(OptimizerConfig(), model.params(), local.ctx, /*distributed=*/false,
-                model.config().moe.num_experts);
+  train::Optimizer opt(OptimizerConfig(), model.params(), local.ctx, /*distributed=*/false,
+                       model.config().moe.num_experts);
   for (const auto& p : model.params().all()) {
     EXPECT_EQ(p->value.dtype(), DType::kF32) << p->name;
     EXPECT_EQ(p->grad.dtype(), DType::kF32) << p->name;
@@ -60,18 +60,18 @@ TEST(MixedPrecision, ComputeCopiesFollowTheMasterWeights) {
       ASSERT_EQ(c[i].bits, ToBFloat16(v[i]).bits) << p->name << "[" << i << "]";
   }
   // In fp32 training the compute copy is the master tensor itself: no copy, no sync.
-  Model f32(SmallModel(), local.ctx, 7, DType::kF32, Device::Cpu());
+  model::Model f32(SmallModel(), local.ctx, 7, DType::kF32, Device::Cpu());
   for (const auto& p : f32.params().all()) EXPECT_EQ(p->compute.raw(), p->value.raw()) << p->name;
 }
 
 TEST(MixedPrecision, OneStepsGradientsTrackFp32) {
-  LocalParallel local;
+  parallel::LocalParallel local;
   const ModelConfig cfg = SmallModel();
-  Model ref(cfg, local.ctx, 11, DType::kF32, Device::Cpu());
-  Model mixed(cfg, local.ctx, 11, DType::kF32, Device::Cpu(), nullptr, DType::kBF16);
+  model::Model ref(cfg, local.ctx, 11, DType::kF32, Device::Cpu());
+  model::Model mixed(cfg, local.ctx, 11, DType::kF32, Device::Cpu(), nullptr, DType::kBF16);
   const Tensor tokens = Tokens(4, 32, cfg.vocab_size, 1),
                targets = Tokens(4, 32, cfg.vocab_size, 2);
-  LossScales scales;
+  model::LossScales scales;
   scales.ce = 1.0 / 128;
   scales.aux_coeff = cfg.moe.seq_aux_loss_coeff / 4;
   scales.mtp = {cfg.mtp_loss_weight / (4 * 31)};  // one MTP depth over 31 positions per sequence
@@ -81,8 +81,8 @@ TEST(MixedPrecision, OneStepsGradientsTrackFp32) {
   EXPECT_NEAR(b->ce_sum, a->ce_sum, 1e-2 * a->ce_sum);
   double diff = 0, norm = 0;
   for (size_t i = 0; i < ref.params().all().size(); ++i) {
-    const Param& p = *ref.params().all()[i];
-    const Param& q = *mixed.params().all()[i];
+    const model::Param& p = *ref.params().all()[i];
+    const model::Param& q = *mixed.params().all()[i];
     ASSERT_EQ(p.name, q.name);
     ASSERT_EQ(q.grad.dtype(), DType::kF32);
     double d = 0, n = 0;
@@ -114,8 +114,8 @@ TEST(MixedPrecision, OneStepsGradientsTrackFp32) {
 // returns the step losses.
 std::vector<double> Losses(const JobSpec& spec, const std::string& precision, int64_t stop = 0,
                            const std::string& ckpt = "", bool resume = false) {
-  LocalParallel local;
-  TrainerOptions o;
+  parallel::LocalParallel local;
+  train::TrainerOptions o;
   o.precision = precision;
   o.stop_at_step = stop;
   o.checkpoint_dir = ckpt;
@@ -124,8 +124,8 @@ std::vector<double> Losses(const JobSpec& spec, const std::string& precision, in
   o.peak_flops = 1e11;
   o.log_steps = false;
   std::vector<double> losses;
-  o.on_step = [&](const StepMetrics& m) { losses.push_back(m.loss); };
-  auto r = Train(spec, local.ctx, o);
+  o.on_step = [&](const train::StepMetrics& m) { losses.push_back(m.loss); };
+  auto r = train::Train(spec, local.ctx, o);
   EXPECT_TRUE(r.ok()) << r.status();
   if (r.ok()) {
     EXPECT_EQ(r->precision, precision);
@@ -171,12 +171,12 @@ TEST(MixedPrecision, BadDeviceOrPrecisionIsAClearError) {
   const std::string base = "/tmp/moe-mixed-err-" + std::to_string(::getpid());
   ASSERT_TRUE(MakeDirs(base).ok());
   JobSpec spec = testing::SmallJob(testing::MakeMarkovDataset(base + "/data", 97, 20000, 3), 97);
-  LocalParallel local;
-  TrainerOptions o;
+  parallel::LocalParallel local;
+  train::TrainerOptions o;
   o.peak_flops = 1e11;
   o.log_steps = false;
   o.precision = "fp16";
-  auto r = Train(spec, local.ctx, o);
+  auto r = train::Train(spec, local.ctx, o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("--precision: 'fp16'"), std::string::npos) << r.status();

@@ -46,8 +46,8 @@ void UseMla(ModelConfig& m) {
 
 // Main loss, MTP depths (lambda / D each, over their positions) and the balance loss, as the
 // trainer scales them for one sequence batch.
-LossScales ScalesFor(const ModelConfig& cfg, int64_t batch, int64_t seq) {
-  LossScales s;
+model::LossScales ScalesFor(const ModelConfig& cfg, int64_t batch, int64_t seq) {
+  model::LossScales s;
   s.ce = 1.0 / static_cast<double>(batch * seq);
   s.aux_coeff = cfg.moe.seq_aux_loss_coeff / static_cast<double>(batch);
   for (int64_t k = 1; k <= cfg.mtp_depth; ++k) {
@@ -72,18 +72,18 @@ TEST_P(ModelGradCheck, EveryParameterMatchesCentralDifferences) {
   ModelConfig cfg = TinyModel();
   c.edit(cfg);
   ASSERT_TRUE(ValidateModel(cfg, "model").ok()) << ValidateModel(cfg, "model");
-  LocalParallel local;
+  parallel::LocalParallel local;
   const int64_t batch = 2, seq = 5;
-  ModelOptions mo;
+  model::ModelOptions mo;
   mo.dtype = DType::kF64;
   mo.max_seq_len = seq;  // YaRN applies when this exceeds the original length
-  Model model(cfg, local.ctx, 42, mo);
+  model::Model model(cfg, local.ctx, 42, mo);
   if (!c.bias.empty()) {
-    for (MoeLayer* l : model.moe_layers()) l->SetBias(c.bias);
+    for (model::MoeLayer* l : model.moe_layers()) l->SetBias(c.bias);
   }
   Tensor tokens = RandomInts({batch, seq}, 1, static_cast<int32_t>(cfg.vocab_size));
   Tensor targets = RandomInts({batch, seq}, 2, static_cast<int32_t>(cfg.vocab_size));
-  const LossScales scales = ScalesFor(cfg, batch, seq);
+  const model::LossScales scales = ScalesFor(cfg, batch, seq);
   model.params().ZeroGrads();
   auto mb = model.ForwardBackward(tokens, targets, scales);
   ASSERT_TRUE(mb.ok()) << mb.status();

@@ -16,11 +16,11 @@
 #include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/train/optimizer.h"
 
-namespace moe {
+namespace moe::parallel {
 namespace {
 
 // A group of two that records the reductions started, and when (how many blocks had reported).
-class RecordingGroup final : public Communicator {
+class RecordingGroup final : public parallel::Communicator {
  public:
   struct Start {
     const void* data;
@@ -48,8 +48,9 @@ class RecordingGroup final : public Communicator {
     return Unexpected("ReduceScatterSum");
   }
   Status AllGather(const Tensor&, const std::vector<int64_t>&) override { return OkStatus(); }
-  Status Exchange(const std::vector<P2POp>&) override { return Unexpected("Exchange"); }
-  Pending StartReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) override {
+  Status Exchange(const std::vector<parallel::P2POp>&) override { return Unexpected("Exchange"); }
+  parallel::Pending StartReduceScatterSum(const Tensor& t,
+                                          const std::vector<int64_t>& counts) override {
     starts.push_back({t.raw(), t.numel(), counts, blocks_done});
     return std::make_unique<Waited>(&starts.back().waited);
   }
@@ -84,28 +85,29 @@ ModelConfig SmallConfig() {
 // A model and a ZeRO optimizer on rank 0 of DP 2 (EP 1): the dense and the expert buckets both
 // reduce over `group`.
 struct TwoRanks {
-  static ParallelContext Context(const LocalParallel& local, RecordingGroup* group) {
-    ParallelContext ctx = local.ctx;
+  static parallel::ParallelContext Context(const parallel::LocalParallel& local,
+                                           RecordingGroup* group) {
+    parallel::ParallelContext ctx = local.ctx;
     ctx.world_size = 2;
     ctx.dp_group = ctx.expert_dp = group;
     return ctx;
   }
   RecordingGroup group;
-  LocalParallel local;
-  ParallelContext ctx = Context(local, &group);
-  Model model{SmallConfig(), ctx, 1, DType::kF32, Device::Cpu()};
-  Optimizer opt{OptimizerConfig(), model.params(), ctx, /*distributed=*/true,
-                model.config().moe.num_experts};
+  parallel::LocalParallel local;
+  parallel::ParallelContext ctx = Context(local, &group);
+  model::Model model{SmallConfig(), ctx, 1, DType::kF32, Device::Cpu()};
+  train::Optimizer opt{OptimizerConfig(), model.params(), ctx, /*distributed=*/true,
+                       model.config().moe.num_experts};
 };
 
 TEST(GradOverlap, SpansStartDuringTheLastBackwardAndTileEachBucket) {
   TwoRanks two;
   RecordingGroup& group = two.group;
-  Model& model = two.model;
-  Optimizer& opt = two.opt;
+  model::Model& model = two.model;
+  train::Optimizer& opt = two.opt;
   opt.SetOverlap(4096);
   ASSERT_GT(opt.overlap_spans(), 4);
-  LossScales scales;
+  model::LossScales scales;
   scales.ce = 1.0 / 64;
   scales.aux_coeff = 1e-4;
   scales.mtp = {0.1 / 60};
@@ -114,7 +116,7 @@ TEST(GradOverlap, SpansStartDuringTheLastBackwardAndTileEachBucket) {
     opt.ZeroGrads();
     group.starts.clear();
     group.blocks_done = 0;
-    model.ArmGradsFinal(2, [&](const std::vector<Param*>& ps) {
+    model.ArmGradsFinal(2, [&](const std::vector<model::Param*>& ps) {
       ++group.blocks_done;
       opt.GradsFinal(ps);
     });
@@ -140,12 +142,12 @@ TEST(GradOverlap, SpansStartDuringTheLastBackwardAndTileEachBucket) {
   }
   // The spans tile the two buffers: group the starts by buffer (the dense and the expert
   // gradients).
-  std::vector<const Param*> dense, experts;
+  std::vector<const model::Param*> dense, experts;
   for (const auto& p : model.params().all()) (p->expert ? experts : dense).push_back(p.get());
   for (const auto* params : {&dense, &experts}) {
     const char* base = static_cast<const char*>(params->front()->grad.raw());
     int64_t numel = 0;
-    for (const Param* p : *params) numel += p->grad.numel();
+    for (const model::Param* p : *params) numel += p->grad.numel();
     numel = (numel + 1) / 2 * 2;  // padded to the group of two
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (const auto& s : group.starts) {
@@ -161,7 +163,7 @@ TEST(GradOverlap, SpansStartDuringTheLastBackwardAndTileEachBucket) {
             << "span at " << begin << " rank " << r;
       }
       bool at_param = begin == 0;
-      for (const Param* p : *params)
+      for (const model::Param* p : *params)
         at_param =
             at_param || static_cast<const char*>(p->grad.raw()) == static_cast<const char*>(s.data);
       EXPECT_TRUE(at_param) << "span at " << begin << " starts at a parameter";
@@ -181,13 +183,13 @@ TEST(GradOverlap, WithoutOverlapOrWithAGroupOfOneThereAreNoSpans) {
   TwoRanks two;
   two.opt.SetOverlap(0);
   EXPECT_EQ(two.opt.overlap_spans(), 0);
-  LocalParallel one;
-  Model alone(SmallConfig(), one.ctx, 1, DType::kF32, Device::Cpu());
-  Optimizer opt1(OptimizerConfig(), alone.params(), one.ctx, /*distributed=*/false,
-                 alone.config().moe.num_experts);
+  parallel::LocalParallel one;
+  model::Model alone(SmallConfig(), one.ctx, 1, DType::kF32, Device::Cpu());
+  train::Optimizer opt1(OptimizerConfig(), alone.params(), one.ctx, /*distributed=*/false,
+                        alone.config().moe.num_experts);
   opt1.SetOverlap(4096);
   EXPECT_EQ(opt1.overlap_spans(), 0) << "a group of one reduces nothing";
 }
 
 }  // namespace
-}  // namespace moe
+}  // namespace moe::parallel

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-namespace moe {
+namespace moe::parallel {
 namespace {
 
 // One stream of a simulated device, in seconds.
@@ -44,31 +44,32 @@ TEST(PhaseTimer, DeviceMarksMeasureTheStreamNotTheHost) {
   int live = 0;
   auto owned = std::make_unique<FakeStream>(&live);
   FakeStream* dev = owned.get();
-  PhaseTimer timer(std::move(owned));
-  timer.Begin(PhaseTimer::kForwardBackward);
+  parallel::PhaseTimer timer(std::move(owned));
+  timer.Begin(parallel::PhaseTimer::kForwardBackward);
   dev->Kernel(0.003);  // attention, routing
   {
-    PhaseSpan start(&timer, PhaseTimer::kAllToAll);              // queued: the stream does not wait
+    parallel::PhaseSpan start(&timer,
+                              parallel::PhaseTimer::kAllToAll);  // queued: the stream does not wait
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the host is slow to queue it
   }
   dev->Kernel(0.002);  // the shared expert, beside the all-to-all (which ends at t = 9 ms)
   {
-    PhaseSpan wait(&timer, PhaseTimer::kAllToAll);
+    parallel::PhaseSpan wait(&timer, parallel::PhaseTimer::kAllToAll);
     dev->WaitUntil(0.009);  // 4 ms standing still
   }
   dev->Kernel(0.001);
-  timer.End(PhaseTimer::kForwardBackward);
-  timer.Begin(PhaseTimer::kGradSync);
+  timer.End(parallel::PhaseTimer::kForwardBackward);
+  timer.Begin(parallel::PhaseTimer::kGradSync);
   dev->WaitUntil(0.015);  // the last gradient bucket's reduce-scatter
-  timer.End(PhaseTimer::kGradSync);
-  const PhaseTimer::Seconds s = timer.Resolve();
+  timer.End(parallel::PhaseTimer::kGradSync);
+  const parallel::PhaseTimer::Seconds s = timer.Resolve();
   EXPECT_DOUBLE_EQ(s.forward_backward, 0.010);
   EXPECT_DOUBLE_EQ(s.alltoall, 0.004);
   EXPECT_DOUBLE_EQ(s.compute(), 0.006);
   EXPECT_DOUBLE_EQ(s.grad_sync, 0.005);
   EXPECT_EQ(live, 0) << "Resolve releases every mark";
   // The next step starts from nothing.
-  const PhaseTimer::Seconds next = timer.Resolve();
+  const parallel::PhaseTimer::Seconds next = timer.Resolve();
   EXPECT_EQ(next.forward_backward + next.alltoall + next.grad_sync, 0.0);
 }
 
@@ -77,25 +78,25 @@ TEST(PhaseTimer, SpansOfAPhaseAddUpAndAnOpenSpanIsReleased) {
   auto owned = std::make_unique<FakeStream>(&live);
   FakeStream* dev = owned.get();
   {
-    PhaseTimer timer(std::move(owned));
+    parallel::PhaseTimer timer(std::move(owned));
     for (int i = 0; i < 3; ++i) {
-      PhaseSpan wait(&timer, PhaseTimer::kAllToAll);
+      parallel::PhaseSpan wait(&timer, parallel::PhaseTimer::kAllToAll);
       dev->Kernel(0.5);
     }
     EXPECT_DOUBLE_EQ(timer.Resolve().alltoall, 1.5);
-    timer.Begin(PhaseTimer::kForwardBackward);
-    timer.Begin(PhaseTimer::kForwardBackward);  // an error left it open: it starts again
-    timer.End(PhaseTimer::kForwardBackward);
-    timer.Begin(PhaseTimer::kGradSync);  // left open at the end
-    EXPECT_EQ(live, 3);                  // the restarted span's two marks and the open one
+    timer.Begin(parallel::PhaseTimer::kForwardBackward);
+    timer.Begin(parallel::PhaseTimer::kForwardBackward);  // an error left it open: it starts again
+    timer.End(parallel::PhaseTimer::kForwardBackward);
+    timer.Begin(parallel::PhaseTimer::kGradSync);  // left open at the end
+    EXPECT_EQ(live, 3);  // the restarted span's two marks and the open one
   }
   EXPECT_EQ(live, 0) << "the destructor releases the spans not resolved and the open one";
 }
 
 TEST(PhaseTimer, HostClockMeasuresWhatTheHostWaited) {
-  PhaseTimer timer(MakeHostPhaseClock());
+  parallel::PhaseTimer timer(parallel::MakeHostPhaseClock());
   {
-    PhaseSpan wait(&timer, PhaseTimer::kGradSync);
+    parallel::PhaseSpan wait(&timer, parallel::PhaseTimer::kGradSync);
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
   const double s = timer.Resolve().grad_sync;
@@ -103,7 +104,9 @@ TEST(PhaseTimer, HostClockMeasuresWhatTheHostWaited) {
   EXPECT_LT(s, 5.0);
 }
 
-TEST(PhaseTimer, NullTimerSpansDoNothing) { PhaseSpan nothing(nullptr, PhaseTimer::kAllToAll); }
+TEST(PhaseTimer, NullTimerSpansDoNothing) {
+  parallel::PhaseSpan nothing(nullptr, parallel::PhaseTimer::kAllToAll);
+}
 
 }  // namespace
-}  // namespace moe
+}  // namespace moe::parallel

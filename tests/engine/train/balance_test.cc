@@ -16,13 +16,13 @@ namespace {
 // Mean over the last 20 steps of the per-step imbalance.
 double FinalImbalance(JobSpec spec, double rate) {
   spec.model.moe.bias_update_rate = rate;
-  LocalParallel local;
-  TrainerOptions o;
+  parallel::LocalParallel local;
+  train::TrainerOptions o;
   o.peak_flops = 1e11;
   o.log_steps = false;
   std::vector<double> imb;
-  o.on_step = [&](const StepMetrics& m) { imb.push_back(m.expert_load_imbalance); };
-  auto r = Train(spec, local.ctx, o);
+  o.on_step = [&](const train::StepMetrics& m) { imb.push_back(m.expert_load_imbalance); };
+  auto r = train::Train(spec, local.ctx, o);
   EXPECT_TRUE(r.ok()) << r.status();
   if (imb.size() < 20) return 0;
   return std::accumulate(imb.end() - 20, imb.end(), 0.0) / 20;

@@ -36,25 +36,25 @@ JobSpec Job(int64_t steps) {
   return s;
 }
 
-std::vector<std::vector<float>> Biases(Model& m) {
+std::vector<std::vector<float>> Biases(model::Model& m) {
   std::vector<std::vector<float>> out;
-  for (MoeLayer* l : m.moe_layers())
+  for (model::MoeLayer* l : m.moe_layers())
     out.push_back(l->bias().Clone(Device::Cpu()).ToVector<float>());
   return out;
 }
 
 struct TrainRun {
-  std::vector<StepMetrics> steps;
+  std::vector<train::StepMetrics> steps;
   std::vector<std::vector<float>> bias;
 };
 
-TrainRun Train(const JobSpec& spec, TrainerOptions o = {}) {
-  LocalParallel local;
+TrainRun Train(const JobSpec& spec, train::TrainerOptions o = {}) {
+  parallel::LocalParallel local;
   o.peak_flops = 1e9;
   o.log_steps = false;
   TrainRun r;
-  o.on_step = [&](const StepMetrics& m) { r.steps.push_back(m); };
-  auto t = Trainer::Create(spec, local.ctx, o);
+  o.on_step = [&](const train::StepMetrics& m) { r.steps.push_back(m); };
+  auto t = train::Trainer::Create(spec, local.ctx, o);
   EXPECT_TRUE(t.ok()) << t.status();
   if (!t.ok()) return r;
   auto res = (*t)->Run();
@@ -72,22 +72,22 @@ TEST(Recipe, ALearnedBiasSteersSelectionWithGammaZero) {
   cfg.moe.topk_groups = 1;
   cfg.mtp_depth = 0;
   ASSERT_TRUE(cfg.moe.has_bias());
-  LocalParallel local;
-  Model model(cfg, local.ctx, 3, DType::kF32, Device::Cpu());
+  parallel::LocalParallel local;
+  model::Model model(cfg, local.ctx, 3, DType::kF32, Device::Cpu());
   std::vector<float> bias(8, 0.f);
   bias[5] = 10.f;
-  for (MoeLayer* l : model.moe_layers()) l->SetBias(bias);
+  for (model::MoeLayer* l : model.moe_layers()) l->SetBias(bias);
   Tensor tokens = testing::RandomInts({2, 16}, 1, 97),
          targets = testing::RandomInts({2, 16}, 2, 97);
-  LossScales scales{.ce = 1.0 / 32, .mtp = {}, .aux_coeff = 0};
+  model::LossScales scales{.ce = 1.0 / 32, .mtp = {}, .aux_coeff = 0};
   auto r = model.ForwardBackward(tokens, targets, scales);
   ASSERT_TRUE(r.ok()) << r.status();
   for (const auto& counts : r->tokens_per_expert)
     EXPECT_EQ(counts[5], 32) << "every token goes where the bias says";
   // A model without a bias (expert_bias: false) ignores the tensor.
   cfg.moe.expert_bias = false;
-  Model plain(cfg, local.ctx, 3, DType::kF32, Device::Cpu());
-  for (MoeLayer* l : plain.moe_layers()) l->SetBias(bias);
+  model::Model plain(cfg, local.ctx, 3, DType::kF32, Device::Cpu());
+  for (model::MoeLayer* l : plain.moe_layers()) l->SetBias(bias);
   auto p = plain.ForwardBackward(tokens, targets, scales);
   ASSERT_TRUE(p.ok());
   for (const auto& counts : p->tokens_per_expert) EXPECT_LT(counts[5], 32);
@@ -97,7 +97,7 @@ TEST(Recipe, ALearnedBiasSteersSelectionWithGammaZero) {
 TEST(Recipe, ASkippedStepLeavesTheBiasUnchanged) {
   JobSpec spec = Job(4);
   spec.model.moe.bias_update_rate = 0.05;
-  TrainerOptions o;
+  train::TrainerOptions o;
   o.stop_at_step = 2;
   const TrainRun two = Train(spec, o);
   o.stop_at_step = 3;
@@ -123,7 +123,7 @@ TEST(Recipe, GammaLambdaAndTheLearningRateFollowTheirScheduleInTokens) {
       {.until_tokens = 4 * per_step, .shape = "constant", .value = 1e-3},
       {.until_tokens = 6 * per_step, .shape = "cosine", .from = 1e-3, .to = 1e-4}};
   ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
-  TrainerOptions o;
+  train::TrainerOptions o;
   o.stop_at_step = 2;
   const TrainRun two = Train(spec, o);
   o.stop_at_step = 6;
@@ -160,7 +160,7 @@ TEST(Recipe, TheBatchRampGrowsTheBatchAndResumesInTheMiddle) {
   // increment: 4), 96 (the ramp is over: 8), then 8 throughout.
   EXPECT_EQ(batches, (std::vector<int64_t>{2, 4, 8, 8, 8, 8}));
   EXPECT_EQ(straight.steps[2].consumed_samples, 2 + 4 + 8);
-  TrainerOptions o;
+  train::TrainerOptions o;
   o.checkpoint_dir = dir;
   o.checkpoint_interval = 2;
   o.stop_at_step = 2;
@@ -178,13 +178,13 @@ TEST(Recipe, Bf16MomentsTrackFp32Moments) {
   JobSpec spec = Job(20);
   const TrainRun fp32 = Train(spec);
   spec.optimizer.moments_dtype = "bf16";
-  LocalParallel local;
-  TrainerOptions o;
+  parallel::LocalParallel local;
+  train::TrainerOptions o;
   o.peak_flops = 1e9;
   o.log_steps = false;
   TrainRun bf16;
-  o.on_step = [&](const StepMetrics& m) { bf16.steps.push_back(m); };
-  auto t = Trainer::Create(spec, local.ctx, o);
+  o.on_step = [&](const train::StepMetrics& m) { bf16.steps.push_back(m); };
+  auto t = train::Trainer::Create(spec, local.ctx, o);
   ASSERT_TRUE(t.ok()) << t.status();
   for (const auto& p : (*t)->model().params().all()) {
     ASSERT_EQ(p->m.dtype(), DType::kBF16) << p->name;
@@ -273,11 +273,11 @@ TEST(AttentionKernel, MaterializedTrainsLikeFlash) {
 TEST(AttentionKernel, MaterializedIsRefusedOnCuda) {
   JobSpec spec = Job(1);
   spec.training.attention = "materialized";
-  LocalParallel local;
-  TrainerOptions o;
+  parallel::LocalParallel local;
+  train::TrainerOptions o;
   o.peak_flops = 1e9;
   o.placement = DevicePlacement{Device::Cuda(0), "cuda:0", DType::kBF16, "bf16"};
-  auto t = Trainer::Create(spec, local.ctx, o);
+  auto t = train::Trainer::Create(spec, local.ctx, o);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("spec.training.attention"), std::string::npos) << t.status();
 }

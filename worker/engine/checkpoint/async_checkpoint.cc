@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "kernels/pinned_host.h"
 
-namespace moe {
+namespace moe::checkpoint {
 namespace {
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
@@ -41,7 +41,8 @@ std::function<Status()> FaultFor(int64_t step, int rank) {
 
 }  // namespace
 
-AsyncCheckpointer::AsyncCheckpointer(CheckpointManager* manager, const ParallelContext& par)
+AsyncCheckpointer::AsyncCheckpointer(CheckpointManager* manager,
+                                     const parallel::ParallelContext& par)
     : manager_(manager), par_(par) {}
 
 AsyncCheckpointer::~AsyncCheckpointer() {
@@ -95,7 +96,7 @@ size_t TotalBytes(const std::vector<TensorPiece>& pieces, bool* device_tensors) 
 
 }  // namespace
 
-void AsyncCheckpointer::Preallocate(Model& model, const CheckpointedOptimizer& optimizer) {
+void AsyncCheckpointer::Preallocate(model::Model& model, const CheckpointedOptimizer& optimizer) {
   bool device_tensors = false;
   const size_t total =
       TotalBytes(CheckpointPieces(model, optimizer, par_, /*writer=*/true), &device_tensors);
@@ -103,7 +104,7 @@ void AsyncCheckpointer::Preallocate(Model& model, const CheckpointedOptimizer& o
   if (!pinned_) std::memset(arena_, 0, capacity_);  // its pages faulted in now, not at a save
 }
 
-void AsyncCheckpointer::Snapshot(Model& model, const CheckpointedOptimizer& optimizer) {
+void AsyncCheckpointer::Snapshot(model::Model& model, const CheckpointedOptimizer& optimizer) {
   const std::vector<TensorPiece> mine = CheckpointPieces(model, optimizer, par_, /*writer=*/true);
   bool device_tensors = false;
   Reserve(TotalBytes(mine, &device_tensors), device_tensors);
@@ -122,8 +123,9 @@ void AsyncCheckpointer::Snapshot(Model& model, const CheckpointedOptimizer& opti
   last_bytes_ = at;
 }
 
-Status AsyncCheckpointer::Start(int64_t step, Model& model, const CheckpointedOptimizer& optimizer,
-                                const Node& state, Status* storage_failure) {
+Status AsyncCheckpointer::Start(int64_t step, model::Model& model,
+                                const CheckpointedOptimizer& optimizer, const Node& state,
+                                Status* storage_failure) {
   MOE_CHECK(!pending_) << "a checkpoint save started while the one of step " << pending_->step
                        << " is in flight";
   Status prepared;
@@ -208,4 +210,4 @@ StatusOr<AsyncCheckpointer::Outcome> AsyncCheckpointer::Poll(bool wait,
   return Outcome::kCommitted;
 }
 
-}  // namespace moe
+}  // namespace moe::checkpoint

@@ -31,11 +31,11 @@
 #include "worker/engine/checkpoint/checkpoint.h"
 #include "worker/engine/checkpoint/checkpoint_io.h"
 
-namespace moe {
+namespace moe::checkpoint {
 
 class AsyncCheckpointer {
  public:
-  AsyncCheckpointer(CheckpointManager* manager, const ParallelContext& par);
+  AsyncCheckpointer(CheckpointManager* manager, const parallel::ParallelContext& par);
   // Waits for a write in flight; an uncommitted save stays uncommitted (a .tmp directory).
   ~AsyncCheckpointer();
   AsyncCheckpointer(const AsyncCheckpointer&) = delete;
@@ -43,7 +43,7 @@ class AsyncCheckpointer {
 
   // Allocates (and touches) the host buffers a save of this state needs, before training starts,
   // so that the first save's copy does not pay for them. Optional: Start allocates what is missing.
-  void Preallocate(Model& model, const CheckpointedOptimizer& optimizer);
+  void Preallocate(model::Model& model, const CheckpointedOptimizer& optimizer);
 
   bool in_flight() const { return pending_.has_value(); }
   int64_t in_flight_step() const { return pending_ ? pending_->step : 0; }
@@ -52,7 +52,7 @@ class AsyncCheckpointer {
   // this rank's state to host memory and starts the background write. A directory that cannot be
   // prepared is a storage failure (in `storage_failure`; nothing is then in flight); a
   // communication failure is returned.
-  Status Start(int64_t step, Model& model, const CheckpointedOptimizer& optimizer,
+  Status Start(int64_t step, model::Model& model, const CheckpointedOptimizer& optimizer,
                const Node& state, Status* storage_failure);
 
   enum class Outcome { kNone, kPending, kCommitted, kFailed };
@@ -76,7 +76,7 @@ class AsyncCheckpointer {
     Node state;
     Status prepared;
   };
-  void Snapshot(Model& model, const CheckpointedOptimizer& optimizer);
+  void Snapshot(model::Model& model, const CheckpointedOptimizer& optimizer);
   void Reserve(size_t bytes, bool device_tensors);
   void FreeArena();
   void WriterLoop();
@@ -84,7 +84,7 @@ class AsyncCheckpointer {
   Status WaitForWriter();  // this rank's write's outcome, once it is done
 
   CheckpointManager* manager_;
-  ParallelContext par_;
+  parallel::ParallelContext par_;
   char* arena_ = nullptr;
   size_t capacity_ = 0;
   bool pinned_ = false;
@@ -102,4 +102,4 @@ class AsyncCheckpointer {
   size_t last_bytes_ = 0;
 };
 
-}  // namespace moe
+}  // namespace moe::checkpoint

@@ -7,7 +7,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 
-namespace moe {
+namespace moe::checkpoint {
 namespace {
 
 std::string ShardName(int rank) {
@@ -18,8 +18,9 @@ std::string ShardName(int rank) {
 
 }  // namespace
 
-std::vector<TensorPiece> CheckpointPieces(Model& model, const CheckpointedOptimizer& optimizer,
-                                          const ParallelContext& par, bool writer) {
+std::vector<TensorPiece> CheckpointPieces(model::Model& model,
+                                          const CheckpointedOptimizer& optimizer,
+                                          const parallel::ParallelContext& par, bool writer) {
   // Weights and moments: the optimizer knows who holds what (shards, or the group's rank 0). The
   // bias of a MoE layer is the same on every data-parallel rank of its stage: rank 0 of the stage
   // writes it.
@@ -27,11 +28,12 @@ std::vector<TensorPiece> CheckpointPieces(Model& model, const CheckpointedOptimi
   optimizer.Pieces(writer, &out);
   if (writer && par.dp_rank() != 0) return out;
   const int64_t e = model.config().moe.num_experts;
-  for (MoeLayer* l : model.moe_layers()) out.push_back({"bias/" + l->name(), {e}, 0, l->bias()});
+  for (model::MoeLayer* l : model.moe_layers())
+    out.push_back({"bias/" + l->name(), {e}, 0, l->bias()});
   return out;
 }
 
-CheckpointManager::CheckpointManager(std::string dir, const ParallelContext& par,
+CheckpointManager::CheckpointManager(std::string dir, const parallel::ParallelContext& par,
                                      std::string fingerprint, int64_t keep_last, Node spec,
                                      std::string tmp_suffix)
     : dir_(std::move(dir)),
@@ -57,7 +59,7 @@ namespace {
 // Every rank learns whether all of them succeeded at a phase of a save (an all-reduce of failures):
 // OK, this rank's own storage error, or a sentence about another rank's. A failing collective is
 // returned as it is, through `comm`.
-Status AgreeOnSave(Communicator* world, const Status& mine, int64_t step, Status* comm) {
+Status AgreeOnSave(parallel::Communicator* world, const Status& mine, int64_t step, Status* comm) {
   double failed = mine.ok() ? 0.0 : 1.0;
   *comm = world->AllReduceSumHost(&failed, 1);
   if (!comm->ok() || failed == 0.0) return OkStatus();
@@ -113,8 +115,9 @@ Status CheckpointManager::CommitSave(int64_t step, const CheckpointedOptimizer& 
   return fence_ ? fence_(commit) : commit();  // a fenced rank commits and prunes nothing
 }
 
-Status CheckpointManager::Save(int64_t step, Model& model, const CheckpointedOptimizer& optimizer,
-                               const Node& state, Status* storage_failure) {
+Status CheckpointManager::Save(int64_t step, model::Model& model,
+                               const CheckpointedOptimizer& optimizer, const Node& state,
+                               Status* storage_failure) {
   Status prepared;
   MOE_RETURN_IF_ERROR(BeginSave(step, &prepared));
   Status wrote = prepared;
@@ -131,7 +134,7 @@ std::string CheckpointManager::ShardPath(int64_t step) const {
 
 Status CheckpointManager::BeginSave(int64_t step, Status* prepared) {
   const std::string tmp_dir = JoinPath(dir_, StepDirName(step)) + tmp_suffix_;
-  Communicator* world = par_.world;
+  parallel::Communicator* world = par_.world;
   world->SetPhase("checkpoint at step " + std::to_string(step));
   Status comm;
   *prepared = AgreeOnSave(world, par_.rank == 0 ? PrepareSave(tmp_dir) : OkStatus(), step, &comm);
@@ -143,7 +146,7 @@ Status CheckpointManager::EndSave(int64_t step, const CheckpointedOptimizer& opt
                                   Status* storage_failure) {
   const std::string final_dir = JoinPath(dir_, StepDirName(step));
   const std::string tmp_dir = final_dir + tmp_suffix_;
-  Communicator* world = par_.world;
+  parallel::Communicator* world = par_.world;
   world->SetPhase("checkpoint at step " + std::to_string(step));
   Status comm, agreed = prepared;
   if (agreed.ok()) {
@@ -249,7 +252,7 @@ int64_t CheckpointManager::ChooseOnRankZero(Status* refusal) const {
 }
 
 StatusOr<int64_t> CheckpointManager::Choose() {
-  Communicator* world = par_.world;
+  parallel::Communicator* world = par_.world;
   world->SetPhase("checkpoint restore");
   // Rank 0 picks; a refusal (another model, an unreadable directory) is broadcast as a negative
   // step so every rank fails the same way.
@@ -267,7 +270,7 @@ StatusOr<int64_t> CheckpointManager::Choose() {
   return chosen;
 }
 
-StatusOr<CheckpointInfo> CheckpointManager::Load(int64_t step, Model& model,
+StatusOr<CheckpointInfo> CheckpointManager::Load(int64_t step, model::Model& model,
                                                  CheckpointedOptimizer& optimizer) {
   CheckpointInfo info;
   info.step = step;
@@ -287,7 +290,7 @@ StatusOr<CheckpointInfo> CheckpointManager::Load(int64_t step, Model& model,
   return info;
 }
 
-StatusOr<CheckpointInfo> CheckpointManager::Restore(Model& model,
+StatusOr<CheckpointInfo> CheckpointManager::Restore(model::Model& model,
                                                     CheckpointedOptimizer& optimizer) {
   MOE_ASSIGN_OR_RETURN(const int64_t chosen, Choose());
   if (chosen == 0) return CheckpointInfo();
@@ -296,7 +299,7 @@ StatusOr<CheckpointInfo> CheckpointManager::Restore(Model& model,
 
 StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   if (!PathExists(dir)) return NotFoundError("no checkpoint directory " + dir);
-  ParallelContext none;
+  parallel::ParallelContext none;
   CheckpointManager m(dir, none, "", 0);
   for (const auto& [step, path] : m.List()) {
     if (ReadCheckpointManifest(path).ok()) return path;
@@ -304,4 +307,4 @@ StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   return NotFoundError("no complete checkpoint in " + dir);
 }
 
-}  // namespace moe
+}  // namespace moe::checkpoint

@@ -21,7 +21,7 @@
 #include "worker/engine/model/model.h"
 #include "worker/engine/parallel/communicator.h"
 
-namespace moe {
+namespace moe::checkpoint {
 
 struct CheckpointInfo {
   int64_t step = 0;
@@ -32,8 +32,9 @@ struct CheckpointInfo {
 // What this rank writes (owner) or needs (reader) of a model's state in a checkpoint: every
 // parameter's value and AdamW moments ("param/<name>/value|m|v") and every MoE layer's bias
 // ("bias/<layer>"), as pieces of the global tensors.
-std::vector<TensorPiece> CheckpointPieces(Model& model, const CheckpointedOptimizer& optimizer,
-                                          const ParallelContext& par, bool writer);
+std::vector<TensorPiece> CheckpointPieces(model::Model& model,
+                                          const CheckpointedOptimizer& optimizer,
+                                          const parallel::ParallelContext& par, bool writer);
 
 class CheckpointManager {
  public:
@@ -42,7 +43,7 @@ class CheckpointManager {
   // `tmp_suffix`: what a save in progress is called after its step's name (".tmp"; an attempt's
   // own,
   // ".tmp-a3", so that two attempts never write into one).
-  CheckpointManager(std::string dir, const ParallelContext& par, std::string fingerprint,
+  CheckpointManager(std::string dir, const parallel::ParallelContext& par, std::string fingerprint,
                     int64_t keep_last, Node spec = Node(), std::string tmp_suffix = ".tmp");
   // Runs a save's commit and the pruning of old ones (rank 0) while this rank still holds the
   // directory (checkpoint/ownership.h WhileHeld: checked and kept held under the owner lock); a
@@ -63,8 +64,8 @@ class CheckpointManager {
   // returns OK (the caller may train on and try again at the next interval); without it Save
   // returns the reason. What was half written is removed; the previous complete checkpoint stays. A
   // communication failure is always returned.
-  Status Save(int64_t step, Model& model, const CheckpointedOptimizer& optimizer, const Node& state,
-              Status* storage_failure = nullptr);
+  Status Save(int64_t step, model::Model& model, const CheckpointedOptimizer& optimizer,
+              const Node& state, Status* storage_failure = nullptr);
   // Save in its phases, for a caller that writes this rank's shard itself, later or elsewhere
   // (AsyncCheckpointer: a background thread). BeginSave: rank 0 prepares the save's temporary
   // directory and every rank learns whether it could (`prepared`); a communication failure is
@@ -81,9 +82,10 @@ class CheckpointManager {
   // (FAILED_PRECONDITION), not something to skip.
   StatusOr<int64_t> Choose();
   // Loads this rank's part of checkpoint `step`, whatever layout wrote it.
-  StatusOr<CheckpointInfo> Load(int64_t step, Model& model, CheckpointedOptimizer& optimizer);
+  StatusOr<CheckpointInfo> Load(int64_t step, model::Model& model,
+                                CheckpointedOptimizer& optimizer);
   // Choose, then Load (step 0 when there is nothing to load).
-  StatusOr<CheckpointInfo> Restore(Model& model, CheckpointedOptimizer& optimizer);
+  StatusOr<CheckpointInfo> Restore(model::Model& model, CheckpointedOptimizer& optimizer);
 
   // Checks one checkpoint directory's manifest and every shard; OK means it can be loaded.
   Status Validate(const std::string& path) const;
@@ -104,7 +106,7 @@ class CheckpointManager {
                     const std::string& tmp_dir, const std::string& final_dir) const;
 
   std::string dir_;
-  ParallelContext par_;
+  parallel::ParallelContext par_;
   std::string fingerprint_;
   int64_t keep_last_;
   Node spec_;
@@ -118,4 +120,4 @@ class CheckpointManager {
 // The newest complete checkpoint directory in `dir` (NOT_FOUND when there is none).
 StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
-}  // namespace moe
+}  // namespace moe::checkpoint

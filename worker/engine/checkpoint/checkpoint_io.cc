@@ -10,7 +10,7 @@
 #include "common/file_util.h"
 #include "kernels/elementwise.h"
 
-namespace moe {
+namespace moe::checkpoint {
 
 const char* const kCheckpointFormat = "moe-checkpoint/2";
 
@@ -326,4 +326,4 @@ Status CheckpointReader::Read(const std::string& name, int64_t begin, const Tens
   return OkStatus();
 }
 
-}  // namespace moe
+}  // namespace moe::checkpoint

@@ -22,7 +22,7 @@
 #include "common/yaml.h"
 #include "kernels/tensor.h"
 
-namespace moe {
+namespace moe::checkpoint {
 
 // One piece of a global tensor: elements [begin, begin + data.numel()) of its flattened form.
 struct TensorPiece {
@@ -106,4 +106,4 @@ class CheckpointReader {
 StatusOr<Node> ReadCheckpointManifest(const std::string& dir);
 extern const char* const kCheckpointFormat;
 
-}  // namespace moe
+}  // namespace moe::checkpoint

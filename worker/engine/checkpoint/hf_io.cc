@@ -12,7 +12,7 @@
 #include "worker/engine/data/tokenizer.h"
 #include "worker/engine/parallel/local_communicator.h"
 
-namespace moe {
+namespace moe::checkpoint {
 namespace {
 
 int64_t Numel(const std::vector<int64_t>& shape) {
@@ -84,7 +84,7 @@ Node IntNode(int64_t v) { return Node::Scalar(std::to_string(v)); }
 // tokenizer.model, and tokenizer_config.json as transformers reads a SentencePiece model: the slow
 // LlamaTokenizer (it loads tokenizer.model and encodes as SentencePiece does with legacy: true).
 // Our documents carry no BOS (each ends with EOS), so none is added.
-Status WriteTokenizerFiles(const Tokenizer& tok, const std::string& out_dir,
+Status WriteTokenizerFiles(const data::Tokenizer& tok, const std::string& out_dir,
                            const HfWriteOptions& o) {
   MOE_ASSIGN_OR_RETURN(const std::string bytes, ReadFileToString(tok.path()));
   MOE_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out_dir, "tokenizer.model"), bytes));
@@ -113,7 +113,7 @@ Status WriteTokenizerFiles(const Tokenizer& tok, const std::string& out_dir,
 }
 
 // config.json: the model, its rotary setup, the weights' dtype and the tokenizer's special ids.
-Status WriteConfig(const ModelConfig& m, const Tokenizer* tok, DType dtype,
+Status WriteConfig(const ModelConfig& m, const data::Tokenizer* tok, DType dtype,
                    const std::string& out_dir, const HfWriteOptions& o) {
   HfConfigInfo info;
   info.max_position_embeddings = o.max_position_embeddings;
@@ -137,9 +137,9 @@ Status WriteHfDirectory(const ModelConfig& m, const HfSource& source, const std:
                         const HfWriteOptions& o) {
   MOE_ASSIGN_OR_RETURN(auto type, OutputType(o.dtype));
   MOE_ASSIGN_OR_RETURN(std::vector<HfTensor> layout, HfLayout(m, o.mtp_table_copies));
-  std::optional<Tokenizer> tok;
+  std::optional<data::Tokenizer> tok;
   if (!o.tokenizer.empty()) {
-    MOE_ASSIGN_OR_RETURN(Tokenizer t, Tokenizer::Load(o.tokenizer));
+    MOE_ASSIGN_OR_RETURN(data::Tokenizer t, data::Tokenizer::Load(o.tokenizer));
     tok.emplace(std::move(t));
   }
   MOE_RETURN_IF_ERROR(MakeDirs(out_dir));
@@ -192,7 +192,7 @@ Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_di
       spec.data.seq_length, spec.model.rope_scaling.original_max_position_embeddings);
   o.rope_length = spec.data.seq_length;  // what the run built its rotary frequencies for
   if (o.tokenizer.empty() && o.tokenizer_from_run && spec.data.source == "indexed") {
-    StatusOr<std::string> tok = RunTokenizerPath(spec.data.path);
+    StatusOr<std::string> tok = data::RunTokenizerPath(spec.data.path);
     if (!tok.ok()) {
       return FailedPreconditionError(
           "the run's tokenizer: " + tok.status().message() +
@@ -207,17 +207,17 @@ Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_di
   return WriteHfDirectory(spec.model, source, out_dir, o);
 }
 
-HfSource ModelSource(Model& model) {
+HfSource ModelSource(model::Model& model) {
   return [&model](const HfTensor& t, const Tensor& dst) -> Status {
     Tensor src;
     if (t.engine_name.rfind("bias/", 0) == 0) {
-      for (MoeLayer* l : model.moe_layers()) {
+      for (model::MoeLayer* l : model.moe_layers()) {
         if ("bias/" + l->name() == t.engine_name) src = l->bias();
       }
     } else {
       const std::string name =
           t.engine_name.substr(6, t.engine_name.size() - 6 - 6);  // param/<name>/value
-      if (Param* p = model.params().Find(name)) src = p->value;
+      if (model::Param* p = model.params().Find(name)) src = p->value;
     }
     if (!src.defined()) return NotFoundError("the model has no tensor " + t.engine_name);
     MOE_CHECK(src.numel() == Numel(t.engine_shape))
@@ -237,19 +237,20 @@ struct LocalRange {
   int64_t begin;  // in the global tensor
 };
 
-std::map<std::string, LocalRange> LocalTensors(Model& model) {
+std::map<std::string, LocalRange> LocalTensors(model::Model& model) {
   std::map<std::string, LocalRange> out;
   for (const auto& p : model.params().all()) {
     const int64_t begin = p->global_begin();
     out["param/" + p->name + "/value"] = {p->value.Reshape({p->value.numel()}), begin};
   }
-  for (MoeLayer* l : model.moe_layers()) out["bias/" + l->name()] = {l->bias(), 0};
+  for (model::MoeLayer* l : model.moe_layers()) out["bias/" + l->name()] = {l->bias(), 0};
   return out;
 }
 
 }  // namespace
 
-Status LoadHfWeights(const std::string& dir, Model& model, const ParallelContext& par) {
+Status LoadHfWeights(const std::string& dir, model::Model& model,
+                     const parallel::ParallelContext& par) {
   (void)par;  // each rank reads its own experts: the expert ranges of its parameters say which
   MOE_ASSIGN_OR_RETURN(std::string config_text, ReadFileToString(JoinPath(dir, "config.json")));
   MOE_ASSIGN_OR_RETURN(Node config, ParseYaml(config_text));
@@ -304,13 +305,13 @@ Status RewriteHfDirectory(const std::string& dir, const std::string& out_dir,
   MOE_ASSIGN_OR_RETURN(const ModelConfig m, HfModelConfig(dir));
   MOE_ASSIGN_OR_RETURN(HfWriteOptions o, HfRewriteOptions(dir));
   if (!dtype.empty()) o.dtype = dtype;
-  LocalParallel local;
-  Model model(m, local.ctx, 0, o.dtype == "fp64" ? DType::kF64 : DType::kF32, Device::Cpu());
+  parallel::LocalParallel local;
+  model::Model model(m, local.ctx, 0, o.dtype == "fp64" ? DType::kF64 : DType::kF32, Device::Cpu());
   MOE_RETURN_IF_ERROR(LoadHfWeights(dir, model, local.ctx));
   return WriteHfDirectory(m, ModelSource(model), out_dir, o);
 }
 
-Status LoadCheckpointWeights(const std::string& step_dir, Model& model) {
+Status LoadCheckpointWeights(const std::string& step_dir, model::Model& model) {
   MOE_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, /*verify=*/true));
   MOE_RETURN_IF_ERROR(reader.CheckComplete());
   for (const auto& [name, r] : LocalTensors(model)) {
@@ -412,4 +413,4 @@ StatusOr<ModelConfig> HfModelConfig(const std::string& dir, int64_t* rope_length
   return m;
 }
 
-}  // namespace moe
+}  // namespace moe::checkpoint

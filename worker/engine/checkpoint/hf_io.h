@@ -14,7 +14,7 @@
 #include "worker/engine/model/model.h"
 #include "worker/engine/parallel/communicator.h"
 
-namespace moe {
+namespace moe::checkpoint {
 
 struct HfWriteOptions {
   std::string dtype = "bf16";  // bf16 | fp32 | fp64 (the last for exact comparisons in tests)
@@ -53,7 +53,8 @@ Status ExportCheckpoint(const std::string& checkpoint, const std::string& out_di
 // moe-train --init-from: the weights of a DeepseekV3 directory into `model` (this rank's part: its
 // experts), after checking config.json against the model; the expert bias from
 // e_score_correction_bias. A tensor of another shape is an INVALID_ARGUMENT naming it.
-Status LoadHfWeights(const std::string& dir, Model& model, const ParallelContext& par);
+Status LoadHfWeights(const std::string& dir, model::Model& model,
+                     const parallel::ParallelContext& par);
 
 // moe-export --hf: DeepseekV3 directory `dir` read as --init-from reads it (the whole model, on the
 // CPU) and written again by the exporter, in `dtype` ("": its own). With its own dtype the files
@@ -66,7 +67,7 @@ Status RewriteHfDirectory(const std::string& dir, const std::string& out_dir,
 StatusOr<HfWriteOptions> HfRewriteOptions(const std::string& dir);
 
 // The values of a W = 1 model's tensors, for WriteHfDirectory (tests and the reference dump).
-HfSource ModelSource(Model& model);
+HfSource ModelSource(model::Model& model);
 
 // For evaluating stored weights (moe-eval):
 // The job spec a checkpoint was written with (its manifest) and the step directory used
@@ -75,11 +76,11 @@ HfSource ModelSource(Model& model);
 StatusOr<JobSpec> CheckpointJobSpec(const std::string& checkpoint, std::string* step_dir);
 // Reads this rank's weights (every parameter's value and the MoE biases) from a checkpoint step
 // directory, whatever layout wrote it; no optimizer state.
-Status LoadCheckpointWeights(const std::string& step_dir, Model& model);
+Status LoadCheckpointWeights(const std::string& step_dir, model::Model& model);
 // The model a Hugging Face DeepseekV3 directory's config.json describes (its conventions checked:
 // CheckHfConventions), and in *rope_length the sequence length to build its rotary frequencies for
 // (max_position_embeddings: above original_max_position_embeddings YaRN applies, which is what
 // rope_scaling being present means).
 StatusOr<ModelConfig> HfModelConfig(const std::string& dir, int64_t* rope_length = nullptr);
 
-}  // namespace moe
+}  // namespace moe::checkpoint

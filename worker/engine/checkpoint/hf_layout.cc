@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-namespace moe {
+namespace moe::checkpoint {
 namespace {
 
 std::string Value(const std::string& param) { return "param/" + param + "/value"; }
@@ -354,4 +354,4 @@ Status CheckHfConfig(const Node& config, const ModelConfig& m) {
   return OkStatus();
 }
 
-}  // namespace moe
+}  // namespace moe::checkpoint

@@ -16,7 +16,7 @@
 #include "common/status.h"
 #include "common/yaml.h"
 
-namespace moe {
+namespace moe::checkpoint {
 
 struct HfTensor {
   std::string hf_name;
@@ -62,4 +62,4 @@ Status CheckHfConventions(const Node& config);
 // key that differs, with both values).
 Status CheckHfConfig(const Node& config, const ModelConfig& m);
 
-}  // namespace moe
+}  // namespace moe::checkpoint

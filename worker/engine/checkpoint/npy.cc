@@ -6,7 +6,7 @@
 
 #include "common/file_util.h"
 
-namespace moe {
+namespace moe::checkpoint {
 namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
@@ -177,4 +177,4 @@ Status NpyFloatWriter::Close() {
   return ok ? OkStatus() : UnavailableError(path_ + ": close failed");
 }
 
-}  // namespace moe
+}  // namespace moe::checkpoint

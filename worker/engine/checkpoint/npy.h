@@ -10,7 +10,7 @@
 
 #include "common/status.h"
 
-namespace moe {
+namespace moe::checkpoint {
 
 struct NpyInts {
   std::vector<int64_t> shape;
@@ -42,4 +42,4 @@ class NpyFloatWriter {
   int64_t expected_ = 0, written_ = 0;
 };
 
-}  // namespace moe
+}  // namespace moe::checkpoint

@@ -10,7 +10,7 @@
 #include "common/file_util.h"
 #include "common/yaml.h"
 
-namespace moe {
+namespace moe::checkpoint {
 namespace {
 
 inline constexpr char kOwnerLock[] = ".moe-owner.lock";
@@ -129,4 +129,4 @@ Status CheckpointOwnership::Check() const {
                       "; it commits, prunes and records nothing more");
 }
 
-}  // namespace moe
+}  // namespace moe::checkpoint

@@ -22,7 +22,7 @@
 
 #include "common/status.h"
 
-namespace moe {
+namespace moe::checkpoint {
 
 struct OwnerClaim {
   std::string job;    // the job id
@@ -63,4 +63,4 @@ class CheckpointOwnership {
   OwnerClaim me_;
 };
 
-}  // namespace moe
+}  // namespace moe::checkpoint

@@ -12,7 +12,7 @@
 #include "common/yaml.h"
 #include "kernels/elementwise.h"
 
-namespace moe {
+namespace moe::checkpoint {
 namespace {
 
 constexpr int64_t kMaxHeader = int64_t{100} << 20;  // 100 MiB of JSON is not a header
@@ -281,4 +281,4 @@ Status SafetensorsWriter::Write(
   return OkStatus();
 }
 
-}  // namespace moe
+}  // namespace moe::checkpoint

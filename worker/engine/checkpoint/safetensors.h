@@ -16,7 +16,7 @@
 #include "common/status.h"
 #include "kernels/tensor.h"
 
-namespace moe {
+namespace moe::checkpoint {
 
 struct SafetensorsEntry {
   std::string dtype;  // "F32", "BF16", ...
@@ -81,4 +81,4 @@ int64_t SafetensorsDTypeSize(const std::string& dtype);
 // The safetensors name of a tensor dtype ("F32", "BF16", "F64", "I32", "I64").
 std::string SafetensorsDType(DType d);
 
-}  // namespace moe
+}  // namespace moe::checkpoint

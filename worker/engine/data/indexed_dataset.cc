@@ -13,7 +13,7 @@
 #include "common/file_util.h"
 #include "common/yaml.h"
 
-namespace moe {
+namespace moe::data {
 namespace {
 
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
@@ -298,4 +298,4 @@ Status IndexedDatasetWriter::Finish(const std::string& sidecar_json) {
   return WriteFileAtomic(prefix_ + ".json", sidecar_json);
 }
 
-}  // namespace moe
+}  // namespace moe::data

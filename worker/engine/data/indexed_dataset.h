@@ -13,7 +13,7 @@
 
 #include "common/status.h"
 
-namespace moe {
+namespace moe::data {
 
 // Megatron's dtype codes.
 enum class TokenDType : uint8_t {
@@ -89,4 +89,4 @@ class IndexedDatasetWriter {
   int64_t tokens_ = 0;
 };
 
-}  // namespace moe
+}  // namespace moe::data

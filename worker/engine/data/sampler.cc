@@ -5,7 +5,7 @@
 
 #include "common/rng.h"
 
-namespace moe {
+namespace moe::data {
 
 const char* DataSplitName(DataSplit s) {
   switch (s) {
@@ -124,4 +124,4 @@ void BatchSampler::MicroBatch(int64_t first_sample, int64_t per_rank, int rank, 
   }
 }
 
-}  // namespace moe
+}  // namespace moe::data

@@ -20,7 +20,7 @@
 #include "common/status.h"
 #include "worker/engine/data/indexed_dataset.h"
 
-namespace moe {
+namespace moe::data {
 
 enum class DataSplit { kTrain = 0, kValid = 1, kTest = 2, kAll = 3 };
 const char* DataSplitName(DataSplit s);
@@ -71,4 +71,4 @@ class BatchSampler {
   std::vector<int64_t> order_;  // this epoch's permutation
 };
 
-}  // namespace moe
+}  // namespace moe::data

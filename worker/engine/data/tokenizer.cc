@@ -7,7 +7,7 @@
 #include <sentencepiece_processor.h>
 #endif
 
-namespace moe {
+namespace moe::data {
 
 #ifdef MOE_WITH_SPM
 struct Tokenizer::Impl {
@@ -83,4 +83,4 @@ StatusOr<std::string> RunTokenizerPath(const std::string& data_path) {
   return t->scalar();
 }
 
-}  // namespace moe
+}  // namespace moe::data

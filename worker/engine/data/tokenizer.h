@@ -10,7 +10,7 @@
 
 #include "common/status.h"
 
-namespace moe {
+namespace moe::data {
 
 class Tokenizer {
  public:
@@ -42,4 +42,4 @@ class Tokenizer {
 // SentencePiece model. NOT_FOUND, naming what is missing, when there is none.
 StatusOr<std::string> RunTokenizerPath(const std::string& data_path);
 
-}  // namespace moe
+}  // namespace moe::data

@@ -13,7 +13,7 @@
 #include "kernels/rope.h"
 #include "worker/engine/model/rope_freqs.h"
 
-namespace moe {
+namespace moe::model {
 
 Tensor AttentionLayer::Decode(const Tensor& x, LayerKvCache& cache) {
   (void)x;
@@ -379,4 +379,4 @@ std::unique_ptr<AttentionLayer> MakeAttention(ParamSet& params, const std::strin
   return std::make_unique<MhaAttention>(params, prefix, cfg, seed, out_std, ctx);
 }
 
-}  // namespace moe
+}  // namespace moe::model

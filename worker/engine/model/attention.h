@@ -11,7 +11,7 @@
 #include "worker/engine/model/layers.h"
 #include "worker/engine/model/param.h"
 
-namespace moe {
+namespace moe::model {
 
 // What the attention layers share: the run's shape, where their constants live, what they
 // recompute.
@@ -53,4 +53,4 @@ std::unique_ptr<AttentionLayer> MakeAttention(ParamSet& params, const std::strin
                                               const ModelConfig& cfg, uint64_t seed, double out_std,
                                               const AttentionContext& ctx);
 
-}  // namespace moe
+}  // namespace moe::model

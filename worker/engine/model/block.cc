@@ -2,14 +2,14 @@
 
 #include "kernels/elementwise.h"
 
-namespace moe {
+namespace moe::model {
 
 // --- TransformerBlock
 // ------------------------------------------------------------------------------
 
 TransformerBlock::TransformerBlock(ParamSet& params, const std::string& prefix,
                                    const ModelConfig& cfg, bool moe, uint64_t seed, double out_std,
-                                   TokenDispatcher* dispatcher, DType routing_dtype,
+                                   parallel::TokenDispatcher* dispatcher, DType routing_dtype,
                                    const AttentionContext& ctx)
     : full_recompute_(ctx.recompute.full) {
   const int64_t h = cfg.hidden_size;
@@ -86,4 +86,4 @@ StatusOr<Tensor> TransformerBlock::Backward(const Tensor& dy) {
   return da;
 }
 
-}  // namespace moe
+}  // namespace moe::model

@@ -15,15 +15,15 @@
 #include "worker/engine/model/param.h"
 #include "worker/engine/model/saved.h"
 
-namespace moe {
+namespace moe::model {
 
 // One pre-norm transformer block: x + attn(norm(x)), then + ffn(norm(.)) where the FFN is a dense
 // SwiGLU or the MoE layer.
 class TransformerBlock {
  public:
   TransformerBlock(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, bool moe,
-                   uint64_t seed, double out_std, TokenDispatcher* dispatcher, DType routing_dtype,
-                   const AttentionContext& ctx);
+                   uint64_t seed, double out_std, parallel::TokenDispatcher* dispatcher,
+                   DType routing_dtype, const AttentionContext& ctx);
   //   x [batch * seq_len, h]; aux_coeff: alpha / (sequences in the global batch); stats filled for
   //   a MoE block
   StatusOr<Tensor> Forward(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff,
@@ -55,4 +55,4 @@ class TransformerBlock {
   SavedQueue<Saved> saved_;
 };
 
-}  // namespace moe
+}  // namespace moe::model

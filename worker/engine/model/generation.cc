@@ -7,7 +7,7 @@
 
 #include "kernels/elementwise.h"
 
-namespace moe {
+namespace moe::model {
 
 int32_t SampleToken(const std::vector<double>& logits, const SamplingOptions& o, Rng& rng) {
   const int64_t v = static_cast<int64_t>(logits.size());
@@ -114,4 +114,4 @@ StatusOr<Generation> Generate(Generator& g, const std::vector<int32_t>& prompt,
   return out;
 }
 
-}  // namespace moe
+}  // namespace moe::model

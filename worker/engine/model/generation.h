@@ -12,7 +12,7 @@
 #include "common/status.h"
 #include "worker/engine/model/model.h"
 
-namespace moe {
+namespace moe::model {
 
 struct SamplingOptions {
   double temperature = 1.0;  // 0: greedy (the most likely token; ties to the lower id)
@@ -60,4 +60,4 @@ struct Generation {
 StatusOr<Generation> Generate(Generator& g, const std::vector<int32_t>& prompt,
                               int64_t max_new_tokens, const SamplingOptions& o, int64_t stop_id);
 
-}  // namespace moe
+}  // namespace moe::model

@@ -9,7 +9,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
 
-namespace moe {
+namespace moe::model {
 
 Tensor Linear(const Tensor& x, const Tensor& w, std::optional<DType> out_dtype) {
   Tensor y = Tensor::Empty({x.dim(0), w.dim(0)}, out_dtype.value_or(x.dtype()), x.device());
@@ -169,4 +169,4 @@ Tensor SwigluFfn::Backward(const Tensor& dy) {
   return LinearBackward(dgu, s.x, *w13_);
 }
 
-}  // namespace moe
+}  // namespace moe::model

@@ -19,7 +19,7 @@
 #include "worker/engine/model/param.h"
 #include "worker/engine/model/saved.h"
 
-namespace moe {
+namespace moe::model {
 
 // y = x @ w^T.   x [T, in], w [out, in] -> y [T, out], in x's dtype or in `out_dtype` (fp32 logits
 // of bf16 activations).
@@ -98,4 +98,4 @@ class SwigluFfn {
   SavedQueue<Saved> saved_;
 };
 
-}  // namespace moe
+}  // namespace moe::model

@@ -8,7 +8,7 @@
 #include "kernels/gemm.h"
 #include "worker/engine/model/mtp.h"
 
-namespace moe {
+namespace moe::model {
 
 // One virtual pipeline stage's part of the model.
 struct Model::Chunk {
@@ -29,8 +29,9 @@ struct Model::Chunk {
   SavedQueue<Saved> saved;
 };
 
-Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype,
-             Device device, PhaseTimer* phases, std::optional<DType> compute_dtype)
+Model::Model(const ModelConfig& cfg, const parallel::ParallelContext& par, uint64_t seed,
+             DType dtype, Device device, parallel::PhaseTimer* phases,
+             std::optional<DType> compute_dtype)
     : Model(cfg, par, seed,
             ModelOptions{.dtype = dtype,
                          .device = device,
@@ -43,15 +44,15 @@ Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, 
                          .phases = phases,
                          .chunks = {}}) {}
 
-Model::Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed,
+Model::Model(const ModelConfig& cfg, const parallel::ParallelContext& par, uint64_t seed,
              const ModelOptions& o)
     : cfg_(cfg),
       dtype_(o.dtype),
       compute_(o.compute.value_or(o.dtype)),
       device_(o.device),
       params_(o.dtype, o.device, compute_, o.moments, o.fp8) {
-  dispatcher_ = std::make_unique<TokenDispatcher>(par.expert_parallel > 1 ? par.ep_group : nullptr,
-                                                  cfg.moe.num_experts, o.phases);
+  dispatcher_ = std::make_unique<parallel::TokenDispatcher>(
+      par.expert_parallel > 1 ? par.ep_group : nullptr, cfg.moe.num_experts, o.phases);
   const std::vector<StageLayout> chunks = o.chunks.empty() ? EvenPipelineLayout(cfg, 1) : o.chunks;
   for (const StageLayout& layout : chunks) BuildChunk(layout, seed, o, par);
 }
@@ -65,7 +66,7 @@ void Model::AddMoeLayer(MoeLayer* l, int global_index) {
 }
 
 void Model::BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOptions& o,
-                       const ParallelContext& par) {
+                       const parallel::ParallelContext& par) {
   (void)par;
   const int64_t h = cfg_.hidden_size, v = cfg_.vocab_size;
   // Megatron's initialisation: N(0, init_std), output projections scaled by 1/sqrt(2 * layers).
@@ -295,4 +296,4 @@ StatusOr<double> Model::Loss(const Tensor& tokens, const Tensor& targets, const 
   return WholeModel(tokens, targets, scales, false, result != nullptr ? result : &local);
 }
 
-}  // namespace moe
+}  // namespace moe::model

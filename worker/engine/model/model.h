@@ -20,7 +20,7 @@
 #include "worker/engine/parallel/communicator.h"
 #include "worker/engine/parallel/dispatcher.h"
 
-namespace moe {
+namespace moe::model {
 
 // How a micro-batch's losses are scaled so that summing over micro-batches and ranks gives the
 // global means: 1 / (positions in the global batch) for each cross-entropy.
@@ -53,7 +53,8 @@ struct ModelOptions {
   int64_t max_seq_len = 0;  // the run's sequence length (YaRN applies above the original)
   Recompute recompute;      // what the layers compute again in the backward (training.recompute)
   bool materialized_attention = false;  // training.attention: materialized (CPU only)
-  PhaseTimer* phases = nullptr;         // the MoE token all-to-all's spans (parallel/phase_timer.h)
+  parallel::PhaseTimer* phases =
+      nullptr;  // the MoE token all-to-all's spans (parallel/phase_timer.h)
   // The virtual pipeline stages this rank holds, in chunk order (common/pipeline_layout.h); empty:
   // the whole model as one chunk.
   std::vector<StageLayout> chunks;
@@ -76,11 +77,11 @@ class Model {
   // (the embedding on the first stage, the head, final norm and MTP on the last, which also keeps a
   // copy of the embedding for MTP), dense weights in full and its E/EP experts. A parameter starts
   // from the same values whatever the layout.
-  Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed,
+  Model(const ModelConfig& cfg, const parallel::ParallelContext& par, uint64_t seed,
         const ModelOptions& options);
   // The same with positional options (tests and benchmarks).
-  Model(const ModelConfig& cfg, const ParallelContext& par, uint64_t seed, DType dtype,
-        Device device, PhaseTimer* phases = nullptr,
+  Model(const ModelConfig& cfg, const parallel::ParallelContext& par, uint64_t seed, DType dtype,
+        Device device, parallel::PhaseTimer* phases = nullptr,
         std::optional<DType> compute_dtype = std::nullopt);
   ~Model();
 
@@ -152,7 +153,7 @@ class Model {
  private:
   struct Chunk;
   void BuildChunk(const StageLayout& layout, uint64_t seed, const ModelOptions& o,
-                  const ParallelContext& par);
+                  const parallel::ParallelContext& par);
   void AddMoeLayer(MoeLayer* l, int global_index);
   Status LossForward(Chunk& c, const Tensor& h0, int64_t batch, int64_t seq,
                      const LossScales& scales, bool backward, MicroBatchResult* result);
@@ -165,7 +166,7 @@ class Model {
   DType compute_;
   Device device_;
   ParamSet params_;
-  std::unique_ptr<TokenDispatcher> dispatcher_;
+  std::unique_ptr<parallel::TokenDispatcher> dispatcher_;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<MoeLayer*> moe_layers_;
   std::vector<int> moe_global_index_;
@@ -175,4 +176,4 @@ class Model {
   int64_t backwards_armed_ = 0;
 };
 
-}  // namespace moe
+}  // namespace moe::model

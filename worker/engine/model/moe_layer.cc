@@ -7,11 +7,11 @@
 #include "worker/engine/device.h"
 #include "worker/engine/model/layers.h"
 
-namespace moe {
+namespace moe::model {
 
 MoeLayer::MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfig& cfg,
-                   uint64_t seed, double out_std, TokenDispatcher* dispatcher, DType dtype,
-                   Device device, bool recompute_act)
+                   uint64_t seed, double out_std, parallel::TokenDispatcher* dispatcher,
+                   DType dtype, Device device, bool recompute_act)
     : name_(prefix),
       cfg_(cfg.moe),
       hidden_(cfg.hidden_size),
@@ -111,7 +111,7 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   kernels::GatherRows(x, token_of_row, xp);
   // Experts, wherever they live; the shared experts run on every token while the rows travel (the
   // DeepSeek-V3 arrangement: on CUDA the all-to-all runs on the communicator's stream beside them).
-  TokenDispatcher::InFlight moving;
+  parallel::TokenDispatcher::InFlight moving;
   MOE_RETURN_IF_ERROR(dispatcher_->DispatchStart(xp, stats->tokens_per_expert, &s.route, &moving));
   Tensor out = shared_ ? shared_->Forward(x) : Tensor::Zeros({tokens, hidden_}, x.dtype(), dev);
   s.topk_w_c = CastTo(s.topk_w, x.dtype());
@@ -141,7 +141,7 @@ StatusOr<Tensor> MoeLayer::Backward(const Tensor& dy) {
   Tensor dyp = Tensor::Empty(s.yp.shape(), dy.dtype(), dev);
   Tensor dw = Tensor::Empty(s.topk_w.shape(), dy.dtype(), dev);
   kernels::CombineBackward(dy, s.yp, s.row_of_slot, s.topk_w_c, dyp, dw);
-  TokenDispatcher::InFlight moving;
+  parallel::TokenDispatcher::InFlight moving;
   MOE_RETURN_IF_ERROR(dispatcher_->CombineBackwardStart(dyp, s.route, &moving));
   Tensor dx = shared_ ? shared_->Backward(dy) : Tensor::Zeros({tokens, hidden_}, dy.dtype(), dev);
   MOE_ASSIGN_OR_RETURN(Tensor dy_local, dispatcher_->Finish(&moving, s.route));
@@ -168,7 +168,7 @@ namespace {
 // source rank's rows of it), so the tiles along the tokens restart at each group as the emulation's
 // do.
 void Fp8ExpertWeightGradOnDevice(const Tensor& dy, const Tensor& x,
-                                 const TokenDispatcher::Route& route, const Param& w) {
+                                 const parallel::TokenDispatcher::Route& route, const Param& w) {
   const std::vector<int64_t>& groups = w.accum.defined() ? route.segments : route.local_offsets;
   const int64_t experts = static_cast<int64_t>(route.local_offsets.size()) - 1;
   const int64_t per = (static_cast<int64_t>(groups.size()) - 1) / std::max<int64_t>(experts, 1);
@@ -181,8 +181,8 @@ void Fp8ExpertWeightGradOnDevice(const Tensor& dy, const Tensor& x,
   }
 }
 
-void ExpertWeightGrad(const Tensor& dy_in, const Tensor& x_in, const TokenDispatcher::Route& route,
-                      const Param& w) {
+void ExpertWeightGrad(const Tensor& dy_in, const Tensor& x_in,
+                      const parallel::TokenDispatcher::Route& route, const Param& w) {
   if (w.fp8 && dy_in.device().is_cuda()) return Fp8ExpertWeightGradOnDevice(dy_in, x_in, route, w);
   Tensor dy = dy_in, x = x_in;
   if (w.fp8) {
@@ -282,4 +282,4 @@ void MoeLayer::SetBias(const std::vector<float>& values) {
   bias_.CopyFrom(host);
 }
 
-}  // namespace moe
+}  // namespace moe::model

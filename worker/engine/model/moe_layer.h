@@ -16,7 +16,7 @@
 #include "worker/engine/model/saved.h"
 #include "worker/engine/parallel/dispatcher.h"
 
-namespace moe {
+namespace moe::model {
 
 class SwigluFfn;
 
@@ -45,7 +45,7 @@ struct MoeStats {
 class MoeLayer {
  public:
   MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, uint64_t seed,
-           double out_std, TokenDispatcher* dispatcher, DType dtype,
+           double out_std, parallel::TokenDispatcher* dispatcher, DType dtype,
            Device device,                // dtype: the routing's (fp32 or f64)
            bool recompute_act = false);  // recompute the experts' SwiGLU activation in the backward
   ~MoeLayer();
@@ -65,7 +65,7 @@ class MoeLayer {
   const MoeConfig cfg_;
   kernels::RouterConfig router_cfg_;
   int64_t hidden_;
-  TokenDispatcher* dispatcher_;
+  parallel::TokenDispatcher* dispatcher_;
   Param* router_;  // [E, h]
   Param* w13_;     // [E_local, 2F, h]
   Param* w2_;      // [E_local, h, F]
@@ -75,7 +75,7 @@ class MoeLayer {
     int64_t batch = 0, seq = 0;
     double aux_coeff = 0;
     Tensor x, scores, topk_idx, topk_w, topk_w_c, row_of_slot, x_local, gate_up, act, yp;
-    TokenDispatcher::Route route;
+    parallel::TokenDispatcher::Route route;
   };
   StatusOr<Tensor> ExpertsBackward(Saved& s, const Tensor& dy_local);
   Tensor RouterBackward(const Saved& s, const Tensor& dw);
@@ -86,4 +86,4 @@ class MoeLayer {
   SavedQueue<Saved> saved_;
 };
 
-}  // namespace moe
+}  // namespace moe::model

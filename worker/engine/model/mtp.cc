@@ -6,7 +6,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 
-namespace moe {
+namespace moe::model {
 namespace {
 
 // Row indices on `device`: for each sequence b and position i < len, b * stride + i + offset.
@@ -30,8 +30,8 @@ Tensor GatherIds(const Tensor& ids, const Tensor& index) {
 }  // namespace
 
 MtpDepth::MtpDepth(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, int depth,
-                   uint64_t seed, double out_std, TokenDispatcher* dispatcher, DType routing_dtype,
-                   const AttentionContext& ctx)
+                   uint64_t seed, double out_std, parallel::TokenDispatcher* dispatcher,
+                   DType routing_dtype, const AttentionContext& ctx)
     : depth_(depth) {
   const int64_t h = cfg.hidden_size;
   enorm_ = std::make_unique<RmsNorm>(params, prefix + ".enorm", h, cfg.norm_eps, seed);
@@ -99,4 +99,4 @@ StatusOr<Tensor> MtpDepth::Backward(const Tensor& dh_next, const Param& embeddin
   return dh_prev;
 }
 
-}  // namespace moe
+}  // namespace moe::model

@@ -18,14 +18,14 @@
 #include "worker/engine/model/param.h"
 #include "worker/engine/model/saved.h"
 
-namespace moe {
+namespace moe::model {
 
 class MtpDepth {
  public:
   // depth: k, 1-based.
   MtpDepth(ParamSet& params, const std::string& prefix, const ModelConfig& cfg, int depth,
-           uint64_t seed, double out_std, TokenDispatcher* dispatcher, DType routing_dtype,
-           const AttentionContext& ctx);
+           uint64_t seed, double out_std, parallel::TokenDispatcher* dispatcher,
+           DType routing_dtype, const AttentionContext& ctx);
   ~MtpDepth();
 
   struct Inputs {
@@ -59,4 +59,4 @@ class MtpDepth {
   SavedQueue<Saved> saved_;
 };
 
-}  // namespace moe
+}  // namespace moe::model

@@ -6,7 +6,7 @@
 #include "kernels/gemm.h"
 #include "kernels/memory_stats.h"
 
-namespace moe {
+namespace moe::model {
 
 Param* ParamSet::Add(const std::string& name, const Tensor::Shape& shape, uint64_t seed, double std,
                      double fill, bool weight_decay, bool expert, int64_t expert_begin) {
@@ -129,4 +129,4 @@ int64_t ParamSet::NumElements(bool experts_only) const {
   return n;
 }
 
-}  // namespace moe
+}  // namespace moe::model

@@ -9,7 +9,7 @@
 
 #include "kernels/tensor.h"
 
-namespace moe {
+namespace moe::model {
 
 struct Param {
   std::string name;  // unique, stable across runs and layouts (checkpoints key on it)
@@ -126,4 +126,4 @@ class ParamSet {
   std::vector<std::unique_ptr<Param>> params_;
 };
 
-}  // namespace moe
+}  // namespace moe::model

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace moe {
+namespace moe::model {
 namespace {
 
 // The rotary dimension at which a wavelength completes `rotations` turns over the original length.
@@ -38,4 +38,4 @@ RopeFrequencies ComputeRopeFrequencies(double theta, int64_t rope_dim, const Rop
   return f;
 }
 
-}  // namespace moe
+}  // namespace moe::model

@@ -7,7 +7,7 @@
 
 #include "common/job_spec.h"
 
-namespace moe {
+namespace moe::model {
 
 struct RopeFrequencies {
   std::vector<double>
@@ -21,4 +21,4 @@ struct RopeFrequencies {
 RopeFrequencies ComputeRopeFrequencies(double theta, int64_t rope_dim,
                                        const RopeScalingConfig& scaling, int64_t max_seq_len);
 
-}  // namespace moe
+}  // namespace moe::model

@@ -1,6 +1,6 @@
 #include "worker/engine/model/saved.h"
 
-namespace moe {
+namespace moe::model {
 namespace {
 thread_local bool g_grad_enabled = true;
 }  // namespace
@@ -10,4 +10,4 @@ bool GradEnabled() { return g_grad_enabled; }
 NoGradScope::NoGradScope() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradScope::~NoGradScope() { g_grad_enabled = previous_; }
 
-}  // namespace moe
+}  // namespace moe::model

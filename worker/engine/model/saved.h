@@ -11,7 +11,7 @@
 
 #include "common/check.h"
 
-namespace moe {
+namespace moe::model {
 
 // Whether forwards on this thread keep what their backward needs (default: yes).
 bool GradEnabled();
@@ -47,4 +47,4 @@ class SavedQueue {
   std::deque<S> q_;
 };
 
-}  // namespace moe
+}  // namespace moe::model

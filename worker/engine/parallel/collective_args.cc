@@ -1,6 +1,6 @@
 #include "worker/engine/parallel/collective_args.h"
 
-namespace moe {
+namespace moe::parallel {
 
 namespace {
 
@@ -118,4 +118,4 @@ std::string DescribeBatch(const std::vector<P2POp>& ops) {
   return s;
 }
 
-}  // namespace moe
+}  // namespace moe::parallel

@@ -11,7 +11,7 @@
 #include "kernels/tensor.h"
 #include "worker/engine/parallel/communicator.h"
 
-namespace moe {
+namespace moe::parallel {
 
 // Start of every rank's range: offsets[r] = counts[0] + ... + counts[r - 1] (counts.size() + 1
 // entries, the last one the total).
@@ -42,4 +42,4 @@ std::string DescribeP2P(const P2POp& op);
 // 3".
 std::string DescribeBatch(const std::vector<P2POp>& ops);
 
-}  // namespace moe
+}  // namespace moe::parallel

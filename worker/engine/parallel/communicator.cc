@@ -8,7 +8,7 @@
 
 #include "common/rank_end.h"
 
-namespace moe {
+namespace moe::parallel {
 namespace {
 
 [[noreturn]] void PrintAndExit(const Status& failure) {
@@ -30,4 +30,4 @@ void OnCollectiveFailure(const Status& failure) {
   PrintAndExit(failure);
 }
 
-}  // namespace moe
+}  // namespace moe::parallel

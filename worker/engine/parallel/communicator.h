@@ -15,7 +15,7 @@
 #include "common/status.h"
 #include "kernels/tensor.h"
 
-namespace moe {
+namespace moe::parallel {
 
 // One point-to-point message of a batch (Communicator::Exchange): send all of `tensor` to `peer`,
 // or receive into all of it from `peer` (a rank of the communicator's group, the caller included).
@@ -157,4 +157,4 @@ using CollectiveFailureHandler = void (*)(const Status& failure);
 void SetCollectiveFailureHandler(CollectiveFailureHandler handler);
 [[noreturn]] void OnCollectiveFailure(const Status& failure);
 
-}  // namespace moe
+}  // namespace moe::parallel

@@ -3,7 +3,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/memory_stats.h"
 
-namespace moe {
+namespace moe::parallel {
 
 TokenDispatcher::TokenDispatcher(Communicator* ep_group, int64_t num_experts, PhaseTimer* phases)
     : comm_(ep_group), num_experts_(num_experts), phases_(phases) {
@@ -147,4 +147,4 @@ StatusOr<Tensor> TokenDispatcher::Finish(InFlight* f, const Route& route) {
   return local;
 }
 
-}  // namespace moe
+}  // namespace moe::parallel

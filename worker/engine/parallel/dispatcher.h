@@ -17,7 +17,7 @@
 #include "worker/engine/parallel/communicator.h"
 #include "worker/engine/parallel/phase_timer.h"
 
-namespace moe {
+namespace moe::parallel {
 
 class TokenDispatcher {
  public:
@@ -85,4 +85,4 @@ class TokenDispatcher {
   PhaseTimer* phases_;
 };
 
-}  // namespace moe
+}  // namespace moe::parallel

@@ -33,7 +33,7 @@
 #include "kernels/runtime.h"
 #include "worker/engine/parallel/collective_args.h"
 
-namespace moe {
+namespace moe::parallel {
 namespace {
 
 // Slots of our own operations: Gloo's collectives use prefixes 0x01-0x08 in the top byte
@@ -552,4 +552,4 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(int rank, int siz
 
 bool HaveGloo() { return true; }
 
-}  // namespace moe
+}  // namespace moe::parallel

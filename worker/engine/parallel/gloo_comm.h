@@ -8,11 +8,11 @@
 #include "worker/engine/parallel/communicator.h"
 #include "worker/engine/parallel/store.h"
 
-namespace moe {
+namespace moe::parallel {
 
 // Creates a communicator among `size` ranks that all call it with the same store prefix.
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(int rank, int size, KvStore* store,
                                                                const GroupOptions& options);
 bool HaveGloo();
 
-}  // namespace moe
+}  // namespace moe::parallel

@@ -4,7 +4,7 @@
 
 #include "worker/engine/parallel/collective_args.h"
 
-namespace moe {
+namespace moe::parallel {
 
 Status LocalCommunicator::AllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows,
                                     const Tensor& recv, const std::vector<int64_t>& recv_rows) {
@@ -43,4 +43,4 @@ Status LocalCommunicator::Exchange(const std::vector<P2POp>& ops) {
   return OkStatus();
 }
 
-}  // namespace moe
+}  // namespace moe::parallel

@@ -9,7 +9,7 @@
 #include "kernels/tensor.h"
 #include "worker/engine/parallel/communicator.h"
 
-namespace moe {
+namespace moe::parallel {
 
 // A group of one: collectives are copies or no-ops.
 class LocalCommunicator final : public Communicator {
@@ -44,4 +44,4 @@ struct LocalParallel {
   }
 };
 
-}  // namespace moe
+}  // namespace moe::parallel

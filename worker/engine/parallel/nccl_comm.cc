@@ -46,7 +46,7 @@
 #include "worker/engine/parallel/collective_args.h"
 #include "worker/engine/parallel/nccl_wait.h"
 
-namespace moe {
+namespace moe::parallel {
 namespace {
 
 std::string CudaError(cudaError_t e) {
@@ -693,4 +693,4 @@ std::string NcclVersion() {
          std::to_string(v % 100);
 }
 
-}  // namespace moe
+}  // namespace moe::parallel

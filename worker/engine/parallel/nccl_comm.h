@@ -9,7 +9,7 @@
 #include "worker/engine/parallel/communicator.h"
 #include "worker/engine/parallel/store.h"
 
-namespace moe {
+namespace moe::parallel {
 
 // Creates a communicator among `size` ranks that all call it with the same store prefix.
 StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(int rank, int size, KvStore* store,
@@ -18,4 +18,4 @@ bool HaveNccl();
 // The NCCL this process runs ("2.28.3", from ncclGetVersion), "" in a build without NCCL.
 std::string NcclVersion();
 
-}  // namespace moe
+}  // namespace moe::parallel

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace moe {
+namespace moe::parallel {
 namespace {
 
 constexpr std::chrono::microseconds kPollInterval(50);
@@ -121,4 +121,4 @@ const char* NcclLaunchOrderName(NcclLaunchOrder order) {
                                              : "one stream shared by the communicators";
 }
 
-}  // namespace moe
+}  // namespace moe::parallel

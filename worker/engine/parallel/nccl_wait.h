@@ -17,7 +17,7 @@
 
 #include "common/status.h"
 
-namespace moe {
+namespace moe::parallel {
 
 // One look at something being waited for.
 struct NcclPoll {
@@ -107,4 +107,4 @@ enum class NcclLaunchOrder { kImplicit, kSharedStream };
 NcclLaunchOrder ChooseNcclLaunchOrder(int version, const char* env);
 const char* NcclLaunchOrderName(NcclLaunchOrder order);
 
-}  // namespace moe
+}  // namespace moe::parallel

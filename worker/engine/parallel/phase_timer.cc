@@ -5,7 +5,7 @@
 #include "common/check.h"
 #include "kernels/runtime.h"
 
-namespace moe {
+namespace moe::parallel {
 namespace {
 
 class HostPhaseClock final : public PhaseClock {
@@ -79,4 +79,4 @@ PhaseTimer::Seconds PhaseTimer::Resolve() {
   return out;
 }
 
-}  // namespace moe
+}  // namespace moe::parallel

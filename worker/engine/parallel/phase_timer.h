@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace moe {
+namespace moe::parallel {
 
 // Marks on one timeline. Record returns an opaque mark; Seconds(a, b) the time from a to b, valid
 // once the timeline has passed both (on CUDA: after a host read that waited for the work queued
@@ -81,4 +81,4 @@ class PhaseSpan {
   PhaseTimer::Phase phase_;
 };
 
-}  // namespace moe
+}  // namespace moe::parallel

@@ -4,7 +4,7 @@
 
 #include "common/check.h"
 
-namespace moe {
+namespace moe::parallel {
 namespace {
 
 // Builds one rank's ops, tracking per chunk which micro-batch its next received input and output
@@ -215,4 +215,4 @@ std::string OpString(const PipelineOp& op) {
   return s + " ]";
 }
 
-}  // namespace moe
+}  // namespace moe::parallel

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-namespace moe {
+namespace moe::parallel {
 
 // A tensor of the schedule: a local model chunk's input or output for one micro-batch.
 struct PipeRef {
@@ -62,4 +62,4 @@ double IdealBubbleFraction(const PipelineShape& shape);
 // "F0.3" (forward of chunk 0, micro-batch 3), "B1.0", "X[>0.3 <0.4]" for logs and test messages.
 std::string OpString(const PipelineOp& op);
 
-}  // namespace moe
+}  // namespace moe::parallel

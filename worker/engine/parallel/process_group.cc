@@ -7,7 +7,7 @@
 #include "worker/engine/parallel/local_communicator.h"
 #include "worker/engine/parallel/nccl_comm.h"
 
-namespace moe {
+namespace moe::parallel {
 
 StatusOr<GroupLayout> LayoutGroups(int world, int rank, int pipeline_parallel,
                                    int expert_parallel) {
@@ -121,4 +121,4 @@ bool HaveNccl() { return false; }
 std::string NcclVersion() { return ""; }
 #endif
 
-}  // namespace moe
+}  // namespace moe::parallel

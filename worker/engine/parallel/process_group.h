@@ -12,7 +12,7 @@
 #include "worker/engine/parallel/communicator.h"
 #include "worker/engine/parallel/store.h"
 
-namespace moe {
+namespace moe::parallel {
 
 // The groups of one rank: each a list of global ranks in group-rank order, and the key that names
 // it in the rendezvous store (unique among all groups of the job). Pure: no communication.
@@ -49,4 +49,4 @@ class ProcessGroups {
       joined_;  // (membership, gradients) -> communicator
 };
 
-}  // namespace moe
+}  // namespace moe::parallel

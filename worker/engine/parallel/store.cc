@@ -11,7 +11,7 @@
 #include "common/file_util.h"
 #include "common/kv_protocol.h"
 
-namespace moe {
+namespace moe::parallel {
 
 Status KvStore::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -161,4 +161,4 @@ StatusOr<std::unique_ptr<KvStore>> OpenStore(const std::string& url) {
       "--rendezvous: expected file:///path/to/dir or unix:///path/to/socket, got '" + url + "'");
 }
 
-}  // namespace moe
+}  // namespace moe::parallel

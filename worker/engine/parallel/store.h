@@ -10,7 +10,7 @@
 
 #include "common/status.h"
 
-namespace moe {
+namespace moe::parallel {
 
 class KvStore {
  public:
@@ -72,4 +72,4 @@ class UnixSocketStore final : public KvStore {
 // Parses "file:///path" (FileStore) or "unix:///path" (UnixSocketStore).
 StatusOr<std::unique_ptr<KvStore>> OpenStore(const std::string& url);
 
-}  // namespace moe
+}  // namespace moe::parallel

@@ -124,10 +124,11 @@ moe::Status Parse(int argc, char** argv, Flags* f, bool* help, std::string* usag
 moe::StatusOr<moe::JobSpec> EvalSpec(const Flags& f, std::string* step_dir, int64_t* rope_length) {
   moe::JobSpec spec;
   if (!f.checkpoint.empty()) {
-    MOE_ASSIGN_OR_RETURN(spec, moe::CheckpointJobSpec(f.checkpoint, step_dir));
+    MOE_ASSIGN_OR_RETURN(spec, moe::checkpoint::CheckpointJobSpec(f.checkpoint, step_dir));
     *rope_length = spec.data.seq_length;
   } else {
-    MOE_ASSIGN_OR_RETURN(const moe::ModelConfig hf_model, moe::HfModelConfig(f.hf, rope_length));
+    MOE_ASSIGN_OR_RETURN(const moe::ModelConfig hf_model,
+                         moe::checkpoint::HfModelConfig(f.hf, rope_length));
     if (!f.job.empty()) {
       MOE_ASSIGN_OR_RETURN(
           spec,
@@ -189,31 +190,31 @@ moe::Status CheckFits(const moe::JobSpec& spec, const moe::DevicePlacement& plac
   return moe::OkStatus();
 }
 
-moe::DataSplit SplitOf(const std::string& s) {
-  if (s == "train") return moe::DataSplit::kTrain;
-  if (s == "test") return moe::DataSplit::kTest;
-  if (s == "all") return moe::DataSplit::kAll;
-  return moe::DataSplit::kValid;
+moe::data::DataSplit SplitOf(const std::string& s) {
+  if (s == "train") return moe::data::DataSplit::kTrain;
+  if (s == "test") return moe::data::DataSplit::kTest;
+  if (s == "all") return moe::data::DataSplit::kAll;
+  return moe::data::DataSplit::kValid;
 }
 
-void PrintResult(const moe::EvalResult& r, const moe::Model& model) {
+void PrintResult(const moe::train::EvalResult& r, const moe::model::Model& model) {
   std::printf("eval loss: %.17g (ppl %.6g) over %lld tokens\n", r.loss, r.ppl(),
               static_cast<long long>(r.tokens));
   if (model.mtp_trains() && r.mtp_loss > 0) std::printf("eval mtp loss: %.17g\n", r.mtp_loss);
 }
 
-moe::Status EvalData(const Flags& f, moe::JobSpec spec, moe::Model& model,
-                     const moe::ParallelContext& ctx) {
-  const moe::DataSplit which = SplitOf(f.split);
-  MOE_ASSIGN_OR_RETURN(auto sampler, moe::BatchSampler::Create(spec, 1, which));
+moe::Status EvalData(const Flags& f, moe::JobSpec spec, moe::model::Model& model,
+                     const moe::parallel::ParallelContext& ctx) {
+  const moe::data::DataSplit which = SplitOf(f.split);
+  MOE_ASSIGN_OR_RETURN(auto sampler, moe::data::BatchSampler::Create(spec, 1, which));
   const int64_t batches =
       f.batches > 0 ? f.batches : (f.checkpoint.empty() ? 1 : spec.training.eval_batches);
   std::fprintf(stderr, "moe-eval: %lld batch(es) of %lld x %lld tokens from the %s split of %s\n",
                static_cast<long long>(batches), static_cast<long long>(spec.data.global_batch_size),
-               static_cast<long long>(spec.data.seq_length), moe::DataSplitName(which),
+               static_cast<long long>(spec.data.seq_length), moe::data::DataSplitName(which),
                spec.data.path.c_str());
   // The sequences scored, each with its last target: [sequences, seq_length + 1].
-  moe::NpyInts scored;
+  moe::checkpoint::NpyInts scored;
   const int64_t s = spec.data.seq_length;
   auto keep = [&](const moe::Tensor& tokens, const moe::Tensor& targets) {
     for (int64_t b = 0; b < tokens.dim(0); ++b) {
@@ -221,13 +222,14 @@ moe::Status EvalData(const Flags& f, moe::JobSpec spec, moe::Model& model,
       scored.values.push_back(targets.data<int32_t>()[b * s + s - 1]);
     }
   };
-  MOE_ASSIGN_OR_RETURN(const moe::EvalResult r,
-                       moe::EvaluateBatches(model, ctx, spec, *sampler, batches,
-                                            f.dump_tokens.empty() ? moe::EvalBatchFn() : keep));
+  MOE_ASSIGN_OR_RETURN(
+      const moe::train::EvalResult r,
+      moe::train::EvaluateBatches(model, ctx, spec, *sampler, batches,
+                                  f.dump_tokens.empty() ? moe::train::EvalBatchFn() : keep));
   PrintResult(r, model);
   if (f.dump_tokens.empty()) return moe::OkStatus();
   scored.shape = {static_cast<int64_t>(scored.values.size()) / (s + 1), s + 1};
-  MOE_RETURN_IF_ERROR(moe::WriteNpyInts(f.dump_tokens, scored));
+  MOE_RETURN_IF_ERROR(moe::checkpoint::WriteNpyInts(f.dump_tokens, scored));
   std::fprintf(stderr, "moe-eval: wrote %s (int64 [%lld, %lld])\n", f.dump_tokens.c_str(),
                static_cast<long long>(scored.shape[0]), static_cast<long long>(scored.shape[1]));
   return moe::OkStatus();
@@ -236,9 +238,9 @@ moe::Status EvalData(const Flags& f, moe::JobSpec spec, moe::Model& model,
 // The array's sequences [n, P] as micro-batches of the job's micro_batch_size (the last may be
 // smaller): inputs are positions 0..P-2, targets 1..P-1, through the same Evaluator as --data, so
 // the same sequences give the same loss bit for bit (moe-eval --data --dump-tokens writes them).
-moe::Status EvalTokens(const Flags& f, const moe::JobSpec& spec, moe::Model& model,
-                       const moe::ParallelContext& ctx) {
-  MOE_ASSIGN_OR_RETURN(const moe::NpyInts t, moe::ReadNpyInts(f.tokens));
+moe::Status EvalTokens(const Flags& f, const moe::JobSpec& spec, moe::model::Model& model,
+                       const moe::parallel::ParallelContext& ctx) {
+  MOE_ASSIGN_OR_RETURN(const moe::checkpoint::NpyInts t, moe::checkpoint::ReadNpyInts(f.tokens));
   if (t.shape.size() != 2 || t.shape[1] < 2)
     return moe::InvalidArgumentError("--tokens: expected [sequences, positions >= 2], got " +
                                      std::to_string(t.shape.size()) + " dims");
@@ -248,11 +250,11 @@ moe::Status EvalTokens(const Flags& f, const moe::JobSpec& spec, moe::Model& mod
       return moe::InvalidArgumentError("--tokens: token id " + std::to_string(x) +
                                        " outside the vocabulary [0, " + std::to_string(v) + ")");
   }
-  std::unique_ptr<moe::NpyFloatWriter> dump;
+  std::unique_ptr<moe::checkpoint::NpyFloatWriter> dump;
   if (!f.dump_logits.empty()) {
-    MOE_ASSIGN_OR_RETURN(dump, moe::NpyFloatWriter::Create(f.dump_logits, {n, s, v}));
+    MOE_ASSIGN_OR_RETURN(dump, moe::checkpoint::NpyFloatWriter::Create(f.dump_logits, {n, s, v}));
   }
-  moe::Evaluator eval(model, ctx, 1);
+  moe::train::Evaluator eval(model, ctx, 1);
   const int64_t mbs = std::max<int64_t>(1, spec.data.micro_batch_size);
   const moe::Device dev = model.device();
   for (int64_t first = 0; first < n; first += mbs) {
@@ -275,7 +277,7 @@ moe::Status EvalTokens(const Flags& f, const moe::JobSpec& spec, moe::Model& mod
       MOE_RETURN_IF_ERROR(dump->Append(f32.data<float>(), b * s * v));
     }
   }
-  MOE_ASSIGN_OR_RETURN(const moe::EvalResult r, eval.Finish());
+  MOE_ASSIGN_OR_RETURN(const moe::train::EvalResult r, eval.Finish());
   if (dump) MOE_RETURN_IF_ERROR(dump->Close());
   PrintResult(r, model);
   if (dump)
@@ -295,18 +297,18 @@ moe::Status Run(const Flags& f) {
   // The GEMMs the run trained with (training.deterministic: the same sums whatever the thread
   // count).
   moe::kernels::SetReproducibleCpuGemm(place.device.is_cpu() && spec.training.Deterministic(true));
-  moe::LocalParallel local;
-  moe::ModelOptions mo;
+  moe::parallel::LocalParallel local;
+  moe::model::ModelOptions mo;
   mo.device = place.device;
   mo.compute = place.compute;
   mo.max_seq_len = rope_length;  // the same model by --data and by --tokens
-  moe::Model model(spec.model, local.ctx, spec.training.seed, mo);
+  moe::model::Model model(spec.model, local.ctx, spec.training.seed, mo);
   if (!f.checkpoint.empty()) {
-    MOE_RETURN_IF_ERROR(moe::LoadCheckpointWeights(step_dir, model));
+    MOE_RETURN_IF_ERROR(moe::checkpoint::LoadCheckpointWeights(step_dir, model));
     std::fprintf(stderr, "moe-eval: weights of %s on %s, %s\n", step_dir.c_str(),
                  place.name.c_str(), place.precision.c_str());
   } else {
-    MOE_RETURN_IF_ERROR(moe::LoadHfWeights(f.hf, model, local.ctx));
+    MOE_RETURN_IF_ERROR(moe::checkpoint::LoadHfWeights(f.hf, model, local.ctx));
     std::fprintf(stderr, "moe-eval: weights of %s on %s, %s\n", f.hf.c_str(), place.name.c_str(),
                  place.precision.c_str());
   }

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "moe-export: --dtype: '%s' is not bf16 or fp32\n", dtype.c_str());
       return moe::kExitBadInput;
     }
-    if (moe::Status st = moe::RewriteHfDirectory(hf, output, dtype); !st.ok()) {
+    if (moe::Status st = moe::checkpoint::RewriteHfDirectory(hf, output, dtype); !st.ok()) {
       std::fprintf(stderr, "moe-export: %s\n", st.ToString().c_str());
       return moe::RankEndFor(st).exit_code();
     }
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe-export: --tokenizer and --no-tokenizer: give at most one\n");
     return moe::kExitBadInput;
   }
-  moe::HfWriteOptions o;
+  moe::checkpoint::HfWriteOptions o;
   o.dtype = dtype;
   o.tokenizer = tokenizer;
   o.tokenizer_from_run = !no_tokenizer;
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   o.progress = [](const std::string& line) {
     std::fprintf(stderr, "moe-export: %s\n", line.c_str());
   };
-  if (moe::Status st = moe::ExportCheckpoint(checkpoint, output, o); !st.ok()) {
+  if (moe::Status st = moe::checkpoint::ExportCheckpoint(checkpoint, output, o); !st.ok()) {
     std::fprintf(stderr, "moe-export: %s\n", st.ToString().c_str());
     return moe::RankEndFor(st).exit_code();
   }

@@ -93,19 +93,19 @@ moe::StatusOr<Source> FindSource(const Flags& f) {
   Source s;
   if (!f.checkpoint.empty()) {
     MOE_ASSIGN_OR_RETURN(const moe::JobSpec spec,
-                         moe::CheckpointJobSpec(f.checkpoint, &s.step_dir));
+                         moe::checkpoint::CheckpointJobSpec(f.checkpoint, &s.step_dir));
     s.model = spec.model;
     s.rope_length = spec.data.seq_length;
     s.seed = spec.training.seed;
     if (f.tokenizer.empty()) {
-      moe::StatusOr<std::string> t = moe::RunTokenizerPath(spec.data.path);
+      moe::StatusOr<std::string> t = moe::data::RunTokenizerPath(spec.data.path);
       if (!t.ok())
         return moe::FailedPreconditionError("the run's tokenizer: " + t.status().message() +
                                             " (give --tokenizer FILE)");
       s.tokenizer = *t;
     }
   } else {
-    MOE_ASSIGN_OR_RETURN(s.model, moe::HfModelConfig(f.hf, &s.rope_length));
+    MOE_ASSIGN_OR_RETURN(s.model, moe::checkpoint::HfModelConfig(f.hf, &s.rope_length));
     s.tokenizer = moe::JoinPath(f.hf, "tokenizer.model");
   }
   if (!f.tokenizer.empty()) s.tokenizer = f.tokenizer;
@@ -115,7 +115,7 @@ moe::StatusOr<Source> FindSource(const Flags& f) {
 
 moe::Status Run(const Flags& f) {
   MOE_ASSIGN_OR_RETURN(const Source src, FindSource(f));
-  MOE_ASSIGN_OR_RETURN(const moe::Tokenizer tok, moe::Tokenizer::Load(src.tokenizer));
+  MOE_ASSIGN_OR_RETURN(const moe::data::Tokenizer tok, moe::data::Tokenizer::Load(src.tokenizer));
   if (tok.vocab_size() > src.model.vocab_size)
     return moe::InvalidArgumentError("--tokenizer " + src.tokenizer + ": " +
                                      std::to_string(tok.vocab_size()) +
@@ -123,30 +123,31 @@ moe::Status Run(const Flags& f) {
   MOE_ASSIGN_OR_RETURN(const moe::DevicePlacement place, moe::PlaceRank(f.device, f.precision, 0));
   moe::kernels::SetNumThreads(
       static_cast<int>(f.threads > 0 ? f.threads : ::sysconf(_SC_NPROCESSORS_ONLN)));
-  moe::LocalParallel local;
-  moe::ModelOptions mo;
+  moe::parallel::LocalParallel local;
+  moe::model::ModelOptions mo;
   mo.device = place.device;
   mo.compute = place.compute;
   mo.max_seq_len = src.rope_length;
-  moe::Model model(src.model, local.ctx, src.seed, mo);
+  moe::model::Model model(src.model, local.ctx, src.seed, mo);
   if (!f.checkpoint.empty()) {
-    MOE_RETURN_IF_ERROR(moe::LoadCheckpointWeights(src.step_dir, model));
+    MOE_RETURN_IF_ERROR(moe::checkpoint::LoadCheckpointWeights(src.step_dir, model));
   } else {
-    MOE_RETURN_IF_ERROR(moe::LoadHfWeights(f.hf, model, local.ctx));
+    MOE_RETURN_IF_ERROR(moe::checkpoint::LoadHfWeights(f.hf, model, local.ctx));
   }
   MOE_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, tok.Encode(f.prompt));
   if (tok.eos_id() >= 0) prompt.insert(prompt.begin(), static_cast<int32_t>(tok.eos_id()));
   const bool cache = !f.no_cache && src.model.is_mla();
-  MOE_ASSIGN_OR_RETURN(
-      moe::Generator gen,
-      moe::Generator::Create(model, static_cast<int64_t>(prompt.size()) + f.max_tokens, cache));
-  moe::SamplingOptions so;
+  MOE_ASSIGN_OR_RETURN(moe::model::Generator gen,
+                       moe::model::Generator::Create(
+                           model, static_cast<int64_t>(prompt.size()) + f.max_tokens, cache));
+  moe::model::SamplingOptions so;
   so.temperature = f.temperature;
   so.top_k = f.top_k;
   so.top_p = f.top_p;
   so.seed = static_cast<uint64_t>(f.seed);
-  MOE_ASSIGN_OR_RETURN(const moe::Generation g, moe::Generate(gen, prompt, f.max_tokens, so,
-                                                              f.ignore_eos ? -1 : tok.eos_id()));
+  MOE_ASSIGN_OR_RETURN(
+      const moe::model::Generation g,
+      moe::model::Generate(gen, prompt, f.max_tokens, so, f.ignore_eos ? -1 : tok.eos_id()));
   std::vector<int32_t> text = g.tokens;
   if (!text.empty() && text.back() == tok.eos_id()) text.pop_back();
   std::printf("%s%s\n", f.prompt.c_str(), tok.Decode(text).c_str());

@@ -96,7 +96,7 @@ bool LooksBinary(const std::string& s) { return s.find('\0') != std::string::npo
 int PrintSplit(const std::string& prefix, const std::string& split) {
   auto weights = moe::ParseSplit(split, "--split");
   if (!weights.ok()) return Fail(weights.status().message());
-  auto ds = moe::IndexedDataset::Open(prefix, 0);
+  auto ds = moe::data::IndexedDataset::Open(prefix, 0);
   if (!ds.ok()) return Fail(ds.status().message());
   std::printf("split %s of %s: %lld documents, %lld tokens\n", split.c_str(), prefix.c_str(),
               static_cast<long long>((*ds)->num_documents()),
@@ -105,13 +105,14 @@ int PrintSplit(const std::string& prefix, const std::string& split) {
   const double tokens = static_cast<double>(std::max<int64_t>((*ds)->num_tokens(), 1));
   std::string notes;
   int i = 0;
-  for (moe::DataSplit s : {moe::DataSplit::kTrain, moe::DataSplit::kValid, moe::DataSplit::kTest}) {
-    const moe::DataRange r = moe::SplitRange(**ds, *weights, s);
+  for (moe::data::DataSplit s :
+       {moe::data::DataSplit::kTrain, moe::data::DataSplit::kValid, moe::data::DataSplit::kTest}) {
+    const moe::data::DataRange r = moe::data::SplitRange(**ds, *weights, s);
     const double share = 100.0 * static_cast<double>(r.end_token - r.begin_token) / tokens;
     const double want = 100.0 * (*weights)[static_cast<size_t>(i++)] / total_weight;
     std::printf(
         "  %-5s documents %lld-%lld (%lld), tokens %lld-%lld (%lld): %.1f %% of the tokens\n",
-        moe::DataSplitName(s), static_cast<long long>(r.first_doc),
+        moe::data::DataSplitName(s), static_cast<long long>(r.first_doc),
         static_cast<long long>(r.end_doc), static_cast<long long>(r.end_doc - r.first_doc),
         static_cast<long long>(r.begin_token), static_cast<long long>(r.end_token),
         static_cast<long long>(r.end_token - r.begin_token), share);
@@ -119,7 +120,7 @@ int PrintSplit(const std::string& prefix, const std::string& split) {
       char buf[200];
       std::snprintf(buf, sizeof(buf),
                     "  note: %s holds %.1f %% of the tokens for a weight of %.1f %%\n",
-                    moe::DataSplitName(s), share, want);
+                    moe::data::DataSplitName(s), share, want);
       notes += buf;
     }
   }
@@ -194,7 +195,7 @@ moe::Status Encode(const std::string& output, const std::string& tokenizer,
   }
   const int64_t vocab = sp.GetPieceSize();
   const int eod = sp.eos_id() >= 0 ? sp.eos_id() : 0;
-  moe::IndexedDatasetWriter writer(output, vocab);
+  moe::data::IndexedDatasetWriter writer(output, vocab);
   for (size_t i = 0; i < docs.size(); ++i) {
     std::vector<int> ids;
     if (auto st = sp.Encode(docs[i], &ids); !st.ok())

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   moe::kernels::SetNumThreads(cores);
   std::fprintf(stderr, "moe-probe: SGEMM with %d thread(s)...\n", cores);
-  const moe::PeakFlops peak = moe::MeasureCpuSgemmPeak(1024, seconds);
+  const moe::train::PeakFlops peak = moe::train::MeasureCpuSgemmPeak(1024, seconds);
   std::fprintf(stderr, "moe-probe: copy bandwidth...\n");
   const double machine = CopyBandwidth(cores, size_t{64} << 20, seconds / 2);
   const double copy1 = cores == 1 ? machine : CopyBandwidth(1, size_t{64} << 20, seconds / 2);

@@ -323,7 +323,7 @@ int RunLauncher(const Flags& f, moe::JobSpec spec, int argc, char** argv) {
   spec.parallelism.expert_parallel = ep;
   if (moe::Status st = moe::ValidateJobSpec(spec); !st.ok())
     return Fail(st.WithPrefix("with --nproc " + std::to_string(f.nproc)));
-  moe::LaunchOptions lo;
+  moe::train::LaunchOptions lo;
   lo.nproc = static_cast<int>(f.nproc);
   lo.program = SelfPath();
   lo.threads_per_rank = static_cast<int>(f.threads);
@@ -341,7 +341,7 @@ int RunLauncher(const Flags& f, moe::JobSpec spec, int argc, char** argv) {
   }
   lo.args.push_back("--expert-parallel");
   lo.args.push_back(std::to_string(ep));
-  const int code = moe::LaunchLocalRanks(lo);
+  const int code = moe::train::LaunchLocalRanks(lo);
   if (g_report != nullptr) {  // the launcher's own final record, for whoever started it
     std::fprintf(g_report, "%s\n",
                  moe::RankEndJson(moe::RankEndForExitCode(code, "the local ranks failed")).c_str());
@@ -351,9 +351,9 @@ int RunLauncher(const Flags& f, moe::JobSpec spec, int argc, char** argv) {
 }
 
 // The rank's communicators, after its device is bound (NCCL binds to the current device).
-moe::StatusOr<std::unique_ptr<moe::ProcessGroups>> MakeGroups(
+moe::StatusOr<std::unique_ptr<moe::parallel::ProcessGroups>> MakeGroups(
     const Flags& f, moe::JobSpec* spec, int* rank, const moe::DevicePlacement& place,
-    std::unique_ptr<moe::KvStore>* store) {
+    std::unique_ptr<moe::parallel::KvStore>* store) {
   int w = 1;
   *rank = 0;
   if (f.rank_mode()) {
@@ -373,20 +373,20 @@ moe::StatusOr<std::unique_ptr<moe::ProcessGroups>> MakeGroups(
     spec->parallelism.world_size = w;
     MOE_RETURN_IF_ERROR(
         moe::ValidateJobSpec(*spec).WithPrefix("with world size " + std::to_string(w)));
-    MOE_ASSIGN_OR_RETURN(*store, moe::OpenStore(f.rendezvous));
+    MOE_ASSIGN_OR_RETURN(*store, moe::parallel::OpenStore(f.rendezvous));
     moe::SetLogPrefix("rank" + std::to_string(*rank));
   }
-  moe::GroupOptions go;
+  moe::parallel::GroupOptions go;
   go.backend = place.device.is_cuda() ? "nccl" : "gloo";
   go.cuda_device = place.device.is_cuda() ? place.device.index : 0;
   go.timeout_seconds = spec->parallelism.timeout_seconds;
   go.hostname = f.hostname;
-  return moe::ProcessGroups::Create(w, *rank, static_cast<int>(spec->parallelism.pipeline_parallel),
-                                    static_cast<int>(spec->parallelism.expert_parallel),
-                                    store->get(), go);
+  return moe::parallel::ProcessGroups::Create(
+      w, *rank, static_cast<int>(spec->parallelism.pipeline_parallel),
+      static_cast<int>(spec->parallelism.expert_parallel), store->get(), go);
 }
 
-void PrintSummary(const moe::TrainResult& r) {
+void PrintSummary(const moe::train::TrainResult& r) {
   std::fprintf(
       stderr,
       "summary: steps %lld-%lld | loss %.4f -> %.4f (x%.3f) | %.0f tokens/s | %.4f TFLOP/s per "
@@ -420,15 +420,15 @@ int Describe(const Flags& f, moe::JobSpec spec) {
     capacity = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                static_cast<double>(::sysconf(_SC_PAGESIZE));
   }
-  std::printf("%s", moe::DescribeJob(spec, bf16 ? 2 : 4, capacity).c_str());
+  std::printf("%s", moe::train::DescribeJob(spec, bf16 ? 2 : 4, capacity).c_str());
   return moe::kExitOk;
 }
 
 // One rank (or the whole job when W = 1): place it, build its communicators, train.
 // The CPU SGEMM peak from `path` ("<flop/s> <source>"), or measured (with this process's threads)
 // and written there (atomically: a temporary file renamed) when it is missing or `measure` is set.
-moe::PeakFlops CachedCpuPeak(const std::string& path, bool measure) {
-  moe::PeakFlops peak;
+moe::train::PeakFlops CachedCpuPeak(const std::string& path, bool measure) {
+  moe::train::PeakFlops peak;
   if (!measure) {
     if (std::FILE* in = std::fopen(path.c_str(), "r")) {
       char source[512] = {0};
@@ -440,7 +440,7 @@ moe::PeakFlops CachedCpuPeak(const std::string& path, bool measure) {
       }
     }
   }
-  peak = moe::MeasureCpuSgemmPeak();
+  peak = moe::train::MeasureCpuSgemmPeak();
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
   if (std::FILE* out = std::fopen(tmp.c_str(), "w")) {
     std::fprintf(out, "%.6e %s\n", peak.flops_per_second, peak.source.c_str());
@@ -455,11 +455,11 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
   const int rank_hint = f.rank_mode() ? static_cast<int>(std::max<int64_t>(f.rank, 0)) : 0;
   auto place = moe::PlaceRank(where, f.precision, rank_hint);  // the one place the device is chosen
   if (!place.ok()) return Fail(place.status());
-  std::unique_ptr<moe::KvStore> store;
+  std::unique_ptr<moe::parallel::KvStore> store;
   int rank = 0;
   auto groups = MakeGroups(f, &spec, &rank, *place, &store);
   if (!groups.ok()) return Fail(groups.status());
-  moe::TrainerOptions options;
+  moe::train::TrainerOptions options;
   options.stop_at_step = f.steps;
   options.checkpoint_dir = f.checkpoint_dir;
   options.checkpoint_interval = f.checkpoint_interval;
@@ -470,11 +470,12 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
   options.data_roots = f.data_roots;
   options.checkpoint_roots = f.checkpoint_roots;
   if (!f.job_id.empty()) {
-    options.owner = moe::OwnerClaim{f.job_id, f.job_name, f.job_owner, f.epoch, f.attempt};
+    options.owner =
+        moe::checkpoint::OwnerClaim{f.job_id, f.job_name, f.job_owner, f.epoch, f.attempt};
   }
   options.placement = *place;
   if (!f.peak_cache.empty() && !place->device.is_cuda()) {
-    const moe::PeakFlops peak = CachedCpuPeak(f.peak_cache, /*measure=*/false);
+    const moe::train::PeakFlops peak = CachedCpuPeak(f.peak_cache, /*measure=*/false);
     options.peak_flops = peak.flops_per_second;
     options.peak_source = peak.source;
   }
@@ -486,14 +487,14 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
       g_stop_ms.store(MonotonicMs());  // deadline from now
   };
   std::thread(StopWatchdog).detach();
-  moe::SetCollectiveFailureHandler(&OnUnwaitedCollectiveFailure);
+  moe::parallel::SetCollectiveFailureHandler(&OnUnwaitedCollectiveFailure);
   if (g_report != nullptr) {
-    options.on_step = [](const moe::StepMetrics& m) {
-      std::fprintf(g_report, "%s\n", moe::MetricsJson(m).c_str());
+    options.on_step = [](const moe::train::StepMetrics& m) {
+      std::fprintf(g_report, "%s\n", moe::train::MetricsJson(m).c_str());
       std::fflush(g_report);
     };
   }
-  auto result = moe::Train(spec, (*groups)->ctx(), options);
+  auto result = moe::train::Train(spec, (*groups)->ctx(), options);
   if (!result.ok()) {
     MOE_LOG(ERROR) << "training failed: " << result.status();
     return Fail(result.status());
@@ -517,7 +518,7 @@ int RunRank(const Flags& f, moe::JobSpec spec) {
 int PrintVersion() {
   std::printf("moe-train %s\n", MOE_VERSION);
   std::printf("%s", moe::kernels::FormatGpuLibraries(moe::kernels::GpuLibraries()).c_str());
-  const std::string nccl = moe::NcclVersion();
+  const std::string nccl = moe::parallel::NcclVersion();
   std::printf("nccl %s\n", nccl.empty() ? "- (not built: no NCCL library at configure)"
                                         : (nccl + " (linked)").c_str());
   return moe::kExitOk;

@@ -7,7 +7,7 @@
 #include "common/memory_model.h"
 #include "common/param_count.h"
 
-namespace moe {
+namespace moe::train {
 namespace {
 
 std::string Architecture(const ModelConfig& m) {
@@ -93,4 +93,4 @@ std::string DescribeJob(const JobSpec& spec, int64_t compute_bytes, double capac
   return out + MemoryReport(spec, *plan, capacity_bytes);
 }
 
-}  // namespace moe
+}  // namespace moe::train

@@ -5,33 +5,35 @@
 
 #include "worker/engine/model/saved.h"
 
-namespace moe {
+namespace moe::train {
 
 double EvalResult::ppl() const { return std::exp(loss); }
 
-LossScales ForwardOnlyScales(const Model& model) {
-  LossScales s;
+model::LossScales ForwardOnlyScales(const model::Model& model) {
+  model::LossScales s;
   s.ce = 1;
   s.mtp.assign(static_cast<size_t>(std::max<int64_t>(model.config().mtp_depth, 0)), 0.0);
   return s;
 }
 
-Evaluator::Evaluator(Model& model, const ParallelContext& par, int virtual_pipeline)
+Evaluator::Evaluator(model::Model& model, const parallel::ParallelContext& par,
+                     int virtual_pipeline)
     : model_(model), par_(par), virtual_pipeline_(virtual_pipeline) {}
 
 // Virtual stage v runs on pipeline rank v % PP as its chunk v / PP; its output goes to the owner of
 // v + 1 (the next rank) before that stage runs. Only the two ranks of a hand-over take part in it.
-StatusOr<MicroBatchResult> Evaluator::PipelineForward(const Tensor& tokens, const Tensor& targets) {
+StatusOr<model::MicroBatchResult> Evaluator::PipelineForward(const Tensor& tokens,
+                                                             const Tensor& targets) {
   const int pp = par_.pipeline_parallel, me = par_.pp_rank();
   const int stages = pp * virtual_pipeline_;
   const int64_t rows = tokens.numel(), h = model_.config().hidden_size;
-  MicroBatchResult result;
+  model::MicroBatchResult result;
   Tensor carried;  // the input of the stage this rank runs next
   for (int v = 0; v < stages; ++v) {
     const int owner = v % pp;
     Tensor out;
     if (owner == me) {
-      MicroBatchResult r;
+      model::MicroBatchResult r;
       MOE_ASSIGN_OR_RETURN(out, model_.ForwardChunk(v / pp, carried, tokens, targets,
                                                     ForwardOnlyScales(model_), &r));
       result.ce_sum += r.ce_sum;
@@ -44,18 +46,18 @@ StatusOr<MicroBatchResult> Evaluator::PipelineForward(const Tensor& tokens, cons
     if (v + 1 == stages) break;
     const int next_owner = (v + 1) % pp;
     if (owner == me) {
-      MOE_RETURN_IF_ERROR(par_.pipeline->Exchange({{P2POp::kSend, out, next_owner}}));
+      MOE_RETURN_IF_ERROR(par_.pipeline->Exchange({{parallel::P2POp::kSend, out, next_owner}}));
     } else if (next_owner == me) {
       carried = Tensor::Empty({rows, h}, model_.compute_dtype(), model_.device());
-      MOE_RETURN_IF_ERROR(par_.pipeline->Exchange({{P2POp::kRecv, carried, owner}}));
+      MOE_RETURN_IF_ERROR(par_.pipeline->Exchange({{parallel::P2POp::kRecv, carried, owner}}));
     }
   }
   return result;
 }
 
 Status Evaluator::Add(const Tensor& tokens, const Tensor& targets) {
-  NoGradScope no_grad;
-  MicroBatchResult r;
+  model::NoGradScope no_grad;
+  model::MicroBatchResult r;
   if (par_.pipeline_parallel > 1) {
     MOE_ASSIGN_OR_RETURN(r, PipelineForward(tokens, targets));
   } else {
@@ -101,9 +103,9 @@ StatusOr<EvalResult> Evaluator::Finish() {
   return out;
 }
 
-StatusOr<EvalResult> EvaluateBatches(Model& model, const ParallelContext& par, const JobSpec& spec,
-                                     BatchSampler& sampler, int64_t batches,
-                                     const EvalBatchFn& seen) {
+StatusOr<EvalResult> EvaluateBatches(model::Model& model, const parallel::ParallelContext& par,
+                                     const JobSpec& spec, data::BatchSampler& sampler,
+                                     int64_t batches, const EvalBatchFn& seen) {
   const int64_t gbs = spec.data.global_batch_size, mbs = spec.data.micro_batch_size,
                 seq = spec.data.seq_length;
   const int64_t per_rank = gbs / par.dp_size();
@@ -123,4 +125,4 @@ StatusOr<EvalResult> EvaluateBatches(Model& model, const ParallelContext& par, c
   return eval.Finish();
 }
 
-}  // namespace moe
+}  // namespace moe::train

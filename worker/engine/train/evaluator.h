@@ -16,7 +16,7 @@
 #include "worker/engine/model/model.h"
 #include "worker/engine/parallel/communicator.h"
 
-namespace moe {
+namespace moe::train {
 
 struct EvalResult {
   double loss = 0;  // mean next-token cross-entropy (nats) of the main head
@@ -27,11 +27,11 @@ struct EvalResult {
 };
 
 // Forward only: the scales weight gradients, which nothing computes; MTP needs one per depth.
-LossScales ForwardOnlyScales(const Model& model);
+model::LossScales ForwardOnlyScales(const model::Model& model);
 
 class Evaluator {
  public:
-  Evaluator(Model& model, const ParallelContext& par, int virtual_pipeline);
+  Evaluator(model::Model& model, const parallel::ParallelContext& par, int virtual_pipeline);
 
   // Runs one micro-batch forward (tokens, targets: i32 [batch, seq] on the model's device) and adds
   // its sums; every rank of the job calls it for its own micro-batches in the same order.
@@ -40,10 +40,10 @@ class Evaluator {
   StatusOr<EvalResult> Finish();
 
  private:
-  StatusOr<MicroBatchResult> PipelineForward(const Tensor& tokens, const Tensor& targets);
+  StatusOr<model::MicroBatchResult> PipelineForward(const Tensor& tokens, const Tensor& targets);
 
-  Model& model_;
-  const ParallelContext& par_;
+  model::Model& model_;
+  const parallel::ParallelContext& par_;
   int virtual_pipeline_;
   double ce_sum_ = 0;
   int64_t tokens_ = 0;
@@ -55,8 +55,8 @@ class Evaluator {
 // (seq_length, micro_batch_size, global_batch_size; this data-parallel rank's slice), evaluated.
 // `seen` (optional) gets each micro-batch's host tokens and targets (i32 [micro_batch, seq]).
 using EvalBatchFn = std::function<void(const Tensor& tokens, const Tensor& targets)>;
-StatusOr<EvalResult> EvaluateBatches(Model& model, const ParallelContext& par, const JobSpec& spec,
-                                     BatchSampler& sampler, int64_t batches,
-                                     const EvalBatchFn& seen = nullptr);
+StatusOr<EvalResult> EvaluateBatches(model::Model& model, const parallel::ParallelContext& par,
+                                     const JobSpec& spec, data::BatchSampler& sampler,
+                                     int64_t batches, const EvalBatchFn& seen = nullptr);
 
-}  // namespace moe
+}  // namespace moe::train

@@ -11,7 +11,7 @@
 #include "common/file_util.h"
 #include "common/rank_process.h"
 
-namespace moe {
+namespace moe::train {
 namespace {
 
 volatile sig_atomic_t g_signal = 0;
@@ -135,4 +135,4 @@ int LaunchLocalRanks(const LaunchOptions& o) {
   return ExitCode(*ranks);
 }
 
-}  // namespace moe
+}  // namespace moe::train

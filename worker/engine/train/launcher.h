@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace moe {
+namespace moe::train {
 
 struct LaunchOptions {
   int nproc = 1;
@@ -21,4 +21,4 @@ struct LaunchOptions {
 // the failed ranks agree on (bad input, stopped, cannot run here); else 1.
 int LaunchLocalRanks(const LaunchOptions& options);
 
-}  // namespace moe
+}  // namespace moe::train

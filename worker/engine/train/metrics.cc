@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-namespace moe {
+namespace moe::train {
 namespace {
 std::string Num(double v) {
   if (!std::isfinite(v)) return std::isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity");
@@ -76,4 +76,4 @@ std::string MegatronLogLine(const StepMetrics& m) {
   return buf;
 }
 
-}  // namespace moe
+}  // namespace moe::train

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-namespace moe {
+namespace moe::train {
 
 struct StepMetrics {
   int64_t step = 0;
@@ -60,4 +60,4 @@ struct StepMetrics {
 std::string MetricsJson(const StepMetrics& m);
 std::string MegatronLogLine(const StepMetrics& m);
 
-}  // namespace moe
+}  // namespace moe::train

@@ -7,7 +7,7 @@
 #include "kernels/memory_stats.h"
 #include "kernels/optimizer.h"
 
-namespace moe {
+namespace moe::train {
 
 double LearningRate(const OptimizerConfig& o, int64_t decay_steps, int64_t step) {
   if (o.warmup_steps > 0 && step <= o.warmup_steps) {
@@ -23,16 +23,16 @@ double LearningRate(const OptimizerConfig& o, int64_t decay_steps, int64_t step)
 // A range of a bucket reduced on its own (SetOverlap): whole parameters, the padding with the last.
 struct Optimizer::Span {
   int64_t begin = 0, end = 0;
-  int params = 0;  // how many parameters it holds
-  int left = 0;    // of those, how many the backward has not reported final this step
-  Pending op;      // its reduction, once started (this step)
+  int params = 0;        // how many parameters it holds
+  int left = 0;          // of those, how many the backward has not reported final this step
+  parallel::Pending op;  // its reduction, once started (this step)
 };
 
 struct Optimizer::Bucket {
   bool experts = false;
-  Communicator* group = nullptr;  // null: a group of one
+  parallel::Communicator* group = nullptr;  // null: a group of one
   int size = 1, rank = 0;
-  std::vector<Param*> params;
+  std::vector<model::Param*> params;
   std::vector<int64_t> offsets;  // each parameter's first element in the flat buffers
   int64_t numel = 0;             // padded to a multiple of size under ZeRO
   std::vector<int64_t> counts;   // the shards' sizes (size entries)
@@ -57,7 +57,7 @@ namespace {
 Tensor Flat(const Tensor& buffer, int64_t begin, int64_t end) { return buffer.Rows(begin, end); }
 
 // A parameter's global shape (an expert tensor's first dimension counts every expert).
-std::vector<int64_t> GlobalShape(const Param& p, int64_t num_experts_total) {
+std::vector<int64_t> GlobalShape(const model::Param& p, int64_t num_experts_total) {
   std::vector<int64_t> shape = p.grad.shape();
   if (p.expert) shape[0] = num_experts_total;
   return shape;
@@ -65,8 +65,9 @@ std::vector<int64_t> GlobalShape(const Param& p, int64_t num_experts_total) {
 
 }  // namespace
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, ParamSet& params, const ParallelContext& par,
-                     bool distributed, int64_t num_experts, bool deterministic)
+Optimizer::Optimizer(const OptimizerConfig& cfg, model::ParamSet& params,
+                     const parallel::ParallelContext& par, bool distributed, int64_t num_experts,
+                     bool deterministic)
     : cfg_(cfg),
       params_(params),
       distributed_(distributed),
@@ -97,7 +98,7 @@ bool Optimizer::sharded_master() const {
 
 void Optimizer::Build(Bucket& b) {
   int64_t n = 0;
-  for (Param* p : b.params) {
+  for (model::Param* p : b.params) {
     b.offsets.push_back(n);
     n += p->grad.numel();
   }
@@ -130,7 +131,7 @@ void Optimizer::Build(Bucket& b) {
   b.m = Tensor::Zeros({b.shard_end - b.shard_begin}, params_.moments_dtype(), dev);
   b.v = Tensor::Zeros({b.shard_end - b.shard_begin}, params_.moments_dtype(), dev);
   for (size_t i = 0; i < b.params.size(); ++i) {
-    Param* p = b.params[i];
+    model::Param* p = b.params[i];
     const Tensor::Shape shape = p->grad.shape();
     const int64_t off = b.offsets[i], len = p->grad.numel();
     const Tensor value = p->value.Reshape({len});
@@ -214,8 +215,8 @@ void Optimizer::StartSpan(Bucket& b, Span& span) {
   span.op = b.group->StartReduceScatterSum(sums, counts);
 }
 
-void Optimizer::GradsFinal(const std::vector<Param*>& params) {
-  for (const Param* p : params) {
+void Optimizer::GradsFinal(const std::vector<model::Param*>& params) {
+  for (const model::Param* p : params) {
     auto it = span_of_.find(p);
     if (it == span_of_.end()) continue;  // its bucket's group is a group of one, or no overlap
     Bucket& b = *it->second.first;
@@ -311,12 +312,12 @@ void Optimizer::WeightsChanged() {
   }
 }
 
-void Optimizer::Pieces(bool writer, std::vector<TensorPiece>* out) const {
+void Optimizer::Pieces(bool writer, std::vector<checkpoint::TensorPiece>* out) const {
   for (const auto& b : buckets_) {
     if (!distributed_ && writer && b->rank != 0)
       continue;  // full tensors: the group's rank 0 writes them
     for (size_t i = 0; i < b->params.size(); ++i) {
-      Param* p = b->params[i];
+      model::Param* p = b->params[i];
       if (writer && p->tied_copy) continue;  // the first stage writes the embedding
       const std::vector<int64_t> global = GlobalShape(*p, num_experts_);
       const int64_t g0 = p->global_begin(), off = b->offsets[i], len = p->grad.numel();
@@ -360,4 +361,4 @@ OptimizerBytes Optimizer::Bytes() const {
   return out;
 }
 
-}  // namespace moe
+}  // namespace moe::train

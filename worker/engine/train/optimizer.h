@@ -28,7 +28,7 @@
 #include "worker/engine/model/param.h"
 #include "worker/engine/parallel/communicator.h"
 
-namespace moe {
+namespace moe::train {
 
 // Linear warmup to lr over warmup_steps (step 1 gets lr / warmup_steps), then cosine decay to
 // min_lr at decay_steps; min_lr after. Steps are 1-based.
@@ -41,7 +41,7 @@ struct OptimizerBytes {
   int64_t optimizer = 0;  // AdamW moments
 };
 
-class Optimizer final : public CheckpointedOptimizer {
+class Optimizer final : public checkpoint::CheckpointedOptimizer {
  public:
   // Lays `params` out in flat buffers (rebinding each Param's value, compute, grad, m and v to
   // views, or leaving value, m and v undefined where the rank holds only a shard). `distributed`:
@@ -49,8 +49,9 @@ class Optimizer final : public CheckpointedOptimizer {
   // one). num_experts: the model's routed experts (an expert tensor's global first dimension).
   // deterministic: each bucket also gets an f64 gradient accumulator (Param::accum, GradSink) that
   // is what the groups reduce; its sum is rounded into the gradients once, after the reduction.
-  Optimizer(const OptimizerConfig& cfg, ParamSet& params, const ParallelContext& par,
-            bool distributed, int64_t num_experts, bool deterministic = false);
+  Optimizer(const OptimizerConfig& cfg, model::ParamSet& params,
+            const parallel::ParallelContext& par, bool distributed, int64_t num_experts,
+            bool deterministic = false);
   ~Optimizer() override;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -70,7 +71,7 @@ class Optimizer final : public CheckpointedOptimizer {
   void SetOverlap(int64_t span_bytes);
   int64_t overlap_spans() const;  // over every bucket
   // The backward has finished these parameters' gradients for this step (none is reported twice).
-  void GradsFinal(const std::vector<Param*>& params);
+  void GradsFinal(const std::vector<model::Param*>& params);
   // Sums the gradients over each bucket's group: all-reduce, or reduce-scatter into the shards (the
   // f64 accumulators when deterministic, then rounded into the gradients of what this rank
   // updates). With spans: starts those not started yet, in order, and waits for all.
@@ -92,7 +93,7 @@ class Optimizer final : public CheckpointedOptimizer {
   // Checkpoint pieces of the optimizer state ("param/<name>/m|v") and, with a sharded master, of
   // the weights ("param/<name>/value"). writer: what this rank writes (its shards; without ZeRO the
   // group's rank 0 everything; tied copies never); reader: what it needs.
-  void Pieces(bool writer, std::vector<TensorPiece>* out) const override;
+  void Pieces(bool writer, std::vector<checkpoint::TensorPiece>* out) const override;
   OptimizerBytes Bytes() const;
 
  private:
@@ -103,13 +104,13 @@ class Optimizer final : public CheckpointedOptimizer {
   void UpdateBucket(Bucket& b, const void* adamw_config);
 
   OptimizerConfig cfg_;
-  ParamSet& params_;
+  model::ParamSet& params_;
   bool distributed_;
   int64_t num_experts_;
   bool deterministic_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
-  std::map<const Param*, std::pair<Bucket*, size_t>>
+  std::map<const model::Param*, std::pair<Bucket*, size_t>>
       span_of_;  // (bucket, span) of each parameter in a span
 };
 
-}  // namespace moe
+}  // namespace moe::train

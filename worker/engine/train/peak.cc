@@ -6,7 +6,7 @@
 #include "kernels/gemm.h"
 #include "kernels/runtime.h"
 
-namespace moe {
+namespace moe::train {
 
 PeakFlops MeasureCpuSgemmPeak(int n, double seconds) {
   std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(static_cast<size_t>(n) * n, 0.25f),
@@ -36,4 +36,4 @@ PeakFlops MeasureCpuSgemmPeak(int n, double seconds) {
   return p;
 }
 
-}  // namespace moe
+}  // namespace moe::train

@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace moe {
+namespace moe::train {
 
 struct PeakFlops {
   double flops_per_second = 0;
@@ -14,4 +14,4 @@ struct PeakFlops {
 // Best of several runs of an n^3 SGEMM over about `seconds` of wall time.
 PeakFlops MeasureCpuSgemmPeak(int n = 1024, double seconds = 0.5);
 
-}  // namespace moe
+}  // namespace moe::train

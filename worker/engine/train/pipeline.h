@@ -15,12 +15,12 @@
 #include "worker/engine/parallel/communicator.h"
 #include "worker/engine/parallel/pipeline_schedule.h"
 
-namespace moe {
+namespace moe::train {
 
 class PipelineRunner {
  public:
   // `par.pipeline` is the group of this rank's pipeline (member pp_rank()).
-  PipelineRunner(Model& model, const ParallelContext& par, int virtual_pipeline);
+  PipelineRunner(model::Model& model, const parallel::ParallelContext& par, int virtual_pipeline);
 
   struct Timing {
     double exchange_seconds =
@@ -30,16 +30,16 @@ class PipelineRunner {
   // i32 [micro batch, seq_len] on the model's device. Each chunk forward's losses and MoE
   // statistics go to on_result.
   Status Run(const std::vector<Tensor>& tokens, const std::vector<Tensor>& targets,
-             const LossScales& scales,
-             const std::function<void(const MicroBatchResult&)>& on_result, Timing* timing);
+             const model::LossScales& scales,
+             const std::function<void(const model::MicroBatchResult&)>& on_result, Timing* timing);
 
  private:
   using Key = std::pair<int, int64_t>;  // (chunk, micro-batch)
-  Status Exchange(const PipelineOp& op);
-  static Tensor Take(std::map<Key, Tensor>* m, const PipeRef& r);
+  Status Exchange(const parallel::PipelineOp& op);
+  static Tensor Take(std::map<Key, Tensor>* m, const parallel::PipeRef& r);
 
-  Model& model_;
-  const ParallelContext& par_;
+  model::Model& model_;
+  const parallel::ParallelContext& par_;
   const int virtual_pipeline_;
   int64_t rows_ = 0;
   // Tensors between the ops: received inputs, outputs to send, received output gradients, input
@@ -47,4 +47,4 @@ class PipelineRunner {
   std::map<Key, Tensor> inputs_, outputs_, grads_, input_grads_;
 };
 
-}  // namespace moe
+}  // namespace moe::train

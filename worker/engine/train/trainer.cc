@@ -27,11 +27,11 @@
 #include "worker/engine/train/pipeline.h"
 #include "worker/engine/train/trainer_internal.h"
 
-namespace moe {
+namespace moe::train {
 namespace {
 
-using train_internal::Clock;
-using train_internal::Since;
+using internal::Clock;
+using internal::Since;
 
 // max / mean tokens per expert (0 when the layer saw no tokens).
 double Imbalance(const std::vector<double>& counts) {
@@ -52,7 +52,7 @@ std::vector<double> StepStats::Pack() const {
   return out;
 }
 
-void StepStats::Add(const MicroBatchResult& mb) {
+void StepStats::Add(const model::MicroBatchResult& mb) {
   ce_sum += mb.ce_sum;
   aux_loss += mb.aux_loss;
   for (size_t k = 0; k < mb.mtp_ce_sums.size(); ++k) mtp_ce_sums[k] += mb.mtp_ce_sums[k];
@@ -74,7 +74,8 @@ void StepStats::Unpack(const std::vector<double>& packed) {
   }
 }
 
-Trainer::Trainer(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options)
+Trainer::Trainer(const JobSpec& spec, const parallel::ParallelContext& par,
+                 const TrainerOptions& options)
     : spec_(spec),
       par_(par),
       options_(options),
@@ -125,10 +126,10 @@ StatusOr<TrainResult> Trainer::Run() {
   return result_;
 }
 
-LossScales Trainer::ScalesFor(const StepStats& stats) const {
+model::LossScales Trainer::ScalesFor(const StepStats& stats) const {
   const double gbs = static_cast<double>(stats.global_batch),
                seq = static_cast<double>(spec_.data.seq_length);
-  LossScales s;
+  model::LossScales s;
   s.ce = 1.0 / (gbs * seq);
   s.aux_coeff = spec_.model.moe.seq_aux_loss_coeff / gbs;
   const double depth = static_cast<double>(spec_.model.mtp_depth);
@@ -170,7 +171,7 @@ Status Trainer::Step(int64_t step) {
   if (par_.ep_group) par_.ep_group->SetPhase(phase + ": MoE token all-to-all");
   // The gradients' groups have communicators of their own (process_group.h); their reductions start
   // during the backward (Optimizer::SetOverlap) and the ZeRO all-gather follows the update.
-  for (Communicator* g : {par_.dp_group, par_.expert_dp}) {
+  for (parallel::Communicator* g : {par_.dp_group, par_.expert_dp}) {
     if (g != nullptr) g->SetPhase(phase + ": gradient reduction");
   }
   StepStats stats;
@@ -180,14 +181,14 @@ Status Trainer::Step(int64_t step) {
   MemoryScope activations(MemoryCategory::kActivations);
   const int device_type = static_cast<int>(place_.device.type);
   ResetPeakMemory(device_type);
-  phases_->Begin(PhaseTimer::kForwardBackward);
+  phases_->Begin(parallel::PhaseTimer::kForwardBackward);
   PlanStep(step, &stats);
   MOE_RETURN_IF_ERROR(ForwardBackward(step, &stats));
-  phases_->End(PhaseTimer::kForwardBackward);
+  phases_->End(parallel::PhaseTimer::kForwardBackward);
   par_.world->SetPhase(phase + ": gradient all-reduce");
-  phases_->Begin(PhaseTimer::kGradSync);
+  phases_->Begin(parallel::PhaseTimer::kGradSync);
   MOE_RETURN_IF_ERROR(ReduceGradients());
-  phases_->End(PhaseTimer::kGradSync);
+  phases_->End(parallel::PhaseTimer::kGradSync);
   if (step ==
       options_.inject_nonfinite_grad_step) {  // a non-finite norm, as an overflow would leave it
     step_acc_.Rows(kDenseSqSlot, kDenseSqSlot + 1)
@@ -196,7 +197,7 @@ Status Trainer::Step(int64_t step) {
   MOE_RETURN_IF_ERROR(Update(step, &stats));
   MOE_RETURN_IF_ERROR(FinishStep(step, &stats));  // its read waits for the step's queued kernels
   // Past the read, the device has passed every mark: the phases' device times (host on the CPU).
-  const PhaseTimer::Seconds spans = phases_->Resolve();
+  const parallel::PhaseTimer::Seconds spans = phases_->Resolve();
   stats.forward_backward_seconds = spans.forward_backward;
   stats.alltoall_seconds = spans.alltoall;
   stats.grad_sync_seconds = spans.grad_sync;
@@ -218,7 +219,7 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
   const auto t0 = Clock::now();
   const int64_t gbs = stats->global_batch, seq = spec_.data.seq_length,
                 mbs = spec_.data.micro_batch_size;
-  const LossScales scales = ScalesFor(*stats);
+  const model::LossScales scales = ScalesFor(*stats);
   const size_t n_moe = static_cast<size_t>(model_->num_global_moe_layers());
   stats->tokens_per_expert.assign(
       n_moe, std::vector<double>(static_cast<size_t>(spec_.model.moe.num_experts), 0.0));
@@ -231,8 +232,8 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
   const int64_t per_rank = gbs / par_.dp_size(),
                 first = static_cast<int64_t>(stats->tokens_before) / seq;
   // The last micro-batch's backward hands each block's finished gradients to the reduction.
-  model_->ArmGradsFinal(per_rank / mbs,
-                        [this](const std::vector<Param*>& ps) { optimizer_->GradsFinal(ps); });
+  model_->ArmGradsFinal(
+      per_rank / mbs, [this](const std::vector<model::Param*>& ps) { optimizer_->GradsFinal(ps); });
   if (par_.pipeline_parallel > 1) {
     MOE_RETURN_IF_ERROR(PipelineForwardBackward(per_rank / mbs, first, scales, stats));
   } else {
@@ -243,7 +244,7 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
         tokens_dev_.CopyFrom(tokens_);
         targets_dev_.CopyFrom(targets_);
       }
-      MOE_ASSIGN_OR_RETURN(MicroBatchResult mb,
+      MOE_ASSIGN_OR_RETURN(model::MicroBatchResult mb,
                            model_->ForwardBackward(tokens_dev_, targets_dev_, scales));
       stats->Add(mb);
     }
@@ -261,7 +262,7 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
 // Every stage reads every micro-batch of its data-parallel rank (the first stage embeds the tokens,
 // the last needs the targets and, for MTP, the tokens again); then the schedule runs.
 Status Trainer::PipelineForwardBackward(int64_t micro_batches, int64_t first_sample,
-                                        const LossScales& scales, StepStats* stats) {
+                                        const model::LossScales& scales, StepStats* stats) {
   const int64_t mbs = spec_.data.micro_batch_size;
   std::vector<Tensor> tokens, targets;
   for (int64_t m = 0; m < micro_batches; ++m) {
@@ -273,7 +274,8 @@ Status Trainer::PipelineForwardBackward(int64_t micro_batches, int64_t first_sam
   PipelineRunner runner(*model_, par_, static_cast<int>(spec_.parallelism.virtual_pipeline));
   PipelineRunner::Timing timing;
   MOE_RETURN_IF_ERROR(runner.Run(
-      tokens, targets, scales, [stats](const MicroBatchResult& r) { stats->Add(r); }, &timing));
+      tokens, targets, scales, [stats](const model::MicroBatchResult& r) { stats->Add(r); },
+      &timing));
   stats->pipeline_bubble = timing.exchange_seconds;  // a fraction after ForwardBackward divides it
   return OkStatus();
 }
@@ -284,7 +286,7 @@ Status Trainer::PipelineForwardBackward(int64_t micro_batches, int64_t first_sam
 // follow in FinishStep).
 Status Trainer::ReduceGradients() {
   if (tied_embedding_ && par_.embedding != nullptr && par_.embedding->size() > 1) {
-    Param* e = model_->params().Find("embedding");
+    model::Param* e = model_->params().Find("embedding");
     MOE_CHECK(e != nullptr) << "the first and last stage hold the embedding";
     MOE_RETURN_IF_ERROR(par_.embedding->AllReduceSum(e->accum.defined() ? e->accum : e->grad));
   }
@@ -514,7 +516,7 @@ Status Trainer::RecordHistory(const StepMetrics& m) {
 // Asked to stop (a cancel, a worker's clean shutdown, a preemption): the steps since the last
 // checkpoint are kept by one more, at the boundary every rank agreed on (a clean stop costs no
 // work).
-StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par,
+StatusOr<TrainResult> Train(const JobSpec& spec, const parallel::ParallelContext& par,
                             const TrainerOptions& options) {
   std::unique_ptr<Trainer> trainer;
   try {
@@ -531,4 +533,4 @@ StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par,
   return trainer->Run();
 }
 
-}  // namespace moe
+}  // namespace moe::train

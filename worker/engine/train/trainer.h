@@ -32,11 +32,16 @@
 #include "worker/engine/parallel/phase_timer.h"
 #include "worker/engine/train/metrics.h"
 
-namespace moe {
-
+namespace moe::checkpoint {
 class AsyncCheckpointer;
-class BatchSampler;
 class CheckpointManager;
+}  // namespace moe::checkpoint
+namespace moe::data {
+class BatchSampler;
+}  // namespace moe::data
+
+namespace moe::train {
+
 class Optimizer;
 
 struct TrainerOptions {
@@ -57,7 +62,7 @@ struct TrainerOptions {
   // The job and attempt this rank runs for (the agent passes them): the lead rank claims the
   // checkpoint directory with it and every commit, prune and history line is fenced by it
   // (checkpoint/ownership.h). Absent: no claim (moe-train on its own).
-  std::optional<OwnerClaim> owner;
+  std::optional<checkpoint::OwnerClaim> owner;
   double peak_flops = 0;  // MFU denominator per device; 0: measure (CPU SGEMM probe)
   std::string peak_source;
   bool log_steps = true;  // Megatron-style lines at spec.training.log_interval (rank 0)
@@ -135,7 +140,7 @@ struct StepStats {
   MemoryUsage memory;      // this rank's device memory over the step (its peak)
 
   // Adds one micro-batch's losses and token counts (by model-wide MoE layer).
-  void Add(const MicroBatchResult& mb);
+  void Add(const model::MicroBatchResult& mb);
   // The statistics summed over ranks travel as one host buffer (one all-reduce per step); the
   // squared norms are not in it (they are summed on the device before the update).
   std::vector<double> Pack() const;
@@ -146,7 +151,8 @@ class Trainer {
  public:
   // Builds the model on this rank's device, the optimizer, the data sampler and the checkpoints;
   // restores the newest checkpoint when options.resume.
-  static StatusOr<std::unique_ptr<Trainer>> Create(const JobSpec& spec, const ParallelContext& par,
+  static StatusOr<std::unique_ptr<Trainer>> Create(const JobSpec& spec,
+                                                   const parallel::ParallelContext& par,
                                                    const TrainerOptions& options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -155,11 +161,11 @@ class Trainer {
   // Trains from the step after the restored one to the stop step.
   StatusOr<TrainResult> Run();
   // The model and its optimizer (tests read their state between runs).
-  Model& model() { return *model_; }
+  model::Model& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
 
  private:
-  Trainer(const JobSpec& spec, const ParallelContext& par, const TrainerOptions& options);
+  Trainer(const JobSpec& spec, const parallel::ParallelContext& par, const TrainerOptions& options);
   Status Init();
   Status BuildModel();
   Status Restore(int64_t step);
@@ -171,11 +177,11 @@ class Trainer {
   // step 1; without one, (step - 1) * global batch).
   void PlanStep(int64_t step, StepStats* stats) const;
 
-  LossScales ScalesFor(const StepStats& stats) const;
+  model::LossScales ScalesFor(const StepStats& stats) const;
   // The phases of a step.
   Status ForwardBackward(int64_t step, StepStats* stats);
   Status PipelineForwardBackward(int64_t micro_batches, int64_t first_sample,
-                                 const LossScales& scales, StepStats* stats);
+                                 const model::LossScales& scales, StepStats* stats);
   Status ReduceGradients();
   Status Update(int64_t step, StepStats* stats);
   // The step's one read of the device (losses, squared norms), the statistics summed over ranks,
@@ -203,24 +209,25 @@ class Trainer {
   void OpenHistory();
 
   const JobSpec spec_;
-  const ParallelContext par_;
+  const parallel::ParallelContext par_;
   const TrainerOptions options_;
   const bool lead_;             // rank 0: logs, metrics file
   bool deterministic_ = false;  // training.deterministic on this rank's device
   const int64_t stop_step_;
   DevicePlacement place_;
-  std::unique_ptr<BatchSampler> sampler_;
-  std::unique_ptr<BatchSampler>
+  std::unique_ptr<data::BatchSampler> sampler_;
+  std::unique_ptr<data::BatchSampler>
       eval_sampler_;  // the validation split, when training.eval_interval > 0
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<model::Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<StageLayout> layout_;  // every virtual pipeline stage
   bool tied_embedding_ = false;      // the last stage keeps an embedding copy for MTP (PP > 1)
-  std::unique_ptr<ConfinedDir> data_dir_, checkpoint_handle_;  // held open beneath the roots
-  std::unique_ptr<ConfinedDir> retired_checkpoint_handle_;     // the one before a reopen
-  std::unique_ptr<CheckpointOwnership> ownership_;             // the lead rank's claim
-  std::unique_ptr<CheckpointManager> checkpoints_;
-  std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async (destroyed first: its writer)
+  std::unique_ptr<ConfinedDir> data_dir_, checkpoint_handle_;   // held open beneath the roots
+  std::unique_ptr<ConfinedDir> retired_checkpoint_handle_;      // the one before a reopen
+  std::unique_ptr<checkpoint::CheckpointOwnership> ownership_;  // the lead rank's claim
+  std::unique_ptr<checkpoint::CheckpointManager> checkpoints_;
+  std::unique_ptr<checkpoint::AsyncCheckpointer>
+      async_;                    // checkpoint.async (destroyed first: its writer)
   double checkpoint_stall_ = 0;  // seconds the saves stalled training since the last report
   std::string checkpoint_dir_;
   int64_t checkpoint_interval_ = 0;
@@ -230,7 +237,7 @@ class Trainer {
   std::string peak_source_;
   // The step's phase spans: the forward + backward, the dispatcher's all-to-alls, the gradient
   // reduction; device marks on CUDA, the host clock on the CPU (parallel/phase_timer.h).
-  std::unique_ptr<PhaseTimer> phases_;
+  std::unique_ptr<parallel::PhaseTimer> phases_;
   std::ofstream metrics_file_;
   std::ofstream history_file_;       // <checkpoint dir>/metrics.jsonl (OpenHistory)
   int64_t checkpoints_skipped_ = 0;  // storage failures this attempt (MaybeCheckpoint)
@@ -257,7 +264,7 @@ class Trainer {
 
 // Runs the job's training on this rank: Trainer::Create, then Run. `par` describes the layout and
 // owns nothing.
-StatusOr<TrainResult> Train(const JobSpec& spec, const ParallelContext& par,
+StatusOr<TrainResult> Train(const JobSpec& spec, const parallel::ParallelContext& par,
                             const TrainerOptions& options);
 
-}  // namespace moe
+}  // namespace moe::train

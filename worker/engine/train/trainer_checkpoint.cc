@@ -25,10 +25,10 @@
 #include "worker/engine/train/trainer.h"
 #include "worker/engine/train/trainer_internal.h"
 
-namespace moe {
+namespace moe::train {
 
-using train_internal::Clock;
-using train_internal::Since;
+using internal::Clock;
+using internal::Since;
 
 Status Trainer::CheckpointOnStop(int64_t last_step) {
   // The save in flight first: committed, it may already be this boundary's.
@@ -56,26 +56,27 @@ Status Trainer::FinishAsyncCheckpoint(int64_t step, bool wait) {
   const auto t0 = Clock::now();
   const int64_t saving = async_->in_flight_step();
   if (wait && lead_ && async_->in_flight() && !async_->write_done()) {
-    MOE_LOG(INFO) << "checkpoint " << CheckpointManager::StepDirName(saving)
+    MOE_LOG(INFO) << "checkpoint " << checkpoint::CheckpointManager::StepDirName(saving)
                   << " is still being written at step " << step
                   << ", where the next save (or the end) is due: waiting for it (one save in "
                      "flight at most)";
   }
   Status storage;
-  MOE_ASSIGN_OR_RETURN(const AsyncCheckpointer::Outcome outcome,
+  MOE_ASSIGN_OR_RETURN(const checkpoint::AsyncCheckpointer::Outcome outcome,
                        async_->Poll(wait, *optimizer_, &storage));
   const double stalled = Since(t0);
   checkpoint_stall_ += stalled;
-  if (outcome == AsyncCheckpointer::Outcome::kNone ||
-      outcome == AsyncCheckpointer::Outcome::kPending)
+  if (outcome == checkpoint::AsyncCheckpointer::Outcome::kNone ||
+      outcome == checkpoint::AsyncCheckpointer::Outcome::kPending)
     return OkStatus();
   ++result_.background_saves;
   result_.background_write_seconds += async_->last_write_seconds();
-  if (outcome == AsyncCheckpointer::Outcome::kFailed) return CheckpointFailed(saving, storage);
+  if (outcome == checkpoint::AsyncCheckpointer::Outcome::kFailed)
+    return CheckpointFailed(saving, storage);
   last_checkpoint_step_ = saving;
   if (lead_) {
-    MOE_LOG(INFO) << "saved checkpoint " << CheckpointManager::StepDirName(saving) << " in "
-                  << checkpoint_dir_ << " (written in the background in "
+    MOE_LOG(INFO) << "saved checkpoint " << checkpoint::CheckpointManager::StepDirName(saving)
+                  << " in " << checkpoint_dir_ << " (written in the background in "
                   << async_->last_write_seconds() << " s; committed at step " << step << ", "
                   << stalled << " s of stall)";
   }
@@ -120,7 +121,7 @@ Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m, bool sync) {
     checkpoint_stall_ += Since(c0);
     if (!storage.ok()) return CheckpointFailed(step, storage);
     if (lead_) {
-      MOE_LOG(INFO) << "checkpoint " << CheckpointManager::StepDirName(step) << ": "
+      MOE_LOG(INFO) << "checkpoint " << checkpoint::CheckpointManager::StepDirName(step) << ": "
                     << async_->last_bytes() << " bytes copied to host memory in " << Since(c0)
                     << " s; written in the background while training goes on";
     }
@@ -132,10 +133,10 @@ Status Trainer::SaveCheckpoint(int64_t step, const StepMetrics& m, bool sync) {
   if (!storage.ok()) return CheckpointFailed(step, storage);
   last_checkpoint_step_ = step;
   if (lead_) {
-    MOE_LOG(INFO) << "saved checkpoint " << CheckpointManager::StepDirName(step) << " in "
-                  << checkpoint_dir_ << " (" << Since(c0) << " s)";
+    MOE_LOG(INFO) << "saved checkpoint " << checkpoint::CheckpointManager::StepDirName(step)
+                  << " in " << checkpoint_dir_ << " (" << Since(c0) << " s)";
   }
   return OkStatus();
 }
 
-}  // namespace moe
+}  // namespace moe::train

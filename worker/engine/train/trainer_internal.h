@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-namespace moe::train_internal {
+namespace moe::train::internal {
 
 using Clock = std::chrono::steady_clock;
 
@@ -13,4 +13,4 @@ inline double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-}  // namespace moe::train_internal
+}  // namespace moe::train::internal

@@ -25,12 +25,13 @@
 #include "worker/engine/train/trainer.h"
 #include "worker/engine/train/trainer_internal.h"
 
-namespace moe {
+namespace moe::train {
 
-using train_internal::Clock;
-using train_internal::Since;
+using internal::Clock;
+using internal::Since;
 
-StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec, const ParallelContext& par,
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const JobSpec& spec,
+                                                   const parallel::ParallelContext& par,
                                                    const TrainerOptions& options) {
   const ParallelismConfig& want = spec.parallelism;
   if (want.world_size != par.world_size || want.expert_parallel != par.expert_parallel ||
@@ -60,9 +61,9 @@ Status Trainer::ReopenCheckpoints() {
       ConfinedDir::Open("spec.checkpoint.dir", checkpoint_dir_, options_.checkpoint_roots, true);
   if (!again.ok()) return OkStatus();
   if (ownership_) {
-    MOE_ASSIGN_OR_RETURN(
-        CheckpointOwnership held,
-        CheckpointOwnership::Claim((*again)->Path(), checkpoint_dir_, ownership_->claim()));
+    MOE_ASSIGN_OR_RETURN(checkpoint::CheckpointOwnership held,
+                         checkpoint::CheckpointOwnership::Claim((*again)->Path(), checkpoint_dir_,
+                                                                ownership_->claim()));
     *ownership_ = std::move(held);
   }
   // The handle before stays open while a background write may still use a path through it.
@@ -94,10 +95,10 @@ Status Trainer::OpenData() {
     MOE_ASSIGN_OR_RETURN(data_dir_, std::move(dir));
     read.data.path = data_dir_->Path(BaseName(full));
   }
-  MOE_ASSIGN_OR_RETURN(sampler_, BatchSampler::Create(read, par_.dp_size()));
+  MOE_ASSIGN_OR_RETURN(sampler_, data::BatchSampler::Create(read, par_.dp_size()));
   if (spec_.training.eval_interval > 0) {
     MOE_ASSIGN_OR_RETURN(eval_sampler_,
-                         BatchSampler::Create(read, par_.dp_size(), DataSplit::kValid));
+                         data::BatchSampler::Create(read, par_.dp_size(), data::DataSplit::kValid));
   }
   return OkStatus();
 }
@@ -115,18 +116,19 @@ Status Trainer::OpenCheckpoints() {
     io_dir = checkpoint_handle_->Path();
   }
   if (options_.owner && lead_) {
-    MOE_ASSIGN_OR_RETURN(CheckpointOwnership held,
-                         CheckpointOwnership::Claim(io_dir, checkpoint_dir_, *options_.owner));
-    ownership_ = std::make_unique<CheckpointOwnership>(std::move(held));
+    MOE_ASSIGN_OR_RETURN(
+        checkpoint::CheckpointOwnership held,
+        checkpoint::CheckpointOwnership::Claim(io_dir, checkpoint_dir_, *options_.owner));
+    ownership_ = std::make_unique<checkpoint::CheckpointOwnership>(std::move(held));
   }
   const std::string tmp_suffix =
       options_.owner ? ".tmp-a" + std::to_string(options_.owner->attempt) : ".tmp";
-  checkpoints_ = std::make_unique<CheckpointManager>(io_dir, par_, ModelFingerprint(spec_),
-                                                     spec_.checkpoint.keep_last,
-                                                     JobSpecToNode(spec_), tmp_suffix);
+  checkpoints_ = std::make_unique<checkpoint::CheckpointManager>(
+      io_dir, par_, ModelFingerprint(spec_), spec_.checkpoint.keep_last, JobSpecToNode(spec_),
+      tmp_suffix);
   if (checkpoint_handle_) checkpoints_->SetShownName(checkpoint_dir_);
   if (spec_.checkpoint.async)
-    async_ = std::make_unique<AsyncCheckpointer>(checkpoints_.get(), par_);
+    async_ = std::make_unique<checkpoint::AsyncCheckpointer>(checkpoints_.get(), par_);
   if (ownership_) {
     checkpoints_->SetFence(
         [this](const std::function<Status()>& commit) { return ownership_->WhileHeld(commit); });
@@ -181,7 +183,7 @@ Status Trainer::Init() {
   MOE_RETURN_IF_ERROR(BuildModel());
   // Hugging Face weights go into the full master weights, before the optimizer may shard them.
   if (!options_.init_from.empty() && chosen == 0) {
-    MOE_RETURN_IF_ERROR(LoadHfWeights(options_.init_from, *model_, par_));
+    MOE_RETURN_IF_ERROR(checkpoint::LoadHfWeights(options_.init_from, *model_, par_));
     if (lead_)
       MOE_LOG(INFO) << "initialised from the Hugging Face weights in " << options_.init_from;
   }
@@ -206,7 +208,7 @@ namespace {
 
 // cuBLASLt's FP8 GEMMs want every FP8 weight's two GEMM dimensions in multiples of 16 (its e4m3
 // alignment; partial 128 x 128 blocks are fine: DeepSeek-V3's kv_a is 576 x 7168).
-Status CheckFp8Shapes(const ParamSet& params) {
+Status CheckFp8Shapes(const model::ParamSet& params) {
   for (const auto& p : params.all()) {
     if (!p->fp8) continue;
     const int64_t n = p->compute.dim(p->compute.ndim() - 2),
@@ -227,14 +229,14 @@ Status CheckFp8Shapes(const ParamSet& params) {
 // This rank's model chunks: virtual stages pp_rank, pp_rank + PP, ... (Megatron's interleaving).
 Status Trainer::BuildModel() {
   MOE_ASSIGN_OR_RETURN(layout_, ResolvePipelineLayout(spec_));
-  ModelOptions mo;
+  model::ModelOptions mo;
   mo.dtype = DType::kF32;
   mo.device = place_.device;
   mo.compute = place_.compute;
   mo.fp8 = place_.precision == "fp8";
   if (spec_.optimizer.moments_dtype == "bf16") mo.moments = DType::kBF16;
   mo.max_seq_len = spec_.data.seq_length;
-  mo.recompute = Recompute::From(spec_.training.recompute);
+  mo.recompute = model::Recompute::From(spec_.training.recompute);
   mo.materialized_attention = spec_.training.attention == "materialized";
   if (mo.materialized_attention && !place_.device.is_cpu()) {
     return InvalidArgumentError(
@@ -242,8 +244,8 @@ Status Trainer::BuildModel() {
         "rank runs on " +
         place_.name + ": use flash");
   }
-  phases_ = std::make_unique<PhaseTimer>(place_.device.is_cuda() ? MakeDevicePhaseClock()
-                                                                 : MakeHostPhaseClock());
+  phases_ = std::make_unique<parallel::PhaseTimer>(
+      place_.device.is_cuda() ? parallel::MakeDevicePhaseClock() : parallel::MakeHostPhaseClock());
   mo.phases = phases_.get();
   for (size_t v = static_cast<size_t>(par_.pp_rank()); v < layout_.size();
        v += static_cast<size_t>(par_.pipeline_parallel)) {
@@ -251,7 +253,7 @@ Status Trainer::BuildModel() {
   }
   if (mo.fp8 && place_.device.is_cuda())
     MOE_RETURN_IF_ERROR(kernels::Fp8GemmSupport(place_.device));
-  model_ = std::make_unique<Model>(spec_.model, par_, spec_.training.seed, mo);
+  model_ = std::make_unique<model::Model>(spec_.model, par_, spec_.training.seed, mo);
   if (mo.fp8 && place_.device.is_cuda()) MOE_RETURN_IF_ERROR(CheckFp8Shapes(model_->params()));
   step_acc_ = Tensor::Zeros({kMtpSlot + std::max<int64_t>(spec_.model.mtp_depth, 0)}, DType::kF64,
                             place_.device);
@@ -262,7 +264,8 @@ Status Trainer::BuildModel() {
 
 Status Trainer::Restore(int64_t step) {
   if (step > 0) {
-    MOE_ASSIGN_OR_RETURN(CheckpointInfo info, checkpoints_->Load(step, *model_, *optimizer_));
+    MOE_ASSIGN_OR_RETURN(checkpoint::CheckpointInfo info,
+                         checkpoints_->Load(step, *model_, *optimizer_));
     start_step_ = info.step;
     // Said by the directory's path, not the descriptor it is read through (/proc/self/fd/N).
     if (lead_) {
@@ -293,7 +296,7 @@ void Trainer::MeasurePeak() {
 void Trainer::LogSetup() const {
   if (!lead_) return;
   const ModelConfig& mc = spec_.model;
-  const ParamSet& params = model_->params();  // this rank's
+  const model::ParamSet& params = model_->params();  // this rank's
   MOE_LOG(INFO) << "device " << place_.name << ", " << place_.precision
                 << (place_.precision == "bf16" ? " activations with fp32 master weights" : "")
                 << (place_.precision == "fp8"
@@ -321,7 +324,7 @@ void Trainer::LogSetup() const {
                   << par_.pipeline_parallel << " (rank r holds stages r, r + PP, ...): " << stages
                   << "; " << (spec_.parallelism.virtual_pipeline > 1 ? "interleaved 1F1B" : "1F1B")
                   << ", ideal bubble "
-                  << IdealBubbleFraction(
+                  << parallel::IdealBubbleFraction(
                          {.pipeline_parallel = static_cast<int>(par_.pipeline_parallel),
                           .virtual_pipeline = static_cast<int>(spec_.parallelism.virtual_pipeline),
                           .micro_batches = spec_.micro_batches_per_rank()});
@@ -356,4 +359,4 @@ void Trainer::LogSetup() const {
                 << peak_source_ << " = " << peak_flops_ / 1e9 << " GFLOP/s per device";
 }
 
-}  // namespace moe
+}  // namespace moe::train
