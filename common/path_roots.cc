@@ -1,5 +1,8 @@
 #include "common/path_roots.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -85,6 +88,15 @@ std::string ResolveRelativeData(const std::string& path, const std::vector<std::
     if (IsUnder(p, NormalizeAbsolute(r, "/")) && holds(p)) return p;
   }
   return "";
+}
+
+std::string ResolveDatasetPath(const std::string& path, const std::vector<std::string>& roots) {
+  char buf[4096];
+  const std::string cwd = ::getcwd(buf, sizeof(buf)) != nullptr ? buf : "";
+  return ResolveRelativeData(path, roots, cwd, [](const std::string& p) {
+    struct stat st {};
+    return ::stat((p + ".idx").c_str(), &st) == 0;
+  });
 }
 
 }  // namespace moe

@@ -41,4 +41,10 @@ std::string ResolveRelativeData(const std::string& path, const std::vector<std::
                                 const std::string& cwd,
                                 const std::function<bool(const std::string&)>& holds);
 
+// The dataset `path` (a prefix: "<path>.idx" is looked for) as a worker and its ranks find it: by
+// ResolveRelativeData against `roots` and this process's working directory (a rank inherits its
+// agent's, so both find the same files). Empty when it is nowhere here. The spec keeps the path as
+// it was written: the agent checks what this finds and the rank opens what this finds.
+std::string ResolveDatasetPath(const std::string& path, const std::vector<std::string>& roots);
+
 }  // namespace moe

@@ -116,9 +116,6 @@ class WorkerAgent {
   // Registered.checkpoint_root offered: taken when it is an absolute directory here that this
   // process may write, and the answer (CheckpointRootMounted) sent.
   void AcceptCheckpointRoot(const std::string& root);
-  // A relative spec.data.path made absolute where the dataset is on this worker
-  // (common/path_roots.h ResolveRelativeData); left as it is when it is nowhere here.
-  Status ResolveDataPath(moe::v1::Assignment* a) const;
   void ServeLogs(const moe::v1::LogRequest& req);  // FAILED_PRECONDITION naming the field and roots
   // Stops the ranks of that attempt that run here: at their next step boundary (they checkpoint
   // there), killed after the stop grace; `now`: killed at once.

@@ -54,17 +54,23 @@ void WorkerAgent::Report(const moe::v1::RankFinished& f) {
 }
 
 // The job's data and checkpoint paths against this worker's roots, symbolic links resolved here: no
-// control character; relative paths below the first root; the dataset's own files (.bin, .idx), not
-// only its prefix, below a data root. The rank opens them again beneath the roots (moe-train
+// control character; a relative dataset path where the rank will find it, other relative paths
+// below the first root; the dataset's own files (.bin, .idx), not only its prefix, below a data
+// root. The rank opens them again beneath the roots (moe-train
 // --data-root, --checkpoint-root), so what it reads and writes is what this check saw.
 Status WorkerAgent::CheckPaths(const moe::v1::Assignment& a) const {
   const moe::v1::JobSpec& spec = a.spec().spec();
   MOE_RETURN_IF_ERROR(CheckPathText("spec.data.path", spec.data().path()));
   MOE_RETURN_IF_ERROR(CheckPathText("spec.checkpoint.dir", spec.checkpoint().dir()));
   if (spec.data().source() != "synthetic") {
+    // Where the rank will find it (a relative path: the first root that holds it, as moe-train
+    // resolves it); nowhere here, the path as written (a path outside the roots is refused, and the
+    // rank fails permanently on a dataset it cannot open, naming it). The spec is not changed.
+    std::string path = ResolveDatasetPath(spec.data().path(), o_.data_roots);
+    if (path.empty()) path = spec.data().path();
     for (const char* file : {".bin", ".idx"}) {
-      MOE_RETURN_IF_ERROR(CheckUnderRoots("spec.data.path", spec.data().path() + file,
-                                          o_.data_roots, "data", true, o_.data_roots.front()));
+      MOE_RETURN_IF_ERROR(CheckUnderRoots("spec.data.path", path + file, o_.data_roots, "data",
+                                          true, o_.data_roots.front()));
     }
   }
   if (spec.checkpoint().dir().empty()) return OkStatus();
@@ -120,21 +126,6 @@ void WorkerAgent::AcceptCheckpointRoot(const std::string& root) {
   r->set_ok(why.empty());
   r->set_why(why);
   Write(m);
-}
-
-Status WorkerAgent::ResolveDataPath(moe::v1::Assignment* a) const {
-  moe::v1::DataSpec& data = *a->mutable_spec()->mutable_spec()->mutable_data();
-  if (data.source() == "synthetic" || data.path().empty()) return OkStatus();
-  MOE_RETURN_IF_ERROR(CheckPathText("spec.data.path", data.path()));
-  char cwd[4096];
-  const std::string here = ::getcwd(cwd, sizeof(cwd)) ? cwd : "";
-  const std::string found =
-      ResolveRelativeData(data.path(), o_.data_roots, here,
-                          [](const std::string& p) { return PathExists(p + ".idx"); });
-  // Nowhere here: left as it is, for CheckPaths (a path outside the roots is refused there) and for
-  // the rank, which fails permanently on a dataset it cannot open, naming it.
-  if (!found.empty()) data.set_path(found);
-  return OkStatus();
 }
 
 StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const {
@@ -251,8 +242,7 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
     return Report(NotRun(a, FailureClass::kTransient, StatusCode::kUnavailable,
                          "worker " + o_.name + " is leaving (" + LeaveReason() + ")"));
   }
-  Status st = o_.fake_step_seconds > 0 ? OkStatus() : ResolveDataPath(&a);  // a fake reads none
-  if (st.ok()) st = CheckPaths(a);
+  Status st = CheckPaths(a);
   if (!st.ok()) {  // the job cannot run here as specified: it fails at once
     MOE_LOG(ERROR) << "refusing rank " << a.rank() << " of " << a.job_id() << ": " << st.message();
     return Report(NotRun(a, FailureClass::kPermanent, StatusCode::kFailedPrecondition,

@@ -80,8 +80,13 @@ Status Trainer::ReopenCheckpoints() {
 Status Trainer::OpenData() {
   JobSpec read = spec_;
   if (!options_.data_roots.empty() && spec_.data.source != "synthetic") {
-    const std::string full =
-        NormalizeAbsolute(spec_.data.path, NormalizeAbsolute(options_.data_roots.front(), "/"));
+    // A relative path: below the first root that holds it, as the agent checked it (the spec
+    // keeps the path as written); nowhere here, below the first root, so the error names it there.
+    std::string full = ResolveDatasetPath(spec_.data.path, options_.data_roots);
+    if (full.empty()) {
+      full =
+          NormalizeAbsolute(spec_.data.path, NormalizeAbsolute(options_.data_roots.front(), "/"));
+    }
     StatusOr<std::unique_ptr<ConfinedDir>> dir =
         ConfinedDir::Open("spec.data.path", DirName(full), options_.data_roots, false);
     // Its directory missing below a root that is there: the dataset is not on this worker, and a
