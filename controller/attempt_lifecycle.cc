@@ -494,20 +494,31 @@ void AttemptLifecycle::CheckReconnect(JobEntry& e, double now) {
     a.reconnect_deadline = 0;
     return;
   }
-  // A herd the registration gate is still admitting: its agents were told to come back later, not
-  // lost. The grace runs again in full once every refused agent was due (as a lease gets the
-  // controller's own stalls back): 16,384 agents back after a restart take longer than 10 s.
-  if (const double backlog = backlog_ ? backlog_() : 0; backlog > 0) {
-    a.reconnect_deadline =
-        std::max(a.reconnect_deadline, now + backlog + config_.reconnect_grace_seconds);
-  } else if (now > a.reconnect_deadline) {
-    a.reconnect_deadline = 0;
-    for (int r : missing) a.ranks[static_cast<size_t>(r)].finished = true;
-    const size_t first = static_cast<size_t>(missing.front());
-    Stop(e, std::to_string(missing.size()) +
-                " rank(s) did not report back after the controller restarted (rank " +
-                std::to_string(missing.front()) + " on " + a.slots[first].worker + ")");
+  // After the herd: the grace runs from the moment the registration gate had nothing left to do (no
+  // registration in flight, every refused agent's slot passed), not from the restart, so a loaded
+  // machine that admits 16,384 agents slowly, or serves only seconds after it loaded its state,
+  // counts none of them lost. Bounded: an agent that keeps reconnecting and failing cannot hold a
+  // lost rank's restart for more than the longest slot the gate hands out.
+  const double grace = config_.reconnect_grace_seconds;
+  if (herd_ != nullptr) {
+    const double quiet =
+        std::min(herd_->QuietSince(), a.placed_at + RegistrationGate::kMaxRetrySeconds);
+    a.reconnect_deadline = std::max(a.reconnect_deadline, quiet + grace);
   }
+  if (now <= a.reconnect_deadline) return;
+  // A rank whose agent the gate told to come back is in its queue, not lost: wait for it.
+  for (int r : missing) {
+    const std::string& worker = a.slots[static_cast<size_t>(r)].worker;
+    const WorkerEntry* w = workers_.Find(worker);
+    const std::string& agent = w != nullptr && !w->agent.empty() ? w->agent : worker;
+    if (herd_ != nullptr && herd_->Expected(agent, grace)) return;
+  }
+  a.reconnect_deadline = 0;
+  for (int r : missing) a.ranks[static_cast<size_t>(r)].finished = true;
+  const size_t first = static_cast<size_t>(missing.front());
+  Stop(e, std::to_string(missing.size()) +
+              " rank(s) did not report back after the controller restarted (rank " +
+              std::to_string(missing.front()) + " on " + a.slots[first].worker + ")");
 }
 
 void AttemptLifecycle::CheckRankStarts(JobEntry& e, double now) {

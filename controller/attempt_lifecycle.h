@@ -17,6 +17,7 @@
 #include "controller/config.h"
 #include "controller/job_manager.h"
 #include "controller/metrics_aggregator.h"
+#include "controller/registration_gate.h"
 #include "controller/rendezvous.h"
 #include "controller/worker_registry.h"
 #include "moe/v1/worker_service.pb.h"
@@ -46,9 +47,10 @@ class AttemptLifecycle {
   // A job that was running when the controller stopped: its ranks get the reconnect grace to report
   // back on their reconnecting workers (checked by CheckDeadlines).
   Status AwaitReconnect(JobEntry& e);
-  // Seconds until the registrations the controller has told to come back later are due (the
-  // registration gate's backlog): the reconnect grace does not run out while it is above 0.
-  void SetAdmissionBacklog(std::function<double()> backlog) { backlog_ = std::move(backlog); }
+  // The registration gate whose herd the reconnect grace waits for (CheckReconnect): the grace runs
+  // from the gate's QuietSince, and a rank whose agent the gate told to come back (Expected) is
+  // not missing.
+  void WatchHerd(const RegistrationGate* gate) { herd_ = gate; }
   // Stops the running attempt for `reason`: its ranks stop (at their next step boundary, where they
   // checkpoint), the outcome is recorded as `cause` says, and the attempt ends once no rank runs.
   void Stop(JobEntry& e, const std::string& reason, StopCause cause = StopCause::kFailure);
@@ -115,7 +117,7 @@ class AttemptLifecycle {
   RendezvousStore& rendezvous_;
   MetricsAggregator& metrics_;
   Clock& clock_;
-  std::function<double()> backlog_;  // see SetAdmissionBacklog
+  const RegistrationGate* herd_ = nullptr;  // see WatchHerd
   const ControllerConfig& config_;
   bool schedule_needed_ = true;
   int64_t epoch_ = 0;

@@ -101,7 +101,8 @@ Status CheckWorkerMessage(JobManager& jobs, const std::string& worker,
 
 Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metrics,
                        const ControllerConfig& config)
-    : host_id_(ThisHostId()),
+    : registrations_([&clock] { return clock.Monotonic(); }),
+      host_id_(ThisHostId()),
       store_(store),
       committer_(store),
       clock_(clock),
@@ -114,7 +115,7 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
       scheduler_(jobs_, workers_, attempts_, metrics, clock, config_),
       logs_(jobs_, workers_, clock) {
   committer_.SetCallerLock(&mu_);
-  attempts_.SetAdmissionBacklog([this] { return registrations_.Backlog(); });
+  attempts_.WatchHerd(&registrations_);
   metrics_.SetGoodputFloor(config_.goodput_floor);
   const QueueBook& book = scheduler_.book();
   metrics_.SetDefaultQueue(book.enabled() ? book.config().default_queue : kDefaultQueue);

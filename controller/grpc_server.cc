@@ -274,7 +274,8 @@ class WorkerStream final
       return;
     }
     if (name_.empty()) {
-      StatusOr<double> admitted = controller_.registrations().Begin();
+      StatusOr<double> admitted = controller_.registrations().Begin(
+          in_.has_register_() ? in_.register_().name() : std::string());
       if (!admitted.ok()) {
         EndReads(ToGrpc(admitted.status()));  // a herd: come back in the slot named, not queued
         return;

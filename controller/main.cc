@@ -411,6 +411,7 @@ int main(int argc, char** argv) {
   if (moe::Status st = grpc_server.Start(config.server); !st.ok()) {
     return Fail("--listen: " + st.message());
   }
+  controller.registrations().Open();  // the reconnect grace counts from here, not from Recover
   g_serving = true;
   MOE_LOG(INFO) << "moe-controller " << MOE_VERSION << " serving gRPC on " << config.server.listen
                 << (config.server.tls_cert.empty() ? "" : " (TLS)")

@@ -413,17 +413,19 @@ Status MemoryStateStore::DeleteJob(const std::string& job_id) {
 }
 Status MemoryStateStore::PutWorker(const moe::v1::Worker& info, const std::string& session) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  std::erase_if(workers_, [&](const StoredWorker& w) { return w.info.name() == info.name(); });
-  workers_.push_back({info, session});
+  workers_[info.name()] = {info, session};
   return OkStatus();
 }
 StatusOr<std::vector<StoredWorker>> MemoryStateStore::LoadWorkers() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  return workers_;
+  std::vector<StoredWorker> out;
+  out.reserve(workers_.size());
+  for (const auto& [name, w] : workers_) out.push_back(w);
+  return out;
 }
 Status MemoryStateStore::DeleteWorker(const std::string& name) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  std::erase_if(workers_, [&](const StoredWorker& w) { return w.info.name() == name; });
+  workers_.erase(name);
   return OkStatus();
 }
 Status MemoryStateStore::PutNodeCredential(const moe::v1::NodeCredential& c) {

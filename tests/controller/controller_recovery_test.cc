@@ -244,8 +244,9 @@ TEST(ControllerAdmission, AMissingDatasetIsRefusedRightAfterItsWorkerRegistered)
 }
 
 // A restarted controller admitting a herd: the agents it told to come back later are not missing.
-// The reconnect grace does not run out while the registration gate has a backlog, and runs in full
-// once it has none (16,384 agents back after a restart take longer than the 10 s grace).
+// The reconnect grace does not run out while the registration gate has registrations in flight or
+// slots ahead, and runs in full once the gate is quiet (16,384 agents back after a restart take
+// longer than the 10 s grace; controller_herd_test has them at full size).
 TEST(ControllerRecovery, TheReconnectGraceWaitsForTheHerdTheGateIsAdmitting) {
   FakeClock clock;
   MemoryStateStore store;
@@ -270,8 +271,8 @@ TEST(ControllerRecovery, TheReconnectGraceWaitsForTheHerdTheGateIsAdmitting) {
   Controller c(store, clock, *metrics, opt);
   ASSERT_TRUE(c.Recover().ok());
   const moe::v1::JobState before = c.Get(id, false)->state();
-  // A herd at the gate: every slot taken, and refusals hand out slots about 0.3 s ahead (real
-  // time).
+  // A herd at the gate: every slot taken, and refusals hand out slots about 0.3 s ahead (the gate
+  // runs on the controller's clock).
   RegistrationGate& gate = c.registrations();
   std::vector<double> admitted;
   for (int i = 0; i < RegistrationGate::kMaxInFlight; ++i) admitted.push_back(*gate.Begin());
@@ -282,8 +283,8 @@ TEST(ControllerRecovery, TheReconnectGraceWaitsForTheHerdTheGateIsAdmitting) {
   }
   EXPECT_EQ(c.Get(id, false)->state(), before)
       << "three graces passed while the gate had a backlog: the worker was told to come back later";
-  for (double a : admitted) gate.End(a);
-  while (gate.Backlog() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (double a : admitted) gate.End(a);  // the herd is over now
+  EXPECT_EQ(gate.Backlog(), 0);
   for (int i = 0; i < static_cast<int>(opt.reconnect_grace_seconds) - 2; ++i) {
     clock.Advance(1);
     c.Tick();

@@ -123,5 +123,32 @@ TEST_F(GateTest, ReservesANameOnce) {
   EXPECT_TRUE(gate.Reserve("a"));
 }
 
+// What a restarted controller's reconnect grace reads: the gate is quiet only once nothing is in
+// flight and every slot it handed out has passed, counted from Open at the earliest; a refused
+// agent is expected until its slot plus the grace the caller gives it, and no longer once it came
+// back.
+TEST_F(GateTest, QuietOnlyAfterTheHerdAndARefusedAgentIsExpectedUntilItsSlot) {
+  gate.Open();
+  EXPECT_EQ(gate.QuietSince(), 1000) << "opened, nothing came: quiet since the opening";
+  now = 1005;
+  std::vector<double> admitted = Fill();
+  EXPECT_EQ(gate.QuietSince(), 1005) << "registrations in flight: not quiet";
+  StatusOr<double> refused = gate.Begin("node-7");
+  ASSERT_FALSE(refused.ok());
+  const double due = now + HintSeconds(refused.status());
+  for (double a : admitted) gate.End(a);
+  EXPECT_NEAR(gate.QuietSince(), due, 0.002) << "quiet once the last slot handed out has passed";
+  EXPECT_TRUE(gate.Expected("node-7", 10));
+  EXPECT_FALSE(gate.Expected("node-8", 10)) << "never refused: not in the queue";
+  now = due + 9.9;
+  EXPECT_TRUE(gate.Expected("node-7", 10)) << "late, but within the grace after its slot";
+  now = due + 10.1;
+  EXPECT_FALSE(gate.Expected("node-7", 10)) << "its slot and the grace passed: no longer expected";
+  now = due + 1;
+  ASSERT_TRUE(gate.Begin("node-7").ok());
+  EXPECT_FALSE(gate.Expected("node-7", 10)) << "it came back";
+  EXPECT_EQ(gate.QuietSince(), now) << "its registration in flight";
+}
+
 }  // namespace
 }  // namespace moe::controller
