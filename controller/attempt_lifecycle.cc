@@ -89,7 +89,8 @@ Status AttemptLifecycle::AwaitReconnect(JobEntry& e) {
   const int grace = static_cast<int>(config_.reconnect_grace_seconds);
   MOE_RETURN_IF_ERROR(
       jobs_.Event(e, "ControllerRestarted",
-                  "waiting up to " + std::to_string(grace) + " s for its ranks to report back"));
+                  "waiting for its ranks to report back: " + std::to_string(grace) +
+                      " s once the controller serves and the workers' registrations are over"));
   e.attempt = std::make_unique<Attempt>();
   e.attempt->number = e.job.attempt();
   e.attempt->slots = internal::SlotsOf(e.job);
@@ -494,25 +495,18 @@ void AttemptLifecycle::CheckReconnect(JobEntry& e, double now) {
     a.reconnect_deadline = 0;
     return;
   }
-  // After the herd: the grace runs from the moment the registration gate had nothing left to do (no
-  // registration in flight, every refused agent's slot passed), not from the restart, so a loaded
-  // machine that admits 16,384 agents slowly, or serves only seconds after it loaded its state,
-  // counts none of them lost. Bounded: an agent that keeps reconnecting and failing cannot hold a
-  // lost rank's restart for more than the longest slot the gate hands out.
-  const double grace = config_.reconnect_grace_seconds;
+  // After the herd: the grace runs from the moment the registration gate had nothing left to do
+  // (the server opened, no registration in flight, every refused agent's time to come back passed),
+  // not from the restart, so a loaded machine that admits 16,384 agents slowly, or serves only
+  // seconds after it loaded its state, counts none of them lost while they are in its queue.
+  // Bounded: an agent that keeps reconnecting and failing holds a lost rank's restart at most the
+  // longest wait the gate hands out (300 s) after the server opened.
   if (herd_ != nullptr) {
     const double quiet =
-        std::min(herd_->QuietSince(), a.placed_at + RegistrationGate::kMaxRetrySeconds);
-    a.reconnect_deadline = std::max(a.reconnect_deadline, quiet + grace);
+        std::min(herd_->QuietSince(), herd_->OpenedAt() + RegistrationGate::kMaxRetrySeconds);
+    a.reconnect_deadline = std::max(a.reconnect_deadline, quiet + config_.reconnect_grace_seconds);
   }
   if (now <= a.reconnect_deadline) return;
-  // A rank whose agent the gate told to come back is in its queue, not lost: wait for it.
-  for (int r : missing) {
-    const std::string& worker = a.slots[static_cast<size_t>(r)].worker;
-    const WorkerEntry* w = workers_.Find(worker);
-    const std::string& agent = w != nullptr && !w->agent.empty() ? w->agent : worker;
-    if (herd_ != nullptr && herd_->Expected(agent, grace)) return;
-  }
   a.reconnect_deadline = 0;
   for (int r : missing) a.ranks[static_cast<size_t>(r)].finished = true;
   const size_t first = static_cast<size_t>(missing.front());

@@ -48,8 +48,7 @@ class AttemptLifecycle {
   // back on their reconnecting workers (checked by CheckDeadlines).
   Status AwaitReconnect(JobEntry& e);
   // The registration gate whose herd the reconnect grace waits for (CheckReconnect): the grace runs
-  // from the gate's QuietSince, and a rank whose agent the gate told to come back (Expected) is
-  // not missing.
+  // from the gate's QuietSince, when every agent it told to come back is due.
   void WatchHerd(const RegistrationGate* gate) { herd_ = gate; }
   // Stops the running attempt for `reason`: its ranks stop (at their next step boundary, where they
   // checkpoint), the outcome is recorded as `cause` says, and the attempt ends once no rank runs.

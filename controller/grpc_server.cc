@@ -274,8 +274,7 @@ class WorkerStream final
       return;
     }
     if (name_.empty()) {
-      StatusOr<double> admitted = controller_.registrations().Begin(
-          in_.has_register_() ? in_.register_().name() : std::string());
+      StatusOr<double> admitted = controller_.registrations().Begin();
       if (!admitted.ok()) {
         EndReads(ToGrpc(admitted.status()));  // a herd: come back in the slot named, not queued
         return;

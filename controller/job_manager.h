@@ -91,8 +91,9 @@ struct Attempt {
   std::vector<Slot> slots;  // rank order
   std::vector<RankStatus> ranks;
   bool ending = false;  // cancel sent; waiting for ranks to stop
-  double reconnect_deadline =
-      0;  // after a controller restart: monotonic time by which ranks must report
+  // After a controller restart: the monotonic time after which a rank that has not reported back
+  // is lost; it moves on while the registration gate admits the herd (CheckReconnect). 0: none.
+  double reconnect_deadline = 0;
   std::optional<AttemptFailure> failure;
   double start_deadline = 0;  // monotonic: every rank must have started by then (0: no deadline)
   // The checkpoint every rank that ended with a record had (the lowest of theirs: a checkpoint is

@@ -14,12 +14,11 @@ double RegistrationGate::SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-StatusOr<double> RegistrationGate::Begin(const std::string& agent) {
+StatusOr<double> RegistrationGate::Begin() {
   const double now = now_();
   if (++in_flight_ <= kMaxInFlight) {
     std::lock_guard<std::mutex> lock(mu_);
     last_activity_ = std::max(last_activity_, now);
-    if (!agent.empty()) due_.erase(agent);  // it came back
     return now;
   }
   --in_flight_;
@@ -28,7 +27,7 @@ StatusOr<double> RegistrationGate::Begin(const std::string& agent) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_activity_ = std::max(last_activity_, now);
-    if (!agent.empty()) RememberRefused(agent, now + wait);
+    latest_due_ = std::max(latest_due_, now + wait);
   }
   const int ms = static_cast<int>(std::lround(wait * 1000));
   return UnavailableError("register: the controller is admitting " + std::to_string(kMaxInFlight) +
@@ -38,12 +37,16 @@ StatusOr<double> RegistrationGate::Begin(const std::string& agent) {
 }
 
 void RegistrationGate::End(double admitted) {
-  --in_flight_;
   const double now = now_();
   const double took = std::clamp(now - admitted, 1e-4, 10.0);
-  std::lock_guard<std::mutex> lock(mu_);
-  mean_seconds_ = 0.9 * mean_seconds_ + 0.1 * took;
-  last_activity_ = std::max(last_activity_, now);
+  {
+    // The activity first, then the count: QuietSince never sees nothing in flight with an older
+    // activity than this registration's end.
+    std::lock_guard<std::mutex> lock(mu_);
+    mean_seconds_ = 0.9 * mean_seconds_ + 0.1 * took;
+    last_activity_ = std::max(last_activity_, now);
+  }
+  --in_flight_;
 }
 
 double RegistrationGate::Rate() const {
@@ -73,32 +76,21 @@ double RegistrationGate::NextSlot() {
   return slot - now + within(rng_);
 }
 
-void RegistrationGate::RememberRefused(const std::string& agent, double due) {
-  if (due_.size() >= kMaxRemembered && due_.find(agent) == due_.end()) {
-    // Full: forget the agents that were due longest ago (past any grace a caller gives them).
-    const double now = now_();
-    std::erase_if(due_, [now](const auto& kv) { return kv.second + kMaxRetrySeconds < now; });
-    if (due_.size() >= kMaxRemembered) return;
-  }
-  due_[agent] = due;
-}
-
 void RegistrationGate::Open() {
   std::lock_guard<std::mutex> lock(mu_);
   opened_at_ = now_();
+}
+
+double RegistrationGate::OpenedAt() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return opened_at_;
 }
 
 double RegistrationGate::QuietSince() const {
   const double now = now_();
   if (in_flight_.load() > 0) return now;
   std::lock_guard<std::mutex> lock(mu_);
-  return std::max({opened_at_, last_activity_, next_slot_});
-}
-
-bool RegistrationGate::Expected(const std::string& agent, double grace) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = due_.find(agent);
-  return it != due_.end() && it->second + grace > now_();
+  return std::max({opened_at_, last_activity_, latest_due_});
 }
 
 int RegistrationGate::ShortRetryMs() {

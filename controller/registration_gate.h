@@ -40,10 +40,9 @@ class RegistrationGate {
   // `now`: a monotonic clock in seconds (tests pass their own).
   explicit RegistrationGate(std::function<double()> now = SteadySeconds);
 
-  // A registration of `agent` (Register.name, as the stream's first message says; not yet checked)
-  // may start: its admission time, to pass to End. Or UNAVAILABLE with the slot to come back in
-  // ("retry after N ms"), and the agent is remembered as due then (Expected).
-  StatusOr<double> Begin(const std::string& agent = "");
+  // A registration may start: its admission time, to pass to End. Or UNAVAILABLE with the slot to
+  // come back in ("retry after N ms").
+  StatusOr<double> Begin();
   // The registration admitted at `admitted` is over (registered or refused).
   void End(double admitted);
 
@@ -53,19 +52,20 @@ class RegistrationGate {
   double Backlog() const;
   int64_t refused() const { return refused_.load(); }
 
-  // The herd, as a restarted controller's reconnect grace sees it (docs/architecture.md, "After a
-  // controller restart"). Open: registrations can reach the controller from now on (its gRPC server
-  // serves); until then nothing the agents do is visible, so nothing counts against them.
+  // The herd, as a restarted controller's reconnect grace sees it (docs/architecture.md, "Leases").
+  // Open: registrations can reach the controller from now on (its gRPC server serves). Until the
+  // first Open the gate counts as opened when it was made (a controller without a server, in
+  // tests).
   void Open();
+  double OpenedAt() const;
   // Since when the gate has had nothing to do: the later of Open, the last registration that began,
-  // ended or was refused, and the last slot handed out (a future time while refused agents are
-  // still due); now while a registration is in flight. A grace measured from here runs only once
-  // the herd is over, however slowly a loaded machine admits it.
+  // ended or was refused, and the latest time a refused agent was told to come back (a future time
+  // while refused agents are still due, those told to wait at the 300 s cap included); now while a
+  // registration is in flight. Every agent in the gate's queue has come back by then, or is late. A
+  // grace measured from here runs only once the herd is over, however slowly a loaded machine
+  // admits it.
   double QuietSince() const;
-  // Whether `agent` was told to come back (refused with a slot) and is due, or was due less than
-  // `grace` seconds ago (an agent reads its answer and reconnects late on a loaded machine): it is
-  // in the gate's queue, not lost.
-  bool Expected(const std::string& agent, double grace) const;
+
   // A short jittered wait (250-500 ms) for a refusal that is not the herd's: the name is being
   // registered on another stream right now.
   int ShortRetryMs();
@@ -95,12 +95,7 @@ class RegistrationGate {
   size_t devices_ = 0;
   double opened_at_ = 0;      // guarded by mu_: Open
   double last_activity_ = 0;  // guarded by mu_: the last Begin (admitted or refused) or End
-  std::map<std::string, double> due_;  // guarded by mu_: refused agent -> when it was told to come
-  // At most this many refused agents remembered (a name is the stream's claim, not yet checked: a
-  // flood of made-up names must not grow the map without bound); beyond it QuietSince still holds
-  // the grace while they keep coming.
-  static constexpr size_t kMaxRemembered = size_t{1} << 20;
-  void RememberRefused(const std::string& agent, double due);  // mu_ held
+  double latest_due_ = 0;     // guarded by mu_: the latest time a refused agent was told to come
 };
 
 }  // namespace moe::controller

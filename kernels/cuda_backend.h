@@ -1,6 +1,6 @@
 // What the CUDA backend offers the device dispatch beyond the families' entry points (those are
 // declared once, in kernels/<family>.h, and reach this backend through kernels/dispatch.h).
-// Declared at the dispatch layer and defined in kernels/cuda/ (and kernels/cuda/sm90a/), so that no
+// Declared at the dispatch layer and defined in kernels/cuda/ (runtime.cu, fp8_gemm.cu), so that no
 // include points from the dispatch down into a backend's folder (scripts/layers.sh). Plain C++ (no
 // CUDA headers), so the dispatch files include it in every build; without CUDA nothing calls it.
 #pragma once

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <vector>
@@ -106,4 +107,20 @@ TEST(ResolveRelativeData, FirstRootThatHoldsItThenTheWorkersDirectory) {
   // Absolute: normalized, and only where it says.
   EXPECT_EQ(moe::ResolveRelativeData("/data//ds/./x", roots, "", holds), "/data/ds/x");
   EXPECT_EQ(moe::ResolveRelativeData("/elsewhere/x", roots, "/home/u/repo", holds), "");
+}
+
+// On disk, as the agent checks a relative dataset and its rank opens it: the first root holding
+// <path>.idx, not the first root (a rank opened below the first root only, until 2026-12-06), and
+// nothing when no root holds it.
+TEST(ResolveDatasetPath, TheFirstRootThatHoldsTheIndexOnDisk) {
+  std::string base = ::testing::TempDir();  // "/tmp/": the results come back normalized
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  base += "/resolve-" + std::to_string(::getpid());
+  for (const char* d : {"/a/ds", "/b/ds"}) ASSERT_EQ(::system(("mkdir -p " + base + d).c_str()), 0);
+  ASSERT_TRUE(moe::WriteFileAtomic(base + "/b/ds/x.idx", "idx").ok());
+  EXPECT_EQ(moe::ResolveDatasetPath("ds/x", {base + "/a", base + "/b"}), base + "/b/ds/x");
+  ASSERT_TRUE(moe::WriteFileAtomic(base + "/a/ds/x.idx", "idx").ok());
+  EXPECT_EQ(moe::ResolveDatasetPath("ds/x", {base + "/a", base + "/b"}), base + "/a/ds/x");
+  EXPECT_EQ(moe::ResolveDatasetPath("ds/none", {base + "/a", base + "/b"}), "");
+  ASSERT_EQ(::system(("rm -rf " + base).c_str()), 0);
 }

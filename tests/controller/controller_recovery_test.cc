@@ -243,9 +243,9 @@ TEST(ControllerAdmission, AMissingDatasetIsRefusedRightAfterItsWorkerRegistered)
   std::filesystem::remove_all(root);
 }
 
-// A restarted controller admitting a herd: the agents it told to come back later are not missing.
-// The reconnect grace does not run out while the registration gate has registrations in flight or
-// slots ahead, and runs in full once the gate is quiet (16,384 agents back after a restart take
+// A restarted controller admitting a herd: the reconnect grace does not run out while the
+// registration gate has registrations in flight or refused agents still due, and runs in full once
+// the gate is quiet (16,384 agents back after a restart take
 // longer than the 10 s grace; controller_herd_test has them at full size).
 TEST(ControllerRecovery, TheReconnectGraceWaitsForTheHerdTheGateIsAdmitting) {
   FakeClock clock;
@@ -271,8 +271,8 @@ TEST(ControllerRecovery, TheReconnectGraceWaitsForTheHerdTheGateIsAdmitting) {
   Controller c(store, clock, *metrics, opt);
   ASSERT_TRUE(c.Recover().ok());
   const moe::v1::JobState before = c.Get(id, false)->state();
-  // A herd at the gate: every slot taken, and refusals hand out slots about 0.3 s ahead (the gate
-  // runs on the controller's clock).
+  // A herd at the gate: 32 registrations in flight (they hold the grace however long they take) and
+  // refused agents told to come back about 0.3 s ahead (the gate runs on the controller's clock).
   RegistrationGate& gate = c.registrations();
   std::vector<double> admitted;
   for (int i = 0; i < RegistrationGate::kMaxInFlight; ++i) admitted.push_back(*gate.Begin());
@@ -282,14 +282,15 @@ TEST(ControllerRecovery, TheReconnectGraceWaitsForTheHerdTheGateIsAdmitting) {
     c.Tick();
   }
   EXPECT_EQ(c.Get(id, false)->state(), before)
-      << "three graces passed while the gate had a backlog: the worker was told to come back later";
+      << "three graces passed while registrations were in flight: the herd was not over";
   for (double a : admitted) gate.End(a);  // the herd is over now
   EXPECT_EQ(gate.Backlog(), 0);
   for (int i = 0; i < static_cast<int>(opt.reconnect_grace_seconds) - 2; ++i) {
     clock.Advance(1);
     c.Tick();
   }
-  EXPECT_EQ(c.Get(id, false)->state(), before) << "the grace runs in full after the herd";
+  EXPECT_EQ(c.Get(id, false)->state(), before)
+      << "the grace runs in full from the herd's last registration";
   for (int i = 0; i < 4; ++i) {
     clock.Advance(1);
     c.Tick();

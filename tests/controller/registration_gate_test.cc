@@ -124,30 +124,34 @@ TEST_F(GateTest, ReservesANameOnce) {
 }
 
 // What a restarted controller's reconnect grace reads: the gate is quiet only once nothing is in
-// flight and every slot it handed out has passed, counted from Open at the earliest; a refused
-// agent is expected until its slot plus the grace the caller gives it, and no longer once it came
-// back.
-TEST_F(GateTest, QuietOnlyAfterTheHerdAndARefusedAgentIsExpectedUntilItsSlot) {
+// flight and the latest time it told a refused agent to come back has passed, counted from Open at
+// the earliest; those told to wait at the 300 s cap count too.
+TEST_F(GateTest, QuietOnlyOnceTheHerdIsInAndEveryRefusedAgentWasDue) {
   gate.Open();
+  EXPECT_EQ(gate.OpenedAt(), 1000);
   EXPECT_EQ(gate.QuietSince(), 1000) << "opened, nothing came: quiet since the opening";
   now = 1005;
   std::vector<double> admitted = Fill();
   EXPECT_EQ(gate.QuietSince(), 1005) << "registrations in flight: not quiet";
-  StatusOr<double> refused = gate.Begin("node-7");
+  StatusOr<double> refused = gate.Begin();
   ASSERT_FALSE(refused.ok());
   const double due = now + HintSeconds(refused.status());
+  now = 1006;
   for (double a : admitted) gate.End(a);
-  EXPECT_NEAR(gate.QuietSince(), due, 0.002) << "quiet once the last slot handed out has passed";
-  EXPECT_TRUE(gate.Expected("node-7", 10));
-  EXPECT_FALSE(gate.Expected("node-8", 10)) << "never refused: not in the queue";
-  now = due + 9.9;
-  EXPECT_TRUE(gate.Expected("node-7", 10)) << "late, but within the grace after its slot";
-  now = due + 10.1;
-  EXPECT_FALSE(gate.Expected("node-7", 10)) << "its slot and the grace passed: no longer expected";
-  now = due + 1;
-  ASSERT_TRUE(gate.Begin("node-7").ok());
-  EXPECT_FALSE(gate.Expected("node-7", 10)) << "it came back";
-  EXPECT_EQ(gate.QuietSince(), now) << "its registration in flight";
+  EXPECT_NEAR(gate.QuietSince(), std::max(due, 1006.0), 0.002)
+      << "quiet once the refused agent was due and the last registration ended";
+  // A backlog past the cap: refused agents told to wait 150-300 s, beyond any slot.
+  admitted = Fill();
+  double longest = 0;
+  for (int i = 0; i < 400000; ++i) {
+    StatusOr<double> r = gate.Begin();
+    ASSERT_FALSE(r.ok());
+    longest = std::max(longest, HintSeconds(r.status()));
+  }
+  for (double a : admitted) gate.End(a);
+  EXPECT_GT(longest, RegistrationGate::kMaxRetrySeconds / 2);
+  EXPECT_NEAR(gate.QuietSince(), now + longest, 0.002)
+      << "an agent told to wait at the cap is in the queue until its time";
 }
 
 }  // namespace

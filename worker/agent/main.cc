@@ -253,7 +253,8 @@ void BindFlags(CLI::App& app, WorkerFlags& f) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_option(
       "--data-root", o.data_roots,
-      "a job's spec.data.path (relative: below the first) must lie below one of these "
+      "a job's spec.data.path must lie below one of these (relative: the first that holds it, "
+      "else the directory this agent started in where that lies below one) "
       "(repeatable; default: $MOE_DATA_ROOT, else <runtime-dir>/data, and the directory it was "
       "started in when no root flag is given at all; / allows anywhere)");
   app.add_option(

@@ -25,7 +25,7 @@ TEST(GlooAllToAllV, SkewedCountsZeroRowsAndARankThatReceivesNothing) {
   // counts[s][d]: rows rank s sends to rank d. Rank 2 receives nothing; rank 1 sends nothing to
   // itself.
   const std::vector<std::vector<int64_t>> counts = {{4, 0, 0}, {7, 0, 0}, {1, 13, 0}};
-  RunGlooGroup(n, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(n, [&](int r, Communicator& comm) {
     std::vector<int64_t> send_rows(n), recv_rows(n);
     int64_t send_total = 0, recv_total = 0;
     for (int d = 0; d < n; ++d) {
@@ -78,9 +78,9 @@ TEST(TokenDispatcher, DispatchDeliversEachExpertsRowsAndCombineInvertsIt) {
   // Per source rank, rows per global expert (grouped by expert, as the permute leaves them).
   // Rank 1 sends every row to rank 0's experts: rank 1 receives nothing.
   const std::vector<std::vector<int64_t>> counts = {{2, 0, 3, 0, 0, 0}, {0, 5, 1, 0, 0, 0}};
-  RunGlooGroup(n, [&](int r, parallel::Communicator& comm) {
-    parallel::PhaseTimer phases(parallel::MakeHostPhaseClock());
-    parallel::TokenDispatcher disp(&comm, experts, &phases);
+  RunGlooGroup(n, [&](int r, Communicator& comm) {
+    PhaseTimer phases(MakeHostPhaseClock());
+    TokenDispatcher disp(&comm, experts, &phases);
     int64_t rows = 0;
     for (int64_t c : counts[r]) rows += c;
     Tensor xp = Tensor::Empty({rows, width}, DType::kF64);
@@ -89,8 +89,8 @@ TEST(TokenDispatcher, DispatchDeliversEachExpertsRowsAndCombineInvertsIt) {
       for (int64_t i = 0; i < counts[r][e]; ++i, ++row)
         for (int64_t c = 0; c < width; ++c)
           xp.data<double>()[row * width + c] = r * 1000 + e * 100 + i * 10 + c;
-    parallel::TokenDispatcher::Route route;
-    parallel::TokenDispatcher::InFlight moving;
+    TokenDispatcher::Route route;
+    TokenDispatcher::InFlight moving;
     ASSERT_TRUE(disp.DispatchStart(xp, counts[r], &route, &moving).ok());
     ASSERT_TRUE(moving.op != nullptr)
         << "EP = 2: the rows are in flight between the start and the finish";
@@ -126,7 +126,7 @@ TEST(TokenDispatcher, DispatchDeliversEachExpertsRowsAndCombineInvertsIt) {
 
 TEST(GlooTimeout, AHungPeerFailsTheOthersWithinTheTimeout) {
   // Rank 1 never joins the all-reduce: rank 0 must give up after the timeout with a clear error.
-  moe::testing::RunAgainstHungPeer([](parallel::Communicator& comm) {
+  moe::testing::RunAgainstHungPeer([](Communicator& comm) {
     comm.SetPhase("step 7: gradient all-reduce");
     double x = 1;
     Status st = comm.AllReduceSumHost(&x, 1);

@@ -26,7 +26,7 @@ namespace moe::parallel {
 namespace {
 
 // Forwards every call to `inner` and appends "<group> <op> <elements>" to `log` as it is issued.
-class RecordingCommunicator final : public parallel::Communicator {
+class RecordingCommunicator final : public Communicator {
  public:
   RecordingCommunicator(Communicator* inner, std::string group, std::vector<std::string>* log)
       : inner_(inner), group_(std::move(group)), log_(log) {}
@@ -71,22 +71,20 @@ class RecordingCommunicator final : public parallel::Communicator {
     Note("all_gather", t.numel());
     return inner_->AllGather(t, counts);
   }
-  Status Exchange(const std::vector<parallel::P2POp>& ops) override {
+  Status Exchange(const std::vector<P2POp>& ops) override {
     Note("exchange", static_cast<int64_t>(ops.size()));
     return inner_->Exchange(ops);
   }
-  parallel::Pending StartAllReduceSum(const Tensor& t) override {
+  Pending StartAllReduceSum(const Tensor& t) override {
     Note("start_all_reduce", t.numel());
     return inner_->StartAllReduceSum(t);
   }
-  parallel::Pending StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows,
-                                   const Tensor& recv,
-                                   const std::vector<int64_t>& recv_rows) override {
+  Pending StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_rows,
+                         const Tensor& recv, const std::vector<int64_t>& recv_rows) override {
     Note("start_all_to_all_v", -1);
     return inner_->StartAllToAllV(send, send_rows, recv, recv_rows);
   }
-  parallel::Pending StartReduceScatterSum(const Tensor& t,
-                                          const std::vector<int64_t>& counts) override {
+  Pending StartReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) override {
     Note("start_reduce_scatter", t.numel());
     return inner_->StartReduceScatterSum(t, counts);
   }
@@ -96,7 +94,7 @@ class RecordingCommunicator final : public parallel::Communicator {
     inner_->SetPhase(phase());
     log_->push_back(group_ + " " + op + " " + std::to_string(n));
   }
-  parallel::Communicator* inner_;
+  Communicator* inner_;
   std::string group_;
   std::vector<std::string>* log_;
 };
@@ -104,24 +102,21 @@ class RecordingCommunicator final : public parallel::Communicator {
 // The rank's context with each distinct communicator wrapped once (PP = 1 may make the world and
 // the EP group one communicator: one recorder, named by every role it plays).
 struct Recorded {
-  parallel::ParallelContext ctx;
+  ParallelContext ctx;
   std::vector<std::unique_ptr<RecordingCommunicator>> wrappers;
   std::vector<std::string> log;
 };
-void Wrap(const parallel::ParallelContext& in, Recorded* out) {
+void Wrap(const ParallelContext& in, Recorded* out) {
   out->ctx = in;
-  std::map<parallel::Communicator*, std::string> names;
-  const std::pair<parallel::Communicator * parallel::ParallelContext::*, const char*> roles[] = {
-      {&parallel::ParallelContext::world, "world"},
-      {&parallel::ParallelContext::dp_group, "dp"},
-      {&parallel::ParallelContext::ep_group, "ep"},
-      {&parallel::ParallelContext::expert_dp, "expert_dp"},
-      {&parallel::ParallelContext::pipeline, "pipeline"},
-      {&parallel::ParallelContext::embedding, "embedding"}};
+  std::map<Communicator*, std::string> names;
+  const std::pair<Communicator * ParallelContext::*, const char*> roles[] = {
+      {&ParallelContext::world, "world"},       {&ParallelContext::dp_group, "dp"},
+      {&ParallelContext::ep_group, "ep"},       {&ParallelContext::expert_dp, "expert_dp"},
+      {&ParallelContext::pipeline, "pipeline"}, {&ParallelContext::embedding, "embedding"}};
   for (const auto& [member, name] : roles)
-    if (parallel::Communicator* c = in.*member; c != nullptr)
+    if (Communicator* c = in.*member; c != nullptr)
       names[c] += (names[c].empty() ? "" : "+") + std::string(name);
-  std::map<parallel::Communicator*, parallel::Communicator*> wrapped;
+  std::map<Communicator*, Communicator*> wrapped;
   for (const auto& [c, name] : names) {
     out->wrappers.push_back(std::make_unique<RecordingCommunicator>(c, name, &out->log));
     wrapped[c] = out->wrappers.back().get();
@@ -141,10 +136,10 @@ TEST(CollectiveOrder, TwoRanksIssueTheSameCollectivesInTheSameOrderAcrossCommuni
   spec.parallelism.grad_bucket_mb = 0.001;  // many small buckets: reductions start mid-backward
   std::vector<std::string> logs[2];
   std::mutex mu;
-  testing::RunRanks(2, [&](int r, parallel::KvStore* store) {
-    parallel::GroupOptions go;
+  testing::RunRanks(2, [&](int r, KvStore* store) {
+    GroupOptions go;
     go.timeout_seconds = 60;
-    auto groups = parallel::ProcessGroups::Create(2, r, 1, 2, store, go);
+    auto groups = ProcessGroups::Create(2, r, 1, 2, store, go);
     ASSERT_TRUE(groups.ok()) << groups.status();
     Recorded rec;
     Wrap((*groups)->ctx(), &rec);
@@ -183,13 +178,12 @@ TEST(CollectiveOrder, TwoRanksIssueTheSameCollectivesInTheSameOrderAcrossCommuni
 }
 
 TEST(CollectiveOrder, LaunchOrderImplicitFromNccl226UnlessTheUserTurnedItOff) {
-  EXPECT_EQ(parallel::ChooseNcclLaunchOrder(22809, nullptr), parallel::NcclLaunchOrder::kImplicit);
-  EXPECT_EQ(parallel::ChooseNcclLaunchOrder(22600, nullptr), parallel::NcclLaunchOrder::kImplicit);
-  EXPECT_EQ(parallel::ChooseNcclLaunchOrder(22600, "1"), parallel::NcclLaunchOrder::kImplicit);
-  EXPECT_EQ(parallel::ChooseNcclLaunchOrder(22600, "0"), parallel::NcclLaunchOrder::kSharedStream);
-  EXPECT_EQ(parallel::ChooseNcclLaunchOrder(22507, nullptr),
-            parallel::NcclLaunchOrder::kSharedStream);
-  EXPECT_EQ(parallel::ChooseNcclLaunchOrder(0, nullptr), parallel::NcclLaunchOrder::kSharedStream);
+  EXPECT_EQ(ChooseNcclLaunchOrder(22809, nullptr), NcclLaunchOrder::kImplicit);
+  EXPECT_EQ(ChooseNcclLaunchOrder(22600, nullptr), NcclLaunchOrder::kImplicit);
+  EXPECT_EQ(ChooseNcclLaunchOrder(22600, "1"), NcclLaunchOrder::kImplicit);
+  EXPECT_EQ(ChooseNcclLaunchOrder(22600, "0"), NcclLaunchOrder::kSharedStream);
+  EXPECT_EQ(ChooseNcclLaunchOrder(22507, nullptr), NcclLaunchOrder::kSharedStream);
+  EXPECT_EQ(ChooseNcclLaunchOrder(0, nullptr), NcclLaunchOrder::kSharedStream);
 }
 
 }  // namespace

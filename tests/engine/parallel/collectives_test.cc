@@ -39,7 +39,7 @@ void CheckReduceScatter(const std::vector<int64_t>& counts) {
   const int n = static_cast<int>(counts.size());
   const std::vector<int64_t> off = Offsets(counts);
   const DType dtype = std::is_same_v<T, float> ? DType::kF32 : DType::kF64;
-  RunGlooGroup(n, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(n, [&](int r, Communicator& comm) {
     Tensor t = Input(r, off.back(), dtype);
     Status st = comm.ReduceScatterSum(t, counts);
     ASSERT_TRUE(st.ok()) << st;
@@ -58,7 +58,7 @@ void CheckReduceScatter(const std::vector<int64_t>& counts) {
 // The f64 all-reduce (deterministic training's gradient sums): every rank ends with the sum of all
 // inputs in rank order, bit for bit, whatever the split (fewer elements than ranks too).
 void CheckAllReduceF64(int ranks, int64_t n) {
-  RunGlooGroup(ranks, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(ranks, [&](int r, Communicator& comm) {
     Tensor t = Input(r, n, DType::kF64);
     Status st = comm.AllReduceSum(t);
     ASSERT_TRUE(st.ok()) << st;
@@ -96,7 +96,7 @@ double Owned(int r, int64_t i) { return r * 1000.0 + static_cast<double>(i) + 0.
 void CheckAllGather(const std::vector<int64_t>& counts, DType dtype) {
   const int n = static_cast<int>(counts.size());
   const std::vector<int64_t> off = Offsets(counts);
-  RunGlooGroup(n, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(n, [&](int r, Communicator& comm) {
     Tensor t = Tensor::Empty({off.back()}, dtype);
     Poison(t);
     if (dtype == DType::kBF16) {
@@ -137,7 +137,7 @@ TEST(GlooZero, ReduceScatterUpdateAllGatherTwice) {
   const std::vector<int64_t> counts = {10, 3, 0, 8};
   const std::vector<int64_t> off = Offsets(counts);
   const int n = 4;
-  RunGlooGroup(n, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(n, [&](int r, Communicator& comm) {
     for (int round = 0; round < 2; ++round) {
       Tensor g = Tensor::Empty({off.back()}, DType::kF64);
       for (int64_t i = 0; i < off.back(); ++i)
@@ -165,13 +165,12 @@ Tensor Filled(int64_t n, double base) {
 
 TEST(GlooExchange, RingSendToNextReceiveFromPrevInOneBatch) {
   const int n = 4;
-  RunGlooGroup(n, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(n, [&](int r, Communicator& comm) {
     const int next = (r + 1) % n, prev = (r + n - 1) % n;
     Tensor out = Filled(3 + r, 100.0 * r), in = Tensor::Empty({3 + prev}, DType::kF32);
     Poison(in);
     // Half the ranks post the receive first: the order within a batch must not matter.
-    std::vector<parallel::P2POp> ops = {{parallel::P2POp::kSend, out, next},
-                                        {parallel::P2POp::kRecv, in, prev}};
+    std::vector<P2POp> ops = {{P2POp::kSend, out, next}, {P2POp::kRecv, in, prev}};
     if (r % 2) std::swap(ops[0], ops[1]);
     Status st = comm.Exchange(ops);
     ASSERT_TRUE(st.ok()) << st;
@@ -183,7 +182,7 @@ TEST(GlooExchange, RingSendToNextReceiveFromPrevInOneBatch) {
 // Two ranks exchange several messages each way, of several sizes (one empty) and dtypes, over two
 // batches: the k-th message from one to the other lands in the k-th receive, in posting order.
 TEST(GlooExchange, APairExchangesSeveralMessagesBothWaysInPostingOrder) {
-  RunGlooGroup(2, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(2, [&](int r, Communicator& comm) {
     const int peer = 1 - r;
     for (int batch = 0; batch < 2; ++batch) {
       const double mine = 1000.0 * r + 100.0 * batch, theirs = 1000.0 * peer + 100.0 * batch;
@@ -192,19 +191,19 @@ TEST(GlooExchange, APairExchangesSeveralMessagesBothWaysInPostingOrder) {
       Tensor ids = Tensor::FromVector<int64_t>({r, batch, -1}, {3}),
              got_ids = Tensor::Empty({3}, DType::kI64);
       for (const Tensor& t : in) Poison(t);
-      std::vector<parallel::P2POp> ops;
+      std::vector<P2POp> ops;
       // Rank 0 posts its receives first, rank 1 its sends: both orders meet.
       auto sends = [&] {
-        ops.push_back({parallel::P2POp::kSend, Filled(5, mine), peer});
-        ops.push_back({parallel::P2POp::kSend, Filled(0, mine), peer});
-        ops.push_back({parallel::P2POp::kSend, ids, peer});
-        ops.push_back({parallel::P2POp::kSend, Filled(7, mine + 10), peer});
+        ops.push_back({P2POp::kSend, Filled(5, mine), peer});
+        ops.push_back({P2POp::kSend, Filled(0, mine), peer});
+        ops.push_back({P2POp::kSend, ids, peer});
+        ops.push_back({P2POp::kSend, Filled(7, mine + 10), peer});
       };
       auto recvs = [&] {
-        ops.push_back({parallel::P2POp::kRecv, in[0], peer});
-        ops.push_back({parallel::P2POp::kRecv, in[1], peer});
-        ops.push_back({parallel::P2POp::kRecv, got_ids, peer});
-        ops.push_back({parallel::P2POp::kRecv, in[2], peer});
+        ops.push_back({P2POp::kRecv, in[0], peer});
+        ops.push_back({P2POp::kRecv, in[1], peer});
+        ops.push_back({P2POp::kRecv, got_ids, peer});
+        ops.push_back({P2POp::kRecv, in[2], peer});
       };
       if (r == 0) {
         recvs();
@@ -225,15 +224,15 @@ TEST(GlooExchange, APairExchangesSeveralMessagesBothWaysInPostingOrder) {
 }
 
 TEST(GlooExchange, SendsToItselfPairWithItsReceivesInTheBatch) {
-  RunGlooGroup(2, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(2, [&](int r, Communicator& comm) {
     Tensor a = Filled(4, 10.0 * r), b = Filled(2, 7.0), got_a = Tensor::Empty({4}, DType::kF32),
            got_b = Tensor::Empty({2}, DType::kF32), from_peer = Tensor::Empty({4}, DType::kF32);
-    Status st = comm.Exchange({{parallel::P2POp::kSend, a, r},
-                               {parallel::P2POp::kRecv, from_peer, 1 - r},
-                               {parallel::P2POp::kSend, b, r},
-                               {parallel::P2POp::kRecv, got_a, r},
-                               {parallel::P2POp::kSend, a, 1 - r},
-                               {parallel::P2POp::kRecv, got_b, r}});
+    Status st = comm.Exchange({{P2POp::kSend, a, r},
+                               {P2POp::kRecv, from_peer, 1 - r},
+                               {P2POp::kSend, b, r},
+                               {P2POp::kRecv, got_a, r},
+                               {P2POp::kSend, a, 1 - r},
+                               {P2POp::kRecv, got_b, r}});
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_EQ(got_a.ToVector<float>(), a.ToVector<float>());
     EXPECT_EQ(got_b.ToVector<float>(), b.ToVector<float>());
@@ -242,10 +241,10 @@ TEST(GlooExchange, SendsToItselfPairWithItsReceivesInTheBatch) {
 }
 
 TEST(GlooExchange, APeerThatNeverAnswersTimesOutNamingTheOpAndPeer) {
-  moe::testing::RunAgainstHungPeer([](parallel::Communicator& comm) {
+  moe::testing::RunAgainstHungPeer([](Communicator& comm) {
     comm.SetPhase("step 3: pipeline stage 0 forward");
     Tensor in = Tensor::Empty({16}, DType::kF32), out = Filled(16, 0);
-    Status st = comm.Exchange({{parallel::P2POp::kRecv, in, 1}, {parallel::P2POp::kSend, out, 1}});
+    Status st = comm.Exchange({{P2POp::kRecv, in, 1}, {P2POp::kSend, out, 1}});
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st;
     EXPECT_NE(st.message().find(
@@ -253,16 +252,16 @@ TEST(GlooExchange, APeerThatNeverAnswersTimesOutNamingTheOpAndPeer) {
               std::string::npos)
         << st;
     EXPECT_NE(st.message().find("over gloo (rank 0 of a group of 2)"), std::string::npos) << st;
-    EXPECT_EQ(comm.Exchange({{parallel::P2POp::kSend, out, 1}}).code(), StatusCode::kUnavailable)
+    EXPECT_EQ(comm.Exchange({{P2POp::kSend, out, 1}}).code(), StatusCode::kUnavailable)
         << "the group stays failed";
   });
 }
 
 TEST(GlooCollectives, BadArgumentsAreRefusedAndLeaveTheGroupUsable) {
-  RunGlooGroup(2, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(2, [&](int r, Communicator& comm) {
     Tensor t = Filled(6, r);
     EXPECT_EQ(comm.ReduceScatterSum(t, {6}).code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(comm.Exchange({{parallel::P2POp::kSend, t, 2}}).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(comm.Exchange({{P2POp::kSend, t, 2}}).code(), StatusCode::kInvalidArgument);
     Status st = comm.ReduceScatterSum(t, {2, 4});
     ASSERT_TRUE(st.ok()) << st;
     const std::vector<float> sum = {1, 3, 5, 7, 9, 11};  // 0..5 + 1..6
@@ -273,7 +272,7 @@ TEST(GlooCollectives, BadArgumentsAreRefusedAndLeaveTheGroupUsable) {
 
 // The checks are shared by every backend; the LocalCommunicator runs them without threads.
 TEST(CollectiveArguments, CountsDTypeAndPeersAreCheckedWithClearErrors) {
-  parallel::LocalCommunicator local;
+  LocalCommunicator local;
   local.SetPhase("step 9: optimizer");
   Tensor t = Tensor::Zeros({5}, DType::kF32);
   auto expect = [](const Status& st, const std::string& words) {
@@ -285,28 +284,25 @@ TEST(CollectiveArguments, CountsDTypeAndPeersAreCheckedWithClearErrors) {
   expect(local.AllGather(t, {-1}), "counts[0] is negative (-1)");
   expect(local.ReduceScatterSum(Tensor::Zeros({5}, DType::kBF16), {5}), "sums f32 or f64 tensors");
   expect(local.ReduceScatterSum(Tensor(), {0}), "step 9: optimizer: reduce_scatter over local");
-  expect(local.Exchange({{parallel::P2POp::kSend, t, 1}}),
+  expect(local.Exchange({{P2POp::kSend, t, 1}}),
          "op 0 (send): peer 1 is not a rank of a group of 1");
-  expect(local.Exchange({{parallel::P2POp::kSend, t, 0}}),
-         "1 sends to this rank itself but 0 receives");
-  expect(local.Exchange({{parallel::P2POp::kSend, t, 0},
-                         {parallel::P2POp::kRecv, Tensor::Zeros({4}, DType::kF32), 0}}),
+  expect(local.Exchange({{P2POp::kSend, t, 0}}), "1 sends to this rank itself but 0 receives");
+  expect(local.Exchange({{P2POp::kSend, t, 0}, {P2POp::kRecv, Tensor::Zeros({4}, DType::kF32), 0}}),
          "send 0 to itself is f32[5] but its receive is f32[4]");
-  expect(local.Exchange({{parallel::P2POp::kRecv, Tensor(), 0}}),
-         "op 0 (recv): the tensor is undefined");
+  expect(local.Exchange({{P2POp::kRecv, Tensor(), 0}}), "op 0 (recv): the tensor is undefined");
   EXPECT_TRUE(local.ReduceScatterSum(t, {5}).ok());
   EXPECT_TRUE(local.AllGather(Tensor::Zeros({3}, DType::kBF16), {3}).ok());
 }
 
 TEST(LocalExchange, ASendToItselfLandsInItsReceive) {
-  parallel::LocalCommunicator local;
+  LocalCommunicator local;
   Tensor a = Filled(3, 1), b = Filled(2, 9), ga = Tensor::Empty({3}, DType::kF32),
          gb = Tensor::Empty({2}, DType::kF32);
   ASSERT_TRUE(local
-                  .Exchange({{parallel::P2POp::kRecv, ga, 0},
-                             {parallel::P2POp::kSend, a, 0},
-                             {parallel::P2POp::kSend, b, 0},
-                             {parallel::P2POp::kRecv, gb, 0}})
+                  .Exchange({{P2POp::kRecv, ga, 0},
+                             {P2POp::kSend, a, 0},
+                             {P2POp::kSend, b, 0},
+                             {P2POp::kRecv, gb, 0}})
                   .ok());
   EXPECT_EQ(ga.ToVector<float>(), a.ToVector<float>());
   EXPECT_EQ(gb.ToVector<float>(), b.ToVector<float>());
@@ -320,10 +316,10 @@ TEST(GlooStarted, AStartedAllReduceIsInFlightBeforeThePeerEvenJoins) {
   std::atomic<bool> started{false};
   RunGlooGroup(
       2,
-      [&](int r, parallel::Communicator& comm) {
+      [&](int r, Communicator& comm) {
         Tensor t = Filled(8, r + 1);
         if (r == 0) {
-          parallel::Pending op = comm.StartAllReduceSum(t);
+          Pending op = comm.StartAllReduceSum(t);
           started = true;
           const Status st = op->Wait();
           ASSERT_TRUE(st.ok()) << st;
@@ -341,9 +337,9 @@ TEST(GlooStarted, AStartedAllReduceIsInFlightBeforeThePeerEvenJoins) {
 TEST(GlooStarted, StartedAndCalledOperationsRunInCallOrder) {
   // A reduce-scatter and an all-to-all started, a host sum and an all-gather called in between and
   // after: each result is what the same calls made one by one give.
-  RunGlooGroup(3, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(3, [&](int r, Communicator& comm) {
     Tensor rs = Input(r, 12, DType::kF64);
-    parallel::Pending a = comm.StartReduceScatterSum(rs, {4, 4, 4});
+    Pending a = comm.StartReduceScatterSum(rs, {4, 4, 4});
     double host = r + 1;
     const Status sum = comm.AllReduceSumHost(&host, 1);  // queued behind the reduce-scatter
     ASSERT_TRUE(sum.ok()) << sum;
@@ -362,7 +358,7 @@ TEST(GlooStarted, StartedAndCalledOperationsRunInCallOrder) {
         send.data<float>()[2 * row + 1] = static_cast<float>(i);
       }
     }
-    parallel::Pending b = comm.StartAllToAllV(send, send_rows, recv, recv_rows);
+    Pending b = comm.StartAllToAllV(send, send_rows, recv, recv_rows);
     Tensor gathered = Filled(6, 0);
     for (int64_t i = 2 * r; i < 2 * r + 2; ++i)
       gathered.data<float>()[i] = static_cast<float>(100 + i);
@@ -390,7 +386,7 @@ TEST(GlooStarted, StartedAndCalledOperationsRunInCallOrder) {
 }
 
 TEST(GlooStarted, DroppingAStartedCollectiveWaitsForIt) {
-  RunGlooGroup(2, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(2, [&](int r, Communicator& comm) {
     Tensor t = Filled(4, 10 * r);
     comm.StartAllReduceSum(t).reset();  // no Wait: the destructor waits, so t is final here
     for (int64_t i = 0; i < 4; ++i)
@@ -399,7 +395,7 @@ TEST(GlooStarted, DroppingAStartedCollectiveWaitsForIt) {
 }
 
 TEST(GlooStarted, BadArgumentsFailAtTheWaitAndLeaveTheGroupUsable) {
-  RunGlooGroup(2, [&](int r, parallel::Communicator& comm) {
+  RunGlooGroup(2, [&](int r, Communicator& comm) {
     Tensor t = Filled(6, r);
     EXPECT_EQ(comm.StartReduceScatterSum(t, {6})->Wait().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(comm.StartAllReduceSum(Tensor::Zeros({2}, DType::kI64))->Wait().code(),
@@ -415,10 +411,10 @@ TEST(GlooStarted, BadArgumentsFailAtTheWaitAndLeaveTheGroupUsable) {
 }
 
 TEST(GlooStarted, AHungPeerFailsTheWaitNamingThePhaseAtTheStart) {
-  moe::testing::RunAgainstHungPeer([](parallel::Communicator& comm) {
+  moe::testing::RunAgainstHungPeer([](Communicator& comm) {
     comm.SetPhase("step 5: gradient bucket 2 of 3");
     Tensor t = Filled(16, 1);
-    parallel::Pending op = comm.StartReduceScatterSum(t, {8, 8});
+    Pending op = comm.StartReduceScatterSum(t, {8, 8});
     comm.SetPhase("step 5: layer 3 backward");  // the caller goes on meanwhile
     const Status st = op->Wait();
     ASSERT_FALSE(st.ok());

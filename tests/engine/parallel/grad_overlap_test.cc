@@ -20,7 +20,7 @@ namespace moe::parallel {
 namespace {
 
 // A group of two that records the reductions started, and when (how many blocks had reported).
-class RecordingGroup final : public parallel::Communicator {
+class RecordingGroup final : public Communicator {
  public:
   struct Start {
     const void* data;
@@ -48,9 +48,8 @@ class RecordingGroup final : public parallel::Communicator {
     return Unexpected("ReduceScatterSum");
   }
   Status AllGather(const Tensor&, const std::vector<int64_t>&) override { return OkStatus(); }
-  Status Exchange(const std::vector<parallel::P2POp>&) override { return Unexpected("Exchange"); }
-  parallel::Pending StartReduceScatterSum(const Tensor& t,
-                                          const std::vector<int64_t>& counts) override {
+  Status Exchange(const std::vector<P2POp>&) override { return Unexpected("Exchange"); }
+  Pending StartReduceScatterSum(const Tensor& t, const std::vector<int64_t>& counts) override {
     starts.push_back({t.raw(), t.numel(), counts, blocks_done});
     return std::make_unique<Waited>(&starts.back().waited);
   }
@@ -85,16 +84,15 @@ ModelConfig SmallConfig() {
 // A model and a ZeRO optimizer on rank 0 of DP 2 (EP 1): the dense and the expert buckets both
 // reduce over `group`.
 struct TwoRanks {
-  static parallel::ParallelContext Context(const parallel::LocalParallel& local,
-                                           RecordingGroup* group) {
-    parallel::ParallelContext ctx = local.ctx;
+  static ParallelContext Context(const LocalParallel& local, RecordingGroup* group) {
+    ParallelContext ctx = local.ctx;
     ctx.world_size = 2;
     ctx.dp_group = ctx.expert_dp = group;
     return ctx;
   }
   RecordingGroup group;
-  parallel::LocalParallel local;
-  parallel::ParallelContext ctx = Context(local, &group);
+  LocalParallel local;
+  ParallelContext ctx = Context(local, &group);
   model::Model model{SmallConfig(), ctx, 1, DType::kF32, Device::Cpu()};
   train::Optimizer opt{OptimizerConfig(), model.params(), ctx, /*distributed=*/true,
                        model.config().moe.num_experts};
@@ -183,7 +181,7 @@ TEST(GradOverlap, WithoutOverlapOrWithAGroupOfOneThereAreNoSpans) {
   TwoRanks two;
   two.opt.SetOverlap(0);
   EXPECT_EQ(two.opt.overlap_spans(), 0);
-  parallel::LocalParallel one;
+  LocalParallel one;
   model::Model alone(SmallConfig(), one.ctx, 1, DType::kF32, Device::Cpu());
   train::Optimizer opt1(OptimizerConfig(), alone.params(), one.ctx, /*distributed=*/false,
                         alone.config().moe.num_experts);

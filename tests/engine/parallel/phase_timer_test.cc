@@ -44,32 +44,32 @@ TEST(PhaseTimer, DeviceMarksMeasureTheStreamNotTheHost) {
   int live = 0;
   auto owned = std::make_unique<FakeStream>(&live);
   FakeStream* dev = owned.get();
-  parallel::PhaseTimer timer(std::move(owned));
-  timer.Begin(parallel::PhaseTimer::kForwardBackward);
+  PhaseTimer timer(std::move(owned));
+  timer.Begin(PhaseTimer::kForwardBackward);
   dev->Kernel(0.003);  // attention, routing
   {
-    parallel::PhaseSpan start(&timer,
-                              parallel::PhaseTimer::kAllToAll);  // queued: the stream does not wait
+    PhaseSpan start(&timer,
+                    PhaseTimer::kAllToAll);                      // queued: the stream does not wait
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the host is slow to queue it
   }
   dev->Kernel(0.002);  // the shared expert, beside the all-to-all (which ends at t = 9 ms)
   {
-    parallel::PhaseSpan wait(&timer, parallel::PhaseTimer::kAllToAll);
+    PhaseSpan wait(&timer, PhaseTimer::kAllToAll);
     dev->WaitUntil(0.009);  // 4 ms standing still
   }
   dev->Kernel(0.001);
-  timer.End(parallel::PhaseTimer::kForwardBackward);
-  timer.Begin(parallel::PhaseTimer::kGradSync);
+  timer.End(PhaseTimer::kForwardBackward);
+  timer.Begin(PhaseTimer::kGradSync);
   dev->WaitUntil(0.015);  // the last gradient bucket's reduce-scatter
-  timer.End(parallel::PhaseTimer::kGradSync);
-  const parallel::PhaseTimer::Seconds s = timer.Resolve();
+  timer.End(PhaseTimer::kGradSync);
+  const PhaseTimer::Seconds s = timer.Resolve();
   EXPECT_DOUBLE_EQ(s.forward_backward, 0.010);
   EXPECT_DOUBLE_EQ(s.alltoall, 0.004);
   EXPECT_DOUBLE_EQ(s.compute(), 0.006);
   EXPECT_DOUBLE_EQ(s.grad_sync, 0.005);
   EXPECT_EQ(live, 0) << "Resolve releases every mark";
   // The next step starts from nothing.
-  const parallel::PhaseTimer::Seconds next = timer.Resolve();
+  const PhaseTimer::Seconds next = timer.Resolve();
   EXPECT_EQ(next.forward_backward + next.alltoall + next.grad_sync, 0.0);
 }
 
@@ -78,25 +78,25 @@ TEST(PhaseTimer, SpansOfAPhaseAddUpAndAnOpenSpanIsReleased) {
   auto owned = std::make_unique<FakeStream>(&live);
   FakeStream* dev = owned.get();
   {
-    parallel::PhaseTimer timer(std::move(owned));
+    PhaseTimer timer(std::move(owned));
     for (int i = 0; i < 3; ++i) {
-      parallel::PhaseSpan wait(&timer, parallel::PhaseTimer::kAllToAll);
+      PhaseSpan wait(&timer, PhaseTimer::kAllToAll);
       dev->Kernel(0.5);
     }
     EXPECT_DOUBLE_EQ(timer.Resolve().alltoall, 1.5);
-    timer.Begin(parallel::PhaseTimer::kForwardBackward);
-    timer.Begin(parallel::PhaseTimer::kForwardBackward);  // an error left it open: it starts again
-    timer.End(parallel::PhaseTimer::kForwardBackward);
-    timer.Begin(parallel::PhaseTimer::kGradSync);  // left open at the end
-    EXPECT_EQ(live, 3);  // the restarted span's two marks and the open one
+    timer.Begin(PhaseTimer::kForwardBackward);
+    timer.Begin(PhaseTimer::kForwardBackward);  // an error left it open: it starts again
+    timer.End(PhaseTimer::kForwardBackward);
+    timer.Begin(PhaseTimer::kGradSync);  // left open at the end
+    EXPECT_EQ(live, 3);                  // the restarted span's two marks and the open one
   }
   EXPECT_EQ(live, 0) << "the destructor releases the spans not resolved and the open one";
 }
 
 TEST(PhaseTimer, HostClockMeasuresWhatTheHostWaited) {
-  parallel::PhaseTimer timer(parallel::MakeHostPhaseClock());
+  PhaseTimer timer(MakeHostPhaseClock());
   {
-    parallel::PhaseSpan wait(&timer, parallel::PhaseTimer::kGradSync);
+    PhaseSpan wait(&timer, PhaseTimer::kGradSync);
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
   const double s = timer.Resolve().grad_sync;
@@ -104,9 +104,7 @@ TEST(PhaseTimer, HostClockMeasuresWhatTheHostWaited) {
   EXPECT_LT(s, 5.0);
 }
 
-TEST(PhaseTimer, NullTimerSpansDoNothing) {
-  parallel::PhaseSpan nothing(nullptr, parallel::PhaseTimer::kAllToAll);
-}
+TEST(PhaseTimer, NullTimerSpansDoNothing) { PhaseSpan nothing(nullptr, PhaseTimer::kAllToAll); }
 
 }  // namespace
 }  // namespace moe::parallel

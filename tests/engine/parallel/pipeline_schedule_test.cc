@@ -27,7 +27,7 @@ struct Item {
 };
 
 struct RankState {
-  std::vector<parallel::PipelineOp> ops;
+  std::vector<PipelineOp> ops;
   size_t pc = 0;
   double clock = 0;
   bool in_exchange = false;
@@ -39,11 +39,11 @@ struct RankState {
 
 class Simulator {
  public:
-  Simulator(const parallel::PipelineShape& s, double tf, double tb)
+  Simulator(const PipelineShape& s, double tf, double tb)
       : s_(s), tf_(tf / s.virtual_pipeline), tb_(tb / s.virtual_pipeline) {
     for (int r = 0; r < s.pipeline_parallel; ++r) {
       RankState st;
-      st.ops = parallel::BuildPipelineSchedule(s, r);
+      st.ops = BuildPipelineSchedule(s, r);
       ranks_.push_back(std::move(st));
     }
   }
@@ -79,8 +79,8 @@ class Simulator {
 
   bool StepRank(int r, std::string* err) {
     RankState& st = ranks_[r];
-    const parallel::PipelineOp& op = st.ops[st.pc];
-    if (op.kind != parallel::PipelineOp::Kind::kExchange) {
+    const PipelineOp& op = st.ops[st.pc];
+    if (op.kind != PipelineOp::Kind::kExchange) {
       *err = Compute(r, op);
       ++st.pc;
       return true;
@@ -99,28 +99,28 @@ class Simulator {
     return progress;
   }
 
-  std::string Compute(int r, const parallel::PipelineOp& op) {
+  std::string Compute(int r, const PipelineOp& op) {
     RankState& st = ranks_[r];
     const auto key = std::make_pair(op.compute.chunk, op.compute.micro_batch);
     const int stage = Stage(r, op.compute.chunk);
     const int last = P() * V() - 1;
-    if (op.kind == parallel::PipelineOp::Kind::kForward) {
+    if (op.kind == PipelineOp::Kind::kForward) {
       if (stage > 0 && !st.inputs.count(key))
-        return "forward " + parallel::OpString(op) + " without its input";
-      if (!st.forwarded.insert(key).second) return "forward twice: " + parallel::OpString(op);
+        return "forward " + OpString(op) + " without its input";
+      if (!st.forwarded.insert(key).second) return "forward twice: " + OpString(op);
       if (op.compute.micro_batch != Count(st.forwarded, key.first) - 1) {
-        return "forwards of a chunk out of micro-batch order at " + parallel::OpString(op);
+        return "forwards of a chunk out of micro-batch order at " + OpString(op);
       }
       st.clock += tf_;
       st.peak_in_flight = std::max(st.peak_in_flight, ++st.in_flight);
       return "";
     }
-    if (!st.forwarded.count(key)) return "backward before forward: " + parallel::OpString(op);
+    if (!st.forwarded.count(key)) return "backward before forward: " + OpString(op);
     if (stage < last && !st.grads.count(key))
-      return "backward " + parallel::OpString(op) + " without its output gradient";
-    if (!st.backwarded.insert(key).second) return "backward twice: " + parallel::OpString(op);
+      return "backward " + OpString(op) + " without its output gradient";
+    if (!st.backwarded.insert(key).second) return "backward twice: " + OpString(op);
     if (op.compute.micro_batch != Count(st.backwarded, key.first) - 1)
-      return "backwards out of order at " + parallel::OpString(op);
+      return "backwards out of order at " + OpString(op);
     st.clock += tb_;
     --st.in_flight;
     return "";
@@ -132,7 +132,7 @@ class Simulator {
     return n;
   }
 
-  void Post(int r, const parallel::PipelineOp& op) {
+  void Post(int r, const PipelineOp& op) {
     RankState& st = ranks_[r];
     st.in_exchange = true;
     st.arrived = st.clock;
@@ -210,18 +210,18 @@ class Simulator {
     for (int r = 0; r < P(); ++r) {
       const auto& st = ranks_[r];
       os << " rank " << r << " at op " << st.pc << " "
-         << (st.pc < st.ops.size() ? parallel::OpString(st.ops[st.pc]) : "end") << ";";
+         << (st.pc < st.ops.size() ? OpString(st.ops[st.pc]) : "end") << ";";
     }
     return os.str();
   }
 
-  parallel::PipelineShape s_;
+  PipelineShape s_;
   double tf_, tb_;
   std::vector<RankState> ranks_;
   std::string mismatch_;
 };
 
-std::string Name(const parallel::PipelineShape& s) {
+std::string Name(const PipelineShape& s) {
   return "PP" + std::to_string(s.pipeline_parallel) + " VPP" + std::to_string(s.virtual_pipeline) +
          " m" + std::to_string(s.micro_batches);
 }
@@ -229,14 +229,14 @@ std::string Name(const parallel::PipelineShape& s) {
 TEST(PipelineSchedule, OneFOneBIsCompleteDeadlockFreeAndHasTheTextbookBubble) {
   for (int p = 1; p <= 6; ++p) {
     for (int64_t m = 1; m <= 12; ++m) {
-      const parallel::PipelineShape s{p, 1, m};
+      const PipelineShape s{p, 1, m};
       Simulator sim(s, 1.0, 2.0);
       ASSERT_EQ(sim.Run(), "") << Name(s);
       for (int r = 0; r < p; ++r)
         EXPECT_LE(sim.PeakInFlight(r), std::min<int64_t>(p - r, m)) << Name(s) << " rank " << r;
       const double ideal = 3.0 * static_cast<double>(m);
       const double bubble = 1.0 - ideal / sim.Makespan();
-      EXPECT_NEAR(bubble, parallel::IdealBubbleFraction(s), 1e-12) << Name(s);
+      EXPECT_NEAR(bubble, IdealBubbleFraction(s), 1e-12) << Name(s);
     }
   }
 }
@@ -245,15 +245,13 @@ TEST(PipelineSchedule, InterleavedIsCompleteDeadlockFreeAndShrinksTheBubble) {
   for (int p = 2; p <= 5; ++p) {
     for (int v = 2; v <= 4; ++v) {
       for (int64_t m = p; m <= 4 * p; m += p) {
-        const parallel::PipelineShape s{p, v, m};
+        const PipelineShape s{p, v, m};
         Simulator sim(s, 1.0, 2.0);
         ASSERT_EQ(sim.Run(), "") << Name(s);
         const double bubble = 1.0 - 3.0 * static_cast<double>(m) / sim.Makespan();
-        const parallel::PipelineShape plain{p, 1, m};
-        EXPECT_LT(bubble, parallel::IdealBubbleFraction(plain))
-            << Name(s) << ": no better than 1F1B";
-        EXPECT_NEAR(bubble, parallel::IdealBubbleFraction(s), 0.5 * IdealBubbleFraction(s))
-            << Name(s);
+        const PipelineShape plain{p, 1, m};
+        EXPECT_LT(bubble, IdealBubbleFraction(plain)) << Name(s) << ": no better than 1F1B";
+        EXPECT_NEAR(bubble, IdealBubbleFraction(s), 0.5 * IdealBubbleFraction(s)) << Name(s);
       }
     }
   }
@@ -262,12 +260,11 @@ TEST(PipelineSchedule, InterleavedIsCompleteDeadlockFreeAndShrinksTheBubble) {
 TEST(PipelineSchedule, OpsReadAsMegatrons) {
   // PP2, m = 3 on the first rank: one warm-up forward, two 1F1B pairs, one cool-down backward.
   std::string ops;
-  for (const parallel::PipelineOp& op : parallel::BuildPipelineSchedule({2, 1, 3}, 0))
-    ops += OpString(op) + " ";
+  for (const PipelineOp& op : BuildPipelineSchedule({2, 1, 3}, 0)) ops += OpString(op) + " ";
   EXPECT_EQ(ops,
             "F0.0 X[ >0.0 ] F0.1 X[ >0.1 >>0.0 ] B0.0 F0.2 X[ >0.2 >>0.1 ] B0.1 X[ >>0.2 ] B0.2 ");
-  EXPECT_NEAR(parallel::IdealBubbleFraction({4, 1, 8}), 3.0 / 11.0, 1e-15);
-  EXPECT_NEAR(parallel::IdealBubbleFraction({4, 2, 8}), 3.0 / 19.0, 1e-15);
+  EXPECT_NEAR(IdealBubbleFraction({4, 1, 8}), 3.0 / 11.0, 1e-15);
+  EXPECT_NEAR(IdealBubbleFraction({4, 2, 8}), 3.0 / 19.0, 1e-15);
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ using Members = std::vector<int>;
 
 TEST(LayoutGroups, EightRanksTwoStagesEpTwoByHand) {
   // Rank 5: stage 1, dp index 1, member 1 of EP group {4, 5}.
-  auto five = parallel::LayoutGroups(8, 5, /*pipeline_parallel=*/2, /*expert_parallel=*/2);
+  auto five = LayoutGroups(8, 5, /*pipeline_parallel=*/2, /*expert_parallel=*/2);
   ASSERT_TRUE(five.ok()) << five.status();
   EXPECT_EQ(five->world.members, (Members{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(five->dp.members, (Members{4, 5, 6, 7}));
@@ -29,7 +29,7 @@ TEST(LayoutGroups, EightRanksTwoStagesEpTwoByHand) {
   ASSERT_TRUE(five->embedding.has_value());
   EXPECT_EQ(five->embedding->members, (Members{1, 5}));
   // Rank 2: stage 0, dp index 2.
-  auto two = parallel::LayoutGroups(8, 2, 2, 2);
+  auto two = LayoutGroups(8, 2, 2, 2);
   ASSERT_TRUE(two.ok());
   EXPECT_EQ(two->dp.members, (Members{0, 1, 2, 3}));
   EXPECT_EQ(two->ep.members, (Members{2, 3}));
@@ -37,37 +37,35 @@ TEST(LayoutGroups, EightRanksTwoStagesEpTwoByHand) {
   EXPECT_EQ(two->pipeline.members, (Members{2, 6}));
   // Keys tell groups of one kind apart across stages.
   EXPECT_NE(two->dp.key, five->dp.key);
-  EXPECT_NE(parallel::LayoutGroups(8, 1, 2, 2)->expert_dp.key, five->expert_dp.key);
+  EXPECT_NE(LayoutGroups(8, 1, 2, 2)->expert_dp.key, five->expert_dp.key);
 }
 
 TEST(LayoutGroups, MiddleStagesHaveNoEmbeddingGroupAndOneStageHasAGroupOfOne) {
-  auto middle = parallel::LayoutGroups(12, 6, 3, 2);  // DP 4: stage 1
+  auto middle = LayoutGroups(12, 6, 3, 2);  // DP 4: stage 1
   ASSERT_TRUE(middle.ok());
   EXPECT_FALSE(middle->embedding.has_value());
   EXPECT_EQ(middle->pipeline.members, (Members{2, 6, 10}));
-  auto last = parallel::LayoutGroups(12, 9, 3, 2);
+  auto last = LayoutGroups(12, 9, 3, 2);
   ASSERT_TRUE(last.ok());
   EXPECT_EQ(last->embedding->members, (Members{1, 9}));
-  auto flat = parallel::LayoutGroups(4, 3, 1, 2);
+  auto flat = LayoutGroups(4, 3, 1, 2);
   ASSERT_TRUE(flat.ok());
   EXPECT_EQ(flat->embedding->members, (Members{3}));
   EXPECT_EQ(flat->pipeline.members, (Members{3}));
 }
 
 TEST(LayoutGroups, LayoutsThatDoNotDivideAreRefusedNamingTheArgument) {
-  auto pp = parallel::LayoutGroups(8, 0, 3, 1);
+  auto pp = LayoutGroups(8, 0, 3, 1);
   EXPECT_EQ(pp.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(pp.status().message().find("pipeline_parallel 3 does not divide world size 8"),
             std::string::npos);
-  auto ep = parallel::LayoutGroups(8, 0, 2, 3);
+  auto ep = LayoutGroups(8, 0, 2, 3);
   EXPECT_NE(
       ep.status().message().find("expert_parallel 3 does not divide the data-parallel size 4"),
       std::string::npos)
       << ep.status();
-  EXPECT_EQ(parallel::LayoutGroups(8, 8, 2, 2).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(parallel::ProcessGroups::Create(8, 0, 0, 1, nullptr, parallel::GroupOptions())
-                .status()
-                .code(),
+  EXPECT_EQ(LayoutGroups(8, 8, 2, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ProcessGroups::Create(8, 0, 0, 1, nullptr, GroupOptions()).status().code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -81,8 +79,7 @@ Members Filter(int world, const std::function<bool(int)>& same) {
 }
 
 // Gathers each member's global rank through `comm` (both gathers: host bytes and a tensor).
-void ExpectMembers(parallel::Communicator* comm, int rank, const Members& want,
-                   const std::string& what) {
+void ExpectMembers(Communicator* comm, int rank, const Members& want, const std::string& what) {
   ASSERT_NE(comm, nullptr) << what;
   ASSERT_EQ(comm->size(), static_cast<int>(want.size())) << what << " of rank " << rank;
   std::vector<int64_t> got(want.size());
@@ -103,11 +100,10 @@ void ExpectMembers(parallel::Communicator* comm, int rank, const Members& want,
 // Every rank builds its groups over Gloo and checks each one's members and its own place in it.
 void CheckGroups(int world, int pp, int ep) {
   const int dp = world / pp;
-  moe::testing::RunRanks(world, [&](int r, parallel::KvStore* store) {
-    auto groups =
-        parallel::ProcessGroups::Create(world, r, pp, ep, store, parallel::GroupOptions());
+  moe::testing::RunRanks(world, [&](int r, KvStore* store) {
+    auto groups = ProcessGroups::Create(world, r, pp, ep, store, GroupOptions());
     ASSERT_TRUE(groups.ok()) << groups.status();
-    const parallel::ParallelContext& c = (*groups)->ctx();
+    const ParallelContext& c = (*groups)->ctx();
     EXPECT_EQ(c.pp_rank(), r / dp);
     EXPECT_EQ(c.dp_rank(), r % dp);
     EXPECT_EQ(c.dp_size(), dp);
@@ -144,10 +140,10 @@ TEST(ProcessGroups, OneStageKeepsTheOldGroups) {
   // W = 4, EP 2: the EP groups are {0, 1} and {2, 3}, expert-DP {0, 2} and {1, 3}, as before
   // pipelines.
   CheckGroups(4, 1, 2);
-  moe::testing::RunRanks(4, [&](int r, parallel::KvStore* store) {
-    auto groups = parallel::ProcessGroups::Create(4, r, 1, 2, store, parallel::GroupOptions());
+  moe::testing::RunRanks(4, [&](int r, KvStore* store) {
+    auto groups = ProcessGroups::Create(4, r, 1, 2, store, GroupOptions());
     ASSERT_TRUE(groups.ok()) << groups.status();
-    const parallel::ParallelContext& c = (*groups)->ctx();
+    const ParallelContext& c = (*groups)->ctx();
     EXPECT_NE(c.dp_group, c.world)
         << "the gradients' group has a communicator of its own, though its members are the world";
     EXPECT_EQ(c.dp_group->size(), 4);
@@ -160,15 +156,15 @@ TEST(ProcessGroups, OneStageKeepsTheOldGroups) {
 }
 
 TEST(ProcessGroups, OneRankGetsLocalGroupsWithoutAStore) {
-  auto groups = parallel::ProcessGroups::Create(1, 0, 1, 1, nullptr, parallel::GroupOptions());
+  auto groups = ProcessGroups::Create(1, 0, 1, 1, nullptr, GroupOptions());
   ASSERT_TRUE(groups.ok()) << groups.status();
-  const parallel::ParallelContext& c = (*groups)->ctx();
-  for (parallel::Communicator* comm :
+  const ParallelContext& c = (*groups)->ctx();
+  for (Communicator* comm :
        {c.world, c.dp_group, c.ep_group, c.expert_dp, c.pipeline, c.embedding}) {
     ASSERT_NE(comm, nullptr);
     EXPECT_EQ(comm->backend(), "local");
   }
-  parallel::LocalParallel local;
+  LocalParallel local;
   EXPECT_EQ(local.ctx.dp_size(), 1);
   EXPECT_EQ(local.ctx.expert_dp_size(), 1);
   EXPECT_NE(local.ctx.embedding, nullptr);
@@ -178,10 +174,10 @@ TEST(ProcessGroups, GradientGroupsNeverShareTheAllToAllsCommunicator) {
   // W = 2, EP 2: world, dp_group and ep_group have the same two members. The gradients' reductions
   // overlap the backward's all-to-alls, so dp_group is not the all-to-all's communicator; expert_dp
   // is a group of one here.
-  moe::testing::RunRanks(2, [&](int r, parallel::KvStore* store) {
-    auto groups = parallel::ProcessGroups::Create(2, r, 1, 2, store, parallel::GroupOptions());
+  moe::testing::RunRanks(2, [&](int r, KvStore* store) {
+    auto groups = ProcessGroups::Create(2, r, 1, 2, store, GroupOptions());
     ASSERT_TRUE(groups.ok()) << groups.status();
-    const parallel::ParallelContext& c = (*groups)->ctx();
+    const ParallelContext& c = (*groups)->ctx();
     EXPECT_EQ(c.ep_group, c.world) << "the same members and kind share one communicator";
     EXPECT_NE(c.dp_group, c.ep_group);
     EXPECT_EQ(c.dp_group->size(), 2);

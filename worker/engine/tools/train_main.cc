@@ -168,9 +168,8 @@ int Fail(const moe::Status& st) { return Finish(moe::RankEndFor(st)); }
 // for (its lead rank claims the checkpoint directory with it: checkpoint/ownership.h).
 void AddWorkerFlags(moe::ArgParser& args, Flags* f) {
   args.AddStrings("data-root", &f->data_roots,
-                  "open spec.data.path beneath one of these (repeatable; the worker's roots; a "
-                  "relative path: the "
-                  "first holding <path>.idx)");
+                  "open spec.data.path beneath one of these (repeatable; the worker's roots); a "
+                  "relative path: below the first that holds <path>.idx");
   args.AddStrings(
       "checkpoint-root", &f->checkpoint_roots,
       "open the checkpoint directory beneath one of these (repeatable; the worker's roots)");

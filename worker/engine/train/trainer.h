@@ -222,7 +222,8 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<StageLayout> layout_;  // every virtual pipeline stage
   bool tied_embedding_ = false;      // the last stage keeps an embedding copy for MTP (PP > 1)
-  std::unique_ptr<ConfinedDir> data_dir_, checkpoint_handle_;   // held open beneath the roots
+  std::unique_ptr<ConfinedDir> data_dir_, checkpoint_handle_;  // held open beneath the roots
+  std::string data_path_found_;  // a relative spec.data.path as OpenData found it below a root
   std::unique_ptr<ConfinedDir> retired_checkpoint_handle_;      // the one before a reopen
   std::unique_ptr<checkpoint::CheckpointOwnership> ownership_;  // the lead rank's claim
   std::unique_ptr<checkpoint::CheckpointManager> checkpoints_;

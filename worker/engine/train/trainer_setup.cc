@@ -86,6 +86,10 @@ Status Trainer::OpenData() {
     if (full.empty()) {
       full =
           NormalizeAbsolute(spec_.data.path, NormalizeAbsolute(options_.data_roots.front(), "/"));
+    } else {
+      // The run's records (the checkpoints' manifest) name where the data was found: moe-export and
+      // moe-generate find the run's tokenizer beside it from any directory.
+      data_path_found_ = full;
     }
     StatusOr<std::unique_ptr<ConfinedDir>> dir =
         ConfinedDir::Open("spec.data.path", DirName(full), options_.data_roots, false);
@@ -128,8 +132,10 @@ Status Trainer::OpenCheckpoints() {
   }
   const std::string tmp_suffix =
       options_.owner ? ".tmp-a" + std::to_string(options_.owner->attempt) : ".tmp";
+  JobSpec recorded = spec_;  // the spec as sent, with where its relative data path was found
+  if (!data_path_found_.empty()) recorded.data.path = data_path_found_;
   checkpoints_ = std::make_unique<checkpoint::CheckpointManager>(
-      io_dir, par_, ModelFingerprint(spec_), spec_.checkpoint.keep_last, JobSpecToNode(spec_),
+      io_dir, par_, ModelFingerprint(spec_), spec_.checkpoint.keep_last, JobSpecToNode(recorded),
       tmp_suffix);
   if (checkpoint_handle_) checkpoints_->SetShownName(checkpoint_dir_);
   if (spec_.checkpoint.async)
