@@ -1,11 +1,12 @@
 #include "common/path_roots.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+
+#include "common/file_util.h"
 
 namespace moe {
 
@@ -93,10 +94,8 @@ std::string ResolveRelativeData(const std::string& path, const std::vector<std::
 std::string ResolveDatasetPath(const std::string& path, const std::vector<std::string>& roots) {
   char buf[4096];
   const std::string cwd = ::getcwd(buf, sizeof(buf)) != nullptr ? buf : "";
-  return ResolveRelativeData(path, roots, cwd, [](const std::string& p) {
-    struct stat st {};
-    return ::stat((p + ".idx").c_str(), &st) == 0;
-  });
+  return ResolveRelativeData(path, roots, cwd,
+                             [](const std::string& p) { return PathExists(p + ".idx"); });
 }
 
 }  // namespace moe

@@ -139,7 +139,7 @@ class MemoryStateStore final : public StateStore {
  private:
   std::recursive_mutex mu_;  // the one writer's thread and the readers
   int64_t epoch_ = 0;
-  std::map<std::string, StoredWorker> workers_;  // by name: a put is O(log n) at 131,072 workers
+  std::map<std::string, StoredWorker> workers_;  // by name (LoadWorkers in name order, as SQLite's)
   std::vector<moe::v1::NodeCredential> credentials_;
   std::vector<moe::v1::Job> jobs_;
   std::vector<moe::v1::JobEvent> events_;
