@@ -40,6 +40,22 @@ Status Client::Connect() {
   return OkStatus();
 }
 
+bool Client::FollowLeader(const Status& st) {
+  if (ControllerAddresses(options.address).size() < 2 || st.code() != StatusCode::kUnavailable)
+    return false;
+  // Nothing was done: a standby refused it, or no connection was made (a call cut off after it
+  // reached a controller is not sent again: it may have been applied).
+  const bool not_sent = IsStandbyRefusal(st) || st.message().find("connect") != std::string::npos;
+  if (!not_sent) return false;
+  ++options.address_turn;
+  if (!Connect().ok()) return false;
+  // A whole round of standbys' refusals: an election under way; wait a little before the next.
+  if (options.address_turn % ControllerAddresses(options.address).size() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  return true;
+}
+
 int Client::Fail(const Status& st) const {
   // The message may quote what others sent (names, paths): escaped, as every table is.
   const std::string msg =

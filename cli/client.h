@@ -25,12 +25,22 @@ struct Client {
   std::unique_ptr<moe::v1::JobService::Stub> stub;
 
   Status Connect();
+  // One unary call. With several controller addresses (a leader and its standbys), a standby's
+  // refusal or an address that cannot be reached moves on to the next one (FollowLeader).
   template <typename Req, typename Resp, typename Method>
   Status Call(Method method, const Req& req, Resp* resp) {
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, options, timeout);
-    return FromGrpc((stub.get()->*method)(&ctx, req, resp));
+    Status st;
+    for (size_t tries = 0; tries < 1 + 2 * ControllerAddresses(options.address).size(); ++tries) {
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, options, timeout);
+      st = FromGrpc((stub.get()->*method)(&ctx, req, resp));
+      if (!FollowLeader(st)) break;
+    }
+    return st;
   }
+  // True when the call should go to the next address (reconnected to it): `st` is a standby's
+  // refusal or a failure to connect, and there are other addresses to try.
+  bool FollowLeader(const Status& st);
   // Prints the error ("moectl: CODE: message", with a hint when the controller cannot be reached)
   // and returns its exit code.
   int Fail(const Status& st) const;

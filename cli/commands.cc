@@ -531,6 +531,15 @@ int Drain(Client& c, const Args& a, bool drain) {
       a.wait_seconds, [&](const Status& st) { return c.Fail(st); });
 }
 
+int StepDown(Client& c) {
+  moe::v1::StepDownResponse resp;
+  if (Status st = c.Call(&Stub::StepDown, moe::v1::StepDownRequest(), &resp); !st.ok())
+    return c.Fail(st);
+  std::printf("%s stepped down: a standby takes over within a few seconds\n",
+              CurrentAddress(c.options).c_str());
+  return 0;
+}
+
 // watch and logs take a job's id or its name.
 int WatchByRef(Client& c, const Args& a) {
   StatusOr<moe::v1::Job> job = ResolveJob(c, a.id);
@@ -566,7 +575,9 @@ int RunTop(Client& c, const Args& a) {
 void AddConnectionFlags(CLI::App& app, Client* c, std::string* token_file) {
   // The defaults come from the config file and the environment (LoadConnectionDefaults).
   app.add_option("--controller", c->options.address,
-                 "controller address host:port ($MOE_CONTROLLER; config: controller)")
+                 "controller address host:port ($MOE_CONTROLLER; config: controller); several, "
+                 "comma-separated, for a leader and its standbys: a call goes to the next when one "
+                 "refuses as a standby or cannot be reached")
       ->capture_default_str();
   app.add_option("--token", c->options.token,
                  "bearer token ($MOE_TOKEN; visible in ps: prefer --token-file)");
@@ -759,6 +770,13 @@ std::vector<Command> AddCommands(CLI::App& app, Client& c, Args* a) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   top->add_flag("--once", a->once, "print once and exit");
+  auto* admin = app.add_subcommand("admin", "the controller itself");
+  admin->require_subcommand(1);
+  auto* step_down = admin->add_subcommand(
+      "step-down",
+      "the leading controller hands over to a standby (moe-controller --store etcd://...) and "
+      "stops; its supervisor starts it again as a standby");
+  out.push_back({step_down, [&c] { return StepDown(c); }});
   out.insert(out.end(), {{submit, [&c, a] { return Submit(c, *a); }},
                          {watch, [&c, a] { return WatchByRef(c, *a); }},
                          {cancel, [&c, a] { return Cancel(c, *a); }},

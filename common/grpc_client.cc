@@ -10,8 +10,33 @@
 
 namespace moe {
 
+std::vector<std::string> ControllerAddresses(const std::string& address) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= address.size()) {
+    const size_t comma = address.find(',', at);
+    const std::string one =
+        address.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (!one.empty()) out.push_back(one);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::string CurrentAddress(const ClientOptions& o) {
+  const std::vector<std::string> all = ControllerAddresses(o.address);
+  return all.empty() ? std::string() : all[o.address_turn % all.size()];
+}
+
+bool IsStandbyRefusal(const Status& st) {
+  return st.code() == StatusCode::kUnavailable &&
+         st.message().find("is a standby") != std::string::npos;
+}
+
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
-  if (o.address.empty())
+  const std::string address = CurrentAddress(o);
+  if (address.empty())
     return InvalidArgumentError("--controller: no address (or set MOE_CONTROLLER)");
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!o.tls_ca.empty() || !o.tls_cert.empty()) {
@@ -43,7 +68,7 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
   if (o.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // An argument of the channel is part of the key of gRPC's shared pool of connections.
   if (o.connection_group >= 0) args.SetInt("moe.connection_group", o.connection_group);
-  return grpc::CreateCustomChannel(o.address, creds, args);
+  return grpc::CreateCustomChannel(address, creds, args);
 }
 
 void PrepareContext(grpc::ClientContext* ctx, const ClientOptions& o, double deadline_seconds) {
@@ -97,6 +122,7 @@ std::string ConnectionHint(const Status& st, const ClientOptions& o) {
   if (closed)
     return " (the controller closed the connection: it may require TLS, --tls-ca; or it is "
            "restarting)";
+  if (IsStandbyRefusal(st)) return "";
   return " (is the controller running at " + o.address + "?)";
 }
 

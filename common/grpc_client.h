@@ -6,13 +6,17 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
 namespace moe {
 
 struct ClientOptions {
-  std::string address;            // host:port
+  // host:port, or several separated by commas: a leader and its standbys (moe-controller --store
+  // etcd://...), tried in turn (address_turn) until one leads.
+  std::string address;
+  size_t address_turn = 0;        // which of several addresses MakeChannel connects to
   std::string token;              // bearer token ("" for none)
   std::string tls_ca;             // PEM of the CA that signed the controller's certificate: TLS on
   std::string tls_cert, tls_key;  // client certificate for mTLS
@@ -27,6 +31,11 @@ struct ClientOptions {
 };
 
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);
+// The addresses in options.address, in order; the one MakeChannel uses now.
+std::vector<std::string> ControllerAddresses(const std::string& address);
+std::string CurrentAddress(const ClientOptions& options);
+// A standby's refusal (moe-controller --store etcd): "...is a standby...; the leader is at ADDR".
+bool IsStandbyRefusal(const Status& st);
 // OK when others may not touch `path` and its group may at most read it (0600, 0640, 0440);
 // PERMISSION_DENIED naming the mode otherwise. For files that hold secrets (tokens).
 Status CheckSecretFileMode(const std::string& path);

@@ -43,7 +43,12 @@ struct ControllerConfig {
   ServiceLogOptions log;  // --log-level, --log-file, --log-format, ... (common/service_log.h)
 
   // State.
-  std::string state_dir;                 // SQLite database (required by moe-controller)
+  // "sqlite" (the embedded default: state_dir) or etcd://host:port[,host:port...][/prefix]: the
+  // records in etcd, one leader among the controllers on it (store_choice.h).
+  std::string store = "sqlite";
+  std::string advertise_address;         // what standbys tell clients to use (default: --listen)
+  int leader_lease_seconds = 3;          // etcd: a leader silent this long is replaced
+  std::string state_dir;                 // SQLite database (required with --store sqlite)
   bool allow_network_state_dir = false;  // NFS & co. refused unless set (CheckStateDirFilesystem)
   std::string
       checkpoint_root;  // checkpoints of jobs that name no directory: <root>/<job id>; see Resolve

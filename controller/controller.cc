@@ -830,4 +830,15 @@ std::string Controller::Fenced() {
   return fenced_;
 }
 
+Status Controller::StepDown(const std::string& actor) {
+  if (!step_down_) {
+    return FailedPreconditionError(
+        "this controller has no standby to hand over to: it runs on the embedded SQLite store "
+        "(moe-controller --store etcd://HOST:PORT runs a leader with standbys)");
+  }
+  MOE_LOG(WARNING) << "stepping down at the request of " << (actor.empty() ? "an admin" : actor)
+                   << ": a standby takes over";
+  return step_down_();
+}
+
 }  // namespace moe::controller

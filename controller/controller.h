@@ -167,6 +167,11 @@ class Controller {
   // The reason this controller must stop, when another one took over its state since it started (a
   // higher fencing epoch is stored: Tick checks every few seconds); empty while it holds the state.
   std::string Fenced() ABSL_LOCKS_EXCLUDED(mu_);
+  // With --store etcd (main.cc, before serving): how to hand the leadership to a standby.
+  void SetStepDown(std::function<Status()> step_down) { step_down_ = std::move(step_down); }
+  // moectl admin step-down: the leader steps down (its process then stops); FAILED_PRECONDITION
+  // where there is no standby to take over (the embedded SQLite store).
+  Status StepDown(const std::string& actor);
 
  private:
   Status RestoreWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -230,7 +235,8 @@ class Controller {
   double cluster_metrics_at_ = -1e9;  // monotonic second the cluster's figures were last published
   double cluster_metrics_every_ = 1.0;  // seconds between two: 1, longer where a walk costs more
   std::string fenced_;
-  const std::string host_id_;   // this machine (common/host_id.h)
+  std::function<Status()> step_down_;  // set before serving, then only read
+  const std::string host_id_;          // this machine (common/host_id.h)
   StateStore& store_;           // reads (LoadWorkers, StoredEpoch); every write goes through:
   GroupCommitStore committer_;  // the one writer (its batches commit with mu_ released)
   Clock& clock_;

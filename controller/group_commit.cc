@@ -1,5 +1,6 @@
 #include "controller/group_commit.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <utility>
@@ -59,7 +60,8 @@ void GroupCommitStore::Run() {
       std::unique_lock<std::mutex> lock(mu_);
       queued_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything queued is committed
-      while (!queue_.empty() && batch.size() < kMaxBatch) {
+      const size_t most = std::min(kMaxBatch, durable_.MaxBatchWrites());
+      while (!queue_.empty() && batch.size() < most) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }

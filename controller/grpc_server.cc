@@ -451,6 +451,18 @@ class GrpcServer::JobServiceImpl final : public moe::v1::JobService::CallbackSer
       return OkStatus();
     });
   }
+  grpc::ServerUnaryReactor* StepDown(grpc::CallbackServerContext* ctx,
+                                     const moe::v1::StepDownRequest*,
+                                     moe::v1::StepDownResponse* resp) override {
+    const std::string who = auth_.Who(Authorization(ctx));
+    return UnaryLater(ctx, auth_, Role::kAdmin, ex_, times_.Start("StepDown"),
+                      [=, this]() -> Status {
+                        MOE_RETURN_IF_ERROR(c_.StepDown(who));
+                        const grpc::string_ref authority = ctx->ExperimentalGetAuthority();
+                        resp->set_controller(std::string(authority.data(), authority.size()));
+                        return OkStatus();
+                      });
+  }
   grpc::ServerUnaryReactor* ListRacks(grpc::CallbackServerContext* ctx,
                                       const moe::v1::ListRacksRequest*,
                                       moe::v1::ListRacksResponse* resp) override {
@@ -708,11 +720,7 @@ void GrpcServer::Count(prometheus::Registry& registry) {
 }
 GrpcServer::~GrpcServer() { Shutdown(); }
 
-Status GrpcServer::Start(const ServerOptions& o) {
-  grpc::EnableDefaultHealthCheckService(true);
-  // Reflection answers without a token, so a controller with --tokens serves it only when told to
-  // (--grpc-reflection). Before the builder: it takes the plugins registered when it is made.
-  if (o.reflection) LoadReflection();
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const ServerOptions& o) {
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!o.tls_cert.empty() || !o.tls_key.empty()) {
     if (o.tls_cert.empty() || o.tls_key.empty())
@@ -729,6 +737,15 @@ Status GrpcServer::Start(const ServerOptions& o) {
   } else if (!o.tls_client_ca.empty()) {
     return InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
+  return creds;
+}
+
+Status GrpcServer::Start(const ServerOptions& o) {
+  grpc::EnableDefaultHealthCheckService(true);
+  // Reflection answers without a token, so a controller with --tokens serves it only when told to
+  // (--grpc-reflection). Before the builder: it takes the plugins registered when it is made.
+  if (o.reflection) LoadReflection();
+  MOE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, ServerCredentialsFor(o));
   jobs_ = std::make_unique<JobServiceImpl>(controller_, auth_, client_executor_, times_);
   workers_ = std::make_unique<WorkerServiceImpl>(controller_, auth_, clock_, executor_, udp_.get(),
                                                  times_);

@@ -24,6 +24,8 @@ namespace moe::controller {
 
 class UdpHeartbeats;
 grpc::Status ToGrpc(const Status& st);
+// The server's credentials from --tls-cert, --tls-key, --tls-client-ca (insecure without them).
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const ServerOptions& o);
 
 class GrpcServer {
  public:
@@ -36,10 +38,10 @@ class GrpcServer {
   // (controller/rpc_times.h) in `registry`; before Start.
   void Count(prometheus::Registry& registry);
   void Shutdown();
-
- private:
   // Why BuildAndStart gave no listener: the port, or (with TLS) the certificate and key.
   static Status ListenError(const ServerOptions& options);
+
+ private:
   void StartUdpHeartbeats(const std::string& listen);
   class JobServiceImpl;
   class WorkerServiceImpl;

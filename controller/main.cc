@@ -2,6 +2,7 @@
 //
 //   moe-controller --listen ADDR --metrics-listen ADDR --state-dir DIR [--tls-cert F --tls-key F
 //                  [--tls-client-ca F]] [--tokens FILE] [--lease-seconds S] [--checkpoint-root DIR]
+//   moe-controller --store etcd://HOST:PORT[,...][/PREFIX] ...   (a leader and its standbys)
 //
 // Every setting and its default is in ControllerConfig (config.h); the flags write into it.
 #include <prometheus/registry.h>
@@ -27,6 +28,8 @@
 #include "controller/metrics_aggregator.h"
 #include "controller/net_policy.h"
 #include "controller/state_store.h"
+#include "controller/store_choice.h"
+#include "prometheus/gauge.h"
 
 namespace {
 
@@ -37,6 +40,11 @@ void OnSignal(int) { g_stop = true; }
 std::atomic<bool> g_serving{false};      // gRPC started (readiness)
 std::atomic<int64_t> g_last_tick_ms{0};  // the loop's last tick, steady clock (liveness)
 const auto g_process_metrics = moe::ProcessCollector();  // process_* on /metrics
+// With --store etcd: the leader a standby waits behind (readiness says it), and why this controller
+// lost its leadership ("" while it leads or never led).
+absl::Mutex g_leader_mu;
+std::string g_leader ABSL_GUARDED_BY(g_leader_mu);
+std::string g_lost ABSL_GUARDED_BY(g_leader_mu);
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -48,7 +56,20 @@ void BindServingFlags(CLI::App& app, ControllerConfig& c) {
   app.add_option("--listen", c.server.listen, "gRPC address (host:port)")->capture_default_str();
   app.add_option("--metrics-listen", c.metrics_listen, "Prometheus /metrics address (host:port)")
       ->capture_default_str();
-  app.add_option("--state-dir", c.state_dir, "directory of the durable state (SQLite)")->required();
+  app.add_option("--state-dir", c.state_dir,
+                 "directory of the durable state (SQLite; required unless --store etcd://...)");
+  app.add_option("--store", c.store,
+                 "sqlite (the embedded default, in --state-dir) or etcd://HOST:PORT[,HOST:PORT...]"
+                 "[/PREFIX]: the state in etcd, one leader among the controllers on it, the others "
+                 "standbys that refuse calls with the leader's address")
+      ->capture_default_str();
+  app.add_option("--advertise-address", c.advertise_address,
+                 "with --store etcd: the address clients reach this controller at, which standbys "
+                 "name in their refusals (default: --listen)");
+  app.add_option("--leader-lease-seconds", c.leader_lease_seconds,
+                 "with --store etcd: a leader that has not renewed its lease for this long is "
+                 "replaced by a standby (2 to 60)")
+      ->capture_default_str();
   app.add_option("--tls-cert", c.server.tls_cert, "server certificate (PEM); TLS with --tls-key");
   app.add_option("--tls-key", c.server.tls_key, "server private key (PEM)");
   app.add_option("--tls-client-ca", c.server.tls_client_ca,
@@ -241,7 +262,7 @@ moe::Status SetUpProcess(const ControllerConfig& c) {
 // it refuses to start while it does not exist); elsewhere each job's first rank makes its own
 // directory below it. The default (<state-dir>/checkpoints) is left to the first job that needs it.
 void MakeCheckpointRoot(const std::string& root) {
-  if (moe::PathExists(root)) return;
+  if (root.empty() || moe::PathExists(root)) return;
   if (moe::Status st = moe::MakeDirs(root); st.ok()) {
     MOE_LOG(INFO) << "--checkpoint-root " << root << ": created";
   } else {
@@ -310,6 +331,11 @@ moe::HealthProbes ControllerProbes() {
   };
   p.ready = [] {
     if (g_stop) return moe::ProbeAnswer{false, "stopping"};
+    if (!g_serving.load()) {
+      absl::MutexLock lock(&g_leader_mu);
+      if (!g_lost.empty()) return moe::ProbeAnswer{false, "lost the leadership: " + g_lost};
+      if (!g_leader.empty()) return moe::ProbeAnswer{false, "a standby; the leader is " + g_leader};
+    }
     if (!g_serving.load()) return moe::ProbeAnswer{false, "recovering its state, not serving yet"};
     return moe::ProbeAnswer{};
   };
@@ -322,9 +348,49 @@ moe::Status RunUntilSignalled(moe::controller::Controller& controller) {
     controller.Tick();
     g_last_tick_ms = NowMs();
     if (std::string why = controller.Fenced(); !why.empty()) return moe::AbortedError(why);
+    absl::MutexLock lock(&g_leader_mu);
+    if (!g_lost.empty()) return moe::AbortedError("lost the leadership: " + g_lost);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return moe::OkStatus();
+}
+
+// --store: SQLite in --state-dir, or etcd once this controller leads (a standby until then: it
+// refuses calls with the leader's address and is not ready).
+moe::StatusOr<moe::controller::OpenedStore> OpenStore(const ControllerConfig& c) {
+  if (!moe::controller::IsEtcdStore(c.store)) {
+    if (c.store != "sqlite") {
+      return moe::InvalidArgumentError(
+          "--store " + c.store + ": expected sqlite or etcd://HOST:PORT[,HOST:PORT...][/PREFIX]");
+    }
+    return moe::controller::OpenSqliteStore(c);
+  }
+  moe::controller::StandbyHooks hooks;
+  hooks.stop = [] { return g_stop.load(); };
+  hooks.on_leader = [](const std::string& leader) {
+    MOE_LOG(INFO) << (leader.empty() ? std::string("no leader elected yet")
+                                     : "standby; the leader is " + leader);
+    absl::MutexLock lock(&g_leader_mu);
+    g_leader = leader.empty() ? "not elected yet" : leader;
+  };
+  return moe::controller::LeadOnEtcd(c, hooks);
+}
+
+// With --store etcd: the lease kept alive while this controller leads; losing it, or stepping down,
+// stops the controller (RunUntilSignalled sees g_lost).
+void KeepLeading(moe::controller::OpenedStore& opened, moe::controller::Controller& controller) {
+  if (!opened.election) return;
+  opened.election->KeepLeading([](const std::string& why) {
+    MOE_LOG(ERROR) << "lost the leadership: " << why << "; stopping (a standby takes over)";
+    absl::MutexLock lock(&g_leader_mu);
+    g_lost = why;
+  });
+  controller.SetStepDown([election = opened.election.get()]() -> moe::Status {
+    MOE_RETURN_IF_ERROR(election->StepDown());
+    absl::MutexLock lock(&g_leader_mu);
+    g_lost = "stepped down (moectl admin step-down)";
+    return moe::OkStatus();
+  });
 }
 
 int Fail(const std::string& msg) {
@@ -377,30 +443,30 @@ int main(int argc, char** argv) {
   auto auth = CheckExposure(config);
   if (!auth.ok()) return Fail(auth.status().message());
 
-  // Take the state directory (one controller per directory), open the store and the metrics
-  // endpoint.
-  if (moe::Status st = moe::controller::CheckStateDirFilesystem(config.state_dir,
-                                                                config.allow_network_state_dir);
-      !st.ok()) {
-    return Fail("--state-dir: " + st.message());
-  }
-  auto lock = moe::controller::LockStateDir(config.state_dir);
-  if (!lock.ok()) return Fail("--state-dir: " + lock.status().message());
-  auto store = moe::controller::SqliteStateStore::Open(config.state_dir);
-  if (!store.ok()) return Fail("--state-dir: " + store.status().message());
-  if (moe::Status st = lock->LockDatabase(); !st.ok()) return Fail("--state-dir: " + st.message());
   auto registry = std::make_shared<prometheus::Registry>();
   moe::SetHealthProbes(ControllerProbes());
   auto metrics_server = ServeMetrics(config, registry);
   if (!metrics_server.ok()) return Fail(metrics_server.status().message());
+  auto& leader =
+      prometheus::BuildGauge()
+          .Name("moe_controller_leader")
+          .Help("1 while this controller leads (serves), 0 while a standby (--store etcd)")
+          .Register(*registry)
+          .Add({});
+  // Open the store: the state directory (one controller per directory), or etcd once this one
+  // leads.
+  auto opened = OpenStore(config);
+  if (!opened.ok()) return Fail(opened.status().message());
+  leader.Set(1);
 
   // Build the managers and recover.
   moe::controller::RealClock clock;
   moe::controller::MetricsAggregator metrics(registry, clock, config.straggler,
                                              config.metrics_retention_seconds, MOE_VERSION);
-  moe::controller::Controller controller(**store, clock, metrics, config);
+  moe::controller::Controller controller(*opened->store, clock, metrics, config);
+  KeepLeading(*opened, controller);
   if (moe::Status st = controller.Recover(); !st.ok()) {
-    return Fail("recovering state from " + config.state_dir + ": " + st.ToString());
+    return Fail("recovering state from " + opened->where + ": " + st.ToString());
   }
 
   // Serve.
@@ -417,7 +483,7 @@ int main(int argc, char** argv) {
                 << (config.server.tls_cert.empty() ? "" : " (TLS)")
                 << (config.server.tls_client_ca.empty() ? "" : " (mTLS)")
                 << (auth->enabled() ? ", tokens required" : "") << "; /metrics on "
-                << config.metrics_listen << "; state in " << config.state_dir;
+                << config.metrics_listen << "; state in " << opened->where;
   const moe::Status ran = RunUntilSignalled(controller);
 
   // Shut down.
@@ -425,5 +491,6 @@ int main(int argc, char** argv) {
       << "shutting down (running jobs carry on: their workers reconnect to the next controller)";
   controller.BeginShutdown();
   grpc_server.Shutdown();
+  leader.Set(0);
   return ran.ok() ? 0 : Fail(ran.message());
 }

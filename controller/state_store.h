@@ -59,6 +59,9 @@ class StateStore {
   // none (GroupCommitStore's batches). The default runs them as they come (stores without
   // transactions: tests).
   virtual Status Batch(const std::function<Status()>& writes) { return writes(); }
+  // The most writes one Batch may hold (GroupCommitStore closes its batches there): etcd refuses
+  // transactions past a size.
+  virtual size_t MaxBatchWrites() const { return 4096; }
   // Several transitions (a scheduling pass's placements) in one write: all stored or none.
   virtual Status PutJobsWithEvents(const std::vector<JobWithEvent>& all) {
     return Batch([&]() -> Status {

@@ -20,6 +20,7 @@ fuzz_pkgs=(clang libclang-rt-14-dev)  # make fuzz: libFuzzer is clang's
 test_pkgs=(sqlite3 prometheus slurm-wlm munge curl openssl python3-torch python3-numpy
   python3-grpcio python3-protobuf python3-yaml  # the Python gRPC clients of the trust tests (/usr/bin/python3)
   python3-venv  # the deploy validators' pinned PyPI environments (scripts/pyvenv.sh)
+  etcd-server  # the controller's etcd store and its standby (etcd_store_test, bench/failover.py)
   clang)  # tests/sanitizers/thread_safety_test.sh: clang's -Wthread-safety on the annotated locks
 
 case "$target" in

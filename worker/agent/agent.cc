@@ -119,6 +119,14 @@ double RetryHintSeconds(const std::string& message) {
 
 }  // namespace
 
+// After a failed session: a fresh channel, to the next controller where several are named (a
+// leader and its standbys: a standby refused us, or the one we had is gone).
+void WorkerAgent::NextController(std::shared_ptr<moe::v1::WorkerService::Stub>* stub) {
+  if (o_.client.connection_group >= 0) return;  // pooled connections: see Run
+  stub->reset();
+  if (ControllerAddresses(o_.client.address).size() > 1) ++o_.client.address_turn;
+}
+
 Status WorkerAgent::Run() {
   MOE_RETURN_IF_ERROR(MakeDirs(o_.runtime_dir));
   MeasurePeakAhead();
@@ -138,12 +146,13 @@ Status WorkerAgent::Run() {
     }
     if (!Credential(*stub)) {
       if (stop_) break;
+      NextController(&stub);
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff * 5));
       backoff = std::min(backoff * 2, 6.0);  // a held node credential: every 30 s at most
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    if (!Session(stub) && o_.client.connection_group < 0) stub.reset();
+    if (!Session(stub) && o_.client.connection_group < 0) NextController(&stub);
     if (stop_) break;
     // A session that lasted is a reconnect after a controller restart: try again soon.
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff = 0.2;

@@ -99,6 +99,7 @@ class WorkerAgent {
   bool Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& stub);
   bool Write(const moe::v1::WorkerMessage& msg);
   bool Credential(moe::v1::WorkerService::Stub& stub);
+  void NextController(std::shared_ptr<moe::v1::WorkerService::Stub>* stub);
   // The stream for the Run thread's reads: gRPC allows one reader beside the writers, and only the
   // Run thread replaces stream_, so on it the pointer needs no lock.
   grpc::ClientReaderWriter<moe::v1::WorkerMessage, moe::v1::ControllerMessage>* ReaderStream()

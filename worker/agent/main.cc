@@ -203,7 +203,9 @@ void BindConnectionFlags(CLI::App& app, WorkerFlags& f) {
   o.client.address = env_controller ? env_controller : "";
   o.client.token = env_token ? env_token : "";
   app.add_option("--controller", o.client.address,
-                 "controller gRPC address host:port ($MOE_CONTROLLER)");
+                 "controller gRPC address host:port ($MOE_CONTROLLER); several, comma-separated, "
+                 "for a leader and its standbys (moe-controller --store etcd://...): the agent "
+                 "moves to the next when one refuses or cannot be reached");
   app.add_option(
       "--token", o.client.token,
       "bearer token with the worker role ($MOE_TOKEN; visible in ps: prefer --token-file)");
