@@ -151,7 +151,12 @@ int Watch(Client& c, const std::string& id, bool json, double reconnect_seconds)
     }
     if (why.ok()) break;
     text.EndLine();
-    if (have_job && again.Retry(why)) continue;  // never attached: the usual error at once
+    // With several controllers, the next attach goes to the next one when this one refused as a
+    // standby or could not be reached (the leader moved).
+    if (have_job && again.Retry(why)) {
+      (void)c.FollowLeader(why);
+      continue;
+    }  // never attached: the usual error at once
     return c.Fail(why);
   }
   text.EndLine();

@@ -456,6 +456,10 @@ int main(int argc, char** argv) {
   // Open the store: the state directory (one controller per directory), or etcd once this one
   // leads.
   auto opened = OpenStore(config);
+  if (!opened.ok() && opened.status().code() == moe::StatusCode::kCancelled && g_stop) {
+    MOE_LOG(INFO) << "stopped while a standby";
+    return 0;
+  }
   if (!opened.ok()) return Fail(opened.status().message());
   leader.Set(1);
 

@@ -49,8 +49,9 @@ grep -q "is a standby" <<<"$out" && grep -q "the leader is at 127.0.0.1:$P_a" <<
 code=$(curl -s -o "$WORK/readyz" -w '%{http_code}' http://127.0.0.1:$M_b/readyz)
 [ "$code" = 503 ] && grep -q "standby" "$WORK/readyz" || fail "standby /readyz: $code $(cat "$WORK/readyz")"
 [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$M_a/readyz)" = 200 ] || fail "the leader is not ready"
-curl -s http://127.0.0.1:$M_a/metrics | grep -q '^moe_controller_leader 1' || fail "leader gauge"
-curl -s http://127.0.0.1:$M_b/metrics | grep -q '^moe_controller_leader 0' || fail "standby gauge"
+# (Read whole first: grep -q leaving early would cut curl's pipe, which pipefail counts.)
+m=$(curl -s http://127.0.0.1:$M_a/metrics); grep -q '^moe_controller_leader 1' <<<"$m" || fail "leader gauge"
+m=$(curl -s http://127.0.0.1:$M_b/metrics); grep -q '^moe_controller_leader 0' <<<"$m" || fail "standby gauge"
 
 # Both addresses, the standby first: moectl finds the leader. A worker with both trains a job.
 export MOE_CONTROLLER=127.0.0.1:$P_b,127.0.0.1:$P_a
@@ -75,6 +76,13 @@ step() { job_field "$id" 'int(d.get("last_metrics",{}).get("step",0))'; }
 step0=$(step)
 for _ in $(seq 1 150); do [ "$(step)" -gt "$step0" ] && break; sleep 0.2; done
 [ "$(step)" -gt "$step0" ] || fail "the job stopped stepping under the new leader (step $step0)"
+
+# The stepped-down controller comes back as a standby (as its supervisor would start it); SIGTERM stops
+# a standby cleanly (exit 0).
+start_ha a 2; wait_log "$WORK/controller-a-2.log" "standby; the leader is 127.0.0.1:$P_b" 30
+kill -TERM "$PID_a"
+rc=0; wait "$PID_a" || rc=$?
+[ $rc -eq 0 ] || fail "a standby stopped by SIGTERM exited $rc"
 
 # The embedded store has no standby: step-down says why.
 "$BIN/moe-controller" --listen 127.0.0.1:$(free_port) --state-dir "$WORK/sqlite" --metrics-listen 127.0.0.1:$(free_port) \

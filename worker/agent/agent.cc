@@ -247,7 +247,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
     const grpc::Status st = stream_->Finish();
     const auto now = std::chrono::steady_clock::now();
     if (unreachable_++ == 0 || now - unreachable_logged_ >= std::chrono::seconds(30)) {
-      MOE_LOG(WARNING) << "cannot reach the controller at " << o_.client.address << ": "
+      MOE_LOG(WARNING) << "cannot reach the controller at " << CurrentAddress(o_.client) << ": "
                        << st.error_message() << " (try " << unreachable_
                        << " since it was last reached; retrying, logged every 30 s)";
       unreachable_logged_ = now;
@@ -257,8 +257,8 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
     return false;
   }
   if (unreachable_ > 1)
-    MOE_LOG(INFO) << "reached the controller at " << o_.client.address << " after " << unreachable_
-                  << " failed tries";
+    MOE_LOG(INFO) << "reached the controller at " << CurrentAddress(o_.client) << " after "
+                  << unreachable_ << " failed tries";
   unreachable_ = 0;
   // Heartbeats from the process's one ticker thread, or its group's
   // (worker/agent/heartbeat_ticker.h).
@@ -331,7 +331,8 @@ void WorkerAgent::SetUdpLease(const moe::v1::Registered& r) {
       r.heartbeat_lease_id() == 0 || r.heartbeat_key().size() != beat::kKeyBytes) {
     return;  // none granted: heartbeats on the stream
   }
-  const std::string host = UdpHostOf(o_.client.address);
+  const std::string host =
+      UdpHostOf(CurrentAddress(o_.client));  // the controller we registered with
   if (host.empty()) return;
   udp_link_ = UdpBeatLink::For(host, static_cast<int>(r.heartbeat_udp_port()), o_.beat_group);
   if (!udp_link_) return;
@@ -389,7 +390,7 @@ void WorkerAgent::ServeSession(const std::shared_ptr<moe::v1::WorkerService::Stu
         UdpBeat();  // the lease runs from the answer: its first beat now, not at the ticker's turn
         NoteLateAnswer();
         ++registrations_;
-        MOE_LOG(INFO) << "registered with the controller at " << o_.client.address << " as "
+        MOE_LOG(INFO) << "registered with the controller at " << CurrentAddress(o_.client) << " as "
                       << o_.name << " (rack " << o_.rack << ", node " << o_.node << ", "
                       << o_.devices.front()
                       << (o_.devices.size() > 1
