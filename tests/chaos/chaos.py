@@ -14,8 +14,9 @@ prints each event's detection time (failure -> the control plane noticed: the jo
 controller serves again) and recovery time (failure -> the first step trained after it).
 
   tests/chaos/chaos.py [--profile short|full] [--seed N] [--bin build/bin] [--keep]
-The short profile (make test) strings 6 events (3 kills, a hang, a storage outage, a clean SIGTERM) through a 160-step job, each at a seeded step between
-5% and 55% of it (an outage trains on: it needs room after it); the full one
+The short profile (make test) strings 6 events (3 kills, a hang, a storage outage, a clean SIGTERM) through a job of
+at least 160 steps, each at a seeded step between 5% and 55% of it (an outage trains on: the last 45% must outlast
+it and the pauses, at the step time of a 20-step calibration run); the full one
 (make chaos) 8 kills 15-40 s apart plus the hang, the storage outage and a clean SIGTERM through a job of >= 300 steps
 that lasts as long as they need (its length from a 20-step calibration run of this machine).
 """
@@ -442,6 +443,15 @@ def run(args, prof, events, rng, cluster, work):
         log(f"the job: {steps} steps at about {step_s:.2f} s each (the events need about {budget:.0f} s)")
         ref_run = start_reference(args, work, steps, interval)  # beside the chaos job: it takes as long
     else:
+        # The events come between 5 % and 55 % of the job, and the job trains on through the storage
+        # outage and the pauses between events: on a fast machine 160 steps ended before the last
+        # events (an 8 s outage at 50 % ran 70 steps). So the last 45 % must outlast the outage, every
+        # pause and 8 s to spare, at this machine's step time (a 20-step calibration run).
+        calib = reference_run(args, work, 20, interval)
+        step_s = max(0.01, calib["seconds"] / 20)
+        needed = prof["outage"] + sum(g for _, g, _ in events) + 8
+        steps = max(steps, int(needed / step_s / 0.45))
+        log(f"the job: {steps} steps at about {step_s:.2f} s each (after 55 % it must run {needed:.0f} s)")
         ref_run = None
         ref = reference_run(args, work, steps, interval)
     cluster.start_controller()

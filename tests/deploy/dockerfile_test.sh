@@ -48,7 +48,8 @@ if ! grep -q -- "-t registry.example.com/moe/x:9.9.9 " <<<"$cmd" || ! grep -q --
 fi
 default=$(make -s -C deploy/docker image)
 for k in deploy/k8s/overlays/*/kustomization.yaml deploy/k8s/overlays/*/*/kustomization.yaml; do
-  img=$(awk '/newName:/ {n=$2} /newTag:/ {t=$2} END {if (n) print n ":" t}' "$k")
+  # Our image's entry only (an overlay may name others: the ha overlay's etcd).
+  img=$(awk -v ours="${default%:*}" '/- name:/ {cur=$3} /newName:/ && cur == ours {n=$2} /newTag:/ && cur == ours {t=$2} END {if (n) print n ":" t}' "$k")
   [ -z "$img" ] || [ "$img" = "$default" ] || { echo "FAIL: $k names $img, deploy/docker/Makefile $default: one default" >&2; failed=1; }
 done
 echo "   image: IMAGE:TAG a parameter (make -C deploy/docker build IMAGE=... TAG=...), default $default as in the overlays"

@@ -13,11 +13,17 @@
 # Certificate's Secret naming its Service; every agent and moectl trusts the CA, mounted alone), the
 # network (every --listen, --metrics-listen, --health-listen on the pod's own IP, never 0.0.0.0; the
 # NetworkPolicies admit the controller's gRPC port from every agent and moectl pod by the labels their
-# templates carry, the agents each other's TCP, Prometheus' namespace the ports the monitors scrape). An overlay may also have to CONTAIN things (requires_of below: a pool with the
-# queue label and, on GB300, a topology request on the NVLink domain; its ComputeDomain and RDMA; the
-# ServiceMonitor, PrometheusRule and dashboards). An overlay's extra pools (joins_of) are rendered with it
-# and checked together: several pools join one controller. Then the validator is shown broken renders and
-# must reject each one (a validator that passes everything would pass the overlays too).
+# templates carry, the agents each other's TCP, Prometheus' namespace the ports the monitors scrape), the
+# controller's store (one replica on SQLite; on etcd, leader-only readiness and no startup probe a standby
+# fails; the etcd members' flags, names, quorum, budget and who reaches them). An overlay may also have to
+# CONTAIN things (requires_of below: a pool with the queue label and, on GB300, a topology request on the
+# NVLink domain; its ComputeDomain and RDMA; the ServiceMonitor, PrometheusRule and dashboards; for ha, 2
+# controllers or more on --store etcd://, ready = leading, and a 3-member etcd StatefulSet with
+# --max-txn-ops). An overlay's extra pools (joins_of) are
+# rendered with it and checked together: several pools join one controller. The ha overlay is rendered
+# twice more, as its kustomization.yaml says it may be used: on the gb300-nvl72 overlay instead of
+# cpu-demo, and on an existing etcd (its etcd.yaml dropped, --store changed). Then the validator is shown
+# broken renders and must reject each one (a validator that passes everything would pass the overlays too).
 # Needs kubectl and python3 with venv (Debian's python3-venv). The validator runs in a virtual environment
 # of the packages pinned in tests/deploy/requirements-k8s.txt, made by scripts/pyvenv.sh on first use in
 # $MOE_PY_CACHE (default ~/.cache/moe-py): that one step needs PyPI; later runs are offline.
@@ -36,6 +42,10 @@ requires_of() {
     cpu-demo) echo "--require=pool:JobSet/moe-pool $common" ;;
     gb300-nvl72) echo "--require=pool:JobSet/moe-pool:nvidia.com/gpu.clique --require=compute-domain:JobSet/moe-pool" \
       "--require=rdma:JobSet/moe-pool $common" ;;
+    # The ha overlay (on cpu-demo), and its variants below: on gb300-nvl72, and on an existing etcd.
+    ha) echo "$(requires_of cpu-demo) --require=ha --require=etcd:StatefulSet/moe-etcd" ;;
+    ha-on-gb300-nvl72) echo "$(requires_of gb300-nvl72) --require=ha --require=etcd:StatefulSet/moe-etcd" ;;
+    ha-existing-etcd) echo "$(requires_of cpu-demo) --require=ha" ;;
     *) echo "$common" ;;
   esac
 }
@@ -67,6 +77,36 @@ for o in "${overlays[@]}"; do
     validate $(requires_of "$n+$j") "$tmp/$n+$j.yaml" || { echo "FAIL: $o with $o/$j" >&2; failed=1; }
   done
 done
+
+# The ha overlay as its kustomization.yaml says to use it otherwise, each a copy in $tmp whose resources
+# name the overlays by a path relative to the copy (kustomize refuses absolute ones), the seds applied
+# after that: ha_variant NAME SED-OF-KUSTOMIZATION [SED-OF-ARGS-PATCH]. Each sed must change its file
+# (else the overlay changed: update it here).
+ha_variant() {
+  local name=$1 kust=$2 args=${3:-} d="$tmp/$1" o=deploy/k8s/overlays/ha
+  echo "== $o as $name"
+  mkdir -p "$d" && cp "$o"/*.yaml "$d/"
+  sed "s#^  - \.\./cpu-demo\$#  - $(realpath --relative-to="$d" deploy/k8s/overlays)/cpu-demo#" "$o/kustomization.yaml" >"$d/moved.yaml"
+  sed "$kust" "$d/moved.yaml" >"$d/kustomization.yaml"
+  [ -z "$args" ] || sed -i "$args" "$d/patch-controller-args.yaml"
+  if cmp -s "$d/moved.yaml" "$d/kustomization.yaml" || { [ -n "$args" ] && cmp -s "$o/patch-controller-args.yaml" "$d/patch-controller-args.yaml"; }; then
+    echo "FAIL: $name: the edits its kustomization.yaml describes no longer apply (the overlay changed: update ha_variant)" >&2; failed=1; return
+  fi
+  if ! kubectl kustomize "$d" >"$tmp/$name.yaml"; then echo "FAIL: $o as $name does not render" >&2; failed=1; return; fi
+  # shellcheck disable=SC2046
+  validate $(requires_of "$name") "$tmp/$name.yaml" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log" >&2; echo "FAIL: $o as $name" >&2; failed=1; return; }
+  cat "$tmp/$name.log"
+}
+if [ -s "$tmp/ha.yaml" ]; then
+  ha_variant ha-on-gb300-nvl72 's#/cpu-demo$#/gb300-nvl72#'
+  ha_variant ha-existing-etcd '/^  - etcd.yaml /d' \
+    's#--store=etcd://moe-etcd-0.moe-etcd:2379,moe-etcd-1.moe-etcd:2379,moe-etcd-2.moe-etcd:2379/moe$#--store=etcd://etcd-a.example:2379,etcd-b.example:2379,etcd-c.example:2379/moe#'
+  if [ -s "$tmp/ha-existing-etcd.yaml" ]; then
+    grep -q 'kind: StatefulSet' "$tmp/ha-existing-etcd.yaml" && { echo "FAIL: ha-existing-etcd still renders an etcd StatefulSet" >&2; failed=1; }
+    grep -q 'etcd-a.example:2379 is not rendered here: an etcd outside this render' "$tmp/ha-existing-etcd.log" \
+      || { echo "FAIL: ha-existing-etcd: the validator did not take etcd-a.example for an etcd outside the render" >&2; failed=1; }
+  fi
+fi
 
 # The validator against broken renders: each mutation must change the render and make the validator fail
 # with the message named. Run for the overlays that were rendered.
@@ -195,10 +235,52 @@ if [ -s "$tmp/$cpu.yaml" ]; then
   reject $cpu "moectl without --tls-ca" "without --tls-ca: moectl would speak plaintext" < <(sed 's#moectl --tls-ca /etc/moe/tls/ca.crt submit#moectl submit#' "$c")
   reject $cpu "the submit Job not admitted to the controller" "no NetworkPolicy admits TCP 50051 (the gRPC port) from Job/moe-submit-demo's pods" < <(in_kind $cpu NetworkPolicy 's/- moe-submit-demo$/- moe-submit/')
   reject $cpu "a CPU agent's health port with no host" "--health-listen=:9401 binds no host, every interface" < <(sed "s/--health-listen=$pod_ip:9401/--health-listen=:9401/" "$c")
+  reject $cpu "two controllers on the SQLite store" "2 replicas of a controller on the embedded SQLite store" < <(in_kind $cpu Deployment 's/^  replicas: 1$/  replicas: 2/')
   reject $cpu "agents in a DaemonSet again" "node agents outside a Job" < <(cat "$c"; printf '%s\n' '---' 'apiVersion: apps/v1' 'kind: DaemonSet' \
     'metadata: {name: moe-worker, namespace: moe}' 'spec:' '  selector: {matchLabels: {app: w}}' '  template:' '    metadata: {labels: {app: w}}' \
     '    spec: {containers: [{name: w, image: x, command: [/usr/local/bin/moe-worker]}]}')
 fi
+ha="ha"
+if [ -s "$tmp/$ha.yaml" ]; then
+  echo "== broken $ha renders (each must be rejected)"
+  h="$tmp/$ha.yaml"
+  # shellcheck disable=SC2016
+  pod_name='$(POD_NAME)'
+  # the controllers: a leader and a standby on etcd, ready = leading
+  reject $ha "one controller" "Deployment/moe-controller has 1 replica(s), not 2 or more" < <(in_kind $ha Deployment 's/^  replicas: 2$/  replicas: 1/')
+  reject $ha "the controllers back on SQLite" "2 replicas of a controller on the embedded SQLite store" < <(sed 's#- --store=etcd://.*#- --state-dir=/var/lib/moe#' "$h")
+  reject $ha "a misspelt --store" "--store=etc://" < <(sed 's#- --store=etcd://#- --store=etc://#' "$h")
+  reject $ha "readiness that a standby passes" "with a readinessProbe that is not GET /readyz" < <(in_kind $ha Deployment 's#path: /readyz#path: /healthz#')
+  reject $ha "the base's startup probe on /readyz" "with startupProbe GET /readyz: a standby is never ready" < <(perl0 $ha 's#(startupProbe:\n\s*failureThreshold: 60\n\s*httpGet:\n\s*path: )/healthz#${1}/readyz#')
+  reject $ha "leader and standby on one node" "Deployment/moe-controller without a required pod anti-affinity" < <(in_kind $ha Deployment 's#topologyKey: kubernetes.io/hostname#topologyKey: topology.kubernetes.io/zone#')
+  reject $ha "a lease etcd cannot grant" "--leader-lease-seconds=1: expected 2 to 60" < <(sed 's/--leader-lease-seconds=3/--leader-lease-seconds=1/' "$h")
+  reject $ha "a wildcard advertised" "--advertise-address=0.0.0.0:50051: a wildcard" < <(sed "s/--advertise-address=$pod_ip:50051/--advertise-address=0.0.0.0:50051/" "$h")
+  # the controllers' --store against the members
+  reject $ha "--store names a member that is not" "moe-etcd-3 is no pod of StatefulSet/moe-etcd" < <(sed 's#moe-etcd-2.moe-etcd:2379/moe#moe-etcd-3.moe-etcd:2379/moe#' "$h")
+  reject $ha "--store names 2 of the 3 members" "--store names 2 of the 3 members of StatefulSet/moe-etcd" < <(sed 's#,moe-etcd-2.moe-etcd:2379/moe#/moe#' "$h")
+  reject $ha "--store on the peer port" "members serve clients on 2379" < <(sed 's#--store=etcd://moe-etcd-0.moe-etcd:2379,#--store=etcd://moe-etcd-0.moe-etcd:2380,#' "$h")
+  reject $ha "--store on a misspelt Service" "is none of the rendered etcd's members" < <(sed 's#--store=etcd://moe-etcd-0.moe-etcd:2379,#--store=etcd://moe-etcd-0.moe-ectd:2379,#' "$h")
+  reject $ha "controllers not admitted to etcd" "no NetworkPolicy admits TCP 2379 (etcd's client port) from Deployment/moe-controller's pods" < <(perl0 $ha 's#(app.kubernetes.io/name: )moe-controller(\n\s+ports:\n\s+- port: 2379\n)#${1}moectl$2#')
+  # the members
+  reject $ha "one etcd member" "StatefulSet/moe-etcd has 1 member(s), not 3 or more" < <(in_kind $ha StatefulSet 's/^  replicas: 3$/  replicas: 1/')
+  reject $ha "four etcd members" "4 etcd members: an even count" < <(in_kind $ha StatefulSet 's/^  replicas: 3$/  replicas: 4/')
+  reject $ha "etcd without --max-txn-ops" "--max-txn-ops unset, not 10000 or more" < <(sed '/- --max-txn-ops=/d' "$h")
+  reject $ha "etcd's default --max-txn-ops" "--max-txn-ops 128, not 10000 or more" < <(sed 's/--max-txn-ops=10000/--max-txn-ops=128/' "$h")
+  reject $ha "etcd's default --max-request-bytes" "--max-request-bytes 1572864, not 33554432 or more" < <(sed 's/--max-request-bytes=33554432/--max-request-bytes=1572864/' "$h")
+  reject $ha "etcd never compacted" "no --auto-compaction-retention" < <(sed '/- --auto-compaction-retention=/d' "$h")
+  reject $ha "members started in order" "podManagementPolicy is not Parallel" < <(sed 's/podManagementPolicy: Parallel/podManagementPolicy: OrderedReady/' "$h")
+  reject $ha "members' names only once ready" "publishNotReadyAddresses is not true" < <(sed '/publishNotReadyAddresses: true/d' "$h")
+  reject $ha "three members of one name" "each member needs its own name" < <(sed "s/--name=$pod_name/--name=moe-etcd/" "$h")
+  reject $ha "a member left out of --initial-cluster" "--initial-cluster names moe-etcd-0, moe-etcd-1, not the 3 pods" < <(sed 's#,moe-etcd-2=http://moe-etcd-2.moe-etcd:2380##' "$h")
+  reject $ha "a peer URL --initial-cluster does not have" "etcd refuses to start on the mismatch" < <(sed "s#--initial-advertise-peer-urls=http://$pod_name.moe-etcd:2380#--initial-advertise-peer-urls=http://$pod_name.moe-etcd:2390#" "$h")
+  reject $ha "etcd on 0.0.0.0" "--listen-client-urls=0.0.0.0:2379 binds 0.0.0.0" < <(sed "s#--listen-client-urls=http://$pod_ip:2379#--listen-client-urls=http://0.0.0.0:2379#" "$h")
+  reject $ha "members not admitted to each other" "no NetworkPolicy admits TCP 2380 (the peer port) between its members" < <(in_kind $ha NetworkPolicy 's/port: 2380$/port: 2381/')
+  reject $ha "a budget below the quorum" "keeps 1 of 3 etcd members available, below the quorum of 2" < <(in_kind $ha PodDisruptionBudget 's/minAvailable: 2$/minAvailable: 1/')
+  reject $ha "no budget for the members" "StatefulSet/moe-etcd: no PodDisruptionBudget selects its pods" < <(in_kind $ha PodDisruptionBudget 's/name: moe-etcd$/name: moe-etcd-x/')
+  reject $ha "members on one node" "StatefulSet/moe-etcd without a required pod anti-affinity" < <(in_kind $ha StatefulSet 's#topologyKey: kubernetes.io/hostname#topologyKey: topology.kubernetes.io/zone#')
+  reject $ha "a member's volume misspelt" "container etcd: volumeMount data has no volume" < <(in_kind $ha StatefulSet 's/^      name: data$/      name: etcd-data/')
+fi
 [ "$nmut" = 0 ] || echo "   $nbad of $nmut broken renders rejected"
 [ "$failed" = 0 ] || exit 1
-echo "k8s manifests: ${#overlays[@]} overlays render and validate"
+variants=$(find "$tmp" -maxdepth 1 -name 'ha-*.yaml' | wc -l)
+echo "k8s manifests: ${#overlays[@]} overlays render and validate$([ "$variants" = 0 ] || echo " (and $variants variants of ha)")"

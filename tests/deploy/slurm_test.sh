@@ -13,16 +13,28 @@
 # TLS only, under a CA the batch script made for its allocation: moectl with that CA gets through, one
 # without it does not, the agents were given it, the keys are the owner's alone, the CA's key is gone
 # once it signed, the certificate names the address the agents dial, and nothing of it outlives the
-# allocation. Everything started is stopped.
+# allocation. Then the controller with a backup host (deploy/slurm/moe-controllers-ha.sh, checked by
+# bash -n and, where installed, shellcheck): three etcd members and two controllers on loopback, each run
+# by the script as its own supervisor, TLS and tokens as a site would set them; moe-add-workers.sbatch
+# through the script gives the agents of an allocation both addresses. kill -9 of the leader: the script
+# starts the killed one again, a leader is back (the standby, or the restarted one if it campaigned
+# first) with the other a standby naming it, and the agents follow to it; SIGTERM stops each supervisor
+# with its process, and nothing is restarted.
+# Everything started is stopped.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${MOE_BIN:?}
 BIN=$(cd "$BIN" && pwd)
 work=$(mktemp -d /tmp/moe-slurm-test.XXXXXX)
+ha_pids=()
 cleanup() {
   scancel --user=root >/dev/null 2>&1 || true
+  # ... and gone, before Slurm stops: a step still ending then would leave its slurmstepd behind
+  for _ in $(seq 1 20); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.5; done
   tests/slurm/local_slurm.sh stop "$work/slurm" >/dev/null 2>&1 || true
   pkill -f "moe-.*--state-dir $work" 2>/dev/null || true
+  for p in "${ha_pids[@]}"; do kill "$p" 2>/dev/null || true; done   # moe-controllers-ha.sh's supervisors
+  [ ${#ha_pids[@]} = 0 ] || wait "${ha_pids[@]}" 2>/dev/null || true
   [ -n "${prom_pid:-}" ] && kill "$prom_pid" 2>/dev/null && wait "$prom_pid" 2>/dev/null || true
   [ -n "${MOE_KEEP_WORK:-}" ] && echo "kept $work" >&2 || rm -rf "$work"
 }
@@ -150,4 +162,98 @@ first=$(grep -oP '^step \K[0-9]+(?=/40)' "$work/out2.txt" | head -1)
 [ -n "$first" ] && [ "$first" -gt "$ck" ] || fail "the second batch job's watch showed step ${first:-?} first, not one after step $ck"
 grep -q " 0 restart(s)" "$work/out2.txt" || fail "the clean stop used a restart: $(grep summary: "$work/out2.txt")"
 grep -q "rack block1" "$work/out2.txt" && grep -q "rack block2" "$work/out2.txt" || fail "the racks did not come from Slurm's topology"
-echo "slurm: the controller served TLS under the allocation's CA (plaintext refused); Prometheus scraped the controller through its file_sd target; SIGTERM at step $step checkpointed step $ck and exited 75; the resubmission followed $id1 from step $first to SUCCEEDED (4 CPU workers in 2 blocks)"
+# ---- The controller with a backup host: deploy/slurm/moe-controllers-ha.sh ----
+ha=$PWD/deploy/slurm/moe-controllers-ha.sh
+bash -n "$ha" || fail "$ha does not parse"
+if command -v shellcheck >/dev/null; then shellcheck "$ha" || fail "shellcheck finds fault with $ha"
+else echo "slurm_test: LOUD: shellcheck is not installed: $ha only parsed (bash -n)"; fi
+command -v etcd >/dev/null || [ -x /usr/bin/etcd ] || fail "LOUD: etcd is missing (Debian's etcd-server; scripts/install-deps.sh test installs it)"
+hw=$work/ha
+mkdir -p "$hw"
+# Every member and controller on 127.0.0.1, so each with its own ports; a site gives each its own host.
+members="" ; for n in e0 e1 e2; do members+="${members:+,}$n=127.0.0.1:$(free_port):$(free_port)"; done
+pa=$(free_port) pb=$(free_port) ma=$(free_port) mb=$(free_port)
+both=127.0.0.1:$pa,127.0.0.1:$pb
+# What the site provides: a tokens file, and a certificate naming the hosts in MOE_CONTROLLERS (one CA).
+(
+  umask 077
+  printf '%s admin ha-admin\n%s worker ha-workers\n' "$(openssl rand -hex 24)" "$(openssl rand -hex 24)" >"$hw/tokens"
+  awk '$2 == "worker" {print $1}' "$hw/tokens" >"$hw/worker-token"
+  openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=moe ha test CA" \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign -keyout "$hw/ca.key" -out "$hw/ca.crt"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=moe-controller \
+    -keyout "$hw/controller.key" -out "$hw/controller.csr"
+  printf '%s\n' basicConstraints=critical,CA:FALSE extendedKeyUsage=serverAuth subjectAltName=IP:127.0.0.1 >"$hw/controller.ext"
+  openssl x509 -req -in "$hw/controller.csr" -CA "$hw/ca.crt" -CAkey "$hw/ca.key" -days 2 -set_serial 1 \
+    -extfile "$hw/controller.ext" -out "$hw/controller.crt"
+) >"$hw/openssl.log" 2>&1 || fail "openssl: $(cat "$hw/openssl.log")"
+ha_env=(MOE_ETCD_MEMBERS="$members" MOE_ETCD_DATA="$hw/etcd" MOE_CONTROLLERS="$both" MOE_BIN="$BIN"
+        MOE_CHECKPOINT_ROOT="$work/run/ha-checkpoints" MOE_LISTEN_HOST=127.0.0.1 MOE_TOKENS="$hw/tokens"
+        MOE_TLS_CERT="$hw/controller.crt" MOE_TLS_KEY="$hw/controller.key" MOE_TLS_CA="$hw/ca.crt")
+for n in e0 e1 e2; do
+  env "${ha_env[@]}" "$ha" etcd "$n" >"$hw/etcd-$n.log" 2>&1 &
+  ha_pids+=($!)
+done
+c0=$(grep -oP 'e0=127.0.0.1:\K[0-9]+' <<<"$members")
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$c0/health" 2>/dev/null | grep -q '"health":"true"' && break; sleep 0.2; done
+curl -sf "http://127.0.0.1:$c0/health" | grep -q '"health":"true"' || fail "the script's 3 etcd members formed no quorum: $(tail -3 "$hw/etcd-e0.log")"
+env "${ha_env[@]}" MOE_METRICS_PORT="$ma" "$ha" controller "127.0.0.1:$pa" >"$hw/controller-a.log" 2>&1 &
+sup_a=$!
+env "${ha_env[@]}" MOE_METRICS_PORT="$mb" "$ha" controller "127.0.0.1:$pb" >"$hw/controller-b.log" 2>&1 &
+sup_b=$!
+ha_pids+=("$sup_a" "$sup_b")
+readyz() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/readyz" 2>/dev/null || true; }
+leader=""
+for _ in $(seq 1 150); do
+  ra=$(readyz "$ma") rb=$(readyz "$mb")
+  if [ "$ra$rb" = 200503 ]; then leader=a; break; elif [ "$ra$rb" = 503200 ]; then leader=b; break; fi
+  sleep 0.2
+done
+[ -n "$leader" ] || fail "no leader and standby among the script's controllers (readyz $ra, $rb): $(tail -3 "$hw/controller-a.log" "$hw/controller-b.log")"
+hactl() { MOE_CONTROLLER=$both MOE_TOKEN=$(awk '$2 == "admin" {print $1}' "$hw/tokens") "$BIN/moectl" --tls-ca "$hw/ca.crt" --timeout 3 "$@"; }
+# The workers of an allocation, through the script: moe-add-workers.sbatch with both addresses.
+hjid=$(cd "$work/elsewhere" && env "${ha_env[@]}" MOE_WORKER_TOKEN_FILE="$hw/worker-token" MOE_SLOTS=1 \
+       "$ha" add-workers --parsable --export=ALL,PATH="$BIN:$PATH" --nodes=2 --ntasks-per-node=1 -o "$hw/workers.txt") \
+  || fail "moe-controllers-ha.sh add-workers: sbatch refused the job"
+ha_workers() { hactl get workers 2>/dev/null | grep -cE ' (IDLE|BUSY) ' || true; }
+for _ in $(seq 1 300); do [ "$(ha_workers)" = 2 ] && break; sleep 0.2; done
+[ "$(ha_workers)" = 2 ] || fail "the 2 agents of moe-add-workers.sbatch did not register with the leader: $(tail -5 "$hw/workers.txt")"
+given=$(pgrep -af "moe-worker .*--controller $both " | grep -cE "moe-worker-node[12]-$hjid" || true)
+[ "$given" = 2 ] || fail "$given of 2 agents were given --controller $both: $(pgrep -af 'moe-worker ' | head -2)"
+# kill -9 of the leader's moe-controller (its supervisor's child). Its lease runs out; then whichever
+# campaigns first leads: the standby, or the killed one, which its supervisor starts again meanwhile.
+if [ "$leader" = a ]; then lsup=$sup_a; else lsup=$sup_b; fi
+lpid=$(pgrep -P "$lsup" -x moe-controller) || fail "no moe-controller under the leader's supervisor $lsup"
+kill -9 "$lpid"
+t0=$(date +%s%N)
+for _ in $(seq 1 40); do kill -0 "$lpid" 2>/dev/null || break; sleep 0.05; done   # gone, and reaped
+leader=""
+for _ in $(seq 1 150); do
+  ra=$(readyz "$ma") rb=$(readyz "$mb")
+  if [ "$ra$rb" = 200503 ]; then leader=a; break; elif [ "$ra$rb" = 503200 ]; then leader=b; break; fi
+  sleep 0.1
+done
+[ -n "$leader" ] || fail "no controller led within 15 s of kill -9 of the leader (readyz $ra, $rb)"
+took_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+grep -q "exited 137; starting it again" "$hw/controller-a.log" "$hw/controller-b.log" \
+  || fail "the killed controller's supervisor did not start it again: $(grep -h moe-controllers-ha "$hw"/controller-?.log)"
+if [ "$leader" = a ]; then sm=$mb lp=$pa; else sm=$ma lp=$pb; fi
+for _ in $(seq 1 50); do curl -s "http://127.0.0.1:$sm/readyz" 2>/dev/null | grep -q "the leader is 127.0.0.1:$lp" && break; sleep 0.2; done
+curl -s "http://127.0.0.1:$sm/readyz" | grep -q "a standby; the leader is 127.0.0.1:$lp" \
+  || fail "the other controller is not a standby naming the new leader $leader: $(curl -s "http://127.0.0.1:$sm/readyz")"
+# The agents follow to the new leader (both addresses), and moectl with both reaches it.
+for _ in $(seq 1 300); do [ "$(ha_workers)" = 2 ] && break; sleep 0.2; done
+[ "$(ha_workers)" = 2 ] || fail "the agents did not come back to the new leader $leader: $(hactl get workers 2>&1 | tail -3)"
+scancel "$hjid" 2>/dev/null || true
+for _ in $(seq 1 120); do squeue -h -j "$hjid" 2>/dev/null | grep -q . || break; sleep 0.5; done
+# SIGTERM: each supervisor stops its process and exits 0, restarting nothing.
+kill -TERM "$sup_a" "$sup_b"
+for p in "$sup_a" "$sup_b"; do wait "$p" || fail "a controller supervisor exited $? on SIGTERM"; done
+grep -q "stopped (exit 0)" "$hw/controller-a.log" && grep -q "stopped (exit 0)" "$hw/controller-b.log" \
+  || fail "a controller did not stop cleanly on its supervisor's SIGTERM: $(tail -2 "$hw/controller-a.log" "$hw/controller-b.log")"
+pgrep -f "moe-controller .*--advertise-address 127.0.0.1:($pa|$pb)" >/dev/null && fail "a controller outlived its supervisor"
+for p in "${ha_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+wait "${ha_pids[@]}" 2>/dev/null || true
+ha_pids=()
+
+echo "slurm: the controller served TLS under the allocation's CA (plaintext refused); Prometheus scraped the controller through its file_sd target; SIGTERM at step $step checkpointed step $ck and exited 75; the resubmission followed $id1 from step $first to SUCCEEDED (4 CPU workers in 2 blocks); moe-controllers-ha.sh: kill -9 of the leader, a leader again after ${took_ms} ms, the killed one started again by its supervisor, both agents followed"

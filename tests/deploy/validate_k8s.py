@@ -12,7 +12,9 @@ endpoints, grace periods, the pool entry), kueue.py (queues resolve, each pool a
 consistent), monitoring.py (monitors, release label, rules, dashboards), tls.py (cert-manager's chain, the
 controller serving TLS only, every client trusting its CA), netpol.py (every listener on the pod's own IP,
 never 0.0.0.0; the NetworkPolicies admitting what the controller's clients, the ranks and Prometheus need,
-by the labels the pods carry), requires.py (what a render must contain).
+by the labels the pods carry), ha.py (the controller's store: one replica on SQLite, or a leader and
+standbys on etcd with leader-only readiness; the etcd members' flags, names, quorum and reach),
+requires.py (what a render must contain).
 Exit 1 on a problem.
   kubectl kustomize deploy/k8s/overlays/cpu-demo | "$venv/bin/python" tests/deploy/validate_k8s.py
   "$venv/bin/python" tests/deploy/validate_k8s.py [--require WHAT]... [FILE...]
@@ -38,6 +40,7 @@ except ImportError as missing:
           file=sys.stderr)
     sys.exit(2)
 
+from validate_k8s.ha import check_ha
 from validate_k8s.kueue import check_kueue
 from validate_k8s.monitoring import check_monitoring
 from validate_k8s.netpol import check_network
@@ -314,6 +317,7 @@ def check_cross_object(r, requires):
         check_monitoring(r)
         check_tls(r)
         check_network(r)
+        check_ha(r)
         check_requires(r, requires, ctx)
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         r.error(f'the checks beyond the schemas stopped at a malformed object ({type(e).__name__}: {e}): fix the errors above first')

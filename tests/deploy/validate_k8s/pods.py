@@ -349,7 +349,9 @@ def check_memory_volumes(r, pt):
 def check_containers(r, pt, ctx):
     pod_claims = check_pod_claims(r, pt, ctx)
     domains = cd_claims(pt, ctx.cd_by_template)
-    volumes = [v.get('name') for v in dicts(pt.pod.get('volumes'))]
+    # A StatefulSet's volumeClaimTemplates are volumes of its pods too (one claim per pod, by that name).
+    claims = dicts(dig(pt.owner, 'spec', 'volumeClaimTemplates')) if pt.owner.get('kind') == 'StatefulSet' else []
+    volumes = [v.get('name') for v in dicts(pt.pod.get('volumes'))] + [dig(t, 'metadata', 'name') for t in claims]
     names = []
     for c in containers_of(pt.pod):
         if c.get('name') in names:

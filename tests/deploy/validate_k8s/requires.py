@@ -7,12 +7,21 @@ one fails; each checks presence, the other checks check correctness.
                            and the pod template names its Multus networks
   monitoring               a ServiceMonitor or PodMonitor of moe-controller, and a PrometheusRule
   dashboards               a ConfigMap for Grafana's dashboard sidecar (label grafana_dashboard)
+  ha                       the controller as a leader and standbys: 2 replicas or more on --store etcd://,
+                           readiness GET /readyz (the leader's alone), one per node (required pod
+                           anti-affinity on kubernetes.io/hostname)
+  etcd:KIND/NAME           KIND/NAME runs etcd, 3 members or more, one per node, with --max-txn-ops and
+                           --max-request-bytes, and the controllers' --store names its members (ha.py checks
+                           the values, the quorum, the names and who may reach it)
 """
+from .ha import etcd_endpoints, runs_etcd, store_of
 from .kueue import TAS
-from .objects import MULTUS, QUEUE_LABEL, dicts, dig, js_str, limits, requests, truthy
+from .objects import MULTUS, QUEUE_LABEL, dicts, dig, flag, js_str, limits, requests, truthy
 from .pods import cd_claims, has_cap, is_rdma
+from .tls import runs_controller
+from .workers import host_anti_affinity
 
-KINDS = 'pool:KIND/NAME[:LEVEL], compute-domain:KIND/NAME, rdma:KIND/NAME, monitoring, dashboards'
+KINDS = 'pool:KIND/NAME[:LEVEL], compute-domain:KIND/NAME, rdma:KIND/NAME, monitoring, dashboards, ha, etcd:KIND/NAME'
 
 
 def templates_of(r, what, ref):
@@ -77,6 +86,50 @@ def require_dashboards(r, req):
         r.error(f'--require {req}: no ConfigMap labelled grafana_dashboard')
 
 
+def controllers(r):
+    """(pod template, container) of every moe-controller of the render."""
+    return [(pt, c) for pt in r.pod_templates() for c in pt.containers if runs_controller(c)]
+
+
+def require_ha(r, req):
+    found = controllers(r)
+    if not found:
+        r.error(f'--require {req}: no moe-controller is rendered')
+    for pt, c in found:
+        replicas = dig(pt.owner, 'spec', 'replicas', default=1)
+        if not (isinstance(replicas, int) and replicas >= 2):
+            r.error(f'--require {req}: {pt.where} has {js_str(replicas)} replica(s), not 2 or more (a leader and a standby)')
+        if not store_of(c).startswith('etcd://'):
+            r.error(f'--require {req}: {pt.where} runs without --store etcd://... (the embedded SQLite store has no standby)')
+        if dig(c, 'readinessProbe', 'httpGet', 'path') != '/readyz':
+            r.error(f"--require {req}: {pt.where}'s readinessProbe is not GET /readyz (ready = leading)")
+        if not host_anti_affinity(pt):
+            r.error(f'--require {req}: {pt.where} without a required pod anti-affinity on kubernetes.io/hostname: the leader and '
+                    'its standby could share a node, and fail with it')
+
+
+def require_etcd(r, req, ref):
+    for pt in templates_of(r, 'etcd', ref):
+        members = [c for c in pt.containers if runs_etcd(c)]
+        if not members:
+            r.error(f'--require {req}: {pt.where} runs no etcd (a container whose command is etcd)')
+            continue
+        replicas = dig(pt.owner, 'spec', 'replicas', default=1)
+        if not (isinstance(replicas, int) and replicas >= 3):
+            r.error(f'--require {req}: {pt.where} has {js_str(replicas)} member(s), not 3 or more (a quorum that outlives a member)')
+        for c in members:
+            for name in ('max-txn-ops', 'max-request-bytes'):
+                if flag(c, name) is None:
+                    r.error(f'--require {req}: container {js_str(c.get("name"))} runs etcd without --{name}')
+        if not host_anti_affinity(pt):
+            r.error(f'--require {req}: {pt.where} without a required pod anti-affinity on kubernetes.io/hostname: two members could '
+                    "share a node, and a node's loss take the quorum")
+        name = js_str(dig(pt.owner, 'metadata', 'name'))
+        if not any(host.startswith(f'{name}-') for _, c in controllers(r) if store_of(c).startswith('etcd://')
+                   for host, _ in etcd_endpoints(store_of(c))):
+            r.error(f"--require {req}: no controller's --store names the members of {pt.where}")
+
+
 def check_requires(r, reqs, ctx):
     for req in reqs:
         what, *rest = req.split(':')
@@ -92,5 +145,9 @@ def check_requires(r, reqs, ctx):
             require_monitoring(r, req)
         elif what == 'dashboards' and not ref:
             require_dashboards(r, req)
+        elif what == 'ha' and not ref:
+            require_ha(r, req)
+        elif what == 'etcd' and ref:
+            require_etcd(r, req, ref)
         else:
             r.error(f'--require {req}: unknown requirement ({KINDS})')
