@@ -40,7 +40,12 @@ doc=/usr/share/doc/$package
 if [ ! -f "$src/${protos[2]}" ]; then
   echo "fetch-etcd-protos: downloading Debian's $package (apt-get download; not installed)" >&2
   # apt-get download writes into the working directory; as root it warns that _apt cannot write there.
-  if ! (cd "$tmp" && apt-get download -q "$package" >download.log 2>&1); then
+  # No package lists yet (a fresh machine whose packages were all there): refresh them once, as root.
+  if ! (cd "$tmp" && apt-get download -q "$package" >download.log 2>&1) && [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq >/dev/null 2>&1 || true
+  fi
+  if [ ! -f "$(ls "$tmp"/"$package"_*.deb 2>/dev/null | head -1)" ] &&
+      ! (cd "$tmp" && apt-get download -q "$package" >download.log 2>&1); then
     echo "fetch-etcd-protos: could not download $package (offline? no Debian package lists?):" >&2
     tail -5 "$tmp/download.log" >&2
     exit 1
