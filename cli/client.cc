@@ -40,19 +40,19 @@ Status Client::Connect() {
   return OkStatus();
 }
 
-bool Client::FollowLeader(const Status& st) {
-  if (ControllerAddresses(options.address).size() < 2 || st.code() != StatusCode::kUnavailable)
-    return false;
-  // Nothing was done: a standby refused it, or no connection was made (a call cut off after it
-  // reached a controller is not sent again: it may have been applied).
-  const bool not_sent = IsStandbyRefusal(st) || st.message().find("connect") != std::string::npos;
-  if (!not_sent) return false;
+bool Client::FollowLeader(const Status& st, std::chrono::steady_clock::time_point until) {
+  const size_t n = ControllerAddresses(options.address).size();
+  if (n < 2 || st.code() != StatusCode::kUnavailable) return false;
+  // Nothing was done: a standby refused it, or gRPC made no connection (its own text, at the
+  // start: a controller's error that quotes a connect failure of its own, etcd's, may have been
+  // applied, and is not sent again).
+  const bool not_sent =
+      IsStandbyRefusal(st) || st.message().rfind("failed to connect to all addresses", 0) == 0;
+  if (!not_sent || std::chrono::steady_clock::now() >= until) return false;
   ++options.address_turn;
   if (!Connect().ok()) return false;
-  // A whole round of standbys' refusals: an election under way; wait a little before the next.
-  if (options.address_turn % ControllerAddresses(options.address).size() == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
+  // A whole round of refusals: an election under way; a breath before the next.
+  if (options.address_turn % n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
   return true;
 }
 

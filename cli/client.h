@@ -8,6 +8,7 @@
 
 #include <google/protobuf/message.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -26,21 +27,25 @@ struct Client {
 
   Status Connect();
   // One unary call. With several controller addresses (a leader and its standbys), a standby's
-  // refusal or an address that cannot be reached moves on to the next one (FollowLeader).
+  // refusal or an address that cannot be reached moves on to the next one (FollowLeader), until
+  // `timeout` has passed: a failover under way is waited out.
   template <typename Req, typename Resp, typename Method>
   Status Call(Method method, const Req& req, Resp* resp) {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
     Status st;
-    for (size_t tries = 0; tries < 1 + 2 * ControllerAddresses(options.address).size(); ++tries) {
+    do {
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options, timeout);
       st = FromGrpc((stub.get()->*method)(&ctx, req, resp));
-      if (!FollowLeader(st)) break;
-    }
+    } while (FollowLeader(st, until));
     return st;
   }
-  // True when the call should go to the next address (reconnected to it): `st` is a standby's
-  // refusal or a failure to connect, and there are other addresses to try.
-  bool FollowLeader(const Status& st);
+  // True when the call should go to the next address (reconnected to it): `st` says it was not
+  // sent (a standby's refusal, or no connection made), there are other addresses to try, and
+  // `until` has not passed.
+  bool FollowLeader(const Status& st, std::chrono::steady_clock::time_point until =
+                                          std::chrono::steady_clock::time_point::max());
   // Prints the error ("moectl: CODE: message", with a hint when the controller cannot be reached)
   // and returns its exit code.
   int Fail(const Status& st) const;

@@ -18,7 +18,8 @@ Status CheckEndpoint(const std::string& e, const std::string& url) {
   const std::string port = colon == std::string::npos ? "" : e.substr(colon + 1);
   char* end = nullptr;
   const long p = port.empty() ? 0 : std::strtol(port.c_str(), &end, 10);
-  if (colon == 0 || colon == std::string::npos || *end != 0 || p <= 0 || p > 65535) {
+  if (colon == 0 || colon == std::string::npos || port.empty() || *end != 0 || p <= 0 ||
+      p > 65535) {
     return InvalidArgumentError("--store " + url + ": the etcd endpoint '" + e +
                                 "' is not host:port (a port from 1 to 65535)");
   }
@@ -94,9 +95,10 @@ EtcdClient::EtcdClient(const EtcdTarget& target, double deadline_seconds)
 // is a put or a delete of a whole record (a second apply leaves the same state), each under the
 // leader's fence.
 template <typename Call>
-Status EtcdClient::OnSomeMember(const char* what, Call call) {
+Status EtcdClient::OnSomeMember(const char* what, Call call, double budget_seconds) {
   using Clock = std::chrono::steady_clock;
-  const auto until = Clock::now() + std::chrono::duration<double>(deadline_seconds_);
+  const auto until = Clock::now() + std::chrono::duration<double>(
+                                        budget_seconds > 0 ? budget_seconds : deadline_seconds_);
   const size_t first = current_.load();
   Status st;
   size_t m = first;
@@ -120,8 +122,22 @@ Status EtcdClient::OnSomeMember(const char* what, Call call) {
     if ((attempt + 1) % members_.size() == 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return Status(st.code(),
-                std::string("etcd ") + what + " at " + members_[m].endpoint + ": " + st.message());
+  return Status(st.code(), std::string("etcd ") + what + " at " + members_[m].endpoint +
+                               " (--store): " + st.message());
+}
+
+StatusOr<etcdserverpb::TxnResponse> EtcdClient::TxnOnce(const etcdserverpb::TxnRequest& request,
+                                                        double seconds) {
+  const size_t m = current_.load() % members_.size();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                       std::chrono::duration<double>(seconds)));
+  etcdserverpb::TxnResponse response;
+  const Status st = FromGrpc(members_[m].kv->Txn(&ctx, request, &response));
+  if (st.ok()) return response;
+  current_.store(m + 1);  // the next try, whatever it is, goes to another member
+  return Status(st.code(), "etcd txn at " + members_[m].endpoint + " (--store): " + st.message());
 }
 
 StatusOr<etcdserverpb::RangeResponse> EtcdClient::Range(const etcdserverpb::RangeRequest& request) {
@@ -165,9 +181,9 @@ StatusOr<int64_t> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
 }
 
 // etcd offers keep-alives as a stream only: one request and its answer on a short stream.
-StatusOr<int64_t> EtcdClient::LeaseKeepAlive(int64_t lease) {
+StatusOr<int64_t> EtcdClient::LeaseKeepAlive(int64_t lease, double budget_seconds) {
   etcdserverpb::LeaseKeepAliveResponse response;
-  MOE_RETURN_IF_ERROR(OnSomeMember("lease keep-alive", [&](Member& m, grpc::ClientContext* ctx) {
+  const auto once = [&](Member& m, grpc::ClientContext* ctx) {
     auto stream = m.lease->LeaseKeepAlive(ctx);
     etcdserverpb::LeaseKeepAliveRequest request;
     request.set_id(lease);
@@ -180,7 +196,8 @@ StatusOr<int64_t> EtcdClient::LeaseKeepAlive(int64_t lease) {
     ctx->TryCancel();  // the answer is in; the stream's end is of no interest
     stream->Finish();
     return grpc::Status::OK;
-  }));
+  };
+  MOE_RETURN_IF_ERROR(OnSomeMember("lease keep-alive", once, budget_seconds));
   return response.ttl();
 }
 

@@ -41,13 +41,21 @@ class EtcdClient {
 
   const EtcdTarget& target() const { return target_; }
   StatusOr<etcdserverpb::RangeResponse> Range(const etcdserverpb::RangeRequest& request);
+  // A transaction, sent again to the next member while a try fails: for those whose second apply
+  // changes nothing (guarded by a compare, or reads).
   StatusOr<etcdserverpb::TxnResponse> Txn(const etcdserverpb::TxnRequest& request);
+  // One try on one member, within `seconds`: the writes whose outcome the caller settles itself
+  // when the answer is lost (EtcdStateStore's commit count). A failure moves the next call to
+  // another member.
+  StatusOr<etcdserverpb::TxnResponse> TxnOnce(const etcdserverpb::TxnRequest& request,
+                                              double seconds);
   StatusOr<etcdserverpb::PutResponse> Put(const std::string& key, const std::string& value,
                                           int64_t lease = 0);
   // A lease of `ttl_seconds`: its id.
   StatusOr<int64_t> LeaseGrant(int64_t ttl_seconds);
-  // One keep-alive: the lease's remaining TTL in seconds (0 or less: the lease is gone).
-  StatusOr<int64_t> LeaseKeepAlive(int64_t lease);
+  // One keep-alive, its tries within `budget_seconds` (0: the client's deadline): the lease's
+  // remaining TTL in seconds (0 or less: the lease is gone).
+  StatusOr<int64_t> LeaseKeepAlive(int64_t lease, double budget_seconds = 0);
   Status LeaseRevoke(int64_t lease);
   // Waits until a member answers (a Range of one key), at most `seconds`.
   Status WaitReady(double seconds);
@@ -61,7 +69,7 @@ class EtcdClient {
   };
   // Runs `call` on the current member, then on each other one while the answer is UNAVAILABLE.
   template <typename Call>
-  Status OnSomeMember(const char* what, Call call);
+  Status OnSomeMember(const char* what, Call call, double budget_seconds = 0);
 
   EtcdTarget target_;
   double deadline_seconds_;

@@ -1,8 +1,10 @@
 #include "controller/etcd_store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <utility>
 
 namespace moe::controller {
@@ -41,12 +43,68 @@ StatusOr<Message> Parsed(const mvccpb::KeyValue& kv) {
   return m;
 }
 
+bool InRange(const std::string& key, const std::string& begin, const std::string& end) {
+  return key >= begin && (end == std::string(1, '\0') || key < end);
+}
+
+// A try's error after which the transaction may have been applied (or may still be): the answer
+// was lost, not refused. etcd refuses what it will never apply with these codes.
+bool MaybeApplied(const Status& st) {
+  return st.code() != StatusCode::kInvalidArgument && st.code() != StatusCode::kResourceExhausted &&
+         st.code() != StatusCode::kOutOfRange && st.code() != StatusCode::kPermissionDenied &&
+         st.code() != StatusCode::kUnauthenticated;
+}
+
+}  // namespace
+
+// etcd refuses a transaction that puts a key twice, or puts a key inside a range it deletes
+// ("duplicate key given in txn request"), and a batch holds independent callers' writes (a job's
+// telemetry and its transition, a worker re-registered while its drain commits). This leaves what
+// applying them in order would: the last put or delete of a key wins, a range delete drops the
+// writes before it in its range and is cut around the puts after it.
+std::vector<RequestOp> MergeOps(const std::vector<RequestOp>& ops) {
+  std::map<std::string, RequestOp> last;                    // single keys: put or delete
+  std::vector<std::pair<std::string, std::string>> ranges;  // deleted [begin, end)
+  for (const RequestOp& op : ops) {
+    if (op.has_request_put()) {
+      const std::string& k = op.request_put().key();
+      std::vector<std::pair<std::string, std::string>> cut;
+      for (const auto& [b, e] : ranges) {
+        if (!InRange(k, b, e)) {
+          cut.emplace_back(b, e);
+          continue;
+        }
+        if (b < k) cut.emplace_back(b, k);
+        const std::string after = k + std::string(1, '\0');
+        if (e == std::string(1, '\0') || after < e) cut.emplace_back(after, e);
+      }
+      ranges = std::move(cut);
+      last[k] = op;
+    } else if (op.has_request_delete_range() && op.request_delete_range().range_end().empty()) {
+      last[op.request_delete_range().key()] = op;
+    } else if (op.has_request_delete_range()) {
+      const auto& d = op.request_delete_range();
+      std::erase_if(last,
+                    [&](const auto& kv) { return InRange(kv.first, d.key(), d.range_end()); });
+      ranges.emplace_back(d.key(), d.range_end());
+    }
+  }
+  std::vector<RequestOp> out;
+  out.reserve(last.size() + ranges.size());
+  for (auto& [k, op] : last) out.push_back(std::move(op));
+  for (const auto& [b, e] : ranges) out.push_back(DeleteOp(b, e));
+  return out;
+}
+
+namespace {
+
 // The text of a refusal for size: what to change in etcd.
 std::string SizeHint(const Status& st) {
   if (st.message().find("too many operations") != std::string::npos) {
     return " (start etcd with --max-txn-ops 10000 or more: a scheduling pass is one transaction)";
   }
-  if (st.message().find("too large") != std::string::npos) {
+  if (st.message().find("too large") != std::string::npos ||
+      st.message().find("larger than max") != std::string::npos) {
     return " (start etcd with --max-request-bytes 33554432 or more)";
   }
   return "";
@@ -74,26 +132,87 @@ Status EtcdStateStore::Write(std::vector<RequestOp> ops) {
   return Commit(ops);
 }
 
-Status EtcdStateStore::Commit(const std::vector<RequestOp>& ops) {
-  if (ops.empty()) return OkStatus();
+std::string EtcdStateStore::FenceMessage() const {
+  return "fenced: this controller no longer leads (the leader key " + fence_.key +
+         " is not the one it created at revision " + std::to_string(fence_.revision) +
+         "); the write was refused";
+}
+
+Status EtcdStateStore::Fenced(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fenced_ = why;
+  return FailedPreconditionError(why);
+}
+
+// Where the store stands, in one read: whether the leader key is still the one this controller
+// created, and how many writes were committed (the count key's version).
+StatusOr<EtcdStateStore::Standing> EtcdStateStore::ReadStanding() {
+  etcdserverpb::TxnRequest read;  // no compare: both ranges at one revision
+  read.add_success()->mutable_request_range()->set_key(fence_.key);
+  read.add_success()->mutable_request_range()->set_key(CommitsKey());
+  MOE_ASSIGN_OR_RETURN(const etcdserverpb::TxnResponse r, client_.Txn(read));
+  const auto& leader = r.responses(0).response_range();
+  const auto& commits = r.responses(1).response_range();
+  Standing s;
+  s.leads = leader.kvs_size() == 1 && leader.kvs(0).create_revision() == fence_.revision;
+  s.commits = commits.kvs_size() == 1 ? commits.kvs(0).version() : 0;
+  return s;
+}
+
+etcdserverpb::TxnRequest EtcdStateStore::Guarded(const std::vector<RequestOp>& ops) const {
   etcdserverpb::TxnRequest txn;
   etcdserverpb::Compare* guard = txn.add_compare();
   guard->set_key(fence_.key);
   guard->set_target(etcdserverpb::Compare::CREATE);
   guard->set_result(etcdserverpb::Compare::EQUAL);
   guard->set_create_revision(fence_.revision);
-  for (const RequestOp& op : ops) *txn.add_success() = op;
-  auto r = client_.Txn(txn);
-  if (!r.ok()) return Status(r.status().code(), r.status().message() + SizeHint(r.status()));
-  if (!r->succeeded()) {
-    const std::string why = "fenced: this controller no longer leads (the leader key " +
-                            fence_.key + " is not the one it created at revision " +
-                            std::to_string(fence_.revision) + "); the write was refused";
-    std::lock_guard<std::mutex> lock(mu_);
-    fenced_ = why;
-    return FailedPreconditionError(why);
+  etcdserverpb::Compare* count = txn.add_compare();
+  count->set_key(CommitsKey());
+  count->set_target(etcdserverpb::Compare::VERSION);
+  count->set_result(etcdserverpb::Compare::EQUAL);
+  count->set_version(commits_);
+  for (RequestOp& op : MergeOps(ops)) *txn.add_success() = std::move(op);
+  *txn.add_success() = PutOp(CommitsKey(), "");
+  return txn;
+}
+
+// One fenced transaction, applied exactly once. A try whose answer is lost (a member gone, a raft
+// leader lost with the proposal, a deadline) may have been applied, or may be applied later: the
+// commit count settles it. Applied: the count is one more than this store knew. Not applied: it is
+// sent again under the same count, so a late copy of the first try finds the count moved and
+// changes nothing. Unsettled within kWriteSeconds: the controller stops (a standby reads what was
+// stored), never reporting a write failed that may stand.
+Status EtcdStateStore::Commit(const std::vector<RequestOp>& ops) {
+  if (ops.empty()) return OkStatus();
+  if (!fenced().empty()) return FailedPreconditionError(fenced());
+  if (commits_ < 0) {
+    MOE_ASSIGN_OR_RETURN(const Standing s, ReadStanding());
+    if (!s.leads) return Fenced(FenceMessage());
+    commits_ = s.commits;
   }
-  return OkStatus();
+  const etcdserverpb::TxnRequest txn = Guarded(ops);
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(kWriteSeconds);
+  while (true) {
+    auto r = client_.TxnOnce(txn, kWriteTrySeconds);
+    if (r.ok() && r->succeeded()) return ++commits_, OkStatus();
+    if (!r.ok() && !MaybeApplied(r.status())) {  // refused as it stands (too large, malformed)
+      return Status(r.status().code(), r.status().message() + SizeHint(r.status()));
+    }
+    auto s = ReadStanding();
+    if (s.ok() && s->commits == commits_ + 1) return ++commits_, OkStatus();  // ours went in
+    if (s.ok() && !s->leads) return Fenced(FenceMessage());
+    if (s.ok() && s->commits != commits_) {
+      return Fenced("the commit count of " + CommitsKey() + " moved to " +
+                    std::to_string(s->commits) + " under this leader (" + std::to_string(commits_) +
+                    " expected): another writer; this controller stops");
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      return Fenced("etcd did not confirm a write within " + std::to_string(int(kWriteSeconds)) +
+                    " s (" + (r.ok() ? std::string("refused") : r.status().message()) +
+                    "); it may yet be stored: this controller stops and a standby reads the truth");
+    }
+  }
 }
 
 Status EtcdStateStore::Batch(const std::function<Status()>& writes) {

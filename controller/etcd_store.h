@@ -9,10 +9,13 @@
 //   <prefix>/epoch                          the fencing epoch, decimal
 //   <prefix>/leader                         the leader's address, on its lease (leader_election.h)
 //
+//   <prefix>/commits                        its version counts the writes committed (Commit)
+//
 // Fencing: every write is one etcd transaction whose guard is the leader key's creation revision
 // (the fence this controller won). A controller whose lease ran out (stalled, partitioned, paused)
 // finds the key gone or created by another: its write is refused, nothing of it stored, and the
-// store says so (FAILED_PRECONDITION, fenced()). A batch (GroupCommitStore) is one transaction.
+// store says so (FAILED_PRECONDITION, fenced()). A batch (GroupCommitStore) is one transaction, and
+// each is applied exactly once, an answer lost on the way included (Commit).
 // Thread-safety: the writes come from one thread (GroupCommitStore's writer) or the caller's; reads
 // from any thread.
 #pragma once
@@ -33,12 +36,19 @@ struct EtcdFence {
   int64_t revision = 0;
 };
 
+// A batch's operations as one transaction may hold them (etcd refuses a key written twice).
+std::vector<etcdserverpb::RequestOp> MergeOps(const std::vector<etcdserverpb::RequestOp>& ops);
+
 class EtcdStateStore final : public StateStore {
  public:
   // etcd refuses a transaction of more operations than its --max-txn-ops (128 by default); the
   // controller's batches stay within this many writes (docs/operations.md: etcd is to be run with
   // --max-txn-ops 10000 or more, as deploy/ does).
   static constexpr size_t kMaxBatchWrites = 256;
+  // A write's try on one member, and all its tries: an unsettled write after that stops the
+  // controller (Commit).
+  static constexpr double kWriteTrySeconds = 1.0;
+  static constexpr double kWriteSeconds = 10.0;
 
   EtcdStateStore(EtcdClient& client, EtcdFence fence);
 
@@ -67,6 +77,16 @@ class EtcdStateStore final : public StateStore {
   // Stores the operations in one fenced transaction, or adds them to the open batch's.
   Status Write(std::vector<etcdserverpb::RequestOp> ops);
   Status Commit(const std::vector<etcdserverpb::RequestOp>& ops);
+  struct Standing {
+    bool leads = false;   // the leader key is still the one this controller created
+    int64_t commits = 0;  // writes committed (the count key's version)
+  };
+  StatusOr<Standing> ReadStanding();
+  // The transaction of `ops`: the fence, the commit count, the merged operations, the count's put.
+  etcdserverpb::TxnRequest Guarded(const std::vector<etcdserverpb::RequestOp>& ops) const;
+  std::string CommitsKey() const { return prefix_ + "/commits"; }
+  std::string FenceMessage() const;
+  Status Fenced(const std::string& why);  // records why (fenced()) and returns it
   // Every key under `prefix`, in key order (paged).
   StatusOr<std::vector<mvccpb::KeyValue>> Scan(const std::string& prefix);
 
@@ -75,6 +95,7 @@ class EtcdStateStore final : public StateStore {
   const std::string prefix_;
   bool in_batch_ = false;  // the writer's thread alone
   std::vector<etcdserverpb::RequestOp> batch_;
+  int64_t commits_ = -1;  // the writer's thread alone; -1 until read at the first write
   mutable std::mutex mu_;
   std::string fenced_;  // guarded by mu_
 };

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -51,6 +52,8 @@ class LeaderElection {
  private:
   // One try: true when this controller now holds the key.
   StatusOr<bool> TryCreate(EtcdFence* fence);
+  // Keeps the standby's own lease alive, or grants a new one.
+  Status RenewOwnLease();
   // Keeps the lease alive every third of its TTL until stopped; on_lost when it is gone.
   void KeepAliveLoop();
 
@@ -59,6 +62,9 @@ class LeaderElection {
   const std::string key_;
   const int lease_seconds_;
   int64_t lease_ = 0;
+  // When the last keep-alive etcd answered was sent (or the lease granted): the lease runs from
+  // there. The campaign's thread, then the keeper's.
+  std::chrono::steady_clock::time_point kept_;
   std::function<void(const std::string&)> on_lost_;
   std::thread keeper_;
   std::mutex mu_;

@@ -343,13 +343,35 @@ moe::HealthProbes ControllerProbes() {
 }
 
 // Ticks until a signal, or until another controller took over the state (non-OK then).
-moe::Status RunUntilSignalled(moe::controller::Controller& controller) {
+prometheus::Gauge& LeaderGauge(prometheus::Registry& registry) {
+  return prometheus::BuildGauge()
+      .Name("moe_controller_leader")
+      .Help("1 while this controller leads (serves), 0 while a standby (--store etcd)")
+      .Register(registry)
+      .Add({});
+}
+
+// Why this controller must stop ("" while it may go on): another took over its state (a higher
+// epoch), its etcd store refused a write for the fence or could not settle one, or it lost the
+// leadership (its lease, a step-down).
+std::string StopReason(moe::controller::Controller& controller,
+                       const moe::controller::OpenedStore& store) {
+  if (std::string why = controller.Fenced(); !why.empty()) return why;
+  if (store.etcd_store) {
+    if (std::string why = store.etcd_store->fenced(); !why.empty()) return why;
+  }
+  absl::MutexLock lock(&g_leader_mu);
+  return g_lost.empty() ? std::string() : "lost the leadership: " + g_lost;
+}
+
+moe::Status RunUntilSignalled(moe::controller::Controller& controller,
+                              const moe::controller::OpenedStore& store) {
   while (!g_stop) {
     controller.Tick();
     g_last_tick_ms = NowMs();
-    if (std::string why = controller.Fenced(); !why.empty()) return moe::AbortedError(why);
-    absl::MutexLock lock(&g_leader_mu);
-    if (!g_lost.empty()) return moe::AbortedError("lost the leadership: " + g_lost);
+    if (std::string why = StopReason(controller, store); !why.empty()) {
+      return moe::AbortedError(why);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return moe::OkStatus();
@@ -364,6 +386,10 @@ moe::StatusOr<moe::controller::OpenedStore> OpenStore(const ControllerConfig& c)
           "--store " + c.store + ": expected sqlite or etcd://HOST:PORT[,HOST:PORT...][/PREFIX]");
     }
     return moe::controller::OpenSqliteStore(c);
+  }
+  {
+    absl::MutexLock lock(&g_leader_mu);
+    g_leader = "not elected yet";  // until the first look at etcd
   }
   moe::controller::StandbyHooks hooks;
   hooks.stop = [] { return g_stop.load(); };
@@ -447,12 +473,7 @@ int main(int argc, char** argv) {
   moe::SetHealthProbes(ControllerProbes());
   auto metrics_server = ServeMetrics(config, registry);
   if (!metrics_server.ok()) return Fail(metrics_server.status().message());
-  auto& leader =
-      prometheus::BuildGauge()
-          .Name("moe_controller_leader")
-          .Help("1 while this controller leads (serves), 0 while a standby (--store etcd)")
-          .Register(*registry)
-          .Add({});
+  prometheus::Gauge& leader = LeaderGauge(*registry);
   // Open the store: the state directory (one controller per directory), or etcd once this one
   // leads.
   auto opened = OpenStore(config);
@@ -472,6 +493,7 @@ int main(int argc, char** argv) {
   if (moe::Status st = controller.Recover(); !st.ok()) {
     return Fail("recovering state from " + opened->where + ": " + st.ToString());
   }
+  if (std::string why = StopReason(controller, *opened); !why.empty()) return Fail(why);
 
   // Serve.
   moe::controller::GrpcServer grpc_server(controller, *auth, clock);
@@ -488,7 +510,7 @@ int main(int argc, char** argv) {
                 << (config.server.tls_client_ca.empty() ? "" : " (mTLS)")
                 << (auth->enabled() ? ", tokens required" : "") << "; /metrics on "
                 << config.metrics_listen << "; state in " << opened->where;
-  const moe::Status ran = RunUntilSignalled(controller);
+  const moe::Status ran = RunUntilSignalled(controller, *opened);
 
   // Shut down.
   MOE_LOG(INFO)
@@ -496,5 +518,7 @@ int main(int argc, char** argv) {
   controller.BeginShutdown();
   grpc_server.Shutdown();
   leader.Set(0);
+  // A leader stopped by a signal hands over at once (a rolling update does not wait out a lease).
+  if (ran.ok() && opened->election) (void)opened->election->StepDown();
   return ran.ok() ? 0 : Fail(ran.message());
 }

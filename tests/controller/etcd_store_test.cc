@@ -275,6 +275,74 @@ TEST(LeaderElection, OneLeadsWhileItKeepsItsLeaseAndAStandbyTakesOverWhenItSteps
   EXPECT_TRUE(lost.load()) << "the ex-leader's keeper saw its lease revoked";
 }
 
+// A batch holds independent callers' writes: a key written twice, a job's event put and then the
+// job deleted, a worker deleted and registered again. etcd refuses such a transaction as it is
+// ("duplicate key given in txn request"); stored, it must leave what applying them in order would.
+TEST(EtcdStateStore, ABatchThatWritesAKeyTwiceStoresWhatApplyingItInOrderWould) {
+  EtcdClient client(Target("merge"));
+  LeaderElection election(client, "127.0.0.1:1", 5);
+  EtcdStateStore store(client, Lead(election));
+  moe::v1::Job gone, kept;
+  gone.set_id("gone");
+  kept.set_id("kept");
+  moe::v1::JobEvent e;
+  e.set_job_id("gone");
+  e.set_seq(1);
+  moe::v1::Worker w;
+  w.set_name("w0");
+  const Status st = store.Batch([&]() -> Status {
+    MOE_RETURN_IF_ERROR(store.PutJobWithEvent(gone, e));  // then deleted with its events
+    MOE_RETURN_IF_ERROR(store.DeleteJob("gone"));
+    e.set_job_id("kept");
+    MOE_RETURN_IF_ERROR(store.DeleteJob("kept"));  // then stored again, with a new event
+    kept.set_state(moe::v1::PENDING);
+    MOE_RETURN_IF_ERROR(store.PutJobWithEvent(kept, e));
+    kept.set_state(moe::v1::RUNNING);  // the same key again: the last wins
+    MOE_RETURN_IF_ERROR(store.PutJob(kept));
+    MOE_RETURN_IF_ERROR(store.PutWorker(w, "s1"));
+    MOE_RETURN_IF_ERROR(store.DeleteWorker("w0"));
+    return store.PutWorker(w, "s2");
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  auto jobs = store.LoadJobs();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].id(), "kept");
+  EXPECT_EQ((*jobs)[0].state(), moe::v1::RUNNING);
+  EXPECT_EQ(store.LoadEvents("kept")->size(), 1u);
+  EXPECT_TRUE(store.LoadEvents("gone")->empty());
+  auto workers = store.LoadWorkers();
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].session, "s2");
+}
+
+TEST(MergeOps, TheLastWriteOfAKeyWinsAndARangeDeleteIsCutAroundLaterPuts) {
+  const auto put = [](const std::string& k) {
+    etcdserverpb::RequestOp op;
+    op.mutable_request_put()->set_key(k);
+    op.mutable_request_put()->set_value(k);
+    return op;
+  };
+  const auto del = [](const std::string& k, const std::string& end = "") {
+    etcdserverpb::RequestOp op;
+    op.mutable_request_delete_range()->set_key(k);
+    op.mutable_request_delete_range()->set_range_end(end);
+    return op;
+  };
+  const auto merged = MergeOps({put("a"), del("a"), put("b"), put("b"), put("e/1"), del("e/", "e0"),
+                                put("e/2"), del("c"), put("c")});
+  std::vector<std::string> seen;
+  for (const auto& op : merged) {
+    seen.push_back(op.has_request_put() ? "put " + op.request_put().key()
+                                        : "del " + op.request_delete_range().key() + ".." +
+                                              op.request_delete_range().range_end());
+  }
+  // a: deleted last; b: one put; e/1 gone with the range; e/2 put after it, the range cut around
+  // it; c: put after its delete.
+  const std::string zero(1, '\0');
+  EXPECT_EQ(seen, (std::vector<std::string>{"del a..", "put b", "put c", "put e/2", "del e/..e/2",
+                                            "del e/2" + zero + "..e0"}));
+}
+
 TEST(EtcdTarget, TheUrlIsCheckedPartByPart) {
   auto ok = ParseEtcdUrl("etcd://10.0.0.1:2379,etcd-1.etcd:2379/prod/");
   ASSERT_TRUE(ok.ok()) << ok.status();
@@ -282,8 +350,8 @@ TEST(EtcdTarget, TheUrlIsCheckedPartByPart) {
   EXPECT_EQ(ok->endpoints[1], "etcd-1.etcd:2379");
   EXPECT_EQ(ok->prefix, "/prod");
   EXPECT_EQ(ParseEtcdUrl("etcd://h:1")->prefix, "/moe");
-  for (const char* bad : {"http://h:1", "etcd://", "etcd://h", "etcd://h:0", "etcd://h:1,,h:2",
-                          "etcd://h:99999", "etcd://h:1/"}) {
+  for (const char* bad : {"http://h:1", "etcd://", "etcd://h", "etcd://h:", "etcd://h:/moe",
+                          "etcd://h:0", "etcd://h:1,,h:2", "etcd://h:99999", "etcd://h:1/"}) {
     auto r = ParseEtcdUrl(bad);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(r.status().message().find("--store"), std::string::npos) << r.status();

@@ -84,6 +84,14 @@ kill -TERM "$PID_a"
 rc=0; wait "$PID_a" || rc=$?
 [ $rc -eq 0 ] || fail "a standby stopped by SIGTERM exited $rc"
 
+# SIGTERM to the leader: it hands over on its way out (its lease revoked) and exits 0; the standby
+# started again leads.
+start_ha a 3; wait_log "$WORK/controller-a-3.log" "standby; the leader is 127.0.0.1:$P_b" 30
+kill -TERM "$PID_b"
+rc=0; wait "$PID_b" || rc=$?
+[ $rc -eq 0 ] || fail "the leader stopped by SIGTERM exited $rc"
+wait_log "$WORK/controller-a-3.log" "serving gRPC" 20
+
 # The embedded store has no standby: step-down says why.
 "$BIN/moe-controller" --listen 127.0.0.1:$(free_port) --state-dir "$WORK/sqlite" --metrics-listen 127.0.0.1:$(free_port) \
   >"$WORK/sqlite.log" 2>&1 &

@@ -404,6 +404,11 @@ moe::Status Resolve(WorkerFlags& f) {
   if (f.fake_workers > 1 && o.fake_step_seconds <= 0) {
     return moe::InvalidArgumentError("--fake-workers: needs --fake-step-seconds (fake mode)");
   }
+  if (f.fake.per_connection > 1 && moe::ControllerAddresses(o.client.address).size() > 1) {
+    return moe::InvalidArgumentError(
+        "--fake-agents-per-connection: needs one --controller address (agents sharing a "
+        "connection cannot each move to another controller)");
+  }
   if (f.fake.per_connection > 1 && f.fake_workers == 1) {
     return moe::InvalidArgumentError(
         "--fake-agents-per-connection: needs --fake-workers over 1 (fake mode's many agents)");
