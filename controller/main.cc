@@ -407,15 +407,23 @@ moe::StatusOr<moe::controller::OpenedStore> OpenStore(const ControllerConfig& c)
 void KeepLeading(moe::controller::OpenedStore& opened, moe::controller::Controller& controller) {
   if (!opened.election) return;
   opened.election->KeepLeading([](const std::string& why) {
-    MOE_LOG(ERROR) << "lost the leadership: " << why << "; stopping (a standby takes over)";
     absl::MutexLock lock(&g_leader_mu);
+    if (!g_lost.empty()) return;  // a step-down said why first
+    MOE_LOG(ERROR) << "lost the leadership: " << why << "; stopping (a standby takes over)";
     g_lost = why;
   });
+  // The reason is set before the lease is revoked: the keeper sees the lease gone at once after.
   controller.SetStepDown([election = opened.election.get()]() -> moe::Status {
-    MOE_RETURN_IF_ERROR(election->StepDown());
-    absl::MutexLock lock(&g_leader_mu);
-    g_lost = "stepped down (moectl admin step-down)";
-    return moe::OkStatus();
+    {
+      absl::MutexLock lock(&g_leader_mu);
+      g_lost = "stepped down (moectl admin step-down)";
+    }
+    const moe::Status st = election->StepDown();
+    if (!st.ok()) {
+      absl::MutexLock lock(&g_leader_mu);
+      g_lost.clear();  // still leading: nothing was revoked
+    }
+    return st;
   });
 }
 
