@@ -156,19 +156,6 @@ StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(const etcdserverpb::TxnReque
   return response;
 }
 
-StatusOr<etcdserverpb::PutResponse> EtcdClient::Put(const std::string& key,
-                                                    const std::string& value, int64_t lease) {
-  etcdserverpb::PutRequest request;
-  request.set_key(key);
-  request.set_value(value);
-  request.set_lease(lease);
-  etcdserverpb::PutResponse response;
-  MOE_RETURN_IF_ERROR(OnSomeMember("put", [&](Member& m, grpc::ClientContext* ctx) {
-    return m.kv->Put(ctx, request, &response);
-  }));
-  return response;
-}
-
 StatusOr<int64_t> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
   etcdserverpb::LeaseGrantRequest request;
   request.set_ttl(ttl_seconds);

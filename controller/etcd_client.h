@@ -49,8 +49,6 @@ class EtcdClient {
   // another member.
   StatusOr<etcdserverpb::TxnResponse> TxnOnce(const etcdserverpb::TxnRequest& request,
                                               double seconds);
-  StatusOr<etcdserverpb::PutResponse> Put(const std::string& key, const std::string& value,
-                                          int64_t lease = 0);
   // A lease of `ttl_seconds`: its id.
   StatusOr<int64_t> LeaseGrant(int64_t ttl_seconds);
   // One keep-alive, its tries within `budget_seconds` (0: the client's deadline): the lease's
