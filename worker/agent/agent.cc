@@ -22,6 +22,7 @@
 #include "common/yaml.h"
 #include "worker/agent/heartbeat_ticker.h"
 #include "worker/agent/rank_log.h"
+#include "worker/agent/rank_messages.h"
 #include "worker/agent/step_report.h"
 
 namespace moe::worker {
@@ -88,7 +89,7 @@ std::string WorkerAgent::PeakCachePath(int threads) const {
 // A CPU worker with --threads measures the peak its ranks' MFU is counted against now, before any
 // job waits for it (moe-train --measure-peak; the ranks read it with --peak-cache).
 void WorkerAgent::MeasurePeakAhead() {
-  if (o_.devices.front() != "cpu" || o_.threads <= 0 || o_.fake_step_seconds > 0) return;
+  if (o_.devices.front() != "cpu" || o_.threads <= 0) return;
   RankCommand cmd;
   cmd.program = o_.trainer;
   cmd.args = {"--measure-peak", PeakCachePath(o_.threads), "--threads", std::to_string(o_.threads)};
@@ -107,22 +108,9 @@ void WorkerAgent::MeasurePeakAhead() {
   }).detach();
 }
 
-namespace {
-
-// The controller's "retry after N ms" in a refused registration's message, in seconds (0: none).
-double RetryHintSeconds(const std::string& message) {
-  const size_t at = message.find("retry after ");
-  if (at == std::string::npos) return 0;
-  const double ms = std::atof(message.c_str() + at + 12);
-  return ms > 0 && ms < 600000 ? ms / 1000.0 : 0;
-}
-
-}  // namespace
-
 // After a failed session: a fresh channel, to the next controller where several are named (a
 // leader and its standbys: a standby refused us, or the one we had is gone).
 void WorkerAgent::NextController(std::shared_ptr<moe::v1::WorkerService::Stub>* stub) {
-  if (o_.client.connection_group >= 0) return;  // pooled connections: see Run
   stub->reset();
   if (ControllerAddresses(o_.client.address).size() > 1) ++o_.client.address_turn;
 }
@@ -135,10 +123,7 @@ Status WorkerAgent::Run() {
   std::shared_ptr<moe::v1::WorkerService::Stub> stub;
   while (!stop_) {
     // A fresh channel after a failed connect: a channel remembers its failures and backs off on its
-    // own, which would keep a restarted controller waiting for us. Not for agents that share
-    // connections (fake nodes, --fake-agents-per-connection): their new channel would be the same
-    // pooled connection again, and 16,384 agents building channels each second after a restart kept
-    // the fakes' one core busy (bench/load.py's restart: all back in 32 s before, 23 s after).
+    // own, which would keep a restarted controller waiting for us.
     if (!stub) {
       MOE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(o_.client));
       stub =
@@ -152,7 +137,7 @@ Status WorkerAgent::Run() {
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    if (!Session(stub) && o_.client.connection_group < 0) NextController(&stub);
+    if (!Session(stub)) NextController(&stub);
     if (stop_) break;
     // A session that lasted is a reconnect after a controller restart: try again soon.
     if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) backoff = 0.2;
@@ -266,7 +251,7 @@ bool WorkerAgent::Session(const std::shared_ptr<moe::v1::WorkerService::Stub>& s
   // that blocks must not hold up the UDP beats of the ticker's other agents. None before the
   // registration's answer: no lease runs yet, and the controller reads the stream's next message
   // only once it has answered (16,384 agents waiting in a herd sent 1,500 such beats a second).
-  HeartbeatTicker& ticker = HeartbeatTicker::Group(o_.beat_group);
+  HeartbeatTicker& ticker = HeartbeatTicker::Process();
   auto beat_id = std::make_shared<std::atomic<int64_t>>(0);
   const int64_t beat = ticker.Add(
       [this, &ticker, beat_id] {
@@ -334,7 +319,7 @@ void WorkerAgent::SetUdpLease(const moe::v1::Registered& r) {
   const std::string host =
       UdpHostOf(CurrentAddress(o_.client));  // the controller we registered with
   if (host.empty()) return;
-  udp_link_ = UdpBeatLink::For(host, static_cast<int>(r.heartbeat_udp_port()), o_.beat_group);
+  udp_link_ = UdpBeatLink::For(host, static_cast<int>(r.heartbeat_udp_port()));
   if (!udp_link_) return;
   udp_lease_ = r.heartbeat_lease_id();
   udp_link_->Add(udp_lease_, r.heartbeat_key());
@@ -351,14 +336,7 @@ bool WorkerAgent::UdpBeat() {
 // A controller's fencing epoch against the highest this worker has seen: a lower one is a stale
 // controller (another took over its state since), whose word no longer counts.
 bool WorkerAgent::AcceptEpoch(int64_t epoch, const std::string& what) {
-  int64_t seen = max_epoch_.load();
-  while (epoch > seen && !max_epoch_.compare_exchange_weak(seen, epoch)) {
-  }
-  if (epoch >= seen) return true;
-  MOE_LOG(ERROR) << "refusing " << what << " from a controller of epoch " << epoch << ": epoch "
-                 << seen
-                 << " was seen already (a newer controller holds the state; this one is stale)";
-  return false;
+  return AcceptControllerEpoch(&max_epoch_, epoch, what);
 }
 
 // An answer that came later than a lease would last: the controller's lease ran from its sending,

@@ -55,13 +55,10 @@ struct AgentOptions {
   // controller's checkpoint root is accepted as well where it is mounted here.
   bool default_checkpoint_roots = false;
   std::vector<std::string> extra_trainer_args;  // testing hooks (e.g. --inject-step-delay)
-  // Fake mode (load tests, bench/load): > 0 runs no trainer; an assigned rank is a thread that
-  // reports a synthetic step every this many seconds until the job's steps are done or it is
-  // cancelled.
+  // Fake mode (load tests, bench/load): > 0 runs no trainer; an assigned rank reports a synthetic
+  // step every this many seconds until the job's steps are done or it is cancelled. Fake mode's
+  // agents are FakeFleet's (fake_fleet.h), not WorkerAgents.
   double fake_step_seconds = 0;
-  // HeartbeatTicker::Group the agent beats from: fake mode's agents beat in groups (-1: the
-  // process's one ticker).
-  int beat_group = -1;
 };
 
 // What the agent's health endpoint and /metrics show (main's --health-listen).
@@ -123,7 +120,6 @@ class WorkerAgent {
   void CancelRank(const std::string& job_id, int attempt, const std::string& reason, bool now);
   void Adopt(const std::shared_ptr<Rank>& rank, void (WorkerAgent::*monitor)(Rank*));
   void Monitor(Rank* rank);
-  void FakeMonitor(Rank* rank);
   void Report(const moe::v1::RankFinished& f);
   // Stops the rank on `device` (-1: on every device) and joins its monitor.
   void StopRanks(int device);
@@ -146,7 +142,7 @@ class WorkerAgent {
   std::atomic<bool> leaving_{false};
   std::atomic<bool> registered_{false};    // Registered received on the current session
   std::atomic<int64_t> registrations_{0};  // Registered messages accepted
-  std::atomic<int64_t> ranks_started_{0};  // rank processes (or fake ranks) started
+  std::atomic<int64_t> ranks_started_{0};  // rank processes started
   std::chrono::steady_clock::time_point registration_sent_;  // when our Register left
   // Connects that failed since the last one that worked, and when the last of them was logged: an
   // outage is logged at its first failure and then every 30 s, not at every retry (16,384 agents
@@ -197,7 +193,7 @@ struct WorkerAgent::Rank {
   std::unique_ptr<RendezvousProxy> proxy;
   std::string spec_path;
   std::atomic<bool> done{false};
-  std::atomic<bool> fake_stop{false};  // fake mode: asked to stop (no process to signal)
+  std::atomic<bool> stop_asked{false};  // told to stop (CancelRank, StopRanks)
   std::thread monitor;
   std::unique_ptr<RankLogWriter> log;  // its output, for moectl logs
 };

@@ -1,5 +1,5 @@
 // The node agent's rank runner: a rank's paths checked and resolved, its process started with its
-// rendezvous proxy, monitored (or faked), stopped and reported. The session: agent.cc.
+// rendezvous proxy, monitored, stopped and reported. The session: agent.cc.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +21,7 @@
 #include "worker/agent/agent.h"
 #include "worker/agent/heartbeat_ticker.h"
 #include "worker/agent/rank_log.h"
+#include "worker/agent/rank_messages.h"
 #include "worker/agent/step_report.h"
 
 namespace moe::worker {
@@ -37,7 +38,7 @@ void WorkerAgent::StopRanks(int device) {
   for (const auto& r : stopping_ranks) {  // all told first: they checkpoint side by side
     if (r->done) continue;
     if (r->process) r->process->RequestStop(o_.stop_grace_seconds);
-    r->fake_stop = true;
+    r->stop_asked = true;
   }
   for (const auto& r : stopping_ranks) {
     if (r->monitor.joinable()) r->monitor.join();
@@ -53,30 +54,8 @@ void WorkerAgent::Report(const moe::v1::RankFinished& f) {
   unreported_.push_back(f);
 }
 
-// The job's data and checkpoint paths against this worker's roots, symbolic links resolved here: no
-// control character; a relative dataset path where the rank will find it, other relative paths
-// below the first root; the dataset's own files (.bin, .idx), not only its prefix, below a data
-// root. The rank opens them again beneath the roots (moe-train
-// --data-root, --checkpoint-root), so what it reads and writes is what this check saw.
 Status WorkerAgent::CheckPaths(const moe::v1::Assignment& a) const {
-  const moe::v1::JobSpec& spec = a.spec().spec();
-  MOE_RETURN_IF_ERROR(CheckPathText("spec.data.path", spec.data().path()));
-  MOE_RETURN_IF_ERROR(CheckPathText("spec.checkpoint.dir", spec.checkpoint().dir()));
-  if (spec.data().source() != "synthetic") {
-    // Where the rank will find it (a relative path: the first root that holds it, as moe-train
-    // resolves it); nowhere here, the path as written (a path outside the roots is refused, and the
-    // rank fails permanently on a dataset it cannot open, naming it). The spec is not changed.
-    std::string path = ResolveDatasetPath(spec.data().path(), o_.data_roots);
-    if (path.empty()) path = spec.data().path();
-    for (const char* file : {".bin", ".idx"}) {
-      MOE_RETURN_IF_ERROR(CheckUnderRoots("spec.data.path", path + file, o_.data_roots, "data",
-                                          true, o_.data_roots.front()));
-    }
-  }
-  if (spec.checkpoint().dir().empty()) return OkStatus();
-  const std::vector<std::string> roots = CheckpointRoots();
-  return CheckUnderRoots("spec.checkpoint.dir", spec.checkpoint().dir(), roots, "checkpoint", true,
-                         roots.front());
+  return CheckAssignmentPaths(a, o_.data_roots, CheckpointRoots());
 }
 
 std::vector<std::string> WorkerAgent::CheckpointRoots() const {
@@ -84,18 +63,6 @@ std::vector<std::string> WorkerAgent::CheckpointRoots() const {
   MutexLock lock(&roots_mu_);
   if (!controller_checkpoint_root_.empty()) roots.push_back(controller_checkpoint_root_);
   return roots;
-}
-
-// Why `root` cannot serve as a checkpoint root here, or "" when it can.
-static std::string UnusableRoot(const std::string& root) {
-  if (Status st = CheckPathText("checkpoint root", root); !st.ok()) return st.message();
-  if (root.empty() || root[0] != '/') return "not an absolute path";
-  if (root == "/") return "/ would let a job write anywhere (only an explicit --checkpoint-root /)";
-  struct stat st {};
-  if (::stat(root.c_str(), &st) != 0) return std::string("not here: ") + std::strerror(errno);
-  if (!S_ISDIR(st.st_mode)) return "not a directory";
-  if (::access(root.c_str(), W_OK | X_OK) != 0) return "not writable by this worker";
-  return "";
 }
 
 void WorkerAgent::AcceptCheckpointRoot(const std::string& root) {
@@ -120,12 +87,7 @@ void WorkerAgent::AcceptCheckpointRoot(const std::string& root) {
                      << why << "): jobs that name no checkpoint directory will not run here; "
                      << "give --checkpoint-root a directory this worker and the controller share";
   }
-  moe::v1::WorkerMessage m;
-  auto* r = m.mutable_checkpoint_root_mounted();
-  r->set_root(root);
-  r->set_ok(why.empty());
-  r->set_why(why);
-  Write(m);
+  Write(RootMounted(root, why));
 }
 
 StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const {
@@ -158,49 +120,6 @@ StatusOr<std::vector<std::string>> WorkerAgent::RankArgs(const Rank& rank) const
 
 namespace {
 
-moe::v1::FailureClass ToProto(FailureClass c) {
-  switch (c) {
-    case FailureClass::kNone:
-      return moe::v1::FAILURE_NONE;
-    case FailureClass::kStopped:
-      return moe::v1::FAILURE_STOPPED;
-    case FailureClass::kPermanent:
-      return moe::v1::FAILURE_PERMANENT;
-    case FailureClass::kTransient:
-      break;
-  }
-  return moe::v1::FAILURE_TRANSIENT;
-}
-
-// How the assigned rank ended: its outcome (the rank's final record, or what the agent knows), with
-// the exit code it had (-1: it never ran).
-moe::v1::RankFinished Finished(const moe::v1::Assignment& a, const RankEnd& end, int exit_code,
-                               bool cancelled) {
-  moe::v1::RankFinished f;
-  f.set_job_id(a.job_id());
-  f.set_attempt(a.attempt());
-  f.set_rank(a.rank());
-  f.set_ok(end.ok());
-  f.set_cancelled(cancelled);
-  f.set_exit_code(exit_code);
-  f.set_failure_class(ToProto(end.failure_class));
-  f.set_status_code(std::string(StatusCodeName(end.code)));
-  f.set_checkpoint_step(end.checkpoint_step);
-  if (!end.ok()) f.set_message(end.message);
-  return f;
-}
-
-// A rank this agent did not run: `cls` says whether the job may run elsewhere (transient) or not at
-// all.
-moe::v1::RankFinished NotRun(const moe::v1::Assignment& a, FailureClass cls, StatusCode code,
-                             std::string message) {
-  RankEnd end;
-  end.failure_class = cls;
-  end.code = code;
-  end.message = std::move(message);
-  return Finished(a, end, cls == FailureClass::kPermanent ? kExitCannotRun : -1, false);
-}
-
 // The rendezvous socket of a rank: named by a hash of its tag, so that a long job name cannot push
 // the path past sun_path's 108 bytes (main checks the runtime directory leaves room for it).
 std::string SocketName(const std::string& tag) {
@@ -209,20 +128,6 @@ std::string SocketName(const std::string& tag) {
   char name[32];
   std::snprintf(name, sizeof(name), "rv-%016llx.sock", static_cast<unsigned long long>(h));
   return name;
-}
-
-moe::v1::WorkerMessage AboutRank(const moe::v1::Assignment& a, bool started) {
-  moe::v1::WorkerMessage m;
-  if (started) {
-    m.mutable_started()->set_job_id(a.job_id());
-    m.mutable_started()->set_attempt(a.attempt());
-    m.mutable_started()->set_rank(a.rank());
-  } else {
-    m.mutable_step()->set_job_id(a.job_id());
-    m.mutable_step()->set_attempt(a.attempt());
-    m.mutable_step()->set_rank(a.rank());
-  }
-  return m;
 }
 
 }  // namespace
@@ -253,7 +158,6 @@ void WorkerAgent::StartRank(const std::shared_ptr<moe::v1::WorkerService::Stub>&
   rank->device = device;
   rank->name = a.worker().empty() ? o_.name : a.worker();
   rank->tag = a.job_id() + "-a" + std::to_string(a.attempt()) + "-r" + std::to_string(a.rank());
-  if (o_.fake_step_seconds > 0) return Adopt(rank, &WorkerAgent::FakeMonitor);
   rank->spec_path = JoinPath(o_.runtime_dir, rank->tag + ".json");
   auto start = [&]() -> Status {
     // The typed spec becomes the rank's document here, at the process boundary (moe-train reads
@@ -343,39 +247,6 @@ void WorkerAgent::Monitor(Rank* rank) {
 }
 
 // Fake mode: the rank is a thread of this agent; the controller sees what a rank would send.
-void WorkerAgent::FakeMonitor(Rank* rank) {
-  const moe::v1::Assignment& a = rank->assignment;
-  const int64_t steps = a.spec().spec().training().steps();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t step = 1; step <= steps && !rank->fake_stop && !stop_; ++step) {
-    const auto due =
-        t0 + std::chrono::duration<double>(o_.fake_step_seconds * static_cast<double>(step));
-    while (std::chrono::steady_clock::now() < due && !rank->fake_stop && !stop_) {
-      std::this_thread::sleep_for(
-          std::min(std::chrono::duration<double>(0.05),
-                   std::chrono::duration<double>(due - std::chrono::steady_clock::now())));
-    }
-    if (rank->fake_stop || stop_)
-      continue;  // every rank reports, as the trainer's do (the controller merges them)
-    moe::v1::WorkerMessage m = AboutRank(a, /*started=*/false);
-    auto* mt = m.mutable_step()->mutable_metrics();
-    mt->set_step(step);
-    mt->set_total_steps(steps);
-    mt->set_loss(10.0 / (1.0 + 0.01 * static_cast<double>(step)));
-    mt->set_step_seconds(o_.fake_step_seconds);
-    const auto& data = a.spec().spec().data();
-    const int64_t tokens = data.global_batch_size() * data.seq_length();  // one global batch
-    mt->set_tokens_per_second(static_cast<double>(tokens) / o_.fake_step_seconds);
-    mt->set_tokens(tokens);
-    Write(m);
-  }
-  const bool stopped = rank->fake_stop || stop_;
-  RankEnd end = stopped ? StoppedRankEnd("stopped (fake rank)") : RankEnd{};
-  if (!stopped) end.checkpoint_step = steps;  // a trainer's success ends with its final checkpoint
-  rank->done = true;
-  Report(Finished(a, end, end.exit_code(), stopped));
-}
-
 void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::string& reason,
                              bool now) {
   std::vector<std::shared_ptr<Rank>> of_attempt;
@@ -390,12 +261,12 @@ void WorkerAgent::CancelRank(const std::string& job_id, int attempt, const std::
   for (const auto& cur : of_attempt) {
     // Told already: the controller sends a cancel per rank of the attempt, and this agent may run
     // several of them; only --now says more.
-    if (cur->fake_stop && !now) continue;
+    if (cur->stop_asked && !now) continue;
     MOE_LOG(INFO) << (now ? "killing rank " : "stopping rank ") << cur->assignment.rank() << " of "
                   << job_id << " on " << cur->name << ": " << reason;
     // It stops at its next step boundary; if not within the grace, its monitor kills it.
     if (cur->process) cur->process->RequestStop(now ? 0 : o_.stop_grace_seconds);
-    cur->fake_stop = true;
+    cur->stop_asked = true;
   }
 }
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "common/service_log.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/cpu_cores.h"
+#include "worker/agent/fake_fleet.h"
 #include "worker/agent/topology.h"
 
 namespace {
@@ -34,12 +36,11 @@ namespace {
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be async-signal-safe");
 void OnSignal(int sig) { g_signal.store(sig); }
-// Runs `n` agents (n > 1: fake mode's many nodes in one process, named <name>-<i>, on racks of
-// `rack_size` nodes: <rack>-<i / rack_size>) until a signal; each agent on its own thread.
-using Agents = std::vector<std::unique_ptr<moe::worker::WorkerAgent>>;
+using moe::worker::AgentView;
+using Views = std::function<std::vector<AgentView>()>;
 
 // The agents' state as gauges and counters, one series per agent (fake mode runs many).
-std::vector<prometheus::MetricFamily> AgentFamilies(const Agents& agents) {
+std::vector<prometheus::MetricFamily> AgentFamilies(const std::vector<AgentView>& views) {
   using prometheus::MetricType;
   struct Def {
     const char* name;
@@ -62,16 +63,13 @@ std::vector<prometheus::MetricFamily> AgentFamilies(const Agents& agents) {
       {"moe_agent_ranks_started_total", "ranks the agent started", MetricType::Counter,
        [](const moe::worker::AgentState& s) { return 1.0 * s.ranks_started; }},
   };
-  std::vector<moe::worker::AgentState> states;
-  for (const auto& a : agents) states.push_back(a->State());
   std::vector<prometheus::MetricFamily> out;
   for (const Def& d : defs) {
     prometheus::MetricFamily f{d.name, d.help, d.type, {}};
-    for (size_t i = 0; i < agents.size(); ++i) {
-      const moe::worker::AgentOptions& o = agents[i]->options();
+    for (const AgentView& v : views) {
       prometheus::ClientMetric m;
-      m.label = {{"agent", o.name}, {"node", o.node}, {"rack", o.rack}};
-      (d.type == MetricType::Counter ? m.counter.value : m.gauge.value) = d.value(states[i]);
+      m.label = {{"agent", v.name}, {"node", v.node}, {"rack", v.rack}};
+      (d.type == MetricType::Counter ? m.counter.value : m.gauge.value) = d.value(v.state);
       f.metric.push_back(std::move(m));
     }
     out.push_back(std::move(f));
@@ -80,15 +78,13 @@ std::vector<prometheus::MetricFamily> AgentFamilies(const Agents& agents) {
 }
 
 // Alive while the process serves; ready while every agent has a session and none is leaving.
-moe::HealthProbes AgentProbes(const Agents& agents) {
+moe::HealthProbes AgentProbes(Views views) {
   moe::HealthProbes p;
-  p.ready = [&agents] {
-    for (const auto& a : agents) {
-      const moe::worker::AgentState s = a->State();
-      if (s.leaving) return moe::ProbeAnswer{false, a->options().name + " is leaving"};
-      if (!s.registered)
-        return moe::ProbeAnswer{
-            false, a->options().name + " is not registered with " + a->options().client.address};
+  p.ready = [views = std::move(views)] {
+    for (const AgentView& v : views()) {
+      if (v.state.leaving) return moe::ProbeAnswer{false, v.name + " is leaving"};
+      if (!v.state.registered)
+        return moe::ProbeAnswer{false, v.name + " is not registered with " + v.controller};
     }
     return moe::ProbeAnswer{};
   };
@@ -101,11 +97,11 @@ struct HealthEndpoint {
   std::unique_ptr<moe::HttpServer> server;
 };
 moe::StatusOr<std::unique_ptr<HealthEndpoint>> ServeHealth(const std::string& listen,
-                                                           const Agents& agents) {
+                                                           const Views& views) {
   auto h = std::make_unique<HealthEndpoint>();
   if (listen.empty()) return h;
-  moe::SetHealthProbes(AgentProbes(agents));
-  h->agents = moe::CollectorOf([&agents] { return AgentFamilies(agents); });
+  moe::SetHealthProbes(AgentProbes(views));
+  h->agents = moe::CollectorOf([views] { return AgentFamilies(views()); });
   h->process = moe::ProcessCollector();
   auto server = moe::ServeHealthAndMetrics(listen, {h->agents, h->process});
   if (!server.ok()) {
@@ -117,59 +113,47 @@ moe::StatusOr<std::unique_ptr<HealthEndpoint>> ServeHealth(const std::string& li
   return h;
 }
 
-// How the fake nodes of one process are laid out: racks of `rack_size` nodes (0: one rack), and
-// `per_connection` agents sharing each TCP connection to the controller (1: each its own, as real
-// node agents have).
-constexpr int kAgentsPerTicker = 64;
-struct FakeLayout {
-  int rack_size = 0, per_connection = 1;
-};
-
-moe::Status RunAgents(const moe::worker::AgentOptions& base, int n, const FakeLayout& layout,
-                      const std::string& health_listen) {
-  Agents agents;
-  for (int i = 0; i < n; ++i) {
-    moe::worker::AgentOptions o = base;
-    if (n > 1) {
-      o.name = base.name + "-" + std::to_string(i);
-      o.node = o.name;
-      if (layout.rack_size > 0) o.rack = base.rack + "-" + std::to_string(i / layout.rack_size);
-      o.client.own_connection = layout.per_connection == 1;
-      if (layout.per_connection > 1) o.client.connection_group = i / layout.per_connection;
-      // A ticker thread per group of agents sharing connections (64 at least): a stream write
-      // blocked behind a busy connection holds up its group's beats, not the process's.
-      o.beat_group = i / std::max(layout.per_connection, kAgentsPerTicker);
-    }
-    agents.push_back(std::make_unique<moe::worker::WorkerAgent>(o));
-  }
-  MOE_ASSIGN_OR_RETURN(std::unique_ptr<HealthEndpoint> health, ServeHealth(health_listen, agents));
-  // Signal handlers only set a flag; this thread turns it into a clean leave: each agent tells the
-  // controller, its rank checkpoints at the next step boundary and stops (killed after the stop
-  // grace), and the job moves on without using a restart. It ends with Run, and is joined.
-  std::atomic<int> running{n};
+// Runs until a signal, which this thread turns into a clean leave (`leave`): signal handlers only
+// set a flag. Returns what `run` returned.
+moe::Status RunUntilSignal(const std::function<moe::Status()>& run,
+                           const std::function<void(const std::string&)>& leave) {
+  std::atomic<bool> running{true};
   std::thread watcher([&] {
-    while (g_signal == 0 && running > 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (running == 0) return;
-    const std::string reason =
-        std::string(g_signal.load() == SIGINT ? "SIGINT" : "SIGTERM") + " to moe-worker";
-    std::vector<std::thread> leaving;
-    for (auto& a : agents) leaving.emplace_back([&a, &reason] { a->Leave(reason); });
-    for (auto& t : leaving) t.join();
+    while (g_signal == 0 && running) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!running) return;
+    leave(std::string(g_signal.load() == SIGINT ? "SIGINT" : "SIGTERM") + " to moe-worker");
   });
-  std::vector<moe::Status> results(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      results[static_cast<size_t>(i)] = agents[static_cast<size_t>(i)]->Run();
-      --running;
-    });
-  }
-  for (auto& t : threads) t.join();
+  const moe::Status st = run();
+  running = false;
   watcher.join();
-  health.reset();  // before the agents its collector reads
-  for (const auto& st : results) MOE_RETURN_IF_ERROR(st);
-  return moe::OkStatus();
+  return st;
+}
+
+// A node agent: on SIGTERM it tells the controller, its ranks checkpoint at the next step boundary
+// and stop (killed after the stop grace), and the job moves on without using a restart.
+moe::Status RunAgent(const moe::worker::AgentOptions& o, const std::string& health_listen) {
+  moe::worker::WorkerAgent agent(o);
+  const Views views = [&agent] {
+    const moe::worker::AgentOptions& a = agent.options();
+    return std::vector<AgentView>{{a.name, a.node, a.rack, a.client.address, agent.State()}};
+  };
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<HealthEndpoint> health, ServeHealth(health_listen, views));
+  const moe::Status st = RunUntilSignal([&] { return agent.Run(); },
+                                        [&](const std::string& why) { agent.Leave(why); });
+  health.reset();  // before the agent its collector reads
+  return st;
+}
+
+// Fake mode: `n` fake node agents on gRPC's callback API (fake_fleet.h).
+moe::Status RunFleet(const moe::worker::AgentOptions& o, int n,
+                     const moe::worker::FakeLayout& layout, const std::string& health_listen) {
+  moe::worker::FakeFleet fleet(o, n, layout);
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<HealthEndpoint> health,
+                       ServeHealth(health_listen, [&fleet] { return fleet.Views(); }));
+  const moe::Status st = RunUntilSignal([&] { return fleet.Run(); },
+                                        [&](const std::string& why) { fleet.Leave(why); });
+  health.reset();
+  return st;
 }
 
 std::string SelfDir() {
@@ -191,7 +175,7 @@ struct WorkerFlags {
   moe::worker::CoreClaim cores;         // the cores this agent counts as its own (cpu_cores.h)
   moe::ServiceLogOptions log;
   int fake_workers = 1;
-  FakeLayout fake;
+  moe::worker::FakeLayout fake;
 };
 
 void BindConnectionFlags(CLI::App& app, WorkerFlags& f) {
@@ -456,7 +440,10 @@ int main(int argc, char** argv) {
   if (f.o.fake_step_seconds > 0)
     MOE_LOG(INFO) << "fake mode: " << f.fake_workers << " node(s) of " << f.o.devices.size()
                   << " device(s), no trainer";
-  if (moe::Status st = RunAgents(f.o, f.fake_workers, f.fake, f.health_listen); !st.ok()) {
+  const moe::Status st = f.o.fake_step_seconds > 0
+                             ? RunFleet(f.o, f.fake_workers, f.fake, f.health_listen)
+                             : RunAgent(f.o, f.health_listen);
+  if (!st.ok()) {
     std::fprintf(stderr, "moe-worker: %s\n", st.ToString().c_str());
     return 1;
   }

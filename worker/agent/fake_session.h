@@ -1,0 +1,61 @@
+// One fake agent's stream to the controller on gRPC's callback API (fake_fleet.h): gRPC's threads
+// read it (each message handed to the fleet) and write what Send queued, one write at a time.
+// Deletes itself once gRPC is done with it, after telling the fleet how the stream ended.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "common/grpc_client.h"
+#include "moe/v1/worker_service.grpc.pb.h"
+
+namespace moe::worker {
+
+class FakeSession;
+
+// Who hears what comes on the sessions (the fleet): called on gRPC's threads.
+class FakeSessionOwner {
+ public:
+  virtual ~FakeSessionOwner() = default;
+  virtual void OnMessage(int agent, FakeSession* s, const moe::v1::ControllerMessage& m) = 0;
+  // The stream ended (`answered`: the controller said something on it first).
+  virtual void OnEnded(int agent, FakeSession* s, const grpc::Status& st, bool answered) = 0;
+};
+
+class FakeSession final
+    : public grpc::ClientBidiReactor<moe::v1::WorkerMessage, moe::v1::ControllerMessage> {
+ public:
+  // The registration is its first message: what Send queues before Start goes after it.
+  FakeSession(FakeSessionOwner* fleet, int agent, moe::v1::WorkerMessage registration)
+      : fleet_(fleet), agent_(agent), current_(std::move(registration)), writing_(true) {}
+  // Opens the stream.
+  void Start(moe::v1::WorkerService::Stub& stub, const ClientOptions& client);
+  // Queues a message; false once the stream is ending (nothing was queued).
+  bool Send(const moe::v1::WorkerMessage& m);
+  // Messages not written yet (Leave waits for none).
+  size_t Pending();
+  // Ends the stream (Stop); OnDone follows.
+  void Cancel() { ctx_.TryCancel(); }
+
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& st) override;
+
+ private:
+  // With mu_ held: no more writes. True when the caller, once it released mu_, removes the hold
+  // (none is under way): OnDone may follow at once, so nothing of this is touched after it.
+  bool Closing();
+
+  FakeSessionOwner* const fleet_;
+  const int agent_;
+  grpc::ClientContext ctx_;
+  moe::v1::ControllerMessage in_;
+  std::mutex mu_;
+  moe::v1::WorkerMessage current_;  // the write under way (writing_)
+  std::deque<moe::v1::WorkerMessage> out_;
+  bool writing_, closing_ = false, held_ = false;
+  bool answered_ = false;  // a message came from the controller
+};
+
+}  // namespace moe::worker
