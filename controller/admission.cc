@@ -56,17 +56,9 @@ int64_t RankMemoryNeed(JobEntry& e) {
 Status CheckMemoryFits(const JobSpec& spec, const WorkerRegistry& workers) {
   // The largest memory a live worker of the job's device type reports; none reported: nothing to
   // check.
-  int64_t most = 0;
-  std::string where;
-  // The registry's entries as they are (a listing of each would cost a copy per device per submit).
-  for (const auto& [name, w] : workers.all()) {
-    const std::string& device = w.info.device();
-    const bool kind =
-        spec.resources.device == "cpu" ? device == "cpu" : device.rfind("cuda", 0) == 0;
-    if (!kind || w.lost) continue;
-    const int64_t memory = workers.MemoryFor(name);
-    if (memory > most) most = memory, where = name;
-  }
+  const WorkerRegistry::Roomy& roomy = workers.Roomiest(spec.resources.device == "cpu");
+  const int64_t most = roomy.bytes;
+  const std::string& where = roomy.name;
   if (most == 0) return OkStatus();
   auto plan = EstimateMemory(spec, spec.resources.device == "cpu" ? 4 : 2);
   if (!plan.ok()) return plan.status();
@@ -186,11 +178,15 @@ Status CheckDatasetVisible(const JobSpec& spec, const DataRootsView& roots) {
   return OkStatus();
 }
 
+namespace {}  // namespace
+
+std::string ResolvedCheckpointDir(const std::string& dir) {
+  return ResolveOnDisk(NormalizeAbsolute(dir, "/"));
+}
+
 namespace {
 
-// A checkpoint directory as the controller can see it: ".." resolved, and symbolic links too where
-// the path exists on this machine (a shared file system the controller mounts).
-std::string Resolved(const std::string& dir) { return ResolveOnDisk(NormalizeAbsolute(dir, "/")); }
+std::string Resolved(const std::string& dir) { return ResolvedCheckpointDir(dir); }
 
 }  // namespace
 
@@ -207,7 +203,7 @@ bool Within(const std::string& inner, const std::string& outer) {
 // A directory of another job that `want` equals, holds or lies inside: "" when none clashes.
 std::string Clash(const std::string& want, const JobSpec& spec, const std::string& owner,
                   JobEntry* e, int64_t* inherited) {
-  if (e->resolved_checkpoint_dir.empty())
+  if (e->resolved_checkpoint_dir.empty())  // a JobManager without a checkpoint key (tests)
     e->resolved_checkpoint_dir = Resolved(e->spec.checkpoint.dir);
   const std::string& theirs = e->resolved_checkpoint_dir;
   const bool live = !IsTerminal(e->job.state());
@@ -250,7 +246,7 @@ Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, Job
       Within(Resolved(checkpoint_root), want))
     return refuse("is the controller's checkpoint root or holds it (" + checkpoint_root +
                   "): every job's default directory is beneath it; name a directory of its own");
-  for (JobEntry* e : jobs.AllWithCreating()) {
+  for (JobEntry* e : jobs.CheckpointNeighbours(want)) {
     if (e->spec.checkpoint.dir.empty()) continue;
     if (std::string why = Clash(want, spec, owner, e, inherited); !why.empty()) return refuse(why);
   }

@@ -66,6 +66,10 @@ Status CheckDatasetVisible(const JobSpec& spec, const DataRootsView& roots);
 // name and owner gives its own directory to its resubmission, and `inherited` (when given) its
 // newest checkpoint: the resubmission resumes from it (a success that had nothing left to train is
 // believed on it).
+// A checkpoint directory as the controller can see it: ".." resolved, and symbolic links too where
+// the path exists on this machine (a shared file system the controller mounts). JobManager's
+// checkpoint key.
+std::string ResolvedCheckpointDir(const std::string& dir);
 Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs,
                               const std::string& checkpoint_root, int64_t* inherited = nullptr);
 

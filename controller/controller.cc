@@ -124,6 +124,7 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
   metrics_.SetWaitSlos(slos);
   jobs_.AddListener(&metrics_);
   jobs_.AddListener(&watchers_);
+  jobs_.SetCheckpointKey(ResolvedCheckpointDir);
 }
 
 Status Controller::Recover() {
@@ -197,13 +198,9 @@ StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& reques
                                          const std::string& actor, size_t* queued_before) {
   MutexLock lock(&mu_);
   *queued_before = jobs_.CountQueued();
-  if (!request_id.empty()) {
-    for (JobEntry* e : jobs_.AllWithCreating()) {
-      if (e->job.request_id() != request_id) continue;
-      if (e->creating)
-        return UnavailableError("request_id: a submit with it is being stored; retry");
-      return e->job;  // a retry: the job it created
-    }
+  if (JobEntry* e = request_id.empty() ? nullptr : jobs_.FindByRequestId(request_id)) {
+    if (e->creating) return UnavailableError("request_id: a submit with it is being stored; retry");
+    return e->job;  // a retry: the job it created
   }
   // A job larger than the cluster registered now waits for capacity (a controller started before
   // its workers, a cluster growing): only a job over the configured ceiling is refused.

@@ -97,6 +97,7 @@ Status JobManager::Load() {
     }
     e->job = std::move(j);
     e->next_event_seq = events.empty() ? 1 : events.back().seq() + 1;
+    Index(e.get());
     jobs_[e->job.id()] = std::move(e);
   }
   queued_ = 0;
@@ -146,8 +147,10 @@ StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::Tra
   // wait for its batch with the controller's lock released.
   raw->creating = true;
   jobs_[id] = std::move(e);
+  Index(raw);
   ++queued_;  // PENDING
   if (Status st = store_.PutJobWithEvent(raw->job, ev); !st.ok()) {
+    Unindex(raw);
     jobs_.erase(id);
     --queued_;
     return st;
@@ -174,9 +177,62 @@ Status JobManager::Delete(const std::string& id) {
   MOE_LOG(INFO) << "job " << id << " deleted";
   it = jobs_.find(id);          // Create may have added to the map while the write waited
   const std::string gone = id;  // `id` may be the entry's own string, which the erase frees
-  jobs_.erase(it);              // finished: it was not counted in queued_
+  Unindex(it->second.get());
+  jobs_.erase(it);  // finished: it was not counted in queued_
   for (JobListener* l : listeners_) l->OnJobDeleted(gone);
   return OkStatus();
+}
+
+void JobManager::SetCheckpointKey(std::function<std::string(const std::string& dir)> key) {
+  checkpoint_key_ = std::move(key);
+  by_checkpoint_.clear();
+  by_request_.clear();
+  for (auto& [id, e] : jobs_) Index(e.get());
+}
+
+void JobManager::Index(JobEntry* e) {
+  if (!e->job.request_id().empty()) by_request_[e->job.request_id()] = e;
+  if (!checkpoint_key_ || e->spec.checkpoint.dir.empty()) return;
+  e->resolved_checkpoint_dir = checkpoint_key_(e->spec.checkpoint.dir);
+  by_checkpoint_.emplace(e->resolved_checkpoint_dir, e);
+}
+
+void JobManager::Unindex(JobEntry* e) {
+  if (auto it = by_request_.find(e->job.request_id()); it != by_request_.end() && it->second == e)
+    by_request_.erase(it);
+  auto [first, last] = by_checkpoint_.equal_range(e->resolved_checkpoint_dir);
+  for (auto it = first; it != last; ++it) {
+    if (it->second != e) continue;
+    by_checkpoint_.erase(it);
+    return;
+  }
+}
+
+JobEntry* JobManager::FindByRequestId(const std::string& request_id) {
+  auto it = by_request_.find(request_id);
+  return it == by_request_.end() ? nullptr : it->second;
+}
+
+// `key` itself, the keys beneath it (key + "/..."), and each ancestor of it ("/a" and "/" for
+// "/a/b"): every directory that equals, holds or lies inside it.
+std::vector<JobEntry*> JobManager::CheckpointNeighbours(const std::string& key) {
+  if (!checkpoint_key_ || key.empty() || key == "/") return AllWithCreating();
+  std::vector<JobEntry*> out;
+  const auto take = [&](auto first, auto last) {
+    for (auto it = first; it != last; ++it) out.push_back(it->second);
+  };
+  const auto [same_first, same_last] = by_checkpoint_.equal_range(key);
+  take(same_first, same_last);
+  take(by_checkpoint_.lower_bound(key + "/"),
+       by_checkpoint_.lower_bound(key + "0"));  // '0' follows '/'
+  for (size_t slash = key.find('/', 1); slash != std::string::npos;
+       slash = key.find('/', slash + 1)) {
+    const auto [first, last] = by_checkpoint_.equal_range(key.substr(0, slash));
+    take(first, last);
+  }
+  const auto [root_first, root_last] = by_checkpoint_.equal_range("/");
+  take(root_first, root_last);
+  return out;
 }
 
 JobEntry* JobManager::Find(const std::string& id) {

@@ -95,6 +95,7 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const moe::v1::Register& agent,
 WorkerEntry* WorkerRegistry::Register(const moe::v1::Register& reg, WorkerChannel* channel,
                                       const std::string& session) {
   WorkerEntry& w = workers_[reg.name()];
+  ++memory_version_;
   const bool fresh = w.info.name().empty();
   Share(w, -1);  // counted again below, as it registers now
   IndexNode(reg.name(), fresh ? std::string() : w.info.node(), reg.node());
@@ -151,6 +152,7 @@ std::string WorkerRegistry::WorkerFor(const std::string& agent, const std::strin
 void WorkerRegistry::Restore(const moe::v1::Worker& info, const std::string& session,
                              double hold_seconds) {
   WorkerEntry& w = workers_[info.name()];
+  ++memory_version_;
   Share(w, -1);  // restored lost: not counted (until a running attempt claims it: Assign)
   IndexNode(info.name(), w.info.name().empty() ? std::string() : w.info.node(), info.node());
   w.lost_with_rank = false;
@@ -183,6 +185,7 @@ std::vector<const WorkerEntry*> WorkerRegistry::FindBySession(const std::string&
 void WorkerRegistry::SetLost(WorkerEntry& w, bool lost) {
   if (w.lost != lost) lost ? ++lost_count_ : --lost_count_;
   w.lost = lost;
+  ++memory_version_;
 }
 
 void WorkerRegistry::IndexNode(const std::string& name, const std::string& old_node,
@@ -320,6 +323,7 @@ void WorkerRegistry::RemoveCheckpointRoot(const std::string& agent, const std::s
 void WorkerRegistry::Remove(const std::string& name) {
   auto it = workers_.find(name);
   if (it == workers_.end()) return;
+  ++memory_version_;
   const std::string agent = it->second.agent, session = it->second.session;
   Share(it->second, -1);
   SetLost(it->second, false);
@@ -394,6 +398,7 @@ moe::v1::Worker WorkerRegistry::Describe(const WorkerEntry& w) const {
 // was quadratic over a cold start of 131,072 devices). `w` counts while it is a CPU worker, live or
 // lost with a rank that may still run (lost_with_rank).
 void WorkerRegistry::Share(const WorkerEntry& w, int delta) {
+  ++memory_version_;
   if ((w.lost && !w.lost_with_rank) || w.info.device() != "cpu") return;
   auto add = [delta](std::map<std::string, int>& counts, const std::string& key) {
     auto it = counts.try_emplace(key, 0).first;
@@ -416,6 +421,18 @@ int WorkerRegistry::CpuThreadsFor(const std::string& name) const {
   if (it == workers_.end() || it->second.cpu_cores <= 0 || it->second.info.device() != "cpu")
     return 0;
   return std::max(1, it->second.cpu_cores / CpuWorkersSharingHost(it->second));
+}
+
+const WorkerRegistry::Roomy& WorkerRegistry::Roomiest(bool cpu) const {
+  Roomy& r = roomiest_[cpu ? 0 : 1];
+  if (r.version == memory_version_) return r;
+  r = Roomy{memory_version_, 0, ""};
+  for (const auto& [name, w] : workers_) {
+    const std::string& device = w.info.device();
+    if (w.lost || (cpu ? device != "cpu" : device.rfind("cuda", 0) != 0)) continue;
+    if (const int64_t memory = MemoryFor(name); memory > r.bytes) r.bytes = memory, r.name = name;
+  }
+  return r;
 }
 
 int64_t WorkerRegistry::MemoryFor(const std::string& name) const {

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "common/job_spec_proto.h"
 #include "controller/admission.h"
@@ -258,6 +259,43 @@ TEST_F(JobManagerTest, TheQueuedCountFollowsEveryChange) {
   JobManager restarted(store_, clock_);
   ASSERT_TRUE(restarted.Load().ok());
   EXPECT_EQ(restarted.CountQueued(), 1u) << "after a load";
+}
+
+// The indexes a submit's checks use instead of a walk over every job: by request id, and the jobs
+// whose checkpoint directory equals, holds or lies inside a given one (ancestors at a '/', not a
+// shared prefix of a name), the ones being created included, a deleted one gone.
+TEST_F(JobManagerTest, TheIndexesFindRequestIdsAndCheckpointNeighbours) {
+  jobs_.SetCheckpointKey([](const std::string& dir) { return dir; });
+  auto make = [&](const std::string& name, const std::string& dir, const std::string& request) {
+    JobSpec spec = Spec(name);
+    spec.checkpoint.dir = dir;
+    auto e = jobs_.Create(jobs_.NewId(name), SpecToProto(spec), spec, request);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return *e;
+  };
+  JobEntry* outer = make("outer", "/ck/team", "r-1");
+  JobEntry* inner = make("inner", "/ck/team/a/b", "");
+  JobEntry* same = make("same", "/ck/team/a", "r-3");
+  make("sibling", "/ck/teammate", "");  // a prefix of the name, not of the path
+  make("elsewhere", "/other/a", "");
+  EXPECT_EQ(jobs_.FindByRequestId("r-1"), outer);
+  EXPECT_EQ(jobs_.FindByRequestId("r-3"), same);
+  EXPECT_EQ(jobs_.FindByRequestId("r-2"), nullptr);
+  auto names = [&](const std::string& key) {
+    std::set<std::string> out;
+    for (JobEntry* e : jobs_.CheckpointNeighbours(key)) out.insert(e->spec.name);
+    return out;
+  };
+  EXPECT_EQ(names("/ck/team/a"), (std::set<std::string>{"outer", "inner", "same"}));
+  EXPECT_EQ(names("/ck/team"), (std::set<std::string>{"outer", "inner", "same"}));
+  EXPECT_EQ(names("/ck"), (std::set<std::string>{"outer", "inner", "same", "sibling"}));
+  EXPECT_EQ(names("/ck/team/a/b/c"), (std::set<std::string>{"outer", "inner", "same"}));
+  EXPECT_EQ(names("/nowhere"), std::set<std::string>{});
+  EXPECT_EQ(names("/").size(), 5u) << "every directory lies inside /";
+  ASSERT_TRUE(jobs_.Transition(*inner, moe::v1::CANCELLED, "Cancelled", "by a test").ok());
+  ASSERT_TRUE(jobs_.Delete(inner->job.id()).ok());
+  EXPECT_EQ(names("/ck/team"), (std::set<std::string>{"outer", "same"}));
+  EXPECT_EQ(outer->resolved_checkpoint_dir, "/ck/team") << "the key is kept with the job";
 }
 
 TEST_F(JobManagerTest, LoadAnnouncesEachJobAndContinuesItsEventNumbers) {

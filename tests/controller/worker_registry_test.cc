@@ -194,6 +194,32 @@ TEST_F(WorkerRegistryTest, ALostWorkerWithARankKeepsItsShareOfTheHost) {
   EXPECT_EQ(registry_.MemoryFor("a"), int64_t{24} << 30);
 }
 
+// Roomiest is cached between changes: it must follow every change the shares follow from (a worker
+// registered, lost, back, another on its host), or a submit's memory check judges a stale cluster.
+TEST_F(WorkerRegistryTest, TheRoomiestWorkerFollowsEveryChange) {
+  auto cpu = [](const std::string& name, const std::string& node, int64_t gib) {
+    moe::v1::Register r = Reg(name, node, "cpu", 16, "host-" + name);
+    r.set_memory_bytes(gib << 30);
+    return r;
+  };
+  EXPECT_EQ(registry_.Roomiest(true).bytes, 0) << "no worker yet";
+  ASSERT_TRUE(registry_.Register(cpu("a", "node-a", 8), &ch1_).ok());
+  EXPECT_EQ(registry_.Roomiest(true).bytes, int64_t{8} << 30);
+  EXPECT_EQ(registry_.Roomiest(false).bytes, 0) << "no GPU worker";
+  ASSERT_TRUE(registry_.Register(cpu("b", "node-b", 32), &ch2_).ok());
+  EXPECT_EQ(registry_.Roomiest(true).name, "b");
+  EXPECT_FALSE(registry_.Disconnected("b", &ch2_).empty());  // lost: not the roomiest any more
+  EXPECT_EQ(registry_.Roomiest(true).name, "a");
+  EXPECT_EQ(registry_.Roomiest(true).bytes, int64_t{8} << 30);
+  NullChannel ch3;
+  moe::v1::Register a2 = Reg("a2", "node-a2", "cpu", 16, "host-a");  // shares a's host
+  a2.set_memory_bytes(int64_t{8} << 30);
+  ASSERT_TRUE(registry_.Register(a2, &ch3).ok());
+  EXPECT_EQ(registry_.Roomiest(true).bytes, int64_t{4} << 30) << "a's host is shared now";
+  registry_.Remove("a2");
+  EXPECT_EQ(registry_.Roomiest(true).bytes, int64_t{8} << 30);
+}
+
 TEST_F(WorkerRegistryTest, WithoutAHostIdWorkersShareByNode) {
   ASSERT_TRUE(registry_.Register(Reg("a", "n0", "cpu", 6), &ch1_).ok());
   ASSERT_TRUE(registry_.Register(Reg("b", "n0", "cpu", 6), &ch2_).ok());
