@@ -365,6 +365,16 @@ def native_clients(st, args, work, template, load):
     return r["wall"]
 
 
+def stored_state(p, record):
+    """A job record's state as the controller stored it: binary protobuf (a BLOB), or the JSON text of
+    an older controller."""
+    if isinstance(record, bytes):
+        job = p.job.Job()
+        job.ParseFromString(record)
+        return p.job.JobState.Name(job.state)
+    return json.loads(record).get("state")
+
+
 def jobs_phase(args, work):
     st = Stack(args, work, pin=True)
     try:
@@ -430,7 +440,7 @@ def run_jobs(st, args, work):
     if not_ok:
         problems.append(f"{len(not_ok)} jobs did not succeed, e.g. {list(not_ok.items())[:5]}")
     db = sqlite3.connect(os.path.join(work, "state", "controller.db"))
-    stored = {r[0]: json.loads(r[1]).get("state") for r in db.execute("SELECT id, record FROM jobs")}
+    stored = {r[0]: stored_state(st.p, r[1]) for r in db.execute("SELECT id, record FROM jobs")}
     disagree = [i for i in ids if stored.get(i) != states[i]]
     if disagree:
         problems.append(f"SQLite disagrees with the API on {len(disagree)} jobs, e.g. {disagree[:3]}")

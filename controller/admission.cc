@@ -237,7 +237,8 @@ Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, Job
   if (inherited == nullptr) inherited = &ignored;
   *inherited = 0;
   if (spec.checkpoint.dir.empty()) return OkStatus();
-  const std::string want = Resolved(spec.checkpoint.dir);
+  std::string want = jobs.CheckpointKey(spec.checkpoint.dir);
+  if (want.empty()) want = Resolved(spec.checkpoint.dir);  // a JobManager without a key (tests)
   const auto refuse = [&](const std::string& why) {
     return FailedPreconditionError("spec.checkpoint.dir: " + spec.checkpoint.dir + " (" + want +
                                    ") " + why);

@@ -52,9 +52,15 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
   MutexLock lock(&mu_);
   // The matching jobs after the token, oldest first; only the page's records are copied.
   std::vector<const JobEntry*> match;
+  // (created_at, id) compared in place: a pair made per job copied every id (a tenth of the
+  // controller's time in bench/load.py's submits went to listings).
+  const auto older = [](double at_a, const std::string& id_a, double at_b,
+                        const std::string& id_b) {
+    return at_a < at_b || (at_a == at_b && id_a < id_b);
+  };
   for (const JobEntry* e : jobs_.All()) {
     const moe::v1::Job& j = e->job;
-    if (std::make_pair(j.created_at(), j.id()) <= after) continue;
+    if (!older(after.first, after.second, j.created_at(), j.id())) continue;
     if (j.id().rfind(req.name_prefix(), 0) != 0) continue;
     if (req.states_size() > 0 &&
         std::find(req.states().begin(), req.states().end(), j.state()) == req.states().end()) {
@@ -63,13 +69,12 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
     if (!selector.empty() && !selector.Matches(e->spec.labels)) continue;
     match.push_back(e);
   }
-  const auto older = [](const JobEntry* a, const JobEntry* b) {
-    return std::make_pair(a->job.created_at(), a->job.id()) <
-           std::make_pair(b->job.created_at(), b->job.id());
-  };
   const size_t keep = std::min(match.size(), limit + 1);
   std::partial_sort(match.begin(), match.begin() + static_cast<std::ptrdiff_t>(keep), match.end(),
-                    older);
+                    [&](const JobEntry* a, const JobEntry* b) {
+                      return older(a->job.created_at(), a->job.id(), b->job.created_at(),
+                                   b->job.id());
+                    });
   moe::v1::ListJobsResponse out;
   size_t bytes = 0;
   for (size_t i = 0; i < keep; ++i) {

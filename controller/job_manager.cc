@@ -185,6 +185,8 @@ Status JobManager::Delete(const std::string& id) {
 
 void JobManager::SetCheckpointKey(std::function<std::string(const std::string& dir)> key) {
   checkpoint_key_ = std::move(key);
+  last_dir_.clear();
+  last_key_.clear();
   by_checkpoint_.clear();
   by_request_.clear();
   for (auto& [id, e] : jobs_) Index(e.get());
@@ -193,7 +195,8 @@ void JobManager::SetCheckpointKey(std::function<std::string(const std::string& d
 void JobManager::Index(JobEntry* e) {
   if (!e->job.request_id().empty()) by_request_[e->job.request_id()] = e;
   if (!checkpoint_key_ || e->spec.checkpoint.dir.empty()) return;
-  e->resolved_checkpoint_dir = checkpoint_key_(e->spec.checkpoint.dir);
+  e->resolved_checkpoint_dir = CheckpointKey(e->spec.checkpoint.dir);
+  last_dir_.clear();  // remembered for this Create alone: a later check resolves the path again
   by_checkpoint_.emplace(e->resolved_checkpoint_dir, e);
 }
 
@@ -206,6 +209,15 @@ void JobManager::Unindex(JobEntry* e) {
     by_checkpoint_.erase(it);
     return;
   }
+}
+
+std::string JobManager::CheckpointKey(const std::string& dir) {
+  if (!checkpoint_key_) return "";
+  if (dir != last_dir_ || last_key_.empty()) {
+    last_key_ = checkpoint_key_(dir);
+    last_dir_ = dir;
+  }
+  return last_key_;
 }
 
 JobEntry* JobManager::FindByRequestId(const std::string& request_id) {

@@ -175,6 +175,10 @@ class JobManager {
   // its links resolved; also kept in JobEntry::resolved_checkpoint_dir). Set before Load.
   void SetCheckpointKey(std::function<std::string(const std::string& dir)> key);
   JobEntry* FindByRequestId(const std::string& request_id);
+  // The key of `dir` (the key function's; "" without one). The last is remembered until the next
+  // job is indexed: a submit's check and its Create ask for the same directory, and resolving it
+  // costs system calls.
+  std::string CheckpointKey(const std::string& dir);
   // The jobs whose checkpoint key is `key`, lies beneath it or holds it (at a '/'); without a key
   // function, every job.
   std::vector<JobEntry*> CheckpointNeighbours(const std::string& key);
@@ -239,6 +243,7 @@ class JobManager {
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
   size_t queued_ = 0;  // jobs_ whose state IsQueued
   std::function<std::string(const std::string&)> checkpoint_key_;
+  std::string last_dir_, last_key_;  // CheckpointKey's last
   std::unordered_map<std::string, JobEntry*> by_request_;
   std::multimap<std::string, JobEntry*> by_checkpoint_;
   std::vector<JobListener*> listeners_;

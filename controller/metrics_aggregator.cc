@@ -36,6 +36,9 @@ struct MetricsAggregator::JobSeries {
   std::string queue;                        // metadata.queue, or the default queue
   std::map<std::string, std::string> info;  // moe_job_info's labels (empty: no series yet)
   double queued_since = -1;                 // Unix seconds it entered its queue (-1: not queued)
+  // moe_job_state's series of the job, by state number (empty until its first state): looked up
+  // once, not by their labels at every change (ten label sets hashed per change of every job).
+  std::vector<prometheus::Gauge*> state_gauges;
 };
 
 namespace {
@@ -536,12 +539,17 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
 
 void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState state) {
   JobSeries& s = Series(job_id);
-  for (int v = moe::v1::PENDING; v <= moe::v1::TIMEOUT; ++v) {
-    if (v == moe::v1::INVALID) continue;  // never stored, not a series
-    state_
-        ->Add({{"job_id", job_id},
-               {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}})
-        .Set(v == state ? 1 : 0);
+  if (s.state_gauges.empty()) {
+    s.state_gauges.assign(moe::v1::TIMEOUT + 1, nullptr);
+    for (int v = moe::v1::PENDING; v <= moe::v1::TIMEOUT; ++v) {
+      if (v == moe::v1::INVALID) continue;  // never stored, not a series
+      s.state_gauges[static_cast<size_t>(v)] =
+          &state_->Add({{"job_id", job_id},
+                        {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}});
+    }
+  }
+  for (size_t v = 0; v < s.state_gauges.size(); ++v) {
+    if (s.state_gauges[v] != nullptr) s.state_gauges[v]->Set(static_cast<int>(v) == state ? 1 : 0);
   }
   const bool terminal = IsFinal(state);
   s.ended_at = terminal ? clock_.Monotonic() : 0;
@@ -708,12 +716,10 @@ void MetricsAggregator::DropSeries(const std::string& job_id) {
     lost_->Remove(&lost_->Add({{"job_id", job_id}, {"cause", cause}}));
   for (const auto& l : s.layers)
     imbalance_->Remove(&imbalance_->Add({{"job_id", job_id}, {"layer", l}}));
-  for (int v = moe::v1::PENDING; v <= moe::v1::TIMEOUT; ++v) {
-    if (v == moe::v1::INVALID) continue;  // never stored, not a series
-    state_->Remove(
-        &state_->Add({{"job_id", job_id},
-                      {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}}));
+  for (prometheus::Gauge* g : s.state_gauges) {
+    if (g != nullptr) state_->Remove(g);
   }
+  s.state_gauges.clear();
   RemoveRankSeries(s);
 }
 

@@ -146,9 +146,44 @@ TEST(SqliteStateStore, AnEmptyOrForeignDatabaseIsRefusedAndAnOldOneOfOursIsTaken
       "CREATE TABLE jobs (id TEXT PRIMARY KEY, created_at REAL NOT NULL, record TEXT NOT NULL);"
       "CREATE TABLE events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL, "
       "PRIMARY KEY (job_id, seq));"
-      "CREATE TABLE workers (name TEXT PRIMARY KEY, session TEXT NOT NULL, record TEXT NOT NULL)");
+      "CREATE TABLE workers (name TEXT PRIMARY KEY, session TEXT NOT NULL, record TEXT NOT NULL);"
+      // Records as controllers before 2026-12 wrote them: JSON text (binary protobuf since).
+      "INSERT INTO jobs VALUES ('old-1', 1.0, '{\"id\": \"old-1\", \"state\": \"SUCCEEDED\"}');"
+      "INSERT INTO events VALUES ('old-1', 1, '{\"job_id\": \"old-1\", \"seq\": 1, "
+      "\"type\": \"Submitted\"}');"
+      "INSERT INTO workers VALUES ('w0', 's-1', '{\"name\": \"w0\", \"rack\": \"r0\"}')");
   auto old = SqliteStateStore::Open(dir);
   ASSERT_TRUE(old.ok()) << old.status();
+  auto jobs = (*old)->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].state(), moe::v1::SUCCEEDED) << "an older controller's JSON record reads";
+  auto events = (*old)->LoadEvents("old-1");
+  ASSERT_TRUE(events.ok() && events->size() == 1u);
+  EXPECT_EQ((*events)[0].type(), "Submitted");
+  auto workers = (*old)->LoadWorkers();
+  ASSERT_TRUE(workers.ok() && workers->size() == 1u);
+  EXPECT_EQ((*workers)[0].info.rack(), "r0");
+  // A new record beside them is binary protobuf, and both read back.
+  moe::v1::Job j;
+  j.set_id("new-1");
+  j.set_state(moe::v1::RUNNING);
+  j.set_created_at(2.0);
+  ASSERT_TRUE((*old)->PutJob(j).ok());
+  jobs = (*old)->LoadJobs();
+  ASSERT_TRUE(jobs.ok() && jobs->size() == 2u);
+  EXPECT_EQ((*jobs)[1].state(), moe::v1::RUNNING);
+  old->reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(
+      sqlite3_prepare_v2(db, "SELECT typeof(record) FROM jobs WHERE id = 'new-1'", -1, &q, nullptr),
+      SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(q, 0)), "blob");
+  sqlite3_finalize(q);
+  sqlite3_close(db);
   ASSERT_TRUE(RemoveAll(dir).ok());
 }
 
