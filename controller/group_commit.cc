@@ -31,15 +31,16 @@ Status GroupCommitStore::Commit(std::function<Status(StateStore&)> apply)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
   auto result = std::make_shared<Status>(InternalError("not committed"));
   auto done = std::make_shared<bool>(false);
+  std::condition_variable wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Write{std::move(apply), result, done});
+    queue_.push_back(Write{std::move(apply), result, done, &wake});
   }
   queued_.notify_one();
   if (caller_lock_ != nullptr) caller_lock_->Unlock();
   {
     std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [&] { return *done; });
+    wake.wait(lock, [&] { return *done; });
   }
   if (caller_lock_ != nullptr) caller_lock_->Lock();
   return *result;
@@ -99,9 +100,9 @@ void GroupCommitStore::CommitBatch(std::deque<Write>& batch) {
       if (!w.result) continue;
       *w.result = st;
       *w.done = true;
+      w.wake->notify_one();  // under mu_: the caller's variable lives until it saw `done`
     }
   }
-  done_.notify_all();
 }
 
 Status GroupCommitStore::PutJob(const moe::v1::Job& job) {
