@@ -39,6 +39,9 @@ struct MetricsAggregator::JobSeries {
   // moe_job_state's series of the job, by state number (empty until its first state): looked up
   // once, not by their labels at every change (ten label sets hashed per change of every job).
   std::vector<prometheus::Gauge*> state_gauges;
+  // moe_rank_step_duration_seconds and moe_rank_compute_seconds of each rank, looked up at its
+  // first report (every report of every rank set them by six labels before); cleared with them.
+  mutable std::vector<std::pair<prometheus::Gauge*, prometheus::Gauge*>> rank_times;
 };
 
 namespace {
@@ -397,9 +400,15 @@ std::optional<moe::v1::StepMetrics> MetricsAggregator::OnStep(
   JobSeries& s = Series(job_id);
   if (attempt != s.attempt || rank < 0 || rank >= static_cast<int>(s.ranks.size()))
     return std::nullopt;
-  const std::map<std::string, std::string> rank_labels = RankLabels(s, static_cast<size_t>(rank));
-  rank_step_->Add(rank_labels).Set(m.step_seconds());
-  rank_compute_->Add(rank_labels).Set(m.compute_seconds());
+  const size_t r = static_cast<size_t>(rank);
+  if (s.rank_times.size() != s.ranks.size())
+    s.rank_times.assign(s.ranks.size(), {nullptr, nullptr});
+  if (s.rank_times[r].first == nullptr) {
+    const std::map<std::string, std::string> rank_labels = RankLabels(s, r);
+    s.rank_times[r] = {&rank_step_->Add(rank_labels), &rank_compute_->Add(rank_labels)};
+  }
+  s.rank_times[r].first->Set(m.step_seconds());
+  s.rank_times[r].second->Set(m.compute_seconds());
   auto& bucket = s.pending[m.step()];
   bucket[rank] = m;
   if (bucket.size() < s.ranks.size()) {
@@ -672,6 +681,7 @@ void MetricsAggregator::RemoveRankSeries(const JobSeries& s, bool keep_last_step
     if (!keep_last_step) {
       rank_step_->Remove(&rank_step_->Add(labels));
       rank_compute_->Remove(&rank_compute_->Add(labels));
+      s.rank_times.clear();
     }
     rank_tflops_->Remove(&rank_tflops_->Add(labels));
     rank_flops_->Remove(&rank_flops_->Add(labels));

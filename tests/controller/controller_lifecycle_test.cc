@@ -357,6 +357,40 @@ TEST_F(ControllerTest, DrainedWorkersTakeNoNewWork) {
   EXPECT_EQ(controller_->SetDrained("nope", true).status().code(), StatusCode::kNotFound);
 }
 
+// A node agent sends its ranks' step reports of one moment in one message (StepReports): each is
+// kept as a report alone would be, the whole message is refused when one of them is another agent's
+// rank, and more than 64 in one message are refused naming the field.
+TEST_F(ControllerTest, ANodesStepReportsComeInOneMessage) {
+  auto& ch = channels_["node0"];
+  ch = std::make_unique<FakeChannel>();
+  moe::v1::Register r;
+  r.set_name("node0");
+  r.set_rack("r0");
+  r.set_node("n0");
+  r.set_device("cpu");
+  for (int i = 0; i < 2; ++i) r.add_devices("cpu");
+  r.set_memory_bytes(int64_t{64} << 30);
+  ASSERT_TRUE(controller_->Register(r, ch.get()).ok());
+  const auto job = Submit(Spec("j", 2, 2));
+  const std::vector<moe::v1::Assignment> as = ch->Assignments();
+  ASSERT_EQ(as.size(), 2u);
+  moe::v1::WorkerMessage both;
+  for (const auto& a : as) *both.mutable_steps()->add_reports() = StepMessage(a, 4).step();
+  ASSERT_TRUE(controller_->OnWorkerMessage("node0", both).ok());
+  controller_->FoldSteps();
+  auto j = *controller_->Get(job.id(), false);
+  EXPECT_EQ(j.state(), moe::v1::RUNNING);
+  EXPECT_EQ(j.last_metrics().step(), 4) << "the step every rank reported, in one message";
+  AddWorker("intruder", "r0", "n9");
+  EXPECT_EQ(controller_->OnWorkerMessage("intruder", both).code(), StatusCode::kPermissionDenied);
+  moe::v1::WorkerMessage flood;
+  for (int i = 0; i < 65; ++i) *flood.mutable_steps()->add_reports() = StepMessage(as[0], 5).step();
+  const Status st = controller_->OnWorkerMessage("node0", flood);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("steps: 65 reports in one message; at most 64"), std::string::npos)
+      << st;
+}
+
 // One agent per node (issue 39): its devices are placed and listed as workers of their own, while
 // its one stream carries their assignments and reports and its one lease keeps them all.
 TEST_F(ControllerTest, ANodeAgentsDevicesAreWorkersOnOneStreamAndOneLease) {

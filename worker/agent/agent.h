@@ -121,6 +121,10 @@ class WorkerAgent {
   void Adopt(const std::shared_ptr<Rank>& rank, void (WorkerAgent::*monitor)(Rank*));
   void Monitor(Rank* rank);
   void Report(const moe::v1::RankFinished& f);
+  // A rank's step report, sent with its node's other ranks' of the moment (StepReports).
+  void SendStep(moe::v1::StepReport report);
+  void FlushSteps();
+  static constexpr std::chrono::milliseconds kStepGather{20};
   // Stops the rank on `device` (-1: on every device) and joins its monitor.
   void StopRanks(int device);
 
@@ -177,6 +181,8 @@ class WorkerAgent {
   mutable Mutex roots_mu_;
   std::string controller_checkpoint_root_ ABSL_GUARDED_BY(roots_mu_);
 
+  Mutex steps_mu_;  // SendStep's gathering
+  std::vector<moe::v1::StepReport> steps_ ABSL_GUARDED_BY(steps_mu_);
   // By device index: the last rank started there.
   std::map<int, std::shared_ptr<Rank>> ranks_ ABSL_GUARDED_BY(ranks_mu_);
   // Outcomes the controller has not heard yet.

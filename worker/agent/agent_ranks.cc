@@ -46,7 +46,38 @@ void WorkerAgent::StopRanks(int device) {
 }
 
 // Sends a rank's outcome now, or keeps it for the next registration.
+// One rank's report waits up to kStepGather for its node's other ranks, which end the same step at
+// about the same moment: the first to come sends them all (StepReports), one message for the node
+// instead of one per device. An agent of one device sends at once.
+void WorkerAgent::SendStep(moe::v1::StepReport report) {
+  if (o_.devices.size() == 1) {
+    moe::v1::WorkerMessage m;
+    *m.mutable_step() = std::move(report);
+    Write(m);
+    return;
+  }
+  {
+    MutexLock lock(&steps_mu_);
+    steps_.push_back(std::move(report));
+    if (steps_.size() > 1) return;  // the first one's thread sends it
+  }
+  std::this_thread::sleep_for(kStepGather);
+  FlushSteps();
+}
+
+void WorkerAgent::FlushSteps() {
+  moe::v1::WorkerMessage m;
+  {
+    MutexLock lock(&steps_mu_);
+    if (steps_.empty()) return;
+    for (auto& s : steps_) *m.mutable_steps()->add_reports() = std::move(s);
+    steps_.clear();
+  }
+  Write(m);
+}
+
 void WorkerAgent::Report(const moe::v1::RankFinished& f) {
+  FlushSteps();  // a rank's last step before its end
   moe::v1::WorkerMessage m;
   *m.mutable_finished() = f;
   if (Write(m)) return;
@@ -216,7 +247,8 @@ void WorkerAgent::Monitor(Rank* rank) {
   const moe::v1::Assignment& a = rank->assignment;
   auto on_report = [&](const std::string& line) {
     moe::v1::WorkerMessage m = AboutRank(a, /*started=*/false);
-    if (StepMetricsFromJson(line, m.mutable_step()->mutable_metrics()).ok()) Write(m);
+    if (StepMetricsFromJson(line, m.mutable_step()->mutable_metrics()).ok())
+      SendStep(std::move(*m.mutable_step()));
   };
   rank->log = std::make_unique<RankLogWriter>(
       RankLogPath(o_.runtime_dir, a.job_id(), a.attempt(), a.rank()));

@@ -50,6 +50,9 @@ struct FakeFleet::Agent {
   std::shared_ptr<UdpBeatLink> udp;
   uint64_t lease = 0, seq = 0;
   std::map<int, Rank> ranks;  // by device
+  // Step reports of this wake, sent together once it fired (FlushSteps): one message for the
+  // node's ranks, as a node agent sends them.
+  std::vector<moe::v1::StepReport> steps;
   std::vector<moe::v1::RankFinished> unreported;
   std::string controller_root;  // the controller's checkpoint root, where accepted
   double backoff = 0.2, started_at = 0, registration_sent = 0;
@@ -157,6 +160,12 @@ void FakeFleet::TimerLoop() {
     for (const Event& e : fire) {
       if (!stop_) Fire(e);
     }
+    for (const Event& e : fire) {  // the steps of this wake, one message per agent
+      if (e.what != Due::kStep) continue;
+      Agent& a = *agents_[static_cast<size_t>(e.agent)];
+      std::lock_guard agent(a.mu);
+      FlushSteps(a);
+    }
     lock.lock();
   }
 }
@@ -250,7 +259,20 @@ bool FakeFleet::Send(Agent& a, const moe::v1::WorkerMessage& m) {
   return a.session != nullptr && a.session->Send(m);
 }
 
+void FakeFleet::FlushSteps(Agent& a) {
+  if (a.steps.empty()) return;
+  moe::v1::WorkerMessage m;
+  if (a.steps.size() == 1) {
+    *m.mutable_step() = std::move(a.steps.front());
+  } else {
+    for (auto& s : a.steps) *m.mutable_steps()->add_reports() = std::move(s);
+  }
+  a.steps.clear();
+  Send(a, m);  // dropped without a session, as a node agent's
+}
+
 void FakeFleet::Report(Agent& a, const moe::v1::RankFinished& f) {
+  FlushSteps(a);  // a rank's last step before its end
   moe::v1::WorkerMessage m;
   *m.mutable_finished() = f;
   if (!Send(a, m)) a.unreported.push_back(f);
@@ -299,7 +321,7 @@ void FakeFleet::Step(Agent& a, int device, uint64_t id) {
     const int64_t tokens = data.global_batch_size() * data.seq_length();  // one global batch
     mt->set_tokens_per_second(static_cast<double>(tokens) / step_seconds_);
     mt->set_tokens(tokens);
-    Send(a, m);
+    a.steps.push_back(std::move(*m.mutable_step()));
   }
   if (r.step < steps) {
     Schedule(

@@ -90,6 +90,8 @@ class FakeFleet final : public FakeSessionOwner {
   // Sends on the agent's session, or keeps a rank's outcome for its next registration. With a.mu.
   void Report(Agent& a, const moe::v1::RankFinished& f);
   bool Send(Agent& a, const moe::v1::WorkerMessage& m);
+  // Sends the step reports kept since the last (StepReports: one message for the node). With a.mu.
+  void FlushSteps(Agent& a);
   void Registration(Agent& a, moe::v1::Register* r);
   bool AcceptEpoch(int64_t epoch, const std::string& what);
   void SetUdpLease(Agent& a, const moe::v1::Registered& r);
