@@ -5,6 +5,19 @@
 namespace moe::controller {
 namespace {
 
+// Node agent node0 (rack r0, node n0) of `devices` CPU slots on 8 cores.
+moe::v1::Register NodeAgent(int devices) {
+  moe::v1::Register r;
+  r.set_name("node0");
+  r.set_rack("r0");
+  r.set_node("n0");
+  r.set_device("cpu");
+  for (int i = 0; i < devices; ++i) r.add_devices("cpu");
+  r.set_memory_bytes(int64_t{64} << 30);
+  r.set_cpu_cores(8);
+  return r;
+}
+
 TEST_F(ControllerTest, APermanentFailureWinsOverAPeersTransientOneThatCameFirst) {
   auto* a = AddWorker("a", "r0", "n0");
   auto* b = AddWorker("b", "r0", "n1");
@@ -363,14 +376,7 @@ TEST_F(ControllerTest, DrainedWorkersTakeNoNewWork) {
 TEST_F(ControllerTest, ANodesStepReportsComeInOneMessage) {
   auto& ch = channels_["node0"];
   ch = std::make_unique<FakeChannel>();
-  moe::v1::Register r;
-  r.set_name("node0");
-  r.set_rack("r0");
-  r.set_node("n0");
-  r.set_device("cpu");
-  for (int i = 0; i < 2; ++i) r.add_devices("cpu");
-  r.set_memory_bytes(int64_t{64} << 30);
-  ASSERT_TRUE(controller_->Register(r, ch.get()).ok());
+  ASSERT_TRUE(controller_->Register(NodeAgent(2), ch.get()).ok());
   const auto job = Submit(Spec("j", 2, 2));
   const std::vector<moe::v1::Assignment> as = ch->Assignments();
   ASSERT_EQ(as.size(), 2u);
@@ -396,14 +402,7 @@ TEST_F(ControllerTest, ANodesStepReportsComeInOneMessage) {
 TEST_F(ControllerTest, ANodeAgentsDevicesAreWorkersOnOneStreamAndOneLease) {
   auto& ch = channels_["node0"];
   ch = std::make_unique<FakeChannel>();
-  moe::v1::Register r;
-  r.set_name("node0");
-  r.set_rack("r0");
-  r.set_node("n0");
-  r.set_device("cpu");
-  for (int i = 0; i < 4; ++i) r.add_devices("cpu");
-  r.set_memory_bytes(int64_t{64} << 30);
-  r.set_cpu_cores(8);
+  moe::v1::Register r = NodeAgent(4);
   auto reg = controller_->Register(r, ch.get());
   ASSERT_TRUE(reg.ok()) << reg.status();
   EXPECT_EQ(reg->name(), "node0");
