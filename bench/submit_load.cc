@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/args.h"
+#include "common/grpc_client.h"
 #include "moe/v1/job_service.grpc.pb.h"
 
 namespace {
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
   }
   grpc::ChannelArguments ch_args;
   ch_args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  ch_args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, moe::kReceiveWindowBytes);  // as moectl's
   auto channel = grpc::CreateCustomChannel(controller, grpc::InsecureChannelCredentials(), ch_args);
   auto stub = moe::v1::JobService::NewStub(channel);
   Shared shared;

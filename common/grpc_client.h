@@ -31,6 +31,8 @@ struct ClientOptions {
 };
 
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);
+// The HTTP/2 receive window MakeChannel asks for (GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES).
+inline constexpr int kReceiveWindowBytes = 8 << 20;
 // The addresses in options.address, in order; the one MakeChannel uses now.
 std::vector<std::string> ControllerAddresses(const std::string& address);
 std::string CurrentAddress(const ClientOptions& options);
