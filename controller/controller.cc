@@ -57,7 +57,7 @@ Status CheckRankOwner(JobManager& jobs, const std::string& agent, const std::str
   return OkStatus();
 }
 
-constexpr int kMaxStepsPerMessage = 64;  // StepReports
+constexpr int kMaxStepsPerMessage = 64;  // StepReports (the agents': worker/agent/rank_messages.h)
 
 Status CheckStep(JobManager& jobs, const std::string& worker, const moe::v1::StepReport& s) {
   MOE_RETURN_IF_ERROR(CheckRankOwner(jobs, worker, s.job_id(), s.attempt(), s.rank()));
@@ -210,6 +210,7 @@ StatusOr<moe::v1::Job> Controller::Submit(const moe::v1::TrainingJob& submitted,
 StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& request_id,
                                          const std::string& actor, size_t* queued_before) {
   MutexLock lock(&mu_);
+  jobs_.ForgetCheckpointKey();  // resolved afresh for this submit (CheckCheckpointDirFree)
   *queued_before = jobs_.CountQueued();
   if (JobEntry* e = request_id.empty() ? nullptr : jobs_.FindByRequestId(request_id)) {
     if (e->creating) return UnavailableError("request_id: a submit with it is being stored; retry");
@@ -788,7 +789,8 @@ void Controller::Tick() {
       return;
     }
   }
-  DrainSteps();  // the step reports kept since the last tick
+  DrainSteps();                // the step reports kept since the last tick
+  if (shutting_down_) return;  // the drain lets mu_ go between slices: a shutdown may have begun
   for (const auto& name : workers_.ExpireLeases()) {
     attempts_.WorkerLost(name, "no heartbeat for " +
                                    std::to_string(static_cast<int>(config_.lease_seconds)) +

@@ -179,6 +179,7 @@ class JobManager {
   // job is indexed: a submit's check and its Create ask for the same directory, and resolving it
   // costs system calls.
   std::string CheckpointKey(const std::string& dir);
+  void ForgetCheckpointKey() { last_dir_.clear(); }
   // The jobs whose checkpoint key is `key`, lies beneath it or holds it (at a '/'); without a key
   // function, every job.
   std::vector<JobEntry*> CheckpointNeighbours(const std::string& key);

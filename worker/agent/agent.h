@@ -124,6 +124,7 @@ class WorkerAgent {
   // A rank's step report, sent with its node's other ranks' of the moment (StepReports).
   void SendStep(moe::v1::StepReport report);
   void FlushSteps();
+  void FlushStepsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(send_steps_mu_);
   static constexpr std::chrono::milliseconds kStepGather{20};
   // Stops the rank on `device` (-1: on every device) and joins its monitor.
   void StopRanks(int device);
@@ -181,7 +182,8 @@ class WorkerAgent {
   mutable Mutex roots_mu_;
   std::string controller_checkpoint_root_ ABSL_GUARDED_BY(roots_mu_);
 
-  Mutex steps_mu_;  // SendStep's gathering
+  Mutex send_steps_mu_ ABSL_ACQUIRED_BEFORE(steps_mu_);  // a flush's take and write; Report's
+  Mutex steps_mu_;                                       // SendStep's gathering
   std::vector<moe::v1::StepReport> steps_ ABSL_GUARDED_BY(steps_mu_);
   // By device index: the last rank started there.
   std::map<int, std::shared_ptr<Rank>> ranks_ ABSL_GUARDED_BY(ranks_mu_);

@@ -66,18 +66,30 @@ void WorkerAgent::SendStep(moe::v1::StepReport report) {
 }
 
 void WorkerAgent::FlushSteps() {
-  moe::v1::WorkerMessage m;
+  MutexLock send(&send_steps_mu_);
+  FlushStepsLocked();
+}
+
+// What waits, in messages of at most kMaxStepsPerMessage (the controller refuses a larger one and
+// ends the stream). With send_steps_mu_: taking the reports and writing them is one step, so a
+// rank's end (Report) cannot pass its last step taken but not yet written.
+void WorkerAgent::FlushStepsLocked() {
+  std::vector<moe::v1::StepReport> steps;
   {
     MutexLock lock(&steps_mu_);
-    if (steps_.empty()) return;
-    for (auto& s : steps_) *m.mutable_steps()->add_reports() = std::move(s);
-    steps_.clear();
+    steps.swap(steps_);
   }
-  Write(m);
+  for (size_t i = 0; i < steps.size(); i += kMaxStepsPerMessage) {
+    moe::v1::WorkerMessage m;
+    for (size_t k = i; k < std::min(steps.size(), i + kMaxStepsPerMessage); ++k)
+      *m.mutable_steps()->add_reports() = std::move(steps[k]);
+    Write(m);
+  }
 }
 
 void WorkerAgent::Report(const moe::v1::RankFinished& f) {
-  FlushSteps();  // a rank's last step before its end
+  MutexLock send(&send_steps_mu_);
+  FlushStepsLocked();  // a rank's last step before its end
   moe::v1::WorkerMessage m;
   *m.mutable_finished() = f;
   if (Write(m)) return;

@@ -54,6 +54,7 @@ struct FakeFleet::Agent {
   // node's ranks, as a node agent sends them.
   std::vector<moe::v1::StepReport> steps;
   std::vector<moe::v1::RankFinished> unreported;
+  size_t in_registration = 0;   // the first of `unreported` the last registration carried
   std::string controller_root;  // the controller's checkpoint root, where accepted
   double backoff = 0.2, started_at = 0, registration_sent = 0;
   int64_t registrations = 0, ranks_started = 0;
@@ -101,9 +102,10 @@ Status FakeFleet::Run() {
   const double now = Now();
   for (auto& a : agents_) Schedule({now, a->index, Due::kConnect, 0, 0});
   TimerLoop();  // until Stop
-  // Every stream ended (cancelled again while any is left: one may have started meanwhile).
+  // Every stream ended (cancelled again while any is left: one may have started meanwhile). No
+  // time limit: a session calls back into the fleet until its OnDone, which a cancel brings.
   std::unique_lock lock(mu_);
-  for (int k = 0; k < 100 && live_sessions_ > 0; ++k) {
+  for (int k = 1; live_sessions_ > 0; ++k) {
     lock.unlock();
     for (auto& a : agents_) {
       std::lock_guard agent(a->mu);
@@ -112,9 +114,10 @@ Status FakeFleet::Run() {
     lock.lock();
     sessions_done_.wait_for(lock, std::chrono::milliseconds(100),
                             [this] { return live_sessions_ == 0; });
+    if (k % 100 == 0 && live_sessions_ > 0)
+      MOE_LOG(WARNING) << live_sessions_ << " fake agents' streams have not ended after " << k / 10
+                       << " s of cancels; waiting";
   }
-  if (live_sessions_ > 0)
-    MOE_LOG(WARNING) << live_sessions_ << " fake agents' streams did not end within 10 s";
   return fatal_;
 }
 
@@ -194,7 +197,11 @@ void FakeFleet::Registration(Agent& a, moe::v1::Register* r) {
   r->set_address(a.o.address);
   r->set_version(MOE_VERSION);
   r->set_cpu_cores(static_cast<int>(std::thread::hardware_concurrency()));
-  r->set_memory_bytes(static_cast<int64_t>(a.o.memory_gb * 1e9));
+  double memory = a.o.memory_gb * 1e9;  // as a node agent reports it
+  if (memory <= 0 && a.o.devices.front() == "cpu")
+    memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+             static_cast<double>(::sysconf(_SC_PAGESIZE));
+  r->set_memory_bytes(static_cast<int64_t>(memory));
   for (const auto& d : a.o.data_roots) r->add_data_roots(d);
   for (const auto& c : a.o.checkpoint_roots) r->add_checkpoint_roots(c);
   r->set_uses_default_checkpoint_roots(a.o.default_checkpoint_roots);
@@ -208,6 +215,7 @@ void FakeFleet::Registration(Agent& a, moe::v1::Register* r) {
     run->set_device_index(device);
   }
   for (const auto& f : a.unreported) *r->add_finished() = f;
+  a.in_registration = a.unreported.size();
 }
 
 // On the timer thread: the node credential (a call only while bootstrapping), then the stream.
@@ -260,15 +268,13 @@ bool FakeFleet::Send(Agent& a, const moe::v1::WorkerMessage& m) {
 }
 
 void FakeFleet::FlushSteps(Agent& a) {
-  if (a.steps.empty()) return;
-  moe::v1::WorkerMessage m;
-  if (a.steps.size() == 1) {
-    *m.mutable_step() = std::move(a.steps.front());
-  } else {
-    for (auto& s : a.steps) *m.mutable_steps()->add_reports() = std::move(s);
+  for (size_t i = 0; i < a.steps.size(); i += kMaxStepsPerMessage) {  // the controller's bound
+    moe::v1::WorkerMessage m;
+    for (size_t k = i; k < std::min(a.steps.size(), i + kMaxStepsPerMessage); ++k)
+      *m.mutable_steps()->add_reports() = std::move(a.steps[k]);
+    Send(a, m);  // dropped without a session, as a node agent's
   }
   a.steps.clear();
-  Send(a, m);  // dropped without a session, as a node agent's
 }
 
 void FakeFleet::Report(Agent& a, const moe::v1::RankFinished& f) {
@@ -387,7 +393,11 @@ void FakeFleet::Registered(Agent& a, FakeSession* s, const moe::v1::Registered& 
     SetUdpLease(a, r);
     a.registered = true;
     ++a.registrations;
-    a.unreported.clear();  // delivered with the registration
+    // Delivered with the registration; those that came since go with the next.
+    a.unreported.erase(a.unreported.begin(),
+                       a.unreported.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                  a.in_registration, a.unreported.size())));
+    a.in_registration = 0;
     if (a.o.default_checkpoint_roots) {
       const std::string why = r.checkpoint_root().empty() ? "" : UnusableRoot(r.checkpoint_root());
       a.controller_root = why.empty() ? r.checkpoint_root() : "";
@@ -515,11 +525,15 @@ double FakeFleet::RetryWait(Agent& a, const grpc::Status& st, bool answered) {
   return wait;
 }
 
-void FakeFleet::OnEnded(int agent, FakeSession* s, const grpc::Status& st, bool answered) {
+void FakeFleet::OnEnded(int agent, FakeSession* s, const grpc::Status& st, bool answered,
+                        std::vector<moe::v1::WorkerMessage> unsent) {
   Agent& a = *agents_[static_cast<size_t>(agent)];
   double wait = -1;
   {
     std::lock_guard lock(a.mu);
+    for (auto& m : unsent) {  // a rank's outcome never written: the next registration carries it
+      if (m.has_finished()) a.unreported.push_back(std::move(*m.mutable_finished()));
+    }
     if (a.session == s) {
       a.session = nullptr;
       a.registered = false;

@@ -62,7 +62,8 @@ class FakeFleet final : public FakeSessionOwner {
 
   // From the agents' sessions (gRPC's threads).
   void OnMessage(int agent, FakeSession* s, const moe::v1::ControllerMessage& m) override;
-  void OnEnded(int agent, FakeSession* s, const grpc::Status& st, bool answered) override;
+  void OnEnded(int agent, FakeSession* s, const grpc::Status& st, bool answered,
+               std::vector<moe::v1::WorkerMessage> unsent) override;
 
  private:
   struct Agent;

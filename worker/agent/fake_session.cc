@@ -40,7 +40,10 @@ size_t FakeSession::Pending() {
 
 void FakeSession::OnWriteDone(bool ok) {
   std::unique_lock lock(mu_);
-  if (!ok) closing_ = true;
+  if (!ok) {
+    closing_ = true;
+    unsent_.push_back(std::move(current_));  // never written
+  }
   if (closing_ || out_.empty()) {
     writing_ = false;
     const bool release = closing_ && Closing();
@@ -72,6 +75,7 @@ void FakeSession::OnReadDone(bool ok) {
 }
 
 bool FakeSession::Closing() {
+  for (auto& m : out_) unsent_.push_back(std::move(m));
   out_.clear();
   const bool release = held_;
   held_ = false;
@@ -80,11 +84,15 @@ bool FakeSession::Closing() {
 
 void FakeSession::OnDone(const grpc::Status& st) {
   bool answered = false;
+  std::vector<moe::v1::WorkerMessage> unsent;
   {
     std::lock_guard lock(mu_);
     answered = answered_;
+    for (auto& m : out_) unsent_.push_back(std::move(m));  // a cancel before any read ended
+    out_.clear();
+    unsent.swap(unsent_);
   }
-  fleet_->OnEnded(agent_, this, st, answered);
+  fleet_->OnEnded(agent_, this, st, answered, std::move(unsent));
   delete this;
 }
 

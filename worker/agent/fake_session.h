@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "common/grpc_client.h"
 #include "moe/v1/worker_service.grpc.pb.h"
@@ -19,8 +20,10 @@ class FakeSessionOwner {
  public:
   virtual ~FakeSessionOwner() = default;
   virtual void OnMessage(int agent, FakeSession* s, const moe::v1::ControllerMessage& m) = 0;
-  // The stream ended (`answered`: the controller said something on it first).
-  virtual void OnEnded(int agent, FakeSession* s, const grpc::Status& st, bool answered) = 0;
+  // The stream ended (`answered`: the controller said something on it first); `unsent`: what was
+  // queued on it and never written (a rank's outcome among them goes with the next registration).
+  virtual void OnEnded(int agent, FakeSession* s, const grpc::Status& st, bool answered,
+                       std::vector<moe::v1::WorkerMessage> unsent) = 0;
 };
 
 class FakeSession final
@@ -54,6 +57,7 @@ class FakeSession final
   std::mutex mu_;
   moe::v1::WorkerMessage current_;  // the write under way (writing_)
   std::deque<moe::v1::WorkerMessage> out_;
+  std::vector<moe::v1::WorkerMessage> unsent_;  // queued when the stream ended (OnEnded's)
   bool writing_, closing_ = false, held_ = false;
   bool answered_ = false;  // a message came from the controller
 };

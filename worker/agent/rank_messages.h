@@ -43,6 +43,9 @@ moe::v1::WorkerMessage RootMounted(const std::string& root, const std::string& w
 // (logged, naming `what`).
 bool AcceptControllerEpoch(std::atomic<int64_t>* max, int64_t epoch, const std::string& what);
 
+// The most step reports one WorkerMessage.steps may carry (the controller refuses more).
+inline constexpr size_t kMaxStepsPerMessage = 64;
+
 // The controller's "retry after N ms" in a refused registration's message, in seconds (0: none).
 double RetryHintSeconds(const std::string& message);
 
