@@ -677,13 +677,15 @@ Status Controller::KeepStep(const std::string& agent, const moe::v1::WorkerMessa
   }
   // A flood is dropped, not kept; a job's last step always gets through (fast steps would otherwise
   // lose the report that says the job got to its end: fake_worker_test).
-  const auto keep = [&](const moe::v1::StepReport& s) {
-    if (!workers_.AllowStepReport(agent) && s.metrics().step() != s.metrics().total_steps()) return;
-    moe::v1::StepReport& kept = pending_steps_[{s.job_id(), s.attempt(), s.rank()}];
-    if (kept.job_id().empty() || s.metrics().step() >= kept.metrics().step()) kept = s;  // newest
-  };
-  if (msg.has_step()) keep(msg.step());
-  for (const auto& s : msg.steps().reports()) keep(s);
+  std::vector<const moe::v1::StepReport*> reports;  // one, or a node's (WorkerMessage.steps)
+  if (msg.has_step()) reports.push_back(&msg.step());
+  for (const auto& s : msg.steps().reports()) reports.push_back(&s);
+  for (const moe::v1::StepReport* s : reports) {
+    if (!workers_.AllowStepReport(agent) && s->metrics().step() != s->metrics().total_steps())
+      continue;
+    moe::v1::StepReport& kept = pending_steps_[{s->job_id(), s->attempt(), s->rank()}];
+    if (kept.job_id().empty() || s->metrics().step() >= kept.metrics().step()) kept = *s;  // newest
+  }
   return OkStatus();
 }
 
