@@ -232,13 +232,22 @@ const Status& QueueScheduler::Feasible(const PlacementRequest& req, SchedulePass
 }
 
 // The workers each restarting job's last attempt ran on that are still placeable: its surviving
-// ranks' (and a failed rank's, when its worker is still there), held for its restart.
+// ranks' (and a failed rank's, when its worker is still there), held for its restart. And the
+// workers of the jobs a queued job preempted, held for it: a victim that stops first frees its
+// worker for its own preemptor, not for another one (of equal priority) whose victim still runs,
+// which would leave the first without a worker and preempt again.
 void QueueScheduler::Reserve(const std::vector<JobEntry*>& all, SchedulePass& pass) {
+  const auto hold = [&](const moe::v1::Job& job, JobEntry* holder) {
+    for (const auto& p : job.placement()) {
+      if (workers_.Placeable(p.worker())) pass.reserved.emplace(p.worker(), holder);
+    }
+  };
   for (JobEntry* e : all) {
     // Its attempt may still be ending (a rank yet to stop): the workers already free are held too.
-    if (e->job.state() != moe::v1::RESTARTING) continue;
-    for (const auto& p : e->job.placement()) {
-      if (workers_.Placeable(p.worker())) pass.reserved.emplace(p.worker(), e);
+    if (e->job.state() == moe::v1::RESTARTING) hold(e->job, e);
+    if (!IsQueued(e->job.state())) continue;  // a cancelled preemptor holds nothing
+    for (const std::string& id : e->preempting) {
+      if (const JobEntry* v = jobs_.Find(id)) hold(v->job, e);
     }
   }
 }
@@ -259,17 +268,27 @@ std::vector<Slot> QueueScheduler::Withhold(const JobEntry& e, SchedulePass& pass
   return held;
 }
 
+namespace {
+
+// Whom a reserved worker is held for, in a waiting reason or an event.
+std::string For(const JobEntry& holder) {
+  const std::string priority = " (priority " + std::to_string(holder.spec.priority) + ")";
+  if (holder.job.state() == moe::v1::RESTARTING)
+    return "the restart of " + holder.job.id() + priority;
+  return "job " + holder.job.id() + priority + ", which preempted the job that ran there";
+}
+
+}  // namespace
+
 void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
   std::vector<Slot> held = Withhold(e, pass);
   ScheduleWithin(e, pass);
   auto wait = pass.waits.find(&e);
   if (!held.empty() && wait != pass.waits.end() && wait->second.wait_class == WaitClass::kBusy) {
-    const JobEntry* holder = pass.reserved.at(held.front().worker);
-    wait->second.why += "; " + std::to_string(held.size()) +
-                        " free worker(s) are held for the "
-                        "restart of " +
-                        holder->job.id() + " (priority " + std::to_string(holder->spec.priority) +
-                        ")";
+    const auto holder = pass.reserved.find(held.front().worker);
+    if (holder != pass.reserved.end())
+      wait->second.why += "; " + std::to_string(held.size()) + " free worker(s) are held for " +
+                          For(*holder->second);
   }
   pass.free.insert(pass.free.end(), held.begin(), held.end());
 }
@@ -423,6 +442,8 @@ void QueueScheduler::StartPlaced(JobEntry& e, const std::vector<Slot>& placed, S
   pass.preempting[&e].clear();
   Wait(pass, e, WaitClass::kNone, "");
   TakeReserved(e, placed, pass);
+  // Placed: what else was held for it (a victim's workers beyond its need) is free for the others.
+  std::erase_if(pass.reserved, [&](const auto& held) { return held.second == &e; });
   pass.starts.push_back({&e, placed});
   pass.usage[QueueOf(e)][e.spec.resources.device] += int64_t(placed.size());
   std::set<std::string> used;
@@ -440,8 +461,9 @@ void QueueScheduler::TakeReserved(JobEntry& e, const std::vector<Slot>& placed,
     JobEntry* holder = it->second;
     pass.reserved.erase(it);
     if (holder == &e) continue;
-    const std::string why = "worker " + s.worker + ", held for this restart, taken by job " +
-                            e.job.id() + " (priority " + std::to_string(e.spec.priority) + " > " +
+    const std::string why = "worker " + s.worker + ", held for " + For(*holder) +
+                            ", taken by job " + e.job.id() + " (priority " +
+                            std::to_string(e.spec.priority) + " > " +
                             std::to_string(holder->spec.priority) + ")";
     pass.events.push_back({holder, "ReservationTaken", why});
   }

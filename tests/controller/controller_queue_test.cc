@@ -203,6 +203,37 @@ TEST_F(QueueTest, AQueueBorrowsIdleQuotaAndTheLenderReclaimsItUnderContention) {
   }
 }
 
+// Two reclaims in flight: b0 waits for a3, b1 for a2. a2 stops first; its worker is b1's, not
+// b0's (the older of equal priority), or b1 would find its victim gone and nothing free, and
+// preempt a1, a job inside a's own quota (queues_test saw it, 2026-12-07).
+TEST_F(QueueTest, AVictimsWorkerGoesToItsPreemptorNotToAnotherOneWaiting) {
+  Start();
+  std::vector<moe::v1::Job> a;
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(1);
+    a.push_back(SubmitTo("a", "a" + std::to_string(i)));
+  }
+  clock_.Advance(1);
+  auto b0 = SubmitTo("b", "b0");
+  ASSERT_EQ(State(a[3].id()), moe::v1::PREEMPTED);
+  clock_.Advance(1);
+  auto b1 = SubmitTo("b", "b1");
+  ASSERT_EQ(State(a[2].id()), moe::v1::PREEMPTED);
+  Stop(a[2].id(), false);  // b1's victim stops first
+  EXPECT_EQ(State(b1.id()), moe::v1::SCHEDULED) << controller_->Get(b1.id(), false)->message();
+  EXPECT_EQ(State(b0.id()), moe::v1::PENDING) << "b0 waits for its own victim";
+  const std::string why = controller_->Get(b0.id(), false)->waiting_reason();
+  EXPECT_NE(why.find("preempting " + a[3].id()), std::string::npos) << why;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(State(a[i].id()), moe::v1::SCHEDULED) << a[i].id() << " is within a's quota";
+    EXPECT_EQ(EventCount(a[i].id(), "Preempted"), 0) << a[i].id();
+  }
+  Stop(a[3].id(), false);
+  EXPECT_EQ(State(b0.id()), moe::v1::SCHEDULED);
+  EXPECT_EQ(Cpu("a").used(), 2);
+  EXPECT_EQ(Cpu("b").used(), 2);
+}
+
 TEST_F(QueueTest, CompetingQueuesShareByTheirQuotaAndBorrowingHasALimit) {
   Start(/*a_borrowing_limit=*/1);
   // a runs 3 (one borrowed, its limit); then b wants its 2 back.
