@@ -39,7 +39,7 @@ Node ValueToNode(const Message& m, const FieldDescriptor& f, int index) {
 
 }  // namespace
 
-std::string DocumentKey(const FieldDescriptor& field) {
+const std::string& DocumentKey(const FieldDescriptor& field) {
   return field.has_json_name() ? field.json_name() : field.name();
 }
 
@@ -47,9 +47,10 @@ Node MessageToNode(const Message& m) {
   Node node = Node::Map();
   std::vector<const FieldDescriptor*> fields;
   m.GetReflection()->ListFields(m, &fields);  // the set ones: presence survives
+  node.Reserve(fields.size());                // each once: added, not searched for
   for (const FieldDescriptor* f : fields) {
     if (!f->is_repeated()) {
-      node.Set(DocumentKey(*f), ValueToNode(m, *f, -1));
+      node.AddNew(DocumentKey(*f), ValueToNode(m, *f, -1));
       continue;
     }
     if (f->is_map()) {  // string keys (the schema's maps); reflection's order is unspecified:
@@ -63,14 +64,16 @@ Node MessageToNode(const Message& m) {
             ValueToNode(entry, *entry.GetDescriptor()->map_value(), -1);
       }
       Node map = Node::Map();
-      for (auto& [k, v] : entries) map.Set(k, std::move(v));
-      node.Set(DocumentKey(*f), std::move(map));
+      map.Reserve(entries.size());
+      for (auto& [k, v] : entries) map.AddNew(k, std::move(v));
+      node.AddNew(DocumentKey(*f), std::move(map));
       continue;
     }
     Node list = Node::List();
     const int n = m.GetReflection()->FieldSize(m, f);
+    list.Reserve(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) list.Append(ValueToNode(m, *f, i));
-    node.Set(DocumentKey(*f), std::move(list));
+    node.AddNew(DocumentKey(*f), std::move(list));
   }
   return node;
 }

@@ -40,7 +40,7 @@ Status MessageFromNode(const Node& node, google::protobuf::Message* m,
 
 // The key of a proto field in the job document: its json_name where the .proto sets one, else its
 // name.
-std::string DocumentKey(const google::protobuf::FieldDescriptor& field);
+const std::string& DocumentKey(const google::protobuf::FieldDescriptor& field);
 // The fields a message has set, as a document (keys by DocumentKey).
 Node MessageToNode(const google::protobuf::Message& m);
 

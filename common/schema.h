@@ -26,12 +26,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "common/check.h"
 #include "common/status.h"
 #include "common/yaml.h"
 
@@ -372,7 +374,12 @@ class Schema {
  public:
   Schema(std::string name, std::vector<FieldDesc<S>> fields) : fields_(std::move(fields)) {
     info_.name = std::move(name);
-    for (const auto& f : fields_) info_.fields.push_back(f.info);
+    std::set<std::string_view> keys;  // Write adds each key without a search: no key twice
+    for (const auto& f : fields_) {
+      MOE_CHECK(keys.insert(f.info.name).second)
+          << info_.name << ": the field " << f.info.name << " is in the table twice";
+      info_.fields.push_back(f.info);
+    }
   }
   // The TypeInfo points into this object.
   Schema(const Schema&) = delete;
@@ -382,14 +389,15 @@ class Schema {
   Status Read(const Node& node, const std::string& path, S* out) const {
     MOE_RETURN_IF_ERROR(schema_internal::ExpectMapping(node, path));
     for (const auto& f : fields_) {
-      const std::string field_path = schema_internal::JoinPath(path, f.info.name);
       const Node* value = node.IsMap() ? node.Find(f.info.name) : nullptr;
       if (value == nullptr || value->IsNull()) {
         if (!f.required_why.empty()) {
-          return schema_internal::Refuse(field_path, "missing (" + f.required_why + ")");
+          return schema_internal::Refuse(schema_internal::JoinPath(path, f.info.name),
+                                         "missing (" + f.required_why + ")");
         }
-        continue;
+        continue;  // no path built for an absent key (most of a job's are)
       }
+      const std::string field_path = schema_internal::JoinPath(path, f.info.name);
       MOE_RETURN_IF_ERROR(f.read(*value, field_path, out));
       if (f.after_read) MOE_RETURN_IF_ERROR(f.after_read(out).WithPrefix(field_path));
     }
@@ -399,8 +407,9 @@ class Schema {
   // Every field, in the table's order (an absent optional is left out).
   Node Write(const S& s) const {
     Node n = Node::Map();
-    for (const auto& f : fields_) {
-      if (std::optional<Node> v = f.write(s)) n.Set(f.info.name, std::move(*v));
+    n.Reserve(fields_.size());
+    for (const auto& f : fields_) {  // each key once: added, not searched for
+      if (std::optional<Node> v = f.write(s)) n.AddNew(f.info.name, std::move(*v));
     }
     return n;
   }

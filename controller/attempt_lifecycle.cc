@@ -33,6 +33,7 @@ JobManager::TransitionRequest AttemptLifecycle::StartRequest(JobEntry& e,
 void AttemptLifecycle::Started(JobEntry& e, const std::vector<Slot>& slots) {
   const int number = e.job.attempt();
   e.attempt = std::make_unique<Attempt>();
+  jobs_.AttemptChanged(e);
   e.attempt->number = number;
   e.attempt->slots = slots;
   e.attempt->ranks.assign(slots.size(), RankStatus{});
@@ -92,6 +93,7 @@ Status AttemptLifecycle::AwaitReconnect(JobEntry& e) {
                   "waiting for its ranks to report back: " + std::to_string(grace) +
                       " s once the controller serves and the workers' registrations are over"));
   e.attempt = std::make_unique<Attempt>();
+  jobs_.AttemptChanged(e);
   e.attempt->number = e.job.attempt();
   e.attempt->slots = internal::SlotsOf(e.job);
   RankStatus running;
@@ -328,6 +330,7 @@ Status AttemptLifecycle::Settle(JobEntry& e) {
   }
   rendezvous_.ErasePrefix(internal::RendezvousPrefix(e.job.id(), a.number));
   e.attempt.reset();
+  jobs_.AttemptChanged(e);
   schedule_needed_ = true;
   return OkStatus();
 }

@@ -98,10 +98,11 @@ Status JobManager::Load() {
     e->job = std::move(j);
     e->next_event_seq = events.empty() ? 1 : events.back().seq() + 1;
     Index(e.get());
+    by_created_[{e->job.created_at(), e->job.id()}] = e.get();
+    if (IsQueued(e->job.state())) queued_[e->job.id()] = e.get();
+    CountWaiting(*e, false, +1);
     jobs_[e->job.id()] = std::move(e);
   }
-  queued_ = 0;
-  for (const auto& [id, e] : jobs_) queued_ += IsQueued(e->job.state()) ? 1 : 0;
   for (auto& [id, e] : jobs_) {
     for (JobListener* l : listeners_) l->OnJobStateChanged(e->job, moe::v1::JOB_STATE_UNSPECIFIED);
   }
@@ -148,14 +149,17 @@ StatusOr<JobEntry*> JobManager::Create(const std::string& id, const moe::v1::Tra
   raw->creating = true;
   jobs_[id] = std::move(e);
   Index(raw);
-  ++queued_;  // PENDING
+  queued_[id] = raw;  // PENDING
+  by_created_[{raw->job.created_at(), id}] = raw;
   if (Status st = store_.PutJobWithEvent(raw->job, ev); !st.ok()) {
     Unindex(raw);
+    queued_.erase(id);
+    by_created_.erase({raw->job.created_at(), id});
     jobs_.erase(id);
-    --queued_;
     return st;
   }
   raw->creating = false;
+  CountWaiting(*raw, false, +1);
   for (JobListener* l : listeners_) l->OnJobEventRecorded(raw->job, ev);
   for (JobListener* l : listeners_) l->OnJobStateChanged(raw->job, moe::v1::JOB_STATE_UNSPECIFIED);
   return raw;
@@ -178,7 +182,10 @@ Status JobManager::Delete(const std::string& id) {
   it = jobs_.find(id);          // Create may have added to the map while the write waited
   const std::string gone = id;  // `id` may be the entry's own string, which the erase frees
   Unindex(it->second.get());
-  jobs_.erase(it);  // finished: it was not counted in queued_
+  by_created_.erase({it->second->job.created_at(), gone});
+  queued_.erase(gone);  // finished: neither queued nor with an attempt
+  with_attempt_.erase(gone);
+  jobs_.erase(it);
   for (JobListener* l : listeners_) l->OnJobDeleted(gone);
   return OkStatus();
 }
@@ -269,9 +276,55 @@ std::vector<JobEntry*> JobManager::AllWithCreating() {
 }
 
 void JobManager::SetRecord(JobEntry& e, moe::v1::Job record) {
-  const bool was = IsQueued(e.job.state()), is = IsQueued(record.state());
-  if (was != is) is ? ++queued_ : --queued_;
+  if (IsQueued(record.state()))
+    queued_[record.id()] = &e;
+  else
+    queued_.erase(record.id());
+  CountWaiting(e, e.attempt != nullptr, -1);
   e.job = std::move(record);
+  CountWaiting(e, e.attempt != nullptr, +1);
+}
+
+void JobManager::CountWaiting(const JobEntry& e, bool has_attempt, int64_t delta) {
+  if (e.creating || has_attempt || !IsQueued(e.job.state())) return;
+  auto it = waiting_.try_emplace(e.spec.queue, 0).first;
+  if ((it->second += delta) == 0) waiting_.erase(it);
+}
+
+std::vector<JobEntry*> JobManager::Queued() {
+  std::vector<JobEntry*> out;
+  out.reserve(queued_.size());
+  for (const auto& [id, e] : queued_) {
+    if (!e->creating) out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<JobEntry*> JobManager::WithAttempt() {
+  std::vector<JobEntry*> out;
+  out.reserve(with_attempt_.size());
+  for (const auto& [id, e] : with_attempt_) out.push_back(e);
+  return out;
+}
+
+void JobManager::AttemptChanged(JobEntry& e) {
+  CountWaiting(e, with_attempt_.count(e.job.id()) > 0, -1);  // as it was
+  if (e.attempt)
+    with_attempt_[e.job.id()] = &e;
+  else
+    with_attempt_.erase(e.job.id());
+  CountWaiting(e, e.attempt != nullptr, +1);
+}
+
+std::vector<const JobEntry*> JobManager::CreatedAfter(
+    const std::pair<double, std::string>& after, size_t limit,
+    const std::function<bool(const JobEntry&)>& match) {
+  std::vector<const JobEntry*> out;
+  for (auto it = by_created_.upper_bound(after); it != by_created_.end() && out.size() < limit;
+       ++it) {
+    if (!it->second->creating && match(*it->second)) out.push_back(it->second);
+  }
+  return out;
 }
 
 moe::v1::JobEvent JobManager::NewEvent(const JobEntry& e, const moe::v1::Job& record,

@@ -29,11 +29,14 @@ struct MetricsAggregator::JobSeries {
   std::set<int> stragglers;
   std::deque<double> recent_step_seconds;  // for the ETA
   double ended_at = 0;
-  std::set<std::string> layers;             // imbalance series created
-  int restarts = -1;                        // the job's restart count last seen (-1: none yet)
-  std::map<std::string, double> lost;       // goodput: seconds by cause already on the counters
-  double productive = 0, wall = 0;          // goodput as last published
-  bool running = false;                     // SCHEDULED or RUNNING: its throughput is exported
+  std::set<std::string> layers;        // imbalance series created
+  int restarts = -1;                   // the job's restart count last seen (-1: none yet)
+  std::map<std::string, double> lost;  // goodput: seconds by cause already on the counters
+  double productive = 0, wall = 0;     // goodput as last published
+  bool running = false;                // SCHEDULED or RUNNING: its throughput is exported
+  // Its throughput series exist (a step exported them, DropThroughput not yet): a job that never
+  // ran has none to remove at each change of state (four label lookups each, at every submit).
+  mutable bool throughput = false;
   std::string queue;                        // metadata.queue, or the default queue
   std::map<std::string, std::string> info;  // moe_job_info's labels (empty: no series yet)
   double queued_since = -1;                 // Unix seconds it entered its queue (-1: not queued)
@@ -503,6 +506,7 @@ void MetricsAggregator::ExportJobStep(JobSeries& s, const moe::v1::StepMetrics& 
       rank_tflops_->Add(RankLabels(s, r)).Set(out.tflops_per_device());
       rank_flops_->Add(RankLabels(s, r)).Set(out.tflops_per_device() * 1e12);
     }
+    s.throughput = true;
     tflops_->Add(job_labels).Set(out.tflops_per_device());
     job_device_flops_->Add(job_labels).Set(out.tflops_per_device() * 1e12);
     mfu_->Add(job_labels).Set(out.mfu());
@@ -622,11 +626,14 @@ void MetricsAggregator::TrackQueueing(JobSeries& s, const moe::v1::Job& job,
 // summed over moe_rank_tflops, is what runs now); its loss, state, counters and each rank's last
 // step time stay (a job that ended keeps them for the retention).
 void MetricsAggregator::DropThroughput(const JobSeries& s) {
-  const std::map<std::string, std::string> job = {{"job_id", s.id}};
-  tflops_->Remove(&tflops_->Add(job));
-  job_device_flops_->Remove(&job_device_flops_->Add(job));
-  mfu_->Remove(&mfu_->Add(job));
-  peak_->Remove(&peak_->Add(job));
+  if (s.throughput) {
+    const std::map<std::string, std::string> job = {{"job_id", s.id}};
+    tflops_->Remove(&tflops_->Add(job));
+    job_device_flops_->Remove(&job_device_flops_->Add(job));
+    mfu_->Remove(&mfu_->Add(job));
+    peak_->Remove(&peak_->Add(job));
+    s.throughput = false;
+  }
   // Each rank's last step time stays with the loss (which rank was slow at the end, on which node);
   // what it runs now (moe_rank_tflops) and its straggler flag go.
   RemoveRankSeries(s, /*keep_last_step=*/true);

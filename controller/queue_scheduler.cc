@@ -82,16 +82,17 @@ std::string Join(const std::vector<std::string>& ids) {
 }  // namespace
 
 std::string QueueScheduler::QueueOf(const JobEntry& e) const {
-  if (!e.spec.queue.empty()) return e.spec.queue;
+  return e.spec.queue.empty() ? DefaultQueue() : e.spec.queue;
+}
+
+std::string QueueScheduler::DefaultQueue() const {
   return queues_.enabled() ? queues_.config().default_queue : kDefaultQueue;
 }
 
 QueueUsage QueueScheduler::UsageNow() {
   QueueUsage usage;
-  for (JobEntry* e : jobs_.All()) {
-    if (e->attempt)
-      usage[QueueOf(*e)][e->spec.resources.device] += int64_t(e->attempt->slots.size());
-  }
+  for (JobEntry* e : jobs_.WithAttempt())
+    usage[QueueOf(*e)][e->spec.resources.device] += int64_t(e->attempt->slots.size());
   return usage;
 }
 
@@ -100,7 +101,8 @@ void QueueScheduler::Run() {
   SchedulePass pass;
   pass.now = clock_.Monotonic();
   std::map<std::string, std::vector<QueuedJob>> by_queue;
-  for (JobEntry* e : jobs_.All()) {
+  const std::vector<JobEntry*> queued = jobs_.Queued();
+  for (JobEntry* e : queued) {
     if (e->not_before > pass.now) {  // restart backoff (Tick schedules again when it ends)
       Wait(pass, *e, WaitClass::kBackoff,
            "restart backoff: placed again in " + internal::Seconds(e->not_before - pass.now));
@@ -110,22 +112,22 @@ void QueueScheduler::Run() {
         !DependenciesMet(*e, pass))
       continue;
     // A restarting job waits until its previous attempt's ranks have stopped.
-    if (IsQueued(e->job.state()) && !e->attempt) {
+    if (!e->attempt) {
       by_queue[QueueOf(*e)].push_back({e->job.id(), e->spec.priority, e->job.created_at()});
     }
   }
   // Nothing to place and nothing to grow back: no walk over every device (a cold start of 131,072
   // devices asks for a pass at every registration).
-  const std::vector<JobEntry*> all = jobs_.All();
+  const std::vector<JobEntry*> running = jobs_.WithAttempt();
   if (by_queue.empty() &&
-      std::none_of(all.begin(), all.end(), [](JobEntry* e) { return Shrunk(*e); })) {
+      std::none_of(running.begin(), running.end(), [](JobEntry* e) { return Shrunk(*e); })) {
     Act(pass);  // the waits and cancels the first walk decided
     metrics_.ObserveSchedulerDecision(clock_.Monotonic() - pass.now);
     return;
   }
   for (auto& [q, jobs] : by_queue) jobs = QueueOrder(std::move(jobs));
   pass.free = workers_.FreeSlots();
-  Reserve(all, pass);
+  Reserve(queued, pass);
   pass.usage = UsageNow();
   std::map<std::string, size_t> cursor;
   while (JobEntry* e = NextQueued(by_queue, cursor, pass.usage)) ScheduleOne(*e, pass);
@@ -236,16 +238,15 @@ const Status& QueueScheduler::Feasible(const PlacementRequest& req, SchedulePass
 // workers of the jobs a queued job preempted, held for it: a victim that stops first frees its
 // worker for its own preemptor, not for another one (of equal priority) whose victim still runs,
 // which would leave the first without a worker and preempt again.
-void QueueScheduler::Reserve(const std::vector<JobEntry*>& all, SchedulePass& pass) {
+void QueueScheduler::Reserve(const std::vector<JobEntry*>& queued, SchedulePass& pass) {
   const auto hold = [&](const moe::v1::Job& job, JobEntry* holder) {
     for (const auto& p : job.placement()) {
       if (workers_.Placeable(p.worker())) pass.reserved.emplace(p.worker(), holder);
     }
   };
-  for (JobEntry* e : all) {
+  for (JobEntry* e : queued) {  // a cancelled preemptor holds nothing
     // Its attempt may still be ending (a rank yet to stop): the workers already free are held too.
     if (e->job.state() == moe::v1::RESTARTING) hold(e->job, e);
-    if (!IsQueued(e->job.state())) continue;  // a cancelled preemptor holds nothing
     for (const std::string& id : e->preempting) {
       if (const JobEntry* v = jobs_.Find(id)) hold(v->job, e);
     }
@@ -394,14 +395,14 @@ bool QueueScheduler::Shrunk(const JobEntry& e) {
 
 bool QueueScheduler::MayPlace() {
   if (jobs_.CountQueued() > 0) return true;
-  for (JobEntry* e : jobs_.All()) {
+  for (JobEntry* e : jobs_.WithAttempt()) {
     if (Shrunk(*e)) return true;
   }
   return false;
 }
 
 void QueueScheduler::GrowElastic(SchedulePass& pass) {
-  for (JobEntry* e : jobs_.All()) {
+  for (JobEntry* e : jobs_.WithAttempt()) {
     if (!Shrunk(*e)) continue;
     const size_t world = e->attempt->slots.size();
     if (e->spec.checkpoint.dir.empty() || e->spec.priority < pass.hold_below) continue;
@@ -505,9 +506,7 @@ std::vector<VictimCandidate> QueueScheduler::Candidates(const JobEntry& e, bool 
   for (const QueueSpec* q : queues_.CohortOf(queue)) cohort.insert(q->name);
   if (!pass.running_known) {  // once per pass: a queue of thousands must not scan every job for
                               // each
-    for (JobEntry* v : jobs_.All()) {
-      if (v->attempt) pass.running.push_back(v);
-    }
+    pass.running = jobs_.WithAttempt();
     pass.running_known = true;
   }
   std::vector<VictimCandidate> out;
@@ -593,13 +592,13 @@ std::vector<moe::v1::QueueStatus> QueueScheduler::Queues() {
       r->set_borrowed(queues_.Borrowed(q.name, d, usage));
     }
   }
-  for (JobEntry* e : jobs_.All()) {
+  for (JobEntry* e : jobs_.WithAttempt()) {
     const auto it = out.find(QueueOf(*e));
-    if (it == out.end()) continue;
-    if (e->attempt)
-      it->second.set_admitted_jobs(it->second.admitted_jobs() + 1);
-    else if (IsQueued(e->job.state()))
-      it->second.set_pending_jobs(it->second.pending_jobs() + 1);
+    if (it != out.end()) it->second.set_admitted_jobs(it->second.admitted_jobs() + 1);
+  }
+  for (const auto& [queue, n] : jobs_.WaitingByQueue()) {
+    const auto it = out.find(queue.empty() ? DefaultQueue() : queue);
+    if (it != out.end()) it->second.set_pending_jobs(it->second.pending_jobs() + n);
   }
   std::vector<moe::v1::QueueStatus> list;
   for (const QueueSpec& q : specs) list.push_back(out[q.name]);

@@ -54,6 +54,7 @@ class QueueScheduler {
   std::vector<moe::v1::QueueStatus> Queues();
   const QueueBook& book() const { return queues_; }
   std::string QueueOf(const JobEntry& e) const;
+  std::string DefaultQueue() const;  // a job's that names none
 
  private:
   bool DependenciesMet(JobEntry& e, SchedulePass& pass);  // metadata.depends_on (dependencies.h)

@@ -109,6 +109,14 @@ class QueueTest : public ControllerTest {
     }
     return {};
   }
+  // ListQueues' (admitted, pending) jobs of `queue`.
+  std::pair<int64_t, int64_t> Counts(const std::string& queue) {
+    for (const auto& q : controller_->Queues()) {
+      if (q.name() == queue) return {q.admitted_jobs(), q.pending_jobs()};
+    }
+    ADD_FAILURE() << "no queue " << queue;
+    return {};
+  }
   // The worker running `job`, and it reports its rank stopped (or finished).
   void Stop(const std::string& job, bool ok) {
     for (auto& [name, ch] : channels_) {
@@ -228,10 +236,18 @@ TEST_F(QueueTest, AVictimsWorkerGoesToItsPreemptorNotToAnotherOneWaiting) {
     EXPECT_EQ(State(a[i].id()), moe::v1::SCHEDULED) << a[i].id() << " is within a's quota";
     EXPECT_EQ(EventCount(a[i].id(), "Preempted"), 0) << a[i].id();
   }
+  // Admitted: with ranks (a3's still stopping); pending: queued without them (a2, b0).
+  EXPECT_EQ(Counts("a"), std::make_pair(int64_t{3}, int64_t{1}));
+  EXPECT_EQ(Counts("b"), std::make_pair(int64_t{1}, int64_t{1}));
   Stop(a[3].id(), false);
   EXPECT_EQ(State(b0.id()), moe::v1::SCHEDULED);
   EXPECT_EQ(Cpu("a").used(), 2);
   EXPECT_EQ(Cpu("b").used(), 2);
+  EXPECT_EQ(Counts("a"), std::make_pair(int64_t{2}, int64_t{2}));
+  EXPECT_EQ(Counts("b"), std::make_pair(int64_t{2}, int64_t{0}));
+  Stop(b0.id(), true);
+  EXPECT_EQ(Counts("b"), std::make_pair(int64_t{1}, int64_t{0})) << "b0 ended";
+  EXPECT_EQ(Counts("a"), std::make_pair(int64_t{3}, int64_t{1})) << "a borrows b0's worker";
 }
 
 TEST_F(QueueTest, CompetingQueuesShareByTheirQuotaAndBorrowingHasALimit) {

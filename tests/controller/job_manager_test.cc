@@ -229,9 +229,30 @@ TEST_F(JobManagerTest, TheQueuedCountFollowsEveryChange) {
     for (JobEntry* e : jobs.All()) n += IsQueued(e->job.state()) ? 1 : 0;
     return n;
   };
+  // The indexes a pass and ListQueues walk agree with a walk over every job: the queued, those
+  // with an attempt, and the waiting count by queue (queued without an attempt).
+  auto indexes_agree = [&](const char* after) {
+    std::vector<JobEntry*> queued, with_attempt;
+    int64_t waiting = 0;
+    for (JobEntry* e : jobs_.All()) {
+      if (IsQueued(e->job.state())) queued.push_back(e);
+      if (e->attempt) with_attempt.push_back(e);
+      waiting += IsQueued(e->job.state()) && !e->attempt ? 1 : 0;
+    }
+    EXPECT_EQ(jobs_.Queued(), queued) << after;
+    EXPECT_EQ(jobs_.WithAttempt(), with_attempt) << after;
+    int64_t counted_waiting = 0;
+    for (const auto& [queue, n] : jobs_.WaitingByQueue()) counted_waiting += n;
+    EXPECT_EQ(counted_waiting, waiting) << after;
+  };
   auto agrees = [&](size_t want, const char* after) {
     EXPECT_EQ(jobs_.CountQueued(), want) << after;
     EXPECT_EQ(counted(jobs_), want) << after;
+    indexes_agree(after);
+  };
+  auto attempt = [&](JobEntry& e, bool on) {
+    e.attempt = on ? std::make_unique<Attempt>() : nullptr;
+    jobs_.AttemptChanged(e);
   };
   JobEntry* a = NewJob("a");
   JobEntry* b = NewJob("b");
@@ -243,10 +264,13 @@ TEST_F(JobManagerTest, TheQueuedCountFollowsEveryChange) {
   agrees(2, "a refused placement");
   store_.fail_writes = false;
   ASSERT_TRUE(ToScheduled(jobs_, *a).ok());
+  attempt(*a, true);
   agrees(1, "a placed");
   ASSERT_TRUE(jobs_.Transition(*a, moe::v1::RUNNING, "Running", "").ok());
   ASSERT_TRUE(jobs_.Transition(*a, moe::v1::RESTARTING, "Restarting", "a rank was lost").ok());
-  agrees(2, "a restarting");
+  agrees(2, "a restarting, its ranks still stopping");
+  attempt(*a, false);
+  agrees(2, "a restarting, its ranks stopped");
   clock_.Advance(JobManager::kMetricsPersistSeconds);
   moe::v1::StepMetrics m;
   m.set_step(1);
@@ -259,6 +283,37 @@ TEST_F(JobManagerTest, TheQueuedCountFollowsEveryChange) {
   JobManager restarted(store_, clock_);
   ASSERT_TRUE(restarted.Load().ok());
   EXPECT_EQ(restarted.CountQueued(), 1u) << "after a load";
+  EXPECT_EQ(restarted.Queued().size(), 1u);
+  EXPECT_EQ(restarted.WaitingByQueue().size(), 1u);
+}
+
+// A ListJobs page walks the jobs by (created_at, id) from its token, taking those its filter does.
+TEST_F(JobManagerTest, CreatedAfterWalksTheJobsInCreationOrderFromAToken) {
+  std::vector<JobEntry*> made;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    made.push_back(NewJob(name));
+    clock_.Advance(1);
+  }
+  const auto all = [](const JobEntry&) { return true; };
+  auto ids = [](const std::vector<const JobEntry*>& es) {
+    std::vector<std::string> out;
+    for (const JobEntry* e : es) out.push_back(e->spec.name);
+    return out;
+  };
+  EXPECT_EQ(ids(jobs_.CreatedAfter({-1, ""}, 10, all)),
+            (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_EQ(ids(jobs_.CreatedAfter({-1, ""}, 2, all)), (std::vector<std::string>{"a", "b"}));
+  const moe::v1::Job& b = made[1]->job;
+  EXPECT_EQ(ids(jobs_.CreatedAfter({b.created_at(), b.id()}, 10, all)),
+            (std::vector<std::string>{"c", "d"}))
+      << "strictly after the token's job";
+  EXPECT_EQ(
+      ids(jobs_.CreatedAfter({-1, ""}, 10, [](const JobEntry& e) { return e.spec.name != "c"; })),
+      (std::vector<std::string>{"a", "b", "d"}));
+  ASSERT_TRUE(jobs_.Transition(*made[0], moe::v1::CANCELLED, "Cancelled", "").ok());
+  ASSERT_TRUE(jobs_.Delete(made[0]->job.id()).ok());
+  EXPECT_EQ(ids(jobs_.CreatedAfter({-1, ""}, 10, all)), (std::vector<std::string>{"b", "c", "d"}))
+      << "a deleted job leaves the index";
 }
 
 // The indexes a submit's checks use instead of a walk over every job: by request id, and the jobs
