@@ -16,7 +16,9 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "controller/attempt_lifecycle.h"
@@ -32,6 +34,11 @@
 namespace moe::controller {
 
 struct SchedulePass;  // queue_scheduler.cc
+// A job's shape as placement sees it: world size, EP, domain, device type, memory per rank, spares
+// per rack.
+using PlacementShape = std::tuple<int, int, std::string, std::string, int64_t, int>;
+// Jobs that wait alike in one pass: their queue, priority and shape (SchedulePass::same_wait).
+using WaitKey = std::tuple<std::string, int64_t, PlacementShape>;
 
 class QueueScheduler {
  public:
@@ -65,6 +72,8 @@ class QueueScheduler {
   JobEntry* NextQueued(const std::map<std::string, std::vector<QueuedJob>>& by_queue,
                        std::map<std::string, size_t>& cursor, const QueueUsage& usage);
   const Status& Feasible(const PlacementRequest& req, SchedulePass& pass);
+  std::optional<WaitKey> SameWaitKey(const JobEntry& e, const PlacementRequest& req,
+                                     const SchedulePass& pass) const;
   // A restarting job's last workers, held for it (SchedulePass::reserved); those `e` may not take
   // leave pass.free (returned, for the caller to put back); TakeReserved: a job of higher priority
   // took some (the holder's event).

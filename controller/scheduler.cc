@@ -331,7 +331,7 @@ std::vector<QueuedJob> QueueOrder(std::vector<QueuedJob> jobs) {
   // Higher priority first, compared as is: negating INT64_MIN overflows.
   std::sort(jobs.begin(), jobs.end(), [](const QueuedJob& a, const QueuedJob& b) {
     if (a.priority != b.priority) return a.priority > b.priority;
-    return std::make_tuple(a.submitted_at, a.id) < std::make_tuple(b.submitted_at, b.id);
+    return std::tie(a.submitted_at, a.id) < std::tie(b.submitted_at, b.id);  // no id copied
   });
   return jobs;
 }

@@ -57,10 +57,12 @@ StatusOr<std::vector<Slot>> Place(const PlacementRequest& req, const std::vector
 // when it cannot (FAILED_PRECONDITION).
 Status CheckFeasible(const PlacementRequest& req, const std::vector<Slot>& all);
 
+struct JobEntry;  // job_manager.h
 struct QueuedJob {
   std::string id;
   int64_t priority = 0;
   double submitted_at = 0;
+  JobEntry* entry = nullptr;  // the job's, for the caller (not looked up again by id)
 };
 // Queue order: higher priority first, then earlier submission, then id.
 std::vector<QueuedJob> QueueOrder(std::vector<QueuedJob> jobs);

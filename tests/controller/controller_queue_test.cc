@@ -60,6 +60,31 @@ TEST_F(ControllerTest,
   EXPECT_TRUE(victim->Assignments().back().resume());
 }
 
+// A pass decides once for the queued jobs of one shape, queue and priority, and afresh after any
+// placement: B and D (2 ranks) wait alike only while nothing was placed between them.
+TEST_F(ControllerTest, JobsOfOneShapeWaitAlikeUntilAPlacementChangesWhatIsFree) {
+  for (const char* w : {"w0", "w1", "w2"}) AddWorker(w, "r0", w);
+  auto a = Submit(Spec("a", 2, 1));
+  ASSERT_EQ(State(a.id()), moe::v1::SCHEDULED);
+  // Submitted without a pass between them (as a burst between two ticks).
+  const auto queue = [&](const std::string& name, int world) {
+    clock_.Advance(1);
+    auto j = controller_->Submit(SpecToProto(Spec(name, world, 1)));
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? *j : moe::v1::Job();
+  };
+  auto b = queue("b", 2), c = queue("c", 1), d = queue("d", 2), d2 = queue("d2", 2);
+  controller_->SchedulePass();  // one pass: b waits, c takes the last worker, d and d2 wait
+  EXPECT_EQ(State(c.id()), moe::v1::SCHEDULED);
+  const auto why = [&](const moe::v1::Job& j) {
+    return controller_->Get(j.id(), false)->waiting_reason();
+  };
+  EXPECT_NE(why(b).find("1 are free"), std::string::npos) << why(b);
+  EXPECT_NE(why(d).find("0 are free"), std::string::npos)
+      << "decided after c's placement: " << why(d);
+  EXPECT_EQ(why(d2), why(d)) << "the same shape, nothing placed between them";
+}
+
 TEST_F(ControllerTest, PriorityClassesSetThePriorityAndOnlyAClassCanOptOutOfPreemption) {
   config_.priority_classes = {{"production", {1000, /*preemptible=*/false}},
                               {"best-effort", {-10, true}}};
