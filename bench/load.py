@@ -408,6 +408,7 @@ def run_jobs(st, args, work):
         submit_wall = time.time() - t0
     else:
         submit_wall = native_clients(st, args, work, template, load)
+    submit_cpu = ticks(st.ctl.pid) - c0  # the controller's, over the submits alone
     h1 = st.rpc_buckets()
     ids = list(load.ids) + [seed_id]
     while True:
@@ -437,7 +438,9 @@ def run_jobs(st, args, work):
         RESULTS[f"{key}_service_p99_ms"] = p99
         print(f"load: {m:10s} n={n:5d}  p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  (the controller's own time, entry to answer: "
               "moe_rpc_duration_seconds, interpolated in its buckets)")
-    print(f"load: controller CPU {cpu:.1f} s over {wall:.1f} s ({cpu / wall:.2f} cores), peak memory {rss:.0f} MB")
+    print(f"load: controller CPU {cpu:.1f} s over {wall:.1f} s ({cpu / wall:.2f} cores), peak memory {rss:.0f} MB; "
+          f"over the submits alone {submit_cpu:.2f} s, {1000 * submit_cpu / max(1, len(load.ids)):.2f} ms a submit "
+          "(its GetJob, a tenth of a ListJobs page, the steps reported meanwhile included)")
     problems = [f"{len(load.errors)} calls failed, e.g. {e}" for e in load.errors[:3]]
     not_ok = {i: s for i, s in states.items() if s != "SUCCEEDED"}
     if not_ok:
