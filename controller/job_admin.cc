@@ -54,8 +54,8 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
     MutexLock lock(&mu_);
     // The matching jobs after the token, oldest first, from the jobs' index by creation: a page
     // looks at the jobs after its token until it has one more than it holds (the next token's
-    // test), not at every job. Only their records are copied under the lock; the page is cut to
-    // its size after it.
+    // test), not at every job. Only the page's records are copied under the lock (the byte bound
+    // may cut it short); its goodput is stamped after.
     const std::vector<const JobEntry*> match =
         jobs_.CreatedAfter(after, limit + 1, [&](const JobEntry& e) {
           const moe::v1::Job& j = e.job;
@@ -65,23 +65,19 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
             return false;
           return selector.empty() || selector.Matches(e.spec.labels);
         });
-    out.mutable_jobs()->Reserve(static_cast<int>(match.size()));
+    size_t bytes = 0;
     for (const JobEntry* e : match) {
+      const size_t size = e->job.ByteSizeLong();
+      if (static_cast<size_t>(out.jobs_size()) >= limit ||
+          (out.jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
+        out.set_next_page_token(PageToken(out.jobs(out.jobs_size() - 1)));
+        break;
+      }
+      bytes += size;
       moe::v1::Job* j = out.add_jobs();
       *j = e->job;
       if (IsQueued(j->state()) && !e->attempt) j->set_waiting_reason(e->waiting_reason);
     }
-  }
-  size_t bytes = 0, keep = 0;
-  for (; keep < static_cast<size_t>(out.jobs_size()); ++keep) {
-    const size_t size = out.jobs(static_cast<int>(keep)).ByteSizeLong();
-    if (keep >= limit || (keep > 0 && bytes + size > kMaxPageBytes)) break;
-    bytes += size;
-  }
-  if (keep < static_cast<size_t>(out.jobs_size())) {
-    out.mutable_jobs()->DeleteSubrange(static_cast<int>(keep),
-                                       out.jobs_size() - static_cast<int>(keep));
-    out.set_next_page_token(PageToken(out.jobs(out.jobs_size() - 1)));
   }
   const double now = clock_.Now();
   for (moe::v1::Job& j : *out.mutable_jobs()) *j.mutable_goodput() = GoodputAt(j, now);

@@ -33,8 +33,11 @@ struct SchedulePass {
   // `free` and `usage` count them already.
   std::vector<AttemptLifecycle::Placement> starts;
   // Workers of a restarting job's last placement, held for its restart (through its back-off, until
-  // it is placed or ends): a queued job of equal or lower priority does not take them.
+  // it is placed or ends), and those of the jobs a queued job preempted, held for it (until it is
+  // placed or its preemption is over): a queued job of equal or lower priority does not take them.
   std::map<std::string, JobEntry*> reserved;
+  std::set<std::string> victim_holds;  // the workers in `reserved` held as a preemptor's victims'
+  bool withheld_any = false;           // some job had held workers withheld from it
 
   // The plan. The pass decides on values (the jobs and workers as they were when it began: nothing
   // live changes while it decides) and Act carries the plan out at its end, in one place: waits
@@ -262,18 +265,35 @@ const Status& QueueScheduler::Feasible(const PlacementRequest& req, SchedulePass
 // worker for its own preemptor, not for another one (of equal priority) whose victim still runs,
 // which would leave the first without a worker and preempt again.
 void QueueScheduler::Reserve(const std::vector<JobEntry*>& queued, SchedulePass& pass) {
-  const auto hold = [&](const moe::v1::Job& job, JobEntry* holder) {
+  // A worker two jobs would hold (a victim that is itself restarting, say) goes to the higher
+  // priority, and between equals to the preemptor: else a job between the two could take it.
+  const auto hold = [&](const moe::v1::Job& job, JobEntry* holder, bool victim) {
     for (const auto& p : job.placement()) {
-      if (workers_.Placeable(p.worker())) pass.reserved.emplace(p.worker(), holder);
+      if (!workers_.Placeable(p.worker())) continue;
+      auto [it, fresh] = pass.reserved.emplace(p.worker(), holder);
+      const int64_t was = it->second->spec.priority, is = holder->spec.priority;
+      if (!fresh && (is > was || (victim && is == was))) it->second = holder;
+      if (it->second != holder) continue;
+      victim ? (void)pass.victim_holds.insert(p.worker())
+             : (void)pass.victim_holds.erase(p.worker());
     }
   };
   for (JobEntry* e : queued) {  // a cancelled preemptor holds nothing
     // Its attempt may still be ending (a rank yet to stop): the workers already free are held too.
-    if (e->job.state() == moe::v1::RESTARTING) hold(e->job, e);
+    if (e->job.state() == moe::v1::RESTARTING) hold(e->job, e, false);
     for (const std::string& id : e->preempting) {
-      if (const JobEntry* v = jobs_.Find(id)) hold(v->job, e);
+      if (const JobEntry* v = jobs_.Find(id)) hold(v->job, e, true);
     }
   }
+}
+
+// What was held for `e` as its victims' is held no longer; true when something was.
+bool QueueScheduler::ReleaseVictimHolds(const JobEntry& e, SchedulePass& pass) {
+  const size_t before = pass.reserved.size();
+  std::erase_if(pass.reserved, [&](const auto& held) {
+    return held.second == &e && pass.victim_holds.count(held.first) > 0;
+  });
+  return pass.reserved.size() != before;
 }
 
 // Moves out of pass.free the slots held for another job's restart that `e` may not take (the
@@ -307,8 +327,18 @@ std::string For(const JobEntry& holder) {
 void QueueScheduler::ScheduleOne(JobEntry& e, SchedulePass& pass) {
   std::vector<Slot> held = Withhold(e, pass);
   pass.withheld = !held.empty();
+  pass.withheld_any |= pass.withheld;
   ScheduleWithin(e, pass);
   auto wait = pass.waits.find(&e);
+  const bool unfit = wait != pass.waits.end() && (wait->second.wait_class == WaitClass::kCapacity ||
+                                                  wait->second.wait_class == WaitClass::kQuota);
+  if (unfit && !e.preempting.empty()) pass.preempting[&e].clear();  // it could not use them now
+  // Its preemption over (placed; its victims stopped and it preempts no more; it no longer fits
+  // the cluster or its quota): the workers held as its victims' are free for the jobs after it,
+  // and a job already refused them gets them in the next pass.
+  if (const auto it = pass.preempting.find(&e); it != pass.preempting.end() && it->second.empty()) {
+    if (ReleaseVictimHolds(e, pass) && pass.withheld_any) attempts_.NeedSchedule();
+  }
   if (!held.empty() && wait != pass.waits.end() && wait->second.wait_class == WaitClass::kBusy) {
     const auto holder = pass.reserved.find(held.front().worker);
     if (holder != pass.reserved.end())
@@ -475,9 +505,7 @@ void QueueScheduler::StartPlaced(JobEntry& e, const std::vector<Slot>& placed, S
   pass.same_wait.clear();  // fewer free workers, more usage: every shape's wait is decided afresh
   pass.preempting[&e].clear();
   Wait(pass, e, WaitClass::kNone, "");
-  TakeReserved(e, placed, pass);
-  // Placed: what else was held for it (a victim's workers beyond its need) is free for the others.
-  std::erase_if(pass.reserved, [&](const auto& held) { return held.second == &e; });
+  TakeReserved(e, placed, pass);  // the rest of what was held for it: ScheduleOne
   pass.starts.push_back({&e, placed});
   pass.usage[QueueOf(e)][e.spec.resources.device] += int64_t(placed.size());
   std::set<std::string> used;

@@ -77,7 +77,8 @@ class QueueScheduler {
   // A restarting job's last workers, held for it (SchedulePass::reserved); those `e` may not take
   // leave pass.free (returned, for the caller to put back); TakeReserved: a job of higher priority
   // took some (the holder's event).
-  void Reserve(const std::vector<JobEntry*>& all, SchedulePass& pass);
+  void Reserve(const std::vector<JobEntry*>& queued, SchedulePass& pass);
+  bool ReleaseVictimHolds(const JobEntry& e, SchedulePass& pass);
   std::vector<Slot> Withhold(const JobEntry& e, SchedulePass& pass);
   void TakeReserved(JobEntry& e, const std::vector<Slot>& placed, SchedulePass& pass);
   void ScheduleOne(JobEntry& e, SchedulePass& pass);

@@ -85,6 +85,37 @@ TEST_F(ControllerTest, JobsOfOneShapeWaitAlikeUntilAPlacementChangesWhatIsFree) 
   EXPECT_EQ(why(d2), why(d)) << "the same shape, nothing placed between them";
 }
 
+// A preemption that ends without placing its job (a victim's worker was lost meanwhile: the job no
+// longer fits the cluster) holds nothing: the worker its other victim freed goes to a job waiting
+// behind it.
+TEST_F(ControllerTest, APreemptionThatEndsUnplacedHoldsNoWorker) {
+  auto* a = AddWorker("a", "r0", "n0");
+  AddWorker("b", "r0", "n1");
+  auto low1 = Submit(Spec("low1", 1, 1));
+  clock_.Advance(1);
+  auto low2 = Submit(Spec("low2", 1, 1));
+  clock_.Advance(1);
+  auto waiting = Submit(Spec("waiting", 1, 1));  // the cluster is full
+  clock_.Advance(1);
+  auto high = Submit(Spec("high", 2, 1, /*priority=*/10));
+  ASSERT_EQ(State(low1.id()), moe::v1::PREEMPTED);
+  ASSERT_EQ(State(low2.id()), moe::v1::PREEMPTED);
+  const size_t assigned = a->Assignments().size();
+  Finish("a", a->Assignments().back(), false, "stopped after step 3 (asked to stop)");
+  EXPECT_EQ(State(waiting.id()), moe::v1::PENDING) << "a is held for high, whose other victim runs";
+  EXPECT_EQ(a->Assignments().size(), assigned);
+  LoseWorker("b");  // high's other victim goes with its worker: high cannot fit any more
+  controller_->SchedulePass();
+  EXPECT_EQ(State(high.id()), moe::v1::PENDING);
+  const std::string why = controller_->Get(high.id(), false)->waiting_reason();
+  EXPECT_NE(why.find("waiting for capacity"), std::string::npos) << why;
+  // Worker a runs the oldest job of those waiting behind high (the preempted one it ran resumes).
+  ASSERT_EQ(a->Assignments().size(), assigned + 1) << "a is held for nobody";
+  const std::string next = a->Assignments().back().job_id();
+  EXPECT_NE(next, high.id());
+  EXPECT_EQ(State(next), moe::v1::SCHEDULED);
+}
+
 TEST_F(ControllerTest, PriorityClassesSetThePriorityAndOnlyAClassCanOptOutOfPreemption) {
   config_.priority_classes = {{"production", {1000, /*preemptible=*/false}},
                               {"best-effort", {-10, true}}};
