@@ -8,7 +8,7 @@
 # on the streams once acknowledged), and on the streams from a controller started with
 # --no-udp-heartbeats, no lease missed either way; agents stopped past their lease with their streams
 # up come back when resumed (told to register again); agents sharing connections
-# (--fake-agents-per-connection); SIGTERM stops them all.
+# (--fake-agents-per-connection); agents outlive a controller gone for good; SIGTERM stops them all.
 source "$(dirname "$0")/lib.sh"
 # moe_heartbeats_total{transport="$1"} on the controller's /metrics.
 beats() {
@@ -122,10 +122,28 @@ s0=$(beats stream); sleep 3; s1=$(beats stream)
   fail "with --no-udp-heartbeats: stream $s0 -> $s1, udp $(beats udp)"
 lost=$("$BIN/moectl" get workers -o json | python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin)["workers"] if w.get("state")=="LOST"))')
 [ "$lost" = 0 ] || fail "$lost workers LOST with stream heartbeats"
+# A controller gone for good: the agents retry, and live. A lone agent (its channel the process's
+# only one) drops that channel at each connect refused; the stream that ended holds its last
+# reference, and gRPC 1.51 freed its callback queue twice when that went on gRPC's own thread (an
+# abort under ASan every time, "prior > 0" now and then without it).
+"$BIN/moe-worker" --controller "$MOE_CONTROLLER" --name solo --rack rs --fake-step-seconds 0.02 --slots 1 \
+    --memory-gb 10 --runtime-dir "$WORK/rt-solo" --data-root "$PWD" --checkpoint-root "$WORK" >"$WORK/fake-solo.log" 2>&1 &
+SOLO=$!
+PIDS+=($SOLO)
+wait_workers 9
 "$BIN/moectl" drain fk-3 >/dev/null || fail "drain by the agent's name"
 drained=$("$BIN/moectl" get workers -o json | python3 -c 'import json,sys; print(" ".join(sorted(w["name"] for w in json.load(sys.stdin)["workers"] if w.get("drained"))))')
 [ "$drained" = "fk-3/0 fk-3/1" ] || fail "draining the agent fk-3 drained: '$drained'"
-kill -TERM $FAKE
-for _ in $(seq 1 50); do kill -0 $FAKE 2>/dev/null || break; sleep 0.1; done
-kill -0 $FAKE 2>/dev/null && fail "the fake workers did not stop on SIGTERM"
-echo "fake nodes: 4 agents x 2 devices in one process on 2 racks ($conns connections); a 4-rank job SUCCEEDED at step 30/30; cancel, drain by agent and SIGTERM work; paths outside the roots refused; heartbeats by UDP ($u0 -> $u1 in 3 s), on the streams without it; $n submits timed by the controller"
+kill -9 $CTL_PID; wait $CTL_PID 2>/dev/null || true
+sleep 4  # about five refused connects each (a back-off from 0.2 s, doubling up to 1 s)
+for p in $FAKE $SOLO; do
+  kill -0 $p 2>/dev/null || fail "a fake worker died while the controller was away: $(tail -5 "$WORK/fake-solo.log" "$WORK/fake.log")"
+done
+grep -q "cannot reach the controller" "$WORK/fake-solo.log" || fail "the lone agent did not retry: $(tail -5 "$WORK/fake-solo.log")"
+kill -TERM $FAKE $SOLO
+for _ in $(seq 1 50); do kill -0 $FAKE 2>/dev/null || kill -0 $SOLO 2>/dev/null || break; sleep 0.1; done
+for p in $FAKE $SOLO; do
+  kill -0 $p 2>/dev/null && fail "the fake workers did not stop on SIGTERM"
+  wait $p || fail "a fake worker stopped by SIGTERM exited $?: $(tail -5 "$WORK/fake-solo.log" "$WORK/fake.log")"
+done
+echo "fake nodes: 4 agents x 2 devices in one process on 2 racks ($conns connections); a 4-rank job SUCCEEDED at step 30/30; cancel, drain by agent and SIGTERM work, agents outlive their controller; paths outside the roots refused; heartbeats by UDP ($u0 -> $u1 in 3 s), on the streams without it; $n submits timed by the controller"

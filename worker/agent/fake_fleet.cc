@@ -41,7 +41,7 @@ struct FakeFleet::Agent {
   std::unique_ptr<NodeCredential> credential;
   std::shared_ptr<moe::v1::WorkerService::Stub> stub;
   std::mutex mu;
-  FakeSession* session = nullptr;  // the stream now (it deletes itself once ended)
+  FakeSession* session = nullptr;  // the stream now (once ended, the timer thread deletes it)
   uint64_t session_id = 0;         // stale beats of an earlier session find another
   bool registered = false, leaving = false, ended = false;
   std::string leave_reason;
@@ -88,7 +88,10 @@ FakeFleet::FakeFleet(const AgentOptions& base, int n, const FakeLayout& layout)
   pooled_.resize(static_cast<size_t>((n + per_connection_ - 1) / per_connection_));
 }
 
-FakeFleet::~FakeFleet() { Stop(); }
+FakeFleet::~FakeFleet() {
+  Stop();
+  DeleteEnded();
+}
 
 void FakeFleet::Schedule(const Event& e) {
   {
@@ -118,6 +121,9 @@ Status FakeFleet::Run() {
       MOE_LOG(WARNING) << live_sessions_ << " fake agents' streams have not ended after " << k / 10
                        << " s of cancels; waiting";
   }
+  lock.unlock();
+  DeleteEnded();
+  std::lock_guard relock(mu_);
   return fatal_;
 }
 
@@ -144,6 +150,12 @@ void FakeFleet::Fatal(const Status& st) {
 void FakeFleet::TimerLoop() {
   std::unique_lock lock(mu_);
   while (!stop_) {
+    if (!ended_.empty()) {
+      lock.unlock();
+      DeleteEnded();
+      lock.lock();
+      continue;
+    }
     if (due_.empty()) {
       wake_.wait(lock);
       continue;
@@ -546,8 +558,22 @@ void FakeFleet::OnEnded(int agent, FakeSession* s, const grpc::Status& st, bool 
     }
   }
   if (wait >= 0 && !stop_) Schedule({Now() + wait, a.index, Due::kConnect, 0, 0});
+  // Nothing touches s or the fleet after this (Run may return once no session is live).
   std::lock_guard lock(mu_);
+  ended_.push_back(s);
+  wake_.notify_one();
   if (--live_sessions_ == 0) sessions_done_.notify_all();
+}
+
+// Off gRPC's threads, with no lock held (a channel's end may join gRPC's threads, which call back
+// into the fleet): the sessions gRPC is done with.
+void FakeFleet::DeleteEnded() {
+  std::vector<FakeSession*> ended;
+  {
+    std::lock_guard lock(mu_);
+    ended.swap(ended_);
+  }
+  for (FakeSession* s : ended) delete s;
 }
 
 void FakeFleet::Leave(const std::string& reason) {

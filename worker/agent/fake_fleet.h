@@ -99,6 +99,7 @@ class FakeFleet final : public FakeSessionOwner {
   double RetryWait(Agent& a, const grpc::Status& st, bool answered);
   void Fatal(const Status& st);
   void Unreachable(Agent& a, const grpc::Status& st);
+  void DeleteEnded();
   static double Now();
 
   const double step_seconds_;
@@ -107,11 +108,12 @@ class FakeFleet final : public FakeSessionOwner {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> max_epoch_{0};
   std::atomic<uint64_t> next_id_{1};
-  std::mutex mu_;  // the timer's queue, the fatal error, the live sessions
+  std::mutex mu_;  // the timer's queue, the fatal error, the live and the ended sessions
   std::condition_variable wake_, sessions_done_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> due_;
   Status fatal_;
-  int live_sessions_ = 0;
+  int live_sessions_ = 0;            // started and not ended (OnEnded)
+  std::vector<FakeSession*> ended_;  // ended, deleted by the timer thread (OnEnded says why)
   // Agents that could not reach the controller since it was last reached, logged every 30 s.
   int64_t unreachable_ = 0;
   double unreachable_logged_ = -1e9;

@@ -92,8 +92,7 @@ void FakeSession::OnDone(const grpc::Status& st) {
     out_.clear();
     unsent.swap(unsent_);
   }
-  fleet_->OnEnded(agent_, this, st, answered, std::move(unsent));
-  delete this;
+  fleet_->OnEnded(agent_, this, st, answered, std::move(unsent));  // last: the fleet owns it now
 }
 
 }  // namespace moe::worker

@@ -1,6 +1,7 @@
 // One fake agent's stream to the controller on gRPC's callback API (fake_fleet.h): gRPC's threads
 // read it (each message handed to the fleet) and write what Send queued, one write at a time.
-// Deletes itself once gRPC is done with it, after telling the fleet how the stream ended.
+// Once gRPC is done with it, it tells the fleet how the stream ended and the fleet owns it: the
+// fleet deletes it on a thread of its own, never on gRPC's (see FakeSessionOwner::OnEnded).
 #pragma once
 
 #include <deque>
@@ -22,6 +23,12 @@ class FakeSessionOwner {
   virtual void OnMessage(int agent, FakeSession* s, const moe::v1::ControllerMessage& m) = 0;
   // The stream ended (`answered`: the controller said something on it first); `unsent`: what was
   // queued on it and never written (a rank's outcome among them goes with the next registration).
+  // Called last: gRPC is done with `s`, and the owner deletes it, on a thread that is not gRPC's.
+  // The session's context may hold the last reference to its channel, and the last channel of the
+  // process gone, gRPC 1.51 tears down the completion queue its callback API runs on; on one of
+  // that queue's own threads it then frees the queue twice (an ASan double free, or an abort on
+  // "prior > 0"). Deleted on gRPC's thread, a session whose agent had dropped its channel (a
+  // controller it could not reach) brought that down.
   virtual void OnEnded(int agent, FakeSession* s, const grpc::Status& st, bool answered,
                        std::vector<moe::v1::WorkerMessage> unsent) = 0;
 };
