@@ -140,7 +140,7 @@ for p in $FAKE $SOLO; do
   kill -0 $p 2>/dev/null || fail "a fake worker died while the controller was away: $(tail -5 "$WORK/fake-solo.log" "$WORK/fake.log")"
 done
 grep -q "cannot reach the controller" "$WORK/fake-solo.log" || fail "the lone agent did not retry: $(tail -5 "$WORK/fake-solo.log")"
-kill -TERM $FAKE $SOLO
+kill -TERM $FAKE $SOLO || fail "a fake worker was gone before its SIGTERM"
 for _ in $(seq 1 50); do kill -0 $FAKE 2>/dev/null || kill -0 $SOLO 2>/dev/null || break; sleep 0.1; done
 for p in $FAKE $SOLO; do
   kill -0 $p 2>/dev/null && fail "the fake workers did not stop on SIGTERM"

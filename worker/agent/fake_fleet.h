@@ -112,8 +112,9 @@ class FakeFleet final : public FakeSessionOwner {
   std::condition_variable wake_, sessions_done_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> due_;
   Status fatal_;
-  int live_sessions_ = 0;            // started and not ended (OnEnded)
-  std::vector<FakeSession*> ended_;  // ended, deleted by the timer thread (OnEnded says why)
+  int live_sessions_ = 0;  // started and not ended (OnEnded)
+  // Ended: deleted off gRPC's threads (FakeSessionOwner::OnEnded says why).
+  std::vector<FakeSession*> ended_;
   // Agents that could not reach the controller since it was last reached, logged every 30 s.
   int64_t unreachable_ = 0;
   double unreachable_logged_ = -1e9;

@@ -24,9 +24,9 @@ class FakeSessionOwner {
   // The stream ended (`answered`: the controller said something on it first); `unsent`: what was
   // queued on it and never written (a rank's outcome among them goes with the next registration).
   // Called last: gRPC is done with `s`, and the owner deletes it, on a thread that is not gRPC's.
-  // The session's context may hold the last reference to its channel, and the last channel of the
-  // process gone, gRPC 1.51 tears down the completion queue its callback API runs on; on one of
-  // that queue's own threads it then frees the queue twice (an ASan double free, or an abort on
+  // The session's context may hold the last reference to its channel, and once the process's last
+  // channel that made callback calls is gone, gRPC 1.51 tears down their completion queue; on one
+  // of that queue's own threads it then frees the queue twice (an ASan double free, or an abort on
   // "prior > 0"). Deleted on gRPC's thread, a session whose agent had dropped its channel (a
   // controller it could not reach) brought that down.
   virtual void OnEnded(int agent, FakeSession* s, const grpc::Status& st, bool answered,
