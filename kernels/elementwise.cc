@@ -20,6 +20,7 @@ MOE_KERNEL_BACKENDS(ScatterAddRows)
 MOE_KERNEL_BACKENDS(CopyColumns)
 MOE_KERNEL_BACKENDS(SumColumns)
 MOE_KERNEL_BACKENDS(Convert)
+MOE_KERNEL_BACKENDS(FillUniform)
 MOE_CUDA_KERNEL(FoldBadIndices)
 
 void Fill(const Tensor& t, double value) { return MOE_DISPATCH(t, Fill(t, value)); }
@@ -107,25 +108,10 @@ void Convert(const Tensor& src, const Tensor& dst) {
   return MOE_DISPATCH(dst, Convert(src, dst));
 }
 
-// Not per device: the values are made on the host and copied through the tensor's allocator, the
-// same way for every device.
 void FillUniform(const Tensor& t, uint64_t seed) {
-  // A block of host values (a 64-bit LCG's top bits, uniform in [-1, 1)) tiled over the tensor.
-  Tensor block = Tensor::Empty({std::min<int64_t>(t.numel(), int64_t{1} << 20)}, DType::kF32);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < block.numel(); ++i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    block.data<float>()[i] = static_cast<float>(static_cast<double>(x >> 11) * 0x1p-52 - 1.0);
-  }
-  Tensor staged = Tensor::Empty(block.shape(), t.dtype());
-  Convert(block, staged);
-  const size_t esize = DTypeSize(t.dtype());
-  for (int64_t at = 0; at < t.numel(); at += block.numel()) {
-    const int64_t n = std::min(block.numel(), t.numel() - at);
-    GetAllocator(t.device())
-        ->CopyFromHost(static_cast<char*>(t.raw()) + static_cast<size_t>(at) * esize, staged.raw(),
-                       static_cast<size_t>(n) * esize);
-  }
+  MOE_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kF64 || t.dtype() == DType::kBF16)
+      << "FillUniform: a " << DTypeName(t.dtype()) << " tensor (f32, f64 or bf16)";
+  return MOE_DISPATCH(t, FillUniform(t, seed));
 }
 
 }  // namespace moe::kernels

@@ -14,6 +14,17 @@
 
 namespace moe::kernels {
 
+// The i-th value of FillUniform's sequence from `seed` (kernels/elementwise.h), uniform in [-1, 1)
+// on a 2^-23 grid: a counter-based hash (SplitMix64's finaliser) of (seed, i), so every element of
+// every tensor is its own draw, the same on the CPU and on a GPU, and no state travels.
+MOE_HOST_DEVICE inline float UniformAt(uint64_t seed, uint64_t i) {
+  uint64_t z = seed * 0xD1B54A32D192ED03ull + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * 0x1p-23f - 1.0f;
+}
+
 // RoPE (kernels/rope.h): which columns of a head rotate together.
 enum class RopeLayout { kHalfSplit, kPairs };
 

@@ -17,6 +17,7 @@ MOE_CPU_KERNEL(NumThreads)
 MOE_CPU_KERNEL(CpuGemmBackendName)
 MOE_CUDA_KERNEL(CudaDeviceCount)
 MOE_CUDA_KERNEL(CudaDeviceName)
+MOE_CUDA_KERNEL(CudaDeviceMemoryBytes)
 MOE_CUDA_KERNEL(UseCudaDevice)
 MOE_CUDA_KERNEL(CudaSynchronize)
 MOE_CUDA_KERNEL(CheckCublasLoads)
@@ -70,6 +71,7 @@ double MeasureCudaBf16GemmFlops(int64_t size, int reps) {
 bool HaveCuda() { return true; }
 int CudaDeviceCount(std::string* problem) { return cuda::CudaDeviceCount(problem); }
 std::string CudaDeviceName(int index) { return cuda::CudaDeviceName(index); }
+int64_t CudaDeviceMemoryBytes(int index) { return cuda::CudaDeviceMemoryBytes(index); }
 Status UseCudaDevice(int index) { return cuda::UseCudaDevice(index); }
 std::string CudaSynchronize() { return cuda::CudaSynchronize(); }
 std::string CheckCublasLoads() { return cuda::CheckCublasLoads(); }
@@ -89,6 +91,7 @@ int CudaDeviceCount(std::string*) { return 0; }
 std::string CudaDeviceName(int index) {
   return "cuda:" + std::to_string(index) + " (" + kNoCuda + ")";
 }
+int64_t CudaDeviceMemoryBytes(int) { return 0; }
 Status UseCudaDevice(int index) {
   return FailedPreconditionError("cuda:" + std::to_string(index) + ": " + kNoCuda +
                                  " (configured without nvcc)");

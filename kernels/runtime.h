@@ -32,6 +32,8 @@ std::string BadIndexMessage(unsigned flags);
 // `problem` (when given) says why: callers report that instead of skipping quietly.
 int CudaDeviceCount(std::string* problem = nullptr);
 std::string CudaDeviceName(int index);
+// The device's memory in bytes (0 without CUDA or when it cannot be read).
+int64_t CudaDeviceMemoryBytes(int index);
 // Makes cuda:`index` this process's device and registers its allocator; an error names the device.
 Status UseCudaDevice(int index);
 // Waits for the current device's queued work (timings, fault checks); returns the CUDA error's

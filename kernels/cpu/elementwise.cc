@@ -63,6 +63,23 @@ Bf16Scope::~Bf16Scope() {
   for (const auto& [dst, scratch] : outputs_) Convert(scratch, dst);
 }
 
+void FillUniform(const Tensor& t, uint64_t seed) {
+  if (t.dtype() == DType::kBF16) {
+    BFloat16* p = t.data<BFloat16>();
+    ParallelFor(t.numel(), 8, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = ToBFloat16(UniformAt(seed, static_cast<uint64_t>(i)));
+    });
+    return;
+  }
+  MOE_CPU_FLOAT_DISPATCH(t.dtype(), T, {
+    T* p = t.data<T>();
+    ParallelFor(t.numel(), 8, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        p[i] = static_cast<T>(UniformAt(seed, static_cast<uint64_t>(i)));
+    });
+  });
+}
+
 void Fill(const Tensor& t, double value) {
   if (t.dtype() == DType::kI32) {
     int32_t* p = t.data<int32_t>();

@@ -47,6 +47,15 @@ void Fill(const Tensor& t, double value) {
   CheckLaunch("Fill");
 }
 
+void FillUniform(const Tensor& t, uint64_t seed) {
+  CheckOnCuda({&t}, "FillUniform");
+  const int64_t n = t.numel();
+  MOE_CUDA_TYPED(StorageType({&t}, "FillUniform"), T, {
+    if (n > 0) UniformKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(t), n, seed);
+  });
+  CheckLaunch("FillUniform");
+}
+
 void Axpy(const Tensor& y, double alpha, const Tensor& x) {
   CheckOnCuda({&y, &x}, "Axpy");
   const int64_t n = y.numel();

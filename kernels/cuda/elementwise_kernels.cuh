@@ -19,6 +19,10 @@ __global__ void FillKernel(T* x, int64_t n, float v) {
   MOE_CUDA_LOOP(i, n) x[i] = t;
 }
 template <typename T>
+__global__ void UniformKernel(T* x, int64_t n, uint64_t seed) {
+  MOE_CUDA_LOOP(i, n) x[i] = Cvt<T>(UniformAt(seed, static_cast<uint64_t>(i)));
+}
+template <typename T>
 __global__ void AxpyKernel(T* y, float a, const T* x, int64_t n) {
   MOE_CUDA_LOOP(i, n) y[i] = Cvt<T>(Ld(y[i]) + a * Ld(x[i]));
 }

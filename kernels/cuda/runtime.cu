@@ -329,6 +329,12 @@ std::string CudaDeviceName(int index) {
   return prop.name;
 }
 
+int64_t CudaDeviceMemoryBytes(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return 0;
+  return static_cast<int64_t>(prop.totalGlobalMem);
+}
+
 Status UseCudaDevice(int index) {
   std::string problem;
   const int n = CudaDeviceCount(&problem);

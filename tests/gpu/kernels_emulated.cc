@@ -169,6 +169,12 @@ void Elementwise(int64_t n, unsigned grid_cap) {
     k::Fill(ref, 0.375);
     Check("Fill" + at, dt, got, ref);
   }
+  {  // the same draws as the CPU's, bit for bit (kernel_types.h UniformAt)
+    Tensor got = Poisoned({n}, dt), ref = Poisoned({n}, dt);
+    Launch(cu::UniformKernel<T>, dim3(blocks), dim3(cu::kThreads), 0, P<T>(got), n, uint64_t{77});
+    k::FillUniform(ref, 77);
+    Check("FillUniform" + at, dt, got, ref, 0, 0);
+  }
   {
     Tensor got = y0.Clone(), ref = y0.Clone();
     Launch(cu::AxpyKernel<T>, dim3(blocks), dim3(cu::kThreads), 0, P<T>(got), -0.7f,
@@ -198,7 +204,8 @@ void Elementwise(int64_t n, unsigned grid_cap) {
     for (double v : partial) total += v;
     Check("SumSquares" + at, dt, {total}, {k::SumSquares(x)}, 1e-12, 1e-12);
   }
-  Covers({"FillKernel", "AxpyKernel", "AddKernel", "ScaleKernel", "SumSquaresKernel"});
+  Covers({"FillKernel", "UniformKernel", "AxpyKernel", "AddKernel", "ScaleKernel",
+          "SumSquaresKernel"});
 }
 
 template <typename T>
@@ -653,6 +660,7 @@ void SmallKernels() {
 // The kernels the cases above run (Covers records what actually ran; a full run fails when the two
 // differ, so `--list`, which prints this table without running anything, stays true).
 const std::set<std::string> kRunHere = {"FillKernel",
+                                        "UniformKernel",
                                         "AxpyKernel",
                                         "AddKernel",
                                         "ScaleKernel",

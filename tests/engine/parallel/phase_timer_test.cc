@@ -10,9 +10,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include "worker/engine/parallel/step_profile.h"
 
 namespace moe::parallel {
 namespace {
@@ -105,6 +109,98 @@ TEST(PhaseTimer, HostClockMeasuresWhatTheHostWaited) {
 }
 
 TEST(PhaseTimer, NullTimerSpansDoNothing) { PhaseSpan nothing(nullptr, PhaseTimer::kAllToAll); }
+
+// A step's profile (parallel/step_profile.h): every stretch of the stream belongs to the innermost
+// phase open when it began, so the phases add up to the step, nested scopes included.
+std::map<std::string, double> AsMap(const std::vector<std::pair<std::string, double>>& v) {
+  return {v.begin(), v.end()};
+}
+
+TEST(StepProfile, PhasesPartitionTheStepOnTheDeviceTimeline) {
+  int live = 0;
+  auto owned = std::make_unique<FakeStream>(&live);
+  FakeStream* dev = owned.get();
+  {
+    StepProfile profile(std::move(owned));
+    InstallStepProfile(&profile);
+    profile.Begin();
+    dev->Kernel(0.001);  // embedding: no scope claims it
+    {
+      ProfilePhase attn("attention");
+      dev->Kernel(0.002);
+      {
+        ProfilePhase proj("mla projections");
+        dev->Kernel(0.003);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the host's time is no part
+      }
+      dev->Kernel(0.004);
+    }
+    {
+      ProfilePhase experts("experts");
+      dev->Kernel(0.010);
+    }
+    { ProfilePhase empty("mla projections"); }  // a second visit adds to the same row
+    dev->Kernel(0.005);
+    const auto rows = profile.End();
+    InstallStepProfile(nullptr);
+    ASSERT_EQ(rows.size(), 4u);
+    EXPECT_EQ(rows[0].first, "other");  // then in the order first entered
+    EXPECT_EQ(rows[1].first, "attention");
+    EXPECT_EQ(rows[2].first, "mla projections");
+    EXPECT_EQ(rows[3].first, "experts");
+    const auto m = AsMap(rows);
+    EXPECT_NEAR(m.at("other"), 0.006, 1e-12);
+    EXPECT_NEAR(m.at("attention"), 0.006, 1e-12);
+    EXPECT_NEAR(m.at("mla projections"), 0.003, 1e-12);
+    EXPECT_NEAR(m.at("experts"), 0.010, 1e-12);
+    double sum = 0;
+    for (const auto& [name, t] : rows) sum += t;
+    EXPECT_NEAR(sum, 0.025, 1e-12) << "the rows add up to the step";
+    EXPECT_EQ(live, 0) << "End releases its marks";
+    profile.Begin();
+    dev->Kernel(1.0);
+    EXPECT_EQ(live, 1);
+  }
+  EXPECT_EQ(live, 0) << "the destructor releases a step never ended";
+}
+
+TEST(StepProfile, AStepBegunInsideAScopeStartsInItsPhase) {
+  int live = 0;
+  auto owned = std::make_unique<FakeStream>(&live);
+  FakeStream* dev = owned.get();
+  StepProfile profile(std::move(owned));
+  InstallStepProfile(&profile);
+  {
+    ProfilePhase opt("optimizer");  // entered before the step began: not marked, but open
+    profile.Begin();
+    dev->Kernel(0.002);
+  }
+  dev->Kernel(0.001);
+  const auto rows = profile.End();
+  InstallStepProfile(nullptr);
+  ASSERT_EQ(rows.size(), 2u) << "one row a phase";
+  EXPECT_EQ(rows[0].first, "other") << "other first, though the step began in another phase";
+  const auto m = AsMap(rows);
+  EXPECT_NEAR(m.at("optimizer"), 0.002, 1e-12);
+  EXPECT_NEAR(m.at("other"), 0.001, 1e-12);
+}
+
+TEST(StepProfile, NothingIsMarkedWithoutAnInstalledProfile) {
+  int live = 0;
+  auto owned = std::make_unique<FakeStream>(&live);
+  FakeStream* dev = owned.get();
+  StepProfile profile(std::move(owned));
+  profile.Begin();
+  EXPECT_EQ(live, 1);
+  {
+    ProfilePhase attn("attention");  // not installed: no mark
+    dev->Kernel(0.5);
+  }
+  EXPECT_EQ(live, 1);
+  EXPECT_NEAR(AsMap(profile.End()).at("other"), 0.5, 1e-12);
+  EXPECT_TRUE(profile.End().empty()) << "an End without a Begin has no rows";
+  EXPECT_EQ(InstalledStepProfile(), nullptr);
+}
 
 }  // namespace
 }  // namespace moe::parallel

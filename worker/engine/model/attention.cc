@@ -12,6 +12,7 @@
 #include "kernels/latent_attention.h"
 #include "kernels/rope.h"
 #include "worker/engine/model/rope_freqs.h"
+#include "worker/engine/parallel/step_profile.h"
 
 namespace moe::model {
 
@@ -61,6 +62,7 @@ struct CoreSpec {
 
 Core RunCore(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch, int64_t seq,
              const CoreSpec& cs) {
+  parallel::ProfilePhase phase("attention fwd");  // a recompute's too
   Core c{Tensor::Empty(v.shape(), v.dtype(), v.device()), Tensor(), Tensor()};
   if (cs.materialized) {
     c.probs = Tensor::Empty({batch * cs.heads, seq, seq}, AccumType(q.dtype()), q.device());
@@ -79,6 +81,7 @@ struct CoreGrads {
 
 CoreGrads CoreBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Core& c,
                        const Tensor& dout, int64_t batch, int64_t seq, const CoreSpec& cs) {
+  parallel::ProfilePhase phase("attention bwd");
   CoreGrads g{Tensor::Empty(q.shape(), dout.dtype(), dout.device()),
               Tensor::Empty(k.shape(), dout.dtype(), dout.device()),
               Tensor::Empty(v.shape(), dout.dtype(), dout.device())};

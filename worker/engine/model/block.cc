@@ -1,6 +1,7 @@
 #include "worker/engine/model/block.h"
 
 #include "kernels/elementwise.h"
+#include "worker/engine/parallel/step_profile.h"
 
 namespace moe::model {
 
@@ -37,7 +38,13 @@ StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x, int64_t batch, int64
 
 StatusOr<Tensor> TransformerBlock::Compute(const Tensor& x, int64_t batch, int64_t seq_len,
                                            double aux_coeff, MoeStats* stats) {
-  Tensor a = attn_->Forward(attn_norm_->Forward(x), batch, seq_len);
+  parallel::ProfilePhase phase("norms, residuals fwd");
+  const Tensor u = attn_norm_->Forward(x);
+  Tensor a;
+  {
+    parallel::ProfilePhase attn("attention projections fwd");  // the core: "attention fwd"
+    a = attn_->Forward(u, batch, seq_len);
+  }
   Tensor x1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
   kernels::Add(x1, x, a);
   return FeedForward(x1, batch, seq_len, aux_coeff, stats);
@@ -60,6 +67,7 @@ StatusOr<Tensor> TransformerBlock::FeedForward(const Tensor& x1, int64_t batch, 
   if (moe_) {
     MOE_ASSIGN_OR_RETURN(f, moe_->Forward(u, batch, seq_len, aux_coeff, stats));
   } else {
+    parallel::ProfilePhase dense("dense ffn fwd");
     f = dense_->Forward(u);
   }
   kernels::Add(f, f, x1);
@@ -73,15 +81,22 @@ StatusOr<Tensor> TransformerBlock::Backward(const Tensor& dy) {
     again.want_aux = false;
     MOE_RETURN_IF_ERROR(Compute(s.x, s.batch, s.seq_len, s.aux_coeff, &again).status());
   }
+  parallel::ProfilePhase phase("norms, residuals bwd");
   Tensor df;
   if (moe_) {
     MOE_ASSIGN_OR_RETURN(df, moe_->Backward(dy));
   } else {
+    parallel::ProfilePhase dense("dense ffn bwd");
     df = dense_->Backward(dy);
   }
   Tensor dx1 = ffn_norm_->Backward(df);
   kernels::Add(dx1, dx1, dy);  // residual
-  Tensor da = attn_norm_->Backward(attn_->Backward(dx1));
+  Tensor dattn;
+  {
+    parallel::ProfilePhase attn("attention projections bwd");  // the core: "attention bwd"
+    dattn = attn_->Backward(dx1);
+  }
+  Tensor da = attn_norm_->Backward(dattn);
   kernels::Add(da, da, dx1);  // residual
   return da;
 }

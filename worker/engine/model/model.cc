@@ -7,6 +7,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "worker/engine/model/mtp.h"
+#include "worker/engine/parallel/step_profile.h"
 
 namespace moe::model {
 
@@ -140,6 +141,7 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
   s.ids = tokens.Reshape({n});
   Tensor x;
   if (c.layout.embedding) {
+    parallel::ProfilePhase phase("embedding fwd");
     x = Tensor::Empty({n, cfg_.hidden_size}, compute_, device_);
     kernels::EmbeddingForward(c.embedding->compute, s.ids, x);
   } else {
@@ -168,6 +170,7 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
     r->tokens += n;
     const Tensor tgt = targets.Reshape({n});
     const bool backward = GradEnabled();
+    parallel::ProfilePhase phase("head, loss fwd");
     s.hn = c.final_norm->Forward(x);
     // Logits and the loss in the master dtype (fp32 when the activations are bf16); the logits'
     // buffer receives their gradient in place.
@@ -180,6 +183,7 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
       r->ce_sum = kernels::CrossEntropy(s.logits, tgt, scales.ce, backward ? s.logits : Tensor());
     }
     MtpDepth::Inputs in{x, seq, s.ids, tgt, batch, seq, {}};
+    if (!c.mtp.empty()) phase.Switch("mtp fwd");  // its blocks' phases are their own
     for (size_t k = 0; k < c.mtp.size(); ++k) {
       double ce = 0;
       MoeStats stats;
@@ -208,9 +212,11 @@ StatusOr<Tensor> Model::BackwardChunk(int ci, const Tensor& output_grad) {
   Tensor dx;
   if (c.layout.loss) {
     Tensor dh_next;
+    parallel::ProfilePhase phase(c.mtp.empty() ? "head, loss bwd" : "mtp bwd");
     for (auto it = c.mtp.rbegin(); it != c.mtp.rend(); ++it) {
       MOE_ASSIGN_OR_RETURN(dh_next, (*it)->Backward(dh_next, *c.embedding, *c.head));
     }
+    phase.Switch("head, loss bwd");
     dx = c.final_norm->Backward(LinearBackward(CastTo(s.logits, compute_), s.hn, *c.head));
     if (dh_next.defined()) kernels::Add(dx, dx, dh_next);
   } else {
@@ -224,6 +230,7 @@ StatusOr<Tensor> Model::BackwardChunk(int ci, const Tensor& output_grad) {
     if (last) grads_final_(c.block_params[i]);
   }
   if (!c.layout.embedding) return dx;
+  parallel::ProfilePhase phase("embedding bwd");
   GradSink de(*c.embedding);
   de.AddEmbedding(dx, s.ids);
   de.Commit();

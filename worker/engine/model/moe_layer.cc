@@ -6,6 +6,7 @@
 #include "kernels/swiglu.h"
 #include "worker/engine/device.h"
 #include "worker/engine/model/layers.h"
+#include "worker/engine/parallel/step_profile.h"
 
 namespace moe::model {
 
@@ -85,7 +86,11 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   // Route, in the routing dtype (fp32 when the activations are bf16: selection is sensitive to
   // rounding).
   const DType rt = bias_.dtype();
+  parallel::ProfilePhase phase("router fwd");
   Tensor logits = Linear(x, router_->compute, rt);
+  // Measurements' balanced load: the router's scores give way to random ones (its GEMM ran, and
+  // its backward runs on the random scores' gradient: the same work).
+  if (cfg_.force_balanced_routing) kernels::FillUniform(logits, ++forced_draws_);
   s.scores = Tensor::Empty({tokens, e}, rt, dev);
   s.topk_idx = Tensor::Empty({tokens, k}, DType::kI32, dev);
   s.topk_w = Tensor::Empty({tokens, k}, rt, dev);
@@ -101,6 +106,7 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   stats->routing = s.topk_idx;
   // Permute by expert: the plan is built on the device; its per-expert counts are the layer's one
   // host read (the grouped GEMMs' sizes and the all-to-all's splits need them on the host).
+  phase.Switch("dispatch, permute fwd");
   Tensor counts_dev = Tensor::Empty({e}, DType::kI64, dev);
   s.row_of_slot = Tensor::Empty({tokens, k}, DType::kI32, dev);
   Tensor token_of_row = Tensor::Empty({tokens * k}, DType::kI32, dev);
@@ -113,9 +119,12 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   // DeepSeek-V3 arrangement: on CUDA the all-to-all runs on the communicator's stream beside them).
   parallel::TokenDispatcher::InFlight moving;
   MOE_RETURN_IF_ERROR(dispatcher_->DispatchStart(xp, stats->tokens_per_expert, &s.route, &moving));
+  phase.Switch("shared expert fwd");
   Tensor out = shared_ ? shared_->Forward(x) : Tensor::Zeros({tokens, hidden_}, x.dtype(), dev);
+  phase.Switch("dispatch, permute fwd");
   s.topk_w_c = CastTo(s.topk_w, x.dtype());
   MOE_ASSIGN_OR_RETURN(s.x_local, dispatcher_->Finish(&moving, s.route));
+  phase.Switch("experts fwd");
   const int64_t rows = s.x_local.dim(0), f = cfg_.ffn_hidden;
   s.gate_up = Tensor::Empty({rows, 2 * f}, x.dtype(), dev);
   ExpertGemm(s.x_local, *w13_, s.route.local_offsets, s.gate_up);
@@ -124,6 +133,7 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   Tensor y_local = Tensor::Empty({rows, hidden_}, x.dtype(), dev);
   ExpertGemm(act, *w2_, s.route.local_offsets, y_local);
   if (!recompute_act_) s.act = act;
+  phase.Switch("combine fwd");
   MOE_RETURN_IF_ERROR(dispatcher_->CombineStart(y_local, s.route, &moving));
   MOE_ASSIGN_OR_RETURN(s.yp, dispatcher_->Finish(&moving, s.route));
   // The weighted sum of the routed outputs, added to the shared experts'.
@@ -138,17 +148,24 @@ StatusOr<Tensor> MoeLayer::Backward(const Tensor& dy) {
   const Device dev = dy.device();
   // Combine, then its gradient on the way back to the experts while the shared experts' backward
   // runs.
+  parallel::ProfilePhase phase("combine bwd");
   Tensor dyp = Tensor::Empty(s.yp.shape(), dy.dtype(), dev);
   Tensor dw = Tensor::Empty(s.topk_w.shape(), dy.dtype(), dev);
   kernels::CombineBackward(dy, s.yp, s.row_of_slot, s.topk_w_c, dyp, dw);
   parallel::TokenDispatcher::InFlight moving;
   MOE_RETURN_IF_ERROR(dispatcher_->CombineBackwardStart(dyp, s.route, &moving));
+  phase.Switch("shared expert bwd");
   Tensor dx = shared_ ? shared_->Backward(dy) : Tensor::Zeros({tokens, hidden_}, dy.dtype(), dev);
+  phase.Switch("combine bwd");
   MOE_ASSIGN_OR_RETURN(Tensor dy_local, dispatcher_->Finish(&moving, s.route));
   // Experts; their rows' gradient travels back while the router's backward runs.
+  phase.Switch("experts bwd");
   MOE_ASSIGN_OR_RETURN(Tensor dx_local, ExpertsBackward(s, dy_local));
+  phase.Switch("dispatch, permute bwd");
   MOE_RETURN_IF_ERROR(dispatcher_->DispatchBackwardStart(dx_local, s.route, &moving));
+  phase.Switch("router bwd");
   const Tensor dx_router = RouterBackward(s, dw);
+  phase.Switch("dispatch, permute bwd");
   MOE_ASSIGN_OR_RETURN(Tensor dxp, dispatcher_->Finish(&moving, s.route));
   Tensor dx_routed = Tensor::Empty({tokens, hidden_}, dy.dtype(), dev);
   kernels::PermuteBackward(dxp, s.row_of_slot, dx_routed);

@@ -83,6 +83,7 @@ class MoeLayer {
   std::unique_ptr<SwigluFfn> shared_;
   Tensor bias_;
   bool recompute_act_;
+  uint64_t forced_draws_ = 0;  // force_balanced_routing: the draws so far (each its own seed)
   SavedQueue<Saved> saved_;
 };
 

@@ -21,6 +21,7 @@
 #include "worker/engine/checkpoint/hf_io.h"
 #include "worker/engine/data/sampler.h"
 #include "worker/engine/model/model.h"
+#include "worker/engine/parallel/step_profile.h"
 #include "worker/engine/train/evaluator.h"
 #include "worker/engine/train/optimizer.h"
 #include "worker/engine/train/peak.h"
@@ -187,15 +188,22 @@ Status Trainer::Step(int64_t step) {
   phases_->End(parallel::PhaseTimer::kForwardBackward);
   par_.world->SetPhase(phase + ": gradient all-reduce");
   phases_->Begin(parallel::PhaseTimer::kGradSync);
-  MOE_RETURN_IF_ERROR(ReduceGradients());
+  {
+    parallel::ProfilePhase reduce("gradient reduction");
+    MOE_RETURN_IF_ERROR(ReduceGradients());
+  }
   phases_->End(parallel::PhaseTimer::kGradSync);
   if (step ==
       options_.inject_nonfinite_grad_step) {  // a non-finite norm, as an overflow would leave it
     step_acc_.Rows(kDenseSqSlot, kDenseSqSlot + 1)
         .CopyFrom(Tensor::FromVector<double>({std::nan("")}, {1}));
   }
-  MOE_RETURN_IF_ERROR(Update(step, &stats));
-  MOE_RETURN_IF_ERROR(FinishStep(step, &stats));  // its read waits for the step's queued kernels
+  {
+    parallel::ProfilePhase update("optimizer");
+    MOE_RETURN_IF_ERROR(Update(step, &stats));
+    update.Switch("step statistics, bias update");
+    MOE_RETURN_IF_ERROR(FinishStep(step, &stats));  // its read waits for the step's queued kernels
+  }
   // Past the read, the device has passed every mark: the phases' device times (host on the CPU).
   const parallel::PhaseTimer::Seconds spans = phases_->Resolve();
   stats.forward_backward_seconds = spans.forward_backward;
@@ -241,6 +249,7 @@ Status Trainer::ForwardBackward(int64_t step, StepStats* stats) {
       sampler_->MicroBatch(first, per_rank, par_.dp_rank(), m, tokens_.data<int32_t>(),
                            targets_.data<int32_t>());
       if (place_.device.is_cuda()) {
+        parallel::ProfilePhase copy("data to the device");
         tokens_dev_.CopyFrom(tokens_);
         targets_dev_.CopyFrom(targets_);
       }
