@@ -7,7 +7,7 @@ BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all build configure data demo test test-unit test-asan test-asan-quick test-tsan fuzz chaos bench gpu-check gpu-check-rehearsal gpu-bundle clean format format-check lint help
+.PHONY: all build configure data demo test test-unit test-asan test-asan-quick test-tsan fuzz chaos bench gpu-check gpu-check-rehearsal gpu-perf gpu-perf-rehearsal gpu-bundle clean format format-check lint help
 
 all: build
 
@@ -22,6 +22,7 @@ help:
 	@echo "make test-asan  the unit and integration tests under AddressSanitizer + UBSan (build-asan)"
 	@echo "make test-tsan  the threaded code's tests under ThreadSanitizer (build-tsan)"
 	@echo "make chaos   the full chaos run: 8 kills, a hang, a storage outage and a clean SIGTERM through one job (tests/chaos)"
+	@echo "make gpu-perf    the GPU measurement on this machine's GPU (tests/gpu/perf.sh; gpu-perf-rehearsal: on the CPU at toy sizes)"
 	@echo "make gpu-bundle  the GPU check's binaries for sm_90, built here with the CUDA toolkit alone, in gpu-bundle/ (tests/gpu/check.sh --prebuilt gpu-bundle)"
 	@echo "make fuzz    every libFuzzer target for a minute (FUZZ_SECONDS), after replaying its regressions (build-fuzz)"
 
@@ -84,6 +85,14 @@ gpu-check:
 # The same script on this CPU machine (the binaries of make build; see tests/gpu/check.sh --rehearsal).
 gpu-check-rehearsal: build
 	@tests/gpu/check.sh --rehearsal --build-dir $(BUILD)
+
+# The GPU measurement (tests/gpu/perf.sh: the DeepSeek-V3-width slice against the card and against
+# PyTorch, where its time goes), and the same on this CPU machine at toy sizes.
+gpu-perf:
+	@tests/gpu/perf.sh
+
+gpu-perf-rehearsal: build
+	@tests/gpu/perf.sh --rehearsal --build-dir $(BUILD)
 
 # The GPU check's binaries, built here (CUDA toolkit, CMake, Ninja; no GPU), for a GPU machine:
 # copy gpu-bundle/ there with the tree and run tests/gpu/check.sh --prebuilt gpu-bundle.

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench/cuda_device.h"
 #include "common/args.h"
 #include "common/log.h"
 #include "kernels/attention.h"
@@ -134,16 +135,7 @@ int main(int argc, char** argv) {
     small_seq = 64;
     small_micro = 2;
   } else {
-    std::string problem;
-    if (moe::kernels::CudaDeviceCount(&problem) == 0) {
-      std::printf("%s\n", problem.empty() ? "SKIPPED: no CUDA device here"
-                                          : ("FAIL: CUDA does not work here: " + problem).c_str());
-      return problem.empty() ? 77 : 1;
-    }
-    if (moe::Status st = moe::kernels::UseCudaDevice(0); !st.ok()) {
-      std::fprintf(stderr, "moe-bench-gpu: %s\n", st.ToString().c_str());
-      return 1;
-    }
+    if (const int rc = moe::bench::UseFirstCudaDevice("moe-bench-gpu"); rc != 0) return rc;
   }
   const moe::Device dev = rehearse ? moe::Device::Cpu() : moe::Device::Cuda(0);
   std::printf("RESULT device %s\n", rehearse ? "cpu (rehearsal: the figures mean nothing)"

@@ -30,24 +30,9 @@
 set -uo pipefail
 caller=$PWD
 cd "$(dirname "$0")/../.."
-budget=480 build="" rehearsal=0 prebuilt=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --budget) budget=${2-}; shift 2 ;;
-    --build-dir) build=${2-}; shift 2 ;;
-    --prebuilt) prebuilt=${2-}; shift 2 ;;
-    --rehearsal) rehearsal=1; shift ;;
-    *) [ -z "$build" ] && [ "${1#-}" = "$1" ] && { build=$1; shift; continue; }
-       echo "check.sh: unknown argument '$1' (--budget S, --build-dir DIR, --prebuilt BUNDLE, --rehearsal)" >&2; exit 2 ;;
-  esac
-done
-[[ $budget =~ ^[0-9]+$ ]] && [ "$budget" -ge 5 ] || { echo "check.sh: --budget: seconds >= 5, got '$budget'" >&2; exit 2; }
-if [ -n "$prebuilt" ]; then
-  case $prebuilt in /*) ;; *) prebuilt=$caller/$prebuilt ;; esac  # relative to where it was run
-  [ -d "$prebuilt/bin" ] && [ -f "$prebuilt/MANIFEST" ] ||
-    { echo "check.sh: --prebuilt: '$prebuilt' is not a bundle of make gpu-bundle (no bin/ or MANIFEST)" >&2; exit 2; }
-  prebuilt=$(cd "$prebuilt" && pwd)
-fi
+me=check.sh budget=480
+# shellcheck source=tests/gpu/args.sh
+source tests/gpu/args.sh
 [ -n "$build" ] || build=$([ $rehearsal = 1 ] && echo build || echo build-gpu)
 bin=${prebuilt:+$prebuilt/bin}
 bin=${bin:-$build/bin}
@@ -56,72 +41,9 @@ mkdir -p "$out"
 log=$out/check.log
 rm -f "$log" "$out/results.json" "$out"/[0-9][0-9]-*.log  # two files, whatever an older run left
 : >"$log"
-steplogs=$(mktemp -d /tmp/moe-gpu-check.XXXXXX)  # each step's own output, for counting (not in $OUT)
-export PYTHONUNBUFFERED=1
-start=$SECONDS reserve=10
 card="(no nvidia-smi)"
-declare -a names=() statuses=() exits=() secs=()
-
-left() { echo $(( budget - (SECONDS - start) - reserve )); }
-# step <name> <limit s> <command...>: runs it under min(limit, what is left), its output to the
-# terminal, to $log under a header and to $steplog; records its row and rewrites results.json.
-step() {
-  local name=$1 limit=$2; shift 2
-  local n=${#names[@]} t0=$SECONDS rc status avail
-  steplog=$steplogs/$(printf %02d "$n").log
-  avail=$(left)
-  names+=("$name")
-  if [ "$avail" -lt 2 ]; then
-    record "skipped: no budget left" -1 0
-    echo "== $name: skipped (no budget left)" | tee -a "$log"
-    return 124
-  fi
-  [ "$limit" -gt "$avail" ] && limit=$avail
-  echo "== step $n: $name (limit ${limit} s)" | tee -a "$log"
-  # In the background and waited for: a SIGTERM to this script interrupts the wait at once (the trap
-  # stops the step, then writes the table and the JSON).
-  { timeout --kill-after=5 "$limit" "$@" 2>&1 | tee -a "$log" "$steplog"; exit "${PIPESTATUS[0]}"; } &
-  child=$!
-  wait "$child"
-  rc=$?
-  child=""
-  case $rc in
-    0) status=pass ;;
-    77) status="no GPU here (exit 77)" ;;
-    124|137) status="cut by its budget (${limit} s)" ;;
-    *) status="fail (exit $rc)" ;;
-  esac
-  record "$status" "$rc" $((SECONDS - t0))
-  echo "== $name: $status in $((SECONDS - t0)) s" | tee -a "$log"
-  return "$rc"
-}
-record() { statuses+=("$1"); exits+=("$2"); secs+=("$3"); write_json; }
-skip() { names+=("$1"); echo "== $1: skipped ($2)" | tee -a "$log"; record "skipped: $2" -1 0; }
-# note <key> <value>: a RESULT line of the script's own, in the log and so in results.json.
-note() { echo "RESULT $1 $2" >>"$log"; }
-
-get() { grep -m1 "^RESULT $1 " "$log" 2>/dev/null | cut -d' ' -f3-; }
-row() { printf '| %-52s | %s |\n' "$1" "$2"; }
-write_json() {
-  python3 - "$out" "$card" "$budget" "$rehearsal" "$((SECONDS - start))" "${#statuses[@]}" \
-      "${names[@]:0:${#statuses[@]}}" "${statuses[@]}" "${exits[@]}" "${secs[@]}" <<'PY' || echo "check.sh: results.json not written" >&2
-import json, os, sys
-out, card, budget, rehearsal, total, n = sys.argv[1:7]
-n = int(n); rest = sys.argv[7:]
-names, statuses, exits, secs = rest[:n], rest[n:2*n], rest[2*n:3*n], rest[3*n:4*n]
-results = {}
-for line in open(os.path.join(out, "check.log"), errors="replace"):
-    if line.startswith("RESULT "):
-        parts = line.split(None, 2)
-        if len(parts) == 3: results.setdefault(parts[1], parts[2].strip())
-doc = {"card": card, "budget_s": int(budget), "rehearsal": rehearsal == "1", "total_s": int(total),
-       "steps": [{"name": a, "status": b, "exit": int(c), "seconds": int(d)} for a, b, c, d in zip(names, statuses, exits, secs)],
-       "results": results}
-tmp = os.path.join(out, ".results.json.tmp")
-json.dump(doc, open(tmp, "w"), indent=1)
-os.replace(tmp, os.path.join(out, "results.json"))
-PY
-}
+# shellcheck source=tests/gpu/steps.sh
+source tests/gpu/steps.sh
 table() {
   local kline tline t32line engine torch dense
   kline=$(grep -E "^(PASS|FAIL): .* kernel checks failed" "$log" | tail -1)
@@ -158,24 +80,6 @@ table() {
   row "small step (bf16, seq 2048 x 8)" "$(get small_step_tflops) TFLOP/s, $(get small_step_ms) ms"
   echo "== total $((SECONDS - start)) s of a budget of $budget s; check.log and results.json in $out"
 }
-finished=0 child=""
-finish() {
-  [ $finished = 1 ] && return
-  finished=1
-  # A step the script was stopped in gets its row.
-  while [ ${#statuses[@]} -lt ${#names[@]} ]; do statuses+=("interrupted (the check was stopped)"); exits+=(143); secs+=(0); done
-  table | tee -a "$log"
-  write_json
-  rm -rf "$steplogs"
-}
-on_signal() {
-  [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
-  finish
-  exit 143
-}
-trap on_signal TERM INT
-trap finish EXIT
-
 echo "== $(date -u +%Y-%m-%dT%H:%MZ) tests/gpu/check.sh --budget $budget$([ $rehearsal = 1 ] && echo ' --rehearsal')${prebuilt:+ --prebuilt $prebuilt}" | tee -a "$log"
 command -v nvidia-smi >/dev/null && card=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)
 write_json
