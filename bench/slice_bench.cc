@@ -82,9 +82,10 @@ moe::JobSpec SliceSpec(const Options& o, int64_t moe_layers, int64_t vocab) {
 // The largest slice the card holds with a tenth spare (the engine's memory model): the MoE layers
 // asked for, or as many as fit (at most 8); the full vocabulary, or 32,768 when even one MoE layer
 // does not fit with it.
-moe::JobSpec FitSlice(const Options& o, std::string* layout) {
+moe::StatusOr<moe::JobSpec> FitSlice(const Options& o, std::string* layout) {
   const double capacity =
       o.rehearse ? 1e12 : 0.9 * static_cast<double>(moe::kernels::CudaDeviceMemoryBytes(0));
+  if (capacity <= 0) return moe::InternalError("cannot read cuda:0's memory size");
   auto fits = [&](int64_t layers, int64_t vocab) {
     const auto plan = moe::EstimateMemory(SliceSpec(o, layers, vocab), 2);
     return plan.ok() && plan->largest().peak() <= capacity;
@@ -99,9 +100,11 @@ moe::JobSpec FitSlice(const Options& o, std::string* layout) {
     }
   }
   char buf[256];
+  const std::string cut = vocab < o.vocab ? " (cut from " + std::to_string(o.vocab) +
+                                                ": that one does not fit this card)"
+                                          : "";
   std::snprintf(buf, sizeof buf, "1 dense + %lld MoE layers, vocabulary %lld%s, %lld x %lld tokens",
-                static_cast<long long>(layers), static_cast<long long>(vocab),
-                vocab < o.vocab ? " (cut from 129,280: the full one does not fit this card)" : "",
+                static_cast<long long>(layers), static_cast<long long>(vocab), cut.c_str(),
                 static_cast<long long>(o.micro_batches), static_cast<long long>(o.seq));
   *layout = buf;
   return SliceSpec(o, layers, vocab);
@@ -267,7 +270,13 @@ int main(int argc, char** argv) {
   std::printf("RESULT slice_device %s\n", o.rehearse ? "cpu (rehearsal: the figures mean nothing)"
                                                      : moe::kernels::CudaDeviceName(0).c_str());
   std::string layout;
-  const moe::JobSpec spec = FitSlice(o, &layout);
+  const auto fitted = FitSlice(o, &layout);
+  if (!fitted.ok()) {
+    std::printf("RESULT slice_%s_%s FAILED %s\n", o.precision.c_str(), o.routing.c_str(),
+                fitted.status().ToString().c_str());
+    return 1;
+  }
+  const moe::JobSpec& spec = *fitted;
   std::printf("slice: %s, %s, %s routing; %lld steps after %lld of warm-up\n", layout.c_str(),
               o.precision.c_str(), o.routing.c_str(), static_cast<long long>(o.steps),
               static_cast<long long>(o.warmup));

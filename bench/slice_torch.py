@@ -26,6 +26,7 @@ the same run) and --datasheet-tflops.
 --rehearse-cpu: toy widths on the CPU (tests the program; its figures mean nothing).
 """
 import argparse
+import gc
 import math
 import statistics
 import sys
@@ -94,7 +95,8 @@ def build(torch, s, dev):
     def lin(i, o):
         return nn.Linear(i, o, bias=False, device=dev)
 
-    def rope(x, pos_cos, pos_sin):  # pairwise rotation of the last dim
+    def rope(x, pos_cos, pos_sin):  # pairwise rotation of the last dim, in x's dtype
+        pos_cos, pos_sin = pos_cos.to(x.dtype), pos_sin.to(x.dtype)
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack((x1 * pos_cos - x2 * pos_sin, x1 * pos_sin + x2 * pos_cos), -1).flatten(-2)
 
@@ -149,20 +151,24 @@ def build(torch, s, dev):
             if self.forced:  # the router ran; its scores give way to random ones
                 logits = logits + (torch.rand_like(logits) * 2 - 1 - logits).detach()
             scores = logits.sigmoid()
-            biased = (scores + self.bias).view(-1, s.groups, s.experts // s.groups)
+            # The bias steers selection (aux-loss-free balancing; not updated here), not when forced.
+            biased = (scores if self.forced else scores + self.bias).view(-1, s.groups, s.experts // s.groups)
             group = biased.topk(2, -1).values.sum(-1)
             keep = torch.zeros_like(group).scatter_(1, group.topk(s.keep, -1).indices, 1.0)
             masked = biased.masked_fill(keep.unsqueeze(-1) == 0, float("-inf")).flatten(1)
             idx = masked.topk(s.top_k, -1).indices
             w = scores.gather(1, idx)
-            w = (w / w.sum(-1, keepdim=True) * 2.5).to(x.dtype)
+            # The experts in bf16 whatever autocast left x in (torch._grouped_mm is not on autocast's
+            # list, and its fast path wants bf16 operands).
+            bf = torch.bfloat16
+            w = (w / w.sum(-1, keepdim=True) * 2.5).to(bf)
             flat = idx.flatten()
             order = torch.sort(flat, stable=True).indices
             counts = torch.bincount(flat, minlength=s.experts)
-            rows = xt[order // s.top_k]
-            y = self.experts_fn(rows, counts, self.w13.to(x.dtype), self.w2.to(x.dtype))
+            rows = xt[order // s.top_k].to(bf)
+            y = self.experts_fn(rows, counts, self.w13.to(bf), self.w2.to(bf))
             y = y * w.flatten()[order].unsqueeze(-1)
-            out = torch.zeros_like(xt).index_add_(0, order // s.top_k, y)
+            out = torch.zeros(xt.shape, dtype=bf, device=xt.device).index_add_(0, order // s.top_k, y)
             return (out + self.shared(xt)).view(b, n, h), counts
 
     class Layer(nn.Module):
@@ -258,6 +264,43 @@ def pick_sdpa(torch, s, dev, cuda):
     return sdpa, best[2].lower()
 
 
+def measure(torch, a, s, dev, sdpa, experts):
+    """The timed steps' seconds and expert imbalance (max over mean tokens, worst layer)."""
+    cuda = dev == "cuda"
+    model = build(torch, s, dev)(a.routing == "forced", experts)
+    if a.compile:
+        for layer in model.layers:
+            layer.compile()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            **({"fused": True} if cuda else {}))
+    tokens = torch.randint(0, s.vocab, (a.micro_batches, 1, s.seq), device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        for m in range(a.micro_batches):
+            with torch.autocast(dev, dtype=torch.bfloat16):
+                loss, loads = model(tokens[m], tokens[m].roll(-1, -1), sdpa)
+            (loss / a.micro_batches).backward()
+        opt.step()
+        return loads
+
+    times, imbalance = [], []
+    for i in range(a.warmup + a.steps):
+        if cuda:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+        t0 = time.perf_counter()
+        loads = step()
+        if cuda:
+            e1.record()
+            torch.cuda.synchronize()
+        t = e0.elapsed_time(e1) / 1e3 if cuda else time.perf_counter() - t0
+        if i >= a.warmup:
+            times.append(t)
+            imbalance.append(max(float(c.max()) * s.experts / float(c.sum()) for c in loads))
+    return times, imbalance
+
+
 def main():
     a = parse()
     torch, dev = torch_device.pick(a.rehearse_cpu)
@@ -282,42 +325,32 @@ def main():
         except RuntimeError as e:
             print(f"torch._grouped_mm refused: {e}", file=sys.stderr)
         del r, w13, w2
-    model = build(torch, s, dev)(a.routing == "forced", experts)
-    if a.compile:
-        for layer in model.layers:
-            layer.compile()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                            **({"fused": True} if cuda else {}))
-    tokens = torch.randint(0, s.vocab, (a.micro_batches, 1, s.seq), device=dev)
-    imbalance = []
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        for m in range(a.micro_batches):
-            with torch.autocast(dev, dtype=torch.bfloat16):
-                loss, loads = model(tokens[m], tokens[m].roll(-1, -1), sdpa)
-            (loss / a.micro_batches).backward()
-        opt.step()
-        return loads
-
-    times = []
-    for i in range(a.warmup + a.steps):
-        if cuda:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-        t0 = time.perf_counter()
-        loads = step()
-        if cuda:
-            e1.record()
-            torch.cuda.synchronize()
-        t = e0.elapsed_time(e1) / 1e3 if cuda else time.perf_counter() - t0
-        if i >= a.warmup:
-            times.append(t)
-            imbalance.append(max(float(c.max()) * s.experts / float(c.sum()) for c in loads))
+    engine = (1 + s.moe_layers, s.vocab)
+    while True:  # PyTorch's fp32 AdamW holds more a parameter than the engine's bf16 moments
+        oom = False
+        try:
+            times, imbalance = measure(torch, a, s, dev, sdpa, experts)
+        except RuntimeError as e:
+            if "out of memory" not in str(e) or (s.moe_layers == 1 and s.vocab <= 32768):
+                raise
+            oom = True
+        if not oom:
+            break
+        gc.collect()
+        torch.cuda.empty_cache()
+        print(f"out of memory at {1 + s.moe_layers} layers, vocabulary {s.vocab}: one size smaller",
+              file=sys.stderr)
+        if s.moe_layers > 1:
+            s.moe_layers -= 1
+        else:
+            s.vocab = 32768
     step_s = statistics.median(times)
     tflops = s.megatron_flops() / step_s / 1e12
-    how = (f"SDPA {sdpa_how}, experts by {experts_how}, fp32 weights with bf16 autocast, {'fused ' if cuda else ''}AdamW"
-           f"{', torch.compile' if a.compile else ''}; {1 + s.moe_layers} layers, vocab {s.vocab}")
+    layout = f"{1 + s.moe_layers} layers, vocabulary {s.vocab}"
+    if (1 + s.moe_layers, s.vocab) != engine:
+        layout += f" (the engine's {engine[0]} layers, vocabulary {engine[1]}, did not fit PyTorch's fp32 AdamW)"
+    how = (f"SDPA {sdpa_how}, experts by {experts_how}, fp32 weights with bf16 autocast, "
+           f"{'fused ' if cuda else ''}AdamW{', torch.compile' if a.compile else ''}; {layout}")
     print(f"RESULT torch_slice_how {how}")
     print(f"RESULT torch_slice_step_ms {step_s * 1e3:.2f}  (median of {len(times)} steps, {a.routing} routing)")
     print(f"RESULT torch_slice_tflops {tflops:.1f}  (Megatron's count)")

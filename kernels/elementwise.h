@@ -45,7 +45,8 @@ void SumColumns(const Tensor& src, int64_t src_col, const Tensor& dst, int64_t d
 // dst = src converted to dst's dtype (f32, f64, bf16; bf16 rounds to nearest even). Same numel,
 // same device. The mixed-precision path uses it for the bf16 compute copies of fp32 master weights.
 void Convert(const Tensor& src, const Tensor& dst);
-// Fills t (f32, f64 or bf16, any device) with pseudo-random values uniform in [-1, 1) from `seed`,
+// Fills t (f32 or bf16 on any device, f64 on the CPU) with pseudo-random values uniform in [-1, 1)
+// from `seed`,
 // every element its own draw (kernel_types.h UniformAt), made where t lives: the same values on the
 // CPU and on a GPU. The benchmarks' inputs (matrix units run faster on constant or repeating data
 // than on random data) and force-balanced routing's scores (moe.force_balanced_routing).

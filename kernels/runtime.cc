@@ -24,6 +24,7 @@ MOE_CUDA_KERNEL(CheckCublasLoads)
 MOE_CUDA_KERNEL(CublasHasGroupedGemm)
 MOE_CUDA_KERNEL(RecordDeviceMark)
 MOE_CUDA_KERNEL(DeviceMarkSeconds)
+MOE_CUDA_KERNEL(WaitDeviceMark)
 MOE_CUDA_KERNEL(ReleaseDeviceMark)
 
 std::string BadIndexMessage(unsigned flags) {
@@ -79,6 +80,7 @@ bool CublasHasGroupedGemm() { return cuda::CublasHasGroupedGemm(); }
 void* RecordDeviceMark() { return cuda::RecordDeviceMark(); }
 double DeviceMarkSeconds(void* from, void* to) { return cuda::DeviceMarkSeconds(from, to); }
 void ReleaseDeviceMark(void* mark) { cuda::ReleaseDeviceMark(mark); }
+void WaitDeviceMark(void* mark) { cuda::WaitDeviceMark(mark); }
 
 #else
 
@@ -103,6 +105,7 @@ bool CublasHasGroupedGemm() { return false; }
 void* RecordDeviceMark() { return nullptr; }
 double DeviceMarkSeconds(void*, void*) { return 0; }
 void ReleaseDeviceMark(void*) {}
+void WaitDeviceMark(void*) {}
 
 #endif
 

@@ -53,6 +53,9 @@ std::string CheckCublasLoads();
 void* RecordDeviceMark();
 double DeviceMarkSeconds(void* from, void* to);
 void ReleaseDeviceMark(void* mark);
+// Waits until the device has passed `mark` (the host's wait for a profile's last mark; not counted
+// as a step's host sync: it runs after the step). Without CUDA, returns at once.
+void WaitDeviceMark(void* mark);
 // Whether that cuBLAS has cublasGemmGroupedBatchedEx (12.5 and later; the grouped GEMMs loop
 // without it).
 bool CublasHasGroupedGemm();

@@ -388,4 +388,9 @@ void ReleaseDeviceMark(void* mark) {
   if (mark != nullptr) FreeMarks().push_back(static_cast<cudaEvent_t>(mark));
 }
 
+void WaitDeviceMark(void* mark) {
+  MOE_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(mark)) == cudaSuccess)
+      << "waiting for a device mark: " << LastError();
+}
+
 }  // namespace moe::kernels::cuda

@@ -8,6 +8,9 @@
 build="" rehearsal=0 prebuilt=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --budget|--build-dir|--prebuilt) [ $# -ge 2 ] || { echo "$me: $1 needs a value" >&2; exit 2; } ;;
+  esac
+  case "$1" in
     --budget) budget=${2-}; shift 2 ;;
     --build-dir) build=${2-}; shift 2 ;;
     --prebuilt) prebuilt=${2-}; shift 2 ;;

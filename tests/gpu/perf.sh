@@ -19,20 +19,23 @@
 # $OUT (the device tool brings back at most 8 files from it), else <build-dir>/perf/, gets exactly
 # two files: perf.log (every step's output under a '== step' header) and results.json (rewritten
 # after every step, so a run killed even by SIGKILL leaves one). The script keeps to --budget
-# (default 600 s); SIGTERM/SIGINT still write the table and the JSON (tests/gpu/steps.sh).
+# (default 540 s: the device tool runs a command for at most 600); SIGTERM/SIGINT still write the
+# table and the JSON (tests/gpu/steps.sh).
 #
 #   tests/gpu/perf.sh [--budget S] [--build-dir DIR] [--prebuilt BUNDLE] [--rehearsal]
-# --prebuilt: the binaries of a bundle `make gpu-bundle` made (no build on the GPU's time).
+# --prebuilt: the binaries of a bundle `make gpu-bundle` made (no build on the GPU's time); without
+# it, those of --build-dir (default build-gpu/, tests/gpu/check.sh's build for this card).
 # --rehearsal: the same script on a CPU machine (run in CI): the binaries of --build-dir (default
 # build/) at toy sizes with the CPU standing in, the PyTorch programs on the CPU at toy sizes; the
 # GPU-only rows say so. It passes when the machinery does; its figures mean nothing.
 set -uo pipefail
 caller=$PWD
 cd "$(dirname "$0")/../.."
-me=perf.sh budget=600
+me=perf.sh budget=540
 # shellcheck source=tests/gpu/args.sh
 source tests/gpu/args.sh
-build=${build:-build}
+# check.sh's build for this card (build-gpu), unless rehearsing on make build's tree.
+build=${build:-$([ $rehearsal = 1 ] && echo build || echo build-gpu)}
 bin=${prebuilt:+$prebuilt/bin}
 bin=${bin:-$build/bin}
 out=${OUT:-$build/perf}
@@ -48,11 +51,14 @@ python3 -c 'import torch' 2>/dev/null || { /usr/bin/python3 -c 'import torch' 2>
 # shellcheck source=tests/gpu/steps.sh
 source tests/gpu/steps.sh
 
-# The card's dense bf16 datasheet peak (TFLOP/s), by its name; empty when not known.
+# The card's dense bf16 datasheet peak (TFLOP/s) by its name (nvidia-smi's, e.g. "NVIDIA H100 80GB
+# HBM3"); empty when not known.
 datasheet() {
   case "$1" in
-    *H100*PCIe*) echo 756 ;;
-    *H100*|*H200*|*H800*|*H20*) [[ $1 == *H20\ * || $1 == *H20 ]] && echo 148 || echo 989 ;;
+    *H100*NVL*|*H200*NVL*) echo 835 ;;
+    *H100*PCIe*|*H800*PCIe*) echo 756 ;;
+    *H20) echo 148 ;;
+    *GH200*|*H100*|*H200*|*H800*) echo 989 ;;
     *GB200*|*GB300*) echo 2500 ;;
     *B200*) echo 2250 ;;
     *A100*) echo 312 ;;
@@ -89,7 +95,7 @@ export bin py
 
 echo "== $(date -u +%Y-%m-%dT%H:%MZ) tests/gpu/perf.sh --budget $budget$([ $rehearsal = 1 ] && echo ' --rehearsal')${prebuilt:+ --prebuilt $prebuilt}" | tee -a "$log"
 command -v nvidia-smi >/dev/null && card=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)
-peak=$(datasheet "$card")
+peak=$(datasheet "${card%%,*}")
 write_json
 cuda=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
 MOE_CUDA_LIB_DIRS=${MOE_CUDA_LIB_DIRS-$(tests/gpu/wheel_lib_dirs.sh)}
@@ -98,8 +104,8 @@ if [ -n "$prebuilt" ]; then
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cuda/lib64:$cuda/lib:$cuda/targets/x86_64-linux/lib${MOE_CUDA_LIB_DIRS:+:$MOE_CUDA_LIB_DIRS}
 fi
 step "environment" 30 bash -c environment
-for b in moe-bench-gpu moe-bench-slice; do
-  [ -x "$bin/$b" ] || echo "perf.sh: $bin/$b missing (make build, or a bundle of make gpu-bundle)" | tee -a "$log"
+for b in moe-bench-gpu moe-bench-slice moe-train; do
+  [ -x "$bin/$b" ] || echo "perf.sh: $bin/$b missing (a bundle of make gpu-bundle and --prebuilt, or tests/gpu/check.sh's build)" | tee -a "$log"
 done
 
 # 1-2. Ceilings and components: the engine's, then PyTorch's.
@@ -107,22 +113,25 @@ if [ $rehearsal = 1 ]; then
   step "engine: ceilings and components (rehearsal: toy sizes on the CPU)" 240 "$bin/moe-bench-gpu" --rehearse-cpu --small-steps 0
   step "PyTorch: ceilings (rehearsal: toy sizes on the CPU)" 60 "$py" bench/ceilings_torch.py --rehearse-cpu
 else
-  step "engine: ceilings and components" 200 "$bin/moe-bench-gpu" --small-steps 0
+  step "engine: ceilings and components" 150 "$bin/moe-bench-gpu" --small-steps 0
   step "PyTorch: ceilings" 60 "$py" bench/ceilings_torch.py
 fi
 measured=$(get gemm_bf16_8192_tflops | cut -d' ' -f1)
 
-# 3-4. The slice: the engine's three configurations, then PyTorch's.
+# 3-4. The slice: the engine's bf16 step with forced balance and PyTorch's beside it first (the
+# comparison this measurement exists for), then the engine's learned routing and FP8.
 slice_args=(${measured:+--measured-tflops "$measured"} ${peak:+--datasheet-tflops "$peak"})
 [ $rehearsal = 1 ] && slice_args+=(--rehearse-cpu)
-for cfg in "bf16 forced" "bf16 learned" "fp8 forced"; do
-  set -- $cfg
-  step "slice step, engine, $1, $2 routing" 150 "$bin/moe-bench-slice" --precision "$1" --routing "$2" "${slice_args[@]}"
-done
+engine_slice() {  # engine_slice <precision> <routing>
+  step "slice step, engine, $1, $2 routing" 120 "$bin/moe-bench-slice" --precision "$1" --routing "$2" "${slice_args[@]}"
+}
+engine_slice bf16 forced
 layers=$(get slice_bf16_forced_moe_layers) vocab=$(get slice_bf16_forced_vocab)  # the engine's layout
-step "slice step, PyTorch, bf16, forced routing" 150 "$py" bench/slice_torch.py $([ $rehearsal = 1 ] && echo --rehearse-cpu) \
+step "slice step, PyTorch, bf16, forced routing" 120 "$py" bench/slice_torch.py $([ $rehearsal = 1 ] && echo --rehearse-cpu) \
   ${layers:+--moe-layers "$layers"} ${vocab:+--vocab "$vocab"} ${peak:+--datasheet-tflops "$peak"} \
   ${measured:+--measured-tflops "$measured"}
+engine_slice bf16 learned
+engine_slice fp8 forced
 
 # 5. The MoE layer and attention in PyTorch.
 if [ $rehearsal = 1 ]; then
@@ -175,8 +184,13 @@ table() {
 }
 finish
 trap - EXIT
+# A failed step fails the run; so does "no GPU here" from a step on a machine where nvidia-smi saw
+# one (a build without CUDA, say: every engine row would be empty).
 ok=1
 for i in "${!names[@]}"; do
-  case "${statuses[$i]}" in fail*) ok=0 ;; esac
+  case "${statuses[$i]}" in
+    fail*) ok=0 ;;
+    "no GPU here"*) [ $rehearsal = 0 ] && command -v nvidia-smi >/dev/null && ok=0 ;;
+  esac
 done
 [ $ok = 1 ]

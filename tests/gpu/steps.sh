@@ -82,7 +82,9 @@ finish() {
   rm -rf "$steplogs"
 }
 on_signal() {
-  [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
+  # The step's subshell and what it runs (timeout, in a process group of its own, passes the TERM on
+  # to the program).
+  [ -n "$child" ] && { pkill -TERM -P "$child" 2>/dev/null; kill -TERM "$child" 2>/dev/null; }
   finish
   exit 143
 }

@@ -37,8 +37,12 @@ class FakeStream final : public PhaseClock {
     return *static_cast<double*>(to) - *static_cast<double*>(from);
   }
   void Release(void*) override { --*live_; }
+  void Wait(void* mark) override { waited_ = mark; }
+  void* last() const { return marks_.empty() ? nullptr : marks_.back().get(); }
+  void* waited() const { return waited_; }
 
  private:
+  void* waited_ = nullptr;
   double now_ = 0;
   int* live_;  // marks recorded and not released (outlives the stream, to check the destructor)
   std::vector<std::unique_ptr<double>> marks_;
@@ -143,6 +147,7 @@ TEST(StepProfile, PhasesPartitionTheStepOnTheDeviceTimeline) {
     dev->Kernel(0.005);
     const auto rows = profile.End();
     InstallStepProfile(nullptr);
+    EXPECT_EQ(dev->waited(), dev->last()) << "End waits for its own end mark before reading";
     ASSERT_EQ(rows.size(), 4u);
     EXPECT_EQ(rows[0].first, "other");  // then in the order first entered
     EXPECT_EQ(rows[1].first, "attention");

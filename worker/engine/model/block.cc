@@ -32,6 +32,7 @@ StatusOr<Tensor> TransformerBlock::Forward(const Tensor& x, int64_t batch, int64
                                            double aux_coeff, MoeStats* stats) {
   if (!full_recompute_ || !GradEnabled()) return Compute(x, batch, seq_len, aux_coeff, stats);
   saved_.Push({x, batch, seq_len, aux_coeff});
+  stats->recompute_follows = true;
   NoGradScope keep_nothing;
   return Compute(x, batch, seq_len, aux_coeff, stats);
 }

@@ -1,5 +1,7 @@
 #include "worker/engine/model/moe_layer.h"
 
+#include <functional>
+
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/permute.h"
@@ -24,8 +26,10 @@ MoeLayer::MoeLayer(ParamSet& params, const std::string& prefix, const ModelConfi
   router_cfg_.topk_groups = cfg_.topk_groups;
   router_cfg_.sigmoid = cfg_.score_function == "sigmoid";
   router_cfg_.route_scale = cfg_.route_scale;
-  router_cfg_.use_bias =
-      cfg_.has_bias();  // the bias steers selection once the model has one, whatever gamma is
+  // The bias steers selection once the model has one, whatever gamma is; not under forced balance
+  // (the scores are random: nothing to steer).
+  router_cfg_.use_bias = cfg_.has_bias() && !cfg_.force_balanced_routing;
+  forced_salt_ = std::hash<std::string>{}(prefix);
   router_ = params.Add(prefix + ".router", {e, h}, seed, cfg.init_std);
   const int64_t el = dispatcher_->local_experts(), first = dispatcher_->first_local_expert();
   w13_ = params.Fp8Gemm(params.Add(prefix + ".experts.w13", {el, 2 * f, h}, seed, cfg.init_std, 0.0,
@@ -74,6 +78,21 @@ void ExpertGemm(const Tensor& x, const Param& w, const std::vector<int64_t>& off
 
 }  // namespace
 
+// A forward's seed under force_balanced_routing: a new draw, kept when the block will recompute
+// this forward; a recompute's forward (want_aux false, gradients on) takes the oldest kept one
+// (micro-batches are recomputed in the order they ran), so the backward follows the routing that
+// made the loss.
+uint64_t MoeLayer::ForcedSeed(const MoeStats& stats) {
+  if (!stats.want_aux && GradEnabled() && !forced_pending_.empty()) {
+    const uint64_t seed = forced_pending_.front();
+    forced_pending_.pop_front();
+    return seed;
+  }
+  const uint64_t seed = forced_salt_ ^ (++forced_draws_ * 0x9E3779B97F4A7C15ull);
+  if (stats.recompute_follows) forced_pending_.push_back(seed);
+  return seed;
+}
+
 StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_len,
                                    double aux_coeff, MoeStats* stats) {
   const int64_t tokens = x.dim(0), e = cfg_.num_experts, k = cfg_.top_k;
@@ -90,7 +109,7 @@ StatusOr<Tensor> MoeLayer::Forward(const Tensor& x, int64_t batch, int64_t seq_l
   Tensor logits = Linear(x, router_->compute, rt);
   // Measurements' balanced load: the router's scores give way to random ones (its GEMM ran, and
   // its backward runs on the random scores' gradient: the same work).
-  if (cfg_.force_balanced_routing) kernels::FillUniform(logits, ++forced_draws_);
+  if (cfg_.force_balanced_routing) kernels::FillUniform(logits, ForcedSeed(*stats));
   s.scores = Tensor::Empty({tokens, e}, rt, dev);
   s.topk_idx = Tensor::Empty({tokens, k}, DType::kI32, dev);
   s.topk_w = Tensor::Empty({tokens, k}, rt, dev);

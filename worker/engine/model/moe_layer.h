@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,8 +32,9 @@ struct LossSink {
 };
 
 struct MoeStats {
-  LossSink aux_sink;                       // in: where the balance loss goes (unset: into aux_loss)
-  bool want_aux = true;                    // in: false for a recompute's forward (counted already)
+  LossSink aux_sink;               // in: where the balance loss goes (unset: into aux_loss)
+  bool want_aux = true;            // in: false for a recompute's forward (counted already)
+  bool recompute_follows = false;  // in: the block runs this forward again before its backward
   std::vector<int64_t> tokens_per_expert;  // [E] on this rank, this micro-batch
   double aux_loss = 0;                     // this rank's share of the sequence-wise balance loss
   Tensor routing;  // i32 [T, k]: each token's experts, best first (for checks)
@@ -77,13 +79,19 @@ class MoeLayer {
     Tensor x, scores, topk_idx, topk_w, topk_w_c, row_of_slot, x_local, gate_up, act, yp;
     parallel::TokenDispatcher::Route route;
   };
+  // force_balanced_routing's seed for this forward (moe_layer.cc).
+  uint64_t ForcedSeed(const MoeStats& stats);
   StatusOr<Tensor> ExpertsBackward(Saved& s, const Tensor& dy_local);
   Tensor RouterBackward(const Saved& s, const Tensor& dw);
 
   std::unique_ptr<SwigluFfn> shared_;
   Tensor bias_;
   bool recompute_act_;
-  uint64_t forced_draws_ = 0;  // force_balanced_routing: the draws so far (each its own seed)
+  // force_balanced_routing: this layer's draws so far (the seeds start from a hash of its name, so
+  // layers draw apart), and the seeds of the forwards whose recompute has not run yet (a recompute
+  // routes as its first forward did: the backward follows the same routing).
+  uint64_t forced_draws_ = 0, forced_salt_ = 0;
+  std::deque<uint64_t> forced_pending_;
   SavedQueue<Saved> saved_;
 };
 

@@ -25,6 +25,7 @@ class DevicePhaseClock final : public PhaseClock {
   void* Record() override { return kernels::RecordDeviceMark(); }
   double Seconds(void* from, void* to) override { return kernels::DeviceMarkSeconds(from, to); }
   void Release(void* mark) override { kernels::ReleaseDeviceMark(mark); }
+  void Wait(void* mark) override { kernels::WaitDeviceMark(mark); }
 };
 
 }  // namespace

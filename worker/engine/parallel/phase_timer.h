@@ -25,6 +25,8 @@ class PhaseClock {
   virtual void* Record() = 0;
   virtual double Seconds(void* from, void* to) = 0;
   virtual void Release(void* mark) = 0;
+  // Returns once the timeline has passed `mark` (the host's clock: at once).
+  virtual void Wait(void* mark) { (void)mark; }
 };
 // The host's steady clock (the CPU device).
 std::unique_ptr<PhaseClock> MakeHostPhaseClock();

@@ -40,6 +40,9 @@ std::vector<std::pair<std::string, double>> StepProfile::End() {
   std::vector<std::pair<std::string, double>> out;
   if (!started_) return out;
   Mark(kOther);  // the end of the last stretch
+  // Work queued after the step's read (the bias update, the last scope's end) may still run: wait
+  // for the end mark, after which the device has passed every mark before it.
+  clock_->Wait(stretches_.back().from);
   for (size_t i = 0; i + 1 < stretches_.size(); ++i) {
     const double t = clock_->Seconds(stretches_[i].from, stretches_[i + 1].from);
     const std::string name = stretches_[i].phase;

@@ -32,9 +32,9 @@ class StepProfile {
   void Enter(const char* phase);
   // The phase `phase` ended: the enclosing one (or "other") resumes.
   void Leave();
-  // Ends the step: seconds by phase in the order each was first entered ("other" first), summing to
-  // the step's time. Call once the timeline has passed the last mark (on CUDA: after a host read
-  // or a synchronisation that waited for the step's work). Releases the marks.
+  // Ends the step: seconds by phase, "other" first and then in the order each was first entered,
+  // summing to the step's time. Marks the end, waits until the timeline has passed it (on CUDA the
+  // host waits for the device: call it after the step, not inside it) and releases the marks.
   std::vector<std::pair<std::string, double>> End();
 
  private:
