@@ -6,11 +6,12 @@
 //      TFLOP/s of its GEMM work (Megatron's count) over the dense rate;
 //   3. flash attention forward + backward at S = 4096 (bf16, B = 1, 128 heads): DeepSeek-V3's MLA
 //      head sizes (d_qk 192, d_v 128) and plain MHA (128/128), TFLOP/s by the causal count
-//      (forward 2 * B*H*S^2/2 * (d_qk + d_v), backward 2.5 times that); bench/moe_layer_torch.py
-//      times PyTorch's scaled_dot_product_attention at the same shapes;
+//      (forward 2 * B*H*S^2/2 * (d_qk + d_v), backward twice that: Megatron's convention);
+//      bench/moe_layer_torch.py times PyTorch's scaled_dot_product_attention at the same shapes;
 //   4. a full training step of the `small` preset on this GPU (bf16): TFLOP/s per device and MFU
 //      against the measured 8192^3 rate.
-// Prints RESULT lines (key value) that tests/gpu/check.sh turns into its table.
+// Every time is the median of its calls, each timed by CUDA events. Prints RESULT lines (key value)
+// that tests/gpu/check.sh and tests/gpu/perf.sh turn into their tables.
 //
 //   moe-bench-gpu [--tokens 16384] [--iters 5] [--small-steps 6] [--small-seq 2048]
 //   [--small-micro-batch 8] moe-bench-gpu --rehearse-cpu    the same program at toy sizes with the
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "bench/cuda_device.h"
@@ -52,19 +54,33 @@ void Sync() {
   MOE_CHECK(e.empty()) << "CUDA: " << e;
 }
 
-// Best of `reps` timed calls after one warm-up.
+// The median of `reps` calls after one warm-up, each timed on the device (CUDA events around it,
+// read once the device passed the last; the host's clock on the CPU stand-in). Not the best of
+// host clocks, which measured the host's queueing where a call returns before its work is done.
 template <typename Fn>
-double BestSeconds(int reps, Fn&& fn) {
+double MedianSeconds(int reps, Fn&& fn) {
   fn();
   Sync();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    Sync();
-    best = std::min(best, Seconds(t0, Clock::now()));
+  std::vector<double> t;
+  if (!g_cuda) {
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = Clock::now();
+      fn();
+      t.push_back(Seconds(t0, Clock::now()));
+    }
+  } else {
+    std::vector<void*> marks{moe::kernels::RecordDeviceMark()};
+    for (int r = 0; r < reps; ++r) {
+      fn();
+      marks.push_back(moe::kernels::RecordDeviceMark());
+    }
+    moe::kernels::WaitDeviceMark(marks.back());
+    for (size_t i = 0; i + 1 < marks.size(); ++i)
+      t.push_back(moe::kernels::DeviceMarkSeconds(marks[i], marks[i + 1]));
+    for (void* m : marks) moe::kernels::ReleaseDeviceMark(m);
   }
-  return best;
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 // Attention forward, then forward + backward, at one shape (bf16, batch 1); prints RESULT
@@ -85,8 +101,8 @@ void BenchAttention(const char* name, int64_t seq, int64_t heads, int64_t d_qk, 
   for (const Tensor* t : {&q, &k, &v, &dout}) moe::kernels::FillUniform(*t, ++seed);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_qk));
   auto forward = [&] { moe::kernels::AttentionForward(q, k, v, 1, seq, heads, scale, out, lse); };
-  const double fwd = BestSeconds(reps, forward);
-  const double both = BestSeconds(reps, [&] {
+  const double fwd = MedianSeconds(reps, forward);
+  const double both = MedianSeconds(reps, [&] {
     forward();
     moe::kernels::AttentionBackward(q, k, v, out, dout, lse, 1, seq, heads, scale, dq, dk, dv);
   });
@@ -99,7 +115,65 @@ void BenchAttention(const char* name, int64_t seq, int64_t heads, int64_t d_qk, 
       "bf16)\n",
       name, both * 1e3, static_cast<long long>(seq), static_cast<long long>(heads),
       static_cast<long long>(d_qk), static_cast<long long>(d_v));
-  std::printf("RESULT attention_%s_tflops %.1f\n", name, 3.5 * fwd_flops / both / 1e12);
+  // Megatron's convention, the one every row of perf.sh's table uses: the backward twice the
+  // forward (this row counted 2.5 times before 2026-12-07: its figures were 3.5 / 3 of these).
+  std::printf("RESULT attention_%s_tflops %.1f\n", name, 3.0 * fwd_flops / both / 1e12);
+}
+
+// The DeepSeek-V3 MoE layer's sizes (bench/gpu_bench.cc's section 2).
+struct MoeShape {
+  int64_t tokens, h, f, experts, k;
+};
+
+// The MoE layer, forward + backward, its median time: bf16, or with its experts' GEMMs in FP8
+// (block-scaled e4m3 as DeepSeek-V3 trains, the quantisation included). *imbalance: the last
+// step's max over mean tokens per expert.
+double BenchMoeLayer(const MoeShape& m, bool fp8, int64_t iters, moe::Device dev,
+                     double* imbalance) {
+  moe::ModelConfig cfg;
+  cfg.hidden_size = m.h;
+  cfg.init_std = 0;  // constant on the host (fast); random values are filled in on the device below
+  cfg.moe = moe::MoeConfig{.num_experts = m.experts,
+                           .top_k = m.k,
+                           .num_shared_experts = 0,
+                           .ffn_hidden = m.f,
+                           .num_groups = 8,
+                           .topk_groups = 4,
+                           .score_function = "sigmoid",
+                           .route_scale = 2.5,
+                           .bias_update_rate = 1e-3,
+                           .seq_aux_loss_coeff = 1e-4};
+  moe::model::ParamSet params(moe::DType::kF32, dev, moe::DType::kBF16, std::nullopt, fp8);
+  moe::parallel::TokenDispatcher dispatcher(nullptr, m.experts, nullptr);
+  moe::model::MoeLayer layer(params, "moe", cfg, 1, 0, &dispatcher, moe::DType::kF32, dev);
+  // Uniform in [-a, a) with a = 0.006 * sqrt(3): std 0.006, as DeepSeek-V3 initialises. Random
+  // values, not constants: matrix units run faster on constant data, and routing needs distinct
+  // scores.
+  uint64_t seed = 100;
+  for (const auto& p : params.all()) {
+    moe::kernels::FillUniform(p->value, ++seed);
+    moe::kernels::Scale(p->value, 0.006 * std::sqrt(3.0));
+  }
+  params.SyncCompute();
+  moe::Tensor x = moe::Tensor::Empty({m.tokens, m.h}, moe::DType::kBF16, dev),
+              dy = moe::Tensor::Empty({m.tokens, m.h}, moe::DType::kBF16, dev);
+  moe::kernels::FillUniform(x, 5);
+  moe::kernels::FillUniform(dy, 6);
+  moe::kernels::Scale(dy, 1e-3);
+  const int64_t seqs = 4, seq_len = m.tokens / seqs;
+  auto step = [&] {
+    moe::model::MoeStats stats;
+    auto out = layer.Forward(x, seqs, seq_len, 1e-4 / seqs, &stats);
+    MOE_CHECK(out.ok()) << out.status();
+    auto dx = layer.Backward(dy);
+    MOE_CHECK(dx.ok()) << dx.status();
+    int64_t mx = 0;
+    for (int64_t c : stats.tokens_per_expert) mx = std::max(mx, c);
+    *imbalance = static_cast<double>(mx) * static_cast<double>(m.experts) /
+                 static_cast<double>(m.tokens * m.k);
+  };
+  step();  // warm-up: cuBLAS picks its kernels, the caching allocator fills
+  return MedianSeconds(static_cast<int>(iters), step);
 }
 
 }  // namespace
@@ -154,7 +228,7 @@ int main(int argc, char** argv) {
     moe::Tensor y = moe::Tensor::Empty({rows, 2 * f}, moe::DType::kBF16, dev);
     moe::kernels::FillUniform(x, 3);
     moe::kernels::FillUniform(w, 4);
-    const double s = BestSeconds(5, [&] { moe::kernels::Gemm(x, false, w, true, y); });
+    const double s = MedianSeconds(5, [&] { moe::kernels::Gemm(x, false, w, true, y); });
     dense =
         2.0 * static_cast<double>(rows) * static_cast<double>(2 * f) * static_cast<double>(h) / s;
     std::printf(
@@ -182,7 +256,7 @@ int main(int argc, char** argv) {
     for (int m = 0; m < 2; ++m) {
       moe::kernels::SetGroupedGemmMode(modes[m]);
       moe::kernels::GroupedGemm(x, w, offsets, y);  // warm-up
-      rate[m] = flop / BestSeconds(5, [&] { moe::kernels::GroupedGemm(x, w, offsets, y); });
+      rate[m] = flop / MedianSeconds(5, [&] { moe::kernels::GroupedGemm(x, w, offsets, y); });
     }
     moe::kernels::SetGroupedGemmMode(moe::kernels::GroupedGemmMode::kAuto);
     std::printf("RESULT grouped_gemm_%lld_rows_loop_tflops %.1f  (of dense %.3f)\n",
@@ -207,7 +281,7 @@ int main(int argc, char** argv) {
     moe::kernels::FillUniform(x, 3);
     moe::kernels::FillUniform(w, 4);
     moe::kernels::Fp8GemmForward(x, w, y);  // warm-up
-    const double s = BestSeconds(5, [&] { moe::kernels::Fp8GemmForward(x, w, y); });
+    const double s = MedianSeconds(5, [&] { moe::kernels::Fp8GemmForward(x, w, y); });
     const double rate =
         2.0 * static_cast<double>(rows) * static_cast<double>(2 * f) * static_cast<double>(h) / s;
     std::printf("RESULT fp8_gemm_expert_shape_tflops %.1f  (%.2fx bf16's; quantisation included)\n",
@@ -227,11 +301,11 @@ int main(int argc, char** argv) {
     moe::Tensor counts = moe::Tensor::Empty({e}, moe::DType::kI64, dev),
                 ros = moe::Tensor::Empty({t, kk}, moe::DType::kI32, dev);
     moe::Tensor tor = moe::Tensor::Empty({t * kk}, moe::DType::kI32, dev);
-    const double device_s = BestSeconds(20, [&] {
+    const double device_s = MedianSeconds(20, [&] {
       moe::kernels::BuildDispatchPlanOnDevice(idx, e, counts, ros, tor);
       (void)counts.ToVector<int64_t>();
     });
-    const double host_s = BestSeconds(20, [&] {
+    const double host_s = MedianSeconds(20, [&] {
       const std::vector<int32_t> host = idx.ToVector<int32_t>();
       const moe::kernels::DispatchPlan plan =
           moe::kernels::BuildDispatchPlan(host.data(), t, kk, e);
@@ -244,64 +318,31 @@ int main(int argc, char** argv) {
                 host_s / device_s);
   }
 
-  // 2. The MoE layer at DeepSeek-V3 expert sizes.
+  // 2. The MoE layer at DeepSeek-V3 expert sizes, in bf16, then with its GEMMs in FP8.
   {
-    moe::ModelConfig cfg;
-    cfg.hidden_size = h;
-    cfg.init_std =
-        0;  // constant on the host (fast); random values are filled in on the device below
-    cfg.moe = moe::MoeConfig{.num_experts = experts,
-                             .top_k = k,
-                             .num_shared_experts = 0,
-                             .ffn_hidden = f,
-                             .num_groups = 8,
-                             .topk_groups = 4,
-                             .score_function = "sigmoid",
-                             .route_scale = 2.5,
-                             .bias_update_rate = 1e-3,
-                             .seq_aux_loss_coeff = 1e-4};
-    moe::model::ParamSet params(moe::DType::kF32, dev, moe::DType::kBF16);
-    moe::parallel::TokenDispatcher dispatcher(nullptr, experts, nullptr);
-    moe::model::MoeLayer layer(params, "moe", cfg, 1, 0, &dispatcher, moe::DType::kF32, dev);
-    // Uniform in [-a, a) with a = 0.006 * sqrt(3): std 0.006, as DeepSeek-V3 initialises. Random
-    // values, not constants: matrix units run faster on constant data, and routing needs distinct
-    // scores.
-    uint64_t seed = 100;
-    for (const auto& p : params.all()) {
-      moe::kernels::FillUniform(p->value, ++seed);
-      moe::kernels::Scale(p->value, 0.006 * std::sqrt(3.0));
-    }
-    params.SyncCompute();
-    moe::Tensor x = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev),
-                dy = moe::Tensor::Empty({tokens, h}, moe::DType::kBF16, dev);
-    moe::kernels::FillUniform(x, 5);
-    moe::kernels::FillUniform(dy, 6);
-    moe::kernels::Scale(dy, 1e-3);
-    const int64_t seqs = 4, seq_len = tokens / seqs;
-    double imbalance = 0;
-    auto step = [&] {
-      moe::model::MoeStats stats;
-      auto out = layer.Forward(x, seqs, seq_len, 1e-4 / seqs, &stats);
-      MOE_CHECK(out.ok()) << out.status();
-      auto dx = layer.Backward(dy);
-      MOE_CHECK(dx.ok()) << dx.status();
-      int64_t mx = 0;
-      for (int64_t c : stats.tokens_per_expert) mx = std::max(mx, c);
-      imbalance =
-          static_cast<double>(mx) * static_cast<double>(experts) / static_cast<double>(rows);
-    };
-    step();  // warm-up: cuBLAS picks its kernels, the caching allocator fills
-    const double s = BestSeconds(static_cast<int>(iters), step);
     // Megatron's count: routed experts 3 GEMMs x (fwd + 2 bwd) = 18 * rows * h * f; router 6 * T *
     // h * E.
     const double flops =
         18.0 * static_cast<double>(rows) * static_cast<double>(h) * static_cast<double>(f) +
         6.0 * static_cast<double>(tokens) * static_cast<double>(h) * static_cast<double>(experts);
+    const MoeShape shape{tokens, h, f, experts, k};
+    double imbalance = 0;
+    const double s = BenchMoeLayer(shape, false, iters, dev, &imbalance);
     const double tflops = flops / s / 1e12;
     std::printf("RESULT moe_layer_ms %.2f\n", s * 1e3);
     std::printf("RESULT moe_layer_tflops %.1f\n", tflops);
     std::printf("RESULT moe_layer_of_dense %.3f\n", tflops * 1e12 / dense);
     std::printf("RESULT moe_layer_load_max_over_mean %.2f\n", imbalance);
+    if (const moe::Status st = moe::kernels::Fp8GemmSupport(dev); !rehearse && !st.ok()) {
+      std::printf("RESULT moe_layer_fp8_tflops unavailable (%s)\n", st.message().c_str());
+    } else {
+      const double s8 = BenchMoeLayer(shape, true, iters, dev, &imbalance);
+      std::printf("RESULT moe_layer_fp8_ms %.2f\n", s8 * 1e3);
+      std::printf(
+          "RESULT moe_layer_fp8_tflops %.1f  (%.2fx the bf16 layer; block-scaled e4m3, "
+          "its quantisation included)\n",
+          flops / s8 / 1e12, s / s8);
+    }
   }
 
   // 3. Flash attention at S = 4096 (toy sizes when rehearsing).

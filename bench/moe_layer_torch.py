@@ -13,14 +13,16 @@ on each of PyTorch's SDPA backends that takes the shape (cuDNN, flash, memory-ef
 default dispatch, reporting the fastest as the baseline and each one's time (flash needs d_qk = d_v,
 so MLA's 192/128 would otherwise fall to the slower memory-efficient kernel; cuDNN's takes it on
 Hopper), with the same FLOP count as the engine's: forward 2 * B*H*S^2/2 * (d_qk + d_v), backward
-2.5 times that.
+twice that (Megatron's convention). Every time is the median of its calls, each timed by CUDA
+events.
 
 Prints RESULT lines in moe-bench-gpu's format. Needs PyTorch with CUDA.
     bench/moe_layer_torch.py [--tokens 16384] [--iters 5] [--attn-seq 4096] [--attn-heads 128]
 """
 import argparse
 import sys
-import time
+
+import torch_device  # bench/, beside this script
 
 
 def main() -> int:
@@ -117,14 +119,7 @@ def main() -> int:
             baseline = "torch._grouped_mm"
         except Exception as e:  # an older GPU or PyTorch build: the loop it is, and the row says why
             experts, baseline = experts_loop, f"per-expert loop, separate weight tensors (_grouped_mm: {str(e)[:80]})"
-    step()
-    torch.cuda.synchronize()
-    best = 1e30
-    for _ in range(args.iters):
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
+    best = torch_device.median_call(torch, step, args.iters, True)  # CUDA events, the median
     rows = T * k
     flops = 18.0 * rows * h * f + 6.0 * T * h * E
     print(f"RESULT torch_version {torch.__version__}")
@@ -170,15 +165,7 @@ def bench_sdpa(torch, F, name, S, H, dqk, dv, iters):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=dqk ** -0.5)
 
     def timed(fn):
-        fn()
-        torch.cuda.synchronize()
-        best = 1e30
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t0)
-        return best
+        return torch_device.median_call(torch, fn, iters, True)
 
     fwd_flops = H * S * S * (dqk + dv)
     times = {}
@@ -207,7 +194,8 @@ def bench_sdpa(torch, F, name, S, H, dqk, dv, iters):
     print(f"RESULT torch_sdpa_{name}_fwd_ms {t_fwd * 1e3:.3f}")
     print(f"RESULT torch_sdpa_{name}_fwd_tflops {fwd_flops / t_fwd / 1e12:.1f}")
     print(f"RESULT torch_sdpa_{name}_ms {t_all * 1e3:.3f}  (sdpa fwd+bwd S={S} H={H} d_qk={dqk} d_v={dv} bf16, {best})")
-    print(f"RESULT torch_sdpa_{name}_tflops {3.5 * fwd_flops / t_all / 1e12:.1f}")
+    # Megatron's convention (the backward twice the forward), as moe-bench-gpu's attention rows.
+    print(f"RESULT torch_sdpa_{name}_tflops {3.0 * fwd_flops / t_all / 1e12:.1f}")
 
 
 if __name__ == "__main__":

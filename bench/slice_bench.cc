@@ -18,7 +18,8 @@
 //                   [--warmup 2] [--datasheet-tflops X] [--measured-tflops X (0: measure)]
 //                   [--rehearse-cpu]
 // --rehearse-cpu: the same program at toy sizes on the CPU (tests the program; its figures mean
-// nothing).
+// nothing). The step after the timed ones runs traced by CUPTI (bench/kernel_trace.h): the kernels
+// it launched, their device times over the step's, the bytes copied to the device and back.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "bench/cuda_device.h"
+#include "bench/kernel_trace.h"
 #include "common/args.h"
 #include "common/log.h"
 #include "common/memory_model.h"
@@ -73,7 +75,7 @@ moe::JobSpec SliceSpec(const Options& o, int64_t moe_layers, int64_t vocab) {
   spec.data.micro_batch_size = 1;
   spec.data.global_batch_size = o.micro_batches;
   spec.optimizer.moments_dtype = "bf16";
-  spec.training.steps = o.warmup + o.steps;
+  spec.training.steps = o.warmup + o.steps + 1;  // the last, after the timed ones, traced
   spec.training.log_interval = 1000000;
   spec.resources.device = o.rehearse ? "cpu" : "cuda";
   return spec;
@@ -117,10 +119,13 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// What the timed steps gave.
+// What the timed steps gave, and the traced one after them.
 struct Steps {
   std::vector<double> device_s, host_s, flops, imbalance, syncs;
   std::vector<std::pair<std::string, double>> phases;  // summed over the timed steps
+  moe::bench::TraceCounts traced;  // the step after the timed ones (CUPTI), when traced
+  double traced_device_s = 0;
+  std::string untraced;  // why not
 };
 
 void AddPhases(const std::vector<std::pair<std::string, double>>& rows, Steps* s) {
@@ -146,12 +151,23 @@ moe::StatusOr<Steps> RunSlice(const Options& o, const moe::JobSpec& spec) {
   t.peak_source = o.measured_source;
   t.log_steps = false;
   Steps s;
+  std::unique_ptr<moe::bench::KernelTrace> trace;
   t.on_step = [&](const moe::train::StepMetrics& m) {
-    // Past the step's read: the device has passed every mark of it.
-    const auto rows = profile.End();
+    const auto rows = profile.End();  // waits for the step's last mark: the device is idle
     double device = 0;
     for (const auto& [name, sec] : rows) device += sec;
-    if (m.step > o.warmup) {
+    if (m.step == o.warmup + o.steps + 1) {  // the traced step: not among the timed ones
+      if (trace) s.traced = trace->Take();
+      s.traced_device_s = device;
+      trace.reset();
+    } else if (m.step == o.warmup + o.steps) {  // CUPTI costs a little a kernel: the next step only
+      if (o.rehearse) {
+        s.untraced = "not counted on the CPU: CUPTI traces a GPU";
+      } else {
+        trace = moe::bench::KernelTrace::Start(&s.untraced);
+      }
+    }
+    if (m.step > o.warmup && m.step <= o.warmup + o.steps) {
       s.device_s.push_back(device);
       s.host_s.push_back(m.step_seconds);
       s.flops.push_back(m.tflops_per_device * 1e12 * m.step_seconds);  // the step's FLOPs
@@ -196,6 +212,24 @@ void Print(const Options& o, const moe::JobSpec& spec, const std::string& layout
   std::printf("RESULT %s_expert_imbalance %.2f  (max over mean tokens per expert, worst layer)\n",
               key.c_str(), Median(s.imbalance));
   std::printf("RESULT %s_host_syncs_per_step %.0f\n", key.c_str(), Median(s.syncs));
+  if (s.untraced.empty()) {
+    const moe::bench::TraceCounts& c = s.traced;
+    std::printf(
+        "RESULT %s_launches_per_step %lld  (kernels completed in one step, every library's; "
+        "CUPTI)\n",
+        key.c_str(), static_cast<long long>(c.kernels));
+    std::printf(
+        "RESULT %s_kernel_time_over_step %.3f  (the kernels' device times summed, over that "
+        "step's %.2f ms)\n",
+        key.c_str(), c.kernel_seconds / std::max(1e-12, s.traced_device_s),
+        s.traced_device_s * 1e3);
+    std::printf(
+        "RESULT %s_host_device_bytes_per_step %lld to the device, %lld back, in %lld copies\n",
+        key.c_str(), static_cast<long long>(c.h2d_bytes), static_cast<long long>(c.d2h_bytes),
+        static_cast<long long>(c.copies));
+  } else {
+    std::printf("RESULT %s_launches_per_step unavailable (%s)\n", key.c_str(), s.untraced.c_str());
+  }
   const double n = static_cast<double>(s.device_s.size());
   double total = 0;
   for (const auto& [name, t] : s.phases) total += t;

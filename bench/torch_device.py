@@ -2,7 +2,8 @@
 the CPU when rehearsing (toy sizes; the figures mean nothing).
 
     torch, dev = torch_device.pick(rehearse_cpu)   # exits 77 (a skip) without PyTorch or CUDA
-    seconds = torch_device.per_call(torch, fn, reps, dev == "cuda")
+    seconds = torch_device.per_call(torch, fn, reps, dev == "cuda")     # mean over back-to-back calls
+    seconds = torch_device.median_call(torch, fn, reps, dev == "cuda")  # median of calls timed apart
 """
 import sys
 import time
@@ -36,3 +37,23 @@ def per_call(torch, fn, reps, cuda):
     for _ in range(reps):
         fn()
     return (time.perf_counter() - t0) / reps
+
+
+def median_call(torch, fn, reps, cuda):
+    """The median of `reps` calls after one, each timed by its own CUDA events (the clock on the CPU)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # make gpu-bundle: the binaries the GPU check and the GPU measurement need (gpu_kernel_check,
-# gpu_train_check, moe-bench-gpu, moe-bench-slice, moe-train), built here with the CUDA toolkit
-# alone for one architecture (sm_90: H100/H200), into a folder that travels with the working tree
-# to a GPU machine (ignored by git, under 64 MiB), so that `tests/gpu/check.sh --prebuilt DIR` and
-# `tests/gpu/perf.sh --prebuilt DIR` spend the GPU's minutes on measuring, not on nvcc.
+# gpu_train_check, moe-bench-gpu, moe-bench-slice, moe-train, moe-export, moe-eval), built here with
+# the CUDA toolkit alone for one architecture (sm_90: H100/H200), into a folder that travels with
+# the working tree to a GPU machine (ignored by git, under 64 MiB), so that `tests/gpu/check.sh
+# --prebuilt DIR` and `tests/gpu/perf.sh --prebuilt DIR` spend the GPU's minutes on measuring, not
+# on nvcc.
 # The binaries need only what a CUDA image has: glibc, libgomp, and libcudart/libcublas from the
 # toolkit (libstdc++ and libgcc are linked in; no OpenBLAS, Gloo, NCCL or other -dev package).
 #   tests/gpu/bundle.sh [--arch 90] [--build-dir build-gpu-bundle] [--out gpu-bundle]
@@ -11,7 +12,7 @@
 #   tests/gpu/bundle.sh --verify BUNDLE          every library of every binary resolves here
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bins=(gpu_kernel_check gpu_train_check moe-bench-gpu moe-bench-slice moe-train)
+bins=(gpu_kernel_check gpu_train_check moe-bench-gpu moe-bench-slice moe-train moe-export moe-eval)
 limit_kb=$((64 * 1024))
 
 pack() {  # pack <build dir> <out>

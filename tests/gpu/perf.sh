@@ -15,7 +15,10 @@
 #      to the step);
 #   4. the same slice in PyTorch (bench/slice_torch.py), written apart from the engine;
 #   5. the MoE layer and attention in PyTorch (bench/moe_layer_torch.py);
-#   6. prints the table: a row for every step, also one that failed or that its budget cut.
+#   6. transformers on our weights: `tiny` trained a few steps, exported by moe-export, loaded by
+#      Hugging Face transformers as DeepseekV3ForCausalLM; its logits against moe-eval's
+#      (bench/hf_logits.py);
+#   7. prints the table: a row for every step, also one that failed or that its budget cut.
 # $OUT (the device tool brings back at most 8 files from it), else <build-dir>/perf/, gets exactly
 # two files: perf.log (every step's output under a '== step' header) and results.json (rewritten
 # after every step, so a run killed even by SIGKILL leaves one). The script keeps to --budget
@@ -103,6 +106,8 @@ export MOE_CUDA_LIB_DIRS
 if [ -n "$prebuilt" ]; then
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cuda/lib64:$cuda/lib:$cuda/targets/x86_64-linux/lib${MOE_CUDA_LIB_DIRS:+:$MOE_CUDA_LIB_DIRS}
 fi
+# libcupti, which moe-bench-slice opens at run time for its traced step (bench/kernel_trace.h).
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cuda/extras/CUPTI/lib64
 step "environment" 30 bash -c environment
 for b in moe-bench-gpu moe-bench-slice moe-train; do
   [ -x "$bin/$b" ] || echo "perf.sh: $bin/$b missing (a bundle of make gpu-bundle and --prebuilt, or tests/gpu/check.sh's build)" | tee -a "$log"
@@ -139,7 +144,30 @@ if [ $rehearsal = 1 ]; then
 else
   step "PyTorch: the MoE layer and attention at DeepSeek-V3 sizes" 120 "$py" bench/moe_layer_torch.py
 fi
-skip "transformers logits on our exported weights" "not built yet: the export travels with the tree in a later change"
+# 6. A real client of our weights: `tiny` trained a few steps here, exported by moe-export (fp32),
+# loaded by transformers as DeepseekV3ForCausalLM; its logits against moe-eval's on the same tokens.
+hf_logits() {
+  local tmp rc dev steps
+  tmp=$(mktemp -d /tmp/moe-hf-logits.XXXXXX)
+  dev=$([ "$rehearsal" = 1 ] && echo cpu || echo cuda) steps=$([ "$rehearsal" = 1 ] && echo 3 || echo 20)
+  printf '%s\n' "apiVersion: moe/v1" "kind: TrainingJob" "metadata: {name: hf-logits}" "spec:" \
+    "  model: {preset: tiny}" "  parallelism: {world_size: 1, expert_parallel: 1}" \
+    "  data: {source: synthetic, seq_length: 64, micro_batch_size: 4, global_batch_size: 4}" \
+    "  training: {steps: $steps, seed: 7, log_interval: 100}" "  resources: {device: $dev}" >"$tmp/job.yaml"
+  "$bin/moe-train" --config "$tmp/job.yaml" --nproc 1 --checkpoint-dir "$tmp/ck" >"$tmp/train.log" 2>&1 &&
+    "$bin/moe-export" --checkpoint "$tmp/ck" --output "$tmp/hf" --dtype fp32 --no-tokenizer &&
+    "$py" bench/hf_logits.py --hf "$tmp/hf" --make-tokens "$tmp/tokens.npy" &&
+    "$bin/moe-eval" --hf "$tmp/hf" --tokens "$tmp/tokens.npy" --dump-logits "$tmp/ours.npy" --device cpu --precision fp32 &&
+    "$py" bench/hf_logits.py --hf "$tmp/hf" --tokens "$tmp/tokens.npy" --ours "$tmp/ours.npy" \
+      $([ "$rehearsal" = 1 ] && echo --rehearsal)
+  rc=$?
+  [ $rc = 0 ] || tail -5 "$tmp/train.log"
+  rm -rf "$tmp"
+  return $rc
+}
+export -f hf_logits
+export rehearsal
+step "transformers logits on our exported weights" 120 bash -c hf_logits
 command -v nvidia-smi >/dev/null &&
   note env_sm_clock_after "$(nvidia-smi --query-gpu=clocks.sm,clocks.max.sm --format=csv,noheader | head -1) (now, max)"
 
@@ -170,16 +198,22 @@ table() {
     row "${name//_/ } (bf16 forced)" "$rest"
   done
   row "phase rows over the step (device), bf16 forced" "$(get slice_bf16_forced_device_over_host | cut -d' ' -f1) of the host's step time"
-  row "launches per step" "not measured yet (needs CUPTI's callbacks; a later change)"
+  row "launches per step (bf16 forced; CUPTI)" "$(get slice_bf16_forced_launches_per_step)"
+  row "kernel time over the step (bf16 forced)" "$(get slice_bf16_forced_kernel_time_over_step)"
+  row "host-device bytes per step (bf16 forced)" "$(get slice_bf16_forced_host_device_bytes_per_step)"
   row "host syncs per step (bf16 forced)" "$(get slice_bf16_forced_host_syncs_per_step)"
-  row "attention MLA S=4096 fwd+bwd: engine; SDPA (backend)" "$(get attention_mla_tflops); $(get torch_sdpa_mla_tflops) ($(get torch_sdpa_mla_backend))"
+  row "attention MLA S=4096 fwd+bwd: engine; SDPA (backend)" "$(get attention_mla_tflops); $(get torch_sdpa_mla_tflops) ($(get torch_sdpa_mla_backend)) TFLOP/s"
+  grep -E "^RESULT torch_sdpa_mla_[a-z]+_ms " "$log" | grep -v "_fwd_ms " | while read -r _ key rest; do
+    k=${key#torch_sdpa_mla_}
+    row "attention MLA S=4096 fwd+bwd, SDPA ${k%_ms} (ms)" "$rest"
+  done
   row "moe layer bf16 fwd+bwd: engine; PyTorch" "$(get moe_layer_tflops); $(get torch_moe_layer_tflops) TFLOP/s (the engine over its dense rate: $(get moe_layer_of_dense))"
-  row "moe layer fp8 fwd+bwd" "not measured yet (a later change)"
+  row "moe layer fp8 fwd+bwd: engine (PyTorch's FP8 layer: not built yet)" "$(get moe_layer_fp8_tflops)"
   for per in 128 512 4096; do
     row "grouped gemm, $per rows/expert: per expert; grouped" \
         "$(get grouped_gemm_${per}_rows_loop_tflops | cut -d' ' -f1); $(get grouped_gemm_${per}_rows_grouped_tflops | cut -d' ' -f1) TFLOP/s"
   done
-  row "transformers logits vs moe-eval" "not measured yet (see its step)"
+  row "transformers logits vs moe-eval, relative error (goal 1e-4)" "$(get transformers_logits_rel_err)"
   echo "== total $((SECONDS - start)) s of a budget of $budget s; perf.log and results.json in $out"
 }
 finish

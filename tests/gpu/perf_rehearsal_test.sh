@@ -41,6 +41,12 @@ assert abs(sum(phases) - step) <= 0.25 * step, (sum(phases), step)
 print(f"{len(phases)} phases sum to {sum(phases):.2f} ms; the median step {step:.2f} ms")
 PY
 grep -q '^RESULT torch_slice_step_ms [0-9]' "$work/full/perf.log" || fail "the PyTorch slice did not run"
+grep -q '^RESULT slice_bf16_forced_launches_per_step unavailable (not counted on the CPU: CUPTI' "$work/full/perf.log" ||
+  fail "the traced step's row does not say why the CPU has no launch count"
+grep -q '^RESULT moe_layer_fp8_tflops [0-9]' "$work/full/perf.log" || fail "the FP8 MoE layer did not run"
+# transformers' check up to transformers (Debian has none): tiny trained, exported, scored by moe-eval.
+grep -q "^moe-eval: wrote .*ours.npy (float32 \[2, 63, " "$work/full/perf.log" || fail "moe-eval did not score the exported tiny"
+grep -q '^RESULT transformers_logits_rel_err ' "$work/full/perf.log" || fail "no transformers row"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["steps"]) >= 8, d["steps"]' \
   "$work/full/results.json" || fail "results.json lists too few steps"
 # A budget too small (12 s, 10 of them the table's reserve): the steps it cannot hold are cut or
