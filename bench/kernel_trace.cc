@@ -1,7 +1,7 @@
 // CUPTI's activity API through dlopen (kernel_trace.h). Only the records' leading fields are read
-// (kind; a kernel's start and end; a copy's kind and bytes): they sit at the same offsets in every
-// version of the record CUPTI has written, so a libcupti older or newer than these headers reads
-// the same.
+// (kind; a kernel's start and end; a copy's kind and bytes): they sit at the same offsets in the
+// records every CUDA 11-13 libcupti writes (Kernel4 and later; only the first two versions
+// differed), so a libcupti older or newer than these headers reads the same.
 #include "bench/kernel_trace.h"
 
 #ifdef MOE_WITH_CUPTI
@@ -31,13 +31,14 @@ struct Api {
 
 Api g_api;
 std::mutex g_mu;
-TraceCounts g_counts;  // under g_mu
-std::atomic<bool> g_active{false};
+TraceCounts g_counts;                              // under g_mu
+std::atomic<bool> g_active{false}, g_lost{false};  // g_lost: a buffer CUPTI asked for was not given
 
 void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = *buffer == nullptr ? 0 : kBufferBytes;
-  *max_records = 0;  // as many as fit
+  if (*buffer == nullptr) g_lost = true;  // CUPTI drops the records it had no room for
+  *max_records = 0;                       // as many as fit
 }
 
 void Count(const CUpti_Activity* r, TraceCounts* c) {
@@ -122,9 +123,12 @@ std::unique_ptr<KernelTrace> KernelTrace::Start(std::string* problem) {
   }
   if (r != CUPTI_SUCCESS) {
     *problem = Why("starting CUPTI's activity records", r);
+    g_api.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);  // whichever had started
+    g_api.disable(CUPTI_ACTIVITY_KIND_MEMCPY);
     g_active = false;
     return nullptr;
   }
+  g_lost = false;
   {
     std::lock_guard lock(g_mu);
     g_counts = TraceCounts();
@@ -142,10 +146,12 @@ KernelTrace::~KernelTrace() {
 TraceCounts KernelTrace::Take() {
   // Every buffer, the partly filled one too (the device is idle): BufferCompleted has them all
   // back.
-  g_api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  const CUptiResult r = g_api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard lock(g_mu);
   TraceCounts out = g_counts;
   g_counts = TraceCounts();
+  if (r != CUPTI_SUCCESS) out.incomplete = Why("flushing CUPTI's records", r);
+  if (g_lost) out.incomplete = "CUPTI dropped records: no memory for its buffers";
   return out;
 }
 

@@ -16,6 +16,7 @@ struct TraceCounts {
   double kernel_seconds = 0;  // their device times, summed (kernels on two streams both count)
   int64_t copies = 0;         // memory copies (any direction)
   int64_t h2d_bytes = 0, d2h_bytes = 0;
+  std::string incomplete;  // why the counts miss records, when they do
 };
 
 class KernelTrace {

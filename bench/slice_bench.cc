@@ -158,6 +158,7 @@ moe::StatusOr<Steps> RunSlice(const Options& o, const moe::JobSpec& spec) {
     for (const auto& [name, sec] : rows) device += sec;
     if (m.step == o.warmup + o.steps + 1) {  // the traced step: not among the timed ones
       if (trace) s.traced = trace->Take();
+      if (!s.traced.incomplete.empty()) s.untraced = s.traced.incomplete;
       s.traced_device_s = device;
       trace.reset();
     } else if (m.step == o.warmup + o.steps) {  // CUPTI costs a little a kernel: the next step only

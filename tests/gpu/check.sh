@@ -97,7 +97,8 @@ build_for() {  # (run through bash -c: timeout runs programs, not functions)
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
         ${cap:+-DCMAKE_CUDA_ARCHITECTURES=$cap} -DMOE_SERVICES=OFF -DMOE_TESTS=OFF -DMOE_BENCH=ON \
         -DMOE_WERROR=OFF ${MOE_CHECK_CMAKE_ARGS:-} &&
-    cmake --build "$build" --target gpu_kernel_check gpu_train_check moe-bench-gpu moe-train
+    cmake --build "$build" --target gpu_kernel_check gpu_train_check moe-bench-gpu moe-train \
+      moe-bench-slice moe-export moe-eval  # and tests/gpu/perf.sh's
 }
 export -f build_for
 export build nvcc cap

@@ -109,7 +109,7 @@ fi
 # libcupti, which moe-bench-slice opens at run time for its traced step (bench/kernel_trace.h).
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cuda/extras/CUPTI/lib64
 step "environment" 30 bash -c environment
-for b in moe-bench-gpu moe-bench-slice moe-train; do
+for b in moe-bench-gpu moe-bench-slice moe-train moe-export moe-eval; do
   [ -x "$bin/$b" ] || echo "perf.sh: $bin/$b missing (a bundle of make gpu-bundle and --prebuilt, or tests/gpu/check.sh's build)" | tee -a "$log"
 done
 
@@ -147,23 +147,21 @@ fi
 # 6. A real client of our weights: `tiny` trained a few steps here, exported by moe-export (fp32),
 # loaded by transformers as DeepseekV3ForCausalLM; its logits against moe-eval's on the same tokens.
 hf_logits() {
-  local tmp rc dev steps
+  local tmp dev steps
   tmp=$(mktemp -d /tmp/moe-hf-logits.XXXXXX)
+  trap 'rm -rf "$tmp"' EXIT  # (a bash -c of its own: also when its budget stops it)
   dev=$([ "$rehearsal" = 1 ] && echo cpu || echo cuda) steps=$([ "$rehearsal" = 1 ] && echo 3 || echo 20)
   printf '%s\n' "apiVersion: moe/v1" "kind: TrainingJob" "metadata: {name: hf-logits}" "spec:" \
     "  model: {preset: tiny}" "  parallelism: {world_size: 1, expert_parallel: 1}" \
     "  data: {source: synthetic, seq_length: 64, micro_batch_size: 4, global_batch_size: 4}" \
     "  training: {steps: $steps, seed: 7, log_interval: 100}" "  resources: {device: $dev}" >"$tmp/job.yaml"
-  "$bin/moe-train" --config "$tmp/job.yaml" --nproc 1 --checkpoint-dir "$tmp/ck" >"$tmp/train.log" 2>&1 &&
-    "$bin/moe-export" --checkpoint "$tmp/ck" --output "$tmp/hf" --dtype fp32 --no-tokenizer &&
+  "$bin/moe-train" --config "$tmp/job.yaml" --nproc 1 --checkpoint-dir "$tmp/ck" >"$tmp/train.log" 2>&1 ||
+    { tail -5 "$tmp/train.log"; return 1; }
+  "$bin/moe-export" --checkpoint "$tmp/ck" --output "$tmp/hf" --dtype fp32 --no-tokenizer &&
     "$py" bench/hf_logits.py --hf "$tmp/hf" --make-tokens "$tmp/tokens.npy" &&
     "$bin/moe-eval" --hf "$tmp/hf" --tokens "$tmp/tokens.npy" --dump-logits "$tmp/ours.npy" --device cpu --precision fp32 &&
     "$py" bench/hf_logits.py --hf "$tmp/hf" --tokens "$tmp/tokens.npy" --ours "$tmp/ours.npy" \
       $([ "$rehearsal" = 1 ] && echo --rehearsal)
-  rc=$?
-  [ $rc = 0 ] || tail -5 "$tmp/train.log"
-  rm -rf "$tmp"
-  return $rc
 }
 export -f hf_logits
 export rehearsal
