@@ -128,6 +128,10 @@ StatusOr<moe::v1::ListJobsResponse> ListAllJobs(Client& c, const Args& a) {
   // Checked here too, so that a typo is named as the flag the user typed; the controller filters.
   MOE_RETURN_IF_ERROR(LabelSelector::Parse(a.selector, "--selector").status());
   req.set_label_selector(a.selector);
+  // The tables and names need the basic view (the controller's default); the object forms (json,
+  // yaml, jsonpath=, custom-columns=) print or pick any field, so they get the jobs whole.
+  if (a.output != "table" && a.output != "wide" && a.output != "name")
+    req.set_view(moe::v1::JOB_VIEW_FULL);
   moe::v1::ListJobsResponse all;
   do {
     moe::v1::ListJobsResponse page;

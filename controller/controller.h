@@ -56,6 +56,10 @@
 
 namespace moe::controller {
 
+// `from` in ListJobs' JOB_VIEW_BASIC into `to` (empty): every field but the spec's body, which
+// keeps its api_version, kind, metadata and parallelism (job_admin.cc).
+void CopyBasicView(const moe::v1::Job& from, moe::v1::Job* to);
+
 class Controller {
  public:
   // Uses the lease, heartbeat, reconnect-grace and checkpoint-root settings of `config`.
@@ -75,7 +79,8 @@ class Controller {
   StatusOr<moe::v1::Job> Get(const std::string& id, bool with_events) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<moe::v1::Job> List(const std::vector<moe::v1::JobState>& states)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // One page of jobs, oldest first, filtered by state and id prefix (job_admin.cc).
+  // One page of jobs, oldest first, filtered by state and id prefix, each in the request's view
+  // (job_admin.cc).
   StatusOr<moe::v1::ListJobsResponse> ListPage(const moe::v1::ListJobsRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
   // A rank's output from the worker that runs or ran it: `done` is called once, with the slice, or

@@ -36,6 +36,42 @@ StatusOr<std::pair<double, std::string>> ParsePageToken(const std::string& token
 
 }  // namespace
 
+void CopyBasicView(const moe::v1::Job& from, moe::v1::Job* to) {
+  if (from.has_spec()) {  // each part as present as in `from`
+    const moe::v1::TrainingJob& spec = from.spec();
+    moe::v1::TrainingJob* basic = to->mutable_spec();
+    if (spec.has_api_version()) basic->set_api_version(spec.api_version());
+    if (spec.has_kind()) basic->set_kind(spec.kind());
+    if (spec.has_metadata()) *basic->mutable_metadata() = spec.metadata();
+    if (spec.has_spec()) {
+      moe::v1::JobSpec* body = basic->mutable_spec();
+      if (spec.spec().has_parallelism()) *body->mutable_parallelism() = spec.spec().parallelism();
+    }
+  }
+  to->set_id(from.id());
+  to->set_state(from.state());
+  to->set_message(from.message());
+  to->set_created_at(from.created_at());
+  to->set_updated_at(from.updated_at());
+  to->set_attempt(from.attempt());
+  to->set_restarts(from.restarts());
+  *to->mutable_placement() = from.placement();
+  if (from.has_last_metrics()) *to->mutable_last_metrics() = from.last_metrics();
+  *to->mutable_events() = from.events();
+  to->set_request_id(from.request_id());
+  if (from.has_last_eval()) *to->mutable_last_eval() = from.last_eval();
+  to->set_planned_step_seconds(from.planned_step_seconds());
+  to->set_plan_basis(from.plan_basis());
+  to->set_waiting_reason(from.waiting_reason());
+  to->set_checkpoint_step(from.checkpoint_step());
+  if (from.has_summary()) *to->mutable_summary() = from.summary();
+  to->set_owner(from.owner());
+  if (from.has_goodput()) *to->mutable_goodput() = from.goodput();
+  if (from.has_checkpoint_advice()) *to->mutable_checkpoint_advice() = from.checkpoint_advice();
+  to->set_checkpoint_time(from.checkpoint_time());
+  to->set_stop_state(from.stop_state());
+}
+
 StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobsRequest& req) {
   if (req.page_size() < 0 || req.page_size() > kMaxPageSize) {
     return InvalidArgumentError("page_size: 0 (the default, " + std::to_string(kDefaultPageSize) +
@@ -47,6 +83,12 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
   }
   MOE_ASSIGN_OR_RETURN(const LabelSelector selector,
                        LabelSelector::Parse(req.label_selector(), "label_selector"));
+  if (!moe::v1::JobView_IsValid(req.view())) {
+    return InvalidArgumentError(
+        "view: " + std::to_string(req.view()) +
+        " is not a JobView (JOB_VIEW_BASIC, the default, or JOB_VIEW_FULL)");
+  }
+  const bool full = req.view() == moe::v1::JOB_VIEW_FULL;
   const size_t limit =
       req.page_size() == 0 ? kDefaultPageSize : static_cast<size_t>(req.page_size());
   moe::v1::ListJobsResponse out;
@@ -67,16 +109,24 @@ StatusOr<moe::v1::ListJobsResponse> Controller::ListPage(const moe::v1::ListJobs
         });
     size_t bytes = 0;
     for (const JobEntry* e : match) {
-      const size_t size = e->job.ByteSizeLong();
-      if (static_cast<size_t>(out.jobs_size()) >= limit ||
-          (out.jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
+      if (static_cast<size_t>(out.jobs_size()) >= limit) {
+        out.set_next_page_token(PageToken(out.jobs(out.jobs_size() - 1)));
+        break;
+      }
+      moe::v1::Job* j = out.add_jobs();
+      if (full) {
+        *j = e->job;
+      } else {
+        CopyBasicView(e->job, j);
+      }
+      if (IsQueued(j->state()) && !e->attempt) j->set_waiting_reason(e->waiting_reason);
+      const size_t size = j->ByteSizeLong();  // the copy's: a basic one is a quarter of the job
+      if (out.jobs_size() > 1 && bytes + size > kMaxPageBytes) {
+        out.mutable_jobs()->RemoveLast();
         out.set_next_page_token(PageToken(out.jobs(out.jobs_size() - 1)));
         break;
       }
       bytes += size;
-      moe::v1::Job* j = out.add_jobs();
-      *j = e->job;
-      if (IsQueued(j->state()) && !e->attempt) j->set_waiting_reason(e->waiting_reason);
     }
   }
   const double now = clock_.Now();

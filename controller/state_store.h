@@ -71,6 +71,9 @@ class StateStore {
   }
 };
 
+class StmtCache;        // state_store.cc
+class WalCheckpointer;  // state_store.cc
+
 class SqliteStateStore final : public StateStore {
  public:
   // Opens (creating) <dir>/controller.db.
@@ -94,12 +97,14 @@ class SqliteStateStore final : public StateStore {
 
  private:
   static constexpr int64_t kApplicationId = 0x4d6f4543;  // "MoEC": PRAGMA application_id
-  explicit SqliteStateStore(void* db) : db_(db) {}
+  explicit SqliteStateStore(void* db);
   // `body` in a transaction of its own, or in the batch's when one is open.
   Status Transaction(const std::function<Status()>& body);
   Status CheckIntegrity(const std::string& path);
   Status CheckOurs(const std::string& path);
   Status Exec(const std::string& sql);
+  Status Step(const char* sql);  // one statement of no rows, from the writer's cache
+  Status StartCheckpointer(const std::string& path);
   // The test hook for a full disk where tests cannot mount a small file system: when the file named
   // by $MOE_TEST_STORE_FULL_IF exists, every write fails as SQLite's SQLITE_FULL would.
   static Status CheckWritable();
@@ -108,6 +113,8 @@ class SqliteStateStore final : public StateStore {
   // last committed state while a commit is under way, so a read never waits for the writer's fsync.
   void* reader_ = nullptr;
   std::mutex reader_mu_;
+  std::unique_ptr<StmtCache> writes_, reads_;  // each connection's prepared statements
+  std::unique_ptr<WalCheckpointer> checkpointer_;
   bool in_batch_ = false;  // a Batch is open on db_
 };
 

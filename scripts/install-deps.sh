@@ -15,6 +15,7 @@ build_pkgs=(cmake ninja-build ccache pkg-config g++ make python3
   libopenblas-openmp-dev libgrpc++-dev libssl-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libsqlite3-dev libgloo-dev libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev fortunes pmccabe clang-format
+  libgoogle-perftools-dev  # tcmalloc, the controller's allocator (controller/CMakeLists.txt)
   python3-pip)  # pip download: the cuDNN frontend's and CUTLASS's headers (scripts/fetch-gpu-headers.sh)
 fuzz_pkgs=(clang libclang-rt-14-dev)  # make fuzz: libFuzzer is clang's
 test_pkgs=(sqlite3 prometheus slurm-wlm munge curl openssl python3-torch python3-numpy

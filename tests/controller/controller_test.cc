@@ -339,6 +339,120 @@ TEST_F(ControllerTest, ListJobsPagesWithFiltersAndDeleteRemovesFinishedJobs) {
   EXPECT_TRUE(store_.LoadEvents(ids[0])->empty()) << "its events went with it";
 }
 
+// ListJobs brings the basic view unless the full one is asked for: the spec's metadata and
+// parallelism (what moectl's table shows), not the rest of the expanded spec.
+TEST_F(ControllerTest, ListJobsBringsTheBasicViewUnlessTheFullOneIsAsked) {
+  AddWorker("w0", "r0", "n0");
+  ASSERT_TRUE(controller_->SetDrained("w0", true).ok());
+  JobSpec spec = Spec("viewed", 1, 1);
+  spec.labels["team"] = "research";
+  const moe::v1::Job job = Submit(spec);
+  const moe::v1::Job stored = *controller_->Get(job.id(), false);
+  ASSERT_TRUE(stored.spec().spec().has_model());
+  moe::v1::ListJobsRequest req;
+  for (const auto view : {moe::v1::JOB_VIEW_UNSPECIFIED, moe::v1::JOB_VIEW_BASIC}) {
+    req.set_view(view);
+    const auto page = controller_->ListPage(req);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_EQ(page->jobs_size(), 1);
+    const moe::v1::Job& j = page->jobs(0);
+    EXPECT_EQ(j.spec().metadata().name(), "viewed");
+    EXPECT_EQ(j.spec().metadata().labels().at("team"), "research");
+    EXPECT_EQ(j.spec().api_version(), stored.spec().api_version());
+    EXPECT_EQ(j.spec().spec().parallelism().world_size(), 1);
+    EXPECT_FALSE(j.spec().spec().has_model()) << "the basic view has no model";
+    EXPECT_FALSE(j.spec().spec().has_data());
+    EXPECT_FALSE(j.spec().spec().has_training());
+    EXPECT_EQ(j.state(), stored.state());
+    EXPECT_FALSE(j.waiting_reason().empty()) << "a queued job says why, as in the full view";
+    EXPECT_LT(j.ByteSizeLong(), stored.ByteSizeLong() / 2)
+        << "a basic job is a fraction of a full one";
+  }
+  req.set_view(moe::v1::JOB_VIEW_FULL);
+  const auto full = controller_->ListPage(req);
+  ASSERT_TRUE(full.ok()) << full.status();
+  ASSERT_EQ(full->jobs_size(), 1);
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equals(full->jobs(0).spec(), stored.spec()))
+      << "the full view carries the expanded spec whole";
+  req.set_view(static_cast<moe::v1::JobView>(7));
+  const auto bad = controller_->ListPage(req);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("view"), std::string::npos) << bad.status();
+}
+
+// Every field of a Job, present (scalars non-zero, messages with a field set, one element of each
+// repeated one): the basic view copies each but the spec, so that a field added to Job later and
+// not to CopyBasicView fails here.
+TEST(CopyBasicViewTest, CopiesEveryFieldButTheSpecsBody) {
+  namespace pb = google::protobuf;
+  moe::v1::Job from;
+  const pb::Descriptor* d = from.GetDescriptor();
+  const pb::Reflection* r = from.GetReflection();
+  const auto fill_scalar = [](pb::Message* m, const pb::FieldDescriptor* f) {
+    const pb::Reflection* mr = m->GetReflection();
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_INT32:
+        mr->SetInt32(m, f, 3);
+        return true;
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+        mr->SetInt64(m, f, 4);
+        return true;
+      case pb::FieldDescriptor::CPPTYPE_UINT32:
+        mr->SetUInt32(m, f, 5);
+        return true;
+      case pb::FieldDescriptor::CPPTYPE_UINT64:
+        mr->SetUInt64(m, f, 6);
+        return true;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+        mr->SetDouble(m, f, 7.5);
+        return true;
+      case pb::FieldDescriptor::CPPTYPE_FLOAT:
+        mr->SetFloat(m, f, 8.5f);
+        return true;
+      case pb::FieldDescriptor::CPPTYPE_BOOL:
+        mr->SetBool(m, f, true);
+        return true;
+      case pb::FieldDescriptor::CPPTYPE_STRING:
+        mr->SetString(m, f, "x");
+        return true;
+      case pb::FieldDescriptor::CPPTYPE_ENUM:
+        mr->SetEnumValue(m, f, 1);
+        return true;
+      default:
+        return false;
+    }
+  };
+  const auto fill_message = [&](pb::Message* m) {
+    for (int i = 0; i < m->GetDescriptor()->field_count(); ++i) {
+      const pb::FieldDescriptor* f = m->GetDescriptor()->field(i);
+      if (!f->is_repeated() && fill_scalar(m, f)) return;
+    }
+  };
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    if (f->is_repeated()) {
+      ASSERT_EQ(f->cpp_type(), pb::FieldDescriptor::CPPTYPE_MESSAGE) << f->name();
+      fill_message(r->AddMessage(&from, f));
+    } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      fill_message(r->MutableMessage(&from, f));
+    } else {
+      ASSERT_TRUE(fill_scalar(&from, f)) << f->name();
+    }
+  }
+  from.mutable_spec()->mutable_spec()->mutable_parallelism()->set_world_size(8);
+  from.mutable_spec()->mutable_spec()->mutable_model()->set_preset("tiny");
+  from.mutable_spec()->mutable_metadata()->set_name("n");
+  moe::v1::Job basic;
+  CopyBasicView(from, &basic);
+  moe::v1::Job want = from;
+  want.mutable_spec()->mutable_spec()->clear_model();
+  std::string diff;
+  pb::util::MessageDifferencer differ;
+  differ.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(differ.Compare(want, basic)) << diff;
+}
+
 TEST_F(ControllerTest, FinishedJobsGoAfterTheRetention) {
   AddWorker("w0", "r0", "n0");
   ASSERT_TRUE(controller_->SetDrained("w0", true).ok());

@@ -84,8 +84,9 @@ PY
 [ "$("$M" get job "$id" -o 'jsonpath={.placement[?(@.rank==0)].rank}')" = 0 ] || fail "jsonpath with a filter"
 "$M" get jobs -o 'jsonpath={range .jobs[*]}{.id}{"\t"}{.state}{"\n"}{end}' | grep -qx "$id2	RUNNING" ||
   fail "jsonpath range: $("$M" get jobs -o 'jsonpath={range .jobs[*]}{.id}{"\t"}{.state}{"\n"}{end}' 2>&1)"
-"$M" get jobs -o custom-columns=ID:.id,STATE:.state,NAME:.spec.metadata.name >"$WORK/cols.txt" || fail "custom-columns"
-head -1 "$WORK/cols.txt" | grep -q "^ID  *STATE  *NAME$" && grep -q "^$id  *RUNNING  *grammar-probe$" "$WORK/cols.txt" ||
+# The object forms list the jobs whole (ListJobs' full view): a column from the spec's body is there.
+"$M" get jobs -o custom-columns=ID:.id,STATE:.state,NAME:.spec.metadata.name,SEQ:.spec.spec.data.seq_length >"$WORK/cols.txt" || fail "custom-columns"
+head -1 "$WORK/cols.txt" | grep -q "^ID  *STATE  *NAME  *SEQ$" && grep -q "^$id  *RUNNING  *grammar-probe  *64$" "$WORK/cols.txt" ||
   fail "custom-columns: $(cat "$WORK/cols.txt")"
 rc=0; out=$("$M" get jobs -o custom-columns=ID 2>&1) || rc=$?
 [ $rc = 6 ] && grep -q "is not NAME:PATH" <<<"$out" || fail "a bad custom-columns: rc $rc, $out"
