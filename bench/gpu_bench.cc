@@ -22,6 +22,8 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/cuda_device.h"
@@ -39,6 +41,23 @@
 #include "worker/engine/train/trainer.h"
 
 namespace {
+
+// Rows per expert proportional to 1 / (e + 1), at least one each, summing to `total`; the
+// rounding's remainder to expert 0 (bench/grouped_gemm_torch.py's skewed_counts is the same split).
+std::vector<int64_t> SkewedCounts(int64_t experts, int64_t total) {
+  double harmonic = 0;
+  for (int64_t e = 0; e < experts; ++e) harmonic += 1.0 / static_cast<double>(e + 1);
+  std::vector<int64_t> counts;
+  int64_t sum = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    counts.push_back(std::max<int64_t>(
+        1,
+        static_cast<int64_t>(static_cast<double>(total) / static_cast<double>(e + 1) / harmonic)));
+    sum += counts.back();
+  }
+  counts[0] += total - sum;
+  return counts;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -238,16 +257,23 @@ int main(int argc, char** argv) {
   }
 
   // 1b. The experts' grouped GEMM (w13's shape, forward) at 128, 512 and 4,096 rows per expert, 32
-  // experts: a cuBLAS call per expert against one grouped call, each against the dense rate above.
-  for (const int64_t per : {int64_t{128}, int64_t{512}, int64_t{4096}}) {
-    const int64_t r = rehearse ? per / 32 : per, total = r * experts;
+  // experts, and at a skewed split of 512 on average (SkewedCounts: a learned router's imbalance):
+  // a cuBLAS call per expert against one grouped call, each against the dense rate above.
+  // bench/grouped_gemm_torch.py is PyTorch's side of the same rows.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> splits;
+  for (const int64_t per : {int64_t{128}, int64_t{512}, int64_t{4096}})
+    splits.emplace_back(std::to_string(per),
+                        std::vector<int64_t>(experts, rehearse ? per / 32 : per));
+  splits.emplace_back("skewed", SkewedCounts(experts, (rehearse ? 16 : 512) * experts));
+  for (const auto& [label, counts] : splits) {
+    std::vector<int64_t> offsets = {0};
+    for (const int64_t c : counts) offsets.push_back(offsets.back() + c);
+    const int64_t total = offsets.back();
     moe::Tensor x = moe::Tensor::Empty({total, h}, moe::DType::kBF16, dev);
     moe::Tensor w = moe::Tensor::Empty({experts, 2 * f, h}, moe::DType::kBF16, dev);
     moe::Tensor y = moe::Tensor::Empty({total, 2 * f}, moe::DType::kBF16, dev);
     moe::kernels::FillUniform(x, 7);
     moe::kernels::FillUniform(w, 8);
-    std::vector<int64_t> offsets;
-    for (int64_t e = 0; e <= experts; ++e) offsets.push_back(e * r);
     const double flop =
         2.0 * static_cast<double>(total) * static_cast<double>(2 * f) * static_cast<double>(h);
     double rate[2] = {0, 0};
@@ -259,10 +285,14 @@ int main(int argc, char** argv) {
       rate[m] = flop / MedianSeconds(5, [&] { moe::kernels::GroupedGemm(x, w, offsets, y); });
     }
     moe::kernels::SetGroupedGemmMode(moe::kernels::GroupedGemmMode::kAuto);
-    std::printf("RESULT grouped_gemm_%lld_rows_loop_tflops %.1f  (of dense %.3f)\n",
-                static_cast<long long>(per), rate[0] / 1e12, rate[0] / dense);
-    std::printf("RESULT grouped_gemm_%lld_rows_grouped_tflops %.1f  (of dense %.3f; %s)\n",
-                static_cast<long long>(per), rate[1] / 1e12, rate[1] / dense,
+    const auto [least, most] = std::minmax_element(counts.begin(), counts.end());
+    std::printf(
+        "RESULT grouped_gemm_%s_rows_loop_tflops %.1f  (of dense %.3f; %lld rows, %lld-%lld an "
+        "expert)\n",
+        label.c_str(), rate[0] / 1e12, rate[0] / dense, static_cast<long long>(total),
+        static_cast<long long>(*least), static_cast<long long>(*most));
+    std::printf("RESULT grouped_gemm_%s_rows_grouped_tflops %.1f  (of dense %.3f; %s)\n",
+                label.c_str(), rate[1] / 1e12, rate[1] / dense,
                 moe::kernels::CublasHasGroupedGemm() ? "cublasGemmGroupedBatchedEx"
                                                      : "no grouped entry point: the loop twice");
   }

@@ -4,10 +4,12 @@
 #   0. the environment: card, SM clock before and after, driver, CUDA, cuBLAS, cuDNN, NCCL and
 #      PyTorch versions, the machine's uptime;
 #   1. the engine's components and ceilings (moe-bench-gpu): the dense bf16 GEMM at 8192^3 and at
-#      the experts' shape on random data, the grouped GEMM at 128, 512 and 4,096 rows per expert,
+#      the experts' shape on random data, the grouped GEMM at 128, 512 and 4,096 rows per expert
+#      and a skewed split,
 #      FP8 at the experts' shape, the MoE layer at DeepSeek-V3 sizes, attention at S = 4096;
 #   2. PyTorch's ceilings (bench/ceilings_torch.py): bf16 and FP8 GEMM at 8192^3, device copy
-#      bandwidth;
+#      bandwidth; PyTorch's grouped GEMM at the engine's splits (bench/grouped_gemm_torch.py: a
+#      torch.mm loop and torch._grouped_mm);
 #   3. the DeepSeek-V3-width slice's training step (moe-bench-slice): bf16 with force-balanced
 #      routing, bf16 with the learned router, FP8 with force-balanced routing; each the median of its
 #      timed steps on the device, Megatron-counted TFLOP/s, MFU against the rate measured in step 1
@@ -117,9 +119,11 @@ done
 if [ $rehearsal = 1 ]; then
   step "engine: ceilings and components (rehearsal: toy sizes on the CPU)" 240 "$bin/moe-bench-gpu" --rehearse-cpu --small-steps 0
   step "PyTorch: ceilings (rehearsal: toy sizes on the CPU)" 60 "$py" bench/ceilings_torch.py --rehearse-cpu
+  step "PyTorch: the grouped GEMM (rehearsal: toy sizes on the CPU)" 60 "$py" bench/grouped_gemm_torch.py --rehearse-cpu
 else
   step "engine: ceilings and components" 150 "$bin/moe-bench-gpu" --small-steps 0
   step "PyTorch: ceilings" 60 "$py" bench/ceilings_torch.py
+  step "PyTorch: the grouped GEMM" 60 "$py" bench/grouped_gemm_torch.py
 fi
 measured=$(get gemm_bf16_8192_tflops | cut -d' ' -f1)
 
@@ -207,9 +211,11 @@ table() {
   done
   row "moe layer bf16 fwd+bwd: engine; PyTorch" "$(get moe_layer_tflops); $(get torch_moe_layer_tflops) TFLOP/s (the engine over its dense rate: $(get moe_layer_of_dense))"
   row "moe layer fp8 fwd+bwd: engine (PyTorch's FP8 layer: not built yet)" "$(get moe_layer_fp8_tflops)"
-  for per in 128 512 4096; do
-    row "grouped gemm, $per rows/expert: per expert; grouped" \
-        "$(get grouped_gemm_${per}_rows_loop_tflops | cut -d' ' -f1); $(get grouped_gemm_${per}_rows_grouped_tflops | cut -d' ' -f1) TFLOP/s"
+  for per in 128 512 4096 skewed; do
+    row "grouped gemm, $per rows/expert, TFLOP/s: engine loop; grouped" \
+        "$(get grouped_gemm_${per}_rows_loop_tflops | cut -d' ' -f1); $(get grouped_gemm_${per}_rows_grouped_tflops | cut -d' ' -f1)"
+    row "grouped gemm, $per rows/expert, TFLOP/s: torch.mm loop; _grouped_mm" \
+        "$(get torch_grouped_gemm_${per}_rows_loop_tflops | cut -d' ' -f1); $(get torch_grouped_gemm_${per}_rows_grouped_mm_tflops)"
   done
   row "transformers logits vs moe-eval, relative error (goal 1e-4)" "$(get transformers_logits_rel_err)"
   echo "== total $((SECONDS - start)) s of a budget of $budget s; perf.log and results.json in $out"
