@@ -5,7 +5,7 @@ PyTorch, the two ways a PyTorch user would write it.
 Same sizes as the engine's rows (bench/gpu_bench.cc, "1b"): 32 experts, x [rows, 7168] bf16 against
 each expert's w13 [4096, 7168] bf16 (y = x_e w13_e^T), at 128, 512 and 4,096 rows per expert and at a
 skewed split of 512 a expert on average (expert e's share of the rows proportional to 1 / (e + 1),
-what a learned router's imbalance looks like: 4,037 rows for the first expert, 126 for the last):
+what a learned router's imbalance looks like: 4,051 rows for the first expert, 126 for the last):
   - a loop of torch.mm, one call per expert, writing into its rows of one output;
   - torch._grouped_mm over the [E, 7168, 4096] weights with the experts' end offsets (one kernel),
     where this PyTorch has it (2.8 and later, on Hopper).
@@ -77,7 +77,8 @@ def main() -> int:
             s = torch_device.median_call(torch, lambda: torch._grouped_mm(x, w_t, offs=offs), args.iters, cuda)
             print(f"RESULT torch_grouped_gemm_{label}_rows_grouped_mm_tflops {flop / s / 1e12:.1f}")
         except Exception as e:  # an older card or build: the row says why
-            print(f"RESULT torch_grouped_gemm_{label}_rows_grouped_mm_tflops failed: {str(e).splitlines()[0][:100]}")
+            why = (str(e).splitlines() or [type(e).__name__])[0][:100]
+            print(f"RESULT torch_grouped_gemm_{label}_rows_grouped_mm_tflops failed: {why}")
     return 0
 
 

@@ -12,7 +12,7 @@ own, as real agents): fewer handshakes and keepalives on both sides, the same pe
 Phase 1 (jobs): a controller, the fake nodes holding --workers devices, --clients concurrent gRPC
 clients (threads of moe-bench-submit, in C++, on one channel; Python threads with --python-clients,
 whose interpreter puts a floor of 12 to 25 ms under every call here) submitting --jobs jobs between them (each submit followed by a GetJob, every tenth by a
-ListJobs page) while --watchers WatchJob streams stay open (each re-opens on another live job when
+ListJobs page of 100 in its default view, JOB_VIEW_BASIC since 2026-12-07) while --watchers WatchJob streams stay open (each re-opens on another live job when
 its job ends). Reports p50/p99 latency of SubmitJob, GetJob and ListJobs, the controller's CPU
 (cores) and peak memory, and checks that every job reached SUCCEEDED and that the controller's SQLite
 file (read with Python's sqlite3, the real SQLite) agrees with the API, job by job.

@@ -4,7 +4,8 @@
 //
 // --clients threads share one channel; each submits its share of --jobs jobs made from --template
 // (a serialized moe.v1.TrainingJob: the seed job as the controller expanded it), each submit
-// followed by a GetJob of the new job, every tenth by a ListJobs page of 100 and a ListQueues
+// followed by a GetJob of the new job, every tenth by a ListJobs page of 100 (the default view,
+// JOB_VIEW_BASIC since 2026-12-07, what moectl's table asks for) and a ListQueues
 // (answered from memory: the floor, what a call costs with nothing to do); client k lists after
 // its submits i with (i + k) % 10 == 0, so the clients, which run in step, do not all list at the
 // same moment (they did: 20 pages of 100 jobs at once set ListJobs' p99). A job's world size is

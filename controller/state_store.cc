@@ -117,8 +117,8 @@ class StmtCache {
 class WalCheckpointer {
  public:
   WalCheckpointer(sqlite3* writer, sqlite3* own) : writer_(writer), db_(own) {
+    thread_ = std::thread([this] { Run(); });  // first: the hook must never outlive a failed start
     sqlite3_wal_hook(writer_, &WalCheckpointer::OnCommit, this);  // replaces the automatic one
-    thread_ = std::thread([this] { Run(); });
   }
   ~WalCheckpointer() {
     sqlite3_wal_hook(writer_, nullptr, nullptr);
@@ -284,7 +284,10 @@ Status SqliteStateStore::StartCheckpointer(const std::string& path) {
   sqlite3_busy_timeout(own, 5000);
   // A connection knows the database is in WAL mode once it has read it: until then a checkpoint
   // on it does nothing (its log and checkpointed counts come back -1).
-  if (sqlite3_exec(own, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr) != SQLITE_OK) {
+  // And its checkpoints sync the database file as the writer's commits do (FULL, said, not
+  // assumed).
+  if (sqlite3_exec(own, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL", nullptr, nullptr,
+                   nullptr) != SQLITE_OK) {
     const Status st = SqliteError(own, "the checkpoints' connection");
     sqlite3_close(own);
     return st;

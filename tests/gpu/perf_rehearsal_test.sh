@@ -22,7 +22,8 @@ two_files "$work/full"
 for row in 'slice step bf16_forced: ms' 'slice step bf16_learned: ms' 'slice step fp8_forced: ms' \
            'slice step pytorch: ms' '| phase:attention fwd (bf16 forced)' '| phase:experts bwd (bf16 forced)' \
            'launches per step' 'host syncs per step' 'attention MLA' 'moe layer bf16' 'moe layer fp8' \
-           'grouped gemm, 128 rows' 'transformers logits' 'ceiling: bf16 GEMM 8192^3'; do
+           'grouped gemm, 128 rows' 'grouped gemm, skewed rows/expert, TFLOP/s: engine loop' \
+           'grouped gemm, skewed rows/expert, TFLOP/s: torch.mm loop' 'transformers logits' 'ceiling: bf16 GEMM 8192^3'; do
   grep -qF -- "$row" "$work/full.txt" || fail "the table has no '$row' row: $(grep '^|' "$work/full.txt" | head -60)"
 done
 # Every engine slice step ran (the rehearsal's toy sizes on the CPU), and the phase rows add up.
@@ -41,6 +42,10 @@ assert abs(sum(phases) - step) <= 0.25 * step, (sum(phases), step)
 print(f"{len(phases)} phases sum to {sum(phases):.2f} ms; the median step {step:.2f} ms")
 PY
 grep -q '^RESULT torch_slice_step_ms [0-9]' "$work/full/perf.log" || fail "the PyTorch slice did not run"
+# The grouped GEMM's skewed split on both sides: the engine's and PyTorch's loop (its rows say the split).
+grep -qE '^RESULT grouped_gemm_skewed_rows_grouped_tflops [0-9]' "$work/full/perf.log" || fail "no skewed grouped GEMM row"
+grep -qE '^RESULT torch_grouped_gemm_skewed_rows_loop_tflops [0-9.]+  \(512 rows over 32 experts, 3-138 each\)' \
+  "$work/full/perf.log" || fail "PyTorch's grouped GEMM did not run the skewed split: $(grep torch_grouped "$work/full/perf.log")"
 grep -q '^RESULT slice_bf16_forced_launches_per_step unavailable (not counted on the CPU: CUPTI' "$work/full/perf.log" ||
   fail "the traced step's row does not say why the CPU has no launch count"
 grep -q '^RESULT moe_layer_fp8_tflops [0-9]' "$work/full/perf.log" || fail "the FP8 MoE layer did not run"
