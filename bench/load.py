@@ -13,7 +13,8 @@ Phase 1 (jobs): a controller, the fake nodes holding --workers devices, --client
 clients (threads of moe-bench-submit, in C++, on one channel; Python threads with --python-clients,
 whose interpreter puts a floor of 12 to 25 ms under every call here) submitting --jobs jobs between them (each submit followed by a GetJob, every tenth by a
 ListJobs page of 100 in its default view, JOB_VIEW_BASIC since 2026-12-07) while --watchers WatchJob streams stay open (each re-opens on another live job when
-its job ends). Reports p50/p99 latency of SubmitJob, GetJob and ListJobs, the controller's CPU
+its job ends; threads of moe-bench-submit too, Python threads with --python-clients; they were Python threads until 2026-12-07,
+whose interpreter shared the clients' core with the calls being timed). Reports p50/p99 latency of SubmitJob, GetJob and ListJobs, the controller's CPU
 (cores) and peak memory, and checks that every job reached SUCCEEDED and that the controller's SQLite
 file (read with Python's sqlite3, the real SQLite) agrees with the API, job by job.
 
@@ -51,6 +52,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -266,6 +268,8 @@ class Load:
         self.done = threading.Event()
         self.watch_streams = 0
         self.max_watch_streams = 0
+        self.watch_updates = 0
+        self.ended = set()  # jobs a watcher saw end (not watched again)
         self.floor = []  # ListQueues: the clients' and gRPC's own time
 
     def call(self, method, req, resp):
@@ -305,7 +309,8 @@ class Load:
         p, rng = self.s.p, random.Random(1000 + k)
         while not self.done.is_set():
             with self.mu:
-                target = rng.choice(self.ids) if self.ids else None
+                live = [i for i in self.ids if i not in self.ended]
+                target = rng.choice(live) if live else None
             if target is None:
                 time.sleep(0.05)
                 continue
@@ -318,6 +323,9 @@ class Load:
                 for _ in call(p.js.WatchJobRequest(id=target), timeout=600):
                     if self.done.is_set():
                         break
+                else:  # the stream closed with the job's final snapshot: it ended
+                    with self.mu:
+                        self.ended.add(target)
             except Exception:  # noqa: BLE001: a watch of a job that ended is fine
                 pass
             with self.mu:
@@ -345,27 +353,44 @@ def final_states(stack, ids):
 
 
 def native_clients(st, args, work, template, load):
-    """The submitting clients as moe-bench-submit (C++ threads on one channel): the ids it prints as
-    each submit is acknowledged go to the watchers; its latencies replace load.lat. Returns its wall
-    time from its first call to its last."""
+    """The submitting clients and the watchers as moe-bench-submit (C++ threads on one channel): the
+    ids it prints as each submit is acknowledged go to load.ids; its latencies replace load.lat.
+    Returns its wall time from its first call to its last, and the process, whose watchers stay open
+    until its stdin is closed (end_native)."""
     tmpl, out = os.path.join(work, "template.bin"), os.path.join(work, "submit.json")
     open(tmpl, "wb").write(template.SerializeToString())
     cmd = [f"{args.bin}/moe-bench-submit", "--controller", st.addr, "--template", tmpl, "--out", out,
-           "--clients", str(args.clients), "--jobs", str(args.jobs)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+           "--clients", str(args.clients), "--jobs", str(args.jobs), "--watchers", str(args.watchers)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    st.procs.append(proc)  # stopped with the stack if this phase fails
     for line in proc.stdout:
         if line.startswith("id "):
             with load.mu:
                 load.ids.append(line.split()[1])
-    if proc.wait() != 0:
-        raise SystemExit(f"load: moe-bench-submit exited {proc.returncode}")
+        elif line.strip() == "done":
+            break
+    else:
+        raise SystemExit(f"load: moe-bench-submit ended before its clients were done (exit {proc.wait()})")
     r = json.load(open(out))
     with load.mu:
         for m in ("SubmitJob", "GetJob", "ListJobs"):
             load.lat[m] = r["lat"].get(m, [])
         load.floor = r["lat"].get("ListQueues", [])
         load.errors.extend(r["errors"])
-    return r["wall"]
+    return r["wall"], proc
+
+
+def end_native(proc, load):
+    """Closes moe-bench-submit's watchers (its stdin), waits for it and reads what they received."""
+    if proc is None:
+        return
+    proc.stdin.close()
+    for line in proc.stdout:
+        m = re.match(r"watched (\d+) streams at most, (\d+) updates", line)
+        if m:
+            load.max_watch_streams, load.watch_updates = int(m.group(1)), int(m.group(2))
+    if proc.wait(timeout=60) != 0:
+        raise SystemExit(f"load: moe-bench-submit exited {proc.returncode}")
 
 
 def stored_state(p, record):
@@ -394,9 +419,10 @@ def run_jobs(st, args, work):
           f"{args.devices_per_node}) registered in {reg:.1f} s")
     seed_id, template = template_job(st, args)
     load = Load(st, args, template)
-    watchers = [threading.Thread(target=load.watcher, args=(k,), daemon=True) for k in range(args.watchers)]
-    for t in watchers:
-        t.start()
+    native = None
+    if args.python_clients:
+        for k in range(args.watchers):
+            threading.Thread(target=load.watcher, args=(k,), daemon=True).start()
     c0, t0, h0 = ticks(st.ctl.pid), time.time(), st.rpc_buckets()
     if args.python_clients:
         per = args.jobs // args.clients
@@ -407,7 +433,7 @@ def run_jobs(st, args, work):
             t.join()
         submit_wall = time.time() - t0
     else:
-        submit_wall = native_clients(st, args, work, template, load)
+        submit_wall, native = native_clients(st, args, work, template, load)
     submit_cpu = ticks(st.ctl.pid) - c0  # the controller's, over the submits alone
     h1 = st.rpc_buckets()
     ids = list(load.ids) + [seed_id]
@@ -419,6 +445,7 @@ def run_jobs(st, args, work):
         time.sleep(1)
     wall, cpu = time.time() - t0, ticks(st.ctl.pid) - c0
     load.done.set()
+    end_native(native, load)
     rss = peak_rss_mb(st.ctl.pid)
     st.stop()
     RESULTS["submit_per_second"] = len(load.ids) / submit_wall
@@ -428,7 +455,8 @@ def run_jobs(st, args, work):
     print(f"load: the clients' own floor (ListQueues, answered from memory) p50 {pct(load.floor, 0.5):.1f} ms, "
           f"p99 {pct(load.floor, 0.99):.1f} ms: the rest of each latency is the controller's")
     print(f"load: {len(load.ids)} jobs submitted by {args.clients} clients in {submit_wall:.1f} s; all final after {wall:.1f} s; "
-          f"{load.max_watch_streams} watch streams open at most")
+          f"{load.max_watch_streams} watch streams open at most"
+          + (f", {load.watch_updates} updates received" if not args.python_clients else ""))
     for m, xs in load.lat.items():
         print(f"load: {m:10s} n={len(xs):5d}  p50 {pct(xs, 0.5):7.1f} ms  p99 {pct(xs, 0.99):7.1f} ms  max {pct(xs, 1.0):7.1f} ms"
               " (end to end, from the clients)")

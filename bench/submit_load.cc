@@ -11,14 +11,25 @@
 // same moment (they did: 20 pages of 100 jobs at once set ListJobs' p99). A job's world size is
 // drawn from {1, 1, 2, 4, 8} per client (seeded by its index); the global batch follows it.
 //
-// stdout: "id <job id>" as each submit is acknowledged (bench/load.py's watchers pick from them),
-// then "done". --out: JSON {wall, ids, errors, lat: {SubmitJob: [s...], GetJob, ListJobs,
-// ListQueues}}, each latency in seconds, end to end from this client.
+// --watchers threads each hold a WatchJob stream open on a job picked at random from those
+// acknowledged and not seen to end, reading every update, and open another when it ends (as a
+// dashboard or `moectl get -w` would); they were Python threads of bench/load.py until 2026-12-07,
+// which put their interpreter on the clients' core beside the calls being timed. They start before
+// the first submit and stay open after the last, until stdin closes (bench/load.py closes it when
+// every job is final), so the controller streams steps to them for the whole phase.
+//
+// stdout: "id <job id>" as each submit is acknowledged, "done" once --out is written, and with
+// --watchers, "watched <n> streams at most, <m> updates" once stdin closed. --out:
+// JSON {wall, ids, errors, watch_streams_max, watch_updates (both as of "done"), lat: {SubmitJob:
+// [s...], GetJob, ListJobs, ListQueues}, at: {the same methods: [s...]}}: each latency in seconds,
+// end to end from this client, and when that call started (seconds after the clients started).
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -36,7 +47,15 @@ namespace {
 struct Shared {
   std::mutex mu;
   std::map<std::string, std::vector<double>> lat;
+  std::map<std::string, std::vector<double>> at;  // each call's start, from the first submit
+  double start = 0;
   std::vector<std::string> ids, errors;
+  // The watchers': the jobs not seen to end yet, their open streams' contexts (so that Stop can
+  // cancel them), counts.
+  std::vector<std::string> live;
+  std::vector<grpc::ClientContext*> watching;
+  bool stopped = false;
+  int64_t watch_streams_max = 0, watch_updates = 0;
 };
 
 double Now() {
@@ -54,6 +73,7 @@ bool Timed(Shared& s, const std::string& method, const std::string& what, Call c
   const double dt = Now() - t0;
   std::lock_guard<std::mutex> lock(s.mu);
   s.lat[method].push_back(dt);
+  s.at[method].push_back(t0 - s.start);
   if (!st.ok())
     s.errors.push_back(what + ": " + std::to_string(st.error_code()) + " " + st.error_message());
   return st.ok();
@@ -82,6 +102,7 @@ void Client(moe::v1::JobService::Stub& stub, const moe::v1::TrainingJob& tmpl, i
     {
       std::lock_guard<std::mutex> lock(s.mu);
       s.ids.push_back(created.id());
+      s.live.push_back(created.id());
       std::printf("id %s\n", created.id().c_str());
       std::fflush(stdout);
     }
@@ -102,6 +123,57 @@ void Client(moe::v1::JobService::Stub& stub, const moe::v1::TrainingJob& tmpl, i
   }
 }
 
+// The next job to watch (a random acknowledged one not seen to end), its stream's context
+// registered; "" once Stop was called.
+std::string NextWatch(Shared& s, std::mt19937& rng, grpc::ClientContext* ctx) {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (s.stopped) return "";
+      if (!s.live.empty()) {
+        s.watching.push_back(ctx);
+        s.watch_streams_max =
+            std::max<int64_t>(s.watch_streams_max, static_cast<int64_t>(s.watching.size()));
+        return s.live[rng() % s.live.size()];
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void Watcher(moe::v1::JobService::Stub& stub, int k, Shared& s) {
+  std::mt19937 rng(static_cast<unsigned>(1000 + k));
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(30));
+    moe::v1::WatchJobRequest req;
+    req.set_id(NextWatch(s, rng, &ctx));
+    if (req.id().empty()) return;
+    auto reader = stub.WatchJob(&ctx, req);
+    moe::v1::WatchJobResponse update;
+    int64_t n = 0;
+    while (reader->Read(&update)) ++n;
+    // OK: the job ended (its stream closes with the final snapshot), not to be watched again.
+    // Cancelled by Stop: fine. One that failed at once (the controller gone) waits a little before
+    // the next, not to spin.
+    const bool ended = reader->Finish().ok();
+    if (!ended && n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.watch_updates += n;
+    s.watching.erase(std::find(s.watching.begin(), s.watching.end(), &ctx));
+    if (auto it = std::find(s.live.begin(), s.live.end(), req.id()); ended && it != s.live.end()) {
+      *it = std::move(s.live.back());
+      s.live.pop_back();
+    }
+  }
+}
+
+void StopWatchers(Shared& s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.stopped = true;
+  for (grpc::ClientContext* ctx : s.watching) ctx->TryCancel();
+}
+
 std::string Quoted(const std::string& v) {
   std::string out = "\"";
   for (char c : v) {
@@ -119,9 +191,18 @@ std::string ToJson(const Shared& s, double wall) {
   for (size_t i = 0; i < s.ids.size(); ++i) o << (i ? ", " : "") << Quoted(s.ids[i]);
   o << "], \"errors\": [";
   for (size_t i = 0; i < s.errors.size(); ++i) o << (i ? ", " : "") << Quoted(s.errors[i]);
-  o << "], \"lat\": {";
+  o << "], \"watch_streams_max\": " << s.watch_streams_max
+    << ", \"watch_updates\": " << s.watch_updates << ", \"lat\": {";
   bool first = true;
   for (const auto& [method, xs] : s.lat) {
+    o << (first ? "" : ", ") << Quoted(method) << ": [";
+    for (size_t i = 0; i < xs.size(); ++i) o << (i ? ", " : "") << xs[i];
+    o << "]";
+    first = false;
+  }
+  o << "}, \"at\": {";
+  first = true;
+  for (const auto& [method, xs] : s.at) {
     o << (first ? "" : ", ") << Quoted(method) << ": [";
     for (size_t i = 0; i < xs.size(); ++i) o << (i ? ", " : "") << xs[i];
     o << "]";
@@ -135,13 +216,15 @@ std::string ToJson(const Shared& s, double wall) {
 
 int main(int argc, char** argv) {
   std::string controller, tmpl_path, out_path;
-  int64_t clients = 20, jobs = 1000;
+  int64_t clients = 20, jobs = 1000, watchers = 0;
   moe::ArgParser args("moe-bench-submit", "bench/load.py's submitting clients, in C++");
   args.AddString("controller", &controller, "the controller's host:port");
   args.AddString("template", &tmpl_path, "a serialized moe.v1.TrainingJob to submit copies of");
   args.AddString("out", &out_path, "where the latencies go (JSON)");
   args.AddInt("clients", &clients, "concurrent clients (threads on one channel)");
   args.AddInt("jobs", &jobs, "jobs in all, split between the clients");
+  args.AddInt("watchers", &watchers,
+              "WatchJob streams held open (on random acknowledged jobs) until stdin closes");
   args.Require("controller");
   args.Require("template");
   args.Require("out");
@@ -149,8 +232,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n%s", st.ok() ? "" : st.ToString().c_str(), args.Usage().c_str());
     return st.ok() ? 0 : 2;
   }
-  if (clients < 1 || jobs < clients) {
-    std::fprintf(stderr, "moe-bench-submit: --clients must be >= 1 and --jobs >= --clients\n");
+  if (clients < 1 || jobs < clients || watchers < 0) {
+    std::fprintf(
+        stderr, "moe-bench-submit: --clients must be >= 1, --jobs >= --clients, --watchers >= 0\n");
     return 2;
   }
   moe::v1::TrainingJob tmpl;
@@ -166,7 +250,11 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateCustomChannel(controller, grpc::InsecureChannelCredentials(), ch_args);
   auto stub = moe::v1::JobService::NewStub(channel);
   Shared shared;
+  std::vector<std::thread> watching;
+  for (int64_t k = 0; k < watchers; ++k)
+    watching.emplace_back(Watcher, std::ref(*stub), static_cast<int>(k), std::ref(shared));
   const double t0 = Now();
+  shared.start = t0;
   std::vector<std::thread> threads;
   for (int64_t k = 0; k < clients; ++k) {
     threads.emplace_back(Client, std::ref(*stub), std::cref(tmpl), static_cast<int>(k),
@@ -174,8 +262,24 @@ int main(int argc, char** argv) {
   }
   for (auto& t : threads) t.join();
   const double wall = Now() - t0;
-  std::ofstream out(out_path);
-  out << ToJson(shared, wall);
+  bool written;
+  {
+    std::ofstream out(out_path);
+    std::lock_guard<std::mutex> lock(shared.mu);
+    out << ToJson(shared, wall);
+    written = static_cast<bool>(out);
+  }
   std::printf("done\n");
-  return out ? 0 : 1;
+  std::fflush(stdout);
+  if (watchers > 0) {
+    std::string line;
+    while (std::getline(std::cin, line)) {
+    }
+    StopWatchers(shared);
+    for (auto& t : watching) t.join();
+    std::printf("watched %lld streams at most, %lld updates\n",
+                static_cast<long long>(shared.watch_streams_max),
+                static_cast<long long>(shared.watch_updates));
+  }
+  return written ? 0 : 1;
 }

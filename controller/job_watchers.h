@@ -25,20 +25,19 @@ class JobWatchers final : public JobListener {
   // ended: the final snapshot was sent too and nothing more follows).
   int64_t Watch(const moe::v1::Job& job, const std::vector<moe::v1::JobEvent>& past, WatchFn fn);
   void Unwatch(int64_t subscription);
-  size_t size() const { return watchers_.size(); }
+  size_t size() const { return job_of_.size(); }
 
   void OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobState from) override;
   void OnJobEventRecorded(const moe::v1::Job& job, const moe::v1::JobEvent& event) override;
   void OnJobMetrics(const moe::v1::Job& job, const moe::v1::StepMetrics& metrics) override;
 
  private:
-  void Send(const std::string& job_id, const moe::v1::WatchJobResponse& r);
+  // The job's watchers, by subscription; nullptr when it has none (no message is built then: a
+  // step report of a job nobody watches costs a lookup).
+  std::map<int64_t, WatchFn>* Of(const std::string& job_id);
 
-  struct Watcher {
-    std::string job_id;
-    WatchFn fn;
-  };
-  std::map<int64_t, Watcher> watchers_;
+  std::map<std::string, std::map<int64_t, WatchFn>> by_job_;
+  std::map<int64_t, std::string> job_of_;  // subscription -> job id
   int64_t next_ = 1;
 };
 

@@ -418,6 +418,36 @@ TEST_F(JobManagerTest, WatchingAnEndedJobSendsEverythingAtOnceAndUnwatchStopsASt
   EXPECT_EQ(calls, 1);
 }
 
+// Watchers are kept by job: each job's reach its own streams alone, two streams of one job each get
+// every message, and one unwatched leaves the other (and the count) right.
+TEST_F(JobManagerTest, WatchersOfOneJobEachGetItsMessagesAndNoOtherJobs) {
+  JobEntry* a = NewJob("a");
+  JobEntry* b = NewJob("b");
+  int a1 = 0, a2 = 0, b1 = 0;
+  const int64_t s1 = watchers_.Watch(a->job, {}, [&](const auto&) { ++a1; });
+  watchers_.Watch(a->job, {}, [&](const auto&) { ++a2; });
+  watchers_.Watch(b->job, {}, [&](const auto&) { ++b1; });
+  EXPECT_EQ(watchers_.size(), 3u);
+  moe::v1::StepMetrics m;
+  m.set_step(1);
+  ASSERT_TRUE(jobs_.PublishMetrics(*a, m).ok());
+  ASSERT_TRUE(jobs_.Event(*a, "Note", "").ok());
+  EXPECT_EQ(a1, 3);  // snapshot, metrics, event
+  EXPECT_EQ(a2, 3);
+  EXPECT_EQ(b1, 1) << "job a's messages are not job b's stream's";
+  watchers_.Unwatch(s1);
+  watchers_.Unwatch(s1);  // twice: nothing more
+  EXPECT_EQ(watchers_.size(), 2u);
+  ASSERT_TRUE(jobs_.PublishMetrics(*a, m).ok());
+  EXPECT_EQ(a1, 3);
+  EXPECT_EQ(a2, 4);
+  ASSERT_TRUE(jobs_.Transition(*a, moe::v1::CANCELLED, "Cancelled", "").ok());
+  EXPECT_EQ(a2, 6);  // the event, then the final snapshot
+  EXPECT_EQ(watchers_.size(), 1u) << "job a's streams ended with it; job b's stays";
+  ASSERT_TRUE(jobs_.PublishMetrics(*b, m).ok());
+  EXPECT_EQ(b1, 2);
+}
+
 // The memory a rank needs, as placement compares it with a worker's: never negative, never wrapped.
 TEST(RankMemory, BytesSaturateInsteadOfWrapping) {
   EXPECT_EQ(SaturatingBytes(0), 0);
