@@ -166,13 +166,15 @@ Status MessageFromNode(const Node& node, Message* m, const std::string& path) {
 }
 
 StatusOr<JobSpec> SpecFromProto(const moe::v1::TrainingJob& job) {
-  return ParseJobSpec(MessageToNode(job));
+  JobSpec spec;
+  MOE_RETURN_IF_ERROR(ReadSpecProto(job, &spec));
+  MOE_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  return spec;
 }
 
 moe::v1::TrainingJob SpecToProto(const JobSpec& spec) {
   moe::v1::TrainingJob out;
-  const Status st = MessageFromNode(JobSpecToNode(spec), &out);
-  MOE_CHECK(st.ok()) << "the job spec's schema and moe.v1.TrainingJob disagree: " << st.message();
+  WriteSpecProto(spec, &out);
   return out;
 }
 

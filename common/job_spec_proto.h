@@ -19,12 +19,21 @@
 namespace moe {
 
 // Semantic validation with field paths; the result is the spec with every default filled in.
+// ReadSpecProto, then ValidateJobSpec.
 StatusOr<JobSpec> SpecFromProto(const moe::v1::TrainingJob& job);
-// Every field written out (what the controller stores and hands to workers), built from the
-// engine's form by reflection (no JSON text). It cannot fail on a valid spec: its document has the
-// schema's fields, and job_spec_schema_test keeps those and the proto's equal (a mismatch is a bug
-// and stops the process).
+// Every field written out (what the controller stores and hands to workers): WriteSpecProto.
 moe::v1::TrainingJob SpecToProto(const JobSpec& spec);
+
+// The fields `job` has set, read over *out (which starts as the defaults) field by field, as the
+// table's reader reads the same message as a document
+// (SchemaOf<JobSpec>().Read(MessageToNode(job)): presets applied after their field, the spec
+// section required, non-finite numbers refused, the same paths and words in its errors) without the
+// document between: generated from job_spec.proto with the structs (job_spec_proto.gen.cc). No
+// semantic checks (ValidateJobSpec).
+Status ReadSpecProto(const moe::v1::TrainingJob& job, JobSpec* out);
+// Every field of `spec` into *out (an absent optional left out), as MessageFromNode(JobSpecToNode
+// (spec)) would write it. job_spec_proto_test holds both to the tree's on random messages.
+void WriteSpecProto(const JobSpec& spec, moe::v1::TrainingJob* out);
 // A YAML or JSON document to the proto: read as moe-train reads it (the schema reader: field paths,
 // "did you mean"), then parsed by protobuf (unknown fields rejected).
 StatusOr<moe::v1::TrainingJob> TrainingJobFromText(const std::string& text);

@@ -11,6 +11,13 @@ Writes into DIR:
                           common/job_spec_methods.inc
   job_spec_tables.gen.cc  each struct's field table (common/schema.h): key, member, checks, in the
                           same order (the order documents are read and written in)
+  job_spec_proto.gen.cc   the structs to and from moe.v1.TrainingJob directly, field by field
+                          (common/job_spec_proto.h's WriteSpecProto and ReadSpecProto: what the
+                          controller does on every submit, without a document tree between); the
+                          reader does what the table's reader does with a document (the same field
+                          order, presets applied after their field, sections required, non-finite
+                          numbers refused, the same paths in its errors); job_spec_proto_test
+                          compares both ways with the tree's on random messages
 
 It reads the .proto itself (python3 alone, no protoc: the core builds where only a compiler, CMake,
 Python and the CUDA toolkit are, as on the GPU machine), in the one layout job_spec.proto keeps: a
@@ -295,6 +302,128 @@ def rows(model, message, indent):
     return out
 
 
+def proto_type(message):
+    return f'moe::v1::{message.name}'
+
+
+def field_kind(model, where, f):
+    """One of: map, repeated_message, repeated_scalar, section, message, scalar."""
+    if f.type_name == MAP:
+        return 'map'
+    is_message = f.type_name in model.messages
+    if f.label == 'repeated':
+        return 'repeated_message' if is_message else 'repeated_scalar'
+    if f.spec.section:
+        return 'section'
+    if is_message:
+        return 'message'
+    if f.label != 'optional':
+        raise SpecError(f'{where}: a scalar field must be optional (its presence is what the '
+                        f'document had)')
+    return 'scalar'
+
+
+def write_lines(model, message):
+    """The body of WriteFields(const S& s, moe::v1::<message>* m)."""
+    out = []
+    for f in message.fields:
+        kind, n = field_kind(model, f'{message.name}.{f.name}', f), f.name
+        if kind == 'map':
+            out.append(f'  for (const auto& [k, v] : s.{n}) (*m->mutable_{n}())[k] = v;')
+        elif kind == 'repeated_scalar':
+            out.append(f'  for (const auto& x : s.{n}) m->add_{n}(x);')
+        elif kind == 'repeated_message':
+            out.append(f'  for (const auto& x : s.{n}) WriteFields(x, m->add_{n}());')
+        elif kind == 'section':
+            out.append(f'  WriteFields(s, m->mutable_{n}());')
+        elif kind == 'message':
+            if f.spec.presence:
+                out.append(f'  if (s.{n}) WriteFields(*s.{n}, m->mutable_{n}());')
+            else:
+                out.append(f'  WriteFields(s.{n}, m->mutable_{n}());')
+        elif f.spec.presence:
+            out.append(f'  if (s.{n}) m->set_{n}(*s.{n});')
+        else:
+            out.append(f'  m->set_{n}(s.{n});')
+    return out
+
+
+def read_field(model, message, f):
+    """The lines of ReadFields that read field `f` of moe::v1::<message> into the struct `s`."""
+    kind, n = field_kind(model, f'{message.name}.{f.name}', f), f.name
+    key = cpp_string(f.spec.key or f.name)
+    at = f'Join(path, {key})'
+    if kind == 'map':
+        return [f'  if (!m.{n}().empty()) s->{n} = {{m.{n}().begin(), m.{n}().end()}};']
+    if kind == 'repeated_scalar':
+        if f.type_name == 'double':
+            return [f'  for (int i = 0; i < m.{n}_size(); ++i)',
+                    f'    MOE_RETURN_IF_ERROR(Finite(m.{n}(i), Index({at}, i)));',
+                    f'  if (m.{n}_size() > 0) s->{n}.assign(m.{n}().begin(), m.{n}().end());']
+        return [f'  if (m.{n}_size() > 0) s->{n}.assign(m.{n}().begin(), m.{n}().end());']
+    if kind == 'repeated_message':
+        return [f'  if (m.{n}_size() > 0) {{',
+                f'    decltype(s->{n}) v(static_cast<size_t>(m.{n}_size()));',
+                f'    for (int i = 0; i < m.{n}_size(); ++i)',
+                f'      MOE_RETURN_IF_ERROR(ReadFields(m.{n}(i), Index({at}, i), &v[static_cast<size_t>(i)]));',
+                f'    s->{n} = std::move(v);', '  }']
+    if kind == 'section':
+        out = [f'  if (m.has_{n}()) {{', f'    MOE_RETURN_IF_ERROR(ReadFields(m.{n}(), {at}, s));']
+        if f.spec.required:
+            out += ['  } else {', f'    return Missing({at}, {cpp_string(f.spec.required)});']
+        return out + ['  }']
+    if kind == 'message':
+        target = f'&s->{n}'
+        out = [f'  if (m.has_{n}()) {{']
+        if f.spec.presence:
+            out.append(f'    if (!s->{n}) s->{n}.emplace();  // read over what a preset set, as the table does')
+            target = f'&*s->{n}'
+        out.append(f'    MOE_RETURN_IF_ERROR(ReadFields(m.{n}(), {at}, {target}));')
+    else:
+        value = f'm.{n}()'
+        out = [f'  if (m.has_{n}()) {{']
+        if f.type_name == 'double':
+            out.append(f'    MOE_RETURN_IF_ERROR(Finite({value}, {at}));')
+        out.append(f'    s->{n} = {value};')
+    if f.spec.after_read:
+        out.append(f'    if (Status st = {f.spec.after_read}(s); !st.ok()) return st.WithPrefix({at}.str());')
+    if f.spec.required:
+        out += ['  } else {', f'    return Missing({at}, {cpp_string(f.spec.required)});']
+    return out + ['  }']
+
+
+def direct(model):
+    """job_spec_proto.gen.cc: WriteFields/ReadFields per message, and the two entry points."""
+    out = ['// Generated from moe/v1/job_spec.proto by proto/gen_job_spec.py: edit those, not this.',
+           '// The job spec\'s structs to and from moe.v1.TrainingJob, field by field.',
+           '#include "common/job_spec_checks.h"', '#include "common/job_spec_proto.h"',
+           '#include "common/job_spec_proto_direct.h"', '',
+           'namespace moe {', 'namespace {', '', 'using namespace job_spec_proto_direct;', '',
+           '// clang-format off']
+    sig = []
+    for m in model.messages.values():
+        struct = model.struct_name(model.messages['TrainingJob']) if m.name in model.sections \
+            else model.struct_name(m)
+        sig.append((m, struct))
+        out.append(f'void WriteFields(const {struct}& s, {proto_type(m)}* m);')
+        out.append(f'Status ReadFields(const {proto_type(m)}& m, const Path& path, {struct}* s);')
+    for m, struct in sig:
+        body = write_lines(model, m)
+        out += ['', f'void WriteFields(const {struct}& s, {proto_type(m)}* m) {{']
+        out += body if body else ['  (void)s;', '  (void)m;']
+        out += ['}', '', f'Status ReadFields(const {proto_type(m)}& m, const Path& path, {struct}* s) {{']
+        for f in m.fields:
+            out += read_field(model, m, f)
+        out += ['  return OkStatus();', '}']
+    root = model.messages['TrainingJob']
+    out += ['// clang-format on', '', '}  // namespace', '',
+            f'void WriteSpecProto(const {model.struct_name(root)}& spec, moe::v1::TrainingJob* out) {{',
+            '  WriteFields(spec, out);', '}', '',
+            f'Status ReadSpecProto(const moe::v1::TrainingJob& job, {model.struct_name(root)}* out) {{',
+            '  return ReadFields(job, Path{}, out);', '}', '', '}  // namespace moe', '']
+    return '\n'.join(out)
+
+
 def write_if_changed(path, text):
     """Unchanged output keeps its time stamp: nothing that includes it rebuilds."""
     if os.path.exists(path):
@@ -313,13 +442,14 @@ def main():
     a = ap.parse_args()
     try:
         model = Model(parse(a.proto))
-        h, cc = header(model), table(model)
+        h, cc, proto_cc = header(model), table(model), direct(model)
     except SpecError as e:
         print(f'gen_job_spec.py: moe/v1/job_spec.proto: {e}', file=sys.stderr)
         return 1
     os.makedirs(a.out_dir, exist_ok=True)
     write_if_changed(os.path.join(a.out_dir, 'job_spec_structs.gen.h'), h)
     write_if_changed(os.path.join(a.out_dir, 'job_spec_tables.gen.cc'), cc)
+    write_if_changed(os.path.join(a.out_dir, 'job_spec_proto.gen.cc'), proto_cc)
     return 0
 
 
