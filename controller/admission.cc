@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -232,7 +233,7 @@ std::string Clash(const std::string& want, const JobSpec& spec, const std::strin
 }  // namespace
 
 Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs,
-                              const std::string& checkpoint_root, int64_t* inherited) {
+                              const std::string& resolved_root, int64_t* inherited) {
   int64_t ignored = 0;
   if (inherited == nullptr) inherited = &ignored;
   *inherited = 0;
@@ -243,15 +244,41 @@ Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, Job
     return FailedPreconditionError("spec.checkpoint.dir: " + spec.checkpoint.dir + " (" + want +
                                    ") " + why);
   };
-  if (spec.checkpoint.dir[0] == '/' && !checkpoint_root.empty() &&
-      Within(Resolved(checkpoint_root), want))
-    return refuse("is the controller's checkpoint root or holds it (" + checkpoint_root +
+  if (spec.checkpoint.dir[0] == '/' && !resolved_root.empty() && Within(resolved_root, want))
+    return refuse("is the controller's checkpoint root or holds it (" + resolved_root +
                   "): every job's default directory is beneath it; name a directory of its own");
   for (JobEntry* e : jobs.CheckpointNeighbours(want)) {
     if (e->spec.checkpoint.dir.empty()) continue;
     if (std::string why = Clash(want, spec, owner, e, inherited); !why.empty()) return refuse(why);
   }
   return OkStatus();
+}
+
+CheckpointKeys::CheckpointKeys(const std::string& root)
+    : root_(root.empty() ? "" : NormalizeAbsolute(root, "/")) {}
+
+std::string CheckpointKeys::ResolvedRoot() {
+  if (root_.empty()) return "";
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (!have_ || now - resolved_at_ > std::chrono::seconds(1)) {
+    resolved_ = ResolvedCheckpointDir(root_);
+    resolved_at_ = now;
+    have_ = true;
+  }
+  return resolved_;
+}
+
+std::string CheckpointKeys::Key(const std::string& dir) {
+  const std::string path = NormalizeAbsolute(dir, "/");
+  if (root_.empty() || root_ == "/" || path.size() <= root_.size() + 1 ||
+      path.compare(0, root_.size(), root_) != 0 || path[root_.size()] != '/' ||
+      path.find('/', root_.size() + 1) != std::string::npos)
+    return ResolvedCheckpointDir(dir);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 || errno != ENOENT) return ResolvedCheckpointDir(dir);
+  const std::string root = ResolvedRoot();
+  return (root == "/" ? "" : root) + path.substr(root_.size());
 }
 
 }  // namespace moe::controller

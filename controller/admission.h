@@ -4,6 +4,7 @@
 // calls them under its mutex.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -70,7 +71,31 @@ Status CheckDatasetVisible(const JobSpec& spec, const DataRootsView& roots);
 // the path exists on this machine (a shared file system the controller mounts). JobManager's
 // checkpoint key.
 std::string ResolvedCheckpointDir(const std::string& dir);
+// `resolved_root`: the controller's checkpoint root as ResolvedCheckpointDir gives it ("" for
+// none).
 Status CheckCheckpointDirFree(const JobSpec& spec, const std::string& owner, JobManager& jobs,
-                              const std::string& checkpoint_root, int64_t* inherited = nullptr);
+                              const std::string& resolved_root, int64_t* inherited = nullptr);
+
+// JobManager's checkpoint key with the controller's checkpoint root resolved at most once a second:
+// every submit asks for the root and for the key of a directory beneath it (a new job's default
+// one, `root/<id>`), and each resolution is a walk of lstat(2) and readlink(2) along the path (6 %
+// of the controller's CPU in a burst of submits). Key(dir) is ResolvedCheckpointDir(dir), except
+// for a directory one name beneath the root that does not exist: the cached root and that name (one
+// lstat), which is what ResolvedCheckpointDir gives while the root resolves as cached. A symbolic
+// link along the root changed under a running controller reaches the keys within a second.
+// Thread-safe.
+class CheckpointKeys {
+ public:
+  explicit CheckpointKeys(const std::string& root);  // "": no root (every key resolved afresh)
+  std::string ResolvedRoot();                        // "" without a root
+  std::string Key(const std::string& dir);
+
+ private:
+  std::mutex mu_;
+  std::string root_;  // ".." resolved, absolute
+  std::string resolved_;
+  std::chrono::steady_clock::time_point resolved_at_;
+  bool have_ = false;
+};
 
 }  // namespace moe::controller

@@ -121,6 +121,7 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
       clock_(clock),
       metrics_(metrics),
       config_(config),
+      checkpoint_keys_(config.checkpoint_root),
       jobs_(committer_, clock, &committer_),
       workers_(clock, config.lease_seconds),
       leases_(workers_.leases()),
@@ -137,7 +138,7 @@ Controller::Controller(StateStore& store, Clock& clock, MetricsAggregator& metri
   metrics_.SetWaitSlos(slos);
   jobs_.AddListener(&metrics_);
   jobs_.AddListener(&watchers_);
-  jobs_.SetCheckpointKey(ResolvedCheckpointDir);
+  jobs_.SetCheckpointKey([this](const std::string& dir) { return checkpoint_keys_.Key(dir); });
 }
 
 Status Controller::Recover() {
@@ -234,7 +235,7 @@ StatusOr<moe::v1::Job> Controller::Admit(JobSpec spec, const std::string& reques
   if (default_dir) spec.checkpoint.dir = JoinPath(config_.checkpoint_root, id);
   int64_t inherited = 0;  // a resubmission's predecessor's newest checkpoint, in its directory
   MOE_RETURN_IF_ERROR(
-      CheckCheckpointDirFree(spec, actor, jobs_, config_.checkpoint_root, &inherited));
+      CheckCheckpointDirFree(spec, actor, jobs_, checkpoint_keys_.ResolvedRoot(), &inherited));
   if (Status st = CheckPathsAllowed(spec, workers_); !st.ok()) {
     if (!default_dir) return st;
     return FailedPreconditionError(

@@ -247,6 +247,7 @@ class Controller {
   Clock& clock_;
   MetricsAggregator& metrics_;  // used under mu_ (it is not thread-safe)
   const ControllerConfig config_;
+  CheckpointKeys checkpoint_keys_;  // its own lock: jobs_'s checkpoint key
   JobManager jobs_ ABSL_GUARDED_BY(mu_);
   JobWatchers watchers_ ABSL_GUARDED_BY(mu_);
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);

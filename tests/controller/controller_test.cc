@@ -216,6 +216,23 @@ TEST_F(ControllerTest, CheckpointDirectoriesDoNotNest) {
   EXPECT_TRUE(controller_->Submit(SpecToProto(relative)).ok());
 }
 
+// A job may not checkpoint to the controller's root, nor to a directory that holds it: every job's
+// default directory lies beneath it.
+TEST_F(ControllerTest, TheCheckpointRootAndItsParentsAreNoJobsDirectory) {
+  config_.checkpoint_root = "/srv/moe/checkpoints/";
+  Make();
+  for (const std::string dir : {"/srv/moe/checkpoints", "/srv/moe", "/srv/moe/./checkpoints/"}) {
+    JobSpec spec = Spec("at-root", 1, 1);
+    spec.checkpoint.dir = dir;
+    auto refused = controller_->Submit(SpecToProto(spec));
+    ASSERT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << dir;
+    EXPECT_NE(refused.status().message().find(
+                  "is the controller's checkpoint root or holds it (/srv/moe/checkpoints)"),
+              std::string::npos)
+        << refused.status();
+  }
+}
+
 // Defaults that work together: a worker on default checkpoint roots is offered the controller's
 // root, which counts for it on the controller's own host at once and elsewhere once the worker
 // reports it mounted; until then a job that names no directory is refused, naming the way out.

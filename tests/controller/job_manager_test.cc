@@ -4,10 +4,15 @@
 #include "controller/job_manager.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <set>
+#include <thread>
 
 #include "common/job_spec_proto.h"
 #include "controller/admission.h"
@@ -446,6 +451,33 @@ TEST_F(JobManagerTest, WatchersOfOneJobEachGetItsMessagesAndNoOtherJobs) {
   EXPECT_EQ(watchers_.size(), 1u) << "job a's streams ended with it; job b's stays";
   ASSERT_TRUE(jobs_.PublishMetrics(*b, m).ok());
   EXPECT_EQ(b1, 2);
+}
+
+// The checkpoint keys with the root cached give what ResolvedCheckpointDir gives, symbolic links
+// included, and see the root's link changed within a second.
+TEST(CheckpointKeys, AsResolvedCheckpointDirWithTheRootCached) {
+  char tmpl[] = "/tmp/ckeys-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string tmp = tmpl, real = tmp + "/real", other = tmp + "/other", link = tmp + "/link";
+  ASSERT_EQ(::mkdir(real.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(other.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  CheckpointKeys keys(link + "/");
+  EXPECT_EQ(keys.ResolvedRoot(), real);
+  EXPECT_EQ(keys.Key(link + "/job-1"), real + "/job-1") << "a new job's default directory";
+  ASSERT_EQ(::symlink(other.c_str(), (real + "/job-2").c_str()), 0);
+  EXPECT_EQ(keys.Key(link + "/job-2"), other) << "one that exists is resolved through its link";
+  for (const std::string& d : {link + "/a/b", link + "/../link/job-3", std::string("rel/x"),
+                               std::string("/"), tmp, link, link + "/job-1/"})
+    EXPECT_EQ(keys.Key(d), ResolvedCheckpointDir(d)) << d;
+  EXPECT_EQ(CheckpointKeys("").ResolvedRoot(), "");
+  EXPECT_EQ(CheckpointKeys("").Key(link + "/job-4"), real + "/job-4");
+  ASSERT_EQ(::unlink(link.c_str()), 0);
+  ASSERT_EQ(::symlink(other.c_str(), link.c_str()), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_EQ(keys.Key(link + "/job-5"), other + "/job-5") << "the root resolved again";
+  EXPECT_EQ(keys.ResolvedRoot(), other);
+  std::filesystem::remove_all(tmp);
 }
 
 // The memory a rank needs, as placement compares it with a worker's: never negative, never wrapped.
