@@ -185,6 +185,15 @@ class Stack:
                 out.setdefault(method, []).append((float("inf") if le == "+Inf" else float(le), float(value)))
         return {m: sorted(b) for m, b in out.items()}
 
+    def store_counts(self):
+        """(writes, batches): moe_store_writes_total and moe_store_batches_total from /metrics."""
+        got = {}
+        for line in self.scrape().splitlines():
+            for name in ("moe_store_writes_total", "moe_store_batches_total"):
+                if line.startswith(name + " "):
+                    got[name] = float(line.rsplit(" ", 1)[1])
+        return got.get("moe_store_writes_total", 0.0), got.get("moe_store_batches_total", 0.0)
+
     def heartbeats(self):
         """moe_heartbeats_total by transport from /metrics: {"udp": n, "stream": n}."""
         text = self.scrape()
@@ -423,7 +432,7 @@ def run_jobs(st, args, work):
     if args.python_clients:
         for k in range(args.watchers):
             threading.Thread(target=load.watcher, args=(k,), daemon=True).start()
-    c0, t0, h0 = ticks(st.ctl.pid), time.time(), st.rpc_buckets()
+    c0, t0, h0, s0 = ticks(st.ctl.pid), time.time(), st.rpc_buckets(), st.store_counts()
     if args.python_clients:
         per = args.jobs // args.clients
         clients = [threading.Thread(target=load.client, args=(k, per)) for k in range(args.clients)]
@@ -435,7 +444,7 @@ def run_jobs(st, args, work):
     else:
         submit_wall, native = native_clients(st, args, work, template, load)
     submit_cpu = ticks(st.ctl.pid) - c0  # the controller's, over the submits alone
-    h1 = st.rpc_buckets()
+    h1, s1 = st.rpc_buckets(), st.store_counts()
     ids = list(load.ids) + [seed_id]
     while True:
         states = final_states(st, ids)
@@ -452,6 +461,9 @@ def run_jobs(st, args, work):
     RESULTS["submit_p99_ms"] = pct(load.lat["SubmitJob"], 0.99)
     RESULTS["get_p99_ms"] = pct(load.lat["GetJob"], 0.99)
     RESULTS["list_p99_ms"] = pct(load.lat["ListJobs"], 0.99)
+    writes, batches = s1[0] - s0[0], s1[1] - s0[1]
+    print(f"load: over the submits the store committed {writes:.0f} writes in {batches:.0f} batches "
+          f"({writes / max(batches, 1):.1f} a batch, each one transaction and one fsync)")
     print(f"load: the clients' own floor (ListQueues, answered from memory) p50 {pct(load.floor, 0.5):.1f} ms, "
           f"p99 {pct(load.floor, 0.99):.1f} ms: the rest of each latency is the controller's")
     print(f"load: {len(load.ids)} jobs submitted by {args.clients} clients in {submit_wall:.1f} s; all final after {wall:.1f} s; "

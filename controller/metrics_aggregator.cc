@@ -138,7 +138,8 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
                         "Seconds rank 0 spent in forward and backward, all-to-all excluded");
   imbalance_ = AddGauge(r, "moe_job_expert_load_imbalance_ratio",
                         "Tokens on the busiest expert / mean tokens per expert, by MoE layer");
-  state_ = AddGauge(r, "moe_job_state", "1 for the job's current state, 0 for the others");
+  state_ = AddGauge(r, "moe_job_state",
+                    "1 for the job's current state, 0 for each state it was in before");
   restarts_ = AddCounter(r, "moe_job_restarts_total", "Restarts after failures");
   RegisterRankSeries(r);
   straggler_gauge_ = AddGauge(r, "moe_job_straggler", "1 while the rank is flagged as a straggler");
@@ -571,14 +572,15 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
 
 void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState state) {
   JobSeries& s = Series(job_id);
-  if (s.state_gauges.empty()) {
-    s.state_gauges.assign(moe::v1::TIMEOUT + 1, nullptr);
-    for (int v = moe::v1::PENDING; v <= moe::v1::TIMEOUT; ++v) {
-      if (v == moe::v1::INVALID) continue;  // never stored, not a series
-      s.state_gauges[static_cast<size_t>(v)] =
-          &state_->Add({{"job_id", job_id},
-                        {"state", moe::v1::JobState_Name(static_cast<moe::v1::JobState>(v))}});
-    }
+  // A series for each state the job has been in, made as it enters it: 1 for the current one, 0
+  // for those it left. Not one for each of the ten at submit: a registration costs a hash of its
+  // labels under the family's lock, and nine of ten were for states most jobs never enter.
+  if (s.state_gauges.empty()) s.state_gauges.assign(moe::v1::TIMEOUT + 1, nullptr);
+  const auto at = static_cast<size_t>(state);
+  if (at < s.state_gauges.size() && state != moe::v1::INVALID && s.state_gauges[at] == nullptr &&
+      state >= moe::v1::PENDING) {
+    s.state_gauges[at] =
+        &state_->Add({{"job_id", job_id}, {"state", moe::v1::JobState_Name(state)}});
   }
   for (size_t v = 0; v < s.state_gauges.size(); ++v) {
     if (s.state_gauges[v] != nullptr) s.state_gauges[v]->Set(static_cast<int>(v) == state ? 1 : 0);
