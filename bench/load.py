@@ -657,7 +657,7 @@ def main():
     ap.add_argument("--skip-restart", action="store_true")
     ap.add_argument("--keep-logs", action="store_true", help="keep the work directory (every process's log) after a run that passed")
     ap.add_argument("--python-clients", action="store_true",
-                    help="the jobs phase's submitting clients as Python threads, not moe-bench-submit")
+                    help="the jobs phase's submitting clients and its watchers as Python threads, not moe-bench-submit's")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run every phase this many times (each on a fresh controller and directory) and print each "
                          "figure's spread: RESULT <name> min=<x> median=<y> max=<z>")

@@ -156,7 +156,9 @@ void Watcher(moe::v1::JobService::Stub& stub, int k, Shared& s) {
     // OK: the job ended (its stream closes with the final snapshot), not to be watched again.
     // Cancelled by Stop: fine. One that failed at once (the controller gone) waits a little before
     // the next, not to spin.
-    const bool ended = reader->Finish().ok();
+    // NOT_FOUND: the job is gone (deleted, or past its retention): not to be watched again either.
+    const grpc::Status st = reader->Finish();
+    const bool ended = st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND;
     if (!ended && n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::lock_guard<std::mutex> lock(s.mu);
     s.watch_updates += n;

@@ -572,16 +572,22 @@ void MetricsAggregator::OnJobStateChanged(const moe::v1::Job& job, moe::v1::JobS
 
 void MetricsAggregator::SetState(const std::string& job_id, moe::v1::JobState state) {
   JobSeries& s = Series(job_id);
-  // A series for each state the job has been in, made as it enters it: 1 for the current one, 0
-  // for those it left. Not one for each of the ten at submit: a registration costs a hash of its
-  // labels under the family's lock, and nine of ten were for states most jobs never enter.
-  if (s.state_gauges.empty()) s.state_gauges.assign(moe::v1::TIMEOUT + 1, nullptr);
-  const auto at = static_cast<size_t>(state);
-  if (at < s.state_gauges.size() && state != moe::v1::INVALID && s.state_gauges[at] == nullptr &&
-      state >= moe::v1::PENDING) {
-    s.state_gauges[at] =
-        &state_->Add({{"job_id", job_id}, {"state", moe::v1::JobState_Name(state)}});
+  // RUNNING's series from the job's first appearance (MoEJobNoRecentCheckpoint's min_over_time
+  // must see the 0 of a job that waits, also one this controller loaded), the others as the job
+  // enters them: 1 for the current state, 0 for those it left. Not all ten at submit: each
+  // registration hashes its labels under the family's lock, and most jobs enter four states.
+  const auto add = [&](moe::v1::JobState v) {
+    const auto at = static_cast<size_t>(v);
+    if (v < moe::v1::PENDING || v == moe::v1::INVALID || at >= s.state_gauges.size() ||
+        s.state_gauges[at] != nullptr)
+      return;
+    s.state_gauges[at] = &state_->Add({{"job_id", job_id}, {"state", moe::v1::JobState_Name(v)}});
+  };
+  if (s.state_gauges.empty()) {
+    s.state_gauges.assign(moe::v1::TIMEOUT + 1, nullptr);
+    add(moe::v1::RUNNING);
   }
+  add(state);
   for (size_t v = 0; v < s.state_gauges.size(); ++v) {
     if (s.state_gauges[v] != nullptr) s.state_gauges[v]->Set(static_cast<int>(v) == state ? 1 : 0);
   }

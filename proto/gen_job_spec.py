@@ -351,6 +351,12 @@ def write_lines(model, message):
 def read_field(model, message, f):
     """The lines of ReadFields that read field `f` of moe::v1::<message> into the struct `s`."""
     kind, n = field_kind(model, f'{message.name}.{f.name}', f), f.name
+    if kind in ('map', 'repeated_scalar', 'repeated_message', 'section') and f.spec.after_read:
+        raise SpecError(f'{message.name}.{f.name}: after_read on a {kind.replace("_", " ")} has no '
+                        f'direct reader here (job_spec_proto.gen.cc)')
+    if kind in ('map', 'repeated_scalar', 'repeated_message') and f.spec.required:
+        raise SpecError(f'{message.name}.{f.name}: required on a {kind.replace("_", " ")} has no '
+                        f'direct reader here (job_spec_proto.gen.cc)')
     key = cpp_string(f.spec.key or f.name)
     at = f'Join(path, {key})'
     if kind == 'map':

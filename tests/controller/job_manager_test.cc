@@ -459,6 +459,10 @@ TEST(CheckpointKeys, AsResolvedCheckpointDirWithTheRootCached) {
   char tmpl[] = "/tmp/ckeys-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string tmp = tmpl, real = tmp + "/real", other = tmp + "/other", link = tmp + "/link";
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{tmp};
   ASSERT_EQ(::mkdir(real.c_str(), 0755), 0);
   ASSERT_EQ(::mkdir(other.c_str(), 0755), 0);
   ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
@@ -472,12 +476,18 @@ TEST(CheckpointKeys, AsResolvedCheckpointDirWithTheRootCached) {
     EXPECT_EQ(keys.Key(d), ResolvedCheckpointDir(d)) << d;
   EXPECT_EQ(CheckpointKeys("").ResolvedRoot(), "");
   EXPECT_EQ(CheckpointKeys("").Key(link + "/job-4"), real + "/job-4");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the cache expired: the next
+  const auto resolved = std::chrono::steady_clock::now();        // call resolves from here
+  EXPECT_EQ(keys.ResolvedRoot(), real);
   ASSERT_EQ(::unlink(link.c_str()), 0);
   ASSERT_EQ(::symlink(other.c_str(), link.c_str()), 0);
+  const std::string cached = keys.Key(link + "/job-6");
+  if (std::chrono::steady_clock::now() - resolved < std::chrono::milliseconds(900)) {
+    EXPECT_EQ(cached, real + "/job-6") << "within the second: the cached root (no walk)";
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   EXPECT_EQ(keys.Key(link + "/job-5"), other + "/job-5") << "the root resolved again";
   EXPECT_EQ(keys.ResolvedRoot(), other);
-  std::filesystem::remove_all(tmp);
 }
 
 // The memory a rank needs, as placement compares it with a worker's: never negative, never wrapped.

@@ -168,8 +168,10 @@ TEST_F(MetricsAggregatorTest, TheJobsStateAndRestartsFollowItsEvents) {
   moe::v1::Job job = JobIn(moe::v1::PENDING, 0, {});
   metrics_.OnJobStateChanged(job, moe::v1::JOB_STATE_UNSPECIFIED);
   EXPECT_EQ(Get("moe_job_state", {{"job_id", "j"}, {"state", "PENDING"}}), 1.0);
-  EXPECT_FALSE(Get("moe_job_state", {{"job_id", "j"}, {"state", "RUNNING"}}).has_value())
-      << "a series for each state the job entered, no more";
+  EXPECT_EQ(Get("moe_job_state", {{"job_id", "j"}, {"state", "RUNNING"}}), 0.0)
+      << "RUNNING's from the start: the checkpoint alert's min_over_time reads its 0";
+  EXPECT_FALSE(Get("moe_job_state", {{"job_id", "j"}, {"state", "SCHEDULED"}}).has_value())
+      << "the others once the job enters them";
   job = JobIn(moe::v1::RESTARTING, 1, {"r0"});
   metrics_.OnJobStateChanged(job, moe::v1::RUNNING);
   EXPECT_EQ(Get("moe_job_restarts_total", {{"job_id", "j"}}), 0.0)

@@ -8,6 +8,8 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
+/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
+  fail "/usr/bin/python3 lacks grpc or protobuf (scripts/install-deps.sh test installs python3-grpcio)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 /usr/bin/python3 "$MOE_SOURCE_DIR/bench/load.py" --bin "$MOE_BIN" --skip-heartbeats --skip-restart \
