@@ -129,7 +129,13 @@ Status CheckLayout(const JobSpec& s) {
   if (d.source == "indexed" && d.path.empty()) {
     return InvalidArgumentError("spec.data.path: missing (prefix of <path>.bin and <path>.idx)");
   }
-  const int64_t unit = d.micro_batch_size * par.data_parallel();
+  // Past int64 the product is no size a job can have (and the multiplication would be undefined).
+  int64_t unit = 0;
+  if (__builtin_mul_overflow(d.micro_batch_size, par.data_parallel(), &unit)) {
+    return InvalidArgumentError("spec.data.micro_batch_size: " + Int(d.micro_batch_size) +
+                                " x data-parallel size " + Int(par.data_parallel()) +
+                                " is past 2^63: no batch is that large");
+  }
   if (d.global_batch_size % unit != 0) {
     return InvalidArgumentError("spec.data.global_batch_size: " + Int(d.global_batch_size) +
                                 " must be a multiple of micro_batch_size x data-parallel size "
@@ -137,7 +143,14 @@ Status CheckLayout(const JobSpec& s) {
                                 Int(unit));
   }
   // Interleaving runs the micro-batches in rounds of pipeline_parallel (Megatron's requirement).
-  const int64_t round = par.virtual_pipeline > 1 ? unit * par.pipeline_parallel : unit;
+  int64_t round = unit;  // unit divides global_batch_size, so unit x pipeline_parallel past 2^63
+                         // is no divisor of it either: refused below as such
+  if (par.virtual_pipeline > 1 && __builtin_mul_overflow(unit, par.pipeline_parallel, &round)) {
+    return InvalidArgumentError(
+        "spec.data.global_batch_size: " + Int(d.global_batch_size) +
+        " must give each pipeline a multiple of pipeline_parallel = " + Int(par.pipeline_parallel) +
+        " micro-batches with virtual_pipeline > 1, which is past 2^63");
+  }
   if (d.global_batch_size % round != 0) {
     return InvalidArgumentError(
         "spec.data.global_batch_size: " + Int(d.global_batch_size) +

@@ -92,6 +92,10 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"{preset: tiny}", "{preset: tiny, moe: {topk: 2}}",
             "spec.model.moe.topk: unknown field (did you mean 'top_k'?)"},
         Bad{"{preset: tiny}", "{preset: huge}", "spec.model.preset: unknown preset 'huge'"},
+        // The batch's product past int64 is refused, not computed (it was undefined behaviour,
+        // found by job_spec_proto_test's random specs under UBSan).
+        Bad{"micro_batch_size: 8", "micro_batch_size: 9223372036854775807",
+            "spec.data.micro_batch_size: 9223372036854775807 x data-parallel size 2 is past 2^63"},
         Bad{"{preset: tiny}", "{preset: tiny, moe: {top_k: 9}}",
             "spec.model.moe.top_k: 9 exceeds num_experts = 8"},
         Bad{"{preset: tiny}", "{preset: tiny, moe: {topk_groups: 5}}",
