@@ -96,9 +96,28 @@ Status CheckModelRules(const ModelConfig& m, const std::string& path) {
 Status CheckBatchRamp(const DataConfig& d, int64_t unit);
 
 // W = PP x DP, EP inside DP; interleaving needs a pipeline and whole rounds of micro-batches.
+// Bounds no real job comes near, which keep the sizes derived from a spec (ranks as 32-bit
+// numbers, a stage per pipeline chunk, the micro-batches of a step) far from int64's end and their
+// allocations small: a spec past them is refused, not built (a virtual_pipeline of 10^9 made a
+// vector of 10^9 stages in the controller).
+constexpr int64_t kMaxWorldSize = int64_t{1} << 24;       // devices
+constexpr int64_t kMaxPipelineStages = int64_t{1} << 16;  // pipeline_parallel x virtual_pipeline
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 40;     // sequences
+
 Status CheckParallelism(const JobSpec& s) {
   const auto& par = s.parallelism;
   const std::string p = "spec.parallelism.";
+  if (par.world_size > kMaxWorldSize) {
+    return InvalidArgumentError(p + "world_size: " + Int(par.world_size) + " exceeds " +
+                                Int(kMaxWorldSize) + " devices (no cluster is that large)");
+  }
+  int64_t stages = 0;
+  if (__builtin_mul_overflow(par.pipeline_parallel, par.virtual_pipeline, &stages) ||
+      stages > kMaxPipelineStages) {
+    return InvalidArgumentError(p + "virtual_pipeline: pipeline_parallel x virtual_pipeline = " +
+                                Int(par.pipeline_parallel) + " x " + Int(par.virtual_pipeline) +
+                                " exceeds " + Int(kMaxPipelineStages) + " pipeline stages");
+  }
   if (par.world_size % par.pipeline_parallel != 0) {
     return InvalidArgumentError(
         p + "pipeline_parallel: world_size = " + Int(par.world_size) +
@@ -129,12 +148,17 @@ Status CheckLayout(const JobSpec& s) {
   if (d.source == "indexed" && d.path.empty()) {
     return InvalidArgumentError("spec.data.path: missing (prefix of <path>.bin and <path>.idx)");
   }
+  if (d.global_batch_size > kMaxGlobalBatch) {
+    return InvalidArgumentError("spec.data.global_batch_size: " + Int(d.global_batch_size) +
+                                " exceeds " + Int(kMaxGlobalBatch) +
+                                " sequences (no batch is that large)");
+  }
   // Past int64 the product is no size a job can have (and the multiplication would be undefined).
   int64_t unit = 0;
   if (__builtin_mul_overflow(d.micro_batch_size, par.data_parallel(), &unit)) {
     return InvalidArgumentError("spec.data.micro_batch_size: " + Int(d.micro_batch_size) +
                                 " x data-parallel size " + Int(par.data_parallel()) +
-                                " is past 2^63: no batch is that large");
+                                " is past int64: no batch is that large");
   }
   if (d.global_batch_size % unit != 0) {
     return InvalidArgumentError("spec.data.global_batch_size: " + Int(d.global_batch_size) +
@@ -143,13 +167,14 @@ Status CheckLayout(const JobSpec& s) {
                                 Int(unit));
   }
   // Interleaving runs the micro-batches in rounds of pipeline_parallel (Megatron's requirement).
-  int64_t round = unit;  // unit divides global_batch_size, so unit x pipeline_parallel past 2^63
-                         // is no divisor of it either: refused below as such
+  // Within the bounds above unit x pipeline_parallel stays below 2^56; checked all the same (past
+  // int64 it could divide no global_batch_size: refusing it is what the check below would do).
+  int64_t round = unit;
   if (par.virtual_pipeline > 1 && __builtin_mul_overflow(unit, par.pipeline_parallel, &round)) {
     return InvalidArgumentError(
         "spec.data.global_batch_size: " + Int(d.global_batch_size) +
         " must give each pipeline a multiple of pipeline_parallel = " + Int(par.pipeline_parallel) +
-        " micro-batches with virtual_pipeline > 1, which is past 2^63");
+        " micro-batches with virtual_pipeline > 1, which is past int64");
   }
   if (d.global_batch_size % round != 0) {
     return InvalidArgumentError(

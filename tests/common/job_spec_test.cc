@@ -95,7 +95,19 @@ INSTANTIATE_TEST_SUITE_P(
         // The batch's product past int64 is refused, not computed (it was undefined behaviour,
         // found by job_spec_proto_test's random specs under UBSan).
         Bad{"micro_batch_size: 8", "micro_batch_size: 9223372036854775807",
-            "spec.data.micro_batch_size: 9223372036854775807 x data-parallel size 2 is past 2^63"},
+            "spec.data.micro_batch_size: 9223372036854775807 x data-parallel size 2 is past int64"},
+        // Sizes no job comes near are refused before anything is built from them (a
+        // virtual_pipeline of 10^9 made 10^9 stages in the controller's validation).
+        Bad{"world_size: 2,", "world_size: 4294967298,",
+            "spec.parallelism.world_size: 4294967298 exceeds 16777216 devices"},
+        Bad{"world_size: 2,", "world_size: 2, pipeline_parallel: 2, virtual_pipeline: 1000000000,",
+            "spec.parallelism.virtual_pipeline: pipeline_parallel x virtual_pipeline = 2 x "
+            "1000000000 exceeds 65536 pipeline stages"},
+        Bad{"world_size: 2,",
+            "world_size: 2, pipeline_parallel: 2, virtual_pipeline: 9223372036854775807,",
+            "exceeds 65536 pipeline stages"},
+        Bad{"global_batch_size: 16", "global_batch_size: 4611686018427387904",
+            "spec.data.global_batch_size: 4611686018427387904 exceeds 1099511627776 sequences"},
         Bad{"{preset: tiny}", "{preset: tiny, moe: {top_k: 9}}",
             "spec.model.moe.top_k: 9 exceeds num_experts = 8"},
         Bad{"{preset: tiny}", "{preset: tiny, moe: {topk_groups: 5}}",
