@@ -208,6 +208,14 @@ wait_state "$high" SUCCEEDED 120
 wait $follower || fail "logs -f did not end with the rank: $(tail -3 "$WORK/high-f.txt")"
 grep -q "iteration *10/ *10" "$WORK/high-f.txt" || fail "logs -f lacks the last iteration: $(tail -3 "$WORK/high-f.txt")"
 [ "$("$MOECTL" logs "$high" --tail 2 | wc -l)" = 2 ] || fail "logs --tail 2: $("$MOECTL" logs "$high" --tail 2)"
+# By name, as every other verb takes a job (one job is named high): the same lines as by its id;
+# job/high too; a name no job has is refused, naming it.
+[ "$("$MOECTL" logs high --tail 2)" = "$("$MOECTL" logs "$high" --tail 2)" ] ||
+  fail "logs by name: $("$MOECTL" logs high --tail 2 2>&1)"
+[ "$("$MOECTL" logs job/high --tail 2)" = "$("$MOECTL" logs "$high" --tail 2)" ] ||
+  fail "logs job/NAME: $("$MOECTL" logs job/high --tail 2 2>&1)"
+set +e; out=$("$MOECTL" logs no-such-job 2>&1); rc=$?; set -e
+[ $rc -ne 0 ] && grep -q "no job with the id or name 'no-such-job'" <<<"$out" || fail "logs of no such job: rc $rc, $out"
 "$MOECTL" logs "$high" --rank 1 | grep -q "device cpu" && fail "rank 1 printed rank 0's setup line"
 # Every rank has a log, even one that printed nothing: the agent's lines say where it ran and how it
 # ended; --all-ranks prints them all in rank order, prefixed.
@@ -224,7 +232,7 @@ wait_state "$low" SUCCEEDED 180
 "$MOECTL" describe job "$low" | grep -q "Preempted.*preempted by job $high" || fail "no Preempted event naming $high"
 ck=$(grep -h "resumed from .*ckpt-low/step_" "$WORK"/worker-*.log | grep -o "step_[0-9]*" | head -1 | sed 's/step_0*//')
 [ -n "$ck" ] && [ "$ck" -ge 5 ] || fail "the preempted job did not resume from the checkpoint it wrote as it stopped (${ck:-none})"
-echo "preemption: $high stopped $low, which resumed from its step-$ck checkpoint without a restart; both SUCCEEDED; moectl logs (-f, --tail) hold"
+echo "preemption: $high stopped $low, which resumed from its step-$ck checkpoint without a restart; both SUCCEEDED; moectl logs (-f, --tail, by name) hold"
 
 # 4. kill -9 a worker mid-run.
 make_job "$WORK/fo.yaml" failover 60 10
