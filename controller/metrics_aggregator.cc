@@ -139,7 +139,7 @@ MetricsAggregator::MetricsAggregator(std::shared_ptr<prometheus::Registry> regis
   imbalance_ = AddGauge(r, "moe_job_expert_load_imbalance_ratio",
                         "Tokens on the busiest expert / mean tokens per expert, by MoE layer");
   state_ = AddGauge(r, "moe_job_state",
-                    "1 for the job's current state, 0 for each state it was in before");
+                    "1 for the job's current state, 0 for RUNNING and each state it left");
   restarts_ = AddCounter(r, "moe_job_restarts_total", "Restarts after failures");
   RegisterRankSeries(r);
   straggler_gauge_ = AddGauge(r, "moe_job_straggler", "1 while the rank is flagged as a straggler");
