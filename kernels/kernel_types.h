@@ -52,6 +52,10 @@ MOE_HOST_DEVICE inline double ClipScale(double dense_sq, double expert_sq, doubl
   return grad_clip > 0 && norm > grad_clip ? grad_clip / (norm + 1e-6) : 1.0;
 }
 
+// Elements of a flat bucket one CUDA block of the bucket's AdamW updates at most
+// (kernels/optimizer.h AdamWMulti: its launch table cuts the segments into chunks of this many).
+constexpr int64_t kAdamWChunkElements = 4096;
+
 struct AdamWConfig {
   double lr = 1e-3;
   double beta1 = 0.9;

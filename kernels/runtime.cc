@@ -22,6 +22,7 @@ MOE_CUDA_KERNEL(UseCudaDevice)
 MOE_CUDA_KERNEL(CudaSynchronize)
 MOE_CUDA_KERNEL(CheckCublasLoads)
 MOE_CUDA_KERNEL(CublasHasGroupedGemm)
+MOE_CUDA_KERNEL(KernelStream)
 MOE_CUDA_KERNEL(RecordDeviceMark)
 MOE_CUDA_KERNEL(DeviceMarkSeconds)
 MOE_CUDA_KERNEL(WaitDeviceMark)
@@ -77,6 +78,7 @@ Status UseCudaDevice(int index) { return cuda::UseCudaDevice(index); }
 std::string CudaSynchronize() { return cuda::CudaSynchronize(); }
 std::string CheckCublasLoads() { return cuda::CheckCublasLoads(); }
 bool CublasHasGroupedGemm() { return cuda::CublasHasGroupedGemm(); }
+void* KernelStream() { return cuda::KernelStream(); }
 void* RecordDeviceMark() { return cuda::RecordDeviceMark(); }
 double DeviceMarkSeconds(void* from, void* to) { return cuda::DeviceMarkSeconds(from, to); }
 void ReleaseDeviceMark(void* mark) { cuda::ReleaseDeviceMark(mark); }
@@ -102,6 +104,7 @@ std::string CudaSynchronize() { return kNoCuda; }
 double MeasureCudaBf16GemmFlops(int64_t, int) { return 0; }
 std::string CheckCublasLoads() { return kNoCuda; }
 bool CublasHasGroupedGemm() { return false; }
+void* KernelStream() { return nullptr; }
 void* RecordDeviceMark() { return nullptr; }
 double DeviceMarkSeconds(void*, void*) { return 0; }
 void ReleaseDeviceMark(void*) {}

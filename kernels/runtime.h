@@ -45,6 +45,9 @@ double MeasureCudaBf16GemmFlops(int64_t size = 8192, int reps = 10);
 // Loads cuBLAS the way the first CUDA GEMM does (dlopen; no GPU needed): "" when it and the entry
 // points used resolve, else what is missing ("no CUDA in this build" without CUDA).
 std::string CheckCublasLoads();
+// The stream the CUDA kernels of the current device run on (a cudaStream_t; created on first use),
+// for the collectives that order themselves against it. Null without CUDA.
+void* KernelStream();
 // Marks on the current device's timeline (CUDA events recorded on the kernels' stream), for phase
 // times that measure the device rather than the host's queueing (worker/engine/parallel/
 // phase_timer.h). DeviceMarkSeconds: from `from` to `to`, once the device has passed both (after a

@@ -25,8 +25,9 @@ using bf16 = __nv_bfloat16;
 
 // ---- Host side (runtime.cu) ----
 
-// The stream every kernel runs on: the legacy default stream, which NCCL's communicator waits for
-// before each collective.
+// The stream every kernel, copy and library call of the current device runs on: the kernels' own
+// (runtime.cu), never the legacy default stream; NCCL's communicators wait for it before each
+// collective and it waits for their end (worker/engine/parallel/nccl_comm.cc).
 cudaStream_t Stream();
 // The last CUDA error's text, or "" on success (and clears it).
 std::string LastError();
@@ -38,7 +39,8 @@ void* CublasHandle();
 // cudaMalloc on the training path once warm. Under a DeviceSumTarget (cuda_backend.h) the total is
 // added to its device double instead (no host read) and 0 returned.
 double SumPartials(int64_t n, const std::function<void(float*)>& launch);
-// *dst += the partials' sum, in order, in double, on the device (one thread; n is small).
+// *dst += the partials' sum in double, on the device: in order by one thread for a few, by a
+// block's fixed tree for many (the same on every run).
 void AddPartialsOnDevice(const float* partial, int64_t n, double* dst);
 void AddPartialsOnDevice(const double* partial, int64_t n, double* dst);
 double* CurrentDeviceSumTarget();

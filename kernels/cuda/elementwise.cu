@@ -1,5 +1,6 @@
-// Elementwise ops, the sum of squares, row gathers and their scatter-add, column-block copies and
-// their sums (MLA's splits and joins), f32 <-> bf16 conversions.
+// Elementwise ops (16-byte vector kernels where the pointers allow), the sum of squares, row
+// gathers and their scatter-add, column-block copies and their sums (MLA's splits and joins), f32
+// <-> bf16 conversions.
 #include <algorithm>
 #include <vector>
 
@@ -60,9 +61,13 @@ void Axpy(const Tensor& y, double alpha, const Tensor& x) {
   CheckOnCuda({&y, &x}, "Axpy");
   const int64_t n = y.numel();
   MOE_CUDA_TYPED(StorageType({&y, &x}, "Axpy"), T, {
-    if (n > 0)
+    if (VectorOk(n, {y.raw(), x.raw()})) {
+      AxpyVecKernel<T><<<Blocks(n / Vec16<T>::kLanes), kThreads, 0, Stream()>>>(
+          Ptr<T>(y), static_cast<float>(alpha), Ptr<T>(x), n);
+    } else if (n > 0) {
       AxpyKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(y), static_cast<float>(alpha),
                                                           Ptr<T>(x), n);
+    }
   });
   CheckLaunch("Axpy");
 }
@@ -71,8 +76,12 @@ void Add(const Tensor& out, const Tensor& a, const Tensor& b) {
   CheckOnCuda({&out, &a, &b}, "Add");
   const int64_t n = out.numel();
   MOE_CUDA_TYPED(StorageType({&out, &a, &b}, "Add"), T, {
-    if (n > 0)
+    if (VectorOk(n, {out.raw(), a.raw(), b.raw()})) {
+      AddVecKernel<T><<<Blocks(n / Vec16<T>::kLanes), kThreads, 0, Stream()>>>(
+          Ptr<T>(out), Ptr<T>(a), Ptr<T>(b), n);
+    } else if (n > 0) {
       AddKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(out), Ptr<T>(a), Ptr<T>(b), n);
+    }
   });
   CheckLaunch("Add");
 }
@@ -81,8 +90,12 @@ void Scale(const Tensor& t, double s) {
   CheckOnCuda({&t}, "Scale");
   const int64_t n = t.numel();
   MOE_CUDA_TYPED(StorageType({&t}, "Scale"), T, {
-    if (n > 0)
+    if (VectorOk(n, {t.raw()})) {
+      ScaleVecKernel<T><<<Blocks(n / Vec16<T>::kLanes), kThreads, 0, Stream()>>>(
+          Ptr<T>(t), static_cast<float>(s), n);
+    } else if (n > 0) {
       ScaleKernel<T><<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<T>(t), static_cast<float>(s), n);
+    }
   });
   CheckLaunch("Scale");
 }
@@ -166,10 +179,16 @@ void Convert(const Tensor& src, const Tensor& dst) {
   if (src.dtype() == dst.dtype()) {
     dst.CopyFrom(src);
   } else if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {
-    if (n > 0)
+    if (VectorOk(n, {src.raw(), dst.raw()}))
+      F32ToBf16VecKernel<<<Blocks(n / 8), kThreads, 0, Stream()>>>(Ptr<float>(src), Ptr<bf16>(dst),
+                                                                   n);
+    else if (n > 0)
       F32ToBf16Kernel<<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<float>(src), Ptr<bf16>(dst), n);
   } else if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32) {
-    if (n > 0)
+    if (VectorOk(n, {src.raw(), dst.raw()}))
+      Bf16ToF32VecKernel<<<Blocks(n / 8), kThreads, 0, Stream()>>>(Ptr<bf16>(src), Ptr<float>(dst),
+                                                                   n);
+    else if (n > 0)
       Bf16ToF32Kernel<<<Blocks(n), kThreads, 0, Stream()>>>(Ptr<bf16>(src), Ptr<float>(dst), n);
   } else {
     MOE_CHECK(false) << "Convert on CUDA: " << DTypeName(src.dtype()) << " to "

@@ -1,4 +1,5 @@
-// RMSNorm: x [R, D], w [D] -> y [R, D], rstd [R] (fp32); the backward writes dx and accumulates dw
+// RMSNorm: x [R, D], w [D] -> y [R, D], rstd [R] (fp32), also fused with the residual add before
+// it; the backward (with the residual's gradient added, or not) writes dx and accumulates dw
 // (fp32; atomics across strips of rows: not bitwise reproducible, unlike the CPU path).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/rmsnorm_kernels.cuh"
@@ -20,21 +21,41 @@ void RmsNormForward(const Tensor& x, const Tensor& w, double eps, const Tensor& 
   CheckLaunch("RmsNormForward");
 }
 
-void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                     const Tensor& dx, const Tensor& dw) {
-  CheckOnCuda({&dy, &x, &w, &rstd, &dx, &dw}, "RmsNormBackward");
+void AddRmsNormForward(const Tensor& x, const Tensor& r, const Tensor& w, double eps,
+                       const Tensor& sum, const Tensor& y, const Tensor& rstd) {
+  CheckOnCuda({&x, &r, &w, &sum, &y, &rstd}, "AddRmsNormForward");
+  CheckF32(rstd, "AddRmsNormForward", "rstd");
+  const int64_t rows = x.dim(0), d = x.dim(1);
+  MOE_CUDA_TYPED(StorageType({&x, &r, &w, &sum, &y}, "AddRmsNormForward"), T, {
+    if (rows > 0) {
+      AddRmsNormForwardKernel<T><<<static_cast<unsigned>(rows), kThreads, 0, Stream()>>>(
+          Ptr<T>(x), Ptr<T>(r), Ptr<T>(w), static_cast<float>(eps), Ptr<T>(sum), Ptr<T>(y),
+          Ptr<float>(rstd), d);
+    }
+  });
+  CheckLaunch("AddRmsNormForward");
+}
+
+void RmsNormBackwardAdd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                        const Tensor& dres, const Tensor& dx, const Tensor& dw) {
+  CheckOnCuda({&dy, &x, &w, &rstd, &dres, &dx, &dw}, "RmsNormBackward");
   CheckF32(rstd, "RmsNormBackward", "rstd");
   CheckF32(dw, "RmsNormBackward", "dw (a parameter gradient)");
   const int64_t rows = x.dim(0), d = x.dim(1);
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  MOE_CUDA_TYPED(StorageType({&dy, &x, &w, &dx}, "RmsNormBackward"), T, {
+  MOE_CUDA_TYPED(StorageType({&dy, &x, &w, &dres, &dx}, "RmsNormBackward"), T, {
     if (rows > 0) {
       RmsNormBackwardKernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, Stream()>>>(
-          Ptr<T>(dy), Ptr<T>(x), Ptr<T>(w), Ptr<float>(rstd), Ptr<T>(dx), Ptr<float>(dw), rows, d,
-          kRowsPerBlock);
+          Ptr<T>(dy), Ptr<T>(x), Ptr<T>(w), Ptr<float>(rstd), Ptr<T>(dres), Ptr<T>(dx),
+          Ptr<float>(dw), rows, d, kRowsPerBlock);
     }
   });
   CheckLaunch("RmsNormBackward");
+}
+
+void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                     const Tensor& dx, const Tensor& dw) {
+  RmsNormBackwardAdd(dy, x, w, rstd, Tensor(), dx, dw);
 }
 
 }  // namespace moe::kernels::cuda

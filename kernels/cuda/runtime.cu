@@ -6,8 +6,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,21 +31,27 @@ namespace {
 class CudaAllocator final : public CachingAllocator {
  public:
   CudaAllocator() : uploads_(size_t{8} << 20, UploadHooks()) {}
+  // Every copy and fill is queued on the kernels' stream (none on the legacy default stream).
   void Memset(void* ptr, int value, size_t bytes) override {
-    MOE_CHECK(cudaMemset(ptr, value, bytes) == cudaSuccess) << LastError();
+    MOE_CHECK(cudaMemsetAsync(ptr, value, bytes, Stream()) == cudaSuccess) << LastError();
   }
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     CountHostSync();  // a blocking copy: the host waits for the device's queue
-    MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess) << LastError();
+    MOE_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, Stream()) == cudaSuccess &&
+              cudaStreamSynchronize(Stream()) == cudaSuccess)
+        << LastError();
   }
   // Small uploads queue behind the kernels through the pinned ring (kernels/upload_ring.h); larger
   // ones (weights, checkpoints) and any the ring refuses copy synchronously.
   void CopyFromHost(void* dst, const void* src, size_t bytes) override {
     if (uploads_.Upload(dst, src, bytes)) return;
-    MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess) << LastError();
+    // From pageable memory the call returns once `src` has been read: the caller may reuse it.
+    MOE_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, Stream()) == cudaSuccess)
+        << LastError();
   }
   void CopyWithin(void* dst, const void* src, size_t bytes) override {
-    MOE_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess) << LastError();
+    MOE_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, Stream()) == cudaSuccess)
+        << LastError();
   }
 
  protected:
@@ -109,7 +117,28 @@ class CudaAllocator final : public CachingAllocator {
 
 // ---- Helpers of the family files (common.cuh) ----
 
-cudaStream_t Stream() { return nullptr; }
+// One stream per device, created on first use on that device and kept for the process. A blocking
+// stream (cudaStreamDefault): work that something still queues on the legacy stream (a synchronous
+// cudaMemcpy of a staging path) stays ordered with it, as before; nothing of ours is queued there,
+// so the stream can be captured into a CUDA graph.
+cudaStream_t Stream() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<cudaStream_t> streams[kMaxDevices] = {};
+  static std::mutex create;
+  int device = 0;
+  MOE_CHECK(cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < kMaxDevices)
+      << "the kernels' stream: no current CUDA device (" << LastError() << ")";
+  cudaStream_t s = streams[device].load(std::memory_order_acquire);
+  if (s != nullptr) return s;
+  std::lock_guard<std::mutex> lock(create);
+  s = streams[device].load(std::memory_order_relaxed);
+  if (s == nullptr) {
+    MOE_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamDefault) == cudaSuccess)
+        << "cudaStreamCreate on cuda:" << device << ": " << LastError();
+    streams[device].store(s, std::memory_order_release);
+  }
+  return s;
+}
 
 std::string LastError() {
   const cudaError_t e = cudaGetLastError();
@@ -242,13 +271,26 @@ DeviceSumTarget::DeviceSumTarget(double* dst) : previous_(g_sum_target) { g_sum_
 DeviceSumTarget::~DeviceSumTarget() { g_sum_target = previous_; }
 double* CurrentDeviceSumTarget() { return g_sum_target; }
 
-void AddPartialsOnDevice(const float* partial, int64_t n, double* dst) {
-  AddPartialsKernel<float><<<1, 1, 0, Stream()>>>(partial, n, dst);
+namespace {
+// Up to this many partials one thread adds them in order (the host's sum, bit for bit); more go
+// through the block's tree.
+constexpr int64_t kInOrderPartials = 32;
+
+template <typename P>
+void AddPartials(const P* partial, int64_t n, double* dst) {
+  if (n <= kInOrderPartials)
+    AddPartialsKernel<P><<<1, 1, 0, Stream()>>>(partial, n, dst);
+  else
+    ReducePartialsKernel<P><<<1, kThreads, 0, Stream()>>>(partial, n, dst);
   CheckLaunch("AddPartialsOnDevice");
 }
+}  // namespace
+
+void AddPartialsOnDevice(const float* partial, int64_t n, double* dst) {
+  AddPartials(partial, n, dst);
+}
 void AddPartialsOnDevice(const double* partial, int64_t n, double* dst) {
-  AddPartialsKernel<double><<<1, 1, 0, Stream()>>>(partial, n, dst);
-  CheckLaunch("AddPartialsOnDevice");
+  AddPartials(partial, n, dst);
 }
 
 double SumPartials(int64_t n, const std::function<void(float*)>& launch) {
@@ -362,6 +404,8 @@ std::vector<cudaEvent_t>& FreeMarks() {  // the training thread's (one thread ti
   return free;
 }
 }  // namespace
+
+void* KernelStream() { return Stream(); }
 
 void* RecordDeviceMark() {
   cudaEvent_t e = nullptr;

@@ -331,6 +331,33 @@ void AdamWCases() {
   }
 }
 
+// A bucket's AdamW in one launch (AdamWMulti): decayed and undecayed segments, one longer than a
+// chunk, padding between them left alone, a sharded master and moments, the bf16 compute copy
+// written in the same pass.
+void AdamWBucketCases() {
+  Run("adamw bucket",
+      [&](Device dev, DType) {
+        const std::vector<k::AdamWSegment> segs = {
+            {64, 1000, true}, {1000, 1100, false}, {1200, 1200 + 3 * k::kAdamWChunkElements, true}};
+        const int64_t numel = segs.back().end + 50, master_at = 64, moments_at = 32;
+        k::AdamWBuffers b;
+        b.master = On(Random({numel - master_at}, 21), DType::kF32, dev);
+        b.grad = On(Random({numel}, 22), DType::kF32, dev);
+        b.m = On(Random({numel - moments_at}, 23, 0, 0.1), DType::kBF16, dev);
+        b.v = On(Random({numel - moments_at}, 24, 0, 0.01), DType::kBF16, dev);
+        b.compute = On(Random({numel}, 25), DType::kBF16, dev);
+        b.master_offset = master_at;
+        b.moments_offset = moments_at;
+        k::AdamWConfig c{.lr = 1e-3, .weight_decay = 0.1, .step = 5, .grad_scale = 0.5};
+        k::AdamWMulti(k::MakeAdamWPlan(segs, dev), b, c);
+        return std::vector<Out>{{"master", b.master, 1e-5, 1e-7},
+                                {"m", b.m, 1e-2, 1e-7},
+                                {"v", b.v, 1e-2, 1e-9},
+                                {"compute bf16", b.compute, 1e-2, 1e-7}};
+      },
+      {DType::kF32});
+}
+
 // The balance loss from the unbiased top-k: top_k = 1, a middle k on scores with many ties (the
 // lower index must win), top_k = E; with the gradient added to a random dscores, and without it.
 void BalanceLossCases() {
@@ -422,7 +449,8 @@ void CutlassGroupedGemmCase() {
   if (g_device.is_cpu()) return SkipRow(name, "needs an sm_90 GPU (rehearsal)");
   Tensor xd = x.Clone(g_device), wd = w.Clone(g_device);
   Tensor y = Poisoned({rows, n}, DType::kBF16, g_device);
-  if (!k::cuda::sm90a::GroupedGemmBf16(xd.raw(), wd.raw(), y.raw(), offsets, n, kk, nullptr, &why))
+  if (!k::cuda::sm90a::GroupedGemmBf16(xd.raw(), wd.raw(), y.raw(), offsets, n, kk,
+                                       static_cast<cudaStream_t>(k::KernelStream()), &why))
     return SkipRow(name, why);
   Compare(name, DType::kBF16, {"fwd", y, 1e-4, 1e-4}, {"fwd", ref, 1e-4, 1e-4});
 }
@@ -543,6 +571,20 @@ int main() {
     Tensor dx = Poisoned({rows, d}, dt, dev), dw = Tensor::Zeros({d}, f32, dev);
     k::RmsNormBackward(g, x, w, rstd, dx, dw);
     return std::vector<Out>{{"fwd", y}, {"rstd", rstd}, {"bwd dx", dx}, {"bwd dw", dw, 1e-4, 1e-4}};
+  });
+
+  // The residual add fused into the norm (forward), the residual's gradient into its backward.
+  Run("rmsnorm fused residual", [&](Device dev, DType dt) {
+    Tensor x = On(Random({rows, d}, 10), dt, dev), r = On(Random({rows, d}, 13), dt, dev),
+           w = On(Random({d}, 11), dt, dev), g = On(Random({rows, d}, 12), dt, dev),
+           dres = On(Random({rows, d}, 14), dt, dev);
+    Tensor sum = Poisoned({rows, d}, dt, dev), y = Poisoned({rows, d}, dt, dev),
+           rstd = Poisoned({rows}, f32, dev);
+    k::AddRmsNormForward(x, r, w, 1e-6, sum, y, rstd);
+    Tensor dx = Poisoned({rows, d}, dt, dev), dw = Tensor::Zeros({d}, f32, dev);
+    k::RmsNormBackwardAdd(g, sum, w, rstd, dres, dx, dw);
+    return std::vector<Out>{
+        {"sum", sum, 0, 0}, {"fwd", y}, {"rstd", rstd}, {"bwd dx", dx}, {"bwd dw", dw, 1e-4, 1e-4}};
   });
 
   Run("swiglu", [&](Device dev, DType dt) {
@@ -788,6 +830,7 @@ int main() {
   ColumnCases();
   BoundsCase();
   AdamWCases();
+  AdamWBucketCases();
   BalanceLossCases();
   AttentionCases();
   LibraryCases();

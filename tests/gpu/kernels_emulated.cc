@@ -157,6 +157,44 @@ template <typename T>
 constexpr DType kDt = std::is_same_v<T, float> ? DType::kF32 : DType::kBF16;
 
 // ---- elementwise.cu ----
+// The 16-byte vector kernels against the scalar ones, bit for bit (the tail past the last whole
+// vector included), on the aligned host tensors.
+template <typename T>
+void ElementwiseVectors(const Tensor& x, const Tensor& y0, int64_t n, unsigned grid_cap) {
+  const DType dt = kDt<T>;
+  const std::string at = " n=" + std::to_string(n) + (grid_cap ? " (small grid)" : "");
+  const int64_t vecs = n / cu::Vec16<T>::kLanes;
+  const unsigned vb = grid_cap ? std::min(grid_cap, cu::Blocks(vecs)) : cu::Blocks(vecs);
+  const unsigned sb = cu::Blocks(n);
+  if (!cu::VectorOk(n, {x.raw(), y0.raw()})) {
+    std::printf("  vector kernels n=%lld: host tensors not 16-byte aligned: FAIL\n",
+                static_cast<long long>(n));
+    ++g_failures;
+    return;
+  }
+  const T* xs = P<T>(x);
+  const T* ys = P<T>(y0);
+  {
+    Tensor got = y0.Clone(), ref = y0.Clone();
+    Launch(cu::AxpyVecKernel<T>, dim3(vb), dim3(cu::kThreads), 0, P<T>(got), -0.7f, xs, n);
+    Launch(cu::AxpyKernel<T>, dim3(sb), dim3(cu::kThreads), 0, P<T>(ref), -0.7f, xs, n);
+    Check("AxpyVec = Axpy" + at, dt, got, ref, 0, 0);
+  }
+  {
+    Tensor got = Poisoned({n}, dt), ref = Poisoned({n}, dt);
+    Launch(cu::AddVecKernel<T>, dim3(vb), dim3(cu::kThreads), 0, P<T>(got), xs, ys, n);
+    Launch(cu::AddKernel<T>, dim3(sb), dim3(cu::kThreads), 0, P<T>(ref), xs, ys, n);
+    Check("AddVec = Add" + at, dt, got, ref, 0, 0);
+  }
+  {
+    Tensor got = x.Clone(), ref = x.Clone();
+    Launch(cu::ScaleVecKernel<T>, dim3(vb), dim3(cu::kThreads), 0, P<T>(got), 1.25f, n);
+    Launch(cu::ScaleKernel<T>, dim3(sb), dim3(cu::kThreads), 0, P<T>(ref), 1.25f, n);
+    Check("ScaleVec = Scale" + at, dt, got, ref, 0, 0);
+  }
+  Covers({"AxpyVecKernel", "AddVecKernel", "ScaleVecKernel"});
+}
+
 template <typename T>
 void Elementwise(int64_t n, unsigned grid_cap) {
   const DType dt = kDt<T>;
@@ -195,6 +233,7 @@ void Elementwise(int64_t n, unsigned grid_cap) {
     k::Scale(ref, 1.25);
     Check("Scale" + at, dt, got, ref);
   }
+  ElementwiseVectors<T>(x, y0, n, grid_cap);
   {
     const unsigned b = std::min<unsigned>(blocks, 1024);
     std::vector<double> partial(b, std::nan(""));
@@ -286,7 +325,15 @@ void Conversions(int64_t n) {
          static_cast<const bf16*>(P<bf16>(got)), P<float>(back), n);
   k::Convert(ref, back_ref);
   Check("Bf16ToF32 n=" + std::to_string(n), DType::kF32, back, back_ref, 0, 0);
-  Covers({"F32ToBf16Kernel", "Bf16ToF32Kernel"});
+  // The vector kernels, bit for bit, on a grid of 2 blocks (the grid-stride loop goes round).
+  Tensor got_v = Poisoned({n}, DType::kBF16), back_v = Poisoned({n}, DType::kF32);
+  Launch(cu::F32ToBf16VecKernel, dim3(2), dim3(cu::kThreads), 0,
+         static_cast<const float*>(P<float>(x)), P<bf16>(got_v), n);
+  Check("F32ToBf16Vec n=" + std::to_string(n), DType::kBF16, got_v, ref, 0, 0);
+  Launch(cu::Bf16ToF32VecKernel, dim3(2), dim3(cu::kThreads), 0,
+         static_cast<const bf16*>(P<bf16>(got_v)), P<float>(back_v), n);
+  Check("Bf16ToF32Vec n=" + std::to_string(n), DType::kF32, back_v, back_ref, 0, 0);
+  Covers({"F32ToBf16Kernel", "Bf16ToF32Kernel", "F32ToBf16VecKernel", "Bf16ToF32VecKernel"});
 }
 
 // ---- embedding.cu, cross_entropy.cu ----
@@ -346,6 +393,50 @@ void CrossEntropy(int64_t rows, int64_t vocab) {
 }
 
 // ---- optimizer.cu (launch arguments as AdamW computes them) ----
+// The bucket's one-launch AdamW against the CPU's AdamW per segment and Convert: segments with and
+// without decay, one of three chunks (past kAdamWChunkElements), a gap (padding) that must stay
+// untouched, a sharded master and moments (offsets), the bf16 compute copy written in the pass, and
+// a clipping norm read on the device.
+template <typename M>
+void AdamWBucket() {
+  const DType mt = kDt<M>;
+  const std::vector<k::AdamWSegment> segs = {
+      {100, 357, true}, {357, 420, false}, {500, 500 + 2 * k::kAdamWChunkElements + 77, true}};
+  const int64_t numel = segs.back().end + 30, master_offset = 100, moments_offset = 90;
+  k::AdamWConfig cfg;
+  cfg.lr = 3e-3;
+  cfg.weight_decay = 0.1;
+  cfg.step = 3;
+  std::vector<double> norm = {2.5, 1.5, 0};  // |g|^2 dense, expert, skip word
+  cfg.norm_sq = norm.data();
+  cfg.grad_clip = 1.0;
+  k::AdamWBuffers ref;
+  ref.master = Random({numel - master_offset}, 61);
+  ref.master_offset = master_offset;
+  ref.grad = Random({numel}, 62);
+  ref.m = As(Random({numel - moments_offset}, 63, -0.1, 0.1), mt);
+  ref.v = As(Random({numel - moments_offset}, 64, 0, 0.01), mt);
+  ref.moments_offset = moments_offset;
+  ref.compute = As(Random({numel}, 65), DType::kBF16);
+  k::AdamWBuffers got = ref;
+  for (Tensor* t : {&got.master, &got.m, &got.v, &got.compute}) *t = t->Clone();
+  const k::AdamWPlan plan = k::MakeAdamWPlan(segs, moe::Device::Cpu());
+  k::AdamWMulti(plan, ref, cfg);
+  const std::vector<int64_t> table = k::AdamWChunkTable(plan.segments);
+  Launch(cu::AdamWMultiKernel<M, bf16>, dim3(static_cast<unsigned>(table.size() / 2)),
+         dim3(cu::kThreads), 0, table.data(), P<float>(got.master), master_offset,
+         static_cast<const float*>(P<float>(got.grad)), P<M>(got.m), P<M>(got.v), moments_offset,
+         P<bf16>(got.compute), cu::AdamWArgsFor(cfg));
+  const std::string at =
+      " (" + std::to_string(table.size() / 2) + " chunks, moments " + moe::DTypeName(mt) + ")";
+  Check("AdamWMulti master" + at, DType::kF32, got.master, ref.master, 1e-5, 1e-7);
+  Check("AdamWMulti m" + at, mt, got.m, ref.m, 1e-5, 1e-8);
+  Check("AdamWMulti v" + at, mt, got.v, ref.v, 1e-5, 1e-10);
+  Check("AdamWMulti compute (bf16, gaps untouched)" + at, DType::kBF16, got.compute, ref.compute, 0,
+        0);
+  Covers({"AdamWMultiKernel"});
+}
+
 template <typename M>
 void AdamW(int64_t n) {
   const DType mt = kDt<M>;
@@ -357,14 +448,8 @@ void AdamW(int64_t n) {
   Tensor p = Random({n}, 15), g = Random({n}, 16), m = As(Random({n}, 17, -0.1, 0.1), mt),
          v = As(Random({n}, 18, 0, 0.01), mt);
   Tensor p2 = p.Clone(), m2 = m.Clone(), v2 = v.Clone();
-  const float b1 = static_cast<float>(cfg.beta1), b2 = static_cast<float>(cfg.beta2);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(b1), static_cast<double>(cfg.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(b2), static_cast<double>(cfg.step));
   Launch(cu::AdamWKernel<M>, dim3(cu::Blocks(n)), dim3(cu::kThreads), 0, P<float>(p2),
-         static_cast<const float*>(P<float>(g)), P<M>(m2), P<M>(v2), n, static_cast<float>(cfg.lr),
-         b1, b2, static_cast<float>(cfg.eps), static_cast<float>(cfg.weight_decay),
-         static_cast<float>(1.0 / bc1), static_cast<float>(1.0 / std::sqrt(bc2)),
-         static_cast<float>(cfg.grad_scale), static_cast<const double*>(nullptr), 0.0, false);
+         static_cast<const float*>(P<float>(g)), P<M>(m2), P<M>(v2), n, cu::AdamWArgsFor(cfg));
   k::AdamW(p, g, m, v, cfg);
   const std::string at = " n=" + std::to_string(n) + " (moments " + moe::DTypeName(mt) + ")";
   Check("AdamW params" + at, DType::kF32, p2, p, 1e-5, 1e-7);
@@ -437,12 +522,39 @@ void RmsNorm(int64_t rows, int64_t d) {
   const unsigned blocks = static_cast<unsigned>((rows + cu::kRowsPerBlock - 1) / cu::kRowsPerBlock);
   Launch(cu::RmsNormBackwardKernel<T>, dim3(blocks), dim3(cu::kThreads), 0,
          static_cast<const T*>(P<T>(dy)), static_cast<const T*>(P<T>(x)),
-         static_cast<const T*>(P<T>(w)), static_cast<const float*>(P<float>(rstd_ref)), P<T>(dx),
-         P<float>(dw), rows, d, cu::kRowsPerBlock);
+         static_cast<const T*>(P<T>(w)), static_cast<const float*>(P<float>(rstd_ref)),
+         static_cast<const T*>(nullptr), P<T>(dx), P<float>(dw), rows, d, cu::kRowsPerBlock);
   k::RmsNormBackward(dy, x, w, rstd_ref, dxr, dwr);
   Check("RmsNormBackward dx" + at, dt, dx, dxr, 1e-4, 1e-6);
   Check("RmsNormBackward dw" + at, DType::kF32, dw, dwr, 1e-4, 1e-5);
-  Covers({"RmsNormForwardKernel", "RmsNormBackwardKernel"});
+  // With the residual's gradient added in the same pass: the kernel's plain dx plus dres, rounded
+  // as RmsNormBackward then Add round (bit for bit), and the CPU's two passes.
+  Tensor dres = As(Random({rows, d}, 26), dt);
+  Tensor dx2 = Poisoned({rows, d}, dt), dx2r = Poisoned({rows, d}, dt), sum = dx.Clone();
+  Tensor dw2 = Tensor::Zeros({d}, DType::kF32), dw2r = Tensor::Zeros({d}, DType::kF32);
+  Launch(cu::RmsNormBackwardKernel<T>, dim3(blocks), dim3(cu::kThreads), 0,
+         static_cast<const T*>(P<T>(dy)), static_cast<const T*>(P<T>(x)),
+         static_cast<const T*>(P<T>(w)), static_cast<const float*>(P<float>(rstd_ref)),
+         static_cast<const T*>(P<T>(dres)), P<T>(dx2), P<float>(dw2), rows, d, cu::kRowsPerBlock);
+  Launch(cu::AddKernel<T>, dim3(cu::Blocks(rows * d)), dim3(cu::kThreads), 0, P<T>(sum),
+         static_cast<const T*>(P<T>(dx)), static_cast<const T*>(P<T>(dres)), rows * d);
+  Check("RmsNormBackward + residual = then Add" + at, dt, dx2, sum, 0, 0);
+  k::RmsNormBackwardAdd(dy, x, w, rstd_ref, dres, dx2r, dw2r);
+  Check("RmsNormBackward + residual dx" + at, dt, dx2, dx2r, 1e-4, 1e-6);
+  Check("RmsNormBackward + residual dw" + at, DType::kF32, dw2, dw2r, 1e-4, 1e-5);
+  // The residual add fused into the forward: the sum as Add stores it, the norm of that sum.
+  Tensor r = As(Random({rows, d}, 27), dt);
+  Tensor s = Poisoned({rows, d}, dt), sr = Poisoned({rows, d}, dt);
+  Tensor y2 = Poisoned({rows, d}, dt), y2r = Poisoned({rows, d}, dt);
+  Tensor rs2 = Poisoned({rows}, DType::kF32), rs2r = Poisoned({rows}, DType::kF32);
+  Launch(cu::AddRmsNormForwardKernel<T>, dim3(static_cast<unsigned>(rows)), dim3(cu::kThreads), 0,
+         static_cast<const T*>(P<T>(x)), static_cast<const T*>(P<T>(r)),
+         static_cast<const T*>(P<T>(w)), 1e-6f, P<T>(s), P<T>(y2), P<float>(rs2), d);
+  k::AddRmsNormForward(x, r, w, 1e-6, sr, y2r, rs2r);
+  Check("AddRmsNormForward sum" + at, dt, s, sr, 0, 0);
+  Check("AddRmsNormForward y" + at, dt, y2, y2r, 1e-5, 1e-6);
+  Check("AddRmsNormForward rstd" + at, DType::kF32, rs2, rs2r, 1e-5, 1e-6);
+  Covers({"RmsNormForwardKernel", "RmsNormBackwardKernel", "AddRmsNormForwardKernel"});
 }
 
 template <typename T>
@@ -633,6 +745,17 @@ void SmallKernels() {
   for (float v : partial) in_order += v;
   ref += in_order;
   Check("AddPartials (in order, in double)", DType::kF32, {acc}, {ref}, 0, 0);
+  // Many partials: the block's tree against the in-order sum (rounding apart), twice the same.
+  std::vector<float> many(16411);
+  moe::Rng rng(71);
+  for (float& v : many) v = static_cast<float>(rng.Uniform() * 2 - 1);
+  double tree = 0.25, again = 0.25, in_order_many = 0.25;
+  for (double* dst : {&tree, &again})
+    Launch(cu::ReducePartialsKernel<float>, dim3(1), dim3(cu::kThreads), 0,
+           static_cast<const float*>(many.data()), static_cast<int64_t>(many.size()), dst);
+  for (float v : many) in_order_many += v;
+  Check("ReducePartials (16,411, a tree)", DType::kF32, {tree}, {in_order_many}, 1e-12, 1e-12);
+  Check("ReducePartials (the same twice)", DType::kF32, {tree}, {again}, 0, 0);
   cu::PiecePointers pp{};
   std::vector<int> storage(3 * cu::kMaxPieces);
   const int n = 77;  // fewer pieces than threads
@@ -653,13 +776,22 @@ void SmallKernels() {
     wrong += c[static_cast<size_t>(i)] != (in ? pp.c[i] : nullptr);
   }
   Check("WritePointers (77 of 128 pieces)", DType::kF32, {static_cast<double>(wrong)}, {0.0}, 0, 0);
-  Covers({"FoldBadIndicesKernel", "AddPartialsKernel", "WritePointersKernel"});
+  Covers(
+      {"FoldBadIndicesKernel", "AddPartialsKernel", "ReducePartialsKernel", "WritePointersKernel"});
 }
 
 // ---- the list ----
 // The kernels the cases above run (Covers records what actually ran; a full run fails when the two
 // differ, so `--list`, which prints this table without running anything, stays true).
-const std::set<std::string> kRunHere = {"FillKernel",
+const std::set<std::string> kRunHere = {"AddVecKernel",
+                                        "AxpyVecKernel",
+                                        "ScaleVecKernel",
+                                        "F32ToBf16VecKernel",
+                                        "Bf16ToF32VecKernel",
+                                        "AdamWMultiKernel",
+                                        "AddRmsNormForwardKernel",
+                                        "ReducePartialsKernel",
+                                        "FillKernel",
                                         "UniformKernel",
                                         "AxpyKernel",
                                         "AddKernel",
@@ -789,6 +921,8 @@ int main(int argc, char** argv) {
   CrossEntropy<bf16>(3, 333);
   AdamW<float>(2049);
   AdamW<bf16>(999);
+  AdamWBucket<float>();
+  AdamWBucket<bf16>();
   Permute<float>(15, 3, 6, 41);
   Permute<bf16>(1, 2, 4, 9);
   RmsNorm<float>(45, 300);  // two backward strips, the last partial

@@ -46,24 +46,23 @@ StatusOr<Tensor> TransformerBlock::Compute(const Tensor& x, int64_t batch, int64
     parallel::ProfilePhase attn("attention projections fwd");  // the core: "attention fwd"
     a = attn_->Forward(u, batch, seq_len);
   }
-  Tensor x1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
-  kernels::Add(x1, x, a);
-  return FeedForward(x1, batch, seq_len, aux_coeff, stats);
+  Tensor x1;
+  const Tensor u1 = ffn_norm_->AddForward(x, a, &x1);  // x1 = x + a, normed in the same pass
+  return FeedForward(x1, u1, batch, seq_len, aux_coeff, stats);
 }
 
 StatusOr<Tensor> TransformerBlock::Decode(const Tensor& x, LayerKvCache& cache) {
   MOE_CHECK(!GradEnabled()) << "TransformerBlock::Decode runs under a NoGradScope";
   Tensor a = attn_->Decode(attn_norm_->Forward(x), cache);
-  Tensor x1 = Tensor::Empty(x.shape(), x.dtype(), x.device());
-  kernels::Add(x1, x, a);
+  Tensor x1;
+  const Tensor u1 = ffn_norm_->AddForward(x, a, &x1);
   MoeStats stats;
   stats.want_aux = false;
-  return FeedForward(x1, 1, x.dim(0), 0.0, &stats);
+  return FeedForward(x1, u1, 1, x.dim(0), 0.0, &stats);
 }
 
-StatusOr<Tensor> TransformerBlock::FeedForward(const Tensor& x1, int64_t batch, int64_t seq_len,
-                                               double aux_coeff, MoeStats* stats) {
-  Tensor u = ffn_norm_->Forward(x1);
+StatusOr<Tensor> TransformerBlock::FeedForward(const Tensor& x1, const Tensor& u, int64_t batch,
+                                               int64_t seq_len, double aux_coeff, MoeStats* stats) {
   Tensor f;
   if (moe_) {
     MOE_ASSIGN_OR_RETURN(f, moe_->Forward(u, batch, seq_len, aux_coeff, stats));
@@ -90,16 +89,13 @@ StatusOr<Tensor> TransformerBlock::Backward(const Tensor& dy) {
     parallel::ProfilePhase dense("dense ffn bwd");
     df = dense_->Backward(dy);
   }
-  Tensor dx1 = ffn_norm_->Backward(df);
-  kernels::Add(dx1, dx1, dy);  // residual
+  Tensor dx1 = ffn_norm_->Backward(df, dy);  // plus the residual's gradient, in the same pass
   Tensor dattn;
   {
     parallel::ProfilePhase attn("attention projections bwd");  // the core: "attention bwd"
     dattn = attn_->Backward(dx1);
   }
-  Tensor da = attn_norm_->Backward(dattn);
-  kernels::Add(da, da, dx1);  // residual
-  return da;
+  return attn_norm_->Backward(dattn, dx1);  // plus the residual's gradient
 }
 
 }  // namespace moe::model

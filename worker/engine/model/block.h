@@ -38,9 +38,9 @@ class TransformerBlock {
  private:
   StatusOr<Tensor> Compute(const Tensor& x, int64_t batch, int64_t seq_len, double aux_coeff,
                            MoeStats* stats);
-  // The FFN half: x1 + ffn(norm(x1)).
-  StatusOr<Tensor> FeedForward(const Tensor& x1, int64_t batch, int64_t seq_len, double aux_coeff,
-                               MoeStats* stats);
+  // The FFN half: x1 + ffn(u), u = norm(x1) (computed with x1 by RmsNorm::AddForward).
+  StatusOr<Tensor> FeedForward(const Tensor& x1, const Tensor& u, int64_t batch, int64_t seq_len,
+                               double aux_coeff, MoeStats* stats);
   // With full recompute: the block's input and shape, to run its forward again before the backward.
   struct Saved {
     Tensor x;

@@ -121,11 +121,23 @@ Tensor RmsNorm::Forward(const Tensor& x) {
   return y;
 }
 
-Tensor RmsNorm::Backward(const Tensor& dy) {
+Tensor RmsNorm::AddForward(const Tensor& x, const Tensor& r, Tensor* sum) {
+  Tensor rstd = Tensor::Empty({x.dim(0)}, AccumType(x.dtype()), x.device());
+  Tensor y = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  *sum = Tensor::Empty(x.shape(), x.dtype(), x.device());
+  kernels::AddRmsNormForward(x, r, w_->compute, eps_, *sum, y, rstd);
+  saved_.Push({*sum, rstd});
+  return y;
+}
+
+Tensor RmsNorm::Backward(const Tensor& dy, const Tensor& dres) {
   const Saved s = saved_.Pop();
   Tensor dx = Tensor::Empty(dy.shape(), dy.dtype(), dy.device());
   GradSink dw(*w_);
-  kernels::RmsNormBackward(dy, s.x, w_->compute, s.rstd, dx, dw.tensor());
+  if (dres.defined())
+    kernels::RmsNormBackwardAdd(dy, s.x, w_->compute, s.rstd, dres, dx, dw.tensor());
+  else
+    kernels::RmsNormBackward(dy, s.x, w_->compute, s.rstd, dx, dw.tensor());
   dw.Commit();
   return dx;
 }

@@ -68,7 +68,11 @@ class RmsNorm {
  public:
   RmsNorm(ParamSet& params, const std::string& name, int64_t dim, double eps, uint64_t seed);
   Tensor Forward(const Tensor& x);
-  Tensor Backward(const Tensor& dy);
+  // The residual add before the norm in the same pass: *sum = x + r (a new tensor), returns the
+  // norm of *sum (kernels::AddRmsNormForward).
+  Tensor AddForward(const Tensor& x, const Tensor& r, Tensor* sum);
+  // dres, when given: the residual's gradient, added to dx in the same pass.
+  Tensor Backward(const Tensor& dy, const Tensor& dres = Tensor());
 
  private:
   struct Saved {

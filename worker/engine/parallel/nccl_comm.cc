@@ -194,9 +194,9 @@ class Watchdog {
   std::thread thread_;
 };
 
-cudaStream_t KernelStream() {
-  return nullptr;
-}  // the legacy stream the kernels run on (kernels/cuda)
+// The stream the kernels run on (kernels/cuda): collectives start after the work queued there and
+// it waits for their end.
+cudaStream_t KernelStream() { return static_cast<cudaStream_t>(kernels::KernelStream()); }
 
 // The process's launch order across communicators (the file's comment), chosen once, before NCCL
 // first reads its environment (the first communicator's ncclGetUniqueId or init); a value of
@@ -309,8 +309,7 @@ class NcclCommunicator final : public Communicator {
     const size_t block = sizeof(int64_t) * static_cast<size_t>(n),
                  bytes = block * static_cast<size_t>(size_);
     MOE_RETURN_IF_ERROR(Reserve(2 * bytes));
-    if (cudaError_t e = cudaMemcpy(scratch_, send, bytes, cudaMemcpyHostToDevice); e != cudaSuccess)
-      return Cuda(e);
+    MOE_RETURN_IF_ERROR(CopyOnKernels(scratch_, send, bytes, cudaMemcpyHostToDevice));
     char* out = static_cast<char*>(scratch_) + bytes;
     MOE_RETURN_IF_ERROR(RunHost("all_to_all", [&] {
       return Grouped([&](auto keep) {
@@ -321,23 +320,19 @@ class NcclCommunicator final : public Communicator {
         }
       });
     }));
-    if (cudaError_t e = cudaMemcpy(recv, out, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess)
-      return Cuda(e);
+    MOE_RETURN_IF_ERROR(CopyOnKernels(recv, out, bytes, cudaMemcpyDeviceToHost));
     return OkStatus();
   }
 
   Status AllGatherHost(const void* send, void* recv, size_t bytes) override {
     MOE_RETURN_IF_ERROR(Reserve(bytes * static_cast<size_t>(size_ + 1)));
     char* out = static_cast<char*>(scratch_) + bytes;
-    if (cudaError_t e = cudaMemcpy(scratch_, send, bytes, cudaMemcpyHostToDevice); e != cudaSuccess)
-      return Cuda(e);
+    MOE_RETURN_IF_ERROR(CopyOnKernels(scratch_, send, bytes, cudaMemcpyHostToDevice));
     MOE_RETURN_IF_ERROR(RunHost("all_gather", [&] {
       return ncclAllGather(scratch_, out, bytes, ncclUint8, comm_, stream_);
     }));
-    if (cudaError_t e =
-            cudaMemcpy(recv, out, bytes * static_cast<size_t>(size_), cudaMemcpyDeviceToHost);
-        e != cudaSuccess)
-      return Cuda(e);
+    MOE_RETURN_IF_ERROR(
+        CopyOnKernels(recv, out, bytes * static_cast<size_t>(size_), cudaMemcpyDeviceToHost));
     return OkStatus();
   }
 
@@ -425,15 +420,22 @@ class NcclCommunicator final : public Communicator {
     scratch_bytes_ = bytes;
     return OkStatus();
   }
+  // A staging copy on the kernels' stream (after the work queued there; a copy to the host waits
+  // for it).
+  Status CopyOnKernels(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) const {
+    if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, KernelStream()); e != cudaSuccess)
+      return Cuda(e);
+    if (kind != cudaMemcpyDeviceToHost) return OkStatus();
+    if (cudaError_t e = cudaStreamSynchronize(KernelStream()); e != cudaSuccess) return Cuda(e);
+    return OkStatus();
+  }
   Status Stage(const void* host, size_t bytes) {
     MOE_RETURN_IF_ERROR(Reserve(bytes));
-    if (cudaError_t e = cudaMemcpy(scratch_, host, bytes, cudaMemcpyHostToDevice); e != cudaSuccess)
-      return Cuda(e);
+    MOE_RETURN_IF_ERROR(CopyOnKernels(scratch_, host, bytes, cudaMemcpyHostToDevice));
     return OkStatus();
   }
   Status Unstage(void* host, size_t bytes) {
-    if (cudaError_t e = cudaMemcpy(host, scratch_, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess)
-      return Cuda(e);
+    MOE_RETURN_IF_ERROR(CopyOnKernels(host, scratch_, bytes, cudaMemcpyDeviceToHost));
     return OkStatus();
   }
 

@@ -44,6 +44,7 @@ struct Optimizer::Bucket {
   Tensor accum;               // [numel] f64 (deterministic training), or undefined
   Tensor m, v;                // [shard]
   std::vector<Span> spans;    // with overlap: from the end of the buffer to its start
+  std::unique_ptr<kernels::AdamWPlan> plan;  // AdamW's segments of the shard (first update)
 
   // Element range [a, e) of parameter i inside this rank's shard (a == e: none).
   std::pair<int64_t, int64_t> InShard(size_t i) const {
@@ -267,16 +268,29 @@ void Optimizer::OwnedGradSquaresInto(bool experts, const Tensor& acc, int64_t sl
   }
 }
 
+// AdamW over this rank's shard of the bucket, every parameter in one pass (one launch on CUDA),
+// with the compute copy (bf16 under mixed precision) written from the new master in the same pass.
 void Optimizer::UpdateBucket(Bucket& b, const void* adamw_config) {
   kernels::AdamWConfig a = *static_cast<const kernels::AdamWConfig*>(adamw_config);
-  for (size_t i = 0; i < b.params.size(); ++i) {
-    const auto [lo, hi] = b.InShard(i);
-    if (lo >= hi) continue;
-    a.weight_decay = b.params[i]->weight_decay ? cfg_.weight_decay : 0.0;
-    kernels::AdamW(Flat(b.master, lo - b.master_offset, hi - b.master_offset), Flat(b.grad, lo, hi),
-                   Flat(b.m, lo - b.shard_begin, hi - b.shard_begin),
-                   Flat(b.v, lo - b.shard_begin, hi - b.shard_begin), a);
+  a.weight_decay = cfg_.weight_decay;
+  if (!b.plan) {  // the bucket's layout is fixed once built: the plan is made once
+    std::vector<kernels::AdamWSegment> segments;
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      const auto [lo, hi] = b.InShard(i);
+      if (lo < hi) segments.push_back({lo, hi, b.params[i]->weight_decay});
+    }
+    b.plan = std::make_unique<kernels::AdamWPlan>(
+        kernels::MakeAdamWPlan(std::move(segments), b.master.device()));
   }
+  kernels::AdamWBuffers buf;
+  buf.master = b.master;
+  buf.master_offset = b.master_offset;
+  buf.grad = b.grad;
+  buf.m = b.m;
+  buf.v = b.v;
+  buf.moments_offset = b.shard_begin;
+  if (b.master.raw() != b.compute.raw()) buf.compute = b.compute;
+  kernels::AdamWMulti(*b.plan, buf, a);
 }
 
 Status Optimizer::StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm_sq,
@@ -293,11 +307,7 @@ Status Optimizer::StepWithDeviceNorm(int64_t step, double lr, const Tensor& norm
   a.grad_clip = cfg_.grad_clip;
   a.norm_fp32 = norm_fp32;
   for (auto& b : buckets_) {
-    UpdateBucket(*b, &a);
-    if (b->master.raw() != b->compute.raw()) {
-      kernels::Convert(b->master,
-                       Flat(b->compute, b->master_offset, b->master_offset + b->master.numel()));
-    }
+    UpdateBucket(*b, &a);  // the compute copy too
     if (distributed_ && b->size > 1)
       MOE_RETURN_IF_ERROR(b->group->AllGather(b->compute, b->counts));
   }
