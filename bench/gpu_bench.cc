@@ -380,6 +380,10 @@ int main(int argc, char** argv) {
     const int64_t seq = rehearse ? 128 : 4096, heads = rehearse ? 2 : 128;
     BenchAttention("mla", seq, heads, 192, 128, dev, rehearse ? 1 : 10);
     BenchAttention("mha", seq, heads, 128, 128, dev, rehearse ? 1 : 10);
+    // The engine's path above is cuDNN's fused SDPA where cuDNN takes the shape; ours beside it.
+    moe::kernels::SetAttentionKernels(moe::kernels::AttentionKernels::kOurs);
+    BenchAttention("mla_ours", seq, heads, 192, 128, dev, rehearse ? 1 : 10);
+    moe::kernels::SetAttentionKernels(moe::kernels::AttentionKernels::kAuto);
   }
 
   // 4. A training step at `small`.

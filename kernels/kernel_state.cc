@@ -9,6 +9,16 @@ namespace {
 
 std::atomic<int64_t> g_host_syncs{0};
 std::atomic<bool> g_reproducible_cpu_gemm{false};
+std::atomic<bool> g_deterministic_kernels{false};
+
+std::atomic<AttentionKernels>& AttentionSlot() {
+  static std::atomic<AttentionKernels> which{[] {
+    const char* env = std::getenv("MOE_ATTENTION");
+    return env != nullptr && std::strcmp(env, "ours") == 0 ? AttentionKernels::kOurs
+                                                           : AttentionKernels::kAuto;
+  }()};
+  return which;
+}
 
 std::atomic<GroupedGemmMode>& ModeSlot() {
   static std::atomic<GroupedGemmMode> mode{[] {
@@ -25,6 +35,10 @@ std::atomic<GroupedGemmMode>& ModeSlot() {
 void CountHostSync() { g_host_syncs.fetch_add(1, std::memory_order_relaxed); }
 int64_t HostSyncs() { return g_host_syncs.load(std::memory_order_relaxed); }
 
+void SetDeterministicKernels(bool on) { g_deterministic_kernels.store(on); }
+bool DeterministicKernels() { return g_deterministic_kernels.load(); }
+void SetAttentionKernels(AttentionKernels which) { AttentionSlot().store(which); }
+AttentionKernels GetAttentionKernels() { return AttentionSlot().load(); }
 void SetGroupedGemmMode(GroupedGemmMode mode) { ModeSlot().store(mode); }
 GroupedGemmMode GetGroupedGemmMode() { return ModeSlot().load(); }
 void SetReproducibleCpuGemm(bool on) { g_reproducible_cpu_gemm.store(on); }

@@ -26,4 +26,16 @@ GroupedGemmMode GetGroupedGemmMode();
 void SetReproducibleCpuGemm(bool on);
 bool ReproducibleCpuGemm();
 
+// Deterministic GPU algorithms where a library offers a faster one that is not (cuDNN's attention
+// backward adds dQ with atomics unless asked not to). Deterministic training turns it on.
+void SetDeterministicKernels(bool on);
+bool DeterministicKernels();
+
+// Which attention kernels the CUDA path runs for bf16: cuDNN's fused SDPA where cuDNN takes the
+// shape (the default), else ours; or ours always (MOE_ATTENTION=ours in the environment: the
+// reference, and the fallback).
+enum class AttentionKernels { kAuto, kOurs };
+void SetAttentionKernels(AttentionKernels which);
+AttentionKernels GetAttentionKernels();
+
 }  // namespace moe::kernels

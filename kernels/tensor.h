@@ -103,12 +103,13 @@ class Allocator {
 // time: once warm, it never goes back to the system). Subclasses supply the raw memory of their
 // device.
 //
-// Streams (PyTorch's recordStream as the model): blocks are allocated on the device's default
-// stream. A block another stream also uses (an all-to-all on a communication stream, a prefetch)
-// must be recorded with RecordStream while it is live; when it is freed, an event is recorded on
-// each such stream and the block is reused only once every event has completed. Without that, a
-// block freed on the default stream could be handed to the next tensor while the other stream still
-// reads or writes it. The events are the subclass's (CUDA events; fakes in tests).
+// Streams (PyTorch's recordStream as the model): blocks belong to the stream the kernels run on
+// (on CUDA the kernels' own stream, kernels/cuda/runtime.cu Stream()). A block another stream also
+// uses (an all-to-all on a communication stream, a prefetch) must be recorded with RecordStream
+// while it is live; when it is freed, an event is recorded on each such stream and the block is
+// reused only once every event has completed. Without that, a block freed on the kernels' stream
+// could be handed to the next tensor while the other stream still reads or writes it. The events
+// are the subclass's (CUDA events; fakes in tests).
 class CachingAllocator : public Allocator {
  public:
   using StreamHandle = void*;  // cudaStream_t on CUDA

@@ -1,13 +1,21 @@
-// Causal attention on the GPU: the entry points of kernels/attention.h over the tiled tensor-core
-// kernels of attention_kernels.cuh (design there). bf16 or f32 storage for q, k, v, out, dout and
-// the gradients (one type for all), lse and the backward's D in f32; fp32 accumulation throughout.
+// Causal attention on the GPU: the entry points of kernels/attention.h. bf16 runs on cuDNN's fused
+// SDPA where this build has it (the Hopper paths) and cuDNN takes the shape, else, and for f32, on
+// our tiled tensor-core kernels of attention_kernels.cuh (design there): the reference and the
+// fallback (MOE_ATTENTION=ours forces them). bf16 or f32 storage for q, k, v, out, dout and the
+// gradients (one type for all), lse and the backward's D in f32; fp32 accumulation throughout.
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include "common/check.h"
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda_backend.h"
+#include "kernels/fused_attention.h"
+#include "kernels/kernel_state.h"
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {
@@ -53,6 +61,42 @@ Dims CheckDims(const Tensor& q, const Tensor& v, int64_t batch, int64_t seq_len,
           static_cast<int>(d_v)};
 }
 
+// cuDNN's fused SDPA for a bf16 call: true when it ran. A shape cuDNN does not take is said once
+// (with cuDNN's reason) and runs on our kernels; cuDNN remembers the refusal, so it costs nothing
+// after. The forward's statistics are the natural log-sum-exp, as our lse, so either backward
+// reads either forward's.
+bool RanOnCudnn(bool backward, DType dt, const Dims& d, int64_t batch, double scale,
+                const sm90a::SdpaBuffers& b) {
+#ifdef MOE_WITH_SM90A
+  if (dt != DType::kBF16 || GetAttentionKernels() == AttentionKernels::kOurs) return false;
+  sm90a::SdpaShape s;
+  s.batch = batch;
+  s.heads = d.heads;
+  s.seq = d.seq;
+  s.qk_dim = d.d_qk;
+  s.v_dim = d.d_v;
+  s.scale = static_cast<float>(scale);
+  s.deterministic = DeterministicKernels();
+  const std::string why =
+      backward ? sm90a::SdpaBackward(s, b, Stream()) : sm90a::SdpaForward(s, b, Stream());
+  if (why.empty()) return true;
+  static std::mutex mu;
+  static std::set<std::string> said;
+  const std::string shape = std::to_string(batch) + "x" + std::to_string(d.seq) + "x" +
+                            std::to_string(d.heads) + " heads " + std::to_string(d.d_qk) + "/" +
+                            std::to_string(d.d_v);
+  std::lock_guard<std::mutex> lock(mu);
+  if (said.insert(shape).second) {
+    std::fprintf(stderr, "attention %s: cuDNN's fused SDPA did not run it (%s): our kernels do\n",
+                 shape.c_str(), why.c_str());
+  }
+  return false;
+#else
+  (void)backward, (void)dt, (void)d, (void)batch, (void)scale, (void)b;
+  return false;
+#endif
+}
+
 }  // namespace
 
 void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch,
@@ -63,7 +107,13 @@ void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
   CheckF32(lse, op, "lse");
   const DType dt = StorageType({&q, &k, &v, &out}, op);
   const Dims d = CheckDims(q, v, batch, seq_len, heads, op, {&q, &k, &v, &out});
-  if (batch * seq_len > 0) {
+  sm90a::SdpaBuffers b;
+  b.q = q.raw();
+  b.k = k.raw();
+  b.v = v.raw();
+  b.o = out.raw();
+  b.stats = Ptr<float>(lse);
+  if (batch * seq_len > 0 && !RanOnCudnn(false, dt, d, batch, scale, b)) {
     MOE_CUDA_TYPED(dt, T, {
       const attn::FwdArgs<T> a{Ptr<const T>(q), Ptr<const T>(k),
                                Ptr<const T>(v), Ptr<T>(out),
@@ -85,7 +135,17 @@ void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   CheckF32(lse, op, "lse");
   const DType dt = StorageType({&q, &k, &v, &out, &dout, &dq, &dk, &dv}, op);
   const Dims d = CheckDims(q, v, batch, seq_len, heads, op, {&q, &k, &v, &dout, &dq, &dk, &dv});
-  if (batch * seq_len > 0) {
+  sm90a::SdpaBuffers b;
+  b.q = q.raw();
+  b.k = k.raw();
+  b.v = v.raw();
+  b.o = out.raw();
+  b.d_o = dout.raw();
+  b.stats_in = Ptr<float>(lse);
+  b.dq = dq.raw();
+  b.dk = dk.raw();
+  b.dv = dv.raw();
+  if (batch * seq_len > 0 && !RanOnCudnn(true, dt, d, batch, scale, b)) {
     RegisterCudaAllocator();
     Tensor delta = Tensor::Empty({batch * heads * seq_len}, DType::kF32, q.device());
     MOE_CUDA_TYPED(dt, T, {

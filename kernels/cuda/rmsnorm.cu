@@ -36,26 +36,33 @@ void AddRmsNormForward(const Tensor& x, const Tensor& r, const Tensor& w, double
   CheckLaunch("AddRmsNormForward");
 }
 
-void RmsNormBackwardAdd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                        const Tensor& dres, const Tensor& dx, const Tensor& dw) {
-  CheckOnCuda({&dy, &x, &w, &rstd, &dres, &dx, &dw}, "RmsNormBackward");
-  CheckF32(rstd, "RmsNormBackward", "rstd");
-  CheckF32(dw, "RmsNormBackward", "dw (a parameter gradient)");
+namespace {
+void Backward(const char* op, const Tensor& dy, const Tensor& x, const Tensor& w,
+              const Tensor& rstd, const Tensor& dres, const Tensor& dx, const Tensor& dw) {
+  CheckOnCuda({&dy, &x, &w, &rstd, &dres, &dx, &dw}, op);
+  CheckF32(rstd, op, "rstd");
+  CheckF32(dw, op, "dw (a parameter gradient)");
   const int64_t rows = x.dim(0), d = x.dim(1);
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  MOE_CUDA_TYPED(StorageType({&dy, &x, &w, &dres, &dx}, "RmsNormBackward"), T, {
+  MOE_CUDA_TYPED(StorageType({&dy, &x, &w, &dres, &dx}, op), T, {
     if (rows > 0) {
       RmsNormBackwardKernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, Stream()>>>(
           Ptr<T>(dy), Ptr<T>(x), Ptr<T>(w), Ptr<float>(rstd), Ptr<T>(dres), Ptr<T>(dx),
           Ptr<float>(dw), rows, d, kRowsPerBlock);
     }
   });
-  CheckLaunch("RmsNormBackward");
+  CheckLaunch(op);
+}
+}  // namespace
+
+void RmsNormBackwardAdd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                        const Tensor& dres, const Tensor& dx, const Tensor& dw) {
+  Backward("RmsNormBackwardAdd", dy, x, w, rstd, dres, dx, dw);
 }
 
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                      const Tensor& dx, const Tensor& dw) {
-  RmsNormBackwardAdd(dy, x, w, rstd, Tensor(), dx, dw);
+  Backward("RmsNormBackward", dy, x, w, rstd, Tensor(), dx, dw);
 }
 
 }  // namespace moe::kernels::cuda

@@ -42,7 +42,8 @@ class CudaAllocator final : public CachingAllocator {
         << LastError();
   }
   // Small uploads queue behind the kernels through the pinned ring (kernels/upload_ring.h); larger
-  // ones (weights, checkpoints) and any the ring refuses copy synchronously.
+  // ones (weights, checkpoints) and any the ring refuses are queued from the caller's pageable
+  // memory (the call returns once the bytes are staged).
   void CopyFromHost(void* dst, const void* src, size_t bytes) override {
     if (uploads_.Upload(dst, src, bytes)) return;
     // From pageable memory the call returns once `src` has been read: the caller may reuse it.
@@ -109,7 +110,7 @@ class CudaAllocator final : public CachingAllocator {
     h.destroy_event = [this](UploadRing::Event e) { DestroyEvent(e); };
     return h;
   }
-  // Small uploads (8 MiB of pinned memory; uploads above 4 MiB copy synchronously).
+  // Small uploads (8 MiB of pinned memory; uploads above 4 MiB go straight from pageable memory).
   UploadRing uploads_;
 };
 
@@ -254,7 +255,7 @@ unsigned* BadIndexFlags() {
   if (g_bad_index == nullptr) {
     MOE_CHECK(cudaMalloc(&g_bad_index, sizeof(unsigned)) == cudaSuccess)
         << "bad-index flags: " << LastError();
-    MOE_CHECK(cudaMemset(g_bad_index, 0, sizeof(unsigned)) == cudaSuccess)
+    MOE_CHECK(cudaMemsetAsync(g_bad_index, 0, sizeof(unsigned), Stream()) == cudaSuccess)
         << "bad-index flags: " << LastError();
   }
   return g_bad_index;

@@ -331,6 +331,80 @@ void AdamWCases() {
   }
 }
 
+// The attention backward in the deterministic mode (deterministic training): the same bits twice,
+// on whichever path runs it.
+void AttentionDeterministicCase() {
+  k::SetDeterministicKernels(true);
+  const int64_t batch = 2, seq = 513, h = 4, dqk = 192, dv = 128, t = batch * seq;
+  Tensor q = On(Random({t, h * dqk}, 84), DType::kBF16, g_device),
+         kt = On(Random({t, h * dqk}, 85), DType::kBF16, g_device),
+         v = On(Random({t, h * dv}, 86), DType::kBF16, g_device),
+         g = On(Random({t, h * dv}, 87), DType::kBF16, g_device);
+  Tensor out = Poisoned({t, h * dv}, DType::kBF16, g_device),
+         lse = Poisoned({batch * h * seq}, DType::kF32, g_device);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dqk));
+  k::AttentionForward(q, kt, v, batch, seq, h, scale, out, lse);
+  std::vector<Tensor> runs;
+  for (int r = 0; r < 2; ++r) {
+    Tensor dq = Poisoned(q.shape(), DType::kBF16, g_device);
+    Tensor dk = Poisoned(kt.shape(), DType::kBF16, g_device);
+    Tensor dvv = Poisoned(v.shape(), DType::kBF16, g_device);
+    k::AttentionBackward(q, kt, v, out, g, lse, batch, seq, h, scale, dq, dk, dvv);
+    runs.push_back(dq);
+  }
+  k::SetDeterministicKernels(false);
+  Compare("attention deterministic bwd dq twice", DType::kBF16, {"dq", runs[1], 0, 0},
+          {"dq", runs[0], 0, 0});
+}
+
+// The fused kernels against the passes they replace, on the same device, bit for bit: the residual
+// add fused into the norm (and its gradient into the backward), the bucket's AdamW against AdamW
+// per parameter followed by the master-to-bf16 conversion.
+void FusedEqualsUnfusedCases() {
+  const int64_t rows = 129, d = 200;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    Tensor x = On(Random({rows, d}, 90), dt, g_device), r = On(Random({rows, d}, 91), dt, g_device),
+           w = On(Random({d}, 92), dt, g_device), g = On(Random({rows, d}, 93), dt, g_device);
+    Tensor sum = Poisoned({rows, d}, dt, g_device), y = Poisoned({rows, d}, dt, g_device),
+           rstd = Poisoned({rows}, DType::kF32, g_device);
+    k::AddRmsNormForward(x, r, w, 1e-6, sum, y, rstd);
+    Tensor sum2 = Poisoned({rows, d}, dt, g_device), y2 = Poisoned({rows, d}, dt, g_device),
+           rstd2 = Poisoned({rows}, DType::kF32, g_device);
+    k::Add(sum2, x, r);
+    k::RmsNormForward(sum2, w, 1e-6, y2, rstd2);
+    Compare("fused = unfused: add + rmsnorm y", dt, {"y", y, 0, 0}, {"y", y2, 0, 0});
+    Tensor dx = Poisoned({rows, d}, dt, g_device), dw = Tensor::Zeros({d}, DType::kF32, g_device);
+    k::RmsNormBackwardAdd(g, sum, w, rstd, r, dx, dw);
+    Tensor dx2 = Poisoned({rows, d}, dt, g_device), dw2 = Tensor::Zeros({d}, DType::kF32, g_device);
+    k::RmsNormBackward(g, sum, w, rstd, dx2, dw2);
+    k::Add(dx2, dx2, r);
+    Compare("fused = unfused: rmsnorm bwd + residual", dt, {"dx", dx, 0, 0}, {"dx", dx2, 0, 0});
+  }
+  const std::vector<k::AdamWSegment> segs = {{0, 5000, true}, {5000, 5100, false}};
+  k::AdamWConfig c{.lr = 1e-3, .weight_decay = 0.1, .step = 4, .grad_scale = 0.7};
+  k::AdamWBuffers a;
+  a.master = On(Random({5100}, 94), DType::kF32, g_device);
+  a.grad = On(Random({5100}, 95), DType::kF32, g_device);
+  a.m = On(Random({5100}, 96, 0, 0.1), DType::kBF16, g_device);
+  a.v = On(Random({5100}, 97, 0, 0.01), DType::kBF16, g_device);
+  a.compute = Poisoned({5100}, DType::kBF16, g_device);
+  k::AdamWBuffers b = a;
+  for (Tensor* t : {&b.master, &b.m, &b.v, &b.compute}) *t = t->Clone();
+  k::AdamWMulti(k::MakeAdamWPlan(segs, g_device), a, c);
+  for (const k::AdamWSegment& sg : segs) {
+    k::AdamWConfig cs = c;
+    cs.weight_decay = sg.decay ? c.weight_decay : 0.0;
+    k::AdamW(b.master.Rows(sg.begin, sg.end), b.grad.Rows(sg.begin, sg.end),
+             b.m.Rows(sg.begin, sg.end), b.v.Rows(sg.begin, sg.end), cs);
+  }
+  k::Convert(b.master, b.compute);
+  Compare("fused = unfused: adamw bucket master", DType::kF32, {"", a.master, 0, 0},
+          {"", b.master, 0, 0});
+  Compare("fused = unfused: adamw bucket m", DType::kBF16, {"", a.m, 0, 0}, {"", b.m, 0, 0});
+  Compare("fused = unfused: adamw bucket compute", DType::kBF16, {"", a.compute, 0, 0},
+          {"", b.compute, 0, 0});
+}
+
 // A bucket's AdamW in one launch (AdamWMulti): decayed and undecayed segments, one longer than a
 // chunk, padding between them left alone, a sharded master and moments, the bf16 compute copy
 // written in the same pass.
@@ -384,22 +458,36 @@ void BalanceLossCases() {
 
 // Flash attention, forward and backward, each device on its own out and lse: MLA's head sizes and
 // equal ones, 1 and 16 heads, S not a multiple of the tiles, S = 1, a batch, and one long sequence.
+void AttentionShapes(const std::string& path);
+
+// Both attention paths on the GPU: cuDNN's fused SDPA (bf16, where cuDNN takes the shape; a shape
+// it refuses is said on stderr and runs ours) and ours (MOE_ATTENTION=ours), each against the CPU.
 void AttentionCases() {
+  k::SetAttentionKernels(k::AttentionKernels::kAuto);
+  AttentionShapes("attention cudnn|ours");
+  k::SetAttentionKernels(k::AttentionKernels::kOurs);
+  AttentionShapes("attention ours");
+  k::SetAttentionKernels(k::AttentionKernels::kAuto);
+  AttentionDeterministicCase();
+}
+
+void AttentionShapes(const std::string& path) {
   struct Shape {
     const char* name;
     int64_t batch, seq, heads, d_qk, d_v;
     std::vector<DType> dtypes;
   };
   const std::vector<Shape> shapes = {
-      {"attention mla S=300", 1, 300, 2, 192, 128, {DType::kF32, DType::kBF16}},
-      {"attention 16 heads S=257", 2, 257, 16, 64, 64, {DType::kF32, DType::kBF16}},
-      {"attention S=1", 3, 1, 1, 64, 64, {DType::kF32, DType::kBF16}},
-      {"attention d=24/16 S=70", 1, 70, 3, 24, 16, {DType::kF32, DType::kBF16}},
-      {"attention S=4096", 1, 4096, 2, 64, 64, {DType::kBF16}},
+      {"mla S=300", 1, 300, 2, 192, 128, {DType::kF32, DType::kBF16}},
+      {"16 heads S=257", 2, 257, 16, 64, 64, {DType::kF32, DType::kBF16}},
+      {"S=1", 3, 1, 1, 64, 64, {DType::kF32, DType::kBF16}},
+      {"d=24/16 S=70", 1, 70, 3, 24, 16, {DType::kF32, DType::kBF16}},
+      {"S=4096", 1, 4096, 2, 64, 64, {DType::kBF16}},
+      {"mla 16 heads S=512", 1, 512, 16, 192, 128, {DType::kBF16}},
   };
   for (const Shape& sh : shapes) {
     Run(
-        sh.name,
+        path + " " + sh.name,
         [&](Device dev, DType dt) {
           const int64_t t = sh.batch * sh.seq, h = sh.heads;
           const double scale =
@@ -831,6 +919,7 @@ int main() {
   BoundsCase();
   AdamWCases();
   AdamWBucketCases();
+  FusedEqualsUnfusedCases();
   BalanceLossCases();
   AttentionCases();
   LibraryCases();

@@ -36,6 +36,7 @@
 #include "kernels/cuda/fp8_gemm_kernels.cuh"
 #include "kernels/cuda/fp8_kernels.cuh"
 #include "kernels/cuda/gemm_kernels.cuh"
+#include "kernels/cuda/latent_attention_kernels.cuh"
 #include "kernels/cuda/optimizer_kernels.cuh"
 #include "kernels/cuda/permute_kernels.cuh"
 #include "kernels/cuda/rmsnorm_kernels.cuh"
@@ -46,6 +47,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/fp8.h"
+#include "kernels/latent_attention.h"
 #include "kernels/optimizer.h"
 #include "kernels/permute.h"
 #include "kernels/rmsnorm.h"
@@ -729,6 +731,27 @@ void Fp8Operands(int64_t rows, int64_t cols, bool transpose) {
   Covers({transpose ? "QuantVec128TransposedKernel" : "QuantVec128Kernel", "QuantBlk128Kernel"});
 }
 
+// ---- latent_attention.cu: decoding over the latent cache ----
+// n queries at the end of a cache of `total` rows (causal: query i sees rows 0..total - n + i),
+// with the launch shape and shared memory of LatentAttentionDecode, against the CPU path.
+template <typename T>
+void LatentDecode(int64_t n, int64_t total, int64_t heads, int64_t d, int64_t dv) {
+  const DType dt = kDt<T>;
+  const std::string at = " n=" + std::to_string(n) + " of " + std::to_string(total) + ", " +
+                         std::to_string(heads) + " heads, d " + std::to_string(d);
+  Tensor q = As(Random({n, heads * d}, 81), dt), cache = As(Random({total, d}, 82), dt);
+  Tensor got = Poisoned({n, heads * dv}, dt), ref = Poisoned({n, heads * dv}, dt);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const size_t smem = static_cast<size_t>(32 + d + total) * sizeof(float);
+  Launch(cu::LatentDecodeKernel<T>, dim3(static_cast<unsigned>(n * heads)),
+         dim3(cu::kDecodeThreads), smem, static_cast<const T*>(P<T>(q)),
+         static_cast<const T*>(P<T>(cache)), P<T>(got), n, total, d, heads, dv,
+         static_cast<float>(scale));
+  k::LatentAttentionDecode(q, cache, heads, dv, scale, ref);
+  Check("LatentDecode" + at, dt, got, ref, 1e-5, 1e-6);
+  Covers({"LatentDecodeKernel"});
+}
+
 // ---- runtime.cu, gemm.cu: the small kernels ----
 void SmallKernels() {
   unsigned flags = k::kBadTarget | k::kBadExpert;
@@ -783,7 +806,8 @@ void SmallKernels() {
 // ---- the list ----
 // The kernels the cases above run (Covers records what actually ran; a full run fails when the two
 // differ, so `--list`, which prints this table without running anything, stays true).
-const std::set<std::string> kRunHere = {"AddVecKernel",
+const std::set<std::string> kRunHere = {"LatentDecodeKernel",
+                                        "AddVecKernel",
                                         "AxpyVecKernel",
                                         "ScaleVecKernel",
                                         "F32ToBf16VecKernel",
@@ -832,13 +856,7 @@ const std::map<std::string, std::string> kElsewhere = {
 };
 // Kernels the emulator does not run yet, with the reason (library calls are listed below for
 // completeness, as they are GPU work with no kernel of ours).
-const std::map<std::string, std::string> kNotEmulated = {
-    {"LatentDecodeKernel",
-     "new with moe-generate's latent KV cache (merged last in this session): still in its .cu, not "
-     "in a "
-     "header the emulator can launch; its CPU twin runs in latent_attention_test and the card's "
-     "kernel check (gpu_kernel_check) compares the two"},
-};
+const std::map<std::string, std::string> kNotEmulated = {};
 
 // Every __global__ kernel of the sources, with the file it is in.
 std::vector<std::pair<std::string, std::string>> KernelsIn(const std::filesystem::path& dir) {
@@ -950,6 +968,8 @@ int main(int argc, char** argv) {
   Fp8Operands<float>(37, 300, false);
   Fp8Operands<bf16>(37, 200, true);  // the Wgrad operand: 128 x 1 along the tokens
   Fp8Operands<float>(70, 129, false);
+  LatentDecode<float>(3, 200, 4, 40, 32);  // more rows than the block's 128 threads
+  LatentDecode<bf16>(1, 5, 2, 24, 16);     // one decoding step, a short cache
   SmallKernels();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const std::string& name : kRunHere) {

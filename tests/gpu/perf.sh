@@ -204,7 +204,7 @@ table() {
   row "kernel time over the step (bf16 forced)" "$(get slice_bf16_forced_kernel_time_over_step)"
   row "host-device bytes per step (bf16 forced)" "$(get slice_bf16_forced_host_device_bytes_per_step)"
   row "host syncs per step (bf16 forced)" "$(get slice_bf16_forced_host_syncs_per_step)"
-  row "attention MLA S=4096 fwd+bwd: engine; SDPA (backend)" "$(get attention_mla_tflops); $(get torch_sdpa_mla_tflops) ($(get torch_sdpa_mla_backend)) TFLOP/s"
+  row "attention MLA S=4096 fwd+bwd: engine (cuDNN SDPA where it runs); our kernels; SDPA (backend)" "$(get attention_mla_tflops); $(get attention_mla_ours_tflops); $(get torch_sdpa_mla_tflops) ($(get torch_sdpa_mla_backend)) TFLOP/s"
   grep -E "^RESULT torch_sdpa_mla_[a-z]+_ms " "$log" | grep -v "_fwd_ms " | while read -r _ key rest; do
     k=${key#torch_sdpa_mla_}
     row "attention MLA S=4096 fwd+bwd, SDPA ${k%_ms} (ms)" "$rest"

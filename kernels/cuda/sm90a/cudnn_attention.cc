@@ -7,11 +7,16 @@
 #include <dlfcn.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
+#include <unordered_map>
 
 #include "cudnn_frontend.h"
 #include "kernels/cuda/cublas_api.h"  // OpenToolkitLibrary
+#include "kernels/cuda_backend.h"     // RegisterCudaAllocator, CurrentDevice
+#include "kernels/tensor.h"
 
 namespace cudnn_frontend {
 void* cudnn_dlhandle = nullptr;  // the frontend's handle on libcudnn (cudnn_frontend_shim.h)
@@ -49,6 +54,10 @@ CudnnRuntime Load() {
   r.found = true;
   fe::cudnn_dlhandle = lib;
   return r;
+}
+
+float Scale(const SdpaShape& s) {
+  return s.scale > 0 ? s.scale : 1.0f / std::sqrt(static_cast<float>(s.qk_dim));
 }
 
 // [batch, heads, seq, dim] dims over BSHD memory: a token's heads side by side.
@@ -96,10 +105,14 @@ std::shared_ptr<fe::graph::Graph> ForwardGraph(const SdpaShape& s, int sm) {
                    .set_name("sdpa")
                    .set_generate_stats(true)
                    .set_causal_mask(s.causal)
-                   .set_attn_scale(1.0f / std::sqrt(static_cast<float>(s.qk_dim)));
+                   .set_attn_scale(Scale(s));
   auto [o, stats] = g->sdpa(q, k, v, attrs);
   SetOutput(o, 4, s, s.v_dim);
-  stats->set_output(true).set_uid(5).set_data_type(fe::DataType_t::FLOAT);
+  stats->set_output(true)
+      .set_uid(5)
+      .set_dim({s.batch, s.heads, s.seq, 1})
+      .set_stride({s.heads * s.seq, s.seq, 1, 1})
+      .set_data_type(fe::DataType_t::FLOAT);
   return g;
 }
 
@@ -111,7 +124,8 @@ std::shared_ptr<fe::graph::Graph> BackwardGraph(const SdpaShape& s, int sm) {
   auto attrs = fe::graph::SDPA_backward_attributes()
                    .set_name("sdpa_backward")
                    .set_causal_mask(s.causal)
-                   .set_attn_scale(1.0f / std::sqrt(static_cast<float>(s.qk_dim)));
+                   .set_attn_scale(Scale(s));
+  if (s.deterministic) attrs.set_deterministic_algorithm(true);
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, Stats(*g, s), attrs);
   SetOutput(dq, 7, s, s.qk_dim);
   SetOutput(dk, 8, s, s.qk_dim);
@@ -138,7 +152,118 @@ std::string Build(const char* name, fe::graph::Graph& g, cudnnHandle_t handle) {
   return "";
 }
 
+// The graphs of one shape, built on this thread's handle, with their workspace sizes; or why cuDNN
+// cannot run them (kept too: a refused shape is not tried again).
+struct Plans {
+  std::shared_ptr<fe::graph::Graph> fwd, bwd;
+  int64_t fwd_workspace = 0, bwd_workspace = 0;
+  std::string why;
+};
+
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, float, bool, int>;
+
+// This thread's cuDNN handle on the current device (the training thread's; made once), or null
+// with *why.
+cudnnHandle_t ThreadHandle(std::string* why) {
+  thread_local cudnnHandle_t handle = nullptr;
+  thread_local std::string failed;
+  if (handle == nullptr && failed.empty()) {
+    if (!LoadCudnn().found)
+      failed = "cuDNN: " + LoadCudnn().why;
+    else if (fe::detail::create_handle(&handle) != CUDNN_STATUS_SUCCESS)
+      failed = "cuDNN: cudnnCreate failed";
+  }
+  *why = failed;
+  return handle;
+}
+
+Plans MakePlans(const SdpaShape& s, cudnnHandle_t handle) {
+  Plans p;
+  try {
+    p.fwd = ForwardGraph(s, 0);
+    p.why = Build("sdpa forward", *p.fwd, handle);
+    if (p.why.empty()) {
+      p.bwd = BackwardGraph(s, 0);
+      p.why = Build("sdpa backward", *p.bwd, handle);
+    }
+    if (p.why.empty()) {
+      if (auto e = p.fwd->get_workspace_size(p.fwd_workspace); e.is_bad())
+        p.why = Problem("sdpa forward", "workspace", e);
+      else if (auto e2 = p.bwd->get_workspace_size(p.bwd_workspace); e2.is_bad())
+        p.why = Problem("sdpa backward", "workspace", e2);
+    }
+  } catch (const std::exception& e) {
+    p.why = std::string("cuDNN frontend: ") + e.what();
+  }
+  return p;
+}
+
+// The plans of `s` on this thread (built on first use), or null with *why.
+const Plans* PlansFor(const SdpaShape& s, cudnnHandle_t* handle, std::string* why) {
+  *handle = ThreadHandle(why);
+  if (*handle == nullptr) return nullptr;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    *why = "no current CUDA device";
+    return nullptr;
+  }
+  thread_local std::map<PlanKey, Plans> cache;
+  const PlanKey key{s.batch,  s.heads,  s.seq,           s.qk_dim, s.v_dim,
+                    s.causal, Scale(s), s.deterministic, device};
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, MakePlans(s, *handle)).first;
+  *why = it->second.why;
+  return why->empty() ? &it->second : nullptr;
+}
+
+// Runs `graph` with the tensors of `pack` on `stream`, its workspace from the caching allocator
+// (freed after the call: later work on the same stream may reuse it, never earlier work).
+std::string Execute(const char* name, const fe::graph::Graph& graph, int64_t workspace_bytes,
+                    std::unordered_map<int64_t, void*>& pack, cudnnHandle_t handle, void* stream) {
+  if (fe::detail::set_stream(handle, static_cast<cudaStream_t>(stream)) != CUDNN_STATUS_SUCCESS)
+    return std::string(name) + ": cudnnSetStream failed";
+  Tensor workspace;
+  if (workspace_bytes > 0) {
+    RegisterCudaAllocator();
+    workspace = Tensor::Empty({(workspace_bytes + 3) / 4}, DType::kF32, CurrentDevice());
+  }
+  if (auto e = graph.execute(handle, pack, workspace.defined() ? workspace.raw() : nullptr);
+      e.is_bad())
+    return Problem(name, "execute", e);
+  return "";
+}
+
+// The forward's or the backward's graph of `s` on the buffers of `b` (by the graphs' uids).
+std::string Run(bool backward, const SdpaShape& s, const SdpaBuffers& b, void* stream) {
+  cudnnHandle_t handle = nullptr;
+  std::string why;
+  const Plans* p = PlansFor(s, &handle, &why);
+  if (p == nullptr) return why;
+  std::unordered_map<int64_t, void*> pack = {
+      {1, const_cast<void*>(b.q)}, {2, const_cast<void*>(b.k)}, {3, const_cast<void*>(b.v)}};
+  if (!backward) {
+    pack[4] = b.o;
+    pack[5] = b.stats;
+    return Execute("sdpa forward", *p->fwd, p->fwd_workspace, pack, handle, stream);
+  }
+  pack[4] = const_cast<void*>(static_cast<const void*>(b.o));
+  pack[5] = const_cast<float*>(b.stats_in);
+  pack[6] = const_cast<void*>(b.d_o);
+  pack[7] = b.dq;
+  pack[8] = b.dk;
+  pack[9] = b.dv;
+  return Execute("sdpa backward", *p->bwd, p->bwd_workspace, pack, handle, stream);
+}
+
 }  // namespace
+
+std::string SdpaForward(const SdpaShape& s, const SdpaBuffers& b, void* stream) {
+  return Run(false, s, b, stream);
+}
+std::string SdpaBackward(const SdpaShape& s, const SdpaBuffers& b, void* stream) {
+  return Run(true, s, b, stream);
+}
 
 std::string CudnnFrontendVersion() {
   return std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." +
@@ -169,17 +294,7 @@ std::string BuildSdpaPlans(const SdpaShape& s) {
   cudnnHandle_t handle = nullptr;
   if (fe::detail::create_handle(&handle) != CUDNN_STATUS_SUCCESS)
     return "cuDNN: cudnnCreate failed (no usable GPU?)";
-  std::string why;
-  try {
-    auto fwd = ForwardGraph(s, 0);
-    why = Build("sdpa forward", *fwd, handle);
-    if (why.empty()) {
-      auto bwd = BackwardGraph(s, 0);
-      why = Build("sdpa backward", *bwd, handle);
-    }
-  } catch (const std::exception& e) {
-    why = std::string("cuDNN frontend: ") + e.what();
-  }
+  std::string why = MakePlans(s, handle).why;  // the plans go before their handle
   fe::detail::destroy_handle(handle);
   return why;
 }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/fused_attention.h"
+
 namespace moe::kernels::cuda::sm90a {
 
 // The cuDNN frontend version this build was compiled with ("1.32.0").
@@ -21,12 +23,7 @@ struct CudnnRuntime {
 };
 const CudnnRuntime& LoadCudnn();
 
-// An attention problem in the layout the engine keeps q, k, v and o in: [batch, seq, heads, dim]
-// (BSHD), bf16, fp32 softmax statistics. MLA: qk_dim 192, v_dim 128; plain MHA: both the head dim.
-struct SdpaShape {
-  int64_t batch = 1, heads = 1, seq = 1, qk_dim = 64, v_dim = 64;
-  bool causal = true;
-};
+// SdpaShape, SdpaBuffers, SdpaForward and SdpaBackward: kernels/fused_attention.h.
 
 // Builds cuDNN's SDPA forward (with the statistics backward needs) and backward graphs for `s` and
 // validates them with the frontend for Hopper (sm_90; host checks of shapes, strides, types and

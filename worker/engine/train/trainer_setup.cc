@@ -170,6 +170,7 @@ Status Trainer::Init() {
   }
   deterministic_ = spec_.training.Deterministic(place_.device.is_cpu());
   if (place_.device.is_cpu()) kernels::SetReproducibleCpuGemm(deterministic_);
+  kernels::SetDeterministicKernels(deterministic_);
   MOE_RETURN_IF_ERROR(OpenData());
   flops_per_step_ =
       MegatronFlopsPerStep(spec_.model, spec_.data.global_batch_size, spec_.data.seq_length);
