@@ -1,5 +1,5 @@
 // DeepSeek-V3 routing in fp32 (kernels/router.h): scores, biased group-limited top-k and weights,
-// one thread per token (at most 512 experts and 64 groups); its backward; the sequence-wise balance
+// one warp per token (at most 512 experts and 64 groups); its backward; the sequence-wise balance
 // loss, one block per sequence, deterministic. f32 only: the router GEMM writes fp32 logits, as
 // DeepSeek-V3 routes in fp32.
 #include <cmath>
@@ -20,7 +20,8 @@ void RouterForward(const Tensor& logits, const Tensor& bias, const RouterConfig&
       << "RouterForward on CUDA: at most " << kMaxExperts << " experts and " << kMaxGroups
       << " groups, got " << experts << " and " << cfg.num_groups;
   if (tokens > 0) {
-    RouteKernel<<<Blocks(tokens, 128), 128, 0, Stream()>>>(
+    const unsigned blocks = static_cast<unsigned>((tokens + kRouteWarps - 1) / kRouteWarps);
+    RouteWarpKernel<<<blocks, 32 * kRouteWarps, 0, Stream()>>>(
         Ptr<float>(logits), Ptr<float>(bias), tokens, experts, cfg.top_k, cfg.num_groups,
         cfg.topk_groups, cfg.sigmoid, static_cast<float>(cfg.route_scale), cfg.use_bias,
         Ptr<float>(scores), Ptr<int32_t>(topk_idx), Ptr<float>(topk_w));

@@ -1,7 +1,7 @@
-// DeepSeek-V3 routing (one thread per token), its backward, the sequence-wise balance loss: the
-// kernels of kernels/cuda/router.cu, which launches them. nvcc compiles them there; a host compiler
-// compiles them under tests/gpu/cuda_emulator.h, which runs them on the CPU against the CPU path
-// (ctest gpu_kernels_emulated).
+// DeepSeek-V3 routing (one warp per token), its backward (one thread per token), the sequence-wise
+// balance loss: the kernels of kernels/cuda/router.cu, which launches them. nvcc compiles them
+// there; a host compiler compiles them under tests/gpu/cuda_emulator.h, which runs them on the CPU
+// against the CPU path (ctest gpu_kernels_emulated).
 #pragma once
 
 #include <cstdint>
@@ -15,74 +15,157 @@ namespace {
 constexpr int kMaxExperts = 512;
 constexpr int kMaxGroups = 64;
 
-// s = sigmoid(x), or softmax over the e experts.
-__device__ void RouterScores(const float* x, int64_t e, bool sigmoid, float* s) {
-  if (sigmoid) {
-    for (int64_t i = 0; i < e; ++i) s[i] = 1.f / (1.f + expf(-x[i]));
-  } else {
-    float mx = x[0], sum = 0;
-    for (int64_t i = 1; i < e; ++i) mx = fmaxf(mx, x[i]);
-    for (int64_t i = 0; i < e; ++i) sum += (s[i] = expf(x[i] - mx));
-    for (int64_t i = 0; i < e; ++i) s[i] /= sum;
+// Routing, one warp per token (a 128-thread block routes kRouteWarps tokens): lane l holds experts
+// l, l + 32, ... (kRouteSlots at most: E <= 512) in registers, and the choices are warp-wide
+// arg-maxima by shuffles, where one thread per token kept 512-float arrays in local memory and
+// scanned them k times over.
+constexpr int kRouteSlots = kMaxExperts / 32;
+constexpr int kRouteWarps = 4;
+
+// NaN ranks as -inf, so that (key, index) is a total order and every lane of a reduction agrees.
+__device__ inline float RankKey(float v) { return v != v ? -INFINITY : v; }
+
+// The warp's best candidate: the largest key, the lower index on ties (as the CPU's scan, which
+// keeps the first of equals); index -1: no candidate. payload travels with the winner.
+__device__ inline void WarpBest(float* key, int* index, float* payload) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float k2 = __shfl_xor_sync(0xffffffffu, *key, o);
+    const int i2 = __shfl_xor_sync(0xffffffffu, *index, o);
+    const float p2 = __shfl_xor_sync(0xffffffffu, *payload, o);
+    if (i2 >= 0 && (*index < 0 || k2 > *key || (k2 == *key && i2 < *index))) {
+      *key = k2;
+      *index = i2;
+      *payload = p2;
+    }
+  }
+}
+
+// The two largest values of the warp's (a >= c pairs), with repeats: a group's score needs its best
+// two selection scores, exactly (no arithmetic: the CPU's pair, whatever the order).
+__device__ inline void WarpTop2(float* a, float* c) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float a2 = __shfl_xor_sync(0xffffffffu, *a, o);
+    const float c2 = __shfl_xor_sync(0xffffffffu, *c, o);
+    const float lo = *a >= a2 ? a2 : *a;
+    *a = *a >= a2 ? *a : a2;
+    const float rest = *c >= c2 ? *c : c2;
+    *c = lo >= rest ? lo : rest;
+  }
+}
+
+// s = sigmoid(x), or softmax over the e experts (the warp's max and sum), into the lane's slots;
+// sel = s + bias. Writes the scores.
+__device__ inline void WarpScores(const float* x, const float* bias, int64_t e, bool sigmoid,
+                                  bool use_bias, int lane, float* s, float* sel, float* out) {
+  float mx = -INFINITY, sum = 0;
+  if (!sigmoid) {
+#pragma unroll
+    for (int q = 0; q < kRouteSlots; ++q)
+      if (lane + 32 * q < e) mx = fmaxf(mx, x[lane + 32 * q]);
+    mx = WarpMax(mx);
+  }
+#pragma unroll
+  for (int q = 0; q < kRouteSlots; ++q) {
+    const int64_t i = lane + 32 * q;
+    if (i >= e) continue;
+    s[q] = sigmoid ? 1.f / (1.f + expf(-x[i])) : expf(x[i] - mx);
+    sum += s[q];
+  }
+  if (!sigmoid) sum = WarpSum(sum);
+#pragma unroll
+  for (int q = 0; q < kRouteSlots; ++q) {
+    const int64_t i = lane + 32 * q;
+    if (i >= e) continue;
+    if (!sigmoid) s[q] /= sum;
+    out[i] = s[q];
+    sel[q] = s[q] + (use_bias ? bias[i] : 0.f);
   }
 }
 
 // Group-limited routing: keeps the `topk_groups` best of `groups` groups (a group scores by the sum
-// of its two best selection scores when the bias is in use, else its best) and masks the rest to
-// -inf.
-__device__ void KeepBestGroups(float* sel, int64_t e, int64_t groups, int64_t topk_groups,
-                               bool use_bias) {
+// of its two best selection scores when the bias is in use, else its best; ties to the lower
+// group) and masks the rest's selection scores to -inf. Lane l keeps the scores of groups l and
+// l + 32.
+__device__ inline void WarpKeepBestGroups(float* sel, int64_t e, int64_t groups,
+                                          int64_t topk_groups, bool use_bias, int lane) {
   const int64_t per = e / groups;
-  float gscore[kMaxGroups];
-  bool kept[kMaxGroups];
+  float mine[2] = {-INFINITY, -INFINITY};
   for (int64_t g = 0; g < groups; ++g) {
     float a = -INFINITY, c = -INFINITY;
-    for (int64_t i = 0; i < per; ++i) {
-      const float v = sel[g * per + i];
-      if (v > a) {
+#pragma unroll
+    for (int q = 0; q < kRouteSlots; ++q) {
+      const int64_t i = lane + 32 * q;
+      if (i >= e || i / per != g) continue;
+      if (sel[q] > a) {
         c = a;
-        a = v;
-      } else if (v > c) {
-        c = v;
+        a = sel[q];
+      } else if (sel[q] > c) {
+        c = sel[q];
       }
     }
-    gscore[g] = (use_bias && per >= 2) ? a + c : a;
-    kept[g] = false;
+    WarpTop2(&a, &c);
+    if (g % 32 == lane) mine[g / 32] = (use_bias && per >= 2) ? a + c : a;
   }
+  uint64_t kept = 0;
   for (int64_t r = 0; r < topk_groups; ++r) {
-    int64_t best = -1;
-    for (int64_t g = 0; g < groups; ++g)
-      if (!kept[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
-    kept[best] = true;
+    float key = -INFINITY, unused = 0;
+    int best = -1;
+    for (int q = 0; q < 2; ++q) {
+      const int g = lane + 32 * q;
+      if (g >= groups || ((kept >> g) & 1u) != 0) continue;
+      if (best < 0 || RankKey(mine[q]) > key) {
+        key = RankKey(mine[q]);
+        best = g;
+      }
+    }
+    WarpBest(&key, &best, &unused);
+    kept |= uint64_t{1} << best;
   }
-  for (int64_t i = 0; i < e; ++i)
-    if (!kept[i / per]) sel[i] = -INFINITY;
+#pragma unroll
+  for (int q = 0; q < kRouteSlots; ++q) {
+    const int64_t i = lane + 32 * q;
+    if (i < e && ((kept >> (i / per)) & 1u) == 0) sel[q] = -INFINITY;
+  }
 }
 
-// One thread per token (E <= kMaxExperts). Ties go to the lower index, as on the CPU.
-__global__ void RouteKernel(const float* logits, const float* bias, int64_t tokens, int64_t e,
-                            int64_t k, int64_t groups, int64_t topk_groups, bool sigmoid,
-                            float route_scale, bool use_bias, float* scores, int32_t* idx,
-                            float* w) {
-  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (t >= tokens) return;
-  float* s = scores + t * e;
-  RouterScores(logits + t * e, e, sigmoid, s);
-  float sel[kMaxExperts];
-  for (int64_t i = 0; i < e; ++i) sel[i] = s[i] + (use_bias ? bias[i] : 0.f);
-  if (groups > 1) KeepBestGroups(sel, e, groups, topk_groups, use_bias);
+// One warp per token (E <= kMaxExperts, groups <= kMaxGroups). The top k are k successive
+// warp-wide arg-maxima of the selection scores among the experts not taken yet; ties go to the
+// lower index, as on the CPU. The weights are the picks' scores, summed in pick order.
+__global__ void RouteWarpKernel(const float* logits, const float* bias, int64_t tokens, int64_t e,
+                                int64_t k, int64_t groups, int64_t topk_groups, bool sigmoid,
+                                float route_scale, bool use_bias, float* scores, int32_t* idx,
+                                float* w) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t t = blockIdx.x * int64_t{kRouteWarps} + threadIdx.x / 32;
+  if (t >= tokens) return;  // the whole warp: t is the warp's
+  float s[kRouteSlots], sel[kRouteSlots];
+  WarpScores(logits + t * e, bias, e, sigmoid, use_bias, lane, s, sel, scores + t * e);
+  if (groups > 1) WarpKeepBestGroups(sel, e, groups, topk_groups, use_bias, lane);
+  uint32_t taken = 0;  // this lane's slots already picked
   float sum = 0;
   for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    for (int64_t i = 0; i < e; ++i) {
-      bool taken = false;
-      for (int64_t q = 0; q < j; ++q) taken |= idx[t * k + q] == i;
-      if (!taken && (best < 0 || sel[i] > sel[best])) best = i;
+    float key = -INFINITY, pick = 0;
+    int best = -1;
+#pragma unroll
+    for (int q = 0; q < kRouteSlots; ++q) {
+      const int64_t i = lane + 32 * q;
+      if (i >= e || ((taken >> q) & 1u) != 0) continue;
+      if (best < 0 || RankKey(sel[q]) > key) {
+        key = RankKey(sel[q]);
+        best = static_cast<int>(i);
+        pick = s[q];
+      }
     }
-    idx[t * k + j] = static_cast<int32_t>(best);
-    sum += (w[t * k + j] = s[best]);
+    WarpBest(&key, &best, &pick);
+    if (best % 32 == lane) taken |= 1u << (best / 32);
+    sum += pick;
+    if (lane == 0) {
+      idx[t * k + j] = best;
+      w[t * k + j] = pick;
+    }
   }
-  for (int64_t j = 0; j < k; ++j)
+  if (lane != 0) return;
+  for (int64_t j = 0; j < k; ++j)  // lane 0's own stores, read back
     w[t * k + j] = (sigmoid ? w[t * k + j] / sum : w[t * k + j]) * route_scale;
 }
 

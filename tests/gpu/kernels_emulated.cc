@@ -600,20 +600,29 @@ void Rope(int64_t tokens, int64_t seq, int64_t heads, int64_t stride, int64_t of
 }
 
 // ---- router.cu (fp32 only, as the router runs) ----
-void Router(int64_t tokens, int64_t experts, const k::RouterConfig& cfg, const char* what) {
+// levels > 0: the logits take that many values only and the bias is 0, so that many scores tie
+// (the lower index must win, as on the CPU).
+void Router(int64_t tokens, int64_t experts, const k::RouterConfig& cfg, const char* what,
+            int levels = 0) {
   const std::string at = std::string(" ") + what;
   Tensor logits = Random({tokens, experts}, 30, -3, 3), bias = Random({experts}, 31, -0.2, 0.2);
+  if (levels > 0) {
+    for (int64_t i = 0; i < logits.numel(); ++i)
+      logits.data<float>()[i] = std::floor((logits.data<float>()[i] + 3) / 6 * levels);
+    k::Fill(bias, 0.0);
+  }
   Tensor s = Poisoned({tokens, experts}, DType::kF32),
          sr = Poisoned({tokens, experts}, DType::kF32);
   Tensor idx = Poisoned({tokens, cfg.top_k}, DType::kI32),
          idxr = Poisoned({tokens, cfg.top_k}, DType::kI32);
   Tensor w = Poisoned({tokens, cfg.top_k}, DType::kF32),
          wr = Poisoned({tokens, cfg.top_k}, DType::kF32);
-  Launch(cu::RouteKernel, dim3(cu::Blocks(tokens, 128)), dim3(128), 0,
-         static_cast<const float*>(P<float>(logits)), static_cast<const float*>(P<float>(bias)),
-         tokens, experts, cfg.top_k, cfg.num_groups, cfg.topk_groups, cfg.sigmoid,
-         static_cast<float>(cfg.route_scale), cfg.use_bias, P<float>(s), P<int32_t>(idx),
-         P<float>(w));
+  Launch(cu::RouteWarpKernel,
+         dim3(static_cast<unsigned>((tokens + cu::kRouteWarps - 1) / cu::kRouteWarps)),
+         dim3(32 * cu::kRouteWarps), 0, static_cast<const float*>(P<float>(logits)),
+         static_cast<const float*>(P<float>(bias)), tokens, experts, cfg.top_k, cfg.num_groups,
+         cfg.topk_groups, cfg.sigmoid, static_cast<float>(cfg.route_scale), cfg.use_bias,
+         P<float>(s), P<int32_t>(idx), P<float>(w));
   k::RouterForward(logits, bias, cfg, sr, idxr, wr);
   Check("RouterForward scores" + at, DType::kF32, s, sr);
   Check("RouterForward top-k ids" + at, DType::kI32, idx, idxr, 0, 0);
@@ -628,7 +637,7 @@ void Router(int64_t tokens, int64_t experts, const k::RouterConfig& cfg, const c
          P<float>(dl));
   k::RouterBackward(sr, idxr, dw, extra, cfg, dlr);
   Check("RouterBackward" + at, DType::kF32, dl, dlr, 1e-5, 1e-6);
-  Covers({"RouteKernel", "RouteBackwardKernel"});
+  Covers({"RouteWarpKernel", "RouteBackwardKernel"});
 }
 
 void SeqAux(int64_t seqs, int64_t seq_len, int64_t experts, int64_t top_k) {
@@ -839,7 +848,7 @@ const std::set<std::string> kRunHere = {"LatentDecodeKernel",
                                         "SwigluForwardKernel",
                                         "SwigluBackwardKernel",
                                         "RopeKernel",
-                                        "RouteKernel",
+                                        "RouteWarpKernel",
                                         "RouteBackwardKernel",
                                         "SeqAuxKernel",
                                         "QuantDequantKernel",
@@ -961,6 +970,17 @@ int main(int argc, char** argv) {
   softmax.sigmoid = false;
   softmax.use_bias = false;
   Router(1, 7, softmax, "softmax top-2 of 7, one token");
+  k::RouterConfig v3 = dsv3;  // DeepSeek-V3's own: 256 experts, 8 groups, top-4 groups, top-8
+  v3.top_k = 8;
+  v3.num_groups = 8;
+  v3.topk_groups = 4;
+  Router(37, 256, v3, "sigmoid, 4 of 8 groups -> top-8 of 256");
+  Router(9, 72, v3, "sigmoid, 4 of 8 groups of 9 -> top-8 of 72 (lanes' last slots part empty)");
+  softmax.top_k = 40;  // more picks than lanes, from 2 of 16 groups
+  softmax.num_groups = 16;
+  softmax.topk_groups = 2;
+  Router(5, 512, softmax, "softmax, 2 of 16 groups -> top-40 of 512");
+  Router(6, 64, v3, "sigmoid, ties: logits on 3 levels", /*levels=*/3);
   SeqAux(3, 37, 16, 4);
   QuantDequant<float>(37, 300, 1, 128, false);
   QuantDequant<bf16>(257, 260, 128, 128, false);
