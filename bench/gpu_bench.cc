@@ -381,9 +381,11 @@ int main(int argc, char** argv) {
     BenchAttention("mla", seq, heads, 192, 128, dev, rehearse ? 1 : 10);
     BenchAttention("mha", seq, heads, 128, 128, dev, rehearse ? 1 : 10);
     // The engine's path above is cuDNN's fused SDPA where cuDNN takes the shape; ours beside it.
+    const moe::kernels::AttentionKernels before = moe::kernels::GetAttentionKernels();
     moe::kernels::SetAttentionKernels(moe::kernels::AttentionKernels::kOurs);
     BenchAttention("mla_ours", seq, heads, 192, 128, dev, rehearse ? 1 : 10);
-    moe::kernels::SetAttentionKernels(moe::kernels::AttentionKernels::kAuto);
+    BenchAttention("mha_ours", seq, heads, 128, 128, dev, rehearse ? 1 : 10);
+    moe::kernels::SetAttentionKernels(before);
   }
 
   // 4. A training step at `small`.

@@ -32,7 +32,11 @@ struct SdpaBuffers {
 // Runs cuDNN's SDPA forward (backward) for `s` on `stream` (a cudaStream_t) of the current device.
 // The graphs are built once per shape and kept; their workspace comes from the caching allocator.
 // "" when it ran; else why not, and nothing was launched: the caller runs its own kernels.
+// The backward in the deterministic mode runs on cuDNN only where its workspace stays within 1 GiB
+// (else ours, deterministic too); the forward is not affected.
 std::string SdpaForward(const SdpaShape& s, const SdpaBuffers& b, void* stream);
 std::string SdpaBackward(const SdpaShape& s, const SdpaBuffers& b, void* stream);
+// Calls that ran on cuDNN so far (both directions): the checks that must see this path run.
+int64_t SdpaRuns();
 
 }  // namespace moe::kernels::cuda::sm90a

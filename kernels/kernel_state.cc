@@ -1,6 +1,7 @@
 #include "kernels/kernel_state.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -14,8 +15,10 @@ std::atomic<bool> g_deterministic_kernels{false};
 std::atomic<AttentionKernels>& AttentionSlot() {
   static std::atomic<AttentionKernels> which{[] {
     const char* env = std::getenv("MOE_ATTENTION");
-    return env != nullptr && std::strcmp(env, "ours") == 0 ? AttentionKernels::kOurs
-                                                           : AttentionKernels::kAuto;
+    if (env != nullptr && std::strcmp(env, "ours") == 0) return AttentionKernels::kOurs;
+    if (env != nullptr && *env != '\0' && std::strcmp(env, "auto") != 0)
+      std::fprintf(stderr, "MOE_ATTENTION=%s: not auto or ours; auto (cuDNN where it runs)\n", env);
+    return AttentionKernels::kAuto;
   }()};
   return which;
 }

@@ -68,7 +68,8 @@ Dims CheckDims(const Tensor& q, const Tensor& v, int64_t batch, int64_t seq_len,
 bool RanOnCudnn(bool backward, DType dt, const Dims& d, int64_t batch, double scale,
                 const sm90a::SdpaBuffers& b) {
 #ifdef MOE_WITH_SM90A
-  if (dt != DType::kBF16 || GetAttentionKernels() == AttentionKernels::kOurs) return false;
+  if (dt != DType::kBF16 || scale <= 0 || GetAttentionKernels() == AttentionKernels::kOurs)
+    return false;
   sm90a::SdpaShape s;
   s.batch = batch;
   s.heads = d.heads;
@@ -80,9 +81,11 @@ bool RanOnCudnn(bool backward, DType dt, const Dims& d, int64_t batch, double sc
   const std::string why =
       backward ? sm90a::SdpaBackward(s, b, Stream()) : sm90a::SdpaForward(s, b, Stream());
   if (why.empty()) return true;
+  cudaGetLastError();  // a failed call may leave a non-sticky error: not our kernels' to report
   static std::mutex mu;
   static std::set<std::string> said;
-  const std::string shape = std::to_string(batch) + "x" + std::to_string(d.seq) + "x" +
+  const std::string shape = std::string(backward ? "backward " : "forward ") +
+                            std::to_string(batch) + "x" + std::to_string(d.seq) + "x" +
                             std::to_string(d.heads) + " heads " + std::to_string(d.d_qk) + "/" +
                             std::to_string(d.d_v);
   std::lock_guard<std::mutex> lock(mu);
@@ -134,7 +137,8 @@ void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   CheckOnCuda({&q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv}, op);
   CheckF32(lse, op, "lse");
   const DType dt = StorageType({&q, &k, &v, &out, &dout, &dq, &dk, &dv}, op);
-  const Dims d = CheckDims(q, v, batch, seq_len, heads, op, {&q, &k, &v, &dout, &dq, &dk, &dv});
+  const Dims d =
+      CheckDims(q, v, batch, seq_len, heads, op, {&q, &k, &v, &out, &dout, &dq, &dk, &dv});
   sm90a::SdpaBuffers b;
   b.q = q.raw();
   b.k = k.raw();

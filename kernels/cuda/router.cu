@@ -1,7 +1,7 @@
 // DeepSeek-V3 routing in fp32 (kernels/router.h): scores, biased group-limited top-k and weights,
 // one warp per token (at most 512 experts and 64 groups); its backward; the sequence-wise balance
-// loss, one block per sequence, deterministic. f32 only: the router GEMM writes fp32 logits, as
-// DeepSeek-V3 routes in fp32.
+// loss over (token) and (sequence, chunk of tokens) grids, deterministic. f32 only: the router GEMM
+// writes fp32 logits, as DeepSeek-V3 routes in fp32.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -56,11 +56,19 @@ double SeqAuxLoss(const Tensor& scores, int64_t top_k, int64_t num_seqs, int64_t
       << "SeqAuxLoss on CUDA: at most " << kMaxExperts << " experts, got " << experts;
   if (num_seqs * seq_len == 0) return 0;
   RegisterCudaAllocator();
-  Tensor sums = Tensor::Empty({num_seqs * seq_len}, DType::kF32, scores.device());
+  const Device dev = scores.device();
+  const int64_t tokens = num_seqs * seq_len;
+  Tensor sums = Tensor::Empty({tokens}, DType::kF32, dev);
+  Tensor partial = Tensor::Empty({num_seqs * SeqAuxChunks(seq_len) * experts}, DType::kF32, dev);
+  Tensor f = Tensor::Empty({num_seqs * experts}, DType::kF32, dev);
+  Tensor counts = Tensor::Zeros({num_seqs * experts}, DType::kI32, dev);
   const double loss = SumPartials(num_seqs, [&](float* losses) {
-    SeqAuxKernel<<<static_cast<unsigned>(num_seqs), kThreads, 0, Stream()>>>(
-        Ptr<float>(scores), seq_len, experts, top_k, static_cast<float>(coeff), Ptr<float>(sums),
-        Ptr<float>(dscores), losses);
+    const SeqAuxBuffers b{Ptr<float>(sums), Ptr<float>(partial), Ptr<float>(f),
+                          losses,           Ptr<float>(dscores), Ptr<int>(counts)};
+    SeqAuxSteps(Ptr<float>(scores), num_seqs, seq_len, experts, top_k, static_cast<float>(coeff), b,
+                [](auto kernel, dim3 grid, dim3 block, auto... args) {
+                  kernel<<<grid, block, 0, Stream()>>>(args...);
+                });
   });
   CheckLaunch("SeqAuxLoss");
   return loss;

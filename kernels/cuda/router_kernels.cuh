@@ -40,6 +40,28 @@ __device__ inline void WarpBest(float* key, int* index, float* payload) {
   }
 }
 
+// The warp's next pick: the best expert by key_of (a lane's slots) not taken yet, its payload_of
+// value with it; marks it taken in its lane's mask. Every lane gets the same index.
+__device__ inline int WarpPick(const float* key_of, const float* payload_of, int64_t e, int lane,
+                               uint32_t* taken, float* payload) {
+  float key = -INFINITY;
+  int best = -1;
+  *payload = 0;
+#pragma unroll
+  for (int q = 0; q < kRouteSlots; ++q) {
+    const int64_t i = lane + 32 * q;
+    if (i >= e || ((*taken >> q) & 1u) != 0) continue;
+    if (best < 0 || RankKey(key_of[q]) > key) {
+      key = RankKey(key_of[q]);
+      best = static_cast<int>(i);
+      *payload = payload_of[q];
+    }
+  }
+  WarpBest(&key, &best, payload);
+  if (best >= 0 && best % 32 == lane) *taken |= 1u << (best / 32);
+  return best;
+}
+
 // The two largest values of the warp's (a >= c pairs), with repeats: a group's score needs its best
 // two selection scores, exactly (no arithmetic: the CPU's pair, whatever the order).
 __device__ inline void WarpTop2(float* a, float* c) {
@@ -144,20 +166,8 @@ __global__ void RouteWarpKernel(const float* logits, const float* bias, int64_t 
   uint32_t taken = 0;  // this lane's slots already picked
   float sum = 0;
   for (int64_t j = 0; j < k; ++j) {
-    float key = -INFINITY, pick = 0;
-    int best = -1;
-#pragma unroll
-    for (int q = 0; q < kRouteSlots; ++q) {
-      const int64_t i = lane + 32 * q;
-      if (i >= e || ((taken >> q) & 1u) != 0) continue;
-      if (best < 0 || RankKey(sel[q]) > key) {
-        key = RankKey(sel[q]);
-        best = static_cast<int>(i);
-        pick = s[q];
-      }
-    }
-    WarpBest(&key, &best, &pick);
-    if (best % 32 == lane) taken |= 1u << (best / 32);
+    float pick = 0;
+    const int best = WarpPick(sel, s, e, lane, &taken, &pick);
     sum += pick;
     if (lane == 0) {
       idx[t * k + j] = best;
@@ -198,64 +208,119 @@ __global__ void RouteBackwardKernel(const float* scores, const int32_t* idx, con
   }
 }
 
-// The balance loss of one sequence per block (kernels/router.h), deterministic: the counts f come
-// from integer atomics (exact in any order), P_i from one thread per expert adding the tokens in
-// order, the loss from a fixed block reduction (the host adds the sequences' partials in order).
-//   1. per token (a thread each): its score sum (to `sums`), and its top-k of the unbiased scores,
-//      picked as successive maxima, each the largest below the last in (score, lower index first)
-//      order, so ties go to the lower index; counted into f.
-//   2. per expert (a thread each): P_i = mean_t s_{i,t} / sum_t; the loss partial sum_i f_i P_i.
-//   3. per token, when dscores is given: d loss / d s_{i,t} = c (f_i - sum_j f_j s_{j,t} / sum_t) /
-//   sum_t.
-__global__ void SeqAuxKernel(const float* scores, int64_t seq_len, int64_t e, int64_t k,
-                             float coeff, float* sums, float* dscores, float* losses) {
-  __shared__ int count[kMaxExperts];
-  __shared__ float f[kMaxExperts];
-  const int64_t t0 = blockIdx.x * seq_len, t1 = t0 + seq_len;
-  for (int64_t i = threadIdx.x; i < e; i += blockDim.x) count[i] = 0;
-  __syncthreads();
-  for (int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
-    const float* st = scores + t * e;
-    float sum = 0;
-    for (int64_t i = 0; i < e; ++i) sum += st[i];
-    sums[t] = sum;
-    float last = INFINITY;
-    int64_t last_i = -1;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      for (int64_t i = 0; i < e; ++i) {
-        const float v = st[i];
-        const bool below = v < last || (v == last && i > last_i);
-        if (below && (best < 0 || v > st[best])) best = i;
-      }
-      if (best < 0) break;  // only NaN scores are left: nothing ranks below the last pick
-      atomicAdd(&count[best], 1);
-      last = st[best];
-      last_i = best;
-    }
+// The sequence-wise balance loss (kernels/router.h) in four kernels over (token) and (sequence,
+// token chunk) grids, where one block per sequence left all but a few SMs idle (a DeepSeek-V3
+// micro-batch is one sequence of 4,096 tokens). Deterministic: the counts f are integer atomics
+// (exact in any order), every float sum has a fixed order.
+//   1. SeqAuxCountKernel, a warp per token: its score sum (to `sums`), and its top-k of the
+//      unbiased scores, warp-wide arg-maxima with ties to the lower index, counted into
+//      counts[sequence][expert].
+//   2. SeqAuxProbKernel, a block per (chunk of kAuxChunk tokens, sequence), a thread per expert:
+//      the chunk's sum_t s_{i,t} / sum_t, in token order.
+//   3. SeqAuxLossKernel, a block per sequence: P_i = the chunks' sums in chunk order / seq_len,
+//      f_i = counts_i E / (k seq_len) (kept for 4), the sequence's loss coeff sum_i f_i P_i.
+//   4. SeqAuxGradKernel, a warp per token, when dscores is given: d loss / d s_{i,t} =
+//      c (f_i - sum_j f_j s_{j,t} / sum_t) / sum_t, c = coeff / seq_len.
+constexpr int64_t kAuxChunk = 128;
+
+__global__ void SeqAuxCountKernel(const float* scores, int64_t tokens, int64_t seq_len, int64_t e,
+                                  int64_t k, float* sums, int* counts) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t t = blockIdx.x * int64_t{kRouteWarps} + threadIdx.x / 32;
+  if (t >= tokens) return;  // the whole warp
+  const float* st = scores + t * e;
+  float v[kRouteSlots];
+  float sum = 0;
+#pragma unroll
+  for (int q = 0; q < kRouteSlots; ++q) {
+    if (lane + 32 * q >= e) continue;
+    v[q] = st[lane + 32 * q];
+    sum += v[q];
   }
-  __syncthreads();  // the counts, and `sums` (global writes are visible to the block after a
-                    // barrier)
+  sum = WarpSum(sum);
+  if (lane == 0) sums[t] = sum;
+  int* c = counts + (t / seq_len) * e;
+  uint32_t taken = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    float unused = 0;
+    const int best = WarpPick(v, v, e, lane, &taken, &unused);
+    if (lane == 0) atomicAdd(&c[best], 1);
+  }
+}
+
+__global__ void SeqAuxProbKernel(const float* scores, const float* sums, int64_t seq_len, int64_t e,
+                                 float* partial) {
+  const int64_t seq = blockIdx.y, chunk = blockIdx.x;
+  const int64_t t0 = seq * seq_len + chunk * kAuxChunk;
+  const int64_t t1 = min(seq * seq_len + seq_len, t0 + kAuxChunk);
+  for (int64_t i = threadIdx.x; i < e; i += blockDim.x) {
+    float p = 0;
+    for (int64_t t = t0; t < t1; ++t) p += scores[t * e + i] / sums[t];
+    partial[(seq * gridDim.x + chunk) * e + i] = p;
+  }
+}
+
+__global__ void SeqAuxLossKernel(const float* partial, const int* counts, int64_t chunks,
+                                 int64_t seq_len, int64_t e, int64_t k, float coeff, float* f,
+                                 float* losses) {
+  const int64_t seq = blockIdx.x;
   const float fscale = static_cast<float>(e) / static_cast<float>(k * seq_len);
   float loss = 0;
   for (int64_t i = threadIdx.x; i < e; i += blockDim.x) {
     float p = 0;
-    for (int64_t t = t0; t < t1; ++t) p += scores[t * e + i] / sums[t];
-    f[i] = static_cast<float>(count[i]) * fscale;
-    loss += f[i] * p / static_cast<float>(seq_len);
+    for (int64_t c = 0; c < chunks; ++c) p += partial[(seq * chunks + c) * e + i];
+    const float fi = static_cast<float>(counts[seq * e + i]) * fscale;
+    f[seq * e + i] = fi;
+    loss += fi * p / static_cast<float>(seq_len);
   }
-  loss = BlockSum(loss);  // its barriers also publish f
-  if (threadIdx.x == 0) losses[blockIdx.x] = coeff * loss;
-  if (dscores == nullptr) return;
-  const float c = coeff / static_cast<float>(seq_len);
-  for (int64_t t = t0 + threadIdx.x; t < t1; t += blockDim.x) {
-    const float* st = scores + t * e;
-    const float sum = sums[t];
-    float dot = 0;
-    for (int64_t i = 0; i < e; ++i) dot += f[i] * st[i];
-    dot /= sum;
-    for (int64_t i = 0; i < e; ++i) dscores[t * e + i] += c * (f[i] - dot) / sum;
+  loss = BlockSum(loss);
+  if (threadIdx.x == 0) losses[seq] = coeff * loss;
+}
+
+__global__ void SeqAuxGradKernel(const float* scores, const float* sums, const float* f,
+                                 int64_t tokens, int64_t seq_len, int64_t e, float c,
+                                 float* dscores) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t t = blockIdx.x * int64_t{kRouteWarps} + threadIdx.x / 32;
+  if (t >= tokens) return;  // the whole warp
+  const float* st = scores + t * e;
+  const float* fs = f + (t / seq_len) * e;
+  const float sum = sums[t];
+  float dot = 0;
+#pragma unroll
+  for (int q = 0; q < kRouteSlots; ++q)
+    if (lane + 32 * q < e) dot += fs[lane + 32 * q] * st[lane + 32 * q];
+  dot = WarpSum(dot) / sum;
+#pragma unroll
+  for (int q = 0; q < kRouteSlots; ++q) {
+    const int64_t i = lane + 32 * q;
+    if (i < e) dscores[t * e + i] += c * (fs[i] - dot) / sum;
   }
+}
+
+// The four launches through `launch` (a CUDA launch on the kernels' stream, or the emulator's):
+// counts must be zero, sums [tokens], partial [seqs x chunks x e], f [seqs x e], losses [seqs].
+struct SeqAuxBuffers {
+  float *sums, *partial, *f, *losses, *dscores;
+  int* counts;
+};
+inline int64_t SeqAuxChunks(int64_t seq_len) { return (seq_len + kAuxChunk - 1) / kAuxChunk; }
+template <typename Launch>
+void SeqAuxSteps(const float* scores, int64_t seqs, int64_t seq_len, int64_t e, int64_t k,
+                 float coeff, const SeqAuxBuffers& b, Launch&& launch) {
+  const int64_t tokens = seqs * seq_len, chunks = SeqAuxChunks(seq_len);
+  const dim3 warps(static_cast<unsigned>((tokens + kRouteWarps - 1) / kRouteWarps));
+  launch(SeqAuxCountKernel, warps, dim3(32 * kRouteWarps), scores, tokens, seq_len, e, k, b.sums,
+         b.counts);
+  launch(SeqAuxProbKernel, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(seqs)),
+         dim3(kThreads), scores, static_cast<const float*>(b.sums), seq_len, e, b.partial);
+  launch(SeqAuxLossKernel, dim3(static_cast<unsigned>(seqs)), dim3(kThreads),
+         static_cast<const float*>(b.partial), static_cast<const int*>(b.counts), chunks, seq_len,
+         e, k, coeff, b.f, b.losses);
+  if (b.dscores == nullptr) return;
+  launch(SeqAuxGradKernel, warps, dim3(32 * kRouteWarps), scores, static_cast<const float*>(b.sums),
+         static_cast<const float*>(b.f), tokens, seq_len, e, coeff / static_cast<float>(seq_len),
+         b.dscores);
 }
 
 }  // namespace

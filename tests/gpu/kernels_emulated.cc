@@ -640,22 +640,32 @@ void Router(int64_t tokens, int64_t experts, const k::RouterConfig& cfg, const c
   Covers({"RouteWarpKernel", "RouteBackwardKernel"});
 }
 
-void SeqAux(int64_t seqs, int64_t seq_len, int64_t experts, int64_t top_k) {
-  const std::string at = " " + std::to_string(seqs) + " x " + std::to_string(seq_len);
+void SeqAux(int64_t seqs, int64_t seq_len, int64_t experts, int64_t top_k, int levels = 0) {
+  const std::string at = " " + std::to_string(seqs) + " x " + std::to_string(seq_len) + ", " +
+                         std::to_string(experts) + " experts" + (levels ? " (ties)" : "");
   const int64_t tokens = seqs * seq_len;
   Tensor scores = Random({tokens, experts}, 34, 0.01, 1);
+  if (levels > 0) {  // a few values only: the counts' ties must go to the lower index
+    for (int64_t i = 0; i < scores.numel(); ++i)
+      scores.data<float>()[i] = (1 + std::floor(scores.data<float>()[i] * levels)) / levels;
+  }
   Tensor ds0 = Random({tokens, experts}, 35), ds = ds0.Clone(), dsr = ds0.Clone();
-  Tensor sums = Poisoned({tokens}, DType::kF32);
+  Tensor sums = Poisoned({tokens}, DType::kF32), f = Poisoned({seqs * experts}, DType::kF32);
+  Tensor partial = Poisoned({seqs * cu::SeqAuxChunks(seq_len) * experts}, DType::kF32);
+  std::vector<int> counts(static_cast<size_t>(seqs * experts), 0);
   std::vector<float> losses(static_cast<size_t>(seqs), std::nanf(""));
-  Launch(cu::SeqAuxKernel, dim3(static_cast<unsigned>(seqs)), dim3(cu::kThreads), 0,
-         static_cast<const float*>(P<float>(scores)), seq_len, experts, top_k, 0.01f,
-         P<float>(sums), P<float>(ds), losses.data());
+  const cu::SeqAuxBuffers b{P<float>(sums), P<float>(partial), P<float>(f),
+                            losses.data(),  P<float>(ds),      counts.data()};
+  cu::SeqAuxSteps(static_cast<const float*>(P<float>(scores)), seqs, seq_len, experts, top_k, 0.01f,
+                  b, [](auto kernel, dim3 grid, dim3 block, auto... args) {
+                    Launch(kernel, grid, block, 0, args...);
+                  });
   double loss = 0;
   for (float v : losses) loss += v;
   const double ref = k::SeqAuxLoss(scores, top_k, seqs, seq_len, 0.01, dsr);
   Check("SeqAuxLoss loss" + at, DType::kF32, {loss}, {ref}, 1e-5, 1e-9);
   Check("SeqAuxLoss dscores" + at, DType::kF32, ds, dsr, 1e-5, 1e-7);
-  Covers({"SeqAuxKernel"});
+  Covers({"SeqAuxCountKernel", "SeqAuxProbKernel", "SeqAuxLossKernel", "SeqAuxGradKernel"});
 }
 
 // ---- fp8.cu, fp8_gemm.cu: bit for bit against the CPU's codec ----
@@ -850,7 +860,10 @@ const std::set<std::string> kRunHere = {"LatentDecodeKernel",
                                         "RopeKernel",
                                         "RouteWarpKernel",
                                         "RouteBackwardKernel",
-                                        "SeqAuxKernel",
+                                        "SeqAuxCountKernel",
+                                        "SeqAuxProbKernel",
+                                        "SeqAuxLossKernel",
+                                        "SeqAuxGradKernel",
                                         "QuantDequantKernel",
                                         "QuantVec128Kernel",
                                         "QuantVec128TransposedKernel",
@@ -982,6 +995,9 @@ int main(int argc, char** argv) {
   Router(5, 512, softmax, "softmax, 2 of 16 groups -> top-40 of 512");
   Router(6, 64, v3, "sigmoid, ties: logits on 3 levels", /*levels=*/3);
   SeqAux(3, 37, 16, 4);
+  SeqAux(2, 300, 256, 8);    // DeepSeek-V3's experts, three chunks a sequence (the last partial)
+  SeqAux(1, 129, 72, 8, 4);  // ties on 4 score levels; part-empty lane slots
+  SeqAux(2, 16, 512, 40);    // every slot of a lane, more picks than lanes
   QuantDequant<float>(37, 300, 1, 128, false);
   QuantDequant<bf16>(257, 260, 128, 128, false);
   QuantDequant<float>(5, 70, 1, 32, true);

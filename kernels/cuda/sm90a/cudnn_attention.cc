@@ -6,10 +6,13 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <tuple>
 #include <unordered_map>
 
@@ -53,10 +56,17 @@ CudnnRuntime Load() {
   r.version = VersionText(get_version());
   r.found = true;
   fe::cudnn_dlhandle = lib;
+  // The frontend opens a CUDA runtime of its own by name (libcudart.so.12 first): point it at the
+  // one this process runs on, unless the user chose one, so that it never drives a second runtime
+  // (a cu12 library from a Python wheel) against our stream.
+  Dl_info rt{};
+  if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &rt) != 0 && rt.dli_fname != nullptr &&
+      std::string(rt.dli_fname).find("libcudart") != std::string::npos)
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", rt.dli_fname, 0);
   return r;
 }
 
-float Scale(const SdpaShape& s) {
+float Scale(const SdpaShape& s) {  // the callers refuse a scale <= 0 before (attention.cu)
   return s.scale > 0 ? s.scale : 1.0f / std::sqrt(static_cast<float>(s.qk_dim));
 }
 
@@ -157,8 +167,16 @@ std::string Build(const char* name, fe::graph::Graph& g, cudnnHandle_t handle) {
 struct Plans {
   std::shared_ptr<fe::graph::Graph> fwd, bwd;
   int64_t fwd_workspace = 0, bwd_workspace = 0;
-  std::string why;
+  std::string fwd_why, bwd_why;  // "" when that direction runs on cuDNN
 };
+
+// cuDNN's deterministic backward on Hopper keeps dP in its workspace (about batch x heads x seq^2
+// x 2 bytes: 4.3 GB at 128 heads and 4,096 tokens). Above this it is refused and our backward,
+// deterministic too (no atomics), runs instead; the forward stays on cuDNN.
+constexpr int64_t kMaxDeterministicWorkspace = int64_t{1} << 30;
+
+// Runs successfully on cuDNN (forward and backward), for the checks that must see this path run.
+std::atomic<int64_t> g_runs{0};
 
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, float, bool, int>;
 
@@ -177,28 +195,38 @@ cudnnHandle_t ThreadHandle(std::string* why) {
   return handle;
 }
 
+// One direction's graph built on `handle` with its workspace size, or why not (graph reset).
+std::string BuildDirection(bool backward, const SdpaShape& s, cudnnHandle_t handle,
+                           std::shared_ptr<fe::graph::Graph>* graph, int64_t* workspace) {
+  const char* name = backward ? "sdpa backward" : "sdpa forward";
+  std::string why;
+  try {
+    *graph = backward ? BackwardGraph(s, 0) : ForwardGraph(s, 0);
+    why = Build(name, **graph, handle);
+    if (why.empty()) {
+      if (auto e = (*graph)->get_workspace_size(*workspace); e.is_bad())
+        why = Problem(name, "workspace", e);
+    }
+  } catch (const std::exception& e) {  // the frontend throws where it cannot describe the graph
+    why = std::string(name) + ": cuDNN frontend: " + e.what();
+  }
+  if (why.empty() && backward && s.deterministic && *workspace > kMaxDeterministicWorkspace) {
+    why = "sdpa backward: the deterministic algorithm needs " + std::to_string(*workspace >> 20) +
+          " MiB of workspace (at most " + std::to_string(kMaxDeterministicWorkspace >> 20) + ")";
+  }
+  if (!why.empty()) graph->reset();
+  return why;
+}
+
 Plans MakePlans(const SdpaShape& s, cudnnHandle_t handle) {
   Plans p;
-  try {
-    p.fwd = ForwardGraph(s, 0);
-    p.why = Build("sdpa forward", *p.fwd, handle);
-    if (p.why.empty()) {
-      p.bwd = BackwardGraph(s, 0);
-      p.why = Build("sdpa backward", *p.bwd, handle);
-    }
-    if (p.why.empty()) {
-      if (auto e = p.fwd->get_workspace_size(p.fwd_workspace); e.is_bad())
-        p.why = Problem("sdpa forward", "workspace", e);
-      else if (auto e2 = p.bwd->get_workspace_size(p.bwd_workspace); e2.is_bad())
-        p.why = Problem("sdpa backward", "workspace", e2);
-    }
-  } catch (const std::exception& e) {
-    p.why = std::string("cuDNN frontend: ") + e.what();
-  }
+  p.fwd_why = BuildDirection(false, s, handle, &p.fwd, &p.fwd_workspace);
+  p.bwd_why = BuildDirection(true, s, handle, &p.bwd, &p.bwd_workspace);
   return p;
 }
 
-// The plans of `s` on this thread (built on first use), or null with *why.
+// The plans of `s` on this thread (built on first use; each direction says whether it runs), or
+// null with *why (no cuDNN, no device).
 const Plans* PlansFor(const SdpaShape& s, cudnnHandle_t* handle, std::string* why) {
   *handle = ThreadHandle(why);
   if (*handle == nullptr) return nullptr;
@@ -213,8 +241,7 @@ const Plans* PlansFor(const SdpaShape& s, cudnnHandle_t* handle, std::string* wh
                     s.causal, Scale(s), s.deterministic, device};
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, MakePlans(s, *handle)).first;
-  *why = it->second.why;
-  return why->empty() ? &it->second : nullptr;
+  return &it->second;
 }
 
 // Runs `graph` with the tensors of `pack` on `stream`, its workspace from the caching allocator
@@ -226,11 +253,17 @@ std::string Execute(const char* name, const fe::graph::Graph& graph, int64_t wor
   Tensor workspace;
   if (workspace_bytes > 0) {
     RegisterCudaAllocator();
-    workspace = Tensor::Empty({(workspace_bytes + 3) / 4}, DType::kF32, CurrentDevice());
+    try {
+      workspace = Tensor::Empty({(workspace_bytes + 3) / 4}, DType::kF32, CurrentDevice());
+    } catch (const std::bad_alloc&) {
+      return std::string(name) + ": no device memory for its " +
+             std::to_string(workspace_bytes >> 20) + " MiB of workspace";
+    }
   }
   if (auto e = graph.execute(handle, pack, workspace.defined() ? workspace.raw() : nullptr);
       e.is_bad())
     return Problem(name, "execute", e);
+  g_runs.fetch_add(1, std::memory_order_relaxed);
   return "";
 }
 
@@ -240,6 +273,7 @@ std::string Run(bool backward, const SdpaShape& s, const SdpaBuffers& b, void* s
   std::string why;
   const Plans* p = PlansFor(s, &handle, &why);
   if (p == nullptr) return why;
+  if (!(backward ? p->bwd_why : p->fwd_why).empty()) return backward ? p->bwd_why : p->fwd_why;
   std::unordered_map<int64_t, void*> pack = {
       {1, const_cast<void*>(b.q)}, {2, const_cast<void*>(b.k)}, {3, const_cast<void*>(b.v)}};
   if (!backward) {
@@ -257,6 +291,8 @@ std::string Run(bool backward, const SdpaShape& s, const SdpaBuffers& b, void* s
 }
 
 }  // namespace
+
+int64_t SdpaRuns() { return g_runs.load(std::memory_order_relaxed); }
 
 std::string SdpaForward(const SdpaShape& s, const SdpaBuffers& b, void* stream) {
   return Run(false, s, b, stream);
@@ -294,7 +330,11 @@ std::string BuildSdpaPlans(const SdpaShape& s) {
   cudnnHandle_t handle = nullptr;
   if (fe::detail::create_handle(&handle) != CUDNN_STATUS_SUCCESS)
     return "cuDNN: cudnnCreate failed (no usable GPU?)";
-  std::string why = MakePlans(s, handle).why;  // the plans go before their handle
+  std::string why;
+  {
+    const Plans p = MakePlans(s, handle);  // the plans go before their handle
+    why = !p.fwd_why.empty() ? p.fwd_why : p.bwd_why;
+  }
   fe::detail::destroy_handle(handle);
   return why;
 }
