@@ -14,8 +14,8 @@
 // that tests/gpu/check.sh and tests/gpu/perf.sh turn into their tables.
 //
 //   moe-bench-gpu [--tokens 16384] [--iters 5] [--small-steps 6] [--small-seq 2048]
-//   [--small-micro-batch 8] moe-bench-gpu --rehearse-cpu    the same program at toy sizes with the
-//   CPU standing in for the GPU
+//   [--small-micro-batch 8] [--small-micro-batches 4] moe-bench-gpu --rehearse-cpu    the same
+//   program at toy sizes with the CPU standing in for the GPU
 //                                   (tests the program, not the GPU; its figures mean nothing)
 #include <algorithm>
 #include <chrono>
@@ -198,7 +198,8 @@ double BenchMoeLayer(const MoeShape& m, bool fp8, int64_t iters, moe::Device dev
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t tokens = 16384, iters = 5, small_steps = 6, small_seq = 2048, small_micro = 8;
+  int64_t tokens = 16384, iters = 5, small_steps = 6, small_seq = 2048, small_micro = 8,
+          small_accum = 4;
   bool rehearse = false;
   moe::ArgParser args(
       "moe-bench-gpu",
@@ -208,7 +209,10 @@ int main(int argc, char** argv) {
   args.AddInt("small-steps", &small_steps,
               "training steps at `small` (the first is not timed; 0 skips; default 6)");
   args.AddInt("small-seq", &small_seq, "sequence length of the `small` step (default 2048)");
-  args.AddInt("small-micro-batch", &small_micro, "sequences per `small` step (default 8)");
+  args.AddInt("small-micro-batch", &small_micro, "sequences per `small` micro-batch (default 8)");
+  args.AddInt("small-micro-batches", &small_accum,
+              "micro-batches per `small` step, the gradients accumulated and the optimizer run "
+              "once (as training runs; default 4)");
   args.AddFlag("rehearse-cpu", &rehearse,
                "run at toy sizes on the CPU (tests this program; the figures mean nothing)");
   if (auto st = args.Parse(argc, argv); !st.ok() || args.help_requested()) {
@@ -219,6 +223,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe-bench-gpu: --tokens: a multiple of 4, at least 64\n");
     return 2;
   }
+  if (small_micro < 1 || small_accum < 1 || small_seq < 2) {
+    std::fprintf(stderr,
+                 "moe-bench-gpu: --small-micro-batch and --small-micro-batches at least 1, "
+                 "--small-seq at least 2\n");
+    return 2;
+  }
   moe::SetLogLevel(moe::LogLevel::kWarning);
   g_cuda = !rehearse;
   if (rehearse) {
@@ -227,6 +237,7 @@ int main(int argc, char** argv) {
     small_steps = std::min<int64_t>(small_steps, 3);
     small_seq = 64;
     small_micro = 2;
+    small_accum = 2;
   } else {
     if (const int rc = moe::bench::UseFirstCudaDevice("moe-bench-gpu"); rc != 0) return rc;
   }
@@ -396,7 +407,7 @@ int main(int argc, char** argv) {
     spec.data.source = "synthetic";
     spec.data.seq_length = small_seq;
     spec.data.micro_batch_size = small_micro;
-    spec.data.global_batch_size = small_micro;
+    spec.data.global_batch_size = small_micro * small_accum;
     spec.training.steps = small_steps;
     spec.resources.device = "cuda";
     moe::parallel::LocalParallel local;
@@ -421,6 +432,9 @@ int main(int argc, char** argv) {
                   r.ok() ? "no steps" : r.status().ToString().c_str());
       return 1;
     }
+    std::printf("RESULT small_step_shape %lld micro-batches of %lld x %lld tokens\n",
+                static_cast<long long>(small_accum), static_cast<long long>(small_micro),
+                static_cast<long long>(small_seq));
     std::printf("RESULT small_step_ms %.1f\n", sum_ms / n);
     std::printf("RESULT small_step_tflops %.1f\n", sum_tflops / n);
     std::printf("RESULT small_step_mfu %.3f\n", sum_tflops / n * 1e12 / peak);

@@ -77,7 +77,7 @@ table() {
   fi
   row "attention S=4096 MLA: engine, SDPA (TFLOP/s, backend)" \
       "$(get attention_mla_tflops), $(get torch_sdpa_mla_tflops) ($(get torch_sdpa_mla_backend))"
-  row "small step (bf16, seq 2048 x 8)" "$(get small_step_tflops) TFLOP/s, $(get small_step_ms) ms"
+  row "small step (bf16, $(get small_step_shape))" "$(get small_step_tflops) TFLOP/s, $(get small_step_ms) ms"
   echo "== total $((SECONDS - start)) s of a budget of $budget s; check.log and results.json in $out"
 }
 echo "== $(date -u +%Y-%m-%dT%H:%MZ) tests/gpu/check.sh --budget $budget$([ $rehearsal = 1 ] && echo ' --rehearsal')${prebuilt:+ --prebuilt $prebuilt}" | tee -a "$log"

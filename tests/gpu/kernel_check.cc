@@ -702,14 +702,17 @@ int main() {
         {"sum", sum, 0, 0}, {"fwd", y}, {"rstd", rstd}, {"bwd dx", dx}, {"bwd dw", dw, 1e-4, 1e-4}};
   });
 
-  Run("swiglu", [&](Device dev, DType dt) {
-    Tensor gu = On(Random({rows, 2 * f}, 14, -4, 4), dt, dev),
-           g = On(Random({rows, f}, 15), dt, dev);
-    Tensor out = Poisoned({rows, f}, dt, dev), dgu = Poisoned({rows, 2 * f}, dt, dev);
-    k::SwigluForward(gu, out);
-    k::SwigluBackward(gu, g, dgu);
-    return std::vector<Out>{{"fwd", out}, {"bwd", dgu}};
-  });
+  // f = 131, and a multiple of 8 (the 16-byte vector kernels).
+  for (const int64_t ff : {f, int64_t{136}}) {
+    Run(ff == f ? "swiglu" : "swiglu vec", [&](Device dev, DType dt) {
+      Tensor gu = On(Random({rows, 2 * ff}, 14, -4, 4), dt, dev),
+             g = On(Random({rows, ff}, 15), dt, dev);
+      Tensor out = Poisoned({rows, ff}, dt, dev), dgu = Poisoned({rows, 2 * ff}, dt, dev);
+      k::SwigluForward(gu, out);
+      k::SwigluBackward(gu, g, dgu);
+      return std::vector<Out>{{"fwd", out}, {"bwd", dgu}};
+    });
+  }
 
   Run("cross_entropy", [&](Device dev, DType dt) {
     Tensor logits = On(Random({tokens, vocab}, 16, -5, 5), dt, dev);

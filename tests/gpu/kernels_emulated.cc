@@ -575,6 +575,17 @@ void Swiglu(int64_t rows, int64_t f) {
   k::SwigluBackward(gu, dout, dref);
   Check("SwigluBackward" + at, dt, dgu, dref);
   Covers({"SwigluForwardKernel", "SwigluBackwardKernel"});
+  if (f % cu::Vec16<T>::kLanes != 0) return;
+  // The vector kernels, bit for bit against the scalar ones, on a grid of 2 blocks (the loop goes
+  // round).
+  Tensor vout = Poisoned({rows, f}, dt), vdgu = Poisoned({rows, 2 * f}, dt);
+  Launch(cu::SwigluForwardVecKernel<T>, dim3(2), dim3(cu::kThreads), 0,
+         static_cast<const T*>(P<T>(gu)), P<T>(vout), rows, f);
+  Check("SwigluForwardVec = scalar" + at, dt, vout, out, 0, 0);
+  Launch(cu::SwigluBackwardVecKernel<T>, dim3(2), dim3(cu::kThreads), 0,
+         static_cast<const T*>(P<T>(gu)), static_cast<const T*>(P<T>(dout)), P<T>(vdgu), rows, f);
+  Check("SwigluBackwardVec = scalar" + at, dt, vdgu, dgu, 0, 0);
+  Covers({"SwigluForwardVecKernel", "SwigluBackwardVecKernel"});
 }
 
 template <typename T>
@@ -857,6 +868,8 @@ const std::set<std::string> kRunHere = {"LatentDecodeKernel",
                                         "RmsNormBackwardKernel",
                                         "SwigluForwardKernel",
                                         "SwigluBackwardKernel",
+                                        "SwigluForwardVecKernel",
+                                        "SwigluBackwardVecKernel",
                                         "RopeKernel",
                                         "RouteWarpKernel",
                                         "RouteBackwardKernel",
@@ -969,6 +982,8 @@ int main(int argc, char** argv) {
   RmsNorm<bf16>(1, 65);
   Swiglu<float>(13, 77);
   Swiglu<bf16>(4, 129);
+  Swiglu<float>(37, 132);  // f a multiple of 4: the vector kernels too
+  Swiglu<bf16>(29, 136);   // a multiple of 8
   Rope<float>(29, 10, 3, 24, 8, 8, k::RopeLayout::kHalfSplit, false);
   Rope<bf16>(29, 10, 3, 24, 8, 8, k::RopeLayout::kPairs, true);
   Rope<float>(3, 3, 3, 24, 8, 8, k::RopeLayout::kPairs, false, /*first=*/57);  // decoding
