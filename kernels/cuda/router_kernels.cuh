@@ -27,7 +27,7 @@ __device__ inline float RankKey(float v) { return v != v ? -INFINITY : v; }
 
 // The warp's best candidate: the largest key, the lower index on ties (as the CPU's scan, which
 // keeps the first of equals); index -1: no candidate. payload travels with the winner.
-__device__ inline void WarpBest(float* key, int* index, float* payload) {
+__device__ __forceinline__ void WarpBest(float* key, int* index, float* payload) {
   for (int o = 16; o > 0; o >>= 1) {
     const float k2 = __shfl_xor_sync(0xffffffffu, *key, o);
     const int i2 = __shfl_xor_sync(0xffffffffu, *index, o);
@@ -42,8 +42,8 @@ __device__ inline void WarpBest(float* key, int* index, float* payload) {
 
 // The warp's next pick: the best expert by key_of (a lane's slots) not taken yet, its payload_of
 // value with it; marks it taken in its lane's mask. Every lane gets the same index.
-__device__ inline int WarpPick(const float* key_of, const float* payload_of, int64_t e, int lane,
-                               uint32_t* taken, float* payload) {
+__device__ __forceinline__ int WarpPick(const float* key_of, const float* payload_of, int64_t e,
+                                        int lane, uint32_t* taken, float* payload) {
   float key = -INFINITY;
   int best = -1;
   *payload = 0;
@@ -64,7 +64,7 @@ __device__ inline int WarpPick(const float* key_of, const float* payload_of, int
 
 // The two largest values of the warp's (a >= c pairs), with repeats: a group's score needs its best
 // two selection scores, exactly (no arithmetic: the CPU's pair, whatever the order).
-__device__ inline void WarpTop2(float* a, float* c) {
+__device__ __forceinline__ void WarpTop2(float* a, float* c) {
   for (int o = 16; o > 0; o >>= 1) {
     const float a2 = __shfl_xor_sync(0xffffffffu, *a, o);
     const float c2 = __shfl_xor_sync(0xffffffffu, *c, o);
@@ -77,8 +77,9 @@ __device__ inline void WarpTop2(float* a, float* c) {
 
 // s = sigmoid(x), or softmax over the e experts (the warp's max and sum), into the lane's slots;
 // sel = s + bias. Writes the scores.
-__device__ inline void WarpScores(const float* x, const float* bias, int64_t e, bool sigmoid,
-                                  bool use_bias, int lane, float* s, float* sel, float* out) {
+__device__ __forceinline__ void WarpScores(const float* x, const float* bias, int64_t e,
+                                           bool sigmoid, bool use_bias, int lane, float* s,
+                                           float* sel, float* out) {
   float mx = -INFINITY, sum = 0;
   if (!sigmoid) {
 #pragma unroll
@@ -108,15 +109,15 @@ __device__ inline void WarpScores(const float* x, const float* bias, int64_t e, 
 // of its two best selection scores when the bias is in use, else its best; ties to the lower
 // group) and masks the rest's selection scores to -inf. Lane l keeps the scores of groups l and
 // l + 32.
-__device__ inline void WarpKeepBestGroups(float* sel, int64_t e, int64_t groups,
-                                          int64_t topk_groups, bool use_bias, int lane) {
-  const int64_t per = e / groups;
-  float mine[2] = {-INFINITY, -INFINITY};
-  for (int64_t g = 0; g < groups; ++g) {
+__device__ __forceinline__ void WarpKeepBestGroups(float* sel, int64_t e, int64_t groups,
+                                                   int64_t topk_groups, bool use_bias, int lane) {
+  const int per = static_cast<int>(e / groups);  // e <= 512: 32-bit group ids
+  float mine0 = -INFINITY, mine1 = -INFINITY;    // groups lane and lane + 32 (registers)
+  for (int g = 0; g < groups; ++g) {
     float a = -INFINITY, c = -INFINITY;
 #pragma unroll
     for (int q = 0; q < kRouteSlots; ++q) {
-      const int64_t i = lane + 32 * q;
+      const int i = lane + 32 * q;
       if (i >= e || i / per != g) continue;
       if (sel[q] > a) {
         c = a;
@@ -126,7 +127,9 @@ __device__ inline void WarpKeepBestGroups(float* sel, int64_t e, int64_t groups,
       }
     }
     WarpTop2(&a, &c);
-    if (g % 32 == lane) mine[g / 32] = (use_bias && per >= 2) ? a + c : a;
+    const float score = (use_bias && per >= 2) ? a + c : a;
+    if (g == lane) mine0 = score;
+    if (g == lane + 32) mine1 = score;
   }
   uint64_t kept = 0;
   for (int64_t r = 0; r < topk_groups; ++r) {
@@ -134,9 +137,10 @@ __device__ inline void WarpKeepBestGroups(float* sel, int64_t e, int64_t groups,
     int best = -1;
     for (int q = 0; q < 2; ++q) {
       const int g = lane + 32 * q;
+      const float mine = q == 0 ? mine0 : mine1;
       if (g >= groups || ((kept >> g) & 1u) != 0) continue;
-      if (best < 0 || RankKey(mine[q]) > key) {
-        key = RankKey(mine[q]);
+      if (best < 0 || RankKey(mine) > key) {
+        key = RankKey(mine);
         best = g;
       }
     }
@@ -145,7 +149,7 @@ __device__ inline void WarpKeepBestGroups(float* sel, int64_t e, int64_t groups,
   }
 #pragma unroll
   for (int q = 0; q < kRouteSlots; ++q) {
-    const int64_t i = lane + 32 * q;
+    const int i = lane + 32 * q;
     if (i < e && ((kept >> (i / per)) & 1u) == 0) sel[q] = -INFINITY;
   }
 }
@@ -215,13 +219,13 @@ __global__ void RouteBackwardKernel(const float* scores, const int32_t* idx, con
 //   1. SeqAuxCountKernel, a warp per token: its score sum (to `sums`), and its top-k of the
 //      unbiased scores, warp-wide arg-maxima with ties to the lower index, counted into
 //      counts[sequence][expert].
-//   2. SeqAuxProbKernel, a block per (chunk of kAuxChunk tokens, sequence), a thread per expert:
+//   2. SeqAuxProbKernel, a block per (sequence, chunk of kAuxChunk tokens), a thread per expert:
 //      the chunk's sum_t s_{i,t} / sum_t, in token order.
 //   3. SeqAuxLossKernel, a block per sequence: P_i = the chunks' sums in chunk order / seq_len,
 //      f_i = counts_i E / (k seq_len) (kept for 4), the sequence's loss coeff sum_i f_i P_i.
 //   4. SeqAuxGradKernel, a warp per token, when dscores is given: d loss / d s_{i,t} =
 //      c (f_i - sum_j f_j s_{j,t} / sum_t) / sum_t, c = coeff / seq_len.
-constexpr int64_t kAuxChunk = 128;
+constexpr int64_t kAuxChunk = 32;
 
 __global__ void SeqAuxCountKernel(const float* scores, int64_t tokens, int64_t seq_len, int64_t e,
                                   int64_t k, float* sums, int* counts) {
@@ -249,14 +253,14 @@ __global__ void SeqAuxCountKernel(const float* scores, int64_t tokens, int64_t s
 }
 
 __global__ void SeqAuxProbKernel(const float* scores, const float* sums, int64_t seq_len, int64_t e,
-                                 float* partial) {
-  const int64_t seq = blockIdx.y, chunk = blockIdx.x;
+                                 int64_t chunks, float* partial) {
+  const int64_t seq = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
   const int64_t t0 = seq * seq_len + chunk * kAuxChunk;
   const int64_t t1 = min(seq * seq_len + seq_len, t0 + kAuxChunk);
   for (int64_t i = threadIdx.x; i < e; i += blockDim.x) {
     float p = 0;
     for (int64_t t = t0; t < t1; ++t) p += scores[t * e + i] / sums[t];
-    partial[(seq * gridDim.x + chunk) * e + i] = p;
+    partial[int64_t{blockIdx.x} * e + i] = p;  // (seq * chunks + chunk) * e + i
   }
 }
 
@@ -312,8 +316,8 @@ void SeqAuxSteps(const float* scores, int64_t seqs, int64_t seq_len, int64_t e, 
   const dim3 warps(static_cast<unsigned>((tokens + kRouteWarps - 1) / kRouteWarps));
   launch(SeqAuxCountKernel, warps, dim3(32 * kRouteWarps), scores, tokens, seq_len, e, k, b.sums,
          b.counts);
-  launch(SeqAuxProbKernel, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(seqs)),
-         dim3(kThreads), scores, static_cast<const float*>(b.sums), seq_len, e, b.partial);
+  launch(SeqAuxProbKernel, dim3(static_cast<unsigned>(chunks * seqs)), dim3(kThreads), scores,
+         static_cast<const float*>(b.sums), seq_len, e, chunks, b.partial);
   launch(SeqAuxLossKernel, dim3(static_cast<unsigned>(seqs)), dim3(kThreads),
          static_cast<const float*>(b.partial), static_cast<const int*>(b.counts), chunks, seq_len,
          e, k, coeff, b.f, b.losses);

@@ -442,6 +442,29 @@ void AdamWBucketCases() {
 // The balance loss from the unbiased top-k: top_k = 1, a middle k on scores with many ties (the
 // lower index must win), top_k = E; with the gradient added to a random dscores, and without it.
 void BalanceLossCases() {
+  // The gradient alone (from zeros, so that its size sets the tolerance), at DeepSeek-V3's 256
+  // experts with several chunks of tokens a sequence, 72 experts with ties on 4 levels, top-40 of
+  // 512.
+  struct Shape {
+    int64_t seqs, len, e, k;
+    int levels;
+  };
+  for (const Shape& sh :
+       {Shape{2, 300, 256, 8, 0}, Shape{1, 129, 72, 8, 4}, Shape{2, 16, 512, 40, 0}}) {
+    Run("balance loss " + std::to_string(sh.e) + " experts top-" + std::to_string(sh.k) +
+            (sh.levels ? " ties" : ""),
+        [&](Device dev, DType) {
+          const int64_t t = sh.seqs * sh.len;
+          Tensor s = Random({t, sh.e}, 75, 0.01, 1.0);
+          for (int64_t i = 0; sh.levels > 0 && i < s.numel(); ++i)
+            s.data<float>()[i] = (1 + std::floor(s.data<float>()[i] * sh.levels)) / sh.levels;
+          Tensor scores = On(s, DType::kF32, dev),
+                 dscores = Tensor::Zeros({t, sh.e}, DType::kF32, dev);
+          const double aux = k::SeqAuxLoss(scores, sh.k, sh.seqs, sh.len, 1.0, dscores);
+          return std::vector<Out>{{"loss", Scalar(aux), 1e-4, 1e-9}, {"grad", dscores, 1e-4, 1e-9}};
+        },
+        {DType::kF32});
+  }
   for (int64_t kk : {1, 4, 16}) {
     Run("balance loss top-" + std::to_string(kk),
         [&](Device dev, DType) {
