@@ -12,8 +12,9 @@
 namespace moe::kernels::cuda {
 
 // While one is alive on this thread, the families' host sums (the losses' row partials, the sum of
-// squares) add their total into *dst on the device instead, in the same order and in double, and
-// return 0: no host read (kernels/dispatch.h AddToSlot).
+// squares) add their total into *dst on the device instead, in double (in order up to 32 partials,
+// by one block's fixed tree above: the same bits every run), and return 0: no host read
+// (kernels/dispatch.h AddToSlot).
 class DeviceSumTarget {
  public:
   explicit DeviceSumTarget(double* dst);

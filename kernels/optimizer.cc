@@ -53,8 +53,7 @@ std::vector<int64_t> AdamWChunkTable(const std::vector<AdamWSegment>& segments) 
 
 void AdamWMulti(const AdamWPlan& plan, const AdamWBuffers& b, const AdamWConfig& cfg) {
   if (plan.segments.empty()) return;  // a shard of padding alone (ZeRO on a tiny bucket)
-  const int64_t end = plan.segments.empty() ? 0 : plan.segments.back().end;
-  const int64_t first = plan.segments.empty() ? 0 : plan.segments.front().begin;
+  const int64_t end = plan.segments.back().end, first = plan.segments.front().begin;
   MOE_CHECK(first >= b.master_offset && end - b.master_offset <= b.master.numel() &&
             end <= b.grad.numel() && first >= b.moments_offset &&
             end - b.moments_offset <= b.m.numel() && b.m.numel() == b.v.numel() &&
