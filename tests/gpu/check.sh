@@ -123,7 +123,7 @@ fi
 
 # 2. Kernels against their CPU references.
 if [ $rehearsal = 1 ]; then
-  step "CUDA kernels on the CPU emulator (stand-in)" 120 "$build/bin/gpu_kernels_emulated" kernels/cuda
+  step "CUDA kernels on the CPU emulator (stand-in)" 300 "$build/bin/gpu_kernels_emulated" kernels/cuda
   step "CUDA attention kernels on the CPU emulator (stand-in)" 200 "$build/bin/gpu_attention_emulated"
   step "kernel check harness with the CPU as the device (stand-in)" 60 env MOE_GPU_CHECK_DEVICE=cpu "$bin/gpu_kernel_check"
   step "kernels against their CPU references (needs a GPU)" 30 "$bin/gpu_kernel_check"
