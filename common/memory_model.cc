@@ -102,11 +102,16 @@ Act Block(const ActShape& s, bool moe) {
   return out;
 }
 
-// The loss (final norm, head, fp32 logits whose buffer takes their gradient) at `s`.
+// The loss at `s`: the final norm's input and the gradient on its output kept (the head's backward
+// runs in the forward, a chunk of rows at a time); transient, the norm's output with one chunk's
+// logits (the master dtype) and their gradient (the activations' dtype, over the logits when the
+// same), or the norm's backward.
 Act Loss(const ActShape& s) {
   const double t = s.tokens, h = D(s.m->hidden_size), v = D(s.m->vocab_size);
-  return {Norm(s, h) + t * h * s.a + t * v * s.r, (s.a != s.r ? t * v * s.a : 0) + 2 * t * h * s.a,
-          0};
+  const double c =
+      D(LossChunkRows(static_cast<int64_t>(t), s.m->vocab_size, static_cast<int64_t>(s.r)));
+  const double chunk = c * v * s.r + (s.a != s.r ? c * v * s.a : 0) + t * h * s.a;
+  return {Norm(s, h) + t * h * s.a, std::max(chunk, 2 * t * h * s.a), 0};
 }
 
 Act Mtp(const ActShape& s) {
@@ -248,6 +253,13 @@ const StageMemory& MemoryPlan::largest() const {
   return *std::max_element(
       stages.begin(), stages.end(),
       [](const StageMemory& x, const StageMemory& y) { return x.peak() < y.peak(); });
+}
+
+int64_t LossChunkRows(int64_t rows, int64_t vocab, int64_t logits_bytes) {
+  const int64_t row_bytes = std::max<int64_t>(1, vocab) * std::max<int64_t>(1, logits_bytes);
+  int64_t fit = kLossChunkBytes / row_bytes;
+  if (fit >= 128) fit -= fit % 128;  // whole tiles of the GEMMs' rows
+  return std::clamp<int64_t>(fit, 1, std::max<int64_t>(1, rows));
 }
 
 StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_bytes,

@@ -19,6 +19,10 @@ double Checked(const Tensor& logits, const Tensor& targets, double grad_scale,
       << "CrossEntropy: targets " << targets.ShapeString();
   MOE_CHECK(!dlogits.defined() || dlogits.shape() == logits.shape())
       << "CrossEntropy: dlogits " << dlogits.ShapeString();
+  MOE_CHECK(!dlogits.defined() || dlogits.dtype() == logits.dtype() ||
+            (logits.dtype() == DType::kF32 && dlogits.dtype() == DType::kBF16))
+      << "CrossEntropy: a " << DTypeName(dlogits.dtype()) << " gradient of "
+      << DTypeName(logits.dtype()) << " logits (the same dtype, or bf16 of f32)";
   return MOE_DISPATCH(logits, CrossEntropy(logits, targets, grad_scale, dlogits));
 }
 

@@ -12,10 +12,12 @@ namespace moe::kernels::cuda {
 // Internal linkage: one translation unit includes them (cross_entropy.cu, or the emulated test).
 namespace {
 
-// One block per row: max, sum of exponentials, the loss, and (optionally, in place) the gradient.
-template <typename T>
+// One block per row: max, sum of exponentials, the loss, and (optionally) the gradient: in place
+// (G = T, dlogits == logits) or in its own storage type (fp32 logits, bf16 gradient: the cast the
+// head's backward GEMMs need, fused).
+template <typename T, typename G = T>
 __global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int64_t vocab,
-                                   float scale, T* dlogits, float* losses, unsigned* bad) {
+                                   float scale, G* dlogits, float* losses, unsigned* bad) {
   const int64_t r = blockIdx.x;
   const T* x = logits + r * vocab;
   float mx = -INFINITY;
@@ -33,9 +35,9 @@ __global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int6
   if (threadIdx.x == 0) losses[r] = mx + logf(sum) - target_logit;
   if (dlogits != nullptr) {
     const float inv = 1.f / sum;
-    T* d = dlogits + r * vocab;
+    G* d = dlogits + r * vocab;
     for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-      d[j] = Cvt<T>((expf(Ld(x[j]) - mx) * inv - (j == t ? 1.f : 0.f)) * scale);
+      d[j] = Cvt<G>((expf(Ld(x[j]) - mx) * inv - (j == t ? 1.f : 0.f)) * scale);
     }
   }
 }

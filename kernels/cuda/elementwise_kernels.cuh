@@ -51,13 +51,14 @@ __global__ void SumSquaresKernel(const T* x, int64_t n, double* partial) {
   }
   if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
 }
-// Rows move in units of U (4-byte words when the row allows, else 2-byte halves).
+// Rows move in units of U (16-byte vectors, else 4-byte words when the row allows, else 2-byte
+// halves).
 template <typename U>
 __global__ void GatherRowsKernel(const U* src, const int32_t* index, U* dst, int64_t rows,
                                  int64_t units, int64_t src_rows, unsigned* bad) {
   MOE_CUDA_LOOP(i, rows * units) {
     const int64_t r = i / units, c = i % units, from = index[r];
-    dst[i] = InRange(from, src_rows, bad, kBadRowIndex) ? src[from * units + c] : U(0);
+    dst[i] = InRange(from, src_rows, bad, kBadRowIndex) ? src[from * units + c] : U{};
   }
 }
 // dst[index[r]] += src[r]: the indices are distinct, so each element has one writer (no atomics).

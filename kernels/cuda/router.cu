@@ -38,7 +38,8 @@ void RouterBackward(const Tensor& scores, const Tensor& topk_idx, const Tensor& 
   MOE_CHECK(experts <= kMaxExperts)
       << "RouterBackward on CUDA: at most " << kMaxExperts << " experts, got " << experts;
   if (tokens > 0) {
-    RouteBackwardKernel<<<Blocks(tokens, 128), 128, 0, Stream()>>>(
+    const unsigned blocks = static_cast<unsigned>((tokens + kRouteWarps - 1) / kRouteWarps);
+    RouteBackwardWarpKernel<<<blocks, 32 * kRouteWarps, 0, Stream()>>>(
         Ptr<float>(scores), Ptr<int32_t>(topk_idx), Ptr<float>(dtopk_w), Ptr<float>(dscores_extra),
         tokens, experts, cfg.top_k, cfg.sigmoid, static_cast<float>(cfg.route_scale),
         Ptr<float>(dlogits));

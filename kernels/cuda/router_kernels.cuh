@@ -1,4 +1,4 @@
-// DeepSeek-V3 routing (one warp per token), its backward (one thread per token), the sequence-wise
+// DeepSeek-V3 routing (one warp per token), its backward (one warp per token), the sequence-wise
 // balance loss: the kernels of kernels/cuda/router.cu, which launches them. nvcc compiles them
 // there; a host compiler compiles them under tests/gpu/cuda_emulator.h, which runs them on the CPU
 // against the CPU path (ctest gpu_kernels_emulated).
@@ -183,32 +183,54 @@ __global__ void RouteWarpKernel(const float* logits, const float* bias, int64_t 
     w[t * k + j] = (sigmoid ? w[t * k + j] / sum : w[t * k + j]) * route_scale;
 }
 
-__global__ void RouteBackwardKernel(const float* scores, const int32_t* idx, const float* dw,
-                                    const float* dextra, int64_t tokens, int64_t e, int64_t k,
-                                    bool sigmoid, float route_scale, float* dlogits) {
-  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (t >= tokens) return;
+// The routing's backward, one warp per token (a 128-thread block takes kRouteWarps tokens): lane l
+// holds d score for experts l, l + 32, ... in registers; the k picks' terms go to their owners'
+// slots. The CPU's formulas, in its order but for softmax's dot product (the warp's tree sum).
+// Where one thread per token kept a 512-float array in local memory and read its row uncoalesced.
+__global__ void RouteBackwardWarpKernel(const float* scores, const int32_t* idx, const float* dw,
+                                        const float* dextra, int64_t tokens, int64_t e, int64_t k,
+                                        bool sigmoid, float route_scale, float* dlogits) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t t = blockIdx.x * int64_t{kRouteWarps} + threadIdx.x / 32;
+  if (t >= tokens) return;  // the whole warp: t is the warp's
   const float* s = scores + t * e;
-  float ds[kMaxExperts];
-  for (int64_t i = 0; i < e; ++i) ds[i] = dextra != nullptr ? dextra[t * e + i] : 0.f;
+  const int32_t* pick = idx + t * k;
+  const float* dwt = dw + t * k;
+  float sum = 0, dot = 0;  // every lane the same, in pick order
   if (sigmoid) {
-    float sum = 0, dot = 0;
     for (int64_t j = 0; j < k; ++j) {
-      sum += s[idx[t * k + j]];
-      dot += dw[t * k + j] * s[idx[t * k + j]];
+      sum += s[pick[j]];
+      dot += dwt[j] * s[pick[j]];
     }
-    for (int64_t j = 0; j < k; ++j)
-      ds[idx[t * k + j]] += route_scale * (dw[t * k + j] / sum - dot / (sum * sum));
-  } else {
-    for (int64_t j = 0; j < k; ++j) ds[idx[t * k + j]] += route_scale * dw[t * k + j];
+  }
+  float ds[kRouteSlots];
+#pragma unroll
+  for (int q = 0; q < kRouteSlots; ++q) {
+    const int64_t i = lane + 32 * q;
+    ds[q] = i < e && dextra != nullptr ? dextra[t * e + i] : 0.f;
+  }
+  for (int64_t j = 0; j < k; ++j) {
+    const int i = pick[j];
+    if (i % 32 != lane) continue;
+    const float term =
+        sigmoid ? route_scale * (dwt[j] / sum - dot / (sum * sum)) : route_scale * dwt[j];
+#pragma unroll
+    for (int q = 0; q < kRouteSlots; ++q)  // a register, not a local-memory index
+      if (q == i / 32) ds[q] += term;
+  }
+  float sdot = 0;
+  if (!sigmoid) {
+#pragma unroll
+    for (int q = 0; q < kRouteSlots; ++q)
+      if (lane + 32 * q < e) sdot += ds[q] * s[lane + 32 * q];
+    sdot = WarpSum(sdot);
   }
   float* dl = dlogits + t * e;
-  if (sigmoid) {
-    for (int64_t i = 0; i < e; ++i) dl[i] = ds[i] * s[i] * (1.f - s[i]);
-  } else {
-    float dot = 0;
-    for (int64_t i = 0; i < e; ++i) dot += ds[i] * s[i];
-    for (int64_t i = 0; i < e; ++i) dl[i] = s[i] * (ds[i] - dot);
+#pragma unroll
+  for (int q = 0; q < kRouteSlots; ++q) {
+    const int64_t i = lane + 32 * q;
+    if (i >= e) continue;
+    dl[i] = sigmoid ? ds[q] * s[i] * (1.f - s[i]) : s[i] * (ds[q] - sdot);
   }
 }
 

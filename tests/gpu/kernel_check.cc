@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -737,8 +738,9 @@ int main() {
     });
   }
 
-  Run("cross_entropy", [&](Device dev, DType dt) {
-    Tensor logits = On(Random({tokens, vocab}, 16, -5, 5), dt, dev);
+  // The logits in `logits_dt` (or the case's dtype), the gradient in the case's dtype.
+  auto cross_entropy = [&](Device dev, DType dt, std::optional<DType> logits_dt) {
+    Tensor logits = On(Random({tokens, vocab}, 16, -5, 5), logits_dt.value_or(dt), dev);
     Tensor targets = Tensor::Empty({tokens}, DType::kI32);
     for (int64_t i = 0; i < tokens; ++i)
       targets.data<int32_t>()[i] = static_cast<int32_t>((i * 37) % vocab);
@@ -746,37 +748,48 @@ int main() {
     Tensor grad = Poisoned({tokens, vocab}, dt, dev);
     const double loss = k::CrossEntropy(logits, targets, 0.5, grad);
     return std::vector<Out>{{"loss", Scalar(loss)}, {"grad", grad, 1e-4, 1e-7}};
-  });
+  };
+  Run("cross_entropy", [&](Device dev, DType dt) { return cross_entropy(dev, dt, std::nullopt); });
+  // The head's loss: fp32 logits, their gradient written as bf16 by the same kernel (head_loss.h).
+  Run("cross_entropy bf16 grad of f32 logits",
+      [&](Device dev, DType dt) { return cross_entropy(dev, dt, DType::kF32); }, {DType::kBF16});
 
-  Run("dispatch", [&](Device dev, DType dt) {
-    const int64_t experts = 5;
-    std::vector<int32_t> idx(static_cast<size_t>(tokens * topk));
-    for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t j = 0; j < topk; ++j)
-        idx[static_cast<size_t>(t * topk + j)] = static_cast<int32_t>((t + 2 * j) % experts);
-    const auto plan = k::BuildDispatchPlan(idx.data(), tokens, topk, experts);
-    Tensor tor = Tensor::FromVector(plan.token_of_row, {tokens * topk}),
-           ros = Tensor::FromVector(plan.row_of_slot, {tokens, topk});
-    if (dev.is_cuda()) {
-      tor = tor.Clone(dev);
-      ros = ros.Clone(dev);
-    }
-    Tensor x = On(Random({tokens, d}, 21), dt, dev),
-           yp = On(Random({tokens * topk, d}, 22), dt, dev);
-    Tensor w = On(Random({tokens, topk}, 23), dt, dev), dy = On(Random({tokens, d}, 24), dt, dev);
-    Tensor y = On(Random({tokens, d}, 25), dt, dev);
-    Tensor xp = Poisoned({tokens * topk, d}, dt, dev), dx = Poisoned({tokens, d}, dt, dev);
-    Tensor dyp = Poisoned({tokens * topk, d}, dt, dev), dw = Poisoned({tokens, topk}, dt, dev);
-    k::GatherRows(x, tor, xp);
-    k::PermuteBackward(yp, ros, dx);
-    k::CombineForward(yp, ros, w, y);
-    k::CombineBackward(dy, yp, ros, w, dyp, dw);
-    return std::vector<Out>{{"gather_rows", xp, 0, 0},
-                            {"permute bwd", dx},
-                            {"combine fwd", y},
-                            {"combine bwd dyp", dyp},
-                            {"combine bwd dw", dw, 1e-4, 1e-5}};
-  });
+  // Width 259: an element a thread; 264: 16-byte vectors (the hidden sizes the presets train).
+  for (const int64_t width : {d, int64_t{264}}) {
+    Run(width % 8 == 0 ? "dispatch vectors d=" + std::to_string(width) : std::string("dispatch"),
+        [&, width](Device dev, DType dt) {
+          const int64_t d = width;
+          const int64_t experts = 5;
+          std::vector<int32_t> idx(static_cast<size_t>(tokens * topk));
+          for (int64_t t = 0; t < tokens; ++t)
+            for (int64_t j = 0; j < topk; ++j)
+              idx[static_cast<size_t>(t * topk + j)] = static_cast<int32_t>((t + 2 * j) % experts);
+          const auto plan = k::BuildDispatchPlan(idx.data(), tokens, topk, experts);
+          Tensor tor = Tensor::FromVector(plan.token_of_row, {tokens * topk}),
+                 ros = Tensor::FromVector(plan.row_of_slot, {tokens, topk});
+          if (dev.is_cuda()) {
+            tor = tor.Clone(dev);
+            ros = ros.Clone(dev);
+          }
+          Tensor x = On(Random({tokens, d}, 21), dt, dev),
+                 yp = On(Random({tokens * topk, d}, 22), dt, dev);
+          Tensor w = On(Random({tokens, topk}, 23), dt, dev),
+                 dy = On(Random({tokens, d}, 24), dt, dev);
+          Tensor y = On(Random({tokens, d}, 25), dt, dev);
+          Tensor xp = Poisoned({tokens * topk, d}, dt, dev), dx = Poisoned({tokens, d}, dt, dev);
+          Tensor dyp = Poisoned({tokens * topk, d}, dt, dev),
+                 dw = Poisoned({tokens, topk}, dt, dev);
+          k::GatherRows(x, tor, xp);
+          k::PermuteBackward(yp, ros, dx);
+          k::CombineForward(yp, ros, w, y);
+          k::CombineBackward(dy, yp, ros, w, dyp, dw);
+          return std::vector<Out>{{"gather_rows", xp, 0, 0},
+                                  {"permute bwd", dx},
+                                  {"combine fwd", y},
+                                  {"combine bwd dyp", dyp},
+                                  {"combine bwd dw", dw, 1e-4, 1e-5}};
+        });
+  }
 
   // The routing plan on the device equals the host's: awkward sizes, and DeepSeek-V3's 256 experts
   // with 8 choices of 4,096 tokens, skewed to the low experts, the top fifth never chosen (exact:

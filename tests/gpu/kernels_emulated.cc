@@ -132,7 +132,10 @@ void Check(const std::string& name, DType dt, const std::vector<double>& got,
   const bool sizes = got.size() == ref.size();
   for (size_t i = 0; sizes && i < got.size(); ++i) {
     const double err = std::fabs(got[i] - ref[i]);
-    const double tol = dt == DType::kBF16 ? 1e-2 * ref_max + atol : atol + rtol * std::fabs(ref[i]);
+    // rtol = atol = 0: bit for bit, whatever the dtype.
+    const double tol = rtol == 0 && atol == 0 ? 0
+                       : dt == DType::kBF16   ? 1e-2 * ref_max + atol
+                                              : atol + rtol * std::fabs(ref[i]);
     const bool ok = std::isfinite(got[i]) == std::isfinite(ref[i]) && (!(err > tol));
     if (!ok && bad++ < 3) {
       char buf[96];
@@ -263,10 +266,17 @@ void RowsAndColumns(int64_t rows, int64_t cols) {
         perm[static_cast<size_t>(i)],
         perm[static_cast<size_t>(static_cast<int64_t>(rng.Below(static_cast<uint64_t>(i + 1))))]);
   Tensor index = Ints(perm);
-  {  // gathered in 4-byte words where the row allows, else 2-byte halves (GatherRows)
+  {  // gathered in 16-byte vectors, else 4-byte words where the row allows, else 2-byte halves
+     // (GatherRows)
     Tensor got = Poisoned({rows, cols}, dt), ref = Poisoned({rows, cols}, dt);
     const int64_t row_bytes = cols * static_cast<int64_t>(sizeof(T));
-    if (row_bytes % 4 == 0) {
+    if (row_bytes % 16 == 0) {
+      using V = cu::Vec16<uint32_t>;
+      const int64_t units = row_bytes / 16;
+      Launch(cu::GatherRowsKernel<V>, dim3(cu::Blocks(rows * units)), dim3(cu::kThreads), 0,
+             static_cast<const V*>(P<V>(src)), static_cast<const int32_t*>(P<int32_t>(index)),
+             P<V>(got), rows, units, rows, &bad);
+    } else if (row_bytes % 4 == 0) {
       const int64_t units = row_bytes / 4;
       Launch(cu::GatherRowsKernel<uint32_t>, dim3(cu::Blocks(rows * units)), dim3(cu::kThreads), 0,
              static_cast<const uint32_t*>(P<uint32_t>(src)),
@@ -369,10 +379,13 @@ void Embedding(int64_t tokens, int64_t d, int64_t vocab) {
   Covers({"EmbeddingForwardKernel", "EmbeddingBackwardKernel"});
 }
 
-template <typename T>
+// G: the gradient's storage type (bf16 of fp32 logits: the head's fused cast, bit for bit the
+// fp32 gradient rounded once).
+template <typename T, typename G = T>
 void CrossEntropy(int64_t rows, int64_t vocab) {
-  const DType dt = kDt<T>;
-  const std::string at = " " + std::to_string(rows) + "x" + std::to_string(vocab);
+  const DType dt = kDt<T>, gt = kDt<G>;
+  const std::string at = " " + std::to_string(rows) + "x" + std::to_string(vocab) +
+                         (gt != dt ? " (bf16 gradient)" : "");
   unsigned bad = 0;
   Tensor logits = As(Random({rows, vocab}, 13, -4, 4), dt);
   std::vector<int32_t> tv(static_cast<size_t>(rows));
@@ -380,16 +393,23 @@ void CrossEntropy(int64_t rows, int64_t vocab) {
   for (auto& v : tv)
     v = static_cast<int32_t>(static_cast<int64_t>(rng.Below(static_cast<uint64_t>(vocab))));
   Tensor targets = Ints(tv);
-  Tensor dl = Poisoned({rows, vocab}, dt), dref = Poisoned({rows, vocab}, dt);
+  Tensor dl = Poisoned({rows, vocab}, gt), dref = Poisoned({rows, vocab}, gt);
   std::vector<float> losses(static_cast<size_t>(rows), std::nanf(""));
-  Launch(cu::CrossEntropyKernel<T>, dim3(static_cast<unsigned>(rows)), dim3(cu::kThreads), 0,
+  Launch(cu::CrossEntropyKernel<T, G>, dim3(static_cast<unsigned>(rows)), dim3(cu::kThreads), 0,
          static_cast<const T*>(P<T>(logits)), static_cast<const int32_t*>(P<int32_t>(targets)),
-         vocab, 0.5f, P<T>(dl), losses.data(), &bad);
+         vocab, 0.5f, P<G>(dl), losses.data(), &bad);
   double loss = 0;
   for (float v : losses) loss += v;
   const double ref = k::CrossEntropy(logits, targets, 0.5, dref);
   Check("CrossEntropy loss" + at, DType::kF32, {loss}, {ref}, 1e-5, 1e-6);
-  Check("CrossEntropy dlogits" + at, dt, dl, dref, 1e-4, 1e-6);
+  Check("CrossEntropy dlogits" + at, gt, dl, dref, 1e-4, 1e-6);
+  if (gt != dt) {  // the same kernel with an fp32 gradient, rounded afterwards
+    Tensor d32 = Poisoned({rows, vocab}, dt);
+    Launch(cu::CrossEntropyKernel<T>, dim3(static_cast<unsigned>(rows)), dim3(cu::kThreads), 0,
+           static_cast<const T*>(P<T>(logits)), static_cast<const int32_t*>(P<int32_t>(targets)),
+           vocab, 0.5f, P<T>(d32), losses.data(), &bad);
+    Check("CrossEntropy bf16 gradient = fp32 rounded" + at, gt, dl, As(d32, gt), 0, 0);
+  }
   g_failures += bad != 0;
   Covers({"CrossEntropyKernel"});
 }
@@ -434,8 +454,16 @@ void AdamWBucket() {
   Check("AdamWMulti master" + at, DType::kF32, got.master, ref.master, 1e-5, 1e-7);
   Check("AdamWMulti m" + at, mt, got.m, ref.m, 1e-5, 1e-8);
   Check("AdamWMulti v" + at, mt, got.v, ref.v, 1e-5, 1e-10);
-  Check("AdamWMulti compute (bf16, gaps untouched)" + at, DType::kBF16, got.compute, ref.compute, 0,
-        0);
+  // The bf16 copy is the kernel's own fp32 result rounded, bit for bit (the CPU's fp32 differs in
+  // the last bits, so its rounding may too); the gaps between segments untouched.
+  Tensor want = ref.compute.Clone();
+  for (const k::AdamWSegment& sg : segs) {
+    const Tensor rounded =
+        As(got.master.Rows(sg.begin - master_offset, sg.end - master_offset), DType::kBF16);
+    std::memcpy(P<bf16>(want) + sg.begin, rounded.raw(), rounded.nbytes());
+  }
+  Check("AdamWMulti compute = its master rounded (gaps untouched)" + at, DType::kBF16, got.compute,
+        want, 0, 0);
   Covers({"AdamWMultiKernel"});
 }
 
@@ -461,6 +489,49 @@ void AdamW(int64_t n) {
 }
 
 // ---- permute.cu: the plan from the host (the routing kernels have gpu_routing_emulated) ----
+// The 16-byte vector kernels: bit for bit the scalar kernels' values (CombineBackward's weight
+// gradient sums in another order: against the CPU), on a grid of 2 blocks for the loops.
+template <typename T>
+void PermuteVectors(int64_t tokens, int64_t k_, const Tensor& ros, const Tensor& dxp,
+                    const Tensor& w, int64_t d, const std::string& at0) {
+  const DType dt = kDt<T>;
+  const std::string at = at0 + ", vectors";
+  const int64_t slots = tokens * k_, vecs = tokens * d / cu::Vec16<T>::kLanes;
+  const auto* rows = static_cast<const int32_t*>(P<int32_t>(ros));
+  const auto* x = static_cast<const T*>(P<T>(dxp));
+  const auto* wt = static_cast<const T*>(P<T>(w));
+  {
+    Tensor got = Poisoned({tokens, d}, dt), ref = Poisoned({tokens, d}, dt);
+    Launch(cu::PermuteBackwardVecKernel<T>, dim3(std::min(2u, cu::Blocks(vecs))),
+           dim3(cu::kThreads), 0, x, rows, P<T>(got), tokens, k_, d);
+    Launch(cu::PermuteBackwardKernel<T>, dim3(cu::Blocks(tokens * d)), dim3(cu::kThreads), 0, x,
+           rows, P<T>(ref), tokens, k_, d);
+    Check("PermuteBackwardVec = PermuteBackward" + at, dt, got, ref, 0, 0);
+  }
+  {
+    Tensor y0 = As(Random({tokens, d}, 23), dt), got = y0.Clone(), ref = y0.Clone();
+    Launch(cu::CombineForwardVecKernel<T>, dim3(std::min(2u, cu::Blocks(vecs))), dim3(cu::kThreads),
+           0, x, rows, wt, P<T>(got), tokens, k_, d);
+    Launch(cu::CombineForwardKernel<T>, dim3(cu::Blocks(tokens * d)), dim3(cu::kThreads), 0, x,
+           rows, wt, P<T>(ref), tokens, k_, d);
+    Check("CombineForwardVec = CombineForward" + at, dt, got, ref, 0, 0);
+  }
+  {
+    Tensor dy = As(Random({tokens, d}, 24), dt);
+    const auto* g = static_cast<const T*>(P<T>(dy));
+    Tensor dyp = Poisoned({slots, d}, dt), dyp_ref = Poisoned({slots, d}, dt);
+    Tensor dw = Poisoned({tokens, k_}, dt), dw_ref = Poisoned({tokens, k_}, dt);
+    Launch(cu::CombineBackwardVecKernel<T>, dim3(static_cast<unsigned>(slots)), dim3(cu::kThreads),
+           0, g, x, rows, wt, P<T>(dyp), P<T>(dw), k_, d);
+    Launch(cu::CombineBackwardKernel<T>, dim3(static_cast<unsigned>(slots)), dim3(cu::kThreads), 0,
+           g, x, rows, wt, P<T>(dyp_ref), P<T>(dw_ref), k_, d);
+    Check("CombineBackwardVec dyp = CombineBackward's" + at, dt, dyp, dyp_ref, 0, 0);
+    k::CombineBackward(dy, dxp, ros, w, Poisoned({slots, d}, dt), dw_ref);
+    Check("CombineBackwardVec dw" + at, dt, dw, dw_ref, 1e-4, 1e-5);
+  }
+  Covers({"PermuteBackwardVecKernel", "CombineForwardVecKernel", "CombineBackwardVecKernel"});
+}
+
 template <typename T>
 void Permute(int64_t tokens, int64_t k_, int64_t experts, int64_t d) {
   const DType dt = kDt<T>;
@@ -502,6 +573,7 @@ void Permute(int64_t tokens, int64_t k_, int64_t experts, int64_t d) {
     Check("CombineBackward dw" + at, dt, dw, dw_ref, 1e-4, 1e-5);
   }
   Covers({"PermuteBackwardKernel", "CombineForwardKernel", "CombineBackwardKernel"});
+  if (d % cu::Vec16<T>::kLanes == 0) PermuteVectors<T>(tokens, k_, ros, dxp, w, d, at);
 }
 
 // ---- rmsnorm.cu, swiglu.cu, rope.cu ----
@@ -644,14 +716,17 @@ void Router(int64_t tokens, int64_t experts, const k::RouterConfig& cfg, const c
   Tensor dw = Random({tokens, cfg.top_k}, 32), extra = Random({tokens, experts}, 33);
   Tensor dl = Poisoned({tokens, experts}, DType::kF32),
          dlr = Poisoned({tokens, experts}, DType::kF32);
-  Launch(cu::RouteBackwardKernel, dim3(cu::Blocks(tokens, 128)), dim3(128), 0,
-         static_cast<const float*>(P<float>(sr)), static_cast<const int32_t*>(P<int32_t>(idxr)),
-         static_cast<const float*>(P<float>(dw)), static_cast<const float*>(P<float>(extra)),
-         tokens, experts, cfg.top_k, cfg.sigmoid, static_cast<float>(cfg.route_scale),
-         P<float>(dl));
+  Launch(cu::RouteBackwardWarpKernel,
+         dim3(static_cast<unsigned>((tokens + cu::kRouteWarps - 1) / cu::kRouteWarps)),
+         dim3(32 * cu::kRouteWarps), 0, static_cast<const float*>(P<float>(sr)),
+         static_cast<const int32_t*>(P<int32_t>(idxr)), static_cast<const float*>(P<float>(dw)),
+         static_cast<const float*>(P<float>(extra)), tokens, experts, cfg.top_k, cfg.sigmoid,
+         static_cast<float>(cfg.route_scale), P<float>(dl));
   k::RouterBackward(sr, idxr, dw, extra, cfg, dlr);
+  // The same formulas; compilers contract their multiply-adds differently (an ulp), and softmax's
+  // dot product is the warp's tree.
   Check("RouterBackward" + at, DType::kF32, dl, dlr, 1e-5, 1e-6);
-  Covers({"RouteWarpKernel", "RouteBackwardKernel"});
+  Covers({"RouteWarpKernel", "RouteBackwardWarpKernel"});
 }
 
 // from_zero: the gradient alone is compared (its size sets the tolerance); else it is added to
@@ -878,6 +953,9 @@ const std::set<std::string> kRunHere = {"LatentDecodeKernel",
                                         "PermuteBackwardKernel",
                                         "CombineForwardKernel",
                                         "CombineBackwardKernel",
+                                        "PermuteBackwardVecKernel",
+                                        "CombineForwardVecKernel",
+                                        "CombineBackwardVecKernel",
                                         "RmsNormForwardKernel",
                                         "RmsNormBackwardKernel",
                                         "SwigluForwardKernel",
@@ -886,7 +964,7 @@ const std::set<std::string> kRunHere = {"LatentDecodeKernel",
                                         "SwigluBackwardVecKernel",
                                         "RopeKernel",
                                         "RouteWarpKernel",
-                                        "RouteBackwardKernel",
+                                        "RouteBackwardWarpKernel",
                                         "SeqAuxCountKernel",
                                         "SeqAuxProbKernel",
                                         "SeqAuxLossKernel",
@@ -981,17 +1059,22 @@ int main(int argc, char** argv) {
   RowsAndColumns<float>(37, 19);
   RowsAndColumns<bf16>(37, 19);  // 38-byte rows: gathered in halves
   RowsAndColumns<bf16>(20, 22);  // 44-byte rows: gathered in words
+  RowsAndColumns<float>(9, 12);  // 48-byte rows: gathered in 16-byte vectors
   Conversions(1031);
   Embedding<float>(45, 33, 50);
   Embedding<bf16>(1, 7, 3);
   CrossEntropy<float>(5, 1000);
   CrossEntropy<bf16>(3, 333);
+  CrossEntropy<float, bf16>(4, 777);
   AdamW<float>(2049);
   AdamW<bf16>(999);
   AdamWBucket<float>();
   AdamWBucket<bf16>();
   Permute<float>(15, 3, 6, 41);
   Permute<bf16>(1, 2, 4, 9);
+  Permute<float>(13, 4, 7, 36);   // vectors of 4 floats
+  Permute<bf16>(40, 8, 33, 264);  // vectors of 8 bf16; the 2-block grid goes round
+
   RmsNorm<float>(45, 300);  // two backward strips, the last partial
   RmsNorm<bf16>(1, 65);
   Swiglu<float>(13, 77);

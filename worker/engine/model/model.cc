@@ -6,6 +6,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
+#include "worker/engine/model/head_loss.h"
 #include "worker/engine/model/mtp.h"
 #include "worker/engine/parallel/step_profile.h"
 
@@ -25,7 +26,7 @@ struct Model::Chunk {
   std::vector<std::unique_ptr<MtpDepth>> mtp;
   // What the backward of one micro-batch needs.
   struct Saved {
-    Tensor ids, logits, hn;
+    Tensor ids, dhn;  // dhn: the loss's gradient on the final norm's output
   };
   SavedQueue<Saved> saved;
 };
@@ -171,16 +172,18 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
     const Tensor tgt = targets.Reshape({n});
     const bool backward = GradEnabled();
     parallel::ProfilePhase phase("head, loss fwd");
-    s.hn = c.final_norm->Forward(x);
-    // Logits and the loss in the master dtype (fp32 when the activations are bf16); the logits'
-    // buffer receives their gradient in place.
-    s.logits = Linear(s.hn, c.head->compute, dtype_);
-    if (!backward) last_logits_ = s.logits;
-    if (on_device) {
-      kernels::CrossEntropyInto(s.logits, tgt, scales.ce, backward ? s.logits : Tensor(), dl.acc,
-                                dl.ce);
+    const Tensor hn = c.final_norm->Forward(x);
+    // Logits and the loss in the master dtype (fp32 when the activations are bf16). With
+    // gradients, the head's backward runs here too, a chunk of rows at a time (head_loss.h): only
+    // the gradient on hn is kept.
+    if (backward) {
+      HeadLoss hl = HeadLossForwardBackward(hn, *c.head, dtype_, tgt, scales.ce,
+                                            on_device ? LossSink{dl.acc, dl.ce} : LossSink{});
+      s.dhn = std::move(hl.dhn);
+      r->ce_sum = hl.ce_sum;
     } else {
-      r->ce_sum = kernels::CrossEntropy(s.logits, tgt, scales.ce, backward ? s.logits : Tensor());
+      last_logits_ = Linear(hn, c.head->compute, dtype_);
+      r->ce_sum = kernels::CrossEntropy(last_logits_, tgt, scales.ce, Tensor());
     }
     MtpDepth::Inputs in{x, seq, s.ids, tgt, batch, seq, {}};
     if (!c.mtp.empty()) phase.Switch("mtp fwd");  // its blocks' phases are their own
@@ -214,10 +217,10 @@ StatusOr<Tensor> Model::BackwardChunk(int ci, const Tensor& output_grad) {
     Tensor dh_next;
     parallel::ProfilePhase phase(c.mtp.empty() ? "head, loss bwd" : "mtp bwd");
     for (auto it = c.mtp.rbegin(); it != c.mtp.rend(); ++it) {
-      MOE_ASSIGN_OR_RETURN(dh_next, (*it)->Backward(dh_next, *c.embedding, *c.head));
+      MOE_ASSIGN_OR_RETURN(dh_next, (*it)->Backward(dh_next, *c.embedding));
     }
     phase.Switch("head, loss bwd");
-    dx = c.final_norm->Backward(LinearBackward(CastTo(s.logits, compute_), s.hn, *c.head));
+    dx = c.final_norm->Backward(s.dhn);  // the head's own backward ran in the forward
     if (dh_next.defined()) kernels::Add(dx, dx, dh_next);
   } else {
     MOE_CHECK(output_grad.defined()) << "chunk " << ci << " needs the gradient on its output";

@@ -5,6 +5,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "worker/engine/model/head_loss.h"
 
 namespace moe::model {
 namespace {
@@ -64,25 +65,23 @@ StatusOr<Tensor> MtpDepth::Forward(const Inputs& in, const Param& embedding, con
   kernels::CopyColumns(hnorm_->Forward(g), 0, s.cat, h, h);
   MOE_ASSIGN_OR_RETURN(Tensor hk,
                        block_->Forward(Linear(s.cat, *eh_proj_), in.batch, len, aux_coeff, stats));
-  s.hn = final_norm_->Forward(hk);
-  s.logits = Linear(s.hn, head.compute, logits_dtype);
-  const Tensor dlogits = backward ? s.logits : Tensor();
-  if (in.ce_sink.set()) {
-    kernels::CrossEntropyInto(s.logits, targets_k, ce_scale, dlogits, in.ce_sink.acc,
-                              in.ce_sink.slot);
-    *ce_sum = 0;
+  const Tensor hn = final_norm_->Forward(hk);
+  if (backward) {  // the shared head's backward runs here (head_loss.h): only dhn is kept
+    HeadLoss hl = HeadLossForwardBackward(hn, head, logits_dtype, targets_k, ce_scale, in.ce_sink);
+    s.dhn = std::move(hl.dhn);
+    *ce_sum = hl.ce_sum;
   } else {
-    *ce_sum = kernels::CrossEntropy(s.logits, targets_k, ce_scale, dlogits);
+    *ce_sum = kernels::CrossEntropy(Linear(hn, head.compute, logits_dtype), targets_k, ce_scale,
+                                    Tensor());
   }
   saved_.Push(std::move(s));
   return hk;
 }
 
-StatusOr<Tensor> MtpDepth::Backward(const Tensor& dh_next, const Param& embedding,
-                                    const Param& head) {
+StatusOr<Tensor> MtpDepth::Backward(const Tensor& dh_next, const Param& embedding) {
   const Saved s = saved_.Pop();
   const DType dt = s.cat.dtype();
-  Tensor dh = final_norm_->Backward(LinearBackward(CastTo(s.logits, dt), s.hn, head));
+  Tensor dh = final_norm_->Backward(s.dhn);
   if (dh_next.defined()) kernels::Add(dh, dh, dh_next);
   MOE_ASSIGN_OR_RETURN(Tensor dhp, block_->Backward(dh));
   Tensor dcat = LinearBackward(dhp, s.cat, *eh_proj_);

@@ -36,14 +36,15 @@ class MtpDepth {
     LossSink ce_sink;  // where the cross-entropy goes on the device (unset: into *ce_sum)
   };
   // Returns this depth's hidden [batch * (seq_len - k), h]; *ce_sum is its cross-entropy summed
-  // over its positions. With `backward`, the logits' gradient (scaled by ce_scale) is kept for
-  // Backward.
+  // over its positions. With `backward`, the shared head's backward runs here, its weight
+  // gradient accumulated and the gradient on this depth's final norm kept for Backward
+  // (head_loss.h).
   StatusOr<Tensor> Forward(const Inputs& in, const Param& embedding, const Param& head,
                            DType logits_dtype, double ce_scale, double aux_coeff, bool backward,
                            double* ce_sum, MoeStats* stats);
   // dh_next: the gradient on this depth's hidden from the next depth (undefined for the last).
   // Returns the gradient on h_prev ([batch * prev_len, h], zero where this depth did not read).
-  StatusOr<Tensor> Backward(const Tensor& dh_next, const Param& embedding, const Param& head);
+  StatusOr<Tensor> Backward(const Tensor& dh_next, const Param& embedding);
   MoeLayer* moe() const { return block_->moe(); }
 
  private:
@@ -53,7 +54,7 @@ class MtpDepth {
   std::unique_ptr<TransformerBlock> block_;
   // What the backward of one micro-batch needs.
   struct Saved {
-    Tensor rows_prev, ids_k, cat, hn, logits;
+    Tensor rows_prev, ids_k, cat, dhn;  // dhn: the loss's gradient on the final norm's output
     int64_t prev_rows = 0;
   };
   SavedQueue<Saved> saved_;
