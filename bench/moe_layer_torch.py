@@ -7,6 +7,11 @@ normalised over the chosen experts and scaled; tokens sorted by expert; per expe
 (w13 then w2); the weighted combine back; forward and backward through autograd. (It leaves out the
 sequence-wise balance loss, which the engine's layer computes as well: a few microseconds.)
 
+Then the same layer with its experts' GEMMs in FP8 (torch._scaled_mm, e4m3, row-wise scales along
+each GEMM's reduction, experts padded to 16 rows, quantisation in every call): the peer of the
+engine's FP8 layer, with its output's error against the bf16 layer's (tests/gpu/fp8_peer_test.py
+checks its logic on the CPU).
+
 Also times PyTorch's scaled_dot_product_attention, causal, forward + backward, at moe-bench-gpu's
 attention shapes (S = 4096, batch 1, 128 heads, bf16; MLA's d_qk 192 / d_v 128 and MHA's 128 / 128),
 on each of PyTorch's SDPA backends that takes the shape (cuDNN, flash, memory-efficient) and on its
@@ -86,7 +91,8 @@ def main() -> int:
     x = (torch.rand(T, h, device=dev, generator=gen) * 2 - 1).to(bf16).requires_grad_()
     dy = ((torch.rand(T, h, device=dev, generator=gen) * 2 - 1) * 1e-3).to(bf16)
 
-    def layer(x):
+    def route(x):
+        """DeepSeek-V3's routing: the chosen experts [T, k] and their weights (autograd through them)."""
         logits = (x @ router.t()).float()
         scores = logits.sigmoid()
         with torch.no_grad():
@@ -97,7 +103,10 @@ def main() -> int:
             sel = sel.masked_fill(~keep.repeat_interleave(E // G, dim=1), float("-inf"))
             idx = sel.topk(k, dim=-1).indices
         w = scores.gather(1, idx)
-        w = w / w.sum(-1, keepdim=True) * 2.5
+        return idx, w / w.sum(-1, keepdim=True) * 2.5
+
+    def layer(x):
+        idx, w = route(x)
         flat = idx.reshape(-1)
         order = flat.argsort(stable=True)
         token = order // k
@@ -126,9 +135,107 @@ def main() -> int:
     print(f"RESULT torch_baseline {baseline}")
     print(f"RESULT torch_moe_layer_ms {best * 1e3:.2f}")
     print(f"RESULT torch_moe_layer_tflops {flops / best / 1e12:.1f}")
+    bench_fp8_layer(torch, F, route, x, dy, [router, x] + w13 + w2, layer, flops, best, args.iters)
     for name, dqk, dv in (("mla", 192, 128), ("mha", 128, 128)):
         bench_sdpa(torch, F, name, args.attn_seq, args.attn_heads, dqk, dv, max(args.iters, 10))
     return 0
+
+
+def quant_rows(torch, t):
+    """e4m3 of a 2-D tensor with one fp32 scale per row (its amax over 448): (values, scales [R, 1])."""
+    amax = t.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
+    scale = amax / 448.0
+    return (t.float() / scale).to(torch.float8_e4m3fn), scale
+
+
+def fp8_linear(torch):
+    """y = x . w^T with its three GEMMs in e4m3 through torch._scaled_mm, row-wise scales along each
+    GEMM's reduction (x and dy per token in Fprop and Dgrad, per channel over the tokens in Wgrad; w
+    per output row in Fprop, per input column in Dgrad); bf16 out, fp32 accumulation. Quantisation
+    runs inside every call, weights included (as the engine's layer does)."""
+    bf16 = torch.bfloat16
+
+    def mm(a, b):  # a [M, K] and b [N, K], both quantised along K: a . b^T
+        aq, sa = quant_rows(torch, a)
+        bq, sb = quant_rows(torch, b)
+        return torch._scaled_mm(aq, bq.t(), scale_a=sa, scale_b=sb.reshape(1, -1), out_dtype=bf16)
+
+    class Fp8Linear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return mm(x, w)
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, w = ctx.saved_tensors
+            dy = dy.contiguous()
+            return mm(dy, w.t().contiguous()), mm(dy.t().contiguous(), x.t().contiguous())
+
+    return Fp8Linear.apply
+
+
+def padded_dispatch(torch, flat, tokens, experts, align=16):
+    """The permutation with every expert's rows padded to a multiple of `align` (FP8 GEMMs need their
+    reduction, the rows in Wgrad, a multiple of 16): (row of each sorted slot, token of each padded row
+    (tokens: the zero row), the sorted order, padded counts)."""
+    dev = flat.device
+    order = flat.argsort(stable=True)
+    counts = torch.bincount(flat, minlength=experts)
+    padded = (counts + align - 1) // align * align
+    starts = padded.cumsum(0) - padded
+    firsts = counts.cumsum(0) - counts
+    expert = flat[order]
+    slot = torch.arange(flat.numel(), device=dev)
+    dest = starts[expert] + slot - firsts[expert]
+    token_of_row = torch.full((int(padded.sum()),), tokens, dtype=torch.long, device=dev)
+    token_of_row[dest] = order // (flat.numel() // tokens)
+    return dest, token_of_row, order, padded.tolist()
+
+
+def bench_fp8_layer(torch, F, route, x, dy, params, layer_bf16, flops, t_bf16, iters):
+    """The same MoE layer with its experts' GEMMs in FP8 (fp8_linear): its time, TFLOP/s (the bf16
+    layer's FLOP count) and its output's error against the bf16 layer's, or n/a with the reason.
+    params: [router, x] + the experts' w13 + their w2 (one tensor per expert, as the bf16 loop's)."""
+    if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
+        print(f"RESULT torch_moe_layer_fp8_tflops n/a (PyTorch {torch.__version__} has no FP8 GEMM)")
+        return
+    linear = fp8_linear(torch)
+    T, E = x.shape[0], (len(params) - 2) // 2
+    w13, w2 = params[2:2 + E], params[2 + E:]
+
+    def layer(x):
+        idx, w = route(x)
+        k = idx.shape[1]
+        dest, token_of_row, order, padded = padded_dispatch(torch, idx.reshape(-1), T, E)
+        xp = torch.cat([x, x.new_zeros(1, x.shape[1])])[token_of_row]
+        outs, start = [], 0
+        for e, c in enumerate(padded):
+            if c > 0:
+                gate, up = linear(xp[start:start + c], w13[e]).chunk(2, dim=-1)
+                outs.append(linear(F.silu(gate) * up, w2[e]))
+            start += c
+        yp = torch.cat(outs)[dest] * w.reshape(-1)[order].unsqueeze(1).to(x.dtype)
+        return torch.zeros_like(x).index_add(0, order // k, yp)
+
+    def step():
+        for p in params:
+            p.grad = None
+        layer(x).backward(dy)
+
+    try:
+        with torch.no_grad():
+            ref, got = layer_bf16(x).float(), layer(x).float()
+        err = ((got - ref).norm() / ref.norm()).item()
+        best = torch_device.median_call(torch, step, iters, True)
+    except RuntimeError as e:  # this GPU or PyTorch build lacks the row-wise scaled GEMM
+        print(f"RESULT torch_moe_layer_fp8_tflops n/a ({str(e).splitlines()[0][:120]})")
+        return
+    print("RESULT torch_moe_layer_fp8_how torch._scaled_mm e4m3, row-wise scales (DeepSeek-V3 tiles "
+          "are 1x128 and 128x128), experts padded to 16 rows, quantisation in every call")
+    print(f"RESULT torch_moe_layer_fp8_rel_err {err:.4f}  (its output against the bf16 layer's)")
+    print(f"RESULT torch_moe_layer_fp8_ms {best * 1e3:.2f}")
+    print(f"RESULT torch_moe_layer_fp8_tflops {flops / best / 1e12:.1f}  ({t_bf16 / best:.2f}x the bf16 layer)")
 
 
 SDPA_BACKENDS = ("cudnn", "flash", "efficient", "default")
