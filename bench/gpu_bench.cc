@@ -30,6 +30,7 @@
 #include "common/args.h"
 #include "common/log.h"
 #include "kernels/attention.h"
+#include "kernels/cuda/sm90a/grouped_gemm.h"
 #include "kernels/elementwise.h"
 #include "kernels/fp8.h"
 #include "kernels/gemm.h"
@@ -100,6 +101,38 @@ double MedianSeconds(int reps, Fn&& fn) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// CUTLASS's Hopper grouped GEMM on the same rows with the counts in device memory (kernels/gemm.h
+// GroupedGemmDeviceCounts's path: no host read), or why it did not run.
+void CutlassGroupedRow(const std::string& label, const moe::Tensor& x, const moe::Tensor& w,
+                       const moe::Tensor& y, const std::vector<int64_t>& counts, double flop,
+                       double dense, bool rehearse) {
+  std::string why = rehearse ? "rehearsal: CUTLASS's kernel needs an sm_90 GPU" : "";
+#ifdef MOE_WITH_SM90A
+  if (!rehearse) {
+    const moe::Tensor dev_counts =
+        moe::Tensor::FromVector<int64_t>(counts, {static_cast<int64_t>(counts.size())})
+            .Clone(y.device());
+    auto run = [&] {
+      return moe::kernels::cuda::sm90a::GroupedGemmBf16DeviceCounts(
+          x.raw(), w.raw(), y.raw(), static_cast<const int64_t*>(dev_counts.raw()), w.dim(0),
+          x.dim(0), w.dim(1), w.dim(2), moe::kernels::KernelStream(), &why);
+    };
+    if (run()) {
+      const double rate = flop / MedianSeconds(5, run);
+      std::printf(
+          "RESULT grouped_gemm_%s_rows_cutlass_tflops %.1f  (of dense %.3f; CUTLASS %s "
+          "sm90a, counts on the device)\n",
+          label.c_str(), rate / 1e12, rate / dense,
+          moe::kernels::cuda::sm90a::CutlassVersion().c_str());
+      return;
+    }
+  }
+#else
+  if (!rehearse) why = "this build has no Hopper paths (configure found no CUTLASS headers)";
+#endif
+  std::printf("RESULT grouped_gemm_%s_rows_cutlass_tflops n/a (%s)\n", label.c_str(), why.c_str());
 }
 
 // Attention forward, then forward + backward, at one shape (bf16, batch 1); prints RESULT
@@ -306,6 +339,7 @@ int main(int argc, char** argv) {
                 label.c_str(), rate[1] / 1e12, rate[1] / dense,
                 moe::kernels::CublasHasGroupedGemm() ? "cublasGemmGroupedBatchedEx"
                                                      : "no grouped entry point: the loop twice");
+    CutlassGroupedRow(label, x, w, y, counts, flop, dense, rehearse);
   }
 
   // 1b'. FP8 on tensor cores (cuBLASLt's block-scaled e4m3, kernels/fp8.h) at the same expert

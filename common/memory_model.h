@@ -60,6 +60,12 @@ struct MemoryPlan {
   const StageMemory& largest() const;
 };
 
+// The loss's chunks (worker/engine/model/head_loss.h): the head and the cross-entropy run over as
+// many rows at a time as keep one chunk's logits (`logits_bytes` an element) within
+// kLossChunkBytes (a multiple of 128 rows from 128 up): at least one row, at most `rows`.
+inline constexpr int64_t kLossChunkBytes = int64_t{1} << 30;
+int64_t LossChunkRows(int64_t rows, int64_t vocab, int64_t logits_bytes);
+
 // compute_dtype_bytes: 2 for bf16 activations (GPU ranks), 4 for fp32 (CPU ranks).
 // gemm_input_bytes: what an input a linear layer saves for its backward costs per element (0: the
 // compute dtype's; 1.03125 for a stack that saves them MXFP8-quantized, 1 byte and an 8-bit scale
@@ -70,12 +76,6 @@ struct MemoryPlan {
 // routed experts stay split by EP alone (expert TP 1, EP folded over TP x DP). The dense optimizer
 // shards over DP / TP, so a rank's dense optimizer state is unchanged; the micro-batches per rank
 // grow by TP (DP / TP replicas share the global batch).
-// The loss's chunks (worker/engine/model/head_loss.h): the head and the cross-entropy run over as
-// many rows at a time as keep one chunk's logits (`logits_bytes` an element) within
-// kLossChunkBytes (a multiple of 128 rows from 128 up): at least one row, at most `rows`.
-inline constexpr int64_t kLossChunkBytes = int64_t{1} << 30;
-int64_t LossChunkRows(int64_t rows, int64_t vocab, int64_t logits_bytes);
-
 StatusOr<MemoryPlan> EstimateMemory(const JobSpec& spec, int64_t compute_dtype_bytes,
                                     double gemm_input_bytes = 0, int64_t tensor_parallel = 1);
 

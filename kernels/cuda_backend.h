@@ -41,4 +41,9 @@ enum class Fp8GemmKind { kForward, kDgrad, kWgrad };
 std::string TryFp8Gemm(Fp8GemmKind which, const Tensor& a, const Tensor& b, const Tensor& out,
                        float beta);
 
+// gemm.cu: GroupedGemmDeviceCounts's device path (kernels/gemm.h), false where it cannot take
+// the call (said once per reason), the dispatch then reading the counts.
+bool GroupedGemmOnDeviceCounts(const Tensor& x, const Tensor& w, const Tensor& counts,
+                               const Tensor& y);
+
 }  // namespace moe::kernels::cuda

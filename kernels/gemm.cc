@@ -7,6 +7,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/elementwise.h"
+#include "kernels/kernel_state.h"
 
 namespace moe::kernels {
 
@@ -74,6 +75,26 @@ void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& o
       << "GroupedGemm shapes: x " << x.ShapeString() << ", w " << w.ShapeString() << ", y "
       << y.ShapeString();
   return MOE_DISPATCH(y, GroupedGemm(x, w, offsets, y));
+}
+
+void GroupedGemmDeviceCounts(const Tensor& x, const Tensor& w, const Tensor& counts,
+                             const Tensor& y) {
+  const int64_t groups = w.dim(0), n = w.dim(1), k = w.dim(2);
+  MOE_CHECK(counts.dtype() == DType::kI64 && counts.ndim() == 1 && counts.numel() == groups &&
+            counts.device() == y.device())
+      << "GroupedGemmDeviceCounts: counts must be i64 [" << groups << "] on "
+      << y.device().ToString() << ", got " << DTypeName(counts.dtype()) << counts.ShapeString()
+      << " on " << counts.device().ToString();
+  MOE_CHECK(x.dim(1) == k && y.dim(0) == x.dim(0) && y.dim(1) == n)
+      << "GroupedGemmDeviceCounts shapes: x " << x.ShapeString() << ", w " << w.ShapeString()
+      << ", y " << y.ShapeString();
+#ifdef MOE_WITH_CUDA
+  if (y.device().is_cuda() && cuda::GroupedGemmOnDeviceCounts(x, w, counts, y)) return;
+#endif
+  if (counts.device().is_cuda()) CountHostSync();
+  std::vector<int64_t> offsets = {0};
+  for (const int64_t c : counts.ToVector<int64_t>()) offsets.push_back(offsets.back() + c);
+  GroupedGemm(x, w, offsets, y);
 }
 
 void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& offsets,

@@ -28,6 +28,14 @@ void GemmAccumulate(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b
 // fine. Forward:         y[rows_g] = x[rows_g] @ w[g]^T          x [R, K], w [G, N, K], y [R, N]
 void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets,
                  const Tensor& y);
+// The forward with the groups' row counts where the routing plan leaves them: counts i64 [G] on
+// y's device, summing to R. On CUDA, CUTLASS's Hopper grouped GEMM takes them from device memory
+// (bf16, sm_90, N and K multiples of 8): no host read, nothing a CUDA graph could not capture.
+// Elsewhere (the CPU, another card or dtype, a build without the Hopper paths) the counts are read
+// to the host (on CUDA a host synchronisation, counted) and GroupedGemm runs; there a bad count
+// fails as GroupedGemm's offsets do, while the device path cuts rows past R.
+void GroupedGemmDeviceCounts(const Tensor& x, const Tensor& w, const Tensor& counts,
+                             const Tensor& y);
 // Backward, data:  dx[rows_g] = dy[rows_g] @ w[g]           dy [R, N], w [G, N, K], dx [R, K]
 void GroupedGemmBackwardData(const Tensor& dy, const Tensor& w, const std::vector<int64_t>& offsets,
                              const Tensor& dx);

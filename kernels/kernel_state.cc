@@ -28,6 +28,7 @@ std::atomic<GroupedGemmMode>& ModeSlot() {
     const char* env = std::getenv("MOE_GROUPED_GEMM");
     if (env != nullptr && std::strcmp(env, "loop") == 0) return GroupedGemmMode::kLoop;
     if (env != nullptr && std::strcmp(env, "grouped") == 0) return GroupedGemmMode::kGrouped;
+    if (env != nullptr && std::strcmp(env, "cutlass") == 0) return GroupedGemmMode::kCutlass;
     return GroupedGemmMode::kAuto;
   }()};
   return mode;

@@ -75,9 +75,11 @@ struct AdamWConfig {
 };
 
 // How the CUDA path runs a grouped GEMM (kernels/cuda/gemm.cu): by rows per expert (auto: one
-// cublasGemmGroupedBatchedEx call below 128 rows per expert, else a call per expert), or forced.
-// The environment's MOE_GROUPED_GEMM=loop|grouped sets the starting mode; the CPU ignores it.
-enum class GroupedGemmMode { kAuto, kLoop, kGrouped };
+// cublasGemmGroupedBatchedEx call below 128 rows per expert, else a call per expert), or forced;
+// kCutlass: the forward through CUTLASS's Hopper grouped GEMM where it takes the call (bf16, sm_90,
+// widths multiples of 8; else as auto), the backward as auto. The environment's
+// MOE_GROUPED_GEMM=loop|grouped|cutlass sets the starting mode; the CPU ignores it.
+enum class GroupedGemmMode { kAuto, kLoop, kGrouped, kCutlass };
 // Device-side bounds checks: the CUDA kernels that index with data (the embedding's token ids, the
 // loss's targets, row gathers and scatters) record out-of-range indices as these bits instead of
 // reading there; the step fails at its end with BadIndexMessage (kernels/elementwise.h

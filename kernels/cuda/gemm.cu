@@ -5,11 +5,17 @@
 // have very few (below 128 rows each: on an H200 a call per expert was faster from 128 rows up).
 // MOE_GROUPED_GEMM=loop|grouped overrides the choice (the benchmark compares them); without the
 // grouped entry point (cuBLAS before 12.5), or for types it does not take, the loop runs.
+// MOE_GROUPED_GEMM=cutlass runs the bf16 forward through CUTLASS's Hopper grouped GEMM
+// (kernels/hopper_grouped_gemm.h) where it takes the call; GroupedGemmDeviceCounts always tries it,
+// with the counts read from device memory.
 #include <cublas_v2.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "common/check.h"
@@ -18,6 +24,9 @@
 #include "kernels/cuda/gemm_kernels.cuh"
 #include "kernels/cuda_backend.h"
 #include "kernels/kernel_state.h"
+#ifdef MOE_WITH_SM90A
+#include "kernels/hopper_grouped_gemm.h"
+#endif
 #include "kernels/kernel_types.h"
 
 namespace moe::kernels::cuda {
@@ -160,7 +169,45 @@ void Grouped(const std::vector<int64_t>& offsets, bool trans_a, bool trans_b, fl
   }
 }
 
+#ifdef MOE_WITH_SM90A
+// Each reason CUTLASS's path refused a call, said once (cuBLAS runs it instead).
+void SayCutlassRefused(const std::string& why) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (said.insert(why).second)
+    std::fprintf(stderr, "CUTLASS's grouped GEMM refused a call (%s): cuBLAS instead\n",
+                 why.c_str());
+}
+
+bool RanOnCutlass(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets,
+                  const Tensor& y) {
+  std::string why;
+  if (sm90a::GroupedGemmBf16(x.raw(), w.raw(), y.raw(), offsets, w.dim(1), w.dim(2), Stream(),
+                             &why))
+    return true;
+  SayCutlassRefused(why);
+  return false;
+}
+#endif
+
 }  // namespace
+
+bool GroupedGemmOnDeviceCounts(const Tensor& x, const Tensor& w, const Tensor& counts,
+                               const Tensor& y) {
+  CheckOnCuda({&x, &w, &counts, &y}, "GroupedGemmDeviceCounts");
+  if (StorageType({&x, &w, &y}, "GroupedGemmDeviceCounts") != DType::kBF16) return false;
+#ifdef MOE_WITH_SM90A
+  std::string why;
+  if (sm90a::GroupedGemmBf16DeviceCounts(x.raw(), w.raw(), y.raw(), Ptr<const int64_t>(counts),
+                                         w.dim(0), x.dim(0), w.dim(1), w.dim(2), Stream(), &why)) {
+    CheckLaunch("GroupedGemmDeviceCounts");
+    return true;
+  }
+  SayCutlassRefused(why);
+#endif
+  return false;
+}
 
 void Gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
           double alpha, double beta) {
@@ -178,6 +225,11 @@ void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& o
                  const Tensor& y) {
   CheckOnCuda({&x, &w, &y}, "GroupedGemm");
   const DType d = StorageType({&x, &w, &y}, "GroupedGemm");
+#ifdef MOE_WITH_SM90A
+  if (GetGroupedGemmMode() == GroupedGemmMode::kCutlass && d == DType::kBF16 &&
+      RanOnCutlass(x, w, offsets, y))
+    return CheckLaunch("GroupedGemm");
+#endif
   const int64_t n = w.dim(1), k = w.dim(2);
   Grouped(offsets, false, true, 0.f, CudaType(d), CudaType(d),
           [&](int64_t g, int64_t r0, int64_t rows) {

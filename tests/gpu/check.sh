@@ -64,8 +64,8 @@ table() {
   row "cuBLAS bf16 GEMM 8192^3" "$(get gemm_bf16_8192_tflops) TFLOP/s"
   row "cuBLAS bf16 GEMM, expert shape (dense rate)" "${dense:-?} TFLOP/s"
   for per in 128 512 4096; do
-    row "grouped GEMM, $per rows/expert: per expert; grouped" \
-        "$(get grouped_gemm_${per}_rows_loop_tflops); $(get grouped_gemm_${per}_rows_grouped_tflops)"
+    row "grouped GEMM, $per rows/expert: per expert; grouped; CUTLASS (device counts)" \
+        "$(get grouped_gemm_${per}_rows_loop_tflops); $(get grouped_gemm_${per}_rows_grouped_tflops); $(get grouped_gemm_${per}_rows_cutlass_tflops)"
   done
   row "routing plan, top-8 of 256: device; host (us)" "$(get routing_plan_device_us); $(get routing_plan_host_us)"
   row "cuBLASLt FP8 GEMM, expert shape (with quantisation)" "$(get fp8_gemm_expert_shape_tflops)$(get fp8_gemm_expert_shape)"

@@ -585,13 +585,35 @@ void CutlassGroupedGemmCase() {
   Tensor x = On(xh, DType::kBF16, Device::Cpu()), w = On(wh, DType::kBF16, Device::Cpu());
   Tensor ref = Poisoned({rows, n}, DType::kBF16, Device::Cpu());
   k::GroupedGemm(x, w, offsets, ref);
-  if (g_device.is_cpu()) return SkipRow(name, "needs an sm_90 GPU (rehearsal)");
+  const std::string dname = "grouped_gemm cutlass sm90a device counts";
+  if (g_device.is_cpu()) {
+    SkipRow(dname, "needs an sm_90 GPU (rehearsal)");
+    return SkipRow(name, "needs an sm_90 GPU (rehearsal)");
+  }
   Tensor xd = x.Clone(g_device), wd = w.Clone(g_device);
   Tensor y = Poisoned({rows, n}, DType::kBF16, g_device);
   if (!k::cuda::sm90a::GroupedGemmBf16(xd.raw(), wd.raw(), y.raw(), offsets, n, kk,
-                                       static_cast<cudaStream_t>(k::KernelStream()), &why))
+                                       k::KernelStream(), &why))
     return SkipRow(name, why);
   Compare(name, DType::kBF16, {"fwd", y, 1e-4, 1e-4}, {"fwd", ref, 1e-4, 1e-4});
+  // The counts read from device memory (GroupedGemmDeviceCounts's path): no host read.
+  Tensor counts = Tensor::FromVector<int64_t>({0, 37, 0, 264, 0}, {5}).Clone(g_device);
+  Tensor yd = Poisoned({rows, n}, DType::kBF16, g_device);
+  if (!k::cuda::sm90a::GroupedGemmBf16DeviceCounts(xd.raw(), wd.raw(), yd.raw(),
+                                                   static_cast<const int64_t*>(counts.raw()), 5,
+                                                   rows, n, kk, k::KernelStream(), &why))
+    return SkipRow(dname, why);
+  Compare(dname, DType::kBF16, {"fwd", yd, 1e-4, 1e-4}, {"fwd", ref, 1e-4, 1e-4});
+  // And through the kernels' entry point, which must not read the counts (no host sync counted).
+  const int64_t syncs = k::HostSyncs();
+  Tensor ye = Poisoned({rows, n}, DType::kBF16, g_device);
+  k::GroupedGemmDeviceCounts(xd, wd, counts, ye);
+  Compare("grouped_gemm device counts (entry point)", DType::kBF16, {"fwd", ye, 1e-4, 1e-4},
+          {"fwd", ref, 1e-4, 1e-4});
+  if (k::HostSyncs() != syncs) {
+    std::printf("FAIL: GroupedGemmDeviceCounts read the counts on an sm_90 GPU\n");
+    ++g_failures;
+  }
 }
 
 // cuDNN's fused SDPA, forward and backward: the graphs lowered and their plans built on this GPU

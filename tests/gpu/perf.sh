@@ -215,6 +215,8 @@ table() {
   for per in 128 512 4096 skewed; do
     row "grouped gemm, $per rows/expert, TFLOP/s: engine loop; grouped" \
         "$(get grouped_gemm_${per}_rows_loop_tflops | cut -d' ' -f1); $(get grouped_gemm_${per}_rows_grouped_tflops | cut -d' ' -f1)"
+    row "grouped gemm, $per rows/expert, TFLOP/s: engine CUTLASS, counts on the device" \
+        "$(get grouped_gemm_${per}_rows_cutlass_tflops)"
     row "grouped gemm, $per rows/expert, TFLOP/s: torch.mm loop; _grouped_mm" \
         "$(get torch_grouped_gemm_${per}_rows_loop_tflops | cut -d' ' -f1); $(get torch_grouped_gemm_${per}_rows_grouped_mm_tflops)"
   done

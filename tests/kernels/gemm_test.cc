@@ -116,6 +116,28 @@ TEST(GroupedGemm, ForwardAndBackwardMatchPerGroupGemmsWithEmptyGroups) {
   }
 }
 
+// The counts where the routing plan leaves them: on the CPU read in place, the same products as
+// GroupedGemm over their offsets, bit for bit; counts of the wrong kind, or that do not sum to the
+// rows, fail with what is wrong.
+TEST(GroupedGemm, DeviceCountsAreTheOffsetsOfTheirPrefixSums) {
+  const int64_t k = 13, n = 11, groups = 5, rows = 26;
+  const std::vector<int64_t> counts = {0, 7, 0, 19, 0};
+  Tensor x = RandomTensor({rows, k}, 8), w = RandomTensor({groups, n, k}, 9);
+  Tensor got = Tensor::Empty({rows, n}, DType::kF64), want = Tensor::Empty({rows, n}, DType::kF64);
+  Poison(got);
+  GroupedGemmDeviceCounts(x, w, Tensor::FromVector<int64_t>(counts, {groups}), got);
+  GroupedGemm(x, w, {0, 0, 7, 7, 26, 26}, want);
+  EXPECT_TRUE(AllClose(got, want, 0, 0));
+  EXPECT_DEATH(GroupedGemmDeviceCounts(x, w, Tensor::FromVector<int64_t>({7, 19}, {2}), got),
+               "counts must be i64 \\[5\\]");
+  EXPECT_DEATH(
+      GroupedGemmDeviceCounts(x, w, Tensor::FromVector<int32_t>({0, 7, 0, 19, 0}, {groups}), got),
+      "counts must be i64");
+  EXPECT_DEATH(
+      GroupedGemmDeviceCounts(x, w, Tensor::FromVector<int64_t>({0, 7, 0, 18, 0}, {groups}), got),
+      "offsets must span \\[0, 26\\]");
+}
+
 // The reproducible GEMM's contract, one element at a time: from beta c (0 when beta is 0),
 // c = fma(alpha a_ik, b_kj, c) for k in order, alpha a_ik rounded to float first.
 float Chain(const std::vector<float>& a, int64_t lda, bool ta, const std::vector<float>& b,

@@ -2,7 +2,11 @@
 // operand pointers and strides read from device arrays. Tile 128x128x64 over a 1x2 cluster (B
 // multicast to both CTAs) with the cooperative schedule: the shape CUTLASS's own Hopper grouped
 // GEMM example runs for bf16; tuning it is the GPU step's work (docs/benchmarks.md).
+#include <cuda_runtime.h>
+
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -100,21 +104,55 @@ bool IsSm90(int device, std::string* why) {
   return false;
 }
 
+bool Implementable(int64_t n, int64_t k, std::string* why) {
+  if (n % kAlignment == 0 && k % kAlignment == 0 && n < (int64_t{1} << 31) &&
+      k < (int64_t{1} << 31))
+    return true;
+  *why = "n and k must be multiples of 8 (16-byte TMA alignment), got n=" + std::to_string(n) +
+         " k=" + std::to_string(k);
+  return false;
+}
+
 int SmCount(int device) {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   return sms;
 }
 
-// Runs the GEMM over `g` with its arrays at `dev` (the block Append laid out, on the device).
-bool Run(const Groups& g, char* dev, const size_t at[7], int device, cudaStream_t stream,
+// Group g's problem from the device counts: the arrays Describe builds on the host. A thread per
+// group sums the counts before its own (at most a few hundred experts: no scan needed).
+__global__ void DescribeOnDeviceKernel(const Element* x, const Element* w, Element* y,
+                                       const int64_t* counts, int groups, int64_t rows, int n,
+                                       int k, Shape3* shapes, const Element** xs,
+                                       const Element** ws, Element** ys, StrideX* sx, StrideW* sw,
+                                       StrideY* sy) {
+  const int g = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (g >= groups) return;
+  int64_t first = 0;
+  for (int i = 0; i < g; ++i) first += counts[i];
+  first = first < 0 ? 0 : (first > rows ? rows : first);
+  int64_t end = first + counts[g];
+  end = end < first ? first : (end > rows ? rows : end);
+  const int m = static_cast<int>(end - first);
+  shapes[g] = Shape3{m, n, k};
+  xs[g] = x + first * k;
+  ws[g] = w + static_cast<int64_t>(g) * n * k;
+  ys[g] = y + first * n;
+  sx[g] = cutlass::make_cute_packed_stride(StrideX{}, {m, k, 1});
+  sw[g] = cutlass::make_cute_packed_stride(StrideW{}, {n, k, 1});
+  sy[g] = cutlass::make_cute_packed_stride(StrideY{}, {m, n, 1});
+}
+
+// Runs the GEMM over `groups` problems with their arrays at `dev` (laid out at `at`, on the
+// device).
+bool Run(int groups, char* dev, const size_t at[7], int device, cudaStream_t stream,
          std::string* why) {
   cutlass::KernelHardwareInfo hw;
   hw.device_id = device;
   hw.sm_count = SmCount(device);
   typename Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGrouped,
-      {static_cast<int>(g.shapes.size()), reinterpret_cast<Shape3*>(dev + at[0]), nullptr},
+      {groups, reinterpret_cast<Shape3*>(dev + at[0]), nullptr},
       {reinterpret_cast<const Element**>(dev + at[1]), reinterpret_cast<StrideX*>(dev + at[4]),
        reinterpret_cast<const Element**>(dev + at[2]), reinterpret_cast<StrideW*>(dev + at[5])},
       {{1.0f, 0.0f},
@@ -149,15 +187,11 @@ std::string CutlassVersion() {
 }
 
 bool GroupedGemmBf16(const void* x, const void* w, void* y, const std::vector<int64_t>& offsets,
-                     int64_t n, int64_t k, cudaStream_t stream, std::string* why) {
+                     int64_t n, int64_t k, void* stream_ptr, std::string* why) {
+  const auto stream = static_cast<cudaStream_t>(stream_ptr);
   int device = 0;
   cudaGetDevice(&device);
-  if (!IsSm90(device, why)) return false;
-  if (n % kAlignment != 0 || k % kAlignment != 0) {
-    *why = "n and k must be multiples of 8 (16-byte TMA alignment), got n=" + std::to_string(n) +
-           " k=" + std::to_string(k);
-    return false;
-  }
+  if (!IsSm90(device, why) || !Implementable(n, k, why)) return false;
   const Groups g = Describe(x, w, y, offsets, n, k);
   if (g.shapes.empty()) return true;  // no rows in any group: nothing to compute
   std::vector<char> block;
@@ -171,7 +205,43 @@ bool GroupedGemmBf16(const void* x, const void* w, void* y, const std::vector<in
   }
   // Pageable source: the copy has read `block` when cudaMemcpyAsync returns.
   cudaMemcpyAsync(dev, block.data(), block.size(), cudaMemcpyHostToDevice, stream);
-  const bool ok = Run(g, dev, at, device, stream, why);
+  const bool ok = Run(static_cast<int>(g.shapes.size()), dev, at, device, stream, why);
+  cudaFreeAsync(dev, stream);
+  return ok;
+}
+
+bool GroupedGemmBf16DeviceCounts(const void* x, const void* w, void* y, const int64_t* counts_dev,
+                                 int64_t groups, int64_t rows, int64_t n, int64_t k,
+                                 void* stream_ptr, std::string* why) {
+  const auto stream = static_cast<cudaStream_t>(stream_ptr);
+  int device = 0;
+  cudaGetDevice(&device);
+  if (!IsSm90(device, why) || !Implementable(n, k, why)) return false;
+  if (groups <= 0 || rows <= 0) return true;
+  // The arrays' block: each array 16-byte aligned, in Run's order.
+  const size_t count = static_cast<size_t>(groups);
+  const size_t sizes[7] = {sizeof(Shape3),  sizeof(Element*), sizeof(Element*), sizeof(Element*),
+                           sizeof(StrideX), sizeof(StrideW),  sizeof(StrideY)};
+  size_t at[7], bytes = 0;
+  for (int i = 0; i < 7; ++i) {
+    at[i] = (bytes + 15) / 16 * 16;
+    bytes = at[i] + sizes[i] * count;
+  }
+  char* dev = nullptr;
+  if (cudaMallocAsync(reinterpret_cast<void**>(&dev), bytes, stream) != cudaSuccess) {
+    *why = "no device memory for the grouped GEMM's arguments";
+    return false;
+  }
+  DescribeOnDeviceKernel<<<static_cast<unsigned>((groups + 127) / 128), 128, 0, stream>>>(
+      static_cast<const Element*>(x), static_cast<const Element*>(w), static_cast<Element*>(y),
+      counts_dev, static_cast<int>(groups), rows, static_cast<int>(n), static_cast<int>(k),
+      reinterpret_cast<Shape3*>(dev + at[0]), reinterpret_cast<const Element**>(dev + at[1]),
+      reinterpret_cast<const Element**>(dev + at[2]), reinterpret_cast<Element**>(dev + at[3]),
+      reinterpret_cast<StrideX*>(dev + at[4]), reinterpret_cast<StrideW*>(dev + at[5]),
+      reinterpret_cast<StrideY*>(dev + at[6]));
+  const bool ok = cudaGetLastError() == cudaSuccess &&
+                  Run(static_cast<int>(groups), dev, at, device, stream, why);
+  if (!ok && why->empty()) *why = "the grouped GEMM's argument kernel did not launch";
   cudaFreeAsync(dev, stream);
   return ok;
 }

@@ -130,7 +130,9 @@ TEST(HeadLoss, ChunksAgreeWithOneChunkWithinRounding) {
       EXPECT_NEAR(got.loss, whole.loss, 1e-12 * std::fabs(whole.loss)) << at;
       EXPECT_LE(RelErr(got.dhn, whole.dhn), tol) << at;
       EXPECT_LE(RelErr(got.grad, whole.grad), tol) << at;
-      EXPECT_GT(RelErr(got.grad, std::vector<double>(got.grad.size(), 0.0)), 0.5) << at;
+      double largest = 0;
+      for (double g : got.grad) largest = std::max(largest, std::fabs(g));
+      EXPECT_GT(largest, 1e-3) << at << ": the head's gradient is all but zero";
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/testing/testing.h"
+#include "worker/engine/model/head_loss.h"
 #include "worker/engine/model/model.h"
 #include "worker/engine/parallel/local_communicator.h"
 
@@ -59,10 +60,11 @@ model::LossScales ScalesFor(const ModelConfig& cfg, int64_t batch, int64_t seq) 
 struct Case {
   std::string name;
   std::function<void(ModelConfig&)> edit;
-  std::vector<float> bias;  // per expert, set on every MoE layer (empty: zeros)
-  int forced_empty = -1;    // an expert that must receive no tokens
-  int forced_all = -1;      // an expert that must receive every token
-  int checks = 120;         // elements checked per parameter (a seeded sample when it has more)
+  std::vector<float> bias;      // per expert, set on every MoE layer (empty: zeros)
+  int forced_empty = -1;        // an expert that must receive no tokens
+  int forced_all = -1;          // an expert that must receive every token
+  int checks = 120;             // elements checked per parameter (a seeded sample when it has more)
+  int64_t loss_chunk_rows = 0;  // the head's loss in chunks of this many rows (0: one chunk)
 };
 
 class ModelGradCheck : public ::testing::TestWithParam<Case> {};
@@ -78,6 +80,10 @@ TEST_P(ModelGradCheck, EveryParameterMatchesCentralDifferences) {
   mo.dtype = DType::kF64;
   mo.max_seq_len = seq;  // YaRN applies when this exceeds the original length
   model::Model model(cfg, local.ctx, 42, mo);
+  model::SetLossChunkRows(c.loss_chunk_rows);
+  struct Reset {
+    ~Reset() { model::SetLossChunkRows(0); }
+  } reset;
   if (!c.bias.empty()) {
     for (model::MoeLayer* l : model.moe_layers()) l->SetBias(c.bias);
   }
@@ -198,6 +204,17 @@ INSTANTIATE_TEST_SUITE_P(
                m.mtp_depth = 2;
                m.mtp_loss_weight = 0.5;
              }},
+        Case{"mtp_depth_2_loss_in_chunks_of_3_rows",  // 10, 8 and 6 rows: chunks cut sequences
+             [](ModelConfig& m) {
+               UseMla(m);
+               m.mtp_depth = 2;
+               m.mtp_loss_weight = 0.5;
+             },
+             {},
+             -1,
+             -1,
+             120,
+             /*loss_chunk_rows=*/3},
         Case{"mtp_depth_1_dense_last_block",
              [](ModelConfig& m) {
                UseMla(m);

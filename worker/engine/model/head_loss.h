@@ -21,12 +21,19 @@ struct HeadLoss {
   double ce_sum = 0;  // the rows' losses summed (0 when they went to a device sink)
 };
 
+// Rows per chunk for every head loss of this process: 0 (the default) leaves it to LossChunkRows; a
+// positive count forces it (tests check the chunked path at small sizes with it; a job short of
+// memory could trade GEMM efficiency for a smaller chunk).
+void SetLossChunkRows(int64_t rows);
+int64_t GetLossChunkRows();
+
 // The loss sum_r -log softmax(hn_r . head^T)[targets_r], the logits in `logits_dtype` (the master
 // dtype); with g = ce_scale * (softmax - onehot(targets)) per row, in hn's dtype:
 // head.grad += g^T . hn (through a GradSink) and dhn = g . head.
 // `sink` set: the losses are added to sink.acc[sink.slot] on the device (no host read).
-// chunk_rows 0: as many as common/memory_model.h's LossChunkRows allows (the memory model's own
-// figure; a micro-batch of a small vocabulary is one chunk, the unfused sequence of kernels).
+// chunk_rows 0: SetLossChunkRows's, else as many as common/memory_model.h's LossChunkRows allows
+// (the memory model's own figure; a micro-batch of a small vocabulary is one chunk, the unfused
+// sequence of kernels).
 //   hn [rows, hidden], head [vocab, hidden], targets i32 [rows]
 HeadLoss HeadLossForwardBackward(const Tensor& hn, const Param& head, DType logits_dtype,
                                  const Tensor& targets, double ce_scale, const LossSink& sink,

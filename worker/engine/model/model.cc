@@ -175,7 +175,9 @@ StatusOr<Tensor> Model::ForwardChunk(int ci, const Tensor& input, const Tensor& 
     const Tensor hn = c.final_norm->Forward(x);
     // Logits and the loss in the master dtype (fp32 when the activations are bf16). With
     // gradients, the head's backward runs here too, a chunk of rows at a time (head_loss.h): only
-    // the gradient on hn is kept.
+    // the gradient on hn is kept, and the head's gradient is accumulated already, so a forward
+    // with gradients on must be followed by its backward (as every schedule does; evaluation runs
+    // under NoGradScope).
     if (backward) {
       HeadLoss hl = HeadLossForwardBackward(hn, *c.head, dtype_, tgt, scales.ce,
                                             on_device ? LossSink{dl.acc, dl.ce} : LossSink{});

@@ -102,7 +102,8 @@ class Model {
   StatusOr<DecodeCache> NewDecodeCache(int64_t capacity) const;
   StatusOr<Tensor> Decode(const Tensor& tokens, DecodeCache& cache);
   // The main head's logits of the last forward-only pass ([batch * seq_len, V], fp32 or f64): what
-  // Loss() computed (ForwardBackward turns its logits into their gradient).
+  // Loss() computed (ForwardBackward keeps none: its head runs a chunk of rows at a time,
+  // head_loss.h).
   const Tensor& last_logits() const { return last_logits_; }
 
   // The training step's losses on the device (the Trainer reads them once at the end of the step):
