@@ -25,4 +25,6 @@ if [ -n "$prebuilt" ]; then
   [ -d "$prebuilt/bin" ] && [ -f "$prebuilt/MANIFEST" ] ||
     { echo "$me: --prebuilt: '$prebuilt' is not a bundle of make gpu-bundle (no bin/ or MANIFEST)" >&2; exit 2; }
   prebuilt=$(cd "$prebuilt" && pwd)
+  "$(dirname "${BASH_SOURCE[0]}")/bundle.sh" --unpack "$prebuilt" ||
+    { echo "$me: --prebuilt: could not unpack the bundle's binaries in $prebuilt/bin" >&2; exit 2; }
 fi

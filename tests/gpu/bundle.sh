@@ -2,7 +2,7 @@
 # make gpu-bundle: the binaries the GPU check and the GPU measurement need (gpu_kernel_check,
 # gpu_train_check, moe-bench-gpu, moe-bench-slice, moe-train, moe-export, moe-eval), built here with
 # the CUDA toolkit alone for one architecture (sm_90: H100/H200), into a folder that travels with
-# the working tree to a GPU machine (ignored by git, under 64 MiB), so that `tests/gpu/check.sh
+# the working tree to a GPU machine (ignored by git, under 64 MiB: the binaries gzipped), so that `tests/gpu/check.sh
 # --prebuilt DIR` and `tests/gpu/perf.sh --prebuilt DIR` spend the GPU's minutes on measuring, not
 # on nvcc.
 # The binaries need only what a CUDA image has: glibc, libgomp, and libcudart/libcublas from the
@@ -10,6 +10,8 @@
 #   tests/gpu/bundle.sh [--arch 90] [--build-dir build-gpu-bundle] [--out gpu-bundle]
 #   tests/gpu/bundle.sh --pack BUILD_DIR OUT     the packing step alone (the rehearsal's stand-in)
 #   tests/gpu/bundle.sh --verify BUNDLE          every library of every binary resolves here
+#   tests/gpu/bundle.sh --unpack BUNDLE          its binaries unpacked (they travel gzipped, a third
+#                                                of their size; check.sh and perf.sh --prebuilt do it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bins=(gpu_kernel_check gpu_train_check moe-bench-gpu moe-bench-slice moe-train moe-export moe-eval)
@@ -23,6 +25,7 @@ pack() {  # pack <build dir> <out>
     [ -x "$from/bin/$b" ] || { echo "bundle.sh: $from/bin/$b was not built" >&2; exit 1; }
     cp "$from/bin/$b" "$to/bin/$b"
     strip --strip-debug "$to/bin/$b" 2>/dev/null || true
+    gzip -9 "$to/bin/$b"  # bin/$b.gz: about a third (unpack, below, restores it on the GPU machine)
   done
   {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+uncommitted')"
@@ -30,7 +33,7 @@ pack() {  # pack <build dir> <out>
     echo "nvcc $("${NVCC:-/usr/local/cuda/bin/nvcc}" --version 2>/dev/null | tail -1)"
     echo "host $(c++ --version | head -1); $(ldd --version | head -1)"
     echo "built $(date -u +%Y-%m-%dT%H:%MZ)"
-    echo "binaries ${bins[*]}"
+    echo "binaries ${bins[*]} (gzip -9: bin/*.gz, unpacked by --unpack)"
   } >"$to/MANIFEST"
   local kb
   kb=$(du -sk "$to" | cut -f1)
@@ -40,8 +43,24 @@ pack() {  # pack <build dir> <out>
   echo "bundle: $to"
 }
 
+unpack() {  # unpack <bundle>: each bin/X.gz to bin/X unless X is there and newer (gzip, else Python)
+  local dir=$1 z
+  for z in "$dir"/bin/*.gz; do
+    [ -e "$z" ] || continue
+    [ -x "${z%.gz}" ] && [ ! "$z" -nt "${z%.gz}" ] && continue  # unpacked already, from this .gz
+    if command -v gzip >/dev/null; then
+      gzip -dc "$z" >"${z%.gz}.part"
+    else
+      python3 -c 'import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$z" "${z%.gz}.part"
+    fi
+    chmod +x "${z%.gz}.part" && mv "${z%.gz}.part" "${z%.gz}"
+  done
+}
+
 verify() {  # every binary present, and no library it needs is missing on this machine
   local dir=$1 b bad=0 missing
+  unpack "$dir"
   cat "$dir/MANIFEST"
   for b in "${bins[@]}"; do
     if [ ! -x "$dir/bin/$b" ]; then echo "$b: MISSING"; bad=1; continue; fi
@@ -54,6 +73,7 @@ verify() {  # every binary present, and no library it needs is missing on this m
 case "${1:-}" in
   --pack) pack "${2:?--pack BUILD_DIR OUT}" "${3:?--pack BUILD_DIR OUT}"; exit 0 ;;
   --verify) verify "${2:?--verify BUNDLE}"; exit $? ;;
+  --unpack) unpack "${2:?--unpack BUNDLE}"; exit 0 ;;
 esac
 arch=90 build=build-gpu-bundle out=gpu-bundle
 while [ $# -gt 0 ]; do
