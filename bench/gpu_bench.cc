@@ -408,6 +408,21 @@ int main(int argc, char** argv) {
     std::printf("RESULT moe_layer_tflops %.1f\n", tflops);
     std::printf("RESULT moe_layer_of_dense %.3f\n", tflops * 1e12 / dense);
     std::printf("RESULT moe_layer_load_max_over_mean %.2f\n", imbalance);
+    // The same layer with its forward grouped GEMMs through CUTLASS (MOE_GROUPED_GEMM=cutlass; the
+    // backward stays cuBLAS's): whether CUTLASS's kernel pays inside the layer.
+    if (rehearse) {
+      std::printf(
+          "RESULT moe_layer_cutlass_fwd_tflops n/a (rehearsal: CUTLASS needs an sm_90 GPU)\n");
+    } else {
+      const moe::kernels::GroupedGemmMode was = moe::kernels::GetGroupedGemmMode();
+      moe::kernels::SetGroupedGemmMode(moe::kernels::GroupedGemmMode::kCutlass);
+      const double sc = BenchMoeLayer(shape, false, iters, dev, &imbalance);
+      moe::kernels::SetGroupedGemmMode(was);
+      std::printf(
+          "RESULT moe_layer_cutlass_fwd_tflops %.1f  (%.2fx the cuBLAS layer; forward "
+          "GEMMs on CUTLASS where it takes them, said on stderr where not)\n",
+          flops / sc / 1e12, s / sc);
+    }
     if (const moe::Status st = moe::kernels::Fp8GemmSupport(dev); !rehearse && !st.ok()) {
       std::printf("RESULT moe_layer_fp8_tflops unavailable (%s)\n", st.message().c_str());
     } else {

@@ -210,6 +210,7 @@ table() {
     row "attention MLA S=4096 fwd+bwd, SDPA ${k%_ms} (ms)" "$rest"
   done
   row "moe layer bf16 fwd+bwd: engine; PyTorch" "$(get moe_layer_tflops); $(get torch_moe_layer_tflops) TFLOP/s (the engine over its dense rate: $(get moe_layer_of_dense))"
+  row "moe layer bf16 fwd+bwd, forward GEMMs on CUTLASS: engine" "$(get moe_layer_cutlass_fwd_tflops)"
   row "moe layer fp8 fwd+bwd: engine; PyTorch" "$(get moe_layer_fp8_tflops); $(get torch_moe_layer_fp8_tflops) TFLOP/s (PyTorch's output vs its bf16 layer: $(get torch_moe_layer_fp8_rel_err | cut -d' ' -f1))"
   row "moe layer fp8: PyTorch's recipe" "$(get torch_moe_layer_fp8_how)"
   for per in 128 512 4096 skewed; do
