@@ -410,6 +410,9 @@ int main(int argc, char** argv) {
     std::printf("RESULT moe_layer_load_max_over_mean %.2f\n", imbalance);
     // The same layer with its forward grouped GEMMs through CUTLASS (MOE_GROUPED_GEMM=cutlass; the
     // backward stays cuBLAS's): whether CUTLASS's kernel pays inside the layer.
+#ifndef MOE_WITH_SM90A
+    std::printf("RESULT moe_layer_cutlass_fwd_tflops n/a (this build has no Hopper paths)\n");
+#else
     if (rehearse) {
       std::printf(
           "RESULT moe_layer_cutlass_fwd_tflops n/a (rehearsal: CUTLASS needs an sm_90 GPU)\n");
@@ -423,6 +426,7 @@ int main(int argc, char** argv) {
           "GEMMs on CUTLASS where it takes them, said on stderr where not)\n",
           flops / sc / 1e12, s / sc);
     }
+#endif
     if (const moe::Status st = moe::kernels::Fp8GemmSupport(dev); !rehearse && !st.ok()) {
       std::printf("RESULT moe_layer_fp8_tflops unavailable (%s)\n", st.message().c_str());
     } else {

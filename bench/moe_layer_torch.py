@@ -74,11 +74,10 @@ def main() -> int:
     w2_g = w2_all.transpose(1, 2).contiguous().requires_grad_()    # [E, f, h]
 
     def experts_loop(xp, counts):
-        outs, start = [], 0
-        for e, c in enumerate(counts):
-            gate, up = (xp[start:start + c] @ w13[e].t()).chunk(2, dim=-1)
+        outs = []
+        for e, xe in enumerate(torch.split(xp, counts)):  # one gradient for all pieces
+            gate, up = (xe @ w13[e].t()).chunk(2, dim=-1)
             outs.append((F.silu(gate) * up) @ w2[e].t())
-            start += c
         return torch.cat(outs)
 
     def experts_grouped(xp, counts):
@@ -209,12 +208,13 @@ def bench_fp8_layer(torch, F, route, x, dy, params, layer_bf16, flops, t_bf16, i
         k = idx.shape[1]
         dest, token_of_row, order, padded = padded_dispatch(torch, idx.reshape(-1), T, E)
         xp = torch.cat([x, x.new_zeros(1, x.shape[1])])[token_of_row]
-        outs, start = [], 0
-        for e, c in enumerate(padded):
-            if c > 0:
-                gate, up = linear(xp[start:start + c], w13[e]).chunk(2, dim=-1)
+        outs = []
+        # torch.split: one gradient for all the pieces in the backward (a slice per expert would
+        # add an xp-sized zero gradient per expert)
+        for e, xe in enumerate(torch.split(xp, padded)):
+            if xe.shape[0] > 0:
+                gate, up = linear(xe, w13[e]).chunk(2, dim=-1)
                 outs.append(linear(F.silu(gate) * up, w2[e]))
-            start += c
         yp = torch.cat(outs)[dest] * w.reshape(-1)[order].unsqueeze(1).to(x.dtype)
         return torch.zeros_like(x).index_add(0, order // k, yp)
 
@@ -228,11 +228,13 @@ def bench_fp8_layer(torch, F, route, x, dy, params, layer_bf16, flops, t_bf16, i
             ref, got = layer_bf16(x).float(), layer(x).float()
         err = ((got - ref).norm() / ref.norm()).item()
         best = torch_device.median_call(torch, step, iters, True)
-    except RuntimeError as e:  # this GPU or PyTorch build lacks the row-wise scaled GEMM
-        print(f"RESULT torch_moe_layer_fp8_tflops n/a ({str(e).splitlines()[0][:120]})")
+    except (RuntimeError, ValueError) as e:  # this GPU or PyTorch build lacks the row-wise GEMM
+        why = (str(e).splitlines() or [type(e).__name__])[0][:120]
+        print(f"RESULT torch_moe_layer_fp8_tflops n/a ({why})")
         return
     print("RESULT torch_moe_layer_fp8_how torch._scaled_mm e4m3, row-wise scales (DeepSeek-V3 tiles "
-          "are 1x128 and 128x128), experts padded to 16 rows, quantisation in every call")
+          "are 1x128 and 128x128), a GEMM call per expert padded to 16 rows, quantisation in eager "
+          "PyTorch in every call (fp32 temporaries, the backward's operands transposed in bf16)")
     print(f"RESULT torch_moe_layer_fp8_rel_err {err:.4f}  (its output against the bf16 layer's)")
     print(f"RESULT torch_moe_layer_fp8_ms {best * 1e3:.2f}")
     print(f"RESULT torch_moe_layer_fp8_tflops {flops / best / 1e12:.1f}  ({t_bf16 / best:.2f}x the bf16 layer)")

@@ -32,8 +32,9 @@ void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& o
 // y's device, summing to R. On CUDA, CUTLASS's Hopper grouped GEMM takes them from device memory
 // (bf16, sm_90, N and K multiples of 8): no host read, nothing a CUDA graph could not capture.
 // Elsewhere (the CPU, another card or dtype, a build without the Hopper paths) the counts are read
-// to the host (on CUDA a host synchronisation, counted) and GroupedGemm runs; there a bad count
-// fails as GroupedGemm's offsets do, while the device path cuts rows past R.
+// to the host (on CUDA a host synchronisation, counted) and GroupedGemm runs; there bad counts fail
+// as GroupedGemm's offsets do, while the device path cuts rows past R and leaves rows past a short
+// sum unwritten (it cannot see the counts).
 void GroupedGemmDeviceCounts(const Tensor& x, const Tensor& w, const Tensor& counts,
                              const Tensor& y);
 // Backward, data:  dx[rows_g] = dy[rows_g] @ w[g]           dy [R, N], w [G, N, K], dx [R, K]

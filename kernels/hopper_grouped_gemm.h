@@ -23,8 +23,9 @@ bool GroupedGemmBf16(const void* x, const void* w, void* y, const std::vector<in
 // The same with the groups' row counts on the device (int64, `groups` of them, summing to `rows`:
 // the routing plan's per-expert counts): a kernel writes the problem shapes, pointers and strides
 // where they are, so the host reads nothing and the call can be captured in a CUDA graph. Every
-// group is one problem; an empty one has no tiles and the kernel's scheduler skips it. Counts that
-// run past `rows` are cut there (the host cannot check them without reading them).
+// group is one problem; an empty one has no tiles and the kernel's scheduler skips it. The host
+// cannot check the counts without reading them: counts that run past `rows` are cut there, and
+// counts summing to fewer leave y's last rows unwritten.
 bool GroupedGemmBf16DeviceCounts(const void* x, const void* w, void* y, const int64_t* counts_dev,
                                  int64_t groups, int64_t rows, int64_t n, int64_t k, void* stream,
                                  std::string* why);

@@ -3,9 +3,10 @@
 # was run from in $caller:
 #   [--budget S] [--build-dir DIR] [--prebuilt BUNDLE] [--rehearsal], and check.sh's older form, the
 #   build folder as a bare argument.
-# Sets budget, build (empty: the script's default), prebuilt (an absolute path, or empty) and
+# Sets budget, build (empty: the script's default), prebuilt (an absolute path, or empty), prebuilt_bin
+# (where its binaries run from: bundle.sh --unpack, outside the bundle) and
 # rehearsal (0 or 1); a bad argument exits 2 naming it.
-build="" rehearsal=0 prebuilt=""
+build="" rehearsal=0 prebuilt="" prebuilt_bin=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget|--build-dir|--prebuilt) [ $# -ge 2 ] || { echo "$me: $1 needs a value" >&2; exit 2; } ;;
@@ -25,6 +26,6 @@ if [ -n "$prebuilt" ]; then
   [ -d "$prebuilt/bin" ] && [ -f "$prebuilt/MANIFEST" ] ||
     { echo "$me: --prebuilt: '$prebuilt' is not a bundle of make gpu-bundle (no bin/ or MANIFEST)" >&2; exit 2; }
   prebuilt=$(cd "$prebuilt" && pwd)
-  "$(dirname "${BASH_SOURCE[0]}")/bundle.sh" --unpack "$prebuilt" ||
-    { echo "$me: --prebuilt: could not unpack the bundle's binaries in $prebuilt/bin" >&2; exit 2; }
+  prebuilt_bin=$("$(dirname "${BASH_SOURCE[0]}")/bundle.sh" --unpack "$prebuilt") ||
+    { echo "$me: --prebuilt: could not unpack the binaries of $prebuilt" >&2; exit 2; }
 fi

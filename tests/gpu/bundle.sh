@@ -10,8 +10,9 @@
 #   tests/gpu/bundle.sh [--arch 90] [--build-dir build-gpu-bundle] [--out gpu-bundle]
 #   tests/gpu/bundle.sh --pack BUILD_DIR OUT     the packing step alone (the rehearsal's stand-in)
 #   tests/gpu/bundle.sh --verify BUNDLE          every library of every binary resolves here
-#   tests/gpu/bundle.sh --unpack BUNDLE          its binaries unpacked (they travel gzipped, a third
-#                                                of their size; check.sh and perf.sh --prebuilt do it)
+#   tests/gpu/bundle.sh --unpack BUNDLE          its binaries unpacked outside it (they travel gzipped,
+#                                                a third of their size); prints their folder
+#                                                (check.sh and perf.sh --prebuilt run from there)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bins=(gpu_kernel_check gpu_train_check moe-bench-gpu moe-bench-slice moe-train moe-export moe-eval)
@@ -25,7 +26,7 @@ pack() {  # pack <build dir> <out>
     [ -x "$from/bin/$b" ] || { echo "bundle.sh: $from/bin/$b was not built" >&2; exit 1; }
     cp "$from/bin/$b" "$to/bin/$b"
     strip --strip-debug "$to/bin/$b" 2>/dev/null || true
-    gzip -9 "$to/bin/$b"  # bin/$b.gz: about a third (unpack, below, restores it on the GPU machine)
+    gzip -9 "$to/bin/$b"  # bin/$b.gz: about a third (unpack, below, restores it outside the bundle)
   done
   {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+uncommitted')"
@@ -43,28 +44,38 @@ pack() {  # pack <build dir> <out>
   echo "bundle: $to"
 }
 
-unpack() {  # unpack <bundle>: each bin/X.gz to bin/X unless X is there and newer (gzip, else Python)
-  local dir=$1 z
+# Where a bundle's binaries are unpacked: outside it (a bundle carries only its .gz files, under the
+# 64 MiB limit), one folder per bundle path, reused while its binaries are newer than the .gz.
+unpacked_bin() {
+  echo "${TMPDIR:-/tmp}/moe-bundle-$(printf %s "$1" | md5sum | cut -c1-12)/bin"
+}
+
+unpack() {  # unpack <bundle>: prints the folder of its runnable binaries (gzip, else Python's)
+  local dir=$1 z to x
+  if ! compgen -G "$dir/bin/*.gz" >/dev/null; then echo "$dir/bin"; return; fi  # an unpacked bundle
+  to=$(unpacked_bin "$dir")
+  mkdir -p "$to"
   for z in "$dir"/bin/*.gz; do
-    [ -e "$z" ] || continue
-    [ -x "${z%.gz}" ] && [ ! "$z" -nt "${z%.gz}" ] && continue  # unpacked already, from this .gz
+    x=$to/$(basename "${z%.gz}")
+    [ -x "$x" ] && [ ! "$z" -nt "$x" ] && continue  # unpacked already, from this .gz
     if command -v gzip >/dev/null; then
-      gzip -dc "$z" >"${z%.gz}.part"
+      gzip -dc "$z" >"$x.part"
     else
       python3 -c 'import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-        "$z" "${z%.gz}.part"
+        "$z" "$x.part"
     fi
-    chmod +x "${z%.gz}.part" && mv "${z%.gz}.part" "${z%.gz}"
+    chmod +x "$x.part" && mv "$x.part" "$x"
   done
+  echo "$to"
 }
 
 verify() {  # every binary present, and no library it needs is missing on this machine
-  local dir=$1 b bad=0 missing
-  unpack "$dir"
+  local dir=$1 b bad=0 missing bin
+  bin=$(unpack "$dir")
   cat "$dir/MANIFEST"
   for b in "${bins[@]}"; do
-    if [ ! -x "$dir/bin/$b" ]; then echo "$b: MISSING"; bad=1; continue; fi
-    missing=$(ldd "$dir/bin/$b" 2>&1 | grep -E "not found|not a dynamic" || true)
+    if [ ! -x "$bin/$b" ]; then echo "$b: MISSING"; bad=1; continue; fi
+    missing=$(ldd "$bin/$b" 2>&1 | grep -E "not found|not a dynamic" || true)
     if [ -n "$missing" ]; then echo "$b: $missing"; bad=1; else echo "$b: libraries resolve"; fi
   done
   return $bad
@@ -73,7 +84,7 @@ verify() {  # every binary present, and no library it needs is missing on this m
 case "${1:-}" in
   --pack) pack "${2:?--pack BUILD_DIR OUT}" "${3:?--pack BUILD_DIR OUT}"; exit 0 ;;
   --verify) verify "${2:?--verify BUNDLE}"; exit $? ;;
-  --unpack) unpack "${2:?--unpack BUNDLE}"; exit 0 ;;
+  --unpack) unpack "${2:?--unpack BUNDLE}"; exit 0 ;;  # prints where the binaries are
 esac
 arch=90 build=build-gpu-bundle out=gpu-bundle
 while [ $# -gt 0 ]; do
@@ -81,7 +92,7 @@ while [ $# -gt 0 ]; do
     --arch) arch=${2:?}; shift 2 ;;
     --build-dir) build=${2:?}; shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
-    *) echo "bundle.sh: unknown argument '$1' (--arch N, --build-dir DIR, --out DIR, --pack, --verify)" >&2; exit 2 ;;
+    *) echo "bundle.sh: unknown argument '$1' (--arch N, --build-dir DIR, --out DIR, --pack, --verify, --unpack)" >&2; exit 2 ;;
   esac
 done
 [[ $arch =~ ^[0-9]+a?$ ]] || { echo "bundle.sh: --arch: a CUDA architecture number (90), got '$arch'" >&2; exit 2; }

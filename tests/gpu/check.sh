@@ -34,7 +34,7 @@ me=check.sh budget=480
 # shellcheck source=tests/gpu/args.sh
 source tests/gpu/args.sh
 [ -n "$build" ] || build=$([ $rehearsal = 1 ] && echo build || echo build-gpu)
-bin=${prebuilt:+$prebuilt/bin}
+bin=${prebuilt:+$prebuilt_bin}  # a bundle's binaries, unpacked by args.sh
 bin=${bin:-$build/bin}
 out=${OUT:-$build/check}
 mkdir -p "$out"

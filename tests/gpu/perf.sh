@@ -41,7 +41,7 @@ me=perf.sh budget=540
 source tests/gpu/args.sh
 # check.sh's build for this card (build-gpu), unless rehearsing on make build's tree.
 build=${build:-$([ $rehearsal = 1 ] && echo build || echo build-gpu)}
-bin=${prebuilt:+$prebuilt/bin}
+bin=${prebuilt:+$prebuilt_bin}  # a bundle's binaries, unpacked by args.sh
 bin=${bin:-$build/bin}
 out=${OUT:-$build/perf}
 mkdir -p "$out"
