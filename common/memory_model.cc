@@ -150,11 +150,12 @@ Act StageActivations(const JobSpec& spec, const StageLayout& st, ActShape s) {
   return out;
 }
 
-// Deterministic training's gradient staging where the activations peak (GradSink): an fp32 scratch
-// of the weight gradient being formed (the head's on the loss stage, in the forward where the
-// head's backward runs, its chunks summed there on a GPU: head_loss.h; else about a block's widest
-// weight; the embedding's comes last, when the activations are gone) and the f64 chunk its
-// conversion goes through (at most 2^20 values).
+// Deterministic training's gradient staging where the activations peak (GradSink): the weight
+// gradient being formed, counted as an fp32 scratch (the head's on the loss stage, in the forward
+// where the head's backward runs: head_loss.h, its product per chunk on a GPU in the activations'
+// dtype, kernels::GemmAccumulate; else about a block's widest weight; the embedding's comes last,
+// when the activations are gone) and the f64 chunk its conversion goes through (at most 2^20
+// values).
 double GradStaging(const JobSpec& spec, const std::vector<StageLayout>& layout, int64_t r) {
   const ModelConfig& m = spec.model;
   if (!spec.training.Deterministic(spec.resources.device != "cuda")) return 0;

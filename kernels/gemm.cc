@@ -1,6 +1,7 @@
 // Device dispatch of the GEMM family (kernels/gemm.h): shapes, then the CPU or CUDA path.
 #include "kernels/gemm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -59,12 +60,21 @@ void GemmAccumulate(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b
       << "GemmAccumulate shapes: a " << a.ShapeString() << (trans_a ? "^T" : "") << ", b "
       << b.ShapeString() << (trans_b ? "^T" : "") << ", acc " << acc.ShapeString();
   if (acc.device().is_cpu()) return cpu::GemmAccumulate(a, trans_a, b, trans_b, acc);
-  // Elsewhere: the product, then its f64 sum (the steps the CPU's epilogue fuses).
+  // Elsewhere: the product, then its f64 sum (the steps the CPU's epilogue fuses), converted
+  // through a bounded f64 staging (2^20 values, 8 MB) rather than an f64 copy of the whole product
+  // (a head's [vocab, hidden] is 7.4 GB of it at DeepSeek-V3's sizes).
   const Tensor product = Tensor::Empty({m, n}, a.dtype(), a.device());
   Gemm(a, trans_a, b, trans_b, product);
-  const Tensor wide = Tensor::Empty({m, n}, DType::kF64, a.device());
-  Convert(product, wide);
-  Axpy(acc, 1.0, wide);
+  const int64_t total = m * n, chunk = std::min<int64_t>(total, int64_t{1} << 20);
+  if (a.dtype() == DType::kF64) return Axpy(acc, 1.0, product);
+  const Tensor flat = product.Reshape({total}), sum = acc.Reshape({total});
+  const Tensor staging = Tensor::Empty({std::max<int64_t>(chunk, 1)}, DType::kF64, a.device());
+  for (int64_t i = 0; i < total; i += chunk) {
+    const int64_t e = std::min(total, i + chunk);
+    const Tensor part = staging.Rows(0, e - i);
+    Convert(flat.Rows(i, e), part);
+    Axpy(sum.Rows(i, e), 1.0, part);
+  }
 }
 
 void GroupedGemm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets,

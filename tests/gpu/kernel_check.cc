@@ -699,6 +699,12 @@ int main() {
     Tensor c = On(Random({m, n}, 5), f32, dev);
     k::Gemm(a, true, b, false, c, 0.5, 1.0);
     outs.push_back({"accumulate into f32", c, 1e-4, 1e-4});
+    // Deterministic training's contributions: the product added to an f64 accumulator, here past
+    // 2^20 values so that the conversion's bounded staging goes round twice.
+    Tensor ga = On(Random({64, 1100}, 6), dt, dev), gb = On(Random({64, 1000}, 7), dt, dev);
+    Tensor acc = On(Random({1100, 1000}, 8), DType::kF64, dev);
+    k::GemmAccumulate(ga, true, gb, false, acc);
+    outs.push_back({"accumulate into f64", acc, 1e-4, 1e-4});
     return outs;
   });
 

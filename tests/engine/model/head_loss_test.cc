@@ -81,10 +81,17 @@ Result Unfused(const Case& c, double scale) {
   return Read(f, loss, dhn);
 }
 
+// The loss in chunks of `rows` (0: LossChunkRows's), the setting restored after.
+HeadLoss InChunks(int64_t rows, const Fixture& f, double scale, const LossSink& sink) {
+  SetLossChunkRows(rows);
+  HeadLoss hl = HeadLossForwardBackward(f.hn, f.head, DType::kF32, f.targets, scale, sink);
+  SetLossChunkRows(0);
+  return hl;
+}
+
 Result Fused(const Case& c, double scale, int64_t chunk_rows) {
   Fixture f = Make(c);
-  HeadLoss hl =
-      HeadLossForwardBackward(f.hn, f.head, DType::kF32, f.targets, scale, LossSink{}, chunk_rows);
+  HeadLoss hl = InChunks(chunk_rows, f, scale, LossSink{});
   EXPECT_EQ(hl.dhn.shape(), f.hn.shape());
   EXPECT_EQ(hl.dhn.dtype(), c.compute);
   return Read(f, hl.ce_sum, hl.dhn);
@@ -142,8 +149,7 @@ TEST(HeadLoss, TheSinkTakesTheLossOnTheDevicesDouble) {
   Fixture f = Make(c);
   Tensor acc = Tensor::Zeros({3}, DType::kF64, Device::Cpu());
   acc.data<double>()[1] = 10.0;
-  const HeadLoss hl = HeadLossForwardBackward(f.hn, f.head, DType::kF32, f.targets, 1.0,
-                                              LossSink{acc, 1}, /*chunk_rows=*/5);
+  const HeadLoss hl = InChunks(5, f, 1.0, LossSink{acc, 1});
   EXPECT_EQ(hl.ce_sum, 0.0);
   const Result ref = Fused(c, 1.0, c.rows);
   EXPECT_NEAR(acc.data<double>()[1] - 10.0, ref.loss, 1e-12 * ref.loss);
@@ -161,10 +167,10 @@ TEST(HeadLoss, OneChunkOfLogitsAtATime) {
   const int64_t whole_logits = c.rows * c.vocab * 4;
   ResetPeakMemory(0);
   const int64_t before = GetMemoryUsage(0).total();
-  (void)HeadLossForwardBackward(f.hn, f.head, DType::kF32, f.targets, 1.0, LossSink{}, 4);
+  (void)InChunks(4, f, 1.0, LossSink{});
   const int64_t chunked = GetMemoryUsage(0).peak - before;
   ResetPeakMemory(0);
-  (void)HeadLossForwardBackward(f.hn, f.head, DType::kF32, f.targets, 1.0, LossSink{}, 0);
+  (void)InChunks(0, f, 1.0, LossSink{});
   const int64_t whole = GetMemoryUsage(0).peak - before;
   EXPECT_LT(chunked, whole_logits / 4) << "chunked peak " << chunked;
   EXPECT_GE(whole, whole_logits) << "one chunk's peak " << whole;

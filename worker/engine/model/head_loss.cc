@@ -24,8 +24,7 @@ void SetLossChunkRows(int64_t rows) {
 int64_t GetLossChunkRows() { return g_chunk_rows.load(); }
 
 HeadLoss HeadLossForwardBackward(const Tensor& hn, const Param& head, DType logits_dtype,
-                                 const Tensor& targets, double ce_scale, const LossSink& sink,
-                                 int64_t chunk_rows) {
+                                 const Tensor& targets, double ce_scale, const LossSink& sink) {
   const int64_t rows = hn.dim(0), vocab = head.compute.dim(0);
   MOE_CHECK(hn.ndim() == 2 && head.compute.dim(1) == hn.dim(1))
       << "head loss: hidden states " << hn.ShapeString() << " for a head "
@@ -33,8 +32,7 @@ HeadLoss HeadLossForwardBackward(const Tensor& hn, const Param& head, DType logi
   MOE_CHECK(targets.numel() == rows)
       << "head loss: targets " << targets.ShapeString() << " for " << rows << " rows";
   MOE_CHECK(!head.fp8) << "head loss: the head never trains in FP8";
-  MOE_CHECK(chunk_rows >= 0) << "head loss: chunk_rows " << chunk_rows;
-  if (chunk_rows == 0) chunk_rows = GetLossChunkRows();
+  const int64_t chunk_rows = GetLossChunkRows();
   const int64_t step =
       chunk_rows > 0 ? chunk_rows
                      : LossChunkRows(rows, vocab, static_cast<int64_t>(DTypeSize(logits_dtype)));
@@ -42,11 +40,6 @@ HeadLoss HeadLossForwardBackward(const Tensor& hn, const Param& head, DType logi
   out.dhn = Tensor::Empty(hn.shape(), hn.dtype(), hn.device());
   const Tensor tgt = targets.Reshape({rows});
   GradSink dw(head);
-  // Deterministic training on a GPU: the chunks' products add up in the sink's fp32 scratch, which
-  // Commit adds to the f64 accumulator once (GemmAccumulate there would make a [vocab, hidden]
-  // product and its f64 copy per chunk). The chunks are the same rows whatever the layout, so the
-  // sum is too. The CPU adds each product in its GEMM's epilogue instead.
-  const bool staged = head.accum.defined() && hn.device().is_cuda();
   for (int64_t b = 0; b < rows; b += step) {
     const int64_t e = std::min(rows, b + step);
     const Tensor x = hn.Rows(b, e), t = tgt.Rows(b, e);
@@ -63,11 +56,7 @@ HeadLoss HeadLossForwardBackward(const Tensor& hn, const Param& head, DType logi
     }
     logits = Tensor();  // its chunk's memory goes back before the next (dlogits holds it if shared)
     parallel::ProfilePhase phase("head, loss bwd");
-    if (staged) {
-      kernels::Gemm(dlogits, true, x, false, dw.tensor(), 1.0, 1.0);
-    } else {
-      dw.AddGemm(dlogits, true, x, false);
-    }
+    dw.AddGemm(dlogits, true, x, false);
     kernels::Gemm(dlogits, false, head.compute, false, out.dhn.Rows(b, e));
   }
   dw.Commit();

@@ -31,12 +31,11 @@ int64_t GetLossChunkRows();
 // dtype); with g = ce_scale * (softmax - onehot(targets)) per row, in hn's dtype:
 // head.grad += g^T . hn (through a GradSink) and dhn = g . head.
 // `sink` set: the losses are added to sink.acc[sink.slot] on the device (no host read).
-// chunk_rows 0: SetLossChunkRows's, else as many as common/memory_model.h's LossChunkRows allows
+// Chunks: SetLossChunkRows's rows, else as many as common/memory_model.h's LossChunkRows allows
 // (the memory model's own figure; a micro-batch of a small vocabulary is one chunk, the unfused
 // sequence of kernels).
 //   hn [rows, hidden], head [vocab, hidden], targets i32 [rows]
 HeadLoss HeadLossForwardBackward(const Tensor& hn, const Param& head, DType logits_dtype,
-                                 const Tensor& targets, double ce_scale, const LossSink& sink,
-                                 int64_t chunk_rows = 0);
+                                 const Tensor& targets, double ce_scale, const LossSink& sink);
 
 }  // namespace moe::model
